@@ -1,0 +1,1 @@
+"""kafka_client: a Kafka client on top of kafka_proto (work in progress)."""

@@ -1,0 +1,110 @@
+"""Shared fixtures: real brokers on free loopback ports.
+
+* ``tansu_broker`` / ``noida_broker``: one broker per test session;
+* ``broker``: parametrized over both (a test using it runs once per broker);
+* ``fresh_noida_broker``: a private noida-db for one test, for restarts and faults;
+* ``topic_name``: a unique topic name per test.
+
+Every broker object has ``.bootstrap`` ("127.0.0.1:PORT"), ``.host``, ``.port``,
+``.kind`` and ``.create_topic(name, partitions=1)``; noida-db also ``.restart()``,
+``.stop()``, ``.start()`` (data kept in ``.data_dir``) and ``.kill()``.
+
+A test that uses any of them is marked ``integration`` automatically; ``-m "not
+integration"`` runs the codec tests alone. ``KAFKA_TEST_BROKERS=tansu`` (comma list)
+limits the ``broker`` parametrization. A missing broker binary skips, with the reason.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+# Run from a checkout without `pip install -e .`: the in-place built package is at the root.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from kafka_client._testing.brokers import BrokerNotAvailable, NoidaBroker, make_broker
+
+BROKER_FIXTURES = {"tansu_broker", "noida_broker", "broker", "fresh_noida_broker"}
+ALL_KINDS = ("tansu", "noida")
+
+
+def _selected_kinds():
+    raw = os.environ.get("KAFKA_TEST_BROKERS")
+    if not raw:
+        return ALL_KINDS
+    kinds = tuple(k.strip() for k in raw.split(",") if k.strip())
+    unknown = set(kinds) - set(ALL_KINDS)
+    if unknown:
+        raise pytest.UsageError(f"KAFKA_TEST_BROKERS: unknown broker(s) {sorted(unknown)}")
+    return kinds
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+def _start(kind, **kwargs):
+    try:
+        b = make_broker(kind, **kwargs)
+    except BrokerNotAvailable as exc:
+        pytest.skip(f"{kind} broker not available: {exc}")
+    b.start()
+    return b
+
+
+@pytest.fixture(scope="session")
+def tansu_broker():
+    b = _start("tansu")
+    try:
+        yield b
+    finally:
+        b.stop()
+        b.cleanup()
+
+
+@pytest.fixture(scope="session")
+def noida_broker():
+    b = _start("noida")
+    try:
+        yield b
+    finally:
+        b.stop()
+        b.cleanup()
+
+
+@pytest.fixture(params=ALL_KINDS)
+def broker(request):
+    """The session broker of each kind in turn."""
+    if request.param not in _selected_kinds():
+        pytest.skip(f"{request.param} not in KAFKA_TEST_BROKERS")
+    return request.getfixturevalue(f"{request.param}_broker")
+
+
+@pytest.fixture
+def fresh_noida_broker(tmp_path):
+    """A noida-db of this test's own, free to be stopped, restarted or killed."""
+    b = _start("noida", data_dir=str(tmp_path / "noida-data"), log_dir=str(tmp_path))
+    assert isinstance(b, NoidaBroker)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+_topic_counter = itertools.count()
+
+
+@pytest.fixture
+def topic_name(request):
+    """A topic name unique in this session (brokers are shared across tests)."""
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:80].strip("-")
+    return f"{base}-{next(_topic_counter)}-{uuid.uuid4().hex[:6]}"

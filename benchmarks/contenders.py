@@ -1,0 +1,311 @@
+"""Workloads and contender adapters for the codec benchmarks.
+
+Every contender is wrapped in a plain function with the same shape so the timed
+bodies in ``bench_codec.py`` compare like with like:
+
+* ``encode(records, codec) -> bytes``: append every record one by one, then build.
+* ``decode(data) -> int``: walk every batch, check its CRC the way that library's
+  consumer does by default, and materialise each record's key and value as bytes.
+* ``varint_encode(values) -> bytes`` / ``varint_decode(buf, n) -> int``.
+* ``crc32c(buf) -> int``.
+
+A contender that cannot be imported is reported as unavailable (with the reason)
+instead of failing the run, so the peer side works before our modules land.
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+N_RECORDS = 1000
+VALUE_SIZE = 100
+KEY_SIZE = 8
+TIMESTAMP_MS = 1_763_700_000_000  # fixed, so no contender pays for a clock read
+N_VARINTS = 1000
+CRC_SIZE = 1 << 20
+
+CODECS: Tuple[str, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
+CODEC_ID = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+CONTENDERS: Tuple[str, ...] = ("ours", "aiokafka", "kafka-python")
+CRC_CONTENDERS: Tuple[str, ...] = ("ours", "crc32c", "aiokafka")
+
+_WORDS = (
+    b"kafka", b"record", b"batch", b"topic", b"partition", b"offset", b"leader",
+    b"broker", b"consumer", b"producer", b"commit", b"fetch", b"produce",
+    b"sensor", b"temperature", b"22.5", b"18.1", b"ok", b"warn", b"user",
+    b"order", b"id", b"status", b"shipped", b"paid", b"eu-west", b"us-east",
+)
+
+
+def make_records(n: int = N_RECORDS, seed: int = 7) -> List[Tuple[bytes, bytes]]:
+    """``n`` (key, value) pairs: 8-byte keys, 100-byte text-like values.
+
+    The values are drawn from a small vocabulary so that every codec actually
+    compresses them (about 3x); random bytes would make the peers' builders fall
+    back to an uncompressed batch and the compressed cases would measure nothing.
+    """
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        key = b"k%07d" % i
+        parts: List[bytes] = []
+        size = 0
+        while size <= VALUE_SIZE:
+            w = rnd.choice(_WORDS)
+            if rnd.random() < 0.3:
+                w = b"%d" % rnd.randrange(1_000_000)
+            parts.append(w)
+            size += len(w) + 1
+        value = b" ".join(parts)[:VALUE_SIZE]
+        assert len(key) == KEY_SIZE and len(value) == VALUE_SIZE
+        out.append((key, value))
+    return out
+
+
+def make_varints(n: int = N_VARINTS, seed: int = 11) -> List[int]:
+    """Signed ints with the size mix record fields have: mostly 1-2 byte varints
+    (offset deltas, lengths), some 3-byte, a few 5-byte (timestamp deltas)."""
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        r = rnd.random()
+        if r < 0.4:
+            bound = 1 << 6
+        elif r < 0.7:
+            bound = 1 << 13
+        elif r < 0.9:
+            bound = 1 << 20
+        else:
+            bound = 1 << 31
+        out.append(rnd.randrange(-bound, bound))
+    return out
+
+
+def make_crc_buffer(size: int = CRC_SIZE, seed: int = 3) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+@dataclass
+class Contender:
+    name: str
+    label: str
+    available: bool
+    reason: str = ""
+    encode: Optional[Callable[[Sequence[Tuple[bytes, bytes]], str], bytes]] = None
+    decode: Optional[Callable[[bytes], int]] = None
+    varint_encode: Optional[Callable[[Sequence[int]], bytes]] = None
+    varint_decode: Optional[Callable[[bytes, int], int]] = None
+    crc32c: Optional[Callable[[bytes], int]] = None
+    varint_input: Callable[[bytes], object] = bytes  # buffer type the decoder expects
+    notes: List[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- aiokafka
+
+def _aiokafka() -> Contender:
+    try:
+        from aiokafka.record import util as autil
+        from aiokafka.record.default_records import DefaultRecordBatchBuilder
+        from aiokafka.record.memory_records import MemoryRecords
+    except Exception as exc:  # pragma: no cover - depends on the environment
+        return Contender("aiokafka", "aiokafka", False, repr(exc))
+
+    cython = DefaultRecordBatchBuilder.__module__.startswith("aiokafka.record._crecords")
+    c = Contender("aiokafka", "aiokafka (Cython)" if cython else "aiokafka (PURE PYTHON)", True)
+    c.notes.append(
+        "aiokafka: %s, %s, varint %s"
+        % (DefaultRecordBatchBuilder.__module__, MemoryRecords.__module__,
+           getattr(autil.encode_varint, "__name__", "?"))
+    )
+
+    def encode(records, codec, _B=DefaultRecordBatchBuilder, _ts=TIMESTAMP_MS):
+        b = _B(2, CODEC_ID[codec], 0, -1, -1, -1, 1 << 30)
+        append = b.append
+        i = 0
+        for key, value in records:
+            append(i, _ts, key, value, [])
+            i += 1
+        return bytes(b.build())
+
+    def decode(data, _M=MemoryRecords):
+        mr = _M(data)
+        n = 0
+        while mr.has_next():
+            batch = mr.next_batch()
+            if not batch.validate_crc():  # aiokafka's consumer does this (check_crcs=True)
+                raise ValueError("crc")
+            for rec in batch:
+                rec.key
+                rec.value
+                n += 1
+        return n
+
+    enc_v = autil.encode_varint
+    dec_v = autil.decode_varint
+
+    def varint_encode(values, _enc=enc_v):
+        buf = bytearray()
+        w = buf.append
+        for v in values:
+            _enc(v, w)
+        return bytes(buf)
+
+    def varint_decode(buf, n, _dec=dec_v):
+        # aiokafka's decoder is typed for bytearray (that is what its reader passes)
+        pos = 0
+        s = 0
+        for _ in range(n):
+            v, pos = _dec(buf, pos)
+            s += v
+        return s
+
+    c.encode, c.decode = encode, decode
+    c.varint_encode, c.varint_decode = varint_encode, varint_decode
+    c.crc32c = autil.calc_crc32c
+    c.varint_input = bytearray
+    return c
+
+
+# --------------------------------------------------------------------------- kafka-python
+
+def _kafka_python() -> Contender:
+    try:
+        from kafka.record import util as kutil
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+        from kafka.record.memory_records import MemoryRecords
+    except Exception as exc:  # pragma: no cover
+        return Contender("kafka-python", "kafka-python", False, repr(exc))
+
+    c = Contender("kafka-python", "kafka-python", True)
+
+    def encode(records, codec, _B=DefaultRecordBatchBuilder, _ts=TIMESTAMP_MS):
+        b = _B(2, CODEC_ID[codec], 0, -1, -1, -1, 1 << 30)
+        append = b.append
+        i = 0
+        for key, value in records:
+            append(i, _ts, key, value, [])
+            i += 1
+        return bytes(b.build())
+
+    def decode(data, _M=MemoryRecords):
+        mr = _M(data)
+        n = 0
+        while mr.has_next():
+            batch = mr.next_batch()
+            if not batch.validate_crc():  # kafka-python's fetcher: check_crcs=True
+                raise ValueError("crc")
+            for rec in batch:
+                rec.key
+                rec.value
+                n += 1
+        return n
+
+    def varint_encode(values, _enc=kutil.encode_varint):
+        buf = bytearray()
+        w = buf.append
+        for v in values:
+            _enc(v, w)
+        return bytes(buf)
+
+    def varint_decode(buf, n, _dec=kutil.decode_varint):
+        pos = 0
+        s = 0
+        for _ in range(n):
+            v, pos = _dec(buf, pos)
+            s += v
+        return s
+
+    c.encode, c.decode = encode, decode
+    c.varint_encode, c.varint_decode = varint_encode, varint_decode
+    c.crc32c = kutil.calc_crc32c
+    c.varint_input = bytearray
+    return c
+
+
+# --------------------------------------------------------------------------- crc32c package
+
+def _crc32c_pkg() -> Contender:
+    try:
+        import crc32c as pkg
+    except Exception as exc:  # pragma: no cover
+        return Contender("crc32c", "crc32c pkg", False, repr(exc))
+    c = Contender("crc32c", "crc32c pkg", True)
+    c.crc32c = pkg.crc32c
+    c.notes.append("crc32c package: hardware_based=%s" % getattr(pkg, "hardware_based", "?"))
+    return c
+
+
+# --------------------------------------------------------------------------- ours
+
+def _ours() -> Contender:
+    c = Contender("ours", "ours", True)
+    missing = []
+    try:
+        from kafka_proto.records import Compression, RecordBatchBuilder, read_batches
+
+        comp = {
+            "none": Compression.NONE, "gzip": Compression.GZIP,
+            "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD,
+        }
+
+        def encode(records, codec, _B=RecordBatchBuilder, _ts=TIMESTAMP_MS, _comp=comp):
+            b = _B(compression=_comp[codec])
+            append = b.append
+            for key, value in records:
+                append(value, key, _ts)
+            return bytes(b.build(0))
+
+        def decode(data, _read=read_batches, _bytes=bytes):
+            n = 0
+            for batch in _read(data, check_crc=True):
+                for rec in batch:
+                    k = rec.key
+                    v = rec.value
+                    # The contract says bytes; if a zero-copy view ever comes back,
+                    # materialise it so the comparison stays fair.
+                    if k is not None and type(k) is not _bytes:
+                        k = _bytes(k)
+                    if v is not None and type(v) is not _bytes:
+                        v = _bytes(v)
+                    n += 1
+            return n
+
+        c.encode, c.decode = encode, decode
+    except Exception as exc:
+        missing.append("records: %r" % (exc,))
+
+    try:
+        from kafka_proto import _wire
+
+        c.varint_encode, c.varint_decode = _wire_adapters(_wire)
+    except Exception as exc:
+        missing.append("_wire: %r" % (exc,))
+
+    try:
+        from kafka_proto._crc import crc32c
+
+        c.crc32c = crc32c
+    except Exception as exc:
+        missing.append("_crc: %r" % (exc,))
+
+    if missing:
+        c.reason = "; ".join(missing)
+    if not (c.encode or c.varint_encode or c.crc32c):
+        c.available = False
+    return c
+
+
+def _wire_adapters(_wire):
+    """Adapt kafka_proto._wire's varint entry points (filled in once the module lands)."""
+    raise ImportError("kafka_proto._wire varint adapter not written yet")
+
+
+def load() -> Dict[str, Contender]:
+    return {c.name: c for c in (_ours(), _aiokafka(), _kafka_python(), _crc32c_pkg())}

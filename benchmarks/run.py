@@ -144,6 +144,7 @@ def _implementations():
 def _run_pass(idx, args, json_path):
     env = dict(os.environ)
     env["BENCH_REVERSE"] = "1" if idx % 2 else "0"
+    env["BENCH_OUR_LEVELS"] = args.our_levels
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, HERE, env.get("PYTHONPATH")) if p)
     cmd = [
         sys.executable, "-m", "pytest", SUITE,
@@ -257,6 +258,24 @@ def _table(pooled):
     return lines, noisy
 
 
+def _peer_levels_note():
+    import contenders as C
+
+    return C.PEER_LEVELS_NOTE
+
+
+def _sizes(pooled):
+    lines = []
+    for case in sorted(pooled, key=_case_order):
+        if not case.startswith("encode-"):
+            continue
+        per = pooled[case]
+        cells = ["%s %s" % (n, per[n]["info"]["bytes"]) for n, _, _ in COLUMNS
+                 if n in per and "bytes" in per[n]["info"]]
+        lines.append("%s: %s" % (case[len("encode-"):], ", ".join(cells)))
+    return lines
+
+
 def _targets(pooled):
     lines = []
     for case, peer, want in RATIO_TARGETS:
@@ -289,6 +308,9 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=20, help="max warm-up iterations per case")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 1 pass, 5 rounds, 0.2 s per case (numbers are rough)")
+    ap.add_argument("--our-levels", choices=("peer", "default"), default="peer",
+                    help="our compression levels: aiokafka's (peer, default) or our library "
+                         "defaults")
     ap.add_argument("-k", default=None, help="pytest -k expression to select cases")
     ap.add_argument("--json", default=None, help="also write the pooled results as JSON here")
     ap.add_argument("--markdown", default=None, help="also write the report as Markdown here")
@@ -299,6 +321,7 @@ def main(argv=None):
     started = _dt.datetime.now(_dt.timezone.utc)
     machine = _machine()
     versions = _versions()
+    os.environ["BENCH_OUR_LEVELS"] = args.our_levels
     impls = _implementations()
 
     results = []
@@ -338,6 +361,11 @@ def main(argv=None):
     out.append("Versions: " + ", ".join("%s %s" % kv for kv in versions.items()))
     out.append("Implementations:")
     out.extend("    " + l for l in impls)
+    out.append("    " + _peer_levels_note())
+    sizes = _sizes(pooled)
+    if sizes:
+        out.append("Encoded batch sizes in bytes (same 1,000 records):")
+        out.extend("    " + l for l in sizes)
     text = "\n".join(out)
     print()
     print(text)

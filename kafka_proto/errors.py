@@ -29,6 +29,10 @@ class InvalidVarintError(ProtocolDecodeError):
     """A variable-length integer is longer than its type allows."""
 
 
+class CorrelationIdError(ProtocolDecodeError):
+    """A response's correlation id matches no request in flight, or skips older ones."""
+
+
 class CorruptRecordError(ProtocolDecodeError):
     """A record batch or legacy message is malformed."""
 

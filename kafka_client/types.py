@@ -1,0 +1,285 @@
+"""Public value types: :class:`TopicPartition`, :class:`Message` and their constants.
+
+Shaped like confluent-kafka-python's classes of the same names, so application code can move
+between the two by changing an import.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple, Union
+
+from .errors import KafkaError
+
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_STORED",
+    "OFFSET_INVALID",
+    "TIMESTAMP_NOT_AVAILABLE",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "TopicPartition",
+    "Message",
+]
+
+# Logical offsets (librdkafka's values).
+OFFSET_BEGINNING = -2
+OFFSET_END = -1
+OFFSET_STORED = -1000
+OFFSET_INVALID = -1001
+
+# Timestamp types returned first by Message.timestamp().
+TIMESTAMP_NOT_AVAILABLE = 0
+TIMESTAMP_CREATE_TIME = 1
+TIMESTAMP_LOG_APPEND_TIME = 2
+
+_INT32_MIN = -(2**31)
+_INT32_MAX = 2**31 - 1
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+Headers = Union[List[Tuple[str, Optional[bytes]]], Any]
+
+
+def _check_int(value: Any, what: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise OverflowError(f"{what} {value} is outside {lo}..{hi}")
+    return int(value)
+
+
+class TopicPartition:
+    """A topic partition, with an offset and optional commit metadata and leader epoch.
+
+    ``TopicPartition(topic, partition=-1, offset=OFFSET_INVALID, metadata=None,
+    leader_epoch=None)``. ``partition`` and ``offset`` can be assigned; ``topic``,
+    ``metadata``, ``leader_epoch`` and ``error`` are read-only, as in confluent-kafka.
+    Equality, hashing and ordering use (topic, partition) only.
+    """
+
+    __slots__ = ("_topic", "partition", "offset", "_metadata", "_leader_epoch", "_error")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int = -1,
+        offset: int = OFFSET_INVALID,
+        metadata: Optional[str] = None,
+        leader_epoch: Optional[int] = None,
+    ) -> None:
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+        if metadata is not None and not isinstance(metadata, str):
+            raise TypeError(f"metadata must be a str, not {type(metadata).__name__}")
+        self._topic = topic
+        self.partition = _check_int(partition, "partition", _INT32_MIN, _INT32_MAX)
+        self.offset = _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)
+        self._metadata = metadata
+        if leader_epoch is not None:
+            leader_epoch = _check_int(leader_epoch, "leader_epoch", _INT32_MIN, _INT32_MAX)
+            if leader_epoch < 0:  # librdkafka: a negative epoch means "not known"
+                leader_epoch = None
+        self._leader_epoch = leader_epoch
+        self._error: Optional[KafkaError] = None
+
+    @property
+    def topic(self) -> str:
+        """Topic name."""
+        return self._topic
+
+    @property
+    def metadata(self) -> Optional[str]:
+        """Offset commit metadata, or None."""
+        return self._metadata
+
+    @property
+    def leader_epoch(self) -> Optional[int]:
+        """Leader epoch of the offset, or None when not known."""
+        return self._leader_epoch
+
+    @property
+    def error(self) -> Optional[KafkaError]:
+        """Per-partition error of the operation that returned this object, or None."""
+        return self._error
+
+    def _set_error(self, error: Optional[KafkaError]) -> "TopicPartition":
+        """Attach a per-partition result error (for the client's own use); returns self."""
+        self._error = error
+        return self
+
+    def __repr__(self) -> str:
+        return (
+            f"TopicPartition{{topic={self._topic},partition={self.partition},"
+            f"offset={self.offset},leader_epoch={self._leader_epoch},error={self._error}}}"
+        )
+
+    __str__ = __repr__
+
+    def _key(self) -> Tuple[str, int]:
+        return (self._topic, self.partition)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TopicPartition):
+            return NotImplemented
+        return self._topic == other._topic and self.partition == other.partition
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, TopicPartition):
+            return NotImplemented
+        return self._topic != other._topic or self.partition != other.partition
+
+    def __lt__(self, other: "TopicPartition") -> bool:
+        if not isinstance(other, TopicPartition):
+            return NotImplemented
+        return self._key() < other._key()
+
+    def __le__(self, other: "TopicPartition") -> bool:
+        if not isinstance(other, TopicPartition):
+            return NotImplemented
+        return self._key() <= other._key()
+
+    def __gt__(self, other: "TopicPartition") -> bool:
+        if not isinstance(other, TopicPartition):
+            return NotImplemented
+        return self._key() > other._key()
+
+    def __ge__(self, other: "TopicPartition") -> bool:
+        if not isinstance(other, TopicPartition):
+            return NotImplemented
+        return self._key() >= other._key()
+
+    def __hash__(self) -> int:
+        return hash((self._topic, self.partition))
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_tp, (self._topic, self.partition, self.offset, self._metadata,
+                              self._leader_epoch, self._error))
+
+
+def _rebuild_tp(topic: str, partition: int, offset: int, metadata: Optional[str],
+                leader_epoch: Optional[int], error: Optional[KafkaError]) -> TopicPartition:
+    return TopicPartition(topic, partition, offset, metadata, leader_epoch)._set_error(error)
+
+
+class Message:
+    """One consumed or produced message, or an event/error (then :meth:`error` is not None).
+
+    All constructor arguments are optional (the consumer and producer build these; tests may
+    too). Accessors are methods, as in confluent-kafka: ``msg.value()``, ``msg.offset()``, ...
+    ``timestamp`` is a ``(type, milliseconds)`` tuple with a ``TIMESTAMP_*`` type.
+    """
+
+    # A plain slotted class: the consumer creates one per record, so construction must be cheap
+    # (no validation, no properties; just slot stores).
+    __slots__ = (
+        "_topic", "_partition", "_offset", "_key", "_value", "_headers", "_error",
+        "_timestamp", "_latency", "_leader_epoch",
+    )
+
+    def __init__(
+        self,
+        topic: Optional[str] = None,
+        partition: Optional[int] = None,
+        offset: Optional[int] = None,
+        key: Any = None,
+        value: Any = None,
+        headers: Optional[Headers] = None,
+        error: Optional[KafkaError] = None,
+        timestamp: Tuple[int, int] = (TIMESTAMP_NOT_AVAILABLE, 0),
+        latency: Optional[float] = None,
+        leader_epoch: Optional[int] = None,
+    ) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._key = key
+        self._value = value
+        self._headers = headers
+        self._error = error
+        self._timestamp = timestamp
+        self._latency = latency
+        self._leader_epoch = leader_epoch
+
+    def topic(self) -> Optional[str]:
+        """Topic name, or None."""
+        return self._topic
+
+    def partition(self) -> Optional[int]:
+        """Partition id, or None."""
+        return self._partition
+
+    def offset(self) -> Optional[int]:
+        """Offset in the partition, or None."""
+        return self._offset
+
+    def key(self) -> Any:
+        """Key (bytes, or whatever a deserializer produced), or None."""
+        return self._key
+
+    def value(self) -> Any:
+        """Value (bytes, or whatever a deserializer produced), or None."""
+        return self._value
+
+    def headers(self) -> Optional[Headers]:
+        """Headers as a list of ``(str, bytes or None)`` pairs (keys may repeat), or None."""
+        return self._headers
+
+    def error(self) -> Optional[KafkaError]:
+        """The error or event this object stands for, or None for a proper message."""
+        return self._error
+
+    def timestamp(self) -> Tuple[int, int]:
+        """``(timestamp type, milliseconds since the epoch)``; ignore the time if the type is
+        ``TIMESTAMP_NOT_AVAILABLE``."""
+        return self._timestamp
+
+    def latency(self) -> Optional[float]:
+        """Seconds from produce() to the broker's acknowledgement, or None."""
+        return self._latency
+
+    def leader_epoch(self) -> Optional[int]:
+        """Leader epoch of the partition when the message was fetched, or None."""
+        epoch = self._leader_epoch
+        return None if epoch is None or epoch < 0 else epoch
+
+    def set_topic(self, value: Optional[str]) -> None:
+        """Replace the topic."""
+        self._topic = value
+
+    def set_key(self, value: Any) -> None:
+        """Replace the key (serializers and deserializers use this)."""
+        self._key = value
+
+    def set_value(self, value: Any) -> None:
+        """Replace the value (serializers and deserializers use this)."""
+        self._value = value
+
+    def set_headers(self, value: Optional[Headers]) -> None:
+        """Replace the headers."""
+        self._headers = value
+
+    def set_error(self, value: Optional[KafkaError]) -> None:
+        """Replace the error."""
+        self._error = value
+
+    def __len__(self) -> int:
+        """Size of the value in bytes (0 when there is none)."""
+        value = self._value
+        if value is None:
+            return 0
+        if isinstance(value, (bytes, bytearray, str)):
+            return len(value)
+        return len(memoryview(value))
+
+    def __repr__(self) -> str:
+        if self._error is not None:
+            return f"Message{{error={self._error}}}"
+        return (
+            f"Message{{topic={self._topic},partition={self._partition},offset={self._offset},"
+            f"len={len(self)}}}"
+        )
+
+    def __reduce__(self) -> Any:
+        return (Message, (self._topic, self._partition, self._offset, self._key, self._value,
+                          self._headers, self._error, self._timestamp, self._latency,
+                          self._leader_epoch))

@@ -317,8 +317,27 @@ def _ours() -> Contender:
 
 
 def _wire_adapters(_wire):
-    """Adapt kafka_proto._wire's varint entry points (filled in once the module lands)."""
-    raise ImportError("kafka_proto._wire varint adapter not written yet")
+    """Varint adapters over kafka_proto._wire's module functions, in the peers' loop shape:
+    ``encode_varint(v) -> bytes`` appended to one bytearray (the peers call ``write`` per
+    byte into one), ``decode_varint(buf, pos) -> (value, next_pos)`` like theirs."""
+    enc_v = _wire.encode_varint
+    dec_v = _wire.decode_varint
+
+    def varint_encode(values, _enc=enc_v):
+        buf = bytearray()
+        for v in values:
+            buf += _enc(v)
+        return bytes(buf)
+
+    def varint_decode(buf, n, _dec=dec_v):
+        pos = 0
+        s = 0
+        for _ in range(n):
+            v, pos = _dec(buf, pos)
+            s += v
+        return s
+
+    return varint_encode, varint_decode
 
 
 def load() -> Dict[str, Contender]:

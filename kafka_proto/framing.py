@@ -1,0 +1,421 @@
+"""Size-prefixed frames, request/response headers and correlation ids (sans-I/O).
+
+Every Kafka request and response travels as ``int32 size`` + ``size`` bytes. A request's
+bytes are its header (v0: api_key, api_version, correlation_id; v1 adds client_id as a
+classic nullable string; v2 adds an empty tagged-field section) and then its body. A
+response's bytes are its header (v0: correlation_id; v1 adds tagged fields) and its body.
+
+* :class:`FrameParser` cuts a byte stream into frames; feed it chunks of any size, or let
+  a socket ``recv_into`` its buffer (:meth:`FrameParser.buffer_for_read` /
+  :meth:`FrameParser.commit`) so that large frames are received in place, without copies.
+* :func:`encode_request` / :func:`encode_request_parts` frame a request object (anything
+  with ``encode(version) -> bytes`` and an API key).
+* :func:`decode_response_header` splits a response frame into correlation id and body.
+* :class:`CorrelationTracker` hands out correlation ids and matches responses to requests.
+"""
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from typing import Any, List, NamedTuple, Optional, Tuple, Union
+
+from kafka_proto.errors import (
+    CorrelationIdError,
+    InvalidLengthError,
+    InvalidVarintError,
+    ProtocolEncodeError,
+    TruncatedDataError,
+)
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "API_VERSIONS_KEY",
+    "FrameParser",
+    "InFlight",
+    "CorrelationTracker",
+    "encode_request_header",
+    "encode_request",
+    "encode_request_parts",
+    "decode_response_header",
+    "request_header_version",
+    "response_header_version",
+]
+
+BytesLike = Union[bytes, bytearray, memoryview]
+
+#: Same default as librdkafka's ``receive.message.max.bytes`` (100 MB).
+DEFAULT_MAX_FRAME_SIZE = 100_000_000
+API_VERSIONS_KEY = 18
+_CONTROLLED_SHUTDOWN_KEY = 7
+
+_INT32 = struct.Struct(">i")
+_SIZE_AND_V0 = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+# --------------------------------------------------------------------------- frame parser
+
+
+class FrameParser:
+    """Cut a byte stream into frames (payloads without their 4-byte size).
+
+    Each frame gets a buffer of its own, allocated once its size is read and checked, and
+    is returned as a ``memoryview`` over it: frames never alias each other or the parser's
+    scratch space, so callers may keep them as long as they like, and each byte is copied
+    at most once (not at all for large frames read with :meth:`buffer_for_read`).
+
+    A size below zero or above ``max_frame_size`` raises :class:`InvalidLengthError`; the
+    stream cannot be resynchronised after that, so the parser stays failed and the
+    connection must be closed.
+    """
+
+    #: Above this many missing bytes, buffer_for_read() hands out the frame's own buffer.
+    DIRECT_READ_THRESHOLD = 32 * 1024
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 read_size: int = 64 * 1024) -> None:
+        if max_frame_size < 0 or max_frame_size > _INT32_MAX:
+            raise ValueError("max_frame_size must be within 0..2**31-1")
+        if read_size < 16:
+            raise ValueError("read_size must be at least 16")
+        self.max_frame_size = max_frame_size
+        self._size_buf = bytearray(4)
+        self._size_have = 0
+        self._frame: Optional[bytearray] = None
+        self._frame_have = 0
+        self._scratch = bytearray(read_size)
+        self._direct = False  # last buffer_for_read() was the frame buffer itself
+        self._error: Optional[InvalidLengthError] = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received of the frame in progress (size prefix included)."""
+        if self._frame is not None:
+            return 4 + self._frame_have
+        return self._size_have
+
+    @property
+    def in_frame(self) -> bool:
+        """True between the first byte of a frame and its last."""
+        return self._size_have > 0 or self._frame is not None
+
+    def feed(self, data: BytesLike) -> List[memoryview]:
+        """Add received bytes; return the frames they complete (possibly none)."""
+        if self._error is not None:
+            raise self._error
+        mv = memoryview(data)
+        if mv.ndim != 1 or mv.itemsize != 1:
+            mv = mv.cast("B")
+        frames: List[memoryview] = []
+        pos, end = 0, len(mv)
+        while pos < end:
+            frame = self._frame
+            if frame is None:
+                # Fast path: a whole size prefix available in this chunk.
+                if self._size_have == 0 and end - pos >= 4:
+                    (size,) = _INT32.unpack_from(mv, pos)
+                    pos += 4
+                else:
+                    take = min(4 - self._size_have, end - pos)
+                    self._size_buf[self._size_have:self._size_have + take] = mv[pos:pos + take]
+                    self._size_have += take
+                    pos += take
+                    if self._size_have < 4:
+                        break
+                    (size,) = _INT32.unpack_from(self._size_buf, 0)
+                self._size_have = 0
+                frame = self._start_frame(size)
+                if frame is None:  # empty frame
+                    frames.append(memoryview(b""))
+                    continue
+            have = self._frame_have
+            take = min(len(frame) - have, end - pos)
+            frame[have:have + take] = mv[pos:pos + take]
+            pos += take
+            self._frame_have = have + take
+            if self._frame_have == len(frame):
+                frames.append(memoryview(frame))
+                self._frame = None
+                self._frame_have = 0
+        return frames
+
+    def buffer_for_read(self) -> memoryview:
+        """A writable buffer for ``sock.recv_into``; pass the byte count to :meth:`commit`.
+
+        While a large frame is missing many bytes this is the free tail of that frame's
+        own buffer (received in place); otherwise a scratch buffer whose bytes
+        :meth:`commit` copies into frames. Do not keep the view after ``commit``.
+        """
+        if self._error is not None:
+            raise self._error
+        frame = self._frame
+        if frame is not None and len(frame) - self._frame_have >= self.DIRECT_READ_THRESHOLD:
+            self._direct = True
+            return memoryview(frame)[self._frame_have:]
+        self._direct = False
+        return memoryview(self._scratch)
+
+    def commit(self, n: int) -> List[memoryview]:
+        """Account for ``n`` bytes written into the last :meth:`buffer_for_read` view."""
+        if n < 0:
+            raise ValueError("negative byte count")
+        if self._direct:
+            self._direct = False
+            frame = self._frame
+            assert frame is not None
+            if n > len(frame) - self._frame_have:
+                raise ValueError("commit() of more bytes than the buffer had room for")
+            self._frame_have += n
+            if self._frame_have < len(frame):
+                return []
+            self._frame = None
+            self._frame_have = 0
+            return [memoryview(frame)]
+        if n > len(self._scratch):
+            raise ValueError("commit() of more bytes than the buffer had room for")
+        return self.feed(memoryview(self._scratch)[:n])
+
+    def reset(self) -> None:
+        """Forget any partial frame and error (for a new connection)."""
+        self._size_have = 0
+        self._frame = None
+        self._frame_have = 0
+        self._direct = False
+        self._error = None
+
+    def _start_frame(self, size: int) -> Optional[bytearray]:
+        if size < 0 or size > self.max_frame_size:
+            what = "negative" if size < 0 else f"above the limit of {self.max_frame_size}"
+            self._error = InvalidLengthError(f"frame size {size} is {what}")
+            raise self._error
+        if size == 0:
+            return None
+        # Checked against max_frame_size above, so the allocation is bounded.
+        self._frame = bytearray(size)
+        self._frame_have = 0
+        return self._frame
+
+
+# --------------------------------------------------------------------------- headers
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """Request header version for an API version (2 if flexible, else 1; see README)."""
+    if api_key == _CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+        return 0
+    from kafka_proto.messages import request_header_version as _generated
+
+    return _generated(api_key, api_version)
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """Response header version (1 if flexible, else 0; ApiVersions always uses 0)."""
+    if api_key == API_VERSIONS_KEY:
+        # KIP-511: a client that sent an unsupported version must still read the answer.
+        return 0
+    from kafka_proto.messages import response_header_version as _generated
+
+    return _generated(api_key, api_version)
+
+
+def _encode_client_id(client_id: Optional[str]) -> bytes:
+    if client_id is None:
+        return b"\xff\xff"
+    raw = client_id.encode("utf-8")
+    if len(raw) > 0x7FFF:
+        raise ProtocolEncodeError(f"client_id is {len(raw)} bytes, the limit is 32767")
+    return len(raw).to_bytes(2, "big") + raw
+
+
+def _check_header_fields(api_key: int, api_version: int, correlation_id: int) -> None:
+    if not -0x8000 <= api_key <= 0x7FFF:
+        raise ProtocolEncodeError(f"api_key {api_key} out of int16 range")
+    if not -0x8000 <= api_version <= 0x7FFF:
+        raise ProtocolEncodeError(f"api_version {api_version} out of int16 range")
+    if not _INT32_MIN <= correlation_id <= _INT32_MAX:
+        raise ProtocolEncodeError(f"correlation_id {correlation_id} out of int32 range")
+
+
+def encode_request_header(api_key: int, api_version: int, correlation_id: int,
+                          client_id: Optional[str], header_version: int) -> bytes:
+    """The request header bytes (no size prefix) of the given header version (0, 1, 2)."""
+    _check_header_fields(api_key, api_version, correlation_id)
+    head = struct.pack(">hhi", api_key, api_version, correlation_id)
+    if header_version == 0:
+        return head
+    if header_version == 1:
+        return head + _encode_client_id(client_id)
+    if header_version == 2:
+        # client_id keeps the classic int16 length even here; then no tagged fields.
+        return head + _encode_client_id(client_id) + b"\x00"
+    raise ProtocolEncodeError(f"unknown request header version {header_version}")
+
+
+def _api_key_of(request: Any) -> int:
+    for attr in ("API_KEY", "api_key", "_api_key"):
+        key = getattr(request, attr, None)
+        if isinstance(key, int):
+            return key
+    raise TypeError(f"{type(request).__name__} has no API key (API_KEY attribute)")
+
+
+def encode_request_parts(request: Any, api_version: int, correlation_id: int,
+                         client_id: Optional[str] = None, *,
+                         api_key: Optional[int] = None,
+                         header_version: Optional[int] = None) -> List[bytes]:
+    """``[size prefix + header, body]`` for ``socket.sendmsg`` (no concatenation copy).
+
+    ``request`` is a generated message object (``encode(version) -> bytes``) or the
+    already encoded body as bytes (then pass ``api_key``).
+    """
+    if api_key is None:
+        api_key = _api_key_of(request)
+    if header_version is None:
+        header_version = request_header_version(api_key, api_version)
+    header = encode_request_header(api_key, api_version, correlation_id, client_id,
+                                   header_version)
+    if isinstance(request, (bytes, bytearray, memoryview)):
+        body = request
+    else:
+        body = request.encode(api_version)
+    size = len(header) + len(body)
+    if size > _INT32_MAX:
+        raise ProtocolEncodeError(f"request of {size} bytes does not fit an int32 size")
+    return [_INT32.pack(size) + header, body]
+
+
+def encode_request(request: Any, api_version: int, correlation_id: int,
+                   client_id: Optional[str] = None, *, api_key: Optional[int] = None,
+                   header_version: Optional[int] = None) -> bytes:
+    """The complete request frame: size prefix, header, body."""
+    head, body = encode_request_parts(request, api_version, correlation_id, client_id,
+                                      api_key=api_key, header_version=header_version)
+    return head + bytes(body)
+
+
+def _read_uvarint(mv: memoryview, pos: int, end: int) -> Tuple[int, int]:
+    value = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise TruncatedDataError("response header: truncated tagged-field varint")
+        b = mv[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise InvalidVarintError("response header: tagged-field varint longer than 5 bytes")
+
+
+def decode_response_header(frame: BytesLike, api_key: int, api_version: int,
+                           header_version: Optional[int] = None) -> Tuple[int, memoryview]:
+    """Split a response frame into ``(correlation_id, body)``; the body is a zero-copy view.
+
+    Header tagged fields (v1) are skipped: none is defined for responses yet.
+    """
+    if header_version is None:
+        header_version = response_header_version(api_key, api_version)
+    mv = memoryview(frame)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    end = len(mv)
+    if end < 4:
+        raise TruncatedDataError(f"response frame of {end} bytes has no correlation id")
+    (correlation_id,) = _INT32.unpack_from(mv, 0)
+    pos = 4
+    if header_version == 1:
+        count, pos = _read_uvarint(mv, pos, end)
+        for _ in range(count):
+            _tag, pos = _read_uvarint(mv, pos, end)
+            size, pos = _read_uvarint(mv, pos, end)
+            if size > end - pos:
+                raise InvalidLengthError(
+                    f"response header: tagged field of {size} bytes, {end - pos} left")
+            pos += size
+    elif header_version != 0:
+        raise ValueError(f"unknown response header version {header_version}")
+    return correlation_id, mv[pos:]
+
+
+# --------------------------------------------------------------------------- correlation
+
+
+class InFlight(NamedTuple):
+    """What was sent under one correlation id."""
+
+    correlation_id: int
+    api_key: int
+    api_version: int
+    data: Any
+
+
+class CorrelationTracker:
+    """Correlation ids for one connection, and what each request was.
+
+    Ids count up from ``start`` and wrap from 2**31-1 to 0. A broker answers the requests
+    of one connection in order, so :meth:`pop` (with ``strict_order``) insists that the
+    response is for the oldest request still waiting, and raises
+    :class:`CorrelationIdError` for an unknown id or one that skips older requests: the
+    stream is out of sync and the connection must be closed.
+    """
+
+    def __init__(self, start: int = 0, strict_order: bool = True) -> None:
+        if not 0 <= start <= _INT32_MAX:
+            raise ValueError("start must be within 0..2**31-1")
+        self._next = start
+        self.strict_order = strict_order
+        self._pending: "OrderedDict[int, InFlight]" = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __contains__(self, correlation_id: object) -> bool:
+        return correlation_id in self._pending
+
+    def next_id(self, api_key: int, api_version: int, data: Any = None,
+                expect_response: bool = True) -> int:
+        """A fresh correlation id; remembered unless ``expect_response`` is False
+        (Produce with acks=0 gets no answer)."""
+        cid = self._next
+        for _ in range(len(self._pending) + 1):
+            if cid not in self._pending:
+                break
+            cid = 0 if cid == _INT32_MAX else cid + 1
+        self._next = 0 if cid == _INT32_MAX else cid + 1
+        if expect_response:
+            self._pending[cid] = InFlight(cid, api_key, api_version, data)
+        return cid
+
+    def peek(self) -> Optional[InFlight]:
+        """The oldest request still waiting for its response, or None."""
+        if not self._pending:
+            return None
+        return next(iter(self._pending.values()))
+
+    def pop(self, correlation_id: int) -> InFlight:
+        """Remove and return the request a response with ``correlation_id`` answers."""
+        entry = self._pending.get(correlation_id)
+        if entry is None:
+            raise CorrelationIdError(
+                f"response with correlation id {correlation_id} matches no request in flight"
+                f" ({len(self._pending)} waiting)")
+        if self.strict_order:
+            oldest = next(iter(self._pending))
+            if oldest != correlation_id:
+                raise CorrelationIdError(
+                    f"response with correlation id {correlation_id} arrived before the one "
+                    f"for {oldest}: responses out of order")
+        del self._pending[correlation_id]
+        return entry
+
+    def pending(self) -> List[InFlight]:
+        """Requests still waiting, oldest first."""
+        return list(self._pending.values())
+
+    def clear(self) -> List[InFlight]:
+        """Forget every request (connection lost); return them, oldest first."""
+        out = list(self._pending.values())
+        self._pending.clear()
+        return out

@@ -1,0 +1,408 @@
+"""kafka_proto.framing: frame parser, request/response headers, correlation ids."""
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafka_proto.errors import (
+    CorrelationIdError,
+    InvalidLengthError,
+    InvalidVarintError,
+    ProtocolDecodeError,
+    ProtocolEncodeError,
+    TruncatedDataError,
+)
+from kafka_proto.framing import (
+    CorrelationTracker,
+    FrameParser,
+    decode_response_header,
+    encode_request,
+    encode_request_header,
+    encode_request_parts,
+    response_header_version,
+)
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def as_bytes(frames):
+    return [bytes(f) for f in frames]
+
+
+PAYLOADS = [b"hello", b"", b"x" * 300, bytes(range(256)), b"\x00\x00\x00\x05"]
+STREAM = b"".join(frame(p) for p in PAYLOADS)
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def test_single_frame():
+    p = FrameParser()
+    out = p.feed(frame(b"abc"))
+    assert as_bytes(out) == [b"abc"]
+    assert all(isinstance(f, memoryview) for f in out)
+    assert p.buffered == 0 and not p.in_frame
+
+
+def test_many_frames_in_one_chunk():
+    assert as_bytes(FrameParser().feed(STREAM)) == PAYLOADS
+
+
+def test_split_at_every_position():
+    for cut in range(len(STREAM) + 1):
+        p = FrameParser()
+        out = p.feed(STREAM[:cut]) + p.feed(STREAM[cut:])
+        assert as_bytes(out) == PAYLOADS, cut
+        assert not p.in_frame
+
+
+def test_split_at_every_pair_of_positions():
+    data = frame(b"abcdef") + frame(b"") + frame(b"12")
+    for i in range(len(data) + 1):
+        for j in range(i, len(data) + 1):
+            p = FrameParser()
+            out = p.feed(data[:i]) + p.feed(data[i:j]) + p.feed(data[j:])
+            assert as_bytes(out) == [b"abcdef", b"", b"12"], (i, j)
+
+
+def test_one_byte_chunks():
+    p = FrameParser()
+    out = []
+    for i in range(len(STREAM)):
+        out += p.feed(STREAM[i:i + 1])
+        if i < len(STREAM) - 1:
+            assert p.in_frame or out  # never loses a partial frame
+    assert as_bytes(out) == PAYLOADS
+
+
+def test_buffered_counts_partial_frame():
+    p = FrameParser()
+    assert p.feed(b"\x00\x00") == [] and p.buffered == 2
+    assert p.feed(b"\x00\x05ab") == [] and p.buffered == 6
+    assert as_bytes(p.feed(b"cdeXY")) == [b"abcde"]
+    assert p.buffered == 2  # "XY": half a size prefix
+
+
+def test_accepts_bytearray_and_memoryview_input():
+    p = FrameParser()
+    data = bytearray(frame(b"abc"))
+    assert as_bytes(p.feed(memoryview(data)[:3])) == []
+    assert as_bytes(p.feed(data[3:])) == [b"abc"]
+
+
+def test_frames_do_not_alias_input_or_each_other():
+    p = FrameParser()
+    buf = bytearray(frame(b"first") + frame(b"second"))
+    f1, f2 = p.feed(buf)
+    buf[:] = b"\xff" * len(buf)  # caller reuses its receive buffer
+    p.feed(frame(b"third"))
+    assert bytes(f1) == b"first" and bytes(f2) == b"second"
+
+
+def test_negative_size_raises_and_parser_stays_failed():
+    p = FrameParser()
+    with pytest.raises(InvalidLengthError):
+        p.feed(struct.pack(">i", -1))
+    with pytest.raises(InvalidLengthError):
+        p.feed(frame(b"ok"))
+    p.reset()
+    assert as_bytes(p.feed(frame(b"ok"))) == [b"ok"]
+
+
+def test_oversized_frame_raises_before_allocating():
+    p = FrameParser(max_frame_size=10)
+    assert as_bytes(p.feed(frame(b"x" * 10))) == [b"x" * 10]
+    with pytest.raises(InvalidLengthError, match="above the limit"):
+        p.feed(struct.pack(">i", 11))
+    # 2 GiB claimed: must fail fast, not try to allocate it
+    with pytest.raises(InvalidLengthError):
+        FrameParser().feed(struct.pack(">i", 0x7FFFFFFF))
+
+
+def test_oversized_frame_detected_across_chunks():
+    p = FrameParser(max_frame_size=100)
+    p.feed(b"\x00\x00")
+    with pytest.raises(InvalidLengthError):
+        p.feed(b"\x01\x00")  # 256
+
+
+def test_error_is_a_decode_error():
+    with pytest.raises(ProtocolDecodeError):
+        FrameParser().feed(b"\x80\x00\x00\x00")
+
+
+def test_invalid_constructor_arguments():
+    with pytest.raises(ValueError):
+        FrameParser(max_frame_size=-1)
+    with pytest.raises(ValueError):
+        FrameParser(read_size=1)
+
+
+# --------------------------------------------------------------------------- recv_into path
+
+
+class FakeSocket:
+    """Gives out a byte stream in chunks of the given sizes via recv_into."""
+
+    def __init__(self, data: bytes, chunk_sizes):
+        self.data = data
+        self.pos = 0
+        self.sizes = iter(chunk_sizes)
+
+    def recv_into(self, buf: memoryview) -> int:
+        want = min(len(buf), next(self.sizes, len(buf)), len(self.data) - self.pos)
+        buf[:want] = self.data[self.pos:self.pos + want]
+        self.pos += want
+        return want
+
+
+def drain(parser: FrameParser, sock: FakeSocket):
+    out = []
+    while sock.pos < len(sock.data):
+        view = parser.buffer_for_read()
+        n = sock.recv_into(view)
+        del view
+        out += parser.commit(n)
+    return out
+
+
+def test_recv_into_small_frames_many_per_read():
+    p = FrameParser(read_size=64)
+    assert as_bytes(drain(p, FakeSocket(STREAM, []))) == PAYLOADS
+
+
+def test_recv_into_large_frame_is_received_in_place():
+    big = bytes(random.Random(1).getrandbits(8) for _ in range(200_000))
+    data = frame(b"small") + frame(big) + frame(b"tail")
+    p = FrameParser(read_size=4096)
+    direct_reads = 0
+    out = []
+    sock = FakeSocket(data, [100, 5000] + [7000] * 100)
+    while sock.pos < len(data):
+        view = p.buffer_for_read()
+        if view.obj is not p._scratch:
+            direct_reads += 1
+        n = sock.recv_into(view)
+        del view
+        out += p.commit(n)
+    assert as_bytes(out) == [b"small", big, b"tail"]
+    assert direct_reads > 10  # most of the big frame skipped the scratch buffer
+
+
+def test_commit_zero_and_too_much():
+    p = FrameParser(read_size=64)
+    p.buffer_for_read()
+    assert p.commit(0) == []
+    p.buffer_for_read()
+    with pytest.raises(ValueError):
+        p.commit(65)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=200), max_size=12)
+    | st.lists(st.binary(min_size=33_000, max_size=70_000), min_size=1, max_size=2),
+    cuts=st.lists(st.integers(min_value=1, max_value=5000), max_size=60),
+)
+def test_property_any_chunking_gives_the_same_frames(payloads, cuts):
+    data = b"".join(frame(x) for x in payloads)
+    # feed() path, chunked as hypothesis chose
+    p = FrameParser()
+    out, pos = [], 0
+    for c in cuts:
+        out += p.feed(data[pos:pos + c])
+        pos += c
+    out += p.feed(data[pos:])
+    assert as_bytes(out) == payloads
+    assert p.buffered == 0
+    # recv_into path with the same chunk sizes
+    p2 = FrameParser(read_size=1024)
+    assert as_bytes(drain(p2, FakeSocket(data, cuts))) == payloads
+
+
+# --------------------------------------------------------------------------- request headers
+
+
+def test_request_header_v0_v1_v2_bytes():
+    assert encode_request_header(7, 0, 5, "ignored", 0) == bytes.fromhex("0007 0000 00000005")
+    assert encode_request_header(3, 8, 1, "ab", 1) == bytes.fromhex("0003 0008 00000001 0002") + b"ab"
+    # v2: client_id still uses the int16 length, then an empty tagged-field section
+    assert encode_request_header(1, 12, -1, "ab", 2) == (
+        bytes.fromhex("0001 000c ffffffff 0002") + b"ab" + b"\x00")
+    assert encode_request_header(18, 3, 9, None, 2) == bytes.fromhex("0012 0003 00000009 ffff 00")
+
+
+def test_request_header_utf8_client_id():
+    h = encode_request_header(3, 1, 1, "é", 1)
+    assert h[8:] == b"\x00\x02" + "é".encode()
+
+
+def test_request_header_range_checks():
+    with pytest.raises(ProtocolEncodeError):
+        encode_request_header(3, 1, 1 << 31, None, 1)
+    with pytest.raises(ProtocolEncodeError):
+        encode_request_header(1 << 15, 1, 1, None, 1)
+    with pytest.raises(ProtocolEncodeError):
+        encode_request_header(3, 1, 1, "x" * 40000, 1)
+    with pytest.raises(ProtocolEncodeError):
+        encode_request_header(3, 1, 1, None, 3)
+
+
+class FakeRequest:
+    API_KEY = 3
+
+    def __init__(self, body: bytes):
+        self.body = body
+        self.versions = []
+
+    def encode(self, version: int) -> bytes:
+        self.versions.append(version)
+        return self.body
+
+
+def test_encode_request_frames_header_and_body():
+    req = FakeRequest(b"BODY")
+    data = encode_request(req, 5, 42, "cid", header_version=1)
+    assert req.versions == [5]
+    header = encode_request_header(3, 5, 42, "cid", 1)
+    assert data == struct.pack(">i", len(header) + 4) + header + b"BODY"
+    # and the parser gets back exactly header + body
+    (payload,) = FrameParser().feed(data)
+    assert bytes(payload) == header + b"BODY"
+
+
+def test_encode_request_parts_concatenate_to_encode_request():
+    parts = encode_request_parts(FakeRequest(b"xyz"), 2, 7, None, header_version=2)
+    assert len(parts) == 2 and parts[1] == b"xyz"
+    assert b"".join(parts) == encode_request(FakeRequest(b"xyz"), 2, 7, None, header_version=2)
+
+
+def test_encode_request_of_raw_body_needs_api_key():
+    data = encode_request(b"\x01\x02", 0, 1, None, api_key=18, header_version=1)
+    assert data[4:6] == b"\x00\x12" and data.endswith(b"\x01\x02")
+    with pytest.raises(TypeError):
+        encode_request(object(), 0, 1, None, header_version=1)
+
+
+# --------------------------------------------------------------------------- response headers
+
+
+def test_response_header_v0():
+    cid, body = decode_response_header(b"\x00\x00\x00\x07rest", 3, 1, header_version=0)
+    assert cid == 7 and bytes(body) == b"rest" and isinstance(body, memoryview)
+
+
+def test_response_header_v1_skips_tagged_fields():
+    assert bytes(decode_response_header(b"\x00\x00\x00\x07\x00body", 3, 9, 1)[1]) == b"body"
+    tagged = b"\x02" + b"\x00\x03abc" + b"\x05\x00"  # two tagged fields: 3 bytes, 0 bytes
+    cid, body = decode_response_header(b"\xff\xff\xff\xfe" + tagged + b"B", 3, 9, 1)
+    assert cid == -2 and bytes(body) == b"B"
+
+
+def test_response_header_body_is_zero_copy():
+    buf = bytearray(b"\x00\x00\x00\x01\x00payload")
+    _, body = decode_response_header(buf, 1, 12, 1)
+    buf[-1:] = b"!"
+    assert bytes(body) == b"payloa!"
+
+
+def test_response_header_truncated_and_corrupt():
+    with pytest.raises(TruncatedDataError):
+        decode_response_header(b"\x00\x00\x01", 3, 1, 0)
+    with pytest.raises(TruncatedDataError):
+        decode_response_header(b"\x00\x00\x00\x01", 3, 9, 1)  # no tagged-field count
+    with pytest.raises(InvalidLengthError):
+        decode_response_header(b"\x00\x00\x00\x01\x01\x00\x09ab", 3, 9, 1)
+    with pytest.raises(InvalidVarintError):
+        decode_response_header(b"\x00\x00\x00\x01" + b"\xff" * 6, 3, 9, 1)
+
+
+def test_api_versions_response_header_is_v0_even_when_flexible():
+    for version in range(5):
+        assert response_header_version(18, version) == 0
+    # with the default header version the byte after the correlation id is body, not tags
+    cid, body = decode_response_header(b"\x00\x00\x00\x05\x00\x23", 18, 3)
+    assert cid == 5 and bytes(body) == b"\x00\x23"
+
+
+def test_header_versions_follow_flexible_versions():
+    messages = pytest.importorskip("kafka_proto.messages")
+    if not hasattr(messages, "request_header_version"):
+        pytest.skip("generated messages not built yet")
+    from kafka_proto.framing import request_header_version
+
+    # Fetch: flexible from v12; Metadata from v9; ApiVersions from v3
+    assert request_header_version(1, 11) == 1 and request_header_version(1, 12) == 2
+    assert response_header_version(1, 11) == 0 and response_header_version(1, 12) == 1
+    assert request_header_version(3, 8) == 1 and request_header_version(3, 9) == 2
+    assert request_header_version(18, 3) == 2 and response_header_version(18, 3) == 0
+    assert request_header_version(7, 0) == 0  # ControlledShutdown v0
+
+
+# --------------------------------------------------------------------------- correlation ids
+
+
+def test_tracker_ids_count_up_and_pop_in_order():
+    t = CorrelationTracker()
+    ids = [t.next_id(3, 9, data=i) for i in range(3)]
+    assert ids == [0, 1, 2] and len(t) == 3
+    assert t.peek().correlation_id == 0
+    e = t.pop(0)
+    assert (e.api_key, e.api_version, e.data) == (3, 9, 0)
+    assert [x.correlation_id for x in t.pending()] == [1, 2]
+
+
+def test_tracker_unknown_and_out_of_order():
+    t = CorrelationTracker()
+    t.next_id(1, 12)
+    t.next_id(1, 12)
+    with pytest.raises(CorrelationIdError, match="matches no request"):
+        t.pop(99)
+    with pytest.raises(CorrelationIdError, match="out of order"):
+        t.pop(1)
+    assert len(t) == 2  # nothing removed by the failed pops
+    t.pop(0)
+    t.pop(1)
+    with pytest.raises(CorrelationIdError):
+        t.pop(1)  # already answered
+
+
+def test_tracker_non_strict_allows_any_order():
+    t = CorrelationTracker(strict_order=False)
+    t.next_id(1, 1)
+    t.next_id(1, 1)
+    assert t.pop(1).correlation_id == 1
+    assert t.pop(0).correlation_id == 0
+
+
+def test_tracker_wraps_int32_and_skips_ids_in_flight():
+    t = CorrelationTracker(start=(1 << 31) - 2)
+    assert t.next_id(0, 9) == (1 << 31) - 2
+    assert t.next_id(0, 9) == (1 << 31) - 1
+    assert t.next_id(0, 9) == 0
+    # wrapping onto an id still in flight skips it
+    t2 = CorrelationTracker(start=(1 << 31) - 1)
+    t2.next_id(0, 1)  # 2**31-1
+    t2.next_id(0, 1)  # 0, still in flight
+    t2._next = (1 << 31) - 1
+    assert t2.next_id(0, 1) == 1  # 2**31-1 and 0 are taken
+
+
+def test_tracker_without_response_and_clear():
+    t = CorrelationTracker()
+    assert t.next_id(0, 3, expect_response=False) == 0
+    assert len(t) == 0 and 0 not in t
+    t.next_id(0, 3, data="a")
+    t.next_id(0, 3, data="b")
+    assert [e.data for e in t.clear()] == ["a", "b"] and len(t) == 0
+
+
+def test_tracker_start_range():
+    with pytest.raises(ValueError):
+        CorrelationTracker(start=-1)

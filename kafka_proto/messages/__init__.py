@@ -1,0 +1,113 @@
+"""Every Kafka request and response as a generated class, looked up by API key or name.
+
+The classes live in ``kafka_proto.messages._generated`` (one module per API, written by
+``tools/gen_messages.py``) and are imported lazily, so importing this package is cheap::
+
+    from kafka_proto.messages import FetchRequest, request_class, API_KEYS
+
+    req = FetchRequest(max_wait_ms=500, topics=[FetchRequest.FetchTopic(topic="t")])
+    body = req.encode(11)
+    same = request_class(1).decode(body, 11)
+
+Each class has ``encode(version) -> bytes``, ``decode(buffer, version)``,
+``encode_into(writer, version)``, ``decode_from(reader, version)`` and the class attributes
+``API_KEY``, ``API_NAME``, ``MIN_VERSION``, ``MAX_VERSION``, ``FLEXIBLE_MIN_VERSION`` (and
+``LATEST_VERSION_UNSTABLE`` on requests).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict, Union
+
+from kafka_proto.errors import UnsupportedVersionError
+from kafka_proto.messages._generated import API_KEYS, CLASS_MODULES, ApiInfo
+
+__all__ = [
+    "API_KEYS",
+    "API_KEYS_BY_NAME",
+    "ApiInfo",
+    "api_info",
+    "request_class",
+    "response_class",
+    "message_class",
+    "request_header_version",
+    "response_header_version",
+    "RequestHeader",
+    "ResponseHeader",
+]
+
+#: API name ("Fetch") -> API key (1).
+API_KEYS_BY_NAME: Dict[str, int] = {info.name: key for key, info in API_KEYS.items()}
+
+_API_VERSIONS_KEY = 18
+_CONTROLLED_SHUTDOWN_KEY = 7
+_PACKAGE = __name__ + "._generated."
+
+
+def message_class(name: str) -> type:
+    """Return a generated top-level class by name ("FetchRequest", "RequestHeader", ...)."""
+    cached = globals().get(name)
+    if isinstance(cached, type):
+        return cached
+    module = CLASS_MODULES.get(name)
+    if module is None:
+        raise KeyError(f"no generated message class named {name!r}")
+    cls = getattr(importlib.import_module(_PACKAGE + module), name)
+    globals()[name] = cls  # later lookups skip __getattr__
+    return cls
+
+
+def api_info(api: Union[int, str]) -> ApiInfo:
+    """Facts about one API, by key (1) or name ("Fetch"); UnsupportedVersionError if unknown."""
+    key = API_KEYS_BY_NAME.get(api) if isinstance(api, str) else api
+    info = API_KEYS.get(key)  # type: ignore[arg-type]
+    if info is None:
+        raise UnsupportedVersionError(f"unknown API {api!r}")
+    return info
+
+
+def request_class(api: Union[int, str]) -> type:
+    """The request class of an API, by key or name."""
+    return message_class(api_info(api).name + "Request")
+
+
+def response_class(api: Union[int, str]) -> type:
+    """The response class of an API, by key or name."""
+    return message_class(api_info(api).name + "Response")
+
+
+def _flexible(info: ApiInfo, api_version: int) -> bool:
+    if not info.min_version <= api_version <= info.max_version:
+        raise UnsupportedVersionError(
+            f"{info.name} has versions {info.min_version}-{info.max_version}, not {api_version}"
+        )
+    return info.flexible_min_version is not None and api_version >= info.flexible_min_version
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """Request header version: 2 for flexible versions, else 1 (ControlledShutdown v0: 0)."""
+    info = api_info(api_key)
+    flexible = _flexible(info, api_version)
+    if api_key == _CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+        return 0
+    return 2 if flexible else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """Response header version: 1 for flexible versions, else 0 (ApiVersions: always 0)."""
+    if api_key == _API_VERSIONS_KEY:
+        # KIP-511: a client must read the answer even when the broker rejects its version,
+        # so this holds for versions we do not know either.
+        return 0
+    return 1 if _flexible(api_info(api_key), api_version) else 0
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy import of generated classes: `from kafka_proto.messages import FetchRequest`.
+    if name in CLASS_MODULES:
+        return message_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(CLASS_MODULES))

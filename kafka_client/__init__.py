@@ -1,1 +1,32 @@
-"""kafka_client: a Kafka client on top of kafka_proto (work in progress)."""
+"""kafka_client: a Kafka client on top of kafka_proto (work in progress).
+
+The public names mirror confluent-kafka-python's, so code can move over by changing an import.
+"""
+from .config import ClientConfig
+from .errors import KafkaError, KafkaException
+from .types import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    Message,
+    TopicPartition,
+)
+
+__all__ = [
+    "ClientConfig",
+    "KafkaError",
+    "KafkaException",
+    "Message",
+    "TopicPartition",
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "TIMESTAMP_NOT_AVAILABLE",
+]

@@ -1,0 +1,950 @@
+"""Client configuration: one table of properties, parsing, validation and derived defaults.
+
+Property names, aliases, defaults and ranges follow librdkafka (so configuration dictionaries
+written for confluent-kafka work unchanged), falling back to the Java client where librdkafka
+has nothing to say. Build a configuration with::
+
+    conf = ClientConfig.from_dict({"bootstrap.servers": "localhost:9092", "linger.ms": "20"},
+                                  role="producer")
+    conf["linger.ms"]      # 20.0
+    conf.linger_ms         # the same, attribute style (dots become underscores)
+
+Unknown properties and invalid values raise :class:`~kafka_client.errors.KafkaException`
+carrying ``KafkaError._INVALID_ARG`` and a message naming the property. A property meant only
+for the other kind of client is accepted with a logged warning, as librdkafka does.
+
+``python -m kafka_client.config --markdown`` prints the table as Markdown
+(docs/configuration.md is that output).
+"""
+from __future__ import annotations
+
+import difflib
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+
+from .errors import KafkaError, KafkaException
+
+__all__ = [
+    "Property",
+    "PROPERTIES",
+    "ClientConfig",
+    "describe",
+    "parse_bootstrap_servers",
+    "to_markdown",
+]
+
+_log = logging.getLogger("kafka_client.config")
+
+INT32_MAX = 2**31 - 1
+
+# Value types a property can have.
+STR = "str"
+INT = "int"
+FLOAT = "float"
+BOOL = "bool"
+ENUM = "enum"  # one of `values`, matched case-insensitively; `synonyms` map other spellings
+CSV = "csv"  # comma-separated list (or a list/tuple); each item must be in `values` if given
+CALLABLE = "callable"
+LOGGER = "logger"  # a logging.Logger-like object (has .log())
+
+ROLES = ("producer", "consumer", "admin")
+
+_SCOPE_NAMES = {"*": "both", "P": "producer", "C": "consumer"}
+
+
+@dataclass(frozen=True, eq=False)
+class Property:
+    """One configuration property.
+
+    ``scope`` is ``"P"`` (producer), ``"C"`` (consumer) or ``"*"`` (every client).
+    ``min``/``max`` bound numeric values (inclusive). ``values`` lists what an enum or CSV
+    property accepts (canonical spellings); ``synonyms`` maps further accepted spellings
+    (lower-case) to a canonical value. ``derived`` says how the default changes with other
+    properties when this one is not set explicitly.
+    """
+
+    name: str
+    type: str
+    default: Any
+    scope: str
+    description: str
+    aliases: Tuple[str, ...] = ()
+    min: Optional[float] = None
+    max: Optional[float] = None
+    values: Tuple[str, ...] = ()
+    synonyms: Mapping[str, Any] = field(default_factory=dict)
+    derived: str = ""
+
+    @property
+    def attr(self) -> str:
+        """Attribute-style name on :class:`ClientConfig` (dots become underscores)."""
+        return self.name.replace(".", "_").replace("-", "_")
+
+    def range_text(self) -> str:
+        """Human-readable range or allowed values, '' when unconstrained."""
+        if self.type in (ENUM, CSV) and self.values:
+            extra = [s for s in self.synonyms if s not in self.values]
+            return ", ".join(list(self.values) + extra)
+        if self.min is not None or self.max is not None:
+            lo = _fmt_num(self.min) if self.min is not None else ""
+            hi = _fmt_num(self.max) if self.max is not None else ""
+            text = f"{lo} .. {hi}"
+            if self.synonyms:
+                text += " (" + ", ".join(f"{k}={_fmt_num(v)}" for k, v in self.synonyms.items()) + ")"
+            return text
+        return ""
+
+
+def _fmt_num(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _p(name: str, type_: str, default: Any, scope: str, description: str, **kw: Any) -> Property:
+    return Property(name, type_, default, scope, description, **kw)
+
+
+_DEBUG_CONTEXTS = (
+    "generic", "broker", "topic", "metadata", "feature", "queue", "msg", "protocol", "cgrp",
+    "security", "fetch", "interceptor", "plugin", "consumer", "admin", "eos", "mock",
+    "assignor", "conf", "telemetry", "all",
+)
+_ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
+_COOPERATIVE_ASSIGNORS = frozenset(("cooperative-sticky",))
+_PARTITIONERS = (
+    "consistent_random", "consistent", "random", "murmur2", "murmur2_random", "fnv1a",
+    "fnv1a_random",
+)
+
+_TABLE: Tuple[Property, ...] = (
+    # --- connection and metadata (every client) ---
+    _p("bootstrap.servers", STR, None, "*",
+       "Brokers to contact first, as a comma-separated list of host or host:port (port "
+       "defaults to 9092). The rest of the cluster is learnt from their metadata.",
+       aliases=("metadata.broker.list",)),
+    _p("client.id", STR, "kafka-native", "*",
+       "Name this client sends to brokers with every request (shows up in broker logs, "
+       "quotas and metrics)."),
+    _p("client.rack", STR, None, "*",
+       "Rack (or availability zone) of this client, compared with the brokers' broker.rack."),
+    _p("security.protocol", ENUM, "plaintext", "*",
+       "How to talk to brokers. Only plaintext is implemented so far; the other values are "
+       "recognised and rejected with an error.",
+       values=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
+    _p("socket.timeout.ms", INT, 60000, "*",
+       "Default time limit for a network request to be answered. A producer uses the smaller "
+       "of this and the time its oldest message has left; a fetch adds fetch.wait.max.ms.",
+       min=10, max=300000,
+       derived="transactional producer: transaction.timeout.ms - 100 (at least 900)"),
+    _p("socket.connection.setup.timeout.ms", INT, 30000, "*",
+       "Time allowed to open a broker connection and finish its handshake before giving up "
+       "on that attempt.", min=1000, max=INT32_MAX),
+    _p("socket.keepalive.enable", BOOL, False, "*",
+       "Turn on TCP keep-alive probes (SO_KEEPALIVE) on broker sockets."),
+    _p("socket.nagle.disable", BOOL, True, "*",
+       "Send small writes at once (TCP_NODELAY) instead of letting the kernel coalesce them."),
+    _p("socket.send.buffer.bytes", INT, 0, "*",
+       "Kernel send buffer size for broker sockets; 0 keeps the system default.",
+       min=0, max=100000000),
+    _p("socket.receive.buffer.bytes", INT, 0, "*",
+       "Kernel receive buffer size for broker sockets; 0 keeps the system default.",
+       min=0, max=100000000),
+    _p("connections.max.idle.ms", INT, 0, "*",
+       "Close a broker connection after this long without traffic; 0 keeps connections open.",
+       min=0, max=INT32_MAX),
+    _p("broker.address.family", ENUM, "any", "*",
+       "Which IP address families to use when resolving broker host names.",
+       values=("any", "v4", "v6")),
+    _p("metadata.max.age.ms", INT, 900000, "*",
+       "Cached metadata older than this is refreshed before use.", min=1, max=86400000,
+       derived="3 x topic.metadata.refresh.interval.ms when that is > 0"),
+    _p("topic.metadata.refresh.interval.ms", INT, 300000, "*",
+       "How often to refresh cluster and topic metadata in the background, to notice new "
+       "brokers, partitions and leaders early; -1 turns the periodic refresh off.",
+       min=-1, max=3600000),
+    _p("topic.metadata.refresh.fast.interval.ms", INT, 100, "*",
+       "First retry interval for metadata requests while a partition has no known leader; "
+       "it doubles on each attempt up to retry.backoff.max.ms.", min=1, max=60000,
+       derived="retry.backoff.ms (at most 60000)"),
+    _p("topic.metadata.propagation.max.ms", INT, 30000, "*",
+       "How long a topic that brokers report as unknown is still waited for (new topics take "
+       "time to appear on every broker) before messages for it fail.", min=0, max=3600000),
+    _p("reconnect.backoff.ms", INT, 100, "*",
+       "Wait before reconnecting to a broker after a connection closes; doubles after each "
+       "failure up to reconnect.backoff.max.ms, with jitter. 0 reconnects at once.",
+       min=0, max=3600000),
+    _p("reconnect.backoff.max.ms", INT, 10000, "*",
+       "Upper bound of the reconnect wait. Must be >= reconnect.backoff.ms.",
+       min=0, max=3600000),
+    _p("retry.backoff.ms", INT, 100, "*",
+       "Wait before the first retry of a failed request; doubles per retry up to "
+       "retry.backoff.max.ms.", min=1, max=300000),
+    _p("retry.backoff.max.ms", INT, 1000, "*",
+       "Upper bound of the wait between request retries.", min=1, max=300000),
+    _p("message.max.bytes", INT, 1000000, "*",
+       "Largest request this client sends (a produce request may exceed it by one message; "
+       "the broker enforces the topic's own limit).", min=1000, max=1000000000),
+    _p("receive.message.max.bytes", INT, 100000000, "*",
+       "Largest response accepted from a broker, as a guard against memory exhaustion. Must "
+       "leave room for fetch.max.bytes plus 512 bytes of framing.", min=1000, max=INT32_MAX,
+       derived="consumer: raised to fetch.max.bytes + 512 if lower"),
+    _p("max.in.flight.requests.per.connection", INT, 1000000, "*",
+       "Most requests sent to one broker and not yet answered. Matters mostly for produce "
+       "requests; the idempotent producer needs 5 or fewer.", min=1, max=1000000,
+       aliases=("max.in.flight",), derived="idempotent producer: at most 5"),
+    _p("api.version.request", BOOL, True, "*",
+       "Ask each broker which protocol versions it supports and use the best common ones. "
+       "Brokers older than 0.10 are not supported, so leave this on."),
+    _p("api.version.request.timeout.ms", INT, 10000, "*",
+       "Time limit for the protocol-version query sent on each new connection.",
+       min=1, max=300000),
+    _p("allow.auto.create.topics", BOOL, False, "*",
+       "Let the broker create a topic that this client asks metadata for and that does not "
+       "exist (the broker must allow auto-creation too).",
+       derived="producer: true; consumer and admin: false"),
+    _p("statistics.interval.ms", INT, 0, "*",
+       "How often to call stats_cb with a JSON statistics document; 0 turns statistics off.",
+       min=0, max=86400000),
+    _p("debug", CSV, (), "*",
+       "Comma-separated debug contexts whose detailed logging is turned on.",
+       values=_DEBUG_CONTEXTS),
+    _p("log_level", INT, 6, "*",
+       "Most verbose syslog level (0-7) that is logged.", min=0, max=7),
+    _p("log.connection.close", BOOL, True, "*", "Log when a broker closes a connection."),
+    _p("sasl.mechanism", STR, "GSSAPI", "*",
+       "SASL mechanism (only used with a SASL security.protocol, which is not supported yet).",
+       aliases=("sasl.mechanisms",)),
+    _p("sasl.username", STR, None, "*",
+       "SASL user name (only used with a SASL security.protocol, not supported yet)."),
+    _p("sasl.password", STR, None, "*",
+       "SASL password (only used with a SASL security.protocol, not supported yet)."),
+    _p("ssl.ca.location", STR, None, "*",
+       "CA certificate file or directory (only used with TLS, not supported yet)."),
+    _p("ssl.certificate.location", STR, None, "*",
+       "Client certificate file (only used with TLS, not supported yet)."),
+    _p("ssl.key.location", STR, None, "*",
+       "Client private key file (only used with TLS, not supported yet)."),
+    _p("ssl.key.password", STR, None, "*",
+       "Passphrase of the client private key (only used with TLS, not supported yet)."),
+    # --- callbacks (every client) ---
+    _p("error_cb", CALLABLE, None, "*",
+       "Called as error_cb(KafkaError) from poll()/flush() for errors that are not tied to "
+       "one message (lost connections, fatal errors, ...)."),
+    _p("stats_cb", CALLABLE, None, "*",
+       "Called as stats_cb(json_str) from poll() every statistics.interval.ms."),
+    _p("throttle_cb", CALLABLE, None, "*",
+       "Called from poll() when a broker reports it throttled this client."),
+    _p("logger", LOGGER, None, "*",
+       "A logging.Logger to send this client's log lines to, instead of the "
+       "'kafka_client' logger."),
+    # --- producer ---
+    _p("linger.ms", FLOAT, 5.0, "P",
+       "How long a partition's batch may wait for more messages before it is sent. Larger "
+       "values give bigger, better-compressed batches at the cost of latency.",
+       min=0, max=900000, aliases=("queue.buffering.max.ms",)),
+    _p("batch.num.messages", INT, 10000, "P",
+       "Most messages in one batch (a batch is also bounded by batch.size and "
+       "message.max.bytes).", min=1, max=1000000),
+    _p("batch.size", INT, 1000000, "P",
+       "Most bytes in one batch, framing included. The first message always fits, so a "
+       "message larger than this is still sent, alone.", min=1, max=INT32_MAX),
+    _p("queue.buffering.max.messages", INT, 100000, "P",
+       "Most messages waiting in the producer (all topics and partitions) before produce() "
+       "raises _QUEUE_FULL; 0 means no limit.", min=0, max=INT32_MAX),
+    _p("queue.buffering.max.kbytes", INT, 1048576, "P",
+       "Most kilobytes of message data waiting in the producer before produce() raises "
+       "_QUEUE_FULL; checked before queue.buffering.max.messages.", min=1, max=INT32_MAX),
+    _p("queue.buffering.backpressure.threshold", INT, 1, "P",
+       "Hold back new batches while this many produce requests to a broker are queued but "
+       "not yet sent, so batches grow instead.", min=1, max=1000000,
+       derived="idempotent producer: 1"),
+    _p("acks", INT, -1, "P",
+       "Acknowledgements the partition leader waits for before answering: 0 = no answer at "
+       "all, 1 = leader only, -1 or all = every in-sync replica.",
+       min=-1, max=1000, synonyms={"all": -1}, aliases=("request.required.acks",),
+       derived="idempotent producer: all"),
+    _p("request.timeout.ms", INT, 30000, "P",
+       "Time the broker may take to gather acks before it answers a produce request "
+       "(enforced by the broker; not used with acks=0).", min=1, max=900000),
+    _p("message.timeout.ms", INT, 300000, "P",
+       "Time limit for delivering a message, retries included, counted from produce(); 0 "
+       "means no limit. Must be larger than linger.ms.", min=0, max=INT32_MAX,
+       aliases=("delivery.timeout.ms",),
+       derived="transactional producer: transaction.timeout.ms"),
+    _p("retries", INT, INT32_MAX, "P",
+       "How many times a failed produce request is retried. Retrying can reorder messages "
+       "unless enable.idempotence is on.", min=0, max=INT32_MAX,
+       aliases=("message.send.max.retries",)),
+    _p("compression.type", ENUM, "none", "P",
+       "Codec used to compress message batches.",
+       values=("none", "gzip", "snappy", "lz4", "zstd"), aliases=("compression.codec",)),
+    _p("compression.level", INT, -1, "P",
+       "Codec-specific compression level (gzip 0-9, lz4 0-12, snappy only 0); -1 uses the "
+       "codec's default.", min=-1, max=12),
+    _p("partitioner", ENUM, "consistent_random", "P",
+       "How a message without an explicit partition gets one: consistent = CRC32 of the key "
+       "(empty and null keys to one partition), consistent_random = the same but null and "
+       "empty keys spread randomly, murmur2 / murmur2_random = the Java client's hash (null "
+       "keys to one partition / spread), fnv1a / fnv1a_random = FNV-1a hash, random = "
+       "ignore the key.", values=_PARTITIONERS),
+    _p("sticky.partitioning.linger.ms", INT, 10, "P",
+       "For messages without a key: how long to keep sending them to the same randomly chosen "
+       "partition before picking another, so they fill batches; 0 picks a partition per "
+       "message.", min=0, max=900000, derived="2 x linger.ms (at most 900000)"),
+    _p("enable.idempotence", BOOL, False, "P",
+       "Deliver each message exactly once and in order per partition, using producer ids and "
+       "sequence numbers. Sets acks=all, retries to the maximum and at most 5 requests in "
+       "flight when those are not set; fails if they are set to something incompatible.",
+       derived="true when transactional.id is set"),
+    _p("enable.gapless.guarantee", BOOL, False, "P",
+       "Idempotent producer only: treat any failure that could leave a gap in a partition's "
+       "message sequence as fatal. Requires enable.idempotence."),
+    _p("transactional.id", STR, None, "P",
+       "Identity of a transactional producer, stable across restarts; enables transactions "
+       "(and idempotence)."),
+    _p("transaction.timeout.ms", INT, 60000, "P",
+       "Time the transaction coordinator allows a transaction to stay open before aborting "
+       "it. Also caps message.timeout.ms and socket.timeout.ms.", min=1000, max=INT32_MAX),
+    _p("delivery.report.only.error", BOOL, False, "P",
+       "Call the delivery callback only for messages that failed."),
+    _p("on_delivery", CALLABLE, None, "P",
+       "Called as on_delivery(err, msg) from poll()/flush() once per produced message; err "
+       "is None on success. produce(..., on_delivery=...) overrides it per message.",
+       aliases=("dr_cb", "dr_msg_cb")),
+    # --- consumer ---
+    _p("group.id", STR, None, "C",
+       "Consumer group name. Consumers with the same group.id share the partitions of "
+       "their subscribed topics."),
+    _p("group.instance.id", STR, None, "C",
+       "Static membership id: a member that leaves and comes back with the same id within "
+       "session.timeout.ms gets its partitions back without a rebalance."),
+    _p("session.timeout.ms", INT, 45000, "C",
+       "A member whose heartbeats stop for this long is removed from the group and its "
+       "partitions are reassigned.", min=1, max=3600000),
+    _p("heartbeat.interval.ms", INT, 3000, "C",
+       "How often the member sends heartbeats to the group coordinator.",
+       min=1, max=3600000),
+    _p("max.poll.interval.ms", INT, 300000, "C",
+       "Longest allowed gap between two poll()/consume() calls; a member that exceeds it "
+       "leaves the group. Must be >= session.timeout.ms.", min=1, max=86400000),
+    _p("partition.assignment.strategy", CSV, ("range", "roundrobin"), "C",
+       "Assignors this member supports, most preferred first. Cooperative and eager "
+       "assignors cannot be mixed.", values=_ASSIGNORS),
+    _p("coordinator.query.interval.ms", INT, 600000, "C",
+       "How often to look up the group coordinator again.", min=1, max=3600000),
+    _p("enable.auto.commit", BOOL, True, "C",
+       "Commit stored offsets in the background every auto.commit.interval.ms."),
+    _p("auto.commit.interval.ms", INT, 5000, "C",
+       "Interval of the background offset commit; 0 turns it off.", min=0, max=86400000),
+    _p("enable.auto.offset.store", BOOL, True, "C",
+       "Store the offset of each message handed to the application as the next one to "
+       "commit. Turn off to store offsets yourself (store_offsets()) after processing."),
+    _p("auto.offset.reset", ENUM, "latest", "C",
+       "Where to start when there is no committed offset or it is out of range: earliest "
+       "(also smallest, beginning), latest (also largest, end), or error to report "
+       "_AUTO_OFFSET_RESET.", values=("earliest", "latest", "error"),
+       synonyms={"smallest": "earliest", "beginning": "earliest", "largest": "latest",
+                 "end": "latest"}),
+    _p("enable.partition.eof", BOOL, False, "C",
+       "Report a _PARTITION_EOF event each time the consumer reaches the end of a partition."),
+    _p("isolation.level", ENUM, "read_committed", "C",
+       "read_committed hides messages of aborted and still-open transactions; "
+       "read_uncommitted returns everything.", values=("read_uncommitted", "read_committed")),
+    _p("fetch.min.bytes", INT, 1, "C",
+       "Least data the broker should gather before answering a fetch (it answers anyway "
+       "after fetch.wait.max.ms).", min=1, max=100000000),
+    _p("fetch.wait.max.ms", INT, 500, "C",
+       "Longest time the broker may hold a fetch waiting for fetch.min.bytes.",
+       min=0, max=300000),
+    _p("fetch.max.bytes", INT, 52428800, "C",
+       "Most data a broker should return for one fetch request (a first batch larger than "
+       "this is still returned so the consumer can progress).", min=0, max=2147483135,
+       derived="between message.max.bytes and queued.max.messages.kbytes x 1024"),
+    _p("max.partition.fetch.bytes", INT, 1048576, "C",
+       "Initial most data to fetch per partition per request; grows when a single batch is "
+       "larger.", min=1, max=1000000000, aliases=("fetch.message.max.bytes",)),
+    _p("fetch.error.backoff.ms", INT, 500, "C",
+       "Wait before fetching a partition again after a fetch error.", min=0, max=300000),
+    _p("queued.min.messages", INT, 100000, "C",
+       "Keep fetching a partition while fewer than this many of its messages wait in the "
+       "local queue.", min=1, max=10000000),
+    _p("queued.max.messages.kbytes", INT, 65536, "C",
+       "Most kilobytes of fetched messages waiting in the local queue; takes precedence over "
+       "queued.min.messages.", min=1, max=2097151),
+    _p("fetch.queue.backoff.ms", INT, 1000, "C",
+       "Wait before fetching a partition again when its local queue is over the thresholds.",
+       min=0, max=300000),
+    _p("check.crcs", BOOL, False, "C",
+       "Verify the CRC of every fetched batch (costs some CPU; catches corruption)."),
+    _p("on_commit", CALLABLE, None, "C",
+       "Called as on_commit(err, partitions) from poll() with the result of each offset "
+       "commit."),
+)
+
+#: Every property by canonical name, in table order.
+PROPERTIES: Mapping[str, Property] = {p.name: p for p in _TABLE}
+
+_BY_ANY_NAME: Dict[str, Property] = {}
+for _prop in _TABLE:
+    for _n in (_prop.name,) + _prop.aliases:
+        if _n in _BY_ANY_NAME:
+            raise RuntimeError(f"duplicate configuration name {_n!r}")
+        _BY_ANY_NAME[_n] = _prop
+_BY_ATTR: Dict[str, Property] = {}
+for _prop in _TABLE:
+    if _prop.attr in _BY_ATTR:
+        raise RuntimeError(f"duplicate configuration attribute {_prop.attr!r}")
+    _BY_ATTR[_prop.attr] = _prop
+del _prop, _n
+
+
+def describe(name: str) -> Property:
+    """Return the :class:`Property` for a canonical name or an alias.
+
+    Raises :class:`KafkaException` (``_INVALID_ARG``) for an unknown name.
+    """
+    prop = _BY_ANY_NAME.get(name)
+    if prop is None:
+        raise _unknown(name)
+    return prop
+
+
+def _invalid(message: str) -> KafkaException:
+    return KafkaException(KafkaError(KafkaError._INVALID_ARG, message))  # type: ignore[attr-defined]
+
+
+def _unknown(name: str) -> KafkaException:
+    msg = f'No such configuration property: "{name}"'
+    if isinstance(name, str):
+        close = difflib.get_close_matches(name, list(_BY_ANY_NAME), n=1, cutoff=0.6)
+        if close:
+            msg += f' (did you mean "{close[0]}"?)'
+    return _invalid(msg)
+
+
+def _label(given: str, prop: Property) -> str:
+    """How error messages name a property: as the user wrote it, plus the canonical name."""
+    if given == prop.name:
+        return f'"{given}"'
+    return f'"{given}" (alias of "{prop.name}")'
+
+
+_TRUE = frozenset(("true", "t", "1"))
+_FALSE = frozenset(("false", "f", "0"))
+
+
+def _convert(given: str, prop: Property, value: Any) -> Any:
+    """Convert one user-supplied value to the property's canonical Python value."""
+    t = prop.type
+    if t == BOOL:
+        return _to_bool(given, prop, value)
+    if t in (INT, FLOAT):
+        return _to_number(given, prop, value)
+    if t == STR:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise _invalid(
+            f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
+            f"expected a string")
+    if t == ENUM:
+        return _to_enum(given, prop, value)
+    if t == CSV:
+        return _to_csv(given, prop, value)
+    if t == CALLABLE:
+        if callable(value):
+            return value
+        raise _invalid(
+            f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
+            f"expected a callable")
+    if t == LOGGER:
+        if callable(getattr(value, "log", None)):
+            return value
+        raise _invalid(
+            f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
+            f"expected a logging.Logger (an object with a log() method)")
+    raise AssertionError(f"unhandled property type {t}")  # pragma: no cover
+
+
+def _to_bool(given: str, prop: Property, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        low = value.lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    raise _invalid(
+        f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
+        f"expected a boolean (true or false)")
+
+
+def _to_number(given: str, prop: Property, value: Any) -> Union[int, float]:
+    is_int = prop.type == INT
+    num: Union[int, float, None] = None
+    if isinstance(value, str) and value.strip().lower() in prop.synonyms:
+        num = prop.synonyms[value.strip().lower()]
+    elif isinstance(value, bool):
+        num = None  # True/False is almost always a mistake for a number
+    elif isinstance(value, int):
+        num = value
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            num = None
+        elif is_int:
+            num = int(value) if value.is_integer() else None
+        else:
+            num = value
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            num = int(text, 10)
+        except ValueError:
+            if not is_int:
+                try:
+                    num = float(text)
+                except ValueError:
+                    num = None
+                else:
+                    if not math.isfinite(num):
+                        num = None
+    if num is None:
+        kind = "an integer" if is_int else "a number"
+        extra = ""
+        if prop.synonyms:
+            extra = " or " + ", ".join(prop.synonyms)
+        raise _invalid(
+            f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
+            f"expected {kind}{extra} in range {prop.range_text()}")
+    num = int(num) if is_int else float(num)
+    if (prop.min is not None and num < prop.min) or (prop.max is not None and num > prop.max):
+        raise _invalid(
+            f"Configuration property {_label(given, prop)} value {_fmt_num(num)} is outside "
+            f"allowed range {_fmt_num(prop.min)}..{_fmt_num(prop.max)}")
+    return num
+
+
+def _to_enum(given: str, prop: Property, value: Any) -> str:
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in prop.values:
+            return low
+        if low in prop.synonyms:
+            return prop.synonyms[low]
+    raise _invalid(
+        f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
+        f"allowed values are {prop.range_text()}")
+
+
+def _to_csv(given: str, prop: Property, value: Any) -> Tuple[str, ...]:
+    if isinstance(value, str):
+        items = [s.strip() for s in value.split(",")]
+    elif isinstance(value, (list, tuple)) and all(isinstance(s, str) for s in value):
+        items = [s.strip() for s in value]
+    else:
+        raise _invalid(
+            f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
+            f"expected a comma-separated string or a list of strings")
+    items = [s for s in items if s]
+    if prop.values:
+        items = [s.lower() for s in items]
+        bad = [s for s in items if s not in prop.values]
+        if bad:
+            raise _invalid(
+                f"Invalid value {bad[0]!r} in configuration property {_label(given, prop)}: "
+                f"allowed values are {prop.range_text()}")
+    return tuple(items)
+
+
+_WARNED_SCOPE = {"producer": "C", "consumer": "P"}
+
+
+class ClientConfig(Mapping[str, Any]):
+    """A validated configuration: every property of the table, with defaults applied.
+
+    Read values with ``conf["linger.ms"]`` (canonical names or aliases) or
+    ``conf.linger_ms`` (dots and dashes become underscores). Build one with
+    :meth:`from_dict`. Instances are read-only.
+    """
+
+    __slots__ = ("_role", "_values", "_explicit")
+
+    def __init__(self, role: str, values: Dict[str, Any], explicit: Dict[str, Any]) -> None:
+        object.__setattr__(self, "_role", role)
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_explicit", explicit)
+
+    @classmethod
+    def from_dict(cls, conf: Mapping[str, Any], role: str = "producer") -> "ClientConfig":
+        """Parse, validate and complete a user configuration for a client of *role*.
+
+        *role* is ``"producer"``, ``"consumer"`` or ``"admin"``. Values may be given as
+        Python values or as strings the way librdkafka accepts them (``"5"``, ``"true"``,
+        ``"all"``, ...); ``None`` leaves a property at its default. Raises
+        :class:`KafkaException` with ``KafkaError._INVALID_ARG`` for an unknown property, a
+        bad value or an inconsistent combination.
+        """
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+        if not isinstance(conf, Mapping):
+            raise TypeError(f"configuration must be a mapping, not {type(conf).__name__}")
+        values: Dict[str, Any] = {p.name: p.default for p in _TABLE}
+        explicit: Dict[str, Any] = {}
+        given_as: Dict[str, str] = {}
+        for key, raw in conf.items():
+            if not isinstance(key, str):
+                raise _invalid(f"Configuration property names must be strings, not {key!r}")
+            prop = _BY_ANY_NAME.get(key)
+            if prop is None:
+                raise _unknown(key)
+            if raw is None:
+                continue
+            value = _convert(key, prop, raw)
+            values[prop.name] = value
+            explicit[prop.name] = value
+            given_as[prop.name] = key
+        cfg = cls(role, values, explicit)
+        cfg._check_security()
+        cfg._finalize(given_as)
+        cfg._warn_scope(given_as)
+        return cfg
+
+    # --- cross-property rules (librdkafka's finalize step) ---
+
+    def _check_security(self) -> None:
+        proto = self._values["security.protocol"]
+        if proto != "plaintext":
+            raise _invalid(
+                f'Configuration property "security.protocol" value "{proto}" is not supported '
+                f"by this client yet: only plaintext is implemented")
+
+    def _finalize(self, given_as: Dict[str, str]) -> None:
+        v = self._values
+        ex = self._explicit
+        role = self._role
+
+        if role == "producer":
+            if v["transactional.id"] is not None:
+                if not v["enable.idempotence"]:
+                    if "enable.idempotence" in ex:
+                        raise _invalid(
+                            '"transactional.id" requires "enable.idempotence" to be true')
+                    v["enable.idempotence"] = True
+                txn_timeout = v["transaction.timeout.ms"]
+                if "socket.timeout.ms" not in ex:
+                    v["socket.timeout.ms"] = min(max(txn_timeout - 100, 900), 300000)
+                elif txn_timeout + 100 < v["socket.timeout.ms"]:
+                    raise _invalid(
+                        f'"socket.timeout.ms" ({v["socket.timeout.ms"]}) must be at most '
+                        f'"transaction.timeout.ms" + 100 ({txn_timeout + 100})')
+            if v["enable.idempotence"]:
+                self._adjust_for_idempotence(given_as)
+            elif v["enable.gapless.guarantee"] and "enable.gapless.guarantee" in ex:
+                raise _invalid(
+                    '"enable.gapless.guarantee" requires "enable.idempotence" to be true')
+            timeout = v["message.timeout.ms"]
+            if timeout != 0 and timeout <= v["linger.ms"]:
+                if "linger.ms" in ex:
+                    raise _invalid(
+                        f'"message.timeout.ms" ({timeout}) must be greater than '
+                        f'"linger.ms" ({_fmt_num(v["linger.ms"])})')
+                v["linger.ms"] = timeout - 0.1  # keep batches from outliving their messages
+            if "sticky.partitioning.linger.ms" not in ex:
+                v["sticky.partitioning.linger.ms"] = int(min(900000, 2 * v["linger.ms"]))
+        else:
+            # Producer-only machinery stays off for consumers and admin clients.
+            v["enable.idempotence"] = False
+
+        if role == "consumer":
+            max_msg = v["message.max.bytes"]
+            if "fetch.max.bytes" in ex:
+                if v["fetch.max.bytes"] < max_msg:
+                    raise _invalid(
+                        f'"fetch.max.bytes" ({v["fetch.max.bytes"]}) must be >= '
+                        f'"message.max.bytes" ({max_msg})')
+            else:
+                v["fetch.max.bytes"] = max(
+                    min(v["fetch.max.bytes"], v["queued.max.messages.kbytes"] * 1024), max_msg)
+            need = v["fetch.max.bytes"] + 512
+            if "receive.message.max.bytes" in ex:
+                if v["receive.message.max.bytes"] < need:
+                    raise _invalid(
+                        f'"receive.message.max.bytes" ({v["receive.message.max.bytes"]}) must '
+                        f'be >= "fetch.max.bytes" + 512 ({need})')
+            else:
+                v["receive.message.max.bytes"] = max(v["receive.message.max.bytes"], need)
+            if v["max.poll.interval.ms"] < v["session.timeout.ms"]:
+                raise _invalid(
+                    f'"max.poll.interval.ms" ({v["max.poll.interval.ms"]}) must be >= '
+                    f'"session.timeout.ms" ({v["session.timeout.ms"]})')
+            strategies = v["partition.assignment.strategy"]
+            if not strategies:
+                raise _invalid('"partition.assignment.strategy" must name at least one assignor')
+            coop = {s in _COOPERATIVE_ASSIGNORS for s in strategies}
+            if len(coop) > 1:
+                raise _invalid(
+                    f'"partition.assignment.strategy" ({",".join(strategies)}) mixes '
+                    f"cooperative and eager assignors, which cannot be combined")
+            if v["fetch.wait.max.ms"] + 1000 > v["socket.timeout.ms"]:
+                self._logger().warning(
+                    "Configuration property fetch.wait.max.ms (%d) should be at least 1000 ms "
+                    "lower than socket.timeout.ms (%d)",
+                    v["fetch.wait.max.ms"], v["socket.timeout.ms"])
+
+        if "metadata.max.age.ms" not in ex and v["topic.metadata.refresh.interval.ms"] > 0:
+            v["metadata.max.age.ms"] = min(v["topic.metadata.refresh.interval.ms"] * 3, 86400000)
+        if "topic.metadata.refresh.fast.interval.ms" not in ex:
+            v["topic.metadata.refresh.fast.interval.ms"] = min(v["retry.backoff.ms"], 60000)
+        if v["reconnect.backoff.max.ms"] < v["reconnect.backoff.ms"]:
+            raise _invalid(
+                f'"reconnect.backoff.max.ms" ({v["reconnect.backoff.max.ms"]}) must be >= '
+                f'"reconnect.backoff.ms" ({v["reconnect.backoff.ms"]})')
+        if v["retry.backoff.max.ms"] < v["retry.backoff.ms"]:
+            raise _invalid(
+                f'"retry.backoff.max.ms" ({v["retry.backoff.max.ms"]}) must be >= '
+                f'"retry.backoff.ms" ({v["retry.backoff.ms"]})')
+        if "allow.auto.create.topics" not in ex:
+            v["allow.auto.create.topics"] = role == "producer"
+
+    def _adjust_for_idempotence(self, given_as: Dict[str, str]) -> None:
+        """Apply the idempotent producer's requirements: fail on explicit conflicts, else
+        adjust the defaults."""
+        v = self._values
+        ex = self._explicit
+
+        def name(canonical: str) -> str:
+            return _label(given_as.get(canonical, canonical), PROPERTIES[canonical])
+
+        inflight = "max.in.flight.requests.per.connection"
+        if inflight in ex:
+            if v[inflight] > 5:
+                raise _invalid(
+                    f"{name(inflight)} must be at most 5 when \"enable.idempotence\" is true "
+                    f"(got {v[inflight]})")
+        else:
+            v[inflight] = min(v[inflight], 5)
+        if "retries" in ex:
+            if v["retries"] < 1:
+                raise _invalid(
+                    f'{name("retries")} must be at least 1 when "enable.idempotence" is true '
+                    f'(got {v["retries"]})')
+        else:
+            v["retries"] = INT32_MAX
+        bp = "queue.buffering.backpressure.threshold"
+        if bp in ex and v[bp] > 1:
+            raise _invalid(
+                f'{name(bp)} must be 1 when "enable.idempotence" is true (got {v[bp]})')
+        v[bp] = 1
+        if "acks" in ex:
+            if v["acks"] != -1:
+                raise _invalid(
+                    f'{name("acks")} must be all (-1) when "enable.idempotence" is true '
+                    f'(got {v["acks"]})')
+        else:
+            v["acks"] = -1
+        if v["transactional.id"] is not None:
+            txn_timeout = v["transaction.timeout.ms"]
+            if "message.timeout.ms" not in ex:
+                v["message.timeout.ms"] = txn_timeout
+            elif v["message.timeout.ms"] > txn_timeout:
+                raise _invalid(
+                    f'{name("message.timeout.ms")} ({v["message.timeout.ms"]}) must be at most '
+                    f'"transaction.timeout.ms" ({txn_timeout})')
+
+    def _warn_scope(self, given_as: Dict[str, str]) -> None:
+        """Log (not fail) for properties that the other kind of client uses."""
+        role = self._role
+        for canonical, given in given_as.items():
+            scope = PROPERTIES[canonical].scope
+            if scope == "*":
+                continue
+            if role == "admin" or _WARNED_SCOPE[role] == scope:
+                self._logger().warning(
+                    "Configuration property %s is a %s property and will be ignored by this "
+                    "%s instance", given, _SCOPE_NAMES[scope], role)
+
+    def _logger(self) -> Any:
+        return self._values.get("logger") or _log
+
+    # --- read access ---
+
+    @property
+    def role(self) -> str:
+        """``"producer"``, ``"consumer"`` or ``"admin"``."""
+        return self._role
+
+    def is_explicit(self, name: str) -> bool:
+        """True if the user set *name* (or one of its aliases) rather than leaving the default."""
+        return describe(name).name in self._explicit
+
+    def explicit(self) -> Dict[str, Any]:
+        """The properties the user set, by canonical name, as converted values."""
+        return dict(self._explicit)
+
+    def as_dict(self) -> Dict[str, Any]:
+        """Every property by canonical name, after defaults and adjustments."""
+        return dict(self._values)
+
+    def __getitem__(self, name: str) -> Any:
+        prop = _BY_ANY_NAME.get(name)
+        if prop is None:
+            raise KeyError(name)
+        return self._values[prop.name]
+
+    def __getattr__(self, attr: str) -> Any:
+        prop = _BY_ATTR.get(attr)
+        if prop is None:
+            raise AttributeError(f"{type(self).__name__!s} has no property {attr!r}")
+        return self._values[prop.name]
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise AttributeError("ClientConfig is read-only")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _BY_ANY_NAME
+
+    def __repr__(self) -> str:
+        shown = {k: ("***" if "password" in k else v) for k, v in self._explicit.items()}
+        return f"ClientConfig(role={self._role!r}, explicit={shown!r})"
+
+    def bootstrap_servers(self) -> List[Tuple[str, int]]:
+        """``bootstrap.servers`` parsed into ``(host, port)`` pairs (see
+        :func:`parse_bootstrap_servers`)."""
+        return parse_bootstrap_servers(self._values["bootstrap.servers"] or "")
+
+
+def parse_bootstrap_servers(text: str, default_port: int = 9092) -> List[Tuple[str, int]]:
+    """Split a broker list such as ``"a:9092,b,[::1]:9093,PLAINTEXT://c:9094"`` into
+    ``(host, port)`` pairs. An optional ``scheme://`` prefix is dropped; IPv6 addresses go in
+    brackets when a port follows. Raises :class:`KafkaException` (``_INVALID_ARG``) for a bad
+    port."""
+    out: List[Tuple[str, int]] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        host, port_text = item, ""
+        if item.startswith("["):
+            end = item.find("]")
+            if end < 0:
+                raise _invalid(f'Invalid broker address "{item}" in "bootstrap.servers"')
+            host, rest = item[1:end], item[end + 1:]
+            if rest.startswith(":"):
+                port_text = rest[1:]
+            elif rest:
+                raise _invalid(f'Invalid broker address "{item}" in "bootstrap.servers"')
+        elif item.count(":") == 1:
+            host, port_text = item.split(":")
+        port = default_port
+        if port_text:
+            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+                raise _invalid(f'Invalid port in broker address "{item}" in "bootstrap.servers"')
+            port = int(port_text)
+        if not host:
+            raise _invalid(f'Missing host in broker address "{item}" in "bootstrap.servers"')
+        out.append((host, port))
+    return out
+
+
+# --- documentation ---
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _default_text(prop: Property) -> str:
+    d = prop.default
+    if d is None:
+        return ""
+    if isinstance(d, bool):
+        return "true" if d else "false"
+    if isinstance(d, tuple):
+        return ",".join(d)
+    return _fmt_num(d)
+
+
+def to_markdown() -> str:
+    """Render the property table as Markdown (the content of docs/configuration.md)."""
+    lines = [
+        "# Configuration properties",
+        "",
+        "Generated from `kafka_client/config.py` by "
+        "`python -m kafka_client.config --markdown`; do not edit by hand.",
+        "",
+        "Names, aliases, defaults and ranges follow librdkafka, so configuration written for "
+        "confluent-kafka carries over. Values may be given as Python values or as strings "
+        "(`\"5\"`, `\"true\"`, `\"all\"`). An unknown property or an invalid value fails with "
+        "`KafkaException(KafkaError._INVALID_ARG)`; a property meant for the other kind of "
+        "client is accepted and a warning is logged.",
+        "",
+        "Side: P = producer, C = consumer, * = every client. "
+        "\"Derived\" defaults apply only when the property is not set explicitly.",
+        "",
+        "| Property | Aliases | Side | Type | Range / values | Default | Description |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in _TABLE:
+        desc = p.description
+        if p.derived:
+            desc += f" Derived default: {p.derived}."
+        lines.append(
+            "| " + " | ".join(_md_cell(c) for c in (
+                f"`{p.name}`",
+                ", ".join(f"`{a}`" for a in p.aliases),
+                p.scope,
+                p.type,
+                p.range_text(),
+                _default_text(p),
+                desc,
+            )) + " |")
+    lines += [
+        "",
+        "## Rules between properties",
+        "",
+        "- Producer with `enable.idempotence=true`: `acks` must be all (-1), "
+        "`max.in.flight.requests.per.connection` at most 5, `retries` at least 1 and "
+        "`queue.buffering.backpressure.threshold` 1; when not set they become all, "
+        "min(value, 5), 2147483647 and 1.",
+        "- Producer with `transactional.id`: idempotence is switched on (an explicit "
+        "`enable.idempotence=false` is an error); `message.timeout.ms` must not exceed "
+        "`transaction.timeout.ms` (default: equal to it) and `socket.timeout.ms` must not "
+        "exceed `transaction.timeout.ms` + 100 (default: `transaction.timeout.ms` - 100).",
+        "- Producer: `enable.gapless.guarantee` needs `enable.idempotence`; "
+        "`message.timeout.ms` (when not 0) must be greater than `linger.ms`.",
+        "- Consumer: `fetch.max.bytes` >= `message.max.bytes`; `receive.message.max.bytes` >= "
+        "`fetch.max.bytes` + 512; `max.poll.interval.ms` >= `session.timeout.ms`; "
+        "cooperative and eager assignors cannot be mixed.",
+        "- Every client: `reconnect.backoff.max.ms` >= `reconnect.backoff.ms`, "
+        "`retry.backoff.max.ms` >= `retry.backoff.ms`; `security.protocol` must be plaintext "
+        "for now.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Command line: ``--markdown`` prints the table as Markdown."""
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--markdown"]:
+        sys.stdout.write(to_markdown())
+        return 0
+    sys.stderr.write("usage: python -m kafka_client.config --markdown\n")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -616,13 +616,23 @@ class Emitter:
         if f.is_array:
             length = "read_compact_array_length" if flex else "read_array_length"
             lines = []
-            if f.is_struct and not flex and any(
-                    min_size(self.msg, f.struct, v, in_range(v, self.msg.flexible)) == 0
-                    for v in range(versions[0], versions[1] + 1)):
+            zero = []
+            if f.is_struct and not flex:
+                zero = [v for v in range(versions[0], min(versions[1], self.msg.valid[1]) + 1)
+                        if min_size(self.msg, f.struct, v, in_range(v, self.msg.flexible)) == 0]
+            if zero:
                 # Elements can take no bytes at all, so "count <= remaining bytes" does not
                 # hold for valid input: read the count raw and bound it separately.
-                self.zero_size_arrays.append((f.name, versions))
-                lines.append(f"n = _zero_size_count({r}.read_int32())")
+                self.zero_size_arrays.append((f.name, (zero[0], zero[-1])))
+                raw = f"_zero_size_count({r}.read_int32())"
+                all_versions = list(range(versions[0], min(versions[1], self.msg.valid[1]) + 1))
+                if zero == all_versions:
+                    lines.append(f"n = {raw}")
+                else:
+                    test = (cond(zero[0], zero[-1], versions[0], versions[1])
+                            if zero == list(range(zero[0], zero[-1] + 1))
+                            else f"version in {tuple(zero)!r}")
+                    lines.append(f"n = {raw} if {test} else {r}.{length}()")
             else:
                 lines.append(f"n = {r}.{length}()")
             lines.append("if n < 0:")
@@ -785,7 +795,7 @@ def struct_class(msg: MessageDef, s: StructDef, notes: list) -> list:
     out.extend("        " + x for x in dec)
     out.append("")
     for name, versions in em.zero_size_arrays:
-        notes.append(f"{s.qualname}.{name} v{versions[0]}-{min(versions[1], hi)}: zero-size elements")
+        notes.append(f"{s.qualname}.{name}: zero-size elements in v{versions[0]}-{versions[1]}")
     return out
 
 

@@ -1,0 +1,101 @@
+"""ApiVersions negotiation: pick, per API key, the highest version both sides support.
+
+The broker's ranges come from an ApiVersionsResponse; ours come from the generated message
+classes (``kafka_proto.messages.API_KEYS``). A version the schemas mark as
+``latestVersionUnstable`` is only chosen when ``allow_unstable=True``.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+
+from kafka_proto.errors import UnsupportedVersionError
+from kafka_proto.messages import API_KEYS
+
+__all__ = [
+    "client_ranges",
+    "broker_ranges",
+    "negotiate",
+    "negotiate_response",
+    "require_version",
+]
+
+VersionRange = Tuple[int, int]
+
+
+def client_ranges(allow_unstable: bool = False) -> Dict[int, VersionRange]:
+    """Versions this codec can speak, per API key.
+
+    Without ``allow_unstable`` the latest version of an API marked unstable is left out (and
+    an API whose only version is unstable is left out entirely).
+    """
+    out = {}
+    for key, info in API_KEYS.items():
+        hi = info.max_version
+        if info.latest_version_unstable and not allow_unstable:
+            hi -= 1
+        if hi >= info.min_version:
+            out[key] = (info.min_version, hi)
+    return out
+
+
+def broker_ranges(response: Any) -> Dict[int, VersionRange]:
+    """{api_key: (min, max)} from a decoded ApiVersionsResponse (its ``api_keys`` list).
+
+    Entries whose minimum exceeds their maximum are dropped; a key listed twice keeps
+    the last entry.
+    """
+    out = {}
+    for entry in response.api_keys or ():
+        if entry.min_version <= entry.max_version:
+            out[entry.api_key] = (entry.min_version, entry.max_version)
+    return out
+
+
+def negotiate(
+    broker_ranges: Mapping[int, VersionRange],
+    wanted: Optional[Iterable[int]] = None,
+    *,
+    allow_unstable: bool = False,
+    ours: Optional[Mapping[int, VersionRange]] = None,
+) -> Dict[int, int]:
+    """For each API key both sides support, the highest version in common.
+
+    ``broker_ranges`` maps API key -> (min, max) as the broker advertised it; ``wanted``
+    limits the result to those keys (default: every key). ``ours`` replaces this codec's
+    own ranges (default :func:`client_ranges`). Keys with no common version are absent
+    from the result.
+    """
+    mine = client_ranges(allow_unstable) if ours is None else ours
+    keys = broker_ranges.keys() if wanted is None else wanted
+    out = {}
+    for key in keys:
+        theirs = broker_ranges.get(key)
+        local = mine.get(key)
+        if theirs is None or local is None:
+            continue
+        lo = max(theirs[0], local[0])
+        hi = min(theirs[1], local[1])
+        if lo <= hi:
+            out[key] = hi
+    return dict(sorted(out.items()))
+
+
+def negotiate_response(
+    response: Any,
+    wanted: Optional[Iterable[int]] = None,
+    *,
+    allow_unstable: bool = False,
+) -> Dict[int, int]:
+    """:func:`negotiate` straight from a decoded ApiVersionsResponse."""
+    return negotiate(broker_ranges(response), wanted, allow_unstable=allow_unstable)
+
+
+def require_version(negotiated: Mapping[int, int], api_key: int, min_version: int = 0) -> int:
+    """The negotiated version of an API, or UnsupportedVersionError naming it."""
+    version = negotiated.get(api_key)
+    if version is None or version < min_version:
+        info = API_KEYS.get(api_key)
+        name = info.name if info is not None else f"API key {api_key}"
+        need = f" >= {min_version}" if min_version else ""
+        raise UnsupportedVersionError(f"broker and client share no version{need} of {name}")
+    return version

@@ -1,0 +1,13 @@
+"""Type stub for the compiled kafka_proto._crc module."""
+from typing import Union
+
+from typing_extensions import Buffer
+
+_BytesLike = Union[bytes, bytearray, memoryview, Buffer]
+
+#: Name of the CRC-32C implementation chosen for this CPU at import time.
+IMPLEMENTATION: str
+
+def crc32c(data: _BytesLike, crc: int = 0) -> int: ...
+def crc32c_software(data: _BytesLike, crc: int = 0) -> int: ...
+def crc32(data: _BytesLike, crc: int = 0) -> int: ...

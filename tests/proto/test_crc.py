@@ -1,0 +1,117 @@
+"""Tests for kafka_proto._crc: CRC-32C (hardware and software paths) and CRC-32."""
+from __future__ import annotations
+
+import array
+import os
+import threading
+import zlib
+
+import crc32c as crc32c_pkg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafka_proto import _crc
+
+CHECK = b"123456789"
+CRC32C_FUNCS = [_crc.crc32c, _crc.crc32c_software]
+
+
+def test_check_values():
+    assert _crc.crc32c(CHECK) == 0xE3069283
+    assert _crc.crc32c_software(CHECK) == 0xE3069283
+    assert _crc.crc32(CHECK) == 0xCBF43926
+    assert _crc.crc32c(b"") == 0
+    assert _crc.crc32(b"") == 0
+    # RFC 3720 (iSCSI) test vectors for CRC-32C.
+    assert _crc.crc32c(bytes(32)) == 0x8A9136AA
+    assert _crc.crc32c(b"\xff" * 32) == 0x62A8AB43
+    assert _crc.crc32c(bytes(range(32))) == 0x46DD794E
+
+
+def test_implementation_is_named():
+    assert isinstance(_crc.IMPLEMENTATION, str) and _crc.IMPLEMENTATION
+
+
+@pytest.mark.parametrize("fn", CRC32C_FUNCS)
+def test_crc32c_boundary_lengths(fn):
+    # Lengths around the 8-byte word, the 3 x 256 and 3 x 8192 block sizes, at every
+    # alignment of the start pointer.
+    data = os.urandom(3 * 8192 * 2 + 64)
+    lengths = {0, 1, 7, 8, 9, 15, 16, 17, 767, 768, 769, 1535, 1536, 1537,
+               24575, 24576, 24577, 2 * 24576 + 5}
+    for n in sorted(lengths):
+        for off in range(8):
+            chunk = memoryview(data)[off:off + n]
+            assert fn(chunk) == crc32c_pkg.crc32c(bytes(chunk)), (n, off)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=0, max_size=10000), st.integers(0, 15), st.integers(0, 2**32 - 1))
+def test_crc32c_matches_reference(data, off, seed):
+    view = memoryview(data)[min(off, len(data)):]
+    expected = crc32c_pkg.crc32c(bytes(view))
+    assert _crc.crc32c(view) == expected
+    assert _crc.crc32c_software(view) == expected
+    # Continuing from an arbitrary register value.
+    expected_seeded = crc32c_pkg.crc32c(bytes(view), seed)
+    assert _crc.crc32c(view, seed) == expected_seeded
+    assert _crc.crc32c_software(view, seed) == expected_seeded
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=0, max_size=10000), st.integers(0, 15), st.integers(0, 2**32 - 1))
+def test_crc32_matches_zlib(data, off, seed):
+    view = memoryview(data)[min(off, len(data)):]
+    assert _crc.crc32(view) == zlib.crc32(view)
+    assert _crc.crc32(view, seed) == zlib.crc32(view, seed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=3000), st.binary(max_size=3000))
+def test_continuation(a, b):
+    for fn in CRC32C_FUNCS + [_crc.crc32]:
+        assert fn(b, fn(a)) == fn(a + b)
+
+
+def test_large_buffer_paths_agree():
+    # Above the GIL-release threshold and several long blocks.
+    data = os.urandom((1 << 20) + 13)
+    expected = crc32c_pkg.crc32c(data)
+    assert _crc.crc32c(data) == expected
+    assert _crc.crc32c(bytearray(data)) == expected
+    assert _crc.crc32c_software(data) == expected
+    assert _crc.crc32(data) == zlib.crc32(data)
+
+
+def test_any_bytes_like():
+    data = bytes(range(256)) * 8
+    expected = crc32c_pkg.crc32c(data)
+    assert _crc.crc32c(bytearray(data)) == expected
+    assert _crc.crc32c(memoryview(data)) == expected
+    assert _crc.crc32c(array.array("B", data)) == expected
+    assert _crc.crc32c(array.array("I", data)) == expected  # multi-byte items: raw bytes
+    # A strided view is accepted too (compacted first).
+    assert _crc.crc32c(memoryview(data)[::2]) == crc32c_pkg.crc32c(data[::2])
+    with pytest.raises(TypeError):
+        _crc.crc32c("text")
+    with pytest.raises(OverflowError):
+        _crc.crc32c(data, -1)
+    with pytest.raises(OverflowError):
+        _crc.crc32c(data, 2**32)
+
+
+def test_threads_get_the_same_answer():
+    data = os.urandom(1 << 20)
+    expected = crc32c_pkg.crc32c(data)
+    results = []
+
+    def work():
+        results.extend(_crc.crc32c(data) for _ in range(5))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [expected] * 20

@@ -2,7 +2,6 @@
 
 The public names mirror confluent-kafka-python's, so code can move over by changing an import.
 """
-from .config import ClientConfig
 from .errors import KafkaError, KafkaException
 from .types import (
     OFFSET_BEGINNING,
@@ -30,3 +29,11 @@ __all__ = [
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NOT_AVAILABLE",
 ]
+
+
+def __getattr__(name: str):  # PEP 562: lazy, so `python -m kafka_client.config` runs cleanly
+    if name == "ClientConfig":
+        from .config import ClientConfig
+
+        return ClientConfig
+    raise AttributeError(f"module 'kafka_client' has no attribute {name!r}")

@@ -93,7 +93,8 @@ class Property:
             hi = _fmt_num(self.max) if self.max is not None else ""
             text = f"{lo} .. {hi}"
             if self.synonyms:
-                text += " (" + ", ".join(f"{k}={_fmt_num(v)}" for k, v in self.synonyms.items()) + ")"
+                pairs = (f"{k}={_fmt_num(v)}" for k, v in self.synonyms.items())
+                text += " (" + ", ".join(pairs) + ")"
             return text
         return ""
 
@@ -414,7 +415,8 @@ def describe(name: str) -> Property:
 
 
 def _invalid(message: str) -> KafkaException:
-    return KafkaException(KafkaError(KafkaError._INVALID_ARG, message))  # type: ignore[attr-defined]
+    code = KafkaError._INVALID_ARG  # type: ignore[attr-defined]
+    return KafkaException(KafkaError(code, message))
 
 
 def _unknown(name: str) -> KafkaException:
@@ -819,7 +821,7 @@ class ClientConfig(Mapping[str, Any]):
         shown = {k: ("***" if "password" in k else v) for k, v in self._explicit.items()}
         return f"ClientConfig(role={self._role!r}, explicit={shown!r})"
 
-    def bootstrap_servers(self) -> List[Tuple[str, int]]:
+    def broker_addresses(self) -> List[Tuple[str, int]]:
         """``bootstrap.servers`` parsed into ``(host, port)`` pairs (see
         :func:`parse_bootstrap_servers`)."""
         return parse_bootstrap_servers(self._values["bootstrap.servers"] or "")

@@ -1,0 +1,565 @@
+"""kafka_client.config: the property table, parsing, validation, derived defaults, docs."""
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafka_client import KafkaError, KafkaException
+from kafka_client.config import (
+    PROPERTIES,
+    ClientConfig,
+    describe,
+    parse_bootstrap_servers,
+    to_markdown,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def parse(conf, role="producer"):
+    return ClientConfig.from_dict(conf, role)
+
+
+def invalid(conf, role="producer") -> str:
+    """Parse *conf*, expect an _INVALID_ARG KafkaException, return its message."""
+    with pytest.raises(KafkaException) as info:
+        ClientConfig.from_dict(conf, role)
+    err = info.value.args[0]
+    assert isinstance(err, KafkaError)
+    assert err.code() == KafkaError._INVALID_ARG == -186
+    return err.str()
+
+
+# --- the table ---
+
+REQUIRED = """
+bootstrap.servers client.id socket.timeout.ms socket.connection.setup.timeout.ms
+metadata.max.age.ms topic.metadata.refresh.interval.ms topic.metadata.refresh.fast.interval.ms
+reconnect.backoff.ms reconnect.backoff.max.ms retry.backoff.ms retry.backoff.max.ms
+request.timeout.ms message.max.bytes receive.message.max.bytes
+max.in.flight.requests.per.connection statistics.interval.ms debug linger.ms
+batch.num.messages batch.size queue.buffering.max.messages queue.buffering.max.kbytes acks
+compression.type compression.level retries message.timeout.ms partitioner
+sticky.partitioning.linger.ms enable.idempotence enable.gapless.guarantee transactional.id
+transaction.timeout.ms group.id group.instance.id session.timeout.ms heartbeat.interval.ms
+max.poll.interval.ms partition.assignment.strategy enable.auto.commit auto.commit.interval.ms
+enable.auto.offset.store auto.offset.reset enable.partition.eof isolation.level
+fetch.min.bytes fetch.wait.max.ms fetch.max.bytes max.partition.fetch.bytes
+queued.min.messages queued.max.messages.kbytes fetch.queue.backoff.ms check.crcs
+allow.auto.create.topics api.version.request security.protocol error_cb stats_cb on_delivery
+logger throttle_cb
+""".split()
+
+ALIASES = {
+    "metadata.broker.list": "bootstrap.servers",
+    "max.in.flight": "max.in.flight.requests.per.connection",
+    "queue.buffering.max.ms": "linger.ms",
+    "request.required.acks": "acks",
+    "compression.codec": "compression.type",
+    "message.send.max.retries": "retries",
+    "delivery.timeout.ms": "message.timeout.ms",
+    "fetch.message.max.bytes": "max.partition.fetch.bytes",
+    "dr_cb": "on_delivery",
+}
+
+
+def test_table_covers_required_properties():
+    missing = [n for n in REQUIRED if n not in PROPERTIES]
+    assert missing == []
+
+
+@pytest.mark.parametrize("alias,canonical", sorted(ALIASES.items()))
+def test_aliases_resolve(alias, canonical):
+    assert describe(alias).name == canonical
+    assert alias in describe(canonical).aliases
+
+
+def test_table_entries_are_consistent():
+    for p in PROPERTIES.values():
+        assert p.scope in ("*", "P", "C"), p.name
+        assert p.description and p.description[-1] in ".)", p.name
+        if p.type in ("int", "float"):
+            assert p.min is not None and p.max is not None, p.name
+            assert p.min <= p.default <= p.max, p.name
+        if p.type == "enum":
+            assert p.default in p.values, p.name
+        if p.type == "csv" and p.values:
+            assert all(v in p.values for v in p.default), p.name
+
+
+# Defaults and ranges as librdkafka 2.x documents them.
+LIBRDKAFKA_FACTS = {
+    # name: (default, min, max)
+    "linger.ms": (5, 0, 900000),
+    "batch.num.messages": (10000, 1, 1000000),
+    "batch.size": (1000000, 1, 2147483647),
+    "message.max.bytes": (1000000, 1000, 1000000000),
+    "receive.message.max.bytes": (100000000, 1000, 2147483647),
+    "max.in.flight.requests.per.connection": (1000000, 1, 1000000),
+    "socket.timeout.ms": (60000, 10, 300000),
+    "socket.connection.setup.timeout.ms": (30000, 1000, 2147483647),
+    "metadata.max.age.ms": (900000, 1, 86400000),
+    "topic.metadata.refresh.interval.ms": (300000, -1, 3600000),
+    "topic.metadata.refresh.fast.interval.ms": (100, 1, 60000),
+    "reconnect.backoff.ms": (100, 0, 3600000),
+    "reconnect.backoff.max.ms": (10000, 0, 3600000),
+    "retry.backoff.ms": (100, 1, 300000),
+    "retry.backoff.max.ms": (1000, 1, 300000),
+    "request.timeout.ms": (30000, 1, 900000),
+    "statistics.interval.ms": (0, 0, 86400000),
+    "queue.buffering.max.messages": (100000, 0, 2147483647),
+    "queue.buffering.max.kbytes": (1048576, 1, 2147483647),
+    "acks": (-1, -1, 1000),
+    "compression.level": (-1, -1, 12),
+    "retries": (2147483647, 0, 2147483647),
+    "message.timeout.ms": (300000, 0, 2147483647),
+    "sticky.partitioning.linger.ms": (10, 0, 900000),
+    "transaction.timeout.ms": (60000, 1000, 2147483647),
+    "session.timeout.ms": (45000, 1, 3600000),
+    "heartbeat.interval.ms": (3000, 1, 3600000),
+    "max.poll.interval.ms": (300000, 1, 86400000),
+    "auto.commit.interval.ms": (5000, 0, 86400000),
+    "fetch.min.bytes": (1, 1, 100000000),
+    "fetch.wait.max.ms": (500, 0, 300000),
+    "fetch.max.bytes": (52428800, 0, 2147483135),
+    "max.partition.fetch.bytes": (1048576, 1, 1000000000),
+    "queued.min.messages": (100000, 1, 10000000),
+    "queued.max.messages.kbytes": (65536, 1, 2097151),
+    "fetch.queue.backoff.ms": (1000, 0, 300000),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIBRDKAFKA_FACTS))
+def test_defaults_and_ranges_match_librdkafka(name):
+    default, lo, hi = LIBRDKAFKA_FACTS[name]
+    p = describe(name)
+    assert (p.default, p.min, p.max) == (default, lo, hi)
+
+
+def test_enum_and_bool_defaults():
+    c = parse({}, "consumer")
+    assert c["auto.offset.reset"] == "latest"
+    assert c["isolation.level"] == "read_committed"
+    assert c["partition.assignment.strategy"] == ("range", "roundrobin")
+    assert c["enable.auto.commit"] is True
+    assert c["enable.auto.offset.store"] is True
+    assert c["enable.partition.eof"] is False
+    assert c["check.crcs"] is False
+    assert c["api.version.request"] is True
+    assert c["security.protocol"] == "plaintext"
+    p = parse({})
+    assert p["compression.type"] == "none"
+    assert p["partitioner"] == "consistent_random"
+    assert p["enable.idempotence"] is False
+    assert p["enable.gapless.guarantee"] is False
+    assert p["transactional.id"] is None
+    assert p["debug"] == ()
+    assert p["on_delivery"] is None
+
+
+def test_describe_unknown_raises_invalid_arg():
+    with pytest.raises(KafkaException) as info:
+        describe("no.such.thing")
+    assert info.value.args[0] == KafkaError._INVALID_ARG
+
+
+# --- parsing and conversion ---
+
+def test_access_styles_and_mapping():
+    c = parse({"bootstrap.servers": "h:1", "linger.ms": 7})
+    assert c["linger.ms"] == c.linger_ms == c["queue.buffering.max.ms"] == 7.0
+    assert isinstance(c.linger_ms, float)
+    assert c.max_in_flight_requests_per_connection == 1000000
+    assert c.error_cb is None
+    assert c.role == "producer"
+    assert set(c) == set(PROPERTIES)
+    assert len(c) == len(PROPERTIES)
+    assert "max.in.flight" in c and "nope" not in c
+    with pytest.raises(KeyError):
+        c["nope"]
+    with pytest.raises(AttributeError):
+        c.nope
+    with pytest.raises(AttributeError):
+        c.linger_ms = 3
+    assert c.is_explicit("queue.buffering.max.ms") and not c.is_explicit("batch.size")
+    assert c.explicit() == {"bootstrap.servers": "h:1", "linger.ms": 7.0}
+    assert c.as_dict()["batch.size"] == 1000000
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("5", 5), (" 5 ", 5), (5, 5), (5.0, 5), ("-1", -1), ("all", -1), ("ALL", -1), (-1, -1),
+    (0, 0), ("1", 1), (1000, 1000),
+])
+def test_int_conversion_acks(raw, expected):
+    c = parse({"acks": raw})
+    assert c["acks"] == expected and type(c["acks"]) is int
+
+
+@pytest.mark.parametrize("raw", ["x", "5.5", 5.5, True, "", "0x10", [1], float("nan"), -2, 1001])
+def test_int_rejects(raw):
+    msg = invalid({"acks": raw})
+    assert '"acks"' in msg
+    assert repr(raw) in msg or str(raw) in msg
+    assert "-1" in msg and "1000" in msg  # the allowed range is named
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("true", True), ("TRUE", True), ("t", True), ("1", True), (1, True), (True, True),
+    ("false", False), ("False", False), ("f", False), ("0", False), (0, False), (False, False),
+])
+def test_bool_conversion(raw, expected):
+    assert parse({"enable.partition.eof": raw}, "consumer")["enable.partition.eof"] is expected
+
+
+@pytest.mark.parametrize("raw", ["yes", "on", "", " true", 2, 1.0, [True]])
+def test_bool_rejects(raw):
+    msg = invalid({"check.crcs": raw}, "consumer")
+    assert '"check.crcs"' in msg and "true or false" in msg
+
+
+def test_float_linger():
+    assert parse({"linger.ms": "0.5"})["linger.ms"] == 0.5
+    assert parse({"linger.ms": 0})["linger.ms"] == 0.0
+    msg = invalid({"linger.ms": 900001})
+    assert msg == ('Configuration property "linger.ms" value 900001 is outside allowed range '
+                   "0..900000")
+    msg = invalid({"queue.buffering.max.ms": "1e9"})
+    assert '"queue.buffering.max.ms" (alias of "linger.ms")' in msg and "0..900000" in msg
+    assert "900000" in invalid({"linger.ms": "inf"})
+
+
+@pytest.mark.parametrize("name,bad,lo,hi", [
+    ("batch.num.messages", 0, 1, 1000000),
+    ("batch.num.messages", 1000001, 1, 1000000),
+    ("batch.size", 0, 1, 2147483647),
+    ("message.max.bytes", 999, 1000, 1000000000),
+    ("compression.level", 13, -1, 12),
+    ("socket.timeout.ms", 9, 10, 300000),
+])
+def test_out_of_range_names_property_value_and_range(name, bad, lo, hi):
+    msg = invalid({name: bad})
+    assert msg == (f'Configuration property "{name}" value {bad} is outside allowed range '
+                   f"{lo}..{hi}")
+
+
+def test_enums_are_case_insensitive_and_synonyms_map():
+    assert parse({"compression.codec": "LZ4"})["compression.type"] == "lz4"
+    assert parse({"partitioner": "murmur2_random"})["partitioner"] == "murmur2_random"
+    for raw, want in [("smallest", "earliest"), ("earliest", "earliest"),
+                      ("beginning", "earliest"), ("largest", "latest"), ("latest", "latest"),
+                      ("end", "latest"), ("error", "error"), ("Earliest", "earliest")]:
+        assert parse({"auto.offset.reset": raw}, "consumer")["auto.offset.reset"] == want
+    assert parse({"isolation.level": "READ_UNCOMMITTED"}, "consumer")[
+        "isolation.level"] == "read_uncommitted"
+
+
+def test_enum_rejects_name_allowed_values():
+    msg = invalid({"compression.type": "brotli"})
+    assert "'brotli'" in msg and '"compression.type"' in msg
+    assert "none, gzip, snappy, lz4, zstd" in msg
+    msg = invalid({"partitioner": "bogus"})
+    assert "consistent_random" in msg and "fnv1a_random" in msg
+    msg = invalid({"auto.offset.reset": "middle"}, "consumer")
+    assert "earliest" in msg and "smallest" in msg
+
+
+def test_csv_properties():
+    c = parse({"debug": "broker, topic,MSG"})
+    assert c.debug == ("broker", "topic", "msg")
+    assert parse({"debug": ["all"]}).debug == ("all",)
+    assert "'bogus'" in invalid({"debug": "broker,bogus"})
+    c = parse({"partition.assignment.strategy": "cooperative-sticky"}, "consumer")
+    assert c.partition_assignment_strategy == ("cooperative-sticky",)
+
+
+def test_strings_and_none():
+    c = parse({"client.id": 5, "bootstrap.servers": None, "transactional.id": None})
+    assert c.client_id == "5"
+    assert c.bootstrap_servers is None and not c.is_explicit("bootstrap.servers")
+    assert "expected a string" in invalid({"client.id": b"x"})
+
+
+def test_callbacks_and_logger():
+    def cb(*a):
+        return None
+
+    c = parse({"error_cb": cb, "on_delivery": cb, "stats_cb": cb, "throttle_cb": cb,
+               "logger": logging.getLogger("x")})
+    assert c.error_cb is cb and c.on_delivery is cb and c["dr_cb"] is cb
+    assert "expected a callable" in invalid({"error_cb": "not callable"})
+    assert "logging.Logger" in invalid({"logger": 5})
+
+
+def test_unknown_property_names_it_and_suggests():
+    msg = invalid({"lingr.ms": 1})
+    assert msg == 'No such configuration property: "lingr.ms" (did you mean "linger.ms"?)'
+    msg = invalid({"bootstrap.server": "x"})
+    assert 'did you mean "bootstrap.servers"' in msg
+    assert invalid({"zzzzzz": 1}) == 'No such configuration property: "zzzzzz"'
+    assert "must be strings" in invalid({5: 1})
+
+
+def test_bad_role_and_bad_mapping():
+    with pytest.raises(ValueError):
+        ClientConfig.from_dict({}, "broker")
+    with pytest.raises(TypeError):
+        ClientConfig.from_dict([("linger.ms", 1)], "producer")
+
+
+def test_security_protocol_only_plaintext():
+    assert parse({"security.protocol": "PLAINTEXT"}).security_protocol == "plaintext"
+    for proto in ("ssl", "SASL_SSL", "sasl_plaintext"):
+        msg = invalid({"security.protocol": proto})
+        assert "security.protocol" in msg and "not supported" in msg and "plaintext" in msg
+    assert "allowed values" in invalid({"security.protocol": "tls"})
+
+
+def test_later_alias_wins_like_librdkafka():
+    c = parse({"linger.ms": 1, "queue.buffering.max.ms": 2})
+    assert c.linger_ms == 2.0
+
+
+# --- role scope warnings ---
+
+def test_consumer_property_on_producer_warns_not_fails(caplog):
+    with caplog.at_level(logging.WARNING, logger="kafka_client.config"):
+        c = parse({"group.id": "g", "enable.auto.commit": "false"}, "producer")
+    assert c.group_id == "g"
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("group.id is a consumer property" in m and "producer" in m for m in msgs)
+    assert any("enable.auto.commit" in m for m in msgs)
+
+
+def test_producer_property_on_consumer_warns(caplog):
+    with caplog.at_level(logging.WARNING, logger="kafka_client.config"):
+        parse({"linger.ms": 5, "client.id": "c"}, "consumer")
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len([m for m in msgs if "producer property" in m]) == 1
+    assert "linger.ms" in msgs[0]
+
+
+def test_no_warning_for_common_properties(caplog):
+    with caplog.at_level(logging.WARNING, logger="kafka_client.config"):
+        parse({"client.id": "c", "linger.ms": 1}, "producer")
+    assert caplog.records == []
+
+
+def test_warnings_go_to_configured_logger():
+    records = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    lg = logging.getLogger("test_config.custom")
+    lg.addHandler(Collect())
+    lg.propagate = False
+    parse({"group.id": "g", "logger": lg}, "producer")
+    assert any("group.id" in m for m in records)
+
+
+# --- idempotence and other cross-property rules ---
+
+def test_idempotence_adjusts_defaults():
+    c = parse({"enable.idempotence": True})
+    assert c.acks == -1
+    assert c.max_in_flight_requests_per_connection == 5
+    assert c.retries == 2147483647
+    assert c.queue_buffering_backpressure_threshold == 1
+
+
+def test_idempotence_accepts_compatible_explicit_values():
+    c = parse({"enable.idempotence": "true", "acks": "all", "max.in.flight": 3, "retries": 2})
+    assert (c.acks, c.max_in_flight_requests_per_connection, c.retries) == (-1, 3, 2)
+
+
+@pytest.mark.parametrize("conf,needle", [
+    ({"acks": 1}, '"acks" must be all (-1)'),
+    ({"request.required.acks": 0}, '"request.required.acks" (alias of "acks") must be all'),
+    ({"max.in.flight": 6}, '"max.in.flight" (alias of "max.in.flight.requests.per.connection")'
+                           " must be at most 5"),
+    ({"max.in.flight.requests.per.connection": 100}, "must be at most 5"),
+    ({"retries": 0}, '"retries" must be at least 1'),
+    ({"message.send.max.retries": "0"}, "must be at least 1"),
+    ({"queue.buffering.backpressure.threshold": 2}, "must be 1"),
+])
+def test_idempotence_rejects_explicit_conflicts(conf, needle):
+    msg = invalid(dict(conf, **{"enable.idempotence": True}))
+    assert needle in msg and "enable.idempotence" in msg
+
+
+def test_without_idempotence_same_values_are_fine():
+    c = parse({"acks": 1, "max.in.flight": 100, "retries": 0})
+    assert (c.acks, c.max_in_flight_requests_per_connection, c.retries) == (1, 100, 0)
+
+
+def test_idempotence_ignored_for_consumer():
+    c = parse({"enable.idempotence": True, "acks": 0}, "consumer")
+    assert c.enable_idempotence is False and c.acks == 0
+
+
+def test_gapless_requires_idempotence():
+    assert "requires" in invalid({"enable.gapless.guarantee": True})
+    assert parse({"enable.gapless.guarantee": True, "enable.idempotence": True})[
+        "enable.gapless.guarantee"] is True
+
+
+def test_transactional_id_rules():
+    c = parse({"transactional.id": "tx"})
+    assert c.enable_idempotence is True
+    assert c.message_timeout_ms == 60000  # follows transaction.timeout.ms
+    assert c.socket_timeout_ms == 59900
+    c = parse({"transactional.id": "tx", "transaction.timeout.ms": 1000})
+    assert (c.message_timeout_ms, c.socket_timeout_ms) == (1000, 900)
+    assert "requires" in invalid({"transactional.id": "tx", "enable.idempotence": False})
+    assert "at most" in invalid({"transactional.id": "tx", "message.timeout.ms": 70000})
+    assert "socket.timeout.ms" in invalid({"transactional.id": "tx", "socket.timeout.ms": 70000})
+    c = parse({"transactional.id": "tx", "socket.timeout.ms": 60100, "message.timeout.ms": 100})
+    assert (c.socket_timeout_ms, c.message_timeout_ms) == (60100, 100)
+
+
+def test_message_timeout_vs_linger():
+    assert "greater than" in invalid({"linger.ms": 1000, "message.timeout.ms": 1000})
+    c = parse({"message.timeout.ms": 3})  # default linger 5 is lowered below the timeout
+    assert c.linger_ms == pytest.approx(2.9)
+    assert parse({"message.timeout.ms": 0, "linger.ms": 100}).linger_ms == 100.0
+
+
+def test_sticky_linger_derived_from_linger():
+    assert parse({}).sticky_partitioning_linger_ms == 10
+    assert parse({"linger.ms": 100}).sticky_partitioning_linger_ms == 200
+    c = parse({"linger.ms": 800000, "message.timeout.ms": 0})
+    assert c.sticky_partitioning_linger_ms == 900000
+    assert parse({"linger.ms": 100, "sticky.partitioning.linger.ms": 3})[
+        "sticky.partitioning.linger.ms"] == 3
+
+
+def test_metadata_and_backoff_derived_defaults():
+    c = parse({"topic.metadata.refresh.interval.ms": 1000, "retry.backoff.ms": 250})
+    assert c.metadata_max_age_ms == 3000
+    assert c.topic_metadata_refresh_fast_interval_ms == 250
+    c = parse({"topic.metadata.refresh.interval.ms": -1})
+    assert c.metadata_max_age_ms == 900000
+    c = parse({"topic.metadata.refresh.interval.ms": 1000, "metadata.max.age.ms": 5})
+    assert c.metadata_max_age_ms == 5
+    assert "reconnect.backoff.max.ms" in invalid(
+        {"reconnect.backoff.ms": 2000, "reconnect.backoff.max.ms": 1000})
+    assert "retry.backoff.max.ms" in invalid({"retry.backoff.ms": 2000})
+
+
+def test_allow_auto_create_topics_depends_on_role():
+    assert parse({}, "producer").allow_auto_create_topics is True
+    assert parse({}, "consumer").allow_auto_create_topics is False
+    assert parse({}, "admin").allow_auto_create_topics is False
+    assert parse({"allow.auto.create.topics": True}, "consumer").allow_auto_create_topics
+
+
+def test_consumer_fetch_size_rules():
+    c = parse({}, "consumer")
+    assert c.fetch_max_bytes == 52428800
+    assert c.receive_message_max_bytes == 100000000
+    c = parse({"queued.max.messages.kbytes": 1024}, "consumer")
+    assert c.fetch_max_bytes == 1024 * 1024  # capped by the local queue size
+    c = parse({"fetch.max.bytes": 200000000}, "consumer")
+    assert c.receive_message_max_bytes == 200000512
+    assert "message.max.bytes" in invalid({"fetch.max.bytes": 1000, "message.max.bytes": 2000},
+                                          "consumer")
+    assert "+ 512" in invalid({"fetch.max.bytes": 2000000, "receive.message.max.bytes": 2000000},
+                              "consumer")
+    assert "session.timeout.ms" in invalid(
+        {"max.poll.interval.ms": 1000, "session.timeout.ms": 2000}, "consumer")
+
+
+def test_assignor_rules():
+    assert "mixes cooperative and eager" in invalid(
+        {"partition.assignment.strategy": "range,cooperative-sticky"}, "consumer")
+    assert "at least one" in invalid({"partition.assignment.strategy": ""}, "consumer")
+    assert "'sticky'" in invalid({"partition.assignment.strategy": "sticky"}, "consumer")
+
+
+# --- bootstrap parsing ---
+
+def test_parse_bootstrap_servers():
+    assert parse_bootstrap_servers("a:1, b ,[::1]:9093,PLAINTEXT://c:9094,[fe80::1],") == [
+        ("a", 1), ("b", 9092), ("::1", 9093), ("c", 9094), ("fe80::1", 9092)]
+    assert parse_bootstrap_servers("") == []
+    for bad in ("a:x", "a:0", "a:70000", ":9092", "[::1", "[::1]x"):
+        with pytest.raises(KafkaException):
+            parse_bootstrap_servers(bad)
+    assert parse({"metadata.broker.list": "h:5"}).broker_addresses() == [("h", 5)]
+
+
+# --- property tests ---
+
+_NUMERIC = [p for p in PROPERTIES.values() if p.type in ("int", "float")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(_NUMERIC), st.integers(min_value=-(2**33), max_value=2**33),
+       st.booleans())
+def test_numeric_in_range_accepted_out_of_range_rejected(prop, value, as_string):
+    raw = str(value) if as_string else value
+    in_range = prop.min <= value <= prop.max
+    role = "consumer" if prop.scope == "C" else "producer"
+    conf = {prop.name: raw}
+    try:
+        c = ClientConfig.from_dict(conf, role)
+    except KafkaException as exc:
+        msg = exc.args[0].str()
+        if in_range:
+            # Only a cross-property rule may reject an in-range value; it names the property.
+            assert prop.name in msg
+        else:
+            lo_hi = prop.range_text().replace(" .. ", "..").split(" (")[0]
+            assert msg == (f'Configuration property "{prop.name}" value {value} is outside '
+                           f"allowed range {lo_hi}")
+    else:
+        assert in_range
+        assert c.explicit()[prop.name] == value
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz._", min_size=1, max_size=30))
+def test_random_names_are_known_or_rejected_by_name(name):
+    try:
+        c = ClientConfig.from_dict({name: "1"}, "producer")
+    except KafkaException as exc:
+        msg = exc.args[0].str()
+        assert f'"{name}"' in msg
+    else:
+        assert c.is_explicit(name)
+
+
+# --- generated docs ---
+
+def test_markdown_lists_every_property():
+    md = to_markdown()
+    for p in PROPERTIES.values():
+        assert f"| `{p.name}` |" in md
+    assert "`queue.buffering.max.ms`" in md and "0 .. 900000" in md
+
+
+def test_committed_docs_match_generated():
+    committed = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert committed == to_markdown(), (
+        "docs/configuration.md is stale: run "
+        "`python -m kafka_client.config --markdown > docs/configuration.md`")
+
+
+def test_markdown_command_line():
+    out = subprocess.run(
+        [sys.executable, "-m", "kafka_client.config", "--markdown"], cwd=ROOT,
+        capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout == to_markdown()
+    assert out.stderr == ""
+
+
+def test_attribute_names_do_not_shadow_methods():
+    methods = {n for n in dir(ClientConfig) if not n.startswith("_")}
+    assert methods.isdisjoint(p.attr for p in PROPERTIES.values())

@@ -170,7 +170,9 @@ class BlockingConnection:
                 f"ApiVersions v{version} failed on {self.host}:{self.port}: error {resp.error_code}")
         self.api_versions_version = version
         self.api_versions_response = resp
-        self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        from kafka_proto.versions import broker_ranges
+
+        self.broker_versions = broker_ranges(resp)
         self.versions = negotiate_versions(self.broker_versions)
         return resp
 
@@ -322,22 +324,6 @@ class BlockingConnection:
 
 def negotiate_versions(broker_ranges: Dict[int, Tuple[int, int]]) -> Dict[int, int]:
     """``{api_key: highest version both sides support}`` (APIs without overlap left out)."""
-    try:
-        from kafka_proto.versions import negotiate
-    except ImportError:
-        negotiate = None
-    if negotiate is not None:
-        return dict(negotiate(broker_ranges))
-    # Fallback while kafka_proto.versions is not there: our ranges from the index.
-    from kafka_proto.messages._generated import API_KEYS
+    from kafka_proto.versions import negotiate
 
-    out = {}
-    for key, (lo, hi) in broker_ranges.items():
-        info = API_KEYS.get(key)
-        if info is None:
-            continue
-        our_hi = info.max_version - (1 if info.latest_version_unstable else 0)
-        top = min(hi, our_hi)
-        if top >= max(lo, info.min_version):
-            out[key] = top
-    return out
+    return negotiate(broker_ranges)

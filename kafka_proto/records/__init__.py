@@ -1,0 +1,50 @@
+"""Record batches: the v2 builder and reader, the legacy (magic 0/1) reader, control records.
+
+    from kafka_proto.records import RecordBatchBuilder, read_batches
+
+``read_batches(buffer)`` yields a :class:`RecordBatch` for each v2 batch and a
+:class:`LegacyBatch` for each legacy entry, in buffer order; see ``_v2.pyx`` for the
+errors raised on malformed input.
+"""
+from kafka_proto.records._v2 import (  # noqa: F401
+    DEFAULT_MAX_DECOMPRESSED_SIZE,
+    BatchReader,
+    Compression,
+    Record,
+    RecordBatch,
+    RecordBatchBuilder,
+    TimestampType,
+    read_batches,
+)
+from kafka_proto.records.control import (  # noqa: F401
+    ControlRecord,
+    ControlRecordType,
+    build_control_batch,
+    parse_control_record,
+)
+
+try:
+    from kafka_proto.records._legacy import LegacyBatch  # noqa: F401
+except ImportError:  # the legacy reader is not built yet
+
+    class LegacyBatch:  # type: ignore[no-redef]
+        """Placeholder: kafka_proto.records._legacy is not available."""
+
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("kafka_proto.records._legacy is not built")
+
+
+__all__ = [
+    "Compression",
+    "ControlRecord",
+    "ControlRecordType",
+    "DEFAULT_MAX_DECOMPRESSED_SIZE",
+    "LegacyBatch",
+    "Record",
+    "RecordBatch",
+    "RecordBatchBuilder",
+    "TimestampType",
+    "build_control_batch",
+    "parse_control_record",
+    "read_batches",
+]

@@ -1,0 +1,1104 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""RecordBatch v2 (magic 2): builder, reader and the ``read_batches`` dispatcher.
+
+The builder encodes each record straight into a growing C buffer; ``build()`` fills the
+61-byte header, compresses the records section if asked and computes the CRC-32C.
+
+The reader walks a bytes-like buffer without copying it: every batch header is validated
+when the batch is yielded (lengths, magic, CRC), the records of a batch are parsed in one
+C loop the first time they are asked for. Every length read from the wire is checked
+against the end of the batch (or of the record) before it is used.
+
+Errors (all from :mod:`kafka_proto.errors`, all subclasses of ``KafkaProtocolError``):
+
+* ``InvalidLengthError``: batchLength negative or smaller than the format's minimum,
+  recordsCount negative or larger than the bytes can hold, a record / key / value / header
+  length negative (where not allowed) or beyond the end of its record or batch.
+* ``TruncatedDataError``: a varint runs past the end of its record or batch; also a
+  truncated last batch when ``allow_truncated=False``.
+* ``InvalidVarintError``: a varint longer than its type allows.
+* ``CorruptRecordError``: a record's fields do not fill exactly its declared length, bytes
+  left over after the last record, an invalid control record.
+* ``CrcMismatchError``: CRC-32C mismatch (only when ``check_crc`` is true).
+* ``UnsupportedMagicError``: a magic other than 0, 1 or 2.
+* ``UnsupportedCompressionError``: codec id 5-7 (or a codec whose library is missing).
+* ``DecompressionError`` / ``DecompressionLimitError``: corrupt or oversized compressed data.
+"""
+cimport cython
+from cpython.bytes cimport (
+    PyBytes_AS_STRING,
+    PyBytes_CheckExact,
+    PyBytes_FromStringAndSize,
+    PyBytes_GET_SIZE,
+)
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
+from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+
+from kafka_proto._crc cimport crc32c_update
+from kafka_proto._varint cimport (
+    VARINT_OK,
+    VARINT_TRUNCATED,
+    read_varint32,
+    read_varint64,
+    varint_size,
+    write_varint64,
+)
+
+from enum import IntEnum
+
+from kafka_proto.errors import (
+    CorruptRecordError,
+    CrcMismatchError,
+    InvalidLengthError,
+    InvalidVarintError,
+    ProtocolEncodeError,
+    TruncatedDataError,
+    UnsupportedCompressionError,
+    UnsupportedMagicError,
+)
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
+    int PyBUF_READ
+
+
+class Compression(IntEnum):
+    """Compression codec ids (attribute bits 0-2)."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class TimestampType(IntEnum):
+    """Timestamp type (attribute bit 3)."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+# Header layout (offsets into the batch) and limits.
+cdef enum:
+    OFF_BASE_OFFSET = 0
+    OFF_LENGTH = 8
+    OFF_PLE = 12
+    OFF_MAGIC = 16
+    OFF_CRC = 17
+    OFF_ATTRIBUTES = 21
+    OFF_LAST_OFFSET_DELTA = 23
+    OFF_BASE_TIMESTAMP = 27
+    OFF_MAX_TIMESTAMP = 35
+    OFF_PRODUCER_ID = 43
+    OFF_PRODUCER_EPOCH = 51
+    OFF_BASE_SEQUENCE = 53
+    OFF_RECORDS_COUNT = 57
+    HEADER_SIZE = 61
+    LOG_OVERHEAD = 12            # baseOffset + batchLength
+    LEGACY_MIN_MESSAGE = 14      # smallest legacy v0 message (after offset+size)
+    MIN_RECORD_BODY = 6          # attributes + 5 one-byte varints
+    MIN_RECORD_WIRE = 7          # the length varint + MIN_RECORD_BODY
+    MAX_BATCH_SIZE = 0x7FFFFFFF  # batchLength is an int32
+    CRC_NOGIL_THRESHOLD = 65536  # release the GIL only where the CRC takes longer than that dance
+    ATTR_CODEC_MASK = 0x07
+    ATTR_TIMESTAMP_TYPE = 0x08
+    ATTR_TRANSACTIONAL = 0x10
+    ATTR_CONTROL = 0x20
+    ATTR_DELETE_HORIZON = 0x40
+    DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
+    DECOMPRESSED_RATIO_LIMIT = 64
+
+DEFAULT_MAX_DECOMPRESSED_SIZE = DEFAULT_MAX_DECOMPRESSED
+
+cdef tuple _COMPRESSIONS = tuple(Compression)
+cdef tuple _TIMESTAMP_TYPES = tuple(TimestampType)
+
+
+# ---------------------------------------------------------------------------------------
+# Big-endian fixed-width helpers.
+
+cdef inline void _put_i16(unsigned char* p, int16_t v) noexcept nogil:
+    cdef uint16_t u = <uint16_t>v
+    p[0] = <unsigned char>(u >> 8)
+    p[1] = <unsigned char>u
+
+
+cdef inline void _put_i32(unsigned char* p, int32_t v) noexcept nogil:
+    cdef uint32_t u = <uint32_t>v
+    p[0] = <unsigned char>(u >> 24)
+    p[1] = <unsigned char>(u >> 16)
+    p[2] = <unsigned char>(u >> 8)
+    p[3] = <unsigned char>u
+
+
+cdef inline void _put_i64(unsigned char* p, int64_t v) noexcept nogil:
+    _put_i32(p, <int32_t>(<uint64_t>v >> 32))
+    _put_i32(p + 4, <int32_t>(<uint64_t>v & 0xFFFFFFFFu))
+
+
+cdef inline int16_t _get_i16(const unsigned char* p) noexcept nogil:
+    return <int16_t>((<uint16_t>p[0] << 8) | p[1])
+
+
+cdef inline uint32_t _get_u32(const unsigned char* p) noexcept nogil:
+    return ((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16)
+            | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
+
+
+cdef inline int32_t _get_i32(const unsigned char* p) noexcept nogil:
+    return <int32_t>_get_u32(p)
+
+
+cdef inline int64_t _get_i64(const unsigned char* p) noexcept nogil:
+    return <int64_t>((<uint64_t>_get_u32(p) << 32) | _get_u32(p + 4))
+
+
+cdef inline int64_t _now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef uint32_t _crc32c(const unsigned char* p, Py_ssize_t n) noexcept:
+    cdef uint32_t crc
+    if n >= CRC_NOGIL_THRESHOLD:
+        with nogil:
+            crc = crc32c_update(0, p, <size_t>n)
+        return crc
+    return crc32c_update(0, p, <size_t>n)
+
+
+cdef object _compression_module = None
+
+
+cdef object _compression():
+    # Imported on first use: compression.py is optional for uncompressed traffic.
+    global _compression_module
+    if _compression_module is None:
+        import kafka_proto.compression as mod
+        _compression_module = mod
+    return _compression_module
+
+
+# ---------------------------------------------------------------------------------------
+# Builder
+
+@cython.final
+cdef class RecordBatchBuilder:
+    """Builds one v2 record batch; records are encoded into the batch buffer on append.
+
+    ``producer_id``, ``producer_epoch``, ``base_sequence`` and ``partition_leader_epoch``
+    stay writable until ``build()`` (an idempotent producer assigns the sequence late).
+    """
+
+    cdef unsigned char* _buf
+    cdef Py_ssize_t _len
+    cdef Py_ssize_t _cap
+    cdef int32_t _count
+    cdef int64_t _base_ts
+    cdef int64_t _max_ts
+    cdef int _codec
+    cdef int _ts_type
+    cdef bint _transactional
+    cdef bint _control
+    cdef bint _building
+    cdef object _level
+    cdef public int64_t producer_id
+    cdef public int16_t producer_epoch
+    cdef public int32_t base_sequence
+    cdef public int32_t partition_leader_epoch
+
+    def __cinit__(self, compression=0, compression_level=None, int64_t producer_id=-1,
+                  int16_t producer_epoch=-1, int32_t base_sequence=-1,
+                  bint transactional=False, int32_t partition_leader_epoch=-1,
+                  timestamp_type=0, *, bint control=False, Py_ssize_t initial_capacity=4096):
+        cdef int codec = compression
+        cdef int tst = timestamp_type
+        if codec < 0 or codec > 4:
+            raise UnsupportedCompressionError(f"unknown compression codec id {codec}")
+        if tst != 0 and tst != 1:
+            raise ValueError(f"timestamp_type must be 0 or 1, got {tst}")
+        if initial_capacity < HEADER_SIZE + 64:
+            initial_capacity = HEADER_SIZE + 64
+        self._buf = <unsigned char*>malloc(initial_capacity)
+        if self._buf == NULL:
+            raise MemoryError()
+        self._cap = initial_capacity
+        self._len = HEADER_SIZE
+        self._count = 0
+        self._base_ts = -1
+        self._max_ts = -1
+        self._codec = codec
+        self._ts_type = tst
+        self._transactional = transactional
+        self._control = control
+        self._building = False
+        self._level = compression_level
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.partition_leader_epoch = partition_leader_epoch
+
+    def __dealloc__(self):
+        free(self._buf)
+        self._buf = NULL
+
+    def __len__(self):
+        return self._count
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes the batch takes uncompressed (header + records encoded so far)."""
+        return self._len
+
+    @property
+    def compression(self):
+        return _COMPRESSIONS[self._codec]
+
+    @property
+    def is_transactional(self) -> bool:
+        return self._transactional
+
+    @property
+    def is_control(self) -> bool:
+        return self._control
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._max_ts
+
+    cdef int _grow(self, Py_ssize_t extra) except -1:
+        cdef Py_ssize_t need = self._len + extra
+        cdef Py_ssize_t cap
+        cdef unsigned char* nb
+        if need > MAX_BATCH_SIZE:
+            raise ProtocolEncodeError("record batch would exceed 2 GiB")
+        cap = self._cap * 2
+        while cap < need:
+            cap *= 2
+        if cap > MAX_BATCH_SIZE:
+            cap = MAX_BATCH_SIZE
+        nb = <unsigned char*>realloc(self._buf, cap)
+        if nb == NULL:
+            raise MemoryError()
+        self._buf = nb
+        self._cap = cap
+        return 0
+
+    cdef list _normalize_headers(self, object headers, Py_ssize_t* size_out):
+        # Returns [(key, value)] with key str/bytes and value bytes/None (immutable, so the
+        # sizes computed here still hold when writing), and the encoded size of the headers.
+        cdef list out = []
+        cdef Py_ssize_t size = 0
+        cdef Py_ssize_t kl, vl
+        for h in headers:
+            k, v = h
+            if PyUnicode_CheckExact(k) or isinstance(k, str):
+                PyUnicode_AsUTF8AndSize(k, &kl)
+            elif isinstance(k, (bytes, bytearray, memoryview)):
+                k = bytes(k)
+                kl = PyBytes_GET_SIZE(k)
+            else:
+                raise TypeError(f"header key must be str, got {type(k).__name__}")
+            if v is None:
+                vl = -1
+            else:
+                if not PyBytes_CheckExact(v):
+                    if isinstance(v, str):
+                        raise TypeError("header value must be bytes-like or None, got str")
+                    v = bytes(memoryview(v))
+                vl = PyBytes_GET_SIZE(v)
+            size += varint_size(kl) + kl + varint_size(vl) + (vl if vl > 0 else 0)
+            out.append((k, v))
+        size_out[0] = size
+        return out
+
+    cdef int _append(self, object value, object key, int64_t ts, object headers) except -1:
+        if (value is None or PyBytes_CheckExact(value)) and (key is None or PyBytes_CheckExact(key)):
+            return self._write_record(
+                NULL if value is None else <const unsigned char*>PyBytes_AS_STRING(value),
+                -1 if value is None else PyBytes_GET_SIZE(value),
+                NULL if key is None else <const unsigned char*>PyBytes_AS_STRING(key),
+                -1 if key is None else PyBytes_GET_SIZE(key),
+                ts, headers)
+        return self._append_buffers(value, key, ts, headers)
+
+    cdef int _append_buffers(self, object value, object key, int64_t ts,
+                             object headers) except -1:
+        # Slow path for bytes-likes other than bytes (bytearray, memoryview, ...).
+        cdef Py_buffer vbuf
+        cdef Py_buffer kbuf
+        cdef bint vrel = False
+        cdef bint krel = False
+        cdef const unsigned char* vp = NULL
+        cdef const unsigned char* kp = NULL
+        cdef Py_ssize_t vl = -1
+        cdef Py_ssize_t kl = -1
+        if value is not None:
+            if isinstance(value, str):
+                raise TypeError("record value must be bytes-like or None, got str")
+            PyObject_GetBuffer(value, &vbuf, PyBUF_SIMPLE)
+            vrel = True
+            vp = <const unsigned char*>vbuf.buf
+            vl = vbuf.len
+        try:
+            if key is not None:
+                if isinstance(key, str):
+                    raise TypeError("record key must be bytes-like or None, got str")
+                PyObject_GetBuffer(key, &kbuf, PyBUF_SIMPLE)
+                krel = True
+                kp = <const unsigned char*>kbuf.buf
+                kl = kbuf.len
+            self._write_record(vp, vl, kp, kl, ts, headers)
+        finally:
+            if krel:
+                PyBuffer_Release(&kbuf)
+            if vrel:
+                PyBuffer_Release(&vbuf)
+        return 0
+
+    cdef int _write_record(self, const unsigned char* vp, Py_ssize_t vl,
+                           const unsigned char* kp, Py_ssize_t kl,
+                           int64_t ts, object headers) except -1:
+        cdef int64_t delta
+        cdef int32_t offset_delta = self._count
+        cdef Py_ssize_t hsize = 0
+        cdef Py_ssize_t hcount = 0
+        cdef list hlist = None
+        cdef Py_ssize_t body, hkl, hvl
+        cdef unsigned char* p
+        cdef const char* hkp
+        if self._building:
+            raise RuntimeError("append() during build()")
+        if self._count == 0x7FFFFFFF:
+            raise ProtocolEncodeError("too many records in one batch")
+        if headers is not None and headers:
+            hlist = self._normalize_headers(headers, &hsize)
+            hcount = len(hlist)
+        if self._count == 0:
+            self._base_ts = ts
+            self._max_ts = ts
+        elif ts > self._max_ts:
+            self._max_ts = ts
+        # Wrapping subtraction: the reader adds it back with the same wrap.
+        delta = <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts)
+        body = (1 + varint_size(delta) + varint_size(offset_delta)
+                + varint_size(kl) + (kl if kl > 0 else 0)
+                + varint_size(vl) + (vl if vl > 0 else 0)
+                + varint_size(hcount) + hsize)
+        if body > 0x7FFFFFFF:
+            raise ProtocolEncodeError("record too large")
+        if self._len + varint_size(body) + body > self._cap:
+            self._grow(varint_size(body) + body)
+        p = self._buf + self._len
+        p += write_varint64(p, body)
+        p[0] = 0  # record attributes: unused
+        p += 1
+        p += write_varint64(p, delta)
+        p += write_varint64(p, offset_delta)
+        p += write_varint64(p, kl)
+        if kl > 0:
+            memcpy(p, kp, kl)
+            p += kl
+        p += write_varint64(p, vl)
+        if vl > 0:
+            memcpy(p, vp, vl)
+            p += vl
+        p += write_varint64(p, hcount)
+        if hcount:
+            for k, v in hlist:
+                if PyBytes_CheckExact(k):
+                    hkp = PyBytes_AS_STRING(k)
+                    hkl = PyBytes_GET_SIZE(k)
+                else:
+                    hkp = PyUnicode_AsUTF8AndSize(k, &hkl)
+                p += write_varint64(p, hkl)
+                memcpy(p, hkp, hkl)
+                p += hkl
+                if v is None:
+                    p += write_varint64(p, -1)
+                else:
+                    hvl = PyBytes_GET_SIZE(v)
+                    p += write_varint64(p, hvl)
+                    memcpy(p, PyBytes_AS_STRING(v), hvl)
+                    p += hvl
+        self._len = p - self._buf
+        self._count += 1
+        return 0
+
+    def append(self, value, key=None, timestamp=None, headers=None):
+        """Encode one record into the batch.
+
+        value, key: bytes-like or None. timestamp: int milliseconds (None = now).
+        headers: iterable of (str, bytes-like | None).
+        """
+        cdef int64_t ts
+        if timestamp is None:
+            ts = _now_ms()
+        else:
+            ts = timestamp
+        self._append(value, key, ts, headers)
+
+    def append_many(self, values, keys=None, timestamp=None):
+        """Append every value of ``values`` (with the matching key of ``keys`` if given),
+        all with one timestamp (None = now, read once)."""
+        cdef int64_t ts
+        cdef Py_ssize_t i, n
+        if timestamp is None:
+            ts = _now_ms()
+        else:
+            ts = timestamp
+        if not isinstance(values, (list, tuple)):
+            values = list(values)
+        n = len(values)
+        if keys is None:
+            for i in range(n):
+                self._append(values[i], None, ts, None)
+        else:
+            if not isinstance(keys, (list, tuple)):
+                keys = list(keys)
+            if len(keys) != n:
+                raise ValueError("keys and values differ in length")
+            for i in range(n):
+                self._append(values[i], keys[i], ts, None)
+
+    @staticmethod
+    def record_size_upper_bound(value, key=None, headers=None) -> int:
+        """Largest number of bytes one record with these fields can add to a batch."""
+        cdef Py_ssize_t kl = -1 if key is None else len(memoryview(key))
+        cdef Py_ssize_t vl = -1 if value is None else len(memoryview(value))
+        cdef Py_ssize_t size = 5 + 1 + 10 + 5 + 5 + 5 + 5
+        size += (kl if kl > 0 else 0) + (vl if vl > 0 else 0)
+        if headers:
+            for k, v in headers:
+                size += 10 + len(k.encode("utf-8") if isinstance(k, str) else k)
+                if v is not None:
+                    size += len(memoryview(v))
+        return size
+
+    cdef void _fill_header(self, unsigned char* h, int64_t base_offset,
+                           Py_ssize_t total) noexcept:
+        cdef int attrs = self._codec | (self._ts_type << 3)
+        if self._transactional:
+            attrs |= ATTR_TRANSACTIONAL
+        if self._control:
+            attrs |= ATTR_CONTROL
+        _put_i64(h + OFF_BASE_OFFSET, base_offset)
+        _put_i32(h + OFF_LENGTH, <int32_t>(total - LOG_OVERHEAD))
+        _put_i32(h + OFF_PLE, self.partition_leader_epoch)
+        h[OFF_MAGIC] = 2
+        _put_i16(h + OFF_ATTRIBUTES, <int16_t>attrs)
+        _put_i32(h + OFF_LAST_OFFSET_DELTA, self._count - 1)
+        _put_i64(h + OFF_BASE_TIMESTAMP, self._base_ts if self._count else -1)
+        _put_i64(h + OFF_MAX_TIMESTAMP, self._max_ts if self._count else -1)
+        _put_i64(h + OFF_PRODUCER_ID, self.producer_id)
+        _put_i16(h + OFF_PRODUCER_EPOCH, self.producer_epoch)
+        _put_i32(h + OFF_BASE_SEQUENCE, self.base_sequence)
+        _put_i32(h + OFF_RECORDS_COUNT, self._count)
+
+    def build(self, int64_t base_offset=0) -> bytes:
+        """Return the finished batch: header, CRC-32C, records (compressed if asked).
+
+        The builder stays usable: more records may be appended and build() called again.
+        """
+        cdef bytes out
+        cdef unsigned char* o
+        cdef Py_ssize_t clen, total
+        cdef const unsigned char[::1] cview
+        if self._codec == 0:
+            self._fill_header(self._buf, base_offset, self._len)
+            _put_i32(self._buf + OFF_CRC,
+                     <int32_t>_crc32c(self._buf + OFF_ATTRIBUTES, self._len - OFF_ATTRIBUTES))
+            return PyBytes_FromStringAndSize(<char*>self._buf, self._len)
+        # Compressed: the GIL may be released inside compress(), so block appends (which
+        # could realloc the buffer under it) until it returns.
+        self._building = True
+        try:
+            mv = PyMemoryView_FromMemory(<char*>self._buf + HEADER_SIZE,
+                                         self._len - HEADER_SIZE, PyBUF_READ)
+            try:
+                compressed = _compression().compress(self._codec, mv, self._level)
+            finally:
+                mv.release()
+        finally:
+            self._building = False
+        cview = compressed
+        clen = cview.shape[0]
+        total = HEADER_SIZE + clen
+        if total > MAX_BATCH_SIZE:
+            raise ProtocolEncodeError("compressed record batch would exceed 2 GiB")
+        out = PyBytes_FromStringAndSize(NULL, total)
+        o = <unsigned char*>PyBytes_AS_STRING(out)
+        self._fill_header(o, base_offset, total)
+        if clen:
+            memcpy(o + HEADER_SIZE, &cview[0], clen)
+        _put_i32(o + OFF_CRC, <int32_t>_crc32c(o + OFF_ATTRIBUTES, total - OFF_ATTRIBUTES))
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# Reader
+
+@cython.final
+@cython.freelist(64)
+@cython.no_gc  # holds only bytes, str, ints and an enum member: no reference cycles
+cdef class Record:
+    """One record of a batch. key/value are bytes or None; headers a list of (str, bytes|None)."""
+
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly object timestamp_type
+    cdef list _headers
+
+    @property
+    def headers(self) -> list:
+        if self._headers is None:
+            return []
+        return self._headers
+
+    @property
+    def checksum(self):
+        """Records of v2 batches carry no checksum of their own."""
+        return None
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
+                f"key={self.key!r}, value={self.value!r}, headers={self.headers!r})")
+
+    def __eq__(self, other):
+        if not isinstance(other, Record):
+            return NotImplemented
+        return ((self.offset, self.timestamp, self.key, self.value, self.headers,
+                 self.timestamp_type)
+                == ((<Record>other).offset, (<Record>other).timestamp, (<Record>other).key,
+                    (<Record>other).value, (<Record>other).headers,
+                    (<Record>other).timestamp_type))
+
+
+
+cdef extern from *:
+    """
+    #include <structmember.h>
+    /* Expose a field of a cdef class as a member descriptor: CPython's attribute lookup
+       specialises those (LOAD_ATTR_SLOT), which getset properties do not get. */
+    static PyMemberDef kp_record_members[5];
+    static int kp_install_member(PyTypeObject* tp, int i, const char* name, int type,
+                                 Py_ssize_t offset) {
+        PyMemberDef* def = &kp_record_members[i];
+        PyObject* d;
+        int rc;
+        def->name = name;
+        def->type = type;
+        def->offset = offset;
+        def->flags = READONLY;
+        def->doc = NULL;
+        d = PyDescr_NewMember(tp, def);
+        if (d == NULL) return -1;
+        rc = PyDict_SetItemString(tp->tp_dict, name, d);
+        Py_DECREF(d);
+        PyType_Modified(tp);
+        return rc;
+    }
+    """
+    int kp_install_member(type tp, int i, const char* name, int type_, Py_ssize_t offset) except -1
+    int T_OBJECT_EX
+    int T_LONGLONG
+
+
+cdef Py_ssize_t _find_offset(object obj, const void* needle, size_t n) except -1:
+    # Offset of a field inside the instance, found by its (unique) probe value.
+    cdef const char* base = <const char*><void*>obj
+    cdef Py_ssize_t off
+    for off in range(sizeof(void*), (<object>type(obj)).__basicsize__ - <Py_ssize_t>n + 1):
+        if memcmp(base + off, needle, n) == 0:
+            return off
+    raise RuntimeError("record field not found")
+
+
+cdef int _install_record_members() except -1:
+    cdef Record probe = Record.__new__(Record)
+    cdef object k = object()
+    cdef object v = object()
+    cdef object t = object()
+    cdef int64_t o = 0x0123456789ABCDEF
+    cdef int64_t ts = 0x7EDCBA9876543210
+    cdef void* ptr
+    probe.key = k
+    probe.value = v
+    probe.timestamp_type = t
+    probe.offset = o
+    probe.timestamp = ts
+    ptr = <void*>k
+    kp_install_member(Record, 0, "key", T_OBJECT_EX, _find_offset(probe, &ptr, sizeof(void*)))
+    ptr = <void*>v
+    kp_install_member(Record, 1, "value", T_OBJECT_EX, _find_offset(probe, &ptr, sizeof(void*)))
+    ptr = <void*>t
+    kp_install_member(Record, 2, "timestamp_type", T_OBJECT_EX,
+                      _find_offset(probe, &ptr, sizeof(void*)))
+    kp_install_member(Record, 3, "offset", T_LONGLONG, _find_offset(probe, &o, sizeof(o)))
+    kp_install_member(Record, 4, "timestamp", T_LONGLONG, _find_offset(probe, &ts, sizeof(ts)))
+    return 0
+
+
+_install_record_members()
+
+
+cdef int _varint_error(int rc, str what) except -1:
+    if rc == VARINT_TRUNCATED:
+        raise TruncatedDataError(f"record batch: {what} runs past the end of its record")
+    raise InvalidVarintError(f"record batch: {what} varint is too long")
+
+
+cdef inline object _bytes_at(const unsigned char** pp, const unsigned char* rend,
+                             str what):
+    """Read a varint length and that many bytes (None for -1)."""
+    cdef int32_t n = 0
+    cdef Py_ssize_t used = 0
+    cdef int rc = read_varint32(pp[0], rend, &n, &used)
+    cdef const unsigned char* p
+    if rc != VARINT_OK:
+        _varint_error(rc, what + " length")
+    p = pp[0] + used
+    if n < 0:
+        if n == -1:
+            pp[0] = p
+            return None
+        raise InvalidLengthError(f"record batch: negative {what} length {n}")
+    if n > rend - p:
+        raise InvalidLengthError(
+            f"record batch: {what} length {n} exceeds the {rend - p} bytes left in its record")
+    pp[0] = p + n
+    return PyBytes_FromStringAndSize(<const char*>p, n)
+
+
+@cython.final
+cdef class RecordBatch:
+    """A v2 record batch read from a buffer (no copy). Iterate it for its records."""
+
+    cdef const unsigned char[::1] _view     # the whole buffer given to read_batches
+    cdef Py_ssize_t _start
+    cdef Py_ssize_t _size
+    cdef int64_t _base_offset
+    cdef int32_t _ple
+    cdef uint32_t _crc
+    cdef int _attrs
+    cdef int32_t _last_offset_delta
+    cdef int64_t _base_ts
+    cdef int64_t _max_ts
+    cdef int64_t _producer_id
+    cdef int16_t _producer_epoch
+    cdef int32_t _base_seq
+    cdef int32_t _count
+    cdef Py_ssize_t _max_decompressed
+    cdef list _records
+
+    cdef const unsigned char* _ptr(self) noexcept:
+        return &self._view[0] + self._start
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self._base_offset + self._last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self._base_offset + self._last_offset_delta + 1
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self._last_offset_delta
+
+    @property
+    def records_count(self) -> int:
+        return self._count
+
+    @property
+    def magic(self) -> int:
+        return 2
+
+    @property
+    def crc(self) -> int:
+        return self._crc
+
+    @property
+    def attributes(self) -> int:
+        return self._attrs
+
+    @property
+    def compression(self):
+        return _COMPRESSIONS[self._attrs & ATTR_CODEC_MASK]
+
+    @property
+    def timestamp_type(self):
+        return _TIMESTAMP_TYPES[(self._attrs & ATTR_TIMESTAMP_TYPE) >> 3]
+
+    @property
+    def is_transactional(self) -> bool:
+        return (self._attrs & ATTR_TRANSACTIONAL) != 0
+
+    @property
+    def is_control(self) -> bool:
+        return (self._attrs & ATTR_CONTROL) != 0
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return self._ple
+
+    @property
+    def base_timestamp(self) -> int:
+        return self._base_ts
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._max_ts
+
+    @property
+    def delete_horizon(self):
+        """The delete horizon (ms) if the batch has one (attribute bit 6), else None."""
+        if self._attrs & ATTR_DELETE_HORIZON:
+            return self._base_ts
+        return None
+
+    @property
+    def producer_id(self) -> int:
+        return self._producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._producer_epoch
+
+    @property
+    def base_sequence(self) -> int:
+        return self._base_seq
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last offset (wraps from 2**31-1 to 0); -1 without a sequence."""
+        if self._base_seq < 0:
+            return -1
+        return <int32_t>((<int64_t>self._base_seq + self._last_offset_delta) & 0x7FFFFFFF)
+
+    @property
+    def size(self) -> int:
+        """Bytes the batch takes on the wire."""
+        return self._size
+
+    @property
+    def raw(self) -> memoryview:
+        """The batch's bytes in the original buffer (no copy)."""
+        return memoryview(self._view)[self._start:self._start + self._size]
+
+    def __len__(self):
+        return self._count
+
+    def __repr__(self):
+        return (f"RecordBatch(base_offset={self._base_offset}, records={self._count}, "
+                f"compression={self.compression.name}, size={self._size})")
+
+    def validate_crc(self) -> bool:
+        """True if the stored CRC-32C matches the batch's bytes."""
+        return _crc32c(self._ptr() + OFF_ATTRIBUTES, self._size - OFF_ATTRIBUTES) == self._crc
+
+    def records_list(self) -> list:
+        """All records of the batch as a list (parsed once, then cached)."""
+        if self._records is None:
+            self._records = self._parse()
+        return self._records
+
+    def __iter__(self):
+        if self._records is None:
+            self._records = self._parse()
+        return iter(self._records)
+
+    def control_record(self):
+        """The ControlRecord of a control batch; None for data batches or an empty batch."""
+        if not (self._attrs & ATTR_CONTROL):
+            return None
+        recs = self.records_list()
+        if not recs:
+            return None
+        from kafka_proto.records.control import parse_control_record
+        first = <Record>recs[0]
+        return parse_control_record(first.key, first.value)
+
+    cdef list _parse(self):
+        cdef int codec = self._attrs & ATTR_CODEC_MASK
+        cdef const unsigned char* p
+        cdef const unsigned char* end
+        cdef Py_ssize_t clen, limit
+        cdef object data = None
+        if codec == 0:
+            p = self._ptr() + HEADER_SIZE
+            end = self._ptr() + self._size
+        else:
+            clen = self._size - HEADER_SIZE
+            limit = self._max_decompressed
+            if limit <= 0:
+                limit = clen * DECOMPRESSED_RATIO_LIMIT
+                if limit < DEFAULT_MAX_DECOMPRESSED:
+                    limit = DEFAULT_MAX_DECOMPRESSED
+            mv = PyMemoryView_FromMemory(<char*>self._ptr() + HEADER_SIZE, clen, PyBUF_READ)
+            try:
+                data = _compression().decompress(codec, mv, limit)
+            finally:
+                mv.release()
+            if not PyBytes_CheckExact(data):
+                data = bytes(data)
+            p = <const unsigned char*>PyBytes_AS_STRING(data)
+            end = p + PyBytes_GET_SIZE(data)
+            if self._count > (end - p) // MIN_RECORD_WIRE:
+                raise InvalidLengthError(
+                    f"record batch: recordsCount {self._count} cannot fit in "
+                    f"{end - p} decompressed bytes")
+        return _parse_records(p, end, self._count, self._base_offset, self._base_ts,
+                              self._max_ts, self._attrs)
+
+
+cdef list _parse_records(const unsigned char* p, const unsigned char* end, int32_t count,
+                         int64_t base_offset, int64_t base_ts, int64_t max_ts, int attrs):
+    cdef list records = []
+    cdef list headers
+    cdef Record rec
+    cdef int32_t i, j
+    cdef int32_t rlen = 0, odelta = 0, hcount = 0, hkl = 0
+    cdef int64_t tdelta = 0
+    cdef Py_ssize_t used = 0
+    cdef int rc
+    cdef const unsigned char* rend
+    cdef bint log_append = (attrs & ATTR_TIMESTAMP_TYPE) != 0
+    cdef object ts_type = _TIMESTAMP_TYPES[1 if log_append else 0]
+    cdef object hkey
+    for i in range(count):
+        rc = read_varint32(p, end, &rlen, &used)
+        if rc != VARINT_OK:
+            if rc == VARINT_TRUNCATED:
+                raise TruncatedDataError(
+                    f"record batch: record {i} of {count} runs past the end of the batch")
+            raise InvalidVarintError("record batch: record length varint is too long")
+        p += used
+        if rlen < MIN_RECORD_BODY:
+            raise InvalidLengthError(f"record batch: record length {rlen} is too small")
+        if rlen > end - p:
+            raise InvalidLengthError(
+                f"record batch: record length {rlen} exceeds the {end - p} bytes left")
+        rend = p + rlen
+        p += 1  # record attributes: unused
+        rc = read_varint64(p, rend, &tdelta, &used)
+        if rc != VARINT_OK:
+            _varint_error(rc, "timestampDelta")
+        p += used
+        rc = read_varint32(p, rend, &odelta, &used)
+        if rc != VARINT_OK:
+            _varint_error(rc, "offsetDelta")
+        p += used
+        rec = Record.__new__(Record)
+        rec.offset = <int64_t>(<uint64_t>base_offset + <uint64_t><int64_t>odelta)
+        if log_append:
+            rec.timestamp = max_ts
+        else:
+            rec.timestamp = <int64_t>(<uint64_t>base_ts + <uint64_t>tdelta)
+        rec.timestamp_type = ts_type
+        rec.key = _bytes_at(&p, rend, "key")
+        rec.value = _bytes_at(&p, rend, "value")
+        rc = read_varint32(p, rend, &hcount, &used)
+        if rc != VARINT_OK:
+            _varint_error(rc, "headers count")
+        p += used
+        if hcount != 0:
+            if hcount < 0:
+                raise InvalidLengthError(f"record batch: negative header count {hcount}")
+            # Each header takes at least 2 bytes: refuse counts the record cannot hold.
+            if hcount > (rend - p) // 2:
+                raise InvalidLengthError(
+                    f"record batch: header count {hcount} exceeds what the record can hold")
+            headers = []
+            for j in range(hcount):
+                rc = read_varint32(p, rend, &hkl, &used)
+                if rc != VARINT_OK:
+                    _varint_error(rc, "header key length")
+                p += used
+                if hkl < 0:
+                    raise InvalidLengthError(
+                        f"record batch: header key length {hkl} (header keys are not nullable)")
+                if hkl > rend - p:
+                    raise InvalidLengthError(
+                        f"record batch: header key length {hkl} exceeds its record")
+                # Malformed UTF-8 is replaced, as the Java client does.
+                hkey = PyUnicode_DecodeUTF8(<const char*>p, hkl, "replace")
+                p += hkl
+                headers.append((hkey, _bytes_at(&p, rend, "header value")))
+            rec._headers = headers
+        if p != rend:
+            raise CorruptRecordError(
+                f"record batch: record {i} declares {rlen} bytes but its fields take "
+                f"{rlen - (rend - p)}")
+        p = rend
+        records.append(rec)
+    if p != end:
+        raise CorruptRecordError(
+            f"record batch: {end - p} bytes left after the last of {count} records")
+    return records
+
+
+cdef object _read_legacy_entry = None
+
+
+cdef object _legacy_reader():
+    global _read_legacy_entry
+    if _read_legacy_entry is None:
+        try:
+            from kafka_proto.records._legacy import read_legacy_entry
+        except ImportError as exc:
+            raise UnsupportedMagicError(
+                "legacy (magic 0/1) message sets need kafka_proto.records._legacy") from exc
+        _read_legacy_entry = read_legacy_entry
+    return _read_legacy_entry
+
+
+@cython.final
+cdef class BatchReader:
+    """Iterator over the batches of a buffer; see :func:`read_batches`."""
+
+    cdef const unsigned char[::1] _view
+    cdef object _buffer
+    cdef Py_ssize_t _pos
+    cdef Py_ssize_t _end
+    cdef bint _check_crc
+    cdef bint _allow_truncated
+    cdef Py_ssize_t _max_decompressed
+
+    def __iter__(self):
+        return self
+
+    @property
+    def position(self) -> int:
+        """Offset in the buffer of the next batch to read."""
+        return self._pos
+
+    def __next__(self):
+        cdef Py_ssize_t remaining = self._end - self._pos
+        cdef const unsigned char* h
+        cdef int32_t length
+        cdef int magic
+        cdef Py_ssize_t pos = self._pos
+        if remaining <= 0:
+            raise StopIteration
+        try:
+            if remaining < LOG_OVERHEAD:
+                return self._truncated(remaining, LOG_OVERHEAD)
+            h = &self._view[0] + pos
+            length = _get_i32(h + OFF_LENGTH)
+            if length < 0:
+                raise InvalidLengthError(f"record batch at {pos}: negative batchLength {length}")
+            if length < LEGACY_MIN_MESSAGE:
+                raise InvalidLengthError(
+                    f"record batch at {pos}: batchLength {length} is below any format's minimum")
+            if remaining - LOG_OVERHEAD < length:
+                return self._truncated(remaining, <Py_ssize_t>length + LOG_OVERHEAD)
+            magic = <signed char>h[OFF_MAGIC]
+            if magic == 2:
+                if length < HEADER_SIZE - LOG_OVERHEAD:
+                    raise InvalidLengthError(
+                        f"record batch at {pos}: batchLength {length} is below the v2 "
+                        f"minimum {HEADER_SIZE - LOG_OVERHEAD}")
+                batch = _make_batch(self._view, pos, length + LOG_OVERHEAD,
+                                    self._check_crc, self._max_decompressed)
+                self._pos = pos + length + LOG_OVERHEAD
+                return batch
+            if magic == 0 or magic == 1:
+                legacy, next_pos = _legacy_reader()(self._buffer, pos, self._end,
+                                                    self._check_crc)
+                if legacy is None:
+                    return self._truncated(remaining, <Py_ssize_t>length + LOG_OVERHEAD)
+                if next_pos <= pos or next_pos > self._end:
+                    raise CorruptRecordError("legacy reader did not advance")
+                self._pos = next_pos
+                return legacy
+            raise UnsupportedMagicError(f"record batch at {pos}: unsupported magic {magic}")
+        except BaseException:
+            # Stop after an error: a caller that catches it and keeps iterating must not
+            # see the same bytes again forever.
+            self._pos = self._end
+            raise
+
+    cdef object _truncated(self, Py_ssize_t remaining, Py_ssize_t needed):
+        self._pos = self._end
+        if self._allow_truncated:
+            raise StopIteration
+        raise TruncatedDataError(
+            f"record batch truncated: {remaining} bytes left, {needed} needed")
+
+
+cdef RecordBatch _make_batch(const unsigned char[::1] view, Py_ssize_t start, Py_ssize_t size,
+                             bint check_crc, Py_ssize_t max_decompressed):
+    cdef const unsigned char* h = &view[0] + start
+    cdef RecordBatch b = RecordBatch.__new__(RecordBatch)
+    cdef int codec
+    b._view = view
+    b._start = start
+    b._size = size
+    b._base_offset = _get_i64(h + OFF_BASE_OFFSET)
+    b._ple = _get_i32(h + OFF_PLE)
+    b._crc = _get_u32(h + OFF_CRC)
+    b._attrs = <uint16_t>_get_i16(h + OFF_ATTRIBUTES)
+    b._last_offset_delta = _get_i32(h + OFF_LAST_OFFSET_DELTA)
+    b._base_ts = _get_i64(h + OFF_BASE_TIMESTAMP)
+    b._max_ts = _get_i64(h + OFF_MAX_TIMESTAMP)
+    b._producer_id = _get_i64(h + OFF_PRODUCER_ID)
+    b._producer_epoch = _get_i16(h + OFF_PRODUCER_EPOCH)
+    b._base_seq = _get_i32(h + OFF_BASE_SEQUENCE)
+    b._count = _get_i32(h + OFF_RECORDS_COUNT)
+    b._max_decompressed = max_decompressed
+    if check_crc:
+        if _crc32c(h + OFF_ATTRIBUTES, size - OFF_ATTRIBUTES) != b._crc:
+            raise CrcMismatchError(
+                f"record batch at offset {b._base_offset}: CRC-32C mismatch")
+    codec = b._attrs & ATTR_CODEC_MASK
+    if codec > 4:
+        raise UnsupportedCompressionError(
+            f"record batch at offset {b._base_offset}: unknown compression codec id {codec}")
+    if b._count < 0:
+        raise InvalidLengthError(
+            f"record batch at offset {b._base_offset}: negative recordsCount {b._count}")
+    if codec == 0 and b._count > (size - HEADER_SIZE) // MIN_RECORD_WIRE:
+        raise InvalidLengthError(
+            f"record batch at offset {b._base_offset}: recordsCount {b._count} cannot fit "
+            f"in {size - HEADER_SIZE} bytes")
+    return b
+
+
+def read_batches(buffer, bint check_crc=True, *, bint allow_truncated=True,
+                 max_decompressed_size=None):
+    """Iterate the record batches (v2 RecordBatch, legacy LegacyBatch) of ``buffer``.
+
+    buffer: any contiguous bytes-like object; batches and records point into it until their
+    records are parsed, so it must not change meanwhile. A truncated batch at the end (as a
+    fetch response may end) stops the iteration, or raises TruncatedDataError when
+    ``allow_truncated`` is false. ``max_decompressed_size`` caps the decompressed records of
+    one batch (default: max(64 MiB, 64 x compressed size)).
+    """
+    cdef BatchReader r = BatchReader.__new__(BatchReader)
+    cdef Py_ssize_t limit = 0
+    if max_decompressed_size is not None:
+        limit = max_decompressed_size
+        if limit <= 0:
+            raise ValueError("max_decompressed_size must be positive")
+    r._buffer = buffer
+    r._view = buffer
+    r._pos = 0
+    r._end = r._view.shape[0]
+    r._check_crc = check_crc
+    r._allow_truncated = allow_truncated
+    r._max_decompressed = limit
+    return r

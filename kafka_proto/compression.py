@@ -49,6 +49,11 @@ __all__ = [
     "xxh32",
 ]
 
+try:
+    from kafka_proto._compression import OutputBuffer as _OutputBuffer
+except ImportError:  # extension not built: same results, one extra copy per payload
+    _OutputBuffer = None
+
 BytesLike = Union[bytes, bytearray, memoryview]
 
 CODEC_NONE = 0
@@ -81,6 +86,26 @@ def _view(data: BytesLike) -> memoryview:
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
     return mv
+
+
+class _Output:
+    """Destination of a decompression of known size: the final bytes object itself when the
+    compiled helper is there, else a bytearray copied once at the end."""
+
+    __slots__ = ("_buf", "view")
+
+    def __init__(self, size: int) -> None:
+        self._buf = _OutputBuffer(size) if _OutputBuffer is not None else bytearray(size)
+        self.view = memoryview(self._buf)
+
+    def take(self) -> bytes:
+        self.view.release()
+        if _OutputBuffer is not None:
+            return self._buf.take()
+        return bytes(self._buf)
+
+    def drop(self) -> None:
+        self.view.release()
 
 
 def _check_limit(max_size: int) -> None:
@@ -160,7 +185,50 @@ def _gzip_compress(mv: memoryview, level: Optional[int]) -> bytes:
     return head + co.flush() if head else co.flush()
 
 
+# Deflate cannot expand more than about 1032:1; a trailer size above that is a lie.
+_DEFLATE_MAX_RATIO = 1032
+
+_cramjam = None
+
+
+def _cramjam_mod():
+    global _cramjam
+    if _cramjam is None:
+        try:
+            import cramjam
+        except ImportError:  # pragma: no cover - a declared dependency (via python-snappy)
+            _cramjam = False
+        else:
+            _cramjam = cramjam
+    return _cramjam
+
+
+def _gzip_fast(mv: memoryview, max_size: int) -> Optional[bytes]:
+    """One-shot inflate into a buffer sized from the gzip trailer (ISIZE), when that size is
+    plausible and within the budget. Returns None when anything does not fit exactly; the
+    caller then runs the streaming decoder, which has the final say on errors."""
+    cj = _cramjam_mod()
+    n = len(mv)
+    if not cj or n < 20:
+        return None
+    (hint,) = struct.unpack_from("<I", mv, n - 4)
+    if hint == 0 or hint > max_size or hint > n * _DEFLATE_MAX_RATIO:
+        return None
+    out = _Output(hint)
+    try:
+        got = cj.gzip.decompress_into(mv, out.view)
+    except Exception:
+        got = -1
+    if got != hint:
+        out.drop()
+        return None
+    return out.take()
+
+
 def _gzip_decompress(mv: memoryview, max_size: int) -> bytes:
+    fast = _gzip_fast(mv, max_size)
+    if fast is not None:
+        return fast
     parts: List[bytes] = []
     total = 0
     data: BytesLike = mv
@@ -271,24 +339,20 @@ def _snappy_decompress(mv: memoryview, max_size: int) -> bytes:
         if total > max_size:
             raise _limit_error("snappy", max_size)
         sizes.append(size)
-    if len(blocks) == 1:
-        try:
-            return bytes(sn.decompress_raw(blocks[0]))
-        except Exception as e:
-            raise DecompressionError(f"corrupt snappy block: {e}") from e
-    out = bytearray(total)
-    ov = memoryview(out)
+    out = _Output(total)
+    ov = out.view
     pos = 0
     for block, size in zip(blocks, sizes):
         try:
             got = sn.decompress_raw_into(block, ov[pos:pos + size])
         except Exception as e:
+            out.drop()
             raise DecompressionError(f"corrupt snappy block: {e}") from e
         if got != size:
+            out.drop()
             raise DecompressionError("snappy block shorter than its declared length")
         pos += size
-    ov.release()
-    return bytes(out)
+    return out.take()
 
 
 # ---------------------------------------------------------------------------------------------

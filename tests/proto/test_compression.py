@@ -259,3 +259,26 @@ def test_zstd_multiple_and_skippable_frames():
 def test_zstd_bad_level():
     with pytest.raises(CompressionError):
         C.compress(C.CODEC_ZSTD, DATA, level=1000)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_same_results_without_compiled_output_helper(codec, monkeypatch):
+    monkeypatch.setattr(C, "_OutputBuffer", None)
+    packed = C.compress(codec, DATA)
+    assert C.decompress(codec, packed) == DATA
+    assert C.decompress(C.CODEC_SNAPPY, C.compress(C.CODEC_SNAPPY, b"")) == b""
+
+
+def test_output_helper_is_exact_and_single_use():
+    from kafka_proto._compression import OutputBuffer
+
+    out = OutputBuffer(5)
+    view = memoryview(out)
+    assert not view.readonly and len(view) == 5
+    view[:] = b"abcde"
+    with pytest.raises(BufferError):
+        out.take()  # still exported
+    view.release()
+    assert out.take() == b"abcde"
+    with pytest.raises(BufferError):
+        out.take()

@@ -226,3 +226,20 @@ def test_random_bytes_behind_valid_magic(codec, prefix):
         pass
     else:
         assert len(out) <= 1 << 16
+
+
+def test_gzip_lying_trailer_size():
+    # The one-shot path sizes its buffer from ISIZE; a lie falls back to the streaming
+    # decoder, which reports the mismatch instead of returning a wrong length.
+    packed = bytearray(gzip.compress(DATA))
+    for isize in (len(DATA) - 1, len(DATA) + 1, 1, 2**32 - 1):
+        struct.pack_into("<I", packed, len(packed) - 4, isize)
+        with pytest.raises(DecompressionError):
+            C.decompress(C.CODEC_GZIP, bytes(packed))
+
+
+def test_gzip_fast_path_never_exceeds_limit():
+    packed = gzip.compress(bytes(2 * MiB))
+    with pytest.raises(DecompressionLimitError):
+        C.decompress(C.CODEC_GZIP, packed, max_size=2 * MiB - 1)
+    assert C.decompress(C.CODEC_GZIP, packed, max_size=2 * MiB) == bytes(2 * MiB)

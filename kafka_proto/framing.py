@@ -37,6 +37,7 @@ __all__ = [
     "encode_request",
     "encode_request_parts",
     "decode_response_header",
+    "peek_correlation_id",
     "request_header_version",
     "response_header_version",
 ]
@@ -309,6 +310,14 @@ def _read_uvarint(mv: memoryview, pos: int, end: int) -> Tuple[int, int]:
             raise InvalidVarintError("response header: tagged-field varint longer than 5 bytes")
 
 
+def peek_correlation_id(frame: BytesLike) -> int:
+    """The correlation id of a response frame (its first field in every header version),
+    to find the request, and so the header version, before decoding the header."""
+    if len(frame) < 4:
+        raise TruncatedDataError(f"response frame of {len(frame)} bytes has no correlation id")
+    return _INT32.unpack_from(frame, 0)[0]
+
+
 def decode_response_header(frame: BytesLike, api_key: int, api_version: int,
                            header_version: Optional[int] = None) -> Tuple[int, memoryview]:
     """Split a response frame into ``(correlation_id, body)``; the body is a zero-copy view.
@@ -359,63 +368,112 @@ class CorrelationTracker:
     response is for the oldest request still waiting, and raises
     :class:`CorrelationIdError` for an unknown id or one that skips older requests: the
     stream is out of sync and the connection must be closed.
+
+    Requests sent with ``expect_response=False`` (Produce with acks=0) are remembered
+    too, because some brokers answer them anyway (Tansu 0.6 and noida-db 0.2.3 both
+    do; Kafka does not): :meth:`pop` returns None for such an answer, to be dropped. Once
+    a later request is answered, the unanswered fire-and-forget ids before it are
+    forgotten, since an answer to them can no longer come.
     """
+
+    #: Fire-and-forget ids kept at most (oldest dropped first) while nothing else is answered.
+    MAX_UNANSWERED = 10_000
 
     def __init__(self, start: int = 0, strict_order: bool = True) -> None:
         if not 0 <= start <= _INT32_MAX:
             raise ValueError("start must be within 0..2**31-1")
         self._next = start
         self.strict_order = strict_order
-        self._pending: "OrderedDict[int, InFlight]" = OrderedDict()
+        # Every id in flight, in send order -> (entry, expects a response)
+        self._order: "OrderedDict[int, Tuple[InFlight, bool]]" = OrderedDict()
+        self._expected = 0
+        self._silent = 0
 
     def __len__(self) -> int:
-        return len(self._pending)
+        """Requests waiting for a response (fire-and-forget ones not counted)."""
+        return self._expected
 
     def __contains__(self, correlation_id: object) -> bool:
-        return correlation_id in self._pending
+        item = self._order.get(correlation_id)  # type: ignore[call-overload]
+        return item is not None and item[1]
 
     def next_id(self, api_key: int, api_version: int, data: Any = None,
                 expect_response: bool = True) -> int:
-        """A fresh correlation id; remembered unless ``expect_response`` is False
-        (Produce with acks=0 gets no answer)."""
+        """A fresh correlation id, remembered with what was sent. ``expect_response=False``
+        for a request the protocol leaves unanswered (Produce with acks=0)."""
         cid = self._next
-        for _ in range(len(self._pending) + 1):
-            if cid not in self._pending:
+        for _ in range(len(self._order) + 1):
+            if cid not in self._order:
                 break
             cid = 0 if cid == _INT32_MAX else cid + 1
         self._next = 0 if cid == _INT32_MAX else cid + 1
+        self._order[cid] = (InFlight(cid, api_key, api_version, data), expect_response)
         if expect_response:
-            self._pending[cid] = InFlight(cid, api_key, api_version, data)
+            self._expected += 1
+        else:
+            self._silent += 1
+            if self._silent > self.MAX_UNANSWERED:
+                self._drop_oldest_silent()
         return cid
+
+    def get(self, correlation_id: int) -> Optional[InFlight]:
+        """The request sent under ``correlation_id`` (answered or not), or None; does not
+        remove it. Used to pick the response header version before :meth:`pop`."""
+        item = self._order.get(correlation_id)
+        return None if item is None else item[0]
 
     def peek(self) -> Optional[InFlight]:
         """The oldest request still waiting for its response, or None."""
-        if not self._pending:
-            return None
-        return next(iter(self._pending.values()))
+        for entry, expected in self._order.values():
+            if expected:
+                return entry
+        return None
 
-    def pop(self, correlation_id: int) -> InFlight:
-        """Remove and return the request a response with ``correlation_id`` answers."""
-        entry = self._pending.get(correlation_id)
-        if entry is None:
+    def pop(self, correlation_id: int) -> Optional[InFlight]:
+        """Remove and return the request a response with ``correlation_id`` answers;
+        None if it was a fire-and-forget request (drop that response)."""
+        item = self._order.get(correlation_id)
+        if item is None:
             raise CorrelationIdError(
                 f"response with correlation id {correlation_id} matches no request in flight"
-                f" ({len(self._pending)} waiting)")
+                f" ({self._expected} waiting)")
         if self.strict_order:
-            oldest = next(iter(self._pending))
-            if oldest != correlation_id:
-                raise CorrelationIdError(
-                    f"response with correlation id {correlation_id} arrived before the one "
-                    f"for {oldest}: responses out of order")
-        del self._pending[correlation_id]
+            for cid, (_entry, expected) in self._order.items():
+                if cid == correlation_id:
+                    break
+                if expected:
+                    raise CorrelationIdError(
+                        f"response with correlation id {correlation_id} arrived before the "
+                        f"one for {cid}: responses out of order")
+            # Older fire-and-forget requests went unanswered: their answers cannot come now.
+            while True:
+                cid = next(iter(self._order))
+                if cid == correlation_id:
+                    break
+                del self._order[cid]
+                self._silent -= 1
+        del self._order[correlation_id]
+        entry, expected = item
+        if not expected:
+            self._silent -= 1
+            return None
+        self._expected -= 1
         return entry
 
     def pending(self) -> List[InFlight]:
-        """Requests still waiting, oldest first."""
-        return list(self._pending.values())
+        """Requests still waiting for a response, oldest first."""
+        return [entry for entry, expected in self._order.values() if expected]
 
     def clear(self) -> List[InFlight]:
-        """Forget every request (connection lost); return them, oldest first."""
-        out = list(self._pending.values())
-        self._pending.clear()
+        """Forget every request (connection lost); return those that awaited a response."""
+        out = self.pending()
+        self._order.clear()
+        self._expected = self._silent = 0
         return out
+
+    def _drop_oldest_silent(self) -> None:
+        for cid, (_entry, expected) in self._order.items():
+            if not expected:
+                del self._order[cid]
+                self._silent -= 1
+                return

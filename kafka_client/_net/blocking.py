@@ -25,6 +25,7 @@ from kafka_proto.framing import (
     FrameParser,
     decode_response_header,
     encode_request_parts,
+    peek_correlation_id,
 )
 
 __all__ = [
@@ -307,16 +308,19 @@ class BlockingConnection:
     def _receive_body(self, correlation_id: int, deadline: float) -> memoryview:
         """Read responses until the one for ``correlation_id``; return its body."""
         while True:
-            entry = self._tracker.peek()
-            if entry is None:
-                raise RuntimeError("no request waiting for a response")
             frame = self._next_frame(deadline)
             try:
-                cid, body = decode_response_header(frame, entry.api_key, entry.api_version)
-                self._tracker.pop(cid)
+                cid = peek_correlation_id(frame)
+                entry = self._tracker.get(cid)
+                if entry is None:
+                    self._tracker.pop(cid)  # raises CorrelationIdError, naming the id
+                _, body = decode_response_header(frame, entry.api_key, entry.api_version)
+                answered = self._tracker.pop(cid)
             except Exception:
                 self.close()
                 raise
+            if answered is None:
+                continue  # an answer to acks=0 Produce (Tansu, noida-db send one): dropped
             if cid == correlation_id:
                 return body
             # An earlier pipelined response nobody waited for: dropped.

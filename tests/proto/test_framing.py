@@ -293,6 +293,14 @@ def test_encode_request_of_raw_body_needs_api_key():
 # --------------------------------------------------------------------------- response headers
 
 
+def test_peek_correlation_id():
+    from kafka_proto.framing import peek_correlation_id
+
+    assert peek_correlation_id(b"\x00\x00\x01\x00\x00rest") == 256
+    with pytest.raises(TruncatedDataError):
+        peek_correlation_id(b"\x00\x01")
+
+
 def test_response_header_v0():
     cid, body = decode_response_header(b"\x00\x00\x00\x07rest", 3, 1, header_version=0)
     assert cid == 7 and bytes(body) == b"rest" and isinstance(body, memoryview)
@@ -397,10 +405,49 @@ def test_tracker_wraps_int32_and_skips_ids_in_flight():
 def test_tracker_without_response_and_clear():
     t = CorrelationTracker()
     assert t.next_id(0, 3, expect_response=False) == 0
-    assert len(t) == 0 and 0 not in t
+    assert len(t) == 0 and 0 not in t and t.peek() is None
     t.next_id(0, 3, data="a")
     t.next_id(0, 3, data="b")
     assert [e.data for e in t.clear()] == ["a", "b"] and len(t) == 0
+    assert t.get(0) is None
+
+
+def test_tracker_answer_to_fire_and_forget_is_dropped():
+    # Tansu and noida-db answer Produce acks=0 although Kafka does not
+    t = CorrelationTracker()
+    silent = t.next_id(0, 9, expect_response=False)
+    normal = t.next_id(3, 12, data="md")
+    assert t.get(silent).api_key == 0 and t.get(normal).data == "md"
+    assert t.peek().correlation_id == normal
+    assert t.pop(silent) is None
+    assert t.pop(normal).data == "md"
+    assert len(t) == 0 and t.get(silent) is None
+
+
+def test_tracker_unanswered_fire_and_forget_is_forgotten():
+    t = CorrelationTracker()
+    silent = t.next_id(0, 9, expect_response=False)
+    normal = t.next_id(3, 12)
+    assert t.pop(normal).correlation_id == normal  # Kafka: no answer to `silent`
+    with pytest.raises(CorrelationIdError):
+        t.pop(silent)  # too late: it would have come first
+
+
+def test_tracker_fire_and_forget_does_not_excuse_skipping():
+    t = CorrelationTracker()
+    first = t.next_id(3, 12)
+    t.next_id(0, 9, expect_response=False)
+    third = t.next_id(3, 12)
+    with pytest.raises(CorrelationIdError, match="out of order"):
+        t.pop(third)
+    assert t.pop(first).correlation_id == first
+
+
+def test_tracker_bounds_unanswered_ids(monkeypatch):
+    monkeypatch.setattr(CorrelationTracker, "MAX_UNANSWERED", 3)
+    t = CorrelationTracker()
+    ids = [t.next_id(0, 9, expect_response=False) for _ in range(5)]
+    assert [t.get(i) is not None for i in ids] == [False, False, True, True, True]
 
 
 def test_tracker_start_range():

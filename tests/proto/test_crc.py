@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 from kafka_proto import _crc
 
 CHECK = b"123456789"
-CRC32C_FUNCS = [_crc.crc32c, _crc.crc32c_software]
+CRC32C_FUNCS = [_crc.crc32c, _crc.crc32c_software] + [
+    (lambda data, crc=0, _impl=impl: _crc.crc32c_using(_impl, data, crc))
+    for impl in _crc.IMPLEMENTATIONS
+]
 
 
 def test_check_values():
@@ -29,16 +32,36 @@ def test_check_values():
     assert _crc.crc32c(bytes(range(32))) == 0x46DD794E
 
 
-def test_implementation_is_named():
-    assert isinstance(_crc.IMPLEMENTATION, str) and _crc.IMPLEMENTATION
+def test_implementations_listed_and_selectable():
+    assert _crc.IMPLEMENTATIONS[0] == "software"
+    assert _crc.IMPLEMENTATION == _crc.IMPLEMENTATIONS[-1]
+    for impl in _crc.IMPLEMENTATIONS:
+        assert _crc.crc32c_using(impl, CHECK) == 0xE3069283
+    with pytest.raises(ValueError, match="not available"):
+        _crc.crc32c_using("no-such-path", CHECK)
+
+
+def test_hardware_path_on_x86_64():
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("hardware CRC-32C path is x86-64 only")
+    with open("/proc/cpuinfo") as f:
+        flags = f.read()
+    if " sse4_2" in flags and " pclmulqdq" in flags:
+        assert "sse4.2" in _crc.IMPLEMENTATIONS
+    if " avx512f" in flags and " vpclmulqdq" in flags:
+        assert "avx512" in _crc.IMPLEMENTATIONS
 
 
 @pytest.mark.parametrize("fn", CRC32C_FUNCS)
 def test_crc32c_boundary_lengths(fn):
-    # Lengths around the 8-byte word, the 3 x 256 and 3 x 8192 block sizes, at every
+    # Lengths around the 8-byte word, the 3 x 256 and 3 x 8192 block sizes of the SSE4.2
+    # path, the 1 KiB threshold and the 16/64/256-byte steps of the AVX-512 path, at every
     # alignment of the start pointer.
     data = os.urandom(3 * 8192 * 2 + 64)
-    lengths = {0, 1, 7, 8, 9, 15, 16, 17, 767, 768, 769, 1535, 1536, 1537,
+    lengths = {0, 1, 7, 8, 9, 15, 16, 17, 767, 768, 769, 1023, 1024, 1025, 1039, 1040,
+               1087, 1088, 1279, 1280, 1281, 1535, 1536, 1537, 2047, 2048, 2063,
                24575, 24576, 24577, 2 * 24576 + 5}
     for n in sorted(lengths):
         for off in range(8):
@@ -46,17 +69,16 @@ def test_crc32c_boundary_lengths(fn):
             assert fn(chunk) == crc32c_pkg.crc32c(bytes(chunk)), (n, off)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.binary(min_size=0, max_size=10000), st.integers(0, 15), st.integers(0, 2**32 - 1))
 def test_crc32c_matches_reference(data, off, seed):
     view = memoryview(data)[min(off, len(data)):]
     expected = crc32c_pkg.crc32c(bytes(view))
-    assert _crc.crc32c(view) == expected
-    assert _crc.crc32c_software(view) == expected
-    # Continuing from an arbitrary register value.
     expected_seeded = crc32c_pkg.crc32c(bytes(view), seed)
-    assert _crc.crc32c(view, seed) == expected_seeded
-    assert _crc.crc32c_software(view, seed) == expected_seeded
+    for fn in CRC32C_FUNCS:
+        assert fn(view) == expected
+        # Continuing from an arbitrary register value.
+        assert fn(view, seed) == expected_seeded
 
 
 @settings(max_examples=60, deadline=None)
@@ -78,9 +100,9 @@ def test_large_buffer_paths_agree():
     # Above the GIL-release threshold and several long blocks.
     data = os.urandom((1 << 20) + 13)
     expected = crc32c_pkg.crc32c(data)
-    assert _crc.crc32c(data) == expected
-    assert _crc.crc32c(bytearray(data)) == expected
-    assert _crc.crc32c_software(data) == expected
+    for fn in CRC32C_FUNCS:
+        assert fn(data) == expected
+        assert fn(bytearray(data)) == expected
     assert _crc.crc32(data) == zlib.crc32(data)
 
 
@@ -115,3 +137,17 @@ def test_threads_get_the_same_answer():
     for t in threads:
         t.join()
     assert results == [expected] * 20
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 10000), st.integers(0, 63), st.integers(0, 2**32 - 1))
+def test_crc32c_uniform_random_lengths(n, off, seed):
+    # st.binary favours short inputs; this draws lengths uniformly over 0..10000 so the
+    # 1 KiB+ paths get as many examples as the short ones.
+    import random
+
+    data = random.Random(seed).randbytes(n + off)
+    view = memoryview(data)[off:]
+    expected = crc32c_pkg.crc32c(bytes(view), seed)
+    for fn in CRC32C_FUNCS:
+        assert fn(view, seed) == expected

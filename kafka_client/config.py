@@ -23,7 +23,7 @@ import logging
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Tuple, Union
 
 from .errors import KafkaError, KafkaException
 
@@ -51,6 +51,7 @@ CALLABLE = "callable"
 LOGGER = "logger"  # a logging.Logger-like object (has .log())
 
 ROLES = ("producer", "consumer", "admin")
+Role = Literal["producer", "consumer", "admin"]
 
 _SCOPE_NAMES = {"*": "both", "P": "producer", "C": "consumer"}
 
@@ -583,7 +584,7 @@ class ClientConfig(Mapping[str, Any]):
         object.__setattr__(self, "_explicit", explicit)
 
     @classmethod
-    def from_dict(cls, conf: Mapping[str, Any], role: str = "producer") -> "ClientConfig":
+    def from_dict(cls, conf: Mapping[str, Any], role: "Role") -> "ClientConfig":
         """Parse, validate and complete a user configuration for a client of *role*.
 
         *role* is ``"producer"``, ``"consumer"`` or ``"admin"``. Values may be given as

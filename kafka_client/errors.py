@@ -138,7 +138,7 @@ def _code_description(code: int) -> str:
         return local[1]
     row = _BROKER_BY_CODE.get(code)
     if row is not None:
-        return "Broker: " + row.name.replace("_", " ").lower()
+        return "Broker: " + row.name.replace("_", " ").capitalize()
     if code == 0:
         return "Success"
     return f"Unknown error {code}"

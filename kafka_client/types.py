@@ -5,7 +5,7 @@ between the two by changing an import.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple
 
 from .errors import KafkaError
 
@@ -37,7 +37,8 @@ _INT32_MAX = 2**31 - 1
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
-Headers = Union[List[Tuple[str, Optional[bytes]]], Any]
+# Kafka headers: ordered (key, value) pairs; keys may repeat.
+Headers = List[Tuple[str, Optional[bytes]]]
 
 
 def _check_int(value: Any, what: str, lo: int, hi: int) -> int:

@@ -131,6 +131,33 @@ cdef int _parse(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, bint c
     return PARSE_OK
 
 
+cdef object _TS_TYPES = None
+cdef object _CODECS = None
+
+
+cdef _load_enums():
+    # The v2 module's enums, so legacy and v2 batches report the same types. Imported on first
+    # use: kafka_proto.records imports this module, a top-level import would be circular.
+    global _TS_TYPES, _CODECS
+    try:
+        from kafka_proto.records._v2 import Compression, TimestampType
+    except ImportError:
+        from kafka_proto.compression import CompressionCodec as Compression
+        _TS_TYPES = (0, 1)
+    else:
+        _TS_TYPES = (TimestampType(0), TimestampType(1))
+    _CODECS = tuple(Compression(i) for i in range(5))
+
+
+cdef inline object _ts_type_obj(int t):
+    """-1 (magic 0: no timestamp) stays an int; 0/1 become TimestampType members."""
+    if t < 0:
+        return -1
+    if _TS_TYPES is None:
+        _load_enums()
+    return _TS_TYPES[t]
+
+
 cdef inline object _bytes_or_none(const unsigned char* buf, Py_ssize_t pos, int32_t n):
     if n < 0:
         return None
@@ -142,9 +169,14 @@ cdef class LegacyRecord:
 
     cdef readonly int64_t offset
     cdef readonly int64_t timestamp
-    cdef readonly int timestamp_type
+    cdef int _ts_type
     cdef readonly object key
     cdef readonly object value
+
+    @property
+    def timestamp_type(self):
+        """-1 for magic 0 (no timestamp), else TimestampType.CREATE_TIME / LOG_APPEND_TIME."""
+        return _ts_type_obj(self._ts_type)
 
     @property
     def headers(self):
@@ -153,7 +185,7 @@ cdef class LegacyRecord:
 
     def __repr__(self):
         return (f"LegacyRecord(offset={self.offset}, timestamp={self.timestamp}, "
-                f"timestamp_type={self.timestamp_type}, key={self.key!r}, "
+                f"timestamp_type={self._ts_type}, key={self.key!r}, "
                 f"value={self.value!r})")
 
 
@@ -162,7 +194,7 @@ cdef LegacyRecord _record(int64_t offset, int64_t timestamp, int timestamp_type,
     cdef LegacyRecord r = LegacyRecord.__new__(LegacyRecord)
     r.offset = offset
     r.timestamp = timestamp
-    r.timestamp_type = timestamp_type
+    r._ts_type = timestamp_type
     r.key = key
     r.value = value
     return r
@@ -180,12 +212,24 @@ cdef class LegacyBatch:
     cdef readonly int64_t last_offset
     cdef readonly int magic
     cdef readonly uint32_t crc
-    cdef readonly int compression
-    cdef readonly int timestamp_type
+    cdef int _codec
+    cdef int _ts_type
     cdef readonly int64_t base_timestamp
     cdef readonly int64_t max_timestamp
     cdef readonly Py_ssize_t size
     cdef list _records
+
+    @property
+    def compression(self):
+        """Codec of a wrapper (Compression member; NONE for a plain message)."""
+        if _CODECS is None:
+            _load_enums()
+        return _CODECS[self._codec]
+
+    @property
+    def timestamp_type(self):
+        """-1 for magic 0 (no timestamps), else TimestampType of the entry."""
+        return _ts_type_obj(self._ts_type)
 
     @property
     def records_count(self):
@@ -234,7 +278,7 @@ cdef class LegacyBatch:
     def __repr__(self):
         return (f"LegacyBatch(magic={self.magic}, base_offset={self.base_offset}, "
                 f"last_offset={self.last_offset}, records_count={len(self._records)}, "
-                f"compression={self.compression}, size={self.size})")
+                f"compression={self._codec}, size={self.size})")
 
 
 cdef int _ts_type(const Msg* m) noexcept:
@@ -317,12 +361,12 @@ def read_legacy_entry(buffer, Py_ssize_t pos, Py_ssize_t end, bint check_crc=Tru
     b.magic = m.magic
     b.crc = m.crc
     b.size = LOG_OVERHEAD + m.size
-    b.timestamp_type = _ts_type(&m)
+    b._ts_type = _ts_type(&m)
     b.max_timestamp = m.timestamp
     codec = m.attributes & 0x07
-    b.compression = codec
+    b._codec = codec
     if codec == 0:
-        r = _record(m.offset, m.timestamp, b.timestamp_type,
+        r = _record(m.offset, m.timestamp, b._ts_type,
                     _bytes_or_none(buf, m.key_pos, m.key_len),
                     _bytes_or_none(buf, m.value_pos, m.value_len))
         b._records = [r]

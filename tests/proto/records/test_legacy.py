@@ -411,3 +411,32 @@ def test_mutated_sets_raise_only_codec_errors(data):
     assert total <= len(base)
     for b in batches:
         assert b.records_count == len(list(b)) >= 1
+
+
+# --- the records package's dispatcher uses this reader -----------------------------------
+
+
+def test_enum_types_shared_with_v2_batches():
+    from kafka_proto.records import Compression, TimestampType
+
+    (batch,) = read_legacy_message_set(wrapper(SNAPPY, [msg(0, b"x", ts=3)], offset=0, ts=3))
+    assert type(batch.compression) is Compression and batch.compression is Compression.SNAPPY
+    assert batch.timestamp_type is TimestampType.CREATE_TIME
+    assert next(iter(batch)).timestamp_type is TimestampType.CREATE_TIME
+    (batch,) = read_legacy_message_set(msg(0, b"x", attrs=LOG_APPEND, ts=3))
+    assert next(iter(batch)).timestamp_type is TimestampType.LOG_APPEND_TIME
+    (batch,) = read_legacy_message_set(msg(0, b"x", magic=0))
+    assert batch.timestamp_type == -1 and batch.compression is Compression.NONE
+
+
+def test_read_batches_dispatches_legacy_entries():
+    from kafka_proto.records import RecordBatchBuilder, read_batches
+
+    legacy = _peer_build(1, GZIP, [(i, 10 + i, None, b"v%d" % i) for i in range(3)])
+    v2 = RecordBatchBuilder()
+    v2.append(b"new", timestamp=99)
+    data = legacy + msg(3, b"plain", magic=0) + v2.build(base_offset=4) + legacy[:-1]
+    batches = list(read_batches(data))
+    assert [(b.magic, b.base_offset, b.last_offset) for b in batches] == \
+        [(1, 0, 2), (0, 3, 3), (2, 4, 4)]
+    assert [r.value for b in batches for r in b] == [b"v0", b"v1", b"v2", b"plain", b"new"]

@@ -563,3 +563,67 @@ def test_markdown_command_line():
 def test_attribute_names_do_not_shadow_methods():
     methods = {n for n in dir(ClientConfig) if not n.startswith("_")}
     assert methods.isdisjoint(p.attr for p in PROPERTIES.values())
+
+
+# --- agreement with librdkafka (through confluent-kafka) on accept / reject ---
+
+AGREEMENT_CASES = [
+    # (conf, role)
+    ({"linger.ms": "20"}, "producer"),
+    ({"linger.ms": 900001}, "producer"),
+    ({"queue.buffering.max.ms": "0.5"}, "producer"),
+    ({"batch.num.messages": 0}, "producer"),
+    ({"message.max.bytes": 999}, "producer"),
+    ({"acks": "all"}, "producer"),
+    ({"acks": "-2"}, "producer"),
+    ({"acks": "x"}, "producer"),
+    ({"compression.type": "LZ4"}, "producer"),
+    ({"compression.type": "brotli"}, "producer"),
+    ({"compression.level": 13}, "producer"),
+    ({"partitioner": "bogus"}, "producer"),
+    ({"enable.idempotence": "t"}, "producer"),
+    ({"enable.idempotence": "yes"}, "producer"),
+    ({"enable.idempotence": True, "acks": 1}, "producer"),
+    ({"enable.idempotence": True, "max.in.flight": 6}, "producer"),
+    ({"enable.idempotence": True, "retries": 0}, "producer"),
+    ({"enable.idempotence": True, "acks": "all", "max.in.flight": 5, "retries": 3}, "producer"),
+    ({"enable.gapless.guarantee": True}, "producer"),
+    ({"transactional.id": "x", "enable.idempotence": False}, "producer"),
+    ({"transactional.id": "x", "message.timeout.ms": 70000}, "producer"),
+    ({"transactional.id": "x", "socket.timeout.ms": 70000}, "producer"),
+    ({"linger.ms": 1000, "message.timeout.ms": 1000}, "producer"),
+    ({"reconnect.backoff.ms": 2000, "reconnect.backoff.max.ms": 1000}, "producer"),
+    ({"lingr.ms": 1}, "producer"),
+    ({"debug": "broker,topic"}, "producer"),
+    ({"debug": "bogus"}, "producer"),
+    ({"group.id": "g", "auto.offset.reset": "smallest"}, "consumer"),
+    ({"group.id": "g", "auto.offset.reset": "bogus"}, "consumer"),
+    ({"group.id": "g", "isolation.level": "READ_COMMITTED"}, "consumer"),
+    ({"group.id": "g", "linger.ms": 5}, "consumer"),
+    ({"group.id": "g", "max.poll.interval.ms": 1000, "session.timeout.ms": 2000}, "consumer"),
+    ({"group.id": "g", "fetch.max.bytes": 1000, "message.max.bytes": 2000}, "consumer"),
+    ({"group.id": "g", "partition.assignment.strategy": "range,cooperative-sticky"},
+     "consumer"),
+    ({"group.id": "g", "session.timeout.ms": "abc"}, "consumer"),
+]
+
+
+@pytest.mark.parametrize("conf,role", AGREEMENT_CASES)
+def test_accepts_and_rejects_like_librdkafka(conf, role):
+    ck = pytest.importorskip("confluent_kafka")
+    cls = ck.Producer if role == "producer" else ck.Consumer
+    full = dict(conf, **{"log_level": 0})  # keep librdkafka's warnings off the test output
+    try:
+        client = cls(full)
+        theirs = True
+    except ck.KafkaException:
+        theirs = False
+    else:
+        if role == "consumer":
+            client.close()
+    try:
+        ClientConfig.from_dict(conf, role)
+        ours = True
+    except KafkaException:
+        ours = False
+    assert ours == theirs

@@ -28,6 +28,7 @@ from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Tuple,
 from .errors import KafkaError, KafkaException
 
 __all__ = [
+    "IGNORED",
     "Property",
     "PROPERTIES",
     "ClientConfig",
@@ -387,6 +388,17 @@ _TABLE: Tuple[Property, ...] = (
        "commit."),
 )
 
+# librdkafka properties that only tune librdkafka's own internals (or are deprecated there):
+# accepted so that existing configurations still load, ignored with a logged warning.
+IGNORED: frozenset = frozenset((
+    "api.version.fallback.ms", "broker.address.ttl", "broker.version.fallback",
+    "client.dns.lookup", "enable.metrics.push", "enable.random.seed", "enabled_events",
+    "internal.termination.signal", "log.queue", "log.thread.name", "message.copy.max.bytes",
+    "metadata.recovery.rebootstrap.trigger.ms", "metadata.recovery.strategy",
+    "produce.offset.report", "reconnect.backoff.jitter.ms", "socket.blocking.max.ms",
+    "socket.max.fails", "topic.metadata.refresh.fast.cnt", "topic.metadata.refresh.sparse",
+))
+
 #: Every property by canonical name, in table order.
 PROPERTIES: Mapping[str, Property] = {p.name: p for p in _TABLE}
 
@@ -600,11 +612,15 @@ class ClientConfig(Mapping[str, Any]):
         values: Dict[str, Any] = {p.name: p.default for p in _TABLE}
         explicit: Dict[str, Any] = {}
         given_as: Dict[str, str] = {}
+        ignored: List[str] = []
         for key, raw in conf.items():
             if not isinstance(key, str):
                 raise _invalid(f"Configuration property names must be strings, not {key!r}")
             prop = _BY_ANY_NAME.get(key)
             if prop is None:
+                if key in IGNORED:
+                    ignored.append(key)
+                    continue
                 raise _unknown(key)
             if raw is None:
                 continue
@@ -616,6 +632,10 @@ class ClientConfig(Mapping[str, Any]):
         cfg._check_security()
         cfg._finalize(given_as)
         cfg._warn_scope(given_as)
+        for key in ignored:
+            cfg._logger().warning(
+                "Configuration property %s only tunes librdkafka internals and is ignored by "
+                "this client", key)
         return cfg
 
     # --- cross-property rules (librdkafka's finalize step) ---
@@ -934,6 +954,12 @@ def to_markdown() -> str:
         "- Every client: `reconnect.backoff.max.ms` >= `reconnect.backoff.ms`, "
         "`retry.backoff.max.ms` >= `retry.backoff.ms`; `security.protocol` must be plaintext "
         "for now.",
+        "",
+        "## Accepted and ignored",
+        "",
+        "These librdkafka properties only tune librdkafka's own internals or are deprecated "
+        "there. They are accepted so existing configurations load, and ignored with a logged "
+        "warning: " + ", ".join(f"`{n}`" for n in sorted(IGNORED)) + ".",
         "",
     ]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from kafka_client import KafkaError, KafkaException
 from kafka_client.config import (
+    IGNORED,
     PROPERTIES,
     ClientConfig,
     describe,
@@ -527,6 +528,8 @@ def test_numeric_in_range_accepted_out_of_range_rejected(prop, value, as_string)
 @settings(max_examples=100, deadline=None)
 @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz._", min_size=1, max_size=30))
 def test_random_names_are_known_or_rejected_by_name(name):
+    if name in IGNORED:
+        return
     try:
         c = ClientConfig.from_dict({name: "1"}, "producer")
     except KafkaException as exc:
@@ -627,3 +630,15 @@ def test_accepts_and_rejects_like_librdkafka(conf, role):
     except KafkaException:
         ours = False
     assert ours == theirs
+
+
+def test_librdkafka_internal_knobs_are_ignored_with_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="kafka_client.config"):
+        c = parse({"socket.max.fails": 3, "log.thread.name": "false", "linger.ms": 1})
+    assert "socket.max.fails" not in c and c.linger_ms == 1.0
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("socket.max.fails" in m and "ignored" in m for m in msgs)
+    assert any("log.thread.name" in m for m in msgs)
+    assert "`socket.max.fails`" in to_markdown()
+    # semantics-changing librdkafka properties are not silently ignored
+    assert "No such configuration property" in invalid({"queuing.strategy": "lifo"})

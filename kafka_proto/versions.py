@@ -12,6 +12,7 @@ from kafka_proto.errors import UnsupportedVersionError
 from kafka_proto.messages import API_KEYS
 
 __all__ = [
+    "decode_api_versions_response",
     "client_ranges",
     "broker_ranges",
     "negotiate",
@@ -49,6 +50,25 @@ def broker_ranges(response: Any) -> Dict[int, VersionRange]:
         if entry.min_version <= entry.max_version:
             out[entry.api_key] = (entry.min_version, entry.max_version)
     return out
+
+
+def decode_api_versions_response(buffer: Any, version: int) -> Any:
+    """Decode an ApiVersionsResponse body sent in answer to a request of ``version``.
+
+    A broker that does not support the requested version answers with a v0 body carrying
+    an error code (UNSUPPORTED_VERSION) and its own ranges (KIP-511). So when the error code
+    is not zero the body is read as v0 first, and as ``version`` if that does not fit.
+    """
+    from kafka_proto.errors import ProtocolDecodeError
+    from kafka_proto.messages import ApiVersionsResponse
+
+    view = memoryview(buffer)
+    if len(view) >= 2 and view[0:2] != b"\x00\x00" and version != 0:
+        try:
+            return ApiVersionsResponse.decode(view, 0)
+        except ProtocolDecodeError:
+            pass
+    return ApiVersionsResponse.decode(view, version)
 
 
 def negotiate(

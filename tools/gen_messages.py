@@ -317,9 +317,25 @@ def segments(msg: MessageDef, f: FieldDef):
         m = field_mode(msg, f, v)
         if out and out[-1][2] == m:
             out[-1][1] = v
+        elif (out and m[0] != "absent" and out[-1][2][0] == m[0] and out[-1][2][2] == m[2]
+              and not f.has_flexible_override):
+            # Same place and nullability, only the flexible encoding starts here: one
+            # segment whose code tests `flexible` (set to version >= first flexible version).
+            out[-1][1] = v
+            out[-1][2] = (m[0], MIXED, m[2])
         else:
             out.append([v, v, m])
     return [tuple(s) for s in out]
+
+
+MIXED = "mixed"  # the flexible encoding applies to part of a segment's versions
+
+
+def choose(flex, compact: str, classic: str) -> str:
+    """The compact or classic form of an expression, or a run-time choice between them."""
+    if flex == MIXED:
+        return f"{compact} if flexible else {classic}"
+    return compact if flex else classic
 
 
 def cond(a: int, b: int, lo: int, hi: int) -> Optional[str]:
@@ -469,6 +485,11 @@ def _bytes_method(op: str, t: str, flex: bool, nullable: bool) -> str:
     return name
 
 
+def bytes_call(op: str, t: str, flex, nullable: bool, obj: str, arg: str = "") -> str:
+    return choose(flex, f"{obj}.{_bytes_method(op, t, True, nullable)}({arg})",
+                  f"{obj}.{_bytes_method(op, t, False, nullable)}({arg})")
+
+
 def min_size(msg: MessageDef, s: StructDef, v: int, flex: bool) -> int:
     """Smallest number of bytes one encoded instance of struct s takes in version v."""
     total = 1 if flex else 0  # the tagged-field count
@@ -504,20 +525,22 @@ class Emitter:
                     tagged: bool) -> list:
         """Lines writing var (already known to satisfy the null rule) to writer w."""
         if f.is_array:
-            length = "write_compact_array_length" if flex else "write_array_length"
+            def length(n):
+                return choose(flex, f"{w}.write_compact_array_length({n})",
+                              f"{w}.write_array_length({n})")
             lines = []
-            body = [f"{w}.{length}(len({var}))", f"for e in {var}:"]
+            body = [length(f"len({var})"), f"for e in {var}:"]
             if f.is_struct:
                 body.append(f"    e._write({w}, version)")
             elif f.elem in ("string", "bytes"):
-                body.append(f"    if e is None:")
+                body.append("    if e is None:")
                 body.append(f"        _null(self, {f.attr!r}, version)")
-                body.append(f"    {w}.{_bytes_method('write', f.elem, flex, False)}(e)")
+                body.append("    " + bytes_call("write", f.elem, flex, False, w, "e"))
             else:
                 body.append(f"    {w}.{SCALAR_WRITE[f.elem]}(e)")
             if nullable:
                 lines.append(f"if {var} is None:")
-                lines.append(f"    {w}.{length}(None)")
+                lines.append("    " + length("None"))
                 lines.append("else:")
                 lines.extend("    " + x for x in body)
             else:
@@ -537,11 +560,10 @@ class Emitter:
             return [f"if {var} is None:", f"    _null(self, {f.attr!r}, version)",
                     f"{var}._write({w}, version)"]
         if f.elem in ("string", "bytes", "records"):
-            method = _bytes_method("write", f.elem, flex, nullable)
+            call = bytes_call("write", f.elem, flex, nullable, w, var)
             if nullable:
-                return [f"{w}.{method}({var})"]
-            return [f"if {var} is None:", f"    _null(self, {f.attr!r}, version)",
-                    f"{w}.{method}({var})"]
+                return [call]
+            return [f"if {var} is None:", f"    _null(self, {f.attr!r}, version)", call]
         return [f"{w}.{SCALAR_WRITE[f.elem]}({var})"]
 
     def encode_lines(self) -> list:
@@ -603,10 +625,9 @@ class Emitter:
                     parts.append((a, b, sub))
                 body.extend(emit_chain(parts, lo, hi, ""))
             body.append("_write_tags(w, tags, self.unknown_tagged_fields)")
-        c = cond(msg.flexible[0], msg.flexible[1], lo, hi)
-        if c is None:
+        if cond(msg.flexible[0], msg.flexible[1], lo, hi) is None:
             return body
-        return [f"if {c}:"] + ["    " + x for x in body]
+        return ["if flexible:"] + ["    " + x for x in body]
 
     # ---- reading
 
@@ -614,12 +635,13 @@ class Emitter:
                    tagged: bool, versions: tuple) -> list:
         """Lines reading one value of f from reader r and assigning it to target."""
         if f.is_array:
-            length = "read_compact_array_length" if flex else "read_array_length"
+            length = choose(flex, f"{r}.read_compact_array_length()", f"{r}.read_array_length()")
             lines = []
             zero = []
-            if f.is_struct and not flex:
+            if f.is_struct and flex is not True:
                 zero = [v for v in range(versions[0], min(versions[1], self.msg.valid[1]) + 1)
-                        if min_size(self.msg, f.struct, v, in_range(v, self.msg.flexible)) == 0]
+                        if not (flex == MIXED and in_range(v, self.msg.flexible))
+                        and min_size(self.msg, f.struct, v, in_range(v, self.msg.flexible)) == 0]
             if zero:
                 # Elements can take no bytes at all, so "count <= remaining bytes" does not
                 # hold for valid input: read the count raw and bound it separately.
@@ -632,9 +654,9 @@ class Emitter:
                     test = (cond(zero[0], zero[-1], versions[0], versions[1])
                             if zero == list(range(zero[0], zero[-1] + 1))
                             else f"version in {tuple(zero)!r}")
-                    lines.append(f"n = {raw} if {test} else {r}.{length}()")
+                    lines.append(f"n = {raw} if {test} else ({length})")
             else:
-                lines.append(f"n = {r}.{length}()")
+                lines.append(f"n = {length}")
             lines.append("if n < 0:")
             if nullable:
                 lines.append(f"    {target} = None")
@@ -645,8 +667,9 @@ class Emitter:
                 lines.append(f"    rd = {f.struct.pyname}._read")
                 lines.append(f"    {target} = [rd({r}, version) for _ in range(n)]")
             elif f.elem in ("string", "bytes"):
-                method = _bytes_method("read", f.elem, flex, False)
-                lines.append(f"    rd = {r}.{method}")
+                rd = choose(flex, f"{r}.{_bytes_method('read', f.elem, True, False)}",
+                            f"{r}.{_bytes_method('read', f.elem, False, False)}")
+                lines.append(f"    rd = {rd}")
                 lines.append(f"    {target} = [rd() for _ in range(n)]")
             else:
                 lines.append(f"    rd = {r}.{SCALAR_READ[f.elem]}")
@@ -659,8 +682,7 @@ class Emitter:
                 return [f"{target} = None if {marker} else {read}"]
             return [f"{target} = {read}"]
         if f.elem in ("string", "bytes", "records"):
-            method = _bytes_method("read", f.elem, flex, nullable)
-            return [f"{target} = {r}.{method}()"]
+            return [f"{target} = {bytes_call('read', f.elem, flex, nullable, r)}"]
         return [f"{target} = {r}.{SCALAR_READ[f.elem]}()"]
 
     def decode_lines(self) -> list:
@@ -687,8 +709,11 @@ class Emitter:
         if msg.flexible is None or msg.flexible[0] > hi:
             return ["self.unknown_tagged_fields = None"]
         known = self.tagged_fields()
+        always = cond(msg.flexible[0], msg.flexible[1], lo, hi) is None
         if not known:
-            body = ["self.unknown_tagged_fields = _read_tags(r)"]
+            if always:
+                return ["self.unknown_tagged_fields = _read_tags(r)"]
+            return ["self.unknown_tagged_fields = _read_tags(r) if flexible else None"]
         else:
             body = ["u = None", "for _ in range(r.read_uvarint()):",
                     "    tag = r.read_uvarint()",
@@ -713,10 +738,9 @@ class Emitter:
                      "            u = {}",
                      "        u[tag] = r.read_raw(size)",
                      "self.unknown_tagged_fields = u"]
-        c = cond(msg.flexible[0], msg.flexible[1], lo, hi)
-        if c is None:
+        if always:
             return body
-        return [f"if {c}:"] + ["    " + x for x in body] + \
+        return ["if flexible:"] + ["    " + x for x in body] + \
                ["else:", "    self.unknown_tagged_fields = None"]
 
 
@@ -739,6 +763,13 @@ def field_spec(msg: MessageDef, f: FieldDef) -> str:
     struct = f.struct.pyname if f.is_struct else "None"
     return (f"_F({f.attr!r}, {kind!r}, {fmt_range(f.versions, hi)}, {fmt_range(f.nullable, hi)}, "
             f"{f.tag!r}, {fmt_range(f.tagged, hi)}, {f.ignorable!r}, {struct})")
+
+
+def with_flexible(msg: MessageDef, lines: list) -> list:
+    """Define the `flexible` local when the code tests it."""
+    if any(re.search(r"\bflexible\b", line) for line in lines):
+        return [f"flexible = version >= {msg.flexible[0]}"] + lines
+    return lines
 
 
 def struct_class(msg: MessageDef, s: StructDef, notes: list) -> list:
@@ -785,11 +816,11 @@ def struct_class(msg: MessageDef, s: StructDef, notes: list) -> list:
     out.append("")
 
     em = Emitter(msg, s)
-    enc = em.encode_lines()
+    enc = with_flexible(msg, em.encode_lines())
     out.append("    def _write(self, w, version):")
     out.extend("        " + x for x in (enc or ["pass"]))
     out.append("")
-    dec = em.decode_lines()
+    dec = with_flexible(msg, em.decode_lines())
     out.append("    @staticmethod")
     out.append("    def _read(r, version):")
     out.extend("        " + x for x in dec)

@@ -73,3 +73,21 @@ def test_require_version():
         require_version(negotiated, FETCH, min_version=12)
     with pytest.raises(UnsupportedVersionError, match="Metadata"):
         require_version(negotiated, METADATA)
+
+
+def test_api_versions_error_answer_is_read_as_v0():
+    cls = M.ApiVersionsResponse
+    from kafka_proto.versions import decode_api_versions_response
+
+    v0 = cls(error_code=35, api_keys=[cls.ApiVersion(api_key=API_VERSIONS, min_version=0,
+                                                     max_version=2)])
+    # The broker answered a v3 request with a v0 body: a plain v3 decode cannot read it.
+    data = v0.encode(0)
+    resp = decode_api_versions_response(data, 3)
+    assert resp.error_code == 35 and broker_ranges(resp) == {API_VERSIONS: (0, 2)}
+    # A normal v3 answer, and a v3 answer with an error that is not a v0 body.
+    ok = cls(api_keys=[cls.ApiVersion(api_key=FETCH, min_version=0, max_version=16)],
+             throttle_time_ms=5)
+    assert decode_api_versions_response(ok.encode(3), 3) == ok
+    err = cls(error_code=7, throttle_time_ms=5, finalized_features_epoch=3)
+    assert decode_api_versions_response(err.encode(3), 3) == err

@@ -36,29 +36,18 @@ class AddOffsetsToTxnRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 2:
-            v = self.transactional_id
-            if v is None:
-                _null(self, 'transactional_id', version)
-            w.write_string(v)
-        else:
-            v = self.transactional_id
-            if v is None:
-                _null(self, 'transactional_id', version)
-            w.write_compact_string(v)
+        flexible = version >= 3
+        v = self.transactional_id
+        if v is None:
+            _null(self, 'transactional_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int64(self.producer_id)
         w.write_int16(self.producer_epoch)
-        if version <= 2:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_string(v)
-        else:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
-        if version >= 3:
+        v = self.group_id
+        if v is None:
+            _null(self, 'group_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -67,21 +56,13 @@ class AddOffsetsToTxnRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(AddOffsetsToTxnRequest)
-        if version <= 2:
-            self.transactional_id = r.read_string()
-        else:
-            self.transactional_id = r.read_compact_string()
+        self.transactional_id = r.read_compact_string() if flexible else r.read_string()
         self.producer_id = r.read_int64()
         self.producer_epoch = r.read_int16()
-        if version <= 2:
-            self.group_id = r.read_string()
-        else:
-            self.group_id = r.read_compact_string()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.group_id = r.read_compact_string() if flexible else r.read_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -103,9 +84,10 @@ class AddOffsetsToTxnResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int32(self.throttle_time_ms)
         w.write_int16(self.error_code)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -114,11 +96,9 @@ class AddOffsetsToTxnResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(AddOffsetsToTxnResponse)
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

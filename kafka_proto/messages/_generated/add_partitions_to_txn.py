@@ -34,31 +34,18 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 2:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 2:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version >= 3:
+        flexible = version >= 3
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -67,29 +54,16 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
-        if version <= 2:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic', 'partitions', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic', 'partitions', version)
-            else:
-                rd = r.read_int32
-                self.partitions = [rd() for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic', 'partitions', version)
-            else:
-                rd = r.read_int32
-                self.partitions = [rd() for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = r.read_int32
+            self.partitions = [rd() for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -116,6 +90,7 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         if version <= 3:
             if self.transactional_id != '':
                 _absent(self, 'transactional_id', version)
@@ -149,7 +124,7 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(_Struct):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -158,6 +133,7 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction)
         if version <= 3:
             self.transactional_id = ''
@@ -184,10 +160,7 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(_Struct):
             else:
                 rd = _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic._read
                 self.topics = [rd(r, version) for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -218,6 +191,7 @@ class AddPartitionsToTxnRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         if version <= 3:
             if (self.transactions is None or len(self.transactions) > 0):
                 _absent(self, 'transactions', version)
@@ -228,16 +202,11 @@ class AddPartitionsToTxnRequest(_Message):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version <= 2:
+        if version <= 3:
             v = self.v3_and_below_transactional_id
             if v is None:
                 _null(self, 'v3_and_below_transactional_id', version)
-            w.write_string(v)
-        elif version == 3:
-            v = self.v3_and_below_transactional_id
-            if v is None:
-                _null(self, 'v3_and_below_transactional_id', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             if self.v3_and_below_transactional_id != '':
                 _absent(self, 'v3_and_below_transactional_id', version)
@@ -251,24 +220,17 @@ class AddPartitionsToTxnRequest(_Message):
         else:
             if self.v3_and_below_producer_epoch != 0:
                 _absent(self, 'v3_and_below_producer_epoch', version)
-        if version <= 2:
+        if version <= 3:
             v = self.v3_and_below_topics
             if v is None:
                 _null(self, 'v3_and_below_topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        elif version == 3:
-            v = self.v3_and_below_topics
-            if v is None:
-                _null(self, 'v3_and_below_topics', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
         else:
             if (self.v3_and_below_topics is None or len(self.v3_and_below_topics) > 0):
                 _absent(self, 'v3_and_below_topics', version)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -277,6 +239,7 @@ class AddPartitionsToTxnRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(AddPartitionsToTxnRequest)
         if version <= 3:
             self.transactions = []
@@ -287,10 +250,8 @@ class AddPartitionsToTxnRequest(_Message):
             else:
                 rd = _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction._read
                 self.transactions = [rd(r, version) for _ in range(n)]
-        if version <= 2:
-            self.v3_and_below_transactional_id = r.read_string()
-        elif version == 3:
-            self.v3_and_below_transactional_id = r.read_compact_string()
+        if version <= 3:
+            self.v3_and_below_transactional_id = r.read_compact_string() if flexible else r.read_string()
         else:
             self.v3_and_below_transactional_id = ''
         if version <= 3:
@@ -301,15 +262,8 @@ class AddPartitionsToTxnRequest(_Message):
             self.v3_and_below_producer_epoch = r.read_int16()
         else:
             self.v3_and_below_producer_epoch = 0
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AddPartitionsToTxnRequest', 'v3_and_below_topics', version)
-            else:
-                rd = _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic._read
-                self.v3_and_below_topics = [rd(r, version) for _ in range(n)]
-        elif version == 3:
-            n = r.read_compact_array_length()
+        if version <= 3:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('AddPartitionsToTxnRequest', 'v3_and_below_topics', version)
             else:
@@ -317,10 +271,7 @@ class AddPartitionsToTxnRequest(_Message):
                 self.v3_and_below_topics = [rd(r, version) for _ in range(n)]
         else:
             self.v3_and_below_topics = []
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -341,9 +292,10 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int32(self.partition_index)
         w.write_int16(self.partition_error_code)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -352,13 +304,11 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
         self.partition_index = r.read_int32()
         self.partition_error_code = r.read_int16()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -379,31 +329,18 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 2:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 2:
-            v = self.results_by_partition
-            if v is None:
-                _null(self, 'results_by_partition', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.results_by_partition
-            if v is None:
-                _null(self, 'results_by_partition', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 3:
+        flexible = version >= 3
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.results_by_partition
+        if v is None:
+            _null(self, 'results_by_partition', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -412,29 +349,16 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
-        if version <= 2:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult', 'results_by_partition', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult', 'results_by_partition', version)
-            else:
-                rd = _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult._read
-                self.results_by_partition = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult', 'results_by_partition', version)
-            else:
-                rd = _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult._read
-                self.results_by_partition = [rd(r, version) for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult._read
+            self.results_by_partition = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -455,6 +379,7 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         if version <= 3:
             if self.transactional_id != '':
                 _absent(self, 'transactional_id', version)
@@ -473,7 +398,7 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnResult(_Struct):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -482,6 +407,7 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_AddPartitionsToTxnResponse_AddPartitionsToTxnResult)
         if version <= 3:
             self.transactional_id = ''
@@ -496,10 +422,7 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnResult(_Struct):
             else:
                 rd = _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult._read
                 self.topic_results = [rd(r, version) for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -528,6 +451,7 @@ class AddPartitionsToTxnResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int32(self.throttle_time_ms)
         if version >= 4:
             w.write_int16(self.error_code)
@@ -541,24 +465,17 @@ class AddPartitionsToTxnResponse(_Message):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version <= 2:
+        if version <= 3:
             v = self.results_by_topic_v3_and_below
             if v is None:
                 _null(self, 'results_by_topic_v3_and_below', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        elif version == 3:
-            v = self.results_by_topic_v3_and_below
-            if v is None:
-                _null(self, 'results_by_topic_v3_and_below', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
         else:
             if (self.results_by_topic_v3_and_below is None or len(self.results_by_topic_v3_and_below) > 0):
                 _absent(self, 'results_by_topic_v3_and_below', version)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -567,6 +484,7 @@ class AddPartitionsToTxnResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(AddPartitionsToTxnResponse)
         self.throttle_time_ms = r.read_int32()
         if version <= 3:
@@ -582,15 +500,8 @@ class AddPartitionsToTxnResponse(_Message):
             else:
                 rd = _AddPartitionsToTxnResponse_AddPartitionsToTxnResult._read
                 self.results_by_transaction = [rd(r, version) for _ in range(n)]
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AddPartitionsToTxnResponse', 'results_by_topic_v3_and_below', version)
-            else:
-                rd = _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult._read
-                self.results_by_topic_v3_and_below = [rd(r, version) for _ in range(n)]
-        elif version == 3:
-            n = r.read_compact_array_length()
+        if version <= 3:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('AddPartitionsToTxnResponse', 'results_by_topic_v3_and_below', version)
             else:
@@ -598,8 +509,5 @@ class AddPartitionsToTxnResponse(_Message):
                 self.results_by_topic_v3_and_below = [rd(r, version) for _ in range(n)]
         else:
             self.results_by_topic_v3_and_below = []
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

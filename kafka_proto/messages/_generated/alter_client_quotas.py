@@ -33,21 +33,14 @@ class _AlterClientQuotasRequest_EntityData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.entity_type
-            if v is None:
-                _null(self, 'entity_type', version)
-            w.write_string(v)
-        else:
-            v = self.entity_type
-            if v is None:
-                _null(self, 'entity_type', version)
-            w.write_compact_string(v)
-        if version == 0:
-            w.write_nullable_string(self.entity_name)
-        else:
-            w.write_compact_nullable_string(self.entity_name)
-        if version == 1:
+        flexible = version >= 1
+        v = self.entity_type
+        if v is None:
+            _null(self, 'entity_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.entity_name
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -56,19 +49,11 @@ class _AlterClientQuotasRequest_EntityData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_AlterClientQuotasRequest_EntityData)
-        if version == 0:
-            self.entity_type = r.read_string()
-        else:
-            self.entity_type = r.read_compact_string()
-        if version == 0:
-            self.entity_name = r.read_nullable_string()
-        else:
-            self.entity_name = r.read_compact_nullable_string()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.entity_type = r.read_compact_string() if flexible else r.read_string()
+        self.entity_name = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -91,19 +76,14 @@ class _AlterClientQuotasRequest_OpData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.key
-            if v is None:
-                _null(self, 'key', version)
-            w.write_string(v)
-        else:
-            v = self.key
-            if v is None:
-                _null(self, 'key', version)
-            w.write_compact_string(v)
+        flexible = version >= 1
+        v = self.key
+        if v is None:
+            _null(self, 'key', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_float64(self.value)
         w.write_bool(self.remove)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -112,17 +92,12 @@ class _AlterClientQuotasRequest_OpData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_AlterClientQuotasRequest_OpData)
-        if version == 0:
-            self.key = r.read_string()
-        else:
-            self.key = r.read_compact_string()
+        self.key = r.read_compact_string() if flexible else r.read_string()
         self.value = r.read_float64()
         self.remove = r.read_bool()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -143,35 +118,20 @@ class _AlterClientQuotasRequest_EntryData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.entity
-            if v is None:
-                _null(self, 'entity', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.entity
-            if v is None:
-                _null(self, 'entity', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 0:
-            v = self.ops
-            if v is None:
-                _null(self, 'ops', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.ops
-            if v is None:
-                _null(self, 'ops', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        flexible = version >= 1
+        v = self.entity
+        if v is None:
+            _null(self, 'entity', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        v = self.ops
+        if v is None:
+            _null(self, 'ops', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -180,39 +140,21 @@ class _AlterClientQuotasRequest_EntryData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_AlterClientQuotasRequest_EntryData)
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterClientQuotasRequest.EntryData', 'entity', version)
-            else:
-                rd = _AlterClientQuotasRequest_EntityData._read
-                self.entity = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterClientQuotasRequest.EntryData', 'entity', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterClientQuotasRequest.EntryData', 'entity', version)
-            else:
-                rd = _AlterClientQuotasRequest_EntityData._read
-                self.entity = [rd(r, version) for _ in range(n)]
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterClientQuotasRequest.EntryData', 'ops', version)
-            else:
-                rd = _AlterClientQuotasRequest_OpData._read
-                self.ops = [rd(r, version) for _ in range(n)]
+            rd = _AlterClientQuotasRequest_EntityData._read
+            self.entity = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterClientQuotasRequest.EntryData', 'ops', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterClientQuotasRequest.EntryData', 'ops', version)
-            else:
-                rd = _AlterClientQuotasRequest_OpData._read
-                self.ops = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _AlterClientQuotasRequest_OpData._read
+            self.ops = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -238,22 +180,15 @@ class AlterClientQuotasRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.entries
-            if v is None:
-                _null(self, 'entries', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.entries
-            if v is None:
-                _null(self, 'entries', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        flexible = version >= 1
+        v = self.entries
+        if v is None:
+            _null(self, 'entries', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         w.write_bool(self.validate_only)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -262,26 +197,16 @@ class AlterClientQuotasRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(AlterClientQuotasRequest)
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterClientQuotasRequest', 'entries', version)
-            else:
-                rd = _AlterClientQuotasRequest_EntryData._read
-                self.entries = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterClientQuotasRequest', 'entries', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterClientQuotasRequest', 'entries', version)
-            else:
-                rd = _AlterClientQuotasRequest_EntryData._read
-                self.entries = [rd(r, version) for _ in range(n)]
+            rd = _AlterClientQuotasRequest_EntryData._read
+            self.entries = [rd(r, version) for _ in range(n)]
         self.validate_only = r.read_bool()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -302,21 +227,14 @@ class _AlterClientQuotasResponse_EntityData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.entity_type
-            if v is None:
-                _null(self, 'entity_type', version)
-            w.write_string(v)
-        else:
-            v = self.entity_type
-            if v is None:
-                _null(self, 'entity_type', version)
-            w.write_compact_string(v)
-        if version == 0:
-            w.write_nullable_string(self.entity_name)
-        else:
-            w.write_compact_nullable_string(self.entity_name)
-        if version == 1:
+        flexible = version >= 1
+        v = self.entity_type
+        if v is None:
+            _null(self, 'entity_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.entity_name
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -325,19 +243,11 @@ class _AlterClientQuotasResponse_EntityData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_AlterClientQuotasResponse_EntityData)
-        if version == 0:
-            self.entity_type = r.read_string()
-        else:
-            self.entity_type = r.read_compact_string()
-        if version == 0:
-            self.entity_name = r.read_nullable_string()
-        else:
-            self.entity_name = r.read_compact_nullable_string()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.entity_type = r.read_compact_string() if flexible else r.read_string()
+        self.entity_name = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -360,26 +270,17 @@ class _AlterClientQuotasResponse_EntryData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int16(self.error_code)
-        if version == 0:
-            w.write_nullable_string(self.error_message)
-        else:
-            w.write_compact_nullable_string(self.error_message)
-        if version == 0:
-            v = self.entity
-            if v is None:
-                _null(self, 'entity', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.entity
-            if v is None:
-                _null(self, 'entity', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        v = self.entity
+        if v is None:
+            _null(self, 'entity', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -388,30 +289,17 @@ class _AlterClientQuotasResponse_EntryData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_AlterClientQuotasResponse_EntryData)
         self.error_code = r.read_int16()
-        if version == 0:
-            self.error_message = r.read_nullable_string()
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterClientQuotasResponse.EntryData', 'entity', version)
         else:
-            self.error_message = r.read_compact_nullable_string()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterClientQuotasResponse.EntryData', 'entity', version)
-            else:
-                rd = _AlterClientQuotasResponse_EntityData._read
-                self.entity = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterClientQuotasResponse.EntryData', 'entity', version)
-            else:
-                rd = _AlterClientQuotasResponse_EntityData._read
-                self.entity = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _AlterClientQuotasResponse_EntityData._read
+            self.entity = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -435,22 +323,15 @@ class AlterClientQuotasResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int32(self.throttle_time_ms)
-        if version == 0:
-            v = self.entries
-            if v is None:
-                _null(self, 'entries', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.entries
-            if v is None:
-                _null(self, 'entries', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        v = self.entries
+        if v is None:
+            _null(self, 'entries', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -459,24 +340,14 @@ class AlterClientQuotasResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(AlterClientQuotasResponse)
         self.throttle_time_ms = r.read_int32()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterClientQuotasResponse', 'entries', version)
-            else:
-                rd = _AlterClientQuotasResponse_EntryData._read
-                self.entries = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterClientQuotasResponse', 'entries', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterClientQuotasResponse', 'entries', version)
-            else:
-                rd = _AlterClientQuotasResponse_EntryData._read
-                self.entries = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _AlterClientQuotasResponse_EntryData._read
+            self.entries = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -33,21 +33,14 @@ class _AlterConfigsRequest_AlterableConfig(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            w.write_nullable_string(self.value)
-        else:
-            w.write_compact_nullable_string(self.value)
-        if version == 2:
+        flexible = version >= 2
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.value
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -56,19 +49,11 @@ class _AlterConfigsRequest_AlterableConfig(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_AlterConfigsRequest_AlterableConfig)
-        if version <= 1:
-            self.name = r.read_string()
-        else:
-            self.name = r.read_compact_string()
-        if version <= 1:
-            self.value = r.read_nullable_string()
-        else:
-            self.value = r.read_compact_nullable_string()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        self.value = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -91,32 +76,19 @@ class _AlterConfigsRequest_AlterConfigsResource(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int8(self.resource_type)
-        if version <= 1:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_string(v)
-        else:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.configs
-            if v is None:
-                _null(self, 'configs', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.configs
-            if v is None:
-                _null(self, 'configs', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 2:
+        v = self.resource_name
+        if v is None:
+            _null(self, 'resource_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.configs
+        if v is None:
+            _null(self, 'configs', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -125,30 +97,17 @@ class _AlterConfigsRequest_AlterConfigsResource(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_AlterConfigsRequest_AlterConfigsResource)
         self.resource_type = r.read_int8()
-        if version <= 1:
-            self.resource_name = r.read_string()
+        self.resource_name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterConfigsRequest.AlterConfigsResource', 'configs', version)
         else:
-            self.resource_name = r.read_compact_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterConfigsRequest.AlterConfigsResource', 'configs', version)
-            else:
-                rd = _AlterConfigsRequest_AlterableConfig._read
-                self.configs = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterConfigsRequest.AlterConfigsResource', 'configs', version)
-            else:
-                rd = _AlterConfigsRequest_AlterableConfig._read
-                self.configs = [rd(r, version) for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _AlterConfigsRequest_AlterableConfig._read
+            self.configs = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -173,22 +132,15 @@ class AlterConfigsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.resources
-            if v is None:
-                _null(self, 'resources', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.resources
-            if v is None:
-                _null(self, 'resources', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        flexible = version >= 2
+        v = self.resources
+        if v is None:
+            _null(self, 'resources', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         w.write_bool(self.validate_only)
-        if version == 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -197,26 +149,16 @@ class AlterConfigsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(AlterConfigsRequest)
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterConfigsRequest', 'resources', version)
-            else:
-                rd = _AlterConfigsRequest_AlterConfigsResource._read
-                self.resources = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterConfigsRequest', 'resources', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterConfigsRequest', 'resources', version)
-            else:
-                rd = _AlterConfigsRequest_AlterConfigsResource._read
-                self.resources = [rd(r, version) for _ in range(n)]
+            rd = _AlterConfigsRequest_AlterConfigsResource._read
+            self.resources = [rd(r, version) for _ in range(n)]
         self.validate_only = r.read_bool()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -241,23 +183,16 @@ class _AlterConfigsResponse_AlterConfigsResourceResponse(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.error_code)
-        if version <= 1:
-            w.write_nullable_string(self.error_message)
-        else:
-            w.write_compact_nullable_string(self.error_message)
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         w.write_int8(self.resource_type)
-        if version <= 1:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_string(v)
-        else:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_compact_string(v)
-        if version == 2:
+        v = self.resource_name
+        if v is None:
+            _null(self, 'resource_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -266,21 +201,13 @@ class _AlterConfigsResponse_AlterConfigsResourceResponse(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_AlterConfigsResponse_AlterConfigsResourceResponse)
         self.error_code = r.read_int16()
-        if version <= 1:
-            self.error_message = r.read_nullable_string()
-        else:
-            self.error_message = r.read_compact_nullable_string()
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.resource_type = r.read_int8()
-        if version <= 1:
-            self.resource_name = r.read_string()
-        else:
-            self.resource_name = r.read_compact_string()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.resource_name = r.read_compact_string() if flexible else r.read_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -303,22 +230,15 @@ class AlterConfigsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.throttle_time_ms)
-        if version <= 1:
-            v = self.responses
-            if v is None:
-                _null(self, 'responses', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.responses
-            if v is None:
-                _null(self, 'responses', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 2:
+        v = self.responses
+        if v is None:
+            _null(self, 'responses', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -327,24 +247,14 @@ class AlterConfigsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(AlterConfigsResponse)
         self.throttle_time_ms = r.read_int32()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterConfigsResponse', 'responses', version)
-            else:
-                rd = _AlterConfigsResponse_AlterConfigsResourceResponse._read
-                self.responses = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterConfigsResponse', 'responses', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterConfigsResponse', 'responses', version)
-            else:
-                rd = _AlterConfigsResponse_AlterConfigsResourceResponse._read
-                self.responses = [rd(r, version) for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _AlterConfigsResponse_AlterConfigsResourceResponse._read
+            self.responses = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -33,31 +33,18 @@ class _AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version == 2:
+        flexible = version >= 2
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -66,29 +53,16 @@ class _AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic)
-        if version <= 1:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic', 'partitions', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic', 'partitions', version)
-            else:
-                rd = r.read_int32
-                self.partitions = [rd() for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic', 'partitions', version)
-            else:
-                rd = r.read_int32
-                self.partitions = [rd() for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = r.read_int32
+            self.partitions = [rd() for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -109,31 +83,18 @@ class _AlterReplicaLogDirsRequest_AlterReplicaLogDir(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.path
-            if v is None:
-                _null(self, 'path', version)
-            w.write_string(v)
-        else:
-            v = self.path
-            if v is None:
-                _null(self, 'path', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 2:
+        flexible = version >= 2
+        v = self.path
+        if v is None:
+            _null(self, 'path', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -142,29 +103,16 @@ class _AlterReplicaLogDirsRequest_AlterReplicaLogDir(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_AlterReplicaLogDirsRequest_AlterReplicaLogDir)
-        if version <= 1:
-            self.path = r.read_string()
+        self.path = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterReplicaLogDirsRequest.AlterReplicaLogDir', 'topics', version)
         else:
-            self.path = r.read_compact_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterReplicaLogDirsRequest.AlterReplicaLogDir', 'topics', version)
-            else:
-                rd = _AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterReplicaLogDirsRequest.AlterReplicaLogDir', 'topics', version)
-            else:
-                rd = _AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -187,21 +135,14 @@ class AlterReplicaLogDirsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.dirs
-            if v is None:
-                _null(self, 'dirs', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.dirs
-            if v is None:
-                _null(self, 'dirs', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 2:
+        flexible = version >= 2
+        v = self.dirs
+        if v is None:
+            _null(self, 'dirs', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -210,25 +151,15 @@ class AlterReplicaLogDirsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(AlterReplicaLogDirsRequest)
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterReplicaLogDirsRequest', 'dirs', version)
-            else:
-                rd = _AlterReplicaLogDirsRequest_AlterReplicaLogDir._read
-                self.dirs = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterReplicaLogDirsRequest', 'dirs', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterReplicaLogDirsRequest', 'dirs', version)
-            else:
-                rd = _AlterReplicaLogDirsRequest_AlterReplicaLogDir._read
-                self.dirs = [rd(r, version) for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _AlterReplicaLogDirsRequest_AlterReplicaLogDir._read
+            self.dirs = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -249,9 +180,10 @@ class _AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.partition_index)
         w.write_int16(self.error_code)
-        if version == 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -260,13 +192,11 @@ class _AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -287,31 +217,18 @@ class _AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_string(v)
-        else:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 2:
+        flexible = version >= 2
+        v = self.topic_name
+        if v is None:
+            _null(self, 'topic_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -320,29 +237,16 @@ class _AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult)
-        if version <= 1:
-            self.topic_name = r.read_string()
+        self.topic_name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult', 'partitions', version)
         else:
-            self.topic_name = r.read_compact_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult', 'partitions', version)
-            else:
-                rd = _AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult', 'partitions', version)
-            else:
-                rd = _AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -366,22 +270,15 @@ class AlterReplicaLogDirsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.throttle_time_ms)
-        if version <= 1:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 2:
+        v = self.results
+        if v is None:
+            _null(self, 'results', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -390,24 +287,14 @@ class AlterReplicaLogDirsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(AlterReplicaLogDirsResponse)
         self.throttle_time_ms = r.read_int32()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('AlterReplicaLogDirsResponse', 'results', version)
-            else:
-                rd = _AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult._read
-                self.results = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('AlterReplicaLogDirsResponse', 'results', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('AlterReplicaLogDirsResponse', 'results', version)
-            else:
-                rd = _AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult._read
-                self.results = [rd(r, version) for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult._read
+            self.results = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -38,6 +38,7 @@ class ApiVersionsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         if version >= 3:
             v = self.client_software_name
             if v is None:
@@ -48,7 +49,7 @@ class ApiVersionsRequest(_Message):
             if v is None:
                 _null(self, 'client_software_version', version)
             w.write_compact_string(v)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -57,6 +58,7 @@ class ApiVersionsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(ApiVersionsRequest)
         if version <= 2:
             self.client_software_name = ''
@@ -66,10 +68,7 @@ class ApiVersionsRequest(_Message):
             self.client_software_version = ''
         else:
             self.client_software_version = r.read_compact_string()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -92,10 +91,11 @@ class _ApiVersionsResponse_ApiVersion(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int16(self.api_key)
         w.write_int16(self.min_version)
         w.write_int16(self.max_version)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -104,14 +104,12 @@ class _ApiVersionsResponse_ApiVersion(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_ApiVersionsResponse_ApiVersion)
         self.api_key = r.read_int16()
         self.min_version = r.read_int16()
         self.max_version = r.read_int16()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -134,6 +132,7 @@ class _ApiVersionsResponse_SupportedFeatureKey(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         if version <= 2:
             if self.name != '':
                 _absent(self, 'name', version)
@@ -152,7 +151,7 @@ class _ApiVersionsResponse_SupportedFeatureKey(_Struct):
                 _absent(self, 'max_version', version)
         else:
             w.write_int16(self.max_version)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -161,6 +160,7 @@ class _ApiVersionsResponse_SupportedFeatureKey(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_ApiVersionsResponse_SupportedFeatureKey)
         if version <= 2:
             self.name = ''
@@ -174,10 +174,7 @@ class _ApiVersionsResponse_SupportedFeatureKey(_Struct):
             self.max_version = 0
         else:
             self.max_version = r.read_int16()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -200,6 +197,7 @@ class _ApiVersionsResponse_FinalizedFeatureKey(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         if version <= 2:
             if self.name != '':
                 _absent(self, 'name', version)
@@ -218,7 +216,7 @@ class _ApiVersionsResponse_FinalizedFeatureKey(_Struct):
                 _absent(self, 'min_version_level', version)
         else:
             w.write_int16(self.min_version_level)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -227,6 +225,7 @@ class _ApiVersionsResponse_FinalizedFeatureKey(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_ApiVersionsResponse_FinalizedFeatureKey)
         if version <= 2:
             self.name = ''
@@ -240,10 +239,7 @@ class _ApiVersionsResponse_FinalizedFeatureKey(_Struct):
             self.min_version_level = 0
         else:
             self.min_version_level = r.read_int16()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -278,24 +274,17 @@ class ApiVersionsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int16(self.error_code)
-        if version <= 2:
-            v = self.api_keys
-            if v is None:
-                _null(self, 'api_keys', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.api_keys
-            if v is None:
-                _null(self, 'api_keys', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.api_keys
+        if v is None:
+            _null(self, 'api_keys', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version >= 1:
             w.write_int32(self.throttle_time_ms)
-        if version >= 3:
+        if flexible:
             tags = {}
             if version >= 3:
                 v = self.supported_features
@@ -333,22 +322,15 @@ class ApiVersionsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(ApiVersionsResponse)
         self.error_code = r.read_int16()
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ApiVersionsResponse', 'api_keys', version)
-            else:
-                rd = _ApiVersionsResponse_ApiVersion._read
-                self.api_keys = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ApiVersionsResponse', 'api_keys', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ApiVersionsResponse', 'api_keys', version)
-            else:
-                rd = _ApiVersionsResponse_ApiVersion._read
-                self.api_keys = [rd(r, version) for _ in range(n)]
+            rd = _ApiVersionsResponse_ApiVersion._read
+            self.api_keys = [rd(r, version) for _ in range(n)]
         if version == 0:
             self.throttle_time_ms = 0
         else:
@@ -357,7 +339,7 @@ class ApiVersionsResponse(_Message):
         self.finalized_features_epoch = -1
         self.finalized_features = []
         self.zk_migration_ready = False
-        if version >= 3:
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()

@@ -41,12 +41,13 @@ class _BeginQuorumEpochRequest_PartitionData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int32(self.partition_index)
         if version == 1:
             w.write_uuid(self.voter_directory_id)
         w.write_int32(self.leader_id)
         w.write_int32(self.leader_epoch)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -55,6 +56,7 @@ class _BeginQuorumEpochRequest_PartitionData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_BeginQuorumEpochRequest_PartitionData)
         self.partition_index = r.read_int32()
         if version == 0:
@@ -63,10 +65,7 @@ class _BeginQuorumEpochRequest_PartitionData(_Struct):
             self.voter_directory_id = r.read_uuid()
         self.leader_id = r.read_int32()
         self.leader_epoch = r.read_int32()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -87,31 +86,18 @@ class _BeginQuorumEpochRequest_TopicData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_string(v)
-        else:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_compact_string(v)
-        if version == 0:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        flexible = version >= 1
+        v = self.topic_name
+        if v is None:
+            _null(self, 'topic_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -120,29 +106,16 @@ class _BeginQuorumEpochRequest_TopicData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_BeginQuorumEpochRequest_TopicData)
-        if version == 0:
-            self.topic_name = r.read_string()
+        self.topic_name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('BeginQuorumEpochRequest.TopicData', 'partitions', version)
         else:
-            self.topic_name = r.read_compact_string()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('BeginQuorumEpochRequest.TopicData', 'partitions', version)
-            else:
-                rd = _BeginQuorumEpochRequest_PartitionData._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('BeginQuorumEpochRequest.TopicData', 'partitions', version)
-            else:
-                rd = _BeginQuorumEpochRequest_PartitionData._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _BeginQuorumEpochRequest_PartitionData._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -165,6 +138,7 @@ class _BeginQuorumEpochRequest_LeaderEndpoint(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         if version == 0:
             if self.name != '':
                 _absent(self, 'name', version)
@@ -186,7 +160,7 @@ class _BeginQuorumEpochRequest_LeaderEndpoint(_Struct):
                 _absent(self, 'port', version)
         else:
             w.write_uint16(self.port)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -195,6 +169,7 @@ class _BeginQuorumEpochRequest_LeaderEndpoint(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_BeginQuorumEpochRequest_LeaderEndpoint)
         if version == 0:
             self.name = ''
@@ -208,10 +183,7 @@ class _BeginQuorumEpochRequest_LeaderEndpoint(_Struct):
             self.port = 0
         else:
             self.port = r.read_uint16()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -241,26 +213,17 @@ class BeginQuorumEpochRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            w.write_nullable_string(self.cluster_id)
-        else:
-            w.write_compact_nullable_string(self.cluster_id)
+        flexible = version >= 1
+        v = self.cluster_id
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if version == 1:
             w.write_int32(self.voter_id)
-        if version == 0:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version == 1:
             v = self.leader_endpoints
             if v is None:
@@ -268,7 +231,7 @@ class BeginQuorumEpochRequest(_Message):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -277,29 +240,19 @@ class BeginQuorumEpochRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(BeginQuorumEpochRequest)
-        if version == 0:
-            self.cluster_id = r.read_nullable_string()
-        else:
-            self.cluster_id = r.read_compact_nullable_string()
+        self.cluster_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         if version == 0:
             self.voter_id = -1
         else:
             self.voter_id = r.read_int32()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('BeginQuorumEpochRequest', 'topics', version)
-            else:
-                rd = _BeginQuorumEpochRequest_TopicData._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('BeginQuorumEpochRequest', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('BeginQuorumEpochRequest', 'topics', version)
-            else:
-                rd = _BeginQuorumEpochRequest_TopicData._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _BeginQuorumEpochRequest_TopicData._read
+            self.topics = [rd(r, version) for _ in range(n)]
         if version == 0:
             self.leader_endpoints = []
         else:
@@ -309,10 +262,7 @@ class BeginQuorumEpochRequest(_Message):
             else:
                 rd = _BeginQuorumEpochRequest_LeaderEndpoint._read
                 self.leader_endpoints = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -337,11 +287,12 @@ class _BeginQuorumEpochResponse_PartitionData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int32(self.partition_index)
         w.write_int16(self.error_code)
         w.write_int32(self.leader_id)
         w.write_int32(self.leader_epoch)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -350,15 +301,13 @@ class _BeginQuorumEpochResponse_PartitionData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_BeginQuorumEpochResponse_PartitionData)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
         self.leader_id = r.read_int32()
         self.leader_epoch = r.read_int32()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -379,31 +328,18 @@ class _BeginQuorumEpochResponse_TopicData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_string(v)
-        else:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_compact_string(v)
-        if version == 0:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        flexible = version >= 1
+        v = self.topic_name
+        if v is None:
+            _null(self, 'topic_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -412,29 +348,16 @@ class _BeginQuorumEpochResponse_TopicData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_BeginQuorumEpochResponse_TopicData)
-        if version == 0:
-            self.topic_name = r.read_string()
+        self.topic_name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('BeginQuorumEpochResponse.TopicData', 'partitions', version)
         else:
-            self.topic_name = r.read_compact_string()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('BeginQuorumEpochResponse.TopicData', 'partitions', version)
-            else:
-                rd = _BeginQuorumEpochResponse_PartitionData._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('BeginQuorumEpochResponse.TopicData', 'partitions', version)
-            else:
-                rd = _BeginQuorumEpochResponse_PartitionData._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _BeginQuorumEpochResponse_PartitionData._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -457,6 +380,7 @@ class _BeginQuorumEpochResponse_NodeEndpoint(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         if version == 0:
             if self.node_id != 0:
                 _absent(self, 'node_id', version)
@@ -475,7 +399,7 @@ class _BeginQuorumEpochResponse_NodeEndpoint(_Struct):
                 _absent(self, 'port', version)
         else:
             w.write_uint16(self.port)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -484,6 +408,7 @@ class _BeginQuorumEpochResponse_NodeEndpoint(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_BeginQuorumEpochResponse_NodeEndpoint)
         if version == 0:
             self.node_id = 0
@@ -497,10 +422,7 @@ class _BeginQuorumEpochResponse_NodeEndpoint(_Struct):
             self.port = 0
         else:
             self.port = r.read_uint16()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -527,25 +449,18 @@ class BeginQuorumEpochResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int16(self.error_code)
-        if version == 0:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version == 0:
             if (self.node_endpoints is None or len(self.node_endpoints) > 0):
                 _absent(self, 'node_endpoints', version)
-        if version == 1:
+        if flexible:
             tags = {}
             if version == 1:
                 v = self.node_endpoints
@@ -561,24 +476,17 @@ class BeginQuorumEpochResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(BeginQuorumEpochResponse)
         self.error_code = r.read_int16()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('BeginQuorumEpochResponse', 'topics', version)
-            else:
-                rd = _BeginQuorumEpochResponse_TopicData._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('BeginQuorumEpochResponse', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('BeginQuorumEpochResponse', 'topics', version)
-            else:
-                rd = _BeginQuorumEpochResponse_TopicData._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _BeginQuorumEpochResponse_TopicData._read
+            self.topics = [rd(r, version) for _ in range(n)]
         self.node_endpoints = []
-        if version == 1:
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()

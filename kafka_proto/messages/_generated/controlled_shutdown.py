@@ -35,10 +35,11 @@ class ControlledShutdownRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int32(self.broker_id)
         if version >= 2:
             w.write_int64(self.broker_epoch)
-        if version == 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -47,16 +48,14 @@ class ControlledShutdownRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(ControlledShutdownRequest)
         self.broker_id = r.read_int32()
         if version <= 1:
             self.broker_epoch = -1
         else:
             self.broker_epoch = r.read_int64()
-        if version == 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -77,18 +76,13 @@ class _ControlledShutdownResponse_RemainingPartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 2:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_string(v)
-        else:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_compact_string(v)
+        flexible = version >= 3
+        v = self.topic_name
+        if v is None:
+            _null(self, 'topic_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int32(self.partition_index)
-        if version == 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -97,16 +91,11 @@ class _ControlledShutdownResponse_RemainingPartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_ControlledShutdownResponse_RemainingPartition)
-        if version <= 2:
-            self.topic_name = r.read_string()
-        else:
-            self.topic_name = r.read_compact_string()
+        self.topic_name = r.read_compact_string() if flexible else r.read_string()
         self.partition_index = r.read_int32()
-        if version == 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -129,22 +118,15 @@ class ControlledShutdownResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int16(self.error_code)
-        if version <= 2:
-            v = self.remaining_partitions
-            if v is None:
-                _null(self, 'remaining_partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.remaining_partitions
-            if v is None:
-                _null(self, 'remaining_partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 3:
+        v = self.remaining_partitions
+        if v is None:
+            _null(self, 'remaining_partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -153,24 +135,14 @@ class ControlledShutdownResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(ControlledShutdownResponse)
         self.error_code = r.read_int16()
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ControlledShutdownResponse', 'remaining_partitions', version)
-            else:
-                rd = _ControlledShutdownResponse_RemainingPartition._read
-                self.remaining_partitions = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ControlledShutdownResponse', 'remaining_partitions', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ControlledShutdownResponse', 'remaining_partitions', version)
-            else:
-                rd = _ControlledShutdownResponse_RemainingPartition._read
-                self.remaining_partitions = [rd(r, version) for _ in range(n)]
-        if version == 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _ControlledShutdownResponse_RemainingPartition._read
+            self.remaining_partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

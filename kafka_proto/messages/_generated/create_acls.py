@@ -44,45 +44,28 @@ class _CreateAclsRequest_AclCreation(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int8(self.resource_type)
-        if version <= 1:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_string(v)
-        else:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_compact_string(v)
+        v = self.resource_name
+        if v is None:
+            _null(self, 'resource_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version == 0:
             if self.resource_pattern_type != 3:
                 _absent(self, 'resource_pattern_type', version)
         else:
             w.write_int8(self.resource_pattern_type)
-        if version <= 1:
-            v = self.principal
-            if v is None:
-                _null(self, 'principal', version)
-            w.write_string(v)
-        else:
-            v = self.principal
-            if v is None:
-                _null(self, 'principal', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.host
-            if v is None:
-                _null(self, 'host', version)
-            w.write_string(v)
-        else:
-            v = self.host
-            if v is None:
-                _null(self, 'host', version)
-            w.write_compact_string(v)
+        v = self.principal
+        if v is None:
+            _null(self, 'principal', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.host
+        if v is None:
+            _null(self, 'host', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int8(self.operation)
         w.write_int8(self.permission_type)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -91,30 +74,19 @@ class _CreateAclsRequest_AclCreation(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_CreateAclsRequest_AclCreation)
         self.resource_type = r.read_int8()
-        if version <= 1:
-            self.resource_name = r.read_string()
-        else:
-            self.resource_name = r.read_compact_string()
+        self.resource_name = r.read_compact_string() if flexible else r.read_string()
         if version == 0:
             self.resource_pattern_type = 3
         else:
             self.resource_pattern_type = r.read_int8()
-        if version <= 1:
-            self.principal = r.read_string()
-        else:
-            self.principal = r.read_compact_string()
-        if version <= 1:
-            self.host = r.read_string()
-        else:
-            self.host = r.read_compact_string()
+        self.principal = r.read_compact_string() if flexible else r.read_string()
+        self.host = r.read_compact_string() if flexible else r.read_string()
         self.operation = r.read_int8()
         self.permission_type = r.read_int8()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -136,21 +108,14 @@ class CreateAclsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.creations
-            if v is None:
-                _null(self, 'creations', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.creations
-            if v is None:
-                _null(self, 'creations', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 2:
+        flexible = version >= 2
+        v = self.creations
+        if v is None:
+            _null(self, 'creations', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -159,25 +124,15 @@ class CreateAclsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(CreateAclsRequest)
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreateAclsRequest', 'creations', version)
-            else:
-                rd = _CreateAclsRequest_AclCreation._read
-                self.creations = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreateAclsRequest', 'creations', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreateAclsRequest', 'creations', version)
-            else:
-                rd = _CreateAclsRequest_AclCreation._read
-                self.creations = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _CreateAclsRequest_AclCreation._read
+            self.creations = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -198,12 +153,11 @@ class _CreateAclsResponse_AclCreationResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.error_code)
-        if version <= 1:
-            w.write_nullable_string(self.error_message)
-        else:
-            w.write_compact_nullable_string(self.error_message)
-        if version >= 2:
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -212,16 +166,11 @@ class _CreateAclsResponse_AclCreationResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_CreateAclsResponse_AclCreationResult)
         self.error_code = r.read_int16()
-        if version <= 1:
-            self.error_message = r.read_nullable_string()
-        else:
-            self.error_message = r.read_compact_nullable_string()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -244,22 +193,15 @@ class CreateAclsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.throttle_time_ms)
-        if version <= 1:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 2:
+        v = self.results
+        if v is None:
+            _null(self, 'results', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -268,24 +210,14 @@ class CreateAclsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(CreateAclsResponse)
         self.throttle_time_ms = r.read_int32()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreateAclsResponse', 'results', version)
-            else:
-                rd = _CreateAclsResponse_AclCreationResult._read
-                self.results = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreateAclsResponse', 'results', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreateAclsResponse', 'results', version)
-            else:
-                rd = _CreateAclsResponse_AclCreationResult._read
-                self.results = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _CreateAclsResponse_AclCreationResult._read
+            self.results = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

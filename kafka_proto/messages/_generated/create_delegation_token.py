@@ -34,27 +34,16 @@ class _CreateDelegationTokenRequest_CreatableRenewers(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.principal_type
-            if v is None:
-                _null(self, 'principal_type', version)
-            w.write_string(v)
-        else:
-            v = self.principal_type
-            if v is None:
-                _null(self, 'principal_type', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.principal_name
-            if v is None:
-                _null(self, 'principal_name', version)
-            w.write_string(v)
-        else:
-            v = self.principal_name
-            if v is None:
-                _null(self, 'principal_name', version)
-            w.write_compact_string(v)
-        if version >= 2:
+        flexible = version >= 2
+        v = self.principal_type
+        if v is None:
+            _null(self, 'principal_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.principal_name
+        if v is None:
+            _null(self, 'principal_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -63,19 +52,11 @@ class _CreateDelegationTokenRequest_CreatableRenewers(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_CreateDelegationTokenRequest_CreatableRenewers)
-        if version <= 1:
-            self.principal_type = r.read_string()
-        else:
-            self.principal_type = r.read_compact_string()
-        if version <= 1:
-            self.principal_name = r.read_string()
-        else:
-            self.principal_name = r.read_compact_string()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.principal_type = r.read_compact_string() if flexible else r.read_string()
+        self.principal_name = r.read_compact_string() if flexible else r.read_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -103,6 +84,7 @@ class CreateDelegationTokenRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         if version <= 2:
             if self.owner_principal_type != '':
                 _absent(self, 'owner_principal_type', version)
@@ -113,22 +95,14 @@ class CreateDelegationTokenRequest(_Message):
                 _absent(self, 'owner_principal_name', version)
         else:
             w.write_compact_nullable_string(self.owner_principal_name)
-        if version <= 1:
-            v = self.renewers
-            if v is None:
-                _null(self, 'renewers', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.renewers
-            if v is None:
-                _null(self, 'renewers', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.renewers
+        if v is None:
+            _null(self, 'renewers', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         w.write_int64(self.max_lifetime_ms)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -137,6 +111,7 @@ class CreateDelegationTokenRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(CreateDelegationTokenRequest)
         if version <= 2:
             self.owner_principal_type = ''
@@ -146,25 +121,14 @@ class CreateDelegationTokenRequest(_Message):
             self.owner_principal_name = ''
         else:
             self.owner_principal_name = r.read_compact_nullable_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreateDelegationTokenRequest', 'renewers', version)
-            else:
-                rd = _CreateDelegationTokenRequest_CreatableRenewers._read
-                self.renewers = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreateDelegationTokenRequest', 'renewers', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreateDelegationTokenRequest', 'renewers', version)
-            else:
-                rd = _CreateDelegationTokenRequest_CreatableRenewers._read
-                self.renewers = [rd(r, version) for _ in range(n)]
+            rd = _CreateDelegationTokenRequest_CreatableRenewers._read
+            self.renewers = [rd(r, version) for _ in range(n)]
         self.max_lifetime_ms = r.read_int64()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -204,27 +168,16 @@ class CreateDelegationTokenResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.error_code)
-        if version <= 1:
-            v = self.principal_type
-            if v is None:
-                _null(self, 'principal_type', version)
-            w.write_string(v)
-        else:
-            v = self.principal_type
-            if v is None:
-                _null(self, 'principal_type', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.principal_name
-            if v is None:
-                _null(self, 'principal_name', version)
-            w.write_string(v)
-        else:
-            v = self.principal_name
-            if v is None:
-                _null(self, 'principal_name', version)
-            w.write_compact_string(v)
+        v = self.principal_type
+        if v is None:
+            _null(self, 'principal_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.principal_name
+        if v is None:
+            _null(self, 'principal_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version <= 2:
             if self.token_requester_principal_type != '':
                 _absent(self, 'token_requester_principal_type', version)
@@ -244,28 +197,16 @@ class CreateDelegationTokenResponse(_Message):
         w.write_int64(self.issue_timestamp_ms)
         w.write_int64(self.expiry_timestamp_ms)
         w.write_int64(self.max_timestamp_ms)
-        if version <= 1:
-            v = self.token_id
-            if v is None:
-                _null(self, 'token_id', version)
-            w.write_string(v)
-        else:
-            v = self.token_id
-            if v is None:
-                _null(self, 'token_id', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.hmac
-            if v is None:
-                _null(self, 'hmac', version)
-            w.write_bytes(v)
-        else:
-            v = self.hmac
-            if v is None:
-                _null(self, 'hmac', version)
-            w.write_compact_bytes(v)
+        v = self.token_id
+        if v is None:
+            _null(self, 'token_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.hmac
+        if v is None:
+            _null(self, 'hmac', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
         w.write_int32(self.throttle_time_ms)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -274,16 +215,11 @@ class CreateDelegationTokenResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(CreateDelegationTokenResponse)
         self.error_code = r.read_int16()
-        if version <= 1:
-            self.principal_type = r.read_string()
-        else:
-            self.principal_type = r.read_compact_string()
-        if version <= 1:
-            self.principal_name = r.read_string()
-        else:
-            self.principal_name = r.read_compact_string()
+        self.principal_type = r.read_compact_string() if flexible else r.read_string()
+        self.principal_name = r.read_compact_string() if flexible else r.read_string()
         if version <= 2:
             self.token_requester_principal_type = ''
         else:
@@ -295,17 +231,8 @@ class CreateDelegationTokenResponse(_Message):
         self.issue_timestamp_ms = r.read_int64()
         self.expiry_timestamp_ms = r.read_int64()
         self.max_timestamp_ms = r.read_int64()
-        if version <= 1:
-            self.token_id = r.read_string()
-        else:
-            self.token_id = r.read_compact_string()
-        if version <= 1:
-            self.hmac = r.read_bytes()
-        else:
-            self.hmac = r.read_compact_bytes()
+        self.token_id = r.read_compact_string() if flexible else r.read_string()
+        self.hmac = r.read_compact_bytes() if flexible else r.read_bytes()
         self.throttle_time_ms = r.read_int32()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

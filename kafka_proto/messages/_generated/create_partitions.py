@@ -31,21 +31,14 @@ class _CreatePartitionsRequest_CreatePartitionsAssignment(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.broker_ids
-            if v is None:
-                _null(self, 'broker_ids', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.broker_ids
-            if v is None:
-                _null(self, 'broker_ids', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version >= 2:
+        flexible = version >= 2
+        v = self.broker_ids
+        if v is None:
+            _null(self, 'broker_ids', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -54,25 +47,15 @@ class _CreatePartitionsRequest_CreatePartitionsAssignment(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_CreatePartitionsRequest_CreatePartitionsAssignment)
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreatePartitionsRequest.CreatePartitionsAssignment', 'broker_ids', version)
-            else:
-                rd = r.read_int32
-                self.broker_ids = [rd() for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreatePartitionsRequest.CreatePartitionsAssignment', 'broker_ids', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreatePartitionsRequest.CreatePartitionsAssignment', 'broker_ids', version)
-            else:
-                rd = r.read_int32
-                self.broker_ids = [rd() for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = r.read_int32
+            self.broker_ids = [rd() for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -95,34 +78,20 @@ class _CreatePartitionsRequest_CreatePartitionsTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+        flexible = version >= 2
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int32(self.count)
-        if version <= 1:
-            v = self.assignments
-            if v is None:
-                w.write_array_length(None)
-            else:
-                w.write_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
+        v = self.assignments
+        if v is None:
+            w.write_compact_array_length(None) if flexible else w.write_array_length(None)
         else:
-            v = self.assignments
-            if v is None:
-                w.write_compact_array_length(None)
-            else:
-                w.write_compact_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
-        if version >= 2:
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+            for e in v:
+                e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -131,30 +100,17 @@ class _CreatePartitionsRequest_CreatePartitionsTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_CreatePartitionsRequest_CreatePartitionsTopic)
-        if version <= 1:
-            self.name = r.read_string()
-        else:
-            self.name = r.read_compact_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
         self.count = r.read_int32()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                self.assignments = None
-            else:
-                rd = _CreatePartitionsRequest_CreatePartitionsAssignment._read
-                self.assignments = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            self.assignments = None
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                self.assignments = None
-            else:
-                rd = _CreatePartitionsRequest_CreatePartitionsAssignment._read
-                self.assignments = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _CreatePartitionsRequest_CreatePartitionsAssignment._read
+            self.assignments = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -181,23 +137,16 @@ class CreatePartitionsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        flexible = version >= 2
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         w.write_int32(self.timeout_ms)
         w.write_bool(self.validate_only)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -206,27 +155,17 @@ class CreatePartitionsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(CreatePartitionsRequest)
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreatePartitionsRequest', 'topics', version)
-            else:
-                rd = _CreatePartitionsRequest_CreatePartitionsTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreatePartitionsRequest', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreatePartitionsRequest', 'topics', version)
-            else:
-                rd = _CreatePartitionsRequest_CreatePartitionsTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _CreatePartitionsRequest_CreatePartitionsTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
         self.timeout_ms = r.read_int32()
         self.validate_only = r.read_bool()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -249,22 +188,15 @@ class _CreatePartitionsResponse_CreatePartitionsTopicResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+        flexible = version >= 2
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int16(self.error_code)
-        if version <= 1:
-            w.write_nullable_string(self.error_message)
-        else:
-            w.write_compact_nullable_string(self.error_message)
-        if version >= 2:
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -273,20 +205,12 @@ class _CreatePartitionsResponse_CreatePartitionsTopicResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_CreatePartitionsResponse_CreatePartitionsTopicResult)
-        if version <= 1:
-            self.name = r.read_string()
-        else:
-            self.name = r.read_compact_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
         self.error_code = r.read_int16()
-        if version <= 1:
-            self.error_message = r.read_nullable_string()
-        else:
-            self.error_message = r.read_compact_nullable_string()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -309,22 +233,15 @@ class CreatePartitionsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.throttle_time_ms)
-        if version <= 1:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 2:
+        v = self.results
+        if v is None:
+            _null(self, 'results', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -333,24 +250,14 @@ class CreatePartitionsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(CreatePartitionsResponse)
         self.throttle_time_ms = r.read_int32()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreatePartitionsResponse', 'results', version)
-            else:
-                rd = _CreatePartitionsResponse_CreatePartitionsTopicResult._read
-                self.results = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreatePartitionsResponse', 'results', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreatePartitionsResponse', 'results', version)
-            else:
-                rd = _CreatePartitionsResponse_CreatePartitionsTopicResult._read
-                self.results = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _CreatePartitionsResponse_CreatePartitionsTopicResult._read
+            self.results = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -37,22 +37,15 @@ class _CreateTopicsRequest_CreatableReplicaAssignment(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 5
         w.write_int32(self.partition_index)
-        if version <= 4:
-            v = self.broker_ids
-            if v is None:
-                _null(self, 'broker_ids', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.broker_ids
-            if v is None:
-                _null(self, 'broker_ids', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version >= 5:
+        v = self.broker_ids
+        if v is None:
+            _null(self, 'broker_ids', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -61,26 +54,16 @@ class _CreateTopicsRequest_CreatableReplicaAssignment(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(_CreateTopicsRequest_CreatableReplicaAssignment)
         self.partition_index = r.read_int32()
-        if version <= 4:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreateTopicsRequest.CreatableReplicaAssignment', 'broker_ids', version)
-            else:
-                rd = r.read_int32
-                self.broker_ids = [rd() for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreateTopicsRequest.CreatableReplicaAssignment', 'broker_ids', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreateTopicsRequest.CreatableReplicaAssignment', 'broker_ids', version)
-            else:
-                rd = r.read_int32
-                self.broker_ids = [rd() for _ in range(n)]
-        if version >= 5:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = r.read_int32
+            self.broker_ids = [rd() for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -101,21 +84,14 @@ class _CreateTopicsRequest_CreatableTopicConfig(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 4:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 4:
-            w.write_nullable_string(self.value)
-        else:
-            w.write_compact_nullable_string(self.value)
-        if version >= 5:
+        flexible = version >= 5
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.value
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -124,19 +100,11 @@ class _CreateTopicsRequest_CreatableTopicConfig(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(_CreateTopicsRequest_CreatableTopicConfig)
-        if version <= 4:
-            self.name = r.read_string()
-        else:
-            self.name = r.read_compact_string()
-        if version <= 4:
-            self.value = r.read_nullable_string()
-        else:
-            self.value = r.read_compact_nullable_string()
-        if version >= 5:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        self.value = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -163,47 +131,26 @@ class _CreateTopicsRequest_CreatableTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 4:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+        flexible = version >= 5
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int32(self.num_partitions)
         w.write_int16(self.replication_factor)
-        if version <= 4:
-            v = self.assignments
-            if v is None:
-                _null(self, 'assignments', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.assignments
-            if v is None:
-                _null(self, 'assignments', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version <= 4:
-            v = self.configs
-            if v is None:
-                _null(self, 'configs', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.configs
-            if v is None:
-                _null(self, 'configs', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 5:
+        v = self.assignments
+        if v is None:
+            _null(self, 'assignments', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        v = self.configs
+        if v is None:
+            _null(self, 'configs', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -212,45 +159,24 @@ class _CreateTopicsRequest_CreatableTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(_CreateTopicsRequest_CreatableTopic)
-        if version <= 4:
-            self.name = r.read_string()
-        else:
-            self.name = r.read_compact_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
         self.num_partitions = r.read_int32()
         self.replication_factor = r.read_int16()
-        if version <= 4:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreateTopicsRequest.CreatableTopic', 'assignments', version)
-            else:
-                rd = _CreateTopicsRequest_CreatableReplicaAssignment._read
-                self.assignments = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreateTopicsRequest.CreatableTopic', 'assignments', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreateTopicsRequest.CreatableTopic', 'assignments', version)
-            else:
-                rd = _CreateTopicsRequest_CreatableReplicaAssignment._read
-                self.assignments = [rd(r, version) for _ in range(n)]
-        if version <= 4:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreateTopicsRequest.CreatableTopic', 'configs', version)
-            else:
-                rd = _CreateTopicsRequest_CreatableTopicConfig._read
-                self.configs = [rd(r, version) for _ in range(n)]
+            rd = _CreateTopicsRequest_CreatableReplicaAssignment._read
+            self.assignments = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreateTopicsRequest.CreatableTopic', 'configs', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreateTopicsRequest.CreatableTopic', 'configs', version)
-            else:
-                rd = _CreateTopicsRequest_CreatableTopicConfig._read
-                self.configs = [rd(r, version) for _ in range(n)]
-        if version >= 5:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _CreateTopicsRequest_CreatableTopicConfig._read
+            self.configs = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -278,27 +204,20 @@ class CreateTopicsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 4:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        flexible = version >= 5
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         w.write_int32(self.timeout_ms)
         if version == 0:
             if self.validate_only != False:
                 _absent(self, 'validate_only', version)
         else:
             w.write_bool(self.validate_only)
-        if version >= 5:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -307,30 +226,20 @@ class CreateTopicsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(CreateTopicsRequest)
-        if version <= 4:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreateTopicsRequest', 'topics', version)
-            else:
-                rd = _CreateTopicsRequest_CreatableTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreateTopicsRequest', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreateTopicsRequest', 'topics', version)
-            else:
-                rd = _CreateTopicsRequest_CreatableTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _CreateTopicsRequest_CreatableTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
         self.timeout_ms = r.read_int32()
         if version == 0:
             self.validate_only = False
         else:
             self.validate_only = r.read_bool()
-        if version >= 5:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -357,6 +266,7 @@ class _CreateTopicsResponse_CreatableTopicConfigs(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 5
         if version <= 4:
             if self.name != '':
                 _absent(self, 'name', version)
@@ -382,7 +292,7 @@ class _CreateTopicsResponse_CreatableTopicConfigs(_Struct):
                 _absent(self, 'is_sensitive', version)
         else:
             w.write_bool(self.is_sensitive)
-        if version >= 5:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -391,6 +301,7 @@ class _CreateTopicsResponse_CreatableTopicConfigs(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(_CreateTopicsResponse_CreatableTopicConfigs)
         if version <= 4:
             self.name = ''
@@ -412,10 +323,7 @@ class _CreateTopicsResponse_CreatableTopicConfigs(_Struct):
             self.is_sensitive = False
         else:
             self.is_sensitive = r.read_bool()
-        if version >= 5:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -448,23 +356,17 @@ class _CreateTopicsResponse_CreatableTopicResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 4:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+        flexible = version >= 5
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version == 7:
             w.write_uuid(self.topic_id)
         w.write_int16(self.error_code)
-        if 1 <= version <= 4:
-            w.write_nullable_string(self.error_message)
-        elif version >= 5:
-            w.write_compact_nullable_string(self.error_message)
+        if version >= 1:
+            v = self.error_message
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if version >= 5:
             w.write_int32(self.num_partitions)
         if version >= 5:
@@ -477,7 +379,7 @@ class _CreateTopicsResponse_CreatableTopicResult(_Struct):
                 w.write_compact_array_length(len(v))
                 for e in v:
                     e._write(w, version)
-        if version >= 5:
+        if flexible:
             tags = {}
             if version >= 5:
                 v = self.topic_config_error_code
@@ -489,11 +391,9 @@ class _CreateTopicsResponse_CreatableTopicResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(_CreateTopicsResponse_CreatableTopicResult)
-        if version <= 4:
-            self.name = r.read_string()
-        else:
-            self.name = r.read_compact_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
         if version <= 6:
             self.topic_id = _ZERO_UUID
         else:
@@ -501,10 +401,8 @@ class _CreateTopicsResponse_CreatableTopicResult(_Struct):
         self.error_code = r.read_int16()
         if version == 0:
             self.error_message = ''
-        elif version <= 4:
-            self.error_message = r.read_nullable_string()
         else:
-            self.error_message = r.read_compact_nullable_string()
+            self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.topic_config_error_code = 0
         if version <= 4:
             self.num_partitions = -1
@@ -523,7 +421,7 @@ class _CreateTopicsResponse_CreatableTopicResult(_Struct):
             else:
                 rd = _CreateTopicsResponse_CreatableTopicConfigs._read
                 self.configs = [rd(r, version) for _ in range(n)]
-        if version >= 5:
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()
@@ -563,23 +461,16 @@ class CreateTopicsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 5
         if version >= 2:
             w.write_int32(self.throttle_time_ms)
-        if version <= 4:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 5:
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -588,27 +479,17 @@ class CreateTopicsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(CreateTopicsResponse)
         if version <= 1:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
-        if version <= 4:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('CreateTopicsResponse', 'topics', version)
-            else:
-                rd = _CreateTopicsResponse_CreatableTopicResult._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('CreateTopicsResponse', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('CreateTopicsResponse', 'topics', version)
-            else:
-                rd = _CreateTopicsResponse_CreatableTopicResult._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version >= 5:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _CreateTopicsResponse_CreatableTopicResult._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -44,27 +44,22 @@ class _DeleteAclsRequest_DeleteAclsFilter(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int8(self.resource_type_filter)
-        if version <= 1:
-            w.write_nullable_string(self.resource_name_filter)
-        else:
-            w.write_compact_nullable_string(self.resource_name_filter)
+        v = self.resource_name_filter
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if version == 0:
             if self.pattern_type_filter != 3:
                 _absent(self, 'pattern_type_filter', version)
         else:
             w.write_int8(self.pattern_type_filter)
-        if version <= 1:
-            w.write_nullable_string(self.principal_filter)
-        else:
-            w.write_compact_nullable_string(self.principal_filter)
-        if version <= 1:
-            w.write_nullable_string(self.host_filter)
-        else:
-            w.write_compact_nullable_string(self.host_filter)
+        v = self.principal_filter
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        v = self.host_filter
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         w.write_int8(self.operation)
         w.write_int8(self.permission_type)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -73,30 +68,19 @@ class _DeleteAclsRequest_DeleteAclsFilter(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DeleteAclsRequest_DeleteAclsFilter)
         self.resource_type_filter = r.read_int8()
-        if version <= 1:
-            self.resource_name_filter = r.read_nullable_string()
-        else:
-            self.resource_name_filter = r.read_compact_nullable_string()
+        self.resource_name_filter = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         if version == 0:
             self.pattern_type_filter = 3
         else:
             self.pattern_type_filter = r.read_int8()
-        if version <= 1:
-            self.principal_filter = r.read_nullable_string()
-        else:
-            self.principal_filter = r.read_compact_nullable_string()
-        if version <= 1:
-            self.host_filter = r.read_nullable_string()
-        else:
-            self.host_filter = r.read_compact_nullable_string()
+        self.principal_filter = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.host_filter = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.operation = r.read_int8()
         self.permission_type = r.read_int8()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -118,21 +102,14 @@ class DeleteAclsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.filters
-            if v is None:
-                _null(self, 'filters', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.filters
-            if v is None:
-                _null(self, 'filters', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 2:
+        flexible = version >= 2
+        v = self.filters
+        if v is None:
+            _null(self, 'filters', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -141,25 +118,15 @@ class DeleteAclsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(DeleteAclsRequest)
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DeleteAclsRequest', 'filters', version)
-            else:
-                rd = _DeleteAclsRequest_DeleteAclsFilter._read
-                self.filters = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DeleteAclsRequest', 'filters', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DeleteAclsRequest', 'filters', version)
-            else:
-                rd = _DeleteAclsRequest_DeleteAclsFilter._read
-                self.filters = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DeleteAclsRequest_DeleteAclsFilter._read
+            self.filters = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -194,50 +161,31 @@ class _DeleteAclsResponse_DeleteAclsMatchingAcl(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.error_code)
-        if version <= 1:
-            w.write_nullable_string(self.error_message)
-        else:
-            w.write_compact_nullable_string(self.error_message)
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         w.write_int8(self.resource_type)
-        if version <= 1:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_string(v)
-        else:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_compact_string(v)
+        v = self.resource_name
+        if v is None:
+            _null(self, 'resource_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version == 0:
             if self.pattern_type != 3:
                 _absent(self, 'pattern_type', version)
         else:
             w.write_int8(self.pattern_type)
-        if version <= 1:
-            v = self.principal
-            if v is None:
-                _null(self, 'principal', version)
-            w.write_string(v)
-        else:
-            v = self.principal
-            if v is None:
-                _null(self, 'principal', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.host
-            if v is None:
-                _null(self, 'host', version)
-            w.write_string(v)
-        else:
-            v = self.host
-            if v is None:
-                _null(self, 'host', version)
-            w.write_compact_string(v)
+        v = self.principal
+        if v is None:
+            _null(self, 'principal', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.host
+        if v is None:
+            _null(self, 'host', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int8(self.operation)
         w.write_int8(self.permission_type)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -246,35 +194,21 @@ class _DeleteAclsResponse_DeleteAclsMatchingAcl(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DeleteAclsResponse_DeleteAclsMatchingAcl)
         self.error_code = r.read_int16()
-        if version <= 1:
-            self.error_message = r.read_nullable_string()
-        else:
-            self.error_message = r.read_compact_nullable_string()
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.resource_type = r.read_int8()
-        if version <= 1:
-            self.resource_name = r.read_string()
-        else:
-            self.resource_name = r.read_compact_string()
+        self.resource_name = r.read_compact_string() if flexible else r.read_string()
         if version == 0:
             self.pattern_type = 3
         else:
             self.pattern_type = r.read_int8()
-        if version <= 1:
-            self.principal = r.read_string()
-        else:
-            self.principal = r.read_compact_string()
-        if version <= 1:
-            self.host = r.read_string()
-        else:
-            self.host = r.read_compact_string()
+        self.principal = r.read_compact_string() if flexible else r.read_string()
+        self.host = r.read_compact_string() if flexible else r.read_string()
         self.operation = r.read_int8()
         self.permission_type = r.read_int8()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -297,26 +231,17 @@ class _DeleteAclsResponse_DeleteAclsFilterResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.error_code)
-        if version <= 1:
-            w.write_nullable_string(self.error_message)
-        else:
-            w.write_compact_nullable_string(self.error_message)
-        if version <= 1:
-            v = self.matching_acls
-            if v is None:
-                _null(self, 'matching_acls', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.matching_acls
-            if v is None:
-                _null(self, 'matching_acls', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 2:
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        v = self.matching_acls
+        if v is None:
+            _null(self, 'matching_acls', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -325,30 +250,17 @@ class _DeleteAclsResponse_DeleteAclsFilterResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DeleteAclsResponse_DeleteAclsFilterResult)
         self.error_code = r.read_int16()
-        if version <= 1:
-            self.error_message = r.read_nullable_string()
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DeleteAclsResponse.DeleteAclsFilterResult', 'matching_acls', version)
         else:
-            self.error_message = r.read_compact_nullable_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DeleteAclsResponse.DeleteAclsFilterResult', 'matching_acls', version)
-            else:
-                rd = _DeleteAclsResponse_DeleteAclsMatchingAcl._read
-                self.matching_acls = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DeleteAclsResponse.DeleteAclsFilterResult', 'matching_acls', version)
-            else:
-                rd = _DeleteAclsResponse_DeleteAclsMatchingAcl._read
-                self.matching_acls = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DeleteAclsResponse_DeleteAclsMatchingAcl._read
+            self.matching_acls = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -372,22 +284,15 @@ class DeleteAclsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.throttle_time_ms)
-        if version <= 1:
-            v = self.filter_results
-            if v is None:
-                _null(self, 'filter_results', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.filter_results
-            if v is None:
-                _null(self, 'filter_results', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 2:
+        v = self.filter_results
+        if v is None:
+            _null(self, 'filter_results', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -396,24 +301,14 @@ class DeleteAclsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(DeleteAclsResponse)
         self.throttle_time_ms = r.read_int32()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DeleteAclsResponse', 'filter_results', version)
-            else:
-                rd = _DeleteAclsResponse_DeleteAclsFilterResult._read
-                self.filter_results = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DeleteAclsResponse', 'filter_results', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DeleteAclsResponse', 'filter_results', version)
-            else:
-                rd = _DeleteAclsResponse_DeleteAclsFilterResult._read
-                self.filter_results = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DeleteAclsResponse_DeleteAclsFilterResult._read
+            self.filter_results = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -33,25 +33,16 @@ class DeleteGroupsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.groups_names
-            if v is None:
+        flexible = version >= 2
+        v = self.groups_names
+        if v is None:
+            _null(self, 'groups_names', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            if e is None:
                 _null(self, 'groups_names', version)
-            w.write_array_length(len(v))
-            for e in v:
-                if e is None:
-                    _null(self, 'groups_names', version)
-                w.write_string(e)
-        else:
-            v = self.groups_names
-            if v is None:
-                _null(self, 'groups_names', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                if e is None:
-                    _null(self, 'groups_names', version)
-                w.write_compact_string(e)
-        if version == 2:
+            w.write_compact_string(e) if flexible else w.write_string(e)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -60,25 +51,15 @@ class DeleteGroupsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(DeleteGroupsRequest)
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DeleteGroupsRequest', 'groups_names', version)
-            else:
-                rd = r.read_string
-                self.groups_names = [rd() for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DeleteGroupsRequest', 'groups_names', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DeleteGroupsRequest', 'groups_names', version)
-            else:
-                rd = r.read_compact_string
-                self.groups_names = [rd() for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = r.read_compact_string if flexible else r.read_string
+            self.groups_names = [rd() for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -99,18 +80,13 @@ class _DeleteGroupsResponse_DeletableGroupResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_string(v)
-        else:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
+        flexible = version >= 2
+        v = self.group_id
+        if v is None:
+            _null(self, 'group_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int16(self.error_code)
-        if version == 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -119,16 +95,11 @@ class _DeleteGroupsResponse_DeletableGroupResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DeleteGroupsResponse_DeletableGroupResult)
-        if version <= 1:
-            self.group_id = r.read_string()
-        else:
-            self.group_id = r.read_compact_string()
+        self.group_id = r.read_compact_string() if flexible else r.read_string()
         self.error_code = r.read_int16()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -151,22 +122,15 @@ class DeleteGroupsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.throttle_time_ms)
-        if version <= 1:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 2:
+        v = self.results
+        if v is None:
+            _null(self, 'results', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -175,24 +139,14 @@ class DeleteGroupsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(DeleteGroupsResponse)
         self.throttle_time_ms = r.read_int32()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DeleteGroupsResponse', 'results', version)
-            else:
-                rd = _DeleteGroupsResponse_DeletableGroupResult._read
-                self.results = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DeleteGroupsResponse', 'results', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DeleteGroupsResponse', 'results', version)
-            else:
-                rd = _DeleteGroupsResponse_DeletableGroupResult._read
-                self.results = [rd(r, version) for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DeleteGroupsResponse_DeletableGroupResult._read
+            self.results = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -35,6 +35,7 @@ class _DeleteTopicsRequest_DeleteTopicState(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version <= 5:
             if self.name is not None:
                 _absent(self, 'name', version)
@@ -45,7 +46,7 @@ class _DeleteTopicsRequest_DeleteTopicState(_Struct):
                 _absent(self, 'topic_id', version)
         else:
             w.write_uuid(self.topic_id)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -54,6 +55,7 @@ class _DeleteTopicsRequest_DeleteTopicState(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_DeleteTopicsRequest_DeleteTopicState)
         if version <= 5:
             self.name = None
@@ -63,10 +65,7 @@ class _DeleteTopicsRequest_DeleteTopicState(_Struct):
             self.topic_id = _ZERO_UUID
         else:
             self.topic_id = r.read_uuid()
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -92,6 +91,7 @@ class DeleteTopicsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version <= 5:
             if (self.topics is None or len(self.topics) > 0):
                 _absent(self, 'topics', version)
@@ -102,26 +102,17 @@ class DeleteTopicsRequest(_Message):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version <= 3:
+        if version <= 5:
             v = self.topic_names
             if v is None:
                 _null(self, 'topic_names', version)
-            w.write_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 if e is None:
                     _null(self, 'topic_names', version)
-                w.write_string(e)
-        elif version <= 5:
-            v = self.topic_names
-            if v is None:
-                _null(self, 'topic_names', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                if e is None:
-                    _null(self, 'topic_names', version)
-                w.write_compact_string(e)
+                w.write_compact_string(e) if flexible else w.write_string(e)
         w.write_int32(self.timeout_ms)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -130,6 +121,7 @@ class DeleteTopicsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(DeleteTopicsRequest)
         if version <= 5:
             self.topics = []
@@ -140,27 +132,17 @@ class DeleteTopicsRequest(_Message):
             else:
                 rd = _DeleteTopicsRequest_DeleteTopicState._read
                 self.topics = [rd(r, version) for _ in range(n)]
-        if version <= 3:
-            n = r.read_array_length()
+        if version <= 5:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('DeleteTopicsRequest', 'topic_names', version)
             else:
-                rd = r.read_string
-                self.topic_names = [rd() for _ in range(n)]
-        elif version <= 5:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DeleteTopicsRequest', 'topic_names', version)
-            else:
-                rd = r.read_compact_string
+                rd = r.read_compact_string if flexible else r.read_string
                 self.topic_names = [rd() for _ in range(n)]
         else:
             self.topic_names = []
         self.timeout_ms = r.read_int32()
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -185,16 +167,12 @@ class _DeleteTopicsResponse_DeletableTopicResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 3:
+        flexible = version >= 4
+        if version <= 5:
             v = self.name
             if v is None:
                 _null(self, 'name', version)
-            w.write_string(v)
-        elif version <= 5:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             w.write_compact_nullable_string(self.name)
         if version == 6:
@@ -202,7 +180,7 @@ class _DeleteTopicsResponse_DeletableTopicResult(_Struct):
         w.write_int16(self.error_code)
         if version >= 5:
             w.write_compact_nullable_string(self.error_message)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -211,11 +189,10 @@ class _DeleteTopicsResponse_DeletableTopicResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_DeleteTopicsResponse_DeletableTopicResult)
-        if version <= 3:
-            self.name = r.read_string()
-        elif version <= 5:
-            self.name = r.read_compact_string()
+        if version <= 5:
+            self.name = r.read_compact_string() if flexible else r.read_string()
         else:
             self.name = r.read_compact_nullable_string()
         if version <= 5:
@@ -227,10 +204,7 @@ class _DeleteTopicsResponse_DeletableTopicResult(_Struct):
             self.error_message = None
         else:
             self.error_message = r.read_compact_nullable_string()
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -253,23 +227,16 @@ class DeleteTopicsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version >= 1:
             w.write_int32(self.throttle_time_ms)
-        if version <= 3:
-            v = self.responses
-            if v is None:
-                _null(self, 'responses', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.responses
-            if v is None:
-                _null(self, 'responses', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 4:
+        v = self.responses
+        if v is None:
+            _null(self, 'responses', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -278,27 +245,17 @@ class DeleteTopicsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(DeleteTopicsResponse)
         if version == 0:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DeleteTopicsResponse', 'responses', version)
-            else:
-                rd = _DeleteTopicsResponse_DeletableTopicResult._read
-                self.responses = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DeleteTopicsResponse', 'responses', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DeleteTopicsResponse', 'responses', version)
-            else:
-                rd = _DeleteTopicsResponse_DeletableTopicResult._read
-                self.responses = [rd(r, version) for _ in range(n)]
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DeleteTopicsResponse_DeletableTopicResult._read
+            self.responses = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

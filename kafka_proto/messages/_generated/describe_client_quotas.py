@@ -35,22 +35,15 @@ class _DescribeClientQuotasRequest_ComponentData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.entity_type
-            if v is None:
-                _null(self, 'entity_type', version)
-            w.write_string(v)
-        else:
-            v = self.entity_type
-            if v is None:
-                _null(self, 'entity_type', version)
-            w.write_compact_string(v)
+        flexible = version >= 1
+        v = self.entity_type
+        if v is None:
+            _null(self, 'entity_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int8(self.match_type)
-        if version == 0:
-            w.write_nullable_string(self.match)
-        else:
-            w.write_compact_nullable_string(self.match)
-        if version == 1:
+        v = self.match
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -59,20 +52,12 @@ class _DescribeClientQuotasRequest_ComponentData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_DescribeClientQuotasRequest_ComponentData)
-        if version == 0:
-            self.entity_type = r.read_string()
-        else:
-            self.entity_type = r.read_compact_string()
+        self.entity_type = r.read_compact_string() if flexible else r.read_string()
         self.match_type = r.read_int8()
-        if version == 0:
-            self.match = r.read_nullable_string()
-        else:
-            self.match = r.read_compact_nullable_string()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.match = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -96,22 +81,15 @@ class DescribeClientQuotasRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.components
-            if v is None:
-                _null(self, 'components', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.components
-            if v is None:
-                _null(self, 'components', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        flexible = version >= 1
+        v = self.components
+        if v is None:
+            _null(self, 'components', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         w.write_bool(self.strict)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -120,26 +98,16 @@ class DescribeClientQuotasRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(DescribeClientQuotasRequest)
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeClientQuotasRequest', 'components', version)
-            else:
-                rd = _DescribeClientQuotasRequest_ComponentData._read
-                self.components = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeClientQuotasRequest', 'components', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeClientQuotasRequest', 'components', version)
-            else:
-                rd = _DescribeClientQuotasRequest_ComponentData._read
-                self.components = [rd(r, version) for _ in range(n)]
+            rd = _DescribeClientQuotasRequest_ComponentData._read
+            self.components = [rd(r, version) for _ in range(n)]
         self.strict = r.read_bool()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -160,21 +128,14 @@ class _DescribeClientQuotasResponse_EntityData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.entity_type
-            if v is None:
-                _null(self, 'entity_type', version)
-            w.write_string(v)
-        else:
-            v = self.entity_type
-            if v is None:
-                _null(self, 'entity_type', version)
-            w.write_compact_string(v)
-        if version == 0:
-            w.write_nullable_string(self.entity_name)
-        else:
-            w.write_compact_nullable_string(self.entity_name)
-        if version == 1:
+        flexible = version >= 1
+        v = self.entity_type
+        if v is None:
+            _null(self, 'entity_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.entity_name
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -183,19 +144,11 @@ class _DescribeClientQuotasResponse_EntityData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_DescribeClientQuotasResponse_EntityData)
-        if version == 0:
-            self.entity_type = r.read_string()
-        else:
-            self.entity_type = r.read_compact_string()
-        if version == 0:
-            self.entity_name = r.read_nullable_string()
-        else:
-            self.entity_name = r.read_compact_nullable_string()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.entity_type = r.read_compact_string() if flexible else r.read_string()
+        self.entity_name = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -216,18 +169,13 @@ class _DescribeClientQuotasResponse_ValueData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.key
-            if v is None:
-                _null(self, 'key', version)
-            w.write_string(v)
-        else:
-            v = self.key
-            if v is None:
-                _null(self, 'key', version)
-            w.write_compact_string(v)
+        flexible = version >= 1
+        v = self.key
+        if v is None:
+            _null(self, 'key', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_float64(self.value)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -236,16 +184,11 @@ class _DescribeClientQuotasResponse_ValueData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_DescribeClientQuotasResponse_ValueData)
-        if version == 0:
-            self.key = r.read_string()
-        else:
-            self.key = r.read_compact_string()
+        self.key = r.read_compact_string() if flexible else r.read_string()
         self.value = r.read_float64()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -266,35 +209,20 @@ class _DescribeClientQuotasResponse_EntryData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.entity
-            if v is None:
-                _null(self, 'entity', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.entity
-            if v is None:
-                _null(self, 'entity', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 0:
-            v = self.values
-            if v is None:
-                _null(self, 'values', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.values
-            if v is None:
-                _null(self, 'values', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        flexible = version >= 1
+        v = self.entity
+        if v is None:
+            _null(self, 'entity', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        v = self.values
+        if v is None:
+            _null(self, 'values', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -303,39 +231,21 @@ class _DescribeClientQuotasResponse_EntryData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_DescribeClientQuotasResponse_EntryData)
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeClientQuotasResponse.EntryData', 'entity', version)
-            else:
-                rd = _DescribeClientQuotasResponse_EntityData._read
-                self.entity = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeClientQuotasResponse.EntryData', 'entity', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeClientQuotasResponse.EntryData', 'entity', version)
-            else:
-                rd = _DescribeClientQuotasResponse_EntityData._read
-                self.entity = [rd(r, version) for _ in range(n)]
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeClientQuotasResponse.EntryData', 'values', version)
-            else:
-                rd = _DescribeClientQuotasResponse_ValueData._read
-                self.values = [rd(r, version) for _ in range(n)]
+            rd = _DescribeClientQuotasResponse_EntityData._read
+            self.entity = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeClientQuotasResponse.EntryData', 'values', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeClientQuotasResponse.EntryData', 'values', version)
-            else:
-                rd = _DescribeClientQuotasResponse_ValueData._read
-                self.values = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DescribeClientQuotasResponse_ValueData._read
+            self.values = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -364,29 +274,19 @@ class DescribeClientQuotasResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int32(self.throttle_time_ms)
         w.write_int16(self.error_code)
-        if version == 0:
-            w.write_nullable_string(self.error_message)
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        v = self.entries
+        if v is None:
+            w.write_compact_array_length(None) if flexible else w.write_array_length(None)
         else:
-            w.write_compact_nullable_string(self.error_message)
-        if version == 0:
-            v = self.entries
-            if v is None:
-                w.write_array_length(None)
-            else:
-                w.write_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
-        else:
-            v = self.entries
-            if v is None:
-                w.write_compact_array_length(None)
-            else:
-                w.write_compact_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
-        if version == 1:
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+            for e in v:
+                e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -395,29 +295,16 @@ class DescribeClientQuotasResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(DescribeClientQuotasResponse)
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
-        if version == 0:
-            self.error_message = r.read_nullable_string()
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            self.entries = None
         else:
-            self.error_message = r.read_compact_nullable_string()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                self.entries = None
-            else:
-                rd = _DescribeClientQuotasResponse_EntryData._read
-                self.entries = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                self.entries = None
-            else:
-                rd = _DescribeClientQuotasResponse_EntryData._read
-                self.entries = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DescribeClientQuotasResponse_EntryData._read
+            self.entries = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -36,38 +36,22 @@ class _DescribeConfigsRequest_DescribeConfigsResource(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         w.write_int8(self.resource_type)
-        if version <= 3:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_string(v)
+        v = self.resource_name
+        if v is None:
+            _null(self, 'resource_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.configuration_keys
+        if v is None:
+            w.write_compact_array_length(None) if flexible else w.write_array_length(None)
         else:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_compact_string(v)
-        if version <= 3:
-            v = self.configuration_keys
-            if v is None:
-                w.write_array_length(None)
-            else:
-                w.write_array_length(len(v))
-                for e in v:
-                    if e is None:
-                        _null(self, 'configuration_keys', version)
-                    w.write_string(e)
-        else:
-            v = self.configuration_keys
-            if v is None:
-                w.write_compact_array_length(None)
-            else:
-                w.write_compact_array_length(len(v))
-                for e in v:
-                    if e is None:
-                        _null(self, 'configuration_keys', version)
-                    w.write_compact_string(e)
-        if version == 4:
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+            for e in v:
+                if e is None:
+                    _null(self, 'configuration_keys', version)
+                w.write_compact_string(e) if flexible else w.write_string(e)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -76,30 +60,17 @@ class _DescribeConfigsRequest_DescribeConfigsResource(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_DescribeConfigsRequest_DescribeConfigsResource)
         self.resource_type = r.read_int8()
-        if version <= 3:
-            self.resource_name = r.read_string()
+        self.resource_name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            self.configuration_keys = None
         else:
-            self.resource_name = r.read_compact_string()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                self.configuration_keys = None
-            else:
-                rd = r.read_string
-                self.configuration_keys = [rd() for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                self.configuration_keys = None
-            else:
-                rd = r.read_compact_string
-                self.configuration_keys = [rd() for _ in range(n)]
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = r.read_compact_string if flexible else r.read_string
+            self.configuration_keys = [rd() for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -125,20 +96,13 @@ class DescribeConfigsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 3:
-            v = self.resources
-            if v is None:
-                _null(self, 'resources', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.resources
-            if v is None:
-                _null(self, 'resources', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        flexible = version >= 4
+        v = self.resources
+        if v is None:
+            _null(self, 'resources', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version == 0:
             if self.include_synonyms != False:
                 _absent(self, 'include_synonyms', version)
@@ -149,7 +113,7 @@ class DescribeConfigsRequest(_Message):
                 _absent(self, 'include_documentation', version)
         else:
             w.write_bool(self.include_documentation)
-        if version == 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -158,21 +122,14 @@ class DescribeConfigsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(DescribeConfigsRequest)
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeConfigsRequest', 'resources', version)
-            else:
-                rd = _DescribeConfigsRequest_DescribeConfigsResource._read
-                self.resources = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeConfigsRequest', 'resources', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeConfigsRequest', 'resources', version)
-            else:
-                rd = _DescribeConfigsRequest_DescribeConfigsResource._read
-                self.resources = [rd(r, version) for _ in range(n)]
+            rd = _DescribeConfigsRequest_DescribeConfigsResource._read
+            self.resources = [rd(r, version) for _ in range(n)]
         if version == 0:
             self.include_synonyms = False
         else:
@@ -181,10 +138,7 @@ class DescribeConfigsRequest(_Message):
             self.include_documentation = False
         else:
             self.include_documentation = r.read_bool()
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -207,32 +161,27 @@ class _DescribeConfigsResponse_DescribeConfigsSynonym(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version == 0:
             if self.name != '':
                 _absent(self, 'name', version)
-        elif version <= 3:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
         else:
             v = self.name
             if v is None:
                 _null(self, 'name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         if version == 0:
             if self.value != '':
                 _absent(self, 'value', version)
-        elif version <= 3:
-            w.write_nullable_string(self.value)
         else:
-            w.write_compact_nullable_string(self.value)
+            v = self.value
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if version == 0:
             if self.source != 0:
                 _absent(self, 'source', version)
         else:
             w.write_int8(self.source)
-        if version == 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -241,27 +190,21 @@ class _DescribeConfigsResponse_DescribeConfigsSynonym(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_DescribeConfigsResponse_DescribeConfigsSynonym)
         if version == 0:
             self.name = ''
-        elif version <= 3:
-            self.name = r.read_string()
         else:
-            self.name = r.read_compact_string()
+            self.name = r.read_compact_string() if flexible else r.read_string()
         if version == 0:
             self.value = ''
-        elif version <= 3:
-            self.value = r.read_nullable_string()
         else:
-            self.value = r.read_compact_nullable_string()
+            self.value = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         if version == 0:
             self.source = 0
         else:
             self.source = r.read_int8()
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -296,20 +239,13 @@ class _DescribeConfigsResponse_DescribeConfigsResourceResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 3:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 3:
-            w.write_nullable_string(self.value)
-        else:
-            w.write_compact_nullable_string(self.value)
+        flexible = version >= 4
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.value
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         w.write_bool(self.read_only)
         if version == 0:
             w.write_bool(self.is_default)
@@ -319,27 +255,19 @@ class _DescribeConfigsResponse_DescribeConfigsResourceResult(_Struct):
         if version >= 1:
             w.write_int8(self.config_source)
         w.write_bool(self.is_sensitive)
-        if 1 <= version <= 3:
+        if version >= 1:
             v = self.synonyms
             if v is None:
                 _null(self, 'synonyms', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        elif version == 4:
-            v = self.synonyms
-            if v is None:
-                _null(self, 'synonyms', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
         if version >= 3:
             w.write_int8(self.config_type)
-        if version == 3:
-            w.write_nullable_string(self.documentation)
-        elif version == 4:
-            w.write_compact_nullable_string(self.documentation)
-        if version == 4:
+        if version >= 3:
+            v = self.documentation
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -348,15 +276,10 @@ class _DescribeConfigsResponse_DescribeConfigsResourceResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_DescribeConfigsResponse_DescribeConfigsResourceResult)
-        if version <= 3:
-            self.name = r.read_string()
-        else:
-            self.name = r.read_compact_string()
-        if version <= 3:
-            self.value = r.read_nullable_string()
-        else:
-            self.value = r.read_compact_nullable_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        self.value = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.read_only = r.read_bool()
         if version == 0:
             self.is_default = r.read_bool()
@@ -369,15 +292,8 @@ class _DescribeConfigsResponse_DescribeConfigsResourceResult(_Struct):
         self.is_sensitive = r.read_bool()
         if version == 0:
             self.synonyms = []
-        elif version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeConfigsResponse.DescribeConfigsResourceResult', 'synonyms', version)
-            else:
-                rd = _DescribeConfigsResponse_DescribeConfigsSynonym._read
-                self.synonyms = [rd(r, version) for _ in range(n)]
         else:
-            n = r.read_compact_array_length()
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('DescribeConfigsResponse.DescribeConfigsResourceResult', 'synonyms', version)
             else:
@@ -389,14 +305,9 @@ class _DescribeConfigsResponse_DescribeConfigsResourceResult(_Struct):
             self.config_type = r.read_int8()
         if version <= 2:
             self.documentation = ''
-        elif version == 3:
-            self.documentation = r.read_nullable_string()
         else:
-            self.documentation = r.read_compact_nullable_string()
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            self.documentation = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -423,37 +334,22 @@ class _DescribeConfigsResponse_DescribeConfigsResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         w.write_int16(self.error_code)
-        if version <= 3:
-            w.write_nullable_string(self.error_message)
-        else:
-            w.write_compact_nullable_string(self.error_message)
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         w.write_int8(self.resource_type)
-        if version <= 3:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_string(v)
-        else:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_compact_string(v)
-        if version <= 3:
-            v = self.configs
-            if v is None:
-                _null(self, 'configs', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.configs
-            if v is None:
-                _null(self, 'configs', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 4:
+        v = self.resource_name
+        if v is None:
+            _null(self, 'resource_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.configs
+        if v is None:
+            _null(self, 'configs', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -462,35 +358,19 @@ class _DescribeConfigsResponse_DescribeConfigsResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_DescribeConfigsResponse_DescribeConfigsResult)
         self.error_code = r.read_int16()
-        if version <= 3:
-            self.error_message = r.read_nullable_string()
-        else:
-            self.error_message = r.read_compact_nullable_string()
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.resource_type = r.read_int8()
-        if version <= 3:
-            self.resource_name = r.read_string()
+        self.resource_name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeConfigsResponse.DescribeConfigsResult', 'configs', version)
         else:
-            self.resource_name = r.read_compact_string()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeConfigsResponse.DescribeConfigsResult', 'configs', version)
-            else:
-                rd = _DescribeConfigsResponse_DescribeConfigsResourceResult._read
-                self.configs = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeConfigsResponse.DescribeConfigsResult', 'configs', version)
-            else:
-                rd = _DescribeConfigsResponse_DescribeConfigsResourceResult._read
-                self.configs = [rd(r, version) for _ in range(n)]
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DescribeConfigsResponse_DescribeConfigsResourceResult._read
+            self.configs = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -515,22 +395,15 @@ class DescribeConfigsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         w.write_int32(self.throttle_time_ms)
-        if version <= 3:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 4:
+        v = self.results
+        if v is None:
+            _null(self, 'results', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -539,24 +412,14 @@ class DescribeConfigsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(DescribeConfigsResponse)
         self.throttle_time_ms = r.read_int32()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeConfigsResponse', 'results', version)
-            else:
-                rd = _DescribeConfigsResponse_DescribeConfigsResult._read
-                self.results = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeConfigsResponse', 'results', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeConfigsResponse', 'results', version)
-            else:
-                rd = _DescribeConfigsResponse_DescribeConfigsResult._read
-                self.results = [rd(r, version) for _ in range(n)]
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DescribeConfigsResponse_DescribeConfigsResult._read
+            self.results = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

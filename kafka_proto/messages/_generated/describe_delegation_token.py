@@ -34,27 +34,16 @@ class _DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.principal_type
-            if v is None:
-                _null(self, 'principal_type', version)
-            w.write_string(v)
-        else:
-            v = self.principal_type
-            if v is None:
-                _null(self, 'principal_type', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.principal_name
-            if v is None:
-                _null(self, 'principal_name', version)
-            w.write_string(v)
-        else:
-            v = self.principal_name
-            if v is None:
-                _null(self, 'principal_name', version)
-            w.write_compact_string(v)
-        if version >= 2:
+        flexible = version >= 2
+        v = self.principal_type
+        if v is None:
+            _null(self, 'principal_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.principal_name
+        if v is None:
+            _null(self, 'principal_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -63,19 +52,11 @@ class _DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner)
-        if version <= 1:
-            self.principal_type = r.read_string()
-        else:
-            self.principal_type = r.read_compact_string()
-        if version <= 1:
-            self.principal_name = r.read_string()
-        else:
-            self.principal_name = r.read_compact_string()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.principal_type = r.read_compact_string() if flexible else r.read_string()
+        self.principal_name = r.read_compact_string() if flexible else r.read_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -97,23 +78,15 @@ class DescribeDelegationTokenRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.owners
-            if v is None:
-                w.write_array_length(None)
-            else:
-                w.write_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
+        flexible = version >= 2
+        v = self.owners
+        if v is None:
+            w.write_compact_array_length(None) if flexible else w.write_array_length(None)
         else:
-            v = self.owners
-            if v is None:
-                w.write_compact_array_length(None)
-            else:
-                w.write_compact_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
-        if version >= 2:
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+            for e in v:
+                e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -122,25 +95,15 @@ class DescribeDelegationTokenRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(DescribeDelegationTokenRequest)
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                self.owners = None
-            else:
-                rd = _DescribeDelegationTokenRequest_DescribeDelegationTokenOwner._read
-                self.owners = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            self.owners = None
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                self.owners = None
-            else:
-                rd = _DescribeDelegationTokenRequest_DescribeDelegationTokenOwner._read
-                self.owners = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DescribeDelegationTokenRequest_DescribeDelegationTokenOwner._read
+            self.owners = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -161,27 +124,16 @@ class _DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.principal_type
-            if v is None:
-                _null(self, 'principal_type', version)
-            w.write_string(v)
-        else:
-            v = self.principal_type
-            if v is None:
-                _null(self, 'principal_type', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.principal_name
-            if v is None:
-                _null(self, 'principal_name', version)
-            w.write_string(v)
-        else:
-            v = self.principal_name
-            if v is None:
-                _null(self, 'principal_name', version)
-            w.write_compact_string(v)
-        if version >= 2:
+        flexible = version >= 2
+        v = self.principal_type
+        if v is None:
+            _null(self, 'principal_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.principal_name
+        if v is None:
+            _null(self, 'principal_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -190,19 +142,11 @@ class _DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer)
-        if version <= 1:
-            self.principal_type = r.read_string()
-        else:
-            self.principal_type = r.read_compact_string()
-        if version <= 1:
-            self.principal_name = r.read_string()
-        else:
-            self.principal_name = r.read_compact_string()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.principal_type = r.read_compact_string() if flexible else r.read_string()
+        self.principal_name = r.read_compact_string() if flexible else r.read_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -239,26 +183,15 @@ class _DescribeDelegationTokenResponse_DescribedDelegationToken(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.principal_type
-            if v is None:
-                _null(self, 'principal_type', version)
-            w.write_string(v)
-        else:
-            v = self.principal_type
-            if v is None:
-                _null(self, 'principal_type', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.principal_name
-            if v is None:
-                _null(self, 'principal_name', version)
-            w.write_string(v)
-        else:
-            v = self.principal_name
-            if v is None:
-                _null(self, 'principal_name', version)
-            w.write_compact_string(v)
+        flexible = version >= 2
+        v = self.principal_type
+        if v is None:
+            _null(self, 'principal_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.principal_name
+        if v is None:
+            _null(self, 'principal_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version <= 2:
             if self.token_requester_principal_type != '':
                 _absent(self, 'token_requester_principal_type', version)
@@ -278,41 +211,21 @@ class _DescribeDelegationTokenResponse_DescribedDelegationToken(_Struct):
         w.write_int64(self.issue_timestamp)
         w.write_int64(self.expiry_timestamp)
         w.write_int64(self.max_timestamp)
-        if version <= 1:
-            v = self.token_id
-            if v is None:
-                _null(self, 'token_id', version)
-            w.write_string(v)
-        else:
-            v = self.token_id
-            if v is None:
-                _null(self, 'token_id', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.hmac
-            if v is None:
-                _null(self, 'hmac', version)
-            w.write_bytes(v)
-        else:
-            v = self.hmac
-            if v is None:
-                _null(self, 'hmac', version)
-            w.write_compact_bytes(v)
-        if version <= 1:
-            v = self.renewers
-            if v is None:
-                _null(self, 'renewers', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.renewers
-            if v is None:
-                _null(self, 'renewers', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 2:
+        v = self.token_id
+        if v is None:
+            _null(self, 'token_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.hmac
+        if v is None:
+            _null(self, 'hmac', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
+        v = self.renewers
+        if v is None:
+            _null(self, 'renewers', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -321,15 +234,10 @@ class _DescribeDelegationTokenResponse_DescribedDelegationToken(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DescribeDelegationTokenResponse_DescribedDelegationToken)
-        if version <= 1:
-            self.principal_type = r.read_string()
-        else:
-            self.principal_type = r.read_compact_string()
-        if version <= 1:
-            self.principal_name = r.read_string()
-        else:
-            self.principal_name = r.read_compact_string()
+        self.principal_type = r.read_compact_string() if flexible else r.read_string()
+        self.principal_name = r.read_compact_string() if flexible else r.read_string()
         if version <= 2:
             self.token_requester_principal_type = ''
         else:
@@ -341,32 +249,15 @@ class _DescribeDelegationTokenResponse_DescribedDelegationToken(_Struct):
         self.issue_timestamp = r.read_int64()
         self.expiry_timestamp = r.read_int64()
         self.max_timestamp = r.read_int64()
-        if version <= 1:
-            self.token_id = r.read_string()
+        self.token_id = r.read_compact_string() if flexible else r.read_string()
+        self.hmac = r.read_compact_bytes() if flexible else r.read_bytes()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeDelegationTokenResponse.DescribedDelegationToken', 'renewers', version)
         else:
-            self.token_id = r.read_compact_string()
-        if version <= 1:
-            self.hmac = r.read_bytes()
-        else:
-            self.hmac = r.read_compact_bytes()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeDelegationTokenResponse.DescribedDelegationToken', 'renewers', version)
-            else:
-                rd = _DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer._read
-                self.renewers = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeDelegationTokenResponse.DescribedDelegationToken', 'renewers', version)
-            else:
-                rd = _DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer._read
-                self.renewers = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer._read
+            self.renewers = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -392,23 +283,16 @@ class DescribeDelegationTokenResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.error_code)
-        if version <= 1:
-            v = self.tokens
-            if v is None:
-                _null(self, 'tokens', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.tokens
-            if v is None:
-                _null(self, 'tokens', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.tokens
+        if v is None:
+            _null(self, 'tokens', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         w.write_int32(self.throttle_time_ms)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -417,25 +301,15 @@ class DescribeDelegationTokenResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(DescribeDelegationTokenResponse)
         self.error_code = r.read_int16()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeDelegationTokenResponse', 'tokens', version)
-            else:
-                rd = _DescribeDelegationTokenResponse_DescribedDelegationToken._read
-                self.tokens = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeDelegationTokenResponse', 'tokens', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeDelegationTokenResponse', 'tokens', version)
-            else:
-                rd = _DescribeDelegationTokenResponse_DescribedDelegationToken._read
-                self.tokens = [rd(r, version) for _ in range(n)]
+            rd = _DescribeDelegationTokenResponse_DescribedDelegationToken._read
+            self.tokens = [rd(r, version) for _ in range(n)]
         self.throttle_time_ms = r.read_int32()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -36,30 +36,21 @@ class DescribeGroupsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 4:
-            v = self.groups
-            if v is None:
+        flexible = version >= 5
+        v = self.groups
+        if v is None:
+            _null(self, 'groups', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            if e is None:
                 _null(self, 'groups', version)
-            w.write_array_length(len(v))
-            for e in v:
-                if e is None:
-                    _null(self, 'groups', version)
-                w.write_string(e)
-        else:
-            v = self.groups
-            if v is None:
-                _null(self, 'groups', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                if e is None:
-                    _null(self, 'groups', version)
-                w.write_compact_string(e)
+            w.write_compact_string(e) if flexible else w.write_string(e)
         if version <= 2:
             if self.include_authorized_operations != False:
                 _absent(self, 'include_authorized_operations', version)
         else:
             w.write_bool(self.include_authorized_operations)
-        if version == 5:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -68,29 +59,19 @@ class DescribeGroupsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(DescribeGroupsRequest)
-        if version <= 4:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeGroupsRequest', 'groups', version)
-            else:
-                rd = r.read_string
-                self.groups = [rd() for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeGroupsRequest', 'groups', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeGroupsRequest', 'groups', version)
-            else:
-                rd = r.read_compact_string
-                self.groups = [rd() for _ in range(n)]
+            rd = r.read_compact_string if flexible else r.read_string
+            self.groups = [rd() for _ in range(n)]
         if version <= 2:
             self.include_authorized_operations = False
         else:
             self.include_authorized_operations = r.read_bool()
-        if version == 5:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -119,61 +100,31 @@ class _DescribeGroupsResponse_DescribedGroupMember(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 4:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_string(v)
-        else:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_compact_string(v)
-        if version == 4:
-            w.write_nullable_string(self.group_instance_id)
-        elif version == 5:
-            w.write_compact_nullable_string(self.group_instance_id)
-        if version <= 4:
-            v = self.client_id
-            if v is None:
-                _null(self, 'client_id', version)
-            w.write_string(v)
-        else:
-            v = self.client_id
-            if v is None:
-                _null(self, 'client_id', version)
-            w.write_compact_string(v)
-        if version <= 4:
-            v = self.client_host
-            if v is None:
-                _null(self, 'client_host', version)
-            w.write_string(v)
-        else:
-            v = self.client_host
-            if v is None:
-                _null(self, 'client_host', version)
-            w.write_compact_string(v)
-        if version <= 4:
-            v = self.member_metadata
-            if v is None:
-                _null(self, 'member_metadata', version)
-            w.write_bytes(v)
-        else:
-            v = self.member_metadata
-            if v is None:
-                _null(self, 'member_metadata', version)
-            w.write_compact_bytes(v)
-        if version <= 4:
-            v = self.member_assignment
-            if v is None:
-                _null(self, 'member_assignment', version)
-            w.write_bytes(v)
-        else:
-            v = self.member_assignment
-            if v is None:
-                _null(self, 'member_assignment', version)
-            w.write_compact_bytes(v)
-        if version == 5:
+        flexible = version >= 5
+        v = self.member_id
+        if v is None:
+            _null(self, 'member_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        if version >= 4:
+            v = self.group_instance_id
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        v = self.client_id
+        if v is None:
+            _null(self, 'client_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.client_host
+        if v is None:
+            _null(self, 'client_host', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.member_metadata
+        if v is None:
+            _null(self, 'member_metadata', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
+        v = self.member_assignment
+        if v is None:
+            _null(self, 'member_assignment', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -182,37 +133,18 @@ class _DescribeGroupsResponse_DescribedGroupMember(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(_DescribeGroupsResponse_DescribedGroupMember)
-        if version <= 4:
-            self.member_id = r.read_string()
-        else:
-            self.member_id = r.read_compact_string()
+        self.member_id = r.read_compact_string() if flexible else r.read_string()
         if version <= 3:
             self.group_instance_id = None
-        elif version == 4:
-            self.group_instance_id = r.read_nullable_string()
         else:
-            self.group_instance_id = r.read_compact_nullable_string()
-        if version <= 4:
-            self.client_id = r.read_string()
-        else:
-            self.client_id = r.read_compact_string()
-        if version <= 4:
-            self.client_host = r.read_string()
-        else:
-            self.client_host = r.read_compact_string()
-        if version <= 4:
-            self.member_metadata = r.read_bytes()
-        else:
-            self.member_metadata = r.read_compact_bytes()
-        if version <= 4:
-            self.member_assignment = r.read_bytes()
-        else:
-            self.member_assignment = r.read_compact_bytes()
-        if version == 5:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            self.group_instance_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.client_id = r.read_compact_string() if flexible else r.read_string()
+        self.client_host = r.read_compact_string() if flexible else r.read_string()
+        self.member_metadata = r.read_compact_bytes() if flexible else r.read_bytes()
+        self.member_assignment = r.read_compact_bytes() if flexible else r.read_bytes()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -243,67 +175,36 @@ class _DescribeGroupsResponse_DescribedGroup(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 5
         w.write_int16(self.error_code)
-        if version <= 4:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_string(v)
-        else:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
-        if version <= 4:
-            v = self.group_state
-            if v is None:
-                _null(self, 'group_state', version)
-            w.write_string(v)
-        else:
-            v = self.group_state
-            if v is None:
-                _null(self, 'group_state', version)
-            w.write_compact_string(v)
-        if version <= 4:
-            v = self.protocol_type
-            if v is None:
-                _null(self, 'protocol_type', version)
-            w.write_string(v)
-        else:
-            v = self.protocol_type
-            if v is None:
-                _null(self, 'protocol_type', version)
-            w.write_compact_string(v)
-        if version <= 4:
-            v = self.protocol_data
-            if v is None:
-                _null(self, 'protocol_data', version)
-            w.write_string(v)
-        else:
-            v = self.protocol_data
-            if v is None:
-                _null(self, 'protocol_data', version)
-            w.write_compact_string(v)
-        if version <= 4:
-            v = self.members
-            if v is None:
-                _null(self, 'members', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.members
-            if v is None:
-                _null(self, 'members', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.group_id
+        if v is None:
+            _null(self, 'group_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.group_state
+        if v is None:
+            _null(self, 'group_state', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.protocol_type
+        if v is None:
+            _null(self, 'protocol_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.protocol_data
+        if v is None:
+            _null(self, 'protocol_data', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.members
+        if v is None:
+            _null(self, 'members', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version <= 2:
             if self.authorized_operations != -2147483648:
                 _absent(self, 'authorized_operations', version)
         else:
             w.write_int32(self.authorized_operations)
-        if version == 5:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -312,46 +213,24 @@ class _DescribeGroupsResponse_DescribedGroup(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(_DescribeGroupsResponse_DescribedGroup)
         self.error_code = r.read_int16()
-        if version <= 4:
-            self.group_id = r.read_string()
+        self.group_id = r.read_compact_string() if flexible else r.read_string()
+        self.group_state = r.read_compact_string() if flexible else r.read_string()
+        self.protocol_type = r.read_compact_string() if flexible else r.read_string()
+        self.protocol_data = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeGroupsResponse.DescribedGroup', 'members', version)
         else:
-            self.group_id = r.read_compact_string()
-        if version <= 4:
-            self.group_state = r.read_string()
-        else:
-            self.group_state = r.read_compact_string()
-        if version <= 4:
-            self.protocol_type = r.read_string()
-        else:
-            self.protocol_type = r.read_compact_string()
-        if version <= 4:
-            self.protocol_data = r.read_string()
-        else:
-            self.protocol_data = r.read_compact_string()
-        if version <= 4:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeGroupsResponse.DescribedGroup', 'members', version)
-            else:
-                rd = _DescribeGroupsResponse_DescribedGroupMember._read
-                self.members = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeGroupsResponse.DescribedGroup', 'members', version)
-            else:
-                rd = _DescribeGroupsResponse_DescribedGroupMember._read
-                self.members = [rd(r, version) for _ in range(n)]
+            rd = _DescribeGroupsResponse_DescribedGroupMember._read
+            self.members = [rd(r, version) for _ in range(n)]
         if version <= 2:
             self.authorized_operations = -2147483648
         else:
             self.authorized_operations = r.read_int32()
-        if version == 5:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -375,23 +254,16 @@ class DescribeGroupsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 5
         if version >= 1:
             w.write_int32(self.throttle_time_ms)
-        if version <= 4:
-            v = self.groups
-            if v is None:
-                _null(self, 'groups', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.groups
-            if v is None:
-                _null(self, 'groups', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 5:
+        v = self.groups
+        if v is None:
+            _null(self, 'groups', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -400,27 +272,17 @@ class DescribeGroupsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 5
         self = _new(DescribeGroupsResponse)
         if version == 0:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
-        if version <= 4:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeGroupsResponse', 'groups', version)
-            else:
-                rd = _DescribeGroupsResponse_DescribedGroup._read
-                self.groups = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeGroupsResponse', 'groups', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeGroupsResponse', 'groups', version)
-            else:
-                rd = _DescribeGroupsResponse_DescribedGroup._read
-                self.groups = [rd(r, version) for _ in range(n)]
-        if version == 5:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DescribeGroupsResponse_DescribedGroup._read
+            self.groups = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -33,31 +33,18 @@ class _DescribeLogDirsRequest_DescribableLogDirTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_string(v)
-        else:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version >= 2:
+        flexible = version >= 2
+        v = self.topic
+        if v is None:
+            _null(self, 'topic', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -66,29 +53,16 @@ class _DescribeLogDirsRequest_DescribableLogDirTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DescribeLogDirsRequest_DescribableLogDirTopic)
-        if version <= 1:
-            self.topic = r.read_string()
+        self.topic = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeLogDirsRequest.DescribableLogDirTopic', 'partitions', version)
         else:
-            self.topic = r.read_compact_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeLogDirsRequest.DescribableLogDirTopic', 'partitions', version)
-            else:
-                rd = r.read_int32
-                self.partitions = [rd() for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeLogDirsRequest.DescribableLogDirTopic', 'partitions', version)
-            else:
-                rd = r.read_int32
-                self.partitions = [rd() for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = r.read_int32
+            self.partitions = [rd() for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -110,23 +84,15 @@ class DescribeLogDirsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.topics
-            if v is None:
-                w.write_array_length(None)
-            else:
-                w.write_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
+        flexible = version >= 2
+        v = self.topics
+        if v is None:
+            w.write_compact_array_length(None) if flexible else w.write_array_length(None)
         else:
-            v = self.topics
-            if v is None:
-                w.write_compact_array_length(None)
-            else:
-                w.write_compact_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
-        if version >= 2:
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+            for e in v:
+                e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -135,25 +101,15 @@ class DescribeLogDirsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(DescribeLogDirsRequest)
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                self.topics = None
-            else:
-                rd = _DescribeLogDirsRequest_DescribableLogDirTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            self.topics = None
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                self.topics = None
-            else:
-                rd = _DescribeLogDirsRequest_DescribableLogDirTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DescribeLogDirsRequest_DescribableLogDirTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -178,11 +134,12 @@ class _DescribeLogDirsResponse_DescribeLogDirsPartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.partition_index)
         w.write_int64(self.partition_size)
         w.write_int64(self.offset_lag)
         w.write_bool(self.is_future_key)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -191,15 +148,13 @@ class _DescribeLogDirsResponse_DescribeLogDirsPartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DescribeLogDirsResponse_DescribeLogDirsPartition)
         self.partition_index = r.read_int32()
         self.partition_size = r.read_int64()
         self.offset_lag = r.read_int64()
         self.is_future_key = r.read_bool()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -220,31 +175,18 @@ class _DescribeLogDirsResponse_DescribeLogDirsTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 2:
+        flexible = version >= 2
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -253,29 +195,16 @@ class _DescribeLogDirsResponse_DescribeLogDirsTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DescribeLogDirsResponse_DescribeLogDirsTopic)
-        if version <= 1:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeLogDirsResponse.DescribeLogDirsTopic', 'partitions', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeLogDirsResponse.DescribeLogDirsTopic', 'partitions', version)
-            else:
-                rd = _DescribeLogDirsResponse_DescribeLogDirsPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeLogDirsResponse.DescribeLogDirsTopic', 'partitions', version)
-            else:
-                rd = _DescribeLogDirsResponse_DescribeLogDirsPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DescribeLogDirsResponse_DescribeLogDirsPartition._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -302,36 +231,23 @@ class _DescribeLogDirsResponse_DescribeLogDirsResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.error_code)
-        if version <= 1:
-            v = self.log_dir
-            if v is None:
-                _null(self, 'log_dir', version)
-            w.write_string(v)
-        else:
-            v = self.log_dir
-            if v is None:
-                _null(self, 'log_dir', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.log_dir
+        if v is None:
+            _null(self, 'log_dir', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version == 4:
             w.write_int64(self.total_bytes)
         if version == 4:
             w.write_int64(self.usable_bytes)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -340,26 +256,16 @@ class _DescribeLogDirsResponse_DescribeLogDirsResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_DescribeLogDirsResponse_DescribeLogDirsResult)
         self.error_code = r.read_int16()
-        if version <= 1:
-            self.log_dir = r.read_string()
+        self.log_dir = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeLogDirsResponse.DescribeLogDirsResult', 'topics', version)
         else:
-            self.log_dir = r.read_compact_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeLogDirsResponse.DescribeLogDirsResult', 'topics', version)
-            else:
-                rd = _DescribeLogDirsResponse_DescribeLogDirsTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeLogDirsResponse.DescribeLogDirsResult', 'topics', version)
-            else:
-                rd = _DescribeLogDirsResponse_DescribeLogDirsTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _DescribeLogDirsResponse_DescribeLogDirsTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
         if version <= 3:
             self.total_bytes = -1
         else:
@@ -368,10 +274,7 @@ class _DescribeLogDirsResponse_DescribeLogDirsResult(_Struct):
             self.usable_bytes = -1
         else:
             self.usable_bytes = r.read_int64()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -398,24 +301,17 @@ class DescribeLogDirsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.throttle_time_ms)
         if version >= 3:
             w.write_int16(self.error_code)
-        if version <= 1:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.results
-            if v is None:
-                _null(self, 'results', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 2:
+        v = self.results
+        if v is None:
+            _null(self, 'results', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -424,28 +320,18 @@ class DescribeLogDirsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(DescribeLogDirsResponse)
         self.throttle_time_ms = r.read_int32()
         if version <= 2:
             self.error_code = 0
         else:
             self.error_code = r.read_int16()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('DescribeLogDirsResponse', 'results', version)
-            else:
-                rd = _DescribeLogDirsResponse_DescribeLogDirsResult._read
-                self.results = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('DescribeLogDirsResponse', 'results', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('DescribeLogDirsResponse', 'results', version)
-            else:
-                rd = _DescribeLogDirsResponse_DescribeLogDirsResult._read
-                self.results = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _DescribeLogDirsResponse_DescribeLogDirsResult._read
+            self.results = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -34,31 +34,18 @@ class _ElectLeadersRequest_TopicPartitions(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_string(v)
-        else:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version == 2:
+        flexible = version >= 2
+        v = self.topic
+        if v is None:
+            _null(self, 'topic', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -67,29 +54,16 @@ class _ElectLeadersRequest_TopicPartitions(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_ElectLeadersRequest_TopicPartitions)
-        if version <= 1:
-            self.topic = r.read_string()
+        self.topic = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ElectLeadersRequest.TopicPartitions', 'partitions', version)
         else:
-            self.topic = r.read_compact_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ElectLeadersRequest.TopicPartitions', 'partitions', version)
-            else:
-                rd = r.read_int32
-                self.partitions = [rd() for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ElectLeadersRequest.TopicPartitions', 'partitions', version)
-            else:
-                rd = r.read_int32
-                self.partitions = [rd() for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = r.read_int32
+            self.partitions = [rd() for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -115,29 +89,21 @@ class ElectLeadersRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         if version == 0:
             if self.election_type != 0:
                 _absent(self, 'election_type', version)
         else:
             w.write_int8(self.election_type)
-        if version <= 1:
-            v = self.topic_partitions
-            if v is None:
-                w.write_array_length(None)
-            else:
-                w.write_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
+        v = self.topic_partitions
+        if v is None:
+            w.write_compact_array_length(None) if flexible else w.write_array_length(None)
         else:
-            v = self.topic_partitions
-            if v is None:
-                w.write_compact_array_length(None)
-            else:
-                w.write_compact_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+            for e in v:
+                e._write(w, version)
         w.write_int32(self.timeout_ms)
-        if version == 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -146,30 +112,20 @@ class ElectLeadersRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(ElectLeadersRequest)
         if version == 0:
             self.election_type = 0
         else:
             self.election_type = r.read_int8()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                self.topic_partitions = None
-            else:
-                rd = _ElectLeadersRequest_TopicPartitions._read
-                self.topic_partitions = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            self.topic_partitions = None
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                self.topic_partitions = None
-            else:
-                rd = _ElectLeadersRequest_TopicPartitions._read
-                self.topic_partitions = [rd(r, version) for _ in range(n)]
+            rd = _ElectLeadersRequest_TopicPartitions._read
+            self.topic_partitions = [rd(r, version) for _ in range(n)]
         self.timeout_ms = r.read_int32()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -192,13 +148,12 @@ class _ElectLeadersResponse_PartitionResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.partition_id)
         w.write_int16(self.error_code)
-        if version <= 1:
-            w.write_nullable_string(self.error_message)
-        else:
-            w.write_compact_nullable_string(self.error_message)
-        if version == 2:
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -207,17 +162,12 @@ class _ElectLeadersResponse_PartitionResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_ElectLeadersResponse_PartitionResult)
         self.partition_id = r.read_int32()
         self.error_code = r.read_int16()
-        if version <= 1:
-            self.error_message = r.read_nullable_string()
-        else:
-            self.error_message = r.read_compact_nullable_string()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -238,31 +188,18 @@ class _ElectLeadersResponse_ReplicaElectionResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_string(v)
-        else:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_compact_string(v)
-        if version <= 1:
-            v = self.partition_result
-            if v is None:
-                _null(self, 'partition_result', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partition_result
-            if v is None:
-                _null(self, 'partition_result', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 2:
+        flexible = version >= 2
+        v = self.topic
+        if v is None:
+            _null(self, 'topic', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partition_result
+        if v is None:
+            _null(self, 'partition_result', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -271,29 +208,16 @@ class _ElectLeadersResponse_ReplicaElectionResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_ElectLeadersResponse_ReplicaElectionResult)
-        if version <= 1:
-            self.topic = r.read_string()
+        self.topic = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ElectLeadersResponse.ReplicaElectionResult', 'partition_result', version)
         else:
-            self.topic = r.read_compact_string()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ElectLeadersResponse.ReplicaElectionResult', 'partition_result', version)
-            else:
-                rd = _ElectLeadersResponse_PartitionResult._read
-                self.partition_result = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ElectLeadersResponse.ReplicaElectionResult', 'partition_result', version)
-            else:
-                rd = _ElectLeadersResponse_PartitionResult._read
-                self.partition_result = [rd(r, version) for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _ElectLeadersResponse_PartitionResult._read
+            self.partition_result = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -319,27 +243,20 @@ class ElectLeadersResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.throttle_time_ms)
         if version == 0:
             if self.error_code != 0:
                 _absent(self, 'error_code', version)
         else:
             w.write_int16(self.error_code)
-        if version <= 1:
-            v = self.replica_election_results
-            if v is None:
-                _null(self, 'replica_election_results', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.replica_election_results
-            if v is None:
-                _null(self, 'replica_election_results', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 2:
+        v = self.replica_election_results
+        if v is None:
+            _null(self, 'replica_election_results', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -348,28 +265,18 @@ class ElectLeadersResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(ElectLeadersResponse)
         self.throttle_time_ms = r.read_int32()
         if version == 0:
             self.error_code = 0
         else:
             self.error_code = r.read_int16()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ElectLeadersResponse', 'replica_election_results', version)
-            else:
-                rd = _ElectLeadersResponse_ReplicaElectionResult._read
-                self.replica_election_results = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ElectLeadersResponse', 'replica_election_results', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ElectLeadersResponse', 'replica_election_results', version)
-            else:
-                rd = _ElectLeadersResponse_ReplicaElectionResult._read
-                self.replica_election_results = [rd(r, version) for _ in range(n)]
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _ElectLeadersResponse_ReplicaElectionResult._read
+            self.replica_election_results = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

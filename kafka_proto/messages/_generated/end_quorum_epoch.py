@@ -37,6 +37,7 @@ class _EndQuorumEpochRequest_ReplicaInfo(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         if version == 0:
             if self.candidate_id != 0:
                 _absent(self, 'candidate_id', version)
@@ -47,7 +48,7 @@ class _EndQuorumEpochRequest_ReplicaInfo(_Struct):
                 _absent(self, 'candidate_directory_id', version)
         else:
             w.write_uuid(self.candidate_directory_id)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -56,6 +57,7 @@ class _EndQuorumEpochRequest_ReplicaInfo(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_EndQuorumEpochRequest_ReplicaInfo)
         if version == 0:
             self.candidate_id = 0
@@ -65,10 +67,7 @@ class _EndQuorumEpochRequest_ReplicaInfo(_Struct):
             self.candidate_directory_id = _ZERO_UUID
         else:
             self.candidate_directory_id = r.read_uuid()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -95,6 +94,7 @@ class _EndQuorumEpochRequest_PartitionData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int32(self.partition_index)
         w.write_int32(self.leader_id)
         w.write_int32(self.leader_epoch)
@@ -112,7 +112,7 @@ class _EndQuorumEpochRequest_PartitionData(_Struct):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -121,6 +121,7 @@ class _EndQuorumEpochRequest_PartitionData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_EndQuorumEpochRequest_PartitionData)
         self.partition_index = r.read_int32()
         self.leader_id = r.read_int32()
@@ -143,10 +144,7 @@ class _EndQuorumEpochRequest_PartitionData(_Struct):
             else:
                 rd = _EndQuorumEpochRequest_ReplicaInfo._read
                 self.preferred_candidates = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -167,31 +165,18 @@ class _EndQuorumEpochRequest_TopicData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_string(v)
-        else:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_compact_string(v)
-        if version == 0:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        flexible = version >= 1
+        v = self.topic_name
+        if v is None:
+            _null(self, 'topic_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -200,29 +185,16 @@ class _EndQuorumEpochRequest_TopicData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_EndQuorumEpochRequest_TopicData)
-        if version == 0:
-            self.topic_name = r.read_string()
+        self.topic_name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('EndQuorumEpochRequest.TopicData', 'partitions', version)
         else:
-            self.topic_name = r.read_compact_string()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('EndQuorumEpochRequest.TopicData', 'partitions', version)
-            else:
-                rd = _EndQuorumEpochRequest_PartitionData._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('EndQuorumEpochRequest.TopicData', 'partitions', version)
-            else:
-                rd = _EndQuorumEpochRequest_PartitionData._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _EndQuorumEpochRequest_PartitionData._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -245,6 +217,7 @@ class _EndQuorumEpochRequest_LeaderEndpoint(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         if version == 0:
             if self.name != '':
                 _absent(self, 'name', version)
@@ -266,7 +239,7 @@ class _EndQuorumEpochRequest_LeaderEndpoint(_Struct):
                 _absent(self, 'port', version)
         else:
             w.write_uint16(self.port)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -275,6 +248,7 @@ class _EndQuorumEpochRequest_LeaderEndpoint(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_EndQuorumEpochRequest_LeaderEndpoint)
         if version == 0:
             self.name = ''
@@ -288,10 +262,7 @@ class _EndQuorumEpochRequest_LeaderEndpoint(_Struct):
             self.port = 0
         else:
             self.port = r.read_uint16()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -320,24 +291,15 @@ class EndQuorumEpochRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            w.write_nullable_string(self.cluster_id)
-        else:
-            w.write_compact_nullable_string(self.cluster_id)
-        if version == 0:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        flexible = version >= 1
+        v = self.cluster_id
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version == 1:
             v = self.leader_endpoints
             if v is None:
@@ -345,7 +307,7 @@ class EndQuorumEpochRequest(_Message):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -354,25 +316,15 @@ class EndQuorumEpochRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(EndQuorumEpochRequest)
-        if version == 0:
-            self.cluster_id = r.read_nullable_string()
+        self.cluster_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('EndQuorumEpochRequest', 'topics', version)
         else:
-            self.cluster_id = r.read_compact_nullable_string()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('EndQuorumEpochRequest', 'topics', version)
-            else:
-                rd = _EndQuorumEpochRequest_TopicData._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('EndQuorumEpochRequest', 'topics', version)
-            else:
-                rd = _EndQuorumEpochRequest_TopicData._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _EndQuorumEpochRequest_TopicData._read
+            self.topics = [rd(r, version) for _ in range(n)]
         if version == 0:
             self.leader_endpoints = []
         else:
@@ -382,10 +334,7 @@ class EndQuorumEpochRequest(_Message):
             else:
                 rd = _EndQuorumEpochRequest_LeaderEndpoint._read
                 self.leader_endpoints = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -410,11 +359,12 @@ class _EndQuorumEpochResponse_PartitionData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int32(self.partition_index)
         w.write_int16(self.error_code)
         w.write_int32(self.leader_id)
         w.write_int32(self.leader_epoch)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -423,15 +373,13 @@ class _EndQuorumEpochResponse_PartitionData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_EndQuorumEpochResponse_PartitionData)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
         self.leader_id = r.read_int32()
         self.leader_epoch = r.read_int32()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -452,31 +400,18 @@ class _EndQuorumEpochResponse_TopicData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_string(v)
-        else:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_compact_string(v)
-        if version == 0:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        flexible = version >= 1
+        v = self.topic_name
+        if v is None:
+            _null(self, 'topic_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -485,29 +420,16 @@ class _EndQuorumEpochResponse_TopicData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_EndQuorumEpochResponse_TopicData)
-        if version == 0:
-            self.topic_name = r.read_string()
+        self.topic_name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('EndQuorumEpochResponse.TopicData', 'partitions', version)
         else:
-            self.topic_name = r.read_compact_string()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('EndQuorumEpochResponse.TopicData', 'partitions', version)
-            else:
-                rd = _EndQuorumEpochResponse_PartitionData._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('EndQuorumEpochResponse.TopicData', 'partitions', version)
-            else:
-                rd = _EndQuorumEpochResponse_PartitionData._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _EndQuorumEpochResponse_PartitionData._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -530,6 +452,7 @@ class _EndQuorumEpochResponse_NodeEndpoint(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         if version == 0:
             if self.node_id != 0:
                 _absent(self, 'node_id', version)
@@ -548,7 +471,7 @@ class _EndQuorumEpochResponse_NodeEndpoint(_Struct):
                 _absent(self, 'port', version)
         else:
             w.write_uint16(self.port)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -557,6 +480,7 @@ class _EndQuorumEpochResponse_NodeEndpoint(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_EndQuorumEpochResponse_NodeEndpoint)
         if version == 0:
             self.node_id = 0
@@ -570,10 +494,7 @@ class _EndQuorumEpochResponse_NodeEndpoint(_Struct):
             self.port = 0
         else:
             self.port = r.read_uint16()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -600,25 +521,18 @@ class EndQuorumEpochResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int16(self.error_code)
-        if version == 0:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version == 0:
             if (self.node_endpoints is None or len(self.node_endpoints) > 0):
                 _absent(self, 'node_endpoints', version)
-        if version == 1:
+        if flexible:
             tags = {}
             if version == 1:
                 v = self.node_endpoints
@@ -634,24 +548,17 @@ class EndQuorumEpochResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(EndQuorumEpochResponse)
         self.error_code = r.read_int16()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('EndQuorumEpochResponse', 'topics', version)
-            else:
-                rd = _EndQuorumEpochResponse_TopicData._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('EndQuorumEpochResponse', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('EndQuorumEpochResponse', 'topics', version)
-            else:
-                rd = _EndQuorumEpochResponse_TopicData._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _EndQuorumEpochResponse_TopicData._read
+            self.topics = [rd(r, version) for _ in range(n)]
         self.node_endpoints = []
-        if version == 1:
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()

@@ -36,20 +36,15 @@ class EndTxnRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 2:
-            v = self.transactional_id
-            if v is None:
-                _null(self, 'transactional_id', version)
-            w.write_string(v)
-        else:
-            v = self.transactional_id
-            if v is None:
-                _null(self, 'transactional_id', version)
-            w.write_compact_string(v)
+        flexible = version >= 3
+        v = self.transactional_id
+        if v is None:
+            _null(self, 'transactional_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int64(self.producer_id)
         w.write_int16(self.producer_epoch)
         w.write_bool(self.committed)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -58,18 +53,13 @@ class EndTxnRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(EndTxnRequest)
-        if version <= 2:
-            self.transactional_id = r.read_string()
-        else:
-            self.transactional_id = r.read_compact_string()
+        self.transactional_id = r.read_compact_string() if flexible else r.read_string()
         self.producer_id = r.read_int64()
         self.producer_epoch = r.read_int16()
         self.committed = r.read_bool()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -95,13 +85,14 @@ class EndTxnResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int32(self.throttle_time_ms)
         w.write_int16(self.error_code)
         if version == 5:
             w.write_int64(self.producer_id)
         if version == 5:
             w.write_int16(self.producer_epoch)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -110,6 +101,7 @@ class EndTxnResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(EndTxnResponse)
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
@@ -121,8 +113,5 @@ class EndTxnResponse(_Message):
             self.producer_epoch = -1
         else:
             self.producer_epoch = r.read_int16()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -32,18 +32,13 @@ class ExpireDelegationTokenRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.hmac
-            if v is None:
-                _null(self, 'hmac', version)
-            w.write_bytes(v)
-        else:
-            v = self.hmac
-            if v is None:
-                _null(self, 'hmac', version)
-            w.write_compact_bytes(v)
+        flexible = version >= 2
+        v = self.hmac
+        if v is None:
+            _null(self, 'hmac', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
         w.write_int64(self.expiry_time_period_ms)
-        if version == 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -52,16 +47,11 @@ class ExpireDelegationTokenRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(ExpireDelegationTokenRequest)
-        if version <= 1:
-            self.hmac = r.read_bytes()
-        else:
-            self.hmac = r.read_compact_bytes()
+        self.hmac = r.read_compact_bytes() if flexible else r.read_bytes()
         self.expiry_time_period_ms = r.read_int64()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -85,10 +75,11 @@ class ExpireDelegationTokenResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.error_code)
         w.write_int64(self.expiry_timestamp_ms)
         w.write_int32(self.throttle_time_ms)
-        if version == 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -97,12 +88,10 @@ class ExpireDelegationTokenResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(ExpireDelegationTokenResponse)
         self.error_code = r.read_int16()
         self.expiry_timestamp_ms = r.read_int64()
         self.throttle_time_ms = r.read_int32()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -37,6 +37,7 @@ class _FetchRequest_ReplicaState(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 12
         if version <= 14:
             if self.replica_id != -1:
                 _absent(self, 'replica_id', version)
@@ -47,7 +48,7 @@ class _FetchRequest_ReplicaState(_Struct):
                 _absent(self, 'replica_epoch', version)
         else:
             w.write_int64(self.replica_epoch)
-        if version >= 12:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -56,6 +57,7 @@ class _FetchRequest_ReplicaState(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchRequest_ReplicaState)
         if version <= 14:
             self.replica_id = -1
@@ -65,10 +67,7 @@ class _FetchRequest_ReplicaState(_Struct):
             self.replica_epoch = -1
         else:
             self.replica_epoch = r.read_int64()
-        if version >= 12:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -99,6 +98,7 @@ class _FetchRequest_FetchPartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 12
         w.write_int32(self.partition)
         if version >= 9:
             w.write_int32(self.current_leader_epoch)
@@ -111,7 +111,7 @@ class _FetchRequest_FetchPartition(_Struct):
         if version >= 5:
             w.write_int64(self.log_start_offset)
         w.write_int32(self.partition_max_bytes)
-        if version >= 12:
+        if flexible:
             tags = {}
             if version == 17:
                 v = self.replica_directory_id
@@ -123,6 +123,7 @@ class _FetchRequest_FetchPartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchRequest_FetchPartition)
         self.partition = r.read_int32()
         if version <= 8:
@@ -140,7 +141,7 @@ class _FetchRequest_FetchPartition(_Struct):
             self.log_start_offset = r.read_int64()
         self.partition_max_bytes = r.read_int32()
         self.replica_directory_id = _ZERO_UUID
-        if version >= 12:
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()
@@ -179,33 +180,21 @@ class _FetchRequest_FetchTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 11:
+        flexible = version >= 12
+        if version <= 12:
             v = self.topic
             if v is None:
                 _null(self, 'topic', version)
-            w.write_string(v)
-        elif version == 12:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         if version >= 13:
             w.write_uuid(self.topic_id)
-        if version <= 11:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 12:
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -214,35 +203,23 @@ class _FetchRequest_FetchTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchRequest_FetchTopic)
-        if version <= 11:
-            self.topic = r.read_string()
-        elif version == 12:
-            self.topic = r.read_compact_string()
+        if version <= 12:
+            self.topic = r.read_compact_string() if flexible else r.read_string()
         else:
             self.topic = ''
         if version <= 12:
             self.topic_id = _ZERO_UUID
         else:
             self.topic_id = r.read_uuid()
-        if version <= 11:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('FetchRequest.FetchTopic', 'partitions', version)
-            else:
-                rd = _FetchRequest_FetchPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('FetchRequest.FetchTopic', 'partitions', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('FetchRequest.FetchTopic', 'partitions', version)
-            else:
-                rd = _FetchRequest_FetchPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version >= 12:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _FetchRequest_FetchPartition._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -265,36 +242,25 @@ class _FetchRequest_ForgottenTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if 7 <= version <= 11:
+        flexible = version >= 12
+        if 7 <= version <= 12:
             v = self.topic
             if v is None:
                 _null(self, 'topic', version)
-            w.write_string(v)
-        elif version == 12:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         if version >= 13:
             w.write_uuid(self.topic_id)
         if version <= 6:
             if (self.partitions is None or len(self.partitions) > 0):
                 _absent(self, 'partitions', version)
-        elif version <= 11:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
         else:
             v = self.partitions
             if v is None:
                 _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 w.write_int32(e)
-        if version >= 12:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -303,13 +269,12 @@ class _FetchRequest_ForgottenTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchRequest_ForgottenTopic)
         if version <= 6:
             self.topic = ''
-        elif version <= 11:
-            self.topic = r.read_string()
-        elif version == 12:
-            self.topic = r.read_compact_string()
+        elif version <= 12:
+            self.topic = r.read_compact_string() if flexible else r.read_string()
         else:
             self.topic = ''
         if version <= 12:
@@ -318,24 +283,14 @@ class _FetchRequest_ForgottenTopic(_Struct):
             self.topic_id = r.read_uuid()
         if version <= 6:
             self.partitions = []
-        elif version <= 11:
-            n = r.read_array_length()
+        else:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('FetchRequest.ForgottenTopic', 'partitions', version)
             else:
                 rd = r.read_int32
                 self.partitions = [rd() for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('FetchRequest.ForgottenTopic', 'partitions', version)
-            else:
-                rd = r.read_int32
-                self.partitions = [rd() for _ in range(n)]
-        if version >= 12:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -382,6 +337,7 @@ class FetchRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 12
         if version <= 14:
             w.write_int32(self.replica_id)
         else:
@@ -400,48 +356,28 @@ class FetchRequest(_Message):
             w.write_int32(self.session_id)
         if version >= 7:
             w.write_int32(self.session_epoch)
-        if version <= 11:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version <= 6:
             if (self.forgotten_topics_data is None or len(self.forgotten_topics_data) > 0):
                 _absent(self, 'forgotten_topics_data', version)
-        elif version <= 11:
-            v = self.forgotten_topics_data
-            if v is None:
-                _null(self, 'forgotten_topics_data', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
         else:
             v = self.forgotten_topics_data
             if v is None:
                 _null(self, 'forgotten_topics_data', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version == 11:
+        if version >= 11:
             v = self.rack_id
             if v is None:
                 _null(self, 'rack_id', version)
-            w.write_string(v)
-        elif version >= 12:
-            v = self.rack_id
-            if v is None:
-                _null(self, 'rack_id', version)
-            w.write_compact_string(v)
-        if version >= 12:
+            w.write_compact_string(v) if flexible else w.write_string(v)
+        if flexible:
             tags = {}
             if version >= 12:
                 v = self.cluster_id
@@ -461,6 +397,7 @@ class FetchRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(FetchRequest)
         self.cluster_id = None
         if version <= 14:
@@ -486,31 +423,16 @@ class FetchRequest(_Message):
             self.session_epoch = -1
         else:
             self.session_epoch = r.read_int32()
-        if version <= 11:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('FetchRequest', 'topics', version)
-            else:
-                rd = _FetchRequest_FetchTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('FetchRequest', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('FetchRequest', 'topics', version)
-            else:
-                rd = _FetchRequest_FetchTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _FetchRequest_FetchTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
         if version <= 6:
             self.forgotten_topics_data = []
-        elif version <= 11:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('FetchRequest', 'forgotten_topics_data', version)
-            else:
-                rd = _FetchRequest_ForgottenTopic._read
-                self.forgotten_topics_data = [rd(r, version) for _ in range(n)]
         else:
-            n = r.read_compact_array_length()
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('FetchRequest', 'forgotten_topics_data', version)
             else:
@@ -518,11 +440,9 @@ class FetchRequest(_Message):
                 self.forgotten_topics_data = [rd(r, version) for _ in range(n)]
         if version <= 10:
             self.rack_id = ''
-        elif version == 11:
-            self.rack_id = r.read_string()
         else:
-            self.rack_id = r.read_compact_string()
-        if version >= 12:
+            self.rack_id = r.read_compact_string() if flexible else r.read_string()
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()
@@ -564,6 +484,7 @@ class _FetchResponse_EpochEndOffset(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 12
         if version <= 11:
             if self.epoch != -1:
                 _absent(self, 'epoch', version)
@@ -574,7 +495,7 @@ class _FetchResponse_EpochEndOffset(_Struct):
                 _absent(self, 'end_offset', version)
         else:
             w.write_int64(self.end_offset)
-        if version >= 12:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -583,6 +504,7 @@ class _FetchResponse_EpochEndOffset(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchResponse_EpochEndOffset)
         if version <= 11:
             self.epoch = -1
@@ -592,10 +514,7 @@ class _FetchResponse_EpochEndOffset(_Struct):
             self.end_offset = -1
         else:
             self.end_offset = r.read_int64()
-        if version >= 12:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -616,6 +535,7 @@ class _FetchResponse_LeaderIdAndEpoch(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 12
         if version <= 11:
             if self.leader_id != -1:
                 _absent(self, 'leader_id', version)
@@ -626,7 +546,7 @@ class _FetchResponse_LeaderIdAndEpoch(_Struct):
                 _absent(self, 'leader_epoch', version)
         else:
             w.write_int32(self.leader_epoch)
-        if version >= 12:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -635,6 +555,7 @@ class _FetchResponse_LeaderIdAndEpoch(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchResponse_LeaderIdAndEpoch)
         if version <= 11:
             self.leader_id = -1
@@ -644,10 +565,7 @@ class _FetchResponse_LeaderIdAndEpoch(_Struct):
             self.leader_epoch = -1
         else:
             self.leader_epoch = r.read_int32()
-        if version >= 12:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -668,9 +586,10 @@ class _FetchResponse_SnapshotId(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 12
         w.write_int64(self.end_offset)
         w.write_int32(self.epoch)
-        if version >= 12:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -679,13 +598,11 @@ class _FetchResponse_SnapshotId(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchResponse_SnapshotId)
         self.end_offset = r.read_int64()
         self.epoch = r.read_int32()
-        if version >= 12:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -706,6 +623,7 @@ class _FetchResponse_AbortedTransaction(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 12
         if version <= 3:
             if self.producer_id != 0:
                 _absent(self, 'producer_id', version)
@@ -716,7 +634,7 @@ class _FetchResponse_AbortedTransaction(_Struct):
                 _absent(self, 'first_offset', version)
         else:
             w.write_int64(self.first_offset)
-        if version >= 12:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -725,6 +643,7 @@ class _FetchResponse_AbortedTransaction(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchResponse_AbortedTransaction)
         if version <= 3:
             self.producer_id = 0
@@ -734,10 +653,7 @@ class _FetchResponse_AbortedTransaction(_Struct):
             self.first_offset = 0
         else:
             self.first_offset = r.read_int64()
-        if version >= 12:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -776,6 +692,7 @@ class _FetchResponse_PartitionData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 12
         w.write_int32(self.partition_index)
         w.write_int16(self.error_code)
         w.write_int64(self.high_watermark)
@@ -792,20 +709,12 @@ class _FetchResponse_PartitionData(_Struct):
         if version <= 11:
             if (self.snapshot_id is None or not self.snapshot_id._is_default()):
                 _absent(self, 'snapshot_id', version)
-        if 4 <= version <= 11:
+        if version >= 4:
             v = self.aborted_transactions
             if v is None:
-                w.write_array_length(None)
+                w.write_compact_array_length(None) if flexible else w.write_array_length(None)
             else:
-                w.write_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
-        elif version >= 12:
-            v = self.aborted_transactions
-            if v is None:
-                w.write_compact_array_length(None)
-            else:
-                w.write_compact_array_length(len(v))
+                w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
                 for e in v:
                     e._write(w, version)
         if version <= 10:
@@ -813,11 +722,9 @@ class _FetchResponse_PartitionData(_Struct):
                 _absent(self, 'preferred_read_replica', version)
         else:
             w.write_int32(self.preferred_read_replica)
-        if version <= 11:
-            w.write_nullable_bytes(self.records)
-        else:
-            w.write_compact_nullable_bytes(self.records)
-        if version >= 12:
+        v = self.records
+        w.write_compact_nullable_bytes(v) if flexible else w.write_nullable_bytes(v)
+        if flexible:
             tags = {}
             if version >= 12:
                 v = self.diverging_epoch
@@ -847,6 +754,7 @@ class _FetchResponse_PartitionData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchResponse_PartitionData)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
@@ -864,15 +772,8 @@ class _FetchResponse_PartitionData(_Struct):
         self.snapshot_id = _FetchResponse_SnapshotId()
         if version <= 3:
             self.aborted_transactions = []
-        elif version <= 11:
-            n = r.read_array_length()
-            if n < 0:
-                self.aborted_transactions = None
-            else:
-                rd = _FetchResponse_AbortedTransaction._read
-                self.aborted_transactions = [rd(r, version) for _ in range(n)]
         else:
-            n = r.read_compact_array_length()
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 self.aborted_transactions = None
             else:
@@ -882,11 +783,8 @@ class _FetchResponse_PartitionData(_Struct):
             self.preferred_read_replica = -1
         else:
             self.preferred_read_replica = r.read_int32()
-        if version <= 11:
-            self.records = r.read_nullable_bytes_view()
-        else:
-            self.records = r.read_compact_nullable_bytes_view()
-        if version >= 12:
+        self.records = r.read_compact_nullable_bytes_view() if flexible else r.read_nullable_bytes_view()
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()
@@ -935,33 +833,21 @@ class _FetchResponse_FetchableTopicResponse(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 11:
+        flexible = version >= 12
+        if version <= 12:
             v = self.topic
             if v is None:
                 _null(self, 'topic', version)
-            w.write_string(v)
-        elif version == 12:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         if version >= 13:
             w.write_uuid(self.topic_id)
-        if version <= 11:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 12:
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -970,35 +856,23 @@ class _FetchResponse_FetchableTopicResponse(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchResponse_FetchableTopicResponse)
-        if version <= 11:
-            self.topic = r.read_string()
-        elif version == 12:
-            self.topic = r.read_compact_string()
+        if version <= 12:
+            self.topic = r.read_compact_string() if flexible else r.read_string()
         else:
             self.topic = ''
         if version <= 12:
             self.topic_id = _ZERO_UUID
         else:
             self.topic_id = r.read_uuid()
-        if version <= 11:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('FetchResponse.FetchableTopicResponse', 'partitions', version)
-            else:
-                rd = _FetchResponse_PartitionData._read
-                self.partitions = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('FetchResponse.FetchableTopicResponse', 'partitions', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('FetchResponse.FetchableTopicResponse', 'partitions', version)
-            else:
-                rd = _FetchResponse_PartitionData._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version >= 12:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _FetchResponse_PartitionData._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -1023,6 +897,7 @@ class _FetchResponse_NodeEndpoint(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 12
         if version <= 15:
             if self.node_id != 0:
                 _absent(self, 'node_id', version)
@@ -1046,7 +921,7 @@ class _FetchResponse_NodeEndpoint(_Struct):
                 _absent(self, 'rack', version)
         else:
             w.write_compact_nullable_string(self.rack)
-        if version >= 12:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -1055,6 +930,7 @@ class _FetchResponse_NodeEndpoint(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(_FetchResponse_NodeEndpoint)
         if version <= 15:
             self.node_id = 0
@@ -1072,10 +948,7 @@ class _FetchResponse_NodeEndpoint(_Struct):
             self.rack = None
         else:
             self.rack = r.read_compact_nullable_string()
-        if version >= 12:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -1110,6 +983,7 @@ class FetchResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 12
         if version >= 1:
             w.write_int32(self.throttle_time_ms)
         if version >= 7:
@@ -1119,24 +993,16 @@ class FetchResponse(_Message):
                 _absent(self, 'session_id', version)
         else:
             w.write_int32(self.session_id)
-        if version <= 11:
-            v = self.responses
-            if v is None:
-                _null(self, 'responses', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.responses
-            if v is None:
-                _null(self, 'responses', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.responses
+        if v is None:
+            _null(self, 'responses', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version <= 15:
             if (self.node_endpoints is None or len(self.node_endpoints) > 0):
                 _absent(self, 'node_endpoints', version)
-        if version >= 12:
+        if flexible:
             tags = {}
             if version >= 16:
                 v = self.node_endpoints
@@ -1152,6 +1018,7 @@ class FetchResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 12
         self = _new(FetchResponse)
         if version == 0:
             self.throttle_time_ms = 0
@@ -1165,22 +1032,14 @@ class FetchResponse(_Message):
             self.session_id = 0
         else:
             self.session_id = r.read_int32()
-        if version <= 11:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('FetchResponse', 'responses', version)
-            else:
-                rd = _FetchResponse_FetchableTopicResponse._read
-                self.responses = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('FetchResponse', 'responses', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('FetchResponse', 'responses', version)
-            else:
-                rd = _FetchResponse_FetchableTopicResponse._read
-                self.responses = [rd(r, version) for _ in range(n)]
+            rd = _FetchResponse_FetchableTopicResponse._read
+            self.responses = [rd(r, version) for _ in range(n)]
         self.node_endpoints = []
-        if version >= 12:
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()

@@ -38,16 +38,12 @@ class FindCoordinatorRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 2:
+        flexible = version >= 3
+        if version <= 3:
             v = self.key
             if v is None:
                 _null(self, 'key', version)
-            w.write_string(v)
-        elif version == 3:
-            v = self.key
-            if v is None:
-                _null(self, 'key', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             if self.key != '':
                 _absent(self, 'key', version)
@@ -68,7 +64,7 @@ class FindCoordinatorRequest(_Message):
                 if e is None:
                     _null(self, 'coordinator_keys', version)
                 w.write_compact_string(e)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -77,11 +73,10 @@ class FindCoordinatorRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(FindCoordinatorRequest)
-        if version <= 2:
-            self.key = r.read_string()
-        elif version == 3:
-            self.key = r.read_compact_string()
+        if version <= 3:
+            self.key = r.read_compact_string() if flexible else r.read_string()
         else:
             self.key = ''
         if version == 0:
@@ -97,10 +92,7 @@ class FindCoordinatorRequest(_Message):
             else:
                 rd = r.read_compact_string
                 self.coordinator_keys = [rd() for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -129,6 +121,7 @@ class _FindCoordinatorResponse_Coordinator(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         if version <= 3:
             if self.key != '':
                 _absent(self, 'key', version)
@@ -162,7 +155,7 @@ class _FindCoordinatorResponse_Coordinator(_Struct):
             w.write_int16(self.error_code)
         if version >= 4:
             w.write_compact_nullable_string(self.error_message)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -171,6 +164,7 @@ class _FindCoordinatorResponse_Coordinator(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_FindCoordinatorResponse_Coordinator)
         if version <= 3:
             self.key = ''
@@ -196,10 +190,7 @@ class _FindCoordinatorResponse_Coordinator(_Struct):
             self.error_message = ''
         else:
             self.error_message = r.read_compact_nullable_string()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -232,6 +223,7 @@ class FindCoordinatorResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         if version >= 1:
             w.write_int32(self.throttle_time_ms)
         if version <= 3:
@@ -239,25 +231,19 @@ class FindCoordinatorResponse(_Message):
         else:
             if self.error_code != 0:
                 _absent(self, 'error_code', version)
-        if 1 <= version <= 2:
-            w.write_nullable_string(self.error_message)
-        elif version == 3:
-            w.write_compact_nullable_string(self.error_message)
+        if 1 <= version <= 3:
+            v = self.error_message
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if version <= 3:
             w.write_int32(self.node_id)
         else:
             if self.node_id != 0:
                 _absent(self, 'node_id', version)
-        if version <= 2:
+        if version <= 3:
             v = self.host
             if v is None:
                 _null(self, 'host', version)
-            w.write_string(v)
-        elif version == 3:
-            v = self.host
-            if v is None:
-                _null(self, 'host', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             if self.host != '':
                 _absent(self, 'host', version)
@@ -276,7 +262,7 @@ class FindCoordinatorResponse(_Message):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -285,6 +271,7 @@ class FindCoordinatorResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(FindCoordinatorResponse)
         if version == 0:
             self.throttle_time_ms = 0
@@ -296,20 +283,16 @@ class FindCoordinatorResponse(_Message):
             self.error_code = 0
         if version == 0:
             self.error_message = ''
-        elif version <= 2:
-            self.error_message = r.read_nullable_string()
-        elif version == 3:
-            self.error_message = r.read_compact_nullable_string()
+        elif version <= 3:
+            self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         else:
             self.error_message = ''
         if version <= 3:
             self.node_id = r.read_int32()
         else:
             self.node_id = 0
-        if version <= 2:
-            self.host = r.read_string()
-        elif version == 3:
-            self.host = r.read_compact_string()
+        if version <= 3:
+            self.host = r.read_compact_string() if flexible else r.read_string()
         else:
             self.host = ''
         if version <= 3:
@@ -325,8 +308,5 @@ class FindCoordinatorResponse(_Message):
             else:
                 rd = _FindCoordinatorResponse_Coordinator._read
                 self.coordinators = [rd(r, version) for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

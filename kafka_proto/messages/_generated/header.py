@@ -34,12 +34,13 @@ class RequestHeader(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.request_api_key)
         w.write_int16(self.request_api_version)
         w.write_int32(self.correlation_id)
         if version >= 1:
             w.write_nullable_string(self.client_id)
-        if version == 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -48,6 +49,7 @@ class RequestHeader(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(RequestHeader)
         self.request_api_key = r.read_int16()
         self.request_api_version = r.read_int16()
@@ -56,10 +58,7 @@ class RequestHeader(_Message):
             self.client_id = ''
         else:
             self.client_id = r.read_nullable_string()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -79,8 +78,9 @@ class ResponseHeader(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int32(self.correlation_id)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -89,10 +89,8 @@ class ResponseHeader(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(ResponseHeader)
         self.correlation_id = r.read_int32()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -37,35 +37,23 @@ class HeartbeatRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 3:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_string(v)
-        else:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
+        flexible = version >= 4
+        v = self.group_id
+        if v is None:
+            _null(self, 'group_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int32(self.generation_id)
-        if version <= 3:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_string(v)
-        else:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_compact_string(v)
+        v = self.member_id
+        if v is None:
+            _null(self, 'member_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version <= 2:
             if self.group_instance_id is not None:
                 _absent(self, 'group_instance_id', version)
-        elif version == 3:
-            w.write_nullable_string(self.group_instance_id)
         else:
-            w.write_compact_nullable_string(self.group_instance_id)
-        if version == 4:
+            v = self.group_instance_id
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -74,26 +62,16 @@ class HeartbeatRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(HeartbeatRequest)
-        if version <= 3:
-            self.group_id = r.read_string()
-        else:
-            self.group_id = r.read_compact_string()
+        self.group_id = r.read_compact_string() if flexible else r.read_string()
         self.generation_id = r.read_int32()
-        if version <= 3:
-            self.member_id = r.read_string()
-        else:
-            self.member_id = r.read_compact_string()
+        self.member_id = r.read_compact_string() if flexible else r.read_string()
         if version <= 2:
             self.group_instance_id = None
-        elif version == 3:
-            self.group_instance_id = r.read_nullable_string()
         else:
-            self.group_instance_id = r.read_compact_nullable_string()
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            self.group_instance_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -115,10 +93,11 @@ class HeartbeatResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version >= 1:
             w.write_int32(self.throttle_time_ms)
         w.write_int16(self.error_code)
-        if version == 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -127,14 +106,12 @@ class HeartbeatResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(HeartbeatResponse)
         if version == 0:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

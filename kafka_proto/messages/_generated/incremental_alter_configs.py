@@ -35,22 +35,15 @@ class _IncrementalAlterConfigsRequest_AlterableConfig(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+        flexible = version >= 1
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int8(self.config_operation)
-        if version == 0:
-            w.write_nullable_string(self.value)
-        else:
-            w.write_compact_nullable_string(self.value)
-        if version == 1:
+        v = self.value
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -59,20 +52,12 @@ class _IncrementalAlterConfigsRequest_AlterableConfig(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_IncrementalAlterConfigsRequest_AlterableConfig)
-        if version == 0:
-            self.name = r.read_string()
-        else:
-            self.name = r.read_compact_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
         self.config_operation = r.read_int8()
-        if version == 0:
-            self.value = r.read_nullable_string()
-        else:
-            self.value = r.read_compact_nullable_string()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.value = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -95,32 +80,19 @@ class _IncrementalAlterConfigsRequest_AlterConfigsResource(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int8(self.resource_type)
-        if version == 0:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_string(v)
-        else:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_compact_string(v)
-        if version == 0:
-            v = self.configs
-            if v is None:
-                _null(self, 'configs', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.configs
-            if v is None:
-                _null(self, 'configs', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        v = self.resource_name
+        if v is None:
+            _null(self, 'resource_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.configs
+        if v is None:
+            _null(self, 'configs', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -129,30 +101,17 @@ class _IncrementalAlterConfigsRequest_AlterConfigsResource(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_IncrementalAlterConfigsRequest_AlterConfigsResource)
         self.resource_type = r.read_int8()
-        if version == 0:
-            self.resource_name = r.read_string()
+        self.resource_name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('IncrementalAlterConfigsRequest.AlterConfigsResource', 'configs', version)
         else:
-            self.resource_name = r.read_compact_string()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('IncrementalAlterConfigsRequest.AlterConfigsResource', 'configs', version)
-            else:
-                rd = _IncrementalAlterConfigsRequest_AlterableConfig._read
-                self.configs = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('IncrementalAlterConfigsRequest.AlterConfigsResource', 'configs', version)
-            else:
-                rd = _IncrementalAlterConfigsRequest_AlterableConfig._read
-                self.configs = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _IncrementalAlterConfigsRequest_AlterableConfig._read
+            self.configs = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -177,22 +136,15 @@ class IncrementalAlterConfigsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.resources
-            if v is None:
-                _null(self, 'resources', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.resources
-            if v is None:
-                _null(self, 'resources', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        flexible = version >= 1
+        v = self.resources
+        if v is None:
+            _null(self, 'resources', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         w.write_bool(self.validate_only)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -201,26 +153,16 @@ class IncrementalAlterConfigsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(IncrementalAlterConfigsRequest)
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('IncrementalAlterConfigsRequest', 'resources', version)
-            else:
-                rd = _IncrementalAlterConfigsRequest_AlterConfigsResource._read
-                self.resources = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('IncrementalAlterConfigsRequest', 'resources', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('IncrementalAlterConfigsRequest', 'resources', version)
-            else:
-                rd = _IncrementalAlterConfigsRequest_AlterConfigsResource._read
-                self.resources = [rd(r, version) for _ in range(n)]
+            rd = _IncrementalAlterConfigsRequest_AlterConfigsResource._read
+            self.resources = [rd(r, version) for _ in range(n)]
         self.validate_only = r.read_bool()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -245,23 +187,16 @@ class _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int16(self.error_code)
-        if version == 0:
-            w.write_nullable_string(self.error_message)
-        else:
-            w.write_compact_nullable_string(self.error_message)
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         w.write_int8(self.resource_type)
-        if version == 0:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_string(v)
-        else:
-            v = self.resource_name
-            if v is None:
-                _null(self, 'resource_name', version)
-            w.write_compact_string(v)
-        if version == 1:
+        v = self.resource_name
+        if v is None:
+            _null(self, 'resource_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -270,21 +205,13 @@ class _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse)
         self.error_code = r.read_int16()
-        if version == 0:
-            self.error_message = r.read_nullable_string()
-        else:
-            self.error_message = r.read_compact_nullable_string()
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.resource_type = r.read_int8()
-        if version == 0:
-            self.resource_name = r.read_string()
-        else:
-            self.resource_name = r.read_compact_string()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.resource_name = r.read_compact_string() if flexible else r.read_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -307,22 +234,15 @@ class IncrementalAlterConfigsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int32(self.throttle_time_ms)
-        if version == 0:
-            v = self.responses
-            if v is None:
-                _null(self, 'responses', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.responses
-            if v is None:
-                _null(self, 'responses', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        v = self.responses
+        if v is None:
+            _null(self, 'responses', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -331,24 +251,14 @@ class IncrementalAlterConfigsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(IncrementalAlterConfigsResponse)
         self.throttle_time_ms = r.read_int32()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('IncrementalAlterConfigsResponse', 'responses', version)
-            else:
-                rd = _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse._read
-                self.responses = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('IncrementalAlterConfigsResponse', 'responses', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('IncrementalAlterConfigsResponse', 'responses', version)
-            else:
-                rd = _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse._read
-                self.responses = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse._read
+            self.responses = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

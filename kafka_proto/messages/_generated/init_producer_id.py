@@ -36,10 +36,9 @@ class InitProducerIdRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            w.write_nullable_string(self.transactional_id)
-        else:
-            w.write_compact_nullable_string(self.transactional_id)
+        flexible = version >= 2
+        v = self.transactional_id
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         w.write_int32(self.transaction_timeout_ms)
         if version <= 2:
             if self.producer_id != -1:
@@ -51,7 +50,7 @@ class InitProducerIdRequest(_Message):
                 _absent(self, 'producer_epoch', version)
         else:
             w.write_int16(self.producer_epoch)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -60,11 +59,9 @@ class InitProducerIdRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(InitProducerIdRequest)
-        if version <= 1:
-            self.transactional_id = r.read_nullable_string()
-        else:
-            self.transactional_id = r.read_compact_nullable_string()
+        self.transactional_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.transaction_timeout_ms = r.read_int32()
         if version <= 2:
             self.producer_id = -1
@@ -74,10 +71,7 @@ class InitProducerIdRequest(_Message):
             self.producer_epoch = -1
         else:
             self.producer_epoch = r.read_int16()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -103,11 +97,12 @@ class InitProducerIdResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.throttle_time_ms)
         w.write_int16(self.error_code)
         w.write_int64(self.producer_id)
         w.write_int16(self.producer_epoch)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -116,13 +111,11 @@ class InitProducerIdResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(InitProducerIdResponse)
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
         self.producer_id = r.read_int64()
         self.producer_epoch = r.read_int16()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -34,27 +34,16 @@ class _JoinGroupRequest_JoinGroupRequestProtocol(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 5:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 5:
-            v = self.metadata
-            if v is None:
-                _null(self, 'metadata', version)
-            w.write_bytes(v)
-        else:
-            v = self.metadata
-            if v is None:
-                _null(self, 'metadata', version)
-            w.write_compact_bytes(v)
-        if version >= 6:
+        flexible = version >= 6
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.metadata
+        if v is None:
+            _null(self, 'metadata', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -63,19 +52,11 @@ class _JoinGroupRequest_JoinGroupRequestProtocol(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_JoinGroupRequest_JoinGroupRequestProtocol)
-        if version <= 5:
-            self.name = r.read_string()
-        else:
-            self.name = r.read_compact_string()
-        if version <= 5:
-            self.metadata = r.read_bytes()
-        else:
-            self.metadata = r.read_compact_bytes()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        self.metadata = r.read_compact_bytes() if flexible else r.read_bytes()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -111,63 +92,37 @@ class JoinGroupRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 5:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_string(v)
-        else:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
+        flexible = version >= 6
+        v = self.group_id
+        if v is None:
+            _null(self, 'group_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int32(self.session_timeout_ms)
         if version >= 1:
             w.write_int32(self.rebalance_timeout_ms)
-        if version <= 5:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_string(v)
-        else:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_compact_string(v)
+        v = self.member_id
+        if v is None:
+            _null(self, 'member_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version <= 4:
             if self.group_instance_id is not None:
                 _absent(self, 'group_instance_id', version)
-        elif version == 5:
-            w.write_nullable_string(self.group_instance_id)
         else:
-            w.write_compact_nullable_string(self.group_instance_id)
-        if version <= 5:
-            v = self.protocol_type
-            if v is None:
-                _null(self, 'protocol_type', version)
-            w.write_string(v)
-        else:
-            v = self.protocol_type
-            if v is None:
-                _null(self, 'protocol_type', version)
-            w.write_compact_string(v)
-        if version <= 5:
-            v = self.protocols
-            if v is None:
-                _null(self, 'protocols', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.protocols
-            if v is None:
-                _null(self, 'protocols', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+            v = self.group_instance_id
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        v = self.protocol_type
+        if v is None:
+            _null(self, 'protocol_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.protocols
+        if v is None:
+            _null(self, 'protocols', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version >= 8:
             w.write_compact_nullable_string(self.reason)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -176,52 +131,31 @@ class JoinGroupRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(JoinGroupRequest)
-        if version <= 5:
-            self.group_id = r.read_string()
-        else:
-            self.group_id = r.read_compact_string()
+        self.group_id = r.read_compact_string() if flexible else r.read_string()
         self.session_timeout_ms = r.read_int32()
         if version == 0:
             self.rebalance_timeout_ms = -1
         else:
             self.rebalance_timeout_ms = r.read_int32()
-        if version <= 5:
-            self.member_id = r.read_string()
-        else:
-            self.member_id = r.read_compact_string()
+        self.member_id = r.read_compact_string() if flexible else r.read_string()
         if version <= 4:
             self.group_instance_id = None
-        elif version == 5:
-            self.group_instance_id = r.read_nullable_string()
         else:
-            self.group_instance_id = r.read_compact_nullable_string()
-        if version <= 5:
-            self.protocol_type = r.read_string()
+            self.group_instance_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.protocol_type = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('JoinGroupRequest', 'protocols', version)
         else:
-            self.protocol_type = r.read_compact_string()
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('JoinGroupRequest', 'protocols', version)
-            else:
-                rd = _JoinGroupRequest_JoinGroupRequestProtocol._read
-                self.protocols = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('JoinGroupRequest', 'protocols', version)
-            else:
-                rd = _JoinGroupRequest_JoinGroupRequestProtocol._read
-                self.protocols = [rd(r, version) for _ in range(n)]
+            rd = _JoinGroupRequest_JoinGroupRequestProtocol._read
+            self.protocols = [rd(r, version) for _ in range(n)]
         if version <= 7:
             self.reason = None
         else:
             self.reason = r.read_compact_nullable_string()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -244,31 +178,19 @@ class _JoinGroupResponse_JoinGroupResponseMember(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 5:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_string(v)
-        else:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_compact_string(v)
-        if version == 5:
-            w.write_nullable_string(self.group_instance_id)
-        elif version >= 6:
-            w.write_compact_nullable_string(self.group_instance_id)
-        if version <= 5:
-            v = self.metadata
-            if v is None:
-                _null(self, 'metadata', version)
-            w.write_bytes(v)
-        else:
-            v = self.metadata
-            if v is None:
-                _null(self, 'metadata', version)
-            w.write_compact_bytes(v)
-        if version >= 6:
+        flexible = version >= 6
+        v = self.member_id
+        if v is None:
+            _null(self, 'member_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        if version >= 5:
+            v = self.group_instance_id
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        v = self.metadata
+        if v is None:
+            _null(self, 'metadata', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -277,25 +199,15 @@ class _JoinGroupResponse_JoinGroupResponseMember(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_JoinGroupResponse_JoinGroupResponseMember)
-        if version <= 5:
-            self.member_id = r.read_string()
-        else:
-            self.member_id = r.read_compact_string()
+        self.member_id = r.read_compact_string() if flexible else r.read_string()
         if version <= 4:
             self.group_instance_id = None
-        elif version == 5:
-            self.group_instance_id = r.read_nullable_string()
         else:
-            self.group_instance_id = r.read_compact_nullable_string()
-        if version <= 5:
-            self.metadata = r.read_bytes()
-        else:
-            self.metadata = r.read_compact_bytes()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            self.group_instance_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.metadata = r.read_compact_bytes() if flexible else r.read_bytes()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -332,64 +244,40 @@ class JoinGroupResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version >= 2:
             w.write_int32(self.throttle_time_ms)
         w.write_int16(self.error_code)
         w.write_int32(self.generation_id)
         if version >= 7:
             w.write_compact_nullable_string(self.protocol_type)
-        if version <= 5:
+        if version <= 6:
             v = self.protocol_name
             if v is None:
                 _null(self, 'protocol_name', version)
-            w.write_string(v)
-        elif version == 6:
-            v = self.protocol_name
-            if v is None:
-                _null(self, 'protocol_name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             w.write_compact_nullable_string(self.protocol_name)
-        if version <= 5:
-            v = self.leader
-            if v is None:
-                _null(self, 'leader', version)
-            w.write_string(v)
-        else:
-            v = self.leader
-            if v is None:
-                _null(self, 'leader', version)
-            w.write_compact_string(v)
+        v = self.leader
+        if v is None:
+            _null(self, 'leader', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version <= 8:
             if self.skip_assignment != False:
                 _absent(self, 'skip_assignment', version)
         else:
             w.write_bool(self.skip_assignment)
-        if version <= 5:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_string(v)
-        else:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_compact_string(v)
-        if version <= 5:
-            v = self.members
-            if v is None:
-                _null(self, 'members', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.members
-            if v is None:
-                _null(self, 'members', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 6:
+        v = self.member_id
+        if v is None:
+            _null(self, 'member_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.members
+        if v is None:
+            _null(self, 'members', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -398,6 +286,7 @@ class JoinGroupResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(JoinGroupResponse)
         if version <= 1:
             self.throttle_time_ms = 0
@@ -409,40 +298,21 @@ class JoinGroupResponse(_Message):
             self.protocol_type = None
         else:
             self.protocol_type = r.read_compact_nullable_string()
-        if version <= 5:
-            self.protocol_name = r.read_string()
-        elif version == 6:
-            self.protocol_name = r.read_compact_string()
+        if version <= 6:
+            self.protocol_name = r.read_compact_string() if flexible else r.read_string()
         else:
             self.protocol_name = r.read_compact_nullable_string()
-        if version <= 5:
-            self.leader = r.read_string()
-        else:
-            self.leader = r.read_compact_string()
+        self.leader = r.read_compact_string() if flexible else r.read_string()
         if version <= 8:
             self.skip_assignment = False
         else:
             self.skip_assignment = r.read_bool()
-        if version <= 5:
-            self.member_id = r.read_string()
+        self.member_id = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('JoinGroupResponse', 'members', version)
         else:
-            self.member_id = r.read_compact_string()
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('JoinGroupResponse', 'members', version)
-            else:
-                rd = _JoinGroupResponse_JoinGroupResponseMember._read
-                self.members = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('JoinGroupResponse', 'members', version)
-            else:
-                rd = _JoinGroupResponse_JoinGroupResponseMember._read
-                self.members = [rd(r, version) for _ in range(n)]
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _JoinGroupResponse_JoinGroupResponseMember._read
+            self.members = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -55,6 +55,7 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version <= 1:
             v = self.topic_name
             if v is None:
@@ -64,61 +65,31 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
         w.write_int32(self.controller_epoch)
         w.write_int32(self.leader)
         w.write_int32(self.leader_epoch)
-        if version <= 3:
-            v = self.isr
-            if v is None:
-                _null(self, 'isr', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.isr
-            if v is None:
-                _null(self, 'isr', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+        v = self.isr
+        if v is None:
+            _null(self, 'isr', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
         w.write_int32(self.partition_epoch)
-        if version <= 3:
-            v = self.replicas
-            if v is None:
-                _null(self, 'replicas', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.replicas
-            if v is None:
-                _null(self, 'replicas', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version == 3:
+        v = self.replicas
+        if v is None:
+            _null(self, 'replicas', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        if version >= 3:
             v = self.adding_replicas
             if v is None:
                 _null(self, 'adding_replicas', version)
-            w.write_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 w.write_int32(e)
-        elif version >= 4:
-            v = self.adding_replicas
-            if v is None:
-                _null(self, 'adding_replicas', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version == 3:
+        if version >= 3:
             v = self.removing_replicas
             if v is None:
                 _null(self, 'removing_replicas', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        elif version >= 4:
-            v = self.removing_replicas
-            if v is None:
-                _null(self, 'removing_replicas', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 w.write_int32(e)
         if version >= 1:
@@ -128,7 +99,7 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
                 _absent(self, 'leader_recovery_state', version)
         else:
             w.write_int8(self.leader_recovery_state)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -137,6 +108,7 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
         if version <= 1:
             self.topic_name = r.read_string()
@@ -146,46 +118,23 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
         self.controller_epoch = r.read_int32()
         self.leader = r.read_int32()
         self.leader_epoch = r.read_int32()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'isr', version)
-            else:
-                rd = r.read_int32
-                self.isr = [rd() for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'isr', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'isr', version)
-            else:
-                rd = r.read_int32
-                self.isr = [rd() for _ in range(n)]
+            rd = r.read_int32
+            self.isr = [rd() for _ in range(n)]
         self.partition_epoch = r.read_int32()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'replicas', version)
-            else:
-                rd = r.read_int32
-                self.replicas = [rd() for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'replicas', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'replicas', version)
-            else:
-                rd = r.read_int32
-                self.replicas = [rd() for _ in range(n)]
+            rd = r.read_int32
+            self.replicas = [rd() for _ in range(n)]
         if version <= 2:
             self.adding_replicas = []
-        elif version == 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'adding_replicas', version)
-            else:
-                rd = r.read_int32
-                self.adding_replicas = [rd() for _ in range(n)]
         else:
-            n = r.read_compact_array_length()
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'adding_replicas', version)
             else:
@@ -193,15 +142,8 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
                 self.adding_replicas = [rd() for _ in range(n)]
         if version <= 2:
             self.removing_replicas = []
-        elif version == 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'removing_replicas', version)
-            else:
-                rd = r.read_int32
-                self.removing_replicas = [rd() for _ in range(n)]
         else:
-            n = r.read_compact_array_length()
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'removing_replicas', version)
             else:
@@ -215,10 +157,7 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
             self.leader_recovery_state = 0
         else:
             self.leader_recovery_state = r.read_int8()
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -241,39 +180,28 @@ class _LeaderAndIsrRequest_LeaderAndIsrTopicState(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version <= 1:
             if self.topic_name != '':
                 _absent(self, 'topic_name', version)
-        elif version <= 3:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_string(v)
         else:
             v = self.topic_name
             if v is None:
                 _null(self, 'topic_name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         if version >= 5:
             w.write_uuid(self.topic_id)
         if version <= 1:
             if (self.partition_states is None or len(self.partition_states) > 0):
                 _absent(self, 'partition_states', version)
-        elif version <= 3:
-            v = self.partition_states
-            if v is None:
-                _null(self, 'partition_states', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
         else:
             v = self.partition_states
             if v is None:
                 _null(self, 'partition_states', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -282,37 +210,26 @@ class _LeaderAndIsrRequest_LeaderAndIsrTopicState(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_LeaderAndIsrRequest_LeaderAndIsrTopicState)
         if version <= 1:
             self.topic_name = ''
-        elif version <= 3:
-            self.topic_name = r.read_string()
         else:
-            self.topic_name = r.read_compact_string()
+            self.topic_name = r.read_compact_string() if flexible else r.read_string()
         if version <= 4:
             self.topic_id = _ZERO_UUID
         else:
             self.topic_id = r.read_uuid()
         if version <= 1:
             self.partition_states = []
-        elif version <= 3:
-            n = r.read_array_length()
+        else:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrTopicState', 'partition_states', version)
             else:
                 rd = _LeaderAndIsrRequest_LeaderAndIsrPartitionState._read
                 self.partition_states = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrTopicState', 'partition_states', version)
-            else:
-                rd = _LeaderAndIsrRequest_LeaderAndIsrPartitionState._read
-                self.partition_states = [rd(r, version) for _ in range(n)]
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -335,19 +252,14 @@ class _LeaderAndIsrRequest_LeaderAndIsrLiveLeader(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         w.write_int32(self.broker_id)
-        if version <= 3:
-            v = self.host_name
-            if v is None:
-                _null(self, 'host_name', version)
-            w.write_string(v)
-        else:
-            v = self.host_name
-            if v is None:
-                _null(self, 'host_name', version)
-            w.write_compact_string(v)
+        v = self.host_name
+        if v is None:
+            _null(self, 'host_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int32(self.port)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -356,17 +268,12 @@ class _LeaderAndIsrRequest_LeaderAndIsrLiveLeader(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_LeaderAndIsrRequest_LeaderAndIsrLiveLeader)
         self.broker_id = r.read_int32()
-        if version <= 3:
-            self.host_name = r.read_string()
-        else:
-            self.host_name = r.read_compact_string()
+        self.host_name = r.read_compact_string() if flexible else r.read_string()
         self.port = r.read_int32()
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -404,6 +311,7 @@ class LeaderAndIsrRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         w.write_int32(self.controller_id)
         if version <= 6:
             if self.is_k_raft_controller != False:
@@ -431,35 +339,20 @@ class LeaderAndIsrRequest(_Message):
         if version <= 1:
             if (self.topic_states is None or len(self.topic_states) > 0):
                 _absent(self, 'topic_states', version)
-        elif version <= 3:
-            v = self.topic_states
-            if v is None:
-                _null(self, 'topic_states', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
         else:
             v = self.topic_states
             if v is None:
                 _null(self, 'topic_states', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version <= 3:
-            v = self.live_leaders
-            if v is None:
-                _null(self, 'live_leaders', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.live_leaders
-            if v is None:
-                _null(self, 'live_leaders', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 4:
+        v = self.live_leaders
+        if v is None:
+            _null(self, 'live_leaders', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -468,6 +361,7 @@ class LeaderAndIsrRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(LeaderAndIsrRequest)
         self.controller_id = r.read_int32()
         if version <= 6:
@@ -494,38 +388,20 @@ class LeaderAndIsrRequest(_Message):
             self.ungrouped_partition_states = []
         if version <= 1:
             self.topic_states = []
-        elif version <= 3:
-            n = r.read_array_length()
+        else:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('LeaderAndIsrRequest', 'topic_states', version)
             else:
                 rd = _LeaderAndIsrRequest_LeaderAndIsrTopicState._read
                 self.topic_states = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('LeaderAndIsrRequest', 'live_leaders', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrRequest', 'topic_states', version)
-            else:
-                rd = _LeaderAndIsrRequest_LeaderAndIsrTopicState._read
-                self.topic_states = [rd(r, version) for _ in range(n)]
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrRequest', 'live_leaders', version)
-            else:
-                rd = _LeaderAndIsrRequest_LeaderAndIsrLiveLeader._read
-                self.live_leaders = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrRequest', 'live_leaders', version)
-            else:
-                rd = _LeaderAndIsrRequest_LeaderAndIsrLiveLeader._read
-                self.live_leaders = [rd(r, version) for _ in range(n)]
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _LeaderAndIsrRequest_LeaderAndIsrLiveLeader._read
+            self.live_leaders = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -548,19 +424,15 @@ class _LeaderAndIsrResponse_LeaderAndIsrPartitionError(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 3:
+        flexible = version >= 4
+        if version <= 4:
             v = self.topic_name
             if v is None:
                 _null(self, 'topic_name', version)
-            w.write_string(v)
-        elif version == 4:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int32(self.partition_index)
         w.write_int16(self.error_code)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -569,19 +441,15 @@ class _LeaderAndIsrResponse_LeaderAndIsrPartitionError(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
-        if version <= 3:
-            self.topic_name = r.read_string()
-        elif version == 4:
-            self.topic_name = r.read_compact_string()
+        if version <= 4:
+            self.topic_name = r.read_compact_string() if flexible else r.read_string()
         else:
             self.topic_name = ''
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -602,6 +470,7 @@ class _LeaderAndIsrResponse_LeaderAndIsrTopicError(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version <= 4:
             if self.topic_id != _ZERO_UUID:
                 _absent(self, 'topic_id', version)
@@ -617,7 +486,7 @@ class _LeaderAndIsrResponse_LeaderAndIsrTopicError(_Struct):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -626,6 +495,7 @@ class _LeaderAndIsrResponse_LeaderAndIsrTopicError(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_LeaderAndIsrResponse_LeaderAndIsrTopicError)
         if version <= 4:
             self.topic_id = _ZERO_UUID
@@ -640,10 +510,7 @@ class _LeaderAndIsrResponse_LeaderAndIsrTopicError(_Struct):
             else:
                 rd = _LeaderAndIsrResponse_LeaderAndIsrPartitionError._read
                 self.partition_errors = [rd(r, version) for _ in range(n)]
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -669,19 +536,13 @@ class LeaderAndIsrResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         w.write_int16(self.error_code)
-        if version <= 3:
+        if version <= 4:
             v = self.partition_errors
             if v is None:
                 _null(self, 'partition_errors', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        elif version == 4:
-            v = self.partition_errors
-            if v is None:
-                _null(self, 'partition_errors', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
         else:
@@ -697,7 +558,7 @@ class LeaderAndIsrResponse(_Message):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -706,17 +567,11 @@ class LeaderAndIsrResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(LeaderAndIsrResponse)
         self.error_code = r.read_int16()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('LeaderAndIsrResponse', 'partition_errors', version)
-            else:
-                rd = _LeaderAndIsrResponse_LeaderAndIsrPartitionError._read
-                self.partition_errors = [rd(r, version) for _ in range(n)]
-        elif version == 4:
-            n = r.read_compact_array_length()
+        if version <= 4:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('LeaderAndIsrResponse', 'partition_errors', version)
             else:
@@ -733,8 +588,5 @@ class LeaderAndIsrResponse(_Message):
             else:
                 rd = _LeaderAndIsrResponse_LeaderAndIsrTopicError._read
                 self.topics = [rd(r, version) for _ in range(n)]
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -36,29 +36,24 @@ class _LeaveGroupRequest_MemberIdentity(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version <= 2:
             if self.member_id != '':
                 _absent(self, 'member_id', version)
-        elif version == 3:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_string(v)
         else:
             v = self.member_id
             if v is None:
                 _null(self, 'member_id', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         if version <= 2:
             if self.group_instance_id is not None:
                 _absent(self, 'group_instance_id', version)
-        elif version == 3:
-            w.write_nullable_string(self.group_instance_id)
         else:
-            w.write_compact_nullable_string(self.group_instance_id)
+            v = self.group_instance_id
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if version == 5:
             w.write_compact_nullable_string(self.reason)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -67,27 +62,21 @@ class _LeaveGroupRequest_MemberIdentity(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_LeaveGroupRequest_MemberIdentity)
         if version <= 2:
             self.member_id = ''
-        elif version == 3:
-            self.member_id = r.read_string()
         else:
-            self.member_id = r.read_compact_string()
+            self.member_id = r.read_compact_string() if flexible else r.read_string()
         if version <= 2:
             self.group_instance_id = None
-        elif version == 3:
-            self.group_instance_id = r.read_nullable_string()
         else:
-            self.group_instance_id = r.read_compact_nullable_string()
+            self.group_instance_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         if version <= 4:
             self.reason = None
         else:
             self.reason = r.read_compact_nullable_string()
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -113,16 +102,11 @@ class LeaveGroupRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 3:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_string(v)
-        else:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
+        flexible = version >= 4
+        v = self.group_id
+        if v is None:
+            _null(self, 'group_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version <= 2:
             v = self.member_id
             if v is None:
@@ -134,21 +118,14 @@ class LeaveGroupRequest(_Message):
         if version <= 2:
             if (self.members is None or len(self.members) > 0):
                 _absent(self, 'members', version)
-        elif version == 3:
-            v = self.members
-            if v is None:
-                _null(self, 'members', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
         else:
             v = self.members
             if v is None:
                 _null(self, 'members', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -157,35 +134,23 @@ class LeaveGroupRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(LeaveGroupRequest)
-        if version <= 3:
-            self.group_id = r.read_string()
-        else:
-            self.group_id = r.read_compact_string()
+        self.group_id = r.read_compact_string() if flexible else r.read_string()
         if version <= 2:
             self.member_id = r.read_string()
         else:
             self.member_id = ''
         if version <= 2:
             self.members = []
-        elif version == 3:
-            n = r.read_array_length()
+        else:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('LeaveGroupRequest', 'members', version)
             else:
                 rd = _LeaveGroupRequest_MemberIdentity._read
                 self.members = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('LeaveGroupRequest', 'members', version)
-            else:
-                rd = _LeaveGroupRequest_MemberIdentity._read
-                self.members = [rd(r, version) for _ in range(n)]
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -208,32 +173,27 @@ class _LeaveGroupResponse_MemberResponse(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version <= 2:
             if self.member_id != '':
                 _absent(self, 'member_id', version)
-        elif version == 3:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_string(v)
         else:
             v = self.member_id
             if v is None:
                 _null(self, 'member_id', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         if version <= 2:
             if self.group_instance_id != '':
                 _absent(self, 'group_instance_id', version)
-        elif version == 3:
-            w.write_nullable_string(self.group_instance_id)
         else:
-            w.write_compact_nullable_string(self.group_instance_id)
+            v = self.group_instance_id
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if version <= 2:
             if self.error_code != 0:
                 _absent(self, 'error_code', version)
         else:
             w.write_int16(self.error_code)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -242,27 +202,21 @@ class _LeaveGroupResponse_MemberResponse(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_LeaveGroupResponse_MemberResponse)
         if version <= 2:
             self.member_id = ''
-        elif version == 3:
-            self.member_id = r.read_string()
         else:
-            self.member_id = r.read_compact_string()
+            self.member_id = r.read_compact_string() if flexible else r.read_string()
         if version <= 2:
             self.group_instance_id = ''
-        elif version == 3:
-            self.group_instance_id = r.read_nullable_string()
         else:
-            self.group_instance_id = r.read_compact_nullable_string()
+            self.group_instance_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         if version <= 2:
             self.error_code = 0
         else:
             self.error_code = r.read_int16()
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -287,27 +241,21 @@ class LeaveGroupResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version >= 1:
             w.write_int32(self.throttle_time_ms)
         w.write_int16(self.error_code)
         if version <= 2:
             if (self.members is None or len(self.members) > 0):
                 _absent(self, 'members', version)
-        elif version == 3:
-            v = self.members
-            if v is None:
-                _null(self, 'members', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
         else:
             v = self.members
             if v is None:
                 _null(self, 'members', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -316,6 +264,7 @@ class LeaveGroupResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(LeaveGroupResponse)
         if version == 0:
             self.throttle_time_ms = 0
@@ -324,22 +273,12 @@ class LeaveGroupResponse(_Message):
         self.error_code = r.read_int16()
         if version <= 2:
             self.members = []
-        elif version == 3:
-            n = r.read_array_length()
+        else:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('LeaveGroupResponse', 'members', version)
             else:
                 rd = _LeaveGroupResponse_MemberResponse._read
                 self.members = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('LeaveGroupResponse', 'members', version)
-            else:
-                rd = _LeaveGroupResponse_MemberResponse._read
-                self.members = [rd(r, version) for _ in range(n)]
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

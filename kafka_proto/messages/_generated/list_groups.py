@@ -36,6 +36,7 @@ class ListGroupsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         if version <= 3:
             if (self.states_filter is None or len(self.states_filter) > 0):
                 _absent(self, 'states_filter', version)
@@ -60,7 +61,7 @@ class ListGroupsRequest(_Message):
                 if e is None:
                     _null(self, 'types_filter', version)
                 w.write_compact_string(e)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -69,6 +70,7 @@ class ListGroupsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(ListGroupsRequest)
         if version <= 3:
             self.states_filter = []
@@ -88,10 +90,7 @@ class ListGroupsRequest(_Message):
             else:
                 rd = r.read_compact_string
                 self.types_filter = [rd() for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -116,26 +115,15 @@ class _ListGroupsResponse_ListedGroup(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 2:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_string(v)
-        else:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
-        if version <= 2:
-            v = self.protocol_type
-            if v is None:
-                _null(self, 'protocol_type', version)
-            w.write_string(v)
-        else:
-            v = self.protocol_type
-            if v is None:
-                _null(self, 'protocol_type', version)
-            w.write_compact_string(v)
+        flexible = version >= 3
+        v = self.group_id
+        if v is None:
+            _null(self, 'group_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.protocol_type
+        if v is None:
+            _null(self, 'protocol_type', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version >= 4:
             v = self.group_state
             if v is None:
@@ -146,7 +134,7 @@ class _ListGroupsResponse_ListedGroup(_Struct):
             if v is None:
                 _null(self, 'group_type', version)
             w.write_compact_string(v)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -155,15 +143,10 @@ class _ListGroupsResponse_ListedGroup(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_ListGroupsResponse_ListedGroup)
-        if version <= 2:
-            self.group_id = r.read_string()
-        else:
-            self.group_id = r.read_compact_string()
-        if version <= 2:
-            self.protocol_type = r.read_string()
-        else:
-            self.protocol_type = r.read_compact_string()
+        self.group_id = r.read_compact_string() if flexible else r.read_string()
+        self.protocol_type = r.read_compact_string() if flexible else r.read_string()
         if version <= 3:
             self.group_state = ''
         else:
@@ -172,10 +155,7 @@ class _ListGroupsResponse_ListedGroup(_Struct):
             self.group_type = ''
         else:
             self.group_type = r.read_compact_string()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -200,24 +180,17 @@ class ListGroupsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         if version >= 1:
             w.write_int32(self.throttle_time_ms)
         w.write_int16(self.error_code)
-        if version <= 2:
-            v = self.groups
-            if v is None:
-                _null(self, 'groups', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.groups
-            if v is None:
-                _null(self, 'groups', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 3:
+        v = self.groups
+        if v is None:
+            _null(self, 'groups', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -226,28 +199,18 @@ class ListGroupsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(ListGroupsResponse)
         if version == 0:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ListGroupsResponse', 'groups', version)
-            else:
-                rd = _ListGroupsResponse_ListedGroup._read
-                self.groups = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ListGroupsResponse', 'groups', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ListGroupsResponse', 'groups', version)
-            else:
-                rd = _ListGroupsResponse_ListedGroup._read
-                self.groups = [rd(r, version) for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _ListGroupsResponse_ListedGroup._read
+            self.groups = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -38,6 +38,7 @@ class _ListOffsetsRequest_ListOffsetsPartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         w.write_int32(self.partition_index)
         if version >= 4:
             w.write_int32(self.current_leader_epoch)
@@ -47,7 +48,7 @@ class _ListOffsetsRequest_ListOffsetsPartition(_Struct):
         else:
             if self.max_num_offsets != 1:
                 _absent(self, 'max_num_offsets', version)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -56,6 +57,7 @@ class _ListOffsetsRequest_ListOffsetsPartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_ListOffsetsRequest_ListOffsetsPartition)
         self.partition_index = r.read_int32()
         if version <= 3:
@@ -67,10 +69,7 @@ class _ListOffsetsRequest_ListOffsetsPartition(_Struct):
             self.max_num_offsets = r.read_int32()
         else:
             self.max_num_offsets = 1
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -91,31 +90,18 @@ class _ListOffsetsRequest_ListOffsetsTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 5:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 5:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 6:
+        flexible = version >= 6
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -124,29 +110,16 @@ class _ListOffsetsRequest_ListOffsetsTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_ListOffsetsRequest_ListOffsetsTopic)
-        if version <= 5:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ListOffsetsRequest.ListOffsetsTopic', 'partitions', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ListOffsetsRequest.ListOffsetsTopic', 'partitions', version)
-            else:
-                rd = _ListOffsetsRequest_ListOffsetsPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ListOffsetsRequest.ListOffsetsTopic', 'partitions', version)
-            else:
-                rd = _ListOffsetsRequest_ListOffsetsPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _ListOffsetsRequest_ListOffsetsPartition._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -175,29 +148,22 @@ class ListOffsetsRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         w.write_int32(self.replica_id)
         if version <= 1:
             if self.isolation_level != 0:
                 _absent(self, 'isolation_level', version)
         else:
             w.write_int8(self.isolation_level)
-        if version <= 5:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version == 10:
             w.write_int32(self.timeout_ms)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -206,34 +172,24 @@ class ListOffsetsRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(ListOffsetsRequest)
         self.replica_id = r.read_int32()
         if version <= 1:
             self.isolation_level = 0
         else:
             self.isolation_level = r.read_int8()
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ListOffsetsRequest', 'topics', version)
-            else:
-                rd = _ListOffsetsRequest_ListOffsetsTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ListOffsetsRequest', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ListOffsetsRequest', 'topics', version)
-            else:
-                rd = _ListOffsetsRequest_ListOffsetsTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _ListOffsetsRequest_ListOffsetsTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
         if version <= 9:
             self.timeout_ms = 0
         else:
             self.timeout_ms = r.read_int32()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -262,6 +218,7 @@ class _ListOffsetsResponse_ListOffsetsPartitionResponse(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         w.write_int32(self.partition_index)
         w.write_int16(self.error_code)
         if version == 0:
@@ -289,7 +246,7 @@ class _ListOffsetsResponse_ListOffsetsPartitionResponse(_Struct):
                 _absent(self, 'leader_epoch', version)
         else:
             w.write_int32(self.leader_epoch)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -298,6 +255,7 @@ class _ListOffsetsResponse_ListOffsetsPartitionResponse(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_ListOffsetsResponse_ListOffsetsPartitionResponse)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
@@ -322,10 +280,7 @@ class _ListOffsetsResponse_ListOffsetsPartitionResponse(_Struct):
             self.leader_epoch = -1
         else:
             self.leader_epoch = r.read_int32()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -346,31 +301,18 @@ class _ListOffsetsResponse_ListOffsetsTopicResponse(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 5:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 5:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 6:
+        flexible = version >= 6
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -379,29 +321,16 @@ class _ListOffsetsResponse_ListOffsetsTopicResponse(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_ListOffsetsResponse_ListOffsetsTopicResponse)
-        if version <= 5:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ListOffsetsResponse.ListOffsetsTopicResponse', 'partitions', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ListOffsetsResponse.ListOffsetsTopicResponse', 'partitions', version)
-            else:
-                rd = _ListOffsetsResponse_ListOffsetsPartitionResponse._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ListOffsetsResponse.ListOffsetsTopicResponse', 'partitions', version)
-            else:
-                rd = _ListOffsetsResponse_ListOffsetsPartitionResponse._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _ListOffsetsResponse_ListOffsetsPartitionResponse._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -425,23 +354,16 @@ class ListOffsetsResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version >= 2:
             w.write_int32(self.throttle_time_ms)
-        if version <= 5:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 6:
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -450,27 +372,17 @@ class ListOffsetsResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(ListOffsetsResponse)
         if version <= 1:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ListOffsetsResponse', 'topics', version)
-            else:
-                rd = _ListOffsetsResponse_ListOffsetsTopicResponse._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ListOffsetsResponse', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ListOffsetsResponse', 'topics', version)
-            else:
-                rd = _ListOffsetsResponse_ListOffsetsTopicResponse._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _ListOffsetsResponse_ListOffsetsTopicResponse._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -35,21 +35,17 @@ class _MetadataRequest_MetadataRequestTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         if version >= 10:
             w.write_uuid(self.topic_id)
-        if version <= 8:
+        if version <= 9:
             v = self.name
             if v is None:
                 _null(self, 'name', version)
-            w.write_string(v)
-        elif version == 9:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             w.write_compact_nullable_string(self.name)
-        if version >= 9:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -58,21 +54,17 @@ class _MetadataRequest_MetadataRequestTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_MetadataRequest_MetadataRequestTopic)
         if version <= 9:
             self.topic_id = _ZERO_UUID
         else:
             self.topic_id = r.read_uuid()
-        if version <= 8:
-            self.name = r.read_string()
-        elif version == 9:
-            self.name = r.read_compact_string()
+        if version <= 9:
+            self.name = r.read_compact_string() if flexible else r.read_string()
         else:
             self.name = r.read_compact_nullable_string()
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -100,6 +92,7 @@ class MetadataRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         if version == 0:
             v = self.topics
             if v is None:
@@ -107,20 +100,12 @@ class MetadataRequest(_Message):
             w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        elif version <= 8:
-            v = self.topics
-            if v is None:
-                w.write_array_length(None)
-            else:
-                w.write_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
         else:
             v = self.topics
             if v is None:
-                w.write_compact_array_length(None)
+                w.write_compact_array_length(None) if flexible else w.write_array_length(None)
             else:
-                w.write_compact_array_length(len(v))
+                w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
                 for e in v:
                     e._write(w, version)
         if version <= 3:
@@ -141,7 +126,7 @@ class MetadataRequest(_Message):
                 _absent(self, 'include_topic_authorized_operations', version)
         else:
             w.write_bool(self.include_topic_authorized_operations)
-        if version >= 9:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -150,6 +135,7 @@ class MetadataRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(MetadataRequest)
         if version == 0:
             n = r.read_array_length()
@@ -158,15 +144,8 @@ class MetadataRequest(_Message):
             else:
                 rd = _MetadataRequest_MetadataRequestTopic._read
                 self.topics = [rd(r, version) for _ in range(n)]
-        elif version <= 8:
-            n = r.read_array_length()
-            if n < 0:
-                self.topics = None
-            else:
-                rd = _MetadataRequest_MetadataRequestTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
         else:
-            n = r.read_compact_array_length()
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 self.topics = None
             else:
@@ -186,10 +165,7 @@ class MetadataRequest(_Message):
             self.include_topic_authorized_operations = False
         else:
             self.include_topic_authorized_operations = r.read_bool()
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -214,23 +190,17 @@ class _MetadataResponse_MetadataResponseBroker(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         w.write_int32(self.node_id)
-        if version <= 8:
-            v = self.host
-            if v is None:
-                _null(self, 'host', version)
-            w.write_string(v)
-        else:
-            v = self.host
-            if v is None:
-                _null(self, 'host', version)
-            w.write_compact_string(v)
+        v = self.host
+        if v is None:
+            _null(self, 'host', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int32(self.port)
-        if 1 <= version <= 8:
-            w.write_nullable_string(self.rack)
-        elif version >= 9:
-            w.write_compact_nullable_string(self.rack)
-        if version >= 9:
+        if version >= 1:
+            v = self.rack
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -239,23 +209,16 @@ class _MetadataResponse_MetadataResponseBroker(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_MetadataResponse_MetadataResponseBroker)
         self.node_id = r.read_int32()
-        if version <= 8:
-            self.host = r.read_string()
-        else:
-            self.host = r.read_compact_string()
+        self.host = r.read_compact_string() if flexible else r.read_string()
         self.port = r.read_int32()
         if version == 0:
             self.rack = None
-        elif version <= 8:
-            self.rack = r.read_nullable_string()
         else:
-            self.rack = r.read_compact_nullable_string()
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            self.rack = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -286,54 +249,32 @@ class _MetadataResponse_MetadataResponsePartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         w.write_int16(self.error_code)
         w.write_int32(self.partition_index)
         w.write_int32(self.leader_id)
         if version >= 7:
             w.write_int32(self.leader_epoch)
-        if version <= 8:
-            v = self.replica_nodes
-            if v is None:
-                _null(self, 'replica_nodes', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.replica_nodes
-            if v is None:
-                _null(self, 'replica_nodes', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version <= 8:
-            v = self.isr_nodes
-            if v is None:
-                _null(self, 'isr_nodes', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.isr_nodes
-            if v is None:
-                _null(self, 'isr_nodes', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if 5 <= version <= 8:
+        v = self.replica_nodes
+        if v is None:
+            _null(self, 'replica_nodes', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        v = self.isr_nodes
+        if v is None:
+            _null(self, 'isr_nodes', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        if version >= 5:
             v = self.offline_replicas
             if v is None:
                 _null(self, 'offline_replicas', version)
-            w.write_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 w.write_int32(e)
-        elif version >= 9:
-            v = self.offline_replicas
-            if v is None:
-                _null(self, 'offline_replicas', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version >= 9:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -342,6 +283,7 @@ class _MetadataResponse_MetadataResponsePartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_MetadataResponse_MetadataResponsePartition)
         self.error_code = r.read_int16()
         self.partition_index = r.read_int32()
@@ -350,54 +292,28 @@ class _MetadataResponse_MetadataResponsePartition(_Struct):
             self.leader_epoch = -1
         else:
             self.leader_epoch = r.read_int32()
-        if version <= 8:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse.MetadataResponsePartition', 'replica_nodes', version)
-            else:
-                rd = r.read_int32
-                self.replica_nodes = [rd() for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('MetadataResponse.MetadataResponsePartition', 'replica_nodes', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse.MetadataResponsePartition', 'replica_nodes', version)
-            else:
-                rd = r.read_int32
-                self.replica_nodes = [rd() for _ in range(n)]
-        if version <= 8:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse.MetadataResponsePartition', 'isr_nodes', version)
-            else:
-                rd = r.read_int32
-                self.isr_nodes = [rd() for _ in range(n)]
+            rd = r.read_int32
+            self.replica_nodes = [rd() for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('MetadataResponse.MetadataResponsePartition', 'isr_nodes', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse.MetadataResponsePartition', 'isr_nodes', version)
-            else:
-                rd = r.read_int32
-                self.isr_nodes = [rd() for _ in range(n)]
+            rd = r.read_int32
+            self.isr_nodes = [rd() for _ in range(n)]
         if version <= 4:
             self.offline_replicas = []
-        elif version <= 8:
-            n = r.read_array_length()
+        else:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('MetadataResponse.MetadataResponsePartition', 'offline_replicas', version)
             else:
                 rd = r.read_int32
                 self.offline_replicas = [rd() for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse.MetadataResponsePartition', 'offline_replicas', version)
-            else:
-                rd = r.read_int32
-                self.offline_replicas = [rd() for _ in range(n)]
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -426,43 +342,31 @@ class _MetadataResponse_MetadataResponseTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         w.write_int16(self.error_code)
-        if version <= 8:
+        if version <= 11:
             v = self.name
             if v is None:
                 _null(self, 'name', version)
-            w.write_string(v)
-        elif version <= 11:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             w.write_compact_nullable_string(self.name)
         if version >= 10:
             w.write_uuid(self.topic_id)
         if version >= 1:
             w.write_bool(self.is_internal)
-        if version <= 8:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version <= 7:
             if self.topic_authorized_operations != -2147483648:
                 _absent(self, 'topic_authorized_operations', version)
         else:
             w.write_int32(self.topic_authorized_operations)
-        if version >= 9:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -471,12 +375,11 @@ class _MetadataResponse_MetadataResponseTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_MetadataResponse_MetadataResponseTopic)
         self.error_code = r.read_int16()
-        if version <= 8:
-            self.name = r.read_string()
-        elif version <= 11:
-            self.name = r.read_compact_string()
+        if version <= 11:
+            self.name = r.read_compact_string() if flexible else r.read_string()
         else:
             self.name = r.read_compact_nullable_string()
         if version <= 9:
@@ -487,28 +390,17 @@ class _MetadataResponse_MetadataResponseTopic(_Struct):
             self.is_internal = False
         else:
             self.is_internal = r.read_bool()
-        if version <= 8:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse.MetadataResponseTopic', 'partitions', version)
-            else:
-                rd = _MetadataResponse_MetadataResponsePartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('MetadataResponse.MetadataResponseTopic', 'partitions', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse.MetadataResponseTopic', 'partitions', version)
-            else:
-                rd = _MetadataResponse_MetadataResponsePartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
+            rd = _MetadataResponse_MetadataResponsePartition._read
+            self.partitions = [rd(r, version) for _ in range(n)]
         if version <= 7:
             self.topic_authorized_operations = -2147483648
         else:
             self.topic_authorized_operations = r.read_int32()
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -541,42 +433,26 @@ class MetadataResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         if version >= 3:
             w.write_int32(self.throttle_time_ms)
-        if version <= 8:
-            v = self.brokers
-            if v is None:
-                _null(self, 'brokers', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.brokers
-            if v is None:
-                _null(self, 'brokers', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if 2 <= version <= 8:
-            w.write_nullable_string(self.cluster_id)
-        elif version >= 9:
-            w.write_compact_nullable_string(self.cluster_id)
+        v = self.brokers
+        if v is None:
+            _null(self, 'brokers', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if version >= 2:
+            v = self.cluster_id
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if version >= 1:
             w.write_int32(self.controller_id)
-        if version <= 8:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version <= 7:
             if self.cluster_authorized_operations != -2147483648:
                 _absent(self, 'cluster_authorized_operations', version)
@@ -585,7 +461,7 @@ class MetadataResponse(_Message):
         else:
             if self.cluster_authorized_operations != -2147483648:
                 _absent(self, 'cluster_authorized_operations', version)
-        if version >= 9:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -594,57 +470,37 @@ class MetadataResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(MetadataResponse)
         if version <= 2:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
-        if version <= 8:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse', 'brokers', version)
-            else:
-                rd = _MetadataResponse_MetadataResponseBroker._read
-                self.brokers = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('MetadataResponse', 'brokers', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse', 'brokers', version)
-            else:
-                rd = _MetadataResponse_MetadataResponseBroker._read
-                self.brokers = [rd(r, version) for _ in range(n)]
+            rd = _MetadataResponse_MetadataResponseBroker._read
+            self.brokers = [rd(r, version) for _ in range(n)]
         if version <= 1:
             self.cluster_id = None
-        elif version <= 8:
-            self.cluster_id = r.read_nullable_string()
         else:
-            self.cluster_id = r.read_compact_nullable_string()
+            self.cluster_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         if version == 0:
             self.controller_id = -1
         else:
             self.controller_id = r.read_int32()
-        if version <= 8:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse', 'topics', version)
-            else:
-                rd = _MetadataResponse_MetadataResponseTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('MetadataResponse', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('MetadataResponse', 'topics', version)
-            else:
-                rd = _MetadataResponse_MetadataResponseTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _MetadataResponse_MetadataResponseTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
         if version <= 7:
             self.cluster_authorized_operations = -2147483648
         elif version <= 10:
             self.cluster_authorized_operations = r.read_int32()
         else:
             self.cluster_authorized_operations = -2147483648
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

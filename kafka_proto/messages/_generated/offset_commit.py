@@ -40,6 +40,7 @@ class _OffsetCommitRequest_OffsetCommitRequestPartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 8
         w.write_int32(self.partition_index)
         w.write_int64(self.committed_offset)
         if version >= 6:
@@ -52,11 +53,9 @@ class _OffsetCommitRequest_OffsetCommitRequestPartition(_Struct):
         else:
             if self.commit_timestamp != -1:
                 _absent(self, 'commit_timestamp', version)
-        if version <= 7:
-            w.write_nullable_string(self.committed_metadata)
-        else:
-            w.write_compact_nullable_string(self.committed_metadata)
-        if version >= 8:
+        v = self.committed_metadata
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -65,6 +64,7 @@ class _OffsetCommitRequest_OffsetCommitRequestPartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 8
         self = _new(_OffsetCommitRequest_OffsetCommitRequestPartition)
         self.partition_index = r.read_int32()
         self.committed_offset = r.read_int64()
@@ -78,14 +78,8 @@ class _OffsetCommitRequest_OffsetCommitRequestPartition(_Struct):
             self.commit_timestamp = r.read_int64()
         else:
             self.commit_timestamp = -1
-        if version <= 7:
-            self.committed_metadata = r.read_nullable_string()
-        else:
-            self.committed_metadata = r.read_compact_nullable_string()
-        if version >= 8:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.committed_metadata = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -106,31 +100,18 @@ class _OffsetCommitRequest_OffsetCommitRequestTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 7:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 7:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 8:
+        flexible = version >= 8
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -139,29 +120,16 @@ class _OffsetCommitRequest_OffsetCommitRequestTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 8
         self = _new(_OffsetCommitRequest_OffsetCommitRequestTopic)
-        if version <= 7:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('OffsetCommitRequest.OffsetCommitRequestTopic', 'partitions', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 7:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetCommitRequest.OffsetCommitRequestTopic', 'partitions', version)
-            else:
-                rd = _OffsetCommitRequest_OffsetCommitRequestPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('OffsetCommitRequest.OffsetCommitRequestTopic', 'partitions', version)
-            else:
-                rd = _OffsetCommitRequest_OffsetCommitRequestPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version >= 8:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _OffsetCommitRequest_OffsetCommitRequestPartition._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -194,52 +162,33 @@ class OffsetCommitRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 7:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_string(v)
-        else:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
+        flexible = version >= 8
+        v = self.group_id
+        if v is None:
+            _null(self, 'group_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version >= 1:
             w.write_int32(self.generation_id_or_member_epoch)
-        if 1 <= version <= 7:
+        if version >= 1:
             v = self.member_id
             if v is None:
                 _null(self, 'member_id', version)
-            w.write_string(v)
-        elif version >= 8:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         if version <= 6:
             if self.group_instance_id is not None:
                 _absent(self, 'group_instance_id', version)
-        elif version == 7:
-            w.write_nullable_string(self.group_instance_id)
         else:
-            w.write_compact_nullable_string(self.group_instance_id)
+            v = self.group_instance_id
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if 2 <= version <= 4:
             w.write_int64(self.retention_time_ms)
-        if version <= 7:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 8:
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -248,51 +197,34 @@ class OffsetCommitRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 8
         self = _new(OffsetCommitRequest)
-        if version <= 7:
-            self.group_id = r.read_string()
-        else:
-            self.group_id = r.read_compact_string()
+        self.group_id = r.read_compact_string() if flexible else r.read_string()
         if version == 0:
             self.generation_id_or_member_epoch = -1
         else:
             self.generation_id_or_member_epoch = r.read_int32()
         if version == 0:
             self.member_id = ''
-        elif version <= 7:
-            self.member_id = r.read_string()
         else:
-            self.member_id = r.read_compact_string()
+            self.member_id = r.read_compact_string() if flexible else r.read_string()
         if version <= 6:
             self.group_instance_id = None
-        elif version == 7:
-            self.group_instance_id = r.read_nullable_string()
         else:
-            self.group_instance_id = r.read_compact_nullable_string()
+            self.group_instance_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         if version <= 1:
             self.retention_time_ms = -1
         elif version <= 4:
             self.retention_time_ms = r.read_int64()
         else:
             self.retention_time_ms = -1
-        if version <= 7:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetCommitRequest', 'topics', version)
-            else:
-                rd = _OffsetCommitRequest_OffsetCommitRequestTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('OffsetCommitRequest', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('OffsetCommitRequest', 'topics', version)
-            else:
-                rd = _OffsetCommitRequest_OffsetCommitRequestTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version >= 8:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _OffsetCommitRequest_OffsetCommitRequestTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -313,9 +245,10 @@ class _OffsetCommitResponse_OffsetCommitResponsePartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 8
         w.write_int32(self.partition_index)
         w.write_int16(self.error_code)
-        if version >= 8:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -324,13 +257,11 @@ class _OffsetCommitResponse_OffsetCommitResponsePartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 8
         self = _new(_OffsetCommitResponse_OffsetCommitResponsePartition)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        if version >= 8:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -351,31 +282,18 @@ class _OffsetCommitResponse_OffsetCommitResponseTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 7:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 7:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 8:
+        flexible = version >= 8
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -384,29 +302,16 @@ class _OffsetCommitResponse_OffsetCommitResponseTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 8
         self = _new(_OffsetCommitResponse_OffsetCommitResponseTopic)
-        if version <= 7:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('OffsetCommitResponse.OffsetCommitResponseTopic', 'partitions', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 7:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetCommitResponse.OffsetCommitResponseTopic', 'partitions', version)
-            else:
-                rd = _OffsetCommitResponse_OffsetCommitResponsePartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('OffsetCommitResponse.OffsetCommitResponseTopic', 'partitions', version)
-            else:
-                rd = _OffsetCommitResponse_OffsetCommitResponsePartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version >= 8:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _OffsetCommitResponse_OffsetCommitResponsePartition._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -430,23 +335,16 @@ class OffsetCommitResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 8
         if version >= 3:
             w.write_int32(self.throttle_time_ms)
-        if version <= 7:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 8:
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -455,27 +353,17 @@ class OffsetCommitResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 8
         self = _new(OffsetCommitResponse)
         if version <= 2:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
-        if version <= 7:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetCommitResponse', 'topics', version)
-            else:
-                rd = _OffsetCommitResponse_OffsetCommitResponseTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('OffsetCommitResponse', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('OffsetCommitResponse', 'topics', version)
-            else:
-                rd = _OffsetCommitResponse_OffsetCommitResponseTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version >= 8:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _OffsetCommitResponse_OffsetCommitResponseTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -34,37 +34,26 @@ class _OffsetFetchRequest_OffsetFetchRequestTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 5:
+        flexible = version >= 6
+        if version <= 7:
             v = self.name
             if v is None:
                 _null(self, 'name', version)
-            w.write_string(v)
-        elif version <= 7:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             if self.name != '':
                 _absent(self, 'name', version)
-        if version <= 5:
+        if version <= 7:
             v = self.partition_indexes
             if v is None:
                 _null(self, 'partition_indexes', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        elif version <= 7:
-            v = self.partition_indexes
-            if v is None:
-                _null(self, 'partition_indexes', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 w.write_int32(e)
         else:
             if (self.partition_indexes is None or len(self.partition_indexes) > 0):
                 _absent(self, 'partition_indexes', version)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -73,22 +62,14 @@ class _OffsetFetchRequest_OffsetFetchRequestTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_OffsetFetchRequest_OffsetFetchRequestTopic)
-        if version <= 5:
-            self.name = r.read_string()
-        elif version <= 7:
-            self.name = r.read_compact_string()
+        if version <= 7:
+            self.name = r.read_compact_string() if flexible else r.read_string()
         else:
             self.name = ''
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetFetchRequest.OffsetFetchRequestTopic', 'partition_indexes', version)
-            else:
-                rd = r.read_int32
-                self.partition_indexes = [rd() for _ in range(n)]
-        elif version <= 7:
-            n = r.read_compact_array_length()
+        if version <= 7:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('OffsetFetchRequest.OffsetFetchRequestTopic', 'partition_indexes', version)
             else:
@@ -96,10 +77,7 @@ class _OffsetFetchRequest_OffsetFetchRequestTopic(_Struct):
                 self.partition_indexes = [rd() for _ in range(n)]
         else:
             self.partition_indexes = []
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -120,6 +98,7 @@ class _OffsetFetchRequest_OffsetFetchRequestTopics(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version <= 7:
             if self.name != '':
                 _absent(self, 'name', version)
@@ -138,7 +117,7 @@ class _OffsetFetchRequest_OffsetFetchRequestTopics(_Struct):
             w.write_compact_array_length(len(v))
             for e in v:
                 w.write_int32(e)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -147,6 +126,7 @@ class _OffsetFetchRequest_OffsetFetchRequestTopics(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_OffsetFetchRequest_OffsetFetchRequestTopics)
         if version <= 7:
             self.name = ''
@@ -161,10 +141,7 @@ class _OffsetFetchRequest_OffsetFetchRequestTopics(_Struct):
             else:
                 rd = r.read_int32
                 self.partition_indexes = [rd() for _ in range(n)]
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -189,6 +166,7 @@ class _OffsetFetchRequest_OffsetFetchRequestGroup(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version <= 7:
             if self.group_id != '':
                 _absent(self, 'group_id', version)
@@ -212,7 +190,7 @@ class _OffsetFetchRequest_OffsetFetchRequestGroup(_Struct):
                 w.write_compact_array_length(len(v))
                 for e in v:
                     e._write(w, version)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -221,6 +199,7 @@ class _OffsetFetchRequest_OffsetFetchRequestGroup(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_OffsetFetchRequest_OffsetFetchRequestGroup)
         if version <= 7:
             self.group_id = ''
@@ -243,10 +222,7 @@ class _OffsetFetchRequest_OffsetFetchRequestGroup(_Struct):
             else:
                 rd = _OffsetFetchRequest_OffsetFetchRequestTopics._read
                 self.topics = [rd(r, version) for _ in range(n)]
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -276,16 +252,12 @@ class OffsetFetchRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 5:
+        flexible = version >= 6
+        if version <= 7:
             v = self.group_id
             if v is None:
                 _null(self, 'group_id', version)
-            w.write_string(v)
-        elif version <= 7:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             if self.group_id != '':
                 _absent(self, 'group_id', version)
@@ -296,20 +268,12 @@ class OffsetFetchRequest(_Message):
             w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        elif version <= 5:
-            v = self.topics
-            if v is None:
-                w.write_array_length(None)
-            else:
-                w.write_array_length(len(v))
-                for e in v:
-                    e._write(w, version)
         elif version <= 7:
             v = self.topics
             if v is None:
-                w.write_compact_array_length(None)
+                w.write_compact_array_length(None) if flexible else w.write_array_length(None)
             else:
-                w.write_compact_array_length(len(v))
+                w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
                 for e in v:
                     e._write(w, version)
         else:
@@ -330,7 +294,7 @@ class OffsetFetchRequest(_Message):
                 _absent(self, 'require_stable', version)
         else:
             w.write_bool(self.require_stable)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -339,11 +303,10 @@ class OffsetFetchRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(OffsetFetchRequest)
-        if version <= 5:
-            self.group_id = r.read_string()
-        elif version <= 7:
-            self.group_id = r.read_compact_string()
+        if version <= 7:
+            self.group_id = r.read_compact_string() if flexible else r.read_string()
         else:
             self.group_id = ''
         if version <= 1:
@@ -353,15 +316,8 @@ class OffsetFetchRequest(_Message):
             else:
                 rd = _OffsetFetchRequest_OffsetFetchRequestTopic._read
                 self.topics = [rd(r, version) for _ in range(n)]
-        elif version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                self.topics = None
-            else:
-                rd = _OffsetFetchRequest_OffsetFetchRequestTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
         elif version <= 7:
-            n = r.read_compact_array_length()
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 self.topics = None
             else:
@@ -382,10 +338,7 @@ class OffsetFetchRequest(_Message):
             self.require_stable = False
         else:
             self.require_stable = r.read_bool()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -412,6 +365,7 @@ class _OffsetFetchResponse_OffsetFetchResponsePartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version <= 7:
             w.write_int32(self.partition_index)
         else:
@@ -424,10 +378,9 @@ class _OffsetFetchResponse_OffsetFetchResponsePartition(_Struct):
                 _absent(self, 'committed_offset', version)
         if 5 <= version <= 7:
             w.write_int32(self.committed_leader_epoch)
-        if version <= 5:
-            w.write_nullable_string(self.metadata)
-        elif version <= 7:
-            w.write_compact_nullable_string(self.metadata)
+        if version <= 7:
+            v = self.metadata
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         else:
             if self.metadata != '':
                 _absent(self, 'metadata', version)
@@ -436,7 +389,7 @@ class _OffsetFetchResponse_OffsetFetchResponsePartition(_Struct):
         else:
             if self.error_code != 0:
                 _absent(self, 'error_code', version)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -445,6 +398,7 @@ class _OffsetFetchResponse_OffsetFetchResponsePartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_OffsetFetchResponse_OffsetFetchResponsePartition)
         if version <= 7:
             self.partition_index = r.read_int32()
@@ -460,20 +414,15 @@ class _OffsetFetchResponse_OffsetFetchResponsePartition(_Struct):
             self.committed_leader_epoch = r.read_int32()
         else:
             self.committed_leader_epoch = -1
-        if version <= 5:
-            self.metadata = r.read_nullable_string()
-        elif version <= 7:
-            self.metadata = r.read_compact_nullable_string()
+        if version <= 7:
+            self.metadata = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         else:
             self.metadata = ''
         if version <= 7:
             self.error_code = r.read_int16()
         else:
             self.error_code = 0
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -494,37 +443,26 @@ class _OffsetFetchResponse_OffsetFetchResponseTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 5:
+        flexible = version >= 6
+        if version <= 7:
             v = self.name
             if v is None:
                 _null(self, 'name', version)
-            w.write_string(v)
-        elif version <= 7:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             if self.name != '':
                 _absent(self, 'name', version)
-        if version <= 5:
+        if version <= 7:
             v = self.partitions
             if v is None:
                 _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        elif version <= 7:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
         else:
             if (self.partitions is None or len(self.partitions) > 0):
                 _absent(self, 'partitions', version)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -533,22 +471,14 @@ class _OffsetFetchResponse_OffsetFetchResponseTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_OffsetFetchResponse_OffsetFetchResponseTopic)
-        if version <= 5:
-            self.name = r.read_string()
-        elif version <= 7:
-            self.name = r.read_compact_string()
+        if version <= 7:
+            self.name = r.read_compact_string() if flexible else r.read_string()
         else:
             self.name = ''
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetFetchResponse.OffsetFetchResponseTopic', 'partitions', version)
-            else:
-                rd = _OffsetFetchResponse_OffsetFetchResponsePartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        elif version <= 7:
-            n = r.read_compact_array_length()
+        if version <= 7:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('OffsetFetchResponse.OffsetFetchResponseTopic', 'partitions', version)
             else:
@@ -556,10 +486,7 @@ class _OffsetFetchResponse_OffsetFetchResponseTopic(_Struct):
                 self.partitions = [rd(r, version) for _ in range(n)]
         else:
             self.partitions = []
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -586,6 +513,7 @@ class _OffsetFetchResponse_OffsetFetchResponsePartitions(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version <= 7:
             if self.partition_index != 0:
                 _absent(self, 'partition_index', version)
@@ -608,7 +536,7 @@ class _OffsetFetchResponse_OffsetFetchResponsePartitions(_Struct):
                 _absent(self, 'error_code', version)
         else:
             w.write_int16(self.error_code)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -617,6 +545,7 @@ class _OffsetFetchResponse_OffsetFetchResponsePartitions(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_OffsetFetchResponse_OffsetFetchResponsePartitions)
         if version <= 7:
             self.partition_index = 0
@@ -638,10 +567,7 @@ class _OffsetFetchResponse_OffsetFetchResponsePartitions(_Struct):
             self.error_code = 0
         else:
             self.error_code = r.read_int16()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -662,6 +588,7 @@ class _OffsetFetchResponse_OffsetFetchResponseTopics(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version <= 7:
             if self.name != '':
                 _absent(self, 'name', version)
@@ -680,7 +607,7 @@ class _OffsetFetchResponse_OffsetFetchResponseTopics(_Struct):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -689,6 +616,7 @@ class _OffsetFetchResponse_OffsetFetchResponseTopics(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_OffsetFetchResponse_OffsetFetchResponseTopics)
         if version <= 7:
             self.name = ''
@@ -703,10 +631,7 @@ class _OffsetFetchResponse_OffsetFetchResponseTopics(_Struct):
             else:
                 rd = _OffsetFetchResponse_OffsetFetchResponsePartitions._read
                 self.partitions = [rd(r, version) for _ in range(n)]
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -729,6 +654,7 @@ class _OffsetFetchResponse_OffsetFetchResponseGroup(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version <= 7:
             if self.group_id != '':
                 _absent(self, 'group_id', version)
@@ -752,7 +678,7 @@ class _OffsetFetchResponse_OffsetFetchResponseGroup(_Struct):
                 _absent(self, 'error_code', version)
         else:
             w.write_int16(self.error_code)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -761,6 +687,7 @@ class _OffsetFetchResponse_OffsetFetchResponseGroup(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_OffsetFetchResponse_OffsetFetchResponseGroup)
         if version <= 7:
             self.group_id = ''
@@ -779,10 +706,7 @@ class _OffsetFetchResponse_OffsetFetchResponseGroup(_Struct):
             self.error_code = 0
         else:
             self.error_code = r.read_int16()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -813,20 +737,14 @@ class OffsetFetchResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version >= 3:
             w.write_int32(self.throttle_time_ms)
-        if version <= 5:
+        if version <= 7:
             v = self.topics
             if v is None:
                 _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        elif version <= 7:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
         else:
@@ -844,7 +762,7 @@ class OffsetFetchResponse(_Message):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -853,20 +771,14 @@ class OffsetFetchResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(OffsetFetchResponse)
         if version <= 2:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetFetchResponse', 'topics', version)
-            else:
-                rd = _OffsetFetchResponse_OffsetFetchResponseTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        elif version <= 7:
-            n = r.read_compact_array_length()
+        if version <= 7:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('OffsetFetchResponse', 'topics', version)
             else:
@@ -889,8 +801,5 @@ class OffsetFetchResponse(_Message):
             else:
                 rd = _OffsetFetchResponse_OffsetFetchResponseGroup._read
                 self.groups = [rd(r, version) for _ in range(n)]
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -35,11 +35,12 @@ class _OffsetForLeaderEpochRequest_OffsetForLeaderPartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         w.write_int32(self.partition)
         if version >= 2:
             w.write_int32(self.current_leader_epoch)
         w.write_int32(self.leader_epoch)
-        if version == 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -48,6 +49,7 @@ class _OffsetForLeaderEpochRequest_OffsetForLeaderPartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_OffsetForLeaderEpochRequest_OffsetForLeaderPartition)
         self.partition = r.read_int32()
         if version <= 1:
@@ -55,10 +57,7 @@ class _OffsetForLeaderEpochRequest_OffsetForLeaderPartition(_Struct):
         else:
             self.current_leader_epoch = r.read_int32()
         self.leader_epoch = r.read_int32()
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -79,31 +78,18 @@ class _OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 3:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_string(v)
-        else:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_compact_string(v)
-        if version <= 3:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 4:
+        flexible = version >= 4
+        v = self.topic
+        if v is None:
+            _null(self, 'topic', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -112,29 +98,16 @@ class _OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
-        if version <= 3:
-            self.topic = r.read_string()
+        self.topic = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('OffsetForLeaderEpochRequest.OffsetForLeaderTopic', 'partitions', version)
         else:
-            self.topic = r.read_compact_string()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetForLeaderEpochRequest.OffsetForLeaderTopic', 'partitions', version)
-            else:
-                rd = _OffsetForLeaderEpochRequest_OffsetForLeaderPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('OffsetForLeaderEpochRequest.OffsetForLeaderTopic', 'partitions', version)
-            else:
-                rd = _OffsetForLeaderEpochRequest_OffsetForLeaderPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _OffsetForLeaderEpochRequest_OffsetForLeaderPartition._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -159,23 +132,16 @@ class OffsetForLeaderEpochRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version >= 3:
             w.write_int32(self.replica_id)
-        if version <= 3:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 4:
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -184,29 +150,19 @@ class OffsetForLeaderEpochRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(OffsetForLeaderEpochRequest)
         if version <= 2:
             self.replica_id = -2
         else:
             self.replica_id = r.read_int32()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetForLeaderEpochRequest', 'topics', version)
-            else:
-                rd = _OffsetForLeaderEpochRequest_OffsetForLeaderTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('OffsetForLeaderEpochRequest', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('OffsetForLeaderEpochRequest', 'topics', version)
-            else:
-                rd = _OffsetForLeaderEpochRequest_OffsetForLeaderTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _OffsetForLeaderEpochRequest_OffsetForLeaderTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -231,12 +187,13 @@ class _OffsetForLeaderEpochResponse_EpochEndOffset(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         w.write_int16(self.error_code)
         w.write_int32(self.partition)
         if version >= 1:
             w.write_int32(self.leader_epoch)
         w.write_int64(self.end_offset)
-        if version == 4:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -245,6 +202,7 @@ class _OffsetForLeaderEpochResponse_EpochEndOffset(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_OffsetForLeaderEpochResponse_EpochEndOffset)
         self.error_code = r.read_int16()
         self.partition = r.read_int32()
@@ -253,10 +211,7 @@ class _OffsetForLeaderEpochResponse_EpochEndOffset(_Struct):
         else:
             self.leader_epoch = r.read_int32()
         self.end_offset = r.read_int64()
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -277,31 +232,18 @@ class _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 3:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_string(v)
-        else:
-            v = self.topic
-            if v is None:
-                _null(self, 'topic', version)
-            w.write_compact_string(v)
-        if version <= 3:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 4:
+        flexible = version >= 4
+        v = self.topic
+        if v is None:
+            _null(self, 'topic', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -310,29 +252,16 @@ class _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
-        if version <= 3:
-            self.topic = r.read_string()
+        self.topic = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult', 'partitions', version)
         else:
-            self.topic = r.read_compact_string()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult', 'partitions', version)
-            else:
-                rd = _OffsetForLeaderEpochResponse_EpochEndOffset._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult', 'partitions', version)
-            else:
-                rd = _OffsetForLeaderEpochResponse_EpochEndOffset._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _OffsetForLeaderEpochResponse_EpochEndOffset._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -356,23 +285,16 @@ class OffsetForLeaderEpochResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version >= 2:
             w.write_int32(self.throttle_time_ms)
-        if version <= 3:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 4:
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -381,27 +303,17 @@ class OffsetForLeaderEpochResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(OffsetForLeaderEpochResponse)
         if version <= 1:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('OffsetForLeaderEpochResponse', 'topics', version)
-            else:
-                rd = _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('OffsetForLeaderEpochResponse', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('OffsetForLeaderEpochResponse', 'topics', version)
-            else:
-                rd = _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version == 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -36,12 +36,11 @@ class _ProduceRequest_PartitionProduceData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         w.write_int32(self.index)
-        if version <= 8:
-            w.write_nullable_bytes(self.records)
-        else:
-            w.write_compact_nullable_bytes(self.records)
-        if version >= 9:
+        v = self.records
+        w.write_compact_nullable_bytes(v) if flexible else w.write_nullable_bytes(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -50,16 +49,11 @@ class _ProduceRequest_PartitionProduceData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_ProduceRequest_PartitionProduceData)
         self.index = r.read_int32()
-        if version <= 8:
-            self.records = r.read_nullable_bytes_view()
-        else:
-            self.records = r.read_compact_nullable_bytes_view()
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.records = r.read_compact_nullable_bytes_view() if flexible else r.read_nullable_bytes_view()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -80,31 +74,18 @@ class _ProduceRequest_TopicProduceData(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 8:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 8:
-            v = self.partition_data
-            if v is None:
-                _null(self, 'partition_data', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partition_data
-            if v is None:
-                _null(self, 'partition_data', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 9:
+        flexible = version >= 9
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partition_data
+        if v is None:
+            _null(self, 'partition_data', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -113,29 +94,16 @@ class _ProduceRequest_TopicProduceData(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_ProduceRequest_TopicProduceData)
-        if version <= 8:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ProduceRequest.TopicProduceData', 'partition_data', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 8:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ProduceRequest.TopicProduceData', 'partition_data', version)
-            else:
-                rd = _ProduceRequest_PartitionProduceData._read
-                self.partition_data = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ProduceRequest.TopicProduceData', 'partition_data', version)
-            else:
-                rd = _ProduceRequest_PartitionProduceData._read
-                self.partition_data = [rd(r, version) for _ in range(n)]
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _ProduceRequest_PartitionProduceData._read
+            self.partition_data = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -164,30 +132,22 @@ class ProduceRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         if version <= 2:
             if self.transactional_id is not None:
                 _absent(self, 'transactional_id', version)
-        elif version <= 8:
-            w.write_nullable_string(self.transactional_id)
         else:
-            w.write_compact_nullable_string(self.transactional_id)
+            v = self.transactional_id
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         w.write_int16(self.acks)
         w.write_int32(self.timeout_ms)
-        if version <= 8:
-            v = self.topic_data
-            if v is None:
-                _null(self, 'topic_data', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topic_data
-            if v is None:
-                _null(self, 'topic_data', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 9:
+        v = self.topic_data
+        if v is None:
+            _null(self, 'topic_data', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -196,33 +156,21 @@ class ProduceRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(ProduceRequest)
         if version <= 2:
             self.transactional_id = None
-        elif version <= 8:
-            self.transactional_id = r.read_nullable_string()
         else:
-            self.transactional_id = r.read_compact_nullable_string()
+            self.transactional_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.acks = r.read_int16()
         self.timeout_ms = r.read_int32()
-        if version <= 8:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ProduceRequest', 'topic_data', version)
-            else:
-                rd = _ProduceRequest_TopicProduceData._read
-                self.topic_data = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ProduceRequest', 'topic_data', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ProduceRequest', 'topic_data', version)
-            else:
-                rd = _ProduceRequest_TopicProduceData._read
-                self.topic_data = [rd(r, version) for _ in range(n)]
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _ProduceRequest_TopicProduceData._read
+            self.topic_data = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -243,6 +191,7 @@ class _ProduceResponse_BatchIndexAndErrorMessage(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         if version <= 7:
             if self.batch_index != 0:
                 _absent(self, 'batch_index', version)
@@ -251,11 +200,10 @@ class _ProduceResponse_BatchIndexAndErrorMessage(_Struct):
         if version <= 7:
             if self.batch_index_error_message is not None:
                 _absent(self, 'batch_index_error_message', version)
-        elif version == 8:
-            w.write_nullable_string(self.batch_index_error_message)
         else:
-            w.write_compact_nullable_string(self.batch_index_error_message)
-        if version >= 9:
+            v = self.batch_index_error_message
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -264,6 +212,7 @@ class _ProduceResponse_BatchIndexAndErrorMessage(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_ProduceResponse_BatchIndexAndErrorMessage)
         if version <= 7:
             self.batch_index = 0
@@ -271,14 +220,9 @@ class _ProduceResponse_BatchIndexAndErrorMessage(_Struct):
             self.batch_index = r.read_int32()
         if version <= 7:
             self.batch_index_error_message = None
-        elif version == 8:
-            self.batch_index_error_message = r.read_nullable_string()
         else:
-            self.batch_index_error_message = r.read_compact_nullable_string()
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            self.batch_index_error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -299,6 +243,7 @@ class _ProduceResponse_LeaderIdAndEpoch(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         if version <= 9:
             if self.leader_id != -1:
                 _absent(self, 'leader_id', version)
@@ -309,7 +254,7 @@ class _ProduceResponse_LeaderIdAndEpoch(_Struct):
                 _absent(self, 'leader_epoch', version)
         else:
             w.write_int32(self.leader_epoch)
-        if version >= 9:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -318,6 +263,7 @@ class _ProduceResponse_LeaderIdAndEpoch(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_ProduceResponse_LeaderIdAndEpoch)
         if version <= 9:
             self.leader_id = -1
@@ -327,10 +273,7 @@ class _ProduceResponse_LeaderIdAndEpoch(_Struct):
             self.leader_epoch = -1
         else:
             self.leader_epoch = r.read_int32()
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -363,6 +306,7 @@ class _ProduceResponse_PartitionProduceResponse(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         w.write_int32(self.index)
         w.write_int16(self.error_code)
         w.write_int64(self.base_offset)
@@ -370,28 +314,20 @@ class _ProduceResponse_PartitionProduceResponse(_Struct):
             w.write_int64(self.log_append_time_ms)
         if version >= 5:
             w.write_int64(self.log_start_offset)
-        if version == 8:
+        if version >= 8:
             v = self.record_errors
             if v is None:
                 _null(self, 'record_errors', version)
-            w.write_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        elif version >= 9:
-            v = self.record_errors
-            if v is None:
-                _null(self, 'record_errors', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 8:
-            w.write_nullable_string(self.error_message)
-        elif version >= 9:
-            w.write_compact_nullable_string(self.error_message)
+        if version >= 8:
+            v = self.error_message
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if version <= 9:
             if (self.current_leader is None or not self.current_leader._is_default()):
                 _absent(self, 'current_leader', version)
-        if version >= 9:
+        if flexible:
             tags = {}
             if version >= 10:
                 v = self.current_leader
@@ -405,6 +341,7 @@ class _ProduceResponse_PartitionProduceResponse(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_ProduceResponse_PartitionProduceResponse)
         self.index = r.read_int32()
         self.error_code = r.read_int16()
@@ -419,15 +356,8 @@ class _ProduceResponse_PartitionProduceResponse(_Struct):
             self.log_start_offset = r.read_int64()
         if version <= 7:
             self.record_errors = []
-        elif version == 8:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ProduceResponse.PartitionProduceResponse', 'record_errors', version)
-            else:
-                rd = _ProduceResponse_BatchIndexAndErrorMessage._read
-                self.record_errors = [rd(r, version) for _ in range(n)]
         else:
-            n = r.read_compact_array_length()
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('ProduceResponse.PartitionProduceResponse', 'record_errors', version)
             else:
@@ -435,12 +365,10 @@ class _ProduceResponse_PartitionProduceResponse(_Struct):
                 self.record_errors = [rd(r, version) for _ in range(n)]
         if version <= 7:
             self.error_message = None
-        elif version == 8:
-            self.error_message = r.read_nullable_string()
         else:
-            self.error_message = r.read_compact_nullable_string()
+            self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.current_leader = _ProduceResponse_LeaderIdAndEpoch()
-        if version >= 9:
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()
@@ -477,31 +405,18 @@ class _ProduceResponse_TopicProduceResponse(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 8:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 8:
-            v = self.partition_responses
-            if v is None:
-                _null(self, 'partition_responses', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partition_responses
-            if v is None:
-                _null(self, 'partition_responses', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 9:
+        flexible = version >= 9
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partition_responses
+        if v is None:
+            _null(self, 'partition_responses', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -510,29 +425,16 @@ class _ProduceResponse_TopicProduceResponse(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_ProduceResponse_TopicProduceResponse)
-        if version <= 8:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ProduceResponse.TopicProduceResponse', 'partition_responses', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 8:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ProduceResponse.TopicProduceResponse', 'partition_responses', version)
-            else:
-                rd = _ProduceResponse_PartitionProduceResponse._read
-                self.partition_responses = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ProduceResponse.TopicProduceResponse', 'partition_responses', version)
-            else:
-                rd = _ProduceResponse_PartitionProduceResponse._read
-                self.partition_responses = [rd(r, version) for _ in range(n)]
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _ProduceResponse_PartitionProduceResponse._read
+            self.partition_responses = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -557,6 +459,7 @@ class _ProduceResponse_NodeEndpoint(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 9
         if version <= 9:
             if self.node_id != 0:
                 _absent(self, 'node_id', version)
@@ -580,7 +483,7 @@ class _ProduceResponse_NodeEndpoint(_Struct):
                 _absent(self, 'rack', version)
         else:
             w.write_compact_nullable_string(self.rack)
-        if version >= 9:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -589,6 +492,7 @@ class _ProduceResponse_NodeEndpoint(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(_ProduceResponse_NodeEndpoint)
         if version <= 9:
             self.node_id = 0
@@ -606,10 +510,7 @@ class _ProduceResponse_NodeEndpoint(_Struct):
             self.rack = None
         else:
             self.rack = r.read_compact_nullable_string()
-        if version >= 9:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -638,26 +539,19 @@ class ProduceResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 8:
-            v = self.responses
-            if v is None:
-                _null(self, 'responses', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.responses
-            if v is None:
-                _null(self, 'responses', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        flexible = version >= 9
+        v = self.responses
+        if v is None:
+            _null(self, 'responses', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         if version >= 1:
             w.write_int32(self.throttle_time_ms)
         if version <= 9:
             if (self.node_endpoints is None or len(self.node_endpoints) > 0):
                 _absent(self, 'node_endpoints', version)
-        if version >= 9:
+        if flexible:
             tags = {}
             if version >= 10:
                 v = self.node_endpoints
@@ -673,27 +567,20 @@ class ProduceResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 9
         self = _new(ProduceResponse)
-        if version <= 8:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('ProduceResponse', 'responses', version)
-            else:
-                rd = _ProduceResponse_TopicProduceResponse._read
-                self.responses = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('ProduceResponse', 'responses', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('ProduceResponse', 'responses', version)
-            else:
-                rd = _ProduceResponse_TopicProduceResponse._read
-                self.responses = [rd(r, version) for _ in range(n)]
+            rd = _ProduceResponse_TopicProduceResponse._read
+            self.responses = [rd(r, version) for _ in range(n)]
         if version == 0:
             self.throttle_time_ms = 0
         else:
             self.throttle_time_ms = r.read_int32()
         self.node_endpoints = []
-        if version >= 9:
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()

@@ -30,17 +30,12 @@ class SaslAuthenticateRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.auth_bytes
-            if v is None:
-                _null(self, 'auth_bytes', version)
-            w.write_bytes(v)
-        else:
-            v = self.auth_bytes
-            if v is None:
-                _null(self, 'auth_bytes', version)
-            w.write_compact_bytes(v)
-        if version == 2:
+        flexible = version >= 2
+        v = self.auth_bytes
+        if v is None:
+            _null(self, 'auth_bytes', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -49,15 +44,10 @@ class SaslAuthenticateRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(SaslAuthenticateRequest)
-        if version <= 1:
-            self.auth_bytes = r.read_bytes()
-        else:
-            self.auth_bytes = r.read_compact_bytes()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.auth_bytes = r.read_compact_bytes() if flexible else r.read_bytes()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -83,24 +73,17 @@ class SaslAuthenticateResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.error_code)
-        if version <= 1:
-            w.write_nullable_string(self.error_message)
-        else:
-            w.write_compact_nullable_string(self.error_message)
-        if version <= 1:
-            v = self.auth_bytes
-            if v is None:
-                _null(self, 'auth_bytes', version)
-            w.write_bytes(v)
-        else:
-            v = self.auth_bytes
-            if v is None:
-                _null(self, 'auth_bytes', version)
-            w.write_compact_bytes(v)
+        v = self.error_message
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        v = self.auth_bytes
+        if v is None:
+            _null(self, 'auth_bytes', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
         if version >= 1:
             w.write_int64(self.session_lifetime_ms)
-        if version == 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -109,22 +92,14 @@ class SaslAuthenticateResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(SaslAuthenticateResponse)
         self.error_code = r.read_int16()
-        if version <= 1:
-            self.error_message = r.read_nullable_string()
-        else:
-            self.error_message = r.read_compact_nullable_string()
-        if version <= 1:
-            self.auth_bytes = r.read_bytes()
-        else:
-            self.auth_bytes = r.read_compact_bytes()
+        self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.auth_bytes = r.read_compact_bytes() if flexible else r.read_bytes()
         if version == 0:
             self.session_lifetime_ms = 0
         else:
             self.session_lifetime_ms = r.read_int64()
-        if version == 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

@@ -34,6 +34,7 @@ class _StopReplicaRequest_StopReplicaPartitionV0(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         if version == 0:
             v = self.topic_name
             if v is None:
@@ -47,7 +48,7 @@ class _StopReplicaRequest_StopReplicaPartitionV0(_Struct):
         else:
             if self.partition_index != 0:
                 _absent(self, 'partition_index', version)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -56,6 +57,7 @@ class _StopReplicaRequest_StopReplicaPartitionV0(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_StopReplicaRequest_StopReplicaPartitionV0)
         if version == 0:
             self.topic_name = r.read_string()
@@ -65,10 +67,7 @@ class _StopReplicaRequest_StopReplicaPartitionV0(_Struct):
             self.partition_index = r.read_int32()
         else:
             self.partition_index = 0
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -89,43 +88,32 @@ class _StopReplicaRequest_StopReplicaTopicV1(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         if version == 0:
             if self.name != '':
                 _absent(self, 'name', version)
-        elif version == 1:
+        elif version <= 2:
             v = self.name
             if v is None:
                 _null(self, 'name', version)
-            w.write_string(v)
-        elif version == 2:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         else:
             if self.name != '':
                 _absent(self, 'name', version)
         if version == 0:
             if (self.partition_indexes is None or len(self.partition_indexes) > 0):
                 _absent(self, 'partition_indexes', version)
-        elif version == 1:
+        elif version <= 2:
             v = self.partition_indexes
             if v is None:
                 _null(self, 'partition_indexes', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        elif version == 2:
-            v = self.partition_indexes
-            if v is None:
-                _null(self, 'partition_indexes', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 w.write_int32(e)
         else:
             if (self.partition_indexes is None or len(self.partition_indexes) > 0):
                 _absent(self, 'partition_indexes', version)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -134,26 +122,18 @@ class _StopReplicaRequest_StopReplicaTopicV1(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_StopReplicaRequest_StopReplicaTopicV1)
         if version == 0:
             self.name = ''
-        elif version == 1:
-            self.name = r.read_string()
-        elif version == 2:
-            self.name = r.read_compact_string()
+        elif version <= 2:
+            self.name = r.read_compact_string() if flexible else r.read_string()
         else:
             self.name = ''
         if version == 0:
             self.partition_indexes = []
-        elif version == 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('StopReplicaRequest.StopReplicaTopicV1', 'partition_indexes', version)
-            else:
-                rd = r.read_int32
-                self.partition_indexes = [rd() for _ in range(n)]
-        elif version == 2:
-            n = r.read_compact_array_length()
+        elif version <= 2:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('StopReplicaRequest.StopReplicaTopicV1', 'partition_indexes', version)
             else:
@@ -161,10 +141,7 @@ class _StopReplicaRequest_StopReplicaTopicV1(_Struct):
                 self.partition_indexes = [rd() for _ in range(n)]
         else:
             self.partition_indexes = []
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -187,6 +164,7 @@ class _StopReplicaRequest_StopReplicaPartitionState(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         if version <= 2:
             if self.partition_index != 0:
                 _absent(self, 'partition_index', version)
@@ -202,7 +180,7 @@ class _StopReplicaRequest_StopReplicaPartitionState(_Struct):
                 _absent(self, 'delete_partition', version)
         else:
             w.write_bool(self.delete_partition)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -211,6 +189,7 @@ class _StopReplicaRequest_StopReplicaPartitionState(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_StopReplicaRequest_StopReplicaPartitionState)
         if version <= 2:
             self.partition_index = 0
@@ -224,10 +203,7 @@ class _StopReplicaRequest_StopReplicaPartitionState(_Struct):
             self.delete_partition = False
         else:
             self.delete_partition = r.read_bool()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -248,6 +224,7 @@ class _StopReplicaRequest_StopReplicaTopicState(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         if version <= 2:
             if self.topic_name != '':
                 _absent(self, 'topic_name', version)
@@ -266,7 +243,7 @@ class _StopReplicaRequest_StopReplicaTopicState(_Struct):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -275,6 +252,7 @@ class _StopReplicaRequest_StopReplicaTopicState(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_StopReplicaRequest_StopReplicaTopicState)
         if version <= 2:
             self.topic_name = ''
@@ -289,10 +267,7 @@ class _StopReplicaRequest_StopReplicaTopicState(_Struct):
             else:
                 rd = _StopReplicaRequest_StopReplicaPartitionState._read
                 self.partition_states = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -331,6 +306,7 @@ class StopReplicaRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int32(self.controller_id)
         if version <= 3:
             if self.is_k_raft_controller != False:
@@ -358,18 +334,11 @@ class StopReplicaRequest(_Message):
         if version == 0:
             if (self.topics is None or len(self.topics) > 0):
                 _absent(self, 'topics', version)
-        elif version == 1:
+        elif version <= 2:
             v = self.topics
             if v is None:
                 _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        elif version == 2:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
         else:
@@ -385,7 +354,7 @@ class StopReplicaRequest(_Message):
             w.write_compact_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -394,6 +363,7 @@ class StopReplicaRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(StopReplicaRequest)
         self.controller_id = r.read_int32()
         if version <= 3:
@@ -420,15 +390,8 @@ class StopReplicaRequest(_Message):
             self.ungrouped_partitions = []
         if version == 0:
             self.topics = []
-        elif version == 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('StopReplicaRequest', 'topics', version)
-            else:
-                rd = _StopReplicaRequest_StopReplicaTopicV1._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        elif version == 2:
-            n = r.read_compact_array_length()
+        elif version <= 2:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('StopReplicaRequest', 'topics', version)
             else:
@@ -445,10 +408,7 @@ class StopReplicaRequest(_Message):
             else:
                 rd = _StopReplicaRequest_StopReplicaTopicState._read
                 self.topic_states = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -471,19 +431,14 @@ class _StopReplicaResponse_StopReplicaPartitionError(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 1:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_string(v)
-        else:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_compact_string(v)
+        flexible = version >= 2
+        v = self.topic_name
+        if v is None:
+            _null(self, 'topic_name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int32(self.partition_index)
         w.write_int16(self.error_code)
-        if version >= 2:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -492,17 +447,12 @@ class _StopReplicaResponse_StopReplicaPartitionError(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(_StopReplicaResponse_StopReplicaPartitionError)
-        if version <= 1:
-            self.topic_name = r.read_string()
-        else:
-            self.topic_name = r.read_compact_string()
+        self.topic_name = r.read_compact_string() if flexible else r.read_string()
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -525,22 +475,15 @@ class StopReplicaResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 2
         w.write_int16(self.error_code)
-        if version <= 1:
-            v = self.partition_errors
-            if v is None:
-                _null(self, 'partition_errors', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partition_errors
-            if v is None:
-                _null(self, 'partition_errors', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 2:
+        v = self.partition_errors
+        if v is None:
+            _null(self, 'partition_errors', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -549,24 +492,14 @@ class StopReplicaResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 2
         self = _new(StopReplicaResponse)
         self.error_code = r.read_int16()
-        if version <= 1:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('StopReplicaResponse', 'partition_errors', version)
-            else:
-                rd = _StopReplicaResponse_StopReplicaPartitionError._read
-                self.partition_errors = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('StopReplicaResponse', 'partition_errors', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('StopReplicaResponse', 'partition_errors', version)
-            else:
-                rd = _StopReplicaResponse_StopReplicaPartitionError._read
-                self.partition_errors = [rd(r, version) for _ in range(n)]
-        if version >= 2:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _StopReplicaResponse_StopReplicaPartitionError._read
+            self.partition_errors = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

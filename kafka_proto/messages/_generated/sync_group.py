@@ -34,27 +34,16 @@ class _SyncGroupRequest_SyncGroupRequestAssignment(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 3:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_string(v)
-        else:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_compact_string(v)
-        if version <= 3:
-            v = self.assignment
-            if v is None:
-                _null(self, 'assignment', version)
-            w.write_bytes(v)
-        else:
-            v = self.assignment
-            if v is None:
-                _null(self, 'assignment', version)
-            w.write_compact_bytes(v)
-        if version >= 4:
+        flexible = version >= 4
+        v = self.member_id
+        if v is None:
+            _null(self, 'member_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.assignment
+        if v is None:
+            _null(self, 'assignment', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -63,19 +52,11 @@ class _SyncGroupRequest_SyncGroupRequestAssignment(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(_SyncGroupRequest_SyncGroupRequestAssignment)
-        if version <= 3:
-            self.member_id = r.read_string()
-        else:
-            self.member_id = r.read_compact_string()
-        if version <= 3:
-            self.assignment = r.read_bytes()
-        else:
-            self.assignment = r.read_compact_bytes()
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.member_id = r.read_compact_string() if flexible else r.read_string()
+        self.assignment = r.read_compact_bytes() if flexible else r.read_bytes()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -109,53 +90,33 @@ class SyncGroupRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 3:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_string(v)
-        else:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
+        flexible = version >= 4
+        v = self.group_id
+        if v is None:
+            _null(self, 'group_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int32(self.generation_id)
-        if version <= 3:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_string(v)
-        else:
-            v = self.member_id
-            if v is None:
-                _null(self, 'member_id', version)
-            w.write_compact_string(v)
+        v = self.member_id
+        if v is None:
+            _null(self, 'member_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         if version <= 2:
             if self.group_instance_id is not None:
                 _absent(self, 'group_instance_id', version)
-        elif version == 3:
-            w.write_nullable_string(self.group_instance_id)
         else:
-            w.write_compact_nullable_string(self.group_instance_id)
+            v = self.group_instance_id
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
         if version == 5:
             w.write_compact_nullable_string(self.protocol_type)
         if version == 5:
             w.write_compact_nullable_string(self.protocol_name)
-        if version <= 3:
-            v = self.assignments
-            if v is None:
-                _null(self, 'assignments', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.assignments
-            if v is None:
-                _null(self, 'assignments', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 4:
+        v = self.assignments
+        if v is None:
+            _null(self, 'assignments', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -164,22 +125,15 @@ class SyncGroupRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(SyncGroupRequest)
-        if version <= 3:
-            self.group_id = r.read_string()
-        else:
-            self.group_id = r.read_compact_string()
+        self.group_id = r.read_compact_string() if flexible else r.read_string()
         self.generation_id = r.read_int32()
-        if version <= 3:
-            self.member_id = r.read_string()
-        else:
-            self.member_id = r.read_compact_string()
+        self.member_id = r.read_compact_string() if flexible else r.read_string()
         if version <= 2:
             self.group_instance_id = None
-        elif version == 3:
-            self.group_instance_id = r.read_nullable_string()
         else:
-            self.group_instance_id = r.read_compact_nullable_string()
+            self.group_instance_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         if version <= 4:
             self.protocol_type = None
         else:
@@ -188,24 +142,13 @@ class SyncGroupRequest(_Message):
             self.protocol_name = None
         else:
             self.protocol_name = r.read_compact_nullable_string()
-        if version <= 3:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('SyncGroupRequest', 'assignments', version)
-            else:
-                rd = _SyncGroupRequest_SyncGroupRequestAssignment._read
-                self.assignments = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('SyncGroupRequest', 'assignments', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('SyncGroupRequest', 'assignments', version)
-            else:
-                rd = _SyncGroupRequest_SyncGroupRequestAssignment._read
-                self.assignments = [rd(r, version) for _ in range(n)]
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _SyncGroupRequest_SyncGroupRequestAssignment._read
+            self.assignments = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -233,6 +176,7 @@ class SyncGroupResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 4
         if version >= 1:
             w.write_int32(self.throttle_time_ms)
         w.write_int16(self.error_code)
@@ -240,17 +184,11 @@ class SyncGroupResponse(_Message):
             w.write_compact_nullable_string(self.protocol_type)
         if version == 5:
             w.write_compact_nullable_string(self.protocol_name)
-        if version <= 3:
-            v = self.assignment
-            if v is None:
-                _null(self, 'assignment', version)
-            w.write_bytes(v)
-        else:
-            v = self.assignment
-            if v is None:
-                _null(self, 'assignment', version)
-            w.write_compact_bytes(v)
-        if version >= 4:
+        v = self.assignment
+        if v is None:
+            _null(self, 'assignment', version)
+        w.write_compact_bytes(v) if flexible else w.write_bytes(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -259,6 +197,7 @@ class SyncGroupResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 4
         self = _new(SyncGroupResponse)
         if version == 0:
             self.throttle_time_ms = 0
@@ -273,12 +212,6 @@ class SyncGroupResponse(_Message):
             self.protocol_name = None
         else:
             self.protocol_name = r.read_compact_nullable_string()
-        if version <= 3:
-            self.assignment = r.read_bytes()
-        else:
-            self.assignment = r.read_compact_bytes()
-        if version >= 4:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.assignment = r.read_compact_bytes() if flexible else r.read_bytes()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

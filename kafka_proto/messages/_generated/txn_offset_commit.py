@@ -38,15 +38,14 @@ class _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int32(self.partition_index)
         w.write_int64(self.committed_offset)
         if version >= 2:
             w.write_int32(self.committed_leader_epoch)
-        if version <= 2:
-            w.write_nullable_string(self.committed_metadata)
-        else:
-            w.write_compact_nullable_string(self.committed_metadata)
-        if version >= 3:
+        v = self.committed_metadata
+        w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -55,6 +54,7 @@ class _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition)
         self.partition_index = r.read_int32()
         self.committed_offset = r.read_int64()
@@ -62,14 +62,8 @@ class _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(_Struct):
             self.committed_leader_epoch = -1
         else:
             self.committed_leader_epoch = r.read_int32()
-        if version <= 2:
-            self.committed_metadata = r.read_nullable_string()
-        else:
-            self.committed_metadata = r.read_compact_nullable_string()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.committed_metadata = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -90,31 +84,18 @@ class _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 2:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 2:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 3:
+        flexible = version >= 3
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -123,29 +104,16 @@ class _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
-        if version <= 2:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic', 'partitions', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic', 'partitions', version)
-            else:
-                rd = _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic', 'partitions', version)
-            else:
-                rd = _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -182,26 +150,15 @@ class TxnOffsetCommitRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 2:
-            v = self.transactional_id
-            if v is None:
-                _null(self, 'transactional_id', version)
-            w.write_string(v)
-        else:
-            v = self.transactional_id
-            if v is None:
-                _null(self, 'transactional_id', version)
-            w.write_compact_string(v)
-        if version <= 2:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_string(v)
-        else:
-            v = self.group_id
-            if v is None:
-                _null(self, 'group_id', version)
-            w.write_compact_string(v)
+        flexible = version >= 3
+        v = self.transactional_id
+        if v is None:
+            _null(self, 'transactional_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.group_id
+        if v is None:
+            _null(self, 'group_id', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
         w.write_int64(self.producer_id)
         w.write_int16(self.producer_epoch)
         if version <= 2:
@@ -222,21 +179,13 @@ class TxnOffsetCommitRequest(_Message):
                 _absent(self, 'group_instance_id', version)
         else:
             w.write_compact_nullable_string(self.group_instance_id)
-        if version <= 2:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 3:
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -245,15 +194,10 @@ class TxnOffsetCommitRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(TxnOffsetCommitRequest)
-        if version <= 2:
-            self.transactional_id = r.read_string()
-        else:
-            self.transactional_id = r.read_compact_string()
-        if version <= 2:
-            self.group_id = r.read_string()
-        else:
-            self.group_id = r.read_compact_string()
+        self.transactional_id = r.read_compact_string() if flexible else r.read_string()
+        self.group_id = r.read_compact_string() if flexible else r.read_string()
         self.producer_id = r.read_int64()
         self.producer_epoch = r.read_int16()
         if version <= 2:
@@ -268,24 +212,13 @@ class TxnOffsetCommitRequest(_Message):
             self.group_instance_id = None
         else:
             self.group_instance_id = r.read_compact_nullable_string()
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('TxnOffsetCommitRequest', 'topics', version)
-            else:
-                rd = _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('TxnOffsetCommitRequest', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('TxnOffsetCommitRequest', 'topics', version)
-            else:
-                rd = _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -306,9 +239,10 @@ class _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int32(self.partition_index)
         w.write_int16(self.error_code)
-        if version >= 3:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -317,13 +251,11 @@ class _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -344,31 +276,18 @@ class _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version <= 2:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version <= 2:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 3:
+        flexible = version >= 3
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -377,29 +296,16 @@ class _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
-        if version <= 2:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic', 'partitions', version)
         else:
-            self.name = r.read_compact_string()
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic', 'partitions', version)
-            else:
-                rd = _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic', 'partitions', version)
-            else:
-                rd = _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -423,22 +329,15 @@ class TxnOffsetCommitResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 3
         w.write_int32(self.throttle_time_ms)
-        if version <= 2:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 3:
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -447,24 +346,14 @@ class TxnOffsetCommitResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 3
         self = _new(TxnOffsetCommitResponse)
         self.throttle_time_ms = r.read_int32()
-        if version <= 2:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('TxnOffsetCommitResponse', 'topics', version)
-            else:
-                rd = _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('TxnOffsetCommitResponse', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('TxnOffsetCommitResponse', 'topics', version)
-            else:
-                rd = _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version >= 3:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

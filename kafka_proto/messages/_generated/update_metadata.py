@@ -51,6 +51,7 @@ class _UpdateMetadataRequest_UpdateMetadataPartitionState(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version <= 4:
             v = self.topic_name
             if v is None:
@@ -60,50 +61,27 @@ class _UpdateMetadataRequest_UpdateMetadataPartitionState(_Struct):
         w.write_int32(self.controller_epoch)
         w.write_int32(self.leader)
         w.write_int32(self.leader_epoch)
-        if version <= 5:
-            v = self.isr
-            if v is None:
-                _null(self, 'isr', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.isr
-            if v is None:
-                _null(self, 'isr', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+        v = self.isr
+        if v is None:
+            _null(self, 'isr', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
         w.write_int32(self.zk_version)
-        if version <= 5:
-            v = self.replicas
-            if v is None:
-                _null(self, 'replicas', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.replicas
-            if v is None:
-                _null(self, 'replicas', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if 4 <= version <= 5:
+        v = self.replicas
+        if v is None:
+            _null(self, 'replicas', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        if version >= 4:
             v = self.offline_replicas
             if v is None:
                 _null(self, 'offline_replicas', version)
-            w.write_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 w.write_int32(e)
-        elif version >= 6:
-            v = self.offline_replicas
-            if v is None:
-                _null(self, 'offline_replicas', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -112,6 +90,7 @@ class _UpdateMetadataRequest_UpdateMetadataPartitionState(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_UpdateMetadataRequest_UpdateMetadataPartitionState)
         if version <= 4:
             self.topic_name = r.read_string()
@@ -121,55 +100,29 @@ class _UpdateMetadataRequest_UpdateMetadataPartitionState(_Struct):
         self.controller_epoch = r.read_int32()
         self.leader = r.read_int32()
         self.leader_epoch = r.read_int32()
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'isr', version)
-            else:
-                rd = r.read_int32
-                self.isr = [rd() for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'isr', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'isr', version)
-            else:
-                rd = r.read_int32
-                self.isr = [rd() for _ in range(n)]
+            rd = r.read_int32
+            self.isr = [rd() for _ in range(n)]
         self.zk_version = r.read_int32()
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'replicas', version)
-            else:
-                rd = r.read_int32
-                self.replicas = [rd() for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'replicas', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'replicas', version)
-            else:
-                rd = r.read_int32
-                self.replicas = [rd() for _ in range(n)]
+            rd = r.read_int32
+            self.replicas = [rd() for _ in range(n)]
         if version <= 3:
             self.offline_replicas = []
-        elif version <= 5:
-            n = r.read_array_length()
+        else:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'offline_replicas', version)
             else:
                 rd = r.read_int32
                 self.offline_replicas = [rd() for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'offline_replicas', version)
-            else:
-                rd = r.read_int32
-                self.offline_replicas = [rd() for _ in range(n)]
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -192,39 +145,28 @@ class _UpdateMetadataRequest_UpdateMetadataTopicState(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version <= 4:
             if self.topic_name != '':
                 _absent(self, 'topic_name', version)
-        elif version == 5:
-            v = self.topic_name
-            if v is None:
-                _null(self, 'topic_name', version)
-            w.write_string(v)
         else:
             v = self.topic_name
             if v is None:
                 _null(self, 'topic_name', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         if version >= 7:
             w.write_uuid(self.topic_id)
         if version <= 4:
             if (self.partition_states is None or len(self.partition_states) > 0):
                 _absent(self, 'partition_states', version)
-        elif version == 5:
-            v = self.partition_states
-            if v is None:
-                _null(self, 'partition_states', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
         else:
             v = self.partition_states
             if v is None:
                 _null(self, 'partition_states', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -233,37 +175,26 @@ class _UpdateMetadataRequest_UpdateMetadataTopicState(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_UpdateMetadataRequest_UpdateMetadataTopicState)
         if version <= 4:
             self.topic_name = ''
-        elif version == 5:
-            self.topic_name = r.read_string()
         else:
-            self.topic_name = r.read_compact_string()
+            self.topic_name = r.read_compact_string() if flexible else r.read_string()
         if version <= 6:
             self.topic_id = _ZERO_UUID
         else:
             self.topic_id = r.read_uuid()
         if version <= 4:
             self.partition_states = []
-        elif version == 5:
-            n = r.read_array_length()
+        else:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('UpdateMetadataRequest.UpdateMetadataTopicState', 'partition_states', version)
             else:
                 rd = _UpdateMetadataRequest_UpdateMetadataPartitionState._read
                 self.partition_states = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('UpdateMetadataRequest.UpdateMetadataTopicState', 'partition_states', version)
-            else:
-                rd = _UpdateMetadataRequest_UpdateMetadataPartitionState._read
-                self.partition_states = [rd(r, version) for _ in range(n)]
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -288,6 +219,7 @@ class _UpdateMetadataRequest_UpdateMetadataEndpoint(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         if version == 0:
             if self.port != 0:
                 _absent(self, 'port', version)
@@ -296,32 +228,22 @@ class _UpdateMetadataRequest_UpdateMetadataEndpoint(_Struct):
         if version == 0:
             if self.host != '':
                 _absent(self, 'host', version)
-        elif version <= 5:
-            v = self.host
-            if v is None:
-                _null(self, 'host', version)
-            w.write_string(v)
         else:
             v = self.host
             if v is None:
                 _null(self, 'host', version)
-            w.write_compact_string(v)
-        if 3 <= version <= 5:
+            w.write_compact_string(v) if flexible else w.write_string(v)
+        if version >= 3:
             v = self.listener
             if v is None:
                 _null(self, 'listener', version)
-            w.write_string(v)
-        elif version >= 6:
-            v = self.listener
-            if v is None:
-                _null(self, 'listener', version)
-            w.write_compact_string(v)
+            w.write_compact_string(v) if flexible else w.write_string(v)
         if version == 0:
             if self.security_protocol != 0:
                 _absent(self, 'security_protocol', version)
         else:
             w.write_int16(self.security_protocol)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -330,6 +252,7 @@ class _UpdateMetadataRequest_UpdateMetadataEndpoint(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_UpdateMetadataRequest_UpdateMetadataEndpoint)
         if version == 0:
             self.port = 0
@@ -337,24 +260,17 @@ class _UpdateMetadataRequest_UpdateMetadataEndpoint(_Struct):
             self.port = r.read_int32()
         if version == 0:
             self.host = ''
-        elif version <= 5:
-            self.host = r.read_string()
         else:
-            self.host = r.read_compact_string()
+            self.host = r.read_compact_string() if flexible else r.read_string()
         if version <= 2:
             self.listener = ''
-        elif version <= 5:
-            self.listener = r.read_string()
         else:
-            self.listener = r.read_compact_string()
+            self.listener = r.read_compact_string() if flexible else r.read_string()
         if version == 0:
             self.security_protocol = 0
         else:
             self.security_protocol = r.read_int16()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -381,6 +297,7 @@ class _UpdateMetadataRequest_UpdateMetadataBroker(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         w.write_int32(self.id)
         if version == 0:
             v = self.v0_host
@@ -389,25 +306,17 @@ class _UpdateMetadataRequest_UpdateMetadataBroker(_Struct):
             w.write_string(v)
         if version == 0:
             w.write_int32(self.v0_port)
-        if 1 <= version <= 5:
+        if version >= 1:
             v = self.endpoints
             if v is None:
                 _null(self, 'endpoints', version)
-            w.write_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        elif version >= 6:
-            v = self.endpoints
-            if v is None:
-                _null(self, 'endpoints', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if 2 <= version <= 5:
-            w.write_nullable_string(self.rack)
-        elif version >= 6:
-            w.write_compact_nullable_string(self.rack)
-        if version >= 6:
+        if version >= 2:
+            v = self.rack
+            w.write_compact_nullable_string(v) if flexible else w.write_nullable_string(v)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -416,6 +325,7 @@ class _UpdateMetadataRequest_UpdateMetadataBroker(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(_UpdateMetadataRequest_UpdateMetadataBroker)
         self.id = r.read_int32()
         if version == 0:
@@ -428,15 +338,8 @@ class _UpdateMetadataRequest_UpdateMetadataBroker(_Struct):
             self.v0_port = 0
         if version == 0:
             self.endpoints = []
-        elif version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('UpdateMetadataRequest.UpdateMetadataBroker', 'endpoints', version)
-            else:
-                rd = _UpdateMetadataRequest_UpdateMetadataEndpoint._read
-                self.endpoints = [rd(r, version) for _ in range(n)]
         else:
-            n = r.read_compact_array_length()
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('UpdateMetadataRequest.UpdateMetadataBroker', 'endpoints', version)
             else:
@@ -444,14 +347,9 @@ class _UpdateMetadataRequest_UpdateMetadataBroker(_Struct):
                 self.endpoints = [rd(r, version) for _ in range(n)]
         if version <= 1:
             self.rack = ''
-        elif version <= 5:
-            self.rack = r.read_nullable_string()
         else:
-            self.rack = r.read_compact_nullable_string()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            self.rack = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -490,6 +388,7 @@ class UpdateMetadataRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         w.write_int32(self.controller_id)
         if version <= 7:
             if self.is_k_raft_controller != False:
@@ -515,35 +414,20 @@ class UpdateMetadataRequest(_Message):
         if version <= 4:
             if (self.topic_states is None or len(self.topic_states) > 0):
                 _absent(self, 'topic_states', version)
-        elif version == 5:
-            v = self.topic_states
-            if v is None:
-                _null(self, 'topic_states', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
         else:
             v = self.topic_states
             if v is None:
                 _null(self, 'topic_states', version)
-            w.write_compact_array_length(len(v))
+            w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
             for e in v:
                 e._write(w, version)
-        if version <= 5:
-            v = self.live_brokers
-            if v is None:
-                _null(self, 'live_brokers', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.live_brokers
-            if v is None:
-                _null(self, 'live_brokers', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version >= 6:
+        v = self.live_brokers
+        if v is None:
+            _null(self, 'live_brokers', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             tags = {}
             if version == 8:
                 v = self.type
@@ -555,6 +439,7 @@ class UpdateMetadataRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(UpdateMetadataRequest)
         self.controller_id = r.read_int32()
         if version <= 7:
@@ -578,35 +463,20 @@ class UpdateMetadataRequest(_Message):
             self.ungrouped_partition_states = []
         if version <= 4:
             self.topic_states = []
-        elif version == 5:
-            n = r.read_array_length()
+        else:
+            n = r.read_compact_array_length() if flexible else r.read_array_length()
             if n < 0:
                 _null_on_wire('UpdateMetadataRequest', 'topic_states', version)
             else:
                 rd = _UpdateMetadataRequest_UpdateMetadataTopicState._read
                 self.topic_states = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('UpdateMetadataRequest', 'live_brokers', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('UpdateMetadataRequest', 'topic_states', version)
-            else:
-                rd = _UpdateMetadataRequest_UpdateMetadataTopicState._read
-                self.topic_states = [rd(r, version) for _ in range(n)]
-        if version <= 5:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('UpdateMetadataRequest', 'live_brokers', version)
-            else:
-                rd = _UpdateMetadataRequest_UpdateMetadataBroker._read
-                self.live_brokers = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('UpdateMetadataRequest', 'live_brokers', version)
-            else:
-                rd = _UpdateMetadataRequest_UpdateMetadataBroker._read
-                self.live_brokers = [rd(r, version) for _ in range(n)]
-        if version >= 6:
+            rd = _UpdateMetadataRequest_UpdateMetadataBroker._read
+            self.live_brokers = [rd(r, version) for _ in range(n)]
+        if flexible:
             u = None
             for _ in range(r.read_uvarint()):
                 tag = r.read_uvarint()
@@ -642,8 +512,9 @@ class UpdateMetadataResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 6
         w.write_int16(self.error_code)
-        if version >= 6:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -652,10 +523,8 @@ class UpdateMetadataResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 6
         self = _new(UpdateMetadataResponse)
         self.error_code = r.read_int16()
-        if version >= 6:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

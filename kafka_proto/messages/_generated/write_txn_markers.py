@@ -33,31 +33,18 @@ class _WriteTxnMarkersRequest_WritableTxnMarkerTopic(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version == 0:
-            v = self.partition_indexes
-            if v is None:
-                _null(self, 'partition_indexes', version)
-            w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        else:
-            v = self.partition_indexes
-            if v is None:
-                _null(self, 'partition_indexes', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
-        if version == 1:
+        flexible = version >= 1
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partition_indexes
+        if v is None:
+            _null(self, 'partition_indexes', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            w.write_int32(e)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -66,29 +53,16 @@ class _WriteTxnMarkersRequest_WritableTxnMarkerTopic(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_WriteTxnMarkersRequest_WritableTxnMarkerTopic)
-        if version == 0:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('WriteTxnMarkersRequest.WritableTxnMarkerTopic', 'partition_indexes', version)
         else:
-            self.name = r.read_compact_string()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersRequest.WritableTxnMarkerTopic', 'partition_indexes', version)
-            else:
-                rd = r.read_int32
-                self.partition_indexes = [rd() for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersRequest.WritableTxnMarkerTopic', 'partition_indexes', version)
-            else:
-                rd = r.read_int32
-                self.partition_indexes = [rd() for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = r.read_int32
+            self.partition_indexes = [rd() for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -115,25 +89,18 @@ class _WriteTxnMarkersRequest_WritableTxnMarker(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int64(self.producer_id)
         w.write_int16(self.producer_epoch)
         w.write_bool(self.transaction_result)
-        if version == 0:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
         w.write_int32(self.coordinator_epoch)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -142,29 +109,19 @@ class _WriteTxnMarkersRequest_WritableTxnMarker(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_WriteTxnMarkersRequest_WritableTxnMarker)
         self.producer_id = r.read_int64()
         self.producer_epoch = r.read_int16()
         self.transaction_result = r.read_bool()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersRequest.WritableTxnMarker', 'topics', version)
-            else:
-                rd = _WriteTxnMarkersRequest_WritableTxnMarkerTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('WriteTxnMarkersRequest.WritableTxnMarker', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersRequest.WritableTxnMarker', 'topics', version)
-            else:
-                rd = _WriteTxnMarkersRequest_WritableTxnMarkerTopic._read
-                self.topics = [rd(r, version) for _ in range(n)]
+            rd = _WriteTxnMarkersRequest_WritableTxnMarkerTopic._read
+            self.topics = [rd(r, version) for _ in range(n)]
         self.coordinator_epoch = r.read_int32()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -187,21 +144,14 @@ class WriteTxnMarkersRequest(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.markers
-            if v is None:
-                _null(self, 'markers', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.markers
-            if v is None:
-                _null(self, 'markers', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        flexible = version >= 1
+        v = self.markers
+        if v is None:
+            _null(self, 'markers', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -210,25 +160,15 @@ class WriteTxnMarkersRequest(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(WriteTxnMarkersRequest)
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersRequest', 'markers', version)
-            else:
-                rd = _WriteTxnMarkersRequest_WritableTxnMarker._read
-                self.markers = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('WriteTxnMarkersRequest', 'markers', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersRequest', 'markers', version)
-            else:
-                rd = _WriteTxnMarkersRequest_WritableTxnMarker._read
-                self.markers = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _WriteTxnMarkersRequest_WritableTxnMarker._read
+            self.markers = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -249,9 +189,10 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int32(self.partition_index)
         w.write_int16(self.error_code)
-        if version == 1:
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -260,13 +201,11 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -287,31 +226,18 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_string(v)
-        else:
-            v = self.name
-            if v is None:
-                _null(self, 'name', version)
-            w.write_compact_string(v)
-        if version == 0:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.partitions
-            if v is None:
-                _null(self, 'partitions', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        flexible = version >= 1
+        v = self.name
+        if v is None:
+            _null(self, 'name', version)
+        w.write_compact_string(v) if flexible else w.write_string(v)
+        v = self.partitions
+        if v is None:
+            _null(self, 'partitions', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -320,29 +246,16 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult)
-        if version == 0:
-            self.name = r.read_string()
+        self.name = r.read_compact_string() if flexible else r.read_string()
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult', 'partitions', version)
         else:
-            self.name = r.read_compact_string()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult', 'partitions', version)
-            else:
-                rd = _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult', 'partitions', version)
-            else:
-                rd = _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult._read
-                self.partitions = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult._read
+            self.partitions = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -363,22 +276,15 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerResult(_Struct):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
+        flexible = version >= 1
         w.write_int64(self.producer_id)
-        if version == 0:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.topics
-            if v is None:
-                _null(self, 'topics', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        v = self.topics
+        if v is None:
+            _null(self, 'topics', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -387,26 +293,16 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerResult(_Struct):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(_WriteTxnMarkersResponse_WritableTxnMarkerResult)
         self.producer_id = r.read_int64()
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersResponse.WritableTxnMarkerResult', 'topics', version)
-            else:
-                rd = _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult._read
-                self.topics = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('WriteTxnMarkersResponse.WritableTxnMarkerResult', 'topics', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersResponse.WritableTxnMarkerResult', 'topics', version)
-            else:
-                rd = _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult._read
-                self.topics = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult._read
+            self.topics = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 
 
@@ -429,21 +325,14 @@ class WriteTxnMarkersResponse(_Message):
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
-        if version == 0:
-            v = self.markers
-            if v is None:
-                _null(self, 'markers', version)
-            w.write_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        else:
-            v = self.markers
-            if v is None:
-                _null(self, 'markers', version)
-            w.write_compact_array_length(len(v))
-            for e in v:
-                e._write(w, version)
-        if version == 1:
+        flexible = version >= 1
+        v = self.markers
+        if v is None:
+            _null(self, 'markers', version)
+        w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
+        for e in v:
+            e._write(w, version)
+        if flexible:
             u = self.unknown_tagged_fields
             if u:
                 _write_tags(w, None, u)
@@ -452,23 +341,13 @@ class WriteTxnMarkersResponse(_Message):
 
     @staticmethod
     def _read(r, version):
+        flexible = version >= 1
         self = _new(WriteTxnMarkersResponse)
-        if version == 0:
-            n = r.read_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersResponse', 'markers', version)
-            else:
-                rd = _WriteTxnMarkersResponse_WritableTxnMarkerResult._read
-                self.markers = [rd(r, version) for _ in range(n)]
+        n = r.read_compact_array_length() if flexible else r.read_array_length()
+        if n < 0:
+            _null_on_wire('WriteTxnMarkersResponse', 'markers', version)
         else:
-            n = r.read_compact_array_length()
-            if n < 0:
-                _null_on_wire('WriteTxnMarkersResponse', 'markers', version)
-            else:
-                rd = _WriteTxnMarkersResponse_WritableTxnMarkerResult._read
-                self.markers = [rd(r, version) for _ in range(n)]
-        if version == 1:
-            self.unknown_tagged_fields = _read_tags(r)
-        else:
-            self.unknown_tagged_fields = None
+            rd = _WriteTxnMarkersResponse_WritableTxnMarkerResult._read
+            self.markers = [rd(r, version) for _ in range(n)]
+        self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self

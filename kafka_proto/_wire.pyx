@@ -41,6 +41,7 @@ from kafka_proto.errors import (
 )
 
 cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
     bint PyUnicode_Check(object o)
@@ -123,7 +124,7 @@ cdef class Writer:
         """Make room for ``need`` more bytes (doubling, so appends are amortised O(1))."""
         cdef Py_ssize_t want, new_cap
         cdef unsigned char* nb
-        if need > (<Py_ssize_t>(-1 ^ (<size_t>1 << (sizeof(Py_ssize_t) * 8 - 1)))) - self._len:
+        if need > PY_SSIZE_T_MAX - self._len:
             raise MemoryError("Writer size overflow")
         want = self._len + need
         if want <= self._cap:
@@ -532,18 +533,25 @@ cdef class Reader:
 
     cdef Py_ssize_t _check_length(self, int64_t n, bint nullable, const char* what,
                                   Py_ssize_t at) except -2:
-        """Validate a length ``n`` read at ``at``; returns n, or -1 for an allowed null."""
+        """Validate a length ``n`` read at ``at``; returns n, or -1 for an allowed null.
+
+        On error the position goes back to ``at``: a failed read consumes nothing.
+        """
         if n < 0:
             if n == -1:
                 if nullable:
                     return -1
+                self._pos = at
                 raise InvalidLengthError(
                     f"{what.decode()} at position {at} is null, which is not allowed here")
+            self._pos = at
             raise InvalidLengthError(f"{what.decode()} at position {at} has negative length {n}")
-        if n > self._end - self._pos:
+        cdef Py_ssize_t left = self._end - self._pos
+        if n > left:
+            self._pos = at
             raise InvalidLengthError(
                 f"{what.decode()} at position {at} declares {n} bytes "
-                f"but only {self._end - self._pos} remain")
+                f"but only {left} remain after its length")
         return <Py_ssize_t>n
 
     cdef int64_t _uvarint32(self, const char* what) except -1:
@@ -573,7 +581,7 @@ cdef class Reader:
             self._mv = mv
         return mv
 
-    cdef object _take_str(self, Py_ssize_t n, const char* what):
+    cdef object _take_str(self, Py_ssize_t n, const char* what, Py_ssize_t at):
         cdef Py_ssize_t p = self._pos
         cdef object s
         if n == 0:
@@ -581,8 +589,9 @@ cdef class Reader:
         try:
             s = PyUnicode_DecodeUTF8(<const char*>(self._data + p), n, "strict")
         except UnicodeDecodeError as exc:
+            self._pos = at
             raise ProtocolDecodeError(
-                f"{what.decode()} at position {p} is not valid UTF-8: {exc}") from None
+                f"{what.decode()} at position {at} is not valid UTF-8: {exc}") from None
         self._pos = p + n
         return s
 
@@ -703,7 +712,7 @@ cdef class Reader:
             self._truncated(b"string length", 2)
         self._pos = at + 2
         n = self._check_length(<int16_t>kp_load_be16(self._data + at), False, b"string", at)
-        return self._take_str(n, b"string")
+        return self._take_str(n, b"string", at)
 
     cpdef object read_nullable_string(self):
         """Read a string (int16 length) or None."""
@@ -716,14 +725,14 @@ cdef class Reader:
                                b"nullable string", at)
         if n < 0:
             return None
-        return self._take_str(n, b"nullable string")
+        return self._take_str(n, b"nullable string", at)
 
     cpdef str read_compact_string(self):
         """Read a non-null compact string (uvarint length + 1)."""
         cdef Py_ssize_t at = self._pos
         cdef Py_ssize_t n = self._check_length(
             self._uvarint32(b"compact string length") - 1, False, b"compact string", at)
-        return self._take_str(n, b"compact string")
+        return self._take_str(n, b"compact string", at)
 
     cpdef object read_compact_nullable_string(self):
         """Read a compact string or None (uvarint 0)."""
@@ -732,7 +741,7 @@ cdef class Reader:
             self._uvarint32(b"compact string length") - 1, True, b"compact nullable string", at)
         if n < 0:
             return None
-        return self._take_str(n, b"compact nullable string")
+        return self._take_str(n, b"compact nullable string", at)
 
     # ---- bytes -----------------------------------------------------------------------
 

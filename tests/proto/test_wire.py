@@ -285,6 +285,12 @@ def test_string_decode_errors():
         Reader(b"\x00\x02\xc3\x28").read_string()
     with pytest.raises(ProtocolDecodeError, match="UTF-8"):
         Reader(b"\x02\xff").read_compact_string()
+    # A failed read leaves the position at the start of the field.
+    r = Reader(b"\x00\x00\x00\x09abc")
+    r.skip(2)
+    with pytest.raises(InvalidLengthError, match="position 2 declares 9 bytes but only 3"):
+        r.read_string()
+    assert r.position == 2
     assert Reader(b"\xff\xff").read_nullable_string() is None
     assert Reader(b"\x00\x00").read_string() == ""
 
@@ -470,3 +476,31 @@ def test_reserve_patch_clear():
     assert len(w) == 0 and w.getvalue() == b""
     w.write_raw(bytearray(b"x" * 100_000))
     assert w.getvalue() == b"x" * 100_000
+
+
+READ_METHODS = [
+    "read_int8", "read_int16", "read_int32", "read_int64", "read_uint16", "read_uint32",
+    "read_float64", "read_bool", "read_uuid", "read_varint", "read_varlong", "read_uvarint",
+    "read_string", "read_nullable_string", "read_compact_string",
+    "read_compact_nullable_string", "read_bytes", "read_nullable_bytes", "read_compact_bytes",
+    "read_compact_nullable_bytes", "read_bytes_view", "read_nullable_bytes_view",
+    "read_compact_bytes_view", "read_compact_nullable_bytes_view", "read_array_length",
+    "read_compact_array_length",
+]
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=64), st.lists(st.sampled_from(READ_METHODS), max_size=20),
+       st.integers(0, 8))
+def test_hostile_input_only_raises_decode_errors(data, methods, start):
+    start = min(start, len(data))
+    r = Reader(data, start)
+    for name in methods:
+        before = r.position
+        try:
+            getattr(r, name)()
+        except ProtocolDecodeError:
+            assert r.position == before  # a failed read consumes nothing
+            break
+        assert before < r.position <= r.end
+    assert start <= r.position <= len(data)

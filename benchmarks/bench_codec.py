@@ -127,3 +127,23 @@ def test_crc32c(benchmark, contender):
 
     assert crc(CRC_BUF) == ref.crc32c(CRC_BUF)
     benchmark(crc, CRC_BUF)
+
+
+def _crc_paths():
+    try:
+        from kafka_proto import _crc
+    except ImportError:
+        return []
+    return [p for p in getattr(_crc, "IMPLEMENTATIONS", ()) if p != getattr(_crc, "IMPLEMENTATION", None)]
+
+
+@pytest.mark.parametrize("path", _crc_paths())
+def test_crc32c_path(benchmark, path):
+    """Our CRC-32C's other code paths (what older CPUs get), ours only."""
+    from kafka_proto._crc import crc32c_using
+
+    _info(benchmark, "crc32c-1MiB-" + path, "ours", 1, "GB/s", label="ours", nbytes=len(CRC_BUF))
+    import crc32c as ref
+
+    assert crc32c_using(path, CRC_BUF) == ref.crc32c(CRC_BUF)
+    benchmark(crc32c_using, path, CRC_BUF)

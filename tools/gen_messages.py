@@ -772,6 +772,22 @@ def with_flexible(msg: MessageDef, lines: list) -> list:
     return lines
 
 
+HINTS = {"int8": "int", "int16": "int", "uint16": "int", "int32": "int", "uint32": "int",
+         "int64": "int", "float64": "float", "bool": "bool", "string": "str", "bytes": "Buffer",
+         "records": "Buffer", "uuid": "UUID"}
+
+
+def type_hint(msg: MessageDef, f: FieldDef) -> str:
+    """Annotation for a constructor parameter (a string, never evaluated at import)."""
+    elem = f.struct.qualname if f.is_struct else HINTS[f.elem]
+    hint = f"List[{elem}]" if f.is_array else elem
+    lo, hi = msg.valid
+    nullable = f.nullable is not None and f.nullable[0] <= hi
+    if nullable or f.elem == "records" or default_info(f, msg.name)[0] == "None":
+        hint = f"Optional[{hint}]"
+    return hint
+
+
 def struct_class(msg: MessageDef, s: StructDef, notes: list) -> list:
     lo, hi = msg.valid
     base = "_Message" if s.top else "_Struct"
@@ -803,15 +819,20 @@ def struct_class(msg: MessageDef, s: StructDef, notes: list) -> list:
     params, body = [], []
     for f in s.fields:
         literal, factory, _ = default_info(f, s.qualname)
+        hint = type_hint(msg, f)
         if factory is not None:
-            params.append(f"{f.attr}=_UNSET")
+            params.append(f"{f.attr}: {hint} = _UNSET")
             body.append(f"self.{f.attr} = {factory} if {f.attr} is _UNSET else {f.attr}")
         else:
-            params.append(f"{f.attr}={literal}")
+            params.append(f"{f.attr}: {hint} = {literal}")
             body.append(f"self.{f.attr} = {f.attr}")
-    params.append("unknown_tagged_fields=None")
+    params.append("unknown_tagged_fields: Optional[Dict[int, bytes]] = None")
     body.append("self.unknown_tagged_fields = unknown_tagged_fields")
-    out.append("    def __init__(self, *, " + ", ".join(params) + "):")
+    out.append("    def __init__(")
+    out.append("        self,")
+    out.append("        *,")
+    out.extend(f"        {p}," for p in params)
+    out.append("    ) -> None:")
     out.extend("        " + x for x in body)
     out.append("")
 
@@ -840,10 +861,11 @@ def module_text(msgs: list, notes: list) -> str:
     text = "\n".join(body)
     uses_reader = "Reader(" in text
     uses_writer = "Writer()" in text
-    names = ["_F", "_Message", "_Struct", "_UNSET", "_ZERO_UUID", "_absent", "_new", "_null",
+    names = ["Buffer", "_F", "_Message", "_Struct", "_UNSET", "_ZERO_UUID", "_absent", "_new", "_null",
              "_null_on_wire", "_read_tags", "_tag_size_error", "_write_tags", "_zero_size_count"]
     used = [n for n in names if re.search(re.escape(n) + r"\b", text)]
-    head = [HEADER_LINE, "# fmt: off", "# flake8: noqa"]
+    head = [HEADER_LINE, "# fmt: off", "# flake8: noqa", "from __future__ import annotations",
+            "", "from typing import Dict, List, Optional", "from uuid import UUID", ""]
     wire = [n for n, u in (("Reader", uses_reader), ("Writer", uses_writer)) if u]
     if wire:
         head.append(f"from kafka_proto._wire import {', '.join(wire)}")
@@ -904,6 +926,7 @@ def index_text(msgs_by_module: dict, apis: dict) -> str:
 RUNTIME = '''\
 """Shared base classes and helpers for the generated message classes."""
 from collections import namedtuple
+from typing import Optional, Tuple, Type, TypeVar, Union
 from uuid import UUID
 
 from kafka_proto._wire import Reader, Writer
@@ -916,6 +939,8 @@ from kafka_proto.errors import (
 
 _ZERO_UUID = UUID(int=0)
 _new = object.__new__
+# What bytes and records fields accept (decoded records are memoryview slices of the input).
+Buffer = Union[bytes, bytearray, memoryview]
 # Most elements a zero-size-element array may claim (those counts cannot be checked against
 # the remaining input, and each element still costs an object).
 ZERO_SIZE_ARRAY_LIMIT = 1 << 16
@@ -1006,17 +1031,20 @@ def _write_tags(w, known, unknown):
         w.write_raw(data)
 
 
+T = TypeVar("T", bound="_Struct")
+
+
 class _Struct:
     """Base of every generated struct: equality, repr, encode and decode entry points."""
 
     __slots__ = ()
-    MIN_VERSION = 0
-    MAX_VERSION = 0
-    FLEXIBLE_MIN_VERSION = None
-    FIELDS = ()
-    __hash__ = None  # mutable
+    MIN_VERSION: int = 0
+    MAX_VERSION: int = 0
+    FLEXIBLE_MIN_VERSION: Optional[int] = None
+    FIELDS: Tuple[FieldSpec, ...] = ()
+    __hash__ = None  # type: ignore[assignment]  # mutable
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
         for name in self.__slots__:
@@ -1024,22 +1052,22 @@ class _Struct:
                 return False
         return True
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         parts = [f"{f.name}={getattr(self, f.name)!r}" for f in self.FIELDS]
         if self.unknown_tagged_fields:
             parts.append(f"unknown_tagged_fields={self.unknown_tagged_fields!r}")
         return f"{type(self).__qualname__}({', '.join(parts)})"
 
-    def _is_default(self):
+    def _is_default(self) -> bool:
         return self == type(self)()
 
-    def encode(self, version):
+    def encode(self, version: int) -> bytes:
         """Encode the body (no header) in the given version and return the bytes."""
         w = Writer()
         self.encode_into(w, version)
         return w.getvalue()
 
-    def encode_into(self, w, version):
+    def encode_into(self, w: Writer, version: int) -> None:
         """Append the encoding to a kafka_proto._wire.Writer."""
         _check_version(type(self), version)
         try:
@@ -1048,7 +1076,7 @@ class _Struct:
             raise ProtocolEncodeError(f"cannot encode {type(self).__qualname__} v{version}: {exc}") from exc
 
     @classmethod
-    def decode(cls, buffer, version):
+    def decode(cls: Type[T], buffer: Buffer, version: int) -> T:
         """Decode a whole buffer (bytes-like); trailing bytes are an error."""
         _check_version(cls, version)
         r = Reader(buffer)
@@ -1060,7 +1088,7 @@ class _Struct:
         return obj
 
     @classmethod
-    def decode_from(cls, r, version):
+    def decode_from(cls: Type[T], r: Reader, version: int) -> T:
         """Decode from a kafka_proto._wire.Reader, leaving it after the message."""
         _check_version(cls, version)
         return cls._read(r, version)
@@ -1070,8 +1098,8 @@ class _Message(_Struct):
     """Base of the top-level classes (requests, responses, headers, data schemas)."""
 
     __slots__ = ()
-    API_KEY = None
-    API_NAME = None
+    API_KEY: Optional[int] = None
+    API_NAME: Optional[str] = None
 '''
 
 

@@ -586,3 +586,17 @@ def test_bytes_agree_with_kafka_python():
     assert checked == 2 * sum(
         min(M.API_KEYS[M.API_KEYS_BY_NAME[a]].max_version, peers[a + 'Request'].max_version) + 1
         for a in INTEROP_APIS)
+
+
+def test_constructor_annotations_resolve():
+    import typing
+
+    for name in ALL_CLASSES:
+        cls = M.message_class(name)
+        for struct_cls in [cls] + [s.struct for s in cls.FIELDS if s.struct is not None]:
+            hints = typing.get_type_hints(struct_cls.__init__)
+            assert set(hints) == {s.name for s in struct_cls.FIELDS} | {
+                "unknown_tagged_fields", "return"}
+    hints = typing.get_type_hints(M.FetchRequest.__init__)
+    assert hints["topics"] == typing.List[M.FetchRequest.FetchTopic]
+    assert hints["cluster_id"] == typing.Optional[str]

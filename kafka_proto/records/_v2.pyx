@@ -546,7 +546,7 @@ cdef class RecordBatchBuilder:
 # Reader
 
 @cython.final
-@cython.freelist(64)
+@cython.freelist(1024)
 @cython.no_gc  # holds only bytes, str, ints and an enum member: no reference cycles
 cdef class Record:
     """One record of a batch. key/value are bytes or None; headers a list of (str, bytes|None)."""
@@ -657,26 +657,30 @@ cdef int _varint_error(int rc, str what) except -1:
     raise InvalidVarintError(f"record batch: {what} varint is too long")
 
 
-cdef inline object _bytes_at(const unsigned char** pp, const unsigned char* rend,
-                             str what):
-    """Read a varint length and that many bytes (None for -1)."""
+cdef int _length_error(int rc, int32_t n, Py_ssize_t left, str what) except -1:
+    # Kept out of line so that _bytes_at stays small enough to inline.
+    if rc != VARINT_OK:
+        return _varint_error(rc, what + " length")
+    if n < 0:
+        raise InvalidLengthError(f"record batch: negative {what} length {n}")
+    raise InvalidLengthError(
+        f"record batch: {what} length {n} exceeds the {left} bytes left in its record")
+
+
+cdef inline object _bytes_at(const unsigned char** pp, const unsigned char* rend, str what):
+    # A varint length then that many bytes; None for -1.
     cdef int32_t n = 0
     cdef Py_ssize_t used = 0
     cdef int rc = read_varint32(pp[0], rend, &n, &used)
-    cdef const unsigned char* p
-    if rc != VARINT_OK:
-        _varint_error(rc, what + " length")
-    p = pp[0] + used
-    if n < 0:
-        if n == -1:
-            pp[0] = p
-            return None
-        raise InvalidLengthError(f"record batch: negative {what} length {n}")
-    if n > rend - p:
-        raise InvalidLengthError(
-            f"record batch: {what} length {n} exceeds the {rend - p} bytes left in its record")
-    pp[0] = p + n
-    return PyBytes_FromStringAndSize(<const char*>p, n)
+    cdef const unsigned char* p = pp[0] + used
+    if rc == VARINT_OK and n >= 0 and n <= rend - p:
+        pp[0] = p + n
+        return PyBytes_FromStringAndSize(<const char*>p, n)
+    if rc == VARINT_OK and n == -1:
+        pp[0] = p
+        return None
+    _length_error(rc, n, rend - p, what)
+    return None
 
 
 @cython.final
@@ -699,6 +703,7 @@ cdef class RecordBatch:
     cdef int32_t _count
     cdef Py_ssize_t _max_decompressed
     cdef list _records
+    cdef object _decompressed
 
     cdef const unsigned char* _ptr(self) noexcept:
         return &self._view[0] + self._start
@@ -811,15 +816,23 @@ cdef class RecordBatch:
         return _crc32c(self._ptr() + OFF_ATTRIBUTES, self._size - OFF_ATTRIBUTES) == self._crc
 
     def records_list(self) -> list:
-        """All records of the batch as a list (parsed once, then cached)."""
+        """All records of the batch as a list (parsed on the first call, then cached)."""
+        cdef _RecordIterator it
+        cdef list out
         if self._records is None:
-            self._records = self._parse()
+            it = self._iterator()
+            out = []
+            for rec in it:
+                out.append(rec)
+            self._records = out
         return self._records
 
     def __iter__(self):
-        if self._records is None:
-            self._records = self._parse()
-        return iter(self._records)
+        """Records one by one, parsed as they are reached (a malformed record raises when
+        reached; the bytes must stay unchanged until the iteration ends)."""
+        if self._records is not None:
+            return iter(self._records)
+        return self._iterator()
 
     def control_record(self):
         """The ControlRecord of a control batch; None for data batches or an empty batch."""
@@ -832,123 +845,166 @@ cdef class RecordBatch:
         first = <Record>recs[0]
         return parse_control_record(first.key, first.value)
 
-    cdef list _parse(self):
+    cdef _RecordIterator _iterator(self):
         cdef int codec = self._attrs & ATTR_CODEC_MASK
+        cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
         cdef const unsigned char* p
-        cdef const unsigned char* end
         cdef Py_ssize_t clen, limit
-        cdef object data = None
+        cdef object data
         if codec == 0:
-            p = self._ptr() + HEADER_SIZE
-            end = self._ptr() + self._size
+            it.st.p = self._ptr() + HEADER_SIZE
+            it.st.end = self._ptr() + self._size
         else:
-            clen = self._size - HEADER_SIZE
-            limit = self._max_decompressed
-            if limit <= 0:
-                limit = clen * DECOMPRESSED_RATIO_LIMIT
-                if limit < DEFAULT_MAX_DECOMPRESSED:
-                    limit = DEFAULT_MAX_DECOMPRESSED
-            mv = PyMemoryView_FromMemory(<char*>self._ptr() + HEADER_SIZE, clen, PyBUF_READ)
+            if self._decompressed is None:
+                clen = self._size - HEADER_SIZE
+                limit = self._max_decompressed
+                if limit <= 0:
+                    limit = clen * DECOMPRESSED_RATIO_LIMIT
+                    if limit < DEFAULT_MAX_DECOMPRESSED:
+                        limit = DEFAULT_MAX_DECOMPRESSED
+                mv = PyMemoryView_FromMemory(<char*>self._ptr() + HEADER_SIZE, clen,
+                                             PyBUF_READ)
+                try:
+                    data = _compression().decompress(codec, mv, limit)
+                finally:
+                    mv.release()
+                if not PyBytes_CheckExact(data):
+                    data = bytes(data)
+                if self._count > PyBytes_GET_SIZE(data) // MIN_RECORD_WIRE:
+                    raise InvalidLengthError(
+                        f"record batch: recordsCount {self._count} cannot fit in "
+                        f"{PyBytes_GET_SIZE(data)} decompressed bytes")
+                self._decompressed = data
+            p = <const unsigned char*>PyBytes_AS_STRING(self._decompressed)
+            it.st.p = p
+            it.st.end = p + PyBytes_GET_SIZE(self._decompressed)
+        it._owner = self
+        it.st.index = 0
+        it.st.count = self._count
+        it.st.base_offset = self._base_offset
+        it.st.base_ts = self._base_ts
+        it.st.max_ts = self._max_ts
+        it.st.log_append = (self._attrs & ATTR_TIMESTAMP_TYPE) != 0
+        it._ts_type = _TIMESTAMP_TYPES[1 if it.st.log_append else 0]
+        return it
+
+
+cdef struct _ParseState:
+    const unsigned char* p
+    const unsigned char* end
+    int32_t index
+    int32_t count
+    int64_t base_offset
+    int64_t base_ts
+    int64_t max_ts
+    bint log_append
+
+
+@cython.final
+cdef class _RecordIterator:
+    """Parses the records of one batch as they are asked for."""
+
+    cdef _ParseState st
+    cdef object _owner      # the batch: keeps the buffer (or the decompressed bytes) alive
+    cdef object _ts_type
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.st.index < self.st.count:
             try:
-                data = _compression().decompress(codec, mv, limit)
-            finally:
-                mv.release()
-            if not PyBytes_CheckExact(data):
-                data = bytes(data)
-            p = <const unsigned char*>PyBytes_AS_STRING(data)
-            end = p + PyBytes_GET_SIZE(data)
-            if self._count > (end - p) // MIN_RECORD_WIRE:
-                raise InvalidLengthError(
-                    f"record batch: recordsCount {self._count} cannot fit in "
-                    f"{end - p} decompressed bytes")
-        return _parse_records(p, end, self._count, self._base_offset, self._base_ts,
-                              self._max_ts, self._attrs)
+                return _next_record(&self.st, self._ts_type)
+            except BaseException:
+                self.st.index = self.st.count  # stop after an error
+                self.st.p = self.st.end
+                raise
+        if self.st.p != self.st.end:
+            left = self.st.end - self.st.p
+            self.st.p = self.st.end
+            raise CorruptRecordError(
+                f"record batch: {left} bytes left after the last of {self.st.count} records")
+        raise StopIteration
 
 
-cdef list _parse_records(const unsigned char* p, const unsigned char* end, int32_t count,
-                         int64_t base_offset, int64_t base_ts, int64_t max_ts, int attrs):
-    cdef list records = []
+cdef Record _next_record(_ParseState* st, object ts_type):
+    cdef const unsigned char* p = st.p
+    cdef const unsigned char* end = st.end
+    cdef const unsigned char* rend
     cdef list headers
     cdef Record rec
-    cdef int32_t i, j
+    cdef int32_t j
     cdef int32_t rlen = 0, odelta = 0, hcount = 0, hkl = 0
     cdef int64_t tdelta = 0
     cdef Py_ssize_t used = 0
     cdef int rc
-    cdef const unsigned char* rend
-    cdef bint log_append = (attrs & ATTR_TIMESTAMP_TYPE) != 0
-    cdef object ts_type = _TIMESTAMP_TYPES[1 if log_append else 0]
     cdef object hkey
-    for i in range(count):
-        rc = read_varint32(p, end, &rlen, &used)
-        if rc != VARINT_OK:
-            if rc == VARINT_TRUNCATED:
-                raise TruncatedDataError(
-                    f"record batch: record {i} of {count} runs past the end of the batch")
-            raise InvalidVarintError("record batch: record length varint is too long")
-        p += used
-        if rlen < MIN_RECORD_BODY:
-            raise InvalidLengthError(f"record batch: record length {rlen} is too small")
-        if rlen > end - p:
+    rc = read_varint32(p, end, &rlen, &used)
+    if rc != VARINT_OK:
+        if rc == VARINT_TRUNCATED:
+            raise TruncatedDataError(
+                f"record batch: record {st.index} of {st.count} runs past the end of the batch")
+        raise InvalidVarintError("record batch: record length varint is too long")
+    p += used
+    if rlen < MIN_RECORD_BODY:
+        raise InvalidLengthError(f"record batch: record length {rlen} is too small")
+    if rlen > end - p:
+        raise InvalidLengthError(
+            f"record batch: record length {rlen} exceeds the {end - p} bytes left")
+    rend = p + rlen
+    p += 1  # record attributes: unused
+    rc = read_varint64(p, rend, &tdelta, &used)
+    if rc != VARINT_OK:
+        _varint_error(rc, "timestampDelta")
+    p += used
+    rc = read_varint32(p, rend, &odelta, &used)
+    if rc != VARINT_OK:
+        _varint_error(rc, "offsetDelta")
+    p += used
+    rec = Record.__new__(Record)
+    rec.offset = <int64_t>(<uint64_t>st.base_offset + <uint64_t><int64_t>odelta)
+    if st.log_append:
+        rec.timestamp = st.max_ts
+    else:
+        rec.timestamp = <int64_t>(<uint64_t>st.base_ts + <uint64_t>tdelta)
+    rec.timestamp_type = ts_type
+    rec.key = _bytes_at(&p, rend, "key")
+    rec.value = _bytes_at(&p, rend, "value")
+    rc = read_varint32(p, rend, &hcount, &used)
+    if rc != VARINT_OK:
+        _varint_error(rc, "headers count")
+    p += used
+    if hcount != 0:
+        if hcount < 0:
+            raise InvalidLengthError(f"record batch: negative header count {hcount}")
+        # Each header takes at least 2 bytes: refuse counts the record cannot hold.
+        if hcount > (rend - p) // 2:
             raise InvalidLengthError(
-                f"record batch: record length {rlen} exceeds the {end - p} bytes left")
-        rend = p + rlen
-        p += 1  # record attributes: unused
-        rc = read_varint64(p, rend, &tdelta, &used)
-        if rc != VARINT_OK:
-            _varint_error(rc, "timestampDelta")
-        p += used
-        rc = read_varint32(p, rend, &odelta, &used)
-        if rc != VARINT_OK:
-            _varint_error(rc, "offsetDelta")
-        p += used
-        rec = Record.__new__(Record)
-        rec.offset = <int64_t>(<uint64_t>base_offset + <uint64_t><int64_t>odelta)
-        if log_append:
-            rec.timestamp = max_ts
-        else:
-            rec.timestamp = <int64_t>(<uint64_t>base_ts + <uint64_t>tdelta)
-        rec.timestamp_type = ts_type
-        rec.key = _bytes_at(&p, rend, "key")
-        rec.value = _bytes_at(&p, rend, "value")
-        rc = read_varint32(p, rend, &hcount, &used)
-        if rc != VARINT_OK:
-            _varint_error(rc, "headers count")
-        p += used
-        if hcount != 0:
-            if hcount < 0:
-                raise InvalidLengthError(f"record batch: negative header count {hcount}")
-            # Each header takes at least 2 bytes: refuse counts the record cannot hold.
-            if hcount > (rend - p) // 2:
+                f"record batch: header count {hcount} exceeds what the record can hold")
+        headers = []
+        for j in range(hcount):
+            rc = read_varint32(p, rend, &hkl, &used)
+            if rc != VARINT_OK:
+                _varint_error(rc, "header key length")
+            p += used
+            if hkl < 0:
                 raise InvalidLengthError(
-                    f"record batch: header count {hcount} exceeds what the record can hold")
-            headers = []
-            for j in range(hcount):
-                rc = read_varint32(p, rend, &hkl, &used)
-                if rc != VARINT_OK:
-                    _varint_error(rc, "header key length")
-                p += used
-                if hkl < 0:
-                    raise InvalidLengthError(
-                        f"record batch: header key length {hkl} (header keys are not nullable)")
-                if hkl > rend - p:
-                    raise InvalidLengthError(
-                        f"record batch: header key length {hkl} exceeds its record")
-                # Malformed UTF-8 is replaced, as the Java client does.
-                hkey = PyUnicode_DecodeUTF8(<const char*>p, hkl, "replace")
-                p += hkl
-                headers.append((hkey, _bytes_at(&p, rend, "header value")))
-            rec._headers = headers
-        if p != rend:
-            raise CorruptRecordError(
-                f"record batch: record {i} declares {rlen} bytes but its fields take "
-                f"{rlen - (rend - p)}")
-        p = rend
-        records.append(rec)
-    if p != end:
+                    f"record batch: header key length {hkl} (header keys are not nullable)")
+            if hkl > rend - p:
+                raise InvalidLengthError(
+                    f"record batch: header key length {hkl} exceeds its record")
+            # Malformed UTF-8 is replaced, as the Java client does.
+            hkey = PyUnicode_DecodeUTF8(<const char*>p, hkl, "replace")
+            p += hkl
+            headers.append((hkey, _bytes_at(&p, rend, "header value")))
+        rec._headers = headers
+    if p != rend:
         raise CorruptRecordError(
-            f"record batch: {end - p} bytes left after the last of {count} records")
-    return records
+            f"record batch: record {st.index} declares {rlen} bytes but its fields take "
+            f"{rlen - (rend - p)}")
+    st.p = rend
+    st.index += 1
+    return rec
 
 
 cdef object _read_legacy_entry = None

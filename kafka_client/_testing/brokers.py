@@ -232,6 +232,12 @@ class LocalBroker:
         except OSError:
             return ""
 
+    def connect(self, **kwargs):
+        """A :class:`~kafka_client._net.blocking.BlockingConnection` to this broker."""
+        from kafka_client._net.blocking import BlockingConnection
+
+        return BlockingConnection(self.host, self.port, **kwargs)
+
     def create_topic(self, name: str, partitions: int = 1, timeout: float = 10.0,
                      config: Optional[dict] = None) -> None:
         """Create a topic (replication factor 1) and wait until metadata shows it.

@@ -23,6 +23,12 @@ def test_broker_answers_and_creates_topics(broker, topic_name):
     assert sorted(md.topics[topic_name].partitions) == [0, 1, 2]
 
 
+def test_connect_gives_a_negotiated_connection(broker):
+    with broker.connect(client_id="fixture-test", timeout=5) as conn:
+        assert (conn.host, conn.port) == (broker.host, broker.port)
+        assert conn.versions[18] == conn.api_versions_version
+
+
 def test_probe_fails_on_closed_port():
     port = free_port()
     assert not probe_api_versions("127.0.0.1", port, timeout=0.5)

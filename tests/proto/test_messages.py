@@ -600,3 +600,26 @@ def test_constructor_annotations_resolve():
     hints = typing.get_type_hints(M.FetchRequest.__init__)
     assert hints["topics"] == typing.List[M.FetchRequest.FetchTopic]
     assert hints["cluster_id"] == typing.Optional[str]
+
+
+def test_mutated_input_only_raises_decode_errors():
+    """Corrupted bodies of every class decode or raise ProtocolDecodeError, nothing else."""
+    import random
+
+    rng = random.Random(1234)
+    outcomes = {"ok": 0, "error": 0}
+    for name in ALL_CLASSES:
+        cls = M.message_class(name)
+        for version in {cls.MIN_VERSION, cls.MAX_VERSION}:
+            data = sample(cls, version).encode(version)
+            for _ in range(10):
+                mutated = bytearray(data)
+                for _ in range(rng.randint(1, 3)):
+                    if mutated:
+                        mutated[rng.randrange(len(mutated))] = rng.choice((0x00, 0xFF, 0x7F, 0x80, rng.randrange(256)))
+                try:
+                    cls.decode(bytes(mutated), version)
+                    outcomes["ok"] += 1
+                except ProtocolDecodeError:
+                    outcomes["error"] += 1
+    assert outcomes["error"] > 1000 and outcomes["ok"] > 100

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from kafka_proto.errors import UnsupportedVersionError
+from kafka_proto.errors import ProtocolDecodeError, UnsupportedVersionError
 from kafka_proto.framing import (
     API_VERSIONS_KEY,
     DEFAULT_MAX_FRAME_SIZE,
@@ -155,11 +155,18 @@ class BlockingConnection:
             tried.add(version)
             req = ours(client_software_name=CLIENT_SOFTWARE_NAME,
                        client_software_version=_client_version())
-            resp = self._api_versions_round_trip(req, version)
-            if resp.error_code != UNSUPPORTED_VERSION:
+            try:
+                resp = self._api_versions_round_trip(req, version)
+            except ProtocolDecodeError:
+                # Not in the layout of the version asked for (the stream is still in
+                # sync: the frame was whole): try the layout every broker knows.
+                if version == 0 or self.closed:
+                    raise
+                resp, retry = None, 0
+            else:
+                retry = self._api_versions_retry(resp, version, ours.MAX_VERSION)
+            if retry is None:
                 break
-            theirs = {k.api_key: k.max_version for k in resp.api_keys}
-            retry = min(theirs.get(API_VERSIONS_KEY, 0), ours.MAX_VERSION)
             if retry in tried:
                 retry = 0
             if retry in tried:
@@ -176,6 +183,19 @@ class BlockingConnection:
         self.broker_versions = broker_ranges(resp)
         self.versions = negotiate_versions(self.broker_versions)
         return resp
+
+    @staticmethod
+    def _api_versions_retry(resp: Any, version: int, our_max: int) -> Optional[int]:
+        """The ApiVersions version to ask again with, or None if ``resp`` is final."""
+        theirs = {k.api_key: k.max_version for k in resp.api_keys or ()}
+        their_max = theirs.get(API_VERSIONS_KEY)
+        if resp.error_code == UNSUPPORTED_VERSION:
+            return min(their_max or 0, our_max)
+        if resp.error_code == 0 and their_max is not None and their_max < version:
+            # Answered a version it says it does not know (Tansu 0.6 does so, in its own
+            # latest layout): ask again in a version it knows, to be sure of the layout.
+            return their_max
+        return None
 
     def _api_versions_round_trip(self, req: Any, version: int) -> Any:
         messages = _messages()

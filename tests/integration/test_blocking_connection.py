@@ -116,6 +116,41 @@ def test_unsupported_version_without_range_retries_v0():
     assert fake.seen == [(18, 4), (18, 0)]
 
 
+def test_answer_beyond_advertised_range_is_asked_again():
+    """A broker that answers a version it does not know with error 0 (Tansu 0.6 does)
+    is asked again at the highest version it advertises."""
+    def script(conn, requests):
+        _, ver, cid, _ = next(requests)
+        assert ver == 4
+        respond(conn, cid, api_versions_body(3, 0, {18: (0, 3)}))
+        _, ver, cid, _ = next(requests)
+        assert ver == 3
+        respond(conn, cid, api_versions_body(3, 0, {18: (0, 3), 1: (4, 12)}))
+        time.sleep(0.2)
+
+    fake = FakeBroker(script)
+    with BlockingConnection("127.0.0.1", fake.port, timeout=5) as c:
+        assert c.api_versions_version == 3
+        assert c.broker_versions == {18: (0, 3), 1: (4, 12)}
+    fake.close()
+
+
+def test_undecodable_answer_falls_back_to_v0():
+    def script(conn, requests):
+        _, ver, cid, _ = next(requests)
+        assert ver == 4
+        respond(conn, cid, b"\x00\x00\xff")  # not a valid v4 body
+        _, ver, cid, _ = next(requests)
+        assert ver == 0
+        respond(conn, cid, api_versions_body(0, 0, {18: (0, 0)}))
+        time.sleep(0.2)
+
+    fake = FakeBroker(script)
+    with BlockingConnection("127.0.0.1", fake.port, timeout=5) as c:
+        assert c.api_versions_version == 0
+    fake.close()
+
+
 def test_timeout_when_broker_does_not_answer():
     def script(conn, requests):
         next(requests)

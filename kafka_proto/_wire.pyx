@@ -129,7 +129,7 @@ cdef class Writer:
         want = self._len + need
         if want <= self._cap:
             return 0
-        new_cap = self._cap * 2
+        new_cap = self._cap * 2 if self._cap <= PY_SSIZE_T_MAX // 2 else want
         if new_cap < want:
             new_cap = want
         nb = <unsigned char*>PyMem_Realloc(self._buf, new_cap)

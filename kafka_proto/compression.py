@@ -51,8 +51,12 @@ __all__ = [
 
 try:
     from kafka_proto._compression import OutputBuffer as _OutputBuffer
-except ImportError:  # extension not built: same results, one extra copy per payload
+    from kafka_proto._compression import lz4_frame_decompress as _lz4_frame_c
+    from kafka_proto._compression import xxh32 as _xxh32_c
+except ImportError:  # extension not built: same results from the Python code below, slower
     _OutputBuffer = None
+    _lz4_frame_c = None
+    _xxh32_c = None
 
 BytesLike = Union[bytes, bytearray, memoryview]
 
@@ -134,7 +138,14 @@ def _rotl(x: int, r: int) -> int:
 
 
 def xxh32(data: BytesLike, seed: int = 0) -> int:
-    """xxHash32 of ``data`` (pure Python; meant for short inputs such as LZ4 frame headers)."""
+    """xxHash32 of ``data`` (seed 0 by default), as used by the LZ4 frame format."""
+    if _xxh32_c is not None:
+        return _xxh32_c(data, seed)
+    return _xxh32_py(data, seed)
+
+
+def _xxh32_py(data: BytesLike, seed: int = 0) -> int:
+    """Pure-Python xxHash32: the fallback, and a cross-check of the compiled one in tests."""
     b = bytes(data)
     n = len(b)
     i = 0
@@ -188,6 +199,9 @@ def _gzip_compress(mv: memoryview, level: Optional[int]) -> bytes:
 # Deflate cannot expand more than about 1032:1; a trailer size above that is a lie.
 _DEFLATE_MAX_RATIO = 1032
 
+# Below this output size zlib's lower per-call cost wins (measured crossover ~32 KB).
+_GZIP_FAST_MIN = 32 * 1024
+
 _cramjam = None
 
 
@@ -212,7 +226,7 @@ def _gzip_fast(mv: memoryview, max_size: int) -> Optional[bytes]:
     if not cj or n < 20:
         return None
     (hint,) = struct.unpack_from("<I", mv, n - 4)
-    if hint == 0 or hint > max_size or hint > n * _DEFLATE_MAX_RATIO:
+    if hint < _GZIP_FAST_MIN or hint > max_size or hint > n * _DEFLATE_MAX_RATIO:
         return None
     out = _Output(hint)
     try:
@@ -378,6 +392,11 @@ def _lz4_mods():
     return _lz4_block, _lz4_frame
 
 
+def _window(prev):
+    """The last 64 KiB of output: what a linked block may refer back to."""
+    return prev[len(prev) - 65536:] if len(prev) > 65536 else prev
+
+
 def lz4_compress(data: BytesLike, level: Optional[int] = None,
                  legacy_header: bool = False) -> bytes:
     """LZ4 frame as Kafka's Java writer makes it: FLG 0x60, BD 0x40 (independent 64 KiB
@@ -409,6 +428,14 @@ def lz4_compress(data: BytesLike, level: Optional[int] = None,
 
 def _lz4_decompress(mv: memoryview, max_size: int) -> bytes:
     block_mod, _ = _lz4_mods()
+    if _lz4_frame_c is not None:
+        return _lz4_frame_c(mv, max_size, block_mod.decompress)
+    return _lz4_decompress_py(mv, max_size, block_mod)
+
+
+def _lz4_decompress_py(mv: memoryview, max_size: int, block_mod) -> bytes:
+    """The frame walk of the compiled reader, in Python (fallback and test oracle); unlike
+    it, this one does not verify block and content checksums."""
     n = len(mv)
     parts: list = []
     total = 0
@@ -487,7 +514,7 @@ def _lz4_decompress(mv: memoryview, max_size: int) -> bytes:
                 try:
                     if linked and prev is not None:
                         out = block_mod.decompress(block, uncompressed_size=min(block_max, budget),
-                                                   dict=prev[-65536:])
+                                                   dict=_window(prev))
                     else:
                         out = block_mod.decompress(block, uncompressed_size=min(block_max, budget))
                 except Exception as e:
@@ -496,7 +523,7 @@ def _lz4_decompress(mv: memoryview, max_size: int) -> bytes:
                         try:
                             if linked and prev is not None:
                                 block_mod.decompress(block, uncompressed_size=block_max,
-                                                     dict=prev[-65536:])
+                                                     dict=_window(prev))
                             else:
                                 block_mod.decompress(block, uncompressed_size=block_max)
                         except Exception:

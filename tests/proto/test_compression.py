@@ -262,8 +262,11 @@ def test_zstd_bad_level():
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_same_results_without_compiled_output_helper(codec, monkeypatch):
+def test_same_results_without_compiled_helpers(codec, monkeypatch):
     monkeypatch.setattr(C, "_OutputBuffer", None)
+    monkeypatch.setattr(C, "_lz4_frame_c", None)
+    monkeypatch.setattr(C, "_xxh32_c", None)
+    assert C.xxh32(b"abc") == 0x32D153FF
     packed = C.compress(codec, DATA)
     assert C.decompress(codec, packed) == DATA
     assert C.decompress(C.CODEC_SNAPPY, C.compress(C.CODEC_SNAPPY, b"")) == b""
@@ -282,3 +285,28 @@ def test_output_helper_is_exact_and_single_use():
     assert out.take() == b"abcde"
     with pytest.raises(BufferError):
         out.take()
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.binary(max_size=300), seed=st.integers(0, 2**32 - 1))
+def test_compiled_xxh32_matches_python(data, seed):
+    assert C._xxh32_c(data, seed) == C._xxh32_py(data, seed)
+
+
+LZ4_VARIANTS = [
+    {},
+    {"block_checksum": True, "content_checksum": True},
+    {"store_size": True, "block_linked": False},
+    {"block_size": lz4.frame.BLOCKSIZE_MAX1MB},
+]
+
+
+@pytest.mark.parametrize("kw", LZ4_VARIANTS)
+@settings(max_examples=25, deadline=None)
+@given(data=st.binary(max_size=150_000) | st.builds(lambda n: DATA * n, st.integers(0, 4)))
+def test_compiled_lz4_reader_matches_python_reader(kw, data):
+    import lz4.block
+
+    frame = lz4.frame.compress(data, **kw)
+    assert C._lz4_frame_c(frame, 1 << 30, lz4.block.decompress) == data
+    assert C._lz4_decompress_py(memoryview(frame), 1 << 30, lz4.block) == data

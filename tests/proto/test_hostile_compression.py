@@ -243,3 +243,24 @@ def test_gzip_fast_path_never_exceeds_limit():
     with pytest.raises(DecompressionLimitError):
         C.decompress(C.CODEC_GZIP, packed, max_size=2 * MiB - 1)
     assert C.decompress(C.CODEC_GZIP, packed, max_size=2 * MiB) == bytes(2 * MiB)
+
+
+def test_lz4_block_and_content_checksums_verified():
+    frame = bytearray(lz4.frame.compress(DATA, block_checksum=True, content_checksum=True,
+                                         block_linked=False))
+    assert C.decompress(C.CODEC_LZ4, bytes(frame)) == DATA
+    (size,) = struct.unpack_from("<I", frame, 7)
+    bad = bytearray(frame)
+    bad[11 + (size & 0x7FFFFFFF)] ^= 1  # first block's checksum
+    with pytest.raises(DecompressionError, match="block checksum"):
+        C.decompress(C.CODEC_LZ4, bytes(bad))
+    bad = bytearray(frame)
+    bad[-1] ^= 1  # content checksum
+    with pytest.raises(DecompressionError, match="content checksum"):
+        C.decompress(C.CODEC_LZ4, bytes(bad))
+
+
+def test_lz4_linked_block_bomb_stops():
+    frame = lz4.frame.compress(bytes(8 * MiB), block_linked=True)
+    with pytest.raises(DecompressionLimitError):
+        C.decompress(C.CODEC_LZ4, frame, max_size=MiB + 5)

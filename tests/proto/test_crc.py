@@ -151,3 +151,14 @@ def test_crc32c_uniform_random_lengths(n, off, seed):
     expected = crc32c_pkg.crc32c(bytes(view), seed)
     for fn in CRC32C_FUNCS:
         assert fn(view, seed) == expected
+
+
+def test_stub_matches_module():
+    import ast
+    import pathlib
+
+    tree = ast.parse(pathlib.Path(_crc.__file__).with_name("_crc.pyi").read_text())
+    stub = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    stub |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
+    public = {n for n in dir(_crc) if not n.startswith("_")}
+    assert public == stub

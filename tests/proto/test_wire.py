@@ -504,3 +504,35 @@ def test_hostile_input_only_raises_decode_errors(data, methods, start):
             break
         assert before < r.position <= r.end
     assert start <= r.position <= len(data)
+
+
+def _stub_names(module):
+    """Top-level and class-level names declared in a module's .pyi stub."""
+    import ast
+    import pathlib
+
+    stub_path = pathlib.Path(module.__file__).with_name(module.__name__.rsplit(".", 1)[1] + ".pyi")
+    tree = ast.parse(stub_path.read_text())
+    names = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            names[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+        elif isinstance(node, ast.FunctionDef):
+            names[node.name] = None
+        elif isinstance(node, ast.AnnAssign):
+            names[node.target.id] = None
+    return names
+
+
+def test_stub_matches_module():
+    import kafka_proto._wire as wire
+
+    stub = _stub_names(wire)
+    public = {n for n in dir(wire) if not n.startswith("_") and n not in ("Optional", "Union")}
+    runtime = {n for n in public
+               if callable(getattr(wire, n)) and getattr(wire, n).__module__ == wire.__name__}
+    assert runtime == {n for n in stub if not n.startswith("_")}
+    assert {"Reader", "Writer", "encode_varint", "decode_uvarint"} <= runtime
+    for cls in ("Reader", "Writer"):
+        methods = {n for n in dir(getattr(wire, cls)) if not n.startswith("_")}
+        assert methods == {n for n in stub[cls] if not n.startswith("_")}, cls

@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 import time
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, Optional, Tuple
 
 from kafka_proto.errors import ProtocolDecodeError, UnsupportedVersionError
 from kafka_proto.framing import (
@@ -104,7 +104,8 @@ class BlockingConnection:
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
         except socket.timeout as exc:
-            raise RequestTimeoutError(f"connect to {host}:{port} timed out after {timeout}s") from exc
+            raise RequestTimeoutError(
+                f"connect to {host}:{port} timed out after {timeout}s") from exc
         except OSError as exc:
             raise BrokerConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -175,7 +176,8 @@ class BlockingConnection:
             version = retry
         if resp.error_code != 0:
             raise BrokerConnectionError(
-                f"ApiVersions v{version} failed on {self.host}:{self.port}: error {resp.error_code}")
+                f"ApiVersions v{version} failed on {self.host}:{self.port}: "
+                f"error {resp.error_code}")
         self.api_versions_version = version
         self.api_versions_response = resp
         from kafka_proto.versions import broker_ranges

@@ -231,7 +231,8 @@ def test_property_any_chunking_gives_the_same_frames(payloads, cuts):
 
 def test_request_header_v0_v1_v2_bytes():
     assert encode_request_header(7, 0, 5, "ignored", 0) == bytes.fromhex("0007 0000 00000005")
-    assert encode_request_header(3, 8, 1, "ab", 1) == bytes.fromhex("0003 0008 00000001 0002") + b"ab"
+    assert encode_request_header(3, 8, 1, "ab", 1) == (
+        bytes.fromhex("0003 0008 00000001 0002") + b"ab")
     # v2: client_id still uses the int16 length, then an empty tagged-field section
     assert encode_request_header(1, 12, -1, "ab", 2) == (
         bytes.fromhex("0001 000c ffffffff 0002") + b"ab" + b"\x00")

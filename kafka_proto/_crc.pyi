@@ -6,7 +6,7 @@ from typing_extensions import Buffer
 _BytesLike = Union[bytes, bytearray, memoryview, Buffer]
 
 #: Name of the CRC-32C implementation chosen for this CPU at import time
-#: ("avx512", "sse4.2" or "software").
+#: ("avx512", "sse4.2", "armv8-crc" or "software").
 IMPLEMENTATION: str
 
 def crc32c(data: _BytesLike, crc: int = 0) -> int: ...
@@ -14,7 +14,7 @@ def crc32c_software(data: _BytesLike, crc: int = 0) -> int: ...
 def crc32(data: _BytesLike, crc: int = 0) -> int: ...
 
 #: Every CRC-32C implementation usable on this CPU, slowest first
-#: (a subset of "software", "sse4.2", "avx512").
+#: (a subset of "software", "armv8-crc", "sse4.2", "avx512").
 IMPLEMENTATIONS: tuple[str, ...]
 
 def crc32c_using(implementation: str, data: _BytesLike, crc: int = 0) -> int: ...

@@ -25,7 +25,8 @@ cdef extern from "crc32c.h" nogil:
 
 kp_crc_init()
 
-#: Name of the CRC-32C implementation chosen for this CPU ("avx512", "sse4.2", "software").
+#: Name of the CRC-32C implementation chosen for this CPU
+#: ("avx512", "sse4.2", "armv8-crc" or "software").
 IMPLEMENTATION = kp_crc32c_impl_name.decode()
 
 #: Every CRC-32C implementation usable on this CPU, slowest first.

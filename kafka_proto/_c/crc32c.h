@@ -8,6 +8,9 @@
  *     (its latency is 3 cycles but it issues once per cycle, so three chains keep the unit
  *     busy); the three partial CRCs are merged with carry-less multiplications by
  *     x^(8*len - 33) mod P, followed by one crc32 instruction that does the reduction.
+ *   - x86-64 with AVX-512 + VPCLMULQDQ, inputs of 1 KiB and more: carry-less folding of
+ *     256 bytes per step (see kp_crc32c_avx512).
+ *   - AArch64 compiled with the CRC extension: the crc32c instructions, one stream.
  *   - everything else: slicing-by-8 tables (eight bytes per step, no data-dependent branch).
  * CRC-32 (IEEE) only serves legacy message sets, so slicing-by-8 is enough for it.
  *
@@ -77,7 +80,7 @@ static uint32_t kp_crc32(uint32_t crc, const unsigned char *p, size_t n) {
 }
 
 /* x^n mod P in the reflected representation (bit 31 is x^0), CRC-32C polynomial. */
-static uint32_t kp_xpow_mod(uint64_t n) {
+static inline uint32_t kp_xpow_mod(uint64_t n) {
     uint32_t r = 0x80000000u;
     while (n--)
         r = (r & 1) ? (r >> 1) ^ KP_POLY_CRC32C : r >> 1;
@@ -253,20 +256,57 @@ kp_crc32c_avx512(uint32_t crc, const unsigned char *p, size_t n) {
 #endif
 
 /* ---------------------------------------------------------------------------------- */
+/* AArch64 built with the CRC extension (__ARM_FEATURE_CRC32, e.g. Apple silicon or    */
+/* -march=armv8-a+crc): the crc32c instructions, known present at compile time.        */
+
+#if defined(__aarch64__) && defined(__ARM_FEATURE_CRC32)
+#define KP_HAVE_ARM_CRC 1
+#include <arm_acle.h>
+
+static uint32_t kp_crc32c_arm(uint32_t crc, const unsigned char *p, size_t n) {
+    uint32_t c = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = __crc32cb(c, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __crc32cd(c, v);
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = __crc32cb(c, *p++);
+    return ~c;
+}
+#endif
+
+/* ---------------------------------------------------------------------------------- */
 /* Dispatch.                                                                            */
 
 typedef uint32_t (*kp_crc_fn)(uint32_t, const unsigned char *, size_t);
 
 /* Every CRC-32C path, best last; a NULL entry is not available on this CPU/build. */
-enum { KP_PATH_SOFTWARE = 0, KP_PATH_SSE42 = 1, KP_PATH_AVX512 = 2, KP_NPATHS = 3 };
-static kp_crc_fn kp_crc32c_paths[KP_NPATHS] = {kp_crc32c_sw, NULL, NULL};
-static const char *const kp_crc32c_path_names[KP_NPATHS] = {"software", "sse4.2", "avx512"};
+enum {
+    KP_PATH_SOFTWARE = 0,
+    KP_PATH_ARM = 1,
+    KP_PATH_SSE42 = 2,
+    KP_PATH_AVX512 = 3,
+    KP_NPATHS = 4
+};
+static kp_crc_fn kp_crc32c_paths[KP_NPATHS] = {kp_crc32c_sw, NULL, NULL, NULL};
+static const char *const kp_crc32c_path_names[KP_NPATHS] = {"software", "armv8-crc", "sse4.2",
+                                                            "avx512"};
 static kp_crc_fn kp_crc32c_impl = kp_crc32c_sw;
 static const char *kp_crc32c_impl_name = "software";
 
 static void kp_crc_init(void) {
     kp_build_tables(kp_tab_crc32c, KP_POLY_CRC32C);
     kp_build_tables(kp_tab_crc32, KP_POLY_CRC32);
+#ifdef KP_HAVE_ARM_CRC
+    kp_crc32c_paths[KP_PATH_ARM] = kp_crc32c_arm;
+#endif
 #ifdef KP_HAVE_X86_HW
     /* clmul yields the product times x (bit order), and the final crc32 multiplies by
      * x^32: shifting by L bytes therefore needs x^(8L - 33). */

@@ -221,3 +221,48 @@ def test_idempotent_duplicate_is_not_appended_twice(broker, conn, topic_name):
     result = simple.fetch_all(conn, topic_name)
     assert result.high_watermark == 5
     assert sum(b.records_count for b in result.batches) == 5
+
+
+def test_confluent_transactions_give_control_batches(broker, conn, topic_name):
+    """librdkafka's transactional producer: one committed and one aborted transaction.
+    We must see both data batches and both COMMIT/ABORT markers as control batches."""
+    ControlRecordType = records.ControlRecordType
+    broker.create_topic(topic_name)
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                 "transactional.id": f"tx-{topic_name}", "linger.ms": 5})
+    p.init_transactions(15)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic_name, value=b"committed-%d" % i, partition=0)
+    p.commit_transaction(15)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic_name, value=b"aborted-%d" % i, partition=0)
+    p.flush(15)  # abort_transaction() would purge unsent messages
+    p.abort_transaction(15)
+
+    part = simple.fetch_once(conn, topic_name, 0, 0, version=12, isolation_level=0)
+    assert part.high_watermark == 10 and part.last_stable_offset == 10
+    batches = list(records.read_batches(part.records))
+    layout = [(b.base_offset, b.last_offset, b.is_control) for b in batches]
+    assert layout == [(0, 4, False), (5, 5, True), (6, 8, False), (9, 9, True)]
+    pid = batches[0].producer_id
+    assert pid >= 0 and all(b.is_transactional and b.producer_id == pid for b in batches)
+    assert [r.value for r in batches[0]] == [b"committed-%d" % i for i in range(5)]
+    assert [r.value for r in batches[2]] == [b"aborted-%d" % i for i in range(3)]
+    assert batches[1].control_record().type == ControlRecordType.COMMIT
+    assert batches[3].control_record().type == ControlRecordType.ABORT
+
+    committed = simple.fetch_once(conn, topic_name, 0, 0, version=12, isolation_level=1)
+    aborted = [(a.producer_id, a.first_offset) for a in committed.aborted_transactions or ()]
+    got = [(b.base_offset, b.is_control) for b in records.read_batches(committed.records)]
+    if broker.kind == "tansu":
+        # Tansu 0.6 sends no aborted-transactions list and no filtering: read_committed
+        # consumers cannot tell aborted data from committed on Tansu.
+        assert aborted == []
+        assert got == [(0, False), (5, True), (6, False), (9, True)]
+    else:
+        # noida-db lists the aborted transaction AND leaves its data batch out itself
+        # (Kafka would send the batch and let the client drop it).
+        assert aborted == [(pid, 6)]
+        assert got == [(0, False), (5, True), (9, True)]

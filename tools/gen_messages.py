@@ -468,6 +468,9 @@ def nondefault_test(f: FieldDef, var: str, where: str) -> str:
 # Code for one value
 
 
+# struct-module codes of the fixed-size element types whose arrays are (un)packed in one call.
+PACKED = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q",
+          "float64": "d"}
 SCALAR_WRITE = {t: f"write_{t}" for t in NUMERIC + ("bool", "uuid")}
 SCALAR_READ = {t: f"read_{t}" for t in NUMERIC + ("bool", "uuid")}
 
@@ -530,13 +533,15 @@ class Emitter:
                               f"{w}.write_array_length({n})")
             lines = []
             body = [length(f"len({var})"), f"for e in {var}:"]
-            if f.is_struct:
+            if f.elem in PACKED:
+                body = [length(f"len({var})"), f"_write_packed({w}, {var}, {PACKED[f.elem]!r})"]
+            elif f.is_struct:
                 body.append(f"    e._write({w}, version)")
             elif f.elem in ("string", "bytes"):
                 body.append("    if e is None:")
                 body.append(f"        _null(self, {f.attr!r}, version)")
                 body.append("    " + bytes_call("write", f.elem, flex, False, w, "e"))
-            else:
+            elif f.elem not in PACKED:
                 body.append(f"    {w}.{SCALAR_WRITE[f.elem]}(e)")
             if nullable:
                 lines.append(f"if {var} is None:")
@@ -671,6 +676,9 @@ class Emitter:
                             f"{r}.{_bytes_method('read', f.elem, False, False)}")
                 lines.append(f"    rd = {rd}")
                 lines.append(f"    {target} = [rd() for _ in range(n)]")
+            elif f.elem in PACKED:
+                # One struct unpack for the whole array instead of a call per element.
+                lines.append(f"    {target} = _read_packed({r}, n, {PACKED[f.elem]!r})")
             else:
                 lines.append(f"    rd = {r}.{SCALAR_READ[f.elem]}")
                 lines.append(f"    {target} = [rd() for _ in range(n)]")
@@ -862,7 +870,7 @@ def module_text(msgs: list, notes: list) -> str:
     uses_reader = "Reader(" in text
     uses_writer = "Writer()" in text
     names = ["Buffer", "_F", "_Message", "_Struct", "_UNSET", "_ZERO_UUID", "_absent", "_new", "_null",
-             "_null_on_wire", "_read_tags", "_tag_size_error", "_write_tags", "_zero_size_count"]
+             "_null_on_wire", "_read_packed", "_read_tags", "_tag_size_error", "_write_packed", "_write_tags", "_zero_size_count"]
     used = [n for n in names if re.search(re.escape(n) + r"\b", text)]
     head = [HEADER_LINE, "# fmt: off", "# flake8: noqa", "from __future__ import annotations",
             "", "from typing import Dict, List, Optional", "from uuid import UUID", ""]
@@ -926,6 +934,8 @@ def index_text(msgs_by_module: dict, apis: dict) -> str:
 RUNTIME = '''\
 """Shared base classes and helpers for the generated message classes."""
 from collections import namedtuple
+from struct import Struct
+from struct import error as StructError
 from typing import Optional, Tuple, Type, TypeVar, Union
 from uuid import UUID
 
@@ -998,6 +1008,35 @@ def _zero_size_count(n):
     if n > ZERO_SIZE_ARRAY_LIMIT:
         raise InvalidLengthError(f"array of {n} empty elements exceeds {ZERO_SIZE_ARRAY_LIMIT}")
     return n
+
+
+_PACKERS = {}
+_PACKED_SIZE = {"b": 1, "h": 2, "H": 2, "i": 4, "I": 4, "q": 8, "d": 8}
+
+
+def _packer(n, code):
+    s = _PACKERS.get((n, code))
+    if s is None:
+        s = Struct(f">{n}{code}")
+        if n <= 64:  # cache the common small sizes only
+            _PACKERS[(n, code)] = s
+    return s
+
+
+def _read_packed(r, n, code):
+    """Read n fixed-size big-endian numbers as a list (one unpack instead of n calls)."""
+    if not n:
+        return []
+    return list(_packer(n, code).unpack(r.read_raw_view(n * _PACKED_SIZE[code])))
+
+
+def _write_packed(w, values, code):
+    """Write fixed-size big-endian numbers (the array length is written by the caller)."""
+    if values:
+        try:
+            w.write_raw(_packer(len(values), code).pack(*values))
+        except StructError as exc:
+            raise ProtocolEncodeError(f"array element out of range or of the wrong type: {exc}") from exc
 
 
 def _read_tags(r):

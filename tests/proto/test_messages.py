@@ -417,6 +417,23 @@ def test_null_on_wire_for_non_nullable_array():
 def test_out_of_range_int_raises_encode_error():
     with pytest.raises(ProtocolEncodeError):
         M.HeartbeatRequest(generation_id=1 << 31).encode(0)
+    part = M.MetadataResponse.MetadataResponsePartition
+    for bad in ([1 << 31], [1, "2"], [None]):
+        msg = M.MetadataResponse(topics=[M.MetadataResponse.MetadataResponseTopic(
+            name="t", partitions=[part(replica_nodes=bad)])])
+        with pytest.raises(ProtocolEncodeError):
+            msg.encode(12)
+
+
+def test_primitive_arrays_golden():
+    part = M.MetadataResponse.MetadataResponsePartition(
+        partition_index=1, leader_id=2, replica_nodes=[1, -2, 3], isr_nodes=[], offline_replicas=[7])
+    data = part.encode(5)
+    assert data == (i16(0) + i32(1) + i32(2) + i32(3) + i32(1) + i32(-2) + i32(3) + i32(0)
+                    + i32(1) + i32(7))
+    assert M.MetadataResponse.MetadataResponsePartition.decode(data, 5) == part
+    with pytest.raises(ProtocolDecodeError):  # count says 3, only 2 elements follow
+        M.MetadataResponse.MetadataResponsePartition.decode(data[:14] + data[18:22], 5)
 
 
 # ---------------------------------------------------------------------------- records

@@ -16,7 +16,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -119,8 +121,7 @@ class _AlterPartitionRequest_PartitionData(_Struct):
             if v is None:
                 _null(self, 'new_isr', version)
             w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         else:
             if (self.new_isr is None or len(self.new_isr) > 0):
                 _absent(self, 'new_isr', version)
@@ -156,8 +157,7 @@ class _AlterPartitionRequest_PartitionData(_Struct):
             if n < 0:
                 _null_on_wire('AlterPartitionRequest.PartitionData', 'new_isr', version)
             else:
-                rd = r.read_int32
-                self.new_isr = [rd() for _ in range(n)]
+                self.new_isr = _read_packed(r, n, 'i')
         else:
             self.new_isr = []
         if version <= 2:
@@ -350,8 +350,7 @@ class _AlterPartitionResponse_PartitionData(_Struct):
         if v is None:
             _null(self, 'isr', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         if version >= 1:
             w.write_int8(self.leader_recovery_state)
         w.write_int32(self.partition_epoch)
@@ -372,8 +371,7 @@ class _AlterPartitionResponse_PartitionData(_Struct):
         if n < 0:
             _null_on_wire('AlterPartitionResponse.PartitionData', 'isr', version)
         else:
-            rd = r.read_int32
-            self.isr = [rd() for _ in range(n)]
+            self.isr = _read_packed(r, n, 'i')
         if version == 0:
             self.leader_recovery_state = 0
         else:

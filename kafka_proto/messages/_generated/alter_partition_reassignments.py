@@ -14,7 +14,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -50,8 +52,7 @@ class _AlterPartitionReassignmentsRequest_ReassignablePartition(_Struct):
             w.write_compact_array_length(None)
         else:
             w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         u = self.unknown_tagged_fields
         if u:
             _write_tags(w, None, u)
@@ -66,8 +67,7 @@ class _AlterPartitionReassignmentsRequest_ReassignablePartition(_Struct):
         if n < 0:
             self.replicas = None
         else:
-            rd = r.read_int32
-            self.replicas = [rd() for _ in range(n)]
+            self.replicas = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r)
         return self
 

@@ -15,6 +15,8 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
+    _write_packed,
 )
 
 __all__ = ['ConsumerProtocolAssignment']
@@ -51,8 +53,7 @@ class _ConsumerProtocolAssignment_TopicPartition(_Struct):
         if v is None:
             _null(self, 'partitions', version)
         w.write_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
 
     @staticmethod
     def _read(r, version):
@@ -62,8 +63,7 @@ class _ConsumerProtocolAssignment_TopicPartition(_Struct):
         if n < 0:
             _null_on_wire('ConsumerProtocolAssignment.TopicPartition', 'partitions', version)
         else:
-            rd = r.read_int32
-            self.partitions = [rd() for _ in range(n)]
+            self.partitions = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = None
         return self
 

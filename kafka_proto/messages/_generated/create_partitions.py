@@ -14,7 +14,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -46,8 +48,7 @@ class _CreatePartitionsRequest_CreatePartitionsAssignment(_Struct):
         if v is None:
             _null(self, 'broker_ids', version)
         w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         if flexible:
             u = self.unknown_tagged_fields
             if u:
@@ -63,8 +64,7 @@ class _CreatePartitionsRequest_CreatePartitionsAssignment(_Struct):
         if n < 0:
             _null_on_wire('CreatePartitionsRequest.CreatePartitionsAssignment', 'broker_ids', version)
         else:
-            rd = r.read_int32
-            self.broker_ids = [rd() for _ in range(n)]
+            self.broker_ids = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 

@@ -14,7 +14,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -52,8 +54,7 @@ class _DescribeProducersRequest_TopicRequest(_Struct):
         if v is None:
             _null(self, 'partition_indexes', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         u = self.unknown_tagged_fields
         if u:
             _write_tags(w, None, u)
@@ -68,8 +69,7 @@ class _DescribeProducersRequest_TopicRequest(_Struct):
         if n < 0:
             _null_on_wire('DescribeProducersRequest.TopicRequest', 'partition_indexes', version)
         else:
-            rd = r.read_int32
-            self.partition_indexes = [rd() for _ in range(n)]
+            self.partition_indexes = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r)
         return self
 

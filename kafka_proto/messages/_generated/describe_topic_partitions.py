@@ -15,7 +15,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -219,34 +221,29 @@ class _DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition(
         if v is None:
             _null(self, 'replica_nodes', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         v = self.isr_nodes
         if v is None:
             _null(self, 'isr_nodes', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         v = self.eligible_leader_replicas
         if v is None:
             w.write_compact_array_length(None)
         else:
             w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         v = self.last_known_elr
         if v is None:
             w.write_compact_array_length(None)
         else:
             w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         v = self.offline_replicas
         if v is None:
             _null(self, 'offline_replicas', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         u = self.unknown_tagged_fields
         if u:
             _write_tags(w, None, u)
@@ -264,32 +261,27 @@ class _DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition(
         if n < 0:
             _null_on_wire('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition', 'replica_nodes', version)
         else:
-            rd = r.read_int32
-            self.replica_nodes = [rd() for _ in range(n)]
+            self.replica_nodes = _read_packed(r, n, 'i')
         n = r.read_compact_array_length()
         if n < 0:
             _null_on_wire('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition', 'isr_nodes', version)
         else:
-            rd = r.read_int32
-            self.isr_nodes = [rd() for _ in range(n)]
+            self.isr_nodes = _read_packed(r, n, 'i')
         n = r.read_compact_array_length()
         if n < 0:
             self.eligible_leader_replicas = None
         else:
-            rd = r.read_int32
-            self.eligible_leader_replicas = [rd() for _ in range(n)]
+            self.eligible_leader_replicas = _read_packed(r, n, 'i')
         n = r.read_compact_array_length()
         if n < 0:
             self.last_known_elr = None
         else:
-            rd = r.read_int32
-            self.last_known_elr = [rd() for _ in range(n)]
+            self.last_known_elr = _read_packed(r, n, 'i')
         n = r.read_compact_array_length()
         if n < 0:
             _null_on_wire('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition', 'offline_replicas', version)
         else:
-            rd = r.read_int32
-            self.offline_replicas = [rd() for _ in range(n)]
+            self.offline_replicas = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r)
         return self
 

@@ -17,8 +17,10 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
     _tag_size_error,
+    _write_packed,
     _write_tags,
 )
 
@@ -123,8 +125,7 @@ class _EndQuorumEpochRequest_PartitionData(_Struct):
             if v is None:
                 _null(self, 'preferred_successors', version)
             w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         if version == 1:
             v = self.preferred_candidates
             if v is None:
@@ -151,8 +152,7 @@ class _EndQuorumEpochRequest_PartitionData(_Struct):
             if n < 0:
                 _null_on_wire('EndQuorumEpochRequest.PartitionData', 'preferred_successors', version)
             else:
-                rd = r.read_int32
-                self.preferred_successors = [rd() for _ in range(n)]
+                self.preferred_successors = _read_packed(r, n, 'i')
         else:
             self.preferred_successors = []
         if version == 0:

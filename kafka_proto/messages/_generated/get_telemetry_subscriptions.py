@@ -14,7 +14,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -111,8 +113,7 @@ class GetTelemetrySubscriptionsResponse(_Message):
         if v is None:
             _null(self, 'accepted_compression_types', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int8(e)
+        _write_packed(w, v, 'b')
         w.write_int32(self.push_interval_ms)
         w.write_int32(self.telemetry_max_bytes)
         w.write_bool(self.delta_temporality)
@@ -141,8 +142,7 @@ class GetTelemetrySubscriptionsResponse(_Message):
         if n < 0:
             _null_on_wire('GetTelemetrySubscriptionsResponse', 'accepted_compression_types', version)
         else:
-            rd = r.read_int8
-            self.accepted_compression_types = [rd() for _ in range(n)]
+            self.accepted_compression_types = _read_packed(r, n, 'b')
         self.push_interval_ms = r.read_int32()
         self.telemetry_max_bytes = r.read_int32()
         self.delta_temporality = r.read_bool()

@@ -16,7 +16,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -90,29 +92,25 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
         if v is None:
             _null(self, 'isr', version)
         w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         w.write_int32(self.partition_epoch)
         v = self.replicas
         if v is None:
             _null(self, 'replicas', version)
         w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         if version >= 3:
             v = self.adding_replicas
             if v is None:
                 _null(self, 'adding_replicas', version)
             w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         if version >= 3:
             v = self.removing_replicas
             if v is None:
                 _null(self, 'removing_replicas', version)
             w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         if version >= 1:
             w.write_bool(self.is_new)
         if version <= 5:
@@ -143,15 +141,13 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
         if n < 0:
             _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'isr', version)
         else:
-            rd = r.read_int32
-            self.isr = [rd() for _ in range(n)]
+            self.isr = _read_packed(r, n, 'i')
         self.partition_epoch = r.read_int32()
         n = r.read_compact_array_length() if flexible else r.read_array_length()
         if n < 0:
             _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'replicas', version)
         else:
-            rd = r.read_int32
-            self.replicas = [rd() for _ in range(n)]
+            self.replicas = _read_packed(r, n, 'i')
         if version <= 2:
             self.adding_replicas = []
         else:
@@ -159,8 +155,7 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
             if n < 0:
                 _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'adding_replicas', version)
             else:
-                rd = r.read_int32
-                self.adding_replicas = [rd() for _ in range(n)]
+                self.adding_replicas = _read_packed(r, n, 'i')
         if version <= 2:
             self.removing_replicas = []
         else:
@@ -168,8 +163,7 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
             if n < 0:
                 _null_on_wire('LeaderAndIsrRequest.LeaderAndIsrPartitionState', 'removing_replicas', version)
             else:
-                rd = r.read_int32
-                self.removing_replicas = [rd() for _ in range(n)]
+                self.removing_replicas = _read_packed(r, n, 'i')
         if version == 0:
             self.is_new = False
         else:

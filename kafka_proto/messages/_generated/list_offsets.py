@@ -15,7 +15,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -263,8 +265,7 @@ class _ListOffsetsResponse_ListOffsetsPartitionResponse(_Struct):
             if v is None:
                 _null(self, 'old_style_offsets', version)
             w.write_array_length(len(v))
-            for e in v:
-                w.write_int64(e)
+            _write_packed(w, v, 'q')
         else:
             if (self.old_style_offsets is None or len(self.old_style_offsets) > 0):
                 _absent(self, 'old_style_offsets', version)
@@ -301,8 +302,7 @@ class _ListOffsetsResponse_ListOffsetsPartitionResponse(_Struct):
             if n < 0:
                 _null_on_wire('ListOffsetsResponse.ListOffsetsPartitionResponse', 'old_style_offsets', version)
             else:
-                rd = r.read_int64
-                self.old_style_offsets = [rd() for _ in range(n)]
+                self.old_style_offsets = _read_packed(r, n, 'q')
         else:
             self.old_style_offsets = []
         if version == 0:

@@ -14,7 +14,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -52,8 +54,7 @@ class _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(_Struc
         if v is None:
             _null(self, 'partition_indexes', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         u = self.unknown_tagged_fields
         if u:
             _write_tags(w, None, u)
@@ -68,8 +69,7 @@ class _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(_Struc
         if n < 0:
             _null_on_wire('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics', 'partition_indexes', version)
         else:
-            rd = r.read_int32
-            self.partition_indexes = [rd() for _ in range(n)]
+            self.partition_indexes = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r)
         return self
 
@@ -162,20 +162,17 @@ class _ListPartitionReassignmentsResponse_OngoingPartitionReassignment(_Struct):
         if v is None:
             _null(self, 'replicas', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         v = self.adding_replicas
         if v is None:
             _null(self, 'adding_replicas', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         v = self.removing_replicas
         if v is None:
             _null(self, 'removing_replicas', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         u = self.unknown_tagged_fields
         if u:
             _write_tags(w, None, u)
@@ -190,20 +187,17 @@ class _ListPartitionReassignmentsResponse_OngoingPartitionReassignment(_Struct):
         if n < 0:
             _null_on_wire('ListPartitionReassignmentsResponse.OngoingPartitionReassignment', 'replicas', version)
         else:
-            rd = r.read_int32
-            self.replicas = [rd() for _ in range(n)]
+            self.replicas = _read_packed(r, n, 'i')
         n = r.read_compact_array_length()
         if n < 0:
             _null_on_wire('ListPartitionReassignmentsResponse.OngoingPartitionReassignment', 'adding_replicas', version)
         else:
-            rd = r.read_int32
-            self.adding_replicas = [rd() for _ in range(n)]
+            self.adding_replicas = _read_packed(r, n, 'i')
         n = r.read_compact_array_length()
         if n < 0:
             _null_on_wire('ListPartitionReassignmentsResponse.OngoingPartitionReassignment', 'removing_replicas', version)
         else:
-            rd = r.read_int32
-            self.removing_replicas = [rd() for _ in range(n)]
+            self.removing_replicas = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r)
         return self
 

@@ -15,7 +15,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -62,8 +64,7 @@ class ListTransactionsRequest(_Message):
         if v is None:
             _null(self, 'producer_id_filters', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int64(e)
+        _write_packed(w, v, 'q')
         if version == 0:
             if self.duration_filter != -1:
                 _absent(self, 'duration_filter', version)
@@ -88,8 +89,7 @@ class ListTransactionsRequest(_Message):
         if n < 0:
             _null_on_wire('ListTransactionsRequest', 'producer_id_filters', version)
         else:
-            rd = r.read_int64
-            self.producer_id_filters = [rd() for _ in range(n)]
+            self.producer_id_filters = _read_packed(r, n, 'q')
         if version == 0:
             self.duration_filter = -1
         else:

@@ -16,7 +16,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -297,21 +299,18 @@ class _MetadataResponse_MetadataResponsePartition(_Struct):
         if v is None:
             _null(self, 'replica_nodes', version)
         w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         v = self.isr_nodes
         if v is None:
             _null(self, 'isr_nodes', version)
         w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         if version >= 5:
             v = self.offline_replicas
             if v is None:
                 _null(self, 'offline_replicas', version)
             w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         if flexible:
             u = self.unknown_tagged_fields
             if u:
@@ -334,14 +333,12 @@ class _MetadataResponse_MetadataResponsePartition(_Struct):
         if n < 0:
             _null_on_wire('MetadataResponse.MetadataResponsePartition', 'replica_nodes', version)
         else:
-            rd = r.read_int32
-            self.replica_nodes = [rd() for _ in range(n)]
+            self.replica_nodes = _read_packed(r, n, 'i')
         n = r.read_compact_array_length() if flexible else r.read_array_length()
         if n < 0:
             _null_on_wire('MetadataResponse.MetadataResponsePartition', 'isr_nodes', version)
         else:
-            rd = r.read_int32
-            self.isr_nodes = [rd() for _ in range(n)]
+            self.isr_nodes = _read_packed(r, n, 'i')
         if version <= 4:
             self.offline_replicas = []
         else:
@@ -349,8 +346,7 @@ class _MetadataResponse_MetadataResponsePartition(_Struct):
             if n < 0:
                 _null_on_wire('MetadataResponse.MetadataResponsePartition', 'offline_replicas', version)
             else:
-                rd = r.read_int32
-                self.offline_replicas = [rd() for _ in range(n)]
+                self.offline_replicas = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 

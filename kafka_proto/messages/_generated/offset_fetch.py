@@ -15,7 +15,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -59,8 +61,7 @@ class _OffsetFetchRequest_OffsetFetchRequestTopic(_Struct):
             if v is None:
                 _null(self, 'partition_indexes', version)
             w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         else:
             if (self.partition_indexes is None or len(self.partition_indexes) > 0):
                 _absent(self, 'partition_indexes', version)
@@ -84,8 +85,7 @@ class _OffsetFetchRequest_OffsetFetchRequestTopic(_Struct):
             if n < 0:
                 _null_on_wire('OffsetFetchRequest.OffsetFetchRequestTopic', 'partition_indexes', version)
             else:
-                rd = r.read_int32
-                self.partition_indexes = [rd() for _ in range(n)]
+                self.partition_indexes = _read_packed(r, n, 'i')
         else:
             self.partition_indexes = []
         self.unknown_tagged_fields = _read_tags(r) if flexible else None
@@ -132,8 +132,7 @@ class _OffsetFetchRequest_OffsetFetchRequestTopics(_Struct):
             if v is None:
                 _null(self, 'partition_indexes', version)
             w.write_compact_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         if flexible:
             u = self.unknown_tagged_fields
             if u:
@@ -156,8 +155,7 @@ class _OffsetFetchRequest_OffsetFetchRequestTopics(_Struct):
             if n < 0:
                 _null_on_wire('OffsetFetchRequest.OffsetFetchRequestTopics', 'partition_indexes', version)
             else:
-                rd = r.read_int32
-                self.partition_indexes = [rd() for _ in range(n)]
+                self.partition_indexes = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 

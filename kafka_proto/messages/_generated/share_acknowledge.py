@@ -15,7 +15,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -54,8 +56,7 @@ class _ShareAcknowledgeRequest_AcknowledgementBatch(_Struct):
         if v is None:
             _null(self, 'acknowledge_types', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int8(e)
+        _write_packed(w, v, 'b')
         u = self.unknown_tagged_fields
         if u:
             _write_tags(w, None, u)
@@ -71,8 +72,7 @@ class _ShareAcknowledgeRequest_AcknowledgementBatch(_Struct):
         if n < 0:
             _null_on_wire('ShareAcknowledgeRequest.AcknowledgementBatch', 'acknowledge_types', version)
         else:
-            rd = r.read_int8
-            self.acknowledge_types = [rd() for _ in range(n)]
+            self.acknowledge_types = _read_packed(r, n, 'b')
         self.unknown_tagged_fields = _read_tags(r)
         return self
 

@@ -16,7 +16,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -55,8 +57,7 @@ class _ShareFetchRequest_AcknowledgementBatch(_Struct):
         if v is None:
             _null(self, 'acknowledge_types', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int8(e)
+        _write_packed(w, v, 'b')
         u = self.unknown_tagged_fields
         if u:
             _write_tags(w, None, u)
@@ -72,8 +73,7 @@ class _ShareFetchRequest_AcknowledgementBatch(_Struct):
         if n < 0:
             _null_on_wire('ShareFetchRequest.AcknowledgementBatch', 'acknowledge_types', version)
         else:
-            rd = r.read_int8
-            self.acknowledge_types = [rd() for _ in range(n)]
+            self.acknowledge_types = _read_packed(r, n, 'b')
         self.unknown_tagged_fields = _read_tags(r)
         return self
 
@@ -211,8 +211,7 @@ class _ShareFetchRequest_ForgottenTopic(_Struct):
         if v is None:
             _null(self, 'partitions', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         u = self.unknown_tagged_fields
         if u:
             _write_tags(w, None, u)
@@ -227,8 +226,7 @@ class _ShareFetchRequest_ForgottenTopic(_Struct):
         if n < 0:
             _null_on_wire('ShareFetchRequest.ForgottenTopic', 'partitions', version)
         else:
-            rd = r.read_int32
-            self.partitions = [rd() for _ in range(n)]
+            self.partitions = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r)
         return self
 

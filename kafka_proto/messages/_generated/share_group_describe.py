@@ -15,7 +15,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -111,8 +113,7 @@ class _ShareGroupDescribeResponse_TopicPartitions(_Struct):
         if v is None:
             _null(self, 'partitions', version)
         w.write_compact_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         u = self.unknown_tagged_fields
         if u:
             _write_tags(w, None, u)
@@ -128,8 +129,7 @@ class _ShareGroupDescribeResponse_TopicPartitions(_Struct):
         if n < 0:
             _null_on_wire('ShareGroupDescribeResponse.TopicPartitions', 'partitions', version)
         else:
-            rd = r.read_int32
-            self.partitions = [rd() for _ in range(n)]
+            self.partitions = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r)
         return self
 

@@ -15,7 +15,9 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
+    _write_packed,
     _write_tags,
 )
 
@@ -125,8 +127,7 @@ class _StopReplicaRequest_StopReplicaTopicV1(_Struct):
             if v is None:
                 _null(self, 'partition_indexes', version)
             w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         else:
             if (self.partition_indexes is None or len(self.partition_indexes) > 0):
                 _absent(self, 'partition_indexes', version)
@@ -154,8 +155,7 @@ class _StopReplicaRequest_StopReplicaTopicV1(_Struct):
             if n < 0:
                 _null_on_wire('StopReplicaRequest.StopReplicaTopicV1', 'partition_indexes', version)
             else:
-                rd = r.read_int32
-                self.partition_indexes = [rd() for _ in range(n)]
+                self.partition_indexes = _read_packed(r, n, 'i')
         else:
             self.partition_indexes = []
         self.unknown_tagged_fields = _read_tags(r) if flexible else None

@@ -17,8 +17,10 @@ from kafka_proto.messages._generated._runtime import (
     _new,
     _null,
     _null_on_wire,
+    _read_packed,
     _read_tags,
     _tag_size_error,
+    _write_packed,
     _write_tags,
 )
 
@@ -83,22 +85,19 @@ class _UpdateMetadataRequest_UpdateMetadataPartitionState(_Struct):
         if v is None:
             _null(self, 'isr', version)
         w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         w.write_int32(self.zk_version)
         v = self.replicas
         if v is None:
             _null(self, 'replicas', version)
         w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-        for e in v:
-            w.write_int32(e)
+        _write_packed(w, v, 'i')
         if version >= 4:
             v = self.offline_replicas
             if v is None:
                 _null(self, 'offline_replicas', version)
             w.write_compact_array_length(len(v)) if flexible else w.write_array_length(len(v))
-            for e in v:
-                w.write_int32(e)
+            _write_packed(w, v, 'i')
         if flexible:
             u = self.unknown_tagged_fields
             if u:
@@ -122,15 +121,13 @@ class _UpdateMetadataRequest_UpdateMetadataPartitionState(_Struct):
         if n < 0:
             _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'isr', version)
         else:
-            rd = r.read_int32
-            self.isr = [rd() for _ in range(n)]
+            self.isr = _read_packed(r, n, 'i')
         self.zk_version = r.read_int32()
         n = r.read_compact_array_length() if flexible else r.read_array_length()
         if n < 0:
             _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'replicas', version)
         else:
-            rd = r.read_int32
-            self.replicas = [rd() for _ in range(n)]
+            self.replicas = _read_packed(r, n, 'i')
         if version <= 3:
             self.offline_replicas = []
         else:
@@ -138,8 +135,7 @@ class _UpdateMetadataRequest_UpdateMetadataPartitionState(_Struct):
             if n < 0:
                 _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'offline_replicas', version)
             else:
-                rd = r.read_int32
-                self.offline_replicas = [rd() for _ in range(n)]
+                self.offline_replicas = _read_packed(r, n, 'i')
         self.unknown_tagged_fields = _read_tags(r) if flexible else None
         return self
 

@@ -266,3 +266,30 @@ def test_confluent_transactions_give_control_batches(broker, conn, topic_name):
         # (Kafka would send the batch and let the client drop it).
         assert aborted == [(pid, 6)]
         assert got == [(0, False), (5, True), (9, True)]
+
+
+def test_log_append_time_topic(broker, conn, topic_name):
+    """A LogAppendTime topic: the broker stamps the batch; every record then reports the
+    batch's max timestamp with type LOG_APPEND_TIME (noida-db). Tansu 0.6 ignores the
+    topic setting and keeps the producer's create times."""
+    broker.create_topic(topic_name, config={"message.timestamp.type": "LogAppendTime"})
+    create_ts = int(time.time() * 1000) - 100_000
+    b = records.RecordBatchBuilder()
+    for i in range(3):
+        b.append(b"v%d" % i, timestamp=create_ts + i)
+    before = int(time.time() * 1000)
+    part = simple.produce(conn, topic_name, 0, b.build())
+    after = int(time.time() * 1000)
+    (batch,) = simple.fetch_all(conn, topic_name).batches
+    recs = list(batch)
+    if broker.kind == "tansu":
+        assert part.log_append_time_ms == -1
+        assert batch.timestamp_type == TimestampType.CREATE_TIME
+        assert [r.timestamp for r in recs] == [create_ts, create_ts + 1, create_ts + 2]
+    else:
+        assert before - 5 <= part.log_append_time_ms <= after + 5
+        assert batch.timestamp_type == TimestampType.LOG_APPEND_TIME
+        assert batch.max_timestamp == part.log_append_time_ms
+        assert all(r.timestamp == part.log_append_time_ms for r in recs)
+        assert all(r.timestamp_type == TimestampType.LOG_APPEND_TIME for r in recs)
+    assert [r.value for r in recs] == [b"v0", b"v1", b"v2"]

@@ -95,3 +95,30 @@ def test_demo_cli_rejects_bad_arguments(capsys):
         demo.main(["--compression", "brotli"])
     with pytest.raises(SystemExit):
         demo.main(["--bootstrap", "nohostport", "--messages", "1"])
+
+
+class FakeTty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_on_a_terminal_redraws_one_line():
+    out = FakeTty()
+    bar = demo.Progress("produce", 200, out, width=10)
+    bar.update(50, force=True)
+    bar.update(60)  # within 0.1 s of the last draw: skipped
+    bar.finish(200)
+    text = out.getvalue()
+    assert text.count("\r") == 2 and text.endswith("\n")
+    assert "[##........]  25.0%         50/200" in text
+    assert "[##########] 100.0%        200/200" in text
+
+
+def test_progress_on_a_pipe_prints_quarters():
+    out = io.StringIO()
+    bar = demo.Progress("consume", 100, out)
+    for done in range(0, 101, 5):
+        bar.update(done)
+    bar.finish(100)
+    lines = out.getvalue().splitlines()
+    assert [ln.split()[1] for ln in lines] == ["0.0%", "25.0%", "50.0%", "75.0%", "100.0%"]

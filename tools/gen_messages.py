@@ -720,8 +720,14 @@ class Emitter:
         always = cond(msg.flexible[0], msg.flexible[1], lo, hi) is None
         if not known:
             if always:
-                return ["self.unknown_tagged_fields = _read_tags(r)"]
-            return ["self.unknown_tagged_fields = _read_tags(r) if flexible else None"]
+                # The count is read inline: almost always 0, and then no call is made.
+                return ["n = r.read_uvarint()",
+                        "self.unknown_tagged_fields = _read_tags(r, n) if n else None"]
+            return ["if flexible:",
+                    "    n = r.read_uvarint()",
+                    "    self.unknown_tagged_fields = _read_tags(r, n) if n else None",
+                    "else:",
+                    "    self.unknown_tagged_fields = None"]
         else:
             body = ["u = None", "for _ in range(r.read_uvarint()):",
                     "    tag = r.read_uvarint()",
@@ -1039,11 +1045,8 @@ def _write_packed(w, values, code):
             raise ProtocolEncodeError(f"array element out of range or of the wrong type: {exc}") from exc
 
 
-def _read_tags(r):
-    """Read a tagged-field section that has no known tags: None if empty, else {tag: bytes}."""
-    n = r.read_uvarint()
-    if not n:
-        return None
+def _read_tags(r, n):
+    """Read the n fields of a tagged-field section that has no known tags: {tag: bytes}."""
     u = {}
     for _ in range(n):
         tag = r.read_uvarint()

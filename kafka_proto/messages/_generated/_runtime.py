@@ -106,11 +106,8 @@ def _write_packed(w, values, code):
             raise ProtocolEncodeError(f"array element out of range or of the wrong type: {exc}") from exc
 
 
-def _read_tags(r):
-    """Read a tagged-field section that has no known tags: None if empty, else {tag: bytes}."""
-    n = r.read_uvarint()
-    if not n:
-        return None
+def _read_tags(r, n):
+    """Read the n fields of a tagged-field section that has no known tags: {tag: bytes}."""
     u = {}
     for _ in range(n):
         tag = r.read_uvarint()

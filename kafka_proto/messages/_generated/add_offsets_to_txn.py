@@ -75,7 +75,11 @@ class AddOffsetsToTxnRequest(_Message):
         self.producer_id = r.read_int64()
         self.producer_epoch = r.read_int16()
         self.group_id = r.read_compact_string() if flexible else r.read_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -119,5 +123,9 @@ class AddOffsetsToTxnResponse(_Message):
         self = _new(AddOffsetsToTxnResponse)
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -74,7 +74,11 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(_Struct):
             _null_on_wire('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -180,7 +184,11 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(_Struct):
             else:
                 rd = _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic._read
                 self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -300,7 +308,11 @@ class AddPartitionsToTxnRequest(_Message):
                 self.v3_and_below_topics = [rd(r, version) for _ in range(n)]
         else:
             self.v3_and_below_topics = []
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -343,7 +355,11 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(_Struct):
         self = _new(_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
         self.partition_index = r.read_int32()
         self.partition_error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -399,7 +415,11 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(_Struct):
         else:
             rd = _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult._read
             self.results_by_partition = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -469,7 +489,11 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnResult(_Struct):
             else:
                 rd = _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult._read
                 self.topic_results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -564,5 +588,9 @@ class AddPartitionsToTxnResponse(_Message):
                 self.results_by_topic_v3_and_below = [rd(r, version) for _ in range(n)]
         else:
             self.results_by_topic_v3_and_below = []
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

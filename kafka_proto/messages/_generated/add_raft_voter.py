@@ -69,7 +69,8 @@ class _AddRaftVoterRequest_Listener(_Struct):
         self.name = r.read_compact_string()
         self.host = r.read_compact_string()
         self.port = r.read_uint16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -137,7 +138,8 @@ class AddRaftVoterRequest(_Message):
         else:
             rd = _AddRaftVoterRequest_Listener._read
             self.listeners = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -183,5 +185,6 @@ class AddRaftVoterResponse(_Message):
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -55,7 +55,8 @@ class AllocateProducerIdsRequest(_Message):
         self = _new(AllocateProducerIdsRequest)
         self.broker_id = r.read_int32()
         self.broker_epoch = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -106,5 +107,6 @@ class AllocateProducerIdsResponse(_Message):
         self.error_code = r.read_int16()
         self.producer_id_start = r.read_int64()
         self.producer_id_len = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

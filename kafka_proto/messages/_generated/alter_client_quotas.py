@@ -64,7 +64,11 @@ class _AlterClientQuotasRequest_EntityData(_Struct):
         self = _new(_AlterClientQuotasRequest_EntityData)
         self.entity_type = r.read_compact_string() if flexible else r.read_string()
         self.entity_name = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -115,7 +119,11 @@ class _AlterClientQuotasRequest_OpData(_Struct):
         self.key = r.read_compact_string() if flexible else r.read_string()
         self.value = r.read_float64()
         self.remove = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -178,7 +186,11 @@ class _AlterClientQuotasRequest_EntryData(_Struct):
         else:
             rd = _AlterClientQuotasRequest_OpData._read
             self.ops = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -236,7 +248,11 @@ class AlterClientQuotasRequest(_Message):
             rd = _AlterClientQuotasRequest_EntryData._read
             self.entries = [rd(r, version) for _ in range(n)]
         self.validate_only = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -283,7 +299,11 @@ class _AlterClientQuotasResponse_EntityData(_Struct):
         self = _new(_AlterClientQuotasResponse_EntityData)
         self.entity_type = r.read_compact_string() if flexible else r.read_string()
         self.entity_name = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -342,7 +362,11 @@ class _AlterClientQuotasResponse_EntryData(_Struct):
         else:
             rd = _AlterClientQuotasResponse_EntityData._read
             self.entity = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -398,5 +422,9 @@ class AlterClientQuotasResponse(_Message):
         else:
             rd = _AlterClientQuotasResponse_EntryData._read
             self.entries = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -64,7 +64,11 @@ class _AlterConfigsRequest_AlterableConfig(_Struct):
         self = _new(_AlterConfigsRequest_AlterableConfig)
         self.name = r.read_compact_string() if flexible else r.read_string()
         self.value = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -125,7 +129,11 @@ class _AlterConfigsRequest_AlterConfigsResource(_Struct):
         else:
             rd = _AlterConfigsRequest_AlterableConfig._read
             self.configs = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -182,7 +190,11 @@ class AlterConfigsRequest(_Message):
             rd = _AlterConfigsRequest_AlterConfigsResource._read
             self.resources = [rd(r, version) for _ in range(n)]
         self.validate_only = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -239,7 +251,11 @@ class _AlterConfigsResponse_AlterConfigsResourceResponse(_Struct):
         self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.resource_type = r.read_int8()
         self.resource_name = r.read_compact_string() if flexible else r.read_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -294,5 +310,9 @@ class AlterConfigsResponse(_Message):
         else:
             rd = _AlterConfigsResponse_AlterConfigsResourceResponse._read
             self.responses = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

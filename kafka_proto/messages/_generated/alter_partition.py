@@ -75,7 +75,8 @@ class _AlterPartitionRequest_BrokerState(_Struct):
             self.broker_epoch = -1
         else:
             self.broker_epoch = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -174,7 +175,8 @@ class _AlterPartitionRequest_PartitionData(_Struct):
         else:
             self.leader_recovery_state = r.read_int8()
         self.partition_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -240,7 +242,8 @@ class _AlterPartitionRequest_TopicData(_Struct):
         else:
             rd = _AlterPartitionRequest_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -300,7 +303,8 @@ class AlterPartitionRequest(_Message):
         else:
             rd = _AlterPartitionRequest_TopicData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -377,7 +381,8 @@ class _AlterPartitionResponse_PartitionData(_Struct):
         else:
             self.leader_recovery_state = r.read_int8()
         self.partition_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -443,7 +448,8 @@ class _AlterPartitionResponse_TopicData(_Struct):
         else:
             rd = _AlterPartitionResponse_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -501,5 +507,6 @@ class AlterPartitionResponse(_Message):
         else:
             rd = _AlterPartitionResponse_TopicData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -68,7 +68,8 @@ class _AlterPartitionReassignmentsRequest_ReassignablePartition(_Struct):
             self.replicas = None
         else:
             self.replicas = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -121,7 +122,8 @@ class _AlterPartitionReassignmentsRequest_ReassignableTopic(_Struct):
         else:
             rd = _AlterPartitionReassignmentsRequest_ReassignablePartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -175,7 +177,8 @@ class AlterPartitionReassignmentsRequest(_Message):
         else:
             rd = _AlterPartitionReassignmentsRequest_ReassignableTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -220,7 +223,8 @@ class _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse(_Struct
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -273,7 +277,8 @@ class _AlterPartitionReassignmentsResponse_ReassignableTopicResponse(_Struct):
         else:
             rd = _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -336,5 +341,6 @@ class AlterPartitionReassignmentsResponse(_Message):
         else:
             rd = _AlterPartitionReassignmentsResponse_ReassignableTopicResponse._read
             self.responses = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

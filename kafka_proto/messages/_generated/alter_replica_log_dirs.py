@@ -73,7 +73,11 @@ class _AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic(_Struct):
             _null_on_wire('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -129,7 +133,11 @@ class _AlterReplicaLogDirsRequest_AlterReplicaLogDir(_Struct):
         else:
             rd = _AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -181,7 +189,11 @@ class AlterReplicaLogDirsRequest(_Message):
         else:
             rd = _AlterReplicaLogDirsRequest_AlterReplicaLogDir._read
             self.dirs = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -224,7 +236,11 @@ class _AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult(_Struct):
         self = _new(_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -280,7 +296,11 @@ class _AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult(_Struct):
         else:
             rd = _AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -336,5 +356,9 @@ class AlterReplicaLogDirsResponse(_Message):
         else:
             rd = _AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

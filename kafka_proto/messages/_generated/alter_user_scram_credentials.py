@@ -61,7 +61,8 @@ class _AlterUserScramCredentialsRequest_ScramCredentialDeletion(_Struct):
         self = _new(_AlterUserScramCredentialsRequest_ScramCredentialDeletion)
         self.name = r.read_compact_string()
         self.mechanism = r.read_int8()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -125,7 +126,8 @@ class _AlterUserScramCredentialsRequest_ScramCredentialUpsertion(_Struct):
         self.iterations = r.read_int32()
         self.salt = r.read_compact_bytes()
         self.salted_password = r.read_compact_bytes()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -189,7 +191,8 @@ class AlterUserScramCredentialsRequest(_Message):
         else:
             rd = _AlterUserScramCredentialsRequest_ScramCredentialUpsertion._read
             self.upsertions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -237,7 +240,8 @@ class _AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult(_Struct
         self.user = r.read_compact_string()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -289,5 +293,6 @@ class AlterUserScramCredentialsResponse(_Message):
         else:
             rd = _AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -79,7 +79,11 @@ class ApiVersionsRequest(_Message):
             self.client_software_version = ''
         else:
             self.client_software_version = r.read_compact_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -127,7 +131,11 @@ class _ApiVersionsResponse_ApiVersion(_Struct):
         self.api_key = r.read_int16()
         self.min_version = r.read_int16()
         self.max_version = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -199,7 +207,11 @@ class _ApiVersionsResponse_SupportedFeatureKey(_Struct):
             self.max_version = 0
         else:
             self.max_version = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -271,7 +283,11 @@ class _ApiVersionsResponse_FinalizedFeatureKey(_Struct):
             self.min_version_level = 0
         else:
             self.min_version_level = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 

@@ -53,7 +53,8 @@ class _AssignReplicasToDirsRequest_PartitionData(_Struct):
     def _read(r, version):
         self = _new(_AssignReplicasToDirsRequest_PartitionData)
         self.partition_index = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -103,7 +104,8 @@ class _AssignReplicasToDirsRequest_TopicData(_Struct):
         else:
             rd = _AssignReplicasToDirsRequest_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -153,7 +155,8 @@ class _AssignReplicasToDirsRequest_DirectoryData(_Struct):
         else:
             rd = _AssignReplicasToDirsRequest_TopicData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -213,7 +216,8 @@ class AssignReplicasToDirsRequest(_Message):
         else:
             rd = _AssignReplicasToDirsRequest_DirectoryData._read
             self.directories = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -253,7 +257,8 @@ class _AssignReplicasToDirsResponse_PartitionData(_Struct):
         self = _new(_AssignReplicasToDirsResponse_PartitionData)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -303,7 +308,8 @@ class _AssignReplicasToDirsResponse_TopicData(_Struct):
         else:
             rd = _AssignReplicasToDirsResponse_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -353,7 +359,8 @@ class _AssignReplicasToDirsResponse_DirectoryData(_Struct):
         else:
             rd = _AssignReplicasToDirsResponse_TopicData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -412,5 +419,6 @@ class AssignReplicasToDirsResponse(_Message):
         else:
             rd = _AssignReplicasToDirsResponse_DirectoryData._read
             self.directories = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -164,5 +164,6 @@ class BrokerHeartbeatResponse(_Message):
         self.is_caught_up = r.read_bool()
         self.is_fenced = r.read_bool()
         self.should_shut_down = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -75,7 +75,8 @@ class _BrokerRegistrationRequest_Listener(_Struct):
         self.host = r.read_compact_string()
         self.port = r.read_uint16()
         self.security_protocol = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -123,7 +124,8 @@ class _BrokerRegistrationRequest_Feature(_Struct):
         self.name = r.read_compact_string()
         self.min_supported_version = r.read_int16()
         self.max_supported_version = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -250,7 +252,8 @@ class BrokerRegistrationRequest(_Message):
             self.previous_broker_epoch = -1
         else:
             self.previous_broker_epoch = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -296,5 +299,6 @@ class BrokerRegistrationResponse(_Message):
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
         self.broker_epoch = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

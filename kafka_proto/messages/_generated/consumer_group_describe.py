@@ -74,7 +74,8 @@ class ConsumerGroupDescribeRequest(_Message):
             rd = r.read_compact_string
             self.group_ids = [rd() for _ in range(n)]
         self.include_authorized_operations = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -130,7 +131,8 @@ class _ConsumerGroupDescribeResponse_TopicPartitions(_Struct):
             _null_on_wire('ConsumerGroupDescribeResponse.TopicPartitions', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -175,7 +177,8 @@ class _ConsumerGroupDescribeResponse_Assignment(_Struct):
         else:
             rd = _ConsumerGroupDescribeResponse_TopicPartitions._read
             self.topic_partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -282,7 +285,8 @@ class _ConsumerGroupDescribeResponse_Member(_Struct):
         self.subscribed_topic_regex = r.read_compact_nullable_string()
         self.assignment = _ConsumerGroupDescribeResponse_Assignment._read(r, version)
         self.target_assignment = _ConsumerGroupDescribeResponse_Assignment._read(r, version)
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -376,7 +380,8 @@ class _ConsumerGroupDescribeResponse_DescribedGroup(_Struct):
             rd = _ConsumerGroupDescribeResponse_Member._read
             self.members = [rd(r, version) for _ in range(n)]
         self.authorized_operations = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -431,5 +436,6 @@ class ConsumerGroupDescribeResponse(_Message):
         else:
             rd = _ConsumerGroupDescribeResponse_DescribedGroup._read
             self.groups = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

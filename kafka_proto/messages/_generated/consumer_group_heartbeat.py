@@ -69,7 +69,8 @@ class _ConsumerGroupHeartbeatRequest_TopicPartitions(_Struct):
             _null_on_wire('ConsumerGroupHeartbeatRequest.TopicPartitions', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -189,7 +190,8 @@ class ConsumerGroupHeartbeatRequest(_Message):
         else:
             rd = _ConsumerGroupHeartbeatRequest_TopicPartitions._read
             self.topic_partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -237,7 +239,8 @@ class _ConsumerGroupHeartbeatResponse_TopicPartitions(_Struct):
             _null_on_wire('ConsumerGroupHeartbeatResponse.TopicPartitions', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -282,7 +285,8 @@ class _ConsumerGroupHeartbeatResponse_Assignment(_Struct):
         else:
             rd = _ConsumerGroupHeartbeatResponse_TopicPartitions._read
             self.topic_partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -355,5 +359,6 @@ class ConsumerGroupHeartbeatResponse(_Message):
         self.member_epoch = r.read_int32()
         self.heartbeat_interval_ms = r.read_int32()
         self.assignment = None if r.read_int8() < 0 else _ConsumerGroupHeartbeatResponse_Assignment._read(r, version)
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

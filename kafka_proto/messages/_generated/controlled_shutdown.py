@@ -66,7 +66,11 @@ class ControlledShutdownRequest(_Message):
             self.broker_epoch = -1
         else:
             self.broker_epoch = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -112,7 +116,11 @@ class _ControlledShutdownResponse_RemainingPartition(_Struct):
         self = _new(_ControlledShutdownResponse_RemainingPartition)
         self.topic_name = r.read_compact_string() if flexible else r.read_string()
         self.partition_index = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -167,5 +175,9 @@ class ControlledShutdownResponse(_Message):
         else:
             rd = _ControlledShutdownResponse_RemainingPartition._read
             self.remaining_partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

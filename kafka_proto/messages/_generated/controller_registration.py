@@ -74,7 +74,8 @@ class _ControllerRegistrationRequest_Listener(_Struct):
         self.host = r.read_compact_string()
         self.port = r.read_uint16()
         self.security_protocol = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -122,7 +123,8 @@ class _ControllerRegistrationRequest_Feature(_Struct):
         self.name = r.read_compact_string()
         self.min_supported_version = r.read_int16()
         self.max_supported_version = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -201,7 +203,8 @@ class ControllerRegistrationRequest(_Message):
         else:
             rd = _ControllerRegistrationRequest_Feature._read
             self.features = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -247,5 +250,6 @@ class ControllerRegistrationResponse(_Message):
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

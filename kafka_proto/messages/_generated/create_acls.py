@@ -102,7 +102,11 @@ class _CreateAclsRequest_AclCreation(_Struct):
         self.host = r.read_compact_string() if flexible else r.read_string()
         self.operation = r.read_int8()
         self.permission_type = r.read_int8()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -153,7 +157,11 @@ class CreateAclsRequest(_Message):
         else:
             rd = _CreateAclsRequest_AclCreation._read
             self.creations = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -197,7 +205,11 @@ class _CreateAclsResponse_AclCreationResult(_Struct):
         self = _new(_CreateAclsResponse_AclCreationResult)
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -252,5 +264,9 @@ class CreateAclsResponse(_Message):
         else:
             rd = _CreateAclsResponse_AclCreationResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -68,7 +68,11 @@ class _CreateDelegationTokenRequest_CreatableRenewers(_Struct):
         self = _new(_CreateDelegationTokenRequest_CreatableRenewers)
         self.principal_type = r.read_compact_string() if flexible else r.read_string()
         self.principal_name = r.read_compact_string() if flexible else r.read_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -148,7 +152,11 @@ class CreateDelegationTokenRequest(_Message):
             rd = _CreateDelegationTokenRequest_CreatableRenewers._read
             self.renewers = [rd(r, version) for _ in range(n)]
         self.max_lifetime_ms = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -269,5 +277,9 @@ class CreateDelegationTokenResponse(_Message):
         self.token_id = r.read_compact_string() if flexible else r.read_string()
         self.hmac = r.read_compact_bytes() if flexible else r.read_bytes()
         self.throttle_time_ms = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

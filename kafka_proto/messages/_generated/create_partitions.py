@@ -65,7 +65,11 @@ class _CreatePartitionsRequest_CreatePartitionsAssignment(_Struct):
             _null_on_wire('CreatePartitionsRequest.CreatePartitionsAssignment', 'broker_ids', version)
         else:
             self.broker_ids = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -127,7 +131,11 @@ class _CreatePartitionsRequest_CreatePartitionsTopic(_Struct):
         else:
             rd = _CreatePartitionsRequest_CreatePartitionsAssignment._read
             self.assignments = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -189,7 +197,11 @@ class CreatePartitionsRequest(_Message):
             self.topics = [rd(r, version) for _ in range(n)]
         self.timeout_ms = r.read_int32()
         self.validate_only = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -241,7 +253,11 @@ class _CreatePartitionsResponse_CreatePartitionsTopicResult(_Struct):
         self.name = r.read_compact_string() if flexible else r.read_string()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -296,5 +312,9 @@ class CreatePartitionsResponse(_Message):
         else:
             rd = _CreatePartitionsResponse_CreatePartitionsTopicResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -74,7 +74,11 @@ class _CreateTopicsRequest_CreatableReplicaAssignment(_Struct):
             _null_on_wire('CreateTopicsRequest.CreatableReplicaAssignment', 'broker_ids', version)
         else:
             self.broker_ids = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -121,7 +125,11 @@ class _CreateTopicsRequest_CreatableTopicConfig(_Struct):
         self = _new(_CreateTopicsRequest_CreatableTopicConfig)
         self.name = r.read_compact_string() if flexible else r.read_string()
         self.value = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -202,7 +210,11 @@ class _CreateTopicsRequest_CreatableTopic(_Struct):
         else:
             rd = _CreateTopicsRequest_CreatableTopicConfig._read
             self.configs = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -272,7 +284,11 @@ class CreateTopicsRequest(_Message):
             self.validate_only = False
         else:
             self.validate_only = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -365,7 +381,11 @@ class _CreateTopicsResponse_CreatableTopicConfigs(_Struct):
             self.is_sensitive = False
         else:
             self.is_sensitive = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -551,5 +571,9 @@ class CreateTopicsResponse(_Message):
         else:
             rd = _CreateTopicsResponse_CreatableTopicResult._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

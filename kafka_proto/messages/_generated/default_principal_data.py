@@ -66,5 +66,6 @@ class DefaultPrincipalData(_Message):
         self.type = r.read_compact_string()
         self.name = r.read_compact_string()
         self.token_authenticated = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

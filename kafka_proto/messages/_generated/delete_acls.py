@@ -96,7 +96,11 @@ class _DeleteAclsRequest_DeleteAclsFilter(_Struct):
         self.host_filter = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.operation = r.read_int8()
         self.permission_type = r.read_int8()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -147,7 +151,11 @@ class DeleteAclsRequest(_Message):
         else:
             rd = _DeleteAclsRequest_DeleteAclsFilter._read
             self.filters = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -242,7 +250,11 @@ class _DeleteAclsResponse_DeleteAclsMatchingAcl(_Struct):
         self.host = r.read_compact_string() if flexible else r.read_string()
         self.operation = r.read_int8()
         self.permission_type = r.read_int8()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -301,7 +313,11 @@ class _DeleteAclsResponse_DeleteAclsFilterResult(_Struct):
         else:
             rd = _DeleteAclsResponse_DeleteAclsMatchingAcl._read
             self.matching_acls = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -357,5 +373,9 @@ class DeleteAclsResponse(_Message):
         else:
             rd = _DeleteAclsResponse_DeleteAclsFilterResult._read
             self.filter_results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -69,7 +69,11 @@ class DeleteGroupsRequest(_Message):
         else:
             rd = r.read_compact_string if flexible else r.read_string
             self.groups_names = [rd() for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -115,7 +119,11 @@ class _DeleteGroupsResponse_DeletableGroupResult(_Struct):
         self = _new(_DeleteGroupsResponse_DeletableGroupResult)
         self.group_id = r.read_compact_string() if flexible else r.read_string()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -170,5 +178,9 @@ class DeleteGroupsResponse(_Message):
         else:
             rd = _DeleteGroupsResponse_DeletableGroupResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -60,7 +60,11 @@ class _DeleteRecordsRequest_DeleteRecordsPartition(_Struct):
         self = _new(_DeleteRecordsRequest_DeleteRecordsPartition)
         self.partition_index = r.read_int32()
         self.offset = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -116,7 +120,11 @@ class _DeleteRecordsRequest_DeleteRecordsTopic(_Struct):
         else:
             rd = _DeleteRecordsRequest_DeleteRecordsPartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -173,7 +181,11 @@ class DeleteRecordsRequest(_Message):
             rd = _DeleteRecordsRequest_DeleteRecordsTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
         self.timeout_ms = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -221,7 +233,11 @@ class _DeleteRecordsResponse_DeleteRecordsPartitionResult(_Struct):
         self.partition_index = r.read_int32()
         self.low_watermark = r.read_int64()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -277,7 +293,11 @@ class _DeleteRecordsResponse_DeleteRecordsTopicResult(_Struct):
         else:
             rd = _DeleteRecordsResponse_DeleteRecordsPartitionResult._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -333,5 +353,9 @@ class DeleteRecordsResponse(_Message):
         else:
             rd = _DeleteRecordsResponse_DeleteRecordsTopicResult._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

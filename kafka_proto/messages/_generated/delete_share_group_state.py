@@ -53,7 +53,8 @@ class _DeleteShareGroupStateRequest_PartitionData(_Struct):
     def _read(r, version):
         self = _new(_DeleteShareGroupStateRequest_PartitionData)
         self.partition = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -103,7 +104,8 @@ class _DeleteShareGroupStateRequest_DeleteStateData(_Struct):
         else:
             rd = _DeleteShareGroupStateRequest_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -160,7 +162,8 @@ class DeleteShareGroupStateRequest(_Message):
         else:
             rd = _DeleteShareGroupStateRequest_DeleteStateData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -205,7 +208,8 @@ class _DeleteShareGroupStateResponse_PartitionResult(_Struct):
         self.partition = r.read_int32()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -255,7 +259,8 @@ class _DeleteShareGroupStateResponse_DeleteStateResult(_Struct):
         else:
             rd = _DeleteShareGroupStateResponse_PartitionResult._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -303,5 +308,6 @@ class DeleteShareGroupStateResponse(_Message):
         else:
             rd = _DeleteShareGroupStateResponse_DeleteStateResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -76,7 +76,11 @@ class _DeleteTopicsRequest_DeleteTopicState(_Struct):
             self.topic_id = _ZERO_UUID
         else:
             self.topic_id = r.read_uuid()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -160,7 +164,11 @@ class DeleteTopicsRequest(_Message):
         else:
             self.topic_names = []
         self.timeout_ms = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -230,7 +238,11 @@ class _DeleteTopicsResponse_DeletableTopicResult(_Struct):
             self.error_message = None
         else:
             self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -289,5 +301,9 @@ class DeleteTopicsResponse(_Message):
         else:
             rd = _DeleteTopicsResponse_DeletableTopicResult._read
             self.responses = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -98,7 +98,11 @@ class DescribeAclsRequest(_Message):
         self.host_filter = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.operation = r.read_int8()
         self.permission_type = r.read_int8()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -157,7 +161,11 @@ class _DescribeAclsResponse_AclDescription(_Struct):
         self.host = r.read_compact_string() if flexible else r.read_string()
         self.operation = r.read_int8()
         self.permission_type = r.read_int8()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -230,7 +238,11 @@ class _DescribeAclsResponse_DescribeAclsResource(_Struct):
         else:
             rd = _DescribeAclsResponse_AclDescription._read
             self.acls = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -297,5 +309,9 @@ class DescribeAclsResponse(_Message):
         else:
             rd = _DescribeAclsResponse_DescribeAclsResource._read
             self.resources = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

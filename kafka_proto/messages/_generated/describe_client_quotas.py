@@ -69,7 +69,11 @@ class _DescribeClientQuotasRequest_ComponentData(_Struct):
         self.entity_type = r.read_compact_string() if flexible else r.read_string()
         self.match_type = r.read_int8()
         self.match = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -125,7 +129,11 @@ class DescribeClientQuotasRequest(_Message):
             rd = _DescribeClientQuotasRequest_ComponentData._read
             self.components = [rd(r, version) for _ in range(n)]
         self.strict = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -172,7 +180,11 @@ class _DescribeClientQuotasResponse_EntityData(_Struct):
         self = _new(_DescribeClientQuotasResponse_EntityData)
         self.entity_type = r.read_compact_string() if flexible else r.read_string()
         self.entity_name = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -218,7 +230,11 @@ class _DescribeClientQuotasResponse_ValueData(_Struct):
         self = _new(_DescribeClientQuotasResponse_ValueData)
         self.key = r.read_compact_string() if flexible else r.read_string()
         self.value = r.read_float64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -281,7 +297,11 @@ class _DescribeClientQuotasResponse_EntryData(_Struct):
         else:
             rd = _DescribeClientQuotasResponse_ValueData._read
             self.values = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -350,5 +370,9 @@ class DescribeClientQuotasResponse(_Message):
         else:
             rd = _DescribeClientQuotasResponse_EntryData._read
             self.entries = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

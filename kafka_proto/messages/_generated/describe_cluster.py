@@ -67,7 +67,8 @@ class DescribeClusterRequest(_Message):
             self.endpoint_type = 1
         else:
             self.endpoint_type = r.read_int8()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -120,7 +121,8 @@ class _DescribeClusterResponse_DescribeClusterBroker(_Struct):
         self.host = r.read_compact_string()
         self.port = r.read_int32()
         self.rack = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -212,5 +214,6 @@ class DescribeClusterResponse(_Message):
             rd = _DescribeClusterResponse_DescribeClusterBroker._read
             self.brokers = [rd(r, version) for _ in range(n)]
         self.cluster_authorized_operations = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

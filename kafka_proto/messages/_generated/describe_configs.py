@@ -82,7 +82,11 @@ class _DescribeConfigsRequest_DescribeConfigsResource(_Struct):
         else:
             rd = r.read_compact_string if flexible else r.read_string
             self.configuration_keys = [rd() for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -157,7 +161,11 @@ class DescribeConfigsRequest(_Message):
             self.include_documentation = False
         else:
             self.include_documentation = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -230,7 +238,11 @@ class _DescribeConfigsResponse_DescribeConfigsSynonym(_Struct):
             self.source = 0
         else:
             self.source = r.read_int8()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -346,7 +358,11 @@ class _DescribeConfigsResponse_DescribeConfigsResourceResult(_Struct):
             self.documentation = ''
         else:
             self.documentation = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -418,7 +434,11 @@ class _DescribeConfigsResponse_DescribeConfigsResult(_Struct):
         else:
             rd = _DescribeConfigsResponse_DescribeConfigsResourceResult._read
             self.configs = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -475,5 +495,9 @@ class DescribeConfigsResponse(_Message):
         else:
             rd = _DescribeConfigsResponse_DescribeConfigsResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

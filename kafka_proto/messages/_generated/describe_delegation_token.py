@@ -68,7 +68,11 @@ class _DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(_Struct):
         self = _new(_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner)
         self.principal_type = r.read_compact_string() if flexible else r.read_string()
         self.principal_name = r.read_compact_string() if flexible else r.read_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -120,7 +124,11 @@ class DescribeDelegationTokenRequest(_Message):
         else:
             rd = _DescribeDelegationTokenRequest_DescribeDelegationTokenOwner._read
             self.owners = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -169,7 +177,11 @@ class _DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer(_Struct):
         self = _new(_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer)
         self.principal_type = r.read_compact_string() if flexible else r.read_string()
         self.principal_name = r.read_compact_string() if flexible else r.read_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -294,7 +306,11 @@ class _DescribeDelegationTokenResponse_DescribedDelegationToken(_Struct):
         else:
             rd = _DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer._read
             self.renewers = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -355,5 +371,9 @@ class DescribeDelegationTokenResponse(_Message):
             rd = _DescribeDelegationTokenResponse_DescribedDelegationToken._read
             self.tokens = [rd(r, version) for _ in range(n)]
         self.throttle_time_ms = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

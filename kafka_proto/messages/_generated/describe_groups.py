@@ -83,7 +83,11 @@ class DescribeGroupsRequest(_Message):
             self.include_authorized_operations = False
         else:
             self.include_authorized_operations = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -166,7 +170,11 @@ class _DescribeGroupsResponse_DescribedGroupMember(_Struct):
         self.client_host = r.read_compact_string() if flexible else r.read_string()
         self.member_metadata = r.read_compact_bytes() if flexible else r.read_bytes()
         self.member_assignment = r.read_compact_bytes() if flexible else r.read_bytes()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -263,7 +271,11 @@ class _DescribeGroupsResponse_DescribedGroup(_Struct):
             self.authorized_operations = -2147483648
         else:
             self.authorized_operations = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -323,5 +335,9 @@ class DescribeGroupsResponse(_Message):
         else:
             rd = _DescribeGroupsResponse_DescribedGroup._read
             self.groups = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

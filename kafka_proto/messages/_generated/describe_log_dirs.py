@@ -73,7 +73,11 @@ class _DescribeLogDirsRequest_DescribableLogDirTopic(_Struct):
             _null_on_wire('DescribeLogDirsRequest.DescribableLogDirTopic', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -125,7 +129,11 @@ class DescribeLogDirsRequest(_Message):
         else:
             rd = _DescribeLogDirsRequest_DescribableLogDirTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -178,7 +186,11 @@ class _DescribeLogDirsResponse_DescribeLogDirsPartition(_Struct):
         self.partition_size = r.read_int64()
         self.offset_lag = r.read_int64()
         self.is_future_key = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -234,7 +246,11 @@ class _DescribeLogDirsResponse_DescribeLogDirsTopic(_Struct):
         else:
             rd = _DescribeLogDirsResponse_DescribeLogDirsPartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -313,7 +329,11 @@ class _DescribeLogDirsResponse_DescribeLogDirsResult(_Struct):
             self.usable_bytes = -1
         else:
             self.usable_bytes = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -379,5 +399,9 @@ class DescribeLogDirsResponse(_Message):
         else:
             rd = _DescribeLogDirsResponse_DescribeLogDirsResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -70,7 +70,8 @@ class _DescribeProducersRequest_TopicRequest(_Struct):
             _null_on_wire('DescribeProducersRequest.TopicRequest', 'partition_indexes', version)
         else:
             self.partition_indexes = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -118,7 +119,8 @@ class DescribeProducersRequest(_Message):
         else:
             rd = _DescribeProducersRequest_TopicRequest._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -178,7 +180,8 @@ class _DescribeProducersResponse_ProducerState(_Struct):
         self.last_timestamp = r.read_int64()
         self.coordinator_epoch = r.read_int32()
         self.current_txn_start_offset = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -238,7 +241,8 @@ class _DescribeProducersResponse_PartitionResponse(_Struct):
         else:
             rd = _DescribeProducersResponse_ProducerState._read
             self.active_producers = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -291,7 +295,8 @@ class _DescribeProducersResponse_TopicResponse(_Struct):
         else:
             rd = _DescribeProducersResponse_PartitionResponse._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -345,5 +350,6 @@ class DescribeProducersResponse(_Message):
         else:
             rd = _DescribeProducersResponse_TopicResponse._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -54,7 +54,8 @@ class _DescribeQuorumRequest_PartitionData(_Struct):
     def _read(r, version):
         self = _new(_DescribeQuorumRequest_PartitionData)
         self.partition_index = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -107,7 +108,8 @@ class _DescribeQuorumRequest_TopicData(_Struct):
         else:
             rd = _DescribeQuorumRequest_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -156,7 +158,8 @@ class DescribeQuorumRequest(_Message):
         else:
             rd = _DescribeQuorumRequest_TopicData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -226,7 +229,8 @@ class _DescribeQuorumResponse_ReplicaState(_Struct):
             self.last_caught_up_timestamp = -1
         else:
             self.last_caught_up_timestamp = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -320,7 +324,8 @@ class _DescribeQuorumResponse_PartitionData(_Struct):
         else:
             rd = _DescribeQuorumResponse_ReplicaState._read
             self.observers = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -373,7 +378,8 @@ class _DescribeQuorumResponse_TopicData(_Struct):
         else:
             rd = _DescribeQuorumResponse_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -445,7 +451,8 @@ class _DescribeQuorumResponse_Listener(_Struct):
             self.port = 0
         else:
             self.port = r.read_uint16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -509,7 +516,8 @@ class _DescribeQuorumResponse_Node(_Struct):
             else:
                 rd = _DescribeQuorumResponse_Listener._read
                 self.listeners = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -596,5 +604,6 @@ class DescribeQuorumResponse(_Message):
             else:
                 rd = _DescribeQuorumResponse_Node._read
                 self.nodes = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -58,7 +58,8 @@ class _DescribeTopicPartitionsRequest_TopicRequest(_Struct):
     def _read(r, version):
         self = _new(_DescribeTopicPartitionsRequest_TopicRequest)
         self.name = r.read_compact_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -101,7 +102,8 @@ class _DescribeTopicPartitionsRequest_Cursor(_Struct):
         self = _new(_DescribeTopicPartitionsRequest_Cursor)
         self.topic_name = r.read_compact_string()
         self.partition_index = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -165,7 +167,8 @@ class DescribeTopicPartitionsRequest(_Message):
             self.topics = [rd(r, version) for _ in range(n)]
         self.response_partition_limit = r.read_int32()
         self.cursor = None if r.read_int8() < 0 else _DescribeTopicPartitionsRequest_Cursor._read(r, version)
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -282,7 +285,8 @@ class _DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition(
             _null_on_wire('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition', 'offline_replicas', version)
         else:
             self.offline_replicas = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -352,7 +356,8 @@ class _DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic(_Str
             rd = _DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
         self.topic_authorized_operations = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -395,7 +400,8 @@ class _DescribeTopicPartitionsResponse_Cursor(_Struct):
         self = _new(_DescribeTopicPartitionsResponse_Cursor)
         self.topic_name = r.read_compact_string()
         self.partition_index = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -459,5 +465,6 @@ class DescribeTopicPartitionsResponse(_Message):
             rd = _DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
         self.next_cursor = None if r.read_int8() < 0 else _DescribeTopicPartitionsResponse_Cursor._read(r, version)
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

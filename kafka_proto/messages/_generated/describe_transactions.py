@@ -68,7 +68,8 @@ class DescribeTransactionsRequest(_Message):
         else:
             rd = r.read_compact_string
             self.transactional_ids = [rd() for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -119,7 +120,8 @@ class _DescribeTransactionsResponse_TopicData(_Struct):
             _null_on_wire('DescribeTransactionsResponse.TopicData', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -205,7 +207,8 @@ class _DescribeTransactionsResponse_TransactionState(_Struct):
         else:
             rd = _DescribeTransactionsResponse_TopicData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -258,5 +261,6 @@ class DescribeTransactionsResponse(_Message):
         else:
             rd = _DescribeTransactionsResponse_TransactionState._read
             self.transaction_states = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -55,7 +55,8 @@ class _DescribeUserScramCredentialsRequest_UserName(_Struct):
     def _read(r, version):
         self = _new(_DescribeUserScramCredentialsRequest_UserName)
         self.name = r.read_compact_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -104,7 +105,8 @@ class DescribeUserScramCredentialsRequest(_Message):
         else:
             rd = _DescribeUserScramCredentialsRequest_UserName._read
             self.users = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -144,7 +146,8 @@ class _DescribeUserScramCredentialsResponse_CredentialInfo(_Struct):
         self = _new(_DescribeUserScramCredentialsResponse_CredentialInfo)
         self.mechanism = r.read_int8()
         self.iterations = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -207,7 +210,8 @@ class _DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult(_
         else:
             rd = _DescribeUserScramCredentialsResponse_CredentialInfo._read
             self.credential_infos = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -270,5 +274,6 @@ class DescribeUserScramCredentialsResponse(_Message):
         else:
             rd = _DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

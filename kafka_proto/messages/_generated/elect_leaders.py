@@ -74,7 +74,11 @@ class _ElectLeadersRequest_TopicPartitions(_Struct):
             _null_on_wire('ElectLeadersRequest.TopicPartitions', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -143,7 +147,11 @@ class ElectLeadersRequest(_Message):
             rd = _ElectLeadersRequest_TopicPartitions._read
             self.topic_partitions = [rd(r, version) for _ in range(n)]
         self.timeout_ms = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -192,7 +200,11 @@ class _ElectLeadersResponse_PartitionResult(_Struct):
         self.partition_id = r.read_int32()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -248,7 +260,11 @@ class _ElectLeadersResponse_ReplicaElectionResult(_Struct):
         else:
             rd = _ElectLeadersResponse_PartitionResult._read
             self.partition_result = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -316,5 +332,9 @@ class ElectLeadersResponse(_Message):
         else:
             rd = _ElectLeadersResponse_ReplicaElectionResult._read
             self.replica_election_results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

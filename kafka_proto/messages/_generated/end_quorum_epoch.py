@@ -80,7 +80,11 @@ class _EndQuorumEpochRequest_ReplicaInfo(_Struct):
             self.candidate_directory_id = _ZERO_UUID
         else:
             self.candidate_directory_id = r.read_uuid()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -164,7 +168,11 @@ class _EndQuorumEpochRequest_PartitionData(_Struct):
             else:
                 rd = _EndQuorumEpochRequest_ReplicaInfo._read
                 self.preferred_candidates = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -220,7 +228,11 @@ class _EndQuorumEpochRequest_TopicData(_Struct):
         else:
             rd = _EndQuorumEpochRequest_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -295,7 +307,11 @@ class _EndQuorumEpochRequest_LeaderEndpoint(_Struct):
             self.port = 0
         else:
             self.port = r.read_uint16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -374,7 +390,11 @@ class EndQuorumEpochRequest(_Message):
             else:
                 rd = _EndQuorumEpochRequest_LeaderEndpoint._read
                 self.leader_endpoints = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -427,7 +447,11 @@ class _EndQuorumEpochResponse_PartitionData(_Struct):
         self.error_code = r.read_int16()
         self.leader_id = r.read_int32()
         self.leader_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -483,7 +507,11 @@ class _EndQuorumEpochResponse_TopicData(_Struct):
         else:
             rd = _EndQuorumEpochResponse_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -555,7 +583,11 @@ class _EndQuorumEpochResponse_NodeEndpoint(_Struct):
             self.port = 0
         else:
             self.port = r.read_uint16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 

@@ -72,7 +72,11 @@ class EndTxnRequest(_Message):
         self.producer_id = r.read_int64()
         self.producer_epoch = r.read_int16()
         self.committed = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -134,5 +138,9 @@ class EndTxnResponse(_Message):
             self.producer_epoch = -1
         else:
             self.producer_epoch = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

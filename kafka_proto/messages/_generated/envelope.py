@@ -68,7 +68,8 @@ class EnvelopeRequest(_Message):
         self.request_data = r.read_compact_bytes()
         self.request_principal = r.read_compact_nullable_bytes()
         self.client_host_address = r.read_compact_bytes()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -109,5 +110,6 @@ class EnvelopeResponse(_Message):
         self = _new(EnvelopeResponse)
         self.response_data = r.read_compact_nullable_bytes()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

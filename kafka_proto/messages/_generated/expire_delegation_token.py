@@ -63,7 +63,11 @@ class ExpireDelegationTokenRequest(_Message):
         self = _new(ExpireDelegationTokenRequest)
         self.hmac = r.read_compact_bytes() if flexible else r.read_bytes()
         self.expiry_time_period_ms = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -112,5 +116,9 @@ class ExpireDelegationTokenResponse(_Message):
         self.error_code = r.read_int16()
         self.expiry_timestamp_ms = r.read_int64()
         self.throttle_time_ms = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

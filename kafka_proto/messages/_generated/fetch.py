@@ -81,7 +81,11 @@ class _FetchRequest_ReplicaState(_Struct):
             self.replica_epoch = -1
         else:
             self.replica_epoch = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -251,7 +255,11 @@ class _FetchRequest_FetchTopic(_Struct):
         else:
             rd = _FetchRequest_FetchPartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -327,7 +335,11 @@ class _FetchRequest_ForgottenTopic(_Struct):
                 _null_on_wire('FetchRequest.ForgottenTopic', 'partitions', version)
             else:
                 self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -573,7 +585,11 @@ class _FetchResponse_EpochEndOffset(_Struct):
             self.end_offset = -1
         else:
             self.end_offset = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -630,7 +646,11 @@ class _FetchResponse_LeaderIdAndEpoch(_Struct):
             self.leader_epoch = -1
         else:
             self.leader_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -673,7 +693,11 @@ class _FetchResponse_SnapshotId(_Struct):
         self = _new(_FetchResponse_SnapshotId)
         self.end_offset = r.read_int64()
         self.epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -730,7 +754,11 @@ class _FetchResponse_AbortedTransaction(_Struct):
             self.first_offset = 0
         else:
             self.first_offset = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -971,7 +999,11 @@ class _FetchResponse_FetchableTopicResponse(_Struct):
         else:
             rd = _FetchResponse_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -1055,7 +1087,11 @@ class _FetchResponse_NodeEndpoint(_Struct):
             self.rack = None
         else:
             self.rack = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 

@@ -62,7 +62,8 @@ class _FetchSnapshotRequest_SnapshotId(_Struct):
         self = _new(_FetchSnapshotRequest_SnapshotId)
         self.end_offset = r.read_int64()
         self.epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -188,7 +189,8 @@ class _FetchSnapshotRequest_TopicSnapshot(_Struct):
         else:
             rd = _FetchSnapshotRequest_PartitionSnapshot._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -307,7 +309,8 @@ class _FetchSnapshotResponse_SnapshotId(_Struct):
         self = _new(_FetchSnapshotResponse_SnapshotId)
         self.end_offset = r.read_int64()
         self.epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -347,7 +350,8 @@ class _FetchSnapshotResponse_LeaderIdAndEpoch(_Struct):
         self = _new(_FetchSnapshotResponse_LeaderIdAndEpoch)
         self.leader_id = r.read_int32()
         self.leader_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -487,7 +491,8 @@ class _FetchSnapshotResponse_TopicSnapshot(_Struct):
         else:
             rd = _FetchSnapshotResponse_PartitionSnapshot._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -556,7 +561,8 @@ class _FetchSnapshotResponse_NodeEndpoint(_Struct):
             self.port = 0
         else:
             self.port = r.read_uint16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 

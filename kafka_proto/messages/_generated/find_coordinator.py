@@ -104,7 +104,11 @@ class FindCoordinatorRequest(_Message):
             else:
                 rd = r.read_compact_string
                 self.coordinator_keys = [rd() for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -212,7 +216,11 @@ class _FindCoordinatorResponse_Coordinator(_Struct):
             self.error_message = ''
         else:
             self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -341,5 +349,9 @@ class FindCoordinatorResponse(_Message):
             else:
                 rd = _FindCoordinatorResponse_Coordinator._read
                 self.coordinators = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

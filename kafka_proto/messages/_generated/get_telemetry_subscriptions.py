@@ -56,7 +56,8 @@ class GetTelemetrySubscriptionsRequest(_Message):
     def _read(r, version):
         self = _new(GetTelemetrySubscriptionsRequest)
         self.client_instance_id = r.read_uuid()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -152,5 +153,6 @@ class GetTelemetrySubscriptionsResponse(_Message):
         else:
             rd = r.read_compact_string
             self.requested_metrics = [rd() for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -71,7 +71,11 @@ class RequestHeader(_Message):
             self.client_id = ''
         else:
             self.client_id = r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -110,5 +114,9 @@ class ResponseHeader(_Message):
         flexible = version >= 1
         self = _new(ResponseHeader)
         self.correlation_id = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -69,7 +69,11 @@ class _IncrementalAlterConfigsRequest_AlterableConfig(_Struct):
         self.name = r.read_compact_string() if flexible else r.read_string()
         self.config_operation = r.read_int8()
         self.value = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -130,7 +134,11 @@ class _IncrementalAlterConfigsRequest_AlterConfigsResource(_Struct):
         else:
             rd = _IncrementalAlterConfigsRequest_AlterableConfig._read
             self.configs = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -187,7 +195,11 @@ class IncrementalAlterConfigsRequest(_Message):
             rd = _IncrementalAlterConfigsRequest_AlterConfigsResource._read
             self.resources = [rd(r, version) for _ in range(n)]
         self.validate_only = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -244,7 +256,11 @@ class _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(_Struct):
         self.error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.resource_type = r.read_int8()
         self.resource_name = r.read_compact_string() if flexible else r.read_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -299,5 +315,9 @@ class IncrementalAlterConfigsResponse(_Message):
         else:
             rd = _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse._read
             self.responses = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

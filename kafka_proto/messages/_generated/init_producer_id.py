@@ -84,7 +84,11 @@ class InitProducerIdRequest(_Message):
             self.producer_epoch = -1
         else:
             self.producer_epoch = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -138,5 +142,9 @@ class InitProducerIdResponse(_Message):
         self.error_code = r.read_int16()
         self.producer_id = r.read_int64()
         self.producer_epoch = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -63,7 +63,8 @@ class _InitializeShareGroupStateRequest_PartitionData(_Struct):
         self.partition = r.read_int32()
         self.state_epoch = r.read_int32()
         self.start_offset = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -113,7 +114,8 @@ class _InitializeShareGroupStateRequest_InitializeStateData(_Struct):
         else:
             rd = _InitializeShareGroupStateRequest_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -170,7 +172,8 @@ class InitializeShareGroupStateRequest(_Message):
         else:
             rd = _InitializeShareGroupStateRequest_InitializeStateData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -215,7 +218,8 @@ class _InitializeShareGroupStateResponse_PartitionResult(_Struct):
         self.partition = r.read_int32()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -265,7 +269,8 @@ class _InitializeShareGroupStateResponse_InitializeStateResult(_Struct):
         else:
             rd = _InitializeShareGroupStateResponse_PartitionResult._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -313,5 +318,6 @@ class InitializeShareGroupStateResponse(_Message):
         else:
             rd = _InitializeShareGroupStateResponse_InitializeStateResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

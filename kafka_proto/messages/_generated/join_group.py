@@ -68,7 +68,11 @@ class _JoinGroupRequest_JoinGroupRequestProtocol(_Struct):
         self = _new(_JoinGroupRequest_JoinGroupRequestProtocol)
         self.name = r.read_compact_string() if flexible else r.read_string()
         self.metadata = r.read_compact_bytes() if flexible else r.read_bytes()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -179,7 +183,11 @@ class JoinGroupRequest(_Message):
             self.reason = None
         else:
             self.reason = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -238,7 +246,11 @@ class _JoinGroupResponse_JoinGroupResponseMember(_Struct):
         else:
             self.group_instance_id = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
         self.metadata = r.read_compact_bytes() if flexible else r.read_bytes()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -358,5 +370,9 @@ class JoinGroupResponse(_Message):
         else:
             rd = _JoinGroupResponse_JoinGroupResponseMember._read
             self.members = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

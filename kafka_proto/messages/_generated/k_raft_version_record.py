@@ -54,5 +54,6 @@ class KRaftVersionRecord(_Message):
         self = _new(KRaftVersionRecord)
         self.version = r.read_int16()
         self.k_raft_version = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

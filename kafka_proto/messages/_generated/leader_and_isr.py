@@ -172,7 +172,11 @@ class _LeaderAndIsrRequest_LeaderAndIsrPartitionState(_Struct):
             self.leader_recovery_state = 0
         else:
             self.leader_recovery_state = r.read_int8()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -251,7 +255,11 @@ class _LeaderAndIsrRequest_LeaderAndIsrTopicState(_Struct):
             else:
                 rd = _LeaderAndIsrRequest_LeaderAndIsrPartitionState._read
                 self.partition_states = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -302,7 +310,11 @@ class _LeaderAndIsrRequest_LeaderAndIsrLiveLeader(_Struct):
         self.broker_id = r.read_int32()
         self.host_name = r.read_compact_string() if flexible else r.read_string()
         self.port = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -442,7 +454,11 @@ class LeaderAndIsrRequest(_Message):
         else:
             rd = _LeaderAndIsrRequest_LeaderAndIsrLiveLeader._read
             self.live_leaders = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -497,7 +513,11 @@ class _LeaderAndIsrResponse_LeaderAndIsrPartitionError(_Struct):
             self.topic_name = ''
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -564,7 +584,11 @@ class _LeaderAndIsrResponse_LeaderAndIsrTopicError(_Struct):
             else:
                 rd = _LeaderAndIsrResponse_LeaderAndIsrPartitionError._read
                 self.partition_errors = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -649,5 +673,9 @@ class LeaderAndIsrResponse(_Message):
             else:
                 rd = _LeaderAndIsrResponse_LeaderAndIsrTopicError._read
                 self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -66,7 +66,8 @@ class _LeaderChangeMessage_Voter(_Struct):
             self.voter_directory_id = _ZERO_UUID
         else:
             self.voter_directory_id = r.read_uuid()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -138,5 +139,6 @@ class LeaderChangeMessage(_Message):
         else:
             rd = _LeaderChangeMessage_Voter._read
             self.granting_voters = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

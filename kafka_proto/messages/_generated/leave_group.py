@@ -88,7 +88,11 @@ class _LeaveGroupRequest_MemberIdentity(_Struct):
             self.reason = None
         else:
             self.reason = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -169,7 +173,11 @@ class LeaveGroupRequest(_Message):
             else:
                 rd = _LeaveGroupRequest_MemberIdentity._read
                 self.members = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -242,7 +250,11 @@ class _LeaveGroupResponse_MemberResponse(_Struct):
             self.error_code = 0
         else:
             self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -313,5 +325,9 @@ class LeaveGroupResponse(_Message):
             else:
                 rd = _LeaveGroupResponse_MemberResponse._read
                 self.members = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

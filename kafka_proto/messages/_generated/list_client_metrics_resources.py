@@ -49,7 +49,8 @@ class ListClientMetricsResourcesRequest(_Message):
     @staticmethod
     def _read(r, version):
         self = _new(ListClientMetricsResourcesRequest)
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -87,7 +88,8 @@ class _ListClientMetricsResourcesResponse_ClientMetricsResource(_Struct):
     def _read(r, version):
         self = _new(_ListClientMetricsResourcesResponse_ClientMetricsResource)
         self.name = r.read_compact_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -144,5 +146,6 @@ class ListClientMetricsResourcesResponse(_Message):
         else:
             rd = _ListClientMetricsResourcesResponse_ClientMetricsResource._read
             self.client_metrics_resources = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -101,7 +101,11 @@ class ListGroupsRequest(_Message):
             else:
                 rd = r.read_compact_string
                 self.types_filter = [rd() for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -174,7 +178,11 @@ class _ListGroupsResponse_ListedGroup(_Struct):
             self.group_type = ''
         else:
             self.group_type = r.read_compact_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -238,5 +246,9 @@ class ListGroupsResponse(_Message):
         else:
             rd = _ListGroupsResponse_ListedGroup._read
             self.groups = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -84,7 +84,11 @@ class _ListOffsetsRequest_ListOffsetsPartition(_Struct):
             self.max_num_offsets = r.read_int32()
         else:
             self.max_num_offsets = 1
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -140,7 +144,11 @@ class _ListOffsetsRequest_ListOffsetsTopic(_Struct):
         else:
             rd = _ListOffsetsRequest_ListOffsetsPartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -218,7 +226,11 @@ class ListOffsetsRequest(_Message):
             self.timeout_ms = 0
         else:
             self.timeout_ms = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -317,7 +329,11 @@ class _ListOffsetsResponse_ListOffsetsPartitionResponse(_Struct):
             self.leader_epoch = -1
         else:
             self.leader_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -373,7 +389,11 @@ class _ListOffsetsResponse_ListOffsetsTopicResponse(_Struct):
         else:
             rd = _ListOffsetsResponse_ListOffsetsPartitionResponse._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -433,5 +453,9 @@ class ListOffsetsResponse(_Message):
         else:
             rd = _ListOffsetsResponse_ListOffsetsTopicResponse._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -70,7 +70,8 @@ class _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(_Struc
             _null_on_wire('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics', 'partition_indexes', version)
         else:
             self.partition_indexes = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -124,7 +125,8 @@ class ListPartitionReassignmentsRequest(_Message):
         else:
             rd = _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -198,7 +200,8 @@ class _ListPartitionReassignmentsResponse_OngoingPartitionReassignment(_Struct):
             _null_on_wire('ListPartitionReassignmentsResponse.OngoingPartitionReassignment', 'removing_replicas', version)
         else:
             self.removing_replicas = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -251,7 +254,8 @@ class _ListPartitionReassignmentsResponse_OngoingTopicReassignment(_Struct):
         else:
             rd = _ListPartitionReassignmentsResponse_OngoingPartitionReassignment._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -314,5 +318,6 @@ class ListPartitionReassignmentsResponse(_Message):
         else:
             rd = _ListPartitionReassignmentsResponse_OngoingTopicReassignment._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -94,7 +94,8 @@ class ListTransactionsRequest(_Message):
             self.duration_filter = -1
         else:
             self.duration_filter = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -145,7 +146,8 @@ class _ListTransactionsResponse_TransactionState(_Struct):
         self.transactional_id = r.read_compact_string()
         self.producer_id = r.read_int64()
         self.transaction_state = r.read_compact_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -219,5 +221,6 @@ class ListTransactionsResponse(_Message):
         else:
             rd = _ListTransactionsResponse_TransactionState._read
             self.transaction_states = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -77,7 +77,11 @@ class _MetadataRequest_MetadataRequestTopic(_Struct):
             self.name = r.read_compact_string() if flexible else r.read_string()
         else:
             self.name = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -186,7 +190,11 @@ class MetadataRequest(_Message):
             self.include_topic_authorized_operations = False
         else:
             self.include_topic_authorized_operations = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -247,7 +255,11 @@ class _MetadataResponse_MetadataResponseBroker(_Struct):
             self.rack = None
         else:
             self.rack = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -347,7 +359,11 @@ class _MetadataResponse_MetadataResponsePartition(_Struct):
                 _null_on_wire('MetadataResponse.MetadataResponsePartition', 'offline_replicas', version)
             else:
                 self.offline_replicas = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -444,7 +460,11 @@ class _MetadataResponse_MetadataResponseTopic(_Struct):
             self.topic_authorized_operations = -2147483648
         else:
             self.topic_authorized_operations = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -556,5 +576,9 @@ class MetadataResponse(_Message):
             self.cluster_authorized_operations = r.read_int32()
         else:
             self.cluster_authorized_operations = -2147483648
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

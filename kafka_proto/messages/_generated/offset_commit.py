@@ -93,7 +93,11 @@ class _OffsetCommitRequest_OffsetCommitRequestPartition(_Struct):
         else:
             self.commit_timestamp = -1
         self.committed_metadata = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -149,7 +153,11 @@ class _OffsetCommitRequest_OffsetCommitRequestTopic(_Struct):
         else:
             rd = _OffsetCommitRequest_OffsetCommitRequestPartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -254,7 +262,11 @@ class OffsetCommitRequest(_Message):
         else:
             rd = _OffsetCommitRequest_OffsetCommitRequestTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -297,7 +309,11 @@ class _OffsetCommitResponse_OffsetCommitResponsePartition(_Struct):
         self = _new(_OffsetCommitResponse_OffsetCommitResponsePartition)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -353,7 +369,11 @@ class _OffsetCommitResponse_OffsetCommitResponseTopic(_Struct):
         else:
             rd = _OffsetCommitResponse_OffsetCommitResponsePartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -413,5 +433,9 @@ class OffsetCommitResponse(_Message):
         else:
             rd = _OffsetCommitResponse_OffsetCommitResponseTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

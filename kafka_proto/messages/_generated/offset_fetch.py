@@ -88,7 +88,11 @@ class _OffsetFetchRequest_OffsetFetchRequestTopic(_Struct):
                 self.partition_indexes = _read_packed(r, n, 'i')
         else:
             self.partition_indexes = []
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -156,7 +160,11 @@ class _OffsetFetchRequest_OffsetFetchRequestTopics(_Struct):
                 _null_on_wire('OffsetFetchRequest.OffsetFetchRequestTopics', 'partition_indexes', version)
             else:
                 self.partition_indexes = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -245,7 +253,11 @@ class _OffsetFetchRequest_OffsetFetchRequestGroup(_Struct):
             else:
                 rd = _OffsetFetchRequest_OffsetFetchRequestTopics._read
                 self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -369,7 +381,11 @@ class OffsetFetchRequest(_Message):
             self.require_stable = False
         else:
             self.require_stable = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -462,7 +478,11 @@ class _OffsetFetchResponse_OffsetFetchResponsePartition(_Struct):
             self.error_code = r.read_int16()
         else:
             self.error_code = 0
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -532,7 +552,11 @@ class _OffsetFetchResponse_OffsetFetchResponseTopic(_Struct):
                 self.partitions = [rd(r, version) for _ in range(n)]
         else:
             self.partitions = []
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -622,7 +646,11 @@ class _OffsetFetchResponse_OffsetFetchResponsePartitions(_Struct):
             self.error_code = 0
         else:
             self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -692,7 +720,11 @@ class _OffsetFetchResponse_OffsetFetchResponseTopics(_Struct):
             else:
                 rd = _OffsetFetchResponse_OffsetFetchResponsePartitions._read
                 self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -774,7 +806,11 @@ class _OffsetFetchResponse_OffsetFetchResponseGroup(_Struct):
             self.error_code = 0
         else:
             self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -877,5 +913,9 @@ class OffsetFetchResponse(_Message):
             else:
                 rd = _OffsetFetchResponse_OffsetFetchResponseGroup._read
                 self.groups = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -69,7 +69,11 @@ class _OffsetForLeaderEpochRequest_OffsetForLeaderPartition(_Struct):
         else:
             self.current_leader_epoch = r.read_int32()
         self.leader_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -125,7 +129,11 @@ class _OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_Struct):
         else:
             rd = _OffsetForLeaderEpochRequest_OffsetForLeaderPartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -186,7 +194,11 @@ class OffsetForLeaderEpochRequest(_Message):
         else:
             rd = _OffsetForLeaderEpochRequest_OffsetForLeaderTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -243,7 +255,11 @@ class _OffsetForLeaderEpochResponse_EpochEndOffset(_Struct):
         else:
             self.leader_epoch = r.read_int32()
         self.end_offset = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -299,7 +315,11 @@ class _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_Struct):
         else:
             rd = _OffsetForLeaderEpochResponse_EpochEndOffset._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -359,5 +379,9 @@ class OffsetForLeaderEpochResponse(_Message):
         else:
             rd = _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

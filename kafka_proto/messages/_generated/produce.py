@@ -65,7 +65,11 @@ class _ProduceRequest_PartitionProduceData(_Struct):
         self = _new(_ProduceRequest_PartitionProduceData)
         self.index = r.read_int32()
         self.records = r.read_compact_nullable_bytes_view() if flexible else r.read_nullable_bytes_view()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -121,7 +125,11 @@ class _ProduceRequest_TopicProduceData(_Struct):
         else:
             rd = _ProduceRequest_PartitionProduceData._read
             self.partition_data = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -196,7 +204,11 @@ class ProduceRequest(_Message):
         else:
             rd = _ProduceRequest_TopicProduceData._read
             self.topic_data = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -254,7 +266,11 @@ class _ProduceResponse_BatchIndexAndErrorMessage(_Struct):
             self.batch_index_error_message = None
         else:
             self.batch_index_error_message = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -311,7 +327,11 @@ class _ProduceResponse_LeaderIdAndEpoch(_Struct):
             self.leader_epoch = -1
         else:
             self.leader_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -490,7 +510,11 @@ class _ProduceResponse_TopicProduceResponse(_Struct):
         else:
             rd = _ProduceResponse_PartitionProduceResponse._read
             self.partition_responses = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -574,7 +598,11 @@ class _ProduceResponse_NodeEndpoint(_Struct):
             self.rack = None
         else:
             self.rack = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 

@@ -76,7 +76,8 @@ class PushTelemetryRequest(_Message):
         self.terminating = r.read_bool()
         self.compression_type = r.read_int8()
         self.metrics = r.read_compact_bytes()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -117,5 +118,6 @@ class PushTelemetryResponse(_Message):
         self = _new(PushTelemetryResponse)
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

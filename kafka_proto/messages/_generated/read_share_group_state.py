@@ -58,7 +58,8 @@ class _ReadShareGroupStateRequest_PartitionData(_Struct):
         self = _new(_ReadShareGroupStateRequest_PartitionData)
         self.partition = r.read_int32()
         self.leader_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -108,7 +109,8 @@ class _ReadShareGroupStateRequest_ReadStateData(_Struct):
         else:
             rd = _ReadShareGroupStateRequest_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -165,7 +167,8 @@ class ReadShareGroupStateRequest(_Message):
         else:
             rd = _ReadShareGroupStateRequest_ReadStateData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -215,7 +218,8 @@ class _ReadShareGroupStateResponse_StateBatch(_Struct):
         self.last_offset = r.read_int64()
         self.delivery_state = r.read_int8()
         self.delivery_count = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -285,7 +289,8 @@ class _ReadShareGroupStateResponse_PartitionResult(_Struct):
         else:
             rd = _ReadShareGroupStateResponse_StateBatch._read
             self.state_batches = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -335,7 +340,8 @@ class _ReadShareGroupStateResponse_ReadStateResult(_Struct):
         else:
             rd = _ReadShareGroupStateResponse_PartitionResult._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -384,5 +390,6 @@ class ReadShareGroupStateResponse(_Message):
         else:
             rd = _ReadShareGroupStateResponse_ReadStateResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -58,7 +58,8 @@ class _ReadShareGroupStateSummaryRequest_PartitionData(_Struct):
         self = _new(_ReadShareGroupStateSummaryRequest_PartitionData)
         self.partition = r.read_int32()
         self.leader_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -108,7 +109,8 @@ class _ReadShareGroupStateSummaryRequest_ReadStateSummaryData(_Struct):
         else:
             rd = _ReadShareGroupStateSummaryRequest_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -165,7 +167,8 @@ class ReadShareGroupStateSummaryRequest(_Message):
         else:
             rd = _ReadShareGroupStateSummaryRequest_ReadStateSummaryData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -220,7 +223,8 @@ class _ReadShareGroupStateSummaryResponse_PartitionResult(_Struct):
         self.error_message = r.read_compact_nullable_string()
         self.state_epoch = r.read_int32()
         self.start_offset = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -270,7 +274,8 @@ class _ReadShareGroupStateSummaryResponse_ReadStateSummaryResult(_Struct):
         else:
             rd = _ReadShareGroupStateSummaryResponse_PartitionResult._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -318,5 +323,6 @@ class ReadShareGroupStateSummaryResponse(_Message):
         else:
             rd = _ReadShareGroupStateSummaryResponse_ReadStateSummaryResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -61,7 +61,8 @@ class RemoveRaftVoterRequest(_Message):
         self.cluster_id = r.read_compact_nullable_string()
         self.voter_id = r.read_int32()
         self.voter_directory_id = r.read_uuid()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -107,5 +108,6 @@ class RemoveRaftVoterResponse(_Message):
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -58,7 +58,11 @@ class SaslAuthenticateRequest(_Message):
         flexible = version >= 2
         self = _new(SaslAuthenticateRequest)
         self.auth_bytes = r.read_compact_bytes() if flexible else r.read_bytes()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -120,5 +124,9 @@ class SaslAuthenticateResponse(_Message):
             self.session_lifetime_ms = 0
         else:
             self.session_lifetime_ms = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -73,7 +73,8 @@ class _ShareAcknowledgeRequest_AcknowledgementBatch(_Struct):
             _null_on_wire('ShareAcknowledgeRequest.AcknowledgementBatch', 'acknowledge_types', version)
         else:
             self.acknowledge_types = _read_packed(r, n, 'b')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -123,7 +124,8 @@ class _ShareAcknowledgeRequest_AcknowledgePartition(_Struct):
         else:
             rd = _ShareAcknowledgeRequest_AcknowledgementBatch._read
             self.acknowledgement_batches = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -173,7 +175,8 @@ class _ShareAcknowledgeRequest_AcknowledgeTopic(_Struct):
         else:
             rd = _ShareAcknowledgeRequest_AcknowledgePartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -238,7 +241,8 @@ class ShareAcknowledgeRequest(_Message):
         else:
             rd = _ShareAcknowledgeRequest_AcknowledgeTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -278,7 +282,8 @@ class _ShareAcknowledgeResponse_LeaderIdAndEpoch(_Struct):
         self = _new(_ShareAcknowledgeResponse_LeaderIdAndEpoch)
         self.leader_id = r.read_int32()
         self.leader_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -331,7 +336,8 @@ class _ShareAcknowledgeResponse_PartitionData(_Struct):
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
         self.current_leader = _ShareAcknowledgeResponse_LeaderIdAndEpoch._read(r, version)
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -381,7 +387,8 @@ class _ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse(_Struct):
         else:
             rd = _ShareAcknowledgeResponse_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -434,7 +441,8 @@ class _ShareAcknowledgeResponse_NodeEndpoint(_Struct):
         self.host = r.read_compact_string()
         self.port = r.read_int32()
         self.rack = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -514,5 +522,6 @@ class ShareAcknowledgeResponse(_Message):
         else:
             rd = _ShareAcknowledgeResponse_NodeEndpoint._read
             self.node_endpoints = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -74,7 +74,8 @@ class _ShareFetchRequest_AcknowledgementBatch(_Struct):
             _null_on_wire('ShareFetchRequest.AcknowledgementBatch', 'acknowledge_types', version)
         else:
             self.acknowledge_types = _read_packed(r, n, 'b')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -129,7 +130,8 @@ class _ShareFetchRequest_FetchPartition(_Struct):
         else:
             rd = _ShareFetchRequest_AcknowledgementBatch._read
             self.acknowledgement_batches = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -179,7 +181,8 @@ class _ShareFetchRequest_FetchTopic(_Struct):
         else:
             rd = _ShareFetchRequest_FetchPartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -227,7 +230,8 @@ class _ShareFetchRequest_ForgottenTopic(_Struct):
             _null_on_wire('ShareFetchRequest.ForgottenTopic', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -323,7 +327,8 @@ class ShareFetchRequest(_Message):
         else:
             rd = _ShareFetchRequest_ForgottenTopic._read
             self.forgotten_topics_data = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -363,7 +368,8 @@ class _ShareFetchResponse_LeaderIdAndEpoch(_Struct):
         self = _new(_ShareFetchResponse_LeaderIdAndEpoch)
         self.leader_id = r.read_int32()
         self.leader_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -408,7 +414,8 @@ class _ShareFetchResponse_AcquiredRecords(_Struct):
         self.first_offset = r.read_int64()
         self.last_offset = r.read_int64()
         self.delivery_count = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -491,7 +498,8 @@ class _ShareFetchResponse_PartitionData(_Struct):
         else:
             rd = _ShareFetchResponse_AcquiredRecords._read
             self.acquired_records = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -541,7 +549,8 @@ class _ShareFetchResponse_ShareFetchableTopicResponse(_Struct):
         else:
             rd = _ShareFetchResponse_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -594,7 +603,8 @@ class _ShareFetchResponse_NodeEndpoint(_Struct):
         self.host = r.read_compact_string()
         self.port = r.read_int32()
         self.rack = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -675,5 +685,6 @@ class ShareFetchResponse(_Message):
         else:
             rd = _ShareFetchResponse_NodeEndpoint._read
             self.node_endpoints = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

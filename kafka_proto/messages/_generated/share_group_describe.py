@@ -74,7 +74,8 @@ class ShareGroupDescribeRequest(_Message):
             rd = r.read_compact_string
             self.group_ids = [rd() for _ in range(n)]
         self.include_authorized_operations = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -130,7 +131,8 @@ class _ShareGroupDescribeResponse_TopicPartitions(_Struct):
             _null_on_wire('ShareGroupDescribeResponse.TopicPartitions', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -175,7 +177,8 @@ class _ShareGroupDescribeResponse_Assignment(_Struct):
         else:
             rd = _ShareGroupDescribeResponse_TopicPartitions._read
             self.topic_partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -264,7 +267,8 @@ class _ShareGroupDescribeResponse_Member(_Struct):
             rd = r.read_compact_string
             self.subscribed_topic_names = [rd() for _ in range(n)]
         self.assignment = _ShareGroupDescribeResponse_Assignment._read(r, version)
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -358,7 +362,8 @@ class _ShareGroupDescribeResponse_DescribedGroup(_Struct):
             rd = _ShareGroupDescribeResponse_Member._read
             self.members = [rd(r, version) for _ in range(n)]
         self.authorized_operations = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -413,5 +418,6 @@ class ShareGroupDescribeResponse(_Message):
         else:
             rd = _ShareGroupDescribeResponse_DescribedGroup._read
             self.groups = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

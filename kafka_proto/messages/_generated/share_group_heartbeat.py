@@ -96,7 +96,8 @@ class ShareGroupHeartbeatRequest(_Message):
         else:
             rd = r.read_compact_string
             self.subscribed_topic_names = [rd() for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -144,7 +145,8 @@ class _ShareGroupHeartbeatResponse_TopicPartitions(_Struct):
             _null_on_wire('ShareGroupHeartbeatResponse.TopicPartitions', 'partitions', version)
         else:
             self.partitions = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -189,7 +191,8 @@ class _ShareGroupHeartbeatResponse_Assignment(_Struct):
         else:
             rd = _ShareGroupHeartbeatResponse_TopicPartitions._read
             self.topic_partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -262,5 +265,6 @@ class ShareGroupHeartbeatResponse(_Message):
         self.member_epoch = r.read_int32()
         self.heartbeat_interval_ms = r.read_int32()
         self.assignment = None if r.read_int8() < 0 else _ShareGroupHeartbeatResponse_Assignment._read(r, version)
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -49,5 +49,6 @@ class SnapshotFooterRecord(_Message):
     def _read(r, version):
         self = _new(SnapshotFooterRecord)
         self.version = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

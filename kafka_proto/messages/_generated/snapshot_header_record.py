@@ -54,5 +54,6 @@ class SnapshotHeaderRecord(_Message):
         self = _new(SnapshotHeaderRecord)
         self.version = r.read_int16()
         self.last_contained_log_timestamp = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -80,7 +80,11 @@ class _StopReplicaRequest_StopReplicaPartitionV0(_Struct):
             self.partition_index = r.read_int32()
         else:
             self.partition_index = 0
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -158,7 +162,11 @@ class _StopReplicaRequest_StopReplicaTopicV1(_Struct):
                 self.partition_indexes = _read_packed(r, n, 'i')
         else:
             self.partition_indexes = []
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -227,7 +235,11 @@ class _StopReplicaRequest_StopReplicaPartitionState(_Struct):
             self.delete_partition = False
         else:
             self.delete_partition = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -297,7 +309,11 @@ class _StopReplicaRequest_StopReplicaTopicState(_Struct):
             else:
                 rd = _StopReplicaRequest_StopReplicaPartitionState._read
                 self.partition_states = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -450,7 +466,11 @@ class StopReplicaRequest(_Message):
             else:
                 rd = _StopReplicaRequest_StopReplicaTopicState._read
                 self.topic_states = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -501,7 +521,11 @@ class _StopReplicaResponse_StopReplicaPartitionError(_Struct):
         self.topic_name = r.read_compact_string() if flexible else r.read_string()
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -556,5 +580,9 @@ class StopReplicaResponse(_Message):
         else:
             rd = _StopReplicaResponse_StopReplicaPartitionError._read
             self.partition_errors = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -68,7 +68,11 @@ class _SyncGroupRequest_SyncGroupRequestAssignment(_Struct):
         self = _new(_SyncGroupRequest_SyncGroupRequestAssignment)
         self.member_id = r.read_compact_string() if flexible else r.read_string()
         self.assignment = r.read_compact_bytes() if flexible else r.read_bytes()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -171,7 +175,11 @@ class SyncGroupRequest(_Message):
         else:
             rd = _SyncGroupRequest_SyncGroupRequestAssignment._read
             self.assignments = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -245,5 +253,9 @@ class SyncGroupResponse(_Message):
         else:
             self.protocol_name = r.read_compact_nullable_string()
         self.assignment = r.read_compact_bytes() if flexible else r.read_bytes()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -76,7 +76,11 @@ class _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition(_Struct):
         else:
             self.committed_leader_epoch = r.read_int32()
         self.committed_metadata = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -132,7 +136,11 @@ class _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(_Struct):
         else:
             rd = _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -249,7 +257,11 @@ class TxnOffsetCommitRequest(_Message):
         else:
             rd = _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -292,7 +304,11 @@ class _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition(_Struct):
         self = _new(_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -348,7 +364,11 @@ class _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(_Struct):
         else:
             rd = _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -404,5 +424,9 @@ class TxnOffsetCommitResponse(_Message):
         else:
             rd = _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -50,7 +50,8 @@ class UnregisterBrokerRequest(_Message):
     def _read(r, version):
         self = _new(UnregisterBrokerRequest)
         self.broker_id = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -96,5 +97,6 @@ class UnregisterBrokerResponse(_Message):
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -85,7 +85,8 @@ class _UpdateFeaturesRequest_FeatureUpdateKey(_Struct):
             self.upgrade_type = 1
         else:
             self.upgrade_type = r.read_int8()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -150,7 +151,8 @@ class UpdateFeaturesRequest(_Message):
             self.validate_only = False
         else:
             self.validate_only = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -198,7 +200,8 @@ class _UpdateFeaturesResponse_UpdatableFeatureResult(_Struct):
         self.feature = r.read_compact_string()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -264,5 +267,6 @@ class UpdateFeaturesResponse(_Message):
                 self.results = [rd(r, version) for _ in range(n)]
         else:
             self.results = []
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -136,7 +136,11 @@ class _UpdateMetadataRequest_UpdateMetadataPartitionState(_Struct):
                 _null_on_wire('UpdateMetadataRequest.UpdateMetadataPartitionState', 'offline_replicas', version)
             else:
                 self.offline_replicas = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -215,7 +219,11 @@ class _UpdateMetadataRequest_UpdateMetadataTopicState(_Struct):
             else:
                 rd = _UpdateMetadataRequest_UpdateMetadataPartitionState._read
                 self.partition_states = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -299,7 +307,11 @@ class _UpdateMetadataRequest_UpdateMetadataEndpoint(_Struct):
             self.security_protocol = 0
         else:
             self.security_protocol = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -387,7 +399,11 @@ class _UpdateMetadataRequest_UpdateMetadataBroker(_Struct):
             self.rack = ''
         else:
             self.rack = r.read_compact_nullable_string() if flexible else r.read_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -581,5 +597,9 @@ class UpdateMetadataResponse(_Message):
         flexible = version >= 6
         self = _new(UpdateMetadataResponse)
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

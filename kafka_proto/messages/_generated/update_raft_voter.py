@@ -71,7 +71,8 @@ class _UpdateRaftVoterRequest_Listener(_Struct):
         self.name = r.read_compact_string()
         self.host = r.read_compact_string()
         self.port = r.read_uint16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -111,7 +112,8 @@ class _UpdateRaftVoterRequest_KRaftVersionFeature(_Struct):
         self = _new(_UpdateRaftVoterRequest_KRaftVersionFeature)
         self.min_supported_version = r.read_int16()
         self.max_supported_version = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -188,7 +190,8 @@ class UpdateRaftVoterRequest(_Message):
             rd = _UpdateRaftVoterRequest_Listener._read
             self.listeners = [rd(r, version) for _ in range(n)]
         self.k_raft_version_feature = _UpdateRaftVoterRequest_KRaftVersionFeature._read(r, version)
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -241,7 +244,8 @@ class _UpdateRaftVoterResponse_CurrentLeader(_Struct):
         self.leader_epoch = r.read_int32()
         self.host = r.read_compact_string()
         self.port = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 

@@ -94,7 +94,8 @@ class _VoteRequest_PartitionData(_Struct):
             self.voter_directory_id = r.read_uuid()
         self.last_offset_epoch = r.read_int32()
         self.last_offset = r.read_int64()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -147,7 +148,8 @@ class _VoteRequest_TopicData(_Struct):
         else:
             rd = _VoteRequest_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -210,7 +212,8 @@ class VoteRequest(_Message):
         else:
             rd = _VoteRequest_TopicData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -265,7 +268,8 @@ class _VoteResponse_PartitionData(_Struct):
         self.leader_id = r.read_int32()
         self.leader_epoch = r.read_int32()
         self.vote_granted = r.read_bool()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -318,7 +322,8 @@ class _VoteResponse_TopicData(_Struct):
         else:
             rd = _VoteResponse_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -387,7 +392,8 @@ class _VoteResponse_NodeEndpoint(_Struct):
             self.port = 0
         else:
             self.port = r.read_uint16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 

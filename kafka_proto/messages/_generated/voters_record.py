@@ -69,7 +69,8 @@ class _VotersRecord_Endpoint(_Struct):
         self.name = r.read_compact_string()
         self.host = r.read_compact_string()
         self.port = r.read_uint16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -109,7 +110,8 @@ class _VotersRecord_KRaftVersionFeature(_Struct):
         self = _new(_VotersRecord_KRaftVersionFeature)
         self.min_supported_version = r.read_int16()
         self.max_supported_version = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -172,7 +174,8 @@ class _VotersRecord_Voter(_Struct):
             rd = _VotersRecord_Endpoint._read
             self.endpoints = [rd(r, version) for _ in range(n)]
         self.k_raft_version_feature = _VotersRecord_KRaftVersionFeature._read(r, version)
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -226,5 +229,6 @@ class VotersRecord(_Message):
         else:
             rd = _VotersRecord_Voter._read
             self.voters = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

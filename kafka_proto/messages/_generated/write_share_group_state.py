@@ -68,7 +68,8 @@ class _WriteShareGroupStateRequest_StateBatch(_Struct):
         self.last_offset = r.read_int64()
         self.delivery_state = r.read_int8()
         self.delivery_count = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -133,7 +134,8 @@ class _WriteShareGroupStateRequest_PartitionData(_Struct):
         else:
             rd = _WriteShareGroupStateRequest_StateBatch._read
             self.state_batches = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -183,7 +185,8 @@ class _WriteShareGroupStateRequest_WriteStateData(_Struct):
         else:
             rd = _WriteShareGroupStateRequest_PartitionData._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -241,7 +244,8 @@ class WriteShareGroupStateRequest(_Message):
         else:
             rd = _WriteShareGroupStateRequest_WriteStateData._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -286,7 +290,8 @@ class _WriteShareGroupStateResponse_PartitionResult(_Struct):
         self.partition = r.read_int32()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -336,7 +341,8 @@ class _WriteShareGroupStateResponse_WriteStateResult(_Struct):
         else:
             rd = _WriteShareGroupStateResponse_PartitionResult._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self
 
 
@@ -384,5 +390,6 @@ class WriteShareGroupStateResponse(_Message):
         else:
             rd = _WriteShareGroupStateResponse_WriteStateResult._read
             self.results = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r)
+        n = r.read_uvarint()
+        self.unknown_tagged_fields = _read_tags(r, n) if n else None
         return self

@@ -73,7 +73,11 @@ class _WriteTxnMarkersRequest_WritableTxnMarkerTopic(_Struct):
             _null_on_wire('WriteTxnMarkersRequest.WritableTxnMarkerTopic', 'partition_indexes', version)
         else:
             self.partition_indexes = _read_packed(r, n, 'i')
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -141,7 +145,11 @@ class _WriteTxnMarkersRequest_WritableTxnMarker(_Struct):
             rd = _WriteTxnMarkersRequest_WritableTxnMarkerTopic._read
             self.topics = [rd(r, version) for _ in range(n)]
         self.coordinator_epoch = r.read_int32()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -193,7 +201,11 @@ class WriteTxnMarkersRequest(_Message):
         else:
             rd = _WriteTxnMarkersRequest_WritableTxnMarker._read
             self.markers = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -236,7 +248,11 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult(_Struct):
         self = _new(_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult)
         self.partition_index = r.read_int32()
         self.error_code = r.read_int16()
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -292,7 +308,11 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(_Struct):
         else:
             rd = _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult._read
             self.partitions = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -345,7 +365,11 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerResult(_Struct):
         else:
             rd = _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult._read
             self.topics = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self
 
 
@@ -397,5 +421,9 @@ class WriteTxnMarkersResponse(_Message):
         else:
             rd = _WriteTxnMarkersResponse_WritableTxnMarkerResult._read
             self.markers = [rd(r, version) for _ in range(n)]
-        self.unknown_tagged_fields = _read_tags(r) if flexible else None
+        if flexible:
+            n = r.read_uvarint()
+            self.unknown_tagged_fields = _read_tags(r, n) if n else None
+        else:
+            self.unknown_tagged_fields = None
         return self

@@ -43,6 +43,7 @@ class Progress:
         self.tty = hasattr(out, "isatty") and out.isatty()
         self._last_draw = 0.0
         self._last_quarter = -1
+        self._drawn = -1
         self.t0 = time.perf_counter()
 
     def update(self, done: int, force: bool = False) -> None:
@@ -52,6 +53,7 @@ class Progress:
             if not force and now - self._last_draw < 0.1:
                 return
             self._last_draw = now
+            self._drawn = done
             filled = int(frac * self.width)
             bar = "#" * filled + "." * (self.width - filled)
             elapsed = now - self.t0
@@ -67,7 +69,8 @@ class Progress:
                 self.out.flush()
 
     def finish(self, done: int) -> None:
-        self.update(done, force=True)
+        if done != self._drawn:
+            self.update(done, force=True)
         if self.tty:
             self.out.write("\n")
             self.out.flush()

@@ -54,7 +54,7 @@ cdef class OutputBuffer:
 # batches a consumer sees. Blocks are decoded by python-lz4 (`lz4.block.decompress`, passed
 # in by the caller), which releases the GIL.
 
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 
 from kafka_proto.errors import DecompressionError, DecompressionLimitError
 
@@ -268,3 +268,166 @@ cdef uint32_t _frame_checksum(list parts, Py_ssize_t first):
     if len(parts) - first == 1:
         return _xxh32_view(parts[first], 0)
     return _xxh32_view(b"".join(parts[first:]), 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# zstd: a frame walk over the header and block headers (3 bytes per <= 128 KiB block) gives
+# each frame's exact extent, so truncation is caught (the streaming decoder would return a
+# prefix silently), and an upper bound of its output, so the one-shot decoder can be used with
+# an output buffer that is known to suffice and known to fit the budget.
+
+cdef enum:
+    ZSTD_MAGIC = 0xFD2FB528
+    ZSTD_BLOCK_MAX = 128 * 1024
+    ZSTD_READ_CHUNK = 1024 * 1024
+
+
+cdef Py_ssize_t _zstd_walk(const unsigned char* b, Py_ssize_t n, Py_ssize_t pos,
+                           int64_t* content, Py_ssize_t* bound) except -1:
+    """Walk the frame at pos (magic already checked); return its end."""
+    cdef int fhd, fcs_size, did_size, i
+    cdef bint single
+    cdef Py_ssize_t p
+    cdef uint64_t fcs = 0
+    cdef uint32_t bh, bsize, btype
+    if n - pos < 6:
+        raise DecompressionError("truncated zstd frame header")
+    fhd = b[pos + 4]
+    single = (fhd & 0x20) != 0
+    if fhd & 0x08:
+        raise DecompressionError("zstd frame header reserved bit set")
+    did_size = (0, 1, 2, 4)[fhd & 0x03]
+    fcs_size = ((1 if single else 0), 2, 4, 8)[fhd >> 6]
+    p = pos + 5 + (0 if single else 1) + did_size
+    if fcs_size > n - p:
+        raise DecompressionError("truncated zstd frame header")
+    for i in range(fcs_size):
+        fcs |= (<uint64_t>b[p + i]) << (8 * i)
+    if fcs_size == 0:
+        content[0] = -1
+    elif fcs_size == 2:
+        content[0] = <int64_t>fcs + 256
+    elif fcs > <uint64_t>0x7FFFFFFFFFFFFFFF:
+        raise DecompressionError("zstd frame content size out of range")
+    else:
+        content[0] = <int64_t>fcs
+    p += fcs_size
+    bound[0] = 0
+    while True:
+        if n - p < 3:
+            raise DecompressionError("truncated zstd block header")
+        bh = (<uint32_t>b[p]) | (<uint32_t>b[p + 1] << 8) | (<uint32_t>b[p + 2] << 16)
+        p += 3
+        btype = (bh >> 1) & 3
+        bsize = bh >> 3
+        if btype == 3:
+            raise DecompressionError("reserved zstd block type")
+        if bsize > ZSTD_BLOCK_MAX:
+            raise DecompressionError("zstd block above 128 KiB")
+        if btype == 1:  # RLE: one stored byte, repeated bsize times
+            bound[0] += bsize
+            bsize = 1
+        else:
+            bound[0] += bsize if btype == 0 else ZSTD_BLOCK_MAX
+        if bsize > n - p:
+            raise DecompressionError("truncated zstd block")
+        p += bsize
+        if bh & 1:  # last block
+            break
+    if fhd & 0x04:  # content checksum
+        if n - p < 4:
+            raise DecompressionError("truncated zstd frame checksum")
+        p += 4
+    return p
+
+
+def zstd_frame_info(data, Py_ssize_t pos=0):
+    """(end, content size or -1, output upper bound) of the zstd frame at ``pos``."""
+    cdef const unsigned char[::1] v = data
+    cdef int64_t content
+    cdef Py_ssize_t bound, end
+    if pos < 0 or pos > v.shape[0]:
+        raise ValueError("pos out of range")
+    if v.shape[0] - pos < 4 or _le32(&v[0] + pos) != ZSTD_MAGIC:
+        raise DecompressionError("no zstd frame magic")
+    end = _zstd_walk(&v[0], v.shape[0], pos, &content, &bound)
+    return end, content, bound
+
+
+def zstd_decompress(data, Py_ssize_t max_size, dctx, zstd_error):
+    """Decode every zstd frame of ``data`` (skippable frames ignored), at most ``max_size``
+    bytes out. ``dctx`` is a zstandard.ZstdDecompressor, ``zstd_error`` its exception type."""
+    cdef const unsigned char[::1] v = data
+    cdef const unsigned char* b = NULL
+    cdef Py_ssize_t n = v.shape[0], pos = 0, end, bound, budget, got, total = 0
+    cdef int64_t content
+    cdef uint32_t magic, skip
+    cdef list parts = []
+    if n == 0:
+        raise DecompressionError("empty zstd payload")
+    b = &v[0]
+    mv = None
+    while pos < n:
+        if n - pos < 4:
+            raise DecompressionError("truncated zstd frame magic")
+        magic = _le32(b + pos)
+        if (magic & 0xFFFFFFF0U) == LZ4_SKIPPABLE:  # same skippable-frame range as LZ4
+            if n - pos < 8:
+                raise DecompressionError("truncated zstd skippable frame")
+            skip = _le32(b + pos + 4)
+            if skip > <uint64_t>(n - pos - 8):
+                raise DecompressionError("truncated zstd skippable frame")
+            pos += 8 + skip
+            continue
+        if magic != ZSTD_MAGIC:
+            raise DecompressionError(f"bad zstd frame magic 0x{magic:08x}")
+        end = _zstd_walk(b, n, pos, &content, &bound)
+        if pos == 0 and end == n:
+            frame = data  # the common case: one frame, no slicing
+        else:
+            if mv is None:
+                mv = memoryview(data)
+                if mv.format != "B" or mv.ndim != 1:
+                    mv = mv.cast("B")
+            frame = mv[pos:end]
+        pos = end
+        budget = max_size - total
+        if content > bound:
+            raise DecompressionError(
+                f"zstd frame declares {content} bytes, its blocks hold at most {bound}")
+        if content > budget:
+            raise DecompressionLimitError(f"zstd payload expands beyond {max_size} bytes")
+        out = None
+        try:
+            if content >= 0:
+                out = dctx.decompress(frame)
+            elif bound <= budget:
+                # The walk bounds the output: one call with a buffer known to suffice.
+                out = dctx.decompress(frame, max_output_size=bound if bound > 0 else 1)
+        except zstd_error as e:
+            raise DecompressionError(f"corrupt zstd frame: {e}") from e
+        if out is None:
+            # Output bound above the budget: stream in chunks and stop past the limit.
+            chunks = []
+            got = 0
+            try:
+                reader = dctx.stream_reader(frame)
+                while True:
+                    chunk = reader.read(min(<Py_ssize_t>ZSTD_READ_CHUNK, budget - got + 1))
+                    if not chunk:
+                        break
+                    got += len(chunk)
+                    if got > budget:
+                        raise DecompressionLimitError(
+                            f"zstd payload expands beyond {max_size} bytes")
+                    chunks.append(chunk)
+            except zstd_error as e:
+                raise DecompressionError(f"corrupt zstd frame: {e}") from e
+            out = b"".join(chunks)
+        total += len(out)
+        if total > max_size:
+            raise DecompressionLimitError(f"zstd payload expands beyond {max_size} bytes")
+        parts.append(out)
+    if not parts:
+        raise DecompressionError("zstd payload holds no frame")
+    return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -53,10 +53,12 @@ try:
     from kafka_proto._compression import OutputBuffer as _OutputBuffer
     from kafka_proto._compression import lz4_frame_decompress as _lz4_frame_c
     from kafka_proto._compression import xxh32 as _xxh32_c
+    from kafka_proto._compression import zstd_decompress as _zstd_c
 except ImportError:  # extension not built: same results from the Python code below, slower
     _OutputBuffer = None
     _lz4_frame_c = None
     _xxh32_c = None
+    _zstd_c = None
 
 BytesLike = Union[bytes, bytearray, memoryview]
 
@@ -653,6 +655,13 @@ def _zstd_frame(mv: memoryview, pos: int):
 def _zstd_decompress(mv: memoryview, max_size: int) -> bytes:
     zstd = _zstd_mod()
     dctx = _zstd_dctx()
+    if _zstd_c is not None:
+        return _zstd_c(mv, max_size, dctx, zstd.ZstdError)
+    return _zstd_decompress_py(mv, max_size, zstd, dctx)
+
+
+def _zstd_decompress_py(mv: memoryview, max_size: int, zstd, dctx) -> bytes:
+    """Python twin of the compiled zstd reader (fallback and test oracle)."""
     n = len(mv)
     if n == 0:
         raise DecompressionError("empty zstd payload")
@@ -675,6 +684,9 @@ def _zstd_decompress(mv: memoryview, max_size: int) -> bytes:
         frame = mv[pos:end]
         pos = end
         budget = max_size - total
+        if content > bound:
+            raise DecompressionError(
+                f"zstd frame declares {content} bytes, its blocks hold at most {bound}")
         if content > budget:
             raise _limit_error("zstd", max_size)
         try:

@@ -266,6 +266,7 @@ def test_same_results_without_compiled_helpers(codec, monkeypatch):
     monkeypatch.setattr(C, "_OutputBuffer", None)
     monkeypatch.setattr(C, "_lz4_frame_c", None)
     monkeypatch.setattr(C, "_xxh32_c", None)
+    monkeypatch.setattr(C, "_zstd_c", None)
     assert C.xxh32(b"abc") == 0x32D153FF
     packed = C.compress(codec, DATA)
     assert C.decompress(codec, packed) == DATA
@@ -310,3 +311,20 @@ def test_compiled_lz4_reader_matches_python_reader(kw, data):
     frame = lz4.frame.compress(data, **kw)
     assert C._lz4_frame_c(frame, 1 << 30, lz4.block.decompress) == data
     assert C._lz4_decompress_py(memoryview(frame), 1 << 30, lz4.block) == data
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.binary(max_size=300_000) | st.builds(lambda n: DATA * n, st.integers(0, 8)),
+       content_size=st.booleans(), checksum=st.booleans())
+def test_compiled_zstd_reader_matches_python_reader(data, content_size, checksum):
+    from kafka_proto._compression import zstd_frame_info
+
+    frame = zstandard.ZstdCompressor(write_content_size=content_size,
+                                     write_checksum=checksum).compress(data)
+    end, size, bound = zstd_frame_info(frame)
+    assert end == len(frame)
+    assert size == (len(data) if content_size else -1)
+    assert len(data) <= bound
+    dctx = zstandard.ZstdDecompressor()
+    assert C._zstd_c(frame, 1 << 30, dctx, zstandard.ZstdError) == data
+    assert C._zstd_decompress_py(memoryview(frame), 1 << 30, zstandard, dctx) == data

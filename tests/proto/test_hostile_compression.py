@@ -146,13 +146,34 @@ def test_lz4_corrupt_block_keeps_cause():
     assert info.value.__cause__ is not None
 
 
-def test_zstd_lying_content_size_not_allocated():
+@pytest.mark.parametrize("compiled", [True, False])
+def test_zstd_lying_content_size_not_allocated(compiled, monkeypatch):
+    if not compiled:
+        monkeypatch.setattr(C, "_zstd_c", None)
     # Frame header claiming 2**60 bytes, then one tiny raw block: refused from the header.
     fhd = 0xC0 | 0x20  # 8-byte content size, single segment
-    frame = struct.pack("<IB", 0xFD2FB528, fhd) + struct.pack("<Q", 1 << 60)
-    frame += struct.pack("<I", (3 << 3) | 1)[:3] + b"abc"  # last raw block of 3 bytes
+    head = struct.pack("<IB", 0xFD2FB528, fhd)
+    raw_block = struct.pack("<I", (3 << 3) | 1)[:3] + b"abc"  # last block, raw, 3 bytes
+    with pytest.raises(DecompressionError, match="declares"):
+        C.decompress(C.CODEC_ZSTD, head + struct.pack("<Q", 1 << 60) + raw_block)
+    with pytest.raises(DecompressionError, match="declares"):
+        C.decompress(C.CODEC_ZSTD, head + struct.pack("<Q", 4) + raw_block)
+    assert C.decompress(C.CODEC_ZSTD, head + struct.pack("<Q", 3) + raw_block) == b"abc"
+    # Plausible size, but above the budget: a limit error before any decoding.
+    big = zstandard.ZstdCompressor().compress(DATA)
     with pytest.raises(DecompressionLimitError):
-        C.decompress(C.CODEC_ZSTD, frame)
+        C.decompress(C.CODEC_ZSTD, big, max_size=len(DATA) - 1)
+
+
+def test_zstd_content_size_smaller_than_data():
+    packed = bytearray(zstandard.ZstdCompressor(level=1).compress(DATA[:200]))
+    info = zstandard.get_frame_parameters(bytes(packed))
+    assert info.content_size == 200
+    # single-segment frame with 1-byte size field right after the descriptor
+    assert packed[4] & 0x20 and packed[4] >> 6 == 0
+    packed[5] = 150
+    with pytest.raises(DecompressionError):
+        C.decompress(C.CODEC_ZSTD, bytes(packed))
 
 
 def test_zstd_bomb_without_content_size_streams():

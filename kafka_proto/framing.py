@@ -36,6 +36,7 @@ __all__ = [
     "encode_request_header",
     "encode_request",
     "encode_request_parts",
+    "encode_request_into",
     "decode_response_header",
     "peek_correlation_id",
     "request_header_version",
@@ -289,9 +290,37 @@ def encode_request(request: Any, api_version: int, correlation_id: int,
                    client_id: Optional[str] = None, *, api_key: Optional[int] = None,
                    header_version: Optional[int] = None) -> bytes:
     """The complete request frame: size prefix, header, body."""
-    head, body = encode_request_parts(request, api_version, correlation_id, client_id,
-                                      api_key=api_key, header_version=header_version)
-    return head + bytes(body)
+    from kafka_proto._wire import Writer
+
+    w = Writer()
+    encode_request_into(w, request, api_version, correlation_id, client_id,
+                        api_key=api_key, header_version=header_version)
+    return w.getvalue()
+
+
+def encode_request_into(writer: Any, request: Any, api_version: int, correlation_id: int,
+                        client_id: Optional[str] = None, *, api_key: Optional[int] = None,
+                        header_version: Optional[int] = None) -> int:
+    """Append the complete request frame to a :class:`kafka_proto._wire.Writer`, the body
+    encoded in place after the header (several pipelined requests can share one writer).
+    Returns the frame's length including its size prefix."""
+    if api_key is None:
+        api_key = _api_key_of(request)
+    if header_version is None:
+        header_version = request_header_version(api_key, api_version)
+    header = encode_request_header(api_key, api_version, correlation_id, client_id,
+                                   header_version)
+    start = writer.reserve(4)
+    writer.write_raw(header)
+    if isinstance(request, (bytes, bytearray, memoryview)):
+        writer.write_raw(request)
+    else:
+        request.encode_into(writer, api_version)
+    size = len(writer) - start - 4
+    if size > _INT32_MAX:
+        raise ProtocolEncodeError(f"request of {size} bytes does not fit an int32 size")
+    writer.patch_int32(start, size)
+    return size + 4
 
 
 def _read_uvarint(mv: memoryview, pos: int, end: int) -> Tuple[int, int]:

@@ -266,6 +266,9 @@ class FakeRequest:
         self.versions.append(version)
         return self.body
 
+    def encode_into(self, w, version: int) -> None:
+        w.write_raw(self.encode(version))
+
 
 def test_encode_request_frames_header_and_body():
     req = FakeRequest(b"BODY")
@@ -282,6 +285,22 @@ def test_encode_request_parts_concatenate_to_encode_request():
     parts = encode_request_parts(FakeRequest(b"xyz"), 2, 7, None, header_version=2)
     assert len(parts) == 2 and parts[1] == b"xyz"
     assert b"".join(parts) == encode_request(FakeRequest(b"xyz"), 2, 7, None, header_version=2)
+
+
+def test_encode_request_into_shared_writer():
+    from kafka_proto._wire import Writer
+    from kafka_proto.framing import encode_request_into
+
+    w = Writer()
+    w.write_raw(b"junk")  # frames are appended after whatever is there
+    n1 = encode_request_into(w, FakeRequest(b"one"), 1, 10, "c", header_version=1)
+    n2 = encode_request_into(w, b"two!", 2, 11, None, api_key=0, header_version=2)
+    data = w.getvalue()
+    assert len(data) == 4 + n1 + n2
+    assert data[4:4 + n1] == encode_request(FakeRequest(b"one"), 1, 10, "c", header_version=1)
+    frames = as_bytes(FrameParser().feed(data[4:]))
+    assert frames == [encode_request_header(3, 1, 10, "c", 1) + b"one",
+                      encode_request_header(0, 2, 11, None, 2) + b"two!"]
 
 
 def test_encode_request_of_raw_body_needs_api_key():

@@ -245,3 +245,25 @@ def test_produce_acks_0_then_more_requests(broker, topic_name):
                 break
             time.sleep(0.05)
         assert [r.value for b in result.batches for r in b] == [b"fire-and-forget"]
+
+
+@pytest.mark.integration
+def test_broker_restart_closes_connection_and_data_survives(fresh_noida_broker, topic_name):
+    from kafka_proto.records import RecordBatchBuilder
+
+    b = fresh_noida_broker
+    b.create_topic(topic_name)
+    c = b.connect(timeout=5)
+    builder = RecordBatchBuilder()
+    for i in range(10):
+        builder.append(b"persisted-%d" % i)  # timestamp now: survives noida's retention
+    simple.produce(c, topic_name, 0, builder.build())
+    b.stop()
+    with pytest.raises(ConnectionClosedError):
+        c.request(MetadataRequest(topics=None))
+    assert c.closed
+    b.start()
+    with b.connect(timeout=5) as c2:
+        result = simple.fetch_all(c2, topic_name)
+        assert [r.value for bt in result.batches for r in bt] == \
+            [b"persisted-%d" % i for i in range(10)]

@@ -6,6 +6,7 @@ import json
 import struct
 import sys
 import uuid
+import warnings
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -555,7 +556,9 @@ def test_zero_size_elements(tmp_path):
 
 
 def _kafka_python_classes():
-    kp = pytest.importorskip("kafka.protocol.api_message")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        kp = pytest.importorskip("kafka.protocol.api_message")
     import importlib
     import pkgutil
 
@@ -566,7 +569,9 @@ def _kafka_python_classes():
         if ".old" in info.name:
             continue
         try:
-            mod = importlib.import_module(info.name)
+            with warnings.catch_warnings():  # the peer uses deprecated importlib calls
+                warnings.simplefilter("ignore", DeprecationWarning)
+                mod = importlib.import_module(info.name)
         except Exception:  # noqa: BLE001 - optional modules of the peer
             continue
         for obj in vars(mod).values():
@@ -640,3 +645,13 @@ def test_mutated_input_only_raises_decode_errors():
                 except ProtocolDecodeError:
                     outcomes["error"] += 1
     assert outcomes["error"] > 1000 and outcomes["ok"] > 100
+
+
+def test_pickle_and_copy():
+    import copy
+    import pickle
+
+    req = sample(M.FetchRequest, 17)
+    assert pickle.loads(pickle.dumps(req)) == req
+    clone = copy.deepcopy(req)
+    assert clone == req and clone.topics[0] is not req.topics[0]

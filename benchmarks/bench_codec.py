@@ -6,11 +6,22 @@ directly::
 
     .venv/bin/python -m pytest benchmarks/bench_codec.py -p no:cacheprovider --benchmark-only
 
-Each timed body is checked once for the right result before its numbers count,
-so a contender that silently does less work cannot win.
+One test per case. The contenders of a case are interleaved round by round
+(each round times every contender once, the starting contender rotating), so
+load from other processes on a shared machine hits all of them alike; the
+per-contender samples go to the test's ``extra_info["samples"]`` and run.py
+takes their medians. pytest-benchmark drives the rounds (``pedantic``) and its
+options set the budget: ``--benchmark-max-time`` per contender,
+``--benchmark-min-rounds``, ``--benchmark-warmup-iterations`` and
+``--benchmark-timer``.
+
+Each contender's output is checked once before timing, so one that silently
+does less work cannot win.
 """
 from __future__ import annotations
 
+import importlib
+import math
 import os
 import struct
 
@@ -20,13 +31,9 @@ import contenders as C
 
 _ALL = C.load()
 _REVERSE = os.environ.get("BENCH_REVERSE") == "1"
-
-
-def _order(names):
-    # run.py alternates the contender order between passes so slow drift on a
-    # shared machine does not always favour the same side.
-    return tuple(reversed(names)) if _REVERSE else tuple(names)
-
+_MAX_ROUNDS = 2000
+_MIN_SAMPLE = 1e-3  # seconds: short bodies are repeated inside one sample up to this, so
+# the cache and heap disturbance left by the previous contender is amortised
 
 RECORDS = C.make_records()
 VARINTS = C.make_varints()
@@ -64,69 +71,132 @@ def _reference_decode(data):
     return out, attrs
 
 
-def _get(name, what):
-    c = _ALL[name]
-    fn = getattr(c, what) if c.available else None
-    if fn is None:
-        pytest.skip("%s: %s unavailable (%s)" % (name, what, c.reason or "not provided"))
-    return c, fn
+def _load_timer(name):
+    mod, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(mod), attr)
 
 
-def _info(benchmark, case, contender, per, unit, **extra):
+def _interleaved(benchmark, request, case, unit, per, bodies, labels, **extra):
+    """Time ``bodies`` ({contender: zero-arg callable}) round-robin.
+
+    Stores per-contender samples (seconds per call) in extra_info; pytest-benchmark's own
+    stats for the test are those of whole rounds and are not used by run.py."""
+    cfg = request.config
+    timer = _load_timer(str(cfg.getoption("benchmark_timer")))
+    max_time = float(cfg.getoption("benchmark_max_time"))
+    min_rounds = int(cfg.getoption("benchmark_min_rounds"))
+    warm = int(cfg.getoption("benchmark_warmup_iterations") or 0)
+    names = list(bodies)
+    if _REVERSE:
+        names.reverse()
+    fns = [bodies[n] for n in names]
+
+    # Warm-up, then one timing per contender to size the rounds.
+    inner = []
+    single = []
+    for fn in fns:
+        for _ in range(min(warm, 50)):
+            fn()
+        t0 = timer()
+        fn()
+        t = max(timer() - t0, 1e-7)
+        single.append(t)
+        inner.append(max(1, int(math.ceil(_MIN_SAMPLE / t))))
+    per_round = sum(s * k for s, k in zip(single, inner))
+    rounds = int(max(min_rounds, min(_MAX_ROUNDS, max_time * len(fns) / per_round)))
+
+    samples = {n: [] for n in names}
+    state = {"r": 0}
+    k = len(fns)
+
+    def one_round():
+        r = state["r"]
+        state["r"] = r + 1
+        for j in range(k):
+            i = (r + j) % k  # rotate who goes first
+            fn, n = fns[i], inner[i]
+            t0 = timer()
+            for _ in range(n):
+                fn()
+            samples[names[i]].append((timer() - t0) / n)
+
     benchmark.group = case
-    benchmark.extra_info.update(case=case, contender=contender, per=per, unit=unit, **extra)
+    benchmark.extra_info.update(case=case, unit=unit, per=per, labels=labels,
+                                inner_iterations=dict(zip(names, inner)), **extra)
+    benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=0)
+    benchmark.extra_info["samples"] = samples
 
 
-@pytest.mark.parametrize("contender", _order(C.CONTENDERS))
+def _available(what, names):
+    out = {}
+    for n in names:
+        c = _ALL[n]
+        fn = getattr(c, what) if c.available else None
+        if fn is not None:
+            out[n] = c
+    if not out:
+        pytest.skip("no contender provides %s" % what)
+    return out
+
+
 @pytest.mark.parametrize("codec", C.CODECS)
-def test_encode(benchmark, codec, contender):
-    c, encode = _get(contender, "encode")
-    _info(benchmark, "encode-" + codec, contender, C.N_RECORDS, "ns/record", label=c.label)
-    out = encode(RECORDS, codec)
-    recs, attrs = _reference_decode(out)
-    assert recs == RECORDS
-    assert attrs == [C.CODEC_ID[codec]], "%s did not compress with %s: %r" % (contender, codec, attrs)
-    benchmark.extra_info["bytes"] = len(out)
-    benchmark(encode, RECORDS, codec)
+def test_encode(benchmark, request, codec):
+    cs = _available("encode", C.CONTENDERS)
+    sizes = {}
+    for n, c in cs.items():
+        out = c.encode(RECORDS, codec)
+        recs, attrs = _reference_decode(out)
+        assert recs == RECORDS, n
+        assert attrs == [C.CODEC_ID[codec]], "%s did not compress with %s: %r" % (n, codec, attrs)
+        sizes[n] = len(out)
+    bodies = {n: (lambda e=c.encode: e(RECORDS, codec)) for n, c in cs.items()}
+    _interleaved(benchmark, request, "encode-" + codec, "ns/record", C.N_RECORDS, bodies,
+                 {n: c.label for n, c in cs.items()}, bytes=sizes)
 
 
-@pytest.mark.parametrize("contender", _order(C.CONTENDERS))
 @pytest.mark.parametrize("codec", C.CODECS)
-def test_decode(benchmark, codec, contender):
-    c, decode = _get(contender, "decode")
-    _info(benchmark, "decode-" + codec, contender, C.N_RECORDS, "ns/record", label=c.label)
+def test_decode(benchmark, request, codec):
+    cs = _available("decode", C.CONTENDERS)
     data = BATCHES[codec]
-    assert decode(data) == C.N_RECORDS
-    benchmark.extra_info["bytes"] = len(data)
-    benchmark(decode, data)
+    for n, c in cs.items():
+        assert c.decode(data) == C.N_RECORDS, n
+    bodies = {n: (lambda d=c.decode: d(data)) for n, c in cs.items()}
+    _interleaved(benchmark, request, "decode-" + codec, "ns/record", C.N_RECORDS, bodies,
+                 {n: c.label for n, c in cs.items()}, input_bytes=len(data))
 
 
-@pytest.mark.parametrize("contender", _order(C.CONTENDERS))
-def test_varint_encode(benchmark, contender):
-    c, enc = _get(contender, "varint_encode")
-    _info(benchmark, "varint-encode", contender, C.N_VARINTS, "ns/varint", label=c.label)
+def test_varint_encode(benchmark, request):
+    cs = _available("varint_encode", C.CONTENDERS)
     ref = _ALL["kafka-python"].varint_encode(VARINTS)
-    assert enc(VARINTS) == ref
-    benchmark(enc, VARINTS)
+    for n, c in cs.items():
+        assert c.varint_encode(VARINTS) == ref, n
+    bodies = {n: (lambda e=c.varint_encode: e(VARINTS)) for n, c in cs.items()}
+    _interleaved(benchmark, request, "varint-encode", "ns/varint", C.N_VARINTS, bodies,
+                 {n: c.label for n, c in cs.items()})
 
 
-@pytest.mark.parametrize("contender", _order(C.CONTENDERS))
-def test_varint_decode(benchmark, contender):
-    c, dec = _get(contender, "varint_decode")
-    _info(benchmark, "varint-decode", contender, C.N_VARINTS, "ns/varint", label=c.label)
-    buf = c.varint_input(_ALL["kafka-python"].varint_encode(VARINTS))
-    assert dec(buf, C.N_VARINTS) == sum(VARINTS)
-    benchmark(dec, buf, C.N_VARINTS)
+def test_varint_decode(benchmark, request):
+    cs = _available("varint_decode", C.CONTENDERS)
+    enc = _ALL["kafka-python"].varint_encode(VARINTS)
+    bodies = {}
+    for n, c in cs.items():
+        buf = c.varint_input(enc)
+        assert c.varint_decode(buf, C.N_VARINTS) == sum(VARINTS), n
+        bodies[n] = (lambda d=c.varint_decode, b=buf: d(b, C.N_VARINTS))
+    _interleaved(benchmark, request, "varint-decode", "ns/varint", C.N_VARINTS, bodies,
+                 {n: c.label for n, c in cs.items()})
 
 
-@pytest.mark.parametrize("contender", _order(C.CRC_CONTENDERS))
-def test_crc32c(benchmark, contender):
-    c, crc = _get(contender, "crc32c")
-    _info(benchmark, "crc32c-1MiB", contender, 1, "GB/s", label=c.label, nbytes=len(CRC_BUF))
+def test_crc32c(benchmark, request):
     import crc32c as ref
 
-    assert crc(CRC_BUF) == ref.crc32c(CRC_BUF)
-    benchmark(crc, CRC_BUF)
+    cs = _available("crc32c", C.CRC_CONTENDERS)
+    want = ref.crc32c(CRC_BUF)
+    for n, c in cs.items():
+        assert c.crc32c(CRC_BUF) == want, n
+    bodies = {n: (lambda f=c.crc32c: f(CRC_BUF)) for n, c in cs.items()}
+    _interleaved(benchmark, request, "crc32c-1MiB", "GB/s", 1, bodies,
+                 {n: c.label for n, c in cs.items()}, nbytes=len(CRC_BUF))
 
 
 def _crc_paths():
@@ -134,16 +204,17 @@ def _crc_paths():
         from kafka_proto import _crc
     except ImportError:
         return []
-    return [p for p in getattr(_crc, "IMPLEMENTATIONS", ()) if p != getattr(_crc, "IMPLEMENTATION", None)]
+    return [p for p in getattr(_crc, "IMPLEMENTATIONS", ())
+            if p != getattr(_crc, "IMPLEMENTATION", None)]
 
 
 @pytest.mark.parametrize("path", _crc_paths())
-def test_crc32c_path(benchmark, path):
+def test_crc32c_path(benchmark, request, path):
     """Our CRC-32C's other code paths (what older CPUs get), ours only."""
+    import crc32c as ref
     from kafka_proto._crc import crc32c_using
 
-    _info(benchmark, "crc32c-1MiB-" + path, "ours", 1, "GB/s", label="ours", nbytes=len(CRC_BUF))
-    import crc32c as ref
-
     assert crc32c_using(path, CRC_BUF) == ref.crc32c(CRC_BUF)
-    benchmark(crc32c_using, path, CRC_BUF)
+    _interleaved(benchmark, request, "crc32c-1MiB-" + path, "GB/s", 1,
+                 {"ours": lambda: crc32c_using(path, CRC_BUF)}, {"ours": "ours"},
+                 nbytes=len(CRC_BUF))

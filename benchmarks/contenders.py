@@ -141,7 +141,7 @@ def _aiokafka() -> Contender:
         for key, value in records:
             append(i, _ts, key, value, [])
             i += 1
-        return bytes(b.build())
+        return b.build()  # bytearray, sent as is
 
     def decode(data, _M=MemoryRecords):
         mr = _M(data)
@@ -201,7 +201,7 @@ def _kafka_python() -> Contender:
         for key, value in records:
             append(i, _ts, key, value, [])
             i += 1
-        return bytes(b.build())
+        return b.build()  # bytearray, sent as is
 
     def decode(data, _M=MemoryRecords):
         mr = _M(data)

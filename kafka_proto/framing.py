@@ -126,10 +126,12 @@ class FrameParser:
                         break
                     (size,) = _INT32.unpack_from(self._size_buf, 0)
                 self._size_have = 0
-                frame = self._start_frame(size)
-                if frame is None:  # empty frame
-                    frames.append(memoryview(b""))
+                if 0 <= size <= end - pos and size <= self.max_frame_size:
+                    # Whole frame in this chunk: one allocation and copy, no state.
+                    frames.append(memoryview(bytearray(mv[pos:pos + size])))
+                    pos += size
                     continue
+                frame = self._start_frame(size)
             have = self._frame_have
             take = min(len(frame) - have, end - pos)
             frame[have:have + take] = mv[pos:pos + take]
@@ -185,13 +187,11 @@ class FrameParser:
         self._direct = False
         self._error = None
 
-    def _start_frame(self, size: int) -> Optional[bytearray]:
+    def _start_frame(self, size: int) -> bytearray:
         if size < 0 or size > self.max_frame_size:
             what = "negative" if size < 0 else f"above the limit of {self.max_frame_size}"
             self._error = InvalidLengthError(f"frame size {size} is {what}")
             raise self._error
-        if size == 0:
-            return None
         # Checked against max_frame_size above, so the allocation is bounded.
         self._frame = bytearray(size)
         self._frame_have = 0

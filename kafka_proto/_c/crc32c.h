@@ -95,13 +95,15 @@ static inline uint32_t kp_xpow_mod(uint64_t n) {
 #include <nmmintrin.h>
 #include <wmmintrin.h>
 
-/* Stream lengths in bytes (multiples of 8). Long blocks amortise the merge; short
- * blocks keep three streams going for medium inputs. */
+/* Streams are a multiple of 16 bytes long, at most KP_LONG. Inputs of 3 * KP_LONG bytes
+ * and more go through full-length blocks; what is left (48 bytes or more) takes one
+ * more block with streams of a third of it, so a single stream (a third of the speed)
+ * never handles more than 47 bytes. */
 #define KP_LONG 8192
-#define KP_SHORT 256
 
-/* Merge constants: k_X1 shifts by X bytes, k_X2 by 2X bytes. */
-static uint64_t kp_k_long1, kp_k_long2, kp_k_short1, kp_k_short2;
+/* kp_shift16[m] = x^(128m - 33) mod P: the merge constant that moves a partial CRC
+ * forward by 16m bytes (m = 1 .. 2 * KP_LONG / 16). */
+static uint32_t kp_shift16[2 * KP_LONG / 16 + 1];
 
 __attribute__((target("sse4.2,pclmul"))) static inline uint64_t
 kp_clmul(uint32_t a, uint64_t k) {
@@ -145,9 +147,11 @@ kp_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
         n--;
     }
     while (n >= 3 * KP_LONG)
-        KP_THREE_WAY(KP_LONG, kp_k_long1, kp_k_long2);
-    while (n >= 3 * KP_SHORT)
-        KP_THREE_WAY(KP_SHORT, kp_k_short1, kp_k_short2);
+        KP_THREE_WAY(KP_LONG, kp_shift16[KP_LONG / 16], kp_shift16[2 * KP_LONG / 16]);
+    if (n >= 48) {
+        const size_t len = (n / 3) & ~(size_t)15;
+        KP_THREE_WAY(len, kp_shift16[len / 16], kp_shift16[2 * len / 16]);
+    }
     while (n >= 8) {
         c0 = _mm_crc32_u64(c0, kp_load64(p));
         p += 8;
@@ -177,8 +181,8 @@ kp_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
 #include <immintrin.h>
 
 #define KP_AVX512_TARGET __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
-/* Below this the set-up and the final reduction cost more than the 3-way path. */
-#define KP_AVX512_MIN 1024
+/* The path starts by loading 256 bytes; below that the SSE4.2 path does the work. */
+#define KP_AVX512_MIN 256
 
 /* (K1, K2) pairs, K1 in the low and K2 in the high 64 bits, for D = 128, 256, 384,
  * 512 and 2048 bits. */
@@ -310,10 +314,15 @@ static void kp_crc_init(void) {
 #ifdef KP_HAVE_X86_HW
     /* clmul yields the product times x (bit order), and the final crc32 multiplies by
      * x^32: shifting by L bytes therefore needs x^(8L - 33). */
-    kp_k_long1 = kp_xpow_mod(8ull * KP_LONG - 33);
-    kp_k_long2 = kp_xpow_mod(16ull * KP_LONG - 33);
-    kp_k_short1 = kp_xpow_mod(8ull * KP_SHORT - 33);
-    kp_k_short2 = kp_xpow_mod(16ull * KP_SHORT - 33);
+    kp_shift16[0] = 0; /* unused: streams are never empty */
+    kp_shift16[1] = kp_xpow_mod(128 - 33);
+    for (size_t m = 2; m < sizeof kp_shift16 / sizeof kp_shift16[0]; m++) {
+        /* Times x^128: sixteen zero bytes through the byte table. */
+        uint32_t r = kp_shift16[m - 1];
+        for (int i = 0; i < 16; i++)
+            r = kp_tab_crc32c[0][r & 0xFF] ^ (r >> 8);
+        kp_shift16[m] = r;
+    }
     __builtin_cpu_init();
     if (__builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul"))
         kp_crc32c_paths[KP_PATH_SSE42] = kp_crc32c_hw;

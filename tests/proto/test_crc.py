@@ -56,13 +56,14 @@ def test_hardware_path_on_x86_64():
 
 @pytest.mark.parametrize("fn", CRC32C_FUNCS)
 def test_crc32c_boundary_lengths(fn):
-    # Lengths around the 8-byte word, the 3 x 256 and 3 x 8192 block sizes of the SSE4.2
-    # path, the 1 KiB threshold and the 16/64/256-byte steps of the AVX-512 path, at every
-    # alignment of the start pointer.
+    # Lengths around the 8-byte word, the 48-byte minimum and 16-byte stream granularity
+    # and the 3 x 8192 long blocks of the SSE4.2 path, the 256-byte start and the
+    # 16/64/256-byte steps of the AVX-512 path, at every alignment of the start pointer.
     data = os.urandom(3 * 8192 * 2 + 64)
-    lengths = {0, 1, 7, 8, 9, 15, 16, 17, 767, 768, 769, 1023, 1024, 1025, 1039, 1040,
+    lengths = {0, 1, 7, 8, 9, 15, 16, 17, 47, 48, 49, 63, 64, 65, 95, 96, 97, 255, 256, 257,
+               271, 272, 319, 320, 511, 512, 767, 768, 769, 1023, 1024, 1025, 1039, 1040,
                1087, 1088, 1279, 1280, 1281, 1535, 1536, 1537, 2047, 2048, 2063,
-               24575, 24576, 24577, 2 * 24576 + 5}
+               24575, 24576, 24577, 24576 + 47, 24576 + 48, 2 * 24576 + 5}
     for n in sorted(lengths):
         for off in range(8):
             chunk = memoryview(data)[off:off + n]

@@ -137,4 +137,6 @@ ERRORS_BY_CODE: Dict[int, BrokerError] = {
     128: BrokerError(128, 'INVALID_REGULAR_EXPRESSION', False),
 }
 
-ERRORS_BY_NAME: Dict[str, BrokerError] = {e.name: e for e in ERRORS_BY_CODE.values()}
+ERRORS_BY_NAME: Dict[str, BrokerError] = {
+    e.name: e for e in ERRORS_BY_CODE.values()
+}

@@ -60,7 +60,9 @@ def render(rows: list) -> str:
         out.append(f"    {code}: BrokerError({code}, {name!r}, {retriable!r}),")
     out.append("}")
     out.append("")
-    out.append("ERRORS_BY_NAME: Dict[str, BrokerError] = {e.name: e for e in ERRORS_BY_CODE.values()}")
+    out.append("ERRORS_BY_NAME: Dict[str, BrokerError] = {")
+    out.append("    e.name: e for e in ERRORS_BY_CODE.values()")
+    out.append("}")
     return "\n".join(out) + "\n"
 
 

@@ -142,8 +142,8 @@ class FieldDef:
     tag: Optional[int]
     ignorable: bool
     default: object             # raw schema default or None when absent
-    flexible_override: Optional[Range]  # field-level flexibleVersions, or "inherit"
-    has_flexible_override: bool
+    flexible_override: Optional[Range]  # field-level flexibleVersions (None = "none")
+    has_flexible_override: bool         # False: the message's flexibleVersions apply
     is_array: bool
     elem: str                   # element type for arrays, the type itself otherwise
     struct: Optional["StructDef"] = None  # resolved later for struct / []struct
@@ -625,7 +625,8 @@ class Emitter:
                         sub = [f"v = self.{f.attr}",
                                f"if {nondefault_test(f, 'v', self.where)}:",
                                "    t = Writer()"]
-                        sub += ["    " + x for x in self.write_value(f, "v", "t", flex, nullable, True)]
+                        value = self.write_value(f, "v", "t", flex, nullable, True)
+                        sub += ["    " + x for x in value]
                         sub.append(f"    tags[{f.tag}] = t.getvalue()")
                     parts.append((a, b, sub))
                 body.extend(emit_chain(parts, lo, hi, ""))
@@ -867,7 +868,6 @@ def struct_class(msg: MessageDef, s: StructDef, notes: list) -> list:
 
 def module_text(msgs: list, notes: list) -> str:
     body = []
-    uses_reader = False
     for msg in msgs:
         for s in msg.structs:
             body.extend(struct_class(msg, s, notes))
@@ -875,8 +875,9 @@ def module_text(msgs: list, notes: list) -> str:
     text = "\n".join(body)
     uses_reader = "Reader(" in text
     uses_writer = "Writer()" in text
-    names = ["Buffer", "_F", "_Message", "_Struct", "_UNSET", "_ZERO_UUID", "_absent", "_new", "_null",
-             "_null_on_wire", "_read_packed", "_read_tags", "_tag_size_error", "_write_packed", "_write_tags", "_zero_size_count"]
+    names = ["Buffer", "_F", "_Message", "_Struct", "_UNSET", "_ZERO_UUID", "_absent", "_new",
+             "_null", "_null_on_wire", "_read_packed", "_read_tags", "_tag_size_error",
+             "_write_packed", "_write_tags", "_zero_size_count"]
     used = [n for n in names if re.search(re.escape(n) + r"\b", text)]
     head = [HEADER_LINE, "# fmt: off", "# flake8: noqa", "from __future__ import annotations",
             "", "from typing import Dict, List, Optional", "from uuid import UUID", ""]
@@ -1001,7 +1002,9 @@ def _null(obj, name, version):
 
 
 def _null_on_wire(where, name, version):
-    raise ProtocolDecodeError(f"{where}.{name} is null on the wire, not allowed in version {version}")
+    raise ProtocolDecodeError(
+        f"{where}.{name} is null on the wire, not allowed in version {version}"
+    )
 
 
 def _tag_size_error(where, tag):
@@ -1042,7 +1045,9 @@ def _write_packed(w, values, code):
         try:
             w.write_raw(_packer(len(values), code).pack(*values))
         except StructError as exc:
-            raise ProtocolEncodeError(f"array element out of range or of the wrong type: {exc}") from exc
+            raise ProtocolEncodeError(
+                f"array element out of range or of the wrong type: {exc}"
+            ) from exc
 
 
 def _read_tags(r, n):
@@ -1115,7 +1120,9 @@ class _Struct:
         try:
             self._write(w, version)
         except (OverflowError, TypeError) as exc:
-            raise ProtocolEncodeError(f"cannot encode {type(self).__qualname__} v{version}: {exc}") from exc
+            raise ProtocolEncodeError(
+                f"cannot encode {type(self).__qualname__} v{version}: {exc}"
+            ) from exc
 
     @classmethod
     def decode(cls: Type[T], buffer: Buffer, version: int) -> T:

@@ -32,7 +32,7 @@ def test_messages_up_to_date(tmp_path):
     gen.generate(SHARED / "messages", out)
     fresh = {p.name: p.read_bytes() for p in out.glob("*.py")}
     committed = {p.name: p.read_bytes() for p in GENERATED.glob("*.py")}
-    assert sorted(fresh) == sorted(committed), "generated module set differs: rerun tools/gen_messages.py"
+    assert sorted(fresh) == sorted(committed), "module set differs: rerun tools/gen_messages.py"
     stale = [name for name in sorted(fresh) if fresh[name] != committed[name]]
     assert not stale, f"out of date: {stale}; rerun tools/gen_messages.py"
     header = gen.HEADER_LINE.encode() + b"\n"
@@ -58,5 +58,6 @@ def test_error_table_up_to_date(tmp_path):
 def test_no_schema_prose_in_generated_code():
     # The schemas' "about" texts must not leak into the project; spot-check a few phrases.
     text = "".join(p.read_text() for p in GENERATED.glob("*.py"))
-    for phrase in ("The topics to fetch", "The broker ID of the follower", "Licensed to the Apache"):
+    phrases = ("The topics to fetch", "The broker ID of the follower", "Licensed to the Apache")
+    for phrase in phrases:
         assert phrase not in text

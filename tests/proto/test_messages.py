@@ -160,7 +160,8 @@ def value_strategy(spec, version, depth):
     elif t == "struct":
         base = struct_strategy(spec.struct, version, depth + 1)
     elif t == "[]struct":
-        base = st.lists(struct_strategy(spec.struct, version, depth + 1), max_size=3 if depth < 2 else 1)
+        base = st.lists(struct_strategy(spec.struct, version, depth + 1),
+                        max_size=3 if depth < 2 else 1)
     else:
         inner = value_strategy(spec._replace(type=t[2:], nullable_min=None), version, depth)
         base = st.lists(inner, max_size=5)
@@ -428,7 +429,8 @@ def test_out_of_range_int_raises_encode_error():
 
 def test_primitive_arrays_golden():
     part = M.MetadataResponse.MetadataResponsePartition(
-        partition_index=1, leader_id=2, replica_nodes=[1, -2, 3], isr_nodes=[], offline_replicas=[7])
+        partition_index=1, leader_id=2, replica_nodes=[1, -2, 3], isr_nodes=[],
+        offline_replicas=[7])
     data = part.encode(5)
     assert data == (i16(0) + i32(1) + i32(2) + i32(3) + i32(1) + i32(-2) + i32(3) + i32(0)
                     + i32(1) + i32(7))
@@ -638,7 +640,8 @@ def test_mutated_input_only_raises_decode_errors():
                 mutated = bytearray(data)
                 for _ in range(rng.randint(1, 3)):
                     if mutated:
-                        mutated[rng.randrange(len(mutated))] = rng.choice((0x00, 0xFF, 0x7F, 0x80, rng.randrange(256)))
+                        byte = rng.choice((0x00, 0xFF, 0x7F, 0x80, rng.randrange(256)))
+                        mutated[rng.randrange(len(mutated))] = byte
                 try:
                     cls.decode(bytes(mutated), version)
                     outcomes["ok"] += 1

@@ -62,7 +62,9 @@ def _null(obj, name, version):
 
 
 def _null_on_wire(where, name, version):
-    raise ProtocolDecodeError(f"{where}.{name} is null on the wire, not allowed in version {version}")
+    raise ProtocolDecodeError(
+        f"{where}.{name} is null on the wire, not allowed in version {version}"
+    )
 
 
 def _tag_size_error(where, tag):
@@ -103,7 +105,9 @@ def _write_packed(w, values, code):
         try:
             w.write_raw(_packer(len(values), code).pack(*values))
         except StructError as exc:
-            raise ProtocolEncodeError(f"array element out of range or of the wrong type: {exc}") from exc
+            raise ProtocolEncodeError(
+                f"array element out of range or of the wrong type: {exc}"
+            ) from exc
 
 
 def _read_tags(r, n):
@@ -176,7 +180,9 @@ class _Struct:
         try:
             self._write(w, version)
         except (OverflowError, TypeError) as exc:
-            raise ProtocolEncodeError(f"cannot encode {type(self).__qualname__} v{version}: {exc}") from exc
+            raise ProtocolEncodeError(
+                f"cannot encode {type(self).__qualname__} v{version}: {exc}"
+            ) from exc
 
     @classmethod
     def decode(cls: Type[T], buffer: Buffer, version: int) -> T:

@@ -1,18 +1,28 @@
 # cython: language_level=3
-"""Output buffers for the decompressors: a fresh ``bytes`` object they can write into.
+"""Compiled parts of kafka_proto.compression: the framing loops and the output buffer.
 
-The codec libraries (cramjam) can decompress into a caller's writable buffer. Handing them a
-bytearray and converting it with ``bytes()`` costs a second pass over fresh memory, as much
-as the decompression itself for fast codecs. Instead we allocate the final ``bytes`` object
-uninitialised and expose its storage through a writable buffer while nothing else can see it.
-The object is only returned to the caller once it has been completely written.
+* OutputBuffer: the final ``bytes`` object, allocated uninitialised and exposed as a writable
+  buffer while nothing else can see it, so a decoder (cramjam) writes the result in place:
+  converting a bytearray with ``bytes()`` would cost a second pass over fresh memory, as much
+  as the decompression itself for fast codecs. It is handed out only once fully written.
+* xxh32, the LZ4 frame reader, the zstd frame walk and the xerial snappy reader: header and
+  block-header parsing in C, with every length checked against the input end and the output
+  budget before use. The block codecs themselves stay in the libraries (python-lz4,
+  zstandard, cramjam), which release the GIL while they work.
+
+compression.py has a pure-Python twin of each reader, used when this module is not built
+and as an oracle in the tests.
 """
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 
 cdef class OutputBuffer:
-    """Writable view onto a new, not yet shared ``bytes`` object of ``size`` bytes."""
+    """Writable view onto a new, not yet shared ``bytes`` object of ``size`` bytes.
+
+    The bytes object is immutable for everybody else: it is unreachable until ``take()``,
+    which refuses while any buffer view is still open.
+    """
 
     cdef object _obj
     cdef Py_ssize_t _size
@@ -54,7 +64,7 @@ cdef class OutputBuffer:
 # batches a consumer sees. Blocks are decoded by python-lz4 (`lz4.block.decompress`, passed
 # in by the caller), which releases the GIL.
 
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 from kafka_proto.errors import DecompressionError, DecompressionLimitError
 
@@ -431,3 +441,129 @@ def zstd_decompress(data, Py_ssize_t max_size, dctx, zstd_error):
     if not parts:
         raise DecompressionError("zstd payload holds no frame")
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# snappy, xerial stream framing (snappy-java's SnappyOutputStream) or one raw block. The walk
+# reads each block's varint preamble (its uncompressed length) in C: the total is known and
+# checked against the budget before anything is allocated or decoded, then every block is
+# decoded by cramjam straight into the final bytes object.
+
+from kafka_proto._varint cimport read_uvarint64, VARINT_OK
+
+cdef uint32_t _XERIAL_HEAD = 0x82534E41U  # first 4 magic bytes, read as a block length
+cdef bytes _XERIAL_MAGIC = b"\x82SNAPPY\x00"
+cdef enum:
+    XERIAL_MAX_BLOCK = 512 * 1024 * 1024
+
+
+cdef inline uint32_t _be32(const unsigned char* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | \
+        (<uint32_t>p[3])
+
+
+cdef inline bint _is_xerial_header(const unsigned char* p) noexcept nogil:
+    return (p[0] == 0x82 and p[1] == 0x53 and p[2] == 0x4E and p[3] == 0x41 and p[4] == 0x50
+            and p[5] == 0x50 and p[6] == 0x59 and p[7] == 0x00)
+
+
+cdef Py_ssize_t _xerial_next(const unsigned char* b, Py_ssize_t n, Py_ssize_t pos,
+                             Py_ssize_t* blen) except -2:
+    """From a block-length position: the start of the next block (its length in blen), or
+    -1 at the end of the stream."""
+    cdef uint32_t raw
+    while True:
+        if pos >= n:
+            return -1
+        if n - pos < 4:
+            raise DecompressionError("truncated snappy block length")
+        raw = _be32(b + pos)
+        if raw == _XERIAL_HEAD:
+            # A concatenated stream: skip its header if it is a valid one, else stop.
+            if n - pos >= 16 and _is_xerial_header(b + pos) and \
+                    <int32_t>_be32(b + pos + 8) >= 1:
+                pos += 16
+                continue
+            return -1
+        if raw >= 0x80000000U:
+            raise DecompressionError("negative snappy block length")
+        if raw > XERIAL_MAX_BLOCK:
+            raise DecompressionError(f"snappy block length {raw} above 512 MiB")
+        if raw == 0:
+            raise DecompressionError("empty snappy block")
+        pos += 4
+        if raw > n - pos:
+            raise DecompressionError("truncated snappy block")
+        blen[0] = raw
+        return pos
+
+
+cdef Py_ssize_t _snappy_len(const unsigned char* p, Py_ssize_t n) except -1:
+    """Uncompressed length from a raw block's varint preamble."""
+    cdef uint64_t size
+    cdef Py_ssize_t used
+    if read_uvarint64(p, p + n, 5, &size, &used) != VARINT_OK or size > 0xFFFFFFFFU:
+        raise DecompressionError("corrupt snappy block: bad length preamble")
+    return <Py_ssize_t>size
+
+
+def snappy_decompress(data, Py_ssize_t max_size, decompress_raw_into):
+    """Decode a xerial snappy stream, or a single raw snappy block, into bytes of at most
+    ``max_size``. ``decompress_raw_into`` is cramjam.snappy.decompress_raw_into."""
+    cdef const unsigned char[::1] v = data
+    cdef Py_ssize_t n = v.shape[0], pos, start, blen = 0, total = 0, size, out_pos
+    cdef const unsigned char* b
+    cdef bint xerial
+    cdef OutputBuffer out
+    if n == 0:
+        raise DecompressionError("empty snappy payload")
+    b = &v[0]
+    xerial = n >= 16 and _is_xerial_header(b)
+    # Pass 1: sum of the declared lengths, against the budget.
+    if xerial:
+        pos = 16
+        while True:
+            start = _xerial_next(b, n, pos, &blen)
+            if start < 0:
+                break
+            total += _snappy_len(b + start, blen)
+            if total > max_size:
+                raise DecompressionLimitError(f"snappy payload expands beyond {max_size} bytes")
+            pos = start + blen
+    else:
+        total = _snappy_len(b, n)
+        if total > max_size:
+            raise DecompressionLimitError(f"snappy payload expands beyond {max_size} bytes")
+    # Pass 2: decode each block into its place in the result.
+    mv = memoryview(data)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    out = OutputBuffer(total)
+    ov = memoryview(out)
+    try:
+        if not xerial:
+            _snappy_block(decompress_raw_into, mv, ov, total)
+        else:
+            pos = 16
+            out_pos = 0
+            while True:
+                start = _xerial_next(b, n, pos, &blen)
+                if start < 0:
+                    break
+                size = _snappy_len(b + start, blen)
+                _snappy_block(decompress_raw_into, mv[start:start + blen],
+                              ov[out_pos:out_pos + size], size)
+                out_pos += size
+                pos = start + blen
+    finally:
+        ov.release()
+    return out.take()
+
+
+cdef _snappy_block(decompress_raw_into, block, dest, Py_ssize_t size):
+    try:
+        got = decompress_raw_into(block, dest)
+    except Exception as e:
+        raise DecompressionError(f"corrupt snappy block: {e}") from e
+    if got != size:
+        raise DecompressionError("snappy block shorter than its declared length")

@@ -52,11 +52,13 @@ __all__ = [
 try:
     from kafka_proto._compression import OutputBuffer as _OutputBuffer
     from kafka_proto._compression import lz4_frame_decompress as _lz4_frame_c
+    from kafka_proto._compression import snappy_decompress as _snappy_c
     from kafka_proto._compression import xxh32 as _xxh32_c
     from kafka_proto._compression import zstd_decompress as _zstd_c
 except ImportError:  # extension not built: same results from the Python code below, slower
     _OutputBuffer = None
     _lz4_frame_c = None
+    _snappy_c = None
     _xxh32_c = None
     _zstd_c = None
 
@@ -315,6 +317,13 @@ def _snappy_raw_len(sn, block: memoryview) -> int:
 
 def _snappy_decompress(mv: memoryview, max_size: int) -> bytes:
     sn = _snappy_mod()
+    if _snappy_c is not None:
+        return _snappy_c(mv, max_size, sn.decompress_raw_into)
+    return _snappy_decompress_py(mv, max_size, sn)
+
+
+def _snappy_decompress_py(mv: memoryview, max_size: int, sn) -> bytes:
+    """Python twin of the compiled snappy reader (fallback and test oracle)."""
     n = len(mv)
     if n == 0:
         raise DecompressionError("empty snappy payload")

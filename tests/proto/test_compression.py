@@ -267,6 +267,7 @@ def test_same_results_without_compiled_helpers(codec, monkeypatch):
     monkeypatch.setattr(C, "_lz4_frame_c", None)
     monkeypatch.setattr(C, "_xxh32_c", None)
     monkeypatch.setattr(C, "_zstd_c", None)
+    monkeypatch.setattr(C, "_snappy_c", None)
     assert C.xxh32(b"abc") == 0x32D153FF
     packed = C.compress(codec, DATA)
     assert C.decompress(codec, packed) == DATA
@@ -328,3 +329,16 @@ def test_compiled_zstd_reader_matches_python_reader(data, content_size, checksum
     dctx = zstandard.ZstdDecompressor()
     assert C._zstd_c(frame, 1 << 30, dctx, zstandard.ZstdError) == data
     assert C._zstd_decompress_py(memoryview(frame), 1 << 30, zstandard, dctx) == data
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.binary(max_size=200_000) | st.builds(lambda n: DATA * n, st.integers(0, 4)),
+       split=st.integers(0, 200_000), raw=st.booleans())
+def test_compiled_snappy_reader_matches_python_reader(data, split, raw):
+    if raw:
+        packed = bytes(cramjam.snappy.compress_raw(data))
+    else:  # two concatenated xerial streams
+        packed = C.compress(C.CODEC_SNAPPY, data[:split]) + C.compress(C.CODEC_SNAPPY,
+                                                                        data[split:])
+    assert C._snappy_c(packed, 1 << 30, cramjam.snappy.decompress_raw_into) == data
+    assert C._snappy_decompress_py(memoryview(packed), 1 << 30, cramjam.snappy) == data

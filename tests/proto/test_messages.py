@@ -172,6 +172,10 @@ def value_strategy(spec, version, depth):
 
 def struct_strategy(cls, version, depth=0):
     fields = {s.name: value_strategy(s, version, depth) for s in cls.FIELDS if has(s, version)}
+    if cls.FLEXIBLE_MIN_VERSION is not None and version >= cls.FLEXIBLE_MIN_VERSION:
+        # Tags no schema uses (yet): they must come back as raw bytes, in order.
+        fields["unknown_tagged_fields"] = st.none() | st.dictionaries(
+            st.integers(100, 1 << 28), st.binary(max_size=6), min_size=1, max_size=3)
     return st.fixed_dictionaries(fields).map(lambda kw: cls(**kw))
 
 

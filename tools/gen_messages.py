@@ -803,10 +803,29 @@ def type_hint(msg: MessageDef, f: FieldDef) -> str:
     return hint
 
 
+def class_summary(msg: MessageDef) -> str:
+    lo, hi = msg.valid
+    versions = f"version {lo}" if lo == hi else f"versions {lo}-{hi}"
+    if msg.flexible is None or msg.flexible[0] > hi:
+        flex = "never flexible"
+    else:
+        flex = f"flexible from v{max(msg.flexible[0], lo)}"
+    if msg.api_name is not None:
+        what = f"{msg.api_name} {msg.kind} (API key {msg.api_key})"
+    elif msg.kind == "header":
+        what = f"{msg.name[:-len('Header')]} header"
+    else:
+        what = f"{msg.name} (data schema)"
+    return f"{what}: {versions}, {flex}."
+
+
 def struct_class(msg: MessageDef, s: StructDef, notes: list) -> list:
     lo, hi = msg.valid
     base = "_Message" if s.top else "_Struct"
     out = [f"class {s.pyname}({base}):"]
+    if s.top:
+        out.append(f'    """{class_summary(msg)}"""')
+        out.append("")
     attrs = [f.attr for f in s.fields]
     out.append(f"    __slots__ = {tuple(attrs + ['unknown_tagged_fields'])!r}")
     if not s.top:

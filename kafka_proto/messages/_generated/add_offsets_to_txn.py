@@ -19,6 +19,8 @@ __all__ = ['AddOffsetsToTxnRequest', 'AddOffsetsToTxnResponse']
 
 
 class AddOffsetsToTxnRequest(_Message):
+    """AddOffsetsToTxn request (API key 25): versions 0-4, flexible from v3."""
+
     __slots__ = ('transactional_id', 'producer_id', 'producer_epoch', 'group_id', 'unknown_tagged_fields')
     API_KEY = 25
     API_NAME = 'AddOffsetsToTxn'
@@ -84,6 +86,8 @@ class AddOffsetsToTxnRequest(_Message):
 
 
 class AddOffsetsToTxnResponse(_Message):
+    """AddOffsetsToTxn response (API key 25): versions 0-4, flexible from v3."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'unknown_tagged_fields')
     API_KEY = 25
     API_NAME = 'AddOffsetsToTxn'

@@ -193,6 +193,8 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(_Struct):
 
 
 class AddPartitionsToTxnRequest(_Message):
+    """AddPartitionsToTxn request (API key 24): versions 0-5, flexible from v3."""
+
     __slots__ = ('transactions', 'v3_and_below_transactional_id', 'v3_and_below_producer_id', 'v3_and_below_producer_epoch', 'v3_and_below_topics', 'unknown_tagged_fields')
     AddPartitionsToTxnTopic = _AddPartitionsToTxnRequest_AddPartitionsToTxnTopic
     AddPartitionsToTxnTransaction = _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction
@@ -498,6 +500,8 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnResult(_Struct):
 
 
 class AddPartitionsToTxnResponse(_Message):
+    """AddPartitionsToTxn response (API key 24): versions 0-5, flexible from v3."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'results_by_transaction', 'results_by_topic_v3_and_below', 'unknown_tagged_fields')
     AddPartitionsToTxnPartitionResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult
     AddPartitionsToTxnTopicResult = _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult

@@ -75,6 +75,8 @@ class _AddRaftVoterRequest_Listener(_Struct):
 
 
 class AddRaftVoterRequest(_Message):
+    """AddRaftVoter request (API key 80): version 0, flexible from v0."""
+
     __slots__ = ('cluster_id', 'timeout_ms', 'voter_id', 'voter_directory_id', 'listeners', 'unknown_tagged_fields')
     Listener = _AddRaftVoterRequest_Listener
     API_KEY = 80
@@ -144,6 +146,8 @@ class AddRaftVoterRequest(_Message):
 
 
 class AddRaftVoterResponse(_Message):
+    """AddRaftVoter response (API key 80): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'unknown_tagged_fields')
     API_KEY = 80
     API_NAME = 'AddRaftVoter'

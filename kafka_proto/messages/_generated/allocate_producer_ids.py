@@ -18,6 +18,8 @@ __all__ = ['AllocateProducerIdsRequest', 'AllocateProducerIdsResponse']
 
 
 class AllocateProducerIdsRequest(_Message):
+    """AllocateProducerIds request (API key 67): version 0, flexible from v0."""
+
     __slots__ = ('broker_id', 'broker_epoch', 'unknown_tagged_fields')
     API_KEY = 67
     API_NAME = 'AllocateProducerIds'
@@ -61,6 +63,8 @@ class AllocateProducerIdsRequest(_Message):
 
 
 class AllocateProducerIdsResponse(_Message):
+    """AllocateProducerIds response (API key 67): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'producer_id_start', 'producer_id_len', 'unknown_tagged_fields')
     API_KEY = 67
     API_NAME = 'AllocateProducerIds'

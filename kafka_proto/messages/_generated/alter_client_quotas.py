@@ -195,6 +195,8 @@ class _AlterClientQuotasRequest_EntryData(_Struct):
 
 
 class AlterClientQuotasRequest(_Message):
+    """AlterClientQuotas request (API key 49): versions 0-1, flexible from v1."""
+
     __slots__ = ('entries', 'validate_only', 'unknown_tagged_fields')
     EntityData = _AlterClientQuotasRequest_EntityData
     OpData = _AlterClientQuotasRequest_OpData
@@ -371,6 +373,8 @@ class _AlterClientQuotasResponse_EntryData(_Struct):
 
 
 class AlterClientQuotasResponse(_Message):
+    """AlterClientQuotas response (API key 49): versions 0-1, flexible from v1."""
+
     __slots__ = ('throttle_time_ms', 'entries', 'unknown_tagged_fields')
     EntityData = _AlterClientQuotasResponse_EntityData
     EntryData = _AlterClientQuotasResponse_EntryData

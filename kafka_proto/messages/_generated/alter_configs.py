@@ -138,6 +138,8 @@ class _AlterConfigsRequest_AlterConfigsResource(_Struct):
 
 
 class AlterConfigsRequest(_Message):
+    """AlterConfigs request (API key 33): versions 0-2, flexible from v2."""
+
     __slots__ = ('resources', 'validate_only', 'unknown_tagged_fields')
     AlterableConfig = _AlterConfigsRequest_AlterableConfig
     AlterConfigsResource = _AlterConfigsRequest_AlterConfigsResource
@@ -260,6 +262,8 @@ class _AlterConfigsResponse_AlterConfigsResourceResponse(_Struct):
 
 
 class AlterConfigsResponse(_Message):
+    """AlterConfigs response (API key 33): versions 0-2, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'responses', 'unknown_tagged_fields')
     AlterConfigsResourceResponse = _AlterConfigsResponse_AlterConfigsResourceResponse
     API_KEY = 33

@@ -248,6 +248,8 @@ class _AlterPartitionRequest_TopicData(_Struct):
 
 
 class AlterPartitionRequest(_Message):
+    """AlterPartition request (API key 56): versions 0-3, flexible from v0."""
+
     __slots__ = ('broker_id', 'broker_epoch', 'topics', 'unknown_tagged_fields')
     BrokerState = _AlterPartitionRequest_BrokerState
     PartitionData = _AlterPartitionRequest_PartitionData
@@ -454,6 +456,8 @@ class _AlterPartitionResponse_TopicData(_Struct):
 
 
 class AlterPartitionResponse(_Message):
+    """AlterPartition response (API key 56): versions 0-3, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'topics', 'unknown_tagged_fields')
     PartitionData = _AlterPartitionResponse_PartitionData
     TopicData = _AlterPartitionResponse_TopicData

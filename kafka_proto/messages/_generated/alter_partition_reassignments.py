@@ -128,6 +128,8 @@ class _AlterPartitionReassignmentsRequest_ReassignableTopic(_Struct):
 
 
 class AlterPartitionReassignmentsRequest(_Message):
+    """AlterPartitionReassignments request (API key 45): version 0, flexible from v0."""
+
     __slots__ = ('timeout_ms', 'topics', 'unknown_tagged_fields')
     ReassignablePartition = _AlterPartitionReassignmentsRequest_ReassignablePartition
     ReassignableTopic = _AlterPartitionReassignmentsRequest_ReassignableTopic
@@ -283,6 +285,8 @@ class _AlterPartitionReassignmentsResponse_ReassignableTopicResponse(_Struct):
 
 
 class AlterPartitionReassignmentsResponse(_Message):
+    """AlterPartitionReassignments response (API key 45): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'unknown_tagged_fields')
     ReassignablePartitionResponse = _AlterPartitionReassignmentsResponse_ReassignablePartitionResponse
     ReassignableTopicResponse = _AlterPartitionReassignmentsResponse_ReassignableTopicResponse

@@ -142,6 +142,8 @@ class _AlterReplicaLogDirsRequest_AlterReplicaLogDir(_Struct):
 
 
 class AlterReplicaLogDirsRequest(_Message):
+    """AlterReplicaLogDirs request (API key 34): versions 0-2, flexible from v2."""
+
     __slots__ = ('dirs', 'unknown_tagged_fields')
     AlterReplicaLogDirTopic = _AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic
     AlterReplicaLogDir = _AlterReplicaLogDirsRequest_AlterReplicaLogDir
@@ -305,6 +307,8 @@ class _AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult(_Struct):
 
 
 class AlterReplicaLogDirsResponse(_Message):
+    """AlterReplicaLogDirs response (API key 34): versions 0-2, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'results', 'unknown_tagged_fields')
     AlterReplicaLogDirPartitionResult = _AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult
     AlterReplicaLogDirTopicResult = _AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult

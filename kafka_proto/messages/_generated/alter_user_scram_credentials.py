@@ -132,6 +132,8 @@ class _AlterUserScramCredentialsRequest_ScramCredentialUpsertion(_Struct):
 
 
 class AlterUserScramCredentialsRequest(_Message):
+    """AlterUserScramCredentials request (API key 51): version 0, flexible from v0."""
+
     __slots__ = ('deletions', 'upsertions', 'unknown_tagged_fields')
     ScramCredentialDeletion = _AlterUserScramCredentialsRequest_ScramCredentialDeletion
     ScramCredentialUpsertion = _AlterUserScramCredentialsRequest_ScramCredentialUpsertion
@@ -246,6 +248,8 @@ class _AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult(_Struct
 
 
 class AlterUserScramCredentialsResponse(_Message):
+    """AlterUserScramCredentials response (API key 51): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'results', 'unknown_tagged_fields')
     AlterUserScramCredentialsResult = _AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult
     API_KEY = 51

@@ -25,6 +25,8 @@ __all__ = ['ApiVersionsRequest', 'ApiVersionsResponse']
 
 
 class ApiVersionsRequest(_Message):
+    """ApiVersions request (API key 18): versions 0-4, flexible from v3."""
+
     __slots__ = ('client_software_name', 'client_software_version', 'unknown_tagged_fields')
     API_KEY = 18
     API_NAME = 'ApiVersions'
@@ -292,6 +294,8 @@ class _ApiVersionsResponse_FinalizedFeatureKey(_Struct):
 
 
 class ApiVersionsResponse(_Message):
+    """ApiVersions response (API key 18): versions 0-4, flexible from v3."""
+
     __slots__ = ('error_code', 'api_keys', 'throttle_time_ms', 'supported_features', 'finalized_features_epoch', 'finalized_features', 'zk_migration_ready', 'unknown_tagged_fields')
     ApiVersion = _ApiVersionsResponse_ApiVersion
     SupportedFeatureKey = _ApiVersionsResponse_SupportedFeatureKey

@@ -161,6 +161,8 @@ class _AssignReplicasToDirsRequest_DirectoryData(_Struct):
 
 
 class AssignReplicasToDirsRequest(_Message):
+    """AssignReplicasToDirs request (API key 73): version 0, flexible from v0."""
+
     __slots__ = ('broker_id', 'broker_epoch', 'directories', 'unknown_tagged_fields')
     PartitionData = _AssignReplicasToDirsRequest_PartitionData
     TopicData = _AssignReplicasToDirsRequest_TopicData
@@ -365,6 +367,8 @@ class _AssignReplicasToDirsResponse_DirectoryData(_Struct):
 
 
 class AssignReplicasToDirsResponse(_Message):
+    """AssignReplicasToDirs response (API key 73): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'directories', 'unknown_tagged_fields')
     PartitionData = _AssignReplicasToDirsResponse_PartitionData
     TopicData = _AssignReplicasToDirsResponse_TopicData

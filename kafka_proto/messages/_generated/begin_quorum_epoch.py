@@ -226,6 +226,8 @@ class _BeginQuorumEpochRequest_LeaderEndpoint(_Struct):
 
 
 class BeginQuorumEpochRequest(_Message):
+    """BeginQuorumEpoch request (API key 53): versions 0-1, flexible from v1."""
+
     __slots__ = ('cluster_id', 'voter_id', 'topics', 'leader_endpoints', 'unknown_tagged_fields')
     PartitionData = _BeginQuorumEpochRequest_PartitionData
     TopicData = _BeginQuorumEpochRequest_TopicData
@@ -510,6 +512,8 @@ class _BeginQuorumEpochResponse_NodeEndpoint(_Struct):
 
 
 class BeginQuorumEpochResponse(_Message):
+    """BeginQuorumEpoch response (API key 53): versions 0-1, flexible from v1."""
+
     __slots__ = ('error_code', 'topics', 'node_endpoints', 'unknown_tagged_fields')
     PartitionData = _BeginQuorumEpochResponse_PartitionData
     TopicData = _BeginQuorumEpochResponse_TopicData

@@ -24,6 +24,8 @@ __all__ = ['BrokerHeartbeatRequest', 'BrokerHeartbeatResponse']
 
 
 class BrokerHeartbeatRequest(_Message):
+    """BrokerHeartbeat request (API key 63): versions 0-1, flexible from v0."""
+
     __slots__ = ('broker_id', 'broker_epoch', 'current_metadata_offset', 'want_fence', 'want_shut_down', 'offline_log_dirs', 'unknown_tagged_fields')
     API_KEY = 63
     API_NAME = 'BrokerHeartbeat'
@@ -113,6 +115,8 @@ class BrokerHeartbeatRequest(_Message):
 
 
 class BrokerHeartbeatResponse(_Message):
+    """BrokerHeartbeat response (API key 63): versions 0-1, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'is_caught_up', 'is_fenced', 'should_shut_down', 'unknown_tagged_fields')
     API_KEY = 63
     API_NAME = 'BrokerHeartbeat'

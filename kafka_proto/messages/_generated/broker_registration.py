@@ -130,6 +130,8 @@ class _BrokerRegistrationRequest_Feature(_Struct):
 
 
 class BrokerRegistrationRequest(_Message):
+    """BrokerRegistration request (API key 62): versions 0-4, flexible from v0."""
+
     __slots__ = ('broker_id', 'cluster_id', 'incarnation_id', 'listeners', 'features', 'rack', 'is_migrating_zk_broker', 'log_dirs', 'previous_broker_epoch', 'unknown_tagged_fields')
     Listener = _BrokerRegistrationRequest_Listener
     Feature = _BrokerRegistrationRequest_Feature
@@ -258,6 +260,8 @@ class BrokerRegistrationRequest(_Message):
 
 
 class BrokerRegistrationResponse(_Message):
+    """BrokerRegistration response (API key 62): versions 0-4, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'broker_epoch', 'unknown_tagged_fields')
     API_KEY = 62
     API_NAME = 'BrokerRegistration'

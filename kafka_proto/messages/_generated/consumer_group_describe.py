@@ -25,6 +25,8 @@ __all__ = ['ConsumerGroupDescribeRequest', 'ConsumerGroupDescribeResponse']
 
 
 class ConsumerGroupDescribeRequest(_Message):
+    """ConsumerGroupDescribe request (API key 69): version 0, flexible from v0."""
+
     __slots__ = ('group_ids', 'include_authorized_operations', 'unknown_tagged_fields')
     API_KEY = 69
     API_NAME = 'ConsumerGroupDescribe'
@@ -386,6 +388,8 @@ class _ConsumerGroupDescribeResponse_DescribedGroup(_Struct):
 
 
 class ConsumerGroupDescribeResponse(_Message):
+    """ConsumerGroupDescribe response (API key 69): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'groups', 'unknown_tagged_fields')
     TopicPartitions = _ConsumerGroupDescribeResponse_TopicPartitions
     Assignment = _ConsumerGroupDescribeResponse_Assignment

@@ -75,6 +75,8 @@ class _ConsumerGroupHeartbeatRequest_TopicPartitions(_Struct):
 
 
 class ConsumerGroupHeartbeatRequest(_Message):
+    """ConsumerGroupHeartbeat request (API key 68): versions 0-1, flexible from v0."""
+
     __slots__ = ('group_id', 'member_id', 'member_epoch', 'instance_id', 'rack_id', 'rebalance_timeout_ms', 'subscribed_topic_names', 'subscribed_topic_regex', 'server_assignor', 'topic_partitions', 'unknown_tagged_fields')
     TopicPartitions = _ConsumerGroupHeartbeatRequest_TopicPartitions
     API_KEY = 68
@@ -291,6 +293,8 @@ class _ConsumerGroupHeartbeatResponse_Assignment(_Struct):
 
 
 class ConsumerGroupHeartbeatResponse(_Message):
+    """ConsumerGroupHeartbeat response (API key 68): versions 0-1, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'assignment', 'unknown_tagged_fields')
     TopicPartitions = _ConsumerGroupHeartbeatResponse_TopicPartitions
     Assignment = _ConsumerGroupHeartbeatResponse_Assignment

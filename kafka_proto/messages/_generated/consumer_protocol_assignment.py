@@ -69,6 +69,8 @@ class _ConsumerProtocolAssignment_TopicPartition(_Struct):
 
 
 class ConsumerProtocolAssignment(_Message):
+    """ConsumerProtocolAssignment (data schema): versions 0-3, never flexible."""
+
     __slots__ = ('assigned_partitions', 'user_data', 'unknown_tagged_fields')
     TopicPartition = _ConsumerProtocolAssignment_TopicPartition
     API_KEY = None

@@ -84,6 +84,8 @@ class _ConsumerProtocolSubscription_TopicPartition(_Struct):
 
 
 class ConsumerProtocolSubscription(_Message):
+    """ConsumerProtocolSubscription (data schema): versions 0-3, never flexible."""
+
     __slots__ = ('topics', 'user_data', 'owned_partitions', 'generation_id', 'rack_id', 'unknown_tagged_fields')
     TopicPartition = _ConsumerProtocolSubscription_TopicPartition
     API_KEY = None

@@ -22,6 +22,8 @@ __all__ = ['ControlledShutdownRequest', 'ControlledShutdownResponse']
 
 
 class ControlledShutdownRequest(_Message):
+    """ControlledShutdown request (API key 7): versions 0-3, flexible from v3."""
+
     __slots__ = ('broker_id', 'broker_epoch', 'unknown_tagged_fields')
     API_KEY = 7
     API_NAME = 'ControlledShutdown'
@@ -125,6 +127,8 @@ class _ControlledShutdownResponse_RemainingPartition(_Struct):
 
 
 class ControlledShutdownResponse(_Message):
+    """ControlledShutdown response (API key 7): versions 0-3, flexible from v3."""
+
     __slots__ = ('error_code', 'remaining_partitions', 'unknown_tagged_fields')
     RemainingPartition = _ControlledShutdownResponse_RemainingPartition
     API_KEY = 7

@@ -129,6 +129,8 @@ class _ControllerRegistrationRequest_Feature(_Struct):
 
 
 class ControllerRegistrationRequest(_Message):
+    """ControllerRegistration request (API key 70): version 0, flexible from v0."""
+
     __slots__ = ('controller_id', 'incarnation_id', 'zk_migration_ready', 'listeners', 'features', 'unknown_tagged_fields')
     Listener = _ControllerRegistrationRequest_Listener
     Feature = _ControllerRegistrationRequest_Feature
@@ -209,6 +211,8 @@ class ControllerRegistrationRequest(_Message):
 
 
 class ControllerRegistrationResponse(_Message):
+    """ControllerRegistration response (API key 70): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'unknown_tagged_fields')
     API_KEY = 70
     API_NAME = 'ControllerRegistration'

@@ -111,6 +111,8 @@ class _CreateAclsRequest_AclCreation(_Struct):
 
 
 class CreateAclsRequest(_Message):
+    """CreateAcls request (API key 30): versions 0-3, flexible from v2."""
+
     __slots__ = ('creations', 'unknown_tagged_fields')
     AclCreation = _CreateAclsRequest_AclCreation
     API_KEY = 30
@@ -214,6 +216,8 @@ class _CreateAclsResponse_AclCreationResult(_Struct):
 
 
 class CreateAclsResponse(_Message):
+    """CreateAcls response (API key 30): versions 0-3, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'results', 'unknown_tagged_fields')
     AclCreationResult = _CreateAclsResponse_AclCreationResult
     API_KEY = 30

@@ -77,6 +77,8 @@ class _CreateDelegationTokenRequest_CreatableRenewers(_Struct):
 
 
 class CreateDelegationTokenRequest(_Message):
+    """CreateDelegationToken request (API key 38): versions 0-3, flexible from v2."""
+
     __slots__ = ('owner_principal_type', 'owner_principal_name', 'renewers', 'max_lifetime_ms', 'unknown_tagged_fields')
     CreatableRenewers = _CreateDelegationTokenRequest_CreatableRenewers
     API_KEY = 38
@@ -161,6 +163,8 @@ class CreateDelegationTokenRequest(_Message):
 
 
 class CreateDelegationTokenResponse(_Message):
+    """CreateDelegationToken response (API key 38): versions 0-3, flexible from v2."""
+
     __slots__ = ('error_code', 'principal_type', 'principal_name', 'token_requester_principal_type', 'token_requester_principal_name', 'issue_timestamp_ms', 'expiry_timestamp_ms', 'max_timestamp_ms', 'token_id', 'hmac', 'throttle_time_ms', 'unknown_tagged_fields')
     API_KEY = 38
     API_NAME = 'CreateDelegationToken'

@@ -140,6 +140,8 @@ class _CreatePartitionsRequest_CreatePartitionsTopic(_Struct):
 
 
 class CreatePartitionsRequest(_Message):
+    """CreatePartitions request (API key 37): versions 0-3, flexible from v2."""
+
     __slots__ = ('topics', 'timeout_ms', 'validate_only', 'unknown_tagged_fields')
     CreatePartitionsAssignment = _CreatePartitionsRequest_CreatePartitionsAssignment
     CreatePartitionsTopic = _CreatePartitionsRequest_CreatePartitionsTopic
@@ -262,6 +264,8 @@ class _CreatePartitionsResponse_CreatePartitionsTopicResult(_Struct):
 
 
 class CreatePartitionsResponse(_Message):
+    """CreatePartitions response (API key 37): versions 0-3, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'results', 'unknown_tagged_fields')
     CreatePartitionsTopicResult = _CreatePartitionsResponse_CreatePartitionsTopicResult
     API_KEY = 37

@@ -219,6 +219,8 @@ class _CreateTopicsRequest_CreatableTopic(_Struct):
 
 
 class CreateTopicsRequest(_Message):
+    """CreateTopics request (API key 19): versions 0-7, flexible from v5."""
+
     __slots__ = ('topics', 'timeout_ms', 'validate_only', 'unknown_tagged_fields')
     CreatableReplicaAssignment = _CreateTopicsRequest_CreatableReplicaAssignment
     CreatableTopicConfig = _CreateTopicsRequest_CreatableTopicConfig
@@ -516,6 +518,8 @@ class _CreateTopicsResponse_CreatableTopicResult(_Struct):
 
 
 class CreateTopicsResponse(_Message):
+    """CreateTopics response (API key 19): versions 0-7, flexible from v5."""
+
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tagged_fields')
     CreatableTopicConfigs = _CreateTopicsResponse_CreatableTopicConfigs
     CreatableTopicResult = _CreateTopicsResponse_CreatableTopicResult

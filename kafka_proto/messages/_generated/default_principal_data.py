@@ -19,6 +19,8 @@ __all__ = ['DefaultPrincipalData']
 
 
 class DefaultPrincipalData(_Message):
+    """DefaultPrincipalData (data schema): version 0, flexible from v0."""
+
     __slots__ = ('type', 'name', 'token_authenticated', 'unknown_tagged_fields')
     API_KEY = None
     API_NAME = None

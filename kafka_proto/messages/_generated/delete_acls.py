@@ -105,6 +105,8 @@ class _DeleteAclsRequest_DeleteAclsFilter(_Struct):
 
 
 class DeleteAclsRequest(_Message):
+    """DeleteAcls request (API key 31): versions 0-3, flexible from v2."""
+
     __slots__ = ('filters', 'unknown_tagged_fields')
     DeleteAclsFilter = _DeleteAclsRequest_DeleteAclsFilter
     API_KEY = 31
@@ -322,6 +324,8 @@ class _DeleteAclsResponse_DeleteAclsFilterResult(_Struct):
 
 
 class DeleteAclsResponse(_Message):
+    """DeleteAcls response (API key 31): versions 0-3, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'filter_results', 'unknown_tagged_fields')
     DeleteAclsMatchingAcl = _DeleteAclsResponse_DeleteAclsMatchingAcl
     DeleteAclsFilterResult = _DeleteAclsResponse_DeleteAclsFilterResult

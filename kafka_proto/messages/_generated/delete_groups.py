@@ -22,6 +22,8 @@ __all__ = ['DeleteGroupsRequest', 'DeleteGroupsResponse']
 
 
 class DeleteGroupsRequest(_Message):
+    """DeleteGroups request (API key 42): versions 0-2, flexible from v2."""
+
     __slots__ = ('groups_names', 'unknown_tagged_fields')
     API_KEY = 42
     API_NAME = 'DeleteGroups'
@@ -128,6 +130,8 @@ class _DeleteGroupsResponse_DeletableGroupResult(_Struct):
 
 
 class DeleteGroupsResponse(_Message):
+    """DeleteGroups response (API key 42): versions 0-2, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'results', 'unknown_tagged_fields')
     DeletableGroupResult = _DeleteGroupsResponse_DeletableGroupResult
     API_KEY = 42

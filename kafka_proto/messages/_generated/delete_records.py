@@ -129,6 +129,8 @@ class _DeleteRecordsRequest_DeleteRecordsTopic(_Struct):
 
 
 class DeleteRecordsRequest(_Message):
+    """DeleteRecords request (API key 21): versions 0-2, flexible from v2."""
+
     __slots__ = ('topics', 'timeout_ms', 'unknown_tagged_fields')
     DeleteRecordsPartition = _DeleteRecordsRequest_DeleteRecordsPartition
     DeleteRecordsTopic = _DeleteRecordsRequest_DeleteRecordsTopic
@@ -302,6 +304,8 @@ class _DeleteRecordsResponse_DeleteRecordsTopicResult(_Struct):
 
 
 class DeleteRecordsResponse(_Message):
+    """DeleteRecords response (API key 21): versions 0-2, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tagged_fields')
     DeleteRecordsPartitionResult = _DeleteRecordsResponse_DeleteRecordsPartitionResult
     DeleteRecordsTopicResult = _DeleteRecordsResponse_DeleteRecordsTopicResult

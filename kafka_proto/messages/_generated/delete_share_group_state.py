@@ -110,6 +110,8 @@ class _DeleteShareGroupStateRequest_DeleteStateData(_Struct):
 
 
 class DeleteShareGroupStateRequest(_Message):
+    """DeleteShareGroupState request (API key 86): version 0, flexible from v0."""
+
     __slots__ = ('group_id', 'topics', 'unknown_tagged_fields')
     PartitionData = _DeleteShareGroupStateRequest_PartitionData
     DeleteStateData = _DeleteShareGroupStateRequest_DeleteStateData
@@ -265,6 +267,8 @@ class _DeleteShareGroupStateResponse_DeleteStateResult(_Struct):
 
 
 class DeleteShareGroupStateResponse(_Message):
+    """DeleteShareGroupState response (API key 86): version 0, flexible from v0."""
+
     __slots__ = ('results', 'unknown_tagged_fields')
     PartitionResult = _DeleteShareGroupStateResponse_PartitionResult
     DeleteStateResult = _DeleteShareGroupStateResponse_DeleteStateResult

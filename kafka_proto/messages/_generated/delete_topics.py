@@ -85,6 +85,8 @@ class _DeleteTopicsRequest_DeleteTopicState(_Struct):
 
 
 class DeleteTopicsRequest(_Message):
+    """DeleteTopics request (API key 20): versions 0-6, flexible from v4."""
+
     __slots__ = ('topics', 'topic_names', 'timeout_ms', 'unknown_tagged_fields')
     DeleteTopicState = _DeleteTopicsRequest_DeleteTopicState
     API_KEY = 20
@@ -247,6 +249,8 @@ class _DeleteTopicsResponse_DeletableTopicResult(_Struct):
 
 
 class DeleteTopicsResponse(_Message):
+    """DeleteTopics response (API key 20): versions 0-6, flexible from v4."""
+
     __slots__ = ('throttle_time_ms', 'responses', 'unknown_tagged_fields')
     DeletableTopicResult = _DeleteTopicsResponse_DeletableTopicResult
     API_KEY = 20

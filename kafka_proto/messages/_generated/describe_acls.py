@@ -23,6 +23,8 @@ __all__ = ['DescribeAclsRequest', 'DescribeAclsResponse']
 
 
 class DescribeAclsRequest(_Message):
+    """DescribeAcls request (API key 29): versions 0-3, flexible from v2."""
+
     __slots__ = ('resource_type_filter', 'resource_name_filter', 'pattern_type_filter', 'principal_filter', 'host_filter', 'operation', 'permission_type', 'unknown_tagged_fields')
     API_KEY = 29
     API_NAME = 'DescribeAcls'
@@ -247,6 +249,8 @@ class _DescribeAclsResponse_DescribeAclsResource(_Struct):
 
 
 class DescribeAclsResponse(_Message):
+    """DescribeAcls response (API key 29): versions 0-3, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'resources', 'unknown_tagged_fields')
     AclDescription = _DescribeAclsResponse_AclDescription
     DescribeAclsResource = _DescribeAclsResponse_DescribeAclsResource

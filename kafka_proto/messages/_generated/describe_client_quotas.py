@@ -78,6 +78,8 @@ class _DescribeClientQuotasRequest_ComponentData(_Struct):
 
 
 class DescribeClientQuotasRequest(_Message):
+    """DescribeClientQuotas request (API key 48): versions 0-1, flexible from v1."""
+
     __slots__ = ('components', 'strict', 'unknown_tagged_fields')
     ComponentData = _DescribeClientQuotasRequest_ComponentData
     API_KEY = 48
@@ -306,6 +308,8 @@ class _DescribeClientQuotasResponse_EntryData(_Struct):
 
 
 class DescribeClientQuotasResponse(_Message):
+    """DescribeClientQuotas response (API key 48): versions 0-1, flexible from v1."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'entries', 'unknown_tagged_fields')
     EntityData = _DescribeClientQuotasResponse_EntityData
     ValueData = _DescribeClientQuotasResponse_ValueData

@@ -23,6 +23,8 @@ __all__ = ['DescribeClusterRequest', 'DescribeClusterResponse']
 
 
 class DescribeClusterRequest(_Message):
+    """DescribeCluster request (API key 60): versions 0-1, flexible from v0."""
+
     __slots__ = ('include_cluster_authorized_operations', 'endpoint_type', 'unknown_tagged_fields')
     API_KEY = 60
     API_NAME = 'DescribeCluster'
@@ -127,6 +129,8 @@ class _DescribeClusterResponse_DescribeClusterBroker(_Struct):
 
 
 class DescribeClusterResponse(_Message):
+    """DescribeCluster response (API key 60): versions 0-1, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'endpoint_type', 'cluster_id', 'controller_id', 'brokers', 'cluster_authorized_operations', 'unknown_tagged_fields')
     DescribeClusterBroker = _DescribeClusterResponse_DescribeClusterBroker
     API_KEY = 60

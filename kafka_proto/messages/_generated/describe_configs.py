@@ -91,6 +91,8 @@ class _DescribeConfigsRequest_DescribeConfigsResource(_Struct):
 
 
 class DescribeConfigsRequest(_Message):
+    """DescribeConfigs request (API key 32): versions 0-4, flexible from v4."""
+
     __slots__ = ('resources', 'include_synonyms', 'include_documentation', 'unknown_tagged_fields')
     DescribeConfigsResource = _DescribeConfigsRequest_DescribeConfigsResource
     API_KEY = 32
@@ -443,6 +445,8 @@ class _DescribeConfigsResponse_DescribeConfigsResult(_Struct):
 
 
 class DescribeConfigsResponse(_Message):
+    """DescribeConfigs response (API key 32): versions 0-4, flexible from v4."""
+
     __slots__ = ('throttle_time_ms', 'results', 'unknown_tagged_fields')
     DescribeConfigsSynonym = _DescribeConfigsResponse_DescribeConfigsSynonym
     DescribeConfigsResourceResult = _DescribeConfigsResponse_DescribeConfigsResourceResult

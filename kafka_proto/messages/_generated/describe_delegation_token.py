@@ -77,6 +77,8 @@ class _DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(_Struct):
 
 
 class DescribeDelegationTokenRequest(_Message):
+    """DescribeDelegationToken request (API key 41): versions 0-3, flexible from v2."""
+
     __slots__ = ('owners', 'unknown_tagged_fields')
     DescribeDelegationTokenOwner = _DescribeDelegationTokenRequest_DescribeDelegationTokenOwner
     API_KEY = 41
@@ -315,6 +317,8 @@ class _DescribeDelegationTokenResponse_DescribedDelegationToken(_Struct):
 
 
 class DescribeDelegationTokenResponse(_Message):
+    """DescribeDelegationToken response (API key 41): versions 0-3, flexible from v2."""
+
     __slots__ = ('error_code', 'tokens', 'throttle_time_ms', 'unknown_tagged_fields')
     DescribedDelegationTokenRenewer = _DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer
     DescribedDelegationToken = _DescribeDelegationTokenResponse_DescribedDelegationToken

@@ -24,6 +24,8 @@ __all__ = ['DescribeGroupsRequest', 'DescribeGroupsResponse']
 
 
 class DescribeGroupsRequest(_Message):
+    """DescribeGroups request (API key 15): versions 0-5, flexible from v5."""
+
     __slots__ = ('groups', 'include_authorized_operations', 'unknown_tagged_fields')
     API_KEY = 15
     API_NAME = 'DescribeGroups'
@@ -280,6 +282,8 @@ class _DescribeGroupsResponse_DescribedGroup(_Struct):
 
 
 class DescribeGroupsResponse(_Message):
+    """DescribeGroups response (API key 15): versions 0-5, flexible from v5."""
+
     __slots__ = ('throttle_time_ms', 'groups', 'unknown_tagged_fields')
     DescribedGroupMember = _DescribeGroupsResponse_DescribedGroupMember
     DescribedGroup = _DescribeGroupsResponse_DescribedGroup

@@ -82,6 +82,8 @@ class _DescribeLogDirsRequest_DescribableLogDirTopic(_Struct):
 
 
 class DescribeLogDirsRequest(_Message):
+    """DescribeLogDirs request (API key 35): versions 0-4, flexible from v2."""
+
     __slots__ = ('topics', 'unknown_tagged_fields')
     DescribableLogDirTopic = _DescribeLogDirsRequest_DescribableLogDirTopic
     API_KEY = 35
@@ -338,6 +340,8 @@ class _DescribeLogDirsResponse_DescribeLogDirsResult(_Struct):
 
 
 class DescribeLogDirsResponse(_Message):
+    """DescribeLogDirs response (API key 35): versions 0-4, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'results', 'unknown_tagged_fields')
     DescribeLogDirsPartition = _DescribeLogDirsResponse_DescribeLogDirsPartition
     DescribeLogDirsTopic = _DescribeLogDirsResponse_DescribeLogDirsTopic

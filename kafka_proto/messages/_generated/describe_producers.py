@@ -76,6 +76,8 @@ class _DescribeProducersRequest_TopicRequest(_Struct):
 
 
 class DescribeProducersRequest(_Message):
+    """DescribeProducers request (API key 61): version 0, flexible from v0."""
+
     __slots__ = ('topics', 'unknown_tagged_fields')
     TopicRequest = _DescribeProducersRequest_TopicRequest
     API_KEY = 61
@@ -301,6 +303,8 @@ class _DescribeProducersResponse_TopicResponse(_Struct):
 
 
 class DescribeProducersResponse(_Message):
+    """DescribeProducers response (API key 61): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tagged_fields')
     ProducerState = _DescribeProducersResponse_ProducerState
     PartitionResponse = _DescribeProducersResponse_PartitionResponse

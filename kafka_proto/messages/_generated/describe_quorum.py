@@ -114,6 +114,8 @@ class _DescribeQuorumRequest_TopicData(_Struct):
 
 
 class DescribeQuorumRequest(_Message):
+    """DescribeQuorum request (API key 55): versions 0-2, flexible from v0."""
+
     __slots__ = ('topics', 'unknown_tagged_fields')
     PartitionData = _DescribeQuorumRequest_PartitionData
     TopicData = _DescribeQuorumRequest_TopicData
@@ -522,6 +524,8 @@ class _DescribeQuorumResponse_Node(_Struct):
 
 
 class DescribeQuorumResponse(_Message):
+    """DescribeQuorum response (API key 55): versions 0-2, flexible from v0."""
+
     __slots__ = ('error_code', 'error_message', 'topics', 'nodes', 'unknown_tagged_fields')
     ReplicaState = _DescribeQuorumResponse_ReplicaState
     PartitionData = _DescribeQuorumResponse_PartitionData

@@ -108,6 +108,8 @@ class _DescribeTopicPartitionsRequest_Cursor(_Struct):
 
 
 class DescribeTopicPartitionsRequest(_Message):
+    """DescribeTopicPartitions request (API key 75): version 0, flexible from v0."""
+
     __slots__ = ('topics', 'response_partition_limit', 'cursor', 'unknown_tagged_fields')
     TopicRequest = _DescribeTopicPartitionsRequest_TopicRequest
     Cursor = _DescribeTopicPartitionsRequest_Cursor
@@ -406,6 +408,8 @@ class _DescribeTopicPartitionsResponse_Cursor(_Struct):
 
 
 class DescribeTopicPartitionsResponse(_Message):
+    """DescribeTopicPartitions response (API key 75): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'topics', 'next_cursor', 'unknown_tagged_fields')
     DescribeTopicPartitionsResponsePartition = _DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition
     DescribeTopicPartitionsResponseTopic = _DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic

@@ -24,6 +24,8 @@ __all__ = ['DescribeTransactionsRequest', 'DescribeTransactionsResponse']
 
 
 class DescribeTransactionsRequest(_Message):
+    """DescribeTransactions request (API key 65): version 0, flexible from v0."""
+
     __slots__ = ('transactional_ids', 'unknown_tagged_fields')
     API_KEY = 65
     API_NAME = 'DescribeTransactions'
@@ -213,6 +215,8 @@ class _DescribeTransactionsResponse_TransactionState(_Struct):
 
 
 class DescribeTransactionsResponse(_Message):
+    """DescribeTransactions response (API key 65): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'transaction_states', 'unknown_tagged_fields')
     TopicData = _DescribeTransactionsResponse_TopicData
     TransactionState = _DescribeTransactionsResponse_TransactionState

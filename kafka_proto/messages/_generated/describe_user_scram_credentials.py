@@ -61,6 +61,8 @@ class _DescribeUserScramCredentialsRequest_UserName(_Struct):
 
 
 class DescribeUserScramCredentialsRequest(_Message):
+    """DescribeUserScramCredentials request (API key 50): version 0, flexible from v0."""
+
     __slots__ = ('users', 'unknown_tagged_fields')
     UserName = _DescribeUserScramCredentialsRequest_UserName
     API_KEY = 50
@@ -216,6 +218,8 @@ class _DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult(_
 
 
 class DescribeUserScramCredentialsResponse(_Message):
+    """DescribeUserScramCredentials response (API key 50): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'results', 'unknown_tagged_fields')
     CredentialInfo = _DescribeUserScramCredentialsResponse_CredentialInfo
     DescribeUserScramCredentialsResult = _DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult

@@ -83,6 +83,8 @@ class _ElectLeadersRequest_TopicPartitions(_Struct):
 
 
 class ElectLeadersRequest(_Message):
+    """ElectLeaders request (API key 43): versions 0-2, flexible from v2."""
+
     __slots__ = ('election_type', 'topic_partitions', 'timeout_ms', 'unknown_tagged_fields')
     TopicPartitions = _ElectLeadersRequest_TopicPartitions
     API_KEY = 43
@@ -269,6 +271,8 @@ class _ElectLeadersResponse_ReplicaElectionResult(_Struct):
 
 
 class ElectLeadersResponse(_Message):
+    """ElectLeaders response (API key 43): versions 0-2, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'replica_election_results', 'unknown_tagged_fields')
     PartitionResult = _ElectLeadersResponse_PartitionResult
     ReplicaElectionResult = _ElectLeadersResponse_ReplicaElectionResult

@@ -316,6 +316,8 @@ class _EndQuorumEpochRequest_LeaderEndpoint(_Struct):
 
 
 class EndQuorumEpochRequest(_Message):
+    """EndQuorumEpoch request (API key 54): versions 0-1, flexible from v1."""
+
     __slots__ = ('cluster_id', 'topics', 'leader_endpoints', 'unknown_tagged_fields')
     ReplicaInfo = _EndQuorumEpochRequest_ReplicaInfo
     PartitionData = _EndQuorumEpochRequest_PartitionData
@@ -592,6 +594,8 @@ class _EndQuorumEpochResponse_NodeEndpoint(_Struct):
 
 
 class EndQuorumEpochResponse(_Message):
+    """EndQuorumEpoch response (API key 54): versions 0-1, flexible from v1."""
+
     __slots__ = ('error_code', 'topics', 'node_endpoints', 'unknown_tagged_fields')
     PartitionData = _EndQuorumEpochResponse_PartitionData
     TopicData = _EndQuorumEpochResponse_TopicData

@@ -19,6 +19,8 @@ __all__ = ['EndTxnRequest', 'EndTxnResponse']
 
 
 class EndTxnRequest(_Message):
+    """EndTxn request (API key 26): versions 0-5, flexible from v3."""
+
     __slots__ = ('transactional_id', 'producer_id', 'producer_epoch', 'committed', 'unknown_tagged_fields')
     API_KEY = 26
     API_NAME = 'EndTxn'
@@ -81,6 +83,8 @@ class EndTxnRequest(_Message):
 
 
 class EndTxnResponse(_Message):
+    """EndTxn response (API key 26): versions 0-5, flexible from v3."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', 'unknown_tagged_fields')
     API_KEY = 26
     API_NAME = 'EndTxn'

@@ -20,6 +20,8 @@ __all__ = ['EnvelopeRequest', 'EnvelopeResponse']
 
 
 class EnvelopeRequest(_Message):
+    """Envelope request (API key 58): version 0, flexible from v0."""
+
     __slots__ = ('request_data', 'request_principal', 'client_host_address', 'unknown_tagged_fields')
     API_KEY = 58
     API_NAME = 'Envelope'
@@ -74,6 +76,8 @@ class EnvelopeRequest(_Message):
 
 
 class EnvelopeResponse(_Message):
+    """Envelope response (API key 58): version 0, flexible from v0."""
+
     __slots__ = ('response_data', 'error_code', 'unknown_tagged_fields')
     API_KEY = 58
     API_NAME = 'Envelope'

@@ -20,6 +20,8 @@ __all__ = ['ExpireDelegationTokenRequest', 'ExpireDelegationTokenResponse']
 
 
 class ExpireDelegationTokenRequest(_Message):
+    """ExpireDelegationToken request (API key 40): versions 0-2, flexible from v2."""
+
     __slots__ = ('hmac', 'expiry_time_period_ms', 'unknown_tagged_fields')
     API_KEY = 40
     API_NAME = 'ExpireDelegationToken'
@@ -72,6 +74,8 @@ class ExpireDelegationTokenRequest(_Message):
 
 
 class ExpireDelegationTokenResponse(_Message):
+    """ExpireDelegationToken response (API key 40): versions 0-2, flexible from v2."""
+
     __slots__ = ('error_code', 'expiry_timestamp_ms', 'throttle_time_ms', 'unknown_tagged_fields')
     API_KEY = 40
     API_NAME = 'ExpireDelegationToken'

@@ -344,6 +344,8 @@ class _FetchRequest_ForgottenTopic(_Struct):
 
 
 class FetchRequest(_Message):
+    """Fetch request (API key 1): versions 0-17, flexible from v12."""
+
     __slots__ = ('cluster_id', 'replica_id', 'replica_state', 'max_wait_ms', 'min_bytes', 'max_bytes', 'isolation_level', 'session_id', 'session_epoch', 'topics', 'forgotten_topics_data', 'rack_id', 'unknown_tagged_fields')
     ReplicaState = _FetchRequest_ReplicaState
     FetchPartition = _FetchRequest_FetchPartition
@@ -1096,6 +1098,8 @@ class _FetchResponse_NodeEndpoint(_Struct):
 
 
 class FetchResponse(_Message):
+    """Fetch response (API key 1): versions 0-17, flexible from v12."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'session_id', 'responses', 'node_endpoints', 'unknown_tagged_fields')
     EpochEndOffset = _FetchResponse_EpochEndOffset
     LeaderIdAndEpoch = _FetchResponse_LeaderIdAndEpoch

@@ -195,6 +195,8 @@ class _FetchSnapshotRequest_TopicSnapshot(_Struct):
 
 
 class FetchSnapshotRequest(_Message):
+    """FetchSnapshot request (API key 59): versions 0-1, flexible from v0."""
+
     __slots__ = ('cluster_id', 'replica_id', 'max_bytes', 'topics', 'unknown_tagged_fields')
     SnapshotId = _FetchSnapshotRequest_SnapshotId
     PartitionSnapshot = _FetchSnapshotRequest_PartitionSnapshot
@@ -567,6 +569,8 @@ class _FetchSnapshotResponse_NodeEndpoint(_Struct):
 
 
 class FetchSnapshotResponse(_Message):
+    """FetchSnapshot response (API key 59): versions 0-1, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'topics', 'node_endpoints', 'unknown_tagged_fields')
     SnapshotId = _FetchSnapshotResponse_SnapshotId
     LeaderIdAndEpoch = _FetchSnapshotResponse_LeaderIdAndEpoch

@@ -23,6 +23,8 @@ __all__ = ['FindCoordinatorRequest', 'FindCoordinatorResponse']
 
 
 class FindCoordinatorRequest(_Message):
+    """FindCoordinator request (API key 10): versions 0-6, flexible from v3."""
+
     __slots__ = ('key', 'key_type', 'coordinator_keys', 'unknown_tagged_fields')
     API_KEY = 10
     API_NAME = 'FindCoordinator'
@@ -225,6 +227,8 @@ class _FindCoordinatorResponse_Coordinator(_Struct):
 
 
 class FindCoordinatorResponse(_Message):
+    """FindCoordinator response (API key 10): versions 0-6, flexible from v3."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'node_id', 'host', 'port', 'coordinators', 'unknown_tagged_fields')
     Coordinator = _FindCoordinatorResponse_Coordinator
     API_KEY = 10

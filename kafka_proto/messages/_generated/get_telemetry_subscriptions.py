@@ -24,6 +24,8 @@ __all__ = ['GetTelemetrySubscriptionsRequest', 'GetTelemetrySubscriptionsRespons
 
 
 class GetTelemetrySubscriptionsRequest(_Message):
+    """GetTelemetrySubscriptions request (API key 71): version 0, flexible from v0."""
+
     __slots__ = ('client_instance_id', 'unknown_tagged_fields')
     API_KEY = 71
     API_NAME = 'GetTelemetrySubscriptions'
@@ -62,6 +64,8 @@ class GetTelemetrySubscriptionsRequest(_Message):
 
 
 class GetTelemetrySubscriptionsResponse(_Message):
+    """GetTelemetrySubscriptions response (API key 71): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'client_instance_id', 'subscription_id', 'accepted_compression_types', 'push_interval_ms', 'telemetry_max_bytes', 'delta_temporality', 'requested_metrics', 'unknown_tagged_fields')
     API_KEY = 71
     API_NAME = 'GetTelemetrySubscriptions'

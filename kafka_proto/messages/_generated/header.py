@@ -18,6 +18,8 @@ __all__ = ['RequestHeader', 'ResponseHeader']
 
 
 class RequestHeader(_Message):
+    """Request header: versions 0-2, flexible from v2."""
+
     __slots__ = ('request_api_key', 'request_api_version', 'correlation_id', 'client_id', 'unknown_tagged_fields')
     API_KEY = None
     API_NAME = None
@@ -80,6 +82,8 @@ class RequestHeader(_Message):
 
 
 class ResponseHeader(_Message):
+    """Response header: versions 0-1, flexible from v1."""
+
     __slots__ = ('correlation_id', 'unknown_tagged_fields')
     API_KEY = None
     API_NAME = None

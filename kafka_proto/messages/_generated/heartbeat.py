@@ -20,6 +20,8 @@ __all__ = ['HeartbeatRequest', 'HeartbeatResponse']
 
 
 class HeartbeatRequest(_Message):
+    """Heartbeat request (API key 12): versions 0-4, flexible from v4."""
+
     __slots__ = ('group_id', 'generation_id', 'member_id', 'group_instance_id', 'unknown_tagged_fields')
     API_KEY = 12
     API_NAME = 'Heartbeat'
@@ -93,6 +95,8 @@ class HeartbeatRequest(_Message):
 
 
 class HeartbeatResponse(_Message):
+    """Heartbeat response (API key 12): versions 0-4, flexible from v4."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'unknown_tagged_fields')
     API_KEY = 12
     API_NAME = 'Heartbeat'

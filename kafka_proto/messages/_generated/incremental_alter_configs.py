@@ -143,6 +143,8 @@ class _IncrementalAlterConfigsRequest_AlterConfigsResource(_Struct):
 
 
 class IncrementalAlterConfigsRequest(_Message):
+    """IncrementalAlterConfigs request (API key 44): versions 0-1, flexible from v1."""
+
     __slots__ = ('resources', 'validate_only', 'unknown_tagged_fields')
     AlterableConfig = _IncrementalAlterConfigsRequest_AlterableConfig
     AlterConfigsResource = _IncrementalAlterConfigsRequest_AlterConfigsResource
@@ -265,6 +267,8 @@ class _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(_Struct):
 
 
 class IncrementalAlterConfigsResponse(_Message):
+    """IncrementalAlterConfigs response (API key 44): versions 0-1, flexible from v1."""
+
     __slots__ = ('throttle_time_ms', 'responses', 'unknown_tagged_fields')
     AlterConfigsResourceResponse = _IncrementalAlterConfigsResponse_AlterConfigsResourceResponse
     API_KEY = 44

@@ -19,6 +19,8 @@ __all__ = ['InitProducerIdRequest', 'InitProducerIdResponse']
 
 
 class InitProducerIdRequest(_Message):
+    """InitProducerId request (API key 22): versions 0-5, flexible from v2."""
+
     __slots__ = ('transactional_id', 'transaction_timeout_ms', 'producer_id', 'producer_epoch', 'unknown_tagged_fields')
     API_KEY = 22
     API_NAME = 'InitProducerId'
@@ -93,6 +95,8 @@ class InitProducerIdRequest(_Message):
 
 
 class InitProducerIdResponse(_Message):
+    """InitProducerId response (API key 22): versions 0-5, flexible from v2."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', 'unknown_tagged_fields')
     API_KEY = 22
     API_NAME = 'InitProducerId'

@@ -120,6 +120,8 @@ class _InitializeShareGroupStateRequest_InitializeStateData(_Struct):
 
 
 class InitializeShareGroupStateRequest(_Message):
+    """InitializeShareGroupState request (API key 83): version 0, flexible from v0."""
+
     __slots__ = ('group_id', 'topics', 'unknown_tagged_fields')
     PartitionData = _InitializeShareGroupStateRequest_PartitionData
     InitializeStateData = _InitializeShareGroupStateRequest_InitializeStateData
@@ -275,6 +277,8 @@ class _InitializeShareGroupStateResponse_InitializeStateResult(_Struct):
 
 
 class InitializeShareGroupStateResponse(_Message):
+    """InitializeShareGroupState response (API key 83): version 0, flexible from v0."""
+
     __slots__ = ('results', 'unknown_tagged_fields')
     PartitionResult = _InitializeShareGroupStateResponse_PartitionResult
     InitializeStateResult = _InitializeShareGroupStateResponse_InitializeStateResult

@@ -77,6 +77,8 @@ class _JoinGroupRequest_JoinGroupRequestProtocol(_Struct):
 
 
 class JoinGroupRequest(_Message):
+    """JoinGroup request (API key 11): versions 0-9, flexible from v6."""
+
     __slots__ = ('group_id', 'session_timeout_ms', 'rebalance_timeout_ms', 'member_id', 'group_instance_id', 'protocol_type', 'protocols', 'reason', 'unknown_tagged_fields')
     JoinGroupRequestProtocol = _JoinGroupRequest_JoinGroupRequestProtocol
     API_KEY = 11
@@ -255,6 +257,8 @@ class _JoinGroupResponse_JoinGroupResponseMember(_Struct):
 
 
 class JoinGroupResponse(_Message):
+    """JoinGroup response (API key 11): versions 0-9, flexible from v6."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'generation_id', 'protocol_type', 'protocol_name', 'leader', 'skip_assignment', 'member_id', 'members', 'unknown_tagged_fields')
     JoinGroupResponseMember = _JoinGroupResponse_JoinGroupResponseMember
     API_KEY = 11

@@ -18,6 +18,8 @@ __all__ = ['KRaftVersionRecord']
 
 
 class KRaftVersionRecord(_Message):
+    """KRaftVersionRecord (data schema): version 0, flexible from v0."""
+
     __slots__ = ('version', 'k_raft_version', 'unknown_tagged_fields')
     API_KEY = None
     API_NAME = None

@@ -319,6 +319,8 @@ class _LeaderAndIsrRequest_LeaderAndIsrLiveLeader(_Struct):
 
 
 class LeaderAndIsrRequest(_Message):
+    """LeaderAndIsr request (API key 4): versions 0-7, flexible from v4."""
+
     __slots__ = ('controller_id', 'is_k_raft_controller', 'controller_epoch', 'broker_epoch', 'type', 'ungrouped_partition_states', 'topic_states', 'live_leaders', 'unknown_tagged_fields')
     LeaderAndIsrPartitionState = _LeaderAndIsrRequest_LeaderAndIsrPartitionState
     LeaderAndIsrTopicState = _LeaderAndIsrRequest_LeaderAndIsrTopicState
@@ -593,6 +595,8 @@ class _LeaderAndIsrResponse_LeaderAndIsrTopicError(_Struct):
 
 
 class LeaderAndIsrResponse(_Message):
+    """LeaderAndIsr response (API key 4): versions 0-7, flexible from v4."""
+
     __slots__ = ('error_code', 'partition_errors', 'topics', 'unknown_tagged_fields')
     LeaderAndIsrPartitionError = _LeaderAndIsrResponse_LeaderAndIsrPartitionError
     LeaderAndIsrTopicError = _LeaderAndIsrResponse_LeaderAndIsrTopicError

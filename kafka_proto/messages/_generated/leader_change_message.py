@@ -72,6 +72,8 @@ class _LeaderChangeMessage_Voter(_Struct):
 
 
 class LeaderChangeMessage(_Message):
+    """LeaderChangeMessage (data schema): versions 0-1, flexible from v0."""
+
     __slots__ = ('version', 'leader_id', 'voters', 'granting_voters', 'unknown_tagged_fields')
     Voter = _LeaderChangeMessage_Voter
     API_KEY = None

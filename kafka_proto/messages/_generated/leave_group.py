@@ -97,6 +97,8 @@ class _LeaveGroupRequest_MemberIdentity(_Struct):
 
 
 class LeaveGroupRequest(_Message):
+    """LeaveGroup request (API key 13): versions 0-5, flexible from v4."""
+
     __slots__ = ('group_id', 'member_id', 'members', 'unknown_tagged_fields')
     MemberIdentity = _LeaveGroupRequest_MemberIdentity
     API_KEY = 13
@@ -259,6 +261,8 @@ class _LeaveGroupResponse_MemberResponse(_Struct):
 
 
 class LeaveGroupResponse(_Message):
+    """LeaveGroup response (API key 13): versions 0-5, flexible from v4."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'members', 'unknown_tagged_fields')
     MemberResponse = _LeaveGroupResponse_MemberResponse
     API_KEY = 13

@@ -22,6 +22,8 @@ __all__ = ['ListClientMetricsResourcesRequest', 'ListClientMetricsResourcesRespo
 
 
 class ListClientMetricsResourcesRequest(_Message):
+    """ListClientMetricsResources request (API key 74): version 0, flexible from v0."""
+
     __slots__ = ('unknown_tagged_fields',)
     API_KEY = 74
     API_NAME = 'ListClientMetricsResources'
@@ -94,6 +96,8 @@ class _ListClientMetricsResourcesResponse_ClientMetricsResource(_Struct):
 
 
 class ListClientMetricsResourcesResponse(_Message):
+    """ListClientMetricsResources response (API key 74): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'client_metrics_resources', 'unknown_tagged_fields')
     ClientMetricsResource = _ListClientMetricsResourcesResponse_ClientMetricsResource
     API_KEY = 74

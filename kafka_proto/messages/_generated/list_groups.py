@@ -23,6 +23,8 @@ __all__ = ['ListGroupsRequest', 'ListGroupsResponse']
 
 
 class ListGroupsRequest(_Message):
+    """ListGroups request (API key 16): versions 0-5, flexible from v3."""
+
     __slots__ = ('states_filter', 'types_filter', 'unknown_tagged_fields')
     API_KEY = 16
     API_NAME = 'ListGroups'
@@ -187,6 +189,8 @@ class _ListGroupsResponse_ListedGroup(_Struct):
 
 
 class ListGroupsResponse(_Message):
+    """ListGroups response (API key 16): versions 0-5, flexible from v3."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'groups', 'unknown_tagged_fields')
     ListedGroup = _ListGroupsResponse_ListedGroup
     API_KEY = 16

@@ -153,6 +153,8 @@ class _ListOffsetsRequest_ListOffsetsTopic(_Struct):
 
 
 class ListOffsetsRequest(_Message):
+    """ListOffsets request (API key 2): versions 0-10, flexible from v6."""
+
     __slots__ = ('replica_id', 'isolation_level', 'topics', 'timeout_ms', 'unknown_tagged_fields')
     ListOffsetsPartition = _ListOffsetsRequest_ListOffsetsPartition
     ListOffsetsTopic = _ListOffsetsRequest_ListOffsetsTopic
@@ -398,6 +400,8 @@ class _ListOffsetsResponse_ListOffsetsTopicResponse(_Struct):
 
 
 class ListOffsetsResponse(_Message):
+    """ListOffsets response (API key 2): versions 0-10, flexible from v6."""
+
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tagged_fields')
     ListOffsetsPartitionResponse = _ListOffsetsResponse_ListOffsetsPartitionResponse
     ListOffsetsTopicResponse = _ListOffsetsResponse_ListOffsetsTopicResponse

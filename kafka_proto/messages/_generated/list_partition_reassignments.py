@@ -76,6 +76,8 @@ class _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(_Struc
 
 
 class ListPartitionReassignmentsRequest(_Message):
+    """ListPartitionReassignments request (API key 46): version 0, flexible from v0."""
+
     __slots__ = ('timeout_ms', 'topics', 'unknown_tagged_fields')
     ListPartitionReassignmentsTopics = _ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics
     API_KEY = 46
@@ -260,6 +262,8 @@ class _ListPartitionReassignmentsResponse_OngoingTopicReassignment(_Struct):
 
 
 class ListPartitionReassignmentsResponse(_Message):
+    """ListPartitionReassignments response (API key 46): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'topics', 'unknown_tagged_fields')
     OngoingPartitionReassignment = _ListPartitionReassignmentsResponse_OngoingPartitionReassignment
     OngoingTopicReassignment = _ListPartitionReassignmentsResponse_OngoingTopicReassignment

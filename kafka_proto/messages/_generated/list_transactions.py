@@ -25,6 +25,8 @@ __all__ = ['ListTransactionsRequest', 'ListTransactionsResponse']
 
 
 class ListTransactionsRequest(_Message):
+    """ListTransactions request (API key 66): versions 0-1, flexible from v0."""
+
     __slots__ = ('state_filters', 'producer_id_filters', 'duration_filter', 'unknown_tagged_fields')
     API_KEY = 66
     API_NAME = 'ListTransactions'
@@ -152,6 +154,8 @@ class _ListTransactionsResponse_TransactionState(_Struct):
 
 
 class ListTransactionsResponse(_Message):
+    """ListTransactions response (API key 66): versions 0-1, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'unknown_state_filters', 'transaction_states', 'unknown_tagged_fields')
     TransactionState = _ListTransactionsResponse_TransactionState
     API_KEY = 66

@@ -86,6 +86,8 @@ class _MetadataRequest_MetadataRequestTopic(_Struct):
 
 
 class MetadataRequest(_Message):
+    """Metadata request (API key 3): versions 0-12, flexible from v9."""
+
     __slots__ = ('topics', 'allow_auto_topic_creation', 'include_cluster_authorized_operations', 'include_topic_authorized_operations', 'unknown_tagged_fields')
     MetadataRequestTopic = _MetadataRequest_MetadataRequestTopic
     API_KEY = 3
@@ -469,6 +471,8 @@ class _MetadataResponse_MetadataResponseTopic(_Struct):
 
 
 class MetadataResponse(_Message):
+    """Metadata response (API key 3): versions 0-12, flexible from v9."""
+
     __slots__ = ('throttle_time_ms', 'brokers', 'cluster_id', 'controller_id', 'topics', 'cluster_authorized_operations', 'unknown_tagged_fields')
     MetadataResponseBroker = _MetadataResponse_MetadataResponseBroker
     MetadataResponsePartition = _MetadataResponse_MetadataResponsePartition

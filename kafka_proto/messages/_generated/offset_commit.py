@@ -162,6 +162,8 @@ class _OffsetCommitRequest_OffsetCommitRequestTopic(_Struct):
 
 
 class OffsetCommitRequest(_Message):
+    """OffsetCommit request (API key 8): versions 0-9, flexible from v8."""
+
     __slots__ = ('group_id', 'generation_id_or_member_epoch', 'member_id', 'group_instance_id', 'retention_time_ms', 'topics', 'unknown_tagged_fields')
     OffsetCommitRequestPartition = _OffsetCommitRequest_OffsetCommitRequestPartition
     OffsetCommitRequestTopic = _OffsetCommitRequest_OffsetCommitRequestTopic
@@ -378,6 +380,8 @@ class _OffsetCommitResponse_OffsetCommitResponseTopic(_Struct):
 
 
 class OffsetCommitResponse(_Message):
+    """OffsetCommit response (API key 8): versions 0-9, flexible from v8."""
+
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tagged_fields')
     OffsetCommitResponsePartition = _OffsetCommitResponse_OffsetCommitResponsePartition
     OffsetCommitResponseTopic = _OffsetCommitResponse_OffsetCommitResponseTopic

@@ -98,6 +98,8 @@ class _OffsetDeleteRequest_OffsetDeleteRequestTopic(_Struct):
 
 
 class OffsetDeleteRequest(_Message):
+    """OffsetDelete request (API key 47): version 0, never flexible."""
+
     __slots__ = ('group_id', 'topics', 'unknown_tagged_fields')
     OffsetDeleteRequestPartition = _OffsetDeleteRequest_OffsetDeleteRequestPartition
     OffsetDeleteRequestTopic = _OffsetDeleteRequest_OffsetDeleteRequestTopic
@@ -233,6 +235,8 @@ class _OffsetDeleteResponse_OffsetDeleteResponseTopic(_Struct):
 
 
 class OffsetDeleteResponse(_Message):
+    """OffsetDelete response (API key 47): version 0, never flexible."""
+
     __slots__ = ('error_code', 'throttle_time_ms', 'topics', 'unknown_tagged_fields')
     OffsetDeleteResponsePartition = _OffsetDeleteResponse_OffsetDeleteResponsePartition
     OffsetDeleteResponseTopic = _OffsetDeleteResponse_OffsetDeleteResponseTopic

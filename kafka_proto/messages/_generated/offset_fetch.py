@@ -262,6 +262,8 @@ class _OffsetFetchRequest_OffsetFetchRequestGroup(_Struct):
 
 
 class OffsetFetchRequest(_Message):
+    """OffsetFetch request (API key 9): versions 0-9, flexible from v6."""
+
     __slots__ = ('group_id', 'topics', 'groups', 'require_stable', 'unknown_tagged_fields')
     OffsetFetchRequestTopic = _OffsetFetchRequest_OffsetFetchRequestTopic
     OffsetFetchRequestTopics = _OffsetFetchRequest_OffsetFetchRequestTopics
@@ -815,6 +817,8 @@ class _OffsetFetchResponse_OffsetFetchResponseGroup(_Struct):
 
 
 class OffsetFetchResponse(_Message):
+    """OffsetFetch response (API key 9): versions 0-9, flexible from v6."""
+
     __slots__ = ('throttle_time_ms', 'topics', 'error_code', 'groups', 'unknown_tagged_fields')
     OffsetFetchResponsePartition = _OffsetFetchResponse_OffsetFetchResponsePartition
     OffsetFetchResponseTopic = _OffsetFetchResponse_OffsetFetchResponseTopic

@@ -138,6 +138,8 @@ class _OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_Struct):
 
 
 class OffsetForLeaderEpochRequest(_Message):
+    """OffsetForLeaderEpoch request (API key 23): versions 0-4, flexible from v4."""
+
     __slots__ = ('replica_id', 'topics', 'unknown_tagged_fields')
     OffsetForLeaderPartition = _OffsetForLeaderEpochRequest_OffsetForLeaderPartition
     OffsetForLeaderTopic = _OffsetForLeaderEpochRequest_OffsetForLeaderTopic
@@ -324,6 +326,8 @@ class _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_Struct):
 
 
 class OffsetForLeaderEpochResponse(_Message):
+    """OffsetForLeaderEpoch response (API key 23): versions 0-4, flexible from v4."""
+
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tagged_fields')
     EpochEndOffset = _OffsetForLeaderEpochResponse_EpochEndOffset
     OffsetForLeaderTopicResult = _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult

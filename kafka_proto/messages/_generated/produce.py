@@ -134,6 +134,8 @@ class _ProduceRequest_TopicProduceData(_Struct):
 
 
 class ProduceRequest(_Message):
+    """Produce request (API key 0): versions 0-11, flexible from v9."""
+
     __slots__ = ('transactional_id', 'acks', 'timeout_ms', 'topic_data', 'unknown_tagged_fields')
     PartitionProduceData = _ProduceRequest_PartitionProduceData
     TopicProduceData = _ProduceRequest_TopicProduceData
@@ -607,6 +609,8 @@ class _ProduceResponse_NodeEndpoint(_Struct):
 
 
 class ProduceResponse(_Message):
+    """Produce response (API key 0): versions 0-11, flexible from v9."""
+
     __slots__ = ('responses', 'throttle_time_ms', 'node_endpoints', 'unknown_tagged_fields')
     BatchIndexAndErrorMessage = _ProduceResponse_BatchIndexAndErrorMessage
     LeaderIdAndEpoch = _ProduceResponse_LeaderIdAndEpoch

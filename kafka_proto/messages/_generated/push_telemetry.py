@@ -21,6 +21,8 @@ __all__ = ['PushTelemetryRequest', 'PushTelemetryResponse']
 
 
 class PushTelemetryRequest(_Message):
+    """PushTelemetry request (API key 72): version 0, flexible from v0."""
+
     __slots__ = ('client_instance_id', 'subscription_id', 'terminating', 'compression_type', 'metrics', 'unknown_tagged_fields')
     API_KEY = 72
     API_NAME = 'PushTelemetry'
@@ -82,6 +84,8 @@ class PushTelemetryRequest(_Message):
 
 
 class PushTelemetryResponse(_Message):
+    """PushTelemetry response (API key 72): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'unknown_tagged_fields')
     API_KEY = 72
     API_NAME = 'PushTelemetry'

@@ -115,6 +115,8 @@ class _ReadShareGroupStateRequest_ReadStateData(_Struct):
 
 
 class ReadShareGroupStateRequest(_Message):
+    """ReadShareGroupState request (API key 84): version 0, flexible from v0."""
+
     __slots__ = ('group_id', 'topics', 'unknown_tagged_fields')
     PartitionData = _ReadShareGroupStateRequest_PartitionData
     ReadStateData = _ReadShareGroupStateRequest_ReadStateData
@@ -346,6 +348,8 @@ class _ReadShareGroupStateResponse_ReadStateResult(_Struct):
 
 
 class ReadShareGroupStateResponse(_Message):
+    """ReadShareGroupState response (API key 84): version 0, flexible from v0."""
+
     __slots__ = ('results', 'unknown_tagged_fields')
     StateBatch = _ReadShareGroupStateResponse_StateBatch
     PartitionResult = _ReadShareGroupStateResponse_PartitionResult

@@ -115,6 +115,8 @@ class _ReadShareGroupStateSummaryRequest_ReadStateSummaryData(_Struct):
 
 
 class ReadShareGroupStateSummaryRequest(_Message):
+    """ReadShareGroupStateSummary request (API key 87): version 0, flexible from v0."""
+
     __slots__ = ('group_id', 'topics', 'unknown_tagged_fields')
     PartitionData = _ReadShareGroupStateSummaryRequest_PartitionData
     ReadStateSummaryData = _ReadShareGroupStateSummaryRequest_ReadStateSummaryData
@@ -280,6 +282,8 @@ class _ReadShareGroupStateSummaryResponse_ReadStateSummaryResult(_Struct):
 
 
 class ReadShareGroupStateSummaryResponse(_Message):
+    """ReadShareGroupStateSummary response (API key 87): version 0, flexible from v0."""
+
     __slots__ = ('results', 'unknown_tagged_fields')
     PartitionResult = _ReadShareGroupStateSummaryResponse_PartitionResult
     ReadStateSummaryResult = _ReadShareGroupStateSummaryResponse_ReadStateSummaryResult

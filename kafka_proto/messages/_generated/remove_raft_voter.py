@@ -19,6 +19,8 @@ __all__ = ['RemoveRaftVoterRequest', 'RemoveRaftVoterResponse']
 
 
 class RemoveRaftVoterRequest(_Message):
+    """RemoveRaftVoter request (API key 81): version 0, flexible from v0."""
+
     __slots__ = ('cluster_id', 'voter_id', 'voter_directory_id', 'unknown_tagged_fields')
     API_KEY = 81
     API_NAME = 'RemoveRaftVoter'
@@ -67,6 +69,8 @@ class RemoveRaftVoterRequest(_Message):
 
 
 class RemoveRaftVoterResponse(_Message):
+    """RemoveRaftVoter response (API key 81): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'unknown_tagged_fields')
     API_KEY = 81
     API_NAME = 'RemoveRaftVoter'

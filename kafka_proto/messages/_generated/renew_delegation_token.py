@@ -20,6 +20,8 @@ __all__ = ['RenewDelegationTokenRequest', 'RenewDelegationTokenResponse']
 
 
 class RenewDelegationTokenRequest(_Message):
+    """RenewDelegationToken request (API key 39): versions 0-2, flexible from v2."""
+
     __slots__ = ('hmac', 'renew_period_ms', 'unknown_tagged_fields')
     API_KEY = 39
     API_NAME = 'RenewDelegationToken'
@@ -72,6 +74,8 @@ class RenewDelegationTokenRequest(_Message):
 
 
 class RenewDelegationTokenResponse(_Message):
+    """RenewDelegationToken response (API key 39): versions 0-2, flexible from v2."""
+
     __slots__ = ('error_code', 'expiry_timestamp_ms', 'throttle_time_ms', 'unknown_tagged_fields')
     API_KEY = 39
     API_NAME = 'RenewDelegationToken'

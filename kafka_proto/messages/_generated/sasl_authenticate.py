@@ -20,6 +20,8 @@ __all__ = ['SaslAuthenticateRequest', 'SaslAuthenticateResponse']
 
 
 class SaslAuthenticateRequest(_Message):
+    """SaslAuthenticate request (API key 36): versions 0-2, flexible from v2."""
+
     __slots__ = ('auth_bytes', 'unknown_tagged_fields')
     API_KEY = 36
     API_NAME = 'SaslAuthenticate'
@@ -67,6 +69,8 @@ class SaslAuthenticateRequest(_Message):
 
 
 class SaslAuthenticateResponse(_Message):
+    """SaslAuthenticate response (API key 36): versions 0-2, flexible from v2."""
+
     __slots__ = ('error_code', 'error_message', 'auth_bytes', 'session_lifetime_ms', 'unknown_tagged_fields')
     API_KEY = 36
     API_NAME = 'SaslAuthenticate'

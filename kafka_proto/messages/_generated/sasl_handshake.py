@@ -19,6 +19,8 @@ __all__ = ['SaslHandshakeRequest', 'SaslHandshakeResponse']
 
 
 class SaslHandshakeRequest(_Message):
+    """SaslHandshake request (API key 17): versions 0-1, never flexible."""
+
     __slots__ = ('mechanism', 'unknown_tagged_fields')
     API_KEY = 17
     API_NAME = 'SaslHandshake'
@@ -54,6 +56,8 @@ class SaslHandshakeRequest(_Message):
 
 
 class SaslHandshakeResponse(_Message):
+    """SaslHandshake response (API key 17): versions 0-1, never flexible."""
+
     __slots__ = ('error_code', 'mechanisms', 'unknown_tagged_fields')
     API_KEY = 17
     API_NAME = 'SaslHandshake'

@@ -181,6 +181,8 @@ class _ShareAcknowledgeRequest_AcknowledgeTopic(_Struct):
 
 
 class ShareAcknowledgeRequest(_Message):
+    """ShareAcknowledge request (API key 79): version 0, flexible from v0."""
+
     __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'topics', 'unknown_tagged_fields')
     AcknowledgementBatch = _ShareAcknowledgeRequest_AcknowledgementBatch
     AcknowledgePartition = _ShareAcknowledgeRequest_AcknowledgePartition
@@ -447,6 +449,8 @@ class _ShareAcknowledgeResponse_NodeEndpoint(_Struct):
 
 
 class ShareAcknowledgeResponse(_Message):
+    """ShareAcknowledge response (API key 79): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints', 'unknown_tagged_fields')
     LeaderIdAndEpoch = _ShareAcknowledgeResponse_LeaderIdAndEpoch
     PartitionData = _ShareAcknowledgeResponse_PartitionData

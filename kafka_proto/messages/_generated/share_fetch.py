@@ -236,6 +236,8 @@ class _ShareFetchRequest_ForgottenTopic(_Struct):
 
 
 class ShareFetchRequest(_Message):
+    """ShareFetch request (API key 78): version 0, flexible from v0."""
+
     __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'topics', 'forgotten_topics_data', 'unknown_tagged_fields')
     AcknowledgementBatch = _ShareFetchRequest_AcknowledgementBatch
     FetchPartition = _ShareFetchRequest_FetchPartition
@@ -609,6 +611,8 @@ class _ShareFetchResponse_NodeEndpoint(_Struct):
 
 
 class ShareFetchResponse(_Message):
+    """ShareFetch response (API key 78): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints', 'unknown_tagged_fields')
     LeaderIdAndEpoch = _ShareFetchResponse_LeaderIdAndEpoch
     AcquiredRecords = _ShareFetchResponse_AcquiredRecords

@@ -25,6 +25,8 @@ __all__ = ['ShareGroupDescribeRequest', 'ShareGroupDescribeResponse']
 
 
 class ShareGroupDescribeRequest(_Message):
+    """ShareGroupDescribe request (API key 77): version 0, flexible from v0."""
+
     __slots__ = ('group_ids', 'include_authorized_operations', 'unknown_tagged_fields')
     API_KEY = 77
     API_NAME = 'ShareGroupDescribe'
@@ -368,6 +370,8 @@ class _ShareGroupDescribeResponse_DescribedGroup(_Struct):
 
 
 class ShareGroupDescribeResponse(_Message):
+    """ShareGroupDescribe response (API key 77): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'groups', 'unknown_tagged_fields')
     TopicPartitions = _ShareGroupDescribeResponse_TopicPartitions
     Assignment = _ShareGroupDescribeResponse_Assignment

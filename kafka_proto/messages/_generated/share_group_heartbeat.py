@@ -25,6 +25,8 @@ __all__ = ['ShareGroupHeartbeatRequest', 'ShareGroupHeartbeatResponse']
 
 
 class ShareGroupHeartbeatRequest(_Message):
+    """ShareGroupHeartbeat request (API key 76): version 0, flexible from v0."""
+
     __slots__ = ('group_id', 'member_id', 'member_epoch', 'rack_id', 'subscribed_topic_names', 'unknown_tagged_fields')
     API_KEY = 76
     API_NAME = 'ShareGroupHeartbeat'
@@ -197,6 +199,8 @@ class _ShareGroupHeartbeatResponse_Assignment(_Struct):
 
 
 class ShareGroupHeartbeatResponse(_Message):
+    """ShareGroupHeartbeat response (API key 76): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'assignment', 'unknown_tagged_fields')
     TopicPartitions = _ShareGroupHeartbeatResponse_TopicPartitions
     Assignment = _ShareGroupHeartbeatResponse_Assignment

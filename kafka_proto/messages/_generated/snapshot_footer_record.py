@@ -18,6 +18,8 @@ __all__ = ['SnapshotFooterRecord']
 
 
 class SnapshotFooterRecord(_Message):
+    """SnapshotFooterRecord (data schema): version 0, flexible from v0."""
+
     __slots__ = ('version', 'unknown_tagged_fields')
     API_KEY = None
     API_NAME = None

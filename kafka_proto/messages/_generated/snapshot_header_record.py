@@ -18,6 +18,8 @@ __all__ = ['SnapshotHeaderRecord']
 
 
 class SnapshotHeaderRecord(_Message):
+    """SnapshotHeaderRecord (data schema): version 0, flexible from v0."""
+
     __slots__ = ('version', 'last_contained_log_timestamp', 'unknown_tagged_fields')
     API_KEY = None
     API_NAME = None

@@ -318,6 +318,8 @@ class _StopReplicaRequest_StopReplicaTopicState(_Struct):
 
 
 class StopReplicaRequest(_Message):
+    """StopReplica request (API key 5): versions 0-4, flexible from v2."""
+
     __slots__ = ('controller_id', 'is_k_raft_controller', 'controller_epoch', 'broker_epoch', 'delete_partitions', 'ungrouped_partitions', 'topics', 'topic_states', 'unknown_tagged_fields')
     StopReplicaPartitionV0 = _StopReplicaRequest_StopReplicaPartitionV0
     StopReplicaTopicV1 = _StopReplicaRequest_StopReplicaTopicV1
@@ -530,6 +532,8 @@ class _StopReplicaResponse_StopReplicaPartitionError(_Struct):
 
 
 class StopReplicaResponse(_Message):
+    """StopReplica response (API key 5): versions 0-4, flexible from v2."""
+
     __slots__ = ('error_code', 'partition_errors', 'unknown_tagged_fields')
     StopReplicaPartitionError = _StopReplicaResponse_StopReplicaPartitionError
     API_KEY = 5

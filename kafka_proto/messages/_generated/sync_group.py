@@ -77,6 +77,8 @@ class _SyncGroupRequest_SyncGroupRequestAssignment(_Struct):
 
 
 class SyncGroupRequest(_Message):
+    """SyncGroup request (API key 14): versions 0-5, flexible from v4."""
+
     __slots__ = ('group_id', 'generation_id', 'member_id', 'group_instance_id', 'protocol_type', 'protocol_name', 'assignments', 'unknown_tagged_fields')
     SyncGroupRequestAssignment = _SyncGroupRequest_SyncGroupRequestAssignment
     API_KEY = 14
@@ -184,6 +186,8 @@ class SyncGroupRequest(_Message):
 
 
 class SyncGroupResponse(_Message):
+    """SyncGroup response (API key 14): versions 0-5, flexible from v4."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'protocol_type', 'protocol_name', 'assignment', 'unknown_tagged_fields')
     API_KEY = 14
     API_NAME = 'SyncGroup'

@@ -145,6 +145,8 @@ class _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(_Struct):
 
 
 class TxnOffsetCommitRequest(_Message):
+    """TxnOffsetCommit request (API key 28): versions 0-4, flexible from v3."""
+
     __slots__ = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id', 'member_id', 'group_instance_id', 'topics', 'unknown_tagged_fields')
     TxnOffsetCommitRequestPartition = _TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition
     TxnOffsetCommitRequestTopic = _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic
@@ -373,6 +375,8 @@ class _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(_Struct):
 
 
 class TxnOffsetCommitResponse(_Message):
+    """TxnOffsetCommit response (API key 28): versions 0-4, flexible from v3."""
+
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tagged_fields')
     TxnOffsetCommitResponsePartition = _TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition
     TxnOffsetCommitResponseTopic = _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic

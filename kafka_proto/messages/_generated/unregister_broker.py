@@ -18,6 +18,8 @@ __all__ = ['UnregisterBrokerRequest', 'UnregisterBrokerResponse']
 
 
 class UnregisterBrokerRequest(_Message):
+    """UnregisterBroker request (API key 64): version 0, flexible from v0."""
+
     __slots__ = ('broker_id', 'unknown_tagged_fields')
     API_KEY = 64
     API_NAME = 'UnregisterBroker'
@@ -56,6 +58,8 @@ class UnregisterBrokerRequest(_Message):
 
 
 class UnregisterBrokerResponse(_Message):
+    """UnregisterBroker response (API key 64): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'unknown_tagged_fields')
     API_KEY = 64
     API_NAME = 'UnregisterBroker'

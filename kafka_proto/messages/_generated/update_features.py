@@ -91,6 +91,8 @@ class _UpdateFeaturesRequest_FeatureUpdateKey(_Struct):
 
 
 class UpdateFeaturesRequest(_Message):
+    """UpdateFeatures request (API key 57): versions 0-2, flexible from v0."""
+
     __slots__ = ('timeout_ms', 'feature_updates', 'validate_only', 'unknown_tagged_fields')
     FeatureUpdateKey = _UpdateFeaturesRequest_FeatureUpdateKey
     API_KEY = 57
@@ -206,6 +208,8 @@ class _UpdateFeaturesResponse_UpdatableFeatureResult(_Struct):
 
 
 class UpdateFeaturesResponse(_Message):
+    """UpdateFeatures response (API key 57): versions 0-2, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'results', 'unknown_tagged_fields')
     UpdatableFeatureResult = _UpdateFeaturesResponse_UpdatableFeatureResult
     API_KEY = 57

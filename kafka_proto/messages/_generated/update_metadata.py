@@ -408,6 +408,8 @@ class _UpdateMetadataRequest_UpdateMetadataBroker(_Struct):
 
 
 class UpdateMetadataRequest(_Message):
+    """UpdateMetadata request (API key 6): versions 0-8, flexible from v6."""
+
     __slots__ = ('controller_id', 'is_k_raft_controller', 'type', 'controller_epoch', 'broker_epoch', 'ungrouped_partition_states', 'topic_states', 'live_brokers', 'unknown_tagged_fields')
     UpdateMetadataPartitionState = _UpdateMetadataRequest_UpdateMetadataPartitionState
     UpdateMetadataTopicState = _UpdateMetadataRequest_UpdateMetadataTopicState
@@ -563,6 +565,8 @@ class UpdateMetadataRequest(_Message):
 
 
 class UpdateMetadataResponse(_Message):
+    """UpdateMetadata response (API key 6): versions 0-8, flexible from v6."""
+
     __slots__ = ('error_code', 'unknown_tagged_fields')
     API_KEY = 6
     API_NAME = 'UpdateMetadata'

@@ -118,6 +118,8 @@ class _UpdateRaftVoterRequest_KRaftVersionFeature(_Struct):
 
 
 class UpdateRaftVoterRequest(_Message):
+    """UpdateRaftVoter request (API key 82): version 0, flexible from v0."""
+
     __slots__ = ('cluster_id', 'current_leader_epoch', 'voter_id', 'voter_directory_id', 'listeners', 'k_raft_version_feature', 'unknown_tagged_fields')
     Listener = _UpdateRaftVoterRequest_Listener
     KRaftVersionFeature = _UpdateRaftVoterRequest_KRaftVersionFeature
@@ -250,6 +252,8 @@ class _UpdateRaftVoterResponse_CurrentLeader(_Struct):
 
 
 class UpdateRaftVoterResponse(_Message):
+    """UpdateRaftVoter response (API key 82): version 0, flexible from v0."""
+
     __slots__ = ('throttle_time_ms', 'error_code', 'current_leader', 'unknown_tagged_fields')
     CurrentLeader = _UpdateRaftVoterResponse_CurrentLeader
     API_KEY = 82

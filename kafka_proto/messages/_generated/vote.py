@@ -154,6 +154,8 @@ class _VoteRequest_TopicData(_Struct):
 
 
 class VoteRequest(_Message):
+    """Vote request (API key 52): versions 0-1, flexible from v0."""
+
     __slots__ = ('cluster_id', 'voter_id', 'topics', 'unknown_tagged_fields')
     PartitionData = _VoteRequest_PartitionData
     TopicData = _VoteRequest_TopicData
@@ -398,6 +400,8 @@ class _VoteResponse_NodeEndpoint(_Struct):
 
 
 class VoteResponse(_Message):
+    """Vote response (API key 52): versions 0-1, flexible from v0."""
+
     __slots__ = ('error_code', 'topics', 'node_endpoints', 'unknown_tagged_fields')
     PartitionData = _VoteResponse_PartitionData
     TopicData = _VoteResponse_TopicData

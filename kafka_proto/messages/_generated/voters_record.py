@@ -180,6 +180,8 @@ class _VotersRecord_Voter(_Struct):
 
 
 class VotersRecord(_Message):
+    """VotersRecord (data schema): version 0, flexible from v0."""
+
     __slots__ = ('version', 'voters', 'unknown_tagged_fields')
     Endpoint = _VotersRecord_Endpoint
     KRaftVersionFeature = _VotersRecord_KRaftVersionFeature

@@ -191,6 +191,8 @@ class _WriteShareGroupStateRequest_WriteStateData(_Struct):
 
 
 class WriteShareGroupStateRequest(_Message):
+    """WriteShareGroupState request (API key 85): version 0, flexible from v0."""
+
     __slots__ = ('group_id', 'topics', 'unknown_tagged_fields')
     StateBatch = _WriteShareGroupStateRequest_StateBatch
     PartitionData = _WriteShareGroupStateRequest_PartitionData
@@ -347,6 +349,8 @@ class _WriteShareGroupStateResponse_WriteStateResult(_Struct):
 
 
 class WriteShareGroupStateResponse(_Message):
+    """WriteShareGroupState response (API key 85): version 0, flexible from v0."""
+
     __slots__ = ('results', 'unknown_tagged_fields')
     PartitionResult = _WriteShareGroupStateResponse_PartitionResult
     WriteStateResult = _WriteShareGroupStateResponse_WriteStateResult

@@ -154,6 +154,8 @@ class _WriteTxnMarkersRequest_WritableTxnMarker(_Struct):
 
 
 class WriteTxnMarkersRequest(_Message):
+    """WriteTxnMarkers request (API key 27): versions 0-1, flexible from v1."""
+
     __slots__ = ('markers', 'unknown_tagged_fields')
     WritableTxnMarkerTopic = _WriteTxnMarkersRequest_WritableTxnMarkerTopic
     WritableTxnMarker = _WriteTxnMarkersRequest_WritableTxnMarker
@@ -374,6 +376,8 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerResult(_Struct):
 
 
 class WriteTxnMarkersResponse(_Message):
+    """WriteTxnMarkers response (API key 27): versions 0-1, flexible from v1."""
+
     __slots__ = ('markers', 'unknown_tagged_fields')
     WritableTxnMarkerPartitionResult = _WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult
     WritableTxnMarkerTopicResult = _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult

@@ -144,7 +144,11 @@ def test_uuid():
     assert written("write_uuid", u.bytes) == u.bytes
     assert written("write_uuid", bytearray(u.bytes)) == u.bytes
     r = Reader(u.bytes + uuid.UUID(int=0).bytes)
-    assert r.read_uuid() == u
+    got = r.read_uuid()
+    assert type(got) is uuid.UUID and got == u and hash(got) == hash(u) and str(got) == str(u)
+    assert got.is_safe is uuid.SafeUUID.unknown
+    with pytest.raises(TypeError):
+        got.int = 5  # still immutable
     assert r.read_uuid() == uuid.UUID(int=0)
     w = Writer()
     w.write_int8(1)

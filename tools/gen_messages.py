@@ -566,6 +566,10 @@ class Emitter:
                     f"{var}._write({w}, version)"]
         if f.elem in ("string", "bytes", "records"):
             call = bytes_call("write", f.elem, flex, nullable, w, var)
+            if f.elem == "records" and not tagged:
+                # Through a helper so that encode_parts() can keep big batches uncopied.
+                compact = "flexible" if flex == MIXED else repr(bool(flex))
+                call = f"_write_records({w}, {var}, {compact})"
             if nullable:
                 return [call]
             return [f"if {var} is None:", f"    _null(self, {f.attr!r}, version)", call]
@@ -896,7 +900,7 @@ def module_text(msgs: list, notes: list) -> str:
     uses_writer = "Writer()" in text
     names = ["Buffer", "_F", "_Message", "_Struct", "_UNSET", "_ZERO_UUID", "_absent", "_new",
              "_null", "_null_on_wire", "_read_packed", "_read_tags", "_tag_size_error",
-             "_write_packed", "_write_tags", "_zero_size_count"]
+             "_write_packed", "_write_records", "_write_tags", "_zero_size_count"]
     used = [n for n in names if re.search(re.escape(n) + r"\b", text)]
     head = [HEADER_LINE, "# fmt: off", "# flake8: noqa", "from __future__ import annotations",
             "", "from typing import Dict, List, Optional", "from uuid import UUID", ""]
@@ -959,10 +963,11 @@ def index_text(msgs_by_module: dict, apis: dict) -> str:
 
 RUNTIME = '''\
 """Shared base classes and helpers for the generated message classes."""
+import threading
 from collections import namedtuple
 from struct import Struct
 from struct import error as StructError
-from typing import Optional, Tuple, Type, TypeVar, Union
+from typing import List, Optional, Tuple, Type, TypeVar, Union
 from uuid import UUID
 
 from kafka_proto._wire import Reader, Writer
@@ -1036,6 +1041,37 @@ def _zero_size_count(n):
     if n > ZERO_SIZE_ARRAY_LIMIT:
         raise InvalidLengthError(f"array of {n} empty elements exceeds {ZERO_SIZE_ARRAY_LIMIT}")
     return n
+
+
+# encode_parts() state: (writer, parts, min_size) while a part-wise encode runs here.
+_parts = threading.local()
+
+
+def _write_records(w, value, compact):
+    """Write a records field (None = null; non-nullable fields were checked by the caller).
+
+    Inside encode_parts() on its writer, a large enough buffer is not copied: the bytes
+    written so far become one part and the buffer itself the next.
+    """
+    state = getattr(_parts, "active", None)
+    if state is not None and state[0] is w and value is not None:
+        try:
+            view = memoryview(value).cast("B")
+        except (TypeError, ValueError):
+            view = None  # not a contiguous buffer: copied below like any other
+        if view is not None and view.nbytes >= state[2]:
+            if compact:
+                w.write_uvarint(view.nbytes + 1)
+            else:
+                w.write_int32(view.nbytes)
+            state[1].append(w.getvalue())
+            w.clear()
+            state[1].append(view)
+            return
+    if compact:
+        w.write_compact_nullable_bytes(value)
+    else:
+        w.write_nullable_bytes(value)
 
 
 _PACKERS = {}
@@ -1132,6 +1168,25 @@ class _Struct:
         w = Writer()
         self.encode_into(w, version)
         return w.getvalue()
+
+    def encode_parts(self, version: int, min_size: int = 4096) -> List[Buffer]:
+        """Encode like encode(), as a list of parts whose concatenation is the body.
+
+        Records buffers of at least min_size bytes are not copied: each becomes a part of
+        its own (a memoryview of the caller's buffer, which must not change until the parts
+        are sent), ready for socket.sendmsg().
+        """
+        w = Writer()
+        parts: List[Buffer] = []
+        outer = getattr(_parts, "active", None)
+        _parts.active = (w, parts, min_size)
+        try:
+            self.encode_into(w, version)
+        finally:
+            _parts.active = outer
+        if len(w) or not parts:
+            parts.append(w.getvalue())
+        return parts
 
     def encode_into(self, w: Writer, version: int) -> None:
         """Append the encoding to a kafka_proto._wire.Writer."""

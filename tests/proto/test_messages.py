@@ -664,3 +664,35 @@ def test_pickle_and_copy():
     assert pickle.loads(pickle.dumps(req)) == req
     clone = copy.deepcopy(req)
     assert clone == req and clone.topics[0] is not req.topics[0]
+
+
+def test_encode_parts_keeps_big_batches_uncopied():
+    big, small = bytearray(range(256)) * 40, b"tiny batch"
+    part = M.ProduceRequest.PartitionProduceData
+    req = M.ProduceRequest(acks=-1, timeout_ms=100, topic_data=[
+        M.ProduceRequest.TopicProduceData(name="t", partition_data=[
+            part(index=0, records=big), part(index=1, records=small), part(index=2, records=None),
+            part(index=3, records=memoryview(big)[:5000])])])
+    for version in (3, 8, 9, 11):
+        whole = req.encode(version)
+        parts = req.encode_parts(version)
+        assert b"".join(bytes(p) for p in parts) == whole
+        # header+prefix | big | ...small inline... | 5000-byte slice | tail
+        shared = [p for p in parts if isinstance(p, memoryview)]
+        assert [p.nbytes for p in shared] == [len(big), 5000]
+        assert all(p.obj is big for p in shared)  # views of the caller's buffer, not copies
+    # Below min_size everything is one part; a message without records is one part.
+    assert req.encode_parts(9, min_size=1 << 20) == [req.encode(9)]
+    assert M.MetadataRequest().encode_parts(4) == [M.MetadataRequest().encode(4)]
+    # The same records inside a normal encode() are copied as usual.
+    assert M.ProduceRequest.decode(req.encode(9), 9) == req
+
+
+def test_encode_parts_restores_state_after_errors():
+    req = M.ProduceRequest(transactional_id="x", topic_data=[
+        M.ProduceRequest.TopicProduceData(name="t", partition_data=[
+            M.ProduceRequest.PartitionProduceData(records=bytes(10000))])])
+    with pytest.raises(ProtocolEncodeError):
+        req.encode_parts(2)  # transactional_id exists from v3 only
+    data = req.encode(3)
+    assert b"".join(bytes(p) for p in req.encode_parts(3)) == data

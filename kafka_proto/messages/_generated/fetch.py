@@ -22,6 +22,7 @@ from kafka_proto.messages._generated._runtime import (
     _read_tags,
     _tag_size_error,
     _write_packed,
+    _write_records,
     _write_tags,
 )
 
@@ -844,8 +845,7 @@ class _FetchResponse_PartitionData(_Struct):
                 _absent(self, 'preferred_read_replica', version)
         else:
             w.write_int32(self.preferred_read_replica)
-        v = self.records
-        w.write_compact_nullable_bytes(v) if flexible else w.write_nullable_bytes(v)
+        _write_records(w, self.records, flexible)
         if flexible:
             tags = {}
             if version >= 12:

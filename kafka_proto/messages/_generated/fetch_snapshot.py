@@ -20,6 +20,7 @@ from kafka_proto.messages._generated._runtime import (
     _null_on_wire,
     _read_tags,
     _tag_size_error,
+    _write_records,
     _write_tags,
 )
 
@@ -406,7 +407,7 @@ class _FetchSnapshotResponse_PartitionSnapshot(_Struct):
         v = self.unaligned_records
         if v is None:
             _null(self, 'unaligned_records', version)
-        w.write_compact_bytes(v)
+        _write_records(w, v, True)
         tags = {}
         v = self.current_leader
         if (v is None or not v._is_default()):

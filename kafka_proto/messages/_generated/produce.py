@@ -19,6 +19,7 @@ from kafka_proto.messages._generated._runtime import (
     _null_on_wire,
     _read_tags,
     _tag_size_error,
+    _write_records,
     _write_tags,
 )
 
@@ -50,8 +51,7 @@ class _ProduceRequest_PartitionProduceData(_Struct):
     def _write(self, w, version):
         flexible = version >= 9
         w.write_int32(self.index)
-        v = self.records
-        w.write_compact_nullable_bytes(v) if flexible else w.write_nullable_bytes(v)
+        _write_records(w, self.records, flexible)
         if flexible:
             u = self.unknown_tagged_fields
             if u:

@@ -19,6 +19,7 @@ from kafka_proto.messages._generated._runtime import (
     _read_packed,
     _read_tags,
     _write_packed,
+    _write_records,
     _write_tags,
 )
 
@@ -471,7 +472,7 @@ class _ShareFetchResponse_PartitionData(_Struct):
         if v is None:
             _null(self, 'current_leader', version)
         v._write(w, version)
-        w.write_compact_nullable_bytes(self.records)
+        _write_records(w, self.records, True)
         v = self.acquired_records
         if v is None:
             _null(self, 'acquired_records', version)

@@ -10,7 +10,9 @@ The classes live in ``kafka_proto.messages._generated`` (one module per API, wri
     same = request_class(1).decode(body, 11)
 
 Each class has ``encode(version) -> bytes``, ``decode(buffer, version)``,
-``encode_into(writer, version)``, ``decode_from(reader, version)`` and the class attributes
+``encode_into(writer, version)``, ``decode_from(reader, version)``,
+``encode_parts(version)`` (the body as a list of parts for ``socket.sendmsg``, big record
+batches left uncopied; decoded records are memoryview slices of the input) and the class attributes
 ``API_KEY``, ``API_NAME``, ``MIN_VERSION``, ``MAX_VERSION``, ``FLEXIBLE_MIN_VERSION`` (and
 ``LATEST_VERSION_UNSTABLE`` on requests).
 """

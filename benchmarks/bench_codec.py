@@ -46,7 +46,7 @@ def _reference_batches():
     enc = _ALL["aiokafka"].encode or _ALL["kafka-python"].encode
     out = {}
     for codec in C.CODECS:
-        data = enc(RECORDS, codec)
+        data = bytes(enc(RECORDS, codec))
         attrs = struct.unpack_from(">h", data, 21)[0]
         assert attrs & 7 == C.CODEC_ID[codec], "reference batch for %s is not compressed" % codec
         out[codec] = data

@@ -17,8 +17,10 @@ Every decoder stops at ``max_size`` output bytes (:class:`DecompressionLimitErro
 sizes a buffer from a header field it has not checked against that limit. Corrupt input of
 any codec raises :class:`DecompressionError` with the library's exception as ``__cause__``.
 
-The C libraries release the GIL while they compress or decompress a block, so the framing
-loops here (pure Python, a few steps per 32 KiB-4 MiB block) cost little next to them.
+The block codecs are the libraries' (zlib and cramjam for gzip, cramjam for snappy,
+python-lz4, zstandard); all of them release the GIL while they work. The framing loops of
+snappy, lz4 and zstd run in ``kafka_proto._compression`` (Cython) and decode straight into
+the returned ``bytes``; the Python twins below take over when that module is not built.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ __all__ = [
     "CODEC_ZSTD",
     "CompressionCodec",
     "DEFAULT_MAX_DECOMPRESSED",
+    "codec_name",
     "compress",
     "decompress",
     "lz4_compress",
@@ -108,9 +111,9 @@ class _Output:
 
     def take(self) -> bytes:
         self.view.release()
-        if _OutputBuffer is not None:
-            return self._buf.take()
-        return bytes(self._buf)
+        if isinstance(self._buf, bytearray):
+            return bytes(self._buf)
+        return self._buf.take()
 
     def drop(self) -> None:
         self.view.release()

@@ -154,6 +154,27 @@ def test_encode(benchmark, request, codec):
                  {n: c.label for n, c in cs.items()}, bytes=sizes)
 
 
+def test_encode_bulk(benchmark, request):
+    """Informational row: ours through append_many() (given a list of values and a list of
+    keys, split from the records outside the timed body) against the peers' one-by-one
+    appends."""
+    ours = _ALL["ours"]
+    if not (ours.available and ours.encode_bulk):
+        pytest.skip("ours: append_many unavailable")
+    aio = _ALL["aiokafka"]
+    values = [v for _, v in RECORDS]
+    keys = [k for k, _ in RECORDS]
+    recs, _ = _reference_decode(ours.encode_bulk(values, keys, "none"))
+    assert recs == RECORDS
+    bodies = {"ours": lambda: ours.encode_bulk(values, keys, "none")}
+    labels = {"ours": "ours"}
+    if aio.available:
+        bodies["aiokafka"] = lambda: aio.encode(RECORDS, "none")
+        labels["aiokafka"] = aio.label
+    _interleaved(benchmark, request, "encode-none-append_many", "ns/record", C.N_RECORDS,
+                 bodies, labels)
+
+
 @pytest.mark.parametrize("codec", C.CODECS)
 def test_decode(benchmark, request, codec):
     cs = _available("decode", C.CONTENDERS)

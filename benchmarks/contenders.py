@@ -112,6 +112,7 @@ class Contender:
     varint_encode: Optional[Callable[[Sequence[int]], bytes]] = None
     varint_decode: Optional[Callable[[bytes, int], int]] = None
     crc32c: Optional[Callable[[bytes], int]] = None
+    encode_bulk: Optional[Callable[[Sequence[bytes], Sequence[bytes], str], bytes]] = None
     varint_input: Callable[[bytes], object] = bytes  # buffer type the decoder expects
     notes: List[str] = field(default_factory=list)
 
@@ -276,6 +277,14 @@ def _ours() -> Contender:
                 append(value, key, _ts)
             return bytes(b.build(0))
 
+        def encode_bulk(values, keys, codec, _B=RecordBatchBuilder, _ts=TIMESTAMP_MS,
+                        _comp=comp, _levels=levels):
+            # Informational: our append_many() over a list of values and one of keys (no
+            # Python call per record); the peers have no such API.
+            b = _B(compression=_comp[codec], compression_level=_levels.get(codec))
+            b.append_many(values, keys, _ts)
+            return b.build(0)
+
         def decode(data, _read=read_batches):
             # Same loop as the peers': the key and value are bytes already.
             n = 0
@@ -310,6 +319,8 @@ def _ours() -> Contender:
                            % type(rec.value).__name__)
 
         c.encode, c.decode = encode, decode
+        if hasattr(RecordBatchBuilder, "append_many"):
+            c.encode_bulk = encode_bulk
     except Exception as exc:
         missing.append("records: %r" % (exc,))
 

@@ -19,7 +19,9 @@ cdef extern from "crc32c.h" nogil:
     uint32_t kp_crc32c(uint32_t crc, const unsigned char* p, size_t n)
     uint32_t kp_crc32c_sw(uint32_t crc, const unsigned char* p, size_t n)
     uint32_t kp_crc32(uint32_t crc, const unsigned char* p, size_t n)
+    uint32_t kp_crc32_sw(uint32_t crc, const unsigned char* p, size_t n)
     const char* kp_crc32c_impl_name
+    const char* kp_crc32_impl_name
     enum: KP_NPATHS
     kp_crc_fn kp_crc32c_paths[]
     const char* const kp_crc32c_path_names[]
@@ -29,6 +31,9 @@ kp_crc_init()
 #: Name of the CRC-32C implementation chosen for this CPU
 #: ("avx512", "sse4.2", "armv8-crc" or "software").
 IMPLEMENTATION = kp_crc32c_impl_name.decode()
+
+#: Name of the CRC-32 (IEEE) implementation in use ("avx512" or "software").
+CRC32_IMPLEMENTATION = kp_crc32_impl_name.decode()
 
 #: Every CRC-32C implementation usable on this CPU, slowest first.
 IMPLEMENTATIONS = tuple(kp_crc32c_path_names[i].decode()
@@ -98,11 +103,19 @@ def crc32(data, uint32_t crc=0) -> int:
     return _checksum(kp_crc32, data, crc)
 
 
+def crc32_software(data, uint32_t crc=0) -> int:
+    """CRC-32 (IEEE) computed by the portable slicing-by-8 path (for tests)."""
+    return _checksum(kp_crc32_sw, data, crc)
+
+
+cdef dict _PATH_INDEX = {kp_crc32c_path_names[i].decode(): i
+                         for i in range(KP_NPATHS) if kp_crc32c_paths[i] != NULL}
+
+
 def crc32c_using(implementation: str, data, uint32_t crc=0) -> int:
     """CRC-32C computed by one named path of ``IMPLEMENTATIONS`` (tests, benchmarks)."""
-    cdef int i
-    for i in range(KP_NPATHS):
-        if kp_crc32c_paths[i] != NULL and kp_crc32c_path_names[i].decode() == implementation:
-            return _checksum(kp_crc32c_paths[i], data, crc)
-    raise ValueError(f"CRC-32C implementation {implementation!r} is not available here; "
-                     f"choose from {IMPLEMENTATIONS}")
+    cdef object i = _PATH_INDEX.get(implementation)
+    if i is None:
+        raise ValueError(f"CRC-32C implementation {implementation!r} is not available here; "
+                         f"choose from {IMPLEMENTATIONS}")
+    return _checksum(kp_crc32c_paths[<int>i], data, crc)

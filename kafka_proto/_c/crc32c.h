@@ -12,7 +12,8 @@
  *     256 bytes per step (see kp_crc32c_avx512).
  *   - AArch64 compiled with the CRC extension: the crc32c instructions, one stream.
  *   - everything else: slicing-by-8 tables (eight bytes per step, no data-dependent branch).
- * CRC-32 (IEEE) only serves legacy message sets, so slicing-by-8 is enough for it.
+ * CRC-32 (IEEE) only serves legacy message sets: slicing-by-8, or the AVX-512 fold with
+ * its own constants where that is available.
  *
  * Conventions: all functions take and return the finished CRC value (pre- and
  * post-inversion included), so crc(a + b) == update(update(0, a), b).
@@ -75,16 +76,20 @@ static uint32_t kp_crc32c_sw(uint32_t crc, const unsigned char *p, size_t n) {
     return kp_crc_slice8((const uint32_t(*)[256])kp_tab_crc32c, crc, p, n);
 }
 
-static uint32_t kp_crc32(uint32_t crc, const unsigned char *p, size_t n) {
+static uint32_t kp_crc32_sw(uint32_t crc, const unsigned char *p, size_t n) {
     return kp_crc_slice8((const uint32_t(*)[256])kp_tab_crc32, crc, p, n);
 }
 
-/* x^n mod P in the reflected representation (bit 31 is x^0), CRC-32C polynomial. */
-static inline uint32_t kp_xpow_mod(uint64_t n) {
+/* x^n mod P in the reflected representation (bit 31 is x^0). */
+static inline uint32_t kp_xpow_mod_poly(uint64_t n, uint32_t poly) {
     uint32_t r = 0x80000000u;
     while (n--)
-        r = (r & 1) ? (r >> 1) ^ KP_POLY_CRC32C : r >> 1;
+        r = (r & 1) ? (r >> 1) ^ poly : r >> 1;
     return r;
+}
+
+static inline uint32_t kp_xpow_mod(uint64_t n) {
+    return kp_xpow_mod_poly(n, KP_POLY_CRC32C);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -172,8 +177,10 @@ kp_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
  * clmul(L, x^(D+31)) ^ clmul(H, x^(D-33)) with 32-bit reflected constants (the 33 makes
  * up for the bit order of the product). The result still fits a 128-bit lane and is
  * xored into the lane D bits further on. Four 512-bit accumulators (16 lanes) keep the
- * multiplier busy; at the end the lanes are folded into one, which the crc32
- * instruction reduces to 32 bits.
+ * multiplier busy; at the end the lanes are folded into one 128-bit remainder.
+ * Nothing here depends on the polynomial but the constants, so CRC-32 (IEEE) uses the
+ * same folding; only the last step, reducing the remainder to 32 bits, differs: the
+ * crc32 instruction for CRC-32C, two table steps for CRC-32.
  */
 #if defined(KP_HAVE_X86_HW) && ((defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8) || \
                                 (defined(__clang__) && __clang_major__ >= 8))
@@ -181,16 +188,28 @@ kp_crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
 #include <immintrin.h>
 
 #define KP_AVX512_TARGET __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
-/* The path starts by loading 256 bytes; below that the SSE4.2 path does the work. */
+/* The fold starts by loading 256 bytes; shorter inputs take another path. */
 #define KP_AVX512_MIN 256
 
 /* (K1, K2) pairs, K1 in the low and K2 in the high 64 bits, for D = 128, 256, 384,
  * 512 and 2048 bits. */
-static uint64_t kp_kf128[2], kp_kf256[2], kp_kf384[2], kp_kf512[2], kp_kf2048[2];
+typedef struct {
+    uint64_t k128[2], k256[2], k384[2], k512[2], k2048[2];
+} kp_fold_consts_t;
 
-static void kp_fold_consts(uint64_t k[2], uint64_t d) {
-    k[0] = kp_xpow_mod(d + 31);
-    k[1] = kp_xpow_mod(d - 33);
+static kp_fold_consts_t kp_fold_crc32c, kp_fold_crc32;
+
+static void kp_fold_pair(uint64_t k[2], uint64_t d, uint32_t poly) {
+    k[0] = kp_xpow_mod_poly(d + 31, poly);
+    k[1] = kp_xpow_mod_poly(d - 33, poly);
+}
+
+static void kp_fold_init(kp_fold_consts_t *k, uint32_t poly) {
+    kp_fold_pair(k->k128, 128, poly);
+    kp_fold_pair(k->k256, 256, poly);
+    kp_fold_pair(k->k384, 384, poly);
+    kp_fold_pair(k->k512, 512, poly);
+    kp_fold_pair(k->k2048, 2048, poly);
 }
 
 KP_AVX512_TARGET static inline __m128i kp_fold_x(__m128i a, const uint64_t k[2]) {
@@ -204,10 +223,13 @@ KP_AVX512_TARGET static inline __m512i kp_fold_z(__m512i a, __m512i k, __m512i b
                                      _mm512_clmulepi64_epi128(a, k, 0x11), b, 0x96);
 }
 
-KP_AVX512_TARGET static uint32_t
-kp_crc32c_avx512(uint32_t crc, const unsigned char *p, size_t n) {
-    if (n < KP_AVX512_MIN)
-        return kp_crc32c_hw(crc, p, n);
+/* Fold all whole 16-byte units of p[0..*n) (*n >= KP_AVX512_MIN) starting from the
+ * finished CRC `crc`; returns the 128-bit remainder and leaves the tail (< 16 bytes)
+ * in *pp / *n. */
+KP_AVX512_TARGET static inline __m128i
+kp_fold_avx512(uint32_t crc, const unsigned char **pp, size_t *pn, const kp_fold_consts_t *k) {
+    const unsigned char *p = *pp;
+    size_t n = *pn;
     /* The incoming register is xored into the first 32 bits of the message. */
     __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512((const void *)p),
                                   _mm512_maskz_set1_epi32(1, (int)~crc));
@@ -216,7 +238,7 @@ kp_crc32c_avx512(uint32_t crc, const unsigned char *p, size_t n) {
     __m512i x3 = _mm512_loadu_si512((const void *)(p + 192));
     p += 256;
     n -= 256;
-    const __m512i k2048 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kp_kf2048));
+    const __m512i k2048 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k->k2048));
     while (n >= 256) {
         x0 = kp_fold_z(x0, k2048, _mm512_loadu_si512((const void *)p));
         x1 = kp_fold_z(x1, k2048, _mm512_loadu_si512((const void *)(p + 64)));
@@ -226,7 +248,7 @@ kp_crc32c_avx512(uint32_t crc, const unsigned char *p, size_t n) {
         n -= 256;
     }
     /* Four accumulators into one: each sits 64 bytes before the next. */
-    const __m512i k512 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kp_kf512));
+    const __m512i k512 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k->k512));
     x1 = kp_fold_z(x0, k512, x1);
     x2 = kp_fold_z(x1, k512, x2);
     x3 = kp_fold_z(x2, k512, x3);
@@ -237,14 +259,24 @@ kp_crc32c_avx512(uint32_t crc, const unsigned char *p, size_t n) {
     }
     /* Four lanes into one: lane i sits 16 * (3 - i) bytes before the last. */
     __m128i a = _mm512_extracti32x4_epi32(x3, 3);
-    a = _mm_xor_si128(a, kp_fold_x(_mm512_castsi512_si128(x3), kp_kf384));
-    a = _mm_xor_si128(a, kp_fold_x(_mm512_extracti32x4_epi32(x3, 1), kp_kf256));
-    a = _mm_xor_si128(a, kp_fold_x(_mm512_extracti32x4_epi32(x3, 2), kp_kf128));
+    a = _mm_xor_si128(a, kp_fold_x(_mm512_castsi512_si128(x3), k->k384));
+    a = _mm_xor_si128(a, kp_fold_x(_mm512_extracti32x4_epi32(x3, 1), k->k256));
+    a = _mm_xor_si128(a, kp_fold_x(_mm512_extracti32x4_epi32(x3, 2), k->k128));
     while (n >= 16) {
-        a = _mm_xor_si128(kp_fold_x(a, kp_kf128), _mm_loadu_si128((const __m128i *)p));
+        a = _mm_xor_si128(kp_fold_x(a, k->k128), _mm_loadu_si128((const __m128i *)p));
         p += 16;
         n -= 16;
     }
+    *pp = p;
+    *pn = n;
+    return a;
+}
+
+KP_AVX512_TARGET static uint32_t
+kp_crc32c_avx512(uint32_t crc, const unsigned char *p, size_t n) {
+    if (n < KP_AVX512_MIN)
+        return kp_crc32c_hw(crc, p, n);
+    __m128i a = kp_fold_avx512(crc, &p, &n, &kp_fold_crc32c);
     /* Register of the 128-bit remainder, computed from a zero register. */
     uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(a));
     c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(a, 1));
@@ -256,6 +288,18 @@ kp_crc32c_avx512(uint32_t crc, const unsigned char *p, size_t n) {
     while (n--)
         c = _mm_crc32_u8((uint32_t)c, *p++);
     return ~(uint32_t)c;
+}
+
+KP_AVX512_TARGET static uint32_t
+kp_crc32_avx512(uint32_t crc, const unsigned char *p, size_t n) {
+    if (n < KP_AVX512_MIN)
+        return kp_crc32_sw(crc, p, n);
+    __m128i a = kp_fold_avx512(crc, &p, &n, &kp_fold_crc32);
+    unsigned char rem[16];
+    _mm_storeu_si128((__m128i *)rem, a);
+    /* Feeding the remainder from a zero register (finished value 0xFFFFFFFF) gives the
+     * finished CRC so far; the tail continues from it. */
+    return kp_crc32_sw(kp_crc32_sw(0xFFFFFFFFu, rem, 16), p, n);
 }
 #endif
 
@@ -304,6 +348,9 @@ static const char *const kp_crc32c_path_names[KP_NPATHS] = {"software", "armv8-c
                                                             "avx512"};
 static kp_crc_fn kp_crc32c_impl = kp_crc32c_sw;
 static const char *kp_crc32c_impl_name = "software";
+/* CRC-32 (IEEE): slicing-by-8, or the AVX-512 fold where available. */
+static kp_crc_fn kp_crc32_impl = kp_crc32_sw;
+static const char *kp_crc32_impl_name = "software";
 
 static void kp_crc_init(void) {
     kp_build_tables(kp_tab_crc32c, KP_POLY_CRC32C);
@@ -328,16 +375,16 @@ static void kp_crc_init(void) {
         kp_crc32c_paths[KP_PATH_SSE42] = kp_crc32c_hw;
 #endif
 #ifdef KP_HAVE_AVX512
-    kp_fold_consts(kp_kf128, 128);
-    kp_fold_consts(kp_kf256, 256);
-    kp_fold_consts(kp_kf384, 384);
-    kp_fold_consts(kp_kf512, 512);
-    kp_fold_consts(kp_kf2048, 2048);
+    kp_fold_init(&kp_fold_crc32c, KP_POLY_CRC32C);
+    kp_fold_init(&kp_fold_crc32, KP_POLY_CRC32);
     /* libgcc's avx512f check includes the OS saving the zmm state (XGETBV). The AVX-512
      * path hands inputs below KP_AVX512_MIN to the SSE4.2 one, so it needs both. */
     if (kp_crc32c_paths[KP_PATH_SSE42] && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("vpclmulqdq"))
+        __builtin_cpu_supports("vpclmulqdq")) {
         kp_crc32c_paths[KP_PATH_AVX512] = kp_crc32c_avx512;
+        kp_crc32_impl = kp_crc32_avx512;
+        kp_crc32_impl_name = "avx512";
+    }
 #endif
     for (int i = 0; i < KP_NPATHS; i++) {
         if (kp_crc32c_paths[i]) {
@@ -349,6 +396,10 @@ static void kp_crc_init(void) {
 
 static inline uint32_t kp_crc32c(uint32_t crc, const unsigned char *p, size_t n) {
     return kp_crc32c_impl(crc, p, n);
+}
+
+static inline uint32_t kp_crc32(uint32_t crc, const unsigned char *p, size_t n) {
+    return kp_crc32_impl(crc, p, n);
 }
 
 #endif /* KP_CRC32C_H */

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kafka_proto import _crc
 
 CHECK = b"123456789"
+CRC32_FUNCS = [_crc.crc32, _crc.crc32_software]
 CRC32C_FUNCS = [_crc.crc32c, _crc.crc32c_software] + [
     (lambda data, crc=0, _impl=impl: _crc.crc32c_using(_impl, data, crc))
     for impl in _crc.IMPLEMENTATIONS
@@ -24,6 +25,7 @@ def test_check_values():
     assert _crc.crc32c(CHECK) == 0xE3069283
     assert _crc.crc32c_software(CHECK) == 0xE3069283
     assert _crc.crc32(CHECK) == 0xCBF43926
+    assert _crc.crc32_software(CHECK) == 0xCBF43926
     assert _crc.crc32c(b"") == 0
     assert _crc.crc32(b"") == 0
     # RFC 3720 (iSCSI) test vectors for CRC-32C.
@@ -86,14 +88,15 @@ def test_crc32c_matches_reference(data, off, seed):
 @given(st.binary(min_size=0, max_size=10000), st.integers(0, 15), st.integers(0, 2**32 - 1))
 def test_crc32_matches_zlib(data, off, seed):
     view = memoryview(data)[min(off, len(data)):]
-    assert _crc.crc32(view) == zlib.crc32(view)
-    assert _crc.crc32(view, seed) == zlib.crc32(view, seed)
+    for fn in CRC32_FUNCS:
+        assert fn(view) == zlib.crc32(view)
+        assert fn(view, seed) == zlib.crc32(view, seed)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=3000), st.binary(max_size=3000))
 def test_continuation(a, b):
-    for fn in CRC32C_FUNCS + [_crc.crc32]:
+    for fn in CRC32C_FUNCS + CRC32_FUNCS:
         assert fn(b, fn(a)) == fn(a + b)
 
 
@@ -104,7 +107,9 @@ def test_large_buffer_paths_agree():
     for fn in CRC32C_FUNCS:
         assert fn(data) == expected
         assert fn(bytearray(data)) == expected
-    assert _crc.crc32(data) == zlib.crc32(data)
+    for fn in CRC32_FUNCS:
+        assert fn(data) == zlib.crc32(data)
+        assert fn(bytearray(data), 77) == zlib.crc32(data, 77)
 
 
 def test_any_bytes_like():
@@ -163,3 +168,13 @@ def test_stub_matches_module():
     stub |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
     public = {n for n in dir(_crc) if not n.startswith("_")}
     assert public == stub
+
+
+@pytest.mark.parametrize("fn", CRC32_FUNCS)
+def test_crc32_boundary_lengths(fn):
+    # The AVX-512 fold (256 bytes and more) and its 16/64/256-byte steps.
+    data = os.urandom(4096 + 64)
+    for n in (0, 1, 15, 16, 255, 256, 257, 271, 272, 319, 320, 511, 512, 1023, 1024, 4096):
+        for off in (0, 1, 3, 7):
+            chunk = memoryview(data)[off:off + n]
+            assert fn(chunk, 12345) == zlib.crc32(chunk, 12345), (n, off)

@@ -34,7 +34,6 @@ from cpython.bytes cimport (
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
@@ -44,8 +43,11 @@ from kafka_proto._varint cimport (
     VARINT_TRUNCATED,
     read_varint32,
     read_varint64,
+    uvarint_size,
     varint_size,
+    write_uvarint64,
     write_varint64,
+    zigzag64,
 )
 
 from enum import IntEnum
@@ -61,7 +63,10 @@ from kafka_proto.errors import (
     UnsupportedMagicError,
 )
 
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+
 cdef extern from "Python.h":
+    int _PyBytes_Resize(PyObject** obj, Py_ssize_t newsize)
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
     object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
     int PyBUF_READ
@@ -174,6 +179,29 @@ cdef uint32_t _crc32c(const unsigned char* p, Py_ssize_t n) noexcept:
     return crc32c_update(0, p, <size_t>n)
 
 
+cdef inline Py_ssize_t _vsize(int64_t v) noexcept nogil:
+    # Zigzag varint size with the common 1- and 2-byte cases unrolled.
+    cdef uint64_t u = zigzag64(v)
+    if u < 0x80:
+        return 1
+    if u < 0x4000:
+        return 2
+    return uvarint_size(u)
+
+
+cdef inline unsigned char* _vput(unsigned char* p, int64_t v) noexcept nogil:
+    # Write a zigzag varint (room guaranteed by the caller); returns the new end.
+    cdef uint64_t u = zigzag64(v)
+    if u < 0x80:
+        p[0] = <unsigned char>u
+        return p + 1
+    if u < 0x4000:
+        p[0] = <unsigned char>(u | 0x80)
+        p[1] = <unsigned char>(u >> 7)
+        return p + 2
+    return p + write_uvarint64(p, u)
+
+
 cdef object _compression_module = None
 
 
@@ -197,7 +225,11 @@ cdef class RecordBatchBuilder:
     stay writable until ``build()`` (an idempotent producer assigns the sequence late).
     """
 
+    # The batch is encoded straight into a private bytes object (sole reference, so it may
+    # be written and resized); build() shrinks it and hands it out without a copy.
+    cdef PyObject* _obj
     cdef unsigned char* _buf
+    cdef bytes _built         # the last uncompressed build(), to continue after it
     cdef Py_ssize_t _len
     cdef Py_ssize_t _cap
     cdef int32_t _count
@@ -226,10 +258,10 @@ cdef class RecordBatchBuilder:
             raise ValueError(f"timestamp_type must be 0 or 1, got {tst}")
         if initial_capacity < HEADER_SIZE + 64:
             initial_capacity = HEADER_SIZE + 64
-        self._buf = <unsigned char*>malloc(initial_capacity)
-        if self._buf == NULL:
-            raise MemoryError()
-        self._cap = initial_capacity
+        self._obj = NULL
+        self._buf = NULL
+        self._cap = 0
+        self._new_buffer(initial_capacity, 0)
         self._len = HEADER_SIZE
         self._count = 0
         self._base_ts = -1
@@ -246,8 +278,22 @@ cdef class RecordBatchBuilder:
         self.partition_leader_epoch = partition_leader_epoch
 
     def __dealloc__(self):
-        free(self._buf)
+        Py_XDECREF(self._obj)
+        self._obj = NULL
         self._buf = NULL
+
+    cdef int _new_buffer(self, Py_ssize_t cap, Py_ssize_t keep) except -1:
+        # A fresh private bytes object of ``cap`` bytes holding the first ``keep`` bytes of
+        # the last build (after build() gave the previous buffer away).
+        cdef object fresh = PyBytes_FromStringAndSize(NULL, cap)
+        if keep and self._built is not None and keep <= PyBytes_GET_SIZE(self._built):
+            memcpy(PyBytes_AS_STRING(fresh), PyBytes_AS_STRING(self._built), keep)
+        Py_XDECREF(self._obj)
+        self._obj = <PyObject*>fresh
+        Py_INCREF(fresh)
+        self._buf = <unsigned char*>PyBytes_AS_STRING(fresh)
+        self._cap = cap
+        return 0
 
     def __len__(self):
         return self._count
@@ -276,18 +322,25 @@ cdef class RecordBatchBuilder:
     cdef int _grow(self, Py_ssize_t extra) except -1:
         cdef Py_ssize_t need = self._len + extra
         cdef Py_ssize_t cap
-        cdef unsigned char* nb
         if need > MAX_BATCH_SIZE:
             raise ProtocolEncodeError("record batch would exceed 2 GiB")
         cap = self._cap * 2
+        if cap < 256:
+            cap = 256
         while cap < need:
             cap *= 2
         if cap > MAX_BATCH_SIZE:
             cap = MAX_BATCH_SIZE
-        nb = <unsigned char*>realloc(self._buf, cap)
-        if nb == NULL:
+        if self._obj == NULL:
+            return self._new_buffer(cap, self._len)
+        if _PyBytes_Resize(&self._obj, cap) < 0:
+            self._obj = NULL
+            self._buf = NULL
+            self._cap = 0
+            self._len = HEADER_SIZE
+            self._count = 0
             raise MemoryError()
-        self._buf = nb
+        self._buf = <unsigned char*>PyBytes_AS_STRING(<object>self._obj)
         self._cap = cap
         return 0
 
@@ -370,62 +423,67 @@ cdef class RecordBatchBuilder:
         cdef int32_t offset_delta = self._count
         cdef Py_ssize_t hsize = 0
         cdef Py_ssize_t hcount = 0
-        cdef list hlist = None
-        cdef Py_ssize_t body, hkl, hvl
+        cdef list hlist
+        cdef Py_ssize_t body, total, hkl, hvl
         cdef unsigned char* p
         cdef const char* hkp
         if self._building:
             raise RuntimeError("append() during build()")
-        if self._count == 0x7FFFFFFF:
+        if offset_delta == 0x7FFFFFFF:
             raise ProtocolEncodeError("too many records in one batch")
         if headers is not None and headers:
             hlist = self._normalize_headers(headers, &hsize)
             hcount = len(hlist)
-        if self._count == 0:
+        if offset_delta == 0:
             self._base_ts = ts
             self._max_ts = ts
         elif ts > self._max_ts:
             self._max_ts = ts
         # Wrapping subtraction: the reader adds it back with the same wrap.
         delta = <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts)
-        body = (1 + varint_size(delta) + varint_size(offset_delta)
-                + varint_size(kl) + (kl if kl > 0 else 0)
-                + varint_size(vl) + (vl if vl > 0 else 0)
-                + varint_size(hcount) + hsize)
+        body = 2 + _vsize(delta) + _vsize(offset_delta) + _vsize(kl) + _vsize(vl) + hsize
+        if kl > 0:
+            body += kl
+        if vl > 0:
+            body += vl
+        if hcount:
+            body += _vsize(hcount) - 1
         if body > 0x7FFFFFFF:
             raise ProtocolEncodeError("record too large")
-        if self._len + varint_size(body) + body > self._cap:
-            self._grow(varint_size(body) + body)
-        p = self._buf + self._len
-        p += write_varint64(p, body)
+        total = _vsize(body) + body
+        if self._len + total > self._cap:
+            self._grow(total)
+        p = _vput(self._buf + self._len, body)
         p[0] = 0  # record attributes: unused
-        p += 1
-        p += write_varint64(p, delta)
-        p += write_varint64(p, offset_delta)
-        p += write_varint64(p, kl)
+        p = _vput(p + 1, delta)
+        p = _vput(p, offset_delta)
+        p = _vput(p, kl)
         if kl > 0:
             memcpy(p, kp, kl)
             p += kl
-        p += write_varint64(p, vl)
+        p = _vput(p, vl)
         if vl > 0:
             memcpy(p, vp, vl)
             p += vl
-        p += write_varint64(p, hcount)
-        if hcount:
+        if not hcount:
+            p[0] = 0
+            p += 1
+        else:
+            p = _vput(p, hcount)
             for k, v in hlist:
                 if PyBytes_CheckExact(k):
                     hkp = PyBytes_AS_STRING(k)
                     hkl = PyBytes_GET_SIZE(k)
                 else:
                     hkp = PyUnicode_AsUTF8AndSize(k, &hkl)
-                p += write_varint64(p, hkl)
+                p = _vput(p, hkl)
                 memcpy(p, hkp, hkl)
                 p += hkl
                 if v is None:
-                    p += write_varint64(p, -1)
+                    p = _vput(p, -1)
                 else:
                     hvl = PyBytes_GET_SIZE(v)
-                    p += write_varint64(p, hvl)
+                    p = _vput(p, hvl)
                     memcpy(p, PyBytes_AS_STRING(v), hvl)
                     p += hvl
         self._len = p - self._buf
@@ -512,12 +570,27 @@ cdef class RecordBatchBuilder:
         cdef Py_ssize_t clen, total
         cdef const unsigned char[::1] cview
         if self._codec == 0:
+            if self._obj == NULL:  # built before and nothing appended since
+                self._new_buffer(self._len, self._len)
             self._fill_header(self._buf, base_offset, self._len)
             _put_i32(self._buf + OFF_CRC,
                      <int32_t>_crc32c(self._buf + OFF_ATTRIBUTES, self._len - OFF_ATTRIBUTES))
-            return PyBytes_FromStringAndSize(<char*>self._buf, self._len)
+            if self._cap != self._len and _PyBytes_Resize(&self._obj, self._len) < 0:
+                self._obj = NULL
+                self._buf = NULL
+                self._cap = 0
+                raise MemoryError()
+            out = <bytes>self._obj
+            Py_XDECREF(self._obj)  # ownership moves to ``out``
+            self._obj = NULL
+            self._buf = NULL
+            self._cap = 0
+            self._built = out
+            return out
         # Compressed: the GIL may be released inside compress(), so block appends (which
         # could realloc the buffer under it) until it returns.
+        if self._obj == NULL:
+            self._new_buffer(self._len, self._len)
         self._building = True
         try:
             mv = PyMemoryView_FromMemory(<char*>self._buf + HEADER_SIZE,

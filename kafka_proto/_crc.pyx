@@ -2,7 +2,7 @@
 """CRC-32C (record batches v2) and CRC-32 (legacy messages).
 
 The C side (``_c/crc32c.h``) picks the fastest CRC-32C path the CPU offers when this
-module is imported: AVX-512 + VPCLMULQDQ folding (inputs of 1 KiB and more) or SSE4.2
+module is imported: AVX-512 + VPCLMULQDQ folding (inputs of 256 bytes and more) or SSE4.2
 crc32 on three interleaved streams on x86-64, the crc32c instructions on AArch64 builds
 with the CRC extension, slicing-by-8 tables elsewhere.
 ``IMPLEMENTATION`` names the path in use, ``IMPLEMENTATIONS`` every path available here;

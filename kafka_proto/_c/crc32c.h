@@ -8,8 +8,8 @@
  *     (its latency is 3 cycles but it issues once per cycle, so three chains keep the unit
  *     busy); the three partial CRCs are merged with carry-less multiplications by
  *     x^(8*len - 33) mod P, followed by one crc32 instruction that does the reduction.
- *   - x86-64 with AVX-512 + VPCLMULQDQ, inputs of 1 KiB and more: carry-less folding of
- *     256 bytes per step (see kp_crc32c_avx512).
+ *   - x86-64 with AVX-512 + VPCLMULQDQ, inputs of 256 bytes and more: carry-less folding of
+ *     256 bytes per step (see kp_fold_avx512).
  *   - AArch64 compiled with the CRC extension: the crc32c instructions, one stream.
  *   - everything else: slicing-by-8 tables (eight bytes per step, no data-dependent branch).
  * CRC-32 (IEEE) only serves legacy message sets: slicing-by-8, or the AVX-512 fold with

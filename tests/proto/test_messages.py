@@ -525,13 +525,37 @@ def test_group_protocol_payloads():
 # ---------------------------------------------------------------------------- generator corner
 
 
-def test_zero_size_elements(tmp_path):
-    """An array of structs with no fields in a non-flexible version: count not bounded by bytes."""
+def _generator():
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "tools"))
     try:
         import gen_messages
     finally:
         sys.path.pop(0)
+    return gen_messages
+
+
+def test_generator_helpers_and_schema_errors(tmp_path):
+    gen = _generator()
+    assert gen.snake("ReplicaId") == "replica_id"
+    assert gen.snake("isKRaftController") == "is_k_raft_controller"
+    assert gen.snake("V3AndBelowTopics") == "v3_and_below_topics"
+    assert gen.parse_range("3+", "x") == (3, gen.OPEN_END)
+    assert gen.parse_range("2-7", "x") == (2, 7) and gen.parse_range("none", "x") is None
+    assert gen.parse_int("0x7fffffff", "x") == 0x7FFFFFFF and gen.parse_int("-2147483648", "x") < 0
+    assert gen.strip_comments('{"a": "x//y"} // note\n') == '{"a": "x//y"} \n'
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    (schemas / "BadRequest.json").write_text(json.dumps({
+        "apiKey": 501, "type": "request", "name": "BadRequest", "validVersions": "0",
+        "flexibleVersions": "none",
+        "fields": [{"name": "Thing", "type": "[]NoSuchStruct", "versions": "0+"}]}))
+    with pytest.raises(gen.SchemaError, match="NoSuchStruct"):
+        gen.generate(schemas, tmp_path / "out")
+
+
+def test_zero_size_elements(tmp_path):
+    """An array of structs with no fields in a non-flexible version: count not bounded by bytes."""
+    gen_messages = _generator()
     schemas = tmp_path / "schemas"
     schemas.mkdir()
     (schemas / "EmptyThingsRequest.json").write_text(json.dumps({

@@ -202,6 +202,41 @@ cdef inline unsigned char* _vput(unsigned char* p, int64_t v) noexcept nogil:
     return p + write_uvarint64(p, u)
 
 
+cdef inline int _rv32(const unsigned char* p, const unsigned char* end, int32_t* out,
+                     Py_ssize_t* used) noexcept nogil:
+    # Zigzag varint with the 1- and 2-byte cases unrolled; the shared reader does the rest.
+    cdef uint32_t u
+    if end - p >= 2:
+        if not (p[0] & 0x80):
+            u = p[0]
+            used[0] = 1
+            out[0] = <int32_t>((u >> 1) ^ (0u - (u & 1)))
+            return VARINT_OK
+        if not (p[1] & 0x80):
+            u = (p[0] & 0x7Fu) | (<uint32_t>p[1] << 7)
+            used[0] = 2
+            out[0] = <int32_t>((u >> 1) ^ (0u - (u & 1)))
+            return VARINT_OK
+    return read_varint32(p, end, out, used)
+
+
+cdef inline int _rv64(const unsigned char* p, const unsigned char* end, int64_t* out,
+                     Py_ssize_t* used) noexcept nogil:
+    cdef uint64_t u
+    if end - p >= 2:
+        if not (p[0] & 0x80):
+            u = p[0]
+            used[0] = 1
+            out[0] = <int64_t>((u >> 1) ^ (0u - (u & 1)))
+            return VARINT_OK
+        if not (p[1] & 0x80):
+            u = (p[0] & 0x7Fu) | (<uint64_t>p[1] << 7)
+            used[0] = 2
+            out[0] = <int64_t>((u >> 1) ^ (0u - (u & 1)))
+            return VARINT_OK
+    return read_varint64(p, end, out, used)
+
+
 cdef object _compression_module = None
 
 
@@ -744,7 +779,7 @@ cdef inline object _bytes_at(const unsigned char** pp, const unsigned char* rend
     # A varint length then that many bytes; None for -1.
     cdef int32_t n = 0
     cdef Py_ssize_t used = 0
-    cdef int rc = read_varint32(pp[0], rend, &n, &used)
+    cdef int rc = _rv32(pp[0], rend, &n, &used)
     cdef const unsigned char* p = pp[0] + used
     if rc == VARINT_OK and n >= 0 and n <= rend - p:
         pp[0] = p + n
@@ -953,6 +988,7 @@ cdef class RecordBatch:
             it.st.end = p + PyBytes_GET_SIZE(self._decompressed)
         it._owner = self
         it.st.index = 0
+        it.st.failed = False
         it.st.count = self._count
         it.st.base_offset = self._base_offset
         it.st.base_ts = self._base_ts
@@ -971,6 +1007,7 @@ cdef struct _ParseState:
     int64_t base_ts
     int64_t max_ts
     bint log_append
+    bint failed
 
 
 @cython.final
@@ -985,16 +1022,18 @@ cdef class _RecordIterator:
         return self
 
     def __next__(self):
+        cdef Record rec
+        if self.st.failed:
+            raise StopIteration
         if self.st.index < self.st.count:
-            try:
-                return _next_record(&self.st, self._ts_type)
-            except BaseException:
-                self.st.index = self.st.count  # stop after an error
-                self.st.p = self.st.end
-                raise
+            # Marked failed until the record is complete: after an error, iteration stops.
+            self.st.failed = True
+            rec = _next_record(&self.st, self._ts_type)
+            self.st.failed = False
+            return rec
         if self.st.p != self.st.end:
             left = self.st.end - self.st.p
-            self.st.p = self.st.end
+            self.st.failed = True
             raise CorruptRecordError(
                 f"record batch: {left} bytes left after the last of {self.st.count} records")
         raise StopIteration
@@ -1012,7 +1051,7 @@ cdef Record _next_record(_ParseState* st, object ts_type):
     cdef Py_ssize_t used = 0
     cdef int rc
     cdef object hkey
-    rc = read_varint32(p, end, &rlen, &used)
+    rc = _rv32(p, end, &rlen, &used)
     if rc != VARINT_OK:
         if rc == VARINT_TRUNCATED:
             raise TruncatedDataError(
@@ -1026,11 +1065,11 @@ cdef Record _next_record(_ParseState* st, object ts_type):
             f"record batch: record length {rlen} exceeds the {end - p} bytes left")
     rend = p + rlen
     p += 1  # record attributes: unused
-    rc = read_varint64(p, rend, &tdelta, &used)
+    rc = _rv64(p, rend, &tdelta, &used)
     if rc != VARINT_OK:
         _varint_error(rc, "timestampDelta")
     p += used
-    rc = read_varint32(p, rend, &odelta, &used)
+    rc = _rv32(p, rend, &odelta, &used)
     if rc != VARINT_OK:
         _varint_error(rc, "offsetDelta")
     p += used
@@ -1043,7 +1082,7 @@ cdef Record _next_record(_ParseState* st, object ts_type):
     rec.timestamp_type = ts_type
     rec.key = _bytes_at(&p, rend, "key")
     rec.value = _bytes_at(&p, rend, "value")
-    rc = read_varint32(p, rend, &hcount, &used)
+    rc = _rv32(p, rend, &hcount, &used)
     if rc != VARINT_OK:
         _varint_error(rc, "headers count")
     p += used
@@ -1056,7 +1095,7 @@ cdef Record _next_record(_ParseState* st, object ts_type):
                 f"record batch: header count {hcount} exceeds what the record can hold")
         headers = []
         for j in range(hcount):
-            rc = read_varint32(p, rend, &hkl, &used)
+            rc = _rv32(p, rend, &hkl, &used)
             if rc != VARINT_OK:
                 _varint_error(rc, "header key length")
             p += used

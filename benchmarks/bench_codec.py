@@ -175,6 +175,25 @@ def test_encode_bulk(benchmark, request):
                  bodies, labels)
 
 
+def test_encode_call_floor(benchmark, request):
+    """Informational row: our encode loop against a do-nothing Cython append() with the same
+    signature, i.e. what the Python loop and the call cost before any encoding happens."""
+    floor = C.call_floor()
+    ours = _ALL["ours"]
+    if floor is None or not (ours.available and ours.encode):
+        pytest.skip("call floor cannot be compiled here, or ours is unavailable")
+    assert floor(RECORDS) == C.N_RECORDS
+    bodies = {"ours": lambda: ours.encode(RECORDS, "none"),
+              "floor": lambda: floor(RECORDS)}
+    labels = {"ours": "ours", "floor": "no-op append"}
+    aio = _ALL["aiokafka"]
+    if aio.available:
+        bodies["aiokafka"] = lambda: aio.encode(RECORDS, "none")
+        labels["aiokafka"] = aio.label
+    _interleaved(benchmark, request, "encode-none-call_floor", "ns/record", C.N_RECORDS,
+                 bodies, labels)
+
+
 @pytest.mark.parametrize("codec", C.CODECS)
 def test_decode(benchmark, request, codec):
     cs = _available("decode", C.CONTENDERS)

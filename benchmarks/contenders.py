@@ -369,5 +369,28 @@ def _wire_adapters(_wire):
     return varint_encode, varint_decode
 
 
+def call_floor() -> Optional[Callable[[Sequence[Tuple[bytes, bytes]]], int]]:
+    """The encode loop of ``ours`` against a do-nothing Cython ``append`` (benchmarks/_floor.pyx,
+    compiled on first use with pyximport): the cost of the Python loop and the call alone.
+    None if it cannot be compiled here."""
+    try:
+        import pyximport
+
+        pyximport.install(language_level=3, inplace=False,
+                          build_dir=os.path.join(ROOT, "build", "bench-pyximport"))
+        import _floor  # noqa: E402  (benchmarks/ is on sys.path)
+    except Exception:
+        return None
+
+    def encode(records, _B=_floor.NoopBuilder, _ts=TIMESTAMP_MS):
+        b = _B()
+        append = b.append
+        for key, value in records:
+            append(value, key, _ts)
+        return b.build(0)
+
+    return encode
+
+
 def load() -> Dict[str, Contender]:
     return {c.name: c for c in (_ours(), _aiokafka(), _kafka_python(), _crc32c_pkg())}

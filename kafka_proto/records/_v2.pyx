@@ -1,13 +1,16 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """RecordBatch v2 (magic 2): builder, reader and the ``read_batches`` dispatcher.
 
-The builder encodes each record straight into a growing C buffer; ``build()`` fills the
-61-byte header, compresses the records section if asked and computes the CRC-32C.
+The builder encodes each record straight into its private, growing bytes buffer;
+``build()`` fills the 61-byte header, compresses the records section if asked, computes the
+CRC-32C and hands the buffer out without copying it.
 
 The reader walks a bytes-like buffer without copying it: every batch header is validated
-when the batch is yielded (lengths, magic, CRC), the records of a batch are parsed in one
-C loop the first time they are asked for. Every length read from the wire is checked
-against the end of the batch (or of the record) before it is used.
+when the batch is yielded (lengths, magic, CRC-32C, codec id, records count). Records are
+parsed one by one as the batch is iterated (a compressed batch is decompressed once, on the
+first iteration); key and value are copied into bytes objects, so a Record outlives the
+buffer. Every length read from the wire is checked against the end of the batch (or of its
+record) before it is used; nothing is allocated from an unchecked length.
 
 Errors (all from :mod:`kafka_proto.errors`, all subclasses of ``KafkaProtocolError``):
 
@@ -759,6 +762,97 @@ cdef int _install_record_members() except -1:
 _install_record_members()
 
 
+# RecordBatchBuilder.append is the per-message hot path: it is installed as a plain
+# METH_FASTCALL method whose argument handling is a few C statements (Cython's generic
+# wrapper costs about as much as encoding a small record). Same signature and keywords as
+# the ``def append`` above, which documents it.
+cdef extern from *:
+    """
+    typedef PyObject* (*kp_append_fn)(PyObject*, PyObject*, PyObject*, PyObject*, PyObject*);
+    static kp_append_fn kp_append_impl = NULL;
+    static PyObject* kp_append_names[4];
+
+    static PyObject* kp_append_fastcall(PyObject* self, PyObject* const* args,
+                                        Py_ssize_t nargs, PyObject* kwnames) {
+        PyObject* v[4] = {NULL, Py_None, Py_None, Py_None};
+        Py_ssize_t i, j, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+        if (nargs > 4) {
+            PyErr_Format(PyExc_TypeError,
+                         "append() takes at most 4 positional arguments (%zd given)", nargs);
+            return NULL;
+        }
+        for (i = 0; i < nargs; i++) v[i] = args[i];
+        for (i = 0; i < nkw; i++) {
+            PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+            int slot = -1;
+            for (j = 0; j < 4 && slot < 0; j++)
+                if (name == kp_append_names[j]) slot = (int)j;
+            for (j = 0; j < 4 && slot < 0; j++) {
+                int eq = PyUnicode_Compare(name, kp_append_names[j]);
+                if (eq == -1 && PyErr_Occurred()) return NULL;
+                if (eq == 0) slot = (int)j;
+            }
+            if (slot < 0) {
+                PyErr_Format(PyExc_TypeError,
+                             "append() got an unexpected keyword argument '%S'", name);
+                return NULL;
+            }
+            if (slot < nargs) {
+                PyErr_Format(PyExc_TypeError,
+                             "append() got multiple values for argument '%S'", name);
+                return NULL;
+            }
+            v[slot] = args[nargs + i];
+        }
+        if (v[0] == NULL) {
+            PyErr_SetString(PyExc_TypeError, "append() missing required argument 'value'");
+            return NULL;
+        }
+        return kp_append_impl(self, v[0], v[1], v[2], v[3]);
+    }
+
+    static PyMethodDef kp_append_def = {
+        "append", (PyCFunction)(void(*)(void))kp_append_fastcall, METH_FASTCALL | METH_KEYWORDS,
+        "append($self, /, value, key=None, timestamp=None, headers=None)\\n--\\n\\n"
+        "Encode one record into the batch.\\n\\n"
+        "value, key: bytes-like or None. timestamp: int milliseconds (None = now).\\n"
+        "headers: iterable of (str, bytes-like | None)."
+    };
+
+    static int kp_install_append(PyTypeObject* tp, void* impl) {
+        static const char* names[4] = {"value", "key", "timestamp", "headers"};
+        PyObject* d;
+        int i, rc;
+        for (i = 0; i < 4; i++) {
+            kp_append_names[i] = PyUnicode_InternFromString(names[i]);
+            if (kp_append_names[i] == NULL) return -1;
+        }
+        kp_append_impl = (kp_append_fn)impl;
+        d = PyDescr_NewMethod(tp, &kp_append_def);
+        if (d == NULL) return -1;
+        rc = PyDict_SetItemString(tp->tp_dict, "append", d);
+        Py_DECREF(d);
+        PyType_Modified(tp);
+        return rc;
+    }
+    """
+    int kp_install_append(type tp, void* impl) except -1
+
+
+cdef object _append_entry(object self, object value, object key, object timestamp,
+                          object headers):
+    cdef int64_t ts
+    if timestamp is None:
+        ts = _now_ms()
+    else:
+        ts = timestamp
+    (<RecordBatchBuilder>self)._append(value, key, ts, headers)
+    return None
+
+
+kp_install_append(RecordBatchBuilder, <void*>_append_entry)
+
+
 cdef int _varint_error(int rc, str what) except -1:
     if rc == VARINT_TRUNCATED:
         raise TruncatedDataError(f"record batch: {what} runs past the end of its record")
@@ -924,7 +1018,9 @@ cdef class RecordBatch:
         return _crc32c(self._ptr() + OFF_ATTRIBUTES, self._size - OFF_ATTRIBUTES) == self._crc
 
     def records_list(self) -> list:
-        """All records of the batch as a list (parsed on the first call, then cached)."""
+        """All records of the batch as a list (parsed on the first call, then cached).
+
+        Iterating the batch directly is faster when the records are used one by one."""
         cdef _RecordIterator it
         cdef list out
         if self._records is None:

@@ -518,3 +518,25 @@ def test_mixed_legacy_and_v2_buffer(magic):
     values = [r.value for batch in batches for r in batch]
     assert values == [b"legacy-0", b"legacy-1", b"v2-value", b"legacy-0"]
     assert [batch.magic for batch in batches] == [magic, magic, 2, magic]
+
+
+def test_append_argument_handling():
+    b = RecordBatchBuilder()
+    b.append(b"v1", b"k1", 5, [("a", None)])
+    b.append(value=b"v2", key=b"k2", timestamp=6, headers=None)
+    b.append(b"v3", timestamp=7)
+    b.append(b"v4", b"k4", headers=[("h", b"x")], timestamp=8)
+    recs = list(one_batch(b.build()))
+    assert [(r.key, r.value, r.timestamp, r.headers) for r in recs] == [
+        (b"k1", b"v1", 5, [("a", None)]), (b"k2", b"v2", 6, []), (None, b"v3", 7, []),
+        (b"k4", b"v4", 8, [("h", b"x")])]
+    for call in (lambda: b.append(), lambda: b.append(b"x", foo=1),
+                 lambda: b.append(b"x", value=b"y"), lambda: b.append(b"1", b"2", 3, None, 5),
+                 lambda: b.append(b"x", timestamp="now"),
+                 lambda: RecordBatchBuilder.append(object(), b"x")):
+        with pytest.raises(TypeError):
+            call()
+    assert len(b) == 4
+    # A keyword name built at run time (not interned) is matched too.
+    b.append(b"v5", **{"".join(["ke", "y"]): b"k5"})
+    assert list(one_batch(b.build()))[-1].key == b"k5"

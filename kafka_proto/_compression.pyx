@@ -15,6 +15,13 @@ and as an oracle in the tests.
 """
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from libc.string cimport memcpy
+
+
+cdef extern from "Python.h":
+    int _PyBytes_Resize(PyObject** pv, Py_ssize_t newsize) except -1
 
 
 cdef class OutputBuffer:
@@ -47,15 +54,29 @@ cdef class OutputBuffer:
     def __len__(self):
         return self._size
 
-    def take(self):
-        """Return the bytes object (call once, after every writer released its view)."""
+    def take(self, Py_ssize_t size=-1):
+        """Return the bytes object (call once, after every writer released its view),
+        shrunk in place to ``size`` bytes if given."""
+        cdef PyObject* raw
         if self._exports:
             raise BufferError("output still exported")
-        obj = self._obj
-        if obj is None:
+        if self._obj is None:
             raise BufferError("output already taken")
+        if size < 0 or size >= self._size:
+            obj = self._obj
+            self._obj = None
+            return obj
+        # _PyBytes_Resize needs the only reference: ours, once the attribute lets go.
+        raw = <PyObject*>self._obj
+        Py_INCREF(<object>raw)
         self._obj = None
+        _PyBytes_Resize(&raw, size)  # frees the object and raises on failure
+        obj = <object>raw
+        Py_DECREF(obj)
         return obj
+
+    cdef unsigned char* _ptr(self):
+        return <unsigned char*>PyBytes_AS_STRING(self._obj)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,29 +159,26 @@ def xxh32(data, uint32_t seed=0):
     return _xxh32_view(data, seed)
 
 
-def lz4_frame_decompress(data, Py_ssize_t max_size, block_decompress):
-    """Decode LZ4 frames (concatenated and skippable frames included) into bytes.
+cdef class _Lz4Walk:
+    """Every data block of the input's LZ4 frames, validated, with an output upper bound."""
+    cdef list blocks          # of (start, size, block_max, stored, frame) tuples
+    cdef list checksums       # per frame: content checksum to verify, or None
+    cdef bint linked          # some frame has dependent blocks
+    cdef bint legacy_hc       # some frame has the KAFKA-3160 header checksum
+    cdef Py_ssize_t bound     # upper bound of the total output
 
-    Accepts the correct header checksum and the KAFKA-3160 one (computed from the magic on).
-    Block and content checksums are verified when the frame declares them. The output never
-    exceeds ``max_size`` (DecompressionLimitError); each block is decoded into at most its
-    frame's block maximum (4 MiB), never into a size read from the content-size field.
-    """
-    cdef const unsigned char[::1] v = data
-    cdef const unsigned char* b = NULL
-    cdef Py_ssize_t n = v.shape[0]
-    cdef Py_ssize_t pos = 0, desc_end, bsize, block_max, total = 0, budget, frame_start
+
+cdef _Lz4Walk _lz4_walk(const unsigned char* b, Py_ssize_t n):
+    cdef _Lz4Walk w = _Lz4Walk.__new__(_Lz4Walk)
+    cdef Py_ssize_t pos = 0, desc_end, bsize, block_max
     cdef uint32_t magic, raw, hc
     cdef int flg, bd, nframes = 0
-    cdef bint linked, block_checksum, has_size, content_checksum, stored
-    cdef list parts = []
-    cdef Py_ssize_t frame_first_part
-    mv = memoryview(data)
-    if mv.format != "B" or mv.ndim != 1:
-        mv = mv.cast("B")
-    if n > 0:
-        b = &v[0]
-    # b is only dereferenced after a length check against n, so NULL for n == 0 is safe.
+    cdef bint block_checksum, has_size, content_checksum, stored
+    w.blocks = []
+    w.checksums = []
+    w.linked = False
+    w.legacy_hc = False
+    w.bound = 0
     while pos < n or nframes == 0:
         if n - pos < 7:
             raise DecompressionError("truncated lz4 frame header")
@@ -170,10 +188,10 @@ def lz4_frame_decompress(data, Py_ssize_t max_size, block_decompress):
                 raise DecompressionError("truncated lz4 skippable frame")
             pos += 8 + _le32(b + pos + 4)
             nframes += 1
+            w.checksums.append(None)
             continue
         if magic != LZ4_MAGIC:
             raise DecompressionError(f"bad lz4 frame magic 0x{magic:08x}")
-        frame_start = pos
         flg = b[pos + 4]
         bd = b[pos + 5]
         if flg >> 6 != 1:
@@ -182,7 +200,8 @@ def lz4_frame_decompress(data, Py_ssize_t max_size, block_decompress):
             raise DecompressionError("lz4 frame FLG reserved bit set")
         if flg & 0x01:
             raise DecompressionError("lz4 frame with a dictionary id is not supported")
-        linked = not (flg & 0x20)
+        if not (flg & 0x20):
+            w.linked = True
         block_checksum = (flg & 0x10) != 0
         has_size = (flg & 0x08) != 0
         content_checksum = (flg & 0x04) != 0
@@ -196,12 +215,11 @@ def lz4_frame_decompress(data, Py_ssize_t max_size, block_decompress):
             raise DecompressionError("truncated lz4 frame header")
         # The content size is only a hint: never trusted for allocation, so just skipped.
         hc = b[desc_end]
-        if hc != ((_xxh32(b + pos + 4, desc_end - pos - 4, 0) >> 8) & 0xFF) and \
-                hc != ((_xxh32(b + pos, desc_end - pos, 0) >> 8) & 0xFF):  # KAFKA-3160
-            raise DecompressionError("lz4 frame header checksum mismatch")
+        if hc != ((_xxh32(b + pos + 4, desc_end - pos - 4, 0) >> 8) & 0xFF):
+            if hc != ((_xxh32(b + pos, desc_end - pos, 0) >> 8) & 0xFF):  # KAFKA-3160
+                raise DecompressionError("lz4 frame header checksum mismatch")
+            w.legacy_hc = True
         pos = desc_end + 1
-        prev = None
-        frame_first_part = len(parts)
         while True:
             if n - pos < 4:
                 raise DecompressionError("truncated lz4 block size")
@@ -220,41 +238,177 @@ def lz4_frame_decompress(data, Py_ssize_t max_size, block_decompress):
                     raise DecompressionError("truncated lz4 block checksum")
                 if _xxh32(b + pos, bsize, 0) != _le32(b + pos + bsize):
                     raise DecompressionError("lz4 block checksum mismatch")
-            block = mv[pos:pos + bsize]
+            w.blocks.append((pos, bsize, block_max, stored, nframes))
+            # An LZ4 block expands at most 255:1 (one 255 length byte per input byte).
+            w.bound += bsize if stored else min(block_max, 255 * bsize + 64)
             pos += bsize + (4 if block_checksum else 0)
-            if stored:
-                if total + bsize > max_size:
-                    raise DecompressionLimitError(f"lz4 payload expands beyond {max_size} bytes")
-                out = block
-            else:
-                budget = max_size - total
-                try:
-                    if linked and prev is not None:
-                        out = block_decompress(block, min(block_max, budget), False,
-                                               _window(prev))
-                    else:
-                        out = block_decompress(block, min(block_max, budget))
-                except Exception as e:
-                    if budget < block_max and _fits(block_decompress, block, block_max,
-                                                    prev if linked else None):
-                        raise DecompressionLimitError(
-                            f"lz4 payload expands beyond {max_size} bytes") from None
-                    raise DecompressionError(f"corrupt lz4 block: {e}") from e
-            total += len(out)
-            parts.append(out)
-            if linked:
-                prev = out
         if content_checksum:
             if n - pos < 4:
                 raise DecompressionError("truncated lz4 content checksum")
-            if _frame_checksum(parts, frame_first_part) != _le32(b + pos):
-                raise DecompressionError("lz4 content checksum mismatch")
+            w.checksums.append(_le32(b + pos))
             pos += 4
+        else:
+            w.checksums.append(None)
         nframes += 1
+    return w
+
+
+def lz4_frame_decompress(data, Py_ssize_t max_size, block_decompress,
+                         block_decompress_into=None, frame_decompress_into=None):
+    """Decode LZ4 frames (concatenated and skippable frames included) into bytes.
+
+    Accepts the correct header checksum and the KAFKA-3160 one (computed from the magic on).
+    Block and content checksums are verified when the frame declares them. The output never
+    exceeds ``max_size`` (DecompressionLimitError) and is sized from the walk's bound, never
+    from the frame's content-size field.
+
+    Decoders, fastest first: ``frame_decompress_into`` (cramjam.lz4.decompress_into) decodes
+    the whole input in one call, so in one GIL release (per-block releases cost a thread
+    switch interval each when another thread is busy); it does not take the KAFKA-3160
+    checksum. ``block_decompress_into`` (cramjam.lz4.decompress_block_into) decodes block by
+    block in place; ``block_decompress`` (lz4.block.decompress) also handles linked blocks
+    and tells a limit overrun from corruption.
+    """
+    cdef const unsigned char[::1] v = data
+    cdef Py_ssize_t n = v.shape[0]
+    cdef _Lz4Walk w
+    if n < 7:
+        raise DecompressionError("truncated lz4 frame header")
+    w = _lz4_walk(&v[0], n)
+    mv = memoryview(data)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    if frame_decompress_into is not None and not w.legacy_hc and w.bound <= max_size:
+        out = _lz4_one_call(w, mv, frame_decompress_into)
+        if out is not None:
+            return out
+        # Otherwise the block-wise decoders below re-decode and name the error precisely.
+    if w.linked or block_decompress_into is None:
+        return _lz4_join(w, mv, max_size, block_decompress)
+    return _lz4_in_place(w, &v[0], mv, max_size, block_decompress, block_decompress_into)
+
+
+cdef object _lz4_one_call(_Lz4Walk w, mv, frame_decompress_into):
+    """Whole input in one library call into a buffer of the walk's bound; None on failure."""
+    cdef OutputBuffer out = OutputBuffer(w.bound)
+    ov = memoryview(out)
+    try:
+        got = frame_decompress_into(mv, ov)
+    except Exception:
+        got = -1
+    finally:
+        ov.release()
+    if got < 0 or got > w.bound:
+        return None
+    return out.take(got)
+
+
+cdef _limit(Py_ssize_t max_size):
+    return DecompressionLimitError(f"lz4 payload expands beyond {max_size} bytes")
+
+
+cdef _lz4_in_place(_Lz4Walk w, const unsigned char* b, mv, Py_ssize_t max_size,
+                   block_decompress, block_decompress_into):
+    cdef Py_ssize_t cap = w.bound if w.bound < max_size else max_size
+    cdef Py_ssize_t out_pos = 0, space, start, size, block_max, got
+    cdef Py_ssize_t frame_start = 0
+    cdef int frame, cur_frame = 0
+    cdef bint stored
+    cdef OutputBuffer out = OutputBuffer(cap)
+    cdef unsigned char* o = out._ptr()
+    ov = memoryview(out)
+    try:
+        for start, size, block_max, stored, frame in w.blocks:
+            if frame != cur_frame:
+                _lz4_check_content(w, cur_frame, o + frame_start, out_pos - frame_start)
+                for cur_frame in range(cur_frame + 1, frame):  # frames without data
+                    _lz4_check_content(w, cur_frame, o, 0)
+                cur_frame = frame
+                frame_start = out_pos
+            if stored:
+                if size > cap - out_pos:
+                    raise _limit(max_size)  # cap < bound only when cap == max_size
+                memcpy(o + out_pos, b + start, size)
+                out_pos += size
+                continue
+            space = cap - out_pos
+            if space > block_max:
+                space = block_max
+            try:
+                got = block_decompress_into(mv[start:start + size], ov[out_pos:out_pos + space])
+            except Exception as e:
+                if space < block_max and _fits(block_decompress, mv[start:start + size],
+                                               block_max, None):
+                    raise _limit(max_size) from None
+                raise DecompressionError(f"corrupt lz4 block: {e}") from e
+            out_pos += got
+        _lz4_check_content(w, cur_frame, o + frame_start, out_pos - frame_start)
+        # Frames after the last data block (empty or skippable) still declare checksums.
+        for frame in range(cur_frame + 1, len(w.checksums)):
+            _lz4_check_content(w, frame, o, 0)
+    finally:
+        ov.release()
+    return out.take(out_pos)
+
+
+cdef _lz4_check_content(_Lz4Walk w, int frame, const unsigned char* p, Py_ssize_t n):
+    expected = w.checksums[frame]
+    if expected is not None and _xxh32(p, n, 0) != <uint32_t>expected:
+        raise DecompressionError("lz4 content checksum mismatch")
+
+
+cdef _lz4_join(_Lz4Walk w, mv, Py_ssize_t max_size, block_decompress):
+    """Block by block through python-lz4 (linked blocks need the previous output)."""
+    cdef Py_ssize_t total = 0, budget, start, size, block_max
+    cdef int frame, cur_frame = 0, first_part = 0
+    cdef bint stored
+    cdef list parts = []
+    prev = None
+    for start, size, block_max, stored, frame in w.blocks:
+        if frame != cur_frame:
+            _lz4_check_parts(w, cur_frame, parts, first_part)
+            for cur_frame in range(cur_frame + 1, frame):  # frames without data
+                _lz4_check_parts(w, cur_frame, [], 0)
+            cur_frame = frame
+            first_part = len(parts)
+            prev = None
+        block = mv[start:start + size]
+        if stored:
+            if total + size > max_size:
+                raise _limit(max_size)
+            out = block
+        else:
+            budget = max_size - total
+            try:
+                if prev is not None:
+                    out = block_decompress(block, min(block_max, budget), False, _window(prev))
+                else:
+                    out = block_decompress(block, min(block_max, budget))
+            except Exception as e:
+                if budget < block_max and _fits(block_decompress, block, block_max, prev):
+                    raise _limit(max_size) from None
+                raise DecompressionError(f"corrupt lz4 block: {e}") from e
+        total += len(out)
+        parts.append(out)
+        prev = out
+    _lz4_check_parts(w, cur_frame, parts, first_part)
+    for frame in range(cur_frame + 1, len(w.checksums)):
+        _lz4_check_parts(w, frame, [], 0)
     if len(parts) == 1:
         p = parts[0]
         return p if type(p) is bytes else bytes(p)
     return b"".join(parts)
+
+
+cdef _lz4_check_parts(_Lz4Walk w, int frame, list parts, int first):
+    if w.checksums[frame] is None:
+        return
+    if len(parts) - first == 1:
+        h = _xxh32_view(parts[first], 0)
+    else:
+        h = _xxh32_view(b"".join(parts[first:]), 0)
+    if h != w.checksums[frame]:
+        raise DecompressionError("lz4 content checksum mismatch")
 
 
 cdef object _window(prev):
@@ -272,12 +426,6 @@ cdef bint _fits(block_decompress, block, Py_ssize_t block_max, prev):
     except Exception:
         return False
     return True
-
-
-cdef uint32_t _frame_checksum(list parts, Py_ssize_t first):
-    if len(parts) - first == 1:
-        return _xxh32_view(parts[first], 0)
-    return _xxh32_view(b"".join(parts[first:]), 0)
 
 
 # ---------------------------------------------------------------------------------------------

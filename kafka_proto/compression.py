@@ -443,7 +443,10 @@ def lz4_compress(data: BytesLike, level: Optional[int] = None,
 def _lz4_decompress(mv: memoryview, max_size: int) -> bytes:
     block_mod, _ = _lz4_mods()
     if _lz4_frame_c is not None:
-        return _lz4_frame_c(mv, max_size, block_mod.decompress)
+        cj = _cramjam_mod()
+        return _lz4_frame_c(mv, max_size, block_mod.decompress,
+                            cj.lz4.decompress_block_into if cj else None,
+                            cj.lz4.decompress_into if cj else None)
     return _lz4_decompress_py(mv, max_size, block_mod)
 
 

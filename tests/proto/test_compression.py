@@ -274,6 +274,32 @@ def test_same_results_without_compiled_helpers(codec, monkeypatch):
     assert C.decompress(C.CODEC_SNAPPY, C.compress(C.CODEC_SNAPPY, b"")) == b""
 
 
+def test_output_helper_shrinks_in_place():
+    from kafka_proto._compression import OutputBuffer
+
+    for size, keep in ((100_000, 99_000), (10, 0), (10, 10), (3, 1)):
+        out = OutputBuffer(size)
+        with memoryview(out) as view:
+            view[:keep] = b"q" * keep
+        got = out.take(keep)
+        assert type(got) is bytes and got == b"q" * keep and hash(got) == hash(b"q" * keep)
+
+
+def test_lz4_frames_without_data_and_checksums():
+    empty = lz4.frame.compress(b"", content_checksum=True)
+    a = lz4.frame.compress(DATA, content_checksum=True, block_linked=False)
+    b = lz4.frame.compress(DATA[:10], content_checksum=True, block_linked=True)
+    cases = [
+        (empty, b""),
+        (empty + a, DATA),
+        (a + empty + empty + b, DATA + DATA[:10]),
+        (a + empty, DATA),
+        (b + empty + a, DATA[:10] + DATA),
+    ]
+    for packed, expected in cases:
+        assert C.decompress(C.CODEC_LZ4, packed) == expected
+
+
 def test_output_helper_is_exact_and_single_use():
     from kafka_proto._compression import OutputBuffer
 
@@ -311,6 +337,10 @@ def test_compiled_lz4_reader_matches_python_reader(kw, data):
 
     frame = lz4.frame.compress(data, **kw)
     assert C._lz4_frame_c(frame, 1 << 30, lz4.block.decompress) == data
+    assert C._lz4_frame_c(frame, 1 << 30, lz4.block.decompress,
+                          cramjam.lz4.decompress_block_into) == data
+    assert C._lz4_frame_c(frame, 1 << 30, lz4.block.decompress,
+                          cramjam.lz4.decompress_block_into, cramjam.lz4.decompress_into) == data
     assert C._lz4_decompress_py(memoryview(frame), 1 << 30, lz4.block) == data
 
 

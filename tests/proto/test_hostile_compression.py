@@ -285,3 +285,22 @@ def test_lz4_linked_block_bomb_stops():
     frame = lz4.frame.compress(bytes(8 * MiB), block_linked=True)
     with pytest.raises(DecompressionLimitError):
         C.decompress(C.CODEC_LZ4, frame, max_size=MiB + 5)
+
+
+def test_lz4_stored_blocks_respect_limit():
+    import os
+
+    noise = os.urandom(300_000)
+    packed = C.compress(C.CODEC_LZ4, noise)
+    with pytest.raises(DecompressionLimitError):
+        C.decompress(C.CODEC_LZ4, packed, max_size=200_000)
+    assert C.decompress(C.CODEC_LZ4, packed, max_size=300_000) == noise
+
+
+def test_lz4_bad_content_checksum_of_empty_frame():
+    empty = bytearray(lz4.frame.compress(b"", content_checksum=True))
+    empty[-1] ^= 1
+    data = C.compress(C.CODEC_LZ4, DATA)
+    for packed in (bytes(empty), data + bytes(empty), bytes(empty) + data):
+        with pytest.raises(DecompressionError, match="content checksum"):
+            C.decompress(C.CODEC_LZ4, packed)

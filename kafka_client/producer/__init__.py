@@ -1,0 +1,1 @@
+"""The producer: API, accumulator, partitioners, sender, idempotence."""

@@ -1,0 +1,48 @@
+"""Broker addresses: resolve a ``(host, port)`` to every socket address it names.
+
+``bootstrap.servers`` is parsed by :func:`kafka_client.config.parse_bootstrap_servers`;
+this module turns each entry into the list of addresses a connection tries in turn (a
+name such as ``localhost`` often gives both ``::1`` and ``127.0.0.1``, and only one of
+them may be listening).
+"""
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import List, Tuple
+
+__all__ = ["Address", "resolve", "is_ip_literal"]
+
+#: ``(family, sockaddr)`` as socket.connect() wants it.
+Address = Tuple[int, tuple]
+
+_FAMILIES = {"any": socket.AF_UNSPEC, "v4": socket.AF_INET, "v6": socket.AF_INET6}
+
+
+def is_ip_literal(host: str) -> bool:
+    """True for an IPv4 or IPv6 address written out (no name lookup needed)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def resolve(host: str, port: int, family: str = "any") -> List[Address]:
+    """Every TCP address of ``host:port``, in resolver order, without duplicates.
+
+    ``family`` is ``broker.address.family`` (``any``, ``v4``, ``v6``). Raises ``OSError``
+    (``socket.gaierror``) when the name does not resolve. This blocks in the resolver, so
+    the I/O thread calls it only when a connection actually starts.
+    """
+    fam = _FAMILIES.get(family, socket.AF_UNSPEC)
+    infos = socket.getaddrinfo(host, port, fam, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    out: List[Address] = []
+    seen = set()
+    for af, _type, _proto, _canon, sockaddr in infos:
+        key = (af, sockaddr[:2])
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((af, sockaddr))
+    return out

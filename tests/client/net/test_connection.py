@@ -1,0 +1,218 @@
+"""Non-blocking connection, I/O thread and address resolution (no broker needed, except
+the last tests, which use the session brokers)."""
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+
+import pytest
+
+from kafka_client._net.bootstrap import is_ip_literal, resolve
+from kafka_client._net.connection import (
+    DISCONNECTED,
+    READY,
+    Backoff,
+    BrokerConnection,
+    ConnectionSettings,
+)
+from kafka_client._net.io_thread import IOThread
+from kafka_client.errors import KafkaError
+
+
+@pytest.fixture
+def io():
+    t = IOThread().start()
+    yield t
+    t.stop()
+    assert not t.errors
+
+
+def on_io(io, fn, timeout=10.0):
+    """Run fn on the I/O thread and return its result."""
+    box, done = [], threading.Event()
+
+    def call():
+        try:
+            box.append(fn())
+        finally:
+            done.set()
+
+    io.call_soon(call)
+    assert done.wait(timeout)
+    return box[0] if box else None
+
+
+def test_backoff_grows_with_jitter_and_caps():
+    b = Backoff(100, 1000, random.Random(1))
+    delays = [b.next_delay() for _ in range(8)]
+    # -25%..+50% around 0.1, 0.2, 0.4, 0.8, then the 1 s cap
+    for i, d in enumerate(delays[:4]):
+        base = 0.1 * 2 ** i
+        assert 0.75 * base - 1e-9 <= d <= min(1.5 * base, 1.0) + 1e-9
+    assert all(d <= 1.0 for d in delays)
+    assert delays[-1] == 1.0
+    b.reset()
+    assert b.next_delay() <= 0.15
+    assert Backoff(0, 0).next_delay() == 0.0
+
+
+def test_backoff_jitter_covers_the_range():
+    rng = random.Random(7)
+    seen = [Backoff(1000, 10000, rng).next_delay() for _ in range(500)]
+    assert min(seen) < 0.8 and max(seen) > 1.4
+    assert all(0.75 <= d <= 1.5 for d in seen)
+
+
+def test_resolve_literals_and_names():
+    assert is_ip_literal("127.0.0.1") and is_ip_literal("::1") and not is_ip_literal("localhost")
+    v4 = resolve("127.0.0.1", 9092)
+    assert v4 == [(socket.AF_INET, ("127.0.0.1", 9092))]
+    assert resolve("::1", 1234)[0][1][:2] == ("::1", 1234)
+    names = resolve("localhost", 9092)
+    assert any(af == socket.AF_INET for af, _ in names)
+    assert all(af == socket.AF_INET for af, _ in resolve("localhost", 9092, "v4"))
+    with pytest.raises(OSError):
+        resolve("no-such-host.invalid", 9092)
+
+
+def test_io_thread_calls_timers_and_ticks(io):
+    order = []
+    done = threading.Event()
+
+    def later(tag):
+        order.append(tag)
+        if tag == "b":
+            done.set()
+
+    def schedule():
+        io.call_later(0.05, later, "b")
+        io.call_later(0.01, later, "a")
+        t = io.call_later(0.02, later, "cancelled")
+        t.cancel()
+
+    io.call_soon(schedule)
+    assert done.wait(5)
+    assert order == ["a", "b"]
+    ticks = []
+    ev = threading.Event()
+
+    def tick(now):
+        ticks.append(now)
+        if len(ticks) >= 3:
+            ev.set()
+        return now + 0.01
+
+    io.call_soon(io.add_tick, tick)
+    assert ev.wait(5)
+    io.call_soon(io.remove_tick, tick)
+
+
+def test_io_thread_survives_a_failing_callback():
+    t = IOThread().start()
+    ev = threading.Event()
+    t.call_soon(lambda: 1 / 0)
+    t.call_soon(ev.set)
+    assert ev.wait(5)
+    t.stop()
+    assert len(t.errors) == 1 and isinstance(t.errors[0], ZeroDivisionError)
+    assert not t.alive
+
+
+def _closed_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_refused_connection_fails_requests_and_backs_off(io):
+    from kafka_proto.messages import MetadataRequest
+
+    port = _closed_port()
+    results = []
+    states = []
+    done = threading.Event()
+    settings = ConnectionSettings(reconnect_backoff_ms=200, reconnect_backoff_max_ms=200)
+
+    def go():
+        conn = BrokerConnection(io, -1, "127.0.0.1", port, settings,
+                                on_state=lambda c, st, err: states.append((st, err)))
+        conn.send(MetadataRequest(topics=None), lambda r, e: results.append(e))
+        return conn
+
+    conn = on_io(io, go)
+    deadline = time.monotonic() + 5
+    while not states and time.monotonic() < deadline:
+        time.sleep(0.01)
+    st, err = states[0]
+    assert st == DISCONNECTED and err.code() == KafkaError._TRANSPORT
+    assert "connect failed" in err.str()
+    # The queued request is kept for the next attempt, which waits for the backoff.
+    assert results == [] and conn.queued == 1
+    wait = conn.next_attempt - time.monotonic()
+    assert wait <= 0.3
+    on_io(io, lambda: conn.close(KafkaError(KafkaError._DESTROY), fail_queued=True))
+    assert [e.code() for e in results] == [KafkaError._DESTROY]
+
+
+def test_unresolvable_host_reports_resolve_error(io):
+    states = []
+    conn = on_io(io, lambda: BrokerConnection(
+        io, -1, "no-such-host.invalid", 9092,
+        on_state=lambda c, st, err: states.append(err)))
+    on_io(io, conn.connect)
+    assert states and states[0].code() == KafkaError._RESOLVE
+
+
+def test_setup_timeout_closes_a_silent_peer(io):
+    # A listening socket that never answers ApiVersions.
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    states = []
+    try:
+        settings = ConnectionSettings(setup_timeout=0.2)
+        conn = on_io(io, lambda: BrokerConnection(
+            io, -1, "127.0.0.1", srv.getsockname()[1], settings,
+            on_state=lambda c, st, err: states.append((st, err))))
+        on_io(io, lambda: io.add_tick(conn.service))
+        on_io(io, conn.connect)
+        deadline = time.monotonic() + 5
+        while not states and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert states[0][0] == DISCONNECTED
+        assert states[0][1].code() == KafkaError._TIMED_OUT
+        assert "setup timed out" in states[0][1].str()
+    finally:
+        srv.close()
+
+
+def test_handshake_and_pipelined_requests(broker, io):
+    from kafka_proto.messages import MetadataRequest
+
+    results = []
+    done = threading.Event()
+    n = 20
+
+    def cb(resp, err):
+        results.append((resp, err))
+        if len(results) == n:
+            done.set()
+
+    def go():
+        conn = BrokerConnection(io, -1, broker.host, broker.port,
+                                ConnectionSettings(max_in_flight=3))
+        io.add_tick(conn.service)
+        for _ in range(n):
+            conn.send(MetadataRequest(topics=None), cb)
+        return conn
+
+    conn = on_io(io, go)
+    assert done.wait(10)
+    assert all(err is None for _, err in results)
+    assert all(resp.brokers for resp, _ in results)
+    assert conn.state == READY and conn.versions.get(0, -1) >= 3
+    assert conn.in_flight == 0 and conn.rtt_count >= n + 1  # + ApiVersions (1 or 2 rounds)

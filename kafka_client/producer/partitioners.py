@@ -154,51 +154,56 @@ class TopicPartitioner:
     Holds the topic's sticky partition, so keep one per topic. Not thread-safe: the
     producer calls it from ``produce()`` under its own lock.
 
-    ``__call__(key, partition_count, available=None)`` returns the partition. Keyless
-    messages (see the module docstring) stay on the sticky partition for
-    ``sticky_linger_ms``; a new one is drawn when that time has passed, when the
+    ``choose(key, partition_count, available=None)`` (also ``__call__``) returns the
+    partition. Keyless messages (see the module docstring) stay on the sticky partition
+    for ``sticky_linger_ms``; a new one is drawn when that time has passed, when the
     current one is no longer in ``available``, or when the partition count shrank
-    below it. Everything else goes to the named partitioner.
+    below it. Everything else goes to the named partitioner. ``choose`` is a plain
+    function (a closure, or the partitioner itself when stickiness does not apply):
+    the per-message path avoids a method call.
     """
 
-    __slots__ = ("name", "sticky_linger_ms", "_fn", "_random", "_sticky", "_sticky_empty",
-                 "_clock", "_current", "_until")
+    __slots__ = ("name", "sticky_linger_ms", "choose", "_state")
 
     def __init__(self, name: str = DEFAULT_PARTITIONER, sticky_linger_ms: float = 10,
                  rng: Optional[_random_module.Random] = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.sticky_linger_ms = sticky_linger_ms
-        self._fn = get_partitioner(name, rng)
-        self._random = get_partitioner("random", rng)
-        self._sticky = uses_sticky(name, sticky_linger_ms)
+        fn = get_partitioner(name, rng)
+        # [current sticky partition, monotonic time it expires]
+        state = self._state = [-1, 0.0]
+        if not uses_sticky(name, sticky_linger_ms):
+            self.choose: Partitioner = fn
+            return
+        random = get_partitioner("random", rng)
+        linger_s = sticky_linger_ms / 1000.0
         # consistent_random treats an empty key like a null one.
-        self._sticky_empty = self._sticky and name == "consistent_random"
-        self._clock = clock
-        self._current = -1
-        self._until = 0.0
+        empty_is_keyless = name == "consistent_random"
+
+        def choose(key: Key, partition_count: int,
+                   available: Optional[Sequence[int]] = None) -> int:
+            if key is not None and (not empty_is_keyless or key):
+                return fn(key, partition_count, available)
+            now = clock()
+            current = state[0]
+            if (current < 0 or now >= state[1] or current >= partition_count
+                    or (available and current not in available)):
+                current = state[0] = random(None, partition_count, available)
+                state[1] = now + linger_s
+            return current
+
+        self.choose = choose
 
     @property
     def sticky_partition(self) -> int:
         """The current sticky partition, -1 before the first keyless message."""
-        return self._current
+        return self._state[0]
 
     def __call__(self, key: Key, partition_count: int,
                  available: Optional[Sequence[int]] = None) -> int:
-        if self._sticky and (key is None or (self._sticky_empty and not key)):
-            return self._sticky_choice(partition_count, available)
-        return self._fn(key, partition_count, available)
-
-    def _sticky_choice(self, partition_count: int,
-                       available: Optional[Sequence[int]]) -> int:
-        now = self._clock()
-        current = self._current
-        if (current < 0 or now >= self._until or current >= partition_count
-                or (available and current not in available)):
-            current = self._current = self._random(None, partition_count, available)
-            self._until = now + self.sticky_linger_ms / 1000.0
-        return current
+        return self.choose(key, partition_count, available)
 
     def __repr__(self) -> str:
         return (f"TopicPartitioner({self.name!r}, sticky_linger_ms={self.sticky_linger_ms},"
-                f" sticky_partition={self._current})")
+                f" sticky_partition={self._state[0]})")

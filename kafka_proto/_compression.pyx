@@ -97,6 +97,8 @@ cdef uint32_t _P5 = 374761393U
 
 cdef enum:
     XXH_NOGIL_MIN = 65536
+    # The one-call frame decoder costs ~12 us of set-up: only worth it from a few blocks up.
+    LZ4_ONE_CALL_MIN = 256 * 1024
     LZ4_MAGIC = 0x184D2204
     LZ4_SKIPPABLE = 0x184D2A50
 
@@ -278,7 +280,8 @@ def lz4_frame_decompress(data, Py_ssize_t max_size, block_decompress,
     mv = memoryview(data)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
-    if frame_decompress_into is not None and not w.legacy_hc and w.bound <= max_size:
+    if frame_decompress_into is not None and not w.legacy_hc and \
+            LZ4_ONE_CALL_MIN <= w.bound <= max_size:
         out = _lz4_one_call(w, mv, frame_decompress_into)
         if out is not None:
             return out

@@ -1,0 +1,288 @@
+"""The cluster as one client sees it: broker connections (sparse: opened only when a
+broker is needed), bootstrap, and the metadata cache kept fresh.
+
+Runs on the client's I/O thread (:class:`~kafka_client._net.io_thread.IOThread`); the
+application thread only calls :meth:`Cluster.list_topics` (which waits on an event) and
+:meth:`Cluster.want_topics` through ``io.call_soon``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Set
+
+from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
+from kafka_client._net.connection import (
+    DISCONNECTED,
+    READY,
+    BrokerConnection,
+    ConnectionSettings,
+)
+from kafka_client.errors import KafkaError, KafkaException
+
+__all__ = ["Cluster"]
+
+_log = logging.getLogger("kafka_client.cluster")
+
+METADATA_KEY = 3
+
+
+class Cluster:
+    """Connections by node id, the bootstrap brokers (negative ids) and the metadata.
+
+    ``on_metadata(changed_topics)`` listeners run on the I/O thread after every update;
+    ``on_broker_state(conn, state, error)`` after every connection state change.
+    """
+
+    def __init__(self, config: Any, io: Any) -> None:
+        self.config = config
+        self.io = io
+        self.settings = ConnectionSettings(config)
+        self.auto_create = bool(config["allow.auto.create.topics"])
+        refresh = config["topic.metadata.refresh.interval.ms"]
+        self.metadata = MetadataCache(
+            max_age=config["metadata.max.age.ms"] / 1000.0,
+            refresh_interval=refresh / 1000.0 if refresh > 0 else -1,
+            fast_interval=config["topic.metadata.refresh.fast.interval.ms"] / 1000.0,
+            fast_max=config["retry.backoff.max.ms"] / 1000.0)
+        self.conns: Dict[int, BrokerConnection] = {}
+        self.bootstrap: List[BrokerConnection] = []
+        for i, (host, port) in enumerate(config.broker_addresses()):
+            conn = self._new_conn(-1 - i, host, port)
+            self.bootstrap.append(conn)
+        self.on_metadata: List[Callable[[Set[str]], None]] = []
+        self.on_broker_state: List[Callable[[BrokerConnection, str, Optional[KafkaError]],
+                                            None]] = []
+        self._rr = 0
+        self._md_conn: Optional[BrokerConnection] = None
+        self.all_down_reported = False
+        self.errors: List[KafkaError] = []  # client-level errors for error_cb (app thread)
+        self._errors_lock = threading.Lock()
+        self.closed = False
+        io.add_tick(self._tick)
+
+    # -- connections -------------------------------------------------------------------
+    def _new_conn(self, node_id: int, host: str, port: int) -> BrokerConnection:
+        conn = BrokerConnection(self.io, node_id, host, port, self.settings,
+                                on_state=self._on_state)
+        self.conns[node_id] = conn
+        return conn
+
+    def connection(self, node_id: int) -> Optional[BrokerConnection]:
+        """The connection to a broker (created, not yet connected, if new); None if the
+        broker is unknown."""
+        conn = self.conns.get(node_id)
+        if conn is not None:
+            return conn
+        info = self.metadata.brokers.get(node_id)
+        if info is None:
+            return None
+        host, port, _rack = info
+        # Adopt a bootstrap connection to the same address instead of opening another.
+        for b in self.bootstrap:
+            if b.node_id < 0 and (b.host, b.port) == (host, port):
+                del self.conns[b.node_id]
+                b.node_id = node_id
+                self.conns[node_id] = b
+                return b
+        return self._new_conn(node_id, host, port)
+
+    def ensure_connected(self, node_id: int) -> Optional[BrokerConnection]:
+        """The connection to ``node_id``, connecting it if down and past its backoff."""
+        conn = self.connection(node_id)
+        if conn is not None and conn.state == DISCONNECTED:
+            conn.connect()
+        return conn
+
+    def _ready_conn(self) -> Optional[BrokerConnection]:
+        best = None
+        for conn in self.conns.values():
+            if conn.state == READY and (best is None or conn.in_flight < best.in_flight):
+                best = conn
+        return best
+
+    def _kick_connect(self, now: float) -> None:
+        """No connection is up: start one, rotating over known brokers and bootstrap."""
+        if any(c.state not in (DISCONNECTED, READY) for c in self.conns.values()):
+            return  # one is on its way
+        candidates = list(self.conns.values())
+        for node_id in self.metadata.brokers:
+            if node_id not in self.conns:
+                c = self.connection(node_id)
+                if c is not None and c not in candidates:
+                    candidates.append(c)
+        if not candidates:
+            return
+        for i in range(len(candidates)):
+            conn = candidates[(self._rr + i) % len(candidates)]
+            if conn.state == DISCONNECTED and now >= conn.next_attempt:
+                self._rr = (self._rr + i + 1) % len(candidates)
+                conn.connect(now)
+                return
+
+    def _on_state(self, conn: BrokerConnection, state: str, error: Optional[KafkaError]) -> None:
+        if state == READY:
+            self.all_down_reported = False
+        elif error is not None:
+            if self._md_conn is conn:
+                self._md_conn = None
+            if not any(c.state == READY for c in self.conns.values()) \
+                    and not self.all_down_reported and all(
+                        c.connect_count > 0 and c.state == DISCONNECTED
+                        for c in self.conns.values()):
+                self.all_down_reported = True
+                self.report_error(KafkaError(
+                    KafkaError._ALL_BROKERS_DOWN,
+                    f"{len(self.conns)}/{len(self.conns)} brokers are down "
+                    f"(last: {error.str()})"))
+            self.report_error(error if error.code() != KafkaError._TRANSPORT else KafkaError(
+                KafkaError._TRANSPORT, error.str()))
+        for cb in self.on_broker_state:
+            cb(conn, state, error)
+
+    def report_error(self, error: KafkaError) -> None:
+        with self._errors_lock:
+            if len(self.errors) < 1000:
+                self.errors.append(error)
+
+    def take_errors(self) -> List[KafkaError]:
+        with self._errors_lock:
+            out, self.errors = self.errors, []
+        return out
+
+    # -- metadata --------------------------------------------------------------------
+    def want_topics(self, topics: List[str]) -> None:
+        """I/O thread: keep metadata for these topics."""
+        self.metadata.want(topics)
+
+    def _tick(self, now: float) -> Optional[float]:
+        if self.closed:
+            return None
+        nxt = None
+        for conn in list(self.conns.values()):
+            when = conn.service(now)
+            if when is not None and (nxt is None or when < nxt):
+                nxt = when
+        due = self.metadata.due(now)
+        if due is not None:
+            if due <= now:
+                if not self._send_metadata(now):
+                    self._kick_connect(now)
+                    due = now + 0.05  # look again shortly
+            if due > now and (nxt is None or due < nxt):
+                nxt = due
+        return nxt
+
+    def _send_metadata(self, now: float, topics: Any = "cache",
+                       callback: Optional[Callable[[Any, Optional[KafkaError]], None]] = None,
+                       timeout: Optional[float] = None) -> bool:
+        from kafka_proto.messages import MetadataRequest
+
+        conn = self._ready_conn()
+        if conn is None:
+            return False
+        version = conn.version_for(METADATA_KEY)
+        if version is None:
+            return False
+        for_cache = topics == "cache"
+        if for_cache:
+            topics = self.metadata.take_request_topics()
+        req_topics = None if topics is None else [
+            MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+        if version == 0 and req_topics is None:
+            req_topics = []  # v0: an empty list means every topic
+        req = MetadataRequest(topics=req_topics,
+                              allow_auto_topic_creation=self.auto_create and for_cache)
+
+        def done(resp: Any, err: Optional[KafkaError]) -> None:
+            t = time.monotonic()
+            if err is None:
+                changed = self.metadata.update(resp, t, topics)
+                for cb in self.on_metadata:
+                    try:
+                        cb(changed)
+                    except Exception:
+                        _log.exception("metadata listener failed")
+            elif for_cache:
+                self.metadata.failed(topics, t)
+            if callback is not None:
+                callback(resp, err)
+
+        if for_cache:
+            self._md_conn = conn
+        conn.send(req, done, version=version, timeout=timeout)
+        return True
+
+    def list_topics(self, topic: Optional[str], timeout: Optional[float]) -> ClusterMetadata:
+        """Application thread: one Metadata request (every topic, or ``topic``), waited for
+        at most ``timeout`` seconds (None = socket.timeout.ms)."""
+        if timeout is None or timeout < 0:
+            timeout = self.settings.request_timeout
+        deadline = time.monotonic() + timeout
+        box: List[Any] = []
+        done = threading.Event()
+        last_conn: List[Optional[BrokerConnection]] = [None]
+
+        def answer(resp: Any, err: Optional[KafkaError]) -> None:
+            box.append((resp, err))
+            done.set()
+
+        def attempt() -> None:
+            if done.is_set() or time.monotonic() >= deadline:
+                return
+            conn = self._ready_conn()
+            if conn is None:
+                self._kick_connect(time.monotonic())
+                self.io.call_later(0.02, attempt)
+                return
+            last_conn[0] = conn
+
+            def answered(resp: Any, err: Optional[KafkaError]) -> None:
+                if err is not None and err.retriable():
+                    self.io.call_later(0.05, attempt)  # try another connection
+                    return
+                answer(resp, err)
+
+            remaining = max(0.01, deadline - time.monotonic())
+            self._send_metadata(time.monotonic(), None if topic is None else [topic],
+                                answered, timeout=remaining)
+
+        self.io.call_soon(attempt)
+        _wait_interruptibly(done, deadline)
+        if not box:
+            last = None
+            for c in self.conns.values():
+                if c.last_error is not None:
+                    last = c.last_error
+            if last is not None and not any(c.state == READY for c in self.conns.values()):
+                raise KafkaException(KafkaError(
+                    KafkaError._TRANSPORT,
+                    f"Failed to get metadata within {timeout:g}s: {last.str()}"))
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            f"Failed to get metadata within {timeout:g}s"))
+        resp, err = box[0]
+        if err is not None:
+            raise KafkaException(err)
+        conn = last_conn[0]
+        return ClusterMetadata.from_response(
+            resp, conn.node_id if conn else -1,
+            f"{conn.host}:{conn.port}/{conn.node_id}" if conn else None)
+
+    def close(self) -> None:
+        """I/O thread: close every connection, failing what is queued."""
+        self.closed = True
+        self.io.remove_tick(self._tick)
+        for conn in list(self.conns.values()):
+            conn.on_state = None
+            conn.close(KafkaError(KafkaError._DESTROY, "client is closing"), fail_queued=True)
+
+
+def _wait_interruptibly(event: threading.Event, deadline: float) -> bool:
+    """Wait in short slices, so Ctrl-C (KeyboardInterrupt) gets through promptly."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return event.is_set()
+        if event.wait(min(remaining, 0.2)):
+            return True

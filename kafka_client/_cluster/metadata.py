@@ -1,0 +1,310 @@
+"""The metadata cache, kept the way librdkafka keeps it.
+
+* Brokers are cached additively: a broker learnt once stays known (its address updated
+  when a later answer changes it), even when a later answer leaves it out.
+* Topics are cached with the time of the answer; an entry older than
+  ``metadata.max.age.ms`` is stale and is asked for again before use.
+* Refreshes are coalesced: while a Metadata request is in flight, further requests only
+  add their topics to the next one, which goes out when the answer comes back.
+* Errors that mean "the cache is wrong" (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE,
+  UNKNOWN_TOPIC_OR_PARTITION, a leader change seen in a Produce answer, a lost
+  connection) mark the topic for a fast refresh, retried with a doubling interval from
+  ``topic.metadata.refresh.fast.interval.ms`` while leaders are missing.
+
+The public classes at the bottom (:class:`ClusterMetadata`, :class:`TopicMetadata`, ...)
+are what ``list_topics()`` returns, shaped like confluent-kafka's.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+from kafka_client.errors import KafkaError
+
+__all__ = [
+    "MetadataCache",
+    "TopicInfo",
+    "ClusterMetadata",
+    "BrokerMetadata",
+    "TopicMetadata",
+    "PartitionMetadata",
+]
+
+_log = logging.getLogger("kafka_client.metadata")
+
+# Broker error codes the cache reacts to.
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+INVALID_TOPIC_EXCEPTION = 17
+TOPIC_AUTHORIZATION_FAILED = 29
+REFRESH_ERRORS = frozenset((UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
+                            NOT_LEADER_OR_FOLLOWER, 74, 75))  # + FENCED/UNKNOWN_LEADER_EPOCH
+
+
+class TopicInfo:
+    """What the cache knows about one topic."""
+
+    __slots__ = ("name", "error", "leaders", "epochs", "updated", "partition_errors")
+
+    def __init__(self, name: str, error: int, leaders: List[int], epochs: List[int],
+                 partition_errors: List[int], updated: float) -> None:
+        self.name = name
+        self.error = error              # topic-level broker error code (0 = fine)
+        self.leaders = leaders          # leader node id per partition (-1 = none)
+        self.epochs = epochs            # leader epoch per partition (-1 = unknown)
+        self.partition_errors = partition_errors
+        self.updated = updated
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.leaders)
+
+    def available(self) -> List[int]:
+        """Partitions with a leader."""
+        return [i for i, leader in enumerate(self.leaders) if leader >= 0]
+
+    def __repr__(self) -> str:
+        return f"TopicInfo({self.name!r}, error={self.error}, leaders={self.leaders})"
+
+
+class MetadataCache:
+    """Brokers and topics; decides when a refresh is due (no I/O here).
+
+    ``max_age`` and the refresh intervals are in seconds. The owner (the cluster) asks
+    :meth:`due` on every loop turn and sends the Metadata request for
+    :meth:`take_request_topics`; :meth:`update` digests the answer.
+    """
+
+    def __init__(self, max_age: float = 900.0, refresh_interval: float = 300.0,
+                 fast_interval: float = 0.1, fast_max: float = 1.0) -> None:
+        self.max_age = max_age
+        self.refresh_interval = refresh_interval  # <= 0: no periodic refresh
+        self.fast_interval = fast_interval
+        self.fast_max = fast_max
+        #: node id -> (host, port, rack)
+        self.brokers: Dict[int, Tuple[str, int, Optional[str]]] = {}
+        self.topics: Dict[str, TopicInfo] = {}
+        self.cluster_id: Optional[str] = None
+        self.controller_id = -1
+        self.wanted: Set[str] = set()      # topics the client uses (kept fresh)
+        self._asked: Set[str] = set()      # topics for the next request
+        self._all_asked = False            # next request asks for every topic
+        self.in_flight = False
+        self._next_periodic = time.monotonic() + (refresh_interval if refresh_interval > 0
+                                                  else float("inf"))
+        self._fast_at: Optional[float] = None
+        self._fast_delay = fast_interval
+        self.version = 0                   # bumped on every update (listeners compare it)
+        self.updates = 0
+
+    # -- asking ------------------------------------------------------------------------
+    def want(self, topics: Iterable[str]) -> None:
+        """Topics the client uses: asked for now if unknown, then kept fresh."""
+        for t in topics:
+            if t not in self.wanted:
+                self.wanted.add(t)
+                if t not in self.topics:
+                    self._asked.add(t)
+
+    def request(self, topics: Optional[Iterable[str]] = None, *, fast: bool = False) -> None:
+        """Ask for a refresh of ``topics`` (None: every topic) at the next chance;
+        ``fast``: an error said the cache is wrong (rate-limited by the fast interval)."""
+        if topics is None:
+            self._all_asked = True
+        else:
+            self._asked.update(topics)
+        if fast and self._fast_at is None:
+            self._fast_at = time.monotonic()
+
+    def due(self, now: float) -> Optional[float]:
+        """0 if a request should go out now, else the time it will be due (or None)."""
+        if self.in_flight:
+            return None
+        if now >= self._next_periodic and (self.wanted or self.topics):
+            self._asked.update(self.wanted)
+            self._next_periodic = now + self.refresh_interval
+        for name in self.wanted:
+            info = self.topics.get(name)
+            if info is not None and now - info.updated >= self.max_age:
+                self._asked.add(name)
+        if self._fast_at is not None:
+            if now < self._fast_at:
+                return self._fast_at
+            return 0.0
+        if self._asked or self._all_asked:
+            return 0.0
+        return self._next_periodic if self.refresh_interval > 0 else None
+
+    def take_request_topics(self) -> Optional[List[str]]:
+        """The topics of the request about to go out (None = all); marks it in flight."""
+        self.in_flight = True
+        if self._fast_at is not None:
+            # What made the fast refresh: the wanted topics with trouble, asked again.
+            self._asked.update(self.wanted)
+        if self._all_asked:
+            self._all_asked = False
+            self._asked.clear()
+            self._fast_at = None
+            return None
+        topics = sorted(self._asked)
+        self._asked.clear()
+        self._fast_at = None
+        return topics
+
+    def failed(self, topics: Optional[List[str]], now: float) -> None:
+        """The request for ``topics`` got no answer: ask again after the fast interval."""
+        self.in_flight = False
+        if topics is None:
+            self._all_asked = True
+        else:
+            self._asked.update(topics)
+        self._schedule_fast(now)
+
+    def _schedule_fast(self, now: float) -> None:
+        self._fast_at = now + self._fast_delay
+        self._fast_delay = min(self._fast_delay * 2, self.fast_max)
+
+    # -- answers ---------------------------------------------------------------------
+    def update(self, resp, now: float, asked: Optional[List[str]]) -> Set[str]:
+        """Digest a MetadataResponse; returns the topics whose leaders or partition count
+        changed (including topics new to the cache)."""
+        self.in_flight = False
+        for b in resp.brokers or ():
+            self.brokers[b.node_id] = (b.host, b.port, getattr(b, "rack", None))
+        if getattr(resp, "cluster_id", None) is not None:
+            self.cluster_id = resp.cluster_id
+        if getattr(resp, "controller_id", -1) >= 0:
+            self.controller_id = resp.controller_id
+        changed: Set[str] = set()
+        trouble = False
+        for t in resp.topics or ():
+            name = t.name
+            if name is None:
+                continue
+            parts = sorted(t.partitions or (), key=lambda p: p.partition_index)
+            count = (parts[-1].partition_index + 1) if parts else 0
+            leaders = [-1] * count
+            epochs = [-1] * count
+            perrs = [0] * count
+            for p in parts:
+                leaders[p.partition_index] = p.leader_id
+                epochs[p.partition_index] = getattr(p, "leader_epoch", -1)
+                perrs[p.partition_index] = p.error_code
+            old = self.topics.get(name)
+            info = TopicInfo(name, t.error_code, leaders, epochs, perrs, now)
+            if t.error_code and t.error_code not in (LEADER_NOT_AVAILABLE,) and count == 0:
+                info.leaders = []
+            if old is None or old.leaders != info.leaders or old.error != info.error:
+                changed.add(name)
+            self.topics[name] = info
+            if name in self.wanted and (t.error_code in REFRESH_ERRORS or -1 in leaders
+                                        or (not t.error_code and count == 0)):
+                trouble = True
+        if trouble:
+            self._schedule_fast(now)
+        else:
+            self._fast_delay = self.fast_interval
+        self.version += 1
+        self.updates += 1
+        return changed
+
+    def topic(self, name: str) -> Optional[TopicInfo]:
+        return self.topics.get(name)
+
+    def leader(self, topic: str, partition: int) -> int:
+        info = self.topics.get(topic)
+        if info is None or partition >= len(info.leaders):
+            return -1
+        return info.leaders[partition]
+
+    def mark_stale(self, topic: str) -> None:
+        """An error said this topic's entry is wrong: refresh it soon."""
+        self.request([topic], fast=True)
+
+
+# --------------------------------------------------------------------------- public view
+
+
+class BrokerMetadata:
+    """A broker as ``list_topics()`` reports it (confluent-kafka's shape)."""
+
+    def __init__(self, id: int, host: str, port: int) -> None:
+        self.id = id
+        self.host = host
+        self.port = port
+
+    def __repr__(self) -> str:
+        return f"BrokerMetadata({self.id}, {self.host}:{self.port})"
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}/{self.id}"
+
+
+class PartitionMetadata:
+    """One partition: ``id``, ``leader``, ``replicas``, ``isrs``, ``error``."""
+
+    def __init__(self, id: int, leader: int, replicas: List[int], isrs: List[int],
+                 error: Optional[KafkaError]) -> None:
+        self.id = id
+        self.leader = leader
+        self.replicas = replicas
+        self.isrs = isrs
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"PartitionMetadata({self.id}, leader={self.leader})"
+
+
+class TopicMetadata:
+    """One topic: ``topic``, ``partitions`` ({id: PartitionMetadata}), ``error``."""
+
+    def __init__(self, topic: str, partitions: Dict[int, PartitionMetadata],
+                 error: Optional[KafkaError]) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"TopicMetadata({self.topic}, {len(self.partitions)} partitions)"
+
+    def __str__(self) -> str:
+        return self.topic
+
+
+class ClusterMetadata:
+    """The answer of ``list_topics()``: ``cluster_id``, ``controller_id``, ``brokers``
+    ({id: BrokerMetadata}), ``topics`` ({name: TopicMetadata}), ``orig_broker_id``,
+    ``orig_broker_name``."""
+
+    def __init__(self) -> None:
+        self.cluster_id: Optional[str] = None
+        self.controller_id = -1
+        self.brokers: Dict[int, BrokerMetadata] = {}
+        self.topics: Dict[str, TopicMetadata] = {}
+        self.orig_broker_id = -1
+        self.orig_broker_name: Optional[str] = None
+
+    def __repr__(self) -> str:
+        return f"ClusterMetadata({self.cluster_id})"
+
+    @classmethod
+    def from_response(cls, resp, node_id: int, name: str) -> "ClusterMetadata":
+        md = cls()
+        md.cluster_id = getattr(resp, "cluster_id", None)
+        md.controller_id = getattr(resp, "controller_id", -1)
+        md.orig_broker_id = node_id
+        md.orig_broker_name = name
+        for b in resp.brokers or ():
+            md.brokers[b.node_id] = BrokerMetadata(b.node_id, b.host, b.port)
+        for t in resp.topics or ():
+            parts = {}
+            for p in t.partitions or ():
+                parts[p.partition_index] = PartitionMetadata(
+                    p.partition_index, p.leader_id, list(p.replica_nodes or ()),
+                    list(p.isr_nodes or ()),
+                    KafkaError(p.error_code) if p.error_code else None)
+            md.topics[t.name] = TopicMetadata(
+                t.name, parts, KafkaError(t.error_code) if t.error_code else None)
+        return md

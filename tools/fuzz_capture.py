@@ -1,0 +1,270 @@
+"""Refresh the fuzz seed corpus (tests/fuzz/corpus/) from real traffic.
+
+    .venv/bin/python tools/fuzz_capture.py            # Tansu and noida-db, rewrite corpus
+    .venv/bin/python tools/fuzz_capture.py --brokers tansu --dry-run
+
+For each broker (started on a free loopback port by kafka_client._testing.brokers):
+
+* confluent-kafka produces a few records with keys and headers to one topic per codec
+  (none, gzip, snappy, lz4, zstd), and our RecordBatchBuilder produces the same through
+  ``kafka_client._testing.simple.produce``;
+* our BlockingConnection then captures the raw response bodies (ApiVersions, Metadata,
+  Fetch at several versions, ListOffsets, FindCoordinator, Produce) exactly as received.
+
+From those bodies it writes the inputs of every harness in the layouts of
+tests/fuzz/fuzz_harnesses.py: ``responses`` (API key + version + body), ``records`` (the
+fetched records blobs), ``compression`` (the compressed sections of the fetched batches),
+``framing`` (the response frames as one stream) and ``client`` (ApiVersions, Metadata and
+Fetch bodies of one connection). Legacy (magic 0/1) message sets, which these brokers no
+longer write, are built field by field from the same records. Files are named by content
+hash; inputs above ``--max-size`` bytes are skipped so the corpus stays small.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import struct
+import sys
+import time
+import uuid
+import zlib
+from pathlib import Path
+from typing import Dict, List
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def _lenbytes(b):
+    return struct.pack(">i", -1) if b is None else struct.pack(">i", len(b)) + b
+
+
+def legacy_message(offset, value, key=None, magic=1, attrs=0, ts=-1) -> bytes:
+    """One legacy log entry (offset, size, crc, message)."""
+    body = struct.pack(">bB", magic, attrs)
+    if magic == 1:
+        body += struct.pack(">q", ts)
+    body += _lenbytes(key) + _lenbytes(value)
+    return struct.pack(">qiI", offset, len(body) + 4, zlib.crc32(body)) + body
+
+
+def legacy_sets(records) -> List[bytes]:
+    """Magic 0 and 1 message sets, plain and wrapped in every legacy codec."""
+    from kafka_proto.compression import compress
+
+    out = []
+    for magic in (0, 1):
+        inner = [legacy_message(i if magic == 0 else i, r.value, r.key, magic, 0, r.timestamp)
+                 for i, r in enumerate(records)]
+        out.append(b"".join(inner))
+        for codec in (1, 2, 3):
+            payload = compress(codec, b"".join(inner), legacy_lz4_header=(magic == 0))
+            out.append(legacy_message(len(inner) - 1, payload, None, magic, codec,
+                                      records[-1].timestamp if records else -1))
+    return out
+
+
+class Corpus:
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self.items: Dict[str, Dict[str, bytes]] = {}
+
+    def add(self, harness: str, data: bytes) -> None:
+        data = bytes(data)
+        if len(data) > self.max_size:
+            return
+        self.items.setdefault(harness, {})[hashlib.sha1(data).hexdigest()[:16]] = data
+
+    def write(self, root: Path) -> None:
+        for harness, items in sorted(self.items.items()):
+            folder = root / harness
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+            for name, data in sorted(items.items()):
+                (folder / name).write_bytes(data)
+
+
+def produce_confluent(bootstrap: str, topic: str, codec: str, n: int = 12) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec,
+                  "linger.ms": 20, "enable.idempotence": codec == "zstd"})
+    for i in range(n):
+        p.produce(topic, value=(b"value-%d " % i) * (1 + i % 5),
+                  key=None if i % 4 == 0 else b"key-%d" % i,
+                  headers=[("h", b"v%d" % i), ("empty", None)] if i % 3 == 0 else None,
+                  timestamp=1_700_000_000_000 + i)
+    if p.flush(20):
+        raise RuntimeError(f"confluent-kafka could not deliver to {topic}")
+
+
+def produce_ours(conn, topic: str, codec: int) -> bytes:
+    from kafka_client._testing import simple
+    from kafka_proto.records import RecordBatchBuilder
+
+    b = RecordBatchBuilder(compression=codec)
+    for i in range(6):
+        b.append(b"ours-%d" % i * 3, None if i == 2 else b"k%d" % i, 1_700_000_000_500 + i,
+                 [("trace", b"%d" % i)] if i % 2 else None)
+    batch = b.build()
+    simple.produce(conn, topic, 0, batch)
+    return batch
+
+
+def capture_broker(kind: str, corpus: Corpus) -> None:
+    from fuzz_harnesses import SEGMENT_SEP
+    from kafka_client._testing.brokers import make_broker
+    from kafka_proto.messages import (
+        ApiVersionsRequest,
+        FetchRequest,
+        FindCoordinatorRequest,
+        ListOffsetsRequest,
+        MetadataRequest,
+        ProduceRequest,
+        response_class,
+    )
+    from kafka_proto.records import read_batches
+
+    RecordingConnection = _recording_connection_class()
+    broker = make_broker(kind)
+    broker.start()
+    frames: List[bytes] = []
+    try:
+        topics = {}
+        for name, codec in CODECS.items():
+            topic = f"fuzz-{name}-{uuid.uuid4().hex[:6]}"
+            broker.create_topic(topic)
+            produce_confluent(broker.bootstrap, topic, name)
+            topics[topic] = codec
+        conn = RecordingConnection(broker.host, broker.port)
+        setup_bodies = list(conn.bodies)  # the ApiVersions exchange as the client saw it
+        cid = [1000]
+
+        def raw(req, version):
+            body = bytes(conn.request_raw(req, version))
+            corpus.add("responses", struct.pack(">hB", req.API_KEY, version) + body)
+            try:  # kept either way: Tansu answers ApiVersions v4 in a layout of its own
+                response_class(req.API_KEY).decode(body, version)
+            except Exception as exc:  # noqa: BLE001
+                print(f"  {kind}: API {req.API_KEY} v{version} answer does not decode: {exc}",
+                      file=sys.stderr)
+            cid[0] += 1
+            frames.append(struct.pack(">ii", len(body) + 4, cid[0]) + body)
+            return body
+
+        def clamp(key, v):
+            lo, hi = conn.broker_versions.get(key, (0, -1))
+            return v if lo <= v <= hi else None
+
+        av_version = ApiVersionsRequest.MAX_VERSION
+        av_body = raw(ApiVersionsRequest(client_software_name="fuzz",
+                                         client_software_version="0"), av_version)
+        for v in (0, 3):
+            raw(ApiVersionsRequest(client_software_name="fuzz", client_software_version="0"), v)
+        md_version = conn.version_for(3)
+        md_body = raw(MetadataRequest(topics=None), md_version)
+        del av_body
+        for v in (1, 9):
+            if clamp(3, v) is not None:
+                raw(MetadataRequest(topics=None), v)
+        for topic, codec in topics.items():
+            produce_ours(conn, topic, codec)
+            for v in (4, 11, 12):
+                if clamp(1, v) is None:
+                    continue
+                req = FetchRequest(max_wait_ms=10, min_bytes=1, max_bytes=1 << 20,
+                                   topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                                       FetchRequest.FetchPartition(
+                                           partition=0, fetch_offset=0,
+                                           partition_max_bytes=1 << 20)])])
+                body = raw(req, v)
+                part = FetchResponse_part(body, v)
+                records = bytes(part.records or b"")
+                if records:
+                    corpus.add("records", b"\x01" + records)  # CRCs checked
+                    corpus.add("records", b"\x02" + records)  # unchecked: mutations go deeper
+                    batches = list(read_batches(records))
+                    for batch in batches:
+                        if batch.magic == 2 and batch.compression:
+                            corpus.add("compression", bytes([batch.compression, 2])
+                                       + bytes(batch.raw[61:]))
+                    recs = [r for b in batches for r in b]
+                    for legacy in legacy_sets(recs[:4]):
+                        corpus.add("records", b"\x01" + legacy)
+                if v == 12:
+                    corpus.add("client", bytes([0, 8, len(frames) & 0xFF]) + SEGMENT_SEP.join(
+                        setup_bodies + [md_body, body]))
+            if clamp(2, 1) is not None:
+                raw(ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
+                    name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
+                        partition_index=0, timestamp=-1)])]), 1)
+        if clamp(10, 1) is not None:
+            raw(FindCoordinatorRequest(key="fuzz-group", key_type=0), 1)
+        # a Produce answer, through the same capture
+        from kafka_proto.records import RecordBatchBuilder
+
+        b = RecordBatchBuilder()
+        b.append(b"x")
+        pv = conn.version_for(0)
+        raw(ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+            ProduceRequest.TopicProduceData(name=next(iter(topics)), partition_data=[
+                ProduceRequest.PartitionProduceData(index=0, records=b.build())])]), pv)
+        conn.close()
+    finally:
+        broker.stop()
+        broker.cleanup()
+    # Framing: the captured frames as one stream, in a few cuts (option bytes first).
+    small = [f for f in frames if len(f) < 2048]
+    for i in range(0, len(small), 4):
+        corpus.add("framing", bytes([2]) + struct.pack(">I", i) + b"".join(small[i:i + 4]))
+
+
+def _recording_connection_class():
+    from kafka_client._net.blocking import BlockingConnection
+
+    class RecordingConnection(BlockingConnection):
+        """Keeps every response body it reads, in order."""
+
+        def _receive_body(self, correlation_id, deadline):
+            body = super()._receive_body(correlation_id, deadline)
+            if not hasattr(self, "bodies"):
+                self.bodies = []
+            self.bodies.append(bytes(body))
+            return body
+
+    return RecordingConnection
+
+
+def FetchResponse_part(body: bytes, version: int):
+    from kafka_proto.messages import FetchResponse
+
+    resp = FetchResponse.decode(body, version)
+    return resp.responses[0].partitions[0]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--brokers", default="tansu,noida")
+    ap.add_argument("--out", default=str(ROOT / "tests" / "fuzz" / "corpus"))
+    ap.add_argument("--max-size", type=int, default=16 * 1024)
+    ap.add_argument("--dry-run", action="store_true", help="capture, but only print counts")
+    args = ap.parse_args(argv)
+    corpus = Corpus(args.max_size)
+    for kind in args.brokers.split(","):
+        t = time.monotonic()
+        capture_broker(kind.strip(), corpus)
+        print(f"{kind}: captured in {time.monotonic() - t:.1f}s", file=sys.stderr)
+    for harness, items in sorted(corpus.items.items()):
+        print(f"{harness}: {len(items)} inputs, {sum(map(len, items.values()))} bytes")
+    if not args.dry_run:
+        corpus.write(Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

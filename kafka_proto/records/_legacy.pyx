@@ -176,6 +176,7 @@ cdef class LegacyRecord:
     cdef readonly int64_t offset
     cdef readonly int64_t timestamp
     cdef int _ts_type
+    cdef uint32_t _crc
     cdef readonly object key
     cdef readonly object value
 
@@ -183,6 +184,20 @@ cdef class LegacyRecord:
     def timestamp_type(self):
         """-1 for magic 0 (no timestamp), else TimestampType.CREATE_TIME / LOG_APPEND_TIME."""
         return _ts_type_obj(self._ts_type)
+
+    @property
+    def checksum(self):
+        """The message's stored CRC-32 (legacy messages each carry one)."""
+        return self._crc
+
+    def __eq__(self, other):
+        if not isinstance(other, LegacyRecord):
+            return NotImplemented
+        cdef LegacyRecord o = <LegacyRecord>other
+        return (self.offset == o.offset and self.timestamp == o.timestamp and
+                self._ts_type == o._ts_type and self.key == o.key and self.value == o.value)
+
+    __hash__ = None
 
     @property
     def headers(self):
@@ -196,8 +211,9 @@ cdef class LegacyRecord:
 
 
 cdef LegacyRecord _record(int64_t offset, int64_t timestamp, int timestamp_type,
-                          object key, object value):
+                          object key, object value, uint32_t crc):
     cdef LegacyRecord r = LegacyRecord.__new__(LegacyRecord)
+    r._crc = crc
     r.offset = offset
     r.timestamp = timestamp
     r._ts_type = timestamp_type
@@ -226,6 +242,47 @@ cdef class LegacyBatch:
     cdef readonly int64_t max_timestamp
     cdef readonly Py_ssize_t size
     cdef list _records
+    cdef int _attrs
+    cdef object _buffer     # the buffer the entry was read from (for raw/validate_crc)
+    cdef Py_ssize_t _start
+
+    @property
+    def next_offset(self):
+        return self.last_offset + 1
+
+    @property
+    def last_offset_delta(self):
+        return <int>(self.last_offset - self.base_offset)
+
+    @property
+    def attributes(self):
+        """The (wrapper) message's attributes byte."""
+        return self._attrs
+
+    @property
+    def last_sequence(self):
+        return -1
+
+    @property
+    def raw(self):
+        """The entry's bytes in the original buffer (no copy)."""
+        mv = memoryview(self._buffer)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        return mv[self._start:self._start + self.size]
+
+    def validate_crc(self):
+        """True if the (wrapper) message's stored CRC-32 matches its bytes."""
+        cdef const unsigned char[::1] v = self.raw
+        return crc32_update(0, &v[0] + 16, <size_t>(self.size - 16)) == self.crc
+
+    def records_list(self):
+        """All records as a list."""
+        return self._records
+
+    def control_record(self):
+        """Always None: legacy message sets have no control records."""
+        return None
 
     @property
     def compression(self):
@@ -326,7 +383,7 @@ cdef list _read_inner(object data, const Msg* wrapper, bint check_crc):
             ts = m.timestamp
             tst = _ts_type(&m)
         out.append(_record(m.offset, ts, tst, _bytes_or_none(buf, m.key_pos, m.key_len),
-                           _bytes_or_none(buf, m.value_pos, m.value_len)))
+                           _bytes_or_none(buf, m.value_pos, m.value_len), m.crc))
         pos += LOG_OVERHEAD + m.size
     if not out:
         raise CorruptRecordError(f"wrapper at offset {wrapper.offset} holds no message")
@@ -360,13 +417,16 @@ cdef LegacyBatch _read_entry(object buffer, const unsigned char* buf, Py_ssize_t
     b.crc = m.crc
     b.size = LOG_OVERHEAD + m.size
     b._ts_type = _ts_type(&m)
+    b._attrs = m.attributes
+    b._buffer = buffer
+    b._start = pos
     b.max_timestamp = m.timestamp
     codec = m.attributes & 0x07
     b._codec = codec
     if codec == 0:
         first = last = _record(m.offset, m.timestamp, b._ts_type,
                                _bytes_or_none(buf, m.key_pos, m.key_len),
-                               _bytes_or_none(buf, m.value_pos, m.value_len))
+                               _bytes_or_none(buf, m.value_pos, m.value_len), m.crc)
         b._records = [first]
     else:
         if codec > 3:

@@ -440,3 +440,21 @@ def test_read_batches_dispatches_legacy_entries():
     assert [(b.magic, b.base_offset, b.last_offset) for b in batches] == \
         [(1, 0, 2), (0, 3, 3), (2, 4, 4)]
     assert [r.value for b in batches for r in b] == [b"v0", b"v1", b"v2", b"plain", b"new"]
+
+
+def test_batch_extras_match_v2_api():
+    data = msg(0, b"a", magic=0) + wrapper(SNAPPY, [msg(0, b"x"), msg(1, b"y")], offset=9)
+    plain, wrapped = read_legacy_message_set(memoryview(data))
+    assert bytes(plain.raw) == data[:plain.size] and bytes(wrapped.raw) == data[plain.size:]
+    assert (wrapped.next_offset, wrapped.last_offset_delta, wrapped.last_sequence) == (10, 1, -1)
+    assert wrapped.attributes == SNAPPY and plain.attributes == 0
+    assert plain.validate_crc() and wrapped.validate_crc()
+    assert plain.control_record() is None
+    assert wrapped.records_list() == list(wrapped)
+    assert [r.checksum for r in wrapped] == [zlib.crc32(msg(0, b"x")[16:]),
+                                             zlib.crc32(msg(1, b"y")[16:])]
+    assert next(iter(plain)).checksum == plain.crc
+    bad = bytearray(data)
+    bad[-1] ^= 1  # inside the compressed value of the wrapper
+    _, wrapped_bad = read_legacy_message_set(bytes(bad), check_crc=False)
+    assert not wrapped_bad.validate_crc()

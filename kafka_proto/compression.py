@@ -25,6 +25,7 @@ the returned ``bytes``; the Python twins below take over when that module is not
 from __future__ import annotations
 
 import struct
+import sys
 import threading
 import zlib
 from enum import IntEnum
@@ -191,6 +192,7 @@ def _xxh32_py(data: BytesLike, seed: int = 0) -> int:
 # gzip
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_ZLIB_ONE_SHOT_GZIP = sys.version_info >= (3, 11)  # zlib.compress(wbits=) appeared in 3.11
 
 
 def _gzip_compress(mv: memoryview, level: Optional[int]) -> bytes:
@@ -198,6 +200,8 @@ def _gzip_compress(mv: memoryview, level: Optional[int]) -> bytes:
         level = -1  # zlib's default (6), what GZIPOutputStream uses
     elif not -1 <= level <= 9:
         raise CompressionError(f"gzip level must be in -1..9, got {level}")
+    if _ZLIB_ONE_SHOT_GZIP:
+        return zlib.compress(mv, level, 31)  # one call, no concatenation of pieces
     co = zlib.compressobj(level, zlib.DEFLATED, 31)
     head = co.compress(mv)
     return head + co.flush() if head else co.flush()

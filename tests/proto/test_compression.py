@@ -82,7 +82,11 @@ def test_none_codec_passes_bytes_through():
 # --- gzip --------------------------------------------------------------------------------
 
 
-def test_gzip_is_rfc1952_and_levels_matter():
+@pytest.mark.parametrize("one_shot", [True, False])
+def test_gzip_is_rfc1952_and_levels_matter(one_shot, monkeypatch):
+    if one_shot and not C._ZLIB_ONE_SHOT_GZIP:
+        pytest.skip("zlib.compress(wbits=) needs Python 3.11")
+    monkeypatch.setattr(C, "_ZLIB_ONE_SHOT_GZIP", one_shot)
     fast = C.compress(C.CODEC_GZIP, DATA, level=1)
     best = C.compress(C.CODEC_GZIP, DATA, level=9)
     for packed in (fast, best):

@@ -1,0 +1,135 @@
+"""Run one fuzz harness for a long time, with atheris (libFuzzer) when installed.
+
+    nice -n 19 .venv/bin/python tools/fuzz_run.py records --seconds 600
+    .venv/bin/python tools/fuzz_run.py --list
+    .venv/bin/python tools/fuzz_run.py responses -- -runs=1000  # extra libFuzzer flags
+
+The harnesses are the plain functions of tests/fuzz/fuzz_harnesses.py. The committed seed
+corpus (tests/fuzz/corpus/<harness>) is copied to a work directory (``--workdir``,
+default /tmp/kafka-fuzz/<harness>) where libFuzzer keeps the inputs it finds, so the
+repository is never written to. Crashes land in ``<workdir>/crashes/``.
+
+The Python code of kafka_proto, kafka_client and the harnesses is instrumented for
+coverage feedback (atheris.instrument_imports); the Cython modules give feedback only when
+built with ``KAFKA_PROTO_COVERAGE=1`` (see docs/fuzzing.md), which this script picks up
+through ``--tree`` (a separate checkout holding such a build).
+
+Without atheris the same command runs the built-in mutator of tests/fuzz/fuzz_driver.py
+for ``--seconds`` (no coverage feedback).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _prepare_path(tree: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+    sys.path.insert(0, str(tree))
+
+
+def _import_targets() -> None:
+    """Import every module a harness reaches, so instrumentation covers them."""
+    import importlib
+
+    import kafka_client._net.blocking  # noqa: F401
+    import kafka_client._testing.simple  # noqa: F401
+    import kafka_proto.compression  # noqa: F401
+    import kafka_proto.framing  # noqa: F401
+    import kafka_proto.records  # noqa: F401
+    import kafka_proto.versions  # noqa: F401
+    from kafka_proto.messages import CLASS_MODULES
+
+    for module in sorted(set(CLASS_MODULES.values())):
+        importlib.import_module("kafka_proto.messages._generated." + module)
+    import fuzz_harnesses  # noqa: F401
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("harness", nargs="?")
+    ap.add_argument("--list", action="store_true", help="list the harnesses")
+    ap.add_argument("--seconds", type=int, default=600)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--tree", default=str(ROOT),
+                    help="checkout whose kafka_proto is imported (a coverage build)")
+    ap.add_argument("--rss-limit-mb", type=int, default=2048)
+    ap.add_argument("--timeout", type=int, default=10, help="seconds per input")
+    ap.add_argument("--no-instrument", action="store_true",
+                    help="skip Python coverage instrumentation (faster, blind)")
+    ap.add_argument("--builtin", action="store_true", help="use the built-in mutator")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("libfuzzer_args", nargs="*", help="after --: passed to libFuzzer")
+    args = ap.parse_args(argv)
+
+    _prepare_path(Path(args.tree).resolve())
+    if args.list or not args.harness:
+        import fuzz_harnesses
+
+        print("\n".join(sorted(fuzz_harnesses.HARNESSES)))
+        return 0
+
+    try:
+        if args.builtin:
+            raise ImportError
+        # RTLD_GLOBAL: atheris' libFuzzer exports the sanitizer-coverage callbacks that a
+        # KAFKA_PROTO_COVERAGE build of the Cython modules needs when it is loaded.
+        flags = sys.getdlopenflags()
+        sys.setdlopenflags(flags | os.RTLD_GLOBAL)
+        import atheris
+        sys.setdlopenflags(flags)
+    except ImportError:
+        atheris = None
+
+    if atheris is None:
+        import fuzz_driver
+        import fuzz_harnesses
+
+        check = fuzz_harnesses.HARNESSES[args.harness]
+        stats = fuzz_driver.run(args.harness, check, args.seconds, seed=args.seed,
+                                input_seconds=args.timeout, rss_limit_mb=args.rss_limit_mb)
+        print(f"{stats.harness}: {stats.inputs} inputs in {stats.seconds:.0f}s "
+              f"({stats.inputs / stats.seconds:.0f}/s), slowest {stats.slowest:.3f}s "
+              "(built-in mutator, no coverage feedback)")
+        return 0
+
+    if args.no_instrument:
+        _import_targets()
+    else:
+        with atheris.instrument_imports(include=["kafka_proto", "kafka_client",
+                                                 "fuzz_harnesses"]):
+            _import_targets()
+    import fuzz_harnesses
+
+    check = fuzz_harnesses.HARNESSES[args.harness]
+    work = Path(args.workdir or f"/tmp/kafka-fuzz/{args.harness}")
+    corpus = work / "corpus"
+    crashes = work / "crashes"
+    corpus.mkdir(parents=True, exist_ok=True)
+    crashes.mkdir(parents=True, exist_ok=True)
+    for seed in (ROOT / "tests" / "fuzz" / "corpus" / args.harness).iterdir():
+        shutil.copy(seed, corpus / seed.name)
+    fuzzer_argv = [
+        sys.argv[0],
+        str(corpus),
+        f"-max_total_time={args.seconds}",
+        f"-rss_limit_mb={args.rss_limit_mb}",
+        f"-timeout={args.timeout}",
+        f"-seed={args.seed}",
+        f"-artifact_prefix={crashes}/",
+        "-max_len=65536",
+        "-print_final_stats=1",
+        *args.libfuzzer_args,
+    ]
+    atheris.Setup(fuzzer_argv, check)
+    atheris.Fuzz()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

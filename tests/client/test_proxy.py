@@ -1,0 +1,401 @@
+"""FaultProxy: forwarding and each fault against a small echo server, then a real
+producer (confluent-kafka) through the proxy to Tansu while it cuts and stalls."""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from kafka_client._testing.proxy import Chaos, FaultProxy, proxied_tansu
+
+
+class EchoServer:
+    """Echoes every byte back; remembers how many bytes each connection received."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.received = []       # bytes received per connection, in accept order
+        self.errors = []         # exceptions seen by the handler (e.g. reset by peer)
+        self._threads = []
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self._stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            idx = len(self.received)
+            self.received.append(0)
+            t = threading.Thread(target=self._serve, args=(c, idx), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _serve(self, c, idx):
+        with c:
+            while True:
+                try:
+                    data = c.recv(65536)
+                except OSError as exc:
+                    self.errors.append(exc)
+                    return
+                if not data:
+                    return
+                self.received[idx] += len(data)
+                try:
+                    c.sendall(data)
+                except OSError as exc:
+                    self.errors.append(exc)
+                    return
+
+    def close(self):
+        self._stop = True
+        self.sock.close()
+
+
+@pytest.fixture
+def echo():
+    srv = EchoServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def proxy(echo):
+    p = FaultProxy("127.0.0.1", echo.port)
+    yield p
+    p.close()
+
+
+def connect(proxy, timeout=5.0):
+    s = socket.create_connection(proxy.address, timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def recv_exact(s, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def wait_for(cond, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def test_forwards_both_ways_and_counts(proxy, echo):
+    assert proxy.address == ("127.0.0.1", proxy.port)
+    assert proxy.bootstrap == f"127.0.0.1:{proxy.port}"
+    payload = os.urandom(3 << 20)  # more than the backpressure limit's socket buffers
+    with connect(proxy) as s:
+        sender = threading.Thread(target=s.sendall, args=(payload,))
+        sender.start()
+        got = recv_exact(s, len(payload))
+        sender.join()
+        assert got == payload
+        assert proxy.active == 1
+    wait_for(lambda: proxy.active == 0)
+    st = proxy.stats()
+    assert st["connections"] == 1
+    assert st["bytes_up"] == len(payload) and st["bytes_down"] == len(payload)
+    assert echo.received == [len(payload)]
+
+
+def test_many_connections(proxy):
+    socks = [connect(proxy) for _ in range(10)]
+    for i, s in enumerate(socks):
+        s.sendall(b"hello %d" % i)
+    for i, s in enumerate(socks):
+        assert recv_exact(s, len(b"hello %d" % i)) == b"hello %d" % i
+    assert proxy.connections == 10 and proxy.active == 10
+    for s in socks:
+        s.close()
+    wait_for(lambda: proxy.active == 0)
+
+
+def test_cut_closes_cleanly(proxy):
+    s = connect(proxy)
+    s.sendall(b"ping")
+    assert recv_exact(s, 4) == b"ping"
+    assert proxy.cut() == 1
+    assert proxy.active == 0 and proxy.cuts == 1
+    assert s.recv(10) == b""  # FIN, not RST
+    s.close()
+    # the proxy keeps accepting
+    with connect(proxy) as s2:
+        s2.sendall(b"again")
+        assert recv_exact(s2, 5) == b"again"
+
+
+def test_reset_sends_rst(proxy):
+    s = connect(proxy)
+    s.sendall(b"ping")
+    assert recv_exact(s, 4) == b"ping"
+    assert proxy.reset() == 1
+    assert proxy.resets == 1
+    with pytest.raises(ConnectionResetError):
+        s.recv(10)
+    s.close()
+
+
+def test_stall_holds_data_then_resume_delivers(proxy):
+    s = connect(proxy)
+    s.sendall(b"a")
+    assert recv_exact(s, 1) == b"a"
+    proxy.stall()
+    s.sendall(b"during-stall")
+    s.settimeout(0.3)
+    with pytest.raises(socket.timeout):
+        s.recv(100)
+    assert proxy.active == 1  # nothing closed
+    proxy.resume()
+    s.settimeout(5)
+    assert recv_exact(s, 12) == b"during-stall"
+    s.close()
+
+
+def test_stall_one_direction(proxy, echo):
+    s = connect(proxy)
+    proxy.stall("downstream")
+    s.sendall(b"xyz")
+    wait_for(lambda: echo.received and echo.received[0] == 3)  # upstream still flows
+    s.settimeout(0.3)
+    with pytest.raises(socket.timeout):
+        s.recv(10)
+    proxy.resume("downstream")
+    s.settimeout(5)
+    assert recv_exact(s, 3) == b"xyz"
+    s.close()
+
+
+def test_delay_adds_latency_and_keeps_order(proxy):
+    with connect(proxy) as s:
+        s.sendall(b"warm")
+        recv_exact(s, 4)
+        proxy.delay(0.15)
+        t0 = time.monotonic()
+        s.sendall(b"slow")
+        assert recv_exact(s, 4) == b"slow"
+        elapsed = time.monotonic() - t0
+        assert elapsed >= 0.28  # held on the way up and on the way down
+        for i in range(5):
+            s.sendall(b"%d" % i)
+        assert recv_exact(s, 5) == b"01234"
+        proxy.delay(0)
+        t0 = time.monotonic()
+        s.sendall(b"fast")
+        assert recv_exact(s, 4) == b"fast"
+        assert time.monotonic() - t0 < 0.1
+    with pytest.raises(ValueError):
+        proxy.delay(-1)
+
+
+def test_drop_after_upstream_cuts_mid_request(proxy, echo):
+    s = connect(proxy)
+    s.sendall(b"0123456789")
+    assert recv_exact(s, 10) == b"0123456789"
+    proxy.drop_after(25, "upstream")
+    assert proxy.drop_pending
+    s.sendall(b"A" * 20)
+    assert recv_exact(s, 20) == b"A" * 20  # not yet
+    s.sendall(b"B" * 20)  # the 25th byte is in here
+    got = b""
+    while True:
+        chunk = s.recv(100)
+        if not chunk:
+            break
+        got += chunk
+    assert got == b""  # closed as soon as the 25th byte went up, before any echo
+    wait_for(lambda: echo.received[0] == 35)  # exactly 5 of the 20 reached the server
+    time.sleep(0.05)
+    assert echo.received[0] == 35
+    assert proxy.drops == 1 and not proxy.drop_pending and proxy.active == 0
+    s.close()
+
+
+def test_drop_after_downstream_with_rst(proxy):
+    s = connect(proxy)
+    proxy.drop_after(3, "downstream", rst=True)
+    s.sendall(b"abcdef")
+    assert recv_exact(s, 3) == b"abc"
+    with pytest.raises(ConnectionResetError):
+        while s.recv(10):
+            pass
+    s.close()
+    assert proxy.drops == 1
+
+
+def test_refuse_then_accept_again(proxy):
+    with connect(proxy) as kept:
+        proxy.refuse(True)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(proxy.address, timeout=2)
+        kept.sendall(b"still")  # open connections keep working
+        assert recv_exact(kept, 5) == b"still"
+        proxy.refuse(False)
+        with connect(proxy) as s:
+            s.sendall(b"back")
+            assert recv_exact(s, 4) == b"back"
+
+
+def test_upstream_down_closes_client(echo):
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()  # nothing listens there now
+    with FaultProxy("127.0.0.1", port) as p:
+        # accepted, then reset at once: the error shows up in connect, send or recv
+        with pytest.raises(ConnectionError):
+            with connect(p) as s:
+                s.sendall(b"x")
+                if not s.recv(1):
+                    raise ConnectionError("closed")
+        wait_for(lambda: p.upstream_failures == 1)
+
+
+def test_only_loopback_targets():
+    for host in ("10.0.0.1", "example.com", "::1", "0.0.0.0"):
+        with pytest.raises(ValueError):
+            FaultProxy(host, 9092)
+    with FaultProxy("localhost", 9) as p:
+        assert p.target == ("127.0.0.1", 9)
+
+
+def test_chaos_seeded_and_bounded(proxy):
+    # The same seed gives the same actions.
+    c1 = proxy.chaos(seed=7, interval=0.02, duration=0.5,
+                     actions=("cut", "reset", "drop", "stall", "delay", "refuse"))
+    c1.join(5)
+    assert not c1.running and c1.error is None
+    assert len(c1.log) >= 5
+    c2 = Chaos(proxy, seed=7, interval=0.02, duration=0.5,
+               actions=("cut", "reset", "drop", "stall", "delay", "refuse"))
+    assert [c2.rng.choice(c2.actions) for _ in range(3)] != []  # generator usable
+    c3 = proxy.chaos(seed=7, interval=0.02, duration=0.5,
+                     actions=("cut", "reset", "drop", "stall", "delay", "refuse"))
+    c3.join(5)
+    n = min(len(c1.log), len(c3.log))
+    assert [a for _, a in c1.log[:n]] == [a for _, a in c3.log[:n]]
+    # afterwards the proxy forwards normally
+    with connect(proxy) as s:
+        s.sendall(b"ok")
+        assert recv_exact(s, 2) == b"ok"
+    with pytest.raises(ValueError):
+        proxy.chaos(seed=1, interval=0.1, duration=1, actions=("explode",))
+
+
+def test_echo_survives_chaos_with_retries(proxy):
+    """A client that reconnects and resends gets every message echoed under chaos."""
+    chaos = proxy.chaos(seed=3, interval=0.05, duration=1.5,
+                        actions=("cut", "reset", "stall", "drop"))
+    done = 0
+    reconnects = 0
+    deadline = time.monotonic() + 20
+    s = None
+    while done < 200 and time.monotonic() < deadline:
+        msg = b"message-%05d" % done
+        try:
+            if s is None:
+                s = connect(proxy, timeout=1.0)
+            s.sendall(msg)
+            if recv_exact(s, len(msg)) == msg:
+                done += 1
+        except OSError:
+            reconnects += 1
+            if s is not None:
+                s.close()
+            s = None
+            time.sleep(0.01)
+    if s is not None:
+        s.close()
+    chaos.stop()
+    assert done == 200
+    assert chaos.error is None
+    assert proxy.cuts + proxy.resets + proxy.drops > 0 or reconnects == 0
+
+
+# -- a real broker behind the proxy ------------------------------------------------------------
+
+def _tansu_or_skip():
+    from kafka_client._testing.brokers import tansu_binary
+
+    if tansu_binary() is None:
+        pytest.skip("tansu not available")
+
+
+@pytest.mark.integration
+def test_confluent_producer_through_proxy_recovers():
+    _tansu_or_skip()
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    n = 3000
+    with proxied_tansu() as (broker, proxy):
+        topic = "proxied-topic"
+        broker.create_topic(topic, partitions=2)
+        assert proxy.connections >= 1  # admin traffic already went through the proxy
+        errors = []
+        delivered = []
+
+        def on_delivery(err, msg):
+            if err is not None:
+                errors.append(err)
+            else:
+                delivered.append(msg.value())
+
+        producer = Producer({"bootstrap.servers": proxy.bootstrap,
+                             "enable.idempotence": True, "linger.ms": 2,
+                             "message.timeout.ms": 60000, "socket.timeout.ms": 3000,
+                             "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200})
+        before = proxy.connections
+        for i in range(n):
+            producer.produce(topic, value=b"%06d" % i, key=b"k%d" % (i % 10),
+                             on_delivery=on_delivery)
+            producer.poll(0)
+            if i == 500:
+                proxy.cut()
+            elif i == 1000:
+                proxy.stall()
+                time.sleep(0.3)
+                proxy.resume()
+            elif i == 1500:
+                proxy.reset()
+            elif i == 2000:
+                proxy.drop_after(50, "upstream")
+            if i % 100 == 0:
+                time.sleep(0.02)  # let requests go out between the faults
+        assert producer.flush(60) == 0
+        assert not errors, errors[:5]
+        assert sorted(delivered) == [b"%06d" % i for i in range(n)]
+        # The producer reconnected through the proxy (not around it).
+        assert proxy.connections > before
+        assert proxy.cuts + proxy.resets >= 1
+        assert proxy.bytes_up > n * 6
+
+        # Read back through the proxy: every value exactly once.
+        consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": "proxy-test",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
+        seen = []
+        deadline = time.monotonic() + 30
+        while len(seen) < n and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is None or m.error():
+                continue
+            seen.append(m.value())
+        consumer.close()
+        assert sorted(seen) == [b"%06d" % i for i in range(n)]

@@ -17,6 +17,7 @@ from .types import (
 
 __all__ = [
     "ClientConfig",
+    "Producer",
     "KafkaError",
     "KafkaException",
     "Message",
@@ -36,4 +37,8 @@ def __getattr__(name: str):  # PEP 562: lazy, so `python -m kafka_client.config`
         from .config import ClientConfig
 
         return ClientConfig
+    if name == "Producer":
+        from .producer.producer import Producer
+
+        return Producer
     raise AttributeError(f"module 'kafka_client' has no attribute {name!r}")

@@ -645,7 +645,7 @@ class BrokerConnection:
         if error is not None:
             self.last_error = error
             self.next_attempt = now + self.backoff.next_delay()
-            if was == READY:
+            if was == READY and error.code() != KafkaError._DESTROY:
                 _log.info("connection to %s:%s lost: %s", self.host, self.port, error.str())
             else:
                 _log.debug("connection to %s:%s failed: %s", self.host, self.port, error.str())

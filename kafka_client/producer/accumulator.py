@@ -1,0 +1,409 @@
+"""Per-partition accumulation of produced messages into record batches.
+
+``produce()`` appends each record, encoded at once, into its partition's open
+:class:`~kafka_proto.records.RecordBatchBuilder`; nothing per message is kept except the
+delivery callback (and the key/value it reports back) when there is one. A batch closes
+when it reaches ``batch.num.messages`` or ``batch.size``, when ``linger.ms`` has passed
+since its first message, or on ``flush()``; closed batches wait in their partition's
+``ready`` queue for the sender, in order.
+
+Messages for a topic whose metadata is not known yet wait in the topic's ``pending``
+list (librdkafka's unassigned queue) and are partitioned once the metadata arrives.
+
+Threads: ``produce()`` runs on application threads, the linger check and the sender on
+the I/O thread; both take :attr:`Accumulator.lock`.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+
+from kafka_client.errors import KafkaError, KafkaException
+from kafka_proto.records import RecordBatchBuilder
+
+try:
+    from kafka_client.producer.partitioners import TopicPartitioner
+except ImportError:  # pragma: no cover - placeholder until the partitioners land
+    TopicPartitioner = None  # type: ignore[assignment,misc]
+
+__all__ = ["Accumulator", "Batch", "PartitionState", "TopicState", "COMPRESSION_IDS"]
+
+COMPRESSION_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+#: Bytes a record adds beyond its key and value (varints, attributes; generous).
+RECORD_OVERHEAD = 24
+#: Bytes of a batch header (v2).
+BATCH_OVERHEAD = 61
+
+
+class Batch:
+    """One record batch of one partition, from its first message to its delivery report.
+
+    ``cbs`` holds ``(index, callback, key, value, headers)`` for the messages that have a
+    delivery callback (None when none has).
+    """
+
+    __slots__ = ("part", "builder", "created", "deadline", "cbs", "count", "nbytes",
+                 "data", "base_sequence", "attempts", "retry_at", "seq", "sent", "done",
+                 "pid", "epoch")
+
+    def __init__(self, part: "PartitionState", builder: RecordBatchBuilder, now: float,
+                 timeout: float, seq: int) -> None:
+        self.part = part
+        self.builder = builder
+        self.created = now
+        self.deadline = now + timeout if timeout > 0 else float("inf")
+        self.cbs: Optional[List[tuple]] = None
+        self.count = 0
+        self.nbytes = 0           # key + value bytes (for queue.buffering.max.kbytes)
+        self.data: Optional[bytes] = None  # the built batch, once sent
+        self.base_sequence = -1
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.seq = seq            # order of the batch within its partition
+        self.sent = False         # went out at least once (POSSIBLY_PERSISTED if lost)
+        self.done = False         # delivery report queued (late answers are ignored)
+        self.pid = -1
+        self.epoch = -1
+
+    def __repr__(self) -> str:
+        p = self.part
+        return f"<Batch {p.topic.name}[{p.index}] #{self.seq} {self.count} msgs>"
+
+
+class PartitionState:
+    """One partition's open batch, closed batches waiting to be sent, and the counters
+    the sender keeps (in flight, idempotence sequence)."""
+
+    __slots__ = ("topic", "index", "open", "ready", "in_flight", "next_seq", "batch_seq",
+                 "leader", "retrying")
+
+    def __init__(self, topic: "TopicState", index: int) -> None:
+        self.topic = topic
+        self.index = index
+        self.open: Optional[Batch] = None
+        self.ready: Deque[Batch] = deque()
+        self.in_flight = 0        # batches sent and not answered
+        self.next_seq = 0         # idempotence: sequence of the next new batch
+        self.batch_seq = 0        # counts batches, to keep retries in their place
+        self.leader = -1
+        self.retrying = False     # a batch waits to be resent: send nothing newer
+
+    def __repr__(self) -> str:
+        return f"<PartitionState {self.topic.name}[{self.index}]>"
+
+
+class TopicState:
+    """One topic: its partitions (None until metadata is known), the partitioner, and
+    messages waiting for the first metadata."""
+
+    __slots__ = ("name", "parts", "count", "choose", "pending", "unknown_since", "error",
+                 "available")
+
+    def __init__(self, name: str, choose: Callable[..., int]) -> None:
+        self.name = name
+        self.parts: Optional[List[PartitionState]] = None
+        self.count = 0
+        self.choose = choose
+        self.pending: List[tuple] = []
+        self.unknown_since: Optional[float] = None
+        self.error: Optional[KafkaError] = None   # set when the topic is known not to exist
+        self.available: Optional[List[int]] = None
+
+
+class Accumulator:
+    """Open and ready batches for every partition; the producer's hot path."""
+
+    def __init__(self, config: Any, wake: Callable[[float], None],
+                 want_topic: Callable[[str], None]) -> None:
+        self.lock = threading.Lock()
+        self.config = config
+        self.linger = config["linger.ms"] / 1000.0
+        self.batch_num = config["batch.num.messages"]
+        self.batch_size = config["batch.size"]
+        self.max_msgs = config["queue.buffering.max.messages"] or (1 << 62)
+        self.max_bytes = config["queue.buffering.max.kbytes"] * 1024
+        self.message_max = config["message.max.bytes"]
+        self.timeout = config["message.timeout.ms"] / 1000.0
+        self.compression = COMPRESSION_IDS[config["compression.type"]]
+        level = config["compression.level"]
+        self.compression_level = None if level < 0 else level
+        self.partitioner_name = config["partitioner"]
+        self.sticky_ms = config["sticky.partitioning.linger.ms"]
+        self.default_cb = config["on_delivery"]
+        self.report_only_error = config["delivery.report.only.error"]
+        self.topics: Dict[str, TopicState] = {}
+        self.msg_count = 0        # messages in the producer (until their report is served)
+        self.msg_bytes = 0
+        self.ready_parts: Set[PartitionState] = set()
+        self.open_order: Deque[Tuple[float, Batch]] = deque()  # (linger deadline, batch)
+        self.pending_topics: Set[TopicState] = set()
+        self.flushing = False
+        self._wake = wake                # wake(deadline): tell the I/O thread
+        self._want_topic = want_topic    # ask the I/O thread for a topic's metadata
+        self.initial_capacity = max(4096, min(self.batch_size, 256 * 1024))
+
+    # -- topics ------------------------------------------------------------------------
+    def _partitioner(self) -> Callable[..., int]:
+        if TopicPartitioner is not None:
+            return TopicPartitioner(self.partitioner_name, self.sticky_ms).choose
+        import random  # placeholder: spread everything at random
+
+        return lambda key, n, available=None: random.randrange(n)
+
+    def _new_topic(self, name: str) -> TopicState:
+        if not isinstance(name, str) or not name:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                            f"topic must be a non-empty str, not {name!r}"))
+        t = TopicState(name, self._partitioner())
+        self.topics[name] = t
+        self._want_topic(name)
+        return t
+
+    def set_partitions(self, t: TopicState, leaders: List[int]) -> None:
+        """I/O thread, under the lock: the topic's partition count and leaders."""
+        n = len(leaders)
+        parts = t.parts or []
+        if len(parts) < n:
+            parts = parts + [PartitionState(t, i) for i in range(len(parts), n)]
+        for i in range(n):
+            parts[i].leader = leaders[i]
+        t.parts = parts
+        t.count = n  # a shrunk partition count is ignored for queued batches (rare)
+        avail = [i for i, leader in enumerate(leaders) if leader >= 0]
+        t.available = avail if len(avail) < n else None
+        t.error = None
+        t.unknown_since = None
+
+    # -- the hot path ----------------------------------------------------------------
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                on_delivery: Optional[Callable] = None, timestamp: int = 0,
+                headers: Any = None, *, callback: Optional[Callable] = None) -> None:
+        """Encode one message into its partition's batch (see ``Producer.produce``)."""
+        if value is not None and value.__class__ is not bytes:
+            value = _as_bytes(value, "value")
+        if key is not None and key.__class__ is not bytes:
+            key = _as_bytes(key, "key")
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        if size > self.message_max:
+            raise KafkaException(KafkaError(
+                KafkaError.MSG_SIZE_TOO_LARGE,
+                f"Message of {size} bytes is larger than message.max.bytes "
+                f"({self.message_max})"))
+        if callback is not None:
+            on_delivery = callback
+        elif on_delivery is None:
+            on_delivery = self.default_cb
+        if headers is not None:
+            headers = _headers(headers)
+        with self.lock:
+            if self.msg_count >= self.max_msgs or self.msg_bytes + size > self.max_bytes:
+                raise BufferError("Local: Queue full")
+            t = self.topics.get(topic)
+            if t is None:
+                t = self._new_topic(topic)
+            parts = t.parts
+            if parts is None:
+                if t.error is not None:
+                    raise KafkaException(t.error)
+                if not isinstance(partition, int) or partition < -1:
+                    raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                                    f"invalid partition {partition!r}"))
+                t.pending.append((value, key, partition, on_delivery, timestamp, headers,
+                                  time.monotonic()))
+                self.pending_topics.add(t)
+                self.msg_count += 1
+                self.msg_bytes += size
+                return
+            if partition < 0:
+                partition = t.choose(key, t.count, t.available)
+            elif partition >= t.count:
+                raise KafkaException(KafkaError(
+                    KafkaError._UNKNOWN_PARTITION,
+                    f"{topic} has no partition {partition} ({t.count} partitions)"))
+            p = parts[partition]
+            b = p.open
+            if b is None or (b.count and b.builder.size_in_bytes + size + RECORD_OVERHEAD
+                             > self.batch_size):
+                if b is not None:
+                    self._close(p, b)
+                b = self._open(p)
+            b.builder.append(value, key, timestamp or None, headers)
+            if on_delivery is not None:
+                cbs = b.cbs
+                if cbs is None:
+                    cbs = b.cbs = []
+                cbs.append((b.count, on_delivery, key, value, headers))
+            b.count += 1
+            b.nbytes += size
+            self.msg_count += 1
+            self.msg_bytes += size
+            if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
+                self._close(p, b)
+
+    def produce_batch(self, topic: str, values: List[Any], keys: Optional[List[Any]] = None,
+                      partition: int = -1, on_delivery: Optional[Callable] = None,
+                      timestamp: int = 0) -> int:
+        """Append many messages in one call (see ``Producer.produce_batch``)."""
+        if not isinstance(values, (list, tuple)):
+            values = list(values)
+        n = len(values)
+        if keys is not None:
+            if not isinstance(keys, (list, tuple)):
+                keys = list(keys)
+            if len(keys) != n:
+                raise ValueError("keys and values differ in length")
+        if on_delivery is None:
+            on_delivery = self.default_cb
+        t = self.topics.get(topic)
+        known = t is not None and t.parts is not None
+        if not known or (partition < 0 and keys is not None) or on_delivery is not None:
+            # General path: one produce() per message (partitioning per key, callbacks).
+            done = 0
+            for i in range(n):
+                self.produce(topic, values[i], None if keys is None else keys[i], partition,
+                             on_delivery, timestamp)
+                done += 1
+            return done
+        msg_max = self.message_max
+        sizes = _total_len(values)
+        biggest = _max_len(values)
+        if keys is not None:
+            sizes += _total_len(keys)
+            biggest += _max_len(keys)
+        if biggest > msg_max:
+            raise KafkaException(KafkaError(
+                KafkaError.MSG_SIZE_TOO_LARGE,
+                f"A message of up to {biggest} bytes is larger than message.max.bytes "
+                f"({msg_max})"))
+        ts = timestamp or None
+        pos = 0
+        with self.lock:
+            if self.msg_count + n > self.max_msgs or self.msg_bytes + sizes > self.max_bytes:
+                raise BufferError("Local: Queue full")
+            if partition < 0:
+                partition = t.choose(None, t.count, t.available)
+            elif partition >= t.count:
+                raise KafkaException(KafkaError(
+                    KafkaError._UNKNOWN_PARTITION,
+                    f"{topic} has no partition {partition} ({t.count} partitions)"))
+            p = t.parts[partition]
+            avg = sizes // n + RECORD_OVERHEAD if n else 0
+            while pos < n:
+                b = p.open
+                if b is None:
+                    b = self._open(p)
+                room_n = self.batch_num - b.count
+                room_b = (self.batch_size - b.builder.size_in_bytes) // max(avg, 1)
+                take = min(n - pos, room_n, max(room_b, 1 if b.count == 0 else 0))
+                if take <= 0:
+                    self._close(p, b)
+                    continue
+                chunk = values[pos:pos + take] if (pos or take < n) else values
+                kchunk = None if keys is None else (keys[pos:pos + take]
+                                                    if (pos or take < n) else keys)
+                b.builder.append_many(chunk, kchunk, ts)
+                b.count += take
+                b.nbytes += sizes if chunk is values else (
+                    _total_len(chunk) + (0 if kchunk is None else _total_len(kchunk)))
+                pos += take
+                if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
+                    self._close(p, b)
+            self.msg_count += n
+            self.msg_bytes += sizes
+        return n
+
+    # -- batches (under the lock) -----------------------------------------------------
+    def _open(self, p: PartitionState) -> Batch:
+        now = time.monotonic()
+        builder = RecordBatchBuilder(self.compression, self.compression_level,
+                                     initial_capacity=self.initial_capacity)
+        b = Batch(p, builder, now, self.timeout, p.batch_seq)
+        p.batch_seq += 1
+        p.open = b
+        deadline = now + self.linger
+        self.open_order.append((deadline, b))
+        if self.flushing:
+            self._wake(0.0)
+        else:
+            self._wake(deadline)
+        return b
+
+    def _close(self, p: PartitionState, b: Batch) -> None:
+        if p.open is b:
+            p.open = None
+        p.ready.append(b)
+        self.ready_parts.add(p)
+        self._wake(0.0)
+
+    def close_expired(self, now: float, everything: bool = False) -> Optional[float]:
+        """I/O thread: close the batches whose linger is over (all with ``everything``).
+        Returns the next linger deadline."""
+        q = self.open_order
+        if not q:
+            return None
+        with self.lock:
+            while q:
+                deadline, b = q[0]
+                p = b.part
+                if p.open is not b:
+                    q.popleft()
+                    continue
+                if deadline > now and not everything and not self.flushing:
+                    return deadline
+                q.popleft()
+                self._close(p, b)
+        return None
+
+    def take_pending(self, t: TopicState) -> List[tuple]:
+        with self.lock:
+            out, t.pending = t.pending, []
+            self.pending_topics.discard(t)
+            return out
+
+    def total_queued(self) -> int:
+        return self.msg_count
+
+
+def _total_len(items: Any) -> int:
+    try:
+        return sum(map(len, items))  # C loop; a None in the list makes it fall back
+    except TypeError:
+        return sum(len(x) for x in items if x is not None)
+
+
+def _max_len(items: Any) -> int:
+    if not items:
+        return 0
+    try:
+        return max(map(len, items))
+    except TypeError:
+        return max((len(x) for x in items if x is not None), default=0)
+
+
+def _as_bytes(obj: Any, what: str) -> Any:
+    if isinstance(obj, str):
+        return obj.encode("utf-8")
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return bytes(obj)
+    raise TypeError(f"{what} must be bytes, str or None, not {type(obj).__name__}")
+
+
+def _headers(headers: Any) -> Optional[List[Tuple[str, Optional[bytes]]]]:
+    """confluent-kafka accepts a dict or a list of (key, value) pairs; values str, bytes or
+    None."""
+    items = headers.items() if isinstance(headers, dict) else headers
+    out = []
+    for item in items:
+        try:
+            k, v = item
+        except (TypeError, ValueError):
+            raise TypeError("headers must be a dict or a list of (key, value) pairs") from None
+        if not isinstance(k, str):
+            raise TypeError(f"header key must be str, not {type(k).__name__}")
+        if v is not None and not isinstance(v, bytes):
+            v = _as_bytes(v, "header value")
+        out.append((k, v))
+    return out or None

@@ -1,0 +1,116 @@
+"""The idempotent producer's state: producer id and epoch, and how Produce errors are
+read when sequence numbers are in play (librdkafka's rules, as far as implemented).
+
+* Before the first batch goes out, InitProducerId gives a producer id and epoch.
+* Each partition numbers its records: a batch gets ``base_sequence`` = the partition's
+  next sequence when it is first sent, and keeps it on every retry (the broker drops a
+  batch it already has: DUPLICATE_SEQUENCE_NUMBER counts as delivered).
+* At most ``max.in.flight.requests.per.connection`` (<= 5) batches of a partition are in
+  flight; a batch to be retried waits until the partition has nothing in flight, so the
+  broker sees sequences in order again.
+* OUT_OF_ORDER_SEQUENCE_NUMBER right after an earlier batch of the same partition failed
+  is a consequence of that failure and is retried; on its own, it means a gap the
+  producer cannot explain, and UNKNOWN_PRODUCER_ID / INVALID_PRODUCER_EPOCH mean the
+  producer's identity is gone: all are fatal (the guarantee cannot hold), the producer
+  fails every queued message with ``_FATAL`` and refuses new ones.
+* When a batch that was sent times out (message.timeout.ms), the partition's sequence
+  would have a gap: librdkafka then bumps the epoch (a new InitProducerId) and restarts
+  every sequence at 0 once nothing is in flight. Here: :meth:`Idempotence.request_bump`
+  and the sender's drain-then-reinit step.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any, Optional
+
+from kafka_client.errors import KafkaError
+
+__all__ = ["Idempotence", "restamp", "NOT_PERSISTED", "POSSIBLY_PERSISTED", "PERSISTED",
+           "OUT_OF_ORDER_SEQUENCE_NUMBER", "DUPLICATE_SEQUENCE_NUMBER",
+           "INVALID_PRODUCER_EPOCH", "UNKNOWN_PRODUCER_ID"]
+
+_log = logging.getLogger("kafka_client.producer.idempotence")
+
+# librdkafka's rd_kafka_msg_status_t values (confluent-kafka has no names for them).
+NOT_PERSISTED = 0
+POSSIBLY_PERSISTED = 1
+PERSISTED = 2
+
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_PRODUCER_EPOCH = 47
+UNKNOWN_PRODUCER_ID = 59
+
+_PID = struct.Struct(">qhi")  # producer id, epoch, base sequence at offset 43 of a batch
+_CRC_FROM = 21                # the CRC covers attributes .. end
+_CRC_AT = 17
+
+
+def restamp(batch: bytes, producer_id: int, epoch: int, base_sequence: int) -> bytes:
+    """A built v2 batch with a new producer id, epoch and base sequence (CRC redone)."""
+    from kafka_proto._crc import crc32c
+
+    buf = bytearray(batch)
+    _PID.pack_into(buf, 43, producer_id, epoch, base_sequence)
+    crc = crc32c(memoryview(buf)[_CRC_FROM:])
+    struct.pack_into(">I", buf, _CRC_AT, crc)
+    return bytes(buf)
+
+
+class Idempotence:
+    """Producer id/epoch and the fatal-error latch (I/O thread; ``fatal`` is read by the
+    application thread too)."""
+
+    def __init__(self, config: Any) -> None:
+        self.enabled = bool(config["enable.idempotence"])
+        self.gapless = bool(config["enable.gapless.guarantee"])
+        self.txn_timeout_ms = config["transaction.timeout.ms"]
+        self.producer_id = -1
+        self.epoch = -1
+        self.init_in_flight = False
+        self.init_retry_at = 0.0
+        self.init_failures = 0
+        self.bump_wanted = False
+        self.fatal: Optional[KafkaError] = None
+
+    @property
+    def ready(self) -> bool:
+        return not self.enabled or (self.producer_id >= 0 and not self.bump_wanted)
+
+    def request_bump(self, reason: str) -> None:
+        if not self.bump_wanted:
+            _log.info("idempotent producer: epoch bump needed (%s)", reason)
+        self.bump_wanted = True
+
+    def init_request(self) -> Any:
+        from kafka_proto.messages import InitProducerIdRequest
+
+        return InitProducerIdRequest(transactional_id=None,
+                                     transaction_timeout_ms=self.txn_timeout_ms,
+                                     producer_id=self.producer_id,
+                                     producer_epoch=self.epoch)
+
+    def on_init(self, resp: Any, err: Optional[KafkaError], now: float,
+                backoff: float) -> bool:
+        """Digest an InitProducerId answer; True if a producer id is now known."""
+        self.init_in_flight = False
+        code = err.code() if err is not None else resp.error_code
+        if code == 0:
+            self.producer_id = resp.producer_id
+            self.epoch = resp.producer_epoch
+            self.bump_wanted = False
+            self.init_failures = 0
+            _log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
+            return True
+        self.init_failures += 1
+        self.init_retry_at = now + min(backoff * (2 ** min(self.init_failures, 6)), 5.0)
+        _log.info("InitProducerId failed (%s); retrying", err.str() if err else code)
+        return False
+
+    def set_fatal(self, error: KafkaError) -> KafkaError:
+        if self.fatal is None:
+            self.fatal = KafkaError(KafkaError._FATAL, f"Fatal error: {error.name()}: "
+                                    f"{error.str()}", fatal=True)
+            _log.error("idempotent producer: fatal error: %s", error.str())
+        return self.fatal

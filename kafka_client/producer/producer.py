@@ -1,0 +1,385 @@
+"""``Producer``: confluent-kafka's producer API on our own I/O thread and codec.
+
+    from kafka_client import Producer
+
+    with Producer({"bootstrap.servers": "localhost:9092"}) as p:
+        p.produce("topic", b"value", key=b"key", on_delivery=report)
+        p.poll(0)
+    # leaving the block flushes
+
+``produce()`` encodes the message into its partition's batch and returns; the I/O
+thread sends batches and queues delivery reports, which ``poll()`` and ``flush()`` hand
+to the callbacks on the calling thread, as librdkafka does.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+
+from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
+from kafka_client._cluster.metadata import ClusterMetadata
+from kafka_client._net.io_thread import IOThread
+from kafka_client.config import ClientConfig
+from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.producer.accumulator import Accumulator
+from kafka_client.producer.idempotence import Idempotence
+from kafka_client.producer.sender import Report, Sender
+from kafka_client.types import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Message,
+)
+
+__all__ = ["Producer", "DeliveredMessage", "PURGE_QUEUE", "PURGE_INFLIGHT",
+           "PURGE_NON_BLOCKING"]
+
+_log = logging.getLogger("kafka_client.producer")
+
+# purge() flags, as librdkafka's RD_KAFKA_PURGE_F_*
+PURGE_QUEUE = 1
+PURGE_INFLIGHT = 2
+PURGE_NON_BLOCKING = 4
+
+_instances = 0
+
+
+class DeliveredMessage(Message):
+    """A delivery-report message: a :class:`~kafka_client.types.Message` plus the
+    persistence status librdkafka reports (``status()``: 0 NOT_PERSISTED,
+    1 POSSIBLY_PERSISTED, 2 PERSISTED)."""
+
+    __slots__ = ("_status",)
+
+    def status(self) -> int:
+        return self._status
+
+
+class Producer:
+    """A Kafka producer configured with librdkafka property names.
+
+    ``Producer(config)``; ``config`` may also be given as keyword arguments with
+    underscores or as a dict plus keyword overrides. Invalid configuration raises
+    :class:`KafkaException` (``_INVALID_ARG``) naming the property.
+    """
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
+        global _instances
+        conf = dict(config or {})
+        for k, v in kwargs.items():
+            conf[k.replace("_", ".") if k not in ("on_delivery", "error_cb", "stats_cb",
+                                                  "throttle_cb", "logger") else k] = v
+        self._closed = True
+        self._config = cfg = ClientConfig.from_dict(conf, role="producer")
+        logger = cfg["logger"]
+        self._log = logger if logger is not None else _log
+        _instances += 1
+        self._io = IOThread(name=f"kafka-producer-{_instances}")
+        self._cluster = Cluster(cfg, self._io)
+        self._reports: Deque[Report] = deque()
+        self._report_event = threading.Event()
+        self._acc = Accumulator(cfg, self._wake_for, self._want_topic)
+        self._idem = Idempotence(cfg)
+        self._sender = Sender(cfg, self._acc, self._cluster, self._idem, self._on_report)
+        self._io.add_tick(self._sender.tick)
+        self._error_cb: Optional[Callable] = cfg["error_cb"]
+        self._stats_cb: Optional[Callable] = cfg["stats_cb"]
+        self._stats_interval = cfg["statistics.interval.ms"] / 1000.0
+        self._next_stats = time.monotonic() + self._stats_interval
+        self._started = time.monotonic()
+        self._report_only_error = cfg["delivery.report.only.error"]
+        self._closed = False
+        # Hot path: produce is the accumulator's method, no extra call per message.
+        self.produce = self._produce_checked if self._idem.enabled else self._acc.produce
+        self._io.start()
+        if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
+            self._log.warning("No bootstrap.servers configured: nothing will be delivered")
+
+    # -- plumbing ----------------------------------------------------------------------
+    def _wake_for(self, deadline: float) -> None:
+        io = self._io
+        if deadline <= 0.0:
+            io.wake()
+        elif io.sleeping_until > deadline:
+            io.wake()
+
+    def _want_topic(self, name: str) -> None:
+        self._io.call_soon(self._cluster.want_topics, [name])
+
+    def _on_report(self, report: Report) -> None:
+        self._reports.append(report)
+        self._report_event.set()
+
+    # -- the API -------------------------------------------------------------------------
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                on_delivery: Optional[Callable] = None, timestamp: int = 0,
+                headers: Any = None, *, callback: Optional[Callable] = None) -> None:
+        """Queue one message: encoded into its partition's batch at once.
+
+        ``value``/``key``: bytes, str (UTF-8 encoded) or None. ``partition`` -1 lets the
+        ``partitioner`` choose. ``on_delivery(err, msg)`` (alias ``callback``) runs from
+        :meth:`poll`/:meth:`flush` once the message is delivered or failed.
+        ``timestamp``: milliseconds since the epoch, 0 = now. ``headers``: dict or list of
+        ``(str, bytes|str|None)``. Raises ``BufferError`` when
+        ``queue.buffering.max.messages``/``kbytes`` is reached (call :meth:`poll`) and
+        :class:`KafkaException` for a message over ``message.max.bytes``
+        (MSG_SIZE_TOO_LARGE) or a partition that does not exist (_UNKNOWN_PARTITION).
+        """
+        # Replaced per instance in __init__; kept for documentation and subclasses.
+        self._acc.produce(topic, value, key, partition, on_delivery, timestamp, headers,
+                          callback=callback)
+
+    def _produce_checked(self, topic: str, value: Any = None, key: Any = None,
+                         partition: int = -1, on_delivery: Optional[Callable] = None,
+                         timestamp: int = 0, headers: Any = None, *,
+                         callback: Optional[Callable] = None) -> None:
+        fatal = self._idem.fatal
+        if fatal is not None:
+            raise KafkaException(fatal)
+        self._acc.produce(topic, value, key, partition, on_delivery, timestamp, headers,
+                          callback=callback)
+
+    def produce_batch(self, topic: str, values: Sequence[Any],
+                      keys: Optional[Sequence[Any]] = None, partition: int = -1,
+                      on_delivery: Optional[Callable] = None, timestamp: int = 0) -> int:
+        """Queue many messages in one call; returns how many were queued (all of them,
+        or an exception). Without keys, callbacks or an ``on_delivery`` default, the
+        values go into the batch builder in bulk (the fast path); otherwise each message
+        is handled as by :meth:`produce`. Raises ``BufferError`` without queuing any if
+        they do not all fit."""
+        if self._idem.fatal is not None:
+            raise KafkaException(self._idem.fatal)
+        return self._acc.produce_batch(topic, values, keys, partition, on_delivery,
+                                       timestamp)
+
+    def poll(self, timeout: Optional[float] = None) -> int:
+        """Serve delivery reports (and error/stats callbacks), waiting up to ``timeout``
+        seconds (None or -1: until one arrives) for the first. Returns the number of
+        events served."""
+        n = self._serve()
+        if n or timeout == 0:
+            return n
+        deadline = float("inf") if timeout is None or timeout < 0 else \
+            time.monotonic() + timeout
+        ev = self._report_event
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self._serve()
+            # Short slices: Ctrl-C gets through, stats and errors keep flowing.
+            ev.wait(min(remaining, 0.2))
+            n = self._serve()
+            if n:
+                return n
+
+    def flush(self, timeout: Optional[float] = None) -> int:
+        """Send everything now (linger cut short), wait up to ``timeout`` seconds (None:
+        no limit) until every message got its delivery report; returns how many are still
+        in the producer (0 = all delivered)."""
+        deadline = float("inf") if timeout is None or timeout < 0 else \
+            time.monotonic() + timeout
+        acc = self._acc
+        acc.flushing = True
+        self._io.wake()
+        try:
+            while True:
+                self._serve()
+                if acc.msg_count <= 0:
+                    return 0
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return acc.msg_count
+                self._report_event.wait(min(remaining, 0.1))
+        finally:
+            acc.flushing = False
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True,
+              blocking: bool = True) -> None:
+        """Fail queued messages (``_PURGE_QUEUE``) and/or those in flight
+        (``_PURGE_INFLIGHT``); their reports come from the next :meth:`poll`/:meth:`flush`.
+        Late answers to purged requests are ignored."""
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                self._sender.purge(
+                    KafkaError(KafkaError._PURGE_QUEUE) if in_queue else None,
+                    KafkaError(KafkaError._PURGE_INFLIGHT) if in_flight else None,
+                    in_flight)
+            finally:
+                done.set()
+
+        self._io.call_soon(run)
+        if blocking:
+            _wait_interruptibly(done, time.monotonic() + 30)
+
+    def __len__(self) -> int:
+        """Messages in the producer: queued, in flight, or waiting for poll() to serve
+        their delivery report."""
+        return self._acc.msg_count
+
+    def list_topics(self, topic: Optional[str] = None,
+                    timeout: float = -1) -> ClusterMetadata:
+        """Cluster metadata (every topic, or only ``topic``) from one Metadata request,
+        waited for at most ``timeout`` seconds (-1: socket.timeout.ms)."""
+        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
+                                         else timeout)
+
+    def close(self, timeout: Optional[float] = None) -> int:
+        """Flush (up to ``timeout`` s), then stop the I/O thread and close connections.
+        Returns the messages left undelivered. (An addition: confluent-kafka's producer
+        is closed by garbage collection.)"""
+        if self._closed:
+            return 0
+        left = self.flush(timeout)
+        self._shutdown()
+        return left
+
+    def _shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        io = self._io
+        done = threading.Event()
+
+        def stop() -> None:
+            try:
+                self._cluster.close()
+            finally:
+                done.set()
+
+        io.call_soon(stop)
+        done.wait(5)
+        io.stop(5)
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self._shutdown()
+        except Exception:
+            pass
+
+    # -- reports -------------------------------------------------------------------------
+    def _serve(self) -> int:
+        served = 0
+        reports = self._reports
+        if reports:
+            self._report_event.clear()
+            acc = self._acc
+            only_err = self._report_only_error
+            while reports:
+                batch, err, base, append_time, status, msgs, topic = reports.popleft()
+                if batch is not None:
+                    count = batch.count
+                    nbytes = batch.nbytes
+                    cbs = batch.cbs
+                    if cbs and not (only_err and err is None):
+                        self._call_batch(batch, cbs, err, base, append_time, status, topic)
+                else:
+                    count = len(msgs)
+                    nbytes = 0
+                    for value, key, partition, cb, ts, headers, at in msgs:
+                        nbytes += ((len(value) if value is not None else 0)
+                                   + (len(key) if key is not None else 0))
+                        if cb is not None:
+                            m = DeliveredMessage(topic, partition, -1, key, value, headers, err,
+                                                 (TIMESTAMP_CREATE_TIME, ts), None)
+                            m._status = status
+                            _call(cb, err, m)
+                with acc.lock:
+                    acc.msg_count -= count
+                    acc.msg_bytes -= nbytes
+                served += count
+        errors = self._cluster.take_errors()
+        if errors:
+            for e in errors:
+                if self._error_cb is not None:
+                    _call1(self._error_cb, e)
+                else:
+                    self._log.debug("client error: %s", e.str())
+            served += len(errors)
+        if self._stats_interval > 0 and self._stats_cb is not None:
+            now = time.monotonic()
+            if now >= self._next_stats:
+                self._next_stats = now + self._stats_interval
+                _call1(self._stats_cb, self._stats_json())
+                served += 1
+        return served
+
+    def _call_batch(self, batch: Any, cbs: List[tuple], err: Optional[KafkaError], base: int,
+                    append_time: int, status: int, topic: str) -> None:
+        partition = batch.part.index
+        now = time.monotonic()
+        latency = now - batch.created
+        if append_time is not None and append_time >= 0:
+            tstamp = (TIMESTAMP_LOG_APPEND_TIME, append_time)
+        else:
+            tstamp = None
+        for index, cb, key, value, headers in cbs:
+            m = DeliveredMessage(topic, partition, base + index if base >= 0 else -1001
+                                 if err is not None else -1, key, value, headers, err,
+                                 tstamp or (TIMESTAMP_CREATE_TIME, -1), latency)
+            m._status = status
+            _call(cb, err, m)
+
+    def _stats_json(self) -> str:
+        """Statistics in librdkafka's JSON shape (a subset)."""
+        now = time.monotonic()
+        s = self._sender
+        brokers = {}
+        for conn in list(self._cluster.conns.values()):
+            name = f"{conn.host}:{conn.port}/{conn.node_id}"
+            avg = conn.rtt_sum / conn.rtt_count if conn.rtt_count else 0
+            brokers[name] = {
+                "name": name, "nodeid": conn.node_id, "state": conn.state.upper(),
+                "outbuf_cnt": conn.queued, "waitresp_cnt": conn.in_flight,
+                "tx": conn.tx_requests, "txbytes": conn.tx_bytes, "rxbytes": conn.rx_bytes,
+                "connects": conn.connect_count,
+                "rtt": {"avg": int(avg * 1e6), "max": int(conn.rtt_max * 1e6),
+                        "cnt": conn.rtt_count},
+                "int_latency": {"avg": 0, "cnt": 0},
+                "outbuf_latency": {"avg": 0, "cnt": 0},
+            }
+        sizes = list(s.batch_sizes)
+        counts = list(s.batch_counts)
+        topics = {}
+        for name, t in list(self._acc.topics.items()):
+            topics[name] = {
+                "topic": name, "age": int((now - self._started) * 1000),
+                "batchsize": {"avg": int(sum(sizes) / len(sizes)) if sizes else 0,
+                              "max": max(sizes, default=0), "cnt": len(sizes)},
+                "batchcnt": {"avg": int(sum(counts) / len(counts)) if counts else 0,
+                             "max": max(counts, default=0), "cnt": len(counts)},
+                "partitions": {str(p.index): {"partition": p.index, "leader": p.leader,
+                                              "msgq_cnt": p.in_flight}
+                               for p in (t.parts or ())},
+            }
+        doc = {
+            "name": self._io.name, "client_id": self._config["client.id"], "type": "producer",
+            "ts": int(time.time() * 1e6), "time": int(time.time()),
+            "age": int((now - self._started) * 1e6),
+            "msg_cnt": self._acc.msg_count, "msg_size": self._acc.msg_bytes,
+            "msg_max": self._acc.max_msgs, "msg_size_max": self._acc.max_bytes,
+            "txmsgs": s.tx_msgs, "tx": s.tx_requests,
+            "brokers": brokers, "topics": topics,
+        }
+        return json.dumps(doc)
+
+
+def _call(cb: Callable, err: Optional[KafkaError], msg: Message) -> None:
+    cb(err, msg)
+
+
+def _call1(cb: Callable, arg: Any) -> None:
+    try:
+        cb(arg)
+    except Exception:
+        _log.exception("callback failed")

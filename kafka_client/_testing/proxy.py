@@ -23,12 +23,18 @@ client (responses).
 
 **Brokers advertise their own address.** A Kafka client bootstraps from the address it
 is given, then connects to the host:port the broker advertises in Metadata, which would
-bypass the proxy after the first request. So the broker behind the proxy must advertise
-the *proxy's* port. Tansu takes ``--advertised-listener-url``: :class:`ProxiedTansu`
-starts a Tansu that listens on its own port and advertises the proxy's, and
-:func:`proxied_tansu` builds the pair (broker started, proxy in front). noida-db has no
-such option (it advertises its bind address), so it cannot sit behind this proxy for
-clients that follow metadata.
+bypass the proxy after the first request. Two ways keep it behind the proxy:
+
+* ``FaultProxy(..., rewrite_addresses=True)``: the proxy follows the request frames going
+  up, and in the responses to Metadata, FindCoordinator and DescribeCluster replaces
+  every broker entry with the target's port by its own address (decoded and re-encoded
+  with :mod:`kafka_proto.messages`; other frames pass untouched, as they come). Works
+  with any single broker (noida-db, Tansu). ``proxy.rewritten`` counts the responses
+  changed.
+* A broker told to advertise the proxy's port. Tansu takes ``--advertised-listener-url``:
+  :class:`ProxiedTansu` listens on its own port and advertises the proxy's, and
+  :func:`proxied_tansu` builds the pair (broker started, proxy in front). This one does
+  not depend on the codec under test.
 """
 from __future__ import annotations
 
@@ -107,10 +113,109 @@ class _Pipe:
         self.close_after: Optional[bool] = None   # drop_after hit: close (rst?) when drained
 
 
-class _Conn:
-    __slots__ = ("id", "client", "upstream", "pipes", "closed", "registered")
+# APIs whose responses carry broker addresses: Metadata, FindCoordinator, DescribeCluster.
+_ADDRESS_APIS = frozenset({3, 10, 60})
+_INT32 = struct.Struct(">i")
 
-    def __init__(self, cid: int, client: socket.socket, upstream: socket.socket) -> None:
+
+class _RequestScanner:
+    """Follows request frame boundaries going up and notes the correlation id, API key
+    and version of the requests whose responses carry broker addresses."""
+
+    __slots__ = ("pending", "_head", "_skip")
+
+    def __init__(self, pending: Dict[int, Tuple[int, int]]) -> None:
+        self.pending = pending
+        self._head = bytearray()   # size, api key, api version, correlation id
+        self._skip = 0             # bytes of the current frame still to pass
+
+    def observe(self, data: bytes) -> None:
+        i, n = 0, len(data)
+        while i < n:
+            if self._skip:
+                take = min(self._skip, n - i)
+                self._skip -= take
+                i += take
+                continue
+            take = min(12 - len(self._head), n - i)
+            self._head += data[i:i + take]
+            i += take
+            if len(self._head) == 12:
+                size, key, version, cid = struct.unpack(">ihhi", self._head)
+                self._head.clear()
+                self._skip = max(0, size - 8)
+                if key in _ADDRESS_APIS:
+                    self.pending[cid] = (key, version)
+
+
+class _ResponseRewriter:
+    """Follows response frames going down; passes most through as they come and holds
+    the ones answering :class:`_RequestScanner`'s requests whole, to rewrite them."""
+
+    __slots__ = ("pending", "rewrite", "_buf", "_mode", "_left", "_api")
+
+    def __init__(self, pending: Dict[int, Tuple[int, int]],
+                 rewrite: Callable[[int, int, bytes], bytes]) -> None:
+        self.pending = pending
+        self.rewrite = rewrite
+        self._buf = bytearray()
+        self._mode = 0        # 0: reading size + correlation id, 1: passing, 2: holding
+        self._left = 0
+        self._api: Tuple[int, int] = (0, 0)
+
+    def feed(self, data: bytes) -> bytes:
+        out = bytearray()
+        i, n = 0, len(data)
+        while i < n:
+            if self._mode == 1:
+                take = min(self._left, n - i)
+                out += data[i:i + take]
+            elif self._mode == 2:
+                take = min(self._left, n - i)
+                self._buf += data[i:i + take]
+            else:
+                take = min(8 - len(self._buf), n - i)
+                self._buf += data[i:i + take]
+                i += take
+                if len(self._buf) == 8:
+                    size, cid = struct.unpack(">ii", self._buf)
+                    self._left = max(0, size - 4)
+                    api = self.pending.pop(cid, None)
+                    if api is None:
+                        out += self._buf
+                        self._buf.clear()
+                        self._mode = 1
+                    else:
+                        self._api = api
+                        self._mode = 2
+                    if not self._left:
+                        self._finish(out)
+                continue
+            i += take
+            self._left -= take
+            if not self._left:
+                self._finish(out)
+        return bytes(out)
+
+    def _finish(self, out: bytearray) -> None:
+        if self._mode == 2:
+            frame = bytes(self._buf)
+            try:
+                out += self.rewrite(self._api[0], self._api[1], frame)
+            except Exception as exc:  # leave what we cannot parse as it was
+                log.warning("proxy: could not rewrite API %s v%s response: %s",
+                            self._api[0], self._api[1], exc)
+                out += frame
+            self._buf.clear()
+        self._mode = 0
+
+
+class _Conn:
+    __slots__ = ("id", "client", "upstream", "pipes", "closed", "registered", "scanner",
+                 "rewriter")
+
+    def __init__(self, cid: int, client: socket.socket, upstream: socket.socket,
+                 rewrite: Optional[Callable[[int, int, bytes], bytes]] = None) -> None:
         self.id = cid
         self.client = client
         self.upstream = upstream
@@ -118,6 +223,12 @@ class _Conn:
                       DOWNSTREAM: _Pipe(DOWNSTREAM, upstream, client)}
         self.closed = False
         self.registered: Dict[socket.socket, int] = {}
+        self.scanner: Optional[_RequestScanner] = None
+        self.rewriter: Optional[_ResponseRewriter] = None
+        if rewrite is not None:
+            pending: Dict[int, Tuple[int, int]] = {}
+            self.scanner = _RequestScanner(pending)
+            self.rewriter = _ResponseRewriter(pending, rewrite)
 
 
 class FaultProxy:
@@ -131,8 +242,10 @@ class FaultProxy:
     """
 
     def __init__(self, target_host: str, target_port: int, port: int = 0,
-                 name: str = "proxy") -> None:
+                 name: str = "proxy", rewrite_addresses: bool = False) -> None:
         self.target = (_loopback_only(target_host), int(target_port))
+        self.rewrite_addresses = rewrite_addresses
+        self.rewritten = 0
         self.name = name
         self.connections = 0
         self.bytes_up = 0
@@ -412,7 +525,8 @@ class FaultProxy:
                 s.setblocking(False)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._ids += 1
-            conn = _Conn(self._ids, client, upstream)
+            conn = _Conn(self._ids, client, upstream,
+                         self._rewrite_response if self.rewrite_addresses else None)
             self._conns[conn.id] = conn
             self._register(conn)
 
@@ -462,6 +576,13 @@ class FaultProxy:
             pipe.eof = True
             self._pump(conn, pipe)
             return
+        if conn.scanner is not None:
+            if pipe.direction == UPSTREAM:
+                conn.scanner.observe(data)
+            else:
+                data = conn.rewriter.feed(data)  # type: ignore[union-attr]
+                if not data:
+                    return  # part of a response being held for rewriting
         trigger_key = pipe.direction if pipe.direction in self._drop else (
             "any" if "any" in self._drop else None)
         if trigger_key is not None:
@@ -520,6 +641,41 @@ class FaultProxy:
             other = conn.pipes[DOWNSTREAM if pipe.direction == UPSTREAM else UPSTREAM]
             if other.shut:
                 self._close_conn(conn, rst=False)
+
+    def _rewrite_response(self, api_key: int, api_version: int, frame: bytes) -> bytes:
+        """A Metadata / FindCoordinator / DescribeCluster response frame (size prefix
+        included) with the target's address replaced by the proxy's."""
+        from kafka_proto.framing import decode_response_header
+        from kafka_proto.messages import response_class
+
+        _cid, body = decode_response_header(memoryview(frame)[4:], api_key, api_version)
+        header_end = len(frame) - len(body)
+        response = response_class(api_key).decode(body, api_version)
+        target_port = self.target[1]
+        changed = 0
+
+        def fix(entry) -> None:
+            nonlocal changed
+            if entry.port == target_port:
+                entry.host = _LOOPBACK
+                entry.port = self.port
+                changed += 1
+
+        if api_key == 10:
+            if api_version < 4:
+                fix(response)
+            else:
+                for entry in response.coordinators:
+                    fix(entry)
+        else:
+            for entry in response.brokers:
+                fix(entry)
+        if not changed:
+            return frame
+        self.rewritten += 1
+        new_body = response.encode(api_version)
+        header = frame[4:header_end]
+        return _INT32.pack(len(header) + len(new_body)) + header + new_body
 
     def _close_conn(self, conn: _Conn, rst: bool) -> None:
         if conn.closed:

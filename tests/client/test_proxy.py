@@ -3,6 +3,7 @@ producer (confluent-kafka) through the proxy to Tansu while it cuts and stalls."
 from __future__ import annotations
 
 import os
+import struct
 import socket
 import threading
 import time
@@ -452,3 +453,90 @@ def test_confluent_idempotent_producer_under_chaos_exactly_once_in_order():
         consumer.close()
         for p in range(partitions):
             assert per_partition[p] == list(range(p, n, partitions)), f"partition {p}"
+
+
+# -- address rewriting -------------------------------------------------------------------------
+
+def _metadata_response_frame(correlation_id, version, port, host="127.0.0.1"):
+    from kafka_proto.framing import response_header_version
+    from kafka_proto.messages import MetadataResponse
+
+    resp = MetadataResponse(brokers=[
+        MetadataResponse.MetadataResponseBroker(node_id=1, host=host, port=port),
+        MetadataResponse.MetadataResponseBroker(node_id=2, host="127.0.0.1", port=1)],
+        topics=[])
+    body = resp.encode(version)
+    header = struct.pack(">i", correlation_id)
+    if response_header_version(3, version) == 1:
+        header += b"\x00"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def _request_frame(api_key, version, correlation_id, extra=b"xyz"):
+    payload = struct.pack(">hhi", api_key, version, correlation_id) + extra
+    return struct.pack(">i", len(payload)) + payload
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_rewriter_split_anywhere(version, step):
+    from kafka_client._testing.proxy import _RequestScanner, _ResponseRewriter
+    from kafka_proto.messages import MetadataResponse
+
+    with FaultProxy("127.0.0.1", 9092, rewrite_addresses=True) as p:
+        pending = {}
+        scanner = _RequestScanner(pending)
+        rewriter = _ResponseRewriter(pending, p._rewrite_response)
+        up = _request_frame(18, 3, 1) + _request_frame(3, version, 2) + _request_frame(0, 9, 3)
+        for i in range(0, len(up), step):
+            scanner.observe(up[i:i + step])
+        assert pending == {2: (3, version)}
+        other1 = struct.pack(">ii", 6, 1) + b"ab"  # a response we do not touch
+        meta = _metadata_response_frame(2, version, 9092)
+        other3 = struct.pack(">ii", 4, 3)
+        down = other1 + meta + other3
+        out = b"".join(rewriter.feed(down[i:i + step]) for i in range(0, len(down), step))
+        assert out.startswith(other1) and out.endswith(other3)
+        new_meta = out[len(other1):len(out) - len(other3)]
+        (size,) = struct.unpack_from(">i", new_meta)
+        assert size == len(new_meta) - 4
+        from kafka_proto.framing import decode_response_header
+        cid, body = decode_response_header(new_meta[4:], 3, version)
+        assert cid == 2
+        decoded = MetadataResponse.decode(body, version)
+        assert [(b.node_id, b.host, b.port) for b in decoded.brokers] == [
+            (1, "127.0.0.1", p.port), (2, "127.0.0.1", 1)]
+        assert p.rewritten == 1 and pending == {}
+
+
+def test_proxy_with_rewriting_keeps_client_behind_it(broker, topic_name):
+    """Any broker (Tansu, noida-db) behind a rewriting proxy: the client follows the
+    rewritten metadata, so a stall of the proxy stops its deliveries."""
+    from confluent_kafka import Producer
+
+    broker.create_topic(topic_name, partitions=2)
+    with FaultProxy("127.0.0.1", broker.port, rewrite_addresses=True) as p:
+        errors, delivered = [], []
+
+        def on_delivery(err, msg):
+            (errors if err else delivered).append(err or msg.value())
+
+        producer = Producer({"bootstrap.servers": p.bootstrap, "linger.ms": 1,
+                             "socket.timeout.ms": 3000, "message.timeout.ms": 30000,
+                             "enable.idempotence": True,
+                             "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200})
+        producer.produce(topic_name, b"first", on_delivery=on_delivery)
+        assert producer.flush(15) == 0
+        assert p.rewritten >= 1
+        p.stall()
+        producer.produce(topic_name, b"during-stall", on_delivery=on_delivery)
+        assert producer.flush(1.0) == 1  # held by the proxy: not bypassed
+        p.reset()
+        p.resume()
+        for i in range(200):
+            producer.produce(topic_name, b"m%d" % i, on_delivery=on_delivery)
+        assert producer.flush(30) == 0
+        assert not errors
+        assert sorted(delivered) == sorted([b"first", b"during-stall"] +
+                                           [b"m%d" % i for i in range(200)])
+        assert p.resets == 1

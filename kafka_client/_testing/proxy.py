@@ -261,6 +261,7 @@ class FaultProxy:
         self._drop: Dict[str, List] = {}
         self._refusing = False
         self._closing = False
+        self._chaos: List["Chaos"] = []
         self._ids = 0
         self._sel = selectors.DefaultSelector()
         self._listener: Optional[socket.socket] = None
@@ -374,13 +375,18 @@ class FaultProxy:
 
     def chaos(self, seed: int, interval: float, duration: float,
               actions: Sequence[str] = ("cut", "reset", "stall", "drop")) -> "Chaos":
-        """Start random faults in a thread for ``duration`` seconds; see :class:`Chaos`."""
-        return Chaos(self, seed, interval, duration, actions).start()
+        """Start random faults in a thread for ``duration`` seconds; see :class:`Chaos`.
+        :meth:`close` stops it if it still runs."""
+        chaos = Chaos(self, seed, interval, duration, actions)
+        self._chaos.append(chaos)
+        return chaos.start()
 
     def close(self) -> None:
         """Stop the thread and close every socket."""
         if self._closing:
             return
+        for chaos in self._chaos:
+            chaos.stop()
         self._closing = True
         self._wake()
         self._thread.join(5)

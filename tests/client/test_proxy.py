@@ -540,3 +540,16 @@ def test_proxy_with_rewriting_keeps_client_behind_it(broker, topic_name):
         assert sorted(delivered) == sorted([b"first", b"during-stall"] +
                                            [b"m%d" % i for i in range(200)])
         assert p.resets == 1
+
+
+def test_close_stops_running_chaos(echo):
+    p = FaultProxy("127.0.0.1", echo.port)
+    chaos = p.chaos(seed=5, interval=0.01, duration=60, actions=("stall", "cut"))
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    p.close()
+    assert time.monotonic() - t0 < 5
+    assert not chaos.running
+    assert chaos.error is None
+    with pytest.raises(RuntimeError):
+        p.cut()

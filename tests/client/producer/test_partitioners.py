@@ -295,6 +295,8 @@ def test_same_partition_as_librdkafka(tansu_broker, topic_name, name):
     keys += [f"user-{i}".encode() for i in range(50)]
     if name != "consistent_random":
         keys.append(b"")  # empty, not null: hashed by these (random for consistent_random)
+    if not uses_sticky(name, 10):
+        keys.append(None)  # null key: a fixed partition for consistent, murmur2, fnv1a
     reports = {}
 
     def on_delivery(err, msg):
@@ -308,6 +310,7 @@ def test_same_partition_as_librdkafka(tansu_broker, topic_name, name):
     assert producer.flush(30) == 0
     assert len(reports) == len(set(keys))
     assert (b"" in reports) == (name != "consistent_random")
+    assert (None in reports) == (name in ("consistent", "murmur2", "fnv1a"))
     ours = get_partitioner(name)
     mismatches = {k: (reports[k], ours(k, partitions)) for k in reports
                   if reports[k] != ours(k, partitions)}

@@ -238,7 +238,11 @@ class FaultProxy:
     :meth:`close`. Counters (read any time, e.g. ``proxy.stats()``): ``connections``
     (accepted so far), ``active`` (open now), ``bytes_up`` / ``bytes_down`` (forwarded),
     ``cuts``, ``resets``, ``drops`` (connections closed by :meth:`cut`, :meth:`reset`,
-    :meth:`drop_after`), ``upstream_failures`` (the target refused the proxy).
+    :meth:`drop_after`), ``upstream_failures`` (the target refused the proxy),
+    ``rewritten`` (responses whose broker addresses were rewritten).
+
+    ``rewrite_addresses=True`` makes the broker's metadata point at the proxy (see the
+    module docstring), so clients that follow metadata stay behind it.
     """
 
     def __init__(self, target_host: str, target_port: int, port: int = 0,
@@ -298,7 +302,7 @@ class FaultProxy:
         return {"connections": self.connections, "active": self.active,
                 "bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "cuts": self.cuts,
                 "resets": self.resets, "drops": self.drops,
-                "upstream_failures": self.upstream_failures}
+                "upstream_failures": self.upstream_failures, "rewritten": self.rewritten}
 
     def delay(self, seconds: float, direction: Optional[str] = None) -> None:
         """Hold every chunk read from now on for ``seconds`` before passing it on

@@ -47,7 +47,51 @@ def _import_targets() -> None:
 
     for module in sorted(set(CLASS_MODULES.values())):
         importlib.import_module("kafka_proto.messages._generated." + module)
-    import fuzz_harnesses  # noqa: F401
+
+
+LIBFUZZER_SO = "libfuzzer_no_main.so"
+
+
+def _preload_libfuzzer(tree: Path) -> bool:
+    """Load ``<tree>/libfuzzer_no_main.so`` (made by ``--setup-tree``) with RTLD_GLOBAL, as
+    LD_PRELOAD would: the Cython modules of a KAFKA_PROTO_COVERAGE build resolve their
+    coverage callbacks against it, and atheris drives it ("Using preloaded libfuzzer").
+    Atheris' own bundled copy cannot serve: it is loaded late and privately."""
+    import ctypes
+
+    lib = tree / LIBFUZZER_SO
+    if not lib.exists():
+        return False
+    ctypes.CDLL(str(lib), mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+    return True
+
+
+def setup_tree(tree: Path) -> None:
+    """Clone this checkout's HEAD into ``tree`` and build it for coverage-guided fuzzing:
+    Cython modules with -fsanitize=fuzzer-no-link (clang), and a shared libFuzzer made from
+    the static runtime that ships with atheris. The shared checkout's .so files are never
+    touched."""
+    import subprocess
+
+    import atheris
+
+    if not tree.exists():
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(tree)], check=True)
+    env = dict(os.environ, CC="clang", LDSHARED="clang -shared", KAFKA_PROTO_COVERAGE="1",
+               # libFuzzer's stack-depth feature needs a TLS variable atheris does not export
+               CFLAGS="-fno-sanitize-coverage=stack-depth")
+    subprocess.run(["nice", "-n", "19", sys.executable, "setup.py", "-q", "build_ext",
+                    "--inplace", "-j", "2"], cwd=tree, env=env, check=True)
+    site = Path(atheris.__file__).resolve().parent.parent
+    archive = next(iter(site.glob("libclang_rt.fuzzer_no_main*.a")), None)
+    if archive is None:
+        archive = Path(subprocess.run(
+            ["clang", "--print-file-name=libclang_rt.fuzzer_no_main-x86_64.a"],
+            capture_output=True, text=True, check=True).stdout.strip())
+    subprocess.run(["clang++", "-shared", "-fPIC", "-o", str(tree / LIBFUZZER_SO),
+                    "-Wl,--whole-archive", str(archive), "-Wl,--no-whole-archive",
+                    "-lpthread"], check=True)
+    print(f"coverage build ready in {tree}; run with --tree {tree}")
 
 
 def main(argv=None) -> int:
@@ -58,6 +102,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--tree", default=str(ROOT),
                     help="checkout whose kafka_proto is imported (a coverage build)")
+    ap.add_argument("--setup-tree", metavar="DIR",
+                    help="clone and build DIR for Cython coverage, then exit")
     ap.add_argument("--rss-limit-mb", type=int, default=2048)
     ap.add_argument("--timeout", type=int, default=10, help="seconds per input")
     ap.add_argument("--no-instrument", action="store_true",
@@ -67,7 +113,11 @@ def main(argv=None) -> int:
     ap.add_argument("libfuzzer_args", nargs="*", help="after --: passed to libFuzzer")
     args = ap.parse_args(argv)
 
-    _prepare_path(Path(args.tree).resolve())
+    if args.setup_tree:
+        setup_tree(Path(args.setup_tree).resolve())
+        return 0
+    tree = Path(args.tree).resolve()
+    _prepare_path(tree)
     if args.list or not args.harness:
         import fuzz_harnesses
 
@@ -77,12 +127,9 @@ def main(argv=None) -> int:
     try:
         if args.builtin:
             raise ImportError
-        # RTLD_GLOBAL: atheris' libFuzzer exports the sanitizer-coverage callbacks that a
-        # KAFKA_PROTO_COVERAGE build of the Cython modules needs when it is loaded.
         flags = sys.getdlopenflags()
         sys.setdlopenflags(flags | os.RTLD_GLOBAL)
         import atheris
-        sys.setdlopenflags(flags)
     except ImportError:
         atheris = None
 
@@ -98,15 +145,8 @@ def main(argv=None) -> int:
               "(built-in mutator, no coverage feedback)")
         return 0
 
-    if args.no_instrument:
-        _import_targets()
-    else:
-        with atheris.instrument_imports(include=["kafka_proto", "kafka_client",
-                                                 "fuzz_harnesses"]):
-            _import_targets()
     import fuzz_harnesses
 
-    check = fuzz_harnesses.HARNESSES[args.harness]
     work = Path(args.workdir or f"/tmp/kafka-fuzz/{args.harness}")
     corpus = work / "corpus"
     crashes = work / "crashes"
@@ -126,7 +166,23 @@ def main(argv=None) -> int:
         "-print_final_stats=1",
         *args.libfuzzer_args,
     ]
+    harness = args.harness
+
+    def check(data: bytes) -> None:
+        fuzz_harnesses.HARNESSES[harness](data)
+
+    # libFuzzer first, global: the Cython modules of a coverage build, imported next,
+    # need its sanitizer-coverage callbacks.
+    native_coverage = _preload_libfuzzer(tree)
     atheris.Setup(fuzzer_argv, check)
+    sys.setdlopenflags(flags)
+    print(f"kafka_proto from {tree}: Cython coverage "
+          f"{'on' if native_coverage else 'off (no ' + LIBFUZZER_SO + ')'}", file=sys.stderr)
+    if args.no_instrument:
+        _import_targets()
+    else:
+        with atheris.instrument_imports(include=["kafka_proto", "kafka_client"]):
+            _import_targets()
     atheris.Fuzz()
     return 0
 

@@ -657,7 +657,6 @@ cdef class RecordBatchBuilder:
 # Reader
 
 @cython.final
-@cython.freelist(1024)
 @cython.no_gc  # holds only bytes, str, ints and an enum member: no reference cycles
 cdef class Record:
     """One record of a batch. key/value are bytes or None; headers a list of (str, bytes|None)."""
@@ -734,28 +733,110 @@ cdef Py_ssize_t _find_offset(object obj, const void* needle, size_t n) except -1
     raise RuntimeError("record field not found")
 
 
+cdef extern from *:
+    """
+    /* Record objects of the reader are made here rather than through tp_new: no memset, no
+       None placeholders, and a private free list refilled by the matching tp_dealloc. The
+       field offsets are found at import time (see _install_record_members). */
+    #define KP_REC_FREE_MAX 1024
+    static PyTypeObject* kp_rec_type = NULL;
+    static PyObject* kp_rec_free[KP_REC_FREE_MAX];
+    static int kp_rec_nfree = 0;
+    static Py_ssize_t kp_rec_off[6];  /* offset, timestamp, key, value, timestamp_type, headers */
+    #define KP_REC_I64(o, i) (*(int64_t*)((char*)(o) + kp_rec_off[i]))
+    #define KP_REC_OBJ(o, i) (*(PyObject**)((char*)(o) + kp_rec_off[i]))
+
+    static void kp_rec_dealloc(PyObject* o) {
+        Py_DECREF(KP_REC_OBJ(o, 2));  /* never NULL: set at creation */
+        Py_DECREF(KP_REC_OBJ(o, 3));  /* never NULL: set at creation */
+        Py_DECREF(KP_REC_OBJ(o, 4));  /* never NULL: set at creation */
+        Py_DECREF(KP_REC_OBJ(o, 5));  /* never NULL: set at creation */
+        if (kp_rec_nfree < KP_REC_FREE_MAX && Py_TYPE(o) == kp_rec_type)
+            kp_rec_free[kp_rec_nfree++] = o;
+        else
+            Py_TYPE(o)->tp_free(o);
+    }
+
+    static PyObject* kp_rec_make(int64_t offset, int64_t timestamp, PyObject* key,
+                                 PyObject* value, PyObject* ts_type) {
+        PyObject* o;
+        if (kp_rec_nfree > 0) {
+            o = kp_rec_free[--kp_rec_nfree];
+        } else {
+            o = (PyObject*)PyObject_Malloc((size_t)kp_rec_type->tp_basicsize);
+            if (o == NULL) return PyErr_NoMemory();
+        }
+        (void)PyObject_INIT(o, kp_rec_type);
+        KP_REC_I64(o, 0) = offset;
+        KP_REC_I64(o, 1) = timestamp;
+        Py_INCREF(key);
+        KP_REC_OBJ(o, 2) = key;
+        Py_INCREF(value);
+        KP_REC_OBJ(o, 3) = value;
+        Py_INCREF(ts_type);
+        KP_REC_OBJ(o, 4) = ts_type;
+        Py_INCREF(Py_None);
+        KP_REC_OBJ(o, 5) = Py_None;
+        return o;
+    }
+
+    static int kp_rec_setup(PyTypeObject* tp, Py_ssize_t off_offset, Py_ssize_t off_ts,
+                            Py_ssize_t off_key, Py_ssize_t off_value, Py_ssize_t off_tst,
+                            Py_ssize_t off_headers) {
+        /* The type is not a GC type (cython.no_gc) and final, so a plain free list is safe. */
+        if (tp->tp_flags & (Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE) || tp->tp_itemsize) {
+            PyErr_SetString(PyExc_RuntimeError, "unexpected Record type layout");
+            return -1;
+        }
+        kp_rec_type = tp;
+        kp_rec_off[0] = off_offset;
+        kp_rec_off[1] = off_ts;
+        kp_rec_off[2] = off_key;
+        kp_rec_off[3] = off_value;
+        kp_rec_off[4] = off_tst;
+        kp_rec_off[5] = off_headers;
+        tp->tp_dealloc = kp_rec_dealloc;
+        return 0;
+    }
+    """
+    object kp_rec_make(int64_t offset, int64_t timestamp, object key, object value,
+                       object ts_type)
+    int kp_rec_setup(type tp, Py_ssize_t off_offset, Py_ssize_t off_ts, Py_ssize_t off_key,
+                     Py_ssize_t off_value, Py_ssize_t off_tst, Py_ssize_t off_headers) except -1
+
+
 cdef int _install_record_members() except -1:
     cdef Record probe = Record.__new__(Record)
     cdef object k = object()
     cdef object v = object()
     cdef object t = object()
+    cdef list hd = []
     cdef int64_t o = 0x0123456789ABCDEF
     cdef int64_t ts = 0x7EDCBA9876543210
     cdef void* ptr
+    cdef Py_ssize_t off_k, off_v, off_t, off_h, off_o, off_ts
     probe.key = k
     probe.value = v
     probe.timestamp_type = t
+    probe._headers = hd
     probe.offset = o
     probe.timestamp = ts
     ptr = <void*>k
-    kp_install_member(Record, 0, "key", T_OBJECT_EX, _find_offset(probe, &ptr, sizeof(void*)))
+    off_k = _find_offset(probe, &ptr, sizeof(void*))
     ptr = <void*>v
-    kp_install_member(Record, 1, "value", T_OBJECT_EX, _find_offset(probe, &ptr, sizeof(void*)))
+    off_v = _find_offset(probe, &ptr, sizeof(void*))
     ptr = <void*>t
-    kp_install_member(Record, 2, "timestamp_type", T_OBJECT_EX,
-                      _find_offset(probe, &ptr, sizeof(void*)))
-    kp_install_member(Record, 3, "offset", T_LONGLONG, _find_offset(probe, &o, sizeof(o)))
-    kp_install_member(Record, 4, "timestamp", T_LONGLONG, _find_offset(probe, &ts, sizeof(ts)))
+    off_t = _find_offset(probe, &ptr, sizeof(void*))
+    ptr = <void*>hd
+    off_h = _find_offset(probe, &ptr, sizeof(void*))
+    off_o = _find_offset(probe, &o, sizeof(o))
+    off_ts = _find_offset(probe, &ts, sizeof(ts))
+    kp_install_member(Record, 0, "key", T_OBJECT_EX, off_k)
+    kp_install_member(Record, 1, "value", T_OBJECT_EX, off_v)
+    kp_install_member(Record, 2, "timestamp_type", T_OBJECT_EX, off_t)
+    kp_install_member(Record, 3, "offset", T_LONGLONG, off_o)
+    kp_install_member(Record, 4, "timestamp", T_LONGLONG, off_ts)
+    kp_rec_setup(Record, off_o, off_ts, off_k, off_v, off_t, off_h)
     return 0
 
 
@@ -1146,7 +1227,7 @@ cdef Record _next_record(_ParseState* st, object ts_type):
     cdef int64_t tdelta = 0
     cdef Py_ssize_t used = 0
     cdef int rc
-    cdef object hkey
+    cdef object hkey, key, value
     rc = _rv32(p, end, &rlen, &used)
     if rc != VARINT_OK:
         if rc == VARINT_TRUNCATED:
@@ -1169,15 +1250,12 @@ cdef Record _next_record(_ParseState* st, object ts_type):
     if rc != VARINT_OK:
         _varint_error(rc, "offsetDelta")
     p += used
-    rec = Record.__new__(Record)
-    rec.offset = <int64_t>(<uint64_t>st.base_offset + <uint64_t><int64_t>odelta)
-    if st.log_append:
-        rec.timestamp = st.max_ts
-    else:
-        rec.timestamp = <int64_t>(<uint64_t>st.base_ts + <uint64_t>tdelta)
-    rec.timestamp_type = ts_type
-    rec.key = _bytes_at(&p, rend, "key")
-    rec.value = _bytes_at(&p, rend, "value")
+    key = _bytes_at(&p, rend, "key")
+    value = _bytes_at(&p, rend, "value")
+    rec = <Record>kp_rec_make(
+        <int64_t>(<uint64_t>st.base_offset + <uint64_t><int64_t>odelta),
+        st.max_ts if st.log_append else <int64_t>(<uint64_t>st.base_ts + <uint64_t>tdelta),
+        key, value, ts_type)
     rc = _rv32(p, rend, &hcount, &used)
     if rc != VARINT_OK:
         _varint_error(rc, "headers count")

@@ -224,6 +224,152 @@ def capture_broker(kind: str, corpus: Corpus) -> None:
         corpus.add("framing", bytes([2]) + struct.pack(">I", i) + b"".join(small[i:i + 4]))
 
 
+class Recorder:
+    """Loopback TCP relay that keeps both directions of every connection, for capturing
+    what a third-party client (confluent-kafka) and the broker exchange."""
+
+    def __init__(self, target_port: int) -> None:
+        import socket
+        import threading
+
+        self.target_port = target_port
+        self.conns: List[List[bytearray]] = []  # [upstream, downstream] per connection
+        self._lsock = socket.socket()
+        self._lsock.bind(("127.0.0.1", 0))
+        self._lsock.listen(16)
+        self.port = self._lsock.getsockname()[1]
+        self._closing = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._closing:
+            try:
+                client, _ = self._lsock.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), 5)
+            except OSError:
+                client.close()
+                continue
+            bufs = [bytearray(), bytearray()]
+            self.conns.append(bufs)
+            for src, dst, buf in ((client, upstream, bufs[0]), (upstream, client, bufs[1])):
+                threading.Thread(target=self._pump, args=(src, dst, buf), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst, buf: bytearray) -> None:
+        import socket
+
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                buf += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._closing = True
+        self._lsock.close()
+
+    def exchanges(self):
+        """Yield (api_key, api_version, raw downstream stream, [(key, version, body)])."""
+        from kafka_proto.framing import FrameParser, decode_response_header
+
+        for up, down in list(self.conns):
+            reqs = {}
+            for frame in FrameParser().feed(bytes(up)):
+                key, ver, cid = struct.unpack_from(">hhi", frame, 0)
+                reqs[cid] = (key, ver)
+            answers = []
+            for frame in FrameParser().feed(bytes(down)):
+                (cid,) = struct.unpack_from(">i", frame, 0)
+                if cid not in reqs:
+                    continue
+                key, ver = reqs[cid]
+                try:
+                    _, body = decode_response_header(frame, key, ver)
+                except Exception:  # noqa: BLE001 - an API this codec does not know
+                    continue
+                answers.append((key, ver, bytes(body)))
+            yield bytes(down), answers
+
+
+def capture_confluent_tansu(corpus: Corpus) -> None:
+    """confluent-kafka producer and group consumer against Tansu, through a Recorder:
+    Tansu advertises the recorder's port, so every connection passes it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from kafka_client._testing.brokers import free_port
+    from kafka_client._testing.proxy import ProxiedTansu
+    from kafka_proto.messages import FetchResponse
+    from kafka_proto.records import read_batches
+
+    broker_port = free_port()
+    rec = Recorder(broker_port)
+    broker = ProxiedTansu(advertised_port=rec.port, port=broker_port)
+    broker.start()
+    try:
+        topics = []
+        for name in CODECS:
+            topic = f"cfz-{name}-{uuid.uuid4().hex[:6]}"
+            broker.create_topic(topic)
+            produce_confluent(f"127.0.0.1:{rec.port}", topic, name)
+            topics.append(topic)
+        c = Consumer({"bootstrap.servers": f"127.0.0.1:{rec.port}", "group.id": "fuzz-capture",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        # assign(), not subscribe(): a group join costs Tansu's rebalance delay; offsets are
+        # still committed to the group (FindCoordinator, OffsetCommit, OffsetFetch).
+        c.assign([TopicPartition(t, 0, 0) for t in topics])
+        got = 0
+        deadline = time.monotonic() + 20
+        while got < 12 * len(topics) and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and not msg.error():
+                got += 1
+        try:
+            c.commit(offsets=[TopicPartition(t, 0, 12) for t in topics], asynchronous=False)
+            c.committed([TopicPartition(t, 0) for t in topics], timeout=10)
+        except Exception as exc:  # noqa: BLE001 - the capture goes on without them
+            print(f"  confluent/tansu: commit failed: {exc}", file=sys.stderr)
+        c.close()
+    finally:
+        broker.stop()
+        broker.cleanup()
+        rec.close()
+    print(f"  confluent/tansu: {got} messages consumed through the recorder", file=sys.stderr)
+    for down, answers in rec.exchanges():
+        if 0 < len(down) <= 2048:
+            corpus.add("framing", bytes([3]) + struct.pack(">I", len(down)) + down)
+        for key, ver, body in answers:
+            corpus.add("responses", struct.pack(">hB", key, ver) + body)
+            if key != 1:
+                continue
+            try:
+                resp = FetchResponse.decode(body, ver)
+            except Exception:  # noqa: BLE001
+                continue
+            for t in resp.responses or ():
+                for p in t.partitions or ():
+                    if p.records:
+                        corpus.add("records", b"\x02" + bytes(p.records))
+                        for batch in read_batches(bytes(p.records)):
+                            if batch.magic == 2 and batch.compression:
+                                corpus.add("compression", bytes([batch.compression, 2])
+                                           + bytes(batch.raw[61:]))
+
+
 def _recording_connection_class():
     from kafka_client._net.blocking import BlockingConnection
 
@@ -252,6 +398,8 @@ def main(argv=None) -> int:
     ap.add_argument("--brokers", default="tansu,noida")
     ap.add_argument("--out", default=str(ROOT / "tests" / "fuzz" / "corpus"))
     ap.add_argument("--max-size", type=int, default=16 * 1024)
+    ap.add_argument("--no-recorder", action="store_true",
+                    help="skip confluent-kafka through the recording relay")
     ap.add_argument("--dry-run", action="store_true", help="capture, but only print counts")
     args = ap.parse_args(argv)
     corpus = Corpus(args.max_size)
@@ -259,6 +407,8 @@ def main(argv=None) -> int:
         t = time.monotonic()
         capture_broker(kind.strip(), corpus)
         print(f"{kind}: captured in {time.monotonic() - t:.1f}s", file=sys.stderr)
+    if "tansu" in args.brokers and not args.no_recorder:
+        capture_confluent_tansu(corpus)
     for harness, items in sorted(corpus.items.items()):
         print(f"{harness}: {len(items)} inputs, {sum(map(len, items.values()))} bytes")
     if not args.dry_run:

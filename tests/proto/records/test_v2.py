@@ -540,3 +540,23 @@ def test_append_argument_handling():
     # A keyword name built at run time (not interned) is matched too.
     b.append(b"v5", **{"".join(["ke", "y"]): b"k5"})
     assert list(one_batch(b.build()))[-1].key == b"k5"
+
+
+def test_many_records_alive_and_recycled():
+    # More records alive at once than the reader's free list holds, then recycled.
+    import gc
+    import pickle
+
+    b = RecordBatchBuilder()
+    for i in range(3000):
+        b.append(b"v%d" % i, key=b"k%d" % i, timestamp=i, headers=[("i", b"%d" % i)] if i % 7 == 0 else None)
+    data = b.build()
+    for _ in range(3):
+        recs = one_batch(data).records_list()
+        assert [r.value for r in recs[::500]] == [b"v%d" % i for i in range(0, 3000, 500)]
+        kept = recs[1234]
+        del recs
+        gc.collect()
+        assert (kept.key, kept.value, kept.offset, kept.timestamp) == (b"k1234", b"v1234", 1234, 1234)
+        assert kept.headers == [] and one_batch(data).records_list()[7].headers == [("i", b"7")]
+        assert pickle.loads(pickle.dumps(kept)) == kept

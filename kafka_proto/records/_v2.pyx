@@ -261,6 +261,9 @@ cdef class RecordBatchBuilder:
 
     ``producer_id``, ``producer_epoch``, ``base_sequence`` and ``partition_leader_epoch``
     stay writable until ``build()`` (an idempotent producer assigns the sequence late).
+    ``control=True`` sets the control bit (transaction markers, see records.control).
+    ``initial_capacity``: first size of the buffer (default 16 KiB, Java's batch.size
+    default); it doubles as needed, so a producer that knows its batch.size should pass it.
     """
 
     # The batch is encoded straight into a private bytes object (sole reference, so it may
@@ -287,7 +290,7 @@ cdef class RecordBatchBuilder:
     def __cinit__(self, compression=0, compression_level=None, int64_t producer_id=-1,
                   int16_t producer_epoch=-1, int32_t base_sequence=-1,
                   bint transactional=False, int32_t partition_leader_epoch=-1,
-                  timestamp_type=0, *, bint control=False, Py_ssize_t initial_capacity=4096):
+                  timestamp_type=0, *, bint control=False, Py_ssize_t initial_capacity=16384):
         cdef int codec = compression
         cdef int tst = timestamp_type
         if codec < 0 or codec > 4:

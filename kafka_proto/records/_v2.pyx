@@ -240,6 +240,23 @@ cdef inline int _rv64(const unsigned char* p, const unsigned char* end, int64_t*
     return read_varint64(p, end, out, used)
 
 
+cdef inline void _copy(unsigned char* dst, const unsigned char* src, Py_ssize_t n) noexcept nogil:
+    # Keys are often short: two overlapping fixed-size moves beat a call into libc there.
+    if n <= 16:
+        if n >= 8:
+            memcpy(dst, src, 8)
+            memcpy(dst + n - 8, src + n - 8, 8)
+        elif n >= 4:
+            memcpy(dst, src, 4)
+            memcpy(dst + n - 4, src + n - 4, 4)
+        else:
+            while n > 0:
+                n -= 1
+                dst[n] = src[n]
+    else:
+        memcpy(dst, src, n)
+
+
 cdef object _compression_module = None
 
 
@@ -500,11 +517,11 @@ cdef class RecordBatchBuilder:
         p = _vput(p, offset_delta)
         p = _vput(p, kl)
         if kl > 0:
-            memcpy(p, kp, kl)
+            _copy(p, kp, kl)
             p += kl
         p = _vput(p, vl)
         if vl > 0:
-            memcpy(p, vp, vl)
+            _copy(p, vp, vl)
             p += vl
         if not hcount:
             p[0] = 0

@@ -269,13 +269,21 @@ class Cluster:
             resp, conn.node_id if conn else -1,
             f"{conn.host}:{conn.port}/{conn.node_id}" if conn else None)
 
-    def close(self) -> None:
-        """I/O thread: close every connection, failing what is queued."""
+    def close(self, graceful: bool = True) -> List[BrokerConnection]:
+        """I/O thread: close every connection. Queued requests fail with _DESTROY;
+        with ``graceful``, ready connections finish writing and wait for the broker to
+        close (see BrokerConnection.shutdown). Returns the connections still closing."""
         self.closed = True
         self.io.remove_tick(self._tick)
+        closing = []
         for conn in list(self.conns.values()):
             conn.on_state = None
+            if graceful and conn.ready and conn.in_flight == 0:
+                if conn.shutdown():
+                    closing.append(conn)
+                continue
             conn.close(KafkaError(KafkaError._DESTROY, "client is closing"), fail_queued=True)
+        return closing
 
 
 def _wait_interruptibly(event: threading.Event, deadline: float) -> bool:

@@ -208,6 +208,7 @@ class BrokerConnection:
         self._events = 0
         self._api_versions_tried: set = set()
         self._api_versions_version = 0
+        self._shutting = False
 
     def __repr__(self) -> str:
         return f"<BrokerConnection {self.node_id} {self.host}:{self.port} {self.state}>"
@@ -477,6 +478,8 @@ class BrokerConnection:
             self._read()
         if self.sock is not None and mask & _EVENT_WRITE:
             self._write_out()
+        if self._shutting and self._quiet():
+            self.close(None)
 
     def _read(self) -> None:
         sock = self.sock
@@ -613,6 +616,22 @@ class BrokerConnection:
         return nxt
 
     # -- close -------------------------------------------------------------------------
+    def shutdown(self) -> bool:
+        """Graceful close: finish writing and read the answers still due, then close.
+        Closing with unread answers in our receive buffer would send a reset, and a
+        broker may then drop requests it has not read yet: acks=0 Produce requests,
+        which Tansu and noida-db answer although nobody waits for it. Returns False when
+        there is nothing to wait for (the connection is closed now)."""
+        if self.state != READY or self.sock is None or self._quiet():
+            self.close(None)
+            return False
+        self.on_state = None
+        self._shutting = True
+        return True
+
+    def _quiet(self) -> bool:
+        return not self._out and not self._inflight and self._tracker._silent == 0
+
     def _drop_socket(self) -> None:
         sock, self.sock = self.sock, None
         if sock is not None:
@@ -631,6 +650,7 @@ class BrokerConnection:
         None); queued ones stay for the next connection unless ``fail_queued``. ``error``
         None (idle close, shutdown) does not count as a failure for the backoff."""
         was = self.state
+        self._shutting = False
         self._drop_socket()
         self.state = DISCONNECTED
         self._out.clear()

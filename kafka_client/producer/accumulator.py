@@ -217,31 +217,57 @@ class Accumulator:
                 self.msg_count += 1
                 self.msg_bytes += size
                 return
-            if partition < 0:
-                partition = t.choose(key, t.count, t.available)
-            elif partition >= t.count:
-                raise KafkaException(KafkaError(
-                    KafkaError._UNKNOWN_PARTITION,
-                    f"{topic} has no partition {partition} ({t.count} partitions)"))
-            p = parts[partition]
-            b = p.open
-            if b is None or (b.count and b.builder.size_in_bytes + size + RECORD_OVERHEAD
-                             > self.batch_size):
-                if b is not None:
-                    self._close(p, b)
-                b = self._open(p)
-            b.builder.append(value, key, timestamp or None, headers)
-            if on_delivery is not None:
-                cbs = b.cbs
-                if cbs is None:
-                    cbs = b.cbs = []
-                cbs.append((b.count, on_delivery, key, value, headers))
-            b.count += 1
-            b.nbytes += size
+            self._place(t, parts, value, key, partition, on_delivery, timestamp, headers,
+                        size)
             self.msg_count += 1
             self.msg_bytes += size
-            if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
+
+    def _place(self, t: TopicState, parts: List[PartitionState], value: Any, key: Any,
+               partition: int, on_delivery: Optional[Callable], timestamp: int, headers: Any,
+               size: int) -> None:
+        """Under the lock: append one message to its partition's open batch."""
+        if partition < 0:
+            partition = t.choose(key, t.count, t.available)
+        elif partition >= t.count:
+            raise KafkaException(KafkaError(
+                KafkaError._UNKNOWN_PARTITION,
+                f"{t.name} has no partition {partition} ({t.count} partitions)"))
+        p = parts[partition]
+        b = p.open
+        if b is None or (b.count and b.builder.size_in_bytes + size + RECORD_OVERHEAD
+                         > self.batch_size):
+            if b is not None:
                 self._close(p, b)
+            b = self._open(p)
+        b.builder.append(value, key, timestamp or None, headers)
+        if on_delivery is not None:
+            cbs = b.cbs
+            if cbs is None:
+                cbs = b.cbs = []
+            cbs.append((b.count, on_delivery, key, value, headers))
+        b.count += 1
+        b.nbytes += size
+        if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
+            self._close(p, b)
+
+    def assign_pending(self, t: TopicState, leaders: List[int]) -> List[tuple]:
+        """I/O thread: the topic's partitions are known. Set them and place the messages
+        that waited, in one hold of the lock, so no newer message overtakes them.
+        Returns the ``(message, error)`` pairs that could not be placed."""
+        failed = []
+        with self.lock:
+            self.set_partitions(t, leaders)
+            pending, t.pending = t.pending, []
+            self.pending_topics.discard(t)
+            for m in pending:
+                value, key, partition, cb, ts, headers, _at = m
+                size = ((len(value) if value is not None else 0)
+                        + (len(key) if key is not None else 0))
+                try:
+                    self._place(t, t.parts, value, key, partition, cb, ts, headers, size)
+                except KafkaException as exc:
+                    failed.append((m, exc.args[0]))
+        return failed
 
     def produce_batch(self, topic: str, values: List[Any], keys: Optional[List[Any]] = None,
                       partition: int = -1, on_delivery: Optional[Callable] = None,

@@ -244,15 +244,24 @@ class Producer:
         self._closed = True
         io = self._io
         done = threading.Event()
+        deadline = time.monotonic() + 2.0
 
         def stop() -> None:
-            try:
-                self._cluster.close()
-            finally:
-                done.set()
+            closing = self._cluster.close()
 
-        io.call_soon(stop)
-        done.wait(5)
+            def check() -> None:
+                if all(c.sock is None for c in closing) or time.monotonic() >= deadline:
+                    for c in closing:
+                        c.close(None)
+                    done.set()
+                else:
+                    io.call_later(0.005, check)
+
+            check()
+
+        if io.alive:
+            io.call_soon(stop)
+            done.wait(3)
         io.stop(5)
 
     def __enter__(self) -> "Producer":

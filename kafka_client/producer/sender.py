@@ -89,12 +89,12 @@ class Sender:
             if info is None:
                 continue
             if info.leaders and info.error in (0, 5):
-                if t.parts is None or len(t.parts) != len(info.leaders) or any(
+                if t.parts is None or t.pending:
+                    self._assign_pending(t, info.leaders)
+                elif len(t.parts) != len(info.leaders) or any(
                         p.leader != info.leaders[i] for i, p in enumerate(t.parts)):
                     with self.acc.lock:
                         self.acc.set_partitions(t, info.leaders)
-                if t.pending:
-                    self._assign_pending(t)
             elif info.error == UNKNOWN_TOPIC_OR_PARTITION or (info.error == 0
                                                               and not info.leaders):
                 if t.unknown_since is None:
@@ -106,35 +106,10 @@ class Sender:
                     t.error = err
                     self._fail_pending(t, err)
 
-    def _assign_pending(self, t: TopicState) -> None:
+    def _assign_pending(self, t: TopicState, leaders: List[int]) -> None:
         """The topic's partitions are known: place the messages that waited for them."""
-        pending = self.acc.take_pending(t)
-        acc = self.acc
-        with acc.lock:
-            # Counted when produce() took them; the appends below count them again.
-            for value, key, partition, cb, ts, headers, _at in pending:
-                acc.msg_count -= 1
-                acc.msg_bytes -= ((len(value) if value is not None else 0)
-                                  + (len(key) if key is not None else 0))
-        for value, key, partition, cb, ts, headers, _at in pending:
-            try:
-                acc.max_msgs, saved = 1 << 62, acc.max_msgs  # already admitted
-                acc.max_bytes, saved_b = 1 << 62, acc.max_bytes
-                try:
-                    acc.produce(t.name, value, key, partition, cb, ts, headers)
-                finally:
-                    acc.max_msgs, acc.max_bytes = saved, saved_b
-            except Exception as exc:  # e.g. an explicit partition that does not exist
-                from kafka_client.errors import KafkaException
-
-                err = exc.args[0] if isinstance(exc, KafkaException) else KafkaError(
-                    KafkaError._INVALID_ARG, str(exc))
-                with acc.lock:
-                    acc.msg_count += 1
-                    acc.msg_bytes += ((len(value) if value is not None else 0)
-                                      + (len(key) if key is not None else 0))
-                self.report((None, err, -1, -1, NOT_PERSISTED,
-                             [(value, key, partition, cb, ts, headers, _at)], t.name))
+        for m, err in self.acc.assign_pending(t, leaders):
+            self.report((None, err, -1, -1, NOT_PERSISTED, [m], t.name))
 
     def _fail_pending(self, t: TopicState, err: KafkaError,
                       before: Optional[float] = None) -> None:
@@ -358,6 +333,7 @@ class Sender:
         if b.done:
             return
         if err.retriable() and b.attempts <= self.retries and now < b.deadline:
+            _log.info("%s: retrying after %s (attempt %d)", b, err.str(), b.attempts)
             self._requeue(b, now)
             return
         if err.retriable() and now >= b.deadline:

@@ -1,0 +1,205 @@
+"""The Producer end to end on Tansu and noida-db, read back by confluent-kafka.
+
+Every message must arrive exactly once, in order per partition, at the offset its
+delivery report gave, for acks 0/1/all x every codec x idempotence on/off. Then the
+bad-input cases: unknown property, invalid value, oversize message, nonexistent topic
+with auto-create off, unreachable bootstrap server.
+"""
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from kafka_client import KafkaError, KafkaException, Producer
+
+pytestmark = pytest.mark.integration
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+N = 2000
+PARTITIONS = 2
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+CASES = ([(0, c, False) for c in CODECS] + [(1, c, False) for c in CODECS]
+         + [(-1, c, False) for c in CODECS] + [(-1, c, True) for c in CODECS])
+
+
+def read_back(bootstrap, topic, expected_per_partition, timeout=30.0):
+    """{partition: [(offset, key, value)]} read with manual assignment from offset 0."""
+    c = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"rb-{topic}",
+        "enable.auto.commit": False, "fetch.wait.max.ms": 20,
+    })
+    got = {p: [] for p in expected_per_partition}
+    want = sum(expected_per_partition.values())
+    total = 0
+    try:
+        c.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in expected_per_partition])
+        deadline = time.monotonic() + timeout
+        while total < want and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.2):
+                if m.error():
+                    raise AssertionError(f"consumer error: {m.error()}")
+                got[m.partition()].append((m.offset(), m.key(), m.value()))
+                total += 1
+        # Anything beyond what we expect would be a duplicate: look briefly for it.
+        for m in c.consume(1000, 0.3):
+            if not m.error():
+                got[m.partition()].append((m.offset(), m.key(), m.value()))
+    finally:
+        c.close()
+    return got
+
+
+@pytest.mark.parametrize("acks,codec,idempotent", CASES,
+                         ids=[f"acks{a}-{c}-{'idem' if i else 'plain'}" for a, c, i in CASES])
+def test_every_message_once_in_order(broker, topic_name, acks, codec, idempotent):
+    broker.create_topic(topic_name, partitions=PARTITIONS)
+    conf = {"bootstrap.servers": broker.bootstrap, "acks": acks, "compression.type": codec,
+            "linger.ms": 5, "batch.num.messages": 300}
+    if idempotent:
+        conf["enable.idempotence"] = True
+    reports = []
+
+    def dr(err, msg):
+        reports.append((err, msg.partition(), msg.offset(), msg.key(), msg.value(),
+                        msg.status()))
+
+    with Producer(conf) as p:
+        for i in range(N):
+            p.produce(topic_name, b"value-%d" % i, key=b"k%d" % (i % 13), on_delivery=dr)
+            if i % 500 == 0:
+                p.poll(0)
+        assert p.flush(30) == 0
+        assert len(p) == 0
+    assert len(reports) == N
+    errors = [r for r in reports if r[0] is not None]
+    assert not errors, errors[:3]
+    sent = {p: [] for p in range(PARTITIONS)}
+    for _err, part, offset, key, value, status in reports:
+        sent[part].append((offset, key, value))
+        assert status == (2 if acks else 1)
+    # Keys are spread by the partitioner: both partitions get messages.
+    assert all(sent[p] for p in sent)
+    got = read_back(broker.bootstrap, topic_name, {p: len(v) for p, v in sent.items()})
+    for part in range(PARTITIONS):
+        values_sent = [v for _, _, v in sorted(sent[part], key=lambda r: int(r[2][6:]))]
+        values_got = [v for _, _, v in got[part]]
+        assert values_got == values_sent, f"partition {part}: order or count differs"
+        assert len(set(values_got)) == len(values_got)
+        if acks != 0:
+            # The delivery report carried the offset the broker assigned.
+            assert sorted((o, k, v) for o, k, v in sent[part]) == got[part]
+        else:
+            assert all(o == -1 for o, _, _ in sent[part])
+
+
+def test_produce_batch_and_headers(broker, topic_name):
+    broker.create_topic(topic_name, partitions=1)
+    values = [b"b%05d" % i for i in range(5000)]
+    with Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 2}) as p:
+        assert p.produce_batch(topic_name, values, partition=0) == 5000
+        p.produce(topic_name, "text value", key="text key", partition=0,
+                  headers={"h": b"1", "s": "str", "n": None}, timestamp=1_700_000_000_000)
+        assert p.flush(30) == 0
+    c = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x",
+                                  "enable.auto.commit": False})
+    got = []
+    try:
+        c.assign([confluent_kafka.TopicPartition(topic_name, 0, 0)])
+        deadline = time.monotonic() + 30
+        while len(got) < 5001 and time.monotonic() < deadline:
+            got.extend(m for m in c.consume(1000, 0.2) if not m.error())
+    finally:
+        c.close()
+    assert [m.value() for m in got[:5000]] == values
+    last = got[5000]
+    assert (last.key(), last.value()) == (b"text key", b"text value")
+    assert last.headers() == [("h", b"1"), ("s", b"str"), ("n", None)]
+    assert last.timestamp() == (confluent_kafka.TIMESTAMP_CREATE_TIME, 1_700_000_000_000)
+
+
+def test_list_topics(broker, topic_name):
+    broker.create_topic(topic_name, partitions=3)
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        md = p.list_topics(timeout=10)
+        assert topic_name in md.topics
+        assert sorted(md.topics[topic_name].partitions) == [0, 1, 2]
+        assert md.brokers
+        one = p.list_topics(topic_name, timeout=10)
+        assert list(one.topics) == [topic_name]
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_unknown_property_and_invalid_value_fail_at_construction():
+    with pytest.raises(KafkaException) as ei:
+        Producer({"bootstrap.servers": "127.0.0.1:1", "no.such.property": 1})
+    assert "no.such.property" in str(ei.value)
+    assert ei.value.args[0].code() == KafkaError._INVALID_ARG
+    with pytest.raises(KafkaException) as ei:
+        Producer({"bootstrap.servers": "127.0.0.1:1", "linger.ms": "soon"})
+    assert "linger.ms" in str(ei.value)
+    with pytest.raises(KafkaException) as ei:
+        Producer({"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": True, "acks": 1})
+    assert "acks" in str(ei.value)
+
+
+def test_message_over_max_bytes_is_refused(broker, topic_name):
+    with Producer({"bootstrap.servers": broker.bootstrap, "message.max.bytes": 1000}) as p:
+        with pytest.raises(KafkaException) as ei:
+            p.produce(topic_name, b"x" * 2000)
+        assert ei.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+        assert "message.max.bytes" in str(ei.value)
+        assert len(p) == 0
+
+
+def test_nonexistent_topic_without_auto_create_fails_in_time(broker, topic_name):
+    reports = []
+    conf = {"bootstrap.servers": broker.bootstrap, "allow.auto.create.topics": False,
+            "message.timeout.ms": 3000, "topic.metadata.propagation.max.ms": 1000}
+    with Producer(conf) as p:
+        start = time.monotonic()
+        p.produce(topic_name, b"lost", on_delivery=lambda e, m: reports.append((e, m)))
+        assert p.flush(10) == 0
+        elapsed = time.monotonic() - start
+        assert len(reports) == 1
+        err, msg = reports[0]
+        assert err.code() == KafkaError._UNKNOWN_TOPIC, err
+        assert msg.topic() == topic_name and msg.value() == b"lost"
+        assert elapsed < 5
+        # Known not to exist now: produce() says so at once.
+        with pytest.raises(KafkaException) as ei:
+            p.produce(topic_name, b"again")
+        assert ei.value.args[0].code() == KafkaError._UNKNOWN_TOPIC
+
+
+def _dead_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_unreachable_bootstrap_server_times_out_cleanly():
+    errors = []
+    reports = []
+    conf = {"bootstrap.servers": f"127.0.0.1:{_dead_port()}", "message.timeout.ms": 1500,
+            "reconnect.backoff.ms": 50, "error_cb": errors.append}
+    p = Producer(conf)
+    try:
+        start = time.monotonic()
+        with pytest.raises(KafkaException) as ei:
+            p.list_topics(timeout=1)
+        assert time.monotonic() - start < 2
+        assert ei.value.args[0].code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+        p.produce("t", b"v", on_delivery=lambda e, m: reports.append(e))
+        assert p.flush(5) == 0
+        assert time.monotonic() - start < 5
+        assert [e.code() for e in reports] == [KafkaError._MSG_TIMED_OUT]
+        assert any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors)
+    finally:
+        p.close(0)

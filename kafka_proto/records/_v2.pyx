@@ -432,6 +432,13 @@ cdef class RecordBatchBuilder:
 
     cdef int _append(self, object value, object key, int64_t ts, object headers) except -1:
         if (value is None or PyBytes_CheckExact(value)) and (key is None or PyBytes_CheckExact(key)):
+            if headers is None:
+                return self._write_simple(
+                    NULL if value is None else <const unsigned char*>PyBytes_AS_STRING(value),
+                    -1 if value is None else PyBytes_GET_SIZE(value),
+                    NULL if key is None else <const unsigned char*>PyBytes_AS_STRING(key),
+                    -1 if key is None else PyBytes_GET_SIZE(key),
+                    ts)
             return self._write_record(
                 NULL if value is None else <const unsigned char*>PyBytes_AS_STRING(value),
                 -1 if value is None else PyBytes_GET_SIZE(value),
@@ -472,6 +479,44 @@ cdef class RecordBatchBuilder:
                 PyBuffer_Release(&kbuf)
             if vrel:
                 PyBuffer_Release(&vbuf)
+        return 0
+
+    cdef int _write_simple(self, const unsigned char* vp, Py_ssize_t vl,
+                           const unsigned char* kp, Py_ssize_t kl, int64_t ts) except -1:
+        # The common record (no headers) in straight-line code; anything unusual (first
+        # record, buffer growth, huge sizes, errors) goes through _write_record.
+        cdef int32_t offset_delta = self._count
+        cdef int64_t delta
+        cdef Py_ssize_t body
+        cdef unsigned char* p
+        if (offset_delta == 0 or offset_delta == 0x7FFFFFFF or self._building
+                or kl > 0x3FFFFFFF or vl > 0x3FFFFFFF):
+            return self._write_record(vp, vl, kp, kl, ts, None)
+        if ts > self._max_ts:
+            self._max_ts = ts
+        delta = <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts)
+        body = 2 + _vsize(delta) + _vsize(offset_delta) + _vsize(kl) + _vsize(vl)
+        if kl > 0:
+            body += kl
+        if vl > 0:
+            body += vl
+        if self._len + 5 + body > self._cap:
+            return self._write_record(vp, vl, kp, kl, ts, None)
+        p = _vput(self._buf + self._len, body)
+        p[0] = 0  # record attributes: unused
+        p = _vput(p + 1, delta)
+        p = _vput(p, offset_delta)
+        p = _vput(p, kl)
+        if kl > 0:
+            _copy(p, kp, kl)
+            p += kl
+        p = _vput(p, vl)
+        if vl > 0:
+            _copy(p, vp, vl)
+            p += vl
+        p[0] = 0  # no headers
+        self._len = p + 1 - self._buf
+        self._count = offset_delta + 1
         return 0
 
     cdef int _write_record(self, const unsigned char* vp, Py_ssize_t vl,

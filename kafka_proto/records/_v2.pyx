@@ -670,14 +670,19 @@ cdef class RecordBatchBuilder:
         """
         cdef bytes out
         cdef unsigned char* o
+        cdef uint32_t crc
         cdef Py_ssize_t clen, total
         cdef const unsigned char[::1] cview
         if self._codec == 0:
             if self._obj == NULL:  # built before and nothing appended since
                 self._new_buffer(self._len, self._len)
             self._fill_header(self._buf, base_offset, self._len)
-            _put_i32(self._buf + OFF_CRC,
-                     <int32_t>_crc32c(self._buf + OFF_ATTRIBUTES, self._len - OFF_ATTRIBUTES))
+            # The CRC of a big batch runs without the GIL: appends (which may move the
+            # buffer) wait for it.
+            self._building = True
+            crc = _crc32c(self._buf + OFF_ATTRIBUTES, self._len - OFF_ATTRIBUTES)
+            self._building = False
+            _put_i32(self._buf + OFF_CRC, <int32_t>crc)
             if self._cap != self._len and _PyBytes_Resize(&self._obj, self._len) < 0:
                 self._obj = NULL
                 self._buf = NULL

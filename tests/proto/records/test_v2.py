@@ -560,3 +560,33 @@ def test_many_records_alive_and_recycled():
         assert (kept.key, kept.value, kept.offset, kept.timestamp) == (b"k1234", b"v1234", 1234, 1234)
         assert kept.headers == [] and one_batch(data).records_list()[7].headers == [("i", b"7")]
         assert pickle.loads(pickle.dumps(kept)) == kept
+
+
+def test_concurrent_append_during_big_build_is_refused_or_safe():
+    # build() releases the GIL for the CRC of a big batch; an append from another thread in
+    # that window must not move the buffer under it (it raises RuntimeError instead).
+    import threading
+
+    b = RecordBatchBuilder()
+    for i in range(3000):
+        b.append(b"x" * 100, timestamp=i)
+    errors, stop = [], threading.Event()
+
+    def appender():
+        while not stop.is_set():
+            try:
+                b.append(b"y", timestamp=1)
+            except RuntimeError as exc:
+                errors.append(exc)
+
+    t = threading.Thread(target=appender)
+    t.start()
+    try:
+        for _ in range(10):
+            batch = one_batch(b.build())
+            assert batch.validate_crc()
+            assert sum(1 for _ in batch) == batch.records_count
+    finally:
+        stop.set()
+        t.join()
+    assert all("build" in str(e) for e in errors)

@@ -100,7 +100,7 @@ class TopicState:
     messages waiting for the first metadata."""
 
     __slots__ = ("name", "parts", "count", "choose", "pending", "unknown_since", "error",
-                 "available")
+                 "available", "sticky")
 
     def __init__(self, name: str, choose: Callable[..., int]) -> None:
         self.name = name
@@ -111,6 +111,7 @@ class TopicState:
         self.unknown_since: Optional[float] = None
         self.error: Optional[KafkaError] = None   # set when the topic is known not to exist
         self.available: Optional[List[int]] = None
+        self.sticky: Optional[PartitionState] = None  # keyless messages' partition
 
 
 class Accumulator:
@@ -144,6 +145,11 @@ class Accumulator:
         self._wake = wake                # wake(deadline): tell the I/O thread
         self._want_topic = want_topic    # ask the I/O thread for a topic's metadata
         self.initial_capacity = max(4096, min(self.batch_size, 256 * 1024))
+        # A batch takes another record only while it stays within batch.size.
+        self.batch_limit = self.batch_size - RECORD_OVERHEAD
+        self.sticky_cache = (TopicPartitioner is not None and self.sticky_ms > 0
+                             and self.partitioner_name not in ("consistent", "murmur2",
+                                                               "fnv1a"))
 
     # -- topics ------------------------------------------------------------------------
     def _partitioner(self) -> Callable[..., int]:
@@ -176,17 +182,28 @@ class Accumulator:
         t.available = avail if len(avail) < n else None
         t.error = None
         t.unknown_since = None
+        t.sticky = None
 
     # -- the hot path ----------------------------------------------------------------
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 on_delivery: Optional[Callable] = None, timestamp: int = 0,
                 headers: Any = None, *, callback: Optional[Callable] = None) -> None:
-        """Encode one message into its partition's batch (see ``Producer.produce``)."""
-        if value is not None and value.__class__ is not bytes:
+        """Encode one message into its partition's batch (see ``Producer.produce``).
+
+        The hot path: written out in one function (no helper calls for the common case)
+        because every Python call costs as much as the encoding itself.
+        """
+        if value.__class__ is bytes:
+            size = len(value)
+        elif value is None:
+            size = 0
+        else:
             value = _as_bytes(value, "value")
-        if key is not None and key.__class__ is not bytes:
-            key = _as_bytes(key, "key")
-        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            size = len(value)
+        if key is not None:
+            if key.__class__ is not bytes:
+                key = _as_bytes(key, "key")
+            size += len(key)
         if size > self.message_max:
             raise KafkaException(KafkaError(
                 KafkaError.MSG_SIZE_TOO_LARGE,
@@ -202,25 +219,60 @@ class Accumulator:
             if self.msg_count >= self.max_msgs or self.msg_bytes + size > self.max_bytes:
                 raise BufferError("Local: Queue full")
             t = self.topics.get(topic)
-            if t is None:
-                t = self._new_topic(topic)
-            parts = t.parts
-            if parts is None:
-                if t.error is not None:
-                    raise KafkaException(t.error)
-                if not isinstance(partition, int) or partition < -1:
-                    raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                                    f"invalid partition {partition!r}"))
-                t.pending.append((value, key, partition, on_delivery, timestamp, headers,
-                                  time.monotonic()))
-                self.pending_topics.add(t)
-                self.msg_count += 1
-                self.msg_bytes += size
+            if t is None or t.parts is None:
+                self._unassigned(t, topic, value, key, partition, on_delivery, timestamp,
+                                 headers, size)
                 return
-            self._place(t, parts, value, key, partition, on_delivery, timestamp, headers,
-                        size)
+            if partition < 0:
+                if key is None and self.sticky_cache:
+                    # Keyless: stay on the sticky partition while its batch is open; the
+                    # partitioner (time-based stickiness) is asked when the batch closed.
+                    p = t.sticky
+                    if p is None or p.open is None:
+                        p = t.sticky = t.parts[t.choose(None, t.count, t.available)]
+                else:
+                    p = t.parts[t.choose(key, t.count, t.available)]
+            elif partition < t.count:
+                p = t.parts[partition]
+            else:
+                raise KafkaException(KafkaError(
+                    KafkaError._UNKNOWN_PARTITION,
+                    f"{topic} has no partition {partition} ({t.count} partitions)"))
+            b = p.open
+            if b is None:
+                b = self._open(p)
+            elif b.builder.size_in_bytes + size > self.batch_limit:
+                self._close(p, b)
+                b = self._open(p)
+            b.builder.append(value, key, timestamp or None, headers)
+            if on_delivery is not None:
+                cbs = b.cbs
+                if cbs is None:
+                    cbs = b.cbs = []
+                cbs.append((b.count, on_delivery, key, value, headers))
+            b.nbytes += size
+            b.count += 1
+            if b.count >= self.batch_num:
+                self._close(p, b)
             self.msg_count += 1
             self.msg_bytes += size
+
+    def _unassigned(self, t: Optional[TopicState], topic: str, value: Any, key: Any,
+                    partition: int, on_delivery: Optional[Callable], timestamp: int,
+                    headers: Any, size: int) -> None:
+        """Under the lock: a message for a topic whose partitions are not known yet."""
+        if t is None:
+            t = self._new_topic(topic)
+        if t.error is not None:
+            raise KafkaException(t.error)
+        if not isinstance(partition, int) or partition < -1:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                            f"invalid partition {partition!r}"))
+        t.pending.append((value, key, partition, on_delivery, timestamp, headers,
+                          time.monotonic()))
+        self.pending_topics.add(t)
+        self.msg_count += 1
+        self.msg_bytes += size
 
     def _place(self, t: TopicState, parts: List[PartitionState], value: Any, key: Any,
                partition: int, on_delivery: Optional[Callable], timestamp: int, headers: Any,
@@ -234,8 +286,7 @@ class Accumulator:
                 f"{t.name} has no partition {partition} ({t.count} partitions)"))
         p = parts[partition]
         b = p.open
-        if b is None or (b.count and b.builder.size_in_bytes + size + RECORD_OVERHEAD
-                         > self.batch_size):
+        if b is None or (b.count and b.builder.size_in_bytes + size > self.batch_limit):
             if b is not None:
                 self._close(p, b)
             b = self._open(p)
@@ -247,7 +298,7 @@ class Accumulator:
             cbs.append((b.count, on_delivery, key, value, headers))
         b.count += 1
         b.nbytes += size
-        if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
+        if b.count >= self.batch_num:
             self._close(p, b)
 
     def assign_pending(self, t: TopicState, leaders: List[int]) -> List[tuple]:

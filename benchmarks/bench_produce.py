@@ -1,0 +1,151 @@
+"""End-to-end produce throughput: our Producer (produce() loop and produce_batch) against
+confluent-kafka's produce() loop, on the same broker, alternated round by round.
+
+    .venv/bin/python benchmarks/bench_produce.py [--broker tansu|noida|HOST:PORT]
+        [--messages 1000000] [--size 100] [--rounds 3] [--compression none,lz4]
+
+Each case: N messages of SIZE bytes to a fresh 1-partition topic, acks=1, linger.ms=5,
+then flush. Reported per contender: median msg/s over the rounds, CPU seconds (user+sys of
+this process, which is where every contender's client work happens) per million
+messages, and the peak RSS after the case (ru_maxrss, so it only grows).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def ours_loop(bootstrap, topic, n, payload, codec):
+    from kafka_client import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
+                  "compression.type": codec})
+    produce = p.produce
+    t0, c0 = time.perf_counter(), _cpu()
+    for _ in range(n):
+        try:
+            produce(topic, payload)
+        except BufferError:
+            p.poll(0.05)
+            produce(topic, payload)
+    left = p.flush(120)
+    t1, c1 = time.perf_counter(), _cpu()
+    p.close()
+    assert left == 0
+    return t1 - t0, c1 - c0
+
+
+def ours_batch(bootstrap, topic, n, payload, codec, chunk=10000):
+    from kafka_client import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
+                  "compression.type": codec})
+    values = [payload] * chunk
+    t0, c0 = time.perf_counter(), _cpu()
+    done = 0
+    while done < n:
+        k = min(chunk, n - done)
+        try:
+            p.produce_batch(topic, values if k == chunk else values[:k])
+        except BufferError:
+            p.poll(0.05)
+            continue
+        done += k
+    left = p.flush(120)
+    t1, c1 = time.perf_counter(), _cpu()
+    p.close()
+    assert left == 0
+    return t1 - t0, c1 - c0
+
+
+def confluent_loop(bootstrap, topic, n, payload, codec):
+    import confluent_kafka
+
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
+                                  "compression.type": codec})
+    produce = p.produce
+    t0, c0 = time.perf_counter(), _cpu()
+    for _ in range(n):
+        try:
+            produce(topic, payload)
+        except BufferError:
+            p.poll(0.05)
+            produce(topic, payload)
+    left = p.flush(120)
+    t1, c1 = time.perf_counter(), _cpu()
+    assert left == 0
+    return t1 - t0, c1 - c0
+
+
+CONTENDERS = {"confluent produce()": confluent_loop, "ours produce()": ours_loop,
+              "ours produce_batch": ours_batch}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--broker", default="tansu")
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--compression", default="none,lz4")
+    ap.add_argument("--only", default=None, help="comma list of contender names")
+    args = ap.parse_args(argv)
+    broker = None
+    if ":" in args.broker:
+        bootstrap = args.broker
+    else:
+        from kafka_client._testing.brokers import make_broker
+
+        broker = make_broker(args.broker)
+        broker.start()
+        bootstrap = broker.bootstrap
+    names = list(CONTENDERS) if not args.only else args.only.split(",")
+    payload = os.urandom(args.size // 2).hex().encode()[:args.size]
+    try:
+        for codec in args.compression.split(","):
+            rates = {n: [] for n in names}
+            cpus = {n: [] for n in names}
+            rss = {}
+            for _round in range(args.rounds):
+                for name in names:
+                    topic = f"bench-{uuid.uuid4().hex[:8]}"
+                    if broker is not None:
+                        broker.create_topic(topic, partitions=1)
+                    wall, cpu = CONTENDERS[name](bootstrap, topic, args.messages, payload,
+                                                 codec)
+                    rates[name].append(args.messages / wall)
+                    cpus[name].append(cpu / args.messages * 1e6)
+                    rss[name] = _rss_mb()
+            print(f"\n{args.messages} x {args.size} B, acks=1, linger.ms=5, {codec}, "
+                  f"{args.rounds} rounds, broker {args.broker}")
+            base = statistics.median(rates[names[0]])
+            for name in names:
+                med = statistics.median(rates[name])
+                print(f"  {name:22s} {med:>10,.0f} msg/s  x{med / base:4.2f}   "
+                      f"cpu {statistics.median(cpus[name]):5.2f} s/M msgs   "
+                      f"peak RSS {rss[name]:6.0f} MB")
+    finally:
+        if broker is not None:
+            broker.stop()
+            broker.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

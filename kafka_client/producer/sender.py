@@ -316,6 +316,7 @@ class Sender:
                     self._requeue(b, now)  # caused by the earlier batch's failure
                     continue
                 self._fatal(KafkaError(code, error.str(), fatal=True))
+                self._deliver(b, self.idem.fatal, -1, -1, POSSIBLY_PERSISTED)
                 continue
             self._retry_or_fail(b, error, now)
         self._maybe_bump(now)

@@ -1,0 +1,269 @@
+"""The sender against fake connections: request grouping, answers, retries in order,
+timeouts, idempotence sequences and error handling. No sockets, no I/O thread."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kafka_client._cluster.metadata import MetadataCache
+from kafka_client.config import ClientConfig
+from kafka_client.errors import KafkaError
+from kafka_client.producer.accumulator import Accumulator
+from kafka_client.producer.idempotence import Idempotence, restamp
+from kafka_proto.messages import InitProducerIdResponse, ProduceResponse
+from kafka_proto.records import read_batches
+from kafka_client.producer.sender import Sender
+
+
+class FakeConn:
+    def __init__(self, node_id, max_in_flight=100):
+        self.node_id = node_id
+        self.host, self.port = "fake", node_id
+        self.sent = []            # (request, callback)
+        self.max_in_flight = max_in_flight
+        self.ready = True
+
+    def version_for(self, key):
+        return {0: 9, 22: 4}.get(key)
+
+    def can_send(self):
+        return self.ready and len(self.sent) < self.max_in_flight
+
+    def send(self, req, callback, *, version=None, expect_response=True, timeout=None):
+        self.sent.append((req, callback, expect_response))
+
+    def answer(self, i=0, errors=None, base=0, pop=True):
+        """Answer request i: every partition ok (base offset) unless errors[(t, p)]."""
+        req, cb, _ = self.sent.pop(i) if pop else self.sent[i]
+        if req.API_KEY == 22:
+            cb(InitProducerIdResponse(error_code=0, producer_id=77, producer_epoch=3), None)
+            return
+        topics = []
+        for td in req.topic_data:
+            parts = []
+            for pd in td.partition_data:
+                code = (errors or {}).get((td.name, pd.index), 0)
+                parts.append(ProduceResponse.PartitionProduceResponse(
+                    index=pd.index, error_code=code, base_offset=base))
+            topics.append(ProduceResponse.TopicProduceResponse(name=td.name,
+                                                               partition_responses=parts))
+        cb(ProduceResponse(responses=topics), None)
+
+    def fail(self, i=0, code=KafkaError._TRANSPORT):
+        req, cb, _ = self.sent.pop(i)
+        cb(None, KafkaError(code, "connection lost"))
+
+
+class FakeCluster:
+    def __init__(self, conns):
+        self.conns = conns
+        self.metadata = MetadataCache()
+        self.on_metadata = []
+        self.on_broker_state = []
+        self.errors = []
+        self.kicked = 0
+
+    def ensure_connected(self, node):
+        return self.conns.get(node)
+
+    def _ready_conn(self):
+        return next(iter(self.conns.values()))
+
+    def _kick_connect(self, now):
+        self.kicked += 1
+
+    def report_error(self, err):
+        self.errors.append(err)
+
+
+def setup(partitions=(1,), nodes=(1,), **conf):
+    base = {"bootstrap.servers": "fake:1", "linger.ms": 0, "retry.backoff.ms": 10,
+            "retry.backoff.max.ms": 10}
+    base.update(conf)
+    cfg = ClientConfig.from_dict(base, role="producer")
+    acc = Accumulator(cfg, lambda d: None, lambda n: None)
+    t = acc._new_topic("t")
+    acc.set_partitions(t, list(partitions))
+    conns = {n: FakeConn(n) for n in nodes}
+    cluster = FakeCluster(conns)
+    reports = []
+    sender = Sender(cfg, acc, cluster, Idempotence(cfg), reports.append)
+    return acc, sender, conns, reports, t
+
+
+def run(sender, dt=0.0):
+    return sender.tick(time.monotonic() + dt)
+
+
+def values_of(report):
+    batch = report[0]
+    (b,) = list(read_batches(batch.data))
+    return [r.value for r in b]
+
+
+def test_one_request_per_broker_with_all_its_ready_partitions():
+    acc, sender, conns, reports, t = setup(partitions=(1, 1, 2), nodes=(1, 2))
+    for p in range(3):
+        acc.produce("t", b"m%d" % p, partition=p)
+    run(sender)
+    assert len(conns[1].sent) == 1 and len(conns[2].sent) == 1
+    req = conns[1].sent[0][0]
+    assert req.acks == -1
+    assert sorted(pd.index for td in req.topic_data for pd in td.partition_data) == [0, 1]
+    conns[1].answer(base=40)
+    conns[2].answer(base=7)
+    assert sorted((r[0].part.index, r[1], r[2], r[4]) for r in reports) == [
+        (0, None, 40, 2), (1, None, 40, 2), (2, None, 7, 2)]
+
+
+def test_retriable_error_retries_in_the_original_position():
+    acc, sender, conns, reports, t = setup(**{"batch.num.messages": 1})
+    for i in range(3):
+        acc.produce("t", b"%d" % i, partition=0)
+    run(sender)
+    c = conns[1]
+    assert len(c.sent) == 3  # pipelined: one batch per request
+    # The first fails retriably, the others succeed... then the retry goes out last.
+    c.answer(0, errors={("t", 0): 6})   # NOT_LEADER_OR_FOLLOWER: also refreshes metadata
+    assert "t" in sender.cluster.metadata._asked
+    assert t.parts[0].retrying and [b.seq for b in t.parts[0].ready] == [0]
+    run(sender)                       # in flight must drain before the retry
+    assert len(c.sent) == 2
+    c.answer(0, base=0)
+    c.answer(0, base=1)
+    run(sender, 0.0)                  # backoff not over
+    run(sender, 0.5)
+    assert len(c.sent) == 1
+    c.answer(0, base=2)
+    assert [values_of(r) for r in reports] == [[b"1"], [b"2"], [b"0"]]
+    assert reports[-1][0].attempts == 2
+
+
+def test_non_retriable_error_fails_the_batch():
+    acc, sender, conns, reports, t = setup()
+    acc.produce("t", b"big", partition=0)
+    run(sender)
+    conns[1].answer(errors={("t", 0): 10})  # MESSAGE_TOO_LARGE
+    (r,) = reports
+    assert r[1].code() == 10 and r[4] == 1  # POSSIBLY_PERSISTED: it was sent
+
+
+def test_retries_exhausted_and_message_timeout():
+    acc, sender, conns, reports, t = setup(retries=1)
+    acc.produce("t", b"x", partition=0)
+    run(sender)
+    conns[1].fail()
+    run(sender, 0.5)
+    conns[1].fail()
+    assert reports[0][1].code() == KafkaError._TRANSPORT
+    acc2, sender2, conns2, reports2, _ = setup(**{"message.timeout.ms": 100})
+    conns2[1].ready = False  # never sendable
+    acc2.produce("t", b"y", partition=0)
+    run(sender2)
+    assert not reports2
+    run(sender2, 0.2)
+    (r,) = reports2
+    assert r[1].code() == KafkaError._MSG_TIMED_OUT and r[4] == 0  # NOT_PERSISTED
+
+
+def test_acks0_reports_when_written():
+    acc, sender, conns, reports, t = setup(acks=0)
+    acc.produce("t", b"x", partition=0)
+    run(sender)
+    req, cb, expect = conns[1].sent.pop()
+    assert req.acks == 0 and expect is False
+    cb(None, None)
+    (r,) = reports
+    assert r[1] is None and r[2] == -1 and r[4] == 1
+
+
+def test_unknown_leader_asks_for_metadata():
+    acc, sender, conns, reports, t = setup(partitions=(-1,))
+    acc.produce("t", b"x", partition=0)
+    run(sender)
+    assert not conns[1].sent
+    assert "t" in sender.cluster.metadata._asked
+
+
+def test_idempotence_gets_a_producer_id_then_numbers_batches():
+    acc, sender, conns, reports, t = setup(**{"enable.idempotence": True,
+                                              "batch.num.messages": 2})
+    assert sender.part_max_in_flight == 5 and sender.acks == -1
+    for i in range(10):
+        acc.produce("t", b"%d" % i, partition=0)
+    run(sender)
+    c = conns[1]
+    assert [r.API_KEY for r, _, _ in c.sent] == [22]
+    c.answer()
+    run(sender)
+    assert len(c.sent) == 5  # at most 5 in flight per partition
+    seqs = []
+    for req, _, _ in c.sent:
+        (b,) = list(read_batches(req.topic_data[0].partition_data[0].records))
+        seqs.append((b.producer_id, b.producer_epoch, b.base_sequence))
+    assert seqs == [(77, 3, 0), (77, 3, 2), (77, 3, 4), (77, 3, 6), (77, 3, 8)]
+    c.answer(0, errors={("t", 0): 46})  # DUPLICATE_SEQUENCE_NUMBER: delivered already
+    assert reports[0][1] is None and reports[0][4] == 2
+
+
+def test_idempotence_out_of_order_after_an_earlier_failure_is_retried():
+    acc, sender, conns, reports, t = setup(**{"enable.idempotence": True,
+                                              "batch.num.messages": 1})
+    for i in range(3):
+        acc.produce("t", b"%d" % i, partition=0)
+    run(sender)
+    c = conns[1]
+    c.answer()
+    run(sender)
+    c.answer(0, errors={("t", 0): 6})    # first batch: not leader -> retried
+    c.answer(0, errors={("t", 0): 45})   # second: out of order because of the first
+    c.answer(0, errors={("t", 0): 45})
+    assert not reports and sender.idem.fatal is None
+    assert [b.seq for b in t.parts[0].ready] == [0, 1, 2]
+    for _ in range(3):
+        run(sender, 1.0)
+        c.answer(0, base=10)
+    assert [values_of(r) for r in reports] == [[b"0"], [b"1"], [b"2"]]
+    # Sequence numbers unchanged by the retries.
+    assert [r[0].base_sequence for r in reports] == [0, 1, 2]
+
+
+def test_idempotence_unexplained_out_of_order_is_fatal():
+    acc, sender, conns, reports, t = setup(**{"enable.idempotence": True})
+    acc.produce("t", b"x", partition=0)
+    run(sender)
+    c = conns[1]
+    c.answer()
+    run(sender)
+    acc.produce("t", b"queued", partition=0)  # still queued when the fatal error hits
+    c.answer(0, errors={("t", 0): 45})
+    fatal = sender.idem.fatal
+    assert fatal is not None and fatal.fatal() and fatal.code() == KafkaError._FATAL
+    assert sender.cluster.errors == [fatal]
+    assert {r[1].code() for r in reports} == {KafkaError._FATAL}
+    assert len(reports) == 2
+
+
+def test_restamp_rewrites_producer_fields_and_crc():
+    from kafka_proto.records import RecordBatchBuilder
+
+    b = RecordBatchBuilder(producer_id=1, producer_epoch=0, base_sequence=5)
+    b.append(b"v")
+    data = restamp(b.build(), 9, 2, 40)
+    (batch,) = list(read_batches(data, check_crc=True))
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (9, 2, 40)
+    assert batch.validate_crc()
+
+
+def test_purge_reports_queued_and_in_flight():
+    acc, sender, conns, reports, t = setup(**{"batch.num.messages": 1})
+    acc.produce("t", b"a", partition=0)
+    run(sender)
+    acc.produce("t", b"b", partition=0)
+    sender.purge(KafkaError(KafkaError._PURGE_QUEUE), KafkaError(KafkaError._PURGE_INFLIGHT),
+                 True)
+    codes = sorted(r[1].code() for r in reports)
+    assert codes == sorted([KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT])
+    conns[1].answer()  # the late answer is ignored
+    assert len(reports) == 2

@@ -1,0 +1,104 @@
+"""Producer API without a broker: configuration interplay, queueing, purge, poll/flush
+timing, statistics, shutdown."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from kafka_client import KafkaError, KafkaException, Producer
+
+
+def dead_bootstrap():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+def producer():
+    p = Producer({"bootstrap.servers": dead_bootstrap(), "reconnect.backoff.ms": 50,
+                  "message.timeout.ms": 60000})
+    yield p
+    p.close(0)
+
+
+def test_incompatible_idempotence_settings_are_rejected():
+    for bad in ({"acks": 0}, {"max.in.flight.requests.per.connection": 6}, {"retries": 0}):
+        conf = {"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": True, **bad}
+        with pytest.raises(KafkaException) as ei:
+            Producer(conf)
+        assert ei.value.args[0].code() == KafkaError._INVALID_ARG
+        assert next(iter(bad)) in str(ei.value)
+
+
+def test_idempotence_defaults_and_aliases():
+    p = Producer({"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": "true",
+                  "queue.buffering.max.ms": 7, "compression.codec": "lz4"})
+    try:
+        assert p._sender.acks == -1 and p._sender.part_max_in_flight == 5
+        assert p._acc.linger == 0.007 and p._acc.compression == 3
+    finally:
+        p.close(0)
+
+
+def test_messages_wait_for_metadata_and_count(producer):
+    for i in range(10):
+        producer.produce("topic", b"v%d" % i)
+    assert len(producer) == 10
+    assert producer.flush(0.2) == 10  # nothing can be delivered: returns what is left
+
+
+def test_purge_reports_every_queued_message(producer):
+    got = []
+    for i in range(5):
+        producer.produce("topic", b"v%d" % i, on_delivery=lambda e, m: got.append((e, m)))
+    producer.purge(in_flight=False)
+    assert producer.poll(1) >= 5  # plus connection errors, which count as events too
+    assert [e.code() for e, _ in got] == [KafkaError._PURGE_QUEUE] * 5
+    assert [m.value() for _, m in got] == [b"v%d" % i for i in range(5)]
+    assert all(m.status() == 0 for _, m in got)  # NOT_PERSISTED
+    assert len(producer) == 0
+
+
+def test_poll_and_flush_respect_their_timeouts(producer):
+    start = time.monotonic()
+    assert producer.poll(0.3) == 0
+    assert 0.25 <= time.monotonic() - start < 1.5
+    producer.produce("topic", b"x")
+    start = time.monotonic()
+    assert producer.flush(0.3) == 1
+    assert time.monotonic() - start < 1.5
+
+
+def test_config_as_keyword_arguments_and_context_manager():
+    with Producer(bootstrap_servers=dead_bootstrap(), linger_ms=1,
+                  message_timeout_ms=500) as p:
+        assert p._acc.linger == 0.001
+        reports = []
+        p.produce("t", b"x", on_delivery=lambda e, m: reports.append(e))
+    # leaving the block flushed: the message timed out within message.timeout.ms
+    assert [e.code() for e in reports] == [KafkaError._MSG_TIMED_OUT]
+    assert not p._io.alive
+
+
+def test_stats_callback_gets_librdkafka_shaped_json():
+    docs = []
+    p = Producer({"bootstrap.servers": dead_bootstrap(), "statistics.interval.ms": 100,
+                  "stats_cb": docs.append})
+    try:
+        p.produce("t", b"x")
+        deadline = time.monotonic() + 5
+        while not docs and time.monotonic() < deadline:
+            p.poll(0.1)
+        doc = json.loads(docs[0])
+        assert doc["type"] == "producer" and doc["msg_cnt"] == 1
+        assert set(doc) >= {"name", "client_id", "ts", "brokers", "topics", "txmsgs"}
+        for b in doc["brokers"].values():
+            assert set(b) >= {"rtt", "int_latency", "outbuf_latency", "state"}
+    finally:
+        p.close(0)

@@ -267,3 +267,31 @@ def test_purge_reports_queued_and_in_flight():
     assert codes == sorted([KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT])
     conns[1].answer()  # the late answer is ignored
     assert len(reports) == 2
+
+
+def test_idempotence_timeout_of_a_sent_batch_bumps_the_epoch_and_restarts_sequences():
+    acc, sender, conns, reports, t = setup(**{"enable.idempotence": True,
+                                              "batch.num.messages": 1,
+                                              "message.timeout.ms": 200})
+    c = conns[1]
+    acc.produce("t", b"0", partition=0)
+    run(sender)
+    c.answer()                       # producer id 77 epoch 3
+    run(sender)
+    c.fail()                         # lost in flight; retried later
+    acc.produce("t", b"1", partition=0)
+    run(sender, 0.3)                 # both now past message.timeout.ms
+    assert [r[1].code() for r in reports] == [KafkaError._MSG_TIMED_OUT] * 2
+    assert reports[0][4] == 1        # the sent one: POSSIBLY_PERSISTED
+    assert sender.idem.bump_wanted
+    sender._next_expiry_check = float("inf")  # the clock jumps below; "2" must not expire
+    acc.produce("t", b"2", partition=0)
+    run(sender, 0.3)
+    assert [r.API_KEY for r, _, _ in c.sent] == [22]   # InitProducerId again
+    req = c.sent[0][0]
+    assert (req.producer_id, req.producer_epoch) == (77, 3)
+    req_cb = c.sent.pop(0)[1]
+    req_cb(InitProducerIdResponse(error_code=0, producer_id=77, producer_epoch=4), None)
+    run(sender, 0.3)
+    (b,) = list(read_batches(c.sent[0][0].topic_data[0].partition_data[0].records))
+    assert (b.producer_epoch, b.base_sequence) == (4, 0)

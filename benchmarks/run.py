@@ -297,7 +297,8 @@ def _sizes(pooled):
         per = pooled[case]
         cells = ["%s %s" % (n, per[n]["info"]["bytes"]) for n, _, _ in COLUMNS
                  if n in per and per[n]["info"].get("bytes") is not None]
-        lines.append("%s: %s" % (case[len("encode-"):], ", ".join(cells)))
+        if cells:
+            lines.append("%s: %s" % (case[len("encode-"):], ", ".join(cells)))
     return lines
 
 

@@ -39,11 +39,12 @@ def ours_loop(bootstrap, topic, n, payload, codec):
     produce = p.produce
     t0, c0 = time.perf_counter(), _cpu()
     for _ in range(n):
-        try:
-            produce(topic, payload)
-        except BufferError:
-            p.poll(0.05)
-            produce(topic, payload)
+        while True:
+            try:
+                produce(topic, payload)
+                break
+            except BufferError:
+                p.poll(0.05)
     left = p.flush(120)
     t1, c1 = time.perf_counter(), _cpu()
     p.close()
@@ -82,11 +83,12 @@ def confluent_loop(bootstrap, topic, n, payload, codec):
     produce = p.produce
     t0, c0 = time.perf_counter(), _cpu()
     for _ in range(n):
-        try:
-            produce(topic, payload)
-        except BufferError:
-            p.poll(0.05)
-            produce(topic, payload)
+        while True:
+            try:
+                produce(topic, payload)
+                break
+            except BufferError:
+                p.poll(0.05)
     left = p.flush(120)
     t1, c1 = time.perf_counter(), _cpu()
     assert left == 0

@@ -120,6 +120,22 @@ def test_produce_batch_and_headers(broker, topic_name):
     assert last.timestamp() == (confluent_kafka.TIMESTAMP_CREATE_TIME, 1_700_000_000_000)
 
 
+def test_topic_created_on_first_use(broker, topic_name):
+    """allow.auto.create.topics defaults to true for a producer: the Metadata request
+    asks the broker to create the topic, and the messages that waited get delivered."""
+    reports = []
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        for i in range(100):
+            p.produce(topic_name, b"%d" % i, on_delivery=lambda e, m: reports.append((e, m)))
+        assert p.flush(30) == 0
+    assert [e for e, _ in reports] == [None] * 100
+    by_part = {}
+    for _, m in reports:
+        by_part.setdefault(m.partition(), []).append(m.offset())
+    for offsets in by_part.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+
+
 def test_list_topics(broker, topic_name):
     broker.create_topic(topic_name, partitions=3)
     with Producer({"bootstrap.servers": broker.bootstrap}) as p:

@@ -45,7 +45,7 @@ class Batch:
     delivery callback (None when none has).
     """
 
-    __slots__ = ("part", "builder", "created", "deadline", "cbs", "count", "nbytes",
+    __slots__ = ("part", "builder", "append", "created", "deadline", "cbs", "count", "nbytes",
                  "data", "base_sequence", "attempts", "retry_at", "seq", "sent", "done",
                  "pid", "epoch")
 
@@ -57,7 +57,8 @@ class Batch:
         self.deadline = now + timeout if timeout > 0 else float("inf")
         self.cbs: Optional[List[tuple]] = None
         self.count = 0
-        self.nbytes = 0           # key + value bytes (for queue.buffering.max.kbytes)
+        self.nbytes = 0           # encoded size, counted in msg_bytes once closed
+        self.append = builder.append
         self.data: Optional[bytes] = None  # the built batch, once sent
         self.base_sequence = -1
         self.attempts = 0
@@ -150,6 +151,7 @@ class Accumulator:
         self.sticky_cache = (TopicPartitioner is not None and self.sticky_ms > 0
                              and self.partitioner_name not in ("consistent", "murmur2",
                                                                "fnv1a"))
+        self._produce = self.produce = self._make_produce()  # type: ignore[method-assign]
 
     # -- topics ------------------------------------------------------------------------
     def _partitioner(self) -> Callable[..., int]:
@@ -190,72 +192,96 @@ class Accumulator:
                 headers: Any = None, *, callback: Optional[Callable] = None) -> None:
         """Encode one message into its partition's batch (see ``Producer.produce``).
 
-        The hot path: written out in one function (no helper calls for the common case)
-        because every Python call costs as much as the encoding itself.
+        Replaced in ``__init__`` by the closure from :meth:`_make_produce` (same
+        signature, same behaviour): this body is the readable reference.
         """
-        if value.__class__ is bytes:
-            size = len(value)
-        elif value is None:
-            size = 0
-        else:
-            value = _as_bytes(value, "value")
-            size = len(value)
-        if key is not None:
-            if key.__class__ is not bytes:
-                key = _as_bytes(key, "key")
-            size += len(key)
-        if size > self.message_max:
-            raise KafkaException(KafkaError(
-                KafkaError.MSG_SIZE_TOO_LARGE,
-                f"Message of {size} bytes is larger than message.max.bytes "
-                f"({self.message_max})"))
-        if callback is not None:
-            on_delivery = callback
-        elif on_delivery is None:
-            on_delivery = self.default_cb
-        if headers is not None:
-            headers = _headers(headers)
-        with self.lock:
-            if self.msg_count >= self.max_msgs or self.msg_bytes + size > self.max_bytes:
-                raise BufferError("Local: Queue full")
-            t = self.topics.get(topic)
-            if t is None or t.parts is None:
-                self._unassigned(t, topic, value, key, partition, on_delivery, timestamp,
-                                 headers, size)
-                return
-            if partition < 0:
-                if key is None and self.sticky_cache:
-                    # Keyless: stay on the sticky partition while its batch is open; the
-                    # partitioner (time-based stickiness) is asked when the batch closed.
-                    p = t.sticky
-                    if p is None or p.open is None:
-                        p = t.sticky = t.parts[t.choose(None, t.count, t.available)]
-                else:
-                    p = t.parts[t.choose(key, t.count, t.available)]
-            elif partition < t.count:
-                p = t.parts[partition]
+        self._produce(topic, value, key, partition, on_delivery, timestamp, headers,
+                      callback=callback)
+
+    def _make_produce(self) -> Callable[..., None]:
+        """The hot path as a closure: settings are cell variables rather than attribute
+        lookups, and nothing is counted per message that can be counted per batch
+        (bytes are added when a batch closes). Every Python-level operation here costs
+        about as much as encoding the record, so the function is written out flat."""
+        acc = self
+        lock = self.lock
+        topics = self.topics
+        message_max = self.message_max
+        default_cb = self.default_cb
+        max_msgs = self.max_msgs
+        max_bytes = self.max_bytes
+        batch_limit = self.batch_limit
+        batch_num = self.batch_num
+        sticky_cache = self.sticky_cache
+        open_batch = self._open
+        close_batch = self._close
+
+        def produce(topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                    on_delivery: Optional[Callable] = None, timestamp: int = 0,
+                    headers: Any = None, *, callback: Optional[Callable] = None) -> None:
+            if value.__class__ is bytes:
+                size = len(value)
+            elif value is None:
+                size = 0
             else:
+                value = _as_bytes(value, "value")
+                size = len(value)
+            if key is not None:
+                if key.__class__ is not bytes:
+                    key = _as_bytes(key, "key")
+                size += len(key)
+            if size > message_max:
                 raise KafkaException(KafkaError(
-                    KafkaError._UNKNOWN_PARTITION,
-                    f"{topic} has no partition {partition} ({t.count} partitions)"))
-            b = p.open
-            if b is None:
-                b = self._open(p)
-            elif b.builder.size_in_bytes + size > self.batch_limit:
-                self._close(p, b)
-                b = self._open(p)
-            b.builder.append(value, key, timestamp or None, headers)
-            if on_delivery is not None:
-                cbs = b.cbs
-                if cbs is None:
-                    cbs = b.cbs = []
-                cbs.append((b.count, on_delivery, key, value, headers))
-            b.nbytes += size
-            b.count += 1
-            if b.count >= self.batch_num:
-                self._close(p, b)
-            self.msg_count += 1
-            self.msg_bytes += size
+                    KafkaError.MSG_SIZE_TOO_LARGE,
+                    f"Message of {size} bytes is larger than message.max.bytes "
+                    f"({message_max})"))
+            if callback is not None:
+                on_delivery = callback
+            elif on_delivery is None:
+                on_delivery = default_cb
+            if headers is not None:
+                headers = _headers(headers)
+            with lock:
+                if acc.msg_count >= max_msgs or acc.msg_bytes + size > max_bytes:
+                    raise BufferError("Local: Queue full")
+                t = topics.get(topic)
+                if t is None or t.parts is None:
+                    acc._unassigned(t, topic, value, key, partition, on_delivery, timestamp,
+                                    headers, size)
+                    return
+                if partition < 0:
+                    if key is None and sticky_cache:
+                        # Keyless: the sticky partition while its batch is open; the
+                        # partitioner (time-based stickiness) is asked when it closed.
+                        p = t.sticky
+                        if p is None or p.open is None:
+                            p = t.sticky = t.parts[t.choose(None, t.count, t.available)]
+                    else:
+                        p = t.parts[t.choose(key, t.count, t.available)]
+                elif partition < t.count:
+                    p = t.parts[partition]
+                else:
+                    raise KafkaException(KafkaError(
+                        KafkaError._UNKNOWN_PARTITION,
+                        f"{topic} has no partition {partition} ({t.count} partitions)"))
+                b = p.open
+                if b is None:
+                    b = open_batch(p)
+                elif b.builder.size_in_bytes + size > batch_limit:
+                    close_batch(p, b)
+                    b = open_batch(p)
+                b.append(value, key, timestamp or None, headers)
+                if on_delivery is not None:
+                    cbs = b.cbs
+                    if cbs is None:
+                        cbs = b.cbs = []
+                    cbs.append((b.count, on_delivery, key, value, headers))
+                b.count += 1
+                if b.count >= batch_num:
+                    close_batch(p, b)
+                acc.msg_count += 1
+
+        return produce
 
     def _unassigned(self, t: Optional[TopicState], topic: str, value: Any, key: Any,
                     partition: int, on_delivery: Optional[Callable], timestamp: int,
@@ -290,14 +316,13 @@ class Accumulator:
             if b is not None:
                 self._close(p, b)
             b = self._open(p)
-        b.builder.append(value, key, timestamp or None, headers)
+        b.append(value, key, timestamp or None, headers)
         if on_delivery is not None:
             cbs = b.cbs
             if cbs is None:
                 cbs = b.cbs = []
             cbs.append((b.count, on_delivery, key, value, headers))
         b.count += 1
-        b.nbytes += size
         if b.count >= self.batch_num:
             self._close(p, b)
 
@@ -318,6 +343,8 @@ class Accumulator:
                     self._place(t, t.parts, value, key, partition, cb, ts, headers, size)
                 except KafkaException as exc:
                     failed.append((m, exc.args[0]))
+                else:
+                    self.msg_bytes -= size  # counted again with its batch, when it closes
         return failed
 
     def produce_batch(self, topic: str, values: List[Any], keys: Optional[List[Any]] = None,
@@ -383,13 +410,10 @@ class Accumulator:
                                                     if (pos or take < n) else keys)
                 b.builder.append_many(chunk, kchunk, ts)
                 b.count += take
-                b.nbytes += sizes if chunk is values else (
-                    _total_len(chunk) + (0 if kchunk is None else _total_len(kchunk)))
                 pos += take
                 if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
                     self._close(p, b)
             self.msg_count += n
-            self.msg_bytes += sizes
         return n
 
     # -- batches (under the lock) -----------------------------------------------------
@@ -398,6 +422,7 @@ class Accumulator:
         builder = RecordBatchBuilder(self.compression, self.compression_level,
                                      initial_capacity=self.initial_capacity)
         b = Batch(p, builder, now, self.timeout, p.batch_seq)
+        b.append = builder.append
         p.batch_seq += 1
         p.open = b
         deadline = now + self.linger
@@ -411,6 +436,9 @@ class Accumulator:
     def _close(self, p: PartitionState, b: Batch) -> None:
         if p.open is b:
             p.open = None
+        # Bytes are counted per closed batch (its encoded size), not per message.
+        b.nbytes = b.builder.size_in_bytes
+        self.msg_bytes += b.nbytes
         p.ready.append(b)
         self.ready_parts.add(p)
         self._wake(0.0)

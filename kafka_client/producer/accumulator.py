@@ -41,13 +41,13 @@ BATCH_OVERHEAD = 61
 class Batch:
     """One record batch of one partition, from its first message to its delivery report.
 
-    ``cbs`` holds ``(index, callback, key, value, headers)`` for the messages that have a
-    delivery callback (None when none has).
+    ``cbs`` holds ``(index, callback, key, value, headers, timestamp)`` for the messages
+    that have a delivery callback (None when none has).
     """
 
     __slots__ = ("part", "builder", "append", "created", "deadline", "cbs", "count", "nbytes",
                  "data", "base_sequence", "attempts", "retry_at", "seq", "sent", "done",
-                 "pid", "epoch")
+                 "pid", "epoch", "wall_ms")
 
     def __init__(self, part: "PartitionState", builder: RecordBatchBuilder, now: float,
                  timeout: float, seq: int) -> None:
@@ -68,6 +68,7 @@ class Batch:
         self.done = False         # delivery report queued (late answers are ignored)
         self.pid = -1
         self.epoch = -1
+        self.wall_ms = int(time.time() * 1000)  # for reports of messages stamped "now"
 
     def __repr__(self) -> str:
         p = self.part
@@ -275,7 +276,7 @@ class Accumulator:
                     cbs = b.cbs
                     if cbs is None:
                         cbs = b.cbs = []
-                    cbs.append((b.count, on_delivery, key, value, headers))
+                    cbs.append((b.count, on_delivery, key, value, headers, timestamp))
                 b.count += 1
                 if b.count >= batch_num:
                     close_batch(p, b)
@@ -321,7 +322,7 @@ class Accumulator:
             cbs = b.cbs
             if cbs is None:
                 cbs = b.cbs = []
-            cbs.append((b.count, on_delivery, key, value, headers))
+            cbs.append((b.count, on_delivery, key, value, headers, timestamp))
         b.count += 1
         if b.count >= self.batch_num:
             self._close(p, b)

@@ -332,10 +332,13 @@ class Producer:
             tstamp = (TIMESTAMP_LOG_APPEND_TIME, append_time)
         else:
             tstamp = None
-        for index, cb, key, value, headers in cbs:
+        wall = batch.wall_ms
+        for index, cb, key, value, headers, ts in cbs:
+            # Messages stamped "now" got the clock of their append: the batch's opening
+            # time is within linger.ms of it (no per-message time is kept).
             m = DeliveredMessage(topic, partition, base + index if base >= 0 else -1001
                                  if err is not None else -1, key, value, headers, err,
-                                 tstamp or (TIMESTAMP_CREATE_TIME, -1), latency)
+                                 tstamp or (TIMESTAMP_CREATE_TIME, ts or wall), latency)
             m._status = status
             _call(cb, err, m)
 

@@ -319,7 +319,6 @@ class Sender:
                 self._deliver(b, self.idem.fatal, -1, -1, POSSIBLY_PERSISTED)
                 continue
             self._retry_or_fail(b, error, now)
-        self._maybe_bump(now)
 
     def _earlier_retry(self, b: Batch) -> bool:
         """True if an older batch of the same partition is waiting to be resent."""
@@ -413,9 +412,6 @@ class Sender:
                           -1, -1, POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
 
     # -- idempotence ---------------------------------------------------------------------
-    def _maybe_bump(self, now: float) -> None:
-        pass  # the bump itself happens in _ensure_producer_id once nothing is in flight
-
     def _ensure_producer_id(self, now: float) -> Optional[float]:
         idem = self.idem
         if idem.init_in_flight:

@@ -61,10 +61,13 @@ def test_every_message_once_in_order(broker, topic_name, acks, codec, idempotent
     if idempotent:
         conf["enable.idempotence"] = True
     reports = []
+    stamps = []
+    start_ms = int(time.time() * 1000)
 
     def dr(err, msg):
         reports.append((err, msg.partition(), msg.offset(), msg.key(), msg.value(),
                         msg.status()))
+        stamps.append(msg.timestamp())
 
     with Producer(conf) as p:
         for i in range(N):
@@ -76,6 +79,9 @@ def test_every_message_once_in_order(broker, topic_name, acks, codec, idempotent
     assert len(reports) == N
     errors = [r for r in reports if r[0] is not None]
     assert not errors, errors[:3]
+    end_ms = int(time.time() * 1000)
+    assert all(kind == confluent_kafka.TIMESTAMP_CREATE_TIME and start_ms - 5 <= ts <= end_ms
+               for kind, ts in stamps)
     sent = {p: [] for p in range(PARTITIONS)}
     for _err, part, offset, key, value, status in reports:
         sent[part].append((offset, key, value))

@@ -132,7 +132,7 @@ def test_callbacks_keep_index_key_value():
     acc.produce("t", b"a", partition=0)
     acc.produce("t", b"b", key=b"k", partition=0, on_delivery=cb, headers={"h": "v"})
     acc.produce("t", b"c", partition=0, callback=cb)
-    assert t.parts[0].open.cbs == [(1, cb, b"k", b"b", [("h", b"v")]), (2, cb, None, b"c", None)]
+    assert t.parts[0].open.cbs == [(1, cb, b"k", b"b", [("h", b"v")], 0), (2, cb, None, b"c", None, 0)]
 
 
 def test_keyless_messages_stick_to_one_partition_per_batch():

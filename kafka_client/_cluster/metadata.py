@@ -96,6 +96,7 @@ class MetadataCache:
                                                   else float("inf"))
         self._fast_at: Optional[float] = None
         self._fast_delay = fast_interval
+        self._last_sent = float("-inf")
         self.version = 0                   # bumped on every update (listeners compare it)
         self.updates = 0
 
@@ -108,15 +109,18 @@ class MetadataCache:
                 if t not in self.topics:
                     self._asked.add(t)
 
-    def request(self, topics: Optional[Iterable[str]] = None, *, fast: bool = False) -> None:
+    def request(self, topics: Optional[Iterable[str]] = None, *, fast: bool = False,
+                now: Optional[float] = None) -> None:
         """Ask for a refresh of ``topics`` (None: every topic) at the next chance;
-        ``fast``: an error said the cache is wrong (rate-limited by the fast interval)."""
+        ``fast``: an error said the cache is wrong (at most one such request per
+        fast interval)."""
         if topics is None:
             self._all_asked = True
         else:
             self._asked.update(topics)
         if fast and self._fast_at is None:
-            self._fast_at = time.monotonic()
+            now = time.monotonic() if now is None else now
+            self._fast_at = max(now, self._last_sent + self.fast_interval)
 
     def due(self, now: float) -> Optional[float]:
         """0 if a request should go out now, else the time it will be due (or None)."""
@@ -137,9 +141,10 @@ class MetadataCache:
             return 0.0
         return self._next_periodic if self.refresh_interval > 0 else None
 
-    def take_request_topics(self) -> Optional[List[str]]:
+    def take_request_topics(self, now: Optional[float] = None) -> Optional[List[str]]:
         """The topics of the request about to go out (None = all); marks it in flight."""
         self.in_flight = True
+        self._last_sent = time.monotonic() if now is None else now
         if self._fast_at is not None:
             # What made the fast refresh: the wanted topics with trouble, asked again.
             self._asked.update(self.wanted)
@@ -219,9 +224,9 @@ class MetadataCache:
             return -1
         return info.leaders[partition]
 
-    def mark_stale(self, topic: str) -> None:
+    def mark_stale(self, topic: str, now: Optional[float] = None) -> None:
         """An error said this topic's entry is wrong: refresh it soon."""
-        self.request([topic], fast=True)
+        self.request([topic], fast=True, now=now)
 
 
 # --------------------------------------------------------------------------- public view

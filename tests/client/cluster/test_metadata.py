@@ -1,0 +1,106 @@
+"""The metadata cache's rules: additive brokers, max age, coalesced and fast refresh."""
+from __future__ import annotations
+
+from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
+from kafka_proto.messages import MetadataResponse
+
+R = MetadataResponse
+
+
+def response(brokers, topics):
+    """brokers: {id: port}; topics: {name: (error, [leader per partition])}"""
+    return R(brokers=[R.MetadataResponseBroker(node_id=i, host="h", port=p)
+                      for i, p in brokers.items()],
+             cluster_id="c", controller_id=min(brokers) if brokers else -1,
+             topics=[R.MetadataResponseTopic(
+                 name=name, error_code=err,
+                 partitions=[R.MetadataResponsePartition(partition_index=i, leader_id=leader,
+                                                         replica_nodes=[leader],
+                                                         isr_nodes=[leader])
+                             for i, leader in enumerate(leaders)])
+                 for name, (err, leaders) in topics.items()])
+
+
+def test_brokers_are_cached_additively():
+    md = MetadataCache()
+    md.update(response({1: 9001, 2: 9002}, {}), 0.0, None)
+    md.update(response({2: 9102}, {}), 1.0, None)
+    assert md.brokers == {1: ("h", 9001, None), 2: ("h", 9102, None)}
+    assert md.cluster_id == "c"
+
+
+def test_wanted_topics_are_asked_once_and_coalesced():
+    md = MetadataCache(refresh_interval=-1)
+    md.want(["a"])
+    md.want(["b", "a"])
+    assert md.due(0.0) == 0.0
+    assert md.take_request_topics() == ["a", "b"]
+    # While a request is in flight, further asks wait for the next one.
+    md.request(["c"])
+    md.request(["d"])
+    assert md.due(0.1) is None
+    changed = md.update(response({1: 1}, {"a": (0, [1, 1]), "b": (0, [1])}), 0.2, ["a", "b"])
+    assert changed == {"a", "b"}
+    assert md.due(0.3) == 0.0
+    assert md.take_request_topics() == ["c", "d"]
+    md.update(response({1: 1}, {}), 0.4, ["c", "d"])
+    assert md.due(0.5) is None  # nothing asked, no periodic refresh
+
+
+def test_topics_older_than_max_age_are_asked_again():
+    md = MetadataCache(max_age=10.0, refresh_interval=-1)
+    md.want(["a"])
+    md.take_request_topics()
+    md.update(response({1: 1}, {"a": (0, [1])}), 100.0, ["a"])
+    assert md.due(105.0) is None
+    assert md.due(110.0) == 0.0
+    assert md.take_request_topics() == ["a"]
+
+
+def test_missing_leaders_and_errors_trigger_a_fast_refresh_with_growing_interval():
+    md = MetadataCache(refresh_interval=-1, fast_interval=0.1, fast_max=0.4)
+    md.want(["a"])
+    md.take_request_topics(9.9)
+    md.update(response({1: 1}, {"a": (0, [1, -1])}), 10.0, ["a"])   # partition 1 leaderless
+    assert md.due(10.05) == 10.1
+    assert md.due(10.1) == 0.0
+    md.take_request_topics(10.1)
+    md.update(response({1: 1}, {"a": (5, [])}), 10.2, ["a"])         # LEADER_NOT_AVAILABLE
+    assert md.due(10.25) == 10.2 + 0.2                                 # doubled
+    md.take_request_topics(10.4)
+    md.update(response({1: 1}, {"a": (0, [1, 1])}), 10.5, ["a"])
+    assert md.due(10.6) is None
+    assert md.leader("a", 1) == 1 and md.leader("a", 7) == -1 and md.leader("zz", 0) == -1
+    # A produce error marks the topic stale: asked again soon.
+    md.mark_stale("a", now=10.45)
+    assert md.due(10.46) == 10.5       # at most one fast request per fast interval
+    assert md.due(10.5) == 0.0
+
+
+def test_failed_request_is_retried_after_the_fast_interval():
+    md = MetadataCache(refresh_interval=-1, fast_interval=0.1)
+    md.want(["a"])
+    topics = md.take_request_topics()
+    md.failed(topics, 5.0)
+    assert md.due(5.01) == 5.1
+    assert md.due(5.2) == 0.0 and md.take_request_topics() == ["a"]
+
+
+def test_periodic_refresh():
+    md = MetadataCache(refresh_interval=1.0)
+    md.want(["a"])
+    md.take_request_topics()
+    md.update(response({1: 1}, {"a": (0, [1])}), 0.0, ["a"])
+    nxt = md.due(0.0)
+    assert nxt is not None and nxt > 0
+    assert md.due(nxt + 0.01) == 0.0
+
+
+def test_cluster_metadata_view():
+    view = ClusterMetadata.from_response(response({1: 9001}, {"a": (0, [1, 1]),
+                                                              "bad": (3, [])}), 1, "h:9001/1")
+    assert view.brokers[1].port == 9001 and str(view.brokers[1]) == "h:9001/1"
+    assert sorted(view.topics["a"].partitions) == [0, 1]
+    assert view.topics["a"].partitions[1].leader == 1
+    assert view.topics["bad"].error.code() == 3
+    assert view.orig_broker_id == 1 and view.controller_id == 1

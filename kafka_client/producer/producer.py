@@ -94,6 +94,7 @@ class Producer:
         self._closed = False
         # Hot path: produce is the accumulator's method, no extra call per message.
         self.produce = self._produce_checked if self._idem.enabled else self._acc.produce
+        _apply_debug(cfg["debug"])
         self._io.start()
         if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
             self._log.warning("No bootstrap.servers configured: nothing will be delivered")
@@ -384,6 +385,27 @@ class Producer:
             "brokers": brokers, "topics": topics,
         }
         return json.dumps(doc)
+
+
+# librdkafka debug contexts -> our loggers (one per component)
+_DEBUG_LOGGERS = {
+    "broker": ("kafka_client.connection", "kafka_client.io"),
+    "protocol": ("kafka_client.connection",),
+    "metadata": ("kafka_client.metadata", "kafka_client.cluster"),
+    "topic": ("kafka_client.metadata",),
+    "msg": ("kafka_client.producer", "kafka_client.producer.sender"),
+    "queue": ("kafka_client.producer",),
+    "eos": ("kafka_client.producer.idempotence",),
+    "generic": ("kafka_client",),
+    "all": ("kafka_client",),
+}
+
+
+def _apply_debug(contexts: Sequence[str]) -> None:
+    """``debug=...``: turn on DEBUG logging for the components the contexts name."""
+    for ctx in contexts or ():
+        for name in _DEBUG_LOGGERS.get(ctx, ()):
+            logging.getLogger(name).setLevel(logging.DEBUG)
 
 
 def _call(cb: Callable, err: Optional[KafkaError], msg: Message) -> None:

@@ -310,6 +310,9 @@ class Sender:
                                + (f": {msg}" if msg else ""))
             if code in REFRESH_ERRORS:
                 self.cluster.metadata.mark_stale(p.topic.name)
+                leader = getattr(getattr(pr, "current_leader", None), "leader_id", -1)
+                if leader is not None and leader >= 0 and leader != p.leader:
+                    p.leader = leader  # KIP-951: the new leader, without waiting for metadata
             if self.idempotent and code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
                                             INVALID_PRODUCER_EPOCH):
                 if code == OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_retry(b):

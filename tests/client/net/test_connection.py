@@ -216,3 +216,124 @@ def test_handshake_and_pipelined_requests(broker, io):
     assert all(resp.brokers for resp, _ in results)
     assert conn.state == READY and conn.versions.get(0, -1) >= 3
     assert conn.in_flight == 0 and conn.rtt_count >= n + 1  # + ApiVersions (1 or 2 rounds)
+
+
+class FakeBroker:
+    """A listening socket that answers ApiVersions (v0 layout, asked version echoed) and
+    then stays silent, or closes, as told."""
+
+    def __init__(self, close_after_handshake=False):
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(4)
+        self.port = self.srv.getsockname()[1]
+        self.close_after = close_after_handshake
+        self.conns = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import struct
+
+        from kafka_proto.framing import FrameParser
+        from kafka_proto.messages import ApiVersionsRequest, ApiVersionsResponse
+
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            parser = FrameParser()
+            open_ = True
+            while open_:
+                try:
+                    data = c.recv(65536)
+                except OSError:
+                    break
+                if not data:
+                    break
+                for frame in parser.feed(data):
+                    key, version, cid = struct.unpack_from(">hhi", frame, 0)
+                    if key != 18:
+                        continue  # silent on everything else
+                    body = ApiVersionsResponse(error_code=0, api_keys=[
+                        ApiVersionsResponse.ApiVersion(
+                            api_key=18, min_version=0,
+                            max_version=ApiVersionsRequest.MAX_VERSION),
+                        ApiVersionsResponse.ApiVersion(api_key=3, min_version=0,
+                                                       max_version=12)]).encode(version)
+                    c.sendall(struct.pack(">ii", len(body) + 4, cid) + body)
+                    if self.close_after:
+                        c.close()
+                        open_ = False
+                        break
+
+    def close(self):
+        self.srv.close()
+        for c in self.conns:
+            c.close()
+
+
+def test_request_timeout_closes_and_fails_in_flight(io):
+    from kafka_proto.messages import MetadataRequest
+
+    fake = FakeBroker()
+    results, states = [], []
+    try:
+        settings = ConnectionSettings(request_timeout=0.3)
+        conn = on_io(io, lambda: BrokerConnection(
+            io, 1, "127.0.0.1", fake.port, settings,
+            on_state=lambda c, st, err: states.append((st, err))))
+        on_io(io, lambda: io.add_tick(conn.service))
+        start = time.monotonic()
+        on_io(io, lambda: conn.send(MetadataRequest(topics=None),
+                                    lambda r, e: results.append(e)))
+        deadline = time.monotonic() + 5
+        while not results and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert results and results[0].code() == KafkaError._TIMED_OUT
+        assert 0.25 <= time.monotonic() - start < 2
+        assert [st for st, _ in states] == [READY, DISCONNECTED]
+        assert conn.versions[3] == 12 and set(conn.versions) == {3, 18}
+    finally:
+        fake.close()
+
+
+def test_idle_connection_is_closed(io):
+    fake = FakeBroker()
+    states = []
+    try:
+        settings = ConnectionSettings(idle_timeout=0.2)
+        conn = on_io(io, lambda: BrokerConnection(
+            io, 1, "127.0.0.1", fake.port, settings,
+            on_state=lambda c, st, err: states.append((st, err))))
+        on_io(io, lambda: io.add_tick(conn.service))
+        on_io(io, conn.connect)
+        deadline = time.monotonic() + 5
+        while len(states) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert states[0][0] == READY
+        assert states[1] == (DISCONNECTED, None)  # closed without an error
+        assert conn.next_attempt <= time.monotonic()  # no backoff after an idle close
+    finally:
+        fake.close()
+
+
+def test_broker_closing_the_connection_fails_requests_with_transport(io):
+    from kafka_proto.messages import MetadataRequest
+
+    fake = FakeBroker(close_after_handshake=True)
+    results = []
+    try:
+        conn = on_io(io, lambda: BrokerConnection(io, 1, "127.0.0.1", fake.port))
+        on_io(io, lambda: io.add_tick(conn.service))
+        on_io(io, lambda: conn.send(MetadataRequest(topics=None),
+                                    lambda r, e: results.append(e)))
+        deadline = time.monotonic() + 5
+        while not results and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert results[0].code() == KafkaError._TRANSPORT
+        assert conn.backoff.failures == 1
+    finally:
+        fake.close()

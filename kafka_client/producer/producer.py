@@ -153,6 +153,8 @@ class Producer:
         they do not all fit."""
         if self._idem.fatal is not None:
             raise KafkaException(self._idem.fatal)
+        if self._closed:
+            _closed_produce()
         return self._acc.produce_batch(topic, values, keys, partition, on_delivery,
                                        timestamp)
 
@@ -243,6 +245,7 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        self.produce = _closed_produce  # type: ignore[method-assign]
         io = self._io
         done = threading.Event()
         deadline = time.monotonic() + 2.0
@@ -406,6 +409,10 @@ def _apply_debug(contexts: Sequence[str]) -> None:
     for ctx in contexts or ():
         for name in _DEBUG_LOGGERS.get(ctx, ()):
             logging.getLogger(name).setLevel(logging.DEBUG)
+
+
+def _closed_produce(*args: Any, **kwargs: Any) -> None:
+    raise KafkaException(KafkaError(KafkaError._DESTROY, "Producer is closed"))
 
 
 def _call(cb: Callable, err: Optional[KafkaError], msg: Message) -> None:

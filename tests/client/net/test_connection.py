@@ -337,3 +337,27 @@ def test_broker_closing_the_connection_fails_requests_with_transport(io):
         assert conn.backoff.failures == 1
     finally:
         fake.close()
+
+
+def test_addresses_of_a_name_are_tried_in_turn(io, monkeypatch):
+    """A name resolving to several addresses: the dead first one is skipped."""
+    import kafka_client._net.connection as connection
+
+    fake = FakeBroker()
+    dead = _closed_port()
+    monkeypatch.setattr(connection, "resolve", lambda host, port, family="any": [
+        (socket.AF_INET, ("127.0.0.1", dead)), (socket.AF_INET, ("127.0.0.1", fake.port))])
+    states = []
+    try:
+        conn = on_io(io, lambda: BrokerConnection(
+            io, 1, "broker.example", 9092,
+            on_state=lambda c, st, err: states.append((st, err))))
+        on_io(io, lambda: io.add_tick(conn.service))
+        on_io(io, conn.connect)
+        deadline = time.monotonic() + 5
+        while not states and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert states == [(READY, None)]
+        assert conn.connect_count == 1  # one attempt, two addresses
+    finally:
+        fake.close()

@@ -127,7 +127,7 @@ class ConnectionSettings:
 
 class _Request:
     __slots__ = ("msg", "api_key", "version", "expect_response", "callback", "timeout",
-                 "deadline", "sent_at", "response_class")
+                 "deadline", "sent_at", "response_class", "queued_at")
 
     def __init__(self, msg: Any, version: Optional[int], expect_response: bool,
                  callback: Optional[ResponseCallback], timeout: Optional[float]) -> None:
@@ -140,6 +140,7 @@ class _Request:
         self.deadline = 0.0
         self.sent_at = 0.0
         self.response_class: Any = None
+        self.queued_at = time.monotonic()
 
 
 def _messages():
@@ -191,6 +192,8 @@ class BrokerConnection:
         self.rtt_count = 0
         self.rtt_max = 0.0
         self.tx_requests = 0
+        #: [sum, count, max] seconds requests waited in this connection's queue
+        self.outbuf_latency: List[float] = [0.0, 0, 0.0]
         self.tx_bytes = 0
         self.rx_bytes = 0
         self._addresses: List[Address] = []
@@ -401,6 +404,11 @@ class BrokerConnection:
         size = len(header) + sum(len(p) for p in parts)
         now = time.monotonic()
         req.sent_at = now
+        waited = now - req.queued_at
+        self.outbuf_latency[0] += waited
+        self.outbuf_latency[1] += 1
+        if waited > self.outbuf_latency[2]:
+            self.outbuf_latency[2] = waited
         timeout = req.timeout if req.timeout is not None else self.settings.request_timeout
         req.deadline = now + timeout
         if req.expect_response:

@@ -361,8 +361,8 @@ class Producer:
                 "connects": conn.connect_count,
                 "rtt": {"avg": int(avg * 1e6), "max": int(conn.rtt_max * 1e6),
                         "cnt": conn.rtt_count},
-                "int_latency": {"avg": 0, "cnt": 0},
-                "outbuf_latency": {"avg": 0, "cnt": 0},
+                "int_latency": _window(s.int_latency.get(conn.node_id)),
+                "outbuf_latency": _window(conn.outbuf_latency),
             }
         sizes = list(s.batch_sizes)
         counts = list(s.batch_counts)
@@ -409,6 +409,14 @@ def _apply_debug(contexts: Sequence[str]) -> None:
     for ctx in contexts or ():
         for name in _DEBUG_LOGGERS.get(ctx, ()):
             logging.getLogger(name).setLevel(logging.DEBUG)
+
+
+def _window(stat: Optional[List[float]]) -> Dict[str, int]:
+    """``[sum, count, max]`` seconds as librdkafka's microsecond window object."""
+    if not stat or not stat[1]:
+        return {"avg": 0, "max": 0, "cnt": 0}
+    return {"avg": int(stat[0] / stat[1] * 1e6), "max": int(stat[2] * 1e6),
+            "cnt": int(stat[1])}
 
 
 def _closed_produce(*args: Any, **kwargs: Any) -> None:

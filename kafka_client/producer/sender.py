@@ -77,6 +77,9 @@ class Sender:
         self.tx_requests = 0
         self.batch_sizes: Deque[int] = deque(maxlen=1000)
         self.batch_counts: Deque[int] = deque(maxlen=1000)
+        #: node id -> [sum, count, max] of the time batches waited in the producer
+        #: before their request was written (librdkafka's int_latency), seconds
+        self.int_latency: Dict[int, List[float]] = {}
         cluster.on_metadata.append(self.on_metadata)
         cluster.on_broker_state.append(self._on_broker_state)
 
@@ -244,7 +247,17 @@ class Sender:
         from kafka_proto.messages import ProduceRequest
 
         topics: Dict[str, list] = {}
+        now = time.monotonic()
+        lat = self.int_latency.get(conn.node_id)
+        if lat is None:
+            lat = self.int_latency[conn.node_id] = [0.0, 0, 0.0]
         for b in batches:
+            if not b.sent:
+                waited = now - b.created
+                lat[0] += waited
+                lat[1] += 1
+                if waited > lat[2]:
+                    lat[2] = waited
             b.attempts += 1
             b.sent = True
             topics.setdefault(b.part.topic.name, []).append(

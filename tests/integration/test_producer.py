@@ -142,6 +142,30 @@ def test_topic_created_on_first_use(broker, topic_name):
         assert sorted(offsets) == list(range(len(offsets)))
 
 
+def test_statistics_callback(broker, topic_name):
+    import json
+
+    docs = []
+    broker.create_topic(topic_name, partitions=1)
+    with Producer({"bootstrap.servers": broker.bootstrap, "statistics.interval.ms": 50,
+                   "stats_cb": docs.append}) as p:
+        for i in range(1000):
+            p.produce(topic_name, b"x" * 50, partition=0)
+        p.flush(10)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            p.poll(0.1)
+            if docs and json.loads(docs[-1])["txmsgs"] == 1000:
+                break
+    doc = json.loads(docs[-1])
+    assert doc["txmsgs"] == 1000 and doc["msg_cnt"] == 0
+    (b,) = [b for b in doc["brokers"].values() if b["tx"] > 0]
+    assert b["rtt"]["cnt"] >= 1 and b["int_latency"]["cnt"] >= 1
+    assert b["outbuf_latency"]["cnt"] >= 1 and b["state"] == "READY"
+    t = doc["topics"][topic_name]
+    assert t["batchcnt"]["cnt"] >= 1 and t["batchsize"]["avg"] > 0
+
+
 def test_list_topics(broker, topic_name):
     broker.create_topic(topic_name, partitions=3)
     with Producer({"bootstrap.servers": broker.bootstrap}) as p:

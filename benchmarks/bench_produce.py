@@ -95,8 +95,50 @@ def confluent_loop(bootstrap, topic, n, payload, codec):
     return t1 - t0, c1 - c0
 
 
+def kafka_python_loop(bootstrap, topic, n, payload, codec):
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5,
+                      compression_type=None if codec == "none" else codec)
+    t0, c0 = time.perf_counter(), _cpu()
+    for _ in range(n):
+        p.send(topic, payload)
+    p.flush(120)
+    t1, c1 = time.perf_counter(), _cpu()
+    p.close()
+    return t1 - t0, c1 - c0
+
+
+def aiokafka_loop(bootstrap, topic, n, payload, codec):
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def run():
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5,
+                             compression_type=None if codec == "none" else codec)
+        await p.start()
+        try:
+            t0, c0 = time.perf_counter(), _cpu()
+            pending = []
+            for i in range(n):
+                pending.append(await p.send(topic, payload))
+                if len(pending) >= 10000:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+            await asyncio.gather(*pending)
+            return time.perf_counter() - t0, _cpu() - c0
+        finally:
+            await p.stop()
+
+    return asyncio.run(run())
+
+
 CONTENDERS = {"confluent produce()": confluent_loop, "ours produce()": ours_loop,
-              "ours produce_batch": ours_batch}
+              "ours produce_batch": ours_batch, "kafka-python send()": kafka_python_loop,
+              "aiokafka send()": aiokafka_loop}
+#: Contenders run by default (the slow peers only with --only, or --peers)
+DEFAULT = ("confluent produce()", "ours produce()", "ours produce_batch")
 
 
 def main(argv=None) -> int:
@@ -107,6 +149,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--compression", default="none,lz4")
     ap.add_argument("--only", default=None, help="comma list of contender names")
+    ap.add_argument("--peers", action="store_true",
+                    help="also kafka-python and aiokafka (slow: use fewer --messages)")
     args = ap.parse_args(argv)
     broker = None
     if ":" in args.broker:
@@ -117,7 +161,8 @@ def main(argv=None) -> int:
         broker = make_broker(args.broker)
         broker.start()
         bootstrap = broker.bootstrap
-    names = list(CONTENDERS) if not args.only else args.only.split(",")
+    names = (list(DEFAULT) + (["kafka-python send()", "aiokafka send()"] if args.peers else [])
+             if not args.only else args.only.split(","))
     payload = os.urandom(args.size // 2).hex().encode()[:args.size]
     try:
         for codec in args.compression.split(","):

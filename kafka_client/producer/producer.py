@@ -70,8 +70,7 @@ class Producer:
         global _instances
         conf = dict(config or {})
         for k, v in kwargs.items():
-            conf[k.replace("_", ".") if k not in ("on_delivery", "error_cb", "stats_cb",
-                                                  "throttle_cb", "logger") else k] = v
+            conf[_kwarg_name(k)] = v
         self._closed = True
         self._config = cfg = ClientConfig.from_dict(conf, role="producer")
         logger = cfg["logger"]
@@ -409,6 +408,18 @@ def _apply_debug(contexts: Sequence[str]) -> None:
     for ctx in contexts or ():
         for name in _DEBUG_LOGGERS.get(ctx, ()):
             logging.getLogger(name).setLevel(logging.DEBUG)
+
+
+def _kwarg_name(name: str) -> str:
+    """A keyword argument's property name: as given if it is one (``log_level``,
+    ``on_delivery``), else with underscores as dots (``linger_ms`` -> ``linger.ms``)."""
+    from kafka_client.config import describe
+
+    try:
+        describe(name)
+        return name
+    except KafkaException:
+        return name.replace("_", ".")
 
 
 def _window(stat: Optional[List[float]]) -> Dict[str, int]:

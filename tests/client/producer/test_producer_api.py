@@ -76,7 +76,7 @@ def test_poll_and_flush_respect_their_timeouts(producer):
 
 
 def test_config_as_keyword_arguments_and_context_manager():
-    with Producer(bootstrap_servers=dead_bootstrap(), linger_ms=1,
+    with Producer(bootstrap_servers=dead_bootstrap(), linger_ms=1, log_level=3,
                   message_timeout_ms=500) as p:
         assert p._acc.linger == 0.001
         reports = []

@@ -10,6 +10,12 @@ since its first message, or on ``flush()``; closed batches wait in their partiti
 Messages for a topic whose metadata is not known yet wait in the topic's ``pending``
 list (librdkafka's unassigned queue) and are partitioned once the metadata arrives.
 
+Backpressure (``BufferError``): ``queue.buffering.max.messages`` counts every message
+until its delivery report is served; ``queue.buffering.max.kbytes`` counts the encoded
+size of closed batches not yet reported plus messages waiting for metadata (the open
+batches, at most ``batch.size`` each, come on top: counting bytes per batch instead of
+per message keeps ``produce()`` short).
+
 Threads: ``produce()`` runs on application threads, the linger check and the sender on
 the I/O thread; both take :attr:`Accumulator.lock`.
 """

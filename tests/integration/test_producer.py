@@ -142,6 +142,24 @@ def test_topic_created_on_first_use(broker, topic_name):
         assert sorted(offsets) == list(range(len(offsets)))
 
 
+def test_murmur2_partitions_match_the_java_client(broker, topic_name):
+    """partitioner=murmur2 puts each key where the Java client does (kafka-python's
+    murmur2 is a port of the Java one), on a real 7-partition topic."""
+    kafka_default = pytest.importorskip("kafka.partitioner.default")
+    broker.create_topic(topic_name, partitions=7)
+    keys = [b"key-%d" % i for i in range(200)] + [b"", "\u00fcnicode".encode()]
+    got = {}
+    with Producer({"bootstrap.servers": broker.bootstrap, "partitioner": "murmur2"}) as p:
+        for k in keys:
+            p.produce(topic_name, b"v", key=k,
+                      on_delivery=lambda e, m: got.__setitem__(m.key(), (e, m.partition())))
+        assert p.flush(30) == 0
+    for k in keys:
+        err, part = got[k]
+        assert err is None
+        assert part == (kafka_default.murmur2(k) & 0x7FFFFFFF) % 7, k
+
+
 def test_statistics_callback(broker, topic_name):
     import json
 

@@ -92,6 +92,19 @@ def setup(partitions=(1,), nodes=(1,), **conf):
     return acc, sender, conns, reports, t
 
 
+def response(brokers, topics):
+    """A MetadataResponse: brokers {id: port}, topics {name: (error, [leaders])}."""
+    from kafka_proto.messages import MetadataResponse as R
+
+    return R(brokers=[R.MetadataResponseBroker(node_id=i, host="h", port=p)
+                      for i, p in brokers.items()],
+             topics=[R.MetadataResponseTopic(
+                 name=name, error_code=err,
+                 partitions=[R.MetadataResponsePartition(partition_index=i, leader_id=ld)
+                             for i, ld in enumerate(leaders)])
+                 for name, (err, leaders) in topics.items()])
+
+
 def run(sender, dt=0.0):
     return sender.tick(time.monotonic() + dt)
 
@@ -295,3 +308,30 @@ def test_idempotence_timeout_of_a_sent_batch_bumps_the_epoch_and_restarts_sequen
     run(sender, 0.3)
     (b,) = list(read_batches(c.sent[0][0].topic_data[0].partition_data[0].records))
     assert (b.producer_epoch, b.base_sequence) == (4, 0)
+
+
+def test_leader_change_from_metadata_reroutes_queued_batches():
+    acc, sender, conns, reports, t = setup(partitions=(1,), nodes=(1, 2))
+    acc.produce("t", b"a", partition=0)
+    run(sender)
+    conns[1].answer(errors={("t", 0): 6})        # NOT_LEADER_OR_FOLLOWER
+    md = sender.cluster.metadata
+    assert md.take_request_topics() == ["t"]     # a refresh was asked for
+    md.update(response({1: 1, 2: 2}, {"t": (0, [2])}), time.monotonic(), ["t"])
+    sender.on_metadata({"t"})
+    assert t.parts[0].leader == 2
+    run(sender, 1.0)
+    assert not conns[1].sent and len(conns[2].sent) == 1
+    conns[2].answer(base=5)
+    assert reports[0][1] is None and reports[0][2] == 5 and reports[0][0].attempts == 2
+
+
+def test_new_partitions_from_metadata_are_used():
+    acc, sender, conns, reports, t = setup(partitions=(1,))
+    md = sender.cluster.metadata
+    md.update(response({1: 1}, {"t": (0, [1, 1, 1])}), time.monotonic(), ["t"])
+    sender.on_metadata({"t"})
+    assert t.count == 3
+    acc.produce("t", b"x", partition=2)
+    run(sender)
+    assert conns[1].sent[0][0].topic_data[0].partition_data[0].index == 2

@@ -153,8 +153,16 @@ class Cluster:
 
     # -- metadata --------------------------------------------------------------------
     def want_topics(self, topics: List[str]) -> None:
-        """I/O thread: keep metadata for these topics."""
+        """I/O thread: keep metadata for these topics. Topics already in the cache (a
+        list_topics() answer, say) are announced to the listeners at once."""
         self.metadata.want(topics)
+        known = {t for t in topics if t in self.metadata.topics}
+        if known:
+            for cb in self.on_metadata:
+                try:
+                    cb(known)
+                except Exception:
+                    _log.exception("metadata listener failed")
 
     def _tick(self, now: float) -> Optional[float]:
         if self.closed:

@@ -370,8 +370,8 @@ class Accumulator:
             on_delivery = self.default_cb
         t = self.topics.get(topic)
         known = t is not None and t.parts is not None
-        if not known or (partition < 0 and keys is not None) or on_delivery is not None:
-            # General path: one produce() per message (partitioning per key, callbacks).
+        if not known or on_delivery is not None:
+            # General path: one produce() per message (metadata wait, callbacks).
             done = 0
             for i in range(n):
                 self.produce(topic, values[i], None if keys is None else keys[i], partition,
@@ -390,38 +390,60 @@ class Accumulator:
                 f"A message of up to {biggest} bytes is larger than message.max.bytes "
                 f"({msg_max})"))
         ts = timestamp or None
-        pos = 0
+        avg = sizes // n + RECORD_OVERHEAD if n else 0
         with self.lock:
             if self.msg_count + n > self.max_msgs or self.msg_bytes + sizes > self.max_bytes:
                 raise BufferError("Local: Queue full")
-            if partition < 0:
-                partition = t.choose(None, t.count, t.available)
-            elif partition >= t.count:
+            count = t.count
+            if partition >= count:
                 raise KafkaException(KafkaError(
                     KafkaError._UNKNOWN_PARTITION,
-                    f"{topic} has no partition {partition} ({t.count} partitions)"))
-            p = t.parts[partition]
-            avg = sizes // n + RECORD_OVERHEAD if n else 0
-            while pos < n:
-                b = p.open
-                if b is None:
-                    b = self._open(p)
-                room_n = self.batch_num - b.count
-                room_b = (self.batch_size - b.builder.size_in_bytes) // max(avg, 1)
-                take = min(n - pos, room_n, max(room_b, 1 if b.count == 0 else 0))
-                if take <= 0:
-                    self._close(p, b)
-                    continue
-                chunk = values[pos:pos + take] if (pos or take < n) else values
-                kchunk = None if keys is None else (keys[pos:pos + take]
-                                                    if (pos or take < n) else keys)
-                b.builder.append_many(chunk, kchunk, ts)
-                b.count += take
-                pos += take
-                if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
-                    self._close(p, b)
+                    f"{topic} has no partition {partition} ({count} partitions)"))
+            if partition >= 0 or keys is None:
+                if partition < 0:
+                    partition = t.choose(None, count, t.available)
+                self._append_bulk(t.parts[partition], values, keys, ts, avg)
+            else:
+                # Keys: partition each, then append each partition's share in bulk,
+                # keeping the order within every partition.
+                choose, avail = t.choose, t.available
+                groups: Dict[int, Tuple[List[Any], List[Any]]] = {}
+                for i in range(n):
+                    k = keys[i]
+                    part = choose(k, count, avail)
+                    g = groups.get(part)
+                    if g is None:
+                        g = groups[part] = ([], [])
+                    g[0].append(values[i])
+                    g[1].append(k)
+                for part, (vs, ks) in groups.items():
+                    self._append_bulk(t.parts[part], vs, ks, ts, avg)
             self.msg_count += n
         return n
+
+    def _append_bulk(self, p: PartitionState, values: List[Any], keys: Optional[List[Any]],
+                     ts: Optional[int], avg: int) -> None:
+        """Under the lock: append a list of records to one partition, batch by batch."""
+        n = len(values)
+        pos = 0
+        while pos < n:
+            b = p.open
+            if b is None:
+                b = self._open(p)
+            room_n = self.batch_num - b.count
+            room_b = (self.batch_size - b.builder.size_in_bytes) // max(avg, 1)
+            take = min(n - pos, room_n, max(room_b, 1 if b.count == 0 else 0))
+            if take <= 0:
+                self._close(p, b)
+                continue
+            whole = pos == 0 and take == n
+            chunk = values if whole else values[pos:pos + take]
+            kchunk = None if keys is None else (keys if whole else keys[pos:pos + take])
+            b.builder.append_many(chunk, kchunk, ts)
+            b.count += take
+            pos += take
+            if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
+                self._close(p, b)
 
     # -- batches (under the lock) -----------------------------------------------------
     def _open(self, p: PartitionState) -> Batch:

@@ -126,6 +126,29 @@ def test_produce_batch_and_headers(broker, topic_name):
     assert last.timestamp() == (confluent_kafka.TIMESTAMP_CREATE_TIME, 1_700_000_000_000)
 
 
+def test_produce_batch_with_keys(broker, topic_name):
+    from kafka_client.producer.partitioners import get_partitioner
+
+    broker.create_topic(topic_name, partitions=3)
+    values = [b"v%05d" % i for i in range(3000)]
+    keys = [b"key%d" % (i % 17) for i in range(3000)]
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        p.list_topics(topic_name, timeout=10)
+        p.produce(topic_name, b"warm-up", key=b"key0")   # partitions known from here
+        assert p.flush(10) == 0
+        assert p.produce_batch(topic_name, values, keys) == 3000
+        assert p.flush(30) == 0
+    crc = get_partitioner("consistent")
+    expected = {part: [v for k, v in zip(keys, values) if crc(k, 3) == part]
+                for part in range(3)}
+    warm = crc(b"key0", 3)
+    got = read_back(broker.bootstrap, topic_name,
+                    {part: len(v) + (part == warm) for part, v in expected.items()})
+    for part in range(3):
+        vals = [v for _, _, v in got[part] if v != b"warm-up"]
+        assert vals == expected[part]
+
+
 def test_topic_created_on_first_use(broker, topic_name):
     """allow.auto.create.topics defaults to true for a producer: the Metadata request
     asks the broker to create the topic, and the messages that waited get delivered."""

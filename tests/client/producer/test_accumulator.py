@@ -176,10 +176,20 @@ def test_produce_batch_fills_batches_in_bulk():
     assert got == values
     assert acc.msg_count == 1000
     assert acc.msg_bytes == sum(b.nbytes for b in batches) > 5000  # closed ones, encoded
-    # keys: one message at a time through the partitioner
+    # keys: each through the partitioner, then appended in bulk per partition, in order
     keys = [b"k%d" % (i % 5) for i in range(50)]
+    acc.close_expired(0.0, everything=True)
     assert acc.produce_batch("t", values[:50], keys) == 50
     assert acc.msg_count == 1050
+    from kafka_client.producer.partitioners import get_partitioner
+
+    crc = get_partitioner("consistent")
+    for part in t.parts:
+        if part.open is None:
+            continue
+        got = records_of(part.open)
+        want = [(k, v) for k, v in zip(keys, values[:50]) if crc(k, 3) == part.index]
+        assert got == want
     with pytest.raises(ValueError):
         acc.produce_batch("t", values[:3], keys[:2])
     with pytest.raises(KafkaException):

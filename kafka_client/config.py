@@ -259,8 +259,11 @@ _TABLE: Tuple[Property, ...] = (
        "Most messages waiting in the producer (all topics and partitions) before produce() "
        "raises _QUEUE_FULL; 0 means no limit.", min=0, max=INT32_MAX),
     _p("queue.buffering.max.kbytes", INT, 1048576, "P",
-       "Most kilobytes of message data waiting in the producer before produce() raises "
-       "_QUEUE_FULL; checked before queue.buffering.max.messages.", min=1, max=INT32_MAX),
+       "Most kilobytes queued in the producer before produce() raises BufferError "
+       "(_QUEUE_FULL): counts the encoded size of closed batches until their delivery "
+       "report is served, plus the key and value bytes of messages waiting for topic "
+       "metadata; open batches (up to batch.size each, one per partition) come on top.",
+       min=1, max=INT32_MAX),
     _p("queue.buffering.backpressure.threshold", INT, 1, "P",
        "Hold back new batches while this many produce requests to a broker are queued but "
        "not yet sent, so batches grow instead.", min=1, max=1000000,

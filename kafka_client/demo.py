@@ -1,31 +1,37 @@
-"""The demo behind ``./dev demo``: produce N messages and read them all back.
+"""The demo behind ``./dev demo``: produce N messages with the Producer, read them back.
 
     python -m kafka_client.demo [--bootstrap host:port] [--messages N] [--compression c]
+                                [--api batch|produce] [--acks all|1|0] [--idempotence]
 
 Without ``--bootstrap`` it starts a Tansu broker on a free loopback port (noida-db with
-``--broker noida``) and stops it at the end. It creates a topic, produces N 100-byte
-messages in record batches built by ``kafka_proto.records.RecordBatchBuilder`` and sent
-with the generated ``ProduceRequest`` over a blocking connection (a few requests in
-flight), then reads them back with a plain Fetch loop, checks every offset and value, and
+``--broker noida``) and stops it at the end. It creates a one-partition topic and produces
+N distinct 100-byte messages with :class:`kafka_client.Producer`: by default through
+``produce_batch()`` in chunks of 10,000 (``--api produce``: one ``produce()`` call per
+message, each with a delivery callback that checks its offset), with a progress bar that
+counts delivery reports. Then it reads the partition back with a plain Fetch loop (the
+consumer is not written yet), checks that every offset and value is the one produced, and
 prints the throughput of both directions.
-
-(It uses the codec directly; when the client's Producer and Consumer land, the demo
-moves to them.)
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import uuid
-from typing import List, Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO
 
 __all__ = ["main", "run"]
 
 MESSAGE_SIZE = 100
-RECORD_OVERHEAD = MESSAGE_SIZE + 32  # a record's size bound: value + varints + attributes
-DEFAULT_BATCH_BYTES = 1_000_000      # librdkafka's batch.size default
+DEFAULT_MESSAGES = 1_000_000
+CHUNK = 10_000                       # values per produce_batch() call
+DEFAULT_LINGER_MS = 5                # librdkafka's default: batches fill for 5 ms
+DEFAULT_BATCH_MESSAGES = 10_000      # batch.num.messages
+DEFAULT_BATCH_BYTES = 1_000_000      # batch.size (brokers refuse batches over ~1 MiB)
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0}
+LIST_OFFSETS_KEY = 2
 
 
 class DemoError(RuntimeError):
@@ -76,14 +82,18 @@ class Progress:
             self.out.flush()
 
 
-def _value(i: int, filler: bytes) -> bytes:
-    # 10-digit sequence number + filler: every message is distinct and checkable.
+_FILLER = (b"kafka-native demo payload / " * 4)[: MESSAGE_SIZE - 10]
+# One %-format per message: a 10-digit sequence number, then the filler.
+_FORMAT = b"%010d" + _FILLER.replace(b"%", b"%%")
+
+
+def _value(i: int, filler: bytes = _FILLER) -> bytes:
+    """Message ``i``'s value: its sequence number and filler, distinct and checkable."""
     return b"%010d" % i + filler
 
 
 def _filler() -> bytes:
-    base = b"kafka-native demo payload / "
-    return (base * 4)[: MESSAGE_SIZE - 10]
+    return _FILLER
 
 
 def _parse_bootstrap(text: str):
@@ -111,17 +121,67 @@ def _leader_connection(conn, topic: str, timeout: float):
     return BlockingConnection(host, port, client_id=conn.client_id, timeout=timeout)
 
 
-def run(bootstrap: Optional[str] = None, messages: int = 200_000, compression: str = "none",
-        batch_bytes: int = DEFAULT_BATCH_BYTES, in_flight: int = 5, broker_kind: str = "tansu",
-        topic: Optional[str] = None, timeout: float = 30.0,
+def _fetch_target(conn, topic: str):
+    """The Fetch version to use and the topic id it needs (None: fetch by name)."""
+    from kafka_client._testing import simple
+
+    version = conn.version_for(simple.FETCH_KEY)
+    tid = None
+    if version >= 13:
+        tid = simple.topic_ids(conn, [topic])[topic]
+        if tid.int == 0:  # noida-db has no topic ids: fetch by name
+            version, tid = 12, None
+    return version, tid
+
+
+def _end_offset(conn, topic: str) -> int:
+    """The partition's high watermark: where the demo's messages will start.
+
+    Read from a Fetch at the log start offset rather than from ListOffsets(latest), which
+    Tansu answers with the last batch's base offset + 1.
+    """
+    from kafka_client._testing import simple
+    from kafka_proto.messages import ListOffsetsRequest
+
+    version = conn.version_for(LIST_OFFSETS_KEY)
+    req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-2,
+                                                    max_num_offsets=1)])])
+    part = conn.request(req, version).topics[0].partitions[0]
+    if part.error_code:
+        raise RuntimeError(f"ListOffsets {topic}[0]: error {part.error_code}")
+    start = part.old_style_offsets[0] if version == 0 else part.offset
+    fversion, tid = _fetch_target(conn, topic)
+    return simple.fetch_once(conn, topic, 0, start, version=fversion, topic_id=tid,
+                             partition_max_bytes=65536).high_watermark
+
+
+def run(bootstrap: Optional[str] = None, messages: int = DEFAULT_MESSAGES,
+        compression: str = "none", api: str = "batch", acks: str = "all",
+        idempotence: bool = False, linger_ms: float = DEFAULT_LINGER_MS,
+        batch_messages: int = DEFAULT_BATCH_MESSAGES, batch_bytes: int = DEFAULT_BATCH_BYTES,
+        broker_kind: str = "tansu", topic: Optional[str] = None, timeout: float = 60.0,
         out: TextIO = sys.stdout) -> bool:
-    """Run the demo; True if every message came back intact."""
+    """Run the demo; True if every message was delivered and came back intact.
+
+    Raises :class:`kafka_client.KafkaException` for a configuration the Producer refuses
+    (for instance ``idempotence`` with ``acks`` other than ``all``).
+    """
     from kafka_client._net.blocking import BlockingConnection
     from kafka_client._testing import simple
-    from kafka_proto.records import Compression, RecordBatchBuilder
 
-    codec = Compression[compression.upper()]
+    from kafka_client.config import ClientConfig
+
     say = lambda text: (out.write(text + "\n"), out.flush())  # noqa: E731
+    config = {
+        "client.id": "kafka-native-demo",
+        "acks": ACKS[str(acks)], "enable.idempotence": idempotence,
+        "compression.type": compression, "linger.ms": linger_ms,
+        "batch.num.messages": batch_messages, "batch.size": batch_bytes,
+        "message.timeout.ms": int(timeout * 1000),
+    }
+    ClientConfig.from_dict(config, role="producer")  # refuse bad settings before starting
     broker = None
     conns: List = []
     try:
@@ -133,9 +193,9 @@ def run(bootstrap: Optional[str] = None, messages: int = 200_000, compression: s
             broker.start()
             say(f"started {broker_kind} on {broker.bootstrap} "
                 f"({time.perf_counter() - t0:.2f}s)")
-            host, port = broker.host, broker.port
-        else:
-            host, port = _parse_bootstrap(bootstrap)
+            bootstrap = broker.bootstrap
+        host, port = _parse_bootstrap(bootstrap)
+        # The plain connection creates the topic and fetches; the Producer has its own.
         conn = BlockingConnection(host, port, client_id="kafka-native-demo", timeout=timeout)
         conns.append(conn)
         say(f"connected to {host}:{port}: ApiVersions v{conn.api_versions_version}, "
@@ -149,6 +209,7 @@ def run(bootstrap: Optional[str] = None, messages: int = 200_000, compression: s
         while True:
             try:
                 leader = _leader_connection(conn, topic, timeout)
+                base = _end_offset(leader, topic)
                 break
             except (RuntimeError, StopIteration, KeyError):
                 if time.monotonic() > deadline:
@@ -156,16 +217,14 @@ def run(bootstrap: Optional[str] = None, messages: int = 200_000, compression: s
                 time.sleep(0.05)
         if leader is not conn:
             conns.append(leader)
-        say(f"topic {topic}: 1 partition; {messages:,} messages of {MESSAGE_SIZE} bytes, "
-            f"compression {codec.name.lower()}")
+        say(f"topic {topic}: 1 partition" + (f" holding {base:,} earlier message"
+                                                f"{'s' if base != 1 else ''}" if base else "")
+            + f"; {messages:,} messages of {MESSAGE_SIZE} bytes, compression {compression}")
 
-        try:
-            _produce(leader, topic, messages, codec, batch_bytes, in_flight, out, say,
-                     RecordBatchBuilder)
-        except DemoError as exc:
-            say(f"FAILED: {exc}")
+        config["bootstrap.servers"] = bootstrap
+        if not _produce(config, topic, messages, base, api, timeout, out, say):
             return False
-        return _consume(leader, topic, messages, out, say)
+        return _consume(leader, topic, messages, out, say, base=base)
     finally:
         for c in conns:
             c.close()
@@ -175,77 +234,128 @@ def run(bootstrap: Optional[str] = None, messages: int = 200_000, compression: s
             say(f"stopped {broker_kind}")
 
 
-def _produce(conn, topic, messages, codec, batch_bytes, in_flight, out, say, builder_cls):
-    from kafka_proto.messages import ProduceRequest
+def _produce(config: Dict[str, Any], topic: str, messages: int, base: int, api: str,
+             timeout: float, out: TextIO, say) -> bool:
+    """Produce ``messages`` values to partition 0; True if every one was delivered."""
+    from kafka_client import Producer
 
-    filler = _filler()
+    stats: List[str] = []
+    config = dict(config, **{"statistics.interval.ms": 100, "stats_cb": stats.append})
     progress = Progress("produce", messages, out)
+    errors: List[Any] = []     # [count, first error]
+    misplaced = [0]            # delivered at another offset than expected
+    acked = [0]
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            errors.append(err)
+            return
+        acked[0] += 1
+        # The value starts with its sequence number: it must sit at base + that number
+        # (with acks=0 the broker says nothing, and the offset is -1).
+        offset = msg.offset()
+        if offset != base + int(msg.value()[:10]) and offset >= 0:
+            misplaced[0] += 1
+
+    fmt = _FORMAT
+    p = Producer(config)
+    produce = p.produce
+    poll = p.poll
     t0 = time.perf_counter()
-    sent = 0               # messages put in batches and sent
-    wire_bytes = 0         # encoded batch bytes sent
-    expected_offsets = []  # base offset each in-flight request must get, oldest first
-    acked = 0
-
-    def collect_one():
-        nonlocal acked
-        _cid, resp = conn.receive()
-        part = resp.responses[0].partition_responses[0]
-        base, count = expected_offsets.pop(0)
-        if part.error_code:
-            raise DemoError(f"produce failed: broker error {part.error_code}")
-        if part.base_offset != base:
-            raise DemoError(f"produce: base offset {part.base_offset}, expected {base} "
-                            "(is the topic new and empty?)")
-        acked += count
-        progress.update(acked)
-
-    while sent < messages:
-        b = builder_cls(compression=codec)
-        i = sent
-        # Stop before the next record would cross batch_bytes (brokers refuse batches
-        # above max.message.bytes, 1,048,588 by default, with MESSAGE_TOO_LARGE).
-        while i < messages and (i == sent or b.size_in_bytes + RECORD_OVERHEAD <= batch_bytes):
-            b.append(_value(i, filler))
-            i += 1
-        batch = b.build()
-        count = i - sent
-        req = ProduceRequest(acks=-1, timeout_ms=30_000, topic_data=[
-            ProduceRequest.TopicProduceData(name=topic, partition_data=[
-                ProduceRequest.PartitionProduceData(index=0, records=batch)])])
-        while conn.in_flight >= in_flight:
-            collect_one()
-        conn.send(req)
-        expected_offsets.append((sent, count))
-        wire_bytes += len(batch)
-        sent = i
-    while conn.in_flight:
-        collect_one()
-    elapsed = time.perf_counter() - t0
-    progress.finish(acked)
-    payload_mb = messages * MESSAGE_SIZE / 1e6
+    try:
+        if api == "batch":
+            # Each chunk's values are built just before they are handed over: generating
+            # them is part of the measured time, as in an application.
+            i = 0
+            while i < messages:
+                k = min(CHUNK, messages - i)
+                values = [fmt % j for j in range(i, i + k)]
+                while True:
+                    try:
+                        p.produce_batch(topic, values, partition=0)
+                        break
+                    except BufferError:  # the queue is full: serve reports, try again
+                        poll(0.05)
+                        progress.update(i - len(p))
+                i += k
+                poll(0)
+                progress.update(i - len(p))
+        else:
+            for j in range(messages):
+                value = fmt % j
+                while True:
+                    try:
+                        produce(topic, value, partition=0, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        poll(0.05)
+                if not j % 2000:
+                    poll(0)
+                    progress.update(j + 1 - len(p))
+        deadline = time.monotonic() + timeout
+        while p.flush(0.1) and time.monotonic() < deadline:
+            progress.update(messages - len(p))
+        left = len(p)
+        elapsed = time.perf_counter() - t0
+        progress.finish(messages - left)
+        # A statistics document from after the last delivery report: its txmsgs counts
+        # the messages the broker accepted (the fast path has no per-message callback).
+        seen = len(stats)
+        wait_until = time.monotonic() + 2.0
+        while len(stats) == seen and time.monotonic() < wait_until:
+            poll(0.05)
+    finally:
+        p.close(0)
+    doc = json.loads(stats[-1]) if len(stats) > seen else None
+    reports = messages - left
+    if api != "batch":
+        delivered = acked[0]
+    elif doc is not None:
+        delivered = doc["txmsgs"]
+    else:  # no statistics document came: the read-back will tell
+        delivered = reports
+    failed = reports - delivered
+    batches = ""
+    if doc is not None:
+        t = doc["topics"].get(topic, {})
+        cnt, size = t.get("batchcnt", {}), t.get("batchsize", {})
+        if cnt.get("cnt"):
+            batches = (f"; batches of {cnt['avg']:,} messages, {size['avg'] / 1e3:,.0f} kB "
+                       f"on average")
     say(f"produced {messages:,} messages in {elapsed:.2f}s: {messages / elapsed:,.0f} msg/s, "
-        f"{payload_mb / elapsed:,.1f} MB/s of values ({wire_bytes / 1e6:,.1f} MB on the wire)")
-    return wire_bytes
+        f"{messages * MESSAGE_SIZE / 1e6 / elapsed:,.1f} MB/s of values "
+        f"({'produce_batch' if api == 'batch' else 'produce'}{batches})")
+    say(f"delivery reports: {reports:,} of {messages:,}, {delivered:,} delivered, "
+        f"{failed:,} failed")
+    if left:
+        say(f"FAILED: {left:,} messages still undelivered after {timeout:.0f}s")
+        return False
+    if failed:
+        first = f" (first: {errors[0].str()})" if errors else ""
+        say(f"FAILED: {failed:,} messages were not delivered{first}")
+        return False
+    if misplaced[0]:
+        say(f"FAILED: {misplaced[0]:,} delivery reports gave another offset than expected "
+            f"(is somebody else writing to the topic?)")
+        return False
+    return True
 
 
-def _consume(conn, topic, messages, out, say) -> bool:
+def _consume(conn, topic, messages, out, say, base: int = 0) -> bool:
+    """Fetch partition 0 from ``base`` to its end; True if it holds exactly messages
+    0..N-1, each at ``base`` + its sequence number."""
     from kafka_client._testing import simple
     from kafka_proto.records import read_batches
 
     filler = _filler()
     progress = Progress("consume", messages, out)
     t0 = time.perf_counter()
-    offset = 0
+    offset = base
     received = 0
     wire_bytes = 0
     bad = 0
     first_bad = None
-    version = conn.version_for(simple.FETCH_KEY)
-    tid = None
-    if version >= 13:
-        tid = simple.topic_ids(conn, [topic])[topic]
-        if tid.int == 0:  # noida-db has no topic ids: fetch by name
-            version, tid = 12, None
+    version, tid = _fetch_target(conn, topic)
     hw = None
     while hw is None or offset < hw:
         part = simple.fetch_once(conn, topic, 0, offset, version=version, topic_id=tid,
@@ -263,7 +373,7 @@ def _consume(conn, topic, messages, out, say) -> bool:
             for rec in batch:
                 if rec.offset < offset:
                     continue
-                if rec.offset != received or rec.value != _value(received, filler):
+                if rec.offset != base + received or rec.value != _value(received, filler):
                     bad += 1
                     if first_bad is None:
                         first_bad = (received, rec.offset, rec.value)
@@ -275,10 +385,10 @@ def _consume(conn, topic, messages, out, say) -> bool:
     say(f"consumed {received:,} messages in {elapsed:.2f}s: {received / elapsed:,.0f} msg/s, "
         f"{received * MESSAGE_SIZE / 1e6 / elapsed:,.1f} MB/s of values "
         f"({wire_bytes / 1e6:,.1f} MB on the wire)")
-    ok = received == messages and bad == 0 and hw == messages
+    ok = received == messages and bad == 0 and hw == base + messages
     if ok:
-        say(f"verified {received:,}/{messages:,} messages: offsets 0..{messages - 1} and "
-            f"contents match")
+        say(f"verified {received:,}/{messages:,} messages: offsets {base}.."
+            f"{base + messages - 1} and contents match")
     else:
         say(f"FAILED: {received:,} of {messages:,} messages read, high watermark {hw}, "
             f"{bad} mismatched" + (f" (first: #{first_bad[0]} at offset {first_bad[1]})"
@@ -289,27 +399,44 @@ def _consume(conn, topic, messages, out, say) -> bool:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kafka_client.demo",
-        description="Produce N messages with kafka-native's codec and read them back.")
+        description="Produce N messages with kafka_client.Producer and read them back.")
     parser.add_argument("--bootstrap", metavar="HOST:PORT",
                         help="an existing broker (default: start a local one)")
-    parser.add_argument("--messages", "-n", type=int, default=200_000, metavar="N",
-                        help="messages of 100 bytes to produce (default 200,000)")
+    parser.add_argument("--messages", "-n", type=int, default=DEFAULT_MESSAGES, metavar="N",
+                        help=f"messages of 100 bytes to produce (default {DEFAULT_MESSAGES:,})")
     parser.add_argument("--compression", "-c", choices=CODECS, default="none")
+    parser.add_argument("--api", choices=("batch", "produce"), default="batch",
+                        help="produce_batch() in chunks of 10,000 (default), or one produce() "
+                             "call per message with a delivery callback")
+    parser.add_argument("--acks", choices=("all", "1", "0"), default="all")
+    parser.add_argument("--idempotence", action="store_true",
+                        help="enable.idempotence=true (needs --acks all)")
+    parser.add_argument("--linger-ms", type=float, default=DEFAULT_LINGER_MS,
+                        help=f"linger.ms (default {DEFAULT_LINGER_MS})")
+    parser.add_argument("--batch-messages", type=int, default=DEFAULT_BATCH_MESSAGES,
+                        help=f"batch.num.messages (default {DEFAULT_BATCH_MESSAGES:,})")
     parser.add_argument("--batch-bytes", type=int, default=DEFAULT_BATCH_BYTES,
-                        help="uncompressed size at which a batch is closed (default 1,000,000)")
-    parser.add_argument("--in-flight", type=int, default=5,
-                        help="produce requests in flight (default 5)")
+                        help=f"batch.size (default {DEFAULT_BATCH_BYTES:,})")
     parser.add_argument("--broker", choices=("tansu", "noida"), default="tansu",
                         help="which local broker to start without --bootstrap")
     parser.add_argument("--topic", help="topic name (default: a new demo-XXXXXXXX)")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds to wait for the broker and for delivery (default 60)")
     args = parser.parse_args(argv)
     if args.messages < 1:
         parser.error("--messages must be at least 1")
-    if args.in_flight < 1:
-        parser.error("--in-flight must be at least 1")
+    if args.bootstrap is not None:
+        _parse_bootstrap(args.bootstrap)
+    from kafka_client import KafkaException
+
     try:
-        ok = run(args.bootstrap, args.messages, args.compression, args.batch_bytes,
-                 args.in_flight, args.broker, args.topic)
+        ok = run(args.bootstrap, args.messages, args.compression, api=args.api,
+                 acks=args.acks, idempotence=args.idempotence, linger_ms=args.linger_ms,
+                 batch_messages=args.batch_messages, batch_bytes=args.batch_bytes,
+                 broker_kind=args.broker, topic=args.topic, timeout=args.timeout)
+    except KafkaException as exc:
+        print(f"error: {exc.args[0].str() if exc.args else exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130

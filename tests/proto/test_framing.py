@@ -5,7 +5,7 @@ import random
 import struct
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_proto.errors import (
@@ -204,7 +204,8 @@ def test_commit_zero_and_too_much():
         p.commit(65)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.data_too_large, HealthCheck.too_slow])
 @given(
     payloads=st.lists(st.binary(max_size=200), max_size=12)
     | st.lists(st.binary(min_size=33_000, max_size=40_000), min_size=1, max_size=2),

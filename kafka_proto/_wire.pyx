@@ -18,6 +18,7 @@ cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.bytes cimport PyBytes_CheckExact
+from cpython.bytearray cimport PyByteArray_CheckExact, PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.float cimport PyFloat_Check, PyFloat_AsDouble
 from cpython.long cimport PyLong_Check
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
@@ -909,22 +910,91 @@ def encode_uvarint(v) -> bytes:
     return PyBytes_FromStringAndSize(<char*>tmp, write_uvarint64(tmp, <uint64_t>x))
 
 
+# The decoders below read straight from the argument's memory (no Reader object: one per
+# call cost more than the decoding itself). Same checks and exceptions as Reader.
+
+DEF VK_VARINT = 0
+DEF VK_VARLONG = 1
+DEF VK_UVARINT = 2
+
+
+cdef int _decode_error(int rc, Py_ssize_t n, Py_ssize_t pos, int kind) except -1:
+    # Out of line: keeps the error formatting out of the inlined fast path.
+    cdef const char* what = (b"varlong" if kind == VK_VARLONG else
+                             b"varint" if kind == VK_VARINT else b"uvarint")
+    if pos < 0 or pos > n:
+        raise ValueError(f"Reader range [{pos}, None) is outside the buffer of {n} bytes")
+    if rc != VARINT_OK:
+        return _varint_error(rc, what, pos)
+    raise InvalidVarintError(
+        f"{what.decode()} at position {pos} does not fit in {64 if kind == VK_VARLONG else 32} bits")
+
+
+cdef inline object _decode_from(const unsigned char* data, Py_ssize_t n, Py_ssize_t pos,
+                                int kind):
+    """Decode one varint of ``kind`` at ``data[pos]`` (``n`` bytes in all)."""
+    cdef const unsigned char* p
+    cdef uint64_t u = 0
+    cdef Py_ssize_t used = 0
+    cdef int rc
+    # pos outside [0, n) (negative ones wrap to huge) goes to the checks below.
+    if <size_t>pos < <size_t>n and data[pos] < 0x80:
+        u = data[pos]
+        used = 1
+    else:
+        if pos < 0 or pos > n:
+            _decode_error(VARINT_OK, n, pos, kind)
+        p = data + pos
+        rc = read_uvarint64(p, data + n, 10 if kind == VK_VARLONG else 5, &u, &used)
+        if rc != VARINT_OK:
+            _decode_error(rc, n, pos, kind)
+        if kind == VK_VARLONG:
+            if used == 10 and p[9] > 0x01:
+                _decode_error(VARINT_OK, n, pos, kind)
+        elif used == 5 and p[4] > 0x0F:
+            _decode_error(VARINT_OK, n, pos, kind)
+    if kind == VK_VARINT:
+        return <int32_t>((<uint32_t>u >> 1) ^ -(<uint32_t>u & 1)), pos + used
+    if kind == VK_VARLONG:
+        return <int64_t>((u >> 1) ^ (0 - (u & 1))), pos + used
+    return <int64_t>u, pos + used
+
+
+cdef object _decode_buffer(object buf, Py_ssize_t pos, int kind):
+    # Any other buffer-protocol object: exported for the duration of the read.
+    cdef Py_buffer pb
+    try:
+        PyObject_GetBuffer(buf, &pb, PyBUF_SIMPLE)
+    except BufferError as exc:
+        raise ValueError(f"Reader needs a contiguous buffer: {exc}") from None
+    try:
+        return _decode_from(<const unsigned char*>pb.buf, pb.len, pos, kind)
+    finally:
+        PyBuffer_Release(&pb)
+
+
+cdef inline object _decode(object buf, Py_ssize_t pos, int kind):
+    # bytes and bytearray (what callers pass almost always) need no buffer export: nothing
+    # runs Python code that could resize a bytearray before its bytes are read.
+    if PyBytes_CheckExact(buf):
+        return _decode_from(<const unsigned char*>PyBytes_AS_STRING(buf),
+                            PyBytes_GET_SIZE(buf), pos, kind)
+    if PyByteArray_CheckExact(buf):
+        return _decode_from(<const unsigned char*>PyByteArray_AS_STRING(buf),
+                            PyByteArray_GET_SIZE(buf), pos, kind)
+    return _decode_buffer(buf, pos, kind)
+
+
 def decode_varint(buf, Py_ssize_t pos=0):
     """Decode a zigzag varint at ``pos``; returns ``(value, next_pos)``."""
-    cdef Reader r = Reader(buf, pos)
-    cdef int32_t v = r.read_varint()
-    return v, r._pos
+    return _decode(buf, pos, VK_VARINT)
 
 
 def decode_varlong(buf, Py_ssize_t pos=0):
     """Decode a zigzag varlong at ``pos``; returns ``(value, next_pos)``."""
-    cdef Reader r = Reader(buf, pos)
-    cdef int64_t v = r.read_varlong()
-    return v, r._pos
+    return _decode(buf, pos, VK_VARLONG)
 
 
 def decode_uvarint(buf, Py_ssize_t pos=0):
     """Decode an unsigned varint at ``pos``; returns ``(value, next_pos)``."""
-    cdef Reader r = Reader(buf, pos)
-    cdef int64_t v = r.read_uvarint()
-    return v, r._pos
+    return _decode(buf, pos, VK_UVARINT)

@@ -53,6 +53,8 @@ _CONTROLLED_SHUTDOWN_KEY = 7
 _INT32 = struct.Struct(">i")
 _SIZE_AND_V0 = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+#: Zeros a growing frame buffer is extended with (read only, shared by every parser).
+_ZEROS = memoryview(bytes(1 << 20))
 
 
 # --------------------------------------------------------------------------- frame parser
@@ -61,18 +63,31 @@ _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 class FrameParser:
     """Cut a byte stream into frames (payloads without their 4-byte size).
 
-    Each frame gets a buffer of its own, allocated once its size is read and checked, and
-    is returned as a ``memoryview`` over it: frames never alias each other or the parser's
-    scratch space, so callers may keep them as long as they like, and each byte is copied
-    at most once (not at all for large frames read with :meth:`buffer_for_read`).
+    Each frame gets a buffer of its own and is returned as a ``memoryview`` over it: frames
+    never alias each other or the parser's scratch space, so callers may keep them as long
+    as they like, and the parser copies each byte at most once (not at all for large frames
+    read with :meth:`buffer_for_read`; growing a buffer is a realloc, which may move it,
+    amortised by the doubling).
+
+    Memory follows the bytes received, not the size a frame announces: a frame's buffer
+    starts at :attr:`INITIAL_FRAME_BUFFER` bytes (or what the current chunk holds of it)
+    and doubles as its bytes arrive, up to the announced size. So a frame in progress
+    never holds more than ``max(INITIAL_FRAME_BUFFER, 4 * bytes received)``, whatever
+    size its prefix claims; a complete frame's buffer is exactly its size.
 
     A size below zero or above ``max_frame_size`` raises :class:`InvalidLengthError`; the
-    stream cannot be resynchronised after that, so the parser stays failed and the
-    connection must be closed.
+    stream cannot be resynchronised after that, so the parser stays failed (every later
+    call raises too) and the connection must be closed. The error raised by the
+    :meth:`feed` or :meth:`commit` call that meets the bad size carries, as its ``frames``
+    attribute, the frames that same call completed before it (a list, possibly empty):
+    they are valid and are not returned any other way. Errors raised by later calls have
+    ``frames == []``.
     """
 
     #: Above this many missing bytes, buffer_for_read() hands out the frame's own buffer.
     DIRECT_READ_THRESHOLD = 32 * 1024
+    #: First buffer size of a frame whose bytes are not all there yet (then doubled).
+    INITIAL_FRAME_BUFFER = 64 * 1024
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  read_size: int = 64 * 1024) -> None:
@@ -83,11 +98,14 @@ class FrameParser:
         self.max_frame_size = max_frame_size
         self._size_buf = bytearray(4)
         self._size_have = 0
+        # The frame in progress: its buffer (len() is the capacity, <= _frame_size), the
+        # size its prefix announced, and how many of its bytes arrived.
         self._frame: Optional[bytearray] = None
+        self._frame_size = 0
         self._frame_have = 0
         self._scratch = bytearray(read_size)
         self._direct = False  # last buffer_for_read() was the frame buffer itself
-        self._error: Optional[InvalidLengthError] = None
+        self._error: Optional[str] = None
 
     @property
     def buffered(self) -> int:
@@ -101,10 +119,20 @@ class FrameParser:
         """True between the first byte of a frame and its last."""
         return self._size_have > 0 or self._frame is not None
 
+    @property
+    def capacity(self) -> int:
+        """Bytes allocated for the frame in progress (0 between frames)."""
+        frame = self._frame
+        return 0 if frame is None else len(frame)
+
     def feed(self, data: BytesLike) -> List[memoryview]:
-        """Add received bytes; return the frames they complete (possibly none)."""
+        """Add received bytes; return the frames they complete (possibly none).
+
+        On an invalid frame size, raises :class:`InvalidLengthError` whose ``frames`` are
+        the frames this call completed before the bad size.
+        """
         if self._error is not None:
-            raise self._error
+            raise self._failed()
         mv = memoryview(data)
         if mv.ndim != 1 or mv.itemsize != 1:
             mv = mv.cast("B")
@@ -131,31 +159,49 @@ class FrameParser:
                     frames.append(memoryview(bytearray(mv[pos:pos + size])))
                     pos += size
                     continue
-                frame = self._start_frame(size)
+                if size < 0 or size > self.max_frame_size:
+                    what = "negative" if size < 0 else f"above the limit of {self.max_frame_size}"
+                    self._error = f"frame size {size} is {what}"
+                    raise self._failed(frames)
+                # Part of the frame is here: room for that part (at least the initial
+                # buffer), never for what the peer only announced.
+                frame = self._start_frame(size, end - pos)
             have = self._frame_have
-            take = min(len(frame) - have, end - pos)
+            take = min(self._frame_size - have, end - pos)
+            if have + take > len(frame):
+                frame = self._grow(have + take)
             frame[have:have + take] = mv[pos:pos + take]
             pos += take
-            self._frame_have = have + take
-            if self._frame_have == len(frame):
+            have += take
+            if have == self._frame_size:
+                # Capacity never exceeds the size, so the buffer is exactly the frame.
                 frames.append(memoryview(frame))
                 self._frame = None
                 self._frame_have = 0
+            else:
+                self._frame_have = have
         return frames
 
     def buffer_for_read(self) -> memoryview:
         """A writable buffer for ``sock.recv_into``; pass the byte count to :meth:`commit`.
 
         While a large frame is missing many bytes this is the free tail of that frame's
-        own buffer (received in place); otherwise a scratch buffer whose bytes
-        :meth:`commit` copies into frames. Do not keep the view after ``commit``.
+        own buffer (received in place; the buffer grows as it fills); otherwise a scratch
+        buffer whose bytes :meth:`commit` copies into frames. Do not keep the view after
+        ``commit``.
         """
         if self._error is not None:
-            raise self._error
+            raise self._failed()
         frame = self._frame
-        if frame is not None and len(frame) - self._frame_have >= self.DIRECT_READ_THRESHOLD:
-            self._direct = True
-            return memoryview(frame)[self._frame_have:]
+        if frame is not None:
+            have = self._frame_have
+            if self._frame_size - have >= self.DIRECT_READ_THRESHOLD:
+                if len(frame) - have < self.DIRECT_READ_THRESHOLD:
+                    # Little room left: double (have >= half the capacity here, so the
+                    # buffer stays within four times the bytes received).
+                    frame = self._grow(have + self.DIRECT_READ_THRESHOLD)
+                self._direct = True
+                return memoryview(frame)[have:]
         self._direct = False
         return memoryview(self._scratch)
 
@@ -170,7 +216,7 @@ class FrameParser:
             if n > len(frame) - self._frame_have:
                 raise ValueError("commit() of more bytes than the buffer had room for")
             self._frame_have += n
-            if self._frame_have < len(frame):
+            if self._frame_have < self._frame_size:
                 return []
             self._frame = None
             self._frame_have = 0
@@ -183,19 +229,43 @@ class FrameParser:
         """Forget any partial frame and error (for a new connection)."""
         self._size_have = 0
         self._frame = None
+        self._frame_size = 0
         self._frame_have = 0
         self._direct = False
         self._error = None
 
-    def _start_frame(self, size: int) -> bytearray:
-        if size < 0 or size > self.max_frame_size:
-            what = "negative" if size < 0 else f"above the limit of {self.max_frame_size}"
-            self._error = InvalidLengthError(f"frame size {size} is {what}")
-            raise self._error
-        # Checked against max_frame_size above, so the allocation is bounded.
-        self._frame = bytearray(size)
+    def _failed(self, frames: Optional[List[memoryview]] = None) -> InvalidLengthError:
+        # A fresh exception per call: each carries only the frames of its own call.
+        err = InvalidLengthError(self._error)
+        err.frames = [] if frames is None else frames  # type: ignore[attr-defined]
+        return err
+
+    def _start_frame(self, size: int, available: int) -> bytearray:
+        # size was checked against max_frame_size; the buffer is bounded by the bytes at
+        # hand (or the initial size), not by what the prefix claims.
+        self._frame = bytearray(min(size, max(self.INITIAL_FRAME_BUFFER, available)))
+        self._frame_size = size
         self._frame_have = 0
         return self._frame
+
+    def _grow(self, need: int) -> bytearray:
+        frame = self._frame
+        assert frame is not None
+        cap = min(self._frame_size, max(need, 2 * len(frame)))
+        try:
+            # In place: the received bytes stay put (realloc). Zeros come from a shared
+            # block: a fresh bytes(n) each time costs page faults (about 10x slower).
+            missing = cap - len(frame)
+            while missing > 0:
+                step = min(missing, len(_ZEROS))
+                frame += _ZEROS[:step]
+                missing -= step
+        except BufferError:
+            # A caller still holds a buffer_for_read() view: move to a new buffer.
+            new = bytearray(cap)
+            new[:self._frame_have] = memoryview(frame)[:self._frame_have]
+            self._frame = frame = new
+        return frame
 
 
 # --------------------------------------------------------------------------- headers

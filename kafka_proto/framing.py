@@ -492,6 +492,12 @@ class CorrelationTracker:
         """Requests waiting for a response (fire-and-forget ones not counted)."""
         return self._expected
 
+    @property
+    def unanswered_fire_and_forget(self) -> int:
+        """Fire-and-forget requests (``expect_response=False``) whose answer, if the broker
+        sends one, has not come yet. Zero means no such answer can still arrive."""
+        return self._silent
+
     def __contains__(self, correlation_id: object) -> bool:
         item = self._order.get(correlation_id)  # type: ignore[call-overload]
         return item is not None and item[1]

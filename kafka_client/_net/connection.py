@@ -638,7 +638,7 @@ class BrokerConnection:
         return True
 
     def _quiet(self) -> bool:
-        return not self._out and not self._inflight and self._tracker._silent == 0
+        return not self._out and not self._inflight and self._tracker.unanswered_fire_and_forget == 0
 
     def _drop_socket(self) -> None:
         sock, self.sock = self.sock, None

@@ -588,6 +588,30 @@ def test_tracker_bounds_unanswered_ids(monkeypatch):
     assert [t.get(i) is not None for i in ids] == [False, False, True, True, True]
 
 
+def test_tracker_counts_unanswered_fire_and_forget(monkeypatch):
+    t = CorrelationTracker()
+    assert t.unanswered_fire_and_forget == 0
+    a = t.next_id(0, 9, expect_response=False)
+    t.next_id(0, 9, expect_response=False)
+    normal = t.next_id(3, 12)
+    c = t.next_id(0, 9, expect_response=False)
+    assert t.unanswered_fire_and_forget == 3 and len(t) == 1
+    assert t.pop(a) is None  # answered (Tansu, noida-db)
+    assert t.unanswered_fire_and_forget == 2
+    t.pop(normal)  # the second one can no longer be answered: forgotten
+    assert t.unanswered_fire_and_forget == 1
+    assert t.pop(c) is None and t.unanswered_fire_and_forget == 0
+    t.next_id(0, 9, expect_response=False)
+    t.clear()
+    assert t.unanswered_fire_and_forget == 0
+    monkeypatch.setattr(CorrelationTracker, "MAX_UNANSWERED", 2)
+    for _ in range(5):
+        t.next_id(0, 9, expect_response=False)
+    assert t.unanswered_fire_and_forget == 2  # the oldest dropped
+    with pytest.raises(AttributeError):
+        t.unanswered_fire_and_forget = 0  # read only
+
+
 def test_tracker_start_range():
     with pytest.raises(ValueError):
         CorrelationTracker(start=-1)

@@ -3,15 +3,18 @@
 The broker's ranges come from an ApiVersionsResponse; ours come from the generated message
 classes (``kafka_proto.messages.API_KEYS``). A version the schemas mark as
 ``latestVersionUnstable`` is only chosen when ``allow_unstable=True``.
+:func:`api_versions_retry` decides whether the ApiVersions exchange itself must be asked
+again in another version.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import AbstractSet, Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from kafka_proto.errors import UnsupportedVersionError
 from kafka_proto.messages import API_KEYS
 
 __all__ = [
+    "api_versions_retry",
     "decode_api_versions_response",
     "client_ranges",
     "broker_ranges",
@@ -21,6 +24,9 @@ __all__ = [
 ]
 
 VersionRange = Tuple[int, int]
+
+_API_VERSIONS_KEY = 18
+_UNSUPPORTED_VERSION = 35  # broker error code
 
 
 def client_ranges(allow_unstable: bool = False) -> Dict[int, VersionRange]:
@@ -69,6 +75,54 @@ def decode_api_versions_response(buffer: Any, version: int) -> Any:
         except ProtocolDecodeError:
             pass
     return ApiVersionsResponse.decode(view, version)
+
+
+def api_versions_retry(
+    response: Optional[Any],
+    version: int,
+    tried: AbstractSet[int] = frozenset(),
+    our_max: Optional[int] = None,
+) -> Optional[int]:
+    """The ApiVersions version to ask again with, or None when there is nothing to retry.
+
+    ``response`` is the decoded answer to an ApiVersionsRequest of ``version`` (see
+    :func:`decode_api_versions_response`), or None when it could not be decoded in that
+    version's layout. ``tried`` holds the versions already asked on this connection
+    (``version`` counts as tried anyway); ``our_max`` is the highest ApiVersions version
+    we speak (default: the generated class's). The rule (KIP-511):
+
+    * error UNSUPPORTED_VERSION: the broker's own maximum for ApiVersions from the
+      answer's list, at most ``our_max``; v0 when the list does not give one;
+    * no error, but the broker's maximum is below ``version`` (Tansu 0.6 answers a version
+      it does not know, in its own latest layout): that maximum, to be sure of the layout;
+    * not decodable (``response is None``): v0, whose layout every broker knows; None if
+      ``version`` was 0 already (the decode error is final);
+    * otherwise None: the answer is final (any other error code is the caller's to report).
+
+    A version already tried is replaced by v0; when v0 was tried too, no version is left
+    and :class:`UnsupportedVersionError` is raised. Pure function: no I/O, no state.
+    """
+    if response is None:
+        if version == 0:
+            return None
+        retry = 0
+    else:
+        theirs = {k.api_key: k.max_version for k in response.api_keys or ()}
+        their_max = theirs.get(_API_VERSIONS_KEY)
+        if response.error_code == _UNSUPPORTED_VERSION:
+            if our_max is None:
+                our_max = API_KEYS[_API_VERSIONS_KEY].max_version
+            retry = min(their_max or 0, our_max)
+        elif response.error_code == 0 and their_max is not None and their_max < version:
+            retry = their_max
+        else:
+            return None
+    if retry == version or retry in tried:
+        retry = 0
+        if retry == version or retry in tried:
+            raise UnsupportedVersionError(
+                f"no ApiVersions version left to try (tried {sorted(set(tried) | {version})})")
+    return retry
 
 
 def negotiate(

@@ -148,6 +148,8 @@ class BlockingConnection:
         error 35, listing its own range for ApiVersions when it can: we retry with the
         highest version both know, or v0 when no range is given (KIP-511).
         """
+        from kafka_proto.versions import api_versions_retry
+
         messages = _messages()
         ours = messages.ApiVersionsRequest
         version = ours.MAX_VERSION
@@ -163,16 +165,15 @@ class BlockingConnection:
                 # sync: the frame was whole): try the layout every broker knows.
                 if version == 0 or self.closed:
                     raise
-                resp, retry = None, 0
-            else:
-                retry = self._api_versions_retry(resp, version, ours.MAX_VERSION)
+                resp = None
+            try:
+                retry = api_versions_retry(resp, version, tried, ours.MAX_VERSION)
+            except UnsupportedVersionError:
+                raise UnsupportedVersionError(
+                    f"broker {self.host}:{self.port} refuses every ApiVersions version we tried"
+                ) from None
             if retry is None:
                 break
-            if retry in tried:
-                retry = 0
-            if retry in tried:
-                raise UnsupportedVersionError(
-                    f"broker {self.host}:{self.port} refuses every ApiVersions version we tried")
             version = retry
         if resp.error_code != 0:
             raise BrokerConnectionError(
@@ -185,19 +186,6 @@ class BlockingConnection:
         self.broker_versions = broker_ranges(resp)
         self.versions = negotiate_versions(self.broker_versions)
         return resp
-
-    @staticmethod
-    def _api_versions_retry(resp: Any, version: int, our_max: int) -> Optional[int]:
-        """The ApiVersions version to ask again with, or None if ``resp`` is final."""
-        theirs = {k.api_key: k.max_version for k in resp.api_keys or ()}
-        their_max = theirs.get(API_VERSIONS_KEY)
-        if resp.error_code == UNSUPPORTED_VERSION:
-            return min(their_max or 0, our_max)
-        if resp.error_code == 0 and their_max is not None and their_max < version:
-            # Answered a version it says it does not know (Tansu 0.6 does so, in its own
-            # latest layout): ask again in a version it knows, to be sure of the layout.
-            return their_max
-        return None
 
     def _api_versions_round_trip(self, req: Any, version: int) -> Any:
         messages = _messages()

@@ -39,6 +39,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from kafka_client._net.bootstrap import Address, resolve
 from kafka_client.errors import KafkaError
+from kafka_proto.errors import UnsupportedVersionError
 from kafka_proto.framing import (
     API_VERSIONS_KEY,
     DEFAULT_MAX_FRAME_SIZE,
@@ -325,19 +326,17 @@ class BrokerConnection:
     def _on_api_versions(self, resp: Any, error: Optional[KafkaError]) -> None:
         if error is not None:
             return  # the connection is already closed with that error
-        from kafka_client._net.blocking import BlockingConnection
-        from kafka_proto.versions import broker_ranges, negotiate
+        from kafka_proto.versions import api_versions_retry, broker_ranges, negotiate
 
         version = self._api_versions_version
-        retry = BlockingConnection._api_versions_retry(
-            resp, version, _messages().ApiVersionsRequest.MAX_VERSION)
+        try:
+            retry = api_versions_retry(resp, version, self._api_versions_tried,
+                                       _messages().ApiVersionsRequest.MAX_VERSION)
+        except UnsupportedVersionError:
+            self.close(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
+                f"{self.host}:{self.port}: no ApiVersions version accepted"))
+            return
         if retry is not None:
-            if retry in self._api_versions_tried:
-                retry = 0
-            if retry in self._api_versions_tried:
-                self.close(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
-                    f"{self.host}:{self.port}: no ApiVersions version accepted"))
-                return
             self._send_api_versions(retry)
             return
         if resp.error_code:
@@ -554,11 +553,17 @@ class BrokerConnection:
             else:
                 resp = req.response_class.decode(body, req.version)
         except Exception as exc:
-            if req.api_key == API_VERSIONS_KEY and req.version:
-                # Not the layout asked for: ask again in the layout every broker knows.
-                self._api_versions_tried.add(req.version)
-                if 0 not in self._api_versions_tried:
-                    self._send_api_versions(0)
+            if req.api_key == API_VERSIONS_KEY:
+                # Not the layout asked for: ask again in the layout every broker knows
+                # (unless that was it, or was tried: then the decode error stands).
+                from kafka_proto.versions import api_versions_retry
+
+                try:
+                    retry = api_versions_retry(None, req.version, self._api_versions_tried)
+                except UnsupportedVersionError:
+                    retry = None
+                if retry is not None:
+                    self._send_api_versions(retry)
                     return
             self.close(KafkaError(KafkaError._TRANSPORT,
                                   f"{self.host}:{self.port}: cannot decode response to API "

@@ -91,3 +91,110 @@ def test_api_versions_error_answer_is_read_as_v0():
     assert decode_api_versions_response(ok.encode(3), 3) == ok
     err = cls(error_code=7, throttle_time_ms=5, finalized_features_epoch=3)
     assert decode_api_versions_response(err.encode(3), 3) == err
+
+
+# --------------------------------------------------------------------------- ApiVersions retry
+
+
+def _answer(error_code=0, api_versions_max=None, version=3):
+    """An ApiVersionsResponse as a broker sends it (through the wire and back)."""
+    cls = M.ApiVersionsResponse
+    keys = [cls.ApiVersion(api_key=FETCH, min_version=0, max_version=12)]
+    if api_versions_max is not None:
+        keys.append(cls.ApiVersion(api_key=API_VERSIONS, min_version=0,
+                                   max_version=api_versions_max))
+    resp = cls(error_code=error_code, api_keys=keys)
+    return cls.decode(resp.encode(version), version)
+
+
+def test_api_versions_retry_final_answers():
+    from kafka_proto.versions import api_versions_retry
+
+    assert api_versions_retry(_answer(api_versions_max=4), 4) is None
+    assert api_versions_retry(_answer(api_versions_max=4), 3) is None  # we asked lower
+    assert api_versions_retry(_answer(), 3) is None  # no ApiVersions entry: nothing to doubt
+    # another error: final, the caller reports it
+    assert api_versions_retry(_answer(error_code=7, api_versions_max=2), 3) is None
+    # an answer at v0, decodable: final
+    assert api_versions_retry(_answer(api_versions_max=0, version=0), 0) is None
+
+
+def test_api_versions_retry_unsupported_version():
+    from kafka_proto.versions import api_versions_retry
+
+    # KIP-511: a v0 error body listing the broker's range for ApiVersions
+    assert api_versions_retry(_answer(35, api_versions_max=2, version=0), 4, {4}) == 2
+    # its maximum is capped at ours (a broker newer than us)
+    assert api_versions_retry(_answer(35, api_versions_max=9, version=0), 4, our_max=3) == 3
+    ours = M.ApiVersionsRequest.MAX_VERSION  # the default of our_max
+    assert ours == M.API_KEYS[API_VERSIONS].max_version == 4
+    assert api_versions_retry(_answer(35, api_versions_max=9, version=0), 7) == ours
+    # ... and the capped version was the one just refused: v0
+    assert api_versions_retry(_answer(35, api_versions_max=9, version=0), ours) == 0
+    # no range given (old brokers): v0
+    assert api_versions_retry(_answer(35, version=0), 4) == 0
+    assert api_versions_retry(_answer(35, api_versions_max=0, version=0), 4) == 0
+
+
+def test_api_versions_retry_answer_above_the_brokers_range():
+    from kafka_proto.versions import api_versions_retry
+
+    # Tansu 0.6: answers v4 without error while listing ApiVersions up to v3
+    assert api_versions_retry(_answer(api_versions_max=3), 4, {4}) == 3
+    assert api_versions_retry(_answer(api_versions_max=1), 3) == 1
+
+
+def test_api_versions_retry_undecodable_answer():
+    from kafka_proto.versions import api_versions_retry
+
+    assert api_versions_retry(None, 4, {4}) == 0
+    assert api_versions_retry(None, 2, {4, 2}) == 0
+    # v0 itself undecodable: nothing left, the decode error is final
+    assert api_versions_retry(None, 0, {4, 0}) is None
+    with pytest.raises(UnsupportedVersionError):
+        api_versions_retry(None, 3, {4, 0, 3})  # v0 was tried already
+
+
+def test_api_versions_retry_never_asks_twice():
+    from kafka_proto.versions import api_versions_retry
+
+    # the advertised maximum was tried already: fall back to v0
+    assert api_versions_retry(_answer(35, api_versions_max=2, version=0), 3, {4, 2, 3}) == 0
+    assert api_versions_retry(_answer(api_versions_max=2), 3, {2, 3}) == 0
+    # the version just asked counts as tried even when not listed
+    assert api_versions_retry(_answer(35, api_versions_max=3, version=0), 3) == 0
+    # v0 too: no version left
+    with pytest.raises(UnsupportedVersionError, match="ApiVersions"):
+        api_versions_retry(_answer(35, api_versions_max=2, version=0), 1, {4, 2, 0, 1})
+    with pytest.raises(UnsupportedVersionError):
+        api_versions_retry(_answer(35, version=0), 0, {4, 0})
+
+
+def test_api_versions_retry_walk_ends():
+    """Driven like a connection: every broker behaviour ends in a final answer or an
+    error within a few requests, and never asks a version twice."""
+    from kafka_proto.versions import api_versions_retry
+
+    def broker(max_known, layout_bug=False):
+        def answer(version):
+            if version > max_known:
+                if layout_bug:
+                    return None  # answers in a layout we cannot read
+                return _answer(35, api_versions_max=max_known, version=0)
+            return _answer(api_versions_max=max_known, version=version)
+        return answer
+
+    for max_known in range(0, 5):
+        for bug in (False, True):
+            answer = broker(max_known, bug)
+            version, tried = 4, set()
+            for _ in range(5):
+                tried.add(version)
+                nxt = api_versions_retry(answer(version), version, tried, our_max=4)
+                if nxt is None:
+                    break
+                assert nxt not in tried
+                version = nxt
+            else:
+                pytest.fail("no final answer")
+            assert version == (max_known if not bug else (4 if max_known == 4 else 0))

@@ -827,26 +827,85 @@ cdef extern from *:
             Py_TYPE(o)->tp_free(o);
     }
 
-    static PyObject* kp_rec_make(int64_t offset, int64_t timestamp, PyObject* key,
-                                 PyObject* value, PyObject* ts_type) {
+    static inline __attribute__((always_inline)) PyObject*
+    kp_bytes_new(const unsigned char* p, Py_ssize_t n) {
+        /* New reference to bytes(p[:n]); None for n == -1. 0 and 1 byte go through
+           PyBytes_FromStringAndSize(p, n) for CPython's shared objects; longer ones are
+           allocated unfilled and copied here, with fixed-size overlapping moves instead of
+           a call into libc for the short keys and values records usually carry. */
+        PyObject* b;
+        char* d;
+        if (n < 2) {
+            if (n < 0) {
+                Py_INCREF(Py_None);
+                return Py_None;
+            }
+            return PyBytes_FromStringAndSize((const char*)p, n);
+        }
+        b = PyBytes_FromStringAndSize(NULL, n);
+        if (b == NULL) return NULL;
+        d = PyBytes_AS_STRING(b);
+        if (n <= 16) {
+            if (n >= 8) {
+                memcpy(d, p, 8);
+                memcpy(d + n - 8, p + n - 8, 8);
+            } else if (n >= 4) {
+                memcpy(d, p, 4);
+                memcpy(d + n - 4, p + n - 4, 4);
+            } else {
+                memcpy(d, p, 2);
+                memcpy(d + n - 2, p + n - 2, 2);
+            }
+        } else if (n <= 32) {
+            memcpy(d, p, 16);
+            memcpy(d + n - 16, p + n - 16, 16);
+        } else if (n <= 64) {
+            memcpy(d, p, 32);
+            memcpy(d + n - 32, p + n - 32, 32);
+        } else if (n <= 128) {
+            memcpy(d, p, 64);
+            memcpy(d + n - 64, p + n - 64, 64);
+        } else {
+            memcpy(d, p, (size_t)n);
+        }
+        return b;
+    }
+
+    static inline __attribute__((always_inline)) PyObject*
+    kp_rec_make(int64_t offset, int64_t timestamp, const unsigned char* kp, Py_ssize_t kn,
+                const unsigned char* vp, Py_ssize_t vn, PyObject* ts_type, int* failed) {
+        /* The record with new bytes for its key and value (n == -1: None). ts_type is
+           borrowed. On success *failed is cleared (the caller's "record incomplete" flag). */
         PyObject* o;
+        PyObject* key;
+        PyObject* value;
+        key = kp_bytes_new(kp, kn);
+        if (key == NULL) return NULL;
+        value = kp_bytes_new(vp, vn);
+        if (value == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
         if (kp_rec_nfree > 0) {
             o = kp_rec_free[--kp_rec_nfree];
         } else {
             o = (PyObject*)PyObject_Malloc((size_t)kp_rec_type->tp_basicsize);
-            if (o == NULL) return PyErr_NoMemory();
+            if (o == NULL) {
+                Py_DECREF(key);
+                Py_DECREF(value);
+                return PyErr_NoMemory();
+            }
         }
         (void)PyObject_INIT(o, kp_rec_type);
         KP_REC_I64(o, 0) = offset;
         KP_REC_I64(o, 1) = timestamp;
-        Py_INCREF(key);
-        KP_REC_OBJ(o, 2) = key;
-        Py_INCREF(value);
-        KP_REC_OBJ(o, 3) = value;
+        KP_REC_OBJ(o, 2) = key;    /* reference handed over */
+        KP_REC_OBJ(o, 3) = value;  /* reference handed over */
         Py_INCREF(ts_type);
         KP_REC_OBJ(o, 4) = ts_type;
         Py_INCREF(Py_None);
         KP_REC_OBJ(o, 5) = Py_None;
+        *failed = 0;
         return o;
     }
 
@@ -869,8 +928,9 @@ cdef extern from *:
         return 0;
     }
     """
-    object kp_rec_make(int64_t offset, int64_t timestamp, object key, object value,
-                       object ts_type)
+    object kp_rec_make(int64_t offset, int64_t timestamp, const unsigned char* kp,
+                       Py_ssize_t kn, const unsigned char* vp, Py_ssize_t vn,
+                       PyObject* ts_type, bint* failed)
     int kp_rec_setup(type tp, Py_ssize_t off_offset, Py_ssize_t off_ts, Py_ssize_t off_key,
                      Py_ssize_t off_value, Py_ssize_t off_tst, Py_ssize_t off_headers) except -1
 
@@ -1034,6 +1094,23 @@ cdef inline object _bytes_at(const unsigned char** pp, const unsigned char* rend
         return None
     _length_error(rc, n, rend - p, what)
     return None
+
+
+cdef inline int _len_at(const unsigned char** pp, const unsigned char* rend,
+                        const unsigned char** data, Py_ssize_t* n, str what) except -1:
+    # Like _bytes_at but only locates the bytes (data, n; n == -1 for null): the objects are
+    # made once the whole record has checked out.
+    cdef int32_t m = 0
+    cdef Py_ssize_t used = 0
+    cdef int rc = _rv32(pp[0], rend, &m, &used)
+    cdef const unsigned char* p = pp[0] + used
+    if rc == VARINT_OK and m >= -1 and m <= rend - p:
+        data[0] = p
+        n[0] = m
+        pp[0] = p + m if m > 0 else p
+        return 0
+    _length_error(rc, m, rend - p, what)
+    return -1
 
 
 @cython.final
@@ -1269,15 +1346,13 @@ cdef class _RecordIterator:
         return self
 
     def __next__(self):
-        cdef Record rec
         if self.st.failed:
             raise StopIteration
         if self.st.index < self.st.count:
-            # Marked failed until the record is complete: after an error, iteration stops.
+            # Marked failed until the record is complete (_next_record clears it): after an
+            # error, iteration stops.
             self.st.failed = True
-            rec = _next_record(&self.st, self._ts_type)
-            self.st.failed = False
-            return rec
+            return _next_record(&self.st, <PyObject*>self._ts_type)
         if self.st.p != self.st.end:
             left = self.st.end - self.st.p
             self.st.failed = True
@@ -1286,18 +1361,20 @@ cdef class _RecordIterator:
         raise StopIteration
 
 
-cdef Record _next_record(_ParseState* st, object ts_type):
+cdef object _next_record(_ParseState* st, PyObject* ts_type):
+    # Every field is checked before any object is made, so a malformed record costs no
+    # allocation and the objects need no clean-up on error. ts_type is borrowed.
     cdef const unsigned char* p = st.p
     cdef const unsigned char* end = st.end
     cdef const unsigned char* rend
-    cdef list headers
-    cdef Record rec
-    cdef int32_t j
-    cdef int32_t rlen = 0, odelta = 0, hcount = 0, hkl = 0
+    cdef const unsigned char* kd = NULL
+    cdef const unsigned char* vd = NULL
+    cdef Py_ssize_t kn = 0, vn = 0
+    cdef int32_t rlen = 0, odelta = 0, hcount = 0
     cdef int64_t tdelta = 0
+    cdef int64_t offset, timestamp
     cdef Py_ssize_t used = 0
     cdef int rc
-    cdef object hkey, key, value
     rc = _rv32(p, end, &rlen, &used)
     if rc != VARINT_OK:
         if rc == VARINT_TRUNCATED:
@@ -1320,46 +1397,71 @@ cdef Record _next_record(_ParseState* st, object ts_type):
     if rc != VARINT_OK:
         _varint_error(rc, "offsetDelta")
     p += used
-    key = _bytes_at(&p, rend, "key")
-    value = _bytes_at(&p, rend, "value")
-    rec = <Record>kp_rec_make(
-        <int64_t>(<uint64_t>st.base_offset + <uint64_t><int64_t>odelta),
-        st.max_ts if st.log_append else <int64_t>(<uint64_t>st.base_ts + <uint64_t>tdelta),
-        key, value, ts_type)
+    _len_at(&p, rend, &kd, &kn, "key")
+    _len_at(&p, rend, &vd, &vn, "value")
     rc = _rv32(p, rend, &hcount, &used)
     if rc != VARINT_OK:
         _varint_error(rc, "headers count")
     p += used
+    offset = <int64_t>(<uint64_t>st.base_offset + <uint64_t><int64_t>odelta)
+    timestamp = st.max_ts if st.log_append else <int64_t>(<uint64_t>st.base_ts + <uint64_t>tdelta)
     if hcount != 0:
-        if hcount < 0:
-            raise InvalidLengthError(f"record batch: negative header count {hcount}")
-        # Each header takes at least 2 bytes: refuse counts the record cannot hold.
-        if hcount > (rend - p) // 2:
-            raise InvalidLengthError(
-                f"record batch: header count {hcount} exceeds what the record can hold")
-        headers = []
-        for j in range(hcount):
-            rc = _rv32(p, rend, &hkl, &used)
-            if rc != VARINT_OK:
-                _varint_error(rc, "header key length")
-            p += used
-            if hkl < 0:
-                raise InvalidLengthError(
-                    f"record batch: header key length {hkl} (header keys are not nullable)")
-            if hkl > rend - p:
-                raise InvalidLengthError(
-                    f"record batch: header key length {hkl} exceeds its record")
-            # Malformed UTF-8 is replaced, as the Java client does.
-            hkey = PyUnicode_DecodeUTF8(<const char*>p, hkl, "replace")
-            p += hkl
-            headers.append((hkey, _bytes_at(&p, rend, "header value")))
-        rec._headers = headers
+        return _record_with_headers(st, p, rend, rlen, hcount, offset, timestamp,
+                                    kd, kn, vd, vn, ts_type)
     if p != rend:
-        raise CorruptRecordError(
-            f"record batch: record {st.index} declares {rlen} bytes but its fields take "
-            f"{rlen - (rend - p)}")
+        _trailing_error(st, rlen, rend - p)
     st.p = rend
     st.index += 1
+    return kp_rec_make(offset, timestamp, kd, kn, vd, vn, ts_type, &st.failed)
+
+
+cdef int _trailing_error(_ParseState* st, int32_t rlen, Py_ssize_t left) except -1:
+    raise CorruptRecordError(
+        f"record batch: record {st.index} declares {rlen} bytes but its fields take "
+        f"{rlen - left}")
+
+
+cdef object _record_with_headers(_ParseState* st, const unsigned char* p,
+                                 const unsigned char* rend, int32_t rlen, int32_t hcount,
+                                 int64_t offset, int64_t timestamp,
+                                 const unsigned char* kd, Py_ssize_t kn,
+                                 const unsigned char* vd, Py_ssize_t vn, PyObject* ts_type):
+    cdef list headers
+    cdef Record rec
+    cdef int32_t j, hkl = 0
+    cdef Py_ssize_t used = 0
+    cdef bint unused = True
+    cdef int rc
+    cdef object hkey
+    if hcount < 0:
+        raise InvalidLengthError(f"record batch: negative header count {hcount}")
+    # Each header takes at least 2 bytes: refuse counts the record cannot hold.
+    if hcount > (rend - p) // 2:
+        raise InvalidLengthError(
+            f"record batch: header count {hcount} exceeds what the record can hold")
+    headers = []
+    for j in range(hcount):
+        rc = _rv32(p, rend, &hkl, &used)
+        if rc != VARINT_OK:
+            _varint_error(rc, "header key length")
+        p += used
+        if hkl < 0:
+            raise InvalidLengthError(
+                f"record batch: header key length {hkl} (header keys are not nullable)")
+        if hkl > rend - p:
+            raise InvalidLengthError(
+                f"record batch: header key length {hkl} exceeds its record")
+        # Malformed UTF-8 is replaced, as the Java client does.
+        hkey = PyUnicode_DecodeUTF8(<const char*>p, hkl, "replace")
+        p += hkl
+        headers.append((hkey, _bytes_at(&p, rend, "header value")))
+    if p != rend:
+        _trailing_error(st, rlen, rend - p)
+    rec = <Record>kp_rec_make(offset, timestamp, kd, kn, vd, vn, ts_type, &unused)
+    rec._headers = headers
+    st.p = rend
+    st.index += 1
+    st.failed = False
     return rec
 
 

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional
 from uuid import UUID
 
 from kafka_proto._wire import Reader, Writer
-from kafka_proto.messages._generated._runtime import (
+from kafka_proto.messages._runtime import (
     Buffer,
     _F,
     _Message,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 from uuid import UUID
 
-from kafka_proto.messages._generated._runtime import (
+from kafka_proto.messages._runtime import (
     _F,
     _Message,
     _Struct,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from kafka_client.errors import KafkaError
@@ -46,11 +47,15 @@ REFRESH_ERRORS = frozenset((UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
 class TopicInfo:
     """What the cache knows about one topic."""
 
-    __slots__ = ("name", "error", "leaders", "epochs", "updated", "partition_errors")
+    __slots__ = ("name", "error", "leaders", "epochs", "updated", "partition_errors",
+                 "topic_id")
 
     def __init__(self, name: str, error: int, leaders: List[int], epochs: List[int],
-                 partition_errors: List[int], updated: float) -> None:
+                 partition_errors: List[int], updated: float,
+                 topic_id: Optional[uuid.UUID] = None) -> None:
         self.name = name
+        #: the topic's id (Metadata v10+), None when the broker gave none or all zeros
+        self.topic_id = topic_id
         self.error = error              # topic-level broker error code (0 = fine)
         self.leaders = leaders          # leader node id per partition (-1 = none)
         self.epochs = epochs            # leader epoch per partition (-1 = unknown)
@@ -198,7 +203,9 @@ class MetadataCache:
                 epochs[p.partition_index] = getattr(p, "leader_epoch", -1)
                 perrs[p.partition_index] = p.error_code
             old = self.topics.get(name)
-            info = TopicInfo(name, t.error_code, leaders, epochs, perrs, now)
+            tid = getattr(t, "topic_id", None)
+            info = TopicInfo(name, t.error_code, leaders, epochs, perrs, now,
+                             tid if tid is not None and tid.int else None)
             if t.error_code and t.error_code not in (LEADER_NOT_AVAILABLE,) and count == 0:
                 info.leaders = []
             if old is None or old.leaders != info.leaders or old.error != info.error:

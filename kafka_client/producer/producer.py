@@ -21,9 +21,9 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
+from kafka_client._common import apply_debug, call_safely, make_config
 from kafka_client._cluster.metadata import ClusterMetadata
 from kafka_client._net.io_thread import IOThread
-from kafka_client.config import ClientConfig
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
@@ -68,11 +68,8 @@ class Producer:
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         global _instances
-        conf = dict(config or {})
-        for k, v in kwargs.items():
-            conf[_kwarg_name(k)] = v
         self._closed = True
-        self._config = cfg = ClientConfig.from_dict(conf, role="producer")
+        self._config = cfg = make_config(config, kwargs, "producer")
         logger = cfg["logger"]
         self._log = logger if logger is not None else _log
         _instances += 1
@@ -93,7 +90,7 @@ class Producer:
         self._closed = False
         # Hot path: produce is the accumulator's method, no extra call per message.
         self.produce = self._produce_checked if self._idem.enabled else self._acc.produce
-        _apply_debug(cfg["debug"])
+        apply_debug(cfg["debug"])
         self._io.start()
         if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
             self._log.warning("No bootstrap.servers configured: nothing will be delivered")
@@ -314,7 +311,7 @@ class Producer:
         if errors:
             for e in errors:
                 if self._error_cb is not None:
-                    _call1(self._error_cb, e)
+                    call_safely(self._error_cb, e)
                 else:
                     self._log.debug("client error: %s", e.str())
             served += len(errors)
@@ -322,7 +319,7 @@ class Producer:
             now = time.monotonic()
             if now >= self._next_stats:
                 self._next_stats = now + self._stats_interval
-                _call1(self._stats_cb, self._stats_json())
+                call_safely(self._stats_cb, self._stats_json())
                 served += 1
         return served
 
@@ -389,39 +386,6 @@ class Producer:
         return json.dumps(doc)
 
 
-# librdkafka debug contexts -> our loggers (one per component)
-_DEBUG_LOGGERS = {
-    "broker": ("kafka_client.connection", "kafka_client.io"),
-    "protocol": ("kafka_client.connection",),
-    "metadata": ("kafka_client.metadata", "kafka_client.cluster"),
-    "topic": ("kafka_client.metadata",),
-    "msg": ("kafka_client.producer", "kafka_client.producer.sender"),
-    "queue": ("kafka_client.producer",),
-    "eos": ("kafka_client.producer.idempotence",),
-    "generic": ("kafka_client",),
-    "all": ("kafka_client",),
-}
-
-
-def _apply_debug(contexts: Sequence[str]) -> None:
-    """``debug=...``: turn on DEBUG logging for the components the contexts name."""
-    for ctx in contexts or ():
-        for name in _DEBUG_LOGGERS.get(ctx, ()):
-            logging.getLogger(name).setLevel(logging.DEBUG)
-
-
-def _kwarg_name(name: str) -> str:
-    """A keyword argument's property name: as given if it is one (``log_level``,
-    ``on_delivery``), else with underscores as dots (``linger_ms`` -> ``linger.ms``)."""
-    from kafka_client.config import describe
-
-    try:
-        describe(name)
-        return name
-    except KafkaException:
-        return name.replace("_", ".")
-
-
 def _window(stat: Optional[List[float]]) -> Dict[str, int]:
     """``[sum, count, max]`` seconds as librdkafka's microsecond window object."""
     if not stat or not stat[1]:
@@ -436,10 +400,3 @@ def _closed_produce(*args: Any, **kwargs: Any) -> None:
 
 def _call(cb: Callable, err: Optional[KafkaError], msg: Message) -> None:
     cb(err, msg)
-
-
-def _call1(cb: Callable, arg: Any) -> None:
-    try:
-        cb(arg)
-    except Exception:
-        _log.exception("callback failed")

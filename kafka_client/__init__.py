@@ -18,6 +18,8 @@ from .types import (
 __all__ = [
     "ClientConfig",
     "Producer",
+    "Consumer",
+    "OFFSET_TAIL",
     "KafkaError",
     "KafkaException",
     "Message",
@@ -41,4 +43,12 @@ def __getattr__(name: str):  # PEP 562: lazy, so `python -m kafka_client.config`
         from .producer.producer import Producer
 
         return Producer
+    if name == "Consumer":
+        from .consumer.consumer import Consumer
+
+        return Consumer
+    if name == "OFFSET_TAIL":
+        from .consumer.consumer import OFFSET_TAIL
+
+        return OFFSET_TAIL
     raise AttributeError(f"module 'kafka_client' has no attribute {name!r}")

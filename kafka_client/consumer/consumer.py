@@ -1,0 +1,677 @@
+"""``Consumer``: confluent-kafka's consumer API on our own I/O thread and codec.
+
+    from kafka_client import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": "localhost:9092", "group.id": "g"})
+    c.assign([TopicPartition("topic", 0, 0)])
+    for msg in c.consume(1000, timeout=1.0):
+        if msg.error() is None:
+            handle(msg.value())
+    c.close()
+
+The I/O thread fetches (see :mod:`kafka_client.consumer.fetcher`) and queues raw record
+batches; :meth:`Consumer.poll` and :meth:`Consumer.consume` decode them into
+:class:`~kafka_client.types.Message` objects on the calling thread, and run the callbacks
+(errors, statistics, rebalances, commit results) there, as librdkafka does.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
+from kafka_client._cluster.metadata import ClusterMetadata
+from kafka_client._common import apply_debug, call_safely, make_config
+from kafka_client._net.io_thread import IOThread
+from kafka_client.consumer.fetcher import (
+    OFFSET_TAIL_BASE,
+    Chunk,
+    Event,
+    Fetcher,
+    PartitionState,
+)
+from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.types import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    Message,
+    TopicPartition,
+)
+
+__all__ = ["Consumer"]
+
+_log = logging.getLogger("kafka_client.consumer")
+
+_instances = 0
+_MAX_CONSUME = 1000000  # librdkafka's limit for one consume() call
+_ABORT = 0              # ControlRecordType.ABORT
+
+
+class Consumer:
+    """A Kafka consumer configured with librdkafka property names.
+
+    ``Consumer(config)``; ``config`` may also be given as keyword arguments with
+    underscores. Invalid configuration raises :class:`KafkaException` (``_INVALID_ARG``)
+    naming the property. ``group.id`` is needed for subscribe() and offset commits, not
+    for manual assignment.
+    """
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
+        global _instances
+        self._closed = True
+        self._config = cfg = make_config(config, kwargs, "consumer")
+        logger = cfg["logger"]
+        self._log = logger if logger is not None else _log
+        _instances += 1
+        self._io = IOThread(name=f"kafka-consumer-{_instances}")
+        self._cluster = Cluster(cfg, self._io)
+        self._queue: Deque[Any] = deque()
+        self._ready = threading.Event()
+        self._fetcher = Fetcher(cfg, self._cluster, self._io, self._deliver)
+        self._lock = self._fetcher.lock
+        # Messages decoded from the chunk being handed out, and where we are in them.
+        self._buf: List[Message] = []
+        self._buf_pos = 0
+        self._buf_part: Optional[PartitionState] = None
+        self._buf_version = -1
+        self._auto_store = bool(cfg["enable.auto.offset.store"])
+        self._error_cb: Optional[Callable] = cfg["error_cb"]
+        self._stats_cb: Optional[Callable] = cfg["stats_cb"]
+        self._group_id: Optional[str] = cfg["group.id"]
+        self._group: Any = None
+        if self._group_id:
+            from kafka_client.consumer.group import GroupCoordinator
+
+            self._group = GroupCoordinator(cfg, self._cluster, self._io, self._fetcher)
+            self._fetcher.committed_lookup = self._group.lookup_committed
+        apply_debug(cfg["debug"])
+        self._closed = False
+        self._io.start()
+        if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
+            self._log.warning("No bootstrap.servers configured: nothing will be consumed")
+
+    # -- plumbing ----------------------------------------------------------------------
+    def _deliver(self, item: Any) -> None:
+        """I/O thread, fetcher lock held: data or an event for the application."""
+        self._queue.append(item)
+        self._ready.set()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+
+    def _part(self, tp: TopicPartition) -> PartitionState:
+        part = self._fetcher.parts.get((tp.topic, tp.partition))
+        if part is None or not part.assigned:
+            raise KafkaException(KafkaError(
+                KafkaError._STATE, f"{tp.topic} [{tp.partition}] is not assigned to this "
+                f"consumer"))
+        return part
+
+    # -- assignment ----------------------------------------------------------------------
+    def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Consume exactly these partitions (replacing the current assignment). Each
+        starts at its ``offset``: an absolute offset, OFFSET_BEGINNING, OFFSET_END,
+        OFFSET_STORED/OFFSET_INVALID (the committed offset, else ``auto.offset.reset``),
+        or ``OFFSET_TAIL(n)`` (n messages before the end)."""
+        self._check_open()
+        parts = _check_partitions(partitions, "assign")
+        with self._lock:
+            for part in self._fetcher.parts.values():
+                self._drop(part)
+            self._fetcher.parts = {}
+            self._add(parts)
+        self._fetcher.kick()
+
+    def unassign(self) -> None:
+        """Stop consuming every assigned partition."""
+        self._check_open()
+        with self._lock:
+            for part in self._fetcher.parts.values():
+                self._drop(part)
+            self._fetcher.parts = {}
+
+    def incremental_assign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Add partitions to the assignment (each starting as in :meth:`assign`); adding
+        one already assigned is an error (_CONFLICT)."""
+        self._check_open()
+        parts = _check_partitions(partitions, "incremental_assign")
+        with self._lock:
+            for tp in parts:
+                part = self._fetcher.parts.get((tp.topic, tp.partition))
+                if part is not None and part.assigned:
+                    raise KafkaException(KafkaError(
+                        KafkaError._CONFLICT, f"{tp.topic} [{tp.partition}] is already "
+                        f"assigned"))
+            self._add(parts)
+        self._fetcher.kick()
+
+    def incremental_unassign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Remove partitions from the assignment; removing one not assigned is an error
+        (_CONFLICT)."""
+        self._check_open()
+        parts = _check_partitions(partitions, "incremental_unassign")
+        with self._lock:
+            for tp in parts:
+                part = self._fetcher.parts.get((tp.topic, tp.partition))
+                if part is None or not part.assigned:
+                    raise KafkaException(KafkaError(
+                        KafkaError._CONFLICT, f"{tp.topic} [{tp.partition}] is not "
+                        f"assigned"))
+            for tp in parts:
+                part = self._fetcher.parts.pop((tp.topic, tp.partition))
+                self._drop(part)
+
+    def assignment(self) -> List[TopicPartition]:
+        """The assigned partitions."""
+        self._check_open()
+        with self._lock:
+            return [TopicPartition(p.topic, p.partition) for p in self._fetcher.parts.values()
+                    if p.assigned]
+
+    def _add(self, parts: Sequence[TopicPartition]) -> None:
+        """Lock held: new PartitionStates for ``parts``."""
+        topics = set()
+        for tp in parts:
+            part = PartitionState(tp.topic, tp.partition)
+            offset = tp.offset
+            part.seek(OFFSET_STORED if offset == OFFSET_INVALID else offset)
+            part.leader_epoch = tp.leader_epoch if tp.leader_epoch is not None else -1
+            self._fetcher.parts[part.key] = part
+            topics.add(tp.topic)
+        if topics:
+            self._io.call_soon(self._cluster.want_topics, sorted(topics))
+
+    def _drop(self, part: PartitionState) -> None:
+        """Lock held: forget a partition; its queued data is dropped as it is met."""
+        part.assigned = False
+        part.version += 1
+        if self._buf_part is part:
+            self._clear_buf()
+
+    def _clear_buf(self) -> None:
+        self._buf = []
+        self._buf_pos = 0
+        self._buf_part = None
+
+    # -- positions -----------------------------------------------------------------------
+    def seek(self, partition: TopicPartition) -> None:
+        """Make ``partition.offset`` the next offset consumed from an assigned partition
+        (absolute or logical). Messages fetched before the seek are not returned; works
+        right after assign(), before any poll()."""
+        self._check_open()
+        if not isinstance(partition, TopicPartition):
+            raise TypeError("seek() takes a TopicPartition")
+        offset = partition.offset
+        if offset == OFFSET_INVALID:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                            "seek(): offset is OFFSET_INVALID"))
+        with self._lock:
+            part = self._part(partition)
+            part.seek(offset)
+            if self._buf_part is part:
+                self._clear_buf()
+        self._fetcher.kick()
+
+    def position(self, partitions: Sequence[TopicPartition]) -> List[TopicPartition]:
+        """The offset of the next message the application gets from each partition
+        (OFFSET_INVALID when not known yet)."""
+        self._check_open()
+        out = []
+        with self._lock:
+            for tp in _check_partitions(partitions, "position"):
+                part = self._fetcher.parts.get((tp.topic, tp.partition))
+                pos = part.app_pos if part is not None and part.app_pos >= 0 else OFFSET_INVALID
+                out.append(TopicPartition(tp.topic, tp.partition, pos))
+        return out
+
+    def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        """Stop fetching and returning messages from these assigned partitions; messages
+        already fetched are fetched again after resume()."""
+        self._check_open()
+        with self._lock:
+            for tp in _check_partitions(partitions, "pause"):
+                part = self._part(tp)
+                if part.paused:
+                    continue
+                part.paused = True
+                if part.app_pos >= 0:
+                    eof = part.eof_offset
+                    part.seek(part.app_pos)
+                    part.eof_offset = eof
+                else:
+                    part.version += 1  # drop what is queued; the lookup continues
+                if self._buf_part is part:
+                    self._clear_buf()
+
+    def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        """Fetch paused partitions again, from where the application left off."""
+        self._check_open()
+        with self._lock:
+            for tp in _check_partitions(partitions, "resume"):
+                self._part(tp).paused = False
+        self._fetcher.kick()
+
+    # -- consuming -------------------------------------------------------------------------
+    def poll(self, timeout: Optional[float] = None) -> Optional[Message]:
+        """One message or event (``msg.error()`` set), or None after ``timeout`` seconds
+        (None or -1: wait forever). Runs pending callbacks."""
+        buf = self._buf
+        pos = self._buf_pos
+        if pos < len(buf) and not self._closed:
+            # Fast path: the next message of the chunk being handed out.
+            msg = buf[pos]
+            self._buf_pos = pos + 1
+            part = self._buf_part
+            nxt = msg._offset + 1
+            part.app_pos = nxt
+            if self._auto_store:
+                part.stored = nxt
+            return msg
+        msgs = self.consume(1, -1 if timeout is None else timeout)
+        return msgs[0] if msgs else None
+
+    def consume(self, num_messages: int = 1, timeout: Optional[float] = -1) -> List[Message]:
+        """Up to ``num_messages`` messages and events, returned as soon as that many are
+        there or ``timeout`` seconds passed (-1 or None: no limit)."""
+        self._check_open()
+        if isinstance(num_messages, bool) or not isinstance(num_messages, int) \
+                or not 1 <= num_messages <= _MAX_CONSUME:
+            raise ValueError(f"num_messages must be an int in 1..{_MAX_CONSUME}")
+        deadline = float("inf") if timeout is None or timeout < 0 else \
+            time.monotonic() + timeout
+        out: List[Message] = []
+        while True:
+            self._serve()
+            self._fill(out, num_messages)
+            if len(out) >= num_messages:
+                return out
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return out
+            # Short slices: Ctrl-C gets through, callbacks keep flowing.
+            self._ready.wait(min(remaining, 0.2))
+
+    def _fill(self, out: List[Message], n: int) -> None:
+        """Move up to ``n - len(out)`` messages from the queue to ``out``."""
+        auto_store = self._auto_store
+        queue = self._queue
+        while len(out) < n:
+            buf = self._buf
+            pos = self._buf_pos
+            if pos < len(buf):
+                take = min(n - len(out), len(buf) - pos)
+                if take == len(buf) and not out:
+                    out.extend(buf)  # whole chunk
+                else:
+                    out.extend(buf[pos:pos + take])
+                pos += take
+                self._buf_pos = pos
+                nxt = buf[pos - 1]._offset + 1
+                part = self._buf_part
+                part.app_pos = nxt
+                if auto_store:
+                    part.stored = nxt
+                continue
+            if not queue:
+                with self._lock:
+                    if not queue:
+                        self._ready.clear()
+                        return
+            with self._lock:
+                item = queue.popleft()
+                part = item.part
+                stale = part is not None and (item.version != part.version
+                                              or not part.assigned)
+                if type(item) is Chunk:
+                    self._fetcher.taken(item)
+                    if stale or part.paused:
+                        continue
+                elif stale:
+                    continue
+            if type(item) is Event:
+                out.append(item.message)
+                continue
+            msgs = _decode_chunk(item)
+            self._buf = msgs
+            self._buf_pos = 0
+            self._buf_part = part
+
+    # -- callbacks ---------------------------------------------------------------------
+    def _serve(self) -> None:
+        errors = self._cluster.take_errors()
+        if errors:
+            for e in errors:
+                if self._error_cb is not None:
+                    call_safely(self._error_cb, e)
+                else:
+                    self._log.debug("client error: %s", e.str())
+        if self._group is not None:
+            self._group.serve(self)
+
+    # -- offsets and metadata ------------------------------------------------------------
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: Optional[float] = None,
+                              cached: bool = False) -> Tuple[int, int]:
+        """``(low, high)`` offsets of a partition: asked from its leader, or with
+        ``cached`` the values of the last fetch (OFFSET_INVALID when none)."""
+        self._check_open()
+        tp = _check_partitions([partition], "get_watermark_offsets")[0]
+        if cached:
+            with self._lock:
+                part = self._fetcher.parts.get((tp.topic, tp.partition))
+                if part is None or part.hw < 0:
+                    return OFFSET_INVALID, OFFSET_INVALID
+                return (part.log_start if part.log_start >= 0 else OFFSET_INVALID), part.hw
+        key = (tp.topic, tp.partition)
+        low = self._list_offsets({key: -2}, timeout, 0)[key]
+        high = self._list_offsets({key: -1}, timeout,
+                                  1 if self._fetcher.read_committed else 0)[key]
+        return low[0], high[0]
+
+    def offsets_for_times(self, partitions: Sequence[TopicPartition],
+                          timeout: Optional[float] = None) -> List[TopicPartition]:
+        """For each partition, the earliest offset whose timestamp is at or after
+        ``partition.offset`` (a time in ms); -1 (OFFSET_END) when there is none."""
+        self._check_open()
+        tps = _check_partitions(partitions, "offsets_for_times")
+        want = {(tp.topic, tp.partition): tp.offset for tp in tps}
+        got = self._list_offsets(want, timeout, 1 if self._fetcher.read_committed else 0)
+        out = []
+        for tp in tps:
+            off, _ts, err = got[(tp.topic, tp.partition)]
+            res = TopicPartition(tp.topic, tp.partition, off)
+            if err is not None:
+                res._set_error(err)
+            out.append(res)
+        return out
+
+    def _list_offsets(self, want: Dict[Tuple[str, int], int], timeout: Optional[float],
+                      isolation: int) -> Dict[Tuple[str, int], Tuple[int, int, Any]]:
+        """ListOffsets from the application thread, retried on leader errors until
+        ``timeout`` (None: socket.timeout.ms); raises on failure."""
+        if timeout is None or timeout < 0:
+            timeout = self._cluster.settings.request_timeout
+        deadline = time.monotonic() + timeout
+        results: Dict[Tuple[str, int], Tuple[int, int, Any]] = {}
+        pending = dict(want)
+        self._io.call_soon(self._cluster.want_topics, sorted({k[0] for k in want}))
+        while True:
+            done = threading.Event()
+            box: List[Any] = []
+
+            def finished(res: Any) -> None:
+                box.append(res)
+                done.set()
+
+            remaining = deadline - time.monotonic()
+            self._io.call_soon(self._fetcher.list_offsets, pending, finished,
+                               max(0.01, remaining), isolation)
+            if not _wait_interruptibly(done, deadline):
+                break
+            res = box[0]
+            retry = {}
+            for key, (off, ts, err) in res.items():
+                if err is not None and err.retriable():
+                    retry[key] = pending[key]
+                    results[key] = (off, ts, err)
+                else:
+                    results[key] = (off, ts, err)
+            pending = retry
+            if not pending:
+                break
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+            if time.monotonic() >= deadline:
+                break
+        if len(results) < len(want) or pending:
+            missing = [k for k in want if k not in results or k in pending]
+            last = results.get(missing[0]) if missing else None
+            if last is not None and last[2] is not None:
+                raise KafkaException(last[2])
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            f"ListOffsets timed out after {timeout:g}s"))
+        for key, (_off, _ts, err) in results.items():
+            if err is not None and len(want) == 1:
+                raise KafkaException(err)
+        return results
+
+    def list_topics(self, topic: Optional[str] = None,
+                    timeout: float = -1) -> ClusterMetadata:
+        """Cluster metadata (every topic, or only ``topic``), waited for at most
+        ``timeout`` seconds (-1: socket.timeout.ms)."""
+        self._check_open()
+        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
+                                         else timeout)
+
+    # -- group API (needs group.id) ------------------------------------------------------
+    def _need_group(self, what: str) -> Any:
+        self._check_open()
+        if self._group is None:
+            raise KafkaException(KafkaError(
+                KafkaError._INVALID_ARG, f"{what} requires \"group.id\" to be configured"))
+        return self._group
+
+    def subscribe(self, topics: Sequence[str], on_assign: Optional[Callable] = None,
+                  on_revoke: Optional[Callable] = None,
+                  on_lost: Optional[Callable] = None) -> None:
+        """Join the group and consume the partitions it assigns from ``topics`` (names,
+        or regular expressions starting with ``^``). The callbacks run from poll()/
+        consume() as ``cb(consumer, partitions)``."""
+        group = self._need_group("subscribe()")
+        if isinstance(topics, str) or not topics or \
+                not all(isinstance(t, str) and t for t in topics):
+            raise TypeError("subscribe() takes a non-empty list of topic names")
+        group.subscribe(list(topics), on_assign, on_revoke, on_lost)
+
+    def unsubscribe(self) -> None:
+        """Leave the group's subscription (partitions are revoked)."""
+        self._need_group("unsubscribe()").unsubscribe()
+
+    def store_offsets(self, message: Optional[Message] = None,
+                      offsets: Optional[Sequence[TopicPartition]] = None) -> None:
+        """Store ``message.offset() + 1`` (or each ``offsets`` entry as given) to be
+        committed by the next commit (auto-commit or commit() without arguments)."""
+        self._check_open()
+        if (message is None) == (offsets is None):
+            raise ValueError("store_offsets() takes either message or offsets")
+        if message is not None:
+            if message.error() is not None:
+                raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                                "cannot store the offset of an error event"))
+            entries = [TopicPartition(message.topic(), message.partition(),
+                                      message.offset() + 1)]
+        else:
+            entries = _check_partitions(offsets, "store_offsets")  # type: ignore[arg-type]
+        with self._lock:
+            for tp in entries:
+                part = self._fetcher.parts.get((tp.topic, tp.partition))
+                if part is None or not part.assigned:
+                    raise KafkaException(KafkaError(
+                        KafkaError._STATE, f"{tp.topic} [{tp.partition}] is not assigned: "
+                        f"cannot store an offset for it"))
+                part.stored = tp.offset
+                part.stored_metadata = tp.metadata
+                part.stored_epoch = tp.leader_epoch if tp.leader_epoch is not None else -1
+
+    def commit(self, message: Optional[Message] = None,
+               offsets: Optional[Sequence[TopicPartition]] = None,
+               asynchronous: bool = True) -> Optional[List[TopicPartition]]:
+        """Commit ``message.offset() + 1``, or ``offsets``, or (neither) every stored
+        offset. ``asynchronous=False`` waits and returns the committed partitions (raising
+        on failure); otherwise returns None and the result goes to ``on_commit``."""
+        group = self._need_group("commit()")
+        if message is not None and offsets is not None:
+            raise ValueError("commit() takes message or offsets, not both")
+        if message is not None:
+            if message.error() is not None:
+                raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                                "cannot commit the offset of an error event"))
+            tps = [TopicPartition(message.topic(), message.partition(), message.offset() + 1,
+                                  leader_epoch=message.leader_epoch())]
+        elif offsets is not None:
+            tps = _check_partitions(offsets, "commit")
+        else:
+            tps = self._stored_offsets()
+            if not tps:
+                raise KafkaException(KafkaError(KafkaError._NO_OFFSET,
+                                                "commit(): no stored offsets to commit"))
+        return group.commit(tps, asynchronous)
+
+    def _stored_offsets(self) -> List[TopicPartition]:
+        """Stored offsets that differ from the last commit."""
+        out = []
+        with self._lock:
+            for part in self._fetcher.parts.values():
+                if part.assigned and part.stored >= 0 and part.stored != part.committed:
+                    out.append(TopicPartition(part.topic, part.partition, part.stored,
+                                              part.stored_metadata,
+                                              part.stored_epoch if part.stored_epoch >= 0
+                                              else None))
+        return out
+
+    def committed(self, partitions: Sequence[TopicPartition],
+                  timeout: Optional[float] = None) -> List[TopicPartition]:
+        """The group's committed offsets of ``partitions`` (OFFSET_INVALID when none)."""
+        group = self._need_group("committed()")
+        return group.committed(_check_partitions(partitions, "committed"), timeout)
+
+    def memberid(self) -> Optional[str]:
+        """This member's id in the group (None before joining or without a group)."""
+        self._check_open()
+        return self._group.member_id if self._group is not None else None
+
+    def consumer_group_metadata(self) -> Any:
+        """The group metadata a transactional producer's send_offsets_to_transaction()
+        needs."""
+        return self._need_group("consumer_group_metadata()").metadata()
+
+    # -- closing -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Commit stored offsets (with enable.auto.commit), leave the group, stop the I/O
+        thread and close connections. Calls after close raise RuntimeError."""
+        if self._closed:
+            return
+        if self._group is not None:
+            try:
+                self._group.close(self)
+            except Exception:  # best effort: closing must not fail
+                self._log.exception("leaving the group failed")
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        io = self._io
+        done = threading.Event()
+        deadline = time.monotonic() + 2.0
+
+        def stop() -> None:
+            self._fetcher.close()
+            closing = self._cluster.close()
+
+            def check() -> None:
+                if all(c.sock is None for c in closing) or time.monotonic() >= deadline:
+                    for c in closing:
+                        c.close(None)
+                    done.set()
+                else:
+                    io.call_later(0.005, check)
+
+            check()
+
+        if io.alive:
+            io.call_soon(stop)
+            done.wait(3)
+        io.stop(5)
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self._shutdown()
+        except Exception:
+            pass
+
+
+def OFFSET_TAIL(n: int) -> int:
+    """The logical offset ``n`` messages before the end of a partition."""
+    if n < 0:
+        raise ValueError("OFFSET_TAIL(n) needs n >= 0")
+    return OFFSET_TAIL_BASE - n
+
+
+def _check_partitions(partitions: Any, what: str) -> List[TopicPartition]:
+    if isinstance(partitions, TopicPartition) or not isinstance(partitions, (list, tuple)):
+        raise TypeError(f"{what}() takes a list of TopicPartition")
+    for tp in partitions:
+        if not isinstance(tp, TopicPartition):
+            raise TypeError(f"{what}() takes a list of TopicPartition, got "
+                            f"{type(tp).__name__}")
+        if tp.partition < 0:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                            f"{what}(): {tp.topic} has no partition number"))
+    return list(partitions)
+
+
+def _decode_chunk(chunk: Chunk) -> List[Message]:
+    """The messages of a chunk, in offset order: records before the chunk's start, control
+    batches and (read_committed) aborted transactions left out."""
+    part = chunk.part
+    topic = part.topic
+    partition = part.partition
+    start = chunk.start
+    out: List[Message] = []
+    append = out.append
+    aborted = chunk.aborted
+    ai = 0
+    aborting: set = set()
+    for batch in chunk.batches:
+        if aborted is not None:
+            last = batch.last_offset
+            while ai < len(aborted) and aborted[ai][0] <= last:
+                aborting.add(aborted[ai][1])
+                ai += 1
+        if batch.is_control:
+            if aborting:
+                ctrl = batch.control_record()
+                if ctrl is not None and ctrl.type == _ABORT:
+                    aborting.discard(batch.producer_id)
+            continue
+        if aborting and batch.is_transactional and batch.producer_id in aborting:
+            continue
+        magic = batch.magic
+        epoch = batch.partition_leader_epoch if magic >= 2 else -1
+        if magic >= 2:
+            tstype = TIMESTAMP_LOG_APPEND_TIME if batch.timestamp_type == 1 \
+                else TIMESTAMP_CREATE_TIME
+            for r in batch:
+                off = r.offset
+                if off < start:
+                    continue
+                h = r.headers
+                append(Message(topic, partition, off, r.key, r.value, h if h else None, None,
+                               (tstype, r.timestamp), None, epoch))
+        else:
+            for r in batch:
+                off = r.offset
+                if off < start:
+                    continue
+                tt = r.timestamp_type
+                ts = (TIMESTAMP_NOT_AVAILABLE, -1) if tt < 0 else \
+                    (TIMESTAMP_LOG_APPEND_TIME if tt == 1 else TIMESTAMP_CREATE_TIME,
+                     r.timestamp)
+                append(Message(topic, partition, off, r.key, r.value, None, None, ts, None,
+                               -1))
+    return out

@@ -1,0 +1,613 @@
+"""The consumer's I/O-thread side: partition positions, offset lookups and fetches.
+
+One :class:`PartitionState` per assigned partition. The application thread changes the
+assignment and positions (assign, seek, pause) under :attr:`Fetcher.lock` and bumps the
+partition's ``version``; the I/O thread reads them under the same lock when it builds a
+request and drops any answer whose version is stale. Fetched data goes to the
+application as :class:`Chunk` objects carrying the raw record batches (only their headers
+are parsed here); the records themselves are decoded on the application thread when it
+consumes them, so memory holds compact wire bytes, not Python objects.
+
+Rules (librdkafka's, where the issue is silent):
+
+* one Fetch in flight per broker, carrying every fetchable partition it leads;
+* a partition is fetchable when it has a position, is not paused, has no fetch in flight,
+  is past its error backoff, and its local queue holds less than
+  ``queued.max.messages.kbytes`` and ``queued.min.messages``;
+* logical offsets (BEGINNING, END, tail, STORED) are resolved with ListOffsets (and the
+  group's committed offsets for STORED); OFFSET_OUT_OF_RANGE applies ``auto.offset.reset``;
+* leader errors refresh the metadata and back off ``fetch.error.backoff.ms``;
+* ``enable.partition.eof``: one _PARTITION_EOF event each time the fetch position reaches
+  the end of the partition (the high watermark, or the last stable offset for
+  read_committed) at an offset where none was reported yet; a seek re-arms it.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from kafka_client.errors import KafkaError
+from kafka_client.types import OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, Message
+
+__all__ = ["Fetcher", "PartitionState", "Chunk", "Event", "OFFSET_TAIL_BASE"]
+
+_log = logging.getLogger("kafka_client.consumer.fetcher")
+
+FETCH_KEY, LIST_OFFSETS_KEY = 1, 2
+#: librdkafka's logical "N messages before the end": OFFSET_TAIL_BASE - N
+OFFSET_TAIL_BASE = -2000
+
+# Broker error codes the fetcher handles by name.
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REPLICA_NOT_AVAILABLE = 9
+KAFKA_STORAGE_ERROR = 56
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+OFFSET_NOT_AVAILABLE = 78
+UNKNOWN_TOPIC_ID = 100
+INCONSISTENT_TOPIC_ID = 103
+#: errors that mean "the metadata is stale: find the leader again, then retry"
+LEADER_ERRORS = frozenset((UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
+                           NOT_LEADER_OR_FOLLOWER, REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR,
+                           FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE,
+                           UNKNOWN_TOPIC_ID, INCONSISTENT_TOPIC_ID))
+
+TopicPartitionKey = Tuple[str, int]
+
+
+class PartitionState:
+    """One assigned partition. Fields marked (app) are written by the application thread,
+    (io) by the I/O thread; both under the fetcher's lock when they are shared."""
+
+    __slots__ = ("topic", "partition", "key", "fetch_pos", "reset", "resolving", "leader_epoch",
+                 "version", "assigned", "paused", "fetching", "backoff_until", "hw", "lso",
+                 "log_start", "eof_offset", "queued_bytes", "queued_msgs", "max_bytes",
+                 "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
+                 "last_error", "fetch_epoch")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.key: TopicPartitionKey = (topic, partition)
+        self.fetch_pos = -1          # next offset to fetch; -1: none (see reset)
+        self.reset: Optional[int] = None  # a logical offset waiting to be resolved
+        self.resolving = False       # (io) a lookup for ``reset`` is in flight
+        self.leader_epoch = -1       # (io) epoch of the leader we fetch from
+        self.fetch_epoch = -1        # (io) epoch of the last batch fetched
+        self.version = 0             # (app) bumped by every seek/assign/unassign
+        self.assigned = True
+        self.paused = False
+        self.fetching = False        # (io) included in a Fetch in flight
+        self.backoff_until = 0.0     # (io) no fetch or lookup before this time
+        self.hw = -1                 # (io) high watermark from the last fetch
+        self.lso = -1                # (io) last stable offset from the last fetch
+        self.log_start = -1          # (io) log start offset from the last fetch
+        self.eof_offset = -1         # offset where _PARTITION_EOF was last reported
+        self.queued_bytes = 0        # wire bytes of chunks waiting for the application
+        self.queued_msgs = 0         # records (batch counts) waiting for the application
+        self.max_bytes = 0           # (io) per-partition fetch size; grows for huge batches
+        self.app_pos = -1            # (app) offset of the next message the app gets
+        self.stored = -1             # (app) offset stored for the next commit (-1: none)
+        self.stored_metadata: Optional[str] = None
+        self.stored_epoch = -1
+        self.committed = -1          # last offset committed (or fetched from the group)
+        self.last_error: Optional[int] = None  # (io) last error reported (no repeats)
+
+    def seek(self, offset: int) -> None:
+        """Set the next offset (absolute, or logical to be resolved); caller holds the lock."""
+        self.version += 1
+        self.eof_offset = -1
+        self.resolving = False
+        self.backoff_until = 0.0
+        self.last_error = None
+        if offset >= 0:
+            self.fetch_pos = offset
+            self.app_pos = offset
+            self.reset = None
+        else:
+            self.fetch_pos = -1
+            self.reset = offset
+
+    def __repr__(self) -> str:
+        return (f"PartitionState({self.topic}[{self.partition}] fetch={self.fetch_pos} "
+                f"reset={self.reset} app={self.app_pos} v{self.version})")
+
+
+class Chunk:
+    """Record batches fetched for one partition, queued for the application."""
+
+    __slots__ = ("part", "version", "batches", "start", "aborted", "nbytes", "count")
+
+    def __init__(self, part: PartitionState, version: int, batches: List[Any], start: int,
+                 aborted: Optional[List[Tuple[int, int]]], nbytes: int, count: int) -> None:
+        self.part = part
+        self.version = version
+        self.batches = batches   # RecordBatch / LegacyBatch objects (headers parsed)
+        self.start = start       # skip records before this offset
+        self.aborted = aborted   # read_committed: sorted (first_offset, producer_id)
+        self.nbytes = nbytes
+        self.count = count
+
+
+class Event:
+    """An error or EOF for the application, in order with the partition's data."""
+
+    __slots__ = ("part", "version", "message")
+
+    def __init__(self, part: Optional[PartitionState], version: int, message: Message) -> None:
+        self.part = part
+        self.version = version
+        self.message = message
+
+
+class Fetcher:
+    """Fetches for the assigned partitions on the client's I/O thread.
+
+    ``deliver(item)`` queues a :class:`Chunk` or :class:`Event` for the application (called
+    with the lock held). ``committed_lookup(parts, done)``, when set, resolves
+    OFFSET_STORED: it must eventually call ``done({key: offset or -1})`` on the I/O thread
+    (or ``done(None)`` to retry later).
+    """
+
+    def __init__(self, config: Any, cluster: Any, io: Any,
+                 deliver: Callable[[Any], None]) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.io = io
+        self.deliver = deliver
+        self.lock = threading.RLock()
+        self.parts: Dict[TopicPartitionKey, PartitionState] = {}
+        self.committed_lookup: Optional[Callable[[List[PartitionState],
+                                                  Callable[[Optional[Dict]], None]],
+                                                 None]] = None
+        self.read_committed = config["isolation.level"] == "read_committed"
+        self.partition_eof = bool(config["enable.partition.eof"])
+        self.reset_policy = config["auto.offset.reset"]
+        self.max_wait_ms = int(config["fetch.wait.max.ms"])
+        self.min_bytes = int(config["fetch.min.bytes"])
+        self.max_bytes = int(config["fetch.max.bytes"])
+        self.partition_max_bytes = int(config["max.partition.fetch.bytes"])
+        self.message_max_bytes = int(config["message.max.bytes"])
+        self.error_backoff = config["fetch.error.backoff.ms"] / 1000.0
+        self.queue_backoff = config["fetch.queue.backoff.ms"] / 1000.0
+        self.queue_max_bytes = int(config["queued.max.messages.kbytes"]) * 1024
+        self.queue_min_msgs = int(config["queued.min.messages"])
+        self.check_crcs = bool(config["check.crcs"])
+        self.retry_backoff = config["retry.backoff.ms"] / 1000.0
+        self._busy_nodes: Dict[int, int] = {}   # node id -> partitions in its Fetch in flight
+        self.fetch_requests = 0
+        self.closed = False
+        cluster.on_metadata.append(self._on_metadata)
+        cluster.on_broker_state.append(self._on_broker_state)
+        io.add_tick(self.tick)
+
+    # -- wake-ups ----------------------------------------------------------------------
+    def kick(self) -> None:
+        """Any thread: look at the partitions again soon."""
+        self.io.wake()
+
+    def _on_metadata(self, changed: Any) -> None:
+        pass  # tick runs after every loop turn anyway; nothing to do eagerly
+
+    def _on_broker_state(self, conn: Any, state: str, error: Optional[KafkaError]) -> None:
+        pass  # likewise: READY connections are picked up by the next tick
+
+    # -- the loop --------------------------------------------------------------------------
+    def tick(self, now: float) -> Optional[float]:
+        if self.closed or not self.parts:
+            return None
+        nxt: Optional[float] = None
+        by_node: Dict[int, List[PartitionState]] = {}
+        lookups: List[PartitionState] = []
+        stored: List[PartitionState] = []
+        need_md: List[str] = []
+        md = self.cluster.metadata
+        with self.lock:
+            for part in self.parts.values():
+                if not part.assigned or part.fetching or part.resolving:
+                    continue
+                if part.backoff_until > now:
+                    if nxt is None or part.backoff_until < nxt:
+                        nxt = part.backoff_until
+                    continue
+                if part.reset is not None:
+                    if part.reset == OFFSET_STORED:
+                        stored.append(part)
+                    else:
+                        lookups.append(part)
+                    continue
+                if part.fetch_pos < 0 or part.paused:
+                    continue
+                if part.queued_bytes >= self.queue_max_bytes \
+                        or part.queued_msgs >= self.queue_min_msgs:
+                    continue  # the application's consumption wakes us (see taken())
+                leader = md.leader(part.topic, part.partition)
+                if leader < 0:
+                    need_md.append(part.topic)
+                    continue
+                by_node.setdefault(leader, []).append(part)
+        if need_md:
+            self.cluster.want_topics(need_md)
+            md.request(need_md, fast=True, now=now)
+        if stored:
+            self._resolve_stored(stored)
+        if lookups:
+            self._resolve_logical(lookups, now)
+        for node, parts in by_node.items():
+            if node in self._busy_nodes:
+                continue
+            conn = self.cluster.ensure_connected(node)
+            if conn is None or not conn.ready:
+                continue
+            self._send_fetch(conn, parts)
+        return nxt
+
+    # -- offsets -------------------------------------------------------------------------
+    def _resolve_stored(self, parts: List[PartitionState]) -> None:
+        lookup = self.committed_lookup
+        if lookup is None:
+            # No group: nothing stored; fall back on auto.offset.reset at once.
+            with self.lock:
+                for part in parts:
+                    self._apply_reset_policy(part, "no committed offset (no group.id)")
+            return
+        versions = {part.key: part.version for part in parts}
+        for part in parts:
+            part.resolving = True
+
+        def done(offsets: Optional[Dict[TopicPartitionKey, int]]) -> None:
+            with self.lock:
+                for part in parts:
+                    if part.version != versions[part.key] or not part.assigned:
+                        continue
+                    part.resolving = False
+                    if offsets is None:
+                        part.backoff_until = time.monotonic() + self.retry_backoff
+                        continue
+                    off = offsets.get(part.key, -1)
+                    if off >= 0:
+                        part.committed = off
+                        part.reset = None
+                        part.fetch_pos = off
+                        part.app_pos = off
+                    else:
+                        self._apply_reset_policy(part, "no committed offset")
+            self.kick()
+
+        lookup(parts, done)
+
+    def _apply_reset_policy(self, part: PartitionState, why: str) -> None:
+        """Lock held: ``auto.offset.reset`` for a partition without a usable offset."""
+        policy = self.reset_policy
+        if policy == "earliest":
+            part.reset = OFFSET_BEGINNING
+        elif policy == "latest":
+            part.reset = OFFSET_END
+        else:
+            part.reset = None
+            part.fetch_pos = -1
+            err = KafkaError(KafkaError._AUTO_OFFSET_RESET,
+                             f"{part.topic} [{part.partition}]: {why} and "
+                             f"auto.offset.reset=error")
+            self.deliver(Event(part, part.version, Message(
+                part.topic, part.partition, part.fetch_pos, error=err)))
+
+    def _resolve_logical(self, parts: List[PartitionState], now: float) -> None:
+        """ListOffsets for partitions waiting on BEGINNING/END/tail."""
+        want: Dict[TopicPartitionKey, int] = {}
+        versions = {}
+        with self.lock:
+            for part in parts:
+                ts = -2 if part.reset == OFFSET_BEGINNING else -1
+                want[part.key] = ts
+                versions[part.key] = part.version
+                part.resolving = True
+
+        def done(results: Dict[TopicPartitionKey, Tuple[int, int, Optional[KafkaError]]]) -> None:
+            t = time.monotonic()
+            with self.lock:
+                for part in parts:
+                    if part.version != versions[part.key] or not part.assigned:
+                        continue
+                    part.resolving = False
+                    off, _ts, err = results.get(part.key, (-1, -1, KafkaError(
+                        KafkaError._TIMED_OUT, "no answer")))
+                    if err is not None or off < 0:
+                        part.backoff_until = t + self.retry_backoff
+                        if err is not None and not err.retriable():
+                            self._report(part, err)
+                        continue
+                    if part.reset is not None and part.reset <= OFFSET_TAIL_BASE:
+                        off = max(0, off - (OFFSET_TAIL_BASE - part.reset))
+                    part.reset = None
+                    part.fetch_pos = off
+                    part.app_pos = off
+            self.kick()
+
+        self.list_offsets(want, done, timeout=None,
+                          isolation=1 if self.read_committed else 0)
+
+    def list_offsets(self, want: Dict[TopicPartitionKey, int],
+                     done: Callable[[Dict[TopicPartitionKey, Tuple[int, int,
+                                                                   Optional[KafkaError]]]],
+                                    None],
+                     timeout: Optional[float], isolation: int = 0) -> None:
+        """I/O thread: ListOffsets for ``{(topic, partition): timestamp}`` (-2 earliest,
+        -1 latest, else a time in ms), sent to each partition's leader; ``done`` gets
+        ``{key: (offset, timestamp, error)}`` once every leader answered or failed."""
+        from kafka_proto.messages import ListOffsetsRequest
+
+        md = self.cluster.metadata
+        results: Dict[TopicPartitionKey, Tuple[int, int, Optional[KafkaError]]] = {}
+        by_node: Dict[int, Dict[str, List[Tuple[int, int]]]] = {}
+        for (topic, p), ts in want.items():
+            leader = md.leader(topic, p)
+            if leader < 0:
+                results[(topic, p)] = (-1, -1, KafkaError(
+                    KafkaError.LEADER_NOT_AVAILABLE, f"{topic} [{p}]: leader not known"))
+                self.cluster.want_topics([topic])
+                md.request([topic], fast=True)
+                continue
+            by_node.setdefault(leader, {}).setdefault(topic, []).append((p, ts))
+        pending = [len(by_node)]
+        if not by_node:
+            done(results)
+            return
+
+        def answered(node_parts: Dict[str, List[Tuple[int, int]]], resp: Any,
+                     err: Optional[KafkaError]) -> None:
+            if err is not None:
+                for topic, plist in node_parts.items():
+                    for p, _ in plist:
+                        results[(topic, p)] = (-1, -1, err)
+            else:
+                seen = set()
+                for t in resp.topics:
+                    for pr in t.partitions:
+                        key = (t.name, pr.partition_index)
+                        seen.add(key)
+                        if pr.error_code:
+                            e = KafkaError(pr.error_code, f"ListOffsets {t.name} "
+                                           f"[{pr.partition_index}]")
+                            if pr.error_code in LEADER_ERRORS:
+                                md.mark_stale(t.name)
+                            results[key] = (-1, -1, e)
+                        else:
+                            results[key] = (pr.offset, pr.timestamp, None)
+                for topic, plist in node_parts.items():
+                    for p, _ in plist:
+                        if (topic, p) not in seen:
+                            results[(topic, p)] = (-1, -1, KafkaError(
+                                KafkaError._BAD_MSG, f"ListOffsets: no answer for {topic} [{p}]"))
+            pending[0] -= 1
+            if pending[0] == 0:
+                done(results)
+
+        for node, topics in by_node.items():
+            conn = self.cluster.ensure_connected(node)
+            if conn is None:
+                answered(topics, None, KafkaError(KafkaError._TRANSPORT,
+                                                  f"broker {node} unknown"))
+                continue
+            req = ListOffsetsRequest(
+                replica_id=-1, isolation_level=isolation,
+                topics=[ListOffsetsRequest.ListOffsetsTopic(
+                    name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
+                        partition_index=p, timestamp=ts, current_leader_epoch=-1)
+                        for p, ts in plist])
+                    for topic, plist in topics.items()])
+            version = conn.versions.get(LIST_OFFSETS_KEY)
+            if version is not None and version < 1:
+                answered(topics, None, KafkaError(KafkaError._UNSUPPORTED_FEATURE,
+                                                  "broker supports only ListOffsets v0"))
+                continue
+            conn.send(req, lambda resp, err, t=topics: answered(t, resp, err),
+                      timeout=timeout)
+
+    # -- fetching ------------------------------------------------------------------------
+    def _send_fetch(self, conn: Any, parts: List[PartitionState]) -> None:
+        from kafka_proto.messages import FetchRequest
+
+        md = self.cluster.metadata
+        version = conn.versions.get(FETCH_KEY)
+        if version is None:
+            return
+        if version >= 13:
+            # Fetch v13+ names topics by id; some brokers (noida-db) advertise v13 but
+            # report no ids: then stay on v12, which names them.
+            for part in parts:
+                info = md.topic(part.topic)
+                if info is None or info.topic_id is None:
+                    version = 12
+                    break
+        topics: Dict[str, Any] = {}
+        sent: List[Tuple[PartitionState, int, int]] = []
+        with self.lock:
+            for part in parts:
+                if not part.assigned or part.fetch_pos < 0 or part.paused or part.fetching:
+                    continue
+                ft = topics.get(part.topic)
+                if ft is None:
+                    if version >= 13:
+                        ft = FetchRequest.FetchTopic(topic_id=md.topic(part.topic).topic_id,
+                                                     partitions=[])
+                    else:
+                        ft = FetchRequest.FetchTopic(topic=part.topic, partitions=[])
+                    topics[part.topic] = ft
+                if part.max_bytes <= 0:
+                    part.max_bytes = self.partition_max_bytes
+                info = md.topic(part.topic)
+                epoch = -1
+                if info is not None and part.partition < len(info.epochs):
+                    epoch = info.epochs[part.partition]
+                ft.partitions.append(FetchRequest.FetchPartition(
+                    partition=part.partition, current_leader_epoch=epoch,
+                    fetch_offset=part.fetch_pos, last_fetched_epoch=-1, log_start_offset=-1,
+                    partition_max_bytes=part.max_bytes))
+                part.fetching = True
+                sent.append((part, part.version, part.fetch_pos))
+        if not sent:
+            return
+        req = FetchRequest(
+            replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
+            max_bytes=self.max_bytes, isolation_level=1 if self.read_committed else 0,
+            session_id=0, session_epoch=-1, topics=list(topics.values()),
+            forgotten_topics_data=[], rack_id="")
+        node = conn.node_id
+        self._busy_nodes[node] = len(sent)
+        self.fetch_requests += 1
+        timeout = conn.settings.request_timeout + self.max_wait_ms / 1000.0
+        conn.send(req, lambda resp, err: self._on_fetch(node, sent, resp, err),
+                  version=version, timeout=timeout)
+
+    def _on_fetch(self, node: int, sent: List[Tuple[PartitionState, int, int]], resp: Any,
+                  err: Optional[KafkaError]) -> None:
+        self._busy_nodes.pop(node, None)
+        now = time.monotonic()
+        md = self.cluster.metadata
+        if err is None and getattr(resp, "error_code", 0):
+            err = KafkaError(resp.error_code, "Fetch")
+        if err is not None:
+            with self.lock:
+                for part, _version, _pos in sent:
+                    part.fetching = False
+                    part.backoff_until = now + self.error_backoff
+            if err.code() not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                                  KafkaError._DESTROY):
+                _log.warning("Fetch from broker %d failed: %s", node, err.str())
+            md.request([p.topic for p, _, _ in sent], fast=True, now=now)
+            return
+        answers: Dict[TopicPartitionKey, Any] = {}
+        names_by_id = None
+        for t in resp.responses:
+            name = t.topic
+            if not name and getattr(t, "topic_id", None) is not None:
+                if names_by_id is None:
+                    names_by_id = {info.topic_id: n for n, info in md.topics.items()
+                                   if info.topic_id is not None}
+                name = names_by_id.get(t.topic_id)
+            for pd in t.partitions:
+                answers[(name, pd.partition_index)] = pd
+        with self.lock:
+            for part, version, pos in sent:
+                part.fetching = False
+                if part.version != version or not part.assigned:
+                    continue  # seeked or unassigned meanwhile: the answer is stale
+                pd = answers.get(part.key)
+                if pd is None:
+                    continue
+                self._handle_partition(part, version, pos, pd, now)
+
+    def _handle_partition(self, part: PartitionState, version: int, pos: int, pd: Any,
+                          now: float) -> None:
+        """Lock held: one partition's answer."""
+        code = pd.error_code
+        if code:
+            self._partition_error(part, code, now)
+            return
+        if part.last_error is not None:
+            part.last_error = None
+        part.hw = pd.high_watermark
+        lso = getattr(pd, "last_stable_offset", -1)
+        part.lso = lso if lso is not None else -1
+        ls = getattr(pd, "log_start_offset", -1)
+        part.log_start = ls if ls is not None else -1
+        data = pd.records
+        new_pos = pos
+        if data is not None and len(data):
+            from kafka_proto.errors import KafkaProtocolError
+            from kafka_proto.records import read_batches
+
+            batches = []
+            count = 0
+            try:
+                for batch in read_batches(data, self.check_crcs):
+                    if batch.last_offset < new_pos:
+                        continue  # before the position (a compacted or legacy wrapper)
+                    batches.append(batch)
+                    count += batch.records_count
+                    new_pos = batch.last_offset + 1
+            except KafkaProtocolError as exc:
+                # Deliver what came before the bad batch, then the error; the position
+                # stays on the bad batch, so a retry after the backoff sees it again.
+                if batches:
+                    self._queue_chunk(part, version, batches, pos, pd, count, new_pos)
+                part.backoff_until = now + self.error_backoff
+                self._report(part, KafkaError(
+                    KafkaError._BAD_MSG, f"{part.topic} [{part.partition}] at offset "
+                    f"{new_pos}: {exc}"), new_pos)
+                return
+            if batches:
+                self._queue_chunk(part, version, batches, pos, pd, count, new_pos)
+            elif new_pos == pos and part.max_bytes < max(self.max_bytes, self.message_max_bytes):
+                # Only part of one batch came back (larger than partition_max_bytes on a
+                # broker that does not return oversized first batches): ask for more.
+                part.max_bytes = min(part.max_bytes * 2, max(self.max_bytes,
+                                                             self.message_max_bytes))
+        if self.partition_eof:
+            end = part.lso if self.read_committed and part.lso >= 0 else part.hw
+            if part.fetch_pos >= end >= 0 and part.eof_offset != part.fetch_pos:
+                part.eof_offset = part.fetch_pos
+                self.deliver(Event(part, version, Message(
+                    part.topic, part.partition, part.fetch_pos,
+                    error=KafkaError(KafkaError._PARTITION_EOF,
+                                     f"Fetch from broker reached end of partition at "
+                                     f"offset {part.fetch_pos} (HighwaterMark {part.hw})"))))
+
+    def _queue_chunk(self, part: PartitionState, version: int, batches: List[Any], pos: int,
+                     pd: Any, count: int, new_pos: int) -> None:
+        aborted = None
+        if self.read_committed:
+            txns = getattr(pd, "aborted_transactions", None)
+            if txns:
+                aborted = sorted((a.first_offset, a.producer_id) for a in txns)
+        nbytes = sum(b.size for b in batches)
+        part.fetch_pos = new_pos
+        part.queued_bytes += nbytes
+        part.queued_msgs += count
+        self.deliver(Chunk(part, version, batches, pos, aborted, nbytes, count))
+
+    def _partition_error(self, part: PartitionState, code: int, now: float) -> None:
+        md = self.cluster.metadata
+        if code == OFFSET_OUT_OF_RANGE:
+            _log.info("%s [%d]: offset %d out of range; applying auto.offset.reset=%s",
+                      part.topic, part.partition, part.fetch_pos, self.reset_policy)
+            self._apply_reset_policy(part, f"fetch offset {part.fetch_pos} is out of range")
+            return
+        part.backoff_until = now + self.error_backoff
+        if code in LEADER_ERRORS:
+            md.mark_stale(part.topic, now)
+            if code == UNKNOWN_TOPIC_OR_PARTITION and part.last_error != code:
+                self._report(part, KafkaError(code, f"{part.topic} [{part.partition}]"))
+            part.last_error = code
+            return
+        if part.last_error != code:
+            self._report(part, KafkaError(code, f"Fetch {part.topic} [{part.partition}]"))
+        part.last_error = code
+
+    def _report(self, part: PartitionState, err: KafkaError, offset: int = -1) -> None:
+        """Lock held: an error event for the application, in the partition's order."""
+        self.deliver(Event(part, part.version, Message(
+            part.topic, part.partition, offset if offset >= 0 else part.fetch_pos,
+            error=err)))
+
+    def taken(self, chunk: Chunk) -> None:
+        """Application thread, lock held: a chunk left the queue (consumed or dropped)."""
+        part = chunk.part
+        was_full = part.queued_bytes >= self.queue_max_bytes \
+            or part.queued_msgs >= self.queue_min_msgs
+        part.queued_bytes -= chunk.nbytes
+        part.queued_msgs -= chunk.count
+        if was_full and part.queued_bytes < self.queue_max_bytes \
+                and part.queued_msgs < self.queue_min_msgs:
+            self.io.wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self.io.remove_tick(self.tick)

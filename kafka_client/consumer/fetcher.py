@@ -69,7 +69,7 @@ class PartitionState:
                  "version", "assigned", "paused", "fetching", "backoff_until", "hw", "lso",
                  "log_start", "eof_offset", "queued_bytes", "queued_msgs", "max_bytes",
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
-                 "last_error", "fetch_epoch")
+                 "last_error", "fetch_epoch", "end_check")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -98,6 +98,9 @@ class PartitionState:
         self.stored_epoch = -1
         self.committed = -1          # last offset committed (or fetched from the group)
         self.last_error: Optional[int] = None  # (io) last error reported (no repeats)
+        #: (io) after resolving END/tail: how many messages before the end (see
+        #: _fix_end); None when the position did not come from ListOffsets(latest)
+        self.end_check: Optional[int] = None
 
     def seek(self, offset: int) -> None:
         """Set the next offset (absolute, or logical to be resolved); caller holds the lock."""
@@ -106,6 +109,7 @@ class PartitionState:
         self.resolving = False
         self.backoff_until = 0.0
         self.last_error = None
+        self.end_check = None
         if offset >= 0:
             self.fetch_pos = offset
             self.app_pos = offset
@@ -285,6 +289,7 @@ class Fetcher:
     def _apply_reset_policy(self, part: PartitionState, why: str) -> None:
         """Lock held: ``auto.offset.reset`` for a partition without a usable offset."""
         policy = self.reset_policy
+        part.app_pos = -1  # unknown until the reset is resolved
         if policy == "earliest":
             part.reset = OFFSET_BEGINNING
         elif policy == "latest":
@@ -323,8 +328,10 @@ class Fetcher:
                         if err is not None and not err.retriable():
                             self._report(part, err)
                         continue
+                    tail = 0
                     if part.reset is not None and part.reset <= OFFSET_TAIL_BASE:
-                        off = max(0, off - (OFFSET_TAIL_BASE - part.reset))
+                        tail = OFFSET_TAIL_BASE - part.reset  # applied by _fix_end
+                    part.end_check = tail if part.reset != OFFSET_BEGINNING else None
                     part.reset = None
                     part.fetch_pos = off
                     part.app_pos = off
@@ -520,12 +527,12 @@ class Fetcher:
         part.log_start = ls if ls is not None else -1
         data = pd.records
         new_pos = pos
+        batches: List[Any] = []
+        count = 0
         if data is not None and len(data):
             from kafka_proto.errors import KafkaProtocolError
             from kafka_proto.records import read_batches
 
-            batches = []
-            count = 0
             try:
                 for batch in read_batches(data, self.check_crcs):
                     if batch.last_offset < new_pos:
@@ -543,13 +550,15 @@ class Fetcher:
                     KafkaError._BAD_MSG, f"{part.topic} [{part.partition}] at offset "
                     f"{new_pos}: {exc}"), new_pos)
                 return
-            if batches:
-                self._queue_chunk(part, version, batches, pos, pd, count, new_pos)
-            elif new_pos == pos and part.max_bytes < max(self.max_bytes, self.message_max_bytes):
+            if not batches and part.max_bytes < max(self.max_bytes, self.message_max_bytes):
                 # Only part of one batch came back (larger than partition_max_bytes on a
                 # broker that does not return oversized first batches): ask for more.
                 part.max_bytes = min(part.max_bytes * 2, max(self.max_bytes,
                                                              self.message_max_bytes))
+        if part.end_check is not None and self._fix_end(part, batches[0] if batches else None):
+            return
+        if batches:
+            self._queue_chunk(part, version, batches, pos, pd, count, new_pos)
         if self.partition_eof:
             end = part.lso if self.read_committed and part.lso >= 0 else part.hw
             if part.fetch_pos >= end >= 0 and part.eof_offset != part.fetch_pos:
@@ -559,6 +568,28 @@ class Fetcher:
                     error=KafkaError(KafkaError._PARTITION_EOF,
                                      f"Fetch from broker reached end of partition at "
                                      f"offset {part.fetch_pos} (HighwaterMark {part.hw})"))))
+
+    def _fix_end(self, part: PartitionState, first: Any) -> bool:
+        """Lock held: the first answer for a position that came from ListOffsets(latest)
+        (END, or a tail, not yet subtracted). The end of a log is always a batch
+        boundary, so a first batch that starts before the position means the broker
+        answered with an offset inside the last batch (Tansu 0.6 answers the last batch's
+        base offset + 1): the real end is that batch's end. Moves to the end minus the
+        tail and returns True (fetch again, this answer is dropped), or returns False
+        when the position stands."""
+        pos = part.fetch_pos
+        tail = part.end_check or 0
+        part.end_check = None
+        end = pos
+        if first is not None and first.base_offset < pos:
+            end = first.last_offset + 1
+            _log.debug("%s [%d]: ListOffsets(latest) said %d but a batch runs to %d",
+                       part.topic, part.partition, pos, end - 1)
+        target = max(0, end - tail)
+        if target == pos:
+            return False
+        part.fetch_pos = part.app_pos = target
+        return True
 
     def _queue_chunk(self, part: PartitionState, version: int, batches: List[Any], pos: int,
                      pd: Any, count: int, new_pos: int) -> None:

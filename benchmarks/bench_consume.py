@@ -29,7 +29,8 @@ and every version.
 
 Contenders and their settings (``--set NAME:key=value`` overrides or adds one, ``NAME:key=``
 drops one; ``batch`` is the per-call message count, the rest goes to the client's
-configuration; ``NAME#LABEL`` in ``--contenders`` runs a variant of NAME, and
+configuration, ``NAME:key=none`` leaves key out, even one the harness sets itself such
+as ``group.id``; ``NAME#LABEL`` in ``--contenders`` runs a variant of NAME, and
 ``NAME#defaults`` runs it with the library's defaults, keeping only the call, the batch
 and the response-size limit). Everyone gets a 1 GiB response-size limit: noida-db 0.2.3
 ignores a Fetch's max_bytes and partition_max_bytes and sends the whole log from the
@@ -168,6 +169,7 @@ def _confluent_style(consumer_cls, tp_cls, bootstrap, topic, chk, settings, arro
     conf = {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False}
     conf.update(settings)
+    conf = {k: v for k, v in conf.items() if v is not None}   # NAME:key=none drops key
     c = consumer_cls(conf)
     c.assign([tp_cls(topic, 0, 0)])
     t0, c0 = time.perf_counter(), _cpu()

@@ -34,6 +34,7 @@ from kafka_client.consumer.fetcher import (
     PartitionState,
 )
 from kafka_client.errors import KafkaError, KafkaException
+from kafka_proto.records import RecordFactory
 from kafka_client.types import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -49,6 +50,14 @@ from kafka_client.types import (
 __all__ = ["Consumer"]
 
 _log = logging.getLogger("kafka_client.consumer")
+
+#: the codec fills Message objects straight from the record bytes (no Record in between)
+_MESSAGES = RecordFactory(
+    Message, offset="_offset", key="_key", value="_value", headers="_headers",
+    timestamp="_timestamp", topic="_topic", partition="_partition",
+    leader_epoch="_leader_epoch",
+    timestamp_types=(TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME),
+    constants={"_error": None, "_latency": None})
 
 _instances = 0
 _MAX_CONSUME = 1000000  # librdkafka's limit for one consume() call
@@ -83,6 +92,7 @@ class Consumer:
         self._buf_part: Optional[PartitionState] = None
         self._buf_version = -1
         self._auto_store = bool(cfg["enable.auto.offset.store"])
+        self._assign_ops = 0  # assign()-family calls (rebalance callbacks are checked for them)
         self._error_cb: Optional[Callable] = cfg["error_cb"]
         self._stats_cb: Optional[Callable] = cfg["stats_cb"]
         self._group_id: Optional[str] = cfg["group.id"]
@@ -90,7 +100,8 @@ class Consumer:
         if self._group_id:
             from kafka_client.consumer.group import GroupCoordinator
 
-            self._group = GroupCoordinator(cfg, self._cluster, self._io, self._fetcher)
+            self._group = GroupCoordinator(cfg, self._cluster, self._io, self._fetcher,
+                                           self._ready.set, self._deliver_error)
             self._fetcher.committed_lookup = self._group.lookup_committed
         apply_debug(cfg["debug"])
         self._closed = False
@@ -103,6 +114,11 @@ class Consumer:
         """I/O thread, fetcher lock held: data or an event for the application."""
         self._queue.append(item)
         self._ready.set()
+
+    def _deliver_error(self, err: KafkaError) -> None:
+        """I/O thread: a client-level error for poll()/consume() to return."""
+        with self._lock:
+            self._deliver(Event(None, 0, Message(error=err)))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -123,6 +139,7 @@ class Consumer:
         OFFSET_STORED/OFFSET_INVALID (the committed offset, else ``auto.offset.reset``),
         or ``OFFSET_TAIL(n)`` (n messages before the end)."""
         self._check_open()
+        self._assign_ops += 1
         parts = _check_partitions(partitions, "assign")
         with self._lock:
             for part in self._fetcher.parts.values():
@@ -134,6 +151,7 @@ class Consumer:
     def unassign(self) -> None:
         """Stop consuming every assigned partition."""
         self._check_open()
+        self._assign_ops += 1
         with self._lock:
             for part in self._fetcher.parts.values():
                 self._drop(part)
@@ -143,6 +161,7 @@ class Consumer:
         """Add partitions to the assignment (each starting as in :meth:`assign`); adding
         one already assigned is an error (_CONFLICT)."""
         self._check_open()
+        self._assign_ops += 1
         parts = _check_partitions(partitions, "incremental_assign")
         with self._lock:
             for tp in parts:
@@ -158,6 +177,7 @@ class Consumer:
         """Remove partitions from the assignment; removing one not assigned is an error
         (_CONFLICT)."""
         self._check_open()
+        self._assign_ops += 1
         parts = _check_partitions(partitions, "incremental_unassign")
         with self._lock:
             for tp in parts:
@@ -654,15 +674,7 @@ def _decode_chunk(chunk: Chunk) -> List[Message]:
         magic = batch.magic
         epoch = batch.partition_leader_epoch if magic >= 2 else -1
         if magic >= 2:
-            tstype = TIMESTAMP_LOG_APPEND_TIME if batch.timestamp_type == 1 \
-                else TIMESTAMP_CREATE_TIME
-            for r in batch:
-                off = r.offset
-                if off < start:
-                    continue
-                h = r.headers
-                append(Message(topic, partition, off, r.key, r.value, h if h else None, None,
-                               (tstype, r.timestamp), None, epoch))
+            batch.decode_into(out, _MESSAGES, topic, partition, start, epoch)
         else:
             for r in batch:
                 off = r.offset

@@ -13,6 +13,7 @@ from kafka_proto.records._v2 import (  # noqa: F401
     Record,
     RecordBatch,
     RecordBatchBuilder,
+    RecordFactory,
     TimestampType,
     read_batches,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "Record",
     "RecordBatch",
     "RecordBatchBuilder",
+    "RecordFactory",
     "TimestampType",
     "build_control_batch",
     "parse_control_record",

@@ -1,6 +1,6 @@
 """Type stub for the compiled RecordBatch v2 module."""
 from enum import IntEnum
-from typing import Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from kafka_proto.records.control import ControlRecord
 
@@ -136,7 +136,15 @@ class RecordBatch:
     def __iter__(self) -> Iterator[Record]: ...
     def validate_crc(self) -> bool: ...
     def records_list(self) -> List[Record]: ...
+    def decode_into(self, out: List[Any], factory: "RecordFactory", topic: Any, partition: Any,
+                    start: int = ..., leader_epoch: Any = ...) -> int: ...
     def control_record(self) -> Optional[ControlRecord]: ...
+
+class RecordFactory:
+    def __init__(self, cls: type, *, offset: str, key: str, value: str, headers: str,
+                 timestamp: str, topic: Optional[str] = ..., partition: Optional[str] = ...,
+                 leader_epoch: Optional[str] = ..., timestamp_types: Tuple[Any, Any] = ...,
+                 constants: Optional[Dict[str, Any]] = ...) -> None: ...
 
 class BatchReader:
     def __iter__(self) -> "BatchReader": ...

@@ -970,6 +970,114 @@ cdef int _install_record_members() except -1:
     return 0
 
 
+
+# ---------------------------------------------------------------------------------------
+# Records straight into an application's objects
+
+cdef extern from *:
+    """
+    #include <structmember.h>
+    /* Offset of a slot (a __slots__ member descriptor holding an object), or -1. */
+    static Py_ssize_t kp_slot_offset(PyObject* descr) {
+        PyMemberDef* m;
+        if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)) return -1;
+        m = ((PyMemberDescrObject*)descr)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return -1;
+        return m->offset;
+    }
+    /* Store a new reference in a slot of a freshly allocated object (the slot is NULL). */
+    #define KP_SLOT_SET(o, off, v) (*(PyObject**)((char*)(o) + (off)) = (v))
+    """
+    Py_ssize_t kp_slot_offset(object descr)
+    void KP_SLOT_SET(PyObject* o, Py_ssize_t off, PyObject* v)
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        pass
+    PyObject* PyType_GenericAlloc(PyTypeObject* tp, Py_ssize_t n) except NULL
+    PyObject* PyLong_FromLongLong(long long v) except NULL
+    PyObject* PyTuple_New(Py_ssize_t n) except NULL
+    void PyTuple_SET_ITEM(PyObject* t, Py_ssize_t i, PyObject* v)
+    void Py_DecRef(PyObject* o)
+    int PyList_Append(object lst, object item) except -1
+    void PyObject_GC_UnTrack(void* o)
+    bint PyType_IS_GC(PyTypeObject* tp)
+
+
+@cython.final
+cdef class RecordFactory:
+    """Makes :meth:`RecordBatch.decode_into` fill instances of an application's class.
+
+    ``RecordFactory(cls, offset=..., key=..., value=..., headers=..., timestamp=...,
+    topic=None, partition=None, leader_epoch=None, timestamp_types=(0, 1),
+    constants=None)``: each keyword names a ``__slots__`` member of ``cls`` (a class whose
+    instances are made without calling ``__init__``). The instances are not tracked by
+    the cyclic garbage collector: what the reader stores in them (bytes, str, ints,
+    tuples, header lists) cannot form a cycle, and a million tracked objects would make
+    the collector run over and over while a batch is decoded. An application that later
+    makes one part of a reference cycle leaks that cycle (nothing worse). ``timestamp`` receives the tuple
+    ``(type, milliseconds)`` with ``timestamp_types[0]`` for create time and
+    ``timestamp_types[1]`` for log-append time; ``headers`` a list of ``(str, bytes|None)``
+    or None when the record has none; ``constants`` maps further slots to the value every
+    instance starts with. Every slot of ``cls`` must be covered, so no instance has an
+    unset attribute.
+    """
+
+    cdef object cls
+    cdef Py_ssize_t off_offset, off_key, off_value, off_headers, off_timestamp
+    cdef Py_ssize_t off_topic, off_partition, off_epoch
+    cdef list const_offsets
+    cdef list const_values
+    cdef object ts_create, ts_append
+
+    def __init__(self, cls, *, offset, key, value, headers, timestamp, topic=None,
+                 partition=None, leader_epoch=None, timestamp_types=(0, 1), constants=None):
+        if not isinstance(cls, type):
+            raise TypeError("RecordFactory needs a class")
+        self.cls = cls
+        named = {}
+        def slot(name):
+            if name is None:
+                return -1
+            if name in named:
+                raise ValueError(f"slot {name!r} named twice")
+            descr = None
+            for klass in cls.__mro__:
+                if name in klass.__dict__:
+                    descr = klass.__dict__[name]
+                    break
+            off = kp_slot_offset(descr) if descr is not None else -1
+            if off < 0:
+                raise ValueError(f"{cls.__name__}.{name} is not a writable __slots__ member")
+            named[name] = off
+            return off
+        self.off_offset = slot(offset)
+        self.off_key = slot(key)
+        self.off_value = slot(value)
+        self.off_headers = slot(headers)
+        self.off_timestamp = slot(timestamp)
+        self.off_topic = slot(topic)
+        self.off_partition = slot(partition)
+        self.off_epoch = slot(leader_epoch)
+        self.const_offsets = []
+        self.const_values = []
+        for name, value_ in (constants or {}).items():
+            self.const_offsets.append(slot(name))
+            self.const_values.append(value_)
+        for klass in cls.__mro__:
+            for name in klass.__dict__.get("__slots__", ()):
+                if name not in named and name not in ("__dict__", "__weakref__"):
+                    raise ValueError(f"{cls.__name__}.{name} is not covered by the factory")
+        self.ts_create, self.ts_append = timestamp_types
+
+
+cdef inline void _set(PyObject* o, Py_ssize_t off, object v):
+    if off >= 0:
+        Py_INCREF(v)
+        KP_SLOT_SET(o, off, <PyObject*>v)
+
+
 _install_record_members()
 
 
@@ -1265,6 +1373,62 @@ cdef class RecordBatch:
         if self._records is not None:
             return iter(self._records)
         return self._iterator()
+
+    def decode_into(self, list out, RecordFactory factory, topic, partition,
+                    int64_t start=0, leader_epoch=-1) -> int:
+        """Append an instance of ``factory``'s class for each record with an offset of at
+        least ``start`` to ``out``; returns how many were added. ``topic``,
+        ``partition`` and ``leader_epoch`` are stored as given. Raises like iteration on
+        a malformed record (the instances made before it stay in ``out``)."""
+        cdef _RecordIterator it = self._iterator()
+        cdef PyTypeObject* tp = <PyTypeObject*>factory.cls
+        cdef Record rec
+        cdef PyObject* o
+        cdef PyObject* tup
+        cdef object ts_type = factory.ts_append if it.st.log_append else factory.ts_create
+        cdef Py_ssize_t n = 0, i, nconst = len(factory.const_offsets)
+        cdef list hd
+        cdef bint is_gc = PyType_IS_GC(tp)
+        while it.st.index < it.st.count:
+            it.st.failed = True
+            rec = <Record>_next_record(&it.st, <PyObject*>it._ts_type)
+            if rec.offset < start:
+                continue
+            o = PyType_GenericAlloc(tp, 0)
+            # The object owns what is stored in it; unset slots stay NULL until the end, so
+            # an error below frees it cleanly (and nothing half-made reaches ``out``).
+            try:
+                if factory.off_offset >= 0:
+                    KP_SLOT_SET(o, factory.off_offset, PyLong_FromLongLong(rec.offset))
+                _set(o, factory.off_key, rec.key)
+                _set(o, factory.off_value, rec.value)
+                hd = rec._headers
+                _set(o, factory.off_headers, hd if hd else None)
+                if factory.off_timestamp >= 0:
+                    tup = PyTuple_New(2)
+                    KP_SLOT_SET(o, factory.off_timestamp, tup)
+                    Py_INCREF(ts_type)
+                    PyTuple_SET_ITEM(tup, 0, <PyObject*>ts_type)
+                    PyTuple_SET_ITEM(tup, 1, PyLong_FromLongLong(rec.timestamp))
+                    PyObject_GC_UnTrack(tup)  # two ints: no cycle possible
+                _set(o, factory.off_topic, topic)
+                _set(o, factory.off_partition, partition)
+                _set(o, factory.off_epoch, leader_epoch)
+                for i in range(nconst):
+                    _set(o, <Py_ssize_t>factory.const_offsets[i], factory.const_values[i])
+            except BaseException:
+                Py_DecRef(o)
+                raise
+            if is_gc:
+                PyObject_GC_UnTrack(o)
+            PyList_Append(out, <object>o)
+            Py_DecRef(o)
+            n += 1
+        if it.st.p != it.st.end:
+            raise CorruptRecordError(
+                f"record batch: {it.st.end - it.st.p} bytes left after the last of "
+                f"{it.st.count} records")
+        return n
 
     def control_record(self):
         """The ControlRecord of a control batch; None for data batches or an empty batch."""

@@ -1,0 +1,485 @@
+"""Issue 4's fault acceptance: the Producer keeps its delivery guarantees while the
+connections to a real broker are cut, stalled and reset, and across a broker restart.
+
+* Through :class:`~kafka_client._testing.proxy.FaultProxy` (``rewrite_addresses=True``,
+  so every connection the producer makes goes through it), a background thread cycles
+  through cuts (FIN), resets (RST), stalls (both ways, then resumed), long response
+  stalls (longer than ``socket.timeout.ms``: the request times out on our side after
+  the broker has written the batch) and drops in the middle of a request or a response,
+  while 200,000 small messages, each carrying its sequence number, are produced to
+  three partitions.
+* A noida-db restart (data kept on disk) in the middle of a run, with requests in flight.
+
+Idempotence on: every delivery report succeeded and the log holds every message exactly
+once, in order per partition, at the offset its report gave (when it gave one). Off:
+every message is in the log at least once; duplicates are counted and printed (``-s``
+shows them; they also go into the test's ``user_properties``).
+
+The log is read back with the plain Fetch loop (``kafka_client._testing.simple``) over a
+direct connection to the broker, to the Fetch high watermark (so duplicates beyond the
+expected count are read too), with CRC checks.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from typing import Dict, List
+
+import pytest
+
+from kafka_client import Producer
+from kafka_client._testing.proxy import DOWNSTREAM, UPSTREAM, FaultProxy
+from kafka_client._testing.simple import fetch_all
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("confluent_kafka")  # brokers' create_topic uses its admin client
+
+N = 200_000
+PARTITIONS = 3
+#: The produce loop is paced to about this many messages per second, so that the
+#: faults are spread over the whole run rather than its first second.
+RATE = 50_000
+SOCKET_TIMEOUT_MS = 1000
+
+
+def _value(i: int) -> bytes:
+    return b"%08d" % i
+
+
+class Faults(threading.Thread):
+    """Cycles through the fault kinds on ``proxy`` every ``interval`` seconds (jittered
+    0.5x..1.5x by a seeded generator) until stopped; counts what it did.
+
+    Kinds: ``cut`` (FIN both sides), ``reset`` (RST), ``stall`` (both directions, held
+    20..200 ms, then resumed), ``drop_up`` / ``drop_down`` (the connection carrying the
+    k-th next byte in that direction is closed right there, k random up to 64 KiB going
+    up, 2 KiB coming down; FIN or RST), and the 10th fault and every ``long_every``-th
+    after it a ``long_stall`` of answers only, longer than ``socket.timeout.ms``, so
+    requests time out on the client after the broker has handled them.
+    """
+
+    KINDS = ("cut", "stall", "drop_up", "reset", "drop_down")
+
+    def __init__(self, proxy: FaultProxy, seed: int, interval: float = 0.05,
+                 long_every: int = 40, long_stall: float = SOCKET_TIMEOUT_MS / 1000 + 0.3):
+        super().__init__(name="producer-faults", daemon=True)
+        self.proxy = proxy
+        self.rng = random.Random(seed)
+        self.interval = interval
+        self.long_every = long_every
+        self.long_stall = long_stall
+        self.counts: Dict[str, int] = collections.Counter()
+        self.error: BaseException = None  # type: ignore[assignment]
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(10)
+        assert not self.is_alive(), "fault thread did not stop"
+        if self.error is not None:
+            raise self.error
+
+    def _sleep(self, seconds: float) -> bool:
+        return not self._stop_event.wait(seconds)
+
+    def run(self) -> None:
+        p = self.proxy
+        n = 0
+        try:
+            while self._sleep(self.interval * self.rng.uniform(0.5, 1.5)):
+                n += 1
+                if self.long_every and n % self.long_every == 10:
+                    kind = "long_stall"
+                else:
+                    kind = self.KINDS[n % len(self.KINDS)]
+                if kind == "cut":
+                    p.cut()
+                elif kind == "reset":
+                    p.reset()
+                elif kind == "stall":
+                    p.stall()
+                    self._sleep(self.rng.uniform(0.02, 0.2))
+                    p.resume()
+                elif kind == "long_stall":
+                    p.stall(DOWNSTREAM)
+                    self._sleep(self.long_stall)
+                    p.resume(DOWNSTREAM)
+                else:
+                    # Requests are tens of KiB, answers about a hundred bytes.
+                    up = kind == "drop_up"
+                    p.drop_after(self.rng.randrange(1, 65536 if up else 2048),
+                                 UPSTREAM if up else DOWNSTREAM,
+                                 rst=self.rng.random() < 0.5)
+                self.counts[kind] += 1
+        except BaseException as exc:  # handed to the test by stop()
+            self.error = exc
+        finally:
+            try:
+                p.resume()
+            except Exception:
+                pass
+
+
+class Reports:
+    """Delivery reports, by message number."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.errors: List[tuple] = []
+        self.offsets: Dict[int, int] = {}   # message number -> reported offset (>= 0)
+        self.no_offset = 0                  # delivered with offset -1 (a deduplicated resend)
+
+    def __call__(self, err, msg) -> None:
+        self.count += 1
+        i = int(msg.value())
+        if err is not None:
+            self.errors.append((i, err, msg.status()))
+            return
+        off = msg.offset()
+        if off >= 0:
+            self.offsets[i] = off
+        else:
+            self.no_offset += 1
+
+
+class RetryCounter(logging.Handler):
+    """Counts the sender's "retrying" log records (one per batch resent)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.retries = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "retrying after" in record.getMessage():
+            self.retries += 1
+
+
+@pytest.fixture
+def retry_counter():
+    logger = logging.getLogger("kafka_client.producer.sender")
+    handler = RetryCounter()
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def producer_config(bootstrap: str, idempotent: bool) -> dict:
+    return {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": idempotent,
+        "linger.ms": 5,
+        "batch.num.messages": 1000,
+        # generous: nothing may time out, whatever the faults
+        "message.timeout.ms": 120_000,
+        "socket.timeout.ms": SOCKET_TIMEOUT_MS,
+        # recover quickly between faults
+        "retry.backoff.ms": 10,
+        "retry.backoff.max.ms": 100,
+        "reconnect.backoff.ms": 10,
+        "reconnect.backoff.max.ms": 100,
+    }
+
+
+def produce_all(p: Producer, topic: str, reports: Reports, n: int = N,
+                rate: float = RATE, on_progress=None) -> float:
+    """Produce messages 0..n-1 (message i to partition i % PARTITIONS), paced to
+    ``rate`` per second; ``on_progress(i)`` is called every 1000 messages. Returns the
+    seconds it took."""
+    start = time.monotonic()
+    for i in range(n):
+        value = _value(i)
+        while True:
+            try:
+                p.produce(topic, value, partition=i % PARTITIONS, on_delivery=reports)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 999:
+            p.poll(0)
+            if on_progress is not None:
+                on_progress(i + 1)
+            ahead = (i + 1) / rate - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+    return time.monotonic() - start
+
+
+def read_log(broker, topic: str) -> Dict[int, List[tuple]]:
+    """{partition: [(offset, message number, base offset of its batch)]}: the whole log,
+    read directly from the broker."""
+    out = {}
+    conn = broker.connect()
+    try:
+        for part in range(PARTITIONS):
+            res = fetch_all(conn, topic, part)
+            out[part] = [(r.offset, int(r.value), b.base_offset)
+                         for b in res.batches for r in b]
+            assert len(out[part]) == res.high_watermark, (
+                f"partition {part}: {len(out[part])} records below the high watermark "
+                f"{res.high_watermark}")
+    finally:
+        conn.close()
+    return out
+
+
+def expected(part: int, n: int = N) -> List[int]:
+    return list(range(part, n, PARTITIONS))
+
+
+def check_exactly_once(log: Dict[int, List[tuple]], n: int = N) -> None:
+    for part in range(PARTITIONS):
+        records = log[part]
+        offsets = [r[0] for r in records]
+        assert offsets == list(range(len(records))), f"partition {part}: offsets not dense"
+        numbers = [r[1] for r in records]
+        want = expected(part, n)
+        if numbers != want:
+            seen = collections.Counter(numbers)
+            dups = sorted(i for i, c in seen.items() if c > 1)
+            missing = sorted(set(want) - set(seen))
+            first_diff = next(k for k, (a, b) in enumerate(zip(numbers + [None] * len(want),
+                                                                 want + [None] * len(numbers)))
+                              if a != b)
+            pytest.fail(f"partition {part}: {len(numbers)} records for {len(want)} messages; "
+                        f"{len(dups)} duplicated (first {dups[:5]}), {len(missing)} missing "
+                        f"(first {missing[:5]}), first difference at position {first_diff}: "
+                        f"{numbers[first_diff:first_diff + 5]} instead of "
+                        f"{want[first_diff:first_diff + 5]}")
+
+
+def check_report_offsets(log: Dict[int, List[tuple]], reports: Reports,
+                         broker_kind: str) -> int:
+    """Every offset a delivery report gave is where that message is in the log, except
+    for noida-db's answer to a resent batch it already has (see below). Returns the
+    number of messages reported at a wrong offset that way."""
+    where = {i: (o, base) for part in range(PARTITIONS) for o, i, base in log[part]}
+    bases = {part: {base for _, _, base in log[part]} for part in range(PARTITIONS)}
+    wrong = []
+    for i, reported in reports.offsets.items():
+        offset, base = where[i]
+        if reported == offset:
+            continue
+        # noida-db answers a duplicate of any of its last batches (a resend after a
+        # lost answer) with success and the base offset of the partition's *last*
+        # batch, not of the duplicate's own (Kafka gives the original offset, Tansu
+        # DUPLICATE_SEQUENCE_NUMBER, reported as offset -1): the report is then off by
+        # whole batches, and points at the start of a later batch.
+        reported_base = reported - (offset - base)
+        explained = (broker_kind == "noida" and reported_base > base
+                     and reported_base in bases[i % PARTITIONS])
+        wrong.append((i, reported, offset, explained))
+    unexplained = [w[:3] for w in wrong if not w[3]]
+    assert not unexplained, (f"{len(unexplained)} reports with the wrong offset "
+                             f"(message, reported, in the log), first {unexplained[:5]}")
+    return len(wrong)
+
+
+def check_none_lost(log: Dict[int, List[tuple]], n: int = N) -> int:
+    """Every message at least once; returns the number of duplicates."""
+    dups = 0
+    for part in range(PARTITIONS):
+        numbers = [r[1] for r in log[part]]
+        missing = sorted(set(expected(part, n)) - set(numbers))
+        assert not missing, f"partition {part}: {len(missing)} lost, first {missing[:5]}"
+        assert set(numbers) <= set(expected(part, n))
+        dups += len(numbers) - len(expected(part, n))
+    return dups
+
+
+def check_reports(reports: Reports, n: int = N) -> None:
+    assert reports.count == n, f"{reports.count} delivery reports for {n} messages"
+    assert not reports.errors, (f"{len(reports.errors)} failed, first "
+                                f"{reports.errors[:3]}")
+
+
+# --------------------------------------------------------------------------- proxy
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idem", "plain"])
+def test_faults_through_proxy(broker, topic_name, idempotent, retry_counter, record_property):
+    broker.create_topic(topic_name, partitions=PARTITIONS)
+    reports = Reports()
+    with FaultProxy(broker.host, broker.port, rewrite_addresses=True,
+                    name=f"faults-{broker.kind}") as proxy:
+        p = Producer(producer_config(proxy.bootstrap, idempotent))
+        try:
+            # Metadata first, so the faults hit produce traffic, not the first lookup.
+            p.list_topics(topic_name, timeout=10)
+            faults = Faults(proxy, seed=4)
+            faults.start()
+            try:
+                produce_secs = produce_all(p, topic_name, reports)
+                left = p.flush(60)
+            finally:
+                faults.stop()
+            left = p.flush(60) if left else left
+            assert left == 0, f"{left} messages without a delivery report"
+        finally:
+            p.close(5)
+        stats = proxy.stats()
+    summary = dict(stats, **{f"faults_{k}": v for k, v in faults.counts.items()},
+                   retries=retry_counter.retries, produce_secs=round(produce_secs, 2),
+                   dedup_reports=reports.no_offset)
+    print(f"\n{broker.kind} idempotence={idempotent}: {summary}")
+    for k, v in summary.items():
+        record_property(k, v)
+
+    # The faults happened, and hit the traffic: connections were closed under the
+    # producer (by cut, reset or a drop in the middle of a request or an answer), it
+    # reconnected each time, and batches were sent again.
+    assert all(faults.counts[k] >= 3 for k in Faults.KINDS), faults.counts
+    assert faults.counts["long_stall"] >= 1, faults.counts
+    assert stats["cuts"] + stats["resets"] >= 6, stats
+    assert stats["drops"] >= 3, stats
+    assert stats["connections"] >= 15, stats
+    assert retry_counter.retries >= 10
+
+    log = read_log(broker, topic_name)
+    check_reports(reports)
+    if idempotent:
+        check_exactly_once(log)
+        misreported = check_report_offsets(log, reports, broker.kind)
+        record_property("misreported_offsets", misreported)
+        print(f"{broker.kind}: {misreported} reports at the offset of a later batch")
+    else:
+        dups = check_none_lost(log)
+        record_property("duplicates", dups)
+        print(f"{broker.kind} without idempotence: {dups} duplicates in {N} messages")
+
+
+# --------------------------------------------------------------------------- restart
+#
+# noida-db 0.2.3 acknowledges Produce requests that reach it during its graceful
+# shutdown (for about 100 ms after SIGINT) and loses those written after its last flush,
+# some 30-50 ms after the signal (test_noida_keeps_what_it_acknowledged_before_a_restart
+# shows it). No client can keep "none lost" against that: a message acknowledged then
+# is gone. So the restart tests hold the traffic at a proxy while the broker stops
+# (stall: requests already handed over are answered, the answers wait in the proxy; new
+# ones wait on our side), restart it, and let traffic flow again. For the producer this
+# is a broker that went away with requests in flight and came back with its log and
+# producer state reloaded from disk; the answers to the last requests it appended are
+# lost on the way, so the producer must send those batches again to the new process.
+
+
+def restart_behind(proxy: FaultProxy, broker) -> None:
+    """Restart ``broker`` with no request arriving while it shuts down, and with the
+    answers to the last requests it appended lost."""
+    proxy.stall(DOWNSTREAM)   # requests still go up and are appended; answers wait
+    try:
+        time.sleep(0.05)
+        proxy.stall(UPSTREAM)  # nothing reaches the broker from here on
+        time.sleep(0.1)        # it has handled what it got
+        broker.restart()
+        proxy.reset()          # the held answers are lost with the connections
+    finally:
+        proxy.resume()
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idem", "plain"])
+def test_broker_restart_in_the_middle(fresh_noida_broker, topic_name, idempotent,
+                                      retry_counter, record_property):
+    """noida-db stopped and started again (data kept on disk) in the middle of a
+    200,000-message run, with requests in flight and the producer producing on."""
+    broker = fresh_noida_broker
+    broker.create_topic(topic_name, partitions=PARTITIONS)
+    reports = Reports()
+    restarted = threading.Event()
+    restart_error: list = []
+    with FaultProxy(broker.host, broker.port, rewrite_addresses=True,
+                    name="restart") as proxy:
+
+        def restart():
+            try:
+                restart_behind(proxy, broker)
+            except BaseException as exc:
+                restart_error.append(exc)
+            finally:
+                restarted.set()
+
+        def on_progress(i):
+            if i == N // 2:
+                # In the background: the application keeps producing meanwhile.
+                threading.Thread(target=restart, daemon=True).start()
+
+        p = Producer(producer_config(proxy.bootstrap, idempotent))
+        try:
+            p.list_topics(topic_name, timeout=10)
+            produce_secs = produce_all(p, topic_name, reports, on_progress=on_progress)
+            assert restarted.wait(60) and not restart_error, restart_error
+            left = p.flush(60)
+            assert left == 0, f"{left} messages without a delivery report"
+        finally:
+            p.close(5)
+        stats = proxy.stats()
+    summary = dict(stats, restarts=broker.starts - 1, retries=retry_counter.retries,
+                   produce_secs=round(produce_secs, 2), dedup_reports=reports.no_offset)
+    print(f"\nrestart idempotence={idempotent}: {summary}")
+    for k, v in summary.items():
+        record_property(k, v)
+    assert broker.starts == 2
+    # The restart broke the producer's connections with requests in flight, and it
+    # reconnected to the new broker process.
+    assert retry_counter.retries >= 1
+    assert stats["resets"] >= 1 and stats["connections"] >= 2
+
+    log = read_log(broker, topic_name)
+    check_reports(reports)
+    if idempotent:
+        check_exactly_once(log)
+        misreported = check_report_offsets(log, reports, broker.kind)
+        record_property("misreported_offsets", misreported)
+        print(f"restart: {misreported} reports at the offset of a later batch")
+    else:
+        dups = check_none_lost(log)
+        record_property("duplicates", dups)
+        print(f"restart without idempotence: {dups} duplicates in {N} messages")
+
+
+@pytest.mark.xfail(reason="noida-db 0.2.3 acknowledges Produce requests during its graceful "
+                          "shutdown and loses them", strict=False)
+def test_noida_keeps_what_it_acknowledged_before_a_restart(fresh_noida_broker, topic_name):
+    """The broker fact behind restart_behind(): one plain connection produces as fast
+    as it can while noida-db is restarted; everything acknowledged must be in the log
+    afterwards. On noida-db 0.2.3 it is not (tens of thousands of messages are missing
+    after a 100 ms shutdown)."""
+    from kafka_client._testing import simple
+    from kafka_proto.records import RecordBatchBuilder
+
+    broker = fresh_noida_broker
+    broker.create_topic(topic_name, partitions=1)
+    conn = broker.connect()
+    acked = 0
+    stopper = None
+    try:
+        for k in range(100_000):
+            builder = RecordBatchBuilder()
+            for j in range(100):
+                builder.append(b"%08d" % j)
+            try:
+                acked = simple.produce(conn, topic_name, 0, builder.build()).base_offset + 100
+            except (OSError, ConnectionError, simple.BrokerErrorResponse):
+                break  # the broker closed the connection: it is going down
+            if k == 200:
+                stopper = threading.Thread(target=broker.restart, daemon=True)
+                stopper.start()
+    finally:
+        conn.close()
+    assert stopper is not None
+    stopper.join(60)
+    assert broker.running
+    conn = broker.connect()
+    try:
+        hw = simple.fetch_all(conn, topic_name).high_watermark
+    finally:
+        conn.close()
+    print(f"\nacknowledged {acked}, in the log after the restart {hw}")
+    assert hw >= acked, f"{acked - hw} acknowledged messages lost in the restart"

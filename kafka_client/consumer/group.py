@@ -1,0 +1,990 @@
+"""Consumer group membership (the classic protocol) and offset storage, on the I/O thread.
+
+:class:`GroupCoordinator` finds the group's coordinator, joins the group for a
+subscription (JoinGroup, SyncGroup; the leader runs the assignor), keeps the membership
+alive with heartbeats independent of the application, leaves it, and commits and fetches
+offsets (also for consumers that assign partitions themselves).
+
+The application thread sees the group only through :meth:`GroupCoordinator.serve`, which
+``poll()``/``consume()`` call: it runs the rebalance callbacks and applies assignments,
+then tells the I/O thread the application is done, so an eager rejoin waits for the
+revocation as librdkafka's does.
+
+Rebalance protocols:
+
+* eager (range, roundrobin): on every rebalance the whole assignment is revoked first,
+  then the group is joined again and the new assignment handed out;
+* cooperative (cooperative-sticky, KIP-429): the member keeps its partitions while it
+  rejoins (it reports them as owned); after SyncGroup only the partitions that move away
+  are revoked, and a member that revoked any joins once more so the group can hand them
+  to their new owner. Partitions that stay are never revoked.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+
+from kafka_client._cluster.cluster import _wait_interruptibly
+from kafka_client._common import call_safely
+from kafka_client.consumer.assignors import (
+    MemberSubscription,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+    get_assignor,
+)
+from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.types import OFFSET_INVALID, TopicPartition
+
+__all__ = ["GroupCoordinator", "GroupMetadata"]
+
+_log = logging.getLogger("kafka_client.consumer.group")
+
+OFFSET_COMMIT_KEY, OFFSET_FETCH_KEY, FIND_COORDINATOR_KEY = 8, 9, 10
+PROTOCOL_TYPE = "consumer"
+
+# Broker error codes the group logic handles by name.
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+UNSTABLE_OFFSET_COMMIT = 88
+COORDINATOR_ERRORS = frozenset((COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR))
+
+# Membership states.
+UNJOINED = "UNJOINED"          # not a member (or must join again)
+WAIT_REVOKE = "WAIT_REVOKE"    # eager: the application revokes before we rejoin
+JOINING = "JOINING"            # JoinGroup in flight
+SYNCING = "SYNCING"            # SyncGroup in flight (or the leader's assignment pending)
+STABLE = "STABLE"              # member with an assignment; heartbeating
+
+Key = Tuple[str, int]
+
+
+class GroupMetadata:
+    """What a transactional producer needs to commit offsets for this group
+    (``consumer_group_metadata()``)."""
+
+    __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id")
+
+    def __init__(self, group_id: str, generation_id: int, member_id: str,
+                 group_instance_id: Optional[str]) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+
+    def __repr__(self) -> str:
+        return (f"GroupMetadata(group_id={self.group_id!r}, generation_id="
+                f"{self.generation_id}, member_id={self.member_id!r})")
+
+
+class _Pending:
+    """A request waiting for the coordinator to be known and connected."""
+
+    __slots__ = ("send", "fail", "deadline")
+
+    def __init__(self, send: Callable[[Any], None], fail: Callable[[KafkaError], None],
+                 deadline: float) -> None:
+        self.send = send
+        self.fail = fail
+        self.deadline = deadline
+
+
+class GroupCoordinator:
+    """Group membership and offsets for one consumer (I/O thread unless noted)."""
+
+    def __init__(self, config: Any, cluster: Any, io: Any, fetcher: Any,
+                 wake_app: Callable[[], None],
+                 deliver_error: Callable[[KafkaError], None]) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.io = io
+        self.fetcher = fetcher
+        self.wake_app = wake_app
+        self.deliver_error = deliver_error
+        self.group_id: str = config["group.id"]
+        self.instance_id: Optional[str] = config["group.instance.id"]
+        self.session_timeout_ms = int(config["session.timeout.ms"])
+        self.heartbeat_interval = config["heartbeat.interval.ms"] / 1000.0
+        self.max_poll_interval = config["max.poll.interval.ms"] / 1000.0
+        self.retry_backoff = config["retry.backoff.ms"] / 1000.0
+        self.request_timeout = cluster.settings.request_timeout
+        self.auto_commit = bool(config["enable.auto.commit"])
+        interval = config["auto.commit.interval.ms"]
+        self.auto_commit_interval = interval / 1000.0 if interval > 0 else 0.0
+        self.rack: Optional[str] = config["client.rack"] or None
+        self.assignors = [get_assignor(n) for n in config["partition.assignment.strategy"]]
+        self.cooperative = self.assignors[0].rebalance_protocol == "COOPERATIVE"
+        # coordinator
+        self.coord_id: Optional[int] = None
+        self._finding = False
+        self._find_after = 0.0
+        self._pending: List[_Pending] = []
+        # membership
+        self.state = UNJOINED
+        self.member_id = ""
+        self.generation = -1
+        self.protocol_name: Optional[str] = None
+        self.leader_id = ""
+        self.patterns: Optional[List[str]] = None   # the subscription (None: not subscribed)
+        self._regexes: List[Any] = []
+        self.joined_topics: List[str] = []           # topic names we joined with
+        self._joined_counts: Dict[str, int] = {}     # their partition counts at the join
+        self.owned: Set[Key] = set()                 # partitions this member holds
+        self._rejoin_after = 0.0
+        self._rejoin_reason = ""
+        self._rejoin_pending = False   # a rejoin was asked for while joining
+        self._next_heartbeat = 0.0
+        self._heartbeat_in_flight = False
+        self._last_heartbeat_ok = 0.0
+        self._next_auto_commit = time.monotonic() + self.auto_commit_interval
+        self._app_pending = 0          # rebalance events the application has not run yet
+        self._op_token = 0             # bumped on every membership reset
+        self._poll_exceeded = False
+        self.on_assign: Optional[Callable] = None
+        self.on_revoke: Optional[Callable] = None
+        self.on_lost: Optional[Callable] = None
+        self.closed = False
+        #: set by the application thread on every poll()/consume() (max.poll.interval.ms)
+        self.last_poll = time.monotonic()
+        # application-thread events: ("revoke", [tp], lost), ("assign", [tp]),
+        # ("commit", err, [tp])
+        self.app_events: Deque[Tuple[Any, ...]] = deque()
+        self._app_lock = threading.Lock()
+        cluster.on_metadata.append(self._on_metadata)
+        io.add_tick(self.tick)
+
+    # ================================================================ application thread
+    def subscribe(self, topics: List[str], on_assign: Optional[Callable],
+                  on_revoke: Optional[Callable], on_lost: Optional[Callable]) -> None:
+        regexes = []
+        for t in topics:
+            if t.startswith("^"):
+                try:
+                    regexes.append(re.compile(t))
+                except re.error as exc:
+                    raise KafkaException(KafkaError(
+                        KafkaError._INVALID_ARG, f"subscribe(): bad pattern {t!r}: {exc}"))
+        self.on_assign = on_assign
+        self.on_revoke = on_revoke
+        self.on_lost = on_lost
+        self.io.call_soon(self._set_subscription, list(topics), regexes)
+
+    def unsubscribe(self) -> None:
+        done = threading.Event()
+        self.io.call_soon(self._set_subscription, None, [], done)
+        done.wait(5)
+
+    def serve(self, consumer: Any) -> None:
+        """Run pending rebalance and commit callbacks (from poll()/consume())."""
+        self.last_poll = time.monotonic()
+        if self._poll_exceeded:
+            self._poll_exceeded = False
+            self.io.call_soon(self._request_rejoin, "application polled again after "
+                              "max.poll.interval.ms")
+        events = self.app_events
+        while events:
+            with self._app_lock:
+                if not events:
+                    break
+                ev = events.popleft()
+            kind = ev[0]
+            if kind == "commit":
+                cb = self.config["on_commit"]
+                if cb is not None:
+                    call_safely(cb, ev[1], ev[2])
+            elif kind == "revoke":
+                self._run_revoke(consumer, ev[1], ev[2], ev[3])
+            elif kind == "assign":
+                self._run_assign(consumer, ev[1], ev[2])
+
+    def _run_revoke(self, consumer: Any, tps: List[TopicPartition], lost: bool,
+                    token: int) -> None:
+        cb = self.on_lost if lost and self.on_lost is not None else self.on_revoke
+        before = consumer._assign_ops
+        if not lost and self.auto_commit:
+            # Offsets processed so far are committed before the partitions go, as
+            # librdkafka does with enable.auto.commit.
+            try:
+                stored = [tp for tp in consumer._stored_offsets()
+                          if (tp.topic, tp.partition) in {(t.topic, t.partition) for t in tps}]
+                if stored:
+                    self.commit(stored, asynchronous=False, timeout=5.0)
+            except KafkaException as exc:
+                _log.info("commit before revoke failed: %s", exc)
+        if cb is not None:
+            call_safely(cb, consumer, tps)
+        if consumer._assign_ops == before:
+            if self.cooperative:
+                keep = [tp for tp in tps if (tp.topic, tp.partition) in consumer._fetcher.parts]
+                if keep:
+                    consumer.incremental_unassign(keep)
+            else:
+                consumer.unassign()
+        self.io.call_soon(self._revoke_done, token)
+
+    def _run_assign(self, consumer: Any, tps: List[TopicPartition], token: int) -> None:
+        before = consumer._assign_ops
+        cb = self.on_assign
+        if cb is not None:
+            call_safely(cb, consumer, tps)
+        if consumer._assign_ops == before and token == self._op_token:
+            if self.cooperative:
+                new = [tp for tp in tps if (tp.topic, tp.partition)
+                       not in consumer._fetcher.parts]
+                if new:
+                    consumer.incremental_assign(new)
+            else:
+                consumer.assign(tps)
+        self.io.call_soon(self._assign_done, token)
+
+    def commit(self, tps: List[TopicPartition], asynchronous: bool,
+               timeout: Optional[float] = None) -> Optional[List[TopicPartition]]:
+        """Commit offsets; see Consumer.commit."""
+        offsets = [(tp.topic, tp.partition, tp.offset, tp.metadata,
+                    tp.leader_epoch if tp.leader_epoch is not None else -1) for tp in tps]
+        for topic, p, off, _m, _e in offsets:
+            if off < 0:
+                raise KafkaException(KafkaError(
+                    KafkaError._INVALID_ARG, f"commit(): {topic} [{p}] has no valid offset "
+                    f"({off})"))
+        if asynchronous:
+            def queued(err: Optional[KafkaError], result: List[TopicPartition]) -> None:
+                with self._app_lock:
+                    self.app_events.append(("commit", err, result))
+                self.wake_app()
+
+            self.io.call_soon(self._commit, offsets, queued,
+                              time.monotonic() + self.request_timeout)
+            return None
+        box: List[Any] = []
+        done = threading.Event()
+
+        def finished(err: Optional[KafkaError], result: List[TopicPartition]) -> None:
+            box.append((err, result))
+            done.set()
+
+        wait = self.request_timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        self.io.call_soon(self._commit, offsets, finished, deadline)
+        if not _wait_interruptibly(done, deadline + 0.5):
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            f"commit timed out after {wait:g}s"))
+        err, result = box[0]
+        cb = self.config["on_commit"]
+        if cb is not None:
+            call_safely(cb, err, result)
+        if err is not None:
+            raise KafkaException(err)
+        return result
+
+    def committed(self, tps: List[TopicPartition],
+                  timeout: Optional[float]) -> List[TopicPartition]:
+        box: List[Any] = []
+        done = threading.Event()
+        wait = self.request_timeout if timeout is None or timeout < 0 else timeout
+        deadline = time.monotonic() + wait
+        keys = [(tp.topic, tp.partition) for tp in tps]
+
+        def finished(result: Optional[Dict[Key, Tuple[int, Optional[str], int]]],
+                     err: Optional[KafkaError] = None) -> None:
+            box.append((result, err))
+            done.set()
+
+        self.io.call_soon(self._offset_fetch, keys, finished, deadline)
+        if not _wait_interruptibly(done, deadline + 0.5):
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            f"committed() timed out after {wait:g}s"))
+        result, err = box[0]
+        if result is None:
+            raise KafkaException(err or KafkaError(KafkaError._TIMED_OUT))
+        out = []
+        for topic, p in keys:
+            off, meta, epoch = result.get((topic, p), (-1, None, -1))
+            out.append(TopicPartition(topic, p, off if off >= 0 else OFFSET_INVALID, meta,
+                                      epoch if epoch >= 0 else None))
+        return out
+
+    def metadata(self) -> GroupMetadata:
+        return GroupMetadata(self.group_id, self.generation, self.member_id, self.instance_id)
+
+    def close(self, consumer: Any) -> None:
+        """Final commit, revoke callback, LeaveGroup (not for static members)."""
+        if self.patterns is not None and consumer._fetcher.parts:
+            tps = [TopicPartition(t, p) for (t, p) in sorted(consumer._fetcher.parts)]
+            self._run_revoke(consumer, tps, False, -1)
+        elif self.auto_commit:
+            stored = consumer._stored_offsets()
+            if stored:
+                try:
+                    self.commit(stored, asynchronous=False, timeout=5.0)
+                except KafkaException as exc:
+                    _log.info("final commit failed: %s", exc)
+        done = threading.Event()
+        self.io.call_soon(self._leave, "consumer closing", done)
+        done.wait(3)
+        self.closed = True
+
+    # ======================================================================= I/O thread
+    def tick(self, now: float) -> Optional[float]:
+        if self.closed:
+            return None
+        nxt: Optional[float] = None
+
+        def at(t: float) -> None:
+            nonlocal nxt
+            if nxt is None or t < nxt:
+                nxt = t
+
+        need_coord = self.patterns is not None or self._pending
+        if need_coord and self.coord_id is None:
+            if not self._finding and now >= self._find_after:
+                self._find_coordinator()
+            elif not self._finding:
+                at(self._find_after)
+        if self._pending:
+            conn = self._coord_conn()
+            if conn is not None and conn.ready:
+                pending, self._pending = self._pending, []
+                for op in pending:
+                    op.send(conn)
+            else:
+                for op in list(self._pending):
+                    if now >= op.deadline:
+                        self._pending.remove(op)
+                        op.fail(KafkaError(KafkaError._TIMED_OUT,
+                                           "group coordinator not available"))
+                at(now + 0.05)
+        if self.patterns is not None and self.coord_id is not None:
+            if self.state == UNJOINED and self._app_pending == 0:
+                if now >= self._rejoin_after:
+                    self._start_join(now)
+                else:
+                    at(self._rejoin_after)
+            elif self.state == STABLE:
+                if now - self.last_poll > self.max_poll_interval and not self._poll_exceeded:
+                    self._max_poll_exceeded()
+                elif not self._heartbeat_in_flight:
+                    if now >= self._next_heartbeat:
+                        self._send_heartbeat(now)
+                    else:
+                        at(self._next_heartbeat)
+                if self.state == STABLE and self._last_heartbeat_ok and \
+                        now - self._last_heartbeat_ok > self.session_timeout_ms / 1000.0:
+                    self._lose("no successful heartbeat within session.timeout.ms",
+                               reset_member=False)
+        if self.auto_commit and self.auto_commit_interval > 0:
+            if now >= self._next_auto_commit:
+                self._next_auto_commit = now + self.auto_commit_interval
+                self._auto_commit()
+            at(self._next_auto_commit)
+        return nxt
+
+    # -- coordinator -----------------------------------------------------------------------
+    def _coord_conn(self) -> Any:
+        if self.coord_id is None:
+            return None
+        return self.cluster.ensure_connected(self.coord_id)
+
+    def _find_coordinator(self) -> None:
+        from kafka_proto.messages import FindCoordinatorRequest
+
+        conn = self.cluster._ready_conn()
+        if conn is None:
+            self.cluster._kick_connect(time.monotonic())
+            self._find_after = time.monotonic() + 0.05
+            return
+        version = conn.versions.get(FIND_COORDINATOR_KEY)
+        if version is None:
+            self._fail_all(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
+                                      "broker does not support FindCoordinator"))
+            return
+        if version >= 4:
+            req = FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group_id])
+        else:
+            req = FindCoordinatorRequest(key=self.group_id, key_type=0)
+        self._finding = True
+        conn.send(req, self._on_find_coordinator)
+
+    def _on_find_coordinator(self, resp: Any, err: Optional[KafkaError]) -> None:
+        self._finding = False
+        if err is None:
+            if getattr(resp, "coordinators", None):
+                c = resp.coordinators[0]
+                code, node, host, port = c.error_code, c.node_id, c.host, c.port
+            else:
+                code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+            if code:
+                err = KafkaError(code, f"FindCoordinator({self.group_id})")
+        if err is not None:
+            _log.debug("coordinator lookup failed: %s", err.str())
+            self._find_after = time.monotonic() + self.retry_backoff
+            if not err.retriable() and err.code() not in (KafkaError._TRANSPORT,
+                                                          KafkaError._TIMED_OUT):
+                self.deliver_error(err)
+            return
+        brokers = self.cluster.metadata.brokers
+        if node not in brokers:
+            brokers[node] = (host, port, None)
+        self.coord_id = node
+        _log.debug("group %s: coordinator is broker %d (%s:%d)", self.group_id, node, host,
+                   port)
+        self.cluster.ensure_connected(node)
+
+    def _coordinator_lost(self, why: str) -> None:
+        if self.coord_id is not None:
+            _log.info("group %s: coordinator %s lost (%s)", self.group_id, self.coord_id, why)
+        self.coord_id = None
+        self._find_after = time.monotonic() + self.retry_backoff
+
+    def _send(self, req: Any, callback: Callable[[Any, Optional[KafkaError]], None],
+              version: Optional[int] = None, deadline: Optional[float] = None,
+              max_version: Optional[int] = None) -> None:
+        """Send to the coordinator now, or once it is known (failing at ``deadline``)."""
+        def send(conn: Any) -> None:
+            v = version
+            if v is None and max_version is not None:
+                neg = conn.versions.get(req.API_KEY)
+                v = None if neg is None else min(neg, max_version)
+            conn.send(req, callback, version=v)
+
+        conn = self._coord_conn()
+        if conn is not None and conn.ready:
+            send(conn)
+            return
+        self._pending.append(_Pending(send, lambda e: callback(None, e),
+                                      deadline or time.monotonic() + self.request_timeout))
+        self.io.wake()
+
+    def _fail_all(self, err: KafkaError) -> None:
+        pending, self._pending = self._pending, []
+        for op in pending:
+            op.fail(err)
+
+    # -- subscription and joining ------------------------------------------------------------
+    def _set_subscription(self, topics: Optional[List[str]], regexes: List[Any],
+                          done: Optional[threading.Event] = None) -> None:
+        if topics is None:
+            self.patterns = None
+            self._regexes = []
+            self._leave("unsubscribed")
+            if self.owned:
+                self._queue_revoke(sorted(self.owned), lost=False)
+                self.owned = set()
+            self.state = UNJOINED
+            if done is not None:
+                done.set()
+            return
+        self.patterns = topics
+        self._regexes = regexes
+        names = [t for t in topics if not t.startswith("^")]
+        if names:
+            self.cluster.want_topics(names)
+        if regexes:
+            self.cluster.metadata.request(None)
+        self._request_rejoin("subscription changed")
+
+    def _subscribed_topics(self) -> Optional[List[str]]:
+        """Topic names the subscription covers now; None while a pattern still waits for
+        the first full metadata."""
+        names = {t for t in self.patterns or () if not t.startswith("^")}
+        if self._regexes:
+            md = self.cluster.metadata
+            if not md.updates:
+                return None
+            for t, info in md.topics.items():
+                if t.startswith("__") or info.error:
+                    continue
+                if any(r.match(t) for r in self._regexes):
+                    names.add(t)
+        return sorted(names)
+
+    def _request_rejoin(self, reason: str) -> None:
+        if self.patterns is None:
+            return
+        self._rejoin_reason = reason
+        if self.state in (JOINING, SYNCING):
+            self._rejoin_pending = True
+            return
+        if self.state == WAIT_REVOKE:
+            return
+        if not self.cooperative and self.owned:
+            # Eager: hand everything back first; the join follows the application's revoke.
+            self.state = WAIT_REVOKE
+            owned = sorted(self.owned)
+            self.owned = set()
+            self._queue_revoke(owned, lost=False)
+            return
+        self.state = UNJOINED
+        self.io.wake()
+
+    def _queue_revoke(self, keys: List[Key], lost: bool) -> None:
+        self._app_pending += 1
+        tps = [TopicPartition(t, p) for t, p in keys]
+        with self._app_lock:
+            self.app_events.append(("revoke", tps, lost, self._op_token))
+        self.wake_app()
+
+    def _revoke_done(self, token: int) -> None:
+        self._app_pending = max(0, self._app_pending - 1)
+        if self.state == WAIT_REVOKE:
+            self.state = UNJOINED
+        self.io.wake()
+
+    def _assign_done(self, token: int) -> None:
+        self._app_pending = max(0, self._app_pending - 1)
+        self.io.wake()
+
+    def _start_join(self, now: float) -> None:
+        from kafka_proto.messages import JoinGroupRequest
+
+        topics = self._subscribed_topics()
+        if topics is None:
+            self.cluster.metadata.request(None)
+            self._rejoin_after = now + 0.05
+            return
+        self._rejoin_pending = False
+        md = self.cluster.metadata
+        self.joined_topics = topics
+        self._joined_counts = {t: md.topics[t].partition_count for t in topics
+                               if t in md.topics}
+        owned = sorted(self.owned) if self.cooperative else []
+        protocols = []
+        for a in self.assignors:
+            sub = Subscription(topics=topics,
+                               user_data=a.subscription_user_data(topics, owned),
+                               owned_partitions=owned, generation_id=self.generation,
+                               rack_id=self.rack)
+            protocols.append(JoinGroupRequest.JoinGroupRequestProtocol(
+                name=a.name, metadata=encode_subscription(sub, a.version)))
+        req = JoinGroupRequest(
+            group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=int(self.max_poll_interval * 1000),
+            member_id=self.member_id, group_instance_id=self.instance_id,
+            protocol_type=PROTOCOL_TYPE, protocols=protocols,
+            reason=self._rejoin_reason or None)
+        self.state = JOINING
+        token = self._op_token
+        _log.debug("group %s: joining (%s) with %s", self.group_id, self._rejoin_reason, topics)
+        # The broker holds JoinGroup for up to the rebalance timeout.
+        conn = self._coord_conn()
+        if conn is None:
+            self.state = UNJOINED
+            return
+        conn.send(req, lambda resp, err: self._on_join(resp, err, token),
+                  timeout=self.max_poll_interval + self.request_timeout)
+
+    def _on_join(self, resp: Any, err: Optional[KafkaError], token: int) -> None:
+        _log.debug("group %s: JoinGroup answered: %s", self.group_id,
+                   err.str() if err is not None else
+                   f"error {resp.error_code}, generation {resp.generation_id}, "
+                   f"member {resp.member_id}, leader {resp.leader}")
+        if token != self._op_token or self.state != JOINING:
+            return
+        code = resp.error_code if err is None else None
+        if err is None and code == MEMBER_ID_REQUIRED:
+            self.member_id = resp.member_id  # KIP-394: join again with the id we were given
+            self.state = UNJOINED
+            self._rejoin_after = 0.0
+            self.io.wake()
+            return
+        if err is None and code == 0:
+            self.generation = resp.generation_id
+            self.member_id = resp.member_id
+            self.leader_id = resp.leader
+            self.protocol_name = resp.protocol_name
+            self.state = SYNCING
+            if resp.leader == resp.member_id and not getattr(resp, "skip_assignment", False):
+                self._lead(resp, token)
+            else:
+                self._sync([], token)
+            return
+        self._join_failed(err if err is not None else KafkaError(code, "JoinGroup"))
+
+    def _join_failed(self, err: KafkaError) -> None:
+        code = err.code()
+        self.state = UNJOINED
+        self._rejoin_after = time.monotonic() + self.retry_backoff
+        if code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
+            self._reset_member(code == UNKNOWN_MEMBER_ID)
+        elif code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
+                                                    KafkaError._TIMED_OUT):
+            self._coordinator_lost(err.str())
+        elif code == FENCED_INSTANCE_ID:
+            self.deliver_error(KafkaError(code, f"group {self.group_id}: another member uses "
+                                          f"group.instance.id {self.instance_id!r}",
+                                          fatal=True))
+            self.patterns = None
+            return
+        elif code not in (COORDINATOR_LOAD_IN_PROGRESS, REBALANCE_IN_PROGRESS):
+            self.deliver_error(KafkaError(code, f"JoinGroup {self.group_id}: {err.str()}"))
+            self._rejoin_after = time.monotonic() + max(1.0, self.retry_backoff)
+        _log.debug("group %s: join failed: %s", self.group_id, err.str())
+        self.io.wake()
+
+    def _reset_member(self, forget_id: bool) -> None:
+        if forget_id:
+            self.member_id = ""
+        self.generation = -1
+
+    def _lead(self, resp: Any, token: int, waited: float = 0.0) -> None:
+        """We lead: once the metadata covers every member's topics, run the assignor."""
+        members = []
+        topics: Set[str] = set()
+        for m in resp.members:
+            try:
+                sub = decode_subscription(m.metadata)
+            except Exception as exc:  # a member's bytes are not ours to trust
+                _log.warning("group %s: member %s sent an undecodable subscription: %s",
+                             self.group_id, m.member_id, exc)
+                sub = Subscription(topics=[], user_data=None, owned_partitions=[])
+            members.append(MemberSubscription(m.member_id, m.group_instance_id, sub))
+            topics.update(sub.topics)
+        md = self.cluster.metadata
+        missing = [t for t in topics if t not in md.topics]
+        if missing and waited < 5.0:
+            self.cluster.want_topics(missing)
+            md.request(missing, fast=True)
+            self.io.call_later(0.05, self._lead_again, resp, token, waited + 0.05)
+            return
+        counts = {t: md.topics[t].partition_count for t in topics
+                  if t in md.topics and md.topics[t].partition_count > 0}
+        assignor = next((a for a in self.assignors if a.name == resp.protocol_name),
+                        self.assignors[0])
+        try:
+            plan = assignor.assign({m.member_id: m for m in members}, counts)
+        except Exception as exc:
+            _log.exception("group %s: assignor %s failed", self.group_id, assignor.name)
+            self.deliver_error(KafkaError(KafkaError._FAIL, f"assignor failed: {exc}"))
+            plan = {m.member_id: [] for m in members}
+        from kafka_proto.messages import SyncGroupRequest
+
+        assignments = [SyncGroupRequest.SyncGroupRequestAssignment(
+            member_id=mid, assignment=encode_assignment(parts))
+            for mid, parts in plan.items()]
+        self._sync(assignments, token)
+
+    def _lead_again(self, resp: Any, token: int, waited: float) -> None:
+        if token == self._op_token and self.state == SYNCING:
+            self._lead(resp, token, waited)
+
+    def _sync(self, assignments: List[Any], token: int) -> None:
+        from kafka_proto.messages import SyncGroupRequest
+
+        req = SyncGroupRequest(group_id=self.group_id, generation_id=self.generation,
+                               member_id=self.member_id, group_instance_id=self.instance_id,
+                               protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol_name,
+                               assignments=assignments)
+        conn = self._coord_conn()
+        if conn is None:
+            self._join_failed(KafkaError(KafkaError._TRANSPORT, "coordinator gone"))
+            return
+        # Every member has joined by now, so the answer waits only for the leader's
+        # assignment: a broker that starts another rebalance and forgets this request
+        # (Tansu does) costs at most the session timeout, not the rebalance timeout.
+        conn.send(req, lambda resp, err: self._on_sync(resp, err, token),
+                  timeout=self.session_timeout_ms / 1000.0)
+
+    def _on_sync(self, resp: Any, err: Optional[KafkaError], token: int) -> None:
+        _log.debug("group %s: SyncGroup answered: %s", self.group_id,
+                   err.str() if err is not None else f"error {resp.error_code}")
+        if token != self._op_token or self.state != SYNCING:
+            return
+        if err is None and resp.error_code:
+            err = KafkaError(resp.error_code, "SyncGroup")
+        if err is not None:
+            self._join_failed(err)
+            return
+        try:
+            keys = decode_assignment(resp.assignment).partitions if resp.assignment else []
+        except Exception as exc:
+            self.deliver_error(KafkaError(KafkaError._BAD_MSG,
+                                          f"group {self.group_id}: bad assignment: {exc}"))
+            keys = []
+        wanted = set(self.joined_topics)
+        new = {(t, p) for t, p in keys if t in wanted}
+        now = time.monotonic()
+        self.state = STABLE
+        self._last_heartbeat_ok = now
+        self._next_heartbeat = now + self.heartbeat_interval
+        _log.debug("group %s: generation %d, assigned %s", self.group_id, self.generation,
+                   sorted(new))
+        if self.cooperative:
+            revoked = self.owned - new
+            added = new - self.owned
+            self.owned = (self.owned - revoked) | added
+            if revoked:
+                self._queue_revoke(sorted(revoked), lost=False)
+                # KIP-429: join again so the revoked partitions reach their new owner.
+                self.state = UNJOINED
+                self._rejoin_reason = "revoked partitions"
+                # Not at once: noida-db and Tansu drop their answers to the other members
+                # of the generation just completed when a new JoinGroup arrives within
+                # milliseconds (seen here: the others then wait out their timeouts).
+                self._rejoin_after = now + min(self.heartbeat_interval, 0.5)
+            self._queue_assign(sorted(added))
+        else:
+            self.owned = new
+            self._queue_assign(sorted(new))
+        if self._rejoin_pending and self.state == STABLE:
+            self._request_rejoin(self._rejoin_reason)
+
+    def _queue_assign(self, keys: List[Key]) -> None:
+        self._app_pending += 1
+        tps = [TopicPartition(t, p) for t, p in keys]
+        with self._app_lock:
+            self.app_events.append(("assign", tps, self._op_token))
+        self.wake_app()
+
+    def _on_metadata(self, changed: Any) -> None:
+        if self.patterns is None or self.state != STABLE:
+            return
+        topics = self._subscribed_topics()
+        if topics is None:
+            return
+        md = self.cluster.metadata
+        counts = {t: md.topics[t].partition_count for t in topics if t in md.topics}
+        if topics != self.joined_topics or counts != self._joined_counts:
+            self._request_rejoin("subscribed topics changed")
+
+    # -- heartbeats and losing the membership ------------------------------------------------
+    def _send_heartbeat(self, now: float) -> None:
+        from kafka_proto.messages import HeartbeatRequest
+
+        conn = self._coord_conn()
+        if conn is None:
+            return
+        self._heartbeat_in_flight = True
+        self._next_heartbeat = now + self.heartbeat_interval
+        token = self._op_token
+        req = HeartbeatRequest(group_id=self.group_id, generation_id=self.generation,
+                               member_id=self.member_id, group_instance_id=self.instance_id)
+        conn.send(req, lambda resp, err: self._on_heartbeat(resp, err, token),
+                  timeout=self.session_timeout_ms / 1000.0)
+
+    def _on_heartbeat(self, resp: Any, err: Optional[KafkaError], token: int) -> None:
+        self._heartbeat_in_flight = False
+        if token != self._op_token or self.state != STABLE:
+            return
+        code = resp.error_code if err is None else err.code()
+        if code == 0:
+            self._last_heartbeat_ok = time.monotonic()
+            return
+        _log.debug("group %s: heartbeat in %s: %s", self.group_id, self.state,
+                   KafkaError(code).name())
+        if code == REBALANCE_IN_PROGRESS:
+            self._request_rejoin("group is rebalancing")
+        elif code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID):
+            self._lose(KafkaError(code).str(), reset_member=code == UNKNOWN_MEMBER_ID)
+            if code == FENCED_INSTANCE_ID:
+                self.deliver_error(KafkaError(code, f"group {self.group_id}: fenced by "
+                                              f"another member with group.instance.id "
+                                              f"{self.instance_id!r}", fatal=True))
+                self.patterns = None
+        elif code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
+                                                    KafkaError._TIMED_OUT):
+            self._coordinator_lost(f"heartbeat: {KafkaError(code).str()}")
+        self.io.wake()
+
+    def _lose(self, why: str, reset_member: bool) -> None:
+        """The membership is gone: the partitions are lost (not revoked cleanly)."""
+        _log.info("group %s: assignment lost (%s)", self.group_id, why)
+        self._op_token += 1
+        self._reset_member(reset_member)
+        if self.owned:
+            owned = sorted(self.owned)
+            self.owned = set()
+            self._queue_revoke(owned, lost=True)
+        self.state = UNJOINED
+        self._rejoin_reason = why
+        self._rejoin_after = time.monotonic() + self.retry_backoff
+
+    def _max_poll_exceeded(self) -> None:
+        self._poll_exceeded = True
+        self.deliver_error(KafkaError(
+            KafkaError._MAX_POLL_EXCEEDED,
+            f"Application maximum poll interval ({int(self.max_poll_interval * 1000)}ms) "
+            f"exceeded: leaving group"))
+        self._leave("max.poll.interval.ms exceeded")
+        self._lose("max.poll.interval.ms exceeded", reset_member=True)
+        # Stay out until the application polls again (serve() asks for the rejoin).
+        self._rejoin_after = float("inf")
+
+    def _leave(self, reason: str, done: Optional[threading.Event] = None) -> None:
+        from kafka_proto.messages import LeaveGroupRequest
+
+        if not self.member_id or self.instance_id is not None or self.coord_id is None:
+            # Static members keep their place until session.timeout.ms (KIP-345).
+            if done is not None:
+                done.set()
+            return
+        conn = self._coord_conn()
+        if conn is None:
+            if done is not None:
+                done.set()
+            return
+        req = LeaveGroupRequest(
+            group_id=self.group_id, member_id=self.member_id,
+            members=[LeaveGroupRequest.MemberIdentity(member_id=self.member_id,
+                                                      group_instance_id=None,
+                                                      reason=reason)])
+        _log.debug("group %s: leaving (%s)", self.group_id, reason)
+        self._op_token += 1
+        self.member_id = ""
+        self.generation = -1
+        self.state = UNJOINED
+
+        def left(resp: Any, err: Optional[KafkaError]) -> None:
+            if done is not None:
+                done.set()
+
+        conn.send(req, left, timeout=min(self.request_timeout, 2.0))
+
+    # -- offsets -----------------------------------------------------------------------------
+    def _auto_commit(self) -> None:
+        parts = [p for p in self.fetcher.parts.values()
+                 if p.assigned and p.stored >= 0 and p.stored != p.committed]
+        if not parts:
+            return
+        offsets = [(p.topic, p.partition, p.stored, p.stored_metadata, p.stored_epoch)
+                   for p in parts]
+
+        def done(err: Optional[KafkaError], result: List[TopicPartition]) -> None:
+            if self.config["on_commit"] is not None:
+                with self._app_lock:
+                    self.app_events.append(("commit", err, result))
+                self.wake_app()
+            elif err is not None:
+                _log.info("auto commit failed: %s", err.str())
+
+        self._commit(offsets, done, time.monotonic() + self.request_timeout)
+
+    def _commit(self, offsets: List[Tuple[str, int, int, Optional[str], int]],
+                done: Callable[[Optional[KafkaError], List[TopicPartition]], None],
+                deadline: float) -> None:
+        from kafka_proto.messages import OffsetCommitRequest
+
+        by_topic: Dict[str, List[Any]] = {}
+        for topic, p, off, meta, epoch in offsets:
+            by_topic.setdefault(topic, []).append(OffsetCommitRequest.OffsetCommitRequestPartition(
+                partition_index=p, committed_offset=off, committed_leader_epoch=epoch,
+                commit_timestamp=-1, committed_metadata=meta if meta is not None else ""))
+        member = self.patterns is not None and self.state in (STABLE, WAIT_REVOKE)
+        req = OffsetCommitRequest(
+            group_id=self.group_id,
+            generation_id_or_member_epoch=self.generation if member else -1,
+            member_id=self.member_id if member else "",
+            group_instance_id=self.instance_id if member else None,
+            retention_time_ms=-1,
+            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
+                    for t, ps in by_topic.items()])
+
+        def answered(resp: Any, err: Optional[KafkaError]) -> None:
+            result = []
+            first_err: Optional[KafkaError] = err
+            codes: Dict[Key, int] = {}
+            if err is None:
+                for t in resp.topics:
+                    for pr in t.partitions:
+                        codes[(t.name, pr.partition_index)] = pr.error_code
+            retry = err is not None and err.code() in (KafkaError._TRANSPORT,
+                                                       KafkaError._TIMED_OUT)
+            for topic, p, off, meta, epoch in offsets:
+                code = codes.get((topic, p), 0) if err is None else err.code()
+                tp = TopicPartition(topic, p, off, meta or None)
+                if code:
+                    e = err if err is not None else KafkaError(
+                        code, f"OffsetCommit {topic} [{p}]")
+                    tp._set_error(e)
+                    if first_err is None:
+                        first_err = e
+                    if code in COORDINATOR_ERRORS or code == COORDINATOR_LOAD_IN_PROGRESS:
+                        retry = True
+                result.append(tp)
+            if retry and time.monotonic() + self.retry_backoff < deadline:
+                if err is not None or any(c in COORDINATOR_ERRORS for c in codes.values()):
+                    self._coordinator_lost("commit failed")
+                self.io.call_later(self.retry_backoff, self._commit, offsets, done, deadline)
+                return
+            if first_err is None:
+                with self.fetcher.lock:
+                    for topic, p, off, _m, _e in offsets:
+                        part = self.fetcher.parts.get((topic, p))
+                        if part is not None:
+                            part.committed = off
+            elif first_err.code() in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
+                                      UNKNOWN_MEMBER_ID):
+                self._request_rejoin("commit was rejected by the group")
+            done(first_err, result)
+
+        self._send(req, answered, deadline=deadline, max_version=9)
+
+    def lookup_committed(self, parts: List[Any],
+                         done: Callable[[Optional[Dict[Key, int]]], None]) -> None:
+        """Fetcher hook: committed offsets of ``parts`` (OFFSET_STORED resolution)."""
+        keys = [p.key for p in parts]
+
+        def finished(result: Optional[Dict[Key, Tuple[int, Optional[str], int]]],
+                     err: Optional[KafkaError] = None) -> None:
+            if result is None:
+                if err is not None and not err.retriable() and err.code() not in (
+                        KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+                    self.deliver_error(err)
+                done(None)
+                return
+            done({k: v[0] for k, v in result.items()})
+
+        self._offset_fetch(keys, finished, time.monotonic() + self.request_timeout)
+
+    def _offset_fetch(self, keys: List[Key],
+                      done: Callable[..., None], deadline: float) -> None:
+        from kafka_proto.messages import OffsetFetchRequest
+
+        by_topic: Dict[str, List[int]] = {}
+        for t, p in keys:
+            by_topic.setdefault(t, []).append(p)
+        req = OffsetFetchRequest(
+            group_id=self.group_id,
+            topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                    for t, ps in by_topic.items()],
+            require_stable=self.fetcher.read_committed)
+
+        def answered(resp: Any, err: Optional[KafkaError]) -> None:
+            code = 0 if err is None else err.code()
+            if err is None and getattr(resp, "error_code", 0):
+                code = resp.error_code
+            result: Dict[Key, Tuple[int, Optional[str], int]] = {}
+            if code == 0:
+                for t in resp.topics:
+                    for pr in t.partitions:
+                        if pr.error_code and not code:
+                            code = pr.error_code
+                        result[(t.name, pr.partition_index)] = (
+                            pr.committed_offset, pr.metadata or None,
+                            getattr(pr, "committed_leader_epoch", -1))
+            if code == 0:
+                done(result)
+                return
+            if code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
+                                                      KafkaError._TIMED_OUT):
+                self._coordinator_lost("offset fetch failed")
+            retriable = code in COORDINATOR_ERRORS or code in (
+                COORDINATOR_LOAD_IN_PROGRESS, UNSTABLE_OFFSET_COMMIT, KafkaError._TRANSPORT)
+            if retriable and time.monotonic() + self.retry_backoff < deadline:
+                self.io.call_later(self.retry_backoff, self._offset_fetch, keys, done,
+                                   deadline)
+                return
+            done(None, err if err is not None else KafkaError(code, "OffsetFetch"))
+
+        self._send(req, answered, deadline=deadline, max_version=7)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 import struct
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import (
     Dict,
@@ -369,15 +369,18 @@ class CooperativeStickyAssignor(Assignor):
        first), each to the subscribed member with the fewest partitions so far.
     3. **Balance.** While some member A could pass partitions along a chain
        A -> B -> ... -> Z (each step a partition of a topic the next member subscribes to)
-       to a member Z holding at least two fewer than A, do so (shortest chain first,
-       starting from the most loaded member; a member gives up partitions new to it before
-       ones it owned). With equal subscriptions this ends with member counts differing by
-       at most one; in general it ends in an assignment no such chain can improve, which
-       minimises the spread of member counts, and a second run over its own result moves
-       nothing.
+       to a member Z holding at least two fewer than A, do so: A is the member holding
+       the most, the chain the shortest, Z among the nearest the one holding the fewest,
+       and a member passes on a partition new to it before one it owned. With equal
+       subscriptions this ends with member counts differing by at most one and moves no
+       more owned partitions than that balance needs. In general it ends when no such
+       chain is left, which is the optimality condition of semi-matchings (Harvey, Ladner,
+       Lovász, Tamir): no assignment has a smaller largest member count. A second run over
+       its own result moves nothing.
     4. **Cooperative rule.** A partition assigned to a member that did not claim it while
        another member did is left out of this round: its owner revokes it, rejoins, and
-       the next rebalance hands it over.
+       the next rebalance hands it over. (A partition assigned to one of its claimants is
+       not held back, as in the Java client: the other claimants revoke it.)
     """
 
     name = "cooperative-sticky"
@@ -400,9 +403,9 @@ class CooperativeStickyAssignor(Assignor):
         unowned: Dict[str, List[int]] = {}
         for topic in subscribers:
             for p in range(partitions_per_topic[topic]):
-                h = holders.get(owner.get((topic, p)))  # type: ignore[arg-type]
-                if h is not None and topic in h.topics:
-                    h.give(topic, p, mine=True)
+                mid = owner.get((topic, p))
+                if mid is not None and topic in holders[mid].topics:
+                    holders[mid].give(topic, p, mine=True)
                 else:
                     unowned.setdefault(topic, []).append(p)
 
@@ -423,7 +426,8 @@ class CooperativeStickyAssignor(Assignor):
         for mid in order:
             h = holders[mid]
             parts = [(t, p) for table in (h.kept, h.fresh) for t, ps in table.items() for p in ps]
-            result[mid] = sorted(tp for tp in parts if not (claims.get(tp, set()) - {mid}))
+            result[mid] = sorted(tp for tp in parts
+                                 if tp not in claims or mid in claims[tp])
         return result
 
     @staticmethod
@@ -472,34 +476,43 @@ class CooperativeStickyAssignor(Assignor):
 def _find_chain(start: _Holder, subscribers: Mapping[str, List[_Holder]]
                 ) -> Tuple[Optional[List[Tuple[_Holder, str]]], Iterable[_Holder]]:
     """Breadth-first search for the shortest chain from start to a member holding at
-    least two fewer partitions. Returns ([(member, topic it passes on), ...], visited);
-    the last entry's topic is unused. (None, visited) when there is none."""
+    least two fewer partitions; among the ends that are equally near, the one holding
+    the fewest (then first in member order).
+
+    Returns ([(member, topic it passes on), ...], visited), the last entry's topic unused,
+    or (None, visited) when there is no such chain.
+    """
     limit = start.load - 2
-    came_from: Dict[str, Tuple[Optional[_Holder], str]] = {start.mid: (None, "")}
-    by_id = {start.mid: start}
+    came_from: Dict[str, Tuple[_Holder, Optional[_Holder], str]] = {
+        start.mid: (start, None, "")}
     expanded: Set[str] = set()
-    queue = deque([start])
-    while queue:
-        x = queue.popleft()
-        for topic in x.held_topics():
-            if topic in expanded:
-                continue
-            expanded.add(topic)
-            for y in subscribers[topic]:
-                if y.mid in came_from:
-                    continue
-                came_from[y.mid] = (x, topic)
-                by_id[y.mid] = y
-                if y.load <= limit:
-                    path: List[Tuple[_Holder, str]] = [(y, "")]
-                    node, via = x, topic
-                    while node is not None:
-                        path.append((node, via))
-                        node, via = came_from[node.mid]
-                    path.reverse()
-                    return path, by_id.values()
-                queue.append(y)
-    return None, by_id.values()
+    level = [start]
+    while level:
+        best: Optional[_Holder] = None
+        following: List[_Holder] = []
+        for x in level:
+            for topic in x.held_topics():
+                if topic in expanded:
+                    continue  # its subscribers are reached already
+                expanded.add(topic)
+                for y in subscribers[topic]:
+                    if y.mid in came_from:
+                        continue
+                    came_from[y.mid] = (y, x, topic)
+                    following.append(y)
+                    if y.load <= limit and (
+                            best is None or (y.load, y.rank) < (best.load, best.rank)):
+                        best = y
+        if best is not None:
+            path: List[Tuple[_Holder, str]] = [(best, "")]
+            _, node, via = came_from[best.mid]
+            while node is not None:
+                path.append((node, via))
+                _, node, via = came_from[node.mid]
+            path.reverse()
+            return path, ()
+        level = following
+    return None, [entry[0] for entry in came_from.values()]
 
 
 _ASSIGNORS = {cls.name: cls for cls in (RangeAssignor, RoundRobinAssignor,

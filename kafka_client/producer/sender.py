@@ -22,6 +22,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from kafka_client._cluster.metadata import REFRESH_ERRORS, UNKNOWN_TOPIC_OR_PARTITION
+from kafka_client._net.connection import DISCONNECTED
 from kafka_client.errors import KafkaError
 from kafka_client.producer.accumulator import Accumulator, Batch, PartitionState, TopicState
 from kafka_client.producer.idempotence import (
@@ -70,6 +71,10 @@ class Sender:
         self.propagation = config["topic.metadata.propagation.max.ms"] / 1000.0
         self.auto_create = bool(config["allow.auto.create.topics"])
         self._next_expiry_check = 0.0
+        #: earliest retry_at of the batches requeued since the last tick() returned: a
+        #: request that fails inside tick() (a write error) requeues its batches after
+        #: tick() looked at the queues, and the I/O thread must still wake for them
+        self._requeued_at: Optional[float] = None
         self.inflight: set = set()  # batches sent and not answered
         # statistics
         self.tx_msgs = 0
@@ -137,6 +142,13 @@ class Sender:
 
     # -- the loop ----------------------------------------------------------------------
     def tick(self, now: float) -> Optional[float]:
+        nxt = self._tick(now)
+        if self._requeued_at is not None:
+            nxt = _earliest(nxt, self._requeued_at)
+            self._requeued_at = None
+        return nxt
+
+    def _tick(self, now: float) -> Optional[float]:
         acc = self.acc
         nxt = acc.close_expired(now)
         if now >= self._next_expiry_check:
@@ -177,6 +189,10 @@ class Sender:
                 cluster.metadata.request([p.topic.name], fast=True)
                 continue
             if not conn.can_send():
+                if conn.state == DISCONNECTED and conn.next_attempt > now:
+                    # In its reconnect backoff: nothing else wakes the loop when it ends
+                    # (the connection has no request queued), so look again then.
+                    nxt = _earliest(nxt, conn.next_attempt)
                 continue
             by_conn.setdefault(conn, []).append(p)
         for conn, plist in by_conn.items():
@@ -362,6 +378,7 @@ class Sender:
         """Put a batch back in its place (by batch order) in its partition's queue."""
         delay = min(self.backoff * (2 ** max(b.attempts - 1, 0)), self.backoff_max)
         b.retry_at = now + delay
+        self._requeued_at = _earliest(self._requeued_at, b.retry_at)
         p = b.part
         with self.acc.lock:
             ready = p.ready

@@ -17,6 +17,9 @@ from kafka_client.producer.sender import Sender
 
 
 class FakeConn:
+    state = "READY"
+    next_attempt = 0.0
+
     def __init__(self, node_id, max_in_flight=100):
         self.node_id = node_id
         self.host, self.port = "fake", node_id
@@ -335,3 +338,33 @@ def test_new_partitions_from_metadata_are_used():
     acc.produce("t", b"x", partition=2)
     run(sender)
     assert conns[1].sent[0][0].topic_data[0].partition_data[0].index == 2
+
+
+def test_a_send_that_fails_at_once_still_wakes_the_loop_for_the_retry():
+    """A write error inside tick() (EPIPE on a socket that just connected) fails the
+    request synchronously: the batch is requeued for retry.backoff.ms later, and tick()
+    must say so, or the I/O thread sleeps its safety-net second first (seen under the
+    fault proxy as 1 s stalls)."""
+    acc, sender, conns, reports, t = setup()
+    c = conns[1]
+
+    def send_fails(req, callback, **kw):
+        callback(None, KafkaError(KafkaError._TRANSPORT, "send failed: broken pipe"))
+    c.send = send_fails
+    acc.produce("t", b"x", partition=0)
+    now = time.monotonic() + 0.001     # linger.ms=0: the batch is ready
+    nxt = sender.tick(now)
+    (b,) = t.parts[0].ready
+    assert b.attempts == 1 and b.retry_at > now and not reports
+    assert nxt is not None and nxt <= b.retry_at
+
+
+def test_leader_in_reconnect_backoff_wakes_the_loop_when_the_backoff_ends():
+    acc, sender, conns, reports, t = setup()
+    c = conns[1]
+    acc.produce("t", b"x", partition=0)
+    now = time.monotonic() + 0.001     # linger.ms=0: the batch is ready
+    c.ready, c.state, c.next_attempt = False, "DISCONNECTED", now + 0.05
+    nxt = sender.tick(now)
+    assert not c.sent and len(t.parts[0].ready) == 1
+    assert nxt is not None and now < nxt <= now + 0.05

@@ -196,7 +196,9 @@ def test_auto_offset_reset(broker, topic_name, policy, trigger):
             assert [m.offset() for m in msgs] == list(range(5))
         elif policy == "latest":
             deadline = time.monotonic() + 10
-            while c.position([TopicPartition(topic_name, 0)])[0].offset < 0 \
+            # Wait until the reset is resolved (the position is the end, 5) before
+            # producing the message that must be the first one consumed.
+            while c.position([TopicPartition(topic_name, 0)])[0].offset != 5 \
                     and time.monotonic() < deadline:
                 assert [m for m in c.consume(10, 0.2) if m.error() is None] == []
             produce_confluent(broker.bootstrap, topic_name, [(0, None, b"new", None, 0)])

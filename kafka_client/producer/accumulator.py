@@ -53,7 +53,7 @@ class Batch:
 
     __slots__ = ("part", "builder", "append", "created", "deadline", "cbs", "count", "nbytes",
                  "data", "base_sequence", "attempts", "retry_at", "seq", "sent", "done",
-                 "pid", "epoch", "wall_ms")
+                 "pid", "epoch", "wall_ms", "last_error")
 
     def __init__(self, part: "PartitionState", builder: RecordBatchBuilder, now: float,
                  timeout: float, seq: int) -> None:
@@ -75,6 +75,7 @@ class Batch:
         self.pid = -1
         self.epoch = -1
         self.wall_ms = int(time.time() * 1000)  # for reports of messages stamped "now"
+        self.last_error: Optional[KafkaError] = None  # why it waits to be resent
 
     def __repr__(self) -> str:
         p = self.part

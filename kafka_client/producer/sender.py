@@ -345,6 +345,7 @@ class Sender:
             if self.idempotent and code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
                                             INVALID_PRODUCER_EPOCH):
                 if code == OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_retry(b):
+                    b.last_error = error
                     self._requeue(b, now)  # caused by the earlier batch's failure
                     continue
                 self._fatal(KafkaError(code, error.str(), fatal=True))
@@ -366,6 +367,7 @@ class Sender:
             return
         if err.retriable() and b.attempts <= self.retries and now < b.deadline:
             _log.info("%s: retrying after %s (attempt %d)", b, err.str(), b.attempts)
+            b.last_error = err
             self._requeue(b, now)
             return
         if err.retriable() and now >= b.deadline:
@@ -478,17 +480,34 @@ class Sender:
         return None
 
     def _resequence(self) -> None:
+        """New epoch: every partition's sequence restarts at 0; batches never sent get
+        their numbers when they first go out.
+
+        A batch sent under the old epoch that waits to be resent (its answer was lost)
+        may be in the log already: under the new epoch, with a new sequence, the broker
+        could not recognise it and would append it again. So it fails instead, as
+        POSSIBLY_PERSISTED, with the error that made it wait (nothing is in flight
+        here: the bump waited for that)."""
+        failed: List[Batch] = []
         with self.acc.lock:
             for t in self.acc.topics.values():
                 for p in t.parts or ():
-                    seq = 0
-                    for b in p.ready:
-                        if b.data is not None:
-                            b.base_sequence = seq
-                            b.pid, b.epoch = self.idem.producer_id, self.idem.epoch
-                            b.data = restamp(b.data, b.pid, b.epoch, seq)
-                            seq = (seq + b.count) & 0x7FFFFFFF
-                    p.next_seq = seq
+                    if any(b.sent for b in p.ready):
+                        keep = [b for b in p.ready if not b.sent]
+                        failed.extend(b for b in p.ready if b.sent)
+                        p.ready.clear()
+                        p.ready.extend(keep)
+                        if not keep:
+                            self.acc.ready_parts.discard(p)
+                    p.retrying = False
+                    p.next_seq = 0
+        for b in failed:
+            cause = b.last_error
+            self._deliver(b, KafkaError(
+                cause.code() if cause is not None else KafkaError._MSG_TIMED_OUT,
+                "not resent after the producer epoch was bumped: it may be in the log "
+                "already" + (f" ({cause.str()})" if cause is not None else "")),
+                -1, -1, POSSIBLY_PERSISTED)
 
     # -- purge ---------------------------------------------------------------------------
     def purge(self, queue_err: Optional[KafkaError], inflight_err: Optional[KafkaError],

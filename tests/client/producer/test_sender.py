@@ -313,6 +313,44 @@ def test_idempotence_timeout_of_a_sent_batch_bumps_the_epoch_and_restarts_sequen
     assert (b.producer_epoch, b.base_sequence) == (4, 0)
 
 
+
+def test_idempotence_epoch_bump_fails_batches_sent_under_the_old_epoch():
+    """A batch that was sent, lost its answer and waits to be resent may be in the log
+    already. If the epoch is bumped meanwhile (another batch timed out), sending it again
+    under the new epoch with a new sequence would append it a second time (seen as a
+    duplicated batch under the fault proxy with message.timeout.ms=1500): it must fail,
+    POSSIBLY_PERSISTED, and the partition's sequence restart with the next new batch."""
+    acc, sender, conns, reports, t = setup(partitions=(1, 1), **{
+        "enable.idempotence": True, "batch.num.messages": 1, "message.timeout.ms": 10000})
+    c = conns[1]
+    acc.produce("t", b"a", partition=0)
+    acc.produce("t", b"b", partition=1)
+    run(sender, 0.001)
+    c.answer()                        # producer id 77 epoch 3
+    run(sender, 0.001)
+    assert len(c.sent) == 1           # one request: a and b
+    c.fail()                          # the answer is lost: both may be in the log
+    (a,) = t.parts[0].ready
+    (b,) = t.parts[1].ready
+    assert a.sent and b.sent and b.base_sequence == 0
+    a.deadline = time.monotonic()     # a times out, b does not
+    sender._next_expiry_check = 0.0
+    run(sender, 0.05)
+    assert [(r[0], r[1].code(), r[4]) for r in reports] == [(a, KafkaError._MSG_TIMED_OUT, 1)]
+    assert [r.API_KEY for r, _, _ in c.sent] == [22]   # the epoch bump
+    c.sent.pop(0)[1](InitProducerIdResponse(error_code=0, producer_id=77, producer_epoch=4),
+                     None)
+    # b is not sent again under epoch 4: it fails, as possibly persisted.
+    assert [(r[0], r[1].code(), r[4]) for r in reports[1:]] == [(b, KafkaError._TRANSPORT, 1)]
+    assert not t.parts[1].ready
+    acc.produce("t", b"c", partition=1)
+    run(sender, 0.1)
+    (req, _, _), = c.sent
+    sent = [(pd.index, rb.producer_epoch, rb.base_sequence, [r.value for r in rb])
+            for td in req.topic_data for pd in td.partition_data
+            for rb in read_batches(pd.records)]
+    assert sent == [(1, 4, 0, [b"c"])]
+
 def test_leader_change_from_metadata_reroutes_queued_batches():
     acc, sender, conns, reports, t = setup(partitions=(1,), nodes=(1, 2))
     acc.produce("t", b"a", partition=0)

@@ -16,7 +16,9 @@ read when sequence numbers are in play (librdkafka's rules, as far as implemente
 * When a batch that was sent times out (message.timeout.ms), the partition's sequence
   would have a gap: librdkafka then bumps the epoch (a new InitProducerId) and restarts
   every sequence at 0 once nothing is in flight. Here: :meth:`Idempotence.request_bump`
-  and the sender's drain-then-reinit step.
+  and the sender's drain-then-reinit step. A broker that refuses the bump is asked for
+  a new producer id instead; batches sent under the old epoch and waiting to be resent
+  fail (POSSIBLY_PERSISTED) rather than go out again under the new one.
 """
 from __future__ import annotations
 
@@ -106,6 +108,12 @@ class Idempotence:
         self.init_failures += 1
         self.init_retry_at = now + min(backoff * (2 ** min(self.init_failures, 6)), 5.0)
         _log.info("InitProducerId failed (%s); retrying", err.str() if err else code)
+        if err is None and self.bump_wanted and self.producer_id >= 0:
+            # The broker refused to bump the epoch of this producer id (Tansu 0.6 answers
+            # UNKNOWN_SERVER_ERROR every time): ask for a new producer id instead, which
+            # does the same for a producer without transactions (sequences restart at 0).
+            _log.info("epoch bump refused: asking for a new producer id")
+            self.producer_id = self.epoch = -1
         return False
 
     def set_fatal(self, error: KafkaError) -> KafkaError:

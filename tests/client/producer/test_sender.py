@@ -351,6 +351,38 @@ def test_idempotence_epoch_bump_fails_batches_sent_under_the_old_epoch():
             for rb in read_batches(pd.records)]
     assert sent == [(1, 4, 0, [b"c"])]
 
+
+def test_idempotence_bump_refused_asks_for_a_new_producer_id():
+    """Tansu 0.6 answers an epoch bump (InitProducerId with the current id and epoch)
+    with UNKNOWN_SERVER_ERROR every time: asking again the same way never ends, and
+    every later message timed out. A refused bump asks for a new producer id instead,
+    which serves a producer without transactions as well."""
+    acc, sender, conns, reports, t = setup(**{"enable.idempotence": True,
+                                              "batch.num.messages": 1,
+                                              "message.timeout.ms": 200})
+    c = conns[1]
+    acc.produce("t", b"0", partition=0)
+    run(sender)
+    c.answer()                       # producer id 77 epoch 3
+    run(sender)
+    c.fail()                         # lost in flight
+    run(sender, 0.3)                 # ... and timed out: bump wanted
+    assert sender.idem.bump_wanted
+    sender._next_expiry_check = float("inf")
+    acc.produce("t", b"1", partition=0)
+    run(sender, 0.3)
+    req, cb, _ = c.sent.pop(0)
+    assert req.API_KEY == 22 and (req.producer_id, req.producer_epoch) == (77, 3)
+    cb(InitProducerIdResponse(error_code=-1, producer_id=-1, producer_epoch=-1), None)
+    run(sender, 1.0)                 # past the InitProducerId retry backoff
+    req, cb, _ = c.sent.pop(0)
+    assert req.API_KEY == 22 and (req.producer_id, req.producer_epoch) == (-1, -1)
+    cb(InitProducerIdResponse(error_code=0, producer_id=78, producer_epoch=0), None)
+    run(sender, 1.0)
+    (b,) = list(read_batches(c.sent[0][0].topic_data[0].partition_data[0].records))
+    assert (b.producer_id, b.producer_epoch, b.base_sequence) == (78, 0, 0)
+    assert [r.value for r in b] == [b"1"]
+
 def test_leader_change_from_metadata_reroutes_queued_batches():
     acc, sender, conns, reports, t = setup(partitions=(1,), nodes=(1, 2))
     acc.produce("t", b"a", partition=0)

@@ -33,6 +33,7 @@ import pytest
 from kafka_client import Producer
 from kafka_client._testing.proxy import DOWNSTREAM, UPSTREAM, FaultProxy
 from kafka_client._testing.simple import fetch_all
+from tests.conftest import _selected_kinds
 
 pytestmark = pytest.mark.integration
 
@@ -354,6 +355,69 @@ def test_faults_through_proxy(broker, topic_name, idempotent, retry_counter, rec
         dups = check_none_lost(log)
         record_property("duplicates", dups)
         print(f"{broker.kind} without idempotence: {dups} duplicates in {N} messages")
+
+
+@pytest.mark.parametrize("kind", ["tansu", "noida"])
+def test_faults_with_message_timeouts(request, kind, topic_name, retry_counter,
+                                      record_property):
+    """Idempotence on, with stalls longer than message.timeout.ms: some messages fail
+    (_MSG_TIMED_OUT, or after an epoch bump the error that kept a sent batch waiting),
+    the producer bumps its epoch and goes on. Each failed message is in the log at most
+    once (never if NOT_PERSISTED), each delivered one exactly once, and the log of each
+    partition is in production order."""
+    if kind not in _selected_kinds():
+        pytest.skip(f"{kind} not in KAFKA_TEST_BROKERS")
+    broker = request.getfixturevalue(f"{kind}_broker")
+    broker.create_topic(topic_name, partitions=PARTITIONS)
+    reports = Reports()
+    with FaultProxy(broker.host, broker.port, rewrite_addresses=True,
+                    name=f"timeouts-{kind}") as proxy:
+        conf = producer_config(proxy.bootstrap, True)
+        conf["message.timeout.ms"] = 1500
+        p = Producer(conf)
+        try:
+            p.list_topics(topic_name, timeout=10)
+            faults = Faults(proxy, seed=8, long_every=1000, long_stall=2.5)  # one, early
+            faults.start()
+            try:
+                produce_all(p, topic_name, reports)
+                left = p.flush(60)
+            finally:
+                faults.stop()
+            left = p.flush(60) if left else left
+            assert left == 0, f"{left} messages without a delivery report"
+        finally:
+            p.close(5)
+        stats = proxy.stats()
+    log = read_log(broker, topic_name)
+    failed = {i: status for i, _err, status in reports.errors}
+    codes = collections.Counter(err.name() for _i, err, _s in reports.errors)
+    in_log = collections.Counter(i for part in log.values() for _o, i, _b in part)
+    summary = dict(stats, **{f"faults_{k}": v for k, v in faults.counts.items()},
+                   retries=retry_counter.retries, failed=len(failed),
+                   failed_in_log=sum(1 for i in failed if in_log[i]), **codes)
+    print(f"\n{kind} with message timeouts: {summary}")
+    for k, v in summary.items():
+        record_property(k, v)
+
+    assert reports.count == N
+    assert faults.counts["long_stall"] >= 1
+    # The long stall made messages time out, and the producer recovered: messages
+    # produced after the last failure were delivered.
+    assert failed, "no message timed out: the stall did not hit"
+    assert max(failed) < N - 10_000, f"failures up to the end: {max(failed)}"
+    assert set(codes) <= {"_MSG_TIMED_OUT", "_TRANSPORT", "_TIMED_OUT"}, codes
+    for part in range(PARTITIONS):
+        numbers = [i for _o, i, _b in log[part]]
+        assert [o for o, _i, _b in log[part]] == list(range(len(numbers)))
+        dups = [i for i, c in collections.Counter(numbers).items() if c > 1]
+        assert not dups, f"partition {part}: {len(dups)} duplicated, first {sorted(dups)[:5]}"
+        assert numbers == sorted(numbers), f"partition {part}: out of order"
+        missing = [i for i in expected(part) if i not in in_log and i not in failed]
+        assert not missing, f"partition {part}: {len(missing)} delivered but not in the log"
+    never_sent_but_in_log = [i for i, st in failed.items() if st == 0 and in_log[i]]
+    assert not never_sent_but_in_log, never_sent_but_in_log[:5]
+    check_report_offsets(log, reports, kind)
 
 
 # --------------------------------------------------------------------------- restart

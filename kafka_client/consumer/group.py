@@ -46,7 +46,7 @@ __all__ = ["GroupCoordinator", "GroupMetadata"]
 
 _log = logging.getLogger("kafka_client.consumer.group")
 
-OFFSET_COMMIT_KEY, OFFSET_FETCH_KEY, FIND_COORDINATOR_KEY = 8, 9, 10
+OFFSET_COMMIT_KEY, OFFSET_FETCH_KEY, FIND_COORDINATOR_KEY, LEAVE_GROUP_KEY = 8, 9, 10, 13
 PROTOCOL_TYPE = "consumer"
 
 # Broker error codes the group logic handles by name.
@@ -332,9 +332,14 @@ class GroupCoordinator:
                 except KafkaException as exc:
                     _log.info("final commit failed: %s", exc)
         done = threading.Event()
-        self.io.call_soon(self._leave, "consumer closing", done)
+
+        def leave() -> None:
+            self.patterns = None  # no rejoin after leaving
+            self._leave("consumer closing", done)
+            self.closed = True
+
+        self.io.call_soon(leave)
         done.wait(3)
-        self.closed = True
 
     # ======================================================================= I/O thread
     def tick(self, now: float) -> Optional[float]:
@@ -448,16 +453,20 @@ class GroupCoordinator:
         self.coord_id = None
         self._find_after = time.monotonic() + self.retry_backoff
 
-    def _send(self, req: Any, callback: Callable[[Any, Optional[KafkaError]], None],
-              version: Optional[int] = None, deadline: Optional[float] = None,
-              max_version: Optional[int] = None) -> None:
-        """Send to the coordinator now, or once it is known (failing at ``deadline``)."""
+    def _send(self, api_key: int, make: Callable[[int], Any],
+              callback: Callable[[Any, Optional[KafkaError]], None],
+              deadline: Optional[float] = None, max_version: int = 1 << 15) -> None:
+        """Send ``make(version)`` to the coordinator now, or once it is known and
+        connected (failing at ``deadline``). ``version`` is the negotiated one, capped at
+        ``max_version``: requests whose fields depend on it are built for it."""
         def send(conn: Any) -> None:
-            v = version
-            if v is None and max_version is not None:
-                neg = conn.versions.get(req.API_KEY)
-                v = None if neg is None else min(neg, max_version)
-            conn.send(req, callback, version=v)
+            neg = conn.versions.get(api_key)
+            if neg is None:
+                callback(None, KafkaError(KafkaError._UNSUPPORTED_FEATURE,
+                                          f"the coordinator does not support API {api_key}"))
+                return
+            v = min(neg, max_version)
+            conn.send(make(v), callback, version=v)
 
         conn = self._coord_conn()
         if conn is not None and conn.ready:
@@ -834,11 +843,15 @@ class GroupCoordinator:
             if done is not None:
                 done.set()
             return
-        req = LeaveGroupRequest(
-            group_id=self.group_id, member_id=self.member_id,
-            members=[LeaveGroupRequest.MemberIdentity(member_id=self.member_id,
-                                                      group_instance_id=None,
-                                                      reason=reason)])
+        version = conn.versions.get(LEAVE_GROUP_KEY, 0)
+        if version >= 3:  # v3+ names the members leaving; older versions one member id
+            req = LeaveGroupRequest(
+                group_id=self.group_id,
+                members=[LeaveGroupRequest.MemberIdentity(member_id=self.member_id,
+                                                          group_instance_id=None,
+                                                          reason=reason)])
+        else:
+            req = LeaveGroupRequest(group_id=self.group_id, member_id=self.member_id)
         _log.debug("group %s: leaving (%s)", self.group_id, reason)
         self._op_token += 1
         self.member_id = ""
@@ -846,10 +859,12 @@ class GroupCoordinator:
         self.state = UNJOINED
 
         def left(resp: Any, err: Optional[KafkaError]) -> None:
+            _log.debug("group %s: LeaveGroup answered: %s", self.group_id,
+                       err.str() if err is not None else f"error {resp.error_code}")
             if done is not None:
                 done.set()
 
-        conn.send(req, left, timeout=min(self.request_timeout, 2.0))
+        conn.send(req, left, version=version, timeout=min(self.request_timeout, 2.0))
 
     # -- offsets -----------------------------------------------------------------------------
     def _auto_commit(self) -> None:
@@ -881,14 +896,16 @@ class GroupCoordinator:
                 partition_index=p, committed_offset=off, committed_leader_epoch=epoch,
                 commit_timestamp=-1, committed_metadata=meta if meta is not None else ""))
         member = self.patterns is not None and self.state in (STABLE, WAIT_REVOKE)
-        req = OffsetCommitRequest(
-            group_id=self.group_id,
-            generation_id_or_member_epoch=self.generation if member else -1,
-            member_id=self.member_id if member else "",
-            group_instance_id=self.instance_id if member else None,
-            retention_time_ms=-1,
-            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
-                    for t, ps in by_topic.items()])
+
+        def make(version: int) -> Any:
+            return OffsetCommitRequest(
+                group_id=self.group_id,
+                generation_id_or_member_epoch=self.generation if member else -1,
+                member_id=self.member_id if member else "",
+                group_instance_id=self.instance_id if member and version >= 7 else None,
+                retention_time_ms=-1,
+                topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
+                        for t, ps in by_topic.items()])
 
         def answered(resp: Any, err: Optional[KafkaError]) -> None:
             result = []
@@ -928,7 +945,7 @@ class GroupCoordinator:
                 self._request_rejoin("commit was rejected by the group")
             done(first_err, result)
 
-        self._send(req, answered, deadline=deadline, max_version=9)
+        self._send(OFFSET_COMMIT_KEY, make, answered, deadline=deadline, max_version=9)
 
     def lookup_committed(self, parts: List[Any],
                          done: Callable[[Optional[Dict[Key, int]]], None]) -> None:
@@ -954,11 +971,14 @@ class GroupCoordinator:
         by_topic: Dict[str, List[int]] = {}
         for t, p in keys:
             by_topic.setdefault(t, []).append(p)
-        req = OffsetFetchRequest(
-            group_id=self.group_id,
-            topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                    for t, ps in by_topic.items()],
-            require_stable=self.fetcher.read_committed)
+
+        def make(version: int) -> Any:
+            return OffsetFetchRequest(
+                group_id=self.group_id,
+                topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=t,
+                                                                   partition_indexes=ps)
+                        for t, ps in by_topic.items()],
+                require_stable=self.fetcher.read_committed and version >= 7)
 
         def answered(resp: Any, err: Optional[KafkaError]) -> None:
             code = 0 if err is None else err.code()
@@ -987,4 +1007,5 @@ class GroupCoordinator:
                 return
             done(None, err if err is not None else KafkaError(code, "OffsetFetch"))
 
-        self._send(req, answered, deadline=deadline, max_version=7)
+        # v8+ asks for several groups at once, in another layout: v7 is all we need.
+        self._send(OFFSET_FETCH_KEY, make, answered, deadline=deadline, max_version=7)

@@ -1,0 +1,137 @@
+"""Consumer API checks that need no broker: configuration and misuse give clear errors."""
+from __future__ import annotations
+
+import pytest
+
+from kafka_client import (
+    OFFSET_TAIL,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+# Nothing listens on port 1 of the loopback address: the client just keeps retrying.
+NOWHERE = "127.0.0.1:1"
+
+
+@pytest.fixture
+def consumer():
+    c = Consumer({"bootstrap.servers": NOWHERE, "log_level": 0})
+    yield c
+    c.close()
+
+
+def code_of(excinfo):
+    return excinfo.value.args[0].code()
+
+
+def test_unknown_property_and_invalid_value_name_the_property():
+    with pytest.raises(KafkaException) as e:
+        Consumer({"bootstrap.servers": NOWHERE, "fetch.wait.max.msec": 5})
+    assert code_of(e) == KafkaError._INVALID_ARG and "fetch.wait.max.msec" in str(e.value)
+    with pytest.raises(KafkaException) as e:
+        Consumer({"bootstrap.servers": NOWHERE, "auto.offset.reset": "sometimes"})
+    assert code_of(e) == KafkaError._INVALID_ARG and "auto.offset.reset" in str(e.value)
+    with pytest.raises(KafkaException) as e:
+        Consumer({"bootstrap.servers": NOWHERE, "partition.assignment.strategy":
+                  "range,cooperative-sticky"})
+    assert "cannot be combined" in str(e.value)
+
+
+def test_group_calls_without_group_id(consumer):
+    for call in (lambda: consumer.subscribe(["t"]),
+                 lambda: consumer.commit(offsets=[TopicPartition("t", 0, 5)]),
+                 lambda: consumer.committed([TopicPartition("t", 0)]),
+                 lambda: consumer.unsubscribe()):
+        with pytest.raises(KafkaException) as e:
+            call()
+        assert code_of(e) == KafkaError._INVALID_ARG
+        assert "group.id" in str(e.value)
+    assert consumer.memberid() is None
+
+
+def test_seek_and_store_need_an_assigned_partition(consumer):
+    with pytest.raises(KafkaException) as e:
+        consumer.seek(TopicPartition("t", 0, 5))
+    assert code_of(e) == KafkaError._STATE and "t [0] is not assigned" in str(e.value)
+    consumer.assign([TopicPartition("t", 0, 0)])
+    consumer.seek(TopicPartition("t", 0, 5))
+    assert consumer.position([TopicPartition("t", 0)])[0].offset == 5
+    with pytest.raises(KafkaException) as e:
+        consumer.store_offsets(offsets=[TopicPartition("t", 1, 3)])
+    assert code_of(e) == KafkaError._STATE
+    with pytest.raises(KafkaException) as e:
+        consumer.pause([TopicPartition("t", 1)])
+    assert code_of(e) == KafkaError._STATE
+
+
+def test_assignment_calls(consumer):
+    consumer.assign([TopicPartition("a", 0), TopicPartition("a", 1, 7)])
+    assert sorted(consumer.assignment()) == [TopicPartition("a", 0), TopicPartition("a", 1)]
+    consumer.incremental_assign([TopicPartition("b", 0, OFFSET_TAIL(3))])
+    with pytest.raises(KafkaException) as e:
+        consumer.incremental_assign([TopicPartition("b", 0)])
+    assert code_of(e) == KafkaError._CONFLICT
+    consumer.incremental_unassign([TopicPartition("a", 0)])
+    assert sorted(consumer.assignment()) == [TopicPartition("a", 1), TopicPartition("b", 0)]
+    with pytest.raises(KafkaException) as e:
+        consumer.incremental_unassign([TopicPartition("a", 0)])
+    assert code_of(e) == KafkaError._CONFLICT
+    consumer.unassign()
+    assert consumer.assignment() == []
+
+
+def test_argument_types(consumer):
+    with pytest.raises(TypeError):
+        consumer.assign(TopicPartition("t", 0))  # a list is needed
+    with pytest.raises(TypeError):
+        consumer.assign([("t", 0)])
+    with pytest.raises(KafkaException):
+        consumer.assign([TopicPartition("t")])  # no partition number
+    with pytest.raises(ValueError):
+        consumer.consume(0)
+    with pytest.raises(ValueError):
+        consumer.consume(1_000_001)
+    with pytest.raises(ValueError):
+        consumer.store_offsets()
+    with pytest.raises(KafkaException) as e:
+        consumer.seek(TopicPartition("t", 0))  # OFFSET_INVALID
+    assert code_of(e) == KafkaError._INVALID_ARG
+    with pytest.raises(ValueError):
+        OFFSET_TAIL(-1)
+
+
+def test_nothing_to_consume_returns_within_the_timeout(consumer):
+    import time
+
+    t = time.monotonic()
+    assert consumer.consume(10, 0.3) == []
+    assert consumer.poll(0.1) is None
+    assert time.monotonic() - t < 2
+
+
+def test_commit_of_an_event_is_refused():
+    c = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "log_level": 0})
+    try:
+        event = Message(error=KafkaError(KafkaError._PARTITION_EOF))
+        with pytest.raises(KafkaException):
+            c.commit(message=event)
+        with pytest.raises(KafkaException) as e:
+            c.commit()  # nothing stored
+        assert code_of(e) == KafkaError._NO_OFFSET
+        with pytest.raises(TypeError):
+            c.subscribe("topic")  # a list is needed
+    finally:
+        c.close()
+
+
+def test_calls_after_close_raise_runtime_error():
+    c = Consumer({"bootstrap.servers": NOWHERE})
+    c.close()
+    c.close()  # twice is fine
+    for call in (lambda: c.poll(0), lambda: c.consume(1, 0), lambda: c.assignment(),
+                 lambda: c.assign([TopicPartition("t", 0)])):
+        with pytest.raises(RuntimeError, match="closed"):
+            call()

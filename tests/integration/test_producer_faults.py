@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import random
 import threading
 import time
 from typing import Dict, List
@@ -39,6 +38,8 @@ import pytest
 from kafka_client import Producer
 from kafka_client._testing.proxy import DOWNSTREAM, UPSTREAM, FaultProxy
 from kafka_client._testing.simple import fetch_all
+
+from fault_cycle import Faults  # tests/integration/fault_cycle.py
 
 pytestmark = pytest.mark.integration
 
@@ -54,80 +55,6 @@ SOCKET_TIMEOUT_MS = 1000
 
 def _value(i: int) -> bytes:
     return b"%08d" % i
-
-
-class Faults(threading.Thread):
-    """Cycles through the fault kinds on ``proxy`` every ``interval`` seconds (jittered
-    0.5x..1.5x by a seeded generator) until stopped; counts what it did.
-
-    Kinds: ``cut`` (FIN both sides), ``reset`` (RST), ``stall`` (both directions, held
-    20..200 ms, then resumed), ``drop_up`` / ``drop_down`` (the connection carrying the
-    k-th next byte in that direction is closed right there, k random up to 64 KiB going
-    up, 2 KiB coming down; FIN or RST), and the 10th fault and every ``long_every``-th
-    after it a ``long_stall`` of answers only, longer than ``socket.timeout.ms``, so
-    requests time out on the client after the broker has handled them.
-    """
-
-    KINDS = ("cut", "stall", "drop_up", "reset", "drop_down")
-
-    def __init__(self, proxy: FaultProxy, seed: int, interval: float = 0.05,
-                 long_every: int = 40, long_stall: float = SOCKET_TIMEOUT_MS / 1000 + 0.3):
-        super().__init__(name="producer-faults", daemon=True)
-        self.proxy = proxy
-        self.rng = random.Random(seed)
-        self.interval = interval
-        self.long_every = long_every
-        self.long_stall = long_stall
-        self.counts: Dict[str, int] = collections.Counter()
-        self.error: BaseException = None  # type: ignore[assignment]
-        self._stop_event = threading.Event()
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(10)
-        assert not self.is_alive(), "fault thread did not stop"
-        if self.error is not None:
-            raise self.error
-
-    def _sleep(self, seconds: float) -> bool:
-        return not self._stop_event.wait(seconds)
-
-    def run(self) -> None:
-        p = self.proxy
-        n = 0
-        try:
-            while self._sleep(self.interval * self.rng.uniform(0.5, 1.5)):
-                n += 1
-                if self.long_every and n % self.long_every == 10:
-                    kind = "long_stall"
-                else:
-                    kind = self.KINDS[n % len(self.KINDS)]
-                if kind == "cut":
-                    p.cut()
-                elif kind == "reset":
-                    p.reset()
-                elif kind == "stall":
-                    p.stall()
-                    self._sleep(self.rng.uniform(0.02, 0.2))
-                    p.resume()
-                elif kind == "long_stall":
-                    p.stall(DOWNSTREAM)
-                    self._sleep(self.long_stall)
-                    p.resume(DOWNSTREAM)
-                else:
-                    # Requests are tens of KiB, answers about a hundred bytes.
-                    up = kind == "drop_up"
-                    p.drop_after(self.rng.randrange(1, 65536 if up else 2048),
-                                 UPSTREAM if up else DOWNSTREAM,
-                                 rst=self.rng.random() < 0.5)
-                self.counts[kind] += 1
-        except BaseException as exc:  # handed to the test by stop()
-            self.error = exc
-        finally:
-            try:
-                p.resume()
-            except Exception:
-                pass
 
 
 class Reports:

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
 from kafka_client._cluster.metadata import ClusterMetadata
@@ -34,7 +34,7 @@ from kafka_client.consumer.fetcher import (
     PartitionState,
 )
 from kafka_client.errors import KafkaError, KafkaException
-from kafka_proto.records import RecordFactory
+from kafka_proto.records import ColumnBuilder, RecordFactory
 from kafka_client.types import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -90,7 +90,7 @@ class Consumer:
         self._buf: List[Message] = []
         self._buf_pos = 0
         self._buf_part: Optional[PartitionState] = None
-        self._buf_version = -1
+        self._columns: Optional[ColumnBuilder] = None  # reused by consume_arrow()
         self._auto_store = bool(cfg["enable.auto.offset.store"])
         self._assign_ops = 0  # assign()-family calls (rebalance callbacks are checked for them)
         self._error_cb: Optional[Callable] = cfg["error_cb"]
@@ -319,6 +319,99 @@ class Consumer:
                 return out
             # Short slices: Ctrl-C gets through, callbacks keep flowing.
             self._ready.wait(min(remaining, 0.2))
+
+    def consume_arrow(self, max_records: int = 10000, timeout: Optional[float] = -1) -> Any:
+        """Up to ``max_records`` messages as one ``pyarrow.RecordBatch`` (columns topic,
+        partition, offset, timestamp, timestamp_type, key, value, headers; see
+        :func:`kafka_client.consumer.arrow.schema`), returned as soon as that many are
+        there or ``timeout`` seconds passed (-1 or None: no limit). The codec writes the
+        records straight into Arrow buffers: no Python object per message. Positions and
+        stored offsets advance as with consume(). Error events that consume() would return
+        are raised as KafkaException (after the rows before them were returned);
+        _PARTITION_EOF events are not reported here. Needs pyarrow."""
+        from kafka_client.consumer.arrow import to_record_batch
+
+        self._check_open()
+        if isinstance(max_records, bool) or not isinstance(max_records, int) \
+                or not 1 <= max_records <= _MAX_CONSUME:
+            raise ValueError(f"max_records must be an int in 1..{_MAX_CONSUME}")
+        deadline = float("inf") if timeout is None or timeout < 0 else \
+            time.monotonic() + timeout
+        cols = self._columns
+        if cols is None:
+            cols = self._columns = ColumnBuilder(TIMESTAMP_CREATE_TIME,
+                                                 TIMESTAMP_LOG_APPEND_TIME)
+        error: Optional[KafkaError] = None
+        while True:
+            self._serve()
+            error = self._fill_columns(cols, max_records)
+            if error is not None or len(cols) >= max_records:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._ready.wait(min(remaining, 0.2))
+        if error is not None and not len(cols):
+            raise KafkaException(error)
+        return to_record_batch(cols.finish())
+
+    def _fill_columns(self, cols: ColumnBuilder, n: int) -> Optional[KafkaError]:
+        """Move up to ``n - len(cols)`` messages from the queue into ``cols``; returns an
+        error event met on the way (left in the queue if rows were added before it)."""
+        auto_store = self._auto_store
+        queue = self._queue
+        buf = self._buf
+        pos = self._buf_pos
+        if pos < len(buf):
+            # Messages decoded by an earlier consume()/poll() go first, in order.
+            part = self._buf_part
+            cols.set_source(part.topic, part.partition)
+            while pos < len(buf) and len(cols) < n:
+                m = buf[pos]
+                ts = m._timestamp
+                cols.append_row(m._offset, ts[1], ts[0], m._key, m._value, m._headers)
+                pos += 1
+            self._buf_pos = pos
+            part.app_pos = buf[pos - 1]._offset + 1
+            if auto_store:
+                part.stored = part.app_pos
+        while len(cols) < n:
+            with self._lock:
+                if not queue:
+                    self._ready.clear()
+                    return None
+                item = queue[0]
+                part = item.part
+                stale = part is not None and (item.version != part.version
+                                              or not part.assigned)
+                if type(item) is Event:
+                    if stale:
+                        queue.popleft()
+                        continue
+                    err = item.message.error()
+                    if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                        queue.popleft()
+                        continue
+                    if len(cols):
+                        return err  # returned next time, after these rows
+                    queue.popleft()
+                    return err
+                if stale or part.paused:
+                    queue.popleft()
+                    self._fetcher.taken(item)
+                    continue
+            before = len(cols)
+            done = _decode_columns(item, cols, n - before)
+            if len(cols) > before:
+                part.app_pos = cols.last_offset + 1
+                if auto_store:
+                    part.stored = part.app_pos
+            if done:
+                with self._lock:
+                    if queue and queue[0] is item:
+                        queue.popleft()
+                        self._fetcher.taken(item)
+        return None
 
     def _fill(self, out: List[Message], n: int) -> None:
         """Move up to ``n - len(out)`` messages from the queue to ``out``."""
@@ -645,15 +738,12 @@ def _check_partitions(partitions: Any, what: str) -> List[TopicPartition]:
     return list(partitions)
 
 
-def _decode_chunk(chunk: Chunk) -> List[Message]:
-    """The messages of a chunk, in offset order: records before the chunk's start, control
-    batches and (read_committed) aborted transactions left out."""
-    part = chunk.part
-    topic = part.topic
-    partition = part.partition
+def _data_batches(chunk: Chunk) -> Iterator[Any]:
+    """The batches of a chunk whose records go to the application, in order: control
+    batches and (read_committed) aborted transactions left out, and batches that end
+    before the chunk's start. Always walks the chunk from its first batch, so the abort
+    markers are seen in order however often a chunk is resumed."""
     start = chunk.start
-    out: List[Message] = []
-    append = out.append
     aborted = chunk.aborted
     ai = 0
     aborting: set = set()
@@ -671,19 +761,60 @@ def _decode_chunk(chunk: Chunk) -> List[Message]:
             continue
         if aborting and batch.is_transactional and batch.producer_id in aborting:
             continue
-        magic = batch.magic
-        epoch = batch.partition_leader_epoch if magic >= 2 else -1
-        if magic >= 2:
-            batch.decode_into(out, _MESSAGES, topic, partition, start, epoch)
+        if batch.last_offset >= start:
+            yield batch
+
+
+def _legacy_rows(batch: Any, start: int) -> Iterator[Tuple[int, Any, Any, Tuple[int, int]]]:
+    """(offset, key, value, timestamp) of a legacy (magic 0/1) batch's records."""
+    for r in batch:
+        off = r.offset
+        if off < start:
+            continue
+        tt = r.timestamp_type
+        ts = (TIMESTAMP_NOT_AVAILABLE, -1) if tt < 0 else \
+            (TIMESTAMP_LOG_APPEND_TIME if tt == 1 else TIMESTAMP_CREATE_TIME, r.timestamp)
+        yield off, r.key, r.value, ts
+
+
+def _decode_chunk(chunk: Chunk) -> List[Message]:
+    """The messages of a chunk, in offset order (see _data_batches)."""
+    part = chunk.part
+    topic = part.topic
+    partition = part.partition
+    start = chunk.start
+    out: List[Message] = []
+    for batch in _data_batches(chunk):
+        if batch.magic >= 2:
+            batch.decode_into(out, _MESSAGES, topic, partition, start,
+                              batch.partition_leader_epoch)
         else:
-            for r in batch:
-                off = r.offset
-                if off < start:
-                    continue
-                tt = r.timestamp_type
-                ts = (TIMESTAMP_NOT_AVAILABLE, -1) if tt < 0 else \
-                    (TIMESTAMP_LOG_APPEND_TIME if tt == 1 else TIMESTAMP_CREATE_TIME,
-                     r.timestamp)
-                append(Message(topic, partition, off, r.key, r.value, None, None, ts, None,
-                               -1))
+            for off, key, value, ts in _legacy_rows(batch, start):
+                out.append(Message(topic, partition, off, key, value, None, None, ts, None,
+                                   -1))
     return out
+
+
+def _decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:
+    """Add up to ``limit`` rows of a chunk to ``cols``; True when the chunk is used up
+    (else ``chunk.start`` moved past what was added)."""
+    part = chunk.part
+    start = chunk.start
+    cols.set_source(part.topic, part.partition)
+    left = limit
+    for batch in _data_batches(chunk):
+        if left <= 0:
+            chunk.start = cols.last_offset + 1
+            return False
+        if batch.magic >= 2:
+            left -= batch.decode_columns(cols, start, left)
+        else:
+            for off, key, value, ts in _legacy_rows(batch, start):
+                if left <= 0:
+                    break
+                cols.append_row(off, ts[1], ts[0], key, value)
+                left -= 1
+        if left <= 0 and cols.last_offset < batch.last_offset:
+            chunk.start = cols.last_offset + 1
+            return False
+    return True

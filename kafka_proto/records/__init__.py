@@ -9,6 +9,7 @@ errors raised on malformed input.
 from kafka_proto.records._v2 import (  # noqa: F401
     DEFAULT_MAX_DECOMPRESSED_SIZE,
     BatchReader,
+    ColumnBuilder,
     Compression,
     Record,
     RecordBatch,
@@ -36,6 +37,7 @@ except ImportError:  # the legacy reader is not built yet
 
 
 __all__ = [
+    "ColumnBuilder",
     "Compression",
     "ControlRecord",
     "ControlRecordType",

@@ -38,6 +38,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from kafka_proto._crc cimport crc32c_update
@@ -1078,6 +1079,262 @@ cdef inline void _set(PyObject* o, Py_ssize_t off, object v):
         KP_SLOT_SET(o, off, <PyObject*>v)
 
 
+
+# ---------------------------------------------------------------------------------------
+# Records straight into column buffers (Arrow layout), no object per record
+
+cdef struct _Grow:
+    char* p
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef int _grow_reserve(_Grow* g, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t need = g.n + extra
+    cdef Py_ssize_t cap = g.cap * 2 if g.cap else 1024
+    cdef char* q
+    if need <= g.cap:
+        return 0
+    while cap < need:
+        cap *= 2
+    q = <char*>PyMem_Realloc(g.p, <size_t>cap)
+    if q == NULL:
+        raise MemoryError()
+    g.p = q
+    g.cap = cap
+    return 0
+
+
+cdef inline int _grow_put(_Grow* g, const void* src, Py_ssize_t n) except -1:
+    if g.n + n > g.cap:
+        _grow_reserve(g, n)
+    if n > 0:
+        memcpy(g.p + g.n, src, <size_t>n)
+    g.n += n
+    return 0
+
+
+cdef inline int _grow_i32(_Grow* g, int32_t v) except -1:
+    return _grow_put(g, &v, 4)
+
+
+cdef inline int _grow_i64(_Grow* g, int64_t v) except -1:
+    return _grow_put(g, &v, 8)
+
+
+cdef inline int _grow_bit(_Grow* g, Py_ssize_t i, bint valid) except -1:
+    # Validity bitmap: bit i set when row i is not null (bytes zeroed as they are added).
+    cdef char zero = 0
+    while g.n <= (i >> 3):
+        _grow_put(g, &zero, 1)
+    if valid:
+        g.p[i >> 3] = <char>((<unsigned char>g.p[i >> 3]) | (1 << (i & 7)))
+    return 0
+
+
+cdef bytes _grow_take(_Grow* g):
+    cdef bytes out = PyBytes_FromStringAndSize(g.p, g.n) if g.n else b""
+    g.n = 0
+    return out
+
+
+cdef bint _utf8_valid(const unsigned char* p, Py_ssize_t n) noexcept:
+    # Well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
+    cdef Py_ssize_t i = 0
+    cdef unsigned char c, c1
+    cdef int k, j
+    while i < n:
+        c = p[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if 0xC2 <= c <= 0xDF:
+            k = 1
+        elif 0xE0 <= c <= 0xEF:
+            k = 2
+        elif 0xF0 <= c <= 0xF4:
+            k = 3
+        else:
+            return False
+        if i + k >= n:  # the continuation bytes i+1..i+k must all be there
+            return False
+        c1 = p[i + 1]
+        if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F) or \
+                (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
+            return False
+        for j in range(1, k + 1):
+            if (p[i + j] & 0xC0) != 0x80:
+                return False
+        i += k + 1
+    return True
+
+
+cdef enum:
+    _B_OFFSETS, _B_TIMESTAMPS, _B_TS_TYPES, _B_PARTITIONS, _B_TOPIC_OFFS, _B_TOPIC_DATA, _B_KEY_VALID, _B_KEY_OFFS, _B_KEY_DATA, _B_VAL_VALID, _B_VAL_OFFS, _B_VAL_DATA, _B_HDR_VALID, _B_HDR_OFFS, _B_HK_OFFS, _B_HK_DATA, _B_HV_VALID, _B_HV_OFFS, _B_HV_DATA, _NBUF
+
+
+@cython.final
+cdef class ColumnBuilder:
+    """Accumulates records as columns in Arrow's memory layout (see
+    :meth:`RecordBatch.decode_columns`); :meth:`finish` hands the buffers over as bytes.
+
+    Columns: offset (int64), timestamp (int64), timestamp_type (int8: the values given to
+    the constructor for create and log-append time), partition (int32), topic (utf8),
+    key and value (binary, nullable), headers (nullable list of struct{key: utf8 not null,
+    value: binary nullable}; null when a record has no headers). Offsets of variable-size
+    columns are int32, so one builder holds less than 2 GiB per column.
+    """
+
+    cdef _Grow b[_NBUF]
+    cdef Py_ssize_t rows, key_nulls, val_nulls, hdr_nulls, hv_nulls, nheaders
+    cdef bytes topic
+    cdef int32_t partition
+    cdef char ts_create, ts_append
+    cdef readonly int64_t last_offset
+
+    def __cinit__(self, int ts_create=0, int ts_append=1):
+        self.ts_create = <char>ts_create
+        self.ts_append = <char>ts_append
+        self.topic = b""
+        self.partition = -1
+        self._start()
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(_NBUF):
+            PyMem_Free(self.b[i].p)
+            self.b[i].p = NULL
+
+    cdef int _start(self) except -1:
+        cdef int i
+        self.rows = self.key_nulls = self.val_nulls = self.hdr_nulls = 0
+        self.hv_nulls = self.nheaders = 0
+        self.last_offset = -1
+        for i in (_B_TOPIC_OFFS, _B_KEY_OFFS, _B_VAL_OFFS, _B_HDR_OFFS, _B_HK_OFFS,
+                  _B_HV_OFFS):
+            _grow_i32(&self.b[i], 0)
+        return 0
+
+    def __len__(self):
+        return self.rows
+
+    def set_source(self, str topic, int32_t partition):
+        """The topic and partition of the rows added next."""
+        self.topic = topic.encode("utf-8")
+        self.partition = partition
+
+    cdef int _check_size(self, Py_ssize_t add) except -1:
+        # ``add`` bounds what one row adds to any variable-size column (its record size).
+        if self.b[_B_KEY_DATA].n + add > 0x7FFFFFFF or self.b[_B_VAL_DATA].n + add > 0x7FFFFFFF \
+                or self.b[_B_HV_DATA].n + add > 0x7FFFFFFF or self.b[_B_HK_DATA].n + add > 0x7FFFFFFF \
+                or self.b[_B_TOPIC_DATA].n + add > 0x7FFFFFFF:
+            raise OverflowError("ColumnBuilder: a column would exceed 2 GiB; finish() first")
+        return 0
+
+    cdef int _row(self, int64_t offset, int64_t timestamp, char ts_type,
+                  const unsigned char* kd, Py_ssize_t kn,
+                  const unsigned char* vd, Py_ssize_t vn, Py_ssize_t size) except -1:
+        # Everything but the headers (the caller adds those, then closes the list); ``size``
+        # bounds the bytes the whole row adds (checked first: no half row on overflow).
+        cdef Py_ssize_t i = self.rows
+        cdef Py_ssize_t tn = PyBytes_GET_SIZE(self.topic)
+        self._check_size(size * 3 + tn)  # replaced invalid UTF-8 can grow 3x
+        _grow_i64(&self.b[_B_OFFSETS], offset)
+        _grow_i64(&self.b[_B_TIMESTAMPS], timestamp)
+        _grow_put(&self.b[_B_TS_TYPES], &ts_type, 1)
+        _grow_i32(&self.b[_B_PARTITIONS], self.partition)
+        _grow_put(&self.b[_B_TOPIC_DATA], PyBytes_AS_STRING(self.topic), tn)
+        _grow_i32(&self.b[_B_TOPIC_OFFS], <int32_t>self.b[_B_TOPIC_DATA].n)
+        _grow_bit(&self.b[_B_KEY_VALID], i, kn >= 0)
+        if kn >= 0:
+            _grow_put(&self.b[_B_KEY_DATA], kd, kn)
+        else:
+            self.key_nulls += 1
+        _grow_i32(&self.b[_B_KEY_OFFS], <int32_t>self.b[_B_KEY_DATA].n)
+        _grow_bit(&self.b[_B_VAL_VALID], i, vn >= 0)
+        if vn >= 0:
+            _grow_put(&self.b[_B_VAL_DATA], vd, vn)
+        else:
+            self.val_nulls += 1
+        _grow_i32(&self.b[_B_VAL_OFFS], <int32_t>self.b[_B_VAL_DATA].n)
+        self.last_offset = offset
+        return 0
+
+    cdef int _close_row(self, bint has_headers) except -1:
+        _grow_bit(&self.b[_B_HDR_VALID], self.rows, has_headers)
+        if not has_headers:
+            self.hdr_nulls += 1
+        _grow_i32(&self.b[_B_HDR_OFFS], <int32_t>self.nheaders)
+        self.rows += 1
+        return 0
+
+    cdef int _header(self, const unsigned char* k, Py_ssize_t kn,
+                     const unsigned char* v, Py_ssize_t vn) except -1:
+        cdef bytes fixed
+        if _utf8_valid(k, kn):
+            _grow_put(&self.b[_B_HK_DATA], k, kn)
+        else:  # replaced as the object path does (and as the Java client does)
+            fixed = PyUnicode_DecodeUTF8(<const char*>k, kn, "replace").encode("utf-8")
+            _grow_put(&self.b[_B_HK_DATA], PyBytes_AS_STRING(fixed), PyBytes_GET_SIZE(fixed))
+        _grow_i32(&self.b[_B_HK_OFFS], <int32_t>self.b[_B_HK_DATA].n)
+        _grow_bit(&self.b[_B_HV_VALID], self.nheaders, vn >= 0)
+        if vn >= 0:
+            _grow_put(&self.b[_B_HV_DATA], v, vn)
+        else:
+            self.hv_nulls += 1
+        _grow_i32(&self.b[_B_HV_OFFS], <int32_t>self.b[_B_HV_DATA].n)
+        self.nheaders += 1
+        return 0
+
+    def append_row(self, int64_t offset, int64_t timestamp, int timestamp_type, key, value,
+                   headers=None):
+        """Add one row from Python objects (for records the batch readers do not feed in
+        directly, such as legacy messages). ``timestamp_type`` is the value stored."""
+        cdef const unsigned char[::1] kv
+        cdef const unsigned char[::1] vv
+        cdef const unsigned char[::1] hvv
+        cdef bytes hk
+        cdef list hks = [(hkey.encode("utf-8"), hval) for hkey, hval in headers or ()]
+        kv = key if key is not None else b""
+        vv = value if value is not None else b""
+        self._row(offset, timestamp, <char>timestamp_type,
+                  &kv[0] if kv.shape[0] else <const unsigned char*>b"",
+                  kv.shape[0] if key is not None else -1,
+                  &vv[0] if vv.shape[0] else <const unsigned char*>b"",
+                  vv.shape[0] if value is not None else -1,
+                  kv.shape[0] + vv.shape[0] + sum(len(k) + (len(v) if v is not None else 0)
+                                                  for k, v in hks))
+        for hk, hval in hks:
+            hvv = hval if hval is not None else b""
+            self._header(<const unsigned char*>PyBytes_AS_STRING(hk), PyBytes_GET_SIZE(hk),
+                         &hvv[0] if hvv.shape[0] else <const unsigned char*>b"",
+                         hvv.shape[0] if hval is not None else -1)
+        self._close_row(bool(headers))
+
+    def finish(self) -> dict:
+        """The columns so far as a dict of bytes buffers and counts (see the class
+        docstring for the layout); the builder starts over empty."""
+        out = {
+            "rows": self.rows,
+            "offset": _grow_take(&self.b[_B_OFFSETS]),
+            "timestamp": _grow_take(&self.b[_B_TIMESTAMPS]),
+            "timestamp_type": _grow_take(&self.b[_B_TS_TYPES]),
+            "partition": _grow_take(&self.b[_B_PARTITIONS]),
+            "topic": (_grow_take(&self.b[_B_TOPIC_OFFS]), _grow_take(&self.b[_B_TOPIC_DATA])),
+            "key": (_grow_take(&self.b[_B_KEY_VALID]), _grow_take(&self.b[_B_KEY_OFFS]),
+                    _grow_take(&self.b[_B_KEY_DATA]), self.key_nulls),
+            "value": (_grow_take(&self.b[_B_VAL_VALID]), _grow_take(&self.b[_B_VAL_OFFS]),
+                      _grow_take(&self.b[_B_VAL_DATA]), self.val_nulls),
+            "headers": (_grow_take(&self.b[_B_HDR_VALID]), _grow_take(&self.b[_B_HDR_OFFS]),
+                        self.hdr_nulls, self.nheaders,
+                        (_grow_take(&self.b[_B_HK_OFFS]), _grow_take(&self.b[_B_HK_DATA])),
+                        (_grow_take(&self.b[_B_HV_VALID]), _grow_take(&self.b[_B_HV_OFFS]),
+                         _grow_take(&self.b[_B_HV_DATA]), self.hv_nulls)),
+        }
+        self._start()
+        return out
+
+
 _install_record_members()
 
 
@@ -1430,6 +1687,57 @@ cdef class RecordBatch:
                 f"{it.st.count} records")
         return n
 
+    def decode_columns(self, ColumnBuilder cols, int64_t start=0, Py_ssize_t limit=-1) -> int:
+        """Add the records with an offset of at least ``start`` to ``cols`` (at most
+        ``limit`` of them when >= 0); returns how many were added. A malformed record raises
+        like iteration, after the rows before it were added (never half a row)."""
+        cdef _RecordIterator it = self._iterator()
+        cdef _Fields f
+        cdef char ts_type = cols.ts_append if it.st.log_append else cols.ts_create
+        cdef Py_ssize_t n = 0
+        cdef const unsigned char* p
+        cdef const unsigned char* hk
+        cdef const unsigned char* hv
+        cdef Py_ssize_t hkn, hvn
+        cdef int32_t j
+        while it.st.index < it.st.count:
+            if limit >= 0 and n >= limit:
+                return n
+            _parse_record(&it.st, &f)
+            if f.offset < start:
+                continue
+            if f.hcount != 0:
+                # Check every header before anything of the row is added.
+                if f.hcount < 0:
+                    raise InvalidLengthError(f"record batch: negative header count {f.hcount}")
+                if f.hcount > (f.rend - f.hp) // 2:
+                    raise InvalidLengthError(
+                        f"record batch: header count {f.hcount} exceeds what the record "
+                        f"can hold")
+                p = f.hp
+                for j in range(f.hcount):
+                    _len_at(&p, f.rend, &hk, &hkn, "header key")
+                    if hkn < 0:
+                        raise InvalidLengthError(
+                            "record batch: header key length -1 (header keys are not "
+                            "nullable)")
+                    _len_at(&p, f.rend, &hv, &hvn, "header value")
+                if p != f.rend:
+                    _trailing_error(&it.st, f.rlen, f.rend - p)
+            cols._row(f.offset, f.timestamp, ts_type, f.kd, f.kn, f.vd, f.vn, f.rlen)
+            p = f.hp
+            for j in range(f.hcount):
+                _len_at(&p, f.rend, &hk, &hkn, "header key")
+                _len_at(&p, f.rend, &hv, &hvn, "header value")
+                cols._header(hk, hkn, hv, hvn)
+            cols._close_row(f.hcount != 0)
+            n += 1
+        if it.st.p != it.st.end:
+            raise CorruptRecordError(
+                f"record batch: {it.st.end - it.st.p} bytes left after the last of "
+                f"{it.st.count} records")
+        return n
+
     def control_record(self):
         """The ControlRecord of a control batch; None for data batches or an empty batch."""
         if not (self._attrs & ATTR_CONTROL):
@@ -1525,18 +1833,30 @@ cdef class _RecordIterator:
         raise StopIteration
 
 
-cdef object _next_record(_ParseState* st, PyObject* ts_type):
-    # Every field is checked before any object is made, so a malformed record costs no
-    # allocation and the objects need no clean-up on error. ts_type is borrowed.
+cdef struct _Fields:
+    # One record located in the buffer (nothing made yet).
+    int64_t offset
+    int64_t timestamp
+    const unsigned char* kd
+    const unsigned char* vd
+    const unsigned char* hp     # first header (after the count)
+    const unsigned char* rend   # end of the record
+    Py_ssize_t kn               # -1: null
+    Py_ssize_t vn               # -1: null
+    int32_t hcount
+    int32_t rlen
+
+
+cdef inline int _parse_record(_ParseState* st, _Fields* f) except -1:
+    # Checks a record's length, varints, key and value bounds and locates its fields;
+    # headers are left to the caller (f.hp, f.hcount; a record without headers is checked
+    # to end where it should). Advances st past the record, so a caller that fails on the
+    # headers must not go on. Every field is checked before any object is made, so a
+    # malformed record costs no allocation and the objects need no clean-up on error.
     cdef const unsigned char* p = st.p
     cdef const unsigned char* end = st.end
-    cdef const unsigned char* rend
-    cdef const unsigned char* kd = NULL
-    cdef const unsigned char* vd = NULL
-    cdef Py_ssize_t kn = 0, vn = 0
     cdef int32_t rlen = 0, odelta = 0, hcount = 0
     cdef int64_t tdelta = 0
-    cdef int64_t offset, timestamp
     cdef Py_ssize_t used = 0
     cdef int rc
     rc = _rv32(p, end, &rlen, &used)
@@ -1551,32 +1871,43 @@ cdef object _next_record(_ParseState* st, PyObject* ts_type):
     if rlen > end - p:
         raise InvalidLengthError(
             f"record batch: record length {rlen} exceeds the {end - p} bytes left")
-    rend = p + rlen
+    f.rend = p + rlen
+    f.rlen = rlen
     p += 1  # record attributes: unused
-    rc = _rv64(p, rend, &tdelta, &used)
+    rc = _rv64(p, f.rend, &tdelta, &used)
     if rc != VARINT_OK:
         _varint_error(rc, "timestampDelta")
     p += used
-    rc = _rv32(p, rend, &odelta, &used)
+    rc = _rv32(p, f.rend, &odelta, &used)
     if rc != VARINT_OK:
         _varint_error(rc, "offsetDelta")
     p += used
-    _len_at(&p, rend, &kd, &kn, "key")
-    _len_at(&p, rend, &vd, &vn, "value")
-    rc = _rv32(p, rend, &hcount, &used)
+    _len_at(&p, f.rend, &f.kd, &f.kn, "key")
+    _len_at(&p, f.rend, &f.vd, &f.vn, "value")
+    rc = _rv32(p, f.rend, &hcount, &used)
     if rc != VARINT_OK:
         _varint_error(rc, "headers count")
     p += used
-    offset = <int64_t>(<uint64_t>st.base_offset + <uint64_t><int64_t>odelta)
-    timestamp = st.max_ts if st.log_append else <int64_t>(<uint64_t>st.base_ts + <uint64_t>tdelta)
-    if hcount != 0:
-        return _record_with_headers(st, p, rend, rlen, hcount, offset, timestamp,
-                                    kd, kn, vd, vn, ts_type)
-    if p != rend:
-        _trailing_error(st, rlen, rend - p)
-    st.p = rend
+    f.offset = <int64_t>(<uint64_t>st.base_offset + <uint64_t><int64_t>odelta)
+    f.timestamp = st.max_ts if st.log_append else \
+        <int64_t>(<uint64_t>st.base_ts + <uint64_t>tdelta)
+    f.hp = p
+    f.hcount = hcount
+    if hcount == 0 and p != f.rend:
+        _trailing_error(st, rlen, f.rend - p)
+    st.p = f.rend
     st.index += 1
-    return kp_rec_make(offset, timestamp, kd, kn, vd, vn, ts_type, &st.failed)
+    return 0
+
+
+cdef object _next_record(_ParseState* st, PyObject* ts_type):
+    # ts_type is borrowed.
+    cdef _Fields f
+    _parse_record(st, &f)
+    if f.hcount != 0:
+        return _record_with_headers(st, f.hp, f.rend, f.rlen, f.hcount, f.offset,
+                                    f.timestamp, f.kd, f.kn, f.vd, f.vn, ts_type)
+    return kp_rec_make(f.offset, f.timestamp, f.kd, f.kn, f.vd, f.vn, ts_type, &st.failed)
 
 
 cdef int _trailing_error(_ParseState* st, int32_t rlen, Py_ssize_t left) except -1:
@@ -1623,8 +1954,6 @@ cdef object _record_with_headers(_ParseState* st, const unsigned char* p,
         _trailing_error(st, rlen, rend - p)
     rec = <Record>kp_rec_make(offset, timestamp, kd, kn, vd, vn, ts_type, &unused)
     rec._headers = headers
-    st.p = rend
-    st.index += 1
     st.failed = False
     return rec
 

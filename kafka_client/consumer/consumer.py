@@ -34,6 +34,7 @@ from kafka_client.consumer.fetcher import (
     PartitionState,
 )
 from kafka_client.errors import KafkaError, KafkaException
+from kafka_proto.errors import KafkaProtocolError
 from kafka_proto.records import ColumnBuilder, RecordFactory
 from kafka_client.types import (
     OFFSET_BEGINNING,
@@ -401,7 +402,16 @@ class Consumer:
                     self._fetcher.taken(item)
                     continue
             before = len(cols)
-            done = _decode_columns(item, cols, n - before)
+            try:
+                done = _decode_columns(item, cols, n - before)
+            except KafkaProtocolError as exc:
+                with self._lock:
+                    if queue and queue[0] is item:
+                        queue.popleft()
+                        self._fetcher.taken(item)
+                self._decode_failed(item, cols.last_offset + 1 if len(cols) > before
+                                    else item.start, exc)
+                done = False
             if len(cols) > before:
                 part.app_pos = cols.last_offset + 1
                 if auto_store:
@@ -453,10 +463,31 @@ class Consumer:
             if type(item) is Event:
                 out.append(item.message)
                 continue
-            msgs = _decode_chunk(item)
+            msgs: List[Message] = []
+            try:
+                _decode_chunk(item, msgs)
+            except KafkaProtocolError as exc:
+                self._decode_failed(item, msgs[-1]._offset + 1 if msgs else item.start, exc)
             self._buf = msgs
             self._buf_pos = 0
             self._buf_part = part
+
+    def _decode_failed(self, chunk: Chunk, offset: int, exc: Exception) -> None:
+        """A record of ``chunk`` at ``offset`` does not decode (hostile or corrupt bytes):
+        the records before it are handed out, then a _BAD_MSG event; the partition is
+        fetched again from that offset after fetch.error.backoff.ms (so nothing after it
+        is skipped silently; seek past it to go on), as the Java client does."""
+        part = chunk.part
+        with self._lock:
+            if chunk.version != part.version or not part.assigned:
+                return
+            part.seek(offset)
+            part.backoff_until = time.monotonic() + self._fetcher.error_backoff
+            self._queue.appendleft(Event(part, part.version, Message(
+                part.topic, part.partition, offset, error=KafkaError(
+                    KafkaError._BAD_MSG, f"{part.topic} [{part.partition}] at offset "
+                    f"{offset}: {exc}"))))
+        self._fetcher.kick()
 
     # -- callbacks ---------------------------------------------------------------------
     def _serve(self) -> None:
@@ -777,13 +808,13 @@ def _legacy_rows(batch: Any, start: int) -> Iterator[Tuple[int, Any, Any, Tuple[
         yield off, r.key, r.value, ts
 
 
-def _decode_chunk(chunk: Chunk) -> List[Message]:
-    """The messages of a chunk, in offset order (see _data_batches)."""
+def _decode_chunk(chunk: Chunk, out: List[Message]) -> None:
+    """Append the messages of a chunk to ``out``, in offset order (see _data_batches); on
+    a malformed record, raises with the messages before it in ``out``."""
     part = chunk.part
     topic = part.topic
     partition = part.partition
     start = chunk.start
-    out: List[Message] = []
     for batch in _data_batches(chunk):
         if batch.magic >= 2:
             batch.decode_into(out, _MESSAGES, topic, partition, start,
@@ -792,7 +823,6 @@ def _decode_chunk(chunk: Chunk) -> List[Message]:
             for off, key, value, ts in _legacy_rows(batch, start):
                 out.append(Message(topic, partition, off, key, value, None, None, ts, None,
                                    -1))
-    return out
 
 
 def _decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:

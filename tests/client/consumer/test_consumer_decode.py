@@ -1,0 +1,67 @@
+"""What the consumer does with records that do not decode: the records before the bad one
+are delivered, then a _BAD_MSG event at its offset; the partition is fetched again from
+there (nothing after it is skipped silently). Chunks are fed in as the fetcher would."""
+from __future__ import annotations
+
+import pytest
+
+from kafka_client import Consumer, KafkaError, TopicPartition
+from kafka_client.consumer.fetcher import Chunk
+from kafka_proto.records import RecordBatchBuilder, read_batches
+
+
+def corrupt_batch():
+    """Five records at offsets 10..14; the fourth's value length runs past its record."""
+    b = RecordBatchBuilder()
+    for i in range(5):
+        b.append(b"value-%d" % i)
+    data = bytearray(b.build(10))
+    i = data.index(b"value-3")
+    assert data[i - 1] == 14  # zigzag length 7
+    data[i - 1] = 0x40
+    return next(iter(read_batches(bytes(data), check_crc=False)))
+
+
+def feed(consumer, chunk_start=10):
+    part = consumer._fetcher.parts[("t", 0)]
+    batch = corrupt_batch()
+    with consumer._lock:
+        part.fetch_pos = 15
+        consumer._deliver(Chunk(part, part.version, [batch], chunk_start, None, batch.size,
+                                batch.records_count))
+    return part
+
+
+@pytest.fixture
+def consumer():
+    c = Consumer({"bootstrap.servers": "127.0.0.1:1", "fetch.error.backoff.ms": 60000})
+    c.assign([TopicPartition("t", 0, 10)])
+    yield c
+    c.close()
+
+
+def test_messages_then_error_then_refetch_from_the_bad_record(consumer):
+    part = feed(consumer)
+    got = consumer.consume(10, 1.0)
+    assert [m.value() for m in got[:3]] == [b"value-0", b"value-1", b"value-2"]
+    err = got[3].error()
+    assert err is not None and err.code() == KafkaError._BAD_MSG
+    assert got[3].offset() == 13 and "offset 13" in err.str()
+    assert len(got) == 4
+    # Fetched again from the bad record (after the backoff), not skipped past it.
+    assert part.fetch_pos == 13 and part.reset is None
+    assert consumer.position([TopicPartition("t", 0)])[0].offset == 13
+
+
+def test_same_for_arrow_output(consumer):
+    pytest.importorskip("pyarrow")
+    from kafka_client import KafkaException
+
+    part = feed(consumer)
+    rb = consumer.consume_arrow(10, 1.0)
+    assert rb.column("value").to_pylist() == [b"value-0", b"value-1", b"value-2"]
+    with pytest.raises(KafkaException) as e:
+        consumer.consume_arrow(10, 1.0)
+    assert e.value.args[0].code() == KafkaError._BAD_MSG
+    assert part.fetch_pos == 13
+    assert consumer.position([TopicPartition("t", 0)])[0].offset == 13

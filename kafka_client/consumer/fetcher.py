@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from kafka_client._net.connection import DISCONNECTED
 from kafka_client.errors import KafkaError
 from kafka_client.types import OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, Message
 
@@ -59,6 +60,10 @@ LEADER_ERRORS = frozenset((UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
                            UNKNOWN_TOPIC_ID, INCONSISTENT_TOPIC_ID))
 
 TopicPartitionKey = Tuple[str, int]
+
+
+def _earliest(a: Optional[float], b: float) -> float:
+    return b if a is None or b < a else a
 
 
 class PartitionState:
@@ -247,9 +252,22 @@ class Fetcher:
             if node in self._busy_nodes:
                 continue
             conn = self.cluster.ensure_connected(node)
-            if conn is None or not conn.ready:
+            if conn is None:
+                continue
+            if not conn.ready:
+                if conn.state == DISCONNECTED and conn.next_attempt > now:
+                    # In its reconnect backoff with no request queued: nothing else
+                    # wakes the loop when it ends, so look again then.
+                    nxt = _earliest(nxt, conn.next_attempt)
                 continue
             self._send_fetch(conn, parts)
+            if node not in self._busy_nodes:
+                # The Fetch failed before send() returned (a write error on a
+                # connection closed under us): its partitions are in their error
+                # backoff, set after we looked at them above.
+                for part in parts:
+                    if part.backoff_until > now:
+                        nxt = _earliest(nxt, part.backoff_until)
         return nxt
 
     # -- offsets -------------------------------------------------------------------------

@@ -287,8 +287,10 @@ class Consumer:
         (None or -1: wait forever). Runs pending callbacks."""
         buf = self._buf
         pos = self._buf_pos
-        if pos < len(buf) and not self._closed:
-            # Fast path: the next message of the chunk being handed out.
+        group = self._group
+        if pos < len(buf) and not self._closed and (group is None or group.idle_poll()):
+            # Fast path: the next message of the chunk being handed out (no callback or
+            # group work is waiting for this thread).
             msg = buf[pos]
             self._buf_pos = pos + 1
             part = self._buf_part
@@ -616,7 +618,7 @@ class Consumer:
 
     def unsubscribe(self) -> None:
         """Leave the group's subscription (partitions are revoked)."""
-        self._need_group("unsubscribe()").unsubscribe()
+        self._need_group("unsubscribe()").unsubscribe(self)
 
     def store_offsets(self, message: Optional[Message] = None,
                       offsets: Optional[Sequence[TopicPartition]] = None) -> None:
@@ -669,11 +671,11 @@ class Consumer:
         return group.commit(tps, asynchronous)
 
     def _stored_offsets(self) -> List[TopicPartition]:
-        """Stored offsets that differ from the last commit."""
+        """Stored offsets beyond the last commit (see PartitionState.commit_due)."""
         out = []
         with self._lock:
             for part in self._fetcher.parts.values():
-                if part.assigned and part.stored >= 0 and part.stored != part.committed:
+                if part.commit_due():
                     out.append(TopicPartition(part.topic, part.partition, part.stored,
                                               part.stored_metadata,
                                               part.stored_epoch if part.stored_epoch >= 0

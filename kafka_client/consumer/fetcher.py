@@ -123,6 +123,12 @@ class PartitionState:
             self.fetch_pos = -1
             self.reset = offset
 
+    def commit_due(self) -> bool:
+        """A stored offset beyond the last committed one waits to be committed. Only
+        greater offsets are committed (librdkafka's rule): after a seek backwards the
+        reprocessed messages do not move the group's offset back."""
+        return self.assigned and self.stored > self.committed
+
     def __repr__(self) -> str:
         return (f"PartitionState({self.topic}[{self.partition}] fetch={self.fetch_pos} "
                 f"reset={self.reset} app={self.app_pos} v{self.version})")

@@ -149,6 +149,11 @@ class GroupCoordinator:
         self._heartbeat_in_flight = False
         self._last_heartbeat_ok = 0.0
         self._next_auto_commit = time.monotonic() + self.auto_commit_interval
+        refresh = config["topic.metadata.refresh.interval.ms"]
+        #: how often a pattern subscription asks for every topic (seconds)
+        self.pattern_refresh = (refresh if refresh > 0
+                                else config["metadata.max.age.ms"]) / 1000.0
+        self._next_pattern_refresh = 0.0
         self._app_pending = 0          # rebalance events the application has not run yet
         self._op_token = 0             # bumped on every membership reset
         self._poll_exceeded = False
@@ -181,18 +186,27 @@ class GroupCoordinator:
         self.on_lost = on_lost
         self.io.call_soon(self._set_subscription, list(topics), regexes)
 
-    def unsubscribe(self) -> None:
+    def unsubscribe(self, consumer: Any) -> None:
+        """Revoke (callback, commit with enable.auto.commit, unassign) on this thread,
+        then leave the group."""
+        if self.patterns is not None and consumer._fetcher.parts:
+            tps = [TopicPartition(t, p) for (t, p) in sorted(consumer._fetcher.parts)]
+            self._run_revoke(consumer, tps, False, -1)
         done = threading.Event()
         self.io.call_soon(self._set_subscription, None, [], done)
-        done.wait(5)
+        _wait_interruptibly(done, time.monotonic() + 5)
+
+    def idle_poll(self) -> bool:
+        """poll()'s fast path: note the poll; True when serve() has nothing to run."""
+        self.last_poll = time.monotonic()
+        return not self.app_events and not self._poll_exceeded
 
     def serve(self, consumer: Any) -> None:
         """Run pending rebalance and commit callbacks (from poll()/consume())."""
         self.last_poll = time.monotonic()
         if self._poll_exceeded:
             self._poll_exceeded = False
-            self.io.call_soon(self._request_rejoin, "application polled again after "
-                              "max.poll.interval.ms")
+            self.io.call_soon(self._poll_resumed)
         events = self.app_events
         while events:
             with self._app_lock:
@@ -389,6 +403,12 @@ class GroupCoordinator:
                         now - self._last_heartbeat_ok > self.session_timeout_ms / 1000.0:
                     self._lose("no successful heartbeat within session.timeout.ms",
                                reset_member=False)
+        if self._regexes and self.patterns is not None:
+            # Patterns match topics created later: look at every topic now and then.
+            if now >= self._next_pattern_refresh:
+                self._next_pattern_refresh = now + self.pattern_refresh
+                self.cluster.metadata.request(None)
+            at(self._next_pattern_refresh)
         if self.auto_commit and self.auto_commit_interval > 0:
             if now >= self._next_auto_commit:
                 self._next_auto_commit = now + self.auto_commit_interval
@@ -485,12 +505,17 @@ class GroupCoordinator:
     def _set_subscription(self, topics: Optional[List[str]], regexes: List[Any],
                           done: Optional[threading.Event] = None) -> None:
         if topics is None:
+            # The application revoked already (unsubscribe()); rebalance events it has not
+            # run yet are void.
             self.patterns = None
             self._regexes = []
+            self.owned = set()
+            with self._app_lock:
+                kept = [ev for ev in self.app_events if ev[0] == "commit"]
+                self.app_events.clear()
+                self.app_events.extend(kept)
+            self._app_pending = 0
             self._leave("unsubscribed")
-            if self.owned:
-                self._queue_revoke(sorted(self.owned), lost=False)
-                self.owned = set()
             self.state = UNJOINED
             if done is not None:
                 done.set()
@@ -819,6 +844,10 @@ class GroupCoordinator:
         self._rejoin_reason = why
         self._rejoin_after = time.monotonic() + self.retry_backoff
 
+    def _poll_resumed(self) -> None:
+        self._rejoin_after = 0.0
+        self._request_rejoin("application polled again after max.poll.interval.ms")
+
     def _max_poll_exceeded(self) -> None:
         self._poll_exceeded = True
         self.deliver_error(KafkaError(
@@ -869,7 +898,7 @@ class GroupCoordinator:
     # -- offsets -----------------------------------------------------------------------------
     def _auto_commit(self) -> None:
         parts = [p for p in self.fetcher.parts.values()
-                 if p.assigned and p.stored >= 0 and p.stored != p.committed]
+                 if p.commit_due()]
         if not parts:
             return
         offsets = [(p.topic, p.partition, p.stored, p.stored_metadata, p.stored_epoch)
@@ -895,7 +924,9 @@ class GroupCoordinator:
             by_topic.setdefault(topic, []).append(OffsetCommitRequest.OffsetCommitRequestPartition(
                 partition_index=p, committed_offset=off, committed_leader_epoch=epoch,
                 commit_timestamp=-1, committed_metadata=meta if meta is not None else ""))
-        member = self.patterns is not None and self.state in (STABLE, WAIT_REVOKE)
+        # As a member, with the last generation joined (also while rejoining: the
+        # broker then answers REBALANCE_IN_PROGRESS rather than taking a non-member commit).
+        member = self.patterns is not None and self.generation >= 0 and bool(self.member_id)
 
         def make(version: int) -> Any:
             return OffsetCommitRequest(

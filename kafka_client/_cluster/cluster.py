@@ -26,6 +26,12 @@ __all__ = ["Cluster"]
 _log = logging.getLogger("kafka_client.cluster")
 
 METADATA_KEY = 3
+#: A group coordinator's connection is keyed ``COORDINATOR_KEY_BASE - node_id`` in
+#: :attr:`Cluster.conns`, apart from the broker's own (the Java client's
+#: ``Integer.MAX_VALUE - id``): brokers answer the requests of one connection one at a
+#: time, in order, so on a shared socket every heartbeat and commit would wait behind
+#: the Fetch long-polling there (up to fetch.wait.max.ms).
+COORDINATOR_KEY_BASE = 2**31 - 1
 
 
 class Cluster:
@@ -47,6 +53,7 @@ class Cluster:
             fast_interval=config["topic.metadata.refresh.fast.interval.ms"] / 1000.0,
             fast_max=config["retry.backoff.max.ms"] / 1000.0)
         self.conns: Dict[int, BrokerConnection] = {}
+        self._coordinator_conns: Set[BrokerConnection] = set()
         self.bootstrap: List[BrokerConnection] = []
         for i, (host, port) in enumerate(config.broker_addresses()):
             conn = self._new_conn(-1 - i, host, port)
@@ -95,18 +102,47 @@ class Cluster:
             conn.connect()
         return conn
 
+    def coordinator_connection(self, node_id: int) -> Optional[BrokerConnection]:
+        """A connection of its own to broker ``node_id``, for group coordinator
+        requests (see COORDINATOR_KEY_BASE), connecting it if down and past its
+        backoff; None if the broker is unknown."""
+        info = self.metadata.brokers.get(node_id)
+        if info is None:
+            return None
+        host, port, _rack = info
+        key = COORDINATOR_KEY_BASE - node_id
+        conn = self.conns.get(key)
+        if conn is not None and (conn.host, conn.port) != (host, port):
+            # The broker moved: requests still queued for the old address fail.
+            self._coordinator_conns.discard(conn)
+            del self.conns[key]
+            conn.on_state = None
+            conn.close(None, fail_queued=True)
+            conn = None
+        if conn is None:
+            conn = self._new_conn(key, host, port)
+            self._coordinator_conns.add(conn)
+        if conn.state == DISCONNECTED:
+            conn.connect()
+        return conn
+
     def _ready_conn(self) -> Optional[BrokerConnection]:
+        """The ready broker connection with the fewest requests in flight (never a
+        coordinator's: a JoinGroup may hold it for seconds)."""
         best = None
         for conn in self.conns.values():
+            if conn in self._coordinator_conns:
+                continue
             if conn.state == READY and (best is None or conn.in_flight < best.in_flight):
                 best = conn
         return best
 
     def _kick_connect(self, now: float) -> None:
         """No connection is up: start one, rotating over known brokers and bootstrap."""
-        if any(c.state not in (DISCONNECTED, READY) for c in self.conns.values()):
+        if any(c.state not in (DISCONNECTED, READY) for c in self.conns.values()
+               if c not in self._coordinator_conns):
             return  # one is on its way
-        candidates = list(self.conns.values())
+        candidates = [c for c in self.conns.values() if c not in self._coordinator_conns]
         for node_id in self.metadata.brokers:
             if node_id not in self.conns:
                 c = self.connection(node_id)

@@ -420,7 +420,7 @@ class GroupCoordinator:
     def _coord_conn(self) -> Any:
         if self.coord_id is None:
             return None
-        return self.cluster.ensure_connected(self.coord_id)
+        return self.cluster.coordinator_connection(self.coord_id)
 
     def _find_coordinator(self) -> None:
         from kafka_proto.messages import FindCoordinatorRequest
@@ -465,7 +465,7 @@ class GroupCoordinator:
         self.coord_id = node
         _log.debug("group %s: coordinator is broker %d (%s:%d)", self.group_id, node, host,
                    port)
-        self.cluster.ensure_connected(node)
+        self.cluster.coordinator_connection(node)
 
     def _coordinator_lost(self, why: str) -> None:
         if self.coord_id is not None:

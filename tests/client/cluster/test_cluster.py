@@ -1,0 +1,72 @@
+"""Cluster connection bookkeeping without a broker (the connections are never used)."""
+from __future__ import annotations
+
+from kafka_client._cluster.cluster import COORDINATOR_KEY_BASE, Cluster
+from kafka_client._common import make_config
+
+
+class FakeIO:
+    def add_tick(self, fn):
+        pass
+
+    def remove_tick(self, fn):
+        pass
+
+    def register(self, sock, events, handler):
+        pass
+
+    def modify(self, sock, events, handler):
+        pass
+
+    def unregister(self, sock):
+        pass
+
+    def wake(self):
+        pass
+
+
+def make_cluster():
+    # Port 1 of the loopback address: nothing listens, connects just fail later.
+    cluster = Cluster(make_config({"bootstrap.servers": "127.0.0.1:1"}, {}, "consumer"),
+                      FakeIO())
+    cluster.metadata.brokers[7] = ("127.0.0.1", 1, None)
+    return cluster
+
+
+def test_the_group_coordinator_gets_a_connection_of_its_own():
+    """Brokers answer one request per connection at a time, in order: a heartbeat or a
+    commit on the connection a Fetch is long-polling on waits up to fetch.wait.max.ms
+    (on Tansu a synchronous commit at the end of the log took 360-500 ms)."""
+    cluster = make_cluster()
+    broker = cluster.connection(7)
+    coord = cluster.coordinator_connection(7)
+    assert coord is not None and coord is not broker
+    assert (coord.host, coord.port) == (broker.host, broker.port)
+    assert cluster.conns[COORDINATOR_KEY_BASE - 7] is coord
+    assert cluster.coordinator_connection(7) is coord       # kept, not one per call
+    assert cluster.connection(7) is broker
+    assert cluster.coordinator_connection(8) is None          # unknown broker
+    for c in list(cluster.conns.values()):
+        c.close(None)
+
+
+def test_metadata_never_goes_to_the_coordinator_connection():
+    """A JoinGroup can hold the coordinator connection for seconds."""
+    cluster = make_cluster()
+    coord = cluster.coordinator_connection(7)
+    coord.close(None)
+    coord.state = "READY"      # pretend: only the coordinator connection is up
+    assert cluster._ready_conn() is None
+    broker = cluster.connection(7)
+    broker.state = "READY"
+    assert cluster._ready_conn() is broker
+
+
+def test_a_moved_coordinator_gets_a_new_connection():
+    cluster = make_cluster()
+    old = cluster.coordinator_connection(7)
+    cluster.metadata.brokers[7] = ("127.0.0.1", 2, None)
+    new = cluster.coordinator_connection(7)
+    assert new is not old and new.port == 2 and old.sock is None
+    for c in list(cluster.conns.values()):
+        c.close(None)

@@ -103,13 +103,16 @@ def test_demo_consume_check_catches_a_changed_message(broker, topic_name):
         for i in range(50):
             b.append(demo._value(i, filler) if i != 37 else demo._value(36, filler))
         simple.produce(c, topic_name, 0, b.build())
-        out = io.StringIO()
-        ok = demo._consume(c, topic_name, 50, out, lambda t: out.write(t + "\n"))
-        assert not ok
-        assert "FAILED: 50 of 50 messages read, high watermark 50, 1 mismatched" in out.getvalue()
-        out = io.StringIO()
-        assert not demo._consume(c, topic_name, 60, out, lambda t: out.write(t + "\n"))
-        assert "FAILED: 50 of 60" in out.getvalue()
+    out = io.StringIO()
+    ok = demo._consume(broker.bootstrap, topic_name, 50, out, lambda t: out.write(t + "\n"),
+                       timeout=10)
+    assert not ok
+    assert "FAILED: 50 of 50 messages read, end of partition at 50, 1 mismatched (first: " \
+        "#37 at offset 37)" in out.getvalue()
+    out = io.StringIO()
+    assert not demo._consume(broker.bootstrap, topic_name, 60, out,
+                             lambda t: out.write(t + "\n"), timeout=3)
+    assert "FAILED: 50 of 60" in out.getvalue()
 
 
 def test_demo_cli_rejects_bad_arguments(capsys):

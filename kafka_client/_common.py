@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from kafka_client.config import ClientConfig
 from kafka_client.errors import KafkaException
 
-__all__ = ["make_config", "apply_debug", "call_safely"]
+__all__ = ["make_config", "apply_debug", "call_safely", "stop_client"]
 
 _log = logging.getLogger("kafka_client")
 
@@ -65,3 +67,32 @@ def call_safely(cb: Callable, *args: Any) -> None:
         cb(*args)
     except Exception:
         _log.exception("callback %r failed", cb)
+
+
+def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = None,
+                grace: float = 2.0) -> None:
+    """Close a client's connections on its I/O thread (after ``first()``, run there too),
+    letting ready ones close gracefully for up to ``grace`` seconds, then stop the
+    thread."""
+    done = threading.Event()
+    deadline = time.monotonic() + grace
+
+    def stop() -> None:
+        if first is not None:
+            first()
+        closing = cluster.close()
+
+        def check() -> None:
+            if all(c.sock is None for c in closing) or time.monotonic() >= deadline:
+                for c in closing:
+                    c.close(None)
+                done.set()
+            else:
+                io.call_later(0.005, check)
+
+        check()
+
+    if io.alive:
+        io.call_soon(stop)
+        done.wait(grace + 1)
+    io.stop(5)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
 from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import apply_debug, call_safely, make_config
+from kafka_client._common import apply_debug, call_safely, make_config, stop_client
 from kafka_client._net.io_thread import IOThread
 from kafka_client.consumer.fetcher import (
     OFFSET_TAIL_BASE,
@@ -37,8 +37,6 @@ from kafka_client.errors import KafkaError, KafkaException
 from kafka_proto.errors import KafkaProtocolError
 from kafka_proto.records import ColumnBuilder, RecordFactory
 from kafka_client.types import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
     TIMESTAMP_CREATE_TIME,
@@ -715,28 +713,7 @@ class Consumer:
         if self._closed:
             return
         self._closed = True
-        io = self._io
-        done = threading.Event()
-        deadline = time.monotonic() + 2.0
-
-        def stop() -> None:
-            self._fetcher.close()
-            closing = self._cluster.close()
-
-            def check() -> None:
-                if all(c.sock is None for c in closing) or time.monotonic() >= deadline:
-                    for c in closing:
-                        c.close(None)
-                    done.set()
-                else:
-                    io.call_later(0.005, check)
-
-            check()
-
-        if io.alive:
-            io.call_soon(stop)
-            done.wait(3)
-        io.stop(5)
+        stop_client(self._io, self._cluster, first=self._fetcher.close)
 
     def __enter__(self) -> "Consumer":
         return self

@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
-from kafka_client._common import apply_debug, call_safely, make_config
+from kafka_client._common import apply_debug, call_safely, make_config, stop_client
 from kafka_client._cluster.metadata import ClusterMetadata
 from kafka_client._net.io_thread import IOThread
 from kafka_client.errors import KafkaError, KafkaException
@@ -242,27 +242,7 @@ class Producer:
             return
         self._closed = True
         self.produce = _closed_produce  # type: ignore[method-assign]
-        io = self._io
-        done = threading.Event()
-        deadline = time.monotonic() + 2.0
-
-        def stop() -> None:
-            closing = self._cluster.close()
-
-            def check() -> None:
-                if all(c.sock is None for c in closing) or time.monotonic() >= deadline:
-                    for c in closing:
-                        c.close(None)
-                    done.set()
-                else:
-                    io.call_later(0.005, check)
-
-            check()
-
-        if io.alive:
-            io.call_soon(stop)
-            done.wait(3)
-        io.stop(5)
+        stop_client(self._io, self._cluster)
 
     def __enter__(self) -> "Producer":
         return self

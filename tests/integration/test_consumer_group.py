@@ -336,3 +336,47 @@ def test_max_poll_interval_exceeded_then_rejoin(broker, topic_name):
         _wait_for(lambda: len(c.assignment()) == 2, c, 30, "the rejoin")
     finally:
         c.close()
+
+
+def test_static_member_comes_back_without_a_rebalance(broker, topic_name):
+    if broker.kind == "tansu":
+        pytest.skip("Tansu 0.6 does not hand a returning static member its assignment "
+                    "(seen here: nothing within 5 s)")
+    broker.create_topic(topic_name, partitions=4)
+    group = f"static-{uuid.uuid4().hex[:8]}"
+
+    def member(instance, log):
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                      "group.instance.id": instance, "session.timeout.ms": 10000,
+                      "heartbeat.interval.ms": 300})
+        c.subscribe([topic_name],
+                    on_assign=lambda cons, ps: log.append(("assign", sorted(
+                        tp.partition for tp in ps))),
+                    on_revoke=lambda cons, ps: log.append(("revoke", sorted(
+                        tp.partition for tp in ps))))
+        return c
+
+    def spin(consumers, until, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for c in consumers:
+                c.consume(100, 0.05)
+            if until():
+                return
+        raise AssertionError("timed out")
+
+    a_log, c_log = [], []
+    a, c = member("inst-a", a_log), member("inst-c", c_log)
+    try:
+        spin([a, c], lambda: len(a.assignment()) + len(c.assignment()) == 4
+             and a.assignment() and c.assignment(), 30)
+        held_a = sorted(tp.partition for tp in a.assignment())
+        before = list(c_log)
+        a.close()  # a static member does not leave the group
+        a_log2 = []
+        a = member("inst-a", a_log2)
+        spin([a, c], lambda: sorted(tp.partition for tp in a.assignment()) == held_a, 8)
+        assert c_log == before, "the other member saw a rebalance"
+    finally:
+        a.close()
+        c.close()

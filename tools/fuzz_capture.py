@@ -2,6 +2,7 @@
 
     .venv/bin/python tools/fuzz_capture.py            # Tansu and noida-db, rewrite corpus
     .venv/bin/python tools/fuzz_capture.py --brokers tansu --dry-run
+    .venv/bin/python tools/fuzz_capture.py --harness consumer   # only that folder
 
 For each broker (started on a free loopback port by kafka_client._testing.brokers):
 
@@ -15,7 +16,9 @@ From those bodies it writes the inputs of every harness in the layouts of
 tests/fuzz/fuzz_harnesses.py: ``responses`` (API key + version + body), ``records`` (the
 fetched records blobs), ``compression`` (the compressed sections of the fetched batches),
 ``framing`` (the response frames as one stream) and ``client`` (ApiVersions, Metadata and
-Fetch bodies of one connection). Legacy (magic 0/1) message sets, which these brokers no
+Fetch bodies of one connection). For ``consumer`` it fetches (read_uncommitted and
+read_committed) topics written by confluent-kafka with every codec and with committed and
+aborted transactions (``capture_consumer``). Legacy (magic 0/1) message sets, which these brokers no
 longer write, are built field by field from the same records. Files are named by content
 hash; inputs above ``--max-size`` bytes are skipped so the corpus stays small.
 """
@@ -37,6 +40,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+#: corpus folders filled by capture_broker and the recorder, and by capture_consumer
+BROKER_CAPTURE_HARNESSES = ("records", "compression", "responses", "framing", "client")
+HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer",)
 
 
 def _lenbytes(b):
@@ -224,6 +230,100 @@ def capture_broker(kind: str, corpus: Corpus) -> None:
         corpus.add("framing", bytes([2]) + struct.pack(">I", i) + b"".join(small[i:i + 4]))
 
 
+def produce_transactions(bootstrap: str, topic: str, codec: str) -> None:
+    """confluent-kafka, transactional: one committed transaction, one aborted, one committed
+    (the broker writes a COMMIT or ABORT control batch after each), records with headers."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"fuzz-{topic}",
+                  "compression.type": codec, "linger.ms": 5})
+    p.init_transactions(30)
+    for prefix, n, commit in ((b"c", 3, True), (b"a", 3, False), (b"d", 2, True)):
+        p.begin_transaction()
+        for i in range(n):
+            p.produce(topic, value=b"%s%d " % (prefix, i) * 3, key=b"k%d" % i, partition=0,
+                      headers=[("txn", prefix), ("i", b"%d" % i)])
+        p.flush(30)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+
+
+#: consumer harness option bytes: flags (bit 0 read_committed, bit 1 check.crcs, bit 2
+#: enable.partition.eof) and byte 2 (bits 0-1 decompression cap, 2-3 start mode, 4-5 the
+#: resumed row limit); see check_consumer in tests/fuzz/fuzz_harnesses.py.
+CONSUMER_OPTIONS = ((0x00, 0x01), (0x07, 0x36), (0x22, 0x1b), (0x83, 0x2a))
+
+
+def capture_consumer(kind: str, corpus: Corpus) -> None:
+    """FetchResponse bodies as the consumer gets them (the ``consumer`` harness): a topic
+    per codec written by confluent-kafka (keys, headers), and a topic with committed and
+    aborted transactions, fetched read_uncommitted and read_committed (noida-db sends the
+    aborted-transactions list; Tansu 0.6 does not, but writes the control batches), at
+    Fetch v4, v11, v12 and, when the broker reports topic ids, v13+."""
+    from kafka_client._testing import simple
+    from kafka_client._testing.brokers import make_broker
+    from kafka_proto.messages import FetchRequest, FetchResponse
+
+    broker = make_broker(kind)
+    broker.start()
+    try:
+        topics = {}
+        for name in CODECS:
+            topic = f"cfz-{name}-{uuid.uuid4().hex[:6]}"
+            broker.create_topic(topic)
+            produce_confluent(broker.bootstrap, topic, name, n=6)
+            topics[topic] = False
+        for name in ("none", "zstd"):
+            topic = f"cfz-txn-{name}-{uuid.uuid4().hex[:6]}"
+            broker.create_topic(topic)
+            produce_transactions(broker.bootstrap, topic, name)
+            topics[topic] = True
+        conn = _recording_connection_class()(broker.host, broker.port)
+        lo, hi = conn.broker_versions.get(1, (0, -1))
+        ids = {}
+        if hi >= 13 and conn.version_for(3) >= 10:
+            ids = {t: i for t, i in simple.topic_ids(conn, list(topics)).items()
+                   if i is not None and i.int != 0}
+        for n, (topic, txn) in enumerate(topics.items()):
+            versions = [v for v in (4, 11, 12) if lo <= v <= hi]
+            if topic in ids:
+                versions += [v for v in (13, hi) if lo <= v <= hi]
+            if not txn and versions:  # one version by name and one by id per codec topic
+                versions = [versions[n % len(versions[:3])]] + versions[3:][-1:]
+            for v in sorted(set(versions)):
+                bodies = {}
+                for isolation in ((0, 1) if txn else (0,)):
+                    if v >= 13:
+                        ft = FetchRequest.FetchTopic(topic_id=ids[topic], partitions=[])
+                    else:
+                        ft = FetchRequest.FetchTopic(topic=topic, partitions=[])
+                    ft.partitions.append(FetchRequest.FetchPartition(
+                        partition=0, fetch_offset=0, partition_max_bytes=1 << 20))
+                    req = FetchRequest(max_wait_ms=10, min_bytes=1, max_bytes=1 << 20,
+                                       isolation_level=isolation, topics=[ft])
+                    body = bytes(conn.request_raw(req, v))
+                    flags, opt = CONSUMER_OPTIONS[(n + v) % len(CONSUMER_OPTIONS)]
+                    flags = (flags & ~1) | isolation
+                    corpus.add("consumer", bytes([v - 4, flags, opt, 1]) + body)
+                    bodies[isolation] = body
+                if txn and len(bodies) == 2:
+                    # noida-db leaves the aborted batches out of a read_committed answer;
+                    # the read_uncommitted records with its aborted-transactions list make
+                    # the consumer filter them itself.
+                    both = FetchResponse.decode(bodies[0], v)
+                    committed = FetchResponse.decode(bodies[1], v)
+                    aborted = committed.responses[0].partitions[0].aborted_transactions
+                    if aborted:
+                        both.responses[0].partitions[0].aborted_transactions = aborted
+                        corpus.add("consumer", bytes([v - 4, 0x01, 0x30, 0]) + both.encode(v))
+        conn.close()
+    finally:
+        broker.stop()
+        broker.cleanup()
+
+
 class Recorder:
     """Loopback TCP relay that keeps both directions of every connection, for capturing
     what a third-party client (confluent-kafka) and the broker exchange."""
@@ -401,14 +501,26 @@ def main(argv=None) -> int:
     ap.add_argument("--no-recorder", action="store_true",
                     help="skip confluent-kafka through the recording relay")
     ap.add_argument("--dry-run", action="store_true", help="capture, but only print counts")
+    ap.add_argument("--harness", default=",".join(HARNESS_NAMES),
+                    help="comma-separated corpus folders to capture and rewrite (default: "
+                         "all); e.g. --harness consumer leaves the other folders alone")
     args = ap.parse_args(argv)
+    wanted = {h.strip() for h in args.harness.split(",") if h.strip()}
+    unknown = wanted - set(HARNESS_NAMES)
+    if unknown:
+        ap.error(f"unknown harness(es): {', '.join(sorted(unknown))}")
     corpus = Corpus(args.max_size)
     for kind in args.brokers.split(","):
         t = time.monotonic()
-        capture_broker(kind.strip(), corpus)
+        if wanted & set(BROKER_CAPTURE_HARNESSES):
+            capture_broker(kind.strip(), corpus)
+        if "consumer" in wanted:
+            capture_consumer(kind.strip(), corpus)
         print(f"{kind}: captured in {time.monotonic() - t:.1f}s", file=sys.stderr)
-    if "tansu" in args.brokers and not args.no_recorder:
+    if "tansu" in args.brokers and not args.no_recorder \
+            and wanted & set(BROKER_CAPTURE_HARNESSES):
         capture_confluent_tansu(corpus)
+    corpus.items = {h: items for h, items in corpus.items.items() if h in wanted}
     for harness, items in sorted(corpus.items.items()):
         print(f"{harness}: {len(items)} inputs, {sum(map(len, items.values()))} bytes")
     if not args.dry_run:

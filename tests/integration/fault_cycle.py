@@ -1,5 +1,6 @@
-"""A thread that keeps injecting faults into a :class:`FaultProxy`, shared by the fault
-acceptance tests (test_producer_faults.py, test_consumer_faults.py).
+"""Fault helpers shared by the fault acceptance tests (test_producer_faults.py,
+test_consumer_faults.py): a thread that keeps injecting faults into a
+:class:`FaultProxy`, and a broker restart with the traffic held at the proxy.
 
 Not a test module: the test files import it by name (pytest puts their folder on
 ``sys.path``, as there is no package ``__init__``).
@@ -9,11 +10,12 @@ from __future__ import annotations
 import collections
 import random
 import threading
+import time
 from typing import Dict, Sequence
 
 from kafka_client._testing.proxy import DOWNSTREAM, UPSTREAM, FaultProxy
 
-__all__ = ["Faults"]
+__all__ = ["Faults", "restart_behind"]
 
 
 class Faults(threading.Thread):
@@ -106,3 +108,25 @@ class Faults(threading.Thread):
                 p.refuse(False)
             except Exception:
                 pass
+
+
+def restart_behind(proxy: FaultProxy, broker) -> None:
+    """Restart ``broker`` with no request arriving while it shuts down, and with the
+    answers to the last requests it handled lost.
+
+    noida-db 0.2.3 acknowledges requests that reach it during its graceful shutdown (for
+    about 100 ms after SIGINT) and loses what it wrote after its last flush (Produce:
+    test_producer_faults.py; OffsetCommit too: test_consumer_faults.py saw a commit
+    acknowledged then and gone after the restart). No client can keep what the broker
+    forgets after acknowledging it, so the traffic waits at the proxy meanwhile: the
+    requests already handed over are handled, their answers are held, new ones wait
+    on the client's side."""
+    proxy.stall(DOWNSTREAM)   # requests still go up and are handled; answers wait
+    try:
+        time.sleep(0.05)
+        proxy.stall(UPSTREAM)  # nothing reaches the broker from here on
+        time.sleep(0.1)        # it has handled what it got
+        broker.restart()
+        proxy.reset()          # the held answers are lost with the connections
+    finally:
+        proxy.resume()

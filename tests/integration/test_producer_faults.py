@@ -36,10 +36,10 @@ from typing import Dict, List
 import pytest
 
 from kafka_client import Producer
-from kafka_client._testing.proxy import DOWNSTREAM, UPSTREAM, FaultProxy
+from kafka_client._testing.proxy import FaultProxy
 from kafka_client._testing.simple import fetch_all
 
-from fault_cycle import Faults  # tests/integration/fault_cycle.py
+from fault_cycle import Faults, restart_behind  # tests/integration/fault_cycle.py
 
 pytestmark = pytest.mark.integration
 
@@ -364,20 +364,7 @@ def test_faults_with_message_timeouts(broker, topic_name, retry_counter, record_
 # is a broker that went away with requests in flight and came back with its log and
 # producer state reloaded from disk; the answers to the last requests it appended are
 # lost on the way, so the producer must send those batches again to the new process.
-
-
-def restart_behind(proxy: FaultProxy, broker) -> None:
-    """Restart ``broker`` with no request arriving while it shuts down, and with the
-    answers to the last requests it appended lost."""
-    proxy.stall(DOWNSTREAM)   # requests still go up and are appended; answers wait
-    try:
-        time.sleep(0.05)
-        proxy.stall(UPSTREAM)  # nothing reaches the broker from here on
-        time.sleep(0.1)        # it has handled what it got
-        broker.restart()
-        proxy.reset()          # the held answers are lost with the connections
-    finally:
-        proxy.resume()
+# (restart_behind is in fault_cycle.py: the consumer's restart tests use it too.)
 
 
 @pytest.mark.parametrize("idempotent", [True, False], ids=["idem", "plain"])

@@ -37,8 +37,12 @@ def _import_targets() -> None:
     """Import every module a harness reaches, so instrumentation covers them."""
     import importlib
 
+    import kafka_client._cluster.metadata  # noqa: F401
     import kafka_client._net.blocking  # noqa: F401
     import kafka_client._testing.simple  # noqa: F401
+    import kafka_client.config  # noqa: F401
+    import kafka_client.consumer.consumer  # noqa: F401
+    import kafka_client.consumer.fetcher  # noqa: F401
     import kafka_proto.compression  # noqa: F401
     import kafka_proto.framing  # noqa: F401
     import kafka_proto.records  # noqa: F401

@@ -83,3 +83,80 @@ def test_roundtrip_check_catches_a_lossy_encoder():
     harnesses.roundtrip_message(MetadataResponse, resp, 9)
     with pytest.raises(harnesses.InvariantViolation):
         harnesses.roundtrip_message(MetadataResponse, lossy, 9)
+
+
+def _txn_fetch_input(aborted, flags=0x01):
+    """A consumer-harness input: Fetch v12 answer for topic t: producer 7's transaction
+    (offsets 0-2) aborted by the marker at 3, producer 8's (4-6, gzip) committed at 7,
+    producer 7 again (8-10) committed at 11, a plain zstd record at 12."""
+    from kafka_proto.messages import FetchResponse
+    from kafka_proto.records import RecordBatchBuilder
+    from kafka_proto.records.control import build_control_batch
+
+    log = b""
+    off = 0
+    for pid, commit, codec in ((7, False, 0), (8, True, 1), (7, True, 0)):
+        b = RecordBatchBuilder(producer_id=pid, producer_epoch=0, base_sequence=0,
+                               transactional=True, compression=codec)
+        for i in range(3):
+            b.append(b"p%d-%d" % (pid, i), b"k", 1_700_000_000_000 + i, [("h", b"x")])
+        log += b.build(off)
+        log += build_control_batch(1 if commit else 0, pid, 0, base_offset=off + 3)
+        off += 4
+    b = RecordBatchBuilder(compression=4)
+    b.append(b"plain", None, 1_700_000_000_100)
+    log += b.build(off)
+    pd = FetchResponse.PartitionData(
+        partition_index=0, high_watermark=13, last_stable_offset=13, records=log,
+        aborted_transactions=[FetchResponse.AbortedTransaction(producer_id=p, first_offset=f)
+                              for p, f in aborted])
+    resp = FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
+        topic="t", partitions=[pd])])
+    return bytes([12 - 4, flags, 0x30, 0]) + resp.encode(12)
+
+
+def test_consumer_reference_model_drops_the_aborted_transaction():
+    from kafka_client.consumer.fetcher import PartitionState
+    from kafka_proto.messages import FetchResponse
+    from kafka_proto.records import read_batches
+
+    data = _txn_fetch_input([(7, 0)])
+    pd = FetchResponse.decode(data[4:], 12).responses[0].partitions[0]
+    batches = list(read_batches(pd.records))
+    part = PartitionState("t", 0)
+    rows, complete = harnesses._expected_rows(part, batches, 0, True, pd.aborted_transactions)
+    assert complete and [r[2] for r in rows] == [4, 5, 6, 8, 9, 10, 12]
+    rows, _ = harnesses._expected_rows(part, batches, 5, False, pd.aborted_transactions)
+    assert [r[2] for r in rows] == [5, 6, 8, 9, 10, 12]
+    # The harness runs clean on it, read_committed or not.
+    harnesses.check_consumer(data)
+    harnesses.check_consumer(_txn_fetch_input([(7, 0)], flags=0x00))
+
+
+def test_consumer_harness_catches_a_consumer_that_keeps_aborted_records(monkeypatch):
+    from kafka_client.consumer import consumer
+
+    real = consumer._data_batches
+
+    def leaky(chunk):
+        chunk.aborted = None  # forgets the aborted-transactions list
+        return real(chunk)
+
+    monkeypatch.setattr(consumer, "_data_batches", leaky)
+    with pytest.raises(harnesses.InvariantViolation, match="reference model"):
+        harnesses.check_consumer(_txn_fetch_input([(7, 0)]))
+
+
+def test_consumer_harness_strict_mode_flags_decreasing_offsets(monkeypatch):
+    from kafka_proto.messages import FetchResponse
+
+    import test_regressions
+
+    pd = FetchResponse.PartitionData(partition_index=0, high_watermark=16,
+                                     records=test_regressions.DECREASING_OFFSETS)
+    data = bytes([0, 0, 0, 0]) + FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
+        topic="t", partitions=[pd])]).encode(4)
+    harnesses.check_consumer(data)  # a known finding: tolerated by default
+    monkeypatch.setattr(harnesses, "STRICT", True)
+    with pytest.raises(harnesses.InvariantViolation, match="out of order"):
+        harnesses.check_consumer(data)

@@ -196,6 +196,10 @@ class Fetcher:
         self.check_crcs = bool(config["check.crcs"])
         self.retry_backoff = config["retry.backoff.ms"] / 1000.0
         self._busy_nodes: Dict[int, int] = {}   # node id -> partitions in its Fetch in flight
+        #: node id -> no Fetch before this time: the broker answered a Fetch at once with
+        #: no data instead of holding it for fetch.wait.max.ms (noida-db does), so the
+        #: wait it skipped is made here rather than sending thousands of empty fetches
+        self._node_hold: Dict[int, float] = {}
         self.fetch_requests = 0
         self.closed = False
         cluster.on_metadata.append(self._on_metadata)
@@ -204,7 +208,9 @@ class Fetcher:
 
     # -- wake-ups ----------------------------------------------------------------------
     def kick(self) -> None:
-        """Any thread: look at the partitions again soon."""
+        """Any thread: look at the partitions again soon (an assignment or position
+        changed: fetch at once)."""
+        self._node_hold.clear()
         self.io.wake()
 
     def _on_metadata(self, changed: Any) -> None:
@@ -257,6 +263,12 @@ class Fetcher:
         for node, parts in by_node.items():
             if node in self._busy_nodes:
                 continue
+            hold = self._node_hold.get(node)
+            if hold is not None:
+                if hold > now:
+                    nxt = _earliest(nxt, hold)
+                    continue
+                del self._node_hold[node]
             conn = self.cluster.ensure_connected(node)
             if conn is None:
                 continue
@@ -494,11 +506,12 @@ class Fetcher:
         self._busy_nodes[node] = len(sent)
         self.fetch_requests += 1
         timeout = conn.settings.request_timeout + self.max_wait_ms / 1000.0
-        conn.send(req, lambda resp, err: self._on_fetch(node, sent, resp, err),
+        sent_at = time.monotonic()
+        conn.send(req, lambda resp, err: self._on_fetch(node, sent, resp, err, sent_at),
                   version=version, timeout=timeout)
 
     def _on_fetch(self, node: int, sent: List[Tuple[PartitionState, int, int]], resp: Any,
-                  err: Optional[KafkaError]) -> None:
+                  err: Optional[KafkaError], sent_at: float = 0.0) -> None:
         self._busy_nodes.pop(node, None)
         now = time.monotonic()
         md = self.cluster.metadata
@@ -525,6 +538,11 @@ class Fetcher:
                 name = names_by_id.get(t.topic_id)
             for pd in t.partitions:
                 answers[(name, pd.partition_index)] = pd
+        wait = self.max_wait_ms / 1000.0
+        if now - sent_at < wait / 2 and not any(pd.error_code or (pd.records is not None
+                                                                   and len(pd.records))
+                                                for pd in answers.values()):
+            self._node_hold[node] = sent_at + wait
         with self.lock:
             for part, version, pos in sent:
                 part.fetching = False

@@ -651,7 +651,12 @@ class GroupCoordinator:
         self.state = UNJOINED
         self._rejoin_after = time.monotonic() + self.retry_backoff
         if code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
-            self._reset_member(code == UNKNOWN_MEMBER_ID)
+            if self.owned:
+                # A cooperative member rejoins holding its partitions; the group no longer
+                # knows it, so they are lost, not revoked (KIP-429).
+                self._lose(err.str(), reset_member=code == UNKNOWN_MEMBER_ID)
+            else:
+                self._reset_member(code == UNKNOWN_MEMBER_ID)
         elif code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
                                                     KafkaError._TIMED_OUT):
             self._coordinator_lost(err.str())

@@ -328,3 +328,24 @@ def test_consume_arrow_matches_what_was_sent(broker, topic_name):
         assert c.consume_arrow(10, 0.3).num_rows == 0  # EOF events are not rows
     finally:
         c.close()
+
+
+def test_idle_consumer_waits_between_empty_fetches(broker, topic_name):
+    """At the end of a partition a Fetch waits fetch.wait.max.ms for data. noida-db answers
+    at once instead: the consumer then makes that wait itself rather than spinning
+    (thousands of empty fetches a second were seen)."""
+    broker.create_topic(topic_name, partitions=1)
+    c = new_consumer(broker, **{"fetch.wait.max.ms": 200})
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        assert c.consume(10, 0.3) == []
+        before = c._fetcher.fetch_requests
+        assert c.consume(10, 2.0) == []
+        assert c._fetcher.fetch_requests - before <= 2.0 / 0.2 + 3
+        # A message produced now still arrives within about one wait.
+        produce_confluent(broker.bootstrap, topic_name, [(0, None, b"late", None, 0)])
+        t = time.monotonic()
+        got = consume_until(c, 1, timeout=5)[0]
+        assert [m.value() for m in got] == [b"late"] and time.monotonic() - t < 2
+    finally:
+        c.close()

@@ -780,7 +780,8 @@ def _legacy_rows(batch: Any, start: int) -> Iterator[Tuple[int, Any, Any, Tuple[
     for r in batch:
         off = r.offset
         if off < start:
-            continue
+            continue  # before the start, or not above the record before (hostile)
+        start = off + 1
         tt = r.timestamp_type
         ts = (TIMESTAMP_NOT_AVAILABLE, -1) if tt < 0 else \
             (TIMESTAMP_LOG_APPEND_TIME if tt == 1 else TIMESTAMP_CREATE_TIME, r.timestamp)
@@ -795,6 +796,7 @@ def _decode_chunk(chunk: Chunk, out: List[Message]) -> None:
     partition = part.partition
     start = chunk.start
     for batch in _data_batches(chunk):
+        before = len(out)
         if batch.magic >= 2:
             batch.decode_into(out, _MESSAGES, topic, partition, start,
                               batch.partition_leader_epoch)
@@ -802,6 +804,10 @@ def _decode_chunk(chunk: Chunk, out: List[Message]) -> None:
             for off, key, value, ts in _legacy_rows(batch, start):
                 out.append(Message(topic, partition, off, key, value, None, None, ts, None,
                                    -1))
+        if len(out) > before:
+            # Offsets only go up, across batches too: a record at or below one already
+            # handed out is skipped (hostile input; the Java client's rule).
+            start = out[-1]._offset + 1
 
 
 def _decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:
@@ -812,9 +818,7 @@ def _decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:
     cols.set_source(part.topic, part.partition)
     left = limit
     for batch in _data_batches(chunk):
-        if left <= 0:
-            chunk.start = cols.last_offset + 1
-            return False
+        before = left
         if batch.magic >= 2:
             left -= batch.decode_columns(cols, start, left)
         else:
@@ -823,7 +827,11 @@ def _decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:
                     break
                 cols.append_row(off, ts[1], ts[0], key, value)
                 left -= 1
-        if left <= 0 and cols.last_offset < batch.last_offset:
-            chunk.start = cols.last_offset + 1
+        if left < before:
+            start = cols.last_offset + 1  # offsets only go up (see _decode_chunk)
+        if left <= 0:
+            # Full: resume after the last row next time (even if this batch looks done,
+            # its remaining records, if any, are still to be read, or to fail).
+            chunk.start = start
             return False
     return True

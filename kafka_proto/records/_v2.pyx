@@ -1650,7 +1650,8 @@ cdef class RecordBatch:
             it.st.failed = True
             rec = <Record>_next_record(&it.st, <PyObject*>it._ts_type)
             if rec.offset < start:
-                continue
+                continue  # before the start, or not above the record before (hostile)
+            start = rec.offset + 1
             o = PyType_GenericAlloc(tp, 0)
             # The object owns what is stored in it; unset slots stay NULL until the end, so
             # an error below frees it cleanly (and nothing half-made reaches ``out``).
@@ -1704,8 +1705,6 @@ cdef class RecordBatch:
             if limit >= 0 and n >= limit:
                 return n
             _parse_record(&it.st, &f)
-            if f.offset < start:
-                continue
             if f.hcount != 0:
                 # Check every header before anything of the row is added.
                 if f.hcount < 0:
@@ -1724,6 +1723,9 @@ cdef class RecordBatch:
                     _len_at(&p, f.rend, &hv, &hvn, "header value")
                 if p != f.rend:
                     _trailing_error(&it.st, f.rlen, f.rend - p)
+            if f.offset < start:
+                continue  # before the start, or not above the record before (hostile)
+            start = f.offset + 1
             cols._row(f.offset, f.timestamp, ts_type, f.kd, f.kn, f.vd, f.vn, f.rlen)
             p = f.hp
             for j in range(f.hcount):
@@ -1786,6 +1788,8 @@ cdef class RecordBatch:
         it.st.index = 0
         it.st.failed = False
         it.st.count = self._count
+        it.st.prev_delta = -1
+        it.st.last_delta = self._last_offset_delta
         it.st.base_offset = self._base_offset
         it.st.base_ts = self._base_ts
         it.st.max_ts = self._max_ts
@@ -1799,6 +1803,8 @@ cdef struct _ParseState:
     const unsigned char* end
     int32_t index
     int32_t count
+    int32_t prev_delta   # offset delta of the record before (-1 before the first)
+    int32_t last_delta   # the batch's lastOffsetDelta
     int64_t base_offset
     int64_t base_ts
     int64_t max_ts
@@ -1882,6 +1888,13 @@ cdef inline int _parse_record(_ParseState* st, _Fields* f) except -1:
     if rc != VARINT_OK:
         _varint_error(rc, "offsetDelta")
     p += used
+    # Offsets go up within a batch and end at its lastOffsetDelta (compaction may drop
+    # records, never reorder them): anything else is corruption, caught here so that every
+    # reader of the batch stops at the same record.
+    if odelta <= st.prev_delta or odelta > st.last_delta or \
+            (odelta == st.last_delta and st.index != st.count - 1):
+        _offset_delta_error(st, odelta)
+    st.prev_delta = odelta
     _len_at(&p, f.rend, &f.kd, &f.kn, "key")
     _len_at(&p, f.rend, &f.vd, &f.vn, "value")
     rc = _rv32(p, f.rend, &hcount, &used)
@@ -1908,6 +1921,13 @@ cdef object _next_record(_ParseState* st, PyObject* ts_type):
         return _record_with_headers(st, f.hp, f.rend, f.rlen, f.hcount, f.offset,
                                     f.timestamp, f.kd, f.kn, f.vd, f.vn, ts_type)
     return kp_rec_make(f.offset, f.timestamp, f.kd, f.kn, f.vd, f.vn, ts_type, &st.failed)
+
+
+cdef int _offset_delta_error(_ParseState* st, int32_t odelta) except -1:
+    raise CorruptRecordError(
+        f"record batch: record {st.index} has offsetDelta {odelta} after "
+        f"{st.prev_delta}, in a batch whose lastOffsetDelta is {st.last_delta} and which "
+        f"holds {st.count} records")
 
 
 cdef int _trailing_error(_ParseState* st, int32_t rlen, Py_ssize_t left) except -1:
@@ -2024,8 +2044,13 @@ cdef class BatchReader:
                 self._pos = pos + length + LOG_OVERHEAD
                 return batch
             if magic == 0 or magic == 1:
-                legacy, next_pos = _legacy_reader()(self._buffer, pos, self._end,
-                                                    self._check_crc)
+                if self._max_decompressed > 0:
+                    legacy, next_pos = _legacy_reader()(self._buffer, pos, self._end,
+                                                        self._check_crc,
+                                                        self._max_decompressed)
+                else:
+                    legacy, next_pos = _legacy_reader()(self._buffer, pos, self._end,
+                                                        self._check_crc)
                 if legacy is None:
                     return self._truncated(remaining, <Py_ssize_t>length + LOG_OVERHEAD)
                 if next_pos <= pos or next_pos > self._end:

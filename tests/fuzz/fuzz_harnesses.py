@@ -675,6 +675,7 @@ def _expected_rows(part, batches: list, start: int, read_committed: bool,
         return is_abort[j]
 
     rows: list = []
+    nxt = start  # the next offset handed out must be at least this (offsets only go up)
     try:
         for i, b in enumerate(batches):
             if b.is_control:
@@ -694,8 +695,9 @@ def _expected_rows(part, batches: list, start: int, read_committed: bool,
             if b.last_offset < start:
                 continue
             for rec in b:
-                if rec.offset < start:
+                if rec.offset < nxt:
                     continue
+                nxt = rec.offset + 1
                 if b.magic >= 2:
                     tt = 2 if int(b.timestamp_type) == 1 else 1
                     ts = rec.timestamp
@@ -710,33 +712,6 @@ def _expected_rows(part, batches: list, start: int, read_committed: bool,
     except CODEC_ERRORS:
         return rows, False
     return rows, True
-
-
-def _known_skip_unchecked(chunk, obj_rows: list, obj_err) -> bool:
-    """Known finding (docs/fuzzing.md; xfail in test_regressions.py): decode_columns skips
-    the records before its ``start`` without checking their headers, decode_into checks
-    them, so the column path can get past a malformed record the object path stops at.
-    True (outside strict mode) when that explains a difference: the column path with
-    every record checked gives exactly the object path's rows and error."""
-    from kafka_client.consumer.consumer import _data_batches, _legacy_rows
-    from kafka_proto.records import ColumnBuilder
-
-    if STRICT:
-        return False
-    cols = ColumnBuilder(1, 2)
-    cols.set_source(chunk.part.topic, chunk.part.partition)
-    err = None
-    try:
-        for batch in _data_batches(chunk):
-            if batch.magic >= 2:
-                batch.decode_columns(cols, -(1 << 63))
-            else:
-                for off, key, value, ts in _legacy_rows(batch, chunk.start):
-                    cols.append_row(off, ts[1], ts[0], key, value)
-    except CODEC_ERRORS as exc:
-        err = exc
-    rows = [r for r in _column_rows(cols) if r[2] >= chunk.start]
-    return rows == obj_rows and type(err) is type(obj_err)
 
 
 def _check_chunk(chunk, pd, read_committed: bool, resume_limit: int) -> None:
@@ -758,11 +733,7 @@ def _check_chunk(chunk, pd, read_committed: bool, resume_limit: int) -> None:
     offsets = [r[2] for r in obj_rows]
     if offsets and offsets[0] < start:
         _fail(f"offset {offsets[0]} delivered before the chunk start {start}")
-    if any(b <= a for a, b in zip(offsets, offsets[1:])) and STRICT:
-        # Known finding (docs/fuzzing.md; xfail in test_regressions.py): the records of a
-        # batch come out in the order of their offset deltas, which a hostile batch can
-        # make decrease. Outside strict mode the reference model below still requires the
-        # rows to be exactly the batches' records in order.
+    if any(b <= a for a, b in zip(offsets, offsets[1:])):
         _fail(f"offsets delivered out of order: {offsets[:20]}")
     for m in msgs:
         if m._error is not None or m._topic != part.topic or m._partition != part.partition:
@@ -780,8 +751,7 @@ def _check_chunk(chunk, pd, read_committed: bool, resume_limit: int) -> None:
     except CODEC_ERRORS as exc:
         col_err = exc
     col_rows = _column_rows(cols)
-    if (col_rows != obj_rows or type(obj_err) is not type(col_err)) \
-            and not _known_skip_unchecked(chunk, obj_rows, obj_err):
+    if col_rows != obj_rows or type(obj_err) is not type(col_err):
         _fail(f"objects and columns differ: {len(obj_rows)} rows ({obj_err!r}) vs "
               f"{len(col_rows)} ({col_err!r})")
 
@@ -807,8 +777,7 @@ def _check_chunk(chunk, pd, read_committed: bool, resume_limit: int) -> None:
                 _fail(f"a resumed chunk made no progress (start {before} -> {step.start})")
         else:
             _fail("a resumed chunk never finished")
-        if (got != obj_rows or type(step_err) is not type(obj_err)) \
-                and not _known_skip_unchecked(chunk, obj_rows, obj_err):
+        if got != obj_rows or type(step_err) is not type(obj_err):
             _fail(f"resumed columns (limit {resume_limit}) differ: {len(got)} rows "
                   f"({step_err!r}) vs {len(obj_rows)} ({obj_err!r})")
 

@@ -90,11 +90,6 @@ def _columns(chunk):
 DECREASING_OFFSETS = _batch(10, [_record(0), _record(5), _record(3)], 5)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "consumer: records come out in the order of their offset deltas, so a hostile batch "
-    "makes poll()/consume()/consume_arrow() hand out offsets 10, 15, 13 (the position and "
-    "stored offsets then move back); the Java client skips a record below the next offset "
-    "it expects (CompletedFetch.nextFetchedRecord)"))
 def test_consumer_offsets_strictly_increase_within_a_batch():
     for path in (_objects, _columns):
         offsets, _err = path(_chunk(DECREASING_OFFSETS, 10))
@@ -107,21 +102,15 @@ BAD_HEADERS_BEFORE_START = _batch(0, [_record(0, headers=_varint(-1)), _record(1
                                       _record(2)], 2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "codec: RecordBatch.decode_into parses every record in full before dropping those "
-    "below start (a malformed header raises), decode_columns drops them before checking "
-    "their headers: poll()/consume() report _BAD_MSG where consume_arrow() returns "
-    "offsets 1 and 2"))
 def test_objects_and_columns_agree_on_a_bad_record_before_the_start():
     chunk = _chunk(BAD_HEADERS_BEFORE_START, 1)
     assert _objects(chunk) == _columns(_chunk(BAD_HEADERS_BEFORE_START, 1))
 
 
-def test_bad_record_before_the_start_as_each_path_sees_it():
-    # What the two paths do today (the xfail above asks for them to agree).
-    assert _objects(_chunk(BAD_HEADERS_BEFORE_START, 1))[1] is not None
-    assert _objects(_chunk(BAD_HEADERS_BEFORE_START, 0))[1] is not None
-    assert _columns(_chunk(BAD_HEADERS_BEFORE_START, 0))[1] is not None
+def test_bad_record_before_the_start_fails_both_paths():
+    for start in (0, 1):
+        assert _objects(_chunk(BAD_HEADERS_BEFORE_START, start))[1] is not None
+        assert _columns(_chunk(BAD_HEADERS_BEFORE_START, start))[1] is not None
 
 
 def _legacy_bomb() -> bytes:
@@ -132,10 +121,6 @@ def _legacy_bomb() -> bytes:
     return _legacy_message(7, compress(1, inner), attrs=1)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "codec: read_batches(max_decompressed_size=...) does not pass its cap to the legacy "
-    "(magic 0/1) reader, which decompresses a wrapper eagerly up to its own default of "
-    "64 MiB; a 64 KiB gzip wrapper can hold 64 MiB of messages"))
 def test_read_batches_caps_legacy_wrappers():
     with pytest.raises(DecompressionLimitError):
         list(read_batches(_legacy_bomb(), max_decompressed_size=64 * 1024))

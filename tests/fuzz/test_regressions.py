@@ -1,8 +1,8 @@
 """Minimal inputs for what the fuzz harnesses found (docs/fuzzing.md, "Findings").
 
-Defects that are not fixed yet are marked ``xfail(strict=True)`` with the reason: the test
+A defect that is not fixed yet is marked ``xfail(strict=True)`` with the reason: the test
 starts passing when the defect is fixed, and strict mode then fails it so that the marker
-(and the harness' tolerance for it, ``fuzz_harnesses.STRICT``) is removed.
+is removed.
 """
 from __future__ import annotations
 

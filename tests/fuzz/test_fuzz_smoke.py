@@ -156,6 +156,7 @@ def test_consumer_harness_accepts_a_batch_whose_offsets_decrease():
                                      records=test_regressions.DECREASING_OFFSETS)
     data = bytes([0, 0, 0, 0]) + FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
         topic="t", partitions=[pd])]).encode(4)
-    # Fixed (d3c29fd): the batch is corrupt (CorruptRecordError at the record that goes
-    # back), the consumer hands out offsets that only go up; the harness accepts both.
+    # Fixed (d3c29fd): the batch is corrupt now (CorruptRecordError after offset 10: delta
+    # 5 reaches lastOffsetDelta before the last record) and the consumer hands out offsets
+    # that only go up; the harness runs clean on it.
     harnesses.check_consumer(data)

@@ -58,6 +58,12 @@ _MESSAGES = RecordFactory(
     timestamp_types=(TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME),
     constants={"_error": None, "_latency": None})
 
+#: Decompressed bytes one fetched chunk may take while it is decoded: past them (its
+#: first batch is always decoded) the rest of the chunk is fetched again, so memory follows
+#: what the application takes, not what a response can expand to (a hostile 2 kB zstd
+#: batch holds 60 MiB, and a 1 MiB fetch holds 500 of them).
+CHUNK_DECOMPRESSED_BUDGET = 64 << 20
+
 _instances = 0
 _MAX_CONSUME = 1000000  # librdkafka's limit for one consume() call
 _ABORT = 0              # ControlRecordType.ABORT
@@ -404,13 +410,16 @@ class Consumer:
             before = len(cols)
             try:
                 done = _decode_columns(item, cols, n - before)
-            except KafkaProtocolError as exc:
+            except (KafkaProtocolError, _BudgetSpent) as exc:
                 with self._lock:
                     if queue and queue[0] is item:
                         queue.popleft()
                         self._fetcher.taken(item)
-                self._decode_failed(item, cols.last_offset + 1 if len(cols) > before
-                                    else item.start, exc)
+                if isinstance(exc, _BudgetSpent):
+                    self._refetch(item, exc.offset)
+                else:
+                    self._decode_failed(item, cols.last_offset + 1 if len(cols) > before
+                                        else item.start, exc)
                 done = False
             if len(cols) > before:
                 part.app_pos = cols.last_offset + 1
@@ -468,9 +477,23 @@ class Consumer:
                 _decode_chunk(item, msgs)
             except KafkaProtocolError as exc:
                 self._decode_failed(item, msgs[-1]._offset + 1 if msgs else item.start, exc)
+            except _BudgetSpent as cut:
+                self._refetch(item, cut.offset)
             self._buf = msgs
             self._buf_pos = 0
             self._buf_part = part
+
+    def _refetch(self, chunk: Chunk, offset: int) -> None:
+        """The rest of ``chunk`` from ``offset`` on is fetched again (its decompressed
+        size went past CHUNK_DECOMPRESSED_BUDGET)."""
+        part = chunk.part
+        with self._lock:
+            if chunk.version != part.version or not part.assigned:
+                return
+            eof = part.eof_offset
+            part.seek(offset)
+            part.eof_offset = eof  # the same end is not reported twice
+        self._fetcher.kick()
 
     def _decode_failed(self, chunk: Chunk, offset: int, exc: Exception) -> None:
         """A record of ``chunk`` at ``offset`` does not decode (hostile or corrupt bytes):
@@ -748,6 +771,15 @@ def _check_partitions(partitions: Any, what: str) -> List[TopicPartition]:
     return list(partitions)
 
 
+class _BudgetSpent(Exception):
+    """A chunk's decompressed size passed CHUNK_DECOMPRESSED_BUDGET: fetch again from
+    ``offset`` (nothing before it is lost: those records were decoded)."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
+
+
 def _data_batches(chunk: Chunk) -> Iterator[Any]:
     """The batches of a chunk whose records go to the application, in order: control
     batches and (read_committed) aborted transactions left out, and batches that end
@@ -795,7 +827,10 @@ def _decode_chunk(chunk: Chunk, out: List[Message]) -> None:
     topic = part.topic
     partition = part.partition
     start = chunk.start
+    used = 0
     for batch in _data_batches(chunk):
+        if used > CHUNK_DECOMPRESSED_BUDGET:
+            raise _BudgetSpent(start)
         before = len(out)
         if batch.magic >= 2:
             batch.decode_into(out, _MESSAGES, topic, partition, start,
@@ -808,6 +843,7 @@ def _decode_chunk(chunk: Chunk, out: List[Message]) -> None:
             # Offsets only go up, across batches too: a record at or below one already
             # handed out is skipped (hostile input; the Java client's rule).
             start = out[-1]._offset + 1
+        used += batch.decompressed_size if batch.magic >= 2 else 0
 
 
 def _decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:
@@ -817,7 +853,10 @@ def _decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:
     start = chunk.start
     cols.set_source(part.topic, part.partition)
     left = limit
+    used = 0
     for batch in _data_batches(chunk):
+        if used > CHUNK_DECOMPRESSED_BUDGET:
+            raise _BudgetSpent(start)
         before = left
         if batch.magic >= 2:
             left -= batch.decode_columns(cols, start, left)
@@ -829,6 +868,7 @@ def _decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:
                 left -= 1
         if left < before:
             start = cols.last_offset + 1  # offsets only go up (see _decode_chunk)
+        used += batch.decompressed_size if batch.magic >= 2 else 0
         if left <= 0:
             # Full: resume after the last row next time (even if this batch looks done,
             # its remaining records, if any, are still to be read, or to fail).

@@ -1595,6 +1595,12 @@ cdef class RecordBatch:
         return self._size
 
     @property
+    def decompressed_size(self) -> int:
+        """Bytes of its records once decompressed (0 until they were read, and for an
+        uncompressed batch)."""
+        return 0 if self._decompressed is None else PyBytes_GET_SIZE(self._decompressed)
+
+    @property
     def raw(self) -> memoryview:
         """The batch's bytes in the original buffer (no copy)."""
         return memoryview(self._view)[self._start:self._start + self._size]

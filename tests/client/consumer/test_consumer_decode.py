@@ -65,3 +65,31 @@ def test_same_for_arrow_output(consumer):
     assert e.value.args[0].code() == KafkaError._BAD_MSG
     assert part.fetch_pos == 13
     assert consumer.position([TopicPartition("t", 0)])[0].offset == 13
+
+
+def test_a_chunk_that_expands_past_the_budget_is_fetched_again_in_parts(consumer,
+                                                                          monkeypatch):
+    """A response of small compressed batches that expand hugely (hostile, or just very
+    compressible) is decoded up to a budget of decompressed bytes; the rest is fetched
+    again from the first offset not handed out, so memory does not follow the expansion."""
+    from kafka_client.consumer import consumer as consumer_mod
+    from kafka_proto.records import Compression, RecordBatchBuilder
+
+    monkeypatch.setattr(consumer_mod, "CHUNK_DECOMPRESSED_BUDGET", 1 << 20)
+    batches = []
+    for i in range(4):
+        b = RecordBatchBuilder(compression=Compression.ZSTD)
+        b.append(bytes(600_000))  # about 20 bytes on the wire each
+        batches.append(next(iter(read_batches(b.build(10 + i)))))
+    assert all(bt.size < 1000 for bt in batches)
+    part = consumer._fetcher.parts[("t", 0)]
+    with consumer._lock:
+        part.fetch_pos = 14
+        consumer._deliver(Chunk(part, part.version, batches, 10, None,
+                                sum(bt.size for bt in batches), 4))
+    got = consumer.consume(10, 1.0)
+    # Two batches (1.2 MB) pass the 1 MiB budget: the other two are fetched again.
+    assert [m.offset() for m in got] == [10, 11]
+    assert all(m.error() is None and len(m.value()) == 600_000 for m in got)
+    assert part.fetch_pos == 12 and part.backoff_until == 0.0
+    assert consumer.position([TopicPartition("t", 0)])[0].offset == 12

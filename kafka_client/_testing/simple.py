@@ -100,11 +100,19 @@ def produce(conn: BlockingConnection, topic: str, partition: int, batch: Any,
         conn.send(req, version, expect_response=False)
         return None
     resp = conn.request(req, version)
-    part = resp.responses[0].partition_responses[0]
+    part = _only_partition(resp.responses, "partition_responses", f"Produce {topic}[{partition}]")
     if check and part.error_code:
         raise BrokerErrorResponse(f"Produce {topic}[{partition}]", part.error_code,
                                   getattr(part, "error_message", None))
     return part
+
+
+def _only_partition(topics: Any, field: str, what: str) -> Any:
+    """The one partition answer of a one-partition request; a response without it is an
+    error (UNKNOWN_SERVER_ERROR), not an IndexError."""
+    if not topics or not getattr(topics[0], field):
+        raise BrokerErrorResponse(what, -1, "the response holds no answer for the partition")
+    return getattr(topics[0], field)[0]
 
 
 class FetchResult(NamedTuple):
@@ -138,7 +146,7 @@ def fetch_once(conn: BlockingConnection, topic: str, partition: int, offset: int
     resp = conn.request(req, version)
     if getattr(resp, "error_code", 0):
         raise BrokerErrorResponse(f"Fetch v{version}", resp.error_code)
-    part = resp.responses[0].partitions[0]
+    part = _only_partition(resp.responses, "partitions", f"Fetch {topic}[{partition}] v{version}")
     if part.error_code:
         raise BrokerErrorResponse(f"Fetch {topic}[{partition}] v{version}", part.error_code)
     return part

@@ -135,3 +135,14 @@ def test_legacy_reader_applies_a_cap_it_is_given():
         read_legacy_entry(bomb, 0, len(bomb), True, 64 * 1024)
     batch, end = read_legacy_entry(bomb, 0, len(bomb), True, 1 << 20)
     assert end == len(bomb) and batch.records_count == 8
+
+
+def test_client_fetch_loop_on_a_response_without_the_partition():
+    """client harness, 10-minute run of 2026-11-24: a FetchResponse with no topics made
+    kafka_client._testing.simple.fetch_once raise IndexError; now BrokerErrorResponse."""
+    import base64
+
+    import fuzz_harnesses
+
+    data = base64.b64decode("AP8AAAABAAAAAAAKLS1mdXp6LS0K3QIAAAAAAAA=")
+    fuzz_harnesses.check_client_all(data)  # only documented errors escape

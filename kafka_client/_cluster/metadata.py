@@ -40,6 +40,8 @@ LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 INVALID_TOPIC_EXCEPTION = 17
 TOPIC_AUTHORIZATION_FAILED = 29
+#: Partition ids at or above this are refused as malformed (far beyond any real topic).
+MAX_PARTITIONS = 1 << 17
 REFRESH_ERRORS = frozenset((UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
                             NOT_LEADER_OR_FOLLOWER, 74, 75))  # + FENCED/UNKNOWN_LEADER_EPOCH
 
@@ -193,7 +195,14 @@ class MetadataCache:
             name = t.name
             if name is None:
                 continue
-            parts = sorted(t.partitions or (), key=lambda p: p.partition_index)
+            # A partition id outside 0..MAX_PARTITIONS-1 is not one a broker gives: left
+            # out (negative ids would land at the list's end, huge ones allocate gigabytes).
+            parts = sorted((p for p in t.partitions or ()
+                            if 0 <= p.partition_index < MAX_PARTITIONS),
+                           key=lambda p: p.partition_index)
+            if len(parts) != len(t.partitions or ()):
+                _log.warning("Metadata for %r has partition ids outside 0..%d: ignored",
+                             name, MAX_PARTITIONS - 1)
             count = (parts[-1].partition_index + 1) if parts else 0
             leaders = [-1] * count
             epochs = [-1] * count

@@ -443,6 +443,7 @@ def check_client(data: bytes) -> None:
             roundtrip_message(MetadataResponse, md, md_version)
             for t in md.topics or ():
                 t.name, t.error_code, [p.partition_index for p in t.partitions or ()]
+            _check_metadata_cache(md)
         fetch_hi = min(conn.versions.get(1, 4), 12)
         fetch_version = 4 + data[1] % max(fetch_hi - 3, 1) if fetch_hi >= 4 else None
         if fetch_version is None or conn.closed:
@@ -463,6 +464,26 @@ def check_client(data: bytes) -> None:
                 break
     finally:
         blocking.socket = saved
+
+
+def _check_metadata_cache(md) -> None:
+    """What the Producer and Consumer do with a Metadata answer: the cache
+    (``MetadataCache.update``), its queries, and list_topics()' view. None of it may raise;
+    the cache must describe the answer."""
+    from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
+
+    cache = MetadataCache()
+    cache.want(["t"])
+    cache.update(md, 1.0, None)
+    for name, info in cache.topics.items():
+        if info.partition_count != len(info.leaders) or len(info.epochs) != len(info.leaders):
+            _fail(f"cache entry of {name!r} is inconsistent")
+        for p in range(info.partition_count + 1):
+            cache.leader(name, p)
+    cache.due(2.0)
+    cache.take_request_topics(2.0)
+    view = ClusterMetadata.from_response(md, 0, "fuzz:9092/0")
+    str(view), repr(view.topics), repr(view.brokers)
 
 
 def check_api_versions(data: bytes) -> None:

@@ -104,3 +104,21 @@ def test_cluster_metadata_view():
     assert view.topics["a"].partitions[1].leader == 1
     assert view.topics["bad"].error.code() == 3
     assert view.orig_broker_id == 1 and view.controller_id == 1
+
+
+def test_partition_ids_outside_the_valid_range_are_ignored():
+    """A hostile or broken Metadata answer: a negative id made update() raise IndexError
+    (in the I/O thread), a huge one allocated a list of that size (client fuzz harness)."""
+    from kafka_client._cluster.metadata import MAX_PARTITIONS, MetadataCache
+    from kafka_proto.messages import MetadataResponse as M
+
+    def answer(*ids):
+        return M(brokers=[], topics=[M.MetadataResponseTopic(
+            name="t", partitions=[M.MetadataResponsePartition(partition_index=i, leader_id=7)
+                                  for i in ids])])
+
+    cache = MetadataCache()
+    cache.update(answer(-5, 1, 0), 1.0, None)
+    assert cache.topics["t"].leaders == [7, 7]
+    cache.update(answer(0, MAX_PARTITIONS, 2**31 - 1), 2.0, None)
+    assert cache.topics["t"].leaders == [7]

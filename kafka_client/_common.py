@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 from kafka_client.config import ClientConfig
 from kafka_client.errors import KafkaException
 
-__all__ = ["make_config", "apply_debug", "call_safely", "stop_client"]
+__all__ = ["make_config", "apply_debug", "call_safely", "serve_errors", "stop_client"]
 
 _log = logging.getLogger("kafka_client")
 
@@ -67,6 +67,18 @@ def call_safely(cb: Callable, *args: Any) -> None:
         cb(*args)
     except Exception:
         _log.exception("callback %r failed", cb)
+
+
+def serve_errors(cluster: Any, error_cb: Optional[Callable], log: Any) -> int:
+    """Hand the client-level errors the I/O thread collected to ``error_cb`` (or the
+    debug log when there is none); returns how many there were."""
+    errors = cluster.take_errors()
+    for e in errors:
+        if error_cb is not None:
+            call_safely(error_cb, e)
+        else:
+            log.debug("client error: %s", e.str())
+    return len(errors)
 
 
 def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = None,

@@ -100,7 +100,8 @@ def produce(conn: BlockingConnection, topic: str, partition: int, batch: Any,
         conn.send(req, version, expect_response=False)
         return None
     resp = conn.request(req, version)
-    part = _only_partition(resp.responses, "partition_responses", f"Produce {topic}[{partition}]")
+    part = _only_partition(resp.responses, "partition_responses",
+                           f"Produce {topic}[{partition}]")
     if check and part.error_code:
         raise BrokerErrorResponse(f"Produce {topic}[{partition}]", part.error_code,
                                   getattr(part, "error_message", None))
@@ -146,7 +147,8 @@ def fetch_once(conn: BlockingConnection, topic: str, partition: int, offset: int
     resp = conn.request(req, version)
     if getattr(resp, "error_code", 0):
         raise BrokerErrorResponse(f"Fetch v{version}", resp.error_code)
-    part = _only_partition(resp.responses, "partitions", f"Fetch {topic}[{partition}] v{version}")
+    part = _only_partition(resp.responses, "partitions",
+                           f"Fetch {topic}[{partition}] v{version}")
     if part.error_code:
         raise BrokerErrorResponse(f"Fetch {topic}[{partition}] v{version}", part.error_code)
     return part

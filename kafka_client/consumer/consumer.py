@@ -24,7 +24,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
 from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import apply_debug, call_safely, make_config, stop_client
+from kafka_client._common import apply_debug, make_config, serve_errors, stop_client
 from kafka_client._net.io_thread import IOThread
 from kafka_client.consumer.fetcher import (
     OFFSET_TAIL_BASE,
@@ -209,7 +209,6 @@ class Consumer:
             part = PartitionState(tp.topic, tp.partition)
             offset = tp.offset
             part.seek(OFFSET_STORED if offset == OFFSET_INVALID else offset)
-            part.leader_epoch = tp.leader_epoch if tp.leader_epoch is not None else -1
             self._fetcher.parts[part.key] = part
             topics.add(tp.topic)
         if topics:
@@ -514,13 +513,7 @@ class Consumer:
 
     # -- callbacks ---------------------------------------------------------------------
     def _serve(self) -> None:
-        errors = self._cluster.take_errors()
-        if errors:
-            for e in errors:
-                if self._error_cb is not None:
-                    call_safely(self._error_cb, e)
-                else:
-                    self._log.debug("client error: %s", e.str())
+        serve_errors(self._cluster, self._error_cb, self._log)
         if self._group is not None:
             self._group.serve(self)
 
@@ -584,14 +577,9 @@ class Consumer:
             if not _wait_interruptibly(done, deadline):
                 break
             res = box[0]
-            retry = {}
-            for key, (off, ts, err) in res.items():
-                if err is not None and err.retriable():
-                    retry[key] = pending[key]
-                    results[key] = (off, ts, err)
-                else:
-                    results[key] = (off, ts, err)
-            pending = retry
+            results.update(res)
+            pending = {key: pending[key] for key, (_o, _t, err) in res.items()
+                       if err is not None and err.retriable()}
             if not pending:
                 break
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from kafka_client._net.connection import DISCONNECTED
 from kafka_client.errors import KafkaError
@@ -70,11 +70,11 @@ class PartitionState:
     """One assigned partition. Fields marked (app) are written by the application thread,
     (io) by the I/O thread; both under the fetcher's lock when they are shared."""
 
-    __slots__ = ("topic", "partition", "key", "fetch_pos", "reset", "resolving", "leader_epoch",
+    __slots__ = ("topic", "partition", "key", "fetch_pos", "reset", "resolving",
                  "version", "assigned", "paused", "fetching", "backoff_until", "hw", "lso",
                  "log_start", "eof_offset", "queued_bytes", "queued_msgs", "max_bytes",
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
-                 "last_error", "fetch_epoch", "end_check")
+                 "last_error", "end_check")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -83,8 +83,6 @@ class PartitionState:
         self.fetch_pos = -1          # next offset to fetch; -1: none (see reset)
         self.reset: Optional[int] = None  # a logical offset waiting to be resolved
         self.resolving = False       # (io) a lookup for ``reset`` is in flight
-        self.leader_epoch = -1       # (io) epoch of the leader we fetch from
-        self.fetch_epoch = -1        # (io) epoch of the last batch fetched
         self.version = 0             # (app) bumped by every seek/assign/unassign
         self.assigned = True
         self.paused = False
@@ -172,7 +170,6 @@ class Fetcher:
 
     def __init__(self, config: Any, cluster: Any, io: Any,
                  deliver: Callable[[Any], None]) -> None:
-        self.config = config
         self.cluster = cluster
         self.io = io
         self.deliver = deliver
@@ -190,20 +187,19 @@ class Fetcher:
         self.partition_max_bytes = int(config["max.partition.fetch.bytes"])
         self.message_max_bytes = int(config["message.max.bytes"])
         self.error_backoff = config["fetch.error.backoff.ms"] / 1000.0
-        self.queue_backoff = config["fetch.queue.backoff.ms"] / 1000.0
         self.queue_max_bytes = int(config["queued.max.messages.kbytes"]) * 1024
         self.queue_min_msgs = int(config["queued.min.messages"])
         self.check_crcs = bool(config["check.crcs"])
         self.retry_backoff = config["retry.backoff.ms"] / 1000.0
-        self._busy_nodes: Dict[int, int] = {}   # node id -> partitions in its Fetch in flight
+        self._busy_nodes: Set[int] = set()   # nodes with a Fetch in flight
         #: node id -> no Fetch before this time: the broker answered a Fetch at once with
         #: no data instead of holding it for fetch.wait.max.ms (noida-db does), so the
         #: wait it skipped is made here rather than sending thousands of empty fetches
         self._node_hold: Dict[int, float] = {}
         self.fetch_requests = 0
         self.closed = False
-        cluster.on_metadata.append(self._on_metadata)
-        cluster.on_broker_state.append(self._on_broker_state)
+        # No metadata or connection listeners: tick() runs after every loop turn and
+        # picks up new leaders and READY connections.
         io.add_tick(self.tick)
 
     # -- wake-ups ----------------------------------------------------------------------
@@ -212,12 +208,6 @@ class Fetcher:
         changed: fetch at once)."""
         self._node_hold.clear()
         self.io.wake()
-
-    def _on_metadata(self, changed: Any) -> None:
-        pass  # tick runs after every loop turn anyway; nothing to do eagerly
-
-    def _on_broker_state(self, conn: Any, state: str, error: Optional[KafkaError]) -> None:
-        pass  # likewise: READY connections are picked up by the next tick
 
     # -- the loop --------------------------------------------------------------------------
     def tick(self, now: float) -> Optional[float]:
@@ -245,8 +235,7 @@ class Fetcher:
                     continue
                 if part.fetch_pos < 0 or part.paused:
                     continue
-                if part.queued_bytes >= self.queue_max_bytes \
-                        or part.queued_msgs >= self.queue_min_msgs:
+                if self._queue_full(part):
                     continue  # the application's consumption wakes us (see taken())
                 leader = md.leader(part.topic, part.partition)
                 if leader < 0:
@@ -259,7 +248,7 @@ class Fetcher:
         if stored:
             self._resolve_stored(stored)
         if lookups:
-            self._resolve_logical(lookups, now)
+            self._resolve_logical(lookups)
         for node, parts in by_node.items():
             if node in self._busy_nodes:
                 continue
@@ -339,7 +328,7 @@ class Fetcher:
             self.deliver(Event(part, part.version, Message(
                 part.topic, part.partition, part.fetch_pos, error=err)))
 
-    def _resolve_logical(self, parts: List[PartitionState], now: float) -> None:
+    def _resolve_logical(self, parts: List[PartitionState]) -> None:
         """ListOffsets for partitions waiting on BEGINNING/END/tail."""
         want: Dict[TopicPartitionKey, int] = {}
         versions = {}
@@ -461,31 +450,28 @@ class Fetcher:
         version = conn.versions.get(FETCH_KEY)
         if version is None:
             return
-        if version >= 13:
+        infos = {part.topic: md.topic(part.topic) for part in parts}
+        if version >= 13 and any(info is None or info.topic_id is None
+                                 for info in infos.values()):
             # Fetch v13+ names topics by id; some brokers (noida-db) advertise v13 but
             # report no ids: then stay on v12, which names them.
-            for part in parts:
-                info = md.topic(part.topic)
-                if info is None or info.topic_id is None:
-                    version = 12
-                    break
+            version = 12
         topics: Dict[str, Any] = {}
         sent: List[Tuple[PartitionState, int, int]] = []
         with self.lock:
             for part in parts:
                 if not part.assigned or part.fetch_pos < 0 or part.paused or part.fetching:
                     continue
+                info = infos[part.topic]
                 ft = topics.get(part.topic)
                 if ft is None:
                     if version >= 13:
-                        ft = FetchRequest.FetchTopic(topic_id=md.topic(part.topic).topic_id,
-                                                     partitions=[])
+                        ft = FetchRequest.FetchTopic(topic_id=info.topic_id, partitions=[])
                     else:
                         ft = FetchRequest.FetchTopic(topic=part.topic, partitions=[])
                     topics[part.topic] = ft
                 if part.max_bytes <= 0:
                     part.max_bytes = self.partition_max_bytes
-                info = md.topic(part.topic)
                 epoch = -1
                 if info is not None and part.partition < len(info.epochs):
                     epoch = info.epochs[part.partition]
@@ -503,7 +489,7 @@ class Fetcher:
             session_id=0, session_epoch=-1, topics=list(topics.values()),
             forgotten_topics_data=[], rack_id="")
         node = conn.node_id
-        self._busy_nodes[node] = len(sent)
+        self._busy_nodes.add(node)
         self.fetch_requests += 1
         timeout = conn.settings.request_timeout + self.max_wait_ms / 1000.0
         sent_at = time.monotonic()
@@ -512,7 +498,7 @@ class Fetcher:
 
     def _on_fetch(self, node: int, sent: List[Tuple[PartitionState, int, int]], resp: Any,
                   err: Optional[KafkaError], sent_at: float = 0.0) -> None:
-        self._busy_nodes.pop(node, None)
+        self._busy_nodes.discard(node)
         now = time.monotonic()
         md = self.cluster.metadata
         if err is None and getattr(resp, "error_code", 0):
@@ -673,13 +659,17 @@ class Fetcher:
     def taken(self, chunk: Chunk) -> None:
         """Application thread, lock held: a chunk left the queue (consumed or dropped)."""
         part = chunk.part
-        was_full = part.queued_bytes >= self.queue_max_bytes \
-            or part.queued_msgs >= self.queue_min_msgs
+        was_full = self._queue_full(part)
         part.queued_bytes -= chunk.nbytes
         part.queued_msgs -= chunk.count
-        if was_full and part.queued_bytes < self.queue_max_bytes \
-                and part.queued_msgs < self.queue_min_msgs:
+        if was_full and not self._queue_full(part):
             self.io.wake()
+
+    def _queue_full(self, part: PartitionState) -> bool:
+        """Its local queue is at queued.max.messages.kbytes or queued.min.messages: no
+        fetch for the partition until the application takes some."""
+        return part.queued_bytes >= self.queue_max_bytes \
+            or part.queued_msgs >= self.queue_min_msgs
 
     def close(self) -> None:
         self.closed = True

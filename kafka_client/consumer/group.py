@@ -136,7 +136,6 @@ class GroupCoordinator:
         self.member_id = ""
         self.generation = -1
         self.protocol_name: Optional[str] = None
-        self.leader_id = ""
         self.patterns: Optional[List[str]] = None   # the subscription (None: not subscribed)
         self._regexes: List[Any] = []
         self.joined_topics: List[str] = []           # topic names we joined with
@@ -163,7 +162,7 @@ class GroupCoordinator:
         self.closed = False
         #: set by the application thread on every poll()/consume() (max.poll.interval.ms)
         self.last_poll = time.monotonic()
-        # application-thread events: ("revoke", [tp], lost), ("assign", [tp]),
+        # application-thread events: ("revoke", [tp], lost), ("assign", [tp], op token),
         # ("commit", err, [tp])
         self.app_events: Deque[Tuple[Any, ...]] = deque()
         self._app_lock = threading.Lock()
@@ -191,7 +190,7 @@ class GroupCoordinator:
         then leave the group."""
         if self.patterns is not None and consumer._fetcher.parts:
             tps = [TopicPartition(t, p) for (t, p) in sorted(consumer._fetcher.parts)]
-            self._run_revoke(consumer, tps, False, -1)
+            self._run_revoke(consumer, tps, False)
         done = threading.Event()
         self.io.call_soon(self._set_subscription, None, [], done)
         _wait_interruptibly(done, time.monotonic() + 5)
@@ -219,12 +218,11 @@ class GroupCoordinator:
                 if cb is not None:
                     call_safely(cb, ev[1], ev[2])
             elif kind == "revoke":
-                self._run_revoke(consumer, ev[1], ev[2], ev[3])
+                self._run_revoke(consumer, ev[1], ev[2])
             elif kind == "assign":
                 self._run_assign(consumer, ev[1], ev[2])
 
-    def _run_revoke(self, consumer: Any, tps: List[TopicPartition], lost: bool,
-                    token: int) -> None:
+    def _run_revoke(self, consumer: Any, tps: List[TopicPartition], lost: bool) -> None:
         cb = self.on_lost if lost and self.on_lost is not None else self.on_revoke
         before = consumer._assign_ops
         if not lost and self.auto_commit:
@@ -246,7 +244,7 @@ class GroupCoordinator:
                     consumer.incremental_unassign(keep)
             else:
                 consumer.unassign()
-        self.io.call_soon(self._revoke_done, token)
+        self.io.call_soon(self._revoke_done)
 
     def _run_assign(self, consumer: Any, tps: List[TopicPartition], token: int) -> None:
         before = consumer._assign_ops
@@ -261,7 +259,7 @@ class GroupCoordinator:
                     consumer.incremental_assign(new)
             else:
                 consumer.assign(tps)
-        self.io.call_soon(self._assign_done, token)
+        self.io.call_soon(self._assign_done)
 
     def commit(self, tps: List[TopicPartition], asynchronous: bool,
                timeout: Optional[float] = None) -> Optional[List[TopicPartition]]:
@@ -337,7 +335,7 @@ class GroupCoordinator:
         """Final commit, revoke callback, LeaveGroup (not for static members)."""
         if self.patterns is not None and consumer._fetcher.parts:
             tps = [TopicPartition(t, p) for (t, p) in sorted(consumer._fetcher.parts)]
-            self._run_revoke(consumer, tps, False, -1)
+            self._run_revoke(consumer, tps, False)
         elif self.auto_commit:
             stored = consumer._stored_offsets()
             if stored:
@@ -567,16 +565,16 @@ class GroupCoordinator:
         self._app_pending += 1
         tps = [TopicPartition(t, p) for t, p in keys]
         with self._app_lock:
-            self.app_events.append(("revoke", tps, lost, self._op_token))
+            self.app_events.append(("revoke", tps, lost))
         self.wake_app()
 
-    def _revoke_done(self, token: int) -> None:
+    def _revoke_done(self) -> None:
         self._app_pending = max(0, self._app_pending - 1)
         if self.state == WAIT_REVOKE:
             self.state = UNJOINED
         self.io.wake()
 
-    def _assign_done(self, token: int) -> None:
+    def _assign_done(self) -> None:
         self._app_pending = max(0, self._app_pending - 1)
         self.io.wake()
 
@@ -636,7 +634,6 @@ class GroupCoordinator:
         if err is None and code == 0:
             self.generation = resp.generation_id
             self.member_id = resp.member_id
-            self.leader_id = resp.leader
             self.protocol_name = resp.protocol_name
             self.state = SYNCING
             if resp.leader == resp.member_id and not getattr(resp, "skip_assignment", False):

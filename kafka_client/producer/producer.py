@@ -21,8 +21,14 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
-from kafka_client._common import apply_debug, call_safely, make_config, stop_client
 from kafka_client._cluster.metadata import ClusterMetadata
+from kafka_client._common import (
+    apply_debug,
+    call_safely,
+    make_config,
+    serve_errors,
+    stop_client,
+)
 from kafka_client._net.io_thread import IOThread
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
@@ -287,14 +293,7 @@ class Producer:
                     acc.msg_count -= count
                     acc.msg_bytes -= nbytes
                 served += count
-        errors = self._cluster.take_errors()
-        if errors:
-            for e in errors:
-                if self._error_cb is not None:
-                    call_safely(self._error_cb, e)
-                else:
-                    self._log.debug("client error: %s", e.str())
-            served += len(errors)
+        served += serve_errors(self._cluster, self._error_cb, self._log)
         if self._stats_interval > 0 and self._stats_cb is not None:
             now = time.monotonic()
             if now >= self._next_stats:

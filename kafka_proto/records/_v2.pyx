@@ -1017,8 +1017,8 @@ cdef class RecordFactory:
     the cyclic garbage collector: what the reader stores in them (bytes, str, ints,
     tuples, header lists) cannot form a cycle, and a million tracked objects would make
     the collector run over and over while a batch is decoded. An application that later
-    makes one part of a reference cycle leaks that cycle (nothing worse). ``timestamp`` receives the tuple
-    ``(type, milliseconds)`` with ``timestamp_types[0]`` for create time and
+    makes one part of a reference cycle leaks that cycle (nothing worse). ``timestamp``
+    receives the tuple ``(type, milliseconds)`` with ``timestamp_types[0]`` for create time and
     ``timestamp_types[1]`` for log-append time; ``headers`` a list of ``(str, bytes|None)``
     or None when the record has none; ``constants`` maps further slots to the value every
     instance starts with. Every slot of ``cls`` must be covered, so no instance has an
@@ -1170,7 +1170,10 @@ cdef bint _utf8_valid(const unsigned char* p, Py_ssize_t n) noexcept:
 
 
 cdef enum:
-    _B_OFFSETS, _B_TIMESTAMPS, _B_TS_TYPES, _B_PARTITIONS, _B_TOPIC_OFFS, _B_TOPIC_DATA, _B_KEY_VALID, _B_KEY_OFFS, _B_KEY_DATA, _B_VAL_VALID, _B_VAL_OFFS, _B_VAL_DATA, _B_HDR_VALID, _B_HDR_OFFS, _B_HK_OFFS, _B_HK_DATA, _B_HV_VALID, _B_HV_OFFS, _B_HV_DATA, _NBUF
+    _B_OFFSETS, _B_TIMESTAMPS, _B_TS_TYPES, _B_PARTITIONS, _B_TOPIC_OFFS, _B_TOPIC_DATA,
+    _B_KEY_VALID, _B_KEY_OFFS, _B_KEY_DATA, _B_VAL_VALID, _B_VAL_OFFS, _B_VAL_DATA,
+    _B_HDR_VALID, _B_HDR_OFFS, _B_HK_OFFS, _B_HK_DATA, _B_HV_VALID, _B_HV_OFFS, _B_HV_DATA,
+    _NBUF
 
 
 @cython.final
@@ -1226,7 +1229,8 @@ cdef class ColumnBuilder:
     cdef int _check_size(self, Py_ssize_t add) except -1:
         # ``add`` bounds what one row adds to any variable-size column (its record size).
         if self.b[_B_KEY_DATA].n + add > 0x7FFFFFFF or self.b[_B_VAL_DATA].n + add > 0x7FFFFFFF \
-                or self.b[_B_HV_DATA].n + add > 0x7FFFFFFF or self.b[_B_HK_DATA].n + add > 0x7FFFFFFF \
+                or self.b[_B_HV_DATA].n + add > 0x7FFFFFFF \
+                or self.b[_B_HK_DATA].n + add > 0x7FFFFFFF \
                 or self.b[_B_TOPIC_DATA].n + add > 0x7FFFFFFF:
             raise OverflowError("ColumnBuilder: a column would exceed 2 GiB; finish() first")
         return 0

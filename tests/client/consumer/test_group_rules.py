@@ -47,7 +47,7 @@ def test_cooperative_member_unknown_to_the_group_loses_its_partitions():
     g._join_failed(KafkaError(KafkaError.UNKNOWN_MEMBER_ID))
     assert g.state == UNJOINED and g.owned == set()
     assert g.member_id == "" and g.generation == -1
-    kind, tps, lost, _token = g.app_events[0]
+    kind, tps, lost = g.app_events[0]
     assert kind == "revoke" and lost is True
     assert sorted((tp.topic, tp.partition) for tp in tps) == [("t", 0), ("t", 1)]
 
@@ -57,7 +57,7 @@ def test_eager_heartbeat_rebalance_revokes_everything_first():
     g._on_heartbeat(types.SimpleNamespace(error_code=KafkaError.REBALANCE_IN_PROGRESS), None,
                     g._op_token)
     assert g.state == "WAIT_REVOKE" and g.owned == set()
-    kind, tps, lost, _token = g.app_events[0]
+    kind, tps, lost = g.app_events[0]
     assert kind == "revoke" and lost is False and len(tps) == 2
 
 

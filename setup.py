@@ -1,7 +1,8 @@
 """Declares the Cython extensions; all metadata lives in pyproject.toml.
 
-Every ``.pyx`` under ``kafka_proto/`` becomes an extension module named after its
-path, so adding a module needs no edit here.
+Every ``.pyx`` under ``kafka_proto/`` (the codec) and ``kafka_client/`` (only the
+producer's per-message path, see kafka_client/producer/_core.pyx) becomes an extension
+module named after its path, so adding a module needs no edit here.
 """
 import fnmatch
 import os
@@ -23,7 +24,9 @@ def _extensions():
     # KAFKA_PROTO_ONLY="kafka_proto/records/*" builds a subset (parallel work on one tree).
     only = os.environ.get("KAFKA_PROTO_ONLY")
     exts = []
-    for pyx in sorted((ROOT / "kafka_proto").rglob("*.pyx")):
+    sources = sorted((ROOT / "kafka_proto").rglob("*.pyx")) + sorted(
+        (ROOT / "kafka_client").rglob("*.pyx"))
+    for pyx in sources:
         rel = pyx.relative_to(ROOT).with_suffix("")
         if only and not fnmatch.fnmatch(rel.as_posix(), only):
             continue

@@ -27,6 +27,8 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.producer._core import (AccumulatorCore, Batch, PartitionState,
+                                         TopicState)
 from kafka_proto.records import RecordBatchBuilder
 
 try:
@@ -44,87 +46,9 @@ RECORD_OVERHEAD = 24
 BATCH_OVERHEAD = 61
 
 
-class Batch:
-    """One record batch of one partition, from its first message to its delivery report.
-
-    ``cbs`` holds ``(index, callback, key, value, headers, timestamp)`` for the messages
-    that have a delivery callback (None when none has).
-    """
-
-    __slots__ = ("part", "builder", "append", "created", "deadline", "cbs", "count", "nbytes",
-                 "data", "base_sequence", "attempts", "retry_at", "seq", "sent", "done",
-                 "pid", "epoch", "wall_ms", "last_error")
-
-    def __init__(self, part: "PartitionState", builder: RecordBatchBuilder, now: float,
-                 timeout: float, seq: int) -> None:
-        self.part = part
-        self.builder = builder
-        self.created = now
-        self.deadline = now + timeout if timeout > 0 else float("inf")
-        self.cbs: Optional[List[tuple]] = None
-        self.count = 0
-        self.nbytes = 0           # encoded size, counted in msg_bytes once closed
-        self.append = builder.append
-        self.data: Optional[bytes] = None  # the built batch, once sent
-        self.base_sequence = -1
-        self.attempts = 0
-        self.retry_at = 0.0
-        self.seq = seq            # order of the batch within its partition
-        self.sent = False         # went out at least once (POSSIBLY_PERSISTED if lost)
-        self.done = False         # delivery report queued (late answers are ignored)
-        self.pid = -1
-        self.epoch = -1
-        self.wall_ms = int(time.time() * 1000)  # for reports of messages stamped "now"
-        self.last_error: Optional[KafkaError] = None  # why it waits to be resent
-
-    def __repr__(self) -> str:
-        p = self.part
-        return f"<Batch {p.topic.name}[{p.index}] #{self.seq} {self.count} msgs>"
-
-
-class PartitionState:
-    """One partition's open batch, closed batches waiting to be sent, and the counters
-    the sender keeps (in flight, idempotence sequence)."""
-
-    __slots__ = ("topic", "index", "open", "ready", "in_flight", "next_seq", "batch_seq",
-                 "leader", "retrying")
-
-    def __init__(self, topic: "TopicState", index: int) -> None:
-        self.topic = topic
-        self.index = index
-        self.open: Optional[Batch] = None
-        self.ready: Deque[Batch] = deque()
-        self.in_flight = 0        # batches sent and not answered
-        self.next_seq = 0         # idempotence: sequence of the next new batch
-        self.batch_seq = 0        # counts batches, to keep retries in their place
-        self.leader = -1
-        self.retrying = False     # a batch waits to be resent: send nothing newer
-
-    def __repr__(self) -> str:
-        return f"<PartitionState {self.topic.name}[{self.index}]>"
-
-
-class TopicState:
-    """One topic: its partitions (None until metadata is known), the partitioner, and
-    messages waiting for the first metadata."""
-
-    __slots__ = ("name", "parts", "count", "choose", "pending", "unknown_since", "error",
-                 "available", "sticky")
-
-    def __init__(self, name: str, choose: Callable[..., int]) -> None:
-        self.name = name
-        self.parts: Optional[List[PartitionState]] = None
-        self.count = 0
-        self.choose = choose
-        self.pending: List[tuple] = []
-        self.unknown_since: Optional[float] = None
-        self.error: Optional[KafkaError] = None   # set when the topic is known not to exist
-        self.available: Optional[List[int]] = None
-        self.sticky: Optional[PartitionState] = None  # keyless messages' partition
-
-
-class Accumulator:
-    """Open and ready batches for every partition; the producer's hot path."""
+class Accumulator(AccumulatorCore):
+    """Open and ready batches for every partition. ``produce()``, the hot path, is
+    :meth:`AccumulatorCore.produce` (compiled, in ``_core.pyx``)."""
 
     def __init__(self, config: Any, wake: Callable[[float], None],
                  want_topic: Callable[[str], None]) -> None:
@@ -159,7 +83,6 @@ class Accumulator:
         self.sticky_cache = (TopicPartitioner is not None and self.sticky_ms > 0
                              and self.partitioner_name not in ("consistent", "murmur2",
                                                                "fnv1a"))
-        self._produce = self.produce = self._make_produce()  # type: ignore[method-assign]
 
     # -- topics ------------------------------------------------------------------------
     def _partitioner(self) -> Callable[..., int]:
@@ -193,103 +116,6 @@ class Accumulator:
         t.error = None
         t.unknown_since = None
         t.sticky = None
-
-    # -- the hot path ----------------------------------------------------------------
-    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
-                on_delivery: Optional[Callable] = None, timestamp: int = 0,
-                headers: Any = None, *, callback: Optional[Callable] = None) -> None:
-        """Encode one message into its partition's batch (see ``Producer.produce``).
-
-        Replaced in ``__init__`` by the closure from :meth:`_make_produce` (same
-        signature, same behaviour): this body is the readable reference.
-        """
-        self._produce(topic, value, key, partition, on_delivery, timestamp, headers,
-                      callback=callback)
-
-    def _make_produce(self) -> Callable[..., None]:
-        """The hot path as a closure: settings are cell variables rather than attribute
-        lookups, and nothing is counted per message that can be counted per batch
-        (bytes are added when a batch closes). Every Python-level operation here costs
-        about as much as encoding the record, so the function is written out flat."""
-        acc = self
-        lock = self.lock
-        topics = self.topics
-        message_max = self.message_max
-        default_cb = self.default_cb
-        max_msgs = self.max_msgs
-        max_bytes = self.max_bytes
-        batch_limit = self.batch_limit
-        batch_num = self.batch_num
-        sticky_cache = self.sticky_cache
-        open_batch = self._open
-        close_batch = self._close
-
-        def produce(topic: str, value: Any = None, key: Any = None, partition: int = -1,
-                    on_delivery: Optional[Callable] = None, timestamp: int = 0,
-                    headers: Any = None, *, callback: Optional[Callable] = None) -> None:
-            if value.__class__ is bytes:
-                size = len(value)
-            elif value is None:
-                size = 0
-            else:
-                value = _as_bytes(value, "value")
-                size = len(value)
-            if key is not None:
-                if key.__class__ is not bytes:
-                    key = _as_bytes(key, "key")
-                size += len(key)
-            if size > message_max:
-                raise KafkaException(KafkaError(
-                    KafkaError.MSG_SIZE_TOO_LARGE,
-                    f"Message of {size} bytes is larger than message.max.bytes "
-                    f"({message_max})"))
-            if callback is not None:
-                on_delivery = callback
-            elif on_delivery is None:
-                on_delivery = default_cb
-            if headers is not None:
-                headers = _headers(headers)
-            with lock:
-                if acc.msg_count >= max_msgs or acc.msg_bytes + size > max_bytes:
-                    raise BufferError("Local: Queue full")
-                t = topics.get(topic)
-                if t is None or t.parts is None:
-                    acc._unassigned(t, topic, value, key, partition, on_delivery, timestamp,
-                                    headers, size)
-                    return
-                if partition < 0:
-                    if key is None and sticky_cache:
-                        # Keyless: the sticky partition while its batch is open; the
-                        # partitioner (time-based stickiness) is asked when it closed.
-                        p = t.sticky
-                        if p is None or p.open is None:
-                            p = t.sticky = t.parts[t.choose(None, t.count, t.available)]
-                    else:
-                        p = t.parts[t.choose(key, t.count, t.available)]
-                elif partition < t.count:
-                    p = t.parts[partition]
-                else:
-                    raise KafkaException(KafkaError(
-                        KafkaError._UNKNOWN_PARTITION,
-                        f"{topic} has no partition {partition} ({t.count} partitions)"))
-                b = p.open
-                if b is None:
-                    b = open_batch(p)
-                elif b.builder.size_in_bytes + size > batch_limit:
-                    close_batch(p, b)
-                    b = open_batch(p)
-                b.append(value, key, timestamp or None, headers)
-                if on_delivery is not None:
-                    cbs = b.cbs
-                    if cbs is None:
-                        cbs = b.cbs = []
-                    cbs.append((b.count, on_delivery, key, value, headers, timestamp))
-                b.count += 1
-                if b.count >= batch_num:
-                    close_batch(p, b)
-                acc.msg_count += 1
-
-        return produce
 
     def _unassigned(self, t: Optional[TopicState], topic: str, value: Any, key: Any,
                     partition: int, on_delivery: Optional[Callable], timestamp: int,
@@ -452,7 +278,6 @@ class Accumulator:
         builder = RecordBatchBuilder(self.compression, self.compression_level,
                                      initial_capacity=self.initial_capacity)
         b = Batch(p, builder, now, self.timeout, p.batch_seq)
-        b.append = builder.append
         p.batch_seq += 1
         p.open = b
         deadline = now + self.linger
@@ -516,29 +341,3 @@ def _max_len(items: Any) -> int:
         return max(map(len, items))
     except TypeError:
         return max((len(x) for x in items if x is not None), default=0)
-
-
-def _as_bytes(obj: Any, what: str) -> Any:
-    if isinstance(obj, str):
-        return obj.encode("utf-8")
-    if isinstance(obj, (bytes, bytearray, memoryview)):
-        return bytes(obj)
-    raise TypeError(f"{what} must be bytes, str or None, not {type(obj).__name__}")
-
-
-def _headers(headers: Any) -> Optional[List[Tuple[str, Optional[bytes]]]]:
-    """confluent-kafka accepts a dict or a list of (key, value) pairs; values str, bytes or
-    None."""
-    items = headers.items() if isinstance(headers, dict) else headers
-    out = []
-    for item in items:
-        try:
-            k, v = item
-        except (TypeError, ValueError):
-            raise TypeError("headers must be a dict or a list of (key, value) pairs") from None
-        if not isinstance(k, str):
-            raise TypeError(f"header key must be str, not {type(k).__name__}")
-        if v is not None and not isinstance(v, bytes):
-            v = _as_bytes(v, "header value")
-        out.append((k, v))
-    return out or None

@@ -1,0 +1,72 @@
+# Type stub for the compiled module kafka_client/producer/_core.pyx.
+from collections import deque
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from kafka_proto.records import RecordBatchBuilder
+
+class Batch:
+    part: PartitionState
+    builder: RecordBatchBuilder
+    append: Callable[..., None]
+    created: float
+    deadline: float
+    cbs: Optional[List[tuple]]
+    count: int
+    nbytes: int
+    data: Optional[bytes]
+    base_sequence: int
+    attempts: int
+    retry_at: float
+    seq: int
+    sent: bool
+    done: bool
+    pid: int
+    epoch: int
+    wall_ms: int
+    last_error: Any
+    def __init__(self, part: PartitionState, builder: RecordBatchBuilder, now: float,
+                 timeout: float, seq: int) -> None: ...
+
+class PartitionState:
+    topic: TopicState
+    index: int
+    open: Optional[Batch]
+    ready: deque[Batch]
+    in_flight: int
+    next_seq: int
+    batch_seq: int
+    leader: int
+    retrying: bool
+    def __init__(self, topic: TopicState, index: int) -> None: ...
+
+class TopicState:
+    name: str
+    parts: Optional[List[PartitionState]]
+    count: int
+    choose: Callable[..., int]
+    pending: List[tuple]
+    unknown_since: Optional[float]
+    error: Any
+    available: Optional[List[int]]
+    sticky: Optional[PartitionState]
+    def __init__(self, name: str, choose: Callable[..., int]) -> None: ...
+
+class AccumulatorCore:
+    lock: Any
+    topics: Dict[str, TopicState]
+    default_cb: Optional[Callable[..., Any]]
+    msg_count: int
+    msg_bytes: int
+    max_msgs: int
+    max_bytes: int
+    message_max: int
+    batch_num: int
+    batch_limit: int
+    sticky_cache: bool
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                on_delivery: Optional[Callable[..., Any]] = None, timestamp: int = 0,
+                headers: Any = None, *, callback: Optional[Callable[..., Any]] = None
+                ) -> None: ...
+
+def as_bytes(obj: Any, what: str) -> bytes: ...
+def normalize_headers(headers: Any) -> Optional[List[Tuple[str, Optional[bytes]]]]: ...

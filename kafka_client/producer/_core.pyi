@@ -52,7 +52,7 @@ class TopicState:
     def __init__(self, name: str, choose: Callable[..., int]) -> None: ...
 
 class AccumulatorCore:
-    lock: Any
+    lock: BatchLock
     topics: Dict[str, TopicState]
     default_cb: Optional[Callable[..., Any]]
     msg_count: int
@@ -70,3 +70,7 @@ class AccumulatorCore:
 
 def as_bytes(obj: Any, what: str) -> bytes: ...
 def normalize_headers(headers: Any) -> Optional[List[Tuple[str, Optional[bytes]]]]: ...
+
+class BatchLock:
+    def __enter__(self) -> BatchLock: ...
+    def __exit__(self, *exc_info: Any) -> bool: ...

@@ -14,10 +14,46 @@ whose ``Accumulator`` subclasses :class:`AccumulatorCore`.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
+                               PyThread_allocate_lock, PyThread_free_lock,
+                               PyThread_release_lock, PyThread_type_lock)
 
 import time
 
 from kafka_client.errors import KafkaError, KafkaException
+
+
+@cython.final
+cdef class BatchLock:
+    """A plain mutex for ``with`` in Python code that ``produce()`` takes with two C
+    calls instead of two method calls (which cost more than the rest of the locking)."""
+
+    cdef PyThread_type_lock _lock
+
+    def __cinit__(self):
+        self._lock = PyThread_allocate_lock()
+        if self._lock == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self._lock != NULL:
+            PyThread_free_lock(self._lock)
+
+    cdef inline void take(self) noexcept:
+        if not PyThread_acquire_lock(self._lock, NOWAIT_LOCK):
+            with nogil:  # held by the other thread: let it run and finish
+                PyThread_acquire_lock(self._lock, WAIT_LOCK)
+
+    cdef inline void give(self) noexcept:
+        PyThread_release_lock(self._lock)
+
+    def __enter__(self):
+        self.take()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.give()
+        return False
 
 
 @cython.final
@@ -140,9 +176,7 @@ cdef class AccumulatorCore:
     ``_close(p, b)`` and ``_unassigned(...)`` (called under the lock, rarely).
     """
 
-    cdef object _lock
-    cdef object _acquire
-    cdef object _release
+    cdef readonly BatchLock lock       # taken by produce() and the I/O thread
     cdef public dict topics
     cdef public object default_cb
     cdef public long long msg_count    # messages in the producer (until reported)
@@ -154,16 +188,8 @@ cdef class AccumulatorCore:
     cdef public long long batch_limit
     cdef public bint sticky_cache
 
-    @property
-    def lock(self):
-        """The lock ``produce()`` and the I/O thread take around the batches."""
-        return self._lock
-
-    @lock.setter
-    def lock(self, lock):
-        self._lock = lock
-        self._acquire = lock.acquire
-        self._release = lock.release
+    def __cinit__(self):
+        self.lock = BatchLock()
 
     def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None,
                 timestamp=0, headers=None, *, callback=None):
@@ -173,6 +199,7 @@ cdef class AccumulatorCore:
         cdef PartitionState p
         cdef Batch b
         cdef list cbs
+        cdef BatchLock lock
         if PyBytes_CheckExact(value):
             size = PyBytes_GET_SIZE(value)
         elif value is None:
@@ -198,7 +225,8 @@ cdef class AccumulatorCore:
             on_delivery = self.default_cb
         if headers is not None:
             headers = normalize_headers(headers)
-        self._acquire()
+        lock = self.lock
+        lock.take()
         try:
             if self.msg_count >= self.max_msgs or self.msg_bytes + size > self.max_bytes:
                 raise BufferError("Local: Queue full")
@@ -240,7 +268,7 @@ cdef class AccumulatorCore:
                 self._close(p, b)
             self.msg_count += 1
         finally:
-            self._release()
+            lock.give()
 
 
 def as_bytes(obj, str what):

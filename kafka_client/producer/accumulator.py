@@ -21,7 +21,6 @@ the I/O thread; both take :attr:`Accumulator.lock`.
 """
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
@@ -52,7 +51,6 @@ class Accumulator(AccumulatorCore):
 
     def __init__(self, config: Any, wake: Callable[[float], None],
                  want_topic: Callable[[str], None]) -> None:
-        self.lock = threading.Lock()
         self.config = config
         self.linger = config["linger.ms"] / 1000.0
         self.batch_num = config["batch.num.messages"]

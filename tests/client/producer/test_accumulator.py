@@ -204,3 +204,49 @@ def test_produce_batch_respects_the_queue_limit_all_or_nothing():
     assert acc.msg_count == 0
     acc.produce_batch("t", [b"x"] * 100, partition=0)
     assert acc.msg_count == 100
+
+
+def test_produce_waits_for_the_lock_and_lets_its_holder_run():
+    # The I/O thread holds the lock while it closes batches; a produce() meanwhile must
+    # wait for it (not append into a batch being closed) and must release the GIL while
+    # it waits, or the holder could never finish.
+    import threading
+    import time
+
+    acc, _, _ = make()
+    t = with_topic(acc)
+    order = []
+    holding = threading.Event()
+
+    def holder():
+        with acc.lock:
+            holding.set()
+            time.sleep(0.2)          # Python code runs: needs the GIL the waiter must free
+            order.append("holder done")
+
+    th = threading.Thread(target=holder)
+    th.start()
+    holding.wait(5)
+    acc.produce("t", b"v", partition=0)
+    order.append("produced")
+    th.join(5)
+    assert order == ["holder done", "produced"]
+    assert t.parts[0].open.count == 1 and acc.msg_count == 1
+
+
+def test_an_error_inside_produce_releases_the_lock():
+    acc, _, _ = make(**{"queue.buffering.max.messages": 1})
+    t = with_topic(acc)
+    acc.produce("t", b"v", partition=0)
+    with pytest.raises(BufferError):
+        acc.produce("t", b"v", partition=0)
+    with pytest.raises(KafkaException) as info:
+        acc.msg_count = 0
+        acc.produce("t", b"v", partition=5)
+    assert info.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
+    with pytest.raises(KafkaException) as info:
+        acc.produce("t", b"v", partition="0")
+    assert info.value.args[0].code() == KafkaError._INVALID_ARG
+    with acc.lock:   # free again: would hang here otherwise
+        pass
+    assert t.parts[0].open.count == 1

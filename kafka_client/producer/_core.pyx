@@ -195,10 +195,6 @@ cdef class AccumulatorCore:
                 timestamp=0, headers=None, *, callback=None):
         """Encode one message into its partition's batch (see ``Producer.produce``)."""
         cdef Py_ssize_t size
-        cdef TopicState t
-        cdef PartitionState p
-        cdef Batch b
-        cdef list cbs
         cdef BatchLock lock
         if PyBytes_CheckExact(value):
             size = PyBytes_GET_SIZE(value)
@@ -219,6 +215,9 @@ cdef class AccumulatorCore:
         if not isinstance(partition, int):
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
                                             f"invalid partition {partition!r}"))
+        if not isinstance(timestamp, int):
+            raise TypeError(f"timestamp must be an int (milliseconds), not "
+                            f"{type(timestamp).__name__}")
         if callback is not None:
             on_delivery = callback
         elif on_delivery is None:
@@ -235,40 +234,55 @@ cdef class AccumulatorCore:
                 self._unassigned(found, topic, value, key, partition, on_delivery,
                                  timestamp, headers, size)
                 return
-            t = <TopicState>found
-            if partition < 0:
-                if key is None and self.sticky_cache:
-                    # Keyless: the sticky partition while its batch is open; the
-                    # partitioner (time-based stickiness) is asked when it closed.
-                    p = t.sticky
-                    if p is None or p.open is None:
-                        p = t.sticky = t.parts[t.choose(None, t.count, t.available)]
-                else:
-                    p = t.parts[t.choose(key, t.count, t.available)]
-            elif partition < t.count:
-                p = t.parts[partition]
-            else:
-                raise KafkaException(KafkaError(
-                    KafkaError._UNKNOWN_PARTITION,
-                    f"{topic} has no partition {partition} ({t.count} partitions)"))
-            b = p.open
-            if b is None:
-                b = self._open(p)
-            elif b.builder.size_in_bytes + size > self.batch_limit:
-                self._close(p, b)
-                b = self._open(p)
-            b.append(value, key, timestamp or None, headers)
-            if on_delivery is not None:
-                cbs = b.cbs
-                if cbs is None:
-                    cbs = b.cbs = []
-                cbs.append((b.count, on_delivery, key, value, headers, timestamp))
-            b.count += 1
-            if b.count >= self.batch_num:
-                self._close(p, b)
+            self._place(<TopicState>found, value, key, partition, on_delivery, timestamp,
+                        headers, size)
             self.msg_count += 1
         finally:
             lock.give()
+
+    def place(self, TopicState t, value, key, partition, on_delivery, timestamp, headers,
+              Py_ssize_t size):
+        """Under the lock: the second half of ``produce()`` (partition, append) for a
+        message that waited for the topic's metadata. ``key``/``value`` are bytes or None,
+        ``headers`` normalized, ``size`` their length."""
+        self._place(t, value, key, partition, on_delivery, timestamp, headers, size)
+
+    cdef int _place(self, TopicState t, value, key, partition, on_delivery, timestamp,
+                    headers, Py_ssize_t size) except -1:
+        cdef PartitionState p
+        cdef Batch b
+        cdef list cbs
+        if partition < 0:
+            if key is None and self.sticky_cache:
+                # Keyless: the sticky partition while its batch is open; the partitioner
+                # (time-based stickiness) is asked when it closed.
+                p = t.sticky
+                if p is None or p.open is None:
+                    p = t.sticky = t.parts[t.choose(None, t.count, t.available)]
+            else:
+                p = t.parts[t.choose(key, t.count, t.available)]
+        elif partition < t.count:
+            p = t.parts[partition]
+        else:
+            raise KafkaException(KafkaError(
+                KafkaError._UNKNOWN_PARTITION,
+                f"{t.name} has no partition {partition} ({t.count} partitions)"))
+        b = p.open
+        if b is None:
+            b = self._open(p)
+        elif b.count and b.builder.size_in_bytes + size > self.batch_limit:
+            self._close(p, b)
+            b = self._open(p)
+        b.append(value, key, timestamp or None, headers)
+        if on_delivery is not None:
+            cbs = b.cbs
+            if cbs is None:
+                cbs = b.cbs = []
+            cbs.append((b.count, on_delivery, key, value, headers, timestamp))
+        b.count += 1
+        if b.count >= self.batch_num:
+            self._close(p, b)
+        return 0
 
 
 def as_bytes(obj, str what):

@@ -132,32 +132,6 @@ class Accumulator(AccumulatorCore):
         self.msg_count += 1
         self.msg_bytes += size
 
-    def _place(self, t: TopicState, parts: List[PartitionState], value: Any, key: Any,
-               partition: int, on_delivery: Optional[Callable], timestamp: int, headers: Any,
-               size: int) -> None:
-        """Under the lock: append one message to its partition's open batch."""
-        if partition < 0:
-            partition = t.choose(key, t.count, t.available)
-        elif partition >= t.count:
-            raise KafkaException(KafkaError(
-                KafkaError._UNKNOWN_PARTITION,
-                f"{t.name} has no partition {partition} ({t.count} partitions)"))
-        p = parts[partition]
-        b = p.open
-        if b is None or (b.count and b.builder.size_in_bytes + size > self.batch_limit):
-            if b is not None:
-                self._close(p, b)
-            b = self._open(p)
-        b.append(value, key, timestamp or None, headers)
-        if on_delivery is not None:
-            cbs = b.cbs
-            if cbs is None:
-                cbs = b.cbs = []
-            cbs.append((b.count, on_delivery, key, value, headers, timestamp))
-        b.count += 1
-        if b.count >= self.batch_num:
-            self._close(p, b)
-
     def assign_pending(self, t: TopicState, leaders: List[int]) -> List[tuple]:
         """I/O thread: the topic's partitions are known. Set them and place the messages
         that waited, in one hold of the lock, so no newer message overtakes them.
@@ -172,7 +146,7 @@ class Accumulator(AccumulatorCore):
                 size = ((len(value) if value is not None else 0)
                         + (len(key) if key is not None else 0))
                 try:
-                    self._place(t, t.parts, value, key, partition, cb, ts, headers, size)
+                    self.place(t, value, key, partition, cb, ts, headers, size)
                 except KafkaException as exc:
                     failed.append((m, exc.args[0]))
                 else:
@@ -289,6 +263,8 @@ class Accumulator(AccumulatorCore):
     def _close(self, p: PartitionState, b: Batch) -> None:
         if p.open is b:
             p.open = None
+        if not b.count:
+            return  # its only append failed: nothing to send
         # Bytes are counted per closed batch (its encoded size), not per message.
         b.nbytes = b.builder.size_in_bytes
         self.msg_bytes += b.nbytes

@@ -250,3 +250,19 @@ def test_an_error_inside_produce_releases_the_lock():
     with acc.lock:   # free again: would hang here otherwise
         pass
     assert t.parts[0].open.count == 1
+
+
+def test_a_message_the_builder_refuses_leaves_no_empty_batch_behind():
+    acc, _, _ = make()
+    t = with_topic(acc)
+    with pytest.raises(TypeError, match="timestamp"):
+        acc.produce("t", b"v", partition=0, timestamp="now")
+    with pytest.raises(OverflowError):
+        acc.produce("t", b"v", partition=0, timestamp=1 << 70)  # opened a batch, then failed
+    assert acc.msg_count == 0
+    acc.close_expired(0.0, everything=True)
+    p = t.parts[0]
+    assert p.open is None and not p.ready and acc.msg_bytes == 0
+    acc.produce("t", b"ok", partition=0)
+    acc.close_expired(0.0, everything=True)
+    assert [records_of(b) for b in p.ready] == [[(None, b"ok")]]

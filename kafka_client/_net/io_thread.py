@@ -197,12 +197,17 @@ class IOThread:
                 self._guard(handler, mask)
 
     def _drain_wake(self) -> None:
-        self._woken = False  # cleared first: a wake() after this point writes again
         try:
             while self._wake_r.recv(4096):
                 pass
         except (BlockingIOError, OSError):
             pass
+        # Cleared only once the socket is empty. Cleared before draining, a wake() in
+        # between wrote a byte the drain then swallowed, leaving the flag set with nothing
+        # to read: every later wake() was skipped and the loop slept until its next timer
+        # (up to MAX_WAIT; seen as 1 s stalls). A wake() skipped during the drain is
+        # harmless: the loop runs a whole turn (calls, timers, ticks) before it selects.
+        self._woken = False
 
     def _run(self) -> None:
         try:

@@ -266,8 +266,12 @@ class Producer:
     def _serve(self) -> int:
         served = 0
         reports = self._reports
+        # Cleared before looking, every time: the I/O thread appends a report and then
+        # sets the event, so a report taken between those two steps left it set with
+        # nothing to serve, and poll()/flush() spun on it (a busy loop that also starved
+        # the I/O thread of the GIL: seen as ~1 s stalls at 100% CPU).
+        self._report_event.clear()
         if reports:
-            self._report_event.clear()
             acc = self._acc
             only_err = self._report_only_error
             while reports:

@@ -75,6 +75,17 @@ def test_poll_and_flush_respect_their_timeouts(producer):
     assert time.monotonic() - start < 1.5
 
 
+def test_poll_and_flush_wait_without_spinning_after_a_report_race(producer):
+    # The I/O thread appends a report, then sets the event: a poll() that took the report
+    # in between left the event set with nothing queued, and later polls spun on it.
+    producer._report_event.set()
+    cpu = time.process_time()
+    assert producer.poll(0.3) == 0
+    producer.produce("topic", b"x")
+    assert producer.flush(0.3) == 1
+    assert time.process_time() - cpu < 0.2  # waited, not busy (a spin costs ~0.6 s)
+
+
 def test_config_as_keyword_arguments_and_context_manager():
     with Producer(bootstrap_servers=dead_bootstrap(), linger_ms=1, log_level=3,
                   message_timeout_ms=500) as p:

@@ -1,6 +1,6 @@
 # Type stub for the compiled module kafka_client/producer/_core.pyx.
 from collections import deque
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from kafka_proto.records import RecordBatchBuilder
 
@@ -63,13 +63,12 @@ class AccumulatorCore:
     batch_num: int
     batch_limit: int
     sticky_cache: bool
+    pending_topics: Set[TopicState]
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 on_delivery: Optional[Callable[..., Any]] = None, timestamp: int = 0,
                 headers: Any = None, *, callback: Optional[Callable[..., Any]] = None
                 ) -> None: ...
-    def place(self, t: TopicState, value: Optional[bytes], key: Optional[bytes],
-              partition: int, on_delivery: Optional[Callable[..., Any]], timestamp: int,
-              headers: Optional[List[Tuple[str, Optional[bytes]]]], size: int) -> None: ...
+    def place_pending(self, t: TopicState, pending: List[tuple]) -> List[Tuple[tuple, Any]]: ...
 
 def as_bytes(obj: Any, what: str) -> bytes: ...
 def normalize_headers(headers: Any) -> Optional[List[Tuple[str, Optional[bytes]]]]: ...

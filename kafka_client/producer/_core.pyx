@@ -22,6 +22,8 @@ import time
 
 from kafka_client.errors import KafkaError, KafkaException
 
+_monotonic = time.monotonic
+
 
 @cython.final
 cdef class BatchLock:
@@ -173,7 +175,7 @@ cdef class AccumulatorCore:
     """The accumulator's state that ``produce()`` touches, as C fields, and ``produce()``.
 
     The subclass sets every field in its ``__init__`` and provides ``_open(p)``,
-    ``_close(p, b)`` and ``_unassigned(...)`` (called under the lock, rarely).
+    ``_close(p, b)`` and ``_new_topic(name)`` (called under the lock, rarely).
     """
 
     cdef readonly BatchLock lock       # taken by produce() and the I/O thread
@@ -187,6 +189,7 @@ cdef class AccumulatorCore:
     cdef public long long batch_num
     cdef public long long batch_limit
     cdef public bint sticky_cache
+    cdef public set pending_topics     # topics with messages waiting for metadata
 
     def __cinit__(self):
         self.lock = BatchLock()
@@ -196,6 +199,7 @@ cdef class AccumulatorCore:
         """Encode one message into its partition's batch (see ``Producer.produce``)."""
         cdef Py_ssize_t size
         cdef BatchLock lock
+        cdef TopicState t
         if PyBytes_CheckExact(value):
             size = PyBytes_GET_SIZE(value)
         elif value is None:
@@ -230,22 +234,51 @@ cdef class AccumulatorCore:
             if self.msg_count >= self.max_msgs or self.msg_bytes + size > self.max_bytes:
                 raise BufferError("Local: Queue full")
             found = self.topics.get(topic)
-            if found is None or (<TopicState>found).parts is None:
-                self._unassigned(found, topic, value, key, partition, on_delivery,
-                                 timestamp, headers, size)
+            if found is None:
+                found = self._new_topic(topic)
+            t = <TopicState>found
+            if t.parts is None:
+                self._wait_for_metadata(t, value, key, partition, on_delivery, timestamp,
+                                        headers, size)
                 return
-            self._place(<TopicState>found, value, key, partition, on_delivery, timestamp,
-                        headers, size)
+            self._place(t, value, key, partition, on_delivery, timestamp, headers, size)
             self.msg_count += 1
         finally:
             lock.give()
 
-    def place(self, TopicState t, value, key, partition, on_delivery, timestamp, headers,
-              Py_ssize_t size):
-        """Under the lock: the second half of ``produce()`` (partition, append) for a
-        message that waited for the topic's metadata. ``key``/``value`` are bytes or None,
-        ``headers`` normalized, ``size`` their length."""
-        self._place(t, value, key, partition, on_delivery, timestamp, headers, size)
+    cdef int _wait_for_metadata(self, TopicState t, value, key, partition, on_delivery,
+                                timestamp, headers, Py_ssize_t size) except -1:
+        # Under the lock: the topic's partitions are not known yet (librdkafka's
+        # unassigned queue); place_pending() partitions these once they are.
+        if t.error is not None:
+            raise KafkaException(t.error)
+        if partition < -1:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                            f"invalid partition {partition!r}"))
+        t.pending.append((value, key, partition, on_delivery, timestamp, headers,
+                          _monotonic()))
+        self.pending_topics.add(t)
+        self.msg_count += 1
+        self.msg_bytes += size
+        return 0
+
+    def place_pending(self, TopicState t, list pending):
+        """Under the lock: place, in order, messages that waited for ``t``'s metadata
+        (tuples as queued by ``produce()``). Returns ``(message, KafkaError)`` for those
+        that cannot be placed (a partition the topic does not have)."""
+        cdef list failed = []
+        cdef Py_ssize_t size
+        for m in pending:
+            value, key, partition, cb, ts, headers, _at = m
+            size = ((PyBytes_GET_SIZE(value) if value is not None else 0)
+                    + (PyBytes_GET_SIZE(key) if key is not None else 0))
+            try:
+                self._place(t, value, key, partition, cb, ts, headers, size)
+            except KafkaException as exc:
+                failed.append((m, exc.args[0]))
+            else:
+                self.msg_bytes -= size  # counted again with its batch, when it closes
+        return failed
 
     cdef int _place(self, TopicState t, value, key, partition, on_delivery, timestamp,
                     headers, Py_ssize_t size) except -1:

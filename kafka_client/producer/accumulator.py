@@ -115,43 +115,15 @@ class Accumulator(AccumulatorCore):
         t.unknown_since = None
         t.sticky = None
 
-    def _unassigned(self, t: Optional[TopicState], topic: str, value: Any, key: Any,
-                    partition: int, on_delivery: Optional[Callable], timestamp: int,
-                    headers: Any, size: int) -> None:
-        """Under the lock: a message for a topic whose partitions are not known yet."""
-        if t is None:
-            t = self._new_topic(topic)
-        if t.error is not None:
-            raise KafkaException(t.error)
-        if not isinstance(partition, int) or partition < -1:
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                            f"invalid partition {partition!r}"))
-        t.pending.append((value, key, partition, on_delivery, timestamp, headers,
-                          time.monotonic()))
-        self.pending_topics.add(t)
-        self.msg_count += 1
-        self.msg_bytes += size
-
     def assign_pending(self, t: TopicState, leaders: List[int]) -> List[tuple]:
         """I/O thread: the topic's partitions are known. Set them and place the messages
         that waited, in one hold of the lock, so no newer message overtakes them.
         Returns the ``(message, error)`` pairs that could not be placed."""
-        failed = []
         with self.lock:
             self.set_partitions(t, leaders)
             pending, t.pending = t.pending, []
             self.pending_topics.discard(t)
-            for m in pending:
-                value, key, partition, cb, ts, headers, _at = m
-                size = ((len(value) if value is not None else 0)
-                        + (len(key) if key is not None else 0))
-                try:
-                    self.place(t, value, key, partition, cb, ts, headers, size)
-                except KafkaException as exc:
-                    failed.append((m, exc.args[0]))
-                else:
-                    self.msg_bytes -= size  # counted again with its batch, when it closes
-        return failed
+            return self.place_pending(t, pending)
 
     def produce_batch(self, topic: str, values: List[Any], keys: Optional[List[Any]] = None,
                       partition: int = -1, on_delivery: Optional[Callable] = None,

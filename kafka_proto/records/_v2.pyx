@@ -486,39 +486,9 @@ cdef class RecordBatchBuilder:
                            const unsigned char* kp, Py_ssize_t kl, int64_t ts) except -1:
         # The common record (no headers) in straight-line code; anything unusual (first
         # record, buffer growth, huge sizes, errors) goes through _write_record.
-        cdef int32_t offset_delta = self._count
-        cdef int64_t delta
-        cdef Py_ssize_t body
-        cdef unsigned char* p
-        if (offset_delta == 0 or offset_delta == 0x7FFFFFFF or self._building
-                or kl > 0x3FFFFFFF or vl > 0x3FFFFFFF):
-            return self._write_record(vp, vl, kp, kl, ts, None)
-        if ts > self._max_ts:
-            self._max_ts = ts
-        delta = <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts)
-        body = 2 + _vsize(delta) + _vsize(offset_delta) + _vsize(kl) + _vsize(vl)
-        if kl > 0:
-            body += kl
-        if vl > 0:
-            body += vl
-        if self._len + 5 + body > self._cap:
-            return self._write_record(vp, vl, kp, kl, ts, None)
-        p = _vput(self._buf + self._len, body)
-        p[0] = 0  # record attributes: unused
-        p = _vput(p + 1, delta)
-        p = _vput(p, offset_delta)
-        p = _vput(p, kl)
-        if kl > 0:
-            _copy(p, kp, kl)
-            p += kl
-        p = _vput(p, vl)
-        if vl > 0:
-            _copy(p, vp, vl)
-            p += vl
-        p[0] = 0  # no headers
-        self._len = p + 1 - self._buf
-        self._count = offset_delta + 1
-        return 0
+        if _put_simple(self, vp, vl, kp, kl, ts):
+            return 0
+        return self._write_record(vp, vl, kp, kl, ts, None)
 
     cdef int _write_record(self, const unsigned char* vp, Py_ssize_t vl,
                            const unsigned char* kp, Py_ssize_t kl,
@@ -722,6 +692,47 @@ cdef class RecordBatchBuilder:
             memcpy(o + HEADER_SIZE, &cview[0], clen)
         _put_i32(o + OFF_CRC, <int32_t>_crc32c(o + OFF_ATTRIBUTES, total - OFF_ATTRIBUTES))
         return out
+
+
+cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, Py_ssize_t vl,
+                             const unsigned char* kp, Py_ssize_t kl, int64_t ts) noexcept:
+    # Encodes a record without headers when nothing unusual is going on (not the first
+    # record, not the 2^31-1st, no build() running, sizes far from the limits, room in the
+    # buffer) and returns True; otherwise changes nothing and returns False, and the caller
+    # goes through _write_record, which handles (or reports) every case.
+    cdef int32_t offset_delta = self._count
+    cdef int64_t delta
+    cdef Py_ssize_t body
+    cdef unsigned char* p
+    if (<uint32_t>(offset_delta - 1) >= 0x7FFFFFFEu or self._building
+            or kl > 0x3FFFFFFF or vl > 0x3FFFFFFF):
+        return False
+    delta = <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts)
+    body = 2 + _vsize(delta) + _vsize(offset_delta) + _vsize(kl) + _vsize(vl)
+    if kl > 0:
+        body += kl
+    if vl > 0:
+        body += vl
+    if self._len + 5 + body > self._cap:
+        return False
+    if ts > self._max_ts:
+        self._max_ts = ts
+    p = _vput(self._buf + self._len, body)
+    p[0] = 0  # record attributes: unused
+    p = _vput(p + 1, delta)
+    p = _vput(p, offset_delta)
+    p = _vput(p, kl)
+    if kl > 0:
+        _copy(p, kp, kl)
+        p += kl
+    p = _vput(p, vl)
+    if vl > 0:
+        _copy(p, vp, vl)
+        p += vl
+    p[0] = 0  # no headers
+    self._len = p + 1 - self._buf
+    self._count = offset_delta + 1
+    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -1343,23 +1354,25 @@ _install_record_members()
 
 
 # RecordBatchBuilder.append is the per-message hot path: it is installed as a plain
-# METH_FASTCALL method whose argument handling is a few C statements (Cython's generic
-# wrapper costs about as much as encoding a small record). Same signature and keywords as
-# the ``def append`` above, which documents it.
+# METH_FASTCALL method (Cython's generic wrapper costs about as much as encoding a small
+# record). The method is _append_fastcall itself: positional (value, key, timestamp) goes
+# straight to the encoder, every other call shape through kp_append_parse. Same signature
+# and keywords as the ``def append`` above, which documents it.
 cdef extern from *:
     """
-    typedef PyObject* (*kp_append_fn)(PyObject*, PyObject*, PyObject*, PyObject*, PyObject*);
-    static kp_append_fn kp_append_impl = NULL;
     static PyObject* kp_append_names[4];
 
-    static PyObject* kp_append_fastcall(PyObject* self, PyObject* const* args,
-                                        Py_ssize_t nargs, PyObject* kwnames) {
-        PyObject* v[4] = {NULL, Py_None, Py_None, Py_None};
+    /* Sorts positional and keyword arguments into v[0..3] (value, key, timestamp,
+       headers; v[1..3] default to None). 0, or -1 with an exception set. */
+    static int kp_append_parse(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+                               PyObject** v) {
         Py_ssize_t i, j, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+        v[0] = NULL;
+        v[1] = v[2] = v[3] = Py_None;
         if (nargs > 4) {
             PyErr_Format(PyExc_TypeError,
                          "append() takes at most 4 positional arguments (%zd given)", nargs);
-            return NULL;
+            return -1;
         }
         for (i = 0; i < nargs; i++) v[i] = args[i];
         for (i = 0; i < nkw; i++) {
@@ -1369,30 +1382,30 @@ cdef extern from *:
                 if (name == kp_append_names[j]) slot = (int)j;
             for (j = 0; j < 4 && slot < 0; j++) {
                 int eq = PyUnicode_Compare(name, kp_append_names[j]);
-                if (eq == -1 && PyErr_Occurred()) return NULL;
+                if (eq == -1 && PyErr_Occurred()) return -1;
                 if (eq == 0) slot = (int)j;
             }
             if (slot < 0) {
                 PyErr_Format(PyExc_TypeError,
                              "append() got an unexpected keyword argument '%S'", name);
-                return NULL;
+                return -1;
             }
             if (slot < nargs) {
                 PyErr_Format(PyExc_TypeError,
                              "append() got multiple values for argument '%S'", name);
-                return NULL;
+                return -1;
             }
             v[slot] = args[nargs + i];
         }
         if (v[0] == NULL) {
             PyErr_SetString(PyExc_TypeError, "append() missing required argument 'value'");
-            return NULL;
+            return -1;
         }
-        return kp_append_impl(self, v[0], v[1], v[2], v[3]);
+        return 0;
     }
 
     static PyMethodDef kp_append_def = {
-        "append", (PyCFunction)(void(*)(void))kp_append_fastcall, METH_FASTCALL | METH_KEYWORDS,
+        "append", NULL, METH_FASTCALL | METH_KEYWORDS,
         "append($self, /, value, key=None, timestamp=None, headers=None)\\n--\\n\\n"
         "Encode one record into the batch.\\n\\n"
         "value, key: bytes-like or None. timestamp: int milliseconds (None = now).\\n"
@@ -1407,7 +1420,7 @@ cdef extern from *:
             kp_append_names[i] = PyUnicode_InternFromString(names[i]);
             if (kp_append_names[i] == NULL) return -1;
         }
-        kp_append_impl = (kp_append_fn)impl;
+        kp_append_def.ml_meth = (PyCFunction)(void(*)(void))impl;
         d = PyDescr_NewMethod(tp, &kp_append_def);
         if (d == NULL) return -1;
         rc = PyDict_SetItemString(tp->tp_dict, "append", d);
@@ -1416,21 +1429,54 @@ cdef extern from *:
         return rc;
     }
     """
+    int kp_append_parse(PyObject** args, Py_ssize_t nargs, PyObject* kwnames,
+                        PyObject** v) except -1
     int kp_install_append(type tp, void* impl) except -1
 
 
-cdef object _append_entry(object self, object value, object key, object timestamp,
-                          object headers):
+cdef object _append_fastcall(RecordBatchBuilder self, PyObject** args, Py_ssize_t nargs,
+                             PyObject* kwnames):
+    # The C signature of a METH_FASTCALL | METH_KEYWORDS method (self arrives typed).
+    cdef PyObject* v[4]
+    cdef PyObject* value
+    cdef PyObject* key
+    cdef PyObject* timestamp
+    cdef PyObject* headers
     cdef int64_t ts
-    if timestamp is None:
+    if kwnames == NULL and nargs == 3:
+        value = args[0]
+        key = args[1]
+        timestamp = args[2]
+        headers = <PyObject*>None
+    else:
+        kp_append_parse(args, nargs, kwnames, v)
+        value = v[0]
+        key = v[1]
+        timestamp = v[2]
+        headers = v[3]
+    if timestamp == <PyObject*>None:
         ts = _now_ms()
     else:
-        ts = timestamp
-    (<RecordBatchBuilder>self)._append(value, key, ts, headers)
+        ts = <object>timestamp
+    if (headers == <PyObject*>None
+            and (value == <PyObject*>None or PyBytes_CheckExact(<object>value))
+            and (key == <PyObject*>None or PyBytes_CheckExact(<object>key))):
+        if not _put_simple(
+                self,
+                NULL if value == <PyObject*>None
+                else <const unsigned char*>PyBytes_AS_STRING(<object>value),
+                -1 if value == <PyObject*>None else PyBytes_GET_SIZE(<object>value),
+                NULL if key == <PyObject*>None
+                else <const unsigned char*>PyBytes_AS_STRING(<object>key),
+                -1 if key == <PyObject*>None else PyBytes_GET_SIZE(<object>key),
+                ts):
+            self._append(<object>value, <object>key, ts, <object>headers)
+    else:
+        self._append(<object>value, <object>key, ts, <object>headers)
     return None
 
 
-kp_install_append(RecordBatchBuilder, <void*>_append_entry)
+kp_install_append(RecordBatchBuilder, <void*>_append_fastcall)
 
 
 cdef int _varint_error(int rc, str what) except -1:

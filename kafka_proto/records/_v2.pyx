@@ -1370,11 +1370,46 @@ _install_record_members()
 # and keywords as the ``def append`` above, which documents it.
 cdef extern from *:
     """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define KP_LIKELY(x) __builtin_expect(!!(x), 1)
+    #define KP_NOINLINE __attribute__((noinline))
+    #else
+    #define KP_LIKELY(x) (x)
+    #define KP_NOINLINE
+    #endif
+
     static PyObject* kp_append_names[4];
 
+    /* An exact int of at most two digits (below 2^60 in magnitude with 30-bit digits:
+       every millisecond timestamp) read straight from its digits: 1 and *out set, or 0
+       for anything else, which the caller converts the general way. CPython < 3.12 only
+       (3.12 changed the int layout); elsewhere always 0. */
+    static inline int kp_small_int64(PyObject* o, int64_t* out) {
+    #if !defined(PYPY_VERSION) && !defined(Py_LIMITED_API) && PY_VERSION_HEX < 0x030C0000
+        if (KP_LIKELY(PyLong_CheckExact(o))) {
+            Py_ssize_t n = Py_SIZE(o);
+            const digit* d = ((PyLongObject*)o)->ob_digit;
+            uint64_t u;
+            if (n == 2 || n == -2)
+                u = ((uint64_t)d[1] << PyLong_SHIFT) | (uint64_t)d[0];
+            else if (n == 1 || n == -1)
+                u = d[0];
+            else if (n == 0)
+                u = 0;
+            else
+                return 0;
+            *out = n < 0 ? -(int64_t)u : (int64_t)u;
+            return 1;
+        }
+    #endif
+        (void)o; (void)out;
+        return 0;
+    }
+
     /* Sorts positional and keyword arguments into v[0..3] (value, key, timestamp,
-       headers; v[1..3] default to None). 0, or -1 with an exception set. */
-    static int kp_append_parse(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+       headers; v[1..3] default to None). 0, or -1 with an exception set. Out of line:
+       the common call never gets here. */
+    static KP_NOINLINE int kp_append_parse(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
                                PyObject** v) {
         Py_ssize_t i, j, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
         v[0] = NULL;
@@ -1439,6 +1474,8 @@ cdef extern from *:
         return rc;
     }
     """
+    bint KP_LIKELY(bint) noexcept nogil
+    bint kp_small_int64(PyObject* o, int64_t* out) noexcept
     int kp_append_parse(PyObject** args, Py_ssize_t nargs, PyObject* kwnames,
                         PyObject** v) except -1
     int kp_install_append(type tp, void* impl) except -1
@@ -1453,7 +1490,7 @@ cdef object _append_fastcall(RecordBatchBuilder self, PyObject** args, Py_ssize_
     cdef PyObject* timestamp
     cdef PyObject* headers
     cdef int64_t ts
-    if kwnames == NULL and nargs == 3:
+    if KP_LIKELY(kwnames == NULL and nargs == 3):
         value = args[0]
         key = args[1]
         timestamp = args[2]
@@ -1466,11 +1503,11 @@ cdef object _append_fastcall(RecordBatchBuilder self, PyObject** args, Py_ssize_
         headers = v[3]
     if timestamp == <PyObject*>None:
         ts = _now_ms()
-    else:
+    elif not kp_small_int64(timestamp, &ts):
         ts = <object>timestamp
-    if (headers == <PyObject*>None
-            and (value == <PyObject*>None or PyBytes_CheckExact(<object>value))
-            and (key == <PyObject*>None or PyBytes_CheckExact(<object>key))):
+    if KP_LIKELY(headers == <PyObject*>None
+                 and (value == <PyObject*>None or PyBytes_CheckExact(<object>value))
+                 and (key == <PyObject*>None or PyBytes_CheckExact(<object>key))):
         if not _put_simple(
                 self,
                 NULL if value == <PyObject*>None

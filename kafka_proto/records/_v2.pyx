@@ -37,7 +37,7 @@ from cpython.bytes cimport (
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memmove
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
@@ -115,6 +115,8 @@ cdef enum:
     MIN_RECORD_WIRE = 7          # the length varint + MIN_RECORD_BODY
     MAX_BATCH_SIZE = 0x7FFFFFFF  # batchLength is an int32
     GROW_FAST_LIMIT = 131072 - 128  # see _grow
+    SIMPLE_MAX_DATA = 8000         # see _put_simple
+    SIMPLE_MAX_FIELDS = 2 + 1 + 10 + 5 + 5 + 5 + 1  # length room, attributes, varints, headers
     CRC_NOGIL_THRESHOLD = 65536  # release the GIL only where the CRC takes longer than that dance
     ATTR_CODEC_MASK = 0x07
     ATTR_TIMESTAMP_TYPE = 0x08
@@ -707,29 +709,29 @@ cdef class RecordBatchBuilder:
 cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, Py_ssize_t vl,
                              const unsigned char* kp, Py_ssize_t kl, int64_t ts) noexcept:
     # Encodes a record without headers when nothing unusual is going on (not the first
-    # record, not the 2^31-1st, no build() running, sizes far from the limits, room in the
-    # buffer) and returns True; otherwise changes nothing and returns False, and the caller
-    # goes through _write_record, which handles (or reports) every case.
+    # record, not the 2^31-1st, no build() running, key + value at most SIMPLE_MAX_DATA
+    # bytes, room in the buffer) and returns True; otherwise changes nothing and returns
+    # False, and the caller goes through _write_record, which handles (or reports) every
+    # case.
+    #
+    # The record is written before its length is known, 2 bytes after its start: with at
+    # most SIMPLE_MAX_DATA bytes of key and value the length takes 1 or 2 varint bytes,
+    # and a short record (length < 64, one byte) is moved down by one.
     cdef int32_t offset_delta = self._count
-    cdef int64_t delta
+    cdef Py_ssize_t data = (kl if kl > 0 else 0) + (vl if vl > 0 else 0)
     cdef Py_ssize_t body
+    cdef unsigned char* start
     cdef unsigned char* p
     if (<uint32_t>(offset_delta - 1) >= 0x7FFFFFFEu or self._building
-            or kl > 0x3FFFFFFF or vl > 0x3FFFFFFF):
-        return False
-    delta = <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts)
-    body = 2 + _vsize(delta) + _vsize(offset_delta) + _vsize(kl) + _vsize(vl)
-    if kl > 0:
-        body += kl
-    if vl > 0:
-        body += vl
-    if self._len + 5 + body > self._cap:
+            or data > SIMPLE_MAX_DATA or self._len + data + SIMPLE_MAX_FIELDS > self._cap):
         return False
     if ts > self._max_ts:
         self._max_ts = ts
-    p = _vput(self._buf + self._len, body)
+    start = self._buf + self._len
+    p = start + 2
     p[0] = 0  # record attributes: unused
-    p = _vput(p + 1, delta)
+    # Wrapping subtraction: the reader adds it back with the same wrap.
+    p = _vput(p + 1, <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts))
     p = _vput(p, offset_delta)
     p = _vput(p, kl)
     if kl > 0:
@@ -740,7 +742,16 @@ cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, P
         _copy(p, vp, vl)
         p += vl
     p[0] = 0  # no headers
-    self._len = p + 1 - self._buf
+    p += 1
+    body = p - (start + 2)
+    if body >= 64:  # zigzag(body) >= 128: two bytes (body < 8192 by the data limit)
+        start[0] = <unsigned char>((body << 1) | 0x80)
+        start[1] = <unsigned char>(body >> 6)
+    else:
+        start[0] = <unsigned char>(body << 1)
+        memmove(start + 1, start + 2, body)
+        p -= 1
+    self._len = p - self._buf
     self._count = offset_delta + 1
     return True
 

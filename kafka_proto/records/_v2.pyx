@@ -37,7 +37,7 @@ from cpython.bytes cimport (
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memmove
+from libc.string cimport memcmp, memcpy
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
@@ -116,7 +116,11 @@ cdef enum:
     MAX_BATCH_SIZE = 0x7FFFFFFF  # batchLength is an int32
     GROW_FAST_LIMIT = 131072 - 128  # see _grow
     SIMPLE_MAX_DATA = 8000         # see _put_simple
-    SIMPLE_MAX_FIELDS = 2 + 1 + 10 + 5 + 5 + 5 + 1  # length room, attributes, varints, headers
+    # A headerless record's fields besides key and value (attributes, timestamp delta,
+    # offset delta, key and value lengths up to SIMPLE_MAX_DATA, header count): at most
+    # and at least this many bytes.
+    SIMPLE_MAX_FIELDS = 1 + 10 + 5 + 2 + 2 + 1
+    SIMPLE_MIN_FIELDS = 6
     CRC_NOGIL_THRESHOLD = 65536  # release the GIL only where the CRC takes longer than that dance
     ATTR_CODEC_MASK = 0x07
     ATTR_TIMESTAMP_TYPE = 0x08
@@ -706,6 +710,14 @@ cdef class RecordBatchBuilder:
         return out
 
 
+cdef Py_ssize_t _simple_body(int64_t delta, int32_t offset_delta, Py_ssize_t kl,
+                             Py_ssize_t vl, Py_ssize_t data) noexcept:
+    # A headerless record's length, for _put_simple's rare case where key and value do
+    # not tell whether it takes one or two varint bytes. Out of line: keeps _put_simple
+    # small enough to be inlined.
+    return 2 + _vsize(delta) + _vsize(offset_delta) + _vsize(kl) + _vsize(vl) + data
+
+
 cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, Py_ssize_t vl,
                              const unsigned char* kp, Py_ssize_t kl, int64_t ts) noexcept:
     # Encodes a record without headers when nothing unusual is going on (not the first
@@ -714,24 +726,40 @@ cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, P
     # False, and the caller goes through _write_record, which handles (or reports) every
     # case.
     #
-    # The record is written before its length is known, 2 bytes after its start: with at
-    # most SIMPLE_MAX_DATA bytes of key and value the length takes 1 or 2 varint bytes,
-    # and a short record (length < 64, one byte) is moved down by one.
+    # With at most SIMPLE_MAX_DATA bytes of key and value the record's length takes 1 or 2
+    # varint bytes (length < 64 or < 8192), and for most sizes the key and value alone
+    # tell which: the fields are then written right away and the length put in front of
+    # them afterwards, without sizing each varint first.
     cdef int32_t offset_delta = self._count
+    cdef int64_t delta
     cdef Py_ssize_t data = (kl if kl > 0 else 0) + (vl if vl > 0 else 0)
     cdef Py_ssize_t body
     cdef unsigned char* start
+    cdef unsigned char* fields
     cdef unsigned char* p
     if (<uint32_t>(offset_delta - 1) >= 0x7FFFFFFEu or self._building
-            or data > SIMPLE_MAX_DATA or self._len + data + SIMPLE_MAX_FIELDS > self._cap):
+            or data > SIMPLE_MAX_DATA or self._len + 2 + data + SIMPLE_MAX_FIELDS > self._cap):
         return False
     if ts > self._max_ts:
         self._max_ts = ts
-    start = self._buf + self._len
-    p = start + 2
-    p[0] = 0  # record attributes: unused
     # Wrapping subtraction: the reader adds it back with the same wrap.
-    p = _vput(p + 1, <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts))
+    delta = <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts)
+    start = self._buf + self._len
+    if data >= 64 - SIMPLE_MIN_FIELDS:
+        fields = start + 2
+    elif data < 64 - SIMPLE_MAX_FIELDS:
+        fields = start + 1
+    else:
+        # Key and value lengths take one byte here (data < 64); the deltas one, or two
+        # from 64 (zigzag 128) up to 8192.
+        if <uint64_t>delta + 8192u < 16384u and offset_delta < 8192:
+            body = (data + SIMPLE_MIN_FIELDS + (<uint64_t>delta + 64u >= 128u)
+                    + (offset_delta >= 64))
+        else:
+            body = _simple_body(delta, offset_delta, kl, vl, data)
+        fields = start + (1 if body < 64 else 2)
+    fields[0] = 0  # record attributes: unused
+    p = _vput(fields + 1, delta)
     p = _vput(p, offset_delta)
     p = _vput(p, kl)
     if kl > 0:
@@ -743,14 +771,12 @@ cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, P
         p += vl
     p[0] = 0  # no headers
     p += 1
-    body = p - (start + 2)
-    if body >= 64:  # zigzag(body) >= 128: two bytes (body < 8192 by the data limit)
+    body = p - fields
+    if body >= 64:  # zigzag(body) >= 128: two bytes
         start[0] = <unsigned char>((body << 1) | 0x80)
         start[1] = <unsigned char>(body >> 6)
     else:
         start[0] = <unsigned char>(body << 1)
-        memmove(start + 1, start + 2, body)
-        p -= 1
     self._len = p - self._buf
     self._count = offset_delta + 1
     return True

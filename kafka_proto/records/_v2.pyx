@@ -114,6 +114,13 @@ cdef enum:
     MIN_RECORD_BODY = 6          # attributes + 5 one-byte varints
     MIN_RECORD_WIRE = 7          # the length varint + MIN_RECORD_BODY
     MAX_BATCH_SIZE = 0x7FFFFFFF  # batchLength is an int32
+    GROW_FAST_LIMIT = 131072 - 128  # see _grow
+    SIMPLE_MAX_DATA = 8000         # see _put_simple
+    # A headerless record's fields besides key and value (attributes, timestamp delta,
+    # offset delta, key and value lengths up to SIMPLE_MAX_DATA, header count): at most
+    # and at least this many bytes.
+    SIMPLE_MAX_FIELDS = 1 + 10 + 5 + 2 + 2 + 1
+    SIMPLE_MIN_FIELDS = 6
     CRC_NOGIL_THRESHOLD = 65536  # release the GIL only where the CRC takes longer than that dance
     ATTR_CODEC_MASK = 0x07
     ATTR_TIMESTAMP_TYPE = 0x08
@@ -281,7 +288,8 @@ cdef class RecordBatchBuilder:
     stay writable until ``build()`` (an idempotent producer assigns the sequence late).
     ``control=True`` sets the control bit (transaction markers, see records.control).
     ``initial_capacity``: first size of the buffer (default 16 KiB, Java's batch.size
-    default); it doubles as needed, so a producer that knows its batch.size should pass it.
+    default); it grows as needed (8x up to just under 128 KiB, then 2x), so a producer that
+    knows its batch.size should pass it.
     """
 
     # The batch is encoded straight into a private bytes object (sole reference, so it may
@@ -383,7 +391,15 @@ cdef class RecordBatchBuilder:
         cdef Py_ssize_t cap
         if need > MAX_BATCH_SIZE:
             raise ProtocolEncodeError("record batch would exceed 2 GiB")
-        cap = self._cap * 2
+        # 8x while the buffer is small, up to just under 128 KiB (glibc's default mmap
+        # threshold, so the buffer stays on the heap), then 2x: a batch that outgrew its
+        # first buffer is copied once on its way to 100 KiB, not three times.
+        if self._cap < GROW_FAST_LIMIT:
+            cap = self._cap * 8
+            if cap > GROW_FAST_LIMIT:
+                cap = GROW_FAST_LIMIT
+        else:
+            cap = self._cap * 2
         if cap < 256:
             cap = 256
         while cap < need:
@@ -486,39 +502,9 @@ cdef class RecordBatchBuilder:
                            const unsigned char* kp, Py_ssize_t kl, int64_t ts) except -1:
         # The common record (no headers) in straight-line code; anything unusual (first
         # record, buffer growth, huge sizes, errors) goes through _write_record.
-        cdef int32_t offset_delta = self._count
-        cdef int64_t delta
-        cdef Py_ssize_t body
-        cdef unsigned char* p
-        if (offset_delta == 0 or offset_delta == 0x7FFFFFFF or self._building
-                or kl > 0x3FFFFFFF or vl > 0x3FFFFFFF):
-            return self._write_record(vp, vl, kp, kl, ts, None)
-        if ts > self._max_ts:
-            self._max_ts = ts
-        delta = <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts)
-        body = 2 + _vsize(delta) + _vsize(offset_delta) + _vsize(kl) + _vsize(vl)
-        if kl > 0:
-            body += kl
-        if vl > 0:
-            body += vl
-        if self._len + 5 + body > self._cap:
-            return self._write_record(vp, vl, kp, kl, ts, None)
-        p = _vput(self._buf + self._len, body)
-        p[0] = 0  # record attributes: unused
-        p = _vput(p + 1, delta)
-        p = _vput(p, offset_delta)
-        p = _vput(p, kl)
-        if kl > 0:
-            _copy(p, kp, kl)
-            p += kl
-        p = _vput(p, vl)
-        if vl > 0:
-            _copy(p, vp, vl)
-            p += vl
-        p[0] = 0  # no headers
-        self._len = p + 1 - self._buf
-        self._count = offset_delta + 1
-        return 0
+        if _put_simple(self, vp, vl, kp, kl, ts):
+            return 0
+        return self._write_record(vp, vl, kp, kl, ts, None)
 
     cdef int _write_record(self, const unsigned char* vp, Py_ssize_t vl,
                            const unsigned char* kp, Py_ssize_t kl,
@@ -722,6 +708,78 @@ cdef class RecordBatchBuilder:
             memcpy(o + HEADER_SIZE, &cview[0], clen)
         _put_i32(o + OFF_CRC, <int32_t>_crc32c(o + OFF_ATTRIBUTES, total - OFF_ATTRIBUTES))
         return out
+
+
+cdef Py_ssize_t _simple_body(int64_t delta, int32_t offset_delta, Py_ssize_t kl,
+                             Py_ssize_t vl, Py_ssize_t data) noexcept:
+    # A headerless record's length, for _put_simple's rare case where key and value do
+    # not tell whether it takes one or two varint bytes. Out of line: keeps _put_simple
+    # small enough to be inlined.
+    return 2 + _vsize(delta) + _vsize(offset_delta) + _vsize(kl) + _vsize(vl) + data
+
+
+cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, Py_ssize_t vl,
+                             const unsigned char* kp, Py_ssize_t kl, int64_t ts) noexcept:
+    # Encodes a record without headers when nothing unusual is going on (not the first
+    # record, not the 2^31-1st, no build() running, key + value at most SIMPLE_MAX_DATA
+    # bytes, room in the buffer) and returns True; otherwise changes nothing and returns
+    # False, and the caller goes through _write_record, which handles (or reports) every
+    # case.
+    #
+    # With at most SIMPLE_MAX_DATA bytes of key and value the record's length takes 1 or 2
+    # varint bytes (length < 64 or < 8192), and for most sizes the key and value alone
+    # tell which: the fields are then written right away and the length put in front of
+    # them afterwards, without sizing each varint first.
+    cdef int32_t offset_delta = self._count
+    cdef int64_t delta
+    cdef Py_ssize_t data = (kl if kl > 0 else 0) + (vl if vl > 0 else 0)
+    cdef Py_ssize_t body
+    cdef unsigned char* start
+    cdef unsigned char* fields
+    cdef unsigned char* p
+    if (<uint32_t>(offset_delta - 1) >= 0x7FFFFFFEu or self._building
+            or data > SIMPLE_MAX_DATA or self._len + 2 + data + SIMPLE_MAX_FIELDS > self._cap):
+        return False
+    if ts > self._max_ts:
+        self._max_ts = ts
+    # Wrapping subtraction: the reader adds it back with the same wrap.
+    delta = <int64_t>(<uint64_t>ts - <uint64_t>self._base_ts)
+    start = self._buf + self._len
+    if data >= 64 - SIMPLE_MIN_FIELDS:
+        fields = start + 2
+    elif data < 64 - SIMPLE_MAX_FIELDS:
+        fields = start + 1
+    else:
+        # Key and value lengths take one byte here (data < 64); the deltas one, or two
+        # from 64 (zigzag 128) up to 8192.
+        if <uint64_t>delta + 8192u < 16384u and offset_delta < 8192:
+            body = (data + SIMPLE_MIN_FIELDS + (<uint64_t>delta + 64u >= 128u)
+                    + (offset_delta >= 64))
+        else:
+            body = _simple_body(delta, offset_delta, kl, vl, data)
+        fields = start + (1 if body < 64 else 2)
+    fields[0] = 0  # record attributes: unused
+    p = _vput(fields + 1, delta)
+    p = _vput(p, offset_delta)
+    p = _vput(p, kl)
+    if kl > 0:
+        _copy(p, kp, kl)
+        p += kl
+    p = _vput(p, vl)
+    if vl > 0:
+        _copy(p, vp, vl)
+        p += vl
+    p[0] = 0  # no headers
+    p += 1
+    body = p - fields
+    if body >= 64:  # zigzag(body) >= 128: two bytes
+        start[0] = <unsigned char>((body << 1) | 0x80)
+        start[1] = <unsigned char>(body >> 6)
+    else:
+        start[0] = <unsigned char>(body << 1)
+    self._len = p - self._buf
+    self._count = offset_delta + 1
+    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -1343,23 +1401,60 @@ _install_record_members()
 
 
 # RecordBatchBuilder.append is the per-message hot path: it is installed as a plain
-# METH_FASTCALL method whose argument handling is a few C statements (Cython's generic
-# wrapper costs about as much as encoding a small record). Same signature and keywords as
-# the ``def append`` above, which documents it.
+# METH_FASTCALL method (Cython's generic wrapper costs about as much as encoding a small
+# record). The method is _append_fastcall itself: positional (value, key, timestamp) goes
+# straight to the encoder, every other call shape through kp_append_parse. Same signature
+# and keywords as the ``def append`` above, which documents it.
 cdef extern from *:
     """
-    typedef PyObject* (*kp_append_fn)(PyObject*, PyObject*, PyObject*, PyObject*, PyObject*);
-    static kp_append_fn kp_append_impl = NULL;
+    #if defined(__GNUC__) || defined(__clang__)
+    #define KP_LIKELY(x) __builtin_expect(!!(x), 1)
+    #define KP_NOINLINE __attribute__((noinline))
+    #else
+    #define KP_LIKELY(x) (x)
+    #define KP_NOINLINE
+    #endif
+
     static PyObject* kp_append_names[4];
 
-    static PyObject* kp_append_fastcall(PyObject* self, PyObject* const* args,
-                                        Py_ssize_t nargs, PyObject* kwnames) {
-        PyObject* v[4] = {NULL, Py_None, Py_None, Py_None};
+    /* An exact int of at most two digits (below 2^60 in magnitude with 30-bit digits:
+       every millisecond timestamp) read straight from its digits: 1 and *out set, or 0
+       for anything else, which the caller converts the general way. CPython < 3.12 only
+       (3.12 changed the int layout); elsewhere always 0. */
+    static inline int kp_small_int64(PyObject* o, int64_t* out) {
+    #if !defined(PYPY_VERSION) && !defined(Py_LIMITED_API) && PY_VERSION_HEX < 0x030C0000
+        if (KP_LIKELY(PyLong_CheckExact(o))) {
+            Py_ssize_t n = Py_SIZE(o);
+            const digit* d = ((PyLongObject*)o)->ob_digit;
+            uint64_t u;
+            if (n == 2 || n == -2)
+                u = ((uint64_t)d[1] << PyLong_SHIFT) | (uint64_t)d[0];
+            else if (n == 1 || n == -1)
+                u = d[0];
+            else if (n == 0)
+                u = 0;
+            else
+                return 0;
+            *out = n < 0 ? -(int64_t)u : (int64_t)u;
+            return 1;
+        }
+    #endif
+        (void)o; (void)out;
+        return 0;
+    }
+
+    /* Sorts positional and keyword arguments into v[0..3] (value, key, timestamp,
+       headers; v[1..3] default to None). 0, or -1 with an exception set. Out of line:
+       the common call never gets here. */
+    static KP_NOINLINE int kp_append_parse(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+                               PyObject** v) {
         Py_ssize_t i, j, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+        v[0] = NULL;
+        v[1] = v[2] = v[3] = Py_None;
         if (nargs > 4) {
             PyErr_Format(PyExc_TypeError,
                          "append() takes at most 4 positional arguments (%zd given)", nargs);
-            return NULL;
+            return -1;
         }
         for (i = 0; i < nargs; i++) v[i] = args[i];
         for (i = 0; i < nkw; i++) {
@@ -1369,30 +1464,30 @@ cdef extern from *:
                 if (name == kp_append_names[j]) slot = (int)j;
             for (j = 0; j < 4 && slot < 0; j++) {
                 int eq = PyUnicode_Compare(name, kp_append_names[j]);
-                if (eq == -1 && PyErr_Occurred()) return NULL;
+                if (eq == -1 && PyErr_Occurred()) return -1;
                 if (eq == 0) slot = (int)j;
             }
             if (slot < 0) {
                 PyErr_Format(PyExc_TypeError,
                              "append() got an unexpected keyword argument '%S'", name);
-                return NULL;
+                return -1;
             }
             if (slot < nargs) {
                 PyErr_Format(PyExc_TypeError,
                              "append() got multiple values for argument '%S'", name);
-                return NULL;
+                return -1;
             }
             v[slot] = args[nargs + i];
         }
         if (v[0] == NULL) {
             PyErr_SetString(PyExc_TypeError, "append() missing required argument 'value'");
-            return NULL;
+            return -1;
         }
-        return kp_append_impl(self, v[0], v[1], v[2], v[3]);
+        return 0;
     }
 
     static PyMethodDef kp_append_def = {
-        "append", (PyCFunction)(void(*)(void))kp_append_fastcall, METH_FASTCALL | METH_KEYWORDS,
+        "append", NULL, METH_FASTCALL | METH_KEYWORDS,
         "append($self, /, value, key=None, timestamp=None, headers=None)\\n--\\n\\n"
         "Encode one record into the batch.\\n\\n"
         "value, key: bytes-like or None. timestamp: int milliseconds (None = now).\\n"
@@ -1407,7 +1502,7 @@ cdef extern from *:
             kp_append_names[i] = PyUnicode_InternFromString(names[i]);
             if (kp_append_names[i] == NULL) return -1;
         }
-        kp_append_impl = (kp_append_fn)impl;
+        kp_append_def.ml_meth = (PyCFunction)(void(*)(void))impl;
         d = PyDescr_NewMethod(tp, &kp_append_def);
         if (d == NULL) return -1;
         rc = PyDict_SetItemString(tp->tp_dict, "append", d);
@@ -1416,21 +1511,56 @@ cdef extern from *:
         return rc;
     }
     """
+    bint KP_LIKELY(bint) noexcept nogil
+    bint kp_small_int64(PyObject* o, int64_t* out) noexcept
+    int kp_append_parse(PyObject** args, Py_ssize_t nargs, PyObject* kwnames,
+                        PyObject** v) except -1
     int kp_install_append(type tp, void* impl) except -1
 
 
-cdef object _append_entry(object self, object value, object key, object timestamp,
-                          object headers):
+cdef object _append_fastcall(RecordBatchBuilder self, PyObject** args, Py_ssize_t nargs,
+                             PyObject* kwnames):
+    # The C signature of a METH_FASTCALL | METH_KEYWORDS method (self arrives typed).
+    cdef PyObject* v[4]
+    cdef PyObject* value
+    cdef PyObject* key
+    cdef PyObject* timestamp
+    cdef PyObject* headers
     cdef int64_t ts
-    if timestamp is None:
-        ts = _now_ms()
+    if KP_LIKELY(kwnames == NULL and nargs == 3):
+        value = args[0]
+        key = args[1]
+        timestamp = args[2]
+        headers = <PyObject*>None
     else:
-        ts = timestamp
-    (<RecordBatchBuilder>self)._append(value, key, ts, headers)
+        kp_append_parse(args, nargs, kwnames, v)
+        value = v[0]
+        key = v[1]
+        timestamp = v[2]
+        headers = v[3]
+    if timestamp == <PyObject*>None:
+        ts = _now_ms()
+    elif not kp_small_int64(timestamp, &ts):
+        ts = <object>timestamp
+    if KP_LIKELY(headers == <PyObject*>None
+                 and (value == <PyObject*>None or PyBytes_CheckExact(<object>value))
+                 and (key == <PyObject*>None or PyBytes_CheckExact(<object>key))):
+        if not _put_simple(
+                self,
+                NULL if value == <PyObject*>None
+                else <const unsigned char*>PyBytes_AS_STRING(<object>value),
+                -1 if value == <PyObject*>None else PyBytes_GET_SIZE(<object>value),
+                NULL if key == <PyObject*>None
+                else <const unsigned char*>PyBytes_AS_STRING(<object>key),
+                -1 if key == <PyObject*>None else PyBytes_GET_SIZE(<object>key),
+                ts):
+            self._append(<object>value, <object>key, ts, <object>headers)
+    else:
+        self._append(<object>value, <object>key, ts, <object>headers)
     return None
 
 
-kp_install_append(RecordBatchBuilder, <void*>_append_entry)
+kp_install_append(RecordBatchBuilder, <void*>_append_fastcall)
 
 
 cdef int _varint_error(int rc, str what) except -1:

@@ -134,7 +134,6 @@ def test_refused_connection_fails_requests_and_backs_off(io):
     port = _closed_port()
     results = []
     states = []
-    done = threading.Event()
     settings = ConnectionSettings(reconnect_backoff_ms=200, reconnect_backoff_max_ms=200)
 
     def go():

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from kafka_client._cluster.metadata import MetadataCache
 from kafka_client.config import ClientConfig
 from kafka_client.errors import KafkaError

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
 from kafka_client._cluster.metadata import ClusterMetadata
@@ -83,9 +83,14 @@ class Producer:
         self._cluster = Cluster(cfg, self._io)
         self._reports: Deque[Report] = deque()
         self._report_event = threading.Event()
-        self._acc = Accumulator(cfg, self._wake_for, self._want_topic)
+        # What the I/O thread calls back holds the parts it needs, never the Producer
+        # itself: an unclosed producer the application drops is then garbage (__del__
+        # stops the thread) instead of living on with its thread and sockets.
+        wake_for, want_topic, on_report = _io_callbacks(
+            self._io, self._cluster, self._reports, self._report_event)
+        self._acc = Accumulator(cfg, wake_for, want_topic)
         self._idem = Idempotence(cfg)
-        self._sender = Sender(cfg, self._acc, self._cluster, self._idem, self._on_report)
+        self._sender = Sender(cfg, self._acc, self._cluster, self._idem, on_report)
         self._io.add_tick(self._sender.tick)
         self._error_cb: Optional[Callable] = cfg["error_cb"]
         self._stats_cb: Optional[Callable] = cfg["stats_cb"]
@@ -95,26 +100,12 @@ class Producer:
         self._report_only_error = cfg["delivery.report.only.error"]
         self._closed = False
         # Hot path: produce is the accumulator's method, no extra call per message.
-        self.produce = self._produce_checked if self._idem.enabled else self._acc.produce
+        self.produce = (_checked_produce(self._idem, self._acc) if self._idem.enabled
+                        else self._acc.produce)
         apply_debug(cfg["debug"])
         self._io.start()
         if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
             self._log.warning("No bootstrap.servers configured: nothing will be delivered")
-
-    # -- plumbing ----------------------------------------------------------------------
-    def _wake_for(self, deadline: float) -> None:
-        io = self._io
-        if deadline <= 0.0:
-            io.wake()
-        elif io.sleeping_until > deadline:
-            io.wake()
-
-    def _want_topic(self, name: str) -> None:
-        self._io.call_soon(self._cluster.want_topics, [name])
-
-    def _on_report(self, report: Report) -> None:
-        self._reports.append(report)
-        self._report_event.set()
 
     # -- the API -------------------------------------------------------------------------
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
@@ -132,16 +123,6 @@ class Producer:
         (MSG_SIZE_TOO_LARGE) or a partition that does not exist (_UNKNOWN_PARTITION).
         """
         # Replaced per instance in __init__; kept for documentation and subclasses.
-        self._acc.produce(topic, value, key, partition, on_delivery, timestamp, headers,
-                          callback=callback)
-
-    def _produce_checked(self, topic: str, value: Any = None, key: Any = None,
-                         partition: int = -1, on_delivery: Optional[Callable] = None,
-                         timestamp: int = 0, headers: Any = None, *,
-                         callback: Optional[Callable] = None) -> None:
-        fatal = self._idem.fatal
-        if fatal is not None:
-            raise KafkaException(fatal)
         self._acc.produce(topic, value, key, partition, on_delivery, timestamp, headers,
                           callback=callback)
 
@@ -236,7 +217,7 @@ class Producer:
     def close(self, timeout: Optional[float] = None) -> int:
         """Flush (up to ``timeout`` s), then stop the I/O thread and close connections.
         Returns the messages left undelivered. (An addition: confluent-kafka's producer
-        is closed by garbage collection.)"""
+        is closed by garbage collection, as ours is too, without the flush.)"""
         if self._closed:
             return 0
         left = self.flush(timeout)
@@ -258,7 +239,13 @@ class Producer:
 
     def __del__(self) -> None:
         try:
-            self._shutdown()
+            if self._io.in_thread():
+                # Collected on its own I/O thread (a cycle the collector found there):
+                # it cannot wait for itself; the loop ends after this turn.
+                self._closed = True
+                self._io.stop(0)
+            else:
+                self._shutdown()
         except Exception:
             pass
 
@@ -375,6 +362,44 @@ def _window(stat: Optional[List[float]]) -> Dict[str, int]:
         return {"avg": 0, "max": 0, "cnt": 0}
     return {"avg": int(stat[0] / stat[1] * 1e6), "max": int(stat[2] * 1e6),
             "cnt": int(stat[1])}
+
+
+def _io_callbacks(io: IOThread, cluster: Cluster, reports: Deque[Report],
+                  event: threading.Event) -> Tuple[Callable[[float], None],
+                                                   Callable[[str], None],
+                                                   Callable[[Report], None]]:
+    """The accumulator's and the sender's ways to reach the I/O thread and the application
+    (wake the loop for a deadline, ask for a topic's metadata, queue a delivery report)."""
+    def wake_for(deadline: float) -> None:
+        if deadline <= 0.0:
+            io.wake()
+        else:
+            io.wake_if_sleeping_past(deadline)
+
+    def want_topic(name: str) -> None:
+        io.call_soon(cluster.want_topics, [name])
+
+    def on_report(report: Report) -> None:
+        reports.append(report)
+        event.set()
+
+    return wake_for, want_topic, on_report
+
+
+def _checked_produce(idem: Idempotence, acc: Accumulator) -> Callable[..., None]:
+    """produce() of an idempotent producer: refused once a fatal error broke its
+    guarantees."""
+    produce = acc.produce
+
+    def checked(topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                on_delivery: Optional[Callable] = None, timestamp: int = 0,
+                headers: Any = None, *, callback: Optional[Callable] = None) -> None:
+        fatal = idem.fatal
+        if fatal is not None:
+            raise KafkaException(fatal)
+        produce(topic, value, key, partition, on_delivery, timestamp, headers,
+                callback=callback)
+    return checked
 
 
 def _closed_produce(*args: Any, **kwargs: Any) -> None:

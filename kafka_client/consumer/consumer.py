@@ -89,7 +89,10 @@ class Consumer:
         self._cluster = Cluster(cfg, self._io)
         self._queue: Deque[Any] = deque()
         self._ready = threading.Event()
-        self._fetcher = Fetcher(cfg, self._cluster, self._io, self._deliver)
+        # The I/O thread's callbacks hold the queue and the event, never the Consumer: an
+        # unclosed consumer the application drops is then garbage (__del__ stops it).
+        self._deliver = deliver = _deliverer(self._queue, self._ready)
+        self._fetcher = Fetcher(cfg, self._cluster, self._io, deliver)
         self._lock = self._fetcher.lock
         # Messages decoded from the chunk being handed out, and where we are in them.
         self._buf: List[Message] = []
@@ -106,7 +109,8 @@ class Consumer:
             from kafka_client.consumer.group import GroupCoordinator
 
             self._group = GroupCoordinator(cfg, self._cluster, self._io, self._fetcher,
-                                           self._ready.set, self._deliver_error)
+                                           self._ready.set,
+                                           _error_deliverer(self._lock, deliver))
             self._fetcher.committed_lookup = self._group.lookup_committed
         apply_debug(cfg["debug"])
         self._closed = False
@@ -115,16 +119,6 @@ class Consumer:
             self._log.warning("No bootstrap.servers configured: nothing will be consumed")
 
     # -- plumbing ----------------------------------------------------------------------
-    def _deliver(self, item: Any) -> None:
-        """I/O thread, fetcher lock held: data or an event for the application."""
-        self._queue.append(item)
-        self._ready.set()
-
-    def _deliver_error(self, err: KafkaError) -> None:
-        """I/O thread: a client-level error for poll()/consume() to return."""
-        with self._lock:
-            self._deliver(Event(None, 0, Message(error=err)))
-
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("Consumer closed")
@@ -733,10 +727,34 @@ class Consumer:
         self.close()
 
     def __del__(self) -> None:
+        # Dropped without close(): connections closed, no LeaveGroup (the group notices
+        # at session.timeout.ms), stored offsets not committed.
         try:
-            self._shutdown()
+            if self._io.in_thread():
+                # Collected on its own I/O thread: it cannot wait for itself.
+                self._closed = True
+                self._io.stop(0)
+            else:
+                self._shutdown()
         except Exception:
             pass
+
+
+def _deliverer(queue: Deque[Any], ready: threading.Event) -> Callable[[Any], None]:
+    def deliver(item: Any) -> None:
+        """I/O thread, fetcher lock held: data or an event for the application."""
+        queue.append(item)
+        ready.set()
+    return deliver
+
+
+def _error_deliverer(lock: Any, deliver: Callable[[Any], None]
+                     ) -> Callable[[KafkaError], None]:
+    def deliver_error(err: KafkaError) -> None:
+        """I/O thread: a client-level error for poll()/consume() to return."""
+        with lock:
+            deliver(Event(None, 0, Message(error=err)))
+    return deliver_error
 
 
 def OFFSET_TAIL(n: int) -> int:

@@ -265,6 +265,25 @@ cdef inline void _copy(unsigned char* dst, const unsigned char* src, Py_ssize_t 
         memcpy(dst, src, n)
 
 
+cdef inline unsigned char* _put_fields(unsigned char* p, int64_t delta, int32_t offset_delta,
+                                       const unsigned char* kp, Py_ssize_t kl,
+                                       const unsigned char* vp, Py_ssize_t vl) noexcept nogil:
+    # A record's fields from its attributes to its value (room guaranteed by the caller);
+    # returns the end, where the header count goes.
+    p[0] = 0  # record attributes: unused
+    p = _vput(p + 1, delta)
+    p = _vput(p, offset_delta)
+    p = _vput(p, kl)
+    if kl > 0:
+        _copy(p, kp, kl)
+        p += kl
+    p = _vput(p, vl)
+    if vl > 0:
+        _copy(p, vp, vl)
+        p += vl
+    return p
+
+
 cdef object _compression_module = None
 
 
@@ -544,17 +563,7 @@ cdef class RecordBatchBuilder:
         if self._len + total > self._cap:
             self._grow(total)
         p = _vput(self._buf + self._len, body)
-        p[0] = 0  # record attributes: unused
-        p = _vput(p + 1, delta)
-        p = _vput(p, offset_delta)
-        p = _vput(p, kl)
-        if kl > 0:
-            _copy(p, kp, kl)
-            p += kl
-        p = _vput(p, vl)
-        if vl > 0:
-            _copy(p, vp, vl)
-            p += vl
+        p = _put_fields(p, delta, offset_delta, kp, kl, vp, vl)
         if not hcount:
             p[0] = 0
             p += 1
@@ -758,17 +767,7 @@ cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, P
         else:
             body = _simple_body(delta, offset_delta, kl, vl, data)
         fields = start + (1 if body < 64 else 2)
-    fields[0] = 0  # record attributes: unused
-    p = _vput(fields + 1, delta)
-    p = _vput(p, offset_delta)
-    p = _vput(p, kl)
-    if kl > 0:
-        _copy(p, kp, kl)
-        p += kl
-    p = _vput(p, vl)
-    if vl > 0:
-        _copy(p, vp, vl)
-        p += vl
+    p = _put_fields(fields, delta, offset_delta, kp, kl, vp, vl)
     p[0] = 0  # no headers
     p += 1
     body = p - fields

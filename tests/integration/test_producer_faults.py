@@ -238,6 +238,23 @@ def check_reports(reports: Reports, n: int = N) -> None:
                                 f"{reports.errors[:3]}")
 
 
+def check_delivery(broker, topic: str, reports: Reports, idempotent: bool, label: str,
+                   record_property) -> None:
+    """After a run: every message reported delivered, and the log read back holds each
+    exactly once in order (idempotence) or at least once (duplicates recorded)."""
+    log = read_log(broker, topic)
+    check_reports(reports)
+    if idempotent:
+        check_exactly_once(log)
+        misreported = check_report_offsets(log, reports, broker.kind)
+        record_property("misreported_offsets", misreported)
+        print(f"{label}: {misreported} reports at the offset of a later batch")
+    else:
+        dups = check_none_lost(log)
+        record_property("duplicates", dups)
+        print(f"{label} without idempotence: {dups} duplicates in {N} messages")
+
+
 # --------------------------------------------------------------------------- proxy
 
 
@@ -280,17 +297,7 @@ def test_faults_through_proxy(broker, topic_name, idempotent, retry_counter, rec
     assert stats["connections"] >= 15, stats
     assert retry_counter.retries >= 10
 
-    log = read_log(broker, topic_name)
-    check_reports(reports)
-    if idempotent:
-        check_exactly_once(log)
-        misreported = check_report_offsets(log, reports, broker.kind)
-        record_property("misreported_offsets", misreported)
-        print(f"{broker.kind}: {misreported} reports at the offset of a later batch")
-    else:
-        dups = check_none_lost(log)
-        record_property("duplicates", dups)
-        print(f"{broker.kind} without idempotence: {dups} duplicates in {N} messages")
+    check_delivery(broker, topic_name, reports, idempotent, broker.kind, record_property)
 
 
 def test_faults_with_message_timeouts(broker, topic_name, retry_counter, record_property):
@@ -414,17 +421,7 @@ def test_broker_restart_in_the_middle(fresh_noida_broker, topic_name, idempotent
     assert retry_counter.retries >= 1
     assert stats["resets"] >= 1 and stats["connections"] >= 2
 
-    log = read_log(broker, topic_name)
-    check_reports(reports)
-    if idempotent:
-        check_exactly_once(log)
-        misreported = check_report_offsets(log, reports, broker.kind)
-        record_property("misreported_offsets", misreported)
-        print(f"restart: {misreported} reports at the offset of a later batch")
-    else:
-        dups = check_none_lost(log)
-        record_property("duplicates", dups)
-        print(f"restart without idempotence: {dups} duplicates in {N} messages")
+    check_delivery(broker, topic_name, reports, idempotent, "restart", record_property)
 
 
 @pytest.mark.xfail(reason="noida-db 0.2.3 acknowledges Produce requests during its graceful "

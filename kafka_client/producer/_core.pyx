@@ -19,6 +19,7 @@ from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
                                PyThread_release_lock, PyThread_type_lock)
 
 import time
+from collections import deque
 
 from kafka_client.errors import KafkaError, KafkaException
 
@@ -128,8 +129,6 @@ cdef class PartitionState:
     cdef public bint retrying          # a batch waits to be resent: send nothing newer
 
     def __init__(self, TopicState topic, index):
-        from collections import deque
-
         self.topic = topic
         self.index = index
         self.open = None

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple, Union
 
+from kafka_proto.errors import ERRORS_BY_CODE
+
 __all__ = ["KafkaError", "KafkaException"]
 
 # librdkafka's local error codes: name -> (code, short description in our words).
@@ -106,16 +108,7 @@ _RDKAFKA_BROKER_NAMES: Dict[int, str] = {
 _RETRIABLE_LOCAL = frozenset((-195, -185, -166, -187, -180))
 
 
-def _broker_table() -> Dict[int, Any]:
-    """Return the generated broker error table, or an empty dict if it is not built yet."""
-    try:
-        from kafka_proto._error_table import ERRORS_BY_CODE
-    except ImportError:  # generated module not present yet
-        return {}
-    return dict(ERRORS_BY_CODE)
-
-
-_BROKER_BY_CODE: Dict[int, Any] = _broker_table()
+_BROKER_BY_CODE: Dict[int, Any] = dict(ERRORS_BY_CODE)
 _LOCAL_BY_CODE: Dict[int, Tuple[str, str]] = {c: (n, d) for n, (c, d) in _LOCAL_ERRORS.items()}
 
 

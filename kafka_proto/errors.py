@@ -79,9 +79,11 @@ class BrokerError(NamedTuple):
 
 def broker_error(code: int) -> BrokerError:
     """Return the table row for a broker error code (unknown codes map to a synthetic row)."""
-    from kafka_proto._error_table import ERRORS_BY_CODE
-
     row = ERRORS_BY_CODE.get(code)
     if row is None:
         return BrokerError(code, f"UNKNOWN_ERROR_{code}", False)
     return row
+
+
+# The generated table needs BrokerError, defined above; it is public through this module.
+from kafka_proto._error_table import ERRORS_BY_CODE, ERRORS_BY_NAME, ErrorCode  # noqa: E402

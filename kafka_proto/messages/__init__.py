@@ -22,12 +22,13 @@ import importlib
 from typing import Any, Dict, Union
 
 from kafka_proto.errors import UnsupportedVersionError
-from kafka_proto.messages._generated import API_KEYS, CLASS_MODULES, ApiInfo
+from kafka_proto.messages._generated import API_KEYS, CLASS_MODULES, ApiInfo, ApiKey
 
 __all__ = [
     "API_KEYS",
     "API_KEYS_BY_NAME",
     "ApiInfo",
+    "ApiKey",
     "api_info",
     "request_class",
     "response_class",
@@ -41,8 +42,6 @@ __all__ = [
 #: API name ("Fetch") -> API key (1).
 API_KEYS_BY_NAME: Dict[str, int] = {info.name: key for key, info in API_KEYS.items()}
 
-_API_VERSIONS_KEY = 18
-_CONTROLLED_SHUTDOWN_KEY = 7
 _PACKAGE = __name__ + "._generated."
 
 
@@ -90,14 +89,14 @@ def request_header_version(api_key: int, api_version: int) -> int:
     """Request header version: 2 for flexible versions, else 1 (ControlledShutdown v0: 0)."""
     info = api_info(api_key)
     flexible = _flexible(info, api_version)
-    if api_key == _CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+    if api_key == ApiKey.CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
     return 2 if flexible else 1
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
     """Response header version: 1 for flexible versions, else 0 (ApiVersions: always 0)."""
-    if api_key == _API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         # KIP-511: a client must read the answer even when the broker rejects its version,
         # so this holds for versions we do not know either.
         return 0

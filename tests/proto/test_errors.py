@@ -1,7 +1,7 @@
 """The generated broker error table."""
 from __future__ import annotations
 
-from kafka_proto._error_table import ERRORS_BY_CODE, ERRORS_BY_NAME
+from kafka_proto.errors import ERRORS_BY_CODE, ERRORS_BY_NAME
 from kafka_proto.errors import BrokerError, broker_error
 
 

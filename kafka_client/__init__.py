@@ -1,7 +1,26 @@
-"""kafka_client: a Kafka client on top of kafka_proto (work in progress).
+"""kafka_client: a Kafka client on top of kafka_proto.
 
-The public names mirror confluent-kafka-python's, so code can move over by changing an import.
+The public names mirror confluent-kafka-python's, at the same module paths
+(``kafka_client.error``, ``kafka_client.serialization``), so code can move over by changing
+its imports; docs/migrating.md lists every name and each difference.
 """
+import sys as _sys
+
+from . import errors
+from ._compat import _VERSION as __version__
+from ._compat import consistent, fnv1a, libversion, murmur2, version
+from ._model import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    ElectionType,
+    IsolationLevel,
+    Node,
+    ThrottleEvent,
+    TopicCollection,
+    TopicPartitionInfo,
+    Uuid,
+)
 from .errors import KafkaError, KafkaException
 from .types import (
     OFFSET_BEGINNING,
@@ -15,10 +34,16 @@ from .types import (
     TopicPartition,
 )
 
+# confluent-kafka's module is `error`; ours is `errors`. One module object under both names.
+error = errors
+_sys.modules[__name__ + ".error"] = errors
+
 __all__ = [
     "ClientConfig",
     "Producer",
     "Consumer",
+    "SerializingProducer",
+    "DeserializingConsumer",
     "OFFSET_TAIL",
     "KafkaError",
     "KafkaException",
@@ -31,24 +56,47 @@ __all__ = [
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NOT_AVAILABLE",
+    "ConsumerGroupState",
+    "ConsumerGroupTopicPartitions",
+    "ConsumerGroupType",
+    "ElectionType",
+    "IsolationLevel",
+    "Node",
+    "ThrottleEvent",
+    "TopicCollection",
+    "TopicPartitionInfo",
+    "Uuid",
+    "murmur2",
+    "fnv1a",
+    "consistent",
+    "version",
+    "libversion",
+    "error",
+    "serialization",
 ]
 
+# Lazy (PEP 562), so that `python -m kafka_client.config` runs cleanly and importing the
+# package does not load the producer and consumer.
+_LAZY = {
+    "ClientConfig": (".config", "ClientConfig"),
+    "Producer": (".producer.producer", "Producer"),
+    "Consumer": (".consumer.consumer", "Consumer"),
+    "OFFSET_TAIL": (".consumer.consumer", "OFFSET_TAIL"),
+    "SerializingProducer": (".serializing_producer", "SerializingProducer"),
+    "DeserializingConsumer": (".deserializing_consumer", "DeserializingConsumer"),
+}
 
-def __getattr__(name: str):  # PEP 562: lazy, so `python -m kafka_client.config` runs cleanly
-    if name == "ClientConfig":
-        from .config import ClientConfig
 
-        return ClientConfig
-    if name == "Producer":
-        from .producer.producer import Producer
+def __getattr__(name: str):
+    where = _LAZY.get(name)
+    if where is None:
+        if name == "serialization":
+            from . import serialization
 
-        return Producer
-    if name == "Consumer":
-        from .consumer.consumer import Consumer
+            return serialization
+        raise AttributeError(f"module 'kafka_client' has no attribute {name!r}")
+    import importlib
 
-        return Consumer
-    if name == "OFFSET_TAIL":
-        from .consumer.consumer import OFFSET_TAIL
-
-        return OFFSET_TAIL
-    raise AttributeError(f"module 'kafka_client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where[0], __name__), where[1])
+    globals()[name] = value
+    return value

@@ -4,16 +4,18 @@ The shapes follow confluent-kafka-python so application code can switch clients 
 an import:
 
 * broker error codes (0 and up, plus -1) come from the protocol's error table, generated into
-  ``kafka_proto._error_table`` (``ERRORS_BY_CODE``); each is a class constant under its Kafka
+  ``kafka_proto.errors`` (``ERRORS_BY_CODE``); each is a class constant under its Kafka
   protocol name, and also under librdkafka's older spelling where that differs (for example
   ``NOT_LEADER_OR_FOLLOWER`` and ``NOT_LEADER_FOR_PARTITION`` are both 6);
 * client-side ("local") codes are negative and use librdkafka's numbers and names, with a
   leading underscore (``_MSG_TIMED_OUT`` = -192, ``_PARTITION_EOF`` = -191, ...).
 
-Differences from confluent-kafka, on purpose: ``KafkaException(code)`` wraps a bare code into a
-:class:`KafkaError`, so ``exc.args[0]`` is always a :class:`KafkaError`; and when ``retriable``
-is not given, it is taken from the broker table (or a short list of transient local codes)
-instead of defaulting to ``False``.
+The same module is importable as ``kafka_client.error`` (confluent-kafka's name), with the
+exceptions the serializing clients raise: :class:`ConsumeError`, :class:`ProduceError`,
+:class:`SerializationError` and its key/value (de)serialization subclasses.
+
+Difference from confluent-kafka, on purpose: when ``retriable`` is not given, it is taken from
+the broker table (or a short list of transient local codes) instead of defaulting to ``False``.
 """
 from __future__ import annotations
 
@@ -21,73 +23,86 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 from kafka_proto.errors import ERRORS_BY_CODE
 
-__all__ = ["KafkaError", "KafkaException"]
+__all__ = [
+    "KafkaError",
+    "KafkaException",
+    "ConsumeError",
+    "ProduceError",
+    "SerializationError",
+    "KeySerializationError",
+    "ValueSerializationError",
+    "KeyDeserializationError",
+    "ValueDeserializationError",
+]
 
-# librdkafka's local error codes: name -> (code, short description in our words).
+# librdkafka's local error codes: name -> (code, description). The descriptions are
+# librdkafka's own wording: applications match on str(err), so they must not drift.
 _LOCAL_ERRORS: Dict[str, Tuple[int, str]] = {
-    "_BAD_MSG": (-199, "Local: malformed message received"),
-    "_BAD_COMPRESSION": (-198, "Local: compressed data is invalid"),
-    "_DESTROY": (-197, "Local: client is shutting down"),
-    "_FAIL": (-196, "Local: broker communication failed"),
-    "_TRANSPORT": (-195, "Local: broker connection failed"),
-    "_CRIT_SYS_RESOURCE": (-194, "Local: a critical system resource is exhausted"),
-    "_RESOLVE": (-193, "Local: broker host name could not be resolved"),
-    "_MSG_TIMED_OUT": (-192, "Local: message was not delivered before message.timeout.ms"),
-    "_PARTITION_EOF": (-191, "Broker: reached the end of the partition"),
-    "_UNKNOWN_PARTITION": (-190, "Local: partition does not exist"),
-    "_FS": (-189, "Local: file system error"),
-    "_UNKNOWN_TOPIC": (-188, "Local: topic does not exist"),
-    "_ALL_BROKERS_DOWN": (-187, "Local: no broker connection is up"),
-    "_INVALID_ARG": (-186, "Local: invalid argument or configuration"),
-    "_TIMED_OUT": (-185, "Local: operation timed out"),
-    "_QUEUE_FULL": (-184, "Local: producer queue is full"),
-    "_ISR_INSUFF": (-183, "Local: not enough in-sync replicas"),
-    "_NODE_UPDATE": (-182, "Local: broker address changed"),
-    "_SSL": (-181, "Local: TLS error"),
-    "_WAIT_COORD": (-180, "Local: group coordinator not known yet"),
-    "_UNKNOWN_GROUP": (-179, "Local: consumer group is not known"),
-    "_IN_PROGRESS": (-178, "Local: operation already in progress"),
-    "_PREV_IN_PROGRESS": (-177, "Local: an earlier operation is still in progress"),
-    "_EXISTING_SUBSCRIPTION": (-176, "Local: a subscription already exists"),
-    "_ASSIGN_PARTITIONS": (-175, "Local: partitions assigned (rebalance)"),
-    "_REVOKE_PARTITIONS": (-174, "Local: partitions revoked (rebalance)"),
-    "_CONFLICT": (-173, "Local: conflicting use of the client"),
-    "_STATE": (-172, "Local: operation not allowed in the current state"),
-    "_UNKNOWN_PROTOCOL": (-171, "Local: protocol not known"),
-    "_NOT_IMPLEMENTED": (-170, "Local: not implemented"),
-    "_AUTHENTICATION": (-169, "Local: authentication failed"),
-    "_NO_OFFSET": (-168, "Local: no stored offset"),
-    "_OUTDATED": (-167, "Local: outdated"),
-    "_TIMED_OUT_QUEUE": (-166, "Local: timed out while queued"),
-    "_UNSUPPORTED_FEATURE": (-165, "Local: the broker does not support a needed feature"),
-    "_WAIT_CACHE": (-164, "Local: waiting for a metadata cache update"),
-    "_INTR": (-163, "Local: operation interrupted"),
-    "_KEY_SERIALIZATION": (-162, "Local: key serialization failed"),
-    "_VALUE_SERIALIZATION": (-161, "Local: value serialization failed"),
-    "_KEY_DESERIALIZATION": (-160, "Local: key deserialization failed"),
-    "_VALUE_DESERIALIZATION": (-159, "Local: value deserialization failed"),
-    "_PARTIAL": (-158, "Local: partial response"),
-    "_READ_ONLY": (-157, "Local: object is read-only"),
-    "_NOENT": (-156, "Local: no such entry"),
-    "_UNDERFLOW": (-155, "Local: read past the end of the data"),
-    "_INVALID_TYPE": (-154, "Local: wrong type"),
-    "_RETRY": (-153, "Local: will be retried"),
-    "_PURGE_QUEUE": (-152, "Local: purged from the producer queue"),
-    "_PURGE_INFLIGHT": (-151, "Local: purged while in flight"),
-    "_FATAL": (-150, "Local: a fatal error occurred"),
-    "_INCONSISTENT": (-149, "Local: inconsistent state"),
-    "_GAPLESS_GUARANTEE": (-148, "Local: gapless delivery guarantee cannot be kept"),
-    "_MAX_POLL_EXCEEDED": (-147, "Local: max.poll.interval.ms exceeded"),
-    "_UNKNOWN_BROKER": (-146, "Local: broker not known"),
-    "_NOT_CONFIGURED": (-145, "Local: functionality not configured"),
-    "_FENCED": (-144, "Local: this instance has been fenced"),
-    "_APPLICATION": (-143, "Local: error raised by the application"),
-    "_ASSIGNMENT_LOST": (-142, "Local: group assignment lost"),
-    "_NOOP": (-141, "Local: nothing to do"),
-    "_AUTO_OFFSET_RESET": (-140, "Local: no offset to start from and auto.offset.reset=error"),
-    "_LOG_TRUNCATION": (-139, "Local: partition log was truncated"),
-    "_INVALID_DIFFERENT_RECORD": (-138, "Local: a different record was expected"),
-    "_DESTROY_BROKER": (-137, "Local: broker handle is being removed"),
+    "_BAD_MSG": (-199, "Local: Bad message format"),
+    "_BAD_COMPRESSION": (-198, "Local: Invalid compressed data"),
+    "_DESTROY": (-197, "Local: Broker handle destroyed for termination"),
+    "_FAIL": (-196, "Local: Communication failure with broker"),
+    "_TRANSPORT": (-195, "Local: Broker transport failure"),
+    "_CRIT_SYS_RESOURCE": (-194, "Local: Critical system resource failure"),
+    "_RESOLVE": (-193, "Local: Host resolution failure"),
+    "_MSG_TIMED_OUT": (-192, "Local: Message timed out"),
+    "_PARTITION_EOF": (-191, "Broker: No more messages"),
+    "_UNKNOWN_PARTITION": (-190, "Local: Unknown partition"),
+    "_FS": (-189, "Local: File or filesystem error"),
+    "_UNKNOWN_TOPIC": (-188, "Local: Unknown topic"),
+    "_ALL_BROKERS_DOWN": (-187, "Local: All broker connections are down"),
+    "_INVALID_ARG": (-186, "Local: Invalid argument or configuration"),
+    "_TIMED_OUT": (-185, "Local: Timed out"),
+    "_QUEUE_FULL": (-184, "Local: Queue full"),
+    "_ISR_INSUFF": (-183, "Local: ISR count insufficient"),
+    "_NODE_UPDATE": (-182, "Local: Broker node update"),
+    "_SSL": (-181, "Local: SSL error"),
+    "_WAIT_COORD": (-180, "Local: Waiting for coordinator"),
+    "_UNKNOWN_GROUP": (-179, "Local: Unknown group"),
+    "_IN_PROGRESS": (-178, "Local: Operation in progress"),
+    "_PREV_IN_PROGRESS": (-177, "Local: Previous operation in progress"),
+    "_EXISTING_SUBSCRIPTION": (-176, "Local: Existing subscription"),
+    "_ASSIGN_PARTITIONS": (-175, "Local: Assign partitions"),
+    "_REVOKE_PARTITIONS": (-174, "Local: Revoke partitions"),
+    "_CONFLICT": (-173, "Local: Conflicting use"),
+    "_STATE": (-172, "Local: Erroneous state"),
+    "_UNKNOWN_PROTOCOL": (-171, "Local: Unknown protocol"),
+    "_NOT_IMPLEMENTED": (-170, "Local: Not implemented"),
+    "_AUTHENTICATION": (-169, "Local: Authentication failure"),
+    "_NO_OFFSET": (-168, "Local: No offset stored"),
+    "_OUTDATED": (-167, "Local: Outdated"),
+    "_TIMED_OUT_QUEUE": (-166, "Local: Timed out in queue"),
+    "_UNSUPPORTED_FEATURE": (-165, "Local: Required feature not supported by broker"),
+    "_WAIT_CACHE": (-164, "Local: Awaiting cache update"),
+    "_INTR": (-163, "Local: Operation interrupted"),
+    "_KEY_SERIALIZATION": (-162, "Local: Key serialization error"),
+    "_VALUE_SERIALIZATION": (-161, "Local: Value serialization error"),
+    "_KEY_DESERIALIZATION": (-160, "Local: Key deserialization error"),
+    "_VALUE_DESERIALIZATION": (-159, "Local: Value deserialization error"),
+    "_PARTIAL": (-158, "Local: Partial response"),
+    "_READ_ONLY": (-157, "Local: Read-only object"),
+    "_NOENT": (-156, "Local: No such entry"),
+    "_UNDERFLOW": (-155, "Local: Read underflow"),
+    "_INVALID_TYPE": (-154, "Local: Invalid type"),
+    "_RETRY": (-153, "Local: Retry operation"),
+    "_PURGE_QUEUE": (-152, "Local: Purged in queue"),
+    "_PURGE_INFLIGHT": (-151, "Local: Purged in flight"),
+    "_FATAL": (-150, "Local: Fatal error"),
+    "_INCONSISTENT": (-149, "Local: Inconsistent state"),
+    "_GAPLESS_GUARANTEE": (-148, "Local: Gap-less ordering would not be guaranteed if proceeding"),
+    "_MAX_POLL_EXCEEDED": (-147, "Local: Maximum application poll interval "
+                                 "(max.poll.interval.ms) exceeded"),
+    "_UNKNOWN_BROKER": (-146, "Local: Unknown broker"),
+    "_NOT_CONFIGURED": (-145, "Local: Functionality not configured"),
+    "_FENCED": (-144, "Local: This instance has been fenced by a newer instance"),
+    "_APPLICATION": (-143, "Local: Application generated error"),
+    "_ASSIGNMENT_LOST": (-142, "Local: Group partition assignment lost"),
+    "_NOOP": (-141, "Local: No operation performed"),
+    "_AUTO_OFFSET_RESET": (-140, "Local: No offset to automatically reset to"),
+    "_LOG_TRUNCATION": (-139, "Local: Partition log truncation detected"),
+    "_INVALID_DIFFERENT_RECORD": (-138, "Local: an invalid record in the same batch caused "
+                                        "the failure of this message too"),
+    "_DESTROY_BROKER": (-137, "Local: Broker handle destroyed without termination"),
 }
 
 # librdkafka spells a few broker codes differently from the protocol's error table; both
@@ -129,11 +144,13 @@ def _code_description(code: int) -> str:
     local = _LOCAL_BY_CODE.get(code)
     if local is not None:
         return local[1]
+    if code == 0:  # librdkafka's wording for these two
+        return "Success"
+    if code == -1:
+        return "Unknown broker error"
     row = _BROKER_BY_CODE.get(code)
     if row is not None:
         return "Broker: " + row.name.replace("_", " ").capitalize()
-    if code == 0:
-        return "Success"
     return f"Unknown error {code}"
 
 
@@ -277,22 +294,103 @@ _install_constants()
 
 
 class KafkaException(Exception):
-    """Exception carrying a :class:`KafkaError` as ``args[0]``.
+    """The exception the client raises; ``args[0]`` is a :class:`KafkaError` when the client
+    raises it.
 
-    ``KafkaException(error, *more)``: *error* is a :class:`KafkaError`, or a code (int) which is
-    wrapped into one (with the next argument, if it is a str, as the reason).
+    Constructed like any exception, as in confluent-kafka: ``KafkaException(KafkaError(...))``,
+    ``KafkaException("text")`` or no arguments; the arguments are kept as given.
     """
 
-    def __init__(self, error: Union[KafkaError, int], *args: Any) -> None:
-        if not isinstance(error, KafkaError):
-            reason = args[0] if args and isinstance(args[0], str) else None
-            error = KafkaError(error, reason)
-        super().__init__(error, *args)
+    @property
+    def error(self) -> Optional[KafkaError]:
+        """The :class:`KafkaError` in ``args[0]``, or None if the first argument is not one."""
+        first = self.args[0] if self.args else None
+        return first if isinstance(first, KafkaError) else None
+
+
+class _KafkaClientError(KafkaException):
+    """A :class:`KafkaError` with the exception that caused it and the message concerned."""
+
+    def __init__(self, kafka_error: KafkaError, exception: Optional[BaseException] = None,
+                 kafka_message: Any = None) -> None:
+        super().__init__(kafka_error)
+        self.exception = exception
+        self.kafka_message = kafka_message
+
+    def __reduce__(self) -> Any:
+        # The subclasses' constructors differ; rebuild from the state instead.
+        return (_rebuild_client_error,
+                (type(self), self.args, self.exception, self.kafka_message))
 
     @property
-    def error(self) -> KafkaError:
-        """The wrapped :class:`KafkaError` (same as ``args[0]``)."""
-        return self.args[0]
+    def code(self) -> int:
+        """The error code of the wrapped :class:`KafkaError`."""
+        return self.args[0].code()
 
-    def __str__(self) -> str:
-        return str(self.args[0])
+    @property
+    def name(self) -> str:
+        """The error name of the wrapped :class:`KafkaError`."""
+        return self.args[0].name()
+
+
+def _rebuild_client_error(cls: type, args: Tuple[Any, ...], exception: Any,
+                          kafka_message: Any) -> "_KafkaClientError":
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.exception = exception
+    error.kafka_message = kafka_message
+    return error
+
+
+class ConsumeError(_KafkaClientError):
+    """Raised by a :class:`~kafka_client.DeserializingConsumer` for an error it consumed;
+    ``kafka_message`` is the message or event concerned."""
+
+
+class ProduceError(_KafkaClientError):
+    """Raised by a :class:`~kafka_client.SerializingProducer` when a message cannot be
+    produced."""
+
+    def __init__(self, kafka_error: KafkaError, exception: Optional[BaseException] = None
+                 ) -> None:
+        super().__init__(kafka_error, exception)
+
+
+class SerializationError(KafkaException):
+    """A serializer or deserializer failed; raise it from your own (de)serializers too."""
+
+
+def _serde_error(code: int, exception: Optional[BaseException]) -> KafkaError:
+    return KafkaError(code, str(exception))
+
+
+class KeySerializationError(ProduceError, SerializationError):
+    """A message key could not be serialized; ``exception`` is what the serializer raised."""
+
+    def __init__(self, exception: Optional[BaseException] = None) -> None:
+        super().__init__(_serde_error(KafkaError._KEY_SERIALIZATION, exception), exception)
+
+
+class ValueSerializationError(ProduceError, SerializationError):
+    """A message value could not be serialized; ``exception`` is what the serializer raised."""
+
+    def __init__(self, exception: Optional[BaseException] = None) -> None:
+        super().__init__(_serde_error(KafkaError._VALUE_SERIALIZATION, exception), exception)
+
+
+class KeyDeserializationError(ConsumeError, SerializationError):
+    """A message key could not be deserialized; ``kafka_message`` is the message."""
+
+    def __init__(self, exception: Optional[BaseException] = None,
+                 kafka_message: Any = None) -> None:
+        super().__init__(_serde_error(KafkaError._KEY_DESERIALIZATION, exception), exception,
+                         kafka_message)
+
+
+class ValueDeserializationError(ConsumeError, SerializationError):
+    """A message value could not be deserialized; ``kafka_message`` is the message."""
+
+    def __init__(self, exception: Optional[BaseException] = None,
+                 kafka_message: Any = None) -> None:
+        super().__init__(_serde_error(KafkaError._VALUE_DESERIALIZATION, exception), exception,
+                         kafka_message)

@@ -89,7 +89,7 @@ def test_name_and_repr_match_confluent(code):
 def test_error_defaults_and_flags():
     e = KafkaError(KafkaError._PARTITION_EOF)
     assert e.code() == -191 and e.name() == "_PARTITION_EOF"
-    assert e.str() and "partition" in e.str()
+    assert e.str() == ck.KafkaError(-191).str() == "Broker: No more messages"
     assert (e.fatal(), e.retriable(), e.txn_requires_abort()) == (False, False, False)
     e = KafkaError(-186, "bad", fatal=True, retriable=True, txn_requires_abort=True)
     assert (e.str(), e.fatal(), e.retriable(), e.txn_requires_abort()) == ("bad", True, True, True)
@@ -130,15 +130,16 @@ def test_error_pickles():
             back.txn_requires_abort()) == (-192, "timed out", True, False, True)
 
 
-def test_kafka_exception_wraps_kafka_error():
+def test_kafka_exception_carries_kafka_error():
     err = KafkaError(KafkaError._INVALID_ARG, "bad property")
     exc = KafkaException(err)
     assert exc.args[0] is err and exc.error is err
     assert str(exc) == str(err) == str(ck.KafkaException(ck.KafkaError(-186, "bad property")))
-    exc = KafkaException(KafkaError._QUEUE_FULL)
-    assert isinstance(exc.args[0], KafkaError) and exc.args[0] == KafkaError._QUEUE_FULL
-    exc = KafkaException(-186, "reason")
-    assert exc.args[0].str() == "reason" and exc.args[1:] == ("reason",)
+    # Other arguments are kept as given, as confluent-kafka keeps them.
+    for args in [(KafkaError._QUEUE_FULL,), (-186, "reason"), ("text",), ()]:
+        exc = KafkaException(*args)
+        assert exc.args == ck.KafkaException(*args).args == args and exc.error is None
+        assert str(exc) == str(ck.KafkaException(*args))
     with pytest.raises(KafkaException) as info:
         raise KafkaException(KafkaError(-185))
     assert info.value.args[0].code() == -185

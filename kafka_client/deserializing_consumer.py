@@ -1,0 +1,57 @@
+"""A Consumer that deserializes keys and values itself (confluent-kafka's
+DeserializingConsumer)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+from .consumer.consumer import Consumer
+from .errors import ConsumeError, KeyDeserializationError, ValueDeserializationError
+from .serialization import MessageField, SerializationContext
+from .serializing_producer import _callable_or_none
+from .types import Message
+
+__all__ = ["DeserializingConsumer"]
+
+
+class DeserializingConsumer(Consumer):
+    """A :class:`~kafka_client.Consumer` whose configuration may also hold
+    ``key.deserializer`` and ``value.deserializer``: callables ``(bytes or None, ctx) ->
+    object`` (see :mod:`kafka_client.serialization`) applied in :meth:`poll`."""
+
+    def __init__(self, conf: Dict[str, Any]) -> None:
+        conf = dict(conf)
+        self._key_deserializer: Optional[Callable] = _callable_or_none(conf, "key.deserializer")
+        self._value_deserializer: Optional[Callable] = _callable_or_none(
+            conf, "value.deserializer")
+        super().__init__(conf)
+
+    def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:
+        """The next message with its key and value deserialized, or None after ``timeout``
+        seconds. An error or event (``msg.error()`` set, partition EOF included) raises
+        :class:`~kafka_client.error.ConsumeError` carrying the message; a deserializer that
+        raises gives Key/ValueDeserializationError."""
+        # Consumer.poll() may be built on self.consume(), which this class refuses.
+        batch = Consumer.consume(self, 1, -1 if timeout is None else timeout)
+        if not batch:
+            return None
+        msg = batch[0]
+        error = msg.error()
+        if error is not None:
+            raise ConsumeError(error, kafka_message=msg)
+        ctx = SerializationContext(msg.topic(), MessageField.VALUE, msg.headers())
+        if self._value_deserializer is not None:
+            try:
+                msg.set_value(self._value_deserializer(msg.value(), ctx))
+            except Exception as e:
+                raise ValueDeserializationError(e, msg) from e
+        if self._key_deserializer is not None:
+            ctx.field = MessageField.KEY
+            try:
+                msg.set_key(self._key_deserializer(msg.key(), ctx))
+            except Exception as e:
+                raise KeyDeserializationError(e, msg) from e
+        return msg
+
+    def consume(self, num_messages: int = 1, timeout: Optional[float] = -1) -> List[Message]:
+        """Not available on a deserializing consumer (as in confluent-kafka): use poll()."""
+        raise NotImplementedError("DeserializingConsumer supports poll() only, not consume()")

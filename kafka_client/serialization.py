@@ -1,0 +1,189 @@
+"""Serializers and deserializers for keys and values, under confluent-kafka's names.
+
+A serializer turns an application object into ``bytes`` (or None) and a deserializer turns
+``bytes`` (or None) back; both are called as ``f(obj, ctx)`` where ``ctx`` is a
+:class:`SerializationContext` naming the topic, the field (key or value) and the headers.
+:class:`~kafka_client.SerializingProducer` and :class:`~kafka_client.DeserializingConsumer`
+call them for every message; plain functions of the same shape work too.
+
+Failures raise :class:`SerializationError`. Where confluent-kafka's ``StringSerializer`` lets
+an ``AttributeError`` escape for a value that is not a ``str``, ours raises
+:class:`SerializationError` naming the type (docs/migrating.md).
+"""
+from __future__ import annotations
+
+import struct
+from enum import Enum
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from .errors import SerializationError
+
+__all__ = [
+    "MessageField",
+    "SerializationContext",
+    "SerializationError",
+    "Serializer",
+    "Deserializer",
+    "StringSerializer",
+    "StringDeserializer",
+    "IntegerSerializer",
+    "IntegerDeserializer",
+    "DoubleSerializer",
+    "DoubleDeserializer",
+    "HeadersType",
+    "SerializerBuilder",
+    "DeserializerBuilder",
+]
+
+#: Headers as the serializing clients accept them: a dict or a list of (key, value) pairs.
+HeadersType = Union[Dict[str, Union[str, bytes, None]], List[Tuple[str, Union[str, bytes, None]]]]
+
+
+class MessageField(str, Enum):
+    """Which part of a message a (de)serializer is working on."""
+
+    NONE = "none"
+    KEY = "key"
+    VALUE = "value"
+
+
+class SerializationContext:
+    """What a (de)serializer is called for: ``topic``, ``field`` and the message's
+    ``headers`` (None when there are none)."""
+
+    __slots__ = ("topic", "field", "headers")
+
+    def __init__(self, topic: str, field: MessageField,
+                 headers: Optional[HeadersType] = None) -> None:
+        self.topic = topic
+        self.field = field
+        self.headers = headers
+
+    def __repr__(self) -> str:
+        return f"SerializationContext(topic={self.topic!r}, field={self.field!r})"
+
+
+class Serializer:
+    """Base class of serializers: subclasses implement ``__call__(obj, ctx=None)`` returning
+    ``bytes`` or None, and raise :class:`SerializationError` on failure."""
+
+    __slots__: Tuple[str, ...] = ()
+
+    def __call__(self, obj: Any, ctx: Optional[SerializationContext] = None) -> Optional[bytes]:
+        raise NotImplementedError
+
+
+class Deserializer:
+    """Base class of deserializers: subclasses implement ``__call__(value, ctx=None)`` and
+    raise :class:`SerializationError` on failure."""
+
+    __slots__: Tuple[str, ...] = ()
+
+    def __call__(self, value: Optional[bytes], ctx: Optional[SerializationContext] = None
+                 ) -> Any:
+        raise NotImplementedError
+
+
+#: A factory for a serializer given the client configuration (confluent-kafka's name).
+SerializerBuilder = Callable[[Dict[str, Any]], Serializer]
+#: A factory for a deserializer given the client configuration (confluent-kafka's name).
+DeserializerBuilder = Callable[[Dict[str, Any]], Deserializer]
+
+
+def _codec_checked(codec: str) -> str:
+    import codecs
+
+    return codecs.lookup(codec).name  # LookupError for an unknown codec, at construction
+
+
+class StringSerializer(Serializer):
+    """``str`` -> bytes in ``codec`` (UTF-8 by default); None stays None."""
+
+    __slots__ = ("codec",)
+
+    def __init__(self, codec: str = "utf_8") -> None:
+        self.codec = _codec_checked(codec)
+
+    def __call__(self, obj: Any, ctx: Optional[SerializationContext] = None) -> Optional[bytes]:
+        if obj is None:
+            return None
+        if not isinstance(obj, str):
+            raise SerializationError(
+                f"StringSerializer takes a str, not {type(obj).__name__}")
+        try:
+            return obj.encode(self.codec)
+        except UnicodeError as e:
+            raise SerializationError(str(e)) from e
+
+
+class StringDeserializer(Deserializer):
+    """bytes in ``codec`` (UTF-8 by default) -> ``str``; None stays None."""
+
+    __slots__ = ("codec",)
+
+    def __init__(self, codec: str = "utf_8") -> None:
+        self.codec = _codec_checked(codec)
+
+    def __call__(self, value: Optional[bytes], ctx: Optional[SerializationContext] = None
+                 ) -> Optional[str]:
+        if value is None:
+            return None
+        try:
+            return bytes(value).decode(self.codec)
+        except (UnicodeError, TypeError) as e:
+            raise SerializationError(str(e)) from e
+
+
+class _StructSerializer(Serializer):
+    __slots__ = ()
+    _format: struct.Struct
+
+    def __call__(self, obj: Any, ctx: Optional[SerializationContext] = None) -> Optional[bytes]:
+        if obj is None:
+            return None
+        try:
+            return self._format.pack(obj)
+        except struct.error as e:
+            raise SerializationError(str(e)) from e
+
+
+class _StructDeserializer(Deserializer):
+    __slots__ = ()
+    _format: struct.Struct
+
+    def __call__(self, value: Optional[bytes], ctx: Optional[SerializationContext] = None
+                 ) -> Any:
+        if value is None:
+            return None
+        try:
+            return self._format.unpack(value)[0]
+        except (struct.error, TypeError) as e:
+            raise SerializationError(str(e)) from e
+
+
+class IntegerSerializer(_StructSerializer):
+    """``int`` -> 4 bytes, big-endian, signed (Java's IntegerSerializer); None stays None."""
+
+    __slots__ = ()
+    _format = struct.Struct(">i")
+
+
+class IntegerDeserializer(_StructDeserializer):
+    """4 bytes, big-endian, signed -> ``int``; None stays None."""
+
+    __slots__ = ()
+    _format = struct.Struct(">i")
+
+
+class DoubleSerializer(_StructSerializer):
+    """``float`` -> 8 bytes IEEE 754, big-endian (Java's DoubleSerializer); None stays None."""
+
+    __slots__ = ()
+    _format = struct.Struct(">d")
+
+
+class DoubleDeserializer(_StructDeserializer):
+    """8 bytes IEEE 754, big-endian -> ``float``; None stays None."""
+
+    __slots__ = ()
+    _format = struct.Struct(">d")

@@ -106,7 +106,7 @@ def _parse_bootstrap(text: str):
 
 def _leader_connection(conn, topic: str, timeout: float):
     """Connect to the leader of partition 0 (the bootstrap broker on a single node)."""
-    from kafka_client._net.blocking import BlockingConnection
+    from kafka_client._testing.blocking import BlockingConnection
     from kafka_proto.messages import MetadataRequest
 
     md = conn.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]))
@@ -168,7 +168,7 @@ def run(bootstrap: Optional[str] = None, messages: int = DEFAULT_MESSAGES,
     Raises :class:`kafka_client.KafkaException` for a configuration the Producer refuses
     (for instance ``idempotence`` with ``acks`` other than ``all``).
     """
-    from kafka_client._net.blocking import BlockingConnection
+    from kafka_client._testing.blocking import BlockingConnection
     from kafka_client._testing import simple
 
     from kafka_client.config import ClientConfig

@@ -1,4 +1,4 @@
-"""Plain request loops over a :class:`~kafka_client._net.blocking.BlockingConnection`:
+"""Plain request loops over a :class:`~kafka_client._testing.blocking.BlockingConnection`:
 create topics, produce ready-made record batches, fetch a partition to its end.
 
 For the demo and the integration tests until the real producer and consumer exist;
@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
-from kafka_client._net.blocking import BlockingConnection
+from kafka_client._testing.blocking import BlockingConnection
 
 __all__ = [
     "BrokerErrorResponse",

@@ -161,42 +161,6 @@ def test_assignment_round_trip_every_version(parts, user_data, version):
     assert back == Assignment(grouped(parts), user_data)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(subscriptions, tp_lists, st.none() | st.binary(max_size=20), st.integers(0, 3),
-       st.binary(max_size=40))
-def test_cross_check_hand_framing_against_kafka_proto(sub, parts, user_data, version, junk):
-    """The hand framing on kafka_proto._wire (assignors._frame/_unframe, about to go)
-    and kafka_proto.framing.encode/decode_version_prefixed give the same bytes and the
-    same objects, at every version, for newer versions and for arbitrary bytes."""
-    from kafka_client.consumer import assignors
-    from kafka_proto.framing import decode_version_prefixed, encode_version_prefixed
-    from kafka_proto.messages import ConsumerProtocolAssignment, ConsumerProtocolSubscription
-
-    msgs = [
-        (ConsumerProtocolSubscription, ConsumerProtocolSubscription(
-            topics=list(sub.topics), user_data=sub.user_data,
-            owned_partitions=assignors._grouped(sub.owned_partitions,
-                                                ConsumerProtocolSubscription.TopicPartition),
-            generation_id=sub.generation_id, rack_id=sub.rack_id)),
-        (ConsumerProtocolAssignment, ConsumerProtocolAssignment(
-            assigned_partitions=assignors._grouped(parts,
-                                                   ConsumerProtocolAssignment.TopicPartition),
-            user_data=user_data)),
-    ]
-    for cls, msg in msgs:
-        old = assignors._frame(version, msg, cls.MAX_VERSION)
-        assert encode_version_prefixed(msg, version) == old
-        newer = i16(version + 4) + old[2:] + junk  # a later version: known fields + more
-        for blob in (old, newer, old[:len(junk) % (len(old) + 1)], junk):
-            try:
-                want = assignors._unframe(blob, cls)
-            except ProtocolDecodeError as exc:
-                with pytest.raises(type(exc)):
-                    decode_version_prefixed(cls, blob)
-            else:
-                assert decode_version_prefixed(cls, blob) == want
-
-
 def test_every_truncation_raises():
     for blob, decode in ((encode_subscription(SUB), decode_subscription),
                          (encode_subscription(SUB, 1), decode_subscription),

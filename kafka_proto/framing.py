@@ -59,7 +59,6 @@ BytesLike = Union[bytes, bytearray, memoryview]
 DEFAULT_MAX_FRAME_SIZE = 100_000_000
 
 _INT32 = struct.Struct(">i")
-_SIZE_AND_V0 = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 #: Zeros a growing frame buffer is extended with (read only, shared by every parser).
 _ZEROS = memoryview(bytes(1 << 20))
@@ -314,12 +313,21 @@ def encode_request_header(api_key: int, api_version: int, correlation_id: int,
     raise ProtocolEncodeError(f"unknown request header version {header_version}")
 
 
-def _api_key_of(request: Any) -> int:
-    for attr in ("API_KEY", "api_key", "_api_key"):
-        key = getattr(request, attr, None)
-        if isinstance(key, int):
-            return key
-    raise TypeError(f"{type(request).__name__} has no API key (API_KEY attribute)")
+def _header_for(request: Any, api_version: int, correlation_id: int,
+                client_id: Optional[str], api_key: Optional[int],
+                header_version: Optional[int]) -> bytes:
+    """The header of ``request``'s frame; the API key from the request unless given."""
+    if api_key is None:
+        for attr in ("API_KEY", "api_key", "_api_key"):
+            api_key = getattr(request, attr, None)
+            if isinstance(api_key, int):
+                break
+        else:
+            raise TypeError(f"{type(request).__name__} has no API key (API_KEY attribute)")
+    if header_version is None:
+        header_version = request_header_version(api_key, api_version)
+    return encode_request_header(api_key, api_version, correlation_id, client_id,
+                                 header_version)
 
 
 def encode_request_parts(request: Any, api_version: int, correlation_id: int,
@@ -334,12 +342,8 @@ def encode_request_parts(request: Any, api_version: int, correlation_id: int,
     when it has that method, else ``encode(version)``), or its already encoded body: one
     bytes-like object or a list of them (then pass ``api_key``).
     """
-    if api_key is None:
-        api_key = _api_key_of(request)
-    if header_version is None:
-        header_version = request_header_version(api_key, api_version)
-    header = encode_request_header(api_key, api_version, correlation_id, client_id,
-                                   header_version)
+    header = _header_for(request, api_version, correlation_id, client_id, api_key,
+                         header_version)
     if isinstance(request, (bytes, bytearray, memoryview)):
         body: Sequence[BytesLike] = (request,)
     elif isinstance(request, (list, tuple)):
@@ -376,12 +380,8 @@ def encode_request_into(writer: Any, request: Any, api_version: int, correlation
     """Append the complete request frame to a :class:`kafka_proto._wire.Writer`, the body
     encoded in place after the header (several pipelined requests can share one writer).
     Returns the frame's length including its size prefix."""
-    if api_key is None:
-        api_key = _api_key_of(request)
-    if header_version is None:
-        header_version = request_header_version(api_key, api_version)
-    header = encode_request_header(api_key, api_version, correlation_id, client_id,
-                                   header_version)
+    header = _header_for(request, api_version, correlation_id, client_id, api_key,
+                         header_version)
     start = writer.reserve(4)
     writer.write_raw(header)
     if isinstance(request, (bytes, bytearray, memoryview)):

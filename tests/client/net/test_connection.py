@@ -44,6 +44,14 @@ def on_io(io, fn, timeout=10.0):
     return box[0] if box else None
 
 
+def wait_until(predicate, timeout=5.0):
+    """Poll ``predicate`` until it holds or ``timeout`` seconds pass (the assertions after
+    it say what was expected)."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_backoff_grows_with_jitter_and_caps():
     b = Backoff(100, 1000, random.Random(1))
     delays = [b.next_delay() for _ in range(8)]
@@ -143,9 +151,7 @@ def test_refused_connection_fails_requests_and_backs_off(io):
         return conn
 
     conn = on_io(io, go)
-    deadline = time.monotonic() + 5
-    while not states and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: states)
     st, err = states[0]
     assert st == DISCONNECTED and err.code() == KafkaError._TRANSPORT
     assert "connect failed" in err.str()
@@ -179,9 +185,7 @@ def test_setup_timeout_closes_a_silent_peer(io):
             on_state=lambda c, st, err: states.append((st, err))))
         on_io(io, lambda: io.add_tick(conn.service))
         on_io(io, conn.connect)
-        deadline = time.monotonic() + 5
-        while not states and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: states)
         assert states[0][0] == DISCONNECTED
         assert states[0][1].code() == KafkaError._TIMED_OUT
         assert "setup timed out" in states[0][1].str()
@@ -295,9 +299,7 @@ def test_request_timeout_closes_and_fails_in_flight(io):
         start = time.monotonic()
         on_io(io, lambda: conn.send(MetadataRequest(topics=None),
                                     lambda r, e: results.append(e)))
-        deadline = time.monotonic() + 5
-        while not results and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: results)
         assert results and results[0].code() == KafkaError._TIMED_OUT
         assert 0.25 <= time.monotonic() - start < 2
         assert [st for st, _ in states] == [READY, DISCONNECTED]
@@ -316,9 +318,7 @@ def test_idle_connection_is_closed(io):
             on_state=lambda c, st, err: states.append((st, err))))
         on_io(io, lambda: io.add_tick(conn.service))
         on_io(io, conn.connect)
-        deadline = time.monotonic() + 5
-        while len(states) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(states) >= 2)
         assert states[0][0] == READY
         assert states[1] == (DISCONNECTED, None)  # closed without an error
         assert conn.next_attempt <= time.monotonic()  # no backoff after an idle close
@@ -336,9 +336,7 @@ def test_broker_closing_the_connection_fails_requests_with_transport(io):
         on_io(io, lambda: io.add_tick(conn.service))
         on_io(io, lambda: conn.send(MetadataRequest(topics=None),
                                     lambda r, e: results.append(e)))
-        deadline = time.monotonic() + 5
-        while not results and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: results)
         assert results[0].code() == KafkaError._TRANSPORT
         assert conn.backoff.failures == 1
     finally:
@@ -360,9 +358,7 @@ def test_addresses_of_a_name_are_tried_in_turn(io, monkeypatch):
             on_state=lambda c, st, err: states.append((st, err))))
         on_io(io, lambda: io.add_tick(conn.service))
         on_io(io, conn.connect)
-        deadline = time.monotonic() + 5
-        while not states and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: states)
         assert states == [(READY, None)]
         assert conn.connect_count == 1  # one attempt, two addresses
     finally:
@@ -380,9 +376,7 @@ def test_handshake_asks_again_lower_on_unsupported_version(io):
             on_state=lambda c, st, err: states.append((st, err))))
         on_io(io, lambda: io.add_tick(conn.service))
         on_io(io, conn.connect)
-        deadline = time.monotonic() + 5
-        while not states and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: states)
         assert states == [(READY, None)]
         assert conn.versions == {18: 2, 3: 12}
         assert conn.tx_requests == 2 and conn.rtt_count == 2 and conn.in_flight == 0
@@ -403,9 +397,7 @@ def test_undecodable_response_fails_its_own_request_and_the_others(io):
         on_io(io, lambda: [conn.send(MetadataRequest(topics=None),
                                      lambda r, e, i=i: results.append((i, r, e)))
                            for i in range(2)])
-        deadline = time.monotonic() + 5
-        while len(results) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(results) >= 2)
         assert sorted(i for i, _, _ in results) == [0, 1]
         assert all(r is None and e.code() == KafkaError._TRANSPORT for _, r, e in results)
         assert any("cannot decode the Metadata" in e.str() for _, _, e in results)

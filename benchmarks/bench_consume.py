@@ -377,7 +377,7 @@ def run_worker(name, bootstrap, topic, n, size, settings, timeout) -> Dict[str, 
 def fill_topic(bootstrap: str, topic: str, n: int, payload: bytes) -> Tuple[float, int]:
     """Produce n copies of payload to partition 0; returns (seconds, batches read back)."""
     from kafka_client import Producer
-    from kafka_client._net.blocking import BlockingConnection
+    from kafka_client._testing.blocking import BlockingConnection
     from kafka_client._testing import simple
 
     host, port = bootstrap.rsplit(":", 1)

@@ -21,6 +21,13 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional, TextIO
 
+from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka_client._testing import simple
+from kafka_client._testing.blocking import BlockingConnection
+from kafka_client._testing.brokers import make_broker
+from kafka_client.config import ClientConfig
+from kafka_proto.messages import ApiKey, ListOffsetsRequest, MetadataRequest
+
 __all__ = ["main", "run"]
 
 MESSAGE_SIZE = 100
@@ -31,7 +38,6 @@ DEFAULT_BATCH_MESSAGES = 10_000      # batch.num.messages
 DEFAULT_BATCH_BYTES = 1_000_000      # batch.size (brokers refuse batches over ~1 MiB)
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0}
-LIST_OFFSETS_KEY = 2
 
 
 class DemoError(RuntimeError):
@@ -106,9 +112,6 @@ def _parse_bootstrap(text: str):
 
 def _leader_connection(conn, topic: str, timeout: float):
     """Connect to the leader of partition 0 (the bootstrap broker on a single node)."""
-    from kafka_client._net.blocking import BlockingConnection
-    from kafka_proto.messages import MetadataRequest
-
     md = conn.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]))
     t = md.topics[0]
     if t.error_code:
@@ -123,9 +126,7 @@ def _leader_connection(conn, topic: str, timeout: float):
 
 def _fetch_target(conn, topic: str):
     """The Fetch version to use and the topic id it needs (None: fetch by name)."""
-    from kafka_client._testing import simple
-
-    version = conn.version_for(simple.FETCH_KEY)
+    version = conn.version_for(ApiKey.FETCH)
     tid = None
     if version >= 13:
         tid = simple.topic_ids(conn, [topic])[topic]
@@ -140,10 +141,7 @@ def _end_offset(conn, topic: str) -> int:
     Read from a Fetch at the log start offset rather than from ListOffsets(latest), which
     Tansu answers with the last batch's base offset + 1.
     """
-    from kafka_client._testing import simple
-    from kafka_proto.messages import ListOffsetsRequest
-
-    version = conn.version_for(LIST_OFFSETS_KEY)
+    version = conn.version_for(ApiKey.LIST_OFFSETS)
     req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
         ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
             ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-2,
@@ -168,11 +166,6 @@ def run(bootstrap: Optional[str] = None, messages: int = DEFAULT_MESSAGES,
     Raises :class:`kafka_client.KafkaException` for a configuration the Producer refuses
     (for instance ``idempotence`` with ``acks`` other than ``all``).
     """
-    from kafka_client._net.blocking import BlockingConnection
-    from kafka_client._testing import simple
-
-    from kafka_client.config import ClientConfig
-
     say = lambda text: (out.write(text + "\n"), out.flush())  # noqa: E731
     config = {
         "client.id": "kafka-native-demo",
@@ -186,8 +179,6 @@ def run(bootstrap: Optional[str] = None, messages: int = DEFAULT_MESSAGES,
     conns: List = []
     try:
         if bootstrap is None:
-            from kafka_client._testing.brokers import make_broker
-
             broker = make_broker(broker_kind)
             t0 = time.perf_counter()
             broker.start()
@@ -199,8 +190,8 @@ def run(bootstrap: Optional[str] = None, messages: int = DEFAULT_MESSAGES,
         conn = BlockingConnection(host, port, client_id="kafka-native-demo", timeout=timeout)
         conns.append(conn)
         say(f"connected to {host}:{port}: ApiVersions v{conn.api_versions_version}, "
-            f"Produce v{conn.version_for(simple.PRODUCE_KEY)}, "
-            f"Fetch v{conn.version_for(simple.FETCH_KEY)}")
+            f"Produce v{conn.version_for(ApiKey.PRODUCE)}, "
+            f"Fetch v{conn.version_for(ApiKey.FETCH)}")
         given = topic is not None
         topic = topic or f"demo-{uuid.uuid4().hex[:8]}"
         simple.create_topics(conn, [topic], partitions=1, exist_ok=given)
@@ -237,8 +228,6 @@ def run(bootstrap: Optional[str] = None, messages: int = DEFAULT_MESSAGES,
 def _produce(config: Dict[str, Any], topic: str, messages: int, base: int, api: str,
              timeout: float, out: TextIO, say) -> bool:
     """Produce ``messages`` values to partition 0; True if every one was delivered."""
-    from kafka_client import Producer
-
     stats: List[str] = []
     config = dict(config, **{"statistics.interval.ms": 100, "stats_cb": stats.append})
     progress = Progress("produce", messages, out)
@@ -349,8 +338,6 @@ def _consume(bootstrap: str, topic: str, messages: int, out: TextIO, say,
     """Read partition 0 from ``base`` with kafka_client.Consumer (manual assignment);
     True if it holds exactly messages 0..N-1, each at ``base`` + its sequence number, and
     then ends (partition EOF right after the last one)."""
-    from kafka_client import Consumer, KafkaError, TopicPartition
-
     filler = _filler()
     progress = Progress("consume", messages, out)
     consumer = Consumer({
@@ -432,8 +419,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("--messages must be at least 1")
     if args.bootstrap is not None:
         _parse_bootstrap(args.bootstrap)
-    from kafka_client import KafkaException
-
     try:
         ok = run(args.bootstrap, args.messages, args.compression, api=args.api,
                  acks=args.acks, idempotence=args.idempotence, linger_ms=args.linger_ms,

@@ -12,24 +12,32 @@ response's bytes are its header (v0: correlation_id; v1 adds tagged fields) and 
   with ``encode(version) -> bytes`` and an API key).
 * :func:`decode_response_header` splits a response frame into correlation id and body.
 * :class:`CorrelationTracker` hands out correlation ids and matches responses to requests.
+* :func:`encode_version_prefixed` / :func:`decode_version_prefixed`: the ``int16 version``
+  + struct blobs that travel inside other messages (the consumer protocol's subscription
+  and assignment in JoinGroup and SyncGroup).
+
+:mod:`kafka_proto.protocol` puts these pieces together into one broker conversation.
 """
 from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from typing import Any, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Type, TypeVar, Union
 
+from kafka_proto._wire import Reader, Writer
 from kafka_proto.errors import (
     CorrelationIdError,
     InvalidLengthError,
     InvalidVarintError,
+    ProtocolDecodeError,
     ProtocolEncodeError,
     TruncatedDataError,
+    UnsupportedVersionError,
 )
+from kafka_proto.messages import request_header_version, response_header_version
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
-    "API_VERSIONS_KEY",
     "FrameParser",
     "InFlight",
     "CorrelationTracker",
@@ -41,17 +49,16 @@ __all__ = [
     "peek_correlation_id",
     "request_header_version",
     "response_header_version",
+    "encode_version_prefixed",
+    "decode_version_prefixed",
 ]
 
 BytesLike = Union[bytes, bytearray, memoryview]
 
 #: Same default as librdkafka's ``receive.message.max.bytes`` (100 MB).
 DEFAULT_MAX_FRAME_SIZE = 100_000_000
-API_VERSIONS_KEY = 18
-_CONTROLLED_SHUTDOWN_KEY = 7
 
 _INT32 = struct.Struct(">i")
-_SIZE_AND_V0 = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 #: Zeros a growing frame buffer is extended with (read only, shared by every parser).
 _ZEROS = memoryview(bytes(1 << 20))
@@ -269,25 +276,8 @@ class FrameParser:
 
 
 # --------------------------------------------------------------------------- headers
-
-
-def request_header_version(api_key: int, api_version: int) -> int:
-    """Request header version for an API version (2 if flexible, else 1; see README)."""
-    if api_key == _CONTROLLED_SHUTDOWN_KEY and api_version == 0:
-        return 0
-    from kafka_proto.messages import request_header_version as _generated
-
-    return _generated(api_key, api_version)
-
-
-def response_header_version(api_key: int, api_version: int) -> int:
-    """Response header version (1 if flexible, else 0; ApiVersions always uses 0)."""
-    if api_key == API_VERSIONS_KEY:
-        # KIP-511: a client that sent an unsupported version must still read the answer.
-        return 0
-    from kafka_proto.messages import response_header_version as _generated
-
-    return _generated(api_key, api_version)
+# request_header_version / response_header_version come from kafka_proto.messages (they
+# follow each API's flexible versions) and are re-exported here beside the headers.
 
 
 def _encode_client_id(client_id: Optional[str]) -> bytes:
@@ -323,45 +313,61 @@ def encode_request_header(api_key: int, api_version: int, correlation_id: int,
     raise ProtocolEncodeError(f"unknown request header version {header_version}")
 
 
-def _api_key_of(request: Any) -> int:
-    for attr in ("API_KEY", "api_key", "_api_key"):
-        key = getattr(request, attr, None)
-        if isinstance(key, int):
-            return key
-    raise TypeError(f"{type(request).__name__} has no API key (API_KEY attribute)")
+def _header_for(request: Any, api_version: int, correlation_id: int,
+                client_id: Optional[str], api_key: Optional[int],
+                header_version: Optional[int]) -> bytes:
+    """The header of ``request``'s frame; the API key from the request unless given."""
+    if api_key is None:
+        for attr in ("API_KEY", "api_key", "_api_key"):
+            api_key = getattr(request, attr, None)
+            if isinstance(api_key, int):
+                break
+        else:
+            raise TypeError(f"{type(request).__name__} has no API key (API_KEY attribute)")
+    if header_version is None:
+        header_version = request_header_version(api_key, api_version)
+    return encode_request_header(api_key, api_version, correlation_id, client_id,
+                                 header_version)
 
 
 def encode_request_parts(request: Any, api_version: int, correlation_id: int,
                          client_id: Optional[str] = None, *,
                          api_key: Optional[int] = None,
-                         header_version: Optional[int] = None) -> List[bytes]:
-    """``[size prefix + header, body]`` for ``socket.sendmsg`` (no concatenation copy).
+                         header_version: Optional[int] = None) -> List[BytesLike]:
+    """``[size prefix + header, *body parts]`` for ``socket.sendmsg`` (no concatenation
+    copy: the record batches of a Produce request stay where they are). Empty parts are
+    left out (an empty body gives the header part alone).
 
-    ``request`` is a generated message object (``encode(version) -> bytes``) or the
-    already encoded body as bytes (then pass ``api_key``).
+    ``request`` is a generated message object (encoded with ``encode_parts(version)``
+    when it has that method, else ``encode(version)``), or its already encoded body: one
+    bytes-like object or a list of them (then pass ``api_key``).
     """
-    if api_key is None:
-        api_key = _api_key_of(request)
-    if header_version is None:
-        header_version = request_header_version(api_key, api_version)
-    header = encode_request_header(api_key, api_version, correlation_id, client_id,
-                                   header_version)
+    header = _header_for(request, api_version, correlation_id, client_id, api_key,
+                         header_version)
     if isinstance(request, (bytes, bytearray, memoryview)):
+        body: Sequence[BytesLike] = (request,)
+    elif isinstance(request, (list, tuple)):
         body = request
+    elif hasattr(request, "encode_parts"):
+        body = request.encode_parts(api_version)
     else:
-        body = request.encode(api_version)
-    size = len(header) + len(body)
+        body = (request.encode(api_version),)
+    parts: List[BytesLike] = [b""]
+    size = len(header)
+    for part in body:
+        if len(part):  # an empty part would make a writer spin on zero-byte sends
+            parts.append(part)
+            size += len(part)
     if size > _INT32_MAX:
         raise ProtocolEncodeError(f"request of {size} bytes does not fit an int32 size")
-    return [_INT32.pack(size) + header, body]
+    parts[0] = _INT32.pack(size) + header
+    return parts
 
 
 def encode_request(request: Any, api_version: int, correlation_id: int,
                    client_id: Optional[str] = None, *, api_key: Optional[int] = None,
                    header_version: Optional[int] = None) -> bytes:
     """The complete request frame: size prefix, header, body."""
-    from kafka_proto._wire import Writer
-
     w = Writer()
     encode_request_into(w, request, api_version, correlation_id, client_id,
                         api_key=api_key, header_version=header_version)
@@ -374,12 +380,8 @@ def encode_request_into(writer: Any, request: Any, api_version: int, correlation
     """Append the complete request frame to a :class:`kafka_proto._wire.Writer`, the body
     encoded in place after the header (several pipelined requests can share one writer).
     Returns the frame's length including its size prefix."""
-    if api_key is None:
-        api_key = _api_key_of(request)
-    if header_version is None:
-        header_version = request_header_version(api_key, api_version)
-    header = encode_request_header(api_key, api_version, correlation_id, client_id,
-                                   header_version)
+    header = _header_for(request, api_version, correlation_id, client_id, api_key,
+                         header_version)
     start = writer.reserve(4)
     writer.write_raw(header)
     if isinstance(request, (bytes, bytearray, memoryview)):
@@ -447,6 +449,45 @@ def decode_response_header(frame: BytesLike, api_key: int, api_version: int,
     return correlation_id, mv[pos:]
 
 
+# --------------------------------------------------------------------------- version prefix
+
+M = TypeVar("M")
+
+
+def encode_version_prefixed(message: Any, version: int) -> bytes:
+    """``int16 version`` followed by ``message`` encoded at that version: how a struct
+    travels inside another message's bytes field (JoinGroup's protocol metadata carries a
+    ConsumerProtocolSubscription this way, SyncGroup's assignment a
+    ConsumerProtocolAssignment).
+
+    Raises :class:`UnsupportedVersionError` for a version the message class does not have
+    and :class:`ProtocolEncodeError` for values the wire cannot carry.
+    """
+    cls = type(message)
+    if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
+        raise UnsupportedVersionError(
+            f"{cls.__qualname__} has versions {cls.MIN_VERSION}-{cls.MAX_VERSION}, "
+            f"not {version}")
+    w = Writer()
+    w.write_int16(version)
+    message.encode_into(w, version)
+    return w.getvalue()
+
+
+def decode_version_prefixed(cls: Type[M], data: BytesLike) -> M:
+    """Decode an ``int16 version`` + struct blob written by any client.
+
+    A version newer than ``cls`` knows is read as its newest (later versions only append
+    fields) and bytes after the fields read are ignored, as the Java client does. Raises
+    :class:`ProtocolDecodeError` (or a subclass) for malformed bytes or a negative version.
+    """
+    r = Reader(data)
+    version = r.read_int16()
+    if version < 0:
+        raise ProtocolDecodeError(f"{cls.__qualname__}: invalid version {version}")
+    return cls.decode_from(r, min(version, cls.MAX_VERSION))  # type: ignore[attr-defined]
+
+
 # --------------------------------------------------------------------------- correlation
 
 
@@ -473,6 +514,8 @@ class CorrelationTracker:
     do; Kafka does not): :meth:`pop` returns None for such an answer, to be dropped. Once
     a later request is answered, the unanswered fire-and-forget ids before it are
     forgotten, since an answer to them can no longer come.
+
+    Every operation costs O(1) (amortised), however many fire-and-forget requests wait.
     """
 
     #: Fire-and-forget ids kept at most (oldest dropped first) while nothing else is answered.
@@ -483,102 +526,104 @@ class CorrelationTracker:
             raise ValueError("start must be within 0..2**31-1")
         self._next = start
         self.strict_order = strict_order
-        # Every id in flight, in send order -> (entry, expects a response)
-        self._order: "OrderedDict[int, Tuple[InFlight, bool]]" = OrderedDict()
-        self._expected = 0
-        self._silent = 0
+        # Two tables in send order, id -> (send sequence number, entry): requests waiting
+        # for a response, and fire-and-forget ones whose answer may still come. The
+        # sequence numbers order the two tables against each other.
+        self._waiting: "OrderedDict[int, Tuple[int, InFlight]]" = OrderedDict()
+        self._silent: "OrderedDict[int, Tuple[int, InFlight]]" = OrderedDict()
+        self._sent = 0
 
     def __len__(self) -> int:
         """Requests waiting for a response (fire-and-forget ones not counted)."""
-        return self._expected
+        return len(self._waiting)
 
     @property
     def unanswered_fire_and_forget(self) -> int:
         """Fire-and-forget requests (``expect_response=False``) whose answer, if the broker
         sends one, has not come yet. Zero means no such answer can still arrive."""
-        return self._silent
+        return len(self._silent)
 
     def __contains__(self, correlation_id: object) -> bool:
-        item = self._order.get(correlation_id)  # type: ignore[call-overload]
-        return item is not None and item[1]
+        return correlation_id in self._waiting
 
     def next_id(self, api_key: int, api_version: int, data: Any = None,
                 expect_response: bool = True) -> int:
         """A fresh correlation id, remembered with what was sent. ``expect_response=False``
         for a request the protocol leaves unanswered (Produce with acks=0)."""
         cid = self._next
-        for _ in range(len(self._order) + 1):
-            if cid not in self._order:
+        waiting, silent = self._waiting, self._silent
+        for _ in range(len(waiting) + len(silent) + 1):
+            if cid not in waiting and cid not in silent:
                 break
             cid = 0 if cid == _INT32_MAX else cid + 1
         self._next = 0 if cid == _INT32_MAX else cid + 1
-        self._order[cid] = (InFlight(cid, api_key, api_version, data), expect_response)
+        self._sent += 1
+        item = (self._sent, InFlight(cid, api_key, api_version, data))
         if expect_response:
-            self._expected += 1
+            waiting[cid] = item
         else:
-            self._silent += 1
-            if self._silent > self.MAX_UNANSWERED:
-                self._drop_oldest_silent()
+            silent[cid] = item
+            if len(silent) > self.MAX_UNANSWERED:
+                silent.popitem(last=False)
         return cid
 
     def get(self, correlation_id: int) -> Optional[InFlight]:
         """The request sent under ``correlation_id`` (answered or not), or None; does not
         remove it. Used to pick the response header version before :meth:`pop`."""
-        item = self._order.get(correlation_id)
-        return None if item is None else item[0]
+        item = self._waiting.get(correlation_id) or self._silent.get(correlation_id)
+        return None if item is None else item[1]
 
     def peek(self) -> Optional[InFlight]:
         """The oldest request still waiting for its response, or None."""
-        for entry, expected in self._order.values():
-            if expected:
-                return entry
+        for _seq, entry in self._waiting.values():
+            return entry
         return None
 
     def pop(self, correlation_id: int) -> Optional[InFlight]:
         """Remove and return the request a response with ``correlation_id`` answers;
         None if it was a fire-and-forget request (drop that response)."""
-        item = self._order.get(correlation_id)
-        if item is None:
-            raise CorrelationIdError(
-                f"response with correlation id {correlation_id} matches no request in flight"
-                f" ({self._expected} waiting)")
+        waiting, silent = self._waiting, self._silent
+        item = waiting.get(correlation_id)
+        expected = item is not None
+        if not expected:
+            item = silent.get(correlation_id)
+            if item is None:
+                raise CorrelationIdError(
+                    f"response with correlation id {correlation_id} matches no request in "
+                    f"flight ({len(waiting)} waiting)")
+        seq, entry = item
         if self.strict_order:
-            for cid, (_entry, expected) in self._order.items():
-                if cid == correlation_id:
-                    break
-                if expected:
+            for oldest, (oldest_seq, _entry) in waiting.items():
+                if oldest_seq < seq:
                     raise CorrelationIdError(
                         f"response with correlation id {correlation_id} arrived before the "
-                        f"one for {cid}: responses out of order")
+                        f"one for {oldest}: responses out of order")
+                break
             # Older fire-and-forget requests went unanswered: their answers cannot come now.
-            while True:
-                cid = next(iter(self._order))
-                if cid == correlation_id:
+            while silent:
+                oldest = next(iter(silent))
+                if silent[oldest][0] >= seq:
                     break
-                del self._order[cid]
-                self._silent -= 1
-        del self._order[correlation_id]
-        entry, expected = item
-        if not expected:
-            self._silent -= 1
-            return None
-        self._expected -= 1
-        return entry
+                del silent[oldest]
+        if expected:
+            del waiting[correlation_id]
+            return entry
+        del silent[correlation_id]
+        return None
+
+    def discard(self, correlation_id: int) -> None:
+        """Forget one request whatever its place, without checks: for a request whose
+        bytes were never sent (building its frame failed after it got its id)."""
+        self._waiting.pop(correlation_id, None)
+        self._silent.pop(correlation_id, None)
 
     def pending(self) -> List[InFlight]:
         """Requests still waiting for a response, oldest first."""
-        return [entry for entry, expected in self._order.values() if expected]
+        return [entry for _seq, entry in self._waiting.values()]
 
     def clear(self) -> List[InFlight]:
         """Forget every request (connection lost); return those that awaited a response."""
         out = self.pending()
-        self._order.clear()
-        self._expected = self._silent = 0
+        self._waiting.clear()
+        self._silent.clear()
         return out
-
-    def _drop_oldest_silent(self) -> None:
-        for cid, (_entry, expected) in self._order.items():
-            if not expected:
-                del self._order[cid]
-                self._silent -= 1
-                return

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import AbstractSet, Any, Dict, Iterable, Mapping, Optional, Tuple
 
-from kafka_proto.errors import UnsupportedVersionError
-from kafka_proto.messages import API_KEYS
+from kafka_proto.errors import ErrorCode, ProtocolDecodeError, UnsupportedVersionError
+from kafka_proto.messages import API_KEYS, ApiKey, ApiVersionsResponse
 
 __all__ = [
     "api_versions_retry",
@@ -24,9 +24,6 @@ __all__ = [
 ]
 
 VersionRange = Tuple[int, int]
-
-_API_VERSIONS_KEY = 18
-_UNSUPPORTED_VERSION = 35  # broker error code
 
 
 def client_ranges(allow_unstable: bool = False) -> Dict[int, VersionRange]:
@@ -65,9 +62,6 @@ def decode_api_versions_response(buffer: Any, version: int) -> Any:
     an error code (UNSUPPORTED_VERSION) and its own ranges (KIP-511). So when the error code
     is not zero the body is read as v0 first, and as ``version`` if that does not fit.
     """
-    from kafka_proto.errors import ProtocolDecodeError
-    from kafka_proto.messages import ApiVersionsResponse
-
     view = memoryview(buffer)
     if len(view) >= 2 and view[0:2] != b"\x00\x00" and version != 0:
         try:
@@ -108,12 +102,13 @@ def api_versions_retry(
         retry = 0
     else:
         theirs = {k.api_key: k.max_version for k in response.api_keys or ()}
-        their_max = theirs.get(_API_VERSIONS_KEY)
-        if response.error_code == _UNSUPPORTED_VERSION:
+        their_max = theirs.get(ApiKey.API_VERSIONS)
+        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
             if our_max is None:
-                our_max = API_KEYS[_API_VERSIONS_KEY].max_version
+                our_max = API_KEYS[ApiKey.API_VERSIONS].max_version
             retry = min(their_max or 0, our_max)
-        elif response.error_code == 0 and their_max is not None and their_max < version:
+        elif (response.error_code == ErrorCode.NONE and their_max is not None
+              and their_max < version):
             retry = their_max
         else:
             return None

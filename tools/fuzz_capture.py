@@ -471,17 +471,17 @@ def capture_confluent_tansu(corpus: Corpus) -> None:
 
 
 def _recording_connection_class():
-    from kafka_client._net.blocking import BlockingConnection
+    from kafka_client._testing.blocking import BlockingConnection
 
     class RecordingConnection(BlockingConnection):
         """Keeps every response body it reads, in order."""
 
-        def _receive_body(self, correlation_id, deadline):
-            body = super()._receive_body(correlation_id, deadline)
+        def _next_event(self, deadline):
+            event = super()._next_event(deadline)
             if not hasattr(self, "bodies"):
                 self.bodies = []
-            self.bodies.append(bytes(body))
-            return body
+            self.bodies.append(bytes(event.body))
+            return event
 
     return RecordingConnection
 

@@ -38,7 +38,7 @@ def _import_targets() -> None:
     import importlib
 
     import kafka_client._cluster.metadata  # noqa: F401
-    import kafka_client._net.blocking  # noqa: F401
+    import kafka_client._testing.blocking  # noqa: F401
     import kafka_client._testing.simple  # noqa: F401
     import kafka_client.config  # noqa: F401
     import kafka_client.consumer.consumer  # noqa: F401

@@ -20,12 +20,12 @@ from kafka_client._net.connection import (
     ConnectionSettings,
 )
 from kafka_client.errors import KafkaError, KafkaException
+from kafka_proto.messages import ApiKey, MetadataRequest
 
 __all__ = ["Cluster"]
 
 _log = logging.getLogger("kafka_client.cluster")
 
-METADATA_KEY = 3
 #: A group coordinator's connection is keyed ``COORDINATOR_KEY_BASE - node_id`` in
 #: :attr:`Cluster.conns`, apart from the broker's own (the Java client's
 #: ``Integer.MAX_VALUE - id``): brokers answer the requests of one connection one at a
@@ -221,12 +221,10 @@ class Cluster:
     def _send_metadata(self, now: float, topics: Any = "cache",
                        callback: Optional[Callable[[Any, Optional[KafkaError]], None]] = None,
                        timeout: Optional[float] = None) -> bool:
-        from kafka_proto.messages import MetadataRequest
-
         conn = self._ready_conn()
         if conn is None:
             return False
-        version = conn.version_for(METADATA_KEY)
+        version = conn.version_for(ApiKey.METADATA)
         if version is None:
             return False
         for_cache = topics == "cache"

@@ -22,6 +22,7 @@ import uuid
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from kafka_client.errors import KafkaError
+from kafka_proto.errors import ErrorCode
 
 __all__ = [
     "MetadataCache",
@@ -34,16 +35,15 @@ __all__ = [
 
 _log = logging.getLogger("kafka_client.metadata")
 
-# Broker error codes the cache reacts to.
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-INVALID_TOPIC_EXCEPTION = 17
-TOPIC_AUTHORIZATION_FAILED = 29
 #: Partition ids at or above this are refused as malformed (far beyond any real topic).
 MAX_PARTITIONS = 1 << 17
-REFRESH_ERRORS = frozenset((UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
-                            NOT_LEADER_OR_FOLLOWER, 74, 75))  # + FENCED/UNKNOWN_LEADER_EPOCH
+#: Broker errors that mean the cached leaders are wrong: the topic is refreshed soon.
+REFRESH_ERRORS = frozenset((ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+                            ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
+                            ErrorCode.UNKNOWN_LEADER_EPOCH))
+#: Re-exported for producer/sender.py, which imports it from here (until it names
+#: ErrorCode itself).
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 class TopicInfo:
@@ -215,7 +215,7 @@ class MetadataCache:
             tid = getattr(t, "topic_id", None)
             info = TopicInfo(name, t.error_code, leaders, epochs, perrs, now,
                              tid if tid is not None and tid.int else None)
-            if t.error_code and t.error_code not in (LEADER_NOT_AVAILABLE,) and count == 0:
+            if t.error_code and t.error_code != ErrorCode.LEADER_NOT_AVAILABLE and count == 0:
                 info.leaders = []
             if old is None or old.leaders != info.leaders or old.error != info.error:
                 changed.add(name)

@@ -1,9 +1,4 @@
-"""Broker connections. :mod:`kafka_client._net.blocking` is the synchronous one used by
-the demo and the tests; the I/O thread of the real client reuses its pieces
-(framing, version negotiation)."""
-from kafka_client._net.blocking import (  # noqa: F401
-    BlockingConnection,
-    BrokerConnectionError,
-    ConnectionClosedError,
-    RequestTimeoutError,
-)
+"""Broker connections driven by the client's I/O thread: :mod:`.connection` (one broker
+socket over a :class:`kafka_proto.protocol.BrokerConversation`), :mod:`.io_thread` (the
+selector loop) and :mod:`.bootstrap` (address resolution). The synchronous connection of
+the demo, tests and tools is :mod:`kafka_client._testing.blocking`."""

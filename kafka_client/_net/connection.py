@@ -9,8 +9,11 @@ State machine::
 * ``connect()`` resolves the host (every address, tried in turn on failure) and starts a
   non-blocking ``connect``; ``socket.connection.setup.timeout.ms`` bounds TCP connect plus
   the ApiVersions exchange.
-* The handshake sends ApiVersions (retrying lower on UNSUPPORTED_VERSION, KIP-511) and
-  negotiates a version per API (:attr:`BrokerConnection.versions`).
+* The protocol (request framing, correlation ids and the one table of requests in
+  flight, the ApiVersions handshake with its KIP-511 retries, the version negotiated per
+  API: :attr:`BrokerConnection.versions`, decoding) is a
+  :class:`kafka_proto.protocol.BrokerConversation`; this class moves its bytes and
+  applies the client's policy (queueing, in-flight limit, deadlines, backoff).
 * :meth:`BrokerConnection.send` queues a request; requests made before READY wait in
   order and go out once the handshake is done. At most ``max_in_flight`` requests wait
   for answers (:meth:`can_send` tells callers whether one more would go out now).
@@ -40,15 +43,13 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from kafka_client._net.bootstrap import Address, resolve
 from kafka_client.errors import KafkaError
 from kafka_proto.errors import UnsupportedVersionError
-from kafka_proto.framing import (
-    API_VERSIONS_KEY,
-    DEFAULT_MAX_FRAME_SIZE,
-    CorrelationTracker,
-    FrameParser,
-    decode_response_header,
-    encode_request_header,
-    peek_correlation_id,
-    request_header_version,
+from kafka_proto.framing import DEFAULT_MAX_FRAME_SIZE
+from kafka_proto.protocol import (
+    BrokerConversation,
+    HandshakeError,
+    HandshakeExchange,
+    OutgoingRequest,
+    ResponseDecodeError,
 )
 
 __all__ = [
@@ -65,8 +66,6 @@ _log = logging.getLogger("kafka_client.connection")
 
 DISCONNECTED, CONNECTING, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"
 
-UNSUPPORTED_VERSION = 35
-CLIENT_SOFTWARE_NAME = "kafka-native"
 _IOV_MAX = 512  # buffers per sendmsg call (Linux allows 1024)
 _EVENT_READ, _EVENT_WRITE = 1, 2  # selectors.EVENT_READ / EVENT_WRITE
 
@@ -127,35 +126,23 @@ class ConnectionSettings:
 
 
 class _Request:
+    """A request's policy state: its callback, when it was queued and sent, its deadline.
+    The conversation keeps it as the context of the request in flight."""
+
     __slots__ = ("msg", "api_key", "version", "expect_response", "callback", "timeout",
-                 "deadline", "sent_at", "response_class", "queued_at")
+                 "deadline", "sent_at", "queued_at")
 
     def __init__(self, msg: Any, version: Optional[int], expect_response: bool,
                  callback: Optional[ResponseCallback], timeout: Optional[float]) -> None:
         self.msg = msg
-        self.api_key = msg.API_KEY
+        self.api_key = msg.API_KEY if msg is not None else None
         self.version = version
         self.expect_response = expect_response
         self.callback = callback
         self.timeout = timeout
         self.deadline = 0.0
         self.sent_at = 0.0
-        self.response_class: Any = None
         self.queued_at = time.monotonic()
-
-
-def _messages():
-    import kafka_proto.messages as messages
-
-    return messages
-
-
-def _client_version() -> str:
-    try:
-        from kafka_proto import __version__
-    except ImportError:  # pragma: no cover
-        return "0"
-    return __version__
 
 
 class BrokerConnection:
@@ -183,8 +170,6 @@ class BrokerConnection:
                                self.settings.reconnect_backoff_max_ms, rng)
         #: earliest monotonic time a new connect() may start
         self.next_attempt = 0.0
-        self.versions: Dict[int, int] = {}
-        self.broker_versions: Dict[int, Tuple[int, int]] = {}
         self.last_error: Optional[KafkaError] = None
         self.connect_count = 0
         self.last_activity = 0.0
@@ -201,17 +186,14 @@ class BrokerConnection:
         self._addr_index = 0
         self._setup_deadline = 0.0
         self._queue: Deque[_Request] = deque()        # waiting for READY / in-flight room
-        self._inflight: Dict[int, _Request] = {}
-        self._tracker = CorrelationTracker()
-        self._parser = FrameParser(max_frame_size=self.settings.max_frame_size)
+        self._conv = BrokerConversation(self.settings.client_id,
+                                        max_frame_size=self.settings.max_frame_size)
         self._out: Deque[memoryview] = deque()
         self._out_bytes = 0
         self._written = 0            # bytes written since connect
         self._queued_bytes = 0       # bytes queued since connect
         self._write_marks: Deque[Tuple[int, _Request]] = deque()  # acks=0: fire when written
         self._events = 0
-        self._api_versions_tried: set = set()
-        self._api_versions_version = 0
         self._shutting = False
 
     def __repr__(self) -> str:
@@ -223,9 +205,19 @@ class BrokerConnection:
         return self.state == READY
 
     @property
+    def versions(self) -> Dict[int, int]:
+        """``{api_key: version}`` negotiated by the last handshake."""
+        return self._conv.versions
+
+    @property
+    def broker_versions(self) -> Dict[int, Tuple[int, int]]:
+        """The broker's ``{api_key: (min, max)}`` from the last handshake."""
+        return self._conv.broker_versions
+
+    @property
     def in_flight(self) -> int:
         """Requests written (or being written) that await a response."""
-        return len(self._tracker)
+        return self._conv.in_flight
 
     @property
     def queued(self) -> int:
@@ -235,10 +227,10 @@ class BrokerConnection:
     def can_send(self) -> bool:
         """True when one more request would be written at once."""
         return (self.state == READY and not self._queue
-                and len(self._tracker) < self.settings.max_in_flight)
+                and self._conv.in_flight < self.settings.max_in_flight)
 
     def version_for(self, api_key: int) -> Optional[int]:
-        return self.versions.get(api_key)
+        return self._conv.versions.get(api_key)
 
     # -- connect ---------------------------------------------------------------------
     def connect(self, now: Optional[float] = None) -> bool:
@@ -306,46 +298,18 @@ class BrokerConnection:
 
     def _connected(self) -> None:
         self.state = HANDSHAKE
-        self._parser.reset()
         self._written = self._queued_bytes = 0
         self.last_activity = time.monotonic()
         self._set_events(_EVENT_READ)
-        self._api_versions_tried = set()
-        self._send_api_versions(_messages().ApiVersionsRequest.MAX_VERSION)
+        handshake = _Request(None, None, True, None, self.settings.api_versions_timeout)
+        self._queue_out(handshake, self._conv.start_handshake(handshake))
 
-    def _send_api_versions(self, version: int) -> None:
-        messages = _messages()
-        self._api_versions_tried.add(version)
-        self._api_versions_version = version
-        req = _Request(messages.ApiVersionsRequest(
-            client_software_name=CLIENT_SOFTWARE_NAME,
-            client_software_version=_client_version()), version, True,
-            self._on_api_versions, self.settings.api_versions_timeout)
-        self._write_request(req)
-
-    def _on_api_versions(self, resp: Any, error: Optional[KafkaError]) -> None:
-        if error is not None:
-            return  # the connection is already closed with that error
-        from kafka_proto.versions import api_versions_retry, broker_ranges, negotiate
-
-        version = self._api_versions_version
-        try:
-            retry = api_versions_retry(resp, version, self._api_versions_tried,
-                                       _messages().ApiVersionsRequest.MAX_VERSION)
-        except UnsupportedVersionError:
-            self.close(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
-                f"{self.host}:{self.port}: no ApiVersions version accepted"))
+    def _handshake_answered(self, event: HandshakeExchange) -> None:
+        if event.retry is not None:  # the broker asked for a lower ApiVersions version
+            req = event.request.data
+            req.queued_at = time.monotonic()
+            self._queue_out(req, event.retry)
             return
-        if retry is not None:
-            self._send_api_versions(retry)
-            return
-        if resp.error_code:
-            self.close(KafkaError(KafkaError._TRANSPORT,
-                                  f"{self.host}:{self.port}: ApiVersions error "
-                                  f"{resp.error_code}"))
-            return
-        self.broker_versions = broker_ranges(resp)
-        self.versions = negotiate(self.broker_versions)
         self.state = READY
         self.backoff.reset()
         self._addresses = []
@@ -366,7 +330,7 @@ class BrokerConnection:
         the negotiated version. ``timeout`` (s) defaults to ``socket.timeout.ms``."""
         req = _Request(msg, version, expect_response, callback, timeout)
         if self.state == READY and not self._queue \
-                and len(self._tracker) < self.settings.max_in_flight:
+                and self._conv.in_flight < self.settings.max_in_flight:
             self._write_request(req)
         else:
             self._queue.append(req)
@@ -376,13 +340,13 @@ class BrokerConnection:
     def _flush_queue(self) -> None:
         q = self._queue
         limit = self.settings.max_in_flight
-        while q and self.state == READY and len(self._tracker) < limit:
+        while q and self.state == READY and self._conv.in_flight < limit:
             self._write_request(q.popleft())
 
     def _write_request(self, req: _Request) -> None:
         version = req.version
         if version is None:
-            version = self.versions.get(req.api_key)
+            version = self._conv.versions.get(req.api_key)
             if version is None:
                 self._finish(req, None, KafkaError(
                     KafkaError._UNSUPPORTED_FEATURE,
@@ -391,16 +355,16 @@ class BrokerConnection:
                 return
             req.version = version
         try:
-            parts = req.msg.encode_parts(version)
+            out = self._conv.send(req.msg, version, expect_response=req.expect_response,
+                                  context=req)
         except Exception as exc:
             self._finish(req, None, KafkaError(KafkaError._INVALID_ARG,
                                                f"cannot encode request: {exc}"))
             return
-        cid = self._tracker.next_id(req.api_key, version, req,
-                                    expect_response=req.expect_response)
-        header = encode_request_header(req.api_key, version, cid, self.settings.client_id,
-                                       request_header_version(req.api_key, version))
-        size = len(header) + sum(len(p) for p in parts)
+        self._queue_out(req, out)
+
+    def _queue_out(self, req: _Request, out: OutgoingRequest) -> None:
+        """Stamp a framed request and queue its bytes (written at once when possible)."""
         now = time.monotonic()
         req.sent_at = now
         waited = now - req.queued_at
@@ -410,17 +374,11 @@ class BrokerConnection:
             self.outbuf_latency[2] = waited
         timeout = req.timeout if req.timeout is not None else self.settings.request_timeout
         req.deadline = now + timeout
-        if req.expect_response:
-            if req.api_key != API_VERSIONS_KEY:
-                req.response_class = _messages().response_class(req.api_key)
-            self._inflight[cid] = req
-        out = self._out
-        out.append(memoryview(size.to_bytes(4, "big") + header))
-        for p in parts:
-            out.append(memoryview(p).cast("B") if not isinstance(p, memoryview) else p)
-        total = 4 + size
-        self._out_bytes += total
-        self._queued_bytes += total
+        q = self._out
+        for p in out.parts:
+            q.append(p if isinstance(p, memoryview) else memoryview(p))
+        self._out_bytes += out.size
+        self._queued_bytes += out.size
         self.tx_requests += 1
         if not req.expect_response:
             self._write_marks.append((self._queued_bytes, req))
@@ -490,11 +448,11 @@ class BrokerConnection:
 
     def _read(self) -> None:
         sock = self.sock
-        parser = self._parser
+        conv = self._conv
         for _ in range(16):  # bounded, so one busy socket cannot starve the others
             if sock is None or self.sock is not sock:
                 return
-            view = parser.buffer_for_read()
+            view = conv.buffer_for_read()
             try:
                 n = sock.recv_into(view)
             except (BlockingIOError, InterruptedError):
@@ -512,66 +470,51 @@ class BrokerConnection:
             self.rx_bytes += n
             self.last_activity = time.monotonic()
             try:
-                frames = parser.commit(n)
+                conv.commit(n)
             except Exception as exc:
                 self.close(KafkaError(KafkaError._BAD_MSG,
                                       f"{self.host}:{self.port}: bad frame: {exc}"))
                 return
-            for frame in frames:
-                self._handle_frame(frame)
-                if self.sock is not sock:
-                    return
+            self._handle_answers(sock)
 
-    def _handle_frame(self, frame: memoryview) -> None:
-        try:
-            cid = peek_correlation_id(frame)
-            entry = self._tracker.get(cid)
-            if entry is None:
-                self._tracker.pop(cid)  # raises, naming the id
-            _, body = decode_response_header(frame, entry.api_key, entry.api_version)
-            answered = self._tracker.pop(cid)
-        except Exception as exc:
-            self.close(KafkaError(KafkaError._TRANSPORT,
-                                  f"{self.host}:{self.port}: bad response: {exc}"))
-            return
-        if answered is None:
-            return  # an answer to an acks=0 Produce (Tansu and noida-db send one): dropped
-        req = self._inflight.pop(cid, None)
-        if req is None:  # pragma: no cover - tracker and table agree
-            return
-        now = time.monotonic()
-        rtt = now - req.sent_at
-        self.rtt_sum += rtt
-        self.rtt_count += 1
-        if rtt > self.rtt_max:
-            self.rtt_max = rtt
-        try:
-            if req.api_key == API_VERSIONS_KEY:
-                from kafka_proto.versions import decode_api_versions_response
-
-                resp = decode_api_versions_response(body, req.version)
-            else:
-                resp = req.response_class.decode(body, req.version)
-        except Exception as exc:
-            if req.api_key == API_VERSIONS_KEY:
-                # Not the layout asked for: ask again in the layout every broker knows
-                # (unless that was it, or was tried: then the decode error stands).
-                from kafka_proto.versions import api_versions_retry
-
-                try:
-                    retry = api_versions_retry(None, req.version, self._api_versions_tried)
-                except UnsupportedVersionError:
-                    retry = None
-                if retry is not None:
-                    self._send_api_versions(retry)
-                    return
-            self.close(KafkaError(KafkaError._TRANSPORT,
-                                  f"{self.host}:{self.port}: cannot decode response to API "
-                                  f"{req.api_key} v{req.version}: {exc}"))
-            return
-        self._finish(req, resp, None)
-        if self._queue and self.state == READY:
-            self._flush_queue()
+    def _handle_answers(self, sock: socket.socket) -> None:
+        """Take every answer the conversation has complete, one at a time (a callback may
+        close the connection: the rest is then dropped with the stream)."""
+        conv = self._conv
+        while self.sock is sock:
+            try:
+                event = conv.next_event()
+            except ResponseDecodeError as exc:
+                error = KafkaError(KafkaError._TRANSPORT, f"{self.host}:{self.port}: {exc}")
+                self.close(error)
+                self._finish(exc.request.data, None, error)  # answered, so not failed by close
+                return
+            except UnsupportedVersionError:
+                self.close(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
+                                      f"{self.host}:{self.port}: no ApiVersions version "
+                                      f"accepted"))
+                return
+            except HandshakeError as exc:
+                self.close(KafkaError(KafkaError._TRANSPORT, f"{self.host}:{self.port}: {exc}"))
+                return
+            except Exception as exc:
+                self.close(KafkaError(KafkaError._TRANSPORT,
+                                      f"{self.host}:{self.port}: bad response: {exc}"))
+                return
+            if event is None:
+                return
+            req = event.request.data
+            rtt = time.monotonic() - req.sent_at
+            self.rtt_sum += rtt
+            self.rtt_count += 1
+            if rtt > self.rtt_max:
+                self.rtt_max = rtt
+            if event.__class__ is HandshakeExchange:
+                self._handshake_answered(event)
+                continue
+            self._finish(req, event.response, None)
+            if self._queue and self.state == READY:
+                self._flush_queue()
 
     def _finish(self, req: _Request, resp: Any, error: Optional[KafkaError]) -> None:
         cb = req.callback
@@ -607,19 +550,18 @@ class BrokerConnection:
             nxt = self._setup_deadline
         else:
             nxt = None
-        earliest = None
-        for req in self._inflight.values():
+        oldest = self._conv.oldest()
+        if oldest is not None:
             # Send order; timeouts mostly equal, so the oldest is (nearly) the earliest.
-            earliest = req.deadline
-            break
-        if earliest is not None:
+            earliest = oldest.data.deadline
             if now >= earliest:
                 self.close(KafkaError(KafkaError._TIMED_OUT,
                                       f"{self.host}:{self.port}: request timed out"))
                 return None
             nxt = earliest if nxt is None else min(nxt, earliest)
         idle = self.settings.idle_timeout
-        if idle and st == READY and not self._inflight and not self._queue and not self._out:
+        if idle and st == READY and not self._conv.in_flight and not self._queue \
+                and not self._out:
             at = self.last_activity + idle
             if now >= at:
                 _log.debug("closing idle connection to %s:%s", self.host, self.port)
@@ -643,7 +585,8 @@ class BrokerConnection:
         return True
 
     def _quiet(self) -> bool:
-        return not self._out and not self._inflight and self._tracker.unanswered_fire_and_forget == 0
+        conv = self._conv
+        return not self._out and not conv.in_flight and conv.unanswered_fire_and_forget == 0
 
     def _drop_socket(self) -> None:
         sock, self.sock = self.sock, None
@@ -670,10 +613,7 @@ class BrokerConnection:
         self._out_bytes = 0
         marks = list(self._write_marks)
         self._write_marks.clear()
-        inflight = list(self._inflight.values())
-        self._inflight.clear()
-        self._tracker.clear()
-        self._parser.reset()
+        inflight = [entry.data for entry in self._conv.reset()]
         now = time.monotonic()
         if error is not None:
             self.last_error = error

@@ -233,8 +233,8 @@ class LocalBroker:
             return ""
 
     def connect(self, **kwargs):
-        """A :class:`~kafka_client._net.blocking.BlockingConnection` to this broker."""
-        from kafka_client._net.blocking import BlockingConnection
+        """A :class:`~kafka_client._testing.blocking.BlockingConnection` to this broker."""
+        from kafka_client._testing.blocking import BlockingConnection
 
         return BlockingConnection(self.host, self.port, **kwargs)
 

@@ -52,6 +52,8 @@ import time
 from typing import Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from kafka_client._testing.brokers import TansuBroker, free_port
+from kafka_proto.framing import decode_response_header
+from kafka_proto.messages import ApiKey, response_class
 
 __all__ = ["FaultProxy", "Chaos", "CHAOS_ACTIONS", "ProxiedTansu", "proxied_tansu",
            "UPSTREAM", "DOWNSTREAM"]
@@ -114,7 +116,7 @@ class _Pipe:
 
 
 # APIs whose responses carry broker addresses: Metadata, FindCoordinator, DescribeCluster.
-_ADDRESS_APIS = frozenset({3, 10, 60})
+_ADDRESS_APIS = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER})
 _INT32 = struct.Struct(">i")
 
 
@@ -655,9 +657,6 @@ class FaultProxy:
     def _rewrite_response(self, api_key: int, api_version: int, frame: bytes) -> bytes:
         """A Metadata / FindCoordinator / DescribeCluster response frame (size prefix
         included) with the target's address replaced by the proxy's."""
-        from kafka_proto.framing import decode_response_header
-        from kafka_proto.messages import response_class
-
         _cid, body = decode_response_header(memoryview(frame)[4:], api_key, api_version)
         header_end = len(frame) - len(body)
         response = response_class(api_key).decode(body, api_version)
@@ -671,7 +670,7 @@ class FaultProxy:
                 entry.port = self.port
                 changed += 1
 
-        if api_key == 10:
+        if api_key == ApiKey.FIND_COORDINATOR:
             if api_version < 4:
                 fix(response)
             else:

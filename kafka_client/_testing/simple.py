@@ -1,4 +1,4 @@
-"""Plain request loops over a :class:`~kafka_client._net.blocking.BlockingConnection`:
+"""Plain request loops over a :class:`~kafka_client._testing.blocking.BlockingConnection`:
 create topics, produce ready-made record batches, fetch a partition to its end.
 
 For the demo and the integration tests until the real producer and consumer exist;
@@ -9,7 +9,16 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
-from kafka_client._net.blocking import BlockingConnection
+from kafka_client._testing.blocking import BlockingConnection
+from kafka_proto.errors import ErrorCode, broker_error
+from kafka_proto.messages import (
+    ApiKey,
+    CreateTopicsRequest,
+    FetchRequest,
+    MetadataRequest,
+    ProduceRequest,
+)
+from kafka_proto.records import read_batches
 
 __all__ = [
     "BrokerErrorResponse",
@@ -19,21 +28,13 @@ __all__ = [
     "produce",
     "fetch_once",
     "fetch_all",
-    "FETCH_KEY",
-    "PRODUCE_KEY",
-    "METADATA_KEY",
 ]
-
-PRODUCE_KEY, FETCH_KEY, METADATA_KEY, CREATE_TOPICS_KEY = 0, 1, 3, 19
-TOPIC_ALREADY_EXISTS = 36
 
 
 class BrokerErrorResponse(RuntimeError):
     """A response carried a non-zero error code."""
 
     def __init__(self, what: str, code: int, message: Optional[str] = None) -> None:
-        from kafka_proto.errors import broker_error
-
         self.code = code
         self.error_name = broker_error(code).name
         text = f"{what}: {self.error_name} ({code})"
@@ -45,8 +46,6 @@ class BrokerErrorResponse(RuntimeError):
 def create_topics(conn: BlockingConnection, names: Iterable[str], partitions: int = 1,
                   timeout_ms: int = 10_000, exist_ok: bool = False) -> None:
     """CreateTopics (replication factor 1) and check every per-topic error code."""
-    from kafka_proto.messages import CreateTopicsRequest
-
     req = CreateTopicsRequest(
         topics=[CreateTopicsRequest.CreatableTopic(name=n, num_partitions=partitions,
                                                    replication_factor=1)
@@ -54,7 +53,7 @@ def create_topics(conn: BlockingConnection, names: Iterable[str], partitions: in
         timeout_ms=timeout_ms)
     resp = conn.request(req)
     for t in resp.topics:
-        if t.error_code == TOPIC_ALREADY_EXISTS and exist_ok:
+        if t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and exist_ok:
             continue
         if t.error_code:
             raise BrokerErrorResponse(f"CreateTopics {t.name}", t.error_code,
@@ -63,9 +62,7 @@ def create_topics(conn: BlockingConnection, names: Iterable[str], partitions: in
 
 def topic_ids(conn: BlockingConnection, names: Sequence[str]) -> Dict[str, uuid.UUID]:
     """Topic ids from Metadata (v10+ carries them)."""
-    from kafka_proto.messages import MetadataRequest
-
-    version = conn.version_for(METADATA_KEY)
+    version = conn.version_for(ApiKey.METADATA)
     if version < 10:
         raise RuntimeError(f"Metadata v{version} has no topic ids")
     resp = conn.request(MetadataRequest(
@@ -88,8 +85,6 @@ def produce(conn: BlockingConnection, topic: str, partition: int, batch: Any,
     One batch, because Kafka (and noida-db) reject a v3+ ProduceRequest with more than
     one batch per partition (CORRUPT_MESSAGE); Tansu accepts it.
     """
-    from kafka_proto.messages import ProduceRequest
-
     req = ProduceRequest(
         transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
         topic_data=[ProduceRequest.TopicProduceData(
@@ -130,10 +125,8 @@ def fetch_once(conn: BlockingConnection, topic: str, partition: int, offset: int
                max_bytes: int = 50 * 1024 * 1024, partition_max_bytes: int = 10 * 1024 * 1024,
                max_wait_ms: int = 100, isolation_level: int = 0) -> Any:
     """One FetchRequest for one partition; returns the partition's response."""
-    from kafka_proto.messages import FetchRequest
-
     if version is None:
-        version = conn.version_for(FETCH_KEY)
+        version = conn.version_for(ApiKey.FETCH)
     if version >= 13:
         if topic_id is None:
             topic_id = topic_ids(conn, [topic])[topic]
@@ -163,11 +156,9 @@ def fetch_all(conn: BlockingConnection, topic: str, partition: int = 0, *,
     Counting by the high watermark, not ListOffsets, on purpose: Tansu 0.6 answers
     ListOffsets(latest) with the last batch's base offset + 1.
     """
-    from kafka_proto.records import read_batches
-
     auto = version is None
     if version is None:
-        version = conn.version_for(FETCH_KEY)
+        version = conn.version_for(ApiKey.FETCH)
     tid = topic_ids(conn, [topic])[topic] if version >= 13 else None
     if tid is not None and tid.int == 0:
         if not auto:

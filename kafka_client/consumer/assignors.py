@@ -5,12 +5,15 @@ Two halves:
 * **Codec** — what a consumer puts in JoinGroup's protocol metadata (a
   :class:`Subscription`) and what the leader hands out through SyncGroup (an
   :class:`Assignment`). On the wire each is an int16 version followed by the
-  ``ConsumerProtocolSubscription`` / ``ConsumerProtocolAssignment`` struct at that version.
-  Decoding follows the Java client: a blob written at a version newer than we know is read
-  as our newest version (later versions only append fields), and bytes after the fields
-  we know are ignored. Malformed bytes raise :class:`kafka_proto.errors.ProtocolDecodeError`
-  (or one of its subclasses: ``TruncatedDataError``, ``InvalidLengthError``), never anything
-  else for a bytes-like input.
+  ``ConsumerProtocolSubscription`` / ``ConsumerProtocolAssignment`` struct at that version:
+  the generated classes, framed by :func:`kafka_proto.framing.encode_version_prefixed` /
+  :func:`~kafka_proto.framing.decode_version_prefixed`; this module only converts them to
+  and from its dataclasses. Decoding follows the Java client: a blob written at a version
+  newer than we know is read as our newest version (later versions only append fields),
+  and bytes after the fields we know are ignored. Malformed bytes raise
+  :class:`kafka_proto.errors.ProtocolDecodeError` (or one of its subclasses:
+  ``TruncatedDataError``, ``InvalidLengthError``), never anything else for a bytes-like
+  input.
 
 * **Assignors** — ``range``, ``roundrobin`` (eager) and ``cooperative-sticky``
   (cooperative, KIP-429), the names librdkafka and the Java client use in
@@ -41,8 +44,7 @@ from typing import (
     Union,
 )
 
-from kafka_proto._wire import Reader, Writer
-from kafka_proto.errors import ProtocolDecodeError, UnsupportedVersionError
+from kafka_proto.framing import decode_version_prefixed, encode_version_prefixed
 from kafka_proto.messages import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 __all__ = [
@@ -121,25 +123,6 @@ def _flat(entries: Iterable) -> List[TP]:
     return [(e.topic, p) for e in entries for p in e.partitions]
 
 
-def _frame(version: int, message, max_version: int) -> bytes:
-    if not 0 <= version <= max_version:
-        raise UnsupportedVersionError(
-            f"{type(message).__name__} has versions 0-{max_version}, not {version}")
-    w = Writer()
-    w.write_int16(version)
-    message.encode_into(w, version)
-    return w.getvalue()
-
-
-def _unframe(data: Union[bytes, bytearray, memoryview], cls: type):
-    r = Reader(data)
-    version = r.read_int16()
-    if version < 0:
-        raise ProtocolDecodeError(f"{cls.__name__}: invalid version {version}")
-    # A newer version only appends fields: read those we know, ignore the rest (as Java).
-    return cls.decode_from(r, min(version, cls.MAX_VERSION))
-
-
 def encode_subscription(sub: Subscription, version: int = SUBSCRIPTION_MAX_VERSION) -> bytes:
     """Encode a subscription as JoinGroup protocol metadata: int16 version + struct.
 
@@ -155,7 +138,7 @@ def encode_subscription(sub: Subscription, version: int = SUBSCRIPTION_MAX_VERSI
         generation_id=sub.generation_id,
         rack_id=sub.rack_id,
     )
-    return _frame(version, msg, SUBSCRIPTION_MAX_VERSION)
+    return encode_version_prefixed(msg, version)
 
 
 def decode_subscription(data: Union[bytes, bytearray, memoryview]) -> Subscription:
@@ -164,7 +147,7 @@ def decode_subscription(data: Union[bytes, bytearray, memoryview]) -> Subscripti
     Fields the blob's version lacks take their defaults. Raises
     :class:`~kafka_proto.errors.ProtocolDecodeError` (or a subclass) for malformed bytes.
     """
-    msg = _unframe(data, ConsumerProtocolSubscription)
+    msg = decode_version_prefixed(ConsumerProtocolSubscription, data)
     return Subscription(
         topics=msg.topics,
         user_data=msg.user_data,
@@ -188,12 +171,12 @@ def encode_assignment(assignment: Union[Assignment, Sequence[TP]],
                                      ConsumerProtocolAssignment.TopicPartition),
         user_data=assignment.user_data,
     )
-    return _frame(version, msg, ASSIGNMENT_MAX_VERSION)
+    return encode_version_prefixed(msg, version)
 
 
 def decode_assignment(data: Union[bytes, bytearray, memoryview]) -> Assignment:
     """Decode a SyncGroup assignment. Raises ``ProtocolDecodeError`` for malformed bytes."""
-    msg = _unframe(data, ConsumerProtocolAssignment)
+    msg = decode_version_prefixed(ConsumerProtocolAssignment, data)
     return Assignment(partitions=_flat(msg.assigned_partitions), user_data=msg.user_data)
 
 

@@ -17,7 +17,7 @@ fnv1a_random         as fnv1a                                        random / ``
 ``consistent_random`` is the default. CRC-32 is the IEEE one (zlib's), murmur2 is the
 Java client's ``Utils.murmur2``, so ``murmur2``/``murmur2_random`` put a key where the
 Java producer does; FNV-1a is librdkafka's (the absolute value of the signed hash, for
-Sarama compatibility). The hashes are compiled (:mod:`kafka_proto._hash`).
+Sarama compatibility). The hashes are compiled (:mod:`kafka_proto.hashing`).
 
 The functions returned by :func:`get_partitioner` are librdkafka's partitioner
 functions and nothing more. librdkafka's producer adds *sticky partitioning* in front
@@ -39,7 +39,7 @@ import random as _random_module
 import time
 from typing import Callable, Dict, Optional, Sequence, Union
 
-from kafka_proto._hash import crc32_partition, fnv1a_partition, murmur2_partition
+from kafka_proto.hashing import crc32_partition, fnv1a_partition, murmur2_partition
 
 __all__ = [
     "Partitioner",

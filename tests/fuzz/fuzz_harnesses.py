@@ -395,7 +395,7 @@ class _FakeSocket:
 def _client_modules():
     import socket
 
-    from kafka_client._net import blocking
+    from kafka_client._testing import blocking
     from kafka_client._testing import simple
 
     return socket, blocking, simple

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kafka_client._net.blocking import BlockingConnection
+from kafka_client._testing.blocking import BlockingConnection
 from kafka_client._testing import simple
 from kafka_proto.framing import (
     FrameParser,
@@ -226,7 +226,7 @@ def test_fetch_v0_returns_v2_batches_on_tansu(tansu_broker, topic_name):
 def test_noida_closes_connection_on_old_fetch(noida_broker, topic_name):
     """noida-db 0.2.3 advertises Fetch v0+ but drops the connection for v0-v3 (a broker
     limitation, recorded here so a fix shows up)."""
-    from kafka_client._net.blocking import ConnectionClosedError
+    from kafka_client._testing.blocking import ConnectionClosedError
 
     noida_broker.create_topic(topic_name)
     with BlockingConnection(noida_broker.host, noida_broker.port) as c:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kafka_client._net.blocking import (
+from kafka_client._testing.blocking import (
     BlockingConnection,
     BrokerConnectionError,
     ConnectionClosedError,

@@ -62,7 +62,7 @@ def test_demo_against_running_broker(broker, api, codec, acks, idempotence):
 
 
 def test_demo_on_a_topic_with_earlier_data_starts_at_its_end(broker, topic_name):
-    from kafka_client._net.blocking import BlockingConnection
+    from kafka_client._testing.blocking import BlockingConnection
     from kafka_client._testing import simple
     from kafka_proto.records import RecordBatchBuilder
 
@@ -92,7 +92,7 @@ def test_demo_refuses_bad_producer_settings_before_starting_a_broker():
 
 
 def test_demo_consume_check_catches_a_changed_message(broker, topic_name):
-    from kafka_client._net.blocking import BlockingConnection
+    from kafka_client._testing.blocking import BlockingConnection
     from kafka_client._testing import simple
     from kafka_proto.records import RecordBatchBuilder
 

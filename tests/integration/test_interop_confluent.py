@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kafka_client._net.blocking import BlockingConnection
+from kafka_client._testing.blocking import BlockingConnection
 from kafka_client._testing import simple
 
 pytestmark = pytest.mark.integration

@@ -405,6 +405,17 @@ def test_encode_request_parts_concatenate_to_encode_request():
     assert b"".join(parts) == encode_request(FakeRequest(b"xyz"), 2, 7, None, header_version=2)
 
 
+def test_encode_request_parts_keeps_body_parts_and_drops_empty_ones():
+    big = memoryview(bytearray(b"R" * 5000))
+    parts = encode_request_parts([b"ab", b"", big, b"cd"], 3, 9, "c", api_key=0,
+                                 header_version=1)
+    header = encode_request_header(0, 3, 9, "c", 1)
+    assert parts[0] == struct.pack(">i", len(header) + 5004) + header
+    assert parts[1:] == [b"ab", big, b"cd"] and parts[2] is big  # not copied
+    assert encode_request_parts(b"", 0, 1, None, api_key=18, header_version=1) == [
+        struct.pack(">i", 10) + encode_request_header(18, 0, 1, None, 1)]
+
+
 def test_encode_request_into_shared_writer():
     from kafka_proto._wire import Writer
     from kafka_proto.framing import encode_request_into
@@ -610,6 +621,36 @@ def test_tracker_counts_unanswered_fire_and_forget(monkeypatch):
     assert t.unanswered_fire_and_forget == 2  # the oldest dropped
     with pytest.raises(AttributeError):
         t.unanswered_fire_and_forget = 0  # read only
+
+
+def test_tracker_discard_forgets_an_unsent_request():
+    t = CorrelationTracker()
+    first = t.next_id(3, 1, data="a")
+    unsent = t.next_id(3, 1, data="b")
+    t.discard(unsent)
+    t.discard(12345)  # unknown: nothing happens
+    assert [e.data for e in t.pending()] == ["a"]
+    assert t.pop(first).data == "a" and len(t) == 0
+
+
+def test_version_prefixed_blobs():
+    from kafka_proto.errors import UnsupportedVersionError
+    from kafka_proto.framing import decode_version_prefixed, encode_version_prefixed
+    from kafka_proto.messages import ConsumerProtocolAssignment as A
+
+    msg = A(assigned_partitions=[A.TopicPartition(topic="t", partitions=[1])], user_data=None)
+    # int16 version, then [topic "t", [1]], null user data
+    blob = b"\x00\x01" + b"\x00\x00\x00\x01\x00\x01t\x00\x00\x00\x01\x00\x00\x00\x01" \
+        + b"\xff\xff\xff\xff"
+    assert encode_version_prefixed(msg, 1) == blob
+    assert decode_version_prefixed(A, blob) == msg
+    assert decode_version_prefixed(A, b"\x00\x07" + blob[2:] + b"later fields") == msg
+    with pytest.raises(UnsupportedVersionError):
+        encode_version_prefixed(msg, A.MAX_VERSION + 1)
+    with pytest.raises(ProtocolDecodeError, match="invalid version -1"):
+        decode_version_prefixed(A, b"\xff\xff" + blob[2:])
+    with pytest.raises(TruncatedDataError):
+        decode_version_prefixed(A, blob[:5])
 
 
 def test_tracker_start_range():

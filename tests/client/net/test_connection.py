@@ -44,6 +44,14 @@ def on_io(io, fn, timeout=10.0):
     return box[0] if box else None
 
 
+def wait_until(predicate, timeout=5.0):
+    """Poll ``predicate`` until it holds or ``timeout`` seconds pass (the assertions after
+    it say what was expected)."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_backoff_grows_with_jitter_and_caps():
     b = Backoff(100, 1000, random.Random(1))
     delays = [b.next_delay() for _ in range(8)]
@@ -143,9 +151,7 @@ def test_refused_connection_fails_requests_and_backs_off(io):
         return conn
 
     conn = on_io(io, go)
-    deadline = time.monotonic() + 5
-    while not states and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: states)
     st, err = states[0]
     assert st == DISCONNECTED and err.code() == KafkaError._TRANSPORT
     assert "connect failed" in err.str()
@@ -179,9 +185,7 @@ def test_setup_timeout_closes_a_silent_peer(io):
             on_state=lambda c, st, err: states.append((st, err))))
         on_io(io, lambda: io.add_tick(conn.service))
         on_io(io, conn.connect)
-        deadline = time.monotonic() + 5
-        while not states and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: states)
         assert states[0][0] == DISCONNECTED
         assert states[0][1].code() == KafkaError._TIMED_OUT
         assert "setup timed out" in states[0][1].str()
@@ -221,7 +225,9 @@ class FakeBroker:
     """A listening socket that answers ApiVersions (v0 layout, asked version echoed) and
     then stays silent, or closes, as told."""
 
-    def __init__(self, close_after_handshake=False):
+    def __init__(self, close_after_handshake=False, api_versions_max=None, other_body=None):
+        self.api_versions_max = api_versions_max  # above it: the v0 error answer (KIP-511)
+        self.other_body = other_body              # answer to everything else (None: silent)
         self.srv = socket.socket()
         self.srv.bind(("127.0.0.1", 0))
         self.srv.listen(4)
@@ -255,13 +261,18 @@ class FakeBroker:
                 for frame in parser.feed(data):
                     key, version, cid = struct.unpack_from(">hhi", frame, 0)
                     if key != 18:
-                        continue  # silent on everything else
-                    body = ApiVersionsResponse(error_code=0, api_keys=[
+                        if self.other_body is not None:
+                            body = self.other_body
+                            c.sendall(struct.pack(">ii", len(body) + 4, cid) + body)
+                        continue
+                    top = self.api_versions_max or ApiVersionsRequest.MAX_VERSION
+                    error = 35 if version > top else 0
+                    body = ApiVersionsResponse(error_code=error, api_keys=[
                         ApiVersionsResponse.ApiVersion(
-                            api_key=18, min_version=0,
-                            max_version=ApiVersionsRequest.MAX_VERSION),
+                            api_key=18, min_version=0, max_version=top),
                         ApiVersionsResponse.ApiVersion(api_key=3, min_version=0,
-                                                       max_version=12)]).encode(version)
+                                                       max_version=12)]
+                    ).encode(0 if error else version)
                     c.sendall(struct.pack(">ii", len(body) + 4, cid) + body)
                     if self.close_after:
                         c.close()
@@ -288,9 +299,7 @@ def test_request_timeout_closes_and_fails_in_flight(io):
         start = time.monotonic()
         on_io(io, lambda: conn.send(MetadataRequest(topics=None),
                                     lambda r, e: results.append(e)))
-        deadline = time.monotonic() + 5
-        while not results and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: results)
         assert results and results[0].code() == KafkaError._TIMED_OUT
         assert 0.25 <= time.monotonic() - start < 2
         assert [st for st, _ in states] == [READY, DISCONNECTED]
@@ -309,9 +318,7 @@ def test_idle_connection_is_closed(io):
             on_state=lambda c, st, err: states.append((st, err))))
         on_io(io, lambda: io.add_tick(conn.service))
         on_io(io, conn.connect)
-        deadline = time.monotonic() + 5
-        while len(states) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(states) >= 2)
         assert states[0][0] == READY
         assert states[1] == (DISCONNECTED, None)  # closed without an error
         assert conn.next_attempt <= time.monotonic()  # no backoff after an idle close
@@ -329,9 +336,7 @@ def test_broker_closing_the_connection_fails_requests_with_transport(io):
         on_io(io, lambda: io.add_tick(conn.service))
         on_io(io, lambda: conn.send(MetadataRequest(topics=None),
                                     lambda r, e: results.append(e)))
-        deadline = time.monotonic() + 5
-        while not results and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: results)
         assert results[0].code() == KafkaError._TRANSPORT
         assert conn.backoff.failures == 1
     finally:
@@ -353,10 +358,49 @@ def test_addresses_of_a_name_are_tried_in_turn(io, monkeypatch):
             on_state=lambda c, st, err: states.append((st, err))))
         on_io(io, lambda: io.add_tick(conn.service))
         on_io(io, conn.connect)
-        deadline = time.monotonic() + 5
-        while not states and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: states)
         assert states == [(READY, None)]
         assert conn.connect_count == 1  # one attempt, two addresses
+    finally:
+        fake.close()
+
+
+def test_handshake_asks_again_lower_on_unsupported_version(io):
+    """The broker knows ApiVersions up to v2 only: it answers our v4 in v0 with
+    UNSUPPORTED_VERSION and its range, and the connection asks again at v2 (KIP-511)."""
+    fake = FakeBroker(api_versions_max=2)
+    states = []
+    try:
+        conn = on_io(io, lambda: BrokerConnection(
+            io, 1, "127.0.0.1", fake.port,
+            on_state=lambda c, st, err: states.append((st, err))))
+        on_io(io, lambda: io.add_tick(conn.service))
+        on_io(io, conn.connect)
+        wait_until(lambda: states)
+        assert states == [(READY, None)]
+        assert conn.versions == {18: 2, 3: 12}
+        assert conn.tx_requests == 2 and conn.rtt_count == 2 and conn.in_flight == 0
+    finally:
+        fake.close()
+
+
+def test_undecodable_response_fails_its_own_request_and_the_others(io):
+    """A Metadata answer that does not decode closes the connection; the request it
+    answered gets the error too (it is no longer in flight when the error is found)."""
+    from kafka_proto.messages import MetadataRequest
+
+    fake = FakeBroker(other_body=b"\x00\x00")
+    results = []
+    try:
+        conn = on_io(io, lambda: BrokerConnection(io, 1, "127.0.0.1", fake.port))
+        on_io(io, lambda: io.add_tick(conn.service))
+        on_io(io, lambda: [conn.send(MetadataRequest(topics=None),
+                                     lambda r, e, i=i: results.append((i, r, e)))
+                           for i in range(2)])
+        wait_until(lambda: len(results) >= 2)
+        assert sorted(i for i, _, _ in results) == [0, 1]
+        assert all(r is None and e.code() == KafkaError._TRANSPORT for _, r, e in results)
+        assert any("cannot decode the Metadata" in e.str() for _, _, e in results)
+        assert conn.state == DISCONNECTED and conn.in_flight == 0
     finally:
         fake.close()

@@ -17,7 +17,7 @@ from kafka_client.producer.partitioners import (
     get_partitioner,
     uses_sticky,
 )
-from kafka_proto import _hash
+from kafka_proto import hashing as _hash
 
 try:  # kafka-python's pure-Python port of the Java client's murmur2
     from kafka.partitioner.default import murmur2 as kafka_python_murmur2

@@ -1,4 +1,4 @@
-"""Type stub for the compiled kafka_proto._hash module."""
+"""Type stub for the compiled kafka_proto.hashing module."""
 from typing import Optional, Sequence, Union
 
 from typing_extensions import Buffer

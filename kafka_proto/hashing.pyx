@@ -24,6 +24,8 @@ from libc.stdint cimport int32_t, uint32_t
 
 from kafka_proto._crc cimport crc32_update
 
+__all__ = ["murmur2", "fnv1a", "murmur2_partition", "fnv1a_partition", "crc32_partition"]
+
 # Below this size the hash is cheaper than releasing and re-taking the GIL.
 DEF NOGIL_THRESHOLD = 65536
 

@@ -86,17 +86,18 @@ _LAZY = {
     "DeserializingConsumer": (".deserializing_consumer", "DeserializingConsumer"),
 }
 
+# Submodules confluent-kafka's top level exposes as attributes.
+_SUBMODULES = ("serialization", "serializing_producer", "deserializing_consumer")
+
 
 def __getattr__(name: str):
-    where = _LAZY.get(name)
-    if where is None:
-        if name == "serialization":
-            from . import serialization
-
-            return serialization
-        raise AttributeError(f"module 'kafka_client' has no attribute {name!r}")
     import importlib
 
+    if name in _SUBMODULES:
+        return importlib.import_module("." + name, __name__)
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'kafka_client' has no attribute {name!r}")
     value = getattr(importlib.import_module(where[0], __name__), where[1])
     globals()[name] = value
     return value

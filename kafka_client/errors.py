@@ -117,6 +117,12 @@ _RDKAFKA_BROKER_NAMES: Dict[int, str] = {
     10: "MSG_SIZE_TOO_LARGE",
     11: "STALE_CTRL_EPOCH",
     17: "TOPIC_EXCEPTION",
+    # Newer than the protocol error table in ../shared; librdkafka knows them.
+    129: "REBOOTSTRAP_REQUIRED",
+    130: "STREAMS_INVALID_TOPOLOGY",
+    131: "STREAMS_INVALID_TOPOLOGY_EPOCH",
+    132: "STREAMS_TOPOLOGY_FENCED",
+    133: "SHARE_SESSION_LIMIT_REACHED",
 }
 
 # Local codes that describe a transient condition: a retry may succeed.
@@ -149,8 +155,9 @@ def _code_description(code: int) -> str:
     if code == -1:
         return "Unknown broker error"
     row = _BROKER_BY_CODE.get(code)
-    if row is not None:
-        return "Broker: " + row.name.replace("_", " ").capitalize()
+    name = row.name if row is not None else _RDKAFKA_BROKER_NAMES.get(code)
+    if name is not None:
+        return "Broker: " + name.replace("_", " ").capitalize()
     return f"Unknown error {code}"
 
 

@@ -43,6 +43,14 @@ def test_local_error_names_and_texts_match_librdkafka(code):
     assert repr(ours) == repr(theirs) and str(KafkaException(ours)) == str(ck.KafkaException(theirs))
 
 
+def test_every_error_constant_of_confluent_exists_with_its_code():
+    names = [n for n in dir(ck.KafkaError) if n.isupper() or n.startswith("_") and n[1:2].isupper()]
+    assert len(names) > 180
+    assert {n: getattr(KafkaError, n, None) for n in names} == \
+        {n: getattr(ck.KafkaError, n) for n in names}
+    assert KafkaError(133).name() == ck.KafkaError(133).name() == "SHARE_SESSION_LIMIT_REACHED"
+
+
 def test_success_and_unknown_texts_match():
     for code in (0, -1):
         assert KafkaError(code).str() == ck.KafkaError(code).str()

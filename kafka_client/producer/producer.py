@@ -35,6 +35,7 @@ from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Report, Sender
 from kafka_client.types import (
+    OFFSET_INVALID,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     Message,
@@ -262,27 +263,25 @@ class Producer:
             acc = self._acc
             only_err = self._report_only_error
             while reports:
-                batch, err, base, append_time, status, msgs, topic = reports.popleft()
+                r = reports.popleft()
+                batch = r.batch
                 if batch is not None:
                     count = batch.count
                     nbytes = batch.nbytes
-                    cbs = batch.cbs
-                    if cbs and not (only_err and err is None):
-                        self._call_batch(batch, cbs, err, base, append_time, status, topic)
+                    if batch.cbs and not (only_err and r.error is None):
+                        self._call_batch(r)
                 else:
-                    count = len(msgs)
+                    count = len(r.messages)
                     nbytes = 0
-                    for value, key, partition, cb, ts, headers, at in msgs:
-                        nbytes += ((len(value) if value is not None else 0)
-                                   + (len(key) if key is not None else 0))
-                        if cb is not None:
-                            m = DeliveredMessage(topic, partition, -1, key, value, headers, err,
-                                                 (TIMESTAMP_CREATE_TIME, ts), None)
-                            m._status = status
-                            _call(cb, err, m)
-                with acc.lock:
-                    acc.msg_count -= count
-                    acc.msg_bytes -= nbytes
+                    for pm in r.messages:
+                        nbytes += pm.size
+                        if pm.on_delivery is not None:
+                            m = DeliveredMessage(r.topic, pm.partition, -1, pm.key, pm.value,
+                                                 pm.headers, r.error,
+                                                 (TIMESTAMP_CREATE_TIME, pm.timestamp), None)
+                            m._status = r.status
+                            _call(pm.on_delivery, r.error, m)
+                acc.reported(count, nbytes)
                 served += count
         served += serve_errors(self._cluster, self._error_cb, self._log)
         if self._stats_interval > 0 and self._stats_cb is not None:
@@ -293,24 +292,28 @@ class Producer:
                 served += 1
         return served
 
-    def _call_batch(self, batch: Any, cbs: List[tuple], err: Optional[KafkaError], base: int,
-                    append_time: int, status: int, topic: str) -> None:
+    def _call_batch(self, r: Report) -> None:
+        """The delivery callbacks of a batch's messages."""
+        batch = r.batch
+        topic, err, base, status = r.topic, r.error, r.base_offset, r.status
         partition = batch.part.index
-        now = time.monotonic()
-        latency = now - batch.created
-        if append_time is not None and append_time >= 0:
-            tstamp = (TIMESTAMP_LOG_APPEND_TIME, append_time)
+        latency = time.monotonic() - batch.created
+        if r.append_time is not None and r.append_time >= 0:
+            tstamp = (TIMESTAMP_LOG_APPEND_TIME, r.append_time)
         else:
             tstamp = None
         wall = batch.wall_ms
-        for index, cb, key, value, headers, ts in cbs:
+        # Failed before the broker gave an offset: OFFSET_INVALID; acks=0: -1 (unknown).
+        unknown = OFFSET_INVALID if err is not None else -1
+        for d in batch.cbs:
             # Messages stamped "now" got the clock of their append: the batch's opening
             # time is within linger.ms of it (no per-message time is kept).
-            m = DeliveredMessage(topic, partition, base + index if base >= 0 else -1001
-                                 if err is not None else -1, key, value, headers, err,
-                                 tstamp or (TIMESTAMP_CREATE_TIME, ts or wall), latency)
+            m = DeliveredMessage(topic, partition, base + d.index if base >= 0 else unknown,
+                                 d.key, d.value, d.headers, err,
+                                 tstamp or (TIMESTAMP_CREATE_TIME, d.timestamp or wall),
+                                 latency)
             m._status = status
-            _call(cb, err, m)
+            _call(d.callback, err, m)
 
     def _stats_json(self) -> str:
         """Statistics in librdkafka's JSON shape (a subset)."""

@@ -17,16 +17,14 @@ rebalances, commit results) there, as librdkafka does.
 """
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
-from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
+from kafka_client._cluster.cluster import _wait_interruptibly
 from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import apply_debug, make_config, serve_errors, stop_client
-from kafka_client._net.io_thread import IOThread
+from kafka_client._common import ClientBase, serve_errors
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
     EARLIEST_TIMESTAMP,
@@ -54,13 +52,10 @@ from kafka_proto.records import ColumnBuilder
 
 __all__ = ["Consumer"]
 
-_log = logging.getLogger("kafka_client.consumer")
-
-_instances = 0
 _MAX_CONSUME = 1000000  # librdkafka's limit for one consume() call
 
 
-class Consumer:
+class Consumer(ClientBase):
     """A Kafka consumer configured with librdkafka property names.
 
     ``Consumer(config)``; ``config`` may also be given as keyword arguments with
@@ -69,15 +64,11 @@ class Consumer:
     for manual assignment.
     """
 
+    _role = "consumer"
+    _work = "consumed"
+
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
-        global _instances
-        self._closed = True
-        self._config = cfg = make_config(config, kwargs, "consumer")
-        logger = cfg["logger"]
-        self._log = logger if logger is not None else _log
-        _instances += 1
-        self._io = IOThread(name=f"kafka-consumer-{_instances}")
-        self._cluster = Cluster(cfg, self._io)
+        cfg = self._init_client(config, kwargs)
         self._queue: Deque[Any] = deque()
         self._ready = threading.Event()
         # The I/O thread's callbacks hold the queue and the event, never the Consumer: an
@@ -92,8 +83,6 @@ class Consumer:
         self._columns: Optional[ColumnBuilder] = None  # reused by consume_arrow()
         self._auto_store = bool(cfg["enable.auto.offset.store"])
         self._assign_ops = 0  # assign()-family calls (rebalance callbacks are checked for them)
-        self._error_cb: Optional[Callable] = cfg["error_cb"]
-        self._stats_cb: Optional[Callable] = cfg["stats_cb"]
         self._group_id: Optional[str] = cfg["group.id"]
         self._group: Any = None
         if self._group_id:
@@ -101,11 +90,7 @@ class Consumer:
                                            self._ready.set,
                                            _error_deliverer(self._lock, deliver))
             self._fetcher.committed_lookup = self._group.lookup_committed
-        apply_debug(cfg["debug"])
-        self._closed = False
-        self._io.start()
-        if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
-            self._log.warning("No bootstrap.servers configured: nothing will be consumed")
+        self._start_client()
 
     # -- plumbing ----------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -691,30 +676,10 @@ class Consumer:
                 self._log.exception("leaving the group failed")
         self._shutdown()
 
-    def _shutdown(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        stop_client(self._io, self._cluster, first=self._fetcher.close)
-
-    def __enter__(self) -> "Consumer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        # Dropped without close(): connections closed, no LeaveGroup (the group notices
-        # at session.timeout.ms), stored offsets not committed.
-        try:
-            if self._io.in_thread():
-                # Collected on its own I/O thread: it cannot wait for itself.
-                self._closed = True
-                self._io.stop(0)
-            else:
-                self._shutdown()
-        except Exception:
-            pass
+    def _on_shutdown(self) -> Callable[[], None]:
+        # Dropped without close() the same happens, and only this: no LeaveGroup (the
+        # group notices at session.timeout.ms), stored offsets not committed.
+        return self._fetcher.close
 
 
 class _Member:

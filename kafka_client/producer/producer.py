@@ -14,7 +14,6 @@ to the callbacks on the calling thread, as librdkafka does.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from collections import deque
@@ -22,13 +21,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
 from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import (
-    apply_debug,
-    call_safely,
-    make_config,
-    serve_errors,
-    stop_client,
-)
+from kafka_client._common import ClientBase, call_safely, serve_errors
 from kafka_client._net.io_thread import IOThread
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
@@ -44,14 +37,10 @@ from kafka_client.types import (
 __all__ = ["Producer", "DeliveredMessage", "PURGE_QUEUE", "PURGE_INFLIGHT",
            "PURGE_NON_BLOCKING"]
 
-_log = logging.getLogger("kafka_client.producer")
-
 # purge() flags, as librdkafka's RD_KAFKA_PURGE_F_*
 PURGE_QUEUE = 1
 PURGE_INFLIGHT = 2
 PURGE_NON_BLOCKING = 4
-
-_instances = 0
 
 
 class DeliveredMessage(Message):
@@ -65,7 +54,7 @@ class DeliveredMessage(Message):
         return self._status
 
 
-class Producer:
+class Producer(ClientBase):
     """A Kafka producer configured with librdkafka property names.
 
     ``Producer(config)``; ``config`` may also be given as keyword arguments with
@@ -73,15 +62,11 @@ class Producer:
     :class:`KafkaException` (``_INVALID_ARG``) naming the property.
     """
 
+    _role = "producer"
+    _work = "delivered"
+
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
-        global _instances
-        self._closed = True
-        self._config = cfg = make_config(config, kwargs, "producer")
-        logger = cfg["logger"]
-        self._log = logger if logger is not None else _log
-        _instances += 1
-        self._io = IOThread(name=f"kafka-producer-{_instances}")
-        self._cluster = Cluster(cfg, self._io)
+        cfg = self._init_client(config, kwargs)
         self._reports: Deque[Report] = deque()
         self._report_event = threading.Event()
         # What the I/O thread calls back holds the parts it needs, never the Producer
@@ -93,20 +78,14 @@ class Producer:
         self._idem = Idempotence(cfg)
         self._sender = Sender(cfg, self._acc, self._cluster, self._idem, on_report)
         self._io.add_tick(self._sender.tick)
-        self._error_cb: Optional[Callable] = cfg["error_cb"]
-        self._stats_cb: Optional[Callable] = cfg["stats_cb"]
         self._stats_interval = cfg["statistics.interval.ms"] / 1000.0
         self._next_stats = time.monotonic() + self._stats_interval
         self._started = time.monotonic()
         self._report_only_error = cfg["delivery.report.only.error"]
-        self._closed = False
         # Hot path: produce is the accumulator's method, no extra call per message.
         self.produce = (_checked_produce(self._idem, self._acc) if self._idem.enabled
                         else self._acc.produce)
-        apply_debug(cfg["debug"])
-        self._io.start()
-        if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
-            self._log.warning("No bootstrap.servers configured: nothing will be delivered")
+        self._start_client()
 
     # -- the API -------------------------------------------------------------------------
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
@@ -225,30 +204,8 @@ class Producer:
         self._shutdown()
         return left
 
-    def _shutdown(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _on_shutdown(self) -> None:
         self.produce = _closed_produce  # type: ignore[method-assign]
-        stop_client(self._io, self._cluster)
-
-    def __enter__(self) -> "Producer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            if self._io.in_thread():
-                # Collected on its own I/O thread (a cycle the collector found there):
-                # it cannot wait for itself; the loop ends after this turn.
-                self._closed = True
-                self._io.stop(0)
-            else:
-                self._shutdown()
-        except Exception:
-            pass
 
     # -- reports -------------------------------------------------------------------------
     def _serve(self) -> int:

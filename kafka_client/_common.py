@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, TypeVar
 
 from kafka_client._cluster.cluster import Cluster
 from kafka_client._net.io_thread import IOThread
-from kafka_client.config import ClientConfig
+from kafka_client.config import ClientConfig, describe
 from kafka_client.errors import KafkaException
 
 __all__ = ["ClientBase", "make_config", "apply_debug", "call_safely", "serve_errors",
@@ -56,8 +56,6 @@ def apply_debug(contexts: Sequence[str]) -> None:
 def _kwarg_name(name: str) -> str:
     """A keyword argument's property name: as given if it is one (``log_level``,
     ``on_delivery``), else with underscores as dots (``linger_ms`` -> ``linger.ms``)."""
-    from kafka_client.config import describe
-
     try:
         describe(name)
         return name

@@ -25,6 +25,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tu
 from kafka_client._cluster.cluster import _wait_interruptibly
 from kafka_client._cluster.metadata import ClusterMetadata
 from kafka_client._common import ClientBase, serve_errors
+from kafka_client.consumer.arrow import to_record_batch
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
     EARLIEST_TIMESTAMP,
@@ -303,8 +304,6 @@ class Consumer(ClientBase):
         stored offsets advance as with consume(). Error events that consume() would return
         are raised as KafkaException (after the rows before them were returned);
         _PARTITION_EOF events are not reported here. Needs pyarrow."""
-        from kafka_client.consumer.arrow import to_record_batch
-
         self._check_open()
         if isinstance(max_records, bool) or not isinstance(max_records, int) \
                 or not 1 <= max_records <= _MAX_CONSUME:

@@ -520,7 +520,7 @@ class Fetcher:
         self._busy_nodes.discard(node)
         now = time.monotonic()
         md = self.cluster.metadata
-        if err is None and getattr(resp, "error_code", 0):
+        if err is None and getattr(resp, "error_code", ErrorCode.NONE):
             err = KafkaError(resp.error_code, "Fetch")
         if err is not None:
             with self.lock:

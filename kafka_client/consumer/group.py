@@ -48,7 +48,16 @@ from kafka_client.consumer.assignors import (
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 from kafka_proto.errors import ErrorCode
-from kafka_proto.messages import ApiKey
+from kafka_proto.messages import (
+    ApiKey,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 
 __all__ = ["GroupCoordinator", "GroupMetadata", "GroupMember", "OffsetStore"]
 
@@ -470,8 +479,6 @@ class GroupCoordinator:
         return self.cluster.coordinator_connection(self.coord_id)
 
     def _find_coordinator(self) -> None:
-        from kafka_proto.messages import FindCoordinatorRequest
-
         conn = self.cluster._ready_conn()
         if conn is None:
             self.cluster._kick_connect(time.monotonic())
@@ -630,8 +637,6 @@ class GroupCoordinator:
         self.io.wake()
 
     def _start_join(self, now: float) -> None:
-        from kafka_proto.messages import JoinGroupRequest
-
         topics = self._subscribed_topics()
         if topics is None:
             self.cluster.metadata.request(None)
@@ -756,8 +761,6 @@ class GroupCoordinator:
             _log.exception("group %s: assignor %s failed", self.group_id, assignor.name)
             self.deliver_error(KafkaError(KafkaError._FAIL, f"assignor failed: {exc}"))
             plan = {m.member_id: [] for m in members}
-        from kafka_proto.messages import SyncGroupRequest
-
         assignments = [SyncGroupRequest.SyncGroupRequestAssignment(
             member_id=mid, assignment=encode_assignment(parts))
             for mid, parts in plan.items()]
@@ -768,8 +771,6 @@ class GroupCoordinator:
             self._lead(resp, token, waited)
 
     def _sync(self, assignments: List[Any], token: int) -> None:
-        from kafka_proto.messages import SyncGroupRequest
-
         req = SyncGroupRequest(group_id=self.group_id, generation_id=self.generation,
                                member_id=self.member_id, group_instance_id=self.instance_id,
                                protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol_name,
@@ -848,8 +849,6 @@ class GroupCoordinator:
 
     # -- heartbeats and losing the membership ------------------------------------------------
     def _send_heartbeat(self, now: float) -> None:
-        from kafka_proto.messages import HeartbeatRequest
-
         conn = self._coord_conn()
         if conn is None:
             return
@@ -915,8 +914,6 @@ class GroupCoordinator:
         self._rejoin_after = float("inf")
 
     def _leave(self, reason: str, done: Optional[threading.Event] = None) -> None:
-        from kafka_proto.messages import LeaveGroupRequest
-
         if not self.member_id or self.instance_id is not None or self.coord_id is None:
             # Static members keep their place until session.timeout.ms (KIP-345).
             if done is not None:
@@ -970,8 +967,6 @@ class GroupCoordinator:
     def _commit(self, offsets: List[Tuple[str, int, int, Optional[str], int]],
                 done: Callable[[Optional[KafkaError], List[TopicPartition]], None],
                 deadline: float) -> None:
-        from kafka_proto.messages import OffsetCommitRequest
-
         by_topic: Dict[str, List[Any]] = {}
         for topic, p, off, meta, epoch in offsets:
             by_topic.setdefault(topic, []).append(OffsetCommitRequest.OffsetCommitRequestPartition(
@@ -1049,8 +1044,6 @@ class GroupCoordinator:
 
     def _offset_fetch(self, keys: List[Key],
                       done: Callable[..., None], deadline: float) -> None:
-        from kafka_proto.messages import OffsetFetchRequest
-
         by_topic: Dict[str, List[int]] = {}
         for t, p in keys:
             by_topic.setdefault(t, []).append(p)

@@ -445,3 +445,28 @@ def test_leader_in_reconnect_backoff_wakes_the_loop_when_the_backoff_ends():
     nxt = sender.tick(now)
     assert not c.sent and len(t.parts[0].ready) == 1
     assert nxt is not None and now < nxt <= now + 0.05
+
+
+def test_a_request_carries_at_most_message_max_bytes_of_batches():
+    """librdkafka's message.max.bytes is the largest request: batches of several
+    partitions that do not fit together go out in more requests (one batch always
+    goes, however big)."""
+    acc, sender, conns, reports, t = setup(partitions=(1, 1, 1, 1), **{
+        "message.max.bytes": 1000, "batch.size": 5000})
+    for p in range(4):
+        acc.produce("t", b"x" * 300, partition=p)
+    acc.produce("t", b"y" * 900, partition=0)    # partition 0's batch: over 1,200 bytes
+    run(sender, 0.001)
+    c = conns[1]
+    per_request = [sorted((pd.index, len(pd.records)) for td in req.topic_data
+                          for pd in td.partition_data) for req, _, _ in c.sent]
+    assert sorted(i for r in per_request for i, _ in r) == [0, 1, 2, 3]
+    big = [r for r in per_request if r[0][0] == 0]
+    assert big == [[(0, big[0][0][1])]] and big[0][0][1] > 1000     # alone
+    small = [r for r in per_request if r[0][0] != 0]
+    assert sorted(len(r) for r in small) == [1, 2]  # ~370 bytes each: two fit in 1,000
+    assert all(sum(n for _, n in r) <= 1000 for r in small)
+    c.answer(0)
+    c.answer(0)
+    c.answer(0)
+    assert sorted(r.batch.part.index for r in reports if r.error is None) == [0, 1, 2, 3]

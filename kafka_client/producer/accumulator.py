@@ -31,13 +31,23 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Set, Tuple
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Set,
+    Tuple,
+)
 
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer._core import (
     AccumulatorCore,
     Batch,
-    DeliveryCallback,
     PartitionState,
     PendingMessage,
     TopicState,
@@ -46,8 +56,8 @@ from kafka_client.producer.partitioners import TopicPartitioner
 from kafka_proto.errors import ErrorCode
 from kafka_proto.records import RecordBatchBuilder
 
-__all__ = ["Accumulator", "Batch", "DeliveryCallback", "PartitionState", "PendingMessage",
-           "TopicState", "Unplaced", "Removed", "Readiness", "COMPRESSION_IDS"]
+__all__ = ["Accumulator", "Batch", "PartitionState", "PendingMessage", "TopicState",
+           "Unplaced", "Removed", "Readiness", "COMPRESSION_IDS"]
 
 COMPRESSION_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -61,44 +71,31 @@ BATCH_OVERHEAD = 61
 _KEYED_ONLY = ("consistent", "murmur2", "fnv1a")
 
 
-class Unplaced:
+class Unplaced(NamedTuple):
     """Messages that waited for their topic's metadata and fail with ``error`` (the topic
     does not exist, they timed out, the partition they named is not there, a purge)."""
 
-    __slots__ = ("topic", "error", "messages")
-
-    def __init__(self, topic: str, error: KafkaError, messages: List[PendingMessage]) -> None:
-        self.topic = topic
-        self.error = error
-        self.messages = messages
-
-    def __repr__(self) -> str:
-        return f"Unplaced({self.topic!r}, {self.error!r}, {len(self.messages)} messages)"
+    topic: str
+    error: KafkaError
+    messages: List[PendingMessage]
 
 
-class Removed:
+class Removed(NamedTuple):
     """What :meth:`Accumulator.expire` or :meth:`Accumulator.purge` took out of the
     queues, for the sender to report: whole batches, and messages that never had one."""
 
-    __slots__ = ("batches", "unplaced")
-
-    def __init__(self, batches: List[Batch], unplaced: List[Unplaced]) -> None:
-        self.batches = batches
-        self.unplaced = unplaced
+    batches: List[Batch]
+    unplaced: List[Unplaced]
 
 
-class Readiness:
+class Readiness(NamedTuple):
     """The answer of :meth:`Accumulator.ready`: the nodes that lead a partition with a
     batch to send now, the earliest time a waiting retry becomes sendable, and the
     topics with a ready partition whose leader is not known."""
 
-    __slots__ = ("nodes", "next_retry", "no_leader")
-
-    def __init__(self, nodes: Set[int], next_retry: Optional[float],
-                 no_leader: Set[str]) -> None:
-        self.nodes = nodes
-        self.next_retry = next_retry
-        self.no_leader = no_leader
+    nodes: Set[int]
+    next_retry: Optional[float]
+    no_leader: Set[str]
 
 
 class Accumulator(AccumulatorCore):
@@ -136,7 +133,7 @@ class Accumulator(AccumulatorCore):
         self.msg_bytes = 0
         self._ready_parts: Set[PartitionState] = set()
         self._open_order: Deque[Tuple[float, Batch]] = deque()  # (linger deadline, batch)
-        self.pending_topics: Set[TopicState] = set()  # (core field) topics with pending
+        self.pending_topics: Set[TopicState] = set()  # topics with messages in pending
         #: set by flush(): every batch closes at once, linger or not
         self.flushing = False
         self._wake = wake                # wake(deadline): tell the I/O thread

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 
 from kafka_client._cluster.metadata import REFRESH_ERRORS
 from kafka_client._net.connection import DISCONNECTED
@@ -50,7 +50,7 @@ _SEQUENCE_ERRORS = (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PR
                     ErrorCode.INVALID_PRODUCER_EPOCH)
 
 
-class Report:
+class Report(NamedTuple):
     """A delivery report, queued for the application thread: the outcome of a batch, or
     of messages that never had one (``batch`` None, ``messages`` set).
 
@@ -58,23 +58,13 @@ class Report:
     broker's log-append time (-1: the messages' create time stands), ``status``
     librdkafka's persistence status (NOT_PERSISTED, POSSIBLY_PERSISTED, PERSISTED)."""
 
-    __slots__ = ("batch", "error", "base_offset", "append_time", "status", "messages",
-                 "topic")
-
-    def __init__(self, batch: Optional[Batch], error: Optional[KafkaError], base_offset: int,
-                 append_time: int, status: int, messages: Optional[List[PendingMessage]],
-                 topic: str) -> None:
-        self.batch = batch
-        self.error = error
-        self.base_offset = base_offset
-        self.append_time = append_time
-        self.status = status
-        self.messages = messages
-        self.topic = topic
-
-    def __repr__(self) -> str:
-        what = self.batch if self.batch is not None else f"{len(self.messages or ())} msgs"
-        return f"Report({what}, {self.error!r}, offset {self.base_offset})"
+    batch: Optional[Batch]
+    error: Optional[KafkaError]
+    base_offset: int
+    append_time: int
+    status: int
+    messages: Optional[List[PendingMessage]]
+    topic: str
 
 
 class Sender:

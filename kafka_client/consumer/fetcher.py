@@ -371,8 +371,9 @@ class Fetcher:
                     if part.version != versions[part.key] or not part.assigned:
                         continue
                     part.resolving = False
-                    off, _ts, err = results.get(part.key) or _lookup_failed(KafkaError(
+                    found = results.get(part.key) or _lookup_failed(KafkaError(
                         KafkaError._TIMED_OUT, "no answer"))
+                    off, err = found.offset, found.error
                     if err is not None or off < 0:
                         part.backoff_until = t + self.retry_backoff
                         if err is not None and not err.retriable():

@@ -11,65 +11,52 @@
 
 The I/O thread fetches (see :mod:`kafka_client.consumer.fetcher`) and queues raw record
 batches; :meth:`Consumer.poll` and :meth:`Consumer.consume` decode them into
-:class:`~kafka_client.types.Message` objects on the calling thread, and run the callbacks
-(errors, statistics, rebalances, commit results) there, as librdkafka does.
+:class:`~kafka_client.types.Message` objects on the calling thread (see
+:mod:`kafka_client.consumer.decode`), and run the callbacks (errors, statistics,
+rebalances, commit results) there, as librdkafka does.
 """
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
-from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
+from kafka_client._cluster.cluster import _wait_interruptibly
 from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import apply_debug, make_config, serve_errors, stop_client
-from kafka_client._net.io_thread import IOThread
+from kafka_client._common import ClientBase, serve_errors
+from kafka_client.consumer.arrow import to_record_batch
+from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
     OFFSET_TAIL_BASE,
+    READ_UNCOMMITTED,
     Chunk,
     Event,
     Fetcher,
+    OffsetLookup,
     PartitionState,
 )
+from kafka_client.consumer.group import GroupCoordinator
 from kafka_client.errors import KafkaError, KafkaException
-from kafka_proto.errors import KafkaProtocolError
-from kafka_proto.records import ColumnBuilder, RecordFactory
 from kafka_client.types import (
     OFFSET_INVALID,
     OFFSET_STORED,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
-    TIMESTAMP_NOT_AVAILABLE,
     Message,
     TopicPartition,
 )
+from kafka_proto.errors import KafkaProtocolError
+from kafka_proto.records import ColumnBuilder
 
 __all__ = ["Consumer"]
 
-_log = logging.getLogger("kafka_client.consumer")
-
-#: the codec fills Message objects straight from the record bytes (no Record in between)
-_MESSAGES = RecordFactory(
-    Message, offset="_offset", key="_key", value="_value", headers="_headers",
-    timestamp="_timestamp", topic="_topic", partition="_partition",
-    leader_epoch="_leader_epoch",
-    timestamp_types=(TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME),
-    constants={"_error": None, "_latency": None})
-
-#: Decompressed bytes one fetched chunk may take while it is decoded: past them (its
-#: first batch is always decoded) the rest of the chunk is fetched again, so memory follows
-#: what the application takes, not what a response can expand to (a hostile 2 kB zstd
-#: batch holds 60 MiB, and a 1 MiB fetch holds 500 of them).
-CHUNK_DECOMPRESSED_BUDGET = 64 << 20
-
-_instances = 0
 _MAX_CONSUME = 1000000  # librdkafka's limit for one consume() call
-_ABORT = 0              # ControlRecordType.ABORT
 
 
-class Consumer:
+class Consumer(ClientBase):
     """A Kafka consumer configured with librdkafka property names.
 
     ``Consumer(config)``; ``config`` may also be given as keyword arguments with
@@ -78,15 +65,11 @@ class Consumer:
     for manual assignment.
     """
 
+    _role = "consumer"
+    _work = "consumed"
+
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
-        global _instances
-        self._closed = True
-        self._config = cfg = make_config(config, kwargs, "consumer")
-        logger = cfg["logger"]
-        self._log = logger if logger is not None else _log
-        _instances += 1
-        self._io = IOThread(name=f"kafka-consumer-{_instances}")
-        self._cluster = Cluster(cfg, self._io)
+        cfg = self._init_client(config, kwargs)
         self._queue: Deque[Any] = deque()
         self._ready = threading.Event()
         # The I/O thread's callbacks hold the queue and the event, never the Consumer: an
@@ -101,22 +84,14 @@ class Consumer:
         self._columns: Optional[ColumnBuilder] = None  # reused by consume_arrow()
         self._auto_store = bool(cfg["enable.auto.offset.store"])
         self._assign_ops = 0  # assign()-family calls (rebalance callbacks are checked for them)
-        self._error_cb: Optional[Callable] = cfg["error_cb"]
-        self._stats_cb: Optional[Callable] = cfg["stats_cb"]
         self._group_id: Optional[str] = cfg["group.id"]
         self._group: Any = None
         if self._group_id:
-            from kafka_client.consumer.group import GroupCoordinator
-
             self._group = GroupCoordinator(cfg, self._cluster, self._io, self._fetcher,
                                            self._ready.set,
                                            _error_deliverer(self._lock, deliver))
             self._fetcher.committed_lookup = self._group.lookup_committed
-        apply_debug(cfg["debug"])
-        self._closed = False
-        self._io.start()
-        if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
-            self._log.warning("No bootstrap.servers configured: nothing will be consumed")
+        self._start_client()
 
     # -- plumbing ----------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -329,8 +304,6 @@ class Consumer:
         stored offsets advance as with consume(). Error events that consume() would return
         are raised as KafkaException (after the rows before them were returned);
         _PARTITION_EOF events are not reported here. Needs pyarrow."""
-        from kafka_client.consumer.arrow import to_record_batch
-
         self._check_open()
         if isinstance(max_records, bool) or not isinstance(max_records, int) \
                 or not 1 <= max_records <= _MAX_CONSUME:
@@ -402,13 +375,13 @@ class Consumer:
                     continue
             before = len(cols)
             try:
-                done = _decode_columns(item, cols, n - before)
-            except (KafkaProtocolError, _BudgetSpent) as exc:
+                done = decode_columns(item, cols, n - before)
+            except (KafkaProtocolError, BudgetSpent) as exc:
                 with self._lock:
                     if queue and queue[0] is item:
                         queue.popleft()
                         self._fetcher.taken(item)
-                if isinstance(exc, _BudgetSpent):
+                if isinstance(exc, BudgetSpent):
                     self._refetch(item, exc.offset)
                 else:
                     self._decode_failed(item, cols.last_offset + 1 if len(cols) > before
@@ -467,10 +440,10 @@ class Consumer:
                 continue
             msgs: List[Message] = []
             try:
-                _decode_chunk(item, msgs)
+                decode_chunk(item, msgs)
             except KafkaProtocolError as exc:
                 self._decode_failed(item, msgs[-1]._offset + 1 if msgs else item.start, exc)
-            except _BudgetSpent as cut:
+            except BudgetSpent as cut:
                 self._refetch(item, cut.offset)
             self._buf = msgs
             self._buf_pos = 0
@@ -509,7 +482,7 @@ class Consumer:
     def _serve(self) -> None:
         serve_errors(self._cluster, self._error_cb, self._log)
         if self._group is not None:
-            self._group.serve(self)
+            self._group.serve(_Member(self))
 
     # -- offsets and metadata ------------------------------------------------------------
     def get_watermark_offsets(self, partition: TopicPartition, timeout: Optional[float] = None,
@@ -525,10 +498,10 @@ class Consumer:
                     return OFFSET_INVALID, OFFSET_INVALID
                 return (part.log_start if part.log_start >= 0 else OFFSET_INVALID), part.hw
         key = (tp.topic, tp.partition)
-        low = self._list_offsets({key: -2}, timeout, 0)[key]
-        high = self._list_offsets({key: -1}, timeout,
-                                  1 if self._fetcher.read_committed else 0)[key]
-        return low[0], high[0]
+        low = self._list_offsets({key: EARLIEST_TIMESTAMP}, timeout, READ_UNCOMMITTED)[key]
+        high = self._list_offsets({key: LATEST_TIMESTAMP}, timeout,
+                                  self._fetcher.isolation_level)[key]
+        return low.offset, high.offset
 
     def offsets_for_times(self, partitions: Sequence[TopicPartition],
                           timeout: Optional[float] = None) -> List[TopicPartition]:
@@ -537,24 +510,24 @@ class Consumer:
         self._check_open()
         tps = _check_partitions(partitions, "offsets_for_times")
         want = {(tp.topic, tp.partition): tp.offset for tp in tps}
-        got = self._list_offsets(want, timeout, 1 if self._fetcher.read_committed else 0)
+        got = self._list_offsets(want, timeout, self._fetcher.isolation_level)
         out = []
         for tp in tps:
-            off, _ts, err = got[(tp.topic, tp.partition)]
-            res = TopicPartition(tp.topic, tp.partition, off)
-            if err is not None:
-                res._set_error(err)
+            found = got[(tp.topic, tp.partition)]
+            res = TopicPartition(tp.topic, tp.partition, found.offset)
+            if found.error is not None:
+                res._set_error(found.error)
             out.append(res)
         return out
 
     def _list_offsets(self, want: Dict[Tuple[str, int], int], timeout: Optional[float],
-                      isolation: int) -> Dict[Tuple[str, int], Tuple[int, int, Any]]:
+                      isolation: int) -> Dict[Tuple[str, int], OffsetLookup]:
         """ListOffsets from the application thread, retried on leader errors until
         ``timeout`` (None: socket.timeout.ms); raises on failure."""
         if timeout is None or timeout < 0:
             timeout = self._cluster.settings.request_timeout
         deadline = time.monotonic() + timeout
-        results: Dict[Tuple[str, int], Tuple[int, int, Any]] = {}
+        results: Dict[Tuple[str, int], OffsetLookup] = {}
         pending = dict(want)
         self._io.call_soon(self._cluster.want_topics, sorted({k[0] for k in want}))
         while True:
@@ -572,8 +545,8 @@ class Consumer:
                 break
             res = box[0]
             results.update(res)
-            pending = {key: pending[key] for key, (_o, _t, err) in res.items()
-                       if err is not None and err.retriable()}
+            pending = {key: pending[key] for key, found in res.items()
+                       if found.error is not None and found.error.retriable()}
             if not pending:
                 break
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
@@ -582,13 +555,13 @@ class Consumer:
         if len(results) < len(want) or pending:
             missing = [k for k in want if k not in results or k in pending]
             last = results.get(missing[0]) if missing else None
-            if last is not None and last[2] is not None:
-                raise KafkaException(last[2])
+            if last is not None and last.error is not None:
+                raise KafkaException(last.error)
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                             f"ListOffsets timed out after {timeout:g}s"))
-        for key, (_off, _ts, err) in results.items():
-            if err is not None and len(want) == 1:
-                raise KafkaException(err)
+        for found in results.values():
+            if found.error is not None and len(want) == 1:
+                raise KafkaException(found.error)
         return results
 
     def list_topics(self, topic: Optional[str] = None,
@@ -621,7 +594,7 @@ class Consumer:
 
     def unsubscribe(self) -> None:
         """Leave the group's subscription (partitions are revoked)."""
-        self._need_group("unsubscribe()").unsubscribe(self)
+        self._need_group("unsubscribe()").unsubscribe(_Member(self))
 
     def store_offsets(self, message: Optional[Message] = None,
                       offsets: Optional[Sequence[TopicPartition]] = None) -> None:
@@ -667,23 +640,11 @@ class Consumer:
         elif offsets is not None:
             tps = _check_partitions(offsets, "commit")
         else:
-            tps = self._stored_offsets()
+            tps = self._fetcher.stored_offsets()
             if not tps:
                 raise KafkaException(KafkaError(KafkaError._NO_OFFSET,
                                                 "commit(): no stored offsets to commit"))
         return group.commit(tps, asynchronous)
-
-    def _stored_offsets(self) -> List[TopicPartition]:
-        """Stored offsets beyond the last commit (see PartitionState.commit_due)."""
-        out = []
-        with self._lock:
-            for part in self._fetcher.parts.values():
-                if part.commit_due():
-                    out.append(TopicPartition(part.topic, part.partition, part.stored,
-                                              part.stored_metadata,
-                                              part.stored_epoch if part.stored_epoch >= 0
-                                              else None))
-        return out
 
     def committed(self, partitions: Sequence[TopicPartition],
                   timeout: Optional[float] = None) -> List[TopicPartition]:
@@ -709,35 +670,46 @@ class Consumer:
             return
         if self._group is not None:
             try:
-                self._group.close(self)
+                self._group.close(_Member(self))
             except Exception:  # best effort: closing must not fail
                 self._log.exception("leaving the group failed")
         self._shutdown()
 
-    def _shutdown(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        stop_client(self._io, self._cluster, first=self._fetcher.close)
+    def _on_shutdown(self) -> Callable[[], None]:
+        # Dropped without close() the same happens, and only this: no LeaveGroup (the
+        # group notices at session.timeout.ms), stored offsets not committed.
+        return self._fetcher.close
 
-    def __enter__(self) -> "Consumer":
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+class _Member:
+    """The consumer as its group sees it (:class:`~kafka_client.consumer.group.GroupMember`),
+    made for each call into the group: the group never keeps the consumer."""
 
-    def __del__(self) -> None:
-        # Dropped without close(): connections closed, no LeaveGroup (the group notices
-        # at session.timeout.ms), stored offsets not committed.
-        try:
-            if self._io.in_thread():
-                # Collected on its own I/O thread: it cannot wait for itself.
-                self._closed = True
-                self._io.stop(0)
-            else:
-                self._shutdown()
-        except Exception:
-            pass
+    __slots__ = ("consumer",)
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+
+    def assigned(self) -> Set[Tuple[str, int]]:
+        return self.consumer._fetcher.assigned_keys()
+
+    def assignment_changes(self) -> int:
+        return self.consumer._assign_ops
+
+    def stored_offsets(self) -> List[TopicPartition]:
+        return self.consumer._fetcher.stored_offsets()
+
+    def assign(self, partitions: List[TopicPartition]) -> None:
+        self.consumer.assign(partitions)
+
+    def unassign(self) -> None:
+        self.consumer.unassign()
+
+    def incremental_assign(self, partitions: List[TopicPartition]) -> None:
+        self.consumer.incremental_assign(partitions)
+
+    def incremental_unassign(self, partitions: List[TopicPartition]) -> None:
+        self.consumer.incremental_unassign(partitions)
 
 
 def _deliverer(queue: Deque[Any], ready: threading.Event) -> Callable[[Any], None]:
@@ -775,109 +747,3 @@ def _check_partitions(partitions: Any, what: str) -> List[TopicPartition]:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
                                             f"{what}(): {tp.topic} has no partition number"))
     return list(partitions)
-
-
-class _BudgetSpent(Exception):
-    """A chunk's decompressed size passed CHUNK_DECOMPRESSED_BUDGET: fetch again from
-    ``offset`` (nothing before it is lost: those records were decoded)."""
-
-    def __init__(self, offset: int) -> None:
-        super().__init__(offset)
-        self.offset = offset
-
-
-def _data_batches(chunk: Chunk) -> Iterator[Any]:
-    """The batches of a chunk whose records go to the application, in order: control
-    batches and (read_committed) aborted transactions left out, and batches that end
-    before the chunk's start. Always walks the chunk from its first batch, so the abort
-    markers are seen in order however often a chunk is resumed."""
-    start = chunk.start
-    aborted = chunk.aborted
-    ai = 0
-    aborting: set = set()
-    for batch in chunk.batches:
-        if aborted is not None:
-            last = batch.last_offset
-            while ai < len(aborted) and aborted[ai][0] <= last:
-                aborting.add(aborted[ai][1])
-                ai += 1
-        if batch.is_control:
-            if aborting:
-                ctrl = batch.control_record()
-                if ctrl is not None and ctrl.type == _ABORT:
-                    aborting.discard(batch.producer_id)
-            continue
-        if aborting and batch.is_transactional and batch.producer_id in aborting:
-            continue
-        if batch.last_offset >= start:
-            yield batch
-
-
-def _legacy_rows(batch: Any, start: int) -> Iterator[Tuple[int, Any, Any, Tuple[int, int]]]:
-    """(offset, key, value, timestamp) of a legacy (magic 0/1) batch's records."""
-    for r in batch:
-        off = r.offset
-        if off < start:
-            continue  # before the start, or not above the record before (hostile)
-        start = off + 1
-        tt = r.timestamp_type
-        ts = (TIMESTAMP_NOT_AVAILABLE, -1) if tt < 0 else \
-            (TIMESTAMP_LOG_APPEND_TIME if tt == 1 else TIMESTAMP_CREATE_TIME, r.timestamp)
-        yield off, r.key, r.value, ts
-
-
-def _decode_chunk(chunk: Chunk, out: List[Message]) -> None:
-    """Append the messages of a chunk to ``out``, in offset order (see _data_batches); on
-    a malformed record, raises with the messages before it in ``out``."""
-    part = chunk.part
-    topic = part.topic
-    partition = part.partition
-    start = chunk.start
-    used = 0
-    for batch in _data_batches(chunk):
-        if used > CHUNK_DECOMPRESSED_BUDGET:
-            raise _BudgetSpent(start)
-        before = len(out)
-        if batch.magic >= 2:
-            batch.decode_into(out, _MESSAGES, topic, partition, start,
-                              batch.partition_leader_epoch)
-        else:
-            for off, key, value, ts in _legacy_rows(batch, start):
-                out.append(Message(topic, partition, off, key, value, None, None, ts, None,
-                                   -1))
-        if len(out) > before:
-            # Offsets only go up, across batches too: a record at or below one already
-            # handed out is skipped (hostile input; the Java client's rule).
-            start = out[-1]._offset + 1
-        used += batch.decompressed_size if batch.magic >= 2 else 0
-
-
-def _decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:
-    """Add up to ``limit`` rows of a chunk to ``cols``; True when the chunk is used up
-    (else ``chunk.start`` moved past what was added)."""
-    part = chunk.part
-    start = chunk.start
-    cols.set_source(part.topic, part.partition)
-    left = limit
-    used = 0
-    for batch in _data_batches(chunk):
-        if used > CHUNK_DECOMPRESSED_BUDGET:
-            raise _BudgetSpent(start)
-        before = left
-        if batch.magic >= 2:
-            left -= batch.decode_columns(cols, start, left)
-        else:
-            for off, key, value, ts in _legacy_rows(batch, start):
-                if left <= 0:
-                    break
-                cols.append_row(off, ts[1], ts[0], key, value)
-                left -= 1
-        if left < before:
-            start = cols.last_offset + 1  # offsets only go up (see _decode_chunk)
-        used += batch.decompressed_size if batch.magic >= 2 else 0
-        if left <= 0:
-            # Full: resume after the last row next time (even if this batch looks done,
-            # its remaining records, if any, are still to be read, or to fail).
-            chunk.start = start
-            return False
-    return True

@@ -26,38 +26,40 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from kafka_client._net.connection import DISCONNECTED
 from kafka_client.errors import KafkaError
-from kafka_client.types import OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, Message
+from kafka_client.types import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_STORED,
+    Message,
+    TopicPartition,
+)
+from kafka_proto.errors import ErrorCode, KafkaProtocolError
+from kafka_proto.messages import ApiKey, FetchRequest, ListOffsetsRequest
+from kafka_proto.records import read_batches
 
-__all__ = ["Fetcher", "PartitionState", "Chunk", "Event", "OFFSET_TAIL_BASE"]
+__all__ = ["Fetcher", "PartitionState", "Chunk", "AbortedTransaction", "Event",
+           "OffsetLookup", "OFFSET_TAIL_BASE"]
 
 _log = logging.getLogger("kafka_client.consumer.fetcher")
 
-FETCH_KEY, LIST_OFFSETS_KEY = 1, 2
 #: librdkafka's logical "N messages before the end": OFFSET_TAIL_BASE - N
 OFFSET_TAIL_BASE = -2000
+#: ListOffsets' timestamps that ask for the log's start and end
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
+#: Fetch and ListOffsets isolation levels
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
-# Broker error codes the fetcher handles by name.
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-REPLICA_NOT_AVAILABLE = 9
-KAFKA_STORAGE_ERROR = 56
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-OFFSET_NOT_AVAILABLE = 78
-UNKNOWN_TOPIC_ID = 100
-INCONSISTENT_TOPIC_ID = 103
 #: errors that mean "the metadata is stale: find the leader again, then retry"
-LEADER_ERRORS = frozenset((UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
-                           NOT_LEADER_OR_FOLLOWER, REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR,
-                           FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE,
-                           UNKNOWN_TOPIC_ID, INCONSISTENT_TOPIC_ID))
+LEADER_ERRORS = frozenset((
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REPLICA_NOT_AVAILABLE,
+    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.INCONSISTENT_TOPIC_ID))
 
 TopicPartitionKey = Tuple[str, int]
 
@@ -132,18 +134,40 @@ class PartitionState:
                 f"reset={self.reset} app={self.app_pos} v{self.version})")
 
 
+class AbortedTransaction(NamedTuple):
+    """read_committed: a transaction a Fetch answer lists as aborted, from its producer's
+    first offset in the log (its records are skipped until that producer's ABORT)."""
+
+    first_offset: int
+    producer_id: int
+
+
+class OffsetLookup(NamedTuple):
+    """One partition's ListOffsets answer: the offset and its record's timestamp, or the
+    error (offset and timestamp -1)."""
+
+    offset: int
+    timestamp: int
+    error: Optional[KafkaError]
+
+
+def _lookup_failed(error: KafkaError) -> OffsetLookup:
+    return OffsetLookup(-1, -1, error)
+
+
 class Chunk:
     """Record batches fetched for one partition, queued for the application."""
 
     __slots__ = ("part", "version", "batches", "start", "aborted", "nbytes", "count")
 
     def __init__(self, part: PartitionState, version: int, batches: List[Any], start: int,
-                 aborted: Optional[List[Tuple[int, int]]], nbytes: int, count: int) -> None:
+                 aborted: Optional[List[AbortedTransaction]], nbytes: int,
+                 count: int) -> None:
         self.part = part
         self.version = version
         self.batches = batches   # RecordBatch / LegacyBatch objects (headers parsed)
         self.start = start       # skip records before this offset
-        self.aborted = aborted   # read_committed: sorted (first_offset, producer_id)
+        self.aborted = aborted   # read_committed: sorted by first offset
         self.nbytes = nbytes
         self.count = count
 
@@ -179,6 +203,7 @@ class Fetcher:
                                                   Callable[[Optional[Dict]], None]],
                                                  None]] = None
         self.read_committed = config["isolation.level"] == "read_committed"
+        self.isolation_level = READ_COMMITTED if self.read_committed else READ_UNCOMMITTED
         self.partition_eof = bool(config["enable.partition.eof"])
         self.reset_policy = config["auto.offset.reset"]
         self.max_wait_ms = int(config["fetch.wait.max.ms"])
@@ -334,20 +359,21 @@ class Fetcher:
         versions = {}
         with self.lock:
             for part in parts:
-                ts = -2 if part.reset == OFFSET_BEGINNING else -1
+                ts = EARLIEST_TIMESTAMP if part.reset == OFFSET_BEGINNING else LATEST_TIMESTAMP
                 want[part.key] = ts
                 versions[part.key] = part.version
                 part.resolving = True
 
-        def done(results: Dict[TopicPartitionKey, Tuple[int, int, Optional[KafkaError]]]) -> None:
+        def done(results: Dict[TopicPartitionKey, OffsetLookup]) -> None:
             t = time.monotonic()
             with self.lock:
                 for part in parts:
                     if part.version != versions[part.key] or not part.assigned:
                         continue
                     part.resolving = False
-                    off, _ts, err = results.get(part.key, (-1, -1, KafkaError(
-                        KafkaError._TIMED_OUT, "no answer")))
+                    found = results.get(part.key) or _lookup_failed(KafkaError(
+                        KafkaError._TIMED_OUT, "no answer"))
+                    off, err = found.offset, found.error
                     if err is not None or off < 0:
                         part.backoff_until = t + self.retry_backoff
                         if err is not None and not err.retriable():
@@ -362,26 +388,22 @@ class Fetcher:
                     part.app_pos = off
             self.kick()
 
-        self.list_offsets(want, done, timeout=None,
-                          isolation=1 if self.read_committed else 0)
+        self.list_offsets(want, done, timeout=None, isolation=self.isolation_level)
 
     def list_offsets(self, want: Dict[TopicPartitionKey, int],
-                     done: Callable[[Dict[TopicPartitionKey, Tuple[int, int,
-                                                                   Optional[KafkaError]]]],
-                                    None],
-                     timeout: Optional[float], isolation: int = 0) -> None:
-        """I/O thread: ListOffsets for ``{(topic, partition): timestamp}`` (-2 earliest,
-        -1 latest, else a time in ms), sent to each partition's leader; ``done`` gets
-        ``{key: (offset, timestamp, error)}`` once every leader answered or failed."""
-        from kafka_proto.messages import ListOffsetsRequest
-
+                     done: Callable[[Dict[TopicPartitionKey, OffsetLookup]], None],
+                     timeout: Optional[float], isolation: int = READ_UNCOMMITTED) -> None:
+        """I/O thread: ListOffsets for ``{(topic, partition): timestamp}``
+        (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, else a time in ms), sent to each
+        partition's leader; ``done`` gets ``{key: OffsetLookup}`` once every leader
+        answered or failed."""
         md = self.cluster.metadata
-        results: Dict[TopicPartitionKey, Tuple[int, int, Optional[KafkaError]]] = {}
+        results: Dict[TopicPartitionKey, OffsetLookup] = {}
         by_node: Dict[int, Dict[str, List[Tuple[int, int]]]] = {}
         for (topic, p), ts in want.items():
             leader = md.leader(topic, p)
             if leader < 0:
-                results[(topic, p)] = (-1, -1, KafkaError(
+                results[(topic, p)] = _lookup_failed(KafkaError(
                     KafkaError.LEADER_NOT_AVAILABLE, f"{topic} [{p}]: leader not known"))
                 self.cluster.want_topics([topic])
                 md.request([topic], fast=True)
@@ -397,7 +419,7 @@ class Fetcher:
             if err is not None:
                 for topic, plist in node_parts.items():
                     for p, _ in plist:
-                        results[(topic, p)] = (-1, -1, err)
+                        results[(topic, p)] = _lookup_failed(err)
             else:
                 seen = set()
                 for t in resp.topics:
@@ -409,13 +431,13 @@ class Fetcher:
                                            f"[{pr.partition_index}]")
                             if pr.error_code in LEADER_ERRORS:
                                 md.mark_stale(t.name)
-                            results[key] = (-1, -1, e)
+                            results[key] = _lookup_failed(e)
                         else:
-                            results[key] = (pr.offset, pr.timestamp, None)
+                            results[key] = OffsetLookup(pr.offset, pr.timestamp, None)
                 for topic, plist in node_parts.items():
                     for p, _ in plist:
                         if (topic, p) not in seen:
-                            results[(topic, p)] = (-1, -1, KafkaError(
+                            results[(topic, p)] = _lookup_failed(KafkaError(
                                 KafkaError._BAD_MSG, f"ListOffsets: no answer for {topic} [{p}]"))
             pending[0] -= 1
             if pending[0] == 0:
@@ -434,7 +456,7 @@ class Fetcher:
                         partition_index=p, timestamp=ts, current_leader_epoch=-1)
                         for p, ts in plist])
                     for topic, plist in topics.items()])
-            version = conn.versions.get(LIST_OFFSETS_KEY)
+            version = conn.versions.get(ApiKey.LIST_OFFSETS)
             if version is not None and version < 1:
                 answered(topics, None, KafkaError(KafkaError._UNSUPPORTED_FEATURE,
                                                   "broker supports only ListOffsets v0"))
@@ -444,10 +466,8 @@ class Fetcher:
 
     # -- fetching ------------------------------------------------------------------------
     def _send_fetch(self, conn: Any, parts: List[PartitionState]) -> None:
-        from kafka_proto.messages import FetchRequest
-
         md = self.cluster.metadata
-        version = conn.versions.get(FETCH_KEY)
+        version = conn.versions.get(ApiKey.FETCH)
         if version is None:
             return
         infos = {part.topic: md.topic(part.topic) for part in parts}
@@ -485,7 +505,7 @@ class Fetcher:
             return
         req = FetchRequest(
             replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
-            max_bytes=self.max_bytes, isolation_level=1 if self.read_committed else 0,
+            max_bytes=self.max_bytes, isolation_level=self.isolation_level,
             session_id=0, session_epoch=-1, topics=list(topics.values()),
             forgotten_topics_data=[], rack_id="")
         node = conn.node_id
@@ -501,7 +521,7 @@ class Fetcher:
         self._busy_nodes.discard(node)
         now = time.monotonic()
         md = self.cluster.metadata
-        if err is None and getattr(resp, "error_code", 0):
+        if err is None and getattr(resp, "error_code", ErrorCode.NONE):
             err = KafkaError(resp.error_code, "Fetch")
         if err is not None:
             with self.lock:
@@ -558,9 +578,6 @@ class Fetcher:
         batches: List[Any] = []
         count = 0
         if data is not None and len(data):
-            from kafka_proto.errors import KafkaProtocolError
-            from kafka_proto.records import read_batches
-
             try:
                 for batch in read_batches(data, self.check_crcs):
                     if batch.last_offset < new_pos:
@@ -625,7 +642,8 @@ class Fetcher:
         if self.read_committed:
             txns = getattr(pd, "aborted_transactions", None)
             if txns:
-                aborted = sorted((a.first_offset, a.producer_id) for a in txns)
+                aborted = sorted(AbortedTransaction(a.first_offset, a.producer_id)
+                                 for a in txns)
         nbytes = sum(b.size for b in batches)
         part.fetch_pos = new_pos
         part.queued_bytes += nbytes
@@ -634,7 +652,7 @@ class Fetcher:
 
     def _partition_error(self, part: PartitionState, code: int, now: float) -> None:
         md = self.cluster.metadata
-        if code == OFFSET_OUT_OF_RANGE:
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             _log.info("%s [%d]: offset %d out of range; applying auto.offset.reset=%s",
                       part.topic, part.partition, part.fetch_pos, self.reset_policy)
             self._apply_reset_policy(part, f"fetch offset {part.fetch_pos} is out of range")
@@ -642,7 +660,7 @@ class Fetcher:
         part.backoff_until = now + self.error_backoff
         if code in LEADER_ERRORS:
             md.mark_stale(part.topic, now)
-            if code == UNKNOWN_TOPIC_OR_PARTITION and part.last_error != code:
+            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and part.last_error != code:
                 self._report(part, KafkaError(code, f"{part.topic} [{part.partition}]"))
             part.last_error = code
             return
@@ -670,6 +688,28 @@ class Fetcher:
         fetch for the partition until the application takes some."""
         return part.queued_bytes >= self.queue_max_bytes \
             or part.queued_msgs >= self.queue_min_msgs
+
+    # -- offsets for the group (any thread) -------------------------------------------
+    def assigned_keys(self) -> Set[TopicPartitionKey]:
+        """The partitions assigned now."""
+        with self.lock:
+            return {key for key, part in self.parts.items() if part.assigned}
+
+    def stored_offsets(self) -> List[TopicPartition]:
+        """Stored offsets beyond the last commit (see PartitionState.commit_due)."""
+        with self.lock:
+            return [TopicPartition(part.topic, part.partition, part.stored,
+                                   part.stored_metadata,
+                                   part.stored_epoch if part.stored_epoch >= 0 else None)
+                    for part in self.parts.values() if part.commit_due()]
+
+    def set_committed(self, offsets: Dict[TopicPartitionKey, int]) -> None:
+        """These offsets are committed now (by the group)."""
+        with self.lock:
+            for key, offset in offsets.items():
+                part = self.parts.get(key)
+                if part is not None:
+                    part.committed = offset
 
     def close(self) -> None:
         self.closed = True

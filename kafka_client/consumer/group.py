@@ -10,6 +10,12 @@ The application thread sees the group only through :meth:`GroupCoordinator.serve
 then tells the I/O thread the application is done, so an eager rejoin waits for the
 revocation as librdkafka's does.
 
+The group and the consumer meet at two explicit interfaces: :class:`GroupMember`, what
+the consumer gives the group for each application-thread call (the assignment, stored
+offsets, assign/unassign; the group keeps none, because the I/O thread holds the group
+and must not hold the consumer), and :class:`OffsetStore`, the fetcher's positions as the
+I/O thread's auto-commit sees them.
+
 Rebalance protocols:
 
 * eager (range, roundrobin): on every rebalance the whole assignment is revoked first,
@@ -26,7 +32,7 @@ import re
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
 from kafka_client._cluster.cluster import _wait_interruptibly
 from kafka_client._common import call_safely
@@ -41,25 +47,29 @@ from kafka_client.consumer.assignors import (
 )
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.types import OFFSET_INVALID, TopicPartition
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import (
+    ApiKey,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 
-__all__ = ["GroupCoordinator", "GroupMetadata"]
+__all__ = ["GroupCoordinator", "GroupMetadata", "GroupMember", "OffsetStore"]
 
 _log = logging.getLogger("kafka_client.consumer.group")
 
-OFFSET_COMMIT_KEY, OFFSET_FETCH_KEY, FIND_COORDINATOR_KEY, LEAVE_GROUP_KEY = 8, 9, 10, 13
 PROTOCOL_TYPE = "consumer"
+#: FindCoordinator's key type of a consumer group (1 would be a transactional id)
+COORDINATOR_KEY_GROUP = 0
 
-# Broker error codes the group logic handles by name.
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-UNSTABLE_OFFSET_COMMIT = 88
-COORDINATOR_ERRORS = frozenset((COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR))
+#: errors that mean "find the coordinator again"
+COORDINATOR_ERRORS = frozenset((ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                ErrorCode.NOT_COORDINATOR))
 
 # Membership states.
 UNJOINED = "UNJOINED"          # not a member (or must join again)
@@ -69,6 +79,51 @@ SYNCING = "SYNCING"            # SyncGroup in flight (or the leader's assignment
 STABLE = "STABLE"              # member with an assignment; heartbeating
 
 Key = Tuple[str, int]
+
+
+class GroupMember(Protocol):
+    """What the group needs from its consumer on the application thread. The consumer
+    hands one to :meth:`GroupCoordinator.serve`, ``unsubscribe()`` and ``close()`` for
+    that call only."""
+
+    #: the first argument of the rebalance callbacks (the application's Consumer)
+    consumer: Any
+
+    def assigned(self) -> Set[Key]:
+        """The partitions assigned now."""
+        ...
+
+    def assignment_changes(self) -> int:
+        """How many assign()-family calls were made so far: a rebalance callback that
+        changed the assignment itself is not overridden."""
+        ...
+
+    def stored_offsets(self) -> List[TopicPartition]:
+        """Stored offsets beyond the last commit."""
+        ...
+
+    def assign(self, partitions: List[TopicPartition]) -> None: ...
+
+    def unassign(self) -> None: ...
+
+    def incremental_assign(self, partitions: List[TopicPartition]) -> None: ...
+
+    def incremental_unassign(self, partitions: List[TopicPartition]) -> None: ...
+
+
+class OffsetStore(Protocol):
+    """The positions the group commits from and records commits into (the fetcher;
+    any thread)."""
+
+    read_committed: bool
+
+    def stored_offsets(self) -> List[TopicPartition]:
+        """Stored offsets beyond the last commit."""
+        ...
+
+    def set_committed(self, offsets: Dict[Key, int]) -> None:
+        """These offsets are committed now."""
+        ...
 
 
 class GroupMetadata:
@@ -104,13 +159,13 @@ class _Pending:
 class GroupCoordinator:
     """Group membership and offsets for one consumer (I/O thread unless noted)."""
 
-    def __init__(self, config: Any, cluster: Any, io: Any, fetcher: Any,
+    def __init__(self, config: Any, cluster: Any, io: Any, offsets: OffsetStore,
                  wake_app: Callable[[], None],
                  deliver_error: Callable[[KafkaError], None]) -> None:
         self.config = config
         self.cluster = cluster
         self.io = io
-        self.fetcher = fetcher
+        self.offsets = offsets
         self.wake_app = wake_app
         self.deliver_error = deliver_error
         self.group_id: str = config["group.id"]
@@ -185,12 +240,13 @@ class GroupCoordinator:
         self.on_lost = on_lost
         self.io.call_soon(self._set_subscription, list(topics), regexes)
 
-    def unsubscribe(self, consumer: Any) -> None:
+    def unsubscribe(self, member: GroupMember) -> None:
         """Revoke (callback, commit with enable.auto.commit, unassign) on this thread,
         then leave the group."""
-        if self.patterns is not None and consumer._fetcher.parts:
-            tps = [TopicPartition(t, p) for (t, p) in sorted(consumer._fetcher.parts)]
-            self._run_revoke(consumer, tps, False)
+        assigned = member.assigned()
+        if self.patterns is not None and assigned:
+            tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
+            self._run_revoke(member, tps, False)
         done = threading.Event()
         self.io.call_soon(self._set_subscription, None, [], done)
         _wait_interruptibly(done, time.monotonic() + 5)
@@ -200,7 +256,7 @@ class GroupCoordinator:
         self.last_poll = time.monotonic()
         return not self.app_events and not self._poll_exceeded
 
-    def serve(self, consumer: Any) -> None:
+    def serve(self, member: GroupMember) -> None:
         """Run pending rebalance and commit callbacks (from poll()/consume())."""
         self.last_poll = time.monotonic()
         if self._poll_exceeded:
@@ -218,54 +274,55 @@ class GroupCoordinator:
                 if cb is not None:
                     call_safely(cb, ev[1], ev[2])
             elif kind == "revoke":
-                self._run_revoke(consumer, ev[1], ev[2])
+                self._run_revoke(member, ev[1], ev[2])
             elif kind == "assign":
-                self._run_assign(consumer, ev[1], ev[2])
+                self._run_assign(member, ev[1], ev[2])
 
-    def _run_revoke(self, consumer: Any, tps: List[TopicPartition], lost: bool) -> None:
+    def _run_revoke(self, member: GroupMember, tps: List[TopicPartition], lost: bool) -> None:
         cb = self.on_lost if lost and self.on_lost is not None else self.on_revoke
-        before = consumer._assign_ops
+        before = member.assignment_changes()
         if not lost and self.auto_commit:
             # Offsets processed so far are committed before the partitions go, as
             # librdkafka does with enable.auto.commit.
             try:
-                stored = [tp for tp in consumer._stored_offsets()
-                          if (tp.topic, tp.partition) in {(t.topic, t.partition) for t in tps}]
+                going = {(t.topic, t.partition) for t in tps}
+                stored = [tp for tp in member.stored_offsets()
+                          if (tp.topic, tp.partition) in going]
                 if stored:
                     self.commit(stored, asynchronous=False, timeout=5.0)
             except KafkaException as exc:
                 _log.info("commit before revoke failed: %s", exc)
         if cb is not None:
-            call_safely(cb, consumer, tps)
-        if consumer._assign_ops == before:
+            call_safely(cb, member.consumer, tps)
+        if member.assignment_changes() == before:
             if self.cooperative:
-                keep = [tp for tp in tps if (tp.topic, tp.partition) in consumer._fetcher.parts]
+                assigned = member.assigned()
+                keep = [tp for tp in tps if (tp.topic, tp.partition) in assigned]
                 if keep:
-                    consumer.incremental_unassign(keep)
+                    member.incremental_unassign(keep)
             else:
-                consumer.unassign()
+                member.unassign()
         self.io.call_soon(self._revoke_done)
 
-    def _run_assign(self, consumer: Any, tps: List[TopicPartition], token: int) -> None:
-        before = consumer._assign_ops
+    def _run_assign(self, member: GroupMember, tps: List[TopicPartition], token: int) -> None:
+        before = member.assignment_changes()
         cb = self.on_assign
         if cb is not None:
-            call_safely(cb, consumer, tps)
-        if consumer._assign_ops == before and token == self._op_token:
+            call_safely(cb, member.consumer, tps)
+        if member.assignment_changes() == before and token == self._op_token:
             if self.cooperative:
-                new = [tp for tp in tps if (tp.topic, tp.partition)
-                       not in consumer._fetcher.parts]
+                assigned = member.assigned()
+                new = [tp for tp in tps if (tp.topic, tp.partition) not in assigned]
                 if new:
-                    consumer.incremental_assign(new)
+                    member.incremental_assign(new)
             else:
-                consumer.assign(tps)
+                member.assign(tps)
         self.io.call_soon(self._assign_done)
 
     def commit(self, tps: List[TopicPartition], asynchronous: bool,
                timeout: Optional[float] = None) -> Optional[List[TopicPartition]]:
         """Commit offsets; see Consumer.commit."""
-        offsets = [(tp.topic, tp.partition, tp.offset, tp.metadata,
-                    tp.leader_epoch if tp.leader_epoch is not None else -1) for tp in tps]
+        offsets = _commit_entries(tps)
         for topic, p, off, _m, _e in offsets:
             if off < 0:
                 raise KafkaException(KafkaError(
@@ -331,13 +388,14 @@ class GroupCoordinator:
     def metadata(self) -> GroupMetadata:
         return GroupMetadata(self.group_id, self.generation, self.member_id, self.instance_id)
 
-    def close(self, consumer: Any) -> None:
+    def close(self, member: GroupMember) -> None:
         """Final commit, revoke callback, LeaveGroup (not for static members)."""
-        if self.patterns is not None and consumer._fetcher.parts:
-            tps = [TopicPartition(t, p) for (t, p) in sorted(consumer._fetcher.parts)]
-            self._run_revoke(consumer, tps, False)
+        assigned = member.assigned()
+        if self.patterns is not None and assigned:
+            tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
+            self._run_revoke(member, tps, False)
         elif self.auto_commit:
-            stored = consumer._stored_offsets()
+            stored = member.stored_offsets()
             if stored:
                 try:
                     self.commit(stored, asynchronous=False, timeout=5.0)
@@ -421,22 +479,21 @@ class GroupCoordinator:
         return self.cluster.coordinator_connection(self.coord_id)
 
     def _find_coordinator(self) -> None:
-        from kafka_proto.messages import FindCoordinatorRequest
-
         conn = self.cluster._ready_conn()
         if conn is None:
             self.cluster._kick_connect(time.monotonic())
             self._find_after = time.monotonic() + 0.05
             return
-        version = conn.versions.get(FIND_COORDINATOR_KEY)
+        version = conn.versions.get(ApiKey.FIND_COORDINATOR)
         if version is None:
             self._fail_all(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
                                       "broker does not support FindCoordinator"))
             return
         if version >= 4:
-            req = FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group_id])
+            req = FindCoordinatorRequest(key_type=COORDINATOR_KEY_GROUP,
+                                         coordinator_keys=[self.group_id])
         else:
-            req = FindCoordinatorRequest(key=self.group_id, key_type=0)
+            req = FindCoordinatorRequest(key=self.group_id, key_type=COORDINATOR_KEY_GROUP)
         self._finding = True
         conn.send(req, self._on_find_coordinator)
 
@@ -471,7 +528,7 @@ class GroupCoordinator:
         self.coord_id = None
         self._find_after = time.monotonic() + self.retry_backoff
 
-    def _send(self, api_key: int, make: Callable[[int], Any],
+    def _send(self, api_key: ApiKey, make: Callable[[int], Any],
               callback: Callable[[Any, Optional[KafkaError]], None],
               deadline: Optional[float] = None, max_version: int = 1 << 15) -> None:
         """Send ``make(version)`` to the coordinator now, or once it is known and
@@ -481,7 +538,8 @@ class GroupCoordinator:
             neg = conn.versions.get(api_key)
             if neg is None:
                 callback(None, KafkaError(KafkaError._UNSUPPORTED_FEATURE,
-                                          f"the coordinator does not support API {api_key}"))
+                                          f"the coordinator does not support "
+                                          f"{api_key.name}"))
                 return
             v = min(neg, max_version)
             conn.send(make(v), callback, version=v)
@@ -579,8 +637,6 @@ class GroupCoordinator:
         self.io.wake()
 
     def _start_join(self, now: float) -> None:
-        from kafka_proto.messages import JoinGroupRequest
-
         topics = self._subscribed_topics()
         if topics is None:
             self.cluster.metadata.request(None)
@@ -625,13 +681,13 @@ class GroupCoordinator:
         if token != self._op_token or self.state != JOINING:
             return
         code = resp.error_code if err is None else None
-        if err is None and code == MEMBER_ID_REQUIRED:
+        if err is None and code == ErrorCode.MEMBER_ID_REQUIRED:
             self.member_id = resp.member_id  # KIP-394: join again with the id we were given
             self.state = UNJOINED
             self._rejoin_after = 0.0
             self.io.wake()
             return
-        if err is None and code == 0:
+        if err is None and code == ErrorCode.NONE:
             self.generation = resp.generation_id
             self.member_id = resp.member_id
             self.protocol_name = resp.protocol_name
@@ -647,23 +703,24 @@ class GroupCoordinator:
         code = err.code()
         self.state = UNJOINED
         self._rejoin_after = time.monotonic() + self.retry_backoff
-        if code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
+        if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
             if self.owned:
                 # A cooperative member rejoins holding its partitions; the group no longer
                 # knows it, so they are lost, not revoked (KIP-429).
-                self._lose(err.str(), reset_member=code == UNKNOWN_MEMBER_ID)
+                self._lose(err.str(), reset_member=code == ErrorCode.UNKNOWN_MEMBER_ID)
             else:
-                self._reset_member(code == UNKNOWN_MEMBER_ID)
+                self._reset_member(code == ErrorCode.UNKNOWN_MEMBER_ID)
         elif code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
                                                     KafkaError._TIMED_OUT):
             self._coordinator_lost(err.str())
-        elif code == FENCED_INSTANCE_ID:
+        elif code == ErrorCode.FENCED_INSTANCE_ID:
             self.deliver_error(KafkaError(code, f"group {self.group_id}: another member uses "
                                           f"group.instance.id {self.instance_id!r}",
                                           fatal=True))
             self.patterns = None
             return
-        elif code not in (COORDINATOR_LOAD_IN_PROGRESS, REBALANCE_IN_PROGRESS):
+        elif code not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                          ErrorCode.REBALANCE_IN_PROGRESS):
             self.deliver_error(KafkaError(code, f"JoinGroup {self.group_id}: {err.str()}"))
             self._rejoin_after = time.monotonic() + max(1.0, self.retry_backoff)
         _log.debug("group %s: join failed: %s", self.group_id, err.str())
@@ -704,8 +761,6 @@ class GroupCoordinator:
             _log.exception("group %s: assignor %s failed", self.group_id, assignor.name)
             self.deliver_error(KafkaError(KafkaError._FAIL, f"assignor failed: {exc}"))
             plan = {m.member_id: [] for m in members}
-        from kafka_proto.messages import SyncGroupRequest
-
         assignments = [SyncGroupRequest.SyncGroupRequestAssignment(
             member_id=mid, assignment=encode_assignment(parts))
             for mid, parts in plan.items()]
@@ -716,8 +771,6 @@ class GroupCoordinator:
             self._lead(resp, token, waited)
 
     def _sync(self, assignments: List[Any], token: int) -> None:
-        from kafka_proto.messages import SyncGroupRequest
-
         req = SyncGroupRequest(group_id=self.group_id, generation_id=self.generation,
                                member_id=self.member_id, group_instance_id=self.instance_id,
                                protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol_name,
@@ -796,8 +849,6 @@ class GroupCoordinator:
 
     # -- heartbeats and losing the membership ------------------------------------------------
     def _send_heartbeat(self, now: float) -> None:
-        from kafka_proto.messages import HeartbeatRequest
-
         conn = self._coord_conn()
         if conn is None:
             return
@@ -814,16 +865,17 @@ class GroupCoordinator:
         if token != self._op_token or self.state != STABLE:
             return
         code = resp.error_code if err is None else err.code()
-        if code == 0:
+        if code == ErrorCode.NONE:
             self._last_heartbeat_ok = time.monotonic()
             return
         _log.debug("group %s: heartbeat in %s: %s", self.group_id, self.state,
                    KafkaError(code).name())
-        if code == REBALANCE_IN_PROGRESS:
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self._request_rejoin("group is rebalancing")
-        elif code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID):
-            self._lose(KafkaError(code).str(), reset_member=code == UNKNOWN_MEMBER_ID)
-            if code == FENCED_INSTANCE_ID:
+        elif code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
+                      ErrorCode.FENCED_INSTANCE_ID):
+            self._lose(KafkaError(code).str(), reset_member=code == ErrorCode.UNKNOWN_MEMBER_ID)
+            if code == ErrorCode.FENCED_INSTANCE_ID:
                 self.deliver_error(KafkaError(code, f"group {self.group_id}: fenced by "
                                               f"another member with group.instance.id "
                                               f"{self.instance_id!r}", fatal=True))
@@ -862,8 +914,6 @@ class GroupCoordinator:
         self._rejoin_after = float("inf")
 
     def _leave(self, reason: str, done: Optional[threading.Event] = None) -> None:
-        from kafka_proto.messages import LeaveGroupRequest
-
         if not self.member_id or self.instance_id is not None or self.coord_id is None:
             # Static members keep their place until session.timeout.ms (KIP-345).
             if done is not None:
@@ -874,7 +924,7 @@ class GroupCoordinator:
             if done is not None:
                 done.set()
             return
-        version = conn.versions.get(LEAVE_GROUP_KEY, 0)
+        version = conn.versions.get(ApiKey.LEAVE_GROUP, 0)
         if version >= 3:  # v3+ names the members leaving; older versions one member id
             req = LeaveGroupRequest(
                 group_id=self.group_id,
@@ -899,12 +949,10 @@ class GroupCoordinator:
 
     # -- offsets -----------------------------------------------------------------------------
     def _auto_commit(self) -> None:
-        parts = [p for p in self.fetcher.parts.values()
-                 if p.commit_due()]
-        if not parts:
+        stored = self.offsets.stored_offsets()
+        if not stored:
             return
-        offsets = [(p.topic, p.partition, p.stored, p.stored_metadata, p.stored_epoch)
-                   for p in parts]
+        offsets = _commit_entries(stored)
 
         def done(err: Optional[KafkaError], result: List[TopicPartition]) -> None:
             if self.config["on_commit"] is not None:
@@ -919,8 +967,6 @@ class GroupCoordinator:
     def _commit(self, offsets: List[Tuple[str, int, int, Optional[str], int]],
                 done: Callable[[Optional[KafkaError], List[TopicPartition]], None],
                 deadline: float) -> None:
-        from kafka_proto.messages import OffsetCommitRequest
-
         by_topic: Dict[str, List[Any]] = {}
         for topic, p, off, meta, epoch in offsets:
             by_topic.setdefault(topic, []).append(OffsetCommitRequest.OffsetCommitRequestPartition(
@@ -951,7 +997,7 @@ class GroupCoordinator:
             retry = err is not None and err.code() in (KafkaError._TRANSPORT,
                                                        KafkaError._TIMED_OUT)
             for topic, p, off, meta, epoch in offsets:
-                code = codes.get((topic, p), 0) if err is None else err.code()
+                code = codes.get((topic, p), ErrorCode.NONE) if err is None else err.code()
                 tp = TopicPartition(topic, p, off, meta or None)
                 if code:
                     e = err if err is not None else KafkaError(
@@ -959,7 +1005,8 @@ class GroupCoordinator:
                     tp._set_error(e)
                     if first_err is None:
                         first_err = e
-                    if code in COORDINATOR_ERRORS or code == COORDINATOR_LOAD_IN_PROGRESS:
+                    if code in COORDINATOR_ERRORS \
+                            or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                         retry = True
                 result.append(tp)
             if retry and time.monotonic() + self.retry_backoff < deadline:
@@ -968,17 +1015,15 @@ class GroupCoordinator:
                 self.io.call_later(self.retry_backoff, self._commit, offsets, done, deadline)
                 return
             if first_err is None:
-                with self.fetcher.lock:
-                    for topic, p, off, _m, _e in offsets:
-                        part = self.fetcher.parts.get((topic, p))
-                        if part is not None:
-                            part.committed = off
-            elif first_err.code() in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
-                                      UNKNOWN_MEMBER_ID):
+                self.offsets.set_committed({(topic, p): off
+                                            for topic, p, off, _m, _e in offsets})
+            elif first_err.code() in (ErrorCode.REBALANCE_IN_PROGRESS,
+                                      ErrorCode.ILLEGAL_GENERATION,
+                                      ErrorCode.UNKNOWN_MEMBER_ID):
                 self._request_rejoin("commit was rejected by the group")
             done(first_err, result)
 
-        self._send(OFFSET_COMMIT_KEY, make, answered, deadline=deadline, max_version=9)
+        self._send(ApiKey.OFFSET_COMMIT, make, answered, deadline=deadline, max_version=9)
 
     def lookup_committed(self, parts: List[Any],
                          done: Callable[[Optional[Dict[Key, int]]], None]) -> None:
@@ -999,8 +1044,6 @@ class GroupCoordinator:
 
     def _offset_fetch(self, keys: List[Key],
                       done: Callable[..., None], deadline: float) -> None:
-        from kafka_proto.messages import OffsetFetchRequest
-
         by_topic: Dict[str, List[int]] = {}
         for t, p in keys:
             by_topic.setdefault(t, []).append(p)
@@ -1011,14 +1054,14 @@ class GroupCoordinator:
                 topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=t,
                                                                    partition_indexes=ps)
                         for t, ps in by_topic.items()],
-                require_stable=self.fetcher.read_committed and version >= 7)
+                require_stable=self.offsets.read_committed and version >= 7)
 
         def answered(resp: Any, err: Optional[KafkaError]) -> None:
-            code = 0 if err is None else err.code()
-            if err is None and getattr(resp, "error_code", 0):
+            code = ErrorCode.NONE if err is None else err.code()
+            if err is None and getattr(resp, "error_code", ErrorCode.NONE):
                 code = resp.error_code
             result: Dict[Key, Tuple[int, Optional[str], int]] = {}
-            if code == 0:
+            if code == ErrorCode.NONE:
                 for t in resp.topics:
                     for pr in t.partitions:
                         if pr.error_code and not code:
@@ -1026,14 +1069,15 @@ class GroupCoordinator:
                         result[(t.name, pr.partition_index)] = (
                             pr.committed_offset, pr.metadata or None,
                             getattr(pr, "committed_leader_epoch", -1))
-            if code == 0:
+            if code == ErrorCode.NONE:
                 done(result)
                 return
             if code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
                                                       KafkaError._TIMED_OUT):
                 self._coordinator_lost("offset fetch failed")
             retriable = code in COORDINATOR_ERRORS or code in (
-                COORDINATOR_LOAD_IN_PROGRESS, UNSTABLE_OFFSET_COMMIT, KafkaError._TRANSPORT)
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                KafkaError._TRANSPORT)
             if retriable and time.monotonic() + self.retry_backoff < deadline:
                 self.io.call_later(self.retry_backoff, self._offset_fetch, keys, done,
                                    deadline)
@@ -1041,4 +1085,12 @@ class GroupCoordinator:
             done(None, err if err is not None else KafkaError(code, "OffsetFetch"))
 
         # v8+ asks for several groups at once, in another layout: v7 is all we need.
-        self._send(OFFSET_FETCH_KEY, make, answered, deadline=deadline, max_version=7)
+        self._send(ApiKey.OFFSET_FETCH, make, answered, deadline=deadline, max_version=7)
+
+
+def _commit_entries(tps: List[TopicPartition]
+                    ) -> List[Tuple[str, int, int, Optional[str], int]]:
+    """(topic, partition, offset, metadata, leader epoch or -1) of each partition, as
+    OffsetCommit takes them."""
+    return [(tp.topic, tp.partition, tp.offset, tp.metadata,
+             tp.leader_epoch if tp.leader_epoch is not None else -1) for tp in tps]

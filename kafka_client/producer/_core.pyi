@@ -4,13 +4,31 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from kafka_proto.records import RecordBatchBuilder
 
+class PendingMessage:
+    value: Optional[bytes]
+    key: Optional[bytes]
+    partition: int
+    on_delivery: Optional[Callable[..., Any]]
+    timestamp: int
+    headers: Optional[List[Tuple[str, Optional[bytes]]]]
+    size: int
+    queued_at: float
+
+class DeliveryCallback:
+    index: int
+    callback: Callable[..., Any]
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Optional[List[Tuple[str, Optional[bytes]]]]
+    timestamp: int
+
 class Batch:
     part: PartitionState
     builder: RecordBatchBuilder
     append: Callable[..., None]
     created: float
     deadline: float
-    cbs: Optional[List[tuple]]
+    cbs: Optional[List[DeliveryCallback]]
     count: int
     nbytes: int
     data: Optional[bytes]
@@ -44,7 +62,7 @@ class TopicState:
     parts: Optional[List[PartitionState]]
     count: int
     choose: Callable[..., int]
-    pending: List[tuple]
+    pending: List[PendingMessage]
     unknown_since: Optional[float]
     error: Any
     available: Optional[List[int]]
@@ -68,7 +86,7 @@ class AccumulatorCore:
                 on_delivery: Optional[Callable[..., Any]] = None, timestamp: int = 0,
                 headers: Any = None, *, callback: Optional[Callable[..., Any]] = None
                 ) -> None: ...
-    def place_pending(self, t: TopicState, pending: List[tuple]) -> List[Tuple[tuple, Any]]: ...
+    def place_waiting(self, t: TopicState, m: PendingMessage) -> None: ...
 
 def as_bytes(obj: Any, what: str) -> bytes: ...
 def normalize_headers(headers: Any) -> Optional[List[Tuple[str, Optional[bytes]]]]: ...

@@ -60,11 +60,48 @@ cdef class BatchLock:
 
 
 @cython.final
+@cython.freelist(64)
+cdef class PendingMessage:
+    """A message that waits for its topic's metadata (librdkafka's unassigned queue):
+    what ``produce()`` was given, its size (key + value bytes) and when it came."""
+
+    cdef readonly object value
+    cdef readonly object key
+    cdef readonly object partition
+    cdef readonly object on_delivery
+    cdef readonly object timestamp
+    cdef readonly object headers
+    cdef readonly Py_ssize_t size
+    cdef readonly double queued_at     # monotonic
+
+    def __repr__(self):
+        return f"<PendingMessage partition={self.partition} {self.size} bytes>"
+
+
+@cython.final
+@cython.freelist(64)
+cdef class DeliveryCallback:
+    """One message's delivery callback and what its report gives back: the message's
+    index in its batch (its offset is the batch's base offset + index), key, value,
+    headers and timestamp (0: the batch's clock)."""
+
+    cdef readonly Py_ssize_t index
+    cdef readonly object callback
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly object headers
+    cdef readonly object timestamp
+
+    def __repr__(self):
+        return f"<DeliveryCallback #{self.index} {self.callback!r}>"
+
+
+@cython.final
 cdef class Batch:
     """One record batch of one partition, from its first message to its delivery report.
 
-    ``cbs`` holds ``(index, callback, key, value, headers, timestamp)`` for the messages
-    that have a delivery callback (None when none has).
+    ``cbs`` holds a :class:`DeliveryCallback` for each message that has a delivery
+    callback (None when none has).
     """
 
     cdef public PartitionState part
@@ -115,8 +152,9 @@ cdef class Batch:
 
 @cython.final
 cdef class PartitionState:
-    """One partition's open batch, closed batches waiting to be sent, and the counters
-    the sender keeps (in flight, idempotence sequence)."""
+    """One partition's open batch, closed batches waiting to be sent, and what decides
+    when the next one may go (in flight, retrying, idempotence sequence). The
+    accumulator owns it: other modules read it, only the accumulator changes it."""
 
     cdef public TopicState topic
     cdef public object index
@@ -146,7 +184,7 @@ cdef class PartitionState:
 @cython.final
 cdef class TopicState:
     """One topic: its partitions (None until metadata is known), the partitioner, and
-    messages waiting for the first metadata."""
+    messages waiting for the first metadata (:class:`PendingMessage`, in order)."""
 
     cdef public object name
     cdef public list parts
@@ -173,8 +211,9 @@ cdef class TopicState:
 cdef class AccumulatorCore:
     """The accumulator's state that ``produce()`` touches, as C fields, and ``produce()``.
 
-    The subclass sets every field in its ``__init__`` and provides ``_open(p)``,
-    ``_close(p, b)`` and ``_new_topic(name)`` (called under the lock, rarely).
+    The subclass (``Accumulator``, the only user of these fields and of the lock) sets
+    every field in its ``__init__`` and provides ``_open(p)``, ``_close(p, b)`` and
+    ``_new_topic(name)`` (called under the lock, rarely).
     """
 
     cdef readonly BatchLock lock       # taken by produce() and the I/O thread
@@ -248,42 +287,42 @@ cdef class AccumulatorCore:
     cdef int _wait_for_metadata(self, TopicState t, value, key, partition, on_delivery,
                                 timestamp, headers, Py_ssize_t size) except -1:
         # Under the lock: the topic's partitions are not known yet (librdkafka's
-        # unassigned queue); place_pending() partitions these once they are.
+        # unassigned queue); the accumulator places these once they are.
+        cdef PendingMessage m
         if t.error is not None:
             raise KafkaException(t.error)
         if partition < -1:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
                                             f"invalid partition {partition!r}"))
-        t.pending.append((value, key, partition, on_delivery, timestamp, headers,
-                          _monotonic()))
+        m = PendingMessage.__new__(PendingMessage)
+        m.value = value
+        m.key = key
+        m.partition = partition
+        m.on_delivery = on_delivery
+        m.timestamp = timestamp
+        m.headers = headers
+        m.size = size
+        m.queued_at = _monotonic()
+        t.pending.append(m)
         self.pending_topics.add(t)
         self.msg_count += 1
         self.msg_bytes += size
         return 0
 
-    def place_pending(self, TopicState t, list pending):
-        """Under the lock: place, in order, messages that waited for ``t``'s metadata
-        (tuples as queued by ``produce()``). Returns ``(message, KafkaError)`` for those
-        that cannot be placed (a partition the topic does not have)."""
-        cdef list failed = []
-        cdef Py_ssize_t size
-        for m in pending:
-            value, key, partition, cb, ts, headers, _at = m
-            size = ((PyBytes_GET_SIZE(value) if value is not None else 0)
-                    + (PyBytes_GET_SIZE(key) if key is not None else 0))
-            try:
-                self._place(t, value, key, partition, cb, ts, headers, size)
-            except KafkaException as exc:
-                failed.append((m, exc.args[0]))
-            else:
-                self.msg_bytes -= size  # counted again with its batch, when it closes
-        return failed
+    def place_waiting(self, TopicState t, PendingMessage m):
+        """Under the lock: place a message that waited for ``t``'s metadata into its
+        partition's batch; raises KafkaException if it cannot be placed (a partition the
+        topic does not have)."""
+        self._place(t, m.value, m.key, m.partition, m.on_delivery, m.timestamp, m.headers,
+                    m.size)
+        self.msg_bytes -= m.size  # counted again with its batch, when it closes
 
     cdef int _place(self, TopicState t, value, key, partition, on_delivery, timestamp,
                     headers, Py_ssize_t size) except -1:
         cdef PartitionState p
         cdef Batch b
         cdef list cbs
+        cdef DeliveryCallback d
         if partition < 0:
             if key is None and self.sticky_cache:
                 # Keyless: the sticky partition while its batch is open; the partitioner
@@ -310,7 +349,14 @@ cdef class AccumulatorCore:
             cbs = b.cbs
             if cbs is None:
                 cbs = b.cbs = []
-            cbs.append((b.count, on_delivery, key, value, headers, timestamp))
+            d = DeliveryCallback.__new__(DeliveryCallback)
+            d.index = b.count
+            d.callback = on_delivery
+            d.key = key
+            d.value = value
+            d.headers = headers
+            d.timestamp = timestamp
+            cbs.append(d)
         b.count += 1
         if b.count >= self.batch_num:
             self._close(p, b)

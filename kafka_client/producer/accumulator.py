@@ -1,4 +1,5 @@
-"""Per-partition accumulation of produced messages into record batches.
+"""Per-partition accumulation of produced messages into record batches: the one owner of
+the producer's queues.
 
 ``produce()`` appends each record, encoded at once, into its partition's open
 :class:`~kafka_proto.records.RecordBatchBuilder`; nothing per message is kept except the
@@ -16,26 +17,47 @@ size of closed batches not yet reported plus messages waiting for metadata (the 
 batches, at most ``batch.size`` each, come on top: counting bytes per batch instead of
 per message keeps ``produce()`` short).
 
-Threads: ``produce()`` runs on application threads, the linger check and the sender on
-the I/O thread; both take :attr:`Accumulator.lock`.
+Ownership: this module and its compiled core (``_core.pyx``: the records and
+``produce()``) are the only code that takes :attr:`Accumulator.lock` or changes the
+queues (open batches, ``ready``, ``pending``, the linger order, the sets of partitions
+and topics with work). The sender asks through the methods below which nodes have
+batches to send, drains a node's batches into a request, hands back a batch to retry,
+and collects what expired or was purged; it chooses and sends, nothing more.
+
+Threads: ``produce()``/``produce_batch()`` run on application threads, everything else
+on the I/O thread; both take the lock.
 """
 from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Set,
+    Tuple,
+)
 
 from kafka_client.errors import KafkaError, KafkaException
-from kafka_client.producer._core import (AccumulatorCore, Batch, PartitionState,
-                                         TopicState)
+from kafka_client.producer._core import (
+    AccumulatorCore,
+    Batch,
+    PartitionState,
+    PendingMessage,
+    TopicState,
+)
+from kafka_client.producer.partitioners import TopicPartitioner
+from kafka_proto.errors import ErrorCode
 from kafka_proto.records import RecordBatchBuilder
 
-try:
-    from kafka_client.producer.partitioners import TopicPartitioner
-except ImportError:  # pragma: no cover - placeholder until the partitioners land
-    TopicPartitioner = None  # type: ignore[assignment,misc]
-
-__all__ = ["Accumulator", "Batch", "PartitionState", "TopicState", "COMPRESSION_IDS"]
+__all__ = ["Accumulator", "Batch", "PartitionState", "PendingMessage", "TopicState",
+           "Unplaced", "Removed", "Readiness", "COMPRESSION_IDS"]
 
 COMPRESSION_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -43,6 +65,37 @@ COMPRESSION_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 RECORD_OVERHEAD = 24
 #: Bytes of a batch header (v2).
 BATCH_OVERHEAD = 61
+
+#: Partitioners whose choice depends on the key alone: no sticky batch for keyless
+#: messages (librdkafka's "consistent" family).
+_KEYED_ONLY = ("consistent", "murmur2", "fnv1a")
+
+
+class Unplaced(NamedTuple):
+    """Messages that waited for their topic's metadata and fail with ``error`` (the topic
+    does not exist, they timed out, the partition they named is not there, a purge)."""
+
+    topic: str
+    error: KafkaError
+    messages: List[PendingMessage]
+
+
+class Removed(NamedTuple):
+    """What :meth:`Accumulator.expire` or :meth:`Accumulator.purge` took out of the
+    queues, for the sender to report: whole batches, and messages that never had one."""
+
+    batches: List[Batch]
+    unplaced: List[Unplaced]
+
+
+class Readiness(NamedTuple):
+    """The answer of :meth:`Accumulator.ready`: the nodes that lead a partition with a
+    batch to send now, the earliest time a waiting retry becomes sendable, and the
+    topics with a ready partition whose leader is not known."""
+
+    nodes: Set[int]
+    next_retry: Optional[float]
+    no_leader: Set[str]
 
 
 class Accumulator(AccumulatorCore):
@@ -65,66 +118,32 @@ class Accumulator(AccumulatorCore):
         self.partitioner_name = config["partitioner"]
         self.sticky_ms = config["sticky.partitioning.linger.ms"]
         self.default_cb = config["on_delivery"]
-        self.report_only_error = config["delivery.report.only.error"]
+        self.idempotent = bool(config["enable.idempotence"])
+        #: batches of one partition in flight at once: the idempotent producer keeps at
+        #: most max.in.flight (<= 5) so the broker can check sequences; otherwise the
+        #: connection's own limit is the only one
+        self.part_max_in_flight = (config["max.in.flight.requests.per.connection"]
+                                   if self.idempotent else 1 << 30)
+        #: how long a topic may stay unknown before its messages fail (when the broker
+        #: will not create it)
+        self.propagation = config["topic.metadata.propagation.max.ms"] / 1000.0
+        self.auto_create = bool(config["allow.auto.create.topics"])
         self.topics: Dict[str, TopicState] = {}
         self.msg_count = 0        # messages in the producer (until their report is served)
         self.msg_bytes = 0
-        self.ready_parts: Set[PartitionState] = set()
-        self.open_order: Deque[Tuple[float, Batch]] = deque()  # (linger deadline, batch)
-        self.pending_topics: Set[TopicState] = set()
+        self._ready_parts: Set[PartitionState] = set()
+        self._open_order: Deque[Tuple[float, Batch]] = deque()  # (linger deadline, batch)
+        self.pending_topics: Set[TopicState] = set()  # topics with messages in pending
+        #: set by flush(): every batch closes at once, linger or not
         self.flushing = False
         self._wake = wake                # wake(deadline): tell the I/O thread
         self._want_topic = want_topic    # ask the I/O thread for a topic's metadata
         self.initial_capacity = max(4096, min(self.batch_size, 256 * 1024))
         # A batch takes another record only while it stays within batch.size.
         self.batch_limit = self.batch_size - RECORD_OVERHEAD
-        self.sticky_cache = (TopicPartitioner is not None and self.sticky_ms > 0
-                             and self.partitioner_name not in ("consistent", "murmur2",
-                                                               "fnv1a"))
+        self.sticky_cache = self.sticky_ms > 0 and self.partitioner_name not in _KEYED_ONLY
 
-    # -- topics ------------------------------------------------------------------------
-    def _partitioner(self) -> Callable[..., int]:
-        if TopicPartitioner is not None:
-            return TopicPartitioner(self.partitioner_name, self.sticky_ms).choose
-        import random  # placeholder: spread everything at random
-
-        return lambda key, n, available=None: random.randrange(n)
-
-    def _new_topic(self, name: str) -> TopicState:
-        if not isinstance(name, str) or not name:
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                            f"topic must be a non-empty str, not {name!r}"))
-        t = TopicState(name, self._partitioner())
-        self.topics[name] = t
-        self._want_topic(name)
-        return t
-
-    def set_partitions(self, t: TopicState, leaders: List[int]) -> None:
-        """I/O thread, under the lock: the topic's partition count and leaders."""
-        n = len(leaders)
-        parts = t.parts or []
-        if len(parts) < n:
-            parts = parts + [PartitionState(t, i) for i in range(len(parts), n)]
-        for i in range(n):
-            parts[i].leader = leaders[i]
-        t.parts = parts
-        t.count = n  # a shrunk partition count is ignored for queued batches (rare)
-        avail = [i for i, leader in enumerate(leaders) if leader >= 0]
-        t.available = avail if len(avail) < n else None
-        t.error = None
-        t.unknown_since = None
-        t.sticky = None
-
-    def assign_pending(self, t: TopicState, leaders: List[int]) -> List[tuple]:
-        """I/O thread: the topic's partitions are known. Set them and place the messages
-        that waited, in one hold of the lock, so no newer message overtakes them.
-        Returns the ``(message, error)`` pairs that could not be placed."""
-        with self.lock:
-            self.set_partitions(t, leaders)
-            pending, t.pending = t.pending, []
-            self.pending_topics.discard(t)
-            return self.place_pending(t, pending)
-
+    # ================================================================ application thread
     def produce_batch(self, topic: str, values: List[Any], keys: Optional[List[Any]] = None,
                       partition: int = -1, on_delivery: Optional[Callable] = None,
                       timestamp: int = 0) -> int:
@@ -192,6 +211,102 @@ class Accumulator(AccumulatorCore):
             self.msg_count += n
         return n
 
+    def reported(self, count: int, nbytes: int) -> None:
+        """Delivery reports for ``count`` messages (``nbytes`` counted against
+        ``queue.buffering.max.kbytes``) were served: they leave the producer."""
+        with self.lock:
+            self.msg_count -= count
+            self.msg_bytes -= nbytes
+
+    # ======================================================================= I/O thread
+    # -- metadata ----------------------------------------------------------------------
+    def apply_metadata(self, topics: Mapping[str, Any], now: float) -> List[Unplaced]:
+        """New metadata (``{name: TopicInfo}``) for the topics produced to: partitions
+        and leaders are set, messages that waited for them are placed in order, and
+        topics reported unknown or refused are noted. Returns the messages that cannot
+        be placed (a topic the broker refuses, a partition it does not have)."""
+        failed: List[Unplaced] = []
+        for name, t in list(self.topics.items()):
+            info = topics.get(name)
+            if info is None:
+                continue
+            code = info.error
+            if info.leaders and code in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE):
+                if t.parts is None or t.pending:
+                    failed.extend(self._assign_pending(t, info.leaders))
+                elif len(t.parts) != len(info.leaders) or any(
+                        p.leader != info.leaders[i] for i, p in enumerate(t.parts)):
+                    with self.lock:
+                        self._set_partitions(t, info.leaders)
+            elif code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or (code == ErrorCode.NONE
+                                                                  and not info.leaders):
+                if t.unknown_since is None:
+                    t.unknown_since = now
+            elif code:
+                # Authorization failure, invalid topic name, ...: not going to change.
+                err = KafkaError(code, f"topic {name}: {KafkaError(code).name()}")
+                if t.parts is None:
+                    t.error = err
+                    with self.lock:
+                        gone = self._take_pending(t)
+                    if gone:
+                        failed.append(Unplaced(name, err, gone))
+        return failed
+
+    def topics_led_by(self, node: int) -> List[str]:
+        """Names of the topics with a partition led by ``node``."""
+        return [t.name for t in list(self.topics.values())
+                if t.parts and any(p.leader == node for p in t.parts)]
+
+    def move_leader(self, p: PartitionState, leader: int) -> None:
+        """A Produce answer named the partition's new leader (KIP-951): send there
+        without waiting for the metadata."""
+        p.leader = leader
+
+    def _set_partitions(self, t: TopicState, leaders: List[int]) -> None:
+        """Under the lock: the topic's partition count and leaders."""
+        n = len(leaders)
+        parts = t.parts or []
+        if len(parts) < n:
+            parts = parts + [PartitionState(t, i) for i in range(len(parts), n)]
+        for i in range(n):
+            parts[i].leader = leaders[i]
+        t.parts = parts
+        t.count = n  # a shrunk partition count is ignored for queued batches (rare)
+        avail = [i for i, leader in enumerate(leaders) if leader >= 0]
+        t.available = avail if len(avail) < n else None
+        t.error = None
+        t.unknown_since = None
+        t.sticky = None
+
+    def _assign_pending(self, t: TopicState, leaders: List[int]) -> List[Unplaced]:
+        """The topic's partitions are known: set them and place the messages that
+        waited, in one hold of the lock, so no newer message overtakes them."""
+        failed = []
+        with self.lock:
+            self._set_partitions(t, leaders)
+            for m in self._take_pending(t):
+                try:
+                    self.place_waiting(t, m)
+                except KafkaException as exc:
+                    failed.append(Unplaced(t.name, exc.args[0], [m]))
+        return failed
+
+    def _take_pending(self, t: TopicState, before: Optional[float] = None
+                      ) -> List[PendingMessage]:
+        """Under the lock: the topic's waiting messages (those queued at or before
+        ``before``, when given), out of the queue."""
+        pending = t.pending
+        if before is None:
+            taken, t.pending = pending, []
+        else:
+            taken = [m for m in pending if m.queued_at <= before]
+            t.pending = [m for m in pending if m.queued_at > before]
+        if not t.pending:
+            self.pending_topics.discard(t)
+        return taken
+
+    # -- batches (under the lock) -----------------------------------------------------
     def _append_bulk(self, p: PartitionState, values: List[Any], keys: Optional[List[Any]],
                      ts: Optional[int], avg: int) -> None:
         """Under the lock: append a list of records to one partition, batch by batch."""
@@ -216,7 +331,18 @@ class Accumulator(AccumulatorCore):
             if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
                 self._close(p, b)
 
-    # -- batches (under the lock) -----------------------------------------------------
+    def _partitioner(self) -> Callable[..., int]:
+        return TopicPartitioner(self.partitioner_name, self.sticky_ms).choose
+
+    def _new_topic(self, name: str) -> TopicState:
+        if not isinstance(name, str) or not name:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                            f"topic must be a non-empty str, not {name!r}"))
+        t = TopicState(name, self._partitioner())
+        self.topics[name] = t
+        self._want_topic(name)
+        return t
+
     def _open(self, p: PartitionState) -> Batch:
         now = time.monotonic()
         builder = RecordBatchBuilder(self.compression, self.compression_level,
@@ -225,7 +351,7 @@ class Accumulator(AccumulatorCore):
         p.batch_seq += 1
         p.open = b
         deadline = now + self.linger
-        self.open_order.append((deadline, b))
+        self._open_order.append((deadline, b))
         if self.flushing:
             self._wake(0.0)
         else:
@@ -241,13 +367,13 @@ class Accumulator(AccumulatorCore):
         b.nbytes = b.builder.size_in_bytes
         self.msg_bytes += b.nbytes
         p.ready.append(b)
-        self.ready_parts.add(p)
+        self._ready_parts.add(p)
         self._wake(0.0)
 
-    def close_expired(self, now: float, everything: bool = False) -> Optional[float]:
-        """I/O thread: close the batches whose linger is over (all with ``everything``).
-        Returns the next linger deadline."""
-        q = self.open_order
+    def close_lingered(self, now: float, everything: bool = False) -> Optional[float]:
+        """Close the batches whose linger is over (all with ``everything`` or while
+        flushing). Returns the next linger deadline."""
+        q = self._open_order
         if not q:
             return None
         with self.lock:
@@ -263,14 +389,198 @@ class Accumulator(AccumulatorCore):
                 self._close(p, b)
         return None
 
-    def take_pending(self, t: TopicState) -> List[tuple]:
-        with self.lock:
-            out, t.pending = t.pending, []
-            self.pending_topics.discard(t)
-            return out
+    # -- sending -----------------------------------------------------------------------
+    def _sendable(self, p: PartitionState, now: float) -> bool:
+        """Under the lock: the partition's head batch may go out now (past its retry
+        backoff; a retry goes only once nothing of the partition is in flight, so the
+        order holds; within the partition's in-flight limit)."""
+        return (p.ready[0].retry_at <= now and not (p.retrying and p.in_flight)
+                and p.in_flight < self.part_max_in_flight)
 
-    def total_queued(self) -> int:
-        return self.msg_count
+    def ready(self, now: float) -> Readiness:
+        """Which nodes lead a partition whose head batch may be sent now."""
+        nodes: Set[int] = set()
+        no_leader: Set[str] = set()
+        next_retry: Optional[float] = None
+        if not self._ready_parts:
+            return Readiness(nodes, next_retry, no_leader)
+        with self.lock:
+            for p in list(self._ready_parts):
+                ready = p.ready
+                if not ready:
+                    self._ready_parts.discard(p)
+                    continue
+                retry_at = ready[0].retry_at
+                if retry_at > now:
+                    if next_retry is None or retry_at < next_retry:
+                        next_retry = retry_at
+                    continue
+                if not self._sendable(p, now):
+                    continue
+                if p.leader < 0:
+                    no_leader.add(p.topic.name)
+                else:
+                    nodes.add(p.leader)
+        return Readiness(nodes, next_retry, no_leader)
+
+    def drain(self, node: int, now: float, max_bytes: int) -> List[Batch]:
+        """Take the head batch of every sendable partition ``node`` leads, for one
+        ProduceRequest (brokers take one batch per partition per request), while their
+        sizes add up to at most ``max_bytes`` (the first always goes). Each batch taken
+        counts as in flight until :meth:`completed`; an idempotent producer's batch gets
+        its partition's next sequence number the first time it leaves."""
+        batches: List[Batch] = []
+        total = 0
+        with self.lock:
+            for p in list(self._ready_parts):
+                if p.leader != node:
+                    continue
+                ready = p.ready
+                if not ready:
+                    self._ready_parts.discard(p)
+                    continue
+                if not self._sendable(p, now):
+                    continue
+                head = ready[0]
+                if batches and total + head.nbytes > max_bytes:
+                    continue  # the next request takes it
+                ready.popleft()
+                if not ready:
+                    self._ready_parts.discard(p)
+                if self.idempotent and head.base_sequence < 0:
+                    head.base_sequence = p.next_seq
+                    p.next_seq = (p.next_seq + head.count) & 0x7FFFFFFF
+                p.retrying = False
+                p.in_flight += 1
+                total += head.nbytes
+                batches.append(head)
+        return batches
+
+    def take_ready(self, node: int) -> List[Batch]:
+        """Every queued batch of the partitions ``node`` leads, out of the queues (the
+        broker cannot take them)."""
+        batches: List[Batch] = []
+        with self.lock:
+            for p in list(self._ready_parts):
+                if p.leader == node:
+                    batches.extend(p.ready)
+                    p.ready.clear()
+                    self._ready_parts.discard(p)
+        return batches
+
+    def completed(self, b: Batch) -> None:
+        """A batch :meth:`drain` gave out was answered, or its request failed."""
+        b.part.in_flight -= 1
+
+    def requeue(self, b: Batch, retry_at: float) -> None:
+        """Put a batch back in its place (by batch order) at the head of its partition's
+        queue, to be resent at ``retry_at``; the partition sends nothing newer until
+        what it has in flight drained."""
+        b.retry_at = retry_at
+        p = b.part
+        with self.lock:
+            ready = p.ready
+            i = 0
+            for other in ready:
+                if other.seq > b.seq:
+                    break
+                i += 1
+            ready.insert(i, b)
+            p.retrying = True
+            self._ready_parts.add(p)
+
+    def earlier_retry(self, b: Batch) -> bool:
+        """True if an older batch of the same partition waits to be resent."""
+        with self.lock:
+            for other in b.part.ready:
+                if other.sent and other.seq < b.seq:
+                    return True
+                if other.seq > b.seq:
+                    break
+        return False
+
+    def restart_sequences(self) -> List[Batch]:
+        """New producer epoch: every partition's sequence restarts at 0; batches never
+        sent get their numbers when they first go out. Batches sent under the old epoch
+        that wait to be resent leave the queues and are returned (they may be in the log
+        already: resent under the new epoch they would be appended again)."""
+        gone: List[Batch] = []
+        with self.lock:
+            for t in self.topics.values():
+                for p in t.parts or ():
+                    if any(b.sent for b in p.ready):
+                        keep = [b for b in p.ready if not b.sent]
+                        gone.extend(b for b in p.ready if b.sent)
+                        p.ready.clear()
+                        p.ready.extend(keep)
+                        if not keep:
+                            self._ready_parts.discard(p)
+                    p.retrying = False
+                    p.next_seq = 0
+        return gone
+
+    # -- time and purge ----------------------------------------------------------------
+    def expire(self, now: float) -> Removed:
+        """Take out what waited longer than ``message.timeout.ms`` without being in
+        flight (queued and open batches, messages waiting for metadata) and the messages
+        of topics that stayed unknown past ``topic.metadata.propagation.max.ms`` (when
+        the broker does not create topics)."""
+        timeout = self.timeout
+        unplaced: List[Unplaced] = []
+        with self.lock:  # produce() adds to the set meanwhile
+            waiting = list(self.pending_topics)
+        for t in waiting:
+            if t.unknown_since is not None and not self.auto_create and t.pending and \
+                    now - t.unknown_since >= min(self.propagation, timeout or 1e9):
+                err = KafkaError(KafkaError._UNKNOWN_TOPIC, f"topic {t.name} does not exist")
+                t.error = err
+                with self.lock:
+                    gone = self._take_pending(t)
+                if gone:
+                    unplaced.append(Unplaced(t.name, err, gone))
+                continue
+            if timeout > 0 and t.pending and t.pending[0].queued_at + timeout <= now:
+                code = (KafkaError._UNKNOWN_TOPIC if t.unknown_since is not None
+                        else KafkaError._MSG_TIMED_OUT)
+                with self.lock:
+                    gone = self._take_pending(t, before=now - timeout)
+                if gone:
+                    unplaced.append(Unplaced(t.name, KafkaError(
+                        code, f"message for {t.name} timed out waiting for metadata"), gone))
+        batches: List[Batch] = []
+        if timeout > 0:
+            with self.lock:
+                for p in list(self._ready_parts):
+                    while p.ready and p.ready[0].deadline <= now:
+                        batches.append(p.ready.popleft())
+                    if not p.ready:
+                        self._ready_parts.discard(p)
+                for _deadline, b in self._open_order:
+                    if b.deadline <= now and b.part.open is b:
+                        b.part.open = None
+                        batches.append(b)
+        return Removed(batches, unplaced)
+
+    def purge(self, error: KafkaError) -> Removed:
+        """Take every queued message out (open and ready batches, messages waiting for
+        metadata); those waiting for metadata fail with ``error``."""
+        batches: List[Batch] = []
+        unplaced: List[Unplaced] = []
+        with self.lock:
+            for t in self.topics.values():
+                if t.pending:
+                    unplaced.append(Unplaced(t.name, error, t.pending))
+                    t.pending = []
+                for p in t.parts or ():
+                    batches.extend(p.ready)
+                    p.ready.clear()
+                    if p.open is not None:
+                        batches.append(p.open)
+                        p.open = None
+            self._ready_parts.clear()
+            self.pending_topics.clear()
+            self._open_order.clear()
+        return Removed(batches, unplaced)
 
 
 def _total_len(items: Any) -> int:

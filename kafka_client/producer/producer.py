@@ -14,7 +14,6 @@ to the callbacks on the calling thread, as librdkafka does.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from collections import deque
@@ -22,19 +21,14 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
 from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import (
-    apply_debug,
-    call_safely,
-    make_config,
-    serve_errors,
-    stop_client,
-)
+from kafka_client._common import ClientBase, call_safely, serve_errors
 from kafka_client._net.io_thread import IOThread
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Report, Sender
 from kafka_client.types import (
+    OFFSET_INVALID,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     Message,
@@ -43,14 +37,10 @@ from kafka_client.types import (
 __all__ = ["Producer", "DeliveredMessage", "PURGE_QUEUE", "PURGE_INFLIGHT",
            "PURGE_NON_BLOCKING"]
 
-_log = logging.getLogger("kafka_client.producer")
-
 # purge() flags, as librdkafka's RD_KAFKA_PURGE_F_*
 PURGE_QUEUE = 1
 PURGE_INFLIGHT = 2
 PURGE_NON_BLOCKING = 4
-
-_instances = 0
 
 
 class DeliveredMessage(Message):
@@ -64,7 +54,7 @@ class DeliveredMessage(Message):
         return self._status
 
 
-class Producer:
+class Producer(ClientBase):
     """A Kafka producer configured with librdkafka property names.
 
     ``Producer(config)``; ``config`` may also be given as keyword arguments with
@@ -72,15 +62,11 @@ class Producer:
     :class:`KafkaException` (``_INVALID_ARG``) naming the property.
     """
 
+    _role = "producer"
+    _work = "delivered"
+
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
-        global _instances
-        self._closed = True
-        self._config = cfg = make_config(config, kwargs, "producer")
-        logger = cfg["logger"]
-        self._log = logger if logger is not None else _log
-        _instances += 1
-        self._io = IOThread(name=f"kafka-producer-{_instances}")
-        self._cluster = Cluster(cfg, self._io)
+        cfg = self._init_client(config, kwargs)
         self._reports: Deque[Report] = deque()
         self._report_event = threading.Event()
         # What the I/O thread calls back holds the parts it needs, never the Producer
@@ -92,20 +78,14 @@ class Producer:
         self._idem = Idempotence(cfg)
         self._sender = Sender(cfg, self._acc, self._cluster, self._idem, on_report)
         self._io.add_tick(self._sender.tick)
-        self._error_cb: Optional[Callable] = cfg["error_cb"]
-        self._stats_cb: Optional[Callable] = cfg["stats_cb"]
         self._stats_interval = cfg["statistics.interval.ms"] / 1000.0
         self._next_stats = time.monotonic() + self._stats_interval
         self._started = time.monotonic()
         self._report_only_error = cfg["delivery.report.only.error"]
-        self._closed = False
         # Hot path: produce is the accumulator's method, no extra call per message.
         self.produce = (_checked_produce(self._idem, self._acc) if self._idem.enabled
                         else self._acc.produce)
-        apply_debug(cfg["debug"])
-        self._io.start()
-        if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
-            self._log.warning("No bootstrap.servers configured: nothing will be delivered")
+        self._start_client()
 
     # -- the API -------------------------------------------------------------------------
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
@@ -224,30 +204,8 @@ class Producer:
         self._shutdown()
         return left
 
-    def _shutdown(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _on_shutdown(self) -> None:
         self.produce = _closed_produce  # type: ignore[method-assign]
-        stop_client(self._io, self._cluster)
-
-    def __enter__(self) -> "Producer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            if self._io.in_thread():
-                # Collected on its own I/O thread (a cycle the collector found there):
-                # it cannot wait for itself; the loop ends after this turn.
-                self._closed = True
-                self._io.stop(0)
-            else:
-                self._shutdown()
-        except Exception:
-            pass
 
     # -- reports -------------------------------------------------------------------------
     def _serve(self) -> int:
@@ -262,27 +220,25 @@ class Producer:
             acc = self._acc
             only_err = self._report_only_error
             while reports:
-                batch, err, base, append_time, status, msgs, topic = reports.popleft()
+                r = reports.popleft()
+                batch = r.batch
                 if batch is not None:
                     count = batch.count
                     nbytes = batch.nbytes
-                    cbs = batch.cbs
-                    if cbs and not (only_err and err is None):
-                        self._call_batch(batch, cbs, err, base, append_time, status, topic)
+                    if batch.cbs and not (only_err and r.error is None):
+                        self._call_batch(r)
                 else:
-                    count = len(msgs)
+                    count = len(r.messages)
                     nbytes = 0
-                    for value, key, partition, cb, ts, headers, at in msgs:
-                        nbytes += ((len(value) if value is not None else 0)
-                                   + (len(key) if key is not None else 0))
-                        if cb is not None:
-                            m = DeliveredMessage(topic, partition, -1, key, value, headers, err,
-                                                 (TIMESTAMP_CREATE_TIME, ts), None)
-                            m._status = status
-                            _call(cb, err, m)
-                with acc.lock:
-                    acc.msg_count -= count
-                    acc.msg_bytes -= nbytes
+                    for pm in r.messages:
+                        nbytes += pm.size
+                        if pm.on_delivery is not None:
+                            m = DeliveredMessage(r.topic, pm.partition, -1, pm.key, pm.value,
+                                                 pm.headers, r.error,
+                                                 (TIMESTAMP_CREATE_TIME, pm.timestamp), None)
+                            m._status = r.status
+                            _call(pm.on_delivery, r.error, m)
+                acc.reported(count, nbytes)
                 served += count
         served += serve_errors(self._cluster, self._error_cb, self._log)
         if self._stats_interval > 0 and self._stats_cb is not None:
@@ -293,24 +249,28 @@ class Producer:
                 served += 1
         return served
 
-    def _call_batch(self, batch: Any, cbs: List[tuple], err: Optional[KafkaError], base: int,
-                    append_time: int, status: int, topic: str) -> None:
+    def _call_batch(self, r: Report) -> None:
+        """The delivery callbacks of a batch's messages."""
+        batch = r.batch
+        topic, err, base, status = r.topic, r.error, r.base_offset, r.status
         partition = batch.part.index
-        now = time.monotonic()
-        latency = now - batch.created
-        if append_time is not None and append_time >= 0:
-            tstamp = (TIMESTAMP_LOG_APPEND_TIME, append_time)
+        latency = time.monotonic() - batch.created
+        if r.append_time is not None and r.append_time >= 0:
+            tstamp = (TIMESTAMP_LOG_APPEND_TIME, r.append_time)
         else:
             tstamp = None
         wall = batch.wall_ms
-        for index, cb, key, value, headers, ts in cbs:
+        # Failed before the broker gave an offset: OFFSET_INVALID; acks=0: -1 (unknown).
+        unknown = OFFSET_INVALID if err is not None else -1
+        for d in batch.cbs:
             # Messages stamped "now" got the clock of their append: the batch's opening
             # time is within linger.ms of it (no per-message time is kept).
-            m = DeliveredMessage(topic, partition, base + index if base >= 0 else -1001
-                                 if err is not None else -1, key, value, headers, err,
-                                 tstamp or (TIMESTAMP_CREATE_TIME, ts or wall), latency)
+            m = DeliveredMessage(topic, partition, base + d.index if base >= 0 else unknown,
+                                 d.key, d.value, d.headers, err,
+                                 tstamp or (TIMESTAMP_CREATE_TIME, d.timestamp or wall),
+                                 latency)
             m._status = status
-            _call(cb, err, m)
+            _call(d.callback, err, m)
 
     def _stats_json(self) -> str:
         """Statistics in librdkafka's JSON shape (a subset)."""

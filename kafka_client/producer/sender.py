@@ -1,11 +1,15 @@
 """The sender: moves closed batches to their leaders and turns answers into delivery
 reports (I/O thread).
 
-On every loop turn :meth:`Sender.tick` closes batches whose ``linger.ms`` is over,
-groups the partitions with a batch ready by leader broker, and sends one
-ProduceRequest per broker carrying one batch of each of its ready partitions (Kafka
-and noida-db accept one batch per partition per request), as long as the connection
-has in-flight room. The batch buffers go to ``socket.sendmsg`` as they are.
+On every loop turn :meth:`Sender.tick` has the accumulator close the batches whose
+``linger.ms`` is over and expire what timed out, asks it which leader brokers have a
+batch ready, and for each one with a connection that has in-flight room drains the
+accumulator into ProduceRequests: one batch of each ready partition the broker leads
+(Kafka and noida-db accept one batch per partition per request), up to
+``message.max.bytes`` per request (librdkafka's meaning: the largest request; one batch
+always goes). The batch buffers go to ``socket.sendmsg`` as they are. The queues
+belong to the accumulator (:mod:`kafka_client.producer.accumulator`); the sender only
+chooses and sends.
 
 Answers: success queues a delivery report with the base offset; DUPLICATE_SEQUENCE_NUMBER
 (idempotence) counts as success; retriable errors put the batch back in its place in the
@@ -19,39 +23,54 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 
-from kafka_client._cluster.metadata import REFRESH_ERRORS, UNKNOWN_TOPIC_OR_PARTITION
+from kafka_client._cluster.metadata import REFRESH_ERRORS
 from kafka_client._net.connection import DISCONNECTED
 from kafka_client.errors import KafkaError
-from kafka_client.producer.accumulator import Accumulator, Batch, PartitionState, TopicState
+from kafka_client.producer.accumulator import Accumulator, Batch, PendingMessage, Unplaced
 from kafka_client.producer.idempotence import (
-    DUPLICATE_SEQUENCE_NUMBER,
-    INVALID_PRODUCER_EPOCH,
     NOT_PERSISTED,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
     PERSISTED,
     POSSIBLY_PERSISTED,
-    UNKNOWN_PRODUCER_ID,
     Idempotence,
     restamp,
 )
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import ApiKey, ProduceRequest
 
 __all__ = ["Sender", "Report"]
 
 _log = logging.getLogger("kafka_client.producer.sender")
 
-PRODUCE_KEY = 0
-INIT_PRODUCER_ID_KEY = 22
 MIN_PRODUCE_VERSION = 3  # record batches v2
 
-#: A delivery report: (batch or None, error, base offset, log-append time (-1: create
-#: time), persistence status, pending messages (for batchless failures), topic)
-Report = Tuple[Optional[Batch], Optional[KafkaError], int, int, int, Optional[list], str]
+#: Produce errors that mean the producer's identity or sequence broke (idempotence)
+_SEQUENCE_ERRORS = (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
+                    ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
+class Report(NamedTuple):
+    """A delivery report, queued for the application thread: the outcome of a batch, or
+    of messages that never had one (``batch`` None, ``messages`` set).
+
+    ``base_offset`` is the batch's first offset (-1 when not known), ``append_time`` the
+    broker's log-append time (-1: the messages' create time stands), ``status``
+    librdkafka's persistence status (NOT_PERSISTED, POSSIBLY_PERSISTED, PERSISTED)."""
+
+    batch: Optional[Batch]
+    error: Optional[KafkaError]
+    base_offset: int
+    append_time: int
+    status: int
+    messages: Optional[List[PendingMessage]]
+    topic: str
 
 
 class Sender:
-    """Owns the path from ready batches to delivery reports (I/O thread only)."""
+    """Owns the path from ready batches to delivery reports (I/O thread only): asks the
+    accumulator what is ready, drains it node by node into requests, and reads the
+    answers."""
 
     def __init__(self, config: Any, acc: Accumulator, cluster: Any, idem: Idempotence,
                  report: Callable[[Report], None]) -> None:
@@ -66,10 +85,9 @@ class Sender:
         self.backoff = config["retry.backoff.ms"] / 1000.0
         self.backoff_max = config["retry.backoff.max.ms"] / 1000.0
         self.idempotent = idem.enabled
-        self.part_max_in_flight = (config["max.in.flight.requests.per.connection"]
-                                   if self.idempotent else 1 << 30)
-        self.propagation = config["topic.metadata.propagation.max.ms"] / 1000.0
-        self.auto_create = bool(config["allow.auto.create.topics"])
+        #: librdkafka's message.max.bytes: the largest request this client sends (one
+        #: batch always goes, however big)
+        self.max_request_bytes = config["message.max.bytes"]
         self._next_expiry_check = 0.0
         #: earliest retry_at of the batches requeued since the last tick() returned: a
         #: request that fails inside tick() (a write error) requeues its batches after
@@ -90,55 +108,16 @@ class Sender:
 
     # -- metadata ----------------------------------------------------------------------
     def on_metadata(self, changed: Any) -> None:
-        md = self.cluster.metadata
-        now = time.monotonic()
-        for name, t in list(self.acc.topics.items()):
-            info = md.topics.get(name)
-            if info is None:
-                continue
-            if info.leaders and info.error in (0, 5):
-                if t.parts is None or t.pending:
-                    self._assign_pending(t, info.leaders)
-                elif len(t.parts) != len(info.leaders) or any(
-                        p.leader != info.leaders[i] for i, p in enumerate(t.parts)):
-                    with self.acc.lock:
-                        self.acc.set_partitions(t, info.leaders)
-            elif info.error == UNKNOWN_TOPIC_OR_PARTITION or (info.error == 0
-                                                              and not info.leaders):
-                if t.unknown_since is None:
-                    t.unknown_since = now
-            elif info.error:
-                # Authorization failure, invalid topic name, ...: not going to change.
-                err = KafkaError(info.error, f"topic {name}: {KafkaError(info.error).name()}")
-                if t.parts is None:
-                    t.error = err
-                    self._fail_pending(t, err)
-
-    def _assign_pending(self, t: TopicState, leaders: List[int]) -> None:
-        """The topic's partitions are known: place the messages that waited for them."""
-        for m, err in self.acc.assign_pending(t, leaders):
-            self.report((None, err, -1, -1, NOT_PERSISTED, [m], t.name))
-
-    def _fail_pending(self, t: TopicState, err: KafkaError,
-                      before: Optional[float] = None) -> None:
-        with self.acc.lock:
-            if before is None:
-                failed, t.pending = t.pending, []
-            else:
-                failed = [m for m in t.pending if m[6] <= before]
-                t.pending = [m for m in t.pending if m[6] > before]
-            if not t.pending:
-                self.acc.pending_topics.discard(t)
-        if failed:
-            self.report((None, err, -1, -1, NOT_PERSISTED, failed, t.name))
+        for unplaced in self.acc.apply_metadata(self.cluster.metadata.topics,
+                                                time.monotonic()):
+            self._report_unplaced(unplaced)
 
     def _on_broker_state(self, conn: Any, state: str, error: Optional[KafkaError]) -> None:
         if error is not None:
             # The leaders on that broker may have moved: check soon.
-            md = self.cluster.metadata
-            for t in self.acc.topics.values():
-                if t.parts and any(p.leader == conn.node_id for p in t.parts):
-                    md.request([t.name], fast=True)
+            topics = self.acc.topics_led_by(conn.node_id)
+            if topics:
+                self.cluster.metadata.request(topics, fast=True)
 
     # -- the loop ----------------------------------------------------------------------
     def tick(self, now: float) -> Optional[float]:
@@ -150,7 +129,7 @@ class Sender:
 
     def _tick(self, now: float) -> Optional[float]:
         acc = self.acc
-        nxt = acc.close_expired(now)
+        nxt = acc.close_lingered(now)
         if now >= self._next_expiry_check:
             self._expire(now)
             self._next_expiry_check = now + 0.1
@@ -159,34 +138,15 @@ class Sender:
             return nxt
         if self.idempotent and not self.idem.ready:
             return _earliest(nxt, self._ensure_producer_id(now))
-        if not acc.ready_parts:
-            return nxt
-        by_conn: Dict[Any, List[PartitionState]] = {}
-        with acc.lock:
-            parts = list(acc.ready_parts)
-        cluster = self.cluster
-        for p in parts:
-            ready = p.ready
-            if not ready:
-                with acc.lock:
-                    if not p.ready:
-                        acc.ready_parts.discard(p)
-                continue
-            head = ready[0]
-            if head.retry_at > now:
-                nxt = _earliest(nxt, head.retry_at)
-                continue
-            if p.retrying and p.in_flight:
-                continue
-            if p.in_flight >= self.part_max_in_flight:
-                continue
-            leader = p.leader
-            if leader < 0:
-                cluster.metadata.request([p.topic.name], fast=True)
-                continue
-            conn = cluster.ensure_connected(leader)
+        ready = acc.ready(now)
+        nxt = _earliest(nxt, ready.next_retry)
+        md = self.cluster.metadata
+        if ready.no_leader:
+            md.request(sorted(ready.no_leader), fast=True)
+        for node in ready.nodes:
+            conn = self.cluster.ensure_connected(node)
             if conn is None:
-                cluster.metadata.request([p.topic.name], fast=True)
+                md.request(acc.topics_led_by(node), fast=True)
                 continue
             if not conn.can_send():
                 if conn.state == DISCONNECTED and conn.next_attempt > now:
@@ -194,58 +154,32 @@ class Sender:
                     # (the connection has no request queued), so look again then.
                     nxt = _earliest(nxt, conn.next_attempt)
                 continue
-            by_conn.setdefault(conn, []).append(p)
-        for conn, plist in by_conn.items():
-            self._send_to(conn, plist, now)
+            self._send_to(conn, now)
         return nxt
 
-    def _send_to(self, conn: Any, plist: List[PartitionState], now: float) -> None:
-        version = conn.version_for(PRODUCE_KEY)
+    def _send_to(self, conn: Any, now: float) -> None:
+        """Requests to ``conn`` while it has room and the accumulator has batches for it."""
+        version = conn.version_for(ApiKey.PRODUCE)
         if version is None or version < MIN_PRODUCE_VERSION:
             err = KafkaError(KafkaError._UNSUPPORTED_FEATURE,
                              f"broker {conn.host}:{conn.port} has no Produce v3+ (record "
                              f"batches v2)")
-            for p in plist:
-                with self.acc.lock:
-                    batches = list(p.ready)
-                    p.ready.clear()
-                for b in batches:
-                    self._deliver(b, err, -1, -1, NOT_PERSISTED)
+            for b in self.acc.take_ready(conn.node_id):
+                self._deliver(b, err, -1, -1, NOT_PERSISTED)
             return
-        while plist and conn.can_send():
-            batches: List[Batch] = []
-            rest: List[PartitionState] = []
-            with self.acc.lock:
-                for p in plist:
-                    if not p.ready:
-                        self.acc.ready_parts.discard(p)
-                        continue
-                    head = p.ready[0]
-                    if head.retry_at > now or (p.retrying and p.in_flight) \
-                            or p.in_flight >= self.part_max_in_flight:
-                        continue
-                    p.ready.popleft()
-                    if not p.ready:
-                        self.acc.ready_parts.discard(p)
-                    p.retrying = False
-                    p.in_flight += 1
-                    batches.append(head)
-                    if p.ready:
-                        rest.append(p)
+        while conn.can_send():
+            batches = self.acc.drain(conn.node_id, now, self.max_request_bytes)
             if not batches:
                 return
             self._send_request(conn, version, batches)
-            plist = rest
 
     def _prepare(self, b: Batch) -> bytes:
-        """The batch's bytes, built on first send (producer id and sequence stamped)."""
+        """The batch's bytes, built on first send (producer id, epoch and the sequence
+        the accumulator gave it stamped)."""
         idem = self.idem
         if b.data is None:
             builder = b.builder
             if self.idempotent:
-                p = b.part
-                b.base_sequence = p.next_seq
-                p.next_seq = (p.next_seq + b.count) & 0x7FFFFFFF
                 builder.producer_id = b.pid = idem.producer_id
                 builder.producer_epoch = b.epoch = idem.epoch
                 builder.base_sequence = b.base_sequence
@@ -260,8 +194,6 @@ class Sender:
         return b.data
 
     def _send_request(self, conn: Any, version: int, batches: List[Batch]) -> None:
-        from kafka_proto.messages import ProduceRequest
-
         topics: Dict[str, list] = {}
         now = time.monotonic()
         lat = self.int_latency.get(conn.node_id)
@@ -296,7 +228,7 @@ class Sender:
                        node: int) -> None:
         now = time.monotonic()
         for b in batches:
-            b.part.in_flight -= 1
+            self.acc.completed(b)
             self.inflight.discard(b)
             if err is None:
                 self._deliver(b, None, -1, -1, POSSIBLY_PERSISTED)
@@ -313,7 +245,7 @@ class Sender:
                     by_tp[(t.name, pr.index)] = pr
         for b in batches:
             p = b.part
-            p.in_flight -= 1
+            self.acc.completed(b)
             self.inflight.discard(b)
             if b.done:
                 continue
@@ -327,11 +259,11 @@ class Sender:
                                     now)
                 continue
             code = pr.error_code
-            if code == 0:
+            if code == ErrorCode.NONE:
                 self._deliver(b, None, pr.base_offset, getattr(pr, "log_append_time_ms", -1),
                               PERSISTED)
                 continue
-            if code == DUPLICATE_SEQUENCE_NUMBER and self.idempotent:
+            if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and self.idempotent:
                 self._deliver(b, None, -1, -1, PERSISTED)
                 continue
             msg = getattr(pr, "error_message", None)
@@ -341,10 +273,9 @@ class Sender:
                 self.cluster.metadata.mark_stale(p.topic.name)
                 leader = getattr(getattr(pr, "current_leader", None), "leader_id", -1)
                 if leader is not None and leader >= 0 and leader != p.leader:
-                    p.leader = leader  # KIP-951: the new leader, without waiting for metadata
-            if self.idempotent and code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
-                                            INVALID_PRODUCER_EPOCH):
-                if code == OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_retry(b):
+                    self.acc.move_leader(p, leader)
+            if self.idempotent and code in _SEQUENCE_ERRORS:
+                if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.acc.earlier_retry(b):
                     b.last_error = error
                     self._requeue(b, now)  # caused by the earlier batch's failure
                     continue
@@ -352,15 +283,6 @@ class Sender:
                 self._deliver(b, self.idem.fatal, -1, -1, POSSIBLY_PERSISTED)
                 continue
             self._retry_or_fail(b, error, now)
-
-    def _earlier_retry(self, b: Batch) -> bool:
-        """True if an older batch of the same partition is waiting to be resent."""
-        for other in b.part.ready:
-            if other.sent and other.seq < b.seq:
-                return True
-            if other.seq > b.seq:
-                break
-        return False
 
     def _retry_or_fail(self, b: Batch, err: KafkaError, now: float) -> None:
         if b.done:
@@ -377,21 +299,12 @@ class Sender:
         self._deliver(b, err, -1, -1, POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
 
     def _requeue(self, b: Batch, now: float) -> None:
-        """Put a batch back in its place (by batch order) in its partition's queue."""
+        """Back to the accumulator, to be resent after the retry backoff (doubling per
+        attempt up to retry.backoff.max.ms)."""
         delay = min(self.backoff * (2 ** max(b.attempts - 1, 0)), self.backoff_max)
-        b.retry_at = now + delay
-        self._requeued_at = _earliest(self._requeued_at, b.retry_at)
-        p = b.part
-        with self.acc.lock:
-            ready = p.ready
-            i = 0
-            for other in ready:
-                if other.seq > b.seq:
-                    break
-                i += 1
-            ready.insert(i, b)
-            p.retrying = True
-            self.acc.ready_parts.add(p)
+        retry_at = now + delay
+        self._requeued_at = _earliest(self._requeued_at, retry_at)
+        self.acc.requeue(b, retry_at)
 
     def _deliver(self, b: Batch, err: Optional[KafkaError], base_offset: int,
                  append_time: int, status: int) -> None:
@@ -400,7 +313,12 @@ class Sender:
         b.done = True
         if err is None:
             self.tx_msgs += b.count
-        self.report((b, err, base_offset, append_time, status, None, b.part.topic.name))
+        self.report(Report(b, err, base_offset, append_time, status, None,
+                           b.part.topic.name))
+
+    def _report_unplaced(self, unplaced: Unplaced) -> None:
+        self.report(Report(None, unplaced.error, -1, -1, NOT_PERSISTED, unplaced.messages,
+                           unplaced.topic))
 
     def _fatal(self, err: KafkaError) -> None:
         fatal = self.idem.set_fatal(err)
@@ -411,35 +329,10 @@ class Sender:
     def _expire(self, now: float) -> None:
         """Fail what waited longer than message.timeout.ms without being in flight, and
         messages of topics that do not exist."""
-        acc = self.acc
-        for t in list(acc.pending_topics):
-            if t.unknown_since is not None and not self.auto_create and t.pending and \
-                    now - t.unknown_since >= min(self.propagation, acc.timeout or 1e9):
-                err = KafkaError(KafkaError._UNKNOWN_TOPIC,
-                                 f"topic {t.name} does not exist")
-                t.error = err
-                self._fail_pending(t, err)
-                continue
-            if acc.timeout > 0 and t.pending and t.pending[0][6] + acc.timeout <= now:
-                code = (KafkaError._UNKNOWN_TOPIC if t.unknown_since is not None
-                        else KafkaError._MSG_TIMED_OUT)
-                self._fail_pending(t, KafkaError(
-                    code, f"message for {t.name} timed out waiting for metadata"),
-                    before=now - acc.timeout)
-        if acc.timeout <= 0:
-            return
-        expired: List[Batch] = []
-        with acc.lock:
-            for p in list(acc.ready_parts):
-                while p.ready and p.ready[0].deadline <= now:
-                    expired.append(p.ready.popleft())
-                if not p.ready:
-                    acc.ready_parts.discard(p)
-            for _deadline, b in acc.open_order:
-                if b.deadline <= now and b.part.open is b:
-                    b.part.open = None
-                    expired.append(b)
-        for b in expired:
+        removed = self.acc.expire(now)
+        for unplaced in removed.unplaced:
+            self._report_unplaced(unplaced)
+        for b in removed.batches:
             if self.idempotent and b.sent:
                 self.idem.request_bump("a queued batch timed out")
             self._deliver(b, KafkaError(KafkaError._MSG_TIMED_OUT,
@@ -459,7 +352,7 @@ class Sender:
         if conn is None:
             self.cluster._kick_connect(now)
             return now + 0.05
-        version = conn.version_for(INIT_PRODUCER_ID_KEY)
+        version = conn.version_for(ApiKey.INIT_PRODUCER_ID)
         if version is None:
             self._fatal(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
                                    "broker does not support InitProducerId (idempotence)"))
@@ -480,28 +373,14 @@ class Sender:
         return None
 
     def _resequence(self) -> None:
-        """New epoch: every partition's sequence restarts at 0; batches never sent get
-        their numbers when they first go out.
+        """New epoch: the accumulator restarts every partition's sequence at 0.
 
         A batch sent under the old epoch that waits to be resent (its answer was lost)
         may be in the log already: under the new epoch, with a new sequence, the broker
         could not recognise it and would append it again. So it fails instead, as
         POSSIBLY_PERSISTED, with the error that made it wait (nothing is in flight
         here: the bump waited for that)."""
-        failed: List[Batch] = []
-        with self.acc.lock:
-            for t in self.acc.topics.values():
-                for p in t.parts or ():
-                    if any(b.sent for b in p.ready):
-                        keep = [b for b in p.ready if not b.sent]
-                        failed.extend(b for b in p.ready if b.sent)
-                        p.ready.clear()
-                        p.ready.extend(keep)
-                        if not keep:
-                            self.acc.ready_parts.discard(p)
-                    p.retrying = False
-                    p.next_seq = 0
-        for b in failed:
+        for b in self.acc.restart_sequences():
             cause = b.last_error
             self._deliver(b, KafkaError(
                 cause.code() if cause is not None else KafkaError._MSG_TIMED_OUT,
@@ -514,29 +393,13 @@ class Sender:
               include_in_flight: bool) -> None:
         """Fail queued messages with ``queue_err`` (if given); with ``include_in_flight``
         mark in-flight batches failed with ``inflight_err`` (late answers are ignored)."""
-        acc = self.acc
-        failed: List[Batch] = []
-        pending: List[Tuple[TopicState, list]] = []
         if queue_err is not None:
-            with acc.lock:
-                for t in acc.topics.values():
-                    if t.pending:
-                        pending.append((t, t.pending))
-                        t.pending = []
-                    for p in t.parts or ():
-                        failed.extend(p.ready)
-                        p.ready.clear()
-                        if p.open is not None:
-                            failed.append(p.open)
-                            p.open = None
-                acc.ready_parts.clear()
-                acc.pending_topics.clear()
-                acc.open_order.clear()
-            for b in failed:
+            removed = self.acc.purge(queue_err)
+            for b in removed.batches:
                 self._deliver(b, queue_err, -1, -1,
                               POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
-            for t, msgs in pending:
-                self.report((None, queue_err, -1, -1, NOT_PERSISTED, msgs, t.name))
+            for unplaced in removed.unplaced:
+                self._report_unplaced(unplaced)
         if include_in_flight and inflight_err is not None:
             for b in list(self.inflight):
                 # Reported now; the answer, when it comes, finds the batch done.

@@ -726,7 +726,7 @@ def _expected_rows(part, batches: list, start: int, read_committed: bool,
 
 
 def _check_chunk(chunk, pd, read_committed: bool, resume_limit: int) -> None:
-    from kafka_client.consumer.consumer import _decode_chunk, _decode_columns
+    from kafka_client.consumer.decode import decode_chunk, decode_columns
     from kafka_client.consumer.fetcher import Chunk
     from kafka_proto.records import ColumnBuilder
 
@@ -737,7 +737,7 @@ def _check_chunk(chunk, pd, read_committed: bool, resume_limit: int) -> None:
     msgs: list = []
     obj_err = None
     try:
-        _decode_chunk(chunk, msgs)
+        decode_chunk(chunk, msgs)
     except CODEC_ERRORS as exc:
         obj_err = exc
     obj_rows = [_message_row(m) for m in msgs]
@@ -756,9 +756,9 @@ def _check_chunk(chunk, pd, read_committed: bool, resume_limit: int) -> None:
     cols = ColumnBuilder(1, 2)
     col_err = None
     try:
-        done = _decode_columns(whole, cols, 1000000)
+        done = decode_columns(whole, cols, 1000000)
         if not done:
-            _fail("_decode_columns stopped below its limit")
+            _fail("decode_columns stopped below its limit")
     except CODEC_ERRORS as exc:
         col_err = exc
     col_rows = _column_rows(cols)
@@ -776,7 +776,7 @@ def _check_chunk(chunk, pd, read_committed: bool, resume_limit: int) -> None:
             cols = ColumnBuilder(1, 2)
             before = step.start
             try:
-                done = _decode_columns(step, cols, resume_limit)
+                done = decode_columns(step, cols, resume_limit)
             except CODEC_ERRORS as exc:
                 step_err = exc
                 done = True
@@ -806,7 +806,7 @@ def _check_chunk(chunk, pd, read_committed: bool, resume_limit: int) -> None:
 def check_consumer(data: bytes) -> None:
     """The consumer's fetch path: a FetchResponse through a real ``Fetcher._on_fetch``
     (``kafka_client.consumer.fetcher``), then every Chunk it delivers decoded both ways
-    the consumer does (``_decode_chunk`` for poll/consume, ``_decode_columns`` for
+    the consumer does (``decode.decode_chunk`` for poll/consume, ``decode_columns`` for
     consume_arrow, all at once and resumed in small steps).
 
     Layout: byte 0 = Fetch version (4 + b % 14: v4-v12 name topics, v13-v17 give ids);

@@ -134,15 +134,15 @@ def test_consumer_reference_model_drops_the_aborted_transaction():
 
 
 def test_consumer_harness_catches_a_consumer_that_keeps_aborted_records(monkeypatch):
-    from kafka_client.consumer import consumer
+    from kafka_client.consumer import decode
 
-    real = consumer._data_batches
+    real = decode.data_batches
 
     def leaky(chunk):
         chunk.aborted = None  # forgets the aborted-transactions list
         return real(chunk)
 
-    monkeypatch.setattr(consumer, "_data_batches", leaky)
+    monkeypatch.setattr(decode, "data_batches", leaky)
     with pytest.raises(harnesses.InvariantViolation, match="reference model"):
         harnesses.check_consumer(_txn_fetch_input([(7, 0)]))
 

@@ -61,12 +61,12 @@ def _chunk(raw: bytes, start: int):
 
 def _objects(chunk):
     """(offsets, error type) of the poll()/consume() path."""
-    from kafka_client.consumer.consumer import _decode_chunk
+    from kafka_client.consumer.decode import decode_chunk
 
     out: list = []
     err = None
     try:
-        _decode_chunk(chunk, out)
+        decode_chunk(chunk, out)
     except KafkaProtocolError as exc:
         err = type(exc)
     return [m.offset() for m in out], err
@@ -74,12 +74,12 @@ def _objects(chunk):
 
 def _columns(chunk):
     """(offsets, error type) of the consume_arrow() path."""
-    from kafka_client.consumer.consumer import _decode_columns
+    from kafka_client.consumer.decode import decode_columns
 
     cols = ColumnBuilder(1, 2)
     err = None
     try:
-        _decode_columns(chunk, cols, 1000)
+        decode_columns(chunk, cols, 1000)
     except KafkaProtocolError as exc:
         err = type(exc)
     rows = cols.finish()

@@ -72,10 +72,10 @@ def test_a_chunk_that_expands_past_the_budget_is_fetched_again_in_parts(consumer
     """A response of small compressed batches that expand hugely (hostile, or just very
     compressible) is decoded up to a budget of decompressed bytes; the rest is fetched
     again from the first offset not handed out, so memory does not follow the expansion."""
-    from kafka_client.consumer import consumer as consumer_mod
+    from kafka_client.consumer import decode
     from kafka_proto.records import Compression, RecordBatchBuilder
 
-    monkeypatch.setattr(consumer_mod, "CHUNK_DECOMPRESSED_BUDGET", 1 << 20)
+    monkeypatch.setattr(decode, "CHUNK_DECOMPRESSED_BUDGET", 1 << 20)
     batches = []
     for i in range(4):
         b = RecordBatchBuilder(compression=Compression.ZSTD)

@@ -26,6 +26,58 @@ class FakeIO:
         self.calls.append((fn, args))
 
 
+class FakeOffsets:
+    """The fetcher as the group's OffsetStore."""
+    read_committed = False
+
+    def __init__(self):
+        self.stored = []
+        self.committed = {}
+
+    def stored_offsets(self):
+        return list(self.stored)
+
+    def set_committed(self, offsets):
+        self.committed.update(offsets)
+
+
+class FakeMember:
+    """The consumer as the group's GroupMember: records what the group asks of it."""
+
+    def __init__(self, assigned=()):
+        self.consumer = object()
+        self._assigned = set(assigned)
+        self.changes = 0
+        self.calls = []
+
+    def assigned(self):
+        return set(self._assigned)
+
+    def assignment_changes(self):
+        return self.changes
+
+    def stored_offsets(self):
+        return []
+
+    def assign(self, tps):
+        self.calls.append(("assign", sorted((tp.topic, tp.partition) for tp in tps)))
+        self._assigned = {(tp.topic, tp.partition) for tp in tps}
+
+    def unassign(self):
+        self.calls.append(("unassign", []))
+        self._assigned = set()
+
+    def incremental_assign(self, tps):
+        self.calls.append(("incremental_assign",
+                           sorted((tp.topic, tp.partition) for tp in tps)))
+        self._assigned |= {(tp.topic, tp.partition) for tp in tps}
+
+    def incremental_unassign(self, tps):
+        self.calls.append(("incremental_unassign",
+                           sorted((tp.topic, tp.partition) for tp in tps)))
+        self._assigned -= {(tp.topic, tp.partition) for tp in tps}
+
+
 def coordinator(strategy):
     cfg = ClientConfig.from_dict({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
                                   "partition.assignment.strategy": strategy},
@@ -33,8 +85,7 @@ def coordinator(strategy):
     cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
                                     on_metadata=[])
     errors = []
-    g = GroupCoordinator(cfg, cluster, FakeIO(), types.SimpleNamespace(parts={}),
-                         lambda: None, errors.append)
+    g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None, errors.append)
     g.patterns = ["t"]
     g.member_id, g.generation, g.state = "m-1", 7, STABLE
     g.owned = {("t", 0), ("t", 1)}
@@ -67,3 +118,38 @@ def test_cooperative_heartbeat_rebalance_keeps_the_partitions():
                     g._op_token)
     assert g.state == UNJOINED and g.owned == {("t", 0), ("t", 1)}
     assert not g.app_events
+
+
+def test_serve_applies_rebalances_through_the_member_interface():
+    """The group reaches the consumer only through GroupMember: the callbacks get its
+    ``consumer``, the assignment changes go through its methods, and a callback that
+    assigned by itself is not overridden."""
+    g, _ = coordinator("cooperative-sticky")
+    seen = []
+    g.on_revoke = lambda consumer, tps: seen.append(("revoke", consumer, len(tps)))
+    g.on_assign = lambda consumer, tps: seen.append(("assign", consumer, len(tps)))
+    member = FakeMember(assigned={("t", 0), ("t", 1)})
+    g._queue_revoke([("t", 1), ("t", 9)], lost=False)   # ("t", 9) is not assigned
+    g._queue_assign([("t", 2), ("t", 0)])
+    g.serve(member)
+    assert seen == [("revoke", member.consumer, 2), ("assign", member.consumer, 2)]
+    assert member.calls == [("incremental_unassign", [("t", 1)]),
+                            ("incremental_assign", [("t", 2)])]
+    # A callback that changes the assignment itself wins.
+    g.on_assign = lambda consumer, tps: setattr(member, "changes", member.changes + 1)
+    g._queue_assign([("t", 3)])
+    g.serve(member)
+    assert member.calls[2:] == []
+
+
+def test_auto_commit_goes_through_the_offset_store():
+    from kafka_client.types import TopicPartition
+
+    g, _ = coordinator("range")
+    sent = []
+    g._commit = lambda offsets, done, deadline: sent.append(offsets)
+    g._auto_commit()
+    assert sent == []  # nothing stored beyond the last commit
+    g.offsets.stored = [TopicPartition("t", 0, 42, "meta", 3), TopicPartition("t", 1, 7)]
+    g._auto_commit()
+    assert sent == [[("t", 0, 42, "meta", 3), ("t", 1, 7, None, -1)]]

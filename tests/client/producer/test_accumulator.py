@@ -2,8 +2,11 @@
 messages waiting for metadata, produce_batch. No broker, no I/O thread."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from kafka_client._cluster.metadata import TopicInfo
 from kafka_client.config import ClientConfig
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
@@ -19,9 +22,16 @@ def make(**conf):
     return acc, wakes, wanted
 
 
-def with_topic(acc, name="t", partitions=1):
+def topic_info(name, leaders, error=0):
+    """What the metadata cache knows of a topic: one leader per partition."""
+    n = len(leaders)
+    return TopicInfo(name, error, list(leaders), [-1] * n, [0] * n, time.monotonic())
+
+
+def with_topic(acc, name="t", partitions=1, leaders=None):
     t = acc._new_topic(name)
-    acc.set_partitions(t, [1] * partitions)
+    leaders = [1] * partitions if leaders is None else leaders
+    assert acc.apply_metadata({name: topic_info(name, leaders)}, time.monotonic()) == []
     return t
 
 
@@ -43,7 +53,7 @@ def test_messages_are_encoded_into_the_open_batch():
     assert p.open.cbs is None  # no callback: nothing kept per message
     # Bytes are counted per batch, once it closes (its encoded size).
     assert acc.msg_count == 3 and acc.msg_bytes == 0
-    acc.close_expired(0.0, everything=True)
+    acc.close_lingered(0.0, everything=True)
     assert acc.msg_bytes == p.ready[0].nbytes == p.ready[0].builder.size_in_bytes > 61
     assert wanted == ["t"]
 
@@ -56,7 +66,7 @@ def test_batch_num_messages_closes_a_batch():
     p = t.parts[0]
     assert [b.count for b in p.ready] == [3, 3]
     assert p.open.count == 1
-    assert p in acc.ready_parts
+    assert acc.ready(time.monotonic()).nodes == {1}
     assert 0.0 in wakes  # the I/O thread was told at once
     assert [b.seq for b in p.ready] == [0, 1] and p.open.seq == 2
 
@@ -81,15 +91,15 @@ def test_linger_closes_batches_in_order():
     t = with_topic(acc, partitions=2)
     acc.produce("t", b"a", partition=0)
     acc.produce("t", b"b", partition=1)
-    first = acc.open_order[0][0]
-    assert wakes[-1] >= first  # told when the linger ends
-    assert acc.close_expired(first - 0.01) == first
-    assert not acc.ready_parts
-    assert acc.close_expired(first + 0.06) is None
-    assert {p.index for p in acc.ready_parts} == {0, 1}
+    first = wakes[0]  # told when the linger ends
+    assert first > time.monotonic()
+    assert acc.close_lingered(first - 0.01) == first
+    assert not acc.ready(first).nodes
+    assert acc.close_lingered(first + 0.06) is None
+    assert [len(p.ready) for p in t.parts] == [1, 1]
     # flush: everything closes regardless of linger
     acc.produce("t", b"c", partition=0)
-    acc.close_expired(0.0, everything=True)
+    acc.close_lingered(0.0, everything=True)
     assert t.parts[0].open is None and len(t.parts[0].ready) == 2
 
 
@@ -132,7 +142,9 @@ def test_callbacks_keep_index_key_value():
     acc.produce("t", b"a", partition=0)
     acc.produce("t", b"b", key=b"k", partition=0, on_delivery=cb, headers={"h": "v"})
     acc.produce("t", b"c", partition=0, callback=cb)
-    assert t.parts[0].open.cbs == [(1, cb, b"k", b"b", [("h", b"v")], 0), (2, cb, None, b"c", None, 0)]
+    assert [(d.index, d.callback, d.key, d.value, d.headers, d.timestamp)
+            for d in t.parts[0].open.cbs] == [(1, cb, b"k", b"b", [("h", b"v")], 0),
+                                              (2, cb, None, b"c", None, 0)]
 
 
 def test_keyless_messages_stick_to_one_partition_per_batch():
@@ -157,8 +169,12 @@ def test_pending_messages_are_placed_in_order_when_metadata_arrives():
     t = acc.topics["new"]
     assert t.parts is None and len(t.pending) == 3 and acc.msg_count == 3
     assert wanted == ["new"]
-    failed = acc.assign_pending(t, [1])
-    assert [(m[0], e.code()) for m, e in failed] == [(b"3", KafkaError._UNKNOWN_PARTITION)]
+    assert [(m.value, m.partition, m.size) for m in t.pending] == [
+        (b"1", 0, 1), (b"2", -1, 1), (b"3", 5, 1)]
+    failed = acc.apply_metadata({"new": topic_info("new", [1])}, time.monotonic())
+    assert [(u.topic, [m.value for m in u.messages], u.error.code()) for u in failed] == [
+        ("new", [b"3"], KafkaError._UNKNOWN_PARTITION)]
+    assert not t.pending
     acc.produce("new", b"4")
     assert records_of(t.parts[0].open) == [(None, b"1"), (None, b"2"), (None, b"4")]
     assert acc.msg_count == 4  # the failed one still counts until its report is served
@@ -178,7 +194,7 @@ def test_produce_batch_fills_batches_in_bulk():
     assert acc.msg_bytes == sum(b.nbytes for b in batches) > 5000  # closed ones, encoded
     # keys: each through the partitioner, then appended in bulk per partition, in order
     keys = [b"k%d" % (i % 5) for i in range(50)]
-    acc.close_expired(0.0, everything=True)
+    acc.close_lingered(0.0, everything=True)
     assert acc.produce_batch("t", values[:50], keys) == 50
     assert acc.msg_count == 1050
     from kafka_client.producer.partitioners import get_partitioner
@@ -260,9 +276,112 @@ def test_a_message_the_builder_refuses_leaves_no_empty_batch_behind():
     with pytest.raises(OverflowError):
         acc.produce("t", b"v", partition=0, timestamp=1 << 70)  # opened a batch, then failed
     assert acc.msg_count == 0
-    acc.close_expired(0.0, everything=True)
+    acc.close_lingered(0.0, everything=True)
     p = t.parts[0]
     assert p.open is None and not p.ready and acc.msg_bytes == 0
     acc.produce("t", b"ok", partition=0)
-    acc.close_expired(0.0, everything=True)
+    acc.close_lingered(0.0, everything=True)
     assert [records_of(b) for b in p.ready] == [[(None, b"ok")]]
+
+
+# -- the sender's interface ------------------------------------------------------------
+def test_ready_and_drain_go_by_leader_one_batch_per_partition_within_max_bytes():
+    acc, _, _ = make(**{"batch.num.messages": 1, "linger.ms": 0})
+    t = with_topic(acc, partitions=4, leaders=[1, 1, 2, -1])
+    for p in range(4):
+        acc.produce("t", b"x" * 500, partition=p)
+        acc.produce("t", b"y" * 500, partition=p)
+    now = time.monotonic()
+    ready = acc.ready(now)
+    assert ready.nodes == {1, 2} and ready.no_leader == {"t"} and ready.next_retry is None
+    assert acc.drain(3, now, 1 << 20) == []
+    # One batch per partition per request, partition 0 and 1 for node 1...
+    first = acc.drain(1, now, 1 << 20)
+    assert sorted((b.part.index, b.seq) for b in first) == [(0, 0), (1, 0)]
+    # ... and only what fits in max_bytes (but always one): the next request takes the
+    # rest, in order.
+    size = t.parts[0].ready[0].nbytes
+    assert size > 500
+    one = acc.drain(1, now, size + 10)
+    two = acc.drain(1, now, size + 10)
+    assert len(one) == len(two) == 1
+    assert sorted((b.part.index, b.seq) for b in one + two) == [(0, 1), (1, 1)]
+    assert acc.drain(1, now, 0) == []
+    assert [b.seq for b in acc.drain(2, now, 0)] == [0]  # max_bytes 0: still one batch
+    assert [p.in_flight for p in t.parts] == [2, 2, 1, 0]
+    for b in first:
+        acc.completed(b)
+    assert [p.in_flight for p in t.parts] == [1, 1, 1, 0]
+    # The leaderless partition's batches stay queued; a node that cannot take them
+    # gets all of another partition's at once.
+    assert [b.seq for b in acc.take_ready(2)] == [1]
+    assert len(t.parts[3].ready) == 2 and not t.parts[2].ready
+
+
+def test_a_requeued_batch_goes_back_to_the_head_and_holds_the_partition():
+    acc, _, _ = make(**{"batch.num.messages": 1, "linger.ms": 0})
+    t = with_topic(acc)
+    for i in range(3):
+        acc.produce("t", b"%d" % i, partition=0)
+    now = time.monotonic()
+    (b0,) = acc.drain(1, now, 1 << 20)
+    (b1,) = acc.drain(1, now, 1 << 20)
+    acc.completed(b0)
+    b0.sent = True
+    acc.requeue(b0, now + 1.0)              # failed: resend after its backoff
+    p = t.parts[0]
+    assert [b.seq for b in p.ready] == [0, 2] and p.retrying
+    assert acc.earlier_retry(b1)            # b1's failure would be b0's consequence
+    ready = acc.ready(now)
+    assert not ready.nodes and ready.next_retry == now + 1.0
+    assert acc.drain(1, now + 1.0, 1 << 20) == []   # b1 still in flight: order first
+    acc.completed(b1)
+    assert [b.seq for b in acc.drain(1, now + 1.0, 1 << 20)] == [0]
+    assert not p.retrying
+
+
+def test_idempotent_drain_numbers_batches_and_keeps_five_in_flight():
+    acc, _, _ = make(**{"batch.num.messages": 2, "linger.ms": 0, "enable.idempotence": True})
+    t = with_topic(acc)
+    for i in range(14):
+        acc.produce("t", b"%d" % i, partition=0)
+    now = time.monotonic()
+    sent = [acc.drain(1, now, 1 << 20) for _ in range(6)]
+    assert [[b.base_sequence for b in r] for r in sent] == [[0], [2], [4], [6], [8], []]
+    for r in sent[:5]:
+        for b in r:
+            b.sent = True
+            acc.completed(b)
+    acc.requeue(sent[4][0], now)            # its answer was lost
+    gone = acc.restart_sequences()          # new epoch: it may be in the log already
+    assert gone == sent[4] and t.parts[0].next_seq == 0
+    assert [b.base_sequence for b in acc.drain(1, now, 1 << 20)] == [0]
+
+
+def test_expire_and_purge_take_out_what_the_sender_reports():
+    acc, _, _ = make(**{"message.timeout.ms": 1000, "linger.ms": 0})
+    t = with_topic(acc, partitions=2)
+    acc.produce("t", b"queued", partition=0)
+    acc.close_lingered(time.monotonic(), everything=True)
+    acc.produce("t", b"open", partition=1)
+    acc.produce("later", b"waiting")
+    now = time.monotonic()
+    early = acc.expire(now)
+    assert early.batches == [] and early.unplaced == []
+    late = acc.expire(now + 1.5)
+    assert sorted(b.part.index for b in late.batches) == [0, 1]
+    assert t.parts[1].open is None and not t.parts[0].ready
+    (u,) = late.unplaced
+    assert (u.topic, u.error.code(), [m.value for m in u.messages]) == (
+        "later", KafkaError._MSG_TIMED_OUT, [b"waiting"])
+    assert not acc.topics["later"].pending
+    # purge: everything queued, whatever its age
+    acc.produce("t", b"a", partition=0)
+    acc.close_lingered(time.monotonic(), everything=True)
+    acc.produce("t", b"b", partition=0)
+    acc.produce("later", b"c")
+    removed = acc.purge(KafkaError(KafkaError._PURGE_QUEUE))
+    assert sorted(b.count for b in removed.batches) == [1, 1]
+    assert [(u.topic, u.error.code(), len(u.messages)) for u in removed.unplaced] == [
+        ("later", KafkaError._PURGE_QUEUE, 1)]
+    assert not acc.ready(time.monotonic()).nodes and t.parts[0].open is None

@@ -40,7 +40,7 @@ def test_idempotence_defaults_and_aliases():
     p = Producer({"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": "true",
                   "queue.buffering.max.ms": 7, "compression.codec": "lz4"})
     try:
-        assert p._sender.acks == -1 and p._sender.part_max_in_flight == 5
+        assert p._sender.acks == -1 and p._acc.part_max_in_flight == 5
         assert p._acc.linger == 0.007 and p._acc.compression == 3
     finally:
         p.close(0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kafka_client._cluster.metadata import MetadataCache
+from kafka_client._cluster.metadata import MetadataCache, TopicInfo
 from kafka_client.config import ClientConfig
 from kafka_client.errors import KafkaError
 from kafka_client.producer.accumulator import Accumulator
@@ -78,6 +78,12 @@ class FakeCluster:
         self.errors.append(err)
 
 
+def topic_info(name, leaders, error=0):
+    """What the metadata cache knows of a topic: one leader per partition."""
+    n = len(leaders)
+    return TopicInfo(name, error, list(leaders), [-1] * n, [0] * n, time.monotonic())
+
+
 def setup(partitions=(1,), nodes=(1,), **conf):
     base = {"bootstrap.servers": "fake:1", "linger.ms": 0, "retry.backoff.ms": 10,
             "retry.backoff.max.ms": 10}
@@ -85,7 +91,7 @@ def setup(partitions=(1,), nodes=(1,), **conf):
     cfg = ClientConfig.from_dict(base, role="producer")
     acc = Accumulator(cfg, lambda d: None, lambda n: None)
     t = acc._new_topic("t")
-    acc.set_partitions(t, list(partitions))
+    acc.apply_metadata({"t": topic_info("t", partitions)}, time.monotonic())
     conns = {n: FakeConn(n) for n in nodes}
     cluster = FakeCluster(conns)
     reports = []
@@ -111,7 +117,7 @@ def run(sender, dt=0.0):
 
 
 def values_of(report):
-    batch = report[0]
+    batch = report.batch
     (b,) = list(read_batches(batch.data))
     return [r.value for r in b]
 
@@ -127,7 +133,7 @@ def test_one_request_per_broker_with_all_its_ready_partitions():
     assert sorted(pd.index for td in req.topic_data for pd in td.partition_data) == [0, 1]
     conns[1].answer(base=40)
     conns[2].answer(base=7)
-    assert sorted((r[0].part.index, r[1], r[2], r[4]) for r in reports) == [
+    assert sorted((r.batch.part.index, r.error, r.base_offset, r.status) for r in reports) == [
         (0, None, 40, 2), (1, None, 40, 2), (2, None, 7, 2)]
 
 
@@ -151,7 +157,7 @@ def test_retriable_error_retries_in_the_original_position():
     assert len(c.sent) == 1
     c.answer(0, base=2)
     assert [values_of(r) for r in reports] == [[b"1"], [b"2"], [b"0"]]
-    assert reports[-1][0].attempts == 2
+    assert reports[-1].batch.attempts == 2
 
 
 def test_non_retriable_error_fails_the_batch():
@@ -160,7 +166,7 @@ def test_non_retriable_error_fails_the_batch():
     run(sender)
     conns[1].answer(errors={("t", 0): 10})  # MESSAGE_TOO_LARGE
     (r,) = reports
-    assert r[1].code() == 10 and r[4] == 1  # POSSIBLY_PERSISTED: it was sent
+    assert r.error.code() == 10 and r.status == 1  # POSSIBLY_PERSISTED: it was sent
 
 
 def test_retries_exhausted_and_message_timeout():
@@ -170,7 +176,7 @@ def test_retries_exhausted_and_message_timeout():
     conns[1].fail()
     run(sender, 0.5)
     conns[1].fail()
-    assert reports[0][1].code() == KafkaError._TRANSPORT
+    assert reports[0].error.code() == KafkaError._TRANSPORT
     acc2, sender2, conns2, reports2, _ = setup(**{"message.timeout.ms": 100})
     conns2[1].ready = False  # never sendable
     acc2.produce("t", b"y", partition=0)
@@ -178,7 +184,7 @@ def test_retries_exhausted_and_message_timeout():
     assert not reports2
     run(sender2, 0.2)
     (r,) = reports2
-    assert r[1].code() == KafkaError._MSG_TIMED_OUT and r[4] == 0  # NOT_PERSISTED
+    assert r.error.code() == KafkaError._MSG_TIMED_OUT and r.status == 0  # NOT_PERSISTED
 
 
 def test_acks0_reports_when_written():
@@ -189,7 +195,7 @@ def test_acks0_reports_when_written():
     assert req.acks == 0 and expect is False
     cb(None, None)
     (r,) = reports
-    assert r[1] is None and r[2] == -1 and r[4] == 1
+    assert r.error is None and r.base_offset == -1 and r.status == 1
 
 
 def test_unknown_leader_asks_for_metadata():
@@ -203,7 +209,7 @@ def test_unknown_leader_asks_for_metadata():
 def test_idempotence_gets_a_producer_id_then_numbers_batches():
     acc, sender, conns, reports, t = setup(**{"enable.idempotence": True,
                                               "batch.num.messages": 2})
-    assert sender.part_max_in_flight == 5 and sender.acks == -1
+    assert acc.part_max_in_flight == 5 and sender.acks == -1
     for i in range(10):
         acc.produce("t", b"%d" % i, partition=0)
     run(sender)
@@ -218,7 +224,7 @@ def test_idempotence_gets_a_producer_id_then_numbers_batches():
         seqs.append((b.producer_id, b.producer_epoch, b.base_sequence))
     assert seqs == [(77, 3, 0), (77, 3, 2), (77, 3, 4), (77, 3, 6), (77, 3, 8)]
     c.answer(0, errors={("t", 0): 46})  # DUPLICATE_SEQUENCE_NUMBER: delivered already
-    assert reports[0][1] is None and reports[0][4] == 2
+    assert reports[0].error is None and reports[0].status == 2
 
 
 def test_idempotence_out_of_order_after_an_earlier_failure_is_retried():
@@ -240,7 +246,7 @@ def test_idempotence_out_of_order_after_an_earlier_failure_is_retried():
         c.answer(0, base=10)
     assert [values_of(r) for r in reports] == [[b"0"], [b"1"], [b"2"]]
     # Sequence numbers unchanged by the retries.
-    assert [r[0].base_sequence for r in reports] == [0, 1, 2]
+    assert [r.batch.base_sequence for r in reports] == [0, 1, 2]
 
 
 def test_idempotence_unexplained_out_of_order_is_fatal():
@@ -255,7 +261,7 @@ def test_idempotence_unexplained_out_of_order_is_fatal():
     fatal = sender.idem.fatal
     assert fatal is not None and fatal.fatal() and fatal.code() == KafkaError._FATAL
     assert sender.cluster.errors == [fatal]
-    assert {r[1].code() for r in reports} == {KafkaError._FATAL}
+    assert {r.error.code() for r in reports} == {KafkaError._FATAL}
     assert len(reports) == 2
 
 
@@ -277,7 +283,7 @@ def test_purge_reports_queued_and_in_flight():
     acc.produce("t", b"b", partition=0)
     sender.purge(KafkaError(KafkaError._PURGE_QUEUE), KafkaError(KafkaError._PURGE_INFLIGHT),
                  True)
-    codes = sorted(r[1].code() for r in reports)
+    codes = sorted(r.error.code() for r in reports)
     assert codes == sorted([KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT])
     conns[1].answer()  # the late answer is ignored
     assert len(reports) == 2
@@ -295,8 +301,8 @@ def test_idempotence_timeout_of_a_sent_batch_bumps_the_epoch_and_restarts_sequen
     c.fail()                         # lost in flight; retried later
     acc.produce("t", b"1", partition=0)
     run(sender, 0.3)                 # both now past message.timeout.ms
-    assert [r[1].code() for r in reports] == [KafkaError._MSG_TIMED_OUT] * 2
-    assert reports[0][4] == 1        # the sent one: POSSIBLY_PERSISTED
+    assert [r.error.code() for r in reports] == [KafkaError._MSG_TIMED_OUT] * 2
+    assert reports[0].status == 1        # the sent one: POSSIBLY_PERSISTED
     assert sender.idem.bump_wanted
     sender._next_expiry_check = float("inf")  # the clock jumps below; "2" must not expire
     acc.produce("t", b"2", partition=0)
@@ -334,12 +340,14 @@ def test_idempotence_epoch_bump_fails_batches_sent_under_the_old_epoch():
     a.deadline = time.monotonic()     # a times out, b does not
     sender._next_expiry_check = 0.0
     run(sender, 0.05)
-    assert [(r[0], r[1].code(), r[4]) for r in reports] == [(a, KafkaError._MSG_TIMED_OUT, 1)]
+    assert [(r.batch, r.error.code(), r.status) for r in reports] == [
+        (a, KafkaError._MSG_TIMED_OUT, 1)]
     assert [r.API_KEY for r, _, _ in c.sent] == [22]   # the epoch bump
     c.sent.pop(0)[1](InitProducerIdResponse(error_code=0, producer_id=77, producer_epoch=4),
                      None)
     # b is not sent again under epoch 4: it fails, as possibly persisted.
-    assert [(r[0], r[1].code(), r[4]) for r in reports[1:]] == [(b, KafkaError._TRANSPORT, 1)]
+    assert [(r.batch, r.error.code(), r.status) for r in reports[1:]] == [
+        (b, KafkaError._TRANSPORT, 1)]
     assert not t.parts[1].ready
     acc.produce("t", b"c", partition=1)
     run(sender, 0.1)
@@ -394,7 +402,8 @@ def test_leader_change_from_metadata_reroutes_queued_batches():
     run(sender, 1.0)
     assert not conns[1].sent and len(conns[2].sent) == 1
     conns[2].answer(base=5)
-    assert reports[0][1] is None and reports[0][2] == 5 and reports[0][0].attempts == 2
+    (r,) = reports
+    assert r.error is None and r.base_offset == 5 and r.batch.attempts == 2
 
 
 def test_new_partitions_from_metadata_are_used():
@@ -436,3 +445,28 @@ def test_leader_in_reconnect_backoff_wakes_the_loop_when_the_backoff_ends():
     nxt = sender.tick(now)
     assert not c.sent and len(t.parts[0].ready) == 1
     assert nxt is not None and now < nxt <= now + 0.05
+
+
+def test_a_request_carries_at_most_message_max_bytes_of_batches():
+    """librdkafka's message.max.bytes is the largest request: batches of several
+    partitions that do not fit together go out in more requests (one batch always
+    goes, however big)."""
+    acc, sender, conns, reports, t = setup(partitions=(1, 1, 1, 1), **{
+        "message.max.bytes": 1000, "batch.size": 5000})
+    for p in range(4):
+        acc.produce("t", b"x" * 300, partition=p)
+    acc.produce("t", b"y" * 900, partition=0)    # partition 0's batch: over 1,200 bytes
+    run(sender, 0.001)
+    c = conns[1]
+    per_request = [sorted((pd.index, len(pd.records)) for td in req.topic_data
+                          for pd in td.partition_data) for req, _, _ in c.sent]
+    assert sorted(i for r in per_request for i, _ in r) == [0, 1, 2, 3]
+    big = [r for r in per_request if r[0][0] == 0]
+    assert big == [[(0, big[0][0][1])]] and big[0][0][1] > 1000     # alone
+    small = [r for r in per_request if r[0][0] != 0]
+    assert sorted(len(r) for r in small) == [1, 2]  # ~370 bytes each: two fit in 1,000
+    assert all(sum(n for _, n in r) <= 1000 for r in small)
+    c.answer(0)
+    c.answer(0)
+    c.answer(0)
+    assert sorted(r.batch.part.index for r in reports if r.error is None) == [0, 1, 2, 3]

@@ -8,6 +8,7 @@ builds the answer carrying ``code`` everywhere, for injected errors.
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
@@ -20,6 +21,8 @@ __all__ = ["RequestContext", "HANDLERS", "ERROR_ANSWERS", "handles", "error_answ
 
 Handler = Callable[["RequestContext"], None]
 ErrorAnswer = Callable[[Any, int, int], Any]
+
+_log = logging.getLogger("kafka_client.testing")
 
 HANDLERS: Dict[int, Handler] = {}
 ERROR_ANSWERS: Dict[int, ErrorAnswer] = {}
@@ -73,7 +76,14 @@ class RequestContext:
         if self.answered:
             return
         self.answered = True
-        self.broker.send_response(self, response, regions)
+        try:
+            self.broker.send_response(self, response, regions)
+        except Exception as exc:
+            # A response we cannot encode is our bug; the client must not hang on it.
+            _log.exception("broker %d: cannot answer %s v%d", self.broker.broker_id,
+                           type(self.request).__name__, self.version)
+            self.note(handler_error=f"{type(exc).__name__}: {exc}")
+            self.conn.close("internal error while answering")
 
     def no_response(self) -> None:
         if self.answered:

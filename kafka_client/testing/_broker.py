@@ -83,7 +83,9 @@ class ClientConnection(StreamConnection):
         self.peer = peer
         self.pending: Deque[memoryview] = deque()
         self.busy = False
-        self.authenticated = not broker.server.sasl_required
+        # Followers' fetch connections are inter-broker traffic: not authenticated by SASL.
+        self.internal = peer in broker.server.internal_peers
+        self.authenticated = self.internal or not broker.server.sasl_required
         self.principal: Optional[str] = None
         #: SASL state (``_sasl``): the mechanism chosen by the handshake and its exchange.
         self.sasl: Any = None

@@ -43,6 +43,7 @@ class ReplicaFetcher(StreamConnection):
         self.broker = broker
         self.leader_id = leader_id
         self.partitions: Set[Tuple[str, int]] = set()
+        self.local_address = sock.getsockname()
         self._correlation_id = 0
         self._in_flight: Optional[Dict[Tuple[str, int], int]] = None   # key -> epoch sent
 
@@ -132,6 +133,7 @@ class ReplicaFetcher(StreamConnection):
 
     def on_closed(self, reason: str) -> None:
         self._in_flight = None
+        self.broker.server.internal_peers.discard(self.local_address)
         self.manager.fetcher_closed(self, reason)
 
 
@@ -178,6 +180,8 @@ class ReplicaFetcherManager:
                        leader_id, exc)
             self._schedule_retry()
             return None
+        # The leader's listener takes this connection as inter-broker: no SASL for it.
+        self.broker.server.internal_peers.add(sock.getsockname())
         fetcher = ReplicaFetcher(self, leader_id, sock)
         fetcher.partitions = {k for k, l in self.assigned.items() if l == leader_id}
         self.fetchers[leader_id] = fetcher

@@ -153,14 +153,15 @@ def api_versions_table(served: Any = None) -> List[Tuple[int, int, int]]:
 
 # --------------------------------------------------------------------------- conform
 
-_ABSENT_CACHE: Dict[Tuple[type, int], Tuple[List[str], List[Tuple[str, bool]]]] = {}
+_ABSENT_CACHE: Dict[Tuple[type, int], Tuple[List[str], List[str], List[Tuple[str, bool]]]] = {}
 
 
-def _plan(cls: type, version: int) -> Tuple[List[str], List[Tuple[str, bool]]]:
+def _plan(cls: type, version: int) -> Tuple[List[str], List[str], List[Tuple[str, bool]]]:
     key = (cls, version)
     plan = _ABSENT_CACHE.get(key)
     if plan is None:
         absent = []
+        not_null = []
         nested = []
         for f in cls.FIELDS:  # type: ignore[attr-defined]
             present = f.min_version is not None and f.min_version <= version and \
@@ -168,9 +169,14 @@ def _plan(cls: type, version: int) -> Tuple[List[str], List[Tuple[str, bool]]]:
             if not present:
                 if not f.ignorable:
                     absent.append(f.name)
-            elif f.struct is not None:
+                continue
+            nullable = f.nullable_min is not None and f.nullable_min <= version and \
+                (f.nullable_max is None or version <= f.nullable_max)
+            if not nullable:
+                not_null.append(f.name)
+            if f.struct is not None:
                 nested.append((f.name, f.type.startswith("[]")))
-        plan = (absent, nested)
+        plan = (absent, not_null, nested)
         _ABSENT_CACHE[key] = plan
     return plan
 
@@ -197,13 +203,19 @@ def error_codes(obj: Any, found: Optional[set] = None) -> set:
 
 
 def conform(obj: Any, version: int) -> Any:
-    """Reset the fields ``version`` does not have (and whose encoder would refuse a
-    non-default value) to their defaults, in ``obj`` and the structs inside it, so a
-    handler may fill every field and let the version decide what goes on the wire."""
-    absent, nested = _plan(type(obj), version)
-    if absent:
-        fresh = type(obj)()
-        for name in absent:
+    """Fit a response object to ``version``: fields the version does not have (and whose
+    encoder would refuse a non-default value) go back to their defaults, and None in a
+    field the version does not let be null becomes the field's default, in ``obj`` and the
+    structs inside it. So a handler may fill every field and let the version decide what
+    goes on the wire."""
+    absent, not_null, nested = _plan(type(obj), version)
+    fresh = None
+    for name in absent:
+        fresh = fresh or type(obj)()
+        setattr(obj, name, getattr(fresh, name))
+    for name in not_null:
+        if getattr(obj, name) is None:
+            fresh = fresh or type(obj)()
             setattr(obj, name, getattr(fresh, name))
     for name, is_list in nested:
         value = getattr(obj, name)

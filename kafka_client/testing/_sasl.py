@@ -6,7 +6,10 @@ connection, as Kafka does). After SaslHandshake v0 the tokens travel as bare
 size-prefixed frames (the pre-KIP-152 exchange); after v1, inside SaslAuthenticate.
 
 SCRAM follows RFC 5802 / 7677 with 4096 iterations (Kafka's minimum); the credentials of
-each user are derived once, when the cluster starts, from the ``users`` passwords.
+each user are derived once, when the cluster starts, from the ``users`` passwords. The
+client-final nonce must be the server's, or the client nonce followed by it: librdkafka
+before 2.6.1 (Debian's kcat among others) sends the latter, which Kafka 3.8.1-3.9 accepted
+and Kafka 4 refuses; a test cluster lets those clients in.
 """
 from __future__ import annotations
 
@@ -130,7 +133,8 @@ class SaslSession:
             return server_first.encode()
         bare, server_first, nonce = self._scram_state
         attrs = _attributes(text)
-        if attrs.get("r") != nonce:
+        client_nonce = _attributes(bare)["r"]
+        if attrs.get("r") not in (nonce, client_nonce + nonce):
             raise AuthenticationFailed("SCRAM nonce mismatch")
         proof_b64 = attrs.get("p")
         if proof_b64 is None:

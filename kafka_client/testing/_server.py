@@ -21,7 +21,7 @@ import signal
 import socket
 import sys
 import uuid
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import API_KEYS_BY_NAME, ApiKey
@@ -67,6 +67,8 @@ class ClusterServer:
         self.cluster_id = cluster_id or uuid.uuid4().hex[:22]
         self.users = dict(users or {})
         self.sasl_required = bool(self.settings.sasl_mechanisms)
+        #: Local addresses of the followers' fetch connections (inter-broker traffic).
+        self.internal_peers: Set[Tuple[str, int]] = set()
         self.faults = Faults()
         self.request_log = RequestLog()
         self.controller = Controller(self)

@@ -153,48 +153,73 @@ def api_versions_table(served: Any = None) -> List[Tuple[int, int, int]]:
 
 # --------------------------------------------------------------------------- conform
 
-_ABSENT_CACHE: Dict[Tuple[type, int], Tuple[List[str], List[str], List[Tuple[str, bool]]]] = {}
+_Plan = Tuple[List[str], List[str], List[Tuple[str, bool]]]
+_PLANS: Dict[Tuple[type, int], _Plan] = {}
+#: Field types that can hold None (the others are numbers and booleans).
+_MAY_BE_NONE = ("string", "bytes", "records", "struct", "uuid")
 
 
-def _plan(cls: type, version: int) -> Tuple[List[str], List[str], List[Tuple[str, bool]]]:
+def _present(f: Any, version: int) -> bool:
+    return f.min_version is not None and f.min_version <= version and \
+        (f.max_version is None or version <= f.max_version)
+
+
+def _plan(cls: type, version: int) -> _Plan:
+    """What conform() must do for ``cls`` in ``version``: fields to reset, fields that
+    may not be None, and struct fields whose own plan is not empty."""
     key = (cls, version)
-    plan = _ABSENT_CACHE.get(key)
+    plan = _PLANS.get(key)
     if plan is None:
         absent = []
         not_null = []
         nested = []
         for f in cls.FIELDS:  # type: ignore[attr-defined]
-            present = f.min_version is not None and f.min_version <= version and \
-                (f.max_version is None or version <= f.max_version)
-            if not present:
+            if not _present(f, version):
                 if not f.ignorable:
                     absent.append(f.name)
                 continue
             nullable = f.nullable_min is not None and f.nullable_min <= version and \
                 (f.nullable_max is None or version <= f.nullable_max)
-            if not nullable:
+            if not nullable and (f.type.startswith("[]") or f.type in _MAY_BE_NONE):
                 not_null.append(f.name)
-            if f.struct is not None:
+            if f.struct is not None and any(_plan(f.struct, version)):
                 nested.append((f.name, f.type.startswith("[]")))
         plan = (absent, not_null, nested)
-        _ABSENT_CACHE[key] = plan
+        _PLANS[key] = plan
     return plan
+
+
+_ERROR_PATHS: Dict[type, Tuple[bool, List[Tuple[str, bool]]]] = {}
+
+
+def _error_path(cls: type) -> Tuple[bool, List[Tuple[str, bool]]]:
+    """Whether ``cls`` has an error_code, and its struct fields that may hold one."""
+    path = _ERROR_PATHS.get(cls)
+    if path is None:
+        own = any(f.name == "error_code" for f in cls.FIELDS)  # type: ignore[attr-defined]
+        nested = []
+        for f in cls.FIELDS:  # type: ignore[attr-defined]
+            if f.struct is not None:
+                sub_own, sub_nested = _error_path(f.struct)
+                if sub_own or sub_nested:
+                    nested.append((f.name, f.type.startswith("[]")))
+        path = (own, nested)
+        _ERROR_PATHS[cls] = path
+    return path
 
 
 def error_codes(obj: Any, found: Optional[set] = None) -> set:
     """Every non-zero ``error_code`` in a response and the structs inside it."""
     if found is None:
         found = set()
-    code = getattr(obj, "error_code", 0)
-    if code:
-        found.add(code)
-    for f in type(obj).FIELDS:
-        if f.struct is None:
-            continue
-        value = getattr(obj, f.name)
+    own, nested = _error_path(type(obj))
+    if own and obj.error_code:
+        found.add(obj.error_code)
+    for name, is_list in nested:
+        value = getattr(obj, name)
         if value is None:
             continue
-        if f.type.startswith("[]"):
+        if is_list:
             for element in value:
                 error_codes(element, found)
         else:

@@ -36,7 +36,7 @@ from ._sasl import build_credentials
 from ._txn import TransactionCoordinator
 from ._net import Loop
 
-__all__ = ["ClusterServer", "ControlError", "main"]
+__all__ = ["ClusterServer", "ControlError", "main", "serve_control_port"]
 
 _log = logging.getLogger("kafka_client.testing")
 
@@ -270,6 +270,9 @@ class ControlOps:
         self.server.controller.coordinator_overrides[(int(key_type), key)] = int(to)
         self.server.coordinator_moved(int(key_type), key)
 
+    def op_stats(self) -> Dict[str, int]:
+        return dict(self.server.loop.stats)
+
     def op_shutdown(self) -> None:
         # The answer goes out first: the loop ends after this turn.
         self.server.loop.call_soon(self.server.shutdown)
@@ -367,6 +370,11 @@ class _ControlListener:
         self.sock.close()
 
 
+def serve_control_port(server: ClusterServer, port: int = 0) -> int:
+    """Accept control connections on a loopback port; returns the port."""
+    return _ControlListener(server, port).port
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -393,7 +401,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     channel = ControlConnection(server, control, server.shutdown)
     channel.send({"id": 0, "ok": True, "result": server.info()})
-    server.loop.run()
+    profile_path = os.environ.get("KAFKA_TESTING_PROFILE")
+    if profile_path:
+        # Development aid: profile the cluster process's loop into a pstats file.
+        import cProfile
+        import time
+
+        profiler = cProfile.Profile(time.process_time)
+        profiler.runctx("server.loop.run()", globals(), {"server": server})
+        profiler.dump_stats(profile_path)
+    else:
+        server.loop.run()
     return 0
 
 

@@ -175,7 +175,8 @@ class Cluster:
             raise ValueError("brokers must be at least 1")
         self.broker_count = brokers
         self._own_dir = data_dir is None
-        self.data_dir = data_dir or tempfile.mkdtemp(prefix="kafka-test-cluster-")
+        self.data_dir = os.path.abspath(data_dir or tempfile.mkdtemp(prefix="kafka-test-cluster-"))
+        os.makedirs(self.data_dir, exist_ok=True)
         self.log_path = os.path.join(self.data_dir, "cluster.log")
         self._config = {
             "brokers": brokers,
@@ -187,6 +188,7 @@ class Cluster:
             "log_file": self.log_path,
         }
         self._process: Optional[subprocess.Popen] = None
+        self._attached = False
         self._sock: Optional[socket.socket] = None
         self._reader = None
         self._lock = threading.Lock()
@@ -195,9 +197,28 @@ class Cluster:
         if start:
             self.start(start_timeout)
 
+    @classmethod
+    def attach(cls, control_address: str, timeout: float = 10.0) -> "Cluster":
+        """A handle on a cluster run by ``python -m kafka_client.testing --control-port``
+        elsewhere. :meth:`stop` only closes this handle; the cluster keeps running."""
+        host, _, port = control_address.rpartition(":")
+        self = cls.__new__(cls)
+        self._own_dir = False
+        self._process = None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
+        self._reader = self._sock.makefile("rb")
+        self._attached = True
+        self._info = self._call("info")
+        self.data_dir = self._info["data_dir"]
+        self.log_path = ""
+        self.broker_count = len(self._info["brokers"])
+        return self
+
     # -- life cycle ------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> "Cluster":
-        if self._process is not None:
+        if self._process is not None or self._attached:
             return self
         parent, child = socket.socketpair()
         env = dict(os.environ)
@@ -227,6 +248,9 @@ class Cluster:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every broker and the cluster process; remove a temporary data dir."""
+        if self._attached:
+            self._close_channel()
+            return
         if self._process is None:
             return
         try:
@@ -266,6 +290,8 @@ class Cluster:
 
     @property
     def running(self) -> bool:
+        if self._attached:
+            return self._sock is not None
         return self._process is not None and self._process.poll() is None
 
     @property
@@ -459,6 +485,12 @@ class Cluster:
     def set_fetch_mode(self, sendfile: bool) -> None:
         """Serve Fetch records with os.sendfile (default) or with read + send."""
         self._call("set_fetch_mode", sendfile=sendfile)
+
+    def stats(self) -> Dict[str, int]:
+        """Counters of the cluster process: ``sendfile_bytes`` / ``sendfile_calls`` (record
+        bytes sent from segment files with os.sendfile) and ``send_bytes`` (everything
+        else written to sockets: headers, other responses, read+send fetches)."""
+        return self._call("stats")
 
     def log_dir(self, topic: str, partition: int, broker: int) -> str:
         return os.path.join(self.data_dir, f"broker-{broker}", f"{topic}-{partition}")

@@ -48,6 +48,8 @@ from ._config import TopicSettings
 from ._producer_state import ProducerStateTable
 
 __all__ = [
+    "read_index_file",
+    "read_time_index_file",
     "LogReadResult",
     "Segment",
     "PartitionLog",
@@ -68,6 +70,34 @@ def segment_file_name(base_offset: int, suffix: str = ".log") -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def read_index_file(path: str, base_offset: Optional[int] = None) -> List[Tuple[int, int]]:
+    """``(offset, position)`` entries of an ``.index`` file (offsets made absolute with the
+    base offset in the file name unless ``base_offset`` is given)."""
+    if base_offset is None:
+        base_offset = _base_offset_of(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    usable = len(data) - len(data) % _INDEX_ENTRY.size
+    return [(base_offset + rel, pos) for rel, pos in _INDEX_ENTRY.iter_unpack(data[:usable])]
+
+
+def read_time_index_file(path: str, base_offset: Optional[int] = None) -> List[Tuple[int, int]]:
+    """``(timestamp, offset)`` entries of a ``.timeindex`` file."""
+    if base_offset is None:
+        base_offset = _base_offset_of(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    usable = len(data) - len(data) % _TIME_INDEX_ENTRY.size
+    return [(ts, base_offset + rel) for ts, rel in _TIME_INDEX_ENTRY.iter_unpack(data[:usable])]
+
+
+def _base_offset_of(path: str) -> int:
+    stem = os.path.basename(path).split(".", 1)[0]
+    if not stem.isdigit():
+        raise ValueError(f"{path}: not a segment file name (<20-digit base offset>.<kind>)")
+    return int(stem)
 
 
 def _write_all(fd: int, data) -> None:

@@ -395,7 +395,9 @@ class PartitionLog:
 
     # -- appending -------------------------------------------------------------------
     def append(self, data, headers: List[BatchHeader], now_ms: Optional[int] = None) -> None:
-        """Append batches whose offsets are already stamped (contiguous with the log)."""
+        """Append batches whose offsets are already stamped (``headers`` give their
+        positions in ``data``). The roll decision is made batch by batch, so a follower
+        appending a whole fetch response rolls where its leader rolled."""
         if not headers:
             return
         if now_ms is None:
@@ -404,28 +406,46 @@ class PartitionLog:
         if first < self.end_offset:
             raise ValueError(f"{self.topic}-{self.partition}: append at {first} below the "
                              f"log end offset {self.end_offset}")
-        self._maybe_roll(len(data), first, now_ms)
-        self.active.append(data, headers)
+        view = memoryview(data)
+        run: List[BatchHeader] = []
+        run_size = 0
+        for h in headers:
+            if self._must_roll(run_size + h.size, now_ms):
+                self._write_run(view, run)
+                run, run_size = [], 0
+                self.roll(h.base_offset)
+            elif self.active.is_empty and not run and self.active.base_offset != h.base_offset:
+                self._restart_active(h.base_offset)
+            run.append(h)
+            run_size += h.size
+        self._write_run(view, run)
         for h in headers:
             self.producer_state.update(h, _control_type(data, h))
             if h.partition_leader_epoch >= 0 and (
                     not self.epochs or h.partition_leader_epoch > self.epochs[-1][0]):
                 self.assign_epoch(h.partition_leader_epoch, h.base_offset)
 
-    def _maybe_roll(self, incoming: int, next_offset: int, now_ms: int) -> None:
+    def _write_run(self, view: memoryview, run: List[BatchHeader]) -> None:
+        if not run:
+            return
+        start = run[0].position
+        end = run[-1].position + run[-1].size
+        self.active.append(view[start:end], [h._replace(position=h.position - start)
+                                             for h in run])
+
+    def _must_roll(self, incoming: int, now_ms: int) -> bool:
         active = self.active
         if active.is_empty:
-            if active.base_offset != next_offset:
-                # An empty active segment whose base no longer matches (log start moved or
-                # an append after a gap): start it afresh at the right offset.
-                active.delete()
-                self.segments[-1] = Segment(self.directory, next_offset,
-                                            self.settings.index_interval_bytes)
-            return
-        too_big = active.size + incoming > self.settings.segment_bytes
-        too_old = now_ms - active.created_ms >= self.settings.segment_ms
-        if too_big or too_old:
-            self.roll(next_offset)
+            return False
+        return active.size + incoming > self.settings.segment_bytes or \
+            now_ms - active.created_ms >= self.settings.segment_ms
+
+    def _restart_active(self, base_offset: int) -> None:
+        # An empty active segment whose base no longer matches (the log start moved or
+        # offsets skip ahead): start it afresh at the right offset.
+        self.active.delete()
+        self.segments[-1] = Segment(self.directory, base_offset,
+                                    self.settings.index_interval_bytes)
 
     def roll(self, next_offset: Optional[int] = None) -> None:
         """Start a new active segment (no-op if the active one is empty)."""
@@ -597,8 +617,8 @@ class PartitionLog:
         for seg, nxt in zip(self.segments, self.segments[1:]):
             if nxt.base_offset > bound:
                 break
-            if seg.max_timestamp >= 0 and \
-                    now_ms - seg.max_timestamp < self.settings.min_compaction_lag_ms:
+            lag = self.settings.min_compaction_lag_ms
+            if lag > 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp < lag:
                 break
             out.append(seg)
         return out

@@ -46,7 +46,7 @@ class RequestContext:
     """One request being served: who sent it, what it is, and how to answer."""
 
     __slots__ = ("broker", "conn", "head", "request", "received", "log_entry", "answered",
-                 "__weakref__")
+                 "replace_error", "__weakref__")
 
     def __init__(self, broker: "Broker", conn: "ClientConnection", head: RequestHead,
                  request: Any, log_entry: Optional[Dict[str, Any]]) -> None:
@@ -57,6 +57,8 @@ class RequestContext:
         self.received = time.monotonic()
         self.log_entry = log_entry
         self.answered = False
+        #: An injected error that replaces the answer once the request was executed.
+        self.replace_error: Optional[int] = None
 
     @property
     def api_key(self) -> int:
@@ -76,6 +78,10 @@ class RequestContext:
         if self.answered:
             return
         self.answered = True
+        if self.replace_error is not None:
+            response = ERROR_ANSWERS[self.api_key](self.request, self.version,
+                                                   self.replace_error)
+            regions = None
         try:
             self.broker.send_response(self, response, regions)
         except Exception as exc:

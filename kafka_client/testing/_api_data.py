@@ -57,6 +57,18 @@ def produce_error(request: Any, version: int, code: int) -> Any:
         for t in request.topic_data])
 
 
+def produce_summary(request: Any) -> List[Dict[str, Any]]:
+    """Per partition of a ProduceRequest: topic, partition and its batch's producer id,
+    epoch, base sequence and record count (for the request log)."""
+    out = []
+    for t in request.topic_data:
+        for pd in t.partition_data:
+            entry: Dict[str, Any] = {"topic": t.name, "partition": pd.index}
+            entry.update(_batch_summary(pd.records))
+            out.append(entry)
+    return out
+
+
 def _batch_summary(records: Any) -> Dict[str, Any]:
     if records is None or len(records) < BATCH_HEADER_SIZE:
         return {}
@@ -72,7 +84,6 @@ def produce(ctx: RequestContext) -> None:
     acks = req.acks
     # (topic, partition, result, replica or None)
     results: List[Tuple[str, int, AppendResult, Any]] = []
-    details = []
     for t in req.topic_data:
         for pd in t.partition_data:
             if acks not in (-1, 0, 1):
@@ -84,11 +95,11 @@ def produce(ctx: RequestContext) -> None:
                 else:
                     result = replica.append_records(pd.records, acks)
             results.append((t.name, pd.index, result, replica))
-            entry = {"topic": t.name, "partition": pd.index, "error": int(result.error),
-                     "base_offset": result.base_offset}
-            entry.update(_batch_summary(pd.records))
-            details.append(entry)
-    ctx.note(partitions=details, acks=acks)
+    for entry, (_t, _p, result, _r) in zip(ctx.log_entry["partitions"] if ctx.log_entry
+                                            else [], results):
+        entry["error"] = int(result.error)
+        entry["base_offset"] = result.base_offset
+    ctx.note(acks=acks)
     if acks == 0:
         ctx.no_response()
         return

@@ -20,6 +20,7 @@ from kafka_proto.messages import ApiKey, ApiVersionsResponse, api_info, request_
 
 from . import _api_admin, _api_data, _groups, _sasl, _txn  # noqa: F401  (handlers)
 from ._api import ERROR_ANSWERS, HANDLERS, RequestContext
+from ._api_data import produce_summary
 from ._batches import read_checkpoint, write_checkpoint
 from ._controller import PartitionInfo, TopicInfo
 from ._fetcher import ReplicaFetcherManager
@@ -28,6 +29,7 @@ from ._protocol import (
     SUPPORTED_VERSIONS,
     api_versions_table,
     conform,
+    decode_request,
     encode_response,
     error_codes,
     peek_api,
@@ -427,7 +429,7 @@ class Broker:
             return
         try:
             head, body = split_request(frame)
-            request = request_class(api_key).decode(body, api_version)
+            request, ignored = decode_request(request_class(api_key), body, api_version)
         except (KafkaProtocolError, UnsupportedVersionError, ValueError) as exc:
             self._refuse(conn, f"malformed {api_info(api_key).name} v{api_version} "
                                f"request: {exc}", None)
@@ -436,16 +438,23 @@ class Broker:
         if not _is_replica_fetch(api_key, request):
             entry = self.server.request_log.add(self.broker_id, head, conn.principal)
         ctx = RequestContext(self, conn, head, request, entry)
+        if ignored:
+            ctx.note(trailing_bytes_ignored=ignored)
         if not conn.authenticated and api_key not in (ApiKey.API_VERSIONS,
                                                       ApiKey.SASL_HANDSHAKE,
                                                       ApiKey.SASL_AUTHENTICATE):
             self._refuse(conn, f"{api_info(api_key).name} before SASL authentication")
             return
         injected = self.server.faults.take_error(self.broker_id, api_key)
-        if injected is not None and api_key in ERROR_ANSWERS:
-            ctx.note(injected_error=injected)
-            ctx.respond(ERROR_ANSWERS[api_key](request, api_version, injected))
-            return
+        if api_key == ApiKey.PRODUCE:
+            ctx.note(partitions=produce_summary(request))
+        if injected is not None:
+            code, executed = injected
+            ctx.note(injected_error=code, injected_after_execution=executed)
+            if not executed:
+                ctx.respond(ERROR_ANSWERS[api_key](request, api_version, code))
+                return
+            ctx.replace_error = code
         try:
             HANDLERS[api_key](ctx)
         except Exception as exc:

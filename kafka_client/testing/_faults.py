@@ -1,9 +1,10 @@
 """Injected faults and the request log, kept by the cluster process.
 
 * Errors: "the next N answers of API X on broker B carry error E" (a queue per broker
-  and API; ``broker=None`` matches any broker). The request is not executed: the
-  answer is built from the request with the error everywhere, as a broker that refused
-  it would send.
+  and API; ``broker=None`` matches any broker). By default the request is not executed:
+  the answer is built from the request with the error everywhere, as a broker that
+  refused it would send. With ``executed`` the request is executed first and only its
+  answer is replaced (a write whose acknowledgement was lost).
 * Latency: answers of a broker (optionally of some APIs only) leave that much later.
 * The request log: one entry per request served (followers' fetches excepted), with the
   error codes of the answer and what the handler noted (Produce: producer id, epoch,
@@ -23,13 +24,16 @@ __all__ = ["Faults", "RequestLog"]
 
 class Faults:
     def __init__(self) -> None:
-        self._errors: Dict[Tuple[Optional[int], int], Deque[int]] = {}
+        self._errors: Dict[Tuple[Optional[int], int], Deque[Tuple[int, bool]]] = {}
         self._latency: Dict[Optional[int], Tuple[float, Optional[frozenset]]] = {}
 
-    def push_errors(self, broker: Optional[int], api_key: int, codes: List[int]) -> None:
-        self._errors.setdefault((broker, api_key), deque()).extend(codes)
+    def push_errors(self, broker: Optional[int], api_key: int, codes: List[int],
+                    executed: bool = False) -> None:
+        self._errors.setdefault((broker, api_key), deque()).extend(
+            (code, executed) for code in codes)
 
-    def take_error(self, broker: int, api_key: int) -> Optional[int]:
+    def take_error(self, broker: int, api_key: int) -> Optional[Tuple[int, bool]]:
+        """``(error code, executed)`` for the next answer of this API on this broker."""
         for key in ((broker, api_key), (None, api_key)):
             queue = self._errors.get(key)
             if queue:
@@ -40,7 +44,8 @@ class Faults:
         return None
 
     def pending_errors(self) -> List[Dict[str, Any]]:
-        return [{"broker": b, "api_key": k, "codes": list(q)} for (b, k), q in self._errors.items()]
+        return [{"broker": b, "api_key": k, "codes": [c for c, _ in q],
+                 "executed": [e for _, e in q]} for (b, k), q in self._errors.items()]
 
     def set_latency(self, broker: Optional[int], seconds: float,
                     api_keys: Optional[List[int]] = None) -> None:

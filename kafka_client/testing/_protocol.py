@@ -7,6 +7,7 @@ to move into ``kafka_proto.framing`` / ``kafka_proto.messages``; they live here 
 """
 from __future__ import annotations
 
+import re
 import struct
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
@@ -23,6 +24,7 @@ from ._net import FileRegion
 
 __all__ = [
     "SUPPORTED_VERSIONS",
+    "decode_request",
     "RequestHead",
     "peek_api",
     "split_request",
@@ -130,6 +132,29 @@ def split_request(frame: memoryview) -> Tuple[RequestHead, memoryview]:
             pos += size
     head = RequestHead(api_key, api_version, correlation_id, client_id, header_version)
     return head, frame[pos:]
+
+
+_TRAILING = re.compile(r"^(\d+) trailing bytes after ")
+
+
+def decode_request(cls: Any, body: memoryview, version: int) -> Tuple[Any, int]:
+    """Decode a request body as Kafka does: bytes left after the request are ignored
+    (librdkafka 2.16's admin Metadata v12 carries three). Returns the request and how
+    many bytes were ignored.
+
+    kafka_proto has no public "decode, allowing trailing bytes" yet, so the strict
+    decode's error names the count and the body is decoded again without them; to be
+    replaced by such a function when the codec has one."""
+    try:
+        return cls.decode(body, version), 0
+    except ProtocolDecodeError as exc:
+        found = _TRAILING.match(str(exc))
+        if found is None:
+            raise
+        extra = int(found.group(1))
+        if not 0 < extra <= len(body):
+            raise
+        return cls.decode(body[:len(body) - extra], version), extra
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int,

@@ -215,13 +215,15 @@ class ControlOps:
     def op_start_broker(self, broker: int) -> None:
         self._broker(broker).start()
 
-    def op_inject_errors(self, api: Any, errors: List[Any], broker: Optional[int] = None) -> None:
+    def op_inject_errors(self, api: Any, errors: List[Any], broker: Optional[int] = None,
+                         executed: bool = False) -> None:
         key = _api_key(api)
         if key not in ERROR_ANSWERS:
             raise ControlError(f"errors cannot be injected into {api!r} answers")
         if broker is not None:
             self._broker(broker)
-        self.server.faults.push_errors(broker, key, [_error_code(e) for e in errors])
+        self.server.faults.push_errors(broker, key, [_error_code(e) for e in errors],
+                                       bool(executed))
 
     def op_pending_errors(self) -> List[Dict[str, Any]]:
         return self.server.faults.pending_errors()

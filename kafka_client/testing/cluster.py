@@ -414,12 +414,16 @@ class Cluster:
         self.start_broker(broker)
 
     def inject_errors(self, api: Union[int, str], errors: Iterable[Union[int, str]],
-                      broker: Optional[int] = None) -> None:
+                      broker: Optional[int] = None, executed: bool = False) -> None:
         """The next answers of ``api`` (name like ``"Produce"`` or an ApiKey) carry
-        these errors, one answer per error, in order; on ``broker`` or any broker. The
-        requests are refused, not executed."""
+        these errors, one answer per error, in order; on ``broker`` or any broker.
+
+        By default the requests are refused, not executed. With ``executed=True`` they
+        are executed and only the answers replaced: a Produce is written (and
+        replicated) but its acknowledgement is an error, as when an answer is lost."""
         self._call("inject_errors", api=_api_name(api),
-                   errors=[_error_name(e) for e in errors], broker=broker)
+                   errors=[_error_name(e) for e in errors], broker=broker,
+                   executed=executed)
 
     def pending_errors(self) -> List[Dict[str, Any]]:
         return self._call("pending_errors")

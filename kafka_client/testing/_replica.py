@@ -243,8 +243,9 @@ class Replica:
     def on_follower_fetch(self, follower: int, fetch_offset: int) -> None:
         """A follower fetched from ``fetch_offset``: it has everything below it."""
         state = self.followers.get(follower)
-        if state is None:
-            return
+        peer = self.broker.server.brokers.get(follower)
+        if state is None or peer is None or not peer.up:
+            return   # a fetch that left a broker before it stopped: fenced
         now = _now_ms()
         end = self.log.end_offset
         if fetch_offset >= end:

@@ -124,9 +124,7 @@ _BROKER = [
     ConfigDef("group.initial.rebalance.delay.ms", "int", 0, _at_least(0)),
     ConfigDef("group.min.session.timeout.ms", "int", 6000, _at_least(0)),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),
-    ConfigDef("offsets.retention.minutes", "int", 10080, _at_least(1)),
     ConfigDef("transaction.max.timeout.ms", "int", 900000, _at_least(1)),
-    ConfigDef("transactional.id.expiration.ms", "int", 604800000, _at_least(1)),
     ConfigDef("sasl.enabled.mechanisms", "list", "",
               lambda v: None if all(m in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
                                     for m in _as_list(v)) else

@@ -69,7 +69,10 @@ class Faults:
 class RequestLog:
     """Entries are plain dicts (they cross to the test process as JSON)."""
 
-    def __init__(self, limit: int = 1_000_000) -> None:
+    #: Entries kept at most (the oldest are dropped; sequence numbers go on).
+    LIMIT = 100_000
+
+    def __init__(self, limit: int = LIMIT) -> None:
         self.entries: List[Dict[str, Any]] = []
         self.first_seq = 0     # sequence number of entries[0] (older ones were dropped)
         self.limit = limit

@@ -235,11 +235,12 @@ class Cluster:
         parent.settimeout(timeout)
         try:
             first = self._read_reply()
-        except (OSError, ValueError) as exc:
-            self._kill()
-            raise ClusterError(f"the cluster process did not start: {exc}; see {self.log_path}")
+        except (OSError, ValueError, ClusterError) as exc:
+            self._failed_start()
+            raise ClusterError(f"the cluster process did not start: {exc}; see "
+                               f"{self.log_path}") from None
         if not first.get("ok"):
-            self._kill()
+            self._failed_start()
             raise ClusterError(f"the cluster did not start: {first.get('error')}")
         parent.settimeout(None)
         self._info = first["result"]
@@ -264,6 +265,12 @@ class Cluster:
         self._close_channel()
         self._process = None
         _LIVE.discard(self)
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _failed_start(self) -> None:
+        self._kill()
+        self._process = None
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 

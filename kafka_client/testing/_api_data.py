@@ -153,9 +153,7 @@ def produce(ctx: RequestContext) -> None:
                 respond()
         return done
 
-    callbacks = {}
-    for key, replica in list(waiting.items()):
-        callbacks[key] = make_callback(key)
+    callbacks = {key: make_callback(key) for key in waiting}
     for key, replica in list(waiting.items()):
         replica.wait_for_replicas(final[key].required_offset, callbacks[key])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import time
 import traceback
@@ -177,7 +178,8 @@ class Broker:
         self._watchers: Dict[Tuple[str, int], Set[Callable[[], None]]] = {}
         self._dirty: Set[Callable[[], None]] = set()
         self._dirty_scheduled = False
-        self._timers: List[Any] = []
+        #: The periodic timers, by job (each re-armed when it fires).
+        self._timers: Dict[str, Any] = {}
         self.fetch_via_sendfile = True
 
     @property
@@ -213,13 +215,13 @@ class Broker:
                     replica = self._open_replica(info, part, starts.get(part.key, 0))
                     replica.log.high_watermark = min(hws.get(part.key, 0),
                                                      replica.log.end_offset)
-        self._timers = [
-            self.loop.call_later(0.1, self._check_isr),
-            self.loop.call_later(self.settings["log.retention.check.interval.ms"] / 1000,
-                                 self._retention_pass),
-            self.loop.call_later(self.settings["log.cleaner.backoff.ms"] / 1000,
-                                 self._cleaner_pass),
-        ]
+        self._timers = {
+            "isr": self.loop.call_later(0.1, self._check_isr),
+            "retention": self.loop.call_later(
+                self.settings["log.retention.check.interval.ms"] / 1000, self._retention_pass),
+            "cleaner": self.loop.call_later(self.settings["log.cleaner.backoff.ms"] / 1000,
+                                            self._cleaner_pass),
+        }
         self.controller.broker_started(self.broker_id)
 
     def stop(self) -> None:
@@ -230,9 +232,9 @@ class Broker:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-        for timer in self._timers:
+        for timer in self._timers.values():
             timer.cancel()
-        self._timers = []
+        self._timers = {}
         for conn in list(self.connections):
             conn.close("broker stopped")
         self.fetchers.stop_all()
@@ -286,8 +288,6 @@ class Broker:
                 replica.close()
                 replica.log.delete()
             else:
-                import shutil
-
                 shutil.rmtree(self.log_dir(part.topic, part.index), ignore_errors=True)
             self.notify_data(part.key)
         if self.up:
@@ -351,15 +351,14 @@ class Broker:
         for replica in list(self.replicas.values()):
             replica.check_isr_lag()
         interval = min(self.settings["replica.lag.time.max.ms"] / 2000, 1.0)
-        self._timers.append(self.loop.call_later(interval, self._check_isr))
-        self._timers = [t for t in self._timers if not t.cancelled]
+        self._timers["isr"] = self.loop.call_later(interval, self._check_isr)
 
     def _retention_pass(self) -> None:
         if not self.up:
             return
         self.apply_retention()
-        self._timers.append(self.loop.call_later(
-            self.settings["log.retention.check.interval.ms"] / 1000, self._retention_pass))
+        self._timers["retention"] = self.loop.call_later(
+            self.settings["log.retention.check.interval.ms"] / 1000, self._retention_pass)
 
     def apply_retention(self) -> int:
         deleted = 0
@@ -378,8 +377,8 @@ class Broker:
             return
         if self.settings["log.cleaner.enable"]:
             self.run_cleaner()
-        self._timers.append(self.loop.call_later(
-            self.settings["log.cleaner.backoff.ms"] / 1000, self._cleaner_pass))
+        self._timers["cleaner"] = self.loop.call_later(
+            self.settings["log.cleaner.backoff.ms"] / 1000, self._cleaner_pass)
 
     def run_cleaner(self, force: bool = False) -> int:
         removed = 0

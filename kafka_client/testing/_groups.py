@@ -388,7 +388,7 @@ class GroupCoordinator:
             return
         group = self.groups.get(req.group_id)
         member = group.members.get(req.member_id) if group is not None else None
-        error = self._check_member(group, member, req.generation_id,
+        error = self.check_member(group, member, req.generation_id,
                                    req.group_instance_id if ctx.version >= 3 else None)
         if error:
             ctx.respond(SyncGroupResponse(error_code=error))
@@ -417,7 +417,7 @@ class GroupCoordinator:
                                  protocol_name=group.protocol_name,
                                  assignment=member.assignment)
 
-    def _check_member(self, group: Optional[Group], member: Optional[Member], generation: int,
+    def check_member(self, group: Optional[Group], member: Optional[Member], generation: int,
                       instance_id: Optional[str] = None) -> int:
         if group is None or member is None:
             if group is not None and instance_id is not None and \
@@ -438,7 +438,7 @@ class GroupCoordinator:
             return
         group = self.groups.get(req.group_id)
         member = group.members.get(req.member_id) if group is not None else None
-        error = self._check_member(group, member, req.generation_id,
+        error = self.check_member(group, member, req.generation_id,
                                    req.group_instance_id if ctx.version >= 3 else None)
         if error == ErrorCode.NONE:
             self._touch(group, member)
@@ -490,7 +490,7 @@ class GroupCoordinator:
             member_id = req.member_id if ctx.version >= 1 else ""
             if generation >= 0 or member_id:
                 member = group.members.get(member_id) if group is not None else None
-                error = self._check_member(group, member, generation,
+                error = self.check_member(group, member, generation,
                                            req.group_instance_id if ctx.version >= 7 else None)
                 if error == ErrorCode.NONE and group.state == COMPLETING:
                     error = ErrorCode.REBALANCE_IN_PROGRESS

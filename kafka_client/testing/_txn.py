@@ -256,7 +256,7 @@ class TransactionCoordinator:
             elif ctx.version >= 3 and req.generation_id >= 0:
                 group = groups.group(req.group_id)
                 member = group.members.get(req.member_id) if group is not None else None
-                error = groups._check_member(group, member, req.generation_id,
+                error = groups.check_member(group, member, req.generation_id,
                                              req.group_instance_id)
         topics = []
         now = time.time()

@@ -3,7 +3,7 @@ consumer groups, metadata, transactions, SASL PLAIN and SCRAM logins; their data
 back through our Consumer and their segment files decode with ``dump-log``."""
 from __future__ import annotations
 
-import os
+import re
 import shutil
 import subprocess
 import sys
@@ -297,7 +297,16 @@ def test_kcat(cluster, sasl_cluster, mechanism):
     grouped = run(["-G", f"g-{topic}", topic, "-o", "beginning", "-e",
                    "-X", "auto.offset.reset=earliest", "-f", "%s\\n"]).splitlines()
     assert sorted(grouped) == sorted(f"v{i}" for i in range(100))
-    # kcat's data through our consumer (plain listener only: ours speaks no SASL yet).
+    # kcat's data through our consumer (plain listener only: ours speaks no SASL yet)
+    # and through dump-log, on every replica.
     if mechanism is None:
         got = our_read(target, topic, 2, 100)
         assert sorted(m.value() for m in got) == sorted(b"v%d" % i for i in range(100))
+    state = target.wait_in_sync(topic)
+    payloads = []
+    for p in (0, 1):
+        texts = {dump_log(target.segment_files(topic, p, b)[0]) .split("\n", 1)[1]
+                 for b in state.partitions[p].replicas}
+        assert len(texts) == 1            # the same batches on every replica
+        payloads += re.findall(r"payload: (\S+)", texts.pop())
+    assert sorted(payloads) == sorted(f"v{i}" for i in range(100))

@@ -33,12 +33,16 @@ class RawClient:
         return self.correlation_id
 
     def request(self, request: Any, version: int) -> Any:
-        cid = self.send(request, version)
+        self.send(request, version)
+        return self.receive(request.API_KEY, version)
+
+    def receive(self, api_key: int, version: int) -> Any:
+        """The answer to the last request sent (for a request sent with send())."""
         frame = self.recv_frame()
         assert frame is not None, "connection closed by the broker"
-        got, body = decode_response_header(frame, request.API_KEY, version)
-        assert got == cid
-        return response_class(request.API_KEY).decode(body, version)
+        got, body = decode_response_header(frame, api_key, version)
+        assert got == self.correlation_id
+        return response_class(api_key).decode(body, version)
 
     def send_bytes(self, data: bytes) -> None:
         self.sock.sendall(data)

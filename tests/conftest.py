@@ -108,3 +108,13 @@ def topic_name(request):
     """A topic name unique in this session (brokers are shared across tests)."""
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:80].strip("-")
     return f"{base}-{next(_topic_counter)}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def kafka_cluster(tmp_path):
+    """A 3-broker ``kafka_client.testing.Cluster`` of this test's own (logs under
+    tmp_path): leader moves, broker stops, injected errors, the request log."""
+    from kafka_client.testing import Cluster
+
+    with Cluster(brokers=3, data_dir=str(tmp_path / "cluster")) as cluster:
+        yield cluster

@@ -1,0 +1,320 @@
+"""Cluster and topic APIs: ApiVersions, Metadata, CreateTopics, DeleteTopics,
+CreatePartitions and DescribeConfigs."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import (
+    ApiKey,
+    ApiVersionsResponse,
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    DescribeConfigsResponse,
+    MetadataResponse,
+)
+
+from ._api import HANDLERS, RequestContext, error_answer, handles
+from ._config import BROKER_CONFIGS, TOPIC_CONFIGS, to_text
+from ._controller import ControllerError, TopicInfo
+from ._protocol import api_versions_table
+
+# DescribeConfigs resource types and config sources.
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+
+# --------------------------------------------------------------------------- ApiVersions
+
+
+@error_answer(ApiKey.API_VERSIONS)
+def api_versions_error(request: Any, version: int, code: int) -> Any:
+    return ApiVersionsResponse(error_code=code)
+
+
+@handles(ApiKey.API_VERSIONS)
+def api_versions(ctx: RequestContext) -> None:
+    ctx.note(client_software=(ctx.request.client_software_name,
+                              ctx.request.client_software_version))
+    ctx.respond(ApiVersionsResponse(
+        error_code=ErrorCode.NONE,
+        api_keys=[ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                  for k, lo, hi in api_versions_table(HANDLERS)]))
+
+
+# --------------------------------------------------------------------------- Metadata
+
+
+def _broker_list(ctx: RequestContext) -> List[Any]:
+    return [MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host,
+                                                    port=b.port, rack=None)
+            for b in sorted(ctx.server.brokers.values(), key=lambda b: b.broker_id) if b.up]
+
+
+def _topic_metadata(ctx: RequestContext, info: TopicInfo) -> Any:
+    live = set(ctx.broker.controller.live_brokers())
+    parts = []
+    for part in info.partitions:
+        error = ErrorCode.NONE if part.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+        parts.append(MetadataResponse.MetadataResponsePartition(
+            error_code=error, partition_index=part.index, leader_id=part.leader,
+            leader_epoch=part.leader_epoch, replica_nodes=list(part.replicas),
+            isr_nodes=list(part.isr),
+            offline_replicas=[r for r in part.replicas if r not in live]))
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=ErrorCode.NONE, name=info.name, topic_id=info.topic_id,
+        is_internal=info.internal, partitions=parts)
+
+
+@error_answer(ApiKey.METADATA)
+def metadata_error(request: Any, version: int, code: int) -> Any:
+    return MetadataResponse(brokers=[], topics=[
+        MetadataResponse.MetadataResponseTopic(error_code=code, name=t.name or "",
+                                               topic_id=t.topic_id, partitions=[])
+        for t in (request.topics or [])])
+
+
+@handles(ApiKey.METADATA)
+def metadata(ctx: RequestContext) -> None:
+    req = ctx.request
+    controller = ctx.broker.controller
+    settings = ctx.server.settings
+    topics = []
+    wanted = req.topics
+    if wanted is None or (ctx.version == 0 and not wanted):
+        topics = [_topic_metadata(ctx, info) for info in controller.topics.values()]
+    else:
+        auto_create = settings["auto.create.topics.enable"] and \
+            (ctx.version < 4 or req.allow_auto_topic_creation)
+        for t in wanted:
+            info: Optional[TopicInfo] = None
+            name = t.name
+            if name is None and ctx.version >= 10:
+                info = controller.topics_by_id.get(t.topic_id)
+                if info is None:
+                    topics.append(MetadataResponse.MetadataResponseTopic(
+                        error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=t.topic_id))
+                    continue
+            else:
+                info = controller.topics.get(name)
+            if info is None and auto_create:
+                try:
+                    info = controller.create_topic(name, -1, -1)
+                    ctx.note(auto_created=name)
+                except ControllerError as exc:
+                    topics.append(MetadataResponse.MetadataResponseTopic(
+                        error_code=exc.code, name=name))
+                    continue
+            if info is None:
+                topics.append(MetadataResponse.MetadataResponseTopic(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
+                continue
+            topics.append(_topic_metadata(ctx, info))
+    live = controller.live_brokers()
+    ctx.respond(MetadataResponse(
+        brokers=_broker_list(ctx), cluster_id=ctx.server.cluster_id,
+        controller_id=live[0] if live else -1, topics=topics))
+
+
+# --------------------------------------------------------------------------- CreateTopics
+
+
+@error_answer(ApiKey.CREATE_TOPICS)
+def create_topics_error(request: Any, version: int, code: int) -> Any:
+    return CreateTopicsResponse(topics=[
+        CreateTopicsResponse.CreatableTopicResult(name=t.name, error_code=code)
+        for t in request.topics])
+
+
+@handles(ApiKey.CREATE_TOPICS)
+def create_topics(ctx: RequestContext) -> None:
+    req = ctx.request
+    controller = ctx.broker.controller
+    results = []
+    seen = set()
+    for t in req.topics:
+        result = CreateTopicsResponse.CreatableTopicResult(name=t.name)
+        if t.name in seen:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"topic {t.name!r} appears twice in the request"
+            results.append(result)
+            continue
+        seen.add(t.name)
+        configs = {c.name: c.value for c in t.configs}
+        assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+        try:
+            info = controller.create_topic(t.name, t.num_partitions, t.replication_factor,
+                                           assignments or None, configs, req.validate_only)
+        except ControllerError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message
+            results.append(result)
+            continue
+        result.error_code = ErrorCode.NONE
+        result.topic_id = info.topic_id
+        result.num_partitions = len(info.partitions) if info.partitions else t.num_partitions
+        result.replication_factor = len(info.partitions[0].replicas) if info.partitions \
+            else t.replication_factor
+        result.configs = [CreateTopicsResponse.CreatableTopicConfigs(
+            name=name, value=to_text(value), read_only=False,
+            config_source=SOURCE_TOPIC if name in info.overrides else SOURCE_DEFAULT,
+            is_sensitive=False) for name, value in sorted(info.values.items())]
+        results.append(result)
+    ctx.respond(CreateTopicsResponse(topics=results))
+
+
+# --------------------------------------------------------------------------- DeleteTopics
+
+
+@error_answer(ApiKey.DELETE_TOPICS)
+def delete_topics_error(request: Any, version: int, code: int) -> Any:
+    names = [t.name for t in request.topics] if version >= 6 else list(request.topic_names)
+    return DeleteTopicsResponse(responses=[
+        DeleteTopicsResponse.DeletableTopicResult(name=n, error_code=code) for n in names])
+
+
+@handles(ApiKey.DELETE_TOPICS)
+def delete_topics(ctx: RequestContext) -> None:
+    req = ctx.request
+    controller = ctx.broker.controller
+    wanted = []
+    if ctx.version >= 6:
+        for t in req.topics:
+            if t.name is None:
+                info = controller.topics_by_id.get(t.topic_id)
+                wanted.append((info.name if info else None, t.topic_id))
+            else:
+                wanted.append((t.name, None))
+    else:
+        wanted = [(n, None) for n in req.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        result = DeleteTopicsResponse.DeletableTopicResult(name=name)
+        if name is None:
+            result.topic_id = topic_id
+            result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+            results.append(result)
+            continue
+        info = controller.topics.get(name)
+        if info is not None:
+            result.topic_id = info.topic_id
+        try:
+            controller.delete_topic(name)
+            result.error_code = ErrorCode.NONE
+        except ControllerError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message
+        results.append(result)
+    ctx.respond(DeleteTopicsResponse(responses=results))
+
+
+# --------------------------------------------------------------------------- CreatePartitions
+
+
+@error_answer(ApiKey.CREATE_PARTITIONS)
+def create_partitions_error(request: Any, version: int, code: int) -> Any:
+    return CreatePartitionsResponse(results=[
+        CreatePartitionsResponse.CreatePartitionsTopicResult(name=t.name, error_code=code)
+        for t in request.topics])
+
+
+@handles(ApiKey.CREATE_PARTITIONS)
+def create_partitions(ctx: RequestContext) -> None:
+    req = ctx.request
+    results = []
+    for t in req.topics:
+        result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=t.name)
+        assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
+        try:
+            ctx.broker.controller.create_partitions(t.name, t.count, assignments,
+                                                    req.validate_only)
+            result.error_code = ErrorCode.NONE
+        except ControllerError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message
+        results.append(result)
+    ctx.respond(CreatePartitionsResponse(results=results))
+
+
+# --------------------------------------------------------------------------- DescribeConfigs
+
+
+@error_answer(ApiKey.DESCRIBE_CONFIGS)
+def describe_configs_error(request: Any, version: int, code: int) -> Any:
+    return DescribeConfigsResponse(results=[
+        DescribeConfigsResponse.DescribeConfigsResult(
+            error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
+        for r in request.resources])
+
+
+def _config_entries(values: Dict[str, Any], sources: Dict[str, int], keys: Optional[List[str]],
+                    include_synonyms: bool, sensitive: Dict[str, bool],
+                    read_only: bool) -> List[Any]:
+    R = DescribeConfigsResponse
+    out = []
+    for name in sorted(values):
+        if keys is not None and name not in keys:
+            continue
+        source = sources.get(name, SOURCE_DEFAULT)
+        value = None if sensitive.get(name) else to_text(values[name])
+        entry = R.DescribeConfigsResourceResult(
+            name=name, value=value, read_only=read_only, is_default=source == SOURCE_DEFAULT,
+            config_source=source, is_sensitive=sensitive.get(name, False))
+        if include_synonyms:
+            entry.synonyms = [R.DescribeConfigsSynonym(name=name, value=value, source=source)]
+        out.append(entry)
+    return out
+
+
+@handles(ApiKey.DESCRIBE_CONFIGS)
+def describe_configs(ctx: RequestContext) -> None:
+    R = DescribeConfigsResponse
+    req = ctx.request
+    server = ctx.server
+    results = []
+    for r in req.resources:
+        result = R.DescribeConfigsResult(resource_type=r.resource_type,
+                                         resource_name=r.resource_name, configs=[])
+        keys = list(r.configuration_keys) if r.configuration_keys is not None else None
+        if r.resource_type == RESOURCE_TOPIC:
+            info = ctx.broker.controller.topics.get(r.resource_name)
+            if info is None:
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_message = f"no topic {r.resource_name!r}"
+            else:
+                sources = {}
+                for name, d in TOPIC_CONFIGS.items():
+                    if name in info.overrides:
+                        sources[name] = SOURCE_TOPIC
+                    elif d.broker_synonym and d.broker_synonym in server.broker_overrides:
+                        sources[name] = SOURCE_STATIC_BROKER
+                result.configs = _config_entries(info.values, sources, keys,
+                                                 req.include_synonyms, {}, False)
+        elif r.resource_type == RESOURCE_BROKER:
+            try:
+                broker_id = int(r.resource_name) if r.resource_name else ctx.broker.broker_id
+            except ValueError:
+                broker_id = -1
+            if broker_id not in server.brokers:
+                result.error_code = ErrorCode.INVALID_REQUEST
+                result.error_message = f"no broker {r.resource_name!r}"
+            else:
+                values = dict(server.settings.values)
+                values["broker.id"] = broker_id
+                sources = {name: SOURCE_STATIC_BROKER for name in server.broker_overrides}
+                sources["broker.id"] = SOURCE_STATIC_BROKER
+                sensitive = {n: d.sensitive for n, d in BROKER_CONFIGS.items()}
+                result.configs = _config_entries(values, sources, keys, req.include_synonyms,
+                                                 sensitive, True)
+        elif r.resource_type == RESOURCE_BROKER_LOGGER:
+            result.configs = []
+        else:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"unknown resource type {r.resource_type}"
+        results.append(result)
+    ctx.respond(R(results=results))

@@ -1,0 +1,501 @@
+"""The data APIs: Produce, Fetch (clients and followers), ListOffsets,
+OffsetForLeaderEpoch and DeleteRecords.
+
+Fetch answers carry the records of each partition as one range of one segment file:
+the response is encoded with a placeholder for each range, and the broker sends the
+ranges with ``os.sendfile`` in their place (``_broker.send_response``).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import (
+    ApiKey,
+    DeleteRecordsResponse,
+    FetchResponse,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochResponse,
+    ProduceResponse,
+)
+
+from ._api import RequestContext, error_answer, handles
+from ._batches import BATCH_HEADER_SIZE, read_batch_header
+from ._net import FileRegion
+from ._replica import AppendResult
+
+# ListOffsets special timestamps.
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+LATEST_TIERED = -4
+EARLIEST_LOCAL = -5
+
+_NO_EPOCH_END = FetchResponse.EpochEndOffset
+
+
+# --------------------------------------------------------------------------- Produce
+
+
+def _produce_partition(index: int, result: AppendResult, log_start: int = -1,
+                       leader: Optional[Tuple[int, int]] = None) -> Any:
+    p = ProduceResponse.PartitionProduceResponse(
+        index=index, error_code=result.error, base_offset=result.base_offset,
+        log_append_time_ms=result.log_append_time, log_start_offset=log_start,
+        error_message=result.message if result.error else None)
+    if leader is not None:
+        p.current_leader = ProduceResponse.LeaderIdAndEpoch(leader_id=leader[0],
+                                                            leader_epoch=leader[1])
+    return p
+
+
+@error_answer(ApiKey.PRODUCE)
+def produce_error(request: Any, version: int, code: int) -> Any:
+    return ProduceResponse(responses=[
+        ProduceResponse.TopicProduceResponse(name=t.name, partition_responses=[
+            _produce_partition(p.index, AppendResult(code)) for p in t.partition_data])
+        for t in request.topic_data])
+
+
+def produce_summary(request: Any) -> List[Dict[str, Any]]:
+    """Per partition of a ProduceRequest: topic, partition and its batch's producer id,
+    epoch, base sequence and record count (for the request log)."""
+    out = []
+    for t in request.topic_data:
+        for pd in t.partition_data:
+            entry: Dict[str, Any] = {"topic": t.name, "partition": pd.index}
+            entry.update(_batch_summary(pd.records))
+            out.append(entry)
+    return out
+
+
+def _batch_summary(records: Any) -> Dict[str, Any]:
+    if records is None or len(records) < BATCH_HEADER_SIZE:
+        return {}
+    h = read_batch_header(records)
+    return {"producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
+            "base_sequence": h.base_sequence, "records": h.records_count}
+
+
+@handles(ApiKey.PRODUCE)
+def produce(ctx: RequestContext) -> None:
+    req = ctx.request
+    broker = ctx.broker
+    acks = req.acks
+    # (topic, partition, result, replica or None)
+    results: List[Tuple[str, int, AppendResult, Any]] = []
+    for t in req.topic_data:
+        for pd in t.partition_data:
+            if acks not in (-1, 0, 1):
+                result, replica = AppendResult(ErrorCode.INVALID_REQUIRED_ACKS), None
+            else:
+                error, replica = broker.leader_replica(t.name, pd.index)
+                if error:
+                    result = AppendResult(error)
+                else:
+                    result = replica.append_records(pd.records, acks)
+            results.append((t.name, pd.index, result, replica))
+    for entry, (_t, _p, result, _r) in zip(ctx.log_entry["partitions"] if ctx.log_entry
+                                            else [], results):
+        entry["error"] = int(result.error)
+        entry["base_offset"] = result.base_offset
+    ctx.note(acks=acks)
+    if acks == 0:
+        ctx.no_response()
+        return
+    final: Dict[Tuple[str, int], AppendResult] = {(t, p): r for t, p, r, _ in results}
+    waiting: Dict[Tuple[str, int], Any] = {}
+
+    def respond() -> None:
+        by_topic: Dict[str, List[Any]] = {}
+        endpoints = {}
+        for topic, index, _r, replica in results:
+            result = final[(topic, index)]
+            leader = None
+            if result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                part = broker.controller.partition(topic, index)
+                if part is not None and part.leader >= 0:
+                    leader = (part.leader, part.leader_epoch)
+                    endpoints[part.leader] = broker.server.brokers[part.leader]
+            log_start = replica.log.log_start_offset if replica is not None and \
+                result.error == ErrorCode.NONE else -1
+            by_topic.setdefault(topic, []).append(_produce_partition(index, result, log_start,
+                                                                     leader))
+        response = ProduceResponse(responses=[
+            ProduceResponse.TopicProduceResponse(name=t, partition_responses=ps)
+            for t, ps in by_topic.items()])
+        if ctx.version >= 10 and endpoints:
+            response.node_endpoints = [
+                ProduceResponse.NodeEndpoint(node_id=b.broker_id, host=b.host, port=b.port)
+                for b in endpoints.values()]
+        ctx.respond(response)
+
+    if acks == -1:
+        for topic, index, result, replica in results:
+            if result.error == ErrorCode.NONE and result.required_offset >= 0:
+                waiting[(topic, index)] = replica
+    if not waiting:
+        respond()
+        return
+
+    timer = None
+
+    def make_callback(key: Tuple[str, int]):
+        def done(error: int) -> None:
+            if key not in waiting:
+                return
+            del waiting[key]
+            if error:
+                final[key] = AppendResult(error)
+            if not waiting:
+                if timer is not None:
+                    timer.cancel()
+                respond()
+        return done
+
+    callbacks = {key: make_callback(key) for key in waiting}
+    for key, replica in list(waiting.items()):
+        replica.wait_for_replicas(final[key].required_offset, callbacks[key])
+
+    def timed_out() -> None:
+        for key, replica in list(waiting.items()):
+            replica.cancel_wait(callbacks[key])
+            final[key] = AppendResult(ErrorCode.REQUEST_TIMED_OUT,
+                                      message="the in-sync replicas did not confirm in time")
+        waiting.clear()
+        respond()
+
+    if waiting:
+        timer = broker.loop.call_later(max(req.timeout_ms, 0) / 1000, timed_out)
+
+
+# --------------------------------------------------------------------------- Fetch
+
+
+def _fetch_partition(index: int, error: int, **fields: Any) -> Any:
+    return FetchResponse.PartitionData(partition_index=index, error_code=error,
+                                       high_watermark=fields.pop("high_watermark", -1),
+                                       last_stable_offset=fields.pop("last_stable_offset", -1),
+                                       log_start_offset=fields.pop("log_start_offset", -1),
+                                       records=fields.pop("records", b""), **fields)
+
+
+@error_answer(ApiKey.FETCH)
+def fetch_error(request: Any, version: int, code: int) -> Any:
+    return FetchResponse(session_id=0, responses=[
+        FetchResponse.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[
+            _fetch_partition(p.partition, code) for p in t.partitions])
+        for t in request.topics])
+
+
+class _FetchOperation:
+    """One Fetch request, answered at once or when enough data is there."""
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self.ctx = ctx
+        req = ctx.request
+        self.version = ctx.version
+        replica_id = req.replica_id
+        if self.version >= 15 and req.replica_state.replica_id >= 0:
+            replica_id = req.replica_state.replica_id
+        self.follower = replica_id if replica_id >= 0 else None
+        self.read_committed = req.isolation_level == 1
+        self.keys: List[Tuple[str, int]] = []
+        self.timer = None
+        self.done = False
+        controller = ctx.broker.controller
+        self.topics: List[Tuple[Any, Optional[str]]] = []
+        for t in req.topics:
+            if self.version >= 13:
+                info = controller.topics_by_id.get(t.topic_id)
+                name = info.name if info is not None else None
+            else:
+                name = t.topic
+            self.topics.append((t, name))
+            if name is not None:
+                self.keys.extend((name, p.partition) for p in t.partitions)
+
+    def start(self) -> None:
+        req = self.ctx.request
+        if req.session_id != 0:
+            self.ctx.respond(FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                                           session_id=0))
+            return
+        if self.follower is not None:
+            self._record_follower_offsets()
+        if self._try(final=req.max_wait_ms <= 0):
+            return
+        broker = self.ctx.broker
+        broker.watch(self.keys, self._wake)
+        self.timer = broker.loop.call_later(req.max_wait_ms / 1000, self._expire)
+
+    def _record_follower_offsets(self) -> None:
+        broker = self.ctx.broker
+        for t, name in self.topics:
+            if name is None:
+                continue
+            for p in t.partitions:
+                replica = broker.replicas.get((name, p.partition))
+                if replica is not None and replica.is_leader and \
+                        replica.check_epoch(p.current_leader_epoch) == ErrorCode.NONE:
+                    replica.on_follower_fetch(self.follower, p.fetch_offset)
+
+    def _wake(self) -> None:
+        if self.ctx.conn.closed:
+            self._finish()
+            return
+        self._try(final=False)
+
+    def _expire(self) -> None:
+        self.timer = None
+        if not self.done:
+            self._try(final=True)
+
+    def _finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.ctx.broker.unwatch(self.keys, self._wake)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _try(self, final: bool) -> bool:
+        response, regions, ready = self._read()
+        if not (ready or final):
+            return False
+        self._finish()
+        self.ctx.note(bytes=sum(r.size for r in regions))
+        self.ctx.respond(response, regions)
+        return True
+
+    def _read(self) -> Tuple[Any, List[FileRegion], bool]:
+        ctx = self.ctx
+        req = ctx.request
+        total = 0
+        regions: List[FileRegion] = []
+        urgent = False
+        max_bytes = req.max_bytes if self.version >= 3 else 0x7FFFFFFF
+        topics = []
+        for t, name in self.topics:
+            parts = []
+            for p in t.partitions:
+                if name is None:
+                    parts.append(_fetch_partition(p.partition, ErrorCode.UNKNOWN_TOPIC_ID))
+                    urgent = True
+                    continue
+                data, region = self._read_partition(name, p, max_bytes - total, total == 0)
+                if data.error_code or (data.diverging_epoch.epoch >= 0 or
+                                       data.diverging_epoch.end_offset >= 0):
+                    urgent = True
+                if region is not None:
+                    regions.append(region)
+                    total += region.size
+                parts.append(data)
+            topics.append(FetchResponse.FetchableTopicResponse(
+                topic=t.topic if self.version < 13 else "", topic_id=t.topic_id, partitions=parts))
+        response = FetchResponse(session_id=0, responses=topics)
+        return response, regions, urgent or total >= req.min_bytes
+
+    def _read_partition(self, topic: str, p: Any, budget: int,
+                        first: bool) -> Tuple[Any, Optional[FileRegion]]:
+        broker = self.ctx.broker
+        error, replica = broker.leader_replica(topic, p.partition)
+        if error == ErrorCode.NONE:
+            error = replica.check_epoch(p.current_leader_epoch)
+        if error:
+            data = _fetch_partition(p.partition, error)
+            part = broker.controller.partition(topic, p.partition)
+            if part is not None and self.version >= 12 and part.leader >= 0:
+                data.current_leader = FetchResponse.LeaderIdAndEpoch(
+                    leader_id=part.leader, leader_epoch=part.leader_epoch)
+            return data, None
+        log = replica.log
+        fields = dict(high_watermark=log.high_watermark,
+                      last_stable_offset=log.last_stable_offset(),
+                      log_start_offset=log.log_start_offset)
+        if self.version >= 12 and p.last_fetched_epoch >= 0:
+            epoch, end = log.end_offset_for_epoch(p.last_fetched_epoch)
+            if epoch != p.last_fetched_epoch or end < p.fetch_offset:
+                return _fetch_partition(p.partition, ErrorCode.NONE, diverging_epoch=_NO_EPOCH_END(
+                    epoch=epoch, end_offset=end), **fields), None
+        offset = p.fetch_offset
+        if offset < log.log_start_offset or offset > log.end_offset:
+            return _fetch_partition(p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, **fields), None
+        if self.follower is not None:
+            upper = log.end_offset
+        elif self.read_committed:
+            upper = log.last_stable_offset()
+        else:
+            upper = log.high_watermark
+        limit = min(p.partition_max_bytes, max(budget, 0))
+        result = log.read(offset, limit, upper, min_one=first)
+        aborted = None
+        if self.read_committed and self.follower is None:
+            end = result.next_offset if result is not None else offset
+            aborted = [FetchResponse.AbortedTransaction(producer_id=a.producer_id,
+                                                        first_offset=a.first_offset)
+                       for a in log.producer_state.aborted_between(offset, end)]
+        if result is None:
+            return _fetch_partition(p.partition, ErrorCode.NONE, aborted_transactions=aborted,
+                                    **fields), None
+        data = _fetch_partition(p.partition, ErrorCode.NONE, aborted_transactions=aborted,
+                                records=_placeholder(result.size), **fields)
+        return data, FileRegion(result.file, result.position, result.size)
+
+
+def _placeholder(size: int) -> memoryview:
+    from ._broker import PLACEHOLDER
+
+    return PLACEHOLDER.slice(size)
+
+
+@handles(ApiKey.FETCH)
+def fetch(ctx: RequestContext) -> None:
+    _FetchOperation(ctx).start()
+
+
+# --------------------------------------------------------------------------- ListOffsets
+
+
+def _list_offsets_partition(index: int, error: int, offset: int = -1, timestamp: int = -1,
+                            epoch: int = -1) -> Any:
+    return ListOffsetsResponse.ListOffsetsPartitionResponse(
+        partition_index=index, error_code=error, timestamp=timestamp, offset=offset,
+        leader_epoch=epoch)
+
+
+@error_answer(ApiKey.LIST_OFFSETS)
+def list_offsets_error(request: Any, version: int, code: int) -> Any:
+    return ListOffsetsResponse(topics=[
+        ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=[
+            _list_offsets_partition(p.partition_index, code) for p in t.partitions])
+        for t in request.topics])
+
+
+def _epoch_for_offset(log: Any, offset: int) -> int:
+    epoch = -1
+    for e, start in log.epochs:
+        if start <= offset:
+            epoch = e
+    return epoch
+
+
+@handles(ApiKey.LIST_OFFSETS)
+def list_offsets(ctx: RequestContext) -> None:
+    req = ctx.request
+    broker = ctx.broker
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            error, replica = broker.leader_replica(t.name, p.partition_index)
+            if error == ErrorCode.NONE:
+                error = replica.check_epoch(p.current_leader_epoch)
+            if error:
+                parts.append(_list_offsets_partition(p.partition_index, error))
+                continue
+            log = replica.log
+            upper = log.last_stable_offset() if req.isolation_level == 1 else log.high_watermark
+            ts = p.timestamp
+            offset, found_ts = -1, -1
+            if ts == LATEST:
+                offset = upper
+            elif ts in (EARLIEST, EARLIEST_LOCAL):
+                offset = log.log_start_offset
+            elif ts == LATEST_TIERED:
+                offset = -1
+            elif ts == MAX_TIMESTAMP:
+                off, mts = log.max_timestamp_offset()
+                if 0 <= off < upper:
+                    offset, found_ts = off, mts
+            elif ts >= 0:
+                found = log.offset_for_timestamp(ts)
+                if found is not None and found[0] < upper:
+                    offset, found_ts = found
+            else:
+                parts.append(_list_offsets_partition(p.partition_index,
+                                                     ErrorCode.INVALID_REQUEST))
+                continue
+            epoch = _epoch_for_offset(log, offset - 1 if ts == LATEST else offset) \
+                if offset >= 0 else -1
+            if ts == LATEST and offset == log.log_start_offset:
+                epoch = log.latest_epoch
+            parts.append(_list_offsets_partition(p.partition_index, ErrorCode.NONE, offset,
+                                                 found_ts, epoch))
+        topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+    ctx.respond(ListOffsetsResponse(topics=topics))
+
+
+# --------------------------------------------------------------------------- OffsetForLeaderEpoch
+
+
+@error_answer(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+def offset_for_leader_epoch_error(request: Any, version: int, code: int) -> Any:
+    R = OffsetForLeaderEpochResponse
+    return R(topics=[R.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
+        R.EpochEndOffset(partition=p.partition, error_code=code, leader_epoch=-1, end_offset=-1)
+        for p in t.partitions]) for t in request.topics])
+
+
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+def offset_for_leader_epoch(ctx: RequestContext) -> None:
+    R = OffsetForLeaderEpochResponse
+    broker = ctx.broker
+    topics = []
+    for t in ctx.request.topics:
+        parts = []
+        for p in t.partitions:
+            error, replica = broker.leader_replica(t.topic, p.partition)
+            if error == ErrorCode.NONE:
+                error = replica.check_epoch(p.current_leader_epoch)
+            if error:
+                parts.append(R.EpochEndOffset(partition=p.partition, error_code=error,
+                                              leader_epoch=-1, end_offset=-1))
+                continue
+            epoch, end = replica.log.end_offset_for_epoch(p.leader_epoch)
+            parts.append(R.EpochEndOffset(partition=p.partition, error_code=ErrorCode.NONE,
+                                          leader_epoch=epoch, end_offset=end))
+        topics.append(R.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
+    ctx.respond(R(topics=topics))
+
+
+# --------------------------------------------------------------------------- DeleteRecords
+
+
+@error_answer(ApiKey.DELETE_RECORDS)
+def delete_records_error(request: Any, version: int, code: int) -> Any:
+    R = DeleteRecordsResponse
+    return R(topics=[R.DeleteRecordsTopicResult(name=t.name, partitions=[
+        R.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1,
+                                       error_code=code) for p in t.partitions])
+        for t in request.topics])
+
+
+@handles(ApiKey.DELETE_RECORDS)
+def delete_records(ctx: RequestContext) -> None:
+    R = DeleteRecordsResponse
+    broker = ctx.broker
+    topics = []
+    moved = False
+    for t in ctx.request.topics:
+        parts = []
+        for p in t.partitions:
+            error, replica = broker.leader_replica(t.name, p.partition_index)
+            low = -1
+            if error == ErrorCode.NONE:
+                log = replica.log
+                offset = log.high_watermark if p.offset == -1 else p.offset
+                if offset < 0 or offset > log.high_watermark:
+                    error = ErrorCode.OFFSET_OUT_OF_RANGE
+                else:
+                    if log.delete_records(offset):
+                        moved = True
+                        broker.notify_data(replica.key)
+                    low = log.log_start_offset
+            parts.append(R.DeleteRecordsPartitionResult(partition_index=p.partition_index,
+                                                        low_watermark=low, error_code=error))
+        topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+    if moved:
+        broker.log_start_changed()
+    ctx.respond(R(topics=topics))

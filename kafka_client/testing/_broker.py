@@ -1,0 +1,546 @@
+"""One broker of the test cluster: its listener and client connections, its partition
+replicas (logs under ``<data dir>/broker-<id>/``), its replica fetchers, and the
+request pipeline (header, SASL gate, injected faults, handler, response).
+
+Like Kafka, a connection is served one request at a time: the next request is read once
+the previous response is fully written, so responses leave in request order.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import time
+import traceback
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+
+from kafka_proto.errors import ErrorCode, KafkaProtocolError, UnsupportedVersionError
+from kafka_proto.messages import ApiKey, ApiVersionsResponse, api_info, request_class
+
+from . import _api_admin, _api_data, _groups, _sasl, _txn  # noqa: F401  (handlers)
+from ._api import ERROR_ANSWERS, HANDLERS, RequestContext
+from ._api_data import produce_summary
+from ._batches import read_checkpoint, write_checkpoint
+from ._controller import PartitionInfo, TopicInfo
+from ._fetcher import ReplicaFetcherManager
+from ._net import FileRegion, Loop, StreamConnection
+from ._protocol import (
+    SUPPORTED_VERSIONS,
+    api_versions_table,
+    conform,
+    decode_request,
+    encode_response,
+    error_codes,
+    peek_api,
+    split_request,
+)
+from ._replica import Replica
+from .storage import PartitionLog
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._server import ClusterServer
+
+__all__ = ["Broker", "ClientConnection", "PLACEHOLDER"]
+
+_log = logging.getLogger("kafka_client.testing")
+
+LOOPBACK = "127.0.0.1"
+HW_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+
+#: Frames read ahead of the request being served, at most (then reading pauses).
+_MAX_QUEUED_FRAMES = 64
+
+
+class _Placeholder:
+    """Zero pages standing in for a fetch response's records: the encoder writes their
+    length and hands the slice back as a part of its own, which is then swapped for the
+    file region with the same bytes (anonymous memory: never touched, costs nothing)."""
+
+    SIZE = 1 << 30
+
+    def __init__(self) -> None:
+        import mmap
+
+        self.backing = mmap.mmap(-1, self.SIZE)
+        self.view = memoryview(self.backing)
+
+    def slice(self, size: int) -> memoryview:
+        return self.view[:size]
+
+    def owns(self, part: Any) -> bool:
+        return isinstance(part, memoryview) and part.obj is self.backing
+
+
+PLACEHOLDER = _Placeholder()
+
+
+class ClientConnection(StreamConnection):
+    """A connection accepted by a broker's listener."""
+
+    def __init__(self, broker: "Broker", sock: socket.socket, peer: Tuple[str, int]) -> None:
+        super().__init__(broker.loop, sock, broker.settings["socket.request.max.bytes"])
+        self.broker = broker
+        self.peer = peer
+        self.pending: Deque[memoryview] = deque()
+        self.busy = False
+        # Followers' fetch connections are inter-broker traffic: not authenticated by SASL.
+        self.internal = peer in broker.server.internal_peers
+        self.authenticated = self.internal or not broker.server.sasl_required
+        self.principal: Optional[str] = None
+        #: SASL state (``_sasl``): the mechanism chosen by the handshake and its exchange.
+        self.sasl: Any = None
+        self._drain_callbacks: List[Callable[[], None]] = []
+
+    def on_frame(self, frame: memoryview) -> None:
+        self.pending.append(frame)
+        if len(self.pending) >= _MAX_QUEUED_FRAMES:
+            self.pause_reading()
+        if not self.busy:
+            self._serve_next()
+
+    def on_bad_frame(self, reason: str) -> None:
+        self.broker.server.request_log.add_event(self.broker.broker_id, "bad_frame", reason)
+        self.close(reason)
+
+    def _serve_next(self) -> None:
+        if self.busy or self.closed or not self.pending:
+            return
+        frame = self.pending.popleft()
+        if len(self.pending) < _MAX_QUEUED_FRAMES // 2:
+            self.resume_reading()
+        self.busy = True
+        self.broker.handle_frame(self, frame)
+
+    def finished(self) -> None:
+        """The current request is answered (or needs no answer): serve the next."""
+        if self.out:
+            self._drain_callbacks.append(self._next_soon)
+        else:
+            self._next_soon()
+
+    def _next_soon(self) -> None:
+        self.busy = False
+        self.loop.call_soon(self._serve_next)
+
+    def on_drained(self) -> None:
+        callbacks, self._drain_callbacks = self._drain_callbacks, []
+        for cb in callbacks:
+            cb()
+
+    def on_closed(self, reason: str) -> None:
+        self.pending.clear()
+        self.broker.connection_closed(self, reason)
+
+
+class _Listener:
+    def __init__(self, broker: "Broker", sock: socket.socket) -> None:
+        self.broker = broker
+        self.sock = sock
+        self.closed = False
+
+    def on_readable(self) -> None:
+        for _ in range(16):
+            try:
+                conn, peer = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                _log.warning("broker %d: accept failed: %s", self.broker.broker_id, exc)
+                return
+            self.broker.accepted(conn, peer)
+
+    def close(self) -> None:
+        self.closed = True
+        self.broker.loop.unregister(self.sock)
+        self.sock.close()
+
+
+class Broker:
+    """A broker: a loopback listener and the replicas of the partitions it hosts."""
+
+    def __init__(self, server: "ClusterServer", broker_id: int, port: int) -> None:
+        self.server = server
+        self.broker_id = broker_id
+        self.host = LOOPBACK
+        self.port = port
+        self.loop: Loop = server.loop
+        self.settings = server.settings
+        self.directory = os.path.join(server.data_dir, f"broker-{broker_id}")
+        os.makedirs(self.directory, exist_ok=True)
+        self.up = False
+        self.connections: Set[ClientConnection] = set()
+        self.replicas: Dict[Tuple[str, int], Replica] = {}
+        self.fetchers = ReplicaFetcherManager(self)
+        self._listener: Optional[_Listener] = None
+        self._watchers: Dict[Tuple[str, int], Set[Callable[[], None]]] = {}
+        self._dirty: Set[Callable[[], None]] = set()
+        self._dirty_scheduled = False
+        #: The periodic timers, by job (each re-armed when it fires).
+        self._timers: Dict[str, Any] = {}
+        self.fetch_via_sendfile = True
+
+    @property
+    def controller(self):
+        return self.server.controller
+
+    # -- life cycle ------------------------------------------------------------------
+    def bind(self) -> None:
+        """Open the listening socket (on the same port after a restart)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        sock.listen(128)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        self._listener = _Listener(self, sock)
+        self.loop.register(sock, 1, self._listener)
+
+    def start(self) -> None:
+        """Open the logs of every partition this broker hosts and serve."""
+        if self.up:
+            return
+        if self._listener is None:
+            self.bind()
+        self.up = True
+        starts = {(t, int(p)): int(o) for t, p, o in
+                  read_checkpoint(os.path.join(self.directory, LOG_START_CHECKPOINT))}
+        hws = {(t, int(p)): int(o) for t, p, o in
+               read_checkpoint(os.path.join(self.directory, HW_CHECKPOINT))}
+        for info in self.controller.topics.values():
+            for part in info.partitions:
+                if self.broker_id in part.replicas:
+                    replica = self._open_replica(info, part, starts.get(part.key, 0))
+                    replica.log.high_watermark = min(hws.get(part.key, 0),
+                                                     replica.log.end_offset)
+        self._timers = {
+            "isr": self.loop.call_later(0.1, self._check_isr),
+            "retention": self.loop.call_later(
+                self.settings["log.retention.check.interval.ms"] / 1000, self._retention_pass),
+            "cleaner": self.loop.call_later(self.settings["log.cleaner.backoff.ms"] / 1000,
+                                            self._cleaner_pass),
+        }
+        self.controller.broker_started(self.broker_id)
+
+    def stop(self) -> None:
+        """Go down: stop listening, drop every connection, close the logs."""
+        if not self.up:
+            return
+        self.up = False
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers = {}
+        for conn in list(self.connections):
+            conn.close("broker stopped")
+        self.fetchers.stop_all()
+        self.write_checkpoints()
+        for replica in self.replicas.values():
+            replica.close()
+        self.replicas.clear()
+        self._watchers.clear()
+        self.controller.broker_stopped(self.broker_id)
+        self.server.groups.coordinator_moved()
+
+    def cut_connections(self) -> int:
+        conns = list(self.connections)
+        for conn in conns:
+            conn.close("connections cut")
+        return len(conns)
+
+    def write_checkpoints(self) -> None:
+        write_checkpoint(os.path.join(self.directory, HW_CHECKPOINT),
+                         [(t, p, r.log.high_watermark) for (t, p), r in self.replicas.items()])
+        self.log_start_changed()
+
+    def log_start_changed(self) -> None:
+        write_checkpoint(os.path.join(self.directory, LOG_START_CHECKPOINT),
+                         [(t, p, r.log.log_start_offset) for (t, p), r in self.replicas.items()])
+
+    def log_dir(self, topic: str, partition: int) -> str:
+        return os.path.join(self.directory, f"{topic}-{partition}")
+
+    def _open_replica(self, info: TopicInfo, part: PartitionInfo,
+                      log_start: int = 0) -> Replica:
+        log = PartitionLog(self.log_dir(part.topic, part.index), part.topic, part.index,
+                           info.settings, log_start)
+        replica = Replica(self, info, part, log)
+        self.replicas[part.key] = replica
+        return replica
+
+    # -- metadata events -------------------------------------------------------------
+    def on_topic_created(self, info: TopicInfo) -> None:
+        if not self.up:
+            return
+        for part in info.partitions:
+            if self.broker_id in part.replicas and part.key not in self.replicas:
+                self._open_replica(info, part).apply(part)
+
+    def on_topic_deleted(self, info: TopicInfo) -> None:
+        for part in info.partitions:
+            replica = self.replicas.pop(part.key, None)
+            self.fetchers.remove_partition(part.key)
+            if replica is not None:
+                replica.close()
+                replica.log.delete()
+            else:
+                shutil.rmtree(self.log_dir(part.topic, part.index), ignore_errors=True)
+            self.notify_data(part.key)
+        if self.up:
+            self.log_start_changed()
+
+    def on_topic_config_changed(self, info: TopicInfo) -> None:
+        for part in info.partitions:
+            replica = self.replicas.get(part.key)
+            if replica is not None:
+                replica.topic = info
+                replica.log.settings = info.settings
+
+    def on_partition_changed(self, part: PartitionInfo) -> None:
+        if not self.up:
+            return
+        replica = self.replicas.get(part.key)
+        if replica is None:
+            info = self.controller.topics.get(part.topic)
+            if info is None:
+                return
+            replica = self._open_replica(info, part)
+        replica.apply(part)
+
+    # -- watchers (delayed fetches) --------------------------------------------------
+    def watch(self, keys: List[Tuple[str, int]], callback: Callable[[], None]) -> None:
+        for key in keys:
+            self._watchers.setdefault(key, set()).add(callback)
+
+    def unwatch(self, keys: List[Tuple[str, int]], callback: Callable[[], None]) -> None:
+        for key in keys:
+            watchers = self._watchers.get(key)
+            if watchers is not None:
+                watchers.discard(callback)
+                if not watchers:
+                    del self._watchers[key]
+
+    def notify_data(self, key: Tuple[str, int]) -> None:
+        """New data, a new high watermark or a new leader for ``key``: wake the fetches
+        waiting on it (once per loop turn, however many notifications)."""
+        watchers = self._watchers.get(key)
+        if not watchers:
+            return
+        self._dirty.update(watchers)
+        if not self._dirty_scheduled:
+            self._dirty_scheduled = True
+            self.loop.call_soon(self._run_dirty)
+
+    def _run_dirty(self) -> None:
+        self._dirty_scheduled = False
+        dirty, self._dirty = self._dirty, set()
+        for callback in dirty:
+            try:
+                callback()
+            except Exception:
+                _log.exception("broker %d: delayed request failed", self.broker_id)
+
+    # -- periodic work ---------------------------------------------------------------
+    def _check_isr(self) -> None:
+        if not self.up:
+            return
+        for replica in list(self.replicas.values()):
+            replica.check_isr_lag()
+        interval = min(self.settings["replica.lag.time.max.ms"] / 2000, 1.0)
+        self._timers["isr"] = self.loop.call_later(interval, self._check_isr)
+
+    def _retention_pass(self) -> None:
+        if not self.up:
+            return
+        self.apply_retention()
+        self._timers["retention"] = self.loop.call_later(
+            self.settings["log.retention.check.interval.ms"] / 1000, self._retention_pass)
+
+    def apply_retention(self) -> int:
+        deleted = 0
+        for replica in list(self.replicas.values()):
+            log = replica.log
+            before = log.log_start_offset
+            deleted += log.apply_retention()
+            if log.log_start_offset != before:
+                self.notify_data(replica.key)
+        if deleted:
+            self.log_start_changed()
+        return deleted
+
+    def _cleaner_pass(self) -> None:
+        if not self.up:
+            return
+        if self.settings["log.cleaner.enable"]:
+            self.run_cleaner()
+        self._timers["cleaner"] = self.loop.call_later(
+            self.settings["log.cleaner.backoff.ms"] / 1000, self._cleaner_pass)
+
+    def run_cleaner(self, force: bool = False) -> int:
+        removed = 0
+        for replica in list(self.replicas.values()):
+            removed += replica.log.compact(force=force)
+        return removed
+
+    # -- connections -----------------------------------------------------------------
+    def accepted(self, sock: socket.socket, peer: Tuple[str, int]) -> None:
+        if not self.up:
+            sock.close()
+            return
+        self.connections.add(ClientConnection(self, sock, peer))
+
+    def connection_closed(self, conn: ClientConnection, reason: str) -> None:
+        self.connections.discard(conn)
+        _log.debug("broker %d: connection from %s closed: %s", self.broker_id, conn.peer, reason)
+
+    # -- the request pipeline --------------------------------------------------------
+    def _refuse(self, conn: ClientConnection, reason: str, head: Any = None) -> None:
+        """Close the connection, as Kafka does for a request it cannot parse."""
+        self.server.request_log.add_event(self.broker_id, "closed", reason,
+                                          api_key=getattr(head, "api_key", None))
+        _log.info("broker %d: closing connection from %s: %s", self.broker_id, conn.peer, reason)
+        conn.close(reason)
+
+    def handle_frame(self, conn: ClientConnection, frame: memoryview) -> None:
+        if conn.sasl is not None and conn.sasl.raw_tokens:
+            _sasl.on_raw_token(self, conn, frame)   # after SaslHandshake v0: bare tokens
+            return
+        try:
+            api_key, api_version, correlation_id = peek_api(frame)
+        except KafkaProtocolError as exc:
+            self._refuse(conn, f"malformed request header: {exc}")
+            return
+        supported = SUPPORTED_VERSIONS.get(api_key)
+        if supported is None or api_key not in HANDLERS:
+            self._refuse(conn, f"unknown or unsupported API key {api_key}")
+            return
+        if not supported[0] <= api_version <= supported[1]:
+            if api_key == ApiKey.API_VERSIONS:
+                # KIP-511: answer in v0 with the error and our ranges.
+                self._answer_unsupported_api_versions(conn, api_version, correlation_id)
+                return
+            self._refuse(conn, f"{api_info(api_key).name} v{api_version} is not supported "
+                               f"(versions {supported[0]}-{supported[1]})")
+            return
+        try:
+            head, body = split_request(frame)
+            request, ignored = decode_request(request_class(api_key), body, api_version)
+        except (KafkaProtocolError, UnsupportedVersionError, ValueError) as exc:
+            self._refuse(conn, f"malformed {api_info(api_key).name} v{api_version} "
+                               f"request: {exc}", None)
+            return
+        entry = None
+        if not _is_replica_fetch(api_key, request):
+            entry = self.server.request_log.add(self.broker_id, head, conn.principal)
+        ctx = RequestContext(self, conn, head, request, entry)
+        if ignored:
+            ctx.note(trailing_bytes_ignored=ignored)
+        if not conn.authenticated and api_key not in (ApiKey.API_VERSIONS,
+                                                      ApiKey.SASL_HANDSHAKE,
+                                                      ApiKey.SASL_AUTHENTICATE):
+            self._refuse(conn, f"{api_info(api_key).name} before SASL authentication")
+            return
+        injected = self.server.faults.take_error(self.broker_id, api_key)
+        if api_key == ApiKey.PRODUCE:
+            ctx.note(partitions=produce_summary(request))
+        if injected is not None:
+            code, executed = injected
+            ctx.note(injected_error=code, injected_after_execution=executed)
+            if not executed:
+                ctx.respond(ERROR_ANSWERS[api_key](request, api_version, code))
+                return
+            ctx.replace_error = code
+        try:
+            HANDLERS[api_key](ctx)
+        except Exception as exc:
+            _log.error("broker %d: %s v%d failed:\n%s", self.broker_id,
+                       api_info(api_key).name, api_version, traceback.format_exc())
+            ctx.note(handler_error=f"{type(exc).__name__}: {exc}")
+            if ctx.answered:
+                return
+            answer = ERROR_ANSWERS.get(api_key)
+            if answer is None:
+                self._refuse(conn, f"internal error serving {api_info(api_key).name}")
+                return
+            ctx.respond(answer(request, api_version, ErrorCode.UNKNOWN_SERVER_ERROR))
+
+    def _answer_unsupported_api_versions(self, conn: ClientConnection, version: int,
+                                         correlation_id: int) -> None:
+        resp = ApiVersionsResponse(
+            error_code=ErrorCode.UNSUPPORTED_VERSION,
+            api_keys=[ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                      for k, lo, hi in api_versions_table(HANDLERS)])
+        self.server.request_log.add_event(self.broker_id, "unsupported_version",
+                                          f"ApiVersions v{version}", api_key=ApiKey.API_VERSIONS)
+        conn.send(encode_response(ApiKey.API_VERSIONS, version, correlation_id,
+                                  [resp.encode(0)]))
+        conn.finished()
+
+    def send_response(self, ctx: RequestContext, response: Any,
+                      regions: Optional[List[Any]]) -> None:
+        version = ctx.version
+        conform(response, version)
+        if ctx.log_entry is not None:
+            codes = error_codes(response)
+            ctx.log_entry["error_codes"] = sorted(codes)
+            ctx.log_entry["errors"] = sorted(ErrorCode(c).name if c in ErrorCode._value2member_map_
+                                             else str(c) for c in codes)
+            ctx.log_entry["answered"] = time.time()
+        if regions:
+            body = response.encode_parts(version, min_size=1)
+            parts = []
+            pending = iter(regions)
+            for part in body:
+                if PLACEHOLDER.owns(part):
+                    region = next(pending)
+                    if self.fetch_via_sendfile:
+                        parts.append(region)
+                    else:
+                        parts.append(os.pread(region.file.fileno(), region.size, region.position))
+                else:
+                    parts.append(part)
+        else:
+            parts = [response.encode(version)]
+        frame = encode_response(ctx.api_key, version, ctx.head.correlation_id, parts)
+        delay = self.server.faults.latency(self.broker_id, ctx.api_key)
+        if delay > 0:
+            self.loop.call_later(delay, self._deliver, ctx.conn, frame)
+        else:
+            self._deliver(ctx.conn, frame)
+
+    @staticmethod
+    def _deliver(conn: ClientConnection, frame: List[Any]) -> None:
+        if conn.closed:
+            return
+        conn.send(frame)
+        conn.finished()
+
+    def finish_without_response(self, ctx: RequestContext) -> None:
+        ctx.conn.finished()
+
+    # -- helpers for handlers --------------------------------------------------------
+    def leader_replica(self, topic: str, partition: int) -> Tuple[int, Optional[Replica]]:
+        """``(error, replica)`` for a request that needs this broker to lead."""
+        if self.controller.partition(topic, partition) is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+        replica = self.replicas.get((topic, partition))
+        if replica is None or not replica.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, replica
+        return ErrorCode.NONE, replica
+
+    def region(self, result: Any) -> FileRegion:
+        return FileRegion(result.file, result.position, result.size)
+
+
+def _is_replica_fetch(api_key: int, request: Any) -> bool:
+    if api_key != ApiKey.FETCH:
+        return False
+    replica_id = request.replica_id
+    state = getattr(request, "replica_state", None)
+    if state is not None and state.replica_id >= 0:
+        replica_id = state.replica_id
+    return replica_id >= 0

@@ -1,0 +1,260 @@
+"""The broker and topic properties the test cluster knows, under Kafka's names.
+
+Each property has its Kafka default (a few broker defaults are changed to suit tests,
+marked ``# test default``), a type, and a check. A topic property may name the broker
+property that supplies its default (``log.segment.bytes`` for ``segment.bytes``), as in
+Kafka. Names the cluster does not implement are refused with a message naming them,
+never accepted and ignored.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+__all__ = [
+    "ConfigError",
+    "ConfigDef",
+    "TOPIC_CONFIGS",
+    "BROKER_CONFIGS",
+    "BrokerSettings",
+    "TopicSettings",
+    "resolve_broker_config",
+    "resolve_topic_config",
+]
+
+_DAY_MS = 24 * 3600 * 1000
+_LONG_MAX = (1 << 63) - 1
+
+
+class ConfigError(ValueError):
+    """A property name that is unknown or a value that is invalid (the message names it)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    kind: str                     # "int", "long", "bool", "str", "list", "double"
+    default: Any
+    check: Optional[Callable[[Any], Optional[str]]] = None   # returns an error message
+    broker_synonym: Optional[str] = None
+    sensitive: bool = False
+
+
+def _at_least(n: float) -> Callable[[Any], Optional[str]]:
+    return lambda v: None if v >= n else f"must be at least {n}"
+
+
+def _one_of(*values: str) -> Callable[[Any], Optional[str]]:
+    return lambda v: None if v in values else f"must be one of {', '.join(values)}"
+
+
+def _policy(v: Any) -> Optional[str]:
+    parts = [p.strip() for p in v.split(",")] if isinstance(v, str) else list(v)
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        return "must be a list of delete and/or compact"
+    return None
+
+
+def _only(value: Any, why: str) -> Callable[[Any], Optional[str]]:
+    return lambda v: None if v == value else f"only {value!r} is supported ({why})"
+
+
+_TOPIC = [
+    ConfigDef("cleanup.policy", "list", "delete", _policy, "log.cleanup.policy"),
+    ConfigDef("compression.type", "str", "producer",
+              _only("producer", "the cluster stores batches as producers send them"),
+              "compression.type"),
+    ConfigDef("delete.retention.ms", "long", _DAY_MS, _at_least(0),
+              "log.cleaner.delete.retention.ms"),
+    ConfigDef("index.interval.bytes", "int", 4096, _at_least(0), "log.index.interval.bytes"),
+    ConfigDef("max.message.bytes", "int", 1048588, _at_least(0), "message.max.bytes"),
+    ConfigDef("message.timestamp.type", "str", "CreateTime",
+              _only("CreateTime", "LogAppendTime would need batches re-checksummed"),
+              "log.message.timestamp.type"),
+    ConfigDef("min.cleanable.dirty.ratio", "double", 0.5,
+              lambda v: None if 0 <= v <= 1 else "must be within 0..1",
+              "log.cleaner.min.cleanable.ratio"),
+    ConfigDef("min.compaction.lag.ms", "long", 0, _at_least(0),
+              "log.cleaner.min.compaction.lag.ms"),
+    ConfigDef("min.insync.replicas", "int", 1, _at_least(1), "min.insync.replicas"),
+    ConfigDef("retention.bytes", "long", -1, None, "log.retention.bytes"),
+    ConfigDef("retention.ms", "long", 7 * _DAY_MS, _at_least(-1), "log.retention.ms"),
+    ConfigDef("segment.bytes", "int", 1 << 30, _at_least(100), "log.segment.bytes"),
+    ConfigDef("segment.ms", "long", 7 * _DAY_MS, _at_least(1), "log.roll.ms"),
+    ConfigDef("unclean.leader.election.enable", "bool", False,
+              _only(False, "leaders are elected from the ISR only"),
+              "unclean.leader.election.enable"),
+]
+
+_BROKER = [
+    ConfigDef("auto.create.topics.enable", "bool", True),
+    ConfigDef("num.partitions", "int", 1, _at_least(1)),
+    # test default: Kafka's is 1; a multi-broker test cluster replicates by default
+    # (the cluster lowers it to the number of brokers).
+    ConfigDef("default.replication.factor", "int", 3, _at_least(1)),
+    ConfigDef("min.insync.replicas", "int", 1, _at_least(1)),
+    ConfigDef("message.max.bytes", "int", 1048588, _at_least(0)),
+    ConfigDef("socket.request.max.bytes", "int", 104857600, _at_least(1024)),
+    ConfigDef("log.cleanup.policy", "list", "delete", _policy),
+    ConfigDef("compression.type", "str", "producer", _only("producer", "see the topic property")),
+    ConfigDef("log.cleaner.delete.retention.ms", "long", _DAY_MS, _at_least(0)),
+    ConfigDef("log.index.interval.bytes", "int", 4096, _at_least(0)),
+    ConfigDef("log.message.timestamp.type", "str", "CreateTime", _only("CreateTime", "see the topic property")),
+    ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5,
+              lambda v: None if 0 <= v <= 1 else "must be within 0..1"),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, _at_least(0)),
+    ConfigDef("log.retention.bytes", "long", -1),
+    ConfigDef("log.retention.ms", "long", 7 * _DAY_MS, _at_least(-1)),
+    ConfigDef("log.segment.bytes", "int", 1 << 30, _at_least(100)),
+    ConfigDef("log.roll.ms", "long", 7 * _DAY_MS, _at_least(1)),
+    ConfigDef("unclean.leader.election.enable", "bool", False, _only(False, "see the topic property")),
+    # test default: Kafka checks every 5 minutes (retention) and backs off 15 s (cleaner).
+    ConfigDef("log.retention.check.interval.ms", "long", 1000, _at_least(1)),
+    ConfigDef("log.cleaner.backoff.ms", "long", 1000, _at_least(1)),
+    ConfigDef("log.cleaner.enable", "bool", True),
+    # test default: Kafka's is 30 s.
+    ConfigDef("replica.lag.time.max.ms", "long", 10_000, _at_least(1)),
+    ConfigDef("replica.fetch.wait.max.ms", "int", 500, _at_least(0)),
+    ConfigDef("replica.fetch.max.bytes", "int", 1048576, _at_least(0)),
+    # test default: Kafka waits 3 s for more members before the first rebalance.
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 0, _at_least(0)),
+    ConfigDef("group.min.session.timeout.ms", "int", 6000, _at_least(0)),
+    ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),
+    ConfigDef("transaction.max.timeout.ms", "int", 900000, _at_least(1)),
+    ConfigDef("sasl.enabled.mechanisms", "list", "",
+              lambda v: None if all(m in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+                                    for m in _as_list(v)) else
+              "must be a list of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+]
+
+TOPIC_CONFIGS: Dict[str, ConfigDef] = {c.name: c for c in _TOPIC}
+BROKER_CONFIGS: Dict[str, ConfigDef] = {c.name: c for c in _BROKER}
+
+
+def _as_list(v: Any) -> Tuple[str, ...]:
+    if isinstance(v, str):
+        return tuple(p.strip() for p in v.split(",") if p.strip())
+    return tuple(v)
+
+
+def _parse(d: ConfigDef, raw: Any) -> Any:
+    try:
+        if d.kind in ("int", "long"):
+            if isinstance(raw, bool):
+                raise ValueError
+            value: Any = int(raw)
+            limit = _LONG_MAX if d.kind == "long" else (1 << 31) - 1
+            if not -limit - 1 <= value <= limit:
+                raise ValueError
+        elif d.kind == "double":
+            value = float(raw)
+        elif d.kind == "bool":
+            if isinstance(raw, bool):
+                value = raw
+            elif str(raw).lower() in ("true", "false"):
+                value = str(raw).lower() == "true"
+            else:
+                raise ValueError
+        elif d.kind == "list":
+            value = ",".join(_as_list(raw))
+        else:
+            value = str(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(d.name, f"invalid {d.kind} value {raw!r}") from None
+    if d.check is not None:
+        problem = d.check(value)
+        if problem:
+            raise ConfigError(d.name, f"{problem} (got {raw!r})")
+    return value
+
+
+def to_text(value: Any) -> str:
+    """A property value as Kafka shows it (DescribeConfigs)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def resolve_broker_config(overrides: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Every broker property: defaults with ``overrides`` applied and checked."""
+    values = {name: d.default for name, d in BROKER_CONFIGS.items()}
+    for name, raw in (overrides or {}).items():
+        d = BROKER_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError(name, "unknown or unsupported broker property; the test "
+                              f"cluster knows {', '.join(sorted(BROKER_CONFIGS))}")
+        values[name] = _parse(d, raw)
+    return values
+
+
+def resolve_topic_config(broker: Mapping[str, Any],
+                         overrides: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Every topic property: broker-level defaults with the topic's ``overrides``."""
+    values = {}
+    for name, d in TOPIC_CONFIGS.items():
+        values[name] = broker.get(d.broker_synonym, d.default) if d.broker_synonym else d.default
+    for name, raw in (overrides or {}).items():
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError(name, "unknown or unsupported topic property; the test "
+                              f"cluster knows {', '.join(sorted(TOPIC_CONFIGS))}")
+        values[name] = _parse(d, raw)
+    return values
+
+
+@dataclass
+class TopicSettings:
+    """The topic properties the log and the replication layer act on, parsed."""
+
+    cleanup_delete: bool
+    cleanup_compact: bool
+    delete_retention_ms: int
+    index_interval_bytes: int
+    max_message_bytes: int
+    min_cleanable_dirty_ratio: float
+    min_compaction_lag_ms: int
+    min_insync_replicas: int
+    retention_bytes: int
+    retention_ms: int
+    segment_bytes: int
+    segment_ms: int
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> "TopicSettings":
+        policy = _as_list(values["cleanup.policy"])
+        return cls(
+            cleanup_delete="delete" in policy,
+            cleanup_compact="compact" in policy,
+            delete_retention_ms=values["delete.retention.ms"],
+            index_interval_bytes=values["index.interval.bytes"],
+            max_message_bytes=values["max.message.bytes"],
+            min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
+            min_compaction_lag_ms=values["min.compaction.lag.ms"],
+            min_insync_replicas=values["min.insync.replicas"],
+            retention_bytes=values["retention.bytes"],
+            retention_ms=values["retention.ms"],
+            segment_bytes=values["segment.bytes"],
+            segment_ms=values["segment.ms"],
+        )
+
+    @classmethod
+    def defaults(cls) -> "TopicSettings":
+        return cls.from_values(resolve_topic_config({}, None))
+
+
+@dataclass
+class BrokerSettings:
+    """The broker properties, parsed (one set for the whole cluster)."""
+
+    values: Dict[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @property
+    def sasl_mechanisms(self) -> Tuple[str, ...]:
+        return _as_list(self.values["sasl.enabled.mechanisms"])

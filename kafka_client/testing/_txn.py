@@ -1,0 +1,353 @@
+"""Producer ids and transactions: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+EndTxn and TxnOffsetCommit.
+
+Like the group coordinator, one transaction coordinator holds every transactional id of
+the cluster and a broker answers for an id only while it is that id's coordinator.
+EndTxn writes a COMMIT or ABORT marker (a control batch) to every partition of the
+transaction through its leader, and moves the transaction's offset commits into the
+group (commit) or drops them (abort). A transaction older than its timeout is aborted and
+its producer's epoch bumped, fencing the producer.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, Optional, Set, Tuple
+
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    ApiKey,
+    EndTxnResponse,
+    InitProducerIdResponse,
+    TxnOffsetCommitResponse,
+)
+from kafka_proto.records import ControlRecordType, build_control_batch
+
+from ._api import RequestContext, error_answer, handles
+from ._groups import KEY_TRANSACTION, CommittedOffset
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._server import ClusterServer
+
+__all__ = ["TransactionCoordinator", "Transaction"]
+
+_log = logging.getLogger("kafka_client.testing")
+
+EMPTY = "Empty"
+ONGOING = "Ongoing"
+COMPLETE_COMMIT = "CompleteCommit"
+COMPLETE_ABORT = "CompleteAbort"
+_MAX_EPOCH = 32767
+#: Pause before retrying a marker whose partition has no leader.
+_MARKER_RETRY = 0.05
+
+
+@dataclass
+class Transaction:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: str = EMPTY
+    partitions: Set[Tuple[str, int]] = field(default_factory=set)
+    groups: Set[str] = field(default_factory=set)
+    started: float = 0.0
+    timer: Any = None
+    #: Markers still to write (partitions whose leader was unavailable).
+    pending_markers: Set[Tuple[str, int]] = field(default_factory=set)
+
+
+class TransactionCoordinator:
+    def __init__(self, server: "ClusterServer") -> None:
+        self.server = server
+        self.transactions: Dict[str, Transaction] = {}
+
+    def owns(self, ctx: RequestContext, transactional_id: str) -> bool:
+        return self.server.controller.coordinator(KEY_TRANSACTION, transactional_id) == \
+            ctx.broker.broker_id
+
+    # -- InitProducerId --------------------------------------------------------------
+    def init_producer_id(self, ctx: RequestContext) -> Any:
+        req = ctx.request
+        server = self.server
+        if req.transactional_id is None:
+            return InitProducerIdResponse(error_code=ErrorCode.NONE,
+                                          producer_id=server.allocate_producer_id(),
+                                          producer_epoch=0)
+        tid = req.transactional_id
+        if not tid:
+            return _init_error(ErrorCode.INVALID_REQUEST)
+        if not self.owns(ctx, tid):
+            return _init_error(ErrorCode.NOT_COORDINATOR)
+        if not 0 < req.transaction_timeout_ms <= server.settings["transaction.max.timeout.ms"]:
+            return _init_error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        txn = self.transactions.get(tid)
+        if txn is None:
+            txn = Transaction(tid, server.allocate_producer_id(), 0, req.transaction_timeout_ms)
+            self.transactions[tid] = txn
+            return _init_ok(txn)
+        if ctx.version >= 3 and req.producer_id >= 0:
+            # KIP-360: a producer that knows its id asks for a bump; a stale one is fenced.
+            if req.producer_id != txn.producer_id or req.producer_epoch != txn.producer_epoch:
+                if not (req.producer_id == txn.producer_id and
+                        req.producer_epoch == txn.producer_epoch - 1):
+                    return _init_error(ErrorCode.PRODUCER_FENCED)
+        if txn.state == ONGOING:
+            self._end(txn, commit=False)
+        txn.timeout_ms = req.transaction_timeout_ms
+        self._bump(txn)
+        txn.state = EMPTY
+        return _init_ok(txn)
+
+    def _bump(self, txn: Transaction) -> None:
+        if txn.producer_epoch >= _MAX_EPOCH - 1:
+            txn.producer_id = self.server.allocate_producer_id()
+            txn.producer_epoch = 0
+        else:
+            txn.producer_epoch += 1
+
+    def _check(self, ctx: RequestContext, tid: str, producer_id: int,
+               producer_epoch: int) -> Tuple[int, Optional[Transaction]]:
+        if not self.owns(ctx, tid):
+            return ErrorCode.NOT_COORDINATOR, None
+        txn = self.transactions.get(tid)
+        if txn is None or txn.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
+        if producer_epoch != txn.producer_epoch:
+            return (ErrorCode.PRODUCER_FENCED if producer_epoch < txn.producer_epoch
+                    else ErrorCode.INVALID_PRODUCER_EPOCH), None
+        return ErrorCode.NONE, txn
+
+    def _begin(self, txn: Transaction) -> None:
+        if txn.state != ONGOING:
+            txn.state = ONGOING
+            txn.started = time.monotonic()
+            txn.partitions = set()
+            txn.groups = set()
+            if txn.timer is not None:
+                txn.timer.cancel()
+            txn.timer = self.server.loop.call_later(txn.timeout_ms / 1000, self._timed_out,
+                                                    txn.transactional_id, txn.producer_epoch)
+
+    def _timed_out(self, tid: str, epoch: int) -> None:
+        txn = self.transactions.get(tid)
+        if txn is None or txn.state != ONGOING or txn.producer_epoch != epoch:
+            return
+        _log.info("transaction %s timed out: aborting", tid)
+        self._end(txn, commit=False)
+        self._bump(txn)   # the producer is fenced: its next request fails
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------
+    def add_partitions(self, ctx: RequestContext) -> Any:
+        req = ctx.request
+        R = AddPartitionsToTxnResponse
+        error, txn = self._check(ctx, req.v3_and_below_transactional_id,
+                                 req.v3_and_below_producer_id, req.v3_and_below_producer_epoch)
+        controller = self.server.controller
+        unknown = {(t.name, p) for t in req.v3_and_below_topics for p in t.partitions
+                   if controller.partition(t.name, p) is None}
+        results = []
+        for t in req.v3_and_below_topics:
+            parts = []
+            for p in t.partitions:
+                if error:
+                    code = error
+                elif unknown:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (t.name, p) in unknown \
+                        else ErrorCode.OPERATION_NOT_ATTEMPTED
+                else:
+                    code = ErrorCode.NONE
+                parts.append(R.AddPartitionsToTxnPartitionResult(partition_index=p,
+                                                                  partition_error_code=code))
+            results.append(R.AddPartitionsToTxnTopicResult(name=t.name,
+                                                           results_by_partition=parts))
+        if not error and not unknown:
+            self._begin(txn)
+            txn.partitions.update((t.name, p) for t in req.v3_and_below_topics
+                                  for p in t.partitions)
+        return R(results_by_topic_v3_and_below=results)
+
+    def add_offsets(self, ctx: RequestContext) -> Any:
+        req = ctx.request
+        error, txn = self._check(ctx, req.transactional_id, req.producer_id,
+                                 req.producer_epoch)
+        if not error:
+            self._begin(txn)
+            txn.groups.add(req.group_id)
+        return AddOffsetsToTxnResponse(error_code=error)
+
+    # -- EndTxn ----------------------------------------------------------------------
+    def end_txn(self, ctx: RequestContext) -> Any:
+        req = ctx.request
+        error, txn = self._check(ctx, req.transactional_id, req.producer_id,
+                                 req.producer_epoch)
+        if error:
+            return EndTxnResponse(error_code=error)
+        if txn.state == ONGOING:
+            self._end(txn, req.committed)
+            return EndTxnResponse(error_code=ErrorCode.NONE)
+        # A retried EndTxn of a finished transaction succeeds; the opposite one cannot.
+        if (txn.state == COMPLETE_COMMIT and req.committed) or \
+                (txn.state == COMPLETE_ABORT and not req.committed):
+            return EndTxnResponse(error_code=ErrorCode.NONE)
+        return EndTxnResponse(error_code=ErrorCode.INVALID_TXN_STATE)
+
+    def _end(self, txn: Transaction, commit: bool) -> None:
+        if txn.timer is not None:
+            txn.timer.cancel()
+            txn.timer = None
+        txn.pending_markers = set(txn.partitions)
+        self._write_markers(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit)
+        groups = self.server.groups
+        for group_id in txn.groups:
+            group = groups.group(group_id)
+            if group is None:
+                continue
+            offsets = group.pending_txn_offsets.pop(txn.producer_id, {})
+            if commit:
+                group.offsets.update(offsets)
+        txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        txn.partitions = set()
+        txn.groups = set()
+
+    def _write_markers(self, tid: str, producer_id: int, producer_epoch: int,
+                       commit: bool) -> None:
+        txn = self.transactions.get(tid)
+        if txn is None:
+            return
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        controller = self.server.controller
+        for key in sorted(txn.pending_markers):
+            part = controller.partition(*key)
+            if part is None:
+                txn.pending_markers.discard(key)   # topic deleted
+                continue
+            broker = self.server.brokers.get(part.leader)
+            replica = broker.replicas.get(key) if broker is not None and broker.up else None
+            if replica is None or not replica.is_leader:
+                continue
+            replica.append_control(build_control_batch(
+                kind, producer_id, producer_epoch, 0,
+                timestamp=int(time.time() * 1000)))
+            txn.pending_markers.discard(key)
+        if txn.pending_markers:
+            self.server.loop.call_later(_MARKER_RETRY, self._write_markers, tid, producer_id,
+                                        producer_epoch, commit)
+
+    # -- TxnOffsetCommit -------------------------------------------------------------
+    def txn_offset_commit(self, ctx: RequestContext) -> Any:
+        req = ctx.request
+        R = TxnOffsetCommitResponse
+        groups = self.server.groups
+        error = ErrorCode.NONE
+        if not groups.owns(ctx, req.group_id):
+            error = ErrorCode.NOT_COORDINATOR
+        else:
+            txn = self.transactions.get(req.transactional_id)
+            if txn is None or txn.producer_id != req.producer_id:
+                error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            elif txn.producer_epoch != req.producer_epoch:
+                error = ErrorCode.INVALID_PRODUCER_EPOCH
+            elif req.group_id not in txn.groups:
+                error = ErrorCode.INVALID_TXN_STATE
+            elif ctx.version >= 3 and req.generation_id >= 0:
+                group = groups.group(req.group_id)
+                member = group.members.get(req.member_id) if group is not None else None
+                error = groups.check_member(group, member, req.generation_id,
+                                             req.group_instance_id)
+        topics = []
+        now = time.time()
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                code = error
+                if not code:
+                    if self.server.controller.partition(t.name, p.partition_index) is None:
+                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    else:
+                        group = groups.group(req.group_id, create=True)
+                        group.pending_txn_offsets.setdefault(req.producer_id, {})[
+                            (t.name, p.partition_index)] = CommittedOffset(
+                                p.committed_offset, p.committed_leader_epoch,
+                                p.committed_metadata, now)
+                parts.append(R.TxnOffsetCommitResponsePartition(
+                    partition_index=p.partition_index, error_code=code))
+            topics.append(R.TxnOffsetCommitResponseTopic(name=t.name, partitions=parts))
+        return R(topics=topics)
+
+
+def _init_ok(txn: Transaction) -> Any:
+    return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=txn.producer_id,
+                                  producer_epoch=txn.producer_epoch)
+
+
+def _init_error(code: int) -> Any:
+    return InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)
+
+
+def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
+    return ctx.server.transactions
+
+
+@handles(ApiKey.INIT_PRODUCER_ID)
+def init_producer_id(ctx: RequestContext) -> None:
+    response = _coordinator(ctx).init_producer_id(ctx)
+    ctx.note(transactional_id=ctx.request.transactional_id, producer_id=response.producer_id,
+             producer_epoch=response.producer_epoch)
+    ctx.respond(response)
+
+
+@error_answer(ApiKey.INIT_PRODUCER_ID)
+def init_producer_id_error(request: Any, version: int, code: int) -> Any:
+    return _init_error(code)
+
+
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN)
+def add_partitions_to_txn(ctx: RequestContext) -> None:
+    ctx.respond(_coordinator(ctx).add_partitions(ctx))
+
+
+@error_answer(ApiKey.ADD_PARTITIONS_TO_TXN)
+def add_partitions_to_txn_error(request: Any, version: int, code: int) -> Any:
+    R = AddPartitionsToTxnResponse
+    return R(results_by_topic_v3_and_below=[R.AddPartitionsToTxnTopicResult(
+        name=t.name, results_by_partition=[R.AddPartitionsToTxnPartitionResult(
+            partition_index=p, partition_error_code=code) for p in t.partitions])
+        for t in request.v3_and_below_topics])
+
+
+@handles(ApiKey.ADD_OFFSETS_TO_TXN)
+def add_offsets_to_txn(ctx: RequestContext) -> None:
+    ctx.respond(_coordinator(ctx).add_offsets(ctx))
+
+
+@error_answer(ApiKey.ADD_OFFSETS_TO_TXN)
+def add_offsets_to_txn_error(request: Any, version: int, code: int) -> Any:
+    return AddOffsetsToTxnResponse(error_code=code)
+
+
+@handles(ApiKey.END_TXN)
+def end_txn(ctx: RequestContext) -> None:
+    ctx.note(transactional_id=ctx.request.transactional_id, committed=ctx.request.committed)
+    ctx.respond(_coordinator(ctx).end_txn(ctx))
+
+
+@error_answer(ApiKey.END_TXN)
+def end_txn_error(request: Any, version: int, code: int) -> Any:
+    return EndTxnResponse(error_code=code)
+
+
+@handles(ApiKey.TXN_OFFSET_COMMIT)
+def txn_offset_commit(ctx: RequestContext) -> None:
+    ctx.respond(_coordinator(ctx).txn_offset_commit(ctx))
+
+
+@error_answer(ApiKey.TXN_OFFSET_COMMIT)
+def txn_offset_commit_error(request: Any, version: int, code: int) -> Any:
+    R = TxnOffsetCommitResponse
+    return R(topics=[R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+        R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+        for p in t.partitions]) for t in request.topics])

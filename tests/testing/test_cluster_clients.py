@@ -1,0 +1,383 @@
+"""Our Producer and Consumer against the multi-broker test cluster, under the faults a
+single-node broker cannot produce: leader moves, injected idempotence errors, a follower
+down with acks=all, a coordinator move, consumers across leader changes, and issue 14's
+headline run (200,000 messages, RF 3, acks=all, idempotence, a leader move every second
+and a broker down and back: read back exactly once and in order).
+
+Every run is checked on the broker side: the partitions are read back to their high
+watermark with our Consumer (manual assignment), each value is the message number, and
+every number must appear exactly once, in order within its partition."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Dict, List, Tuple
+
+import pytest
+
+from kafka_client import Consumer, KafkaError, Producer, TopicPartition
+from kafka_client.testing import Cluster
+
+pytestmark = [pytest.mark.integration]
+
+
+class Reports:
+    """Delivery reports by message number."""
+
+    def __init__(self) -> None:
+        self.delivered: Dict[int, Tuple[int, int]] = {}   # number -> (partition, offset)
+        self.failed: Dict[int, object] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, err, msg) -> None:
+        number = int(msg.value())
+        with self.lock:
+            if err is None:
+                self.delivered[number] = (msg.partition(), msg.offset())
+            else:
+                self.failed[number] = err
+
+
+def producer(cluster: Cluster, **overrides) -> Producer:
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True,
+              "acks": "all", "linger.ms": 5, "message.timeout.ms": 60_000,
+              "retry.backoff.ms": 20, "retry.backoff.max.ms": 200}
+    config.update(overrides)
+    return Producer(config)
+
+
+def read_back(cluster: Cluster, topic: str, timeout: float = 30.0) -> Dict[int, List[int]]:
+    """Every value of every partition up to its high watermark, by partition."""
+    state = cluster.wait_in_sync(topic, timeout=timeout)
+    ends = {p.partition: p.high_watermark for p in state.partitions}
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "group.id": "read-back", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 50})
+    out: Dict[int, List[int]] = {p: [] for p in ends}
+    positions = {p: 0 for p in ends}
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        deadline = time.monotonic() + timeout
+        while any(positions[p] < ends[p] for p in ends):
+            assert time.monotonic() < deadline, f"read back stuck at {positions} of {ends}"
+            for m in consumer.consume(10_000, 0.2):
+                assert m.error() is None, m.error()
+                out[m.partition()].append(int(m.value()))
+                positions[m.partition()] = m.offset() + 1
+    finally:
+        consumer.close()
+    return out
+
+
+def check_exactly_once_in_order(by_partition: Dict[int, List[int]], expected: int) -> None:
+    every = [n for values in by_partition.values() for n in values]
+    assert len(every) == expected, f"{len(every)} records for {expected} messages"
+    assert sorted(every) == list(range(expected))
+    for p, values in by_partition.items():
+        assert values == sorted(values), f"partition {p} out of order"
+
+
+def produce_numbers(p: Producer, topic: str, numbers, reports: Reports, pause_every: int = 0,
+                    pause: float = 0.0) -> None:
+    for n in numbers:
+        p.produce(topic, b"%08d" % n, key=b"%d" % (n % 17), on_delivery=reports)
+        if n % 1000 == 0:
+            p.poll(0)
+        if pause_every and n % pause_every == 0:
+            time.sleep(pause)
+
+
+# --------------------------------------------------------------------------- producer
+
+
+@pytest.mark.timeout(120)
+def test_idempotent_producer_across_leader_moves(kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("moving", partitions=2, replication_factor=3)
+    since = c.clear_request_log()
+    stop = threading.Event()
+    moves = []
+
+    def move() -> None:
+        i = 0
+        while not stop.wait(0.25):
+            moves.append(c.move_leader("moving", i % 2))
+            i += 1
+
+    mover = threading.Thread(target=move)
+    mover.start()
+    p = producer(c)
+    reports = Reports()
+    try:
+        produce_numbers(p, "moving", range(30_000), reports, pause_every=1000, pause=0.05)
+        assert p.flush(60) == 0
+    finally:
+        stop.set()
+        mover.join()
+    assert not reports.failed and len(reports.delivered) == 30_000
+    assert len(moves) >= 4
+    check_exactly_once_in_order(read_back(c, "moving"), 30_000)
+    refused = [e for e in c.request_log(since=since, api="Produce")
+               if "NOT_LEADER_OR_FOLLOWER" in e.errors]
+    assert refused, "no produce request met a moved leader"
+
+
+@pytest.mark.timeout(60)
+def test_duplicate_sequence_after_a_lost_acknowledgement_is_a_delivery(kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("dup", partitions=1, replication_factor=3)
+    leader = c.leader("dup", 0)
+    p = producer(c)
+    reports = Reports()
+    produce_numbers(p, "dup", range(2000), reports)
+    assert p.flush(20) == 0
+    since = c.clear_request_log()
+    # The next batch is written but its answer lost (timed out); its retry is a duplicate
+    # the broker recognises and answers with DUPLICATE_SEQUENCE_NUMBER.
+    c.inject_errors("Produce", ["REQUEST_TIMED_OUT", "DUPLICATE_SEQUENCE_NUMBER"],
+                    broker=leader, executed=True)
+    produce_numbers(p, "dup", range(2000, 4000), reports)
+    assert p.flush(20) == 0
+    assert not reports.failed and len(reports.delivered) == 4000
+    check_exactly_once_in_order(read_back(c, "dup"), 4000)
+    log = c.request_log(since=since, api="Produce")
+    injected = [e for e in log if e.injected_error]
+    assert [e.injected_error for e in injected] == ["REQUEST_TIMED_OUT",
+                                                    "DUPLICATE_SEQUENCE_NUMBER"]
+    first, retry = (e.details["partitions"][0] for e in injected)
+    assert first["base_sequence"] == retry["base_sequence"] == 2000
+    assert first["base_offset"] == retry["base_offset"] == 2000   # the same batch, once
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("error", ["OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID"])
+def test_refused_sequences_never_lose_or_duplicate_silently(kafka_cluster, error):
+    """A batch refused with a sequence error: whatever the producer then does, every
+    message is either in the log exactly once (reported delivered, at the offset the
+    report gives) or reported failed; nothing is written twice or out of order."""
+    c = kafka_cluster
+    c.create_topic("refused", partitions=1, replication_factor=3)
+    leader = c.leader("refused", 0)
+    p = producer(c, **{"message.timeout.ms": 15_000})
+    reports = Reports()
+    produce_numbers(p, "refused", range(2000), reports)
+    assert p.flush(20) == 0
+    c.inject_errors("Produce", [error], broker=leader)
+    produce_numbers(p, "refused", range(2000, 4000), reports)
+    p.flush(20)
+    assert len(reports.delivered) + len(reports.failed) == 4000
+    assert not set(reports.delivered) & set(reports.failed)
+    values = read_back(c, "refused")[0]
+    assert len(values) == len(set(values)) and values == sorted(values)
+    assert set(values) == set(reports.delivered)
+    for offset, number in enumerate(values):
+        assert reports.delivered[number] == (0, offset)
+    injected = [e for e in c.request_log(api="Produce") if e.injected_error == error]
+    assert len(injected) == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(strict=True, reason="issue 12: after a refused batch's sequence error "
+                   "the idempotent producer fails the partition's messages (fatal) instead "
+                   "of bumping its epoch and resending them (KIP-360, as librdkafka does)")
+@pytest.mark.parametrize("error", ["OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID"])
+def test_idempotent_producer_recovers_from_refused_sequences(kafka_cluster, error):
+    c = kafka_cluster
+    c.create_topic("recover", partitions=1, replication_factor=3)
+    leader = c.leader("recover", 0)
+    p = producer(c, **{"message.timeout.ms": 15_000})
+    reports = Reports()
+    produce_numbers(p, "recover", range(2000), reports)
+    assert p.flush(20) == 0
+    c.inject_errors("Produce", [error], broker=leader)
+    produce_numbers(p, "recover", range(2000, 4000), reports)
+    p.flush(20)
+    assert not reports.failed and len(reports.delivered) == 4000
+    check_exactly_once_in_order(read_back(c, "recover"), 4000)
+
+
+@pytest.mark.timeout(90)
+def test_acks_all_with_a_follower_down(tmp_path):
+    with Cluster(brokers=3, data_dir=str(tmp_path / "c"),
+                 broker_config={"replica.lag.time.max.ms": 2000}) as c:
+        c.create_topic("follower-down", partitions=1, replication_factor=3,
+                       config={"min.insync.replicas": 2})
+        leader = c.leader("follower-down", 0)
+        follower = [b for b in (1, 2, 3) if b != leader][0]
+        p = producer(c)
+        reports = Reports()
+        produce_numbers(p, "follower-down", range(5000), reports)
+        c.stop_broker(follower)
+        produce_numbers(p, "follower-down", range(5000, 10_000), reports)
+        assert p.flush(30) == 0
+        assert not reports.failed and len(reports.delivered) == 10_000
+        assert follower not in c.partition("follower-down", 0).isr
+        # Now below min.insync.replicas: acks=all messages must fail, not vanish.
+        other = [b for b in (1, 2, 3) if b not in (leader, follower)][0]
+        c.stop_broker(other)
+        short = producer(c, **{"message.timeout.ms": 3000})
+        lost = Reports()
+        produce_numbers(short, "follower-down", range(10_000, 10_100), lost)
+        short.flush(15)
+        assert len(lost.failed) == 100 and not lost.delivered
+        # Refused with NOT_ENOUGH_REPLICAS (retriable) until the message timed out.
+        assert {e.code() for e in lost.failed.values()} <= {KafkaError._MSG_TIMED_OUT,
+                                                           KafkaError.NOT_ENOUGH_REPLICAS}
+        rejected = [e for e in c.request_log(api="Produce") if "NOT_ENOUGH_REPLICAS" in e.errors]
+        assert rejected
+        c.start_broker(follower)
+        c.start_broker(other)
+        check_exactly_once_in_order(read_back(c, "follower-down"), 10_000)
+
+
+# --------------------------------------------------------------------------- consumer
+
+
+@pytest.mark.timeout(90)
+def test_consumer_reads_across_leader_changes(kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("readers", partitions=3, replication_factor=3)
+    p = producer(c)
+    reports = Reports()
+    produce_numbers(p, "readers", range(20_000), reports)
+    assert p.flush(30) == 0
+    since = c.clear_request_log()
+    consumer = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "readers",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 50,
+                         "max.partition.fetch.bytes": 4096})
+    got: Dict[int, List[int]] = {0: [], 1: [], 2: []}
+    try:
+        consumer.assign([TopicPartition("readers", i, 0) for i in range(3)])
+        deadline = time.monotonic() + 60
+        moved = 0
+        while sum(len(v) for v in got.values()) < 20_000:
+            assert time.monotonic() < deadline
+            for m in consumer.consume(500, 0.1):
+                assert m.error() is None, m.error()
+                got[m.partition()].append(int(m.value()))
+            if moved < 12:
+                c.move_leader("readers", moved % 3)
+                moved += 1
+    finally:
+        consumer.close()
+    check_exactly_once_in_order(got, 20_000)
+    fetches = c.request_log(since=since, api="Fetch")
+    assert any("NOT_LEADER_OR_FOLLOWER" in e.errors or "FENCED_LEADER_EPOCH" in e.errors
+               for e in fetches), "no fetch met a moved leader"
+
+
+@pytest.mark.timeout(120)
+def test_consumer_group_across_a_coordinator_move(kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("grouped", partitions=3, replication_factor=3)
+    p = producer(c)
+    reports = Reports()
+    produce_numbers(p, "grouped", range(6000), reports)
+    assert p.flush(30) == 0
+    config = {"bootstrap.servers": c.bootstrap_servers, "group.id": "movers",
+              "auto.offset.reset": "earliest", "enable.auto.commit": False,
+              "session.timeout.ms": 6000, "heartbeat.interval.ms": 200,
+              "fetch.wait.max.ms": 50}
+    consumer = Consumer(config)
+    seen: List[int] = []
+    try:
+        consumer.subscribe(["grouped"])
+        deadline = time.monotonic() + 60
+        while len(seen) < 3000:
+            assert time.monotonic() < deadline
+            for m in consumer.consume(500, 0.2):
+                assert m.error() is None, m.error()
+                seen.append(int(m.value()))
+        consumer.commit(asynchronous=False)
+        old = c.coordinator(group="movers")
+        new = [b for b in (1, 2, 3) if b != old][0]
+        since = c.clear_request_log()
+        c.move_coordinator(new, group="movers")
+        while len(seen) < 6000:
+            assert time.monotonic() < deadline
+            for m in consumer.consume(500, 0.2):
+                assert m.error() is None, m.error()
+                seen.append(int(m.value()))
+        consumer.commit(asynchronous=False)
+        committed = consumer.committed([TopicPartition("grouped", i) for i in range(3)],
+                                       timeout=10)
+    finally:
+        consumer.close()
+    assert sorted(seen) == list(range(6000))
+    assert sum(tp.offset for tp in committed) == 6000
+    log = c.request_log(since=since)
+    assert any("NOT_COORDINATOR" in e.errors and e.broker == old for e in log)
+    assert any(e.api == "OffsetCommit" and e.broker == new and not e.errors for e in log)
+
+
+# --------------------------------------------------------------------------- headline
+
+
+@pytest.mark.timeout(240)
+def test_headline_200k_exactly_once_through_leader_moves_and_a_broker_restart(tmp_path):
+    """Issue 14's acceptance: 3 brokers, RF 3, acks=all, idempotence on, 200,000
+    messages while a leader moves every second and one broker goes down and comes back."""
+    total = 200_000
+    partitions = 3
+    with Cluster(brokers=3, data_dir=str(tmp_path / "c")) as c:
+        c.create_topic("headline", partitions=partitions, replication_factor=3)
+        stop = threading.Event()
+        events: List[str] = []
+
+        def chaos() -> None:
+            i = 0
+            while not stop.wait(1.0):
+                try:
+                    events.append(f"move {i % partitions} -> "
+                                  f"{c.move_leader('headline', i % partitions)}")
+                except Exception as exc:   # no other in-sync replica at that moment
+                    events.append(f"move refused: {exc}")
+                if i == 2:
+                    c.stop_broker(2)
+                    events.append("broker 2 down")
+                elif i == 5:
+                    c.start_broker(2)
+                    events.append("broker 2 up")
+                i += 1
+
+        since = c.clear_request_log()
+        chaos_thread = threading.Thread(target=chaos)
+        chaos_thread.start()
+        p = producer(c, **{"message.timeout.ms": 120_000})
+        reports = Reports()
+        started = time.monotonic()
+        try:
+            # Paced (about 20k msg/s) so that the faults fall across the whole run.
+            for n in range(total):
+                p.produce("headline", b"%08d" % n, key=b"%d" % (n % 101), on_delivery=reports)
+                if n % 1000 == 0:
+                    p.poll(0)
+                    ahead = n / 20_000 - (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+            assert p.flush(120) == 0
+        finally:
+            stop.set()
+            chaos_thread.join()
+        assert "broker 2 down" in events and "broker 2 up" in events, events
+        assert sum(e.startswith("move ") and "->" in e for e in events) >= 5, events
+        assert not reports.failed, list(reports.failed.items())[:3]
+        assert len(reports.delivered) == total
+        by_partition = read_back(c, "headline", timeout=60)
+        check_exactly_once_in_order(by_partition, total)
+        # Each report's offset is where the message is.
+        for p_index, values in by_partition.items():
+            for offset, n in enumerate(values):
+                assert reports.delivered[n] == (p_index, offset)
+        # The request log shows the retries: refused produce requests, then the same
+        # sequences accepted.
+        log = c.request_log(since=since, api="Produce")
+        refused = [e for e in log if "NOT_LEADER_OR_FOLLOWER" in e.errors]
+        assert refused
+        sequences = {}
+        for e in log:
+            for d in e.details["partitions"]:
+                sequences.setdefault((d["partition"], d["base_sequence"]), []).append(
+                    d.get("error", -1))
+        retried = [k for k, errors in sequences.items() if len(errors) > 1 and errors[-1] == 0]
+        assert retried, "no batch was sent again after a refusal"

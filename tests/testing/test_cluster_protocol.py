@@ -1,0 +1,323 @@
+"""The test cluster as a Kafka broker on the wire: ApiVersions, Metadata, topic admin,
+Produce validation, ListOffsets, DescribeConfigs, and bad input (malformed requests,
+unknown API versions and keys, oversized frames, garbage) answered as Kafka answers it,
+never by a crash of the cluster process."""
+from __future__ import annotations
+
+import os
+import random
+import struct
+import time
+
+import pytest
+
+from kafka_proto.errors import ErrorCode
+from kafka_proto.framing import encode_request
+from kafka_proto.messages import (
+    API_KEYS,
+    ApiKey,
+    ApiVersionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    FetchRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    ProduceRequest,
+)
+from kafka_proto.records import RecordBatchBuilder
+
+from kafka_client.testing import Cluster
+
+from rawclient import RawClient  # tests/testing/rawclient.py
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(brokers=3, data_dir=str(tmp_path_factory.mktemp("protocol")),
+                 broker_config={"auto.create.topics.enable": False}) as c:
+        yield c
+
+
+def batch(values, timestamp=None):
+    b = RecordBatchBuilder()
+    for i, v in enumerate(values):
+        b.append(v, key=None, timestamp=(timestamp or int(time.time() * 1000)) + i)
+    return b.build()
+
+
+def produce_request(topic, records, partition=0, acks=-1):
+    return ProduceRequest(acks=acks, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=partition, records=records)])])
+
+
+def alive(cluster) -> bool:
+    with RawClient(cluster.address(1)) as c:
+        return c.request(MetadataRequest(topics=None), 12).brokers != []
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def test_api_versions_lists_what_is_served(cluster):
+    with RawClient(cluster.address(2)) as c:
+        for version in range(5):
+            resp = c.request(ApiVersionsRequest(client_software_name="t",
+                                                client_software_version="1"), version)
+            assert resp.error_code == ErrorCode.NONE
+            keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            assert keys[ApiKey.PRODUCE] == (3, 11)
+            assert keys[ApiKey.FETCH] == (4, 17)
+            for key, (lo, hi) in keys.items():
+                assert API_KEYS[key].min_version <= lo <= hi <= API_KEYS[key].max_version
+            for needed in (ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
+                           ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN, ApiKey.SASL_HANDSHAKE,
+                           ApiKey.SASL_AUTHENTICATE, ApiKey.DELETE_RECORDS,
+                           ApiKey.DESCRIBE_CONFIGS, ApiKey.OFFSET_FOR_LEADER_EPOCH):
+                assert needed in keys
+
+
+def test_api_versions_of_an_unknown_version_gets_a_v0_error_answer(cluster):
+    # KIP-511: header v2 (flexible) request of ApiVersions v9; answer: v0 body, error 35.
+    with RawClient(cluster.address(1)) as c:
+        body = ApiVersionsRequest(client_software_name="x", client_software_version="1").encode(4)
+        header = struct.pack(">hhih", ApiKey.API_VERSIONS, 9, 77, 1) + b"x" + b"\x00"
+        c.send_bytes(struct.pack(">i", len(header) + len(body)) + header + body)
+        frame = c.recv_frame()
+        correlation_id, error = struct.unpack_from(">ih", frame)
+        assert (correlation_id, error) == (77, ErrorCode.UNSUPPORTED_VERSION)
+        from kafka_proto.messages import ApiVersionsResponse
+
+        resp = ApiVersionsResponse.decode(frame[4:], 0)
+        assert any(k.api_key == ApiKey.FETCH for k in resp.api_keys)
+        # The connection stays usable.
+        assert c.request(ApiVersionsRequest(), 3).error_code == 0
+
+
+@pytest.mark.parametrize("api_key, version", [
+    (ApiKey.PRODUCE, 2),            # removed in Kafka 4: not served
+    (ApiKey.FETCH, 3),
+    (ApiKey.METADATA, 13),          # above every known version
+    (1000, 0),                      # unknown API key
+    (ApiKey.LEADER_AND_ISR, 7),     # a controller API a broker does not serve to clients
+])
+def test_unsupported_request_versions_close_the_connection(cluster, api_key, version):
+    since = cluster.clear_request_log()
+    with RawClient(cluster.address(1), timeout=5) as c:
+        header = struct.pack(">hhih", api_key, version, 5, 1) + b"c"
+        c.send_bytes(struct.pack(">i", len(header) + 10) + header + bytes(10))
+        assert c.closed_by_broker()
+    events = cluster.request_log(since=since, kind="closed")
+    assert events and events[-1].broker == 1
+    assert alive(cluster)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_malformed_requests_close_the_connection_and_the_cluster_stays_up(cluster):
+    valid = encode_request(MetadataRequest(topics=None), 12, 1, "bad")
+    cases = [
+        valid[:4 + 6],                                                   # no whole header
+        struct.pack(">i", len(valid) - 4 - 3) + valid[4:-3],             # body cut short
+        struct.pack(">ihhih", 12, ApiKey.METADATA, 12, 1, 200) + b"ab",  # client_id past end
+        struct.pack(">ihhih", 9, ApiKey.METADATA, 1, 1, -7) + b"\x00",  # bad client_id length
+    ]
+    for frame in cases:
+        with RawClient(cluster.address(3), timeout=5) as c:
+            c.send_bytes(frame)
+            if frame is cases[0]:
+                # An incomplete frame waits for its bytes, as Kafka waits: close ourselves.
+                continue
+            assert c.closed_by_broker(), frame
+    assert alive(cluster)
+
+
+def test_trailing_request_bytes_are_ignored_as_kafka_ignores_them(cluster):
+    # librdkafka's admin Metadata v12 carries three such bytes.
+    since = cluster.clear_request_log()
+    valid = encode_request(MetadataRequest(topics=None), 12, 41, "trailing")
+    with RawClient(cluster.address(3), timeout=5) as c:
+        c.send_bytes(struct.pack(">i", len(valid) - 4 + 3) + valid[4:] + b"\x01\x00\x00")
+        frame = c.recv_frame()
+        assert frame is not None and struct.unpack_from(">i", frame)[0] == 41
+    entry = cluster.request_log(since=since, api="Metadata")[-1]
+    assert entry.details["trailing_bytes_ignored"] == 3
+
+
+@pytest.mark.parametrize("size", [-1, -(1 << 31), 104857601, (1 << 31) - 1])
+def test_oversized_or_negative_frames_close_the_connection(cluster, size):
+    with RawClient(cluster.address(2), timeout=5) as c:
+        c.send_bytes(struct.pack(">i", size) + b"\x00" * 16)
+        assert c.closed_by_broker()
+    assert alive(cluster)
+
+
+def test_random_garbage_never_takes_the_cluster_down(cluster):
+    rng = random.Random(1414)
+    valid = encode_request(MetadataRequest(topics=None), 12, 1, "fuzz")
+    for i in range(150):
+        frame = bytearray(valid)
+        for _ in range(rng.randint(1, 6)):   # flip bytes after the size prefix
+            frame[rng.randrange(4, len(frame))] = rng.randrange(256)
+        if i % 3 == 0:
+            frame = struct.pack(">i", 40) + bytes(rng.randrange(256) for _ in range(40))
+        with RawClient(cluster.address(1 + i % 3), timeout=5) as c:
+            c.send_bytes(bytes(frame))
+            c.sock.settimeout(0.5)
+            try:
+                c.recv_frame()   # an answer, a close, or silence (waiting for more bytes)
+            except OSError:
+                pass
+    assert cluster.running
+    assert alive(cluster)
+    with open(cluster.log_path) as f:
+        assert "Traceback" not in f.read()
+
+
+# --------------------------------------------------------------------------- topics
+
+
+def test_metadata_and_topic_administration(cluster):
+    with RawClient(cluster.address(1)) as c:
+        resp = c.request(CreateTopicsRequest(timeout_ms=5000, topics=[
+            CreateTopicsRequest.CreatableTopic(name="admin-a", num_partitions=4,
+                                               replication_factor=3,
+                                               configs=[CreateTopicsRequest.CreatableTopicConfig(
+                                                   name="retention.ms", value="1000")]),
+            CreateTopicsRequest.CreatableTopic(name="admin a", num_partitions=1,
+                                               replication_factor=1),
+            CreateTopicsRequest.CreatableTopic(name="admin-b", num_partitions=1,
+                                               replication_factor=4),
+            CreateTopicsRequest.CreatableTopic(name="admin-c", num_partitions=1,
+                                               replication_factor=1,
+                                               configs=[CreateTopicsRequest.CreatableTopicConfig(
+                                                   name="no.such.config", value="1")]),
+        ]), 7)
+        errors = {t.name: t.error_code for t in resp.topics}
+        assert errors == {"admin-a": ErrorCode.NONE,
+                          "admin a": ErrorCode.INVALID_TOPIC_EXCEPTION,
+                          "admin-b": ErrorCode.INVALID_REPLICATION_FACTOR,
+                          "admin-c": ErrorCode.INVALID_CONFIG}
+        again = c.request(CreateTopicsRequest(timeout_ms=5000, topics=[
+            CreateTopicsRequest.CreatableTopic(name="admin-a", num_partitions=1,
+                                               replication_factor=1)]), 7)
+        assert again.topics[0].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+
+        md = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+            name="admin-a"), MetadataRequest.MetadataRequestTopic(name="missing")],
+            allow_auto_topic_creation=True), 12)
+        assert sorted(b.node_id for b in md.brokers) == [1, 2, 3]
+        by_name = {t.name: t for t in md.topics}
+        assert by_name["missing"].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        topic = by_name["admin-a"]
+        assert topic.error_code == 0 and len(topic.partitions) == 4
+        # Round-robin placement: leaders spread over the brokers, 3 distinct replicas each.
+        assert sorted({p.leader_id for p in topic.partitions}) == [1, 2, 3]
+        for p in topic.partitions:
+            assert sorted(p.replica_nodes) == [1, 2, 3] and p.leader_id == p.replica_nodes[0]
+            assert sorted(p.isr_nodes) == [1, 2, 3]
+        # By topic id (v10+).
+        md_id = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+            topic_id=topic.topic_id, name=None)]), 12)
+        assert md_id.topics[0].name == "admin-a"
+
+        configs = c.request(DescribeConfigsRequest(resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=2, resource_name="admin-a", configuration_keys=None)],
+            include_synonyms=True), 4)
+        entries = {e.name: e for e in configs.results[0].configs}
+        assert entries["retention.ms"].value == "1000"
+        assert entries["retention.ms"].config_source == 1            # topic override
+        assert entries["segment.bytes"].config_source == 5           # default
+
+        deleted = c.request(DeleteTopicsRequest(topic_names=["admin-a", "missing"],
+                                                timeout_ms=5000), 5)
+        assert {r.name: r.error_code for r in deleted.responses} == {
+            "admin-a": ErrorCode.NONE, "missing": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    assert not os.path.exists(cluster.log_dir("admin-a", 0, 1))
+
+
+# --------------------------------------------------------------------------- produce
+
+
+def test_produce_validation(cluster):
+    cluster.create_topic("validate", partitions=1, replication_factor=3,
+                         config={"max.message.bytes": 2000})
+    leader = cluster.leader("validate", 0)
+    follower = [b for b in (1, 2, 3) if b != leader][0]
+    with RawClient(cluster.address(leader)) as c:
+        def error_of(records, acks=-1, version=9):
+            resp = c.request(produce_request("validate", records, acks=acks), version)
+            return resp.responses[0].partition_responses[0].error_code
+
+        good = batch([b"ok"])
+        assert error_of(good) == ErrorCode.NONE
+        corrupt = bytearray(batch([b"bad crc"]))
+        corrupt[-1] ^= 0xFF
+        assert error_of(bytes(corrupt)) == ErrorCode.CORRUPT_MESSAGE
+        assert error_of(good + good) == ErrorCode.INVALID_RECORD
+        assert error_of(batch([b"x" * 3000])) == ErrorCode.MESSAGE_TOO_LARGE
+        assert error_of(good, acks=2) == ErrorCode.INVALID_REQUIRED_ACKS
+        assert error_of(good[:30]) == ErrorCode.CORRUPT_MESSAGE
+        resp = c.request(produce_request("no-such-topic", good), 9)
+        assert resp.responses[0].partition_responses[0].error_code == \
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    with RawClient(cluster.address(follower)) as c:
+        resp = c.request(produce_request("validate", good), 10)
+        p = resp.responses[0].partition_responses[0]
+        assert p.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        # KIP-951: the answer names the leader and how to reach it.
+        assert p.current_leader.leader_id == leader
+        assert [e.node_id for e in resp.node_endpoints] == [leader]
+    # Only the good batch is in the log, on every replica.
+    state = cluster.wait_in_sync("validate")
+    assert {r.log_end_offset for r in state.partitions[0].replica_logs.values()} == {1}
+
+
+def test_list_offsets_and_fetch_limits(cluster):
+    cluster.create_topic("offsets", partitions=1, replication_factor=1)
+    leader = cluster.leader("offsets", 0)
+    base_ts = 1_700_000_000_000
+    with RawClient(cluster.address(leader)) as c:
+        for i in range(5):
+            c.request(produce_request("offsets", batch([b"a", b"b"], timestamp=base_ts + 10 * i)), 9)
+
+        def list_offset(ts):
+            resp = c.request(ListOffsetsRequest(replica_id=-1, topics=[
+                ListOffsetsRequest.ListOffsetsTopic(name="offsets", partitions=[
+                    ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=ts)])]),
+                7)
+            p = resp.topics[0].partitions[0]
+            return p.error_code, p.offset, p.timestamp
+
+        assert list_offset(-2) == (0, 0, -1)
+        assert list_offset(-1) == (0, 10, -1)
+        assert list_offset(base_ts + 20) == (0, 4, base_ts + 20)
+        assert list_offset(base_ts + 21) == (0, 5, base_ts + 21)
+        assert list_offset(-3) == (0, 9, base_ts + 41)
+        assert list_offset(base_ts + 1000) == (0, -1, -1)
+
+        def fetch(offset, max_bytes=1 << 20, epoch=-1):
+            resp = c.request(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1,
+                                          max_bytes=max_bytes, topics=[FetchRequest.FetchTopic(
+                                              topic="offsets", partitions=[
+                                                  FetchRequest.FetchPartition(
+                                                      partition=0, fetch_offset=offset,
+                                                      current_leader_epoch=epoch,
+                                                      partition_max_bytes=max_bytes)])]), 12)
+            return resp.responses[0].partitions[0]
+
+        p = fetch(3)
+        from kafka_proto.records import read_batches
+
+        assert [b.base_offset for b in read_batches(p.records)] == [2, 4, 6, 8]
+        assert p.high_watermark == 10 and p.log_start_offset == 0
+        one = fetch(0, max_bytes=10)   # smaller than a batch: still one whole batch
+        assert [b.base_offset for b in read_batches(one.records)] == [0]
+        assert fetch(11).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert fetch(10).records == b""
+        assert fetch(0, epoch=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH

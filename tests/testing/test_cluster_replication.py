@@ -1,0 +1,197 @@
+"""Replication in the test cluster: followers copy the leader's segments byte for byte by
+Fetch, the high watermark is what every in-sync replica has, acks=all waits for the ISR,
+min.insync.replicas is enforced, a stopped broker leaves the ISRs and catches up when it
+is back, and a replica that diverged from a new leader truncates to it (leader epochs)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import FetchRequest, OffsetForLeaderEpochRequest, ProduceRequest
+from kafka_proto.records import RecordBatchBuilder, read_batches
+
+from kafka_client.testing import Cluster
+
+from rawclient import RawClient  # tests/testing/rawclient.py
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def batch(values):
+    b = RecordBatchBuilder()
+    now = int(time.time() * 1000)
+    for i, v in enumerate(values):
+        b.append(v, key=b"k", timestamp=now + i)
+    return b.build()
+
+
+def produce(client, topic, values, acks=-1, partition=0, timeout_ms=5000):
+    resp = client.request(ProduceRequest(acks=acks, timeout_ms=timeout_ms, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=partition, records=batch(values))])]), 9)
+    p = resp.responses[0].partition_responses[0]
+    return p.error_code, p.base_offset
+
+
+def segment_bytes(cluster, topic, partition, broker):
+    out = b""
+    for path in cluster.segment_files(topic, partition, broker):
+        with open(path, "rb") as f:
+            out += f.read()
+    return out
+
+
+def test_followers_hold_the_leaders_segments_byte_for_byte(kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("copies", partitions=2, replication_factor=3,
+                   config={"segment.bytes": 1500})
+    for p in (0, 1):
+        with RawClient(c.address(c.leader("copies", p))) as client:
+            for i in range(40):
+                assert produce(client, "copies", [b"m%d-%d" % (i, j) for j in range(5)],
+                               partition=p) == (ErrorCode.NONE, i * 5)
+    state = c.wait_in_sync("copies")
+    for p in (0, 1):
+        part = state.partitions[p]
+        assert part.high_watermark == 200
+        leader_bytes = segment_bytes(c, "copies", p, part.leader)
+        assert len(c.segment_files("copies", p, part.leader)) > 2   # rolled
+        for broker in part.replicas:
+            assert segment_bytes(c, "copies", p, broker) == leader_bytes
+            assert part.replica_logs[broker].segments == part.replica_logs[part.leader].segments
+        offsets = [b.base_offset for b in read_batches(leader_bytes)]
+        assert offsets == list(range(0, 200, 5))
+        assert {b.partition_leader_epoch for b in read_batches(leader_bytes)} == \
+            {part.leader_epoch}
+
+
+def test_acks_all_min_insync_and_a_broker_that_comes_back(kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("isr", partitions=1, replication_factor=3,
+                   config={"min.insync.replicas": 2})
+    leader = c.leader("isr", 0)
+    followers = [b for b in (1, 2, 3) if b != leader]
+    with RawClient(c.address(leader)) as client:
+        assert produce(client, "isr", [b"a"]) == (ErrorCode.NONE, 0)
+        c.stop_broker(followers[0])
+        state = c.describe_topic("isr").partitions[0]
+        assert sorted(state.isr) == sorted([leader, followers[1]])
+        # Two in-sync replicas: acks=all still works.
+        assert produce(client, "isr", [b"b"]) == (ErrorCode.NONE, 1)
+        c.stop_broker(followers[1])
+        assert c.describe_topic("isr").partitions[0].isr == [leader]
+        # Below min.insync.replicas: acks=all refused before the append; acks=1 accepted.
+        assert produce(client, "isr", [b"c"]) == (ErrorCode.NOT_ENOUGH_REPLICAS, -1)
+        assert produce(client, "isr", [b"d"], acks=1) == (ErrorCode.NONE, 2)
+        c.start_broker(followers[0])
+        c.start_broker(followers[1])
+        state = c.wait_in_sync("isr")
+        assert produce(client, "isr", [b"e"]) == (ErrorCode.NONE, 3)
+    state = c.wait_in_sync("isr")
+    leader_bytes = segment_bytes(c, "isr", 0, leader)
+    for broker in followers:
+        assert segment_bytes(c, "isr", 0, broker) == leader_bytes
+    values = [r.value for b in read_batches(leader_bytes) for r in b]
+    assert values == [b"a", b"b", b"d", b"e"]
+
+
+def test_acks_all_waits_for_the_in_sync_followers(kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("wait", partitions=1, replication_factor=3)
+    leader = c.leader("wait", 0)
+    # Followers' fetch answers from the leader are delayed: acks=all must wait for them.
+    c.set_latency(0.6, broker=leader, apis=["Fetch"])
+    with RawClient(c.address(leader)) as client:
+        start = time.monotonic()
+        assert produce(client, "wait", [b"x"], acks=1) == (ErrorCode.NONE, 0)
+        fast = time.monotonic() - start
+        start = time.monotonic()
+        assert produce(client, "wait", [b"y"], acks=-1) == (ErrorCode.NONE, 1)
+        slow = time.monotonic() - start
+        assert fast < 0.5 <= slow
+        # A produce timeout shorter than the replication: REQUEST_TIMED_OUT (but appended).
+        c.set_latency(2.0, broker=leader, apis=["Fetch"])
+        time.sleep(0.7)    # the fetches delayed by 0.6 s are answered by now
+        assert produce(client, "wait", [b"z"], acks=-1, timeout_ms=200) == \
+            (ErrorCode.REQUEST_TIMED_OUT, -1)
+    c.clear_faults()
+    state = c.wait_in_sync("wait", timeout=15)
+    assert state.partitions[0].high_watermark == 3
+
+
+def test_a_diverged_replica_truncates_to_the_new_leader(kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("diverge", partitions=1, replication_factor=3)
+    old_leader = c.leader("diverge", 0)
+    with RawClient(c.address(old_leader)) as client:
+        assert produce(client, "diverge", [b"committed"]) == (ErrorCode.NONE, 0)
+        c.wait_in_sync("diverge")
+        # Followers stop receiving: the next acks=1 write stays on the old leader only.
+        c.set_latency(30, broker=old_leader, apis=["Fetch"])
+        time.sleep(0.3)
+        assert produce(client, "diverge", [b"lost-1", b"lost-2"], acks=1) == (ErrorCode.NONE, 1)
+    c.stop_broker(old_leader)
+    c.clear_faults()
+    new_leader = c.leader("diverge", 0)
+    assert new_leader != old_leader
+    with RawClient(c.address(new_leader)) as client:
+        assert produce(client, "diverge", [b"new-1"]) == (ErrorCode.NONE, 1)
+        # OffsetForLeaderEpoch: epoch 0 ended at offset 1 on the new leader.
+        resp = client.request(OffsetForLeaderEpochRequest(topics=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic="diverge", partitions=[
+                OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                    partition=0, current_leader_epoch=-1, leader_epoch=0)])]), 4)
+        p = resp.topics[0].partitions[0]
+        assert (p.error_code, p.leader_epoch, p.end_offset) == (0, 0, 1)
+    c.start_broker(old_leader)
+    state = c.wait_in_sync("diverge", timeout=15)
+    reference = segment_bytes(c, "diverge", 0, new_leader)
+    for broker in (1, 2, 3):
+        assert segment_bytes(c, "diverge", 0, broker) == reference
+    values = [r.value for b in read_batches(reference) for r in b]
+    assert values == [b"committed", b"new-1"]
+    assert state.partitions[0].leader_epoch >= 1
+
+
+def test_leader_moves_fence_the_old_leader(kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("moves", partitions=1, replication_factor=3)
+    first = c.partition("moves", 0)
+    new = c.move_leader("moves", 0)
+    moved = c.partition("moves", 0)
+    assert new != first.leader and moved.leader == new
+    assert moved.leader_epoch == first.leader_epoch + 1
+    assert c.move_leader("moves", 0, to=first.leader) == first.leader
+    with RawClient(c.address(new)) as client:
+        assert produce(client, "moves", [b"x"]) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1)
+    with RawClient(c.address(first.leader)) as client:
+        resp = client.request(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1,
+                                           max_bytes=1 << 20, topics=[FetchRequest.FetchTopic(
+                                               topic="moves", partitions=[
+                                                   FetchRequest.FetchPartition(
+                                                       partition=0, fetch_offset=0,
+                                                       current_leader_epoch=moved.leader_epoch,
+                                                       partition_max_bytes=1 << 20)])]), 12)
+        assert resp.responses[0].partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    with pytest.raises(Exception) as info:
+        c.move_leader("moves", 0, to=99)
+    assert info.value.code == "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+
+
+def test_a_restarted_broker_reloads_its_logs_from_disk(tmp_path):
+    with Cluster(brokers=1, data_dir=str(tmp_path / "c")) as c:
+        c.create_topic("persist", partitions=1, replication_factor=1,
+                       config={"segment.bytes": 500})
+        with RawClient(c.address(1)) as client:
+            for i in range(20):
+                assert produce(client, "persist", [b"r%02d" % i]) == (ErrorCode.NONE, i)
+        before = segment_bytes(c, "persist", 0, 1)
+        c.restart_broker(1)
+        state = c.describe_topic("persist").partitions[0]
+        assert state.replica_logs[1].log_end_offset == 20
+        assert state.high_watermark == 20
+        with RawClient(c.address(1)) as client:
+            assert produce(client, "persist", [b"after"]) == (ErrorCode.NONE, 20)
+        assert segment_bytes(c, "persist", 0, 1).startswith(before)

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Tuple, Union
 
+from ._net.security import SecurityConfigError, SecuritySettings
 from .errors import KafkaError, KafkaException
 
 __all__ = [
@@ -135,8 +136,8 @@ _TABLE: Tuple[Property, ...] = (
     _p("client.rack", STR, None, "*",
        "Rack (or availability zone) of this client, compared with the brokers' broker.rack."),
     _p("security.protocol", ENUM, "plaintext", "*",
-       "How to talk to brokers. Only plaintext is implemented so far; the other values are "
-       "recognised and rejected with an error.",
+       "How to talk to brokers: plaintext, ssl (TLS), sasl_plaintext (SASL without TLS) or "
+       "sasl_ssl (SASL over TLS). See docs/security.md.",
        values=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
     _p("socket.timeout.ms", INT, 60000, "*",
        "Default time limit for a network request to be answered. A producer uses the smaller "
@@ -219,20 +220,48 @@ _TABLE: Tuple[Property, ...] = (
        "Most verbose syslog level (0-7) that is logged.", min=0, max=7),
     _p("log.connection.close", BOOL, True, "*", "Log when a broker closes a connection."),
     _p("sasl.mechanism", STR, "GSSAPI", "*",
-       "SASL mechanism (only used with a SASL security.protocol, which is not supported yet).",
+       "SASL mechanism for a sasl_* security.protocol: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+       "or OAUTHBEARER (GSSAPI is refused with the reason).",
        aliases=("sasl.mechanisms",)),
-    _p("sasl.username", STR, None, "*",
-       "SASL user name (only used with a SASL security.protocol, not supported yet)."),
-    _p("sasl.password", STR, None, "*",
-       "SASL password (only used with a SASL security.protocol, not supported yet)."),
+    _p("sasl.username", STR, None, "*", "SASL user name for PLAIN and SCRAM."),
+    _p("sasl.password", STR, None, "*", "SASL password for PLAIN and SCRAM."),
+    _p("sasl.oauthbearer.config", STR, None, "*",
+       "Passed to oauth_cb; for the unsecured JWT: space-separated principal=..., "
+       "principalClaimName=..., scope=a,b, scopeClaimName=..., lifeSeconds=..., "
+       "extension_NAME=value."),
+    _p("enable.sasl.oauthbearer.unsecure.jwt", BOOL, False, "*",
+       "OAUTHBEARER without oauth_cb: make an unsigned JWT from sasl.oauthbearer.config "
+       "(development and tests only)."),
+    _p("oauth_cb", CALLABLE, None, "*",
+       "OAUTHBEARER token source, called as oauth_cb(sasl.oauthbearer.config) and "
+       "returning (token, expiry_seconds_since_epoch) or (token, expiry, principal, "
+       "extensions); called at start and again at 80% of each token's lifetime."),
     _p("ssl.ca.location", STR, None, "*",
-       "CA certificate file or directory (only used with TLS, not supported yet)."),
+       "CA certificate(s) to verify brokers with: a PEM file or a directory of hashed "
+       "certificates; probe (or nothing, without ssl.ca.pem) uses the system's CA store."),
+    _p("ssl.ca.pem", STR, None, "*", "CA certificate(s) as a PEM string."),
     _p("ssl.certificate.location", STR, None, "*",
-       "Client certificate file (only used with TLS, not supported yet)."),
-    _p("ssl.key.location", STR, None, "*",
-       "Client private key file (only used with TLS, not supported yet)."),
-    _p("ssl.key.password", STR, None, "*",
-       "Passphrase of the client private key (only used with TLS, not supported yet)."),
+       "Client certificate file (PEM) for mutual TLS."),
+    _p("ssl.certificate.pem", STR, None, "*", "Client certificate as a PEM string."),
+    _p("ssl.key.location", STR, None, "*", "Client private key file (PEM)."),
+    _p("ssl.key.pem", STR, None, "*", "Client private key as a PEM string."),
+    _p("ssl.key.password", STR, None, "*", "Passphrase of the client private key."),
+    _p("ssl.keystore.location", STR, None, "*",
+       "Client certificate and key in a PKCS#12 file (read with the cryptography package "
+       "or the openssl command)."),
+    _p("ssl.keystore.password", STR, None, "*", "Password of the PKCS#12 keystore."),
+    _p("ssl.crl.location", STR, None, "*",
+       "Certificate revocation list (PEM) checked for the broker's certificate."),
+    _p("ssl.cipher.suites", STR, None, "*",
+       "OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's defaults)."),
+    _p("ssl.curves.list", STR, None, "*",
+       "The elliptic curve for key exchange (one name: Python's ssl module sets only one; "
+       "a list is refused)."),
+    _p("ssl.endpoint.identification.algorithm", ENUM, "https", "*",
+       "https: the broker's host name must match its certificate; none: not checked.",
+       values=("none", "https")),
+    _p("enable.ssl.certificate.verification", BOOL, True, "*",
+       "Verify the broker's certificate chain (false accepts any certificate: tests only)."),
     # --- callbacks (every client) ---
     _p("error_cb", CALLABLE, None, "*",
        "Called as error_cb(KafkaError) from poll()/flush() for errors that are not tied to "
@@ -591,12 +620,13 @@ class ClientConfig(Mapping[str, Any]):
     :meth:`from_dict`. Instances are read-only.
     """
 
-    __slots__ = ("_role", "_values", "_explicit")
+    __slots__ = ("_role", "_values", "_explicit", "_security")
 
     def __init__(self, role: str, values: Dict[str, Any], explicit: Dict[str, Any]) -> None:
         object.__setattr__(self, "_role", role)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_explicit", explicit)
+        object.__setattr__(self, "_security", None)
 
     @classmethod
     def from_dict(cls, conf: Mapping[str, Any], role: "Role") -> "ClientConfig":
@@ -632,8 +662,8 @@ class ClientConfig(Mapping[str, Any]):
             explicit[prop.name] = value
             given_as[prop.name] = key
         cfg = cls(role, values, explicit)
-        cfg._check_security()
         cfg._finalize(given_as)
+        cfg._build_security()
         cfg._warn_scope(given_as)
         for key in ignored:
             cfg._logger().warning(
@@ -643,12 +673,14 @@ class ClientConfig(Mapping[str, Any]):
 
     # --- cross-property rules (librdkafka's finalize step) ---
 
-    def _check_security(self) -> None:
-        proto = self._values["security.protocol"]
-        if proto != "plaintext":
-            raise _invalid(
-                f'Configuration property "security.protocol" value "{proto}" is not supported '
-                f"by this client yet: only plaintext is implemented")
+    def _build_security(self) -> None:
+        """TLS context and SASL settings, built now so a bad certificate file or missing
+        credentials fail the constructor, naming the property."""
+        try:
+            security = SecuritySettings.from_config(self._values)
+        except SecurityConfigError as exc:
+            raise _invalid(f"Invalid security configuration: {exc}") from None
+        object.__setattr__(self, "_security", security)
 
     def _finalize(self, given_as: Dict[str, str]) -> None:
         v = self._values
@@ -799,6 +831,12 @@ class ClientConfig(Mapping[str, Any]):
         return self._values.get("logger") or _log
 
     # --- read access ---
+
+    @property
+    def security(self) -> Any:
+        """The :class:`~kafka_client._net.security.SecuritySettings` of this
+        configuration (TLS context, SASL mechanism and credentials, OAUTHBEARER tokens)."""
+        return self._security
 
     @property
     def role(self) -> str:

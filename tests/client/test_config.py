@@ -313,12 +313,27 @@ def test_bad_role_and_bad_mapping():
         ClientConfig.from_dict([("linger.ms", 1)], "producer")
 
 
-def test_security_protocol_only_plaintext():
+def test_security_protocols_and_their_checks():
     assert parse({"security.protocol": "PLAINTEXT"}).security_protocol == "plaintext"
-    for proto in ("ssl", "SASL_SSL", "sasl_plaintext"):
-        msg = invalid({"security.protocol": proto})
-        assert "security.protocol" in msg and "not supported" in msg and "plaintext" in msg
+    assert parse({"security.protocol": "SSL"}).security.ssl_context is not None
+    assert parse({"security.protocol": "plaintext"}).security.ssl_context is None
+    sasl = parse({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                  "sasl.username": "u", "sasl.password": "p"}).security
+    assert sasl.ssl_context is not None and sasl.mechanism == "SCRAM-SHA-512"
     assert "allowed values" in invalid({"security.protocol": "tls"})
+    # SASL without credentials, an unknown mechanism, GSSAPI (the default): clear errors
+    msg = invalid({"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAIN"})
+    assert '"sasl.username"' in msg and '"sasl.password"' in msg
+    msg = invalid({"security.protocol": "sasl_plaintext", "sasl.mechanism": "DIGEST-MD5"})
+    assert "DIGEST-MD5" in msg and "not supported" in msg and "SCRAM-SHA-256" in msg
+    msg = invalid({"security.protocol": "sasl_plaintext"})
+    assert "GSSAPI" in msg and "gssapi" in msg
+    msg = invalid({"security.protocol": "ssl", "ssl.ca.location": "/nonexistent/ca.pem"})
+    assert '"ssl.ca.location"' in msg and "/nonexistent/ca.pem" in msg
+    msg = invalid({"security.protocol": "ssl", "ssl.certificate.location": "/x.pem"})
+    assert "ssl.key.location" in msg
+    msg = invalid({"security.protocol": "sasl_ssl", "sasl.mechanism": "OAUTHBEARER"})
+    assert "oauth_cb" in msg and "enable.sasl.oauthbearer.unsecure.jwt" in msg
 
 
 def test_later_alias_wins_like_librdkafka():

@@ -6,7 +6,9 @@
 * ``topic_name``: a unique topic name per test;
 * ``tls_endpoints``: Tansu behind stunnel (server-only and mutual TLS) plus stunnels
   with a wrong-name and an unknown-CA certificate (kafka_client._testing.tls); skips
-  when stunnel (Debian stunnel4) is not installed, which ``./dev`` installs.
+  when stunnel (Debian stunnel4) is not installed, which ``./dev`` installs;
+* ``sasl_tansu``: Tansu behind the tests' SASL gateway (kafka_client._testing.sasl_server;
+  user ``alice`` / ``alice-secret``, PLAIN, SCRAM-SHA-256/512, OAUTHBEARER).
 
 Every broker object has ``.bootstrap`` ("127.0.0.1:PORT"), ``.host``, ``.port``,
 ``.kind`` and ``.create_topic(name, partitions=1)``; noida-db also ``.restart()``,
@@ -35,7 +37,7 @@ if _ROOT not in sys.path:
 from kafka_client._testing.brokers import BrokerNotAvailable, NoidaBroker, make_broker
 
 BROKER_FIXTURES = {"tansu_broker", "noida_broker", "broker", "fresh_noida_broker",
-                   "tls_endpoints"}
+                   "tls_endpoints", "sasl_tansu"}
 ALL_KINDS = ("tansu", "noida")
 
 
@@ -129,3 +131,17 @@ def tls_endpoints():
         yield endpoints
     finally:
         endpoints.stop()
+
+
+@pytest.fixture(scope="session")
+def sasl_tansu():
+    from kafka_client._testing.brokers import tansu_binary
+    from kafka_client._testing.sasl_server import SaslTansu
+
+    if tansu_binary() is None:
+        pytest.skip("tansu broker not available")
+    cluster = SaslTansu({"alice": "alice-secret"})
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -67,6 +67,10 @@ class Cluster:
         self.errors: List[KafkaError] = []  # client-level errors for error_cb (app thread)
         self._errors_lock = threading.Lock()
         self.closed = False
+        tokens = self.settings.security.tokens
+        if tokens is not None:  # failed OAUTHBEARER refreshes go to error_cb, as librdkafka's
+            tokens.on_error = lambda message: self.report_error(
+                KafkaError(KafkaError._AUTHENTICATION, message))
         io.add_tick(self._tick)
 
     # -- connections -------------------------------------------------------------------
@@ -317,6 +321,7 @@ class Cluster:
         close (see BrokerConnection.shutdown). Returns the connections still closing."""
         self.closed = True
         self.io.remove_tick(self._tick)
+        self.settings.security.close()  # stops the OAUTHBEARER token refresh, if any
         closing = []
         for conn in list(self.conns.values()):
             conn.on_state = None

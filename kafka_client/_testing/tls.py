@@ -213,18 +213,23 @@ class Stunnel:
 
 
 class TlsTansu(TansuBroker):
-    """Tansu that advertises ``advertised_port`` (the stunnel in front of it) in metadata
-    while listening in plaintext on its own port."""
+    """Tansu that advertises ``advertised_port`` (the stunnel or SASL gateway in front of
+    it) in metadata while listening in plaintext on its own port. ``authentication``
+    starts it with ``--authentication`` (SASL/SCRAM checked against users it cannot be
+    given: every login fails; see docs/security.md)."""
 
-    def __init__(self, advertised_port: int, **kwargs: object) -> None:
+    def __init__(self, advertised_port: Optional[int] = None, authentication: bool = False,
+                 **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.advertised_port = advertised_port
+        self.advertised_port = advertised_port  # None: its own port
+        self.authentication = authentication
 
     def command(self) -> Sequence[str]:
         listen = f"tcp://{self.host}:{self.port}"
-        advertised = f"tcp://{self.host}:{self.advertised_port}"
-        return [self.binary, "broker", "--listener-url", listen,
-                "--advertised-listener-url", advertised, "--storage-engine", "memory://tansu/"]
+        advertised = f"tcp://{self.host}:{self.advertised_port or self.port}"
+        cmd = [self.binary, "broker", "--listener-url", listen,
+               "--advertised-listener-url", advertised, "--storage-engine", "memory://tansu/"]
+        return cmd + (["--authentication"] if self.authentication else [])
 
     def create_topic(self, name: str, partitions: int = 1, timeout: float = 10.0,
                      config: Optional[dict] = None) -> None:

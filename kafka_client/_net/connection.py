@@ -138,7 +138,7 @@ class ConnectionSettings:
     __slots__ = ("client_id", "request_timeout", "setup_timeout", "api_versions_timeout",
                  "max_in_flight", "max_frame_size", "reconnect_backoff_ms",
                  "reconnect_backoff_max_ms", "idle_timeout", "address_family", "nagle_off",
-                 "keepalive", "send_buffer", "receive_buffer", "security")
+                 "keepalive", "send_buffer", "receive_buffer", "log_close", "security")
 
     def __init__(self, config: Any = None, **overrides: Any) -> None:
         get = (lambda k, d: config[k]) if config is not None else (lambda k, d: d)
@@ -156,6 +156,7 @@ class ConnectionSettings:
         self.keepalive = get("socket.keepalive.enable", False)
         self.send_buffer = get("socket.send.buffer.bytes", 0)
         self.receive_buffer = get("socket.receive.buffer.bytes", 0)
+        self.log_close = get("log.connection.close", True)
         #: TLS and SASL (plaintext when the configuration has none)
         self.security: SecuritySettings = getattr(config, "security", None) \
             or SecuritySettings()
@@ -880,7 +881,8 @@ class BrokerConnection:
         if error is not None:
             self.last_error = error
             self.next_attempt = now + self.backoff.next_delay()
-            if was == READY and error.code() != KafkaError._DESTROY:
+            if was == READY and error.code() != KafkaError._DESTROY and \
+                    self.settings.log_close:
                 _log.info("connection to %s:%s lost: %s", self.host, self.port, error.str())
             else:
                 _log.debug("connection to %s:%s failed: %s", self.host, self.port, error.str())

@@ -181,6 +181,12 @@ class Cluster:
         for cb in self.on_broker_state:
             cb(conn, state, error)
 
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """librdkafka's ``set_sasl_credentials``: PLAIN/SCRAM credentials for the next
+        authentications (connections already authenticated keep theirs until they
+        reconnect or re-authenticate). Any thread."""
+        self.settings.security.set_credentials(username, password)
+
     def report_error(self, error: KafkaError) -> None:
         with self._errors_lock:
             if len(self.errors) < 1000:

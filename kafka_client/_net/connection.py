@@ -692,7 +692,9 @@ class BrokerConnection:
     def _read(self) -> None:
         sock = self.sock
         conv = self._conv
-        for _ in range(16):  # bounded, so one busy socket cannot starve the others
+        # Bounded, so one busy socket cannot starve the others; a TLS read returns at most
+        # one record (16 KiB), so TLS gets more reads for about as many bytes per turn.
+        for _ in range(16 if self.settings.security.ssl_context is None else 128):
             if sock is None or self.sock is not sock:
                 return
             view = conv.buffer_for_read()

@@ -13,6 +13,11 @@ Unknown properties and invalid values raise :class:`~kafka_client.errors.KafkaEx
 carrying ``KafkaError._INVALID_ARG`` and a message naming the property. A property meant only
 for the other kind of client is accepted with a logged warning, as librdkafka does.
 
+Every name librdkafka knows is in the table with a status: *effect*, *warning* (accepted,
+ignored, one warning naming it when set) or *refused* (an error naming it, where ignoring it
+would weaken what was asked for, or where librdkafka itself refuses the name). The TLS and
+SASL settings are built at construction (:attr:`ClientConfig.security`).
+
 ``python -m kafka_client.config --markdown`` prints the table as Markdown
 (docs/configuration.md is that output).
 """
@@ -22,6 +27,7 @@ import difflib
 import logging
 import math
 import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Tuple, Union
 
@@ -754,8 +760,6 @@ class ClientLogger:
             return
         text = msg % args if args else str(msg)
         if kwargs.get("exc_info"):
-            import traceback
-
             text += "\n" + traceback.format_exc()
         try:
             self.log_cb(self.syslog_level(level), self.name, text)

@@ -821,7 +821,7 @@ class BrokerConnection:
             nxt = earliest if nxt is None else min(nxt, earliest)
         idle = self.settings.idle_timeout
         if idle and st == READY and not self._conv.in_flight and not self._queue \
-                and not self._out:
+                and not self._out and self._tls_pending is None:
             at = self.last_activity + idle
             if now >= at:
                 _log.debug("closing idle connection to %s:%s", self.host, self.port)

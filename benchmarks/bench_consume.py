@@ -4,7 +4,12 @@ broker and the same topic, alternated round by round.
 
     .venv/bin/python benchmarks/bench_consume.py [--broker tansu|noida|HOST:PORT]
         [--messages 1000000] [--size 100] [--rounds 3] [--contenders a,b,...]
-        [--set NAME:key=value ...] [--quick] [--markdown FILE]
+        [--set NAME:key=value ...] [--quick] [--markdown FILE] [--tls]
+
+``--tls`` (Tansu only) measures twice in the same run: on a plaintext Tansu, then on a
+Tansu behind stunnel (TLS; certificates made for the run; Tansu advertises the stunnel
+port), with confluent-kafka and ours (the peers without a TLS set-up here are left out),
+and adds each contender's TLS / plaintext ratio.
 
 One topic with one partition is filled once (our ``Producer.produce_batch``, acks=1,
 linger.ms=5: about 8,500 records per batch, uncompressed) and the record count is checked
@@ -374,20 +379,25 @@ def run_worker(name, bootstrap, topic, n, size, settings, timeout) -> Dict[str, 
     return json.loads(lines[-1])
 
 
-def fill_topic(bootstrap: str, topic: str, n: int, payload: bytes) -> Tuple[float, int]:
-    """Produce n copies of payload to partition 0; returns (seconds, batches read back)."""
+def fill_topic(bootstrap: str, topic: str, n: int, payload: bytes,
+               plain: Optional[str] = None, security: Optional[dict] = None
+               ) -> Tuple[float, int]:
+    """Produce n copies of payload to partition 0; returns (seconds, batches read back).
+    ``plain`` is the broker's plaintext address for the checks when ``bootstrap`` is a
+    TLS endpoint (``security`` the client settings for it)."""
     from kafka_client import Producer
     from kafka_client._testing.blocking import BlockingConnection
     from kafka_client._testing import simple
 
-    host, port = bootstrap.rsplit(":", 1)
+    host, port = (plain or bootstrap).rsplit(":", 1)
     # noida-db 0.2.3 answers a Fetch with the whole log whatever max_bytes says (110 MB
     # for 1M x 100 B): allow big frames on this connection.
     conn = BlockingConnection(host, int(port), max_frame_size=1 << 30)
     try:
         simple.create_topics(conn, [topic], partitions=1)
         t0 = time.perf_counter()
-        p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5})
+        p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
+                      **(security or {})})
         # The metadata is fetched first so produce_batch takes its bulk path at once.
         deadline = time.monotonic() + 30
         while True:
@@ -507,6 +517,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="seconds one contender run may take")
     ap.add_argument("--markdown", help="also write the table to this file")
+    ap.add_argument("--tls", action="store_true",
+                    help="plaintext, then TLS (stunnel in front of Tansu), in the same run")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -549,20 +561,59 @@ def main(argv=None) -> int:
         return 2
 
     payload = os.urandom(args.size // 2 + 1).hex().encode()[:args.size]
+    if args.tls:
+        names = [n for n in names if n.partition("#")[0] in ("confluent", "ours", "ours-arrow")]
+        plain = run_mode(args, names, settings, skipped, payload, None)
+        if plain is None:
+            return 1
+        tls = run_mode(args, names, settings, skipped, payload, "tls")
+        if tls is None:
+            return 1
+        print("\nTLS / plaintext, median msg/s: " + ", ".join(
+            f"{display(n)} {tls[n] / plain[n]:.2f}x" for n in names if n in plain and n in tls))
+        return 0
+    return 0 if run_mode(args, names, settings, skipped, payload, None) is not None else 1
+
+
+def run_mode(args, names, settings, skipped, payload, mode) -> Optional[Dict[str, float]]:
+    """Fill a topic and run the rounds on a plaintext broker (``mode`` None) or behind
+    TLS (``"tls"``); prints the table and returns the median msg/s per contender (None
+    when a contender failed or no peer finished)."""
     broker = None
-    if ":" in args.broker:
+    cleanups = []
+    plain = None
+    security: Dict[str, Any] = {}
+    if mode == "tls":
+        from kafka_client._testing.brokers import free_port
+        from kafka_client._testing.tls import Stunnel, TlsTansu, make_certificates
+
+        certs = make_certificates()
+        port = free_port()
+        broker = TlsTansu(port)
+        broker.start()
+        cleanups.append(broker)
+        tunnel = Stunnel(broker.host, broker.port, certs.server_cert, certs.server_key,
+                         port=port).start()
+        cleanups.append(tunnel)
+        bootstrap, plain = tunnel.bootstrap, broker.bootstrap
+        security = {"security.protocol": "ssl", "ssl.ca.location": str(certs.ca)}
+        settings = {n: dict(settings[n], **security) for n in names}
+    elif ":" in args.broker:
         bootstrap = args.broker
     else:
         from kafka_client._testing.brokers import make_broker
 
         broker = make_broker(args.broker)
         broker.start()
+        cleanups.append(broker)
         bootstrap = broker.bootstrap
     try:
         topic = f"bench-consume-{uuid.uuid4().hex[:8]}"
-        fill_s, nbatches = fill_topic(bootstrap, topic, args.messages, payload)
+        fill_s, nbatches = fill_topic(bootstrap, topic, args.messages, payload, plain,
+                                      security)
         print(f"filled {topic}: {args.messages:,} x {args.size} B in {nbatches:,} batches "
-              f"({fill_s:.1f} s), count checked by Fetch", flush=True)
+              f"({fill_s:.1f} s), count checked by Fetch{', over TLS' if mode else ''}",
+              flush=True)
         rates: Dict[str, List[float]] = {n: [] for n in names}
         cpus: Dict[str, List[float]] = {n: [] for n in names}
         rss: Dict[str, float] = {n: 0.0 for n in names}
@@ -587,20 +638,21 @@ def main(argv=None) -> int:
                       f"{rates[name][-1]:>10,.0f} msg/s  {cpus[name][-1]:5.2f} us/msg  "
                       f"{r['rss_mb']:5.0f} MB", flush=True)
     finally:
-        if broker is not None:
-            broker.stop()
-            broker.cleanup()
+        for item in reversed(cleanups):
+            item.stop()
+            item.cleanup()
 
     names = [n for n in names if rates[n] and n not in failed]
     if not any(not is_ours(n) for n in names):
         print("FAILED: no peer finished: nothing to compare against", file=sys.stderr)
-        return 1
+        return None
     med = {n: statistics.median(rates[n]) for n in names}
     cpu = {n: statistics.median(cpus[n]) for n in names}
     best = max((n for n in names if not is_ours(n)), key=lambda n: med[n])
     lines = [
         f"{args.messages:,} x {args.size} B from offset 0, 1 partition, manual assign, "
-        f"broker {args.broker}, {args.rounds} round(s), median per contender; "
+        f"broker {args.broker}{' behind stunnel (TLS)' if mode else ''}, "
+        f"{args.rounds} round(s), median per contender; "
         f"ratios against the best peer ({display(best)})",
         "",
         "| contender | msg/s | x best peer | CPU us/msg | x best peer | peak RSS MB "
@@ -636,9 +688,9 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print("\n" + text)
     if args.markdown:
-        with open(args.markdown, "w") as f:
+        with open(args.markdown, "a" if mode else "w") as f:
             f.write(text + "\n")
-    return 1 if failed else 0
+    return None if failed else med
 
 
 if __name__ == "__main__":

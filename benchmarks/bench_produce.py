@@ -2,7 +2,11 @@
 confluent-kafka's produce() loop, on the same broker, alternated round by round.
 
     .venv/bin/python benchmarks/bench_produce.py [--broker tansu|noida|HOST:PORT]
-        [--messages 1000000] [--size 100] [--rounds 3] [--compression none,lz4]
+        [--messages 1000000] [--size 100] [--rounds 3] [--compression none,lz4] [--tls]
+
+``--tls`` (Tansu only) runs every case twice in the same run: on a plaintext Tansu and
+on a Tansu behind stunnel (TLS, certificates made for the run, Tansu advertising the
+stunnel port), and adds the ratios TLS / plaintext per contender.
 
 Each case: N messages of SIZE bytes to a fresh 1-partition topic, acks=1, linger.ms=5,
 then flush. Reported per contender: median msg/s over the rounds, CPU seconds (user+sys of
@@ -31,11 +35,15 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+#: Security settings every confluent-style contender adds to its configuration (--tls).
+SECURITY: dict = {}
+
+
 def ours_loop(bootstrap, topic, n, payload, codec):
     from kafka_client import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
-                  "compression.type": codec})
+                  "compression.type": codec, **SECURITY})
     produce = p.produce
     t0, c0 = time.perf_counter(), _cpu()
     for _ in range(n):
@@ -56,7 +64,7 @@ def ours_batch(bootstrap, topic, n, payload, codec, chunk=10000):
     from kafka_client import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
-                  "compression.type": codec})
+                  "compression.type": codec, **SECURITY})
     values = [payload] * chunk
     t0, c0 = time.perf_counter(), _cpu()
     done = 0
@@ -79,7 +87,7 @@ def confluent_loop(bootstrap, topic, n, payload, codec):
     import confluent_kafka
 
     p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
-                                  "compression.type": codec})
+                                  "compression.type": codec, **SECURITY})
     produce = p.produce
     t0, c0 = time.perf_counter(), _cpu()
     for _ in range(n):
@@ -151,47 +159,82 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="comma list of contender names")
     ap.add_argument("--peers", action="store_true",
                     help="also kafka-python and aiokafka (slow: use fewer --messages)")
+    ap.add_argument("--tls", action="store_true",
+                    help="plaintext and TLS (stunnel in front of Tansu) in the same run")
     args = ap.parse_args(argv)
-    broker = None
-    if ":" in args.broker:
-        bootstrap = args.broker
-    else:
-        from kafka_client._testing.brokers import make_broker
-
-        broker = make_broker(args.broker)
-        broker.start()
-        bootstrap = broker.bootstrap
     names = (list(DEFAULT) + (["kafka-python send()", "aiokafka send()"] if args.peers else [])
              if not args.only else args.only.split(","))
     payload = os.urandom(args.size // 2).hex().encode()[:args.size]
+    cleanups = []
+    # mode -> (bootstrap, broker or None, security settings)
+    modes = {}
     try:
+        if ":" in args.broker:
+            modes["plaintext"] = (args.broker, None, {})
+        else:
+            from kafka_client._testing.brokers import make_broker
+
+            broker = make_broker(args.broker)
+            broker.start()
+            cleanups.append(broker)
+            modes["plaintext"] = (broker.bootstrap, broker, {})
+        if args.tls:
+            modes["tls"] = _start_tls(cleanups)
+            names = [n for n in names if n in DEFAULT]  # the peers have no TLS set-up here
+        results = {}
         for codec in args.compression.split(","):
-            rates = {n: [] for n in names}
-            cpus = {n: [] for n in names}
+            rates = {(m, n): [] for m in modes for n in names}
+            cpus = {(m, n): [] for m in modes for n in names}
             rss = {}
             for _round in range(args.rounds):
+                for mode, (bootstrap, broker, security) in modes.items():
+                    SECURITY.clear()
+                    SECURITY.update(security)
+                    for name in names:
+                        topic = f"bench-{uuid.uuid4().hex[:8]}"
+                        if broker is not None:
+                            broker.create_topic(topic, partitions=1)
+                        wall, cpu = CONTENDERS[name](bootstrap, topic, args.messages,
+                                                     payload, codec)
+                        rates[mode, name].append(args.messages / wall)
+                        cpus[mode, name].append(cpu / args.messages * 1e6)
+                        rss[mode, name] = _rss_mb()
+            for mode in modes:
+                print(f"\n{args.messages} x {args.size} B, acks=1, linger.ms=5, {codec}, "
+                      f"{args.rounds} rounds, broker {args.broker}, {mode}")
+                base = statistics.median(rates[mode, names[0]])
                 for name in names:
-                    topic = f"bench-{uuid.uuid4().hex[:8]}"
-                    if broker is not None:
-                        broker.create_topic(topic, partitions=1)
-                    wall, cpu = CONTENDERS[name](bootstrap, topic, args.messages, payload,
-                                                 codec)
-                    rates[name].append(args.messages / wall)
-                    cpus[name].append(cpu / args.messages * 1e6)
-                    rss[name] = _rss_mb()
-            print(f"\n{args.messages} x {args.size} B, acks=1, linger.ms=5, {codec}, "
-                  f"{args.rounds} rounds, broker {args.broker}")
-            base = statistics.median(rates[names[0]])
-            for name in names:
-                med = statistics.median(rates[name])
-                print(f"  {name:22s} {med:>10,.0f} msg/s  x{med / base:4.2f}   "
-                      f"cpu {statistics.median(cpus[name]):5.2f} s/M msgs   "
-                      f"peak RSS {rss[name]:6.0f} MB")
+                    med = statistics.median(rates[mode, name])
+                    results[codec, mode, name] = med
+                    print(f"  {name:22s} {med:>10,.0f} msg/s  x{med / base:4.2f}   "
+                          f"cpu {statistics.median(cpus[mode, name]):5.2f} s/M msgs   "
+                          f"peak RSS {rss[mode, name]:6.0f} MB")
+            if "tls" in modes:
+                print(f"  TLS / plaintext ({codec}): " + ", ".join(
+                    f"{n} {results[codec, 'tls', n] / results[codec, 'plaintext', n]:.2f}x"
+                    for n in names))
     finally:
-        if broker is not None:
-            broker.stop()
-            broker.cleanup()
+        for item in reversed(cleanups):
+            item.stop()
+            item.cleanup()
     return 0
+
+
+def _start_tls(cleanups):
+    """A Tansu behind stunnel for --tls: (bootstrap, broker, security settings)."""
+    from kafka_client._testing.brokers import free_port
+    from kafka_client._testing.tls import Stunnel, TlsTansu, make_certificates
+
+    certs = make_certificates()
+    port = free_port()
+    broker = TlsTansu(port)
+    broker.start()
+    cleanups.append(broker)
+    tunnel = Stunnel(broker.host, broker.port, certs.server_cert, certs.server_key, port=port)
+    tunnel.start()
+    cleanups.append(tunnel)
+    return tunnel.bootstrap, broker, {"security.protocol": "ssl",
+                                      "ssl.ca.location": str(certs.ca)}
 
 
 if __name__ == "__main__":

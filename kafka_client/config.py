@@ -13,6 +13,11 @@ Unknown properties and invalid values raise :class:`~kafka_client.errors.KafkaEx
 carrying ``KafkaError._INVALID_ARG`` and a message naming the property. A property meant only
 for the other kind of client is accepted with a logged warning, as librdkafka does.
 
+Every name librdkafka knows is in the table with a status: *effect*, *warning* (accepted,
+ignored, one warning naming it when set) or *refused* (an error naming it, where ignoring it
+would weaken what was asked for, or where librdkafka itself refuses the name). The TLS and
+SASL settings are built at construction (:attr:`ClientConfig.security`).
+
 ``python -m kafka_client.config --markdown`` prints the table as Markdown
 (docs/configuration.md is that output).
 """
@@ -22,9 +27,11 @@ import difflib
 import logging
 import math
 import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Tuple, Union
 
+from ._net.security import SecurityConfigError, SecuritySettings
 from .errors import KafkaError, KafkaException
 
 __all__ = [
@@ -79,6 +86,17 @@ class Property:
     values: Tuple[str, ...] = ()
     synonyms: Mapping[str, Any] = field(default_factory=dict)
     derived: str = ""
+    #: EFFECT (it does what librdkafka documents), WARNING (accepted, ignored, one warning
+    #: names it) or REFUSED (an error: ignoring it would weaken what was asked for)
+    status: str = "effect"
+    #: why it is ignored or refused, or what differs from librdkafka
+    note: str = ""
+    #: values refused although the property has its effect otherwise: value -> reason
+    refuse_values: Mapping[Any, str] = field(default_factory=dict)
+    #: values accepted with a warning: value -> reason
+    warn_values: Mapping[Any, str] = field(default_factory=dict)
+    #: roles that accept the property but do not implement it yet (one warning there)
+    pending_roles: Tuple[str, ...] = ()
 
     @property
     def attr(self) -> str:
@@ -107,8 +125,49 @@ def _fmt_num(v: Any) -> str:
     return str(v)
 
 
+EFFECT, WARNING, REFUSED = "effect", "warning", "refused"
+API = "api"  # librdkafka's "see dedicated API" properties: never settable by name
+
+
 def _p(name: str, type_: str, default: Any, scope: str, description: str, **kw: Any) -> Property:
     return Property(name, type_, default, scope, description, **kw)
+
+
+def _ignored(name: str, type_: str, default: Any, scope: str, description: str, note: str,
+             **kw: Any) -> Property:
+    """A librdkafka property this client accepts and ignores, with one warning."""
+    return Property(name, type_, default, scope, description, status=WARNING, note=note, **kw)
+
+
+def _refused(name: str, scope: str, description: str, note: str, type_: str = STR) -> Property:
+    """A librdkafka property this client refuses whatever its value."""
+    return Property(name, type_, None, scope, description, status=REFUSED, note=note)
+
+
+def _dedicated(name: str, scope: str, what: str, instead: str = "") -> Property:
+    """librdkafka refuses these by name ("must be set through dedicated .._set_..()
+    function"), and so does confluent-kafka; so does this client."""
+    note = f'Property "{name}" must be set through dedicated .._set_..() function'
+    if instead:
+        note += f"; {instead}"
+    return Property(name, API, None, scope, what, status=REFUSED, note=note)
+
+
+def _internal(name: str, what: str) -> Property:
+    return Property(name, API, None, "*", what, status=REFUSED,
+                    note=f'Internal property "{name}" not settable')
+
+
+#: librdkafka's builtin.features; those this client has (the rest are refused when asked).
+_FEATURES = ("gzip", "snappy", "ssl", "sasl", "regex", "lz4", "sasl_gssapi", "sasl_plain",
+             "sasl_scram", "plugins", "zstd", "sasl_oauthbearer", "http", "oidc")
+_MISSING_FEATURES = {"sasl_gssapi": "GSSAPI (Kerberos) is not supported",
+                     "plugins": "librdkafka plugins cannot be loaded",
+                     "http": "no HTTP client for OIDC", "oidc": "OIDC is not supported"}
+_OIDC_ONLY = "only used with sasl.oauthbearer.method=oidc, which this client refuses"
+_GSSAPI_ONLY = "only used with the GSSAPI mechanism, which this client refuses"
+_FILE_STORE = "file offset store (deprecated in librdkafka); offsets are always committed to " \
+              "the broker"
 
 
 _DEBUG_CONTEXTS = (
@@ -135,8 +194,8 @@ _TABLE: Tuple[Property, ...] = (
     _p("client.rack", STR, None, "*",
        "Rack (or availability zone) of this client, compared with the brokers' broker.rack."),
     _p("security.protocol", ENUM, "plaintext", "*",
-       "How to talk to brokers. Only plaintext is implemented so far; the other values are "
-       "recognised and rejected with an error.",
+       "How to talk to brokers: plaintext, ssl (TLS), sasl_plaintext (SASL without TLS) or "
+       "sasl_ssl (SASL over TLS). See docs/security.md.",
        values=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
     _p("socket.timeout.ms", INT, 60000, "*",
        "Default time limit for a network request to be answered. A producer uses the smaller "
@@ -201,7 +260,9 @@ _TABLE: Tuple[Property, ...] = (
        aliases=("max.in.flight",), derived="idempotent producer: at most 5"),
     _p("api.version.request", BOOL, True, "*",
        "Ask each broker which protocol versions it supports and use the best common ones. "
-       "Brokers older than 0.10 are not supported, so leave this on."),
+       "Brokers older than 0.10 are not supported, so leave this on.",
+       warn_values={False: "ApiVersions is always used (brokers older than 0.10 are not "
+                           "supported)"}),
     _p("api.version.request.timeout.ms", INT, 10000, "*",
        "Time limit for the protocol-version query sent on each new connection.",
        min=1, max=300000),
@@ -211,39 +272,77 @@ _TABLE: Tuple[Property, ...] = (
        derived="producer: true; consumer and admin: false"),
     _p("statistics.interval.ms", INT, 0, "*",
        "How often to call stats_cb with a JSON statistics document; 0 turns statistics off.",
-       min=0, max=86400000),
+       min=0, max=86400000, pending_roles=("consumer", "admin"),
+       note="the consumer does not call stats_cb yet"),
     _p("debug", CSV, (), "*",
        "Comma-separated debug contexts whose detailed logging is turned on.",
        values=_DEBUG_CONTEXTS),
     _p("log_level", INT, 6, "*",
-       "Most verbose syslog level (0-7) that is logged.", min=0, max=7),
-    _p("log.connection.close", BOOL, True, "*", "Log when a broker closes a connection."),
+       "Most verbose syslog level (0-7) passed to log_cb / logger (7 = debug, 6 = info, "
+       "4 = warning, 3 = error).", min=0, max=7),
+    _p("log.connection.close", BOOL, True, "*",
+       "Log (at info level) when an established broker connection closes; false logs it at "
+       "debug level."),
     _p("sasl.mechanism", STR, "GSSAPI", "*",
-       "SASL mechanism (only used with a SASL security.protocol, which is not supported yet).",
+       "SASL mechanism for a sasl_* security.protocol: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+       "or OAUTHBEARER (GSSAPI is refused with the reason).",
        aliases=("sasl.mechanisms",)),
-    _p("sasl.username", STR, None, "*",
-       "SASL user name (only used with a SASL security.protocol, not supported yet)."),
-    _p("sasl.password", STR, None, "*",
-       "SASL password (only used with a SASL security.protocol, not supported yet)."),
+    _p("sasl.username", STR, None, "*", "SASL user name for PLAIN and SCRAM."),
+    _p("sasl.password", STR, None, "*", "SASL password for PLAIN and SCRAM."),
+    _p("sasl.oauthbearer.config", STR, None, "*",
+       "Passed to oauth_cb; for the unsecured JWT: space-separated principal=..., "
+       "principalClaimName=..., scope=a,b, scopeClaimName=..., lifeSeconds=..., "
+       "extension_NAME=value."),
+    _p("enable.sasl.oauthbearer.unsecure.jwt", BOOL, False, "*",
+       "OAUTHBEARER without oauth_cb: make an unsigned JWT from sasl.oauthbearer.config "
+       "(development and tests only)."),
+    _p("oauth_cb", CALLABLE, None, "*",
+       "OAUTHBEARER token source, called as oauth_cb(sasl.oauthbearer.config) and "
+       "returning (token, expiry_seconds_since_epoch) or (token, expiry, principal, "
+       "extensions); called at start and again at 80% of each token's lifetime."),
     _p("ssl.ca.location", STR, None, "*",
-       "CA certificate file or directory (only used with TLS, not supported yet)."),
+       "CA certificate(s) to verify brokers with: a PEM file or a directory of hashed "
+       "certificates; probe (or nothing, without ssl.ca.pem) uses the system's CA store."),
+    _p("ssl.ca.pem", STR, None, "*", "CA certificate(s) as a PEM string."),
     _p("ssl.certificate.location", STR, None, "*",
-       "Client certificate file (only used with TLS, not supported yet)."),
-    _p("ssl.key.location", STR, None, "*",
-       "Client private key file (only used with TLS, not supported yet)."),
-    _p("ssl.key.password", STR, None, "*",
-       "Passphrase of the client private key (only used with TLS, not supported yet)."),
+       "Client certificate file (PEM) for mutual TLS."),
+    _p("ssl.certificate.pem", STR, None, "*", "Client certificate as a PEM string."),
+    _p("ssl.key.location", STR, None, "*", "Client private key file (PEM)."),
+    _p("ssl.key.pem", STR, None, "*", "Client private key as a PEM string."),
+    _p("ssl.key.password", STR, None, "*", "Passphrase of the client private key."),
+    _p("ssl.keystore.location", STR, None, "*",
+       "Client certificate and key in a PKCS#12 file (read with the cryptography package "
+       "or the openssl command)."),
+    _p("ssl.keystore.password", STR, None, "*", "Password of the PKCS#12 keystore."),
+    _p("ssl.crl.location", STR, None, "*",
+       "Certificate revocation list (PEM) checked for the broker's certificate."),
+    _p("ssl.cipher.suites", STR, None, "*",
+       "OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are OpenSSL's defaults)."),
+    _p("ssl.curves.list", STR, None, "*",
+       "The elliptic curve for key exchange (one name: Python's ssl module sets only one; "
+       "a list is refused)."),
+    _p("ssl.endpoint.identification.algorithm", ENUM, "https", "*",
+       "https: the broker's host name must match its certificate; none: not checked.",
+       values=("none", "https")),
+    _p("enable.ssl.certificate.verification", BOOL, True, "*",
+       "Verify the broker's certificate chain (false accepts any certificate: tests only)."),
     # --- callbacks (every client) ---
     _p("error_cb", CALLABLE, None, "*",
        "Called as error_cb(KafkaError) from poll()/flush() for errors that are not tied to "
        "one message (lost connections, fatal errors, ...)."),
     _p("stats_cb", CALLABLE, None, "*",
-       "Called as stats_cb(json_str) from poll() every statistics.interval.ms."),
-    _p("throttle_cb", CALLABLE, None, "*",
-       "Called from poll() when a broker reports it throttled this client."),
+       "Called as stats_cb(json_str) from poll() every statistics.interval.ms.",
+       pending_roles=("consumer", "admin"), note="the consumer does not call it yet"),
+    _ignored("throttle_cb", CALLABLE, None, "*",
+             "Called from poll() with a ThrottleEvent when a broker reports it throttled "
+             "this client.", "not called yet (broker throttle times are not passed on)"),
     _p("logger", LOGGER, None, "*",
        "A logging.Logger to send this client's log lines to, instead of the "
        "'kafka_client' logger."),
+    _p("log_cb", CALLABLE, None, "*",
+       "Called as log_cb(level, facility, message) (syslog level, as librdkafka's) for the "
+       "client's log lines, filtered by log_level; replaces logger. confluent-kafka refuses "
+       "this name; here it is an addition."),
     # --- producer ---
     _p("linger.ms", FLOAT, 5.0, "P",
        "How long a partition's batch may wait for more messages before it is sent. Larger "
@@ -264,10 +363,11 @@ _TABLE: Tuple[Property, ...] = (
        "report is served, plus the key and value bytes of messages waiting for topic "
        "metadata; open batches (up to batch.size each, one per partition) come on top.",
        min=1, max=INT32_MAX),
-    _p("queue.buffering.backpressure.threshold", INT, 1, "P",
+    _ignored("queue.buffering.backpressure.threshold", INT, 1, "P",
        "Hold back new batches while this many produce requests to a broker are queued but "
-       "not yet sent, so batches grow instead.", min=1, max=1000000,
-       derived="idempotent producer: 1"),
+       "not yet sent, so batches grow instead.",
+       "batches are built as requests go out (at most max.in.flight per broker)",
+       min=1, max=1000000, derived="idempotent producer: 1"),
     _p("acks", INT, -1, "P",
        "Acknowledgements the partition leader waits for before answering: 0 = no answer at "
        "all, 1 = leader only, -1 or all = every in-sync replica.",
@@ -340,8 +440,10 @@ _TABLE: Tuple[Property, ...] = (
     _p("partition.assignment.strategy", CSV, ("range", "roundrobin"), "C",
        "Assignors this member supports, most preferred first. Cooperative and eager "
        "assignors cannot be mixed.", values=_ASSIGNORS),
-    _p("coordinator.query.interval.ms", INT, 600000, "C",
-       "How often to look up the group coordinator again.", min=1, max=3600000),
+    _ignored("coordinator.query.interval.ms", INT, 600000, "C",
+             "How often to look up the group coordinator again.",
+             "the coordinator is looked up again when it fails or moves, not periodically",
+             min=1, max=3600000),
     _p("enable.auto.commit", BOOL, True, "C",
        "Commit stored offsets in the background every auto.commit.interval.ms."),
     _p("auto.commit.interval.ms", INT, 5000, "C",
@@ -381,26 +483,201 @@ _TABLE: Tuple[Property, ...] = (
     _p("queued.max.messages.kbytes", INT, 65536, "C",
        "Most kilobytes of fetched messages waiting in the local queue; takes precedence over "
        "queued.min.messages.", min=1, max=2097151),
-    _p("fetch.queue.backoff.ms", INT, 1000, "C",
-       "Wait before fetching a partition again when its local queue is over the thresholds.",
-       min=0, max=300000),
+    _ignored("fetch.queue.backoff.ms", INT, 1000, "C",
+             "Wait before fetching a partition again when its local queue is over the "
+             "thresholds.", "fetching resumes as soon as the queue drains below the "
+             "thresholds", min=0, max=300000),
     _p("check.crcs", BOOL, False, "C",
        "Verify the CRC of every fetched batch (costs some CPU; catches corruption)."),
     _p("on_commit", CALLABLE, None, "C",
        "Called as on_commit(err, partitions) from poll() with the result of each offset "
        "commit."),
+    # --- librdkafka names handled here beyond the table above ---
+    _p("builtin.features", CSV, tuple(f for f in _FEATURES if f not in _MISSING_FEATURES), "*",
+       "Features this client has; setting it checks that the listed features are "
+       "available (those it lacks fail the constructor, as in librdkafka).",
+       values=_FEATURES),
+    _p("group.protocol", ENUM, "classic", "C",
+       "Group protocol: classic (JoinGroup/SyncGroup). KIP-848's consumer protocol is "
+       "refused.", values=("classic", "consumer"),
+       refuse_values={"consumer": "the KIP-848 consumer group protocol is not implemented; "
+                                  "use classic"}),
+    _p("group.protocol.type", ENUM, "consumer", "C",
+       "Protocol type of the classic group protocol; only consumer exists.",
+       values=("consumer",)),
+    _p("offset.store.method", ENUM, "broker", "C",
+       "Where offsets are committed: broker. file (deprecated in librdkafka) is refused.",
+       values=("none", "file", "broker"),
+       refuse_values={"file": "the " + _FILE_STORE, "none": "offsets are always committed "
+                      "to the broker (commit() / enable.auto.commit decide when)"}),
+    _p("queuing.strategy", ENUM, "fifo", "P",
+       "Producer queue order: fifo. lifo (deprecated in librdkafka) is refused.",
+       values=("fifo", "lifo"),
+       refuse_values={"lifo": "messages are always sent in produce order (fifo)"}),
+    _p("sasl.oauthbearer.method", ENUM, "default", "*",
+       "OAUTHBEARER token source: default (oauth_cb or the unsecured JWT). oidc is refused.",
+       values=("default", "oidc"),
+       refuse_values={"oidc": "OIDC token retrieval is not implemented; fetch the token in "
+                              "oauth_cb instead"}),
+    _ignored("api.version.fallback.ms", INT, 0, "*", "Deprecated in librdkafka.",
+             "ApiVersions is always used", min=0, max=604800000),
+    _ignored("broker.version.fallback", STR, "0.10.0", "*", "Deprecated in librdkafka.",
+             "ApiVersions is always used"),
+    _ignored("broker.address.ttl", INT, 1000, "*", "How long resolved addresses are cached.",
+             "names are resolved when a connection starts", min=0, max=86400000),
+    _ignored("client.dns.lookup", ENUM, "use_all_dns_ips", "*",
+             "How names with several addresses are used.",
+             "every address of a name is tried in turn (use_all_dns_ips); canonical names "
+             "only matter for GSSAPI",
+             values=("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")),
+    _ignored("enable.metrics.push", BOOL, True, "*", "KIP-714 client metrics push.",
+             "client metrics are not pushed to the cluster"),
+    _ignored("enable.random.seed", BOOL, True, "*", "Seed librdkafka's C PRNG.",
+             "Python seeds its own generators"),
+    _ignored("enabled_events", INT, 0, "*", "librdkafka's C event API.",
+             "callbacks run from poll() instead", min=0, max=INT32_MAX),
+    _ignored("internal.termination.signal", INT, 0, "*", "Signal for librdkafka's threads.",
+             "not needed: the I/O thread is woken directly", min=0, max=128),
+    _ignored("log.queue", BOOL, False, "*", "Queue log lines for rd_kafka_set_log_queue().",
+             "logs go to logger / log_cb directly"),
+    _ignored("log.thread.name", BOOL, True, "*", "Thread name in librdkafka's log lines.",
+             "use the logging module's %(threadName)s"),
+    _ignored("message.copy.max.bytes", INT, 65535, "*",
+             "Largest message librdkafka copies into its buffer.",
+             "keys and values are always encoded into the batch", min=0, max=1000000000),
+    _ignored("metadata.recovery.strategy", ENUM, "rebootstrap", "*",
+             "What to do when no known broker is reachable.",
+             "the bootstrap servers stay among the brokers tried",
+             values=("none", "rebootstrap")),
+    _ignored("metadata.recovery.rebootstrap.trigger.ms", INT, 300000, "*",
+             "When to re-bootstrap without metadata.", "see metadata.recovery.strategy",
+             min=0, max=INT32_MAX),
+    _ignored("produce.offset.report", BOOL, False, "P", "Deprecated in librdkafka.",
+             "offsets are always reported"),
+    _ignored("reconnect.backoff.jitter.ms", INT, 0, "*", "Deprecated in librdkafka.",
+             "see reconnect.backoff.ms", min=0, max=3600000),
+    _ignored("socket.blocking.max.ms", INT, 1000, "*", "Deprecated in librdkafka.",
+             "sockets never block", min=1, max=60000),
+    _ignored("socket.max.fails", INT, 1, "*", "Send failures before disconnecting.",
+             "a timed-out or failed request always closes the connection (librdkafka's "
+             "default of 1)", min=0, max=1000000),
+    _ignored("topic.metadata.refresh.fast.cnt", INT, 10, "*", "Deprecated in librdkafka.",
+             "see topic.metadata.refresh.fast.interval.ms", min=0, max=1000),
+    _ignored("topic.metadata.refresh.sparse", BOOL, True, "*",
+             "Ask metadata for the topics in use only.",
+             "metadata requests always name the topics in use"),
+    _ignored("ssl.ca.certificate.stores", STR, "Root", "*", "Windows certificate stores.",
+             "Windows only; ssl.ca.location or the system store is used"),
+    _ignored("ssl.engine.id", STR, "dynamic", "*", "OpenSSL engine id.",
+             "only used with ssl.engine.location, which is refused"),
+    _ignored("https.ca.location", STR, None, "*", "CA for the OIDC token endpoint.",
+             _OIDC_ONLY),
+    _ignored("https.ca.pem", STR, None, "*", "CA for the OIDC token endpoint.", _OIDC_ONLY),
+    _ignored("sasl.kerberos.service.name", STR, "kafka", "*", "Kerberos service name.",
+             _GSSAPI_ONLY),
+    _ignored("sasl.kerberos.principal", STR, "kafkaclient", "*", "Kerberos principal.",
+             _GSSAPI_ONLY),
+    _ignored("sasl.kerberos.kinit.cmd", STR,
+             'kinit -R -t "%{sasl.kerberos.keytab}" -k %{sasl.kerberos.principal} || '
+             'kinit -t "%{sasl.kerberos.keytab}" -k %{sasl.kerberos.principal}', "*",
+             "Command that refreshes the Kerberos ticket.", _GSSAPI_ONLY),
+    _ignored("sasl.kerberos.keytab", STR, None, "*", "Kerberos keytab.", _GSSAPI_ONLY),
+    _ignored("sasl.kerberos.min.time.before.relogin", INT, 60000, "*",
+             "Kerberos ticket refresh interval.", _GSSAPI_ONLY, min=0, max=86400000),
+    _ignored("sasl.oauthbearer.client.id", STR, None, "*", "OIDC client id.", _OIDC_ONLY,
+             aliases=("sasl.oauthbearer.client.credentials.client.id",)),
+    _ignored("sasl.oauthbearer.client.secret", STR, None, "*", "OIDC client secret.",
+             _OIDC_ONLY, aliases=("sasl.oauthbearer.client.credentials.client.secret",)),
+    _ignored("sasl.oauthbearer.scope", STR, None, "*", "OIDC scope.", _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.extensions", STR, None, "*", "OIDC SASL extensions.",
+             _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.token.endpoint.url", STR, None, "*", "OIDC token endpoint.",
+             _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.grant.type", ENUM, "client_credentials", "*",
+             "OIDC grant type.", _OIDC_ONLY,
+             values=("client_credentials", "urn:ietf:params:oauth:grant-type:jwt-bearer")),
+    _ignored("sasl.oauthbearer.assertion.algorithm", ENUM, "rs256", "*",
+             "OIDC JWT assertion algorithm (RS256, ES256).", _OIDC_ONLY,
+             values=("rs256", "es256")),
+    _ignored("sasl.oauthbearer.assertion.private.key.file", STR, None, "*",
+             "OIDC assertion key file.", _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.assertion.private.key.passphrase", STR, None, "*",
+             "OIDC assertion key passphrase.", _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.assertion.private.key.pem", STR, None, "*",
+             "OIDC assertion key.", _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.assertion.file", STR, None, "*", "OIDC assertion file.",
+             _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.assertion.claim.aud", STR, None, "*", "OIDC assertion aud.",
+             _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.assertion.claim.exp.seconds", INT, 300, "*",
+             "OIDC assertion lifetime.", _OIDC_ONLY, min=1, max=INT32_MAX),
+    _ignored("sasl.oauthbearer.assertion.claim.iss", STR, None, "*", "OIDC assertion iss.",
+             _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.assertion.claim.jti.include", BOOL, False, "*",
+             "OIDC assertion jti.", _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.assertion.claim.nbf.seconds", INT, 60, "*",
+             "OIDC assertion nbf.", _OIDC_ONLY, min=0, max=INT32_MAX),
+    _ignored("sasl.oauthbearer.assertion.claim.sub", STR, None, "*", "OIDC assertion sub.",
+             _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.assertion.jwt.template.file", STR, None, "*",
+             "OIDC assertion template.", _OIDC_ONLY),
+    _ignored("sasl.oauthbearer.metadata.authentication.type", ENUM, "none", "*",
+             "Metadata-based OIDC authentication (azure_imds).", _OIDC_ONLY,
+             values=("none", "azure_imds")),
+    _ignored("group.remote.assignor", STR, None, "C", "KIP-848 server-side assignor.",
+             "only used with group.protocol=consumer, which is refused"),
+    _ignored("auto.commit.enable", BOOL, True, "C",
+             "Legacy simple-consumer auto commit (deprecated in librdkafka).",
+             "use enable.auto.commit"),
+    _ignored("offset.store.path", STR, ".", "C", "File offset store path (deprecated).",
+             _FILE_STORE),
+    _ignored("offset.store.sync.interval.ms", INT, -1, "C",
+             "File offset store fsync interval (deprecated).", _FILE_STORE,
+             min=-1, max=86400000),
+    _ignored("consume.callback.max.messages", INT, 0, "C",
+             "Messages per rd_kafka_consume_callback() call.",
+             "librdkafka's legacy callback consumer API", min=0, max=1000000),
+    _refused("topic.blacklist", "*", "Regular expressions of topics to hide from metadata.",
+             "ignoring it would expose the topics it hides (to regex subscriptions, "
+             "list_topics)"),
+    _refused("ssl.sigalgs.list", "*", "TLS signature algorithms.",
+             "Python's ssl module cannot restrict signature algorithms; ignoring it would "
+             "allow ones excluded"),
+    _refused("ssl.providers", "*", "OpenSSL 3 providers to load.",
+             "OpenSSL providers cannot be loaded through Python's ssl module"),
+    _refused("ssl.engine.location", "*", "OpenSSL engine library (deprecated).",
+             "OpenSSL engines cannot be loaded through Python's ssl module"),
+    _refused("plugin.library.paths", "*", "librdkafka plugins to load.",
+             "librdkafka plugins (C libraries) cannot be loaded by this client"),
+    _dedicated("background_event_cb", "*", "Background queue event callback."),
+    _dedicated("socket_cb", "*", "Socket creation callback."),
+    _dedicated("connect_cb", "*", "Socket connect callback."),
+    _dedicated("closesocket_cb", "*", "Socket close callback."),
+    _dedicated("open_cb", "*", "File open callback."),
+    _dedicated("resolve_cb", "*", "Address resolution callback."),
+    _dedicated("opaque", "*", "Application opaque."),
+    _dedicated("default_topic_conf", "*", "Default topic configuration.",
+               "put topic properties in the main configuration"),
+    _dedicated("ssl_engine_callback_data", "*", "OpenSSL engine callback data."),
+    _dedicated("ssl.certificate.verify_cb", "*", "Broker certificate verification callback.",
+               "ignoring it would skip the application's own checks"),
+    _dedicated("oauthbearer_token_refresh_cb", "*", "OAUTHBEARER token refresh callback.",
+               "use oauth_cb"),
+    _dedicated("consume_cb", "C", "Message consume callback.", "use poll() / consume()"),
+    _dedicated("rebalance_cb", "C", "Rebalance callback.",
+               "pass on_assign / on_revoke / on_lost to subscribe()"),
+    _dedicated("offset_commit_cb", "C", "Offset commit callback.", "use on_commit"),
+    _dedicated("partitioner_cb", "P", "Custom partitioner callback.",
+               "use partitioner or produce(partition=...)"),
+    _dedicated("msg_order_cmp", "P", "Message queue ordering comparator."),
+    _internal("interceptors", "librdkafka interceptors."),
+    _internal("ssl_key", "Client key set with set_ssl_cert()."),
+    _internal("ssl_certificate", "Client certificate set with set_ssl_cert()."),
+    _internal("ssl_ca", "CA certificate set with set_ssl_cert()."),
 )
 
-# librdkafka properties that only tune librdkafka's own internals (or are deprecated there):
-# accepted so that existing configurations still load, ignored with a logged warning.
-IGNORED: frozenset = frozenset((
-    "api.version.fallback.ms", "broker.address.ttl", "broker.version.fallback",
-    "client.dns.lookup", "enable.metrics.push", "enable.random.seed", "enabled_events",
-    "internal.termination.signal", "log.queue", "log.thread.name", "message.copy.max.bytes",
-    "metadata.recovery.rebootstrap.trigger.ms", "metadata.recovery.strategy",
-    "produce.offset.report", "reconnect.backoff.jitter.ms", "socket.blocking.max.ms",
-    "socket.max.fails", "topic.metadata.refresh.fast.cnt", "topic.metadata.refresh.sparse",
-))
+#: librdkafka properties accepted and ignored with one logged warning naming them.
+IGNORED: frozenset = frozenset(p.name for p in _TABLE if p.status == WARNING)
 
 #: Every property by canonical name, in table order.
 PROPERTIES: Mapping[str, Property] = {p.name: p for p in _TABLE}
@@ -428,6 +705,85 @@ def describe(name: str) -> Property:
     if prop is None:
         raise _unknown(name)
     return prop
+
+
+_NULLABLE = (STR, LOGGER, CALLABLE)
+#: Typed differently here than in librdkafka, where it is a string (None = default).
+_NULLABLE_NAMES = frozenset(("partition.assignment.strategy",))
+_TYPE_WORDS = {INT: "Integer ", FLOAT: "Float ", BOOL: "Bool "}
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _refusal(given: str, prop: Property) -> KafkaException:
+    if prop.type == API:
+        return _invalid(prop.note)
+    return _invalid(f"Configuration property {_label(given, prop)} is not supported by this "
+                    f"client: {prop.note}")
+
+
+class ClientLogger:
+    """What a client logs through when log_cb or log_level is set: drops lines above
+    ``log_level`` (syslog numbering) and hands the rest to ``log_cb(level, facility,
+    message)`` or, without one, to ``target`` (a logging.Logger). Has the Logger methods
+    the client uses."""
+
+    _SYSLOG = ((logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4),
+               (logging.INFO, 6), (logging.DEBUG, 7))
+
+    def __init__(self, target: Any, log_cb: Any, log_level: int) -> None:
+        self.target = target
+        self.log_cb = log_cb
+        self.log_level = log_level
+        self.name = getattr(target, "name", "kafka_client")
+
+    @classmethod
+    def syslog_level(cls, level: int) -> int:
+        for threshold, syslog in cls._SYSLOG:
+            if level >= threshold:
+                return syslog
+        return 7
+
+    def isEnabledFor(self, level: int) -> bool:  # noqa: N802 - logging.Logger's name
+        return self.syslog_level(level) <= self.log_level and (
+            self.log_cb is not None or self.target.isEnabledFor(level))
+
+    def log(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
+        if self.syslog_level(level) > self.log_level:
+            return
+        if self.log_cb is None:
+            self.target.log(level, msg, *args, **kwargs)
+            return
+        text = msg % args if args else str(msg)
+        if kwargs.get("exc_info"):
+            text += "\n" + traceback.format_exc()
+        try:
+            self.log_cb(self.syslog_level(level), self.name, text)
+        except Exception:
+            _log.exception("log_cb failed")
+
+    def debug(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.log(logging.DEBUG, msg, *args, **kwargs)
+
+    def info(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.log(logging.INFO, msg, *args, **kwargs)
+
+    def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.log(logging.WARNING, msg, *args, **kwargs)
+
+    def error(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.log(logging.ERROR, msg, *args, **kwargs)
+
+    def exception(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("exc_info", True)
+        self.log(logging.ERROR, msg, *args, **kwargs)
+
+    def critical(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.log(logging.CRITICAL, msg, *args, **kwargs)
 
 
 def _invalid(message: str) -> KafkaException:
@@ -591,12 +947,13 @@ class ClientConfig(Mapping[str, Any]):
     :meth:`from_dict`. Instances are read-only.
     """
 
-    __slots__ = ("_role", "_values", "_explicit")
+    __slots__ = ("_role", "_values", "_explicit", "_security")
 
     def __init__(self, role: str, values: Dict[str, Any], explicit: Dict[str, Any]) -> None:
         object.__setattr__(self, "_role", role)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_explicit", explicit)
+        object.__setattr__(self, "_security", None)
 
     @classmethod
     def from_dict(cls, conf: Mapping[str, Any], role: "Role") -> "ClientConfig":
@@ -615,40 +972,79 @@ class ClientConfig(Mapping[str, Any]):
         values: Dict[str, Any] = {p.name: p.default for p in _TABLE}
         explicit: Dict[str, Any] = {}
         given_as: Dict[str, str] = {}
-        ignored: List[str] = []
         for key, raw in conf.items():
             if not isinstance(key, str):
                 raise _invalid(f"Configuration property names must be strings, not {key!r}")
             prop = _BY_ANY_NAME.get(key)
             if prop is None:
-                if key in IGNORED:
-                    ignored.append(key)
-                    continue
                 raise _unknown(key)
+            if prop.status == REFUSED:
+                raise _refusal(key, prop)
             if raw is None:
-                continue
+                if prop.type in _NULLABLE or prop.name in _NULLABLE_NAMES:
+                    continue  # unset: the default applies (librdkafka: empty string)
+                raise _invalid(f"{_TYPE_WORDS.get(prop.type, '')}configuration property "
+                               f"{_label(key, prop)} cannot be set to empty value")
             value = _convert(key, prop, raw)
+            reason = prop.refuse_values.get(value)
+            if reason is not None:
+                raise _invalid(f"Configuration property {_label(key, prop)} value "
+                               f'"{_value_text(value)}" is not supported by this client: '
+                               f"{reason}")
             values[prop.name] = value
             explicit[prop.name] = value
             given_as[prop.name] = key
         cfg = cls(role, values, explicit)
-        cfg._check_security()
+        cfg._check_features()
         cfg._finalize(given_as)
+        cfg._build_logger()
+        cfg._build_security()
         cfg._warn_scope(given_as)
-        for key in ignored:
-            cfg._logger().warning(
-                "Configuration property %s only tunes librdkafka internals and is ignored by "
-                "this client", key)
+        cfg._warn_unsupported(given_as)
         return cfg
+
+    def _check_features(self) -> None:
+        missing = [f for f in self._values["builtin.features"] if f in _MISSING_FEATURES]
+        if missing and "builtin.features" in self._explicit:
+            raise _invalid(
+                f'Invalid value "{",".join(missing)}" for configuration property '
+                f'"builtin.features": not supported by this client: '
+                + "; ".join(f"{f}: {_MISSING_FEATURES[f]}" for f in missing))
+
+    def _build_logger(self) -> None:
+        """log_cb, or an explicit log_level, puts a ClientLogger where the client looks
+        for its logger (the "logger" value)."""
+        v = self._values
+        if v["log_cb"] is not None or "log_level" in self._explicit:
+            target = v["logger"] or logging.getLogger("kafka_client")
+            v["logger"] = ClientLogger(target, v["log_cb"], v["log_level"])
+
+    def _warn_unsupported(self, given_as: Dict[str, str]) -> None:
+        """One warning per property set that this client accepts but ignores."""
+        log = self._logger()
+        for canonical, given in given_as.items():
+            prop = PROPERTIES[canonical]
+            if prop.status == WARNING:
+                log.warning("Configuration property %s is not supported by this client and "
+                            "is ignored: %s", given, prop.note)
+            elif self._role in prop.pending_roles:
+                log.warning("Configuration property %s is not supported by this %s yet and "
+                            "is ignored: %s", given, self._role, prop.note)
+            elif self._explicit[canonical] in prop.warn_values:
+                log.warning("Configuration property %s=%s is ignored: %s", given,
+                            _value_text(self._explicit[canonical]),
+                            prop.warn_values[self._explicit[canonical]])
 
     # --- cross-property rules (librdkafka's finalize step) ---
 
-    def _check_security(self) -> None:
-        proto = self._values["security.protocol"]
-        if proto != "plaintext":
-            raise _invalid(
-                f'Configuration property "security.protocol" value "{proto}" is not supported '
-                f"by this client yet: only plaintext is implemented")
+    def _build_security(self) -> None:
+        """TLS context and SASL settings, built now so a bad certificate file or missing
+        credentials fail the constructor, naming the property."""
+        try:
+            security = SecuritySettings.from_config(self._values)
+        except SecurityConfigError as exc:
+            raise _invalid(f"Invalid security configuration: {exc}") from None
+        object.__setattr__(self, "_security", security)
 
     def _finalize(self, given_as: Dict[str, str]) -> None:
         v = self._values
@@ -801,6 +1197,12 @@ class ClientConfig(Mapping[str, Any]):
     # --- read access ---
 
     @property
+    def security(self) -> Any:
+        """The :class:`~kafka_client._net.security.SecuritySettings` of this
+        configuration (TLS context, SASL mechanism and credentials, OAUTHBEARER tokens)."""
+        return self._security
+
+    @property
     def role(self) -> str:
         """``"producer"``, ``"consumer"`` or ``"admin"``."""
         return self._role
@@ -917,24 +1319,42 @@ def to_markdown() -> str:
         "`KafkaException(KafkaError._INVALID_ARG)`; a property meant for the other kind of "
         "client is accepted and a warning is logged.",
         "",
-        "Side: P = producer, C = consumer, * = every client. "
-        "\"Derived\" defaults apply only when the property is not set explicitly.",
+        "Every property name in librdkafka's CONFIGURATION.md is in this table. Status: "
+        "**effect** = it does what librdkafka documents (the note says where a value is "
+        "refused or differs); **warning** = accepted, ignored, and one warning naming it "
+        "is logged when it is set; **refused** = construction fails with an error naming "
+        "it, because ignoring it would weaken what was asked for (or because librdkafka "
+        "itself refuses the name: its \"dedicated API\" properties).",
         "",
-        "| Property | Aliases | Side | Type | Range / values | Default | Description |",
-        "|---|---|---|---|---|---|---|",
+        "Side: P = producer, C = consumer, * = every client. "
+        "\"Derived\" defaults apply only when the property is not set explicitly. `None` "
+        "for a property that is not a string, callable or logger is refused (\"cannot be "
+        "set to empty value\"), as in librdkafka; for those it means the default.",
+        "",
+        "| Property | Aliases | Side | Type | Range / values | Default | Status | Note | "
+        "Description |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for p in _TABLE:
         desc = p.description
         if p.derived:
             desc += f" Derived default: {p.derived}."
+        note = p.note
+        extra = [f"{_value_text(v)}: refused ({why})" for v, why in p.refuse_values.items()]
+        extra += [f"{_value_text(v)}: warning ({why})" for v, why in p.warn_values.items()]
+        if p.pending_roles:
+            extra.append(f"warning for {', '.join(p.pending_roles)}")
+        note = "; ".join(x for x in [note] + extra if x)
         lines.append(
             "| " + " | ".join(_md_cell(c) for c in (
                 f"`{p.name}`",
                 ", ".join(f"`{a}`" for a in p.aliases),
                 p.scope,
-                p.type,
+                "see dedicated API" if p.type == API else p.type,
                 p.range_text(),
                 _default_text(p),
+                p.status,
+                note,
                 desc,
             )) + " |")
     lines += [
@@ -955,14 +1375,15 @@ def to_markdown() -> str:
         "`fetch.max.bytes` + 512; `max.poll.interval.ms` >= `session.timeout.ms`; "
         "cooperative and eager assignors cannot be mixed.",
         "- Every client: `reconnect.backoff.max.ms` >= `reconnect.backoff.ms`, "
-        "`retry.backoff.max.ms` >= `retry.backoff.ms`; `security.protocol` must be plaintext "
-        "for now.",
+        "`retry.backoff.max.ms` >= `retry.backoff.ms`.",
+        "- `security.protocol` ssl / sasl_ssl builds the TLS context at construction (a "
+        "missing file or wrong key password fails there); sasl_* needs a supported "
+        "`sasl.mechanism` and its credentials (see docs/security.md).",
         "",
         "## Accepted and ignored",
         "",
-        "These librdkafka properties only tune librdkafka's own internals or are deprecated "
-        "there. They are accepted so existing configurations load, and ignored with a logged "
-        "warning: " + ", ".join(f"`{n}`" for n in sorted(IGNORED)) + ".",
+        "Set, these log one warning each and have no effect: "
+        + ", ".join(f"`{n}`" for n in sorted(IGNORED)) + ".",
         "",
     ]
     return "\n".join(lines)

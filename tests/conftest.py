@@ -3,7 +3,12 @@
 * ``tansu_broker`` / ``noida_broker``: one broker per test session;
 * ``broker``: parametrized over both (a test using it runs once per broker);
 * ``fresh_noida_broker``: a private noida-db for one test, for restarts and faults;
-* ``topic_name``: a unique topic name per test.
+* ``topic_name``: a unique topic name per test;
+* ``tls_endpoints``: Tansu behind stunnel (server-only and mutual TLS) plus stunnels
+  with a wrong-name and an unknown-CA certificate (kafka_client._testing.tls); skips
+  when stunnel (Debian stunnel4) is not installed, which ``./dev`` installs;
+* ``sasl_tansu``: Tansu behind the tests' SASL gateway (kafka_client._testing.sasl_server;
+  user ``alice`` / ``alice-secret``, PLAIN, SCRAM-SHA-256/512, OAUTHBEARER).
 
 Every broker object has ``.bootstrap`` ("127.0.0.1:PORT"), ``.host``, ``.port``,
 ``.kind`` and ``.create_topic(name, partitions=1)``; noida-db also ``.restart()``,
@@ -31,7 +36,8 @@ if _ROOT not in sys.path:
 
 from kafka_client._testing.brokers import BrokerNotAvailable, NoidaBroker, make_broker
 
-BROKER_FIXTURES = {"tansu_broker", "noida_broker", "broker", "fresh_noida_broker"}
+BROKER_FIXTURES = {"tansu_broker", "noida_broker", "broker", "fresh_noida_broker",
+                   "tls_endpoints", "sasl_tansu"}
 ALL_KINDS = ("tansu", "noida")
 
 
@@ -118,3 +124,34 @@ def kafka_cluster(tmp_path):
 
     with Cluster(brokers=3, data_dir=str(tmp_path / "cluster")) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def tls_endpoints():
+    from kafka_client._testing.brokers import tansu_binary
+    from kafka_client._testing.tls import TlsEndpoints, stunnel_binary
+
+    if stunnel_binary() is None:
+        pytest.skip("stunnel is not installed (Debian package stunnel4; ./dev installs it "
+                    "when apt-get is usable)")
+    if tansu_binary() is None:
+        pytest.skip("tansu broker not available")
+    endpoints = TlsEndpoints()
+    try:
+        yield endpoints
+    finally:
+        endpoints.stop()
+
+
+@pytest.fixture(scope="session")
+def sasl_tansu():
+    from kafka_client._testing.brokers import tansu_binary
+    from kafka_client._testing.sasl_server import SaslTansu
+
+    if tansu_binary() is None:
+        pytest.skip("tansu broker not available")
+    cluster = SaslTansu({"alice": "alice-secret"})
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

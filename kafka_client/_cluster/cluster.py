@@ -67,6 +67,10 @@ class Cluster:
         self.errors: List[KafkaError] = []  # client-level errors for error_cb (app thread)
         self._errors_lock = threading.Lock()
         self.closed = False
+        tokens = self.settings.security.tokens
+        if tokens is not None:  # failed OAUTHBEARER refreshes go to error_cb, as librdkafka's
+            tokens.on_error = lambda message: self.report_error(
+                KafkaError(KafkaError._AUTHENTICATION, message))
         io.add_tick(self._tick)
 
     # -- connections -------------------------------------------------------------------
@@ -176,6 +180,12 @@ class Cluster:
                 KafkaError._TRANSPORT, error.str()))
         for cb in self.on_broker_state:
             cb(conn, state, error)
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """librdkafka's ``set_sasl_credentials``: PLAIN/SCRAM credentials for the next
+        authentications (connections already authenticated keep theirs until they
+        reconnect or re-authenticate). Any thread."""
+        self.settings.security.set_credentials(username, password)
 
     def report_error(self, error: KafkaError) -> None:
         with self._errors_lock:
@@ -317,6 +327,7 @@ class Cluster:
         close (see BrokerConnection.shutdown). Returns the connections still closing."""
         self.closed = True
         self.io.remove_tick(self._tick)
+        self.settings.security.close()  # stops the OAUTHBEARER token refresh, if any
         closing = []
         for conn in list(self.conns.values()):
             conn.on_state = None

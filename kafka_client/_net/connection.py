@@ -2,13 +2,28 @@
 
 State machine::
 
-    DISCONNECTED --connect()--> CONNECTING --TCP up--> HANDSHAKE --ApiVersions--> READY
-          ^                          |                    |                          |
-          +------ close(error): backoff, then a new connect() may start -------------+
+    DISCONNECTED --connect()--> CONNECTING --TCP up--> [TLS_HANDSHAKE] --> HANDSHAKE
+          ^                                                                    |
+          |                              ApiVersions answered: [AUTHENTICATING] --> READY
+          +------ close(error): backoff, then a new connect() may start ----------------+
+
+  (the bracketed states only with TLS / SASL; READY goes back to AUTHENTICATING for a
+  KIP-368 re-authentication when the broker gave the session a lifetime)
 
 * ``connect()`` resolves the host (every address, tried in turn on failure) and starts a
-  non-blocking ``connect``; ``socket.connection.setup.timeout.ms`` bounds TCP connect plus
-  the ApiVersions exchange.
+  non-blocking ``connect``; ``socket.connection.setup.timeout.ms`` bounds TCP connect, the
+  TLS handshake, the ApiVersions exchange and SASL authentication together.
+* TLS (``security.protocol`` ssl / sasl_ssl): the socket is wrapped once TCP is up and the
+  handshake runs non-blocking on the I/O thread; then the same pipeline runs over it
+  (writes coalesce the queued buffers into chunks, since ``SSLSocket`` has no
+  ``sendmsg``; decrypted bytes OpenSSL holds back are read without waiting for the
+  selector). A failed handshake closes with ``_SSL``.
+* SASL (sasl_plaintext / sasl_ssl): after ApiVersions, SaslHandshake then SaslAuthenticate
+  rounds (KIP-152) driven by a :class:`~kafka_client._net.security.sasl.SaslMechanism`;
+  failures close with ``_AUTHENTICATION`` (reported to ``error_cb``, then reconnect with
+  backoff, as librdkafka). When the broker answers with a session lifetime, the
+  connection authenticates again at 85-95% of it (KIP-368), after the requests in
+  flight are answered; new requests wait meanwhile.
 * The protocol (request framing, correlation ids and the one table of requests in
   flight, the ApiVersions handshake with its KIP-511 retries, the version negotiated per
   API: :attr:`BrokerConnection.versions`, decoding) is a
@@ -36,14 +51,17 @@ import logging
 import os
 import random
 import socket
+import ssl
 import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from kafka_client._net.bootstrap import Address, resolve
+from kafka_client._net.security import SaslError, SaslMechanism, SecuritySettings
 from kafka_client.errors import KafkaError
-from kafka_proto.errors import UnsupportedVersionError
+from kafka_proto.errors import ErrorCode, UnsupportedVersionError, broker_error
 from kafka_proto.framing import DEFAULT_MAX_FRAME_SIZE
+from kafka_proto.messages import ApiKey, SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka_proto.protocol import (
     BrokerConversation,
     HandshakeError,
@@ -58,18 +76,35 @@ __all__ = [
     "Backoff",
     "DISCONNECTED",
     "CONNECTING",
+    "TLS_HANDSHAKE",
     "HANDSHAKE",
+    "AUTHENTICATING",
     "READY",
 ]
 
 _log = logging.getLogger("kafka_client.connection")
 
 DISCONNECTED, CONNECTING, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"
+TLS_HANDSHAKE, AUTHENTICATING = "TLS_HANDSHAKE", "AUTHENTICATING"
+_SETTING_UP = (CONNECTING, TLS_HANDSHAKE, HANDSHAKE, AUTHENTICATING)
 
 _IOV_MAX = 512  # buffers per sendmsg call (Linux allows 1024)
+#: Bytes coalesced into one SSLSocket.send: large enough that per-call and per-record
+#: costs vanish, small enough to keep the copy in cache.
+_TLS_CHUNK = 256 * 1024
+_TLS_WOULD_BLOCK = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError,
+                    InterruptedError)
 _EVENT_READ, _EVENT_WRITE = 1, 2  # selectors.EVENT_READ / EVENT_WRITE
 
 ResponseCallback = Callable[[Any, Optional[KafkaError]], None]
+
+
+def _io_error_code(exc: OSError) -> int:
+    """_SSL for a TLS alert or protocol error (a refused client certificate arrives as
+    one after a TLS 1.3 handshake), _TRANSPORT for a plain socket error or a cut."""
+    if isinstance(exc, ssl.SSLError) and not isinstance(exc, ssl.SSLEOFError):
+        return KafkaError._SSL
+    return KafkaError._TRANSPORT
 
 
 class Backoff:
@@ -103,7 +138,7 @@ class ConnectionSettings:
     __slots__ = ("client_id", "request_timeout", "setup_timeout", "api_versions_timeout",
                  "max_in_flight", "max_frame_size", "reconnect_backoff_ms",
                  "reconnect_backoff_max_ms", "idle_timeout", "address_family", "nagle_off",
-                 "keepalive", "send_buffer", "receive_buffer")
+                 "keepalive", "send_buffer", "receive_buffer", "log_close", "security")
 
     def __init__(self, config: Any = None, **overrides: Any) -> None:
         get = (lambda k, d: config[k]) if config is not None else (lambda k, d: d)
@@ -121,6 +156,10 @@ class ConnectionSettings:
         self.keepalive = get("socket.keepalive.enable", False)
         self.send_buffer = get("socket.send.buffer.bytes", 0)
         self.receive_buffer = get("socket.receive.buffer.bytes", 0)
+        self.log_close = get("log.connection.close", True)
+        #: TLS and SASL (plaintext when the configuration has none)
+        self.security: SecuritySettings = getattr(config, "security", None) \
+            or SecuritySettings()
         for k, v in overrides.items():
             setattr(self, k, v)
 
@@ -195,6 +234,13 @@ class BrokerConnection:
         self._write_marks: Deque[Tuple[int, _Request]] = deque()  # acks=0: fire when written
         self._events = 0
         self._shutting = False
+        self._tls_pending: Optional[Any] = None  # a chunk SSLSocket.send must retry whole
+        self._sasl: Optional[SaslMechanism] = None
+        self._reauth_at = 0.0       # monotonic time of the next KIP-368 re-authentication
+        self._reauth_waiting = False  # re-authentication due, waiting for in-flight answers
+        self._reauthenticating = False
+        #: completed SASL authentications on this connection (re-authentications counted)
+        self.authentications = 0
 
     def __repr__(self) -> str:
         return f"<BrokerConnection {self.node_id} {self.host}:{self.port} {self.state}>"
@@ -297,9 +343,57 @@ class BrokerConnection:
             KafkaError._TRANSPORT, f"{self.host}:{self.port}: no address to connect to"))
 
     def _connected(self) -> None:
-        self.state = HANDSHAKE
         self._written = self._queued_bytes = 0
         self.last_activity = time.monotonic()
+        ctx = self.settings.security.ssl_context
+        if ctx is None:
+            self._start_api_versions()
+            return
+        # wrap_socket takes the file descriptor over (the plain socket object is left
+        # closed), so the selector forgets the old object and learns the new one.
+        raw = self.sock
+        self.io.unregister(raw)
+        try:
+            self.sock = ctx.wrap_socket(raw, server_hostname=self.host,
+                                        do_handshake_on_connect=False)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            self.sock = None
+            raw.close()
+            self.close(KafkaError(KafkaError._SSL, f"{self.host}:{self.port}: TLS set-up "
+                                                   f"failed: {exc}"))
+            return
+        self.state = TLS_HANDSHAKE
+        self._events = _EVENT_READ
+        self.io.register(self.sock, self._events, self._on_event)
+        self._tls_handshake_step()
+
+    def _tls_handshake_step(self) -> None:
+        sock = self.sock
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._set_events(_EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._set_events(_EVENT_READ | _EVENT_WRITE)
+            return
+        except ssl.SSLCertVerificationError as exc:
+            self.close(KafkaError(KafkaError._SSL, (
+                f"{self.host}:{self.port}: SSL handshake failed: certificate verify failed: "
+                f"{exc.verify_message or exc}: broker certificate could not be verified, "
+                f"verify that ssl.ca.location is correctly configured or root CA "
+                f"certificates are installed")))
+            return
+        except (ssl.SSLError, OSError) as exc:
+            self.close(KafkaError(KafkaError._SSL, f"{self.host}:{self.port}: SSL handshake "
+                                                   f"failed: {exc}"))
+            return
+        _log.debug("TLS to %s:%s: %s, %s", self.host, self.port, sock.version(),
+                   (sock.cipher() or ("?",))[0])
+        self._start_api_versions()
+
+    def _start_api_versions(self) -> None:
+        self.state = HANDSHAKE
         self._set_events(_EVENT_READ)
         handshake = _Request(None, None, True, None, self.settings.api_versions_timeout)
         self._queue_out(handshake, self._conv.start_handshake(handshake))
@@ -310,6 +404,12 @@ class BrokerConnection:
             req.queued_at = time.monotonic()
             self._queue_out(req, event.retry)
             return
+        if self.settings.security.mechanism is not None:
+            self._start_sasl()
+        else:
+            self._ready()
+
+    def _ready(self) -> None:
         self.state = READY
         self.backoff.reset()
         self._addresses = []
@@ -318,6 +418,102 @@ class BrokerConnection:
         self._flush_queue()
         if self.on_state is not None:
             self.on_state(self, READY, None)
+
+    # -- SASL ------------------------------------------------------------------------------
+    def _start_sasl(self) -> None:
+        """SaslHandshake, then SaslAuthenticate rounds until the mechanism completes."""
+        self.state = AUTHENTICATING
+        self._sasl = None
+        version = self._conv.versions.get(ApiKey.SASL_HANDSHAKE)
+        if version is None or version < 1 or \
+                self._conv.versions.get(ApiKey.SASL_AUTHENTICATE) is None:
+            self._auth_failed(KafkaError._UNSUPPORTED_FEATURE,
+                              "the broker does not support SaslHandshake v1 and "
+                              "SaslAuthenticate (KIP-152, Kafka 1.0+)")
+            return
+        mechanism = self.settings.security.mechanism
+        self._send_now(SaslHandshakeRequest(mechanism=mechanism), self._sasl_handshake_answered)
+
+    def _send_now(self, msg: Any, callback: ResponseCallback) -> None:
+        """Write a request of the connection's own (SASL) ahead of the queue."""
+        self._write_request(_Request(msg, None, True, callback, None))
+
+    def _sasl_handshake_answered(self, resp: Any, err: Optional[KafkaError]) -> None:
+        if err is not None or self.state != AUTHENTICATING:
+            return  # the connection closed meanwhile; close() reported why
+        mechanism = self.settings.security.mechanism
+        if resp.error_code != ErrorCode.NONE:
+            offered = ", ".join(resp.mechanisms or ()) or "none"
+            if resp.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+                why = (f"SASL mechanism {mechanism} is not enabled on the broker (it offers: "
+                       f"{offered})")
+            else:
+                why = f"SaslHandshake failed: {broker_error(resp.error_code).name}"
+            self._auth_failed(KafkaError._AUTHENTICATION, why)
+            return
+        try:
+            self._sasl = self.settings.security.new_mechanism()
+            first = self._sasl.initial()
+        except SaslError as exc:
+            self._auth_failed(KafkaError._AUTHENTICATION, str(exc))
+            return
+        self._send_now(SaslAuthenticateRequest(auth_bytes=first), self._sasl_answered)
+
+    def _sasl_answered(self, resp: Any, err: Optional[KafkaError]) -> None:
+        if err is not None or self.state != AUTHENTICATING or self._sasl is None:
+            return
+        mech = self._sasl
+        if resp.error_code != ErrorCode.NONE:
+            detail = resp.error_message or broker_error(resp.error_code).name
+            server_said = getattr(mech, "server_error", "")
+            if server_said:
+                detail += f" ({server_said})"
+            self._auth_failed(KafkaError._AUTHENTICATION,
+                              f"SASL {mech.name} authentication failed: {detail}")
+            return
+        try:
+            reply = mech.respond(bytes(resp.auth_bytes or b""))
+        except SaslError as exc:
+            self._auth_failed(KafkaError._AUTHENTICATION, f"SASL {mech.name}: {exc}")
+            return
+        if reply is not None:
+            self._send_now(SaslAuthenticateRequest(auth_bytes=reply), self._sasl_answered)
+            return
+        self._sasl = None
+        self.authentications += 1
+        lifetime = getattr(resp, "session_lifetime_ms", 0) or 0
+        if lifetime > 0:
+            # KIP-368: well before the broker would close the session (as the Java
+            # client: at 85-95% of the lifetime, so connections do not all go at once).
+            self._reauth_at = time.monotonic() + lifetime / 1000.0 * \
+                self.backoff.rng.uniform(0.85, 0.95)
+        else:
+            self._reauth_at = 0.0
+        _log.debug("authenticated to %s:%s with %s", self.host, self.port, mech.name)
+        if self._reauthenticating:
+            # The connection was READY before: no new READY event, just carry on.
+            self._reauthenticating = False
+            self.state = READY
+            self._flush_queue()
+            return
+        self._ready()
+
+    def _auth_failed(self, code: int, why: str) -> None:
+        self.close(KafkaError(code, f"{self.host}:{self.port}: {why}"))
+
+    def _begin_reauth(self, now: float) -> None:
+        """KIP-368: authenticate again on this connection; new requests wait meanwhile."""
+        self._reauth_at = 0.0
+        self.state = AUTHENTICATING
+        self._setup_deadline = now + self.settings.setup_timeout
+        self._reauthenticating = self._reauth_waiting = True
+        self._maybe_reauth_now()
+
+    def _maybe_reauth_now(self) -> None:
+        if self._reauth_waiting and self._conv.in_flight == 0 and self.sock is not None:
+            self._reauth_waiting = False
+            _log.debug("re-authenticating to %s:%s", self.host, self.port)
+            self._start_sasl()
 
     # -- sending ---------------------------------------------------------------------
     def send(self, msg: Any, callback: Optional[ResponseCallback] = None, *,
@@ -385,6 +581,9 @@ class BrokerConnection:
         self._write_out()
 
     def _write_out(self) -> None:
+        if self.settings.security.ssl_context is not None:
+            self._write_out_tls()
+            return
         sock = self.sock
         out = self._out
         while out and sock is not None:
@@ -409,14 +608,55 @@ class BrokerConnection:
                 else:
                     out[0] = head[n:]
                     n = 0
+        self._after_write(bool(out))
+
+    def _after_write(self, more: bool) -> None:
         marks = self._write_marks
         while marks and marks[0][0] <= self._written:
             _, req = marks.popleft()
             self._finish(req, None, None)
         if self.sock is not None:
-            want = _EVENT_READ | (_EVENT_WRITE if out else 0)
+            want = _EVENT_READ | (_EVENT_WRITE if more else 0)
             if want != self._events:
                 self._set_events(want)
+
+    def _write_out_tls(self) -> None:
+        """Writes over TLS: queued buffers are joined into chunks of up to _TLS_CHUNK (one
+        SSL_write each, many TLS records). A chunk that would block is kept and sent
+        again whole, as OpenSSL requires."""
+        sock = self.sock
+        out = self._out
+        while sock is not None and self.state != TLS_HANDSHAKE:
+            chunk = self._tls_pending
+            if chunk is None:
+                if not out:
+                    break
+                head = out.popleft()
+                if not out or len(head) >= _TLS_CHUNK:
+                    chunk = head
+                else:
+                    parts = [head]
+                    size = len(head)
+                    while out and size < _TLS_CHUNK:
+                        part = out.popleft()
+                        parts.append(part)
+                        size += len(part)
+                    chunk = b"".join(parts)
+                self._tls_pending = chunk
+            try:
+                n = sock.send(chunk)
+            except _TLS_WOULD_BLOCK:
+                break
+            except OSError as exc:
+                self.close(KafkaError(_io_error_code(exc),
+                                      f"{self.host}:{self.port}: send failed: {exc}"))
+                return
+            self._tls_pending = None if n >= len(chunk) else memoryview(chunk)[n:]
+            self._written += n
+            self._out_bytes -= n
+            self.tx_bytes += n
+            self.last_activity = time.monotonic()
+        self._after_write(bool(out) or self._tls_pending is not None)
 
     def _set_events(self, events: int) -> None:
         self._events = events
@@ -425,6 +665,9 @@ class BrokerConnection:
 
     # -- events ------------------------------------------------------------------------
     def _on_event(self, mask: int) -> None:
+        if self.state == TLS_HANDSHAKE:
+            self._tls_handshake_step()
+            return
         if self.state == CONNECTING:
             if mask & _EVENT_WRITE:
                 err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
@@ -449,16 +692,18 @@ class BrokerConnection:
     def _read(self) -> None:
         sock = self.sock
         conv = self._conv
-        for _ in range(16):  # bounded, so one busy socket cannot starve the others
+        # Bounded, so one busy socket cannot starve the others; a TLS read returns at most
+        # one record (16 KiB), so TLS gets more reads for about as many bytes per turn.
+        for _ in range(16 if self.settings.security.ssl_context is None else 128):
             if sock is None or self.sock is not sock:
                 return
             view = conv.buffer_for_read()
             try:
                 n = sock.recv_into(view)
-            except (BlockingIOError, InterruptedError):
+            except _TLS_WOULD_BLOCK:
                 return
             except OSError as exc:
-                self.close(KafkaError(KafkaError._TRANSPORT,
+                self.close(KafkaError(_io_error_code(exc),
                                       f"{self.host}:{self.port}: receive failed: {exc}"))
                 return
             finally:
@@ -476,6 +721,14 @@ class BrokerConnection:
                                       f"{self.host}:{self.port}: bad frame: {exc}"))
                 return
             self._handle_answers(sock)
+        # OpenSSL may hold decrypted bytes the selector cannot see: read them next turn.
+        if self.sock is sock and sock is not None and self.settings.security.ssl_context \
+                is not None and sock.pending():
+            self.io.call_soon(self._read_pending, sock)
+
+    def _read_pending(self, sock: Any) -> None:
+        if self.sock is sock:
+            self._read()
 
     def _handle_answers(self, sock: socket.socket) -> None:
         """Take every answer the conversation has complete, one at a time (a callback may
@@ -515,6 +768,8 @@ class BrokerConnection:
             self._finish(req, event.response, None)
             if self._queue and self.state == READY:
                 self._flush_queue()
+            elif self._reauth_waiting:
+                self._maybe_reauth_now()
 
     def _finish(self, req: _Request, resp: Any, error: Optional[KafkaError]) -> None:
         cb = req.callback
@@ -540,7 +795,7 @@ class BrokerConnection:
         st = self.state
         if st == DISCONNECTED:
             return self.next_attempt if (self._queue and self.next_attempt > now) else None
-        if st in (CONNECTING, HANDSHAKE):
+        if st in _SETTING_UP:
             if now >= self._setup_deadline:
                 self.close(KafkaError(KafkaError._TRANSPORT if st == CONNECTING
                                       else KafkaError._TIMED_OUT,
@@ -548,6 +803,11 @@ class BrokerConnection:
                                       f"after {self.settings.setup_timeout:g}s ({st})"))
                 return None
             nxt = self._setup_deadline
+        elif self._reauth_at and st == READY:
+            if now >= self._reauth_at:
+                self._begin_reauth(now)
+                return self._setup_deadline
+            nxt = self._reauth_at
         else:
             nxt = None
         oldest = self._conv.oldest()
@@ -561,7 +821,7 @@ class BrokerConnection:
             nxt = earliest if nxt is None else min(nxt, earliest)
         idle = self.settings.idle_timeout
         if idle and st == READY and not self._conv.in_flight and not self._queue \
-                and not self._out:
+                and not self._out and self._tls_pending is None:
             at = self.last_activity + idle
             if now >= at:
                 _log.debug("closing idle connection to %s:%s", self.host, self.port)
@@ -586,7 +846,8 @@ class BrokerConnection:
 
     def _quiet(self) -> bool:
         conv = self._conv
-        return not self._out and not conv.in_flight and conv.unanswered_fire_and_forget == 0
+        return not self._out and self._tls_pending is None and not conv.in_flight \
+            and conv.unanswered_fire_and_forget == 0
 
     def _drop_socket(self) -> None:
         sock, self.sock = self.sock, None
@@ -611,6 +872,10 @@ class BrokerConnection:
         self.state = DISCONNECTED
         self._out.clear()
         self._out_bytes = 0
+        self._tls_pending = None
+        self._sasl = None
+        self._reauth_at = 0.0
+        self._reauth_waiting = self._reauthenticating = False
         marks = list(self._write_marks)
         self._write_marks.clear()
         inflight = [entry.data for entry in self._conv.reset()]
@@ -618,7 +883,8 @@ class BrokerConnection:
         if error is not None:
             self.last_error = error
             self.next_attempt = now + self.backoff.next_delay()
-            if was == READY and error.code() != KafkaError._DESTROY:
+            if was == READY and error.code() != KafkaError._DESTROY and \
+                    self.settings.log_close:
                 _log.info("connection to %s:%s lost: %s", self.host, self.port, error.str())
             else:
                 _log.debug("connection to %s:%s failed: %s", self.host, self.port, error.str())

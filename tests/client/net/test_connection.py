@@ -404,3 +404,15 @@ def test_undecodable_response_fails_its_own_request_and_the_others(io):
         assert conn.state == DISCONNECTED and conn.in_flight == 0
     finally:
         fake.close()
+
+
+def test_settings_take_security_and_log_close_from_the_config():
+    from kafka_client.config import ClientConfig
+
+    cfg = ClientConfig.from_dict({"security.protocol": "ssl", "log.connection.close": False},
+                                 "producer")
+    s = ConnectionSettings(cfg)
+    assert s.security is cfg.security and s.security.ssl_context is not None
+    assert s.log_close is False
+    plain = ConnectionSettings()
+    assert plain.security.ssl_context is None and plain.security.mechanism is None

@@ -1,0 +1,154 @@
+"""Security of broker connections: TLS (:mod:`.tls`) and SASL (:mod:`.sasl`,
+:mod:`.oauth`).
+
+:class:`SecuritySettings` is built once per client from its configuration (bad files,
+missing credentials and unsupported mechanisms fail there, naming the property); every
+connection of the client asks it for an :class:`ssl.SSLContext` and, per authentication,
+a fresh :class:`~.sasl.SaslMechanism`.
+"""
+from __future__ import annotations
+
+import ssl
+import threading
+from typing import Any, Callable, Mapping, Optional
+
+from kafka_client._net.security.oauth import TokenSource, token_from_callback, unsecured_jwt
+from kafka_client._net.security.sasl import (
+    SCRAM_HASHES,
+    OAuthBearerMechanism,
+    OAuthToken,
+    PlainMechanism,
+    SaslError,
+    SaslMechanism,
+    ScramMechanism,
+)
+from kafka_client._net.security.tls import TlsConfigError, build_ssl_context
+
+__all__ = ["SecuritySettings", "SecurityConfigError", "SUPPORTED_MECHANISMS",
+           "SaslError", "SaslMechanism", "OAuthToken"]
+
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+
+
+class SecurityConfigError(ValueError):
+    """The security configuration cannot work; the message names the property."""
+
+
+def _gssapi_missing() -> str:
+    """Why GSSAPI cannot be used here: always, for now (see docs/security.md)."""
+    try:
+        import gssapi  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        return ('"sasl.mechanism" GSSAPI (Kerberos) is not supported by this client: it '
+                'needs the "gssapi" Python package (pip install gssapi, which needs the '
+                "MIT Kerberos libraries: Debian libkrb5-dev) and Kerberos support in this "
+                "client, which is not written yet; use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+                "or OAUTHBEARER")
+    return ('"sasl.mechanism" GSSAPI (Kerberos) is not supported by this client yet '
+            '(the "gssapi" package is installed, but the GSSAPI exchange is not written); '
+            "use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
+
+
+class SecuritySettings:
+    """What ``security.protocol``, ``ssl.*`` and ``sasl.*`` ask for, ready to use.
+
+    ``ssl_context`` is None for plaintext and SASL_PLAINTEXT; ``mechanism`` None when no
+    SASL is used. ``tokens`` is the OAUTHBEARER token source, if any.
+    """
+
+    def __init__(self, protocol: str = "plaintext",
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 mechanism: Optional[str] = None, username: Optional[str] = None,
+                 password: Optional[str] = None,
+                 tokens: Optional[TokenSource] = None) -> None:
+        self.protocol = protocol
+        self.ssl_context = ssl_context
+        self.mechanism = mechanism
+        self._lock = threading.Lock()
+        self._username = username
+        self._password = password
+        self.tokens = tokens
+
+    @classmethod
+    def from_config(cls, conf: Mapping[str, Any]) -> "SecuritySettings":
+        """Build from a client configuration (every property present). Raises
+        SecurityConfigError naming what is wrong; with OAUTHBEARER, fetches the first
+        token (calling ``oauth_cb``)."""
+        protocol = conf["security.protocol"]
+        ctx = None
+        if protocol in ("ssl", "sasl_ssl"):
+            try:
+                ctx = build_ssl_context(conf)
+            except TlsConfigError as exc:
+                raise SecurityConfigError(str(exc)) from None
+        if protocol not in ("sasl_plaintext", "sasl_ssl"):
+            return cls(protocol, ctx)
+        mechanism = conf["sasl.mechanism"].strip().upper()
+        if mechanism == "GSSAPI":
+            raise SecurityConfigError(_gssapi_missing())
+        if mechanism not in SUPPORTED_MECHANISMS:
+            raise SecurityConfigError(
+                f'"sasl.mechanism" "{conf["sasl.mechanism"]}" is not supported: use one of '
+                f"{', '.join(SUPPORTED_MECHANISMS[:-1])}")
+        username, password = conf["sasl.username"], conf["sasl.password"]
+        tokens = None
+        if mechanism == "OAUTHBEARER":
+            tokens = _token_source(conf)
+        elif username is None or password is None:
+            raise SecurityConfigError(
+                f'"sasl.mechanism" {mechanism} needs "sasl.username" and "sasl.password"')
+        return cls(protocol, ctx, mechanism, username, password, tokens)
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_context is not None
+
+    def set_credentials(self, username: str, password: str) -> None:
+        """New PLAIN/SCRAM credentials for the next authentications (librdkafka's
+        ``set_sasl_credentials``; connections already up keep theirs)."""
+        if not isinstance(username, str) or not isinstance(password, str):
+            raise TypeError("username and password must be strings")
+        with self._lock:
+            self._username, self._password = username, password
+
+    def new_mechanism(self) -> SaslMechanism:
+        """A mechanism object for one authentication."""
+        mech = self.mechanism
+        if mech is None:
+            raise SaslError("no SASL mechanism configured")
+        if mech == "OAUTHBEARER":
+            tokens = self.tokens
+            assert tokens is not None
+            return OAuthBearerMechanism(tokens.current)
+        with self._lock:
+            username, password = self._username or "", self._password or ""
+        if mech == "PLAIN":
+            return PlainMechanism(username, password)
+        if mech in SCRAM_HASHES:
+            return ScramMechanism(mech, username, password)
+        raise SaslError(f"unsupported SASL mechanism {mech}")  # pragma: no cover
+
+    def close(self) -> None:
+        if self.tokens is not None:
+            self.tokens.close()
+
+
+def _token_source(conf: Mapping[str, Any]) -> TokenSource:
+    oauth_cb: Optional[Callable[[Any], Any]] = conf["oauth_cb"]
+    settings = conf["sasl.oauthbearer.config"]
+    if oauth_cb is not None:
+        def fetch() -> OAuthToken:
+            return token_from_callback(oauth_cb(settings))
+    elif conf["enable.sasl.oauthbearer.unsecure.jwt"]:
+        def fetch() -> OAuthToken:
+            return unsecured_jwt(settings)
+    else:
+        raise SecurityConfigError(
+            '"sasl.mechanism" OAUTHBEARER needs "oauth_cb" (a function returning a token '
+            'and its expiry) or "enable.sasl.oauthbearer.unsecure.jwt": true (for tests)')
+    source = TokenSource(fetch)
+    try:
+        source.start()
+    except Exception as exc:
+        raise SecurityConfigError(f"cannot get the first OAUTHBEARER token: {exc}") from None
+    return source

@@ -1,0 +1,178 @@
+"""OAUTHBEARER tokens: from the application's ``oauth_cb`` or, for development and tests,
+librdkafka's unsecured JWT (``enable.sasl.oauthbearer.unsecure.jwt``), refreshed before
+they expire.
+
+``oauth_cb(sasl.oauthbearer.config)`` is called as confluent-kafka calls it and returns
+``(token, expiry)`` or ``(token, expiry, principal, extensions)``, ``expiry`` in seconds
+since the epoch. The first token is fetched when the client is created (a client that
+cannot get one fails there, as confluent-kafka's does); later ones on a helper thread at
+80% of the token's lifetime (librdkafka's rule), so a slow token endpoint never stalls
+the I/O thread; a failed refresh is retried every 10 seconds and reported.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from kafka_client._net.security.sasl import OAuthToken, SaslError
+
+__all__ = ["TokenSource", "unsecured_jwt", "token_from_callback"]
+
+_log = logging.getLogger("kafka_client.security")
+
+#: Wait before retrying a failed refresh (librdkafka's 10 s).
+RETRY_AFTER = 10.0
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unsecured_jwt(config: str, now: Optional[float] = None) -> OAuthToken:
+    """librdkafka's unsecured JWT (RFC 7515 appendix A.5, ``alg: none``) from
+    ``sasl.oauthbearer.config``: space-separated ``name=value`` pairs among
+    ``principalClaimName`` (default ``sub``), ``principal`` (required),
+    ``scopeClaimName`` (default ``scope``), ``scope`` (comma-separated), ``lifeSeconds``
+    (default 3600) and ``extension_NAME=value``. Raises ValueError naming a bad pair."""
+    now = time.time() if now is None else now
+    values: Dict[str, str] = {}
+    extensions: Dict[str, str] = {}
+    for pair in (config or "").split():
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ValueError(f'"sasl.oauthbearer.config": expected name=value, got "{pair}"')
+        if name.startswith("extension_"):
+            extensions[name[len("extension_"):]] = value
+        elif name in ("principalClaimName", "principal", "scopeClaimName", "scope",
+                      "lifeSeconds"):
+            values[name] = value
+        else:
+            raise ValueError(f'"sasl.oauthbearer.config": unknown name "{name}"')
+    principal = values.get("principal")
+    if not principal:
+        raise ValueError('"sasl.oauthbearer.config" must set principal=... for the '
+                         "unsecured JWT")
+    try:
+        life = int(values.get("lifeSeconds", "3600"))
+    except ValueError:
+        raise ValueError('"sasl.oauthbearer.config": lifeSeconds must be an integer') from None
+    if life <= 0:
+        raise ValueError('"sasl.oauthbearer.config": lifeSeconds must be positive')
+    issued = int(now)
+    claims: Dict[str, Any] = {values.get("principalClaimName", "sub"): principal,
+                              "iat": issued, "exp": issued + life}
+    scope = [s for s in values.get("scope", "").split(",") if s]
+    if scope:
+        claims[values.get("scopeClaimName", "scope")] = scope
+    header = _b64url(json.dumps({"alg": "none"}, separators=(",", ":")).encode())
+    payload = _b64url(json.dumps(claims, separators=(",", ":")).encode())
+    return OAuthToken(f"{header}.{payload}.", issued + life, principal, extensions)
+
+
+def token_from_callback(result: Any) -> OAuthToken:
+    """An :class:`OAuthToken` from what ``oauth_cb`` returned (see the module docstring);
+    ValueError naming what is wrong."""
+    if not isinstance(result, (tuple, list)) or len(result) not in (2, 4):
+        raise ValueError("oauth_cb must return (token, expiry) or "
+                         "(token, expiry, principal, extensions)")
+    token, expiry = result[0], result[1]
+    principal, extensions = (result[2], result[3]) if len(result) == 4 else ("", None)
+    if not isinstance(token, str) or not token:
+        raise ValueError("oauth_cb returned an empty token")
+    try:
+        expires_at = float(expiry)
+    except (TypeError, ValueError):
+        raise ValueError(f"oauth_cb returned a bad expiry: {expiry!r}") from None
+    if expires_at <= time.time():
+        raise ValueError(f"oauth_cb returned a token that already expired (expiry "
+                         f"{expires_at:.0f} s since the epoch)")
+    return OAuthToken(token, expires_at, principal or "", dict(extensions or {}))
+
+
+class TokenSource:
+    """Holds the current token and refreshes it before it expires.
+
+    ``fetch()`` returns a new :class:`OAuthToken` or raises. ``on_error(message)`` is told
+    about failed refreshes (the client's error_cb path).
+    """
+
+    def __init__(self, fetch: Callable[[], OAuthToken],
+                 on_error: Optional[Callable[[str], None]] = None) -> None:
+        self._fetch = fetch
+        self._lock = threading.Lock()
+        self._token: Optional[OAuthToken] = None
+        self._error = ""
+        self._timer: Optional[threading.Timer] = None
+        self._closed = False
+        self.on_error = on_error
+        self.refreshes = 0
+        self.listeners: List[Callable[[], None]] = []
+
+    def start(self) -> None:
+        """Fetch the first token now (on the calling thread); raises what fetch raised."""
+        token = self._fetch()
+        self._set(token)
+
+    def current(self) -> OAuthToken:
+        """The token to authenticate with; SaslError when there is none or it expired."""
+        with self._lock:
+            token, error = self._token, self._error
+        if token is None:
+            raise SaslError(f"no OAUTHBEARER token: {error or 'not fetched yet'}")
+        if token.expires_at <= time.time():
+            raise SaslError(f"the OAUTHBEARER token expired at {token.expires_at:.0f} "
+                            f"(s since the epoch) and no new one was obtained"
+                            + (f": {error}" if error else ""))
+        return token
+
+    def set_token(self, token: OAuthToken) -> None:
+        """Use ``token`` from now on (the refresh schedule follows its expiry)."""
+        self._set(token)
+
+    def close(self) -> None:
+        self._closed = True
+        timer = self._timer
+        if timer is not None:
+            timer.cancel()
+
+    def _set(self, token: OAuthToken) -> None:
+        with self._lock:
+            self._token = token
+            self._error = ""
+        now = time.time()
+        self._schedule(max(0.0, (token.expires_at - now) * 0.8))
+        for cb in list(self.listeners):
+            cb()
+
+    def _schedule(self, delay: float) -> None:
+        if self._closed:
+            return
+        old = self._timer
+        if old is not None:
+            old.cancel()
+        timer = threading.Timer(delay, self._refresh)
+        timer.daemon = True
+        timer.name = "kafka-oauth-refresh"
+        self._timer = timer
+        timer.start()
+
+    def _refresh(self) -> None:
+        if self._closed:
+            return
+        self.refreshes += 1
+        try:
+            token = self._fetch()
+        except Exception as exc:
+            message = f"OAUTHBEARER token refresh failed: {exc}"
+            with self._lock:
+                self._error = str(exc)
+            _log.warning("%s (retrying in %gs)", message, RETRY_AFTER)
+            if self.on_error is not None:
+                self.on_error(message)
+            self._schedule(RETRY_AFTER)
+            return
+        self._set(token)

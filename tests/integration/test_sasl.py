@@ -1,0 +1,249 @@
+"""SASL end to end: PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER against a server that
+checks credentials (the tests' SASL gateway in front of Tansu, first validated here with
+confluent-kafka as the client), SASL_SSL through stunnel, KIP-368 re-authentication, and
+the failures: wrong password, unknown user on Tansu --authentication (a real broker's
+SCRAM check), mechanism not enabled, invalid and expired tokens: each a clear
+_AUTHENTICATION error through error_cb within seconds, never a hang."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka_client._testing.sasl_server import SaslTansu
+from kafka_client._testing.tls import TlsTansu, make_certificates, stunnel_binary
+
+pytestmark = pytest.mark.integration
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+USER, PASSWORD = "alice", "alice-secret"
+SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def sasl_conf(bootstrap, mechanism, password=PASSWORD, protocol="sasl_plaintext", **extra):
+    conf = {"bootstrap.servers": bootstrap, "security.protocol": protocol,
+            "sasl.mechanism": mechanism}
+    if mechanism != "OAUTHBEARER":
+        conf.update({"sasl.username": USER, "sasl.password": password})
+    conf.update(extra)
+    return conf
+
+
+def round_trip(conf, topic, n):
+    p = Producer(conf)
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, b"m%d" % i)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(30) == 0
+    c = Consumer(dict(conf, **{"group.id": f"g-{topic}"}))
+    got = []
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            got += [m.value() for m in c.consume(5000, 0.5) if m.error() is None]
+    finally:
+        c.close()
+    assert got == [b"m%d" % i for i in range(n)]
+
+
+def auth_errors(conf, wait=5.0, client=Producer):
+    """error_cb errors of a client that cannot authenticate; list_topics must fail fast."""
+    errors = []
+    p = client(dict(conf, error_cb=errors.append))
+    started = time.monotonic()
+    try:
+        with pytest.raises(KafkaException):
+            p.list_topics(timeout=3)
+        while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) \
+                and time.monotonic() - started < wait:
+            p.poll(0.1)
+    finally:
+        p.close()
+    return [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+
+
+# --- the server side, checked with librdkafka as the client ---
+
+@pytest.mark.parametrize("mechanism", ("PLAIN",) + SCRAM)
+def test_gateway_accepts_confluent_kafka(sasl_tansu, topic_name, mechanism):
+    sasl_tansu.create_topic(topic_name)
+    before = len(sasl_tansu.gateway.authentications)
+    p = confluent_kafka.Producer(sasl_conf(sasl_tansu.bootstrap, mechanism))
+    for i in range(500):
+        p.produce(topic_name, b"c%d" % i)
+    assert p.flush(20) == 0
+    assert mechanism in sasl_tansu.gateway.authentications[before:]
+    # and our consumer reads what librdkafka wrote through the gateway
+    c = Consumer(sasl_conf(sasl_tansu.bootstrap, mechanism, **{"group.id": "x"}))
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < 500 and time.monotonic() < deadline:
+            got += [m.value() for m in c.consume(1000, 0.5) if m.error() is None]
+    finally:
+        c.close()
+    assert got == [b"c%d" % i for i in range(500)]
+
+
+@pytest.mark.parametrize("mechanism", ("PLAIN",) + SCRAM)
+def test_gateway_refuses_confluent_kafka_with_wrong_password(sasl_tansu, mechanism):
+    errors = []
+    p = confluent_kafka.Producer(dict(sasl_conf(sasl_tansu.bootstrap, mechanism, "wrong"),
+                                      error_cb=errors.append))
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        p.poll(0.1)
+    assert any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors), errors
+
+
+# --- our client ---
+
+@pytest.mark.parametrize("mechanism", ("PLAIN",) + SCRAM)
+def test_round_trip(sasl_tansu, topic_name, mechanism):
+    sasl_tansu.create_topic(topic_name)
+    before = len(sasl_tansu.gateway.authentications)
+    round_trip(sasl_conf(sasl_tansu.bootstrap, mechanism), topic_name, 5000)
+    assert sasl_tansu.gateway.authentications[before:].count(mechanism) >= 2
+
+
+@pytest.mark.parametrize("mechanism", ("PLAIN",) + SCRAM)
+def test_wrong_password_is_a_clear_error(sasl_tansu, mechanism):
+    started = time.monotonic()
+    errors = auth_errors(sasl_conf(sasl_tansu.bootstrap, mechanism, "wrong"))
+    assert errors, "no _AUTHENTICATION error reported"
+    assert mechanism in errors[0].str() and "authentication failed" in errors[0].str()
+    assert not errors[0].fatal()  # librdkafka retries with backoff; not fatal
+    assert time.monotonic() - started < 8
+
+
+def test_unknown_user_on_tansu_with_authentication(topic_name):
+    """Tansu 0.6 --authentication checks SCRAM itself (and has no users to give)."""
+    broker = TlsTansu(authentication=True)
+    broker.start()
+    try:
+        for mechanism in SCRAM:
+            errors = auth_errors(sasl_conf(broker.bootstrap, mechanism))
+            assert errors and mechanism in errors[0].str(), errors
+    finally:
+        broker.stop()
+        broker.cleanup()
+
+
+def test_mechanism_not_enabled_names_what_the_broker_offers():
+    with SaslTansu({USER: PASSWORD}, mechanisms=["PLAIN"]) as cluster:
+        errors = auth_errors(sasl_conf(cluster.bootstrap, "SCRAM-SHA-512"))
+    assert errors
+    text = errors[0].str()
+    assert "SCRAM-SHA-512 is not enabled" in text and "PLAIN" in text
+
+
+def test_oauthbearer_unsecured_jwt_round_trip(sasl_tansu, topic_name):
+    sasl_tansu.create_topic(topic_name)
+    conf = sasl_conf(sasl_tansu.bootstrap, "OAUTHBEARER", **{
+        "enable.sasl.oauthbearer.unsecure.jwt": True,
+        "sasl.oauthbearer.config": "principal=alice lifeSeconds=600"})
+    round_trip(conf, topic_name, 2000)
+    assert "OAUTHBEARER" in sasl_tansu.gateway.authentications
+
+
+def test_oauth_cb_called_like_confluent_kafka(sasl_tansu, topic_name):
+    from kafka_client._net.security.oauth import unsecured_jwt
+
+    sasl_tansu.create_topic(topic_name)
+    calls = []
+
+    def oauth_cb(config):
+        calls.append(config)
+        token = unsecured_jwt("principal=alice lifeSeconds=600")
+        return token.value, token.expires_at
+
+    conf = sasl_conf(sasl_tansu.bootstrap, "OAUTHBEARER", oauth_cb=oauth_cb,
+                     **{"sasl.oauthbearer.config": "my settings"})
+    round_trip(conf, topic_name, 500)
+    assert calls and calls[0] == "my settings"
+
+
+def test_invalid_token_refused_by_the_server(sasl_tansu):
+    conf = sasl_conf(sasl_tansu.bootstrap, "OAUTHBEARER",
+                     oauth_cb=lambda _: ("not-a-jwt", time.time() + 600))
+    errors = auth_errors(conf)
+    assert errors and "OAUTHBEARER" in errors[0].str() and "invalid_token" in errors[0].str()
+
+
+def test_expired_token_is_a_clear_error(sasl_tansu):
+    """The first token lives 1 s and every refresh fails: the failed refresh and then
+    the expired token are reported through error_cb, and requests fail instead of
+    hanging."""
+    from kafka_client._net.security.oauth import unsecured_jwt
+
+    calls = []
+
+    def oauth_cb(_config):
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("identity provider unreachable")
+        token = unsecured_jwt("principal=alice lifeSeconds=1")
+        return token.value, token.expires_at
+
+    errors = []
+    p = Producer(sasl_conf(sasl_tansu.bootstrap, "OAUTHBEARER", oauth_cb=oauth_cb),
+                 error_cb=errors.append)  # the first token is fetched here
+    try:
+        time.sleep(1.3)
+        with pytest.raises(KafkaException):
+            p.list_topics(timeout=3)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+                "expired" in e.str() for e in errors):
+            p.poll(0.1)
+    finally:
+        p.close()
+    texts = [e.str() for e in errors if e.code() == KafkaError._AUTHENTICATION]
+    assert any("refresh failed: identity provider unreachable" in t for t in texts), texts
+    assert any("token expired" in t for t in texts), texts
+    assert len(calls) >= 2
+
+
+def test_reauthentication_before_the_session_expires(topic_name):
+    """KIP-368: the gateway gives 1.5 s sessions and closes a connection that sends a
+    request after its session expired; a producer sending for 5 s re-authenticates on
+    each connection and never gets closed."""
+    with SaslTansu({USER: PASSWORD}, session_lifetime_ms=1500) as cluster:
+        cluster.create_topic(topic_name)
+        errors = []
+        delivered = []
+        p = Producer(sasl_conf(cluster.bootstrap, "SCRAM-SHA-256"), error_cb=errors.append,
+                     on_delivery=lambda err, msg: delivered.append(err))
+        end = time.monotonic() + 5
+        sent = 0
+        while time.monotonic() < end:
+            p.produce(topic_name, b"r%d" % sent)
+            sent += 1
+            p.poll(0.02)
+        assert p.flush(20) == 0
+        p.close()
+        assert len(delivered) == sent and not any(delivered)
+        assert cluster.gateway.closed_expired == 0
+        # at least one re-authentication per 1.5 s on the producing connection
+        assert len(cluster.gateway.authentications) >= 4, cluster.gateway.authentications
+        assert not [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+
+
+@pytest.mark.skipif(stunnel_binary() is None, reason="stunnel (Debian stunnel4) not installed")
+@pytest.mark.parametrize("mechanism", ("PLAIN", "SCRAM-SHA-512"))
+def test_sasl_ssl_round_trip(topic_name, mechanism):
+    certs = make_certificates()
+    with SaslTansu({USER: PASSWORD}, certs=certs) as cluster:
+        cluster.create_topic(topic_name)
+        conf = sasl_conf(cluster.bootstrap, mechanism, protocol="sasl_ssl",
+                         **{"ssl.ca.location": str(certs.ca)})
+        round_trip(conf, topic_name, 5000)
+        assert cluster.gateway.authentications.count(mechanism) >= 2

@@ -1,0 +1,179 @@
+"""TLS against stunnel (a TLS terminator no one here wrote) in front of Tansu, with
+certificates made by the test: server-only and mutual TLS carry 100,000 messages each
+way; a wrong host name, an unknown CA and a missing client certificate are refused with
+_SSL errors, promptly; turning verification off is accepted; PEM strings, encrypted keys
+and PKCS#12 keystores load. Tansu advertises the stunnel port, so every connection after
+bootstrap is TLS too."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka_client._testing.tls import KEY_PASSWORD
+
+pytestmark = pytest.mark.integration
+
+N = 100_000
+
+
+def produce_all(conf, topic, n=N):
+    errors = []
+    delivered = [0]
+
+    def on_delivery(err, msg):
+        if err is None:
+            delivered[0] += 1
+        else:
+            errors.append(err)
+
+    p = Producer(conf, on_delivery=on_delivery, linger_ms=5)
+    try:
+        for i in range(n):
+            while True:
+                try:
+                    p.produce(topic, b"v%d" % i, key=b"k%d" % (i % 100))
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        assert p.flush(60) == 0
+    finally:
+        p.close()
+    assert not errors, errors[:3]
+    assert delivered[0] == n
+
+
+def consume_all(conf, topic, n=N, partitions=1):
+    c = Consumer(dict(conf, **{"group.id": f"g-{topic}", "enable.auto.commit": False}))
+    seen = {}
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline = time.monotonic() + 60
+        count = 0
+        while count < n and time.monotonic() < deadline:
+            for m in c.consume(10000, 0.5):
+                assert m.error() is None, m.error()
+                seen[(m.partition(), m.offset())] = m.value()
+                count += 1
+    finally:
+        c.close()
+    return seen
+
+
+def check_round_trip(conf, topic):
+    produce_all(conf, topic)
+    seen = consume_all(conf, topic)
+    assert len(seen) == N
+    assert sorted(seen) == [(0, i) for i in range(N)]  # every offset once, none missing
+    assert {seen[(0, i)] for i in (0, N // 2, N - 1)} == {b"v0", b"v%d" % (N // 2),
+                                                          b"v%d" % (N - 1)}
+
+
+def test_server_only_tls_round_trip(tls_endpoints, topic_name):
+    tls_endpoints.server_only_broker.create_topic(topic_name)
+    check_round_trip(tls_endpoints.conf(tls_endpoints.server_only), topic_name)
+
+
+def test_mutual_tls_round_trip(tls_endpoints, topic_name):
+    c = tls_endpoints.certs
+    tls_endpoints.mutual_broker.create_topic(topic_name)
+    conf = tls_endpoints.conf(tls_endpoints.mutual, **{
+        "ssl.certificate.location": str(c.client_cert),
+        "ssl.key.location": str(c.client_key_encrypted), "ssl.key.password": KEY_PASSWORD})
+    check_round_trip(conf, topic_name)
+
+
+def expect_refused(conf, needle, timeout=10.0):
+    """A producer on ``conf`` cannot get metadata; error_cb reports an _SSL error whose
+    text contains ``needle``, within ``timeout``: no hang, no silent retry loop."""
+    errors = []
+    p = Producer(conf, error_cb=errors.append, socket_connection_setup_timeout_ms=5000)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KafkaException):
+            p.list_topics(timeout=3)
+        while not errors and time.monotonic() - started < timeout:
+            p.poll(0.1)
+    finally:
+        p.close()
+    ssl_errors = [e for e in errors if e.code() == KafkaError._SSL]
+    assert ssl_errors, errors
+    assert needle in ssl_errors[0].str(), ssl_errors[0].str()
+    return ssl_errors[0].str()
+
+
+def test_hostname_mismatch_refused(tls_endpoints):
+    text = expect_refused(tls_endpoints.conf(tls_endpoints.wrong_name), "certificate")
+    assert "127.0.0.1" in text  # names the broker it was talking to
+
+
+def expect_accepted(conf):
+    """Metadata comes back through the endpoint (the bootstrap connection is TLS)."""
+    p = Producer(conf)
+    try:
+        assert p.list_topics(timeout=10).brokers
+    finally:
+        p.close()
+
+
+def test_hostname_check_off_accepts_wrong_name(tls_endpoints):
+    expect_accepted(tls_endpoints.conf(tls_endpoints.wrong_name,
+                                       **{"ssl.endpoint.identification.algorithm": "none"}))
+
+
+def test_unknown_ca_refused(tls_endpoints):
+    expect_refused(tls_endpoints.conf(tls_endpoints.unknown_ca), "certificate verify failed")
+
+
+def test_system_store_does_not_trust_the_test_ca(tls_endpoints):
+    conf = tls_endpoints.conf(tls_endpoints.server_only)
+    del conf["ssl.ca.location"]  # the system CA store, librdkafka's default
+    expect_refused(conf, "certificate verify failed")
+
+
+def test_verification_off_accepts_unknown_ca(tls_endpoints):
+    expect_accepted(tls_endpoints.conf(tls_endpoints.unknown_ca,
+                                       **{"enable.ssl.certificate.verification": False}))
+
+
+def test_mutual_tls_without_client_certificate_refused(tls_endpoints):
+    errors = []
+    p = Producer(tls_endpoints.conf(tls_endpoints.mutual), error_cb=errors.append)
+    try:
+        with pytest.raises(KafkaException):
+            p.list_topics(timeout=3)
+        p.poll(0.5)
+    finally:
+        p.close()
+    # TLS 1.3: the server's refusal comes after the handshake, as an alert.
+    ssl_errors = [e for e in errors if e.code() == KafkaError._SSL]
+    assert ssl_errors, errors
+    assert "CERTIFICATE_REQUIRED" in ssl_errors[0].str().upper(), ssl_errors[0].str()
+
+
+@pytest.mark.parametrize("form", ["pem_strings", "pkcs12"])
+def test_client_certificate_forms(tls_endpoints, topic_name, form):
+    c = tls_endpoints.certs
+    if form == "pem_strings":
+        extra = {"ssl.ca.pem": c.ca.read_text(), "ssl.ca.location": None,
+                 "ssl.certificate.pem": c.client_cert.read_text(),
+                 "ssl.key.pem": c.client_key.read_text()}
+    else:
+        extra = {"ssl.keystore.location": str(c.client_p12),
+                 "ssl.keystore.password": KEY_PASSWORD}
+    conf = tls_endpoints.conf(tls_endpoints.mutual, **extra)
+    tls_endpoints.mutual_broker.create_topic(topic_name)
+    produce_all(conf, topic_name, n=1000)
+    assert len(consume_all(conf, topic_name, n=1000)) == 1000
+
+
+def test_wrong_key_password_fails_at_construction(tls_endpoints):
+    c = tls_endpoints.certs
+    conf = tls_endpoints.conf(tls_endpoints.mutual, **{
+        "ssl.certificate.location": str(c.client_cert),
+        "ssl.key.location": str(c.client_key_encrypted), "ssl.key.password": "wrong"})
+    with pytest.raises(KafkaException) as info:
+        Producer(conf)
+    assert info.value.args[0].code() == KafkaError._INVALID_ARG
+    assert "ssl.certificate.location" in info.value.args[0].str()

@@ -208,6 +208,7 @@ class CallRunner:
     def _retry(self, call: Call, error: KafkaError, moved: bool = False) -> None:
         """Try again after the backoff (``moved``: look the target up again first)."""
         call.last_error = error
+        call._fresh_metadata = False  # a lookup the retry needs must be answered anew
         if moved:
             self._forget_target(call.target)
         delay = min(self.backoff * (2 ** min(call.tries, 16)), self.backoff_max)

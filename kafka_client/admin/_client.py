@@ -647,10 +647,11 @@ def _check_assignment(assignment: Any, count: Optional[int], what: str) -> None:
 
 def _check_new_topic(t: NewTopic) -> None:
     what = f"NewTopic({t.topic})"
-    if t.num_partitions != -1 and not 1 <= t.num_partitions <= _MAX_PARTITIONS:
+    # 0 passes here, as in librdkafka; its future fails with INVALID_PARTITIONS.
+    if t.num_partitions != -1 and not 0 <= t.num_partitions <= _MAX_PARTITIONS:
         raise ValueError(f"Invalid {what}: num_partitions {t.num_partitions} is out of the "
                          f"expected range 1..{_MAX_PARTITIONS} or -1 for broker default")
-    if t.replication_factor != -1 and not 1 <= t.replication_factor <= _MAX_REPLICATION:
+    if t.replication_factor != -1 and not 0 <= t.replication_factor <= _MAX_REPLICATION:
         raise ValueError(f"Invalid {what}: replication_factor {t.replication_factor} is out "
                          f"of the expected range 1..{_MAX_REPLICATION} or -1 for broker "
                          f"default")

@@ -197,6 +197,18 @@ def topic_name_error(name: str) -> Optional[KafkaError]:
                       f"Invalid topic name {name!r}: {problem}")
 
 
+def _zero_count_error(t: NewTopic) -> Optional[KafkaError]:
+    """Zero partitions or replicas: librdkafka lets them through to the broker, which
+    refuses them (Kafka does; a lax broker might create an unusable topic)."""
+    if t.num_partitions == 0:
+        return KafkaError(ErrorCode.INVALID_PARTITIONS,
+                          f"Invalid NewTopic({t.topic}): num_partitions must be at least 1")
+    if t.replication_factor == 0:
+        return KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                          f"Invalid NewTopic({t.topic}): replication_factor must be at least 1")
+    return None
+
+
 def _results_by(items: Sequence[Any], key: Callable[[Any], Any], futures: Dict[Any, Future],
                 code: Callable[[Any], int], message: Callable[[Any], Optional[str]],
                 pending: Dict[Any, Any], value: Callable[[Any], Any] = lambda r: None
@@ -233,7 +245,7 @@ def create_topics(runner: CallRunner, topics: List[NewTopic], futures: Dict[str,
                   opts: Options) -> None:
     pending: Dict[str, NewTopic] = {}
     for t in topics:
-        err = topic_name_error(t.topic)
+        err = topic_name_error(t.topic) or _zero_count_error(t)
         if err is not None:
             settle(futures[t.topic], error=err)
         else:

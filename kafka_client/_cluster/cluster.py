@@ -345,8 +345,12 @@ class Cluster:
         at most ``timeout`` seconds (None = socket.timeout.ms)."""
         resp, conn = self._metadata_blocking(None if topic is None else [topic], timeout,
                                              "get metadata")
-        return ClusterMetadata.from_response(
-            resp, conn.node_id, f"{conn.host}:{conn.port}/{conn.node_id}")
+        node_id = conn.node_id
+        if node_id < 0:  # a bootstrap connection: the answer says which broker it is
+            node_id = next((b.node_id for b in resp.brokers or ()
+                            if (b.host, b.port) == (conn.host, conn.port)), node_id)
+        return ClusterMetadata.from_response(resp, node_id,
+                                             f"{conn.host}:{conn.port}/{node_id}")
 
     def cluster_id(self, timeout: Optional[float]) -> Optional[str]:
         """Application thread: the cluster id (KIP-78) the brokers report; asked for

@@ -106,8 +106,9 @@ class AdminClient:
     per-call keyword arguments: ``request_timeout`` (seconds, default
     ``socket.timeout.ms``: the whole call including broker lookups and retries),
     ``operation_timeout`` (seconds the broker may wait for the change to spread through
-    the cluster; default 0, answer at once) and ``validate_only`` (check the request on
-    the broker without applying it).
+    the cluster; default 0, answer at once, except for ``delete_records``: the request
+    timeout, as in librdkafka) and ``validate_only`` (check the request on the broker
+    without applying it).
 
     Done callbacks added to the futures run on the client's I/O thread: keep them short
     and never wait there for another of this client's futures.
@@ -133,13 +134,18 @@ class AdminClient:
     # -- plumbing --------------------------------------------------------------------------
     def _options(self, request_timeout: Optional[float] = None,
                  operation_timeout: Optional[float] = None,
-                 validate_only: bool = False, **extra: Any) -> ops.Options:
-        """The per-call options, checked as librdkafka checks them."""
+                 validate_only: bool = False, wait_by_default: bool = False,
+                 **extra: Any) -> ops.Options:
+        """The per-call options, checked as librdkafka checks them. The operation timeout
+        defaults to 0 (the broker answers at once), with ``wait_by_default`` to the
+        request timeout (librdkafka's default for DeleteRecords); -1 is the request
+        timeout too."""
         if self._closed:
             raise RuntimeError("AdminClient has been closed")
         default = self._cluster.settings.request_timeout
         req = _timeout(request_timeout, "request_timeout", 0.0, default)
-        op = _timeout(operation_timeout, "operation_timeout", -1.0, 0.0)
+        op = _timeout(operation_timeout, "operation_timeout", -1.0,
+                      -1.0 if wait_by_default else 0.0)
         if not isinstance(validate_only, bool):
             raise TypeError(f"Expected validate_only to be bool type, not "
                             f"{type(validate_only).__name__}")
@@ -372,7 +378,7 @@ class AdminClient:
                                 f"'TopicPartition' got '{type(tp).__name__}'")
             if tp.partition < 0:
                 raise ValueError("'partition' cannot be negative")
-        opts = self._options(request_timeout, operation_timeout)
+        opts = self._options(request_timeout, operation_timeout, wait_by_default=True)
         futures = self._keyed(topic_partition_offsets)
         keys = [(tp.topic, tp.partition) for tp in topic_partition_offsets]
         if futures and not _duplicates(keys, futures, "partitions"):

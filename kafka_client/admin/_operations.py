@@ -8,6 +8,7 @@ left here is what only the broker's answer (or its supported versions) can tell.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -594,7 +595,8 @@ def list_offsets(runner: CallRunner, specs: Dict[PartitionKey, int],
                     partition_index=p, current_leader_epoch=-1, timestamp=specs[(topic, p)],
                     max_num_offsets=1) for p in parts])
                 for topic, parts in group_by_topic(keys).items()],
-            timeout_ms=opts.operation_timeout_ms)
+            # v10: how long the broker may take reading tiered storage; the time left
+            timeout_ms=max(0, int((opts.deadline - time.monotonic()) * 1000)))
 
     def parse(resp: Any) -> Dict[PartitionKey, Tuple[int, Any]]:
         out = {}

@@ -171,6 +171,31 @@ def test_a_request_the_broker_drops_fails_after_a_few_tries(admins):
         assert len(cluster.requests(ApiKey.DELETE_RECORDS)) == MAX_LOST + 1
 
 
+def test_operation_timeouts_on_the_wire(admins):
+    """0 (answer at once) by default, as librdkafka; DeleteRecords waits as long as the
+    request may; -1 means the request timeout too."""
+    from kafka_proto.messages import DeleteRecordsResponse, DeleteTopicsResponse
+
+    with FakeCluster(nodes=(1,)) as cluster:
+        cluster.topics["t"] = [1]
+        cluster.handle(ApiKey.CREATE_TOPICS, lambda node, req, v: created(req, v))
+        cluster.handle(ApiKey.DELETE_TOPICS, lambda node, req, v: DeleteTopicsResponse(
+            responses=[DeleteTopicsResponse.DeletableTopicResult(name=t.name, error_code=0)
+                       for t in req.topics]))
+        cluster.handle(ApiKey.DELETE_RECORDS, lambda node, req, v: DeleteRecordsResponse(
+            topics=[DeleteRecordsResponse.DeleteRecordsTopicResult(name="t", partitions=[
+                DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                    partition_index=0, low_watermark=3, error_code=0)])]))
+        admin = admins(cluster)
+        admin.create_topics([NewTopic("a", 1)], request_timeout=7)["a"].result(10)
+        admin.delete_topics(["a"], request_timeout=7, operation_timeout=-1)["a"].result(10)
+        tp = TopicPartition("t", 0, 3)
+        assert admin.delete_records([tp], request_timeout=7)[tp].result(10).low_watermark == 3
+        assert [r.timeout_ms for _n, r in cluster.requests(ApiKey.CREATE_TOPICS)] == [0]
+        assert [r.timeout_ms for _n, r in cluster.requests(ApiKey.DELETE_TOPICS)] == [7000]
+        assert [r.timeout_ms for _n, r in cluster.requests(ApiKey.DELETE_RECORDS)] == [7000]
+
+
 # --------------------------------------------------------------------------- coordinator
 
 

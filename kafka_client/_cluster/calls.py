@@ -162,26 +162,18 @@ class CallRunner:
         self._finding: Dict[Tuple[int, str], List[Call]] = {}
         self._metadata_waiters: Optional[List[Callable[[Optional[KafkaError]], None]]] = None
         self._rng = random.Random()
-        self.active: Set[Call] = set()
 
     # -- submitting ----------------------------------------------------------------------
     def submit(self, call: Call) -> None:
         """Start a call (I/O thread)."""
-        self.active.add(call)
         call._timer = self.io.call_at(call.deadline, self._expire, call)
         self._attempt(call)
-
-    def fail_all(self, error: KafkaError) -> None:
-        """Fail every call still running (the client is closing)."""
-        for call in list(self.active):
-            self._finish(call, error)
 
     def _finish(self, call: Call, error: Optional[KafkaError]) -> None:
         """End a call: with ``error``, through its on_failure."""
         if call.done:
             return
         call.done = True
-        self.active.discard(call)
         if call._timer is not None:
             call._timer.cancel()
         if error is not None:

@@ -596,8 +596,12 @@ class AdminClient:
         if self._closed:
             return
         self._closed = True
-        destroy = KafkaError(KafkaError._DESTROY, "AdminClient closed")
-        stop_client(self._io, self._cluster, lambda: self._runner.fail_all(destroy))
+        stop_client(self._io, self._cluster)
+        # Whatever was still running (waiting for a broker, a lookup or an answer) ends.
+        with self._lock:
+            left = list(self._outstanding)
+        for fut in left:
+            ops.settle(fut, error=KafkaError(KafkaError._DESTROY, "AdminClient closed"))
 
     def __enter__(self) -> "AdminClient":
         return self
@@ -606,11 +610,18 @@ class AdminClient:
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            try:
+        # Pending futures keep the client alive (their done callbacks hold it), so this
+        # runs once nothing is left; on the I/O thread when it completed the last one.
+        if getattr(self, "_closed", True):
+            return
+        try:
+            if self._io.in_thread():  # it cannot wait for itself: the loop ends after this
+                self._closed = True
+                self._io.stop(0)
+            else:
                 self.close()
-            except Exception:  # interpreter shutdown
-                pass
+        except Exception:  # interpreter shutdown
+            pass
 
 
 # --------------------------------------------------------------------------- input checks

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -135,10 +135,13 @@ def settle(future: Future, value: Any = None, error: Optional[KafkaError] = None
     """Complete an application future once (later calls are ignored)."""
     if future.done():
         return
-    if error is not None:
-        future.set_exception(KafkaException(error))
-    else:
-        future.set_result(value)
+    try:
+        if error is not None:
+            future.set_exception(KafkaException(error))
+        else:
+            future.set_result(value)
+    except InvalidStateError:  # completed meanwhile by close() on another thread
+        pass
 
 
 def fail_all(futures: Dict[Any, Future]) -> Callable[[KafkaError], None]:

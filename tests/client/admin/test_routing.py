@@ -470,6 +470,62 @@ def test_close_fails_what_is_still_running(admins):
             admin.delete_topics(["t"])
 
 
+def test_close_fails_calls_still_waiting_for_a_broker():
+    """No broker answers at all: the calls wait for a connection or a lookup, and close()
+    ends them too."""
+    admin = AdminClient({"bootstrap.servers": "127.0.0.1:1"})
+    futures = [admin.list_consumer_groups(request_timeout=60),
+               admin.describe_consumer_groups(["g"], request_timeout=60)["g"],
+               admin.list_offsets({TopicPartition("t", 0): OffsetSpec.latest()},
+                                  request_timeout=60)[TopicPartition("t", 0)]]
+    time.sleep(0.2)
+    start = time.monotonic()
+    admin.close()
+    for f in futures:
+        assert error_of(f, timeout=1).code() == KafkaError._DESTROY
+    assert time.monotonic() - start < 5
+
+
+def test_a_dropped_client_stops_its_thread():
+    import gc
+    import threading
+
+    with FakeCluster(nodes=(1,)) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        assert admin.cluster_id(5) == "fake-cluster"
+        name = admin._io.name
+        del admin
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while any(t.name == name for t in threading.enumerate()) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not any(t.name == name for t in threading.enumerate())
+
+
+def test_a_client_dropped_with_calls_running_lives_until_they_complete():
+    """``AdminClient(conf).create_topics(...)`` without keeping the client: its futures
+    keep it alive; once the last completes (on the I/O thread) it goes."""
+    import gc
+    import threading
+
+    with FakeCluster(nodes=(1,)) as cluster:
+        cluster.handle(ApiKey.CREATE_TOPICS, lambda node, req, v: created(req, v))
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        name = admin._io.name
+        fut = admin.create_topics([NewTopic("t", 1)])["t"]
+        del admin
+        gc.collect()
+        assert fut.result(10) is None
+        del fut
+        deadline = time.monotonic() + 5
+        while any(t.name == name for t in threading.enumerate()) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+            gc.collect()
+        assert not any(t.name == name for t in threading.enumerate())
+
+
 def test_cluster_id_is_asked_once_then_cached(admins):
     with FakeCluster(nodes=(1,)) as cluster:
         admin = admins(cluster)

@@ -40,9 +40,12 @@ __all__ = [
     "Coordinator",
     "CoordinatorType",
     "Call",
+    "CallError",
     "CallRunner",
     "PartitionKey",
     "MAX_LOST",
+    "broker_error",
+    "group_by_topic",
 ]
 
 _log = logging.getLogger("kafka_client.calls")
@@ -104,7 +107,7 @@ class Coordinator:
 _CONTROLLER_MOVED = frozenset((ErrorCode.NOT_CONTROLLER,))
 _COORDINATOR_MOVED = frozenset((ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE))
 #: Partition errors that mean "ask the (new) leader again".
-LEADER_MOVED = frozenset((ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+_LEADER_MOVED = frozenset((ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
                           ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
                           ErrorCode.REPLICA_NOT_AVAILABLE))
 
@@ -250,9 +253,9 @@ class CallRunner:
         if target is CONTROLLER:
             if md.controller_id >= 0 and md.controller_id in md.brokers:
                 return md.controller_id
-            if call._fresh_metadata and md.controller_id < 0:
-                self._finish(call, KafkaError(
-                    KafkaError._UNKNOWN_BROKER,
+            if call._fresh_metadata:  # none right now (an election?): ask again later
+                self._retry(call, KafkaError(
+                    KafkaError._WAIT_COORD,
                     f"{call.name}: the cluster metadata names no controller"))
                 return None
             self._lookup_metadata(call)
@@ -295,15 +298,9 @@ class CallRunner:
         ``then(error)`` once the cache holds the answer. Requests without topics are
         shared by everyone waiting at the time. ``error`` is _TIMED_OUT when no broker
         answered before ``deadline``."""
-        def answered(resp: Any, err: Optional[KafkaError], _conn: Any) -> None:
-            if err is None and resp is None:
-                err = KafkaError(KafkaError._TIMED_OUT, "no broker answered the Metadata "
-                                 "request in time")
-            return err
-
         if topics:
             def one(resp: Any, err: Optional[KafkaError], conn: Any) -> None:
-                then(answered(resp, err, conn))
+                then(_metadata_outcome(resp, err))
 
             self.cluster.request_metadata(sorted(set(topics)), one, deadline)
             return
@@ -314,7 +311,7 @@ class CallRunner:
 
         def shared(resp: Any, err: Optional[KafkaError], conn: Any) -> None:
             waiters, self._metadata_waiters = self._metadata_waiters or [], None
-            error = answered(resp, err, conn)
+            error = _metadata_outcome(resp, err)
             for fn in waiters:
                 fn(error)
 
@@ -447,7 +444,6 @@ class CallRunner:
         # The broker may have gone away with the role it held: look it up again.
         self._retry(call, error, moved=True)
 
-
     def submit_to_leaders(self, name: str, api_key: ApiKey, keys: Iterable[PartitionKey],
                           deadline: float,
                           build: Callable[[int, List[PartitionKey]], Any],
@@ -465,6 +461,15 @@ class CallRunner:
         """
         _LeaderFanout(self, name, api_key, list(dict.fromkeys(keys)), deadline, build, parse,
                       finish, min_version, max_version).route()
+
+
+def _metadata_outcome(resp: Any, err: Optional[KafkaError]) -> Optional[KafkaError]:
+    """A :meth:`Cluster.request_metadata` answer as an error (None: the cache has it)."""
+    if err is None and resp is None:
+        return KafkaError(KafkaError._TIMED_OUT, "no broker answered the Metadata request "
+                          "in time")
+    return err
+
 
 def _moved_codes(target: Any) -> frozenset:
     if target is CONTROLLER:
@@ -606,7 +611,7 @@ class _LeaderFanout:
                 code, result = answer
                 if not code:
                     self.finish(key, result, None)
-                elif code in LEADER_MOVED or code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                elif code in _LEADER_MOVED or code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     moved = broker_error(code, None, f"{self.name} {key[0]} [{key[1]}]")
                     self.waiting.append(key)
                 else:

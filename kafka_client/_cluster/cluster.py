@@ -285,7 +285,10 @@ class Cluster:
 
         def attempt() -> None:
             now = time.monotonic()
-            if finished[0] or self.closed:
+            if finished[0]:
+                return
+            if self.closed:
+                answer(None, KafkaError(KafkaError._DESTROY, "client is closing"), None)
                 return
             if now >= deadline:
                 answer(None, None, None)

@@ -98,7 +98,6 @@ _NO_OPERATIONS = -(2 ** 31)
 #: ConfigResource types on the DescribeConfigs / AlterConfigs wire (they differ from the
 #: ACL resource types for groups).
 _CONFIG_WIRE_TYPE = {ResourceType.TOPIC: 2, ResourceType.BROKER: 4, ResourceType.GROUP: 32}
-_CONFIG_TYPE_FROM_WIRE = {v: k for k, v in _CONFIG_WIRE_TYPE.items()}
 
 #: Group states and types as the protocol spells them.
 _GROUP_STATES = {
@@ -178,10 +177,13 @@ def _operations(bits: int) -> Optional[List[AclOperation]]:
 
 
 def _uuid(value: Optional[uuid.UUID]) -> Uuid:
+    """A topic id as confluent-kafka's Uuid: two signed 64-bit halves."""
     n = value.int if value is not None else 0
-    msb, lsb = n >> 64, n & ((1 << 64) - 1)
-    signed = lambda v: v - (1 << 64) if v >= 1 << 63 else v  # noqa: E731
-    return Uuid(signed(msb), signed(lsb))
+    return Uuid(_signed64(n >> 64), _signed64(n & ((1 << 64) - 1)))
+
+
+def _signed64(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
 
 
 def topic_name_error(name: str) -> Optional[KafkaError]:
@@ -213,28 +215,26 @@ def _zero_count_error(t: NewTopic) -> Optional[KafkaError]:
     return None
 
 
-def _results_by(items: Sequence[Any], key: Callable[[Any], Any], futures: Dict[Any, Future],
-                code: Callable[[Any], int], message: Callable[[Any], Optional[str]],
-                pending: Dict[Any, Any], value: Callable[[Any], Any] = lambda r: None
-                ) -> Optional[KafkaError]:
-    """Settle futures from per-item results; keep items with a retried error pending
-    and return one such error (None when nothing is left to retry)."""
+def _settle_by_name(results: Sequence[Any], futures: Dict[str, Future],
+                    pending: Dict[str, Any]) -> Optional[KafkaError]:
+    """Settle futures from per-topic results (``name``, ``error_code``, maybe
+    ``error_message``); keep topics with a retried error pending and return one such
+    error (None when nothing is left to retry)."""
     retry = None
-    for r in items:
-        k = key(r)
-        if k not in pending:
+    for r in results:
+        if r.name not in pending:
             continue
-        c = code(r)
-        if c in _RETRIED:
-            retry = result_error(c, message(r))
+        error = result_error(r.error_code, getattr(r, "error_message", None))
+        if r.error_code in _RETRIED:
+            retry = error
             continue
-        del pending[k]
-        settle(futures[k], value(r), result_error(c, message(r)))
-    for k in list(pending):
-        if retry is None:  # the broker left it out of an otherwise final answer
-            del pending[k]
-            settle(futures[k], error=KafkaError(KafkaError._BAD_MSG,
-                                                f"the broker's answer has no result for {k}"))
+        del pending[r.name]
+        settle(futures[r.name], None, error)
+    if retry is None:
+        for name in list(pending):  # the broker left it out of an otherwise final answer
+            del pending[name]
+            settle(futures[name], error=KafkaError(
+                KafkaError._BAD_MSG, f"the broker's answer has no result for {name!r}"))
     return retry
 
 
@@ -273,8 +273,7 @@ def create_topics(runner: CallRunner, topics: List[NewTopic], futures: Dict[str,
             timeout_ms=opts.operation_timeout_ms, validate_only=opts.validate_only)
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-        return _results_by(resp.topics, lambda r: r.name, futures, lambda r: r.error_code,
-                           lambda r: getattr(r, "error_message", None), pending)
+        return _settle_by_name(resp.topics, futures, pending)
 
     runner.submit(Call("CreateTopics", ApiKey.CREATE_TOPICS, CONTROLLER, opts.deadline, build,
                        on_response, fail_all(futures)))
@@ -293,8 +292,7 @@ def delete_topics(runner: CallRunner, topics: List[str], futures: Dict[str, Futu
                                    timeout_ms=opts.operation_timeout_ms)
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-        return _results_by(resp.responses, lambda r: r.name, futures, lambda r: r.error_code,
-                           lambda r: getattr(r, "error_message", None), pending)
+        return _settle_by_name(resp.responses, futures, pending)
 
     runner.submit(Call("DeleteTopics", ApiKey.DELETE_TOPICS, CONTROLLER, opts.deadline, build,
                        on_response, fail_all(futures)))
@@ -315,8 +313,7 @@ def create_partitions(runner: CallRunner, new_parts: List[NewPartitions],
             timeout_ms=opts.operation_timeout_ms, validate_only=opts.validate_only)
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-        return _results_by(resp.results, lambda r: r.name, futures, lambda r: r.error_code,
-                           lambda r: r.error_message, pending)
+        return _settle_by_name(resp.results, futures, pending)
 
     runner.submit(Call("CreatePartitions", ApiKey.CREATE_PARTITIONS, CONTROLLER,
                        opts.deadline, build, on_response, fail_all(futures)))
@@ -476,10 +473,8 @@ def describe_configs(runner: CallRunner, resources: List[ConfigResource],
 def _describe_configs(runner: CallRunner, target: Any, group: List[ConfigResource],
                       futures: Dict[ConfigResource, Future], opts: Options) -> None:
     by_key = {_wire_key(r): r for r in group}
-    versions: List[int] = []
 
     def build(version: int) -> Any:
-        versions[:] = [version]
         return DescribeConfigsRequest(
             resources=[DescribeConfigsRequest.DescribeConfigsResource(
                 resource_type=key[0], resource_name=key[1], configuration_keys=None)
@@ -487,13 +482,14 @@ def _describe_configs(runner: CallRunner, target: Any, group: List[ConfigResourc
             include_synonyms=version >= 1)
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        version = conn.version_for(ApiKey.DESCRIBE_CONFIGS)
         for r in resp.results:
             res = by_key.get((r.resource_type, r.resource_name))
             if res is None:
                 continue
             err = result_error(r.error_code, r.error_message)
             settle(futures[res], None if err else {
-                c.name: _config_entry(c, versions[0]) for c in r.configs or ()}, err)
+                c.name: _config_entry(c, version) for c in r.configs or ()}, err)
         for res in group:
             settle(futures[res], error=KafkaError(
                 KafkaError._BAD_MSG, f"the broker's answer has no result for {res}"))

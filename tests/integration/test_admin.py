@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 import uuid
-import warnings
 
 import pytest
 
@@ -234,6 +233,30 @@ def test_describe_cluster_list_topics_and_cluster_id(broker, admin, peer, topic_
     one = admin.list_topics(missing, timeout=10)
     assert one.topics[missing].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     assert peer_partitions(peer, missing) is None
+
+
+def test_producer_and_consumer_share_list_topics_and_cluster_id(broker, peer, topic_name):
+    """The logic behind Producer/Consumer.list_topics() and cluster_id() is the
+    cluster's (kafka_client/_cluster/cluster.py), compared here with confluent-kafka's
+    producer. (Producer.cluster_id()/Consumer.cluster_id() call Cluster.cluster_id once
+    hooked up; until then the cluster is asked directly.)"""
+    from kafka_client import Producer
+
+    broker.create_topic(topic_name, partitions=2)
+    theirs = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cid-" + topic_name})
+        try:
+            for client in (p, c):
+                assert client._cluster.cluster_id(10) == theirs.cluster_id(10)
+                md, pmd = client.list_topics(topic_name, timeout=10), \
+                    theirs.list_topics(topic_name, timeout=10)
+                assert (md.cluster_id, md.controller_id, md.orig_broker_id,
+                        md.orig_broker_name) == (pmd.cluster_id, pmd.controller_id,
+                                                 pmd.orig_broker_id, pmd.orig_broker_name)
+                assert sorted(md.topics[topic_name].partitions) == [0, 1]
+        finally:
+            c.close()
 
 
 # --------------------------------------------------------------------------- configs

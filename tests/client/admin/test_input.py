@@ -32,7 +32,6 @@ def calls(m, top):
                            "User:a", "*", m.AclOperation.READ, m.AclPermissionType.ALLOW)
     flt = m.AclBindingFilter(m.ResourceType.ANY, None, m.ResourcePatternType.ANY, None, None,
                              m.AclOperation.ANY, m.AclPermissionType.ANY)
-    entry = m.ConfigEntry("retention.ms", "1", incremental_operation=m.AlterConfigOpType.SET)
     return [
         ("create_topics empty", lambda a: a.create_topics([])),
         ("create_topics negative partitions", lambda a: a.create_topics([m.NewTopic("t", -5)])),

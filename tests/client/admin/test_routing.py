@@ -107,7 +107,8 @@ def test_not_controller_makes_it_ask_metadata_again_and_follow_the_controller(ad
 
 def test_only_the_topics_left_are_sent_again(admins):
     with FakeCluster(nodes=(1,)) as cluster:
-        answers = iter([{"a": 0, "b": ErrorCode.NOT_CONTROLLER, "c": ErrorCode.TOPIC_ALREADY_EXISTS},
+        answers = iter([{"a": 0, "b": ErrorCode.NOT_CONTROLLER,
+                         "c": ErrorCode.TOPIC_ALREADY_EXISTS},
                         {"b": 0}])
 
         def create(node, req, version):

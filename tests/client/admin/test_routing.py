@@ -385,6 +385,34 @@ def test_describe_cluster_falls_back_to_metadata(admins):
         assert sorted((n.id, n.port) for n in result.nodes) == sorted(cluster.ports.items())
 
 
+def test_authorized_operations_are_asked_for_and_decoded(admins):
+    """KIP-430: a bit per AclOperation; neither test broker fills them in."""
+    bits = (1 << AclOperation.READ.value) | (1 << AclOperation.WRITE.value) | \
+        (1 << AclOperation.DESCRIBE.value)
+    with FakeCluster(nodes=(1,)) as cluster:
+        cluster.topics["t"] = [1]
+
+        def metadata(node, req, version):
+            resp = cluster.metadata(node, req, version)
+            for t in resp.topics:
+                t.topic_authorized_operations = bits
+            return resp
+
+        cluster.handle(ApiKey.METADATA, metadata)
+        admin = admins(cluster)
+        from kafka_client import TopicCollection
+
+        desc = admin.describe_topics(TopicCollection(["t"]),
+                                     include_authorized_operations=True)["t"].result(10)
+        assert desc.authorized_operations == [AclOperation.READ, AclOperation.WRITE,
+                                              AclOperation.DESCRIBE]
+        assert admin.describe_topics(TopicCollection(["t"]))["t"].result(10) \
+            .authorized_operations is None
+        flags = [r.include_topic_authorized_operations
+                 for _n, r in cluster.requests(ApiKey.METADATA) if r.topics]
+        assert flags == [True, False]
+
+
 def test_alter_consumer_group_offsets_commits_as_a_non_member(admins):
     from kafka_proto.messages import OffsetCommitResponse
 

@@ -491,7 +491,7 @@ def test_describe_a_group_with_a_live_member(broker, admin, peer, topic_name):
 def test_acl_calls_fail_with_the_brokers_error(broker, admin, peer, topic_name):
     """Neither broker has an authorizer: every ACL call fails cleanly and promptly with
     what the broker says (the round trip itself is checked against a scripted broker in
-    tests/client/admin/test_routing.py)."""
+    tests/client/admin/test_admin_routing.py)."""
     binding = AclBinding(ResourceType.TOPIC, topic_name, ResourcePatternType.LITERAL,
                          "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
     flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,

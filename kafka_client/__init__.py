@@ -42,6 +42,7 @@ __all__ = [
     "ClientConfig",
     "Producer",
     "Consumer",
+    "AdminClient",
     "SerializingProducer",
     "DeserializingConsumer",
     "OFFSET_TAIL",
@@ -73,6 +74,7 @@ __all__ = [
     "libversion",
     "error",
     "serialization",
+    "admin",
 ]
 
 # Lazy (PEP 562), so that `python -m kafka_client.config` runs cleanly and importing the
@@ -81,13 +83,14 @@ _LAZY = {
     "ClientConfig": (".config", "ClientConfig"),
     "Producer": (".producer.producer", "Producer"),
     "Consumer": (".consumer.consumer", "Consumer"),
+    "AdminClient": (".admin", "AdminClient"),
     "OFFSET_TAIL": (".consumer.consumer", "OFFSET_TAIL"),
     "SerializingProducer": (".serializing_producer", "SerializingProducer"),
     "DeserializingConsumer": (".deserializing_consumer", "DeserializingConsumer"),
 }
 
 # Submodules confluent-kafka's top level exposes as attributes.
-_SUBMODULES = ("serialization", "serializing_producer", "deserializing_consumer")
+_SUBMODULES = ("serialization", "serializing_producer", "deserializing_consumer", "admin")
 
 
 def __getattr__(name: str):

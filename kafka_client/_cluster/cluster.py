@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
 from kafka_client._net.connection import (
@@ -230,8 +230,10 @@ class Cluster:
 
     def _send_metadata(self, now: float, topics: Any = "cache",
                        callback: Optional[Callable[[Any, Optional[KafkaError]], None]] = None,
-                       timeout: Optional[float] = None) -> bool:
-        conn = self._ready_conn()
+                       timeout: Optional[float] = None,
+                       conn: Optional[BrokerConnection] = None) -> bool:
+        if conn is None:
+            conn = self._ready_conn()
         if conn is None:
             return False
         version = conn.version_for(ApiKey.METADATA)
@@ -266,43 +268,79 @@ class Cluster:
         conn.send(req, done, version=version, timeout=timeout)
         return True
 
-    def list_topics(self, topic: Optional[str], timeout: Optional[float]) -> ClusterMetadata:
-        """Application thread: one Metadata request (every topic, or ``topic``), waited for
-        at most ``timeout`` seconds (None = socket.timeout.ms)."""
-        if timeout is None or timeout < 0:
-            timeout = self.settings.request_timeout
-        deadline = time.monotonic() + timeout
-        box: List[Any] = []
-        done = threading.Event()
-        last_conn: List[Optional[BrokerConnection]] = [None]
+    def ready_connection(self, now: float) -> Optional[BrokerConnection]:
+        """I/O thread: the least busy ready broker connection (never a coordinator's); when
+        none is up, starts connecting one and returns None."""
+        conn = self._ready_conn()
+        if conn is None:
+            self._kick_connect(now)
+        return conn
 
-        def answer(resp: Any, err: Optional[KafkaError]) -> None:
-            box.append((resp, err))
-            done.set()
+    def request_metadata(self, topics: Optional[List[str]],
+                         callback: Callable[[Any, Optional[KafkaError],
+                                             Optional[BrokerConnection]], None],
+                         deadline: float) -> None:
+        """I/O thread: one Metadata request for ``topics`` (None: every topic; ``[]``:
+        only brokers, controller and cluster id), sent to the least busy ready connection
+        once one is up, and sent again after a retriable error, until ``deadline``
+        (monotonic). The cache is updated; ``callback(response, error, connection)`` runs
+        once, with ``(None, None, None)`` if no answer came before the deadline."""
+        finished = [False]
+
+        def answer(resp: Any, err: Optional[KafkaError],
+                   conn: Optional[BrokerConnection]) -> None:
+            if not finished[0]:
+                finished[0] = True
+                callback(resp, err, conn)
 
         def attempt() -> None:
-            if done.is_set() or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if finished[0]:
                 return
-            conn = self._ready_conn()
+            if self.closed:
+                answer(None, KafkaError(KafkaError._DESTROY, "client is closing"), None)
+                return
+            if now >= deadline:
+                answer(None, None, None)
+                return
+            conn = self.ready_connection(now)
             if conn is None:
-                self._kick_connect(time.monotonic())
-                self.io.call_later(0.02, attempt)
+                self.io.call_later(min(0.02, deadline - now), attempt)
                 return
-            last_conn[0] = conn
 
             def answered(resp: Any, err: Optional[KafkaError]) -> None:
                 if err is not None and err.retriable():
                     self.io.call_later(0.05, attempt)  # try another connection
                     return
-                answer(resp, err)
+                answer(resp, err, conn)
 
-            remaining = max(0.01, deadline - time.monotonic())
-            self._send_metadata(time.monotonic(), None if topic is None else [topic],
-                                answered, timeout=remaining)
+            if not self._send_metadata(now, topics, answered, timeout=deadline - now,
+                                       conn=conn):
+                self.io.call_later(min(0.02, deadline - now), attempt)
 
-        self.io.call_soon(attempt)
+        attempt()
+
+    def _metadata_blocking(self, topics: Optional[List[str]], timeout: Optional[float],
+                           what: str) -> Tuple[Any, BrokerConnection]:
+        """Application thread: :meth:`request_metadata` waited for at most ``timeout``
+        seconds (None = socket.timeout.ms); raises KafkaException saying ``what`` failed."""
+        if timeout is None or timeout < 0:
+            timeout = self.settings.request_timeout
+        deadline = time.monotonic() + timeout
+        box: List[Any] = []
+        done = threading.Event()
+
+        def answer(resp: Any, err: Optional[KafkaError],
+                   conn: Optional[BrokerConnection]) -> None:
+            box.append((resp, err, conn))
+            done.set()
+
+        self.io.call_soon(self.request_metadata, topics, answer, deadline)
         _wait_interruptibly(done, deadline)
-        if not box:
+        resp, err, conn = box[0] if box else (None, None, None)
+        if err is not None:
+            raise KafkaException(err)
+        if resp is None:
             last = None
             for c in self.conns.values():
                 if c.last_error is not None:
@@ -310,16 +348,33 @@ class Cluster:
             if last is not None and not any(c.state == READY for c in self.conns.values()):
                 raise KafkaException(KafkaError(
                     KafkaError._TRANSPORT,
-                    f"Failed to get metadata within {timeout:g}s: {last.str()}"))
+                    f"Failed to {what} within {timeout:g}s: {last.str()}"))
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
-                                            f"Failed to get metadata within {timeout:g}s"))
-        resp, err = box[0]
-        if err is not None:
-            raise KafkaException(err)
-        conn = last_conn[0]
-        return ClusterMetadata.from_response(
-            resp, conn.node_id if conn else -1,
-            f"{conn.host}:{conn.port}/{conn.node_id}" if conn else None)
+                                            f"Failed to {what} within {timeout:g}s"))
+        return resp, conn
+
+    def list_topics(self, topic: Optional[str], timeout: Optional[float]) -> ClusterMetadata:
+        """Application thread: one Metadata request (every topic, or ``topic``), waited for
+        at most ``timeout`` seconds (None = socket.timeout.ms)."""
+        resp, conn = self._metadata_blocking(None if topic is None else [topic], timeout,
+                                             "get metadata")
+        node_id = conn.node_id
+        if node_id < 0:  # a bootstrap connection: the answer says which broker it is
+            node_id = next((b.node_id for b in resp.brokers or ()
+                            if (b.host, b.port) == (conn.host, conn.port)), node_id)
+        return ClusterMetadata.from_response(resp, node_id,
+                                             f"{conn.host}:{conn.port}/{node_id}")
+
+    def cluster_id(self, timeout: Optional[float]) -> Optional[str]:
+        """Application thread: the cluster id (KIP-78) the brokers report; asked for
+        (waiting at most ``timeout`` seconds, None = socket.timeout.ms) if no metadata
+        answer has given it yet. None when the broker has no cluster id (Metadata older
+        than v2); raises KafkaException (_TIMED_OUT, _TRANSPORT) when no broker answered."""
+        known = self.metadata.cluster_id
+        if known is not None:
+            return known
+        resp, _conn = self._metadata_blocking([], timeout, "retrieve cluster id")
+        return getattr(resp, "cluster_id", None)
 
     def close(self, graceful: bool = True) -> List[BrokerConnection]:
         """I/O thread: close every connection. Queued requests fail with _DESTROY;

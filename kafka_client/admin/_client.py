@@ -1,0 +1,733 @@
+"""``AdminClient``: confluent-kafka's admin API on our own I/O thread and codec.
+
+    from kafka_client.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": "localhost:9092"})
+    for topic, future in admin.create_topics([NewTopic("orders", 6)]).items():
+        future.result()          # None, or raises KafkaException
+
+Every call checks its input on the calling thread (TypeError / ValueError as
+confluent-kafka raises them), hands the work to the client's I/O thread and returns
+``concurrent.futures.Future`` objects, one per resource, which the I/O thread completes:
+with the result, or with a :class:`~kafka_client.KafkaException` carrying the broker's
+error for that resource (or the local one: timed out, unsupported by the broker, ...).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+import warnings
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TypeVar
+
+from kafka_client._cluster.calls import CallRunner, PartitionKey
+from kafka_client._cluster.cluster import Cluster
+from kafka_client._cluster.metadata import ClusterMetadata
+from kafka_client._common import apply_debug, make_config, serve_errors, stop_client
+from kafka_client._model import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    IsolationLevel,
+    TopicCollection,
+)
+from kafka_client._net.io_thread import IOThread
+from kafka_client.admin import _operations as ops
+from kafka_client.admin._acl import AclBinding, AclBindingFilter
+from kafka_client.admin._config import AlterConfigOpType, ConfigResource
+from kafka_client.admin._topics import NewPartitions, NewTopic, OffsetSpec
+from kafka_client.errors import KafkaError
+from kafka_client.types import OFFSET_INVALID, TopicPartition
+
+__all__ = ["AdminClient"]
+
+_log = logging.getLogger("kafka_client.admin")
+
+Future = concurrent.futures.Future
+K = TypeVar("K")
+
+#: librdkafka's limits for the per-call timeouts (seconds) and topic counts.
+_MAX_TIMEOUT = 3600.0
+_MAX_PARTITIONS = 100000
+_MAX_REPLICATION = 10000
+
+_instances = 0
+
+
+def _future() -> Future:
+    f: Future = Future()
+    f.set_running_or_notify_cancel()  # as confluent-kafka's: cannot be cancelled
+    return f
+
+
+def _check_list(value: Any, what: str, allow_empty: bool = False) -> list:
+    if not isinstance(value, list):
+        raise TypeError(f"Expected a list of {what}, not {type(value).__name__}")
+    if not value and not allow_empty:
+        raise ValueError(f"Expected non-empty list of {what}")
+    return value
+
+
+def _check_items(items: Iterable[Any], cls: type, what: str) -> None:
+    for item in items:
+        if not isinstance(item, cls):
+            raise ValueError(f"Expected list of {what}, not {type(item).__name__}")
+
+
+def _check_partition(tp: Any, what: str) -> None:
+    if tp is None:
+        raise ValueError(f"Element of '{what}' cannot be None")
+    if not isinstance(tp, TopicPartition):
+        raise TypeError(f"Element of '{what}' must be of type TopicPartition")
+    if not tp.topic:
+        raise ValueError(f"Element of '{what}' must not have 'topic' attribute as Empty")
+    if tp.partition < 0:
+        raise ValueError(f"Element of '{what}' must not have negative 'partition' value")
+
+
+def _duplicates(keys: List[Any], futures: Dict[Any, Future], what: str) -> bool:
+    """Fail every future of a call that names something twice (as librdkafka does);
+    True if it did."""
+    if len(set(keys)) == len(keys):
+        return False
+    for fut in futures.values():
+        ops.settle(fut, error=KafkaError(KafkaError._INVALID_ARG,
+                                         f"Duplicate {what} not allowed"))
+    return True
+
+
+class AdminClient:
+    """Administer topics, configurations, records, consumer groups and ACLs.
+
+    ``AdminClient(conf)`` takes librdkafka's configuration properties (at least
+    ``bootstrap.servers``), as a dict and/or keyword arguments. Calls return
+    ``concurrent.futures.Future`` objects; their results are described per method. The
+    per-call keyword arguments: ``request_timeout`` (seconds, default
+    ``socket.timeout.ms``: the whole call including broker lookups and retries),
+    ``operation_timeout`` (seconds the broker may wait for the change to spread through
+    the cluster; default 0, answer at once, except for ``delete_records``: the request
+    timeout, as in librdkafka) and ``validate_only`` (check the request on the broker
+    without applying it).
+
+    Done callbacks added to the futures run on the client's I/O thread: keep them short
+    and never wait there for another of this client's futures.
+    """
+
+    def __init__(self, conf: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
+        global _instances
+        self._closed = True
+        self._config = cfg = make_config(conf, kwargs, "admin")
+        logger = cfg["logger"]
+        self._log = logger if logger is not None else _log
+        _instances += 1
+        self._io = IOThread(name=f"kafka-admin-{_instances}")
+        self._cluster = Cluster(cfg, self._io)
+        self._runner = CallRunner(self._cluster)
+        self._error_cb: Optional[Callable] = cfg["error_cb"]
+        self._outstanding: Set[Future] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        apply_debug(cfg["debug"])
+        self._io.start()
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _options(self, request_timeout: Optional[float] = None,
+                 operation_timeout: Optional[float] = None,
+                 validate_only: bool = False, wait_by_default: bool = False,
+                 **extra: Any) -> ops.Options:
+        """The per-call options, checked as librdkafka checks them. The operation timeout
+        defaults to 0 (the broker answers at once), with ``wait_by_default`` to the
+        request timeout (librdkafka's default for DeleteRecords); -1 is the request
+        timeout too."""
+        if self._closed:
+            raise RuntimeError("AdminClient has been closed")
+        default = self._cluster.settings.request_timeout
+        req = _timeout(request_timeout, "request_timeout", 0.0, default)
+        op = _timeout(operation_timeout, "operation_timeout", -1.0,
+                      -1.0 if wait_by_default else 0.0)
+        if not isinstance(validate_only, bool):
+            raise TypeError(f"Expected validate_only to be bool type, not "
+                            f"{type(validate_only).__name__}")
+        op_ms = int(req * 1000) if op < 0 else int(op * 1000)
+        return ops.Options(deadline=time.monotonic() + req, operation_timeout_ms=op_ms,
+                           validate_only=validate_only, **extra)
+
+    def _track(self, futures: Iterable[Future]) -> None:
+        """Count the futures for ``len()`` until they complete."""
+        def done(f: Future) -> None:
+            with self._lock:
+                self._outstanding.discard(f)
+
+        for f in futures:
+            with self._lock:
+                self._outstanding.add(f)
+            f.add_done_callback(done)
+
+    def _start(self, operation: Callable[..., None], *args: Any) -> None:
+        """Run ``operation(runner, *args)`` on the I/O thread."""
+        self._io.call_soon(operation, self._runner, *args)
+
+    def _keyed(self, keys: List[K]) -> Dict[K, Future]:
+        futures = {k: _future() for k in keys}
+        self._track(futures.values())
+        return futures
+
+    # -- topics ----------------------------------------------------------------------------
+    def create_topics(self, new_topics: List[NewTopic], *,
+                      operation_timeout: Optional[float] = None,
+                      request_timeout: Optional[float] = None,
+                      validate_only: bool = False) -> Dict[str, Future]:
+        """Create topics. Returns ``{topic: future}``; each future's result is None.
+
+        Names that Kafka does not allow (empty, ``.``/``..``, longer than 249
+        characters, characters other than ASCII letters, digits, ``._-``) fail their
+        future with TOPIC_EXCEPTION without being sent, whatever the broker would accept.
+        """
+        _check_list(new_topics, "NewTopic objects")
+        _check_items(new_topics, NewTopic, "NewTopic objects")
+        for t in new_topics:
+            _check_new_topic(t)
+        opts = self._options(request_timeout, operation_timeout, validate_only)
+        names = [t.topic for t in new_topics]
+        futures = self._keyed(names)
+        if not _duplicates(names, futures, "topics"):
+            self._start(ops.create_topics, new_topics, futures, opts)
+        return futures
+
+    def delete_topics(self, topics: List[str], *, operation_timeout: Optional[float] = None,
+                      request_timeout: Optional[float] = None) -> Dict[str, Future]:
+        """Delete topics. Returns ``{topic: future}``; each future's result is None."""
+        if not isinstance(topics, list):
+            raise TypeError(f"argument 1 must be list, not {type(topics).__name__}")
+        if not topics:
+            raise ValueError("Expected non-empty list of topic strings")
+        for t in topics:
+            if not isinstance(t, str):
+                raise ValueError(f"Expected list of topic strings, not {type(t).__name__}")
+        opts = self._options(request_timeout, operation_timeout)
+        futures = self._keyed(topics)
+        if not _duplicates(topics, futures, "topics"):
+            self._start(ops.delete_topics, topics, futures, opts)
+        return futures
+
+    def create_partitions(self, new_partitions: List[NewPartitions], *,
+                          operation_timeout: Optional[float] = None,
+                          request_timeout: Optional[float] = None,
+                          validate_only: bool = False) -> Dict[str, Future]:
+        """Grow topics to ``new_total_count`` partitions. Returns ``{topic: future}``;
+        each future's result is None."""
+        _check_list(new_partitions, "NewPartitions objects")
+        _check_items(new_partitions, NewPartitions, "NewPartitions objects")
+        for p in new_partitions:
+            if not 1 <= p.new_total_count <= _MAX_PARTITIONS:
+                raise ValueError(f"Invalid NewPartitions({p.topic}): new_total_count "
+                                 f"{p.new_total_count} is out of the expected range "
+                                 f"1..{_MAX_PARTITIONS}")
+            if p.replica_assignment is not None:
+                _check_assignment(p.replica_assignment, None, f"NewPartitions({p.topic})")
+        opts = self._options(request_timeout, operation_timeout, validate_only)
+        names = [p.topic for p in new_partitions]
+        futures = self._keyed(names)
+        if not _duplicates(names, futures, "topics"):
+            self._start(ops.create_partitions, new_partitions, futures, opts)
+        return futures
+
+    def list_topics(self, topic: Optional[str] = None, timeout: float = -1) -> ClusterMetadata:
+        """Cluster metadata (every topic, or only ``topic``), waited for at most
+        ``timeout`` seconds (-1: ``socket.timeout.ms``); as ``Producer.list_topics()``."""
+        self._check_open()
+        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
+                                         else timeout)
+
+    def cluster_id(self, timeout: float = -1) -> Optional[str]:
+        """The cluster id, waited for at most ``timeout`` seconds (-1:
+        ``socket.timeout.ms``); KafkaException (_TIMED_OUT) if no broker answered."""
+        self._check_open()
+        return self._cluster.cluster_id(None if timeout is None or timeout < 0 else timeout)
+
+    def describe_topics(self, topics: TopicCollection, *,
+                        include_authorized_operations: bool = False,
+                        request_timeout: Optional[float] = None) -> Dict[str, Future]:
+        """Describe topics. Returns ``{topic: future}``; each result is a
+        :class:`~kafka_client.admin.TopicDescription`."""
+        if not isinstance(topics, TopicCollection):
+            raise TypeError("Expected input to be instance of TopicCollection")
+        names = topics.topic_names
+        if not isinstance(names, list):
+            raise TypeError("Expected list of topic names to be described")
+        for i, name in enumerate(names):
+            if not isinstance(name, str):
+                raise TypeError(f"Expected list of topics strings, not "
+                                f"{type(name).__name__}")
+            if not name:
+                raise ValueError(f"Empty topic name at index {i} isn't allowed")
+        opts = self._options(request_timeout,
+                             include_authorized_operations=_bool(
+                                 include_authorized_operations,
+                                 "include_authorized_operations"))
+        futures = self._keyed(names)
+        if names and not _duplicates(names, futures, "topics"):
+            self._start(ops.describe_topics, names, futures, opts)
+        return futures
+
+    def describe_cluster(self, *, include_authorized_operations: bool = False,
+                         request_timeout: Optional[float] = None) -> Future:
+        """Describe the cluster: the future's result is a
+        :class:`~kafka_client.admin.DescribeClusterResult`."""
+        opts = self._options(request_timeout,
+                             include_authorized_operations=_bool(
+                                 include_authorized_operations,
+                                 "include_authorized_operations"))
+        future = self._keyed([None])[None]
+        self._start(ops.describe_cluster, future, opts)
+        return future
+
+    # -- configs ---------------------------------------------------------------------------
+    def describe_configs(self, resources: List[ConfigResource], *,
+                         request_timeout: Optional[float] = None,
+                         broker: Optional[int] = None) -> Dict[ConfigResource, Future]:
+        """Describe resources' configurations. Returns ``{resource: future}``; each
+        result is ``{name: ConfigEntry}``. BROKER resources go to that broker, the others
+        to any broker (or ``broker``)."""
+        self._check_resources(resources)
+        opts = self._options(request_timeout, broker=_broker(broker))
+        futures = self._keyed(resources)
+        self._start(ops.describe_configs, list(futures), futures, opts)
+        return futures
+
+    def alter_configs(self, resources: List[ConfigResource], *,
+                      request_timeout: Optional[float] = None, validate_only: bool = False,
+                      broker: Optional[int] = None) -> Dict[ConfigResource, Future]:
+        """Replace resources' whole configurations with their ``set_config`` entries
+        (entries left out go back to their defaults). Deprecated, as in confluent-kafka:
+        use :meth:`incremental_alter_configs`. Each future's result is None."""
+        warnings.warn("alter_configs has been deprecated. Use incremental_alter_configs "
+                      "instead.", category=DeprecationWarning, stacklevel=2)
+        self._check_resources(resources)
+        for res in resources:
+            for k, v in res.set_config_dict.items():
+                if not isinstance(k, str) or not isinstance(v, str):
+                    raise TypeError(f"{res}: set_config names and values must be str")
+        opts = self._options(request_timeout, validate_only=validate_only,
+                             broker=_broker(broker))
+        futures = self._keyed(resources)
+        if not _duplicates(resources, futures, "ConfigResource"):
+            self._start(ops.alter_configs, resources, futures, opts)
+        return futures
+
+    def incremental_alter_configs(self, resources: List[ConfigResource], *,
+                                  request_timeout: Optional[float] = None,
+                                  validate_only: bool = False,
+                                  broker: Optional[int] = None
+                                  ) -> Dict[ConfigResource, Future]:
+        """Apply each resource's ``incremental_configs`` (SET, DELETE, APPEND, SUBTRACT
+        per :class:`~kafka_client.admin.ConfigEntry`); the rest stays as it is. Each
+        future's result is None."""
+        self._check_resources(resources)
+        for res in resources:
+            if not res.incremental_configs:
+                raise ValueError("expected non-empty list of ConfigEntry to alter "
+                                 "incrementally in incremental_configs field")
+            for e in res.incremental_configs:
+                if not isinstance(e.incremental_operation, AlterConfigOpType):
+                    raise TypeError(f"ConfigEntry {e.name!r}: incremental_operation must be "
+                                    f"an AlterConfigOpType")
+                if not isinstance(e.name, str) or not e.name:
+                    raise TypeError("ConfigEntry name must be a non-empty str")
+                if e.incremental_operation != AlterConfigOpType.DELETE \
+                        and not isinstance(e.value, str):
+                    raise TypeError(f"Expected .value to be str type, not "
+                                    f"{type(e.value).__name__}")
+        opts = self._options(request_timeout, validate_only=validate_only,
+                             broker=_broker(broker))
+        futures = self._keyed(resources)
+        if _duplicates(resources, futures, "ConfigResource"):
+            return futures
+        for res in resources:
+            names = [e.name for e in res.incremental_configs]
+            if len(set(names)) != len(names):
+                ops.settle(futures[res], error=KafkaError(KafkaError._INVALID_ARG,
+                                                          "Duplicate ConfigEntry found"))
+        todo = [r for r in resources if not futures[r].done()]
+        if todo:
+            self._start(ops.incremental_alter_configs, todo, futures, opts)
+        return futures
+
+    def _check_resources(self, resources: Any) -> None:
+        _check_list(resources, "ConfigResource objects")
+        _check_items(resources, ConfigResource, "ConfigResource objects")
+        for res in resources:
+            if not isinstance(res.name, str) or not res.name:
+                raise ValueError(f"Invalid {res}: the resource name must be a non-empty str")
+
+    # -- records and offsets ----------------------------------------------------------------
+    def delete_records(self, topic_partition_offsets: List[TopicPartition], *,
+                       request_timeout: Optional[float] = None,
+                       operation_timeout: Optional[float] = None
+                       ) -> Dict[TopicPartition, Future]:
+        """Delete the records before each partition's ``offset`` (OFFSET_END, -1: all of
+        them). Returns ``{TopicPartition: future}``; each result is a
+        :class:`~kafka_client.admin.DeletedRecords`."""
+        if not isinstance(topic_partition_offsets, list):
+            raise TypeError(f"Expected Request to be a list, got "
+                            f"'{type(topic_partition_offsets).__name__}'")
+        for tp in topic_partition_offsets:
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"Element of the request list must be of type "
+                                f"'TopicPartition' got '{type(tp).__name__}'")
+            if tp.partition < 0:
+                raise ValueError("'partition' cannot be negative")
+        opts = self._options(request_timeout, operation_timeout, wait_by_default=True)
+        futures = self._keyed(topic_partition_offsets)
+        keys = [(tp.topic, tp.partition) for tp in topic_partition_offsets]
+        if futures and not _duplicates(keys, futures, "partitions"):
+            offsets = {(tp.topic, tp.partition): tp.offset for tp in topic_partition_offsets}
+            self._start(ops.delete_records, offsets, _by_key(futures), opts)
+        return futures
+
+    def list_offsets(self, topic_partition_offsets: Dict[TopicPartition, OffsetSpec], *,
+                     isolation_level: Optional[IsolationLevel] = None,
+                     request_timeout: Optional[float] = None
+                     ) -> Dict[TopicPartition, Future]:
+        """The earliest, latest, max-timestamp or by-timestamp offset of partitions.
+        Returns ``{TopicPartition: future}`` (keys carry the spec's number as offset);
+        each result is a :class:`~kafka_client.admin.ListOffsetsResultInfo`."""
+        if not isinstance(topic_partition_offsets, dict):
+            raise TypeError("Expected topic_partition_offsets to be dict of "
+                            "[TopicPartitions,OffsetSpec] for list offsets request")
+        for tp, spec in topic_partition_offsets.items():
+            if tp is None:
+                raise TypeError("partition cannot be None")
+            if not isinstance(tp, TopicPartition):
+                raise TypeError("partition must be a TopicPartition")
+            if not tp.topic:
+                raise ValueError("partition topic name cannot be empty")
+            if tp.partition < 0:
+                raise ValueError("partition index must be non-negative")
+            if spec is None:
+                raise TypeError("OffsetSpec cannot be None")
+            if not isinstance(spec, OffsetSpec):
+                raise TypeError("Value must be a OffsetSpec")
+        if isolation_level is not None and not isinstance(isolation_level, IsolationLevel):
+            raise TypeError("isolation_level argument should be an IsolationLevel")
+        opts = self._options(request_timeout, isolation_level=(
+            isolation_level.value if isolation_level is not None else 0))
+        keyed = [TopicPartition(tp.topic, tp.partition, spec._value)
+                 for tp, spec in topic_partition_offsets.items()]
+        futures = self._keyed(keyed)
+        bad = [tp for tp in keyed if tp.offset < -3]
+        for tp in bad:
+            ops.settle(futures[tp], error=KafkaError(
+                KafkaError._INVALID_ARG,
+                f"Partition {tp.partition} has an invalid offset {tp.offset}"))
+        specs = {(tp.topic, tp.partition): tp.offset for tp in keyed if tp not in bad}
+        if specs:
+            self._start(ops.list_offsets, specs, _by_key(futures), opts)
+        return futures
+
+    # -- consumer groups ---------------------------------------------------------------------
+    def list_consumer_groups(self, *, request_timeout: Optional[float] = None,
+                             states: Optional[Set[ConsumerGroupState]] = None,
+                             types: Optional[Set[ConsumerGroupType]] = None) -> Future:
+        """List the consumer groups of every broker, optionally only those in ``states``
+        or of ``types``. The result is a
+        :class:`~kafka_client.admin.ListConsumerGroupsResult`."""
+        for name, value, cls in (("states", states, ConsumerGroupState),
+                                 ("types", types, ConsumerGroupType)):
+            if value is None:
+                continue
+            if not isinstance(value, set):
+                raise TypeError(f"'{name}' must be a set")
+            for item in value:
+                if not isinstance(item, cls):
+                    raise TypeError(f"All elements of {name} must be of type {cls.__name__}")
+        opts = self._options(request_timeout, states=states or None, types=types or None)
+        future = self._keyed([None])[None]
+        self._start(ops.list_consumer_groups, future, opts)
+        return future
+
+    def describe_consumer_groups(self, group_ids: List[str], *,
+                                 include_authorized_operations: bool = False,
+                                 request_timeout: Optional[float] = None
+                                 ) -> Dict[str, Future]:
+        """Describe consumer groups (asked from each group's coordinator). Returns
+        ``{group_id: future}``; each result is a
+        :class:`~kafka_client.admin.ConsumerGroupDescription`."""
+        self._check_groups(group_ids, "described")
+        opts = self._options(request_timeout,
+                             include_authorized_operations=_bool(
+                                 include_authorized_operations,
+                                 "include_authorized_operations"))
+        futures = self._keyed(group_ids)
+        if not _duplicates(group_ids, futures, "groups"):
+            self._start(ops.describe_consumer_groups, group_ids, futures, opts)
+        return futures
+
+    def delete_consumer_groups(self, group_ids: List[str], *,
+                               request_timeout: Optional[float] = None) -> Dict[str, Future]:
+        """Delete consumer groups (empty ones: a group with members fails with
+        NON_EMPTY_GROUP). Returns ``{group_id: future}``; each result is None."""
+        self._check_groups(group_ids, "deleted")
+        opts = self._options(request_timeout)
+        futures = self._keyed(group_ids)
+        if not _duplicates(group_ids, futures, "groups"):
+            self._start(ops.delete_consumer_groups, group_ids, futures, opts)
+        return futures
+
+    @staticmethod
+    def _check_groups(group_ids: Any, verb: str) -> None:
+        if not isinstance(group_ids, list):
+            raise TypeError(f"Expected input to be list of group ids to be {verb}")
+        if not group_ids:
+            raise ValueError(f"Expected at least one group to be {verb}")
+        for g in group_ids:
+            if not isinstance(g, str):
+                raise ValueError(f"Expected list of group strings, not {type(g).__name__}")
+
+    def list_consumer_group_offsets(self, list_consumer_group_offsets_request:
+                                    List[ConsumerGroupTopicPartitions], *,
+                                    require_stable: bool = False,
+                                    request_timeout: Optional[float] = None
+                                    ) -> Dict[str, Future]:
+        """The committed offsets of one group (of its listed partitions, or of all).
+        Returns ``{group_id: future}``; the result is a
+        :class:`~kafka_client.ConsumerGroupTopicPartitions` whose partitions carry the
+        offset (OFFSET_INVALID when none is committed), metadata and error."""
+        request = _check_group_request(list_consumer_group_offsets_request, "listing",
+                                       altering=False)
+        opts = self._options(request_timeout,
+                             require_stable=_bool(require_stable, "require_stable"))
+        futures = self._keyed([request.group_id])
+        if not self._duplicate_partitions(request, futures):
+            self._start(ops.list_consumer_group_offsets, request, futures[request.group_id],
+                        opts)
+        return futures
+
+    def alter_consumer_group_offsets(self, alter_consumer_group_offsets_request:
+                                     List[ConsumerGroupTopicPartitions], *,
+                                     request_timeout: Optional[float] = None
+                                     ) -> Dict[str, Future]:
+        """Commit offsets for a group that has no active members. Returns ``{group_id:
+        future}``; the result is a :class:`~kafka_client.ConsumerGroupTopicPartitions`
+        whose partitions carry their own error (or None)."""
+        request = _check_group_request(alter_consumer_group_offsets_request, "altering",
+                                       altering=True)
+        opts = self._options(request_timeout)
+        futures = self._keyed([request.group_id])
+        if not self._duplicate_partitions(request, futures):
+            self._start(ops.alter_consumer_group_offsets, request, futures[request.group_id],
+                        opts)
+        return futures
+
+    @staticmethod
+    def _duplicate_partitions(request: ConsumerGroupTopicPartitions,
+                              futures: Dict[str, Future]) -> bool:
+        keys = [(tp.topic, tp.partition) for tp in request.topic_partitions or ()]
+        return _duplicates(keys, futures, "partitions")
+
+    # -- ACLs --------------------------------------------------------------------------------
+    def create_acls(self, acls: List[AclBinding], *,
+                    request_timeout: Optional[float] = None) -> Dict[AclBinding, Future]:
+        """Create ACL bindings. Returns ``{binding: future}``; each result is None."""
+        _check_list(acls, "AclBinding objects")
+        if len(set(acls)) != len(acls):
+            raise ValueError("duplicate ACL bindings not allowed")
+        for a in acls:
+            if not isinstance(a, AclBinding) or isinstance(a, AclBindingFilter):
+                raise ValueError(f"Expected list of AclBinding objects, not "
+                                 f"{type(a).__name__}")
+        opts = self._options(request_timeout)
+        futures = self._keyed(acls)
+        self._start(ops.create_acls, acls, futures, opts)
+        return futures
+
+    def describe_acls(self, acl_binding_filter: AclBindingFilter, *,
+                      request_timeout: Optional[float] = None) -> Future:
+        """The ACL bindings matching a filter: the future's result is a list of
+        :class:`~kafka_client.admin.AclBinding`."""
+        if not isinstance(acl_binding_filter, AclBindingFilter):
+            raise TypeError("Expected an AclBindingFilter object")
+        opts = self._options(request_timeout)
+        future = self._keyed([None])[None]
+        self._start(ops.describe_acls, acl_binding_filter, future, opts)
+        return future
+
+    def delete_acls(self, acl_binding_filters: List[AclBindingFilter], *,
+                    request_timeout: Optional[float] = None
+                    ) -> Dict[AclBindingFilter, Future]:
+        """Delete the ACL bindings matching each filter. Returns ``{filter: future}``;
+        each result is the list of :class:`~kafka_client.admin.AclBinding` deleted."""
+        _check_list(acl_binding_filters, "AclBindingFilter objects")
+        if len(set(acl_binding_filters)) != len(acl_binding_filters):
+            raise ValueError("duplicate ACL binding filters not allowed")
+        _check_items(acl_binding_filters, AclBindingFilter, "AclBindingFilter objects")
+        opts = self._options(request_timeout)
+        futures = self._keyed(acl_binding_filters)
+        self._start(ops.delete_acls, acl_binding_filters, futures, opts)
+        return futures
+
+    # -- events and lifetime ----------------------------------------------------------------
+    def poll(self, timeout: float = -1) -> int:
+        """Serve ``error_cb`` with the client-level errors (lost connections, ...) that
+        happened; waits up to ``timeout`` seconds for one (-1: until one comes). Returns
+        how many were served. Futures complete without it."""
+        self._check_open()
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        while True:
+            n = serve_errors(self._cluster, self._error_cb, self._log)
+            if n or (deadline is not None and time.monotonic() >= deadline):
+                return n
+            time.sleep(0.05 if deadline is None else
+                       max(0.0, min(0.05, deadline - time.monotonic())))
+
+    def __len__(self) -> int:
+        """Futures of this client not completed yet."""
+        with self._lock:
+            return len(self._outstanding)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("AdminClient has been closed")
+
+    def close(self) -> None:
+        """Stop the client: operations still running fail with _DESTROY, connections
+        close, the I/O thread ends. Later calls raise RuntimeError."""
+        if self._closed:
+            return
+        self._closed = True
+        stop_client(self._io, self._cluster)
+        # Whatever was still running (waiting for a broker, a lookup or an answer) ends.
+        with self._lock:
+            left = list(self._outstanding)
+        for fut in left:
+            ops.settle(fut, error=KafkaError(KafkaError._DESTROY, "AdminClient closed"))
+
+    def __enter__(self) -> "AdminClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Pending futures keep the client alive (their done callbacks hold it), so this
+        # runs once nothing is left; on the I/O thread when it completed the last one.
+        if getattr(self, "_closed", True):
+            return
+        try:
+            if self._io.in_thread():  # it cannot wait for itself: the loop ends after this
+                self._closed = True
+                self._io.stop(0)
+            else:
+                self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def _timeout(value: Any, what: str, low: float, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if value == -1 and low == 0.0:
+        return default  # confluent-kafka's "use the default"
+    if not low <= value <= _MAX_TIMEOUT:
+        raise ValueError(f'Invalid value for "{what}": expecting a number of seconds in '
+                         f"range {low:g}..{_MAX_TIMEOUT:g}")
+    return float(value)
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"Expected {what} to be bool type, not {type(value).__name__}")
+    return value
+
+
+def _broker(value: Any) -> Optional[int]:
+    if value is None or value == -1:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"broker must be an int broker id, not {type(value).__name__}")
+    return value
+
+
+def _check_assignment(assignment: Any, count: Optional[int], what: str) -> None:
+    if not isinstance(assignment, list) or not all(
+            isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids)
+            for ids in assignment) or (count is not None and len(assignment) != count):
+        raise ValueError(f"Invalid {what}: replica_assignment must be a list of non-empty "
+                         f"lists of broker ids, one per partition")
+
+
+def _check_new_topic(t: NewTopic) -> None:
+    what = f"NewTopic({t.topic})"
+    # 0 passes here, as in librdkafka; its future fails with INVALID_PARTITIONS.
+    if t.num_partitions != -1 and not 0 <= t.num_partitions <= _MAX_PARTITIONS:
+        raise ValueError(f"Invalid {what}: num_partitions {t.num_partitions} is out of the "
+                         f"expected range 1..{_MAX_PARTITIONS} or -1 for broker default")
+    if t.replication_factor != -1 and not 0 <= t.replication_factor <= _MAX_REPLICATION:
+        raise ValueError(f"Invalid {what}: replication_factor {t.replication_factor} is out "
+                         f"of the expected range 1..{_MAX_REPLICATION} or -1 for broker "
+                         f"default")
+    if t.replica_assignment is not None:
+        if t.replication_factor != -1:
+            raise ValueError(f"Invalid {what}: replication_factor and replica_assignment "
+                             f"are mutually exclusive")
+        _check_assignment(t.replica_assignment,
+                          None if t.num_partitions == -1 else t.num_partitions, what)
+    if t.config is not None:
+        if not isinstance(t.config, dict):
+            raise TypeError(f"Invalid {what}: config must be a dict, not "
+                            f"{type(t.config).__name__}")
+        for k, v in t.config.items():
+            if not isinstance(k, str) or not k:
+                raise TypeError(f"Invalid {what}: config names must be non-empty str, not "
+                                f"{k!r}")
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"Invalid {what}: config value of {k!r} must be a str, not "
+                                f"{type(v).__name__}")
+
+
+def _check_group_request(request: Any, doing: str, altering: bool
+                         ) -> ConsumerGroupTopicPartitions:
+    if request is None:
+        raise TypeError("request cannot be None")
+    if not isinstance(request, list):
+        raise TypeError("request must be a list")
+    if len(request) != 1:
+        raise ValueError(f"Currently we support {doing} offsets for a single consumer group "
+                         f"only")
+    req = request[0]
+    if not isinstance(req, ConsumerGroupTopicPartitions):
+        raise TypeError("Expected list of 'ConsumerGroupTopicPartitions'")
+    if req.group_id is None:
+        raise TypeError("'group_id' cannot be None")
+    if not isinstance(req.group_id, str):
+        raise TypeError("'group_id' must be a string")
+    if not req.group_id:
+        raise ValueError("'group_id' cannot be empty")
+    parts = req.topic_partitions
+    if parts is None:
+        if altering:
+            raise ValueError("'topic_partitions' cannot be null")
+        return req
+    if not isinstance(parts, list):
+        raise TypeError("'topic_partitions' must be a list" + ("" if altering else " or None"))
+    if not parts:
+        raise ValueError("'topic_partitions' cannot be empty")
+    for tp in parts:
+        _check_partition(tp, "topic_partitions")
+        if altering and tp.offset < 0:
+            raise ValueError("Element of 'topic_partitions' must not have negative value "
+                             "for 'offset' field")
+        if not altering and tp.offset != OFFSET_INVALID:
+            raise ValueError("Element of 'topic_partitions' must not have 'offset' value")
+    return req
+
+
+def _by_key(futures: Dict[TopicPartition, Future]) -> Dict[PartitionKey, Future]:
+    return {(tp.topic, tp.partition): fut for tp, fut in futures.items()}
+

@@ -1,0 +1,105 @@
+"""Consumer group value types: what ``list_consumer_groups()`` and
+``describe_consumer_groups()`` return."""
+from __future__ import annotations
+
+from typing import List, Optional, Union
+
+from kafka_client._model import ConsumerGroupState, ConsumerGroupType, Node
+from kafka_client.admin._acl import AclOperation, to_operations
+from kafka_client.admin._resource import to_enum
+from kafka_client.types import TopicPartition
+
+__all__ = [
+    "ConsumerGroupListing",
+    "ListConsumerGroupsResult",
+    "MemberAssignment",
+    "MemberDescription",
+    "ConsumerGroupDescription",
+]
+
+
+def _optional(value: Union[None, str, int, object], cls: type) -> Optional[object]:
+    return None if value is None else to_enum(value, cls)
+
+
+class ConsumerGroupListing:
+    """One group of ``list_consumer_groups()``: ``group_id``, ``is_simple_consumer_group``
+    (no members ever joined: offsets only), ``state`` and ``type``."""
+
+    def __init__(self, group_id: str, is_simple_consumer_group: bool,
+                 state: Union[ConsumerGroupState, str, int, None] = None,
+                 type: Union[ConsumerGroupType, str, int, None] = None) -> None:
+        self.group_id = group_id
+        self.is_simple_consumer_group = is_simple_consumer_group
+        self.state = _optional(state, ConsumerGroupState)
+        self.type = _optional(type, ConsumerGroupType)
+
+    def __repr__(self) -> str:
+        return (f"ConsumerGroupListing(group_id={self.group_id!r}, state={self.state}, "
+                f"type={self.type})")
+
+
+class ListConsumerGroupsResult:
+    """``list_consumer_groups()``'s answer: ``valid`` listings and the ``errors``
+    (KafkaException) of the brokers that could not be asked."""
+
+    def __init__(self, valid: Optional[List[ConsumerGroupListing]] = None,
+                 errors: Optional[List[Exception]] = None) -> None:
+        self.valid = valid
+        self.errors = errors
+
+    def __repr__(self) -> str:
+        return f"ListConsumerGroupsResult(valid={self.valid!r}, errors={self.errors!r})"
+
+
+class MemberAssignment:
+    """The partitions assigned to one group member (``topic_partitions``)."""
+
+    def __init__(self, topic_partitions: Optional[List[TopicPartition]]) -> None:
+        self.topic_partitions = topic_partitions or []
+
+    def __repr__(self) -> str:
+        return f"MemberAssignment({self.topic_partitions!r})"
+
+
+class MemberDescription:
+    """One member of a described group: ``member_id``, ``client_id``, ``host``,
+    ``assignment``, ``group_instance_id`` and ``target_assignment`` (KIP-848 groups)."""
+
+    def __init__(self, member_id: str, client_id: str, host: str,
+                 assignment: MemberAssignment, group_instance_id: Optional[str] = None,
+                 target_assignment: Optional[MemberAssignment] = None) -> None:
+        self.member_id = member_id
+        self.client_id = client_id
+        self.host = host
+        self.assignment = assignment
+        self.target_assignment = target_assignment
+        self.group_instance_id = group_instance_id
+
+    def __repr__(self) -> str:
+        return f"MemberDescription(member_id={self.member_id!r}, client_id={self.client_id!r})"
+
+
+class ConsumerGroupDescription:
+    """``describe_consumer_groups()``'s answer for one group: ``group_id``,
+    ``is_simple_consumer_group``, ``members``, ``partition_assignor``, ``state``,
+    ``coordinator`` (a :class:`~kafka_client.Node`), ``authorized_operations`` (when
+    asked for) and ``type``."""
+
+    def __init__(self, group_id: str, is_simple_consumer_group: bool,
+                 members: List[MemberDescription], partition_assignor: str,
+                 state: Union[ConsumerGroupState, str, int, None], coordinator: Node,
+                 authorized_operations: Optional[List[Union[AclOperation, str, int]]] = None,
+                 type: Union[ConsumerGroupType, str, int] = ConsumerGroupType.UNKNOWN) -> None:
+        self.group_id = group_id
+        self.is_simple_consumer_group = is_simple_consumer_group
+        self.members = members
+        self.authorized_operations = to_operations(authorized_operations)
+        self.partition_assignor = partition_assignor
+        self.state = _optional(state, ConsumerGroupState)
+        self.type = _optional(type, ConsumerGroupType)
+        self.coordinator = coordinator
+
+    def __repr__(self) -> str:
+        return (f"ConsumerGroupDescription(group_id={self.group_id!r}, state={self.state}, "
+                f"members={len(self.members)})")

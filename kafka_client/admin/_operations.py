@@ -1,0 +1,959 @@
+"""The admin operations on the I/O thread: each builds its requests for the negotiated
+version, sends them through :class:`~kafka_client._cluster.calls.CallRunner` to the
+broker its API needs, and settles the application's futures from the answers.
+
+Input was checked on the application thread (:mod:`kafka_client.admin._client`); what is
+left here is what only the broker's answer (or its supported versions) can tell.
+"""
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from kafka_client._cluster.calls import (
+    ANY_BROKER,
+    CONTROLLER,
+    Broker,
+    Call,
+    CallError,
+    CallRunner,
+    Coordinator,
+    CoordinatorType,
+    PartitionKey,
+    group_by_topic,
+)
+from kafka_client._model import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    Node,
+    TopicPartitionInfo,
+    Uuid,
+)
+from kafka_client.admin._acl import AclBinding, AclBindingFilter, AclOperation, AclPermissionType
+from kafka_client.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+from kafka_client.admin._groups import (
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    ListConsumerGroupsResult,
+    MemberAssignment,
+    MemberDescription,
+)
+from kafka_client.admin._resource import ResourcePatternType, ResourceType, enum_or_unknown
+from kafka_client.admin._topics import (
+    DeletedRecords,
+    DescribeClusterResult,
+    ListOffsetsResultInfo,
+    NewPartitions,
+    NewTopic,
+    TopicDescription,
+)
+from kafka_client.consumer.assignors import decode_assignment
+from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.types import OFFSET_INVALID, TopicPartition
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import (
+    AlterConfigsRequest,
+    ApiKey,
+    CreateAclsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteAclsRequest,
+    DeleteGroupsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    IncrementalAlterConfigsRequest,
+    ListGroupsRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+)
+
+__all__ = ["Options", "settle", "topic_name_error"]
+
+#: Broker errors retried for requests to the controller or a coordinator. (Not
+#: REQUEST_TIMED_OUT: for CreateTopics and friends it means the operation timeout passed
+#: while the broker carries on, which the application must hear about.)
+_RETRIED = frozenset((ErrorCode.NOT_CONTROLLER, ErrorCode.NOT_COORDINATOR,
+                      ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                      ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                      ErrorCode.UNSTABLE_OFFSET_COMMIT))
+
+#: Kafka's own limit on topic names, and the characters allowed in them.
+_MAX_TOPIC_NAME = 249
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
+
+#: The "not asked for" value of the authorized-operations bit fields.
+_NO_OPERATIONS = -(2 ** 31)
+
+#: ConfigResource types on the DescribeConfigs / AlterConfigs wire (they differ from the
+#: ACL resource types for groups).
+_CONFIG_WIRE_TYPE = {ResourceType.TOPIC: 2, ResourceType.BROKER: 4, ResourceType.GROUP: 32}
+
+#: Group states and types as the protocol spells them.
+_GROUP_STATES = {
+    "PreparingRebalance": ConsumerGroupState.PREPARING_REBALANCING,
+    "CompletingRebalance": ConsumerGroupState.COMPLETING_REBALANCING,
+    "Stable": ConsumerGroupState.STABLE,
+    "Dead": ConsumerGroupState.DEAD,
+    "Empty": ConsumerGroupState.EMPTY,
+}
+_STATE_NAMES = {state: name for name, state in _GROUP_STATES.items()}
+_GROUP_TYPES = {"classic": ConsumerGroupType.CLASSIC, "consumer": ConsumerGroupType.CONSUMER}
+_TYPE_NAMES = {t: name for name, t in _GROUP_TYPES.items()}
+
+
+@dataclass
+class Options:
+    """The per-call options, checked and converted on the application thread."""
+
+    deadline: float                      # monotonic: request_timeout from the call
+    operation_timeout_ms: int = 0
+    validate_only: bool = False
+    broker: Optional[int] = None         # where to send non-broker config resources
+    include_authorized_operations: bool = False
+    require_stable: bool = False
+    isolation_level: int = 0
+    states: Optional[Set[ConsumerGroupState]] = None
+    types: Optional[Set[ConsumerGroupType]] = None
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def settle(future: Future, value: Any = None, error: Optional[KafkaError] = None) -> None:
+    """Complete an application future once (later calls are ignored)."""
+    if future.done():
+        return
+    try:
+        if error is not None:
+            future.set_exception(KafkaException(error))
+        else:
+            future.set_result(value)
+    except InvalidStateError:  # completed meanwhile by close() on another thread
+        pass
+
+
+def fail_all(futures: Dict[Any, Future]) -> Callable[[KafkaError], None]:
+    """An on_failure that fails every future still open."""
+    def fail(error: KafkaError) -> None:
+        for fut in futures.values():
+            settle(fut, error=error)
+    return fail
+
+
+def result_error(code: int, message: Optional[str]) -> Optional[KafkaError]:
+    """The error of one result entry: None for 0, else the code with the broker's
+    message when it gave one."""
+    if not code:
+        return None
+    return KafkaError(code, message) if message else KafkaError(code)
+
+
+def _node(runner: CallRunner, node_id: int) -> Optional[Node]:
+    if node_id < 0:
+        return None
+    info = runner.cluster.metadata.brokers.get(node_id)
+    if info is None:
+        return Node(node_id, "", -1)
+    host, port, rack = info
+    return Node(node_id, host, port, rack)
+
+
+def _operations(bits: int) -> Optional[List[AclOperation]]:
+    """A KIP-430 authorized-operations bit field as AclOperation members."""
+    if bits == _NO_OPERATIONS or bits is None:
+        return None
+    return [op for op in AclOperation if op.value < 32 and bits & (1 << op.value)]
+
+
+def _uuid(value: Optional[uuid.UUID]) -> Uuid:
+    """A topic id as confluent-kafka's Uuid: two signed 64-bit halves."""
+    n = value.int if value is not None else 0
+    return Uuid(_signed64(n >> 64), _signed64(n & ((1 << 64) - 1)))
+
+
+def _signed64(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def topic_name_error(name: str) -> Optional[KafkaError]:
+    """Kafka's rules for a new topic's name (some brokers, Tansu for one, accept any)."""
+    problem = None
+    if not name:
+        problem = "it is empty"
+    elif name in (".", ".."):
+        problem = "'.' and '..' are not allowed"
+    elif len(name) > _MAX_TOPIC_NAME:
+        problem = f"it is {len(name)} characters long, the limit is {_MAX_TOPIC_NAME}"
+    elif not _TOPIC_NAME.match(name):
+        problem = "only ASCII letters, digits, '.', '_' and '-' are allowed"
+    if problem is None:
+        return None
+    return KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                      f"Invalid topic name {name!r}: {problem}")
+
+
+def _zero_count_error(t: NewTopic) -> Optional[KafkaError]:
+    """Zero partitions or replicas: librdkafka lets them through to the broker, which
+    refuses them (Kafka does; a lax broker might create an unusable topic)."""
+    if t.num_partitions == 0:
+        return KafkaError(ErrorCode.INVALID_PARTITIONS,
+                          f"Invalid NewTopic({t.topic}): num_partitions must be at least 1")
+    if t.replication_factor == 0:
+        return KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                          f"Invalid NewTopic({t.topic}): replication_factor must be at least 1")
+    return None
+
+
+def _settle_by_name(results: Sequence[Any], futures: Dict[str, Future],
+                    pending: Dict[str, Any]) -> Optional[KafkaError]:
+    """Settle futures from per-topic results (``name``, ``error_code``, maybe
+    ``error_message``); keep topics with a retried error pending and return one such
+    error (None when nothing is left to retry)."""
+    retry = None
+    for r in results:
+        if r.name not in pending:
+            continue
+        error = result_error(r.error_code, getattr(r, "error_message", None))
+        if r.error_code in _RETRIED:
+            retry = error
+            continue
+        del pending[r.name]
+        settle(futures[r.name], None, error)
+    if retry is None:
+        for name in list(pending):  # the broker left it out of an otherwise final answer
+            del pending[name]
+            settle(futures[name], error=KafkaError(
+                KafkaError._BAD_MSG, f"the broker's answer has no result for {name!r}"))
+    return retry
+
+
+def _unsupported(what: str) -> CallError:
+    return CallError(KafkaError(KafkaError._UNSUPPORTED_FEATURE, what))
+
+
+# --------------------------------------------------------------------------- topics
+
+
+def create_topics(runner: CallRunner, topics: List[NewTopic], futures: Dict[str, Future],
+                  opts: Options) -> None:
+    pending: Dict[str, NewTopic] = {}
+    for t in topics:
+        err = topic_name_error(t.topic) or _zero_count_error(t)
+        if err is not None:
+            settle(futures[t.topic], error=err)
+        else:
+            pending[t.topic] = t
+    if not pending:
+        return
+
+    def build(version: int) -> Any:
+        if opts.validate_only and version < 1:
+            raise _unsupported("validate_only needs CreateTopics v1 or later")
+        return CreateTopicsRequest(
+            topics=[CreateTopicsRequest.CreatableTopic(
+                name=t.topic, num_partitions=t.num_partitions,
+                replication_factor=t.replication_factor,
+                assignments=[CreateTopicsRequest.CreatableReplicaAssignment(
+                    partition_index=i, broker_ids=list(ids))
+                    for i, ids in enumerate(t.replica_assignment or ())],
+                configs=[CreateTopicsRequest.CreatableTopicConfig(name=k, value=v)
+                         for k, v in (t.config or {}).items()])
+                for t in pending.values()],
+            timeout_ms=opts.operation_timeout_ms, validate_only=opts.validate_only)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        return _settle_by_name(resp.topics, futures, pending)
+
+    runner.submit(Call("CreateTopics", ApiKey.CREATE_TOPICS, CONTROLLER, opts.deadline, build,
+                       on_response, fail_all(futures)))
+
+
+def delete_topics(runner: CallRunner, topics: List[str], futures: Dict[str, Future],
+                  opts: Options) -> None:
+    pending = dict.fromkeys(topics)
+
+    def build(version: int) -> Any:
+        if version >= 6:
+            return DeleteTopicsRequest(
+                topics=[DeleteTopicsRequest.DeleteTopicState(name=t) for t in pending],
+                timeout_ms=opts.operation_timeout_ms)
+        return DeleteTopicsRequest(topic_names=list(pending),
+                                   timeout_ms=opts.operation_timeout_ms)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        return _settle_by_name(resp.responses, futures, pending)
+
+    runner.submit(Call("DeleteTopics", ApiKey.DELETE_TOPICS, CONTROLLER, opts.deadline, build,
+                       on_response, fail_all(futures)))
+
+
+def create_partitions(runner: CallRunner, new_parts: List[NewPartitions],
+                      futures: Dict[str, Future], opts: Options) -> None:
+    pending = {p.topic: p for p in new_parts}
+
+    def build(version: int) -> Any:
+        return CreatePartitionsRequest(
+            topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+                name=p.topic, count=p.new_total_count,
+                assignments=None if p.replica_assignment is None else [
+                    CreatePartitionsRequest.CreatePartitionsAssignment(broker_ids=list(ids))
+                    for ids in p.replica_assignment])
+                for p in pending.values()],
+            timeout_ms=opts.operation_timeout_ms, validate_only=opts.validate_only)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        return _settle_by_name(resp.results, futures, pending)
+
+    runner.submit(Call("CreatePartitions", ApiKey.CREATE_PARTITIONS, CONTROLLER,
+                       opts.deadline, build, on_response, fail_all(futures)))
+
+
+def describe_topics(runner: CallRunner, topics: List[str], futures: Dict[str, Future],
+                    opts: Options) -> None:
+    def build(version: int) -> Any:
+        if opts.include_authorized_operations and version < 8:
+            raise _unsupported("include_authorized_operations needs Metadata v8 or later")
+        return MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=opts.include_authorized_operations)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        nodes = {b.node_id: Node(b.node_id, b.host, b.port, getattr(b, "rack", None))
+                 for b in resp.brokers or ()}
+
+        def node(node_id: int) -> Node:
+            return nodes.get(node_id) or Node(node_id, "", -1)
+
+        for t in resp.topics or ():
+            fut = futures.get(t.name)
+            if fut is None:
+                continue
+            if t.error_code:
+                settle(fut, error=result_error(t.error_code, None))
+                continue
+            parts = [TopicPartitionInfo(p.partition_index,
+                                        node(p.leader_id) if p.leader_id >= 0 else None,
+                                        [node(r) for r in p.replica_nodes or ()],
+                                        [node(r) for r in p.isr_nodes or ()])
+                     for p in sorted(t.partitions or (), key=lambda p: p.partition_index)]
+            settle(fut, TopicDescription(
+                t.name, _uuid(getattr(t, "topic_id", None)), bool(getattr(t, "is_internal",
+                                                                         False)), parts,
+                _operations(getattr(t, "topic_authorized_operations", _NO_OPERATIONS))
+                if opts.include_authorized_operations else None))
+        for name, fut in futures.items():
+            settle(fut, error=KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                         f"the broker's answer does not mention {name!r}"))
+        return None
+
+    runner.submit(Call("DescribeTopics", ApiKey.METADATA, ANY_BROKER, opts.deadline, build,
+                       on_response, fail_all(futures), min_version=1))
+
+
+def describe_cluster(runner: CallRunner, future: Future, opts: Options) -> None:
+    def result(cluster_id: Optional[str], controller: int, brokers: List[Node],
+               operations: int) -> DescribeClusterResult:
+        by_id = {n.id: n for n in brokers}
+        return DescribeClusterResult(
+            by_id.get(controller) if controller >= 0 else None, brokers, cluster_id,
+            _operations(operations) if opts.include_authorized_operations else None)
+
+    def on_describe(resp: Any, conn: Any) -> Optional[KafkaError]:
+        if resp.error_code:
+            settle(future, error=result_error(resp.error_code, resp.error_message))
+            return None
+        settle(future, result(resp.cluster_id, resp.controller_id,
+                              [Node(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers],
+                              resp.cluster_authorized_operations))
+        return None
+
+    def with_metadata(error: KafkaError) -> None:
+        """Brokers without DescribeCluster (KIP-700): ask Metadata, as librdkafka does."""
+        if error.code() != KafkaError._UNSUPPORTED_FEATURE:
+            settle(future, error=error)
+            return
+
+        def build(version: int) -> Any:
+            if opts.include_authorized_operations and not 8 <= version <= 10:
+                raise _unsupported("include_authorized_operations needs DescribeCluster or "
+                                   "Metadata v8-v10")
+            return MetadataRequest(topics=[], allow_auto_topic_creation=False,
+                                   include_cluster_authorized_operations=(
+                                       opts.include_authorized_operations))
+
+        def on_metadata(resp: Any, conn: Any) -> Optional[KafkaError]:
+            settle(future, result(
+                getattr(resp, "cluster_id", None), getattr(resp, "controller_id", -1),
+                [Node(b.node_id, b.host, b.port, getattr(b, "rack", None))
+                 for b in resp.brokers], getattr(resp, "cluster_authorized_operations",
+                                                 _NO_OPERATIONS)))
+            return None
+
+        runner.submit(Call("DescribeCluster", ApiKey.METADATA, ANY_BROKER, opts.deadline,
+                           build, on_metadata, lambda e: settle(future, error=e),
+                           min_version=1))
+
+    runner.submit(Call("DescribeCluster", ApiKey.DESCRIBE_CLUSTER, ANY_BROKER, opts.deadline,
+                       lambda version: DescribeClusterRequest(
+                           include_cluster_authorized_operations=(
+                               opts.include_authorized_operations)),
+                       on_describe, with_metadata))
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _config_target(resource: ConfigResource, opts: Options) -> Any:
+    if resource.restype == ResourceType.BROKER:
+        return Broker(int(resource.name))
+    if opts.broker is not None:
+        return Broker(opts.broker)
+    return ANY_BROKER
+
+
+def _by_target(resources: List[ConfigResource], futures: Dict[ConfigResource, Future],
+               opts: Options) -> Dict[Any, List[ConfigResource]]:
+    """Resources grouped by the broker they must go to; resources no broker can take fail
+    their future here."""
+    groups: Dict[Any, List[ConfigResource]] = {}
+    for res in resources:
+        if res.restype not in _CONFIG_WIRE_TYPE:
+            settle(futures[res], error=KafkaError(
+                KafkaError._INVALID_ARG, f"{res.restype} resources have no configuration"))
+            continue
+        if res.restype == ResourceType.BROKER:
+            try:
+                if not -2 ** 31 <= int(res.name) < 2 ** 31:
+                    raise ValueError
+            except ValueError:
+                settle(futures[res], error=KafkaError(
+                    KafkaError._INVALID_ARG, f"Expected an int32 broker_id for "
+                    f"ConfigResource(type=BROKER, name={res.name})"))
+                continue
+        groups.setdefault(_config_target(res, opts), []).append(res)
+    return groups
+
+
+def _wire_key(res: ConfigResource) -> Tuple[int, str]:
+    return (_CONFIG_WIRE_TYPE[res.restype], res.name)
+
+
+def _config_entry(c: Any, version: int) -> ConfigEntry:
+    if version == 0:
+        source = ConfigSource.DEFAULT_CONFIG if c.is_default else ConfigSource.UNKNOWN_CONFIG
+    else:
+        source = enum_or_unknown(ConfigSource, c.config_source)
+    synonyms = {}
+    for s in getattr(c, "synonyms", None) or ():
+        synonyms[s.name] = ConfigEntry(s.name, s.value, enum_or_unknown(ConfigSource, s.source),
+                                       is_synonym=True)
+    return ConfigEntry(c.name, c.value, source, is_read_only=c.read_only,
+                       is_default=source == ConfigSource.DEFAULT_CONFIG,
+                       is_sensitive=c.is_sensitive, synonyms=synonyms)
+
+
+def describe_configs(runner: CallRunner, resources: List[ConfigResource],
+                     futures: Dict[ConfigResource, Future], opts: Options) -> None:
+    for target, group in _by_target(resources, futures, opts).items():
+        _describe_configs(runner, target, group, futures, opts)
+
+
+def _describe_configs(runner: CallRunner, target: Any, group: List[ConfigResource],
+                      futures: Dict[ConfigResource, Future], opts: Options) -> None:
+    by_key = {_wire_key(r): r for r in group}
+
+    def build(version: int) -> Any:
+        return DescribeConfigsRequest(
+            resources=[DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=key[0], resource_name=key[1], configuration_keys=None)
+                for key in by_key],
+            include_synonyms=version >= 1)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        version = conn.version_for(ApiKey.DESCRIBE_CONFIGS)
+        for r in resp.results:
+            res = by_key.get((r.resource_type, r.resource_name))
+            if res is None:
+                continue
+            err = result_error(r.error_code, r.error_message)
+            settle(futures[res], None if err else {
+                c.name: _config_entry(c, version) for c in r.configs or ()}, err)
+        for res in group:
+            settle(futures[res], error=KafkaError(
+                KafkaError._BAD_MSG, f"the broker's answer has no result for {res}"))
+        return None
+
+    runner.submit(Call("DescribeConfigs", ApiKey.DESCRIBE_CONFIGS, target, opts.deadline,
+                       build, on_response, fail_all({r: futures[r] for r in group})))
+
+
+def alter_configs(runner: CallRunner, resources: List[ConfigResource],
+                  futures: Dict[ConfigResource, Future], opts: Options) -> None:
+    for target, group in _by_target(resources, futures, opts).items():
+        def build(version: int, group: List[ConfigResource] = group) -> Any:
+            return AlterConfigsRequest(
+                resources=[AlterConfigsRequest.AlterConfigsResource(
+                    resource_type=_CONFIG_WIRE_TYPE[r.restype], resource_name=r.name,
+                    configs=[AlterConfigsRequest.AlterableConfig(name=k, value=v)
+                             for k, v in r.set_config_dict.items()])
+                    for r in group],
+                validate_only=opts.validate_only)
+
+        _alter(runner, "AlterConfigs", ApiKey.ALTER_CONFIGS, target, group, build, futures,
+               opts)
+
+
+def incremental_alter_configs(runner: CallRunner, resources: List[ConfigResource],
+                              futures: Dict[ConfigResource, Future], opts: Options) -> None:
+    for target, group in _by_target(resources, futures, opts).items():
+        def build(version: int, group: List[ConfigResource] = group) -> Any:
+            return IncrementalAlterConfigsRequest(
+                resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
+                    resource_type=_CONFIG_WIRE_TYPE[r.restype], resource_name=r.name,
+                    configs=[IncrementalAlterConfigsRequest.AlterableConfig(
+                        name=e.name, config_operation=e.incremental_operation.value,
+                        value=None if e.incremental_operation == AlterConfigOpType.DELETE
+                        else e.value)
+                        for e in r.incremental_configs])
+                    for r in group],
+                validate_only=opts.validate_only)
+
+        _alter(runner, "IncrementalAlterConfigs", ApiKey.INCREMENTAL_ALTER_CONFIGS, target,
+               group, build, futures, opts)
+
+
+def _alter(runner: CallRunner, name: str, api_key: ApiKey, target: Any,
+           group: List[ConfigResource], build: Callable[[int], Any],
+           futures: Dict[ConfigResource, Future], opts: Options) -> None:
+    by_key = {_wire_key(r): r for r in group}
+    own = {r: futures[r] for r in group}
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        for r in resp.responses:
+            res = by_key.get((r.resource_type, r.resource_name))
+            if res is not None:
+                settle(own[res], None, result_error(r.error_code, r.error_message))
+        fail_all(own)(KafkaError(KafkaError._BAD_MSG, "the broker's answer has no result "
+                                 "for this resource"))
+        return None
+
+    runner.submit(Call(name, api_key, target, opts.deadline, build, on_response,
+                       fail_all(own)))
+
+
+# --------------------------------------------------------------------------- partitions
+
+
+def delete_records(runner: CallRunner, offsets: Dict[PartitionKey, int],
+                   futures: Dict[PartitionKey, Future], opts: Options) -> None:
+    def build(version: int, keys: List[PartitionKey]) -> Any:
+        return DeleteRecordsRequest(
+            topics=[DeleteRecordsRequest.DeleteRecordsTopic(
+                name=topic, partitions=[DeleteRecordsRequest.DeleteRecordsPartition(
+                    partition_index=p, offset=offsets[(topic, p)]) for p in parts])
+                for topic, parts in group_by_topic(keys).items()],
+            timeout_ms=opts.operation_timeout_ms)
+
+    def parse(resp: Any) -> Dict[PartitionKey, Tuple[int, Any]]:
+        return {(t.name, p.partition_index): (p.error_code, DeletedRecords(p.low_watermark))
+                for t in resp.topics for p in t.partitions}
+
+    runner.submit_to_leaders("DeleteRecords", ApiKey.DELETE_RECORDS, offsets, opts.deadline,
+                             build, parse, _settle_key(futures))
+
+
+def _settle_key(futures: Dict[Any, Future]) -> Callable[[Any, Any, Optional[KafkaError]],
+                                                         None]:
+    def finish(key: Any, result: Any, error: Optional[KafkaError]) -> None:
+        settle(futures[key], None if error else result, error)
+    return finish
+
+
+def list_offsets(runner: CallRunner, specs: Dict[PartitionKey, int],
+                 futures: Dict[PartitionKey, Future], opts: Options) -> None:
+    # -3 (max timestamp) exists from ListOffsets v7 (KIP-734); read_committed from v2.
+    min_version = 7 if -3 in specs.values() else (2 if opts.isolation_level else 0)
+
+    def build(version: int, keys: List[PartitionKey]) -> Any:
+        return ListOffsetsRequest(
+            replica_id=-1, isolation_level=opts.isolation_level,
+            topics=[ListOffsetsRequest.ListOffsetsTopic(
+                name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
+                    partition_index=p, current_leader_epoch=-1, timestamp=specs[(topic, p)],
+                    max_num_offsets=1) for p in parts])
+                for topic, parts in group_by_topic(keys).items()],
+            # v10: how long the broker may take reading tiered storage; the time left
+            timeout_ms=max(0, int((opts.deadline - time.monotonic()) * 1000)))
+
+    def parse(resp: Any) -> Dict[PartitionKey, Tuple[int, Any]]:
+        out = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.old_style_offsets:  # v0
+                    info = ListOffsetsResultInfo(p.old_style_offsets[0], -1, -1)
+                else:
+                    info = ListOffsetsResultInfo(p.offset, p.timestamp, p.leader_epoch)
+                out[(t.name, p.partition_index)] = (p.error_code, info)
+        return out
+
+    runner.submit_to_leaders("ListOffsets", ApiKey.LIST_OFFSETS, specs, opts.deadline, build,
+                             parse, _settle_key(futures), min_version=min_version)
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> None:
+    valid: List[ConsumerGroupListing] = []
+    errors: List[Exception] = []
+    seen: Set[str] = set()
+    min_version = 5 if opts.types else (4 if opts.states else 0)
+
+    def listed(resp: Any, conn: Any) -> Optional[KafkaError]:
+        if resp.error_code:
+            err = result_error(resp.error_code, None)
+            if resp.error_code in _RETRIED:
+                return err
+            errors.append(KafkaException(err))
+            return None
+        for g in resp.groups:
+            if g.protocol_type not in ("", "consumer") or g.group_id in seen:
+                continue
+            seen.add(g.group_id)
+            valid.append(ConsumerGroupListing(
+                g.group_id, g.protocol_type == "",
+                _GROUP_STATES.get(getattr(g, "group_state", ""), ConsumerGroupState.UNKNOWN),
+                _GROUP_TYPES.get(getattr(g, "group_type", ""), ConsumerGroupType.UNKNOWN)))
+        return None
+
+    def every_broker(error: Optional[KafkaError]) -> None:
+        if error is not None:
+            settle(future, error=error)
+            return
+        nodes = sorted(runner.cluster.metadata.brokers)
+        left = [len(nodes)]
+
+        def one_done() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                settle(future, ListConsumerGroupsResult(valid, errors))
+
+        def build(version: int) -> Any:
+            return ListGroupsRequest(
+                states_filter=[_STATE_NAMES[s] for s in opts.states or ()
+                               if s in _STATE_NAMES],
+                types_filter=[_TYPE_NAMES[t] for t in opts.types or () if t in _TYPE_NAMES])
+
+        for node_id in nodes:
+            def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+                again = listed(resp, conn)
+                if again is None:
+                    one_done()
+                return again
+
+            def on_failure(error: KafkaError) -> None:
+                errors.append(KafkaException(error))
+                one_done()
+
+            runner.submit(Call("ListGroups", ApiKey.LIST_GROUPS, Broker(node_id),
+                               opts.deadline, build, on_response, on_failure,
+                               min_version=min_version))
+        if not nodes:
+            settle(future, ListConsumerGroupsResult(valid, errors))
+
+    runner.refresh_metadata(every_broker, opts.deadline)
+
+
+def _group_call(runner: CallRunner, name: str, api_key: ApiKey, group_id: str,
+                opts: Options, build: Callable[[int], Any],
+                on_response: Callable[[Any, Any], Optional[KafkaError]], future: Future,
+                **kw: Any) -> None:
+    runner.submit(Call(name, api_key, Coordinator(CoordinatorType.GROUP, group_id),
+                       opts.deadline, build, on_response,
+                       lambda error: settle(future, error=error), **kw))
+
+
+def describe_consumer_groups(runner: CallRunner, group_ids: List[str],
+                             futures: Dict[str, Future], opts: Options) -> None:
+    for group_id in group_ids:
+        _describe_group(runner, group_id, futures[group_id], opts)
+
+
+def _describe_group(runner: CallRunner, group_id: str, future: Future, opts: Options) -> None:
+    def build(version: int) -> Any:
+        if opts.include_authorized_operations and version < 3:
+            raise _unsupported("include_authorized_operations needs DescribeGroups v3 or "
+                               "later")
+        return DescribeGroupsRequest(
+            groups=[group_id],
+            include_authorized_operations=opts.include_authorized_operations)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        g = next((g for g in resp.groups if g.group_id == group_id), None)
+        if g is None:
+            settle(future, error=KafkaError(KafkaError._BAD_MSG,
+                                            f"the broker's answer does not describe "
+                                            f"group {group_id!r}"))
+            return None
+        if g.error_code in _RETRIED:
+            return result_error(g.error_code, None)
+        if g.error_code:
+            settle(future, error=result_error(g.error_code, None))
+            return None
+        consumer = g.protocol_type == "consumer"
+        members = []
+        for m in g.members:
+            assignment: List[TopicPartition] = []
+            if consumer and m.member_assignment:
+                try:
+                    assignment = [TopicPartition(t, p) for t, p in
+                                  decode_assignment(m.member_assignment).partitions]
+                except Exception:  # another client's blob we cannot read: no assignment
+                    assignment = []
+            members.append(MemberDescription(
+                m.member_id, m.client_id, m.client_host, MemberAssignment(assignment),
+                getattr(m, "group_instance_id", None)))
+        settle(future, ConsumerGroupDescription(
+            group_id, g.protocol_type == "", members, g.protocol_data,
+            _GROUP_STATES.get(g.group_state, ConsumerGroupState.UNKNOWN),
+            _node(runner, conn.node_id),
+            _operations(getattr(g, "authorized_operations", _NO_OPERATIONS))
+            if opts.include_authorized_operations else None,
+            ConsumerGroupType.CLASSIC))
+        return None
+
+    _group_call(runner, "DescribeGroups", ApiKey.DESCRIBE_GROUPS, group_id, opts, build,
+                on_response, future)
+
+
+def delete_consumer_groups(runner: CallRunner, group_ids: List[str],
+                           futures: Dict[str, Future], opts: Options) -> None:
+    for group_id in group_ids:
+        future = futures[group_id]
+
+        def on_response(resp: Any, conn: Any, group_id: str = group_id,
+                        future: Future = future) -> Optional[KafkaError]:
+            r = next((r for r in resp.results if r.group_id == group_id), None)
+            code = r.error_code if r is not None else None
+            if code in _RETRIED:
+                return result_error(code, None)
+            settle(future, None, KafkaError(KafkaError._BAD_MSG, "no result for the group")
+                   if r is None else result_error(code, None))
+            return None
+
+        _group_call(runner, "DeleteGroups", ApiKey.DELETE_GROUPS, group_id, opts,
+                    lambda version, group_id=group_id: DeleteGroupsRequest(
+                        groups_names=[group_id]),
+                    on_response, future)
+
+
+def list_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopicPartitions,
+                                future: Future, opts: Options) -> None:
+    group_id = request.group_id
+    asked = None if request.topic_partitions is None else [
+        (tp.topic, tp.partition) for tp in request.topic_partitions]
+
+    def build(version: int) -> Any:
+        if opts.require_stable and version < 7:
+            raise _unsupported("require_stable needs OffsetFetch v7 or later")
+        if version >= 8:  # KIP-709: groups in a list (Tansu answers "all topics" only so)
+            return OffsetFetchRequest(
+                groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
+                    group_id=group_id, topics=None if asked is None else [
+                        OffsetFetchRequest.OffsetFetchRequestTopics(name=t,
+                                                                    partition_indexes=ps)
+                        for t, ps in group_by_topic(asked).items()])],
+                require_stable=opts.require_stable)
+        return OffsetFetchRequest(
+            group_id=group_id,
+            topics=None if asked is None else [
+                OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                for t, ps in group_by_topic(asked).items()],
+            require_stable=opts.require_stable)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        if resp.groups:  # v8+
+            answer = next((g for g in resp.groups if g.group_id == group_id), None)
+            if answer is None:
+                settle(future, error=KafkaError(KafkaError._BAD_MSG,
+                                                f"the broker's answer has no offsets for "
+                                                f"group {group_id!r}"))
+                return None
+            code, topics = answer.error_code, answer.topics
+        else:
+            code, topics = getattr(resp, "error_code", 0), resp.topics
+        if code in _RETRIED:
+            return result_error(code, None)
+        if code:
+            settle(future, error=result_error(code, None))
+            return None
+        got: Dict[PartitionKey, TopicPartition] = {}
+        for t in topics:
+            for p in t.partitions:
+                if p.error_code in _RETRIED:
+                    return result_error(p.error_code, None)
+                offset = p.committed_offset if p.committed_offset >= 0 else OFFSET_INVALID
+                tp = TopicPartition(t.name, p.partition_index, offset, p.metadata or None,
+                                    getattr(p, "committed_leader_epoch", -1))
+                got[(t.name, p.partition_index)] = tp._set_error(
+                    result_error(p.error_code, None))
+        if asked is None:
+            parts = sorted(got.values())
+        else:
+            parts = [got.get(k) or TopicPartition(k[0], k[1], OFFSET_INVALID) for k in asked]
+        settle(future, ConsumerGroupTopicPartitions(group_id, parts))
+        return None
+
+    _group_call(runner, "OffsetFetch", ApiKey.OFFSET_FETCH, group_id, opts, build,
+                on_response, future)
+
+
+def alter_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopicPartitions,
+                                 future: Future, opts: Options) -> None:
+    group_id = request.group_id
+    parts: List[TopicPartition] = list(request.topic_partitions or ())
+
+    def build(version: int) -> Any:
+        by_topic: Dict[str, List[Any]] = {}
+        for tp in parts:
+            by_topic.setdefault(tp.topic, []).append(
+                OffsetCommitRequest.OffsetCommitRequestPartition(
+                    partition_index=tp.partition, committed_offset=tp.offset,
+                    committed_leader_epoch=tp.leader_epoch if tp.leader_epoch is not None
+                    and version >= 6 else -1,
+                    commit_timestamp=-1, committed_metadata=tp.metadata or ""))
+        return OffsetCommitRequest(
+            group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
+            group_instance_id=None, retention_time_ms=-1,
+            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
+                    for t, ps in by_topic.items()])
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        codes = {(t.name, p.partition_index): p.error_code
+                 for t in resp.topics for p in t.partitions}
+        for code in codes.values():
+            if code in _RETRIED:
+                return result_error(code, None)
+        out = [TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
+                              tp.leader_epoch)._set_error(
+            result_error(codes.get((tp.topic, tp.partition), 0), None)) for tp in parts]
+        settle(future, ConsumerGroupTopicPartitions(group_id, out))
+        return None
+
+    _group_call(runner, "OffsetCommit", ApiKey.OFFSET_COMMIT, group_id, opts, build,
+                on_response, future, max_version=9)
+
+
+# --------------------------------------------------------------------------- ACLs
+
+
+def _binding(restype: int, name: str, pattern: int, principal: str, host: str,
+             operation: int, permission: int) -> AclBinding:
+    return AclBinding(enum_or_unknown(ResourceType, restype), name,
+                      enum_or_unknown(ResourcePatternType, pattern), principal, host,
+                      enum_or_unknown(AclOperation, operation),
+                      enum_or_unknown(AclPermissionType, permission))
+
+
+def _check_pattern(pattern: ResourcePatternType, version: int, filtering: bool) -> None:
+    """Before v1 the protocol has no pattern type: every ACL is literal."""
+    allowed = (ResourcePatternType.LITERAL, ResourcePatternType.ANY) if filtering else (
+        ResourcePatternType.LITERAL,)
+    if version < 1 and pattern not in allowed:
+        raise _unsupported(f"{pattern} patterns need ACL API v1 or later (KIP-290)")
+
+
+def create_acls(runner: CallRunner, acls: List[AclBinding], futures: Dict[AclBinding, Future],
+                opts: Options) -> None:
+    def build(version: int) -> Any:
+        for a in acls:
+            _check_pattern(a.resource_pattern_type, version, False)
+        return CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
+            resource_type=a.restype.value, resource_name=a.name,
+            resource_pattern_type=a.resource_pattern_type.value, principal=a.principal,
+            host=a.host, operation=a.operation.value,
+            permission_type=a.permission_type.value) for a in acls])
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        for a, r in zip(acls, resp.results):
+            settle(futures[a], None, result_error(r.error_code, r.error_message))
+        fail_all(futures)(KafkaError(KafkaError._BAD_MSG, "the broker's answer has fewer "
+                                     "results than bindings sent"))
+        return None
+
+    runner.submit(Call("CreateAcls", ApiKey.CREATE_ACLS, ANY_BROKER, opts.deadline, build,
+                       on_response, fail_all(futures)))
+
+
+def _filter_fields(f: AclBindingFilter, version: int) -> Dict[str, Any]:
+    _check_pattern(f.resource_pattern_type, version, True)
+    return dict(resource_type_filter=f.restype.value, resource_name_filter=f.name,
+                pattern_type_filter=f.resource_pattern_type.value,
+                principal_filter=f.principal, host_filter=f.host,
+                operation=f.operation.value, permission_type=f.permission_type.value)
+
+
+def describe_acls(runner: CallRunner, acl_filter: AclBindingFilter, future: Future,
+                  opts: Options) -> None:
+    def build(version: int) -> Any:
+        fields = _filter_fields(acl_filter, version)
+        if version < 1:  # v0 knows literal ACLs only and has no pattern field
+            fields.pop("pattern_type_filter")
+        return DescribeAclsRequest(**fields)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        if resp.error_code:
+            settle(future, error=result_error(resp.error_code, resp.error_message))
+            return None
+        settle(future, [_binding(r.resource_type, r.resource_name,
+                                 getattr(r, "pattern_type", ResourcePatternType.LITERAL.value),
+                                 a.principal, a.host, a.operation, a.permission_type)
+                        for r in resp.resources for a in r.acls])
+        return None
+
+    runner.submit(Call("DescribeAcls", ApiKey.DESCRIBE_ACLS, ANY_BROKER, opts.deadline, build,
+                       on_response, lambda error: settle(future, error=error)))
+
+
+def delete_acls(runner: CallRunner, filters: List[AclBindingFilter],
+                futures: Dict[AclBindingFilter, Future], opts: Options) -> None:
+    def build(version: int) -> Any:
+        out = []
+        for f in filters:
+            fields = _filter_fields(f, version)
+            if version < 1:
+                fields.pop("pattern_type_filter")
+            out.append(DeleteAclsRequest.DeleteAclsFilter(**fields))
+        return DeleteAclsRequest(filters=out)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        for f, r in zip(filters, resp.filter_results):
+            err = result_error(r.error_code, r.error_message)
+            if err is None:
+                bad = next((m for m in r.matching_acls if m.error_code), None)
+                if bad is not None:
+                    err = result_error(bad.error_code, bad.error_message)
+            settle(futures[f], None if err else [
+                _binding(m.resource_type, m.resource_name,
+                         getattr(m, "pattern_type", ResourcePatternType.LITERAL.value),
+                         m.principal, m.host, m.operation, m.permission_type)
+                for m in r.matching_acls], err)
+        fail_all(futures)(KafkaError(KafkaError._BAD_MSG, "the broker's answer has fewer "
+                                     "results than filters sent"))
+        return None
+
+    runner.submit(Call("DeleteAcls", ApiKey.DELETE_ACLS, ANY_BROKER, opts.deadline, build,
+                       on_response, fail_all(futures)))
+

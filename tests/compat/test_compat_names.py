@@ -31,7 +31,7 @@ ck = pytest.importorskip("confluent_kafka")
 # issue brings; the rest of confluent-kafka's top level must be here.
 NOT_YET = {"ShareConsumer", "DeserializingShareConsumer", "AcknowledgeType", "Messages",
            "ConcurrentModificationException", "IllegalStateException",
-           "deserializing_share_consumer", "cimpl", "os", "admin"}
+           "deserializing_share_consumer", "cimpl", "os"}
 
 
 def test_every_top_level_name_exists():

@@ -1,13 +1,14 @@
 """The data source class Spark instantiates: ``format("kafka_native")``."""
 from __future__ import annotations
 
-from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamWriter,
-                                    DataSourceWriter)
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    DataSourceStreamWriter, DataSourceWriter)
 from pyspark.sql.types import StructType
 
 from .options import KafkaOptionError, parse_read_options, parse_write_options
 from .reader import KafkaBatchReader
 from .schema import kafka_schema
+from .stream import KafkaStreamReader
 from .writer import KafkaBatchWriter, KafkaStreamWriter, check_write_schema
 
 __all__ = ["KafkaDataSource", "SOURCE_NAME"]
@@ -39,6 +40,11 @@ class KafkaDataSource(DataSource):
         opts = parse_read_options(self.options, streaming=False)
         self._check_schema(schema, opts.include_headers)
         return KafkaBatchReader(opts, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        opts = parse_read_options(self.options, streaming=True)
+        self._check_schema(schema, opts.include_headers)
+        return KafkaStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         opts = parse_write_options(self.options)

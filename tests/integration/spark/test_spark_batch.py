@@ -368,3 +368,49 @@ def test_failed_delivery_fails_the_task(spark, fresh_noida_broker):
                       .option("topic", topic).save())
     assert time.monotonic() - started < 60
     assert "KafkaWriteError: delivery failed: _MSG_TIMED_OUT" in msg, msg[-2000:]
+
+
+def test_range_ending_in_a_transaction_marker(spark, tansu_broker):
+    """A committed transaction ends with a marker: the log's last offset holds no record.
+    The task finds that the range holds nothing more (end-of-partition event) instead of
+    waiting for kafkaConsumer.pollTimeoutMs."""
+    from confluent_kafka import Producer as ConfluentProducer
+
+    topic = f"spark-txn-{time.time_ns()}"
+    tansu_broker.create_topic(topic, 1)
+    producer = ConfluentProducer({"bootstrap.servers": tansu_broker.bootstrap,
+                                  "transactional.id": topic})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, b"%d" % i, partition=0)
+    producer.commit_transaction(30)
+    # The range is 0..11 (10 records and the marker): a task that waited for a record
+    # at offset 10 would fail after pollTimeoutMs.
+    df = read(spark, tansu_broker.bootstrap, subscribe=topic,
+              **{"kafkaConsumer.pollTimeoutMs": "5000"})
+    assert [(r.offset, int(r.value)) for r in df.orderBy("offset").collect()] == \
+        [(i, i) for i in range(10)]
+    marks = Consumer({"bootstrap.servers": tansu_broker.bootstrap})
+    marks.assign([TopicPartition(topic, 0, 0)])
+    marks.consume(10, timeout=10)
+    assert marks.get_watermark_offsets(TopicPartition(topic, 0), cached=True) == (0, 11)
+    marks.close()
+
+
+def test_demo_job(spark):
+    """The job behind ``./dev demo spark``, small, on this module's Spark session."""
+    import io
+    import re
+
+    from kafka_client.spark import demo
+
+    out = io.StringIO()
+    assert demo.run(messages=4000, partitions=4, out=out, spark=spark), out.getvalue()
+    text = out.getvalue()
+    assert re.search(r"wrote 4,000 messages in [\d.]+s: [\d,]+ rows/s", text)
+    assert re.search(r"read, transformed and wrote 4,000 messages in [\d.]+s: [\d,]+ rows/s",
+                     text)
+    assert "verified 4,000/4,000 rows" in text
+    assert "write    100.0% 4,000/4,000" in text
+    assert "pipeline 100.0% 4,000/4,000" in text

@@ -66,16 +66,24 @@ def offsets_from_json(data: Dict[str, Dict[str, int]]) -> Dict[Key, int]:
 def split_ranges(ranges: Sequence[OffsetRange],
                  min_partitions: Optional[int]) -> List[OffsetRange]:
     """Drop empty ranges; with ``min_partitions`` above their number, split each range into
-    a share of ``min_partitions`` proportional to its size (at least one part each), as
-    Spark's Kafka source does. The parts of a range cover it exactly, in order."""
+    a share of ``min_partitions`` proportional to its size (rounded, at least one part),
+    as Spark's Kafka source does, then split the ranges with the largest parts further
+    until there are ``min_partitions`` parts (where Spark's rounding can leave fewer). The
+    parts of a range cover it exactly, in order."""
     ranges = [r for r in ranges if r.size > 0]
     if not min_partitions or min_partitions <= len(ranges):
         return ranges
     total = sum(r.size for r in ranges)
+    counts = [min(r.size, max(1, int(r.size / total * min_partitions + 0.5)))
+              for r in ranges]
+    while sum(counts) < min_partitions:
+        splittable = [i for i, r in enumerate(ranges) if counts[i] < r.size]
+        if not splittable:
+            break  # every part is a single offset already
+        widest = max(splittable, key=lambda i: ranges[i].size / counts[i])
+        counts[widest] += 1
     out: List[OffsetRange] = []
-    for r in ranges:
-        parts = max(1, int(r.size / total * min_partitions + 0.5))
-        parts = min(parts, r.size)
+    for r, parts in zip(ranges, counts):
         for i in range(parts):
             start = r.start + r.size * i // parts
             end = r.start + r.size * (i + 1) // parts

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from kafka_client.types import OFFSET_BEGINNING, OFFSET_END
 
@@ -45,7 +45,6 @@ _RESERVED_CONSUMER = {
     "enable.auto.offset.store": "the source never commits offsets to a group",
     "enable.partition.eof": "the source needs end-of-partition events for itself",
 }
-_RESERVED_PRODUCER: Dict[str, str] = {}
 
 _READ_OPTIONS = {
     "subscribe", "subscribepattern", "assign",
@@ -95,7 +94,6 @@ class ReadOptions:
     assign: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
     starting: Union[OffsetSpec, TimestampSpec] = OffsetSpec("earliest")
     ending: Union[OffsetSpec, TimestampSpec] = OffsetSpec("latest")
-    starting_set: bool = False
     timestamp_strategy_latest: bool = False
     min_partitions: Optional[int] = None
     include_headers: bool = False
@@ -337,7 +335,6 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool) -> ReadOptio
     return ReadOptions(
         client=client, subscribe=subscribe, subscribe_pattern=pattern, assign=assign,
         starting=starting, ending=ending,
-        starting_set=starting_ts is not None or starting_offsets is not None,
         timestamp_strategy_latest=strategy == "latest",
         min_partitions=_int(opts, "minpartitions", 1),
         include_headers=_bool(opts, "includeheaders", False),
@@ -351,14 +348,8 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
     """Check a write query's options."""
     opts = _lower(options)
     _check_known(opts, _WRITE_OPTIONS)
-    client = _client_properties(opts, _RESERVED_PRODUCER)
+    client = _client_properties(opts, {})
     topic = opts.get("topic")
     if topic is not None and not str(topic).strip():
         raise KafkaOptionError("option 'topic' is empty")
     return WriteOptions(client=client, topic=None if topic is None else str(topic).strip())
-
-
-def topics_in(spec: Union[OffsetSpec, TimestampSpec]) -> List[Tuple[str, int]]:
-    """The partitions an explicit per-partition spec names."""
-    table = spec.offsets if isinstance(spec, OffsetSpec) else spec.per_partition
-    return [(t, p) for t, parts in table.items() for p in parts]

@@ -227,7 +227,6 @@ def _write_batch(out: _TaskProducer, batch: Any, layout: WriteLayout,
             raise KafkaOptionError("a row to write has a null 'topic' (give the 'topic' "
                                    "option, or a topic in every row)")
         topics = pc.unique(topic_col).to_pylist()
-    part_col = batch.column(names.index("partition")) if layout.partition else None
     headers_col = batch.column(names.index("headers")) if layout.headers else None
     if headers_col is not None and headers_col.null_count == n:
         headers_col = None
@@ -238,7 +237,7 @@ def _write_batch(out: _TaskProducer, batch: Any, layout: WriteLayout,
             _write_rows(out, rows, topic, layout)
             continue
         # Bulk: one produce_batch() per partition (or one for the partitioner to place).
-        if part_col is None:
+        if not layout.partition:
             groups = [(-1, rows)]
         else:
             col = rows.column(names.index("partition"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -117,8 +118,6 @@ def spark():
     without PySpark or Java. Spark's Python workers run this interpreter, with the
     checkout importable."""
     pytest.importorskip("pyspark")
-    import shutil
-
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java 17+ (no java on PATH, no JAVA_HOME)")
     from pyspark.sql import SparkSession

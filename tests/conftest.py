@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -155,3 +156,40 @@ def sasl_tansu():
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """A local Spark session (``local[2]``) with the ``kafka_native`` data source
+    registered, shared by the tests of one module (Spark takes seconds to start). Skips
+    without PySpark or Java. Spark's Python workers run this interpreter, with the
+    checkout importable."""
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17+ (no java on PATH, no JAVA_HOME)")
+    from pyspark.sql import SparkSession
+
+    from kafka_client.spark import register
+
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYTHONPATH")}
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_ROOT, saved["PYTHONPATH"]) if p)
+    session = (SparkSession.builder.master("local[2]")
+               .appName("kafka-native-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,163 @@
+"""Streaming read: ``spark.readStream.format("kafka_native")``.
+
+The stream offset is the next offset to read of every partition, as JSON
+``{"topic": {"0": 1200, "1": 1187}}`` (the shape of Spark's own Kafka source). Spark
+writes it to the checkpoint before a micro-batch runs, and a restarted query replans the
+micro-batch that was not committed from those same offsets, so every offset is read into
+exactly one committed micro-batch. Each micro-batch's ranges are read by the executors as
+in a batch query (:func:`~kafka_client.spark.reader.read_range`).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Dict, Iterator, Optional, Sequence
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
+from pyspark.sql.types import StructType
+
+from kafka_client import KafkaException, TopicPartition
+
+from .offsets import (Key, KafkaDataLossError, OffsetRange, Planner, offsets_from_json,
+                      offsets_to_json, split_ranges)
+from .options import OffsetSpec, ReadOptions
+from .reader import read_range
+from .schema import arrow_schema
+
+__all__ = ["KafkaStreamReader", "rate_limit"]
+
+_log = logging.getLogger("kafka_client.spark")
+
+
+def rate_limit(start: Dict[Key, int], end: Dict[Key, int], max_rows: int) -> Dict[Key, int]:
+    """``end`` cut down so that about ``max_rows`` offsets are read in all, shared among
+    the partitions in proportion to what each has waiting (a partition with anything
+    waiting gets at least one), as Spark's Kafka source does for maxOffsetsPerTrigger."""
+    lag = {k: end[k] - start[k] for k in end if end[k] > start[k]}
+    total = sum(lag.values())
+    if total <= max_rows:
+        return dict(end)
+    out = dict(end)
+    for key, waiting in lag.items():
+        share = waiting * max_rows / total
+        take = math.floor(share) if share >= 1 else math.ceil(share)
+        out[key] = start[key] + min(waiting, take)
+    return out
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over the selected partitions (see the module docstring).
+
+    Partitions that appear while the query runs (a new topic matching
+    ``subscribePattern``, a subscribed topic created late, partitions added) are read from
+    their earliest offset. ``maxOffsetsPerTrigger`` bounds each micro-batch.
+    ``Trigger.AvailableNow`` reads up to the offsets current when the query starts.
+    With ``kafka.group.id``, :meth:`commit` also commits each finished micro-batch's
+    offsets to that group (for monitoring; the checkpoint decides where a query resumes).
+    """
+
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        self._planner: Optional[Planner] = None
+        self._target: Optional[Dict[Key, int]] = None   # Trigger.AvailableNow's end
+        self._latest: Optional[Dict[Key, int]] = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_planner"] = None   # a live consumer is not sent anywhere
+        return state
+
+    def _plan(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.opts)
+        return self._planner
+
+    # -- offsets ---------------------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        planner = self._plan()
+        keys = planner.partitions(must_exist=False)
+        marks = planner.watermarks(keys)
+        spec = self.opts.starting
+        name = "startingOffsets" if isinstance(spec, OffsetSpec) else "startingTimestamp"
+        return offsets_to_json(planner.resolve(spec, keys, marks, name, True))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        planner = self._plan()
+        keys = planner.partitions(must_exist=False)
+        self._target = {k: high for k, (_low, high) in planner.watermarks(keys).items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        planner = self._plan()
+        begin = offsets_from_json(start)
+        keys = planner.partitions(must_exist=False)
+        marks = planner.watermarks(keys)
+        ends = {k: marks[k][1] for k in keys}
+        self._latest = dict(ends)
+        if self._target is not None:
+            # Nothing past the offsets of the query's start; partitions found since then
+            # are not read in this run.
+            ends = {k: min(v, self._target[k]) for k, v in ends.items() if k in self._target}
+        froms = {k: begin.get(k, marks[k][0]) for k in ends}
+        if isinstance(limit, ReadMaxRows):
+            ends = rate_limit(froms, ends, limit.max_rows)
+        out = dict(begin)
+        out.update(ends)
+        return offsets_to_json(out)
+
+    def reportLatestOffset(self) -> Optional[dict]:
+        return None if self._latest is None else offsets_to_json(self._latest)
+
+    # -- micro-batches ---------------------------------------------------------------------
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin = offsets_from_json(start)
+        until = offsets_from_json(end)
+        for key, stop in until.items():
+            if key in begin and stop < begin[key]:
+                if self.opts.fail_on_data_loss:
+                    raise KafkaDataLossError(
+                        f"{key[0]} [{key[1]}]: the log now ends at {stop}, before offset "
+                        f"{begin[key]} where this query stands (was the topic deleted and "
+                        f"created again?). Set failOnDataLoss to false to read it from its "
+                        f"earliest offset instead.")
+                del begin[key]
+        fresh = [k for k in until if k not in begin]
+        if fresh:
+            # Appeared since the last micro-batch (or restarted, without failOnDataLoss):
+            # from the earliest offset.
+            lows = self._plan().watermarks(fresh)
+            begin.update({k: lows[k][0] for k in fresh})
+        ranges = [OffsetRange(key[0], key[1], begin[key], stop)
+                  for key, stop in sorted(until.items())]
+        return split_ranges(ranges, self.opts.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, OffsetRange)
+        return read_range(partition, self.opts, arrow_schema(self.schema))
+
+    def commit(self, end: dict) -> None:
+        if "group.id" not in self.opts.client:
+            return
+        offsets = [TopicPartition(t, p, off) for (t, p), off in
+                   sorted(offsets_from_json(end).items())]
+        if not offsets:
+            return
+        try:
+            self._plan().consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            # Informational only: the checkpoint, not the group, is where the query
+            # resumes, so a failed commit must not stop it.
+            _log.warning("committing offsets to group %r failed: %s",
+                         self.opts.client["group.id"], exc.args[0].str())
+
+    def stop(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
+            self._planner = None

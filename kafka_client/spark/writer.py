@@ -1,0 +1,315 @@
+"""Writing: a DataFrame's rows produced to Kafka, in batch and streaming queries.
+
+Spark hands each write task its rows as Arrow record batches. The task has one
+:class:`kafka_client.Producer` (idempotent unless the options say otherwise) and, for rows
+without headers, hands whole columns to :meth:`~kafka_client.Producer.produce_batch` (the
+values go into the record batches in bulk, no Python call per row); rows with headers go
+through :meth:`~kafka_client.Producer.produce` one by one. The task flushes before it
+reports success and fails if any message was not delivered.
+
+Columns (others are ignored): ``value`` (binary or string, required), ``key`` (binary or
+string), ``topic`` (string; the ``topic`` option overrides it), ``partition`` (int; null or
+absent lets the partitioner choose), ``headers`` (array<struct<key string, value
+binary>>).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator, List, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                    WriterCommitMessage)
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, StringType, StructType)
+
+from kafka_client import KafkaError, Producer
+
+from .options import KafkaOptionError, WriteOptions
+
+__all__ = ["KafkaBatchWriter", "KafkaStreamWriter", "KafkaWriteError", "WriteCommit",
+           "WriteLayout", "check_write_schema", "write_batches"]
+
+#: Rows per produce_batch() call: well under queue.buffering.max.messages (100,000).
+CHUNK_ROWS = 10_000
+
+
+class KafkaWriteError(RuntimeError):
+    """Messages a write task produced were not all delivered. ``error`` is the Kafka
+    error reported for one of them, when one was."""
+
+    def __init__(self, message: str, error: Optional[KafkaError] = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+@dataclass(frozen=True)
+class WriteLayout:
+    """Which optional columns the DataFrame has (checked on the driver)."""
+
+    key: bool
+    topic: bool
+    partition: bool
+    headers: bool
+
+
+@dataclass
+class WriteCommit(WriterCommitMessage):
+    """What one task wrote: messages delivered."""
+
+    messages: int
+
+
+_BYTES_TYPES = (BinaryType, StringType)
+
+
+def check_write_schema(schema: StructType, opts: WriteOptions) -> WriteLayout:
+    """The layout of a DataFrame to write, or a :class:`KafkaOptionError` naming the
+    column that is missing or of the wrong type."""
+    fields = {f.name: f.dataType for f in schema.fields}
+
+    def check(name: str, ok: bool, want: str) -> None:
+        if not ok:
+            raise KafkaOptionError(f"column {name!r} must be {want}, not "
+                                   f"{fields[name].simpleString()}")
+
+    if "value" not in fields:
+        raise KafkaOptionError("the DataFrame to write needs a 'value' column (binary or "
+                               f"string); it has {', '.join(fields) or 'no columns'}")
+    check("value", isinstance(fields["value"], _BYTES_TYPES), "binary or string")
+    if "key" in fields:
+        check("key", isinstance(fields["key"], _BYTES_TYPES), "binary or string")
+    if "topic" in fields:
+        check("topic", isinstance(fields["topic"], StringType), "string")
+    elif opts.topic is None:
+        raise KafkaOptionError("say where to write: give the 'topic' option or a 'topic' "
+                               "column")
+    if "partition" in fields:
+        check("partition", isinstance(fields["partition"], IntegerType), "int")
+    if "headers" in fields:
+        htype = fields["headers"]
+        ok = isinstance(htype, ArrayType) and isinstance(htype.elementType, StructType)
+        if ok:
+            inner = {f.name: f.dataType for f in htype.elementType.fields}
+            ok = set(inner) == {"key", "value"} and isinstance(inner["key"], StringType) \
+                and isinstance(inner["value"], _BYTES_TYPES)
+        check("headers", ok, "array<struct<key: string, value: binary>>")
+    return WriteLayout(key="key" in fields, topic="topic" in fields,
+                       partition="partition" in fields, headers="headers" in fields)
+
+
+class _TaskProducer:
+    """One task's producer, and the count of what it queued and what the brokers took.
+
+    produce_batch()'s bulk path gives no delivery report per message (see
+    docs/producer.md), so two things watch the deliveries instead: the first message of
+    every chunk goes through produce() with a delivery callback (a sentinel: a chunk's
+    failure usually fails its sentinel too, and the callback names the Kafka error), and
+    at the end the messages queued are compared with the statistics' ``txmsgs``
+    (messages the brokers accepted), which catches every failure, named or not."""
+
+    def __init__(self, opts: WriteOptions) -> None:
+        self.queued = 0
+        self.failed: List[KafkaError] = []
+        self.errors: List[KafkaError] = []
+        self._known_topics: set = set()
+        self._stats: Optional[str] = None
+        conf = opts.producer_config()
+        # Reports only for failures: the callbacks cost nothing for delivered messages.
+        conf.update({"error_cb": self.errors.append, "stats_cb": self._keep_stats,
+                     "statistics.interval.ms": 1, "delivery.report.only.error": True})
+        self.producer = Producer(conf)
+
+    def _keep_stats(self, doc: str) -> None:
+        self._stats = doc
+
+    def _reported(self, err: Optional[KafkaError], _msg: Any) -> None:
+        if err is not None:
+            self.failed.append(err)
+
+    def batch(self, topic: str, values: List[Any], keys: Optional[List[Any]],
+              partition: int) -> None:
+        """Queue ``values`` (and ``keys``) for one partition (-1: the partitioner's choice),
+        in order."""
+        self._produce(topic, values[0], None if keys is None else keys[0], partition, None,
+                      self._reported)
+        if topic not in self._known_topics:
+            # produce_batch() takes its bulk path only for a topic whose partitions the
+            # producer knows: the sentinel and a flush teach it (docs/producer.md), and
+            # a topic or partition that cannot be written fails here, at once.
+            self._known_topics.add(topic)
+            self.producer.flush()
+            self.check()
+        if len(values) == 1:
+            return
+        values = values[1:]
+        keys = None if keys is None else keys[1:]
+        producer = self.producer
+        while True:
+            try:
+                producer.produce_batch(topic, values, keys, partition)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        self.queued += len(values)
+        producer.poll(0)
+
+    def one(self, topic: str, value: Any, key: Any, partition: int, headers: Any) -> None:
+        """Queue one message."""
+        self._produce(topic, value, key, partition, headers, self._reported)
+
+    def _produce(self, topic: str, value: Any, key: Any, partition: int, headers: Any,
+                 report: Any) -> None:
+        producer = self.producer
+        while True:
+            try:
+                producer.produce(topic, value, key, partition, on_delivery=report,
+                                 headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        self.queued += 1
+
+    def check(self) -> None:
+        """Raise the first delivery error reported so far."""
+        if self.failed:
+            err = self.failed[0]
+            raise KafkaWriteError(f"delivery failed: {err.name()}: {err.str()}", err)
+
+    def finish(self) -> int:
+        """Flush, close, and return the number delivered; raise if any was not."""
+        producer = self.producer
+        producer.flush()
+        # One more statistics document, taken after the last delivery report.
+        stats = self._stats
+        for _ in range(1000):
+            producer.poll(0.002)
+            if self._stats is not stats:
+                break
+        delivered = json.loads(self._stats)["txmsgs"] if self._stats else 0
+        producer.close(0)
+        if delivered < self.queued:
+            known = self.failed[:1] + self.errors[-3:]
+            cause = "; ".join(f"{e.name()}: {e.str()}" for e in known) or \
+                "the producer reported no error for them"
+            raise KafkaWriteError(f"{self.queued - delivered} of {self.queued} messages "
+                                  f"were not delivered ({cause})",
+                                  known[0] if known else None)
+        return delivered
+
+    def abandon(self) -> None:
+        """The task failed: drop what is not sent yet (Spark runs the task again)."""
+        self.producer.purge()
+        self.producer.close(1)
+
+
+def _as_list(column: Any) -> List[Any]:
+    """Python values of a key or value column: bytes (strings as their UTF-8 bytes, which
+    is what Arrow holds: the cast copies nothing) or None."""
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.binary())
+    return column.to_pylist()
+
+
+def _write_batch(out: _TaskProducer, batch: Any, layout: WriteLayout,
+                 topic_option: Optional[str]) -> None:
+    n = batch.num_rows
+    if not n:
+        return
+    names = batch.schema.names
+    if topic_option is not None:
+        topics: List[Any] = [topic_option]
+        topic_col = None
+    else:
+        topic_col = batch.column(names.index("topic"))
+        if topic_col.null_count:
+            raise KafkaOptionError("a row to write has a null 'topic' (give the 'topic' "
+                                   "option, or a topic in every row)")
+        topics = pc.unique(topic_col).to_pylist()
+    headers_col = batch.column(names.index("headers")) if layout.headers else None
+    if headers_col is not None and headers_col.null_count == n:
+        headers_col = None
+    for topic in topics:
+        rows = batch if topic_col is None or len(topics) == 1 else \
+            batch.filter(pc.equal(topic_col, topic))
+        if headers_col is not None:
+            _write_rows(out, rows, topic, layout)
+            continue
+        # Bulk: one produce_batch() per partition (or one for the partitioner to place).
+        if not layout.partition:
+            groups = [(-1, rows)]
+        else:
+            col = rows.column(names.index("partition"))
+            groups = [(p, rows.filter(pc.equal(col, p)) if p is not None else
+                       rows.filter(pc.is_null(col)))
+                      for p in pc.unique(col).to_pylist()]
+            if len(groups) == 1:
+                groups = [(groups[0][0], rows)]
+        for part, sub in groups:
+            for start in range(0, sub.num_rows, CHUNK_ROWS):
+                chunk = sub.slice(start, CHUNK_ROWS)
+                keys = _as_list(chunk.column(names.index("key"))) if layout.key else None
+                if keys is not None and not any(k is not None for k in keys):
+                    keys = None
+                out.batch(topic, _as_list(chunk.column(names.index("value"))), keys,
+                          -1 if part is None else part)
+
+
+def _write_rows(out: _TaskProducer, rows: Any, topic: str, layout: WriteLayout) -> None:
+    names = rows.schema.names
+    values = _as_list(rows.column(names.index("value")))
+    keys = _as_list(rows.column(names.index("key"))) if layout.key else None
+    parts = _as_list(rows.column(names.index("partition"))) if layout.partition else None
+    headers = _as_list(rows.column(names.index("headers")))
+    for i, value in enumerate(values):
+        hdrs = headers[i]
+        out.one(topic, value, None if keys is None else keys[i],
+                -1 if parts is None or parts[i] is None else parts[i],
+                None if hdrs is None else [(h["key"], h["value"]) for h in hdrs])
+
+
+def write_batches(batches: Iterator[Any], opts: WriteOptions, layout: WriteLayout) -> WriteCommit:
+    """Produce every row of ``batches`` with one producer; returns the count delivered."""
+    out = _TaskProducer(opts)
+    try:
+        for batch in batches:
+            if isinstance(batch, pa.Table):
+                for b in batch.to_batches():
+                    _write_batch(out, b, layout, opts.topic)
+            else:
+                _write_batch(out, batch, layout, opts.topic)
+    except BaseException:
+        out.abandon()
+        raise
+    return WriteCommit(out.finish())
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("kafka_native")``: every task produces its rows (at least once:
+    a task that Spark retries writes its rows again)."""
+
+    def __init__(self, opts: WriteOptions, layout: WriteLayout) -> None:
+        self.opts = opts
+        self.layout = layout
+
+    def write(self, iterator: Iterator[Any]) -> WriteCommit:
+        return write_batches(iterator, self.opts, self.layout)
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("kafka_native")``: each micro-batch as a batch write."""
+
+    def __init__(self, opts: WriteOptions, layout: WriteLayout) -> None:
+        self.opts = opts
+        self.layout = layout
+
+    def write(self, iterator: Iterator[Any]) -> WriteCommit:
+        return write_batches(iterator, self.opts, self.layout)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        pass
+

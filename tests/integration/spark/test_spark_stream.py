@@ -1,0 +1,165 @@
+"""The kafka_native Spark data source, streaming queries, on a local Spark (``local[2]``)
+and the Tansu fixture: restart from a checkpoint without loss or duplicates,
+maxOffsetsPerTrigger, partitions that appear while the query runs, offsets committed to a
+group, and a streaming write from a rate source."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import functions as F  # noqa: E402
+
+from kafka_client import Consumer, Producer, TopicPartition  # noqa: E402
+
+FORMAT = "kafka_native"
+
+
+def produce(bootstrap, topic, start, count, partitions):
+    """Values b"<i>" for i in start..start+count, message i to partition i % partitions."""
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
+        for i in range(start, start + count):
+            producer.produce(topic, b"%d" % i, partition=i % partitions)
+
+
+def stream(spark, bootstrap, **options):
+    reader = spark.readStream.format(FORMAT).option("kafka.bootstrap.servers", bootstrap)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_restart_from_checkpoint_delivers_each_row_once(spark, tansu_broker, tmp_path):
+    """A query stopped after a few micro-batches and started again on its checkpoint
+    (with more data meanwhile) writes every input row to its sink exactly once."""
+    topic = f"spark-stream-{time.time_ns()}"
+    tansu_broker.create_topic(topic, 4)
+    produce(tansu_broker.bootstrap, topic, 0, 8000, 4)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def start(trigger, max_per_trigger):
+        df = stream(spark, tansu_broker.bootstrap, subscribe=topic,
+                    startingOffsets="earliest", maxOffsetsPerTrigger=max_per_trigger)
+        return (df.select("partition", "offset", "value").writeStream.format("parquet")
+                .option("path", out).option("checkpointLocation", checkpoint)
+                .trigger(**trigger).start())
+
+    query = start({"processingTime": "0 seconds"}, "1000")
+    try:
+        wait_for(lambda: query.lastProgress is not None
+                 and query.lastProgress["batchId"] >= 2, 120, "three micro-batches")
+    finally:
+        query.stop()
+    sizes = [p["numInputRows"] for p in query.recentProgress]
+    assert all(n <= 1000 for n in sizes), sizes           # maxOffsetsPerTrigger
+    assert sum(sizes) < 8000, "the query finished before it was stopped"
+
+    produce(tansu_broker.bootstrap, topic, 8000, 4000, 4)
+    query = start({"availableNow": True}, "100000")
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+
+    rows = spark.read.parquet(out).collect()
+    seen = sorted((r.partition, r.offset) for r in rows)
+    assert len(seen) == len(set(seen)) == 12_000, "lost or duplicated rows"
+    for r in rows:
+        # message i went to partition i % 4 as that partition's (i // 4)-th message
+        i = int(r.value)
+        assert (r.partition, r.offset) == (i % 4, i // 4)
+    assert sorted(int(r.value) for r in rows) == list(range(12_000))
+
+
+def test_new_partitions_and_group_commit(spark, tansu_broker):
+    prefix = f"spark-pattern-{time.time_ns()}"
+    first, second = prefix + "-a", prefix + "-b"
+    group = prefix + "-group"
+    tansu_broker.create_topic(first, 2)
+    produce(tansu_broker.bootstrap, first, 0, 100, 2)
+    df = stream(spark, tansu_broker.bootstrap, subscribePattern=prefix + "-.*",
+                startingOffsets="earliest", **{"kafka.group.id": group})
+    query = (df.select("topic", "partition", "offset", "value").writeStream
+             .format("memory").queryName("pattern_rows").trigger(processingTime="200 milliseconds")
+             .start())
+    try:
+        def rows():
+            return spark.sql("select * from pattern_rows").collect()
+
+        wait_for(lambda: len(rows()) >= 100, 120, "the first topic's rows")
+        tansu_broker.create_topic(second, 3)   # appears while the query runs
+        produce(tansu_broker.bootstrap, second, 0, 30, 3)
+        produce(tansu_broker.bootstrap, first, 100, 10, 2)
+        wait_for(lambda: len(rows()) >= 140, 120, "the new topic's rows")
+        query.processAllAvailable()
+        # Spark tells a source that a micro-batch is done when it plans the next one:
+        # one more message makes the batch with everything above committed.
+        produce(tansu_broker.bootstrap, first, 110, 1, 2)
+        wait_for(lambda: len(rows()) >= 141, 120, "the last message")
+    finally:
+        query.stop()
+    got = sorted((r.topic, r.partition, r.offset, int(r.value)) for r in rows())
+    assert got == sorted([(first, i % 2, i // 2, i) for i in range(111)]
+                         + [(second, i % 3, i // 3, i) for i in range(30)])
+
+    # The finished micro-batches' offsets were committed to the group.
+    consumer = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "group.id": group})
+    committed = consumer.committed([TopicPartition(first, p) for p in range(2)]
+                                   + [TopicPartition(second, p) for p in range(3)],
+                                   timeout=10)
+    consumer.close()
+    assert [tp.offset for tp in committed] == [55, 55, 10, 10, 10]
+
+
+def test_stream_options_checked(spark, tansu_broker):
+    query = (stream(spark, tansu_broker.bootstrap, subscribe="x", endingOffsets="latest")
+             .writeStream.format("memory").queryName("bad").start())
+    try:
+        with pytest.raises(Exception, match="ending offsets or timestamps are for batch"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+
+
+def test_streaming_write_from_rate_source(spark, tansu_broker, tmp_path):
+    topic = f"spark-rate-{time.time_ns()}"
+    tansu_broker.create_topic(topic, 4)
+    rate = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 5000)
+            .option("numPartitions", 2).load())
+    query = (rate.select(F.col("value").cast("string").alias("value"),
+                         F.col("value").cast("string").alias("key"))
+             .writeStream.format(FORMAT)
+             .option("kafka.bootstrap.servers", tansu_broker.bootstrap)
+             .option("topic", topic)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(processingTime="0 seconds").start())
+    try:
+        wait_for(lambda: query.lastProgress is not None
+                 and query.lastProgress["batchId"] >= 3, 120, "four micro-batches")
+    finally:
+        query.stop()
+    committed = sum(p["numInputRows"] for p in query.recentProgress)
+    assert committed >= 20_000
+
+    consumer = Consumer({"bootstrap.servers": tansu_broker.bootstrap})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
+    values = []
+    while True:
+        batch = consumer.consume_arrow(100_000, timeout=3)
+        if not batch.num_rows:
+            break
+        values.extend(int(v) for v in batch.column("value").to_pylist())
+        assert batch.column("key").to_pylist() == batch.column("value").to_pylist()
+    consumer.close()
+    # Every row of every finished micro-batch landed once; rows past them can only come
+    # from the micro-batch the stop interrupted.
+    assert sorted(v for v in values if v < committed) == list(range(committed))
+    assert all(v < committed + 5000 for v in values)

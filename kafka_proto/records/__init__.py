@@ -17,6 +17,7 @@ from kafka_proto.records._v2 import (  # noqa: F401
     RecordFactory,
     TimestampType,
     read_batches,
+    restamp_batch,
 )
 from kafka_proto.records.control import (  # noqa: F401
     ControlRecord,
@@ -51,4 +52,5 @@ __all__ = [
     "build_control_batch",
     "parse_control_record",
     "read_batches",
+    "restamp_batch",
 ]

@@ -719,6 +719,51 @@ cdef class RecordBatchBuilder:
         return out
 
 
+def restamp_batch(batch, int64_t producer_id, int16_t producer_epoch,
+                  int32_t base_sequence) -> bytes:
+    """A copy of the built v2 batch ``batch`` (one whole batch, bytes-like) with its producer
+    id, producer epoch and base sequence replaced and its CRC-32C computed again.
+
+    What an idempotent producer does to a batch it must send again under a new producer id
+    or epoch. The batch's CRC is checked first (``CrcMismatchError``), so a batch damaged in
+    memory is not given a fresh, valid checksum. Raises ``TruncatedDataError`` when the
+    buffer is shorter than its batchLength says, ``InvalidLengthError`` when it is not
+    exactly one batch, ``UnsupportedMagicError`` for a magic other than 2.
+    """
+    cdef const unsigned char[::1] view = batch
+    cdef Py_ssize_t size = view.shape[0]
+    cdef const unsigned char* src
+    cdef unsigned char* o
+    cdef int32_t length
+    cdef bytes out
+    if size < HEADER_SIZE:
+        raise TruncatedDataError(
+            f"restamp_batch: {size} bytes, a v2 batch takes at least {HEADER_SIZE}")
+    src = &view[0]
+    if <signed char>src[OFF_MAGIC] != 2:
+        raise UnsupportedMagicError(
+            f"restamp_batch: magic {<signed char>src[OFF_MAGIC]}, only v2 batches carry "
+            f"producer fields")
+    length = _get_i32(src + OFF_LENGTH)
+    if <Py_ssize_t>length + LOG_OVERHEAD > size:
+        raise TruncatedDataError(
+            f"restamp_batch: batchLength {length} needs {length + LOG_OVERHEAD} bytes, "
+            f"got {size}")
+    if <Py_ssize_t>length + LOG_OVERHEAD != size:
+        raise InvalidLengthError(
+            f"restamp_batch: batchLength {length} covers {length + LOG_OVERHEAD} of the "
+            f"{size} bytes given (one whole batch expected)")
+    if _crc32c(src + OFF_ATTRIBUTES, size - OFF_ATTRIBUTES) != _get_u32(src + OFF_CRC):
+        raise CrcMismatchError("restamp_batch: the batch's CRC-32C does not match its bytes")
+    out = PyBytes_FromStringAndSize(<const char*>src, size)
+    o = <unsigned char*>PyBytes_AS_STRING(out)
+    _put_i64(o + OFF_PRODUCER_ID, producer_id)
+    _put_i16(o + OFF_PRODUCER_EPOCH, producer_epoch)
+    _put_i32(o + OFF_BASE_SEQUENCE, base_sequence)
+    _put_i32(o + OFF_CRC, <int32_t>_crc32c(o + OFF_ATTRIBUTES, size - OFF_ATTRIBUTES))
+    return out
+
+
 cdef Py_ssize_t _simple_body(int64_t delta, int32_t offset_delta, Py_ssize_t kl,
                              Py_ssize_t vl, Py_ssize_t data) noexcept:
     # A headerless record's length, for _put_simple's rare case where key and value do

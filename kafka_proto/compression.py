@@ -305,6 +305,11 @@ def _snappy_mod():
 def _snappy_compress(mv: memoryview) -> bytes:
     sn = _snappy_mod()
     n = len(mv)
+    if n == 0:
+        # Nothing to frame: one raw block, which every reader decodes (librdkafka refuses an
+        # empty xerial stream, and takes a xerial header only when a block follows;
+        # kafka-python and aiokafka read anything of 16 bytes or less as a raw block).
+        return bytes(sn.compress_raw(b""))
     parts: list = [_XERIAL_HEADER]
     pack = struct.Struct(">i").pack
     for start in range(0, n, _XERIAL_BLOCK_INPUT):

@@ -540,6 +540,8 @@ cdef class RecordBatchBuilder:
             raise RuntimeError("append() during build()")
         if offset_delta == 0x7FFFFFFF:
             raise ProtocolEncodeError("too many records in one batch")
+        if ts < -1:
+            _timestamp_error(ts)
         if headers is not None and headers:
             hlist = self._normalize_headers(headers, &hsize)
             hcount = len(hlist)
@@ -641,7 +643,8 @@ cdef class RecordBatchBuilder:
 
     cdef void _fill_header(self, unsigned char* h, int64_t base_offset,
                            Py_ssize_t total) noexcept:
-        cdef int attrs = self._codec | (self._ts_type << 3)
+        # A batch without records has no records section to compress (see build()).
+        cdef int attrs = (self._codec if self._count else 0) | (self._ts_type << 3)
         if self._transactional:
             attrs |= ATTR_TRANSACTIONAL
         if self._control:
@@ -669,7 +672,11 @@ cdef class RecordBatchBuilder:
         cdef uint32_t crc
         cdef Py_ssize_t clen, total
         cdef const unsigned char[::1] cview
-        if self._codec == 0:
+        # A batch without records is written as Kafka's own empty batches are (the log
+        # cleaner's): the header alone, codec bits 0. Every reader takes that, whereas
+        # several cannot read an empty compressed payload (librdkafka refuses an empty
+        # snappy or xerial stream, kafka-python a 16-byte xerial header).
+        if self._codec == 0 or self._count == 0:
             if self._obj == NULL:  # built before and nothing appended since
                 self._new_buffer(self._len, self._len)
             self._fill_header(self._buf, base_offset, self._len)
@@ -764,6 +771,13 @@ def restamp_batch(batch, int64_t producer_id, int16_t producer_epoch,
     return out
 
 
+cdef int _timestamp_error(int64_t ts) except -1:
+    # Kafka's record builder (MemoryRecordsBuilder) refuses the same.
+    raise ProtocolEncodeError(
+        f"invalid record timestamp {ts}: milliseconds since the epoch (>= 0), or -1 for "
+        f"none")
+
+
 cdef Py_ssize_t _simple_body(int64_t delta, int32_t offset_delta, Py_ssize_t kl,
                              Py_ssize_t vl, Py_ssize_t data) noexcept:
     # A headerless record's length, for _put_simple's rare case where key and value do
@@ -791,7 +805,7 @@ cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, P
     cdef unsigned char* start
     cdef unsigned char* fields
     cdef unsigned char* p
-    if (<uint32_t>(offset_delta - 1) >= 0x7FFFFFFEu or self._building
+    if (<uint32_t>(offset_delta - 1) >= 0x7FFFFFFEu or self._building or ts < -1
             or data > SIMPLE_MAX_DATA or self._len + 2 + data + SIMPLE_MAX_FIELDS > self._cap):
         return False
     if ts > self._max_ts:
@@ -1944,6 +1958,10 @@ cdef class RecordBatch:
         if codec == 0:
             it.st.p = self._ptr() + HEADER_SIZE
             it.st.end = self._ptr() + self._size
+        elif self._count == 0:
+            # No records: the payload is not decompressed, as Kafka's reader does (an emptied
+            # batch may keep its codec bits with nothing, or an empty stream, after it).
+            it.st.p = it.st.end = self._ptr() + self._size
         else:
             if self._decompressed is None:
                 clen = self._size - HEADER_SIZE

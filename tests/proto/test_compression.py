@@ -8,6 +8,7 @@ import pytest
 import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from aiokafka import codec as aiokafka_codec
 from kafka import codec as kp_codec  # kafka-python: an independent implementation
 
 from kafka_proto import compression as C
@@ -128,10 +129,19 @@ def test_snappy_xerial_golden_header_and_blocks():
     assert b"".join(chunks) == data
 
 
-def test_snappy_empty_input_is_header_only():
+def test_snappy_empty_input_is_one_raw_block_every_reader_decodes():
     packed = C.compress(C.CODEC_SNAPPY, b"")
-    assert packed == bytes.fromhex("82534e41505059000000000100000001")
+    assert packed == b"\x00"  # a raw block: uncompressed length 0
     assert C.decompress(C.CODEC_SNAPPY, packed) == b""
+    assert bytes(cramjam.snappy.decompress_raw(packed)) == b""
+    assert aiokafka_codec.snappy_decode(packed) == b""
+    assert kp_codec.snappy_decode(packed) == b""
+    # What was written before: a xerial header and no block. Still read here; not by
+    # kafka-python or aiokafka (nor librdkafka, which wants a block after the header).
+    header_only = bytes.fromhex("82534e41505059000000000100000001")
+    assert C.decompress(C.CODEC_SNAPPY, header_only) == b""
+    with pytest.raises(Exception):
+        kp_codec.snappy_decode(header_only)
 
 
 def test_snappy_raw_block_accepted():
@@ -371,8 +381,10 @@ def test_compiled_zstd_reader_matches_python_reader(data, content_size, checksum
 def test_compiled_snappy_reader_matches_python_reader(data, split, raw):
     if raw:
         packed = bytes(cramjam.snappy.compress_raw(data))
-    else:  # two concatenated xerial streams
+    elif 0 < split < len(data):  # two concatenated xerial streams
         packed = C.compress(C.CODEC_SNAPPY, data[:split]) + C.compress(C.CODEC_SNAPPY,
                                                                         data[split:])
+    else:
+        packed = C.compress(C.CODEC_SNAPPY, data)
     assert C._snappy_c(packed, 1 << 30, cramjam.snappy.decompress_raw_into) == data
     assert C._snappy_decompress_py(memoryview(packed), 1 << 30, cramjam.snappy) == data

@@ -9,9 +9,6 @@
   block-header parsing in C, with every length checked against the input end and the output
   budget before use. The block codecs themselves stay in the libraries (python-lz4,
   zstandard, cramjam), which release the GIL while they work.
-
-compression.py has a pure-Python twin of each reader, used when this module is not built
-and as an oracle in the tests.
 """
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize

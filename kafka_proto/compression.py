@@ -29,7 +29,7 @@ import sys
 import threading
 import zlib
 from enum import IntEnum
-from typing import List, Optional, Union
+from typing import Optional, Union
 
 from kafka_proto.errors import (
     CompressionError,
@@ -55,6 +55,8 @@ __all__ = [
 
 from kafka_proto._compression import (
     OutputBuffer,
+    gzip_decompress,
+    ZSTD_MAX_WINDOW,
     lz4_frame_decompress,
     snappy_decompress,
     xxh32,
@@ -95,9 +97,15 @@ def _view(data: BytesLike) -> memoryview:
     return mv
 
 
-def _check_limit(max_size: int) -> None:
+# Larger limits mean the same (no buffer gets near that), and leave the decoders' size
+# arithmetic room.
+_LIMIT_CEILING = 1 << 62
+
+
+def _check_limit(max_size: int) -> int:
     if max_size < 0:
         raise ValueError("max_size must be >= 0")
+    return min(max_size, _LIMIT_CEILING)
 
 
 def _limit_error(codec: str, max_size: int) -> DecompressionLimitError:
@@ -107,7 +115,6 @@ def _limit_error(codec: str, max_size: int) -> DecompressionLimitError:
 # ---------------------------------------------------------------------------------------------
 # gzip
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _ZLIB_ONE_SHOT_GZIP = sys.version_info >= (3, 11)  # zlib.compress(wbits=) appeared in 3.11
 
 
@@ -172,29 +179,7 @@ def _gzip_decompress(mv: memoryview, max_size: int) -> bytes:
     fast = _gzip_fast(mv, max_size)
     if fast is not None:
         return fast
-    parts: List[bytes] = []
-    total = 0
-    data: BytesLike = mv
-    while True:
-        d = zlib.decompressobj(31)
-        try:
-            # max_length stops inflating one byte past the budget: a bomb never gets further.
-            out = d.decompress(data, max_size - total + 1)
-        except zlib.error as e:
-            raise DecompressionError(f"corrupt gzip payload: {e}") from e
-        total += len(out)
-        if total > max_size:
-            raise _limit_error("gzip", max_size)
-        if not d.eof:
-            raise DecompressionError("truncated gzip payload")
-        parts.append(out)
-        rest = d.unused_data
-        # Like GZIPInputStream: another member may follow; anything else after a member is
-        # ignored.
-        if len(rest) < 2 or rest[:2] != _GZIP_MAGIC:
-            break
-        data = rest
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return gzip_decompress(mv, max_size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,7 +321,7 @@ def _zstd_compress(mv: memoryview, level: Optional[int]) -> bytes:
 def _zstd_dctx():
     dctx = getattr(_local, "zd", None)
     if dctx is None:
-        dctx = _local.zd = _zstd_mod().ZstdDecompressor()
+        dctx = _local.zd = _zstd_mod().ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
     return dctx
 
 
@@ -378,7 +363,7 @@ def decompress(codec: int, data: BytesLike, max_size: int = DEFAULT_MAX_DECOMPRE
     as soon as it would. Corrupt or truncated input raises :class:`DecompressionError`;
     an unknown codec id raises :class:`UnsupportedCompressionError`.
     """
-    _check_limit(max_size)
+    max_size = _check_limit(max_size)
     mv = _view(data)
     if codec == CODEC_NONE:
         if len(mv) > max_size:

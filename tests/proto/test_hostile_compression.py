@@ -47,6 +47,21 @@ def test_limit_zero(codec):
         C.decompress(codec, C.compress(codec, b"x"), max_size=0)
 
 
+def test_limit_of_any_size_is_taken():
+    # Streamed paths (several gzip members or zstd frames) with limits up to sys.maxsize.
+    gz = gzip.compress(DATA[:70000]) + gzip.compress(DATA[70000:])
+    zs = zstandard.ZstdCompressor().compress(DATA[:70000]) + C.compress(C.CODEC_ZSTD,
+                                                                        DATA[70000:])
+    for limit in (len(DATA), 2**40, 2**63 - 1):
+        assert C.decompress(C.CODEC_GZIP, gz, limit) == DATA
+        assert C.decompress(C.CODEC_ZSTD, zs, limit) == DATA
+    for limit in (len(DATA) - 1, 70000):
+        with pytest.raises(DecompressionLimitError):
+            C.decompress(C.CODEC_GZIP, gz, limit)
+        with pytest.raises(DecompressionLimitError):
+            C.decompress(C.CODEC_ZSTD, zs, limit)
+
+
 def test_gzip_bomb_in_many_members():
     member = gzip.compress(bytes(MiB), 9)
     with pytest.raises(DecompressionLimitError):

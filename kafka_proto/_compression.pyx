@@ -276,7 +276,8 @@ def lz4_frame_decompress(data, Py_ssize_t max_size, block_decompress,
     mv = memoryview(data)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
-    if frame_decompress_into is not None and not w.legacy_hc and \
+    # One frame only: cramjam 2.11 stops after the first of concatenated frames (2.14 does not).
+    if frame_decompress_into is not None and not w.legacy_hc and len(w.checksums) == 1 and \
             LZ4_ONE_CALL_MIN <= w.bound <= max_size:
         out = _lz4_one_call(w, mv, frame_decompress_into)
         if out is not None:

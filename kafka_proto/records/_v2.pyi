@@ -8,6 +8,7 @@ BytesLike = Union[bytes, bytearray, memoryview]
 Header = Tuple[str, Optional[bytes]]
 
 DEFAULT_MAX_DECOMPRESSED_SIZE: int
+FAST_PATH: bool
 
 class Compression(IntEnum):
     NONE = 0

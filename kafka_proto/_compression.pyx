@@ -530,7 +530,9 @@ def zstd_decompress(data, Py_ssize_t max_size, dctx, zstd_error):
         pos = end
     if not frames:
         raise DecompressionError("zstd payload holds no frame")
-    # Decoded in one pass (no window): the one frame of a payload when it declares its size.
+    # A streamed frame gets a window of min(window size, content size) beside the output;
+    # only the one frame of a payload that declares its size is decoded in one pass,
+    # without a window.
     for _s, _e, content, _b, window in frames:
         if (content < 0 or len(frames) > 1) and window > ZSTD_MAX_WINDOW and \
                 (content < 0 or <uint64_t>content > ZSTD_MAX_WINDOW):

@@ -19,8 +19,8 @@ any codec raises :class:`DecompressionError` with the library's exception as ``_
 
 The block codecs are the libraries' (zlib and cramjam for gzip, cramjam for snappy,
 python-lz4, zstandard); all of them release the GIL while they work. The framing loops of
-snappy, lz4 and zstd run in ``kafka_proto._compression`` (Cython) and decode straight into
-the returned ``bytes``.
+gzip, snappy, lz4 and zstd run in ``kafka_proto._compression`` (Cython) and decode straight
+into the returned ``bytes``, so that memory stays within the output budget as well.
 """
 from __future__ import annotations
 
@@ -54,9 +54,9 @@ __all__ = [
 ]
 
 from kafka_proto._compression import (
+    ZSTD_MAX_WINDOW,
     OutputBuffer,
     gzip_decompress,
-    ZSTD_MAX_WINDOW,
     lz4_frame_decompress,
     snappy_decompress,
     xxh32,

@@ -13,6 +13,8 @@ class OutputBuffer:
         """Return the bytes object once every writer released its view (only once),
         shrunk in place to ``size`` bytes if given."""
 
+ZSTD_MAX_WINDOW: int
+
 def xxh32(data: _Buffer, seed: int = 0) -> int: ...
 def lz4_frame_decompress(
     data: _Buffer,
@@ -26,6 +28,7 @@ def zstd_frame_info(data: _Buffer, pos: int = 0) -> Tuple[int, int, int]:
 def zstd_decompress(
     data: _Buffer, max_size: int, dctx: Any, zstd_error: Type[BaseException]
 ) -> bytes: ...
+def gzip_decompress(data: _Buffer, max_size: int) -> bytes: ...
 def snappy_decompress(
     data: _Buffer, max_size: int, decompress_raw_into: Callable[[Any, Any], int]
 ) -> bytes: ...

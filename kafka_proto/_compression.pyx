@@ -1,17 +1,16 @@
-# cython: language_level=3
+# cython: language_level=3, binding=False
 """Compiled parts of kafka_proto.compression: the framing loops and the output buffer.
 
 * OutputBuffer: the final ``bytes`` object, allocated uninitialised and exposed as a writable
   buffer while nothing else can see it, so a decoder (cramjam) writes the result in place:
   converting a bytearray with ``bytes()`` would cost a second pass over fresh memory, as much
   as the decompression itself for fast codecs. It is handed out only once fully written.
-* xxh32, the LZ4 frame reader, the zstd frame walk and the xerial snappy reader: header and
-  block-header parsing in C, with every length checked against the input end and the output
-  budget before use. The block codecs themselves stay in the libraries (python-lz4,
-  zstandard, cramjam), which release the GIL while they work.
-
-compression.py has a pure-Python twin of each reader, used when this module is not built
-and as an oracle in the tests.
+* xxh32, the LZ4 frame reader, the zstd frame walk, the xerial snappy reader and the gzip
+  member loop: header and block-header parsing in C, with every length checked against the
+  input end and the output budget before use, and the output written into one buffer (no
+  list of pieces joined at the end: memory stays within the output budget). The block
+  codecs themselves stay in the libraries (zlib, python-lz4, zstandard, cramjam), which
+  release the GIL while they work.
 """
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -163,9 +162,8 @@ def xxh32(data, uint32_t seed=0):
 
 cdef class _Lz4Walk:
     """Every data block of the input's LZ4 frames, validated, with an output upper bound."""
-    cdef list blocks          # of (start, size, block_max, stored, frame) tuples
+    cdef list blocks          # of (start, size, block_max, stored, frame, linked) tuples
     cdef list checksums       # per frame: content checksum to verify, or None
-    cdef bint linked          # some frame has dependent blocks
     cdef bint legacy_hc       # some frame has the KAFKA-3160 header checksum
     cdef Py_ssize_t bound     # upper bound of the total output
 
@@ -175,10 +173,9 @@ cdef _Lz4Walk _lz4_walk(const unsigned char* b, Py_ssize_t n):
     cdef Py_ssize_t pos = 0, desc_end, bsize, block_max
     cdef uint32_t magic, raw, hc
     cdef int flg, bd, nframes = 0
-    cdef bint block_checksum, has_size, content_checksum, stored
+    cdef bint block_checksum, has_size, content_checksum, stored, linked
     w.blocks = []
     w.checksums = []
-    w.linked = False
     w.legacy_hc = False
     w.bound = 0
     while pos < n or nframes == 0:
@@ -202,8 +199,7 @@ cdef _Lz4Walk _lz4_walk(const unsigned char* b, Py_ssize_t n):
             raise DecompressionError("lz4 frame FLG reserved bit set")
         if flg & 0x01:
             raise DecompressionError("lz4 frame with a dictionary id is not supported")
-        if not (flg & 0x20):
-            w.linked = True
+        linked = not (flg & 0x20)
         block_checksum = (flg & 0x10) != 0
         has_size = (flg & 0x08) != 0
         content_checksum = (flg & 0x04) != 0
@@ -240,7 +236,7 @@ cdef _Lz4Walk _lz4_walk(const unsigned char* b, Py_ssize_t n):
                     raise DecompressionError("truncated lz4 block checksum")
                 if _xxh32(b + pos, bsize, 0) != _le32(b + pos + bsize):
                     raise DecompressionError("lz4 block checksum mismatch")
-            w.blocks.append((pos, bsize, block_max, stored, nframes))
+            w.blocks.append((pos, bsize, block_max, stored, nframes, linked))
             # An LZ4 block expands at most 255:1 (one 255 length byte per input byte).
             w.bound += bsize if stored else min(block_max, 255 * bsize + 64)
             pos += bsize + (4 if block_checksum else 0)
@@ -280,15 +276,14 @@ def lz4_frame_decompress(data, Py_ssize_t max_size, block_decompress,
     mv = memoryview(data)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
-    if frame_decompress_into is not None and not w.legacy_hc and \
+    # One frame only: cramjam 2.11 stops after the first of concatenated frames (2.14 does not).
+    if frame_decompress_into is not None and not w.legacy_hc and len(w.checksums) == 1 and \
             LZ4_ONE_CALL_MIN <= w.bound <= max_size:
         out = _lz4_one_call(w, mv, frame_decompress_into)
         if out is not None:
             return out
         # Otherwise the block-wise decoders below re-decode and name the error precisely.
-    if w.linked or block_decompress_into is None:
-        return _lz4_join(w, mv, max_size, block_decompress)
-    return _lz4_in_place(w, &v[0], mv, max_size, block_decompress, block_decompress_into)
+    return _lz4_blocks(w, &v[0], mv, max_size, block_decompress, block_decompress_into)
 
 
 cdef object _lz4_one_call(_Lz4Walk w, mv, frame_decompress_into):
@@ -310,18 +305,22 @@ cdef _limit(Py_ssize_t max_size):
     return DecompressionLimitError(f"lz4 payload expands beyond {max_size} bytes")
 
 
-cdef _lz4_in_place(_Lz4Walk w, const unsigned char* b, mv, Py_ssize_t max_size,
-                   block_decompress, block_decompress_into):
+cdef _lz4_blocks(_Lz4Walk w, const unsigned char* b, mv, Py_ssize_t max_size,
+                 block_decompress, block_decompress_into):
+    """Block by block into one buffer of the walk's bound (or the budget, if smaller), so
+    memory stays within the output plus one block. Blocks of a linked frame go through
+    ``block_decompress`` with the frame's last 64 KiB of output as dictionary."""
     cdef Py_ssize_t cap = w.bound if w.bound < max_size else max_size
     cdef Py_ssize_t out_pos = 0, space, start, size, block_max, got
     cdef Py_ssize_t frame_start = 0
     cdef int frame, cur_frame = 0
-    cdef bint stored
+    cdef bint stored, linked
+    cdef bytes part
     cdef OutputBuffer out = OutputBuffer(cap)
     cdef unsigned char* o = out._ptr()
     ov = memoryview(out)
     try:
-        for start, size, block_max, stored, frame in w.blocks:
+        for start, size, block_max, stored, frame, linked in w.blocks:
             if frame != cur_frame:
                 _lz4_check_content(w, cur_frame, o + frame_start, out_pos - frame_start)
                 for cur_frame in range(cur_frame + 1, frame):  # frames without data
@@ -337,19 +336,39 @@ cdef _lz4_in_place(_Lz4Walk w, const unsigned char* b, mv, Py_ssize_t max_size,
             space = cap - out_pos
             if space > block_max:
                 space = block_max
-            try:
-                got = block_decompress_into(mv[start:start + size], ov[out_pos:out_pos + space])
-            except Exception as e:
-                if space < block_max and _fits(block_decompress, mv[start:start + size],
-                                               block_max, None):
-                    raise _limit(max_size) from None
-                raise DecompressionError(f"corrupt lz4 block: {e}") from e
+            block = mv[start:start + size]
+            window = None
+            if linked and out_pos > frame_start:
+                window = ov[max(frame_start, out_pos - 65536):out_pos]
+            if window is None and block_decompress_into is not None:
+                try:
+                    got = block_decompress_into(block, ov[out_pos:out_pos + space])
+                except Exception as e:
+                    if space < block_max and _fits(block_decompress, block, block_max):
+                        raise _limit(max_size) from None
+                    raise DecompressionError(f"corrupt lz4 block: {e}") from e
+            else:
+                # Decoded at full block size, so an output beyond the space left is a limit
+                # overrun, not an error to tell from corruption by decoding again.
+                try:
+                    if window is None:
+                        part = block_decompress(block, block_max)
+                    else:
+                        part = block_decompress(block, block_max, False, window)
+                except Exception as e:
+                    raise DecompressionError(f"corrupt lz4 block: {e}") from e
+                got = len(part)
+                if got > space:
+                    raise _limit(max_size)
+                memcpy(o + out_pos, <const char*>part, got)
+                part = None
             out_pos += got
         _lz4_check_content(w, cur_frame, o + frame_start, out_pos - frame_start)
         # Frames after the last data block (empty or skippable) still declare checksums.
         for frame in range(cur_frame + 1, len(w.checksums)):
             _lz4_check_content(w, frame, o, 0)
     finally:
+        window = None  # a view into ov: gone before ov is released
         ov.release()
     return out.take(out_pos)
 
@@ -360,72 +379,10 @@ cdef _lz4_check_content(_Lz4Walk w, int frame, const unsigned char* p, Py_ssize_
         raise DecompressionError("lz4 content checksum mismatch")
 
 
-cdef _lz4_join(_Lz4Walk w, mv, Py_ssize_t max_size, block_decompress):
-    """Block by block through python-lz4 (linked blocks need the previous output)."""
-    cdef Py_ssize_t total = 0, budget, start, size, block_max
-    cdef int frame, cur_frame = 0, first_part = 0
-    cdef bint stored
-    cdef list parts = []
-    prev = None
-    for start, size, block_max, stored, frame in w.blocks:
-        if frame != cur_frame:
-            _lz4_check_parts(w, cur_frame, parts, first_part)
-            for cur_frame in range(cur_frame + 1, frame):  # frames without data
-                _lz4_check_parts(w, cur_frame, [], 0)
-            cur_frame = frame
-            first_part = len(parts)
-            prev = None
-        block = mv[start:start + size]
-        if stored:
-            if total + size > max_size:
-                raise _limit(max_size)
-            out = block
-        else:
-            budget = max_size - total
-            try:
-                if prev is not None:
-                    out = block_decompress(block, min(block_max, budget), False, _window(prev))
-                else:
-                    out = block_decompress(block, min(block_max, budget))
-            except Exception as e:
-                if budget < block_max and _fits(block_decompress, block, block_max, prev):
-                    raise _limit(max_size) from None
-                raise DecompressionError(f"corrupt lz4 block: {e}") from e
-        total += len(out)
-        parts.append(out)
-        prev = out
-    _lz4_check_parts(w, cur_frame, parts, first_part)
-    for frame in range(cur_frame + 1, len(w.checksums)):
-        _lz4_check_parts(w, frame, [], 0)
-    if len(parts) == 1:
-        p = parts[0]
-        return p if type(p) is bytes else bytes(p)
-    return b"".join(parts)
-
-
-cdef _lz4_check_parts(_Lz4Walk w, int frame, list parts, int first):
-    if w.checksums[frame] is None:
-        return
-    if len(parts) - first == 1:
-        h = _xxh32_view(parts[first], 0)
-    else:
-        h = _xxh32_view(b"".join(parts[first:]), 0)
-    if h != w.checksums[frame]:
-        raise DecompressionError("lz4 content checksum mismatch")
-
-
-cdef object _window(prev):
-    """The last 64 KiB of output: what a linked block may refer back to."""
-    return prev[len(prev) - 65536:] if len(prev) > 65536 else prev
-
-
-cdef bint _fits(block_decompress, block, Py_ssize_t block_max, prev):
+cdef bint _fits(block_decompress, block, Py_ssize_t block_max):
     """Does the block decode with a full-size buffer? (Tells "over the limit" from corrupt.)"""
     try:
-        if prev is not None:
-            block_decompress(block, block_max, False, _window(prev))
-        else:
-            block_decompress(block, block_max)
+        block_decompress(block, block_max)
     except Exception:
         return False
     return True
@@ -440,13 +397,21 @@ cdef bint _fits(block_decompress, block, Py_ssize_t block_max, prev):
 cdef enum:
     ZSTD_MAGIC = 0xFD2FB528
     ZSTD_BLOCK_MAX = 128 * 1024
-    ZSTD_READ_CHUNK = 1024 * 1024
+    ZSTD_FIRST_CAP = 64 * 1024
+    ZSTD_PIECE = 256 * 1024
+
+#: Largest decoding window allowed (``max_window_size`` of the decompressor to pass in).
+#: Every zstd decoder streams a frame that does not declare its content size (and the
+#: frames of a payload of several) through a window it allocates beside the output: up to
+#: 128 MiB, as much memory again as the budget. 8 MiB takes the windows of zstd levels up
+#: to 19 (Kafka's default level 3 uses 2 MiB).
+ZSTD_MAX_WINDOW = 8 * 1024 * 1024
 
 
 cdef Py_ssize_t _zstd_walk(const unsigned char* b, Py_ssize_t n, Py_ssize_t pos,
-                           int64_t* content, Py_ssize_t* bound) except -1:
+                           int64_t* content, Py_ssize_t* bound, uint64_t* window) except -1:
     """Walk the frame at pos (magic already checked); return its end."""
-    cdef int fhd, fcs_size, did_size, i
+    cdef int fhd, fcs_size, did_size, i, wd
     cdef bint single
     cdef Py_ssize_t p
     cdef uint64_t fcs = 0
@@ -464,6 +429,12 @@ cdef Py_ssize_t _zstd_walk(const unsigned char* b, Py_ssize_t n, Py_ssize_t pos,
         raise DecompressionError("truncated zstd frame header")
     for i in range(fcs_size):
         fcs |= (<uint64_t>b[p + i]) << (8 * i)
+    if single:  # no window descriptor: the window is the content
+        window[0] = fcs + 256 if fcs_size == 2 else fcs
+    else:
+        wd = b[pos + 5]
+        window[0] = <uint64_t>1 << (10 + (wd >> 3))
+        window[0] += (window[0] >> 3) * (wd & 7)
     if fcs_size == 0:
         content[0] = -1
     elif fcs_size == 2:
@@ -506,28 +477,33 @@ def zstd_frame_info(data, Py_ssize_t pos=0):
     """(end, content size or -1, output upper bound) of the zstd frame at ``pos``."""
     cdef const unsigned char[::1] v = data
     cdef int64_t content
+    cdef uint64_t window
     cdef Py_ssize_t bound, end
     if pos < 0 or pos > v.shape[0]:
         raise ValueError("pos out of range")
     if v.shape[0] - pos < 4 or _le32(&v[0] + pos) != ZSTD_MAGIC:
         raise DecompressionError("no zstd frame magic")
-    end = _zstd_walk(&v[0], v.shape[0], pos, &content, &bound)
+    end = _zstd_walk(&v[0], v.shape[0], pos, &content, &bound, &window)
     return end, content, bound
 
 
 def zstd_decompress(data, Py_ssize_t max_size, dctx, zstd_error):
     """Decode every zstd frame of ``data`` (skippable frames ignored), at most ``max_size``
-    bytes out. ``dctx`` is a zstandard.ZstdDecompressor, ``zstd_error`` its exception type."""
+    bytes out. ``dctx`` is a zstandard.ZstdDecompressor, ``zstd_error`` its exception type.
+
+    Every frame is walked before anything is decoded. One frame whose output is bounded
+    within the budget (a declared content size, or its blocks) is decoded in one call;
+    otherwise the frames are streamed (see _zstd_stream)."""
     cdef const unsigned char[::1] v = data
     cdef const unsigned char* b = NULL
-    cdef Py_ssize_t n = v.shape[0], pos = 0, end, bound, budget, got, total = 0
+    cdef Py_ssize_t n = v.shape[0], pos = 0, end, bound, known = 0
     cdef int64_t content
+    cdef uint64_t window
     cdef uint32_t magic, skip
-    cdef list parts = []
+    cdef list frames = []
     if n == 0:
         raise DecompressionError("empty zstd payload")
     b = &v[0]
-    mv = None
     while pos < n:
         if n - pos < 4:
             raise DecompressionError("truncated zstd frame magic")
@@ -542,56 +518,174 @@ def zstd_decompress(data, Py_ssize_t max_size, dctx, zstd_error):
             continue
         if magic != ZSTD_MAGIC:
             raise DecompressionError(f"bad zstd frame magic 0x{magic:08x}")
-        end = _zstd_walk(b, n, pos, &content, &bound)
-        if pos == 0 and end == n:
-            frame = data  # the common case: one frame, no slicing
-        else:
-            if mv is None:
-                mv = memoryview(data)
-                if mv.format != "B" or mv.ndim != 1:
-                    mv = mv.cast("B")
-            frame = mv[pos:end]
-        pos = end
-        budget = max_size - total
+        end = _zstd_walk(b, n, pos, &content, &bound, &window)
         if content > bound:
             raise DecompressionError(
                 f"zstd frame declares {content} bytes, its blocks hold at most {bound}")
-        if content > budget:
-            raise DecompressionLimitError(f"zstd payload expands beyond {max_size} bytes")
-        out = None
+        if content >= 0:
+            known += content
+            if known > max_size:
+                raise _zstd_limit(max_size)
+        frames.append((pos, end, content, bound, window))
+        pos = end
+    if not frames:
+        raise DecompressionError("zstd payload holds no frame")
+    # A streamed frame gets a window of min(window size, content size) beside the output;
+    # only the one frame of a payload that declares its size is decoded in one pass,
+    # without a window.
+    for _s, _e, content, _b, window in frames:
+        if (content < 0 or len(frames) > 1) and window > ZSTD_MAX_WINDOW and \
+                (content < 0 or <uint64_t>content > ZSTD_MAX_WINDOW):
+            raise DecompressionLimitError(
+                f"zstd frame needs a decoding window of {window} bytes, above the "
+                f"{ZSTD_MAX_WINDOW} allowed (written at zstd level 20 or above?)")
+    mv = memoryview(data)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    if len(frames) == 1:
+        pos, end, content, bound, window = frames[0]
+        frame = data if pos == 0 and end == n else mv[pos:end]
         try:
             if content >= 0:
-                out = dctx.decompress(frame)
-            elif bound <= budget:
+                return dctx.decompress(frame)
+            if bound <= max_size:
                 # The walk bounds the output: one call with a buffer known to suffice.
-                out = dctx.decompress(frame, max_output_size=bound if bound > 0 else 1)
+                return dctx.decompress(frame, max_output_size=bound if bound > 0 else 1)
         except zstd_error as e:
             raise DecompressionError(f"corrupt zstd frame: {e}") from e
-        if out is None:
-            # Output bound above the budget: stream in chunks and stop past the limit.
-            chunks = []
-            got = 0
+    return _zstd_stream(frames, mv, max_size, dctx, zstd_error)
+
+
+cdef _zstd_limit(Py_ssize_t max_size):
+    return DecompressionLimitError(f"zstd payload expands beyond {max_size} bytes")
+
+
+cdef bytes _zstd_stream(list frames, mv, Py_ssize_t max_size, dctx, zstd_error):
+    """Stream the frames into a first buffer of 64 KiB; an output that does not fit is
+    only counted on, then decoded again into a buffer of exactly its size. Memory is the
+    output, one piece and the decoder's window; a bomb costs a piece and the window."""
+    cdef OutputBuffer out = OutputBuffer(ZSTD_FIRST_CAP if ZSTD_FIRST_CAP < max_size
+                                         else max_size)
+    cdef Py_ssize_t total, again
+    total = _zstd_frames(frames, mv, max_size, dctx, zstd_error, out)
+    if total > len(out):
+        out = OutputBuffer(total)
+        again = _zstd_frames(frames, mv, max_size, dctx, zstd_error, out)
+        if again != total:
+            raise DecompressionError(f"zstd payload decoded to {total}, then {again} bytes")
+    return out.take(total)
+
+
+cdef Py_ssize_t _zstd_frames(list frames, mv, Py_ssize_t max_size, dctx, zstd_error,
+                             OutputBuffer out) except -1:
+    """Decode every frame: into ``out`` while it has room, then only counting. Returns the
+    output size."""
+    cdef Py_ssize_t cap = len(out), pos = 0, frame_start, got
+    cdef int64_t content
+    scratch = None
+    ov = memoryview(out)
+    try:
+        for start, end, content, _bound, _window in frames:
+            frame_start = pos
             try:
-                reader = dctx.stream_reader(frame)
+                reader = dctx.stream_reader(mv[start:end])
                 while True:
-                    chunk = reader.read(min(<Py_ssize_t>ZSTD_READ_CHUNK, budget - got + 1))
-                    if not chunk:
+                    if pos > max_size:
+                        raise _zstd_limit(max_size)
+                    if pos < cap:
+                        got = reader.readinto(ov[pos:])
+                    else:
+                        if scratch is None:
+                            scratch = bytearray(ZSTD_PIECE)
+                        got = reader.readinto(scratch)
+                    if got == 0:
                         break
-                    got += len(chunk)
-                    if got > budget:
-                        raise DecompressionLimitError(
-                            f"zstd payload expands beyond {max_size} bytes")
-                    chunks.append(chunk)
+                    pos += got
             except zstd_error as e:
                 raise DecompressionError(f"corrupt zstd frame: {e}") from e
-            out = b"".join(chunks)
-        total += len(out)
-        if total > max_size:
-            raise DecompressionLimitError(f"zstd payload expands beyond {max_size} bytes")
-        parts.append(out)
-    if not parts:
-        raise DecompressionError("zstd payload holds no frame")
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+            if content >= 0 and pos - frame_start != content:
+                raise DecompressionError(
+                    f"zstd frame declares {content} bytes and holds {pos - frame_start}")
+    finally:
+        ov.release()
+    return pos
+
+
+# ---------------------------------------------------------------------------------------------
+# gzip: zlib inflates, taking its output in pieces straight into one buffer. Python's
+# zlib.decompress(data, max_length) collects its output in blocks and joins them, twice the
+# output in memory at the end. Here the pieces go into a first buffer of 64 KiB (most
+# outputs that come here are small: larger single members take the trailer-sized path of
+# compression.py); an output that does not fit is only counted on, then decoded again into
+# a buffer of exactly its size. Memory is the output and one piece; a bomb costs a piece.
+
+import zlib
+
+cdef enum:
+    GZIP_PIECE = 256 * 1024         # output taken from zlib per call
+    GZIP_FEED_FIRST = 4096          # input given per call at the start of a member, doubling
+    GZIP_FEED_MAX = 256 * 1024
+    GZIP_FIRST_CAP = 64 * 1024
+
+
+def gzip_decompress(data, Py_ssize_t max_size):
+    """Inflate the gzip members of ``data`` into bytes of at most ``max_size``.
+
+    Concatenated members are read; anything after a member that is not another member is
+    ignored (as GZIPInputStream does)."""
+    cdef const unsigned char[::1] v = data
+    cdef OutputBuffer out
+    cdef Py_ssize_t total, again
+    mv = memoryview(data)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    out = OutputBuffer(GZIP_FIRST_CAP if GZIP_FIRST_CAP < max_size else max_size)
+    total = _gzip_inflate(v, mv, max_size, out)
+    if total > len(out):
+        out = OutputBuffer(total)
+        again = _gzip_inflate(v, mv, max_size, out)
+        if again != total:
+            raise DecompressionError(f"gzip payload inflated to {total}, then {again} bytes")
+    return out.take(total)
+
+
+cdef Py_ssize_t _gzip_inflate(const unsigned char[::1] v, mv, Py_ssize_t max_size,
+                              OutputBuffer out) except -1:
+    """Inflate every member: into ``out`` while it has room, then only counting. Returns
+    the output size. The input is fed a little at a time, growing, so that zlib's copy of
+    the input left after a member stays small whatever the number of members."""
+    cdef Py_ssize_t n = v.shape[0], cap = len(out), pos = 0, ipos = 0, feed, want, k
+    cdef unsigned char* o = out._ptr()
+    cdef bytes piece
+    while True:
+        d = zlib.decompressobj(31)
+        feed = GZIP_FEED_FIRST
+        while True:
+            want = GZIP_PIECE if GZIP_PIECE <= max_size - pos else max_size - pos + 1
+            chunk = mv[ipos:ipos + feed]
+            try:
+                piece = d.decompress(chunk, want)
+            except zlib.error as e:
+                raise DecompressionError(f"corrupt gzip payload: {e}") from e
+            k = len(piece)
+            if k > max_size - pos:
+                raise DecompressionLimitError(f"gzip payload expands beyond {max_size} bytes")
+            if pos + k <= cap:
+                memcpy(o + pos, <const char*>piece, k)
+            elif pos < cap:
+                memcpy(o + pos, <const char*>piece, cap - pos)
+            pos += k
+            if d.eof:
+                ipos += len(chunk) - len(d.unused_data)
+                break
+            ipos += len(chunk) - len(d.unconsumed_tail)
+            if k < want:  # zlib wants more input
+                if ipos >= n:
+                    raise DecompressionError("truncated gzip payload")
+                if feed < GZIP_FEED_MAX:
+                    feed *= 2
+        if n - ipos < 2 or v[ipos] != 0x1F or v[ipos + 1] != 0x8B:
+            return pos
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,10 +23,11 @@ read when sequence numbers are in play (librdkafka's rules, as far as implemente
 from __future__ import annotations
 
 import logging
-import struct
 from typing import Any, Optional
 
 from kafka_client.errors import KafkaError
+from kafka_proto.errors import ErrorCode
+from kafka_proto.records import restamp_batch
 
 __all__ = ["Idempotence", "restamp", "NOT_PERSISTED", "POSSIBLY_PERSISTED", "PERSISTED",
            "OUT_OF_ORDER_SEQUENCE_NUMBER", "DUPLICATE_SEQUENCE_NUMBER",
@@ -39,25 +40,14 @@ NOT_PERSISTED = 0
 POSSIBLY_PERSISTED = 1
 PERSISTED = 2
 
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-DUPLICATE_SEQUENCE_NUMBER = 46
-INVALID_PRODUCER_EPOCH = 47
-UNKNOWN_PRODUCER_ID = 59
-
-_PID = struct.Struct(">qhi")  # producer id, epoch, base sequence at offset 43 of a batch
-_CRC_FROM = 21                # the CRC covers attributes .. end
-_CRC_AT = 17
-
-
-def restamp(batch: bytes, producer_id: int, epoch: int, base_sequence: int) -> bytes:
-    """A built v2 batch with a new producer id, epoch and base sequence (CRC redone)."""
-    from kafka_proto._crc import crc32c
-
-    buf = bytearray(batch)
-    _PID.pack_into(buf, 43, producer_id, epoch, base_sequence)
-    crc = crc32c(memoryview(buf)[_CRC_FROM:])
-    struct.pack_into(">I", buf, _CRC_AT, crc)
-    return bytes(buf)
+# The names sender.py imports from here: the Produce errors read with sequence numbers in
+# play, and the re-stamping of a batch sent again under a new producer id or epoch (the
+# codec owns both the error table and the batch layout).
+OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+DUPLICATE_SEQUENCE_NUMBER = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+INVALID_PRODUCER_EPOCH = ErrorCode.INVALID_PRODUCER_EPOCH
+UNKNOWN_PRODUCER_ID = ErrorCode.UNKNOWN_PRODUCER_ID
+restamp = restamp_batch
 
 
 class Idempotence:
@@ -98,7 +88,7 @@ class Idempotence:
         """Digest an InitProducerId answer; True if a producer id is now known."""
         self.init_in_flight = False
         code = err.code() if err is not None else resp.error_code
-        if code == 0:
+        if code == ErrorCode.NONE:
             self.producer_id = resp.producer_id
             self.epoch = resp.producer_epoch
             self.bump_wanted = False

@@ -4,10 +4,13 @@
 
 ``read_batches(buffer)`` yields a :class:`RecordBatch` for each v2 batch and a
 :class:`LegacyBatch` for each legacy entry, in buffer order; see ``_v2.pyx`` for the
-errors raised on malformed input.
+errors raised on malformed input. ``FAST_PATH`` tells whether the CPython-specific speedups
+(kafka_proto/_c/cpython_internals.h) are in use: not on other interpreters, nor with
+KAFKA_NATIVE_PLAIN=1 in the environment at import.
 """
 from kafka_proto.records._v2 import (  # noqa: F401
     DEFAULT_MAX_DECOMPRESSED_SIZE,
+    FAST_PATH,
     BatchReader,
     ColumnBuilder,
     Compression,
@@ -17,6 +20,7 @@ from kafka_proto.records._v2 import (  # noqa: F401
     RecordFactory,
     TimestampType,
     read_batches,
+    restamp_batch,
 )
 from kafka_proto.records.control import (  # noqa: F401
     ControlRecord,
@@ -42,6 +46,7 @@ __all__ = [
     "ControlRecord",
     "ControlRecordType",
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
+    "FAST_PATH",
     "LegacyBatch",
     "Record",
     "RecordBatch",
@@ -51,4 +56,5 @@ __all__ = [
     "build_control_batch",
     "parse_control_record",
     "read_batches",
+    "restamp_batch",
 ]

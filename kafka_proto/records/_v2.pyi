@@ -8,6 +8,7 @@ BytesLike = Union[bytes, bytearray, memoryview]
 Header = Tuple[str, Optional[bytes]]
 
 DEFAULT_MAX_DECOMPRESSED_SIZE: int
+FAST_PATH: bool
 
 class Compression(IntEnum):
     NONE = 0
@@ -70,6 +71,9 @@ class RecordBatchBuilder:
         headers: Optional[Iterable[Tuple[Union[str, bytes], Optional[BytesLike]]]] = ...,
     ) -> int: ...
     def build(self, base_offset: int = ...) -> bytes: ...
+
+def restamp_batch(batch: BytesLike, producer_id: int, producer_epoch: int,
+                  base_sequence: int) -> bytes: ...
 
 class Record:
     @property

@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
 """RecordBatch v2 (magic 2): builder, reader and the ``read_batches`` dispatcher.
 
 The builder encodes each record straight into its private, growing bytes buffer;
@@ -37,10 +37,21 @@ from cpython.bytes cimport (
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcpy
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
+from kafka_proto._cpython_internals cimport (
+    KP_LIKELY,
+    KP_SLOT_SET,
+    kp_append_parse,
+    kp_install_append,
+    kp_internals_enabled,
+    kp_rec_make,
+    kp_record_install,
+    kp_slot_offset,
+    kp_small_int64,
+)
 from kafka_proto._crc cimport crc32c_update
 from kafka_proto._varint cimport (
     VARINT_OK,
@@ -54,7 +65,9 @@ from kafka_proto._varint cimport (
     zigzag64,
 )
 
+import sys
 from enum import IntEnum
+from types import MemberDescriptorType as _MemberDescriptor
 
 from kafka_proto.errors import (
     CorruptRecordError,
@@ -74,6 +87,21 @@ cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
     object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
     int PyBUF_READ
+
+cdef extern from "kp_bytes.h":
+    object kp_bytes_new(const unsigned char* p, Py_ssize_t n)
+
+
+# The CPython internals of _cpython_internals (see _c/cpython_internals.h) are used only
+# where they were verified, unless KAFKA_NATIVE_PLAIN=1; otherwise every place that would
+# use them takes a plain path through the documented C API. Chosen once, at import.
+cdef bint _FAST = kp_internals_enabled()
+
+#: True when this module uses its CPython-specific fast paths (see kafka_proto/_c/
+#: cpython_internals.h), False on the plain path (other interpreters, KAFKA_NATIVE_PLAIN=1).
+FAST_PATH = bool(_FAST)
+
+cdef object _object_new = object.__new__
 
 
 class Compression(IntEnum):
@@ -540,6 +568,8 @@ cdef class RecordBatchBuilder:
             raise RuntimeError("append() during build()")
         if offset_delta == 0x7FFFFFFF:
             raise ProtocolEncodeError("too many records in one batch")
+        if ts < -1:
+            _timestamp_error(ts)
         if headers is not None and headers:
             hlist = self._normalize_headers(headers, &hsize)
             hcount = len(hlist)
@@ -641,7 +671,8 @@ cdef class RecordBatchBuilder:
 
     cdef void _fill_header(self, unsigned char* h, int64_t base_offset,
                            Py_ssize_t total) noexcept:
-        cdef int attrs = self._codec | (self._ts_type << 3)
+        # A batch without records has no records section to compress (see build()).
+        cdef int attrs = (self._codec if self._count else 0) | (self._ts_type << 3)
         if self._transactional:
             attrs |= ATTR_TRANSACTIONAL
         if self._control:
@@ -669,7 +700,11 @@ cdef class RecordBatchBuilder:
         cdef uint32_t crc
         cdef Py_ssize_t clen, total
         cdef const unsigned char[::1] cview
-        if self._codec == 0:
+        # A batch without records is written as Kafka's own empty batches are (the log
+        # cleaner's): the header alone, codec bits 0. Every reader takes that, whereas
+        # several cannot read an empty compressed payload (librdkafka refuses an empty
+        # snappy or xerial stream, kafka-python a 16-byte xerial header).
+        if self._codec == 0 or self._count == 0:
             if self._obj == NULL:  # built before and nothing appended since
                 self._new_buffer(self._len, self._len)
             self._fill_header(self._buf, base_offset, self._len)
@@ -719,6 +754,58 @@ cdef class RecordBatchBuilder:
         return out
 
 
+def restamp_batch(batch, int64_t producer_id, int16_t producer_epoch,
+                  int32_t base_sequence) -> bytes:
+    """A copy of the built v2 batch ``batch`` (one whole batch, bytes-like) with its producer
+    id, producer epoch and base sequence replaced and its CRC-32C computed again.
+
+    What an idempotent producer does to a batch it must send again under a new producer id
+    or epoch. The batch's CRC is checked first (``CrcMismatchError``), so a batch damaged in
+    memory is not given a fresh, valid checksum. Raises ``TruncatedDataError`` when the
+    buffer is shorter than its batchLength says, ``InvalidLengthError`` when it is not
+    exactly one batch, ``UnsupportedMagicError`` for a magic other than 2.
+    """
+    cdef const unsigned char[::1] view = batch
+    cdef Py_ssize_t size = view.shape[0]
+    cdef const unsigned char* src
+    cdef unsigned char* o
+    cdef int32_t length
+    cdef bytes out
+    if size < HEADER_SIZE:
+        raise TruncatedDataError(
+            f"restamp_batch: {size} bytes, a v2 batch takes at least {HEADER_SIZE}")
+    src = &view[0]
+    if <signed char>src[OFF_MAGIC] != 2:
+        raise UnsupportedMagicError(
+            f"restamp_batch: magic {<signed char>src[OFF_MAGIC]}, only v2 batches carry "
+            f"producer fields")
+    length = _get_i32(src + OFF_LENGTH)
+    if <Py_ssize_t>length + LOG_OVERHEAD > size:
+        raise TruncatedDataError(
+            f"restamp_batch: batchLength {length} needs {length + LOG_OVERHEAD} bytes, "
+            f"got {size}")
+    if <Py_ssize_t>length + LOG_OVERHEAD != size:
+        raise InvalidLengthError(
+            f"restamp_batch: batchLength {length} covers {length + LOG_OVERHEAD} of the "
+            f"{size} bytes given (one whole batch expected)")
+    if _crc32c(src + OFF_ATTRIBUTES, size - OFF_ATTRIBUTES) != _get_u32(src + OFF_CRC):
+        raise CrcMismatchError("restamp_batch: the batch's CRC-32C does not match its bytes")
+    out = PyBytes_FromStringAndSize(<const char*>src, size)
+    o = <unsigned char*>PyBytes_AS_STRING(out)
+    _put_i64(o + OFF_PRODUCER_ID, producer_id)
+    _put_i16(o + OFF_PRODUCER_EPOCH, producer_epoch)
+    _put_i32(o + OFF_BASE_SEQUENCE, base_sequence)
+    _put_i32(o + OFF_CRC, <int32_t>_crc32c(o + OFF_ATTRIBUTES, size - OFF_ATTRIBUTES))
+    return out
+
+
+cdef int _timestamp_error(int64_t ts) except -1:
+    # Kafka's record builder (MemoryRecordsBuilder) refuses the same.
+    raise ProtocolEncodeError(
+        f"invalid record timestamp {ts}: milliseconds since the epoch (>= 0), or -1 for "
+        f"none")
+
+
 cdef Py_ssize_t _simple_body(int64_t delta, int32_t offset_delta, Py_ssize_t kl,
                              Py_ssize_t vl, Py_ssize_t data) noexcept:
     # A headerless record's length, for _put_simple's rare case where key and value do
@@ -746,7 +833,7 @@ cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, P
     cdef unsigned char* start
     cdef unsigned char* fields
     cdef unsigned char* p
-    if (<uint32_t>(offset_delta - 1) >= 0x7FFFFFFEu or self._building
+    if (<uint32_t>(offset_delta - 1) >= 0x7FFFFFFEu or self._building or ts < -1
             or data > SIMPLE_MAX_DATA or self._len + 2 + data + SIMPLE_MAX_FIELDS > self._cap):
         return False
     if ts > self._max_ts:
@@ -786,6 +873,7 @@ cdef inline bint _put_simple(RecordBatchBuilder self, const unsigned char* vp, P
 
 @cython.final
 @cython.no_gc  # holds only bytes, str, ints and an enum member: no reference cycles
+@cython.freelist(1024)  # the plain path's allocator (the fast path has its own free list)
 cdef class Record:
     """One record of a batch. key/value are bytes or None; headers a list of (str, bytes|None)."""
 
@@ -822,237 +910,50 @@ cdef class Record:
 
 
 
-cdef extern from *:
-    """
-    #include <structmember.h>
-    /* Expose a field of a cdef class as a member descriptor: CPython's attribute lookup
-       specialises those (LOAD_ATTR_SLOT), which getset properties do not get. */
-    static PyMemberDef kp_record_members[5];
-    static int kp_install_member(PyTypeObject* tp, int i, const char* name, int type,
-                                 Py_ssize_t offset) {
-        PyMemberDef* def = &kp_record_members[i];
-        PyObject* d;
-        int rc;
-        def->name = name;
-        def->type = type;
-        def->offset = offset;
-        def->flags = READONLY;
-        def->doc = NULL;
-        d = PyDescr_NewMember(tp, def);
-        if (d == NULL) return -1;
-        rc = PyDict_SetItemString(tp->tp_dict, name, d);
-        Py_DECREF(d);
-        PyType_Modified(tp);
-        return rc;
-    }
-    """
-    int kp_install_member(type tp, int i, const char* name, int type_, Py_ssize_t offset) except -1
-    int T_OBJECT_EX
-    int T_LONGLONG
-
-
-cdef Py_ssize_t _find_offset(object obj, const void* needle, size_t n) except -1:
-    # Offset of a field inside the instance, found by its (unique) probe value.
-    cdef const char* base = <const char*><void*>obj
-    cdef Py_ssize_t off
-    for off in range(sizeof(void*), (<object>type(obj)).__basicsize__ - <Py_ssize_t>n + 1):
-        if memcmp(base + off, needle, n) == 0:
-            return off
-    raise RuntimeError("record field not found")
-
-
-cdef extern from *:
-    """
-    /* Record objects of the reader are made here rather than through tp_new: no memset, no
-       None placeholders, and a private free list refilled by the matching tp_dealloc. The
-       field offsets are found at import time (see _install_record_members). */
-    #define KP_REC_FREE_MAX 1024
-    static PyTypeObject* kp_rec_type = NULL;
-    static PyObject* kp_rec_free[KP_REC_FREE_MAX];
-    static int kp_rec_nfree = 0;
-    static Py_ssize_t kp_rec_off[6];  /* offset, timestamp, key, value, timestamp_type, headers */
-    #define KP_REC_I64(o, i) (*(int64_t*)((char*)(o) + kp_rec_off[i]))
-    #define KP_REC_OBJ(o, i) (*(PyObject**)((char*)(o) + kp_rec_off[i]))
-
-    static void kp_rec_dealloc(PyObject* o) {
-        Py_DECREF(KP_REC_OBJ(o, 2));  /* never NULL: set at creation */
-        Py_DECREF(KP_REC_OBJ(o, 3));  /* never NULL: set at creation */
-        Py_DECREF(KP_REC_OBJ(o, 4));  /* never NULL: set at creation */
-        Py_DECREF(KP_REC_OBJ(o, 5));  /* never NULL: set at creation */
-        if (kp_rec_nfree < KP_REC_FREE_MAX && Py_TYPE(o) == kp_rec_type)
-            kp_rec_free[kp_rec_nfree++] = o;
-        else
-            Py_TYPE(o)->tp_free(o);
-    }
-
-    static inline __attribute__((always_inline)) PyObject*
-    kp_bytes_new(const unsigned char* p, Py_ssize_t n) {
-        /* New reference to bytes(p[:n]); None for n == -1. 0 and 1 byte go through
-           PyBytes_FromStringAndSize(p, n) for CPython's shared objects; longer ones are
-           allocated unfilled and copied here, with fixed-size overlapping moves instead of
-           a call into libc for the short keys and values records usually carry. */
-        PyObject* b;
-        char* d;
-        if (n < 2) {
-            if (n < 0) {
-                Py_INCREF(Py_None);
-                return Py_None;
-            }
-            return PyBytes_FromStringAndSize((const char*)p, n);
-        }
-        b = PyBytes_FromStringAndSize(NULL, n);
-        if (b == NULL) return NULL;
-        d = PyBytes_AS_STRING(b);
-        if (n <= 16) {
-            if (n >= 8) {
-                memcpy(d, p, 8);
-                memcpy(d + n - 8, p + n - 8, 8);
-            } else if (n >= 4) {
-                memcpy(d, p, 4);
-                memcpy(d + n - 4, p + n - 4, 4);
-            } else {
-                memcpy(d, p, 2);
-                memcpy(d + n - 2, p + n - 2, 2);
-            }
-        } else if (n <= 32) {
-            memcpy(d, p, 16);
-            memcpy(d + n - 16, p + n - 16, 16);
-        } else if (n <= 64) {
-            memcpy(d, p, 32);
-            memcpy(d + n - 32, p + n - 32, 32);
-        } else if (n <= 128) {
-            memcpy(d, p, 64);
-            memcpy(d + n - 64, p + n - 64, 64);
-        } else {
-            memcpy(d, p, (size_t)n);
-        }
-        return b;
-    }
-
-    static inline __attribute__((always_inline)) PyObject*
-    kp_rec_make(int64_t offset, int64_t timestamp, const unsigned char* kp, Py_ssize_t kn,
-                const unsigned char* vp, Py_ssize_t vn, PyObject* ts_type, int* failed) {
-        /* The record with new bytes for its key and value (n == -1: None). ts_type is
-           borrowed. On success *failed is cleared (the caller's "record incomplete" flag). */
-        PyObject* o;
-        PyObject* key;
-        PyObject* value;
-        key = kp_bytes_new(kp, kn);
-        if (key == NULL) return NULL;
-        value = kp_bytes_new(vp, vn);
-        if (value == NULL) {
-            Py_DECREF(key);
-            return NULL;
-        }
-        if (kp_rec_nfree > 0) {
-            o = kp_rec_free[--kp_rec_nfree];
-        } else {
-            o = (PyObject*)PyObject_Malloc((size_t)kp_rec_type->tp_basicsize);
-            if (o == NULL) {
-                Py_DECREF(key);
-                Py_DECREF(value);
-                return PyErr_NoMemory();
-            }
-        }
-        (void)PyObject_INIT(o, kp_rec_type);
-        KP_REC_I64(o, 0) = offset;
-        KP_REC_I64(o, 1) = timestamp;
-        KP_REC_OBJ(o, 2) = key;    /* reference handed over */
-        KP_REC_OBJ(o, 3) = value;  /* reference handed over */
-        Py_INCREF(ts_type);
-        KP_REC_OBJ(o, 4) = ts_type;
-        Py_INCREF(Py_None);
-        KP_REC_OBJ(o, 5) = Py_None;
-        *failed = 0;
-        return o;
-    }
-
-    static int kp_rec_setup(PyTypeObject* tp, Py_ssize_t off_offset, Py_ssize_t off_ts,
-                            Py_ssize_t off_key, Py_ssize_t off_value, Py_ssize_t off_tst,
-                            Py_ssize_t off_headers) {
-        /* The type is not a GC type (cython.no_gc) and final, so a plain free list is safe. */
-        if (tp->tp_flags & (Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE) || tp->tp_itemsize) {
-            PyErr_SetString(PyExc_RuntimeError, "unexpected Record type layout");
-            return -1;
-        }
-        kp_rec_type = tp;
-        kp_rec_off[0] = off_offset;
-        kp_rec_off[1] = off_ts;
-        kp_rec_off[2] = off_key;
-        kp_rec_off[3] = off_value;
-        kp_rec_off[4] = off_tst;
-        kp_rec_off[5] = off_headers;
-        tp->tp_dealloc = kp_rec_dealloc;
-        return 0;
-    }
-    """
-    object kp_rec_make(int64_t offset, int64_t timestamp, const unsigned char* kp,
-                       Py_ssize_t kn, const unsigned char* vp, Py_ssize_t vn,
-                       PyObject* ts_type, bint* failed)
-    int kp_rec_setup(type tp, Py_ssize_t off_offset, Py_ssize_t off_ts, Py_ssize_t off_key,
-                     Py_ssize_t off_value, Py_ssize_t off_tst, Py_ssize_t off_headers) except -1
-
-
-cdef int _install_record_members() except -1:
+cdef int _install_record_internals() except -1:
+    # A Record holding distinct probe values, from which kp_record_install finds its
+    # fields' offsets.
     cdef Record probe = Record.__new__(Record)
-    cdef object k = object()
-    cdef object v = object()
-    cdef object t = object()
-    cdef list hd = []
-    cdef int64_t o = 0x0123456789ABCDEF
-    cdef int64_t ts = 0x7EDCBA9876543210
-    cdef void* ptr
-    cdef Py_ssize_t off_k, off_v, off_t, off_h, off_o, off_ts
-    probe.key = k
-    probe.value = v
-    probe.timestamp_type = t
-    probe._headers = hd
-    probe.offset = o
-    probe.timestamp = ts
-    ptr = <void*>k
-    off_k = _find_offset(probe, &ptr, sizeof(void*))
-    ptr = <void*>v
-    off_v = _find_offset(probe, &ptr, sizeof(void*))
-    ptr = <void*>t
-    off_t = _find_offset(probe, &ptr, sizeof(void*))
-    ptr = <void*>hd
-    off_h = _find_offset(probe, &ptr, sizeof(void*))
-    off_o = _find_offset(probe, &o, sizeof(o))
-    off_ts = _find_offset(probe, &ts, sizeof(ts))
-    kp_install_member(Record, 0, "key", T_OBJECT_EX, off_k)
-    kp_install_member(Record, 1, "value", T_OBJECT_EX, off_v)
-    kp_install_member(Record, 2, "timestamp_type", T_OBJECT_EX, off_t)
-    kp_install_member(Record, 3, "offset", T_LONGLONG, off_o)
-    kp_install_member(Record, 4, "timestamp", T_LONGLONG, off_ts)
-    kp_rec_setup(Record, off_o, off_ts, off_k, off_v, off_t, off_h)
-    return 0
+    probe.key = object()
+    probe.value = object()
+    probe.timestamp_type = object()
+    probe._headers = []
+    probe.offset = 0x0123456789ABCDEF
+    probe.timestamp = 0x7EDCBA9876543210
+    return kp_record_install(Record, probe, probe.key, probe.value, probe.timestamp_type,
+                             probe._headers, probe.offset, probe.timestamp)
 
+
+cdef object _plain_record(int64_t offset, int64_t timestamp, const unsigned char* kp,
+                          Py_ssize_t kn, const unsigned char* vp, Py_ssize_t vn,
+                          PyObject* ts_type, bint* failed):
+    cdef Record rec = Record.__new__(Record)
+    rec.offset = offset
+    rec.timestamp = timestamp
+    rec.key = kp_bytes_new(kp, kn)
+    rec.value = kp_bytes_new(vp, vn)
+    rec.timestamp_type = <object>ts_type
+    failed[0] = False
+    return rec
+
+
+cdef inline object _make_record(int64_t offset, int64_t timestamp, const unsigned char* kp,
+                                Py_ssize_t kn, const unsigned char* vp, Py_ssize_t vn,
+                                PyObject* ts_type, bint* failed):
+    # A Record with new bytes for its key and value (n == -1: None); ts_type is borrowed.
+    # Clears *failed (the caller's "record incomplete" flag) on success.
+    if _FAST:
+        return kp_rec_make(offset, timestamp, kp, kn, vp, vn, ts_type, failed)
+    return _plain_record(offset, timestamp, kp, kn, vp, vn, ts_type, failed)
 
 
 # ---------------------------------------------------------------------------------------
 # Records straight into an application's objects
 
-cdef extern from *:
-    """
-    #include <structmember.h>
-    /* Offset of a slot (a __slots__ member descriptor holding an object), or -1. */
-    static Py_ssize_t kp_slot_offset(PyObject* descr) {
-        PyMemberDef* m;
-        if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)) return -1;
-        m = ((PyMemberDescrObject*)descr)->d_member;
-        if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return -1;
-        return m->offset;
-    }
-    /* Store a new reference in a slot of a freshly allocated object (the slot is NULL). */
-    #define KP_SLOT_SET(o, off, v) (*(PyObject**)((char*)(o) + (off)) = (v))
-    """
-    Py_ssize_t kp_slot_offset(object descr)
-    void KP_SLOT_SET(PyObject* o, Py_ssize_t off, PyObject* v)
-
-
 cdef extern from "Python.h":
     ctypedef struct PyTypeObject:
         pass
+    int PyObject_GenericSetAttr(object o, object name, object value) except -1
     PyObject* PyType_GenericAlloc(PyTypeObject* tp, Py_ssize_t n) except NULL
     PyObject* PyLong_FromLongLong(long long v) except NULL
     PyObject* PyTuple_New(Py_ssize_t n) except NULL
@@ -1070,21 +971,28 @@ cdef class RecordFactory:
     ``RecordFactory(cls, offset=..., key=..., value=..., headers=..., timestamp=...,
     topic=None, partition=None, leader_epoch=None, timestamp_types=(0, 1),
     constants=None)``: each keyword names a ``__slots__`` member of ``cls`` (a class whose
-    instances are made without calling ``__init__``). The instances are not tracked by
-    the cyclic garbage collector: what the reader stores in them (bytes, str, ints,
-    tuples, header lists) cannot form a cycle, and a million tracked objects would make
-    the collector run over and over while a batch is decoded. An application that later
-    makes one part of a reference cycle leaks that cycle (nothing worse). ``timestamp``
-    receives the tuple ``(type, milliseconds)`` with ``timestamp_types[0]`` for create time and
+    instances are made without calling ``__init__``). ``timestamp`` receives the tuple
+    ``(type, milliseconds)`` with ``timestamp_types[0]`` for create time and
     ``timestamp_types[1]`` for log-append time; ``headers`` a list of ``(str, bytes|None)``
     or None when the record has none; ``constants`` maps further slots to the value every
     instance starts with. Every slot of ``cls`` must be covered, so no instance has an
     unset attribute.
+
+    On the fast path (``FAST_PATH``) the slots are written by offset and the instances are
+    not tracked by the cyclic garbage collector: what the reader stores in them (bytes, str,
+    ints, tuples, header lists) cannot form a cycle, and a million tracked objects would
+    make the collector run over and over while a batch is decoded. An application that
+    later makes one part of a reference cycle leaks that cycle (nothing worse). On the plain
+    path they are ordinary objects, their slots set as attributes.
     """
 
     cdef object cls
+    cdef bint is_gc
+    # Per field: the slot's name (None: not stored) and, on the fast path, its offset (-1).
+    cdef object n_offset, n_key, n_value, n_headers, n_timestamp, n_topic, n_partition, n_epoch
     cdef Py_ssize_t off_offset, off_key, off_value, off_headers, off_timestamp
     cdef Py_ssize_t off_topic, off_partition, off_epoch
+    cdef list const_names
     cdef list const_offsets
     cdef list const_values
     cdef object ts_create, ts_append
@@ -1094,46 +1002,125 @@ cdef class RecordFactory:
         if not isinstance(cls, type):
             raise TypeError("RecordFactory needs a class")
         self.cls = cls
-        named = {}
-        def slot(name):
-            if name is None:
-                return -1
-            if name in named:
-                raise ValueError(f"slot {name!r} named twice")
-            descr = None
-            for klass in cls.__mro__:
-                if name in klass.__dict__:
-                    descr = klass.__dict__[name]
-                    break
-            off = kp_slot_offset(descr) if descr is not None else -1
-            if off < 0:
-                raise ValueError(f"{cls.__name__}.{name} is not a writable __slots__ member")
-            named[name] = off
-            return off
-        self.off_offset = slot(offset)
-        self.off_key = slot(key)
-        self.off_value = slot(value)
-        self.off_headers = slot(headers)
-        self.off_timestamp = slot(timestamp)
-        self.off_topic = slot(topic)
-        self.off_partition = slot(partition)
-        self.off_epoch = slot(leader_epoch)
+        self.is_gc = PyType_IS_GC(<PyTypeObject*>cls)
+        named = set()
+        self.n_offset, self.off_offset = self._slot(offset, named)
+        self.n_key, self.off_key = self._slot(key, named)
+        self.n_value, self.off_value = self._slot(value, named)
+        self.n_headers, self.off_headers = self._slot(headers, named)
+        self.n_timestamp, self.off_timestamp = self._slot(timestamp, named)
+        self.n_topic, self.off_topic = self._slot(topic, named)
+        self.n_partition, self.off_partition = self._slot(partition, named)
+        self.n_epoch, self.off_epoch = self._slot(leader_epoch, named)
+        self.const_names = []
         self.const_offsets = []
         self.const_values = []
         for name, value_ in (constants or {}).items():
-            self.const_offsets.append(slot(name))
+            name, off = self._slot(name, named)
+            self.const_names.append(name)
+            self.const_offsets.append(off)
             self.const_values.append(value_)
         for klass in cls.__mro__:
-            for name in klass.__dict__.get("__slots__", ()):
+            for name in _slot_names(klass):
                 if name not in named and name not in ("__dict__", "__weakref__"):
                     raise ValueError(f"{cls.__name__}.{name} is not covered by the factory")
         self.ts_create, self.ts_append = timestamp_types
+
+    cdef tuple _slot(self, name, set named):
+        # (interned name, offset on the fast path else -1); (None, -1) for no slot.
+        if name is None:
+            return None, -1
+        if name in named:
+            raise ValueError(f"slot {name!r} named twice")
+        for klass in self.cls.__mro__:
+            if name in klass.__dict__:
+                descr = klass.__dict__[name]
+                if type(descr) is _MemberDescriptor and name in _slot_names(klass):
+                    off = kp_slot_offset(descr) if _FAST else 0
+                    if off >= 0:
+                        named.add(name)
+                        return sys.intern(name), (off if _FAST else -1)
+                break
+        raise ValueError(f"{self.cls.__name__}.{name} is not a writable __slots__ member")
+
+
+cdef tuple _slot_names(klass):
+    slots = klass.__dict__.get("__slots__", ())
+    return (slots,) if isinstance(slots, str) else tuple(slots)
 
 
 cdef inline void _set(PyObject* o, Py_ssize_t off, object v):
     if off >= 0:
         Py_INCREF(v)
         KP_SLOT_SET(o, off, <PyObject*>v)
+
+
+cdef int _fill_by_offset(list out, RecordFactory f, Record rec, object ts_type, object topic,
+                         object partition, object leader_epoch) except -1:
+    # The fast path: slots written by offset in an object made by PyType_GenericAlloc.
+    cdef PyObject* o = PyType_GenericAlloc(<PyTypeObject*>f.cls, 0)
+    cdef PyObject* tup
+    cdef Py_ssize_t i
+    cdef list hd
+    # The object owns what is stored in it; unset slots stay NULL until the end, so an error
+    # below frees it cleanly (and nothing half-made reaches ``out``).
+    try:
+        if f.off_offset >= 0:
+            KP_SLOT_SET(o, f.off_offset, PyLong_FromLongLong(rec.offset))
+        _set(o, f.off_key, rec.key)
+        _set(o, f.off_value, rec.value)
+        hd = rec._headers
+        _set(o, f.off_headers, hd if hd else None)
+        if f.off_timestamp >= 0:
+            tup = PyTuple_New(2)
+            KP_SLOT_SET(o, f.off_timestamp, tup)
+            Py_INCREF(ts_type)
+            PyTuple_SET_ITEM(tup, 0, <PyObject*>ts_type)
+            PyTuple_SET_ITEM(tup, 1, PyLong_FromLongLong(rec.timestamp))
+            PyObject_GC_UnTrack(tup)  # two ints: no cycle possible
+        _set(o, f.off_topic, topic)
+        _set(o, f.off_partition, partition)
+        _set(o, f.off_epoch, leader_epoch)
+        for i in range(len(f.const_offsets)):
+            _set(o, <Py_ssize_t>f.const_offsets[i], f.const_values[i])
+    except BaseException:
+        Py_DecRef(o)
+        raise
+    if f.is_gc:
+        PyObject_GC_UnTrack(o)
+    PyList_Append(out, <object>o)
+    Py_DecRef(o)
+    return 0
+
+
+cdef int _fill_by_name(list out, RecordFactory f, Record rec, object ts_type, object topic,
+                       object partition, object leader_epoch) except -1:
+    # The plain path: an instance made as object.__new__ makes it, its slots set through
+    # their descriptors (the class's own __setattr__ is not called, as on the fast path).
+    cdef Py_ssize_t i
+    cdef list hd
+    obj = _object_new(f.cls)
+    if f.n_offset is not None:
+        PyObject_GenericSetAttr(obj, f.n_offset, rec.offset)
+    if f.n_key is not None:
+        PyObject_GenericSetAttr(obj, f.n_key, rec.key)
+    if f.n_value is not None:
+        PyObject_GenericSetAttr(obj, f.n_value, rec.value)
+    if f.n_headers is not None:
+        hd = rec._headers
+        PyObject_GenericSetAttr(obj, f.n_headers, hd if hd else None)
+    if f.n_timestamp is not None:
+        PyObject_GenericSetAttr(obj, f.n_timestamp, (ts_type, rec.timestamp))
+    if f.n_topic is not None:
+        PyObject_GenericSetAttr(obj, f.n_topic, topic)
+    if f.n_partition is not None:
+        PyObject_GenericSetAttr(obj, f.n_partition, partition)
+    if f.n_epoch is not None:
+        PyObject_GenericSetAttr(obj, f.n_epoch, leader_epoch)
+    for i in range(len(f.const_names)):
+        PyObject_GenericSetAttr(obj, f.const_names[i], f.const_values[i])
+    out.append(obj)
+    return 0
 
 
 
@@ -1396,127 +1383,12 @@ cdef class ColumnBuilder:
         return out
 
 
-_install_record_members()
-
-
-# RecordBatchBuilder.append is the per-message hot path: it is installed as a plain
-# METH_FASTCALL method (Cython's generic wrapper costs about as much as encoding a small
-# record). The method is _append_fastcall itself: positional (value, key, timestamp) goes
-# straight to the encoder, every other call shape through kp_append_parse. Same signature
-# and keywords as the ``def append`` above, which documents it.
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    #define KP_LIKELY(x) __builtin_expect(!!(x), 1)
-    #define KP_NOINLINE __attribute__((noinline))
-    #else
-    #define KP_LIKELY(x) (x)
-    #define KP_NOINLINE
-    #endif
-
-    static PyObject* kp_append_names[4];
-
-    /* An exact int of at most two digits (below 2^60 in magnitude with 30-bit digits:
-       every millisecond timestamp) read straight from its digits: 1 and *out set, or 0
-       for anything else, which the caller converts the general way. CPython < 3.12 only
-       (3.12 changed the int layout); elsewhere always 0. */
-    static inline int kp_small_int64(PyObject* o, int64_t* out) {
-    #if !defined(PYPY_VERSION) && !defined(Py_LIMITED_API) && PY_VERSION_HEX < 0x030C0000
-        if (KP_LIKELY(PyLong_CheckExact(o))) {
-            Py_ssize_t n = Py_SIZE(o);
-            const digit* d = ((PyLongObject*)o)->ob_digit;
-            uint64_t u;
-            if (n == 2 || n == -2)
-                u = ((uint64_t)d[1] << PyLong_SHIFT) | (uint64_t)d[0];
-            else if (n == 1 || n == -1)
-                u = d[0];
-            else if (n == 0)
-                u = 0;
-            else
-                return 0;
-            *out = n < 0 ? -(int64_t)u : (int64_t)u;
-            return 1;
-        }
-    #endif
-        (void)o; (void)out;
-        return 0;
-    }
-
-    /* Sorts positional and keyword arguments into v[0..3] (value, key, timestamp,
-       headers; v[1..3] default to None). 0, or -1 with an exception set. Out of line:
-       the common call never gets here. */
-    static KP_NOINLINE int kp_append_parse(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
-                               PyObject** v) {
-        Py_ssize_t i, j, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-        v[0] = NULL;
-        v[1] = v[2] = v[3] = Py_None;
-        if (nargs > 4) {
-            PyErr_Format(PyExc_TypeError,
-                         "append() takes at most 4 positional arguments (%zd given)", nargs);
-            return -1;
-        }
-        for (i = 0; i < nargs; i++) v[i] = args[i];
-        for (i = 0; i < nkw; i++) {
-            PyObject* name = PyTuple_GET_ITEM(kwnames, i);
-            int slot = -1;
-            for (j = 0; j < 4 && slot < 0; j++)
-                if (name == kp_append_names[j]) slot = (int)j;
-            for (j = 0; j < 4 && slot < 0; j++) {
-                int eq = PyUnicode_Compare(name, kp_append_names[j]);
-                if (eq == -1 && PyErr_Occurred()) return -1;
-                if (eq == 0) slot = (int)j;
-            }
-            if (slot < 0) {
-                PyErr_Format(PyExc_TypeError,
-                             "append() got an unexpected keyword argument '%S'", name);
-                return -1;
-            }
-            if (slot < nargs) {
-                PyErr_Format(PyExc_TypeError,
-                             "append() got multiple values for argument '%S'", name);
-                return -1;
-            }
-            v[slot] = args[nargs + i];
-        }
-        if (v[0] == NULL) {
-            PyErr_SetString(PyExc_TypeError, "append() missing required argument 'value'");
-            return -1;
-        }
-        return 0;
-    }
-
-    static PyMethodDef kp_append_def = {
-        "append", NULL, METH_FASTCALL | METH_KEYWORDS,
-        "append($self, /, value, key=None, timestamp=None, headers=None)\\n--\\n\\n"
-        "Encode one record into the batch.\\n\\n"
-        "value, key: bytes-like or None. timestamp: int milliseconds (None = now).\\n"
-        "headers: iterable of (str, bytes-like | None)."
-    };
-
-    static int kp_install_append(PyTypeObject* tp, void* impl) {
-        static const char* names[4] = {"value", "key", "timestamp", "headers"};
-        PyObject* d;
-        int i, rc;
-        for (i = 0; i < 4; i++) {
-            kp_append_names[i] = PyUnicode_InternFromString(names[i]);
-            if (kp_append_names[i] == NULL) return -1;
-        }
-        kp_append_def.ml_meth = (PyCFunction)(void(*)(void))impl;
-        d = PyDescr_NewMethod(tp, &kp_append_def);
-        if (d == NULL) return -1;
-        rc = PyDict_SetItemString(tp->tp_dict, "append", d);
-        Py_DECREF(d);
-        PyType_Modified(tp);
-        return rc;
-    }
-    """
-    bint KP_LIKELY(bint) noexcept nogil
-    bint kp_small_int64(PyObject* o, int64_t* out) noexcept
-    int kp_append_parse(PyObject** args, Py_ssize_t nargs, PyObject* kwnames,
-                        PyObject** v) except -1
-    int kp_install_append(type tp, void* impl) except -1
-
-
+# RecordBatchBuilder.append is the per-message hot path: on the fast path it is installed as
+# a plain METH_FASTCALL method (Cython's generic wrapper costs about as much as encoding a
+# small record). The method is _append_fastcall itself: positional (value, key, timestamp)
+# goes straight to the encoder, every other call shape through kp_append_parse. Same
+# signature and keywords as the ``def append`` above, which documents it and is the plain
+# path's method.
 cdef object _append_fastcall(RecordBatchBuilder self, PyObject** args, Py_ssize_t nargs,
                              PyObject* kwnames):
     # The C signature of a METH_FASTCALL | METH_KEYWORDS method (self arrives typed).
@@ -1559,7 +1431,9 @@ cdef object _append_fastcall(RecordBatchBuilder self, PyObject** args, Py_ssize_
     return None
 
 
-kp_install_append(RecordBatchBuilder, <void*>_append_fastcall)
+if _FAST:
+    _install_record_internals()
+    kp_install_append(RecordBatchBuilder, <void*>_append_fastcall)
 
 
 cdef int _varint_error(int rc, str what) except -1:
@@ -1777,49 +1651,19 @@ cdef class RecordBatch:
         ``partition`` and ``leader_epoch`` are stored as given. Raises like iteration on
         a malformed record (the instances made before it stay in ``out``)."""
         cdef _RecordIterator it = self._iterator()
-        cdef PyTypeObject* tp = <PyTypeObject*>factory.cls
         cdef Record rec
-        cdef PyObject* o
-        cdef PyObject* tup
         cdef object ts_type = factory.ts_append if it.st.log_append else factory.ts_create
-        cdef Py_ssize_t n = 0, i, nconst = len(factory.const_offsets)
-        cdef list hd
-        cdef bint is_gc = PyType_IS_GC(tp)
+        cdef Py_ssize_t n = 0
         while it.st.index < it.st.count:
             it.st.failed = True
             rec = <Record>_next_record(&it.st, <PyObject*>it._ts_type)
             if rec.offset < start:
                 continue  # before the start, or not above the record before (hostile)
             start = rec.offset + 1
-            o = PyType_GenericAlloc(tp, 0)
-            # The object owns what is stored in it; unset slots stay NULL until the end, so
-            # an error below frees it cleanly (and nothing half-made reaches ``out``).
-            try:
-                if factory.off_offset >= 0:
-                    KP_SLOT_SET(o, factory.off_offset, PyLong_FromLongLong(rec.offset))
-                _set(o, factory.off_key, rec.key)
-                _set(o, factory.off_value, rec.value)
-                hd = rec._headers
-                _set(o, factory.off_headers, hd if hd else None)
-                if factory.off_timestamp >= 0:
-                    tup = PyTuple_New(2)
-                    KP_SLOT_SET(o, factory.off_timestamp, tup)
-                    Py_INCREF(ts_type)
-                    PyTuple_SET_ITEM(tup, 0, <PyObject*>ts_type)
-                    PyTuple_SET_ITEM(tup, 1, PyLong_FromLongLong(rec.timestamp))
-                    PyObject_GC_UnTrack(tup)  # two ints: no cycle possible
-                _set(o, factory.off_topic, topic)
-                _set(o, factory.off_partition, partition)
-                _set(o, factory.off_epoch, leader_epoch)
-                for i in range(nconst):
-                    _set(o, <Py_ssize_t>factory.const_offsets[i], factory.const_values[i])
-            except BaseException:
-                Py_DecRef(o)
-                raise
-            if is_gc:
-                PyObject_GC_UnTrack(o)
-            PyList_Append(out, <object>o)
-            Py_DecRef(o)
+            if _FAST:
+                _fill_by_offset(out, factory, rec, ts_type, topic, partition, leader_epoch)
+            else:
+                _fill_by_name(out, factory, rec, ts_type, topic, partition, leader_epoch)
             n += 1
         if it.st.p != it.st.end:
             raise CorruptRecordError(
@@ -1899,6 +1743,10 @@ cdef class RecordBatch:
         if codec == 0:
             it.st.p = self._ptr() + HEADER_SIZE
             it.st.end = self._ptr() + self._size
+        elif self._count == 0:
+            # No records: the payload is not decompressed, as Kafka's reader does (an emptied
+            # batch may keep its codec bits with nothing, or an empty stream, after it).
+            it.st.p = it.st.end = self._ptr() + self._size
         else:
             if self._decompressed is None:
                 clen = self._size - HEADER_SIZE
@@ -2059,7 +1907,7 @@ cdef object _next_record(_ParseState* st, PyObject* ts_type):
     if f.hcount != 0:
         return _record_with_headers(st, f.hp, f.rend, f.rlen, f.hcount, f.offset,
                                     f.timestamp, f.kd, f.kn, f.vd, f.vn, ts_type)
-    return kp_rec_make(f.offset, f.timestamp, f.kd, f.kn, f.vd, f.vn, ts_type, &st.failed)
+    return _make_record(f.offset, f.timestamp, f.kd, f.kn, f.vd, f.vn, ts_type, &st.failed)
 
 
 cdef int _offset_delta_error(_ParseState* st, int32_t odelta) except -1:
@@ -2111,7 +1959,7 @@ cdef object _record_with_headers(_ParseState* st, const unsigned char* p,
         headers.append((hkey, _bytes_at(&p, rend, "header value")))
     if p != rend:
         _trailing_error(st, rlen, rend - p)
-    rec = <Record>kp_rec_make(offset, timestamp, kd, kn, vd, vn, ts_type, &unused)
+    rec = <Record>_make_record(offset, timestamp, kd, kn, vd, vn, ts_type, &unused)
     rec._headers = headers
     st.failed = False
     return rec

@@ -79,6 +79,8 @@ def _rebuild_v2(batch, records: list) -> None:
 
     if batch.is_control or not records:
         return
+    if any(ts < -1 for _off, (ts, _k, _v, _h) in records):
+        return  # read as found on the wire; the builder refuses them, as Kafka's does
     builder = RecordBatchBuilder(
         compression=int(batch.compression),
         producer_id=batch.producer_id,

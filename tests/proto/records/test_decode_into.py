@@ -6,19 +6,25 @@ import gc
 import pytest
 
 from kafka_proto.errors import KafkaProtocolError
-from kafka_proto.records import RecordBatchBuilder, RecordFactory, TimestampType, read_batches
+from kafka_proto.records import (
+    FAST_PATH,
+    RecordBatchBuilder,
+    RecordFactory,
+    TimestampType,
+    read_batches,
+)
 
 
 class Msg:
     __slots__ = ("off", "k", "v", "h", "ts", "topic", "part", "epoch", "err", "extra")
 
 
-def factory(**kw):
+def factory(cls=Msg, **kw):
     args = dict(offset="off", key="k", value="v", headers="h", timestamp="ts", topic="topic",
                 partition="part", leader_epoch="epoch", timestamp_types=("C", "L"),
                 constants={"err": None, "extra": 7})
     args.update(kw)
-    return RecordFactory(Msg, **args)
+    return RecordFactory(cls, **args)
 
 
 def batch_of(records, base_offset=100, **builder_kw):
@@ -75,11 +81,36 @@ def test_compressed_batches(codec):
     assert [m.v for m in out] == [r[0] for r in RECORDS * 50]
 
 
-def test_instances_are_not_tracked_by_the_cycle_collector():
+def test_instances_are_tracked_by_the_cycle_collector_only_on_the_plain_path():
     out = []
     batch_of(RECORDS).decode_into(out, factory(), "t", 0)
-    assert not any(gc.is_tracked(m) for m in out)
-    assert not any(gc.is_tracked(m.ts) for m in out)
+    assert [gc.is_tracked(m) for m in out] == [not FAST_PATH] * len(out)
+    if FAST_PATH:
+        assert not any(gc.is_tracked(m.ts) for m in out)
+
+
+def test_class_setattr_is_not_called():
+    class Guarded(Msg):
+        __slots__ = ()
+
+        def __setattr__(self, name, value):
+            raise AttributeError("read-only")
+
+    out = []
+    batch_of(RECORDS).decode_into(out, factory(Guarded), "t", 0)
+    assert [m.v for m in out] == [r[0] for r in RECORDS]
+
+
+def test_slots_given_as_one_string():
+    class One:
+        __slots__ = "v"
+
+    with pytest.raises(ValueError, match="not covered"):
+        RecordFactory(One, offset=None, key=None, value=None, headers=None, timestamp=None)
+    f = RecordFactory(One, offset=None, key=None, value="v", headers=None, timestamp=None)
+    out = []
+    batch_of(RECORDS).decode_into(out, f, "t", 0)
+    assert [m.v for m in out] == [r[0] for r in RECORDS]
 
 
 def test_factory_rejects_bad_layouts():

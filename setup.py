@@ -51,6 +51,9 @@ setup(
             "wraparound": False,
             "cdivision": True,
             "embedsignature": True,
+            # A method called through its class with an object of another type as self
+            # must raise TypeError, not read that object's memory (cython/cython#6127).
+            "binding": False,
         },
         nthreads=os.cpu_count() or 1,
     ),

@@ -1,4 +1,4 @@
-# cython: language_level=3, binding=False
+# cython: language_level=3
 """Compiled parts of kafka_proto.compression: the framing loops and the output buffer.
 
 * OutputBuffer: the final ``bytes`` object, allocated uninitialised and exposed as a writable

@@ -15,12 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Private imports other work in progress removes (issue 10). When the last one is gone,
-#: test_client_imports_no_private_kafka_proto_module passes, its strict xfail fails the
-#: suite, and this set and that mark are deleted.
-PENDING = {
-    ("kafka_client/producer/idempotence.py", "kafka_proto._crc"),
-}
 
 
 class Import(NamedTuple):
@@ -158,13 +152,6 @@ def test_the_scanner_reads_the_whole_client():
     assert "kafka_proto.framing.DEFAULT_MAX_FRAME_SIZE" in seen  # a public import, seen
 
 
-def test_no_private_kafka_proto_import_beyond_the_known_ones():
-    found = _by_module(client_private_imports())
-    assert found <= PENDING, f"new private kafka_proto imports: {sorted(found - PENDING)}"
-
-
-@pytest.mark.xfail(strict=True, reason="private imports still removed by other issue-10 "
-                   f"work: {sorted(PENDING)}")
 def test_client_imports_no_private_kafka_proto_module():
     found = client_private_imports()
     assert found == [], "\n".join(f"{i.path}:{i.line}: {i.target}" for i in found)

@@ -1,4 +1,4 @@
-# cython: language_level=3, binding=False
+# cython: language_level=3
 """Reader of legacy message sets (magic 0 and 1), including compressed wrapper messages.
 
 One call of :func:`read_legacy_entry` decodes one top-level entry (offset, size, message) into

@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, binding=False
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """RecordBatch v2 (magic 2): builder, reader and the ``read_batches`` dispatcher.
 
 The builder encodes each record straight into its private, growing bytes buffer;

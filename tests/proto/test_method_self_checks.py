@@ -1,7 +1,8 @@
 """A method of the codec's compiled classes, called through its class with something else as
 ``self``, raises TypeError instead of reading that object's memory as its own (Cython's
-``binding=True`` methods do not check ``self``: cython/cython#6127; these modules are
-compiled with ``binding=False``, whose method descriptors do). Run in a child process, since
+``binding=True`` methods do not check ``self``: cython/cython#6127; setup.py compiles every
+extension with ``binding=False``, whose method descriptors do). The producer's compiled core
+is checked too: it is the same build. Run in a child process, since
 the failure this guards against is a crash."""
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import textwrap
 from pathlib import Path
 
 CHILD = textwrap.dedent("""
-    import inspect, sys
-    import kafka_proto._compression, kafka_proto.records._legacy, kafka_proto.records._v2
+    import importlib, inspect, sys
+    from pathlib import Path
+    names = [".".join(p.with_suffix("").parts) for root in ("kafka_proto", "kafka_client")
+             for p in sorted(Path(root).rglob("*.pyx"))]
     checked = []
-    for module in (kafka_proto._compression, kafka_proto.records._legacy,
-                   kafka_proto.records._v2):
+    for module in map(importlib.import_module, names):
         for cls in vars(module).values():
             # Compiled classes are static types (Py_TPFLAGS_HEAPTYPE clear).
             if not (inspect.isclass(cls) and cls.__module__ == module.__name__
@@ -43,4 +45,5 @@ def test_methods_check_self():
     checked = set(proc.stdout.split())
     assert {"RecordBatchBuilder.append", "RecordBatchBuilder.build", "RecordBatch.decode_into",
             "RecordBatch.validate_crc", "ColumnBuilder.finish", "LegacyBatch.records_list",
-            "OutputBuffer.take"} <= checked
+            "OutputBuffer.take", "Reader.read_int8", "Writer.write_int32",
+            "AccumulatorCore.produce"} <= checked

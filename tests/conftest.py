@@ -3,7 +3,9 @@
 * ``tansu_broker`` / ``noida_broker``: one broker per test session;
 * ``broker``: parametrized over both (a test using it runs once per broker);
 * ``fresh_noida_broker``: a private noida-db for one test, for restarts and faults;
-* ``topic_name``: a unique topic name per test.
+* ``topic_name``: a unique topic name per test;
+* ``run_child``: runs Python code in a child process with a hard timeout, for cases that
+  could hang (a regression then fails instead of stalling the suite).
 
 Every broker object has ``.bootstrap`` ("127.0.0.1:PORT"), ``.host``, ``.port``,
 ``.kind`` and ``.create_topic(name, partitions=1)``; noida-db also ``.restart()``,
@@ -18,7 +20,9 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import subprocess
 import sys
+import textwrap
 import uuid
 from pathlib import Path
 
@@ -108,3 +112,20 @@ def topic_name(request):
     """A topic name unique in this session (brokers are shared across tests)."""
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:80].strip("-")
     return f"{base}-{next(_topic_counter)}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def run_child():
+    """``run_child(code, timeout=60, **env)`` runs ``code`` (dedented) with this
+    interpreter in a child process whose working directory is the repository root and
+    returns the ``subprocess.CompletedProcess`` (text ``stdout``/``stderr``). A child
+    still running after ``timeout`` seconds is killed and the test fails."""
+    def run(code: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=_ROOT,
+                                  env={**os.environ, **env}, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"child process still running after {timeout}s (hung?); stderr:\n"
+                        f"{exc.stderr}")
+    return run

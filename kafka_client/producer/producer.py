@@ -17,7 +17,17 @@ import json
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
 from kafka_client._cluster.metadata import ClusterMetadata
@@ -54,6 +64,14 @@ class DeliveredMessage(Message):
         return self._status
 
 
+class _Unserved(NamedTuple):
+    """The delivery callbacks of ``report`` from its ``start``-th message on, left over
+    when an earlier one raised (its bookkeeping is done: they only wait to be called)."""
+
+    report: Report
+    start: int
+
+
 class Producer(ClientBase):
     """A Kafka producer configured with librdkafka property names.
 
@@ -67,7 +85,7 @@ class Producer(ClientBase):
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         cfg = self._init_client(config, kwargs)
-        self._reports: Deque[Report] = deque()
+        self._reports: Deque[Any] = deque()  # Report, or _Unserved first
         self._report_event = threading.Event()
         # What the I/O thread calls back holds the parts it needs, never the Producer
         # itself: an unclosed producer the application drops is then garbage (__del__
@@ -128,8 +146,7 @@ class Producer(ClientBase):
         n = self._serve()
         if n or timeout == 0:
             return n
-        deadline = float("inf") if timeout is None or timeout < 0 else \
-            time.monotonic() + timeout
+        deadline = _deadline(timeout)
         ev = self._report_event
         while True:
             remaining = deadline - time.monotonic()
@@ -145,8 +162,7 @@ class Producer(ClientBase):
         """Send everything now (linger cut short), wait up to ``timeout`` seconds (None:
         no limit) until every message got its delivery report; returns how many are still
         in the producer (0 = all delivered)."""
-        deadline = float("inf") if timeout is None or timeout < 0 else \
-            time.monotonic() + timeout
+        deadline = _deadline(timeout)
         acc = self._acc
         acc.flushing = True
         self._io.wake()
@@ -194,15 +210,31 @@ class Producer(ClientBase):
         return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
                                          else timeout)
 
-    def close(self, timeout: Optional[float] = None) -> int:
-        """Flush (up to ``timeout`` s), then stop the I/O thread and close connections.
-        Returns the messages left undelivered. (An addition: confluent-kafka's producer
-        is closed by garbage collection, as ours is too, without the flush.)"""
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Flush (up to ``timeout`` s; None: no limit), then stop the I/O thread and close
+        the connections; returns True, as confluent-kafka's ``close()``. A delivery
+        callback that raises meanwhile does not stop it: the others still run (until the
+        timeout), the producer closes, and then the first exception is raised. Calling it
+        again does nothing."""
         if self._closed:
-            return 0
-        left = self.flush(timeout)
-        self._shutdown()
-        return left
+            return True
+        deadline = _deadline(timeout)
+        failure: Optional[BaseException] = None
+        try:
+            while True:
+                try:
+                    self.flush(max(0.0, deadline - time.monotonic()))
+                    break
+                except Exception as exc:  # a delivery callback raised
+                    if failure is None:
+                        failure = exc
+                    if time.monotonic() >= deadline:
+                        break
+        finally:
+            self._shutdown()
+        if failure is not None:
+            raise failure
+        return True
 
     def _on_shutdown(self) -> None:
         self.produce = _closed_produce  # type: ignore[method-assign]
@@ -217,29 +249,7 @@ class Producer(ClientBase):
         # the I/O thread of the GIL: seen as ~1 s stalls at 100% CPU).
         self._report_event.clear()
         if reports:
-            acc = self._acc
-            only_err = self._report_only_error
-            while reports:
-                r = reports.popleft()
-                batch = r.batch
-                if batch is not None:
-                    count = batch.count
-                    nbytes = batch.nbytes
-                    if batch.cbs and not (only_err and r.error is None):
-                        self._call_batch(r)
-                else:
-                    count = len(r.messages)
-                    nbytes = 0
-                    for pm in r.messages:
-                        nbytes += pm.size
-                        if pm.on_delivery is not None:
-                            m = DeliveredMessage(r.topic, pm.partition, -1, pm.key, pm.value,
-                                                 pm.headers, r.error,
-                                                 (TIMESTAMP_CREATE_TIME, pm.timestamp), None)
-                            m._status = r.status
-                            _call(pm.on_delivery, r.error, m)
-                acc.reported(count, nbytes)
-                served += count
+            served = self._serve_reports(reports)
         served += serve_errors(self._cluster, self._error_cb, self._log)
         if self._stats_interval > 0 and self._stats_cb is not None:
             now = time.monotonic()
@@ -249,8 +259,45 @@ class Producer(ClientBase):
                 served += 1
         return served
 
-    def _call_batch(self, r: Report) -> None:
-        """The delivery callbacks of a batch's messages."""
+    def _serve_reports(self, reports: Deque[Any]) -> int:
+        """Run the delivery callbacks of the queued reports. Each report's messages leave
+        the producer (``len()``, queue room) before its callbacks run, so a callback that
+        raises loses nothing: the exception goes to the caller of poll()/flush(), and the
+        callbacks not run yet stay first in the queue for the next call."""
+        served = 0
+        acc = self._acc
+        only_err = self._report_only_error
+        while True:
+            try:
+                r = reports.popleft()  # other threads may serve too: one pop each
+            except IndexError:
+                return served
+            if type(r) is _Unserved:
+                self._run_callbacks(r.report, r.start)
+                continue
+            batch = r.batch
+            if batch is not None:
+                count = batch.count
+                acc.reported(count, batch.nbytes)
+                served += count
+                if batch.cbs and not (only_err and r.error is None):
+                    self._run_callbacks(r, 0)
+            else:
+                count = len(r.messages)
+                acc.reported(count, sum(pm.size for pm in r.messages))
+                served += count
+                self._run_callbacks(r, 0)
+
+    def _run_callbacks(self, r: Report, start: int) -> None:
+        """The delivery callbacks of one report, from its ``start``-th message on. If one
+        raises, the rest are queued first for the next poll()/flush() and the exception
+        goes on to the caller."""
+        if r.batch is not None:
+            self._call_batch(r, start)
+        else:
+            self._call_unplaced(r, start)
+
+    def _call_batch(self, r: Report, start: int) -> None:
         batch = r.batch
         topic, err, base, status = r.topic, r.error, r.base_offset, r.status
         partition = batch.part.index
@@ -262,15 +309,45 @@ class Producer(ClientBase):
         wall = batch.wall_ms
         # Failed before the broker gave an offset: OFFSET_INVALID; acks=0: -1 (unknown).
         unknown = OFFSET_INVALID if err is not None else -1
-        for d in batch.cbs:
-            # Messages stamped "now" got the clock of their append: the batch's opening
-            # time is within linger.ms of it (no per-message time is kept).
-            m = DeliveredMessage(topic, partition, base + d.index if base >= 0 else unknown,
-                                 d.key, d.value, d.headers, err,
-                                 tstamp or (TIMESTAMP_CREATE_TIME, d.timestamp or wall),
-                                 latency)
-            m._status = status
-            _call(d.callback, err, m)
+        cbs = batch.cbs
+        i = start
+        try:
+            for i in range(start, len(cbs)):
+                d = cbs[i]
+                # Messages stamped "now" got the clock of their append: the batch's
+                # opening time is within linger.ms of it (no per-message time is kept).
+                m = DeliveredMessage(topic, partition,
+                                     base + d.index if base >= 0 else unknown,
+                                     d.key, d.value, d.headers, err,
+                                     tstamp or (TIMESTAMP_CREATE_TIME, d.timestamp or wall),
+                                     latency)
+                m._status = status
+                _call(d.callback, err, m)
+        except BaseException:
+            self._later(r, i + 1, len(cbs))
+            raise
+
+    def _call_unplaced(self, r: Report, start: int) -> None:
+        messages = r.messages
+        i = start
+        try:
+            for i in range(start, len(messages)):
+                pm = messages[i]
+                if pm.on_delivery is not None:
+                    m = DeliveredMessage(r.topic, pm.partition, -1, pm.key, pm.value,
+                                         pm.headers, r.error,
+                                         (TIMESTAMP_CREATE_TIME, pm.timestamp), None)
+                    m._status = r.status
+                    _call(pm.on_delivery, r.error, m)
+        except BaseException:
+            self._later(r, i + 1, len(messages))
+            raise
+
+    def _later(self, r: Report, start: int, end: int) -> None:
+        """A callback raised: the callbacks of ``r`` from ``start`` on run first at the
+        next poll()/flush()."""
+        if start < end:
+            self._reports.appendleft(_Unserved(r, start))
 
     def _stats_json(self) -> str:
         """Statistics in librdkafka's JSON shape (a subset)."""
@@ -314,6 +391,11 @@ class Producer(ClientBase):
             "brokers": brokers, "topics": topics,
         }
         return json.dumps(doc)
+
+
+def _deadline(timeout: Optional[float]) -> float:
+    """Monotonic time a call with ``timeout`` seconds ends (None or negative: never)."""
+    return float("inf") if timeout is None or timeout < 0 else time.monotonic() + timeout
 
 
 def _window(stat: Optional[List[float]]) -> Dict[str, int]:

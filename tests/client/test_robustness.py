@@ -1,0 +1,109 @@
+"""Ordinary application code that used to break the client, without a broker: callbacks
+that raise, calls after close(), misuse of arguments. Cases that could hang run in a
+child process with a hard timeout (``run_child``)."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from kafka_client import KafkaError, Producer
+
+
+def dead_bootstrap():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"127.0.0.1:{port}"
+
+
+# -- delivery callbacks that raise --------------------------------------------------------
+
+def test_raising_delivery_callback_loses_nothing_and_close_returns(run_child):
+    # Five messages waiting for metadata fail together (purge): one report, five
+    # callbacks, the third raises.
+    out = run_child(f"""
+        import time
+        from kafka_client import Producer
+        calls = []
+        def report(err, msg):
+            calls.append(msg.value())
+            if msg.value() == b"2":
+                raise ValueError("application bug")
+        p = Producer({{"bootstrap.servers": "{dead_bootstrap()}"}})
+        for i in range(5):
+            p.produce("t", str(i).encode(), on_delivery=report)
+        p.purge(in_flight=False)
+        try:
+            p.flush(10)
+            raise SystemExit("flush() did not raise")
+        except ValueError as exc:
+            assert str(exc) == "application bug"
+        assert calls == [b"0", b"1", b"2"], calls
+        assert len(p) == 0                    # bookkeeping done before the callbacks
+        t = time.monotonic()
+        assert p.flush(10) == 0               # serves the two left, returns at once
+        assert time.monotonic() - t < 1
+        assert calls == [b"0", b"1", b"2", b"3", b"4"], calls
+        t = time.monotonic()
+        assert p.close(3) is True
+        assert time.monotonic() - t < 5
+        print("ok")
+    """, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_raising_delivery_callback_in_a_with_block_leaves_the_block(run_child):
+    out = run_child(f"""
+        import time
+        from kafka_client import Producer
+        calls = []
+        def report(err, msg):
+            calls.append(err.code())
+            raise RuntimeError("every callback fails")
+        t = time.monotonic()
+        try:
+            with Producer({{"bootstrap.servers": "{dead_bootstrap()}",
+                           "message.timeout.ms": 300}}) as p:
+                for i in range(3):
+                    p.produce("t", b"x", on_delivery=report)
+        except RuntimeError as exc:
+            assert str(exc) == "every callback fails"
+        else:
+            raise SystemExit("leaving the block did not raise")
+        assert time.monotonic() - t < 5
+        assert len(calls) == 3 and len(p) == 0, (calls, len(p))
+        assert not p._io.alive
+        print("ok")
+    """, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_raising_callback_does_not_leak_queue_room(run_child):
+    # With room for 10 messages, 30 rounds of 10 failing reports with a raising callback
+    # must not fill the queue (room used to leak with every raise).
+    out = run_child(f"""
+        from kafka_client import Producer
+        def report(err, msg):
+            raise ValueError("boom")
+        p = Producer({{"bootstrap.servers": "{dead_bootstrap()}",
+                      "queue.buffering.max.messages": 10}})
+        raised = 0
+        for round in range(30):
+            for i in range(10):
+                p.produce("t", b"x", on_delivery=report)
+            p.purge(in_flight=False)
+            while len(p) or p._reports:
+                try:
+                    p.poll(1)
+                except ValueError:
+                    raised += 1
+        assert raised == 300, raised
+        p.close(1)
+        print("ok")
+    """, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

@@ -7,7 +7,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, TypeVar
 
 from kafka_client._cluster.cluster import Cluster
 from kafka_client._net.io_thread import IOThread
@@ -134,6 +134,9 @@ class ClientBase:
 
     _role = "client"            # "producer", "consumer": config role, thread and log names
     _work = "done"              # what nothing will be without brokers ("delivered", ...)
+    _closed_text = "Client has been closed"   # confluent-kafka's words, per class
+    #: usable only between _start_client() and close(); True at class level, so a
+    #: subclass whose __init__ never called ours is refused cleanly too
     _closed = True
 
     def _init_client(self, config: Optional[Dict[str, Any]],
@@ -164,6 +167,21 @@ class ClientBase:
 
     def close(self) -> Any:  # pragma: no cover - every client defines its own
         raise NotImplementedError
+
+    def _check_open(self) -> None:
+        """Raise unless the client can be used (one attribute test when it can)."""
+        if self._closed:
+            self._refuse()
+
+    def _refuse(self) -> NoReturn:
+        """Raise the reason this client cannot be used: RuntimeError once closed, as
+        confluent-kafka does, or when its ``__init__`` never ran."""
+        if "_io" not in vars(self):
+            name = type(self).__name__
+            raise RuntimeError(
+                f"{name} is not initialized: {name}.__init__ must call "
+                f"super().__init__(config) before the client is used")
+        raise RuntimeError(self._closed_text)
 
     def _on_shutdown(self) -> Optional[Callable[[], None]]:
         """Application thread, once, as the client shuts down: refuse further use;

@@ -67,6 +67,7 @@ class Consumer(ClientBase):
 
     _role = "consumer"
     _work = "consumed"
+    _closed_text = "Consumer closed"
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         cfg = self._init_client(config, kwargs)
@@ -94,10 +95,6 @@ class Consumer(ClientBase):
         self._start_client()
 
     # -- plumbing ----------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("Consumer closed")
-
     def _part(self, tp: TopicPartition) -> PartitionState:
         part = self._fetcher.parts.get((tp.topic, tp.partition))
         if part is None or not part.assigned:
@@ -257,10 +254,12 @@ class Consumer(ClientBase):
     def poll(self, timeout: Optional[float] = None) -> Optional[Message]:
         """One message or event (``msg.error()`` set), or None after ``timeout`` seconds
         (None or -1: wait forever). Runs pending callbacks."""
+        if self._closed:
+            self._refuse()
         buf = self._buf
         pos = self._buf_pos
         group = self._group
-        if pos < len(buf) and not self._closed and (group is None or group.idle_poll()):
+        if pos < len(buf) and (group is None or group.idle_poll()):
             # Fast path: the next message of the chunk being handed out (no callback or
             # group work is waiting for this thread).
             msg = buf[pos]

@@ -82,6 +82,7 @@ class Producer(ClientBase):
 
     _role = "producer"
     _work = "delivered"
+    _closed_text = "Producer has been closed"
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         cfg = self._init_client(config, kwargs)
@@ -121,6 +122,7 @@ class Producer(ClientBase):
         (MSG_SIZE_TOO_LARGE) or a partition that does not exist (_UNKNOWN_PARTITION).
         """
         # Replaced per instance in __init__; kept for documentation and subclasses.
+        self._check_open()
         self._acc.produce(topic, value, key, partition, on_delivery, timestamp, headers,
                           callback=callback)
 
@@ -132,10 +134,9 @@ class Producer(ClientBase):
         values go into the batch builder in bulk (the fast path); otherwise each message
         is handled as by :meth:`produce`. Raises ``BufferError`` without queuing any if
         they do not all fit."""
+        self._check_open()
         if self._idem.fatal is not None:
             raise KafkaException(self._idem.fatal)
-        if self._closed:
-            _closed_produce()
         return self._acc.produce_batch(topic, values, keys, partition, on_delivery,
                                        timestamp)
 
@@ -143,6 +144,7 @@ class Producer(ClientBase):
         """Serve delivery reports (and error/stats callbacks), waiting up to ``timeout``
         seconds (None or -1: until one arrives) for the first. Returns the number of
         events served."""
+        self._check_open()
         n = self._serve()
         if n or timeout == 0:
             return n
@@ -162,6 +164,7 @@ class Producer(ClientBase):
         """Send everything now (linger cut short), wait up to ``timeout`` seconds (None:
         no limit) until every message got its delivery report; returns how many are still
         in the producer (0 = all delivered)."""
+        self._check_open()
         deadline = _deadline(timeout)
         acc = self._acc
         acc.flushing = True
@@ -183,6 +186,7 @@ class Producer(ClientBase):
         """Fail queued messages (``_PURGE_QUEUE``) and/or those in flight
         (``_PURGE_INFLIGHT``); their reports come from the next :meth:`poll`/:meth:`flush`.
         Late answers to purged requests are ignored."""
+        self._check_open()
         done = threading.Event()
 
         def run() -> None:
@@ -196,17 +200,28 @@ class Producer(ClientBase):
 
         self._io.call_soon(run)
         if blocking:
-            _wait_interruptibly(done, time.monotonic() + 30)
+            deadline = time.monotonic() + 30
+            # Never past the I/O thread's life: it is what sets ``done``.
+            while not _wait_interruptibly(done, min(deadline, time.monotonic() + 0.5)):
+                if not self._io.alive or time.monotonic() >= deadline:
+                    break
 
     def __len__(self) -> int:
         """Messages in the producer: queued, in flight, or waiting for poll() to serve
-        their delivery report."""
+        their delivery report (0 once closed)."""
+        if self._closed:
+            return 0
         return self._acc.msg_count
+
+    def __bool__(self) -> bool:
+        """Always true (``if producer:`` must not depend on the queue being empty)."""
+        return True
 
     def list_topics(self, topic: Optional[str] = None,
                     timeout: float = -1) -> ClusterMetadata:
         """Cluster metadata (every topic, or only ``topic``) from one Metadata request,
         waited for at most ``timeout`` seconds (-1: socket.timeout.ms)."""
+        self._check_open()
         return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
                                          else timeout)
 
@@ -445,7 +460,7 @@ def _checked_produce(idem: Idempotence, acc: Accumulator) -> Callable[..., None]
 
 
 def _closed_produce(*args: Any, **kwargs: Any) -> None:
-    raise KafkaException(KafkaError(KafkaError._DESTROY, "Producer is closed"))
+    raise RuntimeError(Producer._closed_text)
 
 
 def _call(cb: Callable, err: Optional[KafkaError], msg: Message) -> None:

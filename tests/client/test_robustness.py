@@ -107,3 +107,77 @@ def test_raising_callback_does_not_leak_queue_room(run_child):
     """, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+# -- lifecycle ------------------------------------------------------------------------------
+
+PRODUCER_CALLS = {
+    "produce": lambda p: p.produce("t", b"x"),
+    "produce_batch": lambda p: p.produce_batch("t", [b"x"]),
+    "poll": lambda p: p.poll(0),
+    "flush": lambda p: p.flush(0),
+    "purge": lambda p: p.purge(),
+    "list_topics": lambda p: p.list_topics(timeout=1),
+}
+
+
+@pytest.mark.parametrize("call", sorted(PRODUCER_CALLS))
+def test_producer_calls_after_close_raise_runtime_error(call):
+    p = Producer({"bootstrap.servers": dead_bootstrap()})
+    p.produce("t", b"undelivered")
+    assert p.close(0.2) is True
+    assert p.close() is True              # again: nothing to do, still True
+    with pytest.raises(RuntimeError, match="^Producer has been closed$"):
+        PRODUCER_CALLS[call](p)
+    assert len(p) == 0 and bool(p) is True
+
+
+def test_purge_after_close_returns_at_once(run_child):
+    out = run_child(f"""
+        import time
+        from kafka_client import Producer
+        p = Producer({{"bootstrap.servers": "{dead_bootstrap()}"}})
+        p.produce("t", b"x")
+        p.close(0)
+        t = time.monotonic()
+        try:
+            p.purge()
+        except RuntimeError as exc:
+            print(exc, round(time.monotonic() - t))
+    """, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Producer has been closed 0"
+
+
+def test_leaving_a_with_block_closes_the_producer():
+    with Producer({"bootstrap.servers": dead_bootstrap(), "message.timeout.ms": 200}) as p:
+        p.produce("t", b"x")
+    with pytest.raises(RuntimeError, match="closed"):
+        p.poll(0)
+
+
+def test_producer_is_true_with_an_empty_queue():
+    p = Producer({"bootstrap.servers": dead_bootstrap()})
+    try:
+        assert len(p) == 0 and bool(p) is True
+        if not p:
+            pytest.fail("an empty producer is falsy")
+    finally:
+        p.close(0)
+
+
+@pytest.mark.parametrize("kind", ["Producer", "Consumer"])
+def test_subclass_that_skips_super_init_gets_a_clear_error(kind):
+    import kafka_client
+
+    base = getattr(kafka_client, kind)
+
+    class Forgetful(base):
+        def __init__(self, config):
+            self.config = config      # no super().__init__()
+
+    c = Forgetful({"bootstrap.servers": "127.0.0.1:1"})
+    call = (lambda: c.produce("t", b"x")) if "Producer" in kind else (lambda: c.poll(0))
+    with pytest.raises(RuntimeError, match=r"Forgetful is not initialized: .*super\(\)"):
+        call()
+    c.close()                          # nothing to close: no error either

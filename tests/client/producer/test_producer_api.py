@@ -111,11 +111,6 @@ def test_config_as_keyword_arguments_and_context_manager():
     # leaving the block flushed: the message timed out within message.timeout.ms
     assert [e.code() for e in reports] == [KafkaError._MSG_TIMED_OUT]
     assert not p._io.alive
-    with pytest.raises(KafkaException) as ei:
-        p.produce("t", b"after close")
-    assert ei.value.args[0].code() == KafkaError._DESTROY
-    with pytest.raises(KafkaException):
-        p.produce_batch("t", [b"x"])
 
 
 def test_stats_callback_gets_librdkafka_shaped_json():

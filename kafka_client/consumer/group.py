@@ -45,7 +45,7 @@ from kafka_client.consumer.assignors import (
     encode_subscription,
     get_assignor,
 )
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -438,8 +438,8 @@ class GroupCoordinator:
                 for op in list(self._pending):
                     if now >= op.deadline:
                         self._pending.remove(op)
-                        op.fail(KafkaError(KafkaError._TIMED_OUT,
-                                           "group coordinator not available"))
+                        op.fail(client_error(KafkaError._TIMED_OUT,
+                                             "group coordinator not available"))
                 at(now + 0.05)
         if self.patterns is not None and self.coord_id is not None:
             if self.state == UNJOINED and self._app_pending == 0:
@@ -506,7 +506,7 @@ class GroupCoordinator:
             else:
                 code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
             if code:
-                err = KafkaError(code, f"FindCoordinator({self.group_id})")
+                err = client_error(code, f"FindCoordinator({self.group_id})")
         if err is not None:
             _log.debug("coordinator lookup failed: %s", err.str())
             self._find_after = time.monotonic() + self.retry_backoff
@@ -697,7 +697,7 @@ class GroupCoordinator:
             else:
                 self._sync([], token)
             return
-        self._join_failed(err if err is not None else KafkaError(code, "JoinGroup"))
+        self._join_failed(err if err is not None else client_error(code, "JoinGroup"))
 
     def _join_failed(self, err: KafkaError) -> None:
         code = err.code()
@@ -714,14 +714,14 @@ class GroupCoordinator:
                                                     KafkaError._TIMED_OUT):
             self._coordinator_lost(err.str())
         elif code == ErrorCode.FENCED_INSTANCE_ID:
-            self.deliver_error(KafkaError(code, f"group {self.group_id}: another member uses "
-                                          f"group.instance.id {self.instance_id!r}",
-                                          fatal=True))
+            self.deliver_error(client_error(code, f"group {self.group_id}: another member uses "
+                                            f"group.instance.id {self.instance_id!r}",
+                                            fatal=True))
             self.patterns = None
             return
         elif code not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                           ErrorCode.REBALANCE_IN_PROGRESS):
-            self.deliver_error(KafkaError(code, f"JoinGroup {self.group_id}: {err.str()}"))
+            self.deliver_error(client_error(code, f"JoinGroup {self.group_id}: {err.str()}"))
             self._rejoin_after = time.monotonic() + max(1.0, self.retry_backoff)
         _log.debug("group %s: join failed: %s", self.group_id, err.str())
         self.io.wake()
@@ -777,7 +777,7 @@ class GroupCoordinator:
                                assignments=assignments)
         conn = self._coord_conn()
         if conn is None:
-            self._join_failed(KafkaError(KafkaError._TRANSPORT, "coordinator gone"))
+            self._join_failed(client_error(KafkaError._TRANSPORT, "coordinator gone"))
             return
         # Every member has joined by now, so the answer waits only for the leader's
         # assignment: a broker that starts another rebalance and forgets this request
@@ -791,7 +791,7 @@ class GroupCoordinator:
         if token != self._op_token or self.state != SYNCING:
             return
         if err is None and resp.error_code:
-            err = KafkaError(resp.error_code, "SyncGroup")
+            err = client_error(resp.error_code, "SyncGroup")
         if err is not None:
             self._join_failed(err)
             return
@@ -876,9 +876,9 @@ class GroupCoordinator:
                       ErrorCode.FENCED_INSTANCE_ID):
             self._lose(KafkaError(code).str(), reset_member=code == ErrorCode.UNKNOWN_MEMBER_ID)
             if code == ErrorCode.FENCED_INSTANCE_ID:
-                self.deliver_error(KafkaError(code, f"group {self.group_id}: fenced by "
-                                              f"another member with group.instance.id "
-                                              f"{self.instance_id!r}", fatal=True))
+                self.deliver_error(client_error(code, f"group {self.group_id}: fenced by "
+                                                f"another member with group.instance.id "
+                                                f"{self.instance_id!r}", fatal=True))
                 self.patterns = None
         elif code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
                                                     KafkaError._TIMED_OUT):
@@ -1000,7 +1000,7 @@ class GroupCoordinator:
                 code = codes.get((topic, p), ErrorCode.NONE) if err is None else err.code()
                 tp = TopicPartition(topic, p, off, meta or None)
                 if code:
-                    e = err if err is not None else KafkaError(
+                    e = err if err is not None else client_error(
                         code, f"OffsetCommit {topic} [{p}]")
                     tp._set_error(e)
                     if first_err is None:
@@ -1082,7 +1082,7 @@ class GroupCoordinator:
                 self.io.call_later(self.retry_backoff, self._offset_fetch, keys, done,
                                    deadline)
                 return
-            done(None, err if err is not None else KafkaError(code, "OffsetFetch"))
+            done(None, err if err is not None else client_error(code, "OffsetFetch"))
 
         # v8+ asks for several groups at once, in another layout: v7 is all we need.
         self._send(ApiKey.OFFSET_FETCH, make, answered, deadline=deadline, max_version=7)

@@ -44,7 +44,7 @@ from typing import (
     Tuple,
 )
 
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.producer._core import (
     AccumulatorCore,
     Batch,
@@ -244,7 +244,7 @@ class Accumulator(AccumulatorCore):
                     t.unknown_since = now
             elif code:
                 # Authorization failure, invalid topic name, ...: not going to change.
-                err = KafkaError(code, f"topic {name}: {KafkaError(code).name()}")
+                err = client_error(code, f"topic {name}: {KafkaError(code).name()}")
                 if t.parts is None:
                     t.error = err
                     with self.lock:

@@ -37,12 +37,7 @@ from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Report, Sender
-from kafka_client.types import (
-    OFFSET_INVALID,
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    Message,
-)
+from kafka_client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 
 __all__ = ["Producer", "DeliveredMessage", "PURGE_QUEUE", "PURGE_INFLIGHT",
            "PURGE_NON_BLOCKING"]
@@ -56,12 +51,34 @@ PURGE_NON_BLOCKING = 4
 class DeliveredMessage(Message):
     """A delivery-report message: a :class:`~kafka_client.types.Message` plus the
     persistence status librdkafka reports (``status()``: 0 NOT_PERSISTED,
-    1 POSSIBLY_PERSISTED, 2 PERSISTED)."""
+    1 POSSIBLY_PERSISTED, 2 PERSISTED). Made once per reported message, so its
+    constructor stores what the producer gives it without Message's checks."""
 
     __slots__ = ("_status",)
 
+    def __init__(self, topic: str, partition: int, offset: Optional[int], key: Any,
+                 value: Any, headers: Any, error: Optional[KafkaError],
+                 timestamp: Tuple[int, int], latency: Optional[float], status: int) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._key = key
+        self._value = value
+        self._headers = headers
+        self._error = error
+        self._timestamp = timestamp
+        self._latency = latency
+        self._leader_epoch = None
+        self._delivery_count = None
+        self._status = status
+
     def status(self) -> int:
         return self._status
+
+    def __reduce__(self) -> Any:
+        return (DeliveredMessage, (self._topic, self._partition, self._offset, self._key,
+                                   self._value, self._headers, self._error, self._timestamp,
+                                   self._latency, self._status))
 
 
 class _Unserved(NamedTuple):
@@ -322,8 +339,7 @@ class Producer(ClientBase):
         else:
             tstamp = None
         wall = batch.wall_ms
-        # Failed before the broker gave an offset: OFFSET_INVALID; acks=0: -1 (unknown).
-        unknown = OFFSET_INVALID if err is not None else -1
+        # No offset from the broker (a failure, or acks=0): None, as confluent-kafka's.
         cbs = batch.cbs
         i = start
         try:
@@ -332,11 +348,10 @@ class Producer(ClientBase):
                 # Messages stamped "now" got the clock of their append: the batch's
                 # opening time is within linger.ms of it (no per-message time is kept).
                 m = DeliveredMessage(topic, partition,
-                                     base + d.index if base >= 0 else unknown,
+                                     base + d.index if base >= 0 else None,
                                      d.key, d.value, d.headers, err,
                                      tstamp or (TIMESTAMP_CREATE_TIME, d.timestamp or wall),
-                                     latency)
-                m._status = status
+                                     latency, status)
                 _call(d.callback, err, m)
         except BaseException:
             self._later(r, i + 1, len(cbs))
@@ -349,10 +364,10 @@ class Producer(ClientBase):
             for i in range(start, len(messages)):
                 pm = messages[i]
                 if pm.on_delivery is not None:
-                    m = DeliveredMessage(r.topic, pm.partition, -1, pm.key, pm.value,
-                                         pm.headers, r.error,
-                                         (TIMESTAMP_CREATE_TIME, pm.timestamp), None)
-                    m._status = r.status
+                    m = DeliveredMessage(r.topic, pm.partition if pm.partition >= 0 else None,
+                                         None, pm.key, pm.value, pm.headers, r.error,
+                                         (TIMESTAMP_CREATE_TIME, pm.timestamp), None,
+                                         r.status)
                     _call(pm.on_delivery, r.error, m)
         except BaseException:
             self._later(r, i + 1, len(messages))

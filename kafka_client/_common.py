@@ -7,15 +7,16 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, Sequence, TypeVar
 
 from kafka_client._cluster.cluster import Cluster
+from kafka_client._cluster.metadata import ClusterMetadata
 from kafka_client._net.io_thread import IOThread
 from kafka_client.config import ClientConfig, describe
-from kafka_client.errors import KafkaException
+from kafka_client.errors import KafkaError, KafkaException
 
-__all__ = ["ClientBase", "make_config", "apply_debug", "call_safely", "serve_errors",
-           "stop_client"]
+__all__ = ["ClientBase", "make_config", "apply_debug", "call_safely", "deadline_after",
+           "serve_errors", "stop_client"]
 
 _log = logging.getLogger("kafka_client")
 
@@ -39,11 +40,37 @@ DEBUG_LOGGERS = {
 def make_config(config: Optional[Dict[str, Any]], kwargs: Dict[str, Any],
                 role: str) -> ClientConfig:
     """A client's configuration from a dict plus keyword overrides (``linger_ms=5`` is
-    ``linger.ms``); raises KafkaException(_INVALID_ARG) naming a bad property."""
+    ``linger.ms``); raises KafkaException(_INVALID_ARG) naming a bad property.
+
+    The legacy ``default.topic.config`` dict (topic-level properties, librdkafka's
+    default topic configuration) is merged in, its values taking precedence over the
+    same properties at the top level, as with confluent-kafka."""
+    if config is not None and not isinstance(config, Mapping):
+        raise TypeError(f"expected configuration dict, not {type(config).__name__}")
     conf = dict(config or {})
     for k, v in kwargs.items():
         conf[_kwarg_name(k)] = v
+    topic_conf = conf.pop("default.topic.config", None)
+    if topic_conf is not None:
+        if not isinstance(topic_conf, Mapping):
+            raise TypeError(f"default.topic.config must be a dict, not "
+                            f"{type(topic_conf).__name__}")
+        conf.update(topic_conf)
+    _check_partitioner(conf.get("partitioner"))
     return ClientConfig.from_dict(conf, role=role)  # type: ignore[arg-type]
+
+
+def _check_partitioner(name: Any) -> None:
+    """librdkafka's own words for a partitioner it does not know (it checks this one
+    property apart from the others, and applications may match on the text)."""
+    if name is None:
+        return
+    known = describe("partitioner")
+    if not isinstance(name, str) or (name.strip().lower() not in known.values
+                                     and name.strip().lower() not in known.synonyms):
+        raise KafkaException(KafkaError(
+            KafkaError._INVALID_ARG,
+            f'Invalid value for configuration property "partitioner": {name}'))
 
 
 def apply_debug(contexts: Sequence[str]) -> None:
@@ -61,6 +88,16 @@ def _kwarg_name(name: str) -> str:
         return name
     except KafkaException:
         return name.replace("_", ".")
+
+
+def deadline_after(timeout: Optional[float]) -> float:
+    """Monotonic time a call given ``timeout`` seconds ends (None or negative: never);
+    TypeError for what is not a number."""
+    if timeout is None:
+        return float("inf")
+    if not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+    return float("inf") if timeout < 0 else time.monotonic() + timeout
 
 
 def call_safely(cb: Callable, *args: Any) -> None:
@@ -182,6 +219,21 @@ class ClientBase:
                 f"{name} is not initialized: {name}.__init__ must call "
                 f"super().__init__(config) before the client is used")
         raise RuntimeError(self._closed_text)
+
+    def list_topics(self, topic: Optional[str] = None,
+                    timeout: Optional[float] = -1) -> ClusterMetadata:
+        """Cluster metadata (every topic, or only ``topic``) from one Metadata request,
+        waited for at most ``timeout`` seconds (-1 or None: socket.timeout.ms). Asking
+        for a topic does not create it. Raises KafkaException (_TRANSPORT, _TIMED_OUT)
+        when no broker answers in time."""
+        self._check_open()
+        if topic is not None and not isinstance(topic, str):
+            raise TypeError(f"topic must be a str or None, not {type(topic).__name__}")
+        if timeout is not None and not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds, not "
+                            f"{type(timeout).__name__}")
+        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
+                                         else timeout)
 
     def _on_shutdown(self) -> Optional[Callable[[], None]]:
         """Application thread, once, as the client shuts down: refuse further use;

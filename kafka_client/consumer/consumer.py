@@ -17,14 +17,14 @@ rebalances, commit results) there, as librdkafka does.
 """
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from kafka_client._cluster.cluster import _wait_interruptibly
-from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import ClientBase, serve_errors
+from kafka_client._common import ClientBase, deadline_after, serve_errors
 from kafka_client.consumer.arrow import to_record_batch
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
@@ -96,12 +96,17 @@ class Consumer(ClientBase):
 
     # -- plumbing ----------------------------------------------------------------------
     def _part(self, tp: TopicPartition) -> PartitionState:
-        part = self._fetcher.parts.get((tp.topic, tp.partition))
-        if part is None or not part.assigned:
+        part = self._assigned(tp)
+        if part is None:
             raise KafkaException(KafkaError(
-                KafkaError._STATE, f"{tp.topic} [{tp.partition}] is not assigned to this "
-                f"consumer"))
+                KafkaError._UNKNOWN_PARTITION, f"{tp.topic} [{tp.partition}] is not "
+                f"assigned to this consumer"))
         return part
+
+    def _assigned(self, tp: TopicPartition) -> Optional[PartitionState]:
+        """Lock held: the partition's state if it is assigned, else None."""
+        part = self._fetcher.parts.get((tp.topic, tp.partition))
+        return part if part is not None and part.assigned else None
 
     # -- assignment ----------------------------------------------------------------------
     def assign(self, partitions: Sequence[TopicPartition]) -> None:
@@ -229,9 +234,9 @@ class Consumer(ClientBase):
         self._check_open()
         with self._lock:
             for tp in _check_partitions(partitions, "pause"):
-                part = self._part(tp)
-                if part.paused:
-                    continue
+                part = self._assigned(tp)
+                if part is None or part.paused:
+                    continue  # not assigned: nothing to pause (librdkafka's answer too)
                 part.paused = True
                 if part.app_pos >= 0:
                     eof = part.eof_offset
@@ -247,7 +252,9 @@ class Consumer(ClientBase):
         self._check_open()
         with self._lock:
             for tp in _check_partitions(partitions, "resume"):
-                self._part(tp).paused = False
+                part = self._assigned(tp)
+                if part is not None:
+                    part.paused = False
         self._fetcher.kick()
 
     # -- consuming -------------------------------------------------------------------------
@@ -277,14 +284,13 @@ class Consumer(ClientBase):
         """Up to ``num_messages`` messages and events, returned as soon as that many are
         there or ``timeout`` seconds passed (-1 or None: no limit)."""
         self._check_open()
-        if isinstance(num_messages, bool) or not isinstance(num_messages, int) \
-                or not 1 <= num_messages <= _MAX_CONSUME:
-            raise ValueError(f"num_messages must be an int in 1..{_MAX_CONSUME}")
-        deadline = float("inf") if timeout is None or timeout < 0 else \
-            time.monotonic() + timeout
+        num_messages = _count(num_messages, "num_messages")
+        deadline = deadline_after(timeout)
         out: List[Message] = []
         while True:
             self._serve()
+            if not num_messages:
+                return out
             self._fill(out, num_messages)
             if len(out) >= num_messages:
                 return out
@@ -304,11 +310,10 @@ class Consumer(ClientBase):
         are raised as KafkaException (after the rows before them were returned);
         _PARTITION_EOF events are not reported here. Needs pyarrow."""
         self._check_open()
-        if isinstance(max_records, bool) or not isinstance(max_records, int) \
-                or not 1 <= max_records <= _MAX_CONSUME:
-            raise ValueError(f"max_records must be an int in 1..{_MAX_CONSUME}")
-        deadline = float("inf") if timeout is None or timeout < 0 else \
-            time.monotonic() + timeout
+        max_records = _count(max_records, "max_records")
+        if not max_records:
+            raise ValueError(f"max_records must be between 1 and {_MAX_CONSUME}")
+        deadline = deadline_after(timeout)
         cols = self._columns
         if cols is None:
             cols = self._columns = ColumnBuilder(TIMESTAMP_CREATE_TIME,
@@ -563,14 +568,6 @@ class Consumer(ClientBase):
                 raise KafkaException(found.error)
         return results
 
-    def list_topics(self, topic: Optional[str] = None,
-                    timeout: float = -1) -> ClusterMetadata:
-        """Cluster metadata (every topic, or only ``topic``), waited for at most
-        ``timeout`` seconds (-1: socket.timeout.ms)."""
-        self._check_open()
-        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
-                                         else timeout)
-
     # -- group API (needs group.id) ------------------------------------------------------
     def _need_group(self, what: str) -> Any:
         self._check_open()
@@ -586,9 +583,16 @@ class Consumer(ClientBase):
         or regular expressions starting with ``^``). The callbacks run from poll()/
         consume() as ``cb(consumer, partitions)``."""
         group = self._need_group("subscribe()")
-        if isinstance(topics, str) or not topics or \
-                not all(isinstance(t, str) and t for t in topics):
-            raise TypeError("subscribe() takes a non-empty list of topic names")
+        if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+            raise TypeError("subscribe() requires a list of topic names (str)")
+        if not topics or not all(topics):
+            raise KafkaException(KafkaError(
+                KafkaError._INVALID_ARG, "subscribe(): the list of topics is empty or "
+                "holds an empty name"))
+        for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke),
+                         ("on_lost", on_lost)):
+            if cb is not None and not callable(cb):
+                raise TypeError(f"{name} expects a callable, not {type(cb).__name__}")
         group.subscribe(list(topics), on_assign, on_revoke, on_lost)
 
     def unsubscribe(self) -> None:
@@ -598,52 +602,70 @@ class Consumer(ClientBase):
     def store_offsets(self, message: Optional[Message] = None,
                       offsets: Optional[Sequence[TopicPartition]] = None) -> None:
         """Store ``message.offset() + 1`` (or each ``offsets`` entry as given) to be
-        committed by the next commit (auto-commit or commit() without arguments)."""
+        committed by the next commit (auto-commit or commit() without arguments).
+
+        As librdkafka: exactly one of the two (ValueError otherwise); a negative offset
+        or partition is _INVALID_ARG; partitions not assigned are skipped, and when none
+        of them is assigned the call fails with _UNKNOWN_PARTITION."""
         self._check_open()
-        if (message is None) == (offsets is None):
-            raise ValueError("store_offsets() takes either message or offsets")
+        if message is not None and offsets is not None:
+            raise ValueError("message and offsets are mutually exclusive")
+        if message is None and offsets is None:
+            raise ValueError("expected either message or offsets")
         if message is not None:
-            if message.error() is not None:
-                raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                                "cannot store the offset of an error event"))
-            entries = [TopicPartition(message.topic(), message.partition(),
-                                      message.offset() + 1)]
+            entries = [_offset_after(message, "store")]
         else:
-            entries = _check_partitions(offsets, "store_offsets")  # type: ignore[arg-type]
+            entries = _check_partitions(offsets, "store_offsets", any_partition=True)
+        if not entries:
+            return
+        for tp in entries:
+            if tp.partition < 0 or tp.offset < 0:
+                raise KafkaException(KafkaError(
+                    KafkaError._INVALID_ARG, f"StoreOffsets failed: {tp.topic} "
+                    f"[{tp.partition}]: offset {tp.offset} cannot be stored"))
+        stored = 0
         with self._lock:
             for tp in entries:
-                part = self._fetcher.parts.get((tp.topic, tp.partition))
-                if part is None or not part.assigned:
-                    raise KafkaException(KafkaError(
-                        KafkaError._STATE, f"{tp.topic} [{tp.partition}] is not assigned: "
-                        f"cannot store an offset for it"))
+                part = self._assigned(tp)
+                if part is None:
+                    continue
                 part.stored = tp.offset
                 part.stored_metadata = tp.metadata
                 part.stored_epoch = tp.leader_epoch if tp.leader_epoch is not None else -1
+                stored += 1
+        if not stored:
+            raise KafkaException(KafkaError(
+                KafkaError._UNKNOWN_PARTITION, "StoreOffsets failed: "
+                + ", ".join(f"{tp.topic} [{tp.partition}]" for tp in entries)
+                + " not assigned to this consumer"))
 
     def commit(self, message: Optional[Message] = None,
                offsets: Optional[Sequence[TopicPartition]] = None,
-               asynchronous: bool = True) -> Optional[List[TopicPartition]]:
-        """Commit ``message.offset() + 1``, or ``offsets``, or (neither) every stored
-        offset. ``asynchronous=False`` waits and returns the committed partitions (raising
-        on failure); otherwise returns None and the result goes to ``on_commit``."""
+               asynchronous: bool = True, **legacy: Any) -> Optional[List[TopicPartition]]:
+        """Commit ``message.offset() + 1``, or ``offsets`` (each entry's offset as
+        given), or with neither the stored offsets beyond the last commit.
+
+        ``asynchronous=True`` (the default) returns None and hands the result to
+        ``on_commit(err, partitions)`` from a later poll()/consume(); ``False`` waits,
+        calls ``on_commit``, returns the committed partitions and raises KafkaException
+        on failure. As librdkafka, entries with a negative offset are left out, and
+        nothing left to commit is _NO_OFFSET (raised, or given to ``on_commit``).
+        ``async=`` is accepted as the old name of ``asynchronous``."""
+        if legacy:
+            if set(legacy) != {"async"}:
+                raise TypeError(f"commit() got an unexpected keyword argument "
+                                f"{next(k for k in legacy if k != 'async')!r}")
+            asynchronous = legacy["async"]
         group = self._need_group("commit()")
         if message is not None and offsets is not None:
-            raise ValueError("commit() takes message or offsets, not both")
+            raise ValueError("message and offsets are mutually exclusive")
         if message is not None:
-            if message.error() is not None:
-                raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                                "cannot commit the offset of an error event"))
-            tps = [TopicPartition(message.topic(), message.partition(), message.offset() + 1,
-                                  leader_epoch=message.leader_epoch())]
+            tps = [_offset_after(message, "commit")]
         elif offsets is not None:
             tps = _check_partitions(offsets, "commit")
         else:
             tps = self._fetcher.stored_offsets()
-            if not tps:
-                raise KafkaException(KafkaError(KafkaError._NO_OFFSET,
-                                                "commit(): no stored offsets to commit"))
-        return group.commit(tps, asynchronous)
+        return group.commit(tps, bool(asynchronous))
 
     def committed(self, partitions: Sequence[TopicPartition],
                   timeout: Optional[float] = None) -> List[TopicPartition]:
@@ -728,6 +750,14 @@ def _error_deliverer(lock: Any, deliver: Callable[[Any], None]
     return deliver_error
 
 
+def _count(n: Any, what: str) -> int:
+    """A message count argument: an int in 0..1,000,000 (confluent-kafka's errors)."""
+    n = operator.index(n)
+    if not 0 <= n <= _MAX_CONSUME:
+        raise ValueError(f"{what} must be between 0 and {_MAX_CONSUME} (1M)")
+    return n
+
+
 def OFFSET_TAIL(n: int) -> int:
     """The logical offset ``n`` messages before the end of a partition."""
     if n < 0:
@@ -735,14 +765,40 @@ def OFFSET_TAIL(n: int) -> int:
     return OFFSET_TAIL_BASE - n
 
 
-def _check_partitions(partitions: Any, what: str) -> List[TopicPartition]:
-    if isinstance(partitions, TopicPartition) or not isinstance(partitions, (list, tuple)):
-        raise TypeError(f"{what}() takes a list of TopicPartition")
+def _check_partitions(partitions: Any, what: str,
+                      any_partition: bool = False) -> List[TopicPartition]:
+    """``partitions`` as a list of TopicPartition (TypeError otherwise); a negative
+    partition number is _INVALID_ARG unless ``any_partition``."""
+    if not isinstance(partitions, list):
+        raise TypeError(f"{what}() requires list of TopicPartition, not "
+                        f"{type(partitions).__name__}")
     for tp in partitions:
         if not isinstance(tp, TopicPartition):
-            raise TypeError(f"{what}() takes a list of TopicPartition, got "
+            raise TypeError(f"{what}() requires list of TopicPartition, got "
                             f"{type(tp).__name__}")
-        if tp.partition < 0:
+        if tp.partition < 0 and not any_partition:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
                                             f"{what}(): {tp.topic} has no partition number"))
     return list(partitions)
+
+
+def _offset_after(message: Any, what: str) -> TopicPartition:
+    """commit()/store_offsets() of a message: its partition at ``offset() + 1`` (with
+    its leader epoch); an event cannot be committed or stored."""
+    if not isinstance(message, Message):
+        raise TypeError(f"{what}: message must be a Message, not {type(message).__name__}")
+    err = message.error()
+    if err is not None:
+        raise KafkaException(KafkaError(
+            KafkaError._INVALID_ARG, f"Cannot {what} offsets for message with error: "
+            f"'{err.str()}'"))
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if not isinstance(topic, str) or partition is None or offset is None:
+        if what == "commit":
+            # Nothing to commit (librdkafka leaves the entry out: _NO_OFFSET).
+            return TopicPartition(topic if isinstance(topic, str) else "",
+                                  -1 if partition is None else partition, OFFSET_INVALID)
+        raise KafkaException(KafkaError(
+            KafkaError._INVALID_ARG, f"Cannot {what} offsets for a message without a "
+            f"topic, partition and offset"))
+    return TopicPartition(topic, partition, offset + 1, leader_epoch=message.leader_epoch())

@@ -321,20 +321,18 @@ class GroupCoordinator:
 
     def commit(self, tps: List[TopicPartition], asynchronous: bool,
                timeout: Optional[float] = None) -> Optional[List[TopicPartition]]:
-        """Commit offsets; see Consumer.commit."""
-        offsets = _commit_entries(tps)
-        for topic, p, off, _m, _e in offsets:
-            if off < 0:
-                raise KafkaException(KafkaError(
-                    KafkaError._INVALID_ARG, f"commit(): {topic} [{p}] has no valid offset "
-                    f"({off})"))
+        """Commit offsets; see Consumer.commit. Entries with a negative (logical or
+        invalid) offset are left out, as librdkafka does; with none left the result is
+        _NO_OFFSET."""
+        offsets = [e for e in _commit_entries(tps) if e[2] >= 0]
+        if not offsets:
+            if asynchronous:
+                self._queue_commit_result(KafkaError(KafkaError._NO_OFFSET), list(tps))
+                return None
+            raise KafkaException(KafkaError(KafkaError._NO_OFFSET,
+                                            "Commit failed: Local: No offset stored"))
         if asynchronous:
-            def queued(err: Optional[KafkaError], result: List[TopicPartition]) -> None:
-                with self._app_lock:
-                    self.app_events.append(("commit", err, result))
-                self.wake_app()
-
-            self.io.call_soon(self._commit, offsets, queued,
+            self.io.call_soon(self._commit, offsets, self._queue_commit_result,
                               time.monotonic() + self.request_timeout)
             return None
         box: List[Any] = []
@@ -357,6 +355,14 @@ class GroupCoordinator:
         if err is not None:
             raise KafkaException(err)
         return result
+
+    def _queue_commit_result(self, err: Optional[KafkaError],
+                             result: List[TopicPartition]) -> None:
+        """Any thread: an asynchronous commit's result, for on_commit from the next
+        poll()/consume()."""
+        with self._app_lock:
+            self.app_events.append(("commit", err, result))
+        self.wake_app()
 
     def committed(self, tps: List[TopicPartition],
                   timeout: Optional[float]) -> List[TopicPartition]:
@@ -956,9 +962,7 @@ class GroupCoordinator:
 
         def done(err: Optional[KafkaError], result: List[TopicPartition]) -> None:
             if self.config["on_commit"] is not None:
-                with self._app_lock:
-                    self.app_events.append(("commit", err, result))
-                self.wake_app()
+                self._queue_commit_result(err, result)
             elif err is not None:
                 _log.info("auto commit failed: %s", err.str())
 

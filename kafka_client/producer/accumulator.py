@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from operator import index as _index
 from typing import (
     Any,
     Callable,
@@ -51,6 +52,8 @@ from kafka_client.producer._core import (
     PartitionState,
     PendingMessage,
     TopicState,
+    invalid_partition,
+    not_callable,
 )
 from kafka_client.producer.partitioners import TopicPartitioner
 from kafka_proto.errors import ErrorCode
@@ -148,6 +151,11 @@ class Accumulator(AccumulatorCore):
                       partition: int = -1, on_delivery: Optional[Callable] = None,
                       timestamp: int = 0) -> int:
         """Append many messages in one call (see ``Producer.produce_batch``)."""
+        partition = _index(partition)
+        if partition < -1:
+            raise invalid_partition(partition)
+        if on_delivery is not None and not callable(on_delivery):
+            raise not_callable("on_delivery", on_delivery)
         if not isinstance(values, (list, tuple)):
             values = list(values)
         n = len(values)
@@ -335,9 +343,11 @@ class Accumulator(AccumulatorCore):
         return TopicPartitioner(self.partitioner_name, self.sticky_ms).choose
 
     def _new_topic(self, name: str) -> TopicState:
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str):
+            raise TypeError(f"topic must be a str, not {type(name).__name__}")
+        if not name:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                            f"topic must be a non-empty str, not {name!r}"))
+                                            "topic must be a non-empty str"))
         t = TopicState(name, self._partitioner())
         self.topics[name] = t
         self._want_topic(name)

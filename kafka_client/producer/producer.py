@@ -30,8 +30,7 @@ from typing import (
 )
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
-from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import ClientBase, call_safely, serve_errors
+from kafka_client._common import ClientBase, call_safely, deadline_after, serve_errors
 from kafka_client._net.io_thread import IOThread
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
@@ -161,11 +160,12 @@ class Producer(ClientBase):
         """Serve delivery reports (and error/stats callbacks), waiting up to ``timeout``
         seconds (None or -1: until one arrives) for the first. Returns the number of
         events served."""
-        self._check_open()
+        if self._closed:
+            self._refuse()
         n = self._serve()
         if n or timeout == 0:
             return n
-        deadline = _deadline(timeout)
+        deadline = deadline_after(timeout)
         ev = self._report_event
         while True:
             remaining = deadline - time.monotonic()
@@ -182,7 +182,7 @@ class Producer(ClientBase):
         no limit) until every message got its delivery report; returns how many are still
         in the producer (0 = all delivered)."""
         self._check_open()
-        deadline = _deadline(timeout)
+        deadline = deadline_after(timeout)
         acc = self._acc
         acc.flushing = True
         self._io.wake()
@@ -234,14 +234,6 @@ class Producer(ClientBase):
         """Always true (``if producer:`` must not depend on the queue being empty)."""
         return True
 
-    def list_topics(self, topic: Optional[str] = None,
-                    timeout: float = -1) -> ClusterMetadata:
-        """Cluster metadata (every topic, or only ``topic``) from one Metadata request,
-        waited for at most ``timeout`` seconds (-1: socket.timeout.ms)."""
-        self._check_open()
-        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
-                                         else timeout)
-
     def close(self, timeout: Optional[float] = None) -> bool:
         """Flush (up to ``timeout`` s; None: no limit), then stop the I/O thread and close
         the connections; returns True, as confluent-kafka's ``close()``. A delivery
@@ -250,7 +242,7 @@ class Producer(ClientBase):
         again does nothing."""
         if self._closed:
             return True
-        deadline = _deadline(timeout)
+        deadline = deadline_after(timeout)
         failure: Optional[BaseException] = None
         try:
             while True:
@@ -421,11 +413,6 @@ class Producer(ClientBase):
             "brokers": brokers, "topics": topics,
         }
         return json.dumps(doc)
-
-
-def _deadline(timeout: Optional[float]) -> float:
-    """Monotonic time a call with ``timeout`` seconds ends (None or negative: never)."""
-    return float("inf") if timeout is None or timeout < 0 else time.monotonic() + timeout
 
 
 def _window(stat: Optional[List[float]]) -> Dict[str, int]:

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from kafka_client import KafkaError, Producer
+from kafka_client import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 
 def dead_bootstrap():
@@ -181,3 +181,106 @@ def test_subclass_that_skips_super_init_gets_a_clear_error(kind):
     with pytest.raises(RuntimeError, match=r"Forgetful is not initialized: .*super\(\)"):
         call()
     c.close()                          # nothing to close: no error either
+
+
+# -- arguments --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("known", [False, True], ids=["metadata-unknown", "metadata-known"])
+@pytest.mark.parametrize("partition", [-2, -5, -2**31])
+def test_partition_below_minus_one_is_refused_either_way(known, partition):
+    import time as _time
+
+    from kafka_client._cluster.metadata import TopicInfo
+
+    p = Producer({"bootstrap.servers": dead_bootstrap()})
+    try:
+        if known:
+            info = TopicInfo("t", 0, [1, 1], [-1, -1], [0, 0], _time.monotonic())
+            p._acc._new_topic("t")
+            assert p._acc.apply_metadata({"t": info}, _time.monotonic()) == []
+            assert p._acc.topics["t"].parts is not None
+        with pytest.raises(KafkaException) as e:
+            p.produce("t", b"x", partition=partition)
+        assert e.value.args[0].code() == KafkaError._INVALID_ARG
+        assert f"invalid partition {partition}" in e.value.args[0].str()
+        with pytest.raises(KafkaException) as e:
+            p.produce_batch("t", [b"x"], partition=partition)
+        assert e.value.args[0].code() == KafkaError._INVALID_ARG
+        assert len(p) == 0
+        p.produce("t", b"x", partition=1)    # still usable
+        assert len(p) == 1
+    finally:
+        p.close(0)
+
+
+PRODUCER_MISUSE = [
+    (lambda p: p.produce(None), TypeError), (lambda p: p.produce(""), KafkaException),
+    (lambda p: p.produce("t", object()), TypeError),
+    (lambda p: p.produce("t", key=3.5), TypeError),
+    (lambda p: p.produce("t", partition="0"), TypeError),
+    (lambda p: p.produce("t", timestamp="now"), TypeError),
+    (lambda p: p.produce("t", headers="h"), TypeError),
+    (lambda p: p.produce("t", headers=[("k",)]), TypeError),
+    (lambda p: p.produce("t", on_delivery=5), TypeError),
+    (lambda p: p.produce_batch("t", [b"x"], keys=[b"k", b"l"]), ValueError),
+    (lambda p: p.produce_batch("t", [b"x"], partition="0"), TypeError),
+    (lambda p: p.poll("1"), TypeError), (lambda p: p.flush([]), TypeError),
+    (lambda p: p.list_topics(1), TypeError), (lambda p: p.list_topics(timeout="1"), TypeError),
+    (lambda p: p.purge(1, 2, 3, 4), TypeError),
+    (lambda p: p.produce("t", b"x" * 2_000_000), KafkaException),
+]
+
+
+def test_every_producer_method_refuses_bad_arguments_and_stays_usable():
+    p = Producer({"bootstrap.servers": dead_bootstrap()})
+    try:
+        for call, exc in PRODUCER_MISUSE:
+            with pytest.raises(exc):
+                call(p)
+            assert len(p) == 0
+        p.produce("t", b"ok")
+        assert len(p) == 1 and p.flush(0) == 1
+    finally:
+        p.close(0)
+
+
+CONSUMER_MISUSE = [
+    (lambda c: c.assign(TopicPartition("t", 0)), TypeError),
+    (lambda c: c.assign([("t", 0)]), TypeError),
+    (lambda c: c.assign([TopicPartition("t")]), KafkaException),
+    (lambda c: c.incremental_assign(None), TypeError),
+    (lambda c: c.incremental_unassign([TopicPartition("nope", 0)]), KafkaException),
+    (lambda c: c.seek(None), TypeError),
+    (lambda c: c.seek(TopicPartition("nope", 0, 1)), KafkaException),
+    (lambda c: c.position("t"), TypeError), (lambda c: c.pause(None), TypeError),
+    (lambda c: c.resume([1]), TypeError), (lambda c: c.consume("1"), TypeError),
+    (lambda c: c.consume(1, "1"), TypeError), (lambda c: c.consume(2_000_000), ValueError),
+    (lambda c: c.consume_arrow(0), ValueError), (lambda c: c.poll([]), TypeError),
+    (lambda c: c.get_watermark_offsets("t"), TypeError),
+    (lambda c: c.offsets_for_times(TopicPartition("t", 0)), TypeError),
+    (lambda c: c.list_topics(1), TypeError),
+    (lambda c: c.subscribe(["t"], on_assign="f"), TypeError),
+    (lambda c: c.subscribe([None]), TypeError), (lambda c: c.subscribe([]), KafkaException),
+    (lambda c: c.store_offsets(), ValueError),
+    (lambda c: c.store_offsets(offsets=[TopicPartition("t", 1, 1)]), KafkaException),
+    (lambda c: c.commit(offsets="t"), TypeError),
+    (lambda c: c.commit(message=Message(), offsets=[]), ValueError),
+    (lambda c: c.committed(None), TypeError),
+]
+
+
+def test_every_consumer_method_refuses_bad_arguments_and_stays_usable():
+    from kafka_client import Consumer
+
+    c = Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g"})
+    try:
+        c.assign([TopicPartition("t", 0, 0)])
+        for call, exc in CONSUMER_MISUSE:
+            with pytest.raises(exc):
+                call(c)
+        assert c.assignment() == [TopicPartition("t", 0)]
+        assert c.consume(1, 0) == []
+        c.seek(TopicPartition("t", 0, 3))
+        assert c.position([TopicPartition("t", 0)])[0].offset == 3
+    finally:
+        c.close()

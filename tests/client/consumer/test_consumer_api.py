@@ -53,18 +53,20 @@ def test_group_calls_without_group_id(consumer):
 
 
 def test_seek_and_store_need_an_assigned_partition(consumer):
+    # librdkafka's codes: _UNKNOWN_PARTITION; pausing one not assigned does nothing
     with pytest.raises(KafkaException) as e:
         consumer.seek(TopicPartition("t", 0, 5))
-    assert code_of(e) == KafkaError._STATE and "t [0] is not assigned" in str(e.value)
+    assert code_of(e) == KafkaError._UNKNOWN_PARTITION
+    assert "t [0] is not assigned" in str(e.value)
     consumer.assign([TopicPartition("t", 0, 0)])
     consumer.seek(TopicPartition("t", 0, 5))
     assert consumer.position([TopicPartition("t", 0)])[0].offset == 5
     with pytest.raises(KafkaException) as e:
         consumer.store_offsets(offsets=[TopicPartition("t", 1, 3)])
-    assert code_of(e) == KafkaError._STATE
-    with pytest.raises(KafkaException) as e:
-        consumer.pause([TopicPartition("t", 1)])
-    assert code_of(e) == KafkaError._STATE
+    assert code_of(e) == KafkaError._UNKNOWN_PARTITION
+    consumer.pause([TopicPartition("t", 1)])
+    consumer.resume([TopicPartition("t", 1)])
+    assert consumer.assignment() == [TopicPartition("t", 0)]
 
 
 def test_assignment_calls(consumer):
@@ -90,8 +92,9 @@ def test_argument_types(consumer):
         consumer.assign([("t", 0)])
     with pytest.raises(KafkaException):
         consumer.assign([TopicPartition("t")])  # no partition number
+    assert consumer.consume(0) == []
     with pytest.raises(ValueError):
-        consumer.consume(0)
+        consumer.consume(-1)
     with pytest.raises(ValueError):
         consumer.consume(1_000_001)
     with pytest.raises(ValueError):
@@ -119,7 +122,7 @@ def test_commit_of_an_event_is_refused():
         with pytest.raises(KafkaException):
             c.commit(message=event)
         with pytest.raises(KafkaException) as e:
-            c.commit()  # nothing stored
+            c.commit(asynchronous=False)  # nothing stored
         assert code_of(e) == KafkaError._NO_OFFSET
         with pytest.raises(TypeError):
             c.subscribe("topic")  # a list is needed

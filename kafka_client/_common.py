@@ -1,13 +1,33 @@
 """What every client class shares: its lifecycle (:class:`ClientBase`: configuration,
 I/O thread, cluster, start, close, drop), configuration from keyword arguments, ``debug``
-contexts, and calling application callbacks."""
+contexts, and the policy for application callbacks.
+
+Callbacks (``on_delivery``, ``on_commit``, ``on_assign``/``on_revoke``/``on_lost``,
+``error_cb``, ``stats_cb``, ...) run on the application thread, inside ``poll()``,
+``flush()``, ``consume()`` and ``close()``. One policy for all of them, as in
+confluent-kafka: an exception a callback raises goes on to the caller of that method,
+and only after the client's own bookkeeping for what the callback was about is done
+(queue room and counts released, an assignment applied, a commit result recorded);
+callbacks not run yet stay queued and run from the next call. ``close()`` finishes
+closing first and then raises the first such exception."""
 from __future__ import annotations
 
 import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, Sequence, TypeVar
+from collections import deque
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Mapping,
+    NoReturn,
+    Optional,
+    Sequence,
+    TypeVar,
+)
 
 from kafka_client._cluster.cluster import Cluster
 from kafka_client._cluster.metadata import ClusterMetadata
@@ -15,8 +35,7 @@ from kafka_client._net.io_thread import IOThread
 from kafka_client.config import ClientConfig, describe
 from kafka_client.errors import KafkaError, KafkaException
 
-__all__ = ["ClientBase", "make_config", "apply_debug", "call_safely", "deadline_after",
-           "serve_errors", "stop_client"]
+__all__ = ["ClientBase", "make_config", "apply_debug", "deadline_after", "stop_client"]
 
 _log = logging.getLogger("kafka_client")
 
@@ -100,27 +119,6 @@ def deadline_after(timeout: Optional[float]) -> float:
     return float("inf") if timeout < 0 else time.monotonic() + timeout
 
 
-def call_safely(cb: Callable, *args: Any) -> None:
-    """Run an application callback (error_cb, stats_cb, ...); its exception is logged,
-    not raised into the client."""
-    try:
-        cb(*args)
-    except Exception:
-        _log.exception("callback %r failed", cb)
-
-
-def serve_errors(cluster: Any, error_cb: Optional[Callable], log: Any) -> int:
-    """Hand the client-level errors the I/O thread collected to ``error_cb`` (or the
-    debug log when there is none); returns how many there were."""
-    errors = cluster.take_errors()
-    for e in errors:
-        if error_cb is not None:
-            call_safely(error_cb, e)
-        else:
-            log.debug("client error: %s", e.str())
-    return len(errors)
-
-
 def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = None,
                 grace: float = 2.0) -> None:
     """Close a client's connections on its I/O thread (after ``first()``, run there too),
@@ -190,6 +188,8 @@ class ClientBase:
         self._cluster = Cluster(cfg, self._io)
         self._error_cb: Optional[Callable] = cfg["error_cb"]
         self._stats_cb: Optional[Callable] = cfg["stats_cb"]
+        #: client-level errors taken from the cluster, not yet handed to error_cb
+        self._errors: Deque[KafkaError] = deque()
         return cfg
 
     def _start_client(self) -> None:
@@ -219,6 +219,26 @@ class ClientBase:
                 f"{name} is not initialized: {name}.__init__ must call "
                 f"super().__init__(config) before the client is used")
         raise RuntimeError(self._closed_text)
+
+    def _serve_errors(self) -> int:
+        """Hand the client-level errors the I/O thread collected to ``error_cb`` (or the
+        debug log when there is none); returns how many. If ``error_cb`` raises, the
+        errors after that one are served by the next call."""
+        pending = self._errors
+        pending.extend(self._cluster.take_errors())
+        served = 0
+        error_cb = self._error_cb
+        while pending:
+            try:
+                err = pending.popleft()  # other threads may serve too: one pop each
+            except IndexError:
+                break
+            served += 1
+            if error_cb is not None:
+                error_cb(err)
+            else:
+                self._log.debug("client error: %s", err.str())
+        return served
 
     def list_topics(self, topic: Optional[str] = None,
                     timeout: Optional[float] = -1) -> ClusterMetadata:

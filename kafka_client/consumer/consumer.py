@@ -24,7 +24,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from kafka_client._cluster.cluster import _wait_interruptibly
-from kafka_client._common import ClientBase, deadline_after, serve_errors
+from kafka_client._common import ClientBase, deadline_after
 from kafka_client.consumer.arrow import to_record_batch
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
@@ -83,6 +83,8 @@ class Consumer(ClientBase):
         self._buf_pos = 0
         self._buf_part: Optional[PartitionState] = None
         self._columns: Optional[ColumnBuilder] = None  # reused by consume_arrow()
+        #: raised by a callback while a consume() had messages to return: raised next
+        self._deferred: Optional[Exception] = None
         self._auto_store = bool(cfg["enable.auto.offset.store"])
         self._assign_ops = 0  # assign()-family calls (rebalance callbacks are checked for them)
         self._group_id: Optional[str] = cfg["group.id"]
@@ -286,9 +288,18 @@ class Consumer(ClientBase):
         self._check_open()
         num_messages = _count(num_messages, "num_messages")
         deadline = deadline_after(timeout)
+        self._raise_deferred()
         out: List[Message] = []
         while True:
-            self._serve()
+            try:
+                self._serve()
+            except Exception as exc:
+                if not out:
+                    raise
+                # A callback raised with messages in hand (their positions moved on):
+                # return them, and the exception from the next call.
+                self._deferred = exc
+                return out
             if not num_messages:
                 return out
             self._fill(out, num_messages)
@@ -314,6 +325,7 @@ class Consumer(ClientBase):
         if not max_records:
             raise ValueError(f"max_records must be between 1 and {_MAX_CONSUME}")
         deadline = deadline_after(timeout)
+        self._raise_deferred()  # rows taken before a callback raised stay in the builder
         cols = self._columns
         if cols is None:
             cols = self._columns = ColumnBuilder(TIMESTAMP_CREATE_TIME,
@@ -483,8 +495,16 @@ class Consumer(ClientBase):
         self._fetcher.kick()
 
     # -- callbacks ---------------------------------------------------------------------
+    def _raise_deferred(self) -> None:
+        """Raise what a callback raised during an earlier call that had messages to
+        return (see consume())."""
+        failure = self._deferred
+        if failure is not None:
+            self._deferred = None
+            raise failure
+
     def _serve(self) -> None:
-        serve_errors(self._cluster, self._error_cb, self._log)
+        self._serve_errors()
         if self._group is not None:
             self._group.serve(_Member(self))
 
@@ -689,12 +709,15 @@ class Consumer(ClientBase):
         thread and close connections. Calls after close raise RuntimeError."""
         if self._closed:
             return
+        failure: Optional[Exception] = None
         if self._group is not None:
             try:
                 self._group.close(_Member(self))
-            except Exception:  # best effort: closing must not fail
-                self._log.exception("leaving the group failed")
+            except Exception as exc:  # a callback raised: close first, raise after
+                failure = exc
         self._shutdown()
+        if failure is not None:
+            raise failure
 
     def _on_shutdown(self) -> Callable[[], None]:
         # Dropped without close() the same happens, and only this: no LeaveGroup (the

@@ -35,7 +35,6 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
 from kafka_client._cluster.cluster import _wait_interruptibly
-from kafka_client._common import call_safely
 from kafka_client.consumer.assignors import (
     MemberSubscription,
     Subscription,
@@ -244,12 +243,14 @@ class GroupCoordinator:
         """Revoke (callback, commit with enable.auto.commit, unassign) on this thread,
         then leave the group."""
         assigned = member.assigned()
-        if self.patterns is not None and assigned:
-            tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
-            self._run_revoke(member, tps, False)
-        done = threading.Event()
-        self.io.call_soon(self._set_subscription, None, [], done)
-        _wait_interruptibly(done, time.monotonic() + 5)
+        try:
+            if self.patterns is not None and assigned:
+                tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
+                self._run_revoke(member, tps, False)
+        finally:  # a callback that raised does not keep the member in the group
+            done = threading.Event()
+            self.io.call_soon(self._set_subscription, None, [], done)
+            _wait_interruptibly(done, time.monotonic() + 5)
 
     def idle_poll(self) -> bool:
         """poll()'s fast path: note the poll; True when serve() has nothing to run."""
@@ -272,15 +273,19 @@ class GroupCoordinator:
             if kind == "commit":
                 cb = self.config["on_commit"]
                 if cb is not None:
-                    call_safely(cb, ev[1], ev[2])
+                    cb(ev[1], ev[2])  # an exception goes to the caller; the rest wait
             elif kind == "revoke":
                 self._run_revoke(member, ev[1], ev[2])
             elif kind == "assign":
                 self._run_assign(member, ev[1], ev[2])
 
     def _run_revoke(self, member: GroupMember, tps: List[TopicPartition], lost: bool) -> None:
+        """The revocation on the application thread: commit (enable.auto.commit), the
+        callback, the unassignment. The unassignment and the news to the I/O thread
+        happen even if a callback raises; then the exception goes on."""
         cb = self.on_lost if lost and self.on_lost is not None else self.on_revoke
         before = member.assignment_changes()
+        failure: Optional[Exception] = None
         if not lost and self.auto_commit:
             # Offsets processed so far are committed before the partitions go, as
             # librdkafka does with enable.auto.commit.
@@ -292,32 +297,42 @@ class GroupCoordinator:
                     self.commit(stored, asynchronous=False, timeout=5.0)
             except KafkaException as exc:
                 _log.info("commit before revoke failed: %s", exc)
-        if cb is not None:
-            call_safely(cb, member.consumer, tps)
-        if member.assignment_changes() == before:
-            if self.cooperative:
-                assigned = member.assigned()
-                keep = [tp for tp in tps if (tp.topic, tp.partition) in assigned]
-                if keep:
-                    member.incremental_unassign(keep)
-            else:
-                member.unassign()
-        self.io.call_soon(self._revoke_done)
+            except Exception as exc:  # on_commit raised: the revocation still runs
+                failure = exc
+        try:
+            if cb is not None:
+                cb(member.consumer, tps)
+        finally:
+            if member.assignment_changes() == before:
+                if self.cooperative:
+                    assigned = member.assigned()
+                    keep = [tp for tp in tps if (tp.topic, tp.partition) in assigned]
+                    if keep:
+                        member.incremental_unassign(keep)
+                else:
+                    member.unassign()
+            self.io.call_soon(self._revoke_done)
+        if failure is not None:
+            raise failure
 
     def _run_assign(self, member: GroupMember, tps: List[TopicPartition], token: int) -> None:
+        """The assignment on the application thread: the callback, then the assignment
+        itself unless the callback made one (also when it raises)."""
         before = member.assignment_changes()
         cb = self.on_assign
-        if cb is not None:
-            call_safely(cb, member.consumer, tps)
-        if member.assignment_changes() == before and token == self._op_token:
-            if self.cooperative:
-                assigned = member.assigned()
-                new = [tp for tp in tps if (tp.topic, tp.partition) not in assigned]
-                if new:
-                    member.incremental_assign(new)
-            else:
-                member.assign(tps)
-        self.io.call_soon(self._assign_done)
+        try:
+            if cb is not None:
+                cb(member.consumer, tps)
+        finally:
+            if member.assignment_changes() == before and token == self._op_token:
+                if self.cooperative:
+                    assigned = member.assigned()
+                    new = [tp for tp in tps if (tp.topic, tp.partition) not in assigned]
+                    if new:
+                        member.incremental_assign(new)
+                else:
+                    member.assign(tps)
+            self.io.call_soon(self._assign_done)
 
     def commit(self, tps: List[TopicPartition], asynchronous: bool,
                timeout: Optional[float] = None) -> Optional[List[TopicPartition]]:
@@ -351,7 +366,7 @@ class GroupCoordinator:
         err, result = box[0]
         cb = self.config["on_commit"]
         if cb is not None:
-            call_safely(cb, err, result)
+            cb(err, result)
         if err is not None:
             raise KafkaException(err)
         return result
@@ -395,27 +410,30 @@ class GroupCoordinator:
         return GroupMetadata(self.group_id, self.generation, self.member_id, self.instance_id)
 
     def close(self, member: GroupMember) -> None:
-        """Final commit, revoke callback, LeaveGroup (not for static members)."""
+        """Final commit, revoke callback, LeaveGroup (not for static members). The group
+        is left even if a callback raises (the exception goes on afterwards)."""
         assigned = member.assigned()
-        if self.patterns is not None and assigned:
-            tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
-            self._run_revoke(member, tps, False)
-        elif self.auto_commit:
-            stored = member.stored_offsets()
-            if stored:
-                try:
-                    self.commit(stored, asynchronous=False, timeout=5.0)
-                except KafkaException as exc:
-                    _log.info("final commit failed: %s", exc)
-        done = threading.Event()
+        try:
+            if self.patterns is not None and assigned:
+                tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
+                self._run_revoke(member, tps, False)
+            elif self.auto_commit:
+                stored = member.stored_offsets()
+                if stored:
+                    try:
+                        self.commit(stored, asynchronous=False, timeout=5.0)
+                    except KafkaException as exc:
+                        _log.info("final commit failed: %s", exc)
+        finally:
+            done = threading.Event()
 
-        def leave() -> None:
-            self.patterns = None  # no rejoin after leaving
-            self._leave("consumer closing", done)
-            self.closed = True
+            def leave() -> None:
+                self.patterns = None  # no rejoin after leaving
+                self._leave("consumer closing", done)
+                self.closed = True
 
-        self.io.call_soon(leave)
-        done.wait(3)
+            self.io.call_soon(leave)
+            done.wait(3)
 
     # ======================================================================= I/O thread
     def tick(self, now: float) -> Optional[float]:

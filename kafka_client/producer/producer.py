@@ -30,7 +30,7 @@ from typing import (
 )
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
-from kafka_client._common import ClientBase, call_safely, deadline_after, serve_errors
+from kafka_client._common import ClientBase, deadline_after
 from kafka_client._net.io_thread import IOThread
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
@@ -274,13 +274,13 @@ class Producer(ClientBase):
         self._report_event.clear()
         if reports:
             served = self._serve_reports(reports)
-        served += serve_errors(self._cluster, self._error_cb, self._log)
+        served += self._serve_errors()
         if self._stats_interval > 0 and self._stats_cb is not None:
             now = time.monotonic()
             if now >= self._next_stats:
                 self._next_stats = now + self._stats_interval
-                call_safely(self._stats_cb, self._stats_json())
                 served += 1
+                self._stats_cb(self._stats_json())
         return served
 
     def _serve_reports(self, reports: Deque[Any]) -> int:

@@ -403,7 +403,7 @@ class Fetcher:
         for (topic, p), ts in want.items():
             leader = md.leader(topic, p)
             if leader < 0:
-                results[(topic, p)] = _lookup_failed(KafkaError(
+                results[(topic, p)] = _lookup_failed(client_error(
                     KafkaError.LEADER_NOT_AVAILABLE, f"{topic} [{p}]: leader not known"))
                 self.cluster.want_topics([topic])
                 md.request([topic], fast=True)

@@ -21,7 +21,19 @@ import operator
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from itertools import islice
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from kafka_client._cluster.cluster import _wait_interruptibly
 from kafka_client._common import ClientBase, deadline_after
@@ -78,10 +90,15 @@ class Consumer(ClientBase):
         self._deliver = deliver = _deliverer(self._queue, self._ready)
         self._fetcher = Fetcher(cfg, self._cluster, self._io, deliver)
         self._lock = self._fetcher.lock
-        # Messages decoded from the chunk being handed out, and where we are in them.
-        self._buf: List[Message] = []
-        self._buf_pos = 0
-        self._buf_part: Optional[PartitionState] = None
+        #: Held by the thread taking chunks off the queue and decoding them: any number
+        #: of threads may call poll()/consume(); each message goes to one of them, and a
+        #: batch keeps each partition's order. Taken before self._lock, never while
+        #: waiting or running callbacks.
+        self._hand = threading.Lock()
+        #: the decoded chunk being handed out; its positions are settled lazily (see
+        #: Handout), so poll()'s fast path takes no lock and writes nothing
+        self._handout = Handout(self._lock, bool(cfg["enable.auto.offset.store"]))
+        self._fetcher.settle = self._handout.settle
         self._columns: Optional[ColumnBuilder] = None  # reused by consume_arrow()
         #: raised by a callback while a consume() had messages to return: raised next
         self._deferred: Optional[Exception] = None
@@ -119,7 +136,7 @@ class Consumer(ClientBase):
         self._check_open()
         self._assign_ops += 1
         parts = _check_partitions(partitions, "assign")
-        with self._lock:
+        with self._hand, self._lock:
             for part in self._fetcher.parts.values():
                 self._drop(part)
             self._fetcher.parts = {}
@@ -130,7 +147,7 @@ class Consumer(ClientBase):
         """Stop consuming every assigned partition."""
         self._check_open()
         self._assign_ops += 1
-        with self._lock:
+        with self._hand, self._lock:
             for part in self._fetcher.parts.values():
                 self._drop(part)
             self._fetcher.parts = {}
@@ -157,7 +174,7 @@ class Consumer(ClientBase):
         self._check_open()
         self._assign_ops += 1
         parts = _check_partitions(partitions, "incremental_unassign")
-        with self._lock:
+        with self._hand, self._lock:
             for tp in parts:
                 part = self._fetcher.parts.get((tp.topic, tp.partition))
                 if part is None or not part.assigned:
@@ -188,16 +205,10 @@ class Consumer(ClientBase):
             self._io.call_soon(self._cluster.want_topics, sorted(topics))
 
     def _drop(self, part: PartitionState) -> None:
-        """Lock held: forget a partition; its queued data is dropped as it is met."""
+        """Locks held: forget a partition; its queued data is dropped as it is met."""
         part.assigned = False
         part.version += 1
-        if self._buf_part is part:
-            self._clear_buf()
-
-    def _clear_buf(self) -> None:
-        self._buf = []
-        self._buf_pos = 0
-        self._buf_part = None
+        self._handout.drop(part)
 
     # -- positions -----------------------------------------------------------------------
     def seek(self, partition: TopicPartition) -> None:
@@ -211,11 +222,10 @@ class Consumer(ClientBase):
         if offset == OFFSET_INVALID:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
                                             "seek(): offset is OFFSET_INVALID"))
-        with self._lock:
+        with self._hand, self._lock:
             part = self._part(partition)
             part.seek(offset)
-            if self._buf_part is part:
-                self._clear_buf()
+            self._handout.drop(part)
         self._fetcher.kick()
 
     def position(self, partitions: Sequence[TopicPartition]) -> List[TopicPartition]:
@@ -224,6 +234,7 @@ class Consumer(ClientBase):
         self._check_open()
         out = []
         with self._lock:
+            self._handout.settle()
             for tp in _check_partitions(partitions, "position"):
                 part = self._fetcher.parts.get((tp.topic, tp.partition))
                 pos = part.app_pos if part is not None and part.app_pos >= 0 else OFFSET_INVALID
@@ -234,7 +245,8 @@ class Consumer(ClientBase):
         """Stop fetching and returning messages from these assigned partitions; messages
         already fetched are fetched again after resume()."""
         self._check_open()
-        with self._lock:
+        with self._hand, self._lock:
+            self._handout.settle()
             for tp in _check_partitions(partitions, "pause"):
                 part = self._assigned(tp)
                 if part is None or part.paused:
@@ -246,8 +258,7 @@ class Consumer(ClientBase):
                     part.eof_offset = eof
                 else:
                     part.version += 1  # drop what is queued; the lookup continues
-                if self._buf_part is part:
-                    self._clear_buf()
+                self._handout.drop(part)
 
     def resume(self, partitions: Sequence[TopicPartition]) -> None:
         """Fetch paused partitions again, from where the application left off."""
@@ -265,20 +276,14 @@ class Consumer(ClientBase):
         (None or -1: wait forever). Runs pending callbacks."""
         if self._closed:
             self._refuse()
-        buf = self._buf
-        pos = self._buf_pos
         group = self._group
-        if pos < len(buf) and (group is None or group.idle_poll()):
+        if self._deferred is None and (group is None or group.idle_poll()):
             # Fast path: the next message of the chunk being handed out (no callback or
-            # group work is waiting for this thread).
-            msg = buf[pos]
-            self._buf_pos = pos + 1
-            part = self._buf_part
-            nxt = msg._offset + 1
-            part.app_pos = nxt
-            if self._auto_store:
-                part.stored = nxt
-            return msg
+            # group work is waiting for this thread). next() on the chunk's iterator is
+            # one step under the GIL: each message goes to one thread.
+            msg = next(self._handout.rest, None)
+            if msg is not None:
+                return msg
         msgs = self.consume(1, -1 if timeout is None else timeout)
         return msgs[0] if msgs else None
 
@@ -302,7 +307,8 @@ class Consumer(ClientBase):
                 return out
             if not num_messages:
                 return out
-            self._fill(out, num_messages)
+            with self._hand:
+                self._fill(out, num_messages)
             if len(out) >= num_messages:
                 return out
             remaining = deadline - time.monotonic()
@@ -325,15 +331,24 @@ class Consumer(ClientBase):
         if not max_records:
             raise ValueError(f"max_records must be between 1 and {_MAX_CONSUME}")
         deadline = deadline_after(timeout)
-        self._raise_deferred()  # rows taken before a callback raised stay in the builder
-        cols = self._columns
+        self._raise_deferred()
+        with self._hand:  # one builder per call: threads may call this at once
+            cols = self._columns
+            self._columns = None
         if cols is None:
-            cols = self._columns = ColumnBuilder(TIMESTAMP_CREATE_TIME,
-                                                 TIMESTAMP_LOG_APPEND_TIME)
+            cols = ColumnBuilder(TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME)
         error: Optional[KafkaError] = None
         while True:
-            self._serve()
-            error = self._fill_columns(cols, max_records)
+            try:
+                self._serve()
+            except Exception as exc:
+                if not len(cols):
+                    self._columns = cols
+                    raise
+                self._deferred = exc  # rows in hand: returned now, the exception next
+                break
+            with self._hand:
+                error = self._fill_columns(cols, max_records)
             if error is not None or len(cols) >= max_records:
                 break
             remaining = deadline - time.monotonic()
@@ -341,29 +356,32 @@ class Consumer(ClientBase):
                 break
             self._ready.wait(min(remaining, 0.2))
         if error is not None and not len(cols):
+            self._columns = cols
             raise KafkaException(error)
-        return to_record_batch(cols.finish())
+        batch = to_record_batch(cols.finish())
+        self._columns = cols  # empty again: the next call reuses it
+        return batch
 
     def _fill_columns(self, cols: ColumnBuilder, n: int) -> Optional[KafkaError]:
         """Move up to ``n - len(cols)`` messages from the queue into ``cols``; returns an
         error event met on the way (left in the queue if rows were added before it)."""
         auto_store = self._auto_store
         queue = self._queue
-        buf = self._buf
-        pos = self._buf_pos
-        if pos < len(buf):
+        handout = self._handout
+        part = handout.part
+        if part is not None:
             # Messages decoded by an earlier consume()/poll() go first, in order.
-            part = self._buf_part
             cols.set_source(part.topic, part.partition)
-            while pos < len(buf) and len(cols) < n:
-                m = buf[pos]
+            rest = handout.rest
+            while len(cols) < n:
+                m = next(rest, None)
+                if m is None:
+                    break
                 ts = m._timestamp
                 cols.append_row(m._offset, ts[1], ts[0], m._key, m._value, m._headers)
-                pos += 1
-            self._buf_pos = pos
-            part.app_pos = buf[pos - 1]._offset + 1
-            if auto_store:
-                part.stored = part.app_pos
+            handout.settle()
+            if len(cols) < n:
+                handout.drop()  # used up: the rows below move the positions themselves
         while len(cols) < n:
             with self._lock:
                 if not queue:
@@ -415,31 +433,20 @@ class Consumer(ClientBase):
         return None
 
     def _fill(self, out: List[Message], n: int) -> None:
-        """Move up to ``n - len(out)`` messages from the queue to ``out``."""
-        auto_store = self._auto_store
+        """_hand held: move up to ``n - len(out)`` messages from the chunk being handed
+        out, then from the queue, to ``out``; their positions are settled on return."""
         queue = self._queue
-        while len(out) < n:
-            buf = self._buf
-            pos = self._buf_pos
-            if pos < len(buf):
-                take = min(n - len(out), len(buf) - pos)
-                if take == len(buf) and not out:
-                    out.extend(buf)  # whole chunk
-                else:
-                    out.extend(buf[pos:pos + take])
-                pos += take
-                self._buf_pos = pos
-                nxt = buf[pos - 1]._offset + 1
-                part = self._buf_part
-                part.app_pos = nxt
-                if auto_store:
-                    part.stored = nxt
-                continue
+        handout = self._handout
+        while True:
+            out.extend(islice(handout.rest, n - len(out)))  # atomic: poll() may race
+            if len(out) >= n:
+                break
+            # The chunk being handed out is used up: the next item from the queue.
             if not queue:
                 with self._lock:
                     if not queue:
                         self._ready.clear()
-                        return
+                        break
             with self._lock:
                 item = queue.popleft()
                 part = item.part
@@ -461,9 +468,8 @@ class Consumer(ClientBase):
                 self._decode_failed(item, msgs[-1]._offset + 1 if msgs else item.start, exc)
             except BudgetSpent as cut:
                 self._refetch(item, cut.offset)
-            self._buf = msgs
-            self._buf_pos = 0
-            self._buf_part = part
+            handout.start(msgs, part)
+        handout.settle()
 
     def _refetch(self, chunk: Chunk, offset: int) -> None:
         """The rest of ``chunk`` from ``offset`` on is fetched again (its decompressed
@@ -723,6 +729,66 @@ class Consumer(ClientBase):
         # Dropped without close() the same happens, and only this: no LeaveGroup (the
         # group notices at session.timeout.ms), stored offsets not committed.
         return self._fetcher.close
+
+
+_USED_UP: Iterator[Message] = iter(())
+
+
+class Handout:
+    """The messages decoded from one chunk, handed out one by one or in slices by any
+    number of application threads, and the positions they move.
+
+    Handing out is ``next()``/``islice`` on one list iterator, atomic under the GIL, so
+    poll()'s fast path takes no lock and each message goes to exactly one caller. The
+    partition's position (``app_pos``) and, with enable.auto.offset.store, its stored
+    offset follow what was taken from the iterator, written by :meth:`settle`: at the
+    end of each consume(), before position()/pause(), and from the fetcher before any
+    commit reads the stored offsets (the I/O thread's auto-commit too). Holds no
+    reference to the Consumer (the fetcher holds :meth:`settle`)."""
+
+    __slots__ = ("lock", "auto_store", "messages", "rest", "part", "settled")
+
+    def __init__(self, lock: Any, auto_store: bool) -> None:
+        self.lock = lock                  # the fetcher's (re-entrant)
+        self.auto_store = auto_store
+        self.messages: List[Message] = []
+        self.rest: Iterator[Message] = _USED_UP
+        self.part: Optional[PartitionState] = None
+        self.settled = 0                  # messages whose positions are written
+
+    def start(self, messages: List[Message], part: PartitionState) -> None:
+        """The consumer's _hand held: hand out a newly decoded chunk (the previous one
+        is used up: its positions are settled first)."""
+        with self.lock:
+            self.settle()
+            self.messages = messages
+            self.rest = iter(messages)
+            self.part = part
+            self.settled = 0
+
+    def settle(self) -> None:
+        """Any thread: write the position (and stored offset) after the last message
+        taken from the chunk; only forward."""
+        with self.lock:
+            part = self.part
+            if part is None:
+                return
+            taken = len(self.messages) - self.rest.__length_hint__()
+            if taken > self.settled:
+                self.settled = taken
+                nxt = self.messages[taken - 1]._offset + 1
+                part.app_pos = nxt
+                if self.auto_store:
+                    part.stored = nxt
+
+    def drop(self, part: Optional[PartitionState] = None) -> None:
+        """Locks held: stop handing out the chunk (of ``part``, if given): its partition
+        was seeked, paused or unassigned, or it is used up."""
+        if part is None or self.part is part:
+            self.messages = []
+            self.rest = _USED_UP
+            self.part = None
+            self.settled = 0
 
 
 class _Member:

@@ -223,6 +223,9 @@ class Fetcher:
         self._node_hold: Dict[int, float] = {}
         self.fetch_requests = 0
         self.closed = False
+        #: the consumer's Handout.settle: brings the stored offsets up to what the
+        #: application was handed, before they are read for a commit
+        self.settle: Optional[Callable[[], None]] = None
         # No metadata or connection listeners: tick() runs after every loop turn and
         # picks up new leaders and READY connections.
         io.add_tick(self.tick)
@@ -698,6 +701,8 @@ class Fetcher:
     def stored_offsets(self) -> List[TopicPartition]:
         """Stored offsets beyond the last commit (see PartitionState.commit_due)."""
         with self.lock:
+            if self.settle is not None:
+                self.settle()
             return [TopicPartition(part.topic, part.partition, part.stored,
                                    part.stored_metadata,
                                    part.stored_epoch if part.stored_epoch >= 0 else None)

@@ -230,6 +230,7 @@ def test_threads_consuming_one_consumer_get_each_message_once(tansu_broker, topi
     for t in workers:
         t.join(60)
     elapsed = time.monotonic() - start
+    done.set()
     stop.set()
     committer.join(10)
     try:

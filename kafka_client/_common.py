@@ -12,10 +12,12 @@ callbacks not run yet stay queued and run from the next call. ``close()`` finish
 closing first and then raises the first such exception."""
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from typing import (
     Any,
@@ -150,6 +152,21 @@ def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = Non
 
 _Client = TypeVar("_Client", bound="ClientBase")
 
+#: the clients of this process that are open, for the exit hook (weak: an open client
+#: the application drops is still collected)
+_open_clients: "weakref.WeakSet[ClientBase]" = weakref.WeakSet()
+
+
+@atexit.register
+def _at_exit() -> None:
+    """Interpreter exit: each client still open does what it must before its daemon
+    I/O thread is killed (a Producer reports what it loses)."""
+    for client in list(_open_clients):
+        try:
+            client._at_exit()
+        except Exception:  # pragma: no cover - nothing may stop the others
+            pass
+
 #: per role, numbers the clients' I/O threads (kafka-producer-1, kafka-consumer-1, ...)
 _client_numbers: Dict[str, "itertools.count[int]"] = {}
 
@@ -197,6 +214,7 @@ class ClientBase:
         cfg = self._config
         apply_debug(cfg["debug"])
         self._closed = False
+        _open_clients.add(self)
         self._io.start()
         if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
             self._log.warning("No bootstrap.servers configured: nothing will be %s",
@@ -265,7 +283,11 @@ class ClientBase:
         if self._closed:
             return
         self._closed = True
+        _open_clients.discard(self)
         stop_client(self._io, self._cluster, first=self._on_shutdown())
+
+    def _at_exit(self) -> None:
+        """The interpreter exits with this client open (not closed, not collected)."""
 
     def __enter__(self: _Client) -> _Client:
         return self
@@ -280,7 +302,11 @@ class ClientBase:
             if self._io.in_thread():
                 # Collected on its own I/O thread (a cycle the collector found there):
                 # it cannot wait for itself; the loop ends after this turn.
-                self._closed = True
+                if not self._closed:
+                    self._closed = True
+                    first = self._on_shutdown()
+                    if first is not None:
+                        first()
                 self._io.stop(0)
             else:
                 self._shutdown()

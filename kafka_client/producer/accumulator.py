@@ -226,6 +226,14 @@ class Accumulator(AccumulatorCore):
             self.msg_count -= count
             self.msg_bytes -= nbytes
 
+    def queued_bytes(self) -> int:
+        """Bytes of the messages still in the producer: closed batches not reported yet
+        and messages waiting for metadata (``msg_bytes``), plus the open batches."""
+        with self.lock:
+            return self.msg_bytes + sum(p.open.builder.size_in_bytes
+                                        for t in self.topics.values() for p in t.parts or ()
+                                        if p.open is not None)
+
     # ======================================================================= I/O thread
     # -- metadata ----------------------------------------------------------------------
     def apply_metadata(self, topics: Mapping[str, Any], now: float) -> List[Unplaced]:

@@ -262,6 +262,17 @@ class Producer(ClientBase):
 
     def _on_shutdown(self) -> None:
         self.produce = _closed_produce  # type: ignore[method-assign]
+        left = self._acc.msg_count
+        if left > 0:
+            # librdkafka's words; logged once, through the client's logger (stderr
+            # by default, by logging's last-resort handler)
+            self._log.warning(
+                "Producer terminating with %d messages (%d bytes) still in queue or "
+                "transit: use flush() to wait for outstanding message delivery",
+                left, self._acc.queued_bytes())
+
+    def _at_exit(self) -> None:
+        self._shutdown()  # the warning above, and the connections closed
 
     # -- reports -------------------------------------------------------------------------
     def _serve(self) -> int:

@@ -284,3 +284,68 @@ def test_every_consumer_method_refuses_bad_arguments_and_stays_usable():
         assert c.position([TopicPartition("t", 0)])[0].offset == 3
     finally:
         c.close()
+
+
+# -- exit, collection and close with undelivered messages ------------------------------------
+
+def test_exit_with_queued_messages_warns_on_stderr(run_child):
+    out = run_child(f"""
+        from kafka_client import Producer
+        p = Producer({{"bootstrap.servers": "{dead_bootstrap()}"}})
+        for i in range(1000):
+            p.produce("t", b"x" * 100)
+        print("exiting")
+    """, timeout=30)
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if "Producer terminating" in line]
+    assert warnings == ["Producer terminating with 1000 messages (100000 bytes) still in "
+                        "queue or transit: use flush() to wait for outstanding message "
+                        "delivery"], out.stderr
+
+
+def test_exit_after_flush_or_close_says_nothing(run_child):
+    out = run_child(f"""
+        from kafka_client import Producer
+        p = Producer({{"bootstrap.servers": "{dead_bootstrap()}"}})
+        q = Producer({{"bootstrap.servers": "{dead_bootstrap()}"}})
+        q.close()
+    """, timeout=30)
+    assert out.returncode == 0 and "terminating" not in out.stderr, out.stderr
+
+
+def test_dropped_or_closed_producer_with_undelivered_messages_warns_once(caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="kafka_client.producer")
+    p = Producer({"bootstrap.servers": dead_bootstrap()})
+    for _ in range(7):
+        p.produce("t", b"12345")
+    del p                                            # collected without close()
+    q = Producer({"bootstrap.servers": dead_bootstrap()})
+    q.produce("t", b"x")
+    assert q.close(0.1) is True
+    q.close()
+    texts = [r.getMessage() for r in caplog.records if "terminating" in r.getMessage()]
+    assert texts == [
+        "Producer terminating with 7 messages (35 bytes) still in queue or transit: use "
+        "flush() to wait for outstanding message delivery",
+        "Producer terminating with 1 messages (1 bytes) still in queue or transit: use "
+        "flush() to wait for outstanding message delivery"]
+
+
+def test_the_warning_goes_through_the_configured_logger():
+    import logging
+
+    records = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("test-robustness-app-logger")
+    logger.addHandler(Collect())
+    logger.propagate = False
+    p = Producer({"bootstrap.servers": dead_bootstrap(), "logger": logger})
+    p.produce("t", b"abc")
+    p.close(0)
+    assert any("terminating with 1 messages" in r for r in records), records

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import logging
+import os
 import threading
 import time
 import weakref
@@ -157,6 +158,20 @@ _Client = TypeVar("_Client", bound="ClientBase")
 _open_clients: "weakref.WeakSet[ClientBase]" = weakref.WeakSet()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child inherits the parent's clients without their I/O threads: each
+    refuses to be used from now on (KafkaException from every method), sends nothing,
+    and is forgotten by the exit hook, so the child exits as if it had none."""
+    inherited = list(_open_clients)
+    _open_clients.clear()
+    for client in inherited:
+        client._on_fork()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @atexit.register
 def _at_exit() -> None:
     """Interpreter exit: each client still open does what it must before its daemon
@@ -190,6 +205,8 @@ class ClientBase:
     #: usable only between _start_client() and close(); True at class level, so a
     #: subclass whose __init__ never called ours is refused cleanly too
     _closed = True
+    #: set in a forked child for the clients it inherited (see _after_fork_in_child)
+    _forked = False
 
     def _init_client(self, config: Optional[Dict[str, Any]],
                      kwargs: Dict[str, Any]) -> ClientConfig:
@@ -214,6 +231,7 @@ class ClientBase:
         cfg = self._config
         apply_debug(cfg["debug"])
         self._closed = False
+        self._pid = os.getpid()
         _open_clients.add(self)
         self._io.start()
         if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
@@ -230,7 +248,16 @@ class ClientBase:
 
     def _refuse(self) -> NoReturn:
         """Raise the reason this client cannot be used: RuntimeError once closed, as
-        confluent-kafka does, or when its ``__init__`` never ran."""
+        confluent-kafka does, or when its ``__init__`` never ran; KafkaException in a
+        process forked from the one that made it."""
+        if self._forked:
+            name = type(self).__name__
+            raise KafkaException(KafkaError(
+                KafkaError._STATE,
+                f"This {name} was created in process {self._pid} and cannot be used in "
+                f"process {os.getpid()}, a fork of it (its I/O thread and connections "
+                f"stayed in the parent): create a new {name} in the child process",
+                fatal=True))
         if "_io" not in vars(self):
             name = type(self).__name__
             raise RuntimeError(
@@ -288,6 +315,12 @@ class ClientBase:
 
     def _at_exit(self) -> None:
         """The interpreter exits with this client open (not closed, not collected)."""
+
+    def _on_fork(self) -> None:
+        """In a forked child, for each client inherited open: make every method refuse
+        (nothing here may take a lock: another thread of the parent may have held it)."""
+        self._forked = True
+        self._closed = True   # one test on every call path, none per message
 
     def __enter__(self: _Client) -> _Client:
         return self

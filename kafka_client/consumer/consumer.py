@@ -714,6 +714,8 @@ class Consumer(ClientBase):
         """Commit stored offsets (with enable.auto.commit), leave the group, stop the I/O
         thread and close connections. Calls after close raise RuntimeError."""
         if self._closed:
+            if self._forked:
+                self._refuse()
             return
         failure: Optional[Exception] = None
         if self._group is not None:

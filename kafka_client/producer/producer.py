@@ -227,6 +227,8 @@ class Producer(ClientBase):
         """Messages in the producer: queued, in flight, or waiting for poll() to serve
         their delivery report (0 once closed)."""
         if self._closed:
+            if self._forked:
+                self._refuse()
             return 0
         return self._acc.msg_count
 
@@ -241,6 +243,8 @@ class Producer(ClientBase):
         timeout), the producer closes, and then the first exception is raised. Calling it
         again does nothing."""
         if self._closed:
+            if self._forked:
+                self._refuse()
             return True
         deadline = deadline_after(timeout)
         failure: Optional[BaseException] = None
@@ -273,6 +277,13 @@ class Producer(ClientBase):
 
     def _at_exit(self) -> None:
         self._shutdown()  # the warning above, and the connections closed
+
+    def _on_fork(self) -> None:
+        super()._on_fork()
+        self.produce = self._refused_produce  # type: ignore[method-assign]
+
+    def _refused_produce(self, *args: Any, **kwargs: Any) -> None:
+        self._refuse()
 
     # -- reports -------------------------------------------------------------------------
     def _serve(self) -> int:

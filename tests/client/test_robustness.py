@@ -349,3 +349,63 @@ def test_the_warning_goes_through_the_configured_logger():
     p.produce("t", b"abc")
     p.close(0)
     assert any("terminating with 1 messages" in r for r in records), records
+
+
+# -- fork ---------------------------------------------------------------------------------------
+
+FORK_CHILD_CHECKS = """
+import os, sys, time
+from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+def refused(call):
+    try:
+        call()
+    except KafkaException as exc:
+        err = exc.args[0]
+        assert err.code() == KafkaError._STATE and err.fatal(), err
+        assert "fork" in err.str() and "create a new" in err.str(), err.str()
+        return True
+    return False
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_forked_child_gets_a_clear_error_from_every_method_and_exits(run_child):
+    out = run_child(FORK_CHILD_CHECKS + f"""
+p = Producer({{"bootstrap.servers": "{dead_bootstrap()}"}})
+p.produce("t", b"parent's, queued before the fork")
+c = Consumer({{"bootstrap.servers": "{dead_bootstrap()}", "group.id": "g"}})
+c.assign([TopicPartition("t", 0, 0)])
+pid = os.fork()
+if pid == 0:
+    calls = [lambda: p.produce("t", b"x"), lambda: p.produce_batch("t", [b"x"]),
+             lambda: p.poll(0), lambda: p.flush(0), lambda: p.purge(), lambda: len(p),
+             lambda: p.list_topics(timeout=1), lambda: p.close(),
+             lambda: c.poll(0), lambda: c.consume(1, 0), lambda: c.assign([]),
+             lambda: c.assignment(), lambda: c.commit(), lambda: c.close()]
+    results = [refused(call) for call in calls]
+    sys.exit(0 if all(results) else 10 + results.index(False))  # a normal exit: atexit runs
+t = time.monotonic()
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    if time.monotonic() - t > 5:
+        os.kill(pid, 9)
+        raise SystemExit("the child did not exit within 5 s")
+    time.sleep(0.01)
+assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
+print("child exited in %.1f s" % (time.monotonic() - t))
+# the parent's clients go on
+assert len(p) == 1 and c.assignment() == [TopicPartition("t", 0)]
+p.produce("t", b"after the fork")
+assert len(p) == 2
+c.close()
+p.close(0)
+print("ok")
+""", timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.split()
+    assert lines[-1] == "ok", out.stdout
+    assert "terminating" in out.stderr          # the parent's close(0), not the child's
+    assert out.stderr.count("terminating") == 1, out.stderr

@@ -248,3 +248,52 @@ def test_threads_consuming_one_consumer_get_each_message_once(tansu_broker, topi
         assert [tp.offset for tp in got] == [n // parts] * parts
     finally:
         c.close()
+
+
+# -- fork ------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_fork_child_makes_its_own_producer_and_the_parent_goes_on(run_child, tansu_broker,
+                                                                  topic_name):
+    tansu_broker.create_topic(topic_name, partitions=1)
+    out = run_child(f"""
+        import os, sys, time
+        from kafka_client import KafkaException, Producer
+        conf = {{"bootstrap.servers": "{tansu_broker.bootstrap}", "linger.ms": 50}}
+        p = Producer(conf)
+        p.produce("{topic_name}", b"parent-1")
+        assert p.flush(30) == 0
+        p.produce("{topic_name}", b"parent-2")        # queued at the fork
+        pid = os.fork()
+        if pid == 0:
+            try:
+                p.produce("{topic_name}", b"child-inherited")
+                os._exit(3)
+            except KafkaException:
+                pass
+            q = Producer(conf)                           # made in the child: works
+            q.produce("{topic_name}", b"child-own")
+            sys.exit(0 if q.flush(30) == 0 else 4)
+        t = time.monotonic()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
+        assert p.flush(30) == 0                          # the parent's queued one goes
+        p.produce("{topic_name}", b"parent-3")
+        assert p.flush(30) == 0
+        p.close()
+        print("ok")
+    """, timeout=90)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip() == "ok"
+    c = Consumer({"bootstrap.servers": tansu_broker.bootstrap})
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 4 and time.monotonic() < deadline:
+            got.extend(m.value() for m in c.consume(10, 0.5) if m.error() is None)
+        got.extend(m.value() for m in c.consume(10, 1.0) if m.error() is None)
+    finally:
+        c.close()
+    # each message once; the inherited producer sent nothing from the child
+    assert sorted(got) == [b"child-own", b"parent-1", b"parent-2", b"parent-3"]

@@ -151,6 +151,21 @@ def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = Non
     io.stop(5)
 
 
+def _connect_at_start(io: IOThread, cluster: Cluster) -> None:
+    """Connect to the bootstrap brokers as soon as the client exists, one after the
+    other until one is up or each was tried once, as librdkafka does: a wrong
+    ``bootstrap.servers`` shows at once (error_cb: _TRANSPORT for each, then
+    _ALL_BROKERS_DOWN), not at the first produce() or fetch."""
+    def attempt() -> None:
+        if cluster.closed or any(c.ready for c in cluster.conns.values()):
+            return
+        cluster._kick_connect(time.monotonic())
+        if any(c.connect_count == 0 for c in cluster.bootstrap):
+            io.call_later(0.05, attempt)
+
+    io.call_soon(attempt)
+
+
 _Client = TypeVar("_Client", bound="ClientBase")
 
 #: the clients of this process that are open, for the exit hook (weak: an open client
@@ -207,6 +222,9 @@ class ClientBase:
     _closed = True
     #: set in a forked child for the clients it inherited (see _after_fork_in_child)
     _forked = False
+    #: connect to the bootstrap brokers at construction (librdkafka's producer does;
+    #: its consumer waits for an assignment or subscription)
+    _connects_at_start = False
 
     def _init_client(self, config: Optional[Dict[str, Any]],
                      kwargs: Dict[str, Any]) -> ClientConfig:
@@ -237,6 +255,8 @@ class ClientBase:
         if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
             self._log.warning("No bootstrap.servers configured: nothing will be %s",
                               self._work)
+        elif self._connects_at_start:
+            _connect_at_start(self._io, self._cluster)
 
     def close(self) -> Any:  # pragma: no cover - every client defines its own
         raise NotImplementedError

@@ -99,6 +99,7 @@ class Producer(ClientBase):
     _role = "producer"
     _work = "delivered"
     _closed_text = "Producer has been closed"
+    _connects_at_start = True
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         cfg = self._init_client(config, kwargs)

@@ -137,8 +137,9 @@ class Accumulator(AccumulatorCore):
         self._ready_parts: Set[PartitionState] = set()
         self._open_order: Deque[Tuple[float, Batch]] = deque()  # (linger deadline, batch)
         self.pending_topics: Set[TopicState] = set()  # topics with messages in pending
-        #: set by flush(): every batch closes at once, linger or not
-        self.flushing = False
+        #: flush() calls under way (any thread): while there is one, every batch closes
+        #: at once, linger or not
+        self.flushing = 0
         self._wake = wake                # wake(deadline): tell the I/O thread
         self._want_topic = want_topic    # ask the I/O thread for a topic's metadata
         self.initial_capacity = max(4096, min(self.batch_size, 256 * 1024))

@@ -185,7 +185,8 @@ class Producer(ClientBase):
         self._check_open()
         deadline = deadline_after(timeout)
         acc = self._acc
-        acc.flushing = True
+        with acc.lock:  # other threads may flush at the same time
+            acc.flushing += 1
         self._io.wake()
         try:
             while True:
@@ -197,7 +198,8 @@ class Producer(ClientBase):
                     return acc.msg_count
                 self._report_event.wait(min(remaining, 0.1))
         finally:
-            acc.flushing = False
+            with acc.lock:
+                acc.flushing -= 1
 
     def purge(self, in_queue: bool = True, in_flight: bool = True,
               blocking: bool = True) -> None:

@@ -297,3 +297,49 @@ def test_fork_child_makes_its_own_producer_and_the_parent_goes_on(run_child, tan
         c.close()
     # each message once; the inherited producer sent nothing from the child
     assert sorted(got) == [b"child-own", b"parent-1", b"parent-2", b"parent-3"]
+
+
+def test_threads_producing_and_polling_one_producer(tansu_broker, topic_name):
+    """4 threads produce() with callbacks and 2 more poll()/flush() on one Producer:
+    every message is delivered and reported exactly once, at its own offset."""
+    tansu_broker.create_topic(topic_name, partitions=2)
+    per_thread, producers = 25_000, 4
+    reports = []
+    p = Producer({"bootstrap.servers": tansu_broker.bootstrap, "linger.ms": 5})
+    done = threading.Event()
+
+    def report(err, msg):
+        reports.append((err, msg.partition(), msg.offset(), msg.value()))
+
+    def produce(k):
+        for i in range(per_thread):
+            while True:
+                try:
+                    p.produce(topic_name, b"%d-%d" % (k, i), on_delivery=report)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+
+    def serve():
+        while not done.is_set():
+            p.poll(0.05)
+            p.flush(0.01)
+
+    servers = [threading.Thread(target=serve) for _ in range(2)]
+    workers = [threading.Thread(target=produce, args=(k,)) for k in range(producers)]
+    for t in servers + workers:
+        t.start()
+    for t in workers:
+        t.join(120)
+    try:
+        assert p.flush(60) == 0
+    finally:
+        done.set()
+        for t in servers:
+            t.join(10)
+        p.close()
+    n = per_thread * producers
+    assert len(reports) == n
+    assert all(err is None for err, _, _, _ in reports)
+    assert len({value for _, _, _, value in reports}) == n              # each once
+    assert len({(part, off) for _, part, off, _ in reports}) == n        # own offsets

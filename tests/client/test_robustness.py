@@ -4,6 +4,7 @@ child process with a hard timeout (``run_child``)."""
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -188,16 +189,14 @@ def test_subclass_that_skips_super_init_gets_a_clear_error(kind):
 @pytest.mark.parametrize("known", [False, True], ids=["metadata-unknown", "metadata-known"])
 @pytest.mark.parametrize("partition", [-2, -5, -2**31])
 def test_partition_below_minus_one_is_refused_either_way(known, partition):
-    import time as _time
-
     from kafka_client._cluster.metadata import TopicInfo
 
     p = Producer({"bootstrap.servers": dead_bootstrap()})
     try:
         if known:
-            info = TopicInfo("t", 0, [1, 1], [-1, -1], [0, 0], _time.monotonic())
+            info = TopicInfo("t", 0, [1, 1], [-1, -1], [0, 0], time.monotonic())
             p._acc._new_topic("t")
-            assert p._acc.apply_metadata({"t": info}, _time.monotonic()) == []
+            assert p._acc.apply_metadata({"t": info}, time.monotonic()) == []
             assert p._acc.topics["t"].parts is not None
         with pytest.raises(KafkaException) as e:
             p.produce("t", b"x", partition=partition)
@@ -409,3 +408,97 @@ print("ok")
     assert lines[-1] == "ok", out.stdout
     assert "terminating" in out.stderr          # the parent's close(0), not the child's
     assert out.stderr.count("terminating") == 1, out.stderr
+
+
+# -- hostile brokers, many clients (these held before issue 16; the tests keep them) -------
+
+def _hostile_broker(answer: bytes):
+    """A listening socket whose every connection gets ``answer`` to its first request."""
+    import socket as _socket
+    import threading as _threading
+
+    server = _socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    stop = _threading.Event()
+    conns = []
+
+    def serve():
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            conns.append(conn)
+            try:
+                conn.settimeout(2)
+                conn.recv(65536)          # the ApiVersions request
+                conn.sendall(answer)
+            except OSError:
+                pass
+
+    t = _threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def close():
+        stop.set()
+        t.join(2)
+        for c in conns:
+            c.close()
+        server.close()
+
+    return f"127.0.0.1:{server.getsockname()[1]}", close
+
+
+@pytest.mark.parametrize("answer", [
+    b"\x7f\xff\xff\xff" + b"x" * 100,                       # a 2 GiB length prefix
+    b"\x00\x00\x00\x10" + b"\xff" * 16,                      # garbage of the right size
+    b"\xff\xff\xff\xf0",                                     # a negative size
+], ids=["2GiB-prefix", "garbage", "negative-size"])
+def test_hostile_broker_answers_are_errors_not_crashes(answer):
+    import resource
+
+    bootstrap, stop = _hostile_broker(answer)
+    errors = []
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    p = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 1500,
+                  "reconnect.backoff.ms": 50, "error_cb": errors.append})
+    try:
+        reports = []
+        p.produce("t", b"x", on_delivery=lambda err, msg: reports.append(err))
+        assert p.flush(10) == 0                      # reported (failed), not stuck
+        assert [e.code() for e in reports] == [KafkaError._MSG_TIMED_OUT]
+        assert errors and all(e.code() in (KafkaError._TRANSPORT, KafkaError._BAD_MSG,
+                                           KafkaError._ALL_BROKERS_DOWN) for e in errors)
+    finally:
+        p.close(1)
+        stop()
+    # nothing like the announced 2 GiB was allocated
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 200_000
+
+
+def test_hundreds_of_clients_opened_and_dropped_leave_nothing_behind():
+    import gc
+    import os as _os
+    import threading as _threading
+
+    from kafka_client import Consumer
+
+    def fds():
+        return len(_os.listdir("/proc/self/fd"))
+
+    gc.collect()
+    threads_before, fds_before = _threading.active_count(), fds()
+    for i in range(150):
+        p = Producer({"bootstrap.servers": dead_bootstrap()})
+        p.produce("t", b"x")
+        c = Consumer({"bootstrap.servers": dead_bootstrap()})
+        c.assign([TopicPartition("t", 0)])
+        del p, c                                   # no close(): collected at once
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while _threading.active_count() > threads_before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _threading.active_count() <= threads_before
+    assert fds() <= fds_before + 2, (fds_before, fds())

@@ -40,8 +40,6 @@ from kafka_client.errors import KafkaError, KafkaException
 
 __all__ = ["ClientBase", "make_config", "apply_debug", "deadline_after", "stop_client"]
 
-_log = logging.getLogger("kafka_client")
-
 # librdkafka debug contexts -> our loggers (one per component)
 DEBUG_LOGGERS = {
     "broker": ("kafka_client.connection", "kafka_client.io"),

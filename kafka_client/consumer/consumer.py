@@ -246,7 +246,7 @@ class Consumer(ClientBase):
         already fetched are fetched again after resume()."""
         self._check_open()
         with self._hand, self._lock:
-            self._handout.settle()
+            self._handout.settle()  # the positions below must include what poll() took
             for tp in _check_partitions(partitions, "pause"):
                 part = self._assigned(tp)
                 if part is None or part.paused:
@@ -379,9 +379,10 @@ class Consumer(ClientBase):
                     break
                 ts = m._timestamp
                 cols.append_row(m._offset, ts[1], ts[0], m._key, m._value, m._headers)
-            handout.settle()
             if len(cols) < n:
                 handout.drop()  # used up: the rows below move the positions themselves
+            else:
+                handout.settle()
         while len(cols) < n:
             with self._lock:
                 if not queue:
@@ -785,8 +786,10 @@ class Handout:
 
     def drop(self, part: Optional[PartitionState] = None) -> None:
         """Locks held: stop handing out the chunk (of ``part``, if given): its partition
-        was seeked, paused or unassigned, or it is used up."""
+        was seeked, paused or unassigned, or it is used up. What was taken from it keeps
+        its positions (settled first)."""
         if part is None or self.part is part:
+            self.settle()
             self.messages = []
             self.rest = _USED_UP
             self.part = None

@@ -55,7 +55,7 @@ class DeliveredMessage(Message):
 
     __slots__ = ("_status",)
 
-    def __init__(self, topic: str, partition: int, offset: Optional[int], key: Any,
+    def __init__(self, topic: str, partition: Optional[int], offset: Optional[int], key: Any,
                  value: Any, headers: Any, error: Optional[KafkaError],
                  timestamp: Tuple[int, int], latency: Optional[float], status: int) -> None:
         self._topic = topic

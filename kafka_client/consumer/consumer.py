@@ -206,9 +206,9 @@ class Consumer(ClientBase):
 
     def _drop(self, part: PartitionState) -> None:
         """Locks held: forget a partition; its queued data is dropped as it is met."""
+        self._handout.drop(part)
         part.assigned = False
         part.version += 1
-        self._handout.drop(part)
 
     # -- positions -----------------------------------------------------------------------
     def seek(self, partition: TopicPartition) -> None:
@@ -224,8 +224,8 @@ class Consumer(ClientBase):
                                             "seek(): offset is OFFSET_INVALID"))
         with self._hand, self._lock:
             part = self._part(partition)
+            self._handout.drop(part)  # settles what poll() took first: the seek wins
             part.seek(offset)
-            self._handout.drop(part)
         self._fetcher.kick()
 
     def position(self, partitions: Sequence[TopicPartition]) -> List[TopicPartition]:
@@ -246,19 +246,18 @@ class Consumer(ClientBase):
         already fetched are fetched again after resume()."""
         self._check_open()
         with self._hand, self._lock:
-            self._handout.settle()  # the positions below must include what poll() took
             for tp in _check_partitions(partitions, "pause"):
                 part = self._assigned(tp)
                 if part is None or part.paused:
                     continue  # not assigned: nothing to pause (librdkafka's answer too)
                 part.paused = True
+                self._handout.drop(part)
                 if part.app_pos >= 0:
                     eof = part.eof_offset
                     part.seek(part.app_pos)
                     part.eof_offset = eof
                 else:
                     part.version += 1  # drop what is queued; the lookup continues
-                self._handout.drop(part)
 
     def resume(self, partitions: Sequence[TopicPartition]) -> None:
         """Fetch paused partitions again, from where the application left off."""

@@ -26,6 +26,8 @@ from operator import index as _index
 from kafka_client.errors import KafkaError, KafkaException
 
 _monotonic = time.monotonic
+#: produce()'s default partition, -1: "the partitioner chooses" (a cached small int)
+cdef object _PARTITIONER = -1
 
 
 @cython.final
@@ -257,9 +259,15 @@ cdef class AccumulatorCore:
                 KafkaError.MSG_SIZE_TOO_LARGE,
                 f"Message of {size} bytes is larger than message.max.bytes "
                 f"({self.message_max})"))
-        if not PyLong_CheckExact(partition):
-            partition = _index(partition)  # TypeError for what is not an integer
-        part = partition                   # OverflowError beyond 32 bits
+        # A C int: TypeError for what is not an integer, OverflowError beyond 32 bits.
+        # The default -1 (one cached int object) skips the conversion, whose error check
+        # costs a PyErr_Occurred() call for exactly that value.
+        if partition is _PARTITIONER:
+            part = -1
+        elif PyLong_CheckExact(partition):
+            part = partition
+        else:
+            part = _index(partition)
         if part < -1:
             raise invalid_partition(part)
         if not isinstance(timestamp, int):

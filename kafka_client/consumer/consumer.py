@@ -434,13 +434,22 @@ class Consumer(ClientBase):
 
     def _fill(self, out: List[Message], n: int) -> None:
         """_hand held: move up to ``n - len(out)`` messages from the chunk being handed
-        out, then from the queue, to ``out``; their positions are settled on return."""
+        out, then from the queue, to ``out``; their positions are settled on return.
+
+        Only the chunk being handed out is shared with poll()'s fast path, and it is
+        taken from by single C calls (``extend`` draining its iterator, or ``islice``
+        when less than all of it is wanted). A chunk decoded here is taken from by
+        plain slicing before it is published (nobody else can see it yet): the common
+        case costs a list copy, not an iterator step, per message."""
         queue = self._queue
         handout = self._handout
-        while True:
-            out.extend(islice(handout.rest, n - len(out)))  # atomic: poll() may race
-            if len(out) >= n:
-                break
+        rest = handout.rest
+        need = n - len(out)
+        if need >= rest.__length_hint__():
+            out.extend(rest)  # what is left (other threads only ever take, never add)
+        else:
+            out.extend(islice(rest, need))
+        while len(out) < n:
             # The chunk being handed out is used up: the next item from the queue.
             if not queue:
                 with self._lock:
@@ -468,7 +477,13 @@ class Consumer(ClientBase):
                 self._decode_failed(item, msgs[-1]._offset + 1 if msgs else item.start, exc)
             except BudgetSpent as cut:
                 self._refetch(item, cut.offset)
-            handout.start(msgs, part)
+            need = n - len(out)
+            if len(msgs) <= need:
+                out.extend(msgs)
+                handout.start(msgs, part, len(msgs))
+            else:
+                out.extend(msgs[:need])
+                handout.start(msgs, part, need)
         handout.settle()
 
     def _refetch(self, chunk: Chunk, offset: int) -> None:
@@ -758,15 +773,19 @@ class Handout:
         self.part: Optional[PartitionState] = None
         self.settled = 0                  # messages whose positions are written
 
-    def start(self, messages: List[Message], part: PartitionState) -> None:
-        """The consumer's _hand held: hand out a newly decoded chunk (the previous one
-        is used up: its positions are settled first)."""
+    def start(self, messages: List[Message], part: PartitionState, taken: int = 0) -> None:
+        """The consumer's _hand held: hand out a newly decoded chunk whose first
+        ``taken`` messages the caller took already (the previous chunk is used up: its
+        positions are settled first)."""
+        rest = iter(messages)
+        if taken:
+            rest.__setstate__(taken)  # before anyone else can see it
         with self.lock:
             self.settle()
             self.messages = messages
-            self.rest = iter(messages)
             self.part = part
             self.settled = 0
+            self.rest = rest
 
     def settle(self) -> None:
         """Any thread: write the position (and stored offset) after the last message

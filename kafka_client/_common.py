@@ -1,23 +1,44 @@
 """What every client class shares: its lifecycle (:class:`ClientBase`: configuration,
 I/O thread, cluster, start, close, drop), configuration from keyword arguments, ``debug``
-contexts, and calling application callbacks."""
+contexts, and the policy for application callbacks.
+
+Callbacks (``on_delivery``, ``on_commit``, ``on_assign``/``on_revoke``/``on_lost``,
+``error_cb``, ``stats_cb``, ...) run on the application thread, inside ``poll()``,
+``flush()``, ``consume()`` and ``close()``. One policy for all of them, as in
+confluent-kafka: an exception a callback raises goes on to the caller of that method,
+and only after the client's own bookkeeping for what the callback was about is done
+(queue room and counts released, an assignment applied, a commit result recorded);
+callbacks not run yet stay queued and run from the next call. ``close()`` finishes
+closing first and then raises the first such exception."""
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
+import os
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, TypeVar
+import weakref
+from collections import deque
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Mapping,
+    NoReturn,
+    Optional,
+    Sequence,
+    TypeVar,
+)
 
 from kafka_client._cluster.cluster import Cluster
+from kafka_client._cluster.metadata import ClusterMetadata
 from kafka_client._net.io_thread import IOThread
 from kafka_client.config import ClientConfig, describe
-from kafka_client.errors import KafkaException
+from kafka_client.errors import KafkaError, KafkaException
 
-__all__ = ["ClientBase", "make_config", "apply_debug", "call_safely", "serve_errors",
-           "stop_client"]
-
-_log = logging.getLogger("kafka_client")
+__all__ = ["ClientBase", "make_config", "apply_debug", "deadline_after", "stop_client"]
 
 # librdkafka debug contexts -> our loggers (one per component)
 DEBUG_LOGGERS = {
@@ -39,11 +60,37 @@ DEBUG_LOGGERS = {
 def make_config(config: Optional[Dict[str, Any]], kwargs: Dict[str, Any],
                 role: str) -> ClientConfig:
     """A client's configuration from a dict plus keyword overrides (``linger_ms=5`` is
-    ``linger.ms``); raises KafkaException(_INVALID_ARG) naming a bad property."""
+    ``linger.ms``); raises KafkaException(_INVALID_ARG) naming a bad property.
+
+    The legacy ``default.topic.config`` dict (topic-level properties, librdkafka's
+    default topic configuration) is merged in, its values taking precedence over the
+    same properties at the top level, as with confluent-kafka."""
+    if config is not None and not isinstance(config, Mapping):
+        raise TypeError(f"expected configuration dict, not {type(config).__name__}")
     conf = dict(config or {})
     for k, v in kwargs.items():
         conf[_kwarg_name(k)] = v
+    topic_conf = conf.pop("default.topic.config", None)
+    if topic_conf is not None:
+        if not isinstance(topic_conf, Mapping):
+            raise TypeError(f"default.topic.config must be a dict, not "
+                            f"{type(topic_conf).__name__}")
+        conf.update(topic_conf)
+    _check_partitioner(conf.get("partitioner"))
     return ClientConfig.from_dict(conf, role=role)  # type: ignore[arg-type]
+
+
+def _check_partitioner(name: Any) -> None:
+    """librdkafka's own words for a partitioner it does not know (it checks this one
+    property apart from the others, and applications may match on the text)."""
+    if name is None:
+        return
+    known = describe("partitioner")
+    if not isinstance(name, str) or (name.strip().lower() not in known.values
+                                     and name.strip().lower() not in known.synonyms):
+        raise KafkaException(KafkaError(
+            KafkaError._INVALID_ARG,
+            f'Invalid value for configuration property "partitioner": {name}'))
 
 
 def apply_debug(contexts: Sequence[str]) -> None:
@@ -63,25 +110,14 @@ def _kwarg_name(name: str) -> str:
         return name.replace("_", ".")
 
 
-def call_safely(cb: Callable, *args: Any) -> None:
-    """Run an application callback (error_cb, stats_cb, ...); its exception is logged,
-    not raised into the client."""
-    try:
-        cb(*args)
-    except Exception:
-        _log.exception("callback %r failed", cb)
-
-
-def serve_errors(cluster: Any, error_cb: Optional[Callable], log: Any) -> int:
-    """Hand the client-level errors the I/O thread collected to ``error_cb`` (or the
-    debug log when there is none); returns how many there were."""
-    errors = cluster.take_errors()
-    for e in errors:
-        if error_cb is not None:
-            call_safely(error_cb, e)
-        else:
-            log.debug("client error: %s", e.str())
-    return len(errors)
+def deadline_after(timeout: Optional[float]) -> float:
+    """Monotonic time a call given ``timeout`` seconds ends (None or negative: never);
+    TypeError for what is not a number."""
+    if timeout is None:
+        return float("inf")
+    if not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+    return float("inf") if timeout < 0 else time.monotonic() + timeout
 
 
 def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = None,
@@ -113,7 +149,51 @@ def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = Non
     io.stop(5)
 
 
+def _connect_at_start(io: IOThread, cluster: Cluster) -> None:
+    """Connect to the bootstrap brokers as soon as the client exists, one after the
+    other until one is up or each was tried once, as librdkafka does: a wrong
+    ``bootstrap.servers`` shows at once (error_cb: _TRANSPORT for each, then
+    _ALL_BROKERS_DOWN), not at the first produce() or fetch."""
+    def attempt() -> None:
+        if cluster.closed or any(c.ready for c in cluster.conns.values()):
+            return
+        cluster._kick_connect(time.monotonic())
+        if any(c.connect_count == 0 for c in cluster.bootstrap):
+            io.call_later(0.05, attempt)
+
+    io.call_soon(attempt)
+
+
 _Client = TypeVar("_Client", bound="ClientBase")
+
+#: the clients of this process that are open, for the exit hook (weak: an open client
+#: the application drops is still collected)
+_open_clients: "weakref.WeakSet[ClientBase]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits the parent's clients without their I/O threads: each
+    refuses to be used from now on (KafkaException from every method), sends nothing,
+    and is forgotten by the exit hook, so the child exits as if it had none."""
+    inherited = list(_open_clients)
+    _open_clients.clear()
+    for client in inherited:
+        client._on_fork()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@atexit.register
+def _at_exit() -> None:
+    """Interpreter exit: each client still open does what it must before its daemon
+    I/O thread is killed (a Producer reports what it loses)."""
+    for client in list(_open_clients):
+        try:
+            client._at_exit()
+        except Exception:  # pragma: no cover - nothing may stop the others
+            pass
 
 #: per role, numbers the clients' I/O threads (kafka-producer-1, kafka-consumer-1, ...)
 _client_numbers: Dict[str, "itertools.count[int]"] = {}
@@ -134,7 +214,15 @@ class ClientBase:
 
     _role = "client"            # "producer", "consumer": config role, thread and log names
     _work = "done"              # what nothing will be without brokers ("delivered", ...)
+    _closed_text = "Client has been closed"   # confluent-kafka's words, per class
+    #: usable only between _start_client() and close(); True at class level, so a
+    #: subclass whose __init__ never called ours is refused cleanly too
     _closed = True
+    #: set in a forked child for the clients it inherited (see _after_fork_in_child)
+    _forked = False
+    #: connect to the bootstrap brokers at construction (librdkafka's producer does;
+    #: its consumer waits for an assignment or subscription)
+    _connects_at_start = False
 
     def _init_client(self, config: Optional[Dict[str, Any]],
                      kwargs: Dict[str, Any]) -> ClientConfig:
@@ -150,6 +238,8 @@ class ClientBase:
         self._cluster = Cluster(cfg, self._io)
         self._error_cb: Optional[Callable] = cfg["error_cb"]
         self._stats_cb: Optional[Callable] = cfg["stats_cb"]
+        #: client-level errors taken from the cluster, not yet handed to error_cb
+        self._errors: Deque[KafkaError] = deque()
         return cfg
 
     def _start_client(self) -> None:
@@ -157,13 +247,76 @@ class ClientBase:
         cfg = self._config
         apply_debug(cfg["debug"])
         self._closed = False
+        self._pid = os.getpid()
+        _open_clients.add(self)
         self._io.start()
         if cfg["bootstrap.servers"] is None or not cfg.broker_addresses():
             self._log.warning("No bootstrap.servers configured: nothing will be %s",
                               self._work)
+        elif self._connects_at_start:
+            _connect_at_start(self._io, self._cluster)
 
     def close(self) -> Any:  # pragma: no cover - every client defines its own
         raise NotImplementedError
+
+    def _check_open(self) -> None:
+        """Raise unless the client can be used (one attribute test when it can)."""
+        if self._closed:
+            self._refuse()
+
+    def _refuse(self) -> NoReturn:
+        """Raise the reason this client cannot be used: RuntimeError once closed, as
+        confluent-kafka does, or when its ``__init__`` never ran; KafkaException in a
+        process forked from the one that made it."""
+        if self._forked:
+            name = type(self).__name__
+            raise KafkaException(KafkaError(
+                KafkaError._STATE,
+                f"This {name} was created in process {self._pid} and cannot be used in "
+                f"process {os.getpid()}, a fork of it (its I/O thread and connections "
+                f"stayed in the parent): create a new {name} in the child process",
+                fatal=True))
+        if "_io" not in vars(self):
+            name = type(self).__name__
+            raise RuntimeError(
+                f"{name} is not initialized: {name}.__init__ must call "
+                f"super().__init__(config) before the client is used")
+        raise RuntimeError(self._closed_text)
+
+    def _serve_errors(self) -> int:
+        """Hand the client-level errors the I/O thread collected to ``error_cb`` (or the
+        debug log when there is none); returns how many. If ``error_cb`` raises, the
+        errors after that one are served by the next call."""
+        pending = self._errors
+        pending.extend(self._cluster.take_errors())
+        served = 0
+        error_cb = self._error_cb
+        while pending:
+            try:
+                err = pending.popleft()  # other threads may serve too: one pop each
+            except IndexError:
+                break
+            served += 1
+            if error_cb is not None:
+                error_cb(err)
+            else:
+                self._log.debug("client error: %s", err.str())
+        return served
+
+    def list_topics(self, topic: Optional[str] = None,
+                    timeout: Optional[float] = -1) -> ClusterMetadata:
+        """Cluster metadata (every topic, or only ``topic``) from one Metadata request,
+        waited for at most ``timeout`` seconds (-1 or None: socket.timeout.ms). Asking
+        for a topic does not create it. Raises KafkaException (_TRANSPORT, _TIMED_OUT)
+        when no broker answers in time."""
+        self._check_open()
+        if topic is not None and not isinstance(topic, str):
+            raise TypeError(f"topic must be a str or None, not {type(topic).__name__}")
+        if timeout is not None and not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds, not "
+                            f"{type(timeout).__name__}")
+        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
+                                         else timeout)
 
     def _on_shutdown(self) -> Optional[Callable[[], None]]:
         """Application thread, once, as the client shuts down: refuse further use;
@@ -175,7 +328,17 @@ class ClientBase:
         if self._closed:
             return
         self._closed = True
+        _open_clients.discard(self)
         stop_client(self._io, self._cluster, first=self._on_shutdown())
+
+    def _at_exit(self) -> None:
+        """The interpreter exits with this client open (not closed, not collected)."""
+
+    def _on_fork(self) -> None:
+        """In a forked child, for each client inherited open: make every method refuse
+        (nothing here may take a lock: another thread of the parent may have held it)."""
+        self._forked = True
+        self._closed = True   # one test on every call path, none per message
 
     def __enter__(self: _Client) -> _Client:
         return self
@@ -190,7 +353,11 @@ class ClientBase:
             if self._io.in_thread():
                 # Collected on its own I/O thread (a cycle the collector found there):
                 # it cannot wait for itself; the loop ends after this turn.
-                self._closed = True
+                if not self._closed:
+                    self._closed = True
+                    first = self._on_shutdown()
+                    if first is not None:
+                        first()
                 self._io.stop(0)
             else:
                 self._shutdown()

@@ -241,9 +241,9 @@ def _produce(config: Dict[str, Any], topic: str, messages: int, base: int, api: 
             return
         acked[0] += 1
         # The value starts with its sequence number: it must sit at base + that number
-        # (with acks=0 the broker says nothing, and the offset is -1).
+        # (with acks=0 the broker says nothing, and the offset is None).
         offset = msg.offset()
-        if offset != base + int(msg.value()[:10]) and offset >= 0:
+        if offset is not None and offset != base + int(msg.value()[:10]):
             misplaced[0] += 1
 
     fmt = _FORMAT

@@ -14,8 +14,11 @@ The same module is importable as ``kafka_client.error`` (confluent-kafka's name)
 exceptions the serializing clients raise: :class:`ConsumeError`, :class:`ProduceError`,
 :class:`SerializationError` and its key/value (de)serialization subclasses.
 
-Difference from confluent-kafka, on purpose: when ``retriable`` is not given, it is taken from
-the broker table (or a short list of transient local codes) instead of defaulting to ``False``.
+``KafkaError(code, reason)`` is not fatal, not retriable and does not require a transaction
+abort unless told so, as in confluent-kafka. The errors the client builds itself go through
+:func:`client_error`, which takes the retriable flag from the broker table (or a short list
+of transient local codes): the client decides its retries on that flag, and the errors it
+hands to the application carry it.
 """
 from __future__ import annotations
 
@@ -161,7 +164,7 @@ def _code_description(code: int) -> str:
     return f"Unknown error {code}"
 
 
-def _default_retriable(code: int) -> bool:
+def _table_retriable(code: int) -> bool:
     row = _BROKER_BY_CODE.get(code)
     if row is not None:
         return bool(row.retriable)
@@ -171,10 +174,11 @@ def _default_retriable(code: int) -> bool:
 class KafkaError:
     """An error (or event) code with an optional reason and flags.
 
-    ``KafkaError(error, reason=None, fatal=False, retriable=None, txn_requires_abort=False)``:
+    ``KafkaError(error, reason=None, fatal=False, retriable=False, txn_requires_abort=False)``:
     *error* is a code (int) or another :class:`KafkaError` (whose code is taken). Compares
     equal to other :class:`KafkaError` values and to ints by code only, so
-    ``err == KafkaError._PARTITION_EOF`` works; hashes like its code.
+    ``err == KafkaError._PARTITION_EOF`` works; hashes like its code. (The client's own
+    errors come from :func:`client_error`, with the retriable flag of the error table.)
     """
 
     __slots__ = ("_code", "_reason", "_fatal", "_retriable", "_txn_requires_abort")
@@ -188,7 +192,7 @@ class KafkaError:
         error: Union[int, "KafkaError"],
         reason: Optional[str] = None,
         fatal: bool = False,
-        retriable: Optional[bool] = None,
+        retriable: bool = False,
         txn_requires_abort: bool = False,
     ) -> None:
         if isinstance(error, KafkaError):
@@ -202,7 +206,7 @@ class KafkaError:
         self._code = code
         self._reason = reason
         self._fatal = bool(fatal)
-        self._retriable = _default_retriable(code) if retriable is None else bool(retriable)
+        self._retriable = bool(retriable)
         self._txn_requires_abort = bool(txn_requires_abort)
 
     def code(self) -> int:
@@ -298,6 +302,15 @@ def _install_constants() -> None:
 
 
 _install_constants()
+
+
+def client_error(code: int, reason: Optional[str] = None, *, fatal: bool = False
+                 ) -> KafkaError:
+    """An error the client itself raises or reports, for a broker or local ``code``: its
+    ``retriable()`` is the error table's flag (broker codes), or true for the transient
+    local codes (_TRANSPORT, _TIMED_OUT, _TIMED_OUT_QUEUE, _ALL_BROKERS_DOWN,
+    _WAIT_COORD). The client decides its retries on that flag."""
+    return KafkaError(code, reason, fatal, _table_retriable(code))
 
 
 class KafkaException(Exception):

@@ -5,6 +5,7 @@ between the two by changing an import.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, List, Optional, Tuple
 
 from .errors import KafkaError
@@ -165,16 +166,25 @@ def _rebuild_tp(topic: str, partition: int, offset: int, metadata: Optional[str]
 class Message:
     """One consumed or produced message, or an event/error (then :meth:`error` is not None).
 
-    All constructor arguments are optional (the consumer and producer build these; tests may
-    too). Accessors are methods, as in confluent-kafka: ``msg.value()``, ``msg.offset()``, ...
-    ``timestamp`` is a ``(type, milliseconds)`` tuple with a ``TIMESTAMP_*`` type.
+    ``Message(topic=None, partition=None, offset=None, key=None, value=None, headers=None,
+    error=None, timestamp=None, latency=None, leader_epoch=None, delivery_count=None)``,
+    positional or keyword, as confluent-kafka's (for tests and mocks; the clients make
+    their messages without this constructor). ``partition``, ``offset``,
+    ``leader_epoch`` and ``delivery_count`` must be ints, ``latency`` a real number and
+    ``timestamp`` a ``(type, milliseconds)`` tuple of ints (TypeError otherwise); a
+    negative partition, offset, latency or leader epoch, and a delivery count below 1,
+    mean "not known" and read back as None, as in confluent-kafka. Accessors are methods:
+    ``msg.value()``, ``msg.offset()``, ... Messages compare equal when topic, partition,
+    offset, key, value, headers, error, timestamp (milliseconds) and leader epoch are
+    equal (not by latency or delivery count), and are not hashable.
     """
 
-    # A plain slotted class: the consumer creates one per record, so construction must be cheap
-    # (no validation, no properties; just slot stores).
+    # The consumer fills these slots straight from the record bytes (RecordFactory in
+    # consumer/decode.py, which must name every slot); the producer's delivery reports
+    # use an unvalidated constructor (DeliveredMessage): no validation per message.
     __slots__ = (
         "_topic", "_partition", "_offset", "_key", "_value", "_headers", "_error",
-        "_timestamp", "_latency", "_leader_epoch",
+        "_timestamp", "_latency", "_leader_epoch", "_delivery_count",
     )
 
     def __init__(
@@ -186,20 +196,31 @@ class Message:
         value: Any = None,
         headers: Optional[Headers] = None,
         error: Optional[KafkaError] = None,
-        timestamp: Tuple[int, int] = (TIMESTAMP_NOT_AVAILABLE, 0),
+        timestamp: Optional[Tuple[int, int]] = None,
         latency: Optional[float] = None,
         leader_epoch: Optional[int] = None,
+        delivery_count: Optional[int] = None,
     ) -> None:
         self._topic = topic
-        self._partition = partition
-        self._offset = offset
+        self._partition = _known(_c_int(partition, _INT32_MIN, _INT32_MAX, "signed integer"))
+        self._offset = _known(_c_int(offset, _INT64_MIN, _INT64_MAX, None))
         self._key = key
         self._value = value
         self._headers = headers
         self._error = error
-        self._timestamp = timestamp
+        self._timestamp = (TIMESTAMP_NOT_AVAILABLE, 0) if timestamp is None else \
+            _timestamp_pair(timestamp)
+        if latency is not None:
+            if isinstance(latency, (str, bytes)) or not hasattr(latency, "__float__"):
+                raise TypeError(f"must be real number, not {type(latency).__name__}")
+            latency = float(latency)
+            if latency < 0:
+                latency = None
         self._latency = latency
-        self._leader_epoch = leader_epoch
+        self._leader_epoch = _known(_c_int(leader_epoch, _INT32_MIN, _INT32_MAX,
+                                           "signed integer"))
+        count = _c_int(delivery_count, -(2**15), 2**15 - 1, "signed short integer")
+        self._delivery_count = count if count is not None and count > 0 else None
 
     def topic(self) -> Optional[str]:
         """Topic name, or None."""
@@ -210,7 +231,7 @@ class Message:
         return self._partition
 
     def offset(self) -> Optional[int]:
-        """Offset in the partition, or None."""
+        """Offset in the partition, or None when not known (a delivery that failed)."""
         return self._offset
 
     def key(self) -> Any:
@@ -219,6 +240,15 @@ class Message:
 
     def value(self) -> Any:
         """Value (bytes, or whatever a deserializer produced), or None."""
+        return self._value
+
+    def deserialized_key(self) -> Any:
+        """The key (confluent-kafka's experimental name for what a deserializer made of
+        it; the same object as :meth:`key`)."""
+        return self._key
+
+    def deserialized_value(self) -> Any:
+        """The value (the same object as :meth:`value`)."""
         return self._value
 
     def headers(self) -> Optional[Headers]:
@@ -243,6 +273,11 @@ class Message:
         epoch = self._leader_epoch
         return None if epoch is None or epoch < 0 else epoch
 
+    def delivery_count(self) -> Optional[int]:
+        """How many times the message was delivered (share groups, KIP-932), or None:
+        this client has no share consumer, so only a constructed message has one."""
+        return self._delivery_count
+
     def set_topic(self, value: Optional[str]) -> None:
         """Replace the topic."""
         self._topic = value
@@ -264,13 +299,25 @@ class Message:
         self._error = value
 
     def __len__(self) -> int:
-        """Size of the value in bytes (0 when there is none)."""
+        """Size of the value (0 when there is none)."""
         value = self._value
-        if value is None:
-            return 0
-        if isinstance(value, (bytes, bytearray, str)):
-            return len(value)
-        return len(memoryview(value))
+        return 0 if value is None else len(value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (self._topic == other._topic and self._partition == other._partition
+                and self._offset == other._offset and self._key == other._key
+                and self._value == other._value and self._headers == other._headers
+                and self._error == other._error
+                and self._timestamp[1] == other._timestamp[1]
+                and self.leader_epoch() == other.leader_epoch())
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]  # mutable (set_*), as confluent's
 
     def __repr__(self) -> str:
         if self._error is not None:
@@ -283,4 +330,53 @@ class Message:
     def __reduce__(self) -> Any:
         return (Message, (self._topic, self._partition, self._offset, self._key, self._value,
                           self._headers, self._error, self._timestamp, self._latency,
-                          self._leader_epoch))
+                          self.leader_epoch(), self._delivery_count))
+
+
+def _c_int(value: Any, lo: int, hi: int, c_name: Optional[str]) -> Optional[int]:
+    """``value`` as a C integer of range lo..hi, with the TypeError/OverflowError texts
+    of confluent-kafka's argument parsing; None stays None."""
+    if value is None:
+        return None
+    number = operator.index(value)  # TypeError: '...' object cannot be interpreted as ...
+    if number > hi:
+        raise OverflowError(f"{c_name} is greater than maximum" if c_name
+                            else "int too big to convert")
+    if number < lo:
+        raise OverflowError(f"{c_name} is less than minimum" if c_name
+                            else "int too big to convert")
+    return number
+
+
+def _known(number: Optional[int]) -> Optional[int]:
+    return None if number is None or number < 0 else number
+
+
+def _timestamp_pair(timestamp: Any) -> Tuple[int, int]:
+    if type(timestamp) is not tuple or len(timestamp) != 2:
+        raise TypeError("timestamp must be a tuple of (int, int)")
+    return (operator.index(timestamp[0]), operator.index(timestamp[1]))
+
+
+_new_message = object.__new__
+
+
+def unchecked_message(topic: Optional[str], partition: Optional[int], offset: Optional[int], key: Any,
+            value: Any, headers: Optional[Headers], error: Optional[KafkaError],
+            timestamp: Tuple[int, int], latency: Optional[float],
+            leader_epoch: Optional[int]) -> Message:
+    """A :class:`Message` made without the constructor's checks, for the client's own use
+    (values it made itself: nothing to validate)."""
+    m = _new_message(Message)
+    m._topic = topic
+    m._partition = partition
+    m._offset = offset
+    m._key = key
+    m._value = value
+    m._headers = headers
+    m._error = error
+    m._timestamp = timestamp
+    m._latency = latency
+    m._leader_epoch = leader_epoch
+    m._delivery_count = None
+    return m

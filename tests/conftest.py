@@ -8,7 +8,9 @@
   with a wrong-name and an unknown-CA certificate (kafka_client._testing.tls); skips
   when stunnel (Debian stunnel4) is not installed, which ``./dev`` installs;
 * ``sasl_tansu``: Tansu behind the tests' SASL gateway (kafka_client._testing.sasl_server;
-  user ``alice`` / ``alice-secret``, PLAIN, SCRAM-SHA-256/512, OAUTHBEARER).
+  user ``alice`` / ``alice-secret``, PLAIN, SCRAM-SHA-256/512, OAUTHBEARER);
+* ``run_child``: runs Python code in a child process with a hard timeout, for cases that
+  could hang (a regression then fails instead of stalling the suite).
 
 Every broker object has ``.bootstrap`` ("127.0.0.1:PORT"), ``.host``, ``.port``,
 ``.kind`` and ``.create_topic(name, partitions=1)``; noida-db also ``.restart()``,
@@ -24,7 +26,9 @@ import itertools
 import os
 import re
 import shutil
+import subprocess
 import sys
+import textwrap
 import uuid
 from pathlib import Path
 
@@ -193,3 +197,20 @@ def spark():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture
+def run_child():
+    """``run_child(code, timeout=60, **env)`` runs ``code`` (dedented) with this
+    interpreter in a child process whose working directory is the repository root and
+    returns the ``subprocess.CompletedProcess`` (text ``stdout``/``stderr``). A child
+    still running after ``timeout`` seconds is killed and the test fails."""
+    def run(code: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=_ROOT,
+                                  env={**os.environ, **env}, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"child process still running after {timeout}s (hung?); stderr:\n"
+                        f"{exc.stderr}")
+    return run

@@ -167,6 +167,10 @@ class Cluster:
         elif error is not None:
             if self._md_conn is conn:
                 self._md_conn = None
+            # The broker's error first, then (when it was the last one up) all down, in
+            # librdkafka's order.
+            self.report_error(error if error.code() != KafkaError._TRANSPORT else KafkaError(
+                KafkaError._TRANSPORT, error.str()))
             if not any(c.state == READY for c in self.conns.values()) \
                     and not self.all_down_reported and all(
                         c.connect_count > 0 and c.state == DISCONNECTED
@@ -176,8 +180,6 @@ class Cluster:
                     KafkaError._ALL_BROKERS_DOWN,
                     f"{len(self.conns)}/{len(self.conns)} brokers are down "
                     f"(last: {error.str()})"))
-            self.report_error(error if error.code() != KafkaError._TRANSPORT else KafkaError(
-                KafkaError._TRANSPORT, error.str()))
         for cb in self.on_broker_state:
             cb(conn, state, error)
 

@@ -58,7 +58,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from kafka_client._net.bootstrap import Address, resolve
 from kafka_client._net.security import SaslError, SaslMechanism, SecuritySettings
-from kafka_client.errors import KafkaError
+from kafka_client.errors import KafkaError, client_error
 from kafka_proto.errors import ErrorCode, UnsupportedVersionError, broker_error
 from kafka_proto.framing import DEFAULT_MAX_FRAME_SIZE
 from kafka_proto.messages import ApiKey, SaslAuthenticateRequest, SaslHandshakeRequest
@@ -293,8 +293,8 @@ class BrokerConnection:
                 self._addresses = resolve(self.host, self.port, self.settings.address_family)
             except OSError as exc:
                 self._addresses = []
-                self._fail(KafkaError(KafkaError._RESOLVE,
-                                      f"{self.host}:{self.port}: failed to resolve: {exc}"))
+                self._fail(client_error(KafkaError._RESOLVE,
+                                        f"{self.host}:{self.port}: failed to resolve: {exc}"))
                 return True
             self._addr_index = 0
         self.state = CONNECTING
@@ -308,7 +308,7 @@ class BrokerConnection:
             try:
                 sock = socket.socket(family, socket.SOCK_STREAM)
             except OSError as exc:
-                self.last_error = KafkaError(KafkaError._TRANSPORT, str(exc))
+                self.last_error = client_error(KafkaError._TRANSPORT, str(exc))
                 continue
             sock.setblocking(False)
             s = self.settings
@@ -326,7 +326,7 @@ class BrokerConnection:
             rc = sock.connect_ex(sockaddr)
             if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
                 sock.close()
-                self.last_error = KafkaError(
+                self.last_error = client_error(
                     KafkaError._TRANSPORT,
                     f"{self.host}:{self.port} ({sockaddr[0]}): connect failed: "
                     f"{errno.errorcode.get(rc, rc)}")
@@ -339,7 +339,7 @@ class BrokerConnection:
             return
         # Every address failed: this attempt is over.
         self._addresses = []
-        self._fail(self.last_error or KafkaError(
+        self._fail(self.last_error or client_error(
             KafkaError._TRANSPORT, f"{self.host}:{self.port}: no address to connect to"))
 
     def _connected(self) -> None:
@@ -544,7 +544,7 @@ class BrokerConnection:
         if version is None:
             version = self._conv.versions.get(req.api_key)
             if version is None:
-                self._finish(req, None, KafkaError(
+                self._finish(req, None, client_error(
                     KafkaError._UNSUPPORTED_FEATURE,
                     f"broker {self.host}:{self.port} supports no common version of API "
                     f"{req.api_key}"))
@@ -554,8 +554,8 @@ class BrokerConnection:
             out = self._conv.send(req.msg, version, expect_response=req.expect_response,
                                   context=req)
         except Exception as exc:
-            self._finish(req, None, KafkaError(KafkaError._INVALID_ARG,
-                                               f"cannot encode request: {exc}"))
+            self._finish(req, None, client_error(KafkaError._INVALID_ARG,
+                                                 f"cannot encode request: {exc}"))
             return
         self._queue_out(req, out)
 
@@ -593,8 +593,8 @@ class BrokerConnection:
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
-                self.close(KafkaError(KafkaError._TRANSPORT,
-                                      f"{self.host}:{self.port}: send failed: {exc}"))
+                self.close(client_error(KafkaError._TRANSPORT,
+                                        f"{self.host}:{self.port}: send failed: {exc}"))
                 return
             self._written += n
             self._out_bytes -= n
@@ -672,7 +672,7 @@ class BrokerConnection:
             if mask & _EVENT_WRITE:
                 err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 if err:
-                    self.last_error = KafkaError(
+                    self.last_error = client_error(
                         KafkaError._TRANSPORT,
                         f"{self.host}:{self.port}: connect failed: "
                         f"{errno.errorcode.get(err, err)} ({os.strerror(err)})")
@@ -703,22 +703,22 @@ class BrokerConnection:
             except _TLS_WOULD_BLOCK:
                 return
             except OSError as exc:
-                self.close(KafkaError(_io_error_code(exc),
-                                      f"{self.host}:{self.port}: receive failed: {exc}"))
+                self.close(client_error(_io_error_code(exc),
+                                        f"{self.host}:{self.port}: receive failed: {exc}"))
                 return
             finally:
                 del view
             if n == 0:
-                self.close(KafkaError(KafkaError._TRANSPORT,
-                                      f"{self.host}:{self.port}: connection closed by broker"))
+                self.close(client_error(KafkaError._TRANSPORT,
+                                        f"{self.host}:{self.port}: connection closed by broker"))
                 return
             self.rx_bytes += n
             self.last_activity = time.monotonic()
             try:
                 conv.commit(n)
             except Exception as exc:
-                self.close(KafkaError(KafkaError._BAD_MSG,
-                                      f"{self.host}:{self.port}: bad frame: {exc}"))
+                self.close(client_error(KafkaError._BAD_MSG,
+                                        f"{self.host}:{self.port}: bad frame: {exc}"))
                 return
             self._handle_answers(sock)
         # OpenSSL may hold decrypted bytes the selector cannot see: read them next turn.
@@ -738,21 +738,21 @@ class BrokerConnection:
             try:
                 event = conv.next_event()
             except ResponseDecodeError as exc:
-                error = KafkaError(KafkaError._TRANSPORT, f"{self.host}:{self.port}: {exc}")
+                error = client_error(KafkaError._TRANSPORT, f"{self.host}:{self.port}: {exc}")
                 self.close(error)
                 self._finish(exc.request.data, None, error)  # answered, so not failed by close
                 return
             except UnsupportedVersionError:
-                self.close(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
-                                      f"{self.host}:{self.port}: no ApiVersions version "
-                                      f"accepted"))
+                self.close(client_error(KafkaError._UNSUPPORTED_FEATURE,
+                                        f"{self.host}:{self.port}: no ApiVersions version "
+                                        f"accepted"))
                 return
             except HandshakeError as exc:
-                self.close(KafkaError(KafkaError._TRANSPORT, f"{self.host}:{self.port}: {exc}"))
+                self.close(client_error(KafkaError._TRANSPORT, f"{self.host}:{self.port}: {exc}"))
                 return
             except Exception as exc:
-                self.close(KafkaError(KafkaError._TRANSPORT,
-                                      f"{self.host}:{self.port}: bad response: {exc}"))
+                self.close(client_error(KafkaError._TRANSPORT,
+                                        f"{self.host}:{self.port}: bad response: {exc}"))
                 return
             if event is None:
                 return
@@ -797,10 +797,10 @@ class BrokerConnection:
             return self.next_attempt if (self._queue and self.next_attempt > now) else None
         if st in _SETTING_UP:
             if now >= self._setup_deadline:
-                self.close(KafkaError(KafkaError._TRANSPORT if st == CONNECTING
-                                      else KafkaError._TIMED_OUT,
-                                      f"{self.host}:{self.port}: connection setup timed out "
-                                      f"after {self.settings.setup_timeout:g}s ({st})"))
+                self.close(client_error(KafkaError._TRANSPORT if st == CONNECTING
+                                        else KafkaError._TIMED_OUT,
+                                        f"{self.host}:{self.port}: connection setup timed out "
+                                        f"after {self.settings.setup_timeout:g}s ({st})"))
                 return None
             nxt = self._setup_deadline
         elif self._reauth_at and st == READY:
@@ -815,8 +815,8 @@ class BrokerConnection:
             # Send order; timeouts mostly equal, so the oldest is (nearly) the earliest.
             earliest = oldest.data.deadline
             if now >= earliest:
-                self.close(KafkaError(KafkaError._TIMED_OUT,
-                                      f"{self.host}:{self.port}: request timed out"))
+                self.close(client_error(KafkaError._TIMED_OUT,
+                                        f"{self.host}:{self.port}: request timed out"))
                 return None
             nxt = earliest if nxt is None else min(nxt, earliest)
         idle = self.settings.idle_timeout
@@ -890,8 +890,8 @@ class BrokerConnection:
                 _log.debug("connection to %s:%s failed: %s", self.host, self.port, error.str())
         else:
             self.next_attempt = now
-        fail_with = error or KafkaError(KafkaError._TRANSPORT,
-                                        f"{self.host}:{self.port}: connection closed")
+        fail_with = error or client_error(KafkaError._TRANSPORT,
+                                          f"{self.host}:{self.port}: connection closed")
         # acks=0 requests cut off mid-write never reached the broker whole.
         for _, req in marks:
             self._finish(req, None, fail_with)

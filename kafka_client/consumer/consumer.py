@@ -17,14 +17,26 @@ rebalances, commit results) there, as librdkafka does.
 """
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from itertools import islice
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from kafka_client._cluster.cluster import _wait_interruptibly
-from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import ClientBase, serve_errors
+from kafka_client._common import ClientBase, deadline_after
 from kafka_client.consumer.arrow import to_record_batch
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
@@ -67,6 +79,7 @@ class Consumer(ClientBase):
 
     _role = "consumer"
     _work = "consumed"
+    _closed_text = "Consumer closed"
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         cfg = self._init_client(config, kwargs)
@@ -77,11 +90,18 @@ class Consumer(ClientBase):
         self._deliver = deliver = _deliverer(self._queue, self._ready)
         self._fetcher = Fetcher(cfg, self._cluster, self._io, deliver)
         self._lock = self._fetcher.lock
-        # Messages decoded from the chunk being handed out, and where we are in them.
-        self._buf: List[Message] = []
-        self._buf_pos = 0
-        self._buf_part: Optional[PartitionState] = None
+        #: Held by the thread taking chunks off the queue and decoding them: any number
+        #: of threads may call poll()/consume(); each message goes to one of them, and a
+        #: batch keeps each partition's order. Taken before self._lock, never while
+        #: waiting or running callbacks.
+        self._hand = threading.Lock()
+        #: the decoded chunk being handed out; its positions are settled lazily (see
+        #: Handout), so poll()'s fast path takes no lock and writes nothing
+        self._handout = Handout(self._lock, bool(cfg["enable.auto.offset.store"]))
+        self._fetcher.settle = self._handout.settle
         self._columns: Optional[ColumnBuilder] = None  # reused by consume_arrow()
+        #: raised by a callback while a consume() had messages to return: raised next
+        self._deferred: Optional[Exception] = None
         self._auto_store = bool(cfg["enable.auto.offset.store"])
         self._assign_ops = 0  # assign()-family calls (rebalance callbacks are checked for them)
         self._group_id: Optional[str] = cfg["group.id"]
@@ -94,17 +114,18 @@ class Consumer(ClientBase):
         self._start_client()
 
     # -- plumbing ----------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("Consumer closed")
-
     def _part(self, tp: TopicPartition) -> PartitionState:
-        part = self._fetcher.parts.get((tp.topic, tp.partition))
-        if part is None or not part.assigned:
+        part = self._assigned(tp)
+        if part is None:
             raise KafkaException(KafkaError(
-                KafkaError._STATE, f"{tp.topic} [{tp.partition}] is not assigned to this "
-                f"consumer"))
+                KafkaError._UNKNOWN_PARTITION, f"{tp.topic} [{tp.partition}] is not "
+                f"assigned to this consumer"))
         return part
+
+    def _assigned(self, tp: TopicPartition) -> Optional[PartitionState]:
+        """Lock held: the partition's state if it is assigned, else None."""
+        part = self._fetcher.parts.get((tp.topic, tp.partition))
+        return part if part is not None and part.assigned else None
 
     # -- assignment ----------------------------------------------------------------------
     def assign(self, partitions: Sequence[TopicPartition]) -> None:
@@ -115,7 +136,7 @@ class Consumer(ClientBase):
         self._check_open()
         self._assign_ops += 1
         parts = _check_partitions(partitions, "assign")
-        with self._lock:
+        with self._hand, self._lock:
             for part in self._fetcher.parts.values():
                 self._drop(part)
             self._fetcher.parts = {}
@@ -126,7 +147,7 @@ class Consumer(ClientBase):
         """Stop consuming every assigned partition."""
         self._check_open()
         self._assign_ops += 1
-        with self._lock:
+        with self._hand, self._lock:
             for part in self._fetcher.parts.values():
                 self._drop(part)
             self._fetcher.parts = {}
@@ -153,7 +174,7 @@ class Consumer(ClientBase):
         self._check_open()
         self._assign_ops += 1
         parts = _check_partitions(partitions, "incremental_unassign")
-        with self._lock:
+        with self._hand, self._lock:
             for tp in parts:
                 part = self._fetcher.parts.get((tp.topic, tp.partition))
                 if part is None or not part.assigned:
@@ -184,16 +205,10 @@ class Consumer(ClientBase):
             self._io.call_soon(self._cluster.want_topics, sorted(topics))
 
     def _drop(self, part: PartitionState) -> None:
-        """Lock held: forget a partition; its queued data is dropped as it is met."""
+        """Locks held: forget a partition; its queued data is dropped as it is met."""
+        self._handout.drop(part)
         part.assigned = False
         part.version += 1
-        if self._buf_part is part:
-            self._clear_buf()
-
-    def _clear_buf(self) -> None:
-        self._buf = []
-        self._buf_pos = 0
-        self._buf_part = None
 
     # -- positions -----------------------------------------------------------------------
     def seek(self, partition: TopicPartition) -> None:
@@ -207,11 +222,10 @@ class Consumer(ClientBase):
         if offset == OFFSET_INVALID:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
                                             "seek(): offset is OFFSET_INVALID"))
-        with self._lock:
+        with self._hand, self._lock:
             part = self._part(partition)
+            self._handout.drop(part)  # settles what poll() took first: the seek wins
             part.seek(offset)
-            if self._buf_part is part:
-                self._clear_buf()
         self._fetcher.kick()
 
     def position(self, partitions: Sequence[TopicPartition]) -> List[TopicPartition]:
@@ -220,6 +234,7 @@ class Consumer(ClientBase):
         self._check_open()
         out = []
         with self._lock:
+            self._handout.settle()
             for tp in _check_partitions(partitions, "position"):
                 part = self._fetcher.parts.get((tp.topic, tp.partition))
                 pos = part.app_pos if part is not None and part.app_pos >= 0 else OFFSET_INVALID
@@ -230,47 +245,44 @@ class Consumer(ClientBase):
         """Stop fetching and returning messages from these assigned partitions; messages
         already fetched are fetched again after resume()."""
         self._check_open()
-        with self._lock:
+        with self._hand, self._lock:
             for tp in _check_partitions(partitions, "pause"):
-                part = self._part(tp)
-                if part.paused:
-                    continue
+                part = self._assigned(tp)
+                if part is None or part.paused:
+                    continue  # not assigned: nothing to pause (librdkafka's answer too)
                 part.paused = True
+                self._handout.drop(part)
                 if part.app_pos >= 0:
                     eof = part.eof_offset
                     part.seek(part.app_pos)
                     part.eof_offset = eof
                 else:
                     part.version += 1  # drop what is queued; the lookup continues
-                if self._buf_part is part:
-                    self._clear_buf()
 
     def resume(self, partitions: Sequence[TopicPartition]) -> None:
         """Fetch paused partitions again, from where the application left off."""
         self._check_open()
         with self._lock:
             for tp in _check_partitions(partitions, "resume"):
-                self._part(tp).paused = False
+                part = self._assigned(tp)
+                if part is not None:
+                    part.paused = False
         self._fetcher.kick()
 
     # -- consuming -------------------------------------------------------------------------
     def poll(self, timeout: Optional[float] = None) -> Optional[Message]:
         """One message or event (``msg.error()`` set), or None after ``timeout`` seconds
         (None or -1: wait forever). Runs pending callbacks."""
-        buf = self._buf
-        pos = self._buf_pos
+        if self._closed:
+            self._refuse()
         group = self._group
-        if pos < len(buf) and not self._closed and (group is None or group.idle_poll()):
+        if self._deferred is None and (group is None or group.idle_poll()):
             # Fast path: the next message of the chunk being handed out (no callback or
-            # group work is waiting for this thread).
-            msg = buf[pos]
-            self._buf_pos = pos + 1
-            part = self._buf_part
-            nxt = msg._offset + 1
-            part.app_pos = nxt
-            if self._auto_store:
-                part.stored = nxt
-            return msg
+            # group work is waiting for this thread). next() on the chunk's iterator is
+            # one step under the GIL: each message goes to one thread.
+            msg = next(self._handout.rest, None)
+            if msg is not None:
+                return msg
         msgs = self.consume(1, -1 if timeout is None else timeout)
         return msgs[0] if msgs else None
 
@@ -278,15 +290,24 @@ class Consumer(ClientBase):
         """Up to ``num_messages`` messages and events, returned as soon as that many are
         there or ``timeout`` seconds passed (-1 or None: no limit)."""
         self._check_open()
-        if isinstance(num_messages, bool) or not isinstance(num_messages, int) \
-                or not 1 <= num_messages <= _MAX_CONSUME:
-            raise ValueError(f"num_messages must be an int in 1..{_MAX_CONSUME}")
-        deadline = float("inf") if timeout is None or timeout < 0 else \
-            time.monotonic() + timeout
+        num_messages = _count(num_messages, "num_messages")
+        deadline = deadline_after(timeout)
+        self._raise_deferred()
         out: List[Message] = []
         while True:
-            self._serve()
-            self._fill(out, num_messages)
+            try:
+                self._serve()
+            except Exception as exc:
+                if not out:
+                    raise
+                # A callback raised with messages in hand (their positions moved on):
+                # return them, and the exception from the next call.
+                self._deferred = exc
+                return out
+            if not num_messages:
+                return out
+            with self._hand:
+                self._fill(out, num_messages)
             if len(out) >= num_messages:
                 return out
             remaining = deadline - time.monotonic()
@@ -305,19 +326,28 @@ class Consumer(ClientBase):
         are raised as KafkaException (after the rows before them were returned);
         _PARTITION_EOF events are not reported here. Needs pyarrow."""
         self._check_open()
-        if isinstance(max_records, bool) or not isinstance(max_records, int) \
-                or not 1 <= max_records <= _MAX_CONSUME:
-            raise ValueError(f"max_records must be an int in 1..{_MAX_CONSUME}")
-        deadline = float("inf") if timeout is None or timeout < 0 else \
-            time.monotonic() + timeout
-        cols = self._columns
+        max_records = _count(max_records, "max_records")
+        if not max_records:
+            raise ValueError(f"max_records must be between 1 and {_MAX_CONSUME}")
+        deadline = deadline_after(timeout)
+        self._raise_deferred()
+        with self._hand:  # one builder per call: threads may call this at once
+            cols = self._columns
+            self._columns = None
         if cols is None:
-            cols = self._columns = ColumnBuilder(TIMESTAMP_CREATE_TIME,
-                                                 TIMESTAMP_LOG_APPEND_TIME)
+            cols = ColumnBuilder(TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME)
         error: Optional[KafkaError] = None
         while True:
-            self._serve()
-            error = self._fill_columns(cols, max_records)
+            try:
+                self._serve()
+            except Exception as exc:
+                if not len(cols):
+                    self._columns = cols
+                    raise
+                self._deferred = exc  # rows in hand: returned now, the exception next
+                break
+            with self._hand:
+                error = self._fill_columns(cols, max_records)
             if error is not None or len(cols) >= max_records:
                 break
             remaining = deadline - time.monotonic()
@@ -325,29 +355,33 @@ class Consumer(ClientBase):
                 break
             self._ready.wait(min(remaining, 0.2))
         if error is not None and not len(cols):
+            self._columns = cols
             raise KafkaException(error)
-        return to_record_batch(cols.finish())
+        batch = to_record_batch(cols.finish())
+        self._columns = cols  # empty again: the next call reuses it
+        return batch
 
     def _fill_columns(self, cols: ColumnBuilder, n: int) -> Optional[KafkaError]:
         """Move up to ``n - len(cols)`` messages from the queue into ``cols``; returns an
         error event met on the way (left in the queue if rows were added before it)."""
         auto_store = self._auto_store
         queue = self._queue
-        buf = self._buf
-        pos = self._buf_pos
-        if pos < len(buf):
+        handout = self._handout
+        part = handout.part
+        if part is not None:
             # Messages decoded by an earlier consume()/poll() go first, in order.
-            part = self._buf_part
             cols.set_source(part.topic, part.partition)
-            while pos < len(buf) and len(cols) < n:
-                m = buf[pos]
+            rest = handout.rest
+            while len(cols) < n:
+                m = next(rest, None)
+                if m is None:
+                    break
                 ts = m._timestamp
                 cols.append_row(m._offset, ts[1], ts[0], m._key, m._value, m._headers)
-                pos += 1
-            self._buf_pos = pos
-            part.app_pos = buf[pos - 1]._offset + 1
-            if auto_store:
-                part.stored = part.app_pos
+            if len(cols) < n:
+                handout.drop()  # used up: the rows below move the positions themselves
+            else:
+                handout.settle()
         while len(cols) < n:
             with self._lock:
                 if not queue:
@@ -399,31 +433,29 @@ class Consumer(ClientBase):
         return None
 
     def _fill(self, out: List[Message], n: int) -> None:
-        """Move up to ``n - len(out)`` messages from the queue to ``out``."""
-        auto_store = self._auto_store
+        """_hand held: move up to ``n - len(out)`` messages from the chunk being handed
+        out, then from the queue, to ``out``; their positions are settled on return.
+
+        Only the chunk being handed out is shared with poll()'s fast path, and it is
+        taken from by single C calls (``extend`` draining its iterator, or ``islice``
+        when less than all of it is wanted). A chunk decoded here is taken from by
+        plain slicing before it is published (nobody else can see it yet): the common
+        case costs a list copy, not an iterator step, per message."""
         queue = self._queue
+        handout = self._handout
+        rest = handout.rest
+        need = n - len(out)
+        if need >= rest.__length_hint__():
+            out.extend(rest)  # what is left (other threads only ever take, never add)
+        else:
+            out.extend(islice(rest, need))
         while len(out) < n:
-            buf = self._buf
-            pos = self._buf_pos
-            if pos < len(buf):
-                take = min(n - len(out), len(buf) - pos)
-                if take == len(buf) and not out:
-                    out.extend(buf)  # whole chunk
-                else:
-                    out.extend(buf[pos:pos + take])
-                pos += take
-                self._buf_pos = pos
-                nxt = buf[pos - 1]._offset + 1
-                part = self._buf_part
-                part.app_pos = nxt
-                if auto_store:
-                    part.stored = nxt
-                continue
+            # The chunk being handed out is used up: the next item from the queue.
             if not queue:
                 with self._lock:
                     if not queue:
                         self._ready.clear()
-                        return
+                        break
             with self._lock:
                 item = queue.popleft()
                 part = item.part
@@ -445,9 +477,14 @@ class Consumer(ClientBase):
                 self._decode_failed(item, msgs[-1]._offset + 1 if msgs else item.start, exc)
             except BudgetSpent as cut:
                 self._refetch(item, cut.offset)
-            self._buf = msgs
-            self._buf_pos = 0
-            self._buf_part = part
+            need = n - len(out)
+            if len(msgs) <= need:
+                out.extend(msgs)
+                handout.start(msgs, part, len(msgs))
+            else:
+                out.extend(msgs[:need])
+                handout.start(msgs, part, need)
+        handout.settle()
 
     def _refetch(self, chunk: Chunk, offset: int) -> None:
         """The rest of ``chunk`` from ``offset`` on is fetched again (its decompressed
@@ -479,8 +516,16 @@ class Consumer(ClientBase):
         self._fetcher.kick()
 
     # -- callbacks ---------------------------------------------------------------------
+    def _raise_deferred(self) -> None:
+        """Raise what a callback raised during an earlier call that had messages to
+        return (see consume())."""
+        failure = self._deferred
+        if failure is not None:
+            self._deferred = None
+            raise failure
+
     def _serve(self) -> None:
-        serve_errors(self._cluster, self._error_cb, self._log)
+        self._serve_errors()
         if self._group is not None:
             self._group.serve(_Member(self))
 
@@ -564,14 +609,6 @@ class Consumer(ClientBase):
                 raise KafkaException(found.error)
         return results
 
-    def list_topics(self, topic: Optional[str] = None,
-                    timeout: float = -1) -> ClusterMetadata:
-        """Cluster metadata (every topic, or only ``topic``), waited for at most
-        ``timeout`` seconds (-1: socket.timeout.ms)."""
-        self._check_open()
-        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
-                                         else timeout)
-
     # -- group API (needs group.id) ------------------------------------------------------
     def _need_group(self, what: str) -> Any:
         self._check_open()
@@ -587,9 +624,16 @@ class Consumer(ClientBase):
         or regular expressions starting with ``^``). The callbacks run from poll()/
         consume() as ``cb(consumer, partitions)``."""
         group = self._need_group("subscribe()")
-        if isinstance(topics, str) or not topics or \
-                not all(isinstance(t, str) and t for t in topics):
-            raise TypeError("subscribe() takes a non-empty list of topic names")
+        if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+            raise TypeError("subscribe() requires a list of topic names (str)")
+        if not topics or not all(topics):
+            raise KafkaException(KafkaError(
+                KafkaError._INVALID_ARG, "subscribe(): the list of topics is empty or "
+                "holds an empty name"))
+        for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke),
+                         ("on_lost", on_lost)):
+            if cb is not None and not callable(cb):
+                raise TypeError(f"{name} expects a callable, not {type(cb).__name__}")
         group.subscribe(list(topics), on_assign, on_revoke, on_lost)
 
     def unsubscribe(self) -> None:
@@ -599,52 +643,70 @@ class Consumer(ClientBase):
     def store_offsets(self, message: Optional[Message] = None,
                       offsets: Optional[Sequence[TopicPartition]] = None) -> None:
         """Store ``message.offset() + 1`` (or each ``offsets`` entry as given) to be
-        committed by the next commit (auto-commit or commit() without arguments)."""
+        committed by the next commit (auto-commit or commit() without arguments).
+
+        As librdkafka: exactly one of the two (ValueError otherwise); a negative offset
+        or partition is _INVALID_ARG; partitions not assigned are skipped, and when none
+        of them is assigned the call fails with _UNKNOWN_PARTITION."""
         self._check_open()
-        if (message is None) == (offsets is None):
-            raise ValueError("store_offsets() takes either message or offsets")
+        if message is not None and offsets is not None:
+            raise ValueError("message and offsets are mutually exclusive")
+        if message is None and offsets is None:
+            raise ValueError("expected either message or offsets")
         if message is not None:
-            if message.error() is not None:
-                raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                                "cannot store the offset of an error event"))
-            entries = [TopicPartition(message.topic(), message.partition(),
-                                      message.offset() + 1)]
+            entries = [_offset_after(message, "store")]
         else:
-            entries = _check_partitions(offsets, "store_offsets")  # type: ignore[arg-type]
+            entries = _check_partitions(offsets, "store_offsets", any_partition=True)
+        if not entries:
+            return
+        for tp in entries:
+            if tp.partition < 0 or tp.offset < 0:
+                raise KafkaException(KafkaError(
+                    KafkaError._INVALID_ARG, f"StoreOffsets failed: {tp.topic} "
+                    f"[{tp.partition}]: offset {tp.offset} cannot be stored"))
+        stored = 0
         with self._lock:
             for tp in entries:
-                part = self._fetcher.parts.get((tp.topic, tp.partition))
-                if part is None or not part.assigned:
-                    raise KafkaException(KafkaError(
-                        KafkaError._STATE, f"{tp.topic} [{tp.partition}] is not assigned: "
-                        f"cannot store an offset for it"))
+                part = self._assigned(tp)
+                if part is None:
+                    continue
                 part.stored = tp.offset
                 part.stored_metadata = tp.metadata
                 part.stored_epoch = tp.leader_epoch if tp.leader_epoch is not None else -1
+                stored += 1
+        if not stored:
+            raise KafkaException(KafkaError(
+                KafkaError._UNKNOWN_PARTITION, "StoreOffsets failed: "
+                + ", ".join(f"{tp.topic} [{tp.partition}]" for tp in entries)
+                + " not assigned to this consumer"))
 
     def commit(self, message: Optional[Message] = None,
                offsets: Optional[Sequence[TopicPartition]] = None,
-               asynchronous: bool = True) -> Optional[List[TopicPartition]]:
-        """Commit ``message.offset() + 1``, or ``offsets``, or (neither) every stored
-        offset. ``asynchronous=False`` waits and returns the committed partitions (raising
-        on failure); otherwise returns None and the result goes to ``on_commit``."""
+               asynchronous: bool = True, **legacy: Any) -> Optional[List[TopicPartition]]:
+        """Commit ``message.offset() + 1``, or ``offsets`` (each entry's offset as
+        given), or with neither the stored offsets beyond the last commit.
+
+        ``asynchronous=True`` (the default) returns None and hands the result to
+        ``on_commit(err, partitions)`` from a later poll()/consume(); ``False`` waits,
+        calls ``on_commit``, returns the committed partitions and raises KafkaException
+        on failure. As librdkafka, entries with a negative offset are left out, and
+        nothing left to commit is _NO_OFFSET (raised, or given to ``on_commit``).
+        ``async=`` is accepted as the old name of ``asynchronous``."""
+        if legacy:
+            if set(legacy) != {"async"}:
+                raise TypeError(f"commit() got an unexpected keyword argument "
+                                f"{next(k for k in legacy if k != 'async')!r}")
+            asynchronous = legacy["async"]
         group = self._need_group("commit()")
         if message is not None and offsets is not None:
-            raise ValueError("commit() takes message or offsets, not both")
+            raise ValueError("message and offsets are mutually exclusive")
         if message is not None:
-            if message.error() is not None:
-                raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                                "cannot commit the offset of an error event"))
-            tps = [TopicPartition(message.topic(), message.partition(), message.offset() + 1,
-                                  leader_epoch=message.leader_epoch())]
+            tps = [_offset_after(message, "commit")]
         elif offsets is not None:
             tps = _check_partitions(offsets, "commit")
         else:
             tps = self._fetcher.stored_offsets()
-            if not tps:
-                raise KafkaException(KafkaError(KafkaError._NO_OFFSET,
-                                                "commit(): no stored offsets to commit"))
-        return group.commit(tps, asynchronous)
+        return group.commit(tps, bool(asynchronous))
 
     def committed(self, partitions: Sequence[TopicPartition],
                   timeout: Optional[float] = None) -> List[TopicPartition]:
@@ -667,18 +729,89 @@ class Consumer(ClientBase):
         """Commit stored offsets (with enable.auto.commit), leave the group, stop the I/O
         thread and close connections. Calls after close raise RuntimeError."""
         if self._closed:
+            if self._forked:
+                self._refuse()
             return
+        failure: Optional[Exception] = None
         if self._group is not None:
             try:
                 self._group.close(_Member(self))
-            except Exception:  # best effort: closing must not fail
-                self._log.exception("leaving the group failed")
+            except Exception as exc:  # a callback raised: close first, raise after
+                failure = exc
         self._shutdown()
+        if failure is not None:
+            raise failure
 
     def _on_shutdown(self) -> Callable[[], None]:
         # Dropped without close() the same happens, and only this: no LeaveGroup (the
         # group notices at session.timeout.ms), stored offsets not committed.
         return self._fetcher.close
+
+
+_USED_UP: Iterator[Message] = iter(())
+
+
+class Handout:
+    """The messages decoded from one chunk, handed out one by one or in slices by any
+    number of application threads, and the positions they move.
+
+    Handing out is ``next()``/``islice`` on one list iterator, atomic under the GIL, so
+    poll()'s fast path takes no lock and each message goes to exactly one caller. The
+    partition's position (``app_pos``) and, with enable.auto.offset.store, its stored
+    offset follow what was taken from the iterator, written by :meth:`settle`: at the
+    end of each consume(), before position()/pause(), and from the fetcher before any
+    commit reads the stored offsets (the I/O thread's auto-commit too). Holds no
+    reference to the Consumer (the fetcher holds :meth:`settle`)."""
+
+    __slots__ = ("lock", "auto_store", "messages", "rest", "part", "settled")
+
+    def __init__(self, lock: Any, auto_store: bool) -> None:
+        self.lock = lock                  # the fetcher's (re-entrant)
+        self.auto_store = auto_store
+        self.messages: List[Message] = []
+        self.rest: Iterator[Message] = _USED_UP
+        self.part: Optional[PartitionState] = None
+        self.settled = 0                  # messages whose positions are written
+
+    def start(self, messages: List[Message], part: PartitionState, taken: int = 0) -> None:
+        """The consumer's _hand held: hand out a newly decoded chunk whose first
+        ``taken`` messages the caller took already (the previous chunk is used up: its
+        positions are settled first)."""
+        rest = iter(messages)
+        if taken:
+            rest.__setstate__(taken)  # before anyone else can see it
+        with self.lock:
+            self.settle()
+            self.messages = messages
+            self.part = part
+            self.settled = 0
+            self.rest = rest
+
+    def settle(self) -> None:
+        """Any thread: write the position (and stored offset) after the last message
+        taken from the chunk; only forward."""
+        with self.lock:
+            part = self.part
+            if part is None:
+                return
+            taken = len(self.messages) - self.rest.__length_hint__()
+            if taken > self.settled:
+                self.settled = taken
+                nxt = self.messages[taken - 1]._offset + 1
+                part.app_pos = nxt
+                if self.auto_store:
+                    part.stored = nxt
+
+    def drop(self, part: Optional[PartitionState] = None) -> None:
+        """Locks held: stop handing out the chunk (of ``part``, if given): its partition
+        was seeked, paused or unassigned, or it is used up. What was taken from it keeps
+        its positions (settled first)."""
+        if part is None or self.part is part:
+            self.settle()
+            self.messages = []
+            self.rest = _USED_UP
+            self.part = None
+            self.settled = 0
 
 
 class _Member:
@@ -729,6 +862,14 @@ def _error_deliverer(lock: Any, deliver: Callable[[Any], None]
     return deliver_error
 
 
+def _count(n: Any, what: str) -> int:
+    """A message count argument: an int in 0..1,000,000 (confluent-kafka's errors)."""
+    n = operator.index(n)
+    if not 0 <= n <= _MAX_CONSUME:
+        raise ValueError(f"{what} must be between 0 and {_MAX_CONSUME} (1M)")
+    return n
+
+
 def OFFSET_TAIL(n: int) -> int:
     """The logical offset ``n`` messages before the end of a partition."""
     if n < 0:
@@ -736,14 +877,40 @@ def OFFSET_TAIL(n: int) -> int:
     return OFFSET_TAIL_BASE - n
 
 
-def _check_partitions(partitions: Any, what: str) -> List[TopicPartition]:
-    if isinstance(partitions, TopicPartition) or not isinstance(partitions, (list, tuple)):
-        raise TypeError(f"{what}() takes a list of TopicPartition")
+def _check_partitions(partitions: Any, what: str,
+                      any_partition: bool = False) -> List[TopicPartition]:
+    """``partitions`` as a list of TopicPartition (TypeError otherwise); a negative
+    partition number is _INVALID_ARG unless ``any_partition``."""
+    if not isinstance(partitions, list):
+        raise TypeError(f"{what}() requires list of TopicPartition, not "
+                        f"{type(partitions).__name__}")
     for tp in partitions:
         if not isinstance(tp, TopicPartition):
-            raise TypeError(f"{what}() takes a list of TopicPartition, got "
+            raise TypeError(f"{what}() requires list of TopicPartition, got "
                             f"{type(tp).__name__}")
-        if tp.partition < 0:
+        if tp.partition < 0 and not any_partition:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
                                             f"{what}(): {tp.topic} has no partition number"))
     return list(partitions)
+
+
+def _offset_after(message: Any, what: str) -> TopicPartition:
+    """commit()/store_offsets() of a message: its partition at ``offset() + 1`` (with
+    its leader epoch); an event cannot be committed or stored."""
+    if not isinstance(message, Message):
+        raise TypeError(f"{what}: message must be a Message, not {type(message).__name__}")
+    err = message.error()
+    if err is not None:
+        raise KafkaException(KafkaError(
+            KafkaError._INVALID_ARG, f"Cannot {what} offsets for message with error: "
+            f"'{err.str()}'"))
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if not isinstance(topic, str) or partition is None or offset is None:
+        if what == "commit":
+            # Nothing to commit (librdkafka leaves the entry out: _NO_OFFSET).
+            return TopicPartition(topic if isinstance(topic, str) else "",
+                                  -1 if partition is None else partition, OFFSET_INVALID)
+        raise KafkaException(KafkaError(
+            KafkaError._INVALID_ARG, f"Cannot {what} offsets for a message without a "
+            f"topic, partition and offset"))
+    return TopicPartition(topic, partition, offset + 1, leader_epoch=message.leader_epoch())

@@ -18,6 +18,7 @@ from kafka_client.types import (
     TIMESTAMP_LOG_APPEND_TIME,
     TIMESTAMP_NOT_AVAILABLE,
     Message,
+    unchecked_message,
 )
 from kafka_proto.records import ColumnBuilder, ControlRecordType, RecordFactory, TimestampType
 
@@ -30,7 +31,7 @@ MESSAGES = RecordFactory(
     timestamp="_timestamp", topic="_topic", partition="_partition",
     leader_epoch="_leader_epoch",
     timestamp_types=(TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME),
-    constants={"_error": None, "_latency": None})
+    constants={"_error": None, "_latency": None, "_delivery_count": None})
 
 #: Decompressed bytes one fetched chunk may take while it is decoded: past them (its
 #: first batch is always decoded) the rest of the chunk is fetched again, so memory follows
@@ -106,8 +107,8 @@ def decode_chunk(chunk: Chunk, out: List[Message]) -> None:
                               batch.partition_leader_epoch)
         else:
             for off, key, value, ts in _legacy_rows(batch, start):
-                out.append(Message(topic, partition, off, key, value, None, None, ts, None,
-                                   -1))
+                out.append(unchecked_message(topic, partition, off, key, value, None, None,
+                                             ts, None, -1))
         if len(out) > before:
             # Offsets only go up, across batches too: a record at or below one already
             # handed out is skipped (hostile input; the Java client's rule).

@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from kafka_client._net.connection import DISCONNECTED
-from kafka_client.errors import KafkaError
+from kafka_client.errors import KafkaError, client_error
 from kafka_client.types import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -223,6 +223,9 @@ class Fetcher:
         self._node_hold: Dict[int, float] = {}
         self.fetch_requests = 0
         self.closed = False
+        #: the consumer's Handout.settle: brings the stored offsets up to what the
+        #: application was handed, before they are read for a commit
+        self.settle: Optional[Callable[[], None]] = None
         # No metadata or connection listeners: tick() runs after every loop turn and
         # picks up new leaders and READY connections.
         io.add_tick(self.tick)
@@ -371,7 +374,7 @@ class Fetcher:
                     if part.version != versions[part.key] or not part.assigned:
                         continue
                     part.resolving = False
-                    found = results.get(part.key) or _lookup_failed(KafkaError(
+                    found = results.get(part.key) or _lookup_failed(client_error(
                         KafkaError._TIMED_OUT, "no answer"))
                     off, err = found.offset, found.error
                     if err is not None or off < 0:
@@ -403,7 +406,7 @@ class Fetcher:
         for (topic, p), ts in want.items():
             leader = md.leader(topic, p)
             if leader < 0:
-                results[(topic, p)] = _lookup_failed(KafkaError(
+                results[(topic, p)] = _lookup_failed(client_error(
                     KafkaError.LEADER_NOT_AVAILABLE, f"{topic} [{p}]: leader not known"))
                 self.cluster.want_topics([topic])
                 md.request([topic], fast=True)
@@ -427,8 +430,8 @@ class Fetcher:
                         key = (t.name, pr.partition_index)
                         seen.add(key)
                         if pr.error_code:
-                            e = KafkaError(pr.error_code, f"ListOffsets {t.name} "
-                                           f"[{pr.partition_index}]")
+                            e = client_error(pr.error_code, f"ListOffsets {t.name} "
+                                             f"[{pr.partition_index}]")
                             if pr.error_code in LEADER_ERRORS:
                                 md.mark_stale(t.name)
                             results[key] = _lookup_failed(e)
@@ -446,8 +449,8 @@ class Fetcher:
         for node, topics in by_node.items():
             conn = self.cluster.ensure_connected(node)
             if conn is None:
-                answered(topics, None, KafkaError(KafkaError._TRANSPORT,
-                                                  f"broker {node} unknown"))
+                answered(topics, None, client_error(KafkaError._TRANSPORT,
+                                                    f"broker {node} unknown"))
                 continue
             req = ListOffsetsRequest(
                 replica_id=-1, isolation_level=isolation,
@@ -522,7 +525,7 @@ class Fetcher:
         now = time.monotonic()
         md = self.cluster.metadata
         if err is None and getattr(resp, "error_code", ErrorCode.NONE):
-            err = KafkaError(resp.error_code, "Fetch")
+            err = client_error(resp.error_code, "Fetch")
         if err is not None:
             with self.lock:
                 for part, _version, _pos in sent:
@@ -661,11 +664,11 @@ class Fetcher:
         if code in LEADER_ERRORS:
             md.mark_stale(part.topic, now)
             if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and part.last_error != code:
-                self._report(part, KafkaError(code, f"{part.topic} [{part.partition}]"))
+                self._report(part, client_error(code, f"{part.topic} [{part.partition}]"))
             part.last_error = code
             return
         if part.last_error != code:
-            self._report(part, KafkaError(code, f"Fetch {part.topic} [{part.partition}]"))
+            self._report(part, client_error(code, f"Fetch {part.topic} [{part.partition}]"))
         part.last_error = code
 
     def _report(self, part: PartitionState, err: KafkaError, offset: int = -1) -> None:
@@ -698,6 +701,8 @@ class Fetcher:
     def stored_offsets(self) -> List[TopicPartition]:
         """Stored offsets beyond the last commit (see PartitionState.commit_due)."""
         with self.lock:
+            if self.settle is not None:
+                self.settle()
             return [TopicPartition(part.topic, part.partition, part.stored,
                                    part.stored_metadata,
                                    part.stored_epoch if part.stored_epoch >= 0 else None)

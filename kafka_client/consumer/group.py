@@ -35,7 +35,6 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
 from kafka_client._cluster.cluster import _wait_interruptibly
-from kafka_client._common import call_safely
 from kafka_client.consumer.assignors import (
     MemberSubscription,
     Subscription,
@@ -45,7 +44,7 @@ from kafka_client.consumer.assignors import (
     encode_subscription,
     get_assignor,
 )
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -244,12 +243,14 @@ class GroupCoordinator:
         """Revoke (callback, commit with enable.auto.commit, unassign) on this thread,
         then leave the group."""
         assigned = member.assigned()
-        if self.patterns is not None and assigned:
-            tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
-            self._run_revoke(member, tps, False)
-        done = threading.Event()
-        self.io.call_soon(self._set_subscription, None, [], done)
-        _wait_interruptibly(done, time.monotonic() + 5)
+        try:
+            if self.patterns is not None and assigned:
+                tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
+                self._run_revoke(member, tps, False)
+        finally:  # a callback that raised does not keep the member in the group
+            done = threading.Event()
+            self.io.call_soon(self._set_subscription, None, [], done)
+            _wait_interruptibly(done, time.monotonic() + 5)
 
     def idle_poll(self) -> bool:
         """poll()'s fast path: note the poll; True when serve() has nothing to run."""
@@ -272,15 +273,19 @@ class GroupCoordinator:
             if kind == "commit":
                 cb = self.config["on_commit"]
                 if cb is not None:
-                    call_safely(cb, ev[1], ev[2])
+                    cb(ev[1], ev[2])  # an exception goes to the caller; the rest wait
             elif kind == "revoke":
                 self._run_revoke(member, ev[1], ev[2])
             elif kind == "assign":
                 self._run_assign(member, ev[1], ev[2])
 
     def _run_revoke(self, member: GroupMember, tps: List[TopicPartition], lost: bool) -> None:
+        """The revocation on the application thread: commit (enable.auto.commit), the
+        callback, the unassignment. The unassignment and the news to the I/O thread
+        happen even if a callback raises; then the exception goes on."""
         cb = self.on_lost if lost and self.on_lost is not None else self.on_revoke
         before = member.assignment_changes()
+        failure: Optional[Exception] = None
         if not lost and self.auto_commit:
             # Offsets processed so far are committed before the partitions go, as
             # librdkafka does with enable.auto.commit.
@@ -292,49 +297,57 @@ class GroupCoordinator:
                     self.commit(stored, asynchronous=False, timeout=5.0)
             except KafkaException as exc:
                 _log.info("commit before revoke failed: %s", exc)
-        if cb is not None:
-            call_safely(cb, member.consumer, tps)
-        if member.assignment_changes() == before:
-            if self.cooperative:
-                assigned = member.assigned()
-                keep = [tp for tp in tps if (tp.topic, tp.partition) in assigned]
-                if keep:
-                    member.incremental_unassign(keep)
-            else:
-                member.unassign()
-        self.io.call_soon(self._revoke_done)
+            except Exception as exc:  # on_commit raised: the revocation still runs
+                failure = exc
+        try:
+            if cb is not None:
+                cb(member.consumer, tps)
+        finally:
+            if member.assignment_changes() == before:
+                if self.cooperative:
+                    assigned = member.assigned()
+                    keep = [tp for tp in tps if (tp.topic, tp.partition) in assigned]
+                    if keep:
+                        member.incremental_unassign(keep)
+                else:
+                    member.unassign()
+            self.io.call_soon(self._revoke_done)
+        if failure is not None:
+            raise failure
 
     def _run_assign(self, member: GroupMember, tps: List[TopicPartition], token: int) -> None:
+        """The assignment on the application thread: the callback, then the assignment
+        itself unless the callback made one (also when it raises)."""
         before = member.assignment_changes()
         cb = self.on_assign
-        if cb is not None:
-            call_safely(cb, member.consumer, tps)
-        if member.assignment_changes() == before and token == self._op_token:
-            if self.cooperative:
-                assigned = member.assigned()
-                new = [tp for tp in tps if (tp.topic, tp.partition) not in assigned]
-                if new:
-                    member.incremental_assign(new)
-            else:
-                member.assign(tps)
-        self.io.call_soon(self._assign_done)
+        try:
+            if cb is not None:
+                cb(member.consumer, tps)
+        finally:
+            if member.assignment_changes() == before and token == self._op_token:
+                if self.cooperative:
+                    assigned = member.assigned()
+                    new = [tp for tp in tps if (tp.topic, tp.partition) not in assigned]
+                    if new:
+                        member.incremental_assign(new)
+                else:
+                    member.assign(tps)
+            self.io.call_soon(self._assign_done)
 
     def commit(self, tps: List[TopicPartition], asynchronous: bool,
                timeout: Optional[float] = None) -> Optional[List[TopicPartition]]:
-        """Commit offsets; see Consumer.commit."""
-        offsets = _commit_entries(tps)
-        for topic, p, off, _m, _e in offsets:
-            if off < 0:
-                raise KafkaException(KafkaError(
-                    KafkaError._INVALID_ARG, f"commit(): {topic} [{p}] has no valid offset "
-                    f"({off})"))
+        """Commit offsets; see Consumer.commit. Entries with a negative (logical or
+        invalid) offset are left out, as librdkafka does; with none left the result is
+        _NO_OFFSET."""
+        offsets = [e for e in _commit_entries(tps) if e[2] >= 0]
+        if not offsets:
+            if asynchronous:
+                self._queue_commit_result(KafkaError(KafkaError._NO_OFFSET), list(tps))
+                return None
+            raise KafkaException(KafkaError(KafkaError._NO_OFFSET,
+                                            "Commit failed: Local: No offset stored"))
         if asynchronous:
-            def queued(err: Optional[KafkaError], result: List[TopicPartition]) -> None:
-                with self._app_lock:
-                    self.app_events.append(("commit", err, result))
-                self.wake_app()
-
-            self.io.call_soon(self._commit, offsets, queued,
+            self.io.call_soon(self._commit, offsets, self._queue_commit_result,
                               time.monotonic() + self.request_timeout)
             return None
         box: List[Any] = []
@@ -353,10 +366,18 @@ class GroupCoordinator:
         err, result = box[0]
         cb = self.config["on_commit"]
         if cb is not None:
-            call_safely(cb, err, result)
+            cb(err, result)
         if err is not None:
             raise KafkaException(err)
         return result
+
+    def _queue_commit_result(self, err: Optional[KafkaError],
+                             result: List[TopicPartition]) -> None:
+        """Any thread: an asynchronous commit's result, for on_commit from the next
+        poll()/consume()."""
+        with self._app_lock:
+            self.app_events.append(("commit", err, result))
+        self.wake_app()
 
     def committed(self, tps: List[TopicPartition],
                   timeout: Optional[float]) -> List[TopicPartition]:
@@ -389,27 +410,30 @@ class GroupCoordinator:
         return GroupMetadata(self.group_id, self.generation, self.member_id, self.instance_id)
 
     def close(self, member: GroupMember) -> None:
-        """Final commit, revoke callback, LeaveGroup (not for static members)."""
+        """Final commit, revoke callback, LeaveGroup (not for static members). The group
+        is left even if a callback raises (the exception goes on afterwards)."""
         assigned = member.assigned()
-        if self.patterns is not None and assigned:
-            tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
-            self._run_revoke(member, tps, False)
-        elif self.auto_commit:
-            stored = member.stored_offsets()
-            if stored:
-                try:
-                    self.commit(stored, asynchronous=False, timeout=5.0)
-                except KafkaException as exc:
-                    _log.info("final commit failed: %s", exc)
-        done = threading.Event()
+        try:
+            if self.patterns is not None and assigned:
+                tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
+                self._run_revoke(member, tps, False)
+            elif self.auto_commit:
+                stored = member.stored_offsets()
+                if stored:
+                    try:
+                        self.commit(stored, asynchronous=False, timeout=5.0)
+                    except KafkaException as exc:
+                        _log.info("final commit failed: %s", exc)
+        finally:
+            done = threading.Event()
 
-        def leave() -> None:
-            self.patterns = None  # no rejoin after leaving
-            self._leave("consumer closing", done)
-            self.closed = True
+            def leave() -> None:
+                self.patterns = None  # no rejoin after leaving
+                self._leave("consumer closing", done)
+                self.closed = True
 
-        self.io.call_soon(leave)
-        done.wait(3)
+            self.io.call_soon(leave)
+            done.wait(3)
 
     # ======================================================================= I/O thread
     def tick(self, now: float) -> Optional[float]:
@@ -438,8 +462,8 @@ class GroupCoordinator:
                 for op in list(self._pending):
                     if now >= op.deadline:
                         self._pending.remove(op)
-                        op.fail(KafkaError(KafkaError._TIMED_OUT,
-                                           "group coordinator not available"))
+                        op.fail(client_error(KafkaError._TIMED_OUT,
+                                             "group coordinator not available"))
                 at(now + 0.05)
         if self.patterns is not None and self.coord_id is not None:
             if self.state == UNJOINED and self._app_pending == 0:
@@ -506,7 +530,7 @@ class GroupCoordinator:
             else:
                 code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
             if code:
-                err = KafkaError(code, f"FindCoordinator({self.group_id})")
+                err = client_error(code, f"FindCoordinator({self.group_id})")
         if err is not None:
             _log.debug("coordinator lookup failed: %s", err.str())
             self._find_after = time.monotonic() + self.retry_backoff
@@ -697,7 +721,7 @@ class GroupCoordinator:
             else:
                 self._sync([], token)
             return
-        self._join_failed(err if err is not None else KafkaError(code, "JoinGroup"))
+        self._join_failed(err if err is not None else client_error(code, "JoinGroup"))
 
     def _join_failed(self, err: KafkaError) -> None:
         code = err.code()
@@ -714,14 +738,14 @@ class GroupCoordinator:
                                                     KafkaError._TIMED_OUT):
             self._coordinator_lost(err.str())
         elif code == ErrorCode.FENCED_INSTANCE_ID:
-            self.deliver_error(KafkaError(code, f"group {self.group_id}: another member uses "
-                                          f"group.instance.id {self.instance_id!r}",
-                                          fatal=True))
+            self.deliver_error(client_error(code, f"group {self.group_id}: another member uses "
+                                            f"group.instance.id {self.instance_id!r}",
+                                            fatal=True))
             self.patterns = None
             return
         elif code not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                           ErrorCode.REBALANCE_IN_PROGRESS):
-            self.deliver_error(KafkaError(code, f"JoinGroup {self.group_id}: {err.str()}"))
+            self.deliver_error(client_error(code, f"JoinGroup {self.group_id}: {err.str()}"))
             self._rejoin_after = time.monotonic() + max(1.0, self.retry_backoff)
         _log.debug("group %s: join failed: %s", self.group_id, err.str())
         self.io.wake()
@@ -777,7 +801,7 @@ class GroupCoordinator:
                                assignments=assignments)
         conn = self._coord_conn()
         if conn is None:
-            self._join_failed(KafkaError(KafkaError._TRANSPORT, "coordinator gone"))
+            self._join_failed(client_error(KafkaError._TRANSPORT, "coordinator gone"))
             return
         # Every member has joined by now, so the answer waits only for the leader's
         # assignment: a broker that starts another rebalance and forgets this request
@@ -791,7 +815,7 @@ class GroupCoordinator:
         if token != self._op_token or self.state != SYNCING:
             return
         if err is None and resp.error_code:
-            err = KafkaError(resp.error_code, "SyncGroup")
+            err = client_error(resp.error_code, "SyncGroup")
         if err is not None:
             self._join_failed(err)
             return
@@ -876,9 +900,9 @@ class GroupCoordinator:
                       ErrorCode.FENCED_INSTANCE_ID):
             self._lose(KafkaError(code).str(), reset_member=code == ErrorCode.UNKNOWN_MEMBER_ID)
             if code == ErrorCode.FENCED_INSTANCE_ID:
-                self.deliver_error(KafkaError(code, f"group {self.group_id}: fenced by "
-                                              f"another member with group.instance.id "
-                                              f"{self.instance_id!r}", fatal=True))
+                self.deliver_error(client_error(code, f"group {self.group_id}: fenced by "
+                                                f"another member with group.instance.id "
+                                                f"{self.instance_id!r}", fatal=True))
                 self.patterns = None
         elif code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
                                                     KafkaError._TIMED_OUT):
@@ -956,9 +980,7 @@ class GroupCoordinator:
 
         def done(err: Optional[KafkaError], result: List[TopicPartition]) -> None:
             if self.config["on_commit"] is not None:
-                with self._app_lock:
-                    self.app_events.append(("commit", err, result))
-                self.wake_app()
+                self._queue_commit_result(err, result)
             elif err is not None:
                 _log.info("auto commit failed: %s", err.str())
 
@@ -1000,7 +1022,7 @@ class GroupCoordinator:
                 code = codes.get((topic, p), ErrorCode.NONE) if err is None else err.code()
                 tp = TopicPartition(topic, p, off, meta or None)
                 if code:
-                    e = err if err is not None else KafkaError(
+                    e = err if err is not None else client_error(
                         code, f"OffsetCommit {topic} [{p}]")
                     tp._set_error(e)
                     if first_err is None:
@@ -1082,7 +1104,7 @@ class GroupCoordinator:
                 self.io.call_later(self.retry_backoff, self._offset_fetch, keys, done,
                                    deadline)
                 return
-            done(None, err if err is not None else KafkaError(code, "OffsetFetch"))
+            done(None, err if err is not None else client_error(code, "OffsetFetch"))
 
         # v8+ asks for several groups at once, in another layout: v7 is all we need.
         self._send(ApiKey.OFFSET_FETCH, make, answered, deadline=deadline, max_version=7)

@@ -14,16 +14,20 @@ whose ``Accumulator`` subclasses :class:`AccumulatorCore`.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_CheckExact
 from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock,
                                PyThread_release_lock, PyThread_type_lock)
 
 import time
 from collections import deque
+from operator import index as _index
 
 from kafka_client.errors import KafkaError, KafkaException
 
 _monotonic = time.monotonic
+#: produce()'s default partition, -1: "the partitioner chooses" (a cached small int)
+cdef object _PARTITIONER = -1
 
 
 @cython.final
@@ -236,6 +240,7 @@ cdef class AccumulatorCore:
                 timestamp=0, headers=None, *, callback=None):
         """Encode one message into its partition's batch (see ``Producer.produce``)."""
         cdef Py_ssize_t size
+        cdef int part
         cdef BatchLock lock
         cdef TopicState t
         if PyBytes_CheckExact(value):
@@ -254,16 +259,28 @@ cdef class AccumulatorCore:
                 KafkaError.MSG_SIZE_TOO_LARGE,
                 f"Message of {size} bytes is larger than message.max.bytes "
                 f"({self.message_max})"))
-        if not isinstance(partition, int):
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                            f"invalid partition {partition!r}"))
+        # A C int: TypeError for what is not an integer, OverflowError beyond 32 bits.
+        # The default -1 (one cached int object) skips the conversion, whose error check
+        # costs a PyErr_Occurred() call for exactly that value.
+        if partition is _PARTITIONER:
+            part = -1
+        elif PyLong_CheckExact(partition):
+            part = partition
+        else:
+            part = _index(partition)
+        if part < -1:
+            raise invalid_partition(part)
         if not isinstance(timestamp, int):
             raise TypeError(f"timestamp must be an int (milliseconds), not "
                             f"{type(timestamp).__name__}")
         if callback is not None:
             on_delivery = callback
+            if not callable(on_delivery):
+                raise not_callable("callback", on_delivery)
         elif on_delivery is None:
             on_delivery = self.default_cb
+        elif not callable(on_delivery):
+            raise not_callable("on_delivery", on_delivery)
         if headers is not None:
             headers = normalize_headers(headers)
         lock = self.lock
@@ -276,24 +293,21 @@ cdef class AccumulatorCore:
                 found = self._new_topic(topic)
             t = <TopicState>found
             if t.parts is None:
-                self._wait_for_metadata(t, value, key, partition, on_delivery, timestamp,
+                self._wait_for_metadata(t, value, key, part, on_delivery, timestamp,
                                         headers, size)
                 return
-            self._place(t, value, key, partition, on_delivery, timestamp, headers, size)
+            self._place(t, value, key, part, on_delivery, timestamp, headers, size)
             self.msg_count += 1
         finally:
             lock.give()
 
-    cdef int _wait_for_metadata(self, TopicState t, value, key, partition, on_delivery,
+    cdef int _wait_for_metadata(self, TopicState t, value, key, int partition, on_delivery,
                                 timestamp, headers, Py_ssize_t size) except -1:
         # Under the lock: the topic's partitions are not known yet (librdkafka's
         # unassigned queue); the accumulator places these once they are.
         cdef PendingMessage m
         if t.error is not None:
             raise KafkaException(t.error)
-        if partition < -1:
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                            f"invalid partition {partition!r}"))
         m = PendingMessage.__new__(PendingMessage)
         m.value = value
         m.key = key
@@ -317,7 +331,7 @@ cdef class AccumulatorCore:
                     m.size)
         self.msg_bytes -= m.size  # counted again with its batch, when it closes
 
-    cdef int _place(self, TopicState t, value, key, partition, on_delivery, timestamp,
+    cdef int _place(self, TopicState t, value, key, int partition, on_delivery, timestamp,
                     headers, Py_ssize_t size) except -1:
         cdef PartitionState p
         cdef Batch b
@@ -361,6 +375,17 @@ cdef class AccumulatorCore:
         if b.count >= self.batch_num:
             self._close(p, b)
         return 0
+
+
+def invalid_partition(partition):
+    """The error for a partition below -1 (-1 lets the partitioner choose)."""
+    return KafkaException(KafkaError(
+        KafkaError._INVALID_ARG,
+        f"invalid partition {partition}: a partition number, or -1 for the partitioner"))
+
+
+def not_callable(str what, obj):
+    return TypeError(f"{what} must be callable, not {type(obj).__name__}")
 
 
 def as_bytes(obj, str what):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from operator import index as _index
 from typing import (
     Any,
     Callable,
@@ -44,13 +45,15 @@ from typing import (
     Tuple,
 )
 
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.producer._core import (
     AccumulatorCore,
     Batch,
     PartitionState,
     PendingMessage,
     TopicState,
+    invalid_partition,
+    not_callable,
 )
 from kafka_client.producer.partitioners import TopicPartitioner
 from kafka_proto.errors import ErrorCode
@@ -134,8 +137,9 @@ class Accumulator(AccumulatorCore):
         self._ready_parts: Set[PartitionState] = set()
         self._open_order: Deque[Tuple[float, Batch]] = deque()  # (linger deadline, batch)
         self.pending_topics: Set[TopicState] = set()  # topics with messages in pending
-        #: set by flush(): every batch closes at once, linger or not
-        self.flushing = False
+        #: flush() calls under way (any thread): while there is one, every batch closes
+        #: at once, linger or not
+        self.flushing = 0
         self._wake = wake                # wake(deadline): tell the I/O thread
         self._want_topic = want_topic    # ask the I/O thread for a topic's metadata
         self.initial_capacity = max(4096, min(self.batch_size, 256 * 1024))
@@ -148,6 +152,11 @@ class Accumulator(AccumulatorCore):
                       partition: int = -1, on_delivery: Optional[Callable] = None,
                       timestamp: int = 0) -> int:
         """Append many messages in one call (see ``Producer.produce_batch``)."""
+        partition = _index(partition)
+        if partition < -1:
+            raise invalid_partition(partition)
+        if on_delivery is not None and not callable(on_delivery):
+            raise not_callable("on_delivery", on_delivery)
         if not isinstance(values, (list, tuple)):
             values = list(values)
         n = len(values)
@@ -218,6 +227,14 @@ class Accumulator(AccumulatorCore):
             self.msg_count -= count
             self.msg_bytes -= nbytes
 
+    def queued_bytes(self) -> int:
+        """Bytes of the messages still in the producer: closed batches not reported yet
+        and messages waiting for metadata (``msg_bytes``), plus the open batches."""
+        with self.lock:
+            return self.msg_bytes + sum(p.open.builder.size_in_bytes
+                                        for t in self.topics.values() for p in t.parts or ()
+                                        if p.open is not None)
+
     # ======================================================================= I/O thread
     # -- metadata ----------------------------------------------------------------------
     def apply_metadata(self, topics: Mapping[str, Any], now: float) -> List[Unplaced]:
@@ -244,7 +261,7 @@ class Accumulator(AccumulatorCore):
                     t.unknown_since = now
             elif code:
                 # Authorization failure, invalid topic name, ...: not going to change.
-                err = KafkaError(code, f"topic {name}: {KafkaError(code).name()}")
+                err = client_error(code, f"topic {name}: {KafkaError(code).name()}")
                 if t.parts is None:
                     t.error = err
                     with self.lock:
@@ -335,9 +352,11 @@ class Accumulator(AccumulatorCore):
         return TopicPartitioner(self.partitioner_name, self.sticky_ms).choose
 
     def _new_topic(self, name: str) -> TopicState:
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str):
+            raise TypeError(f"topic must be a str, not {type(name).__name__}")
+        if not name:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                            f"topic must be a non-empty str, not {name!r}"))
+                                            "topic must be a non-empty str"))
         t = TopicState(name, self._partitioner())
         self.topics[name] = t
         self._want_topic(name)

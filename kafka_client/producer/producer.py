@@ -17,22 +17,26 @@ import json
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
-from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import ClientBase, call_safely, serve_errors
+from kafka_client._common import ClientBase, deadline_after
 from kafka_client._net.io_thread import IOThread
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Report, Sender
-from kafka_client.types import (
-    OFFSET_INVALID,
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    Message,
-)
+from kafka_client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 
 __all__ = ["Producer", "DeliveredMessage", "PURGE_QUEUE", "PURGE_INFLIGHT",
            "PURGE_NON_BLOCKING"]
@@ -46,12 +50,42 @@ PURGE_NON_BLOCKING = 4
 class DeliveredMessage(Message):
     """A delivery-report message: a :class:`~kafka_client.types.Message` plus the
     persistence status librdkafka reports (``status()``: 0 NOT_PERSISTED,
-    1 POSSIBLY_PERSISTED, 2 PERSISTED)."""
+    1 POSSIBLY_PERSISTED, 2 PERSISTED). Made once per reported message, so its
+    constructor stores what the producer gives it without Message's checks."""
 
     __slots__ = ("_status",)
 
+    def __init__(self, topic: str, partition: Optional[int], offset: Optional[int], key: Any,
+                 value: Any, headers: Any, error: Optional[KafkaError],
+                 timestamp: Tuple[int, int], latency: Optional[float], status: int) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._key = key
+        self._value = value
+        self._headers = headers
+        self._error = error
+        self._timestamp = timestamp
+        self._latency = latency
+        self._leader_epoch = None
+        self._delivery_count = None
+        self._status = status
+
     def status(self) -> int:
         return self._status
+
+    def __reduce__(self) -> Any:
+        return (DeliveredMessage, (self._topic, self._partition, self._offset, self._key,
+                                   self._value, self._headers, self._error, self._timestamp,
+                                   self._latency, self._status))
+
+
+class _Unserved(NamedTuple):
+    """The delivery callbacks of ``report`` from its ``start``-th message on, left over
+    when an earlier one raised (its bookkeeping is done: they only wait to be called)."""
+
+    report: Report
+    start: int
 
 
 class Producer(ClientBase):
@@ -64,10 +98,12 @@ class Producer(ClientBase):
 
     _role = "producer"
     _work = "delivered"
+    _closed_text = "Producer has been closed"
+    _connects_at_start = True
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         cfg = self._init_client(config, kwargs)
-        self._reports: Deque[Report] = deque()
+        self._reports: Deque[Any] = deque()  # Report, or _Unserved first
         self._report_event = threading.Event()
         # What the I/O thread calls back holds the parts it needs, never the Producer
         # itself: an unclosed producer the application drops is then garbage (__del__
@@ -103,6 +139,7 @@ class Producer(ClientBase):
         (MSG_SIZE_TOO_LARGE) or a partition that does not exist (_UNKNOWN_PARTITION).
         """
         # Replaced per instance in __init__; kept for documentation and subclasses.
+        self._check_open()
         self._acc.produce(topic, value, key, partition, on_delivery, timestamp, headers,
                           callback=callback)
 
@@ -114,10 +151,9 @@ class Producer(ClientBase):
         values go into the batch builder in bulk (the fast path); otherwise each message
         is handled as by :meth:`produce`. Raises ``BufferError`` without queuing any if
         they do not all fit."""
+        self._check_open()
         if self._idem.fatal is not None:
             raise KafkaException(self._idem.fatal)
-        if self._closed:
-            _closed_produce()
         return self._acc.produce_batch(topic, values, keys, partition, on_delivery,
                                        timestamp)
 
@@ -125,11 +161,12 @@ class Producer(ClientBase):
         """Serve delivery reports (and error/stats callbacks), waiting up to ``timeout``
         seconds (None or -1: until one arrives) for the first. Returns the number of
         events served."""
+        if self._closed:
+            self._refuse()
         n = self._serve()
         if n or timeout == 0:
             return n
-        deadline = float("inf") if timeout is None or timeout < 0 else \
-            time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         ev = self._report_event
         while True:
             remaining = deadline - time.monotonic()
@@ -145,10 +182,11 @@ class Producer(ClientBase):
         """Send everything now (linger cut short), wait up to ``timeout`` seconds (None:
         no limit) until every message got its delivery report; returns how many are still
         in the producer (0 = all delivered)."""
-        deadline = float("inf") if timeout is None or timeout < 0 else \
-            time.monotonic() + timeout
+        self._check_open()
+        deadline = deadline_after(timeout)
         acc = self._acc
-        acc.flushing = True
+        with acc.lock:  # other threads may flush at the same time
+            acc.flushing += 1
         self._io.wake()
         try:
             while True:
@@ -160,13 +198,15 @@ class Producer(ClientBase):
                     return acc.msg_count
                 self._report_event.wait(min(remaining, 0.1))
         finally:
-            acc.flushing = False
+            with acc.lock:
+                acc.flushing -= 1
 
     def purge(self, in_queue: bool = True, in_flight: bool = True,
               blocking: bool = True) -> None:
         """Fail queued messages (``_PURGE_QUEUE``) and/or those in flight
         (``_PURGE_INFLIGHT``); their reports come from the next :meth:`poll`/:meth:`flush`.
         Late answers to purged requests are ignored."""
+        self._check_open()
         done = threading.Event()
 
         def run() -> None:
@@ -180,32 +220,73 @@ class Producer(ClientBase):
 
         self._io.call_soon(run)
         if blocking:
-            _wait_interruptibly(done, time.monotonic() + 30)
+            deadline = time.monotonic() + 30
+            # Never past the I/O thread's life: it is what sets ``done``.
+            while not _wait_interruptibly(done, min(deadline, time.monotonic() + 0.5)):
+                if not self._io.alive or time.monotonic() >= deadline:
+                    break
 
     def __len__(self) -> int:
         """Messages in the producer: queued, in flight, or waiting for poll() to serve
-        their delivery report."""
+        their delivery report (0 once closed)."""
+        if self._closed:
+            if self._forked:
+                self._refuse()
+            return 0
         return self._acc.msg_count
 
-    def list_topics(self, topic: Optional[str] = None,
-                    timeout: float = -1) -> ClusterMetadata:
-        """Cluster metadata (every topic, or only ``topic``) from one Metadata request,
-        waited for at most ``timeout`` seconds (-1: socket.timeout.ms)."""
-        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
-                                         else timeout)
+    def __bool__(self) -> bool:
+        """Always true (``if producer:`` must not depend on the queue being empty)."""
+        return True
 
-    def close(self, timeout: Optional[float] = None) -> int:
-        """Flush (up to ``timeout`` s), then stop the I/O thread and close connections.
-        Returns the messages left undelivered. (An addition: confluent-kafka's producer
-        is closed by garbage collection, as ours is too, without the flush.)"""
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Flush (up to ``timeout`` s; None: no limit), then stop the I/O thread and close
+        the connections; returns True, as confluent-kafka's ``close()``. A delivery
+        callback that raises meanwhile does not stop it: the others still run (until the
+        timeout), the producer closes, and then the first exception is raised. Calling it
+        again does nothing."""
         if self._closed:
-            return 0
-        left = self.flush(timeout)
-        self._shutdown()
-        return left
+            if self._forked:
+                self._refuse()
+            return True
+        deadline = deadline_after(timeout)
+        failure: Optional[BaseException] = None
+        try:
+            while True:
+                try:
+                    self.flush(max(0.0, deadline - time.monotonic()))
+                    break
+                except Exception as exc:  # a delivery callback raised
+                    if failure is None:
+                        failure = exc
+                    if time.monotonic() >= deadline:
+                        break
+        finally:
+            self._shutdown()
+        if failure is not None:
+            raise failure
+        return True
 
     def _on_shutdown(self) -> None:
         self.produce = _closed_produce  # type: ignore[method-assign]
+        left = self._acc.msg_count
+        if left > 0:
+            # librdkafka's words; logged once, through the client's logger (stderr
+            # by default, by logging's last-resort handler)
+            self._log.warning(
+                "Producer terminating with %d messages (%d bytes) still in queue or "
+                "transit: use flush() to wait for outstanding message delivery",
+                left, self._acc.queued_bytes())
+
+    def _at_exit(self) -> None:
+        self._shutdown()  # the warning above, and the connections closed
+
+    def _on_fork(self) -> None:
+        super()._on_fork()
+        self.produce = self._refused_produce  # type: ignore[method-assign]
+
+    def _refused_produce(self, *args: Any, **kwargs: Any) -> None:
+        self._refuse()
 
     # -- reports -------------------------------------------------------------------------
     def _serve(self) -> int:
@@ -217,40 +298,55 @@ class Producer(ClientBase):
         # the I/O thread of the GIL: seen as ~1 s stalls at 100% CPU).
         self._report_event.clear()
         if reports:
-            acc = self._acc
-            only_err = self._report_only_error
-            while reports:
-                r = reports.popleft()
-                batch = r.batch
-                if batch is not None:
-                    count = batch.count
-                    nbytes = batch.nbytes
-                    if batch.cbs and not (only_err and r.error is None):
-                        self._call_batch(r)
-                else:
-                    count = len(r.messages)
-                    nbytes = 0
-                    for pm in r.messages:
-                        nbytes += pm.size
-                        if pm.on_delivery is not None:
-                            m = DeliveredMessage(r.topic, pm.partition, -1, pm.key, pm.value,
-                                                 pm.headers, r.error,
-                                                 (TIMESTAMP_CREATE_TIME, pm.timestamp), None)
-                            m._status = r.status
-                            _call(pm.on_delivery, r.error, m)
-                acc.reported(count, nbytes)
-                served += count
-        served += serve_errors(self._cluster, self._error_cb, self._log)
+            served = self._serve_reports(reports)
+        served += self._serve_errors()
         if self._stats_interval > 0 and self._stats_cb is not None:
             now = time.monotonic()
             if now >= self._next_stats:
                 self._next_stats = now + self._stats_interval
-                call_safely(self._stats_cb, self._stats_json())
                 served += 1
+                self._stats_cb(self._stats_json())
         return served
 
-    def _call_batch(self, r: Report) -> None:
-        """The delivery callbacks of a batch's messages."""
+    def _serve_reports(self, reports: Deque[Any]) -> int:
+        """Run the delivery callbacks of the queued reports. Each report's messages leave
+        the producer (``len()``, queue room) before its callbacks run, so a callback that
+        raises loses nothing: the exception goes to the caller of poll()/flush(), and the
+        callbacks not run yet stay first in the queue for the next call."""
+        served = 0
+        acc = self._acc
+        only_err = self._report_only_error
+        while True:
+            try:
+                r = reports.popleft()  # other threads may serve too: one pop each
+            except IndexError:
+                return served
+            if type(r) is _Unserved:
+                self._run_callbacks(r.report, r.start)
+                continue
+            batch = r.batch
+            if batch is not None:
+                count = batch.count
+                acc.reported(count, batch.nbytes)
+                served += count
+                if batch.cbs and not (only_err and r.error is None):
+                    self._run_callbacks(r, 0)
+            else:
+                count = len(r.messages)
+                acc.reported(count, sum(pm.size for pm in r.messages))
+                served += count
+                self._run_callbacks(r, 0)
+
+    def _run_callbacks(self, r: Report, start: int) -> None:
+        """The delivery callbacks of one report, from its ``start``-th message on. If one
+        raises, the rest are queued first for the next poll()/flush() and the exception
+        goes on to the caller."""
+        if r.batch is not None:
+            self._call_batch(r, start)
+        else:
+            self._call_unplaced(r, start)
+
+    def _call_batch(self, r: Report, start: int) -> None:
         batch = r.batch
         topic, err, base, status = r.topic, r.error, r.base_offset, r.status
         partition = batch.part.index
@@ -260,17 +356,45 @@ class Producer(ClientBase):
         else:
             tstamp = None
         wall = batch.wall_ms
-        # Failed before the broker gave an offset: OFFSET_INVALID; acks=0: -1 (unknown).
-        unknown = OFFSET_INVALID if err is not None else -1
-        for d in batch.cbs:
-            # Messages stamped "now" got the clock of their append: the batch's opening
-            # time is within linger.ms of it (no per-message time is kept).
-            m = DeliveredMessage(topic, partition, base + d.index if base >= 0 else unknown,
-                                 d.key, d.value, d.headers, err,
-                                 tstamp or (TIMESTAMP_CREATE_TIME, d.timestamp or wall),
-                                 latency)
-            m._status = status
-            _call(d.callback, err, m)
+        # No offset from the broker (a failure, or acks=0): None, as confluent-kafka's.
+        cbs = batch.cbs
+        i = start
+        try:
+            for i in range(start, len(cbs)):
+                d = cbs[i]
+                # Messages stamped "now" got the clock of their append: the batch's
+                # opening time is within linger.ms of it (no per-message time is kept).
+                m = DeliveredMessage(topic, partition,
+                                     base + d.index if base >= 0 else None,
+                                     d.key, d.value, d.headers, err,
+                                     tstamp or (TIMESTAMP_CREATE_TIME, d.timestamp or wall),
+                                     latency, status)
+                _call(d.callback, err, m)
+        except BaseException:
+            self._later(r, i + 1, len(cbs))
+            raise
+
+    def _call_unplaced(self, r: Report, start: int) -> None:
+        messages = r.messages
+        i = start
+        try:
+            for i in range(start, len(messages)):
+                pm = messages[i]
+                if pm.on_delivery is not None:
+                    m = DeliveredMessage(r.topic, pm.partition if pm.partition >= 0 else None,
+                                         None, pm.key, pm.value, pm.headers, r.error,
+                                         (TIMESTAMP_CREATE_TIME, pm.timestamp), None,
+                                         r.status)
+                    _call(pm.on_delivery, r.error, m)
+        except BaseException:
+            self._later(r, i + 1, len(messages))
+            raise
+
+    def _later(self, r: Report, start: int, end: int) -> None:
+        """A callback raised: the callbacks of ``r`` from ``start`` on run first at the
+        next poll()/flush()."""
+        if start < end:
+            self._reports.appendleft(_Unserved(r, start))
 
     def _stats_json(self) -> str:
         """Statistics in librdkafka's JSON shape (a subset)."""
@@ -363,7 +487,7 @@ def _checked_produce(idem: Idempotence, acc: Accumulator) -> Callable[..., None]
 
 
 def _closed_produce(*args: Any, **kwargs: Any) -> None:
-    raise KafkaException(KafkaError(KafkaError._DESTROY, "Producer is closed"))
+    raise RuntimeError(Producer._closed_text)
 
 
 def _call(cb: Callable, err: Optional[KafkaError], msg: Message) -> None:

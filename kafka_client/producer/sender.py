@@ -27,7 +27,7 @@ from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 
 from kafka_client._cluster.metadata import REFRESH_ERRORS
 from kafka_client._net.connection import DISCONNECTED
-from kafka_client.errors import KafkaError
+from kafka_client.errors import KafkaError, client_error
 from kafka_client.producer.accumulator import Accumulator, Batch, PendingMessage, Unplaced
 from kafka_client.producer.idempotence import (
     NOT_PERSISTED,
@@ -267,8 +267,8 @@ class Sender:
                 self._deliver(b, None, -1, -1, PERSISTED)
                 continue
             msg = getattr(pr, "error_message", None)
-            error = KafkaError(code, f"{p.topic.name}[{p.index}]: {KafkaError(code).name()}"
-                               + (f": {msg}" if msg else ""))
+            error = client_error(code, f"{p.topic.name}[{p.index}]: {KafkaError(code).name()}"
+                                 + (f": {msg}" if msg else ""))
             if code in REFRESH_ERRORS:
                 self.cluster.metadata.mark_stale(p.topic.name)
                 leader = getattr(getattr(pr, "current_leader", None), "leader_id", -1)

@@ -23,6 +23,7 @@ from kafka_client import (
     Message,
     TopicPartition,
 )
+from kafka_client.errors import client_error
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -71,8 +72,10 @@ def test_broker_constants_cover_confluents():
     assert missing == []
     assert KafkaError.NOT_LEADER_OR_FOLLOWER == KafkaError.NOT_LEADER_FOR_PARTITION == 6
     assert KafkaError.REQUEST_TIMED_OUT == 7
-    assert KafkaError(KafkaError.REQUEST_TIMED_OUT).retriable() is True
-    assert KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED).retriable() is False
+    # the client's own errors carry the table's flag; KafkaError(code) defaults to False
+    assert client_error(KafkaError.REQUEST_TIMED_OUT).retriable() is True
+    assert client_error(KafkaError.TOPIC_AUTHORIZATION_FAILED).retriable() is False
+    assert KafkaError(KafkaError.REQUEST_TIMED_OUT).retriable() is False
 
 
 @pytest.mark.parametrize("code", [-191, -192, -186, -185, -184, -1, 0, 3, 6])
@@ -93,9 +96,17 @@ def test_error_defaults_and_flags():
     assert (e.fatal(), e.retriable(), e.txn_requires_abort()) == (False, False, False)
     e = KafkaError(-186, "bad", fatal=True, retriable=True, txn_requires_abort=True)
     assert (e.str(), e.fatal(), e.retriable(), e.txn_requires_abort()) == ("bad", True, True, True)
-    assert KafkaError(KafkaError._TRANSPORT).retriable() is True
-    assert KafkaError(KafkaError._TRANSPORT, retriable=False).retriable() is False
-    assert KafkaError(KafkaError._INVALID_ARG).retriable() is False
+    assert KafkaError(KafkaError._TRANSPORT).retriable() is False      # confluent's default
+    assert KafkaError(KafkaError._TRANSPORT, retriable=True).retriable() is True
+    assert client_error(KafkaError._TRANSPORT).retriable() is True
+    assert client_error(KafkaError._INVALID_ARG).retriable() is False
+    assert client_error(KafkaError._FATAL, "x", fatal=True).fatal() is True
+    for code in (-195, -185, 6, 7, 16, 1, 10, 29):
+        theirs = ck.KafkaError(code, "r")
+        assert (KafkaError(code, "r").retriable(), KafkaError(code, "r").fatal(),
+                KafkaError(code, "r").txn_requires_abort()) == \
+            (theirs.retriable(), theirs.fatal(), theirs.txn_requires_abort()) == \
+            (False, False, False)
     unknown = KafkaError(12345)
     assert unknown.name() == ck.KafkaError(12345).name() == "ERR_12345?"
     assert "12345" in unknown.str()

@@ -64,7 +64,7 @@ class Reports:
         self.count = 0
         self.errors: List[tuple] = []
         self.offsets: Dict[int, int] = {}   # message number -> reported offset (>= 0)
-        self.no_offset = 0                  # delivered with offset -1 (a deduplicated resend)
+        self.no_offset = 0                  # delivered without an offset (a deduplicated resend)
 
     def __call__(self, err, msg) -> None:
         self.count += 1
@@ -73,7 +73,7 @@ class Reports:
             self.errors.append((i, err, msg.status()))
             return
         off = msg.offset()
-        if off >= 0:
+        if off is not None:
             self.offsets[i] = off
         else:
             self.no_offset += 1

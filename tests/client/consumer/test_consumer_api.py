@@ -53,18 +53,20 @@ def test_group_calls_without_group_id(consumer):
 
 
 def test_seek_and_store_need_an_assigned_partition(consumer):
+    # librdkafka's codes: _UNKNOWN_PARTITION; pausing one not assigned does nothing
     with pytest.raises(KafkaException) as e:
         consumer.seek(TopicPartition("t", 0, 5))
-    assert code_of(e) == KafkaError._STATE and "t [0] is not assigned" in str(e.value)
+    assert code_of(e) == KafkaError._UNKNOWN_PARTITION
+    assert "t [0] is not assigned" in str(e.value)
     consumer.assign([TopicPartition("t", 0, 0)])
     consumer.seek(TopicPartition("t", 0, 5))
     assert consumer.position([TopicPartition("t", 0)])[0].offset == 5
     with pytest.raises(KafkaException) as e:
         consumer.store_offsets(offsets=[TopicPartition("t", 1, 3)])
-    assert code_of(e) == KafkaError._STATE
-    with pytest.raises(KafkaException) as e:
-        consumer.pause([TopicPartition("t", 1)])
-    assert code_of(e) == KafkaError._STATE
+    assert code_of(e) == KafkaError._UNKNOWN_PARTITION
+    consumer.pause([TopicPartition("t", 1)])
+    consumer.resume([TopicPartition("t", 1)])
+    assert consumer.assignment() == [TopicPartition("t", 0)]
 
 
 def test_assignment_calls(consumer):
@@ -90,8 +92,9 @@ def test_argument_types(consumer):
         consumer.assign([("t", 0)])
     with pytest.raises(KafkaException):
         consumer.assign([TopicPartition("t")])  # no partition number
+    assert consumer.consume(0) == []
     with pytest.raises(ValueError):
-        consumer.consume(0)
+        consumer.consume(-1)
     with pytest.raises(ValueError):
         consumer.consume(1_000_001)
     with pytest.raises(ValueError):
@@ -119,7 +122,7 @@ def test_commit_of_an_event_is_refused():
         with pytest.raises(KafkaException):
             c.commit(message=event)
         with pytest.raises(KafkaException) as e:
-            c.commit()  # nothing stored
+            c.commit(asynchronous=False)  # nothing stored
         assert code_of(e) == KafkaError._NO_OFFSET
         with pytest.raises(TypeError):
             c.subscribe("topic")  # a list is needed
@@ -157,3 +160,43 @@ def test_an_unclosed_consumer_that_is_dropped_stops_its_thread(group):
     assert ref() is None
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_positions_follow_what_poll_handed_out_across_threads_seek_and_pause():
+    """poll()'s fast path writes nothing per message: the positions and auto-stored
+    offsets are settled from the chunk's iterator before anything reads them."""
+    import threading
+
+    c = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "log_level": 0})
+    tp = TopicPartition("t", 0)
+    try:
+        c.assign([TopicPartition("t", 0, 0)])
+        part = c._fetcher.parts[("t", 0)]
+        with c._hand:
+            c._handout.start([Message("t", 0, i) for i in range(100, 1100)], part)
+        got = []
+
+        def take(n):
+            for _ in range(n):
+                got.append(c.poll(0).offset())
+
+        threads = [threading.Thread(target=take, args=(250,)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(got) == list(range(100, 850))          # each once, none skipped
+        assert c.position([tp])[0].offset == 850
+        assert c._fetcher.stored_offsets()[0].offset == 850  # what a commit would take
+        c.poll(0)
+        c.seek(TopicPartition("t", 0, 5))                    # drops the rest of the chunk
+        assert c._fetcher.stored_offsets()[0].offset == 851  # kept what was taken
+        assert c.position([tp])[0].offset == 5
+        with c._hand:
+            c._handout.start([Message("t", 0, i) for i in range(5, 10)], part)
+        assert [c.poll(0).offset() for _ in range(2)] == [5, 6]
+        c.pause([tp])                                        # back to the position
+        assert c.position([tp])[0].offset == 7
+        assert c.consume(5, 0) == []
+    finally:
+        c.close()

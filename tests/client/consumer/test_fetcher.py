@@ -5,7 +5,7 @@ import time
 
 from kafka_client._common import make_config
 from kafka_client.consumer.fetcher import Fetcher, PartitionState
-from kafka_client.errors import KafkaError
+from kafka_client.errors import KafkaError, client_error
 
 
 class FakeMetadata:
@@ -45,7 +45,7 @@ class FakeConn:
             # A write error on a socket the peer just closed: the connection closes and
             # fails the request before send() returns.
             self.state = "DISCONNECTED"
-            callback(None, KafkaError(KafkaError._TRANSPORT, "send failed: broken pipe"))
+            callback(None, client_error(KafkaError._TRANSPORT, "send failed: broken pipe"))
             return
         self.sent.append(req)
 

@@ -138,7 +138,9 @@ def test_size_and_partition_errors():
 def test_callbacks_keep_index_key_value():
     acc, _, _ = make()
     t = with_topic(acc)
-    cb = object()
+    def cb(err, msg):
+        pass
+
     acc.produce("t", b"a", partition=0)
     acc.produce("t", b"b", key=b"k", partition=0, on_delivery=cb, headers={"h": "v"})
     acc.produce("t", b"c", partition=0, callback=cb)
@@ -261,8 +263,10 @@ def test_an_error_inside_produce_releases_the_lock():
         acc.produce("t", b"v", partition=5)
     assert info.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
     with pytest.raises(KafkaException) as info:
-        acc.produce("t", b"v", partition="0")
+        acc.produce("t", b"v", partition=-2)
     assert info.value.args[0].code() == KafkaError._INVALID_ARG
+    with pytest.raises(TypeError):
+        acc.produce("t", b"v", partition="0")
     with acc.lock:   # free again: would hang here otherwise
         pass
     assert t.parts[0].open.count == 1

@@ -6,7 +6,7 @@ import time
 
 from kafka_client._cluster.metadata import MetadataCache, TopicInfo
 from kafka_client.config import ClientConfig
-from kafka_client.errors import KafkaError
+from kafka_client.errors import KafkaError, client_error
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence, restamp
 from kafka_proto.messages import InitProducerIdResponse, ProduceResponse
@@ -53,7 +53,7 @@ class FakeConn:
 
     def fail(self, i=0, code=KafkaError._TRANSPORT):
         req, cb, _ = self.sent.pop(i)
-        cb(None, KafkaError(code, "connection lost"))
+        cb(None, client_error(code, "connection lost"))  # as the real connection builds it
 
 
 class FakeCluster:
@@ -426,7 +426,7 @@ def test_a_send_that_fails_at_once_still_wakes_the_loop_for_the_retry():
     c = conns[1]
 
     def send_fails(req, callback, **kw):
-        callback(None, KafkaError(KafkaError._TRANSPORT, "send failed: broken pipe"))
+        callback(None, client_error(KafkaError._TRANSPORT, "send failed: broken pipe"))
     c.send = send_fails
     acc.produce("t", b"x", partition=0)
     now = time.monotonic() + 0.001     # linger.ms=0: the batch is ready

@@ -1,0 +1,300 @@
+"""confluent-kafka drop-in: argument types and forms. Wrong types raise what
+confluent-kafka raises; commit()/store_offsets() take every form it takes, with
+librdkafka's error codes; the legacy default.topic.config dict; librdkafka's words for
+an unknown partitioner. Side by side with confluent-kafka where no broker is needed."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kafka_client import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+ck = pytest.importorskip("confluent_kafka")
+
+NOWHERE = "127.0.0.1:1"
+
+
+@pytest.fixture
+def producers():
+    ours = Producer({"bootstrap.servers": NOWHERE})
+    theirs = ck.Producer({"bootstrap.servers": NOWHERE, "log_level": 0})
+    yield ours, theirs
+    ours.close(0)
+    theirs.purge()
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((5,), {}), (("t",), {"value": 5}), (("t",), {"key": 5}), (("t",), {"partition": "1"}),
+    (("t",), {"partition": 1.5}), (("t",), {"partition": None}), (("t",), {"timestamp": "x"}),
+    (("t",), {"timestamp": 1.5}), (("t",), {"headers": 5}), (("t",), {"headers": [("k", 5)]}),
+    (("t",), {"bogus": 1}),
+])
+def test_produce_wrong_types_raise_type_error_like_confluent(producers, args, kwargs):
+    ours, theirs = producers
+    with pytest.raises(TypeError):
+        theirs.produce(*args, **kwargs)
+    with pytest.raises(TypeError):
+        ours.produce(*args, **kwargs)
+    assert len(ours) == 0           # nothing queued, the producer still works
+    ours.produce("t", b"fine")
+    assert len(ours) == 1
+
+
+@pytest.mark.parametrize("kwargs", [{"partition": "1"}, {"partition": 1.5}])
+def test_partition_type_error_text_is_confluents(producers, kwargs):
+    ours, theirs = producers
+    with pytest.raises(TypeError) as a:
+        ours.produce("t", **kwargs)
+    with pytest.raises(TypeError) as b:
+        theirs.produce("t", **kwargs)
+    assert str(a.value) == str(b.value)
+
+
+def test_produce_partition_beyond_32_bits_overflows_like_confluent(producers):
+    ours, theirs = producers
+    for p in (ours, theirs):
+        with pytest.raises(OverflowError):
+            p.produce("t", partition=2**40)
+
+
+def test_non_callable_delivery_callback_is_refused_where_given(producers):
+    ours, _ = producers
+    for kw in ({"on_delivery": 5}, {"callback": "x"}):
+        with pytest.raises(TypeError, match=next(iter(kw))):
+            ours.produce("t", b"x", **kw)
+    with pytest.raises(TypeError, match="on_delivery"):
+        ours.produce_batch("t", [b"x"], on_delivery=5)
+    assert len(ours) == 0
+
+
+@pytest.mark.parametrize("call", ["poll", "flush"])
+def test_timeout_must_be_a_number(producers, call):
+    ours, theirs = producers
+    for p in (ours, theirs):
+        with pytest.raises(TypeError):
+            getattr(p, call)("x")
+    assert ours.poll(0) >= 0
+
+
+def test_list_topics_argument_types(producers):
+    ours, theirs = producers
+    for p in (ours, theirs):
+        with pytest.raises(TypeError):
+            p.list_topics(5)
+        with pytest.raises(TypeError):
+            p.list_topics(timeout="x")
+
+
+# -- configuration ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("conf", [{"partitioner": "bogus"}, {"partitioner": 5},
+                                  {"default.topic.config": {"partitioner": "bogus"}}])
+def test_unknown_partitioner_is_refused_with_librdkafkas_message(conf):
+    with pytest.raises(KafkaException) as ours:
+        Producer({"bootstrap.servers": NOWHERE, **conf})
+    with pytest.raises(Exception) as theirs:   # confluent's cimpl.KafkaException
+        ck.Producer({"bootstrap.servers": NOWHERE, **conf})
+    assert ours.value.args[0].code() == KafkaError._INVALID_ARG
+    assert ours.value.args[0].str() == theirs.value.args[0].str()
+
+
+def test_default_topic_config_is_merged_and_wins():
+    p = Producer({"bootstrap.servers": NOWHERE, "message.timeout.ms": 1000,
+                  "default.topic.config": {"message.timeout.ms": 4000,
+                                           "partitioner": "murmur2"}})
+    try:
+        # as librdkafka: the default topic configuration's values win
+        assert p._config["message.timeout.ms"] == 4000
+        assert p._acc.partitioner_name == "murmur2"
+    finally:
+        p.close(0)
+    c = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g",
+                  "default.topic.config": {"auto.offset.reset": "earliest"}})
+    try:
+        assert c._fetcher.reset_policy == "earliest"
+    finally:
+        c.close()
+    with pytest.raises(KafkaException, match="bogus"):
+        Producer({"bootstrap.servers": NOWHERE, "default.topic.config": {"bogus": 1}})
+    with pytest.raises(TypeError):
+        Producer({"bootstrap.servers": NOWHERE, "default.topic.config": 5})
+
+
+# -- commit() and store_offsets() forms ----------------------------------------------------
+
+@pytest.fixture
+def consumer():
+    commits = []
+    c = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g",
+                  "enable.auto.offset.store": False, "socket.timeout.ms": 1000,
+                  "on_commit": lambda err, parts: commits.append((err, parts))})
+    c.commits = commits
+    yield c
+    c.close()
+
+
+def code_of(excinfo):
+    return excinfo.value.args[0].code()
+
+
+def wait_commits(c, n):
+    deadline = time.monotonic() + 5
+    while len(c.commits) < n and time.monotonic() < deadline:
+        c.poll(0.05)
+    return c.commits
+
+
+def test_commit_forms_accepted_without_a_stored_offset(consumer):
+    c = consumer
+    # confluent-kafka accepts all of these asynchronously; with nothing to commit the
+    # result (_NO_OFFSET) goes to on_commit
+    assert c.commit() is None
+    assert c.commit(message=None) is None
+    assert c.commit(offsets=None) is None
+    assert c.commit(message=None, offsets=None) is None
+    assert c.commit(offsets=[]) is None
+    assert c.commit(offsets=[TopicPartition("t", 0)]) is None     # OFFSET_INVALID: left out
+    assert c.commit(asynchronous="yes") is None                      # truthy, as there
+    assert c.commit(**{"async": True}) is None                        # the old keyword
+    got = wait_commits(c, 8)
+    assert [err.code() for err, _ in got] == [KafkaError._NO_OFFSET] * 8
+    assert got[5][1] == [TopicPartition("t", 0)]
+    for kwargs in ({}, {"offsets": []}, {"offsets": [TopicPartition("t", 0)]},
+                   {"message": Message("t", 0)}):
+        with pytest.raises(KafkaException) as e:
+            c.commit(asynchronous=False, **kwargs)
+        assert code_of(e) == KafkaError._NO_OFFSET
+
+
+def test_commit_argument_errors(consumer):
+    c = consumer
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        c.commit(message=Message("t", 0, 5), offsets=[TopicPartition("t", 0, 5)])
+    for bad in ({"offsets": TopicPartition("t", 0, 5)}, {"offsets": (TopicPartition("t", 0, 5),)},
+                {"offsets": [5]}, {"message": 5}):
+        with pytest.raises(TypeError):
+            c.commit(**bad)
+    with pytest.raises(KafkaException) as e:
+        c.commit(message=Message("t", 0, 5, error=KafkaError(KafkaError._PARTITION_EOF)))
+    assert code_of(e) == KafkaError._INVALID_ARG
+    assert str(e.value.args[0].str()).startswith("Cannot commit offsets for message with error")
+    with pytest.raises(TypeError):
+        c.commit(bogus=1)
+
+
+def test_store_offsets_forms_and_codes(consumer):
+    c = consumer
+    for kwargs in ({}, {"message": None}, {"offsets": None}, {"message": None, "offsets": None}):
+        with pytest.raises(ValueError, match="expected either message or offsets"):
+            c.store_offsets(**kwargs)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        c.store_offsets(message=Message("t", 0, 5), offsets=[TopicPartition("t", 0, 5)])
+    c.store_offsets(offsets=[])                                        # nothing: fine
+    for call in (lambda: c.store_offsets(offsets=[TopicPartition("t", 0, 5)]),
+                 lambda: c.store_offsets(message=Message("t", 0, 5)),
+                 lambda: c.store_offsets(Message("t", 0, 5))):
+        with pytest.raises(KafkaException) as e:
+            call()
+        assert code_of(e) == KafkaError._UNKNOWN_PARTITION             # not _STATE
+    for bad in (Message("t", -1, 3), Message("t", 0), ):
+        with pytest.raises(KafkaException) as e:
+            c.store_offsets(message=bad)
+        assert code_of(e) == KafkaError._INVALID_ARG
+    with pytest.raises(KafkaException) as e:
+        c.store_offsets(offsets=[TopicPartition("t", 0)])               # OFFSET_INVALID
+    assert code_of(e) == KafkaError._INVALID_ARG
+    with pytest.raises(KafkaException) as e:
+        c.store_offsets(message=Message("t", 0, 5, error=KafkaError(-191)))
+    assert code_of(e) == KafkaError._INVALID_ARG
+    with pytest.raises(TypeError):
+        c.store_offsets(offsets=TopicPartition("t", 0, 5))
+    with pytest.raises(TypeError):
+        c.store_offsets(message=5)
+    # assigned: stored; one assigned and one not: the assigned one is stored, no error
+    c.assign([TopicPartition("t", 0, 0)])
+    c.store_offsets(offsets=[TopicPartition("t", 0, 5)])
+    assert c._fetcher.stored_offsets() == [TopicPartition("t", 0, 5)]
+    c.store_offsets(message=Message("t", 0, 7))
+    assert c._fetcher.stored_offsets()[0].offset == 8
+    c.store_offsets(offsets=[TopicPartition("t", 0, 9), TopicPartition("t", 1, 9)])
+    assert c._fetcher.stored_offsets()[0].offset == 9
+
+
+def test_consumer_argument_errors_match_confluent():
+    ours = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g"})
+    theirs = ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "log_level": 0})
+    try:
+        cases = [
+            (lambda c: c.consume("x"), TypeError), (lambda c: c.consume(1, "x"), TypeError),
+            (lambda c: c.consume(-1), ValueError), (lambda c: c.consume(1000001), ValueError),
+            (lambda c: c.poll("x"), TypeError), (lambda c: c.subscribe("t"), TypeError),
+            (lambda c: c.subscribe(["t"], on_assign=5), TypeError),
+            (lambda c: c.subscribe(["t"], on_revoke=5), TypeError),
+            (lambda c: c.subscribe(["t"], on_lost=5), TypeError),
+            (lambda c: c.subscribe([]), KafkaException), (lambda c: c.assign(5), TypeError),
+            (lambda c: c.assign([5]), TypeError), (lambda c: c.seek(5), TypeError),
+            (lambda c: c.pause(5), TypeError), (lambda c: c.committed(5), TypeError),
+            (lambda c: c.position(5), TypeError),
+            (lambda c: c.get_watermark_offsets(5), TypeError),
+            (lambda c: c.offsets_for_times(5), TypeError),
+            (lambda c: c.incremental_assign(5), TypeError),
+            (lambda c: c.list_topics(5), TypeError),
+        ]
+        for call, exc in cases:
+            with pytest.raises(exc):
+                call(ours)
+            # confluent raises its cimpl.KafkaException, a class of its own
+            with pytest.raises(exc if exc is not KafkaException else Exception):
+                call(theirs)
+        assert ours.consume(0) == theirs.consume(0) == []
+        with pytest.raises(KafkaException) as e:
+            ours.seek(TopicPartition("x", 0, 5))
+        assert code_of(e) == KafkaError._UNKNOWN_PARTITION
+        ours.pause([TopicPartition("x", 0)])          # not assigned: nothing to do, as there
+        theirs.pause([ck.TopicPartition("x", 0)])
+        assert ours.consume(1, 0) == []               # still usable
+    finally:
+        ours.close()
+        theirs.close()
+
+
+# -- with a broker: each form commits what it says ---------------------------------------
+
+def test_commit_forms_commit_on_the_broker(tansu_broker, topic_name):
+    tansu_broker.create_topic(topic_name, partitions=1)
+    p = Producer({"bootstrap.servers": tansu_broker.bootstrap})
+    for i in range(10):
+        p.produce(topic_name, b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    p.close()
+    results = []
+    c = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name,
+                  "enable.auto.commit": False, "enable.auto.offset.store": False,
+                  "on_commit": lambda err, parts: results.append((err, parts))})
+    tp = TopicPartition(topic_name, 0)
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        msgs = []
+        deadline = time.monotonic() + 30
+        while len(msgs) < 10 and time.monotonic() < deadline:
+            msgs.extend(m for m in c.consume(10, 0.5) if m.error() is None)
+        assert [m.offset() for m in msgs] == list(range(10))
+
+        def committed():
+            return c.committed([tp], timeout=10)[0].offset
+
+        assert c.commit(msgs[2], asynchronous=False)[0].offset == 3     # positional message
+        assert committed() == 3
+        c.commit(offsets=[TopicPartition(topic_name, 0, 5)])              # asynchronous
+        while len(results) < 2:
+            c.poll(0.1)
+        assert results[-1][0] is None and committed() == 5
+        c.store_offsets(msgs[6])
+        assert c.commit(asynchronous=False)[0].offset == 7                # stored offsets
+        assert committed() == 7
+        c.store_offsets(offsets=[TopicPartition(topic_name, 0, 9)])
+        c.commit(message=None, offsets=None, **{"async": False})
+        assert committed() == 9
+    finally:
+        c.close()

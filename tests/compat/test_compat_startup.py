@@ -1,0 +1,75 @@
+"""confluent-kafka drop-in: a client connects as soon as it is made, so a wrong
+bootstrap.servers reaches error_cb within the first second (_TRANSPORT for each broker,
+then _ALL_BROKERS_DOWN), in the order librdkafka reports them."""
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from kafka_client import Consumer, KafkaError, Producer
+
+ck = pytest.importorskip("confluent_kafka")
+
+
+def dead_addresses(n):
+    out = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        out.append(f"127.0.0.1:{s.getsockname()[1]}")
+        s.close()
+    return ",".join(out)
+
+
+def codes_within(make, bootstrap, seconds):
+    errors = []
+    start = time.monotonic()
+    conf = {"bootstrap.servers": bootstrap, "log_level": 0,
+            "error_cb": lambda err: errors.append((time.monotonic() - start, err))}
+    if make in (Consumer, ck.Consumer):
+        conf["group.id"] = "g"
+    client = make(conf)
+    try:
+        while time.monotonic() - start < seconds:
+            client.poll(0.05)
+    finally:
+        if isinstance(client, (Producer, ck.Producer)):
+            client.purge()
+        client.close()
+    return [(t, e.code()) for t, e in errors if t <= seconds]
+
+
+def test_unreachable_bootstrap_is_reported_at_once_like_librdkafka():
+    bootstrap = dead_addresses(1)
+    ours = codes_within(Producer, bootstrap, 1.0)
+    theirs = codes_within(ck.Producer, bootstrap, 1.0)
+    expected = [KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN]
+    assert [code for _, code in theirs][:2] == expected
+    assert [code for _, code in ours][:2] == expected, ours
+    assert ours[1][0] < 1.0
+    # nothing was produced or asked for: the producer connected because it exists
+
+
+def test_consumer_waits_for_work_before_connecting_like_librdkafka():
+    bootstrap = dead_addresses(1)
+    assert codes_within(ck.Consumer, bootstrap, 1.0) == []
+    assert codes_within(Consumer, bootstrap, 1.0) == []
+
+
+def test_every_bootstrap_broker_is_tried_before_all_down():
+    errors = []
+    p = Producer({"bootstrap.servers": dead_addresses(3),
+                  "error_cb": lambda err: errors.append(err)})
+    try:
+        deadline = time.monotonic() + 2
+        while len(errors) < 4 and time.monotonic() < deadline:
+            p.poll(0.05)
+    finally:
+        p.close(0)
+    assert [e.code() for e in errors[:4]] == [KafkaError._TRANSPORT] * 3 + \
+        [KafkaError._ALL_BROKERS_DOWN]
+    assert errors[3].str().startswith("3/3 brokers are down")
+    # reported errors are not retriable, as librdkafka's
+    assert not any(e.retriable() for e in errors)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from kafka_proto.errors import ErrorCode
+from kafka_proto.errors import ErrorCode, KafkaProtocolError
 from kafka_proto.messages import (
     ApiKey,
     DeleteRecordsResponse,
@@ -19,8 +19,9 @@ from kafka_proto.messages import (
     ProduceResponse,
 )
 
+from kafka_proto.records import read_batch_header
+
 from ._api import RequestContext, error_answer, handles
-from ._batches import BATCH_HEADER_SIZE, read_batch_header
 from ._net import FileRegion
 from ._replica import AppendResult
 
@@ -70,9 +71,12 @@ def produce_summary(request: Any) -> List[Dict[str, Any]]:
 
 
 def _batch_summary(records: Any) -> Dict[str, Any]:
-    if records is None or len(records) < BATCH_HEADER_SIZE:
+    if records is None:
         return {}
-    h = read_batch_header(records)
+    try:
+        h = read_batch_header(records)
+    except KafkaProtocolError:
+        return {}   # not a v2 batch: the append refuses it, with the reason
     return {"producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
             "base_sequence": h.base_sequence, "records": h.records_count}
 

@@ -13,7 +13,8 @@ response's bytes are its header (v0: correlation_id; v1 adds tagged fields) and 
 * :func:`decode_response_header` splits a response frame into correlation id and body.
 * The server side: :func:`peek_request` and :func:`decode_request_header` split a request
   frame into its header and body; :func:`encode_response_header` and
-  :func:`encode_response` frame a response.
+  :func:`encode_response` frame a response; :func:`encode_frame` sizes a bare payload
+  (SASL tokens after SaslHandshake v0).
 * :class:`CorrelationTracker` hands out correlation ids and matches responses to requests.
 * :func:`encode_version_prefixed` / :func:`decode_version_prefixed`: the ``int16 version``
   + struct blobs that travel inside other messages (the consumer protocol's subscription
@@ -56,6 +57,7 @@ __all__ = [
     "decode_request_header",
     "encode_response_header",
     "encode_response",
+    "encode_frame",
     "request_header_version",
     "response_header_version",
     "encode_version_prefixed",
@@ -564,6 +566,14 @@ def encode_response_header(api_key: int, api_version: int, correlation_id: int,
     if not 0 <= size <= _INT32_MAX or body_size < 0:
         raise ProtocolEncodeError(f"response of {body_size} bytes does not fit an int32 size")
     return _INT32.pack(size) + header
+
+
+def encode_frame(payload: BytesLike) -> bytes:
+    """``payload`` with its ``int32`` size in front: how SASL tokens travel after
+    SaslHandshake v0, outside any request or response."""
+    if len(payload) > _INT32_MAX:
+        raise ProtocolEncodeError(f"a frame of {len(payload)} bytes does not fit an int32 size")
+    return _INT32.pack(len(payload)) + bytes(payload)
 
 
 def encode_response(response: Any, api_version: int, correlation_id: int, *,

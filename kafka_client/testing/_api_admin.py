@@ -48,7 +48,7 @@ def api_versions(ctx: RequestContext) -> None:
 
 def _broker_list(ctx: RequestContext) -> List[Any]:
     return [MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host,
-                                                    port=b.port, rack=None)
+                                                    port=b.client_port, rack=None)
             for b in sorted(ctx.server.brokers.values(), key=lambda b: b.broker_id) if b.up]
 
 

@@ -130,7 +130,8 @@ def produce(ctx: RequestContext) -> None:
             for t, ps in by_topic.items()])
         if ctx.version >= 10 and endpoints:
             response.node_endpoints = [
-                ProduceResponse.NodeEndpoint(node_id=b.broker_id, host=b.host, port=b.port)
+                ProduceResponse.NodeEndpoint(node_id=b.broker_id, host=b.host,
+                                             port=b.client_port)
                 for b in endpoints.values()]
         ctx.respond(response)
 

@@ -46,6 +46,7 @@ from ._controller import PartitionInfo, TopicInfo
 from ._fetcher import ReplicaFetcherManager
 from ._net import FileRegion, Loop, StreamConnection
 from ._replica import Replica
+from ._sasl import SESSION_EXPIRED
 from .storage import PartitionLog, read_file, replace_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +60,9 @@ LOOPBACK = "127.0.0.1"
 
 #: Frames read ahead of the request being served, at most (then reading pauses).
 _MAX_QUEUED_FRAMES = 64
+#: What a connection may send before (and, for re-authentication, after) its SASL session.
+_SASL_EXEMPT = frozenset((ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
+                          ApiKey.SASL_AUTHENTICATE))
 
 
 class _Placeholder:
@@ -97,8 +101,12 @@ class ClientConnection(StreamConnection):
         self.internal = peer in broker.server.internal_peers
         self.authenticated = self.internal or not broker.server.sasl_required
         self.principal: Optional[str] = None
-        #: SASL state (``_sasl``): the mechanism chosen by the handshake and its exchange.
+        #: The SASL exchange under way (``_sasl.SaslExchange``), if any.
         self.sasl: Any = None
+        #: The mechanism the connection authenticated with, and when its session ends
+        #: (monotonic; None: never) (KIP-368).
+        self.sasl_mechanism: Optional[str] = None
+        self.session_expires: Optional[float] = None
         self._drain_callbacks: List[Callable[[], None]] = []
 
     def on_frame(self, frame: memoryview) -> None:
@@ -168,11 +176,15 @@ class _Listener:
 class Broker:
     """A broker: a loopback listener and the replicas of the partitions it hosts."""
 
-    def __init__(self, server: "ClusterServer", broker_id: int, port: int) -> None:
+    def __init__(self, server: "ClusterServer", broker_id: int, port: int,
+                 advertised_port: Optional[int] = None) -> None:
         self.server = server
         self.broker_id = broker_id
         self.host = LOOPBACK
         self.port = port
+        #: The port given to clients in Metadata and FindCoordinator answers when it is
+        #: not the listener's (a TLS terminator in front of the broker).
+        self.advertised_port = advertised_port
         self.loop: Loop = server.loop
         self.settings = server.settings
         self.directory = os.path.join(server.data_dir, f"broker-{broker_id}")
@@ -192,6 +204,11 @@ class Broker:
     @property
     def controller(self):
         return self.server.controller
+
+    @property
+    def client_port(self) -> int:
+        """The port clients are told to connect to."""
+        return self.advertised_port or self.port
 
     # -- life cycle ------------------------------------------------------------------
     def bind(self) -> None:
@@ -454,11 +471,13 @@ class Broker:
         ctx = RequestContext(self, conn, head, request, entry)
         if used < len(body):
             ctx.note(trailing_bytes_ignored=len(body) - used)
-        if not conn.authenticated and api_key not in (ApiKey.API_VERSIONS,
-                                                      ApiKey.SASL_HANDSHAKE,
-                                                      ApiKey.SASL_AUTHENTICATE):
-            self._refuse(conn, f"{api_info(api_key).name} before SASL authentication")
-            return
+        if api_key not in _SASL_EXEMPT:
+            if not conn.authenticated:
+                self._refuse(conn, f"{api_info(api_key).name} before SASL authentication")
+                return
+            if conn.session_expires is not None and time.monotonic() > conn.session_expires:
+                self._refuse(conn, SESSION_EXPIRED, head)
+                return
         injected = self.server.faults.take_error(self.broker_id, api_key)
         if api_key == ApiKey.PRODUCE:
             ctx.note(partitions=produce_summary(request))

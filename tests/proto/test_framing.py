@@ -757,3 +757,12 @@ def test_version_prefixed_blobs():
 def test_tracker_start_range():
     with pytest.raises(ValueError):
         CorrelationTracker(start=-1)
+
+
+def test_encode_frame_sizes_a_bare_payload():
+    from kafka_proto.framing import encode_frame
+
+    assert encode_frame(b"") == b"\x00\x00\x00\x00"
+    assert encode_frame(memoryview(b"token")) == b"\x00\x00\x00\x05token"
+    (payload,) = FrameParser().feed(encode_frame(b"\x00alice\x00pw"))
+    assert bytes(payload) == b"\x00alice\x00pw"

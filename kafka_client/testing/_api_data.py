@@ -22,7 +22,7 @@ from kafka_proto.messages import (
 from kafka_proto.records import read_batch_header
 
 from ._api import RequestContext, error_answer, handles
-from ._net import FileRegion
+from ._net import PLACEHOLDER, FileRegion
 from ._replica import AppendResult
 
 # ListOffsets special timestamps.
@@ -345,14 +345,8 @@ class _FetchOperation:
             return _fetch_partition(p.partition, ErrorCode.NONE, aborted_transactions=aborted,
                                     **fields), None
         data = _fetch_partition(p.partition, ErrorCode.NONE, aborted_transactions=aborted,
-                                records=_placeholder(result.size), **fields)
+                                records=PLACEHOLDER.slice(result.size), **fields)
         return data, FileRegion(result.file, result.position, result.size)
-
-
-def _placeholder(size: int) -> memoryview:
-    from ._broker import PLACEHOLDER
-
-    return PLACEHOLDER.slice(size)
 
 
 @handles(ApiKey.FETCH)

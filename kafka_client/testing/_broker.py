@@ -44,7 +44,7 @@ from ._api import ERROR_ANSWERS, HANDLERS, SUPPORTED_VERSIONS, RequestContext, s
 from ._api_data import produce_summary
 from ._controller import PartitionInfo, TopicInfo
 from ._fetcher import ReplicaFetcherManager
-from ._net import FileRegion, Loop, StreamConnection
+from ._net import PLACEHOLDER, FileRegion, Loop, StreamConnection
 from ._replica import Replica
 from ._sasl import SESSION_EXPIRED
 from .storage import PartitionLog, read_file, replace_file
@@ -52,7 +52,7 @@ from .storage import PartitionLog, read_file, replace_file
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import ClusterServer
 
-__all__ = ["Broker", "ClientConnection", "PLACEHOLDER"]
+__all__ = ["Broker", "ClientConnection"]
 
 _log = logging.getLogger("kafka_client.testing")
 
@@ -63,29 +63,6 @@ _MAX_QUEUED_FRAMES = 64
 #: What a connection may send before (and, for re-authentication, after) its SASL session.
 _SASL_EXEMPT = frozenset((ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
                           ApiKey.SASL_AUTHENTICATE))
-
-
-class _Placeholder:
-    """Zero pages standing in for a fetch response's records: the encoder writes their
-    length and hands the slice back as a part of its own, which is then swapped for the
-    file region with the same bytes (anonymous memory: never touched, costs nothing)."""
-
-    SIZE = 1 << 30
-
-    def __init__(self) -> None:
-        import mmap
-
-        self.backing = mmap.mmap(-1, self.SIZE)
-        self.view = memoryview(self.backing)
-
-    def slice(self, size: int) -> memoryview:
-        return self.view[:size]
-
-    def owns(self, part: Any) -> bool:
-        return isinstance(part, memoryview) and part.obj is self.backing
-
-
-PLACEHOLDER = _Placeholder()
 
 
 class ClientConnection(StreamConnection):

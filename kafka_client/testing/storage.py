@@ -198,23 +198,29 @@ class Segment:
         """Whole batches from the one holding ``offset`` (or the next one after it), each
         wholly below ``upper``, within ``max_bytes`` (the first batch always, if
         ``min_one``). None if there is no such batch here."""
-        i = bisect.bisect_left(self.batch_lasts, offset)
-        n = len(self.batch_lasts)
-        if i >= n or self.batch_lasts[i] >= upper:
+        lasts = self.batch_lasts
+        positions = self.batch_positions
+        i = bisect.bisect_left(lasts, offset)
+        n = len(lasts)
+        if i >= n or lasts[i] >= upper:
             return None
-        position = self.batch_positions[i]
-        end = position
-        j = i
-        while j < n and self.batch_lasts[j] < upper:
-            batch_end = self.batch_end(j)
-            if batch_end - position > max_bytes and not (j == i and min_one):
-                break
-            end = batch_end
-            j += 1
-        if end == position:
-            return None
+        position = positions[i]
+        # Batches i..j-1 are sent: wholly below upper, and ending within max_bytes.
+        below_upper = bisect.bisect_left(lasts, upper, i)
+        limit = position + max_bytes
+        starts_within = bisect.bisect_right(positions, limit, i)
+        if starts_within < n:
+            fit = starts_within - 1     # the batch starting last within ends after limit
+        else:
+            fit = n if self.size <= limit else n - 1
+        j = min(fit, below_upper)
+        if j <= i:
+            if not min_one:
+                return None
+            j = i + 1
+        end = self.batch_end(j - 1)
         return LogReadResult(self.file, position, end - position, self.batch_bases[i],
-                             self.batch_lasts[j - 1] + 1)
+                             lasts[j - 1] + 1)
 
     def read_bytes(self, position: int = 0, size: int = -1) -> bytes:
         if size < 0:
@@ -454,9 +460,11 @@ class PartitionLog:
     def read(self, offset: int, max_bytes: int, upper: int,
              min_one: bool = True) -> Optional[LogReadResult]:
         """Whole batches from ``offset`` (one segment's worth at most) below ``upper``."""
-        bases = [s.base_offset for s in self.segments]
-        i = max(bisect.bisect_right(bases, offset) - 1, 0)
-        for seg in self.segments[i:]:
+        segments = self.segments
+        i = len(segments) - 1
+        while i > 0 and segments[i].base_offset > offset:
+            i -= 1   # from the newest: consumers mostly read the active segment
+        for seg in segments[i:]:
             result = seg.read(offset, max_bytes, upper, min_one)
             if result is not None:
                 return result

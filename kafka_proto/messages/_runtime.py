@@ -3,9 +3,10 @@
 Hand-written: the modules in _generated/ (written by tools/gen_messages.py) import it."""
 import threading
 from collections import namedtuple
+from operator import attrgetter
 from struct import Struct
 from struct import error as StructError
-from typing import Any, Dict, List, Optional, Set, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar, Union
 from uuid import UUID
 
 from kafka_proto._wire import Reader, Writer
@@ -172,8 +173,20 @@ def _write_tags(w, known, unknown):
 
 
 T = TypeVar("T", bound="_Struct")
-# One default instance per struct class, for _Struct._is_default (never handed out).
-_DEFAULTS = {}
+# Per struct class: a function returning its field values (slots) in one C call, for __eq__
+# and _is_default; and (that function, the default instance's values) for _is_default.
+# The default values are never handed out.
+_VALUE_GETTERS: Dict[type, Callable[[Any], Any]] = {}
+_DEFAULTS: Dict[type, Tuple[Callable[[Any], Any], Any]] = {}
+
+
+def _values_getter(cls: type) -> Callable[[Any], Any]:
+    getter = _VALUE_GETTERS.get(cls)
+    if getter is None:
+        slots = cls.__slots__
+        getter = attrgetter(*slots) if slots else (lambda obj: ())
+        _VALUE_GETTERS[cls] = getter
+    return getter
 
 
 class _Struct:
@@ -189,10 +202,8 @@ class _Struct:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        for name in self.__slots__:
-            if getattr(self, name) != getattr(other, name):
-                return False
-        return True
+        values = _values_getter(type(self))
+        return values(self) == values(other)
 
     def __repr__(self) -> str:
         parts = [f"{f.name}={getattr(self, f.name)!r}" for f in self.FIELDS]
@@ -201,12 +212,13 @@ class _Struct:
         return f"{type(self).__qualname__}({', '.join(parts)})"
 
     def _is_default(self) -> bool:
-        # The encoders ask this of every tagged or version-limited struct field, so the
-        # default to compare with is made once per class, not once per call.
-        default = _DEFAULTS.get(type(self))
-        if default is None:
-            default = _DEFAULTS[type(self)] = type(self)()
-        return self == default
+        # The encoders ask this of every tagged or version-limited struct field: the
+        # default values are read once per class, not built again on every call.
+        entry = _DEFAULTS.get(type(self))
+        if entry is None:
+            values = _values_getter(type(self))
+            entry = _DEFAULTS[type(self)] = (values, values(type(self)()))
+        return entry[0](self) == entry[1]
 
     def encode(self, version: int) -> bytes:
         """Encode the body (no header) in the given version and return the bytes."""
@@ -284,10 +296,10 @@ class _Message(_Struct):
 # Fitting a message to a version, and finding its error codes: for a broker (or a test)
 # that fills every field and lets the version decide what goes on the wire.
 
-# Per (class, version): fields to reset (absent from the version, not ignorable), fields
-# that may not be None in the version, and (name, is_list) of the struct fields whose own
-# plan is not empty.
-_FitPlan = Tuple[List[str], List[str], List[Tuple[str, bool]]]
+# Per (class, version): (name, default) of the fields to reset (absent from the version,
+# not ignorable; the default only compared with, never handed out), fields that may not be
+# None in the version, and (name, is_list) of the struct fields whose own plan is not empty.
+_FitPlan = Tuple[List[Tuple[str, Any]], List[str], List[Tuple[str, bool]]]
 _FIT_PLANS: Dict[Tuple[type, int], _FitPlan] = {}
 # Field types that can hold None (the others are numbers and booleans).
 _MAY_BE_NONE = ("string", "bytes", "records", "struct", "uuid")
@@ -301,13 +313,14 @@ def _fit_plan(cls: type, version: int) -> _FitPlan:
     key = (cls, version)
     plan = _FIT_PLANS.get(key)
     if plan is None:
-        absent: List[str] = []
+        absent: List[Tuple[str, Any]] = []
         not_null: List[str] = []
         nested: List[Tuple[str, bool]] = []
+        defaults = cls()
         for f in cls.FIELDS:  # type: ignore[attr-defined]
             if not _in_range(f.min_version, f.max_version, version):
                 if not f.ignorable:
-                    absent.append(f.name)
+                    absent.append((f.name, getattr(defaults, f.name)))
                 continue
             if not _in_range(f.nullable_min, f.nullable_max, version) and (
                     f.type.startswith("[]") or f.type in _MAY_BE_NONE):
@@ -329,7 +342,9 @@ def fit_to_version(message: Any, version: int) -> Any:
     """
     absent, not_null, nested = _fit_plan(type(message), version)
     fresh = None
-    for name in absent:
+    for name, default in absent:
+        if getattr(message, name) == default:
+            continue   # already what the encoder expects
         fresh = fresh or type(message)()
         setattr(message, name, getattr(fresh, name))
     for name in not_null:

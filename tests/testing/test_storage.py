@@ -156,6 +156,44 @@ def test_read_returns_whole_batches_within_the_limits(log_dir):
     assert [b.base_offset for b in read_batches(data)] == [0, 4, 8]
 
 
+
+def test_read_agrees_with_a_batch_by_batch_walk(log_dir):
+    """Segment.read finds its range by bisection; a plain walk over the batches gives the
+    same range for every offset, byte limit, upper bound and min_one."""
+    import random
+
+    rng = random.Random(7)
+    log = PartitionLog(log_dir, "topic", 0, settings())
+    for _ in range(30):
+        append(log, [b"z" * rng.randint(1, 300) for _ in range(rng.randint(1, 5))])
+    seg = log.active
+
+    def walk(offset, max_bytes, upper, min_one):
+        chosen = []
+        for k in range(len(seg.batch_lasts)):
+            if seg.batch_lasts[k] < offset:
+                continue
+            if seg.batch_lasts[k] >= upper:
+                break
+            end = seg.batch_end(k)
+            start = seg.batch_positions[chosen[0] if chosen else k]
+            if end - start > max_bytes and not (not chosen and min_one):
+                break
+            chosen.append(k)
+        if not chosen:
+            return None
+        first, last = chosen[0], chosen[-1]
+        return (seg.batch_positions[first], seg.batch_end(last) - seg.batch_positions[first],
+                seg.batch_bases[first], seg.batch_lasts[last] + 1)
+
+    end = log.end_offset
+    for _ in range(3000):
+        offset = rng.randint(0, end + 1)
+        args = (offset, rng.choice([0, 50, 500, 2000, 10**6]), rng.randint(0, end + 1),
+                rng.random() < 0.5)
+        got = seg.read(*args)
+        assert (None if got is None else got[1:]) == walk(*args), args
+
 def test_reopening_recovers_a_torn_tail_and_rebuilds_the_indexes(log_dir):
     s = settings(index_interval_bytes=50)
     log = PartitionLog(log_dir, "topic", 0, s)

@@ -280,7 +280,7 @@ class _FetchOperation:
         total = 0
         regions: List[FileRegion] = []
         urgent = False
-        max_bytes = req.max_bytes if self.version >= 3 else 0x7FFFFFFF
+        max_bytes = req.max_bytes   # the decoder gives 2**31-1 for versions without it
         topics = []
         for t, name in self.topics:
             parts = []

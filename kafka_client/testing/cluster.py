@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from kafka_proto.errors import ErrorCode
+from kafka_proto.logdir import LOG_SUFFIX
 from kafka_proto.messages import ApiKey
 
 __all__ = [
@@ -534,7 +535,7 @@ class Cluster:
     def segment_files(self, topic: str, partition: int, broker: int) -> List[str]:
         directory = self.log_dir(topic, partition, broker)
         return sorted(os.path.join(directory, n) for n in os.listdir(directory)
-                      if n.endswith(".log"))
+                      if n.endswith(LOG_SUFFIX))
 
 
 def _coordinator_key(group: Optional[str], transactional_id: Optional[str]) -> tuple:

@@ -329,6 +329,18 @@ def run_consumer(cluster: Cluster, n: int, rounds: int) -> Optional[Dict[str, Li
 # --------------------------------------------------------------------------- main
 
 
+def table_cells(sendfile: List[Tuple[float, float]], read_send: List[Tuple[float, float]]) -> str:
+    """Median MiB/s of each mode, the ratio of the medians, the median of the per-round
+    ratios, and the median server CPU ms per MiB of each mode."""
+    mib = 1 << 20
+    sf_rate = statistics.median(x[0] for x in sendfile) / mib
+    rs_rate = statistics.median(x[0] for x in read_send) / mib
+    paired = statistics.median(a[0] / b[0] for a, b in zip(sendfile, read_send))
+    return (f"{sf_rate:>15.0f} {rs_rate:>16.0f} {sf_rate / rs_rate:>5.2f}x {paired:>11.2f}x "
+            f"{statistics.median(x[1] for x in sendfile) * 1000:>9.2f} / "
+            f"{statistics.median(x[1] for x in read_send) * 1000:.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", default="1,8,16",
@@ -409,14 +421,8 @@ def main() -> int:
     print(f"{'partitions':>10} {'answer':>8} {'sendfile MiB/s':>15} {'read+send MiB/s':>16} "
           f"{'ratio':>6} {'ratio/round':>12} {'CPU ms/MiB sf / rs':>20}")
     for count in counts:
-        sf, rs = results[(count, "sendfile")], results[(count, "read+send")]
-        sf_rate = statistics.median(x[0] for x in sf) / mib
-        rs_rate = statistics.median(x[0] for x in rs) / mib
-        paired = statistics.median(a[0] / b[0] for a, b in zip(sf, rs))
-        print(f"{count:>10} {answer_kib[count] * count:>6} K {sf_rate:>15.0f} {rs_rate:>16.0f} "
-              f"{sf_rate / rs_rate:>5.2f}x {paired:>11.2f}x "
-              f"{statistics.median(x[1] for x in sf) * 1000:>9.2f} / "
-              f"{statistics.median(x[1] for x in rs) * 1000:.2f}")
+        print(f"{count:>10} {answer_kib[count] * count:>6} K "
+              + table_cells(results[(count, "sendfile")], results[(count, "read+send")]))
     for count in counts:
         print(f"  {count:>2} partition(s), MiB/s by round: sendfile "
               + ", ".join(f"{x[0] / mib:.0f}" for x in results[(count, "sendfile")])
@@ -424,15 +430,9 @@ def main() -> int:
               + ", ".join(f"{x[0] / mib:.0f}" for x in results[(count, "read+send")]))
     print(f"sendfile calls during the rounds: {stats1['sendfile_calls'] - stats0['sendfile_calls']}")
     if floor:
-        sf, rs = floor["sendfile"], floor["read+send"]
-        sf_rate = statistics.median(x[0] for x in sf) / mib
-        rs_rate = statistics.median(x[0] for x in rs) / mib
-        paired = statistics.median(a[0] / b[0] for a, b in zip(sf, rs))
         print(f"{'floor':>10} {answer_kib[counts[0]]:>6} K "
-              f"{sf_rate:>15.0f} {rs_rate:>16.0f} {sf_rate / rs_rate:>5.2f}x {paired:>11.2f}x "
-              f"{statistics.median(x[1] for x in sf) * 1000:>9.2f} / "
-              f"{statistics.median(x[1] for x in rs) * 1000:.2f}   (bare server, no Python "
-              f"per request but the call)")
+              + table_cells(floor["sendfile"], floor["read+send"])
+              + "   (bare server, no Python per request but the call)")
     for count in counts:
         sf = statistics.median(x[0] for x in results[(count, "sendfile")])
         rs = statistics.median(x[0] for x in results[(count, "read+send")])

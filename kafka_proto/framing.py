@@ -422,6 +422,19 @@ def _read_uvarint(mv: memoryview, pos: int, end: int) -> Tuple[int, int]:
             raise InvalidVarintError("header: tagged-field varint longer than 5 bytes")
 
 
+def _skip_tagged_fields(mv: memoryview, pos: int, end: int, where: str) -> int:
+    """The position after a header's tagged-field section (none is defined for headers
+    yet, so their contents are skipped)."""
+    count, pos = _read_uvarint(mv, pos, end)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(mv, pos, end)
+        size, pos = _read_uvarint(mv, pos, end)
+        if size > end - pos:
+            raise InvalidLengthError(f"{where}: tagged field of {size} bytes, {end - pos} left")
+        pos += size
+    return pos
+
+
 def peek_correlation_id(frame: BytesLike) -> int:
     """The correlation id of a response frame (its first field in every header version),
     to find the request, and so the header version, before decoding the header."""
@@ -447,14 +460,7 @@ def decode_response_header(frame: BytesLike, api_key: int, api_version: int,
     (correlation_id,) = _INT32.unpack_from(mv, 0)
     pos = 4
     if header_version == 1:
-        count, pos = _read_uvarint(mv, pos, end)
-        for _ in range(count):
-            _tag, pos = _read_uvarint(mv, pos, end)
-            size, pos = _read_uvarint(mv, pos, end)
-            if size > end - pos:
-                raise InvalidLengthError(
-                    f"response header: tagged field of {size} bytes, {end - pos} left")
-            pos += size
+        pos = _skip_tagged_fields(mv, pos, end, "response header")
     elif header_version != 0:
         raise ValueError(f"unknown response header version {header_version}")
     return correlation_id, mv[pos:]
@@ -533,14 +539,7 @@ def decode_request_header(frame: BytesLike, header_version: Optional[int] = None
         elif n != -1:
             raise InvalidLengthError(f"request header: client_id length {n}")
     if header_version >= 2:
-        count, pos = _read_uvarint(mv, pos, end)
-        for _ in range(count):
-            _tag, pos = _read_uvarint(mv, pos, end)
-            size, pos = _read_uvarint(mv, pos, end)
-            if size > end - pos:
-                raise TruncatedDataError(
-                    f"request header: tagged field of {size} bytes, {end - pos} left")
-            pos += size
+        pos = _skip_tagged_fields(mv, pos, end, "request header")
     elif header_version not in (0, 1):
         raise ValueError(f"unknown request header version {header_version}")
     head = RequestHead(api_key, api_version, correlation_id, client_id, header_version)

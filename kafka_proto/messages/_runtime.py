@@ -351,16 +351,21 @@ def fit_to_version(message: Any, version: int) -> Any:
         if getattr(message, name) is None:
             fresh = fresh or type(message)()
             setattr(message, name, getattr(fresh, name))
-    for name, is_list in nested:
+    for struct in _structs_in(message, nested):
+        fit_to_version(struct, version)
+    return message
+
+
+def _structs_in(message: Any, fields: List[Tuple[str, bool]]) -> Any:
+    """The structs held by ``message``'s struct and struct-array fields ``fields``."""
+    for name, is_list in fields:
         value = getattr(message, name)
         if value is None:
             continue
         if is_list:
-            for element in value:
-                fit_to_version(element, version)
+            yield from value
         else:
-            fit_to_version(value, version)
-    return message
+            yield value
 
 
 # Per class: whether it has an error_code field, and (name, is_list) of its struct fields
@@ -395,12 +400,5 @@ def _collect_error_codes(message: Any, found: Set[int]) -> None:
     own, nested = _error_path(type(message))
     if own and message.error_code:
         found.add(message.error_code)
-    for name, is_list in nested:
-        value = getattr(message, name)
-        if value is None:
-            continue
-        if is_list:
-            for element in value:
-                _collect_error_codes(element, found)
-        else:
-            _collect_error_codes(value, found)
+    for struct in _structs_in(message, nested):
+        _collect_error_codes(struct, found)

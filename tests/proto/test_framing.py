@@ -561,7 +561,7 @@ def test_decode_request_header_skips_tagged_fields():
     (bytes.fromhex("0003 0001 00000001 fffe"), InvalidLengthError),          # length -2
     (bytes.fromhex("0003 0001 00000001 0002 ffff"), ProtocolDecodeError),    # not UTF-8
     (bytes.fromhex("0001 000c 00000001 ffff"), TruncatedDataError),          # no tag count
-    (bytes.fromhex("0001 000c 00000001 ffff 01 00 05") + b"ab", TruncatedDataError),
+    (bytes.fromhex("0001 000c 00000001 ffff 01 00 05") + b"ab", InvalidLengthError),
     (bytes.fromhex("0001 000c 00000001 ffff") + b"\xff" * 6, InvalidVarintError),
 ])
 def test_decode_request_header_refuses_malformed_headers(frame, error):

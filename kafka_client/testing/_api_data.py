@@ -18,7 +18,6 @@ from kafka_proto.messages import (
     OffsetForLeaderEpochResponse,
     ProduceResponse,
 )
-
 from kafka_proto.records import read_batch_header
 
 from ._api import RequestContext, error_answer, handles

@@ -347,12 +347,8 @@ class PartitionLog:
             elif name.endswith(".swap"):
                 os.replace(path, path[:-len(".swap")])
         for name in sorted(os.listdir(self.directory)):
-            if name.endswith(LOG_SUFFIX):
-                try:
-                    base = segment_base_offset(name)
-                except ValueError:
-                    continue   # not a segment of ours
-                self.segments.append(Segment.load(self.directory, base,
+            if name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit():
+                self.segments.append(Segment.load(self.directory, segment_base_offset(name),
                                                   self.settings.index_interval_bytes))
         self.segments = [s for s in self.segments if not s.is_empty] or self.segments[-1:]
         if not self.segments:

@@ -11,6 +11,10 @@ response's bytes are its header (v0: correlation_id; v1 adds tagged fields) and 
 * :func:`encode_request` / :func:`encode_request_parts` frame a request object (anything
   with ``encode(version) -> bytes`` and an API key).
 * :func:`decode_response_header` splits a response frame into correlation id and body.
+* The server side: :func:`peek_request` and :func:`decode_request_header` split a request
+  frame into its header and body; :func:`encode_response_header` and
+  :func:`encode_response` frame a response; :func:`encode_frame` sizes a bare payload
+  (SASL tokens after SaslHandshake v0).
 * :class:`CorrelationTracker` hands out correlation ids and matches responses to requests.
 * :func:`encode_version_prefixed` / :func:`decode_version_prefixed`: the ``int16 version``
   + struct blobs that travel inside other messages (the consumer protocol's subscription
@@ -47,6 +51,13 @@ __all__ = [
     "encode_request_into",
     "decode_response_header",
     "peek_correlation_id",
+    "RequestPeek",
+    "RequestHead",
+    "peek_request",
+    "decode_request_header",
+    "encode_response_header",
+    "encode_response",
+    "encode_frame",
     "request_header_version",
     "response_header_version",
     "encode_version_prefixed",
@@ -400,7 +411,7 @@ def _read_uvarint(mv: memoryview, pos: int, end: int) -> Tuple[int, int]:
     shift = 0
     while True:
         if pos >= end:
-            raise TruncatedDataError("response header: truncated tagged-field varint")
+            raise TruncatedDataError("header: truncated tagged-field varint")
         b = mv[pos]
         pos += 1
         value |= (b & 0x7F) << shift
@@ -408,7 +419,20 @@ def _read_uvarint(mv: memoryview, pos: int, end: int) -> Tuple[int, int]:
             return value, pos
         shift += 7
         if shift > 28:
-            raise InvalidVarintError("response header: tagged-field varint longer than 5 bytes")
+            raise InvalidVarintError("header: tagged-field varint longer than 5 bytes")
+
+
+def _skip_tagged_fields(mv: memoryview, pos: int, end: int, where: str) -> int:
+    """The position after a header's tagged-field section (none is defined for headers
+    yet, so their contents are skipped)."""
+    count, pos = _read_uvarint(mv, pos, end)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(mv, pos, end)
+        size, pos = _read_uvarint(mv, pos, end)
+        if size > end - pos:
+            raise InvalidLengthError(f"{where}: tagged field of {size} bytes, {end - pos} left")
+        pos += size
+    return pos
 
 
 def peek_correlation_id(frame: BytesLike) -> int:
@@ -436,17 +460,136 @@ def decode_response_header(frame: BytesLike, api_key: int, api_version: int,
     (correlation_id,) = _INT32.unpack_from(mv, 0)
     pos = 4
     if header_version == 1:
-        count, pos = _read_uvarint(mv, pos, end)
-        for _ in range(count):
-            _tag, pos = _read_uvarint(mv, pos, end)
-            size, pos = _read_uvarint(mv, pos, end)
-            if size > end - pos:
-                raise InvalidLengthError(
-                    f"response header: tagged field of {size} bytes, {end - pos} left")
-            pos += size
+        pos = _skip_tagged_fields(mv, pos, end, "response header")
     elif header_version != 0:
         raise ValueError(f"unknown response header version {header_version}")
     return correlation_id, mv[pos:]
+
+
+# --------------------------------------------------------------------------- the server side
+
+
+class RequestPeek(NamedTuple):
+    """The first three fields of every request header version: enough to tell whether
+    the request can be served before its header version is known."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+class RequestHead(NamedTuple):
+    """A decoded request header."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: Optional[str]
+    #: 0, 1 or 2 (2: the API version is flexible; tagged fields follow the client id)
+    header_version: int
+
+
+_REQUEST_PEEK = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+
+
+def peek_request(frame: BytesLike) -> RequestPeek:
+    """``(api_key, api_version, correlation_id)`` of a request frame (size prefix already
+    removed), read before the API and version are known to be supported: a broker
+    answers an unknown ApiVersions version in v0 (KIP-511) and closes the connection for
+    anything else it does not know."""
+    if len(frame) < _REQUEST_PEEK.size:
+        raise TruncatedDataError(f"request frame of {len(frame)} bytes has no header")
+    return RequestPeek._make(_REQUEST_PEEK.unpack_from(frame, 0))
+
+
+def decode_request_header(frame: BytesLike, header_version: Optional[int] = None
+                          ) -> Tuple[RequestHead, memoryview]:
+    """Split a request frame into its header and its body (a zero-copy view).
+
+    ``header_version`` None takes it from the API key and version
+    (:func:`request_header_version`, which raises :class:`UnsupportedVersionError` for an
+    API or version this codec does not know). Tagged header fields are skipped (none is
+    defined for requests). Raises :class:`TruncatedDataError` for a header cut short and
+    :class:`ProtocolDecodeError` for a malformed client id.
+    """
+    mv = memoryview(frame)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    api_key, api_version, correlation_id = peek_request(mv)
+    if header_version is None:
+        header_version = request_header_version(api_key, api_version)
+    end = len(mv)
+    pos = _REQUEST_PEEK.size
+    client_id: Optional[str] = None
+    if header_version >= 1:
+        if end < pos + 2:
+            raise TruncatedDataError("request header: truncated client_id length")
+        (n,) = _INT16.unpack_from(mv, pos)
+        pos += 2
+        if n >= 0:
+            if end < pos + n:
+                raise TruncatedDataError(
+                    f"request header: client_id of {n} bytes, {end - pos} left")
+            try:
+                client_id = str(mv[pos:pos + n], "utf-8")
+            except UnicodeDecodeError:
+                raise ProtocolDecodeError("request header: client_id is not UTF-8") from None
+            pos += n
+        elif n != -1:
+            raise InvalidLengthError(f"request header: client_id length {n}")
+    if header_version >= 2:
+        pos = _skip_tagged_fields(mv, pos, end, "request header")
+    elif header_version not in (0, 1):
+        raise ValueError(f"unknown request header version {header_version}")
+    head = RequestHead(api_key, api_version, correlation_id, client_id, header_version)
+    return head, mv[pos:]
+
+
+def encode_response_header(api_key: int, api_version: int, correlation_id: int,
+                           body_size: int, header_version: Optional[int] = None) -> bytes:
+    """Size prefix and response header of a frame whose body of ``body_size`` bytes is
+    written after it in parts of its own (``socket.sendmsg``, ``os.sendfile``)."""
+    if header_version is None:
+        header_version = response_header_version(api_key, api_version)
+    if not _INT32_MIN <= correlation_id <= _INT32_MAX:
+        raise ProtocolEncodeError(f"correlation_id {correlation_id} out of int32 range")
+    if header_version == 0:
+        size = 4 + body_size
+        header = _INT32.pack(correlation_id)
+    elif header_version == 1:
+        size = 5 + body_size  # no tagged fields
+        header = _INT32.pack(correlation_id) + b"\x00"
+    else:
+        raise ProtocolEncodeError(f"unknown response header version {header_version}")
+    if not 0 <= size <= _INT32_MAX or body_size < 0:
+        raise ProtocolEncodeError(f"response of {body_size} bytes does not fit an int32 size")
+    return _INT32.pack(size) + header
+
+
+def encode_frame(payload: BytesLike) -> bytes:
+    """``payload`` with its ``int32`` size in front: how SASL tokens travel after
+    SaslHandshake v0, outside any request or response."""
+    if len(payload) > _INT32_MAX:
+        raise ProtocolEncodeError(f"a frame of {len(payload)} bytes does not fit an int32 size")
+    return _INT32.pack(len(payload)) + bytes(payload)
+
+
+def encode_response(response: Any, api_version: int, correlation_id: int, *,
+                    api_key: Optional[int] = None,
+                    header_version: Optional[int] = None) -> bytes:
+    """The complete response frame: size prefix, header, body. ``response`` is a generated
+    response object, or its already encoded body (then pass ``api_key``)."""
+    if isinstance(response, (bytes, bytearray, memoryview)):
+        body = bytes(response)
+    else:
+        body = response.encode(api_version)
+        if api_key is None:
+            api_key = response.API_KEY
+    if api_key is None:
+        raise TypeError("encode_response: api_key is needed for an encoded body")
+    return encode_response_header(api_key, api_version, correlation_id, len(body),
+                                  header_version) + body
 
 
 # --------------------------------------------------------------------------- version prefix

@@ -7,8 +7,8 @@
 * ``tls_endpoints``: Tansu behind stunnel (server-only and mutual TLS) plus stunnels
   with a wrong-name and an unknown-CA certificate (kafka_client._testing.tls); skips
   when stunnel (Debian stunnel4) is not installed, which ``./dev`` installs;
-* ``sasl_tansu``: Tansu behind the tests' SASL gateway (kafka_client._testing.sasl_server;
-  user ``alice`` / ``alice-secret``, PLAIN, SCRAM-SHA-256/512, OAUTHBEARER);
+* ``sasl_cluster``: a one-broker ``kafka_client.testing.Cluster`` requiring SASL (user
+  ``alice`` / ``alice-secret``; PLAIN, SCRAM-SHA-256/512, OAUTHBEARER with unsecured JWTs).
 * ``run_child``: runs Python code in a child process with a hard timeout, for cases that
   could hang (a regression then fails instead of stalling the suite).
 
@@ -42,7 +42,7 @@ if _ROOT not in sys.path:
 from kafka_client._testing.brokers import BrokerNotAvailable, NoidaBroker, make_broker
 
 BROKER_FIXTURES = {"tansu_broker", "noida_broker", "broker", "fresh_noida_broker",
-                   "tls_endpoints", "sasl_tansu"}
+                   "tls_endpoints", "sasl_cluster"}
 ALL_KINDS = ("tansu", "noida")
 
 
@@ -148,18 +148,20 @@ def tls_endpoints():
         endpoints.stop()
 
 
-@pytest.fixture(scope="session")
-def sasl_tansu():
-    from kafka_client._testing.brokers import tansu_binary
-    from kafka_client._testing.sasl_server import SaslTansu
+#: What sasl_cluster enables, as Kafka's ``sasl.enabled.mechanisms``.
+SASL_MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
 
-    if tansu_binary() is None:
-        pytest.skip("tansu broker not available")
-    cluster = SaslTansu({"alice": "alice-secret"})
-    try:
+
+@pytest.fixture(scope="session")
+def sasl_cluster(tmp_path_factory):
+    """A one-broker test cluster that requires SASL; its request log shows every
+    authentication (``sasl_authentications()``)."""
+    from kafka_client.testing import Cluster
+
+    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("sasl-cluster")),
+                 broker_config={"sasl.enabled.mechanisms": SASL_MECHANISMS},
+                 users={"alice": "alice-secret"}) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")

@@ -213,7 +213,7 @@ class Stunnel:
 
 
 class TlsTansu(TansuBroker):
-    """Tansu that advertises ``advertised_port`` (the stunnel or SASL gateway in front of
+    """Tansu that advertises ``advertised_port`` (the stunnel in front of
     it) in metadata while listening in plaintext on its own port. ``authentication``
     starts it with ``--authentication`` (SASL/SCRAM checked against users it cannot be
     given: every login fails; see docs/security.md)."""

@@ -1,4 +1,5 @@
-"""The registry of request handlers, and the request context they are given.
+"""The registry of request handlers, the versions the cluster serves, and the request
+context handlers are given.
 
 A handler module registers ``@handles(ApiKey.X)`` for its function ``f(ctx)``, which
 answers through ``ctx.respond(response)`` at once or later (a produce waiting for its
@@ -10,14 +11,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from ._protocol import RequestHead
+from kafka_proto.framing import RequestHead
+from kafka_proto.messages import API_KEYS, ApiKey, ApiVersionsResponse
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._broker import Broker, ClientConnection
 
-__all__ = ["RequestContext", "HANDLERS", "ERROR_ANSWERS", "handles", "error_answer"]
+__all__ = ["RequestContext", "HANDLERS", "ERROR_ANSWERS", "SUPPORTED_VERSIONS", "handles",
+           "error_answer", "served_api_versions"]
 
 Handler = Callable[["RequestContext"], None]
 ErrorAnswer = Callable[[Any, int, int], Any]
@@ -26,6 +29,46 @@ _log = logging.getLogger("kafka_client.testing")
 
 HANDLERS: Dict[int, Handler] = {}
 ERROR_ANSWERS: Dict[int, ErrorAnswer] = {}
+
+#: API key -> (lowest, highest) version the cluster serves (Kafka 4.0's floors: the
+#: versions Kafka 4 removed are answered as Kafka 4 answers them).
+SUPPORTED_VERSIONS: Dict[int, Tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 11),
+    ApiKey.FETCH: (4, 17),
+    ApiKey.LIST_OFFSETS: (1, 10),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_GROUPS: (0, 2),
+}
+
+
+def served_api_versions() -> List[Any]:
+    """The ApiVersions response's ranges: every API with a handler."""
+    return [ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo,
+                                           max_version=min(hi, API_KEYS[key].max_version))
+            for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items()) if key in HANDLERS]
 
 
 def handles(api_key: int) -> Callable[[Handler], Handler]:

@@ -15,10 +15,9 @@ from kafka_proto.messages import (
     MetadataResponse,
 )
 
-from ._api import HANDLERS, RequestContext, error_answer, handles
+from ._api import RequestContext, error_answer, handles, served_api_versions
 from ._config import BROKER_CONFIGS, TOPIC_CONFIGS, to_text
 from ._controller import ControllerError, TopicInfo
-from ._protocol import api_versions_table
 
 # DescribeConfigs resource types and config sources.
 RESOURCE_TOPIC = 2
@@ -41,10 +40,7 @@ def api_versions_error(request: Any, version: int, code: int) -> Any:
 def api_versions(ctx: RequestContext) -> None:
     ctx.note(client_software=(ctx.request.client_software_name,
                               ctx.request.client_software_version))
-    ctx.respond(ApiVersionsResponse(
-        error_code=ErrorCode.NONE,
-        api_keys=[ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                  for k, lo, hi in api_versions_table(HANDLERS)]))
+    ctx.respond(ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=served_api_versions()))
 
 
 # --------------------------------------------------------------------------- Metadata
@@ -52,7 +48,7 @@ def api_versions(ctx: RequestContext) -> None:
 
 def _broker_list(ctx: RequestContext) -> List[Any]:
     return [MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host,
-                                                    port=b.port, rack=None)
+                                                    port=b.client_port, rack=None)
             for b in sorted(ctx.server.brokers.values(), key=lambda b: b.broker_id) if b.up]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from kafka_proto.errors import ErrorCode
+from kafka_proto.errors import ErrorCode, KafkaProtocolError
 from kafka_proto.messages import (
     ApiKey,
     DeleteRecordsResponse,
@@ -18,10 +18,10 @@ from kafka_proto.messages import (
     OffsetForLeaderEpochResponse,
     ProduceResponse,
 )
+from kafka_proto.records import read_batch_header
 
 from ._api import RequestContext, error_answer, handles
-from ._batches import BATCH_HEADER_SIZE, read_batch_header
-from ._net import FileRegion
+from ._net import PLACEHOLDER, FileRegion
 from ._replica import AppendResult
 
 # ListOffsets special timestamps.
@@ -70,9 +70,12 @@ def produce_summary(request: Any) -> List[Dict[str, Any]]:
 
 
 def _batch_summary(records: Any) -> Dict[str, Any]:
-    if records is None or len(records) < BATCH_HEADER_SIZE:
+    if records is None:
         return {}
-    h = read_batch_header(records)
+    try:
+        h = read_batch_header(records)
+    except KafkaProtocolError:
+        return {}   # not a v2 batch: the append refuses it, with the reason
     return {"producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
             "base_sequence": h.base_sequence, "records": h.records_count}
 
@@ -126,7 +129,8 @@ def produce(ctx: RequestContext) -> None:
             for t, ps in by_topic.items()])
         if ctx.version >= 10 and endpoints:
             response.node_endpoints = [
-                ProduceResponse.NodeEndpoint(node_id=b.broker_id, host=b.host, port=b.port)
+                ProduceResponse.NodeEndpoint(node_id=b.broker_id, host=b.host,
+                                             port=b.client_port)
                 for b in endpoints.values()]
         ctx.respond(response)
 
@@ -275,7 +279,7 @@ class _FetchOperation:
         total = 0
         regions: List[FileRegion] = []
         urgent = False
-        max_bytes = req.max_bytes if self.version >= 3 else 0x7FFFFFFF
+        max_bytes = req.max_bytes   # the decoder gives 2**31-1 for versions without it
         topics = []
         for t, name in self.topics:
             parts = []
@@ -340,14 +344,8 @@ class _FetchOperation:
             return _fetch_partition(p.partition, ErrorCode.NONE, aborted_transactions=aborted,
                                     **fields), None
         data = _fetch_partition(p.partition, ErrorCode.NONE, aborted_transactions=aborted,
-                                records=_placeholder(result.size), **fields)
+                                records=PLACEHOLDER.slice(result.size), **fields)
         return data, FileRegion(result.file, result.position, result.size)
-
-
-def _placeholder(size: int) -> memoryview:
-    from ._broker import PLACEHOLDER
-
-    return PLACEHOLDER.slice(size)
 
 
 @handles(ApiKey.FETCH)

@@ -17,64 +17,52 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from kafka_proto.errors import ErrorCode, KafkaProtocolError, UnsupportedVersionError
-from kafka_proto.messages import ApiKey, ApiVersionsResponse, api_info, request_class
+from kafka_proto.framing import (
+    decode_request_header,
+    encode_response,
+    encode_response_header,
+    peek_request,
+)
+from kafka_proto.logdir import (
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    PartitionOffset,
+    decode_offsets_checkpoint,
+    encode_offsets_checkpoint,
+)
+from kafka_proto.messages import (
+    ApiKey,
+    ApiVersionsResponse,
+    api_info,
+    error_codes,
+    fit_to_version,
+    request_class,
+)
 
 from . import _api_admin, _api_data, _groups, _sasl, _txn  # noqa: F401  (handlers)
-from ._api import ERROR_ANSWERS, HANDLERS, RequestContext
+from ._api import ERROR_ANSWERS, HANDLERS, SUPPORTED_VERSIONS, RequestContext, served_api_versions
 from ._api_data import produce_summary
-from ._batches import read_checkpoint, write_checkpoint
 from ._controller import PartitionInfo, TopicInfo
 from ._fetcher import ReplicaFetcherManager
-from ._net import FileRegion, Loop, StreamConnection
-from ._protocol import (
-    SUPPORTED_VERSIONS,
-    api_versions_table,
-    conform,
-    decode_request,
-    encode_response,
-    error_codes,
-    peek_api,
-    split_request,
-)
+from ._net import PLACEHOLDER, FileRegion, Loop, StreamConnection
 from ._replica import Replica
-from .storage import PartitionLog
+from ._sasl import SESSION_EXPIRED
+from .storage import PartitionLog, read_file, replace_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import ClusterServer
 
-__all__ = ["Broker", "ClientConnection", "PLACEHOLDER"]
+__all__ = ["Broker", "ClientConnection"]
 
 _log = logging.getLogger("kafka_client.testing")
 
 LOOPBACK = "127.0.0.1"
-HW_CHECKPOINT = "replication-offset-checkpoint"
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 
 #: Frames read ahead of the request being served, at most (then reading pauses).
 _MAX_QUEUED_FRAMES = 64
-
-
-class _Placeholder:
-    """Zero pages standing in for a fetch response's records: the encoder writes their
-    length and hands the slice back as a part of its own, which is then swapped for the
-    file region with the same bytes (anonymous memory: never touched, costs nothing)."""
-
-    SIZE = 1 << 30
-
-    def __init__(self) -> None:
-        import mmap
-
-        self.backing = mmap.mmap(-1, self.SIZE)
-        self.view = memoryview(self.backing)
-
-    def slice(self, size: int) -> memoryview:
-        return self.view[:size]
-
-    def owns(self, part: Any) -> bool:
-        return isinstance(part, memoryview) and part.obj is self.backing
-
-
-PLACEHOLDER = _Placeholder()
+#: What a connection may send before (and, for re-authentication, after) its SASL session.
+_SASL_EXEMPT = frozenset((ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
+                          ApiKey.SASL_AUTHENTICATE))
 
 
 class ClientConnection(StreamConnection):
@@ -90,8 +78,12 @@ class ClientConnection(StreamConnection):
         self.internal = peer in broker.server.internal_peers
         self.authenticated = self.internal or not broker.server.sasl_required
         self.principal: Optional[str] = None
-        #: SASL state (``_sasl``): the mechanism chosen by the handshake and its exchange.
+        #: The SASL exchange under way (``_sasl.SaslExchange``), if any.
         self.sasl: Any = None
+        #: The mechanism the connection authenticated with, and when its session ends
+        #: (monotonic; None: never) (KIP-368).
+        self.sasl_mechanism: Optional[str] = None
+        self.session_expires: Optional[float] = None
         self._drain_callbacks: List[Callable[[], None]] = []
 
     def on_frame(self, frame: memoryview) -> None:
@@ -161,11 +153,15 @@ class _Listener:
 class Broker:
     """A broker: a loopback listener and the replicas of the partitions it hosts."""
 
-    def __init__(self, server: "ClusterServer", broker_id: int, port: int) -> None:
+    def __init__(self, server: "ClusterServer", broker_id: int, port: int,
+                 advertised_port: Optional[int] = None) -> None:
         self.server = server
         self.broker_id = broker_id
         self.host = LOOPBACK
         self.port = port
+        #: The port given to clients in Metadata and FindCoordinator answers when it is
+        #: not the listener's (a TLS terminator in front of the broker).
+        self.advertised_port = advertised_port
         self.loop: Loop = server.loop
         self.settings = server.settings
         self.directory = os.path.join(server.data_dir, f"broker-{broker_id}")
@@ -186,6 +182,11 @@ class Broker:
     def controller(self):
         return self.server.controller
 
+    @property
+    def client_port(self) -> int:
+        """The port clients are told to connect to."""
+        return self.advertised_port or self.port
+
     # -- life cycle ------------------------------------------------------------------
     def bind(self) -> None:
         """Open the listening socket (on the same port after a restart)."""
@@ -205,10 +206,8 @@ class Broker:
         if self._listener is None:
             self.bind()
         self.up = True
-        starts = {(t, int(p)): int(o) for t, p, o in
-                  read_checkpoint(os.path.join(self.directory, LOG_START_CHECKPOINT))}
-        hws = {(t, int(p)): int(o) for t, p, o in
-               read_checkpoint(os.path.join(self.directory, HW_CHECKPOINT))}
+        starts = self._read_offsets(LOG_START_OFFSET_CHECKPOINT)
+        hws = self._read_offsets(REPLICATION_OFFSET_CHECKPOINT)
         for info in self.controller.topics.values():
             for part in info.partitions:
                 if self.broker_id in part.replicas:
@@ -252,14 +251,24 @@ class Broker:
             conn.close("connections cut")
         return len(conns)
 
+    def _read_offsets(self, name: str) -> Dict[Tuple[str, int], int]:
+        data = read_file(os.path.join(self.directory, name))
+        if data is None:
+            return {}
+        return {(e.topic, e.partition): e.offset for e in decode_offsets_checkpoint(data)}
+
     def write_checkpoints(self) -> None:
-        write_checkpoint(os.path.join(self.directory, HW_CHECKPOINT),
-                         [(t, p, r.log.high_watermark) for (t, p), r in self.replicas.items()])
+        replace_file(os.path.join(self.directory, REPLICATION_OFFSET_CHECKPOINT),
+                     encode_offsets_checkpoint(
+                         PartitionOffset(t, p, r.log.high_watermark)
+                         for (t, p), r in self.replicas.items()))
         self.log_start_changed()
 
     def log_start_changed(self) -> None:
-        write_checkpoint(os.path.join(self.directory, LOG_START_CHECKPOINT),
-                         [(t, p, r.log.log_start_offset) for (t, p), r in self.replicas.items()])
+        replace_file(os.path.join(self.directory, LOG_START_OFFSET_CHECKPOINT),
+                     encode_offsets_checkpoint(
+                         PartitionOffset(t, p, r.log.log_start_offset)
+                         for (t, p), r in self.replicas.items()))
 
     def log_dir(self, topic: str, partition: int) -> str:
         return os.path.join(self.directory, f"{topic}-{partition}")
@@ -410,7 +419,7 @@ class Broker:
             _sasl.on_raw_token(self, conn, frame)   # after SaslHandshake v0: bare tokens
             return
         try:
-            api_key, api_version, correlation_id = peek_api(frame)
+            api_key, api_version, correlation_id = peek_request(frame)
         except KafkaProtocolError as exc:
             self._refuse(conn, f"malformed request header: {exc}")
             return
@@ -427,8 +436,8 @@ class Broker:
                                f"(versions {supported[0]}-{supported[1]})")
             return
         try:
-            head, body = split_request(frame)
-            request, ignored = decode_request(request_class(api_key), body, api_version)
+            head, body = decode_request_header(frame)
+            request, used = request_class(api_key).decode_prefix(body, api_version)
         except (KafkaProtocolError, UnsupportedVersionError, ValueError) as exc:
             self._refuse(conn, f"malformed {api_info(api_key).name} v{api_version} "
                                f"request: {exc}", None)
@@ -437,13 +446,15 @@ class Broker:
         if not _is_replica_fetch(api_key, request):
             entry = self.server.request_log.add(self.broker_id, head, conn.principal)
         ctx = RequestContext(self, conn, head, request, entry)
-        if ignored:
-            ctx.note(trailing_bytes_ignored=ignored)
-        if not conn.authenticated and api_key not in (ApiKey.API_VERSIONS,
-                                                      ApiKey.SASL_HANDSHAKE,
-                                                      ApiKey.SASL_AUTHENTICATE):
-            self._refuse(conn, f"{api_info(api_key).name} before SASL authentication")
-            return
+        if used < len(body):
+            ctx.note(trailing_bytes_ignored=len(body) - used)
+        if api_key not in _SASL_EXEMPT:
+            if not conn.authenticated:
+                self._refuse(conn, f"{api_info(api_key).name} before SASL authentication")
+                return
+            if conn.session_expires is not None and time.monotonic() > conn.session_expires:
+                self._refuse(conn, SESSION_EXPIRED, head)
+                return
         injected = self.server.faults.take_error(self.broker_id, api_key)
         if api_key == ApiKey.PRODUCE:
             ctx.note(partitions=produce_summary(request))
@@ -470,20 +481,19 @@ class Broker:
 
     def _answer_unsupported_api_versions(self, conn: ClientConnection, version: int,
                                          correlation_id: int) -> None:
-        resp = ApiVersionsResponse(
-            error_code=ErrorCode.UNSUPPORTED_VERSION,
-            api_keys=[ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                      for k, lo, hi in api_versions_table(HANDLERS)])
+        resp = ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION,
+                                   api_keys=served_api_versions())
         self.server.request_log.add_event(self.broker_id, "unsupported_version",
                                           f"ApiVersions v{version}", api_key=ApiKey.API_VERSIONS)
-        conn.send(encode_response(ApiKey.API_VERSIONS, version, correlation_id,
-                                  [resp.encode(0)]))
+        # KIP-511: the body in v0, under the header every ApiVersions version has (v0).
+        conn.send([encode_response(resp.encode(0), version, correlation_id,
+                                   api_key=ApiKey.API_VERSIONS)])
         conn.finished()
 
     def send_response(self, ctx: RequestContext, response: Any,
                       regions: Optional[List[Any]]) -> None:
         version = ctx.version
-        conform(response, version)
+        fit_to_version(response, version)
         if ctx.log_entry is not None:
             codes = error_codes(response)
             ctx.log_entry["error_codes"] = sorted(codes)
@@ -492,20 +502,25 @@ class Broker:
             ctx.log_entry["answered"] = time.time()
         if regions:
             body = response.encode_parts(version, min_size=1)
-            parts = []
+            parts: List[Any] = [b""]
+            size = 0
             pending = iter(regions)
             for part in body:
                 if PLACEHOLDER.owns(part):
                     region = next(pending)
+                    size += region.size
                     if self.fetch_via_sendfile:
                         parts.append(region)
                     else:
                         parts.append(os.pread(region.file.fileno(), region.size, region.position))
                 else:
                     parts.append(part)
+                    size += len(part)
+            parts[0] = encode_response_header(ctx.api_key, version, ctx.head.correlation_id,
+                                              size)
+            frame = parts
         else:
-            parts = [response.encode(version)]
-        frame = encode_response(ctx.api_key, version, ctx.head.correlation_id, parts)
+            frame = [encode_response(response, version, ctx.head.correlation_id)]
         delay = self.server.faults.latency(self.broker_id, ctx.api_key)
         if delay > 0:
             self.loop.call_later(delay, self._deliver, ctx.conn, frame)

@@ -23,6 +23,8 @@ __all__ = [
 ]
 
 _DAY_MS = 24 * 3600 * 1000
+#: The SASL mechanisms the cluster implements (kafka_client.testing._sasl).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _LONG_MAX = (1 << 63) - 1
 
 
@@ -126,9 +128,10 @@ _BROKER = [
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),
     ConfigDef("transaction.max.timeout.ms", "int", 900000, _at_least(1)),
     ConfigDef("sasl.enabled.mechanisms", "list", "",
-              lambda v: None if all(m in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-                                    for m in _as_list(v)) else
-              "must be a list of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+              lambda v: None if all(m in SASL_MECHANISMS for m in _as_list(v)) else
+              f"must be a list of {', '.join(SASL_MECHANISMS)}"),
+    # KIP-368: the longest SASL session before re-authentication (0: no limit).
+    ConfigDef("connections.max.reauth.ms", "long", 0, _at_least(0)),
 ]
 
 TOPIC_CONFIGS: Dict[str, ConfigDef] = {c.name: c for c in _TOPIC}

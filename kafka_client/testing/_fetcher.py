@@ -15,8 +15,8 @@ import socket
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
-from kafka_proto.framing import decode_response_header, encode_request_parts
-from kafka_proto.messages import ApiKey, FetchRequest, FetchResponse
+from kafka_proto.messages import FetchRequest
+from kafka_proto.protocol import BrokerConversation
 
 from ._net import StreamConnection
 
@@ -44,7 +44,9 @@ class ReplicaFetcher(StreamConnection):
         self.leader_id = leader_id
         self.partitions: Set[Tuple[str, int]] = set()
         self.local_address = sock.getsockname()
-        self._correlation_id = 0
+        # The client side of the protocol; no ApiVersions handshake: the leader is one of
+        # ours and serves Fetch v12.
+        self.conversation = BrokerConversation(f"broker-{broker.broker_id}-fetcher")
         self._in_flight: Optional[Dict[Tuple[str, int], int]] = None   # key -> epoch sent
 
     # -- requests --------------------------------------------------------------------
@@ -77,10 +79,8 @@ class ReplicaFetcher(StreamConnection):
             min_bytes=1, max_bytes=max(max_bytes, 10 * 1024 * 1024), isolation_level=0,
             session_id=0, session_epoch=-1,
             topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()])
-        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
         self._in_flight = sent
-        self.send(encode_request_parts(request, REPLICA_FETCH_VERSION, self._correlation_id,
-                                       f"broker-{broker.broker_id}-fetcher"))
+        self.send(self.conversation.send(request, REPLICA_FETCH_VERSION).parts)
 
     # -- responses -------------------------------------------------------------------
     def on_frame(self, frame: memoryview) -> None:
@@ -89,8 +89,8 @@ class ReplicaFetcher(StreamConnection):
             self.close("response without a request")
             return
         try:
-            _cid, body = decode_response_header(frame, ApiKey.FETCH, REPLICA_FETCH_VERSION)
-            response = FetchResponse.decode(body, REPLICA_FETCH_VERSION)
+            self.conversation.receive_frame(frame)
+            response = self.conversation.next_event().response
         except KafkaProtocolError as exc:
             self.close(f"bad fetch response: {exc}")
             return

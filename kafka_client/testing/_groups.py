@@ -698,7 +698,8 @@ def find_coordinator(ctx: RequestContext) -> None:
         if broker is None or not broker.up:
             found.append((key, ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1))
         else:
-            found.append((key, ErrorCode.NONE, broker.broker_id, broker.host, broker.port))
+            found.append((key, ErrorCode.NONE, broker.broker_id, broker.host,
+                          broker.client_port))
     ctx.note(keys=keys, key_type=key_type, coordinators=[f[2] for f in found])
     if ctx.version >= 4:
         ctx.respond(FindCoordinatorResponse(coordinators=[

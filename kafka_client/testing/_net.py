@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import mmap
 import os
 import selectors
 import socket
@@ -20,7 +21,7 @@ from typing import Any, Callable, Deque, List, NamedTuple, Optional, Union
 from kafka_proto.errors import InvalidLengthError
 from kafka_proto.framing import FrameParser
 
-__all__ = ["Loop", "Timer", "FileRegion", "StreamConnection"]
+__all__ = ["Loop", "Timer", "FileRegion", "PLACEHOLDER", "StreamConnection"]
 
 _log = logging.getLogger("kafka_client.testing")
 
@@ -40,6 +41,27 @@ class FileRegion(NamedTuple):
 
 
 OutItem = Union[bytes, bytearray, memoryview, FileRegion]
+
+
+class _Placeholder:
+    """Zero pages standing in for a fetch response's records: the encoder writes their
+    length and hands the slice back as a part of its own, which is then swapped for the
+    file region with the same bytes (anonymous memory: never touched, costs nothing)."""
+
+    SIZE = 1 << 30
+
+    def __init__(self) -> None:
+        self.backing = mmap.mmap(-1, self.SIZE)
+        self.view = memoryview(self.backing)
+
+    def slice(self, size: int) -> memoryview:
+        return self.view[:size]
+
+    def owns(self, part: Any) -> bool:
+        return isinstance(part, memoryview) and part.obj is self.backing
+
+
+PLACEHOLDER = _Placeholder()
 
 
 class Timer:

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from kafka_proto.errors import ErrorCode
-
-from ._batches import BatchHeader
+from kafka_proto.records import BatchHeader, increment_sequence
 
 __all__ = ["ProducerBatch", "ProducerEntry", "ProducerStateTable", "AbortedTxn"]
 
@@ -62,10 +61,6 @@ class ProducerEntry:
         return self.batches[-1].last_sequence if self.batches else -1
 
 
-def _next_sequence(sequence: int) -> int:
-    return 0 if sequence == 0x7FFFFFFF else sequence + 1
-
-
 class ProducerStateTable:
     """Producer entries of one partition replica, kept from the batches it appends."""
 
@@ -103,7 +98,7 @@ class ProducerStateTable:
             if seq != 0:
                 return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None
             return ErrorCode.NONE, None
-        if seq != _next_sequence(entry.last_sequence):
+        if seq != increment_sequence(entry.last_sequence, 1):
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None
         return ErrorCode.NONE, None
 

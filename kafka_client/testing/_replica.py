@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
-from kafka_proto.records import read_batches
-
-from ._batches import iter_batch_headers, read_batch_header, stamp_batch
+from kafka_proto.records import iter_batch_headers, read_batch_header, read_batches, stamp_batch
 from ._controller import PartitionInfo, TopicInfo
 from .storage import PartitionLog
 
@@ -186,7 +184,7 @@ class Replica:
         data = bytearray(view)
         base = self.log.end_offset
         stamp_batch(data, 0, base, self.leader_epoch)
-        header = header._replace(base_offset=base, partition_leader_epoch=self.leader_epoch)
+        header = read_batch_header(data)
         self.log.append(data, [header])
         self._leader_appended()
         return AppendResult(ErrorCode.NONE, base, required_offset=header.next_offset)
@@ -319,7 +317,7 @@ class Replica:
                 start = first.position
                 stop = headers[-1].position + headers[-1].size
                 data = bytes(view[start:stop])
-                log.append(data, [h._replace(position=h.position - start) for h in headers])
+                log.append(data, [h.at(h.position - start) for h in headers])
         hw = min(leader_high_watermark, log.end_offset)
         if hw > log.high_watermark:
             log.high_watermark = hw

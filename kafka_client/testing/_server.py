@@ -32,7 +32,7 @@ from ._config import BrokerSettings, ConfigError, resolve_broker_config
 from ._controller import Controller, ControllerError
 from ._faults import Faults, RequestLog
 from ._groups import KEY_GROUP, GroupCoordinator
-from ._sasl import build_credentials
+from ._sasl import Credentials
 from ._txn import TransactionCoordinator
 from ._net import Loop
 
@@ -56,7 +56,8 @@ class ClusterServer:
                  broker_config: Optional[Dict[str, Any]] = None,
                  ports: Optional[List[int]] = None,
                  users: Optional[Dict[str, str]] = None,
-                 cluster_id: Optional[str] = None) -> None:
+                 cluster_id: Optional[str] = None,
+                 advertised_ports: Optional[List[int]] = None) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.loop = Loop()
@@ -65,7 +66,6 @@ class ClusterServer:
         self.broker_overrides = dict(broker_config or {})
         self.settings = BrokerSettings(resolve_broker_config(self.broker_overrides))
         self.cluster_id = cluster_id or uuid.uuid4().hex[:22]
-        self.users = dict(users or {})
         self.sasl_required = bool(self.settings.sasl_mechanisms)
         #: Local addresses of the followers' fetch connections (inter-broker traffic).
         self.internal_peers: Set[Tuple[str, int]] = set()
@@ -73,17 +73,17 @@ class ClusterServer:
         self.request_log = RequestLog()
         self.controller = Controller(self)
         ports = list(ports or [])
+        advertised = list(advertised_ports or [])
         self.brokers: Dict[int, Broker] = {}
         for i in range(brokers):
             broker_id = i + 1
             port = ports[i] if i < len(ports) else 0
-            self.brokers[broker_id] = Broker(self, broker_id, port)
-        self._init_coordinators()
-
-    def _init_coordinators(self) -> None:
+            self.brokers[broker_id] = Broker(self, broker_id, port,
+                                             advertised[i] if i < len(advertised) else None)
+        #: SASL users: passwords and SCRAM credentials.
+        self.credentials = Credentials(users or {}, self.settings.sasl_mechanisms)
         self.groups = GroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
-        self.scram_credentials = build_credentials(self.users, self.settings.sasl_mechanisms)
         self.next_producer_id = 1000
 
     def coordinator_moved(self, key_type: int, key: str) -> None:
@@ -112,7 +112,8 @@ class ClusterServer:
             "cluster_id": self.cluster_id,
             "data_dir": self.data_dir,
             "pid": os.getpid(),
-            "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port, "up": b.up}
+            "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port,
+                         "advertised_port": b.advertised_port, "up": b.up}
                         for b in self.brokers.values()],
         }
 
@@ -272,6 +273,12 @@ class ControlOps:
         self.server.controller.coordinator_overrides[(int(key_type), key)] = int(to)
         self.server.coordinator_moved(int(key_type), key)
 
+    def op_set_sasl_credentials(self, user: str, password: str) -> None:
+        self.server.credentials.set(str(user), str(password))
+
+    def op_delete_sasl_credentials(self, user: str) -> bool:
+        return self.server.credentials.delete(str(user))
+
     def op_stats(self) -> Dict[str, int]:
         return dict(self.server.loop.stats)
 
@@ -394,7 +401,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         server = ClusterServer(config["brokers"], config["data_dir"],
                                config.get("broker_config"), config.get("ports"),
-                               config.get("users"), config.get("cluster_id"))
+                               config.get("users"), config.get("cluster_id"),
+                               config.get("advertised_ports"))
         server.start()
     except Exception as exc:
         control.sendall(json.dumps({"id": 0, "ok": False,

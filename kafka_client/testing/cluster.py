@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from kafka_proto.errors import ErrorCode
+from kafka_proto.logdir import LOG_SUFFIX
 from kafka_proto.messages import ApiKey
 
 __all__ = [
@@ -103,9 +104,11 @@ class TopicState:
 @dataclass(frozen=True)
 class RequestLogEntry:
     """One request a broker served (``kind == "request"``) or an event (``"closed"``,
-    ``"bad_frame"``, ``"unsupported_version"``). ``details`` holds what the handler
-    noted: for Produce, ``details["partitions"]`` lists per partition the topic,
-    partition, producer id and epoch, base sequence, record count, error and offset."""
+    ``"bad_frame"``, ``"unsupported_version"``, ``"authenticated"``). ``details`` holds
+    what the handler noted: for Produce, ``details["partitions"]`` lists per partition
+    the topic, partition, producer id and epoch, base sequence, record count, error and
+    offset; for events, ``details["detail"]`` says what happened (a closed connection's
+    reason)."""
 
     seq: int
     kind: str
@@ -159,16 +162,21 @@ class Cluster:
             cluster.stop_broker(2)
 
     ``broker_config`` takes Kafka broker property names (``auto.create.topics.enable``,
-    ``log.segment.bytes``, ``min.insync.replicas``, ``sasl.enabled.mechanisms``, ...);
-    ``users`` maps SASL user names to passwords (PLAIN and SCRAM). ``data_dir`` keeps the
-    brokers' logs (default: a temporary directory removed by :meth:`stop`). The cluster
-    process exits when this object stops or the test process dies.
+    ``log.segment.bytes``, ``min.insync.replicas``, ``sasl.enabled.mechanisms``,
+    ``connections.max.reauth.ms``, ...); ``users`` maps SASL user names to passwords
+    (PLAIN and SCRAM; more with :meth:`set_sasl_credentials`). ``ports`` are the
+    listeners' ports (default: free ones); ``advertised_ports`` the ports given to
+    clients in Metadata answers, when something (a TLS terminator) sits in front of the
+    listeners. ``data_dir`` keeps the brokers' logs (default: a temporary directory
+    removed by :meth:`stop`). The cluster process exits when this object stops or the
+    test process dies.
     """
 
     def __init__(self, brokers: int = 3, *, data_dir: Optional[str] = None,
                  broker_config: Optional[Mapping[str, Any]] = None,
                  users: Optional[Mapping[str, str]] = None,
                  ports: Optional[Sequence[int]] = None,
+                 advertised_ports: Optional[Sequence[int]] = None,
                  log_level: str = "WARNING", start: bool = True,
                  start_timeout: float = 30.0) -> None:
         if brokers < 1:
@@ -184,6 +192,7 @@ class Cluster:
             "broker_config": dict(broker_config or {}),
             "users": dict(users or {}),
             "ports": list(ports or []),
+            "advertised_ports": list(advertised_ports or []),
             "log_level": log_level.upper(),
             "log_file": self.log_path,
         }
@@ -480,6 +489,23 @@ class Cluster:
         """Drop the log; returns the sequence number the next entry gets."""
         return self._call("clear_request_log")
 
+    def sasl_authentications(self, since: int = 0) -> List[RequestLogEntry]:
+        """The successful SASL authentications from sequence number ``since`` on
+        (re-authentications included), oldest first: ``details`` has the ``mechanism``,
+        the ``principal``, ``reauthentication`` and the ``session_lifetime_ms`` given."""
+        return self.request_log(since, kind="authenticated")
+
+    # -- SASL users ------------------------------------------------------------------
+    def set_sasl_credentials(self, user: str, password: str) -> None:
+        """Add a SASL user or change its password (PLAIN, and SCRAM credentials for every
+        enabled SCRAM mechanism); new authentications see it at once."""
+        self._call("set_sasl_credentials", user=user, password=password)
+
+    def delete_sasl_credentials(self, user: str) -> bool:
+        """Forget a SASL user (its connections stay authenticated until their session
+        ends); False if there was no such user."""
+        return self._call("delete_sasl_credentials", user=user)
+
     # -- storage ---------------------------------------------------------------------
     def roll_segments(self, topic: str, partition: Optional[int] = None) -> None:
         """Start a new active segment in every replica of the topic (or partition)."""
@@ -509,7 +535,7 @@ class Cluster:
     def segment_files(self, topic: str, partition: int, broker: int) -> List[str]:
         directory = self.log_dir(topic, partition, broker)
         return sorted(os.path.join(directory, n) for n in os.listdir(directory)
-                      if n.endswith(".log"))
+                      if n.endswith(LOG_SUFFIX))
 
 
 def _coordinator_key(group: Optional[str], transactional_id: Optional[str]) -> tuple:

@@ -1,14 +1,13 @@
-"""Partition logs in Kafka's on-disk format.
+"""Partition logs in Kafka's on-disk format (the formats are kafka_proto.logdir's).
 
 A partition replica is a directory (``<topic>-<partition>``) of segments. A segment is
 three files named by its base offset as 20 digits:
 
 * ``<base>.log``: record batches back to back, exactly as on the wire;
-* ``<base>.index``: 8-byte entries, relative offset (int32) and byte position (int32), one
-  per ``index.interval.bytes`` of log (the offset is the indexed batch's last offset, as
-  Kafka writes it);
-* ``<base>.timeindex``: 12-byte entries, timestamp (int64) and relative offset (int32),
-  appended when an index entry is due and the largest timestamp so far grew.
+* ``<base>.index``: (relative offset, position) entries, one per ``index.interval.bytes``
+  of log (the offset is the indexed batch's last offset, as Kafka writes it);
+* ``<base>.timeindex``: (timestamp, relative offset) entries, appended when an index
+  entry is due and the largest timestamp so far grew.
 
 Beside them, ``leader-epoch-checkpoint`` holds the leader epochs and their start offsets.
 The index files are written for Kafka's tools and ``dump-log``; lookups use an in-memory
@@ -30,74 +29,66 @@ from __future__ import annotations
 import bisect
 import os
 import shutil
-import struct
 import time
 from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from kafka_proto.errors import KafkaProtocolError
-from kafka_proto.records import RecordBatchBuilder, read_batches
-
-from ._batches import (
+from kafka_proto.logdir import (
+    INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_SUFFIX,
+    OFFSET_INDEX_ENTRY_SIZE,
+    TIME_INDEX_ENTRY_SIZE,
+    TIME_INDEX_SUFFIX,
+    EpochEntry,
+    decode_leader_epoch_checkpoint,
+    encode_leader_epoch_checkpoint,
+    encode_offset_index_entry,
+    encode_time_index_entry,
+    segment_base_offset,
+    segment_file_name,
+)
+from kafka_proto.records import (
     BatchHeader,
+    RecordBatchBuilder,
+    increment_sequence,
     iter_batch_headers,
     read_batch_header,
-    read_checkpoint,
-    write_checkpoint,
+    read_batches,
 )
+
 from ._config import TopicSettings
 from ._producer_state import ProducerStateTable
 
 __all__ = [
-    "read_index_file",
-    "read_time_index_file",
     "LogReadResult",
     "Segment",
     "PartitionLog",
-    "segment_file_name",
-    "EPOCH_CHECKPOINT",
+    "read_file",
+    "replace_file",
 ]
-
-_INDEX_ENTRY = struct.Struct(">ii")
-_TIME_INDEX_ENTRY = struct.Struct(">qi")
-EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-#: A ``.log`` file's name for a base offset: 20 digits, zero padded.
-_NAME_DIGITS = 20
-
-
-def segment_file_name(base_offset: int, suffix: str = ".log") -> str:
-    return f"{base_offset:0{_NAME_DIGITS}d}{suffix}"
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def read_index_file(path: str, base_offset: Optional[int] = None) -> List[Tuple[int, int]]:
-    """``(offset, position)`` entries of an ``.index`` file (offsets made absolute with the
-    base offset in the file name unless ``base_offset`` is given)."""
-    if base_offset is None:
-        base_offset = _base_offset_of(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    usable = len(data) - len(data) % _INDEX_ENTRY.size
-    return [(base_offset + rel, pos) for rel, pos in _INDEX_ENTRY.iter_unpack(data[:usable])]
+def read_file(path: str) -> Optional[bytes]:
+    """A whole file's bytes, or None if there is no such file."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
-def read_time_index_file(path: str, base_offset: Optional[int] = None) -> List[Tuple[int, int]]:
-    """``(timestamp, offset)`` entries of a ``.timeindex`` file."""
-    if base_offset is None:
-        base_offset = _base_offset_of(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    usable = len(data) - len(data) % _TIME_INDEX_ENTRY.size
-    return [(ts, base_offset + rel) for ts, rel in _TIME_INDEX_ENTRY.iter_unpack(data[:usable])]
-
-
-def _base_offset_of(path: str) -> int:
-    stem = os.path.basename(path).split(".", 1)[0]
-    if not stem.isdigit():
-        raise ValueError(f"{path}: not a segment file name (<20-digit base offset>.<kind>)")
-    return int(stem)
+def replace_file(path: str, data: bytes) -> None:
+    """Replace a file atomically (written beside it, then renamed), as Kafka writes its
+    checkpoints."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 def _write_all(fd: int, data) -> None:
@@ -126,9 +117,10 @@ class Segment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = os.path.join(directory, segment_file_name(base_offset) + suffix)
-        self.index_path = os.path.join(directory, segment_file_name(base_offset, ".index") + suffix)
+        self.index_path = os.path.join(directory,
+                                       segment_file_name(base_offset, INDEX_SUFFIX) + suffix)
         self.timeindex_path = os.path.join(
-            directory, segment_file_name(base_offset, ".timeindex") + suffix)
+            directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix)
         # Unbuffered files opened for appending: what is written is in the page cache at
         # once, where os.sendfile and os.pread see it.
         self.file = open(self.log_path, "a+b", buffering=0)
@@ -175,13 +167,13 @@ class Segment:
 
     def _add_index_entry(self, offset: int, position: int) -> None:
         _write_all(self._index.fileno(),
-                   _INDEX_ENTRY.pack(offset - self.base_offset, position))
+                   encode_offset_index_entry(offset, position, self.base_offset))
         self._index_offsets.append(offset)
 
     def _maybe_add_time_entry(self) -> None:
         if self.max_timestamp > self._timeindex_last_ts and self._offset_of_max_timestamp >= 0:
-            _write_all(self._timeindex.fileno(), _TIME_INDEX_ENTRY.pack(
-                self.max_timestamp, self._offset_of_max_timestamp - self.base_offset))
+            _write_all(self._timeindex.fileno(), encode_time_index_entry(
+                self.max_timestamp, self._offset_of_max_timestamp, self.base_offset))
             self._timeindex_offsets.append(self._offset_of_max_timestamp)
             self._timeindex_last_ts = self.max_timestamp
 
@@ -206,23 +198,29 @@ class Segment:
         """Whole batches from the one holding ``offset`` (or the next one after it), each
         wholly below ``upper``, within ``max_bytes`` (the first batch always, if
         ``min_one``). None if there is no such batch here."""
-        i = bisect.bisect_left(self.batch_lasts, offset)
-        n = len(self.batch_lasts)
-        if i >= n or self.batch_lasts[i] >= upper:
+        lasts = self.batch_lasts
+        positions = self.batch_positions
+        i = bisect.bisect_left(lasts, offset)
+        n = len(lasts)
+        if i >= n or lasts[i] >= upper:
             return None
-        position = self.batch_positions[i]
-        end = position
-        j = i
-        while j < n and self.batch_lasts[j] < upper:
-            batch_end = self.batch_end(j)
-            if batch_end - position > max_bytes and not (j == i and min_one):
-                break
-            end = batch_end
-            j += 1
-        if end == position:
-            return None
+        position = positions[i]
+        # Batches i..j-1 are sent: wholly below upper, and ending within max_bytes.
+        below_upper = bisect.bisect_left(lasts, upper, i)
+        limit = position + max_bytes
+        starts_within = bisect.bisect_right(positions, limit, i)
+        if starts_within < n:
+            fit = starts_within - 1     # the batch starting last within ends after limit
+        else:
+            fit = n if self.size <= limit else n - 1
+        j = min(fit, below_upper)
+        if j <= i:
+            if not min_one:
+                return None
+            j = i + 1
+        end = self.batch_end(j - 1)
         return LogReadResult(self.file, position, end - position, self.batch_bases[i],
-                             self.batch_lasts[j - 1] + 1)
+                             lasts[j - 1] + 1)
 
     def read_bytes(self, position: int = 0, size: int = -1) -> bytes:
         if size < 0:
@@ -255,10 +253,10 @@ class Segment:
         del self.batch_max_ts[i:]
         keep = bisect.bisect_left(self._index_offsets, self.next_offset)
         del self._index_offsets[keep:]
-        os.ftruncate(self._index.fileno(), keep * _INDEX_ENTRY.size)
+        os.ftruncate(self._index.fileno(), keep * OFFSET_INDEX_ENTRY_SIZE)
         keep = bisect.bisect_left(self._timeindex_offsets, self.next_offset)
         del self._timeindex_offsets[keep:]
-        os.ftruncate(self._timeindex.fileno(), keep * _TIME_INDEX_ENTRY.size)
+        os.ftruncate(self._timeindex.fileno(), keep * TIME_INDEX_ENTRY_SIZE)
         self.max_timestamp = max(self.batch_max_ts, default=-1)
         self._timeindex_last_ts = -1
         self._offset_of_max_timestamp = -1
@@ -333,7 +331,7 @@ class PartitionLog:
         os.makedirs(directory, exist_ok=True)
         self.producer_state = ProducerStateTable()
         self.high_watermark = 0
-        self.epochs: List[Tuple[int, int]] = []   # (leader epoch, start offset)
+        self.epochs: List[EpochEntry] = []
         #: Offsets below this were already cleaned by compaction.
         self.cleaned_offset = 0
         self.segments: List[Segment] = []
@@ -349,8 +347,8 @@ class PartitionLog:
             elif name.endswith(".swap"):
                 os.replace(path, path[:-len(".swap")])
         for name in sorted(os.listdir(self.directory)):
-            if name.endswith(".log") and name[:-4].isdigit():
-                self.segments.append(Segment.load(self.directory, int(name[:-4]),
+            if name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit():
+                self.segments.append(Segment.load(self.directory, segment_base_offset(name),
                                                   self.settings.index_interval_bytes))
         self.segments = [s for s in self.segments if not s.is_empty] or self.segments[-1:]
         if not self.segments:
@@ -359,8 +357,8 @@ class PartitionLog:
         for seg in self.segments[:-1]:
             seg.seal()
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
-        self.epochs = [(int(e), int(o)) for e, o in
-                       read_checkpoint(os.path.join(self.directory, EPOCH_CHECKPOINT))]
+        data = read_file(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT))
+        self.epochs = [] if data is None else decode_leader_epoch_checkpoint(data)
         self._truncate_epochs_after(self.end_offset)
         self.rebuild_producer_state()
 
@@ -430,8 +428,7 @@ class PartitionLog:
             return
         start = run[0].position
         end = run[-1].position + run[-1].size
-        self.active.append(view[start:end], [h._replace(position=h.position - start)
-                                             for h in run])
+        self.active.append(view[start:end], [h.at(h.position - start) for h in run])
 
     def _must_roll(self, incoming: int, now_ms: int) -> bool:
         active = self.active
@@ -459,9 +456,11 @@ class PartitionLog:
     def read(self, offset: int, max_bytes: int, upper: int,
              min_one: bool = True) -> Optional[LogReadResult]:
         """Whole batches from ``offset`` (one segment's worth at most) below ``upper``."""
-        bases = [s.base_offset for s in self.segments]
-        i = max(bisect.bisect_right(bases, offset) - 1, 0)
-        for seg in self.segments[i:]:
+        segments = self.segments
+        i = len(segments) - 1
+        while i > 0 and segments[i].base_offset > offset:
+            i -= 1   # from the newest: consumers mostly read the active segment
+        for seg in segments[i:]:
             result = seg.read(offset, max_bytes, upper, min_one)
             if result is not None:
                 return result
@@ -497,7 +496,7 @@ class PartitionLog:
             return
         while self.epochs and self.epochs[-1][1] > start_offset:
             self.epochs.pop()
-        self.epochs.append((epoch, start_offset))
+        self.epochs.append(EpochEntry(epoch, start_offset))
         self._write_epochs()
 
     @property
@@ -528,7 +527,8 @@ class PartitionLog:
             self._write_epochs()
 
     def _write_epochs(self) -> None:
-        write_checkpoint(os.path.join(self.directory, EPOCH_CHECKPOINT), self.epochs)
+        replace_file(os.path.join(self.directory, LEADER_EPOCH_CHECKPOINT),
+                     encode_leader_epoch_checkpoint(self.epochs))
 
     # -- truncation ------------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
@@ -674,7 +674,7 @@ class PartitionLog:
                 removed += dropped
                 changed = changed or dropped > 0
                 for piece in pieces:
-                    headers.append(read_batch_header(piece)._replace(position=len(out)))
+                    headers.append(read_batch_header(piece).at(len(out)))
                     out += piece
             if not changed:
                 if seg.cleaned_ms is None:
@@ -756,7 +756,7 @@ def _clean_batch(batch, latest: Dict[bytes, int],
             compression=batch.compression,
             producer_id=batch.producer_id,
             producer_epoch=batch.producer_epoch,
-            base_sequence=-1 if seq < 0 else (seq + delta) & 0x7FFFFFFF,
+            base_sequence=-1 if seq < 0 else increment_sequence(seq, delta),
             transactional=batch.is_transactional,
             partition_leader_epoch=batch.partition_leader_epoch,
             timestamp_type=batch.timestamp_type)

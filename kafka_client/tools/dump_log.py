@@ -15,9 +15,20 @@ import sys
 from typing import Any, Optional, TextIO
 
 from kafka_proto.errors import KafkaProtocolError
-from kafka_proto.records import Compression, TimestampType, read_batches
-
-from kafka_client.testing.storage import read_index_file, read_time_index_file
+from kafka_proto.logdir import (
+    INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    decode_offset_index,
+    decode_time_index,
+    segment_base_offset,
+)
+from kafka_proto.records import (
+    Compression,
+    ControlRecordType,
+    TimestampType,
+    increment_sequence,
+    read_batches,
+)
 
 __all__ = ["add_arguments", "run", "dump_segment", "dump_index"]
 
@@ -38,7 +49,7 @@ def run(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
         return 2
     print(f"Dumping {path}", file=out)
     try:
-        if path.endswith(".index") or path.endswith(".timeindex"):
+        if path.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
             return dump_index(path, out)
         return dump_segment(path, out, records=args.records, check_crc=not args.no_crc_check)
     except ValueError as exc:
@@ -60,11 +71,14 @@ def _text(value: Optional[bytes]) -> str:
 
 
 def dump_index(path: str, out: TextIO) -> int:
-    if path.endswith(".timeindex"):
-        for timestamp, offset in read_time_index_file(path):
+    base_offset = segment_base_offset(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    if path.endswith(TIME_INDEX_SUFFIX):
+        for timestamp, offset in decode_time_index(data, base_offset):
             print(f"timestamp: {timestamp} offset: {offset}", file=out)
     else:
-        for offset, position in read_index_file(path):
+        for offset, position in decode_offset_index(data, base_offset):
             print(f"offset: {offset} position: {position}", file=out)
     return 0
 
@@ -154,7 +168,8 @@ def _print_records(batch: Any, out: TextIO) -> None:
                   f"keySize: {_size(record.key)}", f"valueSize: {_size(record.value)}"]
         if batch.magic >= 2:
             seq = batch.base_sequence
-            fields.append(f"sequence: {-1 if seq < 0 else (seq + record.offset - batch.base_offset) & 0x7FFFFFFF}")
+            sequence = -1 if seq < 0 else increment_sequence(seq, record.offset - batch.base_offset)
+            fields.append(f"sequence: {sequence}")
             fields.append(f"headerKeys: [{','.join(k for k, _ in record.headers)}]")
         fields.append(f"key: {_text(record.key)}")
         fields.append(f"payload: {_text(record.value)}")
@@ -171,8 +186,6 @@ def _size(value: Optional[bytes]) -> int:
 
 
 def _control_name(kind: int) -> str:
-    from kafka_proto.records import ControlRecordType
-
     try:
         return ControlRecordType(kind).name
     except ValueError:

@@ -12,9 +12,13 @@ The classes live in ``kafka_proto.messages._generated`` (one module per API, wri
 Each class has ``encode(version) -> bytes``, ``decode(buffer, version)``,
 ``encode_into(writer, version)``, ``decode_from(reader, version)``,
 ``encode_parts(version)`` (the body as a list of parts for ``socket.sendmsg``, big record
-batches left uncopied; decoded records are memoryview slices of the input) and the class attributes
+batches left uncopied; decoded records are memoryview slices of the input),
+``decode_prefix(buffer, version)`` (the message and the bytes it took, later bytes
+ignored) and the class attributes
 ``API_KEY``, ``API_NAME``, ``MIN_VERSION``, ``MAX_VERSION``, ``FLEXIBLE_MIN_VERSION`` (and
-``LATEST_VERSION_UNSTABLE`` on requests).
+``LATEST_VERSION_UNSTABLE`` on requests). :func:`fit_to_version` makes a message filled
+for its newest version encodable in an older one; :func:`error_codes` collects the error
+codes of a response at every level.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from typing import Any, Dict, Union
 
 from kafka_proto.errors import UnsupportedVersionError
 from kafka_proto.messages._generated import API_KEYS, CLASS_MODULES, ApiInfo, ApiKey
+from kafka_proto.messages._runtime import error_codes, fit_to_version
 
 __all__ = [
     "API_KEYS",
@@ -35,6 +40,8 @@ __all__ = [
     "message_class",
     "request_header_version",
     "response_header_version",
+    "fit_to_version",
+    "error_codes",
     "RequestHeader",
     "ResponseHeader",
 ]

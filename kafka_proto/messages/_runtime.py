@@ -3,9 +3,10 @@
 Hand-written: the modules in _generated/ (written by tools/gen_messages.py) import it."""
 import threading
 from collections import namedtuple
+from operator import attrgetter
 from struct import Struct
 from struct import error as StructError
-from typing import List, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar, Union
 from uuid import UUID
 
 from kafka_proto._wire import Reader, Writer
@@ -172,6 +173,20 @@ def _write_tags(w, known, unknown):
 
 
 T = TypeVar("T", bound="_Struct")
+# Per struct class: a function returning its field values (slots) in one C call, for __eq__
+# and _is_default; and (that function, the default instance's values) for _is_default.
+# The default values are never handed out.
+_VALUE_GETTERS: Dict[type, Callable[[Any], Any]] = {}
+_DEFAULTS: Dict[type, Tuple[Callable[[Any], Any], Any]] = {}
+
+
+def _values_getter(cls: type) -> Callable[[Any], Any]:
+    getter = _VALUE_GETTERS.get(cls)
+    if getter is None:
+        slots = cls.__slots__
+        getter = attrgetter(*slots) if slots else (lambda obj: ())
+        _VALUE_GETTERS[cls] = getter
+    return getter
 
 
 class _Struct:
@@ -187,10 +202,8 @@ class _Struct:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        for name in self.__slots__:
-            if getattr(self, name) != getattr(other, name):
-                return False
-        return True
+        values = _values_getter(type(self))
+        return values(self) == values(other)
 
     def __repr__(self) -> str:
         parts = [f"{f.name}={getattr(self, f.name)!r}" for f in self.FIELDS]
@@ -199,7 +212,13 @@ class _Struct:
         return f"{type(self).__qualname__}({', '.join(parts)})"
 
     def _is_default(self) -> bool:
-        return self == type(self)()
+        # The encoders ask this of every tagged or version-limited struct field: the
+        # default values are read once per class, not built again on every call.
+        entry = _DEFAULTS.get(type(self))
+        if entry is None:
+            values = _values_getter(type(self))
+            entry = _DEFAULTS[type(self)] = (values, values(type(self)()))
+        return entry[0](self) == entry[1]
 
     def encode(self, version: int) -> bytes:
         """Encode the body (no header) in the given version and return the bytes."""
@@ -249,6 +268,16 @@ class _Struct:
         return obj
 
     @classmethod
+    def decode_prefix(cls: Type[T], buffer: Buffer, version: int) -> Tuple[T, int]:
+        """Decode the message at the start of ``buffer`` and return it with the number of
+        bytes it took; bytes after it are left alone (a Kafka broker ignores bytes after
+        a request's fields, and librdkafka 2.x's admin Metadata v12 sends three)."""
+        _check_version(cls, version)
+        r = Reader(buffer)
+        obj = cls._read(r, version)
+        return obj, r.position
+
+    @classmethod
     def decode_from(cls: Type[T], r: Reader, version: int) -> T:
         """Decode from a kafka_proto._wire.Reader, leaving it after the message."""
         _check_version(cls, version)
@@ -261,3 +290,115 @@ class _Message(_Struct):
     __slots__ = ()
     API_KEY: Optional[int] = None
     API_NAME: Optional[str] = None
+
+
+# --------------------------------------------------------------------------------------
+# Fitting a message to a version, and finding its error codes: for a broker (or a test)
+# that fills every field and lets the version decide what goes on the wire.
+
+# Per (class, version): (name, default) of the fields to reset (absent from the version,
+# not ignorable; the default only compared with, never handed out), fields that may not be
+# None in the version, and (name, is_list) of the struct fields whose own plan is not empty.
+_FitPlan = Tuple[List[Tuple[str, Any]], List[str], List[Tuple[str, bool]]]
+_FIT_PLANS: Dict[Tuple[type, int], _FitPlan] = {}
+# Field types that can hold None (the others are numbers and booleans).
+_MAY_BE_NONE = ("string", "bytes", "records", "struct", "uuid")
+
+
+def _in_range(low: Optional[int], high: Optional[int], version: int) -> bool:
+    return low is not None and low <= version and (high is None or version <= high)
+
+
+def _fit_plan(cls: type, version: int) -> _FitPlan:
+    key = (cls, version)
+    plan = _FIT_PLANS.get(key)
+    if plan is None:
+        absent: List[Tuple[str, Any]] = []
+        not_null: List[str] = []
+        nested: List[Tuple[str, bool]] = []
+        defaults = cls()
+        for f in cls.FIELDS:  # type: ignore[attr-defined]
+            if not _in_range(f.min_version, f.max_version, version):
+                if not f.ignorable:
+                    absent.append((f.name, getattr(defaults, f.name)))
+                continue
+            if not _in_range(f.nullable_min, f.nullable_max, version) and (
+                    f.type.startswith("[]") or f.type in _MAY_BE_NONE):
+                not_null.append(f.name)
+            if f.struct is not None and any(_fit_plan(f.struct, version)):
+                nested.append((f.name, f.type.startswith("[]")))
+        plan = (absent, not_null, nested)
+        _FIT_PLANS[key] = plan
+    return plan
+
+
+def fit_to_version(message: Any, version: int) -> Any:
+    """Make ``message`` (a generated struct) encodable in ``version`` and return it: the
+    fields the version does not have (and whose encoder would refuse a value other than
+    the default) go back to their defaults, and None in a field the version does not let
+    be null becomes the field's default, in ``message`` and every struct inside it.
+
+    Changes ``message`` in place. The plan for each class and version is worked out once.
+    """
+    absent, not_null, nested = _fit_plan(type(message), version)
+    fresh = None
+    for name, default in absent:
+        if getattr(message, name) == default:
+            continue   # already what the encoder expects
+        fresh = fresh or type(message)()
+        setattr(message, name, getattr(fresh, name))
+    for name in not_null:
+        if getattr(message, name) is None:
+            fresh = fresh or type(message)()
+            setattr(message, name, getattr(fresh, name))
+    for struct in _structs_in(message, nested):
+        fit_to_version(struct, version)
+    return message
+
+
+def _structs_in(message: Any, fields: List[Tuple[str, bool]]) -> Any:
+    """The structs held by ``message``'s struct and struct-array fields ``fields``."""
+    for name, is_list in fields:
+        value = getattr(message, name)
+        if value is None:
+            continue
+        if is_list:
+            yield from value
+        else:
+            yield value
+
+
+# Per class: whether it has an error_code field, and (name, is_list) of its struct fields
+# that have one somewhere inside.
+_ERROR_PATHS: Dict[type, Tuple[bool, List[Tuple[str, bool]]]] = {}
+
+
+def _error_path(cls: type) -> Tuple[bool, List[Tuple[str, bool]]]:
+    path = _ERROR_PATHS.get(cls)
+    if path is None:
+        own = any(f.name == "error_code" for f in cls.FIELDS)  # type: ignore[attr-defined]
+        nested = []
+        for f in cls.FIELDS:  # type: ignore[attr-defined]
+            if f.struct is not None and f.struct is not cls:
+                sub_own, sub_nested = _error_path(f.struct)
+                if sub_own or sub_nested:
+                    nested.append((f.name, f.type.startswith("[]")))
+        path = (own, nested)
+        _ERROR_PATHS[cls] = path
+    return path
+
+
+def error_codes(message: Any) -> Set[int]:
+    """Every non-zero ``error_code`` field value in ``message`` and the structs inside it
+    (a response's errors at every level: top, topic, partition)."""
+    found: Set[int] = set()
+    _collect_error_codes(message, found)
+    return found
+
+
+def _collect_error_codes(message: Any, found: Set[int]) -> None:
+    own, nested = _error_path(type(message))
+    if own and message.error_code:
+        found.add(message.error_code)
+    for struct in _structs_in(message, nested):
+        _collect_error_codes(struct, found)

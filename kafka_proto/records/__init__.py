@@ -4,13 +4,18 @@
 
 ``read_batches(buffer)`` yields a :class:`RecordBatch` for each v2 batch and a
 :class:`LegacyBatch` for each legacy entry, in buffer order; see ``_v2.pyx`` for the
-errors raised on malformed input. ``FAST_PATH`` tells whether the CPython-specific speedups
+errors raised on malformed input. A broker's view of stored batches, without their
+records: ``read_batch_header`` / ``iter_batch_headers`` (:class:`BatchHeader`) and
+``stamp_batch`` (base offset and partition leader epoch, in place); a producer's:
+``restamp_batch`` (producer id, epoch, base sequence, CRC). ``FAST_PATH`` tells whether the CPython-specific speedups
 (kafka_proto/_c/cpython_internals.h) are in use: not on other interpreters, nor with
 KAFKA_NATIVE_PLAIN=1 in the environment at import.
 """
 from kafka_proto.records._v2 import (  # noqa: F401
+    BATCH_HEADER_SIZE,
     DEFAULT_MAX_DECOMPRESSED_SIZE,
     FAST_PATH,
+    BatchHeader,
     BatchReader,
     ColumnBuilder,
     Compression,
@@ -19,8 +24,12 @@ from kafka_proto.records._v2 import (  # noqa: F401
     RecordBatchBuilder,
     RecordFactory,
     TimestampType,
+    increment_sequence,
+    iter_batch_headers,
+    read_batch_header,
     read_batches,
     restamp_batch,
+    stamp_batch,
 )
 from kafka_proto.records.control import (  # noqa: F401
     ControlRecord,
@@ -41,6 +50,8 @@ except ImportError:  # the legacy reader is not built yet
 
 
 __all__ = [
+    "BATCH_HEADER_SIZE",
+    "BatchHeader",
     "ColumnBuilder",
     "Compression",
     "ControlRecord",
@@ -54,7 +65,11 @@ __all__ = [
     "RecordFactory",
     "TimestampType",
     "build_control_batch",
+    "increment_sequence",
+    "iter_batch_headers",
     "parse_control_record",
+    "read_batch_header",
     "read_batches",
     "restamp_batch",
+    "stamp_batch",
 ]

@@ -9,6 +9,7 @@ Header = Tuple[str, Optional[bytes]]
 
 DEFAULT_MAX_DECOMPRESSED_SIZE: int
 FAST_PATH: bool
+BATCH_HEADER_SIZE: int
 
 class Compression(IntEnum):
     NONE = 0
@@ -175,3 +176,47 @@ def read_batches(
     allow_truncated: bool = ...,
     max_decompressed_size: Optional[int] = ...,
 ) -> BatchReader: ...
+
+def increment_sequence(sequence: int, increment: int) -> int: ...
+
+class BatchHeader:
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    @property
+    def size(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def compression(self) -> Compression: ...
+    @property
+    def timestamp_type(self) -> TimestampType: ...
+    @property
+    def is_transactional(self) -> bool: ...
+    @property
+    def is_control(self) -> bool: ...
+    @property
+    def delete_horizon(self) -> Optional[int]: ...
+    @property
+    def last_sequence(self) -> int: ...
+    def at(self, position: int) -> BatchHeader: ...
+
+def read_batch_header(buffer: BytesLike, position: int = ...) -> BatchHeader: ...
+def iter_batch_headers(buffer: BytesLike, start: int = ..., end: int = ...) -> Iterator[BatchHeader]: ...
+def stamp_batch(buffer: Union[bytearray, memoryview], position: int, base_offset: int,
+                partition_leader_epoch: int) -> None: ...

@@ -799,6 +799,251 @@ def restamp_batch(batch, int64_t producer_id, int16_t producer_epoch,
     return out
 
 
+# ---------------------------------------------------------------------------------------
+# Batch headers without records: what a broker reads of a stored batch, and the two fields
+# it stamps (base offset, partition leader epoch), both outside the CRC.
+
+#: Bytes of a v2 batch's fixed header, baseOffset to recordsCount: a batch without records.
+BATCH_HEADER_SIZE = HEADER_SIZE
+
+
+def increment_sequence(int32_t sequence, int32_t increment) -> int:
+    """``sequence + increment`` in Kafka's producer sequence space, which wraps from
+    2**31-1 to 0 (the sequence of the record ``increment`` offsets after one with
+    ``sequence``). Both must be >= 0."""
+    if sequence < 0 or increment < 0:
+        raise ValueError(f"increment_sequence({sequence}, {increment}): sequences and "
+                         f"increments are >= 0")
+    return <int32_t>((<int64_t>sequence + increment) & 0x7FFFFFFF)
+
+
+@cython.final
+cdef class BatchHeader:
+    """The 61-byte header of a v2 record batch and the batch's ``position`` in the buffer
+    or file it was read from; made by :func:`read_batch_header` and
+    :func:`iter_batch_headers` (the records are not read, the CRC is not checked)."""
+
+    cdef readonly Py_ssize_t position
+    cdef readonly int64_t base_offset
+    cdef readonly int32_t batch_length
+    cdef readonly int32_t partition_leader_epoch
+    cdef readonly int magic
+    cdef readonly uint32_t crc
+    cdef readonly int attributes
+    cdef readonly int32_t last_offset_delta
+    cdef readonly int64_t base_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef readonly int64_t producer_id
+    cdef readonly int16_t producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly int32_t records_count
+
+    def __init__(self):
+        raise TypeError("BatchHeader objects come from read_batch_header() and "
+                        "iter_batch_headers()")
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch takes (batchLength plus the 12 bytes before it)."""
+        return <Py_ssize_t>self.batch_length + LOG_OVERHEAD
+
+    @property
+    def end(self) -> int:
+        """Position just after the batch."""
+        return self.position + <Py_ssize_t>self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self):
+        """The codec (``Compression``); ``UnsupportedCompressionError`` for ids 5-7."""
+        cdef int codec = self.attributes & ATTR_CODEC_MASK
+        if codec >= len(_COMPRESSIONS):
+            raise UnsupportedCompressionError(f"batch header: compression codec id {codec}")
+        return _COMPRESSIONS[codec]
+
+    @property
+    def timestamp_type(self):
+        return _TIMESTAMP_TYPES[(self.attributes & ATTR_TIMESTAMP_TYPE) >> 3]
+
+    @property
+    def is_transactional(self) -> bool:
+        return (self.attributes & ATTR_TRANSACTIONAL) != 0
+
+    @property
+    def is_control(self) -> bool:
+        return (self.attributes & ATTR_CONTROL) != 0
+
+    @property
+    def delete_horizon(self):
+        """The delete horizon (ms) if the batch has one (attribute bit 6), else None."""
+        if self.attributes & ATTR_DELETE_HORIZON:
+            return self.base_timestamp
+        return None
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last offset (wraps from 2**31-1 to 0); -1 without a sequence."""
+        if self.base_sequence < 0:
+            return -1
+        return <int32_t>((<int64_t>self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF)
+
+    def at(self, Py_ssize_t position) -> BatchHeader:
+        """The same header for the batch copied to ``position`` (of another buffer)."""
+        cdef BatchHeader h = BatchHeader.__new__(BatchHeader)
+        h.position = position
+        h.base_offset = self.base_offset
+        h.batch_length = self.batch_length
+        h.partition_leader_epoch = self.partition_leader_epoch
+        h.magic = self.magic
+        h.crc = self.crc
+        h.attributes = self.attributes
+        h.last_offset_delta = self.last_offset_delta
+        h.base_timestamp = self.base_timestamp
+        h.max_timestamp = self.max_timestamp
+        h.producer_id = self.producer_id
+        h.producer_epoch = self.producer_epoch
+        h.base_sequence = self.base_sequence
+        h.records_count = self.records_count
+        return h
+
+    def _fields(self) -> tuple:
+        return (self.position, self.base_offset, self.batch_length,
+                self.partition_leader_epoch, self.magic, self.crc, self.attributes,
+                self.last_offset_delta, self.base_timestamp, self.max_timestamp,
+                self.producer_id, self.producer_epoch, self.base_sequence, self.records_count)
+
+    def __eq__(self, other):
+        if not isinstance(other, BatchHeader):
+            return NotImplemented
+        return self._fields() == (<BatchHeader>other)._fields()
+
+    def __ne__(self, other):
+        if not isinstance(other, BatchHeader):
+            return NotImplemented
+        return self._fields() != (<BatchHeader>other)._fields()
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"BatchHeader(position={self.position}, base_offset={self.base_offset}, "
+                f"last_offset={self.last_offset}, records={self.records_count}, "
+                f"size={self.size}, producer_id={self.producer_id}, "
+                f"producer_epoch={self.producer_epoch}, base_sequence={self.base_sequence}, "
+                f"partition_leader_epoch={self.partition_leader_epoch}, "
+                f"attributes={self.attributes})")
+
+
+cdef BatchHeader _header_at(const unsigned char* h, Py_ssize_t position):
+    cdef BatchHeader out = BatchHeader.__new__(BatchHeader)
+    out.position = position
+    out.base_offset = _get_i64(h + OFF_BASE_OFFSET)
+    out.batch_length = _get_i32(h + OFF_LENGTH)
+    out.partition_leader_epoch = _get_i32(h + OFF_PLE)
+    out.magic = <signed char>h[OFF_MAGIC]
+    out.crc = _get_u32(h + OFF_CRC)
+    out.attributes = <uint16_t>_get_i16(h + OFF_ATTRIBUTES)
+    out.last_offset_delta = _get_i32(h + OFF_LAST_OFFSET_DELTA)
+    out.base_timestamp = _get_i64(h + OFF_BASE_TIMESTAMP)
+    out.max_timestamp = _get_i64(h + OFF_MAX_TIMESTAMP)
+    out.producer_id = _get_i64(h + OFF_PRODUCER_ID)
+    out.producer_epoch = _get_i16(h + OFF_PRODUCER_EPOCH)
+    out.base_sequence = _get_i32(h + OFF_BASE_SEQUENCE)
+    out.records_count = _get_i32(h + OFF_RECORDS_COUNT)
+    return out
+
+
+def read_batch_header(buffer, Py_ssize_t position=0) -> BatchHeader:
+    """The header of the v2 batch at ``position`` of a bytes-like ``buffer``.
+
+    Only the header is read: the records are not parsed, the CRC is not checked, and the
+    rest of the batch need not be in ``buffer`` (``read_batches`` does the full checks).
+    Raises ``TruncatedDataError`` when fewer than 61 bytes are left at ``position``,
+    ``UnsupportedMagicError`` for a magic other than 2, ``InvalidLengthError`` for a
+    batchLength too small to hold the header.
+    """
+    cdef const unsigned char[::1] view = buffer
+    cdef Py_ssize_t size = view.shape[0]
+    cdef const unsigned char* h
+    cdef int32_t length
+    if position < 0 or position > size:
+        raise ValueError(f"read_batch_header: position {position} outside a buffer of "
+                         f"{size} bytes")
+    if size - position < HEADER_SIZE:
+        raise TruncatedDataError(
+            f"batch header at {position}: {size - position} bytes left, {HEADER_SIZE} needed")
+    h = &view[0] + position
+    if <signed char>h[OFF_MAGIC] != 2:
+        raise UnsupportedMagicError(
+            f"batch header at {position}: magic {<signed char>h[OFF_MAGIC]}, not a v2 batch")
+    length = _get_i32(h + OFF_LENGTH)
+    if length < HEADER_SIZE - LOG_OVERHEAD:
+        raise InvalidLengthError(
+            f"batch header at {position}: batchLength {length}, minimum "
+            f"{HEADER_SIZE - LOG_OVERHEAD}")
+    return _header_at(h, position)
+
+
+def iter_batch_headers(buffer, Py_ssize_t start=0, Py_ssize_t end=-1):
+    """Headers of the v2 batches back to back in ``buffer[start:end]`` (``end`` -1: the
+    end of the buffer), each batch wholly inside that range.
+
+    Stops, without raising, before a batch that is cut short or whose header is not a v2
+    header with a plausible batchLength: a log read after a crash ends where its last
+    whole batch ends (compare the last header's ``end`` with ``end`` to find a torn tail).
+    The records and CRCs are not checked.
+    """
+    cdef const unsigned char[::1] view = buffer
+    cdef Py_ssize_t size = view.shape[0]
+    cdef Py_ssize_t pos = start
+    cdef const unsigned char* h
+    cdef int32_t length
+    if end < 0 or end > size:
+        end = size
+    if pos < 0:
+        raise ValueError(f"iter_batch_headers: negative start {start}")
+    while end - pos >= HEADER_SIZE:
+        h = &view[0] + pos
+        length = _get_i32(h + OFF_LENGTH)
+        if <signed char>h[OFF_MAGIC] != 2 or length < HEADER_SIZE - LOG_OVERHEAD:
+            return
+        if <Py_ssize_t>length + LOG_OVERHEAD > end - pos:
+            return
+        yield _header_at(h, pos)
+        pos += <Py_ssize_t>length + LOG_OVERHEAD
+
+
+def stamp_batch(buffer, Py_ssize_t position, int64_t base_offset,
+                int32_t partition_leader_epoch) -> None:
+    """Write the base offset and the partition leader epoch of the v2 batch at
+    ``position`` of a writable buffer (a ``bytearray``), in place.
+
+    What a partition leader does to each batch it appends: neither field is covered by
+    the CRC (it starts at the attributes), so the batch stays valid and is not
+    re-checksummed. Raises ``TruncatedDataError`` when no whole header is at
+    ``position``, ``UnsupportedMagicError`` for a magic other than 2, and ``TypeError`` or
+    ``BufferError`` for a read-only buffer.
+    """
+    cdef unsigned char[::1] view = buffer
+    cdef Py_ssize_t size = view.shape[0]
+    cdef unsigned char* h
+    if position < 0 or size - position < HEADER_SIZE:
+        raise TruncatedDataError(
+            f"stamp_batch: no whole batch header at {position} of {size} bytes")
+    h = &view[0] + position
+    if <signed char>h[OFF_MAGIC] != 2:
+        raise UnsupportedMagicError(
+            f"stamp_batch: magic {<signed char>h[OFF_MAGIC]} at {position}, not a v2 batch")
+    _put_i64(h + OFF_BASE_OFFSET, base_offset)
+    _put_i32(h + OFF_PLE, partition_leader_epoch)
+
+
 cdef int _timestamp_error(int64_t ts) except -1:
     # Kafka's record builder (MemoryRecordsBuilder) refuses the same.
     raise ProtocolEncodeError(

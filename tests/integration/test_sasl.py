@@ -1,5 +1,5 @@
 """SASL end to end: PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER against a server that
-checks credentials (the tests' SASL gateway in front of Tansu, first validated here with
+checks credentials (the test cluster's SASL, kafka_client.testing; validated here with
 confluent-kafka as the client), SASL_SSL through stunnel, KIP-368 re-authentication, and
 the failures: wrong password, unknown user on Tansu --authentication (a real broker's
 SCRAM check), mechanism not enabled, invalid and expired tokens: each a clear
@@ -7,12 +7,14 @@ _AUTHENTICATION error through error_cb within seconds, never a hang."""
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import pytest
 
 from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from kafka_client._testing.sasl_server import SaslTansu
-from kafka_client._testing.tls import TlsTansu, make_certificates, stunnel_binary
+from kafka_client._testing.brokers import LOOPBACK, free_port
+from kafka_client._testing.tls import Stunnel, TlsTansu, make_certificates, stunnel_binary
+from kafka_client.testing import Cluster
 
 pytestmark = pytest.mark.integration
 
@@ -20,6 +22,40 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 USER, PASSWORD = "alice", "alice-secret"
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@contextmanager
+def sasl_cluster_of_its_own(broker_config=None, certs=None):
+    """A one-broker cluster requiring SASL for one test (``broker_config`` added to the
+    mechanisms), behind stunnel (SASL_SSL) when ``certs`` are given; yields the cluster
+    and the bootstrap address clients use."""
+    config = {"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"}
+    config.update(broker_config or {})
+    listener = free_port()
+    front = free_port() if certs is not None else listener
+    with Cluster(brokers=1, broker_config=config, users={USER: PASSWORD}, ports=[listener],
+                 advertised_ports=[front]) as cluster:
+        if certs is None:
+            yield cluster, cluster.bootstrap_servers
+            return
+        stunnel = Stunnel(LOOPBACK, listener, certs.server_cert, certs.server_key,
+                          port=front).start()
+        try:
+            yield cluster, f"{LOOPBACK}:{front}"
+        finally:
+            stunnel.stop()
+            stunnel.cleanup()
+
+
+def authentications(cluster):
+    """The mechanism of every successful authentication so far, re-authentications too."""
+    return [e.details["mechanism"] for e in cluster.sasl_authentications()]
+
+
+def closed_expired(cluster):
+    """How many connections the broker closed because their SASL session had expired."""
+    return sum("session expired" in e.details.get("detail", "")
+               for e in cluster.request_log(kind="closed"))
 
 
 def sasl_conf(bootstrap, mechanism, password=PASSWORD, protocol="sasl_plaintext", **extra):
@@ -72,16 +108,16 @@ def auth_errors(conf, wait=5.0, client=Producer):
 # --- the server side, checked with librdkafka as the client ---
 
 @pytest.mark.parametrize("mechanism", ("PLAIN",) + SCRAM)
-def test_gateway_accepts_confluent_kafka(sasl_tansu, topic_name, mechanism):
-    sasl_tansu.create_topic(topic_name)
-    before = len(sasl_tansu.gateway.authentications)
-    p = confluent_kafka.Producer(sasl_conf(sasl_tansu.bootstrap, mechanism))
+def test_server_accepts_confluent_kafka(sasl_cluster, topic_name, mechanism):
+    sasl_cluster.create_topic(topic_name)
+    before = len(authentications(sasl_cluster))
+    p = confluent_kafka.Producer(sasl_conf(sasl_cluster.bootstrap_servers, mechanism))
     for i in range(500):
         p.produce(topic_name, b"c%d" % i)
     assert p.flush(20) == 0
-    assert mechanism in sasl_tansu.gateway.authentications[before:]
-    # and our consumer reads what librdkafka wrote through the gateway
-    c = Consumer(sasl_conf(sasl_tansu.bootstrap, mechanism, **{"group.id": "x"}))
+    assert mechanism in authentications(sasl_cluster)[before:]
+    # and our consumer reads what librdkafka wrote
+    c = Consumer(sasl_conf(sasl_cluster.bootstrap_servers, mechanism, **{"group.id": "x"}))
     try:
         c.assign([TopicPartition(topic_name, 0, 0)])
         got = []
@@ -94,9 +130,9 @@ def test_gateway_accepts_confluent_kafka(sasl_tansu, topic_name, mechanism):
 
 
 @pytest.mark.parametrize("mechanism", ("PLAIN",) + SCRAM)
-def test_gateway_refuses_confluent_kafka_with_wrong_password(sasl_tansu, mechanism):
+def test_server_refuses_confluent_kafka_with_wrong_password(sasl_cluster, mechanism):
     errors = []
-    p = confluent_kafka.Producer(dict(sasl_conf(sasl_tansu.bootstrap, mechanism, "wrong"),
+    p = confluent_kafka.Producer(dict(sasl_conf(sasl_cluster.bootstrap_servers, mechanism, "wrong"),
                                       error_cb=errors.append))
     deadline = time.monotonic() + 10
     while not errors and time.monotonic() < deadline:
@@ -107,17 +143,17 @@ def test_gateway_refuses_confluent_kafka_with_wrong_password(sasl_tansu, mechani
 # --- our client ---
 
 @pytest.mark.parametrize("mechanism", ("PLAIN",) + SCRAM)
-def test_round_trip(sasl_tansu, topic_name, mechanism):
-    sasl_tansu.create_topic(topic_name)
-    before = len(sasl_tansu.gateway.authentications)
-    round_trip(sasl_conf(sasl_tansu.bootstrap, mechanism), topic_name, 5000)
-    assert sasl_tansu.gateway.authentications[before:].count(mechanism) >= 2
+def test_round_trip(sasl_cluster, topic_name, mechanism):
+    sasl_cluster.create_topic(topic_name)
+    before = len(authentications(sasl_cluster))
+    round_trip(sasl_conf(sasl_cluster.bootstrap_servers, mechanism), topic_name, 5000)
+    assert authentications(sasl_cluster)[before:].count(mechanism) >= 2
 
 
 @pytest.mark.parametrize("mechanism", ("PLAIN",) + SCRAM)
-def test_wrong_password_is_a_clear_error(sasl_tansu, mechanism):
+def test_wrong_password_is_a_clear_error(sasl_cluster, mechanism):
     started = time.monotonic()
-    errors = auth_errors(sasl_conf(sasl_tansu.bootstrap, mechanism, "wrong"))
+    errors = auth_errors(sasl_conf(sasl_cluster.bootstrap_servers, mechanism, "wrong"))
     assert errors, "no _AUTHENTICATION error reported"
     assert mechanism in errors[0].str() and "authentication failed" in errors[0].str()
     assert not errors[0].fatal()  # librdkafka retries with backoff; not fatal
@@ -138,26 +174,26 @@ def test_unknown_user_on_tansu_with_authentication(topic_name):
 
 
 def test_mechanism_not_enabled_names_what_the_broker_offers():
-    with SaslTansu({USER: PASSWORD}, mechanisms=["PLAIN"]) as cluster:
-        errors = auth_errors(sasl_conf(cluster.bootstrap, "SCRAM-SHA-512"))
+    with sasl_cluster_of_its_own({"sasl.enabled.mechanisms": "PLAIN"}) as (_cluster, bootstrap):
+        errors = auth_errors(sasl_conf(bootstrap, "SCRAM-SHA-512"))
     assert errors
     text = errors[0].str()
     assert "SCRAM-SHA-512 is not enabled" in text and "PLAIN" in text
 
 
-def test_oauthbearer_unsecured_jwt_round_trip(sasl_tansu, topic_name):
-    sasl_tansu.create_topic(topic_name)
-    conf = sasl_conf(sasl_tansu.bootstrap, "OAUTHBEARER", **{
+def test_oauthbearer_unsecured_jwt_round_trip(sasl_cluster, topic_name):
+    sasl_cluster.create_topic(topic_name)
+    conf = sasl_conf(sasl_cluster.bootstrap_servers, "OAUTHBEARER", **{
         "enable.sasl.oauthbearer.unsecure.jwt": True,
         "sasl.oauthbearer.config": "principal=alice lifeSeconds=600"})
     round_trip(conf, topic_name, 2000)
-    assert "OAUTHBEARER" in sasl_tansu.gateway.authentications
+    assert "OAUTHBEARER" in authentications(sasl_cluster)
 
 
-def test_oauth_cb_called_like_confluent_kafka(sasl_tansu, topic_name):
+def test_oauth_cb_called_like_confluent_kafka(sasl_cluster, topic_name):
     from kafka_client._net.security.oauth import unsecured_jwt
 
-    sasl_tansu.create_topic(topic_name)
+    sasl_cluster.create_topic(topic_name)
     calls = []
 
     def oauth_cb(config):
@@ -165,20 +201,20 @@ def test_oauth_cb_called_like_confluent_kafka(sasl_tansu, topic_name):
         token = unsecured_jwt("principal=alice lifeSeconds=600")
         return token.value, token.expires_at
 
-    conf = sasl_conf(sasl_tansu.bootstrap, "OAUTHBEARER", oauth_cb=oauth_cb,
+    conf = sasl_conf(sasl_cluster.bootstrap_servers, "OAUTHBEARER", oauth_cb=oauth_cb,
                      **{"sasl.oauthbearer.config": "my settings"})
     round_trip(conf, topic_name, 500)
     assert calls and calls[0] == "my settings"
 
 
-def test_invalid_token_refused_by_the_server(sasl_tansu):
-    conf = sasl_conf(sasl_tansu.bootstrap, "OAUTHBEARER",
+def test_invalid_token_refused_by_the_server(sasl_cluster):
+    conf = sasl_conf(sasl_cluster.bootstrap_servers, "OAUTHBEARER",
                      oauth_cb=lambda _: ("not-a-jwt", time.time() + 600))
     errors = auth_errors(conf)
     assert errors and "OAUTHBEARER" in errors[0].str() and "invalid_token" in errors[0].str()
 
 
-def test_expired_token_is_a_clear_error(sasl_tansu):
+def test_expired_token_is_a_clear_error(sasl_cluster):
     """The first token lives 1 s and every refresh fails: the failed refresh and then
     the expired token are reported through error_cb, and requests fail instead of
     hanging."""
@@ -194,7 +230,7 @@ def test_expired_token_is_a_clear_error(sasl_tansu):
         return token.value, token.expires_at
 
     errors = []
-    p = Producer(sasl_conf(sasl_tansu.bootstrap, "OAUTHBEARER", oauth_cb=oauth_cb),
+    p = Producer(sasl_conf(sasl_cluster.bootstrap_servers, "OAUTHBEARER", oauth_cb=oauth_cb),
                  error_cb=errors.append)  # the first token is fetched here
     try:
         time.sleep(1.3)
@@ -213,14 +249,14 @@ def test_expired_token_is_a_clear_error(sasl_tansu):
 
 
 def test_reauthentication_before_the_session_expires(topic_name):
-    """KIP-368: the gateway gives 1.5 s sessions and closes a connection that sends a
-    request after its session expired; a producer sending for 5 s re-authenticates on
-    each connection and never gets closed."""
-    with SaslTansu({USER: PASSWORD}, session_lifetime_ms=1500) as cluster:
+    """KIP-368: the broker gives 1.5 s sessions (connections.max.reauth.ms) and closes a
+    connection that sends a request after its session expired; a producer sending for
+    5 s re-authenticates on each connection and never gets closed."""
+    with sasl_cluster_of_its_own({"connections.max.reauth.ms": 1500}) as (cluster, bootstrap):
         cluster.create_topic(topic_name)
         errors = []
         delivered = []
-        p = Producer(sasl_conf(cluster.bootstrap, "SCRAM-SHA-256"), error_cb=errors.append,
+        p = Producer(sasl_conf(bootstrap, "SCRAM-SHA-256"), error_cb=errors.append,
                      on_delivery=lambda err, msg: delivered.append(err))
         end = time.monotonic() + 5
         sent = 0
@@ -231,9 +267,9 @@ def test_reauthentication_before_the_session_expires(topic_name):
         assert p.flush(20) == 0
         p.close()
         assert len(delivered) == sent and not any(delivered)
-        assert cluster.gateway.closed_expired == 0
+        assert closed_expired(cluster) == 0
         # at least one re-authentication per 1.5 s on the producing connection
-        assert len(cluster.gateway.authentications) >= 4, cluster.gateway.authentications
+        assert len(authentications(cluster)) >= 4, authentications(cluster)
         assert not [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
 
 
@@ -241,9 +277,9 @@ def test_reauthentication_before_the_session_expires(topic_name):
 @pytest.mark.parametrize("mechanism", ("PLAIN", "SCRAM-SHA-512"))
 def test_sasl_ssl_round_trip(topic_name, mechanism):
     certs = make_certificates()
-    with SaslTansu({USER: PASSWORD}, certs=certs) as cluster:
+    with sasl_cluster_of_its_own(certs=certs) as (cluster, bootstrap):
         cluster.create_topic(topic_name)
-        conf = sasl_conf(cluster.bootstrap, mechanism, protocol="sasl_ssl",
+        conf = sasl_conf(bootstrap, mechanism, protocol="sasl_ssl",
                          **{"ssl.ca.location": str(certs.ca)})
         round_trip(conf, topic_name, 5000)
-        assert cluster.gateway.authentications.count(mechanism) >= 2
+        assert authentications(cluster).count(mechanism) >= 2

@@ -502,6 +502,107 @@ def test_header_versions_follow_flexible_versions():
     assert request_header_version(7, 0) == 0  # ControlledShutdown v0
 
 
+
+# --------------------------------------------------------------------------- the server side
+
+
+def test_peek_request_reads_what_every_header_version_starts_with():
+    from kafka_proto.framing import RequestPeek, peek_request
+
+    frame = encode_request(FakeRequest(b"body"), 99, 7, "c", header_version=1)[4:]
+    assert peek_request(frame) == RequestPeek(3, 99, 7)  # version 99: unknown, still read
+    assert peek_request(memoryview(frame)).correlation_id == 7
+    with pytest.raises(TruncatedDataError):
+        peek_request(frame[:7])
+
+
+@pytest.mark.parametrize("header_version", [0, 1, 2])
+@pytest.mark.parametrize("client_id", [None, "", "client-é", "x" * 300])
+def test_decode_request_header_inverts_encode_request(header_version, client_id):
+    from kafka_proto.framing import RequestHead, decode_request_header
+
+    frame = encode_request(FakeRequest(b"BODY"), 4, -5, client_id,
+                           header_version=header_version)[4:]
+    head, body = decode_request_header(frame, header_version)
+    expected_id = client_id if header_version >= 1 else None
+    assert head == RequestHead(3, 4, -5, expected_id, header_version)
+    assert bytes(body) == b"BODY" and isinstance(body, memoryview)
+
+
+def test_decode_request_header_agrees_with_the_generated_request_header():
+    from kafka_proto.framing import decode_request_header
+    from kafka_proto.messages import API_KEYS, RequestHeader, request_header_version
+
+    for api_key, info in API_KEYS.items():
+        for version in (info.min_version, info.max_version):
+            frame = encode_request(b"\x01", version, 12345, "me", api_key=api_key)[4:]
+            head, body = decode_request_header(frame)  # header version from key and version
+            hv = request_header_version(api_key, version)
+            generated, used = RequestHeader.decode_prefix(frame, hv)
+            assert (head.api_key, head.api_version, head.correlation_id, head.client_id) == (
+                generated.request_api_key, generated.request_api_version,
+                generated.correlation_id, generated.client_id if hv >= 1 else None)
+            assert head.header_version == hv and len(frame) - len(body) == used
+            assert bytes(body) == b"\x01"
+
+
+def test_decode_request_header_skips_tagged_fields():
+    from kafka_proto.framing import decode_request_header
+
+    tags = b"\x02" + b"\x00\x03abc" + b"\x07\x00"
+    frame = bytes.fromhex("0001 000c 00000009 0002") + b"ab" + tags + b"B"
+    head, body = decode_request_header(frame)  # Fetch v12: header v2
+    assert head.client_id == "ab" and bytes(body) == b"B"
+
+
+@pytest.mark.parametrize("frame, error", [
+    (bytes.fromhex("0003 0001 00000001 00"), TruncatedDataError),            # half a length
+    (bytes.fromhex("0003 0001 00000001 0005") + b"ab", TruncatedDataError),  # short id
+    (bytes.fromhex("0003 0001 00000001 fffe"), InvalidLengthError),          # length -2
+    (bytes.fromhex("0003 0001 00000001 0002 ffff"), ProtocolDecodeError),    # not UTF-8
+    (bytes.fromhex("0001 000c 00000001 ffff"), TruncatedDataError),          # no tag count
+    (bytes.fromhex("0001 000c 00000001 ffff 01 00 05") + b"ab", InvalidLengthError),
+    (bytes.fromhex("0001 000c 00000001 ffff") + b"\xff" * 6, InvalidVarintError),
+])
+def test_decode_request_header_refuses_malformed_headers(frame, error):
+    from kafka_proto.framing import decode_request_header
+
+    with pytest.raises(error):
+        decode_request_header(frame)
+
+
+def test_decode_request_header_of_an_unknown_version_needs_the_header_version():
+    from kafka_proto.errors import UnsupportedVersionError
+    from kafka_proto.framing import decode_request_header
+
+    frame = encode_request(b"", 999, 1, "c", api_key=3, header_version=1)[4:]
+    with pytest.raises(UnsupportedVersionError):
+        decode_request_header(frame)
+    assert decode_request_header(frame, 1)[0].client_id == "c"
+
+
+def test_encode_response_header_and_encode_response():
+    from kafka_proto.framing import encode_response, encode_response_header
+    from kafka_proto.messages import MetadataResponse
+
+    # Metadata v12 is flexible (header v1: a tag byte); v1 is not.
+    assert encode_response_header(3, 12, 7, 10) == struct.pack(">ii", 15, 7) + b"\x00"
+    assert encode_response_header(3, 1, 7, 10) == struct.pack(">ii", 14, 7)
+    # ApiVersions answers always use header v0 (KIP-511).
+    assert encode_response_header(18, 4, 7, 0) == struct.pack(">ii", 4, 7)
+    resp = MetadataResponse(brokers=[], topics=[])
+    frame = encode_response(resp, 12, -3)
+    (payload,) = FrameParser().feed(frame)
+    cid, body = decode_response_header(payload, 3, 12)
+    assert cid == -3 and MetadataResponse.decode(body, 12) == resp
+    assert encode_response(resp.encode(12), 12, -3, api_key=3) == frame
+    with pytest.raises(TypeError):
+        encode_response(b"raw", 12, 1)
+    with pytest.raises(ProtocolEncodeError):
+        encode_response_header(3, 12, 2**31, 0)
+    with pytest.raises(ProtocolEncodeError):
+        encode_response_header(3, 12, 1, 2**31)
+
 # --------------------------------------------------------------------------- correlation ids
 
 
@@ -656,3 +757,12 @@ def test_version_prefixed_blobs():
 def test_tracker_start_range():
     with pytest.raises(ValueError):
         CorrelationTracker(start=-1)
+
+
+def test_encode_frame_sizes_a_bare_payload():
+    from kafka_proto.framing import encode_frame
+
+    assert encode_frame(b"") == b"\x00\x00\x00\x00"
+    assert encode_frame(memoryview(b"token")) == b"\x00\x00\x00\x05token"
+    (payload,) = FrameParser().feed(encode_frame(b"\x00alice\x00pw"))
+    assert bytes(payload) == b"\x00alice\x00pw"

@@ -720,3 +720,91 @@ def test_encode_parts_restores_state_after_errors():
         req.encode_parts(2)  # transactional_id exists from v3 only
     data = req.encode(3)
     assert b"".join(bytes(p) for p in req.encode_parts(3)) == data
+
+
+# ---------------------------------------------------------------- what a broker needs
+
+
+def test_decode_prefix_returns_the_bytes_taken_and_ignores_the_rest():
+    req = sample(M.MetadataRequest, 12)
+    data = req.encode(12)
+    assert M.MetadataRequest.decode_prefix(data, 12) == (req, len(data))
+    got, used = M.MetadataRequest.decode_prefix(memoryview(data + b"\x00\x01\x02"), 12)
+    assert got == req and used == len(data)  # what librdkafka's admin Metadata v12 sends
+    with pytest.raises(ProtocolDecodeError, match="trailing"):
+        M.MetadataRequest.decode(data + b"\x00", 12)  # decode() stays strict
+    with pytest.raises(ProtocolDecodeError):
+        M.MetadataRequest.decode_prefix(data[:-1], 12)
+    with pytest.raises(UnsupportedVersionError):
+        M.MetadataRequest.decode_prefix(data, 99)
+
+
+def test_tagged_struct_defaults_are_compared_not_rebuilt():
+    """_is_default compares with one default instance per class: the answer stays right
+    for default, changed and changed-back values, and no instance is made per call."""
+    part = M.FetchResponse.PartitionData(partition_index=1, records=b"")
+    plain = part.encode(12)
+    part.diverging_epoch.epoch = 4
+    tagged = part.encode(12)
+    assert len(tagged) > len(plain)
+    assert M.FetchResponse.PartitionData.decode(tagged, 12).diverging_epoch.epoch == 4
+    part.diverging_epoch.epoch = -1
+    assert part.encode(12) == plain
+    made = []
+    cls = M.FetchResponse.EpochEndOffset
+    original = cls.__init__
+
+    def counting(self, *args, **kwargs):
+        made.append(1)
+        original(self, *args, **kwargs)
+
+    cls.__init__ = counting
+    try:
+        for _ in range(10):
+            part.encode(12)
+    finally:
+        cls.__init__ = original
+    assert made == []
+
+
+def test_fit_to_version_resets_what_the_version_cannot_carry():
+    from kafka_proto.messages import fit_to_version
+
+    # Filled for v17: top-level and per-partition fields older versions do not have.
+    resp = M.FetchResponse(throttle_time_ms=5, error_code=0, session_id=0, responses=[
+        M.FetchResponse.FetchableTopicResponse(topic="t", topic_id=uuid.uuid4(), partitions=[
+            M.FetchResponse.PartitionData(
+                partition_index=0, high_watermark=10, last_stable_offset=10,
+                log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1,
+                records=b"",
+                current_leader=M.FetchResponse.LeaderIdAndEpoch(leader_id=1, leader_epoch=2))])])
+    with pytest.raises(ProtocolEncodeError):
+        resp.encode(4)  # topic_id and current_leader are not in v4
+    assert fit_to_version(resp, 4) is resp
+    back = M.FetchResponse.decode(resp.encode(4), 4)
+    part = back.responses[0].partitions[0]
+    assert back.responses[0].topic == "t" and part.high_watermark == 10
+    # aborted_transactions is nullable from v4: None stays None.
+    assert part.aborted_transactions is None
+    # None where the version does not allow null becomes the default.
+    meta = M.MetadataResponse(brokers=[M.MetadataResponse.MetadataResponseBroker(
+        node_id=1, host="h", port=1, rack=None)], topics=None)
+    with pytest.raises(ProtocolEncodeError):
+        meta.encode(0)
+    fit_to_version(meta, 0)
+    assert M.MetadataResponse.decode(meta.encode(0), 0).topics == []
+
+
+def test_error_codes_found_at_every_level():
+    from kafka_proto.messages import error_codes
+
+    resp = M.ProduceResponse(responses=[
+        M.ProduceResponse.TopicProduceResponse(name="a", partition_responses=[
+            M.ProduceResponse.PartitionProduceResponse(index=0, error_code=0),
+            M.ProduceResponse.PartitionProduceResponse(index=1, error_code=6)]),
+        M.ProduceResponse.TopicProduceResponse(name="b", partition_responses=[
+            M.ProduceResponse.PartitionProduceResponse(index=0, error_code=45)])])
+    assert error_codes(resp) == {6, 45}
+    assert error_codes(M.FindCoordinatorResponse(error_code=15)) == {15}
+    assert error_codes(M.MetadataResponse(topics=None)) == set()
+    assert error_codes(M.MetadataRequest(topics=None)) == set()

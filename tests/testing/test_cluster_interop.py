@@ -297,11 +297,12 @@ def test_kcat(cluster, sasl_cluster, mechanism):
     grouped = run(["-G", f"g-{topic}", topic, "-o", "beginning", "-e",
                    "-X", "auto.offset.reset=earliest", "-f", "%s\\n"]).splitlines()
     assert sorted(grouped) == sorted(f"v{i}" for i in range(100))
-    # kcat's data through our consumer (plain listener only: ours speaks no SASL yet)
-    # and through dump-log, on every replica.
-    if mechanism is None:
-        got = our_read(target, topic, 2, 100)
-        assert sorted(m.value() for m in got) == sorted(b"v%d" % i for i in range(100))
+    # kcat's data through our consumer (logged in the same way) and through dump-log,
+    # on every replica.
+    login = {} if mechanism is None else sasl_config(target, mechanism)
+    login.pop("bootstrap.servers", None)
+    got = our_read(target, topic, 2, 100, login)
+    assert sorted(m.value() for m in got) == sorted(b"v%d" % i for i in range(100))
     state = target.wait_in_sync(topic)
     payloads = []
     for p in (0, 1):

@@ -9,11 +9,17 @@ import sys
 import time
 from argparse import Namespace
 
-from kafka_proto.records import Compression, RecordBatchBuilder, build_control_batch
+from kafka_proto.logdir import segment_file_name
+from kafka_proto.records import (
+    Compression,
+    RecordBatchBuilder,
+    build_control_batch,
+    read_batch_header,
+    stamp_batch,
+)
 
-from kafka_client.testing._batches import read_batch_header, stamp_batch
 from kafka_client.testing._config import TopicSettings
-from kafka_client.testing.storage import PartitionLog, segment_file_name
+from kafka_client.testing.storage import PartitionLog
 from kafka_client.tools import dump_log
 
 NOW = int(time.time() * 1000)

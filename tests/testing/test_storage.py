@@ -9,17 +9,18 @@ import time
 import pytest
 
 from kafka_proto.errors import ErrorCode
-from kafka_proto.records import RecordBatchBuilder, read_batches
-
-from kafka_client.testing._batches import read_batch_header, read_checkpoint, stamp_batch
-from kafka_client.testing._config import TopicSettings
-from kafka_client.testing.storage import (
-    EPOCH_CHECKPOINT,
-    PartitionLog,
-    read_index_file,
-    read_time_index_file,
+from kafka_proto.logdir import (
+    LEADER_EPOCH_CHECKPOINT,
+    decode_leader_epoch_checkpoint,
+    decode_offset_index,
+    decode_time_index,
+    segment_base_offset,
     segment_file_name,
 )
+from kafka_proto.records import RecordBatchBuilder, read_batch_header, read_batches, stamp_batch
+
+from kafka_client.testing._config import TopicSettings
+from kafka_client.testing.storage import PartitionLog
 
 NOW = int(time.time() * 1000)
 
@@ -50,6 +51,16 @@ def append(log, values, keys=None, epoch=0, now_ms=None, **batch_args):
     return header
 
 
+def read_index_file(path):
+    with open(path, "rb") as f:
+        return decode_offset_index(f.read(), segment_base_offset(path))
+
+
+def read_time_index_file(path):
+    with open(path, "rb") as f:
+        return decode_time_index(f.read(), segment_base_offset(path))
+
+
 def all_records(log):
     out = []
     for seg in log.segments:
@@ -69,7 +80,7 @@ def test_segment_files_are_kafka_segments(log_dir):
     headers = [append(log, [b"v%03d-%d" % (i, j) for j in range(5)]) for i in range(40)]
     assert log.end_offset == 200
     names = sorted(os.listdir(log_dir))
-    assert names == sorted([EPOCH_CHECKPOINT, segment_file_name(0, ".index"),
+    assert names == sorted([LEADER_EPOCH_CHECKPOINT, segment_file_name(0, ".index"),
                             segment_file_name(0), segment_file_name(0, ".timeindex")])
     assert segment_file_name(0) == "00000000000000000000.log"
     # The .log file is the batches back to back, offsets assigned in order, CRCs valid.
@@ -94,7 +105,10 @@ def test_segment_files_are_kafka_segments(log_dir):
     times = read_time_index_file(os.path.join(log_dir, segment_file_name(0, ".timeindex")))
     assert times and [t for t, _ in times] == sorted({t for t, _ in times})
     # The epoch checkpoint names epoch 0 from offset 0.
-    assert read_checkpoint(os.path.join(log_dir, EPOCH_CHECKPOINT)) == [("0", "0")]
+    with open(os.path.join(log_dir, LEADER_EPOCH_CHECKPOINT), "rb") as f:
+        assert f.read() == b"0\n1\n0 0\n"       # Kafka's text format
+    with open(os.path.join(log_dir, LEADER_EPOCH_CHECKPOINT), "rb") as f:
+        assert decode_leader_epoch_checkpoint(f.read()) == [(0, 0)]
 
 
 def test_roll_by_size_starts_segments_at_the_next_offset(log_dir):
@@ -141,6 +155,44 @@ def test_read_returns_whole_batches_within_the_limits(log_dir):
     data = os.pread(result.file.fileno(), result.size, result.position)
     assert [b.base_offset for b in read_batches(data)] == [0, 4, 8]
 
+
+
+def test_read_agrees_with_a_batch_by_batch_walk(log_dir):
+    """Segment.read finds its range by bisection; a plain walk over the batches gives the
+    same range for every offset, byte limit, upper bound and min_one."""
+    import random
+
+    rng = random.Random(7)
+    log = PartitionLog(log_dir, "topic", 0, settings())
+    for _ in range(30):
+        append(log, [b"z" * rng.randint(1, 300) for _ in range(rng.randint(1, 5))])
+    seg = log.active
+
+    def walk(offset, max_bytes, upper, min_one):
+        chosen = []
+        for k in range(len(seg.batch_lasts)):
+            if seg.batch_lasts[k] < offset:
+                continue
+            if seg.batch_lasts[k] >= upper:
+                break
+            end = seg.batch_end(k)
+            start = seg.batch_positions[chosen[0] if chosen else k]
+            if end - start > max_bytes and not (not chosen and min_one):
+                break
+            chosen.append(k)
+        if not chosen:
+            return None
+        first, last = chosen[0], chosen[-1]
+        return (seg.batch_positions[first], seg.batch_end(last) - seg.batch_positions[first],
+                seg.batch_bases[first], seg.batch_lasts[last] + 1)
+
+    end = log.end_offset
+    for _ in range(3000):
+        offset = rng.randint(0, end + 1)
+        args = (offset, rng.choice([0, 50, 500, 2000, 10**6]), rng.randint(0, end + 1),
+                rng.random() < 0.5)
+        got = seg.read(*args)
+        assert (None if got is None else got[1:]) == walk(*args), args
 
 def test_reopening_recovers_a_torn_tail_and_rebuilds_the_indexes(log_dir):
     s = settings(index_interval_bytes=50)

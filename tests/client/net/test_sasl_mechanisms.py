@@ -18,7 +18,7 @@ from kafka_client._net.security.sasl import (
     SaslError,
     ScramMechanism,
 )
-from kafka_client._testing.sasl_server import ScramCredential, ScramServer, check_unsecured_jwt
+from kafka_client.testing._sasl import ScramCredential, ScramServer, check_unsecured_jwt
 
 # RFC 7677 section 3 (SCRAM-SHA-256, user "user", password "pencil").
 CLIENT_NONCE = "rOprNGfwEbeRWgbNEkqO"

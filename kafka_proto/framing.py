@@ -10,7 +10,9 @@ response's bytes are its header (v0: correlation_id; v1 adds tagged fields) and 
   :meth:`FrameParser.commit`) so that large frames are received in place, without copies.
 * :func:`encode_request` / :func:`encode_request_parts` frame a request object (anything
   with ``encode(version) -> bytes`` and an API key).
-* :func:`decode_response_header` splits a response frame into correlation id and body.
+* :func:`decode_response_header` splits a response frame into correlation id and body;
+  :func:`decode_request_header` a request frame into its header and body (for a broker,
+  or a proxy that rewrites requests).
 * :class:`CorrelationTracker` hands out correlation ids and matches responses to requests.
 * :func:`encode_version_prefixed` / :func:`decode_version_prefixed`: the ``int16 version``
   + struct blobs that travel inside other messages (the consumer protocol's subscription
@@ -34,7 +36,7 @@ from kafka_proto.errors import (
     TruncatedDataError,
     UnsupportedVersionError,
 )
-from kafka_proto.messages import request_header_version, response_header_version
+from kafka_proto.messages import message_class, request_header_version, response_header_version
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -46,6 +48,7 @@ __all__ = [
     "encode_request_parts",
     "encode_request_into",
     "decode_response_header",
+    "decode_request_header",
     "peek_correlation_id",
     "request_header_version",
     "response_header_version",
@@ -447,6 +450,23 @@ def decode_response_header(frame: BytesLike, api_key: int, api_version: int,
     elif header_version != 0:
         raise ValueError(f"unknown response header version {header_version}")
     return correlation_id, mv[pos:]
+
+
+def decode_request_header(frame: BytesLike) -> Tuple[Any, memoryview]:
+    """Split a request frame (without its size prefix) into ``(RequestHeader, body)``;
+    the header version follows from the API key and version it starts with, the body is a
+    zero-copy view."""
+    mv = memoryview(frame)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    if len(mv) < 4:
+        raise TruncatedDataError(f"request frame of {len(mv)} bytes has no API key and "
+                                 f"version")
+    api_key, api_version = struct.unpack_from(">hh", mv, 0)
+    header_cls = message_class("RequestHeader")
+    reader = Reader(mv)
+    header = header_cls.decode_from(reader, request_header_version(api_key, api_version))
+    return header, mv[reader.position:]
 
 
 # --------------------------------------------------------------------------- version prefix

@@ -485,12 +485,12 @@ def test_rewriter_split_anywhere(version, step):
 
     with FaultProxy("127.0.0.1", 9092, rewrite_addresses=True) as p:
         pending = {}
-        scanner = _RequestScanner(pending)
+        scanner = _RequestScanner(pending, True, lambda api_key: None, lambda frame: frame)
         rewriter = _ResponseRewriter(pending, p._rewrite_response)
         up = _request_frame(18, 3, 1) + _request_frame(3, version, 2) + _request_frame(0, 9, 3)
-        for i in range(0, len(up), step):
-            scanner.observe(up[i:i + step])
-        assert pending == {2: (3, version)}
+        passed = b"".join(scanner.feed(up[i:i + step]) for i in range(0, len(up), step))
+        assert passed == up
+        assert pending == {2: (3, version, None)}
         other1 = struct.pack(">ii", 6, 1) + b"ab"  # a response we do not touch
         meta = _metadata_response_frame(2, version, 9092)
         other3 = struct.pack(">ii", 4, 3)

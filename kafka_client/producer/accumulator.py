@@ -125,6 +125,8 @@ class Accumulator(AccumulatorCore):
         self.transactional = config["transactional.id"] is not None
         self.txn_partitions: Optional[Set[PartitionState]] = set() if self.transactional \
             else None
+        #: a batch opened for a partition outside txn_partitions since unregistered()
+        self.txn_new_partition = False
         #: batches of one partition in flight at once: the idempotent producer keeps at
         #: most max.in.flight (<= 5) so the broker can check sequences; otherwise the
         #: connection's own limit is the only one
@@ -359,7 +361,13 @@ class Accumulator(AccumulatorCore):
         p.open = b
         deadline = now + self.linger
         self._open_order.append((deadline, b))
-        if self.flushing:
+        txn = self.txn_partitions
+        if txn is not None and p not in txn:
+            # A partition new to the transaction: registering it starts now, while the
+            # batch fills, not when its linger ends.
+            self.txn_new_partition = True
+            self._wake(0.0)
+        elif self.flushing:
             self._wake(0.0)
         else:
             self._wake(deadline)
@@ -408,11 +416,14 @@ class Accumulator(AccumulatorCore):
 
     def unregistered(self) -> List[PartitionState]:
         """Transactional producer: the partitions with a batch (open or closed) that are
-        not registered in the open transaction yet."""
+        not registered in the open transaction yet. Looks only when a batch was opened
+        for such a partition since the last call (the caller keeps those it could not
+        register)."""
         txn = self.txn_partitions
-        if txn is None:
+        if txn is None or not self.txn_new_partition:
             return []
         with self.lock:
+            self.txn_new_partition = False
             parts = {p for p in self._ready_parts if p.ready and p not in txn}
             parts.update(b.part for _deadline, b in self._open_order
                          if b.part.open is b and b.part not in txn)

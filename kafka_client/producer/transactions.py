@@ -35,9 +35,12 @@ The protocol, on the I/O thread:
 * ``commit_transaction()`` / ``abort_transaction()``: EndTxn. Commit first flushes
   (every message delivered); abort first purges what is queued and waits for what is in
   flight.
-* Coordinator moves (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a lost connection) look
-  the coordinator up again; retriable errors (COORDINATOR_LOAD_IN_PROGRESS,
-  CONCURRENT_TRANSACTIONS, timeouts) are retried after ``retry.backoff.ms``.
+* Every request goes through the client's :class:`~kafka_client._cluster.calls.CallRunner`
+  (as the admin client's do): coordinator moves (NOT_COORDINATOR,
+  COORDINATOR_NOT_AVAILABLE, a lost connection) look the coordinator up again; retriable
+  errors (COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, timeouts) are retried
+  after ``retry.backoff.ms`` (doubling); a step that cannot finish in time is left for
+  the application to resume by calling the API again.
 
 Errors are classified as librdkafka does: *fatal* (fenced by a newer instance:
 PRODUCER_FENCED or INVALID_PRODUCER_EPOCH, reported as ``_FENCED``; authorization
@@ -54,6 +57,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from kafka_client._cluster.calls import Call, CallRunner, Coordinator, CoordinatorType
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.types import TopicPartition
 from kafka_proto.errors import ErrorCode
@@ -62,12 +66,11 @@ from kafka_proto.messages import (
     AddPartitionsToTxnRequest,
     ApiKey,
     EndTxnRequest,
-    FindCoordinatorRequest,
     InitProducerIdRequest,
     TxnOffsetCommitRequest,
 )
 
-__all__ = ["TransactionManager", "TxnState", "CoordinatorType"]
+__all__ = ["TransactionManager", "TxnState", "fenced_error"]
 
 _log = logging.getLogger("kafka_client.producer.transactions")
 
@@ -75,8 +78,6 @@ _log = logging.getLogger("kafka_client.producer.transactions")
 _ADD_PARTITIONS_MAX_VERSION = 3
 #: EndTxn v5 (KIP-890 transactions v2) bumps the epoch at every commit; not spoken here.
 _END_TXN_MAX_VERSION = 4
-#: How often a request waiting for its coordinator's connection looks again (seconds).
-_CONNECT_POLL = 0.02
 #: Retry backoff after CONCURRENT_TRANSACTIONS (the previous transaction is still being
 #: completed by the coordinator; usually a few milliseconds), as librdkafka waits.
 _CONCURRENT_BACKOFF = 0.02
@@ -98,13 +99,6 @@ class TxnState(enum.Enum):
     ABORT_NOT_ACKED = "AbortedNotAcked"
     ABORTABLE_ERROR = "AbortableError"
     FATAL_ERROR = "FatalError"
-
-
-class CoordinatorType(enum.IntEnum):
-    """FindCoordinator's key type."""
-
-    GROUP = 0
-    TRANSACTION = 1
 
 
 #: States from which each API may start (or resume).
@@ -165,12 +159,6 @@ def fenced_error(code: int, what: str) -> KafkaError:
                       f"instance with the same transactional.id", fatal=True)
 
 
-class _Outcome(enum.Enum):
-    DONE = 1        # the answer was used; the request is over
-    RETRY = 2       # send again (same coordinator) after the backoff
-    MOVED = 3       # find the coordinator again, then send again
-
-
 class _ApiCall:
     """The application's current transactional API call: its name and the result the
     I/O thread sets for it (kept for a later call when nobody waits any more)."""
@@ -220,9 +208,8 @@ class TransactionManager:
         #: none, commit and abort send no EndTxn
         self._coordinator_knows = False
         self.delivery_failures = 0               # messages that failed in this transaction
-        #: coordinators by (key type, key): node id
-        self._coordinators: Dict[Tuple[int, str], int] = {}
-        self._finding: Dict[Tuple[int, str], List[Callable[[Optional[KafkaError]], None]]] = {}
+        #: requests routed to the coordinators (found with FindCoordinator), retried
+        self.runner = CallRunner(cluster)
 
     def attach(self, sender: Any) -> None:
         """The sender this manager purges and re-sequences through (I/O thread side)."""
@@ -554,15 +541,16 @@ class TransactionManager:
 
     # -- I/O thread work ---------------------------------------------------------------
     def _purge_queued(self) -> None:
-        """Fail what is queued (not what is in flight) with _PURGE_QUEUE; a purged batch
-        that was sent once leaves a gap in its partition's sequence: bump the epoch."""
-        if self.sender.purge_queued(KafkaError(KafkaError._PURGE_QUEUE,
-                                               "purged: the transaction is aborted")):
-            self.needs_bump = True
+        """Fail what is queued (not what is in flight) with _PURGE_QUEUE (a purged batch
+        that had its sequence number asks for an epoch bump, through the sender)."""
+        self.sender.purge_queued(KafkaError(KafkaError._PURGE_QUEUE,
+                                            "purged: the transaction is aborted"))
 
     def _init_producer_id(self, bump: bool = False) -> None:
         """InitProducerId for the transactional id, on its coordinator; on success the
-        idempotence state gets the producer id and epoch, and sequences restart."""
+        idempotence state gets the producer id and epoch, and sequences restart. With
+        ``bump``, the current id and epoch are sent (KIP-360: the coordinator bumps the
+        epoch, aborting what is open)."""
         idem = self.idem
         current = (idem.producer_id, idem.epoch) if bump else (-1, -1)
 
@@ -572,7 +560,7 @@ class TransactionManager:
                                          transaction_timeout_ms=self.timeout_ms,
                                          producer_id=pid, producer_epoch=epoch)
 
-        def answer(resp: Any) -> _Outcome:
+        def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
             code = resp.error_code
             if code == ErrorCode.NONE:
                 idem.producer_id, idem.epoch = resp.producer_id, resp.producer_epoch
@@ -581,18 +569,16 @@ class TransactionManager:
                           self.transactional_id, resp.producer_id, resp.producer_epoch)
                 self.sender.restart_sequences()
                 self._pid_assigned()
-                return _Outcome.DONE
+                return None
             error = KafkaError(code, f"InitProducerId: {KafkaError(code).name()}")
             self._last_init_error = error
-            if code in _COORDINATOR_MOVED:
-                return _Outcome.MOVED
-            if code in _RETRY:
-                return _Outcome.RETRY
             if code in _FATAL:
                 self.fatal_error(fenced_error(code, "InitProducerId") if code in _FENCED
                                  else KafkaError(code, f"Failed to initialize the "
                                                  f"transactional producer: {error.str()}"))
-                return _Outcome.DONE
+                return None
+            if code in _COORDINATOR_MOVED or code in _RETRY:
+                return error
             if bump and current[0] >= 0:
                 # The coordinator refused to bump this epoch (Tansu 0.6 answers
                 # UNKNOWN_SERVER_ERROR): without the current id and epoch it bumps the
@@ -600,17 +586,21 @@ class TransactionManager:
                 _log.info("epoch bump refused (%s): asking without the current epoch",
                           error.str())
                 self.io.call_later(self.backoff, self._init_producer_id, False)
-                return _Outcome.DONE
-            return _Outcome.RETRY
+                return None
+            return error
 
         def failed(error: KafkaError) -> None:
+            # Out of time (or connections lost): keep trying in the background while a
+            # producer id is still wanted, as librdkafka does.
             self._last_init_error = error
             if error.code() == KafkaError._UNSUPPORTED_FEATURE:
-                self.fatal_error(KafkaError(error.code(), error.str()))
+                self.fatal_error(error)
+            elif self.state in (TxnState.WAIT_PID, TxnState.ABORTING):
+                self.io.call_later(self.backoff, self._init_producer_id, bump)
 
         self._to_coordinator(CoordinatorType.TRANSACTION, self.transactional_id,
                              "InitProducerId", ApiKey.INIT_PRODUCER_ID, build, answer,
-                             failed, deadline=None)
+                             failed, self._long_deadline())
 
     def _pid_assigned(self) -> None:
         """A producer id (or a bumped epoch) arrived."""
@@ -625,7 +615,9 @@ class TransactionManager:
         self._set_result(None)
 
     def _register_partitions(self) -> None:
-        """AddPartitionsToTxn for the partitions waiting to be registered."""
+        """AddPartitionsToTxn for the partitions waiting to be registered. Its retries
+        are timed here (CONCURRENT_TRANSACTIONS, usual right after a commit, is retried
+        after 20 ms as librdkafka does, not after retry.backoff.ms)."""
         parts = sorted(self._pending, key=lambda p: (p.topic.name, p.index))
         self._pending.clear()
         self._registering = set(parts)
@@ -643,10 +635,10 @@ class TransactionManager:
                 v3_and_below_producer_id=idem.producer_id,
                 v3_and_below_producer_epoch=idem.epoch, v3_and_below_topics=topics)
 
-        def answer(resp: Any) -> _Outcome:
+        def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
             self._registering = set()
             if self.state not in (TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
-                return _Outcome.DONE      # outdated: the transaction is over
+                return None      # outdated: the transaction is over
             results = {(t.name, r.partition_index): r.partition_error_code
                        for t in resp.results_by_topic_v3_and_below or ()
                        for r in t.results_by_partition or ()}
@@ -655,13 +647,11 @@ class TransactionManager:
             failed = [(p, results.get((p.topic.name, p.index), ErrorCode.UNKNOWN_SERVER_ERROR))
                       for p in parts if p not in registered]
             self.acc.txn_partitions.update(registered)
-            if registered:
-                self.io.wake()
+            self.io.wake()
             if not failed:
-                return _Outcome.DONE
+                return None
             self._pending.update(p for p, _ in failed)
-            codes = {code for _, code in failed}
-            worst = _worst(codes)
+            worst = _worst({code for _, code in failed})
             what = ", ".join(f"{p.topic.name}[{p.index}]: {KafkaError(c).name()}"
                              for p, c in failed[:5])
             if worst in _FATAL:
@@ -669,7 +659,8 @@ class TransactionManager:
                                  else KafkaError(worst, f"Failed to add partitions to the "
                                                  f"transaction: {what}"))
             elif worst in _COORDINATOR_MOVED:
-                self._forget(CoordinatorType.TRANSACTION, self.transactional_id)
+                self.runner.coordinators.pop((CoordinatorType.TRANSACTION,
+                                              self.transactional_id), None)
                 self._register_after = time.monotonic() + self.backoff
             elif worst in _RETRY:
                 self._register_after = time.monotonic() + (
@@ -679,19 +670,19 @@ class TransactionManager:
                 self.abortable_error(KafkaError(worst, f"Failed to add partitions to the "
                                                 f"transaction: {what}"),
                                      bump=worst in _NEEDS_BUMP)
-            self.io.wake()
-            return _Outcome.DONE
+            return None
 
         def failed(error: KafkaError) -> None:
             self._pending.update(parts)
             self._registering = set()
             self._register_after = time.monotonic() + self.backoff
+            self.io.wake()
             if error.code() == KafkaError._UNSUPPORTED_FEATURE:
                 self.fatal_error(error)
 
         self._to_coordinator(CoordinatorType.TRANSACTION, self.transactional_id,
                              "AddPartitionsToTxn", ApiKey.ADD_PARTITIONS_TO_TXN, build, answer,
-                             failed, deadline=time.monotonic() + self.request_timeout,
+                             failed, time.monotonic() + self.request_timeout,
                              max_version=_ADD_PARTITIONS_MAX_VERSION)
 
     def _add_offsets(self, offsets: List[TopicPartition], group: Any,
@@ -708,23 +699,17 @@ class TransactionManager:
                                           producer_id=idem.producer_id,
                                           producer_epoch=idem.epoch, group_id=group.group_id)
 
-        def answer(resp: Any) -> _Outcome:
+        def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
             code = resp.error_code
             if code == ErrorCode.NONE:
                 self._txn_offset_commit(offsets, group, deadline)
-                return _Outcome.DONE
-            outcome = self._classify(code, "AddOffsetsToTxn")
-            if outcome is not None:
-                return outcome
-            error = KafkaError(code, f"Failed to add offsets to the transaction: "
-                               f"{KafkaError(code).name()}")
-            self.abortable_error(error)
-            self._set_result(KafkaError(code, error.str(), txn_requires_abort=True))
-            return _Outcome.DONE
+                return None
+            return self._failed_in_transaction(code, "AddOffsetsToTxn",
+                                               "Failed to add offsets to the transaction")
 
         self._to_coordinator(CoordinatorType.TRANSACTION, self.transactional_id,
                              "AddOffsetsToTxn", ApiKey.ADD_OFFSETS_TO_TXN, build, answer,
-                             self._set_result_retriable, deadline=deadline)
+                             self._set_result_retriable, deadline)
 
     def _txn_offset_commit(self, offsets: List[TopicPartition], group: Any,
                            deadline: float) -> None:
@@ -751,34 +736,37 @@ class TransactionManager:
                 req.group_instance_id = group.group_instance_id
             return req
 
-        def answer(resp: Any) -> _Outcome:
-            codes = {p.error_code for t in resp.topics or () for p in t.partitions or ()}
-            codes.discard(ErrorCode.NONE)
-            if not codes:
+        def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
+            failed = [(t.name, p.partition_index, p.error_code) for t in resp.topics or ()
+                      for p in t.partitions or () if p.error_code]
+            if not failed:
                 self._set_result(None)
-                return _Outcome.DONE
-            code = _worst(codes)
-            what = ", ".join(f"{t.name}[{p.partition_index}]: {KafkaError(p.error_code).name()}"
-                             for t in resp.topics or () for p in t.partitions or ()
-                             if p.error_code)
-            if code in _COORDINATOR_MOVED or code in _RETRY:
-                return _Outcome.MOVED if code in _COORDINATOR_MOVED else _Outcome.RETRY
-            if code in _FATAL:
-                self.fatal_error(fenced_error(code, "TxnOffsetCommit") if code in _FENCED
-                                 else KafkaError(code, f"Failed to commit offsets to the "
-                                                 f"transaction: {what}"))
-                return _Outcome.DONE
-            error = KafkaError(code, f"Failed to commit offsets to the transaction: {what}")
-            self.abortable_error(error)
-            self._set_result(KafkaError(code, error.str(), txn_requires_abort=True))
-            return _Outcome.DONE
+                return None
+            what = ", ".join(f"{t}[{i}]: {KafkaError(c).name()}" for t, i, c in failed[:5])
+            return self._failed_in_transaction(
+                _worst({c for _, _, c in failed}), "TxnOffsetCommit",
+                f"Failed to commit offsets to the transaction ({what})")
 
         self._to_coordinator(CoordinatorType.GROUP, group.group_id, "TxnOffsetCommit",
                              ApiKey.TXN_OFFSET_COMMIT, build, answer,
-                             self._set_result_retriable, deadline=deadline)
+                             self._set_result_retriable, deadline)
+
+    def _failed_in_transaction(self, code: int, what: str, text: str) -> Optional[KafkaError]:
+        """An offsets request's error: retry (returned), fatal, or abortable."""
+        if code in _COORDINATOR_MOVED or code in _RETRY:
+            return KafkaError(code, f"{what}: {KafkaError(code).name()}")
+        if code in _FATAL:
+            self.fatal_error(fenced_error(code, what) if code in _FENCED
+                             else KafkaError(code, f"{text}: {KafkaError(code).name()}"))
+            return None
+        error = KafkaError(code, f"{text}: {KafkaError(code).name()}")
+        self.abortable_error(error)
+        self._set_result(KafkaError(code, error.str(), txn_requires_abort=True))
+        return None
 
     def _end_txn(self, commit: bool) -> None:
-        """EndTxn: commit or abort on the coordinator."""
+        """EndTxn: commit or abort on the coordinator. A request that cannot be completed
+        in time leaves the transaction to be ended by calling the API again."""
         idem = self.idem
         what = "commit" if commit else "abort"
 
@@ -787,41 +775,53 @@ class TransactionManager:
                                  producer_id=idem.producer_id, producer_epoch=idem.epoch,
                                  committed=commit)
 
-        def answer(resp: Any) -> _Outcome:
+        def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
             code = resp.error_code
             if code == ErrorCode.NONE:
                 self._end_txn_done(commit)
-                return _Outcome.DONE
-            outcome = self._classify(code, f"EndTxn({what})")
-            if outcome is not None:
-                return outcome
+                return None
+            if code in _COORDINATOR_MOVED or code in _RETRY:
+                return KafkaError(code, f"EndTxn({what}): {KafkaError(code).name()}")
+            if code in _FATAL:
+                self.fatal_error(fenced_error(code, f"EndTxn({what})") if code in _FENCED
+                                 else KafkaError(code, f"Failed to {what} the transaction: "
+                                                 f"{KafkaError(code).name()}"))
+                return None
             error = KafkaError(code, f"Failed to {what} the transaction: "
-                               f"{KafkaError(code).name()}")
+                               f"{KafkaError(code).name()}", txn_requires_abort=True)
             if code in _NEEDS_BUMP and not commit:
                 # The coordinator lost the producer id: the bump aborts what is open.
                 self.needs_bump = True
+                self._coordinator_knows = False
                 self._init_producer_id(bump=True)
-                return _Outcome.DONE
+                return None
             with self.lock:
-                if self.state == TxnState.ABORTING:
-                    self._set_state(TxnState.BEGIN_ABORT)  # abort can be called again
-                    self.error = None
+                if not commit and self.state == TxnState.ABORTING:
+                    self._set_state(TxnState.BEGIN_ABORT)  # abort may be called again
             self.abortable_error(error, bump=code in _NEEDS_BUMP)
-            if not commit:
-                with self.lock:
-                    if self.state == TxnState.BEGIN_ABORT:
-                        self._set_state(TxnState.ABORTABLE_ERROR)
-                        self.error = KafkaError(code, error.str(), txn_requires_abort=True)
-            self._set_result(KafkaError(code, error.str(), txn_requires_abort=True))
-            return _Outcome.DONE
+            with self.lock:
+                if not commit and self.state == TxnState.BEGIN_ABORT:
+                    self.error = error
+                    self._set_state(TxnState.ABORTABLE_ERROR)
+            self._set_result(error)
+            return None
+
+        def failed(error: KafkaError) -> None:
+            # Not ended in time: the next call of the same API sends EndTxn again.
+            with self.lock:
+                if self.state == TxnState.COMMITTING:
+                    self._set_state(TxnState.BEGIN_COMMIT)
+                elif self.state == TxnState.ABORTING:
+                    self._set_state(TxnState.BEGIN_ABORT)
+            self._set_result_retriable(error)
 
         self._to_coordinator(CoordinatorType.TRANSACTION, self.transactional_id,
-                             f"EndTxn({what})", ApiKey.END_TXN, build, answer,
-                             self._set_result_retriable, deadline=None,
-                             max_version=_END_TXN_MAX_VERSION)
+                             f"EndTxn({what})", ApiKey.END_TXN, build, answer, failed,
+                             self._long_deadline(), max_version=_END_TXN_MAX_VERSION)
 
     def _end_txn_done(self, commit: bool) -> None:
         with self.lock:
+            self._coordinator_knows = False   # a second EndTxn would find no transaction
             if commit and self.state == TxnState.COMMITTING:
                 self._set_state(TxnState.COMMIT_NOT_ACKED)
             elif not commit and self.state == TxnState.ABORTING:
@@ -846,155 +846,24 @@ class TransactionManager:
     def _set_result_retriable(self, error: KafkaError) -> None:
         self._set_result(KafkaError(error.code(), error.str(), retriable=True))
 
-    def _classify(self, code: int, what: str) -> Optional[_Outcome]:
-        """The common reading of a coordinator's error: MOVED / RETRY, or DONE after a
-        fatal error; None for the errors the caller handles."""
-        if code in _COORDINATOR_MOVED:
-            return _Outcome.MOVED
-        if code in _RETRY:
-            return _Outcome.RETRY
-        if code in _FATAL:
-            self.fatal_error(fenced_error(code, what) if code in _FENCED
-                             else KafkaError(code, f"{what}: {KafkaError(code).name()}"))
-            return _Outcome.DONE
-        return None
+    def _long_deadline(self) -> float:
+        """How long a step the application may resume retries on its own (librdkafka
+        caps its waits at transaction.timeout.ms)."""
+        return time.monotonic() + max(self.timeout_ms / 1000.0, self.request_timeout)
 
-    # -- requests to a coordinator ---------------------------------------------------------
     def _to_coordinator(self, key_type: CoordinatorType, key: str, name: str,
                         api_key: ApiKey, build: Callable[[int], Any],
-                        answer: Callable[[Any], _Outcome],
-                        fail: Callable[[KafkaError], None], deadline: Optional[float],
-                        max_version: int = 1 << 15) -> None:
-        """Send ``build(version)`` to the coordinator of ``key`` once it is known and
-        connected; ``answer(response)`` says what next. Coordinator moves and lost
-        connections look it up again; retries back off (doubling to
-        ``retry.backoff.max.ms``) until ``deadline`` (None: until the answer or a fatal
-        error), when ``fail`` gets the last error."""
-        state = {"tries": 0, "last": None}
-
-        def attempt(error: Optional[KafkaError] = None) -> None:
-            if self.state == TxnState.FATAL_ERROR or self.cluster.closed:
-                return
-            if error is not None:
-                state["last"] = error
-                if error.code() == KafkaError._UNSUPPORTED_FEATURE:
-                    fail(error)
-                else:
-                    retry(error, moved=True)
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                fail(state["last"] or KafkaError(KafkaError._TIMED_OUT,
-                                                 f"{name}: the coordinator did not answer "
-                                                 f"in time"))
-                return
-            node = self._coordinators.get((key_type, key))
-            if node is None:
-                self._find_coordinator(key_type, key, attempt)
-                return
-            conn = self.cluster.coordinator_connection(node)
-            if conn is None:
-                self._forget(key_type, key)
-                retry(KafkaError(KafkaError._WAIT_COORD, f"{name}: coordinator {node} "
-                                 f"unknown"), moved=True)
-                return
-            if not conn.ready:
-                self.io.call_later(_CONNECT_POLL, attempt)
-                return
-            negotiated = conn.version_for(api_key)
-            if negotiated is None:
-                fail(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
-                                f"{name}: broker {conn.host}:{conn.port} does not support "
-                                f"{api_key.name}"))
-                return
-            version = min(negotiated, max_version)
-            state["tries"] += 1
-            conn.send(build(version), answered, version=version)
-
-        def answered(resp: Any, error: Optional[KafkaError]) -> None:
-            if self.cluster.closed:
-                return
-            if error is not None:
-                # Lost with its connection, or timed out: the coordinator may be gone.
-                _log.debug("%s failed: %s", name, error.str())
-                state["last"] = error
-                retry(error, moved=True)
-                return
-            outcome = answer(resp)
-            if outcome is _Outcome.DONE:
-                return
-            code = getattr(resp, "error_code", None)
-            state["last"] = KafkaError(code if code else KafkaError._FAIL, f"{name}: "
-                                       f"{KafkaError(code).name() if code else 'failed'}")
-            retry(state["last"], moved=outcome is _Outcome.MOVED,
-                  fast=code == ErrorCode.CONCURRENT_TRANSACTIONS)
-
-        def retry(error: KafkaError, moved: bool, fast: bool = False) -> None:
-            if moved:
-                self._forget(key_type, key)
-            delay = _CONCURRENT_BACKOFF if fast else min(
-                self.backoff * (2 ** min(state["tries"], 8)), self.backoff_max)
-            if deadline is not None and time.monotonic() + delay >= deadline:
-                fail(error)
-                return
-            _log.debug("%s: %s; retrying in %.0f ms", name, error.str(), delay * 1000)
-            self.io.call_later(delay, attempt)
-
-        attempt()
-
-    def _forget(self, key_type: CoordinatorType, key: str) -> None:
-        self._coordinators.pop((key_type, key), None)
-
-    def _find_coordinator(self, key_type: CoordinatorType, key: str,
-                          then: Callable[[Optional[KafkaError]], None]) -> None:
-        """FindCoordinator for ``key``; ``then(error)`` runs when it is known (error
-        None) or the lookup failed. Lookups for the same key share one request."""
-        waiting = self._finding.get((key_type, key))
-        if waiting is not None:
-            waiting.append(then)
+                        answer: Callable[[Any, Any], Optional[KafkaError]],
+                        fail: Callable[[KafkaError], None], deadline: float,
+                        max_version: Optional[int] = None) -> None:
+        """Send ``build(version)`` to the coordinator of ``key`` (looked up with
+        FindCoordinator, cached; looked up again when it moves or its connection is
+        lost). ``answer(response, conn)`` returns None when done, or the error to retry
+        after the backoff; ``fail(error)`` runs if ``deadline`` passes first."""
+        if self.state == TxnState.FATAL_ERROR or self.cluster.closed:
             return
-        conn = self.cluster._ready_conn()
-        if conn is None:
-            self.cluster._kick_connect(time.monotonic())
-            self.io.call_later(_CONNECT_POLL, then, None)
-            return
-        version = conn.version_for(ApiKey.FIND_COORDINATOR)
-        if version is None or version < 1:
-            then(KafkaError(KafkaError._UNSUPPORTED_FEATURE,
-                            f"broker {conn.host}:{conn.port} cannot find a transaction "
-                            f"coordinator (FindCoordinator v1+)"))
-            return
-        if version >= 4:
-            req = FindCoordinatorRequest(key_type=int(key_type), coordinator_keys=[key])
-        else:
-            req = FindCoordinatorRequest(key=key, key_type=int(key_type))
-        self._finding[(key_type, key)] = waiting = [then]
-
-        def found(resp: Any, error: Optional[KafkaError]) -> None:
-            callbacks = self._finding.pop((key_type, key), [])
-            if error is None:
-                if resp.coordinators:
-                    c = resp.coordinators[0]
-                    code, node, host, port = c.error_code, c.node_id, c.host, c.port
-                else:
-                    code, node, host, port = resp.error_code, resp.node_id, resp.host, \
-                        resp.port
-                if code:
-                    error = KafkaError(code, f"FindCoordinator({key}): "
-                                             f"{KafkaError(code).name()}")
-                    if code in _FATAL:
-                        self.fatal_error(error)
-                        return
-                else:
-                    brokers = self.cluster.metadata.brokers
-                    if node not in brokers:
-                        brokers[node] = (host, port, None)
-                    self._coordinators[(key_type, key)] = node
-                    _log.debug("%s coordinator of %s: broker %d (%s:%d)", key_type.name,
-                               key, node, host, port)
-            for cb in callbacks:
-                cb(error)
-
-        conn.send(req, found, version=version)
+        self.runner.submit(Call(name, api_key, Coordinator(key_type, key), deadline, build,
+                                answer, fail, max_version=max_version))
 
 
 def _worst(codes: Set[int]) -> int:

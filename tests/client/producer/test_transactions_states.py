@@ -38,8 +38,17 @@ VERSIONS = {ApiKey.PRODUCE: 9, ApiKey.FIND_COORDINATOR: 3, ApiKey.INIT_PRODUCER_
             ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 3}
 
 
+class FakeTimer:
+    def __init__(self, when, fn, args):
+        self.when, self.fn, self.args = when, fn, args
+        self.cancelled = False
+
+    def cancel(self):
+        self.cancelled = True
+
+
 class FakeIO:
-    """call_soon / call_later collected, run by the test (the I/O thread's part)."""
+    """call_soon / call_at collected, run by the test (the I/O thread's part)."""
 
     def __init__(self):
         self.soon = deque()
@@ -48,8 +57,13 @@ class FakeIO:
     def call_soon(self, fn, *args):
         self.soon.append((fn, args))
 
+    def call_at(self, when, fn, *args):
+        t = FakeTimer(when, fn, args)
+        self.timers.append(t)
+        return t
+
     def call_later(self, delay, fn, *args):
-        self.timers.append((time.monotonic() + delay, fn, args))
+        return self.call_at(time.monotonic() + delay, fn, *args)
 
     def wake(self):
         pass
@@ -59,10 +73,11 @@ class FakeIO:
             fn, args = self.soon.popleft()
             fn(*args)
         now = time.monotonic() + advance
-        due = [t for t in self.timers if t[0] <= now]
-        self.timers = [t for t in self.timers if t[0] > now]
-        for _, fn, args in due:
-            fn(*args)
+        due = [t for t in self.timers if t.when <= now]
+        self.timers = [t for t in self.timers if t.when > now]
+        for t in sorted(due, key=lambda t: t.when):
+            if not t.cancelled:
+                t.fn(*t.args)
 
 
 class FakeConn:
@@ -102,8 +117,11 @@ class FakeConn:
 class FakeCluster:
     closed = False
 
-    def __init__(self, conns):
+    def __init__(self, conns, io, config):
         self.conns = conns
+        self.io = io
+        self.config = config
+        self.settings = type("Settings", (), {"request_timeout": 30.0})()
         self.metadata = MetadataCache()
         self.metadata.brokers.update({n: ("fake", 9000 + n, None) for n in conns})
         self.on_metadata = []
@@ -113,8 +131,8 @@ class FakeCluster:
     def ensure_connected(self, node):
         return self.conns.get(node)
 
-    def coordinator_connection(self, node):
-        return self.conns.get(node)
+    def ready_connection(self, now):
+        return self.conns[1]
 
     def _ready_conn(self):
         return self.conns[1]
@@ -142,7 +160,7 @@ class Harness:
                                            [0] * len(partitions), time.monotonic())},
                            time.monotonic())
         self.conn = FakeConn(1)
-        self.cluster = FakeCluster({1: self.conn})
+        self.cluster = FakeCluster({1: self.conn}, self.io, cfg)
         self.idem = Idempotence(cfg)
         self.txn = TransactionManager(cfg, self.io, self.cluster, self.idem, acc)
         self.reports = []

@@ -203,6 +203,9 @@ class TransactionManager:
         # -- the open transaction --
         self._pending: Set[Any] = set()          # partitions to register
         self._registering: Set[Any] = set()      # partitions in the AddPartitionsToTxn
+        #: an AddPartitionsToTxn is in flight: the application's produce() yields the GIL
+        #: so that the I/O thread handles its answer at once (batches wait for it)
+        self.registering = False
         self._register_after = 0.0               # its retry backoff
         #: requests the coordinator saw in this transaction (partitions, offsets): with
         #: none, commit and abort send no EndTxn
@@ -255,6 +258,7 @@ class TransactionManager:
             if error is None:
                 self._pending.clear()
                 self._registering = set()
+                self.registering = False
                 self._coordinator_knows = False
                 self.delivery_failures = 0
                 self.error = None
@@ -621,6 +625,7 @@ class TransactionManager:
         parts = sorted(self._pending, key=lambda p: (p.topic.name, p.index))
         self._pending.clear()
         self._registering = set(parts)
+        self.registering = True
         self._coordinator_knows = True   # an unanswered request may have been seen
         idem = self.idem
         by_topic: Dict[str, List[int]] = {}
@@ -637,6 +642,7 @@ class TransactionManager:
 
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
             self._registering = set()
+            self.registering = False
             if self.state not in (TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
                 return None      # outdated: the transaction is over
             results = {(t.name, r.partition_index): r.partition_error_code
@@ -675,6 +681,7 @@ class TransactionManager:
         def failed(error: KafkaError) -> None:
             self._pending.update(parts)
             self._registering = set()
+            self.registering = False
             self._register_after = time.monotonic() + self.backoff
             self.io.wake()
             if error.code() == KafkaError._UNSUPPORTED_FEATURE:

@@ -384,7 +384,15 @@ class Sender:
 
     def _requeue(self, b: Batch, now: float) -> None:
         """Back to the accumulator, to be resent after the retry backoff (doubling per
-        attempt up to retry.backoff.max.ms)."""
+        attempt up to retry.backoff.max.ms); failed instead when its transaction is
+        being aborted or must be (nothing of it will be sent, and a commit or abort
+        waiting for the producer to drain must not wait for it)."""
+        txn = self.txn
+        if txn is not None and not txn.sending:
+            self._deliver(b, KafkaError(KafkaError._PURGE_QUEUE, "purged: the transaction "
+                                        "is aborted or must be"), -1, -1,
+                          POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
+            return
         delay = min(self.backoff * (2 ** max(b.attempts - 1, 0)), self.backoff_max)
         retry_at = now + delay
         self._requeued_at = _earliest(self._requeued_at, retry_at)
@@ -429,7 +437,10 @@ class Sender:
                            unplaced.topic))
 
     def _fatal(self, err: KafkaError) -> None:
-        self.fatal(self.idem.set_fatal(err))
+        if self.txn is not None:
+            self.txn.fatal_error(err)    # its state, then fatal() below
+        else:
+            self.fatal(self.idem.set_fatal(err))
 
     def fatal(self, fatal: KafkaError) -> None:
         """The producer stops: ``fatal`` (a fatal KafkaError) is latched, reported to
@@ -497,6 +508,7 @@ class Sender:
             b.sent = False
             b.base_sequence = -1
             b.attempts = 0
+            b.pid = -1        # stamped again when it goes out
         self.refused.clear()
         for b in self.acc.restart_sequences():
             cause = b.last_error

@@ -211,6 +211,8 @@ class TransactionManager:
         #: none, commit and abort send no EndTxn
         self._coordinator_knows = False
         self.delivery_failures = 0               # messages that failed in this transaction
+        #: counts transactions, so a late answer to an earlier one is told apart
+        self._txn_number = 0
         #: requests routed to the coordinators (found with FindCoordinator), retried
         self.runner = CallRunner(cluster)
 
@@ -262,6 +264,7 @@ class TransactionManager:
                 self._coordinator_knows = False
                 self.delivery_failures = 0
                 self.error = None
+                self._txn_number += 1
                 self.acc.txn_partitions = set()
                 self._set_state(TxnState.IN_TRANSACTION)
         self._end_api(call, error, resumable=False)
@@ -276,7 +279,7 @@ class TransactionManager:
         with self.lock:
             error = self._require(call.name)
         if error is None and valid:
-            call.done.clear()
+            self._expect_result(call)
             self.io.call_soon(self._add_offsets, valid, group_metadata, deadline)
             error = self._wait(call, deadline + 1.0)  # the I/O side enforces the deadline
         self._end_api(call, error, resumable=False)
@@ -306,7 +309,7 @@ class TransactionManager:
                     self._set_state(TxnState.COMMIT_NOT_ACKED)  # nothing to tell it
                 else:
                     self._set_state(TxnState.COMMITTING)
-                    call.done.clear()
+                    self._expect_result(call)
                     self.io.call_soon(self._end_txn, True)
             error = self._require(call.name)
         if error is None and self.state != TxnState.COMMIT_NOT_ACKED:
@@ -341,7 +344,7 @@ class TransactionManager:
         with self.lock:
             if self.state == TxnState.BEGIN_ABORT:
                 self._set_state(TxnState.ABORTING)
-                call.done.clear()
+                self._expect_result(call)
                 self.io.call_soon(self._finish_abort)
             error = self._require(call.name)
         if error is None and self.state != TxnState.ABORT_NOT_ACKED:
@@ -353,6 +356,12 @@ class TransactionManager:
             if error is None:
                 self._complete()
         self._end_api(call, error, resumable=False)
+
+    @property
+    def sending(self) -> bool:
+        """The open transaction's batches may (still) be sent: not aborting, no error."""
+        return self.state in (TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT) \
+            and self.error is None
 
     def produce_refused(self) -> KafkaError:
         """Why produce() is refused now (it is allowed only inside a transaction)."""
@@ -408,6 +417,13 @@ class TransactionManager:
             call.done.clear()
             error, call.error = call.error, None
         return error
+
+    @staticmethod
+    def _expect_result(call: _ApiCall) -> None:
+        """Under the lock, before handing the I/O thread a step: forget what an earlier
+        step left (a resumed call's stale outcome)."""
+        call.done.clear()
+        call.error = None
 
     def _set_result(self, error: Optional[KafkaError]) -> None:
         """I/O thread: the result of the current API call's background part."""
@@ -623,6 +639,7 @@ class TransactionManager:
         are timed here (CONCURRENT_TRANSACTIONS, usual right after a commit, is retried
         after 20 ms as librdkafka does, not after retry.backoff.ms)."""
         parts = sorted(self._pending, key=lambda p: (p.topic.name, p.index))
+        number = self._txn_number
         self._pending.clear()
         self._registering = set(parts)
         self.registering = True
@@ -641,10 +658,11 @@ class TransactionManager:
                 v3_and_below_producer_epoch=idem.epoch, v3_and_below_topics=topics)
 
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
+            if number != self._txn_number or self.state not in (
+                    TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
+                return None      # outdated: that transaction is over
             self._registering = set()
             self.registering = False
-            if self.state not in (TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
-                return None      # outdated: the transaction is over
             results = {(t.name, r.partition_index): r.partition_error_code
                        for t in resp.results_by_topic_v3_and_below or ()
                        for r in t.results_by_partition or ()}
@@ -679,6 +697,8 @@ class TransactionManager:
             return None
 
         def failed(error: KafkaError) -> None:
+            if number != self._txn_number:
+                return
             self._pending.update(parts)
             self._registering = set()
             self.registering = False

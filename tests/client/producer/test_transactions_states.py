@@ -683,3 +683,83 @@ def test_abort_purges_queued_messages_and_waits_for_those_in_flight():
     h.answer_end_txn()
     h.result(box)
     assert h.txn.state == TxnState.READY and not h.txn.needs_bump
+
+
+def test_unexplained_out_of_order_is_fatal_for_the_transaction_too():
+    h = Harness()
+    h.init()
+    h.result(h.call("begin_transaction"))
+    h.acc.produce("t", b"x", partition=0)
+    h.pump(0.01)
+    h.answer_add_partitions()
+    h.answer_produce(errors={0: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER})
+    assert h.txn.state == TxnState.FATAL_ERROR and not h.txn.may_produce
+    err = h.txn.produce_refused()
+    assert err.fatal() and err.code() == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    with pytest.raises(KafkaException) as exc:
+        h.result(h.call("commit_transaction", 1.0, h.flush))
+    assert kafka_error(exc).fatal()
+
+
+def test_nothing_is_resent_once_the_transaction_must_be_aborted():
+    """A batch that fails retriably after the transaction became abortable is failed at
+    once, not queued again: the commit (which would wait for it) and the abort finish."""
+    h = Harness(partitions=(1, 1))
+    h.init()
+    h.result(h.call("begin_transaction"))
+    h.acc.produce("t", b"a", partition=0)
+    h.acc.produce("t", b"b", partition=1)
+    h.pump(0.01)
+    h.answer_add_partitions()
+    req, cb, _ = h.until_sent(ApiKey.PRODUCE)
+    R = ProduceResponse
+    cb(R(responses=[R.TopicProduceResponse(name="t", partition_responses=[
+        R.PartitionProduceResponse(index=0, error_code=ErrorCode.MESSAGE_TOO_LARGE,
+                                   base_offset=-1),
+        R.PartitionProduceResponse(index=1, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                   base_offset=-1)])]), None)
+    assert h.txn.state == TxnState.ABORTABLE_ERROR
+    assert sorted(r.error.code() for r in h.reports) == sorted(
+        [ErrorCode.MESSAGE_TOO_LARGE, KafkaError._PURGE_QUEUE])
+    assert not h.topic.parts[1].ready and h.acc.msg_count == 2
+    box = h.call("abort_transaction", 5.0, h.flush)
+    h.answer_end_txn()
+    h.answer_init(pid=5, epoch=1)      # the gap's bump
+    h.result(box)
+    assert h.txn.state == TxnState.READY
+
+
+def test_commit_whose_end_txn_keeps_failing_is_retriable_and_resumes():
+    """EndTxn lost with its connection again and again: the call fails retriably, and
+    calling commit again sends EndTxn anew (the earlier failure does not stick)."""
+    h = Harness()
+    h.init()
+    h.result(h.call("begin_transaction"))
+    h.acc.produce("t", b"x", partition=0)
+    h.pump(0.01)
+    h.answer_add_partitions()
+    h.answer_produce()
+    box = h.call("commit_transaction", 5.0, h.flush)
+    lost = 0
+    with pytest.raises(KafkaException) as exc:
+        while box["thread"].is_alive() and lost < 10:
+            if ApiKey.FIND_COORDINATOR in h.conn.keys():
+                h.answer_find()
+            if ApiKey.END_TXN in h.conn.keys():
+                _, cb, _ = h.conn.take(ApiKey.END_TXN)
+                cb(None, KafkaError(KafkaError._TRANSPORT, "connection lost"))
+                lost += 1
+            h.pump(0.5)
+            time.sleep(0.005)
+        h.result(box)
+    err = kafka_error(exc)
+    assert err.retriable() and err.code() == KafkaError._TRANSPORT and lost == 3
+    assert h.txn.state == TxnState.BEGIN_COMMIT
+    box = h.call("commit_transaction", 5.0, h.flush)
+    h.pump(0.5)
+    if ApiKey.FIND_COORDINATOR in h.conn.keys():
+        h.answer_find()
+    end = h.answer_end_txn()
+    assert end.committed
+    h.result(box)
+    assert h.txn.state == TxnState.READY

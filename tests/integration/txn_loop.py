@@ -7,8 +7,9 @@ test_transactions.py (so that it can be killed in the middle of a transaction).
 Reads INPUT from the group's committed offsets (manual assignment of every partition),
 and for each batch of up to N messages: begin a transaction, produce b"out:" + value to
 the same partition of OUTPUT, send the offsets to the transaction, and commit, except
-every K-th transaction, which is aborted (the consumer goes back to where the transaction
-started, so those messages are processed again). With --pause-at T, the T-th transaction
+every K-th transaction, which is flushed (its output written) and then aborted (the
+consumer goes back to where the transaction started, so those messages are processed
+again). With --pause-at T, the T-th transaction
 stops half-way, after its first half is flushed (in the log, not committed), prints
 ``PAUSED`` and waits to be killed. Ends when every input partition is consumed to its
 end offset (``--ends``: Tansu 0.6 answers ListOffsets with the last batch's base
@@ -68,6 +69,9 @@ def main(argv):
         offsets = [TopicPartition(input_topic, p, o) for p, o in next_offset.items()]
         producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
         if abort_every and txn % abort_every == 0:
+            # As if something failed once the output was written: it is in the log,
+            # and the abort marks it so.
+            producer.flush(30)
             producer.abort_transaction(30)
             stats["aborted"] += 1
             next_offset = started

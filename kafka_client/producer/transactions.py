@@ -849,6 +849,15 @@ class TransactionManager:
     def _end_txn_done(self, commit: bool) -> None:
         with self.lock:
             self._coordinator_knows = False   # a second EndTxn would find no transaction
+            failed_meanwhile = commit and self.state == TxnState.ABORTABLE_ERROR
+        if failed_meanwhile:
+            # As librdkafka: committed on the broker, failed here: nothing consistent is
+            # left to do with this producer.
+            self.fatal_error(KafkaError(self.error.code(), f"the transaction was committed "
+                                        f"on the broker after it had failed here: "
+                                        f"{self.error.str()}"))
+            return
+        with self.lock:
             if commit and self.state == TxnState.COMMITTING:
                 self._set_state(TxnState.COMMIT_NOT_ACKED)
             elif not commit and self.state == TxnState.ABORTING:

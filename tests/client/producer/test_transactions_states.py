@@ -763,3 +763,27 @@ def test_commit_whose_end_txn_keeps_failing_is_retriable_and_resumes():
     assert end.committed
     h.result(box)
     assert h.txn.state == TxnState.READY
+
+
+def test_commit_that_succeeds_after_failing_here_is_fatal():
+    """librdkafka's rule: an error making the transaction abortable while EndTxn(commit)
+    is in flight, then the broker commits it: the producer's view and the broker's
+    disagree, which is fatal."""
+    h = Harness()
+    h.init()
+    h.result(h.call("begin_transaction"))
+    h.acc.produce("t", b"x", partition=0)
+    h.pump(0.01)
+    h.answer_add_partitions()
+    h.answer_produce()
+    box = h.call("commit_transaction", 5.0, h.flush)
+    req, cb, _ = h.until_sent(ApiKey.END_TXN)
+    h.txn.abortable_error(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "late failure"))
+    assert h.txn.state == TxnState.ABORTABLE_ERROR
+    cb(EndTxnResponse(error_code=0), None)
+    assert h.txn.state == TxnState.FATAL_ERROR
+    with pytest.raises(KafkaException) as exc:
+        h.result(box)
+    err = kafka_error(exc)
+    assert err.txn_requires_abort() or err.fatal()
+    assert h.txn.produce_refused().fatal()

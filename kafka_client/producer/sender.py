@@ -331,10 +331,8 @@ class Sender:
                 self.idem.request_bump("unknown producer id")
                 self._refused(b, error, now)
                 return True
-            self._fatal(KafkaError(code, f"{error.str()}: the batch was sent before and "
-                                   f"may be in the log: sending it again could duplicate "
-                                   f"it", fatal=True))
-            self._deliver(b, self.idem.fatal, -1, -1, POSSIBLY_PERSISTED)
+            self._fail_fatally(b, error, "the batch was sent before and may be in the log: "
+                                         "sending it again could duplicate it")
             return True
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             if self.acc.earlier_retry(b):
@@ -349,12 +347,15 @@ class Sender:
                 else:
                     self._deliver(b, error, -1, -1, NOT_PERSISTED)
                 return True
-            self._fatal(KafkaError(code, f"{error.str()}: the broker's sequence for this "
-                                   f"partition is not the producer's (it lost acknowledged "
-                                   f"messages?)", fatal=True))
-            self._deliver(b, self.idem.fatal, -1, -1, POSSIBLY_PERSISTED)
+            self._fail_fatally(b, error, "the broker's sequence for this partition is not "
+                                         "the producer's (it lost acknowledged messages?)")
             return True
         return False
+
+    def _fail_fatally(self, b: Batch, error: KafkaError, why: str) -> None:
+        """``error`` for ``b`` breaks the guarantee: the producer stops, ``b`` fails."""
+        self._fatal(KafkaError(error.code(), f"{error.str()}: {why}", fatal=True))
+        self._deliver(b, self.idem.fatal, -1, -1, POSSIBLY_PERSISTED)
 
     def _refused(self, b: Batch, error: KafkaError, now: float) -> None:
         """The broker refused ``b`` without appending it: it waits in its place to be

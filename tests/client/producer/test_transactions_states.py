@@ -241,6 +241,15 @@ class Harness:
         self.answer_init(pid, epoch)
         self.result(box)
 
+    def begin_with(self, *partitions):
+        """A transaction with one message for each of ``partitions``, registered (so
+        their batches go out at the next pump)."""
+        self.result(self.call("begin_transaction"))
+        for p in partitions:
+            self.acc.produce("t", b"m%d" % p, partition=p)
+        self.pump(0.01)
+        self.answer_add_partitions()
+
     def answer_add_partitions(self, code=0, codes=None):
         req, cb, version = self.until_sent(ApiKey.ADD_PARTITIONS_TO_TXN)
         R = AddPartitionsToTxnResponse
@@ -492,10 +501,7 @@ def test_init_timeout_is_retriable_and_calling_again_resumes():
 def test_commit_timeout_is_resumable_and_other_calls_conflict():
     h = Harness()
     h.init()
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"x", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     h.answer_produce()
     with pytest.raises(KafkaException) as exc:
         box = h.call("commit_transaction", 0.3, h.flush)
@@ -548,10 +554,7 @@ def test_coordinator_moves_and_retriable_errors_are_retried():
 def test_fenced_producer_is_fatal(code):
     h = Harness()
     h.init()
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"in flight", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     h.until_sent(ApiKey.PRODUCE)
     h.conn.sent.clear()
     h.acc.produce("t", b"queued", partition=1)
@@ -573,10 +576,7 @@ def test_fenced_producer_is_fatal(code):
 def test_fenced_in_a_produce_answer_is_fatal():
     h = Harness()
     h.init()
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"x", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     h.answer_produce(errors={0: ErrorCode.INVALID_PRODUCER_EPOCH})
     (r,) = h.reports
     assert r.error.fatal() and r.error.code() == KafkaError._FENCED
@@ -586,10 +586,7 @@ def test_fenced_in_a_produce_answer_is_fatal():
 def test_failed_message_makes_the_transaction_abortable_and_abort_bumps_the_epoch():
     h = Harness(partitions=(1, 1))
     h.init(pid=5, epoch=0)
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"refused", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     h.answer_produce(errors={0: ErrorCode.MESSAGE_TOO_LARGE})
     assert h.txn.state == TxnState.ABORTABLE_ERROR and h.txn.needs_bump
     with pytest.raises(KafkaException) as exc:
@@ -607,10 +604,7 @@ def test_failed_message_makes_the_transaction_abortable_and_abort_bumps_the_epoc
     h.result(box)
     assert h.txn.state == TxnState.READY and h.idem.epoch == 1
     # The next transaction numbers from 0 under the new epoch: no gap for the broker.
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"next", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     (_, b), = batches_of(h.answer_produce())
     assert (b.producer_epoch, b.base_sequence) == (1, 0)
     box = h.call("commit_transaction", 5.0, h.flush)
@@ -623,10 +617,7 @@ def test_delivery_failure_before_commit_requires_abort():
     _INCONSISTENT, as librdkafka does: some of the transaction's output is missing."""
     h = Harness()
     h.init()
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"x", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     h.answer_produce()
     h.txn.delivery_failed(1)
     with pytest.raises(KafkaException) as exc:
@@ -642,10 +633,7 @@ def test_delivery_failure_before_commit_requires_abort():
 def test_unknown_producer_id_aborts_the_transaction_with_a_bump():
     h = Harness()
     h.init(pid=5, epoch=3)
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"x", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     h.answer_produce(errors={0: ErrorCode.UNKNOWN_PRODUCER_ID})
     (r,) = h.reports
     assert r.error.code() == ErrorCode.UNKNOWN_PRODUCER_ID and r.status == 0  # NOT_PERSISTED
@@ -665,10 +653,7 @@ def test_unknown_producer_id_aborts_the_transaction_with_a_bump():
 def test_abort_purges_queued_messages_and_waits_for_those_in_flight():
     h = Harness(**{"batch.num.messages": 1})
     h.init()
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"in flight", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     req, cb, _ = h.until_sent(ApiKey.PRODUCE)
     h.acc.produce("t", b"queued", partition=1)     # its partition is not registered yet
     box = h.call("abort_transaction", 5.0, h.flush)
@@ -688,10 +673,7 @@ def test_abort_purges_queued_messages_and_waits_for_those_in_flight():
 def test_unexplained_out_of_order_is_fatal_for_the_transaction_too():
     h = Harness()
     h.init()
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"x", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     h.answer_produce(errors={0: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER})
     assert h.txn.state == TxnState.FATAL_ERROR and not h.txn.may_produce
     err = h.txn.produce_refused()
@@ -734,10 +716,7 @@ def test_commit_whose_end_txn_keeps_failing_is_retriable_and_resumes():
     calling commit again sends EndTxn anew (the earlier failure does not stick)."""
     h = Harness()
     h.init()
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"x", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     h.answer_produce()
     box = h.call("commit_transaction", 5.0, h.flush)
     lost = 0
@@ -771,10 +750,7 @@ def test_commit_that_succeeds_after_failing_here_is_fatal():
     disagree, which is fatal."""
     h = Harness()
     h.init()
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"x", partition=0)
-    h.pump(0.01)
-    h.answer_add_partitions()
+    h.begin_with(0)
     h.answer_produce()
     box = h.call("commit_transaction", 5.0, h.flush)
     req, cb, _ = h.until_sent(ApiKey.END_TXN)

@@ -49,7 +49,18 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from kafka_client._testing.brokers import TansuBroker, free_port
 from kafka_proto.framing import decode_request_header, decode_response_header
@@ -807,7 +818,8 @@ class FaultProxy:
         if expected.fault.divert:
             for topic in response.responses:
                 for part in topic.partition_responses:
-                    part.index -= _DIVERT_OFFSET
+                    if part.index >= _DIVERT_OFFSET:   # (not if the divert failed)
+                        part.index -= _DIVERT_OFFSET
         _set_error_codes(response, version, expected.fault.error_code)
         self.injected += 1
         new_body = response.encode(version)

@@ -12,6 +12,7 @@ confluent-kafka's) are checked on noida-db; on Tansu 0.6 they see aborted messag
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import subprocess
@@ -217,7 +218,6 @@ def test_consume_transform_produce_exactly_once(broker, topic_name):
             "--batch", "500", "--abort-every", "7"]
     run_loop(broker, args + ["--pause-at", "20"], pause=True, timeout=180)
     done = run_loop(broker, args, pause=False, timeout=400)
-    import json
     stats = json.loads(done[len("DONE "):])
     # The restart went on from what the first run committed (not from the start).
     assert sum(stats["start"].values()) > 0, stats

@@ -9,12 +9,12 @@ and for each batch of up to N messages: begin a transaction, produce b"out:" + v
 the same partition of OUTPUT, send the offsets to the transaction, and commit, except
 every K-th transaction, which is flushed (its output written) and then aborted (the
 consumer goes back to where the transaction started, so those messages are processed
-again). With --pause-at T, the T-th transaction
-stops half-way, after its first half is flushed (in the log, not committed), prints
-``PAUSED`` and waits to be killed. Ends when every input partition is consumed to its
-end offset (``--ends``: Tansu 0.6 answers ListOffsets with the last batch's base
-offset + 1, so the test passes the true ends) and prints ``DONE <json>`` (transactions committed and aborted, messages
-produced).
+again). With --pause-at T, the T-th transaction stops half-way, after its first half is
+flushed (in the log, not committed), prints ``PAUSED`` and waits to be killed. Ends when
+every input partition is consumed to its end offset (``--ends``: Tansu 0.6 answers
+ListOffsets with the last batch's base offset + 1, so the test passes the true ends) and
+prints ``DONE <json>`` (transactions committed and aborted, messages produced, the
+offsets it started from).
 """
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ confluent-kafka's produce() loop, on the same broker, alternated round by round.
 
     .venv/bin/python benchmarks/bench_produce.py [--broker tansu|noida|HOST:PORT]
         [--messages 1000000] [--size 100] [--rounds 3] [--compression none,lz4] [--tls]
+        [--mode plain|transactional] [--commit-every 10000]
 
 ``--tls`` (Tansu only) runs every case twice in the same run: on a plaintext Tansu and
 on a Tansu behind stunnel (TLS, certificates made for the run, Tansu advertising the
@@ -12,6 +13,11 @@ Each case: N messages of SIZE bytes to a fresh 1-partition topic, acks=1, linger
 then flush. Reported per contender: median msg/s over the rounds, CPU seconds (user+sys of
 this process, which is where every contender's client work happens) per million
 messages, and the peak RSS after the case (ru_maxrss, so it only grows).
+
+``--mode transactional``: acks=all; our idempotent producer (the reference) against our
+transactional producer, confluent-kafka's idempotent and transactional ones; the
+transactional ones commit a transaction every ``--commit-every`` messages
+(init_transactions() before the clock starts, the last commit inside it).
 """
 from __future__ import annotations
 
@@ -103,6 +109,73 @@ def confluent_loop(bootstrap, topic, n, payload, codec):
     return t1 - t0, c1 - c0
 
 
+def _timed_loop(p, n, payload, topic, every=0):
+    """produce() ``n`` times (poll on BufferError); with ``every``, commit and begin a new
+    transaction every ``every`` messages. Returns (wall, cpu) seconds."""
+    produce = p.produce
+    t0, c0 = time.perf_counter(), _cpu()
+    if every:
+        p.begin_transaction()
+    for i in range(n):
+        while True:
+            try:
+                produce(topic, payload)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if every and (i + 1) % every == 0:
+            p.commit_transaction(120)
+            if i + 1 < n:
+                p.begin_transaction()
+    if every and n % every:
+        p.commit_transaction(120)
+    left = p.flush(120)
+    t1, c1 = time.perf_counter(), _cpu()
+    assert left == 0
+    return t1 - t0, c1 - c0
+
+
+def ours_idempotent(bootstrap, topic, n, payload, codec, every=0):
+    from kafka_client import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                  "linger.ms": 5, "compression.type": codec, **SECURITY})
+    try:
+        return _timed_loop(p, n, payload, topic)
+    finally:
+        p.close()
+
+
+def ours_transactional(bootstrap, topic, n, payload, codec, every=10000):
+    from kafka_client import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{topic}",
+                  "linger.ms": 5, "compression.type": codec, **SECURITY})
+    try:
+        p.init_transactions(60)
+        return _timed_loop(p, n, payload, topic, every)
+    finally:
+        p.close()
+
+
+def confluent_idempotent(bootstrap, topic, n, payload, codec, every=0):
+    import confluent_kafka
+
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                  "linger.ms": 5, "compression.type": codec, **SECURITY})
+    return _timed_loop(p, n, payload, topic)
+
+
+def confluent_transactional(bootstrap, topic, n, payload, codec, every=10000):
+    import confluent_kafka
+
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap,
+                                  "transactional.id": f"bench-{topic}", "linger.ms": 5,
+                                  "compression.type": codec, **SECURITY})
+    p.init_transactions(60)
+    return _timed_loop(p, n, payload, topic, every)
+
+
 def kafka_python_loop(bootstrap, topic, n, payload, codec):
     from kafka import KafkaProducer
 
@@ -147,6 +220,11 @@ CONTENDERS = {"confluent produce()": confluent_loop, "ours produce()": ours_loop
               "aiokafka send()": aiokafka_loop}
 #: Contenders run by default (the slow peers only with --only, or --peers)
 DEFAULT = ("confluent produce()", "ours produce()", "ours produce_batch")
+#: --mode transactional: the reference (ours, idempotent) first
+TRANSACTIONAL = {"ours idempotent": ours_idempotent,
+                 "ours transactional": ours_transactional,
+                 "confluent idempotent": confluent_idempotent,
+                 "confluent transactional": confluent_transactional}
 
 
 def main(argv=None) -> int:
@@ -161,9 +239,22 @@ def main(argv=None) -> int:
                     help="also kafka-python and aiokafka (slow: use fewer --messages)")
     ap.add_argument("--tls", action="store_true",
                     help="plaintext and TLS (stunnel in front of Tansu) in the same run")
+    ap.add_argument("--mode", choices=("plain", "transactional"), default="plain")
+    ap.add_argument("--commit-every", type=int, default=10000)
     args = ap.parse_args(argv)
-    names = (list(DEFAULT) + (["kafka-python send()", "aiokafka send()"] if args.peers else [])
-             if not args.only else args.only.split(","))
+    contenders = dict(CONTENDERS)
+    setting = "acks=1"
+    if args.mode == "transactional":
+        contenders = {name: (lambda fn: lambda *a: fn(*a, every=args.commit_every))(fn)
+                      for name, fn in TRANSACTIONAL.items()}
+        setting = f"acks=all, a commit every {args.commit_every} messages"
+    if args.only:
+        names = args.only.split(",")
+    elif args.mode == "transactional":
+        names = list(TRANSACTIONAL)
+    else:
+        names = list(DEFAULT) + (["kafka-python send()", "aiokafka send()"]
+                                 if args.peers else [])
     payload = os.urandom(args.size // 2).hex().encode()[:args.size]
     cleanups = []
     # mode -> (bootstrap, broker or None, security settings)
@@ -180,7 +271,7 @@ def main(argv=None) -> int:
             modes["plaintext"] = (broker.bootstrap, broker, {})
         if args.tls:
             modes["tls"] = _start_tls(cleanups)
-            names = [n for n in names if n in DEFAULT]  # the peers have no TLS set-up here
+            names = [n for n in names if n in DEFAULT or n in TRANSACTIONAL]  # no TLS peers
         results = {}
         for codec in args.compression.split(","):
             rates = {(m, n): [] for m in modes for n in names}
@@ -194,21 +285,26 @@ def main(argv=None) -> int:
                         topic = f"bench-{uuid.uuid4().hex[:8]}"
                         if broker is not None:
                             broker.create_topic(topic, partitions=1)
-                        wall, cpu = CONTENDERS[name](bootstrap, topic, args.messages,
+                        wall, cpu = contenders[name](bootstrap, topic, args.messages,
                                                      payload, codec)
                         rates[mode, name].append(args.messages / wall)
                         cpus[mode, name].append(cpu / args.messages * 1e6)
                         rss[mode, name] = _rss_mb()
             for mode in modes:
-                print(f"\n{args.messages} x {args.size} B, acks=1, linger.ms=5, {codec}, "
+                print(f"\n{args.messages} x {args.size} B, {setting}, linger.ms=5, {codec}, "
                       f"{args.rounds} rounds, broker {args.broker}, {mode}")
                 base = statistics.median(rates[mode, names[0]])
                 for name in names:
                     med = statistics.median(rates[mode, name])
                     results[codec, mode, name] = med
-                    print(f"  {name:22s} {med:>10,.0f} msg/s  x{med / base:4.2f}   "
+                    print(f"  {name:23s} {med:>10,.0f} msg/s  x{med / base:4.2f}   "
                           f"cpu {statistics.median(cpus[mode, name]):5.2f} s/M msgs   "
                           f"peak RSS {rss[mode, name]:6.0f} MB")
+                if args.mode == "transactional" and not args.only:
+                    ours = results[codec, mode, "ours transactional"]
+                    print(f"  ours transactional: x{ours / base:4.2f} of ours idempotent, "
+                          f"x{ours / results[codec, mode, 'confluent transactional']:4.2f} of "
+                          f"confluent transactional")
             if "tls" in modes:
                 print(f"  TLS / plaintext ({codec}): " + ", ".join(
                     f"{n} {results[codec, 'tls', n] / results[codec, 'plaintext', n]:.2f}x"

@@ -48,7 +48,7 @@ DEBUG_LOGGERS = {
     "topic": ("kafka_client.metadata",),
     "msg": ("kafka_client.producer", "kafka_client.producer.sender"),
     "queue": ("kafka_client.producer",),
-    "eos": ("kafka_client.producer.idempotence",),
+    "eos": ("kafka_client.producer.idempotence", "kafka_client.producer.transactions"),
     "fetch": ("kafka_client.consumer.fetcher",),
     "consumer": ("kafka_client.consumer",),
     "cgrp": ("kafka_client.consumer.group",),

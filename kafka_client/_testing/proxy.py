@@ -49,11 +49,22 @@ import socket
 import struct
 import threading
 import time
-from typing import Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from kafka_client._testing.brokers import TansuBroker, free_port
-from kafka_proto.framing import decode_response_header
-from kafka_proto.messages import ApiKey, response_class
+from kafka_proto.framing import decode_request_header, decode_response_header
+from kafka_proto.messages import ApiKey, request_class, response_class
 
 __all__ = ["FaultProxy", "Chaos", "CHAOS_ACTIONS", "ProxiedTansu", "proxied_tansu",
            "UPSTREAM", "DOWNSTREAM"]
@@ -117,53 +128,122 @@ class _Pipe:
 
 # APIs whose responses carry broker addresses: Metadata, FindCoordinator, DescribeCluster.
 _ADDRESS_APIS = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER})
+#: Added to the partition indexes of a diverted Produce request: out of any topic's range.
+_DIVERT_OFFSET = 1_000_000
 _INT32 = struct.Struct(">i")
 
 
+class _Expected(NamedTuple):
+    """What the proxy will do with the answer to a request it noted: the request's API
+    key and version, and the error to inject (None: rewrite broker addresses)."""
+
+    api_key: int
+    api_version: int
+    fault: Optional["_AnswerFault"]
+
+
+class _AnswerFault:
+    """An armed :meth:`FaultProxy.fail_requests`: how many more requests of ``api_key``
+    get ``error_code`` as their answer, and whether the request is diverted first."""
+
+    __slots__ = ("api_key", "error_code", "remaining", "divert")
+
+    def __init__(self, api_key: int, error_code: int, count: int, divert: bool) -> None:
+        self.api_key = api_key
+        self.error_code = error_code
+        self.remaining = count
+        self.divert = divert
+
+
 class _RequestScanner:
-    """Follows request frame boundaries going up and notes the correlation id, API key
-    and version of the requests whose responses carry broker addresses."""
+    """Follows request frame boundaries going up; notes the correlation id, API key and
+    version of the requests whose answers will be rewritten (broker addresses, injected
+    errors), and holds a request to divert whole, to rewrite it before it goes on."""
 
-    __slots__ = ("pending", "_head", "_skip")
+    __slots__ = ("pending", "addresses", "take_fault", "divert", "_head", "_skip",
+                 "_hold", "_held")
 
-    def __init__(self, pending: Dict[int, Tuple[int, int]]) -> None:
+    def __init__(self, pending: Dict[int, _Expected], addresses: bool,
+                 take_fault: Callable[[int], Optional[_AnswerFault]],
+                 divert: Callable[[bytes], bytes]) -> None:
         self.pending = pending
+        self.addresses = addresses
+        self.take_fault = take_fault
+        self.divert = divert
         self._head = bytearray()   # size, api key, api version, correlation id
         self._skip = 0             # bytes of the current frame still to pass
+        self._hold = 0             # bytes of the current (diverted) frame still to hold
+        self._held = bytearray()
 
-    def observe(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> bytes:
+        """The bytes to pass on for ``data`` (the same, unless a request is diverted)."""
+        if self._skip >= len(data):
+            self._skip -= len(data)
+            return data
+        out = bytearray()
         i, n = 0, len(data)
         while i < n:
             if self._skip:
                 take = min(self._skip, n - i)
+                out += data[i:i + take]
                 self._skip -= take
                 i += take
+                continue
+            if self._hold:
+                take = min(self._hold, n - i)
+                self._held += data[i:i + take]
+                self._hold -= take
+                i += take
+                if not self._hold:
+                    out += self._diverted()
                 continue
             take = min(12 - len(self._head), n - i)
             self._head += data[i:i + take]
             i += take
             if len(self._head) == 12:
                 size, key, version, cid = struct.unpack(">ihhi", self._head)
+                rest = max(0, size - 8)
+                fault = self.take_fault(key)
+                if fault is not None:
+                    self.pending[cid] = _Expected(key, version, fault)
+                elif self.addresses and key in _ADDRESS_APIS:
+                    self.pending[cid] = _Expected(key, version, None)
+                if fault is not None and fault.divert:
+                    self._held = bytearray(self._head)
+                    self._hold = rest
+                    if not rest:
+                        out += self._diverted()
+                else:
+                    out += self._head
+                    self._skip = rest
                 self._head.clear()
-                self._skip = max(0, size - 8)
-                if key in _ADDRESS_APIS:
-                    self.pending[cid] = (key, version)
+        return bytes(out)
+
+    def _diverted(self) -> bytes:
+        frame = bytes(self._held)
+        self._held = bytearray()
+        try:
+            return self.divert(frame)
+        except Exception as exc:  # leave what we cannot parse as it was
+            log.warning("proxy: could not divert a request: %s", exc)
+            return frame
 
 
 class _ResponseRewriter:
     """Follows response frames going down; passes most through as they come and holds
-    the ones answering :class:`_RequestScanner`'s requests whole, to rewrite them."""
+    the ones answering :class:`_RequestScanner`'s noted requests whole, to rewrite
+    them."""
 
-    __slots__ = ("pending", "rewrite", "_buf", "_mode", "_left", "_api")
+    __slots__ = ("pending", "rewrite", "_buf", "_mode", "_left", "_expected")
 
-    def __init__(self, pending: Dict[int, Tuple[int, int]],
-                 rewrite: Callable[[int, int, bytes], bytes]) -> None:
+    def __init__(self, pending: Dict[int, _Expected],
+                 rewrite: Callable[[_Expected, bytes], bytes]) -> None:
         self.pending = pending
         self.rewrite = rewrite
         self._buf = bytearray()
         self._mode = 0        # 0: reading size + correlation id, 1: passing, 2: holding
         self._left = 0
-        self._api: Tuple[int, int] = (0, 0)
+        self._expected: Optional[_Expected] = None
 
     def feed(self, data: bytes) -> bytes:
         out = bytearray()
@@ -182,13 +262,13 @@ class _ResponseRewriter:
                 if len(self._buf) == 8:
                     size, cid = struct.unpack(">ii", self._buf)
                     self._left = max(0, size - 4)
-                    api = self.pending.pop(cid, None)
-                    if api is None:
+                    expected = self.pending.pop(cid, None)
+                    if expected is None:
                         out += self._buf
                         self._buf.clear()
                         self._mode = 1
                     else:
-                        self._api = api
+                        self._expected = expected
                         self._mode = 2
                     if not self._left:
                         self._finish(out)
@@ -202,11 +282,12 @@ class _ResponseRewriter:
     def _finish(self, out: bytearray) -> None:
         if self._mode == 2:
             frame = bytes(self._buf)
+            expected = self._expected
             try:
-                out += self.rewrite(self._api[0], self._api[1], frame)
+                out += self.rewrite(expected, frame)
             except Exception as exc:  # leave what we cannot parse as it was
                 log.warning("proxy: could not rewrite API %s v%s response: %s",
-                            self._api[0], self._api[1], exc)
+                            expected.api_key, expected.api_version, exc)
                 out += frame
             self._buf.clear()
         self._mode = 0
@@ -217,7 +298,8 @@ class _Conn:
                  "rewriter")
 
     def __init__(self, cid: int, client: socket.socket, upstream: socket.socket,
-                 rewrite: Optional[Callable[[int, int, bytes], bytes]] = None) -> None:
+                 scanner: Optional[_RequestScanner] = None,
+                 rewriter: Optional[_ResponseRewriter] = None) -> None:
         self.id = cid
         self.client = client
         self.upstream = upstream
@@ -225,12 +307,8 @@ class _Conn:
                       DOWNSTREAM: _Pipe(DOWNSTREAM, upstream, client)}
         self.closed = False
         self.registered: Dict[socket.socket, int] = {}
-        self.scanner: Optional[_RequestScanner] = None
-        self.rewriter: Optional[_ResponseRewriter] = None
-        if rewrite is not None:
-            pending: Dict[int, Tuple[int, int]] = {}
-            self.scanner = _RequestScanner(pending)
-            self.rewriter = _ResponseRewriter(pending, rewrite)
+        self.scanner = scanner
+        self.rewriter = rewriter
 
 
 class FaultProxy:
@@ -241,17 +319,25 @@ class FaultProxy:
     (accepted so far), ``active`` (open now), ``bytes_up`` / ``bytes_down`` (forwarded),
     ``cuts``, ``resets``, ``drops`` (connections closed by :meth:`cut`, :meth:`reset`,
     :meth:`drop_after`), ``upstream_failures`` (the target refused the proxy),
-    ``rewritten`` (responses whose broker addresses were rewritten).
+    ``rewritten`` (responses whose broker addresses were rewritten), ``injected``
+    (answers given an error by :meth:`fail_requests`), ``diverted`` (requests it diverted).
 
     ``rewrite_addresses=True`` makes the broker's metadata point at the proxy (see the
     module docstring), so clients that follow metadata stay behind it.
+    ``follow_frames=True`` (implied by ``rewrite_addresses``) follows the Kafka frames of
+    every connection from its start, which :meth:`fail_requests` needs.
     """
 
     def __init__(self, target_host: str, target_port: int, port: int = 0,
-                 name: str = "proxy", rewrite_addresses: bool = False) -> None:
+                 name: str = "proxy", rewrite_addresses: bool = False,
+                 follow_frames: bool = False) -> None:
         self.target = (_loopback_only(target_host), int(target_port))
         self.rewrite_addresses = rewrite_addresses
+        self.follow_frames = follow_frames or rewrite_addresses
         self.rewritten = 0
+        self.injected = 0
+        self.diverted = 0
+        self._faults: List[_AnswerFault] = []
         self.name = name
         self.connections = 0
         self.bytes_up = 0
@@ -304,7 +390,41 @@ class FaultProxy:
         return {"connections": self.connections, "active": self.active,
                 "bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "cuts": self.cuts,
                 "resets": self.resets, "drops": self.drops,
-                "upstream_failures": self.upstream_failures, "rewritten": self.rewritten}
+                "upstream_failures": self.upstream_failures, "rewritten": self.rewritten,
+                "injected": self.injected, "diverted": self.diverted}
+
+    def fail_requests(self, api_key: int, error_code: int, count: int = 1,
+                      divert: Optional[bool] = None) -> None:
+        """Answer the next ``count`` requests of ``api_key`` (on any connection) with
+        ``error_code``: the broker's answer is decoded and every error code in it (the
+        top-level one, each partition's) is set to ``error_code``, then re-encoded.
+
+        ``divert`` (Produce only, the default there): the request itself is changed
+        first so that the broker does not append its batches: each partition index is
+        moved out of the topic's range (noida-db refuses such a partition, Tansu files
+        the batch apart; either way the real partition never sees it), and the answer
+        names the original partitions again. So the client gets the refusal a broker
+        would give, with the log as such a refusal leaves it. Without ``divert`` the
+        broker acts on the request and only its answer is falsified.
+
+        Needs ``follow_frames=True`` (or ``rewrite_addresses=True``). Arming again adds
+        to the faults already armed; they fire in order. :attr:`faults_pending` says
+        whether any is left."""
+        if not self.follow_frames:
+            raise RuntimeError("fail_requests needs FaultProxy(..., follow_frames=True)")
+        if count < 1:
+            raise ValueError("count must be >= 1")
+        if divert is None:
+            divert = api_key == ApiKey.PRODUCE
+        if divert and api_key != ApiKey.PRODUCE:
+            raise ValueError("only Produce requests can be diverted")
+        fault = _AnswerFault(int(api_key), int(error_code), int(count), bool(divert))
+        self._call(lambda: self._faults.append(fault))
+
+    @property
+    def faults_pending(self) -> bool:
+        """True while a :meth:`fail_requests` fault has requests left to answer."""
+        return any(f.remaining for f in list(self._faults))
 
     def delay(self, seconds: float, direction: Optional[str] = None) -> None:
         """Hold every chunk read from now on for ``seconds`` before passing it on
@@ -537,8 +657,13 @@ class FaultProxy:
                 s.setblocking(False)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._ids += 1
-            conn = _Conn(self._ids, client, upstream,
-                         self._rewrite_response if self.rewrite_addresses else None)
+            scanner = rewriter = None
+            if self.follow_frames:
+                pending: Dict[int, _Expected] = {}
+                scanner = _RequestScanner(pending, self.rewrite_addresses,
+                                          self._take_fault, self._divert_request)
+                rewriter = _ResponseRewriter(pending, self._rewrite_response)
+            conn = _Conn(self._ids, client, upstream, scanner, rewriter)
             self._conns[conn.id] = conn
             self._register(conn)
 
@@ -590,11 +715,11 @@ class FaultProxy:
             return
         if conn.scanner is not None:
             if pipe.direction == UPSTREAM:
-                conn.scanner.observe(data)
+                data = conn.scanner.feed(data)
             else:
                 data = conn.rewriter.feed(data)  # type: ignore[union-attr]
-                if not data:
-                    return  # part of a response being held for rewriting
+            if not data:
+                return  # part of a frame being held for rewriting
         trigger_key = pipe.direction if pipe.direction in self._drop else (
             "any" if "any" in self._drop else None)
         if trigger_key is not None:
@@ -654,7 +779,54 @@ class FaultProxy:
             if other.shut:
                 self._close_conn(conn, rst=False)
 
-    def _rewrite_response(self, api_key: int, api_version: int, frame: bytes) -> bytes:
+    def _take_fault(self, api_key: int) -> Optional[_AnswerFault]:
+        """Proxy thread: the armed fault the next ``api_key`` request uses up, if any."""
+        for fault in self._faults:
+            if fault.api_key == api_key and fault.remaining > 0:
+                fault.remaining -= 1
+                if not fault.remaining:
+                    self._faults.remove(fault)
+                return fault
+        return None
+
+    def _divert_request(self, frame: bytes) -> bytes:
+        """A Produce request frame (size prefix included) whose partitions are moved
+        out of their topics' range, so that no real partition gets its batches."""
+        header, body = decode_request_header(memoryview(frame)[4:])
+        version = header.api_version
+        request = request_class(ApiKey.PRODUCE).decode(body, version)
+        for topic in request.topic_data:
+            for part in topic.partition_data:
+                part.index += _DIVERT_OFFSET
+        new_body = request.encode(version)
+        head = frame[4:len(frame) - len(body)]
+        self.diverted += 1
+        return _INT32.pack(len(head) + len(new_body)) + head + new_body
+
+    def _rewrite_response(self, expected: _Expected, frame: bytes) -> bytes:
+        """A response frame (size prefix included) rewritten as ``expected`` says: an
+        injected error, or the broker addresses pointing at the proxy."""
+        if expected.fault is not None:
+            return self._inject_error(expected, frame)
+        return self._rewrite_addresses(expected.api_key, expected.api_version, frame)
+
+    def _inject_error(self, expected: _Expected, frame: bytes) -> bytes:
+        api_key, version = expected.api_key, expected.api_version
+        _cid, body = decode_response_header(memoryview(frame)[4:], api_key, version)
+        header_end = len(frame) - len(body)
+        response = response_class(api_key).decode(body, version)
+        if expected.fault.divert:
+            for topic in response.responses:
+                for part in topic.partition_responses:
+                    if part.index >= _DIVERT_OFFSET:   # (not if the divert failed)
+                        part.index -= _DIVERT_OFFSET
+        _set_error_codes(response, version, expected.fault.error_code)
+        self.injected += 1
+        new_body = response.encode(version)
+        header = frame[4:header_end]
+        return _INT32.pack(len(header) + len(new_body)) + header + new_body
+
+    def _rewrite_addresses(self, api_key: int, api_version: int, frame: bytes) -> bytes:
         """A Metadata / FindCoordinator / DescribeCluster response frame (size prefix
         included) with the target's address replaced by the proxy's."""
         _cid, body = decode_response_header(memoryview(frame)[4:], api_key, api_version)
@@ -713,6 +885,23 @@ class FaultProxy:
         else:
             self.cuts += len(conns)
         return len(conns)
+
+
+def _set_error_codes(message: Any, version: int, code: int) -> None:
+    """Set every error code field of a decoded message (nested structs included) that
+    exists in ``version`` to ``code``; a Produce answer's offsets become -1."""
+    for field in message.FIELDS:
+        if not field.min_version <= version <= field.max_version:
+            continue
+        value = getattr(message, field.name)
+        if field.struct is not None:
+            for item in (value if isinstance(value, list) else [value]):
+                if item is not None:
+                    _set_error_codes(item, version, code)
+        elif field.type == "int16" and field.name.endswith("error_code"):
+            setattr(message, field.name, code)
+        elif field.name in ("base_offset", "log_append_time_ms"):
+            setattr(message, field.name, -1)
 
 
 CHAOS_ACTIONS = ("cut", "reset", "stall", "drop", "delay", "refuse")

@@ -122,6 +122,14 @@ class Accumulator(AccumulatorCore):
         self.sticky_ms = config["sticky.partitioning.linger.ms"]
         self.default_cb = config["on_delivery"]
         self.idempotent = bool(config["enable.idempotence"])
+        #: transactional producer: batches carry the transactional flag, and a partition
+        #: sends only once registered in the open transaction (AddPartitionsToTxn); the
+        #: transaction manager replaces this set per transaction (None: no transactions)
+        self.transactional = config["transactional.id"] is not None
+        self.txn_partitions: Optional[Set[PartitionState]] = set() if self.transactional \
+            else None
+        #: a batch opened for a partition outside txn_partitions since unregistered()
+        self.txn_new_partition = False
         #: batches of one partition in flight at once: the idempotent producer keeps at
         #: most max.in.flight (<= 5) so the broker can check sequences; otherwise the
         #: connection's own limit is the only one
@@ -365,13 +373,20 @@ class Accumulator(AccumulatorCore):
     def _open(self, p: PartitionState) -> Batch:
         now = time.monotonic()
         builder = RecordBatchBuilder(self.compression, self.compression_level,
+                                     transactional=self.transactional,
                                      initial_capacity=self.initial_capacity)
         b = Batch(p, builder, now, self.timeout, p.batch_seq)
         p.batch_seq += 1
         p.open = b
         deadline = now + self.linger
         self._open_order.append((deadline, b))
-        if self.flushing:
+        txn = self.txn_partitions
+        if txn is not None and p not in txn:
+            # A partition new to the transaction: registering it starts now, while the
+            # batch fills, not when its linger ends.
+            self.txn_new_partition = True
+            self._wake(0.0)
+        elif self.flushing:
             self._wake(0.0)
         else:
             self._wake(deadline)
@@ -412,9 +427,26 @@ class Accumulator(AccumulatorCore):
     def _sendable(self, p: PartitionState, now: float) -> bool:
         """Under the lock: the partition's head batch may go out now (past its retry
         backoff; a retry goes only once nothing of the partition is in flight, so the
-        order holds; within the partition's in-flight limit)."""
+        order holds; within the partition's in-flight limit; registered in the open
+        transaction, for a transactional producer)."""
         return (p.ready[0].retry_at <= now and not (p.retrying and p.in_flight)
-                and p.in_flight < self.part_max_in_flight)
+                and p.in_flight < self.part_max_in_flight
+                and (self.txn_partitions is None or p in self.txn_partitions))
+
+    def unregistered(self) -> List[PartitionState]:
+        """Transactional producer: the partitions with a batch (open or closed) that are
+        not registered in the open transaction yet. Looks only when a batch was opened
+        for such a partition since the last call (the caller keeps those it could not
+        register)."""
+        txn = self.txn_partitions
+        if txn is None or not self.txn_new_partition:
+            return []
+        with self.lock:
+            self.txn_new_partition = False
+            parts = {p for p in self._ready_parts if p.ready and p not in txn}
+            parts.update(b.part for _deadline, b in self._open_order
+                         if b.part.open is b and b.part not in txn)
+        return list(parts)
 
     def ready(self, now: float) -> Readiness:
         """Which nodes lead a partition whose head batch may be sent now."""

@@ -8,17 +8,23 @@ read when sequence numbers are in play (librdkafka's rules, as far as implemente
 * At most ``max.in.flight.requests.per.connection`` (<= 5) batches of a partition are in
   flight; a batch to be retried waits until the partition has nothing in flight, so the
   broker sees sequences in order again.
-* OUT_OF_ORDER_SEQUENCE_NUMBER right after an earlier batch of the same partition failed
-  is a consequence of that failure and is retried; on its own, it means a gap the
-  producer cannot explain, and UNKNOWN_PRODUCER_ID / INVALID_PRODUCER_EPOCH mean the
-  producer's identity is gone: all are fatal (the guarantee cannot hold), the producer
-  fails every queued message with ``_FATAL`` and refuses new ones.
-* When a batch that was sent times out (message.timeout.ms), the partition's sequence
-  would have a gap: librdkafka then bumps the epoch (a new InitProducerId) and restarts
-  every sequence at 0 once nothing is in flight. Here: :meth:`Idempotence.request_bump`
-  and the sender's drain-then-reinit step. A broker that refuses the bump is asked for
-  a new producer id instead; batches sent under the old epoch and waiting to be resent
-  fail (POSSIBLY_PERSISTED) rather than go out again under the new one.
+* When a batch that had its sequence number fails (timed out, refused for good, purged),
+  the partition's sequence has a gap: librdkafka then bumps the epoch (a new
+  InitProducerId with the current id and epoch, KIP-360) and restarts every sequence at
+  0 once nothing is in flight. Here: :meth:`Idempotence.request_bump` and the sender's
+  drain-then-reinit step. A broker that refuses the bump is asked for a new producer id
+  instead. Batches the broker refused on every attempt are renumbered and sent again;
+  those sent under the old epoch that wait to be resent for another reason fail
+  (POSSIBLY_PERSISTED) rather than go out again under the new one.
+* Recovered (KIP-360, as librdkafka): UNKNOWN_PRODUCER_ID for a batch the broker never
+  had (the producer's state was deleted with its records) bumps the epoch and resends
+  it; OUT_OF_ORDER_SEQUENCE_NUMBER right after an earlier batch of the same partition
+  failed is a consequence of that failure and the batch waits for it. Fatal: an
+  OUT_OF_ORDER_SEQUENCE_NUMBER nothing explains (the broker's sequence is not ours),
+  UNKNOWN_PRODUCER_ID for a batch that may be in the log already, and any gap with
+  ``enable.gapless.guarantee``: the producer fails every queued message with ``_FATAL``
+  and refuses new ones. A transactional producer's ids and epochs come from its
+  transaction coordinator (:mod:`kafka_client.producer.transactions`).
 """
 from __future__ import annotations
 
@@ -106,9 +112,15 @@ class Idempotence:
             self.producer_id = self.epoch = -1
         return False
 
-    def set_fatal(self, error: KafkaError) -> KafkaError:
+    def set_fatal(self, error: KafkaError, wrap: bool = True) -> KafkaError:
+        """Latch the producer's fatal error (the first one counts): ``error`` wrapped as
+        ``_FATAL``, as librdkafka reports idempotence failures, or as it is (``wrap``
+        False: a transactional producer's ``_FENCED``, ...)."""
         if self.fatal is None:
-            self.fatal = KafkaError(KafkaError._FATAL, f"Fatal error: {error.name()}: "
-                                    f"{error.str()}", fatal=True)
-            _log.error("idempotent producer: fatal error: %s", error.str())
+            if wrap:
+                self.fatal = KafkaError(KafkaError._FATAL, f"Fatal error: {error.name()}: "
+                                        f"{error.str()}", fatal=True)
+                _log.error("idempotent producer: fatal error: %s", error.str())
+            else:
+                self.fatal = error
         return self.fatal

@@ -36,7 +36,14 @@ from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Report, Sender
-from kafka_client.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
+from kafka_client.producer.transactions import TransactionManager
+from kafka_client.types import (
+    OFFSET_INVALID,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Message,
+    TopicPartition,
+)
 
 __all__ = ["Producer", "DeliveredMessage", "PURGE_QUEUE", "PURGE_INFLIGHT",
            "PURGE_NON_BLOCKING"]
@@ -112,15 +119,22 @@ class Producer(ClientBase):
             self._io, self._cluster, self._reports, self._report_event)
         self._acc = Accumulator(cfg, wake_for, want_topic)
         self._idem = Idempotence(cfg)
-        self._sender = Sender(cfg, self._acc, self._cluster, self._idem, on_report)
+        self._txn = (TransactionManager(cfg, self._io, self._cluster, self._idem, self._acc)
+                     if cfg["transactional.id"] is not None else None)
+        self._sender = Sender(cfg, self._acc, self._cluster, self._idem, on_report,
+                              self._txn)
         self._io.add_tick(self._sender.tick)
         self._stats_interval = cfg["statistics.interval.ms"] / 1000.0
         self._next_stats = time.monotonic() + self._stats_interval
         self._started = time.monotonic()
         self._report_only_error = cfg["delivery.report.only.error"]
         # Hot path: produce is the accumulator's method, no extra call per message.
-        self.produce = (_checked_produce(self._idem, self._acc) if self._idem.enabled
-                        else self._acc.produce)
+        if self._txn is not None:
+            self.produce = _transactional_produce(self._txn, self._acc)
+        elif self._idem.enabled:
+            self.produce = _checked_produce(self._idem, self._acc)
+        else:
+            self.produce = self._acc.produce
         self._start_client()
 
     # -- the API -------------------------------------------------------------------------
@@ -154,6 +168,8 @@ class Producer(ClientBase):
         self._check_open()
         if self._idem.fatal is not None:
             raise KafkaException(self._idem.fatal)
+        if self._txn is not None and not self._txn.may_produce:
+            raise KafkaException(self._txn.produce_refused())
         return self._acc.produce_batch(topic, values, keys, partition, on_delivery,
                                        timestamp)
 
@@ -287,6 +303,61 @@ class Producer(ClientBase):
 
     def _refused_produce(self, *args: Any, **kwargs: Any) -> None:
         self._refuse()
+
+    # -- transactions (kafka_client/producer/transactions.py) ------------------------------
+    def init_transactions(self, timeout: Optional[float] = None) -> None:
+        """Initialize the transactional producer: find the transaction coordinator of
+        ``transactional.id`` and get the producer id and epoch, which fences older
+        instances with the same id and completes (aborts) what they left open. Call once,
+        before any other transactional call. ``timeout`` in seconds (None or -1: twice
+        ``transaction.timeout.ms``); on a retriable error (``_TIMED_OUT``) the work goes
+        on in the background and calling again resumes it. Raises
+        :class:`KafkaException` (``_NOT_CONFIGURED`` without ``transactional.id``,
+        ``_STATE`` when already initialized, a fatal error when fenced)."""
+        self._transactions("init_transactions").init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: from here to commit or abort, ``produce()`` is allowed and
+        its messages belong to the transaction. Raises :class:`KafkaException`
+        (``_STATE`` outside the Ready state: before ``init_transactions()``, or with a
+        transaction already open)."""
+        self._transactions("begin_transaction").begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: List[TopicPartition],
+                                    group_metadata: Any,
+                                    timeout: Optional[float] = None) -> None:
+        """Commit a consumer's ``offsets`` (the next offsets to read: last processed + 1)
+        as part of the transaction, for ``group_metadata`` (the consumer's
+        ``consumer_group_metadata()``): they count only if the transaction commits.
+        Offsets below 0 are skipped. ``timeout`` in seconds, at most (and by default)
+        ``transaction.timeout.ms``. Raises :class:`KafkaException`: retriable,
+        ``txn_requires_abort()`` (abort and go on) or fatal; TypeError for arguments of
+        the wrong type."""
+        self._transactions("send_offsets_to_transaction").send_offsets_to_transaction(
+            offsets, group_metadata, timeout)
+
+    def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """Flush every message of the transaction, then commit it. ``timeout`` in seconds
+        (None or -1: no limit); a retriable error (``_TIMED_OUT``) means call again to
+        resume; ``txn_requires_abort()`` means a message or request failed: call
+        :meth:`abort_transaction`; ``fatal()``: the producer is fenced or unusable."""
+        self._transactions("commit_transaction").commit_transaction(timeout, self.flush)
+
+    def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        """Abort the transaction: queued messages fail with ``_PURGE_QUEUE``, those in
+        flight are waited for, then the coordinator aborts it (``read_committed``
+        consumers never see its messages). Also the way out of an abortable error.
+        ``timeout`` as for :meth:`commit_transaction`."""
+        self._transactions("abort_transaction").abort_transaction(timeout, self.flush)
+
+    def _transactions(self, api: str) -> TransactionManager:
+        if self._txn is None:
+            raise KafkaException(KafkaError(
+                KafkaError._NOT_CONFIGURED,
+                f"{api}(): the transactional API requires transactional.id to be "
+                f"configured"))
+        self._check_open()
+        return self._txn
 
     # -- reports -------------------------------------------------------------------------
     def _serve(self) -> int:
@@ -484,6 +555,28 @@ def _checked_produce(idem: Idempotence, acc: Accumulator) -> Callable[..., None]
         produce(topic, value, key, partition, on_delivery, timestamp, headers,
                 callback=callback)
     return checked
+
+
+def _transactional_produce(txn: TransactionManager, acc: Accumulator) -> Callable[..., None]:
+    """produce() of a transactional producer: only inside a transaction (librdkafka's
+    _STATE otherwise; the fatal error once fenced).
+
+    While a partition waits to be registered in the transaction its batches cannot be
+    sent, and the I/O thread that registers it needs the GIL, which a tight produce()
+    loop gives up only every switch interval (5 ms): so produce() yields it then (the
+    answer is handled within a millisecond instead of up to 5 ms later)."""
+    produce = acc.produce
+
+    def in_transaction(topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                       on_delivery: Optional[Callable] = None, timestamp: int = 0,
+                       headers: Any = None, *, callback: Optional[Callable] = None) -> None:
+        if not txn.may_produce:
+            raise KafkaException(txn.produce_refused())
+        produce(topic, value, key, partition, on_delivery, timestamp, headers,
+                callback=callback)
+        if acc.txn_new_partition or txn.registering:
+            time.sleep(0)
+    return in_transaction
 
 
 def _closed_produce(*args: Any, **kwargs: Any) -> None:

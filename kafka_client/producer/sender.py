@@ -17,6 +17,17 @@ partition's queue after ``retry.backoff.ms`` (doubling to ``retry.backoff.max.ms
 the partition sends nothing newer until what is in flight has drained, so retries keep
 the partition's order; leader errors also ask for a metadata refresh. Whatever exceeds
 ``retries`` or ``message.timeout.ms`` fails.
+
+Idempotence (librdkafka's rules, KIP-360): a batch that had its sequence number and fails
+leaves a gap in its partition's sequence, so the producer bumps its epoch once nothing is
+in flight and numbers again from 0 (``enable.gapless.guarantee``: a fatal error instead).
+UNKNOWN_PRODUCER_ID for a batch sent once (the broker forgot the producer) and
+OUT_OF_ORDER_SEQUENCE_NUMBER caused by an earlier batch that is resent or failed are
+recovered: the refused batches are not in the log, so they wait, keep their place, and
+are sent again (renumbered under the new epoch if there is one). The other sequence
+errors are fatal. A transactional producer (``txn``) does the same inside a transaction,
+except that a failure makes the transaction abortable (the epoch is bumped when it is
+aborted) and fencing (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED) is fatal.
 """
 from __future__ import annotations
 
@@ -36,6 +47,7 @@ from kafka_client.producer.idempotence import (
     Idempotence,
     restamp,
 )
+from kafka_client.producer.transactions import TransactionManager, fenced_error
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, ProduceRequest
 
@@ -45,9 +57,14 @@ _log = logging.getLogger("kafka_client.producer.sender")
 
 MIN_PRODUCE_VERSION = 3  # record batches v2
 
-#: Produce errors that mean the producer's identity or sequence broke (idempotence)
-_SEQUENCE_ERRORS = (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
-                    ErrorCode.INVALID_PRODUCER_EPOCH)
+#: Produce errors that say the broker refused the batch without appending it: a batch
+#: refused on every attempt is not in the log, so it may be renumbered after an epoch bump
+_REFUSALS = frozenset((ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
+                       ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+                       ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                       ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH))
+#: A transactional producer fenced by a newer instance
+_FENCING = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED)
 
 
 class Report(NamedTuple):
@@ -73,7 +90,8 @@ class Sender:
     answers."""
 
     def __init__(self, config: Any, acc: Accumulator, cluster: Any, idem: Idempotence,
-                 report: Callable[[Report], None]) -> None:
+                 report: Callable[[Report], None],
+                 txn: Optional[TransactionManager] = None) -> None:
         self.config = config
         self.acc = acc
         self.cluster = cluster
@@ -85,6 +103,13 @@ class Sender:
         self.backoff = config["retry.backoff.ms"] / 1000.0
         self.backoff_max = config["retry.backoff.max.ms"] / 1000.0
         self.idempotent = idem.enabled
+        self.txn = txn
+        self.transactional_id: Optional[str] = config["transactional.id"]
+        if txn is not None:
+            txn.attach(self)
+        #: batches waiting to be resent that the broker refused on every attempt: not in
+        #: the log, so an epoch bump renumbers them instead of failing them
+        self.refused: set = set()
         #: librdkafka's message.max.bytes: the largest request this client sends (one
         #: batch always goes, however big)
         self.max_request_bytes = config["message.max.bytes"]
@@ -136,7 +161,11 @@ class Sender:
             nxt = _earliest(nxt, self._next_expiry_check)
         if self.idem.fatal is not None:
             return nxt
-        if self.idempotent and not self.idem.ready:
+        if self.txn is not None:
+            if not self.idem.ready:
+                return nxt  # the transaction manager gets the producer id and epoch
+            nxt = _earliest(nxt, self.txn.tick(now))
+        elif self.idempotent and not self.idem.ready:
             return _earliest(nxt, self._ensure_producer_id(now))
         ready = acc.ready(now)
         nxt = _earliest(nxt, ready.next_retry)
@@ -208,10 +237,12 @@ class Sender:
                     lat[2] = waited
             b.attempts += 1
             b.sent = True
+            self.refused.discard(b)
             topics.setdefault(b.part.topic.name, []).append(
                 ProduceRequest.PartitionProduceData(index=b.part.index, records=self._prepare(b)))
         req = ProduceRequest(
-            transactional_id=None, acks=self.acks, timeout_ms=self.request_timeout_ms,
+            transactional_id=self.transactional_id, acks=self.acks,
+            timeout_ms=self.request_timeout_ms,
             topic_data=[ProduceRequest.TopicProduceData(name=name, partition_data=pd)
                         for name, pd in topics.items()])
         self.inflight.update(batches)
@@ -274,33 +305,95 @@ class Sender:
                 leader = getattr(getattr(pr, "current_leader", None), "leader_id", -1)
                 if leader is not None and leader >= 0 and leader != p.leader:
                     self.acc.move_leader(p, leader)
-            if self.idempotent and code in _SEQUENCE_ERRORS:
-                if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.acc.earlier_retry(b):
-                    b.last_error = error
-                    self._requeue(b, now)  # caused by the earlier batch's failure
-                    continue
-                self._fatal(KafkaError(code, error.str(), fatal=True))
-                self._deliver(b, self.idem.fatal, -1, -1, POSSIBLY_PERSISTED)
+            if self.idempotent and self._sequence_error(b, code, error, now):
                 continue
-            self._retry_or_fail(b, error, now)
+            self._retry_or_fail(b, error, now, refused=code in _REFUSALS and (
+                b.attempts == 1 or b in self.refused))
 
-    def _retry_or_fail(self, b: Batch, err: KafkaError, now: float) -> None:
+    def _sequence_error(self, b: Batch, code: int, error: KafkaError, now: float) -> bool:
+        """The idempotence errors (librdkafka's handling, KIP-360); False for the
+        others."""
+        txn = self.txn
+        if txn is not None and code in _FENCING:
+            p = b.part
+            txn.fatal_error(fenced_error(code, f"Produce to {p.topic.name}[{p.index}]"))
+            self._deliver(b, self.idem.fatal, -1, -1, NOT_PERSISTED)
+            return True
+        if code == ErrorCode.UNKNOWN_PRODUCER_ID:
+            if txn is not None:
+                # The transaction fails (abortable); its abort bumps the epoch.
+                self._deliver(b, error, -1, -1, NOT_PERSISTED)
+                return True
+            if b.attempts == 1 or b in self.refused:
+                # The broker forgot the producer (its records were deleted) and never had
+                # this batch: bump the epoch and send it again, renumbered.
+                _log.info("%s: %s: bumping the epoch and resending", b, error.str())
+                self.idem.request_bump("unknown producer id")
+                self._refused(b, error, now)
+                return True
+            self._fail_fatally(b, error, "the batch was sent before and may be in the log: "
+                                         "sending it again could duplicate it")
+            return True
+        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+            if self.acc.earlier_retry(b):
+                # Caused by the earlier batch that waits to be resent: it fills the gap.
+                self._refused(b, error, now)
+                return True
+            if self.idem.bump_wanted:
+                # Caused by an earlier batch that failed under this epoch: the bump
+                # renumbers this one (a transaction fails and is bumped when aborted).
+                if txn is None:
+                    self._refused(b, error, now)
+                else:
+                    self._deliver(b, error, -1, -1, NOT_PERSISTED)
+                return True
+            self._fail_fatally(b, error, "the broker's sequence for this partition is not "
+                                         "the producer's (it lost acknowledged messages?)")
+            return True
+        return False
+
+    def _fail_fatally(self, b: Batch, error: KafkaError, why: str) -> None:
+        """``error`` for ``b`` breaks the guarantee: the producer stops, ``b`` fails."""
+        self._fatal(KafkaError(error.code(), f"{error.str()}: {why}", fatal=True))
+        self._deliver(b, self.idem.fatal, -1, -1, POSSIBLY_PERSISTED)
+
+    def _refused(self, b: Batch, error: KafkaError, now: float) -> None:
+        """The broker refused ``b`` without appending it: it waits in its place to be
+        sent again (after the earlier batches, or the epoch bump)."""
+        b.last_error = error
+        self.refused.add(b)
+        self._requeue(b, now)
+
+    def _retry_or_fail(self, b: Batch, err: KafkaError, now: float,
+                       refused: bool = False) -> None:
+        """Send ``b`` again if ``err`` is retriable and retries and time allow, else fail
+        it. ``refused``: the broker refused every attempt (``b`` is not in the log)."""
         if b.done:
             return
         if err.retriable() and b.attempts <= self.retries and now < b.deadline:
             _log.info("%s: retrying after %s (attempt %d)", b, err.str(), b.attempts)
             b.last_error = err
+            if refused:
+                self.refused.add(b)
+            else:
+                self.refused.discard(b)   # it may have been appended this time
             self._requeue(b, now)
             return
         if err.retriable() and now >= b.deadline:
             err = KafkaError(KafkaError._MSG_TIMED_OUT, f"message timed out ({err.str()})")
-            if self.idempotent and b.sent:
-                self.idem.request_bump("a sent batch timed out")
         self._deliver(b, err, -1, -1, POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
 
     def _requeue(self, b: Batch, now: float) -> None:
         """Back to the accumulator, to be resent after the retry backoff (doubling per
-        attempt up to retry.backoff.max.ms)."""
+        attempt up to retry.backoff.max.ms); failed instead when its transaction is
+        being aborted or must be (nothing of it will be sent, and a commit or abort
+        waiting for the producer to drain must not wait for it)."""
+        txn = self.txn
+        if txn is not None and not txn.sending:
+            self._deliver(b, KafkaError(KafkaError._PURGE_QUEUE, "purged: the transaction "
+                                        "is aborted or must be"), -1, -1,
+                          POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
+            return
         delay = min(self.backoff * (2 ** max(b.attempts - 1, 0)), self.backoff_max)
         retry_at = now + delay
         self._requeued_at = _earliest(self._requeued_at, retry_at)
@@ -311,17 +404,49 @@ class Sender:
         if b.done:
             return
         b.done = True
+        self.refused.discard(b)
         if err is None:
             self.tx_msgs += b.count
         self.report(Report(b, err, base_offset, append_time, status, None,
                            b.part.topic.name))
+        if err is not None:
+            if self.txn is not None:
+                self.txn.delivery_failed(b.count)
+            idem = self.idem
+            if self.idempotent and b.base_sequence >= 0 and idem.fatal is None \
+                    and b.pid == idem.producer_id and b.epoch == idem.epoch:
+                self._sequence_gap(b, err)
+
+    def _sequence_gap(self, b: Batch, err: KafkaError) -> None:
+        """``b`` had its sequence number and failed: the partition's sequence has a gap
+        that the broker would answer with OUT_OF_ORDER_SEQUENCE_NUMBER. The epoch is
+        bumped once nothing is in flight (a transaction must be aborted first), or,
+        with ``enable.gapless.guarantee``, the producer stops."""
+        if self.idem.gapless and self.txn is None:
+            self._fatal(KafkaError(KafkaError._GAPLESS_GUARANTEE,
+                                   f"{b} failed ({err.str()}): unable to satisfy the "
+                                   f"gap-less guarantee", fatal=True))
+            return
+        self.idem.request_bump(f"{b} failed: {err.str()}")
+        if self.txn is not None:
+            self.txn.abortable_error(err, bump=True)
 
     def _report_unplaced(self, unplaced: Unplaced) -> None:
+        if self.txn is not None:
+            self.txn.delivery_failed(len(unplaced.messages))
         self.report(Report(None, unplaced.error, -1, -1, NOT_PERSISTED, unplaced.messages,
                            unplaced.topic))
 
     def _fatal(self, err: KafkaError) -> None:
-        fatal = self.idem.set_fatal(err)
+        if self.txn is not None:
+            self.txn.fatal_error(err)    # its state, then fatal() below
+        else:
+            self.fatal(self.idem.set_fatal(err))
+
+    def fatal(self, fatal: KafkaError) -> None:
+        """The producer stops: ``fatal`` (a fatal KafkaError) is latched, reported to
+        error_cb, and fails everything queued or in flight."""
+        self.idem.set_fatal(fatal, wrap=False)
         self.cluster.report_error(fatal)
         self.purge(fatal, fatal, include_in_flight=True)
 
@@ -333,8 +458,6 @@ class Sender:
         for unplaced in removed.unplaced:
             self._report_unplaced(unplaced)
         for b in removed.batches:
-            if self.idempotent and b.sent:
-                self.idem.request_bump("a queued batch timed out")
             self._deliver(b, KafkaError(KafkaError._MSG_TIMED_OUT,
                                         "message timed out before it was delivered"),
                           -1, -1, POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
@@ -366,20 +489,28 @@ class Sender:
             if idem.on_init(resp, err, time.monotonic(), self.backoff) and bump:
                 # New epoch: every partition's sequence restarts at 0, queued batches
                 # that were already numbered get renumbered in order.
-                self._resequence()
+                self.restart_sequences()
 
         idem.init_in_flight = True
         conn.send(req, done, version=version)
         return None
 
-    def _resequence(self) -> None:
+    def restart_sequences(self) -> None:
         """New epoch: the accumulator restarts every partition's sequence at 0.
 
-        A batch sent under the old epoch that waits to be resent (its answer was lost)
-        may be in the log already: under the new epoch, with a new sequence, the broker
-        could not recognise it and would append it again. So it fails instead, as
+        A batch the broker refused on every attempt is not in the log: it keeps its
+        place and is numbered again, as if never sent. A batch sent under the old epoch
+        that waits to be resent for another reason (its answer was lost) may be in the
+        log already: under the new epoch, with a new sequence, the broker could not
+        recognise it and would append it again. So it fails instead, as
         POSSIBLY_PERSISTED, with the error that made it wait (nothing is in flight
         here: the bump waited for that)."""
+        for b in self.refused:
+            b.sent = False
+            b.base_sequence = -1
+            b.attempts = 0
+            b.pid = -1        # stamped again when it goes out
+        self.refused.clear()
         for b in self.acc.restart_sequences():
             cause = b.last_error
             self._deliver(b, KafkaError(
@@ -389,6 +520,11 @@ class Sender:
                 -1, -1, POSSIBLY_PERSISTED)
 
     # -- purge ---------------------------------------------------------------------------
+    def purge_queued(self, error: KafkaError) -> None:
+        """Fail everything queued (not what is in flight) with ``error``: a transaction
+        is aborted."""
+        self.purge(error, None, include_in_flight=False)
+
     def purge(self, queue_err: Optional[KafkaError], inflight_err: Optional[KafkaError],
               include_in_flight: bool) -> None:
         """Fail queued messages with ``queue_err`` (if given); with ``include_in_flight``

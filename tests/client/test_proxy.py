@@ -485,12 +485,12 @@ def test_rewriter_split_anywhere(version, step):
 
     with FaultProxy("127.0.0.1", 9092, rewrite_addresses=True) as p:
         pending = {}
-        scanner = _RequestScanner(pending)
+        scanner = _RequestScanner(pending, True, lambda api_key: None, lambda frame: frame)
         rewriter = _ResponseRewriter(pending, p._rewrite_response)
         up = _request_frame(18, 3, 1) + _request_frame(3, version, 2) + _request_frame(0, 9, 3)
-        for i in range(0, len(up), step):
-            scanner.observe(up[i:i + step])
-        assert pending == {2: (3, version)}
+        passed = b"".join(scanner.feed(up[i:i + step]) for i in range(0, len(up), step))
+        assert passed == up
+        assert pending == {2: (3, version, None)}
         other1 = struct.pack(">ii", 6, 1) + b"ab"  # a response we do not touch
         meta = _metadata_response_frame(2, version, 9092)
         other3 = struct.pack(">ii", 4, 3)
@@ -553,3 +553,134 @@ def test_close_stops_running_chaos(echo):
     assert chaos.error is None
     with pytest.raises(RuntimeError):
         p.cut()
+
+
+# -- answers given an error (fail_requests) ---------------------------------------------------
+
+def _produce_frame(correlation_id, version, topic="t", partitions=(0, 1)):
+    from kafka_proto.framing import encode_request
+    from kafka_proto.messages import ProduceRequest
+    from kafka_proto.records import RecordBatchBuilder
+
+    b = RecordBatchBuilder()
+    b.append(b"v")
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=p, records=b.build())
+            for p in partitions])])
+    return encode_request(req, version, correlation_id, "cli")
+
+
+def _produce_response_frame(correlation_id, version, partitions, topic="t"):
+    from kafka_proto.framing import response_header_version
+    from kafka_proto.messages import ProduceResponse as R
+
+    body = R(responses=[R.TopicProduceResponse(name=topic, partition_responses=[
+        R.PartitionProduceResponse(index=p, error_code=0, base_offset=100)
+        for p in partitions])]).encode(version)
+    header = struct.pack(">i", correlation_id)
+    if response_header_version(0, version) == 1:
+        header += b"\x00"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+@pytest.mark.parametrize("version", [3, 9])
+@pytest.mark.parametrize("step", [1, 7, 100000])
+def test_fail_requests_diverts_the_request_and_rewrites_its_answer(version, step):
+    """The Produce request armed for is held whole and rewritten (partitions out of
+    range, the rest byte for byte); other frames pass as they are. Its answer names the
+    original partitions again, with the injected error and no offset."""
+    from kafka_client._testing.proxy import _RequestScanner, _ResponseRewriter
+    from kafka_proto.framing import decode_request_header, decode_response_header
+    from kafka_proto.messages import ApiKey, ProduceRequest, ProduceResponse
+
+    with FaultProxy("127.0.0.1", 9092, follow_frames=True) as p:
+        p.fail_requests(ApiKey.PRODUCE, 59)             # UNKNOWN_PRODUCER_ID
+        assert p.faults_pending
+        pending = {}
+        scanner = _RequestScanner(pending, False, p._take_fault, p._divert_request)
+        rewriter = _ResponseRewriter(pending, p._rewrite_response)
+        first, second = _produce_frame(1, version), _produce_frame(2, version)
+        meta = _request_frame(3, 9, 3)
+        up = first + second + meta
+        out = b"".join(scanner.feed(up[i:i + step]) for i in range(0, len(up), step))
+        assert not p.faults_pending and p.diverted == 1
+        assert out.endswith(second + meta)               # not armed for: untouched
+        diverted = out[:len(out) - len(second + meta)]
+        (size,) = struct.unpack_from(">i", diverted)
+        assert size == len(diverted) - 4
+        header, body = decode_request_header(diverted[4:])
+        assert (header.correlation_id, header.client_id) == (1, "cli")
+        req = ProduceRequest.decode(body, version)
+        original = ProduceRequest.decode(decode_request_header(first[4:])[1], version)
+        assert [pd.index for pd in req.topic_data[0].partition_data] == [1_000_000, 1_000_001]
+        assert [bytes(pd.records) for pd in req.topic_data[0].partition_data] == [
+            bytes(pd.records) for pd in original.topic_data[0].partition_data]
+        assert list(pending) == [1]
+        # The broker's answers: the diverted partitions, then the second request's.
+        down = (_produce_response_frame(1, version, (1_000_000, 1_000_001))
+                + _produce_response_frame(2, version, (0, 1)))
+        out = b"".join(rewriter.feed(down[i:i + step]) for i in range(0, len(down), step))
+        second_answer = _produce_response_frame(2, version, (0, 1))
+        assert out.endswith(second_answer)
+        answer = out[:len(out) - len(second_answer)]
+        cid, body = decode_response_header(answer[4:], 0, version)
+        resp = ProduceResponse.decode(body, version)
+        assert cid == 1 and p.injected == 1
+        assert [(pr.index, pr.error_code, pr.base_offset)
+                for pr in resp.responses[0].partition_responses] == [(0, 59, -1), (1, 59, -1)]
+
+
+def test_fail_requests_arguments():
+    from kafka_proto.messages import ApiKey
+
+    with FaultProxy("127.0.0.1", 9092) as p:
+        with pytest.raises(RuntimeError, match="follow_frames"):
+            p.fail_requests(ApiKey.PRODUCE, 59)
+    with FaultProxy("127.0.0.1", 9092, follow_frames=True) as p:
+        with pytest.raises(ValueError, match="diverted"):
+            p.fail_requests(ApiKey.END_TXN, 51, divert=True)
+        with pytest.raises(ValueError):
+            p.fail_requests(ApiKey.PRODUCE, 59, count=0)
+        assert not p.faults_pending
+
+
+def test_fail_requests_against_a_broker(broker, topic_name):
+    """Through the proxy to Tansu / noida-db: the armed Produce is refused with the
+    injected error and its record never reaches the partition; the next one is
+    appended; a Metadata answer (not diverted) carries the injected code."""
+    from kafka_client._testing.blocking import BlockingConnection
+    from kafka_client._testing.simple import fetch_all
+    from kafka_proto.errors import ErrorCode
+    from kafka_proto.messages import ApiKey, MetadataRequest, ProduceRequest
+    from kafka_proto.records import RecordBatchBuilder
+
+    broker.create_topic(topic_name, partitions=1)
+
+    def produce(conn, value):
+        b = RecordBatchBuilder()
+        b.append(value)
+        resp = conn.request(ProduceRequest(transactional_id=None, acks=-1, timeout_ms=5000,
+                                           topic_data=[ProduceRequest.TopicProduceData(
+                                               name=topic_name, partition_data=[
+                                                   ProduceRequest.PartitionProduceData(
+                                                       index=0, records=b.build())])]))
+        (pr,) = resp.responses[0].partition_responses
+        return pr.index, pr.error_code
+
+    with FaultProxy("127.0.0.1", broker.port, follow_frames=True) as p:
+        with BlockingConnection("127.0.0.1", p.port, timeout=10) as conn:
+            p.fail_requests(ApiKey.PRODUCE, ErrorCode.UNKNOWN_PRODUCER_ID)
+            assert produce(conn, b"refused") == (0, ErrorCode.UNKNOWN_PRODUCER_ID)
+            assert produce(conn, b"appended") == (0, ErrorCode.NONE)
+            p.fail_requests(ApiKey.METADATA, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            md = conn.request(MetadataRequest(topics=[
+                MetadataRequest.MetadataRequestTopic(name=topic_name)]))
+            assert [t.error_code for t in md.topics] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+            assert (p.injected, p.diverted) == (2, 1)
+    direct = broker.connect()
+    try:
+        res = fetch_all(direct, topic_name, 0)
+    finally:
+        direct.close()
+    assert [r.value for b in res.batches for r in b] == [b"appended"]

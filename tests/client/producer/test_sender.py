@@ -470,3 +470,123 @@ def test_a_request_carries_at_most_message_max_bytes_of_batches():
     c.answer(0)
     c.answer(0)
     assert sorted(r.batch.part.index for r in reports if r.error is None) == [0, 1, 2, 3]
+
+
+# -- idempotent recovery (KIP-360, librdkafka's rules) ----------------------------------------
+
+def _idempotent_in_flight(n, **conf):
+    """An idempotent sender (producer id 77 epoch 3) with ``n`` one-message batches of
+    partition 0 in flight, in one request each."""
+    acc, sender, conns, reports, t = setup(**dict({"enable.idempotence": True,
+                                                   "batch.num.messages": 1}, **conf))
+    for i in range(n):
+        acc.produce("t", b"%d" % i, partition=0)
+    run(sender)
+    c = conns[1]
+    c.answer()                       # InitProducerId: 77 / 3
+    run(sender)
+    assert len(c.sent) == n
+    return acc, sender, c, reports, t
+
+
+def _sent(c):
+    """(epoch, base sequence, values) of every batch in the requests sent, in order."""
+    return [(rb.producer_epoch, rb.base_sequence, [r.value for r in rb])
+            for req, _, _ in c.sent if req.API_KEY == 0
+            for td in req.topic_data for pd in td.partition_data
+            for rb in read_batches(pd.records)]
+
+
+def _bump(sender, c, pid=77, epoch=4):
+    """Run the sender until it asks for the bump; answer it. Returns the request."""
+    run(sender, 0.5)
+    i = next(i for i, (r, _, _) in enumerate(c.sent) if r.API_KEY == 22)
+    req, cb, _ = c.sent.pop(i)
+    cb(InitProducerIdResponse(error_code=0, producer_id=pid, producer_epoch=epoch), None)
+    return req
+
+
+def test_unknown_producer_id_bumps_the_epoch_and_resends_renumbered():
+    """The broker forgot the producer (its records were deleted): the batch it refused
+    and those refused after it (out of order, since the first is missing) are not in the
+    log. librdkafka bumps the epoch and sends them again, renumbered: none fails."""
+    acc, sender, c, reports, t = _idempotent_in_flight(3)
+    c.answer(0, errors={("t", 0): 59})   # UNKNOWN_PRODUCER_ID
+    c.answer(0, errors={("t", 0): 45})   # OUT_OF_ORDER_SEQUENCE_NUMBER: caused by it
+    c.answer(0, errors={("t", 0): 45})
+    assert not reports and sender.idem.fatal is None and sender.idem.bump_wanted
+    req = _bump(sender, c)
+    assert (req.producer_id, req.producer_epoch) == (77, 3)
+    for _ in range(3):
+        run(sender, 1.0)
+        c.answer(0)
+    assert [values_of(r) for r in reports] == [[b"0"], [b"1"], [b"2"]]
+    assert all(r.error is None for r in reports)
+    assert [(r.batch.epoch, r.batch.base_sequence) for r in reports] == [(4, 0), (4, 1), (4, 2)]
+
+
+def test_unknown_producer_id_for_a_resent_batch_is_fatal():
+    """A batch sent before (its answer lost) may be in the log: renumbered under a new
+    epoch it could be appended twice, so librdkafka gives up."""
+    acc, sender, c, reports, t = _idempotent_in_flight(1)
+    c.fail()                             # the answer is lost: possibly appended
+    run(sender, 1.0)
+    c.answer(0, errors={("t", 0): 59})
+    fatal = sender.idem.fatal
+    assert fatal is not None and fatal.code() == KafkaError._FATAL and fatal.fatal()
+    assert "UNKNOWN_PRODUCER_ID" in fatal.str()
+    (r,) = reports
+    assert r.error is fatal and r.status == 1    # POSSIBLY_PERSISTED
+
+
+def test_a_sequence_gap_bumps_the_epoch_and_the_refused_batches_are_renumbered():
+    """A batch that had its sequence fails for good (MESSAGE_TOO_LARGE): the next one is
+    refused as out of order. librdkafka bumps the epoch ("message sequence gap"); the
+    refused batch goes again under the new epoch from sequence 0."""
+    acc, sender, c, reports, t = _idempotent_in_flight(2)
+    c.answer(0, errors={("t", 0): 10})   # MESSAGE_TOO_LARGE: fails, leaves a gap
+    c.answer(0, errors={("t", 0): 45})   # OUT_OF_ORDER_SEQUENCE_NUMBER because of it
+    assert [(r.error.code(), values_of(r)) for r in reports] == [(10, [b"0"])]
+    assert sender.idem.fatal is None and sender.idem.bump_wanted
+    _bump(sender, c)
+    run(sender, 1.0)
+    assert _sent(c) == [(4, 0, [b"1"])]
+    c.answer(0)
+    assert reports[-1].error is None and values_of(reports[-1]) == [b"1"]
+
+
+def test_gapless_guarantee_makes_a_gap_fatal():
+    acc, sender, c, reports, t = _idempotent_in_flight(2, **{"enable.gapless.guarantee": True})
+    c.answer(0, errors={("t", 0): 10})
+    fatal = sender.idem.fatal
+    assert fatal is not None and "_GAPLESS_GUARANTEE" in fatal.str()
+    assert {r.error.code() for r in reports} == {10, KafkaError._FATAL}
+
+
+def test_batches_refused_by_a_leader_error_are_renumbered_by_a_bump():
+    """A batch refused (NOT_LEADER_OR_FOLLOWER) on its only attempt is not in the log:
+    when an epoch bump comes meanwhile (here: a partition's batch timed out), it is
+    renumbered and sent, not failed as possibly persisted."""
+    acc, sender, conns, reports, t = setup(partitions=(1, 1), **{
+        "enable.idempotence": True, "batch.num.messages": 1, "message.timeout.ms": 10000})
+    c = conns[1]
+    acc.produce("t", b"a", partition=0)
+    acc.produce("t", b"b", partition=1)
+    run(sender, 0.001)
+    c.answer()                            # producer id 77 epoch 3
+    run(sender, 0.001)
+    req, cb, _ = c.sent.pop(0)
+    R = ProduceResponse
+    cb(R(responses=[R.TopicProduceResponse(name="t", partition_responses=[
+        R.PartitionProduceResponse(index=0, error_code=6, base_offset=-1),     # refused
+        R.PartitionProduceResponse(index=1, error_code=7, base_offset=-1)])]), None)
+    (a,) = t.parts[0].ready
+    (b,) = t.parts[1].ready               # REQUEST_TIMED_OUT: may have been appended
+    b.deadline = time.monotonic()
+    sender._next_expiry_check = 0.0
+    run(sender, 0.05)                     # b times out: the gap asks for a bump
+    assert [(r.batch, r.error.code()) for r in reports] == [(b, KafkaError._MSG_TIMED_OUT)]
+    _bump(sender, c)
+    assert t.parts[0].ready[0] is a and not a.sent
+    run(sender, 1.0)
+    assert _sent(c) == [(4, 0, [b"a"])]

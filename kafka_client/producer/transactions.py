@@ -1,0 +1,953 @@
+"""The transactional producer: librdkafka's transaction state machine and the
+transaction protocol (KIP-98, KIP-360, KIP-447).
+
+:class:`TransactionManager` is built by the ``Producer`` when ``transactional.id`` is set.
+The application calls the ``Producer`` methods (``init_transactions()``,
+``begin_transaction()``, ``send_offsets_to_transaction()``, ``commit_transaction()``,
+``abort_transaction()``), which call the methods here of the same names; the I/O thread
+calls :meth:`TransactionManager.tick` (from the sender) and the error hooks.
+
+The states and their order are librdkafka's::
+
+    Init -> WaitPID -> ReadyNotAcked -> Ready -> InTransaction
+        InTransaction -> BeginCommit -> CommittingTransaction -> CommitNotAcked -> Ready
+        InTransaction | AbortableError -> BeginAbort -> AbortingTransaction
+                                                     -> AbortedNotAcked -> Ready
+        InTransaction | BeginCommit | CommittingTransaction -> AbortableError
+        any -> FatalError
+
+The ``...NotAcked`` states make a call that timed out resumable: the work goes on in the
+background, and calling the same API again waits for it (or collects its outcome)
+instead of starting over. A call of another API meanwhile is refused with ``_CONFLICT``.
+
+The protocol, on the I/O thread:
+
+* ``init_transactions()``: FindCoordinator (key type TRANSACTION) for the transactional
+  id, then InitProducerId with the transactional id and ``transaction.timeout.ms``: the
+  coordinator fences older instances of the same id and aborts what they left open.
+* while in a transaction, every partition that has a batch queued is registered with
+  AddPartitionsToTxn (one request at a time) before its first batch goes out: the
+  accumulator holds back batches of partitions not in :attr:`Accumulator.txn_partitions`.
+* ``send_offsets_to_transaction()``: AddOffsetsToTxn (the group's offsets become part of
+  the transaction) to the transaction coordinator, then TxnOffsetCommit with the
+  consumer's group metadata (generation, member id, instance id: KIP-447) to the group
+  coordinator.
+* ``commit_transaction()`` / ``abort_transaction()``: EndTxn. Commit first flushes
+  (every message delivered); abort first purges what is queued and waits for what is in
+  flight.
+* Every request goes through the client's :class:`~kafka_client._cluster.calls.CallRunner`
+  (as the admin client's do): coordinator moves (NOT_COORDINATOR,
+  COORDINATOR_NOT_AVAILABLE, a lost connection) look the coordinator up again; retriable
+  errors (COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, timeouts) are retried
+  after ``retry.backoff.ms`` (doubling); a step that cannot finish in time is left for
+  the application to resume by calling the API again.
+
+Errors are classified as librdkafka does: *fatal* (fenced by a newer instance:
+PRODUCER_FENCED or INVALID_PRODUCER_EPOCH, reported as ``_FENCED``; authorization
+failures; INVALID_TXN_STATE): the producer can do nothing more; *abortable*
+(``txn_requires_abort()``: a message failed, the producer id became unknown, an offset
+commit was refused): the application calls ``abort_transaction()`` and goes on; and
+*retriable* (``retriable()``: the call timed out and may be called again).
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from kafka_client._cluster.calls import Call, CallRunner, Coordinator, CoordinatorType
+from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.types import TopicPartition
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    ApiKey,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    TxnOffsetCommitRequest,
+)
+
+__all__ = ["TransactionManager", "TxnState", "fenced_error"]
+
+_log = logging.getLogger("kafka_client.producer.transactions")
+
+#: Clients use AddPartitionsToTxn v0-3 (v4+ are for brokers verifying partitions).
+_ADD_PARTITIONS_MAX_VERSION = 3
+#: EndTxn v5 (KIP-890 transactions v2) bumps the epoch at every commit; not spoken here.
+_END_TXN_MAX_VERSION = 4
+#: Retry backoff after CONCURRENT_TRANSACTIONS (the previous transaction is still being
+#: completed by the coordinator; usually a few milliseconds), as librdkafka waits.
+_CONCURRENT_BACKOFF = 0.02
+
+
+class TxnState(enum.Enum):
+    """librdkafka's transaction states (its names, shown in error messages)."""
+
+    INIT = "Init"
+    WAIT_PID = "WaitPID"
+    READY_NOT_ACKED = "ReadyNotAcked"
+    READY = "Ready"
+    IN_TRANSACTION = "InTransaction"
+    BEGIN_COMMIT = "BeginCommit"
+    COMMITTING = "CommittingTransaction"
+    COMMIT_NOT_ACKED = "CommitNotAcked"
+    BEGIN_ABORT = "BeginAbort"
+    ABORTING = "AbortingTransaction"
+    ABORT_NOT_ACKED = "AbortedNotAcked"
+    ABORTABLE_ERROR = "AbortableError"
+    FATAL_ERROR = "FatalError"
+
+
+#: States from which each API may start (or resume).
+_API_STATES: Dict[str, Tuple[TxnState, ...]] = {
+    "init_transactions": (TxnState.INIT, TxnState.WAIT_PID, TxnState.READY_NOT_ACKED),
+    "begin_transaction": (TxnState.READY,),
+    "send_offsets_to_transaction": (TxnState.IN_TRANSACTION,),
+    "commit_transaction": (TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT,
+                           TxnState.COMMITTING, TxnState.COMMIT_NOT_ACKED),
+    "abort_transaction": (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR,
+                          TxnState.BEGIN_ABORT, TxnState.ABORTING, TxnState.ABORT_NOT_ACKED),
+}
+
+#: What the application probably missed, per state, for the _STATE error messages.
+_STATE_HINTS = {
+    TxnState.INIT: "call init_transactions() first",
+    TxnState.WAIT_PID: "init_transactions() has not completed: call it again",
+    TxnState.READY_NOT_ACKED: "init_transactions() has not returned success yet: call it "
+                              "again",
+    TxnState.READY: "no transaction is open: call begin_transaction() first",
+    TxnState.IN_TRANSACTION: "a transaction is already open",
+    TxnState.BEGIN_COMMIT: "the transaction is being committed: call commit_transaction() "
+                           "again",
+    TxnState.COMMITTING: "the transaction is being committed: call commit_transaction() "
+                         "again",
+    TxnState.COMMIT_NOT_ACKED: "the transaction is committed: call commit_transaction() "
+                               "again to complete it",
+    TxnState.BEGIN_ABORT: "the transaction is being aborted: call abort_transaction() again",
+    TxnState.ABORTING: "the transaction is being aborted: call abort_transaction() again",
+    TxnState.ABORT_NOT_ACKED: "the transaction is aborted: call abort_transaction() again "
+                              "to complete it",
+}
+
+# -- how the coordinator's answers are read (librdkafka's tables) -------------------------
+
+#: The coordinator moved or is not there yet: look it up again, retry.
+_COORDINATOR_MOVED = frozenset((ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+#: Retry (same coordinator) after a backoff.
+_RETRY = frozenset((ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.REQUEST_TIMED_OUT))
+#: This instance is fenced by a newer one with the same transactional.id.
+_FENCED = frozenset((ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH,
+                     ErrorCode.TRANSACTION_COORDINATOR_FENCED))
+#: The producer can do nothing more.
+_FATAL = _FENCED | frozenset((ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                              ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                              ErrorCode.INVALID_TXN_STATE,
+                              ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                              ErrorCode.INVALID_TRANSACTION_TIMEOUT))
+#: The coordinator lost the producer id: the transaction is aborted with an epoch bump.
+_NEEDS_BUMP = frozenset((ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_ID_MAPPING))
+
+
+def fenced_error(code: int, what: str) -> KafkaError:
+    """The fatal ``_FENCED`` error librdkafka reports for every fencing code."""
+    return KafkaError(KafkaError._FENCED,
+                      f"{what}: {KafkaError(code).name()}: this producer was fenced by a newer "
+                      f"instance with the same transactional.id", fatal=True)
+
+
+class _ApiCall:
+    """The application's current transactional API call: its name and the result the
+    I/O thread sets for it (kept for a later call when nobody waits any more)."""
+
+    __slots__ = ("name", "calling", "done", "error")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calling = False
+        self.done = threading.Event()
+        self.error: Optional[KafkaError] = None
+
+
+class TransactionManager:
+    """A transactional producer's state and its conversation with the coordinators.
+
+    Application-thread methods wait for the I/O thread's part; everything shared is
+    changed under :attr:`lock`. The sender is attached by :meth:`attach`.
+    """
+
+    def __init__(self, config: Any, io: Any, cluster: Any, idem: Any, acc: Any) -> None:
+        self.transactional_id: str = config["transactional.id"]
+        self.timeout_ms: int = config["transaction.timeout.ms"]
+        self.backoff = config["retry.backoff.ms"] / 1000.0
+        self.backoff_max = config["retry.backoff.max.ms"] / 1000.0
+        self.request_timeout = config["socket.timeout.ms"] / 1000.0
+        self.io = io
+        self.cluster = cluster
+        self.idem = idem
+        self.acc = acc
+        self.sender: Any = None
+        self.lock = threading.Lock()
+        self.state = TxnState.INIT
+        #: produce() is allowed (IN_TRANSACTION only); read without the lock per message
+        self.may_produce = False
+        #: the error that made the transaction abortable, or the fatal one
+        self.error: Optional[KafkaError] = None
+        #: the coordinator must bump the epoch before the next transaction (KIP-360)
+        self.needs_bump = False
+        self._api: Optional[_ApiCall] = None
+        self._last_init_error: Optional[KafkaError] = None
+        # -- the open transaction --
+        self._pending: Set[Any] = set()          # partitions to register
+        self._registering: Set[Any] = set()      # partitions in the AddPartitionsToTxn
+        #: an AddPartitionsToTxn is in flight: the application's produce() yields the GIL
+        #: so that the I/O thread handles its answer at once (batches wait for it)
+        self.registering = False
+        self._register_after = 0.0               # its retry backoff
+        #: requests the coordinator saw in this transaction (partitions, offsets): with
+        #: none, commit and abort send no EndTxn
+        self._coordinator_knows = False
+        self.delivery_failures = 0               # messages that failed in this transaction
+        #: counts transactions, so a late answer to an earlier one is told apart
+        self._txn_number = 0
+        #: requests routed to the coordinators (found with FindCoordinator), retried
+        self.runner = CallRunner(cluster)
+
+    def attach(self, sender: Any) -> None:
+        """The sender this manager purges and re-sequences through (I/O thread side)."""
+        self.sender = sender
+
+    # ================================================================ application thread
+    def init_transactions(self, timeout: Optional[float]) -> None:
+        """Get the producer id and epoch of the transactional id from its coordinator,
+        fencing older instances; resumable after a timeout."""
+        if timeout is None or timeout < 0:
+            # As librdkafka: no coordinator times this call out, so "forever" is capped.
+            timeout = 2 * self.timeout_ms / 1000.0
+        deadline = time.monotonic() + timeout
+        call = self._begin_api("init_transactions")
+        with self.lock:
+            error = self._require(call.name)
+            if error is None and self.state == TxnState.INIT:
+                self._set_state(TxnState.WAIT_PID)
+                self._last_init_error = None
+                self.io.call_soon(self._init_producer_id)
+        if error is not None:
+            self._end_api(call, error, resumable=False)
+        if self.state != TxnState.READY_NOT_ACKED:
+            error = self._wait(call, deadline)
+            if error is not None and error.code() == KafkaError._TIMED_OUT \
+                    and self._last_init_error is not None:
+                last = self._last_init_error
+                error = KafkaError(last.code(), f"Failed to initialize Producer ID: "
+                                   f"{last.str()}", retriable=True)
+            if error is not None:
+                self._end_api(call, error, resumable=True)
+        with self.lock:
+            error = self._require_exactly(TxnState.READY_NOT_ACKED)
+            if error is None:
+                self._set_state(TxnState.READY)
+        self._end_api(call, error, resumable=False)
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: produce() is allowed until commit or abort."""
+        call = self._begin_api("begin_transaction")
+        with self.lock:
+            error = self._require(call.name)
+            if error is None:
+                self._pending.clear()
+                self._registering = set()
+                self.registering = False
+                self._coordinator_knows = False
+                self.delivery_failures = 0
+                self.error = None
+                self._txn_number += 1
+                self.acc.txn_partitions = set()
+                self._set_state(TxnState.IN_TRANSACTION)
+        self._end_api(call, error, resumable=False)
+
+    def send_offsets_to_transaction(self, offsets: Sequence[TopicPartition],
+                                    group_metadata: Any, timeout: Optional[float]) -> None:
+        """Commit the consumer's ``offsets`` as part of the transaction (AddOffsetsToTxn,
+        then TxnOffsetCommit to the group coordinator with ``group_metadata``)."""
+        valid = _check_offsets_args(offsets, group_metadata)
+        deadline = self._capped_deadline(timeout)
+        call = self._begin_api("send_offsets_to_transaction")
+        with self.lock:
+            error = self._require(call.name)
+        if error is None and valid:
+            self._expect_result(call)
+            self.io.call_soon(self._add_offsets, valid, group_metadata, deadline)
+            error = self._wait(call, deadline + 1.0)  # the I/O side enforces the deadline
+        self._end_api(call, error, resumable=False)
+
+    def commit_transaction(self, timeout: Optional[float],
+                           flush: Callable[[Optional[float]], int]) -> None:
+        """Flush, then commit (EndTxn); resumable after a timeout. ``flush`` is the
+        producer's (it serves the delivery reports)."""
+        deadline = _deadline(timeout)
+        call = self._begin_api("commit_transaction")
+        with self.lock:
+            error = self._require(call.name)
+            if error is None and self.state == TxnState.IN_TRANSACTION:
+                self._set_state(TxnState.BEGIN_COMMIT)
+        if error is not None:
+            self._end_api(call, error, resumable=False)
+        self._flush_or_raise(call, flush, deadline)
+        with self.lock:
+            state = self.state
+            if state == TxnState.BEGIN_COMMIT:
+                if self.delivery_failures:
+                    self._abortable_locked(KafkaError(
+                        KafkaError._INCONSISTENT,
+                        f"{self.delivery_failures} message(s) failed delivery (see "
+                        f"individual delivery reports)"), bump=False)
+                elif not self._coordinator_knows:
+                    self._set_state(TxnState.COMMIT_NOT_ACKED)  # nothing to tell it
+                else:
+                    self._set_state(TxnState.COMMITTING)
+                    self._expect_result(call)
+                    self.io.call_soon(self._end_txn, True)
+            error = self._require(call.name)
+        if error is None and self.state != TxnState.COMMIT_NOT_ACKED:
+            error = self._wait(call, deadline)
+        if error is not None:
+            self._end_api(call, error, resumable=True)
+        with self.lock:
+            error = self._require_exactly(TxnState.COMMIT_NOT_ACKED)
+            if error is None:
+                self._complete()
+        self._end_api(call, error, resumable=False)
+
+    def abort_transaction(self, timeout: Optional[float],
+                          flush: Callable[[Optional[float]], int]) -> None:
+        """Purge what is queued, wait for what is in flight, then abort (EndTxn); with an
+        epoch bump if the producer id needs one. Resumable after a timeout."""
+        deadline = _deadline(timeout)
+        call = self._begin_api("abort_transaction")
+        start_abort = False
+        with self.lock:
+            error = self._require(call.name)
+            if error is None and self.state in (TxnState.IN_TRANSACTION,
+                                                TxnState.ABORTABLE_ERROR):
+                self._set_state(TxnState.BEGIN_ABORT)
+                self._pending.clear()
+                start_abort = True
+        if error is not None:
+            self._end_api(call, error, resumable=False)
+        if start_abort:
+            self._run_on_io(self._purge_queued, deadline)
+        self._flush_or_raise(call, flush, deadline)
+        with self.lock:
+            if self.state == TxnState.BEGIN_ABORT:
+                self._set_state(TxnState.ABORTING)
+                self._expect_result(call)
+                self.io.call_soon(self._finish_abort)
+            error = self._require(call.name)
+        if error is None and self.state != TxnState.ABORT_NOT_ACKED:
+            error = self._wait(call, deadline)
+        if error is not None:
+            self._end_api(call, error, resumable=True)
+        with self.lock:
+            error = self._require_exactly(TxnState.ABORT_NOT_ACKED)
+            if error is None:
+                self._complete()
+        self._end_api(call, error, resumable=False)
+
+    @property
+    def sending(self) -> bool:
+        """The open transaction's batches may (still) be sent: not aborting, no error."""
+        return self.state in (TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT) \
+            and self.error is None
+
+    def produce_refused(self) -> KafkaError:
+        """Why produce() is refused now (it is allowed only inside a transaction)."""
+        with self.lock:
+            if self.state == TxnState.FATAL_ERROR and self.error is not None:
+                return self.error
+            if self.state == TxnState.ABORTABLE_ERROR and self.error is not None:
+                return KafkaError(self.error.code(), f"Unable to produce message: the "
+                                  f"transaction must be aborted: {self.error.str()}",
+                                  txn_requires_abort=True)
+            hint = _STATE_HINTS.get(self.state, "")
+            return KafkaError(KafkaError._STATE,
+                              f"Unable to produce message in transaction state "
+                              f"{self.state.value}: {hint or 'not in a transaction'}")
+
+    # -- the API call bookkeeping (librdkafka's "current API") -----------------------
+    def _begin_api(self, name: str) -> _ApiCall:
+        with self.lock:
+            call = self._api
+            if call is not None and call.name != name:
+                raise KafkaException(KafkaError(
+                    KafkaError._CONFLICT,
+                    f"Conflicting {call.name}() call is already in progress: call it again "
+                    f"until it completes", retriable=True))
+            if call is not None and call.calling:
+                raise KafkaException(KafkaError(
+                    KafkaError._PREV_IN_PROGRESS,
+                    f"Simultaneous {name}() calls are not allowed", retriable=True))
+            if call is None:
+                call = self._api = _ApiCall(name)
+            call.calling = True
+            return call
+
+    def _end_api(self, call: _ApiCall, error: Optional[KafkaError], resumable: bool) -> None:
+        """Return from an API call: raise ``error`` if any. A retriable error of a
+        resumable call keeps the call current, to be resumed by calling it again."""
+        with self.lock:
+            call.calling = False
+            if not resumable or error is None or not error.retriable():
+                if self._api is call:
+                    self._api = None
+        if error is not None:
+            raise KafkaException(error)
+
+    def _wait(self, call: _ApiCall, deadline: float) -> Optional[KafkaError]:
+        """Wait for the I/O thread's result of ``call`` (a retriable _TIMED_OUT when it
+        does not come by ``deadline``)."""
+        while not call.done.wait(max(0.0, min(0.2, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                return KafkaError(KafkaError._TIMED_OUT, "Timed out waiting for operation "
+                                  "to finish, retry call to resume", retriable=True)
+        with self.lock:
+            call.done.clear()
+            error, call.error = call.error, None
+        return error
+
+    @staticmethod
+    def _expect_result(call: _ApiCall) -> None:
+        """Under the lock, before handing the I/O thread a step: forget what an earlier
+        step left (a resumed call's stale outcome)."""
+        call.done.clear()
+        call.error = None
+
+    def _set_result(self, error: Optional[KafkaError]) -> None:
+        """I/O thread: the result of the current API call's background part."""
+        with self.lock:
+            call = self._api
+            if call is None:
+                return  # nobody asked any more (the call gave up)
+            if call.error is None or (error is not None and error.fatal()):
+                call.error = error
+            call.done.set()
+
+    def _flush_or_raise(self, call: _ApiCall, flush: Callable[[Optional[float]], int],
+                        deadline: float) -> None:
+        left = flush(max(0.0, deadline - time.monotonic()))
+        if left:
+            self._end_api(call, KafkaError(
+                KafkaError._TIMED_OUT, f"Failed to flush all outstanding messages within "
+                f"the API timeout: {left} message(s) remaining", retriable=True),
+                resumable=True)
+
+    def _run_on_io(self, fn: Callable[[], None], deadline: float) -> None:
+        """Run ``fn`` on the I/O thread and wait for it (up to ``deadline``)."""
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                done.set()
+        self.io.call_soon(run)
+        while not done.wait(0.2) and time.monotonic() < deadline:
+            pass
+
+    def _capped_deadline(self, timeout: Optional[float]) -> float:
+        """As librdkafka: an offset commit waits at most transaction.timeout.ms."""
+        cap = self.timeout_ms / 1000.0
+        if timeout is None or timeout < 0 or timeout > cap:
+            timeout = cap
+        return time.monotonic() + timeout
+
+    # -- states (under the lock) --------------------------------------------------------
+    def _set_state(self, state: TxnState) -> None:
+        if state != self.state:
+            _log.debug("transaction state %s -> %s", self.state.value, state.value)
+        self.state = state
+        self.may_produce = state == TxnState.IN_TRANSACTION
+
+    def _require(self, api: str) -> Optional[KafkaError]:
+        """None if ``api`` may run in the current state, else the error to raise: the
+        fatal or abortable error that holds, or _STATE naming the state."""
+        if self.state in _API_STATES[api]:
+            return None
+        return self._state_error(api)
+
+    def _require_exactly(self, state: TxnState) -> Optional[KafkaError]:
+        if self.state == state:
+            return None
+        return self._state_error(None)
+
+    def _state_error(self, api: Optional[str]) -> KafkaError:
+        if self.state == TxnState.FATAL_ERROR and self.error is not None:
+            return self.error
+        if self.state == TxnState.ABORTABLE_ERROR and self.error is not None:
+            return KafkaError(self.error.code(), self.error.str(), txn_requires_abort=True)
+        hint = _STATE_HINTS.get(self.state)
+        what = f"{api}() is not" if api else "Operation not"
+        return KafkaError(KafkaError._STATE, f"{what} valid in transaction state "
+                          f"{self.state.value}" + (f": {hint}" if hint else ""))
+
+    def _complete(self) -> None:
+        """The transaction ended (committed or aborted, and acknowledged)."""
+        self.acc.txn_partitions = set()
+        self._pending.clear()
+        self._coordinator_knows = False
+        self.error = None
+        self._set_state(TxnState.READY)
+
+    # ================================================================ I/O thread hooks
+    def tick(self, now: float) -> Optional[float]:
+        """Register the partitions that got batches since the last look (sender's
+        tick). Returns when to look again, if sooner than the next wake-up."""
+        if self.state not in (TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
+            return None
+        for p in self.acc.unregistered():
+            if p not in self._registering:
+                self._pending.add(p)
+        if not self._pending or self._registering:
+            return None
+        if now < self._register_after:
+            return self._register_after
+        self._register_partitions()
+        return None
+
+    def delivery_failed(self, count: int) -> None:
+        """Messages of the open transaction failed: commit must refuse (I/O thread)."""
+        self.delivery_failures += count
+
+    def abortable_error(self, error: KafkaError, bump: bool = False) -> None:
+        """The open transaction cannot commit: it must be aborted (I/O thread). Queued
+        messages are purged at once, as librdkafka does."""
+        with self.lock:
+            changed = self._abortable_locked(error, bump)
+        if changed and self.sender is not None:
+            self._purge_queued()
+        if changed:
+            self._set_result(self._state_error(None))
+
+    def _abortable_locked(self, error: KafkaError, bump: bool) -> bool:
+        if self.state == TxnState.FATAL_ERROR:
+            return False
+        if bump:
+            self.needs_bump = True
+        if self.error is not None or self.state not in (
+                TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT, TxnState.COMMITTING):
+            return False  # the first error counts; aborting already
+        _log.error("transaction failed in state %s: %s (%s)%s", self.state.value,
+                   error.str(), error.name(), " (requires an epoch bump)" if bump else "")
+        self.error = KafkaError(error.code(), error.str(), txn_requires_abort=True)
+        self._set_state(TxnState.ABORTABLE_ERROR)
+        return True
+
+    def fatal_error(self, error: KafkaError) -> None:
+        """The producer can do nothing more (fenced, not authorized, ...): every message
+        fails with ``error``, every API call raises it (I/O thread)."""
+        with self.lock:
+            if self.state == TxnState.FATAL_ERROR:
+                return
+            fatal = KafkaError(error.code(), error.str(), fatal=True)
+            _log.error("fatal transaction error: %s (%s)", fatal.str(), fatal.name())
+            self.error = fatal
+            self._set_state(TxnState.FATAL_ERROR)
+        if self.sender is not None:
+            self.sender.fatal(fatal)
+        self._set_result(fatal)
+
+    # -- I/O thread work ---------------------------------------------------------------
+    def _purge_queued(self) -> None:
+        """Fail what is queued (not what is in flight) with _PURGE_QUEUE (a purged batch
+        that had its sequence number asks for an epoch bump, through the sender)."""
+        self.sender.purge_queued(KafkaError(KafkaError._PURGE_QUEUE,
+                                            "purged: the transaction is aborted"))
+
+    def _init_producer_id(self, bump: bool = False) -> None:
+        """InitProducerId for the transactional id, on its coordinator; on success the
+        idempotence state gets the producer id and epoch, and sequences restart. With
+        ``bump``, the current id and epoch are sent (KIP-360: the coordinator bumps the
+        epoch, aborting what is open)."""
+        idem = self.idem
+        current = (idem.producer_id, idem.epoch) if bump else (-1, -1)
+
+        def build(version: int) -> Any:
+            pid, epoch = current if version >= 3 else (-1, -1)
+            return InitProducerIdRequest(transactional_id=self.transactional_id,
+                                         transaction_timeout_ms=self.timeout_ms,
+                                         producer_id=pid, producer_epoch=epoch)
+
+        def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
+            code = resp.error_code
+            if code == ErrorCode.NONE:
+                idem.producer_id, idem.epoch = resp.producer_id, resp.producer_epoch
+                idem.bump_wanted = False
+                _log.info("transactional id %s: producer id %d epoch %d",
+                          self.transactional_id, resp.producer_id, resp.producer_epoch)
+                self.sender.restart_sequences()
+                self._pid_assigned()
+                return None
+            error = KafkaError(code, f"InitProducerId: {KafkaError(code).name()}")
+            self._last_init_error = error
+            if code in _FATAL:
+                self.fatal_error(fenced_error(code, "InitProducerId") if code in _FENCED
+                                 else KafkaError(code, f"Failed to initialize the "
+                                                 f"transactional producer: {error.str()}"))
+                return None
+            if code in _COORDINATOR_MOVED or code in _RETRY:
+                return error
+            if bump and current[0] >= 0:
+                # The coordinator refused to bump this epoch (Tansu 0.6 answers
+                # UNKNOWN_SERVER_ERROR): without the current id and epoch it bumps the
+                # transactional id's epoch as for a restart, which serves as well.
+                _log.info("epoch bump refused (%s): asking without the current epoch",
+                          error.str())
+                self.io.call_later(self.backoff, self._init_producer_id, False)
+                return None
+            return error
+
+        def failed(error: KafkaError) -> None:
+            # Out of time (or connections lost): keep trying in the background while a
+            # producer id is still wanted, as librdkafka does.
+            self._last_init_error = error
+            if error.code() == KafkaError._UNSUPPORTED_FEATURE:
+                self.fatal_error(error)
+            elif self.state in (TxnState.WAIT_PID, TxnState.ABORTING):
+                self.io.call_later(self.backoff, self._init_producer_id, bump)
+
+        self._to_coordinator(CoordinatorType.TRANSACTION, self.transactional_id,
+                             "InitProducerId", ApiKey.INIT_PRODUCER_ID, build, answer,
+                             failed, self._long_deadline())
+
+    def _pid_assigned(self) -> None:
+        """A producer id (or a bumped epoch) arrived."""
+        with self.lock:
+            self.needs_bump = False
+            if self.state == TxnState.WAIT_PID:
+                self._set_state(TxnState.READY_NOT_ACKED)
+            elif self.state == TxnState.ABORTING:
+                self._set_state(TxnState.ABORT_NOT_ACKED)
+            else:
+                return
+        self._set_result(None)
+
+    def _register_partitions(self) -> None:
+        """AddPartitionsToTxn for the partitions waiting to be registered. Its retries
+        are timed here (CONCURRENT_TRANSACTIONS, usual right after a commit, is retried
+        after 20 ms as librdkafka does, not after retry.backoff.ms)."""
+        parts = sorted(self._pending, key=lambda p: (p.topic.name, p.index))
+        number = self._txn_number
+        self._pending.clear()
+        self._registering = set(parts)
+        self.registering = True
+        self._coordinator_knows = True   # an unanswered request may have been seen
+        idem = self.idem
+        by_topic: Dict[str, List[int]] = {}
+        for p in parts:
+            by_topic.setdefault(p.topic.name, []).append(p.index)
+
+        def build(version: int) -> Any:
+            topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps)
+                      for t, ps in by_topic.items()]
+            return AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=idem.producer_id,
+                v3_and_below_producer_epoch=idem.epoch, v3_and_below_topics=topics)
+
+        def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
+            if number != self._txn_number or self.state not in (
+                    TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
+                return None      # outdated: that transaction is over
+            self._registering = set()
+            self.registering = False
+            results = {(t.name, r.partition_index): r.partition_error_code
+                       for t in resp.results_by_topic_v3_and_below or ()
+                       for r in t.results_by_partition or ()}
+            registered = [p for p in parts
+                          if results.get((p.topic.name, p.index)) == ErrorCode.NONE]
+            failed = [(p, results.get((p.topic.name, p.index), ErrorCode.UNKNOWN_SERVER_ERROR))
+                      for p in parts if p not in registered]
+            self.acc.txn_partitions.update(registered)
+            self.io.wake()
+            if not failed:
+                return None
+            self._pending.update(p for p, _ in failed)
+            worst = _worst({code for _, code in failed})
+            what = ", ".join(f"{p.topic.name}[{p.index}]: {KafkaError(c).name()}"
+                             for p, c in failed[:5])
+            if worst in _FATAL:
+                self.fatal_error(fenced_error(worst, "AddPartitionsToTxn") if worst in _FENCED
+                                 else KafkaError(worst, f"Failed to add partitions to the "
+                                                 f"transaction: {what}"))
+            elif worst in _COORDINATOR_MOVED:
+                self.runner.coordinators.pop((CoordinatorType.TRANSACTION,
+                                              self.transactional_id), None)
+                self._register_after = time.monotonic() + self.backoff
+            elif worst in _RETRY:
+                self._register_after = time.monotonic() + (
+                    _CONCURRENT_BACKOFF if worst == ErrorCode.CONCURRENT_TRANSACTIONS
+                    else self.backoff)
+            else:
+                self.abortable_error(KafkaError(worst, f"Failed to add partitions to the "
+                                                f"transaction: {what}"),
+                                     bump=worst in _NEEDS_BUMP)
+            return None
+
+        def failed(error: KafkaError) -> None:
+            if number != self._txn_number:
+                return
+            self._pending.update(parts)
+            self._registering = set()
+            self.registering = False
+            self._register_after = time.monotonic() + self.backoff
+            self.io.wake()
+            if error.code() == KafkaError._UNSUPPORTED_FEATURE:
+                self.fatal_error(error)
+
+        self._to_coordinator(CoordinatorType.TRANSACTION, self.transactional_id,
+                             "AddPartitionsToTxn", ApiKey.ADD_PARTITIONS_TO_TXN, build, answer,
+                             failed, time.monotonic() + self.request_timeout,
+                             max_version=_ADD_PARTITIONS_MAX_VERSION)
+
+    def _add_offsets(self, offsets: List[TopicPartition], group: Any,
+                     deadline: float) -> None:
+        """send_offsets_to_transaction's I/O part, step 1: AddOffsetsToTxn."""
+        if self.state != TxnState.IN_TRANSACTION:
+            self._set_result(self._state_error("send_offsets_to_transaction"))
+            return
+        idem = self.idem
+        self._coordinator_knows = True
+
+        def build(version: int) -> Any:
+            return AddOffsetsToTxnRequest(transactional_id=self.transactional_id,
+                                          producer_id=idem.producer_id,
+                                          producer_epoch=idem.epoch, group_id=group.group_id)
+
+        def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
+            code = resp.error_code
+            if code == ErrorCode.NONE:
+                self._txn_offset_commit(offsets, group, deadline)
+                return None
+            return self._failed_in_transaction(code, "AddOffsetsToTxn",
+                                               "Failed to add offsets to the transaction")
+
+        self._to_coordinator(CoordinatorType.TRANSACTION, self.transactional_id,
+                             "AddOffsetsToTxn", ApiKey.ADD_OFFSETS_TO_TXN, build, answer,
+                             self._set_result_retriable, deadline)
+
+    def _txn_offset_commit(self, offsets: List[TopicPartition], group: Any,
+                           deadline: float) -> None:
+        """Step 2: TxnOffsetCommit to the group coordinator, with the group metadata."""
+        idem = self.idem
+        by_topic: Dict[str, List[TopicPartition]] = {}
+        for tp in offsets:
+            by_topic.setdefault(tp.topic, []).append(tp)
+
+        def build(version: int) -> Any:
+            R = TxnOffsetCommitRequest
+            topics = [R.TxnOffsetCommitRequestTopic(name=t, partitions=[
+                R.TxnOffsetCommitRequestPartition(
+                    partition_index=tp.partition, committed_offset=tp.offset,
+                    committed_leader_epoch=(tp.leader_epoch if version >= 2 and
+                                            tp.leader_epoch is not None else -1),
+                    committed_metadata=tp.metadata) for tp in tps])
+                for t, tps in by_topic.items()]
+            req = R(transactional_id=self.transactional_id, group_id=group.group_id,
+                    producer_id=idem.producer_id, producer_epoch=idem.epoch, topics=topics)
+            if version >= 3:   # KIP-447: the coordinator fences zombie group members
+                req.generation_id = group.generation_id
+                req.member_id = group.member_id
+                req.group_instance_id = group.group_instance_id
+            return req
+
+        def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
+            failed = [(t.name, p.partition_index, p.error_code) for t in resp.topics or ()
+                      for p in t.partitions or () if p.error_code]
+            if not failed:
+                self._set_result(None)
+                return None
+            what = ", ".join(f"{t}[{i}]: {KafkaError(c).name()}" for t, i, c in failed[:5])
+            return self._failed_in_transaction(
+                _worst({c for _, _, c in failed}), "TxnOffsetCommit",
+                f"Failed to commit offsets to the transaction ({what})")
+
+        self._to_coordinator(CoordinatorType.GROUP, group.group_id, "TxnOffsetCommit",
+                             ApiKey.TXN_OFFSET_COMMIT, build, answer,
+                             self._set_result_retriable, deadline)
+
+    def _failed_in_transaction(self, code: int, what: str, text: str) -> Optional[KafkaError]:
+        """An offsets request's error: retry (returned), fatal, or abortable."""
+        if code in _COORDINATOR_MOVED or code in _RETRY:
+            return KafkaError(code, f"{what}: {KafkaError(code).name()}")
+        if code in _FATAL:
+            self.fatal_error(fenced_error(code, what) if code in _FENCED
+                             else KafkaError(code, f"{text}: {KafkaError(code).name()}"))
+            return None
+        error = KafkaError(code, f"{text}: {KafkaError(code).name()}")
+        self.abortable_error(error)
+        self._set_result(KafkaError(code, error.str(), txn_requires_abort=True))
+        return None
+
+    def _end_txn(self, commit: bool) -> None:
+        """EndTxn: commit or abort on the coordinator. A request that cannot be completed
+        in time leaves the transaction to be ended by calling the API again."""
+        idem = self.idem
+        what = "commit" if commit else "abort"
+
+        def build(version: int) -> Any:
+            return EndTxnRequest(transactional_id=self.transactional_id,
+                                 producer_id=idem.producer_id, producer_epoch=idem.epoch,
+                                 committed=commit)
+
+        def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
+            code = resp.error_code
+            if code == ErrorCode.NONE:
+                self._end_txn_done(commit)
+                return None
+            if code in _COORDINATOR_MOVED or code in _RETRY:
+                return KafkaError(code, f"EndTxn({what}): {KafkaError(code).name()}")
+            if code in _FATAL:
+                self.fatal_error(fenced_error(code, f"EndTxn({what})") if code in _FENCED
+                                 else KafkaError(code, f"Failed to {what} the transaction: "
+                                                 f"{KafkaError(code).name()}"))
+                return None
+            error = KafkaError(code, f"Failed to {what} the transaction: "
+                               f"{KafkaError(code).name()}", txn_requires_abort=True)
+            if code in _NEEDS_BUMP and not commit:
+                # The coordinator lost the producer id: the bump aborts what is open.
+                self.needs_bump = True
+                self._coordinator_knows = False
+                self._init_producer_id(bump=True)
+                return None
+            with self.lock:
+                if not commit and self.state == TxnState.ABORTING:
+                    self._set_state(TxnState.BEGIN_ABORT)  # abort may be called again
+            self.abortable_error(error, bump=code in _NEEDS_BUMP)
+            with self.lock:
+                if not commit and self.state == TxnState.BEGIN_ABORT:
+                    self.error = error
+                    self._set_state(TxnState.ABORTABLE_ERROR)
+            self._set_result(error)
+            return None
+
+        def failed(error: KafkaError) -> None:
+            # Not ended in time: the next call of the same API sends EndTxn again.
+            with self.lock:
+                if self.state == TxnState.COMMITTING:
+                    self._set_state(TxnState.BEGIN_COMMIT)
+                elif self.state == TxnState.ABORTING:
+                    self._set_state(TxnState.BEGIN_ABORT)
+            self._set_result_retriable(error)
+
+        self._to_coordinator(CoordinatorType.TRANSACTION, self.transactional_id,
+                             f"EndTxn({what})", ApiKey.END_TXN, build, answer, failed,
+                             self._long_deadline(), max_version=_END_TXN_MAX_VERSION)
+
+    def _end_txn_done(self, commit: bool) -> None:
+        with self.lock:
+            self._coordinator_knows = False   # a second EndTxn would find no transaction
+            failed_meanwhile = commit and self.state == TxnState.ABORTABLE_ERROR
+        if failed_meanwhile:
+            # As librdkafka: committed on the broker, failed here: nothing consistent is
+            # left to do with this producer.
+            self.fatal_error(KafkaError(self.error.code(), f"the transaction was committed "
+                                        f"on the broker after it had failed here: "
+                                        f"{self.error.str()}"))
+            return
+        with self.lock:
+            if commit and self.state == TxnState.COMMITTING:
+                self._set_state(TxnState.COMMIT_NOT_ACKED)
+            elif not commit and self.state == TxnState.ABORTING:
+                if self.needs_bump:
+                    self.io.call_soon(self._init_producer_id, True)
+                    return
+                self._set_state(TxnState.ABORT_NOT_ACKED)
+            else:
+                return
+        self._set_result(None)
+
+    def _finish_abort(self) -> None:
+        """After the purge and the flush: EndTxn(abort) if the coordinator knows of the
+        transaction, and the epoch bump if one is needed."""
+        if self._coordinator_knows:
+            self._end_txn(False)
+        elif self.needs_bump:
+            self._init_producer_id(bump=True)
+        else:
+            self._end_txn_done(False)
+
+    def _set_result_retriable(self, error: KafkaError) -> None:
+        self._set_result(KafkaError(error.code(), error.str(), retriable=True))
+
+    def _long_deadline(self) -> float:
+        """How long a step the application may resume retries on its own (librdkafka
+        caps its waits at transaction.timeout.ms)."""
+        return time.monotonic() + max(self.timeout_ms / 1000.0, self.request_timeout)
+
+    def _to_coordinator(self, key_type: CoordinatorType, key: str, name: str,
+                        api_key: ApiKey, build: Callable[[int], Any],
+                        answer: Callable[[Any, Any], Optional[KafkaError]],
+                        fail: Callable[[KafkaError], None], deadline: float,
+                        max_version: Optional[int] = None) -> None:
+        """Send ``build(version)`` to the coordinator of ``key`` (looked up with
+        FindCoordinator, cached; looked up again when it moves or its connection is
+        lost). ``answer(response, conn)`` returns None when done, or the error to retry
+        after the backoff; ``fail(error)`` runs if ``deadline`` passes first."""
+        if self.state == TxnState.FATAL_ERROR or self.cluster.closed:
+            return
+        self.runner.submit(Call(name, api_key, Coordinator(key_type, key), deadline, build,
+                                answer, fail, max_version=max_version))
+
+
+def _worst(codes: Set[int]) -> int:
+    """The error that decides among several partitions' errors (fatal first)."""
+    for group in (_FATAL, _NEEDS_BUMP):
+        for code in codes:
+            if code in group:
+                return code
+    for code in codes:
+        if code not in _COORDINATOR_MOVED and code not in _RETRY:
+            return code
+    for code in codes:
+        if code in _COORDINATOR_MOVED:
+            return code
+    return next(iter(codes))
+
+
+def _deadline(timeout: Optional[float]) -> float:
+    if timeout is None or timeout < 0:
+        return float("inf")
+    return time.monotonic() + timeout
+
+
+def _check_offsets_args(offsets: Any, group_metadata: Any) -> List[TopicPartition]:
+    """The offsets worth committing (offset >= 0); TypeError/_INVALID_ARG for bad
+    arguments, as confluent-kafka raises them."""
+    if not isinstance(offsets, (list, tuple)):
+        raise TypeError(f"offsets must be a list of TopicPartition, not "
+                        f"{type(offsets).__name__}")
+    for tp in offsets:
+        if not isinstance(tp, TopicPartition):
+            raise TypeError(f"offsets must be a list of TopicPartition, found "
+                            f"{type(tp).__name__}")
+    if group_metadata is None or not isinstance(getattr(group_metadata, "group_id", None),
+                                                str):
+        raise TypeError(f"group_metadata must be the consumer's consumer_group_metadata(), "
+                        f"not {type(group_metadata).__name__}")
+    seen = set()
+    valid = []
+    for tp in offsets:
+        if tp.partition < 0:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                            f"{tp.topic}: invalid partition {tp.partition}"))
+        key = (tp.topic, tp.partition)
+        if key in seen:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                            f"{tp.topic}[{tp.partition}] appears twice"))
+        seen.add(key)
+        if tp.offset >= 0:   # logical offsets (OFFSET_INVALID, ...) are skipped, as
+            valid.append(tp)  # librdkafka does: nothing consumed there
+    return valid

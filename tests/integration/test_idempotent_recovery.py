@@ -1,0 +1,139 @@
+"""Idempotent producer recovery (KIP-360, librdkafka's rules) against Tansu and noida-db,
+with the broker's answers rewritten by the fault proxy in the middle of a run.
+
+``FaultProxy.fail_requests`` diverts the armed Produce request (its partitions moved out
+of range, so the real partitions never get its batches) and gives its answer the error:
+exactly what a broker refusing those batches would do. The producer must then recover
+(epoch bump, batches renumbered and resent) and deliver every message exactly once, in
+order, as the log read back directly shows; the cases librdkafka treats as fatal stay
+fatal.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Dict, List
+
+import pytest
+
+from kafka_client import KafkaError, KafkaException, Producer
+from kafka_client._testing.proxy import DOWNSTREAM, FaultProxy
+from kafka_client._testing.simple import fetch_all
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import ApiKey
+
+N = 200_000
+PARTITIONS = 3
+RATE = 50_000      # messages/s: the run lasts ~4 s, the faults land in its middle
+
+
+def read_log(broker, topic: str) -> Dict[int, List[int]]:
+    conn = broker.connect()
+    try:
+        return {q: [int(r.value) for b in fetch_all(conn, topic, q).batches for r in b]
+                for q in range(PARTITIONS)}
+    finally:
+        conn.close()
+
+
+def test_recovers_from_unknown_producer_id_and_out_of_order_answers(broker, topic_name,
+                                                                    caplog):
+    """200,000 messages; mid-run the broker "forgets" the producer twice (one request,
+    then two in a row answered UNKNOWN_PRODUCER_ID) and once refuses a request with
+    NOT_ENOUGH_REPLICAS followed by three OUT_OF_ORDER_SEQUENCE_NUMBER answers. Nothing
+    fails; every message is in the log once, in order."""
+    broker.create_topic(topic_name, partitions=PARTITIONS)
+    caplog.set_level(logging.INFO, logger="kafka_client.producer.idempotence")
+    errors, failed = [], []
+    with FaultProxy("127.0.0.1", broker.port, rewrite_addresses=True) as proxy:
+        # At each point of the run: the answers injected. The OUT_OF_ORDER answers must
+        # reach requests that follow the refused one while it is in flight (answers
+        # held back 200 ms meanwhile, so several requests are in flight): a retry of the
+        # refused batch itself answered so would be unexplained, hence fatal.
+        plan = {40_000: lambda: proxy.fail_requests(ApiKey.PRODUCE,
+                                                    ErrorCode.UNKNOWN_PRODUCER_ID),
+                80_000: lambda: (proxy.delay(0.2, DOWNSTREAM),
+                                 proxy.fail_requests(ApiKey.PRODUCE,
+                                                     ErrorCode.NOT_ENOUGH_REPLICAS),
+                                 proxy.fail_requests(ApiKey.PRODUCE,
+                                                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                                     count=3)),
+                100_000: lambda: proxy.delay(0, DOWNSTREAM),
+                120_000: lambda: proxy.fail_requests(ApiKey.PRODUCE,
+                                                     ErrorCode.UNKNOWN_PRODUCER_ID, count=2)}
+        p = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True,
+                      "linger.ms": 5, "batch.num.messages": 1000,
+                      "retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
+                      "error_cb": errors.append})
+
+        def report(err, msg):
+            if err is not None:
+                failed.append((int(msg.value()), err))
+        try:
+            start = time.monotonic()
+            for i in range(N):
+                if i in plan:
+                    plan[i]()
+                while True:
+                    try:
+                        p.produce(topic_name, b"%08d" % i, partition=i % PARTITIONS,
+                                  on_delivery=report)
+                        break
+                    except BufferError:
+                        p.poll(0.01)
+                if i % 1000 == 999:
+                    p.poll(0)
+                    ahead = (i + 1) / RATE - (time.monotonic() - start)
+                    if ahead > 0:
+                        time.sleep(ahead)
+            assert p.flush(60) == 0
+        finally:
+            p.close(10)
+        stats = proxy.stats()
+    assert not failed, failed[:5]
+    assert not [e for e in errors if e.fatal()], errors
+    # Every planned answer was injected, in the middle of the run, and the producer
+    # bumped its epoch for each UNKNOWN_PRODUCER_ID episode.
+    assert stats["injected"] == 1 + 1 + 3 + 2 and stats["diverted"] == 7, stats
+    assert sum("epoch bump needed" in r.getMessage() for r in caplog.records) >= 2
+    log = read_log(broker, topic_name)
+    for q in range(PARTITIONS):
+        assert log[q] == list(range(q, N, PARTITIONS)), f"partition {q}"
+
+
+def test_unexplained_out_of_order_stays_fatal(broker, topic_name):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that nothing before it explains (the
+    broker's sequence is not the producer's: it lost acknowledged data) is fatal, as in
+    librdkafka: error_cb gets it, later produce() calls raise it."""
+    broker.create_topic(topic_name, partitions=1)
+    errors, reports = [], []
+    with FaultProxy("127.0.0.1", broker.port, rewrite_addresses=True) as proxy:
+        p = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True,
+                      "error_cb": errors.append})
+        try:
+            p.produce(topic_name, b"first", partition=0,
+                      on_delivery=lambda e, m: reports.append(e))
+            assert p.flush(30) == 0 and reports == [None]
+            proxy.fail_requests(ApiKey.PRODUCE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+            p.produce(topic_name, b"second", partition=0,
+                      on_delivery=lambda e, m: reports.append(e))
+            assert p.flush(30) == 0
+            p.poll(0.5)
+            fatal = reports[1]
+            assert fatal is not None and fatal.fatal() and fatal.code() == KafkaError._FATAL
+            assert "OUT_OF_ORDER_SEQUENCE_NUMBER" in fatal.str()
+            assert [e.code() for e in errors if e.fatal()] == [KafkaError._FATAL]
+            with pytest.raises(KafkaException) as exc:
+                p.produce(topic_name, b"third", partition=0)
+            assert exc.value.args[0].fatal()
+        finally:
+            p.close(5)
+    assert read_log_one(broker, topic_name) == [b"first"]
+
+
+def read_log_one(broker, topic: str) -> List[bytes]:
+    conn = broker.connect()
+    try:
+        return [r.value for b in fetch_all(conn, topic, 0).batches for r in b]
+    finally:
+        conn.close()

@@ -1,0 +1,101 @@
+"""Transactions on the multi-broker test cluster (kafka_client.testing), under what a
+single-node broker cannot do: the transaction coordinator moving to another broker (the
+old one answers NOT_COORDINATOR), leaders moving, and the coordinator's answers refused
+with retriable errors. Checked on the broker side: the cluster filters aborted
+transactions for read_committed fetches, and its request log shows where each
+transactional request went."""
+from __future__ import annotations
+
+import time
+from typing import Dict, List
+
+import pytest
+
+from kafka_client import Consumer, Producer, TopicPartition
+
+pytestmark = [pytest.mark.integration]
+
+PARTITIONS = 3
+PER_TXN = 500
+
+
+def read_committed(cluster, topic: str, expect: int, timeout: float = 30.0
+                   ) -> Dict[int, List[int]]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "check",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "fetch.wait.max.ms": 50})
+    out: Dict[int, List[int]] = {p: [] for p in range(PARTITIONS)}
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        deadline = time.monotonic() + timeout
+        idle_since = None
+        while time.monotonic() < deadline:
+            msgs = consumer.consume(10_000, 0.2)
+            for m in msgs:
+                assert m.error() is None, m.error()
+                out[m.partition()].append(int(m.value()))
+            n = sum(map(len, out.values()))
+            if msgs or n < expect:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > 1.0:
+                break
+    finally:
+        consumer.close()
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_transactions_follow_coordinator_and_leader_moves(kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("txn-moves", partitions=PARTITIONS, replication_factor=3)
+    tid = "mover"
+    since = c.clear_request_log()
+    p = Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": tid,
+                  "linger.ms": 5, "retry.backoff.ms": 20, "retry.backoff.max.ms": 200})
+    committed: List[int] = []
+    coordinators = [c.coordinator(transactional_id=tid)]
+    try:
+        p.init_transactions(30)
+        for txn in range(20):
+            if txn in (4, 9, 14):      # the coordinator moves between transactions
+                to = next(b.id for b in c.brokers if b.id != coordinators[-1])
+                c.move_coordinator(to, transactional_id=tid)
+                coordinators.append(to)
+            if txn in (2, 11):
+                c.move_leader("txn-moves", txn % PARTITIONS)
+            if txn == 17:              # refused (not executed), retried
+                c.inject_errors("EndTxn", ["CONCURRENT_TRANSACTIONS"])
+                c.inject_errors("AddPartitionsToTxn", ["COORDINATOR_LOAD_IN_PROGRESS"])
+            p.begin_transaction()
+            numbers = range(txn * PER_TXN, (txn + 1) * PER_TXN)
+            for n in numbers:
+                p.produce("txn-moves", b"%08d" % n, partition=n % PARTITIONS)
+                if txn == 6 and n == numbers[PER_TXN // 2]:
+                    # ... and in the middle of one: its partitions are registered at the
+                    # old coordinator, its EndTxn goes to the new one
+                    assert p.flush(30) == 0
+                    to = next(b.id for b in c.brokers if b.id != coordinators[-1])
+                    c.move_coordinator(to, transactional_id=tid)
+                    coordinators.append(to)
+            if txn % 5 == 3:
+                p.abort_transaction(30)
+            else:
+                p.commit_transaction(30)
+                committed.extend(numbers)
+    finally:
+        p.close(10)
+    got = read_committed(c, "txn-moves", len(committed))
+    assert sorted(n for values in got.values() for n in values) == committed
+    for part, values in got.items():
+        assert values == sorted(values), f"partition {part} out of order"
+    # The requests followed the coordinator: NOT_COORDINATOR from an old one, then the
+    # EndTxn of the last transactions at the last coordinator.
+    log = c.request_log(since=since)
+    end_txn = [e for e in log if e.api == "EndTxn"]
+    assert {e.broker for e in end_txn} == set(coordinators)
+    assert any("NOT_COORDINATOR" in e.errors for e in log
+               if e.api in ("AddPartitionsToTxn", "EndTxn"))
+    assert [e for e in end_txn if e.injected_error == "CONCURRENT_TRANSACTIONS"]
+    assert end_txn[-1].broker == coordinators[-1] and not end_txn[-1].errors

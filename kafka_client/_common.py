@@ -318,6 +318,27 @@ class ClientBase:
         return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
                                          else timeout)
 
+    def cluster_id(self, timeout: Optional[float] = -1) -> Optional[str]:
+        """The cluster id (KIP-78), waited for at most ``timeout`` seconds (-1 or None:
+        ``socket.timeout.ms``) when no metadata answer has given it yet; None when the
+        brokers have none. Raises KafkaException (_TIMED_OUT, _TRANSPORT) when no broker
+        answered."""
+        self._check_open()
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, (int, float))):
+            raise TypeError(f"timeout must be a number of seconds, not "
+                            f"{type(timeout).__name__}")
+        return self._cluster.cluster_id(None if timeout is None or timeout < 0 else timeout)
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Replace the SASL PLAIN/SCRAM username and password used by the next
+        authentications; connections already authenticated keep theirs until they
+        reconnect or re-authenticate (librdkafka's behaviour)."""
+        self._check_open()
+        if not isinstance(username, str) or not isinstance(password, str):
+            raise TypeError("username and password must be str")
+        self._cluster.set_sasl_credentials(username, password)
+
     def _on_shutdown(self) -> Optional[Callable[[], None]]:
         """Application thread, once, as the client shuts down: refuse further use;
         returns what the I/O thread runs before the connections close (or None)."""

@@ -304,13 +304,13 @@ def _install_constants() -> None:
 _install_constants()
 
 
-def client_error(code: int, reason: Optional[str] = None, *, fatal: bool = False
-                 ) -> KafkaError:
+def client_error(code: int, reason: Optional[str] = None, *, fatal: bool = False,
+                 txn_requires_abort: bool = False) -> KafkaError:
     """An error the client itself raises or reports, for a broker or local ``code``: its
     ``retriable()`` is the error table's flag (broker codes), or true for the transient
     local codes (_TRANSPORT, _TIMED_OUT, _TIMED_OUT_QUEUE, _ALL_BROKERS_DOWN,
     _WAIT_COORD). The client decides its retries on that flag."""
-    return KafkaError(code, reason, fatal, _table_retriable(code))
+    return KafkaError(code, reason, fatal, _table_retriable(code), txn_requires_abort)
 
 
 class KafkaException(Exception):

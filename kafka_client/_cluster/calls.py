@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from kafka_client._net.connection import READY, BrokerConnection
-from kafka_client.errors import KafkaError
+from kafka_client.errors import KafkaError, client_error
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, FindCoordinatorRequest, api_info
 
@@ -195,7 +195,7 @@ class CallRunner:
                                f"(still failing when the request timed out)",
                                retriable=last.retriable())
         else:
-            error = KafkaError(KafkaError._TIMED_OUT,
+            error = client_error(KafkaError._TIMED_OUT,
                                f"{call.name} to {call.target!r} timed out"
                                + ("" if last is None else f": {last.str()}"))
         self._finish(call, error)
@@ -254,7 +254,7 @@ class CallRunner:
             if md.controller_id >= 0 and md.controller_id in md.brokers:
                 return md.controller_id
             if call._fresh_metadata:  # none right now (an election?): ask again later
-                self._retry(call, KafkaError(
+                self._retry(call, client_error(
                     KafkaError._WAIT_COORD,
                     f"{call.name}: the cluster metadata names no controller"))
                 return None
@@ -265,7 +265,7 @@ class CallRunner:
                 return target.node_id
             if call._fresh_metadata:
                 known = ", ".join(str(n) for n in sorted(md.brokers)) or "none"
-                self._finish(call, KafkaError(
+                self._finish(call, client_error(
                     KafkaError._UNKNOWN_BROKER,
                     f"{call.name}: broker {target.node_id} is not in the cluster "
                     f"(brokers: {known})"))
@@ -397,7 +397,7 @@ class CallRunner:
                 return
             except Exception as exc:
                 _log.exception("%s: response handler raised", call.name)
-                self._finish(call, KafkaError(KafkaError._FAIL,
+                self._finish(call, client_error(KafkaError._FAIL,
                                               f"{call.name}: cannot handle the response: "
                                               f"{exc}"))
                 return
@@ -414,7 +414,7 @@ class CallRunner:
         negotiated = conn.version_for(call.api_key)
         name = api_info(call.api_key).name
         if negotiated is None:
-            self._finish(call, KafkaError(
+            self._finish(call, client_error(
                 KafkaError._UNSUPPORTED_FEATURE,
                 f"{call.name}: broker {conn.node_id} ({conn.host}:{conn.port}) does not "
                 f"support the {name} API"))
@@ -422,7 +422,7 @@ class CallRunner:
         version = negotiated if call.max_version is None else min(negotiated,
                                                                   call.max_version)
         if version < call.min_version:
-            self._finish(call, KafkaError(
+            self._finish(call, client_error(
                 KafkaError._UNSUPPORTED_FEATURE,
                 f"{call.name}: needs {name} version {call.min_version} or later; broker "
                 f"{conn.node_id} ({conn.host}:{conn.port}) supports up to {negotiated}"))
@@ -437,7 +437,7 @@ class CallRunner:
             return
         call.lost += 1
         if call.lost > MAX_LOST:
-            self._finish(call, KafkaError(
+            self._finish(call, client_error(
                 error.code(), f"{call.name} to {call.target!r}: {error.str()} (the request "
                 f"was lost with its connection {call.lost} times)"))
             return
@@ -466,7 +466,7 @@ class CallRunner:
 def _metadata_outcome(resp: Any, err: Optional[KafkaError]) -> Optional[KafkaError]:
     """A :meth:`Cluster.request_metadata` answer as an error (None: the cache has it)."""
     if err is None and resp is None:
-        return KafkaError(KafkaError._TIMED_OUT, "no broker answered the Metadata request "
+        return client_error(KafkaError._TIMED_OUT, "no broker answered the Metadata request "
                           "in time")
     return err
 
@@ -482,9 +482,9 @@ def _moved_codes(target: Any) -> frozenset:
 def broker_error(code: int, message: Optional[str], what: str) -> KafkaError:
     """A broker error code as a KafkaError whose text says what failed and carries the
     broker's own message when it sent one."""
-    base = KafkaError(code)
+    base = client_error(code)
     text = message if message else base.str()
-    return KafkaError(code, f"{what}: {text}")
+    return client_error(code, f"{what}: {text}")
 
 
 def group_by_topic(keys: Iterable[PartitionKey]) -> Dict[str, List[int]]:
@@ -556,7 +556,7 @@ class _LeaderFanout:
             text = f"{self.name} {key[0]} [{key[1]}]: no leader before the request timed out"
             if last is not None:
                 text += f" (last error: {last.str()})"
-            self.finish(key, None, KafkaError(
+            self.finish(key, None, client_error(
                 last.code() if last is not None else KafkaError._TIMED_OUT, text))
         self.waiting = []
 
@@ -579,7 +579,7 @@ class _LeaderFanout:
             if code and code != ErrorCode.LEADER_NOT_AVAILABLE:
                 self.finish(key, None, broker_error(code, None, f"{self.name} {topic}"))
             elif info is not None and not 0 <= partition < info.partition_count and not code:
-                self.finish(key, None, KafkaError(
+                self.finish(key, None, client_error(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     f"{self.name} {topic} [{partition}]: the topic has "
                     f"{info.partition_count} partitions"))
@@ -593,7 +593,7 @@ class _LeaderFanout:
         for leader, keys in by_leader.items():
             self._send(leader, keys)
         if still:
-            self._again(KafkaError(ErrorCode.LEADER_NOT_AVAILABLE,
+            self._again(client_error(ErrorCode.LEADER_NOT_AVAILABLE,
                                    f"{self.name}: {len(still)} partition(s) have no leader"))
 
     def _send(self, leader: int, keys: List[PartitionKey]) -> None:
@@ -603,7 +603,7 @@ class _LeaderFanout:
             for key in keys:
                 answer = answers.get(key)
                 if answer is None:
-                    self.finish(key, None, KafkaError(
+                    self.finish(key, None, client_error(
                         KafkaError._BAD_MSG,
                         f"{self.name}: broker {leader} did not answer for "
                         f"{key[0]} [{key[1]}]"))

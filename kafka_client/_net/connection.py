@@ -648,8 +648,8 @@ class BrokerConnection:
             except _TLS_WOULD_BLOCK:
                 break
             except OSError as exc:
-                self.close(KafkaError(_io_error_code(exc),
-                                      f"{self.host}:{self.port}: send failed: {exc}"))
+                self.close(client_error(_io_error_code(exc),
+                                        f"{self.host}:{self.port}: send failed: {exc}"))
                 return
             self._tls_pending = None if n >= len(chunk) else memoryview(chunk)[n:]
             self._written += n

@@ -15,16 +15,13 @@ error for that resource (or the local one: timed out, unsupported by the broker,
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import threading
 import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TypeVar
 
 from kafka_client._cluster.calls import CallRunner, PartitionKey
-from kafka_client._cluster.cluster import Cluster
-from kafka_client._cluster.metadata import ClusterMetadata
-from kafka_client._common import apply_debug, make_config, serve_errors, stop_client
+from kafka_client._common import ClientBase
 from kafka_client._model import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
@@ -32,17 +29,14 @@ from kafka_client._model import (
     IsolationLevel,
     TopicCollection,
 )
-from kafka_client._net.io_thread import IOThread
 from kafka_client.admin import _operations as ops
 from kafka_client.admin._acl import AclBinding, AclBindingFilter
 from kafka_client.admin._config import AlterConfigOpType, ConfigResource
 from kafka_client.admin._topics import NewPartitions, NewTopic, OffsetSpec
-from kafka_client.errors import KafkaError
+from kafka_client.errors import KafkaError, client_error
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 
 __all__ = ["AdminClient"]
-
-_log = logging.getLogger("kafka_client.admin")
 
 Future = concurrent.futures.Future
 K = TypeVar("K")
@@ -52,7 +46,6 @@ _MAX_TIMEOUT = 3600.0
 _MAX_PARTITIONS = 100000
 _MAX_REPLICATION = 10000
 
-_instances = 0
 
 
 def _future() -> Future:
@@ -92,12 +85,12 @@ def _duplicates(keys: List[Any], futures: Dict[Any, Future], what: str) -> bool:
     if len(set(keys)) == len(keys):
         return False
     for fut in futures.values():
-        ops.settle(fut, error=KafkaError(KafkaError._INVALID_ARG,
+        ops.settle(fut, error=client_error(KafkaError._INVALID_ARG,
                                          f"Duplicate {what} not allowed"))
     return True
 
 
-class AdminClient:
+class AdminClient(ClientBase):
     """Administer topics, configurations, records, consumer groups and ACLs.
 
     ``AdminClient(conf)`` takes librdkafka's configuration properties (at least
@@ -114,22 +107,15 @@ class AdminClient:
     and never wait there for another of this client's futures.
     """
 
+    _role = "admin"
+    _closed_text = "AdminClient has been closed"
+
     def __init__(self, conf: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
-        global _instances
-        self._closed = True
-        self._config = cfg = make_config(conf, kwargs, "admin")
-        logger = cfg["logger"]
-        self._log = logger if logger is not None else _log
-        _instances += 1
-        self._io = IOThread(name=f"kafka-admin-{_instances}")
-        self._cluster = Cluster(cfg, self._io)
+        self._init_client(conf, kwargs)
         self._runner = CallRunner(self._cluster)
-        self._error_cb: Optional[Callable] = cfg["error_cb"]
         self._outstanding: Set[Future] = set()
         self._lock = threading.Lock()
-        self._closed = False
-        apply_debug(cfg["debug"])
-        self._io.start()
+        self._start_client()
 
     # -- plumbing --------------------------------------------------------------------------
     def _options(self, request_timeout: Optional[float] = None,
@@ -140,8 +126,7 @@ class AdminClient:
         defaults to 0 (the broker answers at once), with ``wait_by_default`` to the
         request timeout (librdkafka's default for DeleteRecords); -1 is the request
         timeout too."""
-        if self._closed:
-            raise RuntimeError("AdminClient has been closed")
+        self._check_open()
         default = self._cluster.settings.request_timeout
         req = _timeout(request_timeout, "request_timeout", 0.0, default)
         op = _timeout(operation_timeout, "operation_timeout", -1.0,
@@ -232,19 +217,6 @@ class AdminClient:
         if not _duplicates(names, futures, "topics"):
             self._start(ops.create_partitions, new_partitions, futures, opts)
         return futures
-
-    def list_topics(self, topic: Optional[str] = None, timeout: float = -1) -> ClusterMetadata:
-        """Cluster metadata (every topic, or only ``topic``), waited for at most
-        ``timeout`` seconds (-1: ``socket.timeout.ms``); as ``Producer.list_topics()``."""
-        self._check_open()
-        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
-                                         else timeout)
-
-    def cluster_id(self, timeout: float = -1) -> Optional[str]:
-        """The cluster id, waited for at most ``timeout`` seconds (-1:
-        ``socket.timeout.ms``); KafkaException (_TIMED_OUT) if no broker answered."""
-        self._check_open()
-        return self._cluster.cluster_id(None if timeout is None or timeout < 0 else timeout)
 
     def describe_topics(self, topics: TopicCollection, *,
                         include_authorized_operations: bool = False,
@@ -347,7 +319,7 @@ class AdminClient:
         for res in resources:
             names = [e.name for e in res.incremental_configs]
             if len(set(names)) != len(names):
-                ops.settle(futures[res], error=KafkaError(KafkaError._INVALID_ARG,
+                ops.settle(futures[res], error=client_error(KafkaError._INVALID_ARG,
                                                           "Duplicate ConfigEntry found"))
         todo = [r for r in resources if not futures[r].done()]
         if todo:
@@ -418,7 +390,7 @@ class AdminClient:
         futures = self._keyed(keyed)
         bad = [tp for tp in keyed if tp.offset < -3]
         for tp in bad:
-            ops.settle(futures[tp], error=KafkaError(
+            ops.settle(futures[tp], error=client_error(
                 KafkaError._INVALID_ARG,
                 f"Partition {tp.partition} has an invalid offset {tp.offset}"))
         specs = {(tp.topic, tp.partition): tp.offset for tp in keyed if tp not in bad}
@@ -575,7 +547,7 @@ class AdminClient:
         self._check_open()
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while True:
-            n = serve_errors(self._cluster, self._error_cb, self._log)
+            n = self._serve_errors()
             if n or (deadline is not None and time.monotonic() >= deadline):
                 return n
             time.sleep(0.05 if deadline is None else
@@ -586,42 +558,19 @@ class AdminClient:
         with self._lock:
             return len(self._outstanding)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("AdminClient has been closed")
-
     def close(self) -> None:
         """Stop the client: operations still running fail with _DESTROY, connections
         close, the I/O thread ends. Later calls raise RuntimeError."""
         if self._closed:
+            if self._forked:
+                self._refuse()
             return
-        self._closed = True
-        stop_client(self._io, self._cluster)
+        self._shutdown()
         # Whatever was still running (waiting for a broker, a lookup or an answer) ends.
         with self._lock:
             left = list(self._outstanding)
         for fut in left:
-            ops.settle(fut, error=KafkaError(KafkaError._DESTROY, "AdminClient closed"))
-
-    def __enter__(self) -> "AdminClient":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        # Pending futures keep the client alive (their done callbacks hold it), so this
-        # runs once nothing is left; on the I/O thread when it completed the last one.
-        if getattr(self, "_closed", True):
-            return
-        try:
-            if self._io.in_thread():  # it cannot wait for itself: the loop ends after this
-                self._closed = True
-                self._io.stop(0)
-            else:
-                self.close()
-        except Exception:  # interpreter shutdown
-            pass
+            ops.settle(fut, error=client_error(KafkaError._DESTROY, "AdminClient closed"))
 
 
 # --------------------------------------------------------------------------- input checks

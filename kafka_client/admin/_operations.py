@@ -53,7 +53,7 @@ from kafka_client.admin._topics import (
     TopicDescription,
 )
 from kafka_client.consumer.assignors import decode_assignment
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -156,7 +156,7 @@ def result_error(code: int, message: Optional[str]) -> Optional[KafkaError]:
     message when it gave one."""
     if not code:
         return None
-    return KafkaError(code, message) if message else KafkaError(code)
+    return client_error(code, message) if message else client_error(code)
 
 
 def _node(runner: CallRunner, node_id: int) -> Optional[Node]:
@@ -199,7 +199,7 @@ def topic_name_error(name: str) -> Optional[KafkaError]:
         problem = "only ASCII letters, digits, '.', '_' and '-' are allowed"
     if problem is None:
         return None
-    return KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+    return client_error(ErrorCode.INVALID_TOPIC_EXCEPTION,
                       f"Invalid topic name {name!r}: {problem}")
 
 
@@ -207,10 +207,10 @@ def _zero_count_error(t: NewTopic) -> Optional[KafkaError]:
     """Zero partitions or replicas: librdkafka lets them through to the broker, which
     refuses them (Kafka does; a lax broker might create an unusable topic)."""
     if t.num_partitions == 0:
-        return KafkaError(ErrorCode.INVALID_PARTITIONS,
+        return client_error(ErrorCode.INVALID_PARTITIONS,
                           f"Invalid NewTopic({t.topic}): num_partitions must be at least 1")
     if t.replication_factor == 0:
-        return KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+        return client_error(ErrorCode.INVALID_REPLICATION_FACTOR,
                           f"Invalid NewTopic({t.topic}): replication_factor must be at least 1")
     return None
 
@@ -233,13 +233,13 @@ def _settle_by_name(results: Sequence[Any], futures: Dict[str, Future],
     if retry is None:
         for name in list(pending):  # the broker left it out of an otherwise final answer
             del pending[name]
-            settle(futures[name], error=KafkaError(
+            settle(futures[name], error=client_error(
                 KafkaError._BAD_MSG, f"the broker's answer has no result for {name!r}"))
     return retry
 
 
 def _unsupported(what: str) -> CallError:
-    return CallError(KafkaError(KafkaError._UNSUPPORTED_FEATURE, what))
+    return CallError(client_error(KafkaError._UNSUPPORTED_FEATURE, what))
 
 
 # --------------------------------------------------------------------------- topics
@@ -354,7 +354,7 @@ def describe_topics(runner: CallRunner, topics: List[str], futures: Dict[str, Fu
                 _operations(getattr(t, "topic_authorized_operations", _NO_OPERATIONS))
                 if opts.include_authorized_operations else None))
         for name, fut in futures.items():
-            settle(fut, error=KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            settle(fut, error=client_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                          f"the broker's answer does not mention {name!r}"))
         return None
 
@@ -430,7 +430,7 @@ def _by_target(resources: List[ConfigResource], futures: Dict[ConfigResource, Fu
     groups: Dict[Any, List[ConfigResource]] = {}
     for res in resources:
         if res.restype not in _CONFIG_WIRE_TYPE:
-            settle(futures[res], error=KafkaError(
+            settle(futures[res], error=client_error(
                 KafkaError._INVALID_ARG, f"{res.restype} resources have no configuration"))
             continue
         if res.restype == ResourceType.BROKER:
@@ -438,7 +438,7 @@ def _by_target(resources: List[ConfigResource], futures: Dict[ConfigResource, Fu
                 if not -2 ** 31 <= int(res.name) < 2 ** 31:
                     raise ValueError
             except ValueError:
-                settle(futures[res], error=KafkaError(
+                settle(futures[res], error=client_error(
                     KafkaError._INVALID_ARG, f"Expected an int32 broker_id for "
                     f"ConfigResource(type=BROKER, name={res.name})"))
                 continue
@@ -491,7 +491,7 @@ def _describe_configs(runner: CallRunner, target: Any, group: List[ConfigResourc
             settle(futures[res], None if err else {
                 c.name: _config_entry(c, version) for c in r.configs or ()}, err)
         for res in group:
-            settle(futures[res], error=KafkaError(
+            settle(futures[res], error=client_error(
                 KafkaError._BAD_MSG, f"the broker's answer has no result for {res}"))
         return None
 
@@ -545,7 +545,7 @@ def _alter(runner: CallRunner, name: str, api_key: ApiKey, target: Any,
             res = by_key.get((r.resource_type, r.resource_name))
             if res is not None:
                 settle(own[res], None, result_error(r.error_code, r.error_message))
-        fail_all(own)(KafkaError(KafkaError._BAD_MSG, "the broker's answer has no result "
+        fail_all(own)(client_error(KafkaError._BAD_MSG, "the broker's answer has no result "
                                  "for this resource"))
         return None
 
@@ -703,7 +703,7 @@ def _describe_group(runner: CallRunner, group_id: str, future: Future, opts: Opt
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
         g = next((g for g in resp.groups if g.group_id == group_id), None)
         if g is None:
-            settle(future, error=KafkaError(KafkaError._BAD_MSG,
+            settle(future, error=client_error(KafkaError._BAD_MSG,
                                             f"the broker's answer does not describe "
                                             f"group {group_id!r}"))
             return None
@@ -749,7 +749,7 @@ def delete_consumer_groups(runner: CallRunner, group_ids: List[str],
             code = r.error_code if r is not None else None
             if code in _RETRIED:
                 return result_error(code, None)
-            settle(future, None, KafkaError(KafkaError._BAD_MSG, "no result for the group")
+            settle(future, None, client_error(KafkaError._BAD_MSG, "no result for the group")
                    if r is None else result_error(code, None))
             return None
 
@@ -787,7 +787,7 @@ def list_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopicP
         if resp.groups:  # v8+
             answer = next((g for g in resp.groups if g.group_id == group_id), None)
             if answer is None:
-                settle(future, error=KafkaError(KafkaError._BAD_MSG,
+                settle(future, error=client_error(KafkaError._BAD_MSG,
                                                 f"the broker's answer has no offsets for "
                                                 f"group {group_id!r}"))
                 return None
@@ -889,7 +889,7 @@ def create_acls(runner: CallRunner, acls: List[AclBinding], futures: Dict[AclBin
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
         for a, r in zip(acls, resp.results):
             settle(futures[a], None, result_error(r.error_code, r.error_message))
-        fail_all(futures)(KafkaError(KafkaError._BAD_MSG, "the broker's answer has fewer "
+        fail_all(futures)(client_error(KafkaError._BAD_MSG, "the broker's answer has fewer "
                                      "results than bindings sent"))
         return None
 
@@ -950,7 +950,7 @@ def delete_acls(runner: CallRunner, filters: List[AclBindingFilter],
                          getattr(m, "pattern_type", ResourcePatternType.LITERAL.value),
                          m.principal, m.host, m.operation, m.permission_type)
                 for m in r.matching_acls], err)
-        fail_all(futures)(KafkaError(KafkaError._BAD_MSG, "the broker's answer has fewer "
+        fail_all(futures)(client_error(KafkaError._BAD_MSG, "the broker's answer has fewer "
                                      "results than filters sent"))
         return None
 

@@ -38,7 +38,6 @@ from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Report, Sender
 from kafka_client.producer.transactions import TransactionManager
 from kafka_client.types import (
-    OFFSET_INVALID,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     Message,

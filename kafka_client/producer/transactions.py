@@ -58,7 +58,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from kafka_client._cluster.calls import Call, CallRunner, Coordinator, CoordinatorType
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.types import TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -154,8 +154,8 @@ _NEEDS_BUMP = frozenset((ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUC
 
 def fenced_error(code: int, what: str) -> KafkaError:
     """The fatal ``_FENCED`` error librdkafka reports for every fencing code."""
-    return KafkaError(KafkaError._FENCED,
-                      f"{what}: {KafkaError(code).name()}: this producer was fenced by a newer "
+    return client_error(KafkaError._FENCED,
+                      f"{what}: {client_error(code).name()}: this producer was fenced by a newer "
                       f"instance with the same transactional.id", fatal=True)
 
 
@@ -301,7 +301,7 @@ class TransactionManager:
             state = self.state
             if state == TxnState.BEGIN_COMMIT:
                 if self.delivery_failures:
-                    self._abortable_locked(KafkaError(
+                    self._abortable_locked(client_error(
                         KafkaError._INCONSISTENT,
                         f"{self.delivery_failures} message(s) failed delivery (see "
                         f"individual delivery reports)"), bump=False)
@@ -369,11 +369,11 @@ class TransactionManager:
             if self.state == TxnState.FATAL_ERROR and self.error is not None:
                 return self.error
             if self.state == TxnState.ABORTABLE_ERROR and self.error is not None:
-                return KafkaError(self.error.code(), f"Unable to produce message: the "
+                return client_error(self.error.code(), f"Unable to produce message: the "
                                   f"transaction must be aborted: {self.error.str()}",
                                   txn_requires_abort=True)
             hint = _STATE_HINTS.get(self.state, "")
-            return KafkaError(KafkaError._STATE,
+            return client_error(KafkaError._STATE,
                               f"Unable to produce message in transaction state "
                               f"{self.state.value}: {hint or 'not in a transaction'}")
 
@@ -487,10 +487,10 @@ class TransactionManager:
         if self.state == TxnState.FATAL_ERROR and self.error is not None:
             return self.error
         if self.state == TxnState.ABORTABLE_ERROR and self.error is not None:
-            return KafkaError(self.error.code(), self.error.str(), txn_requires_abort=True)
+            return client_error(self.error.code(), self.error.str(), txn_requires_abort=True)
         hint = _STATE_HINTS.get(self.state)
         what = f"{api}() is not" if api else "Operation not"
-        return KafkaError(KafkaError._STATE, f"{what} valid in transaction state "
+        return client_error(KafkaError._STATE, f"{what} valid in transaction state "
                           f"{self.state.value}" + (f": {hint}" if hint else ""))
 
     def _complete(self) -> None:
@@ -541,7 +541,7 @@ class TransactionManager:
             return False  # the first error counts; aborting already
         _log.error("transaction failed in state %s: %s (%s)%s", self.state.value,
                    error.str(), error.name(), " (requires an epoch bump)" if bump else "")
-        self.error = KafkaError(error.code(), error.str(), txn_requires_abort=True)
+        self.error = client_error(error.code(), error.str(), txn_requires_abort=True)
         self._set_state(TxnState.ABORTABLE_ERROR)
         return True
 
@@ -551,7 +551,7 @@ class TransactionManager:
         with self.lock:
             if self.state == TxnState.FATAL_ERROR:
                 return
-            fatal = KafkaError(error.code(), error.str(), fatal=True)
+            fatal = client_error(error.code(), error.str(), fatal=True)
             _log.error("fatal transaction error: %s (%s)", fatal.str(), fatal.name())
             self.error = fatal
             self._set_state(TxnState.FATAL_ERROR)
@@ -563,7 +563,7 @@ class TransactionManager:
     def _purge_queued(self) -> None:
         """Fail what is queued (not what is in flight) with _PURGE_QUEUE (a purged batch
         that had its sequence number asks for an epoch bump, through the sender)."""
-        self.sender.purge_queued(KafkaError(KafkaError._PURGE_QUEUE,
+        self.sender.purge_queued(client_error(KafkaError._PURGE_QUEUE,
                                             "purged: the transaction is aborted"))
 
     def _init_producer_id(self, bump: bool = False) -> None:
@@ -590,11 +590,11 @@ class TransactionManager:
                 self.sender.restart_sequences()
                 self._pid_assigned()
                 return None
-            error = KafkaError(code, f"InitProducerId: {KafkaError(code).name()}")
+            error = client_error(code, f"InitProducerId: {client_error(code).name()}")
             self._last_init_error = error
             if code in _FATAL:
                 self.fatal_error(fenced_error(code, "InitProducerId") if code in _FENCED
-                                 else KafkaError(code, f"Failed to initialize the "
+                                 else client_error(code, f"Failed to initialize the "
                                                  f"transactional producer: {error.str()}"))
                 return None
             if code in _COORDINATOR_MOVED or code in _RETRY:
@@ -676,11 +676,11 @@ class TransactionManager:
                 return None
             self._pending.update(p for p, _ in failed)
             worst = _worst({code for _, code in failed})
-            what = ", ".join(f"{p.topic.name}[{p.index}]: {KafkaError(c).name()}"
+            what = ", ".join(f"{p.topic.name}[{p.index}]: {client_error(c).name()}"
                              for p, c in failed[:5])
             if worst in _FATAL:
                 self.fatal_error(fenced_error(worst, "AddPartitionsToTxn") if worst in _FENCED
-                                 else KafkaError(worst, f"Failed to add partitions to the "
+                                 else client_error(worst, f"Failed to add partitions to the "
                                                  f"transaction: {what}"))
             elif worst in _COORDINATOR_MOVED:
                 self.runner.coordinators.pop((CoordinatorType.TRANSACTION,
@@ -691,7 +691,7 @@ class TransactionManager:
                     _CONCURRENT_BACKOFF if worst == ErrorCode.CONCURRENT_TRANSACTIONS
                     else self.backoff)
             else:
-                self.abortable_error(KafkaError(worst, f"Failed to add partitions to the "
+                self.abortable_error(client_error(worst, f"Failed to add partitions to the "
                                                 f"transaction: {what}"),
                                      bump=worst in _NEEDS_BUMP)
             return None
@@ -769,7 +769,7 @@ class TransactionManager:
             if not failed:
                 self._set_result(None)
                 return None
-            what = ", ".join(f"{t}[{i}]: {KafkaError(c).name()}" for t, i, c in failed[:5])
+            what = ", ".join(f"{t}[{i}]: {client_error(c).name()}" for t, i, c in failed[:5])
             return self._failed_in_transaction(
                 _worst({c for _, _, c in failed}), "TxnOffsetCommit",
                 f"Failed to commit offsets to the transaction ({what})")
@@ -781,14 +781,14 @@ class TransactionManager:
     def _failed_in_transaction(self, code: int, what: str, text: str) -> Optional[KafkaError]:
         """An offsets request's error: retry (returned), fatal, or abortable."""
         if code in _COORDINATOR_MOVED or code in _RETRY:
-            return KafkaError(code, f"{what}: {KafkaError(code).name()}")
+            return client_error(code, f"{what}: {client_error(code).name()}")
         if code in _FATAL:
             self.fatal_error(fenced_error(code, what) if code in _FENCED
-                             else KafkaError(code, f"{text}: {KafkaError(code).name()}"))
+                             else client_error(code, f"{text}: {client_error(code).name()}"))
             return None
-        error = KafkaError(code, f"{text}: {KafkaError(code).name()}")
+        error = client_error(code, f"{text}: {client_error(code).name()}")
         self.abortable_error(error)
-        self._set_result(KafkaError(code, error.str(), txn_requires_abort=True))
+        self._set_result(client_error(code, error.str(), txn_requires_abort=True))
         return None
 
     def _end_txn(self, commit: bool) -> None:
@@ -808,14 +808,14 @@ class TransactionManager:
                 self._end_txn_done(commit)
                 return None
             if code in _COORDINATOR_MOVED or code in _RETRY:
-                return KafkaError(code, f"EndTxn({what}): {KafkaError(code).name()}")
+                return client_error(code, f"EndTxn({what}): {client_error(code).name()}")
             if code in _FATAL:
                 self.fatal_error(fenced_error(code, f"EndTxn({what})") if code in _FENCED
-                                 else KafkaError(code, f"Failed to {what} the transaction: "
-                                                 f"{KafkaError(code).name()}"))
+                                 else client_error(code, f"Failed to {what} the transaction: "
+                                                 f"{client_error(code).name()}"))
                 return None
-            error = KafkaError(code, f"Failed to {what} the transaction: "
-                               f"{KafkaError(code).name()}", txn_requires_abort=True)
+            error = client_error(code, f"Failed to {what} the transaction: "
+                               f"{client_error(code).name()}", txn_requires_abort=True)
             if code in _NEEDS_BUMP and not commit:
                 # The coordinator lost the producer id: the bump aborts what is open.
                 self.needs_bump = True
@@ -853,7 +853,7 @@ class TransactionManager:
         if failed_meanwhile:
             # As librdkafka: committed on the broker, failed here: nothing consistent is
             # left to do with this producer.
-            self.fatal_error(KafkaError(self.error.code(), f"the transaction was committed "
+            self.fatal_error(client_error(self.error.code(), f"the transaction was committed "
                                         f"on the broker after it had failed here: "
                                         f"{self.error.str()}"))
             return
@@ -941,11 +941,11 @@ def _check_offsets_args(offsets: Any, group_metadata: Any) -> List[TopicPartitio
     valid = []
     for tp in offsets:
         if tp.partition < 0:
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+            raise KafkaException(client_error(KafkaError._INVALID_ARG,
                                             f"{tp.topic}: invalid partition {tp.partition}"))
         key = (tp.topic, tp.partition)
         if key in seen:
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+            raise KafkaException(client_error(KafkaError._INVALID_ARG,
                                             f"{tp.topic}[{tp.partition}] appears twice"))
         seen.add(key)
         if tp.offset >= 0:   # logical offsets (OFFSET_INVALID, ...) are skipped, as

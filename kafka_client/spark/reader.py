@@ -127,7 +127,8 @@ def _read_error(rng: OffsetRange, offset: int, err: KafkaError) -> Exception:
             f"{where}: the offset is no longer in the log (deleted since the query was "
             f"planned): {err.str()}. Set failOnDataLoss to false to go on from the log "
             f"start instead.")
-    return KafkaException(KafkaError(err.code(), f"{where}: {err.str()}"))
+    return KafkaException(KafkaError(err.code(), f"{where}: {err.str()}", err.fatal(),
+                                      err.retriable(), err.txn_requires_abort()))
 
 
 def plan_batch(opts: ReadOptions) -> List[OffsetRange]:

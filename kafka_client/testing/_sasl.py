@@ -42,7 +42,13 @@ from kafka_proto.errors import ErrorCode
 from kafka_proto.framing import encode_frame
 from kafka_proto.messages import ApiKey, SaslAuthenticateResponse, SaslHandshakeResponse
 
-from kafka_client._net.security.sasl import SCRAM_HASHES, scram_keys, scram_salted_password
+from kafka_client._net.security.sasl import (
+    SCRAM_HASHES,
+    SaslError,
+    scram_attributes,
+    scram_keys,
+    scram_salted_password,
+)
 
 from ._api import RequestContext, error_answer, handles
 
@@ -126,12 +132,10 @@ class Credentials:
 
 
 def _attributes(message: str, what: str) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    for part in message.split(","):
-        if len(part) < 2 or part[1] != "=":
-            raise AuthenticationFailed(f"malformed SCRAM {what}: attribute {part!r}")
-        out.setdefault(part[0], part[2:])
-    return out
+    try:
+        return scram_attributes(message, what)
+    except SaslError as exc:   # the client's parser; the server fails the exchange
+        raise AuthenticationFailed(str(exc)) from None
 
 
 def _saslname(raw: str) -> str:

@@ -78,7 +78,9 @@ def _saslname(name: str) -> str:
     return name.replace("=", "=3D").replace(",", "=2C")
 
 
-def _attributes(message: str, what: str) -> Dict[str, str]:
+def scram_attributes(message: str, what: str) -> Dict[str, str]:
+    """The ``k=value`` attributes of a SCRAM message (RFC 5802), the first of each
+    kind kept; SaslError naming ``what`` for a malformed one."""
     attrs: Dict[str, str] = {}
     for part in message.split(","):
         if len(part) < 2 or part[1] != "=":
@@ -136,7 +138,7 @@ class ScramMechanism(SaslMechanism):
         raise SaslError("unexpected SCRAM message after the exchange completed")
 
     def _client_final(self, server_first: str) -> bytes:
-        attrs = _attributes(server_first, "server-first-message")
+        attrs = scram_attributes(server_first, "server-first-message")
         if "m" in attrs:
             raise SaslError("SCRAM server requires an extension this client does not know")
         nonce, salt_b64, iter_text = attrs.get("r"), attrs.get("s"), attrs.get("i")
@@ -164,7 +166,7 @@ class ScramMechanism(SaslMechanism):
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
     def _verify_server_final(self, server_final: str) -> None:
-        attrs = _attributes(server_final, "server-final-message")
+        attrs = scram_attributes(server_final, "server-final-message")
         if "e" in attrs:
             raise SaslError(f"SCRAM server refused the authentication: {attrs['e']}")
         try:

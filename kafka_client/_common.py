@@ -76,21 +76,20 @@ def make_config(config: Optional[Dict[str, Any]], kwargs: Dict[str, Any],
             raise TypeError(f"default.topic.config must be a dict, not "
                             f"{type(topic_conf).__name__}")
         conf.update(topic_conf)
-    _check_partitioner(conf.get("partitioner"))
+    if "partitioner" in conf:
+        _check_partitioner(conf["partitioner"])
     return ClientConfig.from_dict(conf, role=role)  # type: ignore[arg-type]
 
 
 def _check_partitioner(name: Any) -> None:
     """librdkafka's own words for a partitioner it does not know (it checks this one
     property apart from the others, and applications may match on the text)."""
-    if name is None:
-        return
     known = describe("partitioner")
     if not isinstance(name, str) or (name.strip().lower() not in known.values
                                      and name.strip().lower() not in known.synonyms):
         raise KafkaException(KafkaError(
-            KafkaError._INVALID_ARG,
-            f'Invalid value for configuration property "partitioner": {name}'))
+            KafkaError._INVALID_ARG, 'Invalid value for configuration property '
+            f'"partitioner": {"(null)" if name is None else name}'))
 
 
 def apply_debug(contexts: Sequence[str]) -> None:

@@ -709,8 +709,14 @@ def describe(name: str) -> Property:
 
 _NULLABLE = (STR, LOGGER, CALLABLE)
 #: Typed differently here than in librdkafka, where it is a string (None = default).
-_NULLABLE_NAMES = frozenset(("partition.assignment.strategy",))
-_TYPE_WORDS = {INT: "Integer ", FLOAT: "Float ", BOOL: "Bool "}
+_NULLABLE_NAMES = frozenset(("partition.assignment.strategy", "group.protocol.type"))
+#: Strings librdkafka checks against a list of values: None is refused as an invalid
+#: value ("(null)"), not taken as the default.
+_CHECKED_STRINGS = frozenset(("sasl.mechanism", "broker.version.fallback"))
+#: librdkafka's words for a typed property set to None: "Integer configuration property
+#: ... cannot be set to empty value"; for enums and lists "Configuration property ..."
+_EMPTY_VALUE_PREFIX = {INT: "Integer configuration", FLOAT: "Float configuration",
+                       BOOL: "Bool configuration"}
 
 
 def _value_text(value: Any) -> str:
@@ -981,10 +987,14 @@ class ClientConfig(Mapping[str, Any]):
             if prop.status == REFUSED:
                 raise _refusal(key, prop)
             if raw is None:
+                if prop.name in _CHECKED_STRINGS:
+                    raise _invalid(f"Invalid value for configuration property "
+                                   f"{_label(key, prop)}: (null)")
                 if prop.type in _NULLABLE or prop.name in _NULLABLE_NAMES:
                     continue  # unset: the default applies (librdkafka: empty string)
-                raise _invalid(f"{_TYPE_WORDS.get(prop.type, '')}configuration property "
-                               f"{_label(key, prop)} cannot be set to empty value")
+                prefix = _EMPTY_VALUE_PREFIX.get(prop.type, "Configuration")
+                raise _invalid(f"{prefix} property {_label(key, prop)} cannot be set to "
+                               f"empty value")
             value = _convert(key, prop, raw)
             reason = prop.refuse_values.get(value)
             if reason is not None:

@@ -30,10 +30,12 @@ from typing import (
     Optional,
     Sequence,
     TypeVar,
+    Union,
 )
 
 from kafka_client._cluster.cluster import Cluster
 from kafka_client._cluster.metadata import ClusterMetadata
+from kafka_client._model import ThrottleEvent
 from kafka_client._net.io_thread import IOThread
 from kafka_client.config import ClientConfig, describe
 from kafka_client.errors import KafkaError, KafkaException
@@ -237,8 +239,10 @@ class ClientBase:
         self._cluster = Cluster(cfg, self._io)
         self._error_cb: Optional[Callable] = cfg["error_cb"]
         self._stats_cb: Optional[Callable] = cfg["stats_cb"]
-        #: client-level errors taken from the cluster, not yet handed to error_cb
-        self._errors: Deque[KafkaError] = deque()
+        self._throttle_cb: Optional[Callable] = cfg["throttle_cb"]
+        #: client-level errors and throttle events taken from the cluster, not yet
+        #: handed to error_cb / throttle_cb
+        self._errors: Deque[Union[KafkaError, ThrottleEvent]] = deque()
         return cfg
 
     def _start_client(self) -> None:
@@ -283,23 +287,30 @@ class ClientBase:
         raise RuntimeError(self._closed_text)
 
     def _serve_errors(self) -> int:
-        """Hand the client-level errors the I/O thread collected to ``error_cb`` (or the
-        debug log when there is none); returns how many. If ``error_cb`` raises, the
-        errors after that one are served by the next call."""
+        """Hand the client-level events the I/O thread collected to their callbacks:
+        errors to ``error_cb`` (or the debug log when there is none), broker throttle
+        reports to ``throttle_cb`` (collected only when it is set); returns how many. If
+        a callback raises, the events after that one are served by the next call."""
         pending = self._errors
-        pending.extend(self._cluster.take_errors())
+        cluster = self._cluster
+        if cluster.errors:
+            pending.extend(cluster.take_errors())
+        if cluster.throttle_events:
+            pending.extend(cluster.take_throttle_events())
         served = 0
         error_cb = self._error_cb
         while pending:
             try:
-                err = pending.popleft()  # other threads may serve too: one pop each
+                event = pending.popleft()  # other threads may serve too: one pop each
             except IndexError:
                 break
             served += 1
-            if error_cb is not None:
-                error_cb(err)
+            if type(event) is ThrottleEvent:
+                self._throttle_cb(event)
+            elif error_cb is not None:
+                error_cb(event)
             else:
-                self._log.debug("client error: %s", err.str())
+                self._log.debug("client error: %s", event.str())
         return served
 
     def list_topics(self, topic: Optional[str] = None,

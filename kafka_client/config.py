@@ -333,9 +333,10 @@ _TABLE: Tuple[Property, ...] = (
     _p("stats_cb", CALLABLE, None, "*",
        "Called as stats_cb(json_str) from poll() every statistics.interval.ms.",
        pending_roles=("consumer", "admin"), note="the consumer does not call it yet"),
-    _ignored("throttle_cb", CALLABLE, None, "*",
-             "Called from poll() with a ThrottleEvent when a broker reports it throttled "
-             "this client.", "not called yet (broker throttle times are not passed on)"),
+    _p("throttle_cb", CALLABLE, None, "*",
+       "Called as throttle_cb(ThrottleEvent) from poll()/flush()/consume() when a broker "
+       "answers that it throttled this client (throttle_time_ms > 0), and once with 0 when "
+       "the throttling has ended, as librdkafka does."),
     _p("logger", LOGGER, None, "*",
        "A logging.Logger to send this client's log lines to, instead of the "
        "'kafka_client' logger."),

@@ -13,6 +13,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
+from kafka_client._model import ThrottleEvent
 from kafka_client._net.connection import (
     DISCONNECTED,
     READY,
@@ -65,7 +66,13 @@ class Cluster:
         self._md_conn: Optional[BrokerConnection] = None
         self.all_down_reported = False
         self.errors: List[KafkaError] = []  # client-level errors for error_cb (app thread)
-        self._errors_lock = threading.Lock()
+        #: broker throttle reports for throttle_cb (app thread); kept only when one is set
+        self.throttle_events: List[ThrottleEvent] = []
+        self._wants_throttle_events = config["throttle_cb"] is not None
+        #: the last throttle time any broker reported (ms), for librdkafka's rule: report
+        #: every time > 0, and the first 0 after one (the throttling has ended)
+        self._last_throttle_ms = 0
+        self._errors_lock = threading.Lock()  # guards errors and throttle_events
         self.closed = False
         tokens = self.settings.security.tokens
         if tokens is not None:  # failed OAUTHBEARER refreshes go to error_cb, as librdkafka's
@@ -77,6 +84,7 @@ class Cluster:
     def _new_conn(self, node_id: int, host: str, port: int) -> BrokerConnection:
         conn = BrokerConnection(self.io, node_id, host, port, self.settings,
                                 on_state=self._on_state)
+        conn.on_throttle = self._on_throttle
         self.conns[node_id] = conn
         return conn
 
@@ -197,6 +205,42 @@ class Cluster:
     def take_errors(self) -> List[KafkaError]:
         with self._errors_lock:
             out, self.errors = self.errors, []
+        return out
+
+    @staticmethod
+    def broker_id(conn: BrokerConnection) -> int:
+        """The broker's node id behind a connection (a coordinator's connection is keyed
+        apart, see COORDINATOR_KEY_BASE; a bootstrap connection not yet matched to a
+        broker has a negative id)."""
+        node_id = conn.node_id
+        return COORDINATOR_KEY_BASE - node_id if node_id > COORDINATOR_KEY_BASE // 2 \
+            else node_id
+
+    @classmethod
+    def broker_name(cls, conn: BrokerConnection) -> str:
+        """librdkafka's name of a broker: ``host:port/id`` (``/bootstrap`` before its id
+        is known)."""
+        node_id = cls.broker_id(conn)
+        return f"{conn.host}:{conn.port}/{node_id if node_id >= 0 else 'bootstrap'}"
+
+    def _on_throttle(self, conn: BrokerConnection, throttle_ms: int) -> None:
+        """I/O thread: a broker's answer carried a throttle time (see
+        BrokerConnection.on_throttle); a ThrottleEvent for throttle_cb when it is > 0,
+        or 0 while the last one reported was not."""
+        if throttle_ms <= 0 and self._last_throttle_ms <= 0:
+            return
+        self._last_throttle_ms = throttle_ms
+        if not self._wants_throttle_events:
+            return
+        event = ThrottleEvent(self.broker_name(conn), self.broker_id(conn),
+                              throttle_ms / 1000.0)
+        with self._errors_lock:
+            if len(self.throttle_events) < 1000:
+                self.throttle_events.append(event)
+
+    def take_throttle_events(self) -> List[ThrottleEvent]:
+        with self._errors_lock:
+            out, self.throttle_events = self.throttle_events, []
         return out
 
     # -- metadata --------------------------------------------------------------------

@@ -219,6 +219,13 @@ class BrokerConnection:
         self.tx_requests = 0
         #: [sum, count, max] seconds requests waited in this connection's queue
         self.outbuf_latency: List[float] = [0.0, 0, 0.0]
+        #: [sum, count, max] milliseconds the broker said it throttled us (answers > 0)
+        self.throttle: List[float] = [0.0, 0, 0.0]
+        #: the throttle time of the last answer that had one (ms)
+        self.last_throttle_ms = 0
+        #: ``on_throttle(conn, ms)``: an answer said the broker throttled this client for
+        #: ``ms`` > 0, or said 0 after an answer that had said more
+        self.on_throttle: Optional[Callable[["BrokerConnection", int], None]] = None
         self.tx_bytes = 0
         self.rx_bytes = 0
         self._addresses: List[Address] = []
@@ -765,11 +772,29 @@ class BrokerConnection:
             if event.__class__ is HandshakeExchange:
                 self._handshake_answered(event)
                 continue
-            self._finish(req, event.response, None)
+            resp = event.response
+            throttle_ms = getattr(resp, "throttle_time_ms", 0)
+            if throttle_ms or self.last_throttle_ms:
+                self._throttled(throttle_ms)
+            self._finish(req, resp, None)
             if self._queue and self.state == READY:
                 self._flush_queue()
             elif self._reauth_waiting:
                 self._maybe_reauth_now()
+
+    def _throttled(self, throttle_ms: int) -> None:
+        """An answer carried a throttle time (KIP-219: the broker answered at once and
+        asks the client to hold back that long): counted for the statistics and passed
+        to ``on_throttle``."""
+        self.last_throttle_ms = throttle_ms
+        if throttle_ms > 0:
+            stat = self.throttle
+            stat[0] += throttle_ms
+            stat[1] += 1
+            if throttle_ms > stat[2]:
+                stat[2] = throttle_ms
+        if self.on_throttle is not None:
+            self.on_throttle(self, throttle_ms)
 
     def _finish(self, req: _Request, resp: Any, error: Optional[KafkaError]) -> None:
         cb = req.callback

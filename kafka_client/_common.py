@@ -241,8 +241,9 @@ class ClientBase:
         self._stats_cb: Optional[Callable] = cfg["stats_cb"]
         self._throttle_cb: Optional[Callable] = cfg["throttle_cb"]
         #: client-level errors and throttle events taken from the cluster, not yet
-        #: handed to error_cb / throttle_cb
-        self._errors: Deque[Union[KafkaError, ThrottleEvent]] = deque()
+        #: handed to error_cb / throttle_cb, and exceptions an oauth_cb raised on the
+        #: token refresh thread, not yet raised to the application
+        self._errors: Deque[Union[KafkaError, ThrottleEvent, Exception]] = deque()
         return cfg
 
     def _start_client(self) -> None:
@@ -289,14 +290,18 @@ class ClientBase:
     def _serve_errors(self) -> int:
         """Hand the client-level events the I/O thread collected to their callbacks:
         errors to ``error_cb`` (or the debug log when there is none), broker throttle
-        reports to ``throttle_cb`` (collected only when it is set); returns how many. If
-        a callback raises, the events after that one are served by the next call."""
+        reports to ``throttle_cb`` (collected only when it is set); returns how many.
+        What ``oauth_cb`` raised on the token refresh thread is raised here, after the
+        error it caused was served. If a callback raises, the events after that one are
+        served by the next call."""
         pending = self._errors
         cluster = self._cluster
         if cluster.errors:
             pending.extend(cluster.take_errors())
         if cluster.throttle_events:
             pending.extend(cluster.take_throttle_events())
+        if cluster.callback_failures:
+            pending.extend(cluster.take_callback_failures())
         served = 0
         error_cb = self._error_cb
         while pending:
@@ -307,6 +312,8 @@ class ClientBase:
             served += 1
             if type(event) is ThrottleEvent:
                 self._throttle_cb(event)
+            elif isinstance(event, Exception):
+                raise event
             elif error_cb is not None:
                 error_cb(event)
             else:

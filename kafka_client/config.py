@@ -272,8 +272,8 @@ _TABLE: Tuple[Property, ...] = (
        derived="producer: true; consumer and admin: false"),
     _p("statistics.interval.ms", INT, 0, "*",
        "How often to call stats_cb with a JSON statistics document; 0 turns statistics off.",
-       min=0, max=86400000, pending_roles=("consumer", "admin"),
-       note="the consumer does not call stats_cb yet"),
+       min=0, max=86400000, pending_roles=("admin",),
+       note="the AdminClient does not call stats_cb yet"),
     _p("debug", CSV, (), "*",
        "Comma-separated debug contexts whose detailed logging is turned on.",
        values=_DEBUG_CONTEXTS),
@@ -331,8 +331,9 @@ _TABLE: Tuple[Property, ...] = (
        "Called as error_cb(KafkaError) from poll()/flush() for errors that are not tied to "
        "one message (lost connections, fatal errors, ...)."),
     _p("stats_cb", CALLABLE, None, "*",
-       "Called as stats_cb(json_str) from poll() every statistics.interval.ms.",
-       pending_roles=("consumer", "admin"), note="the consumer does not call it yet"),
+       "Called as stats_cb(json_str) from poll()/flush()/consume() every "
+       "statistics.interval.ms (librdkafka's JSON shape, for the fields this client keeps).",
+       pending_roles=("admin",), note="the AdminClient does not call it yet"),
     _p("throttle_cb", CALLABLE, None, "*",
        "Called as throttle_cb(ThrottleEvent) from poll()/flush()/consume() when a broker "
        "answers that it throttled this client (throttle_time_ms > 0), and once with 0 when "
@@ -1204,6 +1205,13 @@ class ClientConfig(Mapping[str, Any]):
 
     def _logger(self) -> Any:
         return self._values.get("logger") or _log
+
+    def logger_for(self, component: str) -> Any:
+        """What a part of the client logs through: the ``logger`` property (or the
+        log_cb/log_level wrapper) when set, else the component's own logger
+        ``component`` (``kafka_client.consumer.group``, ...), which the ``debug``
+        contexts turn up."""
+        return self._values["logger"] or logging.getLogger(component)
 
     # --- read access ---
 

@@ -15,8 +15,12 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
 from kafka_client._model import ThrottleEvent
 from kafka_client._net.connection import (
+    AUTHENTICATING,
+    CONNECTING,
     DISCONNECTED,
+    HANDSHAKE,
     READY,
+    TLS_HANDSHAKE,
     BrokerConnection,
     ConnectionSettings,
 )
@@ -34,6 +38,11 @@ _log = logging.getLogger("kafka_client.cluster")
 #: the Fetch long-polling there (up to fetch.wait.max.ms).
 COORDINATOR_KEY_BASE = 2**31 - 1
 
+#: connection states as librdkafka's statistics name them
+_LIBRDKAFKA_STATE = {DISCONNECTED: "DOWN", CONNECTING: "CONNECT",
+                     TLS_HANDSHAKE: "SSL_HANDSHAKE", HANDSHAKE: "APIVERSION_QUERY",
+                     AUTHENTICATING: "AUTH_HANDSHAKE", READY: "UP"}
+
 
 class Cluster:
     """Connections by node id, the bootstrap brokers (negative ids) and the metadata.
@@ -46,13 +55,15 @@ class Cluster:
         self.config = config
         self.io = io
         self.settings = ConnectionSettings(config)
+        self.log = config.logger_for(_log.name)
         self.auto_create = bool(config["allow.auto.create.topics"])
         refresh = config["topic.metadata.refresh.interval.ms"]
         self.metadata = MetadataCache(
             max_age=config["metadata.max.age.ms"] / 1000.0,
             refresh_interval=refresh / 1000.0 if refresh > 0 else -1,
             fast_interval=config["topic.metadata.refresh.fast.interval.ms"] / 1000.0,
-            fast_max=config["retry.backoff.max.ms"] / 1000.0)
+            fast_max=config["retry.backoff.max.ms"] / 1000.0,
+            log=config.logger_for("kafka_client.metadata"))
         self.conns: Dict[int, BrokerConnection] = {}
         self._coordinator_conns: Set[BrokerConnection] = set()
         self.bootstrap: List[BrokerConnection] = []
@@ -74,10 +85,12 @@ class Cluster:
         self._last_throttle_ms = 0
         self._errors_lock = threading.Lock()  # guards errors and throttle_events
         self.closed = False
+        #: exceptions the application's callbacks raised off the application thread
+        #: (oauth_cb refreshing a token), for the caller of poll()/flush()/consume()
+        self.callback_failures: List[Exception] = []
         tokens = self.settings.security.tokens
-        if tokens is not None:  # failed OAUTHBEARER refreshes go to error_cb, as librdkafka's
-            tokens.on_error = lambda message: self.report_error(
-                KafkaError(KafkaError._AUTHENTICATION, message))
+        if tokens is not None:
+            tokens.on_error = self._token_refresh_failed
         io.add_tick(self._tick)
 
     # -- connections -------------------------------------------------------------------
@@ -207,6 +220,21 @@ class Cluster:
             out, self.errors = self.errors, []
         return out
 
+    def _token_refresh_failed(self, message: str, exc: Exception) -> None:
+        """Token refresh thread: an OAUTHBEARER token could not be had (retried in 10 s):
+        _AUTHENTICATION for error_cb, as librdkafka's; what the application's oauth_cb
+        raised also goes on to the caller of poll()/flush()/consume(), after it."""
+        self.report_error(KafkaError(KafkaError._AUTHENTICATION, message))
+        if self.config["oauth_cb"] is not None:
+            with self._errors_lock:
+                if len(self.callback_failures) < 1000:
+                    self.callback_failures.append(exc)
+
+    def take_callback_failures(self) -> List[Exception]:
+        with self._errors_lock:
+            out, self.callback_failures = self.callback_failures, []
+        return out
+
     @staticmethod
     def broker_id(conn: BrokerConnection) -> int:
         """The broker's node id behind a connection (a coordinator's connection is keyed
@@ -222,6 +250,32 @@ class Cluster:
         is known)."""
         node_id = cls.broker_id(conn)
         return f"{conn.host}:{conn.port}/{node_id if node_id >= 0 else 'bootstrap'}"
+
+    def broker_stats(self) -> Dict[str, Dict[str, Any]]:
+        """Any thread: the ``brokers`` object of librdkafka's statistics JSON, for the
+        fields this client keeps (times in microseconds, throttle in milliseconds)."""
+        out = {}
+        for conn in list(self.conns.values()):
+            name = self.broker_name(conn)
+            if conn in self._coordinator_conns:
+                name += "/coordinator"  # a connection of its own (see COORDINATOR_KEY_BASE)
+            rtt_avg = conn.rtt_sum / conn.rtt_count if conn.rtt_count else 0
+            throttle = conn.throttle
+            out[name] = {
+                "name": name, "nodeid": self.broker_id(conn),
+                "nodename": f"{conn.host}:{conn.port}",
+                "state": _LIBRDKAFKA_STATE.get(conn.state, conn.state)
+                if conn.connect_count else "INIT",
+                "outbuf_cnt": conn.queued, "waitresp_cnt": conn.in_flight,
+                "tx": conn.tx_requests, "txbytes": conn.tx_bytes,
+                "rx": conn.rtt_count, "rxbytes": conn.rx_bytes,
+                "connects": conn.connect_count,
+                "rtt": {"avg": int(rtt_avg * 1e6), "max": int(conn.rtt_max * 1e6),
+                        "cnt": conn.rtt_count},
+                "outbuf_latency": _window(conn.outbuf_latency, 1e6),
+                "throttle": _window(throttle, 1),
+            }
+        return out
 
     def _on_throttle(self, conn: BrokerConnection, throttle_ms: int) -> None:
         """I/O thread: a broker's answer carried a throttle time (see
@@ -254,7 +308,7 @@ class Cluster:
                 try:
                     cb(known)
                 except Exception:
-                    _log.exception("metadata listener failed")
+                    self.log.exception("metadata listener failed")
 
     def _tick(self, now: float) -> Optional[float]:
         if self.closed:
@@ -303,7 +357,7 @@ class Cluster:
                     try:
                         cb(changed)
                     except Exception:
-                        _log.exception("metadata listener failed")
+                        self.log.exception("metadata listener failed")
             elif for_cache:
                 self.metadata.failed(topics, t)
             if callback is not None:
@@ -438,6 +492,14 @@ class Cluster:
                 continue
             conn.close(KafkaError(KafkaError._DESTROY, "client is closing"), fail_queued=True)
         return closing
+
+
+def _window(stat: List[float], scale: float) -> Dict[str, int]:
+    """``[sum, count, max]`` as librdkafka's window object, scaled to its unit."""
+    total, count, top = stat
+    if not count:
+        return {"avg": 0, "max": 0, "cnt": 0}
+    return {"avg": int(total / count * scale), "max": int(top * scale), "cnt": int(count)}
 
 
 def _wait_interruptibly(event: threading.Event, deadline: float) -> bool:

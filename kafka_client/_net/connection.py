@@ -138,7 +138,7 @@ class ConnectionSettings:
     __slots__ = ("client_id", "request_timeout", "setup_timeout", "api_versions_timeout",
                  "max_in_flight", "max_frame_size", "reconnect_backoff_ms",
                  "reconnect_backoff_max_ms", "idle_timeout", "address_family", "nagle_off",
-                 "keepalive", "send_buffer", "receive_buffer", "log_close", "security")
+                 "keepalive", "send_buffer", "receive_buffer", "log_close", "security", "log")
 
     def __init__(self, config: Any = None, **overrides: Any) -> None:
         get = (lambda k, d: config[k]) if config is not None else (lambda k, d: d)
@@ -157,6 +157,8 @@ class ConnectionSettings:
         self.send_buffer = get("socket.send.buffer.bytes", 0)
         self.receive_buffer = get("socket.receive.buffer.bytes", 0)
         self.log_close = get("log.connection.close", True)
+        #: the client's logger (the ``logger`` property), else kafka_client.connection
+        self.log: Any = config.logger_for(_log.name) if config is not None else _log
         #: TLS and SASL (plaintext when the configuration has none)
         self.security: SecuritySettings = getattr(config, "security", None) \
             or SecuritySettings()
@@ -202,6 +204,7 @@ class BrokerConnection:
         self.host = host
         self.port = port
         self.settings = settings or ConnectionSettings()
+        self.log = self.settings.log
         self.on_state = on_state
         self.state = DISCONNECTED
         self.sock: Optional[socket.socket] = None
@@ -395,8 +398,8 @@ class BrokerConnection:
             self.close(KafkaError(KafkaError._SSL, f"{self.host}:{self.port}: SSL handshake "
                                                    f"failed: {exc}"))
             return
-        _log.debug("TLS to %s:%s: %s, %s", self.host, self.port, sock.version(),
-                   (sock.cipher() or ("?",))[0])
+        self.log.debug("TLS to %s:%s: %s, %s", self.host, self.port, sock.version(),
+                       (sock.cipher() or ("?",))[0])
         self._start_api_versions()
 
     def _start_api_versions(self) -> None:
@@ -421,7 +424,7 @@ class BrokerConnection:
         self.backoff.reset()
         self._addresses = []
         self.last_error = None
-        _log.debug("connected to %s:%s (node %s)", self.host, self.port, self.node_id)
+        self.log.debug("connected to %s:%s (node %s)", self.host, self.port, self.node_id)
         self._flush_queue()
         if self.on_state is not None:
             self.on_state(self, READY, None)
@@ -496,7 +499,7 @@ class BrokerConnection:
                 self.backoff.rng.uniform(0.85, 0.95)
         else:
             self._reauth_at = 0.0
-        _log.debug("authenticated to %s:%s with %s", self.host, self.port, mech.name)
+        self.log.debug("authenticated to %s:%s with %s", self.host, self.port, mech.name)
         if self._reauthenticating:
             # The connection was READY before: no new READY event, just carry on.
             self._reauthenticating = False
@@ -519,7 +522,7 @@ class BrokerConnection:
     def _maybe_reauth_now(self) -> None:
         if self._reauth_waiting and self._conv.in_flight == 0 and self.sock is not None:
             self._reauth_waiting = False
-            _log.debug("re-authenticating to %s:%s", self.host, self.port)
+            self.log.debug("re-authenticating to %s:%s", self.host, self.port)
             self._start_sasl()
 
     # -- sending ---------------------------------------------------------------------
@@ -802,7 +805,7 @@ class BrokerConnection:
             try:
                 cb(resp, error)
             except Exception:
-                _log.exception("response callback failed")
+                self.log.exception("response callback failed")
 
     # -- time --------------------------------------------------------------------------
     def service(self, now: float) -> Optional[float]:
@@ -849,7 +852,7 @@ class BrokerConnection:
                 and not self._out and self._tls_pending is None:
             at = self.last_activity + idle
             if now >= at:
-                _log.debug("closing idle connection to %s:%s", self.host, self.port)
+                self.log.debug("closing idle connection to %s:%s", self.host, self.port)
                 self.close(None)
                 return None
             nxt = at if nxt is None else min(nxt, at)
@@ -910,9 +913,11 @@ class BrokerConnection:
             self.next_attempt = now + self.backoff.next_delay()
             if was == READY and error.code() != KafkaError._DESTROY and \
                     self.settings.log_close:
-                _log.info("connection to %s:%s lost: %s", self.host, self.port, error.str())
+                self.log.info("connection to %s:%s lost: %s", self.host, self.port,
+                              error.str())
             else:
-                _log.debug("connection to %s:%s failed: %s", self.host, self.port, error.str())
+                self.log.debug("connection to %s:%s failed: %s", self.host, self.port,
+                               error.str())
         else:
             self.next_attempt = now
         fail_with = error or client_error(KafkaError._TRANSPORT,

@@ -38,6 +38,9 @@ _log = logging.getLogger("kafka_client.cluster")
 #: the Fetch long-polling there (up to fetch.wait.max.ms).
 COORDINATOR_KEY_BASE = 2**31 - 1
 
+#: errors, throttle events, callback failures: how many of each are kept unserved
+_KEPT_MAX = 1000
+
 #: connection states as librdkafka's statistics name them
 _LIBRDKAFKA_STATE = {DISCONNECTED: "DOWN", CONNECTING: "CONNECT",
                      TLS_HANDSHAKE: "SSL_HANDSHAKE", HANDSHAKE: "APIVERSION_QUERY",
@@ -83,7 +86,7 @@ class Cluster:
         #: the last throttle time any broker reported (ms), for librdkafka's rule: report
         #: every time > 0, and the first 0 after one (the throttling has ended)
         self._last_throttle_ms = 0
-        self._errors_lock = threading.Lock()  # guards errors and throttle_events
+        self._errors_lock = threading.Lock()  # guards the three lists (see _keep)
         self.closed = False
         #: exceptions the application's callbacks raised off the application thread
         #: (oauth_cb refreshing a token), for the caller of poll()/flush()/consume()
@@ -210,15 +213,32 @@ class Cluster:
         reconnect or re-authenticate). Any thread."""
         self.settings.security.set_credentials(username, password)
 
-    def report_error(self, error: KafkaError) -> None:
+    # -- what the application thread serves (errors, throttle events, callback failures)
+    def _keep(self, kind: str, item: Any) -> None:
+        """Any thread: keep ``item`` in the list ``kind`` for the application thread (at
+        most _KEPT_MAX each: a client nobody polls does not grow without bound)."""
         with self._errors_lock:
-            if len(self.errors) < 1000:
-                self.errors.append(error)
+            kept = getattr(self, kind)
+            if len(kept) < _KEPT_MAX:
+                kept.append(item)
+
+    def _take(self, kind: str) -> List[Any]:
+        with self._errors_lock:
+            out = getattr(self, kind)
+            setattr(self, kind, [])
+        return out
+
+    def report_error(self, error: KafkaError) -> None:
+        self._keep("errors", error)
 
     def take_errors(self) -> List[KafkaError]:
-        with self._errors_lock:
-            out, self.errors = self.errors, []
-        return out
+        return self._take("errors")
+
+    def take_throttle_events(self) -> List[ThrottleEvent]:
+        return self._take("throttle_events")
+
+    def take_callback_failures(self) -> List[Exception]:
+        return self._take("callback_failures")
 
     def _token_refresh_failed(self, message: str, exc: Exception) -> None:
         """Token refresh thread: an OAUTHBEARER token could not be had (retried in 10 s):
@@ -226,14 +246,7 @@ class Cluster:
         raised also goes on to the caller of poll()/flush()/consume(), after it."""
         self.report_error(KafkaError(KafkaError._AUTHENTICATION, message))
         if self.config["oauth_cb"] is not None:
-            with self._errors_lock:
-                if len(self.callback_failures) < 1000:
-                    self.callback_failures.append(exc)
-
-    def take_callback_failures(self) -> List[Exception]:
-        with self._errors_lock:
-            out, self.callback_failures = self.callback_failures, []
-        return out
+            self._keep("callback_failures", exc)
 
     @staticmethod
     def broker_id(conn: BrokerConnection) -> int:
@@ -286,16 +299,8 @@ class Cluster:
         self._last_throttle_ms = throttle_ms
         if not self._wants_throttle_events:
             return
-        event = ThrottleEvent(self.broker_name(conn), self.broker_id(conn),
-                              throttle_ms / 1000.0)
-        with self._errors_lock:
-            if len(self.throttle_events) < 1000:
-                self.throttle_events.append(event)
-
-    def take_throttle_events(self) -> List[ThrottleEvent]:
-        with self._errors_lock:
-            out, self.throttle_events = self.throttle_events, []
-        return out
+        self._keep("throttle_events", ThrottleEvent(self.broker_name(conn),
+                                                    self.broker_id(conn), throttle_ms / 1000.0))
 
     # -- metadata --------------------------------------------------------------------
     def want_topics(self, topics: List[str]) -> None:

@@ -30,10 +30,12 @@ from typing import (
     Optional,
     Sequence,
     TypeVar,
+    Union,
 )
 
 from kafka_client._cluster.cluster import Cluster
 from kafka_client._cluster.metadata import ClusterMetadata
+from kafka_client._model import ThrottleEvent
 from kafka_client._net.io_thread import IOThread
 from kafka_client.config import ClientConfig, describe
 from kafka_client.errors import KafkaError, KafkaException
@@ -76,21 +78,20 @@ def make_config(config: Optional[Dict[str, Any]], kwargs: Dict[str, Any],
             raise TypeError(f"default.topic.config must be a dict, not "
                             f"{type(topic_conf).__name__}")
         conf.update(topic_conf)
-    _check_partitioner(conf.get("partitioner"))
+    if "partitioner" in conf:
+        _check_partitioner(conf["partitioner"])
     return ClientConfig.from_dict(conf, role=role)  # type: ignore[arg-type]
 
 
 def _check_partitioner(name: Any) -> None:
     """librdkafka's own words for a partitioner it does not know (it checks this one
     property apart from the others, and applications may match on the text)."""
-    if name is None:
-        return
     known = describe("partitioner")
     if not isinstance(name, str) or (name.strip().lower() not in known.values
                                      and name.strip().lower() not in known.synonyms):
         raise KafkaException(KafkaError(
-            KafkaError._INVALID_ARG,
-            f'Invalid value for configuration property "partitioner": {name}'))
+            KafkaError._INVALID_ARG, 'Invalid value for configuration property '
+            f'"partitioner": {"(null)" if name is None else name}'))
 
 
 def apply_debug(contexts: Sequence[str]) -> None:
@@ -238,8 +239,11 @@ class ClientBase:
         self._cluster = Cluster(cfg, self._io)
         self._error_cb: Optional[Callable] = cfg["error_cb"]
         self._stats_cb: Optional[Callable] = cfg["stats_cb"]
-        #: client-level errors taken from the cluster, not yet handed to error_cb
-        self._errors: Deque[KafkaError] = deque()
+        self._throttle_cb: Optional[Callable] = cfg["throttle_cb"]
+        #: client-level errors and throttle events taken from the cluster, not yet
+        #: handed to error_cb / throttle_cb, and exceptions an oauth_cb raised on the
+        #: token refresh thread, not yet raised to the application
+        self._errors: Deque[Union[KafkaError, ThrottleEvent, Exception]] = deque()
         return cfg
 
     def _start_client(self) -> None:
@@ -284,23 +288,36 @@ class ClientBase:
         raise RuntimeError(self._closed_text)
 
     def _serve_errors(self) -> int:
-        """Hand the client-level errors the I/O thread collected to ``error_cb`` (or the
-        debug log when there is none); returns how many. If ``error_cb`` raises, the
-        errors after that one are served by the next call."""
+        """Hand the client-level events the I/O thread collected to their callbacks:
+        errors to ``error_cb`` (or the debug log when there is none), broker throttle
+        reports to ``throttle_cb`` (collected only when it is set); returns how many.
+        What ``oauth_cb`` raised on the token refresh thread is raised here, after the
+        error it caused was served. If a callback raises, the events after that one are
+        served by the next call."""
         pending = self._errors
-        pending.extend(self._cluster.take_errors())
+        cluster = self._cluster
+        if cluster.errors:
+            pending.extend(cluster.take_errors())
+        if cluster.throttle_events:
+            pending.extend(cluster.take_throttle_events())
+        if cluster.callback_failures:
+            pending.extend(cluster.take_callback_failures())
         served = 0
         error_cb = self._error_cb
         while pending:
             try:
-                err = pending.popleft()  # other threads may serve too: one pop each
+                event = pending.popleft()  # other threads may serve too: one pop each
             except IndexError:
                 break
             served += 1
-            if error_cb is not None:
-                error_cb(err)
+            if type(event) is ThrottleEvent:
+                self._throttle_cb(event)
+            elif isinstance(event, Exception):
+                raise event
+            elif error_cb is not None:
+                error_cb(event)
             else:
-                self._log.debug("client error: %s", err.str())
+                self._log.debug("client error: %s", event.str())
         return served
 
     def list_topics(self, topic: Optional[str] = None,

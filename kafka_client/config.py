@@ -272,8 +272,8 @@ _TABLE: Tuple[Property, ...] = (
        derived="producer: true; consumer and admin: false"),
     _p("statistics.interval.ms", INT, 0, "*",
        "How often to call stats_cb with a JSON statistics document; 0 turns statistics off.",
-       min=0, max=86400000, pending_roles=("consumer", "admin"),
-       note="the consumer does not call stats_cb yet"),
+       min=0, max=86400000, pending_roles=("admin",),
+       note="the AdminClient does not call stats_cb yet"),
     _p("debug", CSV, (), "*",
        "Comma-separated debug contexts whose detailed logging is turned on.",
        values=_DEBUG_CONTEXTS),
@@ -331,11 +331,13 @@ _TABLE: Tuple[Property, ...] = (
        "Called as error_cb(KafkaError) from poll()/flush() for errors that are not tied to "
        "one message (lost connections, fatal errors, ...)."),
     _p("stats_cb", CALLABLE, None, "*",
-       "Called as stats_cb(json_str) from poll() every statistics.interval.ms.",
-       pending_roles=("consumer", "admin"), note="the consumer does not call it yet"),
-    _ignored("throttle_cb", CALLABLE, None, "*",
-             "Called from poll() with a ThrottleEvent when a broker reports it throttled "
-             "this client.", "not called yet (broker throttle times are not passed on)"),
+       "Called as stats_cb(json_str) from poll()/flush()/consume() every "
+       "statistics.interval.ms (librdkafka's JSON shape, for the fields this client keeps).",
+       pending_roles=("admin",), note="the AdminClient does not call it yet"),
+    _p("throttle_cb", CALLABLE, None, "*",
+       "Called as throttle_cb(ThrottleEvent) from poll()/flush()/consume() when a broker "
+       "answers that it throttled this client (throttle_time_ms > 0), and once with 0 when "
+       "the throttling has ended, as librdkafka does."),
     _p("logger", LOGGER, None, "*",
        "A logging.Logger to send this client's log lines to, instead of the "
        "'kafka_client' logger."),
@@ -709,8 +711,14 @@ def describe(name: str) -> Property:
 
 _NULLABLE = (STR, LOGGER, CALLABLE)
 #: Typed differently here than in librdkafka, where it is a string (None = default).
-_NULLABLE_NAMES = frozenset(("partition.assignment.strategy",))
-_TYPE_WORDS = {INT: "Integer ", FLOAT: "Float ", BOOL: "Bool "}
+_NULLABLE_NAMES = frozenset(("partition.assignment.strategy", "group.protocol.type"))
+#: Strings librdkafka checks against a list of values: None is refused as an invalid
+#: value ("(null)"), not taken as the default.
+_CHECKED_STRINGS = frozenset(("sasl.mechanism", "broker.version.fallback"))
+#: librdkafka's words for a typed property set to None: "Integer configuration property
+#: ... cannot be set to empty value"; for enums and lists "Configuration property ..."
+_EMPTY_VALUE_PREFIX = {INT: "Integer configuration", FLOAT: "Float configuration",
+                       BOOL: "Bool configuration"}
 
 
 def _value_text(value: Any) -> str:
@@ -981,10 +989,14 @@ class ClientConfig(Mapping[str, Any]):
             if prop.status == REFUSED:
                 raise _refusal(key, prop)
             if raw is None:
+                if prop.name in _CHECKED_STRINGS:
+                    raise _invalid(f"Invalid value for configuration property "
+                                   f"{_label(key, prop)}: (null)")
                 if prop.type in _NULLABLE or prop.name in _NULLABLE_NAMES:
                     continue  # unset: the default applies (librdkafka: empty string)
-                raise _invalid(f"{_TYPE_WORDS.get(prop.type, '')}configuration property "
-                               f"{_label(key, prop)} cannot be set to empty value")
+                prefix = _EMPTY_VALUE_PREFIX.get(prop.type, "Configuration")
+                raise _invalid(f"{prefix} property {_label(key, prop)} cannot be set to "
+                               f"empty value")
             value = _convert(key, prop, raw)
             reason = prop.refuse_values.get(value)
             if reason is not None:
@@ -1193,6 +1205,13 @@ class ClientConfig(Mapping[str, Any]):
 
     def _logger(self) -> Any:
         return self._values.get("logger") or _log
+
+    def logger_for(self, component: str) -> Any:
+        """What a part of the client logs through: the ``logger`` property (or the
+        log_cb/log_level wrapper) when set, else the component's own logger
+        ``component`` (``kafka_client.consumer.group``, ...), which the ``debug``
+        contexts turn up."""
+        return self._values["logger"] or logging.getLogger(component)
 
     # --- read access ---
 

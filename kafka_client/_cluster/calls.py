@@ -157,6 +157,7 @@ class CallRunner:
         self.cluster = cluster
         self.io = cluster.io
         config = cluster.config
+        self.log = config.logger_for(_log.name)
         self.backoff = config["retry.backoff.ms"] / 1000.0
         self.backoff_max = config["retry.backoff.max.ms"] / 1000.0
         self.request_timeout = cluster.settings.request_timeout
@@ -183,7 +184,7 @@ class CallRunner:
             try:
                 call.on_failure(error)
             except Exception:
-                _log.exception("%s: failure handler raised", call.name)
+                self.log.exception("%s: failure handler raised", call.name)
 
     def _expire(self, call: Call) -> None:
         if call.done:
@@ -363,7 +364,7 @@ class CallRunner:
             if known is None or (known[0], known[1]) != (host, port):
                 brokers[node] = (host, port, known[2] if known else None)
             self.coordinators[key] = node
-            _log.debug("%r is broker %d (%s:%d)", target, node, host, port)
+            self.log.debug("%r is broker %d (%s:%d)", target, node, host, port)
             wake(None)
             return None
 
@@ -396,7 +397,7 @@ class CallRunner:
                 self._finish(call, exc.error)
                 return
             except Exception as exc:
-                _log.exception("%s: response handler raised", call.name)
+                self.log.exception("%s: response handler raised", call.name)
                 self._finish(call, client_error(KafkaError._FAIL,
                                               f"{call.name}: cannot handle the response: "
                                               f"{exc}"))
@@ -527,7 +528,7 @@ class _LeaderFanout:
         try:
             self._finish(key, result, error)
         except Exception:
-            _log.exception("%s: result handler raised", self.name)
+            self.runner.log.exception("%s: result handler raised", self.name)
 
     def route(self) -> None:
         self._scheduled = False

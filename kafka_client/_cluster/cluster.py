@@ -13,9 +13,14 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
+from kafka_client._model import ThrottleEvent
 from kafka_client._net.connection import (
+    AUTHENTICATING,
+    CONNECTING,
     DISCONNECTED,
+    HANDSHAKE,
     READY,
+    TLS_HANDSHAKE,
     BrokerConnection,
     ConnectionSettings,
 )
@@ -33,6 +38,14 @@ _log = logging.getLogger("kafka_client.cluster")
 #: the Fetch long-polling there (up to fetch.wait.max.ms).
 COORDINATOR_KEY_BASE = 2**31 - 1
 
+#: errors, throttle events, callback failures: how many of each are kept unserved
+_KEPT_MAX = 1000
+
+#: connection states as librdkafka's statistics name them
+_LIBRDKAFKA_STATE = {DISCONNECTED: "DOWN", CONNECTING: "CONNECT",
+                     TLS_HANDSHAKE: "SSL_HANDSHAKE", HANDSHAKE: "APIVERSION_QUERY",
+                     AUTHENTICATING: "AUTH_HANDSHAKE", READY: "UP"}
+
 
 class Cluster:
     """Connections by node id, the bootstrap brokers (negative ids) and the metadata.
@@ -45,13 +58,15 @@ class Cluster:
         self.config = config
         self.io = io
         self.settings = ConnectionSettings(config)
+        self.log = config.logger_for(_log.name)
         self.auto_create = bool(config["allow.auto.create.topics"])
         refresh = config["topic.metadata.refresh.interval.ms"]
         self.metadata = MetadataCache(
             max_age=config["metadata.max.age.ms"] / 1000.0,
             refresh_interval=refresh / 1000.0 if refresh > 0 else -1,
             fast_interval=config["topic.metadata.refresh.fast.interval.ms"] / 1000.0,
-            fast_max=config["retry.backoff.max.ms"] / 1000.0)
+            fast_max=config["retry.backoff.max.ms"] / 1000.0,
+            log=config.logger_for("kafka_client.metadata"))
         self.conns: Dict[int, BrokerConnection] = {}
         self._coordinator_conns: Set[BrokerConnection] = set()
         self.bootstrap: List[BrokerConnection] = []
@@ -65,18 +80,27 @@ class Cluster:
         self._md_conn: Optional[BrokerConnection] = None
         self.all_down_reported = False
         self.errors: List[KafkaError] = []  # client-level errors for error_cb (app thread)
-        self._errors_lock = threading.Lock()
+        #: broker throttle reports for throttle_cb (app thread); kept only when one is set
+        self.throttle_events: List[ThrottleEvent] = []
+        self._wants_throttle_events = config["throttle_cb"] is not None
+        #: the last throttle time any broker reported (ms), for librdkafka's rule: report
+        #: every time > 0, and the first 0 after one (the throttling has ended)
+        self._last_throttle_ms = 0
+        self._errors_lock = threading.Lock()  # guards the three lists (see _keep)
         self.closed = False
+        #: exceptions the application's callbacks raised off the application thread
+        #: (oauth_cb refreshing a token), for the caller of poll()/flush()/consume()
+        self.callback_failures: List[Exception] = []
         tokens = self.settings.security.tokens
-        if tokens is not None:  # failed OAUTHBEARER refreshes go to error_cb, as librdkafka's
-            tokens.on_error = lambda message: self.report_error(
-                KafkaError(KafkaError._AUTHENTICATION, message))
+        if tokens is not None:
+            tokens.on_error = self._token_refresh_failed
         io.add_tick(self._tick)
 
     # -- connections -------------------------------------------------------------------
     def _new_conn(self, node_id: int, host: str, port: int) -> BrokerConnection:
         conn = BrokerConnection(self.io, node_id, host, port, self.settings,
                                 on_state=self._on_state)
+        conn.on_throttle = self._on_throttle
         self.conns[node_id] = conn
         return conn
 
@@ -189,15 +213,94 @@ class Cluster:
         reconnect or re-authenticate). Any thread."""
         self.settings.security.set_credentials(username, password)
 
-    def report_error(self, error: KafkaError) -> None:
+    # -- what the application thread serves (errors, throttle events, callback failures)
+    def _keep(self, kind: str, item: Any) -> None:
+        """Any thread: keep ``item`` in the list ``kind`` for the application thread (at
+        most _KEPT_MAX each: a client nobody polls does not grow without bound)."""
         with self._errors_lock:
-            if len(self.errors) < 1000:
-                self.errors.append(error)
+            kept = getattr(self, kind)
+            if len(kept) < _KEPT_MAX:
+                kept.append(item)
+
+    def _take(self, kind: str) -> List[Any]:
+        with self._errors_lock:
+            out = getattr(self, kind)
+            setattr(self, kind, [])
+        return out
+
+    def report_error(self, error: KafkaError) -> None:
+        self._keep("errors", error)
 
     def take_errors(self) -> List[KafkaError]:
-        with self._errors_lock:
-            out, self.errors = self.errors, []
+        return self._take("errors")
+
+    def take_throttle_events(self) -> List[ThrottleEvent]:
+        return self._take("throttle_events")
+
+    def take_callback_failures(self) -> List[Exception]:
+        return self._take("callback_failures")
+
+    def _token_refresh_failed(self, message: str, exc: Exception) -> None:
+        """Token refresh thread: an OAUTHBEARER token could not be had (retried in 10 s):
+        _AUTHENTICATION for error_cb, as librdkafka's; what the application's oauth_cb
+        raised also goes on to the caller of poll()/flush()/consume(), after it."""
+        self.report_error(KafkaError(KafkaError._AUTHENTICATION, message))
+        if self.config["oauth_cb"] is not None:
+            self._keep("callback_failures", exc)
+
+    @staticmethod
+    def broker_id(conn: BrokerConnection) -> int:
+        """The broker's node id behind a connection (a coordinator's connection is keyed
+        apart, see COORDINATOR_KEY_BASE; a bootstrap connection not yet matched to a
+        broker has a negative id)."""
+        node_id = conn.node_id
+        return COORDINATOR_KEY_BASE - node_id if node_id > COORDINATOR_KEY_BASE // 2 \
+            else node_id
+
+    @classmethod
+    def broker_name(cls, conn: BrokerConnection) -> str:
+        """librdkafka's name of a broker: ``host:port/id`` (``/bootstrap`` before its id
+        is known)."""
+        node_id = cls.broker_id(conn)
+        return f"{conn.host}:{conn.port}/{node_id if node_id >= 0 else 'bootstrap'}"
+
+    def broker_stats(self) -> Dict[str, Dict[str, Any]]:
+        """Any thread: the ``brokers`` object of librdkafka's statistics JSON, for the
+        fields this client keeps (times in microseconds, throttle in milliseconds)."""
+        out = {}
+        for conn in list(self.conns.values()):
+            name = self.broker_name(conn)
+            if conn in self._coordinator_conns:
+                name += "/coordinator"  # a connection of its own (see COORDINATOR_KEY_BASE)
+            rtt_avg = conn.rtt_sum / conn.rtt_count if conn.rtt_count else 0
+            throttle = conn.throttle
+            out[name] = {
+                "name": name, "nodeid": self.broker_id(conn),
+                "nodename": f"{conn.host}:{conn.port}",
+                "state": _LIBRDKAFKA_STATE.get(conn.state, conn.state)
+                if conn.connect_count else "INIT",
+                "outbuf_cnt": conn.queued, "waitresp_cnt": conn.in_flight,
+                "tx": conn.tx_requests, "txbytes": conn.tx_bytes,
+                "rx": conn.rtt_count, "rxbytes": conn.rx_bytes,
+                "connects": conn.connect_count,
+                "rtt": {"avg": int(rtt_avg * 1e6), "max": int(conn.rtt_max * 1e6),
+                        "cnt": conn.rtt_count},
+                "outbuf_latency": _window(conn.outbuf_latency, 1e6),
+                "throttle": _window(throttle, 1),
+            }
         return out
+
+    def _on_throttle(self, conn: BrokerConnection, throttle_ms: int) -> None:
+        """I/O thread: a broker's answer carried a throttle time (see
+        BrokerConnection.on_throttle); a ThrottleEvent for throttle_cb when it is > 0,
+        or 0 while the last one reported was not."""
+        if throttle_ms <= 0 and self._last_throttle_ms <= 0:
+            return
+        self._last_throttle_ms = throttle_ms
+        if not self._wants_throttle_events:
+            return
+        self._keep("throttle_events", ThrottleEvent(self.broker_name(conn),
+                                                    self.broker_id(conn), throttle_ms / 1000.0))
 
     # -- metadata --------------------------------------------------------------------
     def want_topics(self, topics: List[str]) -> None:
@@ -210,7 +313,7 @@ class Cluster:
                 try:
                     cb(known)
                 except Exception:
-                    _log.exception("metadata listener failed")
+                    self.log.exception("metadata listener failed")
 
     def _tick(self, now: float) -> Optional[float]:
         if self.closed:
@@ -259,7 +362,7 @@ class Cluster:
                     try:
                         cb(changed)
                     except Exception:
-                        _log.exception("metadata listener failed")
+                        self.log.exception("metadata listener failed")
             elif for_cache:
                 self.metadata.failed(topics, t)
             if callback is not None:
@@ -394,6 +497,14 @@ class Cluster:
                 continue
             conn.close(KafkaError(KafkaError._DESTROY, "client is closing"), fail_queued=True)
         return closing
+
+
+def _window(stat: List[float], scale: float) -> Dict[str, int]:
+    """``[sum, count, max]`` as librdkafka's window object, scaled to its unit."""
+    total, count, top = stat
+    if not count:
+        return {"avg": 0, "max": 0, "cnt": 0}
+    return {"avg": int(total / count * scale), "max": int(top * scale), "cnt": int(count)}
 
 
 def _wait_interruptibly(event: threading.Event, deadline: float) -> bool:

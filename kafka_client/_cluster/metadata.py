@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from kafka_client.errors import KafkaError
 from kafka_proto.errors import ErrorCode
@@ -85,7 +85,9 @@ class MetadataCache:
     """
 
     def __init__(self, max_age: float = 900.0, refresh_interval: float = 300.0,
-                 fast_interval: float = 0.1, fast_max: float = 1.0) -> None:
+                 fast_interval: float = 0.1, fast_max: float = 1.0,
+                 log: Optional[Any] = None) -> None:
+        self.log = log if log is not None else _log
         self.max_age = max_age
         self.refresh_interval = refresh_interval  # <= 0: no periodic refresh
         self.fast_interval = fast_interval
@@ -201,8 +203,8 @@ class MetadataCache:
                             if 0 <= p.partition_index < MAX_PARTITIONS),
                            key=lambda p: p.partition_index)
             if len(parts) != len(t.partitions or ()):
-                _log.warning("Metadata for %r has partition ids outside 0..%d: ignored",
-                             name, MAX_PARTITIONS - 1)
+                self.log.warning("Metadata for %r has partition ids outside 0..%d: ignored",
+                                 name, MAX_PARTITIONS - 1)
             count = (parts[-1].partition_index + 1) if parts else 0
             leaders = [-1] * count
             epochs = [-1] * count

@@ -138,7 +138,7 @@ class ConnectionSettings:
     __slots__ = ("client_id", "request_timeout", "setup_timeout", "api_versions_timeout",
                  "max_in_flight", "max_frame_size", "reconnect_backoff_ms",
                  "reconnect_backoff_max_ms", "idle_timeout", "address_family", "nagle_off",
-                 "keepalive", "send_buffer", "receive_buffer", "log_close", "security")
+                 "keepalive", "send_buffer", "receive_buffer", "log_close", "security", "log")
 
     def __init__(self, config: Any = None, **overrides: Any) -> None:
         get = (lambda k, d: config[k]) if config is not None else (lambda k, d: d)
@@ -157,6 +157,8 @@ class ConnectionSettings:
         self.send_buffer = get("socket.send.buffer.bytes", 0)
         self.receive_buffer = get("socket.receive.buffer.bytes", 0)
         self.log_close = get("log.connection.close", True)
+        #: the client's logger (the ``logger`` property), else kafka_client.connection
+        self.log: Any = config.logger_for(_log.name) if config is not None else _log
         #: TLS and SASL (plaintext when the configuration has none)
         self.security: SecuritySettings = getattr(config, "security", None) \
             or SecuritySettings()
@@ -202,6 +204,7 @@ class BrokerConnection:
         self.host = host
         self.port = port
         self.settings = settings or ConnectionSettings()
+        self.log = self.settings.log
         self.on_state = on_state
         self.state = DISCONNECTED
         self.sock: Optional[socket.socket] = None
@@ -219,6 +222,13 @@ class BrokerConnection:
         self.tx_requests = 0
         #: [sum, count, max] seconds requests waited in this connection's queue
         self.outbuf_latency: List[float] = [0.0, 0, 0.0]
+        #: [sum, count, max] milliseconds the broker said it throttled us (answers > 0)
+        self.throttle: List[float] = [0.0, 0, 0.0]
+        #: the throttle time of the last answer that had one (ms)
+        self.last_throttle_ms = 0
+        #: ``on_throttle(conn, ms)``: an answer said the broker throttled this client for
+        #: ``ms`` > 0, or said 0 after an answer that had said more
+        self.on_throttle: Optional[Callable[["BrokerConnection", int], None]] = None
         self.tx_bytes = 0
         self.rx_bytes = 0
         self._addresses: List[Address] = []
@@ -388,8 +398,8 @@ class BrokerConnection:
             self.close(KafkaError(KafkaError._SSL, f"{self.host}:{self.port}: SSL handshake "
                                                    f"failed: {exc}"))
             return
-        _log.debug("TLS to %s:%s: %s, %s", self.host, self.port, sock.version(),
-                   (sock.cipher() or ("?",))[0])
+        self.log.debug("TLS to %s:%s: %s, %s", self.host, self.port, sock.version(),
+                       (sock.cipher() or ("?",))[0])
         self._start_api_versions()
 
     def _start_api_versions(self) -> None:
@@ -414,7 +424,7 @@ class BrokerConnection:
         self.backoff.reset()
         self._addresses = []
         self.last_error = None
-        _log.debug("connected to %s:%s (node %s)", self.host, self.port, self.node_id)
+        self.log.debug("connected to %s:%s (node %s)", self.host, self.port, self.node_id)
         self._flush_queue()
         if self.on_state is not None:
             self.on_state(self, READY, None)
@@ -489,7 +499,7 @@ class BrokerConnection:
                 self.backoff.rng.uniform(0.85, 0.95)
         else:
             self._reauth_at = 0.0
-        _log.debug("authenticated to %s:%s with %s", self.host, self.port, mech.name)
+        self.log.debug("authenticated to %s:%s with %s", self.host, self.port, mech.name)
         if self._reauthenticating:
             # The connection was READY before: no new READY event, just carry on.
             self._reauthenticating = False
@@ -512,7 +522,7 @@ class BrokerConnection:
     def _maybe_reauth_now(self) -> None:
         if self._reauth_waiting and self._conv.in_flight == 0 and self.sock is not None:
             self._reauth_waiting = False
-            _log.debug("re-authenticating to %s:%s", self.host, self.port)
+            self.log.debug("re-authenticating to %s:%s", self.host, self.port)
             self._start_sasl()
 
     # -- sending ---------------------------------------------------------------------
@@ -765,11 +775,29 @@ class BrokerConnection:
             if event.__class__ is HandshakeExchange:
                 self._handshake_answered(event)
                 continue
-            self._finish(req, event.response, None)
+            resp = event.response
+            throttle_ms = getattr(resp, "throttle_time_ms", 0)
+            if throttle_ms or self.last_throttle_ms:
+                self._throttled(throttle_ms)
+            self._finish(req, resp, None)
             if self._queue and self.state == READY:
                 self._flush_queue()
             elif self._reauth_waiting:
                 self._maybe_reauth_now()
+
+    def _throttled(self, throttle_ms: int) -> None:
+        """An answer carried a throttle time (KIP-219: the broker answered at once and
+        asks the client to hold back that long): counted for the statistics and passed
+        to ``on_throttle``."""
+        self.last_throttle_ms = throttle_ms
+        if throttle_ms > 0:
+            stat = self.throttle
+            stat[0] += throttle_ms
+            stat[1] += 1
+            if throttle_ms > stat[2]:
+                stat[2] = throttle_ms
+        if self.on_throttle is not None:
+            self.on_throttle(self, throttle_ms)
 
     def _finish(self, req: _Request, resp: Any, error: Optional[KafkaError]) -> None:
         cb = req.callback
@@ -777,7 +805,7 @@ class BrokerConnection:
             try:
                 cb(resp, error)
             except Exception:
-                _log.exception("response callback failed")
+                self.log.exception("response callback failed")
 
     # -- time --------------------------------------------------------------------------
     def service(self, now: float) -> Optional[float]:
@@ -824,7 +852,7 @@ class BrokerConnection:
                 and not self._out and self._tls_pending is None:
             at = self.last_activity + idle
             if now >= at:
-                _log.debug("closing idle connection to %s:%s", self.host, self.port)
+                self.log.debug("closing idle connection to %s:%s", self.host, self.port)
                 self.close(None)
                 return None
             nxt = at if nxt is None else min(nxt, at)
@@ -885,9 +913,11 @@ class BrokerConnection:
             self.next_attempt = now + self.backoff.next_delay()
             if was == READY and error.code() != KafkaError._DESTROY and \
                     self.settings.log_close:
-                _log.info("connection to %s:%s lost: %s", self.host, self.port, error.str())
+                self.log.info("connection to %s:%s lost: %s", self.host, self.port,
+                              error.str())
             else:
-                _log.debug("connection to %s:%s failed: %s", self.host, self.port, error.str())
+                self.log.debug("connection to %s:%s failed: %s", self.host, self.port,
+                               error.str())
         else:
             self.next_attempt = now
         fail_with = error or client_error(KafkaError._TRANSPORT,

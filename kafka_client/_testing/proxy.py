@@ -143,14 +143,18 @@ class _Expected(NamedTuple):
 
 
 class _AnswerFault:
-    """An armed :meth:`FaultProxy.fail_requests`: how many more requests of ``api_key``
-    get ``error_code`` as their answer, and whether the request is diverted first."""
+    """An armed :meth:`FaultProxy.fail_requests` or :meth:`FaultProxy.throttle_requests`:
+    how many more requests of ``api_key`` get ``error_code`` (None: left alone) and
+    ``throttle_ms`` (0: left alone) in their answer, and whether the request is diverted
+    first."""
 
-    __slots__ = ("api_key", "error_code", "remaining", "divert")
+    __slots__ = ("api_key", "error_code", "throttle_ms", "remaining", "divert")
 
-    def __init__(self, api_key: int, error_code: int, count: int, divert: bool) -> None:
+    def __init__(self, api_key: int, error_code: Optional[int], count: int, divert: bool,
+                 throttle_ms: int = 0) -> None:
         self.api_key = api_key
         self.error_code = error_code
+        self.throttle_ms = throttle_ms
         self.remaining = count
         self.divert = divert
 
@@ -320,7 +324,8 @@ class FaultProxy:
     ``cuts``, ``resets``, ``drops`` (connections closed by :meth:`cut`, :meth:`reset`,
     :meth:`drop_after`), ``upstream_failures`` (the target refused the proxy),
     ``rewritten`` (responses whose broker addresses were rewritten), ``injected``
-    (answers given an error by :meth:`fail_requests`), ``diverted`` (requests it diverted).
+    (answers given an error by :meth:`fail_requests` or a throttle time by
+    :meth:`throttle_requests`), ``diverted`` (requests it diverted).
 
     ``rewrite_addresses=True`` makes the broker's metadata point at the proxy (see the
     module docstring), so clients that follow metadata stay behind it.
@@ -419,6 +424,19 @@ class FaultProxy:
         if divert and api_key != ApiKey.PRODUCE:
             raise ValueError("only Produce requests can be diverted")
         fault = _AnswerFault(int(api_key), int(error_code), int(count), bool(divert))
+        self._call(lambda: self._faults.append(fault))
+
+    def throttle_requests(self, api_key: int, throttle_ms: int, count: int = 1) -> None:
+        """Make the broker's answers to the next ``count`` requests of ``api_key`` say it
+        throttled the client for ``throttle_ms`` (their ``throttle_time_ms`` field; the
+        API version used must have it). The broker acts on the requests as usual. Needs
+        ``follow_frames=True``; armed faults fire in order, as with
+        :meth:`fail_requests`."""
+        if not self.follow_frames:
+            raise RuntimeError("throttle_requests needs FaultProxy(..., follow_frames=True)")
+        if count < 1 or throttle_ms < 0:
+            raise ValueError("count must be >= 1 and throttle_ms >= 0")
+        fault = _AnswerFault(int(api_key), None, int(count), False, int(throttle_ms))
         self._call(lambda: self._faults.append(fault))
 
     @property
@@ -807,10 +825,10 @@ class FaultProxy:
         """A response frame (size prefix included) rewritten as ``expected`` says: an
         injected error, or the broker addresses pointing at the proxy."""
         if expected.fault is not None:
-            return self._inject_error(expected, frame)
+            return self._inject_fault(expected, frame)
         return self._rewrite_addresses(expected.api_key, expected.api_version, frame)
 
-    def _inject_error(self, expected: _Expected, frame: bytes) -> bytes:
+    def _inject_fault(self, expected: _Expected, frame: bytes) -> bytes:
         api_key, version = expected.api_key, expected.api_version
         _cid, body = decode_response_header(memoryview(frame)[4:], api_key, version)
         header_end = len(frame) - len(body)
@@ -820,7 +838,10 @@ class FaultProxy:
                 for part in topic.partition_responses:
                     if part.index >= _DIVERT_OFFSET:   # (not if the divert failed)
                         part.index -= _DIVERT_OFFSET
-        _set_error_codes(response, version, expected.fault.error_code)
+        if expected.fault.error_code is not None:
+            _set_error_codes(response, version, expected.fault.error_code)
+        if expected.fault.throttle_ms:
+            response.throttle_time_ms = expected.fault.throttle_ms
         self.injected += 1
         new_body = response.encode(version)
         header = frame[4:header_end]

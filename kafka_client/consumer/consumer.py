@@ -17,6 +17,7 @@ rebalances, commit results) there, as librdkafka does.
 """
 from __future__ import annotations
 
+import json
 import operator
 import threading
 import time
@@ -50,7 +51,14 @@ from kafka_client.consumer.fetcher import (
     OffsetLookup,
     PartitionState,
 )
-from kafka_client.consumer.group import GroupCoordinator
+from kafka_client.consumer.group import (
+    JOINING,
+    STABLE,
+    SYNCING,
+    UNJOINED,
+    WAIT_REVOKE,
+    GroupCoordinator,
+)
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.types import (
     OFFSET_INVALID,
@@ -106,6 +114,9 @@ class Consumer(ClientBase):
         self._assign_ops = 0  # assign()-family calls (rebalance callbacks are checked for them)
         self._group_id: Optional[str] = cfg["group.id"]
         self._group: Any = None
+        self._started = time.monotonic()
+        self._stats_interval = cfg["statistics.interval.ms"] / 1000.0
+        self._next_stats = self._started + self._stats_interval
         if self._group_id:
             self._group = GroupCoordinator(cfg, self._cluster, self._io, self._fetcher,
                                            self._ready.set,
@@ -526,8 +537,69 @@ class Consumer(ClientBase):
 
     def _serve(self) -> None:
         self._serve_errors()
+        if self._stats_cb is not None and self._stats_interval > 0:
+            now = time.monotonic()
+            if now >= self._next_stats:
+                with self._lock:  # one document per interval, whichever thread is here
+                    due = now >= self._next_stats
+                    self._next_stats = now + self._stats_interval
+                if due:
+                    self._stats_cb(self._stats_json())
         if self._group is not None:
             self._group.serve(_Member(self))
+
+    def _stats_json(self) -> str:
+        """Statistics in librdkafka's JSON shape, for the fields this consumer keeps:
+        the client, its brokers, each assigned partition's offsets and queue, the
+        group."""
+        now = time.monotonic()
+        wall = time.time()
+        fetcher = self._fetcher
+        metadata = self._cluster.metadata
+        topics: Dict[str, Any] = {}
+        with self._lock:
+            self._handout.settle()
+            queued = len(self._queue)
+            for part in fetcher.parts.values():
+                if not part.assigned:
+                    continue
+                end = part.lso if fetcher.read_committed else part.hw
+                topic = topics.setdefault(part.topic, {"topic": part.topic,
+                                                       "partitions": {}})
+                topic["partitions"][str(part.partition)] = {
+                    "partition": part.partition,
+                    "leader": metadata.leader(part.topic, part.partition),
+                    "desired": True,
+                    "fetch_state": ("paused" if part.paused else "offset-query"
+                                    if part.fetch_pos < 0 else "active"),
+                    "fetchq_cnt": part.queued_msgs, "fetchq_size": part.queued_bytes,
+                    "next_offset": part.fetch_pos, "app_offset": part.app_pos,
+                    "stored_offset": part.stored, "committed_offset": part.committed,
+                    "eof_offset": part.eof_offset, "lo_offset": part.log_start,
+                    "hi_offset": part.hw, "ls_offset": part.lso,
+                    "consumer_lag": end - part.committed
+                    if end >= 0 and part.committed >= 0 else -1,
+                    "consumer_lag_stored": end - part.stored
+                    if end >= 0 and part.stored >= 0 else -1,
+                }
+        brokers = self._cluster.broker_stats()
+        doc: Dict[str, Any] = {
+            "name": self._io.name, "client_id": self._config["client.id"],
+            "type": "consumer", "ts": int(wall * 1e6), "time": int(wall),
+            "age": int((now - self._started) * 1e6), "replyq": queued,
+            "tx": sum(b["tx"] for b in brokers.values()),
+            "tx_bytes": sum(b["txbytes"] for b in brokers.values()),
+            "rx": sum(b["rx"] for b in brokers.values()),
+            "rx_bytes": sum(b["rxbytes"] for b in brokers.values()),
+            "brokers": brokers, "topics": topics,
+        }
+        group = self._group
+        if group is not None:
+            doc["cgrp"] = {"state": "up" if group.coord_id is not None else "wait-coord",
+                           "join_state": _LIBRDKAFKA_JOIN_STATE.get(group.state, "init"),
+                           "assignment_size": sum(len(t["partitions"])
+                                                  for t in topics.values())}
+        return json.dumps(doc)
 
     # -- offsets and metadata ------------------------------------------------------------
     def get_watermark_offsets(self, partition: TopicPartition, timeout: Optional[float] = None,
@@ -749,6 +821,10 @@ class Consumer(ClientBase):
 
 
 _USED_UP: Iterator[Message] = iter(())
+
+#: the group's states as librdkafka's statistics name them (cgrp.join_state)
+_LIBRDKAFKA_JOIN_STATE = {UNJOINED: "init", WAIT_REVOKE: "wait-unassign-call",
+                          JOINING: "wait-join", SYNCING: "wait-sync", STABLE: "steady"}
 
 
 class Handout:

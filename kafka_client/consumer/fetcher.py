@@ -202,6 +202,7 @@ class Fetcher:
         self.committed_lookup: Optional[Callable[[List[PartitionState],
                                                   Callable[[Optional[Dict]], None]],
                                                  None]] = None
+        self.log = config.logger_for(_log.name)
         self.read_committed = config["isolation.level"] == "read_committed"
         self.isolation_level = READ_COMMITTED if self.read_committed else READ_UNCOMMITTED
         self.partition_eof = bool(config["enable.partition.eof"])
@@ -533,7 +534,7 @@ class Fetcher:
                     part.backoff_until = now + self.error_backoff
             if err.code() not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
                                   KafkaError._DESTROY):
-                _log.warning("Fetch from broker %d failed: %s", node, err.str())
+                self.log.warning("Fetch from broker %d failed: %s", node, err.str())
             md.request([p.topic for p, _, _ in sent], fast=True, now=now)
             return
         answers: Dict[TopicPartitionKey, Any] = {}
@@ -631,8 +632,8 @@ class Fetcher:
         end = pos
         if first is not None and first.base_offset < pos:
             end = first.last_offset + 1
-            _log.debug("%s [%d]: ListOffsets(latest) said %d but a batch runs to %d",
-                       part.topic, part.partition, pos, end - 1)
+            self.log.debug("%s [%d]: ListOffsets(latest) said %d but a batch runs to %d",
+                           part.topic, part.partition, pos, end - 1)
         target = max(0, end - tail)
         if target == pos:
             return False
@@ -656,8 +657,8 @@ class Fetcher:
     def _partition_error(self, part: PartitionState, code: int, now: float) -> None:
         md = self.cluster.metadata
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            _log.info("%s [%d]: offset %d out of range; applying auto.offset.reset=%s",
-                      part.topic, part.partition, part.fetch_pos, self.reset_policy)
+            self.log.info("%s [%d]: offset %d out of range; applying auto.offset.reset=%s",
+                          part.topic, part.partition, part.fetch_pos, self.reset_policy)
             self._apply_reset_policy(part, f"fetch offset {part.fetch_pos} is out of range")
             return
         part.backoff_until = now + self.error_backoff

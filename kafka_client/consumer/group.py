@@ -167,6 +167,7 @@ class GroupCoordinator:
         self.offsets = offsets
         self.wake_app = wake_app
         self.deliver_error = deliver_error
+        self.log = config.logger_for(_log.name)
         self.group_id: str = config["group.id"]
         self.instance_id: Optional[str] = config["group.instance.id"]
         self.session_timeout_ms = int(config["session.timeout.ms"])
@@ -296,7 +297,7 @@ class GroupCoordinator:
                 if stored:
                     self.commit(stored, asynchronous=False, timeout=5.0)
             except KafkaException as exc:
-                _log.info("commit before revoke failed: %s", exc)
+                self.log.info("commit before revoke failed: %s", exc)
             except Exception as exc:  # on_commit raised: the revocation still runs
                 failure = exc
         try:
@@ -423,7 +424,7 @@ class GroupCoordinator:
                     try:
                         self.commit(stored, asynchronous=False, timeout=5.0)
                     except KafkaException as exc:
-                        _log.info("final commit failed: %s", exc)
+                        self.log.info("final commit failed: %s", exc)
         finally:
             done = threading.Event()
 
@@ -532,7 +533,7 @@ class GroupCoordinator:
             if code:
                 err = client_error(code, f"FindCoordinator({self.group_id})")
         if err is not None:
-            _log.debug("coordinator lookup failed: %s", err.str())
+            self.log.debug("coordinator lookup failed: %s", err.str())
             self._find_after = time.monotonic() + self.retry_backoff
             if not err.retriable() and err.code() not in (KafkaError._TRANSPORT,
                                                           KafkaError._TIMED_OUT):
@@ -542,13 +543,14 @@ class GroupCoordinator:
         if node not in brokers:
             brokers[node] = (host, port, None)
         self.coord_id = node
-        _log.debug("group %s: coordinator is broker %d (%s:%d)", self.group_id, node, host,
-                   port)
+        self.log.debug("group %s: coordinator is broker %d (%s:%d)", self.group_id, node, host,
+                       port)
         self.cluster.coordinator_connection(node)
 
     def _coordinator_lost(self, why: str) -> None:
         if self.coord_id is not None:
-            _log.info("group %s: coordinator %s lost (%s)", self.group_id, self.coord_id, why)
+            self.log.info("group %s: coordinator %s lost (%s)", self.group_id,
+                          self.coord_id, why)
         self.coord_id = None
         self._find_after = time.monotonic() + self.retry_backoff
 
@@ -688,7 +690,8 @@ class GroupCoordinator:
             reason=self._rejoin_reason or None)
         self.state = JOINING
         token = self._op_token
-        _log.debug("group %s: joining (%s) with %s", self.group_id, self._rejoin_reason, topics)
+        self.log.debug("group %s: joining (%s) with %s", self.group_id,
+                       self._rejoin_reason, topics)
         # The broker holds JoinGroup for up to the rebalance timeout.
         conn = self._coord_conn()
         if conn is None:
@@ -698,10 +701,10 @@ class GroupCoordinator:
                   timeout=self.max_poll_interval + self.request_timeout)
 
     def _on_join(self, resp: Any, err: Optional[KafkaError], token: int) -> None:
-        _log.debug("group %s: JoinGroup answered: %s", self.group_id,
-                   err.str() if err is not None else
-                   f"error {resp.error_code}, generation {resp.generation_id}, "
-                   f"member {resp.member_id}, leader {resp.leader}")
+        self.log.debug("group %s: JoinGroup answered: %s", self.group_id,
+                       err.str() if err is not None else
+                       f"error {resp.error_code}, generation {resp.generation_id}, "
+                       f"member {resp.member_id}, leader {resp.leader}")
         if token != self._op_token or self.state != JOINING:
             return
         code = resp.error_code if err is None else None
@@ -747,7 +750,7 @@ class GroupCoordinator:
                           ErrorCode.REBALANCE_IN_PROGRESS):
             self.deliver_error(client_error(code, f"JoinGroup {self.group_id}: {err.str()}"))
             self._rejoin_after = time.monotonic() + max(1.0, self.retry_backoff)
-        _log.debug("group %s: join failed: %s", self.group_id, err.str())
+        self.log.debug("group %s: join failed: %s", self.group_id, err.str())
         self.io.wake()
 
     def _reset_member(self, forget_id: bool) -> None:
@@ -763,8 +766,8 @@ class GroupCoordinator:
             try:
                 sub = decode_subscription(m.metadata)
             except Exception as exc:  # a member's bytes are not ours to trust
-                _log.warning("group %s: member %s sent an undecodable subscription: %s",
-                             self.group_id, m.member_id, exc)
+                self.log.warning("group %s: member %s sent an undecodable subscription: %s",
+                                 self.group_id, m.member_id, exc)
                 sub = Subscription(topics=[], user_data=None, owned_partitions=[])
             members.append(MemberSubscription(m.member_id, m.group_instance_id, sub))
             topics.update(sub.topics)
@@ -782,7 +785,7 @@ class GroupCoordinator:
         try:
             plan = assignor.assign({m.member_id: m for m in members}, counts)
         except Exception as exc:
-            _log.exception("group %s: assignor %s failed", self.group_id, assignor.name)
+            self.log.exception("group %s: assignor %s failed", self.group_id, assignor.name)
             self.deliver_error(KafkaError(KafkaError._FAIL, f"assignor failed: {exc}"))
             plan = {m.member_id: [] for m in members}
         assignments = [SyncGroupRequest.SyncGroupRequestAssignment(
@@ -810,8 +813,8 @@ class GroupCoordinator:
                   timeout=self.session_timeout_ms / 1000.0)
 
     def _on_sync(self, resp: Any, err: Optional[KafkaError], token: int) -> None:
-        _log.debug("group %s: SyncGroup answered: %s", self.group_id,
-                   err.str() if err is not None else f"error {resp.error_code}")
+        self.log.debug("group %s: SyncGroup answered: %s", self.group_id,
+                       err.str() if err is not None else f"error {resp.error_code}")
         if token != self._op_token or self.state != SYNCING:
             return
         if err is None and resp.error_code:
@@ -831,8 +834,8 @@ class GroupCoordinator:
         self.state = STABLE
         self._last_heartbeat_ok = now
         self._next_heartbeat = now + self.heartbeat_interval
-        _log.debug("group %s: generation %d, assigned %s", self.group_id, self.generation,
-                   sorted(new))
+        self.log.debug("group %s: generation %d, assigned %s", self.group_id, self.generation,
+                       sorted(new))
         if self.cooperative:
             revoked = self.owned - new
             added = new - self.owned
@@ -892,8 +895,8 @@ class GroupCoordinator:
         if code == ErrorCode.NONE:
             self._last_heartbeat_ok = time.monotonic()
             return
-        _log.debug("group %s: heartbeat in %s: %s", self.group_id, self.state,
-                   KafkaError(code).name())
+        self.log.debug("group %s: heartbeat in %s: %s", self.group_id, self.state,
+                       KafkaError(code).name())
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self._request_rejoin("group is rebalancing")
         elif code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
@@ -911,7 +914,7 @@ class GroupCoordinator:
 
     def _lose(self, why: str, reset_member: bool) -> None:
         """The membership is gone: the partitions are lost (not revoked cleanly)."""
-        _log.info("group %s: assignment lost (%s)", self.group_id, why)
+        self.log.info("group %s: assignment lost (%s)", self.group_id, why)
         self._op_token += 1
         self._reset_member(reset_member)
         if self.owned:
@@ -957,15 +960,15 @@ class GroupCoordinator:
                                                           reason=reason)])
         else:
             req = LeaveGroupRequest(group_id=self.group_id, member_id=self.member_id)
-        _log.debug("group %s: leaving (%s)", self.group_id, reason)
+        self.log.debug("group %s: leaving (%s)", self.group_id, reason)
         self._op_token += 1
         self.member_id = ""
         self.generation = -1
         self.state = UNJOINED
 
         def left(resp: Any, err: Optional[KafkaError]) -> None:
-            _log.debug("group %s: LeaveGroup answered: %s", self.group_id,
-                       err.str() if err is not None else f"error {resp.error_code}")
+            self.log.debug("group %s: LeaveGroup answered: %s", self.group_id,
+                           err.str() if err is not None else f"error {resp.error_code}")
             if done is not None:
                 done.set()
 
@@ -982,7 +985,7 @@ class GroupCoordinator:
             if self.config["on_commit"] is not None:
                 self._queue_commit_result(err, result)
             elif err is not None:
-                _log.info("auto commit failed: %s", err.str())
+                self.log.info("auto commit failed: %s", err.str())
 
         self._commit(offsets, done, time.monotonic() + self.request_timeout)
 

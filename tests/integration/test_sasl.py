@@ -216,7 +216,8 @@ def test_invalid_token_refused_by_the_server(sasl_cluster):
 
 def test_expired_token_is_a_clear_error(sasl_cluster):
     """The first token lives 1 s and every refresh fails: the failed refresh and then
-    the expired token are reported through error_cb, and requests fail instead of
+    the expired token are reported through error_cb, what oauth_cb raised reaches the
+    caller of poll() (the one callback policy), and requests fail instead of
     hanging."""
     from kafka_client._net.security.oauth import unsecured_jwt
 
@@ -229,7 +230,7 @@ def test_expired_token_is_a_clear_error(sasl_cluster):
         token = unsecured_jwt("principal=alice lifeSeconds=1")
         return token.value, token.expires_at
 
-    errors = []
+    errors, raised = [], []
     p = Producer(sasl_conf(sasl_cluster.bootstrap_servers, "OAUTHBEARER", oauth_cb=oauth_cb),
                  error_cb=errors.append)  # the first token is fetched here
     try:
@@ -239,9 +240,13 @@ def test_expired_token_is_a_clear_error(sasl_cluster):
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not any(
                 "expired" in e.str() for e in errors):
-            p.poll(0.1)
+            try:
+                p.poll(0.1)
+            except RuntimeError as exc:
+                raised.append(str(exc))
     finally:
         p.close()
+    assert raised and set(raised) == {"identity provider unreachable"}
     texts = [e.str() for e in errors if e.code() == KafkaError._AUTHENTICATION]
     assert any("refresh failed: identity provider unreachable" in t for t in texts), texts
     assert any("token expired" in t for t in texts), texts

@@ -96,12 +96,13 @@ def token_from_callback(result: Any) -> OAuthToken:
 class TokenSource:
     """Holds the current token and refreshes it before it expires.
 
-    ``fetch()`` returns a new :class:`OAuthToken` or raises. ``on_error(message)`` is told
-    about failed refreshes (the client's error_cb path).
+    ``fetch()`` returns a new :class:`OAuthToken` or raises. ``on_error(message,
+    exception)`` is told about failed refreshes (the client's error_cb path, and the
+    exception for the caller of poll() when the application's oauth_cb raised it).
     """
 
     def __init__(self, fetch: Callable[[], OAuthToken],
-                 on_error: Optional[Callable[[str], None]] = None) -> None:
+                 on_error: Optional[Callable[[str, Exception], None]] = None) -> None:
         self._fetch = fetch
         self._lock = threading.Lock()
         self._token: Optional[OAuthToken] = None
@@ -172,7 +173,7 @@ class TokenSource:
                 self._error = str(exc)
             _log.warning("%s (retrying in %gs)", message, RETRY_AFTER)
             if self.on_error is not None:
-                self.on_error(message)
+                self.on_error(message, exc)
             self._schedule(RETRY_AFTER)
             return
         self._set(token)

@@ -160,7 +160,7 @@ def test_token_source_refreshes_at_80_percent_and_reports_failures():
             raise RuntimeError("idp down")
         return OAuthToken(f"t{len(calls)}", time.time() + 0.5)
 
-    source = TokenSource(fetch, on_error=errors.append)
+    source = TokenSource(fetch, on_error=lambda message, exc: errors.append(message))
     try:
         source.start()
         assert source.current().value == "t1"

@@ -1,0 +1,109 @@
+"""confluent-kafka drop-in: ``None`` as a configuration value. Every typed property of
+the table (numbers, booleans, enums, lists, the strings librdkafka checks) set to None
+is refused exactly when confluent-kafka refuses it, with librdkafka's words; strings,
+callbacks and the logger set to None mean "not set". Side by side, no broker needed."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kafka_client import Consumer, KafkaError, KafkaException, Producer
+from kafka_client.config import PROPERTIES, REFUSED
+
+ck = pytest.importorskip("confluent_kafka")
+
+#: librdkafka names these by its own canonical name ("queue.buffering.max.ms" for
+#: linger.ms, ...); ours names the property as the application wrote it
+_THEIR_NAME = {"linger.ms": "queue.buffering.max.ms", "acks": "request.required.acks",
+               "retries": "message.send.max.retries", "compression.type": "compression.codec",
+               "max.partition.fetch.bytes": "fetch.message.max.bytes",
+               "sasl.mechanism": "sasl.mechanisms"}
+#: where the two differ on purpose or by platform (see docs/migrating.md)
+_DIFFERENT_TEXT = {
+    "debug",                        # theirs: 'Invalid value "None" for ... "debug"'
+    "delivery.report.only.error",   # theirs: TypeError from confluent-kafka's Python layer
+}
+_WINDOWS_ONLY = {"ssl.ca.certificate.stores"}  # refused by librdkafka on Linux, any value
+
+TYPED = sorted(name for name, prop in PROPERTIES.items()
+               if prop.status != REFUSED and prop.type not in ("callable", "logger", "api")
+               and name not in _WINDOWS_ONLY)
+
+
+def _theirs(name):
+    conf = {"log_level": 0, name: None}
+    try:
+        if PROPERTIES[name].scope == "C":
+            ck.Consumer(dict(conf, **{"group.id": "g"})).close()
+        else:
+            ck.Producer(conf)
+    except ck.KafkaException as exc:
+        return "KafkaException", exc.args[0].str()
+    except Exception as exc:  # noqa: BLE001 - the type is what is compared
+        return type(exc).__name__, str(exc)
+    return None, None
+
+
+def _ours(name):
+    cls = Consumer if PROPERTIES[name].scope == "C" else Producer
+    conf = {name: None}
+    if cls is Consumer:
+        conf["group.id"] = "g"
+    try:
+        client = cls(conf)
+    except KafkaException as exc:
+        assert exc.args[0].code() == KafkaError._INVALID_ARG
+        return "KafkaException", exc.args[0].str()
+    client.close()
+    return None, None
+
+
+@pytest.fixture(autouse=True)
+def quiet():
+    logging.disable(logging.WARNING)  # "No bootstrap.servers configured", ignored names
+    yield
+    logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize("name", TYPED)
+def test_none_is_refused_exactly_where_librdkafka_refuses_it(name):
+    their_type, their_text = _theirs(name)
+    our_type, our_text = _ours(name)
+    assert (our_type is None) == (their_type is None), (their_text, our_text)
+    if our_type is None or name in _DIFFERENT_TEXT:
+        return
+    assert their_type == "KafkaException"
+    assert our_text == their_text.replace(f'"{_THEIR_NAME.get(name, name)}"', f'"{name}"')
+
+
+def test_the_typed_properties_checked_cover_every_kind():
+    kinds = {PROPERTIES[name].type for name in TYPED}
+    assert {"int", "float", "bool", "enum", "csv", "str"} <= kinds
+    assert len(TYPED) > 100
+
+
+@pytest.mark.parametrize("conf", [{"linger_ms": None}, {"default.topic.config": {"acks": None}}])
+def test_none_through_keywords_and_the_topic_dict_is_refused_too(conf):
+    kwargs = {k: v for k, v in conf.items() if "_" in k}
+    config = {k: v for k, v in conf.items() if "_" not in k}
+    with pytest.raises(KafkaException) as exc:
+        Producer(config, **kwargs)
+    assert "cannot be set to empty value" in exc.value.args[0].str()
+
+
+def test_none_partitioner_gets_librdkafkas_words():
+    with pytest.raises(ck.KafkaException) as theirs:
+        ck.Producer({"partitioner": None})
+    with pytest.raises(KafkaException) as ours:
+        Producer({"partitioner": None})
+    assert ours.value.args[0].str() == theirs.value.args[0].str()
+
+
+def test_none_for_strings_and_the_logger_means_not_set_as_there():
+    for name in ("client.id", "bootstrap.servers", "sasl.username", "logger"):
+        ck.Producer({name: None, "log_level": 0})
+        Producer({name: None}).close()
+    p = Producer({"client.id": None})
+    assert p._config["client.id"] == PROPERTIES["client.id"].default
+    p.close()

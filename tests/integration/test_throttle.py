@@ -1,0 +1,117 @@
+"""``throttle_cb``: a broker that answers with ``throttle_time_ms`` > 0 (quotas, KIP-219)
+reaches the application as a ThrottleEvent from poll()/flush()/consume(), as librdkafka
+reports it: every answer > 0, then one 0 when the throttling has ended. The broker's
+answers are rewritten by the fault proxy (``throttle_requests``); the broker itself acts
+on every request, so the data must still arrive whole. Consumer statistics carry the
+per-broker throttle window."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from kafka_client import Consumer, Producer, ThrottleEvent, TopicPartition
+from kafka_client._testing.proxy import FaultProxy
+from kafka_proto.messages import ApiKey
+
+
+@pytest.fixture
+def proxy(tansu_broker):
+    with FaultProxy("127.0.0.1", tansu_broker.port, rewrite_addresses=True) as p:
+        yield p
+
+
+def broker_id_of(tansu_broker, topic):
+    p = Producer({"bootstrap.servers": tansu_broker.bootstrap})
+    try:
+        return p.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+    finally:
+        p.close()
+
+
+def test_producer_reports_each_throttled_answer_then_the_end(tansu_broker, proxy, topic_name):
+    tansu_broker.create_topic(topic_name, partitions=1)
+    leader = broker_id_of(tansu_broker, topic_name)
+    events, delivered = [], []
+    p = Producer({"bootstrap.servers": proxy.bootstrap, "throttle_cb": events.append,
+                  "linger.ms": 0})
+    p.produce(topic_name, b"warm-up", on_delivery=lambda e, m: delivered.append(e))
+    assert p.flush(10) == 0
+    assert events == []                    # answers without throttle_time_ms: no event
+    proxy.throttle_requests(ApiKey.PRODUCE, 250, count=2)
+    for i in range(3):                     # one request each: 250, 250, then 0
+        p.produce(topic_name, b"m%d" % i, on_delivery=lambda e, m: delivered.append(e))
+        assert p.flush(10) == 0
+    p.poll(0)
+    p.close()
+    assert delivered == [None] * 4         # the broker acted on every request
+    assert [e.throttle_time for e in events] == [0.25, 0.25, 0.0]
+    for e in events:
+        assert isinstance(e, ThrottleEvent)
+        assert e.broker_id == leader
+        assert e.broker_name == f"127.0.0.1:{proxy.port}/{leader}"
+    assert str(events[0]) == f"127.0.0.1:{proxy.port}/{leader}/{leader} throttled for 250 ms"
+
+
+def test_consumer_gets_throttle_events_from_consume_and_statistics(tansu_broker, proxy,
+                                                                   topic_name):
+    tansu_broker.create_topic(topic_name, partitions=1)
+    p = Producer({"bootstrap.servers": tansu_broker.bootstrap})
+    for i in range(100):
+        p.produce(topic_name, b"%d" % i, partition=0)
+    assert p.flush(10) == 0
+    p.close()
+    events, stats = [], []
+    proxy.throttle_requests(ApiKey.FETCH, 120, count=3)
+    c = Consumer({"bootstrap.servers": proxy.bootstrap, "throttle_cb": events.append,
+                  "stats_cb": stats.append, "statistics.interval.ms": 100,
+                  "fetch.wait.max.ms": 50})
+    c.assign([TopicPartition(topic_name, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 15
+    while (len(got) < 100 or len(events) < 4 or not stats) and time.monotonic() < deadline:
+        got += [m.value() for m in c.consume(100, 0.2) if m.error() is None]
+    stats_after = list(stats)
+    c.close()
+    assert got == [b"%d" % i for i in range(100)]
+    assert [e.throttle_time for e in events[:4]] == [0.12, 0.12, 0.12, 0.0]
+    doc = json.loads(stats_after[-1])
+    throttled = [b for b in doc["brokers"].values() if b["throttle"]["cnt"]]
+    assert len(throttled) == 1 and throttled[0]["throttle"]["max"] == 120
+    assert throttled[0]["throttle"]["cnt"] == 3 and throttled[0]["throttle"]["avg"] == 120
+
+
+def test_a_raising_throttle_cb_reaches_flush_and_loses_nothing(tansu_broker, proxy,
+                                                               topic_name):
+    tansu_broker.create_topic(topic_name, partitions=1)
+    seen, delivered = [], []
+
+    def throttle_cb(event):
+        seen.append(event.throttle_time)
+        raise ValueError(f"throttled {event.throttle_time}")
+
+    p = Producer({"bootstrap.servers": proxy.bootstrap, "throttle_cb": throttle_cb,
+                  "linger.ms": 0})
+    proxy.throttle_requests(ApiKey.PRODUCE, 100, count=2)
+    raised = []
+
+    def poll_until(done):
+        deadline = time.monotonic() + 10
+        while not done() and time.monotonic() < deadline:
+            try:
+                p.poll(0.05)
+            except ValueError as exc:
+                raised.append(str(exc))
+
+    for i in range(3):  # one request each, answered one after the other
+        p.produce(topic_name, b"m%d" % i, on_delivery=lambda e, m: delivered.append(e))
+        poll_until(lambda: len(delivered) > i)
+    poll_until(lambda: len(seen) == 3)
+    assert p.flush(5) == 0 and len(p) == 0  # the bookkeeping went on around the raises
+    assert delivered == [None] * 3
+    assert seen == [0.1, 0.1, 0.0]          # each event once, none skipped
+    assert raised == ["throttled 0.1", "throttled 0.1", "throttled 0.0"]  # to poll()'s caller
+    start = time.monotonic()
+    p.close()
+    assert time.monotonic() - start < 5

@@ -414,8 +414,9 @@ cdef class AccumulatorCore:
             self._wait_for_metadata(t, value, key, partition, on_delivery, timestamp, None,
                                     size)
 
-    cdef int _enqueue(self, topic, value, key, int part, on_delivery, timestamp, headers,
-                      Py_ssize_t size) except -1:
+    @cython.final
+    cdef inline int _enqueue(self, topic, value, key, int part, on_delivery, timestamp,
+                             headers, Py_ssize_t size) except -1:
         # A checked message into its partition's batch, or to wait for the topic's
         # metadata; BufferError when the producer is full.
         cdef BatchLock lock

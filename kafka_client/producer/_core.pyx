@@ -404,9 +404,7 @@ cdef class AccumulatorCore:
         wait for them (or none: KafkaException if the topic is known not to exist)."""
         cdef Py_ssize_t i
         cdef Py_ssize_t size
-        if t.error is not None:
-            raise KafkaException(t.error)
-        for i in range(len(values)):
+        for i in range(len(values)):  # the first raises if the topic does not exist
             value = values[i]
             key = None if keys is None else keys[i]
             size = (0 if value is None else PyBytes_GET_SIZE(value)) + \

@@ -192,6 +192,9 @@ class Producer(ClientBase):
             if keys is not None:
                 # confluent-kafka's positional order: (topic, messages, partition,
                 # on_delivery); keys have no place in this form.
+                if isinstance(keys, (list, tuple)):
+                    raise TypeError("keys are for the columnar form: in a list of message "
+                                    "dicts, each dict has its own 'key'")
                 if partition != -1:
                     if on_delivery is not None:
                         raise TypeError("on_delivery given twice")

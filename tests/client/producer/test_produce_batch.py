@@ -213,6 +213,8 @@ def test_confluent_kafkas_positional_order_and_callbacks(producer):
     assert producer.produce_batch("t", [{"value": b"c"}], callback=batch_cb) == 1
     with pytest.raises(TypeError):
         producer.produce_batch("t", [{"value": b"d"}], 1, batch_cb, on_delivery=batch_cb)
+    with pytest.raises(TypeError, match="each dict has its own 'key'"):
+        producer.produce_batch("t", [{"value": b"d"}], [b"k"])
     with pytest.raises(TypeError):
         producer.produce_batch("t", [{"value": b"d"}], on_delivery=5)
     with pytest.raises(KafkaException):

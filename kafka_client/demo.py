@@ -254,10 +254,8 @@ def _produce(config: Dict[str, Any], topic: str, messages: int, base: int, api: 
     try:
         if api == "batch":
             # Each chunk's values are built just before they are handed over: generating
-            # them is part of the measured time, as in an application. The first call,
-            # before the topic's partitions are known, takes produce_batch's per-message
-            # path, where a BufferError could come after part of the chunk was queued;
-            # it starts on an empty producer with room for 10 chunks, so it cannot.
+            # them is part of the measured time, as in an application. A chunk is queued
+            # whole or not at all (BufferError: serve reports and try it again).
             i = 0
             while i < messages:
                 k = min(CHUNK, messages - i)

@@ -1,6 +1,6 @@
 # Type stub for the compiled module kafka_client/producer/_core.pyx.
 from collections import deque
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from kafka_client.errors import KafkaException
 from kafka_proto.records import RecordBatchBuilder
@@ -23,13 +23,30 @@ class DeliveryCallback:
     headers: Optional[List[Tuple[str, Optional[bytes]]]]
     timestamp: int
 
+class DeliveryRange:
+    index: int
+    count: int
+    callback: Callable[..., Any]
+    values: List[Optional[bytes]]
+    keys: Optional[List[Optional[bytes]]]
+    timestamp: int
+    def __init__(self, index: int, callback: Callable[..., Any],
+                 values: List[Optional[bytes]], keys: Optional[List[Optional[bytes]]],
+                 timestamp: int) -> None: ...
+
+class Columns:
+    values: List[Optional[bytes]]
+    keys: Optional[List[Optional[bytes]]]
+    total: int
+    biggest: int
+
 class Batch:
     part: PartitionState
     builder: RecordBatchBuilder
     append: Callable[..., None]
     created: float
     deadline: float
-    cbs: Optional[List[DeliveryCallback]]
+    cbs: Optional[List[Union[DeliveryCallback, DeliveryRange]]]
     count: int
     nbytes: int
     data: Optional[bytes]
@@ -87,9 +104,19 @@ class AccumulatorCore:
                 on_delivery: Optional[Callable[..., Any]] = None, timestamp: int = 0,
                 headers: Any = None, *, callback: Optional[Callable[..., Any]] = None
                 ) -> None: ...
+    def produce_messages(self, topic: str, messages: List[Dict[str, Any]], partition: Any = -1,
+                         on_delivery: Optional[Callable[..., Any]] = None,
+                         timestamp: int = 0) -> int: ...
+    def wait_for_metadata_many(self, t: TopicState, values: List[Optional[bytes]],
+                               keys: Optional[List[Optional[bytes]]], partition: int,
+                               on_delivery: Optional[Callable[..., Any]],
+                               timestamp: int) -> None: ...
     def place_waiting(self, t: TopicState, m: PendingMessage) -> None: ...
 
 def invalid_partition(partition: int) -> KafkaException: ...
+def check_timestamp(timestamp: Any) -> None: ...
+def too_large(size: int, message_max: int) -> KafkaException: ...
+def to_columns(values: Sequence[Any], keys: Optional[Sequence[Any]] = None) -> Columns: ...
 def not_callable(what: str, obj: Any) -> TypeError: ...
 def as_bytes(obj: Any, what: str) -> bytes: ...
 def normalize_headers(headers: Any) -> Optional[List[Tuple[str, Optional[bytes]]]]: ...

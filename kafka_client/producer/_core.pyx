@@ -14,7 +14,10 @@ whose ``Accumulator`` subclasses :class:`AccumulatorCore`.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.list cimport PyList_CheckExact
+from cpython.dict cimport PyDict_Check, PyDict_GetItem
 from cpython.long cimport PyLong_CheckExact
+from cpython.ref cimport PyObject
 from cpython.pythread cimport (NOWAIT_LOCK, WAIT_LOCK, PyThread_acquire_lock,
                                PyThread_allocate_lock, PyThread_free_lock,
                                PyThread_release_lock, PyThread_type_lock)
@@ -28,6 +31,8 @@ from kafka_client.errors import KafkaError, KafkaException
 _monotonic = time.monotonic
 #: produce()'s default partition, -1: "the partitioner chooses" (a cached small int)
 cdef object _PARTITIONER = -1
+#: produce()'s default timestamp, 0: "now" (a cached small int)
+cdef object _NOW = 0
 
 
 @cython.final
@@ -101,11 +106,41 @@ cdef class DeliveryCallback:
 
 
 @cython.final
+@cython.freelist(16)
+cdef class DeliveryRange:
+    """The delivery callback of ``count`` consecutive messages of a batch appended by one
+    ``produce_batch()`` call (from the batch's ``index``-th message on): one record per
+    bulk append instead of one per message. ``values`` and ``keys`` (None: no keys) are
+    the producer's own lists of what was appended, for the reports; ``timestamp`` as in
+    :class:`DeliveryCallback`."""
+
+    cdef readonly Py_ssize_t index
+    cdef readonly Py_ssize_t count
+    cdef readonly object callback
+    cdef readonly list values
+    cdef readonly list keys
+    cdef readonly object timestamp
+
+    def __init__(self, Py_ssize_t index, callback, list values, list keys, timestamp):
+        self.index = index
+        self.count = len(values)
+        self.callback = callback
+        self.values = values
+        self.keys = keys
+        self.timestamp = timestamp
+
+    def __repr__(self):
+        return (f"<DeliveryRange #{self.index}..#{self.index + self.count - 1} "
+                f"{self.callback!r}>")
+
+
+@cython.final
 cdef class Batch:
     """One record batch of one partition, from its first message to its delivery report.
 
-    ``cbs`` holds a :class:`DeliveryCallback` for each message that has a delivery
-    callback (None when none has).
+    ``cbs`` holds, in message order, a :class:`DeliveryCallback` for each message that
+    has a delivery callback, or a :class:`DeliveryRange` for a run of them appended in
+    bulk (None when no message has one).
     """
 
     cdef public PartitionState part
@@ -241,8 +276,6 @@ cdef class AccumulatorCore:
         """Encode one message into its partition's batch (see ``Producer.produce``)."""
         cdef Py_ssize_t size
         cdef int part
-        cdef BatchLock lock
-        cdef TopicState t
         if PyBytes_CheckExact(value):
             size = PyBytes_GET_SIZE(value)
         elif value is None:
@@ -255,24 +288,10 @@ cdef class AccumulatorCore:
                 key = as_bytes(key, "key")
             size += PyBytes_GET_SIZE(key)
         if size > self.message_max:
-            raise KafkaException(KafkaError(
-                KafkaError.MSG_SIZE_TOO_LARGE,
-                f"Message of {size} bytes is larger than message.max.bytes "
-                f"({self.message_max})"))
-        # A C int: TypeError for what is not an integer, OverflowError beyond 32 bits.
-        # The default -1 (one cached int object) skips the conversion, whose error check
-        # costs a PyErr_Occurred() call for exactly that value.
-        if partition is _PARTITIONER:
-            part = -1
-        elif PyLong_CheckExact(partition):
-            part = partition
-        else:
-            part = _index(partition)
-        if part < -1:
-            raise invalid_partition(part)
-        if not isinstance(timestamp, int):
-            raise TypeError(f"timestamp must be an int (milliseconds), not "
-                            f"{type(timestamp).__name__}")
+            raise too_large(size, self.message_max)
+        part = _partition_arg(partition)
+        if timestamp is not _NOW:
+            _check_timestamp(timestamp)
         if callback is not None:
             on_delivery = callback
             if not callable(on_delivery):
@@ -283,6 +302,123 @@ cdef class AccumulatorCore:
             raise not_callable("on_delivery", on_delivery)
         if headers is not None:
             headers = normalize_headers(headers)
+        self._enqueue(topic, value, key, part, on_delivery, timestamp, headers, size)
+
+    def produce_messages(self, topic, list messages, partition=-1, on_delivery=None,
+                         timestamp=0):
+        """confluent-kafka's ``produce_batch(topic, messages, partition, on_delivery)``:
+        one dict per message (see ``Producer.produce_batch``). A message that cannot be
+        queued gets the reason as a KafkaError under ``"_error"`` in its dict (and a
+        stale ``"_error"`` of a queued one is removed); returns how many were queued.
+        TypeError (naming the message) before any is queued for a malformed one."""
+        cdef Py_ssize_t i, n = len(messages), queued = 0
+        cdef list prepared = [None] * n
+        cdef int default_part = _partition_arg(partition)
+        cdef bint full = False
+        cdef PendingMessage pm
+        cdef dict m
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+        if timestamp is not _NOW:
+            _check_timestamp(timestamp)
+        if on_delivery is None:
+            on_delivery = self.default_cb
+        elif not callable(on_delivery):
+            raise not_callable("on_delivery", on_delivery)
+        # All checked before any is queued: a malformed message queues none of them.
+        for i in range(n):
+            item = messages[i]
+            if not PyDict_Check(item):
+                raise TypeError(f"messages[{i}] must be a dict, not {type(item).__name__}")
+            try:
+                prepared[i] = self._prepare(<dict>item, default_part, on_delivery, timestamp)
+            except TypeError as exc:
+                raise TypeError(f"messages[{i}]: {exc}") from None
+            except KafkaException as exc:
+                prepared[i] = exc.args[0]
+        for i in range(n):
+            m = <dict>messages[i]
+            if type(prepared[i]) is not PendingMessage:
+                m["_error"] = prepared[i]
+                continue
+            if full:  # later ones fail too: what is queued keeps the list's order
+                m["_error"] = _queue_full()
+                continue
+            pm = <PendingMessage>prepared[i]
+            try:
+                self._enqueue(topic, pm.value, pm.key, pm.partition, pm.on_delivery,
+                              pm.timestamp, pm.headers, pm.size)
+            except KafkaException as exc:
+                m["_error"] = exc.args[0]
+                continue
+            except BufferError:
+                full = True
+                m["_error"] = _queue_full()
+                continue
+            if "_error" in m:
+                del m["_error"]  # from an earlier attempt
+            queued += 1
+        return queued
+
+    cdef PendingMessage _prepare(self, dict m, int default_part, default_cb, default_ts):
+        # One message dict, checked and converted as produce() does its arguments.
+        cdef PendingMessage pm = PendingMessage.__new__(PendingMessage)
+        cdef Py_ssize_t size
+        value = _field(m, "value")
+        key = _field(m, "key")
+        partition = _field(m, "partition")
+        timestamp = _field(m, "timestamp")
+        callback = _field(m, "callback")
+        headers = _field(m, "headers")
+        if value is not None and not PyBytes_CheckExact(value):
+            value = as_bytes(value, "value")
+        if key is not None and not PyBytes_CheckExact(key):
+            key = as_bytes(key, "key")
+        if callback is None:
+            callback = default_cb
+        elif not callable(callback):
+            raise not_callable("callback", callback)
+        if headers is not None:
+            headers = normalize_headers(headers)
+        size = (0 if value is None else PyBytes_GET_SIZE(value)) + \
+            (0 if key is None else PyBytes_GET_SIZE(key))
+        pm.value = value
+        pm.key = key
+        pm.on_delivery = callback
+        pm.headers = headers
+        pm.size = size
+        pm.partition = default_part if partition is None else _partition_arg(partition)
+        if timestamp is None:
+            pm.timestamp = default_ts
+        else:
+            _check_timestamp(timestamp)
+            pm.timestamp = timestamp
+        if size > self.message_max:
+            raise too_large(size, self.message_max)
+        return pm
+
+    def wait_for_metadata_many(self, TopicState t, list values, list keys, int partition,
+                               on_delivery, timestamp):
+        """Under the lock: messages of ``produce_batch()``'s columnar form (checked by
+        :func:`to_columns`) for a topic whose partitions are not known yet, all queued to
+        wait for them (or none: KafkaException if the topic is known not to exist)."""
+        cdef Py_ssize_t i
+        cdef Py_ssize_t size
+        for i in range(len(values)):  # the first raises if the topic does not exist
+            value = values[i]
+            key = None if keys is None else keys[i]
+            size = (0 if value is None else PyBytes_GET_SIZE(value)) + \
+                (0 if key is None else PyBytes_GET_SIZE(key))
+            self._wait_for_metadata(t, value, key, partition, on_delivery, timestamp, None,
+                                    size)
+
+    @cython.final
+    cdef inline int _enqueue(self, topic, value, key, int part, on_delivery, timestamp,
+                             headers, Py_ssize_t size) except -1:
+        # A checked message into its partition's batch, or to wait for the topic's
+        # metadata; BufferError when the producer is full.
+        cdef BatchLock lock
+        cdef TopicState t
         lock = self.lock
         lock.take()
         try:
@@ -295,11 +431,12 @@ cdef class AccumulatorCore:
             if t.parts is None:
                 self._wait_for_metadata(t, value, key, part, on_delivery, timestamp,
                                         headers, size)
-                return
+                return 0
             self._place(t, value, key, part, on_delivery, timestamp, headers, size)
             self.msg_count += 1
         finally:
             lock.give()
+        return 0
 
     cdef int _wait_for_metadata(self, TopicState t, value, key, int partition, on_delivery,
                                 timestamp, headers, Py_ssize_t size) except -1:
@@ -375,6 +512,129 @@ cdef class AccumulatorCore:
         if b.count >= self.batch_num:
             self._close(p, b)
         return 0
+
+
+cdef inline int _partition_arg(partition) except -2:
+    # A C int: TypeError for what is not an integer, OverflowError beyond 32 bits. The
+    # default -1 (one cached int object) skips the conversion, whose error check costs a
+    # PyErr_Occurred() call for exactly that value.
+    cdef int part
+    if partition is _PARTITIONER:
+        return -1
+    if PyLong_CheckExact(partition):
+        part = partition
+    else:
+        part = _index(partition)
+    if part < -1:
+        raise invalid_partition(part)
+    return part
+
+
+cdef int _check_timestamp(timestamp) except -1:
+    # Refused before anything is queued: the codec takes no time below -1, and -1 (no
+    # timestamp) is not a time either; 0 stands for "now" (librdkafka's meaning).
+    cdef long long ms
+    if not isinstance(timestamp, int):
+        raise TypeError(f"timestamp must be an int (milliseconds), not "
+                        f"{type(timestamp).__name__}")
+    try:
+        ms = timestamp
+    except OverflowError:
+        ms = -1
+    if ms < 0:
+        raise KafkaException(KafkaError(
+            KafkaError._INVALID_ARG,
+            f"invalid timestamp {timestamp}: milliseconds since the epoch (0 to 2**63-1), "
+            f"or 0 for now"))
+    return 0
+
+
+cdef inline object _field(dict m, str name):
+    cdef PyObject* found = PyDict_GetItem(m, name)
+    return None if found == NULL else <object>found
+
+
+cdef object _queue_full():
+    return KafkaError(KafkaError._QUEUE_FULL, "Local: Queue full")
+
+
+def check_timestamp(timestamp):
+    """Raise as ``produce()`` does for a timestamp that is not an int (TypeError) or is
+    below 0 or beyond 64 bits (KafkaException ``_INVALID_ARG``)."""
+    _check_timestamp(timestamp)
+
+
+def too_large(Py_ssize_t size, long long message_max):
+    """The error for a message (key + value) over ``message.max.bytes``."""
+    return KafkaException(KafkaError(
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        f"Message of {size} bytes is larger than message.max.bytes ({message_max})"))
+
+
+@cython.final
+cdef class Columns:
+    """``produce_batch()``'s columnar arguments checked for the codec: ``values`` and
+    ``keys`` (None: no keys) as lists of bytes or None (str UTF-8 encoded; the caller's
+    list itself when it needed no change), the sum of their sizes and the largest
+    message (key + value)."""
+
+    cdef readonly list values
+    cdef readonly list keys
+    cdef readonly Py_ssize_t total
+    cdef readonly Py_ssize_t biggest
+
+
+def to_columns(values, keys=None):
+    """Check and convert ``produce_batch(topic, values, keys)``'s columns: TypeError
+    naming the first item that is not bytes, str, bytearray, memoryview or None,
+    ValueError when keys and values differ in length."""
+    cdef Columns c = Columns.__new__(Columns)
+    cdef Py_ssize_t i, n, size
+    c.values = _column(values, "values")
+    n = len(c.values)
+    if keys is not None:
+        c.keys = _column(keys, "keys")
+        if len(c.keys) != n:
+            raise ValueError(f"keys and values differ in length ({len(c.keys)} keys, "
+                             f"{n} values)")
+    for i in range(n):
+        value = c.values[i]
+        size = 0 if value is None else PyBytes_GET_SIZE(value)
+        if c.keys is not None:
+            key = c.keys[i]
+            if key is not None:
+                size += PyBytes_GET_SIZE(key)
+        c.total += size
+        if size > c.biggest:
+            c.biggest = size
+    return c
+
+
+cdef list _column(items, str what):
+    # bytes or None items: the list as it is; anything else converted in a copy.
+    cdef list out
+    cdef bint own = False
+    cdef Py_ssize_t i
+    if PyList_CheckExact(items):
+        out = <list>items
+    elif isinstance(items, (str, bytes, bytearray, memoryview, dict)):
+        raise TypeError(f"{what} must be a list of messages, not {type(items).__name__}")
+    else:
+        out = list(items)
+        own = True
+    for i in range(len(out)):
+        item = out[i]
+        if item is None or PyBytes_CheckExact(item):
+            continue
+        if not own:
+            out = list(out)
+            own = True
+        try:
+            out[i] = as_bytes(item, what)
+        except TypeError:  # named here: no index formatted per converted item
+            raise TypeError(f"{what}[{i}] must be bytes, str or None, not "
+                            f"{type(item).__name__}") from None
+    return out
 
 
 def invalid_partition(partition):

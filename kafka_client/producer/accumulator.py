@@ -41,6 +41,7 @@ from typing import (
     Mapping,
     NamedTuple,
     Optional,
+    Sequence,
     Set,
     Tuple,
 )
@@ -49,11 +50,15 @@ from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.producer._core import (
     AccumulatorCore,
     Batch,
+    DeliveryRange,
     PartitionState,
     PendingMessage,
     TopicState,
+    check_timestamp,
     invalid_partition,
     not_callable,
+    to_columns,
+    too_large,
 )
 from kafka_client.producer.partitioners import TopicPartitioner
 from kafka_proto.errors import ErrorCode
@@ -156,51 +161,41 @@ class Accumulator(AccumulatorCore):
         self.sticky_cache = self.sticky_ms > 0 and self.partitioner_name not in _KEYED_ONLY
 
     # ================================================================ application thread
-    def produce_batch(self, topic: str, values: List[Any], keys: Optional[List[Any]] = None,
-                      partition: int = -1, on_delivery: Optional[Callable] = None,
-                      timestamp: int = 0) -> int:
-        """Append many messages in one call (see ``Producer.produce_batch``)."""
+    def produce_batch(self, topic: str, values: Sequence[Any],
+                      keys: Optional[Sequence[Any]] = None, partition: int = -1,
+                      on_delivery: Optional[Callable] = None, timestamp: int = 0) -> int:
+        """Queue many messages in one call, all or none (see ``Producer.produce_batch``):
+        checked first (TypeError, KafkaException), then queued under one hold of the
+        lock (BufferError, KafkaException before any is queued). For a topic whose
+        partitions are known they are appended in bulk, a delivery callback kept once
+        per bulk append (:class:`DeliveryRange`); otherwise they wait for the metadata
+        as produce()'s messages do."""
         partition = _index(partition)
         if partition < -1:
             raise invalid_partition(partition)
-        if on_delivery is not None and not callable(on_delivery):
-            raise not_callable("on_delivery", on_delivery)
-        if not isinstance(values, (list, tuple)):
-            values = list(values)
-        n = len(values)
-        if keys is not None:
-            if not isinstance(keys, (list, tuple)):
-                keys = list(keys)
-            if len(keys) != n:
-                raise ValueError("keys and values differ in length")
+        check_timestamp(timestamp)
         if on_delivery is None:
             on_delivery = self.default_cb
-        t = self.topics.get(topic)
-        known = t is not None and t.parts is not None
-        if not known or on_delivery is not None:
-            # General path: one produce() per message (metadata wait, callbacks).
-            done = 0
-            for i in range(n):
-                self.produce(topic, values[i], None if keys is None else keys[i], partition,
-                             on_delivery, timestamp)
-                done += 1
-            return done
-        msg_max = self.message_max
-        sizes = _total_len(values)
-        biggest = _max_len(values)
-        if keys is not None:
-            sizes += _total_len(keys)
-            biggest += _max_len(keys)
-        if biggest > msg_max:
-            raise KafkaException(KafkaError(
-                KafkaError.MSG_SIZE_TOO_LARGE,
-                f"A message of up to {biggest} bytes is larger than message.max.bytes "
-                f"({msg_max})"))
+        elif not callable(on_delivery):
+            raise not_callable("on_delivery", on_delivery)
+        cols = to_columns(values, keys)
+        values, keys = cols.values, cols.keys
+        n = len(values)
+        if cols.biggest > self.message_max:
+            raise too_large(cols.biggest, self.message_max)
         ts = timestamp or None
-        avg = sizes // n + RECORD_OVERHEAD if n else 0
+        avg = cols.total // n + RECORD_OVERHEAD if n else 0
         with self.lock:
-            if self.msg_count + n > self.max_msgs or self.msg_bytes + sizes > self.max_bytes:
+            if self.msg_count + n > self.max_msgs or \
+                    self.msg_bytes + cols.total > self.max_bytes:
                 raise BufferError("Local: Queue full")
+            t = self.topics.get(topic)
+            if t is None:
+                t = self._new_topic(topic)
+            if t.parts is None:
+                self.wait_for_metadata_many(t, values, keys, partition, on_delivery,
+                                            timestamp)
+                return n
             count = t.count
             if partition >= count:
                 raise KafkaException(KafkaError(
@@ -209,7 +204,8 @@ class Accumulator(AccumulatorCore):
             if partition >= 0 or keys is None:
                 if partition < 0:
                     partition = t.choose(None, count, t.available)
-                self._append_bulk(t.parts[partition], values, keys, ts, avg)
+                self._append_bulk(t.parts[partition], values, keys, ts, avg, on_delivery,
+                                  timestamp)
             else:
                 # Keys: partition each, then append each partition's share in bulk,
                 # keeping the order within every partition.
@@ -224,7 +220,8 @@ class Accumulator(AccumulatorCore):
                     g[0].append(values[i])
                     g[1].append(k)
                 for part, (vs, ks) in groups.items():
-                    self._append_bulk(t.parts[part], vs, ks, ts, avg)
+                    self._append_bulk(t.parts[part], vs, ks, ts, avg, on_delivery,
+                                      timestamp)
             self.msg_count += n
         return n
 
@@ -333,8 +330,11 @@ class Accumulator(AccumulatorCore):
 
     # -- batches (under the lock) -----------------------------------------------------
     def _append_bulk(self, p: PartitionState, values: List[Any], keys: Optional[List[Any]],
-                     ts: Optional[int], avg: int) -> None:
-        """Under the lock: append a list of records to one partition, batch by batch."""
+                     ts: Optional[int], avg: int, on_delivery: Optional[Callable],
+                     timestamp: int) -> None:
+        """Under the lock: append a list of records (bytes or None, checked) to one
+        partition, batch by batch; with ``on_delivery``, one :class:`DeliveryRange` per
+        batch for the records appended to it."""
         n = len(values)
         pos = 0
         while pos < n:
@@ -347,9 +347,18 @@ class Accumulator(AccumulatorCore):
             if take <= 0:
                 self._close(p, b)
                 continue
-            whole = pos == 0 and take == n
-            chunk = values if whole else values[pos:pos + take]
-            kchunk = None if keys is None else (keys if whole else keys[pos:pos + take])
+            if on_delivery is not None:
+                # Copies: the caller may reuse its lists; the reports need what was sent.
+                chunk = values[pos:pos + take]
+                kchunk = None if keys is None else keys[pos:pos + take]
+                if b.cbs is None:
+                    b.cbs = []
+                b.cbs.append(DeliveryRange(b.count, on_delivery, chunk, kchunk, timestamp))
+            elif pos == 0 and take == n:
+                chunk, kchunk = values, keys
+            else:
+                chunk = values[pos:pos + take]
+                kchunk = None if keys is None else keys[pos:pos + take]
             b.builder.append_many(chunk, kchunk, ts)
             b.count += take
             pos += take
@@ -633,18 +642,3 @@ class Accumulator(AccumulatorCore):
             self._open_order.clear()
         return Removed(batches, unplaced)
 
-
-def _total_len(items: Any) -> int:
-    try:
-        return sum(map(len, items))  # C loop; a None in the list makes it fall back
-    except TypeError:
-        return sum(len(x) for x in items if x is not None)
-
-
-def _max_len(items: Any) -> int:
-    if not items:
-        return 0
-    try:
-        return max(map(len, items))
-    except TypeError:
-        return max((len(x) for x in items if x is not None), default=0)

@@ -33,6 +33,7 @@ from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
 from kafka_client._common import ClientBase, deadline_after
 from kafka_client._net.io_thread import IOThread
 from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.producer._core import DeliveryRange
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Report, Sender
@@ -87,7 +88,8 @@ class DeliveredMessage(Message):
 
 
 class _Unserved(NamedTuple):
-    """The delivery callbacks of ``report`` from its ``start``-th message on, left over
+    """The delivery callbacks of ``report`` from its ``start``-th message on (the
+    position in the batch, or in the list of messages that never had one), left over
     when an earlier one raised (its bookkeeping is done: they only wait to be called)."""
 
     report: Report
@@ -157,18 +159,49 @@ class Producer(ClientBase):
                           callback=callback)
 
     def produce_batch(self, topic: str, values: Sequence[Any],
-                      keys: Optional[Sequence[Any]] = None, partition: int = -1,
-                      on_delivery: Optional[Callable] = None, timestamp: int = 0) -> int:
-        """Queue many messages in one call; returns how many were queued (all of them,
-        or an exception). Without keys, callbacks or an ``on_delivery`` default, the
-        values go into the batch builder in bulk (the fast path); otherwise each message
-        is handled as by :meth:`produce`. Raises ``BufferError`` without queuing any if
-        they do not all fit."""
+                      keys: Optional[Sequence[Any]] = None, partition: Any = -1,
+                      on_delivery: Optional[Callable] = None, timestamp: int = 0, *,
+                      callback: Optional[Callable] = None) -> int:
+        """Queue many messages in one call; returns how many were queued. Two forms:
+
+        ``produce_batch(topic, values, keys=None, partition=-1, on_delivery=None,
+        timestamp=0)``, the columnar form: ``values`` (and ``keys``, of the same length)
+        are bytes, str (UTF-8 encoded) or None. All are queued or none: TypeError,
+        ValueError, KafkaException (``MSG_SIZE_TOO_LARGE``, ``_UNKNOWN_PARTITION``,
+        ``_INVALID_ARG``) or ``BufferError`` (they do not all fit) before any is queued.
+        For a topic whose partitions are known they are encoded in bulk; each gets a
+        delivery report through ``on_delivery`` (or the ``on_delivery`` property) as
+        with :meth:`produce`.
+
+        ``produce_batch(topic, messages, partition=-1, on_delivery=None)``,
+        confluent-kafka's form: ``messages`` is a list of dicts with ``value``, ``key``,
+        ``partition``, ``timestamp``, ``callback`` and ``headers`` (each optional). A
+        malformed message raises TypeError before any is queued; a message that cannot be
+        queued gets its KafkaError under ``"_error"`` in its dict (``_QUEUE_FULL`` for it
+        and those after it when the producer is full) and the others are queued."""
         self._check_open()
         if self._idem.fatal is not None:
             raise KafkaException(self._idem.fatal)
         if self._txn is not None and not self._txn.may_produce:
             raise KafkaException(self._txn.produce_refused())
+        if callback is not None:
+            if on_delivery is not None:
+                raise TypeError("give on_delivery or its alias callback, not both")
+            on_delivery = callback
+        if type(values) is list and values and type(values[0]) is dict:
+            if keys is not None:
+                # confluent-kafka's positional order: (topic, messages, partition,
+                # on_delivery); keys have no place in this form.
+                if isinstance(keys, (list, tuple)):
+                    raise TypeError("keys are for the columnar form: in a list of message "
+                                    "dicts, each dict has its own 'key'")
+                if partition != -1:
+                    if on_delivery is not None:
+                        raise TypeError("on_delivery given twice")
+                    on_delivery = partition
+                partition = keys
+            return self._acc.produce_messages(topic, values, partition, on_delivery,
+                                              timestamp)
         return self._acc.produce_batch(topic, values, keys, partition, on_delivery,
                                        timestamp)
 
@@ -178,10 +211,10 @@ class Producer(ClientBase):
         events served."""
         if self._closed:
             self._refuse()
+        deadline = deadline_after(timeout)  # TypeError before anything is served
         n = self._serve()
         if n or timeout == 0:
             return n
-        deadline = deadline_after(timeout)
         ev = self._report_event
         while True:
             remaining = deadline - time.monotonic()
@@ -417,6 +450,7 @@ class Producer(ClientBase):
             self._call_unplaced(r, start)
 
     def _call_batch(self, r: Report, start: int) -> None:
+        """The callbacks of a batch's messages from its ``start``-th message on."""
         batch = r.batch
         topic, err, base, status = r.topic, r.error, r.base_offset, r.status
         partition = batch.part.index
@@ -427,21 +461,36 @@ class Producer(ClientBase):
             tstamp = None
         wall = batch.wall_ms
         # No offset from the broker (a failure, or acks=0): None, as confluent-kafka's.
-        cbs = batch.cbs
         i = start
         try:
-            for i in range(start, len(cbs)):
-                d = cbs[i]
+            for d in batch.cbs:
+                if type(d) is DeliveryRange:
+                    first = d.index
+                    if first + d.count <= start:
+                        continue
+                    values, keys, cb = d.values, d.keys, d.callback
+                    ts = tstamp or (TIMESTAMP_CREATE_TIME, d.timestamp or wall)
+                    for j in range(max(start - first, 0), d.count):
+                        i = first + j
+                        m = DeliveredMessage(topic, partition,
+                                             base + i if base >= 0 else None,
+                                             None if keys is None else keys[j], values[j],
+                                             None, err, ts, latency, status)
+                        _call(cb, err, m)
+                    continue
+                i = d.index
+                if i < start:
+                    continue
                 # Messages stamped "now" got the clock of their append: the batch's
                 # opening time is within linger.ms of it (no per-message time is kept).
                 m = DeliveredMessage(topic, partition,
-                                     base + d.index if base >= 0 else None,
+                                     base + i if base >= 0 else None,
                                      d.key, d.value, d.headers, err,
                                      tstamp or (TIMESTAMP_CREATE_TIME, d.timestamp or wall),
                                      latency, status)
                 _call(d.callback, err, m)
         except BaseException:
-            self._later(r, i + 1, len(cbs))
+            self._later(r, i + 1, batch.count)
             raise
 
     def _call_unplaced(self, r: Report, start: int) -> None:

@@ -4,8 +4,9 @@ Spark hands each write task its rows as Arrow record batches. The task has one
 :class:`kafka_client.Producer` (idempotent unless the options say otherwise) and, for rows
 without headers, hands whole columns to :meth:`~kafka_client.Producer.produce_batch` (the
 values go into the record batches in bulk, no Python call per row); rows with headers go
-through :meth:`~kafka_client.Producer.produce` one by one. The task flushes before it
-reports success and fails if any message was not delivered.
+through :meth:`~kafka_client.Producer.produce` one by one. Every message has a delivery
+callback that counts failures; the task flushes before it reports success and fails if
+any message was not delivered.
 
 Columns (others are ignored): ``value`` (binary or string, required), ``key`` (binary or
 string), ``topic`` (string; the ``topic`` option overrides it), ``partition`` (int; null or
@@ -14,7 +15,6 @@ binary>>).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional
 
@@ -24,7 +24,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, StringType, StructType)
 
-from kafka_client import KafkaError, Producer
+from kafka_client import KafkaError, KafkaException, Producer
 
 from .options import KafkaOptionError, WriteOptions
 
@@ -100,71 +100,62 @@ def check_write_schema(schema: StructType, opts: WriteOptions) -> WriteLayout:
 
 
 class _TaskProducer:
-    """One task's producer, and the count of what it queued and what the brokers took.
+    """One task's producer: what it queued, and the delivery errors reported.
 
-    produce_batch()'s bulk path gives no delivery report per message (see
-    docs/producer.md), so two things watch the deliveries instead: the first message of
-    every chunk goes through produce() with a delivery callback (a sentinel: a chunk's
-    failure usually fails its sentinel too, and the callback names the Kafka error), and
-    at the end the messages queued are compared with the statistics' ``txmsgs``
-    (messages the brokers accepted), which catches every failure, named or not."""
+    Every message carries the delivery callback, and the producer reports failures only
+    (``delivery.report.only.error``: nothing is called for a delivered message). The
+    bulk path of :meth:`~kafka_client.Producer.produce_batch` reports each of its
+    messages as :meth:`~kafka_client.Producer.produce` does, so every failure is counted
+    with its Kafka error."""
 
     def __init__(self, opts: WriteOptions) -> None:
         self.queued = 0
-        self.failed: List[KafkaError] = []
+        self.failed = 0
+        self.first_error: Optional[KafkaError] = None
         self.errors: List[KafkaError] = []
         self._known_topics: set = set()
-        self._stats: Optional[str] = None
         conf = opts.producer_config()
-        # Reports only for failures: the callbacks cost nothing for delivered messages.
-        conf.update({"error_cb": self.errors.append, "stats_cb": self._keep_stats,
-                     "statistics.interval.ms": 1, "delivery.report.only.error": True})
+        conf.update({"error_cb": self.errors.append, "delivery.report.only.error": True})
         self.producer = Producer(conf)
-
-    def _keep_stats(self, doc: str) -> None:
-        self._stats = doc
 
     def _reported(self, err: Optional[KafkaError], _msg: Any) -> None:
         if err is not None:
-            self.failed.append(err)
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = err
 
     def batch(self, topic: str, values: List[Any], keys: Optional[List[Any]],
               partition: int) -> None:
         """Queue ``values`` (and ``keys``) for one partition (-1: the partitioner's choice),
         in order."""
-        self._produce(topic, values[0], None if keys is None else keys[0], partition, None,
-                      self._reported)
-        if topic not in self._known_topics:
-            # produce_batch() takes its bulk path only for a topic whose partitions the
-            # producer knows: the sentinel and a flush teach it (docs/producer.md), and
-            # a topic or partition that cannot be written fails here, at once.
-            self._known_topics.add(topic)
-            self.producer.flush()
-            self.check()
-        if len(values) == 1:
-            return
-        values = values[1:]
-        keys = None if keys is None else keys[1:]
         producer = self.producer
         while True:
             try:
-                producer.produce_batch(topic, values, keys, partition)
+                producer.produce_batch(topic, values, keys, partition,
+                                       on_delivery=self._reported)
                 break
-            except BufferError:
+            except BufferError:   # all or none were queued: the call can be repeated
                 producer.poll(0.05)
+            except KafkaException as exc:
+                err = exc.args[0]
+                raise KafkaWriteError(f"could not produce: {err.name()}: {err.str()}",
+                                      err) from None
         self.queued += len(values)
+        if topic not in self._known_topics:
+            # The first chunk for a topic waits for its metadata; flushing it makes the
+            # next chunks bulk appends at once, and a topic or partition that cannot be
+            # written fails the task here, at its first chunk.
+            self._known_topics.add(topic)
+            producer.flush()
         producer.poll(0)
+        self.check()
 
     def one(self, topic: str, value: Any, key: Any, partition: int, headers: Any) -> None:
         """Queue one message."""
-        self._produce(topic, value, key, partition, headers, self._reported)
-
-    def _produce(self, topic: str, value: Any, key: Any, partition: int, headers: Any,
-                 report: Any) -> None:
         producer = self.producer
         while True:
             try:
-                producer.produce(topic, value, key, partition, on_delivery=report,
+                producer.produce(topic, value, key, partition, on_delivery=self._reported,
                                  headers=headers)
                 break
             except BufferError:
@@ -172,31 +163,21 @@ class _TaskProducer:
         self.queued += 1
 
     def check(self) -> None:
-        """Raise the first delivery error reported so far."""
-        if self.failed:
-            err = self.failed[0]
-            raise KafkaWriteError(f"delivery failed: {err.name()}: {err.str()}", err)
+        """Raise for the delivery errors reported so far."""
+        err = self.first_error
+        if err is not None:
+            known = "; ".join(f"{e.name()}: {e.str()}" for e in self.errors[-3:])
+            raise KafkaWriteError(
+                f"delivery failed: {err.name()}: {err.str()} ({self.failed} of "
+                f"{self.queued} messages not delivered"
+                + (f"; client errors: {known})" if known else ")"), err)
 
     def finish(self) -> int:
         """Flush, close, and return the number delivered; raise if any was not."""
-        producer = self.producer
-        producer.flush()
-        # One more statistics document, taken after the last delivery report.
-        stats = self._stats
-        for _ in range(1000):
-            producer.poll(0.002)
-            if self._stats is not stats:
-                break
-        delivered = json.loads(self._stats)["txmsgs"] if self._stats else 0
-        producer.close(0)
-        if delivered < self.queued:
-            known = self.failed[:1] + self.errors[-3:]
-            cause = "; ".join(f"{e.name()}: {e.str()}" for e in known) or \
-                "the producer reported no error for them"
-            raise KafkaWriteError(f"{self.queued - delivered} of {self.queued} messages "
-                                  f"were not delivered ({cause})",
-                                  known[0] if known else None)
-        return delivered
+        self.producer.flush()
+        self.producer.close(0)
+        self.check()
+        return self.queued
 
     def abandon(self) -> None:
         """The task failed: drop what is not sent yet (Spark runs the task again)."""

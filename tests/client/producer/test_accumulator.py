@@ -272,15 +272,17 @@ def test_an_error_inside_produce_releases_the_lock():
     assert t.parts[0].open.count == 1
 
 
-def test_a_message_the_builder_refuses_leaves_no_empty_batch_behind():
+@pytest.mark.parametrize("timestamp", [-1, -2, -5, -(1 << 63), 1 << 63, 1 << 70])
+def test_a_timestamp_out_of_range_is_refused_before_any_batch_opens(timestamp):
     acc, _, _ = make()
     t = with_topic(acc)
     with pytest.raises(TypeError, match="timestamp"):
         acc.produce("t", b"v", partition=0, timestamp="now")
-    with pytest.raises(OverflowError):
-        acc.produce("t", b"v", partition=0, timestamp=1 << 70)  # opened a batch, then failed
+    with pytest.raises(KafkaException) as info:
+        acc.produce("t", b"v", partition=0, timestamp=timestamp)
+    assert info.value.args[0].code() == KafkaError._INVALID_ARG
+    assert f"invalid timestamp {timestamp}" in info.value.args[0].str()
     assert acc.msg_count == 0
-    acc.close_lingered(0.0, everything=True)
     p = t.parts[0]
     assert p.open is None and not p.ready and acc.msg_bytes == 0
     acc.produce("t", b"ok", partition=0)

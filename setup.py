@@ -56,5 +56,8 @@ setup(
             "binding": False,
         },
         nthreads=os.cpu_count() or 1,
+        # `build_ext --force` (./dev passes it when setup.py changed): regenerate the C
+        # too, so changed directives reach modules whose .pyx did not change.
+        force="--force" in sys.argv,
     ),
 )

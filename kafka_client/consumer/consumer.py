@@ -109,7 +109,8 @@ class Consumer(ClientBase):
         #: waiting out its timeout for more (the last ones would come out a timeout late),
         #: and only the thread whose turn it is waits on _ready (no herd of wake-ups per
         #: chunk). Never held by assign()/seek()/pause(), which take only _hand.
-        self._turn = threading.Lock()
+        #: Re-entrant: a callback that consume() serves may itself consume.
+        self._turn = threading.RLock()
         #: the decoded chunk being handed out; its positions are settled lazily (see
         #: Handout), so poll()'s fast path takes no lock and writes nothing
         self._handout = Handout(self._lock, bool(cfg["enable.auto.offset.store"]))

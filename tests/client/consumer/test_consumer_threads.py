@@ -79,7 +79,7 @@ def test_a_call_waiting_for_its_turn_keeps_its_timeout_and_assign_never_waits(co
     holder.start()
     try:
         time.sleep(0.1)
-        assert consumer._turn.locked()
+        assert not consumer._turn.acquire(blocking=False)  # the holder has it
         started = time.monotonic()
         assert consumer.consume(10, 0.3) == []
         assert consumer.poll(0.2) is None
@@ -94,3 +94,28 @@ def test_a_call_waiting_for_its_turn_keeps_its_timeout_and_assign_never_waits(co
     finally:
         holder.join(10)
     assert not holder.is_alive()
+
+
+def test_a_callback_run_by_consume_may_consume_on_the_same_thread():
+    """A callback served inside consume() (here stats_cb) that calls consume() itself is
+    not shut out by its own thread's turn: it gets the messages that arrive meanwhile."""
+    nested = []
+    calls = []
+
+    def consume_once(stats_json):
+        calls.append(stats_json)
+        if len(calls) == 1:
+            nested.append(c.consume(5, 2.0))
+
+    c = Consumer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0,
+                  "statistics.interval.ms": 100, "stats_cb": consume_once})
+    try:
+        c.assign([TopicPartition("t", 0, 0)])
+        threading.Timer(0.5, feed, args=(c, 0, 5)).start()
+        started = time.monotonic()
+        outer = c.consume(100, 1.0)
+        assert time.monotonic() - started < 2.5
+        assert [offsets_of(got) for got in nested] == [[0, 1, 2, 3, 4]]
+        assert outer == []
+    finally:
+        c.close()

@@ -109,10 +109,10 @@ def test_a_callback_run_by_consume_may_consume_on_the_same_thread():
 
     c = Consumer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0,
                   "statistics.interval.ms": 100, "stats_cb": consume_once})
+    c.assign([TopicPartition("t", 0, 0)])
     feeder = threading.Timer(0.5, feed, args=(c, 0, 5))
+    feeder.start()
     try:
-        c.assign([TopicPartition("t", 0, 0)])
-        feeder.start()
         started = time.monotonic()
         outer = c.consume(100, 1.0)
         assert time.monotonic() - started < 2.5

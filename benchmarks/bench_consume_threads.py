@@ -11,6 +11,11 @@ and each batch to keep each partition's order. The clock runs from the start of 
 threads to the N-th message (connecting and the first fetches included, as for every
 T). Reported: median msg/s per thread count, and each as a ratio against one thread.
 Issue 16 asks for 4 threads at least as fast as one.
+
+Also reported, as a second clock: until every thread has returned from its last
+``consume()``. With several threads, the ones still waiting when the N-th message comes
+out wait out their timeout (0.2 s) for messages that will never come; one thread never
+does here, as N is a multiple of the batch size.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import sys
 import threading
 import time
 import uuid
+from typing import Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -45,8 +51,9 @@ def fill(bootstrap: str, topic: str, n: int, partitions: int) -> None:
 
 
 def run(bootstrap: str, topic: str, n: int, partitions: int, threads: int,
-        batch: int) -> float:
-    """Seconds for ``threads`` threads to take ``n`` messages from one Consumer."""
+        batch: int) -> Tuple[float, float]:
+    """Seconds for ``threads`` threads to take ``n`` messages from one Consumer: until
+    the N-th message is in hand, and until every thread has returned."""
     from kafka_client import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "enable.auto.commit": False})
@@ -55,6 +62,7 @@ def run(bootstrap: str, topic: str, n: int, partitions: int, threads: int,
     count = [0]
     lock = threading.Lock()
     done = threading.Event()
+    nth_at = [0.0]
     failures = []
 
     def work() -> None:
@@ -73,7 +81,8 @@ def run(bootstrap: str, topic: str, n: int, partitions: int, threads: int,
             with lock:
                 seen.update(keys)
                 count[0] += len(keys)
-                if count[0] >= n:
+                if count[0] >= n and not done.is_set():
+                    nth_at[0] = time.perf_counter()
                     done.set()
 
     workers = [threading.Thread(target=work) for _ in range(threads)]
@@ -87,7 +96,7 @@ def run(bootstrap: str, topic: str, n: int, partitions: int, threads: int,
     if failures or count[0] != n or len(seen) != n:
         raise SystemExit(f"{threads} threads: {count[0]} messages, {len(seen)} distinct, "
                          f"failures {failures[:3]}")
-    return elapsed
+    return nth_at[0] - t0, elapsed
 
 
 def main() -> None:
@@ -113,21 +122,29 @@ def main() -> None:
         if broker is not None:
             broker.create_topic(topic, partitions=args.partitions)
         fill(bootstrap, topic, args.messages, args.partitions)
-        rates = {t: [] for t in counts}
+        rates = {t: [] for t in counts}        # to the N-th message
+        all_rates = {t: [] for t in counts}    # to every thread returned
         for r in range(args.rounds):
             order = counts if r % 2 == 0 else list(reversed(counts))
             for t in order:
-                secs = run(bootstrap, topic, args.messages, args.partitions, t, args.batch)
+                secs, all_secs = run(bootstrap, topic, args.messages, args.partitions, t,
+                                     args.batch)
                 rates[t].append(args.messages / secs)
-                print(f"round {r + 1}: {t} thread(s): {args.messages / secs:,.0f} msg/s",
+                all_rates[t].append(args.messages / all_secs)
+                print(f"round {r + 1}: {t} thread(s): {args.messages / secs:,.0f} msg/s "
+                      f"({args.messages / all_secs:,.0f} to all threads returned)",
                       flush=True)
         base = statistics.median(rates[counts[0]])
+        all_base = statistics.median(all_rates[counts[0]])
         print(f"\n{args.messages:,} x 100 B in {args.partitions} partitions, "
               f"consume({args.batch}, 0.2), {args.rounds} rounds, broker {args.broker}")
-        print("| threads | median msg/s | x one thread |\n|---:|---:|---:|")
+        print("| threads | median msg/s | x one thread | to all returned: msg/s | x one |\n"
+              "|---:|---:|---:|---:|---:|")
         for t in counts:
             med = statistics.median(rates[t])
-            print(f"| {t} | {med:,.0f} | {med / base:.2f} |")
+            all_med = statistics.median(all_rates[t])
+            print(f"| {t} | {med:,.0f} | {med / base:.2f} | {all_med:,.0f} | "
+                  f"{all_med / all_base:.2f} |")
     finally:
         if broker is not None:
             broker.stop()

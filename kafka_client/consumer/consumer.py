@@ -103,6 +103,14 @@ class Consumer(ClientBase):
         #: batch keeps each partition's order. Taken before self._lock, never while
         #: waiting or running callbacks.
         self._hand = threading.Lock()
+        #: Held by the one consume()/consume_arrow() call filling its batch (waiting for
+        #: data included); the others wait for their turn on it. Batches are thus filled
+        #: one after the other: messages never sit in several partly filled batches, each
+        #: waiting out its timeout for more (the last ones would come out a timeout late),
+        #: and only the thread whose turn it is waits on _ready (no herd of wake-ups per
+        #: chunk). Never held by assign()/seek()/pause(), which take only _hand.
+        #: Re-entrant: a callback that consume() serves may itself consume.
+        self._turn = threading.RLock()
         #: the decoded chunk being handed out; its positions are settled lazily (see
         #: Handout), so poll()'s fast path takes no lock and writes nothing
         self._handout = Handout(self._lock, bool(cfg["enable.auto.offset.store"]))
@@ -305,27 +313,33 @@ class Consumer(ClientBase):
         deadline = deadline_after(timeout)
         self._raise_deferred()
         out: List[Message] = []
-        while True:
-            try:
-                self._serve()
-            except Exception as exc:
-                if not out:
-                    raise
-                # A callback raised with messages in hand (their positions moved on):
-                # return them, and the exception from the next call.
-                self._deferred = exc
-                return out
-            if not num_messages:
-                return out
-            with self._hand:
-                self._fill(out, num_messages)
-            if len(out) >= num_messages:
-                return out
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return out
-            # Short slices: Ctrl-C gets through, callbacks keep flowing.
-            self._ready.wait(min(remaining, 0.2))
+        my_turn = False
+        try:
+            while True:
+                try:
+                    self._serve()
+                except Exception as exc:
+                    if not out:
+                        raise
+                    # A callback raised with messages in hand (their positions moved
+                    # on): return them, and the exception from the next call.
+                    self._deferred = exc
+                    return out
+                if not num_messages:
+                    return out
+                if my_turn or self._turn.acquire(blocking=False):
+                    my_turn = True
+                    with self._hand:
+                        self._fill(out, num_messages)
+                    if len(out) >= num_messages:
+                        return out
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return out
+                my_turn = self._wait(my_turn, remaining)
+        finally:
+            if my_turn:
+                self._turn.release()
 
     def consume_arrow(self, max_records: int = 10000, timeout: Optional[float] = -1) -> Any:
         """Up to ``max_records`` messages as one ``pyarrow.RecordBatch`` (columns topic,
@@ -348,29 +362,45 @@ class Consumer(ClientBase):
         if cols is None:
             cols = ColumnBuilder(TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME)
         error: Optional[KafkaError] = None
-        while True:
-            try:
-                self._serve()
-            except Exception as exc:
-                if not len(cols):
-                    self._columns = cols
-                    raise
-                self._deferred = exc  # rows in hand: returned now, the exception next
-                break
-            with self._hand:
-                error = self._fill_columns(cols, max_records)
-            if error is not None or len(cols) >= max_records:
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            self._ready.wait(min(remaining, 0.2))
+        my_turn = False
+        try:
+            while True:
+                try:
+                    self._serve()
+                except Exception as exc:
+                    if not len(cols):
+                        self._columns = cols
+                        raise
+                    self._deferred = exc  # rows in hand: returned now, the exception next
+                    break
+                if my_turn or self._turn.acquire(blocking=False):
+                    my_turn = True
+                    with self._hand:
+                        error = self._fill_columns(cols, max_records)
+                    if error is not None or len(cols) >= max_records:
+                        break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                my_turn = self._wait(my_turn, remaining)
+        finally:
+            if my_turn:
+                self._turn.release()
         if error is not None and not len(cols):
             self._columns = cols
             raise KafkaException(error)
         batch = to_record_batch(cols.finish())
         self._columns = cols  # empty again: the next call reuses it
         return batch
+
+    def _wait(self, my_turn: bool, remaining: float) -> bool:
+        """Wait up to ``remaining`` seconds, in slices of 0.2 s (Ctrl-C gets through,
+        callbacks keep flowing): for data when it is this call's turn to fill its batch,
+        else for the turn. Returns whether the call has the turn now."""
+        if my_turn:
+            self._ready.wait(min(remaining, 0.2))
+            return True
+        return self._turn.acquire(timeout=min(remaining, 0.2))
 
     def _fill_columns(self, cols: ColumnBuilder, n: int) -> Optional[KafkaError]:
         """Move up to ``n - len(cols)`` messages from the queue into ``cols``; returns an

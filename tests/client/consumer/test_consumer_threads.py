@@ -1,0 +1,123 @@
+"""Several threads consuming one Consumer, with chunks fed in as the fetcher would (no
+broker): batches are filled one call at a time, so messages never wait in several partly
+filled batches, and a call waiting for its turn still keeps its own timeout."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kafka_client import Consumer, TopicPartition
+from kafka_client.consumer.fetcher import Chunk
+from kafka_proto.records import RecordBatchBuilder, read_batches
+
+
+def feed(consumer, start, count):
+    """Queue one chunk of ``count`` records of partition t [0] from offset ``start``."""
+    b = RecordBatchBuilder()
+    for i in range(count):
+        b.append(b"v%d" % (start + i))
+    batch = next(iter(read_batches(b.build(start))))
+    part = consumer._fetcher.parts[("t", 0)]
+    with consumer._lock:
+        part.fetch_pos = start + count
+        consumer._deliver(Chunk(part, part.version, [batch], start, None, batch.size,
+                                count))
+
+
+@pytest.fixture
+def consumer():
+    c = Consumer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    c.assign([TopicPartition("t", 0, 0)])
+    yield c
+    c.close()
+
+
+def offsets_of(result):
+    if isinstance(result, list):
+        return [m.offset() for m in result]
+    return result.column("offset").to_pylist()  # a pyarrow.RecordBatch
+
+
+@pytest.mark.parametrize("api", ["consume", "consume_arrow"])
+def test_threads_waiting_for_more_fill_their_batches_one_after_the_other(consumer, api):
+    """Three threads each want 300 messages within 5 s; 900 arrive in chunks of 100.
+    Every call returns a full batch as soon as its 300 are there, not after its timeout
+    (as it would if the chunks were spread over three half-filled batches), and each
+    batch is a run of consecutive offsets."""
+    if api == "consume_arrow":
+        pytest.importorskip("pyarrow")
+    call = getattr(consumer, api)
+    results = {}
+
+    def take(k):
+        started = time.monotonic()
+        got = call(300, 5.0)
+        results[k] = (offsets_of(got), time.monotonic() - started)
+
+    threads = [threading.Thread(target=take, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.1)  # all three are waiting
+    for start in range(0, 900, 100):
+        feed(consumer, start, 100)
+        time.sleep(0.02)
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+    batches = sorted(offsets for offsets, _ in results.values())
+    assert batches == [list(range(0, 300)), list(range(300, 600)), list(range(600, 900))]
+    assert max(secs for _, secs in results.values()) < 2.5, results
+
+
+def test_a_call_waiting_for_its_turn_keeps_its_timeout_and_assign_never_waits(consumer):
+    """One thread holds the turn in consume(1000, 3.0) with nothing to read: consume()
+    and poll() on other threads return empty within their own timeout, and assign(),
+    seek() and position() do not wait for the turn."""
+    holder = threading.Thread(target=consumer.consume, args=(1000, 3.0))
+    holder.start()
+    try:
+        time.sleep(0.1)
+        assert not consumer._turn.acquire(blocking=False)  # the holder has it
+        started = time.monotonic()
+        assert consumer.consume(10, 0.3) == []
+        assert consumer.poll(0.2) is None
+        assert consumer.consume(10, 0) == []
+        assert time.monotonic() - started < 1.5
+        started = time.monotonic()
+        consumer.seek(TopicPartition("t", 0, 5))
+        assert consumer.position([TopicPartition("t", 0)])[0].offset == 5
+        consumer.assign([TopicPartition("t", 0, 7)])
+        assert time.monotonic() - started < 1.0
+        assert holder.is_alive()  # still within its 3 s: the calls above did not wait
+    finally:
+        holder.join(10)
+    assert not holder.is_alive()
+
+
+def test_a_callback_run_by_consume_may_consume_on_the_same_thread():
+    """A callback served inside consume() (here stats_cb) that calls consume() itself is
+    not shut out by its own thread's turn: it gets the messages that arrive meanwhile."""
+    nested = []
+    calls = []
+
+    def consume_once(stats_json):
+        calls.append(stats_json)
+        if len(calls) == 1:
+            nested.append(c.consume(5, 2.0))
+
+    c = Consumer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0,
+                  "statistics.interval.ms": 100, "stats_cb": consume_once})
+    c.assign([TopicPartition("t", 0, 0)])
+    feeder = threading.Timer(0.5, feed, args=(c, 0, 5))
+    feeder.start()
+    try:
+        started = time.monotonic()
+        outer = c.consume(100, 1.0)
+        assert time.monotonic() - started < 2.5
+        assert [offsets_of(got) for got in nested] == [[0, 1, 2, 3, 4]]
+        assert outer == []
+    finally:
+        feeder.join(5)
+        c.close()

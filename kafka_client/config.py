@@ -26,6 +26,7 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -639,9 +640,11 @@ _TABLE: Tuple[Property, ...] = (
     _ignored("consume.callback.max.messages", INT, 0, "C",
              "Messages per rd_kafka_consume_callback() call.",
              "librdkafka's legacy callback consumer API", min=0, max=1000000),
-    _refused("topic.blacklist", "*", "Regular expressions of topics to hide from metadata.",
-             "ignoring it would expose the topics it hides (to regex subscriptions, "
-             "list_topics)"),
+    _p("topic.blacklist", CSV, (), "*",
+       "Regular expressions (comma-separated) of topic names to hide: a topic whose name "
+       "one of them matches (anywhere in the name, as librdkafka's) is left out of every "
+       "metadata answer, as if it did not exist: list_topics(), regex subscriptions, and "
+       "produce() (which then waits for the topic as for an unknown one)."),
     _refused("ssl.sigalgs.list", "*", "TLS signature algorithms.",
              "Python's ssl module cannot restrict signature algorithms; ignoring it would "
              "allow ones excluded"),
@@ -955,13 +958,14 @@ class ClientConfig(Mapping[str, Any]):
     :meth:`from_dict`. Instances are read-only.
     """
 
-    __slots__ = ("_role", "_values", "_explicit", "_security")
+    __slots__ = ("_role", "_values", "_explicit", "_security", "_hidden_topics")
 
     def __init__(self, role: str, values: Dict[str, Any], explicit: Dict[str, Any]) -> None:
         object.__setattr__(self, "_role", role)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_explicit", explicit)
         object.__setattr__(self, "_security", None)
+        object.__setattr__(self, "_hidden_topics", None)
 
     @classmethod
     def from_dict(cls, conf: Mapping[str, Any], role: "Role") -> "ClientConfig":
@@ -1011,6 +1015,7 @@ class ClientConfig(Mapping[str, Any]):
         cfg._finalize(given_as)
         cfg._build_logger()
         cfg._build_security()
+        cfg._build_topic_filter()
         cfg._warn_scope(given_as)
         cfg._warn_unsupported(given_as)
         return cfg
@@ -1048,6 +1053,18 @@ class ClientConfig(Mapping[str, Any]):
                             prop.warn_values[self._explicit[canonical]])
 
     # --- cross-property rules (librdkafka's finalize step) ---
+
+    def _build_topic_filter(self) -> None:
+        """topic.blacklist compiled once (a bad expression fails the constructor)."""
+        patterns = self._values["topic.blacklist"]
+        if not patterns:
+            return
+        try:
+            compiled = re.compile("|".join(f"(?:{p})" for p in patterns))
+        except re.error as exc:
+            raise _invalid(f'Invalid value for configuration property "topic.blacklist": '
+                           f"{exc}") from None
+        object.__setattr__(self, "_hidden_topics", compiled)
 
     def _build_security(self) -> None:
         """TLS context and SASL settings, built now so a bad certificate file or missing
@@ -1214,6 +1231,11 @@ class ClientConfig(Mapping[str, Any]):
         return self._values["logger"] or logging.getLogger(component)
 
     # --- read access ---
+
+    def topic_hidden(self, name: str) -> bool:
+        """Whether ``topic.blacklist`` hides the topic ``name``."""
+        hidden = self._hidden_topics
+        return hidden is not None and hidden.search(name) is not None
 
     @property
     def security(self) -> Any:

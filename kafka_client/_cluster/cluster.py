@@ -66,7 +66,8 @@ class Cluster:
             refresh_interval=refresh / 1000.0 if refresh > 0 else -1,
             fast_interval=config["topic.metadata.refresh.fast.interval.ms"] / 1000.0,
             fast_max=config["retry.backoff.max.ms"] / 1000.0,
-            log=config.logger_for("kafka_client.metadata"))
+            log=config.logger_for("kafka_client.metadata"),
+            hidden=config.topic_hidden if config["topic.blacklist"] else None)
         self.conns: Dict[int, BrokerConnection] = {}
         self._coordinator_conns: Set[BrokerConnection] = set()
         self.bootstrap: List[BrokerConnection] = []
@@ -468,7 +469,8 @@ class Cluster:
             node_id = next((b.node_id for b in resp.brokers or ()
                             if (b.host, b.port) == (conn.host, conn.port)), node_id)
         return ClusterMetadata.from_response(resp, node_id,
-                                             f"{conn.host}:{conn.port}/{node_id}")
+                                             f"{conn.host}:{conn.port}/{node_id}",
+                                             self.metadata.hidden)
 
     def cluster_id(self, timeout: Optional[float]) -> Optional[str]:
         """Application thread: the cluster id (KIP-78) the brokers report; asked for

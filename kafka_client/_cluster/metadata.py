@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from kafka_client.errors import KafkaError
 from kafka_proto.errors import ErrorCode
@@ -86,8 +86,11 @@ class MetadataCache:
 
     def __init__(self, max_age: float = 900.0, refresh_interval: float = 300.0,
                  fast_interval: float = 0.1, fast_max: float = 1.0,
-                 log: Optional[Any] = None) -> None:
+                 log: Optional[Any] = None,
+                 hidden: Optional[Callable[[str], bool]] = None) -> None:
         self.log = log if log is not None else _log
+        #: topic.blacklist: topics left out of every answer, as if they did not exist
+        self.hidden = hidden
         self.max_age = max_age
         self.refresh_interval = refresh_interval  # <= 0: no periodic refresh
         self.fast_interval = fast_interval
@@ -193,9 +196,10 @@ class MetadataCache:
             self.controller_id = resp.controller_id
         changed: Set[str] = set()
         trouble = False
+        hidden = self.hidden
         for t in resp.topics or ():
             name = t.name
-            if name is None:
+            if name is None or (hidden is not None and hidden(name)):
                 continue
             # A partition id outside 0..MAX_PARTITIONS-1 is not one a broker gives: left
             # out (negative ids would land at the list's end, huge ones allocate gigabytes).
@@ -313,7 +317,9 @@ class ClusterMetadata:
         return f"ClusterMetadata({self.cluster_id})"
 
     @classmethod
-    def from_response(cls, resp, node_id: int, name: str) -> "ClusterMetadata":
+    def from_response(cls, resp, node_id: int, name: str,
+                      hidden: Optional[Callable[[str], bool]] = None) -> "ClusterMetadata":
+        """``hidden``: topic.blacklist, whose topics are left out."""
         md = cls()
         md.cluster_id = getattr(resp, "cluster_id", None)
         md.controller_id = getattr(resp, "controller_id", -1)
@@ -322,6 +328,8 @@ class ClusterMetadata:
         for b in resp.brokers or ():
             md.brokers[b.node_id] = BrokerMetadata(b.node_id, b.host, b.port)
         for t in resp.topics or ():
+            if hidden is not None and hidden(t.name):
+                continue
             parts = {}
             for p in t.partitions or ():
                 parts[p.partition_index] = PartitionMetadata(

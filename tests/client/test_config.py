@@ -782,7 +782,7 @@ def test_every_librdkafka_name_loads_but_the_refused_ones():
         except KafkaException:
             refused.add(name)
     dedicated = {p.name for p in PROPERTIES.values() if p.type == "api"}
-    assert refused - dedicated == {"topic.blacklist", "ssl.sigalgs.list", "ssl.providers",
+    assert refused - dedicated == {"ssl.sigalgs.list", "ssl.providers",
                                    "ssl.engine.location", "plugin.library.paths"}
     assert len(dedicated) == 20 and dedicated <= refused
 
@@ -836,3 +836,14 @@ def test_log_cb_receives_the_clients_log_lines_filtered_by_log_level():
     log.info("not shown at log_level 4")
     log.error("shown %d", 3)
     assert lines[-1] == (3, "kafka_client", "shown 3") and len(lines) == 2
+
+
+def test_topic_blacklist_compiles_once_and_matches_anywhere_in_the_name():
+    cfg = ClientConfig.from_dict({"topic.blacklist": "^__.*,secret"}, "consumer")
+    assert cfg.topic_hidden("__consumer_offsets")
+    assert cfg.topic_hidden("my-secret-topic")      # unanchored, as librdkafka's regexec
+    assert not cfg.topic_hidden("orders")
+    assert not ClientConfig.from_dict({}, "consumer").topic_hidden("__consumer_offsets")
+    with pytest.raises(KafkaException) as info:
+        ClientConfig.from_dict({"topic.blacklist": "ok,(unclosed"}, "producer")
+    assert '"topic.blacklist"' in str(info.value)

@@ -17,7 +17,7 @@ NOT_YET = {"ScramCredentialInfo", "ScramMechanism", "UserScramCredentialAlterati
            "UserScramCredentialDeletion", "UserScramCredentialUpsertion",
            "UserScramCredentialsDescription", "GroupMember", "GroupMetadata"}
 NOT_YET_METHODS = {"describe_user_scram_credentials", "alter_user_scram_credentials",
-                   "set_sasl_credentials", "elect_leaders", "list_groups"}
+                   "elect_leaders", "list_groups"}
 
 
 def public_names(module):

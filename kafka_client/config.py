@@ -714,7 +714,8 @@ def describe(name: str) -> Property:
 
 _NULLABLE = (STR, LOGGER, CALLABLE)
 #: Typed differently here than in librdkafka, where it is a string (None = default).
-_NULLABLE_NAMES = frozenset(("partition.assignment.strategy", "group.protocol.type"))
+_NULLABLE_NAMES = frozenset(("partition.assignment.strategy", "group.protocol.type",
+                             "topic.blacklist"))
 #: Strings librdkafka checks against a list of values: None is refused as an invalid
 #: value ("(null)"), not taken as the default.
 _CHECKED_STRINGS = frozenset(("sasl.mechanism", "broker.version.fallback"))

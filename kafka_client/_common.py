@@ -235,7 +235,8 @@ class ClientBase:
         self._log = logger if logger is not None else \
             logging.getLogger(f"kafka_client.{self._role}")
         number = next(_client_numbers.setdefault(self._role, itertools.count(1)))
-        self._io = IOThread(name=f"kafka-{self._role}-{number}")
+        self._io = IOThread(name=f"kafka-{self._role}-{number}",
+                            log=cfg.logger_for("kafka_client.io"))
         self._cluster = Cluster(cfg, self._io)
         self._error_cb: Optional[Callable] = cfg["error_cb"]
         self._stats_cb: Optional[Callable] = cfg["stats_cb"]

@@ -45,8 +45,10 @@ class Timer:
 class IOThread:
     """The selector loop. ``start()`` runs it on a daemon thread; ``stop()`` ends it."""
 
-    def __init__(self, name: str = "kafka-io") -> None:
+    def __init__(self, name: str = "kafka-io", log: Any = None) -> None:
         self.name = name
+        #: the client's configured logger when given (a handler that raises is reported here)
+        self.log = log if log is not None else _log
         self.selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -157,7 +159,7 @@ class IOThread:
         try:
             return fn(*args)
         except Exception as exc:  # a bug in a handler must not kill the client's I/O
-            _log.exception("error in I/O thread callback %r", fn)
+            self.log.exception("error in I/O thread callback %r", fn)
             self.errors.append(exc)
             return None
 
@@ -219,7 +221,7 @@ class IOThread:
                 fn, args = calls.popleft()
                 self._guard(fn, *args)
         except BaseException:  # pragma: no cover - the loop itself failed
-            _log.exception("I/O thread %s died", self.name)
+            self.log.exception("I/O thread %s died", self.name)
             raise
         finally:
             self._close()

@@ -61,6 +61,7 @@ class Idempotence:
     application thread too)."""
 
     def __init__(self, config: Any) -> None:
+        self.log = config.logger_for(_log.name)
         self.enabled = bool(config["enable.idempotence"])
         self.gapless = bool(config["enable.gapless.guarantee"])
         self.txn_timeout_ms = config["transaction.timeout.ms"]
@@ -78,7 +79,7 @@ class Idempotence:
 
     def request_bump(self, reason: str) -> None:
         if not self.bump_wanted:
-            _log.info("idempotent producer: epoch bump needed (%s)", reason)
+            self.log.info("idempotent producer: epoch bump needed (%s)", reason)
         self.bump_wanted = True
 
     def init_request(self) -> Any:
@@ -99,16 +100,16 @@ class Idempotence:
             self.epoch = resp.producer_epoch
             self.bump_wanted = False
             self.init_failures = 0
-            _log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
+            self.log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
             return True
         self.init_failures += 1
         self.init_retry_at = now + min(backoff * (2 ** min(self.init_failures, 6)), 5.0)
-        _log.info("InitProducerId failed (%s); retrying", err.str() if err else code)
+        self.log.info("InitProducerId failed (%s); retrying", err.str() if err else code)
         if err is None and self.bump_wanted and self.producer_id >= 0:
             # The broker refused to bump the epoch of this producer id (Tansu 0.6 answers
             # UNKNOWN_SERVER_ERROR every time): ask for a new producer id instead, which
             # does the same for a producer without transactions (sequences restart at 0).
-            _log.info("epoch bump refused: asking for a new producer id")
+            self.log.info("epoch bump refused: asking for a new producer id")
             self.producer_id = self.epoch = -1
         return False
 
@@ -120,7 +121,7 @@ class Idempotence:
             if wrap:
                 self.fatal = KafkaError(KafkaError._FATAL, f"Fatal error: {error.name()}: "
                                         f"{error.str()}", fatal=True)
-                _log.error("idempotent producer: fatal error: %s", error.str())
+                self.log.error("idempotent producer: fatal error: %s", error.str())
             else:
                 self.fatal = error
         return self.fatal

@@ -93,6 +93,7 @@ class Sender:
                  report: Callable[[Report], None],
                  txn: Optional[TransactionManager] = None) -> None:
         self.config = config
+        self.log = config.logger_for(_log.name)
         self.acc = acc
         self.cluster = cluster
         self.idem = idem
@@ -327,7 +328,7 @@ class Sender:
             if b.attempts == 1 or b in self.refused:
                 # The broker forgot the producer (its records were deleted) and never had
                 # this batch: bump the epoch and send it again, renumbered.
-                _log.info("%s: %s: bumping the epoch and resending", b, error.str())
+                self.log.info("%s: %s: bumping the epoch and resending", b, error.str())
                 self.idem.request_bump("unknown producer id")
                 self._refused(b, error, now)
                 return True
@@ -371,7 +372,7 @@ class Sender:
         if b.done:
             return
         if err.retriable() and b.attempts <= self.retries and now < b.deadline:
-            _log.info("%s: retrying after %s (attempt %d)", b, err.str(), b.attempts)
+            self.log.info("%s: retrying after %s (attempt %d)", b, err.str(), b.attempts)
             b.last_error = err
             if refused:
                 self.refused.add(b)

@@ -180,6 +180,7 @@ class TransactionManager:
     """
 
     def __init__(self, config: Any, io: Any, cluster: Any, idem: Any, acc: Any) -> None:
+        self.log = config.logger_for(_log.name)
         self.transactional_id: str = config["transactional.id"]
         self.timeout_ms: int = config["transaction.timeout.ms"]
         self.backoff = config["retry.backoff.ms"] / 1000.0
@@ -467,7 +468,7 @@ class TransactionManager:
     # -- states (under the lock) --------------------------------------------------------
     def _set_state(self, state: TxnState) -> None:
         if state != self.state:
-            _log.debug("transaction state %s -> %s", self.state.value, state.value)
+            self.log.debug("transaction state %s -> %s", self.state.value, state.value)
         self.state = state
         self.may_produce = state == TxnState.IN_TRANSACTION
 
@@ -539,7 +540,7 @@ class TransactionManager:
         if self.error is not None or self.state not in (
                 TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT, TxnState.COMMITTING):
             return False  # the first error counts; aborting already
-        _log.error("transaction failed in state %s: %s (%s)%s", self.state.value,
+        self.log.error("transaction failed in state %s: %s (%s)%s", self.state.value,
                    error.str(), error.name(), " (requires an epoch bump)" if bump else "")
         self.error = client_error(error.code(), error.str(), txn_requires_abort=True)
         self._set_state(TxnState.ABORTABLE_ERROR)
@@ -552,7 +553,7 @@ class TransactionManager:
             if self.state == TxnState.FATAL_ERROR:
                 return
             fatal = client_error(error.code(), error.str(), fatal=True)
-            _log.error("fatal transaction error: %s (%s)", fatal.str(), fatal.name())
+            self.log.error("fatal transaction error: %s (%s)", fatal.str(), fatal.name())
             self.error = fatal
             self._set_state(TxnState.FATAL_ERROR)
         if self.sender is not None:
@@ -585,7 +586,7 @@ class TransactionManager:
             if code == ErrorCode.NONE:
                 idem.producer_id, idem.epoch = resp.producer_id, resp.producer_epoch
                 idem.bump_wanted = False
-                _log.info("transactional id %s: producer id %d epoch %d",
+                self.log.info("transactional id %s: producer id %d epoch %d",
                           self.transactional_id, resp.producer_id, resp.producer_epoch)
                 self.sender.restart_sequences()
                 self._pid_assigned()
@@ -603,7 +604,7 @@ class TransactionManager:
                 # The coordinator refused to bump this epoch (Tansu 0.6 answers
                 # UNKNOWN_SERVER_ERROR): without the current id and epoch it bumps the
                 # transactional id's epoch as for a restart, which serves as well.
-                _log.info("epoch bump refused (%s): asking without the current epoch",
+                self.log.info("epoch bump refused (%s): asking without the current epoch",
                           error.str())
                 self.io.call_later(self.backoff, self._init_producer_id, False)
                 return None

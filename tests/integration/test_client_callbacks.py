@@ -204,6 +204,24 @@ def test_the_logger_property_gets_producer_and_admin_connection_lines(tansu_brok
         ("kafka_client.connection", "kafka_client.cluster", "kafka_client.calls"))]
 
 
+def test_the_logger_property_gets_the_transactional_producers_lines(tansu_broker, topic_name,
+                                                                    module_loggers):
+    tansu_broker.create_topic(topic_name)
+    log, records = own_logger(f"app.txn.{topic_name}")
+    p = Producer({"bootstrap.servers": tansu_broker.bootstrap, "logger": log,
+                  "transactional.id": topic_name})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic_name, b"v")
+    p.commit_transaction(30)
+    p.close()
+    texts = [r.getMessage() for r in records]
+    assert any(t.startswith(f"transactional id {topic_name}: producer id ") for t in texts), texts
+    assert any(t.startswith("transaction state ") for t in texts), texts
+    assert not [r for r in module_loggers if r.name.startswith("kafka_client.producer")], \
+        [r.getMessage() for r in module_loggers]
+
+
 def test_a_raising_oauth_cb_reaches_consume_after_error_cb(sasl_cluster, topic_name):
     from kafka_client._net.security.oauth import unsecured_jwt
 

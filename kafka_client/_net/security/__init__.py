@@ -146,7 +146,7 @@ def _token_source(conf: Mapping[str, Any]) -> TokenSource:
         raise SecurityConfigError(
             '"sasl.mechanism" OAUTHBEARER needs "oauth_cb" (a function returning a token '
             'and its expiry) or "enable.sasl.oauthbearer.unsecure.jwt": true (for tests)')
-    source = TokenSource(fetch)
+    source = TokenSource(fetch, log=conf.get("logger"))
     try:
         source.start()
     except Exception as exc:

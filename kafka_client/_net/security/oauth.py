@@ -102,8 +102,11 @@ class TokenSource:
     """
 
     def __init__(self, fetch: Callable[[], OAuthToken],
-                 on_error: Optional[Callable[[str, Exception], None]] = None) -> None:
+                 on_error: Optional[Callable[[str, Exception], None]] = None,
+                 log: Any = None) -> None:
         self._fetch = fetch
+        #: the client's configured logger when given
+        self.log = log if log is not None else _log
         self._lock = threading.Lock()
         self._token: Optional[OAuthToken] = None
         self._error = ""
@@ -171,7 +174,7 @@ class TokenSource:
             message = f"OAUTHBEARER token refresh failed: {exc}"
             with self._lock:
                 self._error = str(exc)
-            _log.warning("%s (retrying in %gs)", message, RETRY_AFTER)
+            self.log.warning("%s (retrying in %gs)", message, RETRY_AFTER)
             if self.on_error is not None:
                 self.on_error(message, exc)
             self._schedule(RETRY_AFTER)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import json
 import logging
 import os
 import threading
@@ -241,6 +242,10 @@ class ClientBase:
         self._error_cb: Optional[Callable] = cfg["error_cb"]
         self._stats_cb: Optional[Callable] = cfg["stats_cb"]
         self._throttle_cb: Optional[Callable] = cfg["throttle_cb"]
+        self._started = time.monotonic()
+        self._stats_interval = cfg["statistics.interval.ms"] / 1000.0
+        self._next_stats = self._started + self._stats_interval
+        self._stats_lock = threading.Lock()
         #: client-level errors and throttle events taken from the cluster, not yet
         #: handed to error_cb / throttle_cb, and exceptions an oauth_cb raised on the
         #: token refresh thread, not yet raised to the application
@@ -287,6 +292,41 @@ class ClientBase:
                 f"{name} is not initialized: {name}.__init__ must call "
                 f"super().__init__(config) before the client is used")
         raise RuntimeError(self._closed_text)
+
+    def _serve_client_events(self) -> int:
+        """Serve what every client type serves from poll() and its kin: the client-level
+        events (:meth:`_serve_errors`) and, every ``statistics.interval.ms``, one
+        statistics document to ``stats_cb``; returns how many were served."""
+        served = self._serve_errors()
+        if self._stats_cb is not None and self._stats_interval > 0:
+            now = time.monotonic()
+            if now >= self._next_stats:
+                with self._stats_lock:  # one document per interval, whichever thread
+                    due = now >= self._next_stats
+                    self._next_stats = now + self._stats_interval
+                if due:
+                    served += 1
+                    self._stats_cb(json.dumps(self._stats_doc()))
+        return served
+
+    #: librdkafka's "type" in the statistics (its admin client is a producer handle)
+    _stats_type = "producer"
+
+    def _stats_doc(self) -> Dict[str, Any]:
+        """The statistics document in librdkafka's JSON shape: what every client has
+        (its name, times, brokers and their totals); subclasses add their own fields."""
+        now, wall = time.monotonic(), time.time()
+        brokers = self._cluster.broker_stats()
+        return {
+            "name": self._io.name, "client_id": self._config["client.id"],
+            "type": self._stats_type, "ts": int(wall * 1e6), "time": int(wall),
+            "age": int((now - self._started) * 1e6),
+            "tx": sum(b["tx"] for b in brokers.values()),
+            "tx_bytes": sum(b["txbytes"] for b in brokers.values()),
+            "rx": sum(b["rx"] for b in brokers.values()),
+            "rx_bytes": sum(b["rxbytes"] for b in brokers.values()),
+            "brokers": brokers,
+        }
 
     def _serve_errors(self) -> int:
         """Hand the client-level events the I/O thread collected to their callbacks:

@@ -273,8 +273,7 @@ _TABLE: Tuple[Property, ...] = (
        derived="producer: true; consumer and admin: false"),
     _p("statistics.interval.ms", INT, 0, "*",
        "How often to call stats_cb with a JSON statistics document; 0 turns statistics off.",
-       min=0, max=86400000, pending_roles=("admin",),
-       note="the AdminClient does not call stats_cb yet"),
+       min=0, max=86400000),
     _p("debug", CSV, (), "*",
        "Comma-separated debug contexts whose detailed logging is turned on.",
        values=_DEBUG_CONTEXTS),
@@ -333,8 +332,8 @@ _TABLE: Tuple[Property, ...] = (
        "one message (lost connections, fatal errors, ...)."),
     _p("stats_cb", CALLABLE, None, "*",
        "Called as stats_cb(json_str) from poll()/flush()/consume() every "
-       "statistics.interval.ms (librdkafka's JSON shape, for the fields this client keeps).",
-       pending_roles=("admin",), note="the AdminClient does not call it yet"),
+       "statistics.interval.ms (librdkafka's JSON shape, for the fields this client keeps; "
+       "the AdminClient's from its poll())."),
     _p("throttle_cb", CALLABLE, None, "*",
        "Called as throttle_cb(ThrottleEvent) from poll()/flush()/consume() when a broker "
        "answers that it throttled this client (throttle_time_ms > 0), and once with 0 when "

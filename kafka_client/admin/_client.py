@@ -542,12 +542,13 @@ class AdminClient(ClientBase):
     # -- events and lifetime ----------------------------------------------------------------
     def poll(self, timeout: float = -1) -> int:
         """Serve ``error_cb`` with the client-level errors (lost connections, ...) that
-        happened; waits up to ``timeout`` seconds for one (-1: until one comes). Returns
-        how many were served. Futures complete without it."""
+        happened, and ``stats_cb`` every ``statistics.interval.ms``; waits up to
+        ``timeout`` seconds for one (-1: until one comes). Returns how many were served.
+        Futures complete without it."""
         self._check_open()
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while True:
-            n = self._serve_errors()
+            n = self._serve_client_events()
             if n or (deadline is not None and time.monotonic() >= deadline):
                 return n
             time.sleep(0.05 if deadline is None else

@@ -17,7 +17,6 @@ rebalances, commit results) there, as librdkafka does.
 """
 from __future__ import annotations
 
-import json
 import operator
 import threading
 import time
@@ -122,9 +121,6 @@ class Consumer(ClientBase):
         self._assign_ops = 0  # assign()-family calls (rebalance callbacks are checked for them)
         self._group_id: Optional[str] = cfg["group.id"]
         self._group: Any = None
-        self._started = time.monotonic()
-        self._stats_interval = cfg["statistics.interval.ms"] / 1000.0
-        self._next_stats = self._started + self._stats_interval
         if self._group_id:
             self._group = GroupCoordinator(cfg, self._cluster, self._io, self._fetcher,
                                            self._ready.set,
@@ -566,24 +562,16 @@ class Consumer(ClientBase):
             raise failure
 
     def _serve(self) -> None:
-        self._serve_errors()
-        if self._stats_cb is not None and self._stats_interval > 0:
-            now = time.monotonic()
-            if now >= self._next_stats:
-                with self._lock:  # one document per interval, whichever thread is here
-                    due = now >= self._next_stats
-                    self._next_stats = now + self._stats_interval
-                if due:
-                    self._stats_cb(self._stats_json())
+        self._serve_client_events()
         if self._group is not None:
             self._group.serve(_Member(self))
 
-    def _stats_json(self) -> str:
+    _stats_type = "consumer"
+
+    def _stats_doc(self) -> Dict[str, Any]:
         """Statistics in librdkafka's JSON shape, for the fields this consumer keeps:
         the client, its brokers, each assigned partition's offsets and queue, the
         group."""
-        now = time.monotonic()
-        wall = time.time()
         fetcher = self._fetcher
         metadata = self._cluster.metadata
         topics: Dict[str, Any] = {}
@@ -612,24 +600,16 @@ class Consumer(ClientBase):
                     "consumer_lag_stored": end - part.stored
                     if end >= 0 and part.stored >= 0 else -1,
                 }
-        brokers = self._cluster.broker_stats()
-        doc: Dict[str, Any] = {
-            "name": self._io.name, "client_id": self._config["client.id"],
-            "type": "consumer", "ts": int(wall * 1e6), "time": int(wall),
-            "age": int((now - self._started) * 1e6), "replyq": queued,
-            "tx": sum(b["tx"] for b in brokers.values()),
-            "tx_bytes": sum(b["txbytes"] for b in brokers.values()),
-            "rx": sum(b["rx"] for b in brokers.values()),
-            "rx_bytes": sum(b["rxbytes"] for b in brokers.values()),
-            "brokers": brokers, "topics": topics,
-        }
+        doc = super()._stats_doc()
+        doc["replyq"] = queued
+        doc["topics"] = topics
         group = self._group
         if group is not None:
             doc["cgrp"] = {"state": "up" if group.coord_id is not None else "wait-coord",
                            "join_state": _LIBRDKAFKA_JOIN_STATE.get(group.state, "init"),
                            "assignment_size": sum(len(t["partitions"])
                                                   for t in topics.values())}
-        return json.dumps(doc)
+        return doc
 
     # -- offsets and metadata ------------------------------------------------------------
     def get_watermark_offsets(self, partition: TopicPartition, timeout: Optional[float] = None,

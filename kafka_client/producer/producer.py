@@ -13,7 +13,6 @@ to the callbacks on the calling thread, as librdkafka does.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import deque
@@ -125,9 +124,6 @@ class Producer(ClientBase):
         self._sender = Sender(cfg, self._acc, self._cluster, self._idem, on_report,
                               self._txn)
         self._io.add_tick(self._sender.tick)
-        self._stats_interval = cfg["statistics.interval.ms"] / 1000.0
-        self._next_stats = time.monotonic() + self._stats_interval
-        self._started = time.monotonic()
         self._report_only_error = cfg["delivery.report.only.error"]
         # Hot path: produce is the accumulator's method, no extra call per message.
         if self._txn is not None:
@@ -402,14 +398,7 @@ class Producer(ClientBase):
         self._report_event.clear()
         if reports:
             served = self._serve_reports(reports)
-        served += self._serve_errors()
-        if self._stats_interval > 0 and self._stats_cb is not None:
-            now = time.monotonic()
-            if now >= self._next_stats:
-                self._next_stats = now + self._stats_interval
-                served += 1
-                self._stats_cb(self._stats_json())
-        return served
+        return served + self._serve_client_events()
 
     def _serve_reports(self, reports: Deque[Any]) -> int:
         """Run the delivery callbacks of the queued reports. Each report's messages leave
@@ -515,30 +504,22 @@ class Producer(ClientBase):
         if start < end:
             self._reports.appendleft(_Unserved(r, start))
 
-    def _stats_json(self) -> str:
-        """Statistics in librdkafka's JSON shape (a subset)."""
-        now = time.monotonic()
+    def _stats_doc(self) -> Dict[str, Any]:
+        """Statistics in librdkafka's JSON shape, for the fields this producer keeps: the
+        client and its brokers (with each one's internal queue latency), the message
+        counts, and per topic its batch sizes and partitions."""
+        doc = super()._stats_doc()
         s = self._sender
-        brokers = {}
-        for conn in list(self._cluster.conns.values()):
-            name = f"{conn.host}:{conn.port}/{conn.node_id}"
-            avg = conn.rtt_sum / conn.rtt_count if conn.rtt_count else 0
-            brokers[name] = {
-                "name": name, "nodeid": conn.node_id, "state": conn.state.upper(),
-                "outbuf_cnt": conn.queued, "waitresp_cnt": conn.in_flight,
-                "tx": conn.tx_requests, "txbytes": conn.tx_bytes, "rxbytes": conn.rx_bytes,
-                "connects": conn.connect_count,
-                "rtt": {"avg": int(avg * 1e6), "max": int(conn.rtt_max * 1e6),
-                        "cnt": conn.rtt_count},
-                "int_latency": _window(s.int_latency.get(conn.node_id)),
-                "outbuf_latency": _window(conn.outbuf_latency),
-            }
+        for broker in doc["brokers"].values():
+            if not broker["name"].endswith("/coordinator"):
+                broker["int_latency"] = _window(s.int_latency.get(broker["nodeid"]))
         sizes = list(s.batch_sizes)
         counts = list(s.batch_counts)
+        age_ms = doc["age"] // 1000
         topics = {}
         for name, t in list(self._acc.topics.items()):
             topics[name] = {
-                "topic": name, "age": int((now - self._started) * 1000),
+                "topic": name, "age": age_ms,
                 "batchsize": {"avg": int(sum(sizes) / len(sizes)) if sizes else 0,
                               "max": max(sizes, default=0), "cnt": len(sizes)},
                 "batchcnt": {"avg": int(sum(counts) / len(counts)) if counts else 0,
@@ -547,16 +528,12 @@ class Producer(ClientBase):
                                               "msgq_cnt": p.in_flight}
                                for p in (t.parts or ())},
             }
-        doc = {
-            "name": self._io.name, "client_id": self._config["client.id"], "type": "producer",
-            "ts": int(time.time() * 1e6), "time": int(time.time()),
-            "age": int((now - self._started) * 1e6),
+        doc.update({
             "msg_cnt": self._acc.msg_count, "msg_size": self._acc.msg_bytes,
             "msg_max": self._acc.max_msgs, "msg_size_max": self._acc.max_bytes,
-            "txmsgs": s.tx_msgs, "tx": s.tx_requests,
-            "brokers": brokers, "topics": topics,
-        }
-        return json.dumps(doc)
+            "txmsgs": s.tx_msgs, "topics": topics,
+        })
+        return doc
 
 
 def _window(stat: Optional[List[float]]) -> Dict[str, int]:

@@ -123,7 +123,6 @@ class Sender:
         # statistics
         self.tx_msgs = 0
         self.tx_batches = 0
-        self.tx_requests = 0
         self.batch_sizes: Deque[int] = deque(maxlen=1000)
         self.batch_counts: Deque[int] = deque(maxlen=1000)
         #: node id -> [sum, count, max] of the time batches waited in the producer
@@ -247,7 +246,6 @@ class Sender:
             topic_data=[ProduceRequest.TopicProduceData(name=name, partition_data=pd)
                         for name, pd in topics.items()])
         self.inflight.update(batches)
-        self.tx_requests += 1
         node = conn.node_id
         if self.acks == 0:
             conn.send(req, lambda resp, err: self._on_sent_acks0(batches, err, node),

@@ -113,6 +113,46 @@ def test_consumer_stats_cb_reports_offsets_lag_brokers_and_group(noida_broker, t
     assert set(doc["cgrp"]) <= set(theirs["cgrp"])
 
 
+@pytest.mark.parametrize("kind", ["producer", "admin"])
+def test_producer_and_admin_stats_have_librdkafkas_shape(tansu_broker, topic_name, kind):
+    """Every client serves stats_cb from poll(); the fields are a subset of what
+    confluent-kafka's same client type gives (its AdminClient is a producer handle)."""
+    ck = pytest.importorskip("confluent_kafka")
+    tansu_broker.create_topic(topic_name)
+    docs = {}
+    for name, make in (("ours", {"producer": Producer, "admin": AdminClient}[kind]),
+                       ("theirs", {"producer": ck.Producer,
+                                   "admin": ck.admin.AdminClient}[kind])):
+        stats = docs[name] = []
+        client = make({"bootstrap.servers": tansu_broker.bootstrap,
+                       "statistics.interval.ms": 100, "stats_cb": stats.append})
+        if kind == "producer":
+            client.produce(topic_name, b"v")
+            assert client.flush(10) == 0
+        else:
+            client.list_topics(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+                b["state"] == "UP" for d in stats[-1:]
+                for b in json.loads(d)["brokers"].values()):
+            client.poll(0.1)
+        if hasattr(client, "close"):  # confluent-kafka's AdminClient has none
+            client.close()
+        docs[name] = json.loads(stats[-1])
+    ours, theirs = docs["ours"], docs["theirs"]
+    assert ours["type"] == theirs["type"] == "producer"
+    assert set(ours) <= set(theirs), set(ours) - set(theirs)
+    up = [b for b in ours["brokers"].values() if b["state"] == "UP"]
+    assert up and sum(b["tx"] for b in ours["brokers"].values()) == ours["tx"] > 0
+    their_broker = next(iter(theirs["brokers"].values()))
+    for b in ours["brokers"].values():
+        assert set(b) <= set(their_broker), set(b) - set(their_broker)
+    if kind == "producer":
+        assert ours["txmsgs"] == 1 and ours["msg_cnt"] == 0
+        assert set(ours["topics"][topic_name]) <= set(theirs["topics"][topic_name])
+        assert any(b.get("int_latency", {}).get("cnt") for b in up)
+
+
 def test_raising_consumer_stats_cb_reaches_consume_and_loses_nothing(tansu_broker,
                                                                      topic_name):
     tansu_broker.create_topic(topic_name, partitions=2)

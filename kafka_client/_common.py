@@ -295,9 +295,9 @@ class ClientBase:
 
     def _serve_client_events(self) -> int:
         """Serve what every client type serves from poll() and its kin: the client-level
-        events (:meth:`_serve_errors`) and, every ``statistics.interval.ms``, one
+        events (:meth:`_serve_cluster_events`) and, every ``statistics.interval.ms``, one
         statistics document to ``stats_cb``; returns how many were served."""
-        served = self._serve_errors()
+        served = self._serve_cluster_events()
         if self._stats_cb is not None and self._stats_interval > 0:
             now = time.monotonic()
             if now >= self._next_stats:
@@ -328,7 +328,7 @@ class ClientBase:
             "brokers": brokers,
         }
 
-    def _serve_errors(self) -> int:
+    def _serve_cluster_events(self) -> int:
         """Hand the client-level events the I/O thread collected to their callbacks:
         errors to ``error_cb`` (or the debug log when there is none), broker throttle
         reports to ``throttle_cb`` (collected only when it is set); returns how many.

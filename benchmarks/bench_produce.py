@@ -15,9 +15,11 @@ this process, which is where every contender's client work happens) per million
 messages, and the peak RSS after the case (ru_maxrss, so it only grows).
 
 ``--mode transactional``: acks=all; our idempotent producer (the reference) against our
-transactional producer, confluent-kafka's idempotent and transactional ones; the
-transactional ones commit a transaction every ``--commit-every`` messages
-(init_transactions() before the clock starts, the last commit inside it).
+transactional producer, our idempotent producer calling flush() every ``--commit-every``
+messages (the drain a commit does, without the transaction), confluent-kafka's idempotent
+and transactional ones; the transactional ones commit a transaction every
+``--commit-every`` messages (init_transactions() before the clock starts, the last commit
+inside it).
 """
 from __future__ import annotations
 
@@ -109,12 +111,13 @@ def confluent_loop(bootstrap, topic, n, payload, codec):
     return t1 - t0, c1 - c0
 
 
-def _timed_loop(p, n, payload, topic, every=0):
+def _timed_loop(p, n, payload, topic, every=0, flush_only=False):
     """produce() ``n`` times (poll on BufferError); with ``every``, commit and begin a new
-    transaction every ``every`` messages. Returns (wall, cpu) seconds."""
+    transaction every ``every`` messages (with ``flush_only``, flush() instead: the same
+    drain without the transaction). Returns (wall, cpu) seconds."""
     produce = p.produce
     t0, c0 = time.perf_counter(), _cpu()
-    if every:
+    if every and not flush_only:
         p.begin_transaction()
     for i in range(n):
         while True:
@@ -124,10 +127,13 @@ def _timed_loop(p, n, payload, topic, every=0):
             except BufferError:
                 p.poll(0.05)
         if every and (i + 1) % every == 0:
+            if flush_only:
+                p.flush(120)
+                continue
             p.commit_transaction(120)
             if i + 1 < n:
                 p.begin_transaction()
-    if every and n % every:
+    if every and n % every and not flush_only:
         p.commit_transaction(120)
     left = p.flush(120)
     t1, c1 = time.perf_counter(), _cpu()
@@ -142,6 +148,17 @@ def ours_idempotent(bootstrap, topic, n, payload, codec, every=0):
                   "linger.ms": 5, "compression.type": codec, **SECURITY})
     try:
         return _timed_loop(p, n, payload, topic)
+    finally:
+        p.close()
+
+
+def ours_idempotent_flushing(bootstrap, topic, n, payload, codec, every=10000):
+    from kafka_client import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                  "linger.ms": 5, "compression.type": codec, **SECURITY})
+    try:
+        return _timed_loop(p, n, payload, topic, every, flush_only=True)
     finally:
         p.close()
 
@@ -223,6 +240,7 @@ DEFAULT = ("confluent produce()", "ours produce()", "ours produce_batch")
 #: --mode transactional: the reference (ours, idempotent) first
 TRANSACTIONAL = {"ours idempotent": ours_idempotent,
                  "ours transactional": ours_transactional,
+                 "ours idempotent+flush": ours_idempotent_flushing,
                  "confluent idempotent": confluent_idempotent,
                  "confluent transactional": confluent_transactional}
 
@@ -304,7 +322,9 @@ def main(argv=None) -> int:
                     ours = results[codec, mode, "ours transactional"]
                     print(f"  ours transactional: x{ours / base:4.2f} of ours idempotent, "
                           f"x{ours / results[codec, mode, 'confluent transactional']:4.2f} of "
-                          f"confluent transactional")
+                          f"confluent transactional, "
+                          f"x{ours / results[codec, mode, 'ours idempotent+flush']:4.2f} of "
+                          f"ours idempotent flushing as often")
             if "tls" in modes:
                 print(f"  TLS / plaintext ({codec}): " + ", ".join(
                     f"{n} {results[codec, 'tls', n] / results[codec, 'plaintext', n]:.2f}x"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import keyword
-import os
 import re
 import sys
 from dataclasses import dataclass, field as dc_field
@@ -181,6 +180,9 @@ class MessageDef:
     deprecated: Optional[Range]
     root: StructDef
     structs: list = dc_field(default_factory=list)  # children first, root last
+    #: responses: the version from which the broker answers a quota violation at once
+    #: and the client holds back for throttle_time_ms (KIP-219), per the schema's notes
+    client_throttles_from: Optional[int] = None
 
     @property
     def api_name(self) -> Optional[str]:
@@ -227,8 +229,15 @@ def parse_field(raw: dict, where: str, inline: dict) -> FieldDef:
     return f
 
 
+#: the schemas' version note on KIP-219 (a comment, possibly spread over two lines)
+_CLIENT_THROTTLE_NOTE = re.compile(
+    r"Starting in version (\d+), on quota violation,? brokers send out\s*(?://\s*)?"
+    r"responses before throttling")
+
+
 def load_message(path: Path) -> MessageDef:
-    raw = json.loads(strip_comments(path.read_text(encoding="utf-8")))
+    text = path.read_text(encoding="utf-8")
+    raw = json.loads(strip_comments(text))
     name = raw["name"]
     valid = parse_range(raw["validVersions"], name)
     if valid is None:
@@ -290,7 +299,31 @@ def load_message(path: Path) -> MessageDef:
         deprecated=parse_range(raw.get("deprecatedVersions"), name),
         root=root,
         structs=ordered,
+        client_throttles_from=client_throttles_from(raw["type"], raw.get("apiKey"), text,
+                                                    top_fields),
     )
+
+
+#: KIP-219 bumped Produce to v6, but ProduceResponse.json carries no note saying so
+_CLIENT_THROTTLE_UNNOTED = {0: 6}
+
+
+def client_throttles_from(kind: str, api_key: Optional[int], text: str,
+                          fields: list) -> Optional[int]:
+    """For a response: the first version whose throttle_time_ms the client must honour
+    itself (KIP-219). The schemas note it for APIs older than KIP-219; a ThrottleTimeMs
+    field added after it (no note) is of that kind from its first version."""
+    if kind != "response":
+        return None
+    note = _CLIENT_THROTTLE_NOTE.search(text)
+    if note:
+        return int(note.group(1))
+    if api_key in _CLIENT_THROTTLE_UNNOTED:
+        return _CLIENT_THROTTLE_UNNOTED[api_key]
+    for f in fields:
+        if f.name == "ThrottleTimeMs" and f.versions is not None:
+            return f.versions[0]
+    return None
 
 
 # --------------------------------------------------------------------------------------
@@ -926,7 +959,7 @@ def module_name_for(msg: MessageDef) -> str:
     return snake(msg.name).rstrip("_")
 
 
-def index_text(msgs_by_module: dict, apis: dict) -> str:
+def index_text(msgs_by_module: dict, apis: dict, responses: dict) -> str:
     lines = [HEADER_LINE, '"""Index of the generated message classes (cheap to import)."""',
              "from enum import IntEnum",
              "from typing import NamedTuple, Optional, Tuple", "", "",
@@ -940,6 +973,9 @@ def index_text(msgs_by_module: dict, apis: dict) -> str:
              "    latest_version_unstable: bool",
              "    deprecated: Optional[Tuple[int, int]]",
              "    listeners: Tuple[str, ...]",
+             "    #: response version from which the client itself holds back for the",
+             "    #: answer's throttle_time_ms (KIP-219); None: the broker delays the answer",
+             "    client_throttles_from: Optional[int] = None",
              "", "",
              "# API key -> facts taken from the request schema.",
              "API_KEYS = {"]
@@ -948,9 +984,11 @@ def index_text(msgs_by_module: dict, apis: dict) -> str:
         hi = req.valid[1]
         flex = None if req.flexible is None or req.flexible[0] > hi else req.flexible[0]
         dep = None if req.deprecated is None else (req.deprecated[0], min(req.deprecated[1], hi))
+        resp = responses.get(key)
+        throttle = None if resp is None else resp.client_throttles_from
         lines.append(f"    {key}: ApiInfo({key}, {req.api_name!r}, {module_name_for(req)!r}, "
                      f"{req.valid[0]}, {hi}, {flex!r}, {req.unstable!r}, {dep!r}, "
-                     f"{req.listeners!r}),")
+                     f"{req.listeners!r}, {throttle!r}),")
     lines.append("}")
     lines.append("")
     lines.append("")
@@ -978,7 +1016,10 @@ def generate(schema_dir: Path, out_dir: Path) -> dict:
     msgs = [load_message(p) for p in files]
     by_module: dict = {}
     apis: dict = {}
+    responses: dict = {}
     for m in msgs:
+        if m.kind == "response":
+            responses[m.api_key] = m
         by_module.setdefault(module_name_for(m), []).append(m)
         if m.kind == "request":
             if m.api_key in apis:
@@ -993,7 +1034,7 @@ def generate(schema_dir: Path, out_dir: Path) -> dict:
     outputs = {}
     for mod in sorted(by_module):
         outputs[mod + ".py"] = module_text(by_module[mod], notes)
-    outputs["__init__.py"] = index_text(by_module, apis)
+    outputs["__init__.py"] = index_text(by_module, apis, responses)
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob("*.py"):
         if stale.name not in outputs:

@@ -61,7 +61,7 @@ from kafka_client._net.security import SaslError, SaslMechanism, SecuritySetting
 from kafka_client.errors import KafkaError, client_error
 from kafka_proto.errors import ErrorCode, UnsupportedVersionError, broker_error
 from kafka_proto.framing import DEFAULT_MAX_FRAME_SIZE
-from kafka_proto.messages import ApiKey, SaslAuthenticateRequest, SaslHandshakeRequest
+from kafka_proto.messages import API_KEYS, ApiKey, SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka_proto.protocol import (
     BrokerConversation,
     HandshakeError,
@@ -229,6 +229,9 @@ class BrokerConnection:
         #: ``on_throttle(conn, ms)``: an answer said the broker throttled this client for
         #: ``ms`` > 0, or said 0 after an answer that had said more
         self.on_throttle: Optional[Callable[["BrokerConnection", int], None]] = None
+        #: KIP-219: monotonic time until which no request is written, because an answer
+        #: of a version the broker no longer delays said it throttled us (0.0: none)
+        self.muted_until = 0.0
         self.tx_bytes = 0
         self.rx_bytes = 0
         self._addresses: List[Address] = []
@@ -283,7 +286,15 @@ class BrokerConnection:
     def can_send(self) -> bool:
         """True when one more request would be written at once."""
         return (self.state == READY and not self._queue
-                and self._conv.in_flight < self.settings.max_in_flight)
+                and self._conv.in_flight < self.settings.max_in_flight
+                and not (self.muted_until and self._still_muted()))
+
+    def _still_muted(self) -> bool:
+        """Whether a KIP-219 throttle still holds requests back (clears it once over)."""
+        if time.monotonic() < self.muted_until:
+            return True
+        self.muted_until = 0.0
+        return False
 
     def version_for(self, api_key: int) -> Optional[int]:
         return self._conv.versions.get(api_key)
@@ -536,7 +547,8 @@ class BrokerConnection:
         the negotiated version. ``timeout`` (s) defaults to ``socket.timeout.ms``."""
         req = _Request(msg, version, expect_response, callback, timeout)
         if self.state == READY and not self._queue \
-                and self._conv.in_flight < self.settings.max_in_flight:
+                and self._conv.in_flight < self.settings.max_in_flight \
+                and not (self.muted_until and self._still_muted()):
             self._write_request(req)
         else:
             self._queue.append(req)
@@ -545,6 +557,8 @@ class BrokerConnection:
 
     def _flush_queue(self) -> None:
         q = self._queue
+        if self.muted_until and self._still_muted():
+            return  # service() writes them when the throttle is over
         limit = self.settings.max_in_flight
         while q and self.state == READY and self._conv.in_flight < limit:
             self._write_request(q.popleft())
@@ -778,19 +792,25 @@ class BrokerConnection:
             resp = event.response
             throttle_ms = getattr(resp, "throttle_time_ms", 0)
             if throttle_ms or self.last_throttle_ms:
-                self._throttled(throttle_ms)
+                self._throttled(throttle_ms, req)
             self._finish(req, resp, None)
             if self._queue and self.state == READY:
                 self._flush_queue()
             elif self._reauth_waiting:
                 self._maybe_reauth_now()
 
-    def _throttled(self, throttle_ms: int) -> None:
-        """An answer carried a throttle time (KIP-219: the broker answered at once and
-        asks the client to hold back that long): counted for the statistics and passed
-        to ``on_throttle``."""
+    def _throttled(self, throttle_ms: int, req: _Request) -> None:
+        """An answer carried a throttle time: counted for the statistics and passed to
+        ``on_throttle``. From the version where the broker answers at once instead of
+        delaying the answer (KIP-219), this connection writes nothing more to the
+        broker for that long, as the Java client does (librdkafka does not)."""
         self.last_throttle_ms = throttle_ms
         if throttle_ms > 0:
+            since = API_KEYS[req.api_key].client_throttles_from
+            if since is not None and req.version >= since:
+                until = time.monotonic() + throttle_ms / 1000.0
+                if until > self.muted_until:
+                    self.muted_until = until
             stat = self.throttle
             stat[0] += throttle_ms
             stat[1] += 1
@@ -816,7 +836,14 @@ class BrokerConnection:
                 self.connect(now)
             else:
                 return self.next_attempt
-        return self.check_timeouts(now)
+        nxt = self.check_timeouts(now)
+        if self.muted_until:
+            if now < self.muted_until:
+                return self.muted_until if nxt is None else min(nxt, self.muted_until)
+            self.muted_until = 0.0
+            if self._queue and self.state == READY:
+                self._flush_queue()
+        return nxt
 
     def check_timeouts(self, now: float) -> Optional[float]:
         """Close on an expired request or setup; idle-close. Returns the next deadline."""

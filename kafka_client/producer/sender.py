@@ -182,6 +182,10 @@ class Sender:
                     # In its reconnect backoff: nothing else wakes the loop when it ends
                     # (the connection has no request queued), so look again then.
                     nxt = _earliest(nxt, conn.next_attempt)
+                elif conn.muted_until:
+                    # Throttled by the broker (KIP-219): the batches wait here, where
+                    # they still expire, and go when the throttle is over.
+                    nxt = _earliest(nxt, conn.muted_until)
                 continue
             self._send_to(conn, now)
         return nxt

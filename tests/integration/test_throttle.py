@@ -12,8 +12,10 @@ import time
 import pytest
 
 from kafka_client import Consumer, Producer, ThrottleEvent, TopicPartition
+from kafka_client._net.connection import BrokerConnection
+from kafka_client._net.io_thread import IOThread
 from kafka_client._testing.proxy import FaultProxy
-from kafka_proto.messages import ApiKey
+from kafka_proto.messages import ApiKey, ApiVersionsRequest, MetadataRequest
 
 
 @pytest.fixture
@@ -70,12 +72,24 @@ def test_consumer_gets_throttle_events_from_consume_and_statistics(tansu_broker,
     c.assign([TopicPartition(topic_name, 0, 0)])
     got = []
     deadline = time.monotonic() + 15
-    while (len(got) < 100 or len(events) < 4 or not stats) and time.monotonic() < deadline:
+
+    def throttling_ended():
+        times = [e.throttle_time for e in events]
+        return len([t for t in times if t]) == 3 and times[-1] == 0.0
+
+    while (len(got) < 100 or not throttling_ended() or not stats) \
+            and time.monotonic() < deadline:
         got += [m.value() for m in c.consume(100, 0.2) if m.error() is None]
     stats_after = list(stats)
     c.close()
     assert got == [b"%d" % i for i in range(100)]
-    assert [e.throttle_time for e in events[:4]] == [0.12, 0.12, 0.12, 0.0]
+    # every throttled Fetch answer, and a 0 after each run of them that an answer
+    # without throttling ended (a Metadata answer may come between two Fetch answers:
+    # the connection held both back while muted, KIP-219)
+    times = [e.throttle_time for e in events]
+    assert [t for t in times if t] == [0.12, 0.12, 0.12], times
+    assert times[0] and times[-1] == 0.0, times
+    assert all(a or b for a, b in zip(times, times[1:])), times   # never two 0s in a row
     doc = json.loads(stats_after[-1])
     throttled = [b for b in doc["brokers"].values() if b["throttle"]["cnt"]]
     assert len(throttled) == 1 and throttled[0]["throttle"]["max"] == 120
@@ -115,3 +129,68 @@ def test_a_raising_throttle_cb_reaches_flush_and_loses_nothing(tansu_broker, pro
     start = time.monotonic()
     p.close()
     assert time.monotonic() - start < 5
+
+
+def test_a_throttled_producer_holds_its_next_request_back_kip219(tansu_broker, proxy,
+                                                                 topic_name):
+    """Produce v6+ answers a quota violation at once: the client itself sends nothing more
+    to that broker until throttle_time_ms has passed (as the Java client; librdkafka
+    does not), then carries on at full speed."""
+    tansu_broker.create_topic(topic_name, partitions=1)
+    p = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0})
+    try:
+        p.produce(topic_name, b"warm-up")
+        assert p.flush(10) == 0
+        proxy.throttle_requests(ApiKey.PRODUCE, 600, count=1)
+        p.produce(topic_name, b"throttled")
+        assert p.flush(10) == 0                 # answered at once, saying 600 ms
+        answered = time.monotonic()
+        p.produce(topic_name, b"held back")
+        assert p.flush(10) == 0
+        held = time.monotonic() - answered
+        assert 0.5 <= held < 5, held
+        start = time.monotonic()
+        p.produce(topic_name, b"after")
+        assert p.flush(10) == 0
+        assert time.monotonic() - start < 0.4   # the throttle is over
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("version,muted", [(6, True), (5, False)])
+def test_the_whole_connection_is_muted_only_from_the_kip219_version(proxy, version, muted):
+    """Metadata v6+ throttles on the client: the next request, whatever its API, waits
+    out the throttle time. Before v6 the broker itself delayed the answer, so the
+    client must not wait again."""
+    io = IOThread("test-kip219").start()
+    answers, conns = [], []
+
+    def second(resp, err):
+        answers.append((time.monotonic(), err, None))
+
+    def first(resp, err):
+        answers.append((time.monotonic(), err, resp.throttle_time_ms if resp else None))
+        conns[0].send(ApiVersionsRequest(client_software_name="t",
+                                         client_software_version="1"), second)
+
+    def start():
+        conn = BrokerConnection(io, -1, "127.0.0.1", proxy.port)
+        conns.append(conn)
+        io.add_tick(conn.service)
+        conn.send(MetadataRequest(topics=[]), first, version=version)
+
+    try:
+        proxy.throttle_requests(ApiKey.METADATA, 500, count=1)
+        io.call_soon(start)
+        deadline = time.monotonic() + 10
+        while len(answers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (t1, e1, throttle), (t2, e2, _) = answers
+        assert e1 is None and e2 is None and throttle == 500
+        if muted:
+            assert t2 - t1 >= 0.45, t2 - t1
+        else:
+            assert t2 - t1 < 0.3, t2 - t1
+    finally:
+        io.call_soon(lambda: [c.close() for c in conns])
+        io.stop(5)

@@ -17,6 +17,7 @@ from kafka_client.producer.sender import Sender
 class FakeConn:
     state = "READY"
     next_attempt = 0.0
+    muted_until = 0.0
 
     def __init__(self, node_id, max_in_flight=100):
         self.node_id = node_id

@@ -12,14 +12,6 @@ import kafka_client.admin as ours
 
 theirs = pytest.importorskip("confluent_kafka.admin")
 
-#: Not implemented (docs/admin.md says so): SCRAM credentials and the legacy list_groups().
-NOT_YET = {"ScramCredentialInfo", "ScramMechanism", "UserScramCredentialAlteration",
-           "UserScramCredentialDeletion", "UserScramCredentialUpsertion",
-           "UserScramCredentialsDescription", "GroupMember", "GroupMetadata"}
-NOT_YET_METHODS = {"describe_user_scram_credentials", "alter_user_scram_credentials",
-                   "elect_leaders", "list_groups"}
-
-
 def public_names(module):
     return {n for n, v in vars(module).items()
             if not n.startswith("_") and not inspect.ismodule(v)
@@ -28,14 +20,14 @@ def public_names(module):
 
 
 def test_every_public_name_of_confluent_kafka_admin_exists():
-    missing = sorted(public_names(theirs) - NOT_YET - set(dir(ours)))
+    missing = sorted(public_names(theirs) - set(dir(ours)))
     assert missing == []
     assert kafka_client.admin is ours and kafka_client.AdminClient is ours.AdminClient
 
 
 def test_every_admin_client_method_exists():
     theirs_methods = {n for n in dir(theirs.AdminClient) if not n.startswith("_")}
-    missing = sorted(theirs_methods - NOT_YET_METHODS - set(dir(ours.AdminClient)))
+    missing = sorted(theirs_methods - set(dir(ours.AdminClient)))
     assert missing == []
 
 

@@ -78,6 +78,19 @@ def _check_items(items: Iterable[Any], cls: type, what: str) -> None:
             raise ValueError(f"Expected list of {what}, not {type(item).__name__}")
 
 
+def _check_partition_list(value: Any, name: str, element: str, negative: str) -> None:
+    """A list of TopicPartition with partitions not negative (confluent-kafka's texts:
+    ``name`` and ``element`` say what the list is, ``negative`` the ValueError's text)."""
+    if not isinstance(value, list):
+        raise TypeError(f"Expected {name} to be a list, got '{type(value).__name__}'")
+    for tp in value:
+        if not isinstance(tp, TopicPartition):
+            raise TypeError(f"Element of the {element} list must be of type "
+                            f"'TopicPartition' got '{type(tp).__name__}'")
+        if tp.partition < 0:
+            raise ValueError(negative)
+
+
 def _check_partition(tp: Any, what: str) -> None:
     if tp is None:
         raise ValueError(f"Element of '{what}' cannot be None")
@@ -351,15 +364,8 @@ class AdminClient(ClientBase):
         """Delete the records before each partition's ``offset`` (OFFSET_END, -1: all of
         them). Returns ``{TopicPartition: future}``; each result is a
         :class:`~kafka_client.admin.DeletedRecords`."""
-        if not isinstance(topic_partition_offsets, list):
-            raise TypeError(f"Expected Request to be a list, got "
-                            f"'{type(topic_partition_offsets).__name__}'")
-        for tp in topic_partition_offsets:
-            if not isinstance(tp, TopicPartition):
-                raise TypeError(f"Element of the request list must be of type "
-                                f"'TopicPartition' got '{type(tp).__name__}'")
-            if tp.partition < 0:
-                raise ValueError("'partition' cannot be negative")
+        _check_partition_list(topic_partition_offsets, "Request", "request",
+                              "'partition' cannot be negative")
         opts = self._options(request_timeout, operation_timeout, wait_by_default=True)
         futures = self._keyed(topic_partition_offsets)
         keys = [(tp.topic, tp.partition) for tp in topic_partition_offsets]
@@ -612,16 +618,9 @@ class AdminClient(ClientBase):
         if not isinstance(election_type, ElectionType):
             raise TypeError("Expected 'election_type' to be of type 'ElectionType'")
         if partitions is not None:
-            if not isinstance(partitions, list):
-                raise TypeError(f"Expected 'partitions' to be a list, got "
-                                f"'{type(partitions).__name__}'")
-            for tp in partitions:
-                if not isinstance(tp, TopicPartition):
-                    raise TypeError(f"Element of the 'partitions' list must be of type "
-                                    f"'TopicPartition' got '{type(tp).__name__}'")
-                if tp.partition < 0:
-                    raise ValueError("Elements of the 'partitions' list must not have "
-                                     "negative value for 'partition' field")
+            _check_partition_list(partitions, "'partitions'", "'partitions'",
+                                  "Elements of the 'partitions' list must not have negative "
+                                  "value for 'partition' field")
         opts = self._options(request_timeout, operation_timeout, wait_by_default=True)
         future = self._keyed([None])[None]
         keys = None if partitions is None else [(tp.topic, tp.partition) for tp in partitions]
@@ -813,7 +812,6 @@ def _check_group_request(request: Any, doing: str, altering: bool
 
 def _by_key(futures: Dict[TopicPartition, Future]) -> Dict[PartitionKey, Future]:
     return {(tp.topic, tp.partition): fut for tp, fut in futures.items()}
-
 
 
 def _check_scram_alteration(a: Any) -> None:

@@ -228,20 +228,21 @@ def _zero_count_error(t: NewTopic) -> Optional[KafkaError]:
 
 
 def _settle_by_name(results: Sequence[Any], futures: Dict[str, Future],
-                    pending: Dict[str, Any]) -> Optional[KafkaError]:
-    """Settle futures from per-topic results (``name``, ``error_code``, maybe
-    ``error_message``); keep topics with a retried error pending and return one such
-    error (None when nothing is left to retry)."""
+                    pending: Dict[str, Any], key: str = "name") -> Optional[KafkaError]:
+    """Settle futures from per-topic (or per-user: ``key``) results (``name``,
+    ``error_code``, maybe ``error_message``); keep those with a retried error pending and
+    return one such error (None when nothing is left to retry)."""
     retry = None
     for r in results:
-        if r.name not in pending:
+        name = getattr(r, key)
+        if name not in pending:
             continue
         error = result_error(r.error_code, getattr(r, "error_message", None))
         if r.error_code in _RETRIED:
             retry = error
             continue
-        del pending[r.name]
-        settle(futures[r.name], None, error)
+        del pending[name]
+        settle(futures[name], None, error)
     if retry is None:
         for name in list(pending):  # the broker left it out of an otherwise final answer
             del pending[name]
@@ -1067,7 +1068,6 @@ def delete_acls(runner: CallRunner, filters: List[AclBindingFilter],
                        on_response, fail_all(futures)))
 
 
-
 # --------------------------------------------------------------------------- SCRAM
 
 
@@ -1140,20 +1140,7 @@ def alter_user_scram_credentials(runner: CallRunner, deletions: List[Tuple[str, 
                      for u in upsertions if u.user in pending])
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-        retry = None
-        for r in resp.results:
-            if r.user not in pending:
-                continue
-            error = result_error(r.error_code, r.error_message)
-            if r.error_code in _RETRIED:
-                retry = error
-                continue
-            del pending[r.user]
-            settle(futures[r.user], None, error)
-        if retry is None:
-            fail_all(futures)(client_error(KafkaError._BAD_MSG,
-                                           "the broker's answer has no result for this user"))
-        return retry
+        return _settle_by_name(resp.results, futures, pending, key="user")
 
     runner.submit(Call("AlterUserScramCredentials", ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
                        CONTROLLER, opts.deadline, build, on_response, fail_all(futures)))

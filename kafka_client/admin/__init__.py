@@ -22,11 +22,21 @@ from kafka_client.admin._config import (
 from kafka_client.admin._groups import (
     ConsumerGroupDescription,
     ConsumerGroupListing,
+    GroupMember,
+    GroupMetadata,
     ListConsumerGroupsResult,
     MemberAssignment,
     MemberDescription,
 )
 from kafka_client.admin._resource import ResourcePatternType, ResourceType
+from kafka_client.admin._scram import (
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialAlteration,
+    UserScramCredentialDeletion,
+    UserScramCredentialsDescription,
+    UserScramCredentialUpsertion,
+)
 from kafka_client.admin._topics import (
     DeletedRecords,
     DescribeClusterResult,
@@ -78,6 +88,14 @@ __all__ = [
     "ConsumerGroupDescription",
     "MemberDescription",
     "MemberAssignment",
+    "GroupMetadata",
+    "GroupMember",
+    "ScramMechanism",
+    "ScramCredentialInfo",
+    "UserScramCredentialsDescription",
+    "UserScramCredentialAlteration",
+    "UserScramCredentialUpsertion",
+    "UserScramCredentialDeletion",
     "ClusterMetadata",
     "BrokerMetadata",
     "TopicMetadata",

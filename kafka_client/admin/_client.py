@@ -18,7 +18,7 @@ import concurrent.futures
 import threading
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TypeVar
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TypeVar, Union
 
 from kafka_client._cluster.calls import CallRunner, PartitionKey
 from kafka_client._common import ClientBase
@@ -26,14 +26,24 @@ from kafka_client._model import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     ConsumerGroupType,
+    ElectionType,
     IsolationLevel,
     TopicCollection,
 )
 from kafka_client.admin import _operations as ops
 from kafka_client.admin._acl import AclBinding, AclBindingFilter
 from kafka_client.admin._config import AlterConfigOpType, ConfigResource
+from kafka_client.admin._groups import GroupMetadata
+from kafka_client.admin._scram import (
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialAlteration,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+    salted_password,
+)
 from kafka_client.admin._topics import NewPartitions, NewTopic, OffsetSpec
-from kafka_client.errors import KafkaError, client_error
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 
 __all__ = ["AdminClient"]
@@ -66,6 +76,19 @@ def _check_items(items: Iterable[Any], cls: type, what: str) -> None:
     for item in items:
         if not isinstance(item, cls):
             raise ValueError(f"Expected list of {what}, not {type(item).__name__}")
+
+
+def _check_partition_list(value: Any, name: str, element: str, negative: str) -> None:
+    """A list of TopicPartition with partitions not negative (confluent-kafka's texts:
+    ``name`` and ``element`` say what the list is, ``negative`` the ValueError's text)."""
+    if not isinstance(value, list):
+        raise TypeError(f"Expected {name} to be a list, got '{type(value).__name__}'")
+    for tp in value:
+        if not isinstance(tp, TopicPartition):
+            raise TypeError(f"Element of the {element} list must be of type "
+                            f"'TopicPartition' got '{type(tp).__name__}'")
+        if tp.partition < 0:
+            raise ValueError(negative)
 
 
 def _check_partition(tp: Any, what: str) -> None:
@@ -341,15 +364,8 @@ class AdminClient(ClientBase):
         """Delete the records before each partition's ``offset`` (OFFSET_END, -1: all of
         them). Returns ``{TopicPartition: future}``; each result is a
         :class:`~kafka_client.admin.DeletedRecords`."""
-        if not isinstance(topic_partition_offsets, list):
-            raise TypeError(f"Expected Request to be a list, got "
-                            f"'{type(topic_partition_offsets).__name__}'")
-        for tp in topic_partition_offsets:
-            if not isinstance(tp, TopicPartition):
-                raise TypeError(f"Element of the request list must be of type "
-                                f"'TopicPartition' got '{type(tp).__name__}'")
-            if tp.partition < 0:
-                raise ValueError("'partition' cannot be negative")
+        _check_partition_list(topic_partition_offsets, "Request", "request",
+                              "'partition' cannot be negative")
         opts = self._options(request_timeout, operation_timeout, wait_by_default=True)
         futures = self._keyed(topic_partition_offsets)
         keys = [(tp.topic, tp.partition) for tp in topic_partition_offsets]
@@ -497,6 +513,123 @@ class AdminClient(ClientBase):
                               futures: Dict[str, Future]) -> bool:
         keys = [(tp.topic, tp.partition) for tp in request.topic_partitions or ()]
         return _duplicates(keys, futures, "partitions")
+
+    def list_groups(self, group: Optional[str] = None,
+                    timeout: Optional[float] = -1) -> List[GroupMetadata]:
+        """Deprecated (as in confluent-kafka): use :meth:`list_consumer_groups` and
+        :meth:`describe_consumer_groups`. Every group of the cluster (or only ``group``)
+        with its coordinator, state, protocol and members, from ListGroups and
+        DescribeGroups to every broker; waits at most ``timeout`` seconds (-1 or None:
+        ``socket.timeout.ms``). Raises KafkaException when a broker could not be asked
+        (_PARTIAL if others could) or the time ran out."""
+        warnings.warn("list_groups() is deprecated, use list_consumer_groups() and "
+                      "describe_consumer_groups() instead.", DeprecationWarning, stacklevel=2)
+        if group is not None and not isinstance(group, str):
+            raise TypeError(f"argument 1 must be str or None, not {type(group).__name__}")
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, (int, float))):
+            raise TypeError(f"timeout must be a number of seconds, not "
+                            f"{type(timeout).__name__}")
+        wait = None if timeout is None or timeout < 0 else float(timeout)
+        opts = self._options(wait if wait is None else min(wait, _MAX_TIMEOUT))
+        future = self._keyed([None])[None]
+        self._start(ops.list_groups, group, future, opts)
+        try:
+            return future.result(None if wait is None else wait + 1.0)
+        except concurrent.futures.TimeoutError:  # the call's own deadline comes first
+            raise KafkaException(client_error(KafkaError._TIMED_OUT,
+                                              "Failed to list groups: timed out")) from None
+
+    # -- SCRAM credentials -------------------------------------------------------------------
+    def describe_user_scram_credentials(self, users: Optional[List[str]] = None, *,
+                                        request_timeout: Optional[float] = None
+                                        ) -> Union[Future, Dict[str, Future]]:
+        """The SASL/SCRAM credentials (mechanisms and iteration counts) of ``users``:
+        ``{user: future}``, each result a
+        :class:`~kafka_client.admin.UserScramCredentialsDescription` (a user without
+        credentials fails with RESOURCE_NOT_FOUND). ``users=None``: every user, one
+        future whose result is ``{user: UserScramCredentialsDescription}``."""
+        if users is not None:
+            if not isinstance(users, list):
+                raise TypeError("Expected input to be list of String")
+            for user in users:
+                if user is None:
+                    raise TypeError("'user' cannot be None")
+                if not isinstance(user, str):
+                    raise TypeError("Each value should be a string")
+                if not user:
+                    raise ValueError("'user' cannot be empty")
+        opts = self._options(request_timeout)
+        if users is None:
+            futures: Dict[Optional[str], Future] = self._keyed([None])
+        else:
+            futures = self._keyed(users)  # type: ignore[arg-type]
+            if not users or _duplicates(users, futures, "users"):
+                return futures  # type: ignore[return-value]
+        self._start(ops.describe_user_scram_credentials, users, futures, opts)
+        return futures[None] if users is None else futures  # type: ignore[return-value]
+
+    def alter_user_scram_credentials(self, alterations: List[UserScramCredentialAlteration],
+                                     *, request_timeout: Optional[float] = None
+                                     ) -> Dict[str, Future]:
+        """Upsert or delete SASL/SCRAM credentials. Returns ``{user: future}``; each
+        result is None. An upsertion's password is salted here (PBKDF2 with the
+        mechanism's HMAC, RFC 5802; a random salt when it has none): only the salt and
+        the salted password are sent."""
+        if not isinstance(alterations, list):
+            raise TypeError("Expected input to be list")
+        if not alterations:
+            raise ValueError("Expected at least one alteration")
+        for a in alterations:
+            _check_scram_alteration(a)
+        opts = self._options(request_timeout)
+        futures = self._keyed(list(dict.fromkeys(a.user for a in alterations)))
+        unknown = next((i for i, a in enumerate(alterations)
+                        if _scram_mechanism(a) is ScramMechanism.UNKNOWN), None)
+        if unknown is not None:
+            for fut in futures.values():
+                ops.settle(fut, error=client_error(
+                    KafkaError._INVALID_ARG,
+                    f"SCRAM mechanism must be specified at index {unknown}"))
+            return futures
+        deletions = [(a.user, a.mechanism.value) for a in alterations
+                     if isinstance(a, UserScramCredentialDeletion)]
+        upsertions = []
+        for a in alterations:
+            if isinstance(a, UserScramCredentialUpsertion):
+                salt, salted = salted_password(a)
+                info = a.scram_credential_info
+                upsertions.append(ops.ScramUpsert(a.user, info.mechanism, info.iterations,
+                                                  salt, salted))
+        self._start(ops.alter_user_scram_credentials, deletions, upsertions, futures, opts)
+        return futures
+
+    # -- leaders -----------------------------------------------------------------------------
+    def elect_leaders(self, election_type: ElectionType,
+                      partitions: Optional[List[TopicPartition]] = None, *,
+                      operation_timeout: Optional[float] = None,
+                      request_timeout: Optional[float] = None) -> Future:
+        """Elect the preferred replica (``ElectionType.PREFERRED``) or, when no in-sync
+        replica is left, any live one (``ElectionType.UNCLEAN``) as the leader of
+        ``partitions`` (None: every partition). The future's result is
+        ``{TopicPartition: None or KafkaException}`` (ELECTION_NOT_NEEDED where the
+        preferred replica leads already). ``operation_timeout`` defaults to the request
+        timeout, as in confluent-kafka."""
+        if not isinstance(election_type, ElectionType):
+            raise TypeError("Expected 'election_type' to be of type 'ElectionType'")
+        if partitions is not None:
+            _check_partition_list(partitions, "'partitions'", "'partitions'",
+                                  "Elements of the 'partitions' list must not have negative "
+                                  "value for 'partition' field")
+        opts = self._options(request_timeout, operation_timeout, wait_by_default=True)
+        future = self._keyed([None])[None]
+        keys = None if partitions is None else [(tp.topic, tp.partition) for tp in partitions]
+        if keys is not None and len(set(keys)) != len(keys):
+            ops.settle(future, error=client_error(KafkaError._INVALID_ARG,
+                                                  "Duplicate partitions specified"))
+            return future
+        self._start(ops.elect_leaders, election_type.value, keys, future, opts)
+        return future
 
     # -- ACLs --------------------------------------------------------------------------------
     def create_acls(self, acls: List[AclBinding], *,
@@ -681,3 +814,47 @@ def _check_group_request(request: Any, doing: str, altering: bool
 def _by_key(futures: Dict[TopicPartition, Future]) -> Dict[PartitionKey, Future]:
     return {(tp.topic, tp.partition): fut for tp, fut in futures.items()}
 
+
+def _check_scram_alteration(a: Any) -> None:
+    if not isinstance(a, UserScramCredentialAlteration):
+        raise TypeError("Expected each element of list to be subclass of "
+                        "UserScramCredentialAlteration")
+    if a.user is None:
+        raise TypeError("'user' cannot be None")
+    if not isinstance(a.user, str):
+        raise TypeError("'user' must be a string")
+    if not a.user:
+        raise ValueError("'user' cannot be empty")
+    if isinstance(a, UserScramCredentialUpsertion):
+        if a.password is None:
+            raise TypeError("'password' cannot be None")
+        if not isinstance(a.password, bytes):
+            raise TypeError("'password' must be bytes")
+        if not a.password:
+            raise ValueError("'password' cannot be empty")
+        if a.salt is not None:
+            if not isinstance(a.salt, bytes):
+                raise TypeError("'salt' must be bytes")
+            if not a.salt:
+                raise ValueError("'salt' can be None but cannot be empty")
+        info = a.scram_credential_info
+        if not isinstance(info, ScramCredentialInfo):
+            raise TypeError("Expected credential_info to be ScramCredentialInfo Type")
+        if isinstance(info.iterations, bool) or not isinstance(info.iterations, int):
+            raise TypeError("'iterations' must be an int")
+        if info.iterations < 1:
+            raise ValueError("Iterations should be positive")
+        if not isinstance(info.mechanism, ScramMechanism):
+            raise TypeError("Expected the mechanism to be ScramMechanism Type")
+    elif isinstance(a, UserScramCredentialDeletion):
+        if not isinstance(a.mechanism, ScramMechanism):
+            raise TypeError("Expected the mechanism to be ScramMechanism Type")
+    else:
+        raise TypeError("Expected each element of list 'alterations' to be either a "
+                        "UserScramCredentialUpsertion or a UserScramCredentialDeletion")
+
+
+def _scram_mechanism(a: UserScramCredentialAlteration) -> ScramMechanism:
+    if isinstance(a, UserScramCredentialUpsertion):
+        return a.scram_credential_info.mechanism
+    return a.mechanism  # type: ignore[attr-defined]

@@ -1,12 +1,14 @@
-"""Consumer group value types: what ``list_consumer_groups()`` and
-``describe_consumer_groups()`` return."""
+"""Consumer group value types: what ``list_consumer_groups()``,
+``describe_consumer_groups()`` and the legacy ``list_groups()`` return."""
 from __future__ import annotations
 
 from typing import List, Optional, Union
 
+from kafka_client._cluster.metadata import BrokerMetadata
 from kafka_client._model import ConsumerGroupState, ConsumerGroupType, Node
 from kafka_client.admin._acl import AclOperation, to_operations
 from kafka_client.admin._resource import to_enum
+from kafka_client.errors import KafkaError
 from kafka_client.types import TopicPartition
 
 __all__ = [
@@ -15,6 +17,8 @@ __all__ = [
     "MemberAssignment",
     "MemberDescription",
     "ConsumerGroupDescription",
+    "GroupMember",
+    "GroupMetadata",
 ]
 
 
@@ -103,3 +107,40 @@ class ConsumerGroupDescription:
     def __repr__(self) -> str:
         return (f"ConsumerGroupDescription(group_id={self.group_id!r}, state={self.state}, "
                 f"members={len(self.members)})")
+
+
+class GroupMember:
+    """One member of a group in ``list_groups()``: ``id``, ``client_id``,
+    ``client_host``, and the ``metadata`` and ``assignment`` bytes as the group's protocol
+    encodes them."""
+
+    def __init__(self) -> None:
+        self.id: Optional[str] = None
+        self.client_id: Optional[str] = None
+        self.client_host: Optional[str] = None
+        self.metadata: Optional[bytes] = None
+        self.assignment: Optional[bytes] = None
+
+
+class GroupMetadata:
+    """One group of the legacy ``list_groups()``: ``broker`` (the coordinator, a
+    :class:`~kafka_client.admin.BrokerMetadata`), ``id``, ``error`` (a KafkaError or
+    None), ``state``, ``protocol_type`` and ``protocol`` (as the broker spells them) and
+    ``members`` (:class:`GroupMember`)."""
+
+    def __init__(self) -> None:
+        self.broker: Optional[BrokerMetadata] = None
+        self.id: Optional[str] = None
+        self.error: Optional[KafkaError] = None
+        self.state: Optional[str] = None
+        self.protocol_type: Optional[str] = None
+        self.protocol: Optional[str] = None
+        self.members: List[GroupMember] = []
+
+    def __repr__(self) -> str:
+        if self.error is not None:
+            return f"GroupMetadata({self.id}, {self.error})"
+        return f"GroupMetadata({self.id})"
+
+    def __str__(self) -> str:
+        return str(self.id)

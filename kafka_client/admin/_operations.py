@@ -24,8 +24,10 @@ from kafka_client._cluster.calls import (
     Coordinator,
     CoordinatorType,
     PartitionKey,
+    broker_error,
     group_by_topic,
 )
+from kafka_client._cluster.metadata import BrokerMetadata
 from kafka_client._model import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
@@ -39,11 +41,18 @@ from kafka_client.admin._config import AlterConfigOpType, ConfigEntry, ConfigRes
 from kafka_client.admin._groups import (
     ConsumerGroupDescription,
     ConsumerGroupListing,
+    GroupMember,
+    GroupMetadata,
     ListConsumerGroupsResult,
     MemberAssignment,
     MemberDescription,
 )
 from kafka_client.admin._resource import ResourcePatternType, ResourceType, enum_or_unknown
+from kafka_client.admin._scram import (
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialsDescription,
+)
 from kafka_client.admin._topics import (
     DeletedRecords,
     DescribeClusterResult,
@@ -58,6 +67,7 @@ from kafka_client.types import OFFSET_INVALID, TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AlterConfigsRequest,
+    AlterUserScramCredentialsRequest,
     ApiKey,
     CreateAclsRequest,
     CreatePartitionsRequest,
@@ -70,6 +80,8 @@ from kafka_proto.messages import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeUserScramCredentialsRequest,
+    ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
     ListOffsetsRequest,
@@ -78,7 +90,7 @@ from kafka_proto.messages import (
     OffsetFetchRequest,
 )
 
-__all__ = ["Options", "settle", "topic_name_error"]
+__all__ = ["Options", "ScramUpsert", "settle", "topic_name_error"]
 
 #: Broker errors retried for requests to the controller or a coordinator. (Not
 #: REQUEST_TIMED_OUT: for CreateTopics and friends it means the operation timeout passed
@@ -216,20 +228,21 @@ def _zero_count_error(t: NewTopic) -> Optional[KafkaError]:
 
 
 def _settle_by_name(results: Sequence[Any], futures: Dict[str, Future],
-                    pending: Dict[str, Any]) -> Optional[KafkaError]:
-    """Settle futures from per-topic results (``name``, ``error_code``, maybe
-    ``error_message``); keep topics with a retried error pending and return one such
-    error (None when nothing is left to retry)."""
+                    pending: Dict[str, Any], key: str = "name") -> Optional[KafkaError]:
+    """Settle futures from per-topic (or per-user: ``key``) results (``name``,
+    ``error_code``, maybe ``error_message``); keep those with a retried error pending and
+    return one such error (None when nothing is left to retry)."""
     retry = None
     for r in results:
-        if r.name not in pending:
+        name = getattr(r, key)
+        if name not in pending:
             continue
         error = result_error(r.error_code, getattr(r, "error_message", None))
         if r.error_code in _RETRIED:
             retry = error
             continue
-        del pending[r.name]
-        settle(futures[r.name], None, error)
+        del pending[name]
+        settle(futures[name], None, error)
     if retry is None:
         for name in list(pending):  # the broker left it out of an otherwise final answer
             del pending[name]
@@ -638,9 +651,38 @@ def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> N
                 _GROUP_TYPES.get(getattr(g, "group_type", ""), ConsumerGroupType.UNKNOWN)))
         return None
 
+    def build(version: int) -> Any:
+        return ListGroupsRequest(
+            states_filter=[_STATE_NAMES[s] for s in opts.states or () if s in _STATE_NAMES],
+            types_filter=[_TYPE_NAMES[t] for t in opts.types or () if t in _TYPE_NAMES])
+
+    def ask(node_id: int, one_done: Callable[[], None]) -> None:
+        def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+            again = listed(resp, conn)
+            if again is None:
+                one_done()
+            return again
+
+        def on_failure(error: KafkaError) -> None:
+            errors.append(KafkaException(error))
+            one_done()
+
+        runner.submit(Call("ListGroups", ApiKey.LIST_GROUPS, Broker(node_id), opts.deadline,
+                           build, on_response, on_failure, min_version=min_version))
+
+    _each_broker(runner, opts, lambda e: settle(future, error=e), ask,
+                 lambda: settle(future, ListConsumerGroupsResult(valid, errors)))
+
+
+def _each_broker(runner: CallRunner, opts: Options, fail: Callable[[KafkaError], None],
+                 ask: Callable[[int, Callable[[], None]], None],
+                 done: Callable[[], None]) -> None:
+    """Learn the brokers (a Metadata request), then ``ask(node_id, one_done)`` each of
+    them; ``done()`` once every one called ``one_done``. ``fail(error)`` when the
+    brokers cannot be learnt."""
     def every_broker(error: Optional[KafkaError]) -> None:
         if error is not None:
-            settle(future, error=error)
+            fail(error)
             return
         nodes = sorted(runner.cluster.metadata.brokers)
         left = [len(nodes)]
@@ -648,32 +690,100 @@ def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> N
         def one_done() -> None:
             left[0] -= 1
             if left[0] == 0:
-                settle(future, ListConsumerGroupsResult(valid, errors))
-
-        def build(version: int) -> Any:
-            return ListGroupsRequest(
-                states_filter=[_STATE_NAMES[s] for s in opts.states or ()
-                               if s in _STATE_NAMES],
-                types_filter=[_TYPE_NAMES[t] for t in opts.types or () if t in _TYPE_NAMES])
+                done()
 
         for node_id in nodes:
-            def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-                again = listed(resp, conn)
-                if again is None:
-                    one_done()
-                return again
-
-            def on_failure(error: KafkaError) -> None:
-                errors.append(KafkaException(error))
-                one_done()
-
-            runner.submit(Call("ListGroups", ApiKey.LIST_GROUPS, Broker(node_id),
-                               opts.deadline, build, on_response, on_failure,
-                               min_version=min_version))
+            ask(node_id, one_done)
         if not nodes:
-            settle(future, ListConsumerGroupsResult(valid, errors))
+            done()
 
     runner.refresh_metadata(every_broker, opts.deadline)
+
+
+def list_groups(runner: CallRunner, group: Optional[str], future: Future,
+                opts: Options) -> None:
+    """The legacy listing: ListGroups on every broker, then DescribeGroups on that
+    broker (the groups' coordinator) for the groups it listed (``group`` only, when
+    given). The future's result is a list of GroupMetadata; it fails with the first
+    broker's error when some broker could not be asked (_PARTIAL if others could)."""
+    found: List[GroupMetadata] = []
+    errors: List[KafkaError] = []
+    asked = [0]
+
+    def ask(node_id: int, one_done: Callable[[], None]) -> None:
+        def on_listed(resp: Any, conn: Any) -> Optional[KafkaError]:
+            if resp.error_code in _RETRIED:
+                return result_error(resp.error_code, None)
+            if resp.error_code:
+                errors.append(broker_error(resp.error_code, None,
+                                           f"ListGroups to broker {node_id}"))
+                one_done()
+                return None
+            asked[0] += 1
+            ids = [g.group_id for g in resp.groups if group is None or g.group_id == group]
+            if ids:
+                _describe_groups(runner, node_id, ids, found, errors, opts, one_done)
+            else:
+                one_done()
+            return None
+
+        def on_failure(error: KafkaError) -> None:
+            errors.append(error)
+            one_done()
+
+        runner.submit(Call("ListGroups", ApiKey.LIST_GROUPS, Broker(node_id), opts.deadline,
+                           lambda version: ListGroupsRequest(), on_listed, on_failure))
+
+    def done() -> None:
+        if errors:
+            first = errors[0]
+            settle(future, error=first if not asked[0] else client_error(
+                KafkaError._PARTIAL, f"{len(errors)} broker(s) could not be asked: "
+                f"{first.str()}"))
+        else:
+            settle(future, found)
+
+    _each_broker(runner, opts, lambda e: settle(future, error=e), ask, done)
+
+
+def _describe_groups(runner: CallRunner, node_id: int, group_ids: List[str],
+                     found: List[GroupMetadata], errors: List[KafkaError], opts: Options,
+                     done: Callable[[], None]) -> None:
+    """DescribeGroups of ``group_ids`` on the broker that listed them, as GroupMetadata
+    appended to ``found``."""
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        host, port, _rack = runner.cluster.metadata.brokers.get(node_id, (conn.host,
+                                                                          conn.port, None))
+        for g in resp.groups:
+            if g.error_code in _RETRIED:
+                return result_error(g.error_code, None)
+        for g in resp.groups:
+            meta = GroupMetadata()
+            meta.broker = BrokerMetadata(node_id, host, port)
+            meta.id = g.group_id
+            meta.error = result_error(g.error_code, None)
+            meta.state = g.group_state
+            meta.protocol_type = g.protocol_type
+            meta.protocol = g.protocol_data
+            for m in g.members:
+                member = GroupMember()
+                member.id = m.member_id
+                member.client_id = m.client_id
+                member.client_host = m.client_host
+                member.metadata = bytes(m.member_metadata)
+                member.assignment = bytes(m.member_assignment)
+                meta.members.append(member)
+            found.append(meta)
+        done()
+        return None
+
+    def on_failure(error: KafkaError) -> None:
+        errors.append(error)
+        done()
+
+    runner.submit(Call("DescribeGroups", ApiKey.DESCRIBE_GROUPS, Broker(node_id),
+                       opts.deadline, lambda version: DescribeGroupsRequest(groups=group_ids),
+                       on_response, on_failure))
 
 
 def _group_call(runner: CallRunner, name: str, api_key: ApiKey, group_id: str,
@@ -957,3 +1067,119 @@ def delete_acls(runner: CallRunner, filters: List[AclBindingFilter],
     runner.submit(Call("DeleteAcls", ApiKey.DELETE_ACLS, ANY_BROKER, opts.deadline, build,
                        on_response, fail_all(futures)))
 
+
+# --------------------------------------------------------------------------- SCRAM
+
+
+@dataclass
+class ScramUpsert:
+    """An upsertion as sent: the password already salted (on the application thread)."""
+
+    user: str
+    mechanism: ScramMechanism
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+def _scram_description(r: Any) -> UserScramCredentialsDescription:
+    return UserScramCredentialsDescription(r.user, [
+        ScramCredentialInfo(enum_or_unknown(ScramMechanism, c.mechanism), c.iterations)
+        for c in r.credential_infos])
+
+
+def describe_user_scram_credentials(runner: CallRunner, users: Optional[List[str]],
+                                    futures: Dict[Optional[str], Future],
+                                    opts: Options) -> None:
+    """``users`` None: every user, one future (key None) whose result is ``{user:
+    description}``; else a future per user."""
+    def build(version: int) -> Any:
+        return DescribeUserScramCredentialsRequest(users=None if users is None else [
+            DescribeUserScramCredentialsRequest.UserName(name=u) for u in users])
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        if resp.error_code in _RETRIED:
+            return result_error(resp.error_code, resp.error_message)
+        if resp.error_code:
+            fail_all(futures)(result_error(resp.error_code, resp.error_message))
+            return None
+        if users is None:
+            failed = next((r for r in resp.results if r.error_code), None)
+            settle(futures[None], None if failed else {
+                r.user: _scram_description(r) for r in resp.results},
+                None if failed is None else broker_error(
+                    failed.error_code, failed.error_message,
+                    f"user {failed.user!r}"))
+            return None
+        for r in resp.results:
+            fut = futures.get(r.user)
+            if fut is not None:
+                settle(fut, None if r.error_code else _scram_description(r),
+                       result_error(r.error_code, r.error_message))
+        fail_all(futures)(client_error(KafkaError._BAD_MSG,
+                                       "the broker's answer has no result for this user"))
+        return None
+
+    runner.submit(Call("DescribeUserScramCredentials", ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                       CONTROLLER, opts.deadline, build, on_response, fail_all(futures)))
+
+
+def alter_user_scram_credentials(runner: CallRunner, deletions: List[Tuple[str, int]],
+                                 upsertions: List[ScramUpsert], futures: Dict[str, Future],
+                                 opts: Options) -> None:
+    """``deletions`` as (user, mechanism number); one result (and future) per user."""
+    pending: Dict[str, None] = dict.fromkeys(futures)
+
+    def build(version: int) -> Any:
+        R = AlterUserScramCredentialsRequest
+        return R(deletions=[R.ScramCredentialDeletion(name=u, mechanism=m)
+                            for u, m in deletions if u in pending],
+                 upsertions=[R.ScramCredentialUpsertion(
+                     name=u.user, mechanism=u.mechanism.value, iterations=u.iterations,
+                     salt=u.salt, salted_password=u.salted_password)
+                     for u in upsertions if u.user in pending])
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        return _settle_by_name(resp.results, futures, pending, key="user")
+
+    runner.submit(Call("AlterUserScramCredentials", ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                       CONTROLLER, opts.deadline, build, on_response, fail_all(futures)))
+
+
+# --------------------------------------------------------------------------- leaders
+
+
+def elect_leaders(runner: CallRunner, election_type: int,
+                  partitions: Optional[List[PartitionKey]], future: Future,
+                  opts: Options) -> None:
+    """ElectLeaders (KIP-460) to the controller: the future's result is
+    ``{TopicPartition: None or KafkaException}``, every partition when ``partitions`` is
+    None."""
+    def build(version: int) -> Any:
+        return ElectLeadersRequest(
+            election_type=election_type,
+            topic_partitions=None if partitions is None else [
+                ElectLeadersRequest.TopicPartitions(topic=t, partitions=ps)
+                for t, ps in group_by_topic(partitions).items()],
+            timeout_ms=opts.operation_timeout_ms)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        code = getattr(resp, "error_code", 0)
+        if code in _RETRIED:
+            return result_error(code, None)
+        if code:
+            settle(future, error=broker_error(code, None, "ElectLeaders"))
+            return None
+        out: Dict[TopicPartition, Optional[KafkaException]] = {}
+        for t in resp.replica_election_results:
+            for p in t.partition_result:
+                error = result_error(p.error_code, p.error_message)
+                out[TopicPartition(t.topic, p.partition_id)] = (
+                    None if error is None else KafkaException(error))
+        settle(future, out)
+        return None
+
+    # v0 elects the preferred replica only; the unclean election needs v1.
+    runner.submit(Call("ElectLeaders", ApiKey.ELECT_LEADERS, CONTROLLER, opts.deadline, build,
+                       on_response, lambda error: settle(future, error=error),
+                       min_version=1 if election_type else 0))

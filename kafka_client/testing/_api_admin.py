@@ -1,23 +1,28 @@
 """Cluster and topic APIs: ApiVersions, Metadata, CreateTopics, DeleteTopics,
-CreatePartitions and DescribeConfigs."""
+CreatePartitions, DescribeConfigs and ElectLeaders; the SCRAM credential APIs
+(DescribeUserScramCredentials, AlterUserScramCredentials)."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
+    AlterUserScramCredentialsResponse,
     ApiKey,
     ApiVersionsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
     DescribeConfigsResponse,
+    DescribeUserScramCredentialsResponse,
+    ElectLeadersResponse,
     MetadataResponse,
 )
 
 from ._api import RequestContext, error_answer, handles, served_api_versions
 from ._config import BROKER_CONFIGS, TOPIC_CONFIGS, to_text
 from ._controller import ControllerError, TopicInfo
+from ._sasl import SCRAM_WIRE, ScramAdminError
 
 # DescribeConfigs resource types and config sources.
 RESOURCE_TOPIC = 2
@@ -314,3 +319,83 @@ def describe_configs(ctx: RequestContext) -> None:
             result.error_message = f"unknown resource type {r.resource_type}"
         results.append(result)
     ctx.respond(R(results=results))
+
+
+# --------------------------------------------------------------------------- ElectLeaders
+
+
+@error_answer(ApiKey.ELECT_LEADERS)
+def elect_leaders_error(request: Any, version: int, code: int) -> Any:
+    return ElectLeadersResponse(error_code=code, replica_election_results=[])
+
+
+@handles(ApiKey.ELECT_LEADERS)
+def elect_leaders(ctx: RequestContext) -> None:
+    R = ElectLeadersResponse
+    req = ctx.request
+    controller = ctx.broker.controller
+    unclean = ctx.version >= 1 and req.election_type == 1
+    every = req.topic_partitions is None
+    if every:
+        wanted = [(p.topic, p.index) for p in controller.all_partitions()]
+    else:
+        wanted = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
+    by_topic: Dict[str, List[Any]] = {}
+    for topic, index in wanted:
+        code, message = ErrorCode.NONE, None
+        try:
+            controller.elect_leader(topic, index, unclean)
+        except ControllerError as exc:
+            code, message = exc.code, exc.message
+        if every and code == ErrorCode.ELECTION_NOT_NEEDED:
+            continue  # Kafka lists only what it tried, when asked for every partition
+        by_topic.setdefault(topic, []).append(R.PartitionResult(
+            partition_id=index, error_code=code, error_message=message))
+    ctx.respond(R(error_code=ErrorCode.NONE, replica_election_results=[
+        R.ReplicaElectionResult(topic=t, partition_result=ps) for t, ps in by_topic.items()]))
+
+
+# --------------------------------------------------------------------------- SCRAM credentials
+
+
+@error_answer(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
+def describe_scram_error(request: Any, version: int, code: int) -> Any:
+    return DescribeUserScramCredentialsResponse(error_code=code, results=[])
+
+
+@handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
+def describe_user_scram_credentials(ctx: RequestContext) -> None:
+    R = DescribeUserScramCredentialsResponse
+    users = ctx.request.users
+    found = ctx.server.credentials.describe_scram([u.name for u in users] if users else None)
+    wire = {name: number for number, name in SCRAM_WIRE.items()}
+    results = []
+    for user, infos in found.items():
+        if isinstance(infos, ScramAdminError):
+            results.append(R.DescribeUserScramCredentialsResult(
+                user=user, error_code=infos.code, error_message=infos.message))
+        else:
+            results.append(R.DescribeUserScramCredentialsResult(
+                user=user, error_code=ErrorCode.NONE, credential_infos=[
+                    R.CredentialInfo(mechanism=wire[m], iterations=i) for m, i in infos]))
+    ctx.respond(R(error_code=ErrorCode.NONE, results=results))
+
+
+@error_answer(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+def alter_scram_error(request: Any, version: int, code: int) -> Any:
+    users = dict.fromkeys([d.name for d in request.deletions] +
+                          [u.name for u in request.upsertions])
+    return AlterUserScramCredentialsResponse(results=[
+        AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult(
+            user=u, error_code=code) for u in users])
+
+
+@handles(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+def alter_user_scram_credentials(ctx: RequestContext) -> None:
+    R = AlterUserScramCredentialsResponse
+    req = ctx.request
+    results = ctx.server.credentials.alter_scram(req.deletions, req.upsertions)
+    ctx.note(scram_altered=sorted(u for u, e in results.items() if e is None))
+    ctx.respond(R(results=[R.AlterUserScramCredentialsResult(
+        user=u, error_code=ErrorCode.NONE if e is None else e.code,
+        error_message=None if e is None else e.message) for u, e in results.items()]))

@@ -310,6 +310,37 @@ class Controller:
                                   f"(ISR {part.isr})")
         return self.elect(part, preferred=to, exclude=exclude)
 
+    def elect_leader(self, topic: str, index: int, unclean: bool) -> None:
+        """ElectLeaders (KIP-460) for one partition, as Kafka's controller does it: the
+        preferred (first) replica if it is a live in-sync replica and not the leader
+        yet; unclean, a live replica (in sync or not) for a partition without a leader.
+        Raises ControllerError (ELECTION_NOT_NEEDED when the partition is as asked)."""
+        part = self.partition(topic, index)
+        if part is None:
+            raise ControllerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                  f"no partition {topic}-{index}")
+        live = self.live_brokers()
+        if unclean:
+            if part.leader >= 0:
+                raise ControllerError(ErrorCode.ELECTION_NOT_NEEDED,
+                                      f"{topic}-{index} has a leader")
+            chosen = next((r for r in part.replicas if r in live), None)
+            if chosen is None:
+                raise ControllerError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                                      f"no replica of {topic}-{index} is alive")
+            part.isr = [chosen]
+            self.elect(part, preferred=chosen)
+            return
+        preferred = part.replicas[0]
+        if part.leader == preferred:
+            raise ControllerError(ErrorCode.ELECTION_NOT_NEEDED,
+                                  f"the preferred replica of {topic}-{index} leads")
+        if preferred not in live or preferred not in part.isr:
+            raise ControllerError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                                  f"the preferred replica {preferred} of {topic}-{index} "
+                                  f"is not a live in-sync replica (ISR {part.isr})")
+        self.elect(part, preferred=preferred)
+
     def change_isr(self, part: PartitionInfo, isr: List[int], leader_epoch: int) -> bool:
         """AlterPartition from the leader; refused if the leader epoch is stale."""
         if leader_epoch != part.leader_epoch:

@@ -55,7 +55,7 @@ from ._api import RequestContext, error_answer, handles
 if TYPE_CHECKING:  # pragma: no cover
     from ._broker import Broker, ClientConnection
 
-__all__ = ["AuthenticationFailed", "ScramCredential", "Credentials",
+__all__ = ["AuthenticationFailed", "ScramCredential", "Credentials", "ScramAdminError",
            "ScramServer", "OAuthClaims", "check_unsecured_jwt", "SaslExchange"]
 
 SCRAM_ITERATIONS = 4096
@@ -97,6 +97,21 @@ class ScramCredential:
         return cls(salt, iterations, stored_key, server_key)
 
 
+#: Kafka's ceiling for a SCRAM credential's iterations.
+MAX_SCRAM_ITERATIONS = 16384
+#: SCRAM mechanisms by their number in the admin protocol (KIP-554).
+SCRAM_WIRE = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+
+
+class ScramAdminError(Exception):
+    """A SCRAM credential alteration or description refused: error code and message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 class Credentials:
     """The users the cluster knows: passwords (PLAIN) and, per enabled SCRAM mechanism,
     the credentials derived from them once, when a password is set."""
@@ -104,8 +119,9 @@ class Credentials:
     def __init__(self, users: Mapping[str, str], mechanisms: Iterable[str]) -> None:
         self.scram_mechanisms = [m for m in mechanisms if m in SCRAM_HASHES]
         self.passwords: Dict[str, str] = {}
-        self.scram: Dict[str, Dict[str, ScramCredential]] = {
-            m: {} for m in self.scram_mechanisms}
+        # Every SCRAM mechanism has its table: AlterUserScramCredentials may store a
+        # credential for one not enabled for login, as Kafka does.
+        self.scram: Dict[str, Dict[str, ScramCredential]] = {m: {} for m in SCRAM_HASHES}
         for user, password in users.items():
             self.set(user, password)
 
@@ -121,6 +137,86 @@ class Credentials:
         for table in self.scram.values():
             table.pop(user, None)
         return known
+
+    def describe_scram(self, users: Optional[Iterable[str]]) -> Dict[str, Any]:
+        """DescribeUserScramCredentials: ``{user: [(mechanism, iterations), ...]}`` for
+        ``users`` (None: every user that has a SCRAM credential), or ``{user:
+        ScramAdminError}``."""
+        def infos(user: str) -> list:
+            return [(m, t[user].iterations) for m, t in self.scram.items() if user in t]
+
+        if users is None:
+            every = sorted({u for t in self.scram.values() for u in t})
+            return {u: infos(u) for u in every}
+        out: Dict[str, Any] = {}
+        seen: Dict[str, int] = {}
+        for u in users:
+            seen[u] = seen.get(u, 0) + 1
+        for u, n in seen.items():
+            if n > 1:
+                out[u] = ScramAdminError(ErrorCode.DUPLICATE_RESOURCE, "Cannot describe SCRAM "
+                                         "credentials for the same user twice in a single "
+                                         "request")
+            else:
+                out[u] = infos(u) or ScramAdminError(
+                    ErrorCode.RESOURCE_NOT_FOUND,
+                    "Attempt to describe a user credential that does not exist")
+        return out
+
+    def alter_scram(self, deletions: Iterable[Any], upsertions: Iterable[Any]
+                    ) -> Dict[str, Optional["ScramAdminError"]]:
+        """AlterUserScramCredentials with Kafka's checks: per user, every alteration
+        applies or (the first error) none does. ``deletions`` have ``name`` and
+        ``mechanism`` numbers, ``upsertions`` also ``iterations``, ``salt`` and
+        ``salted_password``."""
+        by_user: Dict[str, list] = {}
+        for d in deletions:
+            by_user.setdefault(d.name, []).append((d, False))
+        for u in upsertions:
+            by_user.setdefault(u.name, []).append((u, True))
+        results: Dict[str, Optional[ScramAdminError]] = {}
+        for user, changes in by_user.items():
+            try:
+                apply = [self._check_alteration(user, a, upsert, changes)
+                         for a, upsert in changes]
+            except ScramAdminError as exc:
+                results[user] = exc
+                continue
+            for mechanism, credential in apply:
+                if credential is None:
+                    self.scram[mechanism].pop(user, None)
+                else:
+                    self.scram[mechanism][user] = credential
+            results[user] = None
+        return results
+
+    def _check_alteration(self, user: str, a: Any, upsert: bool,
+                          changes: list) -> "tuple[str, Optional[ScramCredential]]":
+        if not user:
+            raise ScramAdminError(ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                                  "Username must not be empty")
+        mechanism = SCRAM_WIRE.get(a.mechanism)
+        if mechanism is None:
+            raise ScramAdminError(ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                  f"Unknown SCRAM mechanism {a.mechanism}")
+        if sum(1 for other, _ in changes if other.mechanism == a.mechanism) > 1:
+            raise ScramAdminError(ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot "
+                                  "be altered twice in the same request")
+        if not upsert:
+            if user not in self.scram[mechanism]:
+                raise ScramAdminError(ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a "
+                                      "user credential that does not exist")
+            return mechanism, None
+        if not SCRAM_ITERATIONS <= a.iterations <= MAX_SCRAM_ITERATIONS:
+            raise ScramAdminError(ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                                  f"Too {'few' if a.iterations < SCRAM_ITERATIONS else 'many'}"
+                                  f" iterations")
+        if not a.salt or not a.salted_password:
+            raise ScramAdminError(ErrorCode.UNACCEPTABLE_CREDENTIAL,
+                                  "Salt and salted password must not be empty")
+        _client_key, stored_key, server_key = scram_keys(SCRAM_HASHES[mechanism],
+                                                         a.salted_password)
+        return mechanism, ScramCredential(bytes(a.salt), a.iterations, stored_key, server_key)
 
     def check_password(self, user: str, password: str) -> bool:
         expected = self.passwords.get(user)

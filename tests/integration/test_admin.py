@@ -20,6 +20,7 @@ from kafka_client import (
     Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
+    ElectionType,
     IsolationLevel,
     TopicCollection,
     TopicPartition,
@@ -38,6 +39,9 @@ from kafka_client.admin import (
     OffsetSpec,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 from kafka_client.errors import KafkaError, KafkaException
 
@@ -524,3 +528,70 @@ def test_acl_calls_fail_with_the_brokers_error(broker, admin, peer, topic_name):
         assert peer.describe_acls(pflt).result(10) == []
         err, took = error_of(deleted)
         assert err.code() == KafkaError._UNSUPPORTED_FEATURE and took < PROMPT
+
+
+# --------------------------------------------------------------------------- legacy, SCRAM, elections
+
+
+def test_list_groups_matches_confluent_kafkas(broker, admin, peer, topic_name):
+    """The legacy list_groups() (ListGroups + DescribeGroups on every broker) gives what
+    confluent-kafka's gives; a group holding only offsets is listed."""
+    broker.create_topic(topic_name, partitions=1)
+    group = "lg-" + topic_name
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic_name, 0, 2)])
+    result(admin.alter_consumer_group_offsets([request])[group])
+    with pytest.warns(DeprecationWarning):
+        ours = admin.list_groups(timeout=20)
+    with pytest.warns(DeprecationWarning):
+        theirs = peer.list_groups(timeout=20)
+
+    def view(groups):
+        return sorted((g.id, g.broker.id, g.state, g.protocol_type, g.protocol,
+                       None if g.error is None else g.error.code(),
+                       [(m.id, m.client_id) for m in g.members]) for g in groups)
+
+    assert view(ours) == view(theirs)
+    assert group in {g.id for g in ours}
+    with pytest.warns(DeprecationWarning):
+        assert [g.id for g in admin.list_groups(group, timeout=20)] == [group]
+
+
+def test_scram_credential_calls(broker, admin, peer):
+    """noida-db does not offer the SCRAM credential APIs: a prompt _UNSUPPORTED_FEATURE.
+    Tansu 0.6 offers both: it accepts an alteration (as it does confluent-kafka's; its
+    --authentication mode takes no request before a login, so the credential cannot be
+    tried), and answers DescribeUserScramCredentials with a null results array, which no
+    version allows: a prompt _TRANSPORT naming the decoding error (confluent-kafka reads
+    it as "no users")."""
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    altered = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("bob", info, b"bob-pw")])["bob"]
+    described_all = admin.describe_user_scram_credentials()
+    described = admin.describe_user_scram_credentials(["bob"])["bob"]
+    if broker.kind == "noida":
+        for future in (altered, described_all, described):
+            err, took = error_of(future)
+            assert err.code() == KafkaError._UNSUPPORTED_FEATURE and took < PROMPT
+            assert "UserScramCredentials" in err.str()
+        return
+    assert result(altered) is None
+    peer_info = ck_admin.ScramCredentialInfo(ck_admin.ScramMechanism.SCRAM_SHA_256, 4096)
+    assert peer.alter_user_scram_credentials([ck_admin.UserScramCredentialUpsertion(
+        "bob", peer_info, b"bob-pw")])["bob"].result(10) is None
+    for future in (described_all, described):
+        err, took = error_of(future)
+        assert err.code() == KafkaError._TRANSPORT and took < PROMPT
+        assert "results is null" in err.str()
+    assert peer.describe_user_scram_credentials().result(10) == {}
+
+
+def test_elect_leaders_is_not_offered(broker, admin, peer, topic_name):
+    """Neither broker offers ElectLeaders: a prompt _UNSUPPORTED_FEATURE, as
+    confluent-kafka's."""
+    err, took = error_of(admin.elect_leaders(ElectionType.PREFERRED,
+                                             [TopicPartition(topic_name, 0)]))
+    assert err.code() == KafkaError._UNSUPPORTED_FEATURE and took < PROMPT
+    assert "ElectLeaders" in err.str()
+    with pytest.raises(ck.KafkaException) as ei:
+        peer.elect_leaders(ck.ElectionType.PREFERRED, None).result(10)
+    assert ei.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE

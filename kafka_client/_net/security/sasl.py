@@ -89,9 +89,12 @@ def scram_attributes(message: str, what: str) -> Dict[str, str]:
     return attrs
 
 
-def scram_salted_password(hash_name: str, password: str, salt: bytes, iterations: int) -> bytes:
-    """Hi(password, salt, i) of RFC 5802 (PBKDF2 with HMAC)."""
-    return hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+def scram_salted_password(hash_name: str, password: "str | bytes", salt: bytes,
+                          iterations: int) -> bytes:
+    """Hi(password, salt, i) of RFC 5802 (PBKDF2 with HMAC); a str password as UTF-8."""
+    if isinstance(password, str):
+        password = password.encode()
+    return hashlib.pbkdf2_hmac(hash_name, password, salt, iterations)
 
 
 def scram_keys(hash_name: str, salted_password: bytes) -> "tuple[bytes, bytes, bytes]":

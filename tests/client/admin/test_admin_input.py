@@ -32,6 +32,8 @@ def calls(m, top):
                            "User:a", "*", m.AclOperation.READ, m.AclPermissionType.ALLOW)
     flt = m.AclBindingFilter(m.ResourceType.ANY, None, m.ResourcePatternType.ANY, None, None,
                              m.AclOperation.ANY, m.AclPermissionType.ANY)
+    info = m.ScramCredentialInfo(m.ScramMechanism.SCRAM_SHA_256, 4096)
+    upsert = m.UserScramCredentialUpsertion("u", info, b"pw")
     return [
         ("create_topics empty", lambda a: a.create_topics([])),
         ("create_topics negative partitions", lambda a: a.create_topics([m.NewTopic("t", -5)])),
@@ -145,6 +147,49 @@ def calls(m, top):
         ("delete_acls empty", lambda a: a.delete_acls([])),
         ("delete_acls binding", lambda a: a.delete_acls([binding])),
         ("delete_acls duplicates", lambda a: a.delete_acls([flt, flt])),
+        ("list_groups int group", lambda a: a.list_groups(5)),
+        ("list_groups unknown keyword", lambda a: a.list_groups(foo=1)),
+        ("describe_scram str", lambda a: a.describe_user_scram_credentials("u")),
+        ("describe_scram None user", lambda a: a.describe_user_scram_credentials([None])),
+        ("describe_scram int user", lambda a: a.describe_user_scram_credentials([5])),
+        ("describe_scram empty user", lambda a: a.describe_user_scram_credentials([""])),
+        ("describe_scram unknown keyword",
+         lambda a: a.describe_user_scram_credentials(None, operation_timeout=1)),
+        ("alter_scram not a list", lambda a: a.alter_user_scram_credentials(upsert)),
+        ("alter_scram empty", lambda a: a.alter_user_scram_credentials([])),
+        ("alter_scram base class",
+         lambda a: a.alter_user_scram_credentials([m.UserScramCredentialAlteration("u")])),
+        ("alter_scram not an alteration", lambda a: a.alter_user_scram_credentials(["u"])),
+        ("alter_scram None user", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialDeletion(None, m.ScramMechanism.SCRAM_SHA_256)])),
+        ("alter_scram empty user", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialDeletion("", m.ScramMechanism.SCRAM_SHA_256)])),
+        ("alter_scram str password", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialUpsertion("u", info, "pw")])),
+        ("alter_scram None password", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialUpsertion("u", info, None)])),
+        ("alter_scram empty password", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialUpsertion("u", info, b"")])),
+        ("alter_scram empty salt", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialUpsertion("u", info, b"pw", b"")])),
+        ("alter_scram str salt", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialUpsertion("u", info, b"pw", "salt")])),
+        ("alter_scram no credential info", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialUpsertion("u", None, b"pw")])),
+        ("alter_scram zero iterations", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialUpsertion(
+                "u", m.ScramCredentialInfo(m.ScramMechanism.SCRAM_SHA_256, 0), b"pw")])),
+        ("alter_scram int mechanism", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialUpsertion("u", m.ScramCredentialInfo(1, 4096), b"pw")])),
+        ("alter_scram deletion int mechanism", lambda a: a.alter_user_scram_credentials(
+            [m.UserScramCredentialDeletion("u", 1)])),
+        ("elect_leaders int type", lambda a: a.elect_leaders(0)),
+        ("elect_leaders tuple", lambda a: a.elect_leaders(
+            top.ElectionType.PREFERRED, (TP("t", 0),))),
+        ("elect_leaders not partitions", lambda a: a.elect_leaders(
+            top.ElectionType.PREFERRED, ["t"])),
+        ("elect_leaders negative partition", lambda a: a.elect_leaders(
+            top.ElectionType.PREFERRED, [TP("t", -1)])),
     ]
 
 
@@ -232,6 +277,71 @@ def test_duplicates_fail_every_future_at_once(clients, call, what):
     for f in futures.values():
         err = failed_at_once(f)
         assert err.code() == KafkaError._INVALID_ARG and f"Duplicate {what}" in err.str()
+
+
+def test_scram_and_election_errors_that_need_no_broker(clients):
+    """As confluent-kafka: these come back through the future, at once."""
+    def error_now(future):  # either package's KafkaException
+        start = time.monotonic()
+        exc = future.exception(2)
+        assert exc is not None and time.monotonic() - start < 1
+        return exc.args[0]
+
+    a, b = clients
+    for client, m, top in ((a, ours, kafka_client), (b, theirs, ck)):
+        err = error_now(client.describe_user_scram_credentials(["u", "v", "u"])["v"])
+        assert err.code() == KafkaError._INVALID_ARG and "Duplicate users" in err.str()
+        futures = client.alter_user_scram_credentials([
+            m.UserScramCredentialUpsertion("u", m.ScramCredentialInfo(
+                m.ScramMechanism.SCRAM_SHA_256, 4096), b"pw"),
+            m.UserScramCredentialDeletion("v", m.ScramMechanism.UNKNOWN)])
+        for f in futures.values():
+            err = error_now(f)
+            assert err.code() == KafkaError._INVALID_ARG
+            assert "SCRAM mechanism must be specified at index 1" in err.str()
+        tp = top.TopicPartition("t", 0)
+        err = error_now(client.elect_leaders(top.ElectionType.PREFERRED, [tp, tp]))
+        assert err.code() == KafkaError._INVALID_ARG and "Duplicate partitions" in err.str()
+    assert a.describe_user_scram_credentials([]) == {} == b.describe_user_scram_credentials([])
+
+
+def test_list_groups_is_deprecated_and_blocks_at_most_its_timeout(clients):
+    a, b = clients
+    for client in (a, b):
+        start = time.monotonic()
+        with pytest.warns(DeprecationWarning, match="list_consumer_groups"):
+            with pytest.raises(Exception) as ei:   # either package's KafkaException
+                client.list_groups("g", timeout=0.5)
+        assert ei.value.args[0].code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+        assert time.monotonic() - start < 3
+
+
+def test_scram_upsertion_salts_the_password_as_rfc_5802_says():
+    """The salted password sent is Hi(password, salt, i) of RFC 5802: with RFC 7677's
+    test vector (SCRAM-SHA-256, password "pencil") it yields the vector's server
+    signature. Without a salt, each upsertion gets a fresh random one."""
+    import base64
+    import hashlib
+    import hmac
+
+    from kafka_client.admin._scram import SALT_BYTES, salted_password
+
+    info = ours.ScramCredentialInfo(ours.ScramMechanism.SCRAM_SHA_256, 4096)
+    salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+    got_salt, salted = salted_password(ours.UserScramCredentialUpsertion(
+        "user", info, b"pencil", salt))
+    nonce = "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+    auth_message = (f"n=user,r=rOprNGfwEbeRWgbNEkqO,r={nonce},s=W22ZaJ0SNY7soEsUEjb6gQ==,"
+                    f"i=4096,c=biws,r={nonce}").encode()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    signature = hmac.new(server_key, auth_message, "sha256").digest()
+    assert got_salt == salt
+    assert base64.b64encode(signature) == b"6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+    info512 = ours.ScramCredentialInfo(ours.ScramMechanism.SCRAM_SHA_512, 8192)
+    s1, p1 = salted_password(ours.UserScramCredentialUpsertion("u", info512, b"pw"))
+    s2, p2 = salted_password(ours.UserScramCredentialUpsertion("u", info512, b"pw"))
+    assert len(s1) == len(s2) == SALT_BYTES and s1 != s2
+    assert p1 == hashlib.pbkdf2_hmac("sha512", b"pw", s1, 8192) != p2
 
 
 def test_local_errors_that_need_no_broker(clients):

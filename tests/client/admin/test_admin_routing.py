@@ -377,6 +377,134 @@ def test_list_consumer_groups_asks_every_broker_and_reports_the_ones_that_fail(a
                    for _n, r in cluster.requests(ApiKey.LIST_GROUPS))
 
 
+def test_list_groups_describes_each_group_on_the_broker_that_listed_it(admins):
+    """The legacy list_groups(): ListGroups to every broker, then one DescribeGroups per
+    broker for its own groups (or the one asked for); a broker that cannot be asked makes
+    the whole call fail with _PARTIAL, as librdkafka's."""
+    with FakeCluster(nodes=(1, 2, 3)) as cluster:
+        broken = {3}
+
+        def listing(node, req, version):
+            if node in broken:
+                return ListGroupsResponse(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, groups=[])
+            return ListGroupsResponse(error_code=0, groups=[
+                ListGroupsResponse.ListedGroup(group_id=f"g{node}", protocol_type="consumer"),
+                ListGroupsResponse.ListedGroup(group_id=f"connect{node}",
+                                               protocol_type="connect")])
+
+        def describe(node, req, version):
+            R = DescribeGroupsResponse
+            return R(groups=[R.DescribedGroup(
+                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED if g.startswith("connect")
+                else 0, group_id=g, group_state="Stable", protocol_type="consumer",
+                protocol_data="range", members=[R.DescribedGroupMember(
+                    member_id=f"m-{g}", client_id="c", client_host="/127.0.0.1",
+                    member_metadata=b"meta", member_assignment=b"assign")])
+                for g in req.groups])
+
+        cluster.handle(ApiKey.LIST_GROUPS, listing)
+        cluster.handle(ApiKey.DESCRIBE_GROUPS, describe)
+        admin = admins(cluster)
+        with pytest.warns(DeprecationWarning):
+            with pytest.raises(KafkaException) as ei:
+                admin.list_groups(timeout=10)
+        assert ei.value.args[0].code() == KafkaError._PARTIAL
+        broken.clear()
+        with pytest.warns(DeprecationWarning):
+            groups = {g.id: g for g in admin.list_groups(timeout=10)}
+        assert sorted(groups) == ["connect1", "connect2", "connect3", "g1", "g2", "g3"]
+        g2 = groups["g2"]
+        assert (g2.broker.id, g2.broker.port, g2.state, g2.protocol_type, g2.protocol,
+                g2.error) == (2, cluster.ports[2], "Stable", "consumer", "range", None)
+        (m,) = g2.members
+        assert (m.id, m.client_id, m.client_host, m.metadata, m.assignment) == (
+            "m-g2", "c", "/127.0.0.1", b"meta", b"assign")
+        assert groups["connect1"].error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+        described_on = sorted((n, list(r.groups))
+                              for n, r in cluster.requests(ApiKey.DESCRIBE_GROUPS))
+        assert described_on == [(1, ["g1", "connect1"]), (1, ["g1", "connect1"]),
+                                (2, ["g2", "connect2"]), (2, ["g2", "connect2"]),
+                                (3, ["g3", "connect3"])]
+        with pytest.warns(DeprecationWarning):
+            assert [g.id for g in admin.list_groups("g3", timeout=10)] == ["g3"]
+        node, req = cluster.requests(ApiKey.DESCRIBE_GROUPS)[-1]
+        assert (node, list(req.groups)) == (3, ["g3"])
+
+
+def test_scram_calls_and_elect_leaders_go_to_the_controller(admins):
+    from kafka_client import ElectionType
+    from kafka_client.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+    from kafka_proto.messages import (
+        AlterUserScramCredentialsResponse,
+        DescribeUserScramCredentialsResponse,
+        ElectLeadersResponse,
+    )
+
+    with FakeCluster(nodes=(1, 2), controller=2) as cluster:
+        answers = iter([ErrorCode.NOT_CONTROLLER, 0])
+
+        def alter(node, req, version):
+            R = AlterUserScramCredentialsResponse
+            users = [u.name for u in req.upsertions] + [d.name for d in req.deletions]
+            code = next(answers)
+            return R(results=[R.AlterUserScramCredentialsResult(user=u, error_code=code)
+                              for u in users])
+
+        def describe(node, req, version):
+            R = DescribeUserScramCredentialsResponse
+            return R(error_code=0, results=[R.DescribeUserScramCredentialsResult(
+                user="bob", error_code=0, credential_infos=[R.CredentialInfo(
+                    mechanism=2, iterations=8192)])])
+
+        def elect(node, req, version):
+            R = ElectLeadersResponse
+            return R(error_code=0, replica_election_results=[R.ReplicaElectionResult(
+                topic="t", partition_result=[
+                    R.PartitionResult(partition_id=0, error_code=0),
+                    R.PartitionResult(partition_id=1,
+                                      error_code=ErrorCode.ELECTION_NOT_NEEDED)])])
+
+        cluster.handle(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, alter)
+        cluster.handle(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, describe)
+        cluster.handle(ApiKey.ELECT_LEADERS, elect)
+        admin = admins(cluster)
+        futures = admin.alter_user_scram_credentials([
+            UserScramCredentialUpsertion("bob", ScramCredentialInfo(
+                ScramMechanism.SCRAM_SHA_512, 8192), b"pw", b"salt"),
+            UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)])
+        assert {u: f.exception(10) for u, f in futures.items()} == {"bob": None, "carol": None}
+        sent = [r for _n, r in cluster.requests(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)]
+        assert len(sent) == 2   # NOT_CONTROLLER, then again after a metadata refresh
+        (up,) = sent[-1].upsertions
+        assert (up.name, up.mechanism, up.iterations, bytes(up.salt)) == (
+            "bob", 2, 8192, b"salt")
+        import hashlib
+        assert bytes(up.salted_password) == hashlib.pbkdf2_hmac("sha512", b"pw", b"salt", 8192)
+        assert [(d.name, d.mechanism) for d in sent[-1].deletions] == [("carol", 1)]
+        every = admin.describe_user_scram_credentials().result(10)
+        (info,) = every["bob"].scram_credential_infos
+        assert (info.mechanism, info.iterations) == (ScramMechanism.SCRAM_SHA_512, 8192)
+        assert cluster.requests(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)[-1][1].users is None
+        result = admin.elect_leaders(ElectionType.UNCLEAN, [TopicPartition("t", 0),
+                                                          TopicPartition("t", 1)],
+                                     operation_timeout=3).result(10)
+        assert result[TopicPartition("t", 0)] is None
+        assert result[TopicPartition("t", 1)].args[0].code() == KafkaError.ELECTION_NOT_NEEDED
+        node, req = cluster.requests(ApiKey.ELECT_LEADERS)[-1]
+        assert (node, req.election_type, req.timeout_ms) == (2, 1, 3000)
+        assert [(t.topic, list(t.partitions)) for t in req.topic_partitions] == [("t", [0, 1])]
+        admin.elect_leaders(ElectionType.PREFERRED).result(10)
+        assert cluster.requests(ApiKey.ELECT_LEADERS)[-1][1].topic_partitions is None
+        assert {n for n, _ in cluster.requests(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+                + cluster.requests(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
+                + cluster.requests(ApiKey.ELECT_LEADERS)} == {2}
+
+
 def test_describe_cluster_falls_back_to_metadata(admins):
     with FakeCluster(nodes=(4, 5), controller=5, missing=[ApiKey.DESCRIBE_CLUSTER]) as cluster:
         result = admins(cluster).describe_cluster().result(10)

@@ -12,14 +12,6 @@ import kafka_client.admin as ours
 
 theirs = pytest.importorskip("confluent_kafka.admin")
 
-#: Not implemented (docs/admin.md says so): SCRAM credentials and the legacy list_groups().
-NOT_YET = {"ScramCredentialInfo", "ScramMechanism", "UserScramCredentialAlteration",
-           "UserScramCredentialDeletion", "UserScramCredentialUpsertion",
-           "UserScramCredentialsDescription", "GroupMember", "GroupMetadata"}
-NOT_YET_METHODS = {"describe_user_scram_credentials", "alter_user_scram_credentials",
-                   "elect_leaders", "list_groups"}
-
-
 def public_names(module):
     return {n for n, v in vars(module).items()
             if not n.startswith("_") and not inspect.ismodule(v)
@@ -28,19 +20,20 @@ def public_names(module):
 
 
 def test_every_public_name_of_confluent_kafka_admin_exists():
-    missing = sorted(public_names(theirs) - NOT_YET - set(dir(ours)))
+    missing = sorted(public_names(theirs) - set(dir(ours)))
     assert missing == []
     assert kafka_client.admin is ours and kafka_client.AdminClient is ours.AdminClient
 
 
 def test_every_admin_client_method_exists():
     theirs_methods = {n for n in dir(theirs.AdminClient) if not n.startswith("_")}
-    missing = sorted(theirs_methods - NOT_YET_METHODS - set(dir(ours.AdminClient)))
+    missing = sorted(theirs_methods - set(dir(ours.AdminClient)))
     assert missing == []
 
 
 @pytest.mark.parametrize("name", ["ResourceType", "ResourcePatternType", "AclOperation",
-                                  "AclPermissionType", "ConfigSource", "AlterConfigOpType"])
+                                  "AclPermissionType", "ConfigSource", "AlterConfigOpType",
+                                  "ScramMechanism"])
 def test_enums_have_confluent_kafkas_members_and_values(name):
     mine, peer = getattr(ours, name), getattr(theirs, name)
     assert issubclass(mine, enum.Enum)
@@ -54,6 +47,16 @@ def test_module_constants_match():
         value = getattr(theirs, name)
         if isinstance(value, int) and not isinstance(value, bool):
             assert getattr(ours, name) == value, name
+
+
+def test_group_metadata_and_scram_classes_behave_like_confluent_kafkas():
+    for m in (ours, theirs):
+        g = m.GroupMetadata()
+        g.id = "g"
+        assert (str(g), repr(g), g.members) == ("g", "GroupMetadata(g)", [])
+        assert issubclass(m.UserScramCredentialUpsertion, m.UserScramCredentialAlteration)
+        assert issubclass(m.UserScramCredentialDeletion, m.UserScramCredentialAlteration)
+        assert m.ScramMechanism.SCRAM_SHA_256 < m.ScramMechanism.SCRAM_SHA_512
 
 
 def test_shared_types_are_the_top_level_ones():
@@ -132,6 +135,15 @@ def test_offset_spec():
                                             k.Node(1, "h", 9), ["read"], "classic"),
     lambda m, k: m.TopicDescription("t", k.Uuid(1, 2), False, [], [3]),
     lambda m, k: m.DescribeClusterResult(k.Node(1, "h", 9), [k.Node(1, "h", 9)], "c", None),
+    lambda m, k: m.UserScramCredentialsDescription("u", [m.ScramCredentialInfo(
+        m.ScramMechanism.SCRAM_SHA_512, 8192)]),
+    lambda m, k: m.UserScramCredentialUpsertion("u", m.ScramCredentialInfo(
+        m.ScramMechanism.SCRAM_SHA_256, 4096), b"pw", b"salt"),
+    lambda m, k: m.UserScramCredentialUpsertion("u", m.ScramCredentialInfo(
+        m.ScramMechanism.SCRAM_SHA_256, 4096), b"pw"),
+    lambda m, k: m.UserScramCredentialDeletion("u", m.ScramMechanism.SCRAM_SHA_256),
+    lambda m, k: m.GroupMetadata(),
+    lambda m, k: m.GroupMember(),
 ])
 def test_result_types_have_the_same_attributes(build):
     import confluent_kafka as ck

@@ -1,0 +1,283 @@
+"""The admin calls Tansu and noida-db do not serve, on the test cluster
+(kafka_client.testing): SCRAM credentials altered through the admin client are the ones
+SCRAM logins are checked against (confluent-kafka's login as the independent peer),
+preferred and unclean leader elections seen in the metadata, and the legacy list_groups()
+side by side with confluent-kafka's."""
+from __future__ import annotations
+
+import time
+import warnings
+
+import pytest
+
+from kafka_client import Consumer, ElectionType, Producer, TopicPartition
+from kafka_client.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.testing import Cluster
+
+ck = pytest.importorskip("confluent_kafka")
+ck_admin = pytest.importorskip("confluent_kafka.admin")
+
+pytestmark = pytest.mark.integration
+
+ADMIN, ADMIN_PASSWORD = "alice", "alice-secret"
+
+
+def sasl(bootstrap, user, password, mechanism="SCRAM-SHA-256", **extra):
+    return {"bootstrap.servers": bootstrap, "security.protocol": "sasl_plaintext",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password,
+            **extra}
+
+
+def peer_can_log_in(bootstrap, user, password, mechanism):
+    """Whether confluent-kafka's client authenticates (its Metadata request answered)."""
+    errors = []
+    p = ck.Producer(sasl(bootstrap, user, password, mechanism,
+                         error_cb=errors.append, log_level=0))
+    try:
+        p.list_topics(timeout=5)
+        return True
+    except ck.KafkaException:
+        deadline = time.monotonic() + 5
+        while not errors and time.monotonic() < deadline:
+            p.poll(0.1)   # error_cb is served from poll()
+        assert any(e.code() == ck.KafkaError._AUTHENTICATION for e in errors), errors
+        return False
+
+
+def we_can_log_in(bootstrap, user, password, mechanism):
+    p = Producer(sasl(bootstrap, user, password, mechanism))
+    try:
+        p.list_topics(timeout=5)
+        return True
+    except KafkaException as exc:
+        assert exc.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT,
+                                      KafkaError._TIMED_OUT), exc
+        return False
+    finally:
+        p.close()
+
+
+def error_of(future, timeout=10):
+    with pytest.raises(KafkaException) as ei:
+        future.result(timeout)
+    return ei.value.args[0]
+
+
+@pytest.fixture(scope="module")
+def scram_cluster(tmp_path_factory):
+    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("scram-admin")),
+                 broker_config={"sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512"},
+                 users={ADMIN: ADMIN_PASSWORD}) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def scram_admins(scram_cluster):
+    conf = sasl(scram_cluster.bootstrap_servers, ADMIN, ADMIN_PASSWORD)
+    a = AdminClient(conf)
+    yield a, ck_admin.AdminClient(conf)
+    a.close()
+
+
+def sha(n):
+    return ScramMechanism.SCRAM_SHA_256 if n == 256 else ScramMechanism.SCRAM_SHA_512
+
+
+def test_altered_scram_credentials_are_used_for_login(scram_cluster, scram_admins):
+    admin, peer = scram_admins
+    bootstrap = scram_cluster.bootstrap_servers
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("bob", ScramCredentialInfo(sha(256), 4096), b"bob-pw",
+                                     b"a salt of bob's"),
+        UserScramCredentialUpsertion("bob", ScramCredentialInfo(sha(512), 8192), b"bob-512"),
+        UserScramCredentialUpsertion("carol", ScramCredentialInfo(sha(512), 4096), b"c-pw")])
+    assert sorted(futures) == ["bob", "carol"]
+    assert [f.result(10) for f in futures.values()] == [None, None]
+    # The data plane: confluent-kafka's (librdkafka's) SCRAM login and ours accept exactly
+    # the passwords set, for the mechanism each was set for.
+    assert peer_can_log_in(bootstrap, "bob", "bob-pw", "SCRAM-SHA-256")
+    assert peer_can_log_in(bootstrap, "bob", "bob-512", "SCRAM-SHA-512")
+    assert peer_can_log_in(bootstrap, "carol", "c-pw", "SCRAM-SHA-512")
+    assert not peer_can_log_in(bootstrap, "bob", "bob-512", "SCRAM-SHA-256")
+    assert not peer_can_log_in(bootstrap, "carol", "c-pw", "SCRAM-SHA-256")
+    assert we_can_log_in(bootstrap, "bob", "bob-512", "SCRAM-SHA-512")
+    assert not we_can_log_in(bootstrap, "bob", "wrong", "SCRAM-SHA-512")
+
+    # Both clients describe the same credentials.
+    ours = admin.describe_user_scram_credentials().result(10)
+    theirs = peer.describe_user_scram_credentials().result(10)
+
+    def infos(descriptions):
+        return {u: sorted((i.mechanism.value, i.iterations) for i in d.scram_credential_infos)
+                for u, d in descriptions.items()}
+
+    assert infos(ours) == infos(theirs) == {
+        ADMIN: [(1, 4096), (2, 4096)], "bob": [(1, 4096), (2, 8192)], "carol": [(2, 4096)]}
+    per_user = admin.describe_user_scram_credentials(["carol", "nobody"])
+    assert infos({"carol": per_user["carol"].result(10)}) == {"carol": [(2, 4096)]}
+    assert error_of(per_user["nobody"]).code() == KafkaError.RESOURCE_NOT_FOUND
+
+    # A deletion ends that mechanism's logins only; confluent-kafka's alteration is
+    # seen by our describe (and the other way round above).
+    assert admin.alter_user_scram_credentials([
+        UserScramCredentialDeletion("bob", sha(256))])["bob"].result(10) is None
+    assert not peer_can_log_in(bootstrap, "bob", "bob-pw", "SCRAM-SHA-256")
+    assert peer_can_log_in(bootstrap, "bob", "bob-512", "SCRAM-SHA-512")
+    peer.alter_user_scram_credentials([ck_admin.UserScramCredentialUpsertion(
+        "dave", ck_admin.ScramCredentialInfo(ck_admin.ScramMechanism.SCRAM_SHA_256, 4096),
+        b"d-pw")])["dave"].result(10)
+    assert infos({"dave": admin.describe_user_scram_credentials(["dave"])["dave"].result(10)}) \
+        == {"dave": [(1, 4096)]}
+    assert we_can_log_in(bootstrap, "dave", "d-pw", "SCRAM-SHA-256")
+
+
+def test_scram_alterations_the_broker_refuses(scram_admins):
+    """Kafka's checks, per user: one refused alteration leaves that user unchanged and
+    the other users' alterations applied."""
+    admin, _peer = scram_admins
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialDeletion("nobody", sha(256)),
+        UserScramCredentialUpsertion("few", ScramCredentialInfo(sha(256), 1000), b"pw"),
+        UserScramCredentialUpsertion("twice", ScramCredentialInfo(sha(256), 4096), b"pw"),
+        UserScramCredentialDeletion("twice", sha(256)),
+        UserScramCredentialUpsertion("fine", ScramCredentialInfo(sha(512), 4096), b"pw")])
+    assert error_of(futures["nobody"]).code() == KafkaError.RESOURCE_NOT_FOUND
+    assert error_of(futures["few"]).code() == KafkaError.UNACCEPTABLE_CREDENTIAL
+    assert error_of(futures["twice"]).code() == KafkaError.DUPLICATE_RESOURCE
+    assert futures["fine"].result(10) is None
+    described = admin.describe_user_scram_credentials(["few", "twice", "fine"])
+    assert error_of(described["few"]).code() == KafkaError.RESOURCE_NOT_FOUND
+    assert error_of(described["twice"]).code() == KafkaError.RESOURCE_NOT_FOUND
+    assert described["fine"].result(10).user == "fine"
+
+
+# --------------------------------------------------------------------------- elections
+
+
+def metadata_leaders(bootstrap, topic):
+    """Partition -> leader as confluent-kafka's client reads the metadata."""
+    md = ck_admin.AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    return {p.id: p.leader for p in md.topics[topic].partitions.values()}
+
+
+def test_preferred_election_moves_a_moved_leader_back(kafka_cluster, topic_name):
+    kafka_cluster.create_topic(topic_name, partitions=3, replication_factor=3)
+    kafka_cluster.wait_in_sync(topic_name)
+    bootstrap = kafka_cluster.bootstrap_servers
+    preferred = {p.partition: p.replicas[0]
+                 for p in kafka_cluster.describe_topic(topic_name).partitions}
+    assert metadata_leaders(bootstrap, topic_name) == preferred
+    moved_to = kafka_cluster.move_leader(topic_name, 0)
+    assert moved_to != preferred[0]
+    assert metadata_leaders(bootstrap, topic_name)[0] == moved_to
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        result = admin.elect_leaders(ElectionType.PREFERRED, [
+            TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)]).result(10)
+        assert result[TopicPartition(topic_name, 0)] is None
+        assert result[TopicPartition(topic_name, 1)].args[0].code() == \
+            KafkaError.ELECTION_NOT_NEEDED
+        assert metadata_leaders(bootstrap, topic_name) == preferred
+        # Every partition: only those that needed an election are listed; confluent-
+        # kafka's elect_leaders gives the same answer shape.
+        kafka_cluster.move_leader(topic_name, 2)
+        assert admin.elect_leaders(ElectionType.PREFERRED).result(10) == {
+            TopicPartition(topic_name, 2): None}
+        assert metadata_leaders(bootstrap, topic_name) == preferred
+        kafka_cluster.move_leader(topic_name, 1)
+        peer = ck_admin.AdminClient({"bootstrap.servers": bootstrap})
+        theirs = peer.elect_leaders(ck.ElectionType.PREFERRED, None).result(10)
+        assert {(tp.topic, tp.partition): e for tp, e in theirs.items()} == {
+            (topic_name, 1): None}
+        assert metadata_leaders(bootstrap, topic_name) == preferred
+        again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 1)])
+        assert again.result(10)[TopicPartition(topic_name, 1)].args[0].code() == \
+            KafkaError.ELECTION_NOT_NEEDED
+        unknown = admin.elect_leaders(ElectionType.PREFERRED,
+                                      [TopicPartition(topic_name, 7)]).result(10)
+        assert unknown[TopicPartition(topic_name, 7)].args[0].code() == \
+            KafkaError.UNKNOWN_TOPIC_OR_PART
+    finally:
+        admin.close()
+
+
+def test_unclean_election_gives_a_leaderless_partition_a_live_replica(kafka_cluster,
+                                                                        topic_name):
+    kafka_cluster.create_topic(topic_name, partitions=1, replication_factor=2)
+    kafka_cluster.wait_in_sync(topic_name)
+    leader, follower = kafka_cluster.partition(topic_name, 0).replicas
+    kafka_cluster.stop_broker(follower)     # leaves the ISR
+    kafka_cluster.stop_broker(leader)       # the last in-sync replica: no leader
+    kafka_cluster.start_broker(follower)    # alive, but not in sync
+    assert kafka_cluster.leader(topic_name, 0) == -1
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    try:
+        tp = TopicPartition(topic_name, 0)
+        preferred = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(10)
+        assert preferred[tp].args[0].code() == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
+        assert admin.elect_leaders(ElectionType.UNCLEAN, [tp]).result(10) == {tp: None}
+        assert metadata_leaders(kafka_cluster.bootstrap_servers, topic_name) == {0: follower}
+        again = admin.elect_leaders(ElectionType.UNCLEAN, [tp]).result(10)
+        assert again[tp].args[0].code() == KafkaError.ELECTION_NOT_NEEDED
+    finally:
+        admin.close()
+
+
+# --------------------------------------------------------------------------- list_groups
+
+
+def test_list_groups_matches_confluent_kafkas(kafka_cluster, topic_name):
+    kafka_cluster.create_topic(topic_name, partitions=2, replication_factor=3)
+    bootstrap = kafka_cluster.bootstrap_servers
+    live, simple = "live-" + topic_name, "simple-" + topic_name
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    peer = ck_admin.AdminClient({"bootstrap.servers": bootstrap})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": live,
+                         "client.id": "list-groups-member"})
+    try:
+        admin.alter_consumer_group_offsets([ck_group(simple, topic_name)])[simple].result(10)
+        consumer.subscribe([topic_name])
+        deadline = time.monotonic() + 30
+        while len(consumer.assignment()) < 2 and time.monotonic() < deadline:
+            consumer.poll(0.1)
+        assert len(consumer.assignment()) == 2
+
+        def view(groups):
+            return sorted((g.id, g.broker.id, g.broker.port, g.state, g.protocol_type,
+                           g.protocol, g.error, [(m.id, m.client_id, m.client_host,
+                                                  bytes(m.metadata), bytes(m.assignment))
+                                                 for m in g.members]) for g in groups)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ours = admin.list_groups(timeout=10)
+            theirs = peer.list_groups(timeout=10)
+            only = admin.list_groups(live, timeout=10)
+            none = admin.list_groups("no-such-group", timeout=10)
+            assert view(only) == view(peer.list_groups(live, timeout=10))
+            assert none == peer.list_groups("no-such-group", timeout=10) == []
+
+        assert view(ours) == view(theirs)
+        by_id = {g.id: g for g in ours}
+        assert by_id[live].broker.id == kafka_cluster.coordinator(group=live)
+        assert (by_id[live].state, by_id[live].protocol_type) == ("Stable", "consumer")
+        (member,) = by_id[live].members
+        assert (member.id, member.client_id) == (consumer.memberid(), "list-groups-member")
+        assert by_id[simple].members == [] and by_id[simple].state == "Empty"
+        assert [g.id for g in only] == [live]
+    finally:
+        consumer.close()
+        admin.close()
+
+
+def ck_group(group, topic):
+    from kafka_client import ConsumerGroupTopicPartitions
+
+    return ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 1)])

@@ -222,6 +222,10 @@ class Fetcher:
         #: no data instead of holding it for fetch.wait.max.ms (noida-db does), so the
         #: wait it skipped is made here rather than sending thousands of empty fetches
         self._node_hold: Dict[int, float] = {}
+        #: node id -> since when a Fetch to it is put off: every partition it would
+        #: carry is at the end of its log while others of that node wait for the
+        #: application to take from their full queues (see tick())
+        self._deferred: Dict[int, float] = {}
         self.fetch_requests = 0
         self.closed = False
         #: the consumer's Handout.settle: brings the stored offsets up to what the
@@ -244,6 +248,7 @@ class Fetcher:
             return None
         nxt: Optional[float] = None
         by_node: Dict[int, List[PartitionState]] = {}
+        held_back: Set[int] = set()   # nodes leading a partition whose queue is full
         lookups: List[PartitionState] = []
         stored: List[PartitionState] = []
         need_md: List[str] = []
@@ -264,9 +269,10 @@ class Fetcher:
                     continue
                 if part.fetch_pos < 0 or part.paused:
                     continue
-                if self._queue_full(part):
-                    continue  # the application's consumption wakes us (see taken())
                 leader = md.leader(part.topic, part.partition)
+                if self._queue_full(part):
+                    held_back.add(leader)
+                    continue  # the application's consumption wakes us (see taken())
                 if leader < 0:
                     need_md.append(part.topic)
                     continue
@@ -281,6 +287,20 @@ class Fetcher:
         for node, parts in by_node.items():
             if node in self._busy_nodes:
                 continue
+            max_wait_ms = self.max_wait_ms
+            if node in held_back and all(self._at_end(p) for p in parts):
+                # A Fetch of these alone would wait fetch.wait.max.ms at the broker for
+                # new data, and the partitions with full queues could not be fetched
+                # once the application has emptied them (one Fetch in flight per node):
+                # put it off until they can go along (taken() wakes us), or at most
+                # fetch.wait.max.ms, and then ask without waiting.
+                since = self._deferred.setdefault(node, now)
+                until = since + self.max_wait_ms / 1000.0
+                if now < until:
+                    nxt = _earliest(nxt, until)
+                    continue
+                max_wait_ms = 0
+            self._deferred.pop(node, None)
             hold = self._node_hold.get(node)
             if hold is not None:
                 if hold > now:
@@ -296,7 +316,7 @@ class Fetcher:
                     # wakes the loop when it ends, so look again then.
                     nxt = _earliest(nxt, conn.next_attempt)
                 continue
-            self._send_fetch(conn, parts)
+            self._send_fetch(conn, parts, max_wait_ms)
             if node not in self._busy_nodes:
                 # The Fetch failed before send() returned (a write error on a
                 # connection closed under us): its partitions are in their error
@@ -469,8 +489,17 @@ class Fetcher:
                       timeout=timeout)
 
     # -- fetching ------------------------------------------------------------------------
-    def _send_fetch(self, conn: Any, parts: List[PartitionState]) -> None:
+    def _at_end(self, part: PartitionState) -> bool:
+        """Lock held: the last Fetch answer showed nothing past the partition's position
+        (what read_committed may read ends at the last stable offset)."""
+        end = part.lso if self.read_committed else part.hw
+        return 0 <= end <= part.fetch_pos
+
+    def _send_fetch(self, conn: Any, parts: List[PartitionState],
+                    max_wait_ms: Optional[int] = None) -> None:
         md = self.cluster.metadata
+        if max_wait_ms is None:
+            max_wait_ms = self.max_wait_ms
         version = conn.versions.get(ApiKey.FETCH)
         if version is None:
             return
@@ -508,20 +537,22 @@ class Fetcher:
         if not sent:
             return
         req = FetchRequest(
-            replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
+            replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=self.min_bytes,
             max_bytes=self.max_bytes, isolation_level=self.isolation_level,
             session_id=0, session_epoch=-1, topics=list(topics.values()),
             forgotten_topics_data=[], rack_id="")
         node = conn.node_id
         self._busy_nodes.add(node)
         self.fetch_requests += 1
-        timeout = conn.settings.request_timeout + self.max_wait_ms / 1000.0
+        wait = max_wait_ms / 1000.0
+        timeout = conn.settings.request_timeout + wait
         sent_at = time.monotonic()
-        conn.send(req, lambda resp, err: self._on_fetch(node, sent, resp, err, sent_at),
+        conn.send(req, lambda resp, err: self._on_fetch(node, sent, resp, err, sent_at, wait),
                   version=version, timeout=timeout)
 
     def _on_fetch(self, node: int, sent: List[Tuple[PartitionState, int, int]], resp: Any,
-                  err: Optional[KafkaError], sent_at: float = 0.0) -> None:
+                  err: Optional[KafkaError], sent_at: float = 0.0,
+                  wait: Optional[float] = None) -> None:
         self._busy_nodes.discard(node)
         now = time.monotonic()
         md = self.cluster.metadata
@@ -548,7 +579,8 @@ class Fetcher:
                 name = names_by_id.get(t.topic_id)
             for pd in t.partitions:
                 answers[(name, pd.partition_index)] = pd
-        wait = self.max_wait_ms / 1000.0
+        if wait is None:
+            wait = self.max_wait_ms / 1000.0
         if now - sent_at < wait / 2 and not any(pd.error_code or (pd.records is not None
                                                                    and len(pd.records))
                                                 for pd in answers.values()):

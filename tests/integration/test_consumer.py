@@ -349,3 +349,38 @@ def test_idle_consumer_waits_between_empty_fetches(broker, topic_name):
         assert [m.value() for m in got] == [b"late"] and time.monotonic() - t < 2
     finally:
         c.close()
+
+
+def test_a_full_queue_does_not_wait_behind_a_long_poll_of_an_idle_partition(tansu_broker,
+                                                                          topic_name):
+    """Partition 0 holds more than one fetch and the local queue take, partition 1
+    nothing. A Fetch
+    of the idle partition alone would wait fetch.wait.max.ms at the broker (Tansu
+    holds it), and partition 0, once the application emptied its queue, could not be
+    fetched meanwhile (one Fetch in flight per broker): that Fetch is put off until
+    partition 0 can go along. The idle partition is still asked within the wait."""
+    tansu_broker.create_topic(topic_name, partitions=2)
+    produce_confluent(tansu_broker.bootstrap, topic_name,
+                      [(0, None, b"%06d" % i + bytes(1000), None, None)
+                       for i in range(10_000)])   # 10 MB: ten fetches of 1 MB
+    c = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 3000, "queued.min.messages": 100})
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0), TopicPartition(topic_name, 1, 0)])
+        got = []
+        start = time.monotonic()
+        while len(got) < 10_000 and time.monotonic() - start < 30:
+            got += [m.offset() for m in c.consume(500, 0.5) if m.error() is None]
+            time.sleep(0.002)   # slower than the fetches: the queue of partition 0 fills
+        took = time.monotonic() - start
+        assert got == list(range(10_000))
+        assert took < 2.5, took   # each long poll behind a full queue would cost 3 s
+        produce_confluent(tansu_broker.bootstrap, topic_name, [(1, None, b"late", None, None)])
+        start = time.monotonic()
+        late = []
+        while not late and time.monotonic() - start < 10:
+            late = [m for m in c.consume(10, 0.5) if m.error() is None]
+        assert [(m.partition(), m.value()) for m in late] == [(1, b"late")]
+        assert time.monotonic() - start < 4.5
+    finally:
+        c.close()

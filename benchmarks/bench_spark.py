@@ -58,6 +58,11 @@ from kafka_client._testing.brokers import make_broker  # noqa: E402
 PARTITIONS = 4
 SIZE = 100
 CHUNK = 10_000
+#: noida-db 0.2.3 ignores Fetch size limits and answers with the whole log from the fetch
+#: offset (110 MB for 4 partitions of this topic), over the clients' 100 MB default
+#: receive.message.max.bytes: every consumer of the run gets 1 GiB there (as in
+#: bench_consume.py), the Spark reader through its kafka.-prefixed options.
+NOIDA_CLIENT = {"receive.message.max.bytes": 1 << 30}
 
 
 def value(i: int) -> bytes:
@@ -90,9 +95,9 @@ def fill(bootstrap: str, topic: str, messages: int) -> float:
     return took
 
 
-def read_plain(bootstrap: str, topic: str, messages: int) -> float:
+def read_plain(bootstrap: str, topic: str, messages: int, client: Dict[str, Any]) -> float:
     start = time.perf_counter()
-    consumer = Consumer({"bootstrap.servers": bootstrap})
+    consumer = Consumer({"bootstrap.servers": bootstrap, **client})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     rows = 0
     while rows < messages:
@@ -217,9 +222,10 @@ def spark_session(messages: int) -> Any:
 
 
 def spark_count(spark: Any, fmt: str, bootstrap: str, topic: str, want: int,
-                **options: str) -> float:
+                client: Dict[str, Any], **options: str) -> float:
     start = time.perf_counter()
     n = (spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+         .options(**{"kafka." + k: str(v) for k, v in client.items()})
          .option("subscribe", topic).options(**options).load().count())
     took = time.perf_counter() - start
     if n != want:
@@ -234,8 +240,8 @@ def spark_write(frame: Any, bootstrap: str, topic: str) -> float:
     return time.perf_counter() - start
 
 
-def topic_size(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap})
+def topic_size(bootstrap: str, topic: str, client: Dict[str, Any]) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, **client})
     total = 0
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     while True:
@@ -276,6 +282,7 @@ def main(argv: List[str] = None) -> int:
         "write_spark", "empty")}
     try:
         bootstrap = broker.bootstrap
+        client = NOIDA_CLIENT if args.broker == "noida" else {}
         topic = f"bench-spark-{uuid.uuid4().hex[:8]}"
         broker.create_topic(topic, PARTITIONS)
         fill(bootstrap, topic, n)
@@ -292,12 +299,13 @@ def main(argv: List[str] = None) -> int:
             counted = r >= args.warmup
             label = f"round {r - args.warmup + 1}" if counted else f"warm-up {r + 1}"
             got = {
-                "read_plain": read_plain(bootstrap, topic, n),
-                "read_arrow": spark_count(spark, "kafka_native", bootstrap, topic, n),
+                "read_plain": read_plain(bootstrap, topic, n, client),
+                "read_arrow": spark_count(spark, "kafka_native", bootstrap, topic, n, client),
                 "read_tuples": spark_count(spark, "kafka_native_tuples", bootstrap, topic,
-                                           n),
-                "read_floor": spark_count(spark, "kafka_native_floor", bootstrap, topic, n),
-                "empty": spark_count(spark, "kafka_native", bootstrap, topic, 0,
+                                           n, client),
+                "read_floor": spark_count(spark, "kafka_native_floor", bootstrap, topic, n,
+                                          client),
+                "empty": spark_count(spark, "kafka_native", bootstrap, topic, 0, client,
                                      startingOffsets=json.dumps(
                                          {topic: {str(p): n // PARTITIONS
                                                   for p in range(PARTITIONS)}}),
@@ -309,7 +317,7 @@ def main(argv: List[str] = None) -> int:
             spark_topic = f"bench-spark-out-{uuid.uuid4().hex[:8]}"
             broker.create_topic(spark_topic, PARTITIONS)
             got["write_spark"] = spark_write(frame, bootstrap, spark_topic)
-            if r == 0 and topic_size(bootstrap, spark_topic) != n:
+            if r == 0 and topic_size(bootstrap, spark_topic, client) != n:
                 raise RuntimeError("the Spark write did not land every row")
             print(f"{label}: " + ", ".join(f"{k} {n / v if k != 'empty' else v:,.0f}"
                                            + ("" if k != "empty" else " s")

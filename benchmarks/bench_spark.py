@@ -32,6 +32,10 @@ Reported: the median rows/s of each kind over the rounds, the Spark overhead (ti
 the plain client's for the same rows) and the ratios the issue asks for: Spark Arrow read
 >= 3x Spark tuple read, >= 0.5x plain consume_arrow(); Spark write >= 0.5x plain
 produce_batch(). The machine, its load and every version are printed with the table.
+
+Also reported (Linux): the CPU seconds each read used, split between the broker, Spark's
+JVM, Spark's Python workers and this process (the plain client, the Spark driver): with
+as many busy processes as the machine has cores, the wall time follows the sum.
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -58,6 +62,11 @@ from kafka_client._testing.brokers import make_broker  # noqa: E402
 PARTITIONS = 4
 SIZE = 100
 CHUNK = 10_000
+#: noida-db 0.2.3 ignores Fetch size limits and answers with the whole log from the fetch
+#: offset (110 MB for 4 partitions of this topic), over the clients' 100 MB default
+#: receive.message.max.bytes: every consumer of the run gets 1 GiB there (as in
+#: bench_consume.py), the Spark reader through its kafka.-prefixed options.
+NOIDA_CLIENT = {"receive.message.max.bytes": 1 << 30}
 
 
 def value(i: int) -> bytes:
@@ -90,9 +99,9 @@ def fill(bootstrap: str, topic: str, messages: int) -> float:
     return took
 
 
-def read_plain(bootstrap: str, topic: str, messages: int) -> float:
+def read_plain(bootstrap: str, topic: str, messages: int, client: Dict[str, Any]) -> float:
     start = time.perf_counter()
-    consumer = Consumer({"bootstrap.servers": bootstrap})
+    consumer = Consumer({"bootstrap.servers": bootstrap, **client})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     rows = 0
     while rows < messages:
@@ -217,9 +226,10 @@ def spark_session(messages: int) -> Any:
 
 
 def spark_count(spark: Any, fmt: str, bootstrap: str, topic: str, want: int,
-                **options: str) -> float:
+                client: Dict[str, Any], **options: str) -> float:
     start = time.perf_counter()
     n = (spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+         .options(**{"kafka." + k: str(v) for k, v in client.items()})
          .option("subscribe", topic).options(**options).load().count())
     took = time.perf_counter() - start
     if n != want:
@@ -234,8 +244,8 @@ def spark_write(frame: Any, bootstrap: str, topic: str) -> float:
     return time.perf_counter() - start
 
 
-def topic_size(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap})
+def topic_size(bootstrap: str, topic: str, client: Dict[str, Any]) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, **client})
     total = 0
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     while True:
@@ -245,6 +255,59 @@ def topic_size(bootstrap: str, topic: str) -> int:
         total += batch.num_rows
     consumer.close()
     return total
+
+
+def cpu_seconds(broker_pid: int) -> Dict[str, float]:
+    """CPU seconds (user + system) used so far by the processes of this run, from Linux's
+    /proc: the broker (and its children), Spark's JVM, Spark's Python workers (every other
+    process below this one) and this process (the plain clients and the Spark driver).
+    Processes that ended are not counted. Empty where /proc is missing."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    stats: Dict[int, List[str]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            end = text.rindex(")")  # the command name may hold spaces and parentheses
+            stats[int(name)] = [text[text.index("(") + 1:end]] + text[end + 2:].split()
+    children: Dict[int, List[int]] = {}
+    for pid, st in stats.items():
+        children.setdefault(int(st[2]), []).append(pid)
+    out = {"broker": 0.0, "jvm": 0.0, "python_workers": 0.0, "this_process": 0.0}
+
+    def walk(pid: int, group: Optional[str]) -> None:
+        st = stats.get(pid)
+        if st is None:
+            return
+        if pid == broker_pid:
+            group = "broker"
+        elif group is None:
+            group = "this_process"
+        elif group != "broker":
+            group = "jvm" if st[0] == "java" else "python_workers"
+        out[group] += (int(st[12]) + int(st[13])) / tick
+        for child in children.get(pid, ()):
+            walk(child, group)
+
+    walk(os.getpid(), None)
+    return out
+
+
+def cpu_row(label: str, samples: List[Dict[str, float]]) -> str:
+    """A markdown row of the median CPU seconds per process group of ``samples``."""
+    groups = ("broker", "jvm", "python_workers", "this_process")
+    if not samples or not samples[0]:
+        return f"| {label} | " + " | ".join("?" for _ in range(5)) + " |"
+    med = [statistics.median(s[g] for s in samples) for g in groups]
+    med.append(statistics.median(sum(s[g] for g in groups) for s in samples))
+    return f"| {label} | " + " | ".join(f"{v:.2f}" for v in med) + " |"
 
 
 def versions() -> Dict[str, str]:
@@ -274,8 +337,11 @@ def main(argv: List[str] = None) -> int:
     times: Dict[str, List[float]] = {k: [] for k in (
         "read_plain", "read_arrow", "read_tuples", "read_floor", "write_plain",
         "write_spark", "empty")}
+    cpu: Dict[str, List[Dict[str, float]]] = {k: [] for k in times}
+    broker_pid = broker.process.pid if broker.process is not None else -1
     try:
         bootstrap = broker.bootstrap
+        client = NOIDA_CLIENT if args.broker == "noida" else {}
         topic = f"bench-spark-{uuid.uuid4().hex[:8]}"
         broker.create_topic(topic, PARTITIONS)
         fill(bootstrap, topic, n)
@@ -291,25 +357,34 @@ def main(argv: List[str] = None) -> int:
         for r in range(args.warmup + args.rounds):
             counted = r >= args.warmup
             label = f"round {r - args.warmup + 1}" if counted else f"warm-up {r + 1}"
-            got = {
-                "read_plain": read_plain(bootstrap, topic, n),
-                "read_arrow": spark_count(spark, "kafka_native", bootstrap, topic, n),
-                "read_tuples": spark_count(spark, "kafka_native_tuples", bootstrap, topic,
-                                           n),
-                "read_floor": spark_count(spark, "kafka_native_floor", bootstrap, topic, n),
-                "empty": spark_count(spark, "kafka_native", bootstrap, topic, 0,
-                                     startingOffsets=json.dumps(
-                                         {topic: {str(p): n // PARTITIONS
-                                                  for p in range(PARTITIONS)}}),
-                                     endingOffsets=latest),
-            }
+            empty_range = dict(startingOffsets=json.dumps(
+                {topic: {str(p): n // PARTITIONS for p in range(PARTITIONS)}}),
+                endingOffsets=latest)
             plain_topic = f"bench-spark-plain-{uuid.uuid4().hex[:8]}"
-            broker.create_topic(plain_topic, PARTITIONS)
-            got["write_plain"] = fill(bootstrap, plain_topic, n)
             spark_topic = f"bench-spark-out-{uuid.uuid4().hex[:8]}"
+            broker.create_topic(plain_topic, PARTITIONS)
             broker.create_topic(spark_topic, PARTITIONS)
-            got["write_spark"] = spark_write(frame, bootstrap, spark_topic)
-            if r == 0 and topic_size(bootstrap, spark_topic) != n:
+            contenders = {
+                "read_plain": lambda: read_plain(bootstrap, topic, n, client),
+                "read_arrow": lambda: spark_count(spark, "kafka_native", bootstrap, topic,
+                                                  n, client),
+                "read_tuples": lambda: spark_count(spark, "kafka_native_tuples", bootstrap,
+                                                   topic, n, client),
+                "read_floor": lambda: spark_count(spark, "kafka_native_floor", bootstrap,
+                                                  topic, n, client),
+                "empty": lambda: spark_count(spark, "kafka_native", bootstrap, topic, 0,
+                                             client, **empty_range),
+                "write_plain": lambda: fill(bootstrap, plain_topic, n),
+                "write_spark": lambda: spark_write(frame, bootstrap, spark_topic),
+            }
+            got = {}
+            for key, run in contenders.items():
+                before = cpu_seconds(broker_pid)
+                got[key] = run()
+                after = cpu_seconds(broker_pid)
+                if counted:
+                    cpu[key].append({k: after[k] - before.get(k, 0.0) for k in after})
+            if r == 0 and topic_size(bootstrap, spark_topic, client) != n:
                 raise RuntimeError("the Spark write did not land every row")
             print(f"{label}: " + ", ".join(f"{k} {n / v if k != 'empty' else v:,.0f}"
                                            + ("" if k != "empty" else " s")
@@ -345,6 +420,16 @@ def main(argv: List[str] = None) -> int:
         f"| write, Spark `kafka_native` from a cached DataFrame | "
         f"{rate['write_spark']:,.0f} | {med['write_spark']:.2f} | "
         f"{rate['write_spark'] / rate['write_plain']:.2f}x |",
+        "",
+        "CPU seconds of each read (medians; Linux /proc; the machine has "
+        f"{os.cpu_count()} CPUs):",
+        "",
+        "| | broker | Spark JVM | Spark Python workers | this process | total |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(cpu_row(label, cpu[key]) for key, label in (
+            ("read_plain", "plain `consume_arrow()`"), ("read_arrow", "Spark Arrow"),
+            ("read_tuples", "Spark tuples"), ("read_floor", "Spark's ceiling"),
+            ("empty", "Spark, empty range"))),
         "",
         f"Spark overhead: reading {med['read_arrow'] - med['read_plain']:+.2f} s, writing "
         f"{med['write_spark'] - med['write_plain']:+.2f} s over the plain client for "

@@ -307,10 +307,12 @@ def test_broker_restart_mid_run(fresh_noida_broker, topic_name, idempotent):
             "batch.num.messages": 500, "reconnect.backoff.ms": 50,
             "reconnect.backoff.max.ms": 500, "message.timeout.ms": 60000,
             "enable.idempotence": idempotent}
+    offsets = {}                    # value -> offset its delivery report gave
     with Producer(conf) as p:
         for i in range(n):
             p.produce(topic_name, b"%06d" % i, partition=0,
-                      on_delivery=lambda e, m: reports.append(e))
+                      on_delivery=lambda e, m: (reports.append(e),
+                                                offsets.__setitem__(m.value(), m.offset())))
             if i == n // 2:
                 p.flush(0.05)       # some in flight, some queued...
                 broker.restart()    # ...when the broker goes away
@@ -320,8 +322,15 @@ def test_broker_restart_mid_run(fresh_noida_broker, topic_name, idempotent):
     assert len(reports) == n and not [e for e in reports if e is not None]
     got = read_back(broker.bootstrap, topic_name, {0: n}, timeout=60)[0]
     values = [v for _, _, v in got]
+    missing = sorted({b"%06d" % i for i in range(n)} - set(values))
+    # Said on failure: where each missing message was reported written and what the log
+    # holds there now (an offset past the log's end, or holding another message, after
+    # the restart means the broker lost a write it had acknowledged).
+    at = {o: v for o, _, v in got}
+    where = [(v, offsets.get(v), at.get(offsets.get(v))) for v in missing[:5]]
+    end = max(at, default=-1) + 1
     if idempotent:
-        assert values == [b"%06d" % i for i in range(n)]
+        assert values == [b"%06d" % i for i in range(n)], (where, end)
     else:
-        assert set(values) == {b"%06d" % i for i in range(n)}
+        assert not missing, (where, end)
         print(f"duplicates after restart without idempotence: {len(values) - n}")

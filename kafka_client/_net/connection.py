@@ -808,7 +808,10 @@ class BrokerConnection:
         if throttle_ms > 0:
             since = API_KEYS[req.api_key].client_throttles_from
             if since is not None and req.version >= since:
-                until = time.monotonic() + throttle_ms / 1000.0
+                # At most socket.timeout.ms: a broker's absurd value cannot park the
+                # requests queued here (they get no deadline until written) for days.
+                until = time.monotonic() + min(throttle_ms / 1000.0,
+                                               self.settings.request_timeout)
                 if until > self.muted_until:
                     self.muted_until = until
             stat = self.throttle

@@ -254,6 +254,8 @@ class BrokerConnection:
         self._reauthenticating = False
         #: completed SASL authentications on this connection (re-authentications counted)
         self.authentications = 0
+        #: answers counted (rtt_count) when the connection last became READY
+        self._answers_at_ready = 0
 
     def __repr__(self) -> str:
         return f"<BrokerConnection {self.node_id} {self.host}:{self.port} {self.state}>"
@@ -432,6 +434,7 @@ class BrokerConnection:
 
     def _ready(self) -> None:
         self.state = READY
+        self._answers_at_ready = self.rtt_count
         self.backoff.reset()
         self._addresses = []
         self.last_error = None
@@ -728,13 +731,15 @@ class BrokerConnection:
                 return
             except OSError as exc:
                 self.close(client_error(_io_error_code(exc),
-                                        f"{self.host}:{self.port}: receive failed: {exc}"))
+                                        f"{self.host}:{self.port}: receive failed: "
+                                        f"{exc}{self._closed_hint()}"))
                 return
             finally:
                 del view
             if n == 0:
                 self.close(client_error(KafkaError._TRANSPORT,
-                                        f"{self.host}:{self.port}: connection closed by broker"))
+                                        f"{self.host}:{self.port}: connection closed by "
+                                        f"broker{self._closed_hint()}"))
                 return
             self.rx_bytes += n
             self.last_activity = time.monotonic()
@@ -829,6 +834,20 @@ class BrokerConnection:
                 cb(resp, error)
             except Exception:
                 self.log.exception("response callback failed")
+
+    def _closed_hint(self) -> str:
+        """What a broker closing (or resetting) the connection at once most often means,
+        as librdkafka hints it: during the ApiVersions exchange, a TLS listener spoken to in plaintext;
+        before answering anything after it, a listener that wants SASL first."""
+        security = self.settings.security
+        if self.state == HANDSHAKE and security.ssl_context is None:
+            return (" while asked for its API versions (is it a TLS listener? check "
+                    "security.protocol)")
+        if self.state == READY and self.rtt_count == self._answers_at_ready \
+                and security.mechanism is None:
+            return (" before answering any request (does it require SASL "
+                    "authentication? check security.protocol and sasl.mechanism)")
+        return ""
 
     # -- time --------------------------------------------------------------------------
     def service(self, now: float) -> Optional[float]:

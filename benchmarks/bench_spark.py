@@ -22,7 +22,10 @@ in CI). Every round then times, in this order:
   ``produce_batch()`` in chunks of 10,000 per partition, then ``flush()``;
 * write, Spark: a cached DataFrame of the same N rows (``value`` binary, ``partition``
   int; 4 Spark partitions, one per Kafka partition) written to a new topic with
-  ``df.write.format("kafka_native")``, which returns once every task has flushed.
+  ``df.write.format("kafka_native")``, which returns once every task has flushed;
+* write, Spark's ceiling: the same DataFrame written to a data source whose tasks only
+  count the Arrow batches Spark hands them: the most any Python data source writes
+  through Spark on this machine.
 
 Each Spark query counts or writes exactly N rows (checked). The first rounds (``--warmup``,
 2 by default) are run and not counted: the JVM's JIT and Spark's Python workers warm up in
@@ -164,8 +167,15 @@ def floor_source(messages: int) -> Any:
     """A data source that reads nothing: each of its 4 tasks yields the same 50,000-row
     Arrow batch of the Kafka schema (100-byte values) until it has its quarter of
     ``messages``. What it reaches is Spark's own ceiling for a Python data source feeding
-    count() on this machine, whatever the source does."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    count() on this machine, whatever the source does. Written to, its tasks count the
+    Arrow batches Spark hands them and drop them: the write side's ceiling."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        InputPartition,
+        WriterCommitMessage,
+    )
 
     from kafka_client.spark.schema import arrow_schema, kafka_schema
 
@@ -192,6 +202,21 @@ def floor_source(messages: int) -> Any:
                 yield batch.slice(0, min(rows, left))
                 left -= min(rows, left)
 
+    class FloorCommit(WriterCommitMessage):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class FloorWriter(DataSourceArrowWriter):
+        def write(self, iterator: Iterator[Any]) -> Any:
+            return FloorCommit(sum(batch.num_rows for batch in iterator))
+
+        def commit(self, messages: List[Any]) -> None:
+            rows = sum(m.rows for m in messages if m is not None)
+            if rows != messages_total:
+                raise RuntimeError(f"the floor writer got {rows} rows, not {messages_total}")
+
+    messages_total = messages
+
     class FloorDataSource(DataSource):
         @classmethod
         def name(cls) -> str:
@@ -202,6 +227,9 @@ def floor_source(messages: int) -> Any:
 
         def reader(self, schema: Any) -> Any:
             return FloorReader()
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            return FloorWriter()
 
     return FloorDataSource
 
@@ -237,9 +265,9 @@ def spark_count(spark: Any, fmt: str, bootstrap: str, topic: str, want: int,
     return took
 
 
-def spark_write(frame: Any, bootstrap: str, topic: str) -> float:
+def spark_write(frame: Any, bootstrap: str, topic: str, fmt: str = "kafka_native") -> float:
     start = time.perf_counter()
-    (frame.write.format("kafka_native").mode("append")
+    (frame.write.format(fmt).mode("append")
      .option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save())
     return time.perf_counter() - start
 
@@ -336,7 +364,7 @@ def main(argv: List[str] = None) -> int:
     broker = make_broker(args.broker).start()
     times: Dict[str, List[float]] = {k: [] for k in (
         "read_plain", "read_arrow", "read_tuples", "read_floor", "write_plain",
-        "write_spark", "empty")}
+        "write_spark", "write_floor", "empty")}
     cpu: Dict[str, List[Dict[str, float]]] = {k: [] for k in times}
     broker_pid = broker.process.pid if broker.process is not None else -1
     try:
@@ -376,6 +404,8 @@ def main(argv: List[str] = None) -> int:
                                              client, **empty_range),
                 "write_plain": lambda: fill(bootstrap, plain_topic, n),
                 "write_spark": lambda: spark_write(frame, bootstrap, spark_topic),
+                "write_floor": lambda: spark_write(frame, bootstrap, spark_topic,
+                                                   "kafka_native_floor"),
             }
             got = {}
             for key, run in contenders.items():
@@ -420,6 +450,9 @@ def main(argv: List[str] = None) -> int:
         f"| write, Spark `kafka_native` from a cached DataFrame | "
         f"{rate['write_spark']:,.0f} | {med['write_spark']:.2f} | "
         f"{rate['write_spark'] / rate['write_plain']:.2f}x |",
+        f"| write, Spark's ceiling: a sink counting the Arrow batches | "
+        f"{rate['write_floor']:,.0f} | {med['write_floor']:.2f} | "
+        f"{rate['write_floor'] / rate['write_plain']:.2f}x |",
         "",
         "CPU seconds of each read (medians; Linux /proc; the machine has "
         f"{os.cpu_count()} CPUs):",
@@ -436,7 +469,8 @@ def main(argv: List[str] = None) -> int:
         f"{n:,} rows; a query over an empty range takes {med['empty']:.2f} s.",
         "",
         f"The Arrow read reaches {rate['read_arrow'] / rate['read_floor']:.2f}x of Spark's "
-        f"ceiling for a Python data source.",
+        f"ceiling for a Python data source, the write "
+        f"{rate['write_spark'] / rate['write_floor']:.2f}x of its.",
         "",
         "Targets: Arrow read vs tuple read "
         f"{rate['read_arrow'] / rate['read_tuples']:.2f}x (>= 3), vs plain consume_arrow() "

@@ -131,6 +131,25 @@ def kafka_cluster(tmp_path):
         yield cluster
 
 
+@pytest.fixture
+def metadata_failure():
+    """``run(conf)``: a Producer on ``conf`` whose list_topics() must fail within 2 s;
+    returns that error's text and the texts error_cb got."""
+    from kafka_client import KafkaException, Producer
+
+    def run(conf):
+        errors = []
+        p = Producer(conf, error_cb=errors.append)
+        try:
+            with pytest.raises(KafkaException) as ei:
+                p.list_topics(timeout=2)
+            p.poll(0.1)
+        finally:
+            p.close()
+        return ei.value.args[0].str(), [e.str() for e in errors]
+    return run
+
+
 @pytest.fixture(scope="session")
 def tls_endpoints():
     from kafka_client._testing.brokers import tansu_binary

@@ -80,6 +80,9 @@ class Cluster:
         self._rr = 0
         self._md_conn: Optional[BrokerConnection] = None
         self.all_down_reported = False
+        #: the last error that closed a connection, and when (monotonic): named by a
+        #: blocking metadata call that times out while it happened
+        self.last_connection_error: Optional[Tuple[float, KafkaError]] = None
         self.errors: List[KafkaError] = []  # client-level errors for error_cb (app thread)
         #: broker throttle reports for throttle_cb (app thread); kept only when one is set
         self.throttle_events: List[ThrottleEvent] = []
@@ -190,6 +193,7 @@ class Cluster:
         if state == READY:
             self.all_down_reported = False
         elif error is not None:
+            self.last_connection_error = (time.monotonic(), error)
             if self._md_conn is conn:
                 self._md_conn = None
             # The broker's error first, then (when it was the last one up) all down, in
@@ -432,7 +436,8 @@ class Cluster:
         seconds (None = socket.timeout.ms); raises KafkaException saying ``what`` failed."""
         if timeout is None or timeout < 0:
             timeout = self.settings.request_timeout
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         box: List[Any] = []
         done = threading.Event()
 
@@ -455,8 +460,11 @@ class Cluster:
                 raise KafkaException(KafkaError(
                     KafkaError._TRANSPORT,
                     f"Failed to {what} within {timeout:g}s: {last.str()}"))
+            recent = self.last_connection_error
+            why = f" (a connection failed meanwhile: {recent[1].str()})" \
+                if recent is not None and recent[0] >= started else ""
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
-                                            f"Failed to {what} within {timeout:g}s"))
+                                            f"Failed to {what} within {timeout:g}s{why}"))
         return resp, conn
 
     def list_topics(self, topic: Optional[str], timeout: Optional[float]) -> ClusterMetadata:

@@ -41,7 +41,8 @@ from kafka_client._net.io_thread import IOThread
 from kafka_client.config import ClientConfig, describe
 from kafka_client.errors import KafkaError, KafkaException
 
-__all__ = ["ClientBase", "make_config", "apply_debug", "deadline_after", "stop_client"]
+__all__ = ["ClientBase", "make_config", "apply_debug", "deadline_after", "stop_client",
+           "wait_limit"]
 
 # librdkafka debug contexts -> our loggers (one per component)
 DEBUG_LOGGERS = {
@@ -120,6 +121,16 @@ def deadline_after(timeout: Optional[float]) -> float:
     if not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
     return float("inf") if timeout < 0 else time.monotonic() + timeout
+
+
+def wait_limit(timeout: Any) -> Optional[float]:
+    """Seconds a blocking call may wait (None: its default, for None or negative);
+    TypeError for what is not a number of seconds (a bool included)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+    return None if timeout < 0 else float(timeout)
 
 
 def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = None,
@@ -382,11 +393,7 @@ class ClientBase:
         brokers have none. Raises KafkaException (_TIMED_OUT, _TRANSPORT) when no broker
         answered."""
         self._check_open()
-        if timeout is not None and (isinstance(timeout, bool)
-                                    or not isinstance(timeout, (int, float))):
-            raise TypeError(f"timeout must be a number of seconds, not "
-                            f"{type(timeout).__name__}")
-        return self._cluster.cluster_id(None if timeout is None or timeout < 0 else timeout)
+        return self._cluster.cluster_id(wait_limit(timeout))
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         """Replace the SASL PLAIN/SCRAM username and password used by the next

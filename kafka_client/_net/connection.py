@@ -549,9 +549,7 @@ class BrokerConnection:
         ``(None, None)`` once the request is handed to the kernel. ``version`` None uses
         the negotiated version. ``timeout`` (s) defaults to ``socket.timeout.ms``."""
         req = _Request(msg, version, expect_response, callback, timeout)
-        if self.state == READY and not self._queue \
-                and self._conv.in_flight < self.settings.max_in_flight \
-                and not (self.muted_until and self._still_muted()):
+        if self.can_send():
             self._write_request(req)
         else:
             self._queue.append(req)
@@ -837,8 +835,8 @@ class BrokerConnection:
 
     def _closed_hint(self) -> str:
         """What a broker closing (or resetting) the connection at once most often means,
-        as librdkafka hints it: during the ApiVersions exchange, a TLS listener spoken to in plaintext;
-        before answering anything after it, a listener that wants SASL first."""
+        as librdkafka hints it: during the ApiVersions exchange, a TLS listener spoken to
+        in plaintext; before answering anything after it, a listener that wants SASL."""
         security = self.settings.security
         if self.state == HANDSHAKE and security.ssl_context is None:
             return (" while asked for its API versions (is it a TLS listener? check "

@@ -21,7 +21,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TypeVar, Union
 
 from kafka_client._cluster.calls import CallRunner, PartitionKey
-from kafka_client._common import ClientBase
+from kafka_client._common import ClientBase, wait_limit
 from kafka_client._model import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
@@ -526,11 +526,7 @@ class AdminClient(ClientBase):
                       "describe_consumer_groups() instead.", DeprecationWarning, stacklevel=2)
         if group is not None and not isinstance(group, str):
             raise TypeError(f"argument 1 must be str or None, not {type(group).__name__}")
-        if timeout is not None and (isinstance(timeout, bool)
-                                    or not isinstance(timeout, (int, float))):
-            raise TypeError(f"timeout must be a number of seconds, not "
-                            f"{type(timeout).__name__}")
-        wait = None if timeout is None or timeout < 0 else float(timeout)
+        wait = wait_limit(timeout)
         opts = self._options(wait if wait is None else min(wait, _MAX_TIMEOUT))
         future = self._keyed([None])[None]
         self._start(ops.list_groups, group, future, opts)

@@ -495,11 +495,8 @@ class Fetcher:
         end = part.lso if self.read_committed else part.hw
         return 0 <= end <= part.fetch_pos
 
-    def _send_fetch(self, conn: Any, parts: List[PartitionState],
-                    max_wait_ms: Optional[int] = None) -> None:
+    def _send_fetch(self, conn: Any, parts: List[PartitionState], max_wait_ms: int) -> None:
         md = self.cluster.metadata
-        if max_wait_ms is None:
-            max_wait_ms = self.max_wait_ms
         version = conn.versions.get(ApiKey.FETCH)
         if version is None:
             return

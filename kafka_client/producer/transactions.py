@@ -541,7 +541,7 @@ class TransactionManager:
                 TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT, TxnState.COMMITTING):
             return False  # the first error counts; aborting already
         self.log.error("transaction failed in state %s: %s (%s)%s", self.state.value,
-                   error.str(), error.name(), " (requires an epoch bump)" if bump else "")
+                       error.str(), error.name(), " (requires an epoch bump)" if bump else "")
         self.error = client_error(error.code(), error.str(), txn_requires_abort=True)
         self._set_state(TxnState.ABORTABLE_ERROR)
         return True
@@ -587,7 +587,7 @@ class TransactionManager:
                 idem.producer_id, idem.epoch = resp.producer_id, resp.producer_epoch
                 idem.bump_wanted = False
                 self.log.info("transactional id %s: producer id %d epoch %d",
-                          self.transactional_id, resp.producer_id, resp.producer_epoch)
+                              self.transactional_id, resp.producer_id, resp.producer_epoch)
                 self.sender.restart_sequences()
                 self._pid_assigned()
                 return None
@@ -605,7 +605,7 @@ class TransactionManager:
                 # UNKNOWN_SERVER_ERROR): without the current id and epoch it bumps the
                 # transactional id's epoch as for a restart, which serves as well.
                 self.log.info("epoch bump refused (%s): asking without the current epoch",
-                          error.str())
+                              error.str())
                 self.io.call_later(self.backoff, self._init_producer_id, False)
                 return None
             return error

@@ -26,7 +26,8 @@ from typing import Any, Dict, Optional, Tuple
 __all__ = ["OpenSSLError", "VERIFIED", "unavailable_reason", "set_sigalgs", "load_providers",
            "load_engine"]
 
-#: (major, minor) CPython versions whose PySSLContext starts with the SSL_CTX pointer
+#: (major, minor) CPython versions whose Modules/_ssl.c declares PySSLContext with the
+#: SSL_CTX pointer right after PyObject_HEAD (each context is checked again at run time)
 VERIFIED = {(3, 9), (3, 10), (3, 11), (3, 12), (3, 13)}
 
 #: ssl.h: SSL_CTX_set1_sigalgs_list() is SSL_CTX_ctrl() with this command

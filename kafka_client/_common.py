@@ -66,34 +66,14 @@ def make_config(config: Optional[Dict[str, Any]], kwargs: Dict[str, Any],
     """A client's configuration from a dict plus keyword overrides (``linger_ms=5`` is
     ``linger.ms``); raises KafkaException(_INVALID_ARG) naming a bad property.
 
-    The legacy ``default.topic.config`` dict (topic-level properties, librdkafka's
-    default topic configuration) is merged in, its values taking precedence over the
-    same properties at the top level, as with confluent-kafka."""
+    ``default.topic.config`` is the ``default_topic_conf`` property (see
+    :mod:`kafka_client.config`)."""
     if config is not None and not isinstance(config, Mapping):
         raise TypeError(f"expected configuration dict, not {type(config).__name__}")
     conf = dict(config or {})
     for k, v in kwargs.items():
         conf[_kwarg_name(k)] = v
-    topic_conf = conf.pop("default.topic.config", None)
-    if topic_conf is not None:
-        if not isinstance(topic_conf, Mapping):
-            raise TypeError(f"default.topic.config must be a dict, not "
-                            f"{type(topic_conf).__name__}")
-        conf.update(topic_conf)
-    if "partitioner" in conf:
-        _check_partitioner(conf["partitioner"])
     return ClientConfig.from_dict(conf, role=role)  # type: ignore[arg-type]
-
-
-def _check_partitioner(name: Any) -> None:
-    """librdkafka's own words for a partitioner it does not know (it checks this one
-    property apart from the others, and applications may match on the text)."""
-    known = describe("partitioner")
-    if not isinstance(name, str) or (name.strip().lower() not in known.values
-                                     and name.strip().lower() not in known.synonyms):
-        raise KafkaException(KafkaError(
-            KafkaError._INVALID_ARG, 'Invalid value for configuration property '
-            f'"partitioner": {"(null)" if name is None else name}'))
 
 
 def apply_debug(contexts: Sequence[str]) -> None:
@@ -343,9 +323,10 @@ class ClientBase:
         """Hand the client-level events the I/O thread collected to their callbacks:
         errors to ``error_cb`` (or the debug log when there is none), broker throttle
         reports to ``throttle_cb`` (collected only when it is set); returns how many.
-        What ``oauth_cb`` raised on the token refresh thread is raised here, after the
-        error it caused was served. If a callback raises, the events after that one are
-        served by the next call."""
+        What a callback raised off the application thread (``oauth_cb`` on the token
+        refresh thread, the connection callbacks on the I/O thread) is raised here,
+        after the errors reported before it were served. If a callback raises, the
+        events after that one are served by the next call."""
         pending = self._errors
         cluster = self._cluster
         if cluster.errors:

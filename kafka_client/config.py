@@ -58,6 +58,9 @@ ENUM = "enum"  # one of `values`, matched case-insensitively; `synonyms` map oth
 CSV = "csv"  # comma-separated list (or a list/tuple); each item must be in `values` if given
 CALLABLE = "callable"
 LOGGER = "logger"  # a logging.Logger-like object (has .log())
+PEM = "pem"  # a PEM str, or bytes (PEM, or DER: converted where it is loaded)
+MAPPING = "mapping"  # a dict of further properties
+ANY = "any"  # any value, kept as given (accepted only to be ignored)
 
 ROLES = ("producer", "consumer", "admin")
 Role = Literal["producer", "consumer", "admin"]
@@ -98,6 +101,11 @@ class Property:
     warn_values: Mapping[Any, str] = field(default_factory=dict)
     #: roles that accept the property but do not implement it yet (one warning there)
     pending_roles: Tuple[str, ...] = ()
+    #: its names are different APIs rather than spellings (a callback and librdkafka's
+    #: name for it): giving two of them is an error, not "the later one wins"
+    distinct_names: bool = False
+    #: the warning of a WARNING property names the value given (what is not loaded)
+    warning_names_value: bool = False
 
     @property
     def attr(self) -> str:
@@ -127,7 +135,6 @@ def _fmt_num(v: Any) -> str:
 
 
 EFFECT, WARNING, REFUSED = "effect", "warning", "refused"
-API = "api"  # librdkafka's "see dedicated API" properties: never settable by name
 
 
 def _p(name: str, type_: str, default: Any, scope: str, description: str, **kw: Any) -> Property:
@@ -138,25 +145,6 @@ def _ignored(name: str, type_: str, default: Any, scope: str, description: str, 
              **kw: Any) -> Property:
     """A librdkafka property this client accepts and ignores, with one warning."""
     return Property(name, type_, default, scope, description, status=WARNING, note=note, **kw)
-
-
-def _refused(name: str, scope: str, description: str, note: str, type_: str = STR) -> Property:
-    """A librdkafka property this client refuses whatever its value."""
-    return Property(name, type_, None, scope, description, status=REFUSED, note=note)
-
-
-def _dedicated(name: str, scope: str, what: str, instead: str = "") -> Property:
-    """librdkafka refuses these by name ("must be set through dedicated .._set_..()
-    function"), and so does confluent-kafka; so does this client."""
-    note = f'Property "{name}" must be set through dedicated .._set_..() function'
-    if instead:
-        note += f"; {instead}"
-    return Property(name, API, None, scope, what, status=REFUSED, note=note)
-
-
-def _internal(name: str, what: str) -> Property:
-    return Property(name, API, None, "*", what, status=REFUSED,
-                    note=f'Internal property "{name}" not settable')
 
 
 #: librdkafka's builtin.features; those this client has (the rest are refused when asked).
@@ -299,16 +287,27 @@ _TABLE: Tuple[Property, ...] = (
     _p("oauth_cb", CALLABLE, None, "*",
        "OAUTHBEARER token source, called as oauth_cb(sasl.oauthbearer.config) and "
        "returning (token, expiry_seconds_since_epoch) or (token, expiry, principal, "
-       "extensions); called at start and again at 80% of each token's lifetime."),
+       "extensions); called at start and again at 80% of each token's lifetime. "
+       "oauthbearer_token_refresh_cb is librdkafka's name for it (giving both is an "
+       "error).", aliases=("oauthbearer_token_refresh_cb",), distinct_names=True),
     _p("ssl.ca.location", STR, None, "*",
        "CA certificate(s) to verify brokers with: a PEM file or a directory of hashed "
        "certificates; probe (or nothing, without ssl.ca.pem) uses the system's CA store."),
-    _p("ssl.ca.pem", STR, None, "*", "CA certificate(s) as a PEM string."),
+    _p("ssl.ca.pem", PEM, None, "*",
+       "CA certificate(s) as a PEM string (or bytes: PEM, or one DER certificate). ssl_ca "
+       "is what librdkafka's set_ssl_cert() sets (giving both is an error).",
+       aliases=("ssl_ca",), distinct_names=True),
     _p("ssl.certificate.location", STR, None, "*",
        "Client certificate file (PEM) for mutual TLS."),
-    _p("ssl.certificate.pem", STR, None, "*", "Client certificate as a PEM string."),
+    _p("ssl.certificate.pem", PEM, None, "*",
+       "Client certificate as a PEM string (or bytes: PEM, or DER). ssl_certificate is what "
+       "librdkafka's set_ssl_cert() sets (giving both is an error).",
+       aliases=("ssl_certificate",), distinct_names=True),
     _p("ssl.key.location", STR, None, "*", "Client private key file (PEM)."),
-    _p("ssl.key.pem", STR, None, "*", "Client private key as a PEM string."),
+    _p("ssl.key.pem", PEM, None, "*",
+       "Client private key as a PEM string (or bytes: PEM, or PKCS#8 DER). ssl_key is what "
+       "librdkafka's set_ssl_cert() sets (giving both is an error).",
+       aliases=("ssl_key",), distinct_names=True),
     _p("ssl.key.password", STR, None, "*", "Passphrase of the client private key."),
     _p("ssl.keystore.location", STR, None, "*",
        "Client certificate and key in a PKCS#12 file (read with the cryptography package "
@@ -493,7 +492,8 @@ _TABLE: Tuple[Property, ...] = (
        "Verify the CRC of every fetched batch (costs some CPU; catches corruption)."),
     _p("on_commit", CALLABLE, None, "C",
        "Called as on_commit(err, partitions) from poll() with the result of each offset "
-       "commit."),
+       "commit. offset_commit_cb is librdkafka's name for it (giving both is an error).",
+       aliases=("offset_commit_cb",), distinct_names=True),
     # --- librdkafka names handled here beyond the table above ---
     _p("builtin.features", CSV, tuple(f for f in _FEATURES if f not in _MISSING_FEATURES), "*",
        "Features this client has; setting it checks that the listed features are "
@@ -570,8 +570,8 @@ _TABLE: Tuple[Property, ...] = (
              "metadata requests always name the topics in use"),
     _ignored("ssl.ca.certificate.stores", STR, "Root", "*", "Windows certificate stores.",
              "Windows only; ssl.ca.location or the system store is used"),
-    _ignored("ssl.engine.id", STR, "dynamic", "*", "OpenSSL engine id.",
-             "only used with ssl.engine.location, which is refused"),
+    _p("ssl.engine.id", STR, "dynamic", "*",
+       "OpenSSL engine id of the engine ssl.engine.location loads."),
     _ignored("https.ca.location", STR, None, "*", "CA for the OIDC token endpoint.",
              _OIDC_ONLY),
     _ignored("https.ca.pem", STR, None, "*", "CA for the OIDC token endpoint.", _OIDC_ONLY),
@@ -644,40 +644,88 @@ _TABLE: Tuple[Property, ...] = (
        "one of them matches (anywhere in the name, as librdkafka's) is left out of every "
        "metadata answer, as if it did not exist: list_topics(), regex subscriptions, and "
        "produce() (which then waits for the topic as for an unknown one)."),
-    _refused("ssl.sigalgs.list", "*", "TLS signature algorithms.",
-             "Python's ssl module cannot restrict signature algorithms; ignoring it would "
-             "allow ones excluded"),
-    _refused("ssl.providers", "*", "OpenSSL 3 providers to load.",
-             "OpenSSL providers cannot be loaded through Python's ssl module"),
-    _refused("ssl.engine.location", "*", "OpenSSL engine library (deprecated).",
-             "OpenSSL engines cannot be loaded through Python's ssl module"),
-    _refused("plugin.library.paths", "*", "librdkafka plugins to load.",
-             "librdkafka plugins (C libraries) cannot be loaded by this client"),
-    _dedicated("background_event_cb", "*", "Background queue event callback."),
-    _dedicated("socket_cb", "*", "Socket creation callback."),
-    _dedicated("connect_cb", "*", "Socket connect callback."),
-    _dedicated("closesocket_cb", "*", "Socket close callback."),
-    _dedicated("open_cb", "*", "File open callback."),
-    _dedicated("resolve_cb", "*", "Address resolution callback."),
-    _dedicated("opaque", "*", "Application opaque."),
-    _dedicated("default_topic_conf", "*", "Default topic configuration.",
-               "put topic properties in the main configuration"),
-    _dedicated("ssl_engine_callback_data", "*", "OpenSSL engine callback data."),
-    _dedicated("ssl.certificate.verify_cb", "*", "Broker certificate verification callback.",
-               "ignoring it would skip the application's own checks"),
-    _dedicated("oauthbearer_token_refresh_cb", "*", "OAUTHBEARER token refresh callback.",
-               "use oauth_cb"),
-    _dedicated("consume_cb", "C", "Message consume callback.", "use poll() / consume()"),
-    _dedicated("rebalance_cb", "C", "Rebalance callback.",
-               "pass on_assign / on_revoke / on_lost to subscribe()"),
-    _dedicated("offset_commit_cb", "C", "Offset commit callback.", "use on_commit"),
-    _dedicated("partitioner_cb", "P", "Custom partitioner callback.",
-               "use partitioner or produce(partition=...)"),
-    _dedicated("msg_order_cmp", "P", "Message queue ordering comparator."),
-    _internal("interceptors", "librdkafka interceptors."),
-    _internal("ssl_key", "Client key set with set_ssl_cert()."),
-    _internal("ssl_certificate", "Client certificate set with set_ssl_cert()."),
-    _internal("ssl_ca", "CA certificate set with set_ssl_cert()."),
+    _ignored("plugin.library.paths", STR, None, "*", "librdkafka plugins to load.",
+             "librdkafka plugins are C libraries for librdkafka and are not loaded (the "
+             "warning names them); ignoring one loses its add-on, not data or security",
+             warning_names_value=True),
+    _ignored("interceptors", ANY, None, "*", "librdkafka interceptors.",
+             "interceptors are librdkafka plugins' C hooks; none is installed"),
+    _ignored("opaque", ANY, None, "*", "Application opaque passed to librdkafka's callbacks.",
+             "no callback of this client takes an opaque"),
+    _ignored("background_event_cb", CALLABLE, None, "*", "Background queue event callback.",
+             "events are served by poll() (error_cb, stats_cb, ...) instead"),
+    _ignored("open_cb", CALLABLE, None, "*", "File open callback.",
+             "Python opens its files with O_CLOEXEC already, which is what librdkafka's "
+             "default open_cb is for"),
+    _ignored("ssl_engine_callback_data", ANY, None, "*", "OpenSSL engine callback data.",
+             "only meaningful with an OpenSSL engine callback, which this client has not"),
+    _ignored("msg_order_cmp", CALLABLE, None, "P", "Message queue ordering comparator.",
+             "messages stay in produce (fifo) order"),
+    _p("default_topic_conf", MAPPING, None, "*",
+       "Topic-level properties (a dict) merged into this configuration, their values "
+       "taking precedence over the same properties given at the top level, as librdkafka's "
+       "default topic configuration.", aliases=("default.topic.config",)),
+    _p("resolve_cb", CALLABLE, None, "*",
+       "Called as resolve_cb(host, port) on the I/O thread instead of socket.getaddrinfo() "
+       "when a broker connection starts; returns a list of getaddrinfo-shaped tuples "
+       "(family, type, proto, canonname, sockaddr), tried in turn. An exception fails that "
+       "attempt (_RESOLVE naming resolve_cb) and reaches the caller of poll()/flush()/"
+       "consume()."),
+    _p("socket_cb", CALLABLE, None, "*",
+       "Called as socket_cb(family, type, proto) on the I/O thread instead of creating a "
+       "broker socket; returns a socket.socket, which the client then makes non-blocking "
+       "and sets its options on. An exception fails that attempt (_TRANSPORT naming "
+       "socket_cb) and reaches the caller of poll()/flush()/consume()."),
+    _p("connect_cb", CALLABLE, None, "*",
+       "Called as connect_cb(sock, sockaddr, broker_name) on the I/O thread right before the "
+       "client's own non-blocking connect; a non-zero return (an errno) fails that attempt "
+       "(_TRANSPORT naming connect_cb), and so does an exception, which also reaches the "
+       "caller of poll()/flush()/consume()."),
+    _p("closesocket_cb", CALLABLE, None, "*",
+       "Called as closesocket_cb(sock) on the I/O thread before the client closes a broker "
+       "socket (the client still closes it); an exception reaches the caller of poll()/"
+       "flush()/consume()."),
+    _p("ssl.certificate.verify_cb", CALLABLE, None, "*",
+       "Called as verify_cb(broker_name, broker_id, x509_error, depth, der_cert) on the I/O "
+       "thread once a TLS handshake completed, with the broker's leaf certificate (depth 0, "
+       "DER bytes) and x509_error 0; returning False, or raising, fails the connection "
+       "(_SSL naming the callback; the exception also reaches the caller of poll()/flush()/"
+       "consume()).",
+       note="it can add checks (pinning) to OpenSSL's verification, never accept a "
+            "certificate OpenSSL refused, and sees the leaf only (Python's ssl exposes no "
+            "chain): librdkafka calls it per certificate of the chain and lets it override "
+            "OpenSSL's verdict"),
+    _p("consume_cb", CALLABLE, None, "C",
+       "Called as consume_cb(msg) from poll()/consume() for each message (and event) they "
+       "return, before they return it. If it raises, the messages in hand are returned and "
+       "the exception is raised by the next call."),
+    _p("rebalance_cb", CALLABLE, None, "C",
+       "Called as rebalance_cb(consumer, err, partitions) from poll()/consume() for "
+       "subscribe() calls that give no on_assign/on_revoke/on_lost: err is a KafkaError "
+       "_ASSIGN_PARTITIONS or _REVOKE_PARTITIONS (also for a lost assignment, as "
+       "librdkafka). If it does not call assign()/unassign()/incremental_assign()/"
+       "incremental_unassign() itself, the client applies the change."),
+    _p("partitioner_cb", CALLABLE, None, "P",
+       "Called as partitioner_cb(key, partition_count) (key bytes or None) for each message "
+       "produced without a partition, instead of the partitioner; returns the partition. A "
+       "partition the topic does not have is _UNKNOWN_PARTITION, as in librdkafka: raised "
+       "by produce(), or the message's delivery error when it waited for the topic's "
+       "metadata."),
+    _p("ssl.sigalgs.list", STR, None, "*",
+       "TLS signature algorithms offered (OpenSSL's list syntax, e.g. "
+       "RSA-PSS+SHA256:ECDSA+SHA256).",
+       note="set through OpenSSL directly (see docs/security.md: refused with the reason "
+            "where that cannot be done)"),
+    _p("ssl.providers", STR, None, "*",
+       "OpenSSL 3 providers to load (comma-separated names), before the TLS context is "
+       "made.",
+       note="loading a provider is process-wide (OpenSSL's default library context); set "
+            "through OpenSSL directly (see docs/security.md)"),
+    _p("ssl.engine.location", STR, None, "*",
+       "OpenSSL engine library (deprecated in OpenSSL 3) to load and use for TLS: loaded "
+       "through OpenSSL's dynamic engine with ssl.engine.id.",
+       note="set through OpenSSL directly (see docs/security.md); the engine is loaded "
+            "process-wide"),
 )
 
 #: librdkafka properties accepted and ignored with one logged warning naming them.
@@ -711,7 +759,7 @@ def describe(name: str) -> Property:
     return prop
 
 
-_NULLABLE = (STR, LOGGER, CALLABLE)
+_NULLABLE = (STR, LOGGER, CALLABLE, PEM, MAPPING, ANY)
 #: Typed differently here than in librdkafka, where it is a string (None = default).
 _NULLABLE_NAMES = frozenset(("partition.assignment.strategy", "group.protocol.type",
                              "topic.blacklist"))
@@ -731,8 +779,6 @@ def _value_text(value: Any) -> str:
 
 
 def _refusal(given: str, prop: Property) -> KafkaException:
-    if prop.type == API:
-        return _invalid(prop.note)
     return _invalid(f"Configuration property {_label(given, prop)} is not supported by this "
                     f"client: {prop.note}")
 
@@ -845,6 +891,14 @@ def _convert(given: str, prop: Property, value: Any) -> Any:
         raise _invalid(
             f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
             f"expected a callable")
+    if t == PEM:
+        if isinstance(value, (str, bytes)):
+            return value
+        raise _invalid(
+            f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
+            f"expected a PEM string or bytes")
+    if t == ANY:
+        return value
     if t == LOGGER:
         if callable(getattr(value, "log", None)):
             return value
@@ -947,6 +1001,46 @@ def _to_csv(given: str, prop: Property, value: Any) -> Tuple[str, ...]:
     return tuple(items)
 
 
+def _check_partitioner(name: Any) -> None:
+    """librdkafka's own words for a partitioner it does not know (it checks this one
+    property apart from the others, before its value is converted, and applications may
+    match on the text)."""
+    known = PROPERTIES["partitioner"]
+    if not isinstance(name, str) or (name.strip().lower() not in known.values
+                                     and name.strip().lower() not in known.synonyms):
+        raise _invalid('Invalid value for configuration property '
+                       f'"partitioner": {"(null)" if name is None else name}')
+
+
+def _with_topic_conf(conf: Mapping[str, Any], values: Dict[str, Any], explicit: Dict[str, Any],
+                     given_as: Dict[str, str]) -> List[Tuple[Any, Any]]:
+    """The configuration's (name, value) pairs with the dict of ``default_topic_conf``
+    (or its alias ``default.topic.config``) replaced by its own pairs, put last so that
+    they win over the same properties at the top level, as librdkafka's default topic
+    configuration does; records the dict itself as the property's value."""
+    prop = PROPERTIES["default_topic_conf"]
+    names = [key for key in conf if _BY_ANY_NAME.get(key) is prop]
+    if not names:
+        return list(conf.items())
+    if len(names) > 1:
+        raise _same_thing(*names)
+    key = names[0]
+    topic_conf = conf[key]
+    pairs = [(k, v) for k, v in conf.items() if k != key]
+    if topic_conf is None:
+        return pairs
+    if not isinstance(topic_conf, Mapping):
+        raise TypeError(f"{key} must be a dict, not {type(topic_conf).__name__}")
+    values[prop.name] = explicit[prop.name] = dict(topic_conf)
+    given_as[prop.name] = key
+    return pairs + list(topic_conf.items())
+
+
+def _same_thing(first: str, second: str) -> KafkaException:
+    return _invalid(f'Configuration properties "{first}" and "{second}" set the same thing: '
+                    f"give only one of them")
+
+
 _WARNED_SCOPE = {"producer": "C", "consumer": "P"}
 
 
@@ -984,7 +1078,7 @@ class ClientConfig(Mapping[str, Any]):
         values: Dict[str, Any] = {p.name: p.default for p in _TABLE}
         explicit: Dict[str, Any] = {}
         given_as: Dict[str, str] = {}
-        for key, raw in conf.items():
+        for key, raw in _with_topic_conf(conf, values, explicit, given_as):
             if not isinstance(key, str):
                 raise _invalid(f"Configuration property names must be strings, not {key!r}")
             prop = _BY_ANY_NAME.get(key)
@@ -992,6 +1086,11 @@ class ClientConfig(Mapping[str, Any]):
                 raise _unknown(key)
             if prop.status == REFUSED:
                 raise _refusal(key, prop)
+            earlier = given_as.get(prop.name)
+            if prop.distinct_names and earlier is not None and earlier != key:
+                raise _same_thing(earlier, key)
+            if prop.name == "partitioner":
+                _check_partitioner(raw)
             if raw is None:
                 if prop.name in _CHECKED_STRINGS:
                     raise _invalid(f"Invalid value for configuration property "
@@ -1002,8 +1101,8 @@ class ClientConfig(Mapping[str, Any]):
                 raise _invalid(f"{prefix} property {_label(key, prop)} cannot be set to "
                                f"empty value")
             value = _convert(key, prop, raw)
-            reason = prop.refuse_values.get(value)
-            if reason is not None:
+            reason = prop.refuse_values and prop.refuse_values.get(value)
+            if reason:
                 raise _invalid(f"Configuration property {_label(key, prop)} value "
                                f'"{_value_text(value)}" is not supported by this client: '
                                f"{reason}")
@@ -1042,12 +1141,15 @@ class ClientConfig(Mapping[str, Any]):
         for canonical, given in given_as.items():
             prop = PROPERTIES[canonical]
             if prop.status == WARNING:
+                note = prop.note
+                if prop.warning_names_value:
+                    note += f" (not loaded: {self._explicit[canonical]})"
                 log.warning("Configuration property %s is not supported by this client and "
-                            "is ignored: %s", given, prop.note)
+                            "is ignored: %s", given, note)
             elif self._role in prop.pending_roles:
                 log.warning("Configuration property %s is not supported by this %s yet and "
                             "is ignored: %s", given, self._role, prop.note)
-            elif self._explicit[canonical] in prop.warn_values:
+            elif prop.warn_values and self._explicit[canonical] in prop.warn_values:
                 log.warning("Configuration property %s=%s is ignored: %s", given,
                             _value_text(self._explicit[canonical]),
                             prop.warn_values[self._explicit[canonical]])
@@ -1364,8 +1466,11 @@ def to_markdown() -> str:
         "**effect** = it does what librdkafka documents (the note says where a value is "
         "refused or differs); **warning** = accepted, ignored, and one warning naming it "
         "is logged when it is set; **refused** = construction fails with an error naming "
-        "it, because ignoring it would weaken what was asked for (or because librdkafka "
-        "itself refuses the name: its \"dedicated API\" properties).",
+        "it, because ignoring it would weaken what was asked for (no name is refused "
+        "whatever its value; some values are). The properties librdkafka sets only "
+        "through its C functions (callbacks, `opaque`, `default_topic_conf`, "
+        "`ssl_key`/`ssl_certificate`/`ssl_ca`) are set by name here, callbacks as Python "
+        "callables.",
         "",
         "Side: P = producer, C = consumer, * = every client. "
         "\"Derived\" defaults apply only when the property is not set explicitly. `None` "
@@ -1391,7 +1496,7 @@ def to_markdown() -> str:
                 f"`{p.name}`",
                 ", ".join(f"`{a}`" for a in p.aliases),
                 p.scope,
-                "see dedicated API" if p.type == API else p.type,
+                p.type,
                 p.range_text(),
                 _default_text(p),
                 p.status,

@@ -58,6 +58,8 @@ class Cluster:
         self.config = config
         self.io = io
         self.settings = ConnectionSettings(config)
+        self.settings.broker_identity = lambda conn: (Cluster.broker_name(conn),
+                                                     Cluster.broker_id(conn))
         self.log = config.logger_for(_log.name)
         self.auto_create = bool(config["allow.auto.create.topics"])
         refresh = config["topic.metadata.refresh.interval.ms"]
@@ -93,8 +95,10 @@ class Cluster:
         self._errors_lock = threading.Lock()  # guards the three lists (see _keep)
         self.closed = False
         #: exceptions the application's callbacks raised off the application thread
-        #: (oauth_cb refreshing a token), for the caller of poll()/flush()/consume()
+        #: (oauth_cb refreshing a token, the connection callbacks), for the caller of
+        #: poll()/flush()/consume()
         self.callback_failures: List[Exception] = []
+        self.settings.callback_failed = self._callback_failed
         tokens = self.settings.security.tokens
         if tokens is not None:
             tokens.on_error = self._token_refresh_failed
@@ -244,6 +248,11 @@ class Cluster:
 
     def take_callback_failures(self) -> List[Exception]:
         return self._take("callback_failures")
+
+    def _callback_failed(self, exc: Exception) -> None:
+        """I/O thread: a connection callback of the application (resolve_cb, socket_cb,
+        ...) raised; the exception goes on to the caller of poll()/flush()/consume()."""
+        self._keep("callback_failures", exc)
 
     def _token_refresh_failed(self, message: str, exc: Exception) -> None:
         """Token refresh thread: an OAUTHBEARER token could not be had (retried in 10 s):

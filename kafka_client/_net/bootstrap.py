@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 __all__ = ["Address", "resolve", "is_ip_literal"]
 
@@ -28,21 +28,36 @@ def is_ip_literal(host: str) -> bool:
     return True
 
 
-def resolve(host: str, port: int, family: str = "any") -> List[Address]:
+def resolve(host: str, port: int, family: str = "any",
+            resolver: Optional[Callable[[str, int], Any]] = None) -> List[Address]:
     """Every TCP address of ``host:port``, in resolver order, without duplicates.
 
-    ``family`` is ``broker.address.family`` (``any``, ``v4``, ``v6``). Raises ``OSError``
-    (``socket.gaierror``) when the name does not resolve. This blocks in the resolver, so
-    the I/O thread calls it only when a connection actually starts.
+    ``family`` is ``broker.address.family`` (``any``, ``v4``, ``v6``). ``resolver(host,
+    port)`` (the ``resolve_cb`` property) replaces ``socket.getaddrinfo``: it returns
+    getaddrinfo-shaped tuples, of which those of other families are left out. Raises
+    ``OSError`` (``socket.gaierror``) when the name does not resolve, ``ValueError`` when
+    the resolver's answer is not getaddrinfo-shaped. This blocks in the resolver, so the
+    I/O thread calls it only when a connection actually starts.
     """
     fam = _FAMILIES.get(family, socket.AF_UNSPEC)
-    infos = socket.getaddrinfo(host, port, fam, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    if resolver is None:
+        infos = socket.getaddrinfo(host, port, fam, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    else:
+        infos = resolver(host, port)
     out: List[Address] = []
     seen = set()
-    for af, _type, _proto, _canon, sockaddr in infos:
-        key = (af, sockaddr[:2])
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((af, sockaddr))
+    try:
+        for af, _type, _proto, _canon, sockaddr in infos:
+            if fam != socket.AF_UNSPEC and af != fam:
+                continue
+            key = (af, tuple(sockaddr[:2]))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append((af, tuple(sockaddr)))
+    except (TypeError, ValueError):
+        raise ValueError(f"resolve_cb returned {infos!r}, not a list of socket.getaddrinfo() "
+                         f"tuples (family, type, proto, canonname, sockaddr)") from None
+    if not out:
+        raise socket.gaierror(socket.EAI_NONAME, f"no {family} address for {host}")
     return out

@@ -138,7 +138,9 @@ class ConnectionSettings:
     __slots__ = ("client_id", "request_timeout", "setup_timeout", "api_versions_timeout",
                  "max_in_flight", "max_frame_size", "reconnect_backoff_ms",
                  "reconnect_backoff_max_ms", "idle_timeout", "address_family", "nagle_off",
-                 "keepalive", "send_buffer", "receive_buffer", "log_close", "security", "log")
+                 "keepalive", "send_buffer", "receive_buffer", "log_close", "security", "log",
+                 "resolve_cb", "socket_cb", "connect_cb", "closesocket_cb", "verify_cb",
+                 "callback_failed", "broker_identity")
 
     def __init__(self, config: Any = None, **overrides: Any) -> None:
         get = (lambda k, d: config[k]) if config is not None else (lambda k, d: d)
@@ -162,8 +164,28 @@ class ConnectionSettings:
         #: TLS and SASL (plaintext when the configuration has none)
         self.security: SecuritySettings = getattr(config, "security", None) \
             or SecuritySettings()
+        #: the application's socket callbacks (see kafka_client.config), None when unset
+        self.resolve_cb = get("resolve_cb", None)
+        self.socket_cb = get("socket_cb", None)
+        self.connect_cb = get("connect_cb", None)
+        self.closesocket_cb = get("closesocket_cb", None)
+        self.verify_cb = get("ssl.certificate.verify_cb", None)
+        #: ``callback_failed(exc)``: one of those callbacks raised ``exc``; the cluster
+        #: keeps it for the caller of poll()/flush()/consume()
+        self.callback_failed: Callable[[Exception], None] = _log_callback_failure
+        #: ``broker_identity(conn) -> (broker_name, broker_id)`` as the callbacks see them
+        self.broker_identity: Callable[["BrokerConnection"], Tuple[str, int]] = \
+            lambda conn: (f"{conn.host}:{conn.port}/{conn.node_id}", conn.node_id)
         for k, v in overrides.items():
             setattr(self, k, v)
+
+
+class CallbackError(Exception):
+    """An application callback of a connection raised or refused; the message names it."""
+
+
+def _log_callback_failure(exc: Exception) -> None:
+    _log.error("connection callback raised: %r", exc)
 
 
 class _Request:
@@ -312,9 +334,13 @@ class BrokerConnection:
         self.connect_count += 1
         self._setup_deadline = now + self.settings.setup_timeout
         if not self._addresses or self._addr_index >= len(self._addresses):
+            resolve_cb = self.settings.resolve_cb
+            resolver = None if resolve_cb is None else (
+                lambda host, port: self._call_back("resolve_cb", resolve_cb, host, port))
             try:
-                self._addresses = resolve(self.host, self.port, self.settings.address_family)
-            except OSError as exc:
+                self._addresses = resolve(self.host, self.port, self.settings.address_family,
+                                          resolver)
+            except (OSError, ValueError, CallbackError) as exc:
                 self._addresses = []
                 self._fail(client_error(KafkaError._RESOLVE,
                                         f"{self.host}:{self.port}: failed to resolve: {exc}"))
@@ -329,9 +355,10 @@ class BrokerConnection:
             family, sockaddr = self._addresses[self._addr_index]
             self._addr_index += 1
             try:
-                sock = socket.socket(family, socket.SOCK_STREAM)
-            except OSError as exc:
-                self.last_error = client_error(KafkaError._TRANSPORT, str(exc))
+                sock = self._new_socket(family)
+            except (OSError, CallbackError) as exc:
+                self.last_error = client_error(KafkaError._TRANSPORT,
+                                               f"{self.host}:{self.port}: {exc}")
                 continue
             sock.setblocking(False)
             s = self.settings
@@ -346,9 +373,16 @@ class BrokerConnection:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, s.receive_buffer)
             except OSError:  # options are best effort
                 pass
-            rc = sock.connect_ex(sockaddr)
+            try:
+                rc = self._connect_socket(sock, sockaddr)
+            except CallbackError as exc:
+                self._close_socket(sock)
+                self.last_error = client_error(
+                    KafkaError._TRANSPORT,
+                    f"{self.host}:{self.port} ({sockaddr[0]}): connect failed: {exc}")
+                continue
             if rc not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
-                sock.close()
+                self._close_socket(sock)
                 self.last_error = client_error(
                     KafkaError._TRANSPORT,
                     f"{self.host}:{self.port} ({sockaddr[0]}): connect failed: "
@@ -364,6 +398,53 @@ class BrokerConnection:
         self._addresses = []
         self._fail(self.last_error or client_error(
             KafkaError._TRANSPORT, f"{self.host}:{self.port}: no address to connect to"))
+
+    def _call_back(self, name: str, callback: Callable[..., Any], *args: Any) -> Any:
+        """Run an application callback here on the I/O thread: what it raises goes to
+        ``settings.callback_failed`` (for the caller of poll()/flush()/consume()) and on
+        as a CallbackError naming it, which fails what it was called for."""
+        try:
+            return callback(*args)
+        except Exception as exc:
+            self.settings.callback_failed(exc)
+            raise CallbackError(f"{name} raised {exc!r}") from exc
+
+    def _new_socket(self, family: int) -> socket.socket:
+        """A TCP socket: ``socket_cb(family, type, proto)``'s, or one made here."""
+        socket_cb = self.settings.socket_cb
+        if socket_cb is None:
+            return socket.socket(family, socket.SOCK_STREAM)
+        sock = self._call_back("socket_cb", socket_cb, family, socket.SOCK_STREAM,
+                               socket.IPPROTO_TCP)
+        if not isinstance(sock, socket.socket):
+            raise CallbackError(f"socket_cb returned {sock!r}, not a socket.socket")
+        return sock
+
+    def _connect_socket(self, sock: socket.socket, sockaddr: tuple) -> int:
+        """``connect_cb(sock, sockaddr, broker_name)`` first (a non-zero errno from it
+        fails the attempt), then the non-blocking connect; returns its errno."""
+        connect_cb = self.settings.connect_cb
+        if connect_cb is not None:
+            name, _ = self.settings.broker_identity(self)
+            rc = self._call_back("connect_cb", connect_cb, sock, sockaddr, name)
+            if rc:
+                code = errno.errorcode.get(rc, rc) if isinstance(rc, int) else rc
+                raise CallbackError(f"connect_cb returned {code}")
+        return sock.connect_ex(sockaddr)
+
+    def _close_socket(self, sock: socket.socket) -> None:
+        """Close a broker socket, ``closesocket_cb(sock)`` first (the socket is closed
+        whatever it does)."""
+        closesocket_cb = self.settings.closesocket_cb
+        if closesocket_cb is not None:
+            try:
+                self._call_back("closesocket_cb", closesocket_cb, sock)
+            except CallbackError:
+                pass  # on its way to the application (callback_failed)
+        try:
+            sock.close()
+        except OSError:  # pragma: no cover
+            pass
 
     def _connected(self) -> None:
         self._written = self._queued_bytes = 0
@@ -381,7 +462,7 @@ class BrokerConnection:
                                         do_handshake_on_connect=False)
         except (ssl.SSLError, OSError, ValueError) as exc:
             self.sock = None
-            raw.close()
+            self._close_socket(raw)
             self.close(KafkaError(KafkaError._SSL, f"{self.host}:{self.port}: TLS set-up "
                                                    f"failed: {exc}"))
             return
@@ -413,7 +494,26 @@ class BrokerConnection:
             return
         self.log.debug("TLS to %s:%s: %s, %s", self.host, self.port, sock.version(),
                        (sock.cipher() or ("?",))[0])
+        verify_cb = self.settings.verify_cb
+        if verify_cb is not None:
+            try:
+                self._verify_peer(sock, verify_cb)
+            except CallbackError as exc:
+                self.close(KafkaError(KafkaError._SSL, f"{self.host}:{self.port}: SSL "
+                                                       f"handshake failed: {exc}"))
+                return
         self._start_api_versions()
+
+    def _verify_peer(self, sock: Any, verify_cb: Callable[..., Any]) -> None:
+        """``ssl.certificate.verify_cb(broker_name, broker_id, x509_error, depth,
+        der_cert)`` once, for the broker's leaf certificate (the one Python's ssl shows),
+        after OpenSSL's own verification passed (x509_error 0): a false answer refuses
+        it."""
+        name, broker_id = self.settings.broker_identity(self)
+        der = sock.getpeercert(binary_form=True)
+        if not self._call_back("ssl.certificate.verify_cb", verify_cb, name, broker_id, 0,
+                               0, der):
+            raise CallbackError("ssl.certificate.verify_cb refused the broker's certificate")
 
     def _start_api_versions(self) -> None:
         self.state = HANDSHAKE
@@ -928,10 +1028,7 @@ class BrokerConnection:
         sock, self.sock = self.sock, None
         if sock is not None:
             self.io.unregister(sock)
-            try:
-                sock.close()
-            except OSError:  # pragma: no cover
-                pass
+            self._close_socket(sock)
 
     def _fail(self, error: KafkaError) -> None:
         """A connect attempt failed: back off, fail queued requests only if asked."""

@@ -118,6 +118,7 @@ class Consumer(ClientBase):
         #: raised by a callback while a consume() had messages to return: raised next
         self._deferred: Optional[Exception] = None
         self._auto_store = bool(cfg["enable.auto.offset.store"])
+        self._consume_cb: Optional[Callable[[Message], Any]] = cfg["consume_cb"]
         self._assign_ops = 0  # assign()-family calls (rebalance callbacks are checked for them)
         self._group_id: Optional[str] = cfg["group.id"]
         self._group: Any = None
@@ -297,6 +298,8 @@ class Consumer(ClientBase):
             # one step under the GIL: each message goes to one thread.
             msg = next(self._handout.rest, None)
             if msg is not None:
+                if self._consume_cb is not None:
+                    self._run_consume_cb([msg])
                 return msg
         msgs = self.consume(1, -1 if timeout is None else timeout)
         return msgs[0] if msgs else None
@@ -304,6 +307,24 @@ class Consumer(ClientBase):
     def consume(self, num_messages: int = 1, timeout: Optional[float] = -1) -> List[Message]:
         """Up to ``num_messages`` messages and events, returned as soon as that many are
         there or ``timeout`` seconds passed (-1 or None: no limit)."""
+        out = self._consume(num_messages, timeout)
+        if self._consume_cb is not None and out:
+            self._run_consume_cb(out)
+        return out
+
+    def _run_consume_cb(self, msgs: List[Message]) -> None:
+        """``consume_cb(msg)`` for each message about to be returned; if it raises, the
+        messages are returned all the same and the exception comes from the next call
+        (the policy for a callback raising while messages are in hand)."""
+        cb = self._consume_cb
+        try:
+            for msg in msgs:
+                cb(msg)
+        except Exception as exc:
+            if self._deferred is None:
+                self._deferred = exc
+
+    def _consume(self, num_messages: int, timeout: Optional[float]) -> List[Message]:
         self._check_open()
         num_messages = _count(num_messages, "num_messages")
         deadline = deadline_after(timeout)
@@ -704,7 +725,8 @@ class Consumer(ClientBase):
                   on_lost: Optional[Callable] = None) -> None:
         """Join the group and consume the partitions it assigns from ``topics`` (names,
         or regular expressions starting with ``^``). The callbacks run from poll()/
-        consume() as ``cb(consumer, partitions)``."""
+        consume() as ``cb(consumer, partitions)``; when none is given, the ``rebalance_cb``
+        property's ``rebalance_cb(consumer, err, partitions)`` runs instead, if set."""
         group = self._need_group("subscribe()")
         if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
             raise TypeError("subscribe() requires a list of topic names (str)")
@@ -716,6 +738,10 @@ class Consumer(ClientBase):
                          ("on_lost", on_lost)):
             if cb is not None and not callable(cb):
                 raise TypeError(f"{name} expects a callable, not {type(cb).__name__}")
+        rebalance_cb = self._config["rebalance_cb"]
+        if rebalance_cb is not None and on_assign is None and on_revoke is None \
+                and on_lost is None:
+            on_assign, on_revoke = _rebalance_callbacks(rebalance_cb)
         group.subscribe(list(topics), on_assign, on_revoke, on_lost)
 
     def unsubscribe(self) -> None:
@@ -929,6 +955,20 @@ class _Member:
 
     def incremental_unassign(self, partitions: List[TopicPartition]) -> None:
         self.consumer.incremental_unassign(partitions)
+
+
+def _rebalance_callbacks(rebalance_cb: Callable[[Any, KafkaError, List[TopicPartition]], Any]
+                         ) -> Tuple[Callable, Callable]:
+    """on_assign and on_revoke made of librdkafka's one ``rebalance_cb(consumer, err,
+    partitions)``; a lost assignment goes to on_revoke (_REVOKE_PARTITIONS), as
+    there."""
+    def on_assign(consumer: Any, partitions: List[TopicPartition]) -> None:
+        rebalance_cb(consumer, KafkaError(KafkaError._ASSIGN_PARTITIONS), partitions)
+
+    def on_revoke(consumer: Any, partitions: List[TopicPartition]) -> None:
+        rebalance_cb(consumer, KafkaError(KafkaError._REVOKE_PARTITIONS), partitions)
+
+    return on_assign, on_revoke
 
 
 def _deliverer(queue: Deque[Any], ready: threading.Event) -> Callable[[Any], None]:

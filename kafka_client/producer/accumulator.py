@@ -60,7 +60,7 @@ from kafka_client.producer._core import (
     to_columns,
     too_large,
 )
-from kafka_client.producer.partitioners import TopicPartitioner
+from kafka_client.producer.partitioners import TopicPartitioner, callback_partitioner
 from kafka_proto.errors import ErrorCode
 from kafka_proto.records import RecordBatchBuilder
 
@@ -124,6 +124,7 @@ class Accumulator(AccumulatorCore):
         level = config["compression.level"]
         self.compression_level = None if level < 0 else level
         self.partitioner_name = config["partitioner"]
+        self.partitioner_cb = config["partitioner_cb"]
         self.sticky_ms = config["sticky.partitioning.linger.ms"]
         self.default_cb = config["on_delivery"]
         self.idempotent = bool(config["enable.idempotence"])
@@ -158,7 +159,8 @@ class Accumulator(AccumulatorCore):
         self.initial_capacity = max(4096, min(self.batch_size, 256 * 1024))
         # A batch takes another record only while it stays within batch.size.
         self.batch_limit = self.batch_size - RECORD_OVERHEAD
-        self.sticky_cache = self.sticky_ms > 0 and self.partitioner_name not in _KEYED_ONLY
+        self.sticky_cache = self.sticky_ms > 0 and self.partitioner_name not in _KEYED_ONLY \
+            and self.partitioner_cb is None
 
     # ================================================================ application thread
     def produce_batch(self, topic: str, values: Sequence[Any],
@@ -312,6 +314,9 @@ class Accumulator(AccumulatorCore):
                     self.place_waiting(t, m)
                 except KafkaException as exc:
                     failed.append(Unplaced(t.name, exc.args[0], [m]))
+                except Exception as exc:  # partitioner_cb raised: that message fails
+                    failed.append(Unplaced(t.name, KafkaError(
+                        KafkaError._APPLICATION, f"partitioner_cb raised {exc!r}"), [m]))
         return failed
 
     def _take_pending(self, t: TopicState, before: Optional[float] = None
@@ -366,6 +371,8 @@ class Accumulator(AccumulatorCore):
                 self._close(p, b)
 
     def _partitioner(self) -> Callable[..., int]:
+        if self.partitioner_cb is not None:
+            return callback_partitioner(self.partitioner_cb)
         return TopicPartitioner(self.partitioner_name, self.sticky_ms).choose
 
     def _new_topic(self, name: str) -> TopicState:

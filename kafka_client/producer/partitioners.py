@@ -39,6 +39,7 @@ import random as _random_module
 import time
 from typing import Callable, Dict, Optional, Sequence, Union
 
+from kafka_client.errors import KafkaError, KafkaException
 from kafka_proto.hashing import crc32_partition, fnv1a_partition, murmur2_partition
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "PARTITIONERS",
     "DEFAULT_PARTITIONER",
     "get_partitioner",
+    "callback_partitioner",
     "uses_sticky",
     "TopicPartitioner",
 ]
@@ -138,6 +140,22 @@ def get_partitioner(name: str, rng: Optional[_random_module.Random] = None) -> P
     if fn is None:
         fn = _SHARED[name] = _build(name, None)
     return fn
+
+
+def callback_partitioner(partitioner_cb: Callable[[Key, int], int]) -> Partitioner:
+    """The ``partitioner_cb`` property as a partitioner: ``partitioner_cb(key,
+    partition_count)`` chooses; a partition the topic does not have is
+    ``_UNKNOWN_PARTITION``, librdkafka's check of what its partitioner returns."""
+    def choose(key: Key, partition_count: int,
+               available: Optional[Sequence[int]] = None) -> int:
+        partition = partitioner_cb(key, partition_count)
+        if not isinstance(partition, int) or not 0 <= partition < partition_count:
+            raise KafkaException(KafkaError(
+                KafkaError._UNKNOWN_PARTITION,
+                f"partitioner_cb returned {partition!r} for a topic of {partition_count} "
+                f"partitions"))
+        return partition
+    return choose
 
 
 def uses_sticky(name: str, sticky_linger_ms: float) -> bool:

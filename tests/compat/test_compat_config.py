@@ -25,10 +25,13 @@ _DIFFERENT_TEXT = {
     "delivery.report.only.error",   # theirs: TypeError from confluent-kafka's Python layer
 }
 _WINDOWS_ONLY = {"ssl.ca.certificate.stores"}  # refused by librdkafka on Linux, any value
+#: confluent-kafka passes None as the text "None": a plugin of that name fails to load
+_NONE_AS_TEXT = {"plugin.library.paths"}
 
 TYPED = sorted(name for name, prop in PROPERTIES.items()
-               if prop.status != REFUSED and prop.type not in ("callable", "logger", "api")
-               and name not in _WINDOWS_ONLY)
+               if prop.status != REFUSED
+               and prop.type not in ("callable", "logger", "mapping", "any")
+               and name not in _WINDOWS_ONLY | _NONE_AS_TEXT)
 
 
 def _theirs(name):

@@ -6,7 +6,9 @@ and PKCS#12 keystores load. Tansu advertises the stunnel port, so every connecti
 bootstrap is TLS too."""
 from __future__ import annotations
 
+import ssl
 import time
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +190,108 @@ def test_a_tls_listener_spoken_to_in_plaintext_is_named_as_the_likely_cause(
     hint = "while asked for its API versions (is it a TLS listener? check security.protocol)"
     assert hint in text, text
     assert errors and hint in errors[0], errors
+
+
+# -- librdkafka's TLS callback and the settings made through OpenSSL directly ----------------
+
+def test_certificates_as_set_ssl_cert_sets_them(tls_endpoints, topic_name):
+    """ssl_ca / ssl_certificate / ssl_key (librdkafka's set_ssl_cert() names) take PEM or
+    DER bytes: a DER CA and client certificate, a PEM key as bytes."""
+    c = tls_endpoints.certs
+    conf = tls_endpoints.conf(tls_endpoints.mutual, **{
+        "ssl.ca.location": None,
+        "ssl_ca": ssl.PEM_cert_to_DER_cert(c.ca.read_text()),
+        "ssl_certificate": ssl.PEM_cert_to_DER_cert(c.client_cert.read_text()),
+        "ssl_key": c.client_key.read_bytes()})
+    tls_endpoints.mutual_broker.create_topic(topic_name)
+    produce_all(conf, topic_name, n=100)
+    assert len(consume_all(conf, topic_name, n=100)) == 100
+
+
+def test_verify_cb_sees_the_broker_certificate_and_can_refuse_it(tls_endpoints):
+    seen = []
+
+    def accept(*args):
+        seen.append(args)
+        return True
+
+    expect_accepted(tls_endpoints.conf(tls_endpoints.server_only,
+                                       **{"ssl.certificate.verify_cb": accept}))
+    name, broker_id, x509_error, depth, der = seen[0]
+    assert name == f"{tls_endpoints.server_only.bootstrap}/bootstrap" and broker_id == -1
+    assert (x509_error, depth) == (0, 0)
+    assert der == ssl.PEM_cert_to_DER_cert(tls_endpoints.certs.server_cert.read_text())
+    text = expect_refused(tls_endpoints.conf(
+        tls_endpoints.server_only, **{"ssl.certificate.verify_cb": lambda *a: False}),
+        "ssl.certificate.verify_cb refused the broker's certificate")
+    assert tls_endpoints.server_only.bootstrap in text
+
+
+def test_a_raising_verify_cb_fails_the_connection_and_reaches_poll(tls_endpoints):
+    def verify_cb(*args):
+        raise LookupError("pin not found")
+
+    errors = []
+    p = Producer(tls_endpoints.conf(tls_endpoints.server_only,
+                                    **{"ssl.certificate.verify_cb": verify_cb}),
+                 error_cb=errors.append)
+    try:
+        with pytest.raises(KafkaException):
+            p.list_topics(timeout=2)
+        with pytest.raises(LookupError, match="pin not found"):
+            for _ in range(50):
+                p.poll(0.1)
+    finally:
+        started = time.monotonic()
+        try:
+            p.close()
+        except LookupError:  # a later reconnect's: close() closes, then raises it
+            pass
+        assert time.monotonic() - started < 5
+    assert any(e.code() == KafkaError._SSL and "verify_cb raised" in e.str() for e in errors)
+
+
+def test_sigalgs_list_restricts_the_handshake(tls_endpoints):
+    """The test certificates are RSA: RSA-PSS signatures connect; offering only ECDSA
+    leaves the server nothing to sign with, and the handshake fails."""
+    server = tls_endpoints.server_only
+    expect_accepted(tls_endpoints.conf(server, **{"ssl.sigalgs.list": "rsa_pss_rsae_sha256"}))
+    expect_refused(tls_endpoints.conf(server, **{"ssl.sigalgs.list": "ECDSA+SHA256"}),
+                   "SSL handshake failed")
+    with pytest.raises(KafkaException, match='"ssl.sigalgs.list": "NOPE"'):
+        Producer(tls_endpoints.conf(server, **{"ssl.sigalgs.list": "NOPE"}))
+
+
+def test_providers_load_and_a_made_up_one_is_refused(tls_endpoints):
+    server = tls_endpoints.server_only
+    expect_accepted(tls_endpoints.conf(server, **{"ssl.providers": "default,legacy"}))
+    with pytest.raises(KafkaException, match='OpenSSL provider "made-up" cannot be loaded'):
+        Producer(tls_endpoints.conf(server, **{"ssl.providers": "made-up"}))
+
+
+ENGINES = Path("/usr/lib/x86_64-linux-gnu/engines-3")
+
+
+def test_engine_location_loads_the_engine_or_names_the_path(tls_endpoints):
+    server = tls_endpoints.server_only
+    attic = ENGINES / "loader_attic.so"
+    if not attic.exists():
+        pytest.skip(f"no OpenSSL engine at {attic}")
+    expect_accepted(tls_endpoints.conf(server, **{"ssl.engine.location": str(attic)}))
+    missing = str(ENGINES / "no-such-engine.so")
+    with pytest.raises(KafkaException, match=f"engine {missing} cannot be loaded"):
+        Producer(tls_endpoints.conf(server, **{"ssl.engine.location": missing}))
+
+
+@pytest.mark.parametrize("name, value", [("ssl.sigalgs.list", "rsa_pss_rsae_sha256"),
+                                         ("ssl.providers", "default"),
+                                         ("ssl.engine.location", "/x/engine.so")])
+def test_openssl_settings_are_refused_where_openssl_cannot_be_reached(
+        tls_endpoints, monkeypatch, name, value):
+    """The plain path: with the CPython internals off (KAFKA_NATIVE_PLAIN), these cannot
+    be made, and ignoring them would weaken the TLS asked for: refused, saying why."""
+    monkeypatch.setenv("KAFKA_NATIVE_PLAIN", "1")
+    with pytest.raises(KafkaException) as info:
+        Producer(tls_endpoints.conf(tls_endpoints.server_only, **{name: value}))
+    assert f'"{name}"' in info.value.args[0].str()
+    assert "KAFKA_NATIVE_PLAIN" in info.value.args[0].str()

@@ -15,19 +15,24 @@ What each property does here:
 * ``ssl.curves.list``: one curve name (Python's ``ssl`` can set only one);
 * ``ssl.endpoint.identification.algorithm``: ``https`` (default) checks the broker's host
   name against its certificate, ``none`` does not;
-* ``enable.ssl.certificate.verification``: false accepts any certificate.
+* ``enable.ssl.certificate.verification``: false accepts any certificate;
+* ``ssl.providers``, ``ssl.sigalgs.list``, ``ssl.engine.location`` / ``ssl.engine.id``:
+  made through OpenSSL directly (:mod:`._openssl`), refused where that cannot be done.
 
 Contexts are built once per client, on the application thread, so a bad file fails the
 constructor with a message naming the property.
 """
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import ssl
 import subprocess
 import tempfile
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Union
+
+from kafka_client._net.security import _openssl
 
 __all__ = ["TlsConfigError", "build_ssl_context"]
 
@@ -39,6 +44,9 @@ class TlsConfigError(ValueError):
 def build_ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext:
     """An SSLContext for connecting to brokers, from a configuration mapping that has
     every ``ssl.*`` property (a :class:`~kafka_client.config.ClientConfig`)."""
+    providers = conf["ssl.providers"]
+    if providers:  # before the context is made, as librdkafka loads them
+        _through_openssl("ssl.providers", _openssl.load_providers, providers)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     verify = conf["enable.ssl.certificate.verification"]
@@ -46,7 +54,7 @@ def build_ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext:
     ctx.verify_mode = ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
 
     ca_location = conf["ssl.ca.location"]
-    ca_pem = conf["ssl.ca.pem"]
+    ca_pem = _as_pem(conf["ssl.ca.pem"], "CERTIFICATE")
     if ca_location and ca_location != "probe":
         _load(ctx.load_verify_locations, "ssl.ca.location", ca_location,
               **({"capath": ca_location} if os.path.isdir(ca_location)
@@ -76,7 +84,37 @@ def build_ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext:
             ctx.set_ecdh_curve(curves.strip())
         except (ValueError, ssl.SSLError) as exc:
             raise TlsConfigError(f'"ssl.curves.list": unknown curve "{curves}": {exc}') from None
+    sigalgs = conf["ssl.sigalgs.list"]
+    if sigalgs:
+        _through_openssl("ssl.sigalgs.list", _openssl.set_sigalgs, ctx, sigalgs.strip())
+    engine = conf["ssl.engine.location"]
+    if engine:
+        own_certificate = not (conf["ssl.certificate.location"] or conf["ssl.certificate.pem"]
+                               or conf["ssl.keystore.location"])
+        _through_openssl("ssl.engine.location", _openssl.load_engine, ctx, engine,
+                         conf["ssl.engine.id"], own_certificate)
     return ctx
+
+
+def _through_openssl(prop: str, fn: Callable[..., None], *args: Any) -> None:
+    """A setting made through OpenSSL directly (see _openssl); refused, naming the
+    property and why, where that cannot be done."""
+    try:
+        fn(*args)
+    except _openssl.OpenSSLError as exc:
+        raise TlsConfigError(f'"{prop}": {exc}') from None
+
+
+def _as_pem(value: Union[str, bytes, None], label: str) -> Optional[str]:
+    """PEM text from a PEM string, PEM bytes or DER bytes (wrapped as ``label``: a
+    CERTIFICATE, or a PKCS#8 PRIVATE KEY), as librdkafka's set_ssl_cert() takes either."""
+    if value is None or isinstance(value, str):
+        return value
+    if value.lstrip().startswith(b"-----BEGIN"):
+        return value.decode("ascii")
+    text = base64.b64encode(value).decode("ascii")
+    lines = "\n".join(text[i:i + 64] for i in range(0, len(text), 64))
+    return f"-----BEGIN {label}-----\n{lines}\n-----END {label}-----\n"
 
 
 def _load(fn: Callable[..., Any], prop: str, path: Optional[str], **kwargs: Any) -> None:
@@ -90,8 +128,9 @@ def _load(fn: Callable[..., Any], prop: str, path: Optional[str], **kwargs: Any)
 
 
 def _load_client_certificate(ctx: ssl.SSLContext, conf: Mapping[str, Any]) -> None:
-    cert_file, cert_pem = conf["ssl.certificate.location"], conf["ssl.certificate.pem"]
-    key_file, key_pem = conf["ssl.key.location"], conf["ssl.key.pem"]
+    cert_file = conf["ssl.certificate.location"]
+    cert_pem = _as_pem(conf["ssl.certificate.pem"], "CERTIFICATE")
+    key_file, key_pem = conf["ssl.key.location"], _as_pem(conf["ssl.key.pem"], "PRIVATE KEY")
     password = conf["ssl.key.password"]
     keystore = conf["ssl.keystore.location"]
     if keystore:

@@ -343,18 +343,18 @@ def test_broker_closing_the_connection_fails_requests_with_transport(io):
         fake.close()
 
 
-def test_addresses_of_a_name_are_tried_in_turn(io, monkeypatch):
-    """A name resolving to several addresses: the dead first one is skipped."""
-    import kafka_client._net.connection as connection
-
+def test_addresses_of_a_name_are_tried_in_turn(io):
+    """A name resolving to several addresses (here by resolve_cb): the dead first one is
+    skipped."""
     fake = FakeBroker()
     dead = _closed_port()
-    monkeypatch.setattr(connection, "resolve", lambda host, port, family="any": [
-        (socket.AF_INET, ("127.0.0.1", dead)), (socket.AF_INET, ("127.0.0.1", fake.port))])
+    tcp = (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "")
+    settings = ConnectionSettings(resolve_cb=lambda host, port: [
+        tcp + (("127.0.0.1", dead),), tcp + (("127.0.0.1", fake.port),)])
     states = []
     try:
         conn = on_io(io, lambda: BrokerConnection(
-            io, 1, "broker.example", 9092,
+            io, 1, "broker.example", 9092, settings,
             on_state=lambda c, st, err: states.append((st, err))))
         on_io(io, lambda: io.add_tick(conn.service))
         on_io(io, conn.connect)

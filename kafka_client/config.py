@@ -13,9 +13,9 @@ Unknown properties and invalid values raise :class:`~kafka_client.errors.KafkaEx
 carrying ``KafkaError._INVALID_ARG`` and a message naming the property. A property meant only
 for the other kind of client is accepted with a logged warning, as librdkafka does.
 
-Every name librdkafka knows is in the table with a status: *effect*, *warning* (accepted,
-ignored, one warning naming it when set) or *refused* (an error naming it, where ignoring it
-would weaken what was asked for, or where librdkafka itself refuses the name). The TLS and
+Every name librdkafka knows is in the table with a status: *effect* or *warning* (accepted,
+ignored, one warning naming it when set). Values whose being ignored would weaken what was
+asked for are refused with an error naming them (``refuse_values``). The TLS and
 SASL settings are built at construction (:attr:`ClientConfig.security`).
 
 ``python -m kafka_client.config --markdown`` prints the table as Markdown
@@ -90,10 +90,10 @@ class Property:
     values: Tuple[str, ...] = ()
     synonyms: Mapping[str, Any] = field(default_factory=dict)
     derived: str = ""
-    #: EFFECT (it does what librdkafka documents), WARNING (accepted, ignored, one warning
-    #: names it) or REFUSED (an error: ignoring it would weaken what was asked for)
+    #: EFFECT (it does what librdkafka documents) or WARNING (accepted, ignored, one
+    #: warning names it)
     status: str = "effect"
-    #: why it is ignored or refused, or what differs from librdkafka
+    #: why it is ignored, or what differs from librdkafka
     note: str = ""
     #: values refused although the property has its effect otherwise: value -> reason
     refuse_values: Mapping[Any, str] = field(default_factory=dict)
@@ -134,7 +134,7 @@ def _fmt_num(v: Any) -> str:
     return str(v)
 
 
-EFFECT, WARNING, REFUSED = "effect", "warning", "refused"
+EFFECT, WARNING = "effect", "warning"
 
 
 def _p(name: str, type_: str, default: Any, scope: str, description: str, **kw: Any) -> Property:
@@ -778,11 +778,6 @@ def _value_text(value: Any) -> str:
     return str(value)
 
 
-def _refusal(given: str, prop: Property) -> KafkaException:
-    return _invalid(f"Configuration property {_label(given, prop)} is not supported by this "
-                    f"client: {prop.note}")
-
-
 class ClientLogger:
     """What a client logs through when log_cb or log_level is set: drops lines above
     ``log_level`` (syslog numbering) and hands the rest to ``log_cb(level, facility,
@@ -1084,8 +1079,6 @@ class ClientConfig(Mapping[str, Any]):
             prop = _BY_ANY_NAME.get(key)
             if prop is None:
                 raise _unknown(key)
-            if prop.status == REFUSED:
-                raise _refusal(key, prop)
             earlier = given_as.get(prop.name)
             if prop.distinct_names and earlier is not None and earlier != key:
                 raise _same_thing(earlier, key)
@@ -1464,10 +1457,10 @@ def to_markdown() -> str:
         "",
         "Every property name in librdkafka's CONFIGURATION.md is in this table. Status: "
         "**effect** = it does what librdkafka documents (the note says where a value is "
-        "refused or differs); **warning** = accepted, ignored, and one warning naming it "
-        "is logged when it is set; **refused** = construction fails with an error naming "
-        "it, because ignoring it would weaken what was asked for (no name is refused "
-        "whatever its value; some values are). The properties librdkafka sets only "
+        "refused, because ignoring it would weaken what was asked for, or where it "
+        "differs); **warning** = accepted, ignored, and one warning naming it is logged "
+        "when it is set. No name is refused whatever its value. The properties librdkafka "
+        "sets only "
         "through its C functions (callbacks, `opaque`, `default_topic_conf`, "
         "`ssl_key`/`ssl_certificate`/`ssl_ca`) are set by name here, callbacks as Python "
         "callables.",

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -147,6 +148,35 @@ def metadata_failure():
         finally:
             p.close()
         return ei.value.args[0].str(), [e.str() for e in errors]
+    return run
+
+
+@pytest.fixture
+def raising_callback_failure():
+    """``run(conf, exc_type, match)``: a Producer on ``conf``, where an application callback
+    raises ``exc_type``: its list_topics() must fail, the exception (matching ``match``)
+    must reach a poll() within 5 s, and close() must return in under 5 s (a later
+    attempt's exception, which close() raises once closed, is let through). Returns the
+    KafkaErrors error_cb got."""
+    from kafka_client import KafkaException, Producer
+
+    def run(conf, exc_type, match):
+        errors = []
+        p = Producer(conf, error_cb=errors.append)
+        try:
+            with pytest.raises(KafkaException):
+                p.list_topics(timeout=2)
+            with pytest.raises(exc_type, match=match):
+                for _ in range(50):
+                    p.poll(0.1)
+        finally:
+            started = time.monotonic()
+            try:
+                p.close()
+            except exc_type:
+                pass
+            assert time.monotonic() - started < 5
+        return errors
     return run
 
 

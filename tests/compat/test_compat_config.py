@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from kafka_client import Consumer, KafkaError, KafkaException, Producer
-from kafka_client.config import PROPERTIES, REFUSED
+from kafka_client.config import PROPERTIES
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -29,8 +29,7 @@ _WINDOWS_ONLY = {"ssl.ca.certificate.stores"}  # refused by librdkafka on Linux,
 _NONE_AS_TEXT = {"plugin.library.paths"}
 
 TYPED = sorted(name for name, prop in PROPERTIES.items()
-               if prop.status != REFUSED
-               and prop.type not in ("callable", "logger", "mapping", "any")
+               if prop.type not in ("callable", "logger", "mapping", "any")
                and name not in _WINDOWS_ONLY | _NONE_AS_TEXT)
 
 

@@ -115,26 +115,13 @@ def test_connect_cb_returning_0_connects(broker, topic_name):
 
 
 @pytest.mark.parametrize("name", ["resolve_cb", "socket_cb", "connect_cb"])
-def test_a_raising_socket_callback_fails_the_attempt_and_reaches_poll(broker, name):
+def test_a_raising_socket_callback_fails_the_attempt_and_reaches_poll(
+        broker, name, raising_callback_failure):
     def raising(*args):
         raise OSError(f"{name} says no")
 
-    errors = []
-    p = Producer({"bootstrap.servers": broker.bootstrap, name: raising},
-                 error_cb=errors.append)
-    try:
-        with pytest.raises(KafkaException):
-            p.list_topics(timeout=1)
-        with pytest.raises(OSError, match=f"{name} says no"):
-            for _ in range(50):
-                p.poll(0.1)
-    finally:
-        started = time.monotonic()
-        try:
-            p.close()
-        except OSError:  # a later attempt's: close() closes first, then raises it
-            pass
-        assert time.monotonic() - started < 5
+    errors = raising_callback_failure({"bootstrap.servers": broker.bootstrap, name: raising},
+                                      OSError, f"{name} says no")
     assert any(f"{name} raised" in e.str() for e in errors), errors
 
 

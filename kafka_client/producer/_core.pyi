@@ -3,7 +3,7 @@ from collections import deque
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from kafka_client.errors import KafkaException
-from kafka_proto.records import RecordBatchBuilder
+from kafka_proto.records import BinaryColumn, RecordBatchBuilder
 
 class PendingMessage:
     value: Optional[bytes]
@@ -27,16 +27,17 @@ class DeliveryRange:
     index: int
     count: int
     callback: Callable[..., Any]
-    values: List[Optional[bytes]]
-    keys: Optional[List[Optional[bytes]]]
+    values: Union[List[Optional[bytes]], BinaryColumn]
+    keys: Optional[Union[List[Optional[bytes]], BinaryColumn]]
     timestamp: int
     def __init__(self, index: int, callback: Callable[..., Any],
-                 values: List[Optional[bytes]], keys: Optional[List[Optional[bytes]]],
+                 values: Union[List[Optional[bytes]], BinaryColumn],
+                 keys: Optional[Union[List[Optional[bytes]], BinaryColumn]],
                  timestamp: int) -> None: ...
 
 class Columns:
-    values: List[Optional[bytes]]
-    keys: Optional[List[Optional[bytes]]]
+    values: Union[List[Optional[bytes]], BinaryColumn]
+    keys: Optional[Union[List[Optional[bytes]], BinaryColumn]]
     total: int
     biggest: int
 

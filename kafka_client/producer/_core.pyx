@@ -27,6 +27,7 @@ from collections import deque
 from operator import index as _index
 
 from kafka_client.errors import KafkaError, KafkaException
+from kafka_proto.records import BinaryColumn
 
 _monotonic = time.monotonic
 #: produce()'s default partition, -1: "the partitioner chooses" (a cached small int)
@@ -111,17 +112,17 @@ cdef class DeliveryRange:
     """The delivery callback of ``count`` consecutive messages of a batch appended by one
     ``produce_batch()`` call (from the batch's ``index``-th message on): one record per
     bulk append instead of one per message. ``values`` and ``keys`` (None: no keys) are
-    the producer's own lists of what was appended, for the reports; ``timestamp`` as in
-    :class:`DeliveryCallback`."""
+    the producer's own lists (or :class:`~kafka_proto.records.BinaryColumn` views) of
+    what was appended, for the reports; ``timestamp`` as in :class:`DeliveryCallback`."""
 
     cdef readonly Py_ssize_t index
     cdef readonly Py_ssize_t count
     cdef readonly object callback
-    cdef readonly list values
-    cdef readonly list keys
+    cdef readonly object values
+    cdef readonly object keys
     cdef readonly object timestamp
 
-    def __init__(self, Py_ssize_t index, callback, list values, list keys, timestamp):
+    def __init__(self, Py_ssize_t index, callback, values, keys, timestamp):
         self.index = index
         self.count = len(values)
         self.callback = callback
@@ -575,19 +576,21 @@ def too_large(Py_ssize_t size, long long message_max):
 cdef class Columns:
     """``produce_batch()``'s columnar arguments checked for the codec: ``values`` and
     ``keys`` (None: no keys) as lists of bytes or None (str UTF-8 encoded; the caller's
-    list itself when it needed no change), the sum of their sizes and the largest
-    message (key + value)."""
+    list itself when it needed no change) or, from pyarrow arrays, both as
+    :class:`~kafka_proto.records.BinaryColumn` over the arrays' buffers; the sum of their
+    sizes and the largest message (key + value)."""
 
-    cdef readonly list values
-    cdef readonly list keys
+    cdef readonly object values
+    cdef readonly object keys
     cdef readonly Py_ssize_t total
     cdef readonly Py_ssize_t biggest
 
 
 def to_columns(values, keys=None):
     """Check and convert ``produce_batch(topic, values, keys)``'s columns: TypeError
-    naming the first item that is not bytes, str, bytearray, memoryview or None,
-    ValueError when keys and values differ in length."""
+    naming the first item that is not bytes, str, bytearray, memoryview or None (or a
+    pyarrow array that is not of a binary or string type), ValueError when keys and
+    values differ in length."""
     cdef Columns c = Columns.__new__(Columns)
     cdef Py_ssize_t i, n, size
     c.values = _column(values, "values")
@@ -597,6 +600,17 @@ def to_columns(values, keys=None):
         if len(c.keys) != n:
             raise ValueError(f"keys and values differ in length ({len(c.keys)} keys, "
                              f"{n} values)")
+    if type(c.values) is BinaryColumn or type(c.keys) is BinaryColumn:
+        if c.keys is not None and type(c.values) is not type(c.keys):
+            # One pyarrow column and one list: the codec encodes from one kind.
+            if type(c.values) is BinaryColumn:
+                c.values = c.values.to_list()
+            else:
+                c.keys = c.keys.to_list()
+        else:
+            c.total = c.values.byte_size + (0 if c.keys is None else c.keys.byte_size)
+            c.biggest = c.values.max_row_size(c.keys)
+            return c
     for i in range(n):
         value = c.values[i]
         size = 0 if value is None else PyBytes_GET_SIZE(value)
@@ -610,8 +624,9 @@ def to_columns(values, keys=None):
     return c
 
 
-cdef list _column(items, str what):
-    # bytes or None items: the list as it is; anything else converted in a copy.
+cdef object _column(items, str what):
+    # bytes or None items: the list as it is; anything else converted in a copy; a
+    # pyarrow array: a BinaryColumn over its buffers.
     cdef list out
     cdef bint own = False
     cdef Py_ssize_t i
@@ -619,6 +634,9 @@ cdef list _column(items, str what):
         out = <list>items
     elif isinstance(items, (str, bytes, bytearray, memoryview, dict)):
         raise TypeError(f"{what} must be a list of messages, not {type(items).__name__}")
+    elif type(items).__module__ == "pyarrow.lib":
+        from kafka_client.producer.arrow import binary_column  # pyarrow is optional
+        return binary_column(items, what)
     else:
         out = list(items)
         own = True

@@ -44,6 +44,7 @@ from typing import (
     Sequence,
     Set,
     Tuple,
+    Union,
 )
 
 from kafka_client.errors import KafkaError, KafkaException, client_error
@@ -62,12 +63,15 @@ from kafka_client.producer._core import (
 )
 from kafka_client.producer.partitioners import TopicPartitioner, callback_partitioner
 from kafka_proto.errors import ErrorCode
-from kafka_proto.records import RecordBatchBuilder
+from kafka_proto.records import BinaryColumn, RecordBatchBuilder
 
 __all__ = ["Accumulator", "Batch", "PartitionState", "PendingMessage", "TopicState",
            "Unplaced", "Removed", "Readiness", "COMPRESSION_IDS"]
 
 COMPRESSION_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+#: A produce_batch() column as the codec takes it: bytes or None items.
+Column = Union[List[Optional[bytes]], BinaryColumn]
 
 #: Bytes a record adds beyond its key and value (varints, attributes; generous).
 RECORD_OVERHEAD = 24
@@ -195,6 +199,9 @@ class Accumulator(AccumulatorCore):
             if t is None:
                 t = self._new_topic(topic)
             if t.parts is None:
+                if type(values) is BinaryColumn:  # they wait as produce()'s messages do
+                    values = values.to_list()
+                    keys = None if keys is None else keys.to_list()
                 self.wait_for_metadata_many(t, values, keys, partition, on_delivery,
                                             timestamp)
                 return n
@@ -334,12 +341,12 @@ class Accumulator(AccumulatorCore):
         return taken
 
     # -- batches (under the lock) -----------------------------------------------------
-    def _append_bulk(self, p: PartitionState, values: List[Any], keys: Optional[List[Any]],
+    def _append_bulk(self, p: PartitionState, values: Column, keys: Optional[Column],
                      ts: Optional[int], avg: int, on_delivery: Optional[Callable],
                      timestamp: int) -> None:
-        """Under the lock: append a list of records (bytes or None, checked) to one
-        partition, batch by batch; with ``on_delivery``, one :class:`DeliveryRange` per
-        batch for the records appended to it."""
+        """Under the lock: append records (bytes or None, checked) to one partition, batch
+        by batch; with ``on_delivery``, one :class:`DeliveryRange` per batch for the
+        records appended to it."""
         n = len(values)
         pos = 0
         while pos < n:

@@ -7,9 +7,11 @@
 errors raised on malformed input. A broker's view of stored batches, without their
 records: ``read_batch_header`` / ``iter_batch_headers`` (:class:`BatchHeader`) and
 ``stamp_batch`` (base offset and partition leader epoch, in place); a producer's:
-``restamp_batch`` (producer id, epoch, base sequence, CRC). ``FAST_PATH`` tells whether the CPython-specific speedups
-(kafka_proto/_c/cpython_internals.h) are in use: not on other interpreters, nor with
-KAFKA_NATIVE_PLAIN=1 in the environment at import.
+``restamp_batch`` (producer id, epoch, base sequence, CRC). Columns in Arrow's memory
+layout: ``BinaryColumn`` (records encoded from it by ``RecordBatchBuilder.append_many``)
+and ``ColumnBuilder`` (records decoded into it). ``FAST_PATH`` tells whether the
+CPython-specific speedups (kafka_proto/_c/cpython_internals.h) are in use: not on other
+interpreters, nor with KAFKA_NATIVE_PLAIN=1 in the environment at import.
 """
 from kafka_proto.records._v2 import (  # noqa: F401
     BATCH_HEADER_SIZE,
@@ -17,6 +19,7 @@ from kafka_proto.records._v2 import (  # noqa: F401
     FAST_PATH,
     BatchHeader,
     BatchReader,
+    BinaryColumn,
     ColumnBuilder,
     Compression,
     Record,
@@ -52,6 +55,7 @@ except ImportError:  # the legacy reader is not built yet
 __all__ = [
     "BATCH_HEADER_SIZE",
     "BatchHeader",
+    "BinaryColumn",
     "ColumnBuilder",
     "Compression",
     "ControlRecord",

@@ -641,6 +641,9 @@ cdef class RecordBatchBuilder:
             ts = _now_ms()
         else:
             ts = timestamp
+        if type(values) is BinaryColumn:
+            self._append_column(<BinaryColumn>values, keys, ts)
+            return
         if not isinstance(values, (list, tuple)):
             values = list(values)
         n = len(values)
@@ -654,6 +657,26 @@ cdef class RecordBatchBuilder:
                 raise ValueError("keys and values differ in length")
             for i in range(n):
                 self._append(values[i], keys[i], ts, None)
+
+    cdef int _append_column(self, BinaryColumn values, object keys, int64_t ts) except -1:
+        # Records straight from the column buffers: no bytes object per row.
+        cdef BinaryColumn kcol = None
+        cdef Py_ssize_t i, n = values._length, vl, kl = -1
+        cdef const unsigned char* vp
+        cdef const unsigned char* kp = NULL
+        if keys is not None:
+            if type(keys) is not BinaryColumn:
+                raise TypeError("with a BinaryColumn of values, keys must be a "
+                                f"BinaryColumn or None, not {type(keys).__name__}")
+            kcol = <BinaryColumn>keys
+            if kcol._length != n:
+                raise ValueError("keys and values differ in length")
+        for i in range(n):
+            vl = values.row(i, &vp)
+            if kcol is not None:
+                kl = kcol.row(i, &kp)
+            self._write_simple(vp, vl, kp, kl, ts)
+        return 0
 
     @staticmethod
     def record_size_upper_bound(value, key=None, headers=None) -> int:
@@ -1456,6 +1479,179 @@ cdef bint _utf8_valid(const unsigned char* p, Py_ssize_t n) noexcept:
                 return False
         i += k + 1
     return True
+
+
+
+cdef inline Py_ssize_t _col_pos(const unsigned char* offsets, bint wide, Py_ssize_t i) noexcept nogil:
+    # Arrow offsets are native-endian and need not be aligned in a foreign buffer.
+    cdef int32_t o32
+    cdef int64_t o64
+    if wide:
+        memcpy(&o64, offsets + i * 8, 8)
+        return <Py_ssize_t>o64
+    memcpy(&o32, offsets + i * 4, 4)
+    return o32
+
+
+@cython.final
+cdef class BinaryColumn:
+    """A column of byte strings or nulls in Arrow's variable-size binary layout, read in
+    place: ``offsets`` holds ``offset + length + 1`` native-endian int32 positions into
+    ``data`` (int64 with ``wide``, Arrow's ``large_binary``), row ``i`` spanning
+    ``offsets[offset + i]`` to ``offsets[offset + i + 1]``; ``validity`` (None: no nulls)
+    holds one bit per row, least significant bit first, 0 for a null. Those are the
+    buffers of a pyarrow ``binary`` or ``string`` array (``large_*`` with ``wide``), and
+    :meth:`RecordBatchBuilder.append_many` encodes records from them with no Python object
+    per row.
+
+    The constructor checks every position it will read (non-decreasing, inside ``data``)
+    and the sizes of the buffers, raising ValueError; the buffers are held, not copied,
+    and must not change while the column is in use. Indexing gives bytes or None, a slice
+    (step 1) another column over the same buffers."""
+
+    cdef object _offsets_obj, _data_obj, _validity_obj   # keep the buffers alive
+    cdef const unsigned char[::1] _offsets_view
+    cdef const unsigned char[::1] _data_view
+    cdef const unsigned char[::1] _validity_view
+    cdef const unsigned char* _op
+    cdef const unsigned char* _dp
+    cdef const unsigned char* _vp    # NULL: no nulls
+    cdef bint _wide
+    cdef Py_ssize_t _first            # row offset into the buffers
+    cdef Py_ssize_t _length
+
+    def __init__(self, Py_ssize_t length, offsets, data, validity=None,
+                 Py_ssize_t offset=0, bint wide=False):
+        cdef Py_ssize_t width = 8 if wide else 4
+        cdef Py_ssize_t i, prev, pos, dlen
+        if length < 0 or offset < 0:
+            raise ValueError(f"length and offset must not be negative (length={length}, "
+                             f"offset={offset})")
+        self._offsets_view = memoryview(offsets).cast("B")
+        self._data_view = memoryview(data).cast("B")
+        self._offsets_obj, self._data_obj = offsets, data
+        if self._offsets_view.shape[0] < (offset + length + 1) * width:
+            raise ValueError(f"offsets holds {self._offsets_view.shape[0]} bytes, "
+                             f"{(offset + length + 1) * width} needed for rows "
+                             f"{offset}..{offset + length}")
+        self._op = &self._offsets_view[0]
+        dlen = self._data_view.shape[0]
+        self._dp = &self._data_view[0] if dlen else NULL
+        self._vp = NULL
+        if validity is not None:
+            self._validity_view = memoryview(validity).cast("B")
+            self._validity_obj = validity
+            if self._validity_view.shape[0] < (offset + length + 7) // 8:
+                raise ValueError(f"validity holds {self._validity_view.shape[0]} bytes, "
+                                 f"{(offset + length + 7) // 8} needed")
+            if self._validity_view.shape[0]:
+                self._vp = &self._validity_view[0]
+        self._wide = wide
+        self._first = offset
+        self._length = length
+        prev = _col_pos(self._op, wide, offset)
+        if prev < 0 or prev > dlen:
+            raise ValueError(f"offsets[{offset}] = {prev} is outside data ({dlen} bytes)")
+        for i in range(offset + 1, offset + length + 1):
+            pos = _col_pos(self._op, wide, i)
+            if pos < prev or pos > dlen:
+                raise ValueError(f"offsets[{i}] = {pos} is outside {prev}..{dlen}: offsets "
+                                 "must not decrease nor pass the end of data")
+            prev = pos
+
+    cdef BinaryColumn _view(self, Py_ssize_t start, Py_ssize_t stop):
+        cdef BinaryColumn c = BinaryColumn.__new__(BinaryColumn)
+        c._offsets_obj, c._data_obj, c._validity_obj = \
+            self._offsets_obj, self._data_obj, self._validity_obj
+        c._offsets_view, c._data_view = self._offsets_view, self._data_view
+        if self._vp != NULL:
+            c._validity_view = self._validity_view
+        c._op, c._dp, c._vp, c._wide = self._op, self._dp, self._vp, self._wide
+        c._first = self._first + start
+        c._length = stop - start
+        return c
+
+    cdef inline Py_ssize_t row(self, Py_ssize_t i, const unsigned char** p) noexcept:
+        """Row ``i`` (checked by the caller): its bytes in ``p`` and its length, or -1
+        (``p`` NULL) for a null."""
+        cdef Py_ssize_t j = self._first + i
+        cdef Py_ssize_t start
+        if self._vp != NULL and not (self._vp[j >> 3] >> (j & 7)) & 1:
+            p[0] = NULL
+            return -1
+        start = _col_pos(self._op, self._wide, j)
+        p[0] = self._dp + start if self._dp != NULL else <const unsigned char*>""
+        return _col_pos(self._op, self._wide, j + 1) - start
+
+    def __len__(self):
+        return self._length
+
+    def __getitem__(self, index):
+        cdef Py_ssize_t i, start, stop, step
+        cdef const unsigned char* p
+        cdef Py_ssize_t n
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._length)
+            if step != 1:
+                raise ValueError("a BinaryColumn slice must have step 1")
+            return self._view(start, max(start, stop))
+        i = index
+        if i < 0:
+            i += self._length
+        if i < 0 or i >= self._length:
+            raise IndexError(f"row {index} of a column of {self._length}")
+        n = self.row(i, &p)
+        if n < 0:
+            return None
+        return PyBytes_FromStringAndSize(<const char*>p, n)
+
+    def to_list(self):
+        """The rows as a list of bytes and None."""
+        return [self[i] for i in range(self._length)]
+
+    @property
+    def null_count(self) -> int:
+        """How many rows are null."""
+        cdef Py_ssize_t i, nulls = 0
+        cdef const unsigned char* p
+        for i in range(self._length):
+            if self.row(i, &p) < 0:
+                nulls += 1
+        return nulls
+
+    @property
+    def byte_size(self) -> int:
+        """The sum of the lengths of the rows that are not null."""
+        cdef Py_ssize_t i, n, total = 0
+        cdef const unsigned char* p
+        for i in range(self._length):
+            n = self.row(i, &p)
+            if n > 0:
+                total += n
+        return total
+
+    def max_row_size(self, BinaryColumn keys=None) -> int:
+        """The largest row length, each row counted with the same row of ``keys`` when
+        given (a message's key + value); nulls count 0."""
+        cdef Py_ssize_t i, n, k, best = 0
+        cdef const unsigned char* p
+        if keys is not None and len(keys) != self._length:
+            raise ValueError(f"keys and values differ in length ({len(keys)} keys, "
+                             f"{self._length} values)")
+        for i in range(self._length):
+            n = self.row(i, &p)
+            if n < 0:
+                n = 0
+            if keys is not None:
+                k = keys.row(i, &p)
+                if k > 0:
+                    n += k
+            if n > best:
+                best = n
+        return best
+
+    def __repr__(self):
+        return f"<BinaryColumn of {self._length} rows>"
 
 
 cdef enum:

@@ -162,7 +162,9 @@ class Producer(ClientBase):
 
         ``produce_batch(topic, values, keys=None, partition=-1, on_delivery=None,
         timestamp=0)``, the columnar form: ``values`` (and ``keys``, of the same length)
-        are bytes, str (UTF-8 encoded) or None. All are queued or none: TypeError,
+        are bytes, str (UTF-8 encoded) or None, or each a pyarrow binary or string array
+        (``Array`` or ``ChunkedArray``; nulls are None), whose buffers are encoded in
+        place with no Python object per message. All are queued or none: TypeError,
         ValueError, KafkaException (``MSG_SIZE_TOO_LARGE``, ``_UNKNOWN_PARTITION``,
         ``_INVALID_ARG``) or ``BufferError`` (they do not all fit) before any is queued.
         For a topic whose partitions are known they are encoded in bulk; each gets a

@@ -2,11 +2,17 @@
 
 Spark hands each write task its rows as Arrow record batches. The task has one
 :class:`kafka_client.Producer` (idempotent unless the options say otherwise) and, for rows
-without headers, hands whole columns to :meth:`~kafka_client.Producer.produce_batch` (the
-values go into the record batches in bulk, no Python call per row); rows with headers go
-through :meth:`~kafka_client.Producer.produce` one by one. Every message has a delivery
-callback that counts failures; the task flushes before it reports success and fails if
-any message was not delivered.
+without headers, hands the Arrow columns themselves to
+:meth:`~kafka_client.Producer.produce_batch` (the records are encoded from the arrays'
+buffers: no Python object per row); rows with headers go through
+:meth:`~kafka_client.Producer.produce` one by one. Every message has a delivery callback
+that counts failures; the task flushes before it reports success and fails if any message
+was not delivered.
+
+A Python worker runs many tasks one after the other (Spark reuses its workers), so the
+producer of a task that succeeded stays open, flushed, for the worker's next task with the
+same options, as Spark's own Kafka connector caches its producers: the next task skips the
+connections, the metadata and the producer id. A task that fails closes its producer.
 
 Columns (others are ignored): ``value`` (binary or string, required), ``key`` (binary or
 string), ``topic`` (string; the ``topic`` option overrides it), ``partition`` (int; null or
@@ -15,8 +21,10 @@ binary>>).
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +41,8 @@ __all__ = ["KafkaBatchWriter", "KafkaStreamWriter", "KafkaWriteError", "WriteCom
 
 #: Rows per produce_batch() call: well under queue.buffering.max.messages (100,000).
 CHUNK_ROWS = 10_000
+#: Idle producers a Python worker keeps (one per distinct set of options).
+POOL_SIZE = 4
 
 
 class KafkaWriteError(RuntimeError):
@@ -99,6 +109,57 @@ def check_write_schema(schema: StructType, opts: WriteOptions) -> WriteLayout:
                        partition="partition" in fields, headers="headers" in fields)
 
 
+class _PooledProducer:
+    """A producer and what a task needs to know of it beyond one task: the topics whose
+    metadata it has (a chunk for those is a bulk append at once), and where its error
+    callback reports (the list of the task using it)."""
+
+    def __init__(self, conf: Dict[str, Any]) -> None:
+        self.errors: List[KafkaError] = []
+        self.known_topics: set = set()
+        conf = dict(conf)
+        conf.update({"error_cb": self._error, "delivery.report.only.error": True})
+        self.producer = Producer(conf)
+
+    def _error(self, err: KafkaError) -> None:
+        self.errors.append(err)
+
+
+class _ProducerPool:
+    """Open, flushed producers of tasks that succeeded in this Python worker, by options."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._idle: "OrderedDict[Tuple[Tuple[str, str], ...], _PooledProducer]" = OrderedDict()
+
+    @staticmethod
+    def _key(conf: Dict[str, Any]) -> Tuple[Tuple[str, str], ...]:
+        return tuple(sorted((k, repr(v)) for k, v in conf.items()))
+
+    def take(self, conf: Dict[str, Any]) -> _PooledProducer:
+        """An idle producer for ``conf``, or a new one."""
+        with self._lock:
+            pooled = self._idle.pop(self._key(conf), None)
+        if pooled is None:
+            return _PooledProducer(conf)
+        pooled.errors.clear()
+        return pooled
+
+    def give(self, conf: Dict[str, Any], pooled: _PooledProducer) -> None:
+        """Keep a flushed producer for the next task; the oldest beyond the size closes."""
+        with self._lock:
+            self._idle[self._key(conf)] = pooled
+            evicted = []
+            while len(self._idle) > self._size:
+                evicted.append(self._idle.popitem(last=False)[1])
+        for old in evicted:
+            old.producer.close(0)
+
+
+_POOL = _ProducerPool(POOL_SIZE)
+
+
 class _TaskProducer:
     """One task's producer: what it queued, and the delivery errors reported.
 
@@ -112,11 +173,10 @@ class _TaskProducer:
         self.queued = 0
         self.failed = 0
         self.first_error: Optional[KafkaError] = None
-        self.errors: List[KafkaError] = []
-        self._known_topics: set = set()
-        conf = opts.producer_config()
-        conf.update({"error_cb": self.errors.append, "delivery.report.only.error": True})
-        self.producer = Producer(conf)
+        self._conf = opts.producer_config()
+        self._pooled = _POOL.take(self._conf)
+        self.errors = self._pooled.errors
+        self.producer = self._pooled.producer
 
     def _reported(self, err: Optional[KafkaError], _msg: Any) -> None:
         if err is not None:
@@ -124,10 +184,9 @@ class _TaskProducer:
             if self.first_error is None:
                 self.first_error = err
 
-    def batch(self, topic: str, values: List[Any], keys: Optional[List[Any]],
-              partition: int) -> None:
-        """Queue ``values`` (and ``keys``) for one partition (-1: the partitioner's choice),
-        in order."""
+    def batch(self, topic: str, values: Any, keys: Any, partition: int) -> None:
+        """Queue ``values`` (and ``keys``; lists or Arrow arrays) for one partition (-1:
+        the partitioner's choice), in order."""
         producer = self.producer
         while True:
             try:
@@ -141,12 +200,14 @@ class _TaskProducer:
                 raise KafkaWriteError(f"could not produce: {err.name()}: {err.str()}",
                                       err) from None
         self.queued += len(values)
-        if topic not in self._known_topics:
+        known = self._pooled.known_topics
+        if topic not in known:
             # The first chunk for a topic waits for its metadata; flushing it makes the
             # next chunks bulk appends at once, and a topic or partition that cannot be
             # written fails the task here, at its first chunk.
-            self._known_topics.add(topic)
             producer.flush()
+            self.check()
+            known.add(topic)
         producer.poll(0)
         self.check()
 
@@ -173,14 +234,20 @@ class _TaskProducer:
                 + (f"; client errors: {known})" if known else ")"), err)
 
     def finish(self) -> int:
-        """Flush, close, and return the number delivered; raise if any was not."""
-        self.producer.flush()
-        self.producer.close(0)
-        self.check()
+        """Flush and return the number delivered (the producer goes back to the pool);
+        raise if any was not."""
+        try:
+            self.producer.flush()
+            self.check()
+        except BaseException:
+            self.abandon()
+            raise
+        _POOL.give(self._conf, self._pooled)
         return self.queued
 
     def abandon(self) -> None:
-        """The task failed: drop what is not sent yet (Spark runs the task again)."""
+        """The task failed: drop what is not sent yet (Spark runs the task again) and
+        close the producer."""
         self.producer.purge()
         self.producer.close(1)
 
@@ -228,12 +295,13 @@ def _write_batch(out: _TaskProducer, batch: Any, layout: WriteLayout,
             if len(groups) == 1:
                 groups = [(groups[0][0], rows)]
         for part, sub in groups:
+            values = sub.column(names.index("value"))
+            keys = sub.column(names.index("key")) if layout.key else None
+            if keys is not None and keys.null_count == len(keys):
+                keys = None
             for start in range(0, sub.num_rows, CHUNK_ROWS):
-                chunk = sub.slice(start, CHUNK_ROWS)
-                keys = _as_list(chunk.column(names.index("key"))) if layout.key else None
-                if keys is not None and not any(k is not None for k in keys):
-                    keys = None
-                out.batch(topic, _as_list(chunk.column(names.index("value"))), keys,
+                out.batch(topic, values.slice(start, CHUNK_ROWS),
+                          None if keys is None else keys.slice(start, CHUNK_ROWS),
                           -1 if part is None else part)
 
 

@@ -36,9 +36,10 @@ the plain client's for the same rows) and the ratios the issue asks for: Spark A
 >= 3x Spark tuple read, >= 0.5x plain consume_arrow(); Spark write >= 0.5x plain
 produce_batch(). The machine, its load and every version are printed with the table.
 
-Also reported (Linux): the CPU seconds each read used, split between the broker, Spark's
-JVM, Spark's Python workers and this process (the plain client, the Spark driver): with
-as many busy processes as the machine has cores, the wall time follows the sum.
+Also reported (Linux): the CPU seconds each read and write used, split between the
+broker, Spark's JVM, Spark's Python workers and this process (the plain client, the Spark
+driver): with as many busy processes as the machine has cores, the wall time follows the
+sum.
 """
 from __future__ import annotations
 
@@ -454,7 +455,7 @@ def main(argv: List[str] = None) -> int:
         f"{rate['write_floor']:,.0f} | {med['write_floor']:.2f} | "
         f"{rate['write_floor'] / rate['write_plain']:.2f}x |",
         "",
-        "CPU seconds of each read (medians; Linux /proc; the machine has "
+        "CPU seconds of each read and write (medians; Linux /proc; the machine has "
         f"{os.cpu_count()} CPUs):",
         "",
         "| | broker | Spark JVM | Spark Python workers | this process | total |",
@@ -462,7 +463,9 @@ def main(argv: List[str] = None) -> int:
         *(cpu_row(label, cpu[key]) for key, label in (
             ("read_plain", "plain `consume_arrow()`"), ("read_arrow", "Spark Arrow"),
             ("read_tuples", "Spark tuples"), ("read_floor", "Spark's ceiling"),
-            ("empty", "Spark, empty range"))),
+            ("empty", "Spark, empty range"), ("write_plain", "write, plain `produce_batch()`"),
+            ("write_spark", "write, Spark `kafka_native`"),
+            ("write_floor", "write, Spark's ceiling"))),
         "",
         f"Spark overhead: reading {med['read_arrow'] - med['read_plain']:+.2f} s, writing "
         f"{med['write_spark'] - med['write_plain']:+.2f} s over the plain client for "

@@ -498,15 +498,19 @@ cdef class RecordBatchBuilder:
         if (value is None or PyBytes_CheckExact(value)) and (key is None or PyBytes_CheckExact(key)):
             if headers is None:
                 return self._write_simple(
-                    NULL if value is None else <const unsigned char*>PyBytes_AS_STRING(value),
+                    <const unsigned char*>NULL if value is None
+                    else <const unsigned char*>PyBytes_AS_STRING(value),
                     -1 if value is None else PyBytes_GET_SIZE(value),
-                    NULL if key is None else <const unsigned char*>PyBytes_AS_STRING(key),
+                    <const unsigned char*>NULL if key is None
+                    else <const unsigned char*>PyBytes_AS_STRING(key),
                     -1 if key is None else PyBytes_GET_SIZE(key),
                     ts)
             return self._write_record(
-                NULL if value is None else <const unsigned char*>PyBytes_AS_STRING(value),
+                <const unsigned char*>NULL if value is None
+                else <const unsigned char*>PyBytes_AS_STRING(value),
                 -1 if value is None else PyBytes_GET_SIZE(value),
-                NULL if key is None else <const unsigned char*>PyBytes_AS_STRING(key),
+                <const unsigned char*>NULL if key is None
+                else <const unsigned char*>PyBytes_AS_STRING(key),
                 -1 if key is None else PyBytes_GET_SIZE(key),
                 ts, headers)
         return self._append_buffers(value, key, ts, headers)
@@ -1859,10 +1863,10 @@ cdef object _append_fastcall(RecordBatchBuilder self, PyObject** args, Py_ssize_
                  and (key == <PyObject*>None or PyBytes_CheckExact(<object>key))):
         if not _put_simple(
                 self,
-                NULL if value == <PyObject*>None
+                <const unsigned char*>NULL if value == <PyObject*>None
                 else <const unsigned char*>PyBytes_AS_STRING(<object>value),
                 -1 if value == <PyObject*>None else PyBytes_GET_SIZE(<object>value),
-                NULL if key == <PyObject*>None
+                <const unsigned char*>NULL if key == <PyObject*>None
                 else <const unsigned char*>PyBytes_AS_STRING(<object>key),
                 -1 if key == <PyObject*>None else PyBytes_GET_SIZE(<object>key),
                 ts):

@@ -3,7 +3,9 @@
     python -m kafka_client.spark.demo [--messages N] [--partitions P] [--broker tansu|noida]
 
 It starts a local broker (Tansu by default) and a local Spark session (``local[2]``),
-registers the ``kafka_native`` data source, and then:
+registers the ``kafka_native`` data source, warms Spark up (a small write and read, not
+timed: the first queries of a session start its Python workers and compile code), and
+then:
 
 1. writes N messages of 100 bytes across P partitions of an input topic from a Spark
    DataFrame (message ``i``: its number in 10 digits, then filler; Spark partition ``p``
@@ -31,6 +33,8 @@ __all__ = ["main", "run"]
 MESSAGE_SIZE = 100
 DEFAULT_MESSAGES = 1_000_000
 DEFAULT_PARTITIONS = 4
+#: Messages of the warm-up write and read, before the timed steps.
+WARMUP_MESSAGES = 10_000
 _FILLER = ("kafka-native spark demo payload / " * 3)[: MESSAGE_SIZE - 10]
 
 
@@ -112,7 +116,8 @@ def run(messages: int = DEFAULT_MESSAGES, partitions: int = DEFAULT_PARTITIONS,
         say(f"started {broker_kind} on {bootstrap} ({time.perf_counter() - t0:.2f}s)")
         suffix = uuid.uuid4().hex[:8]
         source, target = f"spark-demo-in-{suffix}", f"spark-demo-out-{suffix}"
-        for topic in (source, target):
+        warmup = f"spark-demo-warmup-{suffix}"
+        for topic in (source, target, warmup):
             broker.create_topic(topic, partitions)
         say(f"topics {source} and {target}, {partitions} partitions each")
 
@@ -130,12 +135,32 @@ def run(messages: int = DEFAULT_MESSAGES, partitions: int = DEFAULT_PARTITIONS,
                 f"{time.perf_counter() - t0:.1f}s; format {SOURCE_NAME!r} registered")
         kafka = {"kafka.bootstrap.servers": bootstrap}
 
+        def numbered(n: int) -> Any:
+            # Message i: its number in 10 digits, then filler; partition p holds the p-th
+            # share of the numbers, in order.
+            share = -(-n // partitions)
+            ids = spark.range(n, numPartitions=partitions)
+            number = F.lpad(F.col("id").cast("string"), 10, "0")
+            return ids.select(
+                F.concat(number, F.lit(_FILLER)).cast("binary").alias("value"),
+                F.floor(F.col("id") / share).cast("int").alias("partition"))
+
+        # 0. warm-up, not counted: a session's first queries start its Python workers and
+        # generate and compile code (seconds), which would hide the rates of the steps.
+        t0 = time.perf_counter()
+        warm = min(WARMUP_MESSAGES, messages)
+        numbered(warm).write.format(SOURCE_NAME).options(**kafka) \
+            .option("topic", warmup).mode("append").save()
+        back = spark.read.format(SOURCE_NAME).options(**kafka).option("subscribe", warmup) \
+            .load().count()
+        if back != warm:
+            say(f"FAILED: the warm-up wrote {warm:,} messages and read back {back:,}")
+            return False
+        say(f"warmed Spark up ({warm:,} messages written and read back) in "
+            f"{time.perf_counter() - t0:.2f}s: not counted below")
+
         # 1. write
-        ids = spark.range(messages, numPartitions=partitions)
-        number = F.lpad(F.col("id").cast("string"), 10, "0")
-        frame = ids.select(
-            F.concat(number, F.lit(_FILLER)).cast("binary").alias("value"),
-            F.floor(F.col("id") / per_partition).cast("int").alias("partition"))
+        frame = numbered(messages)
         size = _TopicSize(bootstrap, source, partitions)
         sizes.append(size)
         t0 = time.perf_counter()

@@ -408,6 +408,8 @@ def test_demo_job(spark):
     out = io.StringIO()
     assert demo.run(messages=4000, partitions=4, out=out, spark=spark), out.getvalue()
     text = out.getvalue()
+    assert re.search(r"warmed Spark up \(4,000 messages written and read back\) in [\d.]+s",
+                     text)
     assert re.search(r"wrote 4,000 messages in [\d.]+s: [\d,]+ rows/s", text)
     assert re.search(r"read, transformed and wrote 4,000 messages in [\d.]+s: [\d,]+ rows/s",
                      text)

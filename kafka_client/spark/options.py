@@ -46,6 +46,12 @@ _RESERVED_CONSUMER = {
     "enable.partition.eof": "the source needs end-of-partition events for itself",
 }
 
+# Producer properties a write cannot honour.
+_RESERVED_PRODUCER = {
+    "transactional.id": "the writer does not use transactions (its tasks write at least "
+                        "once; see docs/spark.md)",
+}
+
 _READ_OPTIONS = {
     "subscribe", "subscribepattern", "assign",
     "startingoffsets", "endingoffsets",
@@ -348,7 +354,7 @@ def parse_write_options(options: Mapping[str, Any]) -> WriteOptions:
     """Check a write query's options."""
     opts = _lower(options)
     _check_known(opts, _WRITE_OPTIONS)
-    client = _client_properties(opts, {})
+    client = _client_properties(opts, _RESERVED_PRODUCER)
     topic = opts.get("topic")
     if topic is not None and not str(topic).strip():
         raise KafkaOptionError("option 'topic' is empty")

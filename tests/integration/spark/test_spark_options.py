@@ -99,6 +99,9 @@ def test_write_options():
         parse_write_options(dict(BOOT, subscribe="x"))
     with pytest.raises(KafkaOptionError, match="kafka.bootstrap.servers' is required"):
         parse_write_options({"topic": "t"})
+    with pytest.raises(KafkaOptionError, match="'kafka.transactional.id' is not supported: "
+                                               "the writer does not use transactions"):
+        parse_write_options(dict(BOOT, **{"kafka.transactional.id": "t1"}))
 
 
 def test_split_ranges_cover_each_offset_once():

@@ -1485,8 +1485,8 @@ cdef bint _utf8_valid(const unsigned char* p, Py_ssize_t n) noexcept:
     return True
 
 
-
-cdef inline Py_ssize_t _col_pos(const unsigned char* offsets, bint wide, Py_ssize_t i) noexcept nogil:
+cdef inline Py_ssize_t _col_pos(const unsigned char* offsets, bint wide,
+                                 Py_ssize_t i) noexcept nogil:
     # Arrow offsets are native-endian and need not be aligned in a foreign buffer.
     cdef int32_t o32
     cdef int64_t o64

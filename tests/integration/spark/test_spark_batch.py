@@ -353,6 +353,31 @@ def test_write_to_missing_partition_fails_with_kafka_error(spark, tansu_broker):
     assert "delivery failed: _UNKNOWN_PARTITION" in msg
 
 
+def test_python_workers_keep_their_producers(spark, tmp_path):
+    """A Python worker's next write task reuses the producer of its last one (same
+    options), counted on the wire: a new producer asks for a producer id, a reused one
+    does not. Without the pool each of the 4 tasks of each write asks; with it the second
+    write asks for none here (fewer than one per task is asserted: which worker runs a
+    task is Spark's choice). Every row of both writes lands."""
+    from kafka_client.testing import Cluster
+
+    with Cluster(brokers=1, data_dir=str(tmp_path / "cluster")) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        df = spark.range(8000, numPartitions=4).select(
+            F.col("id").cast("string").alias("value"))
+        inits = []
+        for topic in ("pool-a", "pool-b"):
+            cluster.create_topic(topic, 2)
+            since = cluster.clear_request_log()
+            (df.write.format(FORMAT).mode("append")
+             .option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save())
+            inits.append(len(cluster.request_log(since=since, api="InitProducerId")))
+            got = read(spark, bootstrap, subscribe=topic).select(
+                F.col("value").cast("string").cast("long").alias("n"))
+            assert sorted(r.n for r in got.collect()) == list(range(8000))
+        assert 1 <= inits[0] <= 4 and inits[1] < 4, inits
+
+
 def test_failed_delivery_fails_the_task(spark, fresh_noida_broker):
     """Messages the broker never acknowledges (it is gone) fail the write task with the
     count and the error the producer reported, after message.timeout.ms."""

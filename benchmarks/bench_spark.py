@@ -5,7 +5,10 @@
 
 On one broker it fills a topic of 4 partitions with N messages of 100 bytes
 (``Producer.produce_batch``) and starts a local Spark session (``local[2]``, 2 cores as
-in CI). Every round then times, in this order:
+in CI). Every round then times the following, in this order turned by one each round
+(round r starts with the r-th, so that no contender always follows the same one), each
+after the broker has been idle for 0.2 s (at most 5 s of waiting: brokers keep working
+after a write, and the next contender would pay for it):
 
 * read, plain: one ``kafka_client.Consumer`` assigned the 4 partitions from offset 0,
   ``consume_arrow(50000)`` until it holds N rows (one process, the clock starting before
@@ -329,6 +332,21 @@ def cpu_seconds(broker_pid: int) -> Dict[str, float]:
     return out
 
 
+def settle(broker_pid: int, quiet_s: float = 0.2, most_s: float = 5.0) -> float:
+    """Wait until the broker has used (almost) no CPU for ``quiet_s`` seconds, at most
+    ``most_s``; returns the seconds waited. Brokers keep working after a write (Tansu and
+    noida-db both burn CPU for a while): whichever contender came next would pay for it."""
+    start = time.perf_counter()
+    last = cpu_seconds(broker_pid).get("broker", 0.0)
+    while time.perf_counter() - start < most_s:
+        time.sleep(quiet_s)
+        now = cpu_seconds(broker_pid).get("broker", 0.0)
+        if now - last < 0.02 * quiet_s:
+            break
+        last = now
+    return time.perf_counter() - start
+
+
 def cpu_row(label: str, samples: List[Dict[str, float]]) -> str:
     """A markdown row of the median CPU seconds per process group of ``samples``."""
     groups = ("broker", "jvm", "python_workers", "this_process")
@@ -409,7 +427,14 @@ def main(argv: List[str] = None) -> int:
                                                    "kafka_native_floor"),
             }
             got = {}
-            for key, run in contenders.items():
+            # The order turns by one each round, so that no contender always follows the
+            # same one (the JVM's garbage and the broker's background work of a query
+            # land on the next).
+            keys = list(contenders)
+            turn = r % len(keys)
+            for key in keys[turn:] + keys[:turn]:
+                run = contenders[key]
+                settle(broker_pid)
                 before = cpu_seconds(broker_pid)
                 got[key] = run()
                 after = cpu_seconds(broker_pid)

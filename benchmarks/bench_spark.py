@@ -169,7 +169,8 @@ def tuple_source() -> Any:
 
 def floor_source(messages: int) -> Any:
     """A data source that reads nothing: each of its 4 tasks yields the same 50,000-row
-    Arrow batch of the Kafka schema (100-byte values) until it has its quarter of
+    Arrow batch of the Kafka schema (100-byte values, the ``subscribe`` option's topic
+    name in every row, as the read has it) until it has its quarter of
     ``messages``. What it reaches is Spark's own ceiling for a Python data source feeding
     count() on this machine, whatever the source does. Written to, its tasks count the
     Arrow batches Spark hands them and drop them: the write side's ceiling."""
@@ -186,6 +187,9 @@ def floor_source(messages: int) -> Any:
     per_task = messages // PARTITIONS
 
     class FloorReader(DataSourceReader):
+        def __init__(self, topic: str) -> None:
+            self.topic = topic
+
         def partitions(self) -> List[InputPartition]:
             return [InputPartition(p) for p in range(PARTITIONS)]
 
@@ -197,7 +201,7 @@ def floor_source(messages: int) -> Any:
             batch = pa.RecordBatch.from_arrays([
                 pa.nulls(rows, pa.binary()),
                 pa.array([value(i) for i in range(rows)], pa.binary()),
-                pa.array(["t"] * rows), pa.array([partition.value] * rows, pa.int32()),
+                pa.array([self.topic] * rows), pa.array([partition.value] * rows, pa.int32()),
                 pa.array(range(rows), pa.int64()),
                 pa.array([0] * rows, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                 pa.array([0] * rows, pa.int32())], schema=schema)
@@ -230,7 +234,8 @@ def floor_source(messages: int) -> Any:
             return kafka_schema()
 
         def reader(self, schema: Any) -> Any:
-            return FloorReader()
+            # The read's topic name in every row, as the real read has it.
+            return FloorReader(self.options.get("subscribe", "t"))
 
         def writer(self, schema: Any, overwrite: bool) -> Any:
             return FloorWriter()

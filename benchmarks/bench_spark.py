@@ -337,10 +337,10 @@ def cpu_seconds(broker_pid: int) -> Dict[str, float]:
     return out
 
 
-def settle(broker_pid: int, quiet_s: float = 0.2, most_s: float = 5.0) -> float:
+def settle(broker_pid: int, quiet_s: float = 0.2, most_s: float = 5.0) -> None:
     """Wait until the broker has used (almost) no CPU for ``quiet_s`` seconds, at most
-    ``most_s``; returns the seconds waited. Brokers keep working after a write (Tansu and
-    noida-db both burn CPU for a while): whichever contender came next would pay for it."""
+    ``most_s``. Brokers keep working after a write (Tansu and noida-db both burn CPU for
+    a while): whichever contender came next would pay for it."""
     start = time.perf_counter()
     last = cpu_seconds(broker_pid).get("broker", 0.0)
     while time.perf_counter() - start < most_s:
@@ -349,7 +349,6 @@ def settle(broker_pid: int, quiet_s: float = 0.2, most_s: float = 5.0) -> float:
         if now - last < 0.02 * quiet_s:
             break
         last = now
-    return time.perf_counter() - start
 
 
 def cpu_row(label: str, samples: List[Dict[str, float]]) -> str:

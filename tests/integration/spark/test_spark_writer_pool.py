@@ -13,7 +13,7 @@ pytest.importorskip("pyspark")
 
 import pyarrow as pa  # noqa: E402
 
-from kafka_client import Consumer, TopicPartition  # noqa: E402
+from kafka_client import Consumer, KafkaError, TopicPartition  # noqa: E402
 from kafka_client.spark import writer  # noqa: E402
 from kafka_client.spark.options import WriteOptions  # noqa: E402
 from kafka_client.spark.writer import KafkaWriteError, WriteLayout, write_batches  # noqa: E402
@@ -56,7 +56,9 @@ def read_values(bootstrap, topic, partition=0):
             if msg is None:
                 continue
             if msg.error():
-                break   # end of the partition
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                raise AssertionError(msg.error())
             out.append(msg.value())
         return out
     finally:

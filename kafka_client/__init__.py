@@ -104,3 +104,8 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(where[0], __name__), where[1])
     globals()[name] = value
     return value
+
+
+def __dir__():
+    # The lazy names too, as on confluent_kafka: dir() and completion list what exists.
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

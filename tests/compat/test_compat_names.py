@@ -40,6 +40,12 @@ def test_every_top_level_name_exists():
     assert missing == []
 
 
+def test_dir_lists_the_lazy_names():
+    # Producer, Consumer, ... load on first use; dir() (and so completion) lists them anyway.
+    public = {n for n in dir(ck) if not n.startswith("_")} - NOT_YET
+    assert sorted(public - set(dir(kafka_client))) == []
+
+
 @pytest.mark.parametrize("ours, theirs", [(murmur2, ck.murmur2), (fnv1a, ck.fnv1a),
                                           (consistent, ck.consistent)])
 def test_partitioner_functions_match_confluent(ours, theirs):

@@ -53,6 +53,9 @@ EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 #: Fetch and ListOffsets isolation levels
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
+#: The first wait after a Fetch answered at once with nothing (see Fetcher._node_hold)
+EMPTY_HOLD_FIRST_S = 0.001
+
 #: errors that mean "the metadata is stale: find the leader again, then retry"
 LEADER_ERRORS = frozenset((
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
@@ -219,9 +222,15 @@ class Fetcher:
         self.retry_backoff = config["retry.backoff.ms"] / 1000.0
         self._busy_nodes: Set[int] = set()   # nodes with a Fetch in flight
         #: node id -> no Fetch before this time: the broker answered a Fetch at once with
-        #: no data instead of holding it for fetch.wait.max.ms (noida-db does), so the
-        #: wait it skipped is made here rather than sending thousands of empty fetches
+        #: no data instead of holding it for fetch.wait.max.ms (noida-db does), so a wait
+        #: is made here rather than sending thousands of empty fetches a second. It starts
+        #: at EMPTY_HOLD_FIRST_S and doubles with each such answer in a row, up to the
+        #: wait the broker skipped: data that keeps coming is fetched within a few ms (a
+        #: broker that holds would answer as soon as it comes), an idle partition costs
+        #: one Fetch per fetch.wait.max.ms.
         self._node_hold: Dict[int, float] = {}
+        #: node id -> how many Fetch answers in a row came at once with nothing
+        self._empty_streak: Dict[int, int] = {}
         #: node id -> since when a Fetch to it is put off: every partition it would
         #: carry is at the end of its log while others of that node wait for the
         #: application to take from their full queues (see tick())
@@ -240,6 +249,7 @@ class Fetcher:
         """Any thread: look at the partitions again soon (an assignment or position
         changed: fetch at once)."""
         self._node_hold.clear()
+        self._empty_streak.clear()
         self.io.wake()
 
     # -- the loop --------------------------------------------------------------------------
@@ -581,7 +591,12 @@ class Fetcher:
         if now - sent_at < wait / 2 and not any(pd.error_code or (pd.records is not None
                                                                    and len(pd.records))
                                                 for pd in answers.values()):
-            self._node_hold[node] = sent_at + wait
+            streak = self._empty_streak.get(node, 0)
+            self._empty_streak[node] = streak + 1
+            self._node_hold[node] = sent_at + min(wait,
+                                                  EMPTY_HOLD_FIRST_S * 2.0 ** min(streak, 30))
+        else:
+            self._empty_streak.pop(node, None)
         with self.lock:
             for part, version, pos in sent:
                 part.fetching = False

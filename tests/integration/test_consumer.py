@@ -7,6 +7,8 @@ partition EOF semantics and transactional isolation.
 """
 from __future__ import annotations
 
+import statistics
+import threading
 import time
 
 import pytest
@@ -347,6 +349,48 @@ def test_idle_consumer_waits_between_empty_fetches(broker, topic_name):
         t = time.monotonic()
         got = consume_until(c, 1, timeout=5)[0]
         assert [m.value() for m in got] == [b"late"] and time.monotonic() - t < 2
+    finally:
+        c.close()
+
+
+def test_a_trickle_on_a_broker_that_answers_at_once_arrives_within_milliseconds(
+        noida_broker, topic_name):
+    """noida-db answers a Fetch at once with nothing; the consumer then waits before the
+    next one, but a short wait at first, doubling only while nothing comes: a message
+    every 20 ms arrives within a few ms (waiting out fetch.wait.max.ms each time, as
+    before, made it 250 ms on average with the default 500 ms)."""
+    noida_broker.create_topic(topic_name, partitions=1)
+    c = new_consumer(noida_broker, **{"fetch.wait.max.ms": 500})
+    p = confluent_kafka.Producer({"bootstrap.servers": noida_broker.bootstrap,
+                                  "linger.ms": 0})
+    acked, received = {}, {}
+
+    def receive():
+        deadline = time.monotonic() + 20
+        while len(received) < 50 and time.monotonic() < deadline:
+            for m in c.consume(10, 0.1):
+                if m.error() is None:
+                    received[int(m.value())] = time.monotonic()
+
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        assert c.consume(10, 1.0) == []   # idle: the waits have grown to the full 500 ms
+        reader = threading.Thread(target=receive)
+        reader.start()
+        for i in range(50):
+            p.produce(topic_name, b"%d" % i, partition=0)
+            assert p.flush(5) == 0
+            acked[i] = time.monotonic()   # in the broker's log from here on
+            time.sleep(0.02)
+        reader.join(30)
+        assert sorted(received) == list(range(50))
+        delays = [received[i] - acked[i] for i in range(50)]
+        assert statistics.median(delays) < 0.1, sorted(delays)
+        # Idle again: the waits grow back, so about one Fetch per fetch.wait.max.ms.
+        assert c.consume(10, 1.0) == []
+        before = c._fetcher.fetch_requests
+        assert c.consume(10, 2.0) == []
+        assert c._fetcher.fetch_requests - before <= 2.0 / 0.5 + 3
     finally:
         c.close()
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import platform
 import statistics
 import struct
@@ -170,7 +171,8 @@ def main(argv: List[str] = None) -> int:
             print(f"{rate:>7} {pl:>10} {cl:>10} {mid[0]:>8.2f} {mid[1]:>8.2f} {mid[2]:>9.2f}")
     print(f"confluent-kafka {confluent_kafka.version()} (librdkafka "
           f"{confluent_kafka.libversion()[0]}), Python {platform.python_version()}, "
-          f"{platform.machine()}, {multiprocessing.cpu_count()} CPUs")
+          f"{platform.machine()}, {multiprocessing.cpu_count()} CPUs, load average "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
     return 0
 
 

@@ -26,6 +26,14 @@ _log = logging.getLogger("kafka_client.io")
 #: Longest select() wait; a safety net so a lost wake-up costs at most this much.
 MAX_WAIT = 1.0
 
+#: How long the loop may wait for the GIL that a busy application thread holds before
+#: :meth:`IOThread.let_run` hands it over (CPython itself does at its switch interval,
+#: 5 ms, and again after every socket call of the loop's turn).
+LATE_S = 0.001
+#: let_run()'s sleep slices (the GIL free meanwhile) and their most in one hand-over
+HANDOFF_SLICE_S = 0.0001
+HANDOFF_MOST_S = 0.002
+
 
 class Timer:
     """A pending :meth:`IOThread.call_at`; :meth:`cancel` stops it from running."""
@@ -61,7 +69,11 @@ class IOThread:
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
         self._woken = False  # a wake-up byte is on its way; skip writing another
+        self._woken_at = 0.0
         self.sleeping_until = 0.0  # monotonic time the loop is waiting for (0 = busy)
+        self._turn_started = 0.0   # when the loop's current turn began (select() ended)
+        self._selects = 0          # select() calls so far: a change means a turn ended
+        self._no_handoff_until = 0.0
         #: exceptions raised by callbacks (logged; tests look at them)
         self.errors: List[BaseException] = []
 
@@ -105,6 +117,7 @@ class IOThread:
         if self._woken:
             return
         self._woken = True
+        self._woken_at = time.monotonic()
         try:
             self._wake_w.send(b"\0")
         except (BlockingIOError, OSError):
@@ -120,6 +133,34 @@ class IOThread:
         """Wake the loop if it sleeps beyond ``when`` (monotonic): a new deadline came up."""
         if self.sleeping_until > when:
             self.wake()
+
+    def let_run(self) -> None:
+        """Application thread, between its own calls: if the loop has had something to do
+        for over :data:`LATE_S` without running (its select() ended or it was woken, or
+        its turn is halfway), it is waiting for the GIL this thread holds; release the GIL
+        until the loop has finished that turn (at most :data:`HANDOFF_MOST_S`). Without this
+        a busy application thread keeps a batch whose linger ended, or an answer that
+        arrived, waiting up to the interpreter's switch interval (5 ms) per step."""
+        now = time.monotonic()
+        if now < self._no_handoff_until:
+            return
+        asleep = self.sleeping_until
+        if asleep:
+            due = self._woken_at if self._woken and self._woken_at < asleep else asleep
+        else:
+            due = self._turn_started
+        if not due or now - due < LATE_S or self.in_thread() or not self.alive:
+            return
+        selects = self._selects
+        end = now + HANDOFF_MOST_S
+        while True:
+            time.sleep(HANDOFF_SLICE_S)
+            now = time.monotonic()
+            if self._selects != selects or now >= end:
+                break
+        # The turn is done, or the loop is busy beyond the GIL (a blocking call): then
+        # not again for a while.
+        self._no_handoff_until = now + (LATE_S if now < end else 20 * LATE_S)
 
     # -- on the I/O thread ---------------------------------------------------------------
     def call_at(self, when: float, fn: Callable[..., Any], *args: Any) -> Timer:
@@ -189,8 +230,10 @@ class IOThread:
         else:
             wait = max(0.0, next_at - time.monotonic())
         self.sleeping_until = time.monotonic() + wait
+        self._selects += 1
         events = self.selector.select(wait)
         self.sleeping_until = 0.0
+        self._turn_started = time.monotonic()
         for key, mask in events:
             handler = key.data
             if handler is None:

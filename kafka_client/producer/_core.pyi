@@ -101,6 +101,7 @@ class AccumulatorCore:
     batch_limit: int
     sticky_cache: bool
     pending_topics: Set[TopicState]
+    io_check: Optional[Callable[[], None]]
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 on_delivery: Optional[Callable[..., Any]] = None, timestamp: int = 0,
                 headers: Any = None, *, callback: Optional[Callable[..., Any]] = None

@@ -248,6 +248,14 @@ cdef class TopicState:
         self.sticky = None
 
 
+cdef enum:
+    # produce() calls between two looks at the clock for IO_CHECK_INTERVAL_S
+    IO_CHECK_EVERY = 16
+
+#: Least time between two looks at whether the I/O thread waits for the GIL
+cdef double IO_CHECK_INTERVAL_S = 0.00025
+
+
 cdef class AccumulatorCore:
     """The accumulator's state that ``produce()`` touches, as C fields, and ``produce()``.
 
@@ -268,9 +276,15 @@ cdef class AccumulatorCore:
     cdef public long long batch_limit
     cdef public bint sticky_cache
     cdef public set pending_topics     # topics with messages waiting for metadata
+    #: called from produce() at most every IO_CHECK_INTERVAL_S (looked at every
+    #: IO_CHECK_EVERY calls): lets a starved I/O thread run (IOThread.let_run), or None
+    cdef public object io_check
+    cdef int _until_io_check
+    cdef double _next_io_check
 
     def __cinit__(self):
         self.lock = BatchLock()
+        self._until_io_check = IO_CHECK_EVERY
 
     def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None,
                 timestamp=0, headers=None, *, callback=None):
@@ -304,6 +318,14 @@ cdef class AccumulatorCore:
         if headers is not None:
             headers = normalize_headers(headers)
         self._enqueue(topic, value, key, part, on_delivery, timestamp, headers, size)
+        self._until_io_check -= 1
+        if self._until_io_check <= 0:
+            self._until_io_check = IO_CHECK_EVERY
+            if self.io_check is not None:
+                now = _monotonic()
+                if now >= self._next_io_check:
+                    self._next_io_check = now + IO_CHECK_INTERVAL_S
+                    self.io_check()
 
     def produce_messages(self, topic, list messages, partition=-1, on_delivery=None,
                          timestamp=0):

@@ -125,6 +125,7 @@ class Producer(ClientBase):
                               self._txn)
         self._io.add_tick(self._sender.tick)
         self._report_only_error = cfg["delivery.report.only.error"]
+        self._acc.io_check = self._io.let_run
         # Hot path: produce is the accumulator's method, no extra call per message.
         if self._txn is not None:
             self.produce = _transactional_produce(self._txn, self._acc)

@@ -8,6 +8,8 @@ with auto-create off, unreachable bootstrap server.
 from __future__ import annotations
 
 import socket
+import statistics
+import sys
 import time
 
 import pytest
@@ -334,3 +336,43 @@ def test_broker_restart_mid_run(fresh_noida_broker, topic_name, idempotent):
     else:
         assert not missing, (where, end)
         print(f"duplicates after restart without idempotence: {len(values) - n}")
+
+
+def test_a_busy_application_thread_does_not_hold_back_lingered_batches(kafka_cluster,
+                                                                      topic_name):
+    """linger.ms=5 and an application thread that never sleeps between produce() calls:
+    each batch reaches the broker a few ms after its linger ends. The I/O thread that
+    sends it needs the GIL; CPython would hand it over only at its switch interval (5 ms
+    by default, 50 ms here so that the difference is unmistakable): produce() hands it
+    over once the loop is late (IOThread.let_run)."""
+    kafka_cluster.create_topic(topic_name, partitions=1, replication_factor=1)
+    p = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "linger.ms": 5,
+                  "acks": 1})
+    try:
+        p.produce(topic_name, b"first", partition=0)   # metadata and connection first
+        assert p.flush(10) == 0
+        since = kafka_cluster.clear_request_log()
+        produced_at = []
+        old_interval = sys.getswitchinterval()
+        sys.setswitchinterval(0.05)
+        try:
+            end = time.time() + 0.5
+            while time.time() < end:
+                produced_at.append(time.time())
+                p.produce(topic_name, b"m", partition=0)
+                spin_until = time.monotonic() + 0.0002
+                while time.monotonic() < spin_until:
+                    pass
+        finally:
+            sys.setswitchinterval(old_interval)
+        assert p.flush(10) == 0
+        delays = []
+        for entry in kafka_cluster.request_log(since=since, api="Produce"):
+            for d in entry.details["partitions"]:
+                first = d["base_offset"] - 1   # the message before them is at offset 0
+                if first < len(produced_at):
+                    delays.append(entry.time - produced_at[first])
+        assert len(delays) > 20   # batches of about linger.ms each
+        assert statistics.median(delays) < 0.02, sorted(delays)
+    finally:
+        p.close()

@@ -1,9 +1,14 @@
-"""The I/O thread's wake-up: a wake() from another thread must always end select()."""
+"""The I/O thread's wake-up: a wake() from another thread must always end select(); and
+let_run(), which gives the loop the GIL a busy application thread holds."""
 from __future__ import annotations
 
 import select
+import sys
 import threading
 import time
+from typing import Optional
+
+import pytest
 
 from kafka_client._net.io_thread import IOThread
 
@@ -57,5 +62,52 @@ def test_wake_ends_a_long_select_from_another_thread():
             t0 = time.monotonic()
             assert ran.wait(2.0)
             assert time.monotonic() - t0 < 0.5  # not the loop's 1 s idle timeout
+    finally:
+        io.stop()
+
+
+def _busy_until(deadline: float, io: Optional[IOThread]) -> None:
+    """Hold the GIL in a Python loop, as a busy application thread does (calling
+    io.let_run() between steps when given, as produce() does)."""
+    while time.monotonic() < deadline:
+        for _ in range(50):
+            pass
+        if io is not None:
+            io.let_run()
+
+
+def test_let_run_hands_the_gil_to_a_loop_whose_timer_is_due():
+    """A loop whose timer comes due while the application thread holds the GIL gets it
+    from let_run() within milliseconds; without let_run() it waits for the interpreter's
+    switch interval (set to 50 ms here so that the two differ clearly). (A wake() needs
+    no help as much: writing its byte is a socket call, which lets the GIL go.)"""
+    old_interval = sys.getswitchinterval()
+    io = IOThread("test-let-run").start()
+    try:
+        sys.setswitchinterval(0.05)
+        late = {}
+        for helped in (False, True, False, True):
+            ran = []
+            due = time.monotonic() + 0.01
+            io.call_soon(io.call_at, due, lambda: ran.append(time.monotonic()))
+            time.sleep(0.002)   # the loop has the timer and sleeps until it is due
+            _busy_until(due + 0.2, io if helped else None)
+            assert ran, "the loop never ran"
+            late.setdefault(helped, []).append(ran[0] - due)
+        assert min(late[False]) > 0.02, late   # the switch interval, not let_run
+        assert max(late[True]) < 0.01, late
+    finally:
+        sys.setswitchinterval(old_interval)
+        io.stop()
+
+
+def test_let_run_does_not_wait_for_an_idle_loop():
+    io = IOThread("test-let-run-idle").start()
+    try:
+        time.sleep(0.01)   # the loop is in select() with nothing due
+        t0 = time.monotonic()
+        for _ in range(1000):
+            io.let_run()
+        assert time.monotonic() - t0 < 0.05
     finally:
         io.stop()

@@ -199,10 +199,13 @@ class Producer(ClientBase):
                         raise TypeError("on_delivery given twice")
                     on_delivery = partition
                 partition = keys
-            return self._acc.produce_messages(topic, values, partition, on_delivery,
-                                              timestamp)
-        return self._acc.produce_batch(topic, values, keys, partition, on_delivery,
-                                       timestamp)
+            queued = self._acc.produce_messages(topic, values, partition, on_delivery,
+                                                timestamp)
+        else:
+            queued = self._acc.produce_batch(topic, values, keys, partition, on_delivery,
+                                             timestamp)
+        self._io.let_run()   # as produce() does: the I/O thread may be waiting for the GIL
+        return queued
 
     def poll(self, timeout: Optional[float] = None) -> int:
         """Serve delivery reports (and error/stats callbacks), waiting up to ``timeout``

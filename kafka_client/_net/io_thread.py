@@ -14,6 +14,7 @@ import itertools
 import logging
 import selectors
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -29,10 +30,11 @@ MAX_WAIT = 1.0
 #: How long the loop may wait for the GIL that a busy application thread holds before
 #: :meth:`IOThread.let_run` hands it over (CPython itself does at its switch interval,
 #: 5 ms, and again after every socket call of the loop's turn).
-LATE_S = 0.001
-#: let_run()'s sleep slices (the GIL free meanwhile) and their most in one hand-over
-HANDOFF_SLICE_S = 0.0001
+LATE_S = 0.00025
+#: The longest let_run() waits for the loop's turn to end
 HANDOFF_MOST_S = 0.002
+#: False on a free-threaded interpreter running without the GIL (nothing to hand over)
+_GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 class Timer:
@@ -74,6 +76,8 @@ class IOThread:
         self._turn_started = 0.0   # when the loop's current turn began (select() ended)
         self._selects = 0          # select() calls so far: a change means a turn ended
         self._no_handoff_until = 0.0
+        #: set by the loop at the end of every turn (let_run() waits for it)
+        self._turn_ended = threading.Event()
         #: exceptions raised by callbacks (logged; tests look at them)
         self.errors: List[BaseException] = []
 
@@ -141,6 +145,8 @@ class IOThread:
         until the loop has finished that turn (at most :data:`HANDOFF_MOST_S`). Without this
         a busy application thread keeps a batch whose linger ended, or an answer that
         arrived, waiting up to the interpreter's switch interval (5 ms) per step."""
+        if not _GIL:
+            return
         now = time.monotonic()
         if now < self._no_handoff_until:
             return
@@ -152,15 +158,13 @@ class IOThread:
         if not due or now - due < LATE_S or self.in_thread() or not self.alive:
             return
         selects = self._selects
-        end = now + HANDOFF_MOST_S
-        while True:
-            time.sleep(HANDOFF_SLICE_S)
-            now = time.monotonic()
-            if self._selects != selects or now >= end:
-                break
-        # The turn is done, or the loop is busy beyond the GIL (a blocking call): then
+        ended = self._turn_ended
+        ended.clear()
+        ended.wait(HANDOFF_MOST_S)   # lets the GIL go; set when the loop selects again
+        now = time.monotonic()
+        # The turn is done, or the loop is busy beyond the GIL (in a blocking call): then
         # not again for a while.
-        self._no_handoff_until = now + (LATE_S if now < end else 20 * LATE_S)
+        self._no_handoff_until = now + (LATE_S if self._selects != selects else 80 * LATE_S)
 
     # -- on the I/O thread ---------------------------------------------------------------
     def call_at(self, when: float, fn: Callable[..., Any], *args: Any) -> Timer:
@@ -231,6 +235,7 @@ class IOThread:
             wait = max(0.0, next_at - time.monotonic())
         self.sleeping_until = time.monotonic() + wait
         self._selects += 1
+        self._turn_ended.set()
         events = self.selector.select(wait)
         self.sleeping_until = 0.0
         self._turn_started = time.monotonic()

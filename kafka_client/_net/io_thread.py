@@ -28,8 +28,8 @@ _log = logging.getLogger("kafka_client.io")
 MAX_WAIT = 1.0
 
 #: How long the loop may wait for the GIL that a busy application thread holds before
-#: :meth:`IOThread.let_run` hands it over (CPython itself does at its switch interval,
-#: 5 ms, and again after every socket call of the loop's turn).
+#: :meth:`IOThread.let_run` hands it over (CPython would make it wait for its switch
+#: interval, 5 ms, and that again after every socket call of the loop's turn).
 LATE_S = 0.00025
 #: The longest let_run() waits for the loop's turn to end
 HANDOFF_MOST_S = 0.002

@@ -74,7 +74,6 @@ class IOThread:
         self._woken_at = 0.0
         self.sleeping_until = 0.0  # monotonic time the loop is waiting for (0 = busy)
         self._turn_started = 0.0   # when the loop's current turn began (select() ended)
-        self._selects = 0          # select() calls so far: a change means a turn ended
         self._no_handoff_until = 0.0
         #: set by the loop at the end of every turn (let_run() waits for it)
         self._turn_ended = threading.Event()
@@ -157,14 +156,12 @@ class IOThread:
             due = self._turn_started
         if not due or now - due < LATE_S or self.in_thread() or not self.alive:
             return
-        selects = self._selects
         ended = self._turn_ended
         ended.clear()
-        ended.wait(HANDOFF_MOST_S)   # lets the GIL go; set when the loop selects again
-        now = time.monotonic()
-        # The turn is done, or the loop is busy beyond the GIL (in a blocking call): then
-        # not again for a while.
-        self._no_handoff_until = now + (LATE_S if self._selects != selects else 80 * LATE_S)
+        # Lets the GIL go; set when the loop selects again. Not set in time: the loop is
+        # busy beyond the GIL (in a blocking call), so not again for a while.
+        turn_done = ended.wait(HANDOFF_MOST_S)
+        self._no_handoff_until = time.monotonic() + (LATE_S if turn_done else 80 * LATE_S)
 
     # -- on the I/O thread ---------------------------------------------------------------
     def call_at(self, when: float, fn: Callable[..., Any], *args: Any) -> Timer:
@@ -234,7 +231,6 @@ class IOThread:
         else:
             wait = max(0.0, next_at - time.monotonic())
         self.sleeping_until = time.monotonic() + wait
-        self._selects += 1
         self._turn_ended.set()
         events = self.selector.select(wait)
         self.sleeping_until = 0.0

@@ -109,5 +109,8 @@ def test_let_run_does_not_wait_for_an_idle_loop():
         for _ in range(1000):
             io.let_run()
         assert time.monotonic() - t0 < 0.05
+        # Not one hand-over tried (one would wait and then hold the next ones back for a
+        # while, which the time bound above alone would not show).
+        assert io._no_handoff_until == 0.0
     finally:
         io.stop()

@@ -102,6 +102,7 @@ class AccumulatorCore:
     sticky_cache: bool
     pending_topics: Set[TopicState]
     io_check: Optional[Callable[[], None]]
+    refusal: Optional[Callable[[], Any]]
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 on_delivery: Optional[Callable[..., Any]] = None, timestamp: int = 0,
                 headers: Any = None, *, callback: Optional[Callable[..., Any]] = None

@@ -280,6 +280,10 @@ cdef class AccumulatorCore:
     #: called from produce() at most every IO_CHECK_INTERVAL_S (looked at every
     #: IO_CHECK_EVERY calls): lets a starved I/O thread run (IOThread.let_run), or None
     cdef public object io_check
+    #: None while produce() may queue; otherwise a callable giving the KafkaError it
+    #: raises (an idempotent producer's fatal error, a transactional producer outside a
+    #: transaction): set through Accumulator.refuse_produce()
+    cdef public object refusal
     cdef int _until_io_check
     cdef double _next_io_check
 
@@ -293,6 +297,8 @@ cdef class AccumulatorCore:
         cdef Py_ssize_t size
         cdef double now
         cdef int part
+        if self.refusal is not None:
+            raise KafkaException(self.refusal())
         if PyBytes_CheckExact(value):
             size = PyBytes_GET_SIZE(value)
         elif value is None:

@@ -165,6 +165,21 @@ class Accumulator(AccumulatorCore):
         self.batch_limit = self.batch_size - RECORD_OVERHEAD
         self.sticky_cache = self.sticky_ms > 0 and self.partitioner_name not in _KEYED_ONLY \
             and self.partitioner_cb is None
+        self.refusal = None
+
+    def refuse_produce(self, why: Optional[Callable[[], KafkaError]]) -> None:
+        """From now on produce() and produce_batch() raise ``KafkaException(why())``;
+        ``None`` lets them queue again. The owners of the conditions call it (the
+        transaction manager at each state change, the sender on a fatal error), so the
+        compiled produce() tests one field per message instead of a Python wrapper asking
+        them (about 90 ns a call)."""
+        self.refusal = why
+
+    def check_refusal(self) -> None:
+        """Raise what produce() would raise now, if anything (for produce_batch())."""
+        why = self.refusal
+        if why is not None:
+            raise KafkaException(why())
 
     # ================================================================ application thread
     def produce_batch(self, topic: str, values: Sequence[Any],

@@ -126,13 +126,10 @@ class Producer(ClientBase):
         self._io.add_tick(self._sender.tick)
         self._report_only_error = cfg["delivery.report.only.error"]
         self._acc.io_check = self._io.let_run
-        # Hot path: produce is the accumulator's method, no extra call per message.
-        if self._txn is not None:
-            self.produce = _transactional_produce(self._txn, self._acc)
-        elif self._idem.enabled:
-            self.produce = _checked_produce(self._idem, self._acc)
-        else:
-            self.produce = self._acc.produce
+        # Hot path: produce is the accumulator's method, no extra call per message (what
+        # may refuse it, a fatal error or the transaction's state, is one field it tests:
+        # Accumulator.refuse_produce).
+        self.produce = self._acc.produce
         self._start_client()
 
     # -- the API -------------------------------------------------------------------------
@@ -179,10 +176,7 @@ class Producer(ClientBase):
         queued gets its KafkaError under ``"_error"`` in its dict (``_QUEUE_FULL`` for it
         and those after it when the producer is full) and the others are queued."""
         self._check_open()
-        if self._idem.fatal is not None:
-            raise KafkaException(self._idem.fatal)
-        if self._txn is not None and not self._txn.may_produce:
-            raise KafkaException(self._txn.produce_refused())
+        self._acc.check_refusal()
         if callback is not None:
             if on_delivery is not None:
                 raise TypeError("give on_delivery or its alias callback, not both")
@@ -570,44 +564,6 @@ def _io_callbacks(io: IOThread, cluster: Cluster, reports: Deque[Report],
         event.set()
 
     return wake_for, want_topic, on_report
-
-
-def _checked_produce(idem: Idempotence, acc: Accumulator) -> Callable[..., None]:
-    """produce() of an idempotent producer: refused once a fatal error broke its
-    guarantees."""
-    produce = acc.produce
-
-    def checked(topic: str, value: Any = None, key: Any = None, partition: int = -1,
-                on_delivery: Optional[Callable] = None, timestamp: int = 0,
-                headers: Any = None, *, callback: Optional[Callable] = None) -> None:
-        fatal = idem.fatal
-        if fatal is not None:
-            raise KafkaException(fatal)
-        produce(topic, value, key, partition, on_delivery, timestamp, headers,
-                callback=callback)
-    return checked
-
-
-def _transactional_produce(txn: TransactionManager, acc: Accumulator) -> Callable[..., None]:
-    """produce() of a transactional producer: only inside a transaction (librdkafka's
-    _STATE otherwise; the fatal error once fenced).
-
-    While a partition waits to be registered in the transaction its batches cannot be
-    sent, and the I/O thread that registers it needs the GIL, which a tight produce()
-    loop gives up only every switch interval (5 ms): so produce() yields it then (the
-    answer is handled within a millisecond instead of up to 5 ms later)."""
-    produce = acc.produce
-
-    def in_transaction(topic: str, value: Any = None, key: Any = None, partition: int = -1,
-                       on_delivery: Optional[Callable] = None, timestamp: int = 0,
-                       headers: Any = None, *, callback: Optional[Callable] = None) -> None:
-        if not txn.may_produce:
-            raise KafkaException(txn.produce_refused())
-        produce(topic, value, key, partition, on_delivery, timestamp, headers,
-                callback=callback)
-        if acc.txn_new_partition or txn.registering:
-            time.sleep(0)
-    return in_transaction
 
 
 def _closed_produce(*args: Any, **kwargs: Any) -> None:

@@ -193,8 +193,10 @@ class TransactionManager:
         self.sender: Any = None
         self.lock = threading.Lock()
         self.state = TxnState.INIT
-        #: produce() is allowed (IN_TRANSACTION only); read without the lock per message
+        #: produce() is allowed (IN_TRANSACTION only); the accumulator is told at every
+        #: state change (its refusal field is what the compiled produce() tests)
         self.may_produce = False
+        acc.refuse_produce(self.produce_refused)
         #: the error that made the transaction abortable, or the fatal one
         self.error: Optional[KafkaError] = None
         #: the coordinator must bump the epoch before the next transaction (KIP-360)
@@ -204,9 +206,6 @@ class TransactionManager:
         # -- the open transaction --
         self._pending: Set[Any] = set()          # partitions to register
         self._registering: Set[Any] = set()      # partitions in the AddPartitionsToTxn
-        #: an AddPartitionsToTxn is in flight: the application's produce() yields the GIL
-        #: so that the I/O thread handles its answer at once (batches wait for it)
-        self.registering = False
         self._register_after = 0.0               # its retry backoff
         #: requests the coordinator saw in this transaction (partitions, offsets): with
         #: none, commit and abort send no EndTxn
@@ -261,7 +260,6 @@ class TransactionManager:
             if error is None:
                 self._pending.clear()
                 self._registering = set()
-                self.registering = False
                 self._coordinator_knows = False
                 self.delivery_failures = 0
                 self.error = None
@@ -471,6 +469,7 @@ class TransactionManager:
             self.log.debug("transaction state %s -> %s", self.state.value, state.value)
         self.state = state
         self.may_produce = state == TxnState.IN_TRANSACTION
+        self.acc.refuse_produce(None if self.may_produce else self.produce_refused)
 
     def _require(self, api: str) -> Optional[KafkaError]:
         """None if ``api`` may run in the current state, else the error to raise: the
@@ -643,7 +642,6 @@ class TransactionManager:
         number = self._txn_number
         self._pending.clear()
         self._registering = set(parts)
-        self.registering = True
         self._coordinator_knows = True   # an unanswered request may have been seen
         idem = self.idem
         by_topic: Dict[str, List[int]] = {}
@@ -663,7 +661,6 @@ class TransactionManager:
                     TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
                 return None      # outdated: that transaction is over
             self._registering = set()
-            self.registering = False
             results = {(t.name, r.partition_index): r.partition_error_code
                        for t in resp.results_by_topic_v3_and_below or ()
                        for r in t.results_by_partition or ()}
@@ -702,7 +699,6 @@ class TransactionManager:
                 return
             self._pending.update(parts)
             self._registering = set()
-            self.registering = False
             self._register_after = time.monotonic() + self.backoff
             self.io.wake()
             if error.code() == KafkaError._UNSUPPORTED_FEATURE:

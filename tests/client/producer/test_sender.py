@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kafka_client._cluster.metadata import MetadataCache, TopicInfo
 from kafka_client.config import ClientConfig
-from kafka_client.errors import KafkaError, client_error
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence, restamp
 from kafka_proto.messages import InitProducerIdResponse, ProduceResponse
@@ -264,6 +266,11 @@ def test_idempotence_unexplained_out_of_order_is_fatal():
     assert sender.cluster.errors == [fatal]
     assert {r.error.code() for r in reports} == {KafkaError._FATAL}
     assert len(reports) == 2
+    # From now on produce() (the compiled one, no wrapper) refuses with that error.
+    with pytest.raises(KafkaException) as refused:
+        acc.produce("t", b"late", partition=0)
+    assert refused.value.args[0] is fatal
+    assert acc.msg_count == 2
 
 
 def test_restamp_rewrites_producer_fields_and_crc():

@@ -16,6 +16,8 @@ from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPa
 pytestmark = pytest.mark.integration
 
 N = 50
+#: Tansu holds a group's first join for half the session timeout (22.5 s at the default)
+SESSION_MS = 6000
 
 
 def produce(conf, topic, n=N, **produce_kwargs):
@@ -172,7 +174,8 @@ def test_rebalance_cb_is_called_for_assign_and_revoke(broker, topic_name):
         calls.append((err.code(), sorted(tp.partition for tp in partitions)))
 
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic_name}",
-                  "auto.offset.reset": "earliest", "rebalance_cb": rebalance_cb})
+                  "auto.offset.reset": "earliest", "rebalance_cb": rebalance_cb,
+                  "session.timeout.ms": SESSION_MS})
     got = []
     try:
         c.subscribe([topic_name])
@@ -196,7 +199,7 @@ def test_rebalance_cb_that_assigns_itself_is_not_overridden(broker, topic_name):
             consumer.assign([TopicPartition(tp.topic, tp.partition, 40) for tp in partitions])
 
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic_name}",
-                  "rebalance_cb": rebalance_cb})
+                  "rebalance_cb": rebalance_cb, "session.timeout.ms": SESSION_MS})
     got = []
     try:
         c.subscribe([topic_name])

@@ -41,6 +41,10 @@ COORDINATOR_KEY_BASE = 2**31 - 1
 #: errors, throttle events, callback failures: how many of each are kept unserved
 _KEPT_MAX = 1000
 
+#: connection set-up failures that another attempt within a call will not cure (wrong
+#: credentials, a certificate refused)
+_SETUP_REFUSED = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+
 #: connection states as librdkafka's statistics name them
 _LIBRDKAFKA_STATE = {DISCONNECTED: "DOWN", CONNECTING: "CONNECT",
                      TLS_HANDSHAKE: "SSL_HANDSHAKE", HANDSHAKE: "APIVERSION_QUERY",
@@ -398,13 +402,16 @@ class Cluster:
     def request_metadata(self, topics: Optional[List[str]],
                          callback: Callable[[Any, Optional[KafkaError],
                                              Optional[BrokerConnection]], None],
-                         deadline: float) -> None:
+                         deadline: float, refused_ends: bool = False) -> None:
         """I/O thread: one Metadata request for ``topics`` (None: every topic; ``[]``:
         only brokers, controller and cluster id), sent to the least busy ready connection
         once one is up, and sent again after a retriable error, until ``deadline``
         (monotonic). The cache is updated; ``callback(response, error, connection)`` runs
-        once, with ``(None, None, None)`` if no answer came before the deadline."""
+        once, with ``(None, None, None)`` if no answer came before the deadline. With
+        ``refused_ends``, it runs with the error as soon as a connection attempted
+        meanwhile is refused (:meth:`_refused_since`)."""
         finished = [False]
+        started = time.monotonic()
 
         def answer(resp: Any, err: Optional[KafkaError],
                    conn: Optional[BrokerConnection]) -> None:
@@ -424,6 +431,10 @@ class Cluster:
                 return
             conn = self.ready_connection(now)
             if conn is None:
+                refused = self._refused_since(started) if refused_ends else None
+                if refused is not None:
+                    answer(None, refused, None)
+                    return
                 self.io.call_later(min(0.02, deadline - now), attempt)
                 return
 
@@ -438,6 +449,18 @@ class Cluster:
                 self.io.call_later(min(0.02, deadline - now), attempt)
 
         attempt()
+
+    def _refused_since(self, since: float) -> Optional[KafkaError]:
+        """I/O thread: the authentication or TLS error that refused a connection attempted
+        since ``since`` (monotonic), when no connection is up or under way: retrying would
+        meet the same credentials or certificates, so a blocking call ends with it at once
+        (as the Java client's do) instead of at its timeout."""
+        recent = self.last_connection_error
+        if recent is None or recent[0] < since or recent[1].code() not in _SETUP_REFUSED:
+            return None
+        if any(c.state != DISCONNECTED for c in self.conns.values()):
+            return None
+        return recent[1]
 
     def _metadata_blocking(self, topics: Optional[List[str]], timeout: Optional[float],
                            what: str) -> Tuple[Any, BrokerConnection]:
@@ -455,7 +478,7 @@ class Cluster:
             box.append((resp, err, conn))
             done.set()
 
-        self.io.call_soon(self.request_metadata, topics, answer, deadline)
+        self.io.call_soon(self.request_metadata, topics, answer, deadline, True)
         _wait_interruptibly(done, deadline)
         resp, err, conn = box[0] if box else (None, None, None)
         if err is not None:
@@ -467,7 +490,7 @@ class Cluster:
                     last = c.last_error
             if last is not None and not any(c.state == READY for c in self.conns.values()):
                 raise KafkaException(KafkaError(
-                    KafkaError._TRANSPORT,
+                    last.code() if last.code() in _SETUP_REFUSED else KafkaError._TRANSPORT,
                     f"Failed to {what} within {timeout:g}s: {last.str()}"))
             recent = self.last_connection_error
             why = f" (a connection failed meanwhile: {recent[1].str()})" \

@@ -36,19 +36,22 @@ def sasl(bootstrap, user, password, mechanism="SCRAM-SHA-256", **extra):
 
 
 def peer_can_log_in(bootstrap, user, password, mechanism):
-    """Whether confluent-kafka's client authenticates (its Metadata request answered)."""
+    """Whether confluent-kafka's client authenticates (its Metadata request answered) or
+    is refused (_AUTHENTICATION through error_cb, served by poll(): its list_topics()
+    itself would wait out its whole timeout)."""
     errors = []
     p = ck.Producer(sasl(bootstrap, user, password, mechanism,
                          error_cb=errors.append, log_level=0))
-    try:
-        p.list_topics(timeout=5)
-        return True
-    except ck.KafkaException:
-        deadline = time.monotonic() + 5
-        while not errors and time.monotonic() < deadline:
-            p.poll(0.1)   # error_cb is served from poll()
-        assert any(e.code() == ck.KafkaError._AUTHENTICATION for e in errors), errors
-        return False
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            p.list_topics(timeout=0.5)
+            return True
+        except ck.KafkaException:
+            p.poll(0.1)
+            if any(e.code() == ck.KafkaError._AUTHENTICATION for e in errors):
+                return False
+    raise AssertionError(f"neither logged in nor refused in 10 s: {errors}")
 
 
 def we_can_log_in(bootstrap, user, password, mechanism):
@@ -57,8 +60,7 @@ def we_can_log_in(bootstrap, user, password, mechanism):
         p.list_topics(timeout=5)
         return True
     except KafkaException as exc:
-        assert exc.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT,
-                                      KafkaError._TIMED_OUT), exc
+        assert exc.args[0].code() == KafkaError._AUTHENTICATION, exc
         return False
     finally:
         p.close()

@@ -90,13 +90,17 @@ def round_trip(conf, topic, n):
 
 
 def auth_errors(conf, wait=5.0, client=Producer):
-    """error_cb errors of a client that cannot authenticate; list_topics must fail fast."""
+    """error_cb errors of a client that cannot authenticate. list_topics() fails with the
+    refusal itself (_AUTHENTICATION) as soon as its connection is refused, not at its
+    timeout (10 s here)."""
     errors = []
     p = client(dict(conf, error_cb=errors.append))
     started = time.monotonic()
     try:
-        with pytest.raises(KafkaException):
-            p.list_topics(timeout=3)
+        with pytest.raises(KafkaException) as refused:
+            p.list_topics(timeout=10)
+        assert refused.value.args[0].code() == KafkaError._AUTHENTICATION, refused.value
+        assert time.monotonic() - started < 5, "list_topics() waited for its timeout"
         while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) \
                 and time.monotonic() - started < wait:
             p.poll(0.1)

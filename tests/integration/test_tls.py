@@ -93,8 +93,11 @@ def expect_refused(conf, needle, timeout=10.0):
     p = Producer(conf, error_cb=errors.append, socket_connection_setup_timeout_ms=5000)
     started = time.monotonic()
     try:
-        with pytest.raises(KafkaException):
-            p.list_topics(timeout=3)
+        with pytest.raises(KafkaException) as refused:
+            p.list_topics(timeout=10)
+        # The refusal itself, when it comes, not the call's timeout.
+        assert refused.value.args[0].code() == KafkaError._SSL, refused.value
+        assert time.monotonic() - started < 5, "list_topics() waited for its timeout"
         while not errors and time.monotonic() - started < timeout:
             p.poll(0.1)
     finally:

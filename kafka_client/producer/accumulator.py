@@ -165,7 +165,7 @@ class Accumulator(AccumulatorCore):
         self.batch_limit = self.batch_size - RECORD_OVERHEAD
         self.sticky_cache = self.sticky_ms > 0 and self.partitioner_name not in _KEYED_ONLY \
             and self.partitioner_cb is None
-        self.refusal = None
+        self.refusal = None       # produce() may queue (see refuse_produce)
 
     def refuse_produce(self, why: Optional[Callable[[], KafkaError]]) -> None:
         """From now on produce() and produce_batch() raise ``KafkaException(why())``;

@@ -449,8 +449,8 @@ class Sender:
     def fatal(self, fatal: KafkaError) -> None:
         """The producer stops: ``fatal`` (a fatal KafkaError) is latched, reported to
         error_cb, and fails everything queued or in flight."""
-        self.idem.set_fatal(fatal, wrap=False)
-        self.acc.refuse_produce(lambda: fatal)
+        latched = self.idem.set_fatal(fatal, wrap=False)
+        self.acc.refuse_produce(lambda: latched)
         self.cluster.report_error(fatal)
         self.purge(fatal, fatal, include_in_flight=True)
 

@@ -18,7 +18,9 @@ fetched records blobs), ``compression`` (the compressed sections of the fetched 
 ``framing`` (the response frames as one stream) and ``client`` (ApiVersions, Metadata and
 Fetch bodies of one connection). For ``consumer`` it fetches (read_uncommitted and
 read_committed) topics written by confluent-kafka with every codec and with committed and
-aborted transactions (``capture_consumer``). Legacy (magic 0/1) message sets, which these brokers no
+aborted transactions (``capture_consumer``). For ``group`` our consumers join, rebalance,
+commit and leave groups (eager and cooperative) on a Tansu behind a recording relay
+(``capture_group``). Legacy (magic 0/1) message sets, which these brokers no
 longer write, are built field by field from the same records. Files are named by content
 hash; inputs above ``--max-size`` bytes are skipped so the corpus stays small.
 """
@@ -42,7 +44,7 @@ sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 #: corpus folders filled by capture_broker and the recorder, and by capture_consumer
 BROKER_CAPTURE_HARNESSES = ("records", "compression", "responses", "framing", "client")
-HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer",)
+HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer", "group")
 
 
 def _lenbytes(b):
@@ -470,6 +472,83 @@ def capture_confluent_tansu(corpus: Corpus) -> None:
                                            + bytes(batch.raw[61:]))
 
 
+def capture_group(corpus: Corpus) -> None:
+    """Our consumers' group sessions against Tansu through a Recorder, for the ``group``
+    harness: for each assignment strategy two members join a group subscribed to ``t0``
+    (3 partitions) and ``t1`` (2), rebalance, commit and look up offsets, and leave.
+    Every connection's group answers, in order, make one input (flags byte: cooperative
+    when its JoinGroup answer names cooperative-sticky), behind the FindCoordinator answer
+    of the session; each answer alone is an input too."""
+    from fuzz_harnesses import SEGMENT_SEP, _GROUP_KEYS
+
+    from kafka_client import Consumer, TopicPartition
+    from kafka_client._testing.brokers import free_port
+    from kafka_client._testing.proxy import ProxiedTansu
+    from kafka_proto.messages import JoinGroupResponse
+
+    broker_port = free_port()
+    rec = Recorder(broker_port)
+    broker = ProxiedTansu(advertised_port=rec.port, port=broker_port)
+    broker.start()
+    bootstrap = f"127.0.0.1:{rec.port}"
+    try:
+        broker.create_topic("t0", partitions=3)
+        broker.create_topic("t1", partitions=2)
+        for strategy in ("range", "cooperative-sticky"):
+            conf = {"bootstrap.servers": bootstrap, "group.id": f"fuzz-{strategy}",
+                    "session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
+                    "partition.assignment.strategy": strategy, "enable.auto.commit": False}
+            members = [Consumer(conf), Consumer(conf)]
+            for c in members:
+                c.subscribe(["t0", "t1"])
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not c.assignment():
+                    for m in members:
+                        m.poll(0.1)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and \
+                    sum(len(m.assignment()) for m in members) != 5:
+                for m in members:
+                    m.poll(0.1)
+            first = members[0]
+            try:
+                tps = [TopicPartition(tp.topic, tp.partition, 3) for tp in first.assignment()]
+                if tps:
+                    first.commit(offsets=tps, asynchronous=False)
+                first.committed([TopicPartition("t0", p) for p in range(3)], timeout=10)
+            except Exception as exc:  # noqa: BLE001 - the capture goes on without them
+                print(f"  group/{strategy}: commit failed: {exc}", file=sys.stderr)
+            members[1].close()
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                first.poll(0.1)
+            first.close()
+    finally:
+        broker.stop()
+        broker.cleanup()
+        rec.close()
+    finds: List[bytes] = []
+    sessions = []
+    for _down, answers in rec.exchanges():
+        mine = [(key, ver, body) for key, ver, body in answers if key in _GROUP_KEYS]
+        for key, ver, body in mine:
+            corpus.add("group", bytes([0]) + struct.pack(">hB", key, ver) + body)
+            if key == 10:
+                finds.append(struct.pack(">hB", key, ver) + body)
+        if any(key != 10 for key, _v, _b in mine):
+            sessions.append(mine)
+    for mine in sessions:
+        flags = 0
+        for key, ver, body in mine:
+            if key == 11:
+                resp = JoinGroupResponse.decode(body, ver)
+                if resp.protocol_name == "cooperative-sticky":
+                    flags = 1
+        segments = finds[:1] + [struct.pack(">hB", k, v) + b for k, v, b in mine if k != 10]
+        corpus.add("group", bytes([flags]) + SEGMENT_SEP.join(segments))
+    print(f"  group: {len(sessions)} sessions captured", file=sys.stderr)
+
+
 def _recording_connection_class():
     from kafka_client._testing.blocking import BlockingConnection
 
@@ -520,6 +599,8 @@ def main(argv=None) -> int:
     if "tansu" in args.brokers and not args.no_recorder \
             and wanted & set(BROKER_CAPTURE_HARNESSES):
         capture_confluent_tansu(corpus)
+    if "tansu" in args.brokers and "group" in wanted:
+        capture_group(corpus)
     corpus.items = {h: items for h, items in corpus.items.items() if h in wanted}
     for harness, items in sorted(corpus.items.items()):
         print(f"{harness}: {len(items)} inputs, {sum(map(len, items.values()))} bytes")

@@ -66,6 +66,19 @@ PROTOCOL_TYPE = "consumer"
 #: FindCoordinator's key type of a consumer group (1 would be a transactional id)
 COORDINATOR_KEY_GROUP = 0
 
+def _first_version_with(request: Any, field: str) -> int:
+    """The first version of ``request`` (a generated class) that has ``field``."""
+    return next(spec.min_version for spec in request.FIELDS if spec.name == field)
+
+
+#: What a static member (group.instance.id, KIP-345) needs of the coordinator: the
+#: requests that carry the instance id, from the version that has the field (Apache
+#: Kafka 2.3); older versions cannot say it.
+_STATIC_MEMBER_NEEDS = tuple((request.API_KEY, request.API_NAME,
+                              _first_version_with(request, "group_instance_id"))
+                             for request in (JoinGroupRequest, SyncGroupRequest,
+                                             HeartbeatRequest))
+
 #: errors that mean "find the coordinator again"
 COORDINATOR_ERRORS = frozenset((ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                 ErrorCode.NOT_COORDINATOR))
@@ -668,6 +681,16 @@ class GroupCoordinator:
             self.cluster.metadata.request(None)
             self._rejoin_after = now + 0.05
             return
+        conn = self._coord_conn()
+        if conn is None:
+            return
+        if self.instance_id is not None:
+            if not conn.ready:
+                # The versions the coordinator speaks are known once it is connected.
+                self._rejoin_after = now + 0.02
+                return
+            if not self._static_membership_supported(conn):
+                return
         self._rejoin_pending = False
         md = self.cluster.metadata
         self.joined_topics = topics
@@ -693,12 +716,28 @@ class GroupCoordinator:
         self.log.debug("group %s: joining (%s) with %s", self.group_id,
                        self._rejoin_reason, topics)
         # The broker holds JoinGroup for up to the rebalance timeout.
-        conn = self._coord_conn()
-        if conn is None:
-            self.state = UNJOINED
-            return
         conn.send(req, lambda resp, err: self._on_join(resp, err, token),
                   timeout=self.max_poll_interval + self.request_timeout)
+
+    def _static_membership_supported(self, conn: Any) -> bool:
+        """Whether the coordinator speaks the versions that carry group.instance.id; if
+        not, the application gets a fatal _UNSUPPORTED_FEATURE naming what is missing
+        and the member stops joining (as the Java client refuses; sending the requests
+        without the id would silently make it a dynamic member)."""
+        missing = [f"{name} v{need}+ (it has "
+                   f"{'none' if conn.versions.get(api) is None else f'v{conn.versions[api]}'})"
+                   for api, name, need in _STATIC_MEMBER_NEEDS
+                   if conn.versions.get(api) is None or conn.versions[api] < need]
+        if not missing:
+            return True
+        self.deliver_error(client_error(
+            KafkaError._UNSUPPORTED_FEATURE,
+            f"group {self.group_id}: group.instance.id {self.instance_id!r} (static "
+            f"membership, KIP-345) needs a coordinator with {', '.join(missing)}: Apache "
+            f"Kafka 2.3 or later", fatal=True))
+        self.patterns = None
+        self.state = UNJOINED
+        return False
 
     def _on_join(self, resp: Any, err: Optional[KafkaError], token: int) -> None:
         self.log.debug("group %s: JoinGroup answered: %s", self.group_id,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import random
 import struct
+import time
 import types
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -992,6 +993,255 @@ def check_consumer(data: bytes) -> None:
     fetcher.close()
 
 
+# --------------------------------------------------------------------------- group
+
+#: The APIs the consumer group speaks with its coordinator, in the order of a session.
+_GROUP_KEYS = (10, 11, 14, 12, 8, 9, 13)  # FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+#                                           OffsetCommit, OffsetFetch, LeaveGroup
+_GROUP_TOPICS = {"t0": 3, "t1": 2}
+_group_configs: Dict[tuple, object] = {}
+
+
+def _group_config(cooperative: bool, static: bool, pattern: bool):
+    key = (cooperative, static, pattern)
+    cfg = _group_configs.get(key)
+    if cfg is None:
+        from kafka_client.config import ClientConfig
+
+        conf = {"group.id": "fuzz-group", "enable.auto.commit": False,
+                "partition.assignment.strategy": "cooperative-sticky" if cooperative
+                else "range,roundrobin"}
+        if static:
+            conf["group.instance.id"] = "fuzz-instance"
+        cfg = _group_configs[key] = ClientConfig.from_dict(conf, role="consumer")
+    return cfg
+
+
+class _GroupConn:
+    """The coordinator connection: every request is encoded at the version it would go
+    out with (a request the group cannot encode is a finding), then kept with its
+    callback until the harness answers it."""
+
+    ready = True
+
+    def __init__(self, versions: Dict[int, int]) -> None:
+        self.versions = versions
+        self.pending: List[tuple] = []  # (api key, version, callback)
+        self.sent = 0
+
+    def send(self, req, callback=None, *, version=None, expect_response=True, timeout=None):
+        key = req.API_KEY
+        v = self.versions.get(key) if version is None else version
+        if v is None:
+            _fail(f"{type(req).__name__} sent without a negotiated version")
+        try:
+            req.encode(v)
+        except Exception as exc:  # noqa: BLE001 - any failure here is the finding
+            _fail(f"{type(req).__name__} v{v} does not encode: {type(exc).__name__}: {exc}")
+        self.sent += 1
+        if callback is not None:
+            self.pending.append((key, v, callback))
+
+
+class _GroupCluster:
+    """What ``GroupCoordinator`` asks of the cluster: metadata, the connections."""
+
+    def __init__(self, metadata, conn) -> None:
+        self.metadata = metadata
+        self.conn = conn
+        self.on_metadata: list = []
+        self.settings = types.SimpleNamespace(request_timeout=30.0)
+
+    def want_topics(self, topics) -> None:
+        pass
+
+    def _ready_conn(self):
+        return self.conn
+
+    def _kick_connect(self, now) -> None:
+        pass
+
+    def coordinator_connection(self, node):
+        return self.conn
+
+
+class _GroupMember:
+    """The consumer side of the rebalance callbacks (``GroupMember``)."""
+
+    consumer = None
+
+    def __init__(self) -> None:
+        self.parts: set = set()
+        self.changes = 0
+
+    def assigned(self):
+        return set(self.parts)
+
+    def assignment_changes(self) -> int:
+        return self.changes
+
+    def stored_offsets(self):
+        return []
+
+    def assign(self, partitions) -> None:
+        self.changes += 1
+        self.parts = {(tp.topic, tp.partition) for tp in partitions}
+
+    def unassign(self) -> None:
+        self.changes += 1
+        self.parts = set()
+
+    def incremental_assign(self, partitions) -> None:
+        self.changes += 1
+        new = {(tp.topic, tp.partition) for tp in partitions}
+        if new & self.parts:
+            _fail(f"incremental_assign of partitions already assigned: {new & self.parts}")
+        self.parts |= new
+
+    def incremental_unassign(self, partitions) -> None:
+        self.changes += 1
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        if gone - self.parts:
+            _fail(f"incremental_unassign of partitions not assigned: {gone - self.parts}")
+        self.parts -= gone
+
+
+def check_group(data: bytes) -> None:
+    """The consumer group's handling of its coordinator's answers: a real
+    ``GroupCoordinator`` (``kafka_client.consumer.group``) on fake connection, cluster and
+    I/O thread, subscribed to two topics, fed a session of answers.
+
+    Layout: byte 0 = flags (bit 0 cooperative-sticky, else range; bit 1 a static member,
+    group.instance.id; bit 2 a pattern subscription besides the names); then answers
+    separated by ``SEGMENT_SEP``, each int16 API key (mapped onto the group's APIs:
+    FindCoordinator, JoinGroup, SyncGroup, Heartbeat, OffsetCommit, OffsetFetch,
+    LeaveGroup), uint8 version (modulo the API's range; the first one of each API is the
+    version the connection negotiated), then the body.
+
+    Each answer goes to the oldest request of its API in flight; when there is none, the
+    harness first makes the group send one (coordinator lost, a rejoin, a heartbeat due, a
+    commit, a committed-offsets lookup, leaving). A body that does not decode at the
+    request's version reaches the callback as a lost connection. Between answers the
+    harness runs the group's tick, the I/O thread's queued calls and the application's
+    rebalance events (assign/revoke, on the fake member). Checked: nothing raises; every
+    request encodes at its version; the state is one of the five; the application is
+    never owed a negative number of rebalance events; the member's incremental
+    (cooperative) assignments never add what it has or remove what it has not; in a
+    stable generation the partitions owned are of the topics joined with; errors handed
+    to the application are KafkaErrors.
+    """
+    from kafka_client._cluster.metadata import MetadataCache, TopicInfo
+    from kafka_client.consumer import group as group_mod
+    from kafka_client.errors import KafkaError
+    from kafka_client.types import TopicPartition
+    from kafka_proto.messages import API_KEYS, response_class
+
+    if len(data) < 1:
+        return
+    flags = data[0]
+    answers = []
+    versions: Dict[int, int] = {}
+    for seg in data[1:].split(SEGMENT_SEP):
+        if len(seg) < 3:
+            continue
+        key = int.from_bytes(seg[0:2], "big")
+        if key not in _GROUP_KEYS:
+            key = _GROUP_KEYS[key % len(_GROUP_KEYS)]
+        info = API_KEYS[key]
+        version = info.min_version + seg[2] % (info.max_version - info.min_version + 1)
+        versions.setdefault(key, version)
+        answers.append((key, seg[3:]))
+    for key in _GROUP_KEYS:
+        versions.setdefault(key, API_KEYS[key].max_version)
+
+    md = MetadataCache()
+    now = 1000.0
+    for name, count in _GROUP_TOPICS.items():
+        md.topics[name] = TopicInfo(name, 0, [1] * count, [-1] * count, [0] * count, now)
+    md.updates = 1
+    conn = _GroupConn(versions)
+    cluster = _GroupCluster(md, conn)
+    io = _FakeIO()
+    errors: list = []
+    offsets = types.SimpleNamespace(read_committed=False, stored_offsets=lambda: [],
+                                    set_committed=lambda committed: None)
+    config = _group_config(bool(flags & 1), bool(flags & 2), bool(flags & 4))
+    member = _GroupMember()
+    group_log = logging.getLogger("kafka_client.consumer.group")
+    log_was = group_log.disabled
+    group_log.disabled = True
+    try:
+        gc = group_mod.GroupCoordinator(config, cluster, io, offsets, lambda: None,
+                                        errors.append)
+        gc.subscribe(sorted(_GROUP_TOPICS) + (["^t.*"] if flags & 4 else []), None, None,
+                     None)
+
+        def settle() -> None:
+            """The I/O thread's queued calls, its tick, the application's events."""
+            for _round in range(50):
+                busy = False
+                calls, io.calls = io.calls, []
+                for fn, args in calls[:200]:
+                    fn(*args)
+                    busy = True
+                gc.tick(time.monotonic())
+                if gc.app_events:
+                    gc.serve(member)
+                    busy = True
+                if not busy and not io.calls:
+                    return
+
+        def check() -> None:
+            if gc.state not in (group_mod.UNJOINED, group_mod.WAIT_REVOKE, group_mod.JOINING,
+                                group_mod.SYNCING, group_mod.STABLE):
+                _fail(f"state {gc.state!r}")
+            if gc._app_pending < 0:
+                _fail(f"{gc._app_pending} rebalance events owed to the application")
+            if gc.state == group_mod.STABLE and \
+                    any(t not in gc.joined_topics for t, _p in gc.owned):
+                _fail(f"owns {sorted(gc.owned)} after joining with {gc.joined_topics}")
+            for e in errors:
+                if not isinstance(e, KafkaError):
+                    _fail(f"the application was handed {e!r}")
+
+        settle()
+        for key, body in answers:
+            if not any(k == key for k, _v, _cb in conn.pending):
+                # Make the group send a request of this API, as it would in some session.
+                if key == 10:
+                    gc._coordinator_lost("fuzz")
+                    gc._find_after = 0.0
+                elif key == 11:
+                    gc._rejoin_after = 0.0
+                    gc._request_rejoin("fuzz")
+                elif key == 12:
+                    gc._next_heartbeat = 0.0
+                elif key == 8:
+                    gc.commit([TopicPartition("t0", 0, 5), TopicPartition("t1", 1, 7)],
+                              asynchronous=True)
+                elif key == 9:
+                    io.call_soon(gc._offset_fetch, [("t0", 0), ("t1", 1)],
+                                 lambda result, err=None: None, time.monotonic() + 30)
+                elif key == 13:
+                    gc._leave("fuzz")
+                settle()
+            pending = next((i for i, (k, _v, _cb) in enumerate(conn.pending) if k == key),
+                           None)
+            if pending is None:
+                continue
+            _k, version, callback = conn.pending.pop(pending)
+            try:
+                resp = response_class(key).decode(body, version)
+            except CODEC_ERRORS:
+                callback(None, KafkaError(KafkaError._TRANSPORT, "fuzz: undecodable answer"))
+            else:
+                callback(resp, None)
+            settle()
+            check()
+    finally:
+        group_log.disabled = log_was
+
+
 #: Harness name -> check function (names are the corpus folders).
 HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "records": check_records,
@@ -1000,4 +1250,5 @@ HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "framing": check_framing,
     "client": check_client_all,
     "consumer": check_consumer,
+    "group": check_group,
 }

@@ -146,3 +146,18 @@ def test_client_fetch_loop_on_a_response_without_the_partition():
 
     data = base64.b64decode("AP8AAAABAAAAAAAKLS1mdXp6LS0K3QIAAAAAAAA=")
     fuzz_harnesses.check_client_all(data)  # only documented errors escape
+
+
+def test_static_member_against_a_coordinator_without_join_group_v5():
+    """group harness, first atheris run (2026-11-28): a static member (group.instance.id)
+    whose coordinator negotiated JoinGroup v0 built a JoinGroupRequest that cannot be
+    encoded (the instance id exists from v5): the connection failed it as _INVALID_ARG,
+    reported every second. Now the member refuses such a coordinator once, with a fatal
+    _UNSUPPORTED_FEATURE, and sends nothing it cannot encode."""
+    import fuzz_harnesses
+    from kafka_proto.messages import FindCoordinatorResponse
+
+    found = FindCoordinatorResponse(error_code=0, node_id=1, host="127.0.0.1", port=9092)
+    data = (b"\x02" + struct.pack(">hB", 10, 0) + found.encode(0) + fuzz_harnesses.SEGMENT_SEP
+            + struct.pack(">hB", 11, 0) + b"")
+    fuzz_harnesses.check_group(data)

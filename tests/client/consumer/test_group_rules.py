@@ -153,3 +153,50 @@ def test_auto_commit_goes_through_the_offset_store():
     g.offsets.stored = [TopicPartition("t", 0, 42, "meta", 3), TopicPartition("t", 1, 7)]
     g._auto_commit()
     assert sent == [[("t", 0, 42, "meta", 3), ("t", 1, 7, None, -1)]]
+
+
+class VersionedConn:
+    """A connected coordinator that speaks the given versions; keeps what is sent."""
+    ready = True
+
+    def __init__(self, versions):
+        self.versions = versions
+        self.sent = []
+
+    def send(self, req, callback=None, **kw):
+        self.sent.append(req)
+
+
+def test_a_static_member_refuses_a_coordinator_without_the_instance_id_versions():
+    """group.instance.id needs JoinGroup v5, SyncGroup v3 and Heartbeat v3 (Kafka 2.3):
+    against an older coordinator the member does not join as a dynamic one in silence,
+    nor send requests that cannot carry the id: one fatal _UNSUPPORTED_FEATURE naming
+    what is missing, and no more joins."""
+    from kafka_proto.messages import ApiKey
+
+    cfg = ClientConfig.from_dict({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
+                                  "group.instance.id": "i-1"}, role="consumer")
+    md = types.SimpleNamespace(topics={}, updates=1, request=lambda *a, **k: None)
+    old = VersionedConn({ApiKey.JOIN_GROUP: 4, ApiKey.SYNC_GROUP: 3, ApiKey.HEARTBEAT: 2})
+    cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
+                                    on_metadata=[], metadata=md,
+                                    coordinator_connection=lambda node: old)
+    errors = []
+    g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None, errors.append)
+    g.patterns, g.coord_id = ["t"], 1
+    g._start_join(0.0)
+    assert old.sent == [] and g.state == UNJOINED and g.patterns is None
+    (err,) = errors
+    assert err.code() == KafkaError._UNSUPPORTED_FEATURE and err.fatal()
+    assert "JoinGroup v5+ (it has v4)" in err.str() and "Heartbeat v3+ (it has v2)" in err.str()
+    assert "SyncGroup" not in err.str() and "group.instance.id 'i-1'" in err.str()
+
+    # A coordinator that has them: the JoinGroup goes out with the instance id.
+    new = VersionedConn({ApiKey.JOIN_GROUP: 9, ApiKey.SYNC_GROUP: 5, ApiKey.HEARTBEAT: 4})
+    cluster.coordinator_connection = lambda node: new
+    errors.clear()
+    g.patterns = ["t"]
+    g._start_join(0.0)
+    assert errors == [] and g.state == "JOINING"
+    (req,) = new.sent
+    assert req.group_instance_id == "i-1" and req.encode(9)

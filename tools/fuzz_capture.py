@@ -20,7 +20,8 @@ Fetch bodies of one connection). For ``consumer`` it fetches (read_uncommitted a
 read_committed) topics written by confluent-kafka with every codec and with committed and
 aborted transactions (``capture_consumer``). For ``group`` our consumers join, rebalance,
 commit and leave groups (eager and cooperative) on a Tansu behind a recording relay
-(``capture_group``). Legacy (magic 0/1) message sets, which these brokers no
+(``capture_group``); for ``producer`` our plain and idempotent producers send to it
+(``capture_producer``). Legacy (magic 0/1) message sets, which these brokers no
 longer write, are built field by field from the same records. Files are named by content
 hash; inputs above ``--max-size`` bytes are skipped so the corpus stays small.
 """
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 #: corpus folders filled by capture_broker and the recorder, and by capture_consumer
 BROKER_CAPTURE_HARNESSES = ("records", "compression", "responses", "framing", "client")
-HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer", "group")
+HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer", "group", "producer")
 
 
 def _lenbytes(b):
@@ -549,6 +550,57 @@ def capture_group(corpus: Corpus) -> None:
     print(f"  group: {len(sessions)} sessions captured", file=sys.stderr)
 
 
+def capture_producer(corpus: Corpus) -> None:
+    """Our producers against Tansu through a Recorder, for the ``producer`` harness: plain
+    (acks=1 and acks=all) and idempotent, 12 messages to the 3 partitions of topic ``t``,
+    two per batch, as the harness sends them. Each connection's Produce and
+    InitProducerId answers, in order, make one input (flags: idempotence when an
+    InitProducerId answer is among them, acks=all for the second plain run)."""
+    from fuzz_harnesses import SEGMENT_SEP, _PRODUCER_KEYS
+
+    from kafka_client import Producer
+    from kafka_client._testing.brokers import free_port
+    from kafka_client._testing.proxy import ProxiedTansu
+
+    broker_port = free_port()
+    rec = Recorder(broker_port)
+    broker = ProxiedTansu(advertised_port=rec.port, port=broker_port)
+    broker.start()
+    runs = ({"acks": 1}, {"acks": "all"}, {"enable.idempotence": True})
+    sessions = []
+    try:
+        broker.create_topic("t", partitions=3)
+        for extra in runs:
+            before = len(rec.conns)
+            p = Producer({"bootstrap.servers": f"127.0.0.1:{rec.port}", "linger.ms": 0,
+                          "batch.num.messages": 2, **extra})
+            for part in range(3):
+                for i in range(4):
+                    p.produce("t", b"m%d-%d" % (part, i), partition=part)
+            assert p.flush(30) == 0
+            p.close()
+            time.sleep(0.2)   # the relay's last bytes
+            sessions.append((extra, before))
+    finally:
+        broker.stop()
+        broker.cleanup()
+        rec.close()
+    conns = list(rec.exchanges())
+    for n, (extra, before) in enumerate(sessions):
+        end = sessions[n + 1][1] if n + 1 < len(sessions) else len(conns)
+        for _down, answers in conns[before:end]:
+            mine = [(k, v, b) for k, v, b in answers if k in _PRODUCER_KEYS]
+            if not any(k == 0 for k, _v, _b in mine):
+                continue
+            flags = (1 if any(k == 22 for k, _v, _b in mine) else 0) | \
+                (2 if extra.get("acks") == "all" else 0)
+            corpus.add("producer", bytes([flags]) + SEGMENT_SEP.join(
+                struct.pack(">hB", k, v) + b for k, v, b in mine))
+            for k, v, b in mine:
+                corpus.add("producer", bytes([flags]) + struct.pack(">hB", k, v) + b)
+    print(f"  producer: {len(conns)} connections recorded", file=sys.stderr)
+
+
 def _recording_connection_class():
     from kafka_client._testing.blocking import BlockingConnection
 
@@ -601,6 +653,8 @@ def main(argv=None) -> int:
         capture_confluent_tansu(corpus)
     if "tansu" in args.brokers and "group" in wanted:
         capture_group(corpus)
+    if "tansu" in args.brokers and "producer" in wanted:
+        capture_producer(corpus)
     corpus.items = {h: items for h, items in corpus.items.items() if h in wanted}
     for harness, items in sorted(corpus.items.items()):
         print(f"{harness}: {len(items)} inputs, {sum(map(len, items.values()))} bytes")

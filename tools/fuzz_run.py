@@ -44,6 +44,9 @@ def _import_targets() -> None:
     import kafka_client.consumer.consumer  # noqa: F401
     import kafka_client.consumer.fetcher  # noqa: F401
     import kafka_client.consumer.group  # noqa: F401
+    import kafka_client.producer.accumulator  # noqa: F401
+    import kafka_client.producer.idempotence  # noqa: F401
+    import kafka_client.producer.sender  # noqa: F401
     import kafka_proto.compression  # noqa: F401
     import kafka_proto.framing  # noqa: F401
     import kafka_proto.records  # noqa: F401

@@ -1242,6 +1242,259 @@ def check_group(data: bytes) -> None:
         group_log.disabled = log_was
 
 
+# --------------------------------------------------------------------------- producer
+
+#: The APIs the producer's sender speaks: Produce and InitProducerId.
+_PRODUCER_KEYS = (0, 22)
+_PRODUCER_PARTITIONS = 3
+_PRODUCER_MESSAGES = 4            # per partition, two per batch
+_producer_configs: Dict[tuple, object] = {}
+
+
+def _producer_config(idempotent: bool, acks_all: bool, gapless: bool):
+    key = (idempotent, acks_all, gapless)
+    cfg = _producer_configs.get(key)
+    if cfg is None:
+        from kafka_client.config import ClientConfig
+
+        conf = {"bootstrap.servers": "fuzz:1", "linger.ms": 0, "batch.num.messages": 2,
+                "retry.backoff.ms": 1, "retry.backoff.max.ms": 1, "retries": 5,
+                "message.timeout.ms": 600000, "enable.idempotence": idempotent}
+        if not idempotent:
+            conf["acks"] = "all" if acks_all else 1
+        elif gapless:
+            conf["enable.gapless.guarantee"] = True
+        cfg = _producer_configs[key] = ClientConfig.from_dict(conf, role="producer")
+    return cfg
+
+
+class _ProducerConn:
+    """A broker connection of the sender: every request is encoded at its version (a
+    request that cannot be encoded is a finding) and kept until the harness answers it."""
+
+    state = "READY"
+    next_attempt = 0.0
+    muted_until = 0.0
+    ready = True
+
+    def __init__(self, versions: Dict[int, int]) -> None:
+        self.node_id = 1
+        self.host, self.port = "fuzz", 1
+        self.versions = versions
+        self.pending: List[tuple] = []   # (api key, version, request, callback)
+
+    def version_for(self, key):
+        return self.versions.get(key)
+
+    def can_send(self) -> bool:
+        return len(self.pending) < 5
+
+    def send(self, req, callback, *, version=None, expect_response=True, timeout=None):
+        key = req.API_KEY
+        v = self.versions[key] if version is None else version
+        try:
+            req.encode(v)
+        except Exception as exc:  # noqa: BLE001 - any failure here is the finding
+            _fail(f"{type(req).__name__} v{v} does not encode: {type(exc).__name__}: {exc}")
+        self.pending.append((key, v, req, callback))
+
+
+class _ProducerCluster:
+    def __init__(self, conn, metadata) -> None:
+        self.conn = conn
+        self.metadata = metadata
+        self.on_metadata: list = []
+        self.on_broker_state: list = []
+        self.errors: list = []
+
+    def ensure_connected(self, node):
+        return self.conn if node == 1 else None
+
+    def _ready_conn(self):
+        return self.conn
+
+    def _kick_connect(self, now) -> None:
+        pass
+
+    def report_error(self, err) -> None:
+        self.errors.append(err)
+
+
+def _produce_success(req, base: Dict[tuple, int]):
+    """A ProduceResponse accepting every partition of ``req`` at the next offsets."""
+    from kafka_proto.messages import ProduceResponse
+
+    topics = []
+    for td in req.topic_data:
+        parts = []
+        for pd in td.partition_data:
+            key = (td.name, pd.index)
+            parts.append(ProduceResponse.PartitionProduceResponse(
+                index=pd.index, error_code=0, base_offset=base.get(key, 0)))
+            base[key] = base.get(key, 0) + 100
+        topics.append(ProduceResponse.TopicProduceResponse(name=td.name,
+                                                           partition_responses=parts))
+    return ProduceResponse(responses=topics)
+
+
+def check_producer(data: bytes) -> None:
+    """The producer's sender (``kafka_client.producer.sender``) and accumulator fed a
+    broker's answers: 12 messages to 3 partitions (two per batch), sent by a real
+    ``Sender`` over a fake connection, each Produce (and InitProducerId) request answered
+    by the input, then every request still open answered with success until nothing is
+    left.
+
+    Layout: byte 0 = flags (bit 0 idempotence, bit 1 acks=all for the plain producer, bit
+    2 enable.gapless.guarantee, bits 3-4 how far the clock jumps between answers: none,
+    2 ms, 1 s, 700 s, past message.timeout.ms); then answers separated by ``SEGMENT_SEP``,
+    each int16 API key (mapped onto Produce or InitProducerId), uint8 version (modulo the
+    API's range; the first one of each API is the negotiated version), then the body. Each
+    answer goes to the oldest request of its API in flight (none: the answer is dropped);
+    a body that does not decode at the request's version reaches the callback as a lost
+    connection.
+
+    Checked: nothing raises; every request encodes at its version; no partition has a
+    negative number of batches in flight; in the end nothing is in flight or queued, and
+    every message has exactly one delivery report (no batch reported twice, none left
+    without one); a batch reported delivered (PERSISTED) was sent; once a fatal error is
+    latched nothing more is delivered.
+    """
+    from kafka_client._cluster.metadata import MetadataCache, TopicInfo
+    from kafka_client.producer.accumulator import Accumulator
+    from kafka_client.producer.idempotence import Idempotence
+    from kafka_client.producer.sender import PERSISTED, Sender
+    from kafka_client.errors import KafkaError
+    from kafka_proto.messages import API_KEYS, InitProducerIdResponse, response_class
+
+    if len(data) < 1:
+        return
+    flags = data[0]
+    jump = (0.0, 0.002, 1.0, 700.0)[(flags >> 3) & 3]
+    answers = []
+    versions: Dict[int, int] = {}
+    for seg in data[1:].split(SEGMENT_SEP):
+        if len(seg) < 3:
+            continue
+        key = _PRODUCER_KEYS[int.from_bytes(seg[0:2], "big") % len(_PRODUCER_KEYS)]
+        info = API_KEYS[key]
+        low = 3 if key == 0 else info.min_version   # Produce v3+: record batches v2
+        version = low + seg[2] % (info.max_version - low + 1)
+        versions.setdefault(key, version)
+        answers.append((key, seg[3:]))
+    for key in _PRODUCER_KEYS:
+        versions.setdefault(key, API_KEYS[key].max_version)
+
+    config = _producer_config(bool(flags & 1), bool(flags & 2), bool(flags & 4))
+    acc = Accumulator(config, lambda deadline: None, lambda name: None)
+    md = MetadataCache()
+    now = time.monotonic()
+    info = TopicInfo("t", 0, [1] * _PRODUCER_PARTITIONS, [-1] * _PRODUCER_PARTITIONS,
+                     [0] * _PRODUCER_PARTITIONS, now)
+    md.topics["t"] = info
+    acc._new_topic("t")
+    acc.apply_metadata({"t": info}, now)
+    conn = _ProducerConn(versions)
+    cluster = _ProducerCluster(conn, md)
+    reports: list = []
+    sender = Sender(config, acc, cluster, Idempotence(config), reports.append)
+    for p in range(_PRODUCER_PARTITIONS):
+        for i in range(_PRODUCER_MESSAGES):
+            acc.produce("t", b"m%d-%d" % (p, i), partition=p)
+    produced = _PRODUCER_PARTITIONS * _PRODUCER_MESSAGES
+    clock = [now]
+    base: Dict[tuple, int] = {}
+    loggers = [logging.getLogger(n) for n in ("kafka_client.producer.sender",
+                                              "kafka_client.producer.idempotence")]
+    was = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+
+    def tick():
+        # The sender also reads the real clock (answers, batch creation): never behind it.
+        clock[0] = max(clock[0], time.monotonic())
+        nxt = sender.tick(clock[0])
+        for p in acc.topics["t"].parts:
+            if p.in_flight < 0:
+                _fail(f"partition {p.index}: {p.in_flight} batches in flight")
+        return nxt
+
+    def answer(index: int, resp, err) -> None:
+        _key, _v, _req, callback = conn.pending.pop(index)
+        callback(resp, err)
+
+    def fatal_latched() -> int:
+        return len(reports) if sender.idem.fatal is not None else -1
+
+    try:
+        tick()
+        fatal_at = -1
+        for key, body in answers:
+            index = next((i for i, (k, _v, _r, _cb) in enumerate(conn.pending) if k == key),
+                         None)
+            if index is not None:
+                version = conn.pending[index][1]
+                try:
+                    resp = response_class(key).decode(body, version)
+                except CODEC_ERRORS:
+                    answer(index, None, KafkaError(KafkaError._TRANSPORT, "fuzz: undecodable"))
+                else:
+                    answer(index, resp, None)
+            if fatal_at < 0:
+                fatal_at = fatal_latched()
+            clock[0] += jump
+            tick()
+        # Then a well-behaved broker: every open request answered with success, the
+        # clock moved to whatever the sender waits for (a retry, a producer id), until it
+        # has nothing left to do.
+        for _round in range(300):
+            if fatal_at < 0:
+                fatal_at = fatal_latched()
+            if not conn.pending:
+                nxt = tick()
+                if conn.pending:
+                    continue
+                if nxt is None or nxt > clock[0] + 3600 or \
+                        sum(r.batch.count if r.batch is not None else len(r.messages or ())
+                            for r in reports) >= produced:
+                    break
+                clock[0] = max(nxt, clock[0] + 0.001)
+                continue
+            key, _v, req, _cb = conn.pending[0]
+            if key == 22:
+                answer(0, InitProducerIdResponse(error_code=0, producer_id=7000,
+                                                 producer_epoch=sender.idem.epoch + 1), None)
+            else:
+                answer(0, _produce_success(req, base), None)
+            tick()
+
+        # -- what the producer did
+        if conn.pending or sender.inflight:
+            _fail(f"{len(conn.pending)} requests still open after the broker answered all")
+        queued = sum(len(p.ready) + (p.open is not None and p.open.count > 0)
+                     for p in acc.topics["t"].parts)
+        if queued and sender.idem.fatal is None:
+            _fail(f"{queued} batches still queued at the end")
+        seen = set()
+        count = 0
+        for r in reports:
+            if r.batch is None:
+                count += len(r.messages or ())
+                continue
+            if id(r.batch) in seen:
+                _fail(f"{r.batch} reported twice")
+            seen.add(id(r.batch))
+            count += r.batch.count
+            if r.status == PERSISTED and not r.batch.sent:
+                _fail(f"{r.batch} reported persisted but never sent")
+        if count != produced:
+            _fail(f"{count} of {produced} messages reported")
+        if fatal_at >= 0 and any(r.error is None for r in reports[fatal_at:]):
+            _fail("a message reported delivered after the fatal error")
+    finally:
+        for lg, w in zip(loggers, was):
+            lg.disabled = w
+
+
 #: Harness name -> check function (names are the corpus folders).
 HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "records": check_records,
@@ -1251,4 +1504,5 @@ HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "client": check_client_all,
     "consumer": check_consumer,
     "group": check_group,
+    "producer": check_producer,
 }

@@ -2,7 +2,7 @@
 
 Each harness replays its committed corpus and then runs the built-in deterministic mutator
 (fixed seed) for ``KAFKA_FUZZ_SMOKE_SECONDS`` seconds (default 9, so about a minute for
-the seven harnesses). Long runs: ``tools/fuzz_run.py`` (see docs/fuzzing.md).
+the eight harnesses). Long runs: ``tools/fuzz_run.py`` (see docs/fuzzing.md).
 """
 from __future__ import annotations
 

@@ -66,6 +66,7 @@ PROTOCOL_TYPE = "consumer"
 #: FindCoordinator's key type of a consumer group (1 would be a transactional id)
 COORDINATOR_KEY_GROUP = 0
 
+
 def _first_version_with(request: Any, field: str) -> int:
     """The first version of ``request`` (a generated class) that has ``field``."""
     return next(spec.min_version for spec in request.FIELDS if spec.name == field)
@@ -724,10 +725,12 @@ class GroupCoordinator:
         not, the application gets a fatal _UNSUPPORTED_FEATURE naming what is missing
         and the member stops joining (as the Java client refuses; sending the requests
         without the id would silently make it a dynamic member)."""
-        missing = [f"{name} v{need}+ (it has "
-                   f"{'none' if conn.versions.get(api) is None else f'v{conn.versions[api]}'})"
-                   for api, name, need in _STATIC_MEMBER_NEEDS
-                   if conn.versions.get(api) is None or conn.versions[api] < need]
+        missing = []
+        for api, name, need in _STATIC_MEMBER_NEEDS:
+            have = conn.versions.get(api)
+            if have is None or have < need:
+                missing.append(f"{name} v{need}+ (it has "
+                               f"{'none' if have is None else f'v{have}'})")
         if not missing:
             return True
         self.deliver_error(client_error(

@@ -334,7 +334,21 @@ def test_broker_restart_mid_run(fresh_noida_broker, topic_name, idempotent):
     if idempotent:
         assert values == [b"%06d" % i for i in range(n)], (where, end)
     else:
-        assert not missing, (where, end)
+        # A message whose delivery report (acks=all: the broker's own answer) named an
+        # offset that after the restart holds another message, or lies past the log's
+        # end, was acknowledged and then lost by the broker: noida-db 0.2.3 goes on
+        # acknowledging for ~100 ms after it is asked to stop and loses what it wrote after
+        # its last flush (docs/delivery-guarantees.md, "Broker restart";
+        # test_noida_keeps_what_it_acknowledged_before_a_restart); seen twice in full
+        # suite runs under load, never in 300 runs of this test alone. That loss is the
+        # broker's; any other missing message is the client's.
+        broker_lost = [v for v in missing if offsets.get(v, -1) >= 0
+                       and (offsets[v] >= end or at.get(offsets[v]) != v)]
+        client_lost = [v for v in missing if v not in broker_lost]
+        assert not client_lost, (where, end)
+        if broker_lost:
+            pytest.xfail(f"noida-db lost {len(broker_lost)} message(s) it had acknowledged "
+                         f"before its restart: {where} (log end {end})")
         print(f"duplicates after restart without idempotence: {len(values) - n}")
 
 

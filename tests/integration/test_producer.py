@@ -321,34 +321,37 @@ def test_broker_restart_mid_run(fresh_noida_broker, topic_name, idempotent):
             if i % 1000 == 0:
                 p.poll(0)
         assert p.flush(60) == 0
-    assert len(reports) == n and not [e for e in reports if e is not None]
+    errors = [e for e in reports if e is not None]
+    assert len(reports) == n
     got = read_back(broker.bootstrap, topic_name, {0: n}, timeout=60)[0]
     values = [v for _, _, v in got]
     missing = sorted({b"%06d" % i for i in range(n)} - set(values))
     # Said on failure: where each missing message was reported written and what the log
-    # holds there now (an offset past the log's end, or holding another message, after
-    # the restart means the broker lost a write it had acknowledged).
+    # holds there now.
     at = {o: v for o, _, v in got}
     where = [(v, offsets.get(v), at.get(offsets.get(v))) for v in missing[:5]]
     end = max(at, default=-1) + 1
+    # A message produced before the restart, reported delivered (acks=all: the broker's
+    # own answer, at an offset that now holds another message or lies past the log's
+    # end) and missing from the log was acknowledged and then lost by the broker:
+    # noida-db 0.2.3 goes on acknowledging for ~100 ms after it is asked to stop and loses
+    # what it wrote after its last flush (docs/delivery-guarantees.md, "Broker restart";
+    # test_noida_keeps_what_it_acknowledged_before_a_restart); seen twice in full suite
+    # runs under load, never in 300 runs of this test alone. With idempotence the
+    # producer then rightly stops (its next batch is out of order for the broker: a fatal
+    # error, every later message failed). Only that pattern is the broker's: any other
+    # missing message, or any other error, is the client's and fails below.
+    broker_lost = [v for v in missing if offsets.get(v, -1) >= 0 and int(v) <= n // 2]
+    failed = [v for v in missing if offsets.get(v, -1) < 0]
+    if broker_lost and all(e.fatal() for e in errors) and \
+            len(broker_lost) + (len(failed) if idempotent else 0) == len(missing):
+        pytest.xfail(f"noida-db lost {len(broker_lost)} message(s) it had acknowledged "
+                     f"before its restart: {where} (log end {end})")
+    assert not errors, errors[:3]
     if idempotent:
         assert values == [b"%06d" % i for i in range(n)], (where, end)
     else:
-        # A message whose delivery report (acks=all: the broker's own answer) named an
-        # offset that after the restart holds another message, or lies past the log's
-        # end, was acknowledged and then lost by the broker: noida-db 0.2.3 goes on
-        # acknowledging for ~100 ms after it is asked to stop and loses what it wrote after
-        # its last flush (docs/delivery-guarantees.md, "Broker restart";
-        # test_noida_keeps_what_it_acknowledged_before_a_restart); seen twice in full
-        # suite runs under load, never in 300 runs of this test alone. That loss is the
-        # broker's; any other missing message is the client's.
-        broker_lost = [v for v in missing if offsets.get(v, -1) >= 0
-                       and (offsets[v] >= end or at.get(offsets[v]) != v)]
-        client_lost = [v for v in missing if v not in broker_lost]
-        assert not client_lost, (where, end)
-        if broker_lost:
-            pytest.xfail(f"noida-db lost {len(broker_lost)} message(s) it had acknowledged "
-                         f"before its restart: {where} (log end {end})")
+        assert not missing, (where, end)
         print(f"duplicates after restart without idempotence: {len(values) - n}")
 
 

@@ -10,7 +10,7 @@ large messages.
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint32_t, uint64_t
 
 from kafka_proto._crc cimport crc32_update
 
@@ -445,6 +445,10 @@ cdef LegacyBatch _read_entry(object buffer, const unsigned char* buf, Py_ssize_t
         last = <LegacyRecord>b._records[len(b._records) - 1]
     b.base_offset = first.offset
     b.last_offset = last.offset
+    if b.last_offset == INT64_MAX:
+        # No next offset below 2^63 (a log's end offset is one), as for v2 batches.
+        raise CorruptRecordError(f"legacy message at offset {b.last_offset} leaves no next "
+                                 f"offset below 2^63")
     b.base_timestamp = first.timestamp
     next_pos[0] = pos + LOG_OVERHEAD + m.size
     return b

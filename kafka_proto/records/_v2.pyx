@@ -21,7 +21,8 @@ Errors (all from :mod:`kafka_proto.errors`, all subclasses of ``KafkaProtocolErr
   truncated last batch when ``allow_truncated=False``.
 * ``InvalidVarintError``: a varint longer than its type allows.
 * ``CorruptRecordError``: a record's fields do not fill exactly its declared length, bytes
-  left over after the last record, an invalid control record.
+  left over after the last record, an invalid control record, a batch whose last offset
+  (base offset + lastOffsetDelta) leaves no next offset below 2^63.
 * ``CrcMismatchError``: CRC-32C mismatch (only when ``check_crc`` is true).
 * ``UnsupportedMagicError``: a magic other than 0, 1 or 2.
 * ``UnsupportedCompressionError``: codec id 5-7 (or a codec whose library is missing).
@@ -36,7 +37,7 @@ from cpython.bytes cimport (
 )
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
-from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
@@ -2535,6 +2536,13 @@ cdef RecordBatch _make_batch(const unsigned char[::1] view, Py_ssize_t start, Py
     if b._count < 0:
         raise InvalidLengthError(
             f"record batch at offset {b._base_offset}: negative recordsCount {b._count}")
+    if b._base_offset >= INT64_MAX - (<int64_t>b._last_offset_delta
+                                      if b._last_offset_delta > 0 else 0):
+        # Its last offset would leave no next offset in int64 (a log's end offset is one):
+        # record offsets computed from it would overflow.
+        raise CorruptRecordError(
+            f"record batch at offset {b._base_offset}: lastOffsetDelta "
+            f"{b._last_offset_delta} leaves no next offset below 2^63")
     if codec == 0 and b._count > (size - HEADER_SIZE) // MIN_RECORD_WIRE:
         raise InvalidLengthError(
             f"record batch at offset {b._base_offset}: recordsCount {b._count} cannot fit "

@@ -161,3 +161,35 @@ def test_static_member_against_a_coordinator_without_join_group_v5():
     data = (b"\x02" + struct.pack(">hB", 10, 0) + found.encode(0) + fuzz_harnesses.SEGMENT_SEP
             + struct.pack(">hB", 11, 0) + b"")
     fuzz_harnesses.check_group(data)
+
+
+def test_a_batch_whose_last_offset_leaves_no_next_offset_is_corrupt():
+    """consumer harness, atheris run of 2026-11-28: a v2 batch at base offset 2^63-1 made
+    the fetcher's next position 2^63, which then reached a Message (OverflowError on the
+    I/O thread, no event for the application) and would have gone into a Fetch request.
+    Now such a batch (and a legacy message at offset 2^63-1) is a CorruptRecordError."""
+    import base64
+
+    import fuzz_harnesses
+    from kafka_proto.errors import CorruptRecordError
+
+    top = (1 << 63) - 1
+    with pytest.raises(CorruptRecordError, match="no next offset"):
+        list(read_batches(_batch(top, [_record(0)], 0)))
+    with pytest.raises(CorruptRecordError, match="no next offset"):
+        list(read_batches(_batch(top - 2, [_record(0), _record(1), _record(2)], 2)))
+    (ok,) = read_batches(_batch(top - 3, [_record(0), _record(1), _record(2)], 2))
+    assert ok.last_offset == top - 1
+    with pytest.raises(CorruptRecordError, match="no next offset"):
+        list(read_batches(_legacy_message(top, b"v")))
+    fuzz_harnesses.check_consumer(base64.b64decode(
+        "AAc2AQAAAAAAAAABABNjZnotdHhuLW5vbmUtODNlYzA3AAAAAQAAAAAAAAAAAAAAAAALAAAAAAAAAAsAAAAB"
+        "AAAAAAAAA+kAAAAAAAAABAAAAfAAAAAAAAAAAAAAAIUAAAAAAjQQ/SEAEAAAAAIAAAGiDO98wgAAAaIM73zC"
+        "AAAAAAAAA+kAAAAAAAAAAAADNgAAAARrMBJjMCBjMCBjMCAEBnR4bgJjAmkCMDYAAAIEazESYzEgYzEgYzEg"
+        "BAZ0eG4CYwJpAjE2AAAEBGsyEmMyIGMyIGMyIAQGdHhuAmMCaQIyAAAAAAAAAAMAAABCAAAAAALPX89rADAA"
+        "AAAAAAABogzvfMMAAAGiDO98wwAAAAAAAAPpAAD/////AAAAASAAAAAIAAAAAQwAAAAAAAAAf/////////8A"
+        "AABCAAAAAALXwC7YADAAAAAAAAABogzvfMUAAAGiDO98xQAAAAAAAAPpAAD/////AAAAASAAAAAIAAAAAAwA"
+        "AAAAAAAAAAAAAAAAAAgAAABpAAAAAAIM3aoGABAAAAABAAABogzvfMUAAAGiDO98xQAAAAAAAAPpAAAAAAAG"
+        "AAAAAjUAAAAEazASZDAgZDAgZDAgBAZ0eG4CZAJpAjA2AAACBGsxEmQxIGQxIGQxIAQGdHhuAmQCaQIxAAAA"
+        "AAAAAAoAAABCAAAAAALXWFgVADAAAAAAAAABogzvfMYAAAGiDO98xgAAAAAAAAPpAAD/////AAAAASAAAAAI"
+        "AAAAAQwAAAAAAAAA"))

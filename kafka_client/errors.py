@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple, Union
 
-from kafka_proto.errors import ERRORS_BY_CODE
+from kafka_proto.errors import ERRORS_BY_CODE, ErrorCode
 
 __all__ = [
     "KafkaError",
@@ -302,6 +302,14 @@ def _install_constants() -> None:
 
 
 _install_constants()
+
+
+def broker_code(code: int) -> int:
+    """An error code as read from a broker's answer. Codes below UNKNOWN_SERVER_ERROR (-1)
+    are the client's local ones (_PARTITION_EOF is -191, _TRANSPORT -195), never a
+    broker's: such a code is taken as UNKNOWN_SERVER_ERROR (the Java client takes any code
+    it does not know so) instead of reading as a local event."""
+    return code if code >= ErrorCode.UNKNOWN_SERVER_ERROR else ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def client_error(code: int, reason: Optional[str] = None, *, fatal: bool = False,

@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from kafka_client._net.connection import DISCONNECTED
-from kafka_client.errors import KafkaError, client_error
+from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_client.types import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -564,7 +564,7 @@ class Fetcher:
         now = time.monotonic()
         md = self.cluster.metadata
         if err is None and getattr(resp, "error_code", ErrorCode.NONE):
-            err = client_error(resp.error_code, "Fetch")
+            err = client_error(broker_code(resp.error_code), "Fetch")
         if err is not None:
             with self.lock:
                 for part, _version, _pos in sent:
@@ -610,7 +610,7 @@ class Fetcher:
     def _handle_partition(self, part: PartitionState, version: int, pos: int, pd: Any,
                           now: float) -> None:
         """Lock held: one partition's answer."""
-        code = pd.error_code
+        code = broker_code(pd.error_code)
         if code:
             self._partition_error(part, code, now)
             return

@@ -38,7 +38,7 @@ from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 
 from kafka_client._cluster.metadata import REFRESH_ERRORS
 from kafka_client._net.connection import DISCONNECTED
-from kafka_client.errors import KafkaError, client_error
+from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_client.producer.accumulator import Accumulator, Batch, PendingMessage, Unplaced
 from kafka_client.producer.idempotence import (
     NOT_PERSISTED,
@@ -292,7 +292,7 @@ class Sender:
                                                   "partition missing from Produce answer"),
                                     now)
                 continue
-            code = pr.error_code
+            code = broker_code(pr.error_code)
             if code == ErrorCode.NONE:
                 self._deliver(b, None, pr.base_offset, getattr(pr, "log_append_time_ms", -1),
                               PERSISTED)

@@ -193,3 +193,22 @@ def test_a_batch_whose_last_offset_leaves_no_next_offset_is_corrupt():
         "AAAAAjUAAAAEazASZDAgZDAgZDAgBAZ0eG4CZAJpAjA2AAACBGsxEmQxIGQxIGQxIAQGdHhuAmQCaQIxAAAA"
         "AAAAAAoAAABCAAAAAALXWFgVADAAAAAAAAABogzvfMYAAAGiDO98xgAAAAAAAAPpAAD/////AAAAASAAAAAI"
         "AAAAAQwAAAAAAAAA"))
+
+
+def test_a_local_error_code_from_the_broker_is_not_a_local_event():
+    """consumer harness, atheris run of 2026-11-28: a Fetch answer whose partition error
+    code is -191 (librdkafka's local _PARTITION_EOF, never a broker code) became a
+    _PARTITION_EOF event, with enable.partition.eof off. Codes below -1 from the wire are
+    now UNKNOWN_SERVER_ERROR (kafka_client.errors.broker_code), in the fetcher and in the
+    producer's Produce answers."""
+    import fuzz_harnesses
+    from kafka_client.errors import KafkaError, broker_code
+    from kafka_proto.messages import FetchResponse as R
+
+    answer = R(responses=[R.FetchableTopicResponse(topic="t", partitions=[
+        R.PartitionData(partition_index=0, error_code=KafkaError._PARTITION_EOF,
+                        high_watermark=0, last_stable_offset=0, aborted_transactions=[],
+                        records=b"")])])
+    fuzz_harnesses.check_consumer(bytes([0, 0, 0, 0]) + answer.encode(4))  # FetchResponse v4
+    assert broker_code(KafkaError._TRANSPORT) == KafkaError.UNKNOWN_SERVER_ERROR == -1
+    assert [broker_code(c) for c in (-1, 0, 3, 999)] == [-1, 0, 3, 999]

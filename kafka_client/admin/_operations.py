@@ -62,7 +62,7 @@ from kafka_client.admin._topics import (
     TopicDescription,
 )
 from kafka_client.consumer.assignors import decode_assignment
-from kafka_client.errors import KafkaError, KafkaException, client_error
+from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -164,10 +164,11 @@ def fail_all(futures: Dict[Any, Future]) -> Callable[[KafkaError], None]:
 
 
 def result_error(code: int, message: Optional[str]) -> Optional[KafkaError]:
-    """The error of one result entry: None for 0, else the code with the broker's
-    message when it gave one."""
+    """The error of one result entry: None for 0, else the code (``broker_code``: never
+    one of the client's local codes) with the broker's message when it gave one."""
     if not code:
         return None
+    code = broker_code(code)
     return client_error(code, message) if message else client_error(code)
 
 

@@ -689,3 +689,15 @@ def test_cluster_id_is_asked_once_then_cached(admins):
         assert admin.cluster_id(5) == "fake-cluster"
         assert admin.cluster_id(5) == "fake-cluster"
         assert len(cluster.requests(ApiKey.METADATA)) == 1
+
+
+def test_a_local_error_code_in_an_admin_answer_is_an_unknown_server_error():
+    """Codes below -1 are the client's local ones (-191 is _PARTITION_EOF): a result entry
+    carrying one is UNKNOWN_SERVER_ERROR, not a local event (kafka_client.errors.broker_code)."""
+    from kafka_client.admin._operations import result_error
+    from kafka_client.errors import KafkaError
+
+    assert result_error(0, None) is None
+    assert result_error(KafkaError._PARTITION_EOF, "x").code() == KafkaError.UNKNOWN_SERVER_ERROR
+    assert result_error(KafkaError.TOPIC_ALREADY_EXISTS, None).code() == \
+        KafkaError.TOPIC_ALREADY_EXISTS

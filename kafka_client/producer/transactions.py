@@ -193,9 +193,8 @@ class TransactionManager:
         self.sender: Any = None
         self.lock = threading.Lock()
         self.state = TxnState.INIT
-        #: produce() is allowed (IN_TRANSACTION only); the accumulator is told at every
-        #: state change (its refusal field is what the compiled produce() tests)
-        self.may_produce = False
+        # produce() is refused until a transaction begins; _set_state tells the
+        # accumulator at every change (its refusal field is what produce() tests).
         acc.refuse_produce(self.produce_refused)
         #: the error that made the transaction abortable, or the fatal one
         self.error: Optional[KafkaError] = None
@@ -357,6 +356,11 @@ class TransactionManager:
         self._end_api(call, error, resumable=False)
 
     @property
+    def may_produce(self) -> bool:
+        """produce() is allowed: only inside a transaction."""
+        return self.state == TxnState.IN_TRANSACTION
+
+    @property
     def sending(self) -> bool:
         """The open transaction's batches may (still) be sent: not aborting, no error."""
         return self.state in (TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT) \
@@ -468,7 +472,6 @@ class TransactionManager:
         if state != self.state:
             self.log.debug("transaction state %s -> %s", self.state.value, state.value)
         self.state = state
-        self.may_produce = state == TxnState.IN_TRANSACTION
         self.acc.refuse_produce(None if self.may_produce else self.produce_refused)
 
     def _require(self, api: str) -> Optional[KafkaError]:

@@ -19,6 +19,7 @@ each harness' docstring and in docs/fuzzing.md; the committed corpus follows the
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import struct
@@ -46,6 +47,29 @@ def _fail(what: str) -> None:
 
 
 # --------------------------------------------------------------------------- records
+
+
+def _check_encodes(req, version: int) -> None:
+    """A request the client sends must encode at the version it goes out with."""
+    try:
+        req.encode(version)
+    except Exception as exc:  # noqa: BLE001 - any failure here is the finding
+        _fail(f"{type(req).__name__} v{version} does not encode: {type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _quiet(*logger_names: str):
+    """The client's loggers silenced for one input (their warnings about the hostile
+    answers would otherwise come once per input)."""
+    loggers = [logging.getLogger(name) for name in logger_names]
+    was = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        yield
+    finally:
+        for lg, w in zip(loggers, was):
+            lg.disabled = w
 
 
 def _record_tuple(rec) -> tuple:
@@ -1027,18 +1051,13 @@ class _GroupConn:
     def __init__(self, versions: Dict[int, int]) -> None:
         self.versions = versions
         self.pending: List[tuple] = []  # (api key, version, callback)
-        self.sent = 0
 
     def send(self, req, callback=None, *, version=None, expect_response=True, timeout=None):
         key = req.API_KEY
         v = self.versions.get(key) if version is None else version
         if v is None:
             _fail(f"{type(req).__name__} sent without a negotiated version")
-        try:
-            req.encode(v)
-        except Exception as exc:  # noqa: BLE001 - any failure here is the finding
-            _fail(f"{type(req).__name__} v{v} does not encode: {type(exc).__name__}: {exc}")
-        self.sent += 1
+        _check_encodes(req, v)
         if callback is not None:
             self.pending.append((key, v, callback))
 
@@ -1167,10 +1186,7 @@ def check_group(data: bytes) -> None:
                                     set_committed=lambda committed: None)
     config = _group_config(bool(flags & 1), bool(flags & 2), bool(flags & 4))
     member = _GroupMember()
-    group_log = logging.getLogger("kafka_client.consumer.group")
-    log_was = group_log.disabled
-    group_log.disabled = True
-    try:
+    with _quiet("kafka_client.consumer.group"):
         gc = group_mod.GroupCoordinator(config, cluster, io, offsets, lambda: None,
                                         errors.append)
         gc.subscribe(sorted(_GROUP_TOPICS) + (["^t.*"] if flags & 4 else []), None, None,
@@ -1238,8 +1254,6 @@ def check_group(data: bytes) -> None:
                 callback(resp, None)
             settle()
             check()
-    finally:
-        group_log.disabled = log_was
 
 
 # --------------------------------------------------------------------------- producer
@@ -1292,10 +1306,7 @@ class _ProducerConn:
     def send(self, req, callback, *, version=None, expect_response=True, timeout=None):
         key = req.API_KEY
         v = self.versions[key] if version is None else version
-        try:
-            req.encode(v)
-        except Exception as exc:  # noqa: BLE001 - any failure here is the finding
-            _fail(f"{type(req).__name__} v{v} does not encode: {type(exc).__name__}: {exc}")
+        _check_encodes(req, v)
         self.pending.append((key, v, req, callback))
 
 
@@ -1403,11 +1414,6 @@ def check_producer(data: bytes) -> None:
     produced = _PRODUCER_PARTITIONS * _PRODUCER_MESSAGES
     clock = [now]
     base: Dict[tuple, int] = {}
-    loggers = [logging.getLogger(n) for n in ("kafka_client.producer.sender",
-                                              "kafka_client.producer.idempotence")]
-    was = [lg.disabled for lg in loggers]
-    for lg in loggers:
-        lg.disabled = True
 
     def tick():
         # The sender also reads the real clock (answers, batch creation): never behind it.
@@ -1425,7 +1431,7 @@ def check_producer(data: bytes) -> None:
     def fatal_latched() -> int:
         return len(reports) if sender.idem.fatal is not None else -1
 
-    try:
+    with _quiet("kafka_client.producer.sender", "kafka_client.producer.idempotence"):
         tick()
         fatal_at = -1
         for key, body in answers:
@@ -1490,9 +1496,6 @@ def check_producer(data: bytes) -> None:
             _fail(f"{count} of {produced} messages reported")
         if fatal_at >= 0 and any(r.error is None for r in reports[fatal_at:]):
             _fail("a message reported delivered after the fatal error")
-    finally:
-        for lg, w in zip(loggers, was):
-            lg.disabled = w
 
 
 #: Harness name -> check function (names are the corpus folders).

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
+from kafka_client._cluster.cluster import CONNECT_POLL_S
 from kafka_client._net.connection import READY, BrokerConnection
 from kafka_client.errors import KafkaError, client_error
 from kafka_proto.errors import ErrorCode
@@ -52,8 +53,6 @@ _log = logging.getLogger("kafka_client.calls")
 
 #: Times a request lost with its connection is sent again before the call fails.
 MAX_LOST = 2
-#: How often a call waiting for a connection to come up looks again (seconds).
-_CONNECT_POLL = 0.02
 
 PartitionKey = Tuple[str, int]
 
@@ -178,6 +177,7 @@ class CallRunner:
         if call.done:
             return
         call.done = True
+        self.cluster.cancel_retry(call)
         if call._timer is not None:
             call._timer.cancel()
         if error is not None:
@@ -223,6 +223,7 @@ class CallRunner:
             self.coordinators.pop((target.key_type, target.key), None)
 
     def _attempt(self, call: Call) -> None:
+        self.cluster.cancel_retry(call)
         if call.done:
             return
         now = time.monotonic()
@@ -240,7 +241,8 @@ class CallRunner:
                 self._lookup_metadata(call)
                 return
         if conn is None or conn.state != READY:
-            self.io.call_later(min(_CONNECT_POLL, call.deadline - now), self._attempt, call)
+            self.cluster.retry_when_ready(call, min(CONNECT_POLL_S, call.deadline - now),
+                                          lambda: self._attempt(call))
             return
         self._send(call, conn)
 

@@ -40,6 +40,9 @@ COORDINATOR_KEY_BASE = 2**31 - 1
 
 #: errors, throttle events, callback failures: how many of each are kept unserved
 _KEPT_MAX = 1000
+#: How often a request waiting for a connection looks again when no connection comes up
+#: (one becoming ready wakes it at once: see Cluster.retry_when_ready).
+CONNECT_POLL_S = 0.02
 
 #: connection set-up failures that another attempt within a call will not cure (wrong
 #: credentials, a certificate refused)
@@ -85,6 +88,8 @@ class Cluster:
                                             None]] = []
         self._rr = 0
         self._md_conn: Optional[BrokerConnection] = None
+        #: requests waiting for a connection to come up (see retry_when_ready), by key
+        self._ready_waiters: Dict[Any, Tuple[Any, Callable[[], None]]] = {}
         self.all_down_reported = False
         #: the last error that closed a connection, and when (monotonic): named by a
         #: blocking metadata call that times out while it happened
@@ -197,9 +202,32 @@ class Cluster:
                 conn.connect(now)
                 return
 
+    def retry_when_ready(self, key: Any, delay: float, fn: Callable[[], None]) -> None:
+        """I/O thread: ``fn()`` once, as soon as a broker connection becomes ready, or
+        after ``delay`` seconds, whichever comes first (a request waiting for a connection:
+        the timer is its fallback, for connections that never come up). Replaces what
+        ``key`` had waiting; :meth:`cancel_retry` drops it."""
+        self.cancel_retry(key)
+        self._ready_waiters[key] = (self.io.call_later(delay, self._run_waiter, key), fn)
+
+    def cancel_retry(self, key: Any) -> None:
+        """I/O thread: forget what ``key`` had waiting (:meth:`retry_when_ready`)."""
+        waiting = self._ready_waiters.pop(key, None)
+        if waiting is not None:
+            waiting[0].cancel()
+
+    def _run_waiter(self, key: Any) -> None:
+        waiting = self._ready_waiters.pop(key, None)
+        if waiting is not None:
+            waiting[0].cancel()
+            waiting[1]()
+
     def _on_state(self, conn: BrokerConnection, state: str, error: Optional[KafkaError]) -> None:
         if state == READY:
             self.all_down_reported = False
+            # After the connection's own handling of the change: the waiters send on it.
+            for key in list(self._ready_waiters):
+                self.io.call_soon(self._run_waiter, key)
         elif error is not None:
             self.last_connection_error = (time.monotonic(), error)
             if self._md_conn is conn:
@@ -412,15 +440,18 @@ class Cluster:
         meanwhile is refused (:meth:`_refused_since`)."""
         finished = [False]
         started = time.monotonic()
+        waiting = object()  # this request's key among the ready waiters
 
         def answer(resp: Any, err: Optional[KafkaError],
                    conn: Optional[BrokerConnection]) -> None:
             if not finished[0]:
                 finished[0] = True
+                self.cancel_retry(waiting)
                 callback(resp, err, conn)
 
         def attempt() -> None:
             now = time.monotonic()
+            self.cancel_retry(waiting)
             if finished[0]:
                 return
             if self.closed:
@@ -435,7 +466,7 @@ class Cluster:
                 if refused is not None:
                     answer(None, refused, None)
                     return
-                self.io.call_later(min(0.02, deadline - now), attempt)
+                self.retry_when_ready(waiting, min(CONNECT_POLL_S, deadline - now), attempt)
                 return
 
             def answered(resp: Any, err: Optional[KafkaError]) -> None:
@@ -446,7 +477,7 @@ class Cluster:
 
             if not self._send_metadata(now, topics, answered, timeout=deadline - now,
                                        conn=conn):
-                self.io.call_later(min(0.02, deadline - now), attempt)
+                self.retry_when_ready(waiting, min(CONNECT_POLL_S, deadline - now), attempt)
 
         attempt()
 

@@ -1,6 +1,8 @@
 """Cluster connection bookkeeping without a broker (the connections are never used)."""
 from __future__ import annotations
 
+import time
+
 from kafka_client._cluster.cluster import COORDINATOR_KEY_BASE, Cluster
 from kafka_client._common import make_config
 
@@ -70,3 +72,27 @@ def test_a_moved_coordinator_gets_a_new_connection():
     assert new is not old and new.port == 2 and old.sock is None
     for c in list(cluster.conns.values()):
         c.close(None)
+
+
+def test_a_request_waiting_for_a_connection_goes_out_when_one_is_up(broker, monkeypatch):
+    """A blocking call made before any connection is up is sent as soon as one is, not at
+    the next look of the fallback poll (which, every 20 ms, made every new client's first
+    list_topics() or admin call take 20 ms). Stretched to a minute here, only the
+    connection becoming ready can send these requests within their 10 s."""
+    from kafka_client import Consumer
+    from kafka_client._cluster import calls, cluster
+    from kafka_client.admin import AdminClient
+
+    monkeypatch.setattr(cluster, "CONNECT_POLL_S", 60.0)
+    monkeypatch.setattr(calls, "CONNECT_POLL_S", 60.0)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap})
+    try:
+        started = time.monotonic()
+        md = consumer.list_topics(timeout=10)
+        assert md.brokers and time.monotonic() - started < 5
+    finally:
+        consumer.close()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    started = time.monotonic()
+    described = admin.describe_cluster(request_timeout=10).result(10)
+    assert described.nodes and time.monotonic() - started < 5

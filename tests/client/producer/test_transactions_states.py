@@ -140,6 +140,12 @@ class FakeCluster:
     def _kick_connect(self, now):
         pass
 
+    def retry_when_ready(self, key, delay, fn):
+        self.io.call_later(delay, fn)
+
+    def cancel_retry(self, key):
+        pass
+
     def report_error(self, err):
         self.errors.append(err)
 

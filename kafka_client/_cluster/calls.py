@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from kafka_client._cluster.cluster import CONNECT_POLL_S
 from kafka_client._net.connection import READY, BrokerConnection
-from kafka_client.errors import KafkaError, client_error
+from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, FindCoordinatorRequest, api_info
 
@@ -484,7 +484,9 @@ def _moved_codes(target: Any) -> frozenset:
 
 def broker_error(code: int, message: Optional[str], what: str) -> KafkaError:
     """A broker error code as a KafkaError whose text says what failed and carries the
-    broker's own message when it sent one."""
+    broker's own message when it sent one (a code below -1 is UNKNOWN_SERVER_ERROR:
+    :func:`~kafka_client.errors.broker_code`)."""
+    code = broker_code(code)
     base = client_error(code)
     text = message if message else base.str()
     return client_error(code, f"{what}: {text}")

@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from kafka_client.errors import KafkaError
+from kafka_client.errors import KafkaError, broker_code
 from kafka_proto.errors import ErrorCode
 
 __all__ = [
@@ -216,18 +216,19 @@ class MetadataCache:
             for p in parts:
                 leaders[p.partition_index] = p.leader_id
                 epochs[p.partition_index] = getattr(p, "leader_epoch", -1)
-                perrs[p.partition_index] = p.error_code
+                perrs[p.partition_index] = broker_code(p.error_code)
             old = self.topics.get(name)
             tid = getattr(t, "topic_id", None)
-            info = TopicInfo(name, t.error_code, leaders, epochs, perrs, now,
+            code = broker_code(t.error_code)
+            info = TopicInfo(name, code, leaders, epochs, perrs, now,
                              tid if tid is not None and tid.int else None)
-            if t.error_code and t.error_code != ErrorCode.LEADER_NOT_AVAILABLE and count == 0:
+            if code and code != ErrorCode.LEADER_NOT_AVAILABLE and count == 0:
                 info.leaders = []
             if old is None or old.leaders != info.leaders or old.error != info.error:
                 changed.add(name)
             self.topics[name] = info
-            if name in self.wanted and (t.error_code in REFRESH_ERRORS or -1 in leaders
-                                        or (not t.error_code and count == 0)):
+            if name in self.wanted and (code in REFRESH_ERRORS or -1 in leaders
+                                        or (not code and count == 0)):
                 trouble = True
         if trouble:
             self._schedule_fast(now)
@@ -335,7 +336,7 @@ class ClusterMetadata:
                 parts[p.partition_index] = PartitionMetadata(
                     p.partition_index, p.leader_id, list(p.replica_nodes or ()),
                     list(p.isr_nodes or ()),
-                    KafkaError(p.error_code) if p.error_code else None)
+                    KafkaError(broker_code(p.error_code)) if p.error_code else None)
             md.topics[t.name] = TopicMetadata(
-                t.name, parts, KafkaError(t.error_code) if t.error_code else None)
+                t.name, parts, KafkaError(broker_code(t.error_code)) if t.error_code else None)
         return md

@@ -461,9 +461,10 @@ class Fetcher:
                         key = (t.name, pr.partition_index)
                         seen.add(key)
                         if pr.error_code:
-                            e = client_error(pr.error_code, f"ListOffsets {t.name} "
+                            code = broker_code(pr.error_code)
+                            e = client_error(code, f"ListOffsets {t.name} "
                                              f"[{pr.partition_index}]")
-                            if pr.error_code in LEADER_ERRORS:
+                            if code in LEADER_ERRORS:
                                 md.mark_stale(t.name)
                             results[key] = _lookup_failed(e)
                         else:

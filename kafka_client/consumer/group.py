@@ -44,7 +44,7 @@ from kafka_client.consumer.assignors import (
     encode_subscription,
     get_assignor,
 )
-from kafka_client.errors import KafkaError, KafkaException, client_error
+from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -544,6 +544,7 @@ class GroupCoordinator:
                 code, node, host, port = c.error_code, c.node_id, c.host, c.port
             else:
                 code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+            code = broker_code(code)
             if code:
                 err = client_error(code, f"FindCoordinator({self.group_id})")
         if err is not None:
@@ -749,7 +750,7 @@ class GroupCoordinator:
                        f"member {resp.member_id}, leader {resp.leader}")
         if token != self._op_token or self.state != JOINING:
             return
-        code = resp.error_code if err is None else None
+        code = broker_code(resp.error_code) if err is None else None
         if err is None and code == ErrorCode.MEMBER_ID_REQUIRED:
             self.member_id = resp.member_id  # KIP-394: join again with the id we were given
             self.state = UNJOINED
@@ -860,7 +861,7 @@ class GroupCoordinator:
         if token != self._op_token or self.state != SYNCING:
             return
         if err is None and resp.error_code:
-            err = client_error(resp.error_code, "SyncGroup")
+            err = client_error(broker_code(resp.error_code), "SyncGroup")
         if err is not None:
             self._join_failed(err)
             return
@@ -933,7 +934,7 @@ class GroupCoordinator:
         self._heartbeat_in_flight = False
         if token != self._op_token or self.state != STABLE:
             return
-        code = resp.error_code if err is None else err.code()
+        code = broker_code(resp.error_code) if err is None else err.code()
         if code == ErrorCode.NONE:
             self._last_heartbeat_ok = time.monotonic()
             return
@@ -1060,7 +1061,7 @@ class GroupCoordinator:
             if err is None:
                 for t in resp.topics:
                     for pr in t.partitions:
-                        codes[(t.name, pr.partition_index)] = pr.error_code
+                        codes[(t.name, pr.partition_index)] = broker_code(pr.error_code)
             retry = err is not None and err.code() in (KafkaError._TRANSPORT,
                                                        KafkaError._TIMED_OUT)
             for topic, p, off, meta, epoch in offsets:
@@ -1126,13 +1127,13 @@ class GroupCoordinator:
         def answered(resp: Any, err: Optional[KafkaError]) -> None:
             code = ErrorCode.NONE if err is None else err.code()
             if err is None and getattr(resp, "error_code", ErrorCode.NONE):
-                code = resp.error_code
+                code = broker_code(resp.error_code)
             result: Dict[Key, Tuple[int, Optional[str], int]] = {}
             if code == ErrorCode.NONE:
                 for t in resp.topics:
                     for pr in t.partitions:
                         if pr.error_code and not code:
-                            code = pr.error_code
+                            code = broker_code(pr.error_code)
                         result[(t.name, pr.partition_index)] = (
                             pr.committed_offset, pr.metadata or None,
                             getattr(pr, "committed_leader_epoch", -1))

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from kafka_client.errors import KafkaError
+from kafka_client.errors import KafkaError, broker_code
 from kafka_proto.errors import ErrorCode
 from kafka_proto.records import restamp_batch
 
@@ -94,7 +94,7 @@ class Idempotence:
                 backoff: float) -> bool:
         """Digest an InitProducerId answer; True if a producer id is now known."""
         self.init_in_flight = False
-        code = err.code() if err is not None else resp.error_code
+        code = err.code() if err is not None else broker_code(resp.error_code)
         if code == ErrorCode.NONE:
             self.producer_id = resp.producer_id
             self.epoch = resp.producer_epoch

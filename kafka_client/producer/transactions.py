@@ -58,7 +58,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from kafka_client._cluster.calls import Call, CallRunner, Coordinator, CoordinatorType
-from kafka_client.errors import KafkaError, KafkaException, client_error
+from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.types import TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -584,7 +584,7 @@ class TransactionManager:
                                          producer_id=pid, producer_epoch=epoch)
 
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
-            code = resp.error_code
+            code = broker_code(resp.error_code)
             if code == ErrorCode.NONE:
                 idem.producer_id, idem.epoch = resp.producer_id, resp.producer_epoch
                 idem.bump_wanted = False
@@ -664,7 +664,7 @@ class TransactionManager:
                     TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
                 return None      # outdated: that transaction is over
             self._registering = set()
-            results = {(t.name, r.partition_index): r.partition_error_code
+            results = {(t.name, r.partition_index): broker_code(r.partition_error_code)
                        for t in resp.results_by_topic_v3_and_below or ()
                        for r in t.results_by_partition or ()}
             registered = [p for p in parts
@@ -727,7 +727,7 @@ class TransactionManager:
                                           producer_epoch=idem.epoch, group_id=group.group_id)
 
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
-            code = resp.error_code
+            code = broker_code(resp.error_code)
             if code == ErrorCode.NONE:
                 self._txn_offset_commit(offsets, group, deadline)
                 return None
@@ -764,7 +764,8 @@ class TransactionManager:
             return req
 
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
-            failed = [(t.name, p.partition_index, p.error_code) for t in resp.topics or ()
+            failed = [(t.name, p.partition_index, broker_code(p.error_code))
+                      for t in resp.topics or ()
                       for p in t.partitions or () if p.error_code]
             if not failed:
                 self._set_result(None)
@@ -803,7 +804,7 @@ class TransactionManager:
                                  committed=commit)
 
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
-            code = resp.error_code
+            code = broker_code(resp.error_code)
             if code == ErrorCode.NONE:
                 self._end_txn_done(commit)
                 return None

@@ -701,3 +701,38 @@ def test_a_local_error_code_in_an_admin_answer_is_an_unknown_server_error():
     assert result_error(KafkaError._PARTITION_EOF, "x").code() == KafkaError.UNKNOWN_SERVER_ERROR
     assert result_error(KafkaError.TOPIC_ALREADY_EXISTS, None).code() == \
         KafkaError.TOPIC_ALREADY_EXISTS
+
+
+def test_a_local_error_code_from_find_coordinator_or_metadata_is_an_unknown_server_error(
+        admins):
+    """The same for the answers every client reads: a FindCoordinator error of -195
+    (_TRANSPORT, which the client would retry until the timeout) fails the call at once,
+    and a topic's or partition's -191 in a Metadata answer is no _PARTITION_EOF."""
+    from kafka_proto.messages import FindCoordinatorResponse, MetadataResponse
+
+    with FakeCluster(nodes=(1,)) as cluster:
+        cluster.topics = {"t": [1, 1]}
+
+        def metadata(node, req, version):
+            resp = cluster.metadata(node, req, version)
+            for t in resp.topics:
+                t.error_code = KafkaError._PARTITION_EOF
+                for p in t.partitions:
+                    p.error_code = KafkaError._PARTITION_EOF
+            return resp
+
+        cluster.handle(ApiKey.METADATA, metadata)
+        cluster.handle(ApiKey.FIND_COORDINATOR, lambda node, req, v: FindCoordinatorResponse(
+            coordinators=[FindCoordinatorResponse.Coordinator(
+                key=k, node_id=-1, host="", port=-1, error_code=KafkaError._TRANSPORT)
+                for k in req.coordinator_keys]))
+        admin = admins(cluster)
+        md = admin.list_topics("t", timeout=5)
+        assert md.topics["t"].error.code() == KafkaError.UNKNOWN_SERVER_ERROR
+        assert [p.error.code() for p in md.topics["t"].partitions.values()] == \
+            [KafkaError.UNKNOWN_SERVER_ERROR] * 2
+        started = time.monotonic()
+        err = error_of(admin.delete_consumer_groups(["g"], request_timeout=5)["g"])
+        assert err.code() == KafkaError.UNKNOWN_SERVER_ERROR
+        assert time.monotonic() - started < 2
+        assert len(cluster.requests(ApiKey.FIND_COORDINATOR)) == 1

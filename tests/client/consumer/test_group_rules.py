@@ -200,3 +200,15 @@ def test_a_static_member_refuses_a_coordinator_without_the_instance_id_versions(
     assert errors == [] and g.state == "JOINING"
     (req,) = new.sent
     assert req.group_instance_id == "i-1" and req.encode(9)
+
+
+def test_a_local_error_code_in_a_heartbeat_answer_is_not_a_lost_connection():
+    """-195 is the client's _TRANSPORT, never a broker's: in a heartbeat answer it is
+    UNKNOWN_SERVER_ERROR (kafka_client.errors.broker_code), and the member keeps its
+    coordinator and its partitions."""
+    g, _ = coordinator("range")
+    g.coord_id = 3
+    g._on_heartbeat(types.SimpleNamespace(error_code=KafkaError._TRANSPORT), None,
+                    g._op_token)
+    assert g.state == STABLE and g.owned == {("t", 0), ("t", 1)} and g.coord_id == 3
+    assert not g.app_events

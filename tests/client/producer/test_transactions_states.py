@@ -769,3 +769,20 @@ def test_commit_that_succeeds_after_failing_here_is_fatal():
     err = kafka_error(exc)
     assert err.txn_requires_abort() or err.fatal()
     assert h.txn.produce_refused().fatal()
+
+
+def test_a_local_error_code_in_a_coordinator_answer_is_an_unknown_server_error():
+    """Codes below -1 are the client's own (-195 is _TRANSPORT, retried): an EndTxn answer
+    carrying one is UNKNOWN_SERVER_ERROR (kafka_client.errors.broker_code), which
+    requires an abort, not a retry until the timeout."""
+    h = Harness()
+    h.init()
+    h.begin_with(0)
+    h.answer_produce()
+    box = h.call("commit_transaction", 5.0, h.flush)
+    h.answer_end_txn(code=KafkaError._TRANSPORT)
+    with pytest.raises(KafkaException) as exc:
+        h.result(box)
+    err = kafka_error(exc)
+    assert err.code() == KafkaError.UNKNOWN_SERVER_ERROR and err.txn_requires_abort()
+    assert ApiKey.END_TXN not in h.conn.keys()      # not sent again

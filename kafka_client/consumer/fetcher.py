@@ -484,18 +484,22 @@ class Fetcher:
                 answered(topics, None, client_error(KafkaError._TRANSPORT,
                                                     f"broker {node} unknown"))
                 continue
-            req = ListOffsetsRequest(
-                replica_id=-1, isolation_level=isolation,
-                topics=[ListOffsetsRequest.ListOffsetsTopic(
-                    name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
-                        partition_index=p, timestamp=ts, current_leader_epoch=-1)
-                        for p, ts in plist])
-                    for topic, plist in topics.items()])
             version = conn.versions.get(ApiKey.LIST_OFFSETS)
             if version is not None and version < 1:
                 answered(topics, None, KafkaError(KafkaError._UNSUPPORTED_FEATURE,
                                                   "broker supports only ListOffsets v0"))
                 continue
+            req = ListOffsetsRequest(
+                # A broker without ListOffsets v2 predates transactions (Kafka 0.11): its
+                # logs hold no transactional data, so read_committed asks nothing more.
+                replica_id=-1,
+                isolation_level=isolation if version is None or version >= 2
+                else READ_UNCOMMITTED,
+                topics=[ListOffsetsRequest.ListOffsetsTopic(
+                    name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
+                        partition_index=p, timestamp=ts, current_leader_epoch=-1)
+                        for p, ts in plist])
+                    for topic, plist in topics.items()])
             conn.send(req, lambda resp, err, t=topics: answered(t, resp, err),
                       timeout=timeout)
 

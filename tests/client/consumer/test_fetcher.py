@@ -119,3 +119,18 @@ def test_a_fetch_that_fails_at_once_still_wakes_the_loop_after_the_error_backoff
     nxt = fetcher.tick(now)
     assert not part.fetching and part.backoff_until > now
     assert nxt is not None and nxt <= part.backoff_until
+
+
+def test_read_committed_offset_lookups_encode_for_a_broker_older_than_transactions():
+    """ListOffsets v0-v1 have no isolation level (it came with transactions, v2): a
+    read_committed consumer's lookup at such a broker is sent without it (there is no
+    transactional data to hide) instead of failing to encode; from v2 on it carries it."""
+    from kafka_proto.messages import ApiKey
+
+    for version, want in ((1, 0), (2, 1), (7, 1)):
+        fetcher, conn, _ = setup(**{"isolation.level": "read_committed"})
+        conn.versions = {ApiKey.LIST_OFFSETS: version}
+        fetcher.list_offsets({("t", 0): -1}, lambda res: None, timeout=1.0, isolation=1)
+        (req,) = conn.sent
+        assert req.isolation_level == want
+        assert req.encode(version)

@@ -455,10 +455,13 @@ class Fetcher:
                     for p, _ in plist:
                         results[(topic, p)] = _lookup_failed(err)
             else:
+                asked = {(topic, p) for topic, plist in node_parts.items() for p, _ in plist}
                 seen = set()
                 for t in resp.topics:
                     for pr in t.partitions:
                         key = (t.name, pr.partition_index)
+                        if key not in asked:
+                            continue  # not asked of this broker: not its answer to give
                         seen.add(key)
                         if pr.error_code:
                             code = broker_code(pr.error_code)
@@ -469,11 +472,9 @@ class Fetcher:
                             results[key] = _lookup_failed(e)
                         else:
                             results[key] = OffsetLookup(pr.offset, pr.timestamp, None)
-                for topic, plist in node_parts.items():
-                    for p, _ in plist:
-                        if (topic, p) not in seen:
-                            results[(topic, p)] = _lookup_failed(KafkaError(
-                                KafkaError._BAD_MSG, f"ListOffsets: no answer for {topic} [{p}]"))
+                for topic, p in asked - seen:
+                    results[(topic, p)] = _lookup_failed(KafkaError(
+                        KafkaError._BAD_MSG, f"ListOffsets: no answer for {topic} [{p}]"))
             pending[0] -= 1
             if pending[0] == 0:
                 done(results)

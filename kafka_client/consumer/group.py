@@ -1112,6 +1112,7 @@ class GroupCoordinator:
 
     def _offset_fetch(self, keys: List[Key],
                       done: Callable[..., None], deadline: float) -> None:
+        asked = set(keys)
         by_topic: Dict[str, List[int]] = {}
         for t, p in keys:
             by_topic.setdefault(t, []).append(p)
@@ -1132,6 +1133,8 @@ class GroupCoordinator:
             if code == ErrorCode.NONE:
                 for t in resp.topics:
                     for pr in t.partitions:
+                        if (t.name, pr.partition_index) not in asked:
+                            continue  # not asked: not this answer's to give
                         if pr.error_code and not code:
                             code = broker_code(pr.error_code)
                         result[(t.name, pr.partition_index)] = (

@@ -134,3 +134,30 @@ def test_read_committed_offset_lookups_encode_for_a_broker_older_than_transactio
         (req,) = conn.sent
         assert req.isolation_level == want
         assert req.encode(version)
+
+
+def test_an_offset_lookup_answer_for_partitions_not_asked_is_ignored():
+    """A broker answering ListOffsets for a partition it was not asked about (another
+    topic, or one the consumer asked another leader) must not place a result there: the
+    consumer's retry bookkeeping only knows the partitions it asked (it failed with a
+    KeyError on such an answer carrying a retriable error)."""
+    from kafka_proto.messages import ApiKey, ListOffsetsResponse
+
+    fetcher, conn, _ = setup()
+    conn.versions = {ApiKey.LIST_OFFSETS: 7}
+    got = []
+    callbacks = []
+    conn.send = lambda req, cb, **kw: callbacks.append(cb)
+    fetcher.list_offsets({("t", 0): -1}, got.append, timeout=1.0)
+    R = ListOffsetsResponse
+    callbacks[0](R(topics=[
+        R.ListOffsetsTopicResponse(name="t", partitions=[
+            R.ListOffsetsPartitionResponse(partition_index=0, error_code=0, timestamp=-1,
+                                           offset=42, leader_epoch=0),
+            R.ListOffsetsPartitionResponse(partition_index=5, error_code=6, timestamp=-1,
+                                           offset=-1, leader_epoch=0)]),
+        R.ListOffsetsTopicResponse(name="other", partitions=[
+            R.ListOffsetsPartitionResponse(partition_index=0, error_code=0, timestamp=-1,
+                                           offset=7, leader_epoch=0)])]), None)
+    (results,) = got
+    assert list(results) == [("t", 0)] and results[("t", 0)].offset == 42

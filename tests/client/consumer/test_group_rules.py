@@ -212,3 +212,33 @@ def test_a_local_error_code_in_a_heartbeat_answer_is_not_a_lost_connection():
                     g._op_token)
     assert g.state == STABLE and g.owned == {("t", 0), ("t", 1)} and g.coord_id == 3
     assert not g.app_events
+
+
+def test_an_offset_fetch_answer_for_partitions_not_asked_is_ignored():
+    """Only the partitions asked are read from an OffsetFetch answer: another's error
+    code failed the whole lookup (committed() raised it), another's offset came back as
+    a result."""
+    import time
+
+    from kafka_proto.messages import OffsetFetchResponse as R
+
+    g, _ = coordinator("range")
+    sent = []
+    g._send = lambda api_key, make, answered, deadline=None, max_version=0: \
+        sent.append(answered)
+    got = []
+    g._offset_fetch([("t", 0)], lambda result, err=None: got.append((result, err)),
+                    time.monotonic() + 5)
+    sent[0](R(error_code=0, topics=[
+        R.OffsetFetchResponseTopic(name="t", partitions=[
+            R.OffsetFetchResponsePartition(partition_index=0, committed_offset=42,
+                                           committed_leader_epoch=3, metadata="m",
+                                           error_code=0),
+            R.OffsetFetchResponsePartition(partition_index=9, committed_offset=-1,
+                                           committed_leader_epoch=-1, metadata=None,
+                                           error_code=KafkaError.UNKNOWN_TOPIC_OR_PART)]),
+        R.OffsetFetchResponseTopic(name="other", partitions=[
+            R.OffsetFetchResponsePartition(partition_index=0, committed_offset=7,
+                                           committed_leader_epoch=-1, metadata=None,
+                                           error_code=0)])]), None)
+    assert got == [({("t", 0): (42, "m", 3)}, None)]

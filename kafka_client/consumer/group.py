@@ -1065,11 +1065,14 @@ class GroupCoordinator:
             retry = err is not None and err.code() in (KafkaError._TRANSPORT,
                                                        KafkaError._TIMED_OUT)
             for topic, p, off, meta, epoch in offsets:
-                code = codes.get((topic, p), ErrorCode.NONE) if err is None else err.code()
+                # A partition the answer leaves out is not committed.
+                code = codes.get((topic, p), ErrorCode.UNKNOWN_SERVER_ERROR) \
+                    if err is None else err.code()
                 tp = TopicPartition(topic, p, off, meta or None)
                 if code:
                     e = err if err is not None else client_error(
-                        code, f"OffsetCommit {topic} [{p}]")
+                        code, f"OffsetCommit {topic} [{p}]" + (
+                            "" if (topic, p) in codes else ": not in the answer"))
                     tp._set_error(e)
                     if first_err is None:
                         first_err = e

@@ -242,3 +242,26 @@ def test_an_offset_fetch_answer_for_partitions_not_asked_is_ignored():
                                            committed_leader_epoch=-1, metadata=None,
                                            error_code=0)])]), None)
     assert got == [({("t", 0): (42, "m", 3)}, None)]
+
+
+def test_a_commit_answer_leaving_a_partition_out_did_not_commit_it():
+    """OffsetCommit: a partition sent and not in the answer is reported failed
+    (UNKNOWN_SERVER_ERROR), not committed; one answered and not sent is ignored."""
+    import time
+
+    from kafka_proto.messages import OffsetCommitResponse as R
+
+    g, _ = coordinator("range")
+    sent = []
+    g._send = lambda api_key, make, answered, deadline=None, max_version=0: \
+        sent.append(answered)
+    got = []
+    g._commit([("t", 0, 10, None, -1), ("t", 1, 20, None, -1)],
+              lambda err, result: got.append((err, result)), time.monotonic() + 5)
+    sent[0](R(topics=[R.OffsetCommitResponseTopic(name="t", partitions=[
+        R.OffsetCommitResponsePartition(partition_index=0, error_code=0),
+        R.OffsetCommitResponsePartition(partition_index=7, error_code=0)])]), None)
+    (err, result), = got
+    assert err is not None and err.code() == KafkaError.UNKNOWN_SERVER_ERROR
+    assert [(tp.partition, tp.offset, tp.error and tp.error.code()) for tp in result] == [
+        (0, 10, None), (1, 20, KafkaError.UNKNOWN_SERVER_ERROR)]

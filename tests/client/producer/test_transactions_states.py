@@ -383,6 +383,32 @@ def test_send_offsets_adds_them_then_commits_them_with_the_group_metadata():
     h.result(box)
 
 
+def test_offsets_an_answer_leaves_out_are_not_taken_as_committed():
+    """A TxnOffsetCommit answer without one of the partitions sent (and with one not
+    sent) did not commit it: the transaction must abort (UNKNOWN_SERVER_ERROR, as for a
+    partition AddPartitionsToTxn leaves out), not commit input offsets that are not in
+    it."""
+    h = Harness()
+    h.init()
+    h.result(h.call("begin_transaction"))
+    box = h.call("send_offsets_to_transaction",
+                 [TopicPartition("in", 0, 42), TopicPartition("in", 1, 7)], _group(), 5.0)
+    _, cb, _ = h.until_sent(ApiKey.ADD_OFFSETS_TO_TXN)
+    cb(AddOffsetsToTxnResponse(error_code=0), None)
+    h.answer_find(key_type=0)
+    _, cb, _ = h.until_sent(ApiKey.TXN_OFFSET_COMMIT)
+    R = TxnOffsetCommitResponse
+    cb(R(topics=[R.TxnOffsetCommitResponseTopic(name="in", partitions=[
+        R.TxnOffsetCommitResponsePartition(partition_index=0, error_code=0),
+        R.TxnOffsetCommitResponsePartition(partition_index=5, error_code=0)])]), None)
+    with pytest.raises(KafkaException) as exc:
+        h.result(box)
+    err = kafka_error(exc)
+    assert err.code() == KafkaError.UNKNOWN_SERVER_ERROR and err.txn_requires_abort()
+    assert "in[1]" in err.str()
+    assert h.txn.state == TxnState.ABORTABLE_ERROR
+
+
 # -- calls out of order and bad input ---------------------------------------------------
 
 def test_calls_out_of_order_are_state_errors():

@@ -396,6 +396,9 @@ class ClientBase:
             return
         self._closed = True
         _open_clients.discard(self)
+        # Calls other threads are blocked in end now, not at their timeouts: nothing
+        # will answer them once the I/O thread stops.
+        self._cluster.abandon_waits()
         stop_client(self._io, self._cluster, first=self._on_shutdown())
 
     def _at_exit(self) -> None:

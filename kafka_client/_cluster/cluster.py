@@ -103,6 +103,11 @@ class Cluster:
         self._last_throttle_ms = 0
         self._errors_lock = threading.Lock()  # guards the three lists (see _keep)
         self.closed = False
+        #: application calls waiting in wait_for(), and whether the client closed under
+        #: them (guarded by _waits_lock)
+        self._app_waits: Set[threading.Event] = set()
+        self._waits_lock = threading.Lock()
+        self.waits_abandoned = False
         #: exceptions the application's callbacks raised off the application thread
         #: (oauth_cb refreshing a token, the connection callbacks), for the caller of
         #: poll()/flush()/consume()
@@ -247,6 +252,37 @@ class Cluster:
                     f"(last: {error.str()})"))
         for cb in self.on_broker_state:
             cb(conn, state, error)
+
+    # -- application threads waiting for the I/O thread ------------------------------------
+    def wait_for(self, event: threading.Event, deadline: float) -> bool:
+        """Application thread: wait until ``event`` is set (True) or ``deadline``
+        (monotonic) passes (False), in short slices so that Ctrl-C gets through. Raises
+        KafkaException ``_DESTROY`` as soon as the client is closed meanwhile (by another
+        thread: :meth:`abandon_waits`), whose I/O thread would never set it."""
+        with self._waits_lock:
+            self._app_waits.add(event)
+        try:
+            while True:
+                if self.waits_abandoned:
+                    raise KafkaException(KafkaError(
+                        KafkaError._DESTROY, "the client was closed while this call waited"))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return event.is_set()
+                if event.wait(min(remaining, 0.2)) and not self.waits_abandoned:
+                    return True
+        finally:
+            with self._waits_lock:
+                self._app_waits.discard(event)
+
+    def abandon_waits(self) -> None:
+        """Any thread, as the client closes: every call waiting in :meth:`wait_for`
+        (and any later one) raises ``_DESTROY`` now instead of at its timeout."""
+        with self._waits_lock:
+            self.waits_abandoned = True
+            waiting = list(self._app_waits)
+        for event in waiting:
+            event.set()
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         """librdkafka's ``set_sasl_credentials``: PLAIN/SCRAM credentials for the next
@@ -510,7 +546,7 @@ class Cluster:
             done.set()
 
         self.io.call_soon(self.request_metadata, topics, answer, deadline, True)
-        _wait_interruptibly(done, deadline)
+        self.wait_for(done, deadline)
         resp, err, conn = box[0] if box else (None, None, None)
         if err is not None:
             raise KafkaException(err)
@@ -580,11 +616,3 @@ def _window(stat: List[float], scale: float) -> Dict[str, int]:
     return {"avg": int(total / count * scale), "max": int(top * scale), "cnt": int(count)}
 
 
-def _wait_interruptibly(event: threading.Event, deadline: float) -> bool:
-    """Wait in short slices, so Ctrl-C (KeyboardInterrupt) gets through promptly."""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return event.is_set()
-        if event.wait(min(remaining, 0.2)):
-            return True

@@ -35,7 +35,6 @@ from typing import (
     Tuple,
 )
 
-from kafka_client._cluster.cluster import _wait_interruptibly
 from kafka_client._common import ClientBase, deadline_after
 from kafka_client.consumer.arrow import to_record_batch
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
@@ -354,6 +353,8 @@ class Consumer(ClientBase):
                 if remaining <= 0:
                     return out
                 my_turn = self._wait(my_turn, remaining)
+                if self._closed:  # by another thread: what is in hand, the next call raises
+                    return out
         finally:
             if my_turn:
                 self._turn.release()
@@ -400,6 +401,8 @@ class Consumer(ClientBase):
                 if remaining <= 0:
                     break
                 my_turn = self._wait(my_turn, remaining)
+                if self._closed:  # by another thread: what is in hand, the next call raises
+                    break
         finally:
             if my_turn:
                 self._turn.release()
@@ -689,7 +692,7 @@ class Consumer(ClientBase):
             remaining = deadline - time.monotonic()
             self._io.call_soon(self._fetcher.list_offsets, pending, finished,
                                max(0.01, remaining), isolation)
-            if not _wait_interruptibly(done, deadline):
+            if not self._cluster.wait_for(done, deadline):
                 break
             res = box[0]
             results.update(res)
@@ -853,6 +856,7 @@ class Consumer(ClientBase):
     def _on_shutdown(self) -> Callable[[], None]:
         # Dropped without close() the same happens, and only this: no LeaveGroup (the
         # group notices at session.timeout.ms), stored offsets not committed.
+        self._ready.set()  # a consume() of another thread waiting for data returns
         return self._fetcher.close
 
 

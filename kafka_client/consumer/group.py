@@ -34,7 +34,6 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
-from kafka_client._cluster.cluster import _wait_interruptibly
 from kafka_client.consumer.assignors import (
     MemberSubscription,
     Subscription,
@@ -265,7 +264,7 @@ class GroupCoordinator:
         finally:  # a callback that raised does not keep the member in the group
             done = threading.Event()
             self.io.call_soon(self._set_subscription, None, [], done)
-            _wait_interruptibly(done, time.monotonic() + 5)
+            self.cluster.wait_for(done, time.monotonic() + 5)
 
     def idle_poll(self) -> bool:
         """poll()'s fast path: note the poll; True when serve() has nothing to run."""
@@ -375,7 +374,7 @@ class GroupCoordinator:
         wait = self.request_timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         self.io.call_soon(self._commit, offsets, finished, deadline)
-        if not _wait_interruptibly(done, deadline + 0.5):
+        if not self.cluster.wait_for(done, deadline + 0.5):
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                             f"commit timed out after {wait:g}s"))
         err, result = box[0]
@@ -408,7 +407,7 @@ class GroupCoordinator:
             done.set()
 
         self.io.call_soon(self._offset_fetch, keys, finished, deadline)
-        if not _wait_interruptibly(done, deadline + 0.5):
+        if not self.cluster.wait_for(done, deadline + 0.5):
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                             f"committed() timed out after {wait:g}s"))
         result, err = box[0]

@@ -28,7 +28,7 @@ from typing import (
     Tuple,
 )
 
-from kafka_client._cluster.cluster import Cluster, _wait_interruptibly
+from kafka_client._cluster.cluster import Cluster
 from kafka_client._common import ClientBase, deadline_after
 from kafka_client._net.io_thread import IOThread
 from kafka_client.errors import KafkaError, KafkaException
@@ -234,6 +234,8 @@ class Producer(ClientBase):
         self._io.wake()
         try:
             while True:
+                if self._closed:  # by another thread: these will never be delivered
+                    return acc.msg_count
                 self._serve()
                 if acc.msg_count <= 0:
                     return 0
@@ -266,7 +268,7 @@ class Producer(ClientBase):
         if blocking:
             deadline = time.monotonic() + 30
             # Never past the I/O thread's life: it is what sets ``done``.
-            while not _wait_interruptibly(done, min(deadline, time.monotonic() + 0.5)):
+            while not self._cluster.wait_for(done, min(deadline, time.monotonic() + 0.5)):
                 if not self._io.alive or time.monotonic() >= deadline:
                     break
 
@@ -313,6 +315,7 @@ class Producer(ClientBase):
 
     def _on_shutdown(self) -> None:
         self.produce = _closed_produce  # type: ignore[method-assign]
+        self._report_event.set()  # a flush() of another thread returns
         left = self._acc.msg_count
         if left > 0:
             # librdkafka's words; logged once, through the client's logger (stderr

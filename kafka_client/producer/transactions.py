@@ -413,6 +413,9 @@ class TransactionManager:
         """Wait for the I/O thread's result of ``call`` (a retriable _TIMED_OUT when it
         does not come by ``deadline``)."""
         while not call.done.wait(max(0.0, min(0.2, deadline - time.monotonic()))):
+            if self.cluster.waits_abandoned:   # the producer was closed meanwhile
+                return KafkaError(KafkaError._DESTROY, "the producer was closed while "
+                                  "this call waited")
             if time.monotonic() >= deadline:
                 return KafkaError(KafkaError._TIMED_OUT, "Timed out waiting for operation "
                                   "to finish, retry call to resume", retriable=True)
@@ -457,7 +460,8 @@ class TransactionManager:
             finally:
                 done.set()
         self.io.call_soon(run)
-        while not done.wait(0.2) and time.monotonic() < deadline:
+        while not done.wait(0.2) and time.monotonic() < deadline \
+                and not self.cluster.waits_abandoned:
             pass
 
     def _capped_deadline(self, timeout: Optional[float]) -> float:

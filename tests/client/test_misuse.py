@@ -150,6 +150,69 @@ def test_purge_after_close_returns_at_once(run_child):
     assert out.stdout.strip() == "Producer has been closed 0"
 
 
+def test_close_from_another_thread_ends_every_call_waiting_there(run_child):
+    """close() from one thread while others are blocked in the client (brokers down,
+    10 s timeouts): each blocked call ends at once, instead of at its timeout: consume()
+    and consume_arrow() with what they hold, flush() with the count never delivered, the
+    calls waiting for a broker's answer with _DESTROY."""
+    out = run_child(f"""
+        import threading, time
+        from kafka_client import Consumer, KafkaException, Producer, TopicPartition
+        from kafka_client.admin import AdminClient
+        dead = "{dead_bootstrap()}"
+
+        def consumer():
+            c = Consumer({{"bootstrap.servers": dead, "group.id": "g"}})
+            c.assign([TopicPartition("t", 0, 0)])
+            return c
+
+        def producer(**conf):
+            p = Producer({{"bootstrap.servers": dead, **conf}})
+            if not conf:
+                p.produce("t", b"x")
+            return p
+
+        cases = [
+            ("consume", consumer, lambda c: c.consume(10, 10), lambda c: c.close()),
+            ("consume_arrow", consumer, lambda c: c.consume_arrow(10, 10).num_rows,
+             lambda c: c.close()),
+            ("consumer list_topics", consumer, lambda c: c.list_topics(timeout=10),
+             lambda c: c.close()),
+            ("committed", consumer,
+             lambda c: c.committed([TopicPartition("t", 0)], timeout=10), lambda c: c.close()),
+            ("get_watermark_offsets", consumer,
+             lambda c: c.get_watermark_offsets(TopicPartition("t", 0), timeout=10),
+             lambda c: c.close()),
+            ("flush", producer, lambda p: p.flush(10), lambda p: p.close(0)),
+            ("producer list_topics", producer, lambda p: p.list_topics(timeout=10),
+             lambda p: p.close(0)),
+            ("init_transactions", lambda: producer(**{{"transactional.id": "x"}}),
+             lambda p: p.init_transactions(10), lambda p: p.close(0)),
+        ]
+        for name, make, call, close in cases:
+            client = make()
+            out = {{}}
+            def run():
+                try:
+                    out["result"] = call(client)
+                except KafkaException as exc:
+                    out["result"] = exc.args[0].name()
+            t = threading.Thread(target=run)
+            t.start()
+            time.sleep(0.3)
+            started = time.monotonic()
+            close(client)
+            t.join(5)
+            assert not t.is_alive(), name + ": still blocked"
+            print(name, out["result"], time.monotonic() - started < 1)
+    """, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:-1] == [
+        "consume [] True", "consume_arrow 0 True", "consumer list_topics _DESTROY True",
+        "committed _DESTROY True", "get_watermark_offsets _DESTROY True", "flush 1 True",
+        "producer list_topics _DESTROY True", "init_transactions _DESTROY True"]
+
+
 def test_leaving_a_with_block_closes_the_producer():
     with Producer({"bootstrap.servers": dead_bootstrap(), "message.timeout.ms": 200}) as p:
         p.produce("t", b"x")

@@ -116,6 +116,7 @@ class FakeConn:
 
 class FakeCluster:
     closed = False
+    waits_abandoned = False
 
     def __init__(self, conns, io, config):
         self.conns = conns

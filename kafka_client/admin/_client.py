@@ -678,7 +678,8 @@ class AdminClient(ClientBase):
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while True:
             n = self._serve_client_events()
-            if n or (deadline is not None and time.monotonic() >= deadline):
+            if n or (deadline is not None and time.monotonic() >= deadline) \
+                    or self._closed:   # closed by another thread meanwhile
                 return n
             time.sleep(0.05 if deadline is None else
                        max(0.0, min(0.05, deadline - time.monotonic())))

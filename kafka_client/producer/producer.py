@@ -218,6 +218,8 @@ class Producer(ClientBase):
                 return self._serve()
             # Short slices: Ctrl-C gets through, stats and errors keep flowing.
             ev.wait(min(remaining, 0.2))
+            if self._closed:   # by another thread meanwhile
+                return 0
             n = self._serve()
             if n:
                 return n

@@ -156,10 +156,12 @@ def test_close_from_another_thread_ends_every_call_waiting_there(run_child):
     and consume_arrow() with what they hold, flush() with the count never delivered, the
     calls waiting for a broker's answer with _DESTROY."""
     out = run_child(f"""
-        import threading, time
+        import logging, threading, time
         from kafka_client import Consumer, KafkaException, Producer, TopicPartition
         from kafka_client.admin import AdminClient
         dead = "{dead_bootstrap()}"
+        quiet = logging.getLogger("quiet")
+        quiet.disabled = True
 
         def consumer():
             c = Consumer({{"bootstrap.servers": dead, "group.id": "g"}})
@@ -184,6 +186,11 @@ def test_close_from_another_thread_ends_every_call_waiting_there(run_child):
              lambda c: c.get_watermark_offsets(TopicPartition("t", 0), timeout=10),
              lambda c: c.close()),
             ("flush", producer, lambda p: p.flush(10), lambda p: p.close(0)),
+            # No brokers at all: no connection errors for poll() to serve at once.
+            ("producer poll", lambda: Producer({{"logger": quiet}}), lambda p: p.poll(10),
+             lambda p: p.close(0)),
+            ("admin poll", lambda: AdminClient({{"logger": quiet}}), lambda a: a.poll(10),
+             lambda a: a.close()),
             ("producer list_topics", producer, lambda p: p.list_topics(timeout=10),
              lambda p: p.close(0)),
             ("init_transactions", lambda: producer(**{{"transactional.id": "x"}}),
@@ -210,7 +217,7 @@ def test_close_from_another_thread_ends_every_call_waiting_there(run_child):
     assert out.stdout.split("\n")[:-1] == [
         "consume [] True", "consume_arrow 0 True", "consumer list_topics _DESTROY True",
         "committed _DESTROY True", "get_watermark_offsets _DESTROY True", "flush 1 True",
-        "producer list_topics _DESTROY True", "init_transactions _DESTROY True"]
+        "producer poll 0 True", "admin poll 0 True", "producer list_topics _DESTROY True", "init_transactions _DESTROY True"]
 
 
 def test_leaving_a_with_block_closes_the_producer():

@@ -404,6 +404,10 @@ class ClientBase:
     def _at_exit(self) -> None:
         """The interpreter exits with this client open (not closed, not collected)."""
 
+    def _unclosed(self) -> None:
+        """Application thread: what a client the application never closed does before
+        it stops, when collected (off its I/O thread) or left open at exit."""
+
     def _on_fork(self) -> None:
         """In a forked child, for each client inherited open: make every method refuse
         (nothing here may take a lock: another thread of the parent may have held it)."""
@@ -417,8 +421,8 @@ class ClientBase:
         self.close()
 
     def __del__(self) -> None:
-        # Dropped without close(): the thread stops and the connections close, nothing
-        # more (no flush, no LeaveGroup, no commit).
+        # Dropped without close(): what _unclosed() does (a consumer commits and leaves
+        # its group; no flush), then the thread stops and the connections close.
         try:
             if self._io.in_thread():
                 # Collected on its own I/O thread (a cycle the collector found there):
@@ -429,7 +433,10 @@ class ClientBase:
                     if first is not None:
                         first()
                 self._io.stop(0)
-            else:
-                self._shutdown()
+            elif not self._closed:
+                try:
+                    self._unclosed()
+                finally:
+                    self._shutdown()
         except Exception:
             pass

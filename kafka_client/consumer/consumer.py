@@ -72,6 +72,9 @@ from kafka_proto.records import ColumnBuilder
 __all__ = ["Consumer"]
 
 _MAX_CONSUME = 1000000  # librdkafka's limit for one consume() call
+#: the most a consumer never closed spends committing and leaving its group when it is
+#: collected or left open at exit (Consumer._unclosed)
+UNCLOSED_FAREWELL_S = 5.0
 
 
 class Consumer(ClientBase):
@@ -854,10 +857,21 @@ class Consumer(ClientBase):
             raise failure
 
     def _on_shutdown(self) -> Callable[[], None]:
-        # Dropped without close() the same happens, and only this: no LeaveGroup (the
-        # group notices at session.timeout.ms), stored offsets not committed.
         self._ready.set()  # a consume() of another thread waiting for data returns
         return self._fetcher.close
+
+    def _unclosed(self) -> None:
+        # Collected or left open at exit without close(): as librdkafka's destroy, the
+        # stored offsets are committed (enable.auto.commit) and the group left, without
+        # callbacks and in bounded time.
+        if self._group is not None:
+            self._group.farewell(UNCLOSED_FAREWELL_S)
+
+    def _at_exit(self) -> None:
+        try:
+            self._unclosed()
+        finally:
+            self._shutdown()
 
 
 _USED_UP: Iterator[Message] = iter(())

@@ -449,6 +449,32 @@ class GroupCoordinator:
             self.io.call_soon(leave)
             done.wait(3)
 
+    def farewell(self, timeout: float) -> None:
+        """Application thread, for a consumer the application never closed (collected,
+        or still open at interpreter exit), as librdkafka's destroy does for it: commit
+        the stored offsets (with enable.auto.commit) and leave the group, in at most
+        ``timeout`` seconds and without callbacks (no on_revoke, no on_commit)."""
+        if self.closed or self.patterns is None:
+            return
+        done = threading.Event()
+        deadline = time.monotonic() + timeout
+
+        def leave(*_result: Any) -> None:
+            self.patterns = None  # no rejoin after leaving
+            self._leave("consumer dropped without close()", done)
+            self.closed = True
+
+        def start() -> None:
+            stored = self.offsets.stored_offsets() if self.auto_commit else []
+            if stored:   # half the time for the commit, the rest for LeaveGroup
+                self._commit(_commit_entries(stored), leave,
+                             time.monotonic() + timeout / 2)
+            else:
+                leave()
+
+        self.io.call_soon(start)
+        done.wait(max(0.0, deadline - time.monotonic()))
+
     # ======================================================================= I/O thread
     def tick(self, now: float) -> Optional[float]:
         if self.closed:

@@ -380,3 +380,47 @@ def test_static_member_comes_back_without_a_rebalance(broker, topic_name):
     finally:
         a.close()
         c.close()
+
+
+@pytest.mark.parametrize("how", ["exit", "collected"])
+def test_a_consumer_never_closed_commits_and_leaves_its_group(broker, topic_name, run_child,
+                                                               how):
+    """As librdkafka's destroy does for a consumer never closed (what confluent-kafka's
+    Consumer does when deallocated): one collected, or still open at interpreter exit,
+    commits its stored offsets (enable.auto.commit) and leaves the group at once, instead
+    of leaving the next member to re-read what it consumed and the group to wait
+    session.timeout.ms for it."""
+    from kafka_client.admin import AdminClient
+
+    broker.create_topic(topic_name, partitions=1)
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        for i in range(100):
+            p.produce(topic_name, b"%d" % i, partition=0)
+        assert p.flush(30) == 0
+    group = f"unclosed-{how}-{topic_name}"
+    drop = "del c; import gc; gc.collect(); print('collected')" if how == "collected" else ""
+    out = run_child(f"""
+        from kafka_client import Consumer
+        c = Consumer({{"bootstrap.servers": "{broker.bootstrap}", "group.id": "{group}",
+                      "auto.offset.reset": "earliest", "auto.commit.interval.ms": 600000,
+                      "session.timeout.ms": 30000}})
+        c.subscribe(["{topic_name}"])
+        got = 0
+        while got < 60:
+            got += len([m for m in c.consume(60 - got, 1) if m.error() is None])
+        print("consumed", got)
+        {drop}
+    """, timeout=90)
+    assert out.returncode == 0, out.stderr
+    assert "consumed 60" in out.stdout
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        assert c.committed([TopicPartition(topic_name, 0)], 10)[0].offset == 60
+    finally:
+        c.close()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        desc = admin.describe_consumer_groups([group])[group].result(10)
+        assert desc.members == []   # left at once, not after its 30 s session
+    finally:
+        admin.close()

@@ -64,6 +64,9 @@ _log = logging.getLogger("kafka_client.consumer.group")
 PROTOCOL_TYPE = "consumer"
 #: FindCoordinator's key type of a consumer group (1 would be a transactional id)
 COORDINATOR_KEY_GROUP = 0
+#: How often the coordinator lookup looks for a ready connection when none comes up (one
+#: becoming ready wakes it at once: Cluster.retry_when_ready)
+FIND_POLL_S = 0.05
 
 
 def _first_version_with(request: Any, field: str) -> int:
@@ -546,7 +549,10 @@ class GroupCoordinator:
         conn = self.cluster._ready_conn()
         if conn is None:
             self.cluster._kick_connect(time.monotonic())
-            self._find_after = time.monotonic() + 0.05
+            # Looked for again as soon as a connection is up (the next tick), at the
+            # latest in FIND_POLL_S.
+            self._find_after = time.monotonic() + FIND_POLL_S
+            self.cluster.retry_when_ready(self, FIND_POLL_S, self._find_soon)
             return
         version = conn.versions.get(ApiKey.FIND_COORDINATOR)
         if version is None:
@@ -560,6 +566,9 @@ class GroupCoordinator:
             req = FindCoordinatorRequest(key=self.group_id, key_type=COORDINATOR_KEY_GROUP)
         self._finding = True
         conn.send(req, self._on_find_coordinator)
+
+    def _find_soon(self) -> None:
+        self._find_after = 0.0
 
     def _on_find_coordinator(self, resp: Any, err: Optional[KafkaError]) -> None:
         self._finding = False

@@ -424,3 +424,25 @@ def test_a_consumer_never_closed_commits_and_leaves_its_group(broker, topic_name
         assert desc.members == []   # left at once, not after its 30 s session
     finally:
         admin.close()
+
+
+def test_the_coordinator_lookup_goes_out_when_the_first_connection_is_up(
+        broker, topic_name, monkeypatch):
+    """A consumer connects once it subscribes: its FindCoordinator waited for the group's
+    next 50 ms look for a ready connection (every group member's start paid it); it goes
+    out as soon as the connection is up. The look stretched to a minute here, only that
+    can bring the assignment within the test's 30 s."""
+    from kafka_client.consumer import group
+
+    monkeypatch.setattr(group, "FIND_POLL_S", 60.0)
+    broker.create_topic(topic_name, partitions=1)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"find-{topic_name}",
+                  "session.timeout.ms": 6000})
+    try:
+        c.subscribe([topic_name])
+        deadline = time.monotonic() + 30
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.1)
+        assert c.assignment() == [TopicPartition(topic_name, 0)]
+    finally:
+        c.close()

@@ -443,13 +443,7 @@ class GroupCoordinator:
                         self.log.info("final commit failed: %s", exc)
         finally:
             done = threading.Event()
-
-            def leave() -> None:
-                self.patterns = None  # no rejoin after leaving
-                self._leave("consumer closing", done)
-                self.closed = True
-
-            self.io.call_soon(leave)
+            self.io.call_soon(self._leave_for_good, "consumer closing", done)
             done.wait(3)
 
     def farewell(self, timeout: float) -> None:
@@ -462,10 +456,8 @@ class GroupCoordinator:
         done = threading.Event()
         deadline = time.monotonic() + timeout
 
-        def leave(*_result: Any) -> None:
-            self.patterns = None  # no rejoin after leaving
-            self._leave("consumer dropped without close()", done)
-            self.closed = True
+        def leave(*_commit_result: Any) -> None:
+            self._leave_for_good("consumer dropped without close()", done)
 
         def start() -> None:
             stored = self.offsets.stored_offsets() if self.auto_commit else []
@@ -1016,6 +1008,12 @@ class GroupCoordinator:
         self._lose("max.poll.interval.ms exceeded", reset_member=True)
         # Stay out until the application polls again (serve() asks for the rejoin).
         self._rejoin_after = float("inf")
+
+    def _leave_for_good(self, reason: str, done: threading.Event) -> None:
+        """Leave the group, never to join again: the consumer is going away."""
+        self.patterns = None
+        self._leave(reason, done)
+        self.closed = True
 
     def _leave(self, reason: str, done: Optional[threading.Event] = None) -> None:
         if not self.member_id or self.instance_id is not None or self.coord_id is None:

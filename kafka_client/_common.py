@@ -408,6 +408,16 @@ class ClientBase:
         """Application thread: what a client the application never closed does before
         it stops, when collected (off its I/O thread) or left open at exit."""
 
+    def _stop_unclosed(self) -> None:
+        """Application thread: a client never closed stops: :meth:`_unclosed`, then the
+        I/O thread and the connections (whatever _unclosed() raised)."""
+        if self._closed:
+            return
+        try:
+            self._unclosed()
+        finally:
+            self._shutdown()
+
     def _on_fork(self) -> None:
         """In a forked child, for each client inherited open: make every method refuse
         (nothing here may take a lock: another thread of the parent may have held it)."""
@@ -433,10 +443,7 @@ class ClientBase:
                     if first is not None:
                         first()
                 self._io.stop(0)
-            elif not self._closed:
-                try:
-                    self._unclosed()
-                finally:
-                    self._shutdown()
+            else:
+                self._stop_unclosed()
         except Exception:
             pass

@@ -222,9 +222,9 @@ class Cluster:
             waiting[0].cancel()
 
     def _run_waiter(self, key: Any) -> None:
-        waiting = self._ready_waiters.pop(key, None)
+        waiting = self._ready_waiters.get(key)
         if waiting is not None:
-            waiting[0].cancel()
+            self.cancel_retry(key)
             waiting[1]()
 
     def _on_state(self, conn: BrokerConnection, state: str, error: Optional[KafkaError]) -> None:
@@ -482,12 +482,10 @@ class Cluster:
                    conn: Optional[BrokerConnection]) -> None:
             if not finished[0]:
                 finished[0] = True
-                self.cancel_retry(waiting)
                 callback(resp, err, conn)
 
         def attempt() -> None:
             now = time.monotonic()
-            self.cancel_retry(waiting)
             if finished[0]:
                 return
             if self.closed:

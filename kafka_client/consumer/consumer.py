@@ -868,10 +868,7 @@ class Consumer(ClientBase):
             self._group.farewell(UNCLOSED_FAREWELL_S)
 
     def _at_exit(self) -> None:
-        try:
-            self._unclosed()
-        finally:
-            self._shutdown()
+        self._stop_unclosed()
 
 
 _USED_UP: Iterator[Message] = iter(())

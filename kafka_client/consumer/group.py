@@ -538,9 +538,8 @@ class GroupCoordinator:
         return self.cluster.coordinator_connection(self.coord_id)
 
     def _find_coordinator(self) -> None:
-        conn = self.cluster._ready_conn()
+        conn = self.cluster.ready_connection(time.monotonic())  # connects when none is up
         if conn is None:
-            self.cluster._kick_connect(time.monotonic())
             # Looked for again as soon as a connection is up (the next tick), at the
             # latest in FIND_POLL_S.
             self._find_after = time.monotonic() + FIND_POLL_S

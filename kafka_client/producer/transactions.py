@@ -770,10 +770,12 @@ class TransactionManager:
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
             codes = {(t.name, p.partition_index): broker_code(p.error_code)
                      for t in resp.topics or () for p in t.partitions or ()}
-            # A partition the answer leaves out is not committed (as AddPartitionsToTxn).
-            failed = [(tp.topic, tp.partition, code) for tp in offsets
-                      for code in (codes.get((tp.topic, tp.partition),
-                                             ErrorCode.UNKNOWN_SERVER_ERROR),) if code]
+            failed = []
+            for tp in offsets:
+                # A partition the answer leaves out is not committed (as AddPartitionsToTxn).
+                code = codes.get((tp.topic, tp.partition), ErrorCode.UNKNOWN_SERVER_ERROR)
+                if code:
+                    failed.append((tp.topic, tp.partition, code))
             if not failed:
                 self._set_result(None)
                 return None

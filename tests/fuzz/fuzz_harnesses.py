@@ -1074,11 +1074,8 @@ class _GroupCluster:
     def want_topics(self, topics) -> None:
         pass
 
-    def _ready_conn(self):
+    def ready_connection(self, now):
         return self.conn
-
-    def _kick_connect(self, now) -> None:
-        pass
 
     def coordinator_connection(self, node):
         return self.conn

@@ -25,6 +25,8 @@ __all__ = [
 _DAY_MS = 24 * 3600 * 1000
 #: The SASL mechanisms the cluster implements (kafka_client.testing._sasl).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: The server-side assignors of consumer groups (kafka_client.testing._consumer_groups).
+CONSUMER_ASSIGNORS = ("uniform", "range")
 _LONG_MAX = (1 << 63) - 1
 
 
@@ -126,6 +128,18 @@ _BROKER = [
     ConfigDef("group.initial.rebalance.delay.ms", "int", 0, _at_least(0)),
     ConfigDef("group.min.session.timeout.ms", "int", 6000, _at_least(0)),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),
+    # The KIP-848 consumer groups (kafka_client.testing._consumer_groups). The assignors
+    # are the built-in ones by name; the first is the default.
+    ConfigDef("group.consumer.assignors", "list", "uniform,range",
+              lambda v: None if _as_list(v) and all(a in CONSUMER_ASSIGNORS for a in _as_list(v))
+              else f"must be a list of {', '.join(CONSUMER_ASSIGNORS)}"),
+    ConfigDef("group.consumer.heartbeat.interval.ms", "int", 5000, _at_least(1)),
+    ConfigDef("group.consumer.session.timeout.ms", "int", 45000, _at_least(1)),
+    ConfigDef("group.consumer.max.size", "int", (1 << 31) - 1, _at_least(1)),
+    # test default: Kafka 4's lets groups with members change protocol (online upgrade
+    # and downgrade); the cluster converts only empty groups, as Kafka does with "disabled".
+    ConfigDef("group.consumer.migration.policy", "str", "disabled",
+              _only("disabled", "groups with members never change protocol")),
     ConfigDef("transaction.max.timeout.ms", "int", 900000, _at_least(1)),
     ConfigDef("sasl.enabled.mechanisms", "list", "",
               lambda v: None if all(m in SASL_MECHANISMS for m in _as_list(v)) else
@@ -191,6 +205,10 @@ def resolve_broker_config(overrides: Optional[Mapping[str, Any]]) -> Dict[str, A
             raise ConfigError(name, "unknown or unsupported broker property; the test "
                               f"cluster knows {', '.join(sorted(BROKER_CONFIGS))}")
         values[name] = _parse(d, raw)
+    if values["group.consumer.heartbeat.interval.ms"] >= values["group.consumer.session.timeout.ms"]:
+        raise ConfigError("group.consumer.heartbeat.interval.ms",
+                          "must be less than group.consumer.session.timeout.ms "
+                          f"({values['group.consumer.session.timeout.ms']})")
     return values
 
 
@@ -261,3 +279,8 @@ class BrokerSettings:
     @property
     def sasl_mechanisms(self) -> Tuple[str, ...]:
         return _as_list(self.values["sasl.enabled.mechanisms"])
+
+    @property
+    def consumer_assignors(self) -> Tuple[str, ...]:
+        """The consumer groups' server-side assignors, the default first."""
+        return _as_list(self.values["group.consumer.assignors"])

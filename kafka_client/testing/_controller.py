@@ -203,6 +203,7 @@ class Controller:
         self.topics_by_id[info.topic_id] = info
         for broker in self.server.brokers.values():
             broker.on_topic_created(info)
+        self.server.topics_changed()
         return info
 
     def create_partitions(self, name: str, total: int,
@@ -238,6 +239,7 @@ class Controller:
                                                  isr[0] if isr else -1, 0, isr))
         for broker in self.server.brokers.values():
             broker.on_topic_created(info)
+        self.server.topics_changed()
 
     def delete_topic(self, name: str) -> None:
         info = self.topics.pop(name, None)
@@ -246,6 +248,7 @@ class Controller:
         self.topics_by_id.pop(info.topic_id, None)
         for broker in self.server.brokers.values():
             broker.on_topic_deleted(info)
+        self.server.topics_changed()
 
     def alter_topic_config(self, name: str, overrides: Mapping[str, Any]) -> None:
         info = self.topics.get(name)

@@ -1,6 +1,8 @@
 """Consumer groups (the classic protocol) and committed offsets.
 
-One coordinator object holds every group of the cluster; a broker serves a group's
+One coordinator object holds every group of the cluster, classic ``Group`` objects and the
+KIP-848 ``ConsumerGroup`` objects of ``_consumer_groups`` in one registry (a group id is
+one kind or the other; each keeps its committed offsets); a broker serves a group's
 requests only while it is that group's coordinator (``Controller.coordinator``), and
 answers NOT_COORDINATOR otherwise, so moving a coordinator is a change of who answers,
 with the group's members, generation and offsets kept (as Kafka's new coordinator
@@ -117,16 +119,35 @@ class GroupCoordinator:
     def owns(self, ctx: RequestContext, group_id: str) -> bool:
         return self.server.controller.coordinator(KEY_GROUP, group_id) == ctx.broker.broker_id
 
-    def group(self, group_id: str, create: bool = False) -> Optional[Group]:
+    def group(self, group_id: str, create: bool = False) -> Any:
+        """The group of either kind (a new classic one with ``create``), or None."""
         group = self.groups.get(group_id)
         if group is None and create:
             group = self.groups[group_id] = Group(group_id)
         return group
 
+    def _classic(self, group_id: str) -> Optional[Group]:
+        group = self.groups.get(group_id)
+        return group if isinstance(group, Group) else None
+
+    @staticmethod
+    def is_empty_classic(group: Any) -> bool:
+        """A classic group with no members (offsets at most): it may change protocol."""
+        return isinstance(group, Group) and group.state == EMPTY and not group.members
+
+    def replace_group(self, group_id: str, group: Any) -> None:
+        """Register ``group`` under its id, in place of an empty group of the other kind."""
+        old = self.groups.get(group_id)
+        if isinstance(old, Group) and old.join_timer is not None:
+            old.join_timer.cancel()
+        self.groups[group_id] = group
+
     # -- coordinator moves -----------------------------------------------------------
     def coordinator_moved(self, group_id: Optional[str] = None) -> None:
         """Requests waiting at a former coordinator fail with NOT_COORDINATOR."""
         for group in list(self.groups.values()):
+            if not isinstance(group, Group):
+                continue   # a consumer group has no requests waiting
             if group_id is not None and group.group_id != group_id:
                 continue
             for member in group.members.values():
@@ -150,7 +171,7 @@ class GroupCoordinator:
             member.session_timeout_ms / 1000, self._expire, group.group_id, member.member_id)
 
     def _expire(self, group_id: str, member_id: str) -> None:
-        group = self.groups.get(group_id)
+        group = self._classic(group_id)
         if group is None:
             return
         member = group.members.get(member_id)
@@ -201,7 +222,7 @@ class GroupCoordinator:
         return max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
 
     def _initial_delay_over(self, group_id: str) -> None:
-        group = self.groups.get(group_id)
+        group = self._classic(group_id)
         if group is None or group.state != PREPARING:
             return
         group.initial_delay = False
@@ -210,7 +231,7 @@ class GroupCoordinator:
         self._maybe_complete_join(group)
 
     def _join_deadline(self, group_id: str) -> None:
-        group = self.groups.get(group_id)
+        group = self._classic(group_id)
         if group is None or group.state != PREPARING:
             return
         group.join_timer = None
@@ -286,6 +307,15 @@ class GroupCoordinator:
             ctx.respond(_join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         group = self.group(group_id, create=True)
+        if not isinstance(group, Group):
+            if group.members:
+                # A consumer group with members takes no classic member (the group never
+                # changes protocol while it has members).
+                ctx.respond(_join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+                return
+            group = Group(group_id, offsets=group.offsets,
+                          pending_txn_offsets=group.pending_txn_offsets)
+            self.replace_group(group_id, group)
         if group.members and (group.protocol_type not in (None, req.protocol_type) or
                               not _common_protocol(group, protocols)):
             ctx.respond(_join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
@@ -386,7 +416,7 @@ class GroupCoordinator:
         if not self.owns(ctx, req.group_id):
             ctx.respond(SyncGroupResponse(error_code=ErrorCode.NOT_COORDINATOR))
             return
-        group = self.groups.get(req.group_id)
+        group = self._classic(req.group_id)
         member = group.members.get(req.member_id) if group is not None else None
         error = self.check_member(group, member, req.generation_id,
                                    req.group_instance_id if ctx.version >= 3 else None)
@@ -430,13 +460,26 @@ class GroupCoordinator:
             return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
+    def check_txn_commit(self, group_id: str, member_id: str, generation: int,
+                         instance_id: Optional[str]) -> int:
+        """The membership error of a TxnOffsetCommit v3+ (checked when it names a
+        generation, or for a consumer group a member)."""
+        group = self.groups.get(group_id)
+        if group is not None and not isinstance(group, Group):
+            return self.server.consumer_groups.check_commit(
+                group, member_id, generation, 9, instance_id, transactional=True)
+        if generation < 0:
+            return ErrorCode.NONE
+        member = group.members.get(member_id) if group is not None else None
+        return self.check_member(group, member, generation, instance_id)
+
     # -- Heartbeat / LeaveGroup ------------------------------------------------------
     def heartbeat(self, ctx: RequestContext) -> None:
         req = ctx.request
         if not self.owns(ctx, req.group_id):
             ctx.respond(HeartbeatResponse(error_code=ErrorCode.NOT_COORDINATOR))
             return
-        group = self.groups.get(req.group_id)
+        group = self._classic(req.group_id)
         member = group.members.get(req.member_id) if group is not None else None
         error = self.check_member(group, member, req.generation_id,
                                    req.group_instance_id if ctx.version >= 3 else None)
@@ -451,7 +494,7 @@ class GroupCoordinator:
         if not self.owns(ctx, req.group_id):
             ctx.respond(LeaveGroupResponse(error_code=ErrorCode.NOT_COORDINATOR))
             return
-        group = self.groups.get(req.group_id)
+        group = self._classic(req.group_id)
         if ctx.version < 3:
             leaving = [(req.member_id, None)]
         else:
@@ -488,7 +531,14 @@ class GroupCoordinator:
         if error == ErrorCode.NONE:
             generation = req.generation_id_or_member_epoch if ctx.version >= 1 else -1
             member_id = req.member_id if ctx.version >= 1 else ""
-            if generation >= 0 or member_id:
+            if group is not None and not isinstance(group, Group):
+                error = self.server.consumer_groups.check_commit(
+                    group, member_id, generation, ctx.version)
+            elif group is None and generation >= 0:
+                # Kafka 4: no such group, for either protocol (ILLEGAL_GENERATION before v9).
+                error = ErrorCode.GROUP_ID_NOT_FOUND if ctx.version >= 9 else \
+                    ErrorCode.ILLEGAL_GENERATION
+            elif generation >= 0 or member_id:
                 member = group.members.get(member_id) if group is not None else None
                 error = self.check_member(group, member, generation,
                                            req.group_instance_id if ctx.version >= 7 else None)
@@ -528,7 +578,9 @@ class GroupCoordinator:
             for g in req.groups:
                 wanted = None if g.topics is None else [(t.name, list(t.partition_indexes))
                                                         for t in g.topics]
-                error, rows = self._offsets_for(ctx, g.group_id, wanted, req.require_stable)
+                error, rows = self._offsets_for(
+                    ctx, g.group_id, wanted, req.require_stable,
+                    (g.member_id, g.member_epoch) if ctx.version >= 9 else None)
                 groups.append(R.OffsetFetchResponseGroup(
                     group_id=g.group_id, error_code=error, topics=[
                         R.OffsetFetchResponseTopics(name=name, partitions=[
@@ -553,13 +605,19 @@ class GroupCoordinator:
 
     def _offsets_for(self, ctx: RequestContext, group_id: str,
                      wanted: Optional[List[Tuple[str, List[int]]]],
-                     require_stable: bool) -> Tuple[int, List[Tuple[str, List[Any]]]]:
+                     require_stable: bool,
+                     member: Optional[Tuple[Optional[str], int]] = None
+                     ) -> Tuple[int, List[Tuple[str, List[Any]]]]:
         none = CommittedOffset(-1, -1, "", 0.0)
         if not self.owns(ctx, group_id):
             rows = [(name, [(p, none, ErrorCode.NOT_COORDINATOR) for p in parts])
                     for name, parts in (wanted or [])]
             return ErrorCode.NOT_COORDINATOR, rows
         group = self.groups.get(group_id)
+        if member is not None and group is not None and not isinstance(group, Group):
+            error = self.server.consumer_groups.check_fetch(group, *member)
+            if error:
+                return error, []
         offsets = group.offsets if group is not None else {}
         pending = set()
         if group is not None and require_stable:
@@ -589,8 +647,10 @@ class GroupCoordinator:
                 out.append(R.DescribedGroup(error_code=ErrorCode.NOT_COORDINATOR,
                                             group_id=group_id))
                 continue
-            group = self.groups.get(group_id)
+            group = self._classic(group_id)
             if group is None:
+                # Unknown, or a consumer group (ConsumerGroupDescribe describes those):
+                # Kafka 4 answers Dead before v6.
                 out.append(R.DescribedGroup(error_code=ErrorCode.NONE, group_id=group_id,
                                             group_state=DEAD, protocol_type="",
                                             protocol_data=""))
@@ -610,17 +670,24 @@ class GroupCoordinator:
 
     def list_groups(self, ctx: RequestContext) -> None:
         R = ListGroupsResponse
-        states = set(ctx.request.states_filter) if ctx.version >= 4 and \
-            ctx.request.states_filter else None
+        req = ctx.request
+        # Both filters ignore case, as Kafka 4's do.
+        states = {s.strip().lower() for s in req.states_filter} \
+            if ctx.version >= 4 and req.states_filter else None
+        types = {t.strip().lower() for t in req.types_filter} \
+            if ctx.version >= 5 and req.types_filter else None
         out = []
         for group in self.groups.values():
             if not self.owns(ctx, group.group_id):
                 continue
-            if states is not None and group.state not in states:
+            kind = "classic" if isinstance(group, Group) else group.kind
+            if states is not None and group.state.lower() not in states:
+                continue
+            if types is not None and kind not in types:
                 continue
             out.append(R.ListedGroup(group_id=group.group_id,
                                      protocol_type=group.protocol_type or "",
-                                     group_state=group.state, group_type="classic"))
+                                     group_state=group.state, group_type=kind))
         ctx.respond(R(error_code=ErrorCode.NONE, groups=out))
 
     def delete_groups(self, ctx: RequestContext) -> None:

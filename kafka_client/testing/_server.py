@@ -29,6 +29,7 @@ from kafka_proto.messages import API_KEYS_BY_NAME, ApiKey
 from ._api import ERROR_ANSWERS
 from ._broker import Broker
 from ._config import BrokerSettings, ConfigError, resolve_broker_config
+from ._consumer_groups import ConsumerGroupCoordinator
 from ._controller import Controller, ControllerError
 from ._faults import Faults, RequestLog
 from ._groups import KEY_GROUP, GroupCoordinator
@@ -83,12 +84,17 @@ class ClusterServer:
         #: SASL users: passwords and SCRAM credentials.
         self.credentials = Credentials(users or {}, self.settings.sasl_mechanisms)
         self.groups = GroupCoordinator(self)
+        self.consumer_groups = ConsumerGroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
         self.next_producer_id = 1000
 
     def coordinator_moved(self, key_type: int, key: str) -> None:
         if key_type == KEY_GROUP:
             self.groups.coordinator_moved(key)
+
+    def topics_changed(self) -> None:
+        """Topics were created or deleted, or got partitions (the controller says so)."""
+        self.consumer_groups.metadata_changed()
 
     def allocate_producer_id(self) -> int:
         pid = self.next_producer_id

@@ -253,11 +253,9 @@ class TransactionCoordinator:
                 error = ErrorCode.INVALID_PRODUCER_EPOCH
             elif req.group_id not in txn.groups:
                 error = ErrorCode.INVALID_TXN_STATE
-            elif ctx.version >= 3 and req.generation_id >= 0:
-                group = groups.group(req.group_id)
-                member = group.members.get(req.member_id) if group is not None else None
-                error = groups.check_member(group, member, req.generation_id,
-                                             req.group_instance_id)
+            elif ctx.version >= 3:
+                error = groups.check_txn_commit(req.group_id, req.member_id,
+                                                req.generation_id, req.group_instance_id)
         topics = []
         now = time.time()
         for t in req.topics:

@@ -500,10 +500,14 @@ _TABLE: Tuple[Property, ...] = (
        "available (those it lacks fail the constructor, as in librdkafka).",
        values=_FEATURES),
     _p("group.protocol", ENUM, "classic", "C",
-       "Group protocol: classic (JoinGroup/SyncGroup). KIP-848's consumer protocol is "
-       "refused.", values=("classic", "consumer"),
-       refuse_values={"consumer": "the KIP-848 consumer group protocol is not implemented; "
-                                  "use classic"}),
+       "Group protocol: classic (JoinGroup/SyncGroup, the client assigns) or consumer "
+       "(KIP-848: ConsumerGroupHeartbeat, the broker assigns; Apache Kafka 4.0 or later). "
+       "With consumer, session.timeout.ms, heartbeat.interval.ms, "
+       "partition.assignment.strategy and group.protocol.type are the broker's and "
+       "setting them is an error.", values=("classic", "consumer")),
+    _p("group.remote.assignor", STR, None, "C",
+       "With group.protocol=consumer: the broker-side assignor to use (Kafka's are "
+       "uniform and range); empty: the broker's default."),
     _p("group.protocol.type", ENUM, "consumer", "C",
        "Protocol type of the classic group protocol; only consumer exists.",
        values=("consumer",)),
@@ -626,8 +630,6 @@ _TABLE: Tuple[Property, ...] = (
     _ignored("sasl.oauthbearer.metadata.authentication.type", ENUM, "none", "*",
              "Metadata-based OIDC authentication (azure_imds).", _OIDC_ONLY,
              values=("none", "azure_imds")),
-    _ignored("group.remote.assignor", STR, None, "C", "KIP-848 server-side assignor.",
-             "only used with group.protocol=consumer, which is refused"),
     _ignored("auto.commit.enable", BOOL, True, "C",
              "Legacy simple-consumer auto commit (deprecated in librdkafka).",
              "use enable.auto.commit"),
@@ -761,6 +763,10 @@ def describe(name: str) -> Property:
 
 _NULLABLE = (STR, LOGGER, CALLABLE, PEM, MAPPING, ANY)
 #: Typed differently here than in librdkafka, where it is a string (None = default).
+#: Consumer properties of the classic group protocol only (the broker's with KIP-848)
+_CLASSIC_GROUP_ONLY = ("session.timeout.ms", "heartbeat.interval.ms",
+                       "partition.assignment.strategy", "group.protocol.type")
+
 _NULLABLE_NAMES = frozenset(("partition.assignment.strategy", "group.protocol.type",
                              "topic.blacklist"))
 #: Strings librdkafka checks against a list of values: None is refused as an invalid
@@ -1225,7 +1231,16 @@ class ClientConfig(Mapping[str, Any]):
                         f'be >= "fetch.max.bytes" + 512 ({need})')
             else:
                 v["receive.message.max.bytes"] = max(v["receive.message.max.bytes"], need)
-            if v["max.poll.interval.ms"] < v["session.timeout.ms"]:
+            if v["group.protocol"] == "consumer":
+                # KIP-848 moved these to the broker; librdkafka refuses them too.
+                for name in _CLASSIC_GROUP_ONLY:
+                    if name in ex:
+                        raise _invalid(
+                            f'"{name}" is not supported with group.protocol=consumer: the '
+                            f'broker decides it' + (
+                                ' (use "group.remote.assignor")'
+                                if name == "partition.assignment.strategy" else ""))
+            elif v["max.poll.interval.ms"] < v["session.timeout.ms"]:
                 raise _invalid(
                     f'"max.poll.interval.ms" ({v["max.poll.interval.ms"]}) must be >= '
                     f'"session.timeout.ms" ({v["session.timeout.ms"]})')

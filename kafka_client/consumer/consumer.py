@@ -57,6 +57,7 @@ from kafka_client.consumer.group import (
     WAIT_REVOKE,
     GroupCoordinator,
 )
+from kafka_client.consumer.consumer_protocol import ConsumerProtocolGroup
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.types import (
     OFFSET_INVALID,
@@ -125,9 +126,10 @@ class Consumer(ClientBase):
         self._group_id: Optional[str] = cfg["group.id"]
         self._group: Any = None
         if self._group_id:
-            self._group = GroupCoordinator(cfg, self._cluster, self._io, self._fetcher,
-                                           self._ready.set,
-                                           _error_deliverer(self._lock, deliver))
+            membership = (ConsumerProtocolGroup if cfg["group.protocol"] == "consumer"
+                          else GroupCoordinator)
+            self._group = membership(cfg, self._cluster, self._io, self._fetcher,
+                                     self._ready.set, _error_deliverer(self._lock, deliver))
             self._fetcher.committed_lookup = self._group.lookup_committed
         self._start_client()
 

@@ -501,23 +501,7 @@ class GroupCoordinator:
                                              "group coordinator not available"))
                 at(now + 0.05)
         if self.patterns is not None and self.coord_id is not None:
-            if self.state == UNJOINED and self._app_pending == 0:
-                if now >= self._rejoin_after:
-                    self._start_join(now)
-                else:
-                    at(self._rejoin_after)
-            elif self.state == STABLE:
-                if now - self.last_poll > self.max_poll_interval and not self._poll_exceeded:
-                    self._max_poll_exceeded()
-                elif not self._heartbeat_in_flight:
-                    if now >= self._next_heartbeat:
-                        self._send_heartbeat(now)
-                    else:
-                        at(self._next_heartbeat)
-                if self.state == STABLE and self._last_heartbeat_ok and \
-                        now - self._last_heartbeat_ok > self.session_timeout_ms / 1000.0:
-                    self._lose("no successful heartbeat within session.timeout.ms",
-                               reset_member=False)
+            self._membership_tick(now, at)
         if self._regexes and self.patterns is not None:
             # Patterns match topics created later: look at every topic now and then.
             if now >= self._next_pattern_refresh:
@@ -530,6 +514,27 @@ class GroupCoordinator:
                 self._auto_commit()
             at(self._next_auto_commit)
         return nxt
+
+    def _membership_tick(self, now: float, at: Callable[[float], None]) -> None:
+        """Join, heartbeat and the max.poll.interval.ms check, while subscribed with a
+        known coordinator; ``at(t)``: look again at ``t`` at the latest."""
+        if self.state == UNJOINED and self._app_pending == 0:
+            if now >= self._rejoin_after:
+                self._start_join(now)
+            else:
+                at(self._rejoin_after)
+        elif self.state == STABLE:
+            if now - self.last_poll > self.max_poll_interval and not self._poll_exceeded:
+                self._max_poll_exceeded()
+            elif not self._heartbeat_in_flight:
+                if now >= self._next_heartbeat:
+                    self._send_heartbeat(now)
+                else:
+                    at(self._next_heartbeat)
+            if self.state == STABLE and self._last_heartbeat_ok and \
+                    now - self._last_heartbeat_ok > self.session_timeout_ms / 1000.0:
+                self._lose("no successful heartbeat within session.timeout.ms",
+                           reset_member=False)
 
     # -- coordinator -----------------------------------------------------------------------
     def _coord_conn(self) -> Any:
@@ -1107,8 +1112,11 @@ class GroupCoordinator:
                     tp._set_error(e)
                     if first_err is None:
                         first_err = e
-                    if code in COORDINATOR_ERRORS \
-                            or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    if code in COORDINATOR_ERRORS or code in (
+                            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                            # KIP-848: the member's epoch moved on; the next try carries
+                            # the one its heartbeat has brought meanwhile
+                            ErrorCode.STALE_MEMBER_EPOCH):
                         retry = True
                 result.append(tp)
             if retry and time.monotonic() + self.retry_backoff < deadline:
@@ -1121,7 +1129,9 @@ class GroupCoordinator:
                                             for topic, p, off, _m, _e in offsets})
             elif first_err.code() in (ErrorCode.REBALANCE_IN_PROGRESS,
                                       ErrorCode.ILLEGAL_GENERATION,
-                                      ErrorCode.UNKNOWN_MEMBER_ID):
+                                      ErrorCode.UNKNOWN_MEMBER_ID,
+                                      ErrorCode.FENCED_MEMBER_EPOCH,
+                                      ErrorCode.STALE_MEMBER_EPOCH):
                 self._request_rejoin("commit was rejected by the group")
             done(first_err, result)
 

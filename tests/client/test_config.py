@@ -829,13 +829,27 @@ def test_none_for_strings_callables_and_logger_means_default():
 
 
 def test_refused_values_name_the_reason():
-    assert "KIP-848" in invalid({"group.protocol": "consumer"}, "consumer")
     assert "oauth_cb" in invalid({"sasl.oauthbearer.method": "oidc"})
     assert "file offset store" in invalid({"offset.store.method": "file"}, "consumer")
     msg = invalid({"builtin.features": "gzip,sasl_gssapi"})
     assert "sasl_gssapi" in msg and "GSSAPI" in msg
     assert parse({"builtin.features": "gzip,ssl,sasl_scram"}).builtin_features == (
         "gzip", "ssl", "sasl_scram")
+
+
+@pytest.mark.parametrize("name,value", [("session.timeout.ms", 10000),
+                                        ("heartbeat.interval.ms", 1000),
+                                        ("partition.assignment.strategy", "range"),
+                                        ("group.protocol.type", "consumer")])
+def test_the_consumer_group_protocol_refuses_what_the_broker_decides(name, value):
+    # As librdkafka: with KIP-848 these are broker settings, and setting them is an error
+    msg = invalid({"group.protocol": "consumer", name: value}, "consumer")
+    assert f'"{name}"' in msg and "group.protocol=consumer" in msg
+    cfg = ClientConfig.from_dict({"group.protocol": "consumer", "group.remote.assignor": "range",
+                                  "max.poll.interval.ms": 1000}, "consumer")
+    # ... and max.poll.interval.ms is not held against the classic session.timeout.ms
+    assert cfg["group.remote.assignor"] == "range" and cfg["max.poll.interval.ms"] == 1000
+    ClientConfig.from_dict({"group.protocol": "classic", name: value}, "consumer")
 
 
 def test_log_cb_receives_the_clients_log_lines_filtered_by_log_level():

@@ -1,0 +1,345 @@
+"""KIP-848's consumer group protocol (``group.protocol=consumer``).
+
+Tansu and noida-db do not serve ConsumerGroupHeartbeat: a consumer asking for the protocol
+there gets a prompt error naming what is missing. The protocol itself is exercised on the
+test cluster (``kafka_client.testing``), which serves it as Apache Kafka 4 does, with
+confluent-kafka's consumers in the same groups as the independent check.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pytest
+
+from kafka_client import Consumer, KafkaError, Producer, TopicPartition
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_broker_without_the_protocol_gets_a_clear_error(broker, topic_name):
+    errors = []
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": topic_name,
+                  "group.protocol": "consumer", "error_cb": errors.append})
+    try:
+        c.subscribe([topic_name])
+        start = time.monotonic()
+        msg = None
+        while msg is None and time.monotonic() - start < 10:
+            msg = c.poll(0.2)
+        assert msg is not None and msg.error() is not None, "no error within 10 s"
+        err = msg.error()
+        assert err.code() == KafkaError._UNSUPPORTED_FEATURE
+        assert "ConsumerGroupHeartbeat" in err.str() and "group.protocol=classic" in err.str()
+        assert time.monotonic() - start < 5
+        # The member stopped: it neither retries nor reports the error again.
+        assert c.poll(0.5) is None and c.assignment() == []
+    finally:
+        c.close()
+
+
+# ----------------------------------------------------------------- on the test cluster
+PARTITIONS = 6
+HEARTBEAT_MS = 200
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from kafka_client.testing import Cluster
+    with Cluster(brokers=3, data_dir=str(tmp_path_factory.mktemp("kip848")),
+                 broker_config={"group.consumer.heartbeat.interval.ms": HEARTBEAT_MS,
+                                "group.consumer.session.timeout.ms": 4000}) as c:
+        yield c
+
+
+@pytest.fixture
+def topic(cluster, topic_name):
+    cluster.create_topic(topic_name, partitions=PARTITIONS, replication_factor=1)
+    return topic_name
+
+
+def produce(cluster, topic, start, count):
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 2}) as p:
+        for i in range(start, start + count):
+            p.produce(topic, b"m%d" % i, partition=i % PARTITIONS)
+        assert p.flush(30) == 0
+
+
+class Holders:
+    """Who holds each partition, as the members' rebalance callbacks say, checked at every
+    callback: a partition is never assigned to a member while another still holds it."""
+
+    def __init__(self):
+        self.holder = {}
+        self.log = []
+
+    def assigned(self, name, parts):
+        for p in parts:
+            other = self.holder.get(p)
+            assert other is None, f"partition {p} assigned to {name} while {other} holds it"
+            self.holder[p] = name
+        self.log.append((name, "assign", sorted(parts)))
+
+    def released(self, name, parts, how):
+        for p in parts:
+            assert self.holder.get(p) == name, f"{name} {how} {p} held by {self.holder.get(p)}"
+            del self.holder[p]
+        self.log.append((name, how, sorted(parts)))
+
+    def of(self, name):
+        return {p for p, n in self.holder.items() if n == name}
+
+
+class Member:
+    """Our consumer with group.protocol=consumer, driven by the test one poll at a time;
+    what it returns is 'processed' when it is returned (auto commit of stored offsets, as
+    a poll loop has it)."""
+
+    def __init__(self, name, cluster, topic, group, holders, **conf):
+        self.name = name
+        self.holders = holders
+        self.errors = []
+        self.c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                           "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                           "auto.commit.interval.ms": 100, "fetch.wait.max.ms": 50,
+                           "error_cb": self.errors.append, **conf})
+        self.c.subscribe([topic], on_assign=self._assign, on_revoke=self._revoke,
+                         on_lost=self._lost)
+        self.alive = True
+
+    def _assign(self, consumer, parts):
+        self.holders.assigned(self.name, [tp.partition for tp in parts])
+
+    def _revoke(self, consumer, parts):
+        self.holders.released(self.name, [tp.partition for tp in parts], "revoke")
+
+    def _lost(self, consumer, parts):
+        self.holders.released(self.name, [tp.partition for tp in parts], "lost")
+
+    def step(self, processed):
+        for m in self.c.consume(200, 0.02):
+            if m.error() is not None:
+                self.errors.append(m.error())
+                continue
+            processed[(m.partition(), m.offset())].append(self.name)
+
+    def close(self):
+        self.c.close()
+        self.alive = False
+
+
+def drive(members, processed, until, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for m in members:
+            if m.alive:
+                m.step(processed)
+        if until():
+            return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def spread(holders, members, sizes):
+    live = [m for m in members if m.alive]
+    return (sorted(len(holders.of(m.name)) for m in live) == sizes
+            and sum(len(holders.of(m.name)) for m in live) == PARTITIONS)
+
+
+def exactly_once(processed, count):
+    return len(processed) == count and all(len(v) == 1 for v in processed.values())
+
+
+def test_members_share_hand_over_and_process_every_message_once(cluster, topic):
+    holders = Holders()
+    processed = defaultdict(list)
+    a = Member("a", cluster, topic, topic, holders)
+    members = [a]
+    produce(cluster, topic, 0, 600)
+    drive(members, processed, lambda: spread(holders, members, [6]) and len(processed) >= 600,
+          30, "a alone holding all six partitions and reading the first 600")
+    b = Member("b", cluster, topic, topic, holders)
+    c = Member("c", cluster, topic, topic, holders)
+    members += [b, c]
+    drive(members, processed, lambda: spread(holders, members, [2, 2, 2]), 30,
+          "three members with two partitions each")
+    produce(cluster, topic, 600, 600)
+    drive(members, processed, lambda: len(processed) >= 1200, 30, "the next 600")
+    b.close()    # commits on revoke, leaves with epoch -1: its partitions move at once
+    produce(cluster, topic, 1200, 600)
+    drive(members, processed, lambda: spread(holders, members, [3, 3])
+          and len(processed) >= 1800, 30, "b's partitions taken over and 1800 read")
+    # Clean hand-overs (revocation commits, the coordinator waits for it): nothing twice.
+    dup = {k: v for k, v in processed.items() if len(v) > 1}
+    assert exactly_once(processed, 1800), f"duplicates: {sorted(dup.items())[:5]}"
+    assert not [e for m in members for e in m.errors], [m.errors for m in members]
+    assert all(how != "lost" for _n, how, _p in holders.log), holders.log
+    # Auto-commit (with the member epoch) brings the committed offsets to the end.
+    parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    drive(members, processed, lambda: [tp.offset for tp in a.c.committed(parts)]
+          == [300] * PARTITIONS, 10, "every partition committed at its end")
+    meta = a.c.consumer_group_metadata()
+    assert meta.generation_id > 0 and meta.member_id == a.c.memberid()
+    for m in (a, c):
+        m.close()
+
+
+class TheirMember:
+    """confluent-kafka's consumer (librdkafka's KIP-848 implementation) in the same group:
+    the independent check that ours speaks the protocol as the group expects."""
+
+    def __init__(self, name, cluster, topic, group, holders):
+        ck = pytest.importorskip("confluent_kafka")
+        self.name = name
+        self.holders = holders
+        self.errors = []
+        self.c = ck.Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                              "group.id": group, "group.protocol": "consumer",
+                              "auto.offset.reset": "earliest", "auto.commit.interval.ms": 100,
+                              "fetch.wait.max.ms": 50, "error_cb": self.errors.append})
+        self.c.subscribe([topic], on_assign=self._assign, on_revoke=self._revoke,
+                         on_lost=self._lost)
+        self.alive = True
+
+    def _assign(self, consumer, parts):
+        self.holders.assigned(self.name, [tp.partition for tp in parts])
+
+    def _revoke(self, consumer, parts):
+        self.holders.released(self.name, [tp.partition for tp in parts], "revoke")
+
+    def _lost(self, consumer, parts):
+        self.holders.released(self.name, [tp.partition for tp in parts], "lost")
+
+    def step(self, processed):
+        for m in self.c.consume(200, 0.02):
+            if m.error() is not None:
+                self.errors.append(m.error())
+                continue
+            processed[(m.partition(), m.offset())].append(self.name)
+
+    def close(self):
+        self.c.close()
+        self.alive = False
+
+
+def test_ours_and_librdkafkas_members_share_one_group(cluster, topic):
+    holders = Holders()
+    processed = defaultdict(list)
+    ours = Member("ours", cluster, topic, topic, holders)
+    theirs = TheirMember("theirs", cluster, topic, topic, holders)
+    members = [ours, theirs]
+    produce(cluster, topic, 0, 1200)
+    drive(members, processed, lambda: spread(holders, members, [3, 3])
+          and len(processed) >= 1200, 30, "three partitions each and 1200 read")
+    ours2 = Member("ours2", cluster, topic, topic, holders)
+    members.append(ours2)
+    drive(members, processed, lambda: spread(holders, members, [2, 2, 2]), 30,
+          "two partitions each")
+    produce(cluster, topic, 1200, 600)
+    drive(members, processed, lambda: len(processed) >= 1800, 30, "the next 600")
+    theirs.close()
+    ours.close()
+    produce(cluster, topic, 1800, 600)
+    drive(members, processed, lambda: spread(holders, members, [6])
+          and len(processed) >= 2400, 30, "ours2 alone with everything")
+    dup = {k: v for k, v in processed.items() if len(v) > 1}
+    assert exactly_once(processed, 2400), f"duplicates: {sorted(dup.items())[:5]}"
+    assert all(how != "lost" for _n, how, _p in holders.log), holders.log
+    assert not ours.errors and not ours2.errors and not theirs.errors
+    ours2.close()
+
+
+def test_a_fenced_member_loses_its_partitions_and_joins_again(cluster, topic):
+    holders = Holders()
+    processed = defaultdict(list)
+    a = Member("a", cluster, topic, topic, holders)
+    produce(cluster, topic, 0, 600)
+    drive([a], processed, lambda: spread(holders, [a], [6]) and len(processed) >= 600, 30,
+          "a holding everything")
+    first_id = a.c.memberid()
+    cluster.inject_errors("ConsumerGroupHeartbeat", ["FENCED_MEMBER_EPOCH"])
+    drive([a], processed, lambda: any(how == "lost" for _n, how, _p in holders.log), 10,
+          "the fenced member's partitions lost")
+    produce(cluster, topic, 600, 600)
+    drive([a], processed, lambda: spread(holders, [a], [6]) and len(processed) >= 1200, 30,
+          "a member again, reading on")
+    assert a.c.memberid() == first_id     # KIP-1082: the member keeps its own id
+    assert [how for _n, how, _p in holders.log] == ["assign", "lost", "assign"]
+    assert not a.errors, a.errors         # a fenced member is not an application error
+    a.close()
+
+
+def test_a_static_member_comes_back_to_its_partitions(cluster, topic):
+    holders = Holders()
+    processed = defaultdict(list)
+    a = Member("a", cluster, topic, topic, holders, **{"group.instance.id": "static-a"})
+    b = Member("b", cluster, topic, topic, holders)
+    members = [a, b]
+    drive(members, processed, lambda: spread(holders, members, [3, 3]), 30, "3 + 3")
+    a_parts, b_parts = holders.of("a"), holders.of("b")
+    a.close()                       # leaves with epoch -2: its partitions wait for it
+    mark = len(holders.log)
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        b.step(processed)
+    assert holders.of("b") == b_parts, "a static member's partitions went to another member"
+    a2 = Member("a2", cluster, topic, topic, holders, **{"group.instance.id": "static-a"})
+    members.append(a2)
+    drive(members, processed, lambda: holders.of("a2") == a_parts, 10,
+          "the instance's partitions back with its next member")
+    assert holders.of("b") == b_parts
+    assert [e for e in holders.log[mark:] if e[0] == "b"] == []
+    a2.close()
+    b.close()
+
+
+def test_max_poll_interval_exceeded_then_back(cluster, topic):
+    # a's partitions go to b while a is not polling; a learns it lost them at its next
+    # poll (its callbacks run there), so each member's view is kept apart.
+    held_a, held_b = Holders(), Holders()
+    processed = defaultdict(list)
+    a = Member("a", cluster, topic, topic, held_a, **{"max.poll.interval.ms": 1000})
+    b = Member("b", cluster, topic, topic, held_b)
+    members = [a, b]
+
+    def split():
+        return sorted([len(held_a.of("a")), len(held_b.of("b"))]) == [3, 3]
+
+    drive(members, processed, split, 30, "3 + 3")
+    a_had = sorted(held_a.of("a"))
+    deadline = time.monotonic() + 2.5          # a stops polling
+    while time.monotonic() < deadline and len(held_b.of("b")) < PARTITIONS:
+        b.step(processed)
+    assert len(held_b.of("b")) == PARTITIONS, "a's partitions never reached b"
+    a.step(processed)      # a polls again: the error, its partitions lost, then back
+    assert KafkaError._MAX_POLL_EXCEEDED in [e.code() for e in a.errors], a.errors
+    assert ("a", "lost", a_had) in held_a.log, held_a.log
+    drive(members, processed, split, 30, "3 + 3 again")
+    a.close()
+    b.close()
+
+
+def test_an_unknown_remote_assignor_is_reported_and_the_member_stops(cluster, topic):
+    holders = Holders()
+    a = Member("a", cluster, topic, topic, holders, **{"group.remote.assignor": "nope"})
+    drive([a], defaultdict(list), lambda: bool(a.errors), 10, "the assignor's error")
+    assert a.errors[0].code() == KafkaError.UNSUPPORTED_ASSIGNOR, a.errors
+    assert "nope" in a.errors[0].str() or "assignor" in a.errors[0].str().lower()
+    deadline = time.monotonic() + 1.0      # no retrying, no second report
+    while time.monotonic() < deadline:
+        a.step(defaultdict(list))
+    assert len(a.errors) == 1 and holders.log == [] and a.c.assignment() == []
+    a.close()
+
+
+def test_a_commit_with_a_stale_member_epoch_is_retried(cluster, topic):
+    holders = Holders()
+    processed = defaultdict(list)
+    a = Member("a", cluster, topic, topic, holders, **{"enable.auto.commit": False})
+    produce(cluster, topic, 0, 60)
+    drive([a], processed, lambda: len(processed) >= 60, 30, "60 read")
+    cluster.inject_errors("OffsetCommit", ["STALE_MEMBER_EPOCH"])
+    a.c.commit(asynchronous=False)
+    parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    assert [tp.offset for tp in a.c.committed(parts)] == [10] * PARTITIONS
+    assert cluster.pending_errors() == []
+    a.close()

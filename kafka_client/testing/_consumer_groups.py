@@ -433,7 +433,10 @@ class ConsumerGroupCoordinator:
         group, new_group = self._group_for_join(group_id, epoch)
         member_id = req.member_id
         max_size = self.settings["group.consumer.max.size"]
-        if len(group.members) >= max_size and (not member_id or member_id not in group.members):
+        # A new member is refused by a full group; an instance taking its own place back
+        # is not (as Kafka 4.2 has it).
+        if len(group.members) >= max_size and member_id not in group.members and \
+                (instance_id is None or group.static_member(instance_id) is None):
             raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
                                  "The consumer group has reached its maximum capacity of "
                                  f"{max_size} members.")

@@ -69,6 +69,7 @@ from kafka_proto.messages import (
     AlterConfigsRequest,
     AlterUserScramCredentialsRequest,
     ApiKey,
+    ConsumerGroupDescribeRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -120,6 +121,13 @@ _GROUP_STATES = {
     "Empty": ConsumerGroupState.EMPTY,
 }
 _STATE_NAMES = {state: name for name, state in _GROUP_STATES.items()}
+#: A KIP-848 group's states (ConsumerGroupDescribe; lower-cased), in the classic names
+#: librdkafka reports them by: assigning and reconciling are its rebalance.
+_CONSUMER_GROUP_STATES = {"empty": ConsumerGroupState.EMPTY,
+                          "assigning": ConsumerGroupState.PREPARING_REBALANCING,
+                          "reconciling": ConsumerGroupState.COMPLETING_REBALANCING,
+                          "stable": ConsumerGroupState.STABLE,
+                          "dead": ConsumerGroupState.DEAD}
 _GROUP_TYPES = {"classic": ConsumerGroupType.CLASSIC, "consumer": ConsumerGroupType.CONSUMER}
 _TYPE_NAMES = {t: name for name, t in _GROUP_TYPES.items()}
 
@@ -802,6 +810,56 @@ def describe_consumer_groups(runner: CallRunner, group_ids: List[str],
         _describe_group(runner, group_id, futures[group_id], opts)
 
 
+def _describe_consumer_group(runner: CallRunner, group_id: str, future: Future,
+                             opts: Options, classic: ConsumerGroupDescription) -> None:
+    """A group DescribeGroups called Dead with no members (what Kafka 4 says of a KIP-848
+    group, and of a group that does not exist), by ConsumerGroupDescribe; where the
+    coordinator has no such API or no such group, the answer stays ``classic``."""
+    def build(version: int) -> Any:
+        return ConsumerGroupDescribeRequest(
+            group_ids=[group_id],
+            include_authorized_operations=opts.include_authorized_operations)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        g = next((g for g in resp.groups if g.group_id == group_id), None)
+        if g is not None and g.error_code in _RETRIED:
+            return result_error(g.error_code, None)
+        # A group of this protocol has had a member, so its epoch is 1 or more (Tansu 0.6
+        # answers for any group id, without an error and with epoch 0 or less).
+        if g is None or g.error_code == ErrorCode.GROUP_ID_NOT_FOUND or (
+                not g.error_code and g.group_epoch <= 0):
+            settle(future, classic)
+            return None
+        if g.error_code:
+            settle(future, error=result_error(g.error_code, g.error_message))
+            return None
+
+        def assignment(a: Any) -> MemberAssignment:
+            return MemberAssignment([TopicPartition(t.topic_name, p)
+                                     for t in (a.topic_partitions if a is not None else ())
+                                     for p in t.partitions])
+
+        members = [MemberDescription(m.member_id, m.client_id, m.client_host,
+                                     assignment(m.assignment), m.instance_id,
+                                     assignment(m.target_assignment)) for m in g.members]
+        settle(future, ConsumerGroupDescription(
+            group_id, False, members, g.assignor_name,
+            _CONSUMER_GROUP_STATES.get(g.group_state.lower(), ConsumerGroupState.UNKNOWN),
+            _node(runner, conn.node_id),
+            _operations(g.authorized_operations)
+            if opts.include_authorized_operations else None,
+            ConsumerGroupType.CONSUMER))
+        return None
+
+    def on_failure(error: KafkaError) -> None:
+        settle(future, classic) if error.code() == KafkaError._UNSUPPORTED_FEATURE \
+            else settle(future, error=error)
+
+    runner.submit(Call("ConsumerGroupDescribe", ApiKey.CONSUMER_GROUP_DESCRIBE,
+                       Coordinator(CoordinatorType.GROUP, group_id), opts.deadline, build,
+                       on_response, on_failure))
+
+
 def _describe_group(runner: CallRunner, group_id: str, future: Future, opts: Options) -> None:
     def build(version: int) -> Any:
         if opts.include_authorized_operations and version < 3:
@@ -836,13 +894,18 @@ def _describe_group(runner: CallRunner, group_id: str, future: Future, opts: Opt
             members.append(MemberDescription(
                 m.member_id, m.client_id, m.client_host, MemberAssignment(assignment),
                 getattr(m, "group_instance_id", None)))
-        settle(future, ConsumerGroupDescription(
+        described = ConsumerGroupDescription(
             group_id, g.protocol_type == "", members, g.protocol_data,
             _GROUP_STATES.get(g.group_state, ConsumerGroupState.UNKNOWN),
             _node(runner, conn.node_id),
             _operations(getattr(g, "authorized_operations", _NO_OPERATIONS))
             if opts.include_authorized_operations else None,
-            ConsumerGroupType.CLASSIC))
+            ConsumerGroupType.CLASSIC)
+        if described.state == ConsumerGroupState.DEAD and not members \
+                and not g.protocol_type:
+            _describe_consumer_group(runner, group_id, future, opts, described)
+        else:
+            settle(future, described)
         return None
 
     _group_call(runner, "DescribeGroups", ApiKey.DESCRIBE_GROUPS, group_id, opts, build,

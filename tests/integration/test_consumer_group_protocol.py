@@ -343,3 +343,48 @@ def test_a_commit_with_a_stale_member_epoch_is_retried(cluster, topic):
     assert [tp.offset for tp in a.c.committed(parts)] == [10] * PARTITIONS
     assert cluster.pending_errors() == []
     a.close()
+
+
+def test_admin_describes_and_lists_consumer_groups_as_librdkafka_does(cluster, topic):
+    from confluent_kafka.admin import AdminClient as TheirAdmin
+
+    from kafka_client import ConsumerGroupState, ConsumerGroupType
+    from kafka_client.admin import AdminClient
+    holders = Holders()
+    members = [Member("a", cluster, topic, topic, holders),
+               Member("b", cluster, topic, topic, holders, **{"group.instance.id": "i-b"})]
+    classic = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                        "group.id": topic + "-classic"})
+    classic.subscribe([topic])
+    drive(members, defaultdict(list), lambda: spread(holders, members, [3, 3]), 30, "3 + 3")
+    while not classic.assignment():
+        classic.poll(0.05)
+    ours, theirs = (AdminClient({"bootstrap.servers": cluster.bootstrap_servers}),
+                    TheirAdmin({"bootstrap.servers": cluster.bootstrap_servers}))
+
+    def view(admin, group):
+        d = admin.describe_consumer_groups([group])[group].result(10)
+        return (d.type.name, d.state.name, d.partition_assignor, d.is_simple_consumer_group,
+                sorted((m.member_id, m.client_id, m.group_instance_id,
+                        sorted((tp.topic, tp.partition)
+                               for tp in m.assignment.topic_partitions),
+                        m.target_assignment and sorted(
+                            (tp.topic, tp.partition)
+                            for tp in m.target_assignment.topic_partitions))
+                       for m in d.members))
+
+    mine = view(ours, topic)
+    assert mine[:3] == ("CONSUMER", "STABLE", "uniform")
+    assert {m[0]: len(m[3]) for m in mine[4]} == {members[0].c.memberid(): 3,
+                                                  members[1].c.memberid(): 3}
+    assert mine == view(theirs, topic)
+    assert view(ours, topic + "-classic")[:2] == ("CLASSIC", "STABLE")
+    assert view(ours, topic + "-classic") == view(theirs, topic + "-classic")
+    assert view(ours, "no-such-group") == view(theirs, "no-such-group")
+    listed = ours.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(10)
+    kinds = {g.group_id: (g.type, g.state) for g in listed.valid}
+    assert kinds.get(topic) == (ConsumerGroupType.CONSUMER, ConsumerGroupState.STABLE)
+    assert topic + "-classic" not in kinds
+    for m in members:
+        m.close()
+    classic.close()

@@ -388,3 +388,28 @@ def test_admin_describes_and_lists_consumer_groups_as_librdkafka_does(cluster, t
     for m in members:
         m.close()
     classic.close()
+
+
+def test_members_keep_their_partitions_across_a_coordinator_move(cluster, topic):
+    holders = Holders()
+    processed = defaultdict(list)
+    members = [Member("a", cluster, topic, topic, holders),
+               Member("b", cluster, topic, topic, holders)]
+    produce(cluster, topic, 0, 600)
+    drive(members, processed, lambda: spread(holders, members, [3, 3])
+          and len(processed) >= 600, 30, "3 + 3 and 600 read")
+    old = cluster.coordinator(group=topic)
+    new = next(b.id for b in cluster.brokers if b.id != old)
+    since = cluster.clear_request_log()
+    cluster.move_coordinator(new, group=topic)
+    produce(cluster, topic, 600, 600)
+    mark = len(holders.log)
+    drive(members, processed, lambda: len(processed) >= 1200 and any(
+        e.api == "ConsumerGroupHeartbeat" and e.broker == new and not e.errors
+        for e in cluster.request_log(since=since)), 30, "heartbeats at the new coordinator")
+    assert holders.log[mark:] == [], "a coordinator move is not a rebalance"
+    assert exactly_once(processed, 1200)
+    log = cluster.request_log(since=since)
+    assert any("NOT_COORDINATOR" in e.errors and e.broker == old for e in log)
+    for m in members:
+        m.close()

@@ -305,7 +305,8 @@ class ConsumerGroupCoordinator:
         topics = self._topics()
         return {topics[n].topic_id for n in self._member_topics(member) if n in topics}
 
-    def _topic_metadata(self, members: Iterable[ConsumerMember]) -> Dict[str, Tuple[uuid.UUID, int]]:
+    def _topic_metadata(self, members: Iterable[ConsumerMember]
+                        ) -> Dict[str, Tuple[uuid.UUID, int]]:
         topics = self._topics()
         out = {}
         for m in members:

@@ -24,6 +24,7 @@ from kafka_proto.messages import (
 )
 
 from kafka_client.testing import Cluster
+from kafka_client.testing._consumer_groups import assign_range, assign_uniform
 
 from rawclient import RawClient  # tests/testing/rawclient.py
 
@@ -234,6 +235,23 @@ def test_uniform_assignor_is_sticky_and_balanced(cluster):
             m.close()
 
 
+def test_assignors_with_different_subscriptions():
+    t1, t2 = uuid.UUID(int=1), uuid.UUID(int=2)
+    partitions = {t1: 2, t2: 4}
+    subscriptions = {"a": {t1, t2}, "b": {t2}}
+    out = assign_uniform(["a", "b"], subscriptions, partitions, {})
+    assert numbers(out["a"], t1) == [0, 1] and len(out["a"]) == len(out["b"]) == 3
+    assert sorted(numbers(out["a"], t2) + numbers(out["b"], t2)) == [0, 1, 2, 3]
+    # Sticky: with b gone and back, a keeps what it had as far as balance allows.
+    alone = assign_uniform(["a"], {"a": {t1, t2}}, partitions, out)
+    assert len(alone["a"]) == 6
+    again = assign_uniform(["a", "b"], subscriptions, partitions, alone)
+    assert len(again["a"]) == 3 and again["a"] >= {(t1, 0), (t1, 1)}
+    ranged = assign_range(["a", "b"], subscriptions, partitions, {})
+    assert numbers(ranged["a"], t1) == [0, 1] and numbers(ranged["a"], t2) == [0, 1]
+    assert numbers(ranged["b"]) == [2, 3]
+
+
 def test_range_assignor(cluster):
     ta, tb = topic_id(cluster, "three-a"), topic_id(cluster, "three-b")
     a = Member(cluster, "g-range", topics=["three-a", "three-b"], assignor="range")
@@ -397,6 +415,9 @@ def test_heartbeat_errors(cluster):
         cluster.inject_errors("ConsumerGroupHeartbeat", ["COORDINATOR_LOAD_IN_PROGRESS"],
                               broker=coordinator)
         assert m.join().error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        cluster.inject_errors("ConsumerGroupDescribe", ["COORDINATOR_NOT_AVAILABLE"],
+                              broker=coordinator)
+        assert describe(cluster, group).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     finally:
         m.close()
 

@@ -550,6 +550,47 @@ def capture_group(corpus: Corpus) -> None:
     print(f"  group: {len(sessions)} sessions captured", file=sys.stderr)
 
 
+def group_kip848_sessions(corpus: Corpus) -> None:
+    """Sessions of KIP-848's protocol for the ``group`` harness (flags bit 3), built
+    answer by answer with the codec: the brokers captured above do not serve
+    ConsumerGroupHeartbeat. A join that brings t0 and t1 (the harness's topic ids), an
+    answer taking partitions away, a fenced member, a commit with a stale epoch, and a
+    leave; as a dynamic and as a static member."""
+    from fuzz_harnesses import _GROUP_TOPIC_IDS, SEGMENT_SEP
+
+    from kafka_proto.messages import (
+        ConsumerGroupHeartbeatResponse as Beat,
+        FindCoordinatorResponse,
+        OffsetCommitResponse,
+    )
+
+    def beat(epoch: int, parts=None, error: int = 0) -> bytes:
+        assignment = None if parts is None else Beat.Assignment(topic_partitions=[
+            Beat.TopicPartitions(topic_id=_GROUP_TOPIC_IDS[t], partitions=ps)
+            for t, ps in parts.items()])
+        resp = Beat(throttle_time_ms=0, error_code=error, error_message=None,
+                    member_id=None, member_epoch=epoch, heartbeat_interval_ms=100,
+                    assignment=assignment)
+        return struct.pack(">hB", 68, 0) + resp.encode(0)
+
+    find = FindCoordinatorResponse(
+        throttle_time_ms=0, coordinators=[FindCoordinatorResponse.Coordinator(
+            key="fuzz-group", node_id=1, host="127.0.0.1", port=9092, error_code=0,
+            error_message=None)])
+    commit = OffsetCommitResponse(throttle_time_ms=0, topics=[
+        OffsetCommitResponse.OffsetCommitResponseTopic(name="t0", partitions=[
+            OffsetCommitResponse.OffsetCommitResponsePartition(
+                partition_index=0, error_code=113)])])   # STALE_MEMBER_EPOCH
+    session = [struct.pack(">hB", 10, 4) + find.encode(4),
+               beat(1, {"t0": [0, 1, 2], "t1": [0, 1]}), beat(1),
+               beat(2, {"t0": [0, 1], "t1": [1]}), beat(2),
+               struct.pack(">hB", 8, 8) + commit.encode(8),
+               beat(-1, error=110),                        # FENCED_MEMBER_EPOCH
+               beat(3, {"t0": [2]}), struct.pack(">hB", 13, 0) + beat(-1)[3:]]
+    for flags in (8, 8 | 2):
+        corpus.add("group", bytes([flags]) + SEGMENT_SEP.join(session))
+
+
 def capture_producer(corpus: Corpus) -> None:
     """Our producers against Tansu through a Recorder, for the ``producer`` harness: plain
     (acks=1 and acks=all) and idempotent, 12 messages to the 3 partitions of topic ``t``,
@@ -653,6 +694,8 @@ def main(argv=None) -> int:
         capture_confluent_tansu(corpus)
     if "tansu" in args.brokers and "group" in wanted:
         capture_group(corpus)
+    if "group" in wanted:
+        group_kip848_sessions(corpus)
     if "tansu" in args.brokers and "producer" in wanted:
         capture_producer(corpus)
     corpus.items = {h: items for h, items in corpus.items.items() if h in wanted}

@@ -298,16 +298,22 @@ class ConsumerProtocolGroup(GroupCoordinator):
         once the events of the one before are done and its topics' names are known."""
         if self._steps or self._target is None:
             return
+        topics = self.cluster.metadata.topics
         names = {tid: name for name, tid in self._topic_ids().items()}
         target: Set[Key] = set()
         for tid, parts in self._target:
             name = names.get(tid)
-            if name is None:
-                self.log.debug("group %s: assigned topic id %s not in the metadata yet",
-                               self.group_id, tid)
+            known = topics[name].partition_count if name is not None else 0
+            if name is None or any(p >= known for p in parts):
+                # A new topic or new partitions: the metadata will show them.
+                self.log.debug("group %s: assigned %s %s beyond the metadata yet",
+                               self.group_id, name or tid, parts)
                 self.cluster.metadata.request(None)
                 return
-            target.update((name, p) for p in parts)
+            if any(p < 0 for p in parts):
+                self.log.warning("group %s: the coordinator assigned partitions %s of %s: "
+                                 "negative ones ignored", self.group_id, parts, name)
+            target.update((name, p) for p in parts if p >= 0)
         self._target = None
         revoked = sorted(self.owned - target)
         added = sorted(target - self.owned)

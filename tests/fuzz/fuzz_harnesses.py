@@ -25,6 +25,7 @@ import random
 import struct
 import time
 import types
+import uuid
 from typing import Callable, Dict, List, Optional, Tuple
 
 from kafka_proto.errors import KafkaProtocolError
@@ -1022,19 +1023,27 @@ def check_consumer(data: bytes) -> None:
 #: The APIs the consumer group speaks with its coordinator, in the order of a session.
 _GROUP_KEYS = (10, 11, 14, 12, 8, 9, 13)  # FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 #                                           OffsetCommit, OffsetFetch, LeaveGroup
+#: The same with KIP-848's protocol: FindCoordinator, ConsumerGroupHeartbeat, OffsetCommit,
+#: OffsetFetch; LeaveGroup's place makes the member leave (a heartbeat with epoch -1/-2).
+_GROUP_KEYS_KIP848 = (10, 68, 8, 9, 13)
 _GROUP_TOPICS = {"t0": 3, "t1": 2}
+#: The topics' ids (KIP-848 assignments name topics by id); fuzzed ids mostly match none.
+_GROUP_TOPIC_IDS = {"t0": uuid.UUID(int=1), "t1": uuid.UUID(int=2)}
 _group_configs: Dict[tuple, object] = {}
 
 
-def _group_config(cooperative: bool, static: bool, pattern: bool):
-    key = (cooperative, static, pattern)
+def _group_config(cooperative: bool, static: bool, pattern: bool, kip848: bool = False):
+    key = (cooperative, static, pattern, kip848)
     cfg = _group_configs.get(key)
     if cfg is None:
         from kafka_client.config import ClientConfig
 
-        conf = {"group.id": "fuzz-group", "enable.auto.commit": False,
-                "partition.assignment.strategy": "cooperative-sticky" if cooperative
-                else "range,roundrobin"}
+        conf = {"group.id": "fuzz-group", "enable.auto.commit": False}
+        if kip848:
+            conf["group.protocol"] = "consumer"
+        else:
+            conf["partition.assignment.strategy"] = ("cooperative-sticky" if cooperative
+                                                     else "range,roundrobin")
         if static:
             conf["group.instance.id"] = "fuzz-instance"
         cfg = _group_configs[key] = ClientConfig.from_dict(conf, role="consumer")
@@ -1128,10 +1137,12 @@ def check_group(data: bytes) -> None:
     I/O thread, subscribed to two topics, fed a session of answers.
 
     Layout: byte 0 = flags (bit 0 cooperative-sticky, else range; bit 1 a static member,
-    group.instance.id; bit 2 a pattern subscription besides the names); then answers
+    group.instance.id; bit 2 a pattern subscription besides the names; bit 3 KIP-848's
+    protocol, ``ConsumerProtocolGroup``, instead of the classic one); then answers
     separated by ``SEGMENT_SEP``, each int16 API key (mapped onto the group's APIs:
     FindCoordinator, JoinGroup, SyncGroup, Heartbeat, OffsetCommit, OffsetFetch,
-    LeaveGroup), uint8 version (modulo the API's range; the first one of each API is the
+    LeaveGroup; with KIP-848 FindCoordinator, ConsumerGroupHeartbeat, OffsetCommit,
+    OffsetFetch, and LeaveGroup's place for a leave), uint8 version (modulo the API's range; the first one of each API is the
     version the connection negotiated), then the body.
 
     Each answer goes to the oldest request of its API in flight; when there is none, the
@@ -1140,13 +1151,15 @@ def check_group(data: bytes) -> None:
     request's version reaches the callback as a lost connection. Between answers the
     harness runs the group's tick, the I/O thread's queued calls and the application's
     rebalance events (assign/revoke, on the fake member). Checked: nothing raises; every
-    request encodes at its version; the state is one of the five; the application is
-    never owed a negative number of rebalance events; the member's incremental
-    (cooperative) assignments never add what it has or remove what it has not; in a
-    stable generation the partitions owned are of the topics joined with; errors handed
-    to the application are KafkaErrors.
+    request encodes at its version; the state is one of the protocol's; the application
+    is never owed a negative number of rebalance events; the member's incremental
+    (cooperative, KIP-848) assignments never add what it has or remove what it has not;
+    in a stable generation the partitions owned are of the topics joined with (KIP-848:
+    partitions that exist, of the subscribed topics); errors handed to the application
+    are KafkaErrors.
     """
     from kafka_client._cluster.metadata import MetadataCache, TopicInfo
+    from kafka_client.consumer import consumer_protocol
     from kafka_client.consumer import group as group_mod
     from kafka_client.errors import KafkaError
     from kafka_client.types import TopicPartition
@@ -1155,25 +1168,28 @@ def check_group(data: bytes) -> None:
     if len(data) < 1:
         return
     flags = data[0]
+    kip848 = bool(flags & 8)
+    keys = _GROUP_KEYS_KIP848 if kip848 else _GROUP_KEYS
     answers = []
     versions: Dict[int, int] = {}
     for seg in data[1:].split(SEGMENT_SEP):
         if len(seg) < 3:
             continue
         key = int.from_bytes(seg[0:2], "big")
-        if key not in _GROUP_KEYS:
-            key = _GROUP_KEYS[key % len(_GROUP_KEYS)]
+        if key not in keys:
+            key = keys[key % len(keys)]
         info = API_KEYS[key]
         version = info.min_version + seg[2] % (info.max_version - info.min_version + 1)
         versions.setdefault(key, version)
         answers.append((key, seg[3:]))
-    for key in _GROUP_KEYS:
+    for key in keys:
         versions.setdefault(key, API_KEYS[key].max_version)
 
     md = MetadataCache()
     now = 1000.0
     for name, count in _GROUP_TOPICS.items():
-        md.topics[name] = TopicInfo(name, 0, [1] * count, [-1] * count, [0] * count, now)
+        md.topics[name] = TopicInfo(name, 0, [1] * count, [-1] * count, [0] * count, now,
+                                    _GROUP_TOPIC_IDS[name])
     md.updates = 1
     conn = _GroupConn(versions)
     cluster = _GroupCluster(md, conn)
@@ -1181,11 +1197,15 @@ def check_group(data: bytes) -> None:
     errors: list = []
     offsets = types.SimpleNamespace(read_committed=False, stored_offsets=lambda: [],
                                     set_committed=lambda committed: None)
-    config = _group_config(bool(flags & 1), bool(flags & 2), bool(flags & 4))
+    config = _group_config(bool(flags & 1), bool(flags & 2), bool(flags & 4), kip848)
     member = _GroupMember()
+    membership = consumer_protocol.ConsumerProtocolGroup if kip848 \
+        else group_mod.GroupCoordinator
+    states = (group_mod.UNJOINED, group_mod.JOINING, group_mod.STABLE) if kip848 else (
+        group_mod.UNJOINED, group_mod.WAIT_REVOKE, group_mod.JOINING, group_mod.SYNCING,
+        group_mod.STABLE)
     with _quiet("kafka_client.consumer.group"):
-        gc = group_mod.GroupCoordinator(config, cluster, io, offsets, lambda: None,
-                                        errors.append)
+        gc = membership(config, cluster, io, offsets, lambda: None, errors.append)
         gc.subscribe(sorted(_GROUP_TOPICS) + (["^t.*"] if flags & 4 else []), None, None,
                      None)
 
@@ -1205,12 +1225,15 @@ def check_group(data: bytes) -> None:
                     return
 
         def check() -> None:
-            if gc.state not in (group_mod.UNJOINED, group_mod.WAIT_REVOKE, group_mod.JOINING,
-                                group_mod.SYNCING, group_mod.STABLE):
+            if gc.state not in states:
                 _fail(f"state {gc.state!r}")
             if gc._app_pending < 0:
                 _fail(f"{gc._app_pending} rebalance events owed to the application")
-            if gc.state == group_mod.STABLE and \
+            if kip848:
+                if any(t not in _GROUP_TOPICS or not 0 <= p < _GROUP_TOPICS[t]
+                       for t, p in gc.owned):
+                    _fail(f"owns {sorted(gc.owned)}, not partitions of {_GROUP_TOPICS}")
+            elif gc.state == group_mod.STABLE and \
                     any(t not in gc.joined_topics for t, _p in gc.owned):
                 _fail(f"owns {sorted(gc.owned)} after joining with {gc.joined_topics}")
             for e in errors:
@@ -1229,6 +1252,10 @@ def check_group(data: bytes) -> None:
                     gc._request_rejoin("fuzz")
                 elif key == 12:
                     gc._next_heartbeat = 0.0
+                elif key == 68:
+                    gc._next_heartbeat = gc._rejoin_after = 0.0
+                    if gc.patterns is None:   # stopped by an error: subscribe again
+                        gc.subscribe(sorted(_GROUP_TOPICS), None, None, None)
                 elif key == 8:
                     gc.commit([TopicPartition("t0", 0, 5), TopicPartition("t1", 1, 7)],
                               asynchronous=True)
@@ -1238,6 +1265,8 @@ def check_group(data: bytes) -> None:
                 elif key == 13:
                     gc._leave("fuzz")
                 settle()
+            if kip848 and key == 13:
+                key = 68                      # the leave is a heartbeat
             pending = next((i for i, (k, _v, _cb) in enumerate(conn.pending) if k == key),
                            None)
             if pending is None:

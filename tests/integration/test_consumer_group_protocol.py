@@ -413,3 +413,65 @@ def test_members_keep_their_partitions_across_a_coordinator_move(cluster, topic)
     assert any("NOT_COORDINATOR" in e.errors and e.broker == old for e in log)
     for m in members:
         m.close()
+
+
+def test_a_transaction_commits_the_offsets_of_a_kip848_member(cluster, topic, topic_name):
+    """send_offsets_to_transaction() with the member's metadata: TxnOffsetCommit carries
+    the member epoch (the coordinator checks it), and the offsets count once committed."""
+    holders = Holders()
+    processed = defaultdict(list)
+    a = Member("a", cluster, topic, topic, holders, **{"enable.auto.commit": False})
+    produce(cluster, topic, 0, 60)
+    drive([a], processed, lambda: len(processed) >= 60, 30, "60 read")
+    out = topic_name + "-out"
+    cluster.create_topic(out, partitions=1, replication_factor=1)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                  "transactional.id": topic_name + "-txn"})
+    p.init_transactions(30)
+    since = cluster.clear_request_log()
+    p.begin_transaction()
+    for (part, off) in sorted(processed):
+        p.produce(out, b"%d:%d" % (part, off))
+    positions = a.c.position([TopicPartition(topic, q) for q in range(PARTITIONS)])
+    meta = a.c.consumer_group_metadata()
+    assert meta.generation_id > 0
+    p.send_offsets_to_transaction(positions, meta, 30)
+    p.commit_transaction(30)
+    parts = [TopicPartition(topic, q) for q in range(PARTITIONS)]
+    assert [tp.offset for tp in a.c.committed(parts)] == [10] * PARTITIONS
+    txn_commits = cluster.request_log(since=since, api="TxnOffsetCommit")
+    assert txn_commits and not any(e.errors for e in txn_commits), txn_commits
+    p.close()
+    a.close()
+
+
+def test_patterns_follow_new_topics_and_a_member_can_subscribe_again(cluster, topic_name):
+    first = topic_name + "-a"
+    cluster.create_topic(first, partitions=2, replication_factor=1)
+    conf = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": topic_name,
+            "group.protocol": "consumer", "topic.metadata.refresh.interval.ms": 200}
+    c = Consumer(conf)
+    keys = []
+    c.subscribe(["^" + topic_name + "-.*"],
+                on_assign=lambda _c, ps: keys.append(("assign", sorted(
+                    (tp.topic, tp.partition) for tp in ps))),
+                on_revoke=lambda _c, ps: keys.append(("revoke", sorted(
+                    (tp.topic, tp.partition) for tp in ps))))
+
+    def poll_until(pred, what):
+        deadline = time.monotonic() + 15
+        while not pred():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {keys}"
+            c.poll(0.05)
+
+    poll_until(lambda: len(c.assignment()) == 2, "the first topic")
+    second = topic_name + "-b"
+    cluster.create_topic(second, partitions=3, replication_factor=1)
+    poll_until(lambda: len(c.assignment()) == 5, "the topic created later")
+    assert keys[-1] == ("assign", [(second, p) for p in range(3)])
+    c.unsubscribe()
+    poll_until(lambda: not c.assignment(), "unsubscribe")
+    c.subscribe([second])
+    poll_until(lambda: sorted((tp.topic, tp.partition) for tp in c.assignment())
+               == [(second, p) for p in range(3)], "the new subscription")
+    c.close()

@@ -247,6 +247,13 @@ class MetadataCache:
             return -1
         return info.leaders[partition]
 
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch as the metadata last said (-1: not known)."""
+        info = self.topics.get(topic)
+        if info is None or partition >= len(info.epochs):
+            return -1
+        return info.epochs[partition]
+
     def mark_stale(self, topic: str, now: Optional[float] = None) -> None:
         """An error said this topic's entry is wrong: refresh it soon."""
         self.request([topic], fast=True, now=now)

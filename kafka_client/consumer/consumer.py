@@ -218,7 +218,8 @@ class Consumer(ClientBase):
         for tp in parts:
             part = PartitionState(tp.topic, tp.partition)
             offset = tp.offset
-            part.seek(OFFSET_STORED if offset == OFFSET_INVALID else offset)
+            part.seek(OFFSET_STORED if offset == OFFSET_INVALID else offset,
+                      tp.leader_epoch if tp.leader_epoch is not None else -1)
             self._fetcher.parts[part.key] = part
             topics.add(tp.topic)
         if topics:
@@ -245,7 +246,10 @@ class Consumer(ClientBase):
         with self._hand, self._lock:
             part = self._part(partition)
             self._handout.drop(part)  # settles what poll() took first: the seek wins
-            part.seek(offset)
+            # With the leader epoch of the record before it, the position is checked
+            # against the leader's log before it is fetched (KIP-320).
+            part.seek(offset, partition.leader_epoch
+                      if partition.leader_epoch is not None else -1)
         self._fetcher.kick()
 
     def position(self, partitions: Sequence[TopicPartition]) -> List[TopicPartition]:
@@ -274,7 +278,7 @@ class Consumer(ClientBase):
                 self._handout.drop(part)
                 if part.app_pos >= 0:
                     eof = part.eof_offset
-                    part.seek(part.app_pos)
+                    part.reposition(part.app_pos)
                     part.eof_offset = eof
                 else:
                     part.version += 1  # drop what is queued; the lookup continues
@@ -491,6 +495,7 @@ class Consumer(ClientBase):
                 part.app_pos = cols.last_offset + 1
                 if auto_store:
                     part.stored = part.app_pos
+                    part.stored_epoch = item.last_epoch
             if done:
                 with self._lock:
                     if queue and queue[0] is item:
@@ -560,7 +565,7 @@ class Consumer(ClientBase):
             if chunk.version != part.version or not part.assigned:
                 return
             eof = part.eof_offset
-            part.seek(offset)
+            part.reposition(offset)
             part.eof_offset = eof  # the same end is not reported twice
         self._fetcher.kick()
 
@@ -573,7 +578,7 @@ class Consumer(ClientBase):
         with self._lock:
             if chunk.version != part.version or not part.assigned:
                 return
-            part.seek(offset)
+            part.reposition(offset)
             part.backoff_until = time.monotonic() + self._fetcher.error_backoff
             self._queue.appendleft(Event(part, part.version, Message(
                 part.topic, part.partition, offset, error=KafkaError(
@@ -892,7 +897,7 @@ class Handout:
     commit reads the stored offsets (the I/O thread's auto-commit too). Holds no
     reference to the Consumer (the fetcher holds :meth:`settle`)."""
 
-    __slots__ = ("lock", "auto_store", "messages", "rest", "part", "settled")
+    __slots__ = ("lock", "auto_store", "messages", "rest", "part", "version", "settled")
 
     def __init__(self, lock: Any, auto_store: bool) -> None:
         self.lock = lock                  # the fetcher's (re-entrant)
@@ -900,6 +905,7 @@ class Handout:
         self.messages: List[Message] = []
         self.rest: Iterator[Message] = _USED_UP
         self.part: Optional[PartitionState] = None
+        self.version = 0                  # the partition's version the chunk is of
         self.settled = 0                  # messages whose positions are written
 
     def start(self, messages: List[Message], part: PartitionState, taken: int = 0) -> None:
@@ -913,23 +919,28 @@ class Handout:
             self.settle()
             self.messages = messages
             self.part = part
+            self.version = part.version
             self.settled = 0
             self.rest = rest
 
     def settle(self) -> None:
         """Any thread: write the position (and stored offset) after the last message
-        taken from the chunk; only forward."""
+        taken from the chunk; only forward. Not once the I/O thread has moved the
+        partition elsewhere (log truncation): its position is the new one."""
         with self.lock:
             part = self.part
-            if part is None:
+            if part is None or part.version != self.version:
                 return
             taken = len(self.messages) - self.rest.__length_hint__()
             if taken > self.settled:
                 self.settled = taken
-                nxt = self.messages[taken - 1]._offset + 1
-                part.app_pos = nxt
+                last = self.messages[taken - 1]
+                part.app_pos = last._offset + 1
                 if self.auto_store:
-                    part.stored = nxt
+                    part.stored = last._offset + 1
+                    # committed with the offset, so the next reader can validate it
+                    epoch = last._leader_epoch
+                    part.stored_epoch = epoch if epoch is not None else -1
 
     def drop(self, part: Optional[PartitionState] = None) -> None:
         """Locks held: stop handing out the chunk (of ``part``, if given): its partition

@@ -138,6 +138,7 @@ def decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:
                 left -= 1
         if left < before:
             start = cols.last_offset + 1  # offsets only go up (see decode_chunk)
+            chunk.last_epoch = batch.partition_leader_epoch
         used += batch.decompressed_size if batch.magic >= 2 else 0
         if left <= 0:
             # Full: resume after the last row next time (even if this batch looks done,

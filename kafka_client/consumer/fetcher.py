@@ -38,7 +38,12 @@ from kafka_client.types import (
     TopicPartition,
 )
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
-from kafka_proto.messages import ApiKey, FetchRequest, ListOffsetsRequest
+from kafka_proto.messages import (
+    ApiKey,
+    FetchRequest,
+    ListOffsetsRequest,
+    OffsetForLeaderEpochRequest,
+)
 from kafka_proto.records import read_batches
 
 __all__ = ["Fetcher", "PartitionState", "Chunk", "AbortedTransaction", "Event",
@@ -79,7 +84,7 @@ class PartitionState:
                  "version", "assigned", "paused", "fetching", "backoff_until", "hw", "lso",
                  "log_start", "eof_offset", "queued_bytes", "queued_msgs", "max_bytes",
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
-                 "last_error", "end_check")
+                 "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -109,9 +114,24 @@ class PartitionState:
         #: (io) after resolving END/tail: how many messages before the end (see
         #: _fix_end); None when the position did not come from ListOffsets(latest)
         self.end_check: Optional[int] = None
+        #: (io) leader epoch of the record before fetch_pos (the last batch fetched, or
+        #: what came with the position: a committed offset's, a seek's); -1: not known
+        self.fetch_epoch = -1
+        #: (io) the leader epoch under which fetch_pos is known to be in the leader's
+        #: log; another leader epoch in the metadata means: validate it first (KIP-320)
+        self.validated_epoch = -1
+        self.validating = False      # (io) an OffsetForLeaderEpoch in flight
 
-    def seek(self, offset: int) -> None:
-        """Set the next offset (absolute, or logical to be resolved); caller holds the lock."""
+    def seek(self, offset: int, epoch: int = -1) -> None:
+        """Set the next offset (absolute, or logical to be resolved), with the leader
+        epoch of the record before it when known; caller holds the lock."""
+        self.fetch_epoch = epoch if offset >= 0 else -1
+        self.validated_epoch = -1
+        self.reposition(offset)
+
+    def reposition(self, offset: int) -> None:
+        """seek() to an offset of the same log, read before (fetch again from there):
+        its epoch and validation stand. Caller holds the lock."""
         self.version += 1
         self.eof_offset = -1
         self.resolving = False
@@ -161,7 +181,8 @@ def _lookup_failed(error: KafkaError) -> OffsetLookup:
 class Chunk:
     """Record batches fetched for one partition, queued for the application."""
 
-    __slots__ = ("part", "version", "batches", "start", "aborted", "nbytes", "count")
+    __slots__ = ("part", "version", "batches", "start", "aborted", "nbytes", "count",
+                 "last_epoch")
 
     def __init__(self, part: PartitionState, version: int, batches: List[Any], start: int,
                  aborted: Optional[List[AbortedTransaction]], nbytes: int,
@@ -173,6 +194,8 @@ class Chunk:
         self.aborted = aborted   # read_committed: sorted by first offset
         self.nbytes = nbytes
         self.count = count
+        #: the leader epoch of the batch the last row taken as a column came from
+        self.last_epoch = -1
 
 
 class Event:
@@ -191,8 +214,16 @@ class Fetcher:
 
     ``deliver(item)`` queues a :class:`Chunk` or :class:`Event` for the application (called
     with the lock held). ``committed_lookup(parts, done)``, when set, resolves
-    OFFSET_STORED: it must eventually call ``done({key: offset or -1})`` on the I/O thread
-    (or ``done(None)`` to retry later).
+    OFFSET_STORED: it must eventually call ``done({key: (offset or -1, leader epoch or
+    -1)})`` on the I/O thread (or ``done(None)`` to retry later).
+
+    Positions are validated as KIP-320 has it: when the metadata shows a partition's
+    leader epoch other than the one its position was read (or checked) under, and the
+    position's own epoch is known, OffsetForLeaderEpoch asks the leader where that epoch
+    ends in its log before the partition is fetched again. A position beyond it was
+    truncated away (an unclean leader election): the partition moves back to where the
+    logs part and the application gets a ``_LOG_TRUNCATION`` event, as from librdkafka
+    (with ``auto.offset.reset=error`` it stops there instead, until a seek).
     """
 
     def __init__(self, config: Any, cluster: Any, io: Any,
@@ -205,6 +236,7 @@ class Fetcher:
         self.committed_lookup: Optional[Callable[[List[PartitionState],
                                                   Callable[[Optional[Dict]], None]],
                                                  None]] = None
+        self.validations = 0    # OffsetForLeaderEpoch requests sent
         self.log = config.logger_for(_log.name)
         self.read_committed = config["isolation.level"] == "read_committed"
         self.isolation_level = READ_COMMITTED if self.read_committed else READ_UNCOMMITTED
@@ -265,7 +297,7 @@ class Fetcher:
         md = self.cluster.metadata
         with self.lock:
             for part in self.parts.values():
-                if not part.assigned or part.fetching or part.resolving:
+                if not part.assigned or part.fetching or part.resolving or part.validating:
                     continue
                 if part.backoff_until > now:
                     if nxt is None or part.backoff_until < nxt:
@@ -295,6 +327,12 @@ class Fetcher:
         if lookups:
             self._resolve_logical(lookups)
         for node, parts in by_node.items():
+            conn = self.cluster.ensure_connected(node)
+            if conn is not None and conn.ready:
+                # Positions to check go out now, also beside a Fetch in flight.
+                parts = self._validate_positions(conn, parts)
+                if not parts:
+                    continue
             if node in self._busy_nodes:
                 continue
             max_wait_ms = self.max_wait_ms
@@ -317,7 +355,6 @@ class Fetcher:
                     nxt = _earliest(nxt, hold)
                     continue
                 del self._node_hold[node]
-            conn = self.cluster.ensure_connected(node)
             if conn is None:
                 continue
             if not conn.ready:
@@ -349,7 +386,7 @@ class Fetcher:
         for part in parts:
             part.resolving = True
 
-        def done(offsets: Optional[Dict[TopicPartitionKey, int]]) -> None:
+        def done(offsets: Optional[Dict[TopicPartitionKey, Tuple[int, int]]]) -> None:
             with self.lock:
                 for part in parts:
                     if part.version != versions[part.key] or not part.assigned:
@@ -358,12 +395,13 @@ class Fetcher:
                     if offsets is None:
                         part.backoff_until = time.monotonic() + self.retry_backoff
                         continue
-                    off = offsets.get(part.key, -1)
+                    off, epoch = offsets.get(part.key, (-1, -1))
                     if off >= 0:
                         part.committed = off
                         part.reset = None
                         part.fetch_pos = off
                         part.app_pos = off
+                        part.fetch_epoch = epoch  # validated before the first fetch
                     else:
                         self._apply_reset_policy(part, "no committed offset")
             self.kick()
@@ -374,6 +412,7 @@ class Fetcher:
         """Lock held: ``auto.offset.reset`` for a partition without a usable offset."""
         policy = self.reset_policy
         part.app_pos = -1  # unknown until the reset is resolved
+        part.fetch_epoch = part.validated_epoch = -1
         if policy == "earliest":
             part.reset = OFFSET_BEGINNING
         elif policy == "latest":
@@ -511,6 +550,116 @@ class Fetcher:
         end = part.lso if self.read_committed else part.hw
         return 0 <= end <= part.fetch_pos
 
+    # -- validating positions (KIP-320) ------------------------------------------------
+    def _validate_positions(self, conn: Any, parts: List[PartitionState]
+                            ) -> List[PartitionState]:
+        """The partitions of ``parts`` that may be fetched now; those whose position must
+        first be checked against their leader's log go out in one OffsetForLeaderEpoch
+        (v2+: it carries the current leader epoch, so a stale leader says so). A leader
+        without it, or a partition whose epochs are not known, is fetched as it is."""
+        md = self.cluster.metadata
+        version = conn.versions.get(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+        fetch: List[PartitionState] = []
+        check: List[Tuple[PartitionState, int, int]] = []   # (part, leader epoch, version)
+        with self.lock:
+            for part in parts:
+                epoch = md.leader_epoch(part.topic, part.partition)
+                if epoch < 0 or epoch == part.validated_epoch:
+                    fetch.append(part)
+                elif part.fetch_epoch < 0 or version is None or version < 2:
+                    part.validated_epoch = epoch    # nothing to check it with
+                    fetch.append(part)
+                else:
+                    part.validating = True
+                    check.append((part, epoch, part.version))
+        if check:
+            self._send_validation(conn, version, check)
+        return fetch
+
+    def _send_validation(self, conn: Any, version: int,
+                         check: List[Tuple[PartitionState, int, int]]) -> None:
+        topics: Dict[str, Any] = {}
+        for part, epoch, _v in check:
+            t = topics.get(part.topic)
+            if t is None:
+                t = topics[part.topic] = OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+                    topic=part.topic, partitions=[])
+            t.partitions.append(OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                partition=part.partition, current_leader_epoch=epoch,
+                leader_epoch=part.fetch_epoch))
+        req = OffsetForLeaderEpochRequest(replica_id=-1, topics=list(topics.values()))
+        self.validations += 1
+        conn.send(req, lambda resp, err: self._on_validated(check, resp, err),
+                  version=version)
+
+    def _on_validated(self, check: List[Tuple[PartitionState, int, int]], resp: Any,
+                      err: Optional[KafkaError]) -> None:
+        now = time.monotonic()
+        md = self.cluster.metadata
+        answers: Dict[TopicPartitionKey, Any] = {}
+        if err is None:
+            for t in resp.topics:
+                for pr in t.partitions:
+                    answers[(t.topic, pr.partition)] = pr
+        with self.lock:
+            for part, epoch, version in check:
+                part.validating = False
+                if part.version != version or not part.assigned:
+                    continue          # seeked meanwhile: that position is another's
+                pr = answers.get(part.key)
+                code = err.code() if err is not None else (
+                    broker_code(pr.error_code) if pr is not None
+                    else ErrorCode.UNKNOWN_SERVER_ERROR)
+                if code:
+                    # Checked again after the backoff (and new metadata, if stale).
+                    part.backoff_until = now + self.error_backoff
+                    if code in LEADER_ERRORS:
+                        md.mark_stale(part.topic, now)
+                    elif code not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                                      KafkaError._DESTROY):
+                        self.log.info("%s [%d]: OffsetForLeaderEpoch failed: %s",
+                                      part.topic, part.partition, KafkaError(code).str())
+                    continue
+                self._position_checked(part, epoch, pr.leader_epoch, pr.end_offset)
+        self.kick()
+
+    def _position_checked(self, part: PartitionState, epoch: int, end_epoch: int,
+                          end_offset: int) -> None:
+        """Lock held: the leader (at ``epoch``) says the position's epoch ends at
+        ``end_offset`` in its log (as epoch ``end_epoch``)."""
+        pos = part.fetch_pos
+        if end_offset < 0 or end_epoch < 0:
+            # The leader knows no epoch this old: nothing of the position's log is left.
+            self.log.warning("%s [%d]: the leader has no log for leader epoch %d (position "
+                             "%d): applying auto.offset.reset=%s", part.topic,
+                             part.partition, part.fetch_epoch, pos, self.reset_policy)
+            part.version += 1
+            self._apply_reset_policy(part, f"log truncation detected at offset {pos}")
+            return
+        if end_offset >= pos:
+            part.validated_epoch = epoch
+            return
+        what = (f"{part.topic} [{part.partition}]: log truncation detected at offset {pos} "
+                f"(leader epoch {part.fetch_epoch}): the leader's log ends at offset "
+                f"{end_offset} for it")
+        self.log.warning("%s; %s", what, "stopping (auto.offset.reset=error): seek to go on"
+                         if self.reset_policy not in ("earliest", "latest")
+                         else f"reading on from {end_offset}")
+        if self.reset_policy not in ("earliest", "latest"):
+            part.version += 1
+            part.fetch_pos = -1
+            self._report(part, KafkaError(KafkaError._LOG_TRUNCATION,
+                                          f"{what}; auto.offset.reset=error"), pos)
+            return
+        # What was fetched beyond the parting point is dropped; what the application
+        # was given of it stays given, and the offsets from there on are read again,
+        # as the leader now has them.
+        part.seek(end_offset, end_epoch)
+        part.validated_epoch = epoch
+        part.committed = min(part.committed, end_offset)
+        self._report(part, KafkaError(KafkaError._LOG_TRUNCATION,
+                                      f"{what}: reading on from there"), end_offset)
+
     def _send_fetch(self, conn: Any, parts: List[PartitionState], max_wait_ms: int) -> None:
         md = self.cluster.metadata
         version = conn.versions.get(ApiKey.FETCH)
@@ -538,9 +687,7 @@ class Fetcher:
                     topics[part.topic] = ft
                 if part.max_bytes <= 0:
                     part.max_bytes = self.partition_max_bytes
-                epoch = -1
-                if info is not None and part.partition < len(info.epochs):
-                    epoch = info.epochs[part.partition]
+                epoch = md.leader_epoch(part.topic, part.partition)
                 ft.partitions.append(FetchRequest.FetchPartition(
                     partition=part.partition, current_leader_epoch=epoch,
                     fetch_offset=part.fetch_pos, last_fetched_epoch=-1, log_start_offset=-1,
@@ -700,6 +847,9 @@ class Fetcher:
                                  for a in txns)
         nbytes = sum(b.size for b in batches)
         part.fetch_pos = new_pos
+        epoch = batches[-1].partition_leader_epoch
+        if epoch >= 0:
+            part.fetch_epoch = epoch
         part.queued_bytes += nbytes
         part.queued_msgs += count
         self.deliver(Chunk(part, version, batches, pos, aborted, nbytes, count))

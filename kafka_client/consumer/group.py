@@ -43,6 +43,7 @@ from kafka_client.consumer.assignors import (
     encode_subscription,
     get_assignor,
 )
+from kafka_client._cluster.cluster import COORDINATOR_KEY_BASE
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 from kafka_proto.errors import ErrorCode
@@ -238,6 +239,7 @@ class GroupCoordinator:
         self.app_events: Deque[Tuple[Any, ...]] = deque()
         self._app_lock = threading.Lock()
         cluster.on_metadata.append(self._on_metadata)
+        cluster.on_broker_state.append(self._on_broker_state)
         io.add_tick(self.tick)
 
     # ================================================================ application thread
@@ -591,6 +593,18 @@ class GroupCoordinator:
         self.log.debug("group %s: coordinator is broker %d (%s:%d)", self.group_id, node, host,
                        port)
         self.cluster.coordinator_connection(node)
+
+    def _on_broker_state(self, conn: Any, state: str, error: Optional[KafkaError]) -> None:
+        """A connection to the coordinator failed (lost, or refused when connecting):
+        look the coordinator up again at once. Else requests waiting for that connection
+        (commits, committed offsets) would wait for a broker that is gone, and the
+        member's heartbeat for its timeout, before the group moves on to the broker
+        that coordinates it now."""
+        coord = self.coord_id
+        if error is not None and coord is not None and \
+                conn.node_id in (coord, COORDINATOR_KEY_BASE - coord):
+            self._coordinator_lost(f"connection failed: {error.str()}")
+            self.io.wake()
 
     def _coordinator_lost(self, why: str) -> None:
         if self.coord_id is not None:
@@ -1138,8 +1152,10 @@ class GroupCoordinator:
         self._send(ApiKey.OFFSET_COMMIT, make, answered, deadline=deadline, max_version=9)
 
     def lookup_committed(self, parts: List[Any],
-                         done: Callable[[Optional[Dict[Key, int]]], None]) -> None:
-        """Fetcher hook: committed offsets of ``parts`` (OFFSET_STORED resolution)."""
+                         done: Callable[[Optional[Dict[Key, Tuple[int, int]]]], None]
+                         ) -> None:
+        """Fetcher hook: committed offsets of ``parts`` with their leader epochs (-1:
+        none) (OFFSET_STORED resolution)."""
         keys = [p.key for p in parts]
 
         def finished(result: Optional[Dict[Key, Tuple[int, Optional[str], int]]],
@@ -1150,7 +1166,7 @@ class GroupCoordinator:
                     self.deliver_error(err)
                 done(None)
                 return
-            done({k: v[0] for k, v in result.items()})
+            done({k: (v[0], v[2] if v[2] is not None else -1) for k, v in result.items()})
 
         self._offset_fetch(keys, finished, time.monotonic() + self.request_timeout)
 

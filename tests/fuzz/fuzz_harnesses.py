@@ -1078,6 +1078,7 @@ class _GroupCluster:
         self.metadata = metadata
         self.conn = conn
         self.on_metadata: list = []
+        self.on_broker_state: list = []
         self.settings = types.SimpleNamespace(request_timeout=30.0)
 
     def want_topics(self, topics) -> None:

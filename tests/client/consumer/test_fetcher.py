@@ -11,10 +11,17 @@ from kafka_client.errors import KafkaError, client_error
 class FakeMetadata:
     def __init__(self, leaders):
         self.leaders = leaders   # {(topic, partition): node}
+        self.epochs = {}         # {(topic, partition): leader epoch}
         self.requested = []
 
     def leader(self, topic, partition):
         return self.leaders.get((topic, partition), -1)
+
+    def leader_epoch(self, topic, partition):
+        return self.epochs.get((topic, partition), -1)
+
+    def mark_stale(self, topic, now=None):
+        self.requested.append([topic])
 
     def topic(self, name):
         return None
@@ -78,13 +85,14 @@ class FakeIO:
         self.wakes += 1
 
 
-def setup(**conf):
+def setup(delivered=None, **conf):
     config = make_config({"bootstrap.servers": "127.0.0.1:1", "fetch.error.backoff.ms": 20,
                           **conf}, {}, "consumer")
     conn = FakeConn(1)
     cluster = FakeCluster({1: conn}, {("t", 0): 1})
     io = FakeIO()
-    fetcher = Fetcher(config, cluster, io, lambda item: None)
+    fetcher = Fetcher(config, cluster, io,
+                      delivered.append if delivered is not None else lambda item: None)
     part = PartitionState("t", 0)
     part.seek(0)
     fetcher.parts[part.key] = part
@@ -161,3 +169,132 @@ def test_an_offset_lookup_answer_for_partitions_not_asked_is_ignored():
                                            offset=7, leader_epoch=0)])]), None)
     (results,) = got
     assert list(results) == [("t", 0)] and results[("t", 0)].offset == 42
+
+
+# ------------------------------------------------------------------ KIP-320 validation
+def _epoch_answer(end_epoch, end_offset, error=0):
+    from kafka_proto.messages import OffsetForLeaderEpochResponse as R
+    return R(throttle_time_ms=0, topics=[R.OffsetForLeaderTopicResult(topic="t", partitions=[
+        R.EpochEndOffset(error_code=error, partition=0, leader_epoch=end_epoch,
+                         end_offset=end_offset)])])
+
+
+def validating(reset="earliest", fetched_epoch=3, position=100):
+    """A partition read up to ``position`` under leader epoch ``fetched_epoch``, whose
+    leader (epoch 3) became another (epoch 5); the fetcher's OffsetForLeaderEpoch is
+    captured with its callback."""
+    from kafka_proto.messages import ApiKey
+
+    delivered = []
+    fetcher, conn, part = setup(delivered, **{"auto.offset.reset": reset})
+    md = fetcher.cluster.metadata
+    md.epochs[("t", 0)] = 3
+    conn.versions = {ApiKey.FETCH: 12, ApiKey.OFFSET_FOR_LEADER_EPOCH: 4}
+    fetcher.tick(time.monotonic())                  # fetched under epoch 3
+    assert len(conn.sent) == 1 and part.validated_epoch == 3
+    part.fetching = False                           # that Fetch was answered
+    fetcher._busy_nodes.clear()
+    part.fetch_pos = part.app_pos = position
+    part.fetch_epoch = fetched_epoch
+    part.committed = position
+    md.epochs[("t", 0)] = 5                         # a new leader
+    callbacks = []
+    conn.send = lambda req, cb, **kw: (conn.sent.append(req), callbacks.append(cb))
+    fetcher.tick(time.monotonic())
+    req = conn.sent[-1]
+    return fetcher, conn, part, delivered, req, callbacks[-1]
+
+
+def test_a_new_leader_epoch_makes_the_position_checked_before_the_next_fetch():
+    fetcher, conn, part, delivered, req, answer = validating()
+    assert type(req).__name__ == "OffsetForLeaderEpochRequest" and part.validating
+    (p,) = req.topics[0].partitions
+    assert (p.partition, p.current_leader_epoch, p.leader_epoch) == (0, 5, 3)
+    fetcher.tick(time.monotonic())                  # no Fetch while it is checked
+    assert len(conn.sent) == 2
+    answer(_epoch_answer(3, 150), None)             # the log holds the position
+    assert not part.validating and part.validated_epoch == 5 and part.fetch_pos == 100
+    fetcher.tick(time.monotonic())
+    assert type(conn.sent[-1]).__name__ == "FetchRequest" and not delivered
+
+
+def test_a_truncated_position_moves_back_to_where_the_logs_part():
+    fetcher, conn, part, delivered, _req, answer = validating()
+    version = part.version
+    answer(_epoch_answer(3, 80), None)
+    assert (part.fetch_pos, part.app_pos, part.fetch_epoch) == (80, 80, 3)
+    assert part.version > version                  # what was queued from the old log goes
+    assert part.committed == 80                     # committing 80..100 again is allowed
+    (event,) = delivered
+    err = event.message.error()
+    assert err.code() == KafkaError._LOG_TRUNCATION and event.message.offset() == 80
+    assert "offset 100" in err.str() and event.version == part.version
+    fetcher.tick(time.monotonic())
+    assert type(conn.sent[-1]).__name__ == "FetchRequest"
+    assert conn.sent[-1].topics[0].partitions[0].fetch_offset == 80
+
+
+def test_with_auto_offset_reset_error_a_truncated_partition_stops():
+    fetcher, conn, part, delivered, _req, answer = validating(reset="error")
+    answer(_epoch_answer(3, 80), None)
+    (event,) = delivered
+    assert event.message.error().code() == KafkaError._LOG_TRUNCATION
+    assert part.fetch_pos == -1 and part.reset is None
+    sent = len(conn.sent)
+    fetcher.tick(time.monotonic())
+    assert len(conn.sent) == sent                   # nothing until the application seeks
+
+
+def test_a_leader_without_the_positions_epoch_resets_by_the_policy():
+    from kafka_client.types import OFFSET_BEGINNING
+    fetcher, conn, part, delivered, _req, answer = validating()
+    answer(_epoch_answer(-1, -1), None)
+    assert part.reset == OFFSET_BEGINNING and part.fetch_epoch == -1 and not delivered
+
+
+def test_a_failed_check_is_made_again_after_the_backoff():
+    fetcher, conn, part, delivered, _req, answer = validating()
+    answer(_epoch_answer(-1, -1, error=74), None)   # FENCED_LEADER_EPOCH: stale metadata
+    assert not part.validating and part.validated_epoch == 3
+    assert part.backoff_until > time.monotonic() and ["t"] in fetcher.cluster.metadata.requested
+    part.backoff_until = 0
+    fetcher.tick(time.monotonic())
+    assert type(conn.sent[-1]).__name__ == "OffsetForLeaderEpochRequest"
+
+
+def test_an_answer_for_a_position_seeked_meanwhile_is_not_applied():
+    fetcher, conn, part, delivered, _req, answer = validating()
+    part.seek(10)                                   # the application seeked
+    answer(_epoch_answer(3, 80), None)
+    assert (part.fetch_pos, part.validated_epoch) == (10, -1) and not delivered
+
+
+def test_positions_without_an_epoch_or_leaders_without_the_api_are_fetched_unchecked():
+    from kafka_proto.messages import ApiKey
+    for versions, fetched_epoch in (({ApiKey.FETCH: 12, ApiKey.OFFSET_FOR_LEADER_EPOCH: 4},
+                                     -1),
+                                    ({ApiKey.FETCH: 12}, 3)):
+        fetcher, conn, part = setup()
+        md = fetcher.cluster.metadata
+        conn.versions = versions
+        md.epochs[("t", 0)] = 5
+        part.fetch_epoch = fetched_epoch
+        fetcher.tick(time.monotonic())
+        assert type(conn.sent[-1]).__name__ == "FetchRequest"
+        assert part.validated_epoch == 5
+
+
+def test_a_committed_offset_with_an_epoch_is_checked_before_the_first_fetch():
+    from kafka_client.types import OFFSET_STORED
+    from kafka_proto.messages import ApiKey
+    fetcher, conn, part = setup()
+    conn.versions = {ApiKey.FETCH: 12, ApiKey.OFFSET_FOR_LEADER_EPOCH: 4}
+    fetcher.cluster.metadata.epochs[("t", 0)] = 5
+    part.seek(OFFSET_STORED)
+    fetcher.committed_lookup = lambda parts, done: done({("t", 0): (42, 4)})
+    fetcher.tick(time.monotonic())                  # resolves the committed offset
+    assert (part.fetch_pos, part.fetch_epoch) == (42, 4)
+    fetcher.tick(time.monotonic())
+    req = conn.sent[-1]
+    assert type(req).__name__ == "OffsetForLeaderEpochRequest"
+    assert req.topics[0].partitions[0].leader_epoch == 4

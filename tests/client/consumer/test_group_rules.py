@@ -83,7 +83,7 @@ def coordinator(strategy):
                                   "partition.assignment.strategy": strategy},
                                  role="consumer")
     cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
-                                    on_metadata=[])
+                                    on_metadata=[], on_broker_state=[])
     errors = []
     g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None, errors.append)
     g.patterns = ["t"]
@@ -179,7 +179,7 @@ def test_a_static_member_refuses_a_coordinator_without_the_instance_id_versions(
     md = types.SimpleNamespace(topics={}, updates=1, request=lambda *a, **k: None)
     old = VersionedConn({ApiKey.JOIN_GROUP: 4, ApiKey.SYNC_GROUP: 3, ApiKey.HEARTBEAT: 2})
     cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
-                                    on_metadata=[], metadata=md,
+                                    on_metadata=[], on_broker_state=[], metadata=md,
                                     coordinator_connection=lambda node: old)
     errors = []
     g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None, errors.append)

@@ -84,7 +84,8 @@ class PartitionState:
                  "version", "assigned", "paused", "fetching", "backoff_until", "hw", "lso",
                  "log_start", "eof_offset", "queued_bytes", "queued_msgs", "max_bytes",
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
-                 "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating")
+                 "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating",
+                 "read_replica", "read_replica_until")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -121,6 +122,10 @@ class PartitionState:
         #: log; another leader epoch in the metadata means: validate it first (KIP-320)
         self.validated_epoch = -1
         self.validating = False      # (io) an OffsetForLeaderEpoch in flight
+        #: (io) the replica the leader said to fetch from (KIP-392), until when; -1: the
+        #: leader
+        self.read_replica = -1
+        self.read_replica_until = 0.0
 
     def seek(self, offset: int, epoch: int = -1) -> None:
         """Set the next offset (absolute, or logical to be resolved), with the leader
@@ -252,6 +257,12 @@ class Fetcher:
         self.queue_min_msgs = int(config["queued.min.messages"])
         self.check_crcs = bool(config["check.crcs"])
         self.retry_backoff = config["retry.backoff.ms"] / 1000.0
+        #: sent with each Fetch (v11+): a leader with a rack-aware replica selector
+        #: names a replica in the same rack to fetch from (KIP-392)
+        self.rack: str = config["client.rack"] or ""
+        #: how long such a replica is used before the leader is asked again (the Java
+        #: client's rule: metadata.max.age.ms)
+        self.read_replica_ttl = config["metadata.max.age.ms"] / 1000.0
         self._busy_nodes: Set[int] = set()   # nodes with a Fetch in flight
         #: node id -> no Fetch before this time: the broker answered a Fetch at once with
         #: no data instead of holding it for fetch.wait.max.ms (noida-db does), so a wait
@@ -290,7 +301,9 @@ class Fetcher:
             return None
         nxt: Optional[float] = None
         by_node: Dict[int, List[PartitionState]] = {}
-        held_back: Set[int] = set()   # nodes leading a partition whose queue is full
+        #: leader -> partitions whose positions it must confirm first (KIP-320)
+        to_check: Dict[int, List[PartitionState]] = {}
+        held_back: Set[int] = set()   # nodes serving a partition whose queue is full
         lookups: List[PartitionState] = []
         stored: List[PartitionState] = []
         need_md: List[str] = []
@@ -312,13 +325,20 @@ class Fetcher:
                 if part.fetch_pos < 0 or part.paused:
                     continue
                 leader = md.leader(part.topic, part.partition)
+                node = self._read_from(part, leader, now)
                 if self._queue_full(part):
-                    held_back.add(leader)
+                    held_back.add(node)
                     continue  # the application's consumption wakes us (see taken())
                 if leader < 0:
                     need_md.append(part.topic)
                     continue
-                by_node.setdefault(leader, []).append(part)
+                epoch = md.leader_epoch(part.topic, part.partition)
+                if 0 <= epoch != part.validated_epoch:
+                    if part.fetch_epoch >= 0:
+                        to_check.setdefault(leader, []).append(part)
+                        continue
+                    part.validated_epoch = epoch    # nothing to check it with
+                by_node.setdefault(node, []).append(part)
         if need_md:
             self.cluster.want_topics(need_md)
             md.request(need_md, fast=True, now=now)
@@ -326,13 +346,12 @@ class Fetcher:
             self._resolve_stored(stored)
         if lookups:
             self._resolve_logical(lookups)
-        for node, parts in by_node.items():
-            conn = self.cluster.ensure_connected(node)
+        for leader, parts in to_check.items():
+            # Also beside a Fetch in flight there.
+            conn = self.cluster.ensure_connected(leader)
             if conn is not None and conn.ready:
-                # Positions to check go out now, also beside a Fetch in flight.
-                parts = self._validate_positions(conn, parts)
-                if not parts:
-                    continue
+                self._validate_positions(conn, parts)
+        for node, parts in by_node.items():
             if node in self._busy_nodes:
                 continue
             max_wait_ms = self.max_wait_ms
@@ -355,6 +374,7 @@ class Fetcher:
                     nxt = _earliest(nxt, hold)
                     continue
                 del self._node_hold[node]
+            conn = self.cluster.ensure_connected(node)
             if conn is None:
                 continue
             if not conn.ready:
@@ -550,31 +570,47 @@ class Fetcher:
         end = part.lso if self.read_committed else part.hw
         return 0 <= end <= part.fetch_pos
 
+    # -- where to fetch from (KIP-392) -----------------------------------------------------
+    def _read_from(self, part: PartitionState, leader: int, now: float) -> int:
+        """Lock held: the broker to fetch the partition from: the replica its leader
+        named while that holds (not expired, still a broker of the cluster), else the
+        leader."""
+        replica = part.read_replica
+        if replica < 0:
+            return leader
+        if now < part.read_replica_until and replica in self.cluster.metadata.brokers \
+                and leader >= 0:
+            return replica
+        part.read_replica = -1
+        return leader
+
+    def _back_to_leader(self, part: PartitionState, why: str) -> None:
+        """Lock held: fetch from the leader again (it may name a replica anew)."""
+        self.log.debug("%s [%d]: fetching from the leader again instead of broker %d "
+                       "(%s)", part.topic, part.partition, part.read_replica, why)
+        part.read_replica = -1
+
     # -- validating positions (KIP-320) ------------------------------------------------
-    def _validate_positions(self, conn: Any, parts: List[PartitionState]
-                            ) -> List[PartitionState]:
-        """The partitions of ``parts`` that may be fetched now; those whose position must
-        first be checked against their leader's log go out in one OffsetForLeaderEpoch
-        (v2+: it carries the current leader epoch, so a stale leader says so). A leader
-        without it, or a partition whose epochs are not known, is fetched as it is."""
+    def _validate_positions(self, conn: Any, parts: List[PartitionState]) -> None:
+        """Check the positions of ``parts`` against their leader's (``conn``) log in one
+        OffsetForLeaderEpoch (v2+: it carries the current leader epoch, so a stale
+        leader says so). A leader without it takes them as they are (fetched at the
+        next look)."""
         md = self.cluster.metadata
         version = conn.versions.get(ApiKey.OFFSET_FOR_LEADER_EPOCH)
-        fetch: List[PartitionState] = []
         check: List[Tuple[PartitionState, int, int]] = []   # (part, leader epoch, version)
         with self.lock:
             for part in parts:
                 epoch = md.leader_epoch(part.topic, part.partition)
-                if epoch < 0 or epoch == part.validated_epoch:
-                    fetch.append(part)
-                elif part.fetch_epoch < 0 or version is None or version < 2:
-                    part.validated_epoch = epoch    # nothing to check it with
-                    fetch.append(part)
+                if version is None or version < 2:
+                    part.validated_epoch = epoch
                 else:
                     part.validating = True
                     check.append((part, epoch, part.version))
         if check:
             self._send_validation(conn, version, check)
-        return fetch
+        else:
+            self.io.wake()
 
     def _send_validation(self, conn: Any, version: int,
                          check: List[Tuple[PartitionState, int, int]]) -> None:
@@ -700,7 +736,7 @@ class Fetcher:
             replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=self.min_bytes,
             max_bytes=self.max_bytes, isolation_level=self.isolation_level,
             session_id=0, session_epoch=-1, topics=list(topics.values()),
-            forgotten_topics_data=[], rack_id="")
+            forgotten_topics_data=[], rack_id=self.rack)
         node = conn.node_id
         self._busy_nodes.add(node)
         self.fetch_requests += 1
@@ -723,6 +759,8 @@ class Fetcher:
                 for part, _version, _pos in sent:
                     part.fetching = False
                     part.backoff_until = now + self.error_backoff
+                    if part.read_replica == node:
+                        self._back_to_leader(part, err.str())
             if err.code() not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
                                   KafkaError._DESTROY):
                 self.log.warning("Fetch from broker %d failed: %s", node, err.str())
@@ -741,9 +779,10 @@ class Fetcher:
                 answers[(name, pd.partition_index)] = pd
         if wait is None:
             wait = self.max_wait_ms / 1000.0
-        if now - sent_at < wait / 2 and not any(pd.error_code or (pd.records is not None
-                                                                   and len(pd.records))
-                                                for pd in answers.values()):
+        if now - sent_at < wait / 2 and not any(
+                pd.error_code or (pd.records is not None and len(pd.records))
+                or getattr(pd, "preferred_read_replica", -1) >= 0   # "fetch there"
+                for pd in answers.values()):
             streak = self._empty_streak.get(node, 0)
             self._empty_streak[node] = streak + 1
             self._node_hold[node] = sent_at + min(wait,
@@ -758,15 +797,30 @@ class Fetcher:
                 pd = answers.get(part.key)
                 if pd is None:
                     continue
-                self._handle_partition(part, version, pos, pd, now)
+                self._handle_partition(part, version, pos, pd, now, node)
 
     def _handle_partition(self, part: PartitionState, version: int, pos: int, pd: Any,
-                          now: float) -> None:
-        """Lock held: one partition's answer."""
+                          now: float, node: int = -1) -> None:
+        """Lock held: one partition's answer from broker ``node``."""
         code = broker_code(pd.error_code)
+        from_replica = part.read_replica >= 0 and part.read_replica == node
         if code:
+            if from_replica:
+                # Whatever a replica refuses (even OFFSET_OUT_OF_RANGE: it may lag the
+                # leader) goes to the leader, which decides.
+                self._back_to_leader(part, KafkaError(code).name())
+                part.backoff_until = now
+                return
             self._partition_error(part, code, now)
             return
+        replica = getattr(pd, "preferred_read_replica", -1)
+        if replica >= 0 and replica != node and not from_replica:
+            # The leader names a replica closer to us: fetch there from now on (the
+            # answer carries no records for the partition).
+            part.read_replica = replica
+            part.read_replica_until = now + self.read_replica_ttl
+            self.log.debug("%s [%d]: the leader says to fetch from broker %d",
+                           part.topic, part.partition, replica)
         if part.last_error is not None:
             part.last_error = None
         part.hw = pd.high_watermark

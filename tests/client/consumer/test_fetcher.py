@@ -12,6 +12,7 @@ class FakeMetadata:
     def __init__(self, leaders):
         self.leaders = leaders   # {(topic, partition): node}
         self.epochs = {}         # {(topic, partition): leader epoch}
+        self.brokers = {1: ("127.0.0.1", 1, "a"), 2: ("127.0.0.1", 2, "b")}
         self.requested = []
 
     def leader(self, topic, partition):
@@ -280,8 +281,10 @@ def test_positions_without_an_epoch_or_leaders_without_the_api_are_fetched_unche
         md.epochs[("t", 0)] = 5
         part.fetch_epoch = fetched_epoch
         fetcher.tick(time.monotonic())
-        assert type(conn.sent[-1]).__name__ == "FetchRequest"
         assert part.validated_epoch == 5
+        if not conn.sent:                           # found out at this look: the next
+            fetcher.tick(time.monotonic())
+        assert [type(r).__name__ for r in conn.sent] == ["FetchRequest"]
 
 
 def test_a_committed_offset_with_an_epoch_is_checked_before_the_first_fetch():
@@ -298,3 +301,67 @@ def test_a_committed_offset_with_an_epoch_is_checked_before_the_first_fetch():
     req = conn.sent[-1]
     assert type(req).__name__ == "OffsetForLeaderEpochRequest"
     assert req.topics[0].partitions[0].leader_epoch == 4
+
+
+# --------------------------------------------------------- KIP-392 read replicas
+def _fetch_answer(error=0, replica=-1, hw=100):
+    from kafka_proto.messages import FetchResponse as R
+    return R(throttle_time_ms=0, error_code=0, session_id=0, responses=[
+        R.FetchableTopicResponse(topic="t", partitions=[R.PartitionData(
+            partition_index=0, error_code=error, high_watermark=hw, last_stable_offset=hw,
+            log_start_offset=0, aborted_transactions=None, preferred_read_replica=replica,
+            records=b"")])])
+
+
+def with_replica(**conf):
+    """A rack-b consumer whose leader (broker 1) named broker 2 to fetch from; every
+    request captured with its callback."""
+    from kafka_proto.messages import ApiKey
+    fetcher, leader, part = setup(**{"client.rack": "b", **conf})
+    follower = FakeConn(2)
+    fetcher.cluster.conns[2] = follower
+    sent = []
+    for conn in (leader, follower):
+        conn.versions = {ApiKey.FETCH: 12}
+        conn.send = lambda req, cb, _c=conn, **kw: sent.append((_c.node_id, req, cb))
+    fetcher.tick(time.monotonic())
+    node, req, answer = sent[-1]
+    assert node == 1 and req.rack_id == "b"
+    answer(_fetch_answer(replica=2), None)
+    assert part.read_replica == 2
+    fetcher.tick(time.monotonic())
+    assert sent[-1][0] == 2                         # fetched from the replica now
+    return fetcher, part, sent
+
+
+def test_the_replica_the_leader_names_is_fetched_from():
+    fetcher, part, sent = with_replica()
+    sent[-1][2](_fetch_answer(replica=-1), None)    # the replica: "keep using me"
+    fetcher.tick(time.monotonic())
+    assert sent[-1][0] == 2 and part.read_replica == 2
+
+
+def test_an_error_from_the_replica_goes_back_to_the_leader_without_a_reset():
+    for code in (1, 6):                             # OFFSET_OUT_OF_RANGE, NOT_LEADER
+        fetcher, part, sent = with_replica()
+        sent[-1][2](_fetch_answer(error=code), None)
+        assert part.read_replica == -1 and part.reset is None and part.fetch_pos == 0
+        fetcher.tick(time.monotonic())
+        assert sent[-1][0] == 1
+
+
+def test_a_lost_replica_or_an_old_choice_goes_back_to_the_leader():
+    fetcher, part, sent = with_replica()
+    sent[-1][2](None, client_error(KafkaError._TRANSPORT, "connection lost"))
+    assert part.read_replica == -1
+    fetcher, part, sent = with_replica()
+    sent[-1][2](_fetch_answer(), None)
+    part.read_replica_until = time.monotonic() - 1  # metadata.max.age.ms passed
+    fetcher.tick(time.monotonic())
+    assert sent[-1][0] == 1 and part.read_replica == -1
+
+
+def test_without_client_rack_the_fetch_names_no_rack():
+    fetcher, conn, part = setup()
+    fetcher.tick(time.monotonic())
+    assert conn.sent[-1].rack_id == ""

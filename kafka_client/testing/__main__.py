@@ -37,6 +37,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--advertised-ports", default="",
                         help="comma separated ports given to clients in Metadata answers, "
                              "one per broker (a TLS terminator in front; default: --ports)")
+    parser.add_argument("--racks", default="",
+                        help="comma separated broker.rack values, one per broker (empty: "
+                             "no rack for that broker), e.g. a,b,c")
     parser.add_argument("--data-dir", help="keep the logs here (default: a temporary dir)")
     parser.add_argument("--broker-config", action="append", default=[], metavar="NAME=VALUE",
                         help="a Kafka broker property, e.g. auto.create.topics.enable=false")
@@ -58,11 +61,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="kafka-test-cluster-")
     ports = [int(p) for p in args.ports.split(",") if p.strip()]
     advertised = [int(p) for p in args.advertised_ports.split(",") if p.strip()]
+    racks = [r.strip() or None for r in args.racks.split(",")] if args.racks else None
     try:
         server = ClusterServer(args.brokers, data_dir,
                                _pairs(args.broker_config, "=", "--broker-config"),
                                ports, _pairs(args.user, ":", "--user"),
-                               advertised_ports=advertised)
+                               advertised_ports=advertised, racks=racks)
         server.start()
         for spec in args.topic:
             name, _, rest = spec.partition(":")

@@ -53,7 +53,7 @@ def api_versions(ctx: RequestContext) -> None:
 
 def _broker_list(ctx: RequestContext) -> List[Any]:
     return [MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host,
-                                                    port=b.client_port, rack=None)
+                                                    port=b.client_port, rack=b.rack)
             for b in sorted(ctx.server.brokers.values(), key=lambda b: b.broker_id) if b.up]
 
 
@@ -309,6 +309,10 @@ def describe_configs(ctx: RequestContext) -> None:
                 values["broker.id"] = broker_id
                 sources = {name: SOURCE_STATIC_BROKER for name in server.broker_overrides}
                 sources["broker.id"] = SOURCE_STATIC_BROKER
+                rack = server.brokers[broker_id].rack
+                if rack is not None:
+                    values["broker.rack"] = rack
+                    sources["broker.rack"] = SOURCE_STATIC_BROKER
                 sensitive = {n: d.sensitive for n, d in BROKER_CONFIGS.items()}
                 result.configs = _config_entries(values, sources, keys, req.include_synonyms,
                                                  sensitive, True)

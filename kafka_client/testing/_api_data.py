@@ -193,7 +193,16 @@ def fetch_error(request: Any, version: int, code: int) -> Any:
 
 
 class _FetchOperation:
-    """One Fetch request, answered at once or when enough data is there."""
+    """One Fetch request, answered at once or when enough data is there.
+
+    KIP-392: a consumer's Fetch v11+ is served by any replica, a follower up to its own
+    high watermark (Kafka serves them whether or not a replica selector is configured);
+    earlier versions and followers' fetches need the leader. With a replica selector the
+    leader answers a consumer's Fetch that carries a rack with the preferred read replica
+    and no records when that is a follower, and answers a follower's waiting Fetch as
+    soon as its high watermark passed the one it last sent that follower, so that
+    followers know the high watermark within a round trip.
+    """
 
     def __init__(self, ctx: RequestContext) -> None:
         self.ctx = ctx
@@ -204,6 +213,18 @@ class _FetchOperation:
             replica_id = req.replica_state.replica_id
         self.follower = replica_id if replica_id >= 0 else None
         self.read_committed = req.isolation_level == 1
+        self.leader_only = self.follower is not None or self.version < 11
+        selector = ctx.broker.settings.rack_aware_selector
+        self.client_rack = req.rack_id if selector and self.follower is None and \
+            self.version >= 11 else ""
+        self.propagate_hw = selector and self.follower is not None
+        #: Per partition of the last read: the request log's summary, and the high
+        #: watermarks given to the fetching follower.
+        self.summary: Optional[List[Dict[str, Any]]] = None
+        self.sent_hw: List[Tuple[Any, int]] = []
+        self.hw_behind = False
+        if ctx.log_entry is not None and self.version >= 11 and req.rack_id:
+            ctx.note(rack_id=req.rack_id)
         self.keys: List[Tuple[str, int]] = []
         self.timer = None
         self.done = False
@@ -242,7 +263,8 @@ class _FetchOperation:
                 replica = broker.replicas.get((name, p.partition))
                 if replica is not None and replica.is_leader and \
                         replica.check_epoch(p.current_leader_epoch) == ErrorCode.NONE:
-                    replica.on_follower_fetch(self.follower, p.fetch_offset)
+                    replica.on_follower_fetch(self.follower, p.fetch_offset,
+                                              p.log_start_offset)
 
     def _wake(self) -> None:
         if self.ctx.conn.closed:
@@ -269,7 +291,11 @@ class _FetchOperation:
         if not (ready or final):
             return False
         self._finish()
+        for replica, hw in self.sent_hw:
+            replica.high_watermark_sent(self.follower, hw)
         self.ctx.note(bytes=sum(r.size for r in regions))
+        if self.summary is not None:
+            self.ctx.note(partitions=self.summary)
         self.ctx.respond(response, regions)
         return True
 
@@ -281,30 +307,51 @@ class _FetchOperation:
         urgent = False
         max_bytes = req.max_bytes   # the decoder gives 2**31-1 for versions without it
         topics = []
+        summary = self.summary = [] if ctx.log_entry is not None else None
+        self.sent_hw = []
+        self.hw_behind = False
         for t, name in self.topics:
             parts = []
             for p in t.partitions:
                 if name is None:
                     parts.append(_fetch_partition(p.partition, ErrorCode.UNKNOWN_TOPIC_ID))
                     urgent = True
+                    if summary is not None:
+                        summary.append({"topic": None, "partition": p.partition,
+                                        "fetch_offset": p.fetch_offset,
+                                        "error": int(ErrorCode.UNKNOWN_TOPIC_ID)})
                     continue
-                data, region = self._read_partition(name, p, max_bytes - total, total == 0)
+                data, region, role = self._read_partition(name, p, max_bytes - total,
+                                                          total == 0)
                 if data.error_code or (data.diverging_epoch.epoch >= 0 or
-                                       data.diverging_epoch.end_offset >= 0):
+                                       data.diverging_epoch.end_offset >= 0) or \
+                        data.preferred_read_replica >= 0:
                     urgent = True
                 if region is not None:
                     regions.append(region)
                     total += region.size
                 parts.append(data)
+                if summary is not None:
+                    summary.append({"topic": name, "partition": p.partition,
+                                    "fetch_offset": p.fetch_offset,
+                                    "error": int(data.error_code), "replica": role,
+                                    "high_watermark": data.high_watermark,
+                                    "bytes": region.size if region is not None else 0,
+                                    "preferred_read_replica": data.preferred_read_replica})
             topics.append(FetchResponse.FetchableTopicResponse(
                 topic=t.topic if self.version < 13 else "", topic_id=t.topic_id, partitions=parts))
         response = FetchResponse(session_id=0, responses=topics)
-        return response, regions, urgent or total >= req.min_bytes
+        return response, regions, urgent or self.hw_behind or total >= req.min_bytes
 
     def _read_partition(self, topic: str, p: Any, budget: int,
-                        first: bool) -> Tuple[Any, Optional[FileRegion]]:
+                        first: bool) -> Tuple[Any, Optional[FileRegion], Optional[str]]:
+        """The partition's answer, the file range of its records, and which replica
+        served it (``"leader"``, ``"follower"``, None for an error)."""
         broker = self.ctx.broker
-        error, replica = broker.leader_replica(topic, p.partition)
+        if self.leader_only:
+            error, replica = broker.leader_replica(topic, p.partition)
+        else:
+            error, replica = broker.local_replica(topic, p.partition)
         if error == ErrorCode.NONE:
             error = replica.check_epoch(p.current_leader_epoch)
         if error:
@@ -313,19 +360,31 @@ class _FetchOperation:
             if part is not None and self.version >= 12 and part.leader >= 0:
                 data.current_leader = FetchResponse.LeaderIdAndEpoch(
                     leader_id=part.leader, leader_epoch=part.leader_epoch)
-            return data, None
+            return data, None, None
+        role = "leader" if replica.is_leader else "follower"
         log = replica.log
         fields = dict(high_watermark=log.high_watermark,
                       last_stable_offset=log.last_stable_offset(),
                       log_start_offset=log.log_start_offset)
+        if self.propagate_hw and replica.is_leader:
+            if replica.follower_needs_high_watermark(self.follower):
+                self.hw_behind = True
+            self.sent_hw.append((replica, log.high_watermark))
+        if self.client_rack:
+            preferred = replica.preferred_read_replica(self.client_rack, p.fetch_offset)
+            if preferred >= 0:
+                # Kafka skips the read: no records, the leader's offsets, and where to go.
+                return _fetch_partition(p.partition, ErrorCode.NONE,
+                                        preferred_read_replica=preferred, **fields), None, role
         if self.version >= 12 and p.last_fetched_epoch >= 0:
             epoch, end = log.end_offset_for_epoch(p.last_fetched_epoch)
             if epoch != p.last_fetched_epoch or end < p.fetch_offset:
                 return _fetch_partition(p.partition, ErrorCode.NONE, diverging_epoch=_NO_EPOCH_END(
-                    epoch=epoch, end_offset=end), **fields), None
+                    epoch=epoch, end_offset=end), **fields), None, role
         offset = p.fetch_offset
         if offset < log.log_start_offset or offset > log.end_offset:
-            return _fetch_partition(p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, **fields), None
+            return _fetch_partition(p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, **fields), \
+                None, role
         if self.follower is not None:
             upper = log.end_offset
         elif self.read_committed:
@@ -342,10 +401,10 @@ class _FetchOperation:
                        for a in log.producer_state.aborted_between(offset, end)]
         if result is None:
             return _fetch_partition(p.partition, ErrorCode.NONE, aborted_transactions=aborted,
-                                    **fields), None
+                                    **fields), None, role
         data = _fetch_partition(p.partition, ErrorCode.NONE, aborted_transactions=aborted,
                                 records=PLACEHOLDER.slice(result.size), **fields)
-        return data, FileRegion(result.file, result.position, result.size)
+        return data, FileRegion(result.file, result.position, result.size), role
 
 
 @handles(ApiKey.FETCH)

@@ -154,9 +154,12 @@ class Broker:
     """A broker: a loopback listener and the replicas of the partitions it hosts."""
 
     def __init__(self, server: "ClusterServer", broker_id: int, port: int,
-                 advertised_port: Optional[int] = None) -> None:
+                 advertised_port: Optional[int] = None, rack: Optional[str] = None) -> None:
         self.server = server
         self.broker_id = broker_id
+        #: Kafka's ``broker.rack``: given to clients in Metadata answers and matched
+        #: against a consumer's rack by the replica selector (KIP-392).
+        self.rack = rack
         self.host = LOOPBACK
         self.port = port
         #: The port given to clients in Metadata and FindCoordinator answers when it is
@@ -545,6 +548,16 @@ class Broker:
         replica = self.replicas.get((topic, partition))
         if replica is None or not replica.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, replica
+        return ErrorCode.NONE, replica
+
+    def local_replica(self, topic: str, partition: int) -> Tuple[int, Optional[Replica]]:
+        """``(error, replica)`` for a request any replica may serve (a consumer's Fetch
+        v11+, KIP-392): NOT_LEADER_OR_FOLLOWER where this broker holds none."""
+        if self.controller.partition(topic, partition) is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+        replica = self.replicas.get((topic, partition))
+        if replica is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
         return ErrorCode.NONE, replica
 
     def region(self, result: Any) -> FileRegion:

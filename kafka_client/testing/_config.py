@@ -27,6 +27,10 @@ _DAY_MS = 24 * 3600 * 1000
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 #: The server-side assignors of consumer groups (kafka_client.testing._consumer_groups).
 CONSUMER_ASSIGNORS = ("uniform", "range")
+#: ``replica.selector.class`` values naming Kafka's rack-aware selector (KIP-392): its
+#: class name, or "rack" for short.
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+_REPLICA_SELECTORS = ("", RACK_AWARE_SELECTOR, "rack")
 _LONG_MAX = (1 << 63) - 1
 
 
@@ -146,6 +150,11 @@ _BROKER = [
               f"must be a list of {', '.join(SASL_MECHANISMS)}"),
     # KIP-368: the longest SASL session before re-authentication (0: no limit).
     ConfigDef("connections.max.reauth.ms", "long", 0, _at_least(0)),
+    # KIP-392: how a partition leader picks the replica a consumer should fetch from.
+    # Empty (Kafka's default): none, consumers fetch from the leader.
+    ConfigDef("replica.selector.class", "str", "",
+              lambda v: None if v.strip() in _REPLICA_SELECTORS else
+              f"must be empty, {RACK_AWARE_SELECTOR} or rack"),
 ]
 
 TOPIC_CONFIGS: Dict[str, ConfigDef] = {c.name: c for c in _TOPIC}
@@ -279,6 +288,11 @@ class BrokerSettings:
     @property
     def sasl_mechanisms(self) -> Tuple[str, ...]:
         return _as_list(self.values["sasl.enabled.mechanisms"])
+
+    @property
+    def rack_aware_selector(self) -> bool:
+        """``replica.selector.class`` names the rack-aware selector (KIP-392)."""
+        return self.values["replica.selector.class"].strip() != ""
 
     @property
     def consumer_assignors(self) -> Tuple[str, ...]:

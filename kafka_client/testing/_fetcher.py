@@ -123,6 +123,7 @@ class ReplicaFetcher(StreamConnection):
                             log.reset_to(leader_replica.log.log_start_offset)
                         else:
                             log.truncate_to(leader_replica.log.end_offset)
+                        broker.notify_data(key)
                     backoff = True
                 else:
                     backoff = True   # not leader yet / fenced: wait for the controller

@@ -33,9 +33,12 @@ class FollowerState:
     """What the leader knows of one follower, from its Fetch requests."""
 
     log_end_offset: int = -1          # its fetch offset; -1 until it fetched
+    log_start_offset: int = -1        # its log start, as its last Fetch gave it
     last_caught_up_ms: int = 0        # last time it had everything the leader had
     leader_end_at_last_fetch: int = -1
     last_fetch_ms: int = 0
+    #: The high watermark the last Fetch answer gave it (-1: none yet), KIP-392.
+    last_sent_high_watermark: int = -1
 
 
 class AppendResult(NamedTuple):
@@ -238,7 +241,8 @@ class Replica:
             w.callback(error)
 
     # -- leader: followers -----------------------------------------------------------
-    def on_follower_fetch(self, follower: int, fetch_offset: int) -> None:
+    def on_follower_fetch(self, follower: int, fetch_offset: int,
+                          log_start_offset: int = -1) -> None:
         """A follower fetched from ``fetch_offset``: it has everything below it."""
         state = self.followers.get(follower)
         peer = self.broker.server.brokers.get(follower)
@@ -253,11 +257,47 @@ class Replica:
         state.leader_end_at_last_fetch = end
         state.last_fetch_ms = now
         state.log_end_offset = fetch_offset
+        state.log_start_offset = log_start_offset
         part = self.part
         if follower not in part.isr and fetch_offset >= self.log.high_watermark and \
                 self._epoch_start() <= fetch_offset:
             self.broker.controller.change_isr(part, part.isr + [follower], self.leader_epoch)
         self._advance_high_watermark()
+
+    def preferred_read_replica(self, client_rack: str, fetch_offset: int) -> int:
+        """KIP-392, as Kafka's ``RackAwareReplicaSelector`` chooses: among the leader and
+        the in-sync followers known to hold ``fetch_offset``, those in the client's rack;
+        the leader if it is one of them (or none is), else the most caught-up of them
+        (largest log end, then most recently caught up). The leader is answered as -1,
+        as Kafka sends no preferred replica when it would be the leader."""
+        if not client_rack or not self.is_leader:
+            return -1
+        brokers = self.broker.server.brokers
+        if brokers[self.broker.broker_id].rack == client_rack:
+            return -1
+        now = _now_ms()
+        best, best_key = -1, None
+        for r in self.part.isr:
+            state = self.followers.get(r)
+            peer = brokers.get(r)
+            if state is None or peer is None or not peer.up or peer.rack != client_rack:
+                continue
+            if not state.log_start_offset <= fetch_offset <= state.log_end_offset:
+                continue
+            key = (state.log_end_offset, -(now - state.last_caught_up_ms), -r)
+            if best_key is None or key > best_key:
+                best, best_key = r, key
+        return best
+
+    def follower_needs_high_watermark(self, follower: int) -> bool:
+        """The leader's high watermark moved past the one last sent to ``follower``."""
+        state = self.followers.get(follower)
+        return state is not None and state.last_sent_high_watermark < self.log.high_watermark
+
+    def high_watermark_sent(self, follower: int, high_watermark: int) -> None:
+        state = self.followers.get(follower)
+        if state is not None:
+            state.last_sent_high_watermark = high_watermark
 
     def _epoch_start(self) -> int:
         for epoch, start in reversed(self.log.epochs):
@@ -319,11 +359,18 @@ class Replica:
                 data = bytes(view[start:stop])
                 log.append(data, [h.at(h.position - start) for h in headers])
         hw = min(leader_high_watermark, log.end_offset)
+        changed = False
         if hw > log.high_watermark:
             log.high_watermark = hw
+            changed = True
         if leader_log_start > log.log_start_offset:
             if log.follow_log_start(leader_log_start):
                 self.broker.log_start_changed()
+                changed = True
+        if changed:
+            # Consumers fetching from this follower (KIP-392) see up to its high
+            # watermark: wake the ones waiting.
+            self.broker.notify_data(self.key)
 
     def truncate_for_divergence(self, epoch: int, end_offset: int) -> None:
         """The leader answered that our log diverges after ``end_offset`` of ``epoch``."""
@@ -332,3 +379,4 @@ class Replica:
             log.truncate_to(min(log.high_watermark, log.end_offset))
         else:
             log.truncate_to(min(end_offset, log.end_offset))
+        self.broker.notify_data(self.key)

@@ -58,9 +58,16 @@ class ClusterServer:
                  ports: Optional[List[int]] = None,
                  users: Optional[Dict[str, str]] = None,
                  cluster_id: Optional[str] = None,
-                 advertised_ports: Optional[List[int]] = None) -> None:
+                 advertised_ports: Optional[List[int]] = None,
+                 racks: Optional[List[Optional[str]]] = None) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
+        racks = list(racks or [])
+        if racks and len(racks) != brokers:
+            raise ValueError(f"racks: {len(racks)} given for {brokers} brokers (one per "
+                             "broker, None for a broker without a rack)")
+        if any(r is not None and (not isinstance(r, str) or not r) for r in racks):
+            raise ValueError("racks: each rack is a non-empty string or None")
         self.loop = Loop()
         self.data_dir = os.path.abspath(data_dir)
         os.makedirs(self.data_dir, exist_ok=True)
@@ -80,7 +87,8 @@ class ClusterServer:
             broker_id = i + 1
             port = ports[i] if i < len(ports) else 0
             self.brokers[broker_id] = Broker(self, broker_id, port,
-                                             advertised[i] if i < len(advertised) else None)
+                                             advertised[i] if i < len(advertised) else None,
+                                             racks[i] if racks else None)
         #: SASL users: passwords and SCRAM credentials.
         self.credentials = Credentials(users or {}, self.settings.sasl_mechanisms)
         self.groups = GroupCoordinator(self)
@@ -119,7 +127,7 @@ class ClusterServer:
             "data_dir": self.data_dir,
             "pid": os.getpid(),
             "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port,
-                         "advertised_port": b.advertised_port, "up": b.up}
+                         "advertised_port": b.advertised_port, "up": b.up, "rack": b.rack}
                         for b in self.brokers.values()],
         }
 
@@ -408,7 +416,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         server = ClusterServer(config["brokers"], config["data_dir"],
                                config.get("broker_config"), config.get("ports"),
                                config.get("users"), config.get("cluster_id"),
-                               config.get("advertised_ports"))
+                               config.get("advertised_ports"), config.get("racks"))
         server.start()
     except Exception as exc:
         control.sendall(json.dumps({"id": 0, "ok": False,

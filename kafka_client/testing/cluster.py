@@ -66,6 +66,8 @@ class BrokerAddress:
     host: str
     port: int
     up: bool
+    #: ``broker.rack`` (None: no rack)
+    rack: Optional[str] = None
 
     @property
     def address(self) -> str:
@@ -167,7 +169,10 @@ class Cluster:
     (PLAIN and SCRAM; more with :meth:`set_sasl_credentials`). ``ports`` are the
     listeners' ports (default: free ones); ``advertised_ports`` the ports given to
     clients in Metadata answers, when something (a TLS terminator) sits in front of the
-    listeners. ``data_dir`` keeps the brokers' logs (default: a temporary directory
+    listeners. ``racks`` gives each broker its ``broker.rack`` (one per broker, None for
+    none), which Metadata answers carry and the replica selector matches against a
+    consumer's ``client.rack`` (``broker_config={"replica.selector.class": "rack"}``,
+    KIP-392). ``data_dir`` keeps the brokers' logs (default: a temporary directory
     removed by :meth:`stop`). The cluster process exits when this object stops or the
     test process dies.
     """
@@ -177,10 +182,14 @@ class Cluster:
                  users: Optional[Mapping[str, str]] = None,
                  ports: Optional[Sequence[int]] = None,
                  advertised_ports: Optional[Sequence[int]] = None,
+                 racks: Optional[Sequence[Optional[str]]] = None,
                  log_level: str = "WARNING", start: bool = True,
                  start_timeout: float = 30.0) -> None:
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
+        if racks is not None and len(racks) != brokers:
+            raise ValueError(f"racks: {len(racks)} given for {brokers} brokers (one per "
+                             "broker, None for a broker without a rack)")
         self.broker_count = brokers
         self._own_dir = data_dir is None
         self.data_dir = os.path.abspath(data_dir or tempfile.mkdtemp(prefix="kafka-test-cluster-"))
@@ -193,6 +202,7 @@ class Cluster:
             "users": dict(users or {}),
             "ports": list(ports or []),
             "advertised_ports": list(advertised_ports or []),
+            "racks": list(racks) if racks is not None else None,
             "log_level": log_level.upper(),
             "log_file": self.log_path,
         }
@@ -341,7 +351,8 @@ class Cluster:
     @property
     def brokers(self) -> List[BrokerAddress]:
         info = self._call("info")
-        return [BrokerAddress(b["id"], b["host"], b["port"], b["up"]) for b in info["brokers"]]
+        return [BrokerAddress(b["id"], b["host"], b["port"], b["up"], b.get("rack"))
+                for b in info["brokers"]]
 
     @property
     def broker_ids(self) -> List[int]:
@@ -351,6 +362,13 @@ class Cluster:
     def bootstrap_servers(self) -> str:
         """Every broker's ``host:port``, comma separated (for ``bootstrap.servers``)."""
         return ",".join(f"{b['host']}:{b['port']}" for b in self._info["brokers"])
+
+    def rack(self, broker: int) -> Optional[str]:
+        """The broker's ``broker.rack`` (None: none)."""
+        for b in self._info["brokers"]:
+            if b["id"] == broker:
+                return b.get("rack")
+        raise ClusterError(f"no broker {broker}")
 
     def address(self, broker: int) -> str:
         for b in self._info["brokers"]:

@@ -181,7 +181,9 @@ _TABLE: Tuple[Property, ...] = (
        "Name this client sends to brokers with every request (shows up in broker logs, "
        "quotas and metrics)."),
     _p("client.rack", STR, None, "*",
-       "Rack (or availability zone) of this client, compared with the brokers' broker.rack."),
+       "Rack (or availability zone) of this client. A consumer sends it with each Fetch: "
+       "a leader with a rack-aware replica selector (KIP-392) then names a replica in "
+       "that rack to fetch from. Also sent in the group subscription."),
     _p("security.protocol", ENUM, "plaintext", "*",
        "How to talk to brokers: plaintext, ssl (TLS), sasl_plaintext (SASL without TLS) or "
        "sasl_ssl (SASL over TLS). See docs/security.md.",

@@ -37,6 +37,11 @@ _log = logging.getLogger("kafka_client.cluster")
 #: time, in order, so on a shared socket every heartbeat and commit would wait behind
 #: the Fetch long-polling there (up to fetch.wait.max.ms).
 COORDINATOR_KEY_BASE = 2**31 - 1
+#: A consumer's second fetch connection to a broker is keyed ``FETCH_LANE_KEY_BASE -
+#: node_id``: the first may be holding a Fetch that waits at the broker for new data (up
+#: to fetch.wait.max.ms) while a partition seeked, assigned or emptied meanwhile could be
+#: fetched at once.
+FETCH_LANE_KEY_BASE = 2**30 - 1
 
 #: errors, throttle events, callback failures: how many of each are kept unserved
 _KEPT_MAX = 1000
@@ -78,7 +83,9 @@ class Cluster:
             log=config.logger_for("kafka_client.metadata"),
             hidden=config.topic_hidden if config["topic.blacklist"] else None)
         self.conns: Dict[int, BrokerConnection] = {}
-        self._coordinator_conns: Set[BrokerConnection] = set()
+        #: connections of their own to a broker, by what they are for (see
+        #: COORDINATOR_KEY_BASE, FETCH_LANE_KEY_BASE): never used for anything else
+        self._dedicated_conns: Dict[BrokerConnection, str] = {}
         self.bootstrap: List[BrokerConnection] = []
         for i, (host, port) in enumerate(config.broker_addresses()):
             conn = self._new_conn(-1 - i, host, port)
@@ -156,32 +163,42 @@ class Cluster:
         """A connection of its own to broker ``node_id``, for group coordinator
         requests (see COORDINATOR_KEY_BASE), connecting it if down and past its
         backoff; None if the broker is unknown."""
+        return self._dedicated_connection(node_id, COORDINATOR_KEY_BASE - node_id,
+                                          "coordinator")
+
+    def fetch_lane_connection(self, node_id: int) -> Optional[BrokerConnection]:
+        """A consumer's second connection to broker ``node_id`` for Fetch requests (see
+        FETCH_LANE_KEY_BASE), connecting it if down and past its backoff; None if the
+        broker is unknown."""
+        return self._dedicated_connection(node_id, FETCH_LANE_KEY_BASE - node_id, "fetch")
+
+    def _dedicated_connection(self, node_id: int, key: int,
+                              purpose: str) -> Optional[BrokerConnection]:
         info = self.metadata.brokers.get(node_id)
         if info is None:
             return None
         host, port, _rack = info
-        key = COORDINATOR_KEY_BASE - node_id
         conn = self.conns.get(key)
         if conn is not None and (conn.host, conn.port) != (host, port):
             # The broker moved: requests still queued for the old address fail.
-            self._coordinator_conns.discard(conn)
+            self._dedicated_conns.pop(conn, None)
             del self.conns[key]
             conn.on_state = None
             conn.close(None, fail_queued=True)
             conn = None
         if conn is None:
             conn = self._new_conn(key, host, port)
-            self._coordinator_conns.add(conn)
+            self._dedicated_conns[conn] = purpose
         if conn.state == DISCONNECTED:
             conn.connect()
         return conn
 
     def _ready_conn(self) -> Optional[BrokerConnection]:
         """The ready broker connection with the fewest requests in flight (never a
-        coordinator's: a JoinGroup may hold it for seconds)."""
+        dedicated one: a JoinGroup or a Fetch may hold it for seconds)."""
         best = None
         for conn in self.conns.values():
-            if conn in self._coordinator_conns:
+            if conn in self._dedicated_conns:
                 continue
             if conn.state == READY and (best is None or conn.in_flight < best.in_flight):
                 best = conn
@@ -190,9 +207,9 @@ class Cluster:
     def _kick_connect(self, now: float) -> None:
         """No connection is up: start one, rotating over known brokers and bootstrap."""
         if any(c.state not in (DISCONNECTED, READY) for c in self.conns.values()
-               if c not in self._coordinator_conns):
+               if c not in self._dedicated_conns):
             return  # one is on its way
-        candidates = [c for c in self.conns.values() if c not in self._coordinator_conns]
+        candidates = [c for c in self.conns.values() if c not in self._dedicated_conns]
         for node_id in self.metadata.brokers:
             if node_id not in self.conns:
                 c = self.connection(node_id)
@@ -332,12 +349,15 @@ class Cluster:
 
     @staticmethod
     def broker_id(conn: BrokerConnection) -> int:
-        """The broker's node id behind a connection (a coordinator's connection is keyed
-        apart, see COORDINATOR_KEY_BASE; a bootstrap connection not yet matched to a
-        broker has a negative id)."""
+        """The broker's node id behind a connection (dedicated connections are keyed
+        apart, see COORDINATOR_KEY_BASE and FETCH_LANE_KEY_BASE; a bootstrap connection
+        not yet matched to a broker has a negative id)."""
         node_id = conn.node_id
-        return COORDINATOR_KEY_BASE - node_id if node_id > COORDINATOR_KEY_BASE // 2 \
-            else node_id
+        if node_id > (COORDINATOR_KEY_BASE + FETCH_LANE_KEY_BASE) // 2:
+            return COORDINATOR_KEY_BASE - node_id
+        if node_id > FETCH_LANE_KEY_BASE // 2:
+            return FETCH_LANE_KEY_BASE - node_id
+        return node_id
 
     @classmethod
     def broker_name(cls, conn: BrokerConnection) -> str:
@@ -352,8 +372,9 @@ class Cluster:
         out = {}
         for conn in list(self.conns.values()):
             name = self.broker_name(conn)
-            if conn in self._coordinator_conns:
-                name += "/coordinator"  # a connection of its own (see COORDINATOR_KEY_BASE)
+            purpose = self._dedicated_conns.get(conn)
+            if purpose is not None:
+                name += "/" + purpose  # a connection of its own (see COORDINATOR_KEY_BASE)
             rtt_avg = conn.rtt_sum / conn.rtt_count if conn.rtt_count else 0
             throttle = conn.throttle
             out[name] = {

@@ -97,7 +97,9 @@ class PartitionState:
         self.version = 0             # (app) bumped by every seek/assign/unassign
         self.assigned = True
         self.paused = False
-        self.fetching = False        # (io) included in a Fetch in flight
+        #: (io) the version whose position a Fetch in flight asks for (-1: none); an
+        #: answer for an older one is stale, and a newer one may be fetched meanwhile
+        self.fetching = -1
         self.backoff_until = 0.0     # (io) no fetch or lookup before this time
         self.hw = -1                 # (io) high watermark from the last fetch
         self.lso = -1                # (io) last stable offset from the last fetch
@@ -263,7 +265,9 @@ class Fetcher:
         #: how long such a replica is used before the leader is asked again (the Java
         #: client's rule: metadata.max.age.ms)
         self.read_replica_ttl = config["metadata.max.age.ms"] / 1000.0
-        self._busy_nodes: Set[int] = set()   # nodes with a Fetch in flight
+        #: (node, lane) with a Fetch in flight: lane 0 is the broker's connection, lane 1
+        #: its fetch lane (Cluster.fetch_lane_connection), used while lane 0 holds a Fetch
+        self._busy: Set[Tuple[int, int]] = set()
         #: node id -> no Fetch before this time: the broker answered a Fetch at once with
         #: no data instead of holding it for fetch.wait.max.ms (noida-db does), so a wait
         #: is made here rather than sending thousands of empty fetches a second. It starts
@@ -310,7 +314,8 @@ class Fetcher:
         md = self.cluster.metadata
         with self.lock:
             for part in self.parts.values():
-                if not part.assigned or part.fetching or part.resolving or part.validating:
+                if not part.assigned or part.fetching == part.version or part.resolving \
+                        or part.validating:
                     continue
                 if part.backoff_until > now:
                     if nxt is None or part.backoff_until < nxt:
@@ -352,7 +357,10 @@ class Fetcher:
             if conn is not None and conn.ready:
                 self._validate_positions(conn, parts)
         for node, parts in by_node.items():
-            if node in self._busy_nodes:
+            # What became fetchable while a Fetch waits at the broker on the first
+            # connection (a seek, an assignment, a queue emptied) goes on the second.
+            lane = 0 if (node, 0) not in self._busy else 1
+            if (node, lane) in self._busy:
                 continue
             max_wait_ms = self.max_wait_ms
             if node in held_back and all(self._at_end(p) for p in parts):
@@ -374,7 +382,8 @@ class Fetcher:
                     nxt = _earliest(nxt, hold)
                     continue
                 del self._node_hold[node]
-            conn = self.cluster.ensure_connected(node)
+            conn = self.cluster.ensure_connected(node) if lane == 0 \
+                else self.cluster.fetch_lane_connection(node)
             if conn is None:
                 continue
             if not conn.ready:
@@ -383,8 +392,8 @@ class Fetcher:
                     # wakes the loop when it ends, so look again then.
                     nxt = _earliest(nxt, conn.next_attempt)
                 continue
-            self._send_fetch(conn, parts, max_wait_ms)
-            if node not in self._busy_nodes:
+            self._send_fetch(conn, node, lane, parts, max_wait_ms)
+            if (node, lane) not in self._busy:
                 # The Fetch failed before send() returned (a write error on a
                 # connection closed under us): its partitions are in their error
                 # backoff, set after we looked at them above.
@@ -696,7 +705,8 @@ class Fetcher:
         self._report(part, KafkaError(KafkaError._LOG_TRUNCATION,
                                       f"{what}: reading on from there"), end_offset)
 
-    def _send_fetch(self, conn: Any, parts: List[PartitionState], max_wait_ms: int) -> None:
+    def _send_fetch(self, conn: Any, node: int, lane: int, parts: List[PartitionState],
+                    max_wait_ms: int) -> None:
         md = self.cluster.metadata
         version = conn.versions.get(ApiKey.FETCH)
         if version is None:
@@ -711,7 +721,8 @@ class Fetcher:
         sent: List[Tuple[PartitionState, int, int]] = []
         with self.lock:
             for part in parts:
-                if not part.assigned or part.fetch_pos < 0 or part.paused or part.fetching:
+                if not part.assigned or part.fetch_pos < 0 or part.paused \
+                        or part.fetching == part.version:
                     continue
                 info = infos[part.topic]
                 ft = topics.get(part.topic)
@@ -728,7 +739,7 @@ class Fetcher:
                     partition=part.partition, current_leader_epoch=epoch,
                     fetch_offset=part.fetch_pos, last_fetched_epoch=-1, log_start_offset=-1,
                     partition_max_bytes=part.max_bytes))
-                part.fetching = True
+                part.fetching = part.version
                 sent.append((part, part.version, part.fetch_pos))
         if not sent:
             return
@@ -737,27 +748,29 @@ class Fetcher:
             max_bytes=self.max_bytes, isolation_level=self.isolation_level,
             session_id=0, session_epoch=-1, topics=list(topics.values()),
             forgotten_topics_data=[], rack_id=self.rack)
-        node = conn.node_id
-        self._busy_nodes.add(node)
+        self._busy.add((node, lane))
         self.fetch_requests += 1
         wait = max_wait_ms / 1000.0
         timeout = conn.settings.request_timeout + wait
         sent_at = time.monotonic()
-        conn.send(req, lambda resp, err: self._on_fetch(node, sent, resp, err, sent_at, wait),
+        conn.send(req, lambda resp, err: self._on_fetch(node, sent, resp, err, sent_at, wait,
+                                                        lane),
                   version=version, timeout=timeout)
 
     def _on_fetch(self, node: int, sent: List[Tuple[PartitionState, int, int]], resp: Any,
                   err: Optional[KafkaError], sent_at: float = 0.0,
-                  wait: Optional[float] = None) -> None:
-        self._busy_nodes.discard(node)
+                  wait: Optional[float] = None, lane: int = 0) -> None:
+        self._busy.discard((node, lane))
         now = time.monotonic()
         md = self.cluster.metadata
         if err is None and getattr(resp, "error_code", ErrorCode.NONE):
             err = client_error(broker_code(resp.error_code), "Fetch")
         if err is not None:
             with self.lock:
-                for part, _version, _pos in sent:
-                    part.fetching = False
+                for part, version, _pos in sent:
+                    if part.fetching != version:
+                        continue  # seeked meanwhile: this was not the position's Fetch
+                    part.fetching = -1
                     part.backoff_until = now + self.error_backoff
                     if part.read_replica == node:
                         self._back_to_leader(part, err.str())
@@ -791,7 +804,8 @@ class Fetcher:
             self._empty_streak.pop(node, None)
         with self.lock:
             for part, version, pos in sent:
-                part.fetching = False
+                if part.fetching == version:
+                    part.fetching = -1
                 if part.version != version or not part.assigned:
                     continue  # seeked or unassigned meanwhile: the answer is stale
                 pd = answers.get(part.key)

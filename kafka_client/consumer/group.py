@@ -43,7 +43,6 @@ from kafka_client.consumer.assignors import (
     encode_subscription,
     get_assignor,
 )
-from kafka_client._cluster.cluster import COORDINATOR_KEY_BASE
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 from kafka_proto.errors import ErrorCode
@@ -601,8 +600,7 @@ class GroupCoordinator:
         member's heartbeat for its timeout, before the group moves on to the broker
         that coordinates it now."""
         coord = self.coord_id
-        if error is not None and coord is not None and \
-                conn.node_id in (coord, COORDINATOR_KEY_BASE - coord):
+        if error is not None and coord is not None and self.cluster.broker_id(conn) == coord:
             self._coordinator_lost(f"connection failed: {error.str()}")
             self.io.wake()
 

@@ -937,7 +937,7 @@ def check_consumer(data: bytes) -> None:
         part = PartitionState(name, p)
         part.seek(pos)
         part.end_check = end_check
-        part.fetching = True
+        part.fetching = part.version
         fetcher.parts[part.key] = part
         sent.append((part, part.version, pos))
 
@@ -971,7 +971,7 @@ def check_consumer(data: bytes) -> None:
                     and not config["enable.partition.eof"]:
                 _fail("_PARTITION_EOF without enable.partition.eof")
         for part, _version, pos in sent:
-            if part.fetching:
+            if part.fetching >= 0:
                 _fail(f"{part.key} still marked as fetching")
             pd = answers.get(part.key)
             mine = chunks.get(part.key, [])

@@ -428,3 +428,38 @@ def test_a_full_queue_does_not_wait_behind_a_long_poll_of_an_idle_partition(tans
         assert time.monotonic() - start < 4.5
     finally:
         c.close()
+
+
+def test_a_seek_while_a_fetch_waits_at_the_broker_is_served_at_once(broker, topic_name):
+    """At the end of the log the consumer's Fetch waits at the broker for new data, up to
+    fetch.wait.max.ms (Tansu holds it; noida-db answers at once). A seek meanwhile is
+    fetched on the broker's second connection instead of waiting behind it: the first
+    message comes in a round trip, not after the wait (up to 2 s here)."""
+    broker.create_topic(topic_name, partitions=1)
+    produce_confluent(broker.bootstrap, topic_name,
+                      [(0, None, b"%d" % i, None, None) for i in range(10)])
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "fetch.wait.max.ms": 2000,
+                  "socket.timeout.ms": 10000, "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 20
+        while not any(m.error() is not None for m in got):    # read to the end (EOF)
+            assert time.monotonic() < deadline
+            got.extend(c.consume(100, 0.2))
+        assert [m.value() for m in got if m.error() is None] == [b"%d" % i for i in range(10)]
+        time.sleep(0.3)                  # the next Fetch is out, waiting at the broker
+        waits = []
+        for _round in range(3):
+            c.seek(TopicPartition(topic_name, 0, 5))
+            start = time.monotonic()
+            msgs = []
+            while not [m for m in msgs if m.error() is None]:
+                assert time.monotonic() - start < 5
+                msgs.extend(c.consume(1, 0.05))
+            waits.append(time.monotonic() - start)
+            assert [m for m in msgs if m.error() is None][0].offset() == 5
+            time.sleep(0.3)
+        assert sorted(waits)[1] < 0.5, waits
+    finally:
+        c.close()

@@ -68,6 +68,15 @@ class FakeCluster:
     def ensure_connected(self, node):
         return self.conns.get(node)
 
+    def fetch_lane_connection(self, node):
+        if node not in self.conns:
+            return None
+        lanes = self.__dict__.setdefault("lanes", {})
+        if node not in lanes:
+            lanes[node] = FakeConn(node)
+            lanes[node].versions = self.conns[node].versions
+        return lanes[node]
+
     def want_topics(self, topics):
         pass
 
@@ -103,7 +112,7 @@ def setup(delivered=None, **conf):
 def test_a_fetch_is_sent_to_the_leader():
     fetcher, conn, part = setup()
     fetcher.tick(time.monotonic())
-    assert len(conn.sent) == 1 and part.fetching
+    assert len(conn.sent) == 1 and part.fetching == part.version
 
 
 def test_leader_in_reconnect_backoff_wakes_the_loop_when_the_backoff_ends():
@@ -115,7 +124,7 @@ def test_leader_in_reconnect_backoff_wakes_the_loop_when_the_backoff_ends():
     now = time.monotonic()
     conn.state, conn.next_attempt = "DISCONNECTED", now + 0.05
     nxt = fetcher.tick(now)
-    assert not conn.sent and not part.fetching
+    assert not conn.sent and part.fetching < 0
     assert nxt is not None and now < nxt <= now + 0.05
 
 
@@ -126,7 +135,7 @@ def test_a_fetch_that_fails_at_once_still_wakes_the_loop_after_the_error_backoff
     conn.fail_sends = True
     now = time.monotonic()
     nxt = fetcher.tick(now)
-    assert not part.fetching and part.backoff_until > now
+    assert part.fetching < 0 and part.backoff_until > now
     assert nxt is not None and nxt <= part.backoff_until
 
 
@@ -193,8 +202,8 @@ def validating(reset="earliest", fetched_epoch=3, position=100):
     conn.versions = {ApiKey.FETCH: 12, ApiKey.OFFSET_FOR_LEADER_EPOCH: 4}
     fetcher.tick(time.monotonic())                  # fetched under epoch 3
     assert len(conn.sent) == 1 and part.validated_epoch == 3
-    part.fetching = False                           # that Fetch was answered
-    fetcher._busy_nodes.clear()
+    part.fetching = -1                              # that Fetch was answered
+    fetcher._busy.clear()
     part.fetch_pos = part.app_pos = position
     part.fetch_epoch = fetched_epoch
     part.committed = position
@@ -365,3 +374,37 @@ def test_without_client_rack_the_fetch_names_no_rack():
     fetcher, conn, part = setup()
     fetcher.tick(time.monotonic())
     assert conn.sent[-1].rack_id == ""
+
+
+# ------------------------------------------------------------------ the fetch lane
+def test_a_partition_seeked_while_a_fetch_waits_is_fetched_on_the_second_lane():
+    """Lane 0 holds a Fetch waiting at the broker for new data (up to fetch.wait.max.ms);
+    the application seeks: the new position goes out at once on the broker's second
+    connection, and the old answer, when it comes, is stale and leaves the new Fetch
+    in flight alone (no second Fetch of the same position)."""
+    from kafka_proto.messages import ApiKey
+    fetcher, conn, part = setup()
+    conn.versions = {ApiKey.FETCH: 12}
+    callbacks = []
+    conn.send = lambda req, cb, **kw: (conn.sent.append(req), callbacks.append(cb))
+    fetcher.tick(time.monotonic())
+    assert len(conn.sent) == 1 and (1, 0) in fetcher._busy
+    part.seek(500)
+    fetcher.tick(time.monotonic())
+    lane = fetcher.cluster.lanes[1]
+    (req,) = lane.sent
+    assert req.topics[0].partitions[0].fetch_offset == 500 and (1, 1) in fetcher._busy
+    assert part.fetching == part.version
+    callbacks[0](_fetch_answer(), None)             # the old Fetch's answer: stale
+    assert part.fetching == part.version and part.fetch_pos == 500
+    fetcher.tick(time.monotonic())
+    assert len(conn.sent) == 1 and len(lane.sent) == 1   # nothing fetched twice
+
+
+def test_without_a_seek_nothing_goes_on_the_second_lane():
+    from kafka_proto.messages import ApiKey
+    fetcher, conn, part = setup()
+    conn.versions = {ApiKey.FETCH: 12}
+    fetcher.tick(time.monotonic())
+    fetcher.tick(time.monotonic())
+    assert len(conn.sent) == 1 and not getattr(fetcher.cluster, "lanes", None)

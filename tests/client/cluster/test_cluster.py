@@ -52,6 +52,23 @@ def test_the_group_coordinator_gets_a_connection_of_its_own():
         c.close(None)
 
 
+def test_the_fetch_lane_is_a_connection_of_its_own_that_names_its_broker():
+    cluster = make_cluster()
+    broker = cluster.connection(7)
+    coord = cluster.coordinator_connection(7)
+    lane = cluster.fetch_lane_connection(7)
+    assert lane is not None and lane not in (broker, coord)
+    assert cluster.fetch_lane_connection(7) is lane
+    assert [Cluster.broker_id(c) for c in (broker, coord, lane)] == [7, 7, 7]
+    names = sorted(cluster.broker_stats())
+    assert names == ["127.0.0.1:1/7", "127.0.0.1:1/7/coordinator", "127.0.0.1:1/7/fetch"]
+    lane.close(None)
+    lane.state = "READY"       # pretend: only the lane is up
+    assert cluster._ready_conn() is None          # never lent out for other requests
+    for c in list(cluster.conns.values()):
+        c.close(None)
+
+
 def test_metadata_never_goes_to_the_coordinator_connection():
     """A JoinGroup can hold the coordinator connection for seconds."""
     cluster = make_cluster()

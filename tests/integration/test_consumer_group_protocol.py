@@ -91,18 +91,19 @@ class Holders:
 
 
 class Member:
-    """Our consumer with group.protocol=consumer, driven by the test one poll at a time;
+    """A consumer with group.protocol=consumer, driven by the test one poll at a time;
     what it returns is 'processed' when it is returned (auto commit of stored offsets, as
-    a poll loop has it)."""
+    a poll loop has it). Ours by default; ``make`` builds another library's consumer
+    from the same configuration."""
 
-    def __init__(self, name, cluster, topic, group, holders, **conf):
+    def __init__(self, name, cluster, topic, group, holders, make=Consumer, **conf):
         self.name = name
         self.holders = holders
         self.errors = []
-        self.c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
-                           "group.protocol": "consumer", "auto.offset.reset": "earliest",
-                           "auto.commit.interval.ms": 100, "fetch.wait.max.ms": 50,
-                           "error_cb": self.errors.append, **conf})
+        self.c = make({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                       "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                       "auto.commit.interval.ms": 100, "fetch.wait.max.ms": 50,
+                       "error_cb": self.errors.append, **conf})
         self.c.subscribe([topic], on_assign=self._assign, on_revoke=self._revoke,
                          on_lost=self._lost)
         self.alive = True
@@ -183,49 +184,18 @@ def test_members_share_hand_over_and_process_every_message_once(cluster, topic):
         m.close()
 
 
-class TheirMember:
+def their_member(name, cluster, topic, group, holders):
     """confluent-kafka's consumer (librdkafka's KIP-848 implementation) in the same group:
     the independent check that ours speaks the protocol as the group expects."""
-
-    def __init__(self, name, cluster, topic, group, holders):
-        ck = pytest.importorskip("confluent_kafka")
-        self.name = name
-        self.holders = holders
-        self.errors = []
-        self.c = ck.Consumer({"bootstrap.servers": cluster.bootstrap_servers,
-                              "group.id": group, "group.protocol": "consumer",
-                              "auto.offset.reset": "earliest", "auto.commit.interval.ms": 100,
-                              "fetch.wait.max.ms": 50, "error_cb": self.errors.append})
-        self.c.subscribe([topic], on_assign=self._assign, on_revoke=self._revoke,
-                         on_lost=self._lost)
-        self.alive = True
-
-    def _assign(self, consumer, parts):
-        self.holders.assigned(self.name, [tp.partition for tp in parts])
-
-    def _revoke(self, consumer, parts):
-        self.holders.released(self.name, [tp.partition for tp in parts], "revoke")
-
-    def _lost(self, consumer, parts):
-        self.holders.released(self.name, [tp.partition for tp in parts], "lost")
-
-    def step(self, processed):
-        for m in self.c.consume(200, 0.02):
-            if m.error() is not None:
-                self.errors.append(m.error())
-                continue
-            processed[(m.partition(), m.offset())].append(self.name)
-
-    def close(self):
-        self.c.close()
-        self.alive = False
+    ck = pytest.importorskip("confluent_kafka")
+    return Member(name, cluster, topic, group, holders, make=ck.Consumer)
 
 
 def test_ours_and_librdkafkas_members_share_one_group(cluster, topic):
     holders = Holders()
     processed = defaultdict(list)
     ours = Member("ours", cluster, topic, topic, holders)
-    theirs = TheirMember("theirs", cluster, topic, topic, holders)
+    theirs = their_member("theirs", cluster, topic, topic, holders)
     members = [ours, theirs]
     produce(cluster, topic, 0, 1200)
     drive(members, processed, lambda: spread(holders, members, [3, 3])

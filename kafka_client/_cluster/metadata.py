@@ -247,6 +247,21 @@ class MetadataCache:
             return -1
         return info.leaders[partition]
 
+    def learn_leader(self, topic: str, partition: int, leader: int, epoch: int) -> bool:
+        """A broker's answer named the partition's current leader (KIP-951: Fetch v12+
+        and Produce v10+ carry it with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH).
+        Taken when its epoch is newer than the cache's and the broker is known; True
+        if so. The next metadata answer still replaces it, as every entry."""
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < len(info.leaders) or leader < 0 \
+                or epoch <= info.epochs[partition] or leader not in self.brokers:
+            return False
+        leaders, epochs = list(info.leaders), list(info.epochs)
+        leaders[partition], epochs[partition] = leader, epoch
+        info.leaders, info.epochs = leaders, epochs
+        self.version += 1
+        return True
+
     def leader_epoch(self, topic: str, partition: int) -> int:
         """The partition's leader epoch as the metadata last said (-1: not known)."""
         info = self.topics.get(topic)

@@ -825,7 +825,7 @@ class Fetcher:
                 self._back_to_leader(part, KafkaError(code).name())
                 part.backoff_until = now
                 return
-            self._partition_error(part, code, now)
+            self._partition_error(part, code, now, getattr(pd, "current_leader", None))
             return
         replica = getattr(pd, "preferred_read_replica", -1)
         if replica >= 0 and replica != node and not from_replica:
@@ -922,12 +922,21 @@ class Fetcher:
         part.queued_msgs += count
         self.deliver(Chunk(part, version, batches, pos, aborted, nbytes, count))
 
-    def _partition_error(self, part: PartitionState, code: int, now: float) -> None:
+    def _partition_error(self, part: PartitionState, code: int, now: float,
+                         current_leader: Any = None) -> None:
         md = self.cluster.metadata
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             self.log.info("%s [%d]: offset %d out of range; applying auto.offset.reset=%s",
                           part.topic, part.partition, part.fetch_pos, self.reset_policy)
             self._apply_reset_policy(part, f"fetch offset {part.fetch_pos} is out of range")
+            return
+        if code in LEADER_ERRORS and current_leader is not None and md.learn_leader(
+                part.topic, part.partition, current_leader.leader_id,
+                current_leader.leader_epoch):
+            # The answer names the new leader (KIP-951): fetch there now, no backoff and
+            # no wait for the metadata (still refreshed, for everything else).
+            md.mark_stale(part.topic, now)
+            part.last_error = code
             return
         part.backoff_until = now + self.error_backoff
         if code in LEADER_ERRORS:

@@ -122,3 +122,21 @@ def test_partition_ids_outside_the_valid_range_are_ignored():
     assert cache.topics["t"].leaders == [7, 7]
     cache.update(answer(0, MAX_PARTITIONS, 2**31 - 1), 2.0, None)
     assert cache.topics["t"].leaders == [7]
+
+
+def test_a_leader_named_in_an_answer_is_taken_when_its_epoch_is_newer():
+    """KIP-951: NOT_LEADER_OR_FOLLOWER answers of Fetch v12+/Produce v10+ name the
+    current leader and its epoch."""
+    md = MetadataCache()
+    md.update(response({1: 9001, 2: 9002}, {"t": (0, [1, 1])}), 0.0, None)
+    md.topics["t"].epochs = [3, 3]
+    before = md.version
+    assert not md.learn_leader("t", 0, 2, 3)        # not newer
+    assert not md.learn_leader("t", 0, 7, 4)        # an unknown broker
+    assert not md.learn_leader("t", 5, 2, 4)        # no such partition
+    assert not md.learn_leader("x", 0, 2, 4)        # no such topic
+    assert md.version == before and md.leader("t", 0) == 1
+    assert md.learn_leader("t", 0, 2, 4)
+    assert (md.leader("t", 0), md.leader_epoch("t", 0)) == (2, 4)
+    assert (md.leader("t", 1), md.leader_epoch("t", 1)) == (1, 3)
+    assert md.version > before

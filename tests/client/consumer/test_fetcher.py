@@ -408,3 +408,21 @@ def test_without_a_seek_nothing_goes_on_the_second_lane():
     fetcher.tick(time.monotonic())
     fetcher.tick(time.monotonic())
     assert len(conn.sent) == 1 and not getattr(fetcher.cluster, "lanes", None)
+
+
+def test_a_not_leader_answer_naming_the_new_leader_is_fetched_there_at_once():
+    """KIP-951: with the leader learned from the answer there is no fetch error backoff
+    (fetch.error.backoff.ms, 500 ms by default, was the whole gap after a leader move)."""
+    from kafka_proto.messages import FetchResponse as R
+    fetcher, conn, part = setup(**{"fetch.error.backoff.ms": 500})
+    learned = []
+    md = fetcher.cluster.metadata
+    md.learn_leader = lambda t, p, leader, epoch: learned.append((t, p, leader, epoch)) or True
+    now = time.monotonic()
+    current = R.LeaderIdAndEpoch(leader_id=2, leader_epoch=9)
+    fetcher._partition_error(part, 6, now, current)       # NOT_LEADER_OR_FOLLOWER
+    assert learned == [("t", 0, 2, 9)] and part.backoff_until <= now
+    assert ["t"] in md.requested                          # the metadata is refreshed too
+    md.learn_leader = lambda *a: False                    # an answer naming nobody newer
+    fetcher._partition_error(part, 6, now, current)
+    assert part.backoff_until >= now + 0.5

@@ -1,0 +1,56 @@
+"""A consumer across leader moves on the test cluster: the old leader's
+NOT_LEADER_OR_FOLLOWER answer names the new leader (KIP-951), and the consumer fetches
+there at once instead of after fetch.error.backoff.ms and a metadata round trip."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kafka_client import Consumer, Producer, TopicPartition
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def test_the_new_leader_named_in_the_answer_is_fetched_from_at_once(tmp_path):
+    from kafka_client.testing import Cluster
+    with Cluster(brokers=3, data_dir=str(tmp_path)) as cluster:
+        cluster.create_topic("moving", partitions=1, replication_factor=3)
+        p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 1})
+        c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "client.id": "mover",
+                      "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
+                      "fetch.error.backoff.ms": 1000})
+        got = []
+        gaps = []
+        try:
+            c.assign([TopicPartition("moving", 0)])
+            n = 0
+            for _move in range(4):
+                for _ in range(20):
+                    p.produce("moving", b"%d" % n, partition=0)
+                    n += 1
+                assert p.flush(10) == 0
+                deadline = time.monotonic() + 10
+                while len(got) < n:
+                    assert time.monotonic() < deadline
+                    got.extend(m.value() for m in c.consume(50, 0.05) if m.error() is None)
+                since = cluster.clear_request_log()
+                moved_at = time.time()
+                new = cluster.move_leader("moving", 0)
+                deadline = time.monotonic() + 10
+                while True:
+                    assert time.monotonic() < deadline, "no fetch at the new leader"
+                    c.consume(50, 0.05)
+                    served = [e for e in cluster.request_log(since, api="Fetch")
+                              if e.client_id == "mover" and e.broker == new and not e.errors]
+                    if served:
+                        break
+                gaps.append(served[0].time - moved_at)
+        finally:
+            c.close()
+            p.close()
+        assert got == [b"%d" % i for i in range(80)]
+        # The Fetch waiting at the old leader (up to fetch.wait.max.ms) is answered
+        # NOT_LEADER_OR_FOLLOWER naming the new one; then a round trip or two (the
+        # position is checked there first), not the 1 s fetch error backoff.
+        assert max(gaps) < 0.5, gaps

@@ -303,15 +303,22 @@ class Sender:
             msg = getattr(pr, "error_message", None)
             error = client_error(code, f"{p.topic.name}[{p.index}]: {KafkaError(code).name()}"
                                  + (f": {msg}" if msg else ""))
+            moved = False
             if code in REFRESH_ERRORS:
                 self.cluster.metadata.mark_stale(p.topic.name)
-                leader = getattr(getattr(pr, "current_leader", None), "leader_id", -1)
+                current = getattr(pr, "current_leader", None)
+                leader = getattr(current, "leader_id", -1)
                 if leader is not None and leader >= 0 and leader != p.leader:
                     self.acc.move_leader(p, leader)
+                    # Resent at once when the leader is newer than what the metadata
+                    # knew (an answer naming an old one waits out the backoff: no
+                    # ping-pong between brokers that disagree).
+                    moved = self.cluster.metadata.learn_leader(
+                        p.topic.name, p.index, leader, current.leader_epoch)
             if self.idempotent and self._sequence_error(b, code, error, now):
                 continue
             self._retry_or_fail(b, error, now, refused=code in _REFUSALS and (
-                b.attempts == 1 or b in self.refused))
+                b.attempts == 1 or b in self.refused), at_once=moved)
 
     def _sequence_error(self, b: Batch, code: int, error: KafkaError, now: float) -> bool:
         """The idempotence errors (librdkafka's handling, KIP-360); False for the
@@ -368,9 +375,11 @@ class Sender:
         self._requeue(b, now)
 
     def _retry_or_fail(self, b: Batch, err: KafkaError, now: float,
-                       refused: bool = False) -> None:
+                       refused: bool = False, at_once: bool = False) -> None:
         """Send ``b`` again if ``err`` is retriable and retries and time allow, else fail
-        it. ``refused``: the broker refused every attempt (``b`` is not in the log)."""
+        it. ``refused``: the broker refused every attempt (``b`` is not in the log);
+        ``at_once``: without the retry backoff (the answer named the new leader,
+        KIP-951, as the Java client does)."""
         if b.done:
             return
         if err.retriable() and b.attempts <= self.retries and now < b.deadline:
@@ -380,13 +389,13 @@ class Sender:
                 self.refused.add(b)
             else:
                 self.refused.discard(b)   # it may have been appended this time
-            self._requeue(b, now)
+            self._requeue(b, now, at_once)
             return
         if err.retriable() and now >= b.deadline:
             err = KafkaError(KafkaError._MSG_TIMED_OUT, f"message timed out ({err.str()})")
         self._deliver(b, err, -1, -1, POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
 
-    def _requeue(self, b: Batch, now: float) -> None:
+    def _requeue(self, b: Batch, now: float, at_once: bool = False) -> None:
         """Back to the accumulator, to be resent after the retry backoff (doubling per
         attempt up to retry.backoff.max.ms); failed instead when its transaction is
         being aborted or must be (nothing of it will be sent, and a commit or abort
@@ -397,7 +406,8 @@ class Sender:
                                         "is aborted or must be"), -1, -1,
                           POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
             return
-        delay = min(self.backoff * (2 ** max(b.attempts - 1, 0)), self.backoff_max)
+        delay = 0.0 if at_once else min(self.backoff * (2 ** max(b.attempts - 1, 0)),
+                                        self.backoff_max)
         retry_at = now + delay
         self._requeued_at = _earliest(self._requeued_at, retry_at)
         self.acc.requeue(b, retry_at)

@@ -598,3 +598,37 @@ def test_batches_refused_by_a_leader_error_are_renumbered_by_a_bump():
     assert t.parts[0].ready[0] is a and not a.sent
     run(sender, 1.0)
     assert _sent(c) == [(4, 0, [b"a"])]
+
+
+def _refused_naming(c, leader, epoch):
+    """Answer c's oldest Produce: NOT_LEADER_OR_FOLLOWER naming ``leader`` at ``epoch``."""
+    req, cb, _ = c.sent.pop(0)
+    R = ProduceResponse
+    cb(R(responses=[R.TopicProduceResponse(name="t", partition_responses=[
+        R.PartitionProduceResponse(index=0, error_code=6, base_offset=-1,
+                                   current_leader=R.LeaderIdAndEpoch(leader_id=leader,
+                                                                     leader_epoch=epoch))])]),
+       None)
+
+
+def test_a_refusal_naming_a_newer_leader_is_resent_there_at_once():
+    """KIP-951: the batch goes to the named leader without the retry backoff (1 s here)
+    when the leader's epoch is newer than the metadata's; an answer naming an older or
+    the same epoch waits out the backoff (brokers that disagree cannot ping-pong it)."""
+    for epoch, at_once in ((6, True), (5, False)):
+        acc, sender, conns, reports, t = setup(nodes=(1, 2), **{
+            "retry.backoff.ms": 1000, "retry.backoff.max.ms": 1000})
+        md = sender.cluster.metadata
+        md.brokers = {1: ("h", 1, None), 2: ("h", 2, None)}
+        md.topics["t"] = TopicInfo("t", 0, [1], [5], [0], time.monotonic())
+        acc.produce("t", b"m", partition=0)
+        run(sender)
+        _refused_naming(conns[1], 2, epoch)
+        assert t.parts[0].leader == 2
+        run(sender, 0.001)
+        assert len(conns[2].sent) == (1 if at_once else 0), epoch
+        assert md.leader("t", 0) == (2 if at_once else 1)
+        run(sender, 1.1)
+        assert len(conns[2].sent) == 1
+        conns[2].answer(base=9)
+        assert [(r.error, r.base_offset) for r in reports] == [(None, 9)]

@@ -675,7 +675,8 @@ class Consumer(ClientBase):
         out = []
         for tp in tps:
             found = got[(tp.topic, tp.partition)]
-            res = TopicPartition(tp.topic, tp.partition, found.offset)
+            res = TopicPartition(tp.topic, tp.partition, found.offset, None,
+                                 found.leader_epoch if found.leader_epoch >= 0 else None)
             if found.error is not None:
                 res._set_error(found.error)
             out.append(res)

@@ -173,12 +173,13 @@ class AbortedTransaction(NamedTuple):
 
 
 class OffsetLookup(NamedTuple):
-    """One partition's ListOffsets answer: the offset and its record's timestamp, or the
-    error (offset and timestamp -1)."""
+    """One partition's ListOffsets answer: the offset, its record's timestamp and leader
+    epoch (-1: not known; v4+), or the error (offset and timestamp -1)."""
 
     offset: int
     timestamp: int
     error: Optional[KafkaError]
+    leader_epoch: int = -1
 
 
 def _lookup_failed(error: KafkaError) -> OffsetLookup:
@@ -488,8 +489,13 @@ class Fetcher:
                     part.reset = None
                     part.fetch_pos = off
                     part.app_pos = off
+                    # The leader's answer is a position in its log now: checked again
+                    # only when the leader changes (KIP-320).
+                    part.fetch_epoch = found.leader_epoch
+                    part.validated_epoch = md.leader_epoch(part.topic, part.partition)
             self.kick()
 
+        md = self.cluster.metadata
         self.list_offsets(want, done, timeout=None, isolation=self.isolation_level)
 
     def list_offsets(self, want: Dict[TopicPartitionKey, int],
@@ -539,7 +545,9 @@ class Fetcher:
                                 md.mark_stale(t.name)
                             results[key] = _lookup_failed(e)
                         else:
-                            results[key] = OffsetLookup(pr.offset, pr.timestamp, None)
+                            results[key] = OffsetLookup(
+                                pr.offset, pr.timestamp, None,
+                                getattr(pr, "leader_epoch", -1))
                 for topic, p in asked - seen:
                     results[(topic, p)] = _lookup_failed(KafkaError(
                         KafkaError._BAD_MSG, f"ListOffsets: no answer for {topic} [{p}]"))

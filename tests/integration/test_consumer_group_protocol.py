@@ -445,3 +445,26 @@ def test_patterns_follow_new_topics_and_a_member_can_subscribe_again(cluster, to
     poll_until(lambda: sorted((tp.topic, tp.partition) for tp in c.assignment())
                == [(second, p) for p in range(3)], "the new subscription")
     c.close()
+
+
+def test_members_keep_their_partitions_when_every_connection_is_cut(cluster, topic):
+    """Connections dropped under the members (heartbeats and fetches in flight): they
+    reconnect, say everything again in their next heartbeat, and keep their partitions
+    (no on_lost, no rebalance); nothing is read twice or missed."""
+    holders = Holders()
+    processed = defaultdict(list)
+    members = [Member("a", cluster, topic, topic, holders),
+               Member("b", cluster, topic, topic, holders)]
+    produce(cluster, topic, 0, 600)
+    drive(members, processed, lambda: spread(holders, members, [3, 3])
+          and len(processed) >= 600, 30, "3 + 3 and 600 read")
+    mark = len(holders.log)
+    for round_ in range(3):
+        cluster.cut_connections()
+        produce(cluster, topic, 600 + 200 * round_, 200)
+        drive(members, processed, lambda: len(processed) >= 800 + 200 * round_, 30,
+              "reading on after the cut")
+    assert holders.log[mark:] == [], holders.log[mark:]
+    assert exactly_once(processed, 1200)
+    for m in members:
+        m.close()

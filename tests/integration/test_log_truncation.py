@@ -121,3 +121,51 @@ def test_with_auto_offset_reset_error_the_partition_stops_until_a_seek(truncated
         assert [m.value() for m in read(c, 80)] == [b"new-%d" % i for i in range(80)]
     finally:
         c.close()
+
+
+def test_consume_arrow_raises_the_truncation_then_reads_on(truncated):
+    """consume_arrow() raises error events (after the rows before them): the
+    _LOG_TRUNCATION one too, and the rows after it are the new leader's."""
+    pytest.importorskip("pyarrow")
+    from kafka_client import KafkaException
+    cluster, tp, produce = truncated
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "auto.offset.reset": "earliest",
+                  "fetch.wait.max.ms": 50, "group.id": "trunc-arrow",
+                  "auto.commit.interval.ms": 100})
+    try:
+        c.assign([TopicPartition("trunc", 0, 0)])
+        rows = []
+        deadline = time.monotonic() + 30
+        while len(rows) < 100:
+            assert time.monotonic() < deadline
+            batch = c.consume_arrow(100, 0.1)
+            if batch is not None:
+                rows.extend(batch.column("value").to_pylist())
+        assert rows == [b"old-%d" % i for i in range(100)]
+        elect_broker_2(cluster, tp)
+        produce([b"new-%d" % i for i in range(80)])
+        errors, offsets, values = [], [], []
+        deadline = time.monotonic() + 30
+        while len(values) < 80:
+            assert time.monotonic() < deadline
+            try:
+                batch = c.consume_arrow(100, 0.1)
+            except KafkaException as exc:
+                errors.append(exc.args[0].code())
+                continue
+            if batch is not None:
+                offsets.extend(batch.column("offset").to_pylist())
+                values.extend(batch.column("value").to_pylist())
+        assert errors == [KafkaError._LOG_TRUNCATION]
+        assert list(zip(offsets, values)) == [(50 + i, b"new-%d" % i) for i in range(80)]
+        # committed with the records' leader epoch, back at the parting point's new end
+        deadline = time.monotonic() + 10
+        while True:
+            committed = c.committed([tp], timeout=10)[0]
+            if committed.offset == 130:
+                break
+            assert time.monotonic() < deadline, committed
+            c.poll(0.1)
+        assert committed.leader_epoch is not None and committed.leader_epoch >= 1
+    finally:
+        c.close()

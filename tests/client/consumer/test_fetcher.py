@@ -426,3 +426,22 @@ def test_a_not_leader_answer_naming_the_new_leader_is_fetched_there_at_once():
     md.learn_leader = lambda *a: False                    # an answer naming nobody newer
     fetcher._partition_error(part, 6, now, current)
     assert part.backoff_until >= now + 0.5
+
+
+def test_a_position_from_list_offsets_carries_its_leader_epoch_and_counts_as_checked():
+    """The leader's ListOffsets answer (v4+) is a position in its log now: it takes the
+    answer's epoch (for a later check, after a leader change) and is not checked again
+    under the same leader."""
+    from kafka_client.consumer.fetcher import OffsetLookup
+    from kafka_client.types import OFFSET_BEGINNING
+    from kafka_proto.messages import ApiKey
+    fetcher, conn, part = setup()
+    conn.versions = {ApiKey.FETCH: 12, ApiKey.OFFSET_FOR_LEADER_EPOCH: 4}
+    fetcher.cluster.metadata.epochs[("t", 0)] = 7
+    fetcher.list_offsets = lambda want, done, **kw: done(
+        {key: OffsetLookup(30, -1, None, 6) for key in want})
+    part.seek(OFFSET_BEGINNING)
+    fetcher.tick(time.monotonic())                  # resolves the position
+    assert (part.fetch_pos, part.fetch_epoch, part.validated_epoch) == (30, 6, 7)
+    fetcher.tick(time.monotonic())
+    assert [type(r).__name__ for r in conn.sent] == ["FetchRequest"]

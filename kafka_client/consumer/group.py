@@ -67,6 +67,9 @@ COORDINATOR_KEY_GROUP = 0
 #: How often the coordinator lookup looks for a ready connection when none comes up (one
 #: becoming ready wakes it at once: Cluster.retry_when_ready)
 FIND_POLL_S = 0.05
+#: How long the leader waits for the metadata of other members' topics before it assigns
+#: with what it knows (the answer that brings them wakes it at once)
+LEAD_METADATA_WAIT_S = 5.0
 
 
 def _first_version_with(request: Any, field: str) -> int:
@@ -225,6 +228,9 @@ class GroupCoordinator:
                                 else config["metadata.max.age.ms"]) / 1000.0
         self._next_pattern_refresh = 0.0
         self._app_pending = 0          # rebalance events the application has not run yet
+        #: the JoinGroup answer we lead with while the metadata of members' topics is
+        #: asked for (None: not waiting)
+        self._leading: Any = None
         self._op_token = 0             # bumped on every membership reset
         self._poll_exceeded = False
         self.on_assign: Optional[Callable] = None
@@ -843,8 +849,10 @@ class GroupCoordinator:
             self.member_id = ""
         self.generation = -1
 
-    def _lead(self, resp: Any, token: int, waited: float = 0.0) -> None:
-        """We lead: once the metadata covers every member's topics, run the assignor."""
+    def _lead(self, resp: Any, token: int, last_chance: bool = False) -> None:
+        """We lead: once the metadata covers every member's topics (the metadata answer
+        that brings them calls us again, see _on_metadata; ``last_chance``: after
+        LEAD_METADATA_WAIT_S, assign with what is known), run the assignor."""
         members = []
         topics: Set[str] = set()
         for m in resp.members:
@@ -858,11 +866,14 @@ class GroupCoordinator:
             topics.update(sub.topics)
         md = self.cluster.metadata
         missing = [t for t in topics if t not in md.topics]
-        if missing and waited < 5.0:
+        if missing and not last_chance:
             self.cluster.want_topics(missing)
             md.request(missing, fast=True)
-            self.io.call_later(0.05, self._lead_again, resp, token, waited + 0.05)
+            if self._leading is not resp:
+                self._leading = resp
+                self.io.call_later(LEAD_METADATA_WAIT_S, self._lead_again, resp, token, True)
             return
+        self._leading = None
         counts = {t: md.topics[t].partition_count for t in topics
                   if t in md.topics and md.topics[t].partition_count > 0}
         assignor = next((a for a in self.assignors if a.name == resp.protocol_name),
@@ -878,9 +889,9 @@ class GroupCoordinator:
             for mid, parts in plan.items()]
         self._sync(assignments, token)
 
-    def _lead_again(self, resp: Any, token: int, waited: float) -> None:
-        if token == self._op_token and self.state == SYNCING:
-            self._lead(resp, token, waited)
+    def _lead_again(self, resp: Any, token: int, last_chance: bool = False) -> None:
+        if self._leading is resp and token == self._op_token and self.state == SYNCING:
+            self._lead(resp, token, last_chance)
 
     def _sync(self, assignments: List[Any], token: int) -> None:
         req = SyncGroupRequest(group_id=self.group_id, generation_id=self.generation,
@@ -949,6 +960,8 @@ class GroupCoordinator:
         self.wake_app()
 
     def _on_metadata(self, changed: Any) -> None:
+        if self._leading is not None:
+            self._lead_again(self._leading, self._op_token)   # the topics may be known now
         if self.patterns is None or self.state != STABLE:
             return
         topics = self._subscribed_topics()

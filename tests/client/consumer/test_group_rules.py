@@ -265,3 +265,50 @@ def test_a_commit_answer_leaving_a_partition_out_did_not_commit_it():
     assert err is not None and err.code() == KafkaError.UNKNOWN_SERVER_ERROR
     assert [(tp.partition, tp.offset, tp.error and tp.error.code()) for tp in result] == [
         (0, 10, None), (1, 20, KafkaError.UNKNOWN_SERVER_ERROR)]
+
+
+def test_the_leader_assigns_when_the_metadata_of_other_members_topics_arrives():
+    """Another member subscribes to a topic the leader has no metadata for: the leader
+    asks for it and runs the assignor when the answer comes (the metadata listener),
+    not at its next look (it looked every 50 ms); without an answer it assigns with what
+    it knows after LEAD_METADATA_WAIT_S."""
+    from kafka_client.consumer.assignors import Subscription, encode_subscription
+    from kafka_client.consumer.group import LEAD_METADATA_WAIT_S, SYNCING
+    from kafka_client._cluster.metadata import TopicInfo
+    from kafka_proto.messages import JoinGroupResponse as J
+
+    cfg = ClientConfig.from_dict({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
+                                  "partition.assignment.strategy": "range"},
+                                 role="consumer")
+    asked = []
+    md = types.SimpleNamespace(topics={"t": TopicInfo("t", 0, [1], [0], [0], 0.0)},
+                               updates=1, request=lambda topics, **k: asked.append(topics))
+    io = FakeIO()
+    cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
+                                    on_metadata=[], on_broker_state=[], metadata=md,
+                                    want_topics=lambda topics: None)
+    g = GroupCoordinator(cfg, cluster, io, FakeOffsets(), lambda: None, lambda e: None)
+    synced = []
+    g._sync = lambda assignments, token: synced.append(assignments)
+    g.state = SYNCING
+
+    def member(mid, topics):
+        return J.JoinGroupResponseMember(member_id=mid, group_instance_id=None,
+                                         metadata=encode_subscription(
+                                             Subscription(topics=topics, user_data=None,
+                                                          owned_partitions=[]), 0))
+
+    resp = J(error_code=0, generation_id=1, protocol_type="consumer",
+             protocol_name="range", leader="a", member_id="a",
+             members=[member("a", ["t"]), member("b", ["u"])])
+    g._lead(resp, g._op_token)
+    assert asked == [["u"]] and synced == []
+    (timer,) = io.calls                             # the fallback, LEAD_METADATA_WAIT_S
+    assert timer[1][2] is True and LEAD_METADATA_WAIT_S == 5.0
+    md.topics["u"] = TopicInfo("u", 0, [1], [0], [0], 0.0)
+    for cb in cluster.on_metadata:                  # the metadata answer comes
+        cb({"u"})
+    (plan,) = synced
+    assert sorted(a.member_id for a in plan) == ["a", "b"]
+    timer[0](*timer[1])                             # the fallback, later: nothing more
+    assert len(synced) == 1

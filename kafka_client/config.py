@@ -764,11 +764,10 @@ def describe(name: str) -> Property:
 
 
 _NULLABLE = (STR, LOGGER, CALLABLE, PEM, MAPPING, ANY)
-#: Typed differently here than in librdkafka, where it is a string (None = default).
 #: Consumer properties of the classic group protocol only (the broker's with KIP-848)
 _CLASSIC_GROUP_ONLY = ("session.timeout.ms", "heartbeat.interval.ms",
                        "partition.assignment.strategy", "group.protocol.type")
-
+#: Typed differently here than in librdkafka, where it is a string (None = default).
 _NULLABLE_NAMES = frozenset(("partition.assignment.strategy", "group.protocol.type",
                              "topic.blacklist"))
 #: Strings librdkafka checks against a list of values: None is refused as an invalid

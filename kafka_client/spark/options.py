@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
+from kafka_client.config import describe
+from kafka_client.errors import KafkaException
 from kafka_client.types import OFFSET_BEGINNING, OFFSET_END
 
 __all__ = [
@@ -147,6 +149,13 @@ def _client_properties(opts: Dict[str, str], reserved: Dict[str, str]) -> Dict[s
     for name, why in reserved.items():
         if name in client:
             raise KafkaOptionError(f"option 'kafka.{name}' is not supported: {why}")
+    for name in client:
+        # A misspelt property fails here, on the driver, when the query is defined;
+        # values are checked where each client is made.
+        try:
+            describe(name)
+        except KafkaException as exc:
+            raise KafkaOptionError(f"option 'kafka.{name}': {exc.args[0].str()}") from None
     return client
 
 

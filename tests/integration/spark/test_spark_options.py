@@ -104,6 +104,17 @@ def test_write_options():
         parse_write_options(dict(BOOT, **{"kafka.transactional.id": "t1"}))
 
 
+def test_a_misspelt_client_property_fails_when_the_query_is_defined():
+    """Not in a task on an executor once the job runs: the option names the property and
+    what it probably meant."""
+    for parse in (lambda o: parse_read_options(dict(o, subscribe="t"), streaming=False),
+                  parse_write_options):
+        with pytest.raises(KafkaOptionError) as info:
+            parse(dict(BOOT, **{"kafka.fetch.wait.max.msec": "100"}))
+        assert "option 'kafka.fetch.wait.max.msec'" in str(info.value)
+        assert 'did you mean "fetch.wait.max.ms"' in str(info.value)
+
+
 def test_split_ranges_cover_each_offset_once():
     rng = random.Random(7)
     for _ in range(200):

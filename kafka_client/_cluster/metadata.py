@@ -219,9 +219,18 @@ class MetadataCache:
                 perrs[p.partition_index] = broker_code(p.error_code)
             old = self.topics.get(name)
             tid = getattr(t, "topic_id", None)
+            tid = tid if tid is not None and tid.int else None
+            if old is not None and tid is not None and old.topic_id == tid:
+                # A broker whose metadata lags names an older leader than one known
+                # (from another broker, or a NOT_LEADER answer, KIP-951): keep the newer,
+                # as the Java client does. (A topic deleted and made again has another
+                # id, and its epochs start over.)
+                for i in range(min(count, len(old.leaders))):
+                    if 0 <= epochs[i] < old.epochs[i]:
+                        leaders[i], epochs[i] = old.leaders[i], old.epochs[i]
+                        trouble = trouble or name in self.wanted
             code = broker_code(t.error_code)
-            info = TopicInfo(name, code, leaders, epochs, perrs, now,
-                             tid if tid is not None and tid.int else None)
+            info = TopicInfo(name, code, leaders, epochs, perrs, now, tid)
             if code and code != ErrorCode.LEADER_NOT_AVAILABLE and count == 0:
                 info.leaders = []
             if old is None or old.leaders != info.leaders or old.error != info.error:

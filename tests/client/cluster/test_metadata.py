@@ -140,3 +140,26 @@ def test_a_leader_named_in_an_answer_is_taken_when_its_epoch_is_newer():
     assert (md.leader("t", 0), md.leader_epoch("t", 0)) == (2, 4)
     assert (md.leader("t", 1), md.leader_epoch("t", 1)) == (1, 3)
     assert md.version > before
+
+
+def test_an_older_leader_epoch_from_a_lagging_broker_does_not_replace_a_newer_one():
+    import uuid
+
+    def with_epochs(leaders, epochs, topic_id):
+        resp = response({1: 9001, 2: 9002}, {"t": (0, leaders)})
+        for p, e in zip(resp.topics[0].partitions, epochs):
+            p.leader_epoch = e
+        resp.topics[0].topic_id = topic_id
+        return resp
+
+    tid = uuid.UUID(int=5)
+    md = MetadataCache()
+    md.update(with_epochs([1, 1], [3, 3], tid), 0.0, None)
+    assert md.learn_leader("t", 0, 2, 4)
+    md.update(with_epochs([1, 1], [3, 3], tid), 1.0, None)     # a broker that lags
+    assert (md.leader("t", 0), md.leader_epoch("t", 0)) == (2, 4)
+    assert (md.leader("t", 1), md.leader_epoch("t", 1)) == (1, 3)
+    md.update(with_epochs([1, 2], [5, 4], tid), 2.0, None)     # newer: taken
+    assert [md.leader("t", p) for p in (0, 1)] == [1, 2]
+    md.update(with_epochs([2, 2], [0, 0], uuid.UUID(int=6)), 3.0, None)  # made again
+    assert [md.leader_epoch("t", p) for p in (0, 1)] == [0, 0]

@@ -244,7 +244,6 @@ class Fetcher:
         self.committed_lookup: Optional[Callable[[List[PartitionState],
                                                   Callable[[Optional[Dict]], None]],
                                                  None]] = None
-        self.validations = 0    # OffsetForLeaderEpoch requests sent
         self.log = config.logger_for(_log.name)
         self.read_committed = config["isolation.level"] == "read_committed"
         self.isolation_level = READ_COMMITTED if self.read_committed else READ_UNCOMMITTED
@@ -641,7 +640,6 @@ class Fetcher:
                 partition=part.partition, current_leader_epoch=epoch,
                 leader_epoch=part.fetch_epoch))
         req = OffsetForLeaderEpochRequest(replica_id=-1, topics=list(topics.values()))
-        self.validations += 1
         conn.send(req, lambda resp, err: self._on_validated(check, resp, err),
                   version=version)
 
@@ -831,7 +829,6 @@ class Fetcher:
                 # Whatever a replica refuses (even OFFSET_OUT_OF_RANGE: it may lag the
                 # leader) goes to the leader, which decides.
                 self._back_to_leader(part, KafkaError(code).name())
-                part.backoff_until = now
                 return
             self._partition_error(part, code, now, getattr(pd, "current_leader", None))
             return

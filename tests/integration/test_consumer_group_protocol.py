@@ -360,7 +360,8 @@ def test_admin_describes_and_lists_consumer_groups_as_librdkafka_does(cluster, t
     classic.close()
 
 
-def test_members_keep_their_partitions_across_a_coordinator_move(cluster, topic):
+def two_members_reading(cluster, topic):
+    """Members a and b with three partitions each, having read the first 600 messages."""
     holders = Holders()
     processed = defaultdict(list)
     members = [Member("a", cluster, topic, topic, holders),
@@ -368,6 +369,11 @@ def test_members_keep_their_partitions_across_a_coordinator_move(cluster, topic)
     produce(cluster, topic, 0, 600)
     drive(members, processed, lambda: spread(holders, members, [3, 3])
           and len(processed) >= 600, 30, "3 + 3 and 600 read")
+    return holders, processed, members
+
+
+def test_members_keep_their_partitions_across_a_coordinator_move(cluster, topic):
+    holders, processed, members = two_members_reading(cluster, topic)
     old = cluster.coordinator(group=topic)
     new = next(b.id for b in cluster.brokers if b.id != old)
     since = cluster.clear_request_log()
@@ -451,13 +457,7 @@ def test_members_keep_their_partitions_when_every_connection_is_cut(cluster, top
     """Connections dropped under the members (heartbeats and fetches in flight): they
     reconnect, say everything again in their next heartbeat, and keep their partitions
     (no on_lost, no rebalance); nothing is read twice or missed."""
-    holders = Holders()
-    processed = defaultdict(list)
-    members = [Member("a", cluster, topic, topic, holders),
-               Member("b", cluster, topic, topic, holders)]
-    produce(cluster, topic, 0, 600)
-    drive(members, processed, lambda: spread(holders, members, [3, 3])
-          and len(processed) >= 600, 30, "3 + 3 and 600 read")
+    holders, processed, members = two_members_reading(cluster, topic)
     mark = len(holders.log)
     for round_ in range(3):
         cluster.cut_connections()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -551,8 +552,17 @@ def test_random_names_are_known_or_rejected_by_name(name):
     except KafkaException as exc:
         msg = exc.args[0].str()
         assert f'"{name}"' in msg
+    except TypeError as exc:
+        # A property whose value must be a dict (default.topic.config) refuses a string by type.
+        assert str(exc).startswith(f"{name} must be a dict")
     else:
         assert c.is_explicit(name)
+
+
+def test_topic_config_dict_given_a_string_is_refused_by_name():
+    for name in ("default.topic.config", "default_topic_conf"):
+        with pytest.raises(TypeError, match=f"^{re.escape(name)} must be a dict, not str$"):
+            ClientConfig.from_dict({name: "1"}, "producer")
 
 
 # --- generated docs ---

@@ -21,6 +21,15 @@ from kafka_proto.messages import (
 from kafka_proto.records import read_batch_header
 
 from ._api import RequestContext, error_answer, handles
+from ._fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    NO_SESSION,
+    FetchSession,
+    PartitionKey,
+    SessionPartition,
+    next_epoch,
+)
 from ._net import PLACEHOLDER, FileRegion
 from ._replica import AppendResult
 
@@ -192,8 +201,43 @@ def fetch_error(request: Any, version: int, code: int) -> Any:
         for t in request.topics])
 
 
+class _Wanted:
+    """A partition a Fetch reads: from the request, or from its incremental session."""
+
+    __slots__ = ("key", "topic", "topic_id", "name", "params")
+
+    def __init__(self, key: PartitionKey, topic: str, topic_id: Any, name: Optional[str],
+                 params: Any) -> None:
+        self.key = key
+        #: The answer's topic fields: the name before v13, the id from v13 on.
+        self.topic = topic
+        self.topic_id = topic_id
+        #: The topic's name (None: an unknown topic id).
+        self.name = name
+        #: ``FetchRequest.FetchPartition`` or a ``SessionPartition``: same attributes.
+        self.params = params
+
+
+class _Read:
+    """One partition's answer in the making."""
+
+    __slots__ = ("wanted", "data", "region", "summary")
+
+    def __init__(self, wanted: _Wanted, data: Any, region: Optional[FileRegion],
+                 summary: Optional[Dict[str, Any]]) -> None:
+        self.wanted = wanted
+        self.data = data
+        self.region = region
+        self.summary = summary
+
+
 class _FetchOperation:
     """One Fetch request, answered at once or when enough data is there.
+
+    KIP-227: the request's session metadata makes it sessionless (epoch -1), full (epoch
+    0: a session is made when it is answered, if the broker's cache has room) or
+    incremental (another epoch: the session's partitions are read, and only those with
+    something new are answered); see ``_fetch_sessions``.
 
     KIP-392: a consumer's Fetch v11+ is served by any replica, a follower up to its own
     high watermark (Kafka serves them whether or not a replica selector is configured);
@@ -218,53 +262,121 @@ class _FetchOperation:
         self.client_rack = req.rack_id if selector and self.follower is None and \
             self.version >= 11 else ""
         self.propagate_hw = selector and self.follower is not None
-        #: Per partition of the last read: the request log's summary, and the high
-        #: watermarks given to the fetching follower.
-        self.summary: Optional[List[Dict[str, Any]]] = None
+        #: The high watermarks given to the fetching follower by the last read.
         self.sent_hw: List[Tuple[Any, int]] = []
         self.hw_behind = False
         if ctx.log_entry is not None and self.version >= 11 and req.rack_id:
             ctx.note(rack_id=req.rack_id)
-        self.keys: List[Tuple[str, int]] = []
         self.timer = None
         self.done = False
-        controller = ctx.broker.controller
-        self.topics: List[Tuple[Any, Optional[str]]] = []
+        self.uses_topic_ids = self.version >= 13
+        self.requested: List[_Wanted] = []
         for t in req.topics:
-            if self.version >= 13:
-                info = controller.topics_by_id.get(t.topic_id)
-                name = info.name if info is not None else None
-            else:
-                name = t.topic
-            self.topics.append((t, name))
-            if name is not None:
-                self.keys.extend((name, p.partition) for p in t.partitions)
+            name = self._topic_name(t)
+            ref = t.topic_id if self.uses_topic_ids else t.topic
+            topic = "" if self.uses_topic_ids else t.topic
+            self.requested.extend(_Wanted((ref, p.partition), topic, t.topic_id, name, p)
+                                  for p in t.partitions)
+        self.forgotten: List[Tuple[PartitionKey, Optional[str]]] = []
+        for t in req.forgotten_topics_data:
+            name = self._topic_name(t)
+            ref = t.topic_id if self.uses_topic_ids else t.topic
+            self.forgotten.extend(((ref, p), name) for p in t.partitions)
+        #: What this Fetch reads, and the watch keys of the named ones.
+        self.wanted: List[_Wanted] = []
+        self.keys: List[Tuple[str, int]] = []
+        #: "sessionless", "full" or "incremental"; the incremental session, and the
+        #: epoch it must still expect when answered (else another request overtook it).
+        self.kind = "sessionless"
+        self.session: Optional[FetchSession] = None
+        self.expected_epoch = 0
+        self.session_log: Dict[str, Any] = {}
+
+    def _topic_name(self, t: Any) -> Optional[str]:
+        if not self.uses_topic_ids:
+            return t.topic
+        info = self.ctx.broker.controller.topics_by_id.get(t.topic_id)
+        return info.name if info is not None else None
 
     def start(self) -> None:
-        req = self.ctx.request
-        if req.session_id != 0:
-            self.ctx.respond(FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-                                           session_id=0))
+        error = self._open_session()
+        if error:
+            self.ctx.note(bytes=0, partitions=[])
+            self.session_log["response_id"] = NO_SESSION
+            self.ctx.respond(FetchResponse(error_code=error, session_id=NO_SESSION))
             return
+        self.keys = [(w.name, w.key[1]) for w in self.wanted if w.name is not None]
         if self.follower is not None:
             self._record_follower_offsets()
-        if self._try(final=req.max_wait_ms <= 0):
+        req = self.ctx.request
+        # Nothing to read is answered at once, as Kafka does.
+        if self._try(final=req.max_wait_ms <= 0 or not self.wanted):
             return
         broker = self.ctx.broker
         broker.watch(self.keys, self._wake)
         self.timer = broker.loop.call_later(req.max_wait_ms / 1000, self._expire)
 
+    def _open_session(self) -> int:
+        """Decide what the request is (KIP-227) and what it reads; the session error
+        that answers it instead, if any."""
+        req = self.ctx.request
+        cache = self.ctx.broker.fetch_sessions
+        session_id, epoch = req.session_id, req.session_epoch
+        if self.ctx.log_entry is not None:
+            # Filled in as the request is understood and answered.
+            self.session_log = {
+                "kind": "sessionless", "id": session_id, "epoch": epoch, "response_id": None,
+                "requested": [[w.name, w.key[1], w.params.fetch_offset]
+                              for w in self.requested],
+                "forgotten": [[name, key[1]] for key, name in self.forgotten]}
+            self.ctx.note(fetch_session=self.session_log)
+        self.wanted = self.requested
+        if epoch in (FINAL_EPOCH, INITIAL_EPOCH):
+            if session_id != NO_SESSION:
+                cache.remove(session_id)
+            self.kind = "full" if epoch == INITIAL_EPOCH else "sessionless"
+            self.session_log["kind"] = self.kind
+            return ErrorCode.NONE
+        self.kind = self.session_log["kind"] = "incremental"
+        session = cache.get(session_id)
+        if session is None:
+            return ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        if session.epoch != epoch:
+            return ErrorCode.INVALID_FETCH_SESSION_EPOCH
+        if session.uses_topic_ids != self.uses_topic_ids:
+            return ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
+        session.update([(w.key, w.topic, w.topic_id, w.params) for w in self.requested],
+                       [key for key, _name in self.forgotten])
+        if not session.partitions:
+            # Kafka closes a session left without partitions and answers sessionless.
+            cache.remove(session.id)
+            return ErrorCode.NONE
+        cache.touch(session)
+        session.epoch = next_epoch(session.epoch)
+        self.session = session
+        self.expected_epoch = session.epoch
+        by_id = self.ctx.broker.controller.topics_by_id
+        wanted = []
+        for key, sp in session.partitions.items():
+            if self.uses_topic_ids:
+                info = by_id.get(sp.topic_id)   # resolved on every read, as Kafka does
+                name = info.name if info is not None else None
+            else:
+                name = sp.topic
+            wanted.append(_Wanted(key, sp.topic, sp.topic_id, name, sp))
+        self.wanted = wanted
+        return ErrorCode.NONE
+
     def _record_follower_offsets(self) -> None:
         broker = self.ctx.broker
-        for t, name in self.topics:
-            if name is None:
+        for w in self.wanted:
+            if w.name is None:
                 continue
-            for p in t.partitions:
-                replica = broker.replicas.get((name, p.partition))
-                if replica is not None and replica.is_leader and \
-                        replica.check_epoch(p.current_leader_epoch) == ErrorCode.NONE:
-                    replica.on_follower_fetch(self.follower, p.fetch_offset,
-                                              p.log_start_offset)
+            p = w.params
+            replica = broker.replicas.get((w.name, p.partition))
+            if replica is not None and replica.is_leader and \
+                    replica.check_epoch(p.current_leader_epoch) == ErrorCode.NONE:
+                replica.on_follower_fetch(self.follower, p.fetch_offset, p.log_start_offset)
 
     def _wake(self) -> None:
         if self.ctx.conn.closed:
@@ -287,61 +399,101 @@ class _FetchOperation:
             self.timer = None
 
     def _try(self, final: bool) -> bool:
-        response, regions, ready = self._read()
+        reads, ready = self._read()
         if not (ready or final):
             return False
         self._finish()
         for replica, hw in self.sent_hw:
             replica.high_watermark_sent(self.follower, hw)
-        self.ctx.note(bytes=sum(r.size for r in regions))
-        if self.summary is not None:
-            self.ctx.note(partitions=self.summary)
-        self.ctx.respond(response, regions)
+        self._answer(reads)
         return True
 
-    def _read(self) -> Tuple[Any, List[FileRegion], bool]:
+    def _answer(self, reads: List[_Read]) -> None:
+        session_id = NO_SESSION
+        if self.kind == "full" and self.ctx.request.session_epoch == INITIAL_EPOCH:
+            session_id = self._create_session(reads)
+        elif self.session is not None:
+            session = self.session
+            session_id = session.id
+            if session.epoch != self.expected_epoch:
+                # Another request of the session was served while this one waited.
+                self.session_log["response_id"] = session_id
+                self.ctx.note(bytes=0, partitions=[])
+                self.ctx.respond(FetchResponse(error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                                               session_id=session_id))
+                return
+            included = []
+            for r in reads:
+                sp = r.wanted.params
+                if sp.must_answer(r.data, r.region.size if r.region is not None else 0):
+                    sp.remember(r.data)
+                    session.move_to_end(r.wanted.key)
+                    included.append(r)
+            reads = included
+        self.session_log["response_id"] = session_id
+        topics: List[Any] = []
+        for r in reads:
+            w = r.wanted
+            last = topics[-1] if topics else None
+            # Consecutive partitions of a topic share its entry, as in Kafka's answers.
+            if last is None or last.topic != w.topic or last.topic_id != w.topic_id:
+                last = FetchResponse.FetchableTopicResponse(topic=w.topic, topic_id=w.topic_id,
+                                                            partitions=[])
+                topics.append(last)
+            last.partitions.append(r.data)
+        regions = [r.region for r in reads if r.region is not None]
+        self.ctx.note(bytes=sum(region.size for region in regions))
+        if self.ctx.log_entry is not None:
+            self.ctx.note(partitions=[r.summary for r in reads])
+        self.ctx.respond(FetchResponse(session_id=session_id, responses=topics), regions)
+
+    def _create_session(self, reads: List[_Read]) -> int:
+        partitions: Dict[PartitionKey, SessionPartition] = {}
+        for r in reads:
+            w = r.wanted
+            sp = SessionPartition(w.topic, w.topic_id, w.params)
+            sp.remember(r.data)
+            partitions[w.key] = sp
+        session = self.ctx.broker.fetch_sessions.create(partitions, self.uses_topic_ids,
+                                                        self.follower is not None)
+        return session.id if session is not None else NO_SESSION
+
+    def _read(self) -> Tuple[List[_Read], bool]:
         ctx = self.ctx
         req = ctx.request
         total = 0
-        regions: List[FileRegion] = []
         urgent = False
         max_bytes = req.max_bytes   # the decoder gives 2**31-1 for versions without it
-        topics = []
-        summary = self.summary = [] if ctx.log_entry is not None else None
+        logged = ctx.log_entry is not None
+        reads: List[_Read] = []
         self.sent_hw = []
         self.hw_behind = False
-        for t, name in self.topics:
-            parts = []
-            for p in t.partitions:
-                if name is None:
-                    parts.append(_fetch_partition(p.partition, ErrorCode.UNKNOWN_TOPIC_ID))
-                    urgent = True
-                    if summary is not None:
-                        summary.append({"topic": None, "partition": p.partition,
-                                        "fetch_offset": p.fetch_offset,
-                                        "error": int(ErrorCode.UNKNOWN_TOPIC_ID)})
-                    continue
-                data, region, role = self._read_partition(name, p, max_bytes - total,
-                                                          total == 0)
-                if data.error_code or (data.diverging_epoch.epoch >= 0 or
-                                       data.diverging_epoch.end_offset >= 0) or \
-                        data.preferred_read_replica >= 0:
-                    urgent = True
-                if region is not None:
-                    regions.append(region)
-                    total += region.size
-                parts.append(data)
-                if summary is not None:
-                    summary.append({"topic": name, "partition": p.partition,
-                                    "fetch_offset": p.fetch_offset,
-                                    "error": int(data.error_code), "replica": role,
-                                    "high_watermark": data.high_watermark,
-                                    "bytes": region.size if region is not None else 0,
-                                    "preferred_read_replica": data.preferred_read_replica})
-            topics.append(FetchResponse.FetchableTopicResponse(
-                topic=t.topic if self.version < 13 else "", topic_id=t.topic_id, partitions=parts))
-        response = FetchResponse(session_id=0, responses=topics)
-        return response, regions, urgent or self.hw_behind or total >= req.min_bytes
+        for w in self.wanted:
+            p = w.params
+            if w.name is None:
+                urgent = True
+                reads.append(_Read(w, _fetch_partition(p.partition, ErrorCode.UNKNOWN_TOPIC_ID),
+                                   None, {"topic": None, "partition": p.partition,
+                                          "fetch_offset": p.fetch_offset,
+                                          "error": int(ErrorCode.UNKNOWN_TOPIC_ID)}
+                                   if logged else None))
+                continue
+            data, region, role = self._read_partition(w.name, p, max_bytes - total, total == 0)
+            if data.error_code or (data.diverging_epoch.epoch >= 0 or
+                                   data.diverging_epoch.end_offset >= 0) or \
+                    data.preferred_read_replica >= 0:
+                urgent = True
+            if region is not None:
+                total += region.size
+            summary = None
+            if logged:
+                summary = {"topic": w.name, "partition": p.partition,
+                           "fetch_offset": p.fetch_offset, "error": int(data.error_code),
+                           "replica": role, "high_watermark": data.high_watermark,
+                           "bytes": region.size if region is not None else 0,
+                           "preferred_read_replica": data.preferred_read_replica}
+            reads.append(_Read(w, data, region, summary))
+        return reads, urgent or self.hw_behind or total >= req.min_bytes
 
     def _read_partition(self, topic: str, p: Any, budget: int,
                         first: bool) -> Tuple[Any, Optional[FileRegion], Optional[str]]:

@@ -43,6 +43,7 @@ from . import _api_admin, _api_data, _consumer_groups, _groups, _sasl, _txn  # n
 from ._api import ERROR_ANSWERS, HANDLERS, SUPPORTED_VERSIONS, RequestContext, served_api_versions
 from ._api_data import produce_summary
 from ._controller import PartitionInfo, TopicInfo
+from ._fetch_sessions import FetchSessionCache
 from ._fetcher import ReplicaFetcherManager
 from ._net import PLACEHOLDER, FileRegion, Loop, StreamConnection
 from ._replica import Replica
@@ -180,6 +181,10 @@ class Broker:
         #: The periodic timers, by job (each re-armed when it fires).
         self._timers: Dict[str, Any] = {}
         self.fetch_via_sendfile = True
+        #: KIP-227 incremental fetch sessions: the broker's, whatever the connection.
+        self.fetch_sessions = FetchSessionCache(
+            self.settings["max.incremental.fetch.session.cache.slots"],
+            self.settings["min.incremental.fetch.session.eviction.ms"])
 
     @property
     def controller(self):
@@ -245,6 +250,7 @@ class Broker:
             replica.close()
         self.replicas.clear()
         self._watchers.clear()
+        self.fetch_sessions.clear()   # kept in memory only, as Kafka's
         self.controller.broker_stopped(self.broker_id)
         self.server.groups.coordinator_moved()
 

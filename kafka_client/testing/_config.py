@@ -155,6 +155,12 @@ _BROKER = [
     ConfigDef("replica.selector.class", "str", "",
               lambda v: None if v.strip() in _REPLICA_SELECTORS else
               f"must be empty, {RACK_AWARE_SELECTOR} or rack"),
+    # KIP-227: the incremental fetch sessions each broker keeps (0: none, every Fetch is
+    # answered sessionless).
+    ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, _at_least(0)),
+    # Not a Kafka property: Kafka's brokers fix this at 2 minutes (how long a session must
+    # be idle, or have lived, before a new one may take its place); tests shorten it.
+    ConfigDef("min.incremental.fetch.session.eviction.ms", "long", 120_000, _at_least(0)),
 ]
 
 TOPIC_CONFIGS: Dict[str, ConfigDef] = {c.name: c for c in _TOPIC}

@@ -254,6 +254,21 @@ class ControlOps:
         brokers = [self._broker(broker)] if broker is not None else self.server.brokers.values()
         return sum(b.cut_connections() for b in brokers)
 
+    def op_evict_fetch_sessions(self, broker: Optional[int] = None) -> int:
+        brokers = [self._broker(broker)] if broker is not None else self.server.brokers.values()
+        return sum(b.fetch_sessions.clear() for b in brokers)
+
+    def op_fetch_sessions(self, broker: int) -> List[Dict[str, Any]]:
+        by_id = self.server.controller.topics_by_id
+
+        def topic_name(p: Any) -> Optional[str]:
+            if p.topic:
+                return p.topic
+            info = by_id.get(p.topic_id)
+            return info.name if info is not None else None
+
+        return self._broker(broker).fetch_sessions.describe(topic_name)
+
     def op_clear_faults(self) -> None:
         self.server.faults.clear()
 

@@ -473,6 +473,19 @@ class Cluster:
         """Close every client connection of ``broker`` (or of all brokers)."""
         return self._call("cut_connections", broker=broker)
 
+    def evict_fetch_sessions(self, broker: Optional[int] = None) -> int:
+        """Drop the incremental fetch sessions (KIP-227) of ``broker`` (or of every
+        broker), as a broker evicting them would: the next incremental Fetch of each gets
+        FETCH_SESSION_ID_NOT_FOUND. Returns how many were dropped."""
+        return self._call("evict_fetch_sessions", broker=broker)
+
+    def fetch_sessions(self, broker: int) -> List[Dict[str, Any]]:
+        """The incremental fetch sessions ``broker`` holds, oldest first: ``{"id",
+        "epoch"`` (the epoch its next request must carry), ``"topic_ids"`` (made by a
+        Fetch v13+), ``"partitions"``: ``[[topic, partition, fetch_offset], ...]`` in the
+        order they are read (the topic None for an unknown topic id)``}``."""
+        return self._call("fetch_sessions", broker=broker)
+
     def clear_faults(self) -> None:
         """Forget injected errors and latencies."""
         self._call("clear_faults")

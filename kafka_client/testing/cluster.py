@@ -109,8 +109,15 @@ class RequestLogEntry:
     ``"bad_frame"``, ``"unsupported_version"``, ``"authenticated"``). ``details`` holds
     what the handler noted: for Produce, ``details["partitions"]`` lists per partition
     the topic, partition, producer id and epoch, base sequence, record count, error and
-    offset; for events, ``details["detail"]`` says what happened (a closed connection's
-    reason)."""
+    offset; for a Fetch, ``details["partitions"]`` lists the partitions of the answer
+    (an incremental answer's only; per partition topic, partition, fetch_offset, error,
+    replica, high_watermark, bytes, preferred_read_replica), ``details["bytes"]`` the
+    record bytes sent, and ``details["fetch_session"]`` the KIP-227 session:
+    ``{"kind": "sessionless" | "full" | "incremental", "id": request session id,
+    "epoch": request session epoch, "response_id": answer's session id (None while
+    waiting), "requested": [[topic, partition, fetch_offset], ...] (named in the request,
+    topic None for an unknown topic id), "forgotten": [[topic, partition], ...]}``; for
+    events, ``details["detail"]`` says what happened (a closed connection's reason)."""
 
     seq: int
     kind: str

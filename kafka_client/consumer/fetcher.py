@@ -29,6 +29,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from kafka_client._net.connection import DISCONNECTED
+from kafka_client.consumer.fetch_session import FetchPlan, FetchSession, SessionPartition
 from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_client.types import (
     OFFSET_BEGINNING,
@@ -74,6 +75,35 @@ TopicPartitionKey = Tuple[str, int]
 
 def _earliest(a: Optional[float], b: float) -> float:
     return b if a is None or b < a else a
+
+
+def _fetch_topics(partitions: List[SessionPartition]) -> List[Any]:
+    """A Fetch's topics for ``partitions`` (by id when they carry one: Fetch v13+)."""
+    topics: Dict[Any, Any] = {}
+    for p in partitions:
+        ft = topics.get(p.topic)
+        if ft is None:
+            ft = topics[p.topic] = FetchRequest.FetchTopic(topic=p.topic, partitions=[]) \
+                if p.topic_id is None else FetchRequest.FetchTopic(topic_id=p.topic_id,
+                                                                   partitions=[])
+        ft.partitions.append(FetchRequest.FetchPartition(
+            partition=p.partition, current_leader_epoch=p.current_leader_epoch,
+            fetch_offset=p.fetch_offset, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=p.max_bytes))
+    return list(topics.values())
+
+
+def _forgotten_topics(partitions: List[SessionPartition]) -> List[Any]:
+    """An incremental Fetch's partitions to drop from the session, by topic."""
+    topics: Dict[Any, Any] = {}
+    for p in partitions:
+        ft = topics.get(p.session_key[0])
+        if ft is None:
+            ft = topics[p.session_key[0]] = FetchRequest.ForgottenTopic(
+                topic=p.topic, partitions=[]) if p.topic_id is None \
+                else FetchRequest.ForgottenTopic(topic_id=p.topic_id, partitions=[])
+        ft.partitions.append(p.partition)
+    return list(topics.values())
 
 
 class PartitionState:
@@ -276,6 +306,8 @@ class Fetcher:
         #: broker that holds would answer as soon as it comes), an idle partition costs
         #: one Fetch per fetch.wait.max.ms.
         self._node_hold: Dict[int, float] = {}
+        #: (node, lane) -> that connection's fetch session (KIP-227)
+        self._sessions: Dict[Tuple[int, int], FetchSession] = {}
         #: node id -> how many Fetch answers in a row came at once with nothing
         self._empty_streak: Dict[int, int] = {}
         #: node id -> since when a Fetch to it is put off: every partition it would
@@ -723,54 +755,67 @@ class Fetcher:
             # Fetch v13+ names topics by id; some brokers (noida-db) advertise v13 but
             # report no ids: then stay on v12, which names them.
             version = 12
-        topics: Dict[str, Any] = {}
+        wanted: List[SessionPartition] = []
         sent: List[Tuple[PartitionState, int, int]] = []
         with self.lock:
             for part in parts:
                 if not part.assigned or part.fetch_pos < 0 or part.paused \
                         or part.fetching == part.version:
                     continue
-                info = infos[part.topic]
-                ft = topics.get(part.topic)
-                if ft is None:
-                    if version >= 13:
-                        ft = FetchRequest.FetchTopic(topic_id=info.topic_id, partitions=[])
-                    else:
-                        ft = FetchRequest.FetchTopic(topic=part.topic, partitions=[])
-                    topics[part.topic] = ft
                 if part.max_bytes <= 0:
                     part.max_bytes = self.partition_max_bytes
-                epoch = md.leader_epoch(part.topic, part.partition)
-                ft.partitions.append(FetchRequest.FetchPartition(
-                    partition=part.partition, current_leader_epoch=epoch,
-                    fetch_offset=part.fetch_pos, last_fetched_epoch=-1, log_start_offset=-1,
-                    partition_max_bytes=part.max_bytes))
+                wanted.append(SessionPartition(
+                    part.topic, infos[part.topic].topic_id if version >= 13 else None,
+                    part.partition, part.fetch_pos,
+                    md.leader_epoch(part.topic, part.partition), part.max_bytes))
                 part.fetching = part.version
                 sent.append((part, part.version, part.fetch_pos))
         if not sent:
             return
+        session = self._sessions.get((node, lane))
+        if session is None:
+            session = self._sessions[(node, lane)] = FetchSession()
+        plan = session.plan(wanted, version)
         req = FetchRequest(
             replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=self.min_bytes,
             max_bytes=self.max_bytes, isolation_level=self.isolation_level,
-            session_id=0, session_epoch=-1, topics=list(topics.values()),
-            forgotten_topics_data=[], rack_id=self.rack)
+            session_id=plan.session_id, session_epoch=plan.epoch,
+            topics=_fetch_topics(plan.send), forgotten_topics_data=_forgotten_topics(plan.forget),
+            rack_id=self.rack)
         self._busy.add((node, lane))
         self.fetch_requests += 1
         wait = max_wait_ms / 1000.0
         timeout = conn.settings.request_timeout + wait
         sent_at = time.monotonic()
         conn.send(req, lambda resp, err: self._on_fetch(node, sent, resp, err, sent_at, wait,
-                                                        lane),
+                                                        lane, session, plan),
                   version=version, timeout=timeout)
 
     def _on_fetch(self, node: int, sent: List[Tuple[PartitionState, int, int]], resp: Any,
                   err: Optional[KafkaError], sent_at: float = 0.0,
-                  wait: Optional[float] = None, lane: int = 0) -> None:
+                  wait: Optional[float] = None, lane: int = 0,
+                  session: Optional[FetchSession] = None,
+                  plan: Optional[FetchPlan] = None) -> None:
         self._busy.discard((node, lane))
         now = time.monotonic()
         md = self.cluster.metadata
-        if err is None and getattr(resp, "error_code", ErrorCode.NONE):
-            err = client_error(broker_code(resp.error_code), "Fetch")
+        code = ErrorCode.NONE if err is not None else getattr(resp, "error_code", ErrorCode.NONE)
+        if session is not None and plan is not None:
+            if err is not None:
+                session.failed()
+            elif not session.answered(plan, getattr(resp, "session_id", 0), code):
+                # The session's own trouble (evicted, out of step): not the partitions'.
+                # Fetch them again at once, with a full Fetch.
+                self.log.debug("Fetch session %d on broker %d dropped: %s; fetching in "
+                               "full", plan.session_id, node, KafkaError(code).name())
+                with self.lock:
+                    for part, version, _pos in sent:
+                        if part.fetching == version:
+                            part.fetching = -1
+                self.io.wake()
+                return
+        if code:
+            err = client_error(broker_code(code), "Fetch")
         if err is not None:
             with self.lock:
                 for part, version, _pos in sent:
@@ -796,6 +841,7 @@ class Fetcher:
                 name = names_by_id.get(t.topic_id)
             for pd in t.partitions:
                 answers[(name, pd.partition_index)] = pd
+        incremental = plan is not None and plan.incremental
         if wait is None:
             wait = self.max_wait_ms / 1000.0
         if now - sent_at < wait / 2 and not any(
@@ -815,13 +861,21 @@ class Fetcher:
                 if part.version != version or not part.assigned:
                     continue  # seeked or unassigned meanwhile: the answer is stale
                 pd = answers.get(part.key)
-                if pd is None:
+                if pd is None and not incremental:
                     continue
+                # Left out of an incremental answer: nothing new since the session last
+                # told us (no records at the position, the same offsets).
                 self._handle_partition(part, version, pos, pd, now, node)
 
     def _handle_partition(self, part: PartitionState, version: int, pos: int, pd: Any,
                           now: float, node: int = -1) -> None:
-        """Lock held: one partition's answer from broker ``node``."""
+        """Lock held: one partition's answer from broker ``node``; ``pd`` None: left out
+        of an incremental answer (nothing new: no records, the offsets last told)."""
+        if pd is None:
+            part.last_error = None
+            if part.end_check is None or not self._fix_end(part, None):
+                self._report_eof(part, version)
+            return
         code = broker_code(pd.error_code)
         from_replica = part.read_replica >= 0 and part.read_replica == node
         if code:
@@ -878,6 +932,11 @@ class Fetcher:
             return
         if batches:
             self._queue_chunk(part, version, batches, pos, pd, count, new_pos)
+        self._report_eof(part, version)
+
+    def _report_eof(self, part: PartitionState, version: int) -> None:
+        """Lock held: after an answer for the partition, _PARTITION_EOF if its position
+        reached the end and none was reported there yet (enable.partition.eof)."""
         if self.partition_eof:
             end = part.lso if self.read_committed and part.lso >= 0 else part.hw
             if part.fetch_pos >= end >= 0 and part.eof_offset != part.fetch_pos:
@@ -1000,5 +1059,20 @@ class Fetcher:
                     part.committed = offset
 
     def close(self) -> None:
+        """I/O thread (the client's shutdown): stop fetching, and close the fetch
+        sessions on brokers whose connection is idle (a Fetch of the session's id with
+        the final epoch; not waited for) so that their slots are free at once rather
+        than when the broker evicts them."""
         self.closed = True
         self.io.remove_tick(self.tick)
+        for (node, _lane), session in self._sessions.items():
+            closing = session.closing_epoch()
+            conn = self.cluster.conns.get(node)
+            if closing is None or conn is None or not conn.ready or (node, 0) in self._busy:
+                continue
+            session_id, epoch = closing
+            conn.send(FetchRequest(
+                replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=self.max_bytes,
+                isolation_level=self.isolation_level, session_id=session_id,
+                session_epoch=epoch, topics=[], forgotten_topics_data=[], rack_id=self.rack),
+                lambda resp, err: None)

@@ -843,14 +843,17 @@ def check_consumer(data: bytes) -> None:
     (none, none, END, tail 3), bit 7 one more assigned partition the answer leaves out);
     byte 2 = bits 0-1 decompression cap per batch, bits 2-3 where fetching starts (0, the
     first batch's base offset + d, the high watermark + d, |d|), bits 4-5 the row limit of
-    the resumed column decoding; byte 3 = d (int8); then the FetchResponse body.
+    the resumed column decoding, bit 6 the answer is to an incremental Fetch of an open
+    fetch session (KIP-227: a partition it leaves out has nothing new); byte 3 = d
+    (int8); then the FetchResponse body.
 
     A body that does not decode is rejected (codec error). Otherwise the Fetcher must not
     raise; it gets a PartitionState for each partition of the answer (topics named by the
     answer, or by id from a MetadataCache filled from it) and delivers Chunks and Events.
     Checked: chunks start at the fetch position with batches in increasing order, the
     position never moves backwards (except to a tail, and on errors), the queue counters
-    match; decoding completes or raises KafkaProtocolError, offsets are at least the
+    match; an answer with a fetch-session error leaves every partition as it was, to be
+    fetched again at once; decoding completes or raises KafkaProtocolError, offsets are at least the
     chunk's start and strictly increasing, objects and columns give the same rows and fail
     at the same record, and the rows are those of an independent reference model (no
     control record, no record of an aborted transaction with read_committed, none
@@ -860,6 +863,11 @@ def check_consumer(data: bytes) -> None:
     """
     import kafka_proto.records as records_mod
     from kafka_client._cluster.metadata import MetadataCache, TopicInfo
+    from kafka_client.consumer.fetch_session import (
+        SESSION_ERRORS,
+        FetchSession,
+        SessionPartition,
+    )
     from kafka_client.consumer.fetcher import Chunk, Event, Fetcher, PartitionState
     from kafka_client.errors import KafkaError
     from kafka_proto.messages import FetchResponse
@@ -874,6 +882,7 @@ def check_consumer(data: bytes) -> None:
     cap = _CONSUMER_LIMITS[data[2] & 3]
     start_mode = (data[2] >> 2) & 3
     resume_limit = _RESUME_LIMITS[(data[2] >> 4) & 3]
+    incremental = bool(data[2] & 0x40)
     delta = struct.unpack("b", data[3:4])[0]
     try:
         resp = FetchResponse.decode(data[4:], version)
@@ -951,8 +960,22 @@ def check_consumer(data: bytes) -> None:
     fetch_log = logging.getLogger("kafka_client.consumer.fetcher")
     log_was = fetch_log.disabled
     fetch_log.disabled = True  # its warnings about failed fetches, once per input
+    session = plan = None
+    if incremental:
+        # A session already open (id 1, one answer in): what it holds is what was asked.
+        session = FetchSession()
+        held = [SessionPartition(name, None, p, pos, -1, 1 << 20)
+                for (name, p), pos in wanted.items()]
+        session.answered(session.plan(held, version), 1, 0)
+        plan = session.plan(held, version)
+        incremental = plan.incremental        # not before Fetch v7
     try:
-        fetcher._on_fetch(1, sent, resp, None)  # must not raise
+        fetcher._on_fetch(1, sent, resp, None, session=session, plan=plan)  # must not raise
+        session_error = incremental and resp.error_code in SESSION_ERRORS
+        if session_error and (delivered or session.next_epoch != 0 or any(
+                part.backoff_until for part, _v, _p in sent)):
+            _fail("a fetch-session error delivered something, kept the session or backed "
+                  "off")
 
         # -- what the Fetcher did
         answers = {}
@@ -976,7 +999,12 @@ def check_consumer(data: bytes) -> None:
             pd = answers.get(part.key)
             mine = chunks.get(part.key, [])
             if pd is None or resp.error_code:
-                if mine or part.fetch_pos != pos:
+                # Left out of an incremental answer: the position may only move to a tail
+                # being checked (nothing after it came back).
+                moved = part.fetch_pos != pos and not (
+                    incremental and pd is None and not resp.error_code and end_check
+                    and part.fetch_pos == max(0, pos - end_check))
+                if mine or moved:
                     _fail(f"{part.key}: no answer, but data or a new position")
                 continue
             if pd.error_code:

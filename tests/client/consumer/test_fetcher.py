@@ -445,3 +445,204 @@ def test_a_position_from_list_offsets_carries_its_leader_epoch_and_counts_as_che
     assert (part.fetch_pos, part.fetch_epoch, part.validated_epoch) == (30, 6, 7)
     fetcher.tick(time.monotonic())
     assert [type(r).__name__ for r in conn.sent] == ["FetchRequest"]
+
+
+# ---------------------------------------------------------- fetch sessions (KIP-227)
+def _records(base, count):
+    from kafka_proto.records import RecordBatchBuilder
+    b = RecordBatchBuilder()
+    for i in range(count):
+        b.append(b"v%d" % (base + i))
+    return b.build(base)
+
+
+def _session_answer(session_id, parts=(), error=0):
+    """A Fetch answer: ``parts`` is [(partition, high watermark, records bytes)]."""
+    from kafka_proto.messages import FetchResponse as R
+    return R(throttle_time_ms=0, error_code=error, session_id=session_id, responses=[
+        R.FetchableTopicResponse(topic="t", partitions=[R.PartitionData(
+            partition_index=p, error_code=0, high_watermark=hw, last_stable_offset=hw,
+            log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1,
+            records=data) for p, hw, data in parts])] if parts else [])
+
+
+def in_session(delivered=None, version=12, **conf):
+    """Two partitions of "t" led by broker 1; every request captured with its callback.
+    Answers without records come at once here, which would hold the next Fetch back
+    (Fetcher._node_hold, for brokers that do not wait): each tick() is preceded by a
+    kick(), as an assignment or a seek does."""
+    from kafka_proto.messages import ApiKey
+    fetcher, conn, p0 = setup(delivered, **conf)
+    p1 = PartitionState("t", 1)
+    p1.seek(0)
+    fetcher.parts[p1.key] = p1
+    fetcher.cluster.metadata.leaders[("t", 1)] = 1
+    conn.versions = {ApiKey.FETCH: version}
+    sent = []
+    conn.send = lambda req, cb, **kw: sent.append((req, cb))
+    return fetcher, p0, p1, sent
+
+
+def _named(req):
+    return sorted((t.topic, p.partition, p.fetch_offset) for t in req.topics
+                  for p in t.partitions)
+
+
+def test_the_first_fetch_opens_a_session_and_the_next_names_only_what_changed():
+    delivered = []
+    fetcher, p0, p1, sent = in_session(delivered, **{"enable.partition.eof": True})
+
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    req, answer = sent[-1]
+    assert (req.session_id, req.session_epoch) == (0, 0)
+    assert _named(req) == [("t", 0, 0), ("t", 1, 0)]
+    answer(_session_answer(77, [(0, 3, _records(0, 3)), (1, 0, b"")]), None)
+    assert (p0.fetch_pos, p1.fetch_pos) == (3, 0)
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    req, answer = sent[-1]
+    # Partition 1 is unchanged: the broker's session holds it, the request leaves it out.
+    assert (req.session_id, req.session_epoch) == (77, 1)
+    assert _named(req) == [("t", 0, 3)] and req.forgotten_topics_data == []
+    before = len(delivered)
+    answer(_session_answer(77, [(1, 2, _records(0, 2))]), None)
+    got = [(type(i).__name__, i.part.partition) for i in delivered[before:]]
+    assert got == [("Chunk", 1), ("Event", 1)]      # partition 1's records, then its EOF
+    assert p0.fetching == -1 and p0.backoff_until == 0.0 and p0.fetch_pos == 3
+    with fetcher.lock:
+        p0.seek(3)           # where it is: re-arms _PARTITION_EOF, the session's offset
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    req, answer = sent[-1]
+    assert (req.session_id, req.session_epoch) == (77, 2) and _named(req) == [("t", 1, 2)]
+    before = len(delivered)
+    answer(_session_answer(77), None)
+    # Both left out: nothing new. Partition 0's position is its end (high watermark 3,
+    # as last told): one _PARTITION_EOF, as a full answer would give.
+    (eof,) = delivered[before:]
+    assert eof.part is p0 and eof.message.error().code() == KafkaError._PARTITION_EOF
+    assert eof.message.offset() == 3
+
+
+def test_a_partition_left_out_of_the_next_fetch_is_forgotten_by_the_session():
+    fetcher, p0, p1, sent = in_session()
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    sent[-1][1](_session_answer(5, [(0, 0, b""), (1, 0, b"")]), None)
+    with fetcher.lock:
+        p1.paused = True
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    req, answer = sent[-1]
+    assert req.session_epoch == 1 and req.topics == []
+    assert [(f.topic, f.partitions) for f in req.forgotten_topics_data] == [("t", [1])]
+    answer(_session_answer(5), None)
+    with fetcher.lock:
+        p1.paused = False
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    req, _ = sent[-1]
+    assert req.session_epoch == 2 and _named(req) == [("t", 1, 0)]
+
+
+def test_an_evicted_session_is_fetched_again_at_once_in_full():
+    from kafka_proto.errors import ErrorCode
+    for code, next_id in ((ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0),
+                          (ErrorCode.INVALID_FETCH_SESSION_EPOCH, 9)):
+        delivered = []
+        fetcher, p0, p1, sent = in_session(delivered)
+        fetcher.kick()
+        fetcher.tick(time.monotonic())
+        sent[-1][1](_session_answer(9, [(0, 0, b""), (1, 0, b"")]), None)
+        fetcher.kick()
+        fetcher.tick(time.monotonic())
+        sent[-1][1](_session_answer(0, error=code), None)
+        # Not the partitions' error: no event, no backoff, fetched again in full.
+        assert delivered == [] and p0.backoff_until == 0.0 and p1.backoff_until == 0.0
+        fetcher.kick()
+        fetcher.tick(time.monotonic())
+        req, _ = sent[-1]
+        assert (req.session_id, req.session_epoch) == (next_id, 0)
+        assert _named(req) == [("t", 0, 0), ("t", 1, 0)]
+
+
+def test_a_broker_that_refuses_a_full_fetch_for_its_session_gets_no_more_sessions():
+    from kafka_proto.errors import ErrorCode
+    fetcher, p0, p1, sent = in_session()
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    sent[-1][1](_session_answer(0, error=ErrorCode.INVALID_FETCH_SESSION_EPOCH), None)
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    req, _ = sent[-1]
+    assert (req.session_id, req.session_epoch) == (0, -1)   # sessionless from now on
+
+
+def test_a_lost_answer_or_an_error_makes_the_next_fetch_full_closing_the_old_session():
+    from kafka_proto.errors import ErrorCode
+    fetcher, p0, p1, sent = in_session()
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    sent[-1][1](_session_answer(12, [(0, 0, b""), (1, 0, b"")]), None)
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    sent[-1][1](None, client_error(KafkaError._TRANSPORT, "connection lost"))
+    for part in (p0, p1):
+        part.backoff_until = 0.0
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    req, answer = sent[-1]
+    assert (req.session_id, req.session_epoch) == (12, 0)
+    assert _named(req) == [("t", 0, 0), ("t", 1, 0)]
+    answer(_session_answer(13, [(0, 0, b""), (1, 0, b"")]), None)
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    sent[-1][1](_session_answer(13, error=ErrorCode.NOT_COORDINATOR), None)
+    for part in (p0, p1):
+        part.backoff_until = 0.0
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    assert (sent[-1][0].session_id, sent[-1][0].session_epoch) == (13, 0)
+
+
+def test_a_broker_without_sessions_gets_full_fetches_and_old_versions_none():
+    for version, epoch in ((12, 0), (6, -1)):
+        fetcher, p0, p1, sent = in_session(version=version)
+        for _ in range(3):
+            fetcher.kick()
+            fetcher.tick(time.monotonic())
+            req, answer = sent[-1]
+            assert (req.session_id, req.session_epoch) == (0, epoch)
+            assert _named(req) == [("t", 0, 0), ("t", 1, 0)]
+            answer(_session_answer(0, [(0, 0, b""), (1, 0, b"")]), None)
+
+
+def test_a_seek_is_sent_as_a_change_and_an_answer_for_the_old_position_is_dropped():
+    delivered = []
+    fetcher, p0, p1, sent = in_session(delivered)
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    sent[-1][1](_session_answer(3, [(0, 10, b""), (1, 10, b"")]), None)
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    req, answer = sent[-1]
+    assert req.session_epoch == 1 and req.topics == []
+    with fetcher.lock:
+        p0.seek(5)
+    answer(_session_answer(3, [(0, 10, _records(0, 10))]), None)   # for offset 0: stale
+    assert delivered == []
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    req, _ = sent[-1]
+    assert req.session_epoch == 2 and _named(req) == [("t", 0, 5)]
+
+
+def test_close_ends_the_session_on_the_broker():
+    fetcher, p0, p1, sent = in_session()
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    sent[-1][1](_session_answer(21, [(0, 0, b""), (1, 0, b"")]), None)
+    fetcher.close()
+    req, _ = sent[-1]
+    assert (req.session_id, req.session_epoch, req.topics) == (21, -1, [])

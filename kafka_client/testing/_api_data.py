@@ -410,7 +410,7 @@ class _FetchOperation:
 
     def _answer(self, reads: List[_Read]) -> None:
         session_id = NO_SESSION
-        if self.kind == "full" and self.ctx.request.session_epoch == INITIAL_EPOCH:
+        if self.kind == "full":
             session_id = self._create_session(reads)
         elif self.session is not None:
             session = self.session

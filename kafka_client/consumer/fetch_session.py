@@ -76,9 +76,15 @@ class FetchPlan(NamedTuple):
 
     @property
     def incremental(self) -> bool:
-        """The broker reads the whole session and answers only what changed: a partition
-        the answer leaves out has nothing new (no records, same offsets as last told)."""
+        """The broker reads the whole session and answers only what changed."""
         return self.epoch > INITIAL_EPOCH
+
+    def answer_is_incremental(self, session_id: int) -> bool:
+        """An answer with this session id to this Fetch leaves out the partitions with
+        nothing new (no records, the same offsets as last told) rather than listing all
+        (an incremental Fetch may be answered sessionless, id 0, when the broker closed
+        the session)."""
+        return self.incremental and session_id == self.session_id
 
 
 class FetchSession:
@@ -133,7 +139,14 @@ class FetchSession:
         if error_code:
             self.next_epoch = INITIAL_EPOCH
         elif plan.incremental:
-            self.next_epoch = 1 if self.next_epoch >= _MAX_EPOCH else self.next_epoch + 1
+            if session_id != plan.session_id:
+                # Closed by the broker (Kafka does when a Fetch forgets every partition
+                # the session held): answered sessionless, open a new one next time.
+                self.session_id = 0
+                self.next_epoch = INITIAL_EPOCH
+            else:
+                self.next_epoch = 1 if self.next_epoch >= _MAX_EPOCH \
+                    else self.next_epoch + 1
         else:
             self.session_id = session_id
             self.next_epoch = 1 if session_id else INITIAL_EPOCH

@@ -308,6 +308,8 @@ class Fetcher:
         self._node_hold: Dict[int, float] = {}
         #: (node, lane) -> that connection's fetch session (KIP-227)
         self._sessions: Dict[Tuple[int, int], FetchSession] = {}
+        #: (node, lane) -> the connection its last Fetch went on
+        self._lane_conns: Dict[Tuple[int, int], Any] = {}
         #: node id -> how many Fetch answers in a row came at once with nothing
         self._empty_streak: Dict[int, int] = {}
         #: node id -> since when a Fetch to it is put off: every partition it would
@@ -775,6 +777,7 @@ class Fetcher:
         session = self._sessions.get((node, lane))
         if session is None:
             session = self._sessions[(node, lane)] = FetchSession()
+        self._lane_conns[(node, lane)] = conn
         plan = session.plan(wanted, version)
         req = FetchRequest(
             replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=self.min_bytes,
@@ -803,7 +806,7 @@ class Fetcher:
         if session is not None and plan is not None:
             if err is not None:
                 session.failed()
-            elif not session.answered(plan, getattr(resp, "session_id", 0), code):
+            elif not session.answered(plan, resp.session_id, code):
                 # The session's own trouble (evicted, out of step): not the partitions'.
                 # Fetch them again at once, with a full Fetch.
                 self.log.debug("Fetch session %d on broker %d dropped: %s; fetching in "
@@ -841,7 +844,7 @@ class Fetcher:
                 name = names_by_id.get(t.topic_id)
             for pd in t.partitions:
                 answers[(name, pd.partition_index)] = pd
-        incremental = plan is not None and plan.incremental
+        incremental = plan is not None and plan.answer_is_incremental(resp.session_id)
         if wait is None:
             wait = self.max_wait_ms / 1000.0
         if now - sent_at < wait / 2 and not any(
@@ -1059,20 +1062,25 @@ class Fetcher:
                     part.committed = offset
 
     def close(self) -> None:
-        """I/O thread (the client's shutdown): stop fetching, and close the fetch
-        sessions on brokers whose connection is idle (a Fetch of the session's id with
-        the final epoch; not waited for) so that their slots are free at once rather
-        than when the broker evicts them."""
+        """I/O thread (the client's shutdown): stop fetching, and end the fetch sessions
+        so that their slots on the brokers are free at once rather than when evicted: a
+        Fetch of the session's id with the final epoch, not waited for, on a connection
+        to the broker with no Fetch in flight. (A broker reads a connection's requests
+        one at a time: one sent behind a Fetch waiting there would be read after the
+        connection is gone. Such a session is left to the broker's eviction.)"""
         self.closed = True
         self.io.remove_tick(self.tick)
-        for (node, _lane), session in self._sessions.items():
+        for (node, lane), session in self._sessions.items():
             closing = session.closing_epoch()
-            conn = self.cluster.conns.get(node)
-            if closing is None or conn is None or not conn.ready or (node, 0) in self._busy:
+            if closing is None:
                 continue
-            session_id, epoch = closing
-            conn.send(FetchRequest(
-                replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=self.max_bytes,
-                isolation_level=self.isolation_level, session_id=session_id,
-                session_epoch=epoch, topics=[], forgotten_topics_data=[], rack_id=self.rack),
-                lambda resp, err: None)
+            for other in (lane, 1 - lane):     # sessions belong to the broker
+                conn = self._lane_conns.get((node, other))
+                if conn is not None and conn.ready and (node, other) not in self._busy:
+                    session_id, epoch = closing
+                    conn.send(FetchRequest(
+                        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=self.max_bytes,
+                        isolation_level=self.isolation_level, session_id=session_id,
+                        session_epoch=epoch, topics=[], forgotten_topics_data=[],
+                        rack_id=self.rack), lambda resp, err: None)
+                    break

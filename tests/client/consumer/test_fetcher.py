@@ -646,3 +646,28 @@ def test_close_ends_the_session_on_the_broker():
     fetcher.close()
     req, _ = sent[-1]
     assert (req.session_id, req.session_epoch, req.topics) == (21, -1, [])
+
+
+def test_an_incremental_fetch_answered_without_the_session_starts_a_new_one():
+    """Kafka closes a session whose Fetch forgot all it held and answers sessionless
+    (id 0): that answer lists what it read; nothing is taken as "no news"."""
+    delivered = []
+    fetcher, p0, p1, sent = in_session(delivered, **{"enable.partition.eof": True})
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    sent[-1][1](_session_answer(8, [(0, 0, b""), (1, 5, b"")]), None)
+    with fetcher.lock:
+        p0.seek(0)                           # at its end: re-arms _PARTITION_EOF
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    assert sent[-1][0].session_epoch == 1
+    before = len(delivered)
+    sent[-1][1](_session_answer(0, [(1, 5, b"")]), None)
+    # Partition 0 left out of a sessionless answer: not read, so no event (taken as "no
+    # news" it would have given an end-of-partition event).
+    assert delivered[before:] == []
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    req, _ = sent[-1]
+    assert (req.session_id, req.session_epoch) == (0, 0)
+    assert _named(req) == [("t", 0, 0), ("t", 1, 0)]

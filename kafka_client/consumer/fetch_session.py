@@ -57,11 +57,14 @@ class SessionPartition(NamedTuple):
     current_leader_epoch: int
     max_bytes: int
 
-    @property
-    def session_key(self) -> Tuple[Any, int]:
-        """How the broker's session knows the partition: by topic id from v13, else by
-        name (a topic made again under the same name is another partition then)."""
-        return (self.topic_id if self.topic_id is not None else self.topic, self.partition)
+    def same_request(self, other: "SessionPartition") -> bool:
+        """Whether a Fetch for ``other`` asks the same of the partition (the topic id
+        compared by identity first: the metadata's id object is reused until the
+        metadata changes, and uuid's own comparison is Python code)."""
+        return self.fetch_offset == other.fetch_offset \
+            and self.current_leader_epoch == other.current_leader_epoch \
+            and self.max_bytes == other.max_bytes \
+            and (self.topic_id is other.topic_id or self.topic_id == other.topic_id)
 
 
 class FetchPlan(NamedTuple):
@@ -97,8 +100,8 @@ class FetchSession:
         self.session_id = 0
         #: the epoch of the next Fetch: INITIAL_EPOCH for a full one
         self.next_epoch = INITIAL_EPOCH
-        #: what the broker's session holds, by session key (as last sent)
-        self.held: Dict[Tuple[Any, int], SessionPartition] = {}
+        #: what the broker's session holds, by (topic, partition), as last sent
+        self.held: Dict[Tuple[str, int], SessionPartition] = {}
         #: whether the session names topics by id (Fetch v13+): a Fetch of the other
         #: kind starts a new session
         self.by_id = False
@@ -111,17 +114,20 @@ class FetchSession:
         by_id = version >= 13
         if version < FETCH_SESSION_MIN_VERSION or self.disabled:
             return FetchPlan(0, FINAL_EPOCH, wanted, [])
+        held = self.held
+        self.held = now_held = {(p.topic, p.partition): p for p in wanted}
         if self.session_id == 0 or self.next_epoch == INITIAL_EPOCH or by_id != self.by_id:
-            plan = FetchPlan(self.session_id, INITIAL_EPOCH, wanted, [])
-        else:
-            wanted_keys = {p.session_key for p in wanted}
-            held = self.held
-            plan = FetchPlan(self.session_id, self.next_epoch,
-                             [p for p in wanted if held.get(p.session_key) != p],
-                             [p for key, p in held.items() if key not in wanted_keys])
-        self.held = {p.session_key: p for p in wanted}
-        self.by_id = by_id
-        return plan
+            self.by_id = by_id
+            return FetchPlan(self.session_id, INITIAL_EPOCH, wanted, [])
+        forget = [held[key] for key in held.keys() - now_held.keys()]
+        send = []
+        for key, p in now_held.items():
+            before = held.get(key)
+            if before is None or not before.same_request(p):
+                send.append(p)
+                if before is not None and before.topic_id != p.topic_id:
+                    forget.append(before)   # the topic was made again: another id
+        return FetchPlan(self.session_id, self.next_epoch, send, forget)
 
     def answered(self, plan: FetchPlan, session_id: int, error_code: int) -> bool:
         """The broker answered ``plan`` with this session id and top-level error code.

@@ -97,9 +97,10 @@ def _forgotten_topics(partitions: List[SessionPartition]) -> List[Any]:
     """An incremental Fetch's partitions to drop from the session, by topic."""
     topics: Dict[Any, Any] = {}
     for p in partitions:
-        ft = topics.get(p.session_key[0])
+        key = p.topic if p.topic_id is None else p.topic_id
+        ft = topics.get(key)
         if ft is None:
-            ft = topics[p.session_key[0]] = FetchRequest.ForgottenTopic(
+            ft = topics[key] = FetchRequest.ForgottenTopic(
                 topic=p.topic, partitions=[]) if p.topic_id is None \
                 else FetchRequest.ForgottenTopic(topic_id=p.topic_id, partitions=[])
         ft.partitions.append(p.partition)

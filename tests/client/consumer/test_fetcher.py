@@ -671,3 +671,21 @@ def test_an_incremental_fetch_answered_without_the_session_starts_a_new_one():
     req, _ = sent[-1]
     assert (req.session_id, req.session_epoch) == (0, 0)
     assert _named(req) == [("t", 0, 0), ("t", 1, 0)]
+
+
+def test_a_topic_made_again_is_sent_under_its_new_id_and_the_old_id_forgotten():
+    import uuid
+
+    from kafka_client.consumer.fetch_session import FetchSession, SessionPartition
+    old, new = uuid.uuid4(), uuid.uuid4()
+    session = FetchSession()
+    first = [SessionPartition("t", old, 0, 5, 1, 100), SessionPartition("t", old, 1, 0, 1, 100)]
+    session.answered(session.plan(first, 13), 4, 0)
+    again = [SessionPartition("t", new, 0, 0, 0, 100), SessionPartition("t", old, 1, 0, 1, 100)]
+    plan = session.plan(again, 13)
+    assert plan.incremental and plan.send == [again[0]] and plan.forget == [first[0]]
+    # Equal ids that are other objects (the metadata was decoded again) change nothing.
+    same = [SessionPartition("t", uuid.UUID(int=new.int), 0, 0, 0, 100), again[1]]
+    session.answered(plan, 4, 0)
+    plan = session.plan(same, 13)
+    assert plan.send == [] and plan.forget == []

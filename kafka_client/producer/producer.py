@@ -13,6 +13,7 @@ to the callbacks on the calling thread, as librdkafka does.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -21,6 +22,7 @@ from typing import (
     Callable,
     Deque,
     Dict,
+    Iterator,
     List,
     NamedTuple,
     Optional,
@@ -115,8 +117,12 @@ class Producer(ClientBase):
         # What the I/O thread calls back holds the parts it needs, never the Producer
         # itself: an unclosed producer the application drops is then garbage (__del__
         # stops the thread) instead of living on with its thread and sockets.
+        #: [listener]: called on the I/O thread after each report is queued (see
+        #: _set_report_listener)
+        self._report_listener: List[Optional[Callable[[], None]]] = [None]
         wake_for, want_topic, on_report = _io_callbacks(
-            self._io, self._cluster, self._reports, self._report_event)
+            self._io, self._cluster, self._reports, self._report_event,
+            self._report_listener)
         self._acc = Accumulator(cfg, wake_for, want_topic)
         self._idem = Idempotence(cfg)
         self._txn = (TransactionManager(cfg, self._io, self._cluster, self._idem, self._acc)
@@ -231,10 +237,7 @@ class Producer(ClientBase):
         self._check_open()
         deadline = deadline_after(timeout)
         acc = self._acc
-        with acc.lock:  # other threads may flush at the same time
-            acc.flushing += 1
-        self._io.wake()
-        try:
+        with self._flushing():
             while True:
                 if self._closed:  # by another thread: these will never be delivered
                     return acc.msg_count
@@ -245,6 +248,17 @@ class Producer(ClientBase):
                 if remaining <= 0:
                     return acc.msg_count
                 self._report_event.wait(min(remaining, 0.1))
+
+    @contextlib.contextmanager
+    def _flushing(self) -> Iterator[None]:
+        """While inside, batches go out at once instead of waiting for ``linger.ms``
+        (what flush() does while it waits; the asyncio producer's flush too)."""
+        acc = self._acc
+        with acc.lock:  # other threads may flush at the same time
+            acc.flushing += 1
+        self._io.wake()
+        try:
+            yield
         finally:
             with acc.lock:
                 acc.flushing -= 1
@@ -393,6 +407,12 @@ class Producer(ClientBase):
         return self._txn
 
     # -- reports -------------------------------------------------------------------------
+    def _set_report_listener(self, listener: Optional[Callable[[], None]]) -> None:
+        """Have ``listener()`` called on the I/O thread each time a delivery report is
+        queued for poll()/flush() (the asyncio producer wakes its event loop so). It must
+        be quick, must not raise, and must not refer to this Producer."""
+        self._report_listener[0] = listener
+
     def _serve(self) -> int:
         served = 0
         reports = self._reports
@@ -550,9 +570,9 @@ def _window(stat: Optional[List[float]]) -> Dict[str, int]:
 
 
 def _io_callbacks(io: IOThread, cluster: Cluster, reports: Deque[Report],
-                  event: threading.Event) -> Tuple[Callable[[float], None],
-                                                   Callable[[str], None],
-                                                   Callable[[Report], None]]:
+                  event: threading.Event, listener: List[Optional[Callable[[], None]]]
+                  ) -> Tuple[Callable[[float], None], Callable[[str], None],
+                             Callable[[Report], None]]:
     """The accumulator's and the sender's ways to reach the I/O thread and the application
     (wake the loop for a deadline, ask for a topic's metadata, queue a delivery report)."""
     def wake_for(deadline: float) -> None:
@@ -567,6 +587,9 @@ def _io_callbacks(io: IOThread, cluster: Cluster, reports: Deque[Report],
     def on_report(report: Report) -> None:
         reports.append(report)
         event.set()
+        notify = listener[0]
+        if notify is not None:
+            notify()
 
     return wake_for, want_topic, on_report
 

@@ -1,0 +1,145 @@
+"""What the asyncio clients share: running the clients' callbacks on the event loop, and
+the blocking calls off it.
+
+The synchronous clients call their callbacks on whichever thread serves them (the thread
+in poll()/consume()/flush()). The asyncio clients make every callback run on the event
+loop's thread, whether the user's callback is a coroutine function (confluent-kafka's
+asyncio API requires that) or a plain function (accepted here too):
+
+* called on the loop's thread (the producer serves its reports there): a plain callback
+  runs at once; a coroutine is scheduled as a task;
+* called on another thread (an executor thread inside a blocking call, such as
+  ``consume()`` running a rebalance callback): the callback runs on the loop and that
+  thread waits for it to finish, so that what it does (``await consumer.assign(...)``)
+  happens before the blocking call goes on, as with the synchronous client. Its
+  exception is raised in that thread, and so reaches the awaited call.
+
+Calls a callback makes to its own client are marked (a context variable) and go to the
+loop's default executor rather than the client's: the client's threads may all be
+waiting for callbacks, and those calls must not queue behind them.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import inspect
+import threading
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+__all__ = ["LoopBridge"]
+
+#: set while a client's callback runs on the loop (see the module's docstring)
+_IN_CALLBACK: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "kafka_client_aio_in_callback", default=False)
+
+#: the configuration's callbacks the asyncio clients run on the loop
+LOOP_CALLBACKS = ("error_cb", "stats_cb", "throttle_cb", "on_commit")
+
+
+class LoopBridge:
+    """One asyncio client's event loop, its executor, and the callbacks' failures."""
+
+    def __init__(self, max_workers: int, executor: Optional[concurrent.futures.Executor],
+                 what: str) -> None:
+        try:
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(f"{what} must be created inside a running asyncio event "
+                               f"loop (in a coroutine)") from None
+        self.loop_thread = threading.get_ident()
+        if executor is None:
+            if not isinstance(max_workers, int) or max_workers < 1:
+                raise ValueError(f"max_workers must be an int of at least 1, not "
+                                 f"{max_workers!r}")
+            executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max_workers, thread_name_prefix=f"{what}-worker")
+            self.owns_executor = True
+        else:
+            self.owns_executor = False
+        self.executor = executor
+        #: exceptions of callbacks that ran as tasks, raised by the next awaited call
+        self.failures: List[BaseException] = []
+        self._tasks: Set["asyncio.Task[Any]"] = set()
+
+    def on_loop(self) -> bool:
+        return threading.get_ident() == self.loop_thread
+
+    # -- callbacks -------------------------------------------------------------------------
+    def wrap(self, callback: Callable[..., Any],
+             edit_args: Optional[Callable[[Tuple[Any, ...]], Tuple[Any, ...]]] = None
+             ) -> Callable[..., Any]:
+        """``callback`` as a callback for the synchronous client (see the module's
+        docstring); ``edit_args`` changes the arguments first."""
+        bridge = self
+
+        def call(*args: Any) -> None:
+            if edit_args is not None:
+                args = edit_args(args)
+            if bridge.on_loop():
+                result = callback(*args)
+                if inspect.isawaitable(result):
+                    bridge.spawn(result)
+                return
+            future = asyncio.run_coroutine_threadsafe(_run(callback, args), bridge.loop)
+            future.result()
+
+        return call
+
+    def wrap_config(self, conf: Dict[str, Any], names: Tuple[str, ...] = LOOP_CALLBACKS
+                    ) -> Dict[str, Any]:
+        """A copy of ``conf`` with its callbacks among ``names`` wrapped."""
+        conf = dict(conf)
+        for name in names:
+            cb = conf.get(name)
+            if cb is not None and callable(cb):   # not callable: refused by the client
+                conf[name] = self.wrap(cb)
+        return conf
+
+    def spawn(self, awaitable: Any) -> None:
+        """Loop thread: run a callback's coroutine as a task; its exception is kept for
+        the next awaited call."""
+        task = asyncio.ensure_future(awaitable)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: "asyncio.Task[Any]") -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.failures.append(task.exception())  # type: ignore[arg-type]
+
+    def raise_failure(self) -> None:
+        """Raise the first exception a callback task had, if any (once)."""
+        if self.failures:
+            raise self.failures.pop(0)
+
+    async def settle_tasks(self) -> None:
+        """Wait for the callback tasks still running."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # -- blocking calls --------------------------------------------------------------------
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Raise a callback's pending exception, else run a blocking call of the
+        synchronous client off the loop and await it."""
+        self.raise_failure()
+        return await self.run(fn, *args, **kwargs)
+
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking call of the synchronous client off the loop and await it."""
+        executor = None if _IN_CALLBACK.get() else self.executor
+        return await self.loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+
+    async def close_executor(self) -> None:
+        if self.owns_executor:
+            await self.loop.run_in_executor(None, functools.partial(
+                self.executor.shutdown, wait=True))
+
+
+async def _run(callback: Callable[..., Any], args: Tuple[Any, ...]) -> Any:
+    _IN_CALLBACK.set(True)   # this task's own context: calls made in it are marked
+    result = callback(*args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result

@@ -1,0 +1,171 @@
+"""The asyncio consumer: confluent-kafka's ``confluent_kafka.aio.AIOConsumer`` API on our
+Consumer."""
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from kafka_client.aio._bridge import LoopBridge
+from kafka_client.consumer.consumer import Consumer
+from kafka_client.types import Message, TopicPartition
+
+__all__ = ["AIOConsumer"]
+
+
+class AIOConsumer:
+    """A consumer for asyncio code: every method of :class:`~kafka_client.Consumer` as a
+    coroutine, run on ``executor`` (by default a pool of ``max_workers`` threads) so that
+    the event loop never waits.
+
+    Made inside a running event loop. The callbacks (``error_cb``, ``stats_cb``,
+    ``throttle_cb``, ``on_commit`` in the configuration; ``on_assign``, ``on_revoke``,
+    ``on_lost`` given to :meth:`subscribe`) may be coroutine functions or plain functions;
+    they run on the event loop, and the rebalance callbacks get this AIOConsumer as their
+    first argument. The call that triggered a callback (a ``consume()`` running a
+    rebalance) waits for it, so ``await consumer.assign(...)`` or ``await
+    consumer.seek(...)`` inside ``on_assign`` takes effect before any message of the new
+    assignment is returned, as with the synchronous consumer.
+
+    Several tasks may await ``consume()``/``poll()`` on one AIOConsumer at the same time:
+    each gets distinct messages (the Consumer's threading model, docs/consumer.md)."""
+
+    def __init__(self, consumer_conf: dict, max_workers: int = 100,
+                 executor: Optional[concurrent.futures.Executor] = None) -> None:
+        if not isinstance(consumer_conf, dict):
+            raise TypeError(f"consumer_conf must be a dict, not "
+                            f"{type(consumer_conf).__name__}")
+        self._bridge = bridge = LoopBridge(max_workers, executor, "AIOConsumer")
+        self._closed = False
+        self._consumer = Consumer(bridge.wrap_config(consumer_conf))
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        return await self._bridge.call(fn, *args, **kwargs)
+
+    def _as_self(self, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        return (self,) + tuple(args[1:])
+
+    # -- reading ---------------------------------------------------------------------------
+    async def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:
+        """The next message or event, or None after ``timeout`` seconds (-1 or None: no
+        limit). :meth:`consume` costs one executor hop per batch instead of per
+        message."""
+        return await self._call(self._consumer.poll, timeout)
+
+    async def consume(self, num_messages: int = 1,
+                      timeout: Optional[float] = -1) -> List[Message]:
+        """Up to ``num_messages`` messages, waiting up to ``timeout`` seconds for the
+        first."""
+        return await self._call(self._consumer.consume, num_messages, timeout)
+
+    async def consume_arrow(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`kafka_client.Consumer.consume_arrow`, awaited (an addition)."""
+        return await self._call(self._consumer.consume_arrow, *args, **kwargs)
+
+    # -- assignment and subscription --------------------------------------------------------
+    async def subscribe(self, topics: Sequence[str], on_assign: Optional[Callable] = None,
+                        on_revoke: Optional[Callable] = None,
+                        on_lost: Optional[Callable] = None) -> None:
+        """Subscribe to ``topics`` (names or ``^`` patterns); the callbacks, functions or
+        coroutine functions ``(consumer, partitions)``, run on the event loop with this
+        AIOConsumer."""
+        wrapped = [None if cb is None or not callable(cb) else
+                   self._bridge.wrap(cb, self._as_self)
+                   for cb in (on_assign, on_revoke, on_lost)]
+        # A non-callable callback goes through as it is, for the Consumer's TypeError.
+        on_assign, on_revoke, on_lost = [w if w is not None else cb for w, cb in
+                                         zip(wrapped, (on_assign, on_revoke, on_lost))]
+        await self._call(self._consumer.subscribe, topics, on_assign=on_assign,
+                         on_revoke=on_revoke, on_lost=on_lost)
+
+    async def unsubscribe(self) -> None:
+        await self._call(self._consumer.unsubscribe)
+
+    async def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        await self._call(self._consumer.assign, partitions)
+
+    async def unassign(self) -> None:
+        await self._call(self._consumer.unassign)
+
+    async def incremental_assign(self, partitions: Sequence[TopicPartition]) -> None:
+        await self._call(self._consumer.incremental_assign, partitions)
+
+    async def incremental_unassign(self, partitions: Sequence[TopicPartition]) -> None:
+        await self._call(self._consumer.incremental_unassign, partitions)
+
+    async def assignment(self) -> List[TopicPartition]:
+        return await self._call(self._consumer.assignment)
+
+    # -- positions and offsets ---------------------------------------------------------------
+    async def seek(self, partition: TopicPartition) -> None:
+        await self._call(self._consumer.seek, partition)
+
+    async def pause(self, partitions: Sequence[TopicPartition]) -> None:
+        await self._call(self._consumer.pause, partitions)
+
+    async def resume(self, partitions: Sequence[TopicPartition]) -> None:
+        await self._call(self._consumer.resume, partitions)
+
+    async def position(self, partitions: Sequence[TopicPartition]) -> List[TopicPartition]:
+        return await self._call(self._consumer.position, partitions)
+
+    async def store_offsets(self, *args: Any, **kwargs: Any) -> None:
+        """:meth:`kafka_client.Consumer.store_offsets` (``message=`` or ``offsets=``)."""
+        await self._call(self._consumer.store_offsets, *args, **kwargs)
+
+    async def commit(self, *args: Any, **kwargs: Any) -> Optional[List[TopicPartition]]:
+        """:meth:`kafka_client.Consumer.commit` (``message=``, ``offsets=``,
+        ``asynchronous=``)."""
+        return await self._call(self._consumer.commit, *args, **kwargs)
+
+    async def committed(self, partitions: Sequence[TopicPartition],
+                        timeout: Optional[float] = None) -> List[TopicPartition]:
+        return await self._call(self._consumer.committed, partitions, timeout)
+
+    async def get_watermark_offsets(self, partition: TopicPartition,
+                                    timeout: Optional[float] = None,
+                                    cached: bool = False) -> Any:
+        return await self._call(self._consumer.get_watermark_offsets, partition, timeout,
+                                cached)
+
+    async def offsets_for_times(self, partitions: Sequence[TopicPartition],
+                                timeout: Optional[float] = None) -> List[TopicPartition]:
+        return await self._call(self._consumer.offsets_for_times, partitions, timeout)
+
+    # -- the group and the cluster -----------------------------------------------------------
+    async def consumer_group_metadata(self) -> Any:
+        return await self._call(self._consumer.consumer_group_metadata)
+
+    async def memberid(self) -> Optional[str]:
+        return await self._call(self._consumer.memberid)
+
+    async def list_topics(self, topic: Optional[str] = None,
+                          timeout: Optional[float] = -1) -> Any:
+        return await self._call(self._consumer.list_topics, topic, timeout)
+
+    async def cluster_id(self, timeout: Optional[float] = -1) -> Optional[str]:
+        return await self._call(self._consumer.cluster_id, timeout)
+
+    async def set_sasl_credentials(self, username: str, password: str) -> None:
+        await self._call(self._consumer.set_sasl_credentials, username, password)
+
+    # -- closing ---------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Commit (with enable.auto.commit), leave the group, close the consumer and the
+        executor it made. Calling it again does nothing."""
+        if self._closed:
+            return
+        try:
+            await self._bridge.run(self._consumer.close)
+        finally:
+            self._closed = True
+            await self._bridge.settle_tasks()
+            await self._bridge.close_executor()
+        self._bridge.raise_failure()
+
+    async def __aenter__(self) -> "AIOConsumer":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()

@@ -1,0 +1,311 @@
+"""The asyncio producer: confluent-kafka's ``confluent_kafka.aio.AIOProducer`` API on our
+Producer."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, Callable, List, Optional
+
+from kafka_client.aio._bridge import LoopBridge
+from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.producer.producer import Producer
+from kafka_client.types import Message, TopicPartition
+
+__all__ = ["AIOProducer"]
+
+#: how often the producer looks for client events (errors, statistics) when no
+#: delivery report wakes it
+_EVENT_INTERVAL_S = 0.1
+
+
+class _Waker:
+    """Wakes the event loop from the I/O thread when delivery reports are queued: one
+    ``call_soon_threadsafe`` until the loop has looked, however many reports come."""
+
+    __slots__ = ("loop", "event", "pending")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event = asyncio.Event()
+        self.pending = False
+
+    def __call__(self) -> None:      # I/O thread
+        if not self.pending:
+            self.pending = True
+            try:
+                self.loop.call_soon_threadsafe(self._set)
+            except RuntimeError:     # the loop is closed: nobody to wake
+                pass
+
+    def _set(self) -> None:          # loop thread
+        self.pending = False
+        self.event.set()
+
+
+class AIOProducer:
+    """A producer for asyncio code: ``await producer.produce(...)`` queues a message and
+    returns a future that resolves to the delivered :class:`~kafka_client.Message` (or
+    raises :class:`~kafka_client.KafkaException` when the delivery fails).
+
+    Made inside a running event loop. ``producer_conf`` is a :class:`~kafka_client.Producer`
+    configuration; ``error_cb``, ``stats_cb`` and ``throttle_cb`` in it may be coroutine
+    functions or plain functions, and run on the event loop. The blocking calls (flush,
+    transactions, metadata, close) run on ``executor`` (by default a pool of
+    ``max_workers`` threads) and are awaited.
+
+    ``produce()`` itself never blocks: the message is encoded into its batch at once, on
+    the loop's thread, and the delivery reports are served on the loop as they come (the
+    client's I/O thread wakes it). ``batch_size`` and ``buffer_timeout``, which size
+    confluent-kafka's local buffer in front of librdkafka, are accepted and have nothing to
+    size here (batching is ``linger.ms``, ``batch.size`` and ``batch.num.messages``)."""
+
+    def __init__(self, producer_conf: dict, max_workers: int = 4,
+                 executor: Optional[concurrent.futures.Executor] = None,
+                 batch_size: int = 1000, buffer_timeout: float = 1.0) -> None:
+        if not isinstance(producer_conf, dict):
+            raise TypeError(f"producer_conf must be a dict, not "
+                            f"{type(producer_conf).__name__}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int of at least 1, not {batch_size!r}")
+        if not isinstance(buffer_timeout, (int, float)) or buffer_timeout < 0:
+            raise ValueError(f"buffer_timeout must be a number of seconds >= 0, not "
+                             f"{buffer_timeout!r}")
+        self._bridge = bridge = LoopBridge(max_workers, executor, "AIOProducer")
+        self._closed = False
+        self._producer = Producer(bridge.wrap_config(producer_conf))
+        self._waker = _Waker(bridge.loop)
+        self._producer._set_report_listener(self._waker)
+        #: set (and cleared) each time reports were served: produce() waiting for room
+        self._served = asyncio.Event()
+        self._pump_task: Optional["asyncio.Task[None]"] = bridge.loop.create_task(
+            self._pump())
+
+    # -- serving reports on the loop -------------------------------------------------------
+    async def _pump(self) -> None:
+        waker = self._waker
+        while True:
+            try:
+                await asyncio.wait_for(waker.event.wait(), _EVENT_INTERVAL_S)
+            except asyncio.TimeoutError:
+                pass
+            waker.event.clear()
+            self._serve()
+
+    def _serve(self) -> int:
+        """Loop thread: run what poll() serves (the futures' delivery callbacks, error and
+        statistics callbacks); what a user callback raised waits for the next awaited
+        call."""
+        try:
+            served = self._producer.poll(0)
+        except RuntimeError:        # closed under us (close() from another task)
+            served = 0
+        except Exception as exc:
+            self._bridge.failures.append(exc)
+            served = 1
+        self._served.set()
+        self._served.clear()
+        return served
+
+    def _delivery(self, future: "asyncio.Future[Message]",
+                  on_delivery: Optional[Callable[..., Any]]) -> Callable[[Any, Any], None]:
+        bridge = self._bridge
+
+        def delivered(err: Optional[KafkaError], msg: Message) -> None:
+            if bridge.on_loop():
+                _settle(future, err, msg, on_delivery, bridge)
+            else:   # served by a blocking call on an executor thread (flush, commit)
+                bridge.loop.call_soon_threadsafe(_settle, future, err, msg, on_delivery,
+                                                 bridge)
+        return delivered
+
+    # -- the API -------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+
+    async def produce(self, topic: str, value: Any = None, key: Any = None,
+                      partition: int = -1, timestamp: int = 0, headers: Any = None,
+                      on_delivery: Optional[Callable[..., Any]] = None, *,
+                      callback: Optional[Callable[..., Any]] = None
+                      ) -> "asyncio.Future[Message]":
+        """Queue one message; returns a future resolving to the delivered message (its
+        offset set) or raising KafkaException with the delivery error. Arguments as
+        :meth:`kafka_client.Producer.produce` (``headers`` included, which
+        confluent-kafka's AIOProducer refuses); ``on_delivery(err, msg)``, a function or
+        coroutine function, also runs on the loop. When the producer is full
+        (``queue.buffering.max.messages``/``kbytes``) this waits for room instead of
+        raising BufferError. Argument errors (TypeError, KafkaException) are raised
+        here."""
+        self._check_open()
+        self._bridge.raise_failure()
+        if callback is not None:
+            if on_delivery is not None:
+                raise TypeError("give on_delivery or its alias callback, not both")
+            on_delivery = callback
+        if on_delivery is not None and not callable(on_delivery):
+            raise TypeError(f"on_delivery must be callable, not "
+                            f"{type(on_delivery).__name__}")
+        future: "asyncio.Future[Message]" = self._bridge.loop.create_future()
+        delivered = self._delivery(future, on_delivery)
+        while True:
+            try:
+                self._producer.produce(topic, value, key, partition, delivered, timestamp,
+                                       headers)
+                return future
+            except BufferError:
+                if self._serve() == 0:
+                    await self._served.wait()
+                self._check_open()
+
+    async def poll(self, timeout: Optional[float] = 0) -> int:
+        """Serve the delivery reports and client events waiting (they are served on the
+        loop as they come anyway); with ``timeout`` > 0 (None or -1: no limit) wait that
+        long for the first. Returns how many were served."""
+        self._check_open()
+        self._bridge.raise_failure()
+        served = self._serve()
+        if served or timeout == 0:
+            self._bridge.raise_failure()
+            return served
+        wait = None if timeout is None or timeout < 0 else timeout
+        try:
+            await asyncio.wait_for(self._served.wait(), wait)
+        except asyncio.TimeoutError:
+            pass
+        served = self._serve()
+        self._bridge.raise_failure()
+        return served
+
+    async def flush(self, timeout: Optional[float] = None) -> int:
+        """Send everything now and wait up to ``timeout`` seconds (None or -1: no limit)
+        until every message has its delivery report and its future is resolved; returns
+        how many are still in the producer."""
+        self._check_open()
+        self._bridge.raise_failure()
+        loop = self._bridge.loop
+        deadline = None if timeout is None or timeout < 0 else loop.time() + timeout
+        producer = self._producer
+        with producer._flushing():
+            while True:
+                self._serve()
+                self._bridge.raise_failure()
+                if self._closed or len(producer) == 0:
+                    return len(producer) if not self._closed else 0
+                wait = _EVENT_INTERVAL_S if deadline is None \
+                    else min(deadline - loop.time(), _EVENT_INTERVAL_S)
+                if wait <= 0:
+                    return len(producer)
+                try:
+                    await asyncio.wait_for(self._served.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def purge(self, in_queue: bool = True, in_flight: bool = True,
+                    blocking: bool = True) -> None:
+        """Fail queued and/or in-flight messages: their futures raise KafkaException
+        (``_PURGE_QUEUE``, ``_PURGE_INFLIGHT``)."""
+        self._check_open()
+        await self._bridge.call(self._producer.purge, in_queue, in_flight, blocking)
+        self._serve()
+
+    def __len__(self) -> int:
+        """Messages queued, in flight or whose future is not yet resolved (0 once
+        closed)."""
+        return 0 if self._closed else len(self._producer)
+
+    async def list_topics(self, topic: Optional[str] = None,
+                          timeout: Optional[float] = -1) -> Any:
+        self._check_open()
+        return await self._bridge.call(self._producer.list_topics, topic, timeout)
+
+    async def cluster_id(self, timeout: Optional[float] = -1) -> Optional[str]:
+        self._check_open()
+        return await self._bridge.call(self._producer.cluster_id, timeout)
+
+    async def set_sasl_credentials(self, username: str, password: str) -> None:
+        self._check_open()
+        return await self._bridge.call(self._producer.set_sasl_credentials, username,
+                                       password)
+
+    # -- transactions --------------------------------------------------------------------
+    async def init_transactions(self, timeout: Optional[float] = None) -> None:
+        self._check_open()
+        await self._bridge.call(self._producer.init_transactions, timeout)
+
+    async def begin_transaction(self) -> None:
+        self._check_open()
+        await self._bridge.call(self._producer.begin_transaction)
+
+    async def send_offsets_to_transaction(self, offsets: List[TopicPartition],
+                                          group_metadata: Any,
+                                          timeout: Optional[float] = None) -> None:
+        self._check_open()
+        await self._bridge.call(self._producer.send_offsets_to_transaction, offsets,
+                                group_metadata, timeout)
+
+    async def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """Deliver every message of the transaction (their futures resolve), then commit
+        it."""
+        self._check_open()
+        await self.flush(timeout)   # the reports served here, not on an executor thread
+        try:
+            await self._bridge.call(self._producer.commit_transaction, timeout)
+        finally:
+            self._serve()
+
+    async def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        """Abort the transaction. As confluent-kafka's AIOProducer does, the messages
+        produced so far are delivered first (their futures resolve; the abort then keeps
+        them from read_committed consumers)."""
+        self._check_open()
+        await self.flush(timeout)
+        try:
+            await self._bridge.call(self._producer.abort_transaction, timeout)
+        finally:
+            self._serve()
+
+    # -- closing ---------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Deliver everything (waiting as long as it takes, as flush()), then close the
+        producer and the executor it made. Calling it again does nothing."""
+        if self._closed:
+            return
+        failure: Optional[BaseException] = None
+        try:
+            await self.flush()
+        except BaseException as exc:    # a callback's exception: close first, raise after
+            failure = exc
+        self._closed = True
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            self._pump_task = None
+        self._producer._set_report_listener(None)
+        await self._bridge.run(self._producer.close, 0)
+        await self._bridge.settle_tasks()
+        await self._bridge.close_executor()
+        if failure is not None:
+            raise failure
+        self._bridge.raise_failure()
+
+    async def __aenter__(self) -> "AIOProducer":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+
+def _settle(future: "asyncio.Future[Message]", err: Optional[KafkaError], msg: Message,
+            on_delivery: Optional[Callable[..., Any]], bridge: LoopBridge) -> None:
+    """Loop thread: a message's delivery report."""
+    if not future.done():   # not cancelled by the application
+        if err is not None:
+            future.set_exception(KafkaException(err))
+        else:
+            future.set_result(msg)
+    if on_delivery is not None:
+        try:
+            result = on_delivery(err, msg)
+            if asyncio.iscoroutine(result) or asyncio.isfuture(result):
+                bridge.spawn(result)
+        except Exception as exc:
+            bridge.failures.append(exc)

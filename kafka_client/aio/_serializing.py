@@ -1,0 +1,155 @@
+"""The asyncio producer and consumer that serialize keys and values themselves
+(confluent-kafka's ``AsyncSerializingProducer`` and ``AsyncDeserializingConsumer``).
+
+Both are made with ``await``: ``producer = await AsyncSerializingProducer(conf)``, as in
+confluent-kafka, whose asyncio serializers may need the event loop to be built. The
+serializers are plain callables ``(obj, ctx)`` or return awaitables (asyncio
+serializers); a plain one runs on the event loop, so it should be cheap.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from kafka_client.aio._consumer import AIOConsumer
+from kafka_client.aio._producer import AIOProducer
+from kafka_client.errors import (
+    ConsumeError,
+    KeyDeserializationError,
+    KeySerializationError,
+    ValueDeserializationError,
+    ValueSerializationError,
+)
+from kafka_client.serialization import MessageField, SerializationContext
+from kafka_client.types import Message
+
+__all__ = ["AsyncSerializingProducer", "AsyncDeserializingConsumer"]
+
+
+def _take_serdes(conf: Dict[str, Any], kind: str) -> Tuple[Dict[str, Any], Optional[Callable],
+                                                           Optional[Callable]]:
+    """The configuration without ``key.<kind>``/``value.<kind>`` (and their
+    ``.builder`` forms, refused: they build Schema Registry serdes, which this client
+    has not), and the two callables."""
+    if not isinstance(conf, dict):
+        raise TypeError(f"conf must be a dict, not {type(conf).__name__}")
+    conf = dict(conf)
+    found: List[Optional[Callable]] = []
+    for field in ("key", "value"):
+        name = f"{field}.{kind}"
+        builder = conf.pop(f"{name}.builder", None)
+        fn = conf.pop(name, None)
+        if builder is not None:
+            if fn is not None:
+                raise ValueError(f"{name} and {name}.builder are both configured: give "
+                                 f"one")
+            raise ValueError(f"{name}.builder: Schema Registry serdes builders are not "
+                             f"supported by kafka_client; pass a {kind} callable in {name}")
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name} must be callable, not {type(fn).__name__}")
+        found.append(fn)
+    return conf, found[0], found[1]
+
+
+async def _apply(fn: Callable, data: Any, ctx: SerializationContext) -> Any:
+    result = fn(data, ctx)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+class AsyncSerializingProducer(AIOProducer):
+    """An :class:`AIOProducer` whose configuration may also hold ``key.serializer`` and
+    ``value.serializer``, applied in :meth:`produce`. Made with ``await``."""
+
+    def __new__(cls, conf: Dict[str, Any], **kwargs: Any) -> Any:   # type: ignore[misc]
+        async def build() -> "AsyncSerializingProducer":
+            self = object.__new__(cls)
+            producer_conf, self._key_serializer, self._value_serializer = \
+                _take_serdes(conf, "serializer")
+            AIOProducer.__init__(self, producer_conf, **kwargs)
+            return self
+        return build()
+
+    def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
+        pass    # construction is build() above: ``await AsyncSerializingProducer(conf)``
+
+    async def produce(self, topic: str, key: Any = None, value: Any = None,  # type: ignore[override]
+                      partition: int = -1, timestamp: int = 0, headers: Any = None,
+                      on_delivery: Optional[Callable[..., Any]] = None) -> Any:
+        """Serialize ``key`` and ``value`` (KeySerializationError /
+        ValueSerializationError if a serializer raises; nothing is queued then), then
+        :meth:`AIOProducer.produce`. Note the order: ``key`` before ``value``, as in
+        confluent-kafka. RuntimeError once closed and TypeError for a ``topic`` that is
+        not a str come before the serializers run."""
+        self._check_open()
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+        ctx = SerializationContext(topic, MessageField.KEY, headers)
+        if self._key_serializer is not None:
+            try:
+                key = await _apply(self._key_serializer, key, ctx)
+            except Exception as e:
+                raise KeySerializationError(e) from e
+        if self._value_serializer is not None:
+            ctx = SerializationContext(topic, MessageField.VALUE, headers)
+            try:
+                value = await _apply(self._value_serializer, value, ctx)
+            except Exception as e:
+                raise ValueSerializationError(e) from e
+        return await AIOProducer.produce(self, topic, value, key, partition, timestamp,
+                                         headers, on_delivery)
+
+
+class AsyncDeserializingConsumer(AIOConsumer):
+    """An :class:`AIOConsumer` whose configuration may also hold ``key.deserializer`` and
+    ``value.deserializer``, applied in :meth:`poll` and :meth:`consume`. Made with
+    ``await``."""
+
+    def __new__(cls, conf: Dict[str, Any], **kwargs: Any) -> Any:   # type: ignore[misc]
+        async def build() -> "AsyncDeserializingConsumer":
+            self = object.__new__(cls)
+            consumer_conf, self._key_deserializer, self._value_deserializer = \
+                _take_serdes(conf, "deserializer")
+            AIOConsumer.__init__(self, consumer_conf, **kwargs)
+            return self
+        return build()
+
+    def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
+        pass    # construction is build() above: ``await AsyncDeserializingConsumer(conf)``
+
+    async def _deserialize(self, msg: Message) -> None:
+        if self._value_deserializer is not None:
+            ctx = SerializationContext(msg.topic(), MessageField.VALUE, msg.headers())
+            try:
+                msg.set_value(await _apply(self._value_deserializer, msg.value(), ctx))
+            except Exception as e:
+                raise ValueDeserializationError(e, msg) from e
+        if self._key_deserializer is not None:
+            ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
+            try:
+                msg.set_key(await _apply(self._key_deserializer, msg.key(), ctx))
+            except Exception as e:
+                raise KeyDeserializationError(e, msg) from e
+
+    async def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:
+        """The next message with its key and value deserialized, or None after
+        ``timeout`` seconds. An error or event (``msg.error()`` set) raises
+        :class:`~kafka_client.error.ConsumeError` carrying the message."""
+        msg = await AIOConsumer.poll(self, timeout)
+        if msg is None:
+            return None
+        if msg.error() is not None:
+            raise ConsumeError(msg.error(), kafka_message=msg)
+        await self._deserialize(msg)
+        return msg
+
+    async def consume(self, num_messages: int = 1,
+                      timeout: Optional[float] = -1) -> List[Message]:
+        """Up to ``num_messages`` messages, keys and values deserialized; messages that
+        carry an error are returned as they are (check ``msg.error()``)."""
+        batch = await AIOConsumer.consume(self, num_messages, timeout)
+        for msg in batch:
+            if msg.error() is None:
+                await self._deserialize(msg)
+        return batch

@@ -4,7 +4,7 @@
 over by changing ``confluent_kafka.aio`` to ``kafka_client.aio``; docs/asyncio.md has the
 details and the differences."""
 from kafka_client.aio._consumer import AIOConsumer
-from kafka_client.aio._producer import AIOProducer
+from kafka_client.aio.producer import AIOProducer
 from kafka_client.aio._serializing import AsyncDeserializingConsumer, AsyncSerializingProducer
 
 __all__ = ["AIOProducer", "AIOConsumer", "AsyncSerializingProducer",

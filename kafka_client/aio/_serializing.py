@@ -12,7 +12,7 @@ import inspect
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from kafka_client.aio._consumer import AIOConsumer
-from kafka_client.aio._producer import AIOProducer
+from kafka_client.aio.producer import AIOProducer
 from kafka_client.errors import (
     ConsumeError,
     KeyDeserializationError,

@@ -40,6 +40,26 @@ def test_every_top_level_name_exists():
     assert missing == []
 
 
+def test_the_asyncio_module_has_every_name_and_method():
+    import inspect
+
+    import kafka_client.aio as ours_aio
+    theirs_aio = pytest.importorskip("confluent_kafka.aio")
+    public = {n for n in dir(theirs_aio) if not n.startswith("_")} - {"producer"}
+    assert sorted(n for n in public if not hasattr(ours_aio, n)) == []
+    from kafka_client.aio.producer import AIOProducer   # confluent_kafka.aio.producer's
+    assert AIOProducer is ours_aio.AIOProducer
+    for name in public:
+        theirs_cls, ours_cls = getattr(theirs_aio, name), getattr(ours_aio, name)
+        methods = {n for n, f in inspect.getmembers(theirs_cls) if callable(f)
+                   and (not n.startswith("_") or n in ("__aenter__", "__aexit__", "__len__"))}
+        missing = sorted(m for m in methods if not hasattr(ours_cls, m))
+        assert missing == [], (name, missing)
+        for m in methods - {"__len__", "__init__"}:
+            if inspect.iscoroutinefunction(getattr(theirs_cls, m)):
+                assert inspect.iscoroutinefunction(getattr(ours_cls, m)), (name, m)
+
+
 def test_dir_lists_the_lazy_names():
     # Producer, Consumer, ... load on first use; dir() (and so completion) lists them anyway.
     public = {n for n in dir(ck) if not n.startswith("_")} - NOT_YET

@@ -134,8 +134,10 @@ class AIOProducer:
         confluent-kafka's AIOProducer refuses); ``on_delivery(err, msg)``, a function or
         coroutine function, also runs on the loop. When the producer is full
         (``queue.buffering.max.messages``/``kbytes``) this waits for room instead of
-        raising BufferError. Argument errors (TypeError, KafkaException) are raised
-        here."""
+        raising BufferError. A message refused before it is queued (over
+        ``message.max.bytes``, no such partition) fails its future with that
+        KafkaException, as in confluent-kafka; arguments of the wrong type raise
+        TypeError here."""
         self._check_open()
         self._bridge.raise_failure()
         if callback is not None:
@@ -151,6 +153,11 @@ class AIOProducer:
             try:
                 self._producer.produce(topic, value, key, partition, delivered, timestamp,
                                        headers)
+                return future
+            except KafkaException as exc:
+                # Refused before queueing (too large, no such partition): through the
+                # future, where confluent-kafka's AIOProducer reports it too.
+                future.set_exception(exc)
                 return future
             except BufferError:
                 if self._serve() == 0:

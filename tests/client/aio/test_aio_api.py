@@ -1,0 +1,184 @@
+"""kafka_client.aio without a broker: construction, the callbacks' thread and the
+executor, the serializing forms' construction and refusals, use after close."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from kafka_client import KafkaException
+from kafka_client.aio import (
+    AIOConsumer,
+    AIOProducer,
+    AsyncDeserializingConsumer,
+    AsyncSerializingProducer,
+)
+from kafka_client.aio._bridge import LoopBridge
+from kafka_client.errors import KeySerializationError, ValueSerializationError
+from kafka_client.serialization import StringSerializer
+
+NOWHERE = "127.0.0.1:1"
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+def test_made_outside_an_event_loop_is_a_clear_error():
+    for cls, conf in ((AIOProducer, {"bootstrap.servers": NOWHERE}),
+                      (AIOConsumer, {"bootstrap.servers": NOWHERE})):
+        with pytest.raises(RuntimeError, match="inside a running asyncio event loop"):
+            cls(conf)
+
+
+def test_bad_arguments_are_refused_by_name():
+    async def main():
+        with pytest.raises(ValueError, match="max_workers"):
+            AIOProducer({"bootstrap.servers": NOWHERE}, max_workers=0)
+        with pytest.raises(ValueError, match="batch_size"):
+            AIOProducer({"bootstrap.servers": NOWHERE}, batch_size=0)
+        with pytest.raises(TypeError, match="producer_conf must be a dict"):
+            AIOProducer([("bootstrap.servers", NOWHERE)])
+        with pytest.raises(KafkaException):            # the Producer's own check
+            AIOProducer({"bootstrap.servers": NOWHERE, "linger.ms": -1})
+        p = AIOProducer({"bootstrap.servers": NOWHERE})
+        with pytest.raises(TypeError, match="on_delivery must be callable"):
+            await p.produce("t", b"v", on_delivery=5)
+        with pytest.raises(TypeError):
+            await p.produce("t", "v", partition="x")
+        await p.purge()
+        await p.close()
+    run(main())
+
+
+def test_a_callback_called_off_the_loop_runs_on_it_and_is_waited_for():
+    """What a rebalance callback meets: called on an executor thread inside a blocking
+    call, it runs on the loop, as a coroutine or a plain function, and the calling thread
+    goes on only once it finished (its exception raised there)."""
+    async def main():
+        bridge = LoopBridge(2, None, "test")
+        seen = []
+
+        async def coro_cb(a, b):
+            await asyncio.sleep(0.05)
+            seen.append(("coro", threading.get_ident(), a, b))
+
+        def plain_cb(a):
+            seen.append(("plain", threading.get_ident(), a))
+
+        async def failing(a):
+            raise ValueError("from the callback")
+
+        loop_thread = threading.get_ident()
+
+        def blocking():
+            bridge.wrap(coro_cb)(1, 2)
+            seen.append(("after", threading.get_ident()))
+            bridge.wrap(plain_cb, lambda args: ("edited",))(0)
+            with pytest.raises(ValueError, match="from the callback"):
+                bridge.wrap(failing)(3)
+            return "done"
+
+        assert await bridge.call(blocking) == "done"
+        assert [s[0] for s in seen] == ["coro", "after", "plain"]
+        assert seen[0][1] == loop_thread and seen[2][1] == loop_thread
+        assert seen[1][1] != loop_thread and seen[2][2] == "edited"
+        await bridge.close_executor()
+    run(main())
+
+
+def test_a_callback_called_on_the_loop_runs_at_once_or_as_a_task():
+    async def main():
+        bridge = LoopBridge(1, None, "test")
+        seen = []
+
+        async def coro_cb(x):
+            seen.append(("coro", x))
+            raise RuntimeError("later")
+
+        bridge.wrap(lambda x: seen.append(("plain", x)))(1)
+        assert seen == [("plain", 1)]
+        bridge.wrap(coro_cb)(2)
+        assert seen == [("plain", 1)]            # scheduled, not run in line
+        await bridge.settle_tasks()
+        assert seen[-1] == ("coro", 2)
+        with pytest.raises(RuntimeError, match="later"):   # raised by the next call
+            await bridge.call(lambda: None)
+        await bridge.close_executor()
+    run(main())
+
+
+def test_calls_made_inside_a_callback_do_not_wait_for_the_clients_busy_executor():
+    """With one worker busy inside a blocking call that waits for a callback, the
+    callback's own calls to the client go to the loop's default executor."""
+    async def main():
+        bridge = LoopBridge(1, None, "test")
+
+        names = []
+
+        async def cb():
+            names.append(await bridge.call(lambda: threading.current_thread().name))
+
+        def blocking():
+            names.append(threading.current_thread().name)
+            bridge.wrap(cb)()
+
+        await bridge.call(blocking)         # with the call in the pool: a deadlock
+        assert names[0].startswith("test-worker") and not names[1].startswith("test-worker")
+        await bridge.close_executor()
+    run(main())
+
+
+def test_use_after_close_and_closing_twice():
+    async def main():
+        p = AIOProducer({"bootstrap.servers": NOWHERE})
+        await p.close()
+        await p.close()
+        assert len(p) == 0
+        for call in (lambda: p.produce("t", b"v"), lambda: p.flush(0), lambda: p.poll(0),
+                     lambda: p.list_topics(timeout=0.1)):
+            with pytest.raises(RuntimeError, match="closed"):
+                await call()
+        async with AIOConsumer({"bootstrap.servers": NOWHERE}) as c:
+            assert await c.assignment() == []
+        with pytest.raises(RuntimeError, match="closed"):
+            await c.poll(0)
+    run(main())
+
+
+def test_the_serializing_forms_are_made_with_await_and_refuse_builders():
+    async def main():
+        p = await AsyncSerializingProducer({"bootstrap.servers": NOWHERE,
+                                            "value.serializer": StringSerializer()})
+        assert isinstance(p, AIOProducer)
+        with pytest.raises(TypeError, match="topic must be a str"):
+            await p.produce(5, value="x")
+
+        async def bad_async(obj, ctx):
+            raise ValueError("no")
+
+        p2 = await AsyncSerializingProducer({"bootstrap.servers": NOWHERE,
+                                             "key.serializer": bad_async,
+                                             "value.serializer": lambda o, c: 1 / 0})
+        with pytest.raises(KeySerializationError):
+            await p2.produce("t", key="k", value="v")
+        p2._key_serializer = None
+        with pytest.raises(ValueSerializationError):
+            await p2.produce("t", key="k", value="v")
+        assert len(p2) == 0                        # nothing was queued
+        for obj in (p, p2):
+            await obj.close()
+        with pytest.raises(ValueError, match="Schema Registry serdes builders"):
+            await AsyncSerializingProducer({"bootstrap.servers": NOWHERE,
+                                            "value.serializer.builder": object()})
+        with pytest.raises(ValueError, match="both configured"):
+            await AsyncDeserializingConsumer({"bootstrap.servers": NOWHERE,
+                                              "key.deserializer": str,
+                                              "key.deserializer.builder": object()})
+        with pytest.raises(TypeError, match="value.deserializer must be callable"):
+            await AsyncDeserializingConsumer({"bootstrap.servers": NOWHERE,
+                                              "value.deserializer": 5})
+    run(main())

@@ -491,7 +491,15 @@ class Consumer(ClientBase):
                     self._decode_failed(item, cols.last_offset + 1 if len(cols) > before
                                         else item.start, exc)
                 done = False
-            if len(cols) > before:
+            if done:
+                # All of it: the position goes past its end (control records too).
+                end, end_epoch = item.end()
+                if end > part.app_pos:
+                    part.app_pos = end
+                    if auto_store:
+                        part.stored = end
+                        part.stored_epoch = end_epoch
+            elif len(cols) > before:
                 part.app_pos = cols.last_offset + 1
                 if auto_store:
                     part.stored = part.app_pos
@@ -542,19 +550,22 @@ class Consumer(ClientBase):
                 out.append(item.message)
                 continue
             msgs: List[Message] = []
+            end = item.end()
             try:
                 decode_chunk(item, msgs)
             except KafkaProtocolError as exc:
+                end = (-1, -1)
                 self._decode_failed(item, msgs[-1]._offset + 1 if msgs else item.start, exc)
             except BudgetSpent as cut:
+                end = (-1, -1)
                 self._refetch(item, cut.offset)
             need = n - len(out)
             if len(msgs) <= need:
                 out.extend(msgs)
-                handout.start(msgs, part, len(msgs))
+                handout.start(msgs, part, len(msgs), end)
             else:
                 out.extend(msgs[:need])
-                handout.start(msgs, part, need)
+                handout.start(msgs, part, need, end)
         handout.settle()
 
     def _refetch(self, chunk: Chunk, offset: int) -> None:
@@ -898,7 +909,8 @@ class Handout:
     commit reads the stored offsets (the I/O thread's auto-commit too). Holds no
     reference to the Consumer (the fetcher holds :meth:`settle`)."""
 
-    __slots__ = ("lock", "auto_store", "messages", "rest", "part", "version", "settled")
+    __slots__ = ("lock", "auto_store", "messages", "rest", "part", "version", "settled",
+                 "end", "end_epoch")
 
     def __init__(self, lock: Any, auto_store: bool) -> None:
         self.lock = lock                  # the fetcher's (re-entrant)
@@ -908,11 +920,17 @@ class Handout:
         self.part: Optional[PartitionState] = None
         self.version = 0                  # the partition's version the chunk is of
         self.settled = 0                  # messages whose positions are written
+        #: the position once every message is taken (Chunk.end), -1 when written or
+        #: when the chunk was not decoded to its end
+        self.end = -1
+        self.end_epoch = -1
 
-    def start(self, messages: List[Message], part: PartitionState, taken: int = 0) -> None:
+    def start(self, messages: List[Message], part: PartitionState, taken: int = 0,
+              end: Tuple[int, int] = (-1, -1)) -> None:
         """The consumer's _hand held: hand out a newly decoded chunk whose first
         ``taken`` messages the caller took already (the previous chunk is used up: its
-        positions are settled first)."""
+        positions are settled first); ``end``: the chunk's :meth:`Chunk.end` when it was
+        decoded to its end."""
         rest = iter(messages)
         if taken:
             rest.__setstate__(taken)  # before anyone else can see it
@@ -922,26 +940,36 @@ class Handout:
             self.part = part
             self.version = part.version
             self.settled = 0
+            self.end, self.end_epoch = end
             self.rest = rest
 
     def settle(self) -> None:
         """Any thread: write the position (and stored offset) after the last message
-        taken from the chunk; only forward. Not once the I/O thread has moved the
-        partition elsewhere (log truncation): its position is the new one."""
+        taken from the chunk, or the chunk's end once all were taken; only forward. Not
+        once the I/O thread has moved the partition elsewhere (log truncation): its
+        position is the new one."""
         with self.lock:
             part = self.part
             if part is None or part.version != self.version:
                 return
-            taken = len(self.messages) - self.rest.__length_hint__()
+            count = len(self.messages)
+            taken = count - self.rest.__length_hint__()
+            pos = epoch = -1
             if taken > self.settled:
                 self.settled = taken
                 last = self.messages[taken - 1]
-                part.app_pos = last._offset + 1
-                if self.auto_store:
-                    part.stored = last._offset + 1
-                    # committed with the offset, so the next reader can validate it
-                    epoch = last._leader_epoch
-                    part.stored_epoch = epoch if epoch is not None else -1
+                pos = last._offset + 1
+                epoch = last._leader_epoch if last._leader_epoch is not None else -1
+            if taken == count and self.end > max(pos, part.app_pos):
+                pos, epoch = self.end, self.end_epoch
+                self.end = -1
+            if pos < 0:
+                return
+            part.app_pos = pos
+            if self.auto_store:
+                part.stored = pos
+                # committed with the offset, so the next reader can validate it
+                part.stored_epoch = epoch
 
     def drop(self, part: Optional[PartitionState] = None) -> None:
         """Locks held: stop handing out the chunk (of ``part``, if given): its partition

@@ -236,6 +236,15 @@ class Chunk:
         #: the leader epoch of the batch the last row taken as a column came from
         self.last_epoch = -1
 
+    def end(self) -> Tuple[int, int]:
+        """(offset after the chunk's last batch, that batch's leader epoch): the position
+        once all of the chunk was handed out, also past control records and aborted
+        transactions at its end, which are never handed out (librdkafka and the Java
+        client move the position past them too: a read_committed consumer at the end of
+        a transactional partition is at the high watermark, not one short of it)."""
+        last = self.batches[-1]
+        return last.last_offset + 1, last.partition_leader_epoch
+
 
 class Event:
     """An error or EOF for the application, in order with the partition's data."""

@@ -321,3 +321,58 @@ def test_retriable_coordinator_errors_are_retried(broker, topic_name):
             p.close(10)
     committed = sorted(v for q in range(2) for v in log_view(broker, topic_name, q).committed)
     assert committed == sorted(b"%d-%02d" % (t, i) for t in range(3) for i in range(20))
+
+
+@pytest.mark.parametrize("api", ["consume", "consume_arrow"])
+def test_the_position_passes_the_transaction_markers_at_the_end(broker, topic_name, api):
+    """A read_committed consumer that read every message of a committed transaction is
+    at the high watermark, past the COMMIT marker that follows them (librdkafka and the
+    Java client are too): it commits that, so the group's lag is 0, not 1 forever. An
+    aborted transaction at the end is passed the same way (noida-db, which tells its
+    consumers what was aborted)."""
+    p = Producer({"bootstrap.servers": broker.bootstrap,
+                  "transactional.id": f"marker-{topic_name}"})
+    try:
+        p.init_transactions(10)
+        p.begin_transaction()
+        for i in range(6):
+            p.produce(topic_name, b"%d" % i, partition=0)
+        p.commit_transaction(10)          # offsets 0-5, the marker at 6
+        if broker.kind == "noida":
+            p.begin_transaction()
+            p.produce(topic_name, b"aborted", partition=0)
+            assert p.flush(10) == 0       # written (abort would drop it unsent)
+            p.abort_transaction(10)       # offset 7, its marker at 8
+    finally:
+        p.close()
+    end = 9 if broker.kind == "noida" else 7
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{topic_name}",
+                  "isolation.level": "read_committed", "enable.partition.eof": True,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    tp = TopicPartition(topic_name, 0)
+    try:
+        c.assign([tp])
+        got, eof, deadline = [], None, time.monotonic() + 20
+        while eof is None:
+            assert time.monotonic() < deadline, got
+            if api == "consume":
+                for m in c.consume(100, 0.2):
+                    if m.error() is None:
+                        got.append(m.value())
+                    elif m.error().code() == KafkaError._PARTITION_EOF:
+                        eof = m.offset()
+            else:
+                batch = c.consume_arrow(100, 0.2)
+                if batch is not None:
+                    got.extend(batch.column("value").to_pylist())
+                if got and c.get_watermark_offsets(tp, 5)[1] == end:
+                    eof = end
+        assert got == [b"%d" % i for i in range(6)]
+        assert eof == end
+        (pos,) = c.position([tp])
+        assert pos.offset == end
+        c.commit(asynchronous=False)
+        (committed,) = c.committed([tp], 10)
+        assert committed.offset == end
+    finally:
+        c.close()

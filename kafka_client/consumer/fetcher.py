@@ -368,6 +368,11 @@ class Fetcher:
                 if part.reset is not None:
                     if part.reset == OFFSET_STORED:
                         stored.append(part)
+                    elif md.leader(part.topic, part.partition) < 0:
+                        # No leader to ask yet (a topic just assigned): the metadata
+                        # answer's loop turn brings us back, rather than a lookup that
+                        # fails and waits retry.backoff.ms.
+                        need_md.append(part.topic)
                     else:
                         lookups.append(part)
                     continue

@@ -689,3 +689,25 @@ def test_a_topic_made_again_is_sent_under_its_new_id_and_the_old_id_forgotten():
     session.answered(plan, 4, 0)
     plan = session.plan(same, 13)
     assert plan.send == [] and plan.forget == []
+
+
+def test_a_logical_offset_waits_for_the_leader_instead_of_a_failed_lookup_and_backoff():
+    """A partition assigned at OFFSET_BEGINNING before its topic's metadata is known: no
+    ListOffsets that fails and waits retry.backoff.ms (100 ms: the whole start-up time of
+    a consumer on a local broker), but a metadata request, and the lookup as soon as the
+    leader is known."""
+    from kafka_client.types import OFFSET_BEGINNING
+    from kafka_proto.messages import ApiKey
+    fetcher, conn, part = setup()
+    conn.versions = {ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 7}
+    md = fetcher.cluster.metadata
+    del md.leaders[("t", 0)]
+    with fetcher.lock:
+        part.seek(OFFSET_BEGINNING)
+    fetcher.tick(time.monotonic())
+    assert conn.sent == [] and ["t"] in md.requested and part.backoff_until == 0.0
+    md.leaders[("t", 0)] = 1                     # the metadata answer came
+    fetcher.tick(time.monotonic())
+    (req,) = conn.sent
+    assert type(req).__name__ == "ListOffsetsRequest"
+    assert req.topics[0].partitions[0].timestamp == -2

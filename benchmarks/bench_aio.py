@@ -103,10 +103,12 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from _environment import broker_version, machine  # noqa: E402  (benchmarks/)
 
 CONTENDERS = ("ours", "confluent", "aiokafka")
 DISPLAY = {"ours": "ours (kafka_client.aio)", "confluent": "confluent (confluent_kafka.aio)",
@@ -502,29 +504,8 @@ def versions(broker) -> List[str]:
     except metadata.PackageNotFoundError:
         v = "not installed"
     out.append(f"aiokafka {v}")
-    cmd = [broker.binary] if isinstance(broker.binary, str) else list(broker.binary)
-    try:
-        r = subprocess.run(cmd + ["--version"], capture_output=True, text=True, timeout=10)
-        text = [ln for ln in (r.stdout + r.stderr).splitlines()
-                if ln.strip() and "GLIBC" not in ln]
-        out.append(f"broker {text[-1].strip() if text else '?'} ({broker.kind}"
-                   f"{', memory storage' if broker.kind == 'tansu' else ', disk'})")
-    except (OSError, subprocess.TimeoutExpired) as e:
-        out.append(f"broker {broker.kind} (version unknown: {e})")
+    out.append(f"broker {broker_version(broker)}")
     return out
-
-
-def machine() -> str:
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({model})"
 
 
 def loadavg() -> str:

@@ -88,6 +88,9 @@ from typing import Any, Dict, List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import _environment  # noqa: E402  (benchmarks/)
+from _environment import broker_version  # noqa: E402
+
 #: Responses up to 1 GiB: noida-db 0.2.3 ignores a Fetch's max_bytes and
 #: partition_max_bytes and sends everything from the fetch offset to the end of the log
 #: (110 MB for 1M x 100 B), above the 100 MB default limit of librdkafka, kafka-python and
@@ -460,29 +463,12 @@ def versions(broker) -> List[str]:
                 extra = " (pure-Python record codec!)"
         out.append(f"{dist} {v}{extra}")
     if broker is not None:
-        cmd = [broker.binary] if isinstance(broker.binary, str) else list(broker.binary)
-        try:
-            r = subprocess.run(cmd + ["--version"], capture_output=True, text=True, timeout=10)
-            text = [ln for ln in (r.stdout + r.stderr).splitlines()
-                    if ln.strip() and "GLIBC" not in ln]
-            out.append(f"broker: {text[-1].strip() if text else '?'} ({broker.kind}"
-                       f"{', memory storage' if broker.kind == 'tansu' else ', disk'})")
-        except (OSError, subprocess.TimeoutExpired) as e:
-            out.append(f"broker: {broker.kind} (version unknown: {e})")
+        out.append(f"broker: {broker_version(broker)}")
     return out
 
 
 def machine() -> str:
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({model}), "
+    return (f"{_environment.machine()}, "
             f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

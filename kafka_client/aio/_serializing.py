@@ -51,6 +51,19 @@ def _take_serdes(conf: Dict[str, Any], kind: str) -> Tuple[Dict[str, Any], Optio
     return conf, found[0], found[1]
 
 
+def _made_with_await(cls: type, base: type, conf: Dict[str, Any], kind: str,
+                     kwargs: Dict[str, Any]) -> Any:
+    """What ``cls(conf, **kwargs)`` returns: a coroutine making the instance, its
+    ``key.<kind>``/``value.<kind>`` taken out of ``conf`` and the rest given to
+    ``base``'s constructor."""
+    async def build() -> Any:
+        self = object.__new__(cls)
+        client_conf, self._key_serde, self._value_serde = _take_serdes(conf, kind)
+        base.__init__(self, client_conf, **kwargs)
+        return self
+    return build()
+
+
 async def _apply(fn: Callable, data: Any, ctx: SerializationContext) -> Any:
     result = fn(data, ctx)
     if inspect.isawaitable(result):
@@ -63,16 +76,10 @@ class AsyncSerializingProducer(AIOProducer):
     ``value.serializer``, applied in :meth:`produce`. Made with ``await``."""
 
     def __new__(cls, conf: Dict[str, Any], **kwargs: Any) -> Any:   # type: ignore[misc]
-        async def build() -> "AsyncSerializingProducer":
-            self = object.__new__(cls)
-            producer_conf, self._key_serializer, self._value_serializer = \
-                _take_serdes(conf, "serializer")
-            AIOProducer.__init__(self, producer_conf, **kwargs)
-            return self
-        return build()
+        return _made_with_await(cls, AIOProducer, conf, "serializer", kwargs)
 
     def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
-        pass    # construction is build() above: ``await AsyncSerializingProducer(conf)``
+        pass    # made by _made_with_await: ``await AsyncSerializingProducer(conf)``
 
     async def produce(self, topic: str, key: Any = None, value: Any = None,  # type: ignore[override]
                       partition: int = -1, timestamp: int = 0, headers: Any = None,
@@ -86,15 +93,15 @@ class AsyncSerializingProducer(AIOProducer):
         if not isinstance(topic, str):
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         ctx = SerializationContext(topic, MessageField.KEY, headers)
-        if self._key_serializer is not None:
+        if self._key_serde is not None:
             try:
-                key = await _apply(self._key_serializer, key, ctx)
+                key = await _apply(self._key_serde, key, ctx)
             except Exception as e:
                 raise KeySerializationError(e) from e
-        if self._value_serializer is not None:
+        if self._value_serde is not None:
             ctx = SerializationContext(topic, MessageField.VALUE, headers)
             try:
-                value = await _apply(self._value_serializer, value, ctx)
+                value = await _apply(self._value_serde, value, ctx)
             except Exception as e:
                 raise ValueSerializationError(e) from e
         return await AIOProducer.produce(self, topic, value, key, partition, timestamp,
@@ -107,28 +114,22 @@ class AsyncDeserializingConsumer(AIOConsumer):
     ``await``."""
 
     def __new__(cls, conf: Dict[str, Any], **kwargs: Any) -> Any:   # type: ignore[misc]
-        async def build() -> "AsyncDeserializingConsumer":
-            self = object.__new__(cls)
-            consumer_conf, self._key_deserializer, self._value_deserializer = \
-                _take_serdes(conf, "deserializer")
-            AIOConsumer.__init__(self, consumer_conf, **kwargs)
-            return self
-        return build()
+        return _made_with_await(cls, AIOConsumer, conf, "deserializer", kwargs)
 
     def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
-        pass    # construction is build() above: ``await AsyncDeserializingConsumer(conf)``
+        pass    # made by _made_with_await: ``await AsyncDeserializingConsumer(conf)``
 
     async def _deserialize(self, msg: Message) -> None:
-        if self._value_deserializer is not None:
+        if self._value_serde is not None:
             ctx = SerializationContext(msg.topic(), MessageField.VALUE, msg.headers())
             try:
-                msg.set_value(await _apply(self._value_deserializer, msg.value(), ctx))
+                msg.set_value(await _apply(self._value_serde, msg.value(), ctx))
             except Exception as e:
                 raise ValueDeserializationError(e, msg) from e
-        if self._key_deserializer is not None:
+        if self._key_serde is not None:
             ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
             try:
-                msg.set_key(await _apply(self._key_deserializer, msg.key(), ctx))
+                msg.set_key(await _apply(self._key_serde, msg.key(), ctx))
             except Exception as e:
                 raise KeyDeserializationError(e, msg) from e
 

@@ -165,7 +165,7 @@ def test_the_serializing_forms_are_made_with_await_and_refuse_builders():
                                              "value.serializer": lambda o, c: 1 / 0})
         with pytest.raises(KeySerializationError):
             await p2.produce("t", key="k", value="v")
-        p2._key_serializer = None
+        p2._key_serde = None
         with pytest.raises(ValueSerializationError):
             await p2.produce("t", key="k", value="v")
         assert len(p2) == 0                        # nothing was queued

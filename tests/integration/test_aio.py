@@ -25,7 +25,7 @@ async def read_all(bootstrap, topic, n, partitions=1):
         await c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         got = []
         while len(got) < n:
-            batch = await c.consume(1000, 5)
+            batch = await c.consume(min(1000, n - len(got)), 5)
             assert batch, f"only {len(got)} of {n} messages"
             got.extend(m for m in batch if m.error() is None)
         return got

@@ -49,8 +49,14 @@ class AIOConsumer:
     # -- reading ---------------------------------------------------------------------------
     async def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:
         """The next message or event, or None after ``timeout`` seconds (-1 or None: no
-        limit). :meth:`consume` costs one executor hop per batch instead of per
-        message."""
+        limit). A message already decoded and waiting is taken on the loop's thread
+        (when no callback is due); otherwise the call goes to the executor, where it
+        may wait."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        msg = self._consumer._poll_ready()
+        if msg is not None:
+            return msg
         return await self._call(self._consumer.poll, timeout)
 
     async def consume(self, num_messages: int = 1,

@@ -297,20 +297,28 @@ class Consumer(ClientBase):
     def poll(self, timeout: Optional[float] = None) -> Optional[Message]:
         """One message or event (``msg.error()`` set), or None after ``timeout`` seconds
         (None or -1: wait forever). Runs pending callbacks."""
+        msg = self._poll_ready()
+        if msg is not None:
+            return msg
+        msgs = self.consume(1, -1 if timeout is None else timeout)
+        return msgs[0] if msgs else None
+
+    def _poll_ready(self) -> Optional[Message]:
+        """poll()'s fast path alone: the next message of the chunk being handed out when
+        no callback or group work is waiting for the calling thread; None otherwise (then
+        poll() must be called, which may wait and run callbacks). next() on the chunk's
+        iterator is one step under the GIL: each message goes to one thread. The asyncio
+        consumer calls it on its loop's thread before sending poll() to its executor."""
         if self._closed:
             self._refuse()
         group = self._group
         if self._deferred is None and (group is None or group.idle_poll()):
-            # Fast path: the next message of the chunk being handed out (no callback or
-            # group work is waiting for this thread). next() on the chunk's iterator is
-            # one step under the GIL: each message goes to one thread.
             msg = next(self._handout.rest, None)
             if msg is not None:
                 if self._consume_cb is not None:
                     self._run_consume_cb([msg])
                 return msg
-        msgs = self.consume(1, -1 if timeout is None else timeout)
-        return msgs[0] if msgs else None
+        return None
 
     def consume(self, num_messages: int = 1, timeout: Optional[float] = -1) -> List[Message]:
         """Up to ``num_messages`` messages and events, returned as soon as that many are

@@ -61,8 +61,15 @@ class AIOConsumer:
 
     async def consume(self, num_messages: int = 1,
                       timeout: Optional[float] = -1) -> List[Message]:
-        """Up to ``num_messages`` messages, waiting up to ``timeout`` seconds for the
-        first."""
+        """Up to ``num_messages`` messages, returned when that many are there or after
+        ``timeout`` seconds. When that many are already decoded and waiting (and no
+        callback is due) they are taken on the loop's thread, with no executor hop."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        if type(num_messages) is int:       # anything else: the Consumer's own error
+            ready = self._consumer._consume_ready(num_messages)
+            if ready is not None:
+                return ready
         return await self._call(self._consumer.consume, num_messages, timeout)
 
     async def consume_arrow(self, *args: Any, **kwargs: Any) -> Any:

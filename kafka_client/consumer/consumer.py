@@ -303,6 +303,29 @@ class Consumer(ClientBase):
         msgs = self.consume(1, -1 if timeout is None else timeout)
         return msgs[0] if msgs else None
 
+    def _consume_ready(self, num_messages: int) -> Optional[List[Message]]:
+        """consume()'s answer when it needs no wait and no callback: ``num_messages``
+        messages taken from the chunk being handed out, if it holds that many and nothing
+        waits for the calling thread; None otherwise (then consume() must be called).
+        ``list(islice(...))`` over the chunk's iterator runs in C under the GIL: no other
+        thread takes the same message. For the asyncio consumer's loop thread."""
+        if self._closed:
+            self._refuse()
+        group = self._group
+        if num_messages < 1 or self._deferred is not None or \
+                (group is not None and not group.idle_poll()):
+            return None
+        handout = self._handout
+        if handout.rest.__length_hint__() < num_messages:
+            return None
+        out = list(islice(handout.rest, num_messages))
+        if not out:
+            return None
+        handout.settle()
+        if self._consume_cb is not None:
+            self._run_consume_cb(out)
+        return out
+
     def _poll_ready(self) -> Optional[Message]:
         """poll()'s fast path alone: the next message of the chunk being handed out when
         no callback or group work is waiting for the calling thread; None otherwise (then

@@ -113,10 +113,13 @@ def test_a_message_refused_before_queueing_fails_its_future(broker, topic_name):
     run(main())
 
 
-def test_poll_takes_waiting_messages_on_the_loop_without_the_executor(broker, topic_name):
+@pytest.mark.parametrize("api", ["poll", "consume"])
+def test_waiting_messages_are_taken_on_the_loop_without_the_executor(broker, topic_name,
+                                                                      api):
     """poll() per message went through the executor each time (about 10,000 msg/s, as
     confluent-kafka's); a message already decoded is now taken on the loop's thread, and
-    only a poll() that may wait goes to the executor."""
+    only a poll() that may wait goes to the executor. consume(n) likewise when n are
+    waiting."""
     import concurrent.futures
 
     from kafka_client import Producer
@@ -141,11 +144,15 @@ def test_poll_takes_waiting_messages_on_the_loop_without_the_executor(broker, to
                 await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
                 got = []
                 while len(got) < 1000:
-                    m = await c.poll(5)
-                    assert m is not None
-                    if m.error() is None:
-                        got.append(m.value())
+                    if api == "poll":
+                        msgs = [await c.poll(5)]
+                        assert msgs[0] is not None
+                    else:
+                        msgs = await c.consume(10, 5)
+                    got.extend(m.value() for m in msgs if m.error() is None)
                 calls = Counting.calls
+                (pos,) = await c.position([TopicPartition(topic_name, 0)])
+                assert pos.offset == 1000
         assert got == [b"%d" % i for i in range(1000)]
-        assert calls < 50, calls      # one per chunk (a Fetch answer), not per message
+        assert calls < 50, calls      # about one per chunk (a Fetch answer)
     run(main())

@@ -311,9 +311,7 @@ class Consumer(ClientBase):
         thread takes the same message. For the asyncio consumer's loop thread."""
         if self._closed:
             self._refuse()
-        group = self._group
-        if num_messages < 1 or self._deferred is not None or \
-                (group is not None and not group.idle_poll()):
+        if num_messages < 1 or not self._nothing_due():
             return None
         handout = self._handout
         if handout.rest.__length_hint__() < num_messages:
@@ -326,6 +324,12 @@ class Consumer(ClientBase):
             self._run_consume_cb(out)
         return out
 
+    def _nothing_due(self) -> bool:
+        """No callback, deferred exception or group work waits for the calling thread:
+        messages already decoded may be handed out without serving anything first."""
+        group = self._group
+        return self._deferred is None and (group is None or group.idle_poll())
+
     def _poll_ready(self) -> Optional[Message]:
         """poll()'s fast path alone: the next message of the chunk being handed out when
         no callback or group work is waiting for the calling thread; None otherwise (then
@@ -334,8 +338,7 @@ class Consumer(ClientBase):
         consumer calls it on its loop's thread before sending poll() to its executor."""
         if self._closed:
             self._refuse()
-        group = self._group
-        if self._deferred is None and (group is None or group.idle_poll()):
+        if self._nothing_due():
             msg = next(self._handout.rest, None)
             if msg is not None:
                 if self._consume_cb is not None:

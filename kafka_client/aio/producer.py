@@ -97,11 +97,12 @@ class AIOProducer:
         call."""
         try:
             served = self._producer.poll(0)
-        except RuntimeError:        # closed under us (close() from another task)
-            served = 0
         except Exception as exc:
-            self._bridge.failures.append(exc)
-            served = 1
+            if self._closed:        # closed under us (close() from another task)
+                served = 0
+            else:
+                self._bridge.failures.append(exc)
+                served = 1
         self._served.set()
         self._served.clear()
         return served

@@ -182,3 +182,34 @@ def test_the_serializing_forms_are_made_with_await_and_refuse_builders():
             await AsyncDeserializingConsumer({"bootstrap.servers": NOWHERE,
                                               "value.deserializer": 5})
     run(main())
+
+
+@pytest.mark.parametrize("kind", ["coroutine", "function"])
+def test_an_exception_of_a_callback_reaches_the_next_awaited_call(kind):
+    """error_cb runs on the loop, served by the producer as events come; what it raises
+    (a RuntimeError too) is raised by the application's next awaited call, once."""
+    async def main():
+        calls = []
+
+        def fail_first(err):
+            calls.append(err.code())
+            if len(calls) == 1:                # the first of the connection errors
+                raise RuntimeError("from error_cb")
+
+        async def coroutine_cb(err):
+            fail_first(err)
+
+        failing_error_cb = coroutine_cb if kind == "coroutine" else fail_first
+
+        p = AIOProducer({"bootstrap.servers": NOWHERE, "error_cb": failing_error_cb})
+        deadline = asyncio.get_running_loop().time() + 5
+        while not calls:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)              # the callback's task finished
+        with pytest.raises(RuntimeError, match="from error_cb"):
+            await p.poll(0)
+        assert await p.poll(0) >= 0            # raised once
+        await p.purge()
+        await p.close()
+    run(main())

@@ -128,8 +128,12 @@ class LoopBridge:
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking call of the synchronous client off the loop and await it."""
+        return await self.start(fn, *args, **kwargs)
+
+    def start(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "asyncio.Future[Any]":
+        """Start a blocking call of the synchronous client off the loop: its future."""
         executor = None if _IN_CALLBACK.get() else self.executor
-        return await self.loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+        return self.loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
 
     async def close_executor(self) -> None:
         if self.owns_executor:

@@ -2,10 +2,14 @@
 Consumer."""
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from kafka_client.aio._bridge import LoopBridge
+from kafka_client.aio._cancelled import CancelledReads
+from kafka_client.consumer.arrow import empty_record_batch
 from kafka_client.consumer.consumer import Consumer
 from kafka_client.types import Message, TopicPartition
 
@@ -27,7 +31,15 @@ class AIOConsumer:
     assignment is returned, as with the synchronous consumer.
 
     Several tasks may await ``consume()``/``poll()`` on one AIOConsumer at the same time:
-    each gets distinct messages (the Consumer's threading model, docs/consumer.md)."""
+    each gets distinct messages (the Consumer's threading model, docs/consumer.md).
+
+    A read whose task is cancelled while its call runs on the executor
+    (``asyncio.wait_for(consumer.poll(5), 1)``, a task cancelled at shutdown) loses
+    nothing: what that call still returns is handed out first by the next read of the
+    same kind, and until then the stored offsets stay before it (docs/asyncio.md)."""
+
+    #: how long close() and seek() wait for cancelled reads to return what they hold
+    _CANCELLED_READS_WAIT = 5.0
 
     def __init__(self, consumer_conf: dict, max_workers: int = 100,
                  executor: Optional[concurrent.futures.Executor] = None) -> None:
@@ -36,7 +48,8 @@ class AIOConsumer:
                             f"{type(consumer_conf).__name__}")
         self._bridge = bridge = LoopBridge(max_workers, executor, "AIOConsumer")
         self._closed = False
-        self._consumer = Consumer(bridge.wrap_config(consumer_conf))
+        self._consumer = consumer = Consumer(bridge.wrap_config(consumer_conf))
+        self._cancelled = CancelledReads(consumer, consumer._auto_store, bridge.failures)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._closed:
@@ -47,34 +60,90 @@ class AIOConsumer:
         return (self,) + tuple(args[1:])
 
     # -- reading ---------------------------------------------------------------------------
+    async def _read(self, fn: Callable[..., Any], *args: Any, arrow: bool = False) -> Any:
+        """A read (``fn(*args, stop)``) on the executor. If this coroutine is cancelled,
+        the call is told to return what it has, and that is kept for the next read."""
+        stop = threading.Event()
+        call = self._bridge.start(fn, *args, stop)
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            stop.set()
+            self._consumer._wake_readers()
+            self._cancelled.watch(call, arrow)
+            raise
+
+    def _poll_until(self, timeout: Optional[float], stop: threading.Event) -> Optional[Message]:
+        msgs = self._consumer._consume_until(1, -1 if timeout is None else timeout, stop)
+        return msgs[0] if msgs else None
+
+    async def _before_read(self, timeout: Optional[float]) -> Optional[float]:
+        """What is left of ``timeout`` once earlier cancelled reads have returned; None
+        when it ran out first (the read then returns nothing)."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        self._bridge.raise_failure()
+        return await self._cancelled.wait(timeout)
+
     async def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:
         """The next message or event, or None after ``timeout`` seconds (-1 or None: no
         limit). A message already decoded and waiting is taken on the loop's thread
         (when no callback is due); otherwise the call goes to the executor, where it
         may wait."""
-        if self._closed:
+        if self._cancelled.pending:
+            left = await self._before_read(timeout)
+            if left is None:
+                return None
+            kept = self._cancelled.take_messages(1)
+            if kept:
+                return kept[0]
+            timeout = left
+        elif self._closed:
             raise RuntimeError("Consumer closed")
         msg = self._consumer._poll_ready()
         if msg is not None:
             return msg
-        return await self._call(self._consumer.poll, timeout)
+        self._bridge.raise_failure()
+        return await self._read(self._poll_until, timeout)
 
     async def consume(self, num_messages: int = 1,
                       timeout: Optional[float] = -1) -> List[Message]:
         """Up to ``num_messages`` messages, returned when that many are there or after
         ``timeout`` seconds. When that many are already decoded and waiting (and no
         callback is due) they are taken on the loop's thread, with no executor hop."""
-        if self._closed:
+        if self._cancelled.pending and type(num_messages) is int and num_messages > 0:
+            left = await self._before_read(timeout)
+            if left is None:
+                return []
+            kept = self._cancelled.take_messages(num_messages)
+            if kept:
+                return kept
+            timeout = left
+        elif self._closed:
             raise RuntimeError("Consumer closed")
         if type(num_messages) is int:       # anything else: the Consumer's own error
             ready = self._consumer._consume_ready(num_messages)
             if ready is not None:
                 return ready
-        return await self._call(self._consumer.consume, num_messages, timeout)
+        self._bridge.raise_failure()
+        return await self._read(self._consumer._consume_until, num_messages, timeout)
 
-    async def consume_arrow(self, *args: Any, **kwargs: Any) -> Any:
+    async def consume_arrow(self, max_records: int = 10000,
+                            timeout: Optional[float] = -1) -> Any:
         """:meth:`kafka_client.Consumer.consume_arrow`, awaited (an addition)."""
-        return await self._call(self._consumer.consume_arrow, *args, **kwargs)
+        if self._cancelled.pending:
+            left = await self._before_read(timeout)
+            if left is None:
+                return empty_record_batch()
+            kept = self._cancelled.take_batch()
+            if kept is not None:
+                return kept
+            timeout = left
+        elif self._closed:
+            raise RuntimeError("Consumer closed")
+        self._bridge.raise_failure()
+        return await self._read(self._consumer._consume_arrow, max_records, timeout,
+                                arrow=True)
 
     # -- assignment and subscription --------------------------------------------------------
     async def subscribe(self, topics: Sequence[str], on_assign: Optional[Callable] = None,
@@ -112,6 +181,9 @@ class AIOConsumer:
 
     # -- positions and offsets ---------------------------------------------------------------
     async def seek(self, partition: TopicPartition) -> None:
+        if isinstance(partition, TopicPartition):   # anything else: the Consumer's error
+            await self._cancelled.finish(self._CANCELLED_READS_WAIT)
+            self._cancelled.forget(partition.topic, partition.partition)
         await self._call(self._consumer.seek, partition)
 
     async def pause(self, partitions: Sequence[TopicPartition]) -> None:
@@ -166,13 +238,27 @@ class AIOConsumer:
     # -- closing ---------------------------------------------------------------------------
     async def close(self) -> None:
         """Commit (with enable.auto.commit), leave the group, close the consumer and the
-        executor it made. Calling it again does nothing."""
+        executor it made. Calling it again does nothing. Messages that cancelled reads
+        took and no later read handed out are not committed (with
+        enable.auto.offset.store) and are counted in a warning."""
         if self._closed:
             return
+        cancelled = self._cancelled
+        # Cancelled reads return what they hold first (told to when cancelled), so that
+        # the final commit leaves out what no read handed out.
+        await cancelled.finish(self._CANCELLED_READS_WAIT)
+        uncommitted = cancelled.unclaimed() if self._consumer._auto_store else 0
         try:
             await self._bridge.run(self._consumer.close)
         finally:
             self._closed = True
+            await cancelled.finish(self._CANCELLED_READS_WAIT)   # any left: closed now
+            unclaimed = cancelled.unclaimed()
+            if unclaimed:
+                self._consumer._log.warning(
+                    "AIOConsumer closed with %d message(s) taken by reads cancelled while "
+                    "they waited and never handed out; %d of them not committed (the "
+                    "group's next reader gets them)", unclaimed, uncommitted)
             await self._bridge.settle_tasks()
             await self._bridge.close_executor()
         self._bridge.raise_failure()

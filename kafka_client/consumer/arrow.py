@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-__all__ = ["SCHEMA_FIELDS", "schema", "to_record_batch"]
+__all__ = ["SCHEMA_FIELDS", "schema", "empty_record_batch", "to_record_batch"]
 
 #: column names, in order
 SCHEMA_FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key",
@@ -46,6 +46,11 @@ def schema() -> Any:
             pa.field("headers", pa.list_(header)),
         ])
     return _schema
+
+
+def empty_record_batch() -> Any:
+    """A ``pyarrow.RecordBatch`` of no rows, of :func:`schema`."""
+    return _pyarrow().RecordBatch.from_pylist([], schema=schema())
 
 
 def to_record_batch(cols: Dict[str, Any]) -> Any:

@@ -349,10 +349,21 @@ class Consumer(ClientBase):
     def consume(self, num_messages: int = 1, timeout: Optional[float] = -1) -> List[Message]:
         """Up to ``num_messages`` messages and events, returned as soon as that many are
         there or ``timeout`` seconds passed (-1 or None: no limit)."""
-        out = self._consume(num_messages, timeout)
+        return self._consume_until(num_messages, timeout, None)
+
+    def _consume_until(self, num_messages: int, timeout: Optional[float],
+                       stop: Optional[threading.Event]) -> List[Message]:
+        """consume(), also returning what it has once ``stop`` is set and
+        :meth:`_wake_readers` called (the asyncio consumer's cancelled reads)."""
+        out = self._consume(num_messages, timeout, stop)
         if self._consume_cb is not None and out:
             self._run_consume_cb(out)
         return out
+
+    def _wake_readers(self) -> None:
+        """Any thread: calls waiting for data look at their ``stop`` now (the ones
+        waiting for their turn within 0.2 s)."""
+        self._ready.set()
 
     def _run_consume_cb(self, msgs: List[Message]) -> None:
         """``consume_cb(msg)`` for each message about to be returned; if it raises, the
@@ -366,7 +377,8 @@ class Consumer(ClientBase):
             if self._deferred is None:
                 self._deferred = exc
 
-    def _consume(self, num_messages: int, timeout: Optional[float]) -> List[Message]:
+    def _consume(self, num_messages: int, timeout: Optional[float],
+                 stop: Optional[threading.Event] = None) -> List[Message]:
         self._check_open()
         num_messages = _count(num_messages, "num_messages")
         deadline = deadline_after(timeout)
@@ -398,6 +410,8 @@ class Consumer(ClientBase):
                 my_turn = self._wait(my_turn, remaining)
                 if self._closed:  # by another thread: what is in hand, the next call raises
                     return out
+                if stop is not None and stop.is_set():
+                    return out
         finally:
             if my_turn:
                 self._turn.release()
@@ -411,6 +425,12 @@ class Consumer(ClientBase):
         stored offsets advance as with consume(). Error events that consume() would return
         are raised as KafkaException (after the rows before them were returned);
         _PARTITION_EOF events are not reported here. Needs pyarrow."""
+        return self._consume_arrow(max_records, timeout, None)
+
+    def _consume_arrow(self, max_records: int, timeout: Optional[float],
+                       stop: Optional[threading.Event]) -> Any:
+        """consume_arrow(), also returning what it has once ``stop`` is set (see
+        :meth:`_consume_until`)."""
         self._check_open()
         max_records = _count(max_records, "max_records")
         if not max_records:
@@ -445,6 +465,8 @@ class Consumer(ClientBase):
                     break
                 my_turn = self._wait(my_turn, remaining)
                 if self._closed:  # by another thread: what is in hand, the next call raises
+                    break
+                if stop is not None and stop.is_set():
                     break
         finally:
             if my_turn:

@@ -5,11 +5,13 @@ in tests/compat/test_compat_aio.py."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 
 import pytest
 
-from kafka_client import OFFSET_BEGINNING, TopicPartition
+from kafka_client import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kafka_client.aio import AIOConsumer, AIOProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -155,4 +157,182 @@ def test_waiting_messages_are_taken_on_the_loop_without_the_executor(broker, top
                 assert pos.offset == 1000
         assert got == [b"%d" % i for i in range(1000)]
         assert calls < 50, calls      # about one per chunk (a Fetch answer)
+    run(main())
+
+
+# -- reads cancelled while they wait ------------------------------------------------------
+async def _cancel_holding(read, produce):
+    """Start ``read`` (a consume() or consume_arrow() of the consumer asking for more
+    than will come), let it take what ``produce`` sends, then cancel it while it waits
+    for the rest: the call on the executor returns what it holds."""
+    task = asyncio.ensure_future(read)
+    await asyncio.sleep(0.3)
+    produce()
+    await asyncio.sleep(1.0)
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def _produce(bootstrap, topic, values, partition=0):
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for v in values:
+        p.produce(topic, v, partition=partition)
+    assert p.flush(10) == 0
+
+
+def _group_conf(broker, group):
+    # session.timeout.ms: Tansu holds a group's first join for half of it
+    return {"bootstrap.servers": broker.bootstrap, "group.id": group,
+            "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+            "fetch.wait.max.ms": 50}
+
+
+def _committed(bootstrap, group, topic):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return c.committed([TopicPartition(topic, 0)], 10)[0].offset
+    finally:
+        c.close()
+
+
+def test_a_poll_cancelled_while_it_waits_hands_its_message_to_the_next_poll(broker,
+                                                                             topic_name):
+    """asyncio.wait_for(poll(10), ...) timing out cancels the coroutine; the poll() on
+    the executor is told to return at once, so the message that comes next goes to the
+    next poll() (confluent-kafka's AIOConsumer loses it: its poll() on the executor goes
+    on, takes it and its offset is committed, and nobody receives it)."""
+    group = f"g-{topic_name}"
+
+    async def main():
+        _produce(broker.bootstrap, topic_name, [b"first"])
+        async with AIOConsumer(_group_conf(broker, group)) as c:
+            await c.subscribe([topic_name])
+            first = await c.poll(30)
+            assert first is not None and first.value() == b"first"
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(c.poll(10), 0.3)
+            _produce(broker.bootstrap, topic_name, [b"second"])
+            await asyncio.sleep(1.0)
+            await c.commit(asynchronous=False)
+            assert _committed(broker.bootstrap, group, topic_name) == 1
+            second = await c.poll(5)
+            assert second is not None and second.value() == b"second"
+            assert second.offset() == 1
+            assert await c.poll(0.2) is None
+        assert _committed(broker.bootstrap, group, topic_name) == 2
+    run(main())
+
+
+def test_a_consumer_closed_after_a_cancelled_read_commits_only_what_was_handed_out(
+        broker, topic_name, caplog):
+    """The shutdown pattern: the reading task is cancelled while its consume(10) holds
+    two messages and waits for more, and the consumer is closed. The two were never
+    handed out: their offsets are not committed (the group's next reader gets them) and
+    close() says so."""
+    group = f"g-{topic_name}"
+    logger = logging.getLogger(f"test.aio.{topic_name}")
+
+    async def main():
+        _produce(broker.bootstrap, topic_name, [b"first"])
+        async with AIOConsumer(dict(_group_conf(broker, group), logger=logger)) as c:
+            await c.subscribe([topic_name])
+            assert (await c.consume(1, 30))[0].value() == b"first"
+            await _cancel_holding(
+                c.consume(10, 10),
+                lambda: _produce(broker.bootstrap, topic_name, [b"second", b"third"]))
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        run(main())
+    assert any("with 2 message(s)" in r.getMessage() and "2 of them not committed"
+               in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert _committed(broker.bootstrap, group, topic_name) == 1
+    c = Consumer(_group_conf(broker, group))
+    try:
+        c.subscribe([topic_name])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            got.extend(m.value() for m in c.consume(10, 1) if m.error() is None)
+        assert got == [b"second", b"third"]
+    finally:
+        c.close()
+
+
+def test_reads_cancelled_by_timeouts_again_and_again_deliver_every_message_once_in_order(
+        broker, topic_name):
+    """A reader bounding each consume() with wait_for at 5-40 ms while messages trickle
+    in: most reads are cancelled while they wait, and still every message comes out once,
+    in offset order."""
+    n = 600
+
+    async def main():
+        async with AIOConsumer({"bootstrap.servers": broker.bootstrap,
+                                "fetch.wait.max.ms": 20}) as c:
+            await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+            loop = asyncio.get_running_loop()
+            producing = loop.run_in_executor(None, _trickle, broker.bootstrap, topic_name, n)
+            got, cancelled = [], 0
+            deadline = loop.time() + 60
+            while len(got) < n and loop.time() < deadline:
+                try:
+                    batch = await asyncio.wait_for(c.consume(7, 5), 0.005 + 0.035 * (
+                        len(got) % 2))
+                except asyncio.TimeoutError:
+                    cancelled += 1
+                    continue
+                got.extend(m.offset() for m in batch if m.error() is None)
+            await producing
+            assert got == list(range(n)), (len(got), cancelled)
+            assert cancelled > 20, cancelled       # the case under test did happen
+    run(main(), timeout=90)
+
+
+def _trickle(bootstrap, topic, n):
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(n):
+        p.produce(topic, b"%d" % i, partition=0)
+        if i % 10 == 9:
+            p.flush(10)
+            time.sleep(0.01)
+    assert p.flush(10) == 0
+
+
+def test_a_cancelled_consume_arrow_hands_its_rows_to_the_next_one(broker, topic_name):
+    """consume_arrow(100) holding three rows when cancelled: the next consume_arrow()
+    returns them."""
+    pytest.importorskip("pyarrow")
+
+    async def main():
+        async with AIOConsumer({"bootstrap.servers": broker.bootstrap,
+                                "fetch.wait.max.ms": 50}) as c:
+            await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+            await _cancel_holding(
+                c.consume_arrow(100, 10),
+                lambda: _produce(broker.bootstrap, topic_name, [b"a", b"b", b"c"]))
+            batch = await c.consume_arrow(100, 5)
+            assert batch.column("value").to_pylist() == [b"a", b"b", b"c"]
+            assert batch.column("offset").to_pylist() == [0, 1, 2]
+            assert (await c.consume_arrow(100, 0.2)).num_rows == 0
+    run(main())
+
+
+def test_a_seek_drops_what_a_cancelled_read_kept_of_that_partition(broker, topic_name):
+    """seek() moves the position: what a cancelled read had taken of the partition is not
+    handed out; reading goes on from the position sought."""
+    async def main():
+        async with AIOConsumer({"bootstrap.servers": broker.bootstrap,
+                                "fetch.wait.max.ms": 50}) as c:
+            await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+            await _cancel_holding(
+                c.consume(10, 10),
+                lambda: _produce(broker.bootstrap, topic_name, [b"0", b"1", b"2", b"3"]))
+            await c.seek(TopicPartition(topic_name, 0, 2))
+            got = []
+            while len(got) < 2:
+                batch = await c.consume(10, 5)
+                assert batch
+                got.extend(m.offset() for m in batch if m.error() is None)
+            assert got == [2, 3]
     run(main())

@@ -1,0 +1,202 @@
+"""What the asyncio consumer's cancelled reads had taken.
+
+``asyncio.wait_for(consumer.poll(10), 1)`` and a task cancelled at shutdown cancel the
+awaiting coroutine, not the Consumer call running on the executor: that call goes on and
+may still take messages, which nobody would then receive while their positions (and, with
+enable.auto.offset.store, the offsets committed) moved past them: lost without a word
+(confluent-kafka's AIOConsumer loses them so). Here such a call's result is kept and
+handed out, in order, by the next read of the same kind; until then the stored offsets of
+its partitions stay at its first message, so no commit counts it as read.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
+
+from kafka_client.errors import KafkaException
+from kafka_client.types import Message, TopicPartition
+
+__all__ = ["CancelledReads"]
+
+_Key = Tuple[str, int]
+
+
+class CancelledReads:
+    """The reads (poll/consume/consume_arrow on the executor) whose awaiting coroutine was
+    cancelled, and the messages and record batches they returned that no read has handed
+    out yet. Loop thread only."""
+
+    def __init__(self, consumer: Any, auto_store: bool, failures: List[BaseException]) -> None:
+        self._consumer = consumer              # the synchronous Consumer
+        self._auto_store = auto_store
+        self._failures = failures              # the bridge's: raised by the next call
+        self._messages: Deque[Message] = deque()
+        self._batches: Deque[Any] = deque()    # pyarrow.RecordBatch
+        self._running: Set["asyncio.Future[Any]"] = set()
+        #: reads still running, or kept results not handed out (a plain attribute: the
+        #: asyncio consumer's fast paths test it on every call)
+        self.pending = False
+
+    def _update(self) -> None:
+        self.pending = bool(self._running or self._messages or self._batches)
+
+    # -- keeping ---------------------------------------------------------------------------
+    def watch(self, call: "asyncio.Future[Any]", arrow: bool) -> None:
+        """``call``'s awaiting coroutine was cancelled: keep what it returns."""
+        self._running.add(call)
+        self.pending = True
+        call.add_done_callback(lambda done: self._returned(done, arrow))
+
+    def _returned(self, call: "asyncio.Future[Any]", arrow: bool) -> None:
+        self._running.discard(call)
+        self._update()
+        if call.cancelled():
+            return
+        exc = call.exception()
+        if exc is not None:
+            self._failures.append(exc)         # as a callback's: the next call raises it
+            return
+        result = call.result()
+        if arrow:
+            if result is not None and result.num_rows:
+                self._batches.append(result)
+        elif result is not None:
+            self._messages.extend([result] if isinstance(result, Message) else result)
+        self._update()
+        self._rewind()
+
+    def _rewind(self) -> None:
+        """Stored offsets back to the first message kept of each partition."""
+        rows = [(m.topic(), m.partition(), m.offset(), m.leader_epoch())
+                for m in self._messages if m.error() is None]
+        for batch in self._batches:
+            rows.extend(_batch_rows(batch))
+        self._store(_first_per_partition(rows))
+
+    # -- handing out -----------------------------------------------------------------------
+    async def wait(self, timeout: Optional[float]) -> Optional[float]:
+        """Wait for the cancelled reads still running, at most ``timeout`` seconds (-1 or
+        None: no limit): what is left of ``timeout``, or None when it ran out first (then
+        the caller returns nothing: a new read would overtake them)."""
+        if not self._running:
+            return timeout
+        limit = None if timeout is None or timeout < 0 else timeout
+        start = time.monotonic()
+        await asyncio.wait(set(self._running), timeout=limit)
+        if self._running:
+            return None
+        if limit is None:
+            return timeout
+        return max(0.0, limit - (time.monotonic() - start))
+
+    def take_messages(self, n: int) -> List[Message]:
+        """Up to ``n`` kept messages and events, oldest first; those of partitions no
+        longer assigned are dropped (their offsets were not committed: the partition's
+        next reader reads them)."""
+        if not self._messages:
+            return []
+        assigned = self._assigned()
+        out: List[Message] = []
+        while self._messages and len(out) < n:
+            msg = self._messages.popleft()
+            if msg.error() is None and (msg.topic(), msg.partition()) not in assigned:
+                continue
+            out.append(msg)
+        self._store(_after_last_per_partition(
+            (m.topic(), m.partition(), m.offset(), m.leader_epoch())
+            for m in out if m.error() is None))
+        self._rewind()      # what is still kept stays uncommitted
+        self._update()
+        return out
+
+    def take_batch(self) -> Optional[Any]:
+        """The oldest kept record batch, without the rows of partitions no longer
+        assigned; None when there is none."""
+        while self._batches:
+            batch = self._batches.popleft()
+            assigned = self._assigned()
+            rows = list(_batch_rows(batch))
+            keep = [(t, p) in assigned for t, p, _o, _e in rows]
+            if not all(keep):
+                import pyarrow  # present: the batch is one
+                batch = batch.filter(pyarrow.array(keep))
+                rows = [r for r, k in zip(rows, keep) if k]
+            if batch.num_rows:
+                self._store(_after_last_per_partition(rows))
+                self._rewind()
+                self._update()
+                return batch
+        self._update()
+        return None
+
+    def forget(self, topic: str, partition: int) -> None:
+        """The application moved the partition's position (seek): what was kept of it
+        is not handed out."""
+        key = (topic, partition)
+        self._messages = deque(m for m in self._messages
+                               if m.error() is not None or (m.topic(), m.partition()) != key)
+        batches: Deque[Any] = deque()
+        for batch in self._batches:
+            keep = [(t, p) != key for t, p, _o, _e in _batch_rows(batch)]
+            if not all(keep):
+                import pyarrow
+                batch = batch.filter(pyarrow.array(keep))
+            if batch.num_rows:
+                batches.append(batch)
+        self._batches = batches
+        self._update()
+
+    def unclaimed(self) -> int:
+        """Kept messages and rows no read has handed out."""
+        return sum(1 for m in self._messages if m.error() is None) + \
+            sum(b.num_rows for b in self._batches)
+
+    async def finish(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, for the cancelled reads still running (they
+        were told to return)."""
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=timeout)
+
+    # -- stored offsets --------------------------------------------------------------------
+    def _assigned(self) -> Set[_Key]:
+        return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+
+    def _store(self, offsets: Dict[_Key, Tuple[int, Optional[int]]]) -> None:
+        """With enable.auto.offset.store, store ``offsets`` (partitions not assigned any
+        more are skipped)."""
+        if not self._auto_store or not offsets:
+            return
+        try:
+            self._consumer.store_offsets(offsets=[
+                TopicPartition(topic, partition, offset, leader_epoch=epoch)
+                for (topic, partition), (offset, epoch) in offsets.items()])
+        except (KafkaException, RuntimeError):
+            pass     # none of them assigned any more, or the consumer closed
+
+
+def _batch_rows(batch: Any) -> Iterable[Tuple[str, int, int, Optional[int]]]:
+    """(topic, partition, offset, leader epoch) of each row of a consume_arrow batch (the
+    batch carries no leader epoch)."""
+    return ((t, p, o, None) for t, p, o in zip(batch.column("topic").to_pylist(),
+                                               batch.column("partition").to_pylist(),
+                                               batch.column("offset").to_pylist()))
+
+
+def _first_per_partition(rows: Iterable[Tuple[str, int, int, Optional[int]]]
+                         ) -> Dict[_Key, Tuple[int, Optional[int]]]:
+    first: Dict[_Key, Tuple[int, Optional[int]]] = {}
+    for topic, partition, offset, epoch in rows:
+        seen = first.get((topic, partition))
+        if seen is None or offset < seen[0]:
+            first[(topic, partition)] = (offset, epoch)
+    return first
+
+
+def _after_last_per_partition(rows: Iterable[Tuple[str, int, int, Optional[int]]]
+                              ) -> Dict[_Key, Tuple[int, Optional[int]]]:
+    after: Dict[_Key, Tuple[int, Optional[int]]] = {}
+    for topic, partition, offset, epoch in rows:
+        after[(topic, partition)] = (offset + 1, epoch)
+    return after

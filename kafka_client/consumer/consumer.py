@@ -384,6 +384,8 @@ class Consumer(ClientBase):
         deadline = deadline_after(timeout)
         self._raise_deferred()
         out: List[Message] = []
+        held: Dict[PartitionState, Tuple[int, int]] = {}
+        looked = 0          # messages of ``out`` whose partitions are in ``held``
         my_turn = False
         try:
             while True:
@@ -407,14 +409,26 @@ class Consumer(ClientBase):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return out
+                if len(out) > looked:
+                    looked = self._hold_messages(out, looked, held)
                 my_turn = self._wait(my_turn, remaining)
                 if self._closed:  # by another thread: what is in hand, the next call raises
                     return out
                 if stop is not None and stop.is_set():
                     return out
+        except BaseException:
+            # Ctrl-C (or another exception) while waiting: what is in hand is read
+            # again by the next call, not committed.
+            if out:
+                self._hold_messages(out, looked, held)
+                self._put_back(held)
+                held = {}
+            raise
         finally:
             if my_turn:
                 self._turn.release()
+            if held:
+                self._unhold(held)
 
     def consume_arrow(self, max_records: int = 10000, timeout: Optional[float] = -1) -> Any:
         """Up to ``max_records`` messages as one ``pyarrow.RecordBatch`` (columns topic,
@@ -443,6 +457,9 @@ class Consumer(ClientBase):
         if cols is None:
             cols = ColumnBuilder(TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME)
         error: Optional[KafkaError] = None
+        #: the partitions rows came from: where their first row was, and their version
+        firsts: Dict[PartitionState, Tuple[int, int]] = {}
+        held = False
         my_turn = False
         try:
             while True:
@@ -457,20 +474,30 @@ class Consumer(ClientBase):
                 if my_turn or self._turn.acquire(blocking=False):
                     my_turn = True
                     with self._hand:
-                        error = self._fill_columns(cols, max_records)
+                        error = self._fill_columns(cols, max_records, firsts)
                     if error is not None or len(cols) >= max_records:
                         break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
+                if firsts:
+                    self._hold(firsts)
+                    held = True
                 my_turn = self._wait(my_turn, remaining)
                 if self._closed:  # by another thread: what is in hand, the next call raises
                     break
                 if stop is not None and stop.is_set():
                     break
+        except BaseException:
+            if firsts:          # as in consume(): read again, not committed
+                self._put_back(firsts)
+                held = False
+            raise
         finally:
             if my_turn:
                 self._turn.release()
+            if held:
+                self._unhold(firsts)
         if error is not None and not len(cols):
             self._columns = cols
             raise KafkaException(error)
@@ -487,9 +514,59 @@ class Consumer(ClientBase):
             return True
         return self._turn.acquire(timeout=min(remaining, 0.2))
 
-    def _fill_columns(self, cols: ColumnBuilder, n: int) -> Optional[KafkaError]:
+    # -- messages in hand while a call waits ----------------------------------------------
+    def _hold_messages(self, out: List[Message], start: int,
+                       held: Dict[PartitionState, Tuple[int, int]]) -> int:
+        """Hold (see :meth:`_hold`) the partitions of ``out[start:]`` not held yet, at
+        their first message; returns ``len(out)``."""
+        parts = self._fetcher.parts
+        new: Dict[PartitionState, Tuple[int, int]] = {}
+        for m in islice(out, start, None):
+            if m._error is None:
+                part = parts.get((m._topic, m._partition))
+                if part is not None and part not in held and part not in new:
+                    new[part] = (m._offset, part.version)
+        if new:
+            self._hold(new)
+            held.update(new)
+        return len(out)
+
+    def _hold(self, firsts: Dict[PartitionState, Tuple[int, int]]) -> None:
+        """Before a call waits with messages in hand: their positions have moved on, but
+        no commit (auto-commit, another thread's commit()) goes past the first of them
+        until they are returned."""
+        with self._lock:
+            for part, (first, _version) in firsts.items():
+                if part.held < 0 or first < part.held:
+                    part.held = first
+
+    def _unhold(self, firsts: Dict[PartitionState, Tuple[int, int]]) -> None:
+        with self._lock:
+            for part in firsts:
+                part.held = -1
+
+    def _put_back(self, firsts: Dict[PartitionState, Tuple[int, int]]) -> None:
+        """A call ends with an exception (Ctrl-C while it waits) holding messages: each
+        partition goes back to its first one (read again by the next call; its stored
+        offset not past it), unless it was moved meanwhile (seek, rebalance)."""
+        with self._hand, self._lock:
+            for part, (first, version) in firsts.items():
+                part.held = -1
+                if not part.assigned or part.version != version:
+                    continue
+                self._handout.drop(part)
+                part.reposition(first)
+                if self._auto_store and part.stored > first:
+                    part.stored = first
+                    part.stored_epoch = -1
+        self._fetcher.kick()
+
+    def _fill_columns(self, cols: ColumnBuilder, n: int,
+                      firsts: Dict[PartitionState, Tuple[int, int]]) -> Optional[KafkaError]:
         """Move up to ``n - len(cols)`` messages from the queue into ``cols``; returns an
-        error event met on the way (left in the queue if rows were added before it)."""
+        error event met on the way (left in the queue if rows were added before it).
+        ``firsts`` gets each partition rows came from: the offset of its first row (or
+        the position before it) and its version."""
         auto_store = self._auto_store
         queue = self._queue
         handout = self._handout
@@ -502,6 +579,8 @@ class Consumer(ClientBase):
                 m = next(rest, None)
                 if m is None:
                     break
+                if part not in firsts:
+                    firsts[part] = (m._offset, part.version)
                 ts = m._timestamp
                 cols.append_row(m._offset, ts[1], ts[0], m._key, m._value, m._headers)
             if len(cols) < n:
@@ -534,6 +613,8 @@ class Consumer(ClientBase):
                     self._fetcher.taken(item)
                     continue
             before = len(cols)
+            if part not in firsts and part.app_pos >= 0:
+                firsts[part] = (part.app_pos, part.version)   # where its rows start
             try:
                 done = decode_columns(item, cols, n - before)
             except (KafkaProtocolError, BudgetSpent) as exc:

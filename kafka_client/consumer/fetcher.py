@@ -116,7 +116,7 @@ class PartitionState:
                  "log_start", "eof_offset", "queued_bytes", "queued_msgs", "max_bytes",
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
                  "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating",
-                 "read_replica", "read_replica_until")
+                 "read_replica", "read_replica_until", "held")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -141,6 +141,9 @@ class PartitionState:
         self.max_bytes = 0           # (io) per-partition fetch size; grows for huge batches
         self.app_pos = -1            # (app) offset of the next message the app gets
         self.stored = -1             # (app) offset stored for the next commit (-1: none)
+        #: (app) the first offset of messages a consume() call holds while it waits for
+        #: more (-1: none): nothing from it on is committed before they are returned
+        self.held = -1
         self.stored_metadata: Optional[str] = None
         self.stored_epoch = -1
         self.committed = -1          # last offset committed (or fetched from the group)
@@ -188,7 +191,13 @@ class PartitionState:
         """A stored offset beyond the last committed one waits to be committed. Only
         greater offsets are committed (librdkafka's rule): after a seek backwards the
         reprocessed messages do not move the group's offset back."""
-        return self.assigned and self.stored > self.committed
+        return self.assigned and self.committable() > self.committed
+
+    def committable(self) -> int:
+        """The stored offset, or the first offset held by a consume() still waiting
+        when that is lower (taken is not returned: see Consumer._hold)."""
+        held = self.held
+        return self.stored if held < 0 or held >= self.stored else held
 
     def __repr__(self) -> str:
         return (f"PartitionState({self.topic}[{self.partition}] fetch={self.fetch_pos} "
@@ -1063,10 +1072,15 @@ class Fetcher:
         with self.lock:
             if self.settle is not None:
                 self.settle()
-            return [TopicPartition(part.topic, part.partition, part.stored,
-                                   part.stored_metadata,
-                                   part.stored_epoch if part.stored_epoch >= 0 else None)
-                    for part in self.parts.values() if part.commit_due()]
+            out = []
+            for part in self.parts.values():
+                if part.commit_due():
+                    offset = part.committable()
+                    held = offset != part.stored   # the epoch before it is not known
+                    out.append(TopicPartition(
+                        part.topic, part.partition, offset, part.stored_metadata,
+                        None if held or part.stored_epoch < 0 else part.stored_epoch))
+            return out
 
     def set_committed(self, offsets: Dict[TopicPartitionKey, int]) -> None:
         """These offsets are committed now (by the group)."""

@@ -384,8 +384,9 @@ class Consumer(ClientBase):
         deadline = deadline_after(timeout)
         self._raise_deferred()
         out: List[Message] = []
-        held: Dict[PartitionState, Tuple[int, int]] = {}
-        looked = 0          # messages of ``out`` whose partitions are in ``held``
+        #: the partitions messages came from: the offset of the first, and the version
+        firsts: Dict[PartitionState, Tuple[int, int]] = {}
+        held = False
         my_turn = False
         try:
             while True:
@@ -403,14 +404,15 @@ class Consumer(ClientBase):
                 if my_turn or self._turn.acquire(blocking=False):
                     my_turn = True
                     with self._hand:
-                        self._fill(out, num_messages)
+                        self._fill(out, num_messages, firsts)
                     if len(out) >= num_messages:
                         return out
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return out
-                if len(out) > looked:
-                    looked = self._hold_messages(out, looked, held)
+                if firsts:
+                    self._hold(firsts)
+                    held = True
                 my_turn = self._wait(my_turn, remaining)
                 if self._closed:  # by another thread: what is in hand, the next call raises
                     return out
@@ -419,16 +421,15 @@ class Consumer(ClientBase):
         except BaseException:
             # Ctrl-C (or another exception) while waiting: what is in hand is read
             # again by the next call, not committed.
-            if out:
-                self._hold_messages(out, looked, held)
-                self._put_back(held)
-                held = {}
+            if firsts:
+                self._put_back(firsts)
+                held = False
             raise
         finally:
             if my_turn:
                 self._turn.release()
             if held:
-                self._unhold(held)
+                self._unhold(firsts)
 
     def consume_arrow(self, max_records: int = 10000, timeout: Optional[float] = -1) -> Any:
         """Up to ``max_records`` messages as one ``pyarrow.RecordBatch`` (columns topic,
@@ -515,22 +516,6 @@ class Consumer(ClientBase):
         return self._turn.acquire(timeout=min(remaining, 0.2))
 
     # -- messages in hand while a call waits ----------------------------------------------
-    def _hold_messages(self, out: List[Message], start: int,
-                       held: Dict[PartitionState, Tuple[int, int]]) -> int:
-        """Hold (see :meth:`_hold`) the partitions of ``out[start:]`` not held yet, at
-        their first message; returns ``len(out)``."""
-        parts = self._fetcher.parts
-        new: Dict[PartitionState, Tuple[int, int]] = {}
-        for m in islice(out, start, None):
-            if m._error is None:
-                part = parts.get((m._topic, m._partition))
-                if part is not None and part not in held and part not in new:
-                    new[part] = (m._offset, part.version)
-        if new:
-            self._hold(new)
-            held.update(new)
-        return len(out)
-
     def _hold(self, firsts: Dict[PartitionState, Tuple[int, int]]) -> None:
         """Before a call waits with messages in hand: their positions have moved on, but
         no commit (auto-commit, another thread's commit()) goes past the first of them
@@ -648,9 +633,11 @@ class Consumer(ClientBase):
                         self._fetcher.taken(item)
         return None
 
-    def _fill(self, out: List[Message], n: int) -> None:
+    def _fill(self, out: List[Message], n: int,
+              firsts: Dict[PartitionState, Tuple[int, int]]) -> None:
         """_hand held: move up to ``n - len(out)`` messages from the chunk being handed
         out, then from the queue, to ``out``; their positions are settled on return.
+        ``firsts`` gets each partition messages came from (see _fill_columns).
 
         Only the chunk being handed out is shared with poll()'s fast path, and it is
         taken from by single C calls (``extend`` draining its iterator, or ``islice``
@@ -660,11 +647,15 @@ class Consumer(ClientBase):
         queue = self._queue
         handout = self._handout
         rest = handout.rest
-        need = n - len(out)
+        had = len(out)
+        need = n - had
         if need >= rest.__length_hint__():
             out.extend(rest)  # what is left (other threads only ever take, never add)
         else:
             out.extend(islice(rest, need))
+        part = handout.part
+        if len(out) > had and part is not None and part not in firsts:
+            firsts[part] = (out[had]._offset, handout.version)
         while len(out) < n:
             # The chunk being handed out is used up: the next item from the queue.
             if not queue:
@@ -696,6 +687,8 @@ class Consumer(ClientBase):
             except BudgetSpent as cut:
                 end = (-1, -1)
                 self._refetch(item, cut.offset)
+            if msgs and part not in firsts:
+                firsts[part] = (msgs[0]._offset, part.version)
             need = n - len(out)
             if len(msgs) <= need:
                 out.extend(msgs)

@@ -2,7 +2,9 @@
 and waits for 97): their positions have moved, but they are not the application's yet.
 No commit made meanwhile (another thread's commit(), the auto-commit) goes past them, and
 a call ended by Ctrl-C puts them back: the next call reads them again, and a consumer
-closed then does not commit them (confluent-kafka commits them: they are lost)."""
+closed then does not commit them (confluent-kafka commits them: they are lost).
+
+Client-side behaviour: run on one broker (noida-db, whose group joins are quick)."""
 from __future__ import annotations
 
 import threading
@@ -46,13 +48,14 @@ def _values(consumer, read, n, timeout):
 
 
 @pytest.mark.parametrize("read", READS)
-def test_a_commit_made_while_a_call_holds_messages_stops_before_them(broker, topic_name,
-                                                                     read):
+def test_a_commit_made_while_a_call_holds_messages_stops_before_them(noida_broker,
+                                                                     topic_name, read):
     """Thread A's call holds m1..m3 and waits for more; the main thread's commit() of the
     stored offsets meanwhile commits only m0, returned before. Once A's call returns
     them, the next commit() covers them."""
     if read == "consume_arrow":
         pytest.importorskip("pyarrow")
+    broker = noida_broker
     group = f"g-{topic_name}"
     _produce(broker.bootstrap, topic_name, [b"m0"])
     c = Consumer(_conf(broker, group, **{"enable.auto.commit": False}))
@@ -128,17 +131,18 @@ c.close()   # m4, m5 were never returned: not committed
 
 
 @pytest.mark.parametrize("read", READS)
-def test_ctrl_c_while_a_call_holds_messages_puts_them_back(broker, topic_name, read,
+def test_ctrl_c_while_a_call_holds_messages_puts_them_back(noida_broker, topic_name, read,
                                                           run_child):
     """Ctrl-C during a call holding m1..m3: the next call returns them again; Ctrl-C
     during one holding m4, m5, then close(): the group's offset stays at 4, so the next
     member reads m4 and m5."""
     if read == "consume_arrow":
         pytest.importorskip("pyarrow")
+    broker = noida_broker
     group = f"g-{topic_name}"
     _produce(broker.bootstrap, topic_name, [b"m0"])
-    child = run_child(f"import sys; sys.argv[1:] = {[broker.bootstrap, topic_name, group, read]!r}\n"
-                      + _CTRL_C_CHILD, timeout=90)
+    args = [broker.bootstrap, topic_name, group, read]
+    child = run_child(f"import sys; sys.argv[1:] = {args!r}\n" + _CTRL_C_CHILD, timeout=90)
     assert child.returncode == 0, child.stderr
     assert child.stdout.splitlines() == [
         "first [b'm0']", "read 1: interrupted", "again [b'm1', b'm2', b'm3']",
@@ -156,9 +160,11 @@ def test_ctrl_c_while_a_call_holds_messages_puts_them_back(broker, topic_name, r
         c.close()
 
 
-def test_a_commit_while_the_only_messages_are_held_stays_at_the_first(broker, topic_name):
+def test_a_commit_while_the_only_messages_are_held_stays_at_the_first(noida_broker,
+                                                                       topic_name):
     """Nothing returned yet, three messages held: commit() of the stored offsets commits
     the first held one's offset (the next to read), not past them."""
+    broker = noida_broker
     group = f"g-{topic_name}"
     c = Consumer(_conf(broker, group, **{"enable.auto.commit": False}))
     try:

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
+from kafka_client.consumer.arrow import keep_partitions, rows_of
 from kafka_client.errors import KafkaException
 from kafka_client.types import Message, TopicPartition
 
@@ -72,7 +73,7 @@ class CancelledReads:
         rows = [(m.topic(), m.partition(), m.offset(), m.leader_epoch())
                 for m in self._messages if m.error() is None]
         for batch in self._batches:
-            rows.extend(_batch_rows(batch))
+            rows.extend((t, p, o, None) for t, p, o in rows_of(batch))
         self._store(_first_per_partition(rows))
 
     # -- handing out -----------------------------------------------------------------------
@@ -115,16 +116,12 @@ class CancelledReads:
         """The oldest kept record batch, without the rows of partitions no longer
         assigned; None when there is none."""
         while self._batches:
-            batch = self._batches.popleft()
             assigned = self._assigned()
-            rows = list(_batch_rows(batch))
-            keep = [(t, p) in assigned for t, p, _o, _e in rows]
-            if not all(keep):
-                import pyarrow  # present: the batch is one
-                batch = batch.filter(pyarrow.array(keep))
-                rows = [r for r, k in zip(rows, keep) if k]
+            batch = keep_partitions(self._batches.popleft(),
+                                    lambda t, p: (t, p) in assigned)
             if batch.num_rows:
-                self._store(_after_last_per_partition(rows))
+                self._store(_after_last_per_partition(
+                    (t, p, o, None) for t, p, o in rows_of(batch)))
                 self._rewind()
                 self._update()
                 return batch
@@ -137,15 +134,8 @@ class CancelledReads:
         key = (topic, partition)
         self._messages = deque(m for m in self._messages
                                if m.error() is not None or (m.topic(), m.partition()) != key)
-        batches: Deque[Any] = deque()
-        for batch in self._batches:
-            keep = [(t, p) != key for t, p, _o, _e in _batch_rows(batch)]
-            if not all(keep):
-                import pyarrow
-                batch = batch.filter(pyarrow.array(keep))
-            if batch.num_rows:
-                batches.append(batch)
-        self._batches = batches
+        batches = (keep_partitions(b, lambda t, p: (t, p) != key) for b in self._batches)
+        self._batches = deque(b for b in batches if b.num_rows)
         self._update()
 
     def unclaimed(self) -> int:
@@ -174,14 +164,6 @@ class CancelledReads:
                 for (topic, partition), (offset, epoch) in offsets.items()])
         except (KafkaException, RuntimeError):
             pass     # none of them assigned any more, or the consumer closed
-
-
-def _batch_rows(batch: Any) -> Iterable[Tuple[str, int, int, Optional[int]]]:
-    """(topic, partition, offset, leader epoch) of each row of a consume_arrow batch (the
-    batch carries no leader epoch)."""
-    return ((t, p, o, None) for t, p, o in zip(batch.column("topic").to_pylist(),
-                                               batch.column("partition").to_pylist(),
-                                               batch.column("offset").to_pylist()))
 
 
 def _first_per_partition(rows: Iterable[Tuple[str, int, int, Optional[int]]]

@@ -4,9 +4,10 @@ copying. Needs the optional ``pyarrow`` package (``pip install kafka-native[arro
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Callable, Dict, List, Tuple
 
-__all__ = ["SCHEMA_FIELDS", "schema", "empty_record_batch", "to_record_batch"]
+__all__ = ["SCHEMA_FIELDS", "schema", "empty_record_batch", "to_record_batch",
+           "rows_of", "keep_partitions", "drop_rows"]
 
 #: column names, in order
 SCHEMA_FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key",
@@ -51,6 +52,27 @@ def schema() -> Any:
 def empty_record_batch() -> Any:
     """A ``pyarrow.RecordBatch`` of no rows, of :func:`schema`."""
     return _pyarrow().RecordBatch.from_pylist([], schema=schema())
+
+
+def rows_of(batch: Any) -> List[Tuple[str, int, int]]:
+    """(topic, partition, offset) of each row of a batch (Python objects: for the rare
+    paths, not the hot one)."""
+    return list(zip(batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
+                    batch.column("offset").to_pylist()))
+
+
+def keep_partitions(batch: Any, keep: Callable[[str, int], bool]) -> Any:
+    """The rows of ``batch`` whose (topic, partition) ``keep`` accepts."""
+    mask = [keep(t, p) for t, p, _o in rows_of(batch)]
+    return batch if all(mask) else batch.filter(_pyarrow().array(mask, _pyarrow().bool_()))
+
+
+def drop_rows(batch: Any, spans: List[Tuple[int, int]]) -> Any:
+    """``batch`` without the rows ``start:end`` of each span."""
+    mask = [True] * batch.num_rows
+    for start, end in spans:
+        mask[start:end] = [False] * (end - start)
+    return batch.filter(_pyarrow().array(mask, _pyarrow().bool_()))
 
 
 def to_record_batch(cols: Dict[str, Any]) -> Any:

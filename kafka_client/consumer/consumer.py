@@ -36,7 +36,7 @@ from typing import (
 )
 
 from kafka_client._common import ClientBase, deadline_after
-from kafka_client.consumer.arrow import to_record_batch
+from kafka_client.consumer.arrow import drop_rows, to_record_batch
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
     EARLIEST_TIMESTAMP,
@@ -384,9 +384,7 @@ class Consumer(ClientBase):
         deadline = deadline_after(timeout)
         self._raise_deferred()
         out: List[Message] = []
-        #: the partitions messages came from: the offset of the first, and the version
-        firsts: Dict[PartitionState, Tuple[int, int]] = {}
-        held = False
+        hand = InHand()
         my_turn = False
         try:
             while True:
@@ -404,15 +402,14 @@ class Consumer(ClientBase):
                 if my_turn or self._turn.acquire(blocking=False):
                     my_turn = True
                     with self._hand:
-                        self._fill(out, num_messages, firsts)
+                        self._fill(out, num_messages, hand)
                     if len(out) >= num_messages:
                         return out
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return out
-                if firsts:
-                    self._hold(firsts)
-                    held = True
+                if hand.firsts:
+                    self._hold(hand)
                 my_turn = self._wait(my_turn, remaining)
                 if self._closed:  # by another thread: what is in hand, the next call raises
                     return out
@@ -421,15 +418,16 @@ class Consumer(ClientBase):
         except BaseException:
             # Ctrl-C (or another exception) while waiting: what is in hand is read
             # again by the next call, not committed.
-            if firsts:
-                self._put_back(firsts)
-                held = False
+            if hand.firsts:
+                self._put_back(hand)
             raise
         finally:
             if my_turn:
                 self._turn.release()
-            if held:
-                self._unhold(firsts)
+            if hand.held:
+                self._unhold(hand)
+                for start, end in reversed(hand.gone()):
+                    del out[start:end]      # in place: ``out`` is the list being returned
 
     def consume_arrow(self, max_records: int = 10000, timeout: Optional[float] = -1) -> Any:
         """Up to ``max_records`` messages as one ``pyarrow.RecordBatch`` (columns topic,
@@ -458,9 +456,7 @@ class Consumer(ClientBase):
         if cols is None:
             cols = ColumnBuilder(TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME)
         error: Optional[KafkaError] = None
-        #: the partitions rows came from: where their first row was, and their version
-        firsts: Dict[PartitionState, Tuple[int, int]] = {}
-        held = False
+        hand = InHand()
         my_turn = False
         try:
             while True:
@@ -475,35 +471,36 @@ class Consumer(ClientBase):
                 if my_turn or self._turn.acquire(blocking=False):
                     my_turn = True
                     with self._hand:
-                        error = self._fill_columns(cols, max_records, firsts)
+                        error = self._fill_columns(cols, max_records, hand)
                     if error is not None or len(cols) >= max_records:
                         break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                if firsts:
-                    self._hold(firsts)
-                    held = True
+                if hand.firsts:
+                    self._hold(hand)
                 my_turn = self._wait(my_turn, remaining)
                 if self._closed:  # by another thread: what is in hand, the next call raises
                     break
                 if stop is not None and stop.is_set():
                     break
         except BaseException:
-            if firsts:          # as in consume(): read again, not committed
-                self._put_back(firsts)
-                held = False
+            if hand.firsts:     # as in consume(): read again, not committed
+                self._put_back(hand)
             raise
         finally:
             if my_turn:
                 self._turn.release()
-            if held:
-                self._unhold(firsts)
+            if hand.held:
+                self._unhold(hand)
         if error is not None and not len(cols):
             self._columns = cols
             raise KafkaException(error)
         batch = to_record_batch(cols.finish())
         self._columns = cols  # empty again: the next call reuses it
+        gone = hand.gone() if hand.spans else None
+        if gone:
+            batch = drop_rows(batch, gone)
         return batch
 
     def _wait(self, my_turn: bool, remaining: float) -> bool:
@@ -516,26 +513,29 @@ class Consumer(ClientBase):
         return self._turn.acquire(timeout=min(remaining, 0.2))
 
     # -- messages in hand while a call waits ----------------------------------------------
-    def _hold(self, firsts: Dict[PartitionState, Tuple[int, int]]) -> None:
+    def _hold(self, hand: "InHand") -> None:
         """Before a call waits with messages in hand: their positions have moved on, but
         no commit (auto-commit, another thread's commit()) goes past the first of them
         until they are returned."""
+        hand.held = True
         with self._lock:
-            for part, (first, _version) in firsts.items():
+            for part, (first, _version) in hand.firsts.items():
                 if part.held < 0 or first < part.held:
                     part.held = first
 
-    def _unhold(self, firsts: Dict[PartitionState, Tuple[int, int]]) -> None:
+    def _unhold(self, hand: "InHand") -> None:
+        hand.held = False
         with self._lock:
-            for part in firsts:
+            for part in hand.firsts:
                 part.held = -1
 
-    def _put_back(self, firsts: Dict[PartitionState, Tuple[int, int]]) -> None:
+    def _put_back(self, hand: "InHand") -> None:
         """A call ends with an exception (Ctrl-C while it waits) holding messages: each
         partition goes back to its first one (read again by the next call; its stored
         offset not past it), unless it was moved meanwhile (seek, rebalance)."""
+        hand.held = False
         with self._hand, self._lock:
-            for part, (first, version) in firsts.items():
+            for part, (first, version) in hand.firsts.items():
                 part.held = -1
                 if not part.assigned or part.version != version:
                     continue
@@ -547,11 +547,10 @@ class Consumer(ClientBase):
         self._fetcher.kick()
 
     def _fill_columns(self, cols: ColumnBuilder, n: int,
-                      firsts: Dict[PartitionState, Tuple[int, int]]) -> Optional[KafkaError]:
+                      hand: "InHand") -> Optional[KafkaError]:
         """Move up to ``n - len(cols)`` messages from the queue into ``cols``; returns an
         error event met on the way (left in the queue if rows were added before it).
-        ``firsts`` gets each partition rows came from: the offset of its first row (or
-        the position before it) and its version."""
+        ``hand`` records where the rows of each chunk came from."""
         auto_store = self._auto_store
         queue = self._queue
         handout = self._handout
@@ -560,14 +559,18 @@ class Consumer(ClientBase):
             # Messages decoded by an earlier consume()/poll() go first, in order.
             cols.set_source(part.topic, part.partition)
             rest = handout.rest
+            had = len(cols)
+            first = -1
             while len(cols) < n:
                 m = next(rest, None)
                 if m is None:
                     break
-                if part not in firsts:
-                    firsts[part] = (m._offset, part.version)
+                if first < 0:
+                    first = m._offset
                 ts = m._timestamp
                 cols.append_row(m._offset, ts[1], ts[0], m._key, m._value, m._headers)
+            if first >= 0:
+                hand.took(part, first, had, len(cols))
             if len(cols) < n:
                 handout.drop()  # used up: the rows below move the positions themselves
             else:
@@ -598,8 +601,7 @@ class Consumer(ClientBase):
                     self._fetcher.taken(item)
                     continue
             before = len(cols)
-            if part not in firsts and part.app_pos >= 0:
-                firsts[part] = (part.app_pos, part.version)   # where its rows start
+            start = part.app_pos        # where its rows start (or before, past a gap)
             try:
                 done = decode_columns(item, cols, n - before)
             except (KafkaProtocolError, BudgetSpent) as exc:
@@ -626,6 +628,8 @@ class Consumer(ClientBase):
                 if auto_store:
                     part.stored = part.app_pos
                     part.stored_epoch = item.last_epoch
+            if len(cols) > before and start >= 0:
+                hand.took(part, start, before, len(cols))
             if done:
                 with self._lock:
                     if queue and queue[0] is item:
@@ -633,11 +637,10 @@ class Consumer(ClientBase):
                         self._fetcher.taken(item)
         return None
 
-    def _fill(self, out: List[Message], n: int,
-              firsts: Dict[PartitionState, Tuple[int, int]]) -> None:
+    def _fill(self, out: List[Message], n: int, hand: "InHand") -> None:
         """_hand held: move up to ``n - len(out)`` messages from the chunk being handed
         out, then from the queue, to ``out``; their positions are settled on return.
-        ``firsts`` gets each partition messages came from (see _fill_columns).
+        ``hand`` records where the messages of each chunk came from.
 
         Only the chunk being handed out is shared with poll()'s fast path, and it is
         taken from by single C calls (``extend`` draining its iterator, or ``islice``
@@ -654,8 +657,8 @@ class Consumer(ClientBase):
         else:
             out.extend(islice(rest, need))
         part = handout.part
-        if len(out) > had and part is not None and part not in firsts:
-            firsts[part] = (out[had]._offset, handout.version)
+        if len(out) > had and part is not None:
+            hand.took(part, out[had]._offset, had, len(out))
         while len(out) < n:
             # The chunk being handed out is used up: the next item from the queue.
             if not queue:
@@ -687,15 +690,16 @@ class Consumer(ClientBase):
             except BudgetSpent as cut:
                 end = (-1, -1)
                 self._refetch(item, cut.offset)
-            if msgs and part not in firsts:
-                firsts[part] = (msgs[0]._offset, part.version)
-            need = n - len(out)
+            had = len(out)
+            need = n - had
             if len(msgs) <= need:
                 out.extend(msgs)
                 handout.start(msgs, part, len(msgs), end)
             else:
                 out.extend(msgs[:need])
                 handout.start(msgs, part, need, end)
+            if len(out) > had:
+                hand.took(part, msgs[0]._offset, had, len(out))
         handout.settle()
 
     def _refetch(self, chunk: Chunk, offset: int) -> None:
@@ -1021,6 +1025,33 @@ class Consumer(ClientBase):
 
 
 _USED_UP: Iterator[Message] = iter(())
+
+
+class InHand:
+    """What one consume()/consume_arrow() call has taken and not returned yet: for each
+    partition (its state object: a re-assigned partition is another one) the offset of
+    the first message and the partition's version then, and the span of the call's
+    messages (or rows) each chunk filled."""
+
+    __slots__ = ("firsts", "spans", "held")
+
+    def __init__(self) -> None:
+        self.firsts: Dict[PartitionState, Tuple[int, int]] = {}
+        self.spans: List[Tuple[PartitionState, int, int]] = []
+        self.held = False           # the partitions' ``held`` offsets are set
+
+    def took(self, part: PartitionState, first: int, start: int, end: int) -> None:
+        """Messages ``start:end`` of the call's list (or rows) came from ``part``, the
+        first at offset ``first``."""
+        if part not in self.firsts:
+            self.firsts[part] = (first, part.version)
+        self.spans.append((part, start, end))
+
+    def gone(self) -> List[Tuple[int, int]]:
+        """The spans of partitions no longer assigned (revoked or unassigned while the
+        call waited): not returned, since the commit on revocation stopped before them
+        and the partition's next owner reads them."""
+        return [(start, end) for part, start, end in self.spans if not part.assigned]
 
 #: the group's states as librdkafka's statistics name them (cgrp.join_state)
 _LIBRDKAFKA_JOIN_STATE = {UNJOINED: "init", WAIT_REVOKE: "wait-unassign-call",

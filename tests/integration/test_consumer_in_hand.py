@@ -182,3 +182,93 @@ def test_a_commit_while_the_only_messages_are_held_stays_at_the_first(noida_brok
         assert [tp.offset for tp in c.commit(asynchronous=False)] == [3]
     finally:
         c.close()
+
+
+def test_a_partition_revoked_while_a_call_holds_its_messages_is_read_once(tansu_broker,
+                                                                          topic_name):
+    """A's call holds m1..m3 when B joins the group (an eager rebalance revokes A's
+    partitions while the call waits): the commit made on the revocation stops before
+    them, the call does not return them from the revoked partition, and whoever owns
+    the partition next reads them: every message once across both members. (On Tansu:
+    noida-db refuses the commit on revocation with ILLEGAL_GENERATION once another
+    member joins, so its members re-read from the last commit.)"""
+    broker = tansu_broker
+    group = f"g-{topic_name}"
+    conf = _conf(broker, group, **{"heartbeat.interval.ms": 300})
+    _produce(broker.bootstrap, topic_name, [b"m0"])
+    a = Consumer(dict(conf, **{"client.id": "a"}))
+    b = None
+    stop = threading.Event()
+    try:
+        a.subscribe([topic_name])
+        deadline = time.monotonic() + 30
+        seen_a = []
+        while not seen_a and time.monotonic() < deadline:
+            seen_a = _values(a, "consume", 1, 1)
+        assert seen_a == [b"m0"]
+        held_call = []
+        reader = threading.Thread(target=lambda: held_call.extend(
+            _values(a, "consume", 100, 6)))
+        reader.start()
+        time.sleep(0.3)
+        _produce(broker.bootstrap, topic_name, [b"m1", b"m2", b"m3"])
+        time.sleep(1.0)                     # A's call holds them now
+        assert reader.is_alive()
+        b = Consumer(dict(conf, **{"client.id": "b"}))
+        b.subscribe([topic_name])
+        seen_b = []
+
+        def read_b():
+            while not stop.is_set():
+                seen_b.extend(_values(b, "consume", 10, 0.2))
+
+        b_reader = threading.Thread(target=read_b)
+        b_reader.start()
+        reader.join(20)
+        seen_a += held_call
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(seen_a + seen_b) < 4:
+            seen_a += _values(a, "consume", 10, 0.2)
+        end = time.monotonic() + 1      # a little longer, for any duplicate to show
+        while time.monotonic() < end:
+            seen_a += _values(a, "consume", 10, 0.2)
+        stop.set()
+        b_reader.join(10)
+        assert sorted(seen_a + seen_b) == [b"m0", b"m1", b"m2", b"m3"], (seen_a, seen_b)
+    finally:
+        stop.set()
+        a.close()
+        if b is not None:
+            b.close()
+
+
+@pytest.mark.parametrize("read", READS)
+def test_a_call_does_not_return_messages_of_a_partition_unassigned_while_it_waits(
+        noida_broker, topic_name, read):
+    """The call holds m0..m2 of partition 0 when another thread unassigns it: the call
+    returns none of them (their partition is no longer this consumer's); assigned again
+    from offset 1, m1 and m2 are read."""
+    if read == "consume_arrow":
+        pytest.importorskip("pyarrow")
+    broker = noida_broker
+    c = Consumer(_conf(broker, f"g-{topic_name}", **{"enable.auto.commit": False}))
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        got = []
+        reader = threading.Thread(target=lambda: got.extend(_values(c, read, 100, 3)))
+        reader.start()
+        time.sleep(0.3)
+        _produce(broker.bootstrap, topic_name, [b"m0", b"m1", b"m2"])
+        time.sleep(1.0)
+        assert reader.is_alive()
+        c.incremental_unassign([TopicPartition(topic_name, 0)])
+        reader.join(10)
+        assert got == []
+        c.incremental_assign([TopicPartition(topic_name, 0, 1)])
+        again = []
+        deadline = time.monotonic() + 20
+        while len(again) < 2 and time.monotonic() < deadline:
+            again += _values(c, read, 2 - len(again), 1)
+        assert again == [b"m1", b"m2"]
+    finally:
+        c.close()

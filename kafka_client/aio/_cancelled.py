@@ -1,8 +1,9 @@
 """What the asyncio consumer's cancelled reads had taken.
 
 ``asyncio.wait_for(consumer.poll(10), 1)`` and a task cancelled at shutdown cancel the
-awaiting coroutine, not the Consumer call running on the executor: that call goes on and
-may still take messages, which nobody would then receive while their positions (and, with
+awaiting coroutine, not the Consumer call running on the executor. That call is told to
+return at once, but it may already hold messages (a ``consume(100)`` with 40 in hand) or
+take some before it notices; nobody would receive them while their positions (and, with
 enable.auto.offset.store, the offsets committed) moved past them: lost without a word
 (confluent-kafka's AIOConsumer loses them so). Here such a call's result is kept and
 handed out, in order, by the next read of the same kind; until then the stored offsets of

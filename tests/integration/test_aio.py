@@ -326,6 +326,7 @@ def test_a_seek_drops_what_a_cancelled_read_kept_of_that_partition(noida_broker,
     """seek() moves the position: what a cancelled read had taken of the partition is not
     handed out; reading goes on from the position sought."""
     broker = noida_broker  # client-side behaviour: one broker
+
     async def main():
         async with AIOConsumer({"bootstrap.servers": broker.bootstrap,
                                 "fetch.wait.max.ms": 50}) as c:

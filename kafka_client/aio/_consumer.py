@@ -8,7 +8,7 @@ import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from kafka_client.aio._bridge import LoopBridge
-from kafka_client.aio._cancelled import CancelledReads
+from kafka_client.aio._kept import KeptReads
 from kafka_client.consumer.arrow import empty_record_batch
 from kafka_client.consumer.consumer import Consumer
 from kafka_client.types import Message, TopicPartition
@@ -49,7 +49,7 @@ class AIOConsumer:
         self._bridge = bridge = LoopBridge(max_workers, executor, "AIOConsumer")
         self._closed = False
         self._consumer = consumer = Consumer(bridge.wrap_config(consumer_conf))
-        self._cancelled = CancelledReads(consumer, consumer._auto_store, bridge.failures)
+        self._kept = KeptReads(consumer, consumer._auto_store)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._closed:
@@ -70,7 +70,7 @@ class AIOConsumer:
         except asyncio.CancelledError:
             stop.set()
             self._consumer._wake_readers()
-            self._cancelled.watch(call, arrow)
+            self._kept.watch(call, arrow)
             raise
 
     def _poll_until(self, timeout: Optional[float], stop: threading.Event) -> Optional[Message]:
@@ -83,18 +83,19 @@ class AIOConsumer:
         if self._closed:
             raise RuntimeError("Consumer closed")
         self._bridge.raise_failure()
-        return await self._cancelled.wait(timeout)
+        self._kept.raise_failure()
+        return await self._kept.wait(timeout)
 
     async def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:
         """The next message or event, or None after ``timeout`` seconds (-1 or None: no
         limit). A message already decoded and waiting is taken on the loop's thread
         (when no callback is due); otherwise the call goes to the executor, where it
         may wait."""
-        if self._cancelled.pending:
+        if self._kept.pending:
             left = await self._before_read(timeout)
             if left is None:
                 return None
-            kept = self._cancelled.take_messages(1)
+            kept = self._kept.take_messages(1)
             if kept:
                 return kept[0]
             timeout = left
@@ -111,11 +112,11 @@ class AIOConsumer:
         """Up to ``num_messages`` messages, returned when that many are there or after
         ``timeout`` seconds. When that many are already decoded and waiting (and no
         callback is due) they are taken on the loop's thread, with no executor hop."""
-        if self._cancelled.pending and type(num_messages) is int and num_messages > 0:
+        if self._kept.pending and type(num_messages) is int and num_messages > 0:
             left = await self._before_read(timeout)
             if left is None:
                 return []
-            kept = self._cancelled.take_messages(num_messages)
+            kept = self._kept.take_messages(num_messages)
             if kept:
                 return kept
             timeout = left
@@ -131,11 +132,11 @@ class AIOConsumer:
     async def consume_arrow(self, max_records: int = 10000,
                             timeout: Optional[float] = -1) -> Any:
         """:meth:`kafka_client.Consumer.consume_arrow`, awaited (an addition)."""
-        if self._cancelled.pending:
+        if self._kept.pending:
             left = await self._before_read(timeout)
             if left is None:
                 return empty_record_batch()
-            kept = self._cancelled.take_batch()
+            kept = self._kept.take_batch()
             if kept is not None:
                 return kept
             timeout = left
@@ -182,8 +183,8 @@ class AIOConsumer:
     # -- positions and offsets ---------------------------------------------------------------
     async def seek(self, partition: TopicPartition) -> None:
         if isinstance(partition, TopicPartition):   # anything else: the Consumer's error
-            await self._cancelled.finish(self._CANCELLED_READS_WAIT)
-            self._cancelled.forget(partition.topic, partition.partition)
+            await self._kept.finish(self._CANCELLED_READS_WAIT)
+            self._kept.forget(partition.topic, partition.partition)
         await self._call(self._consumer.seek, partition)
 
     async def pause(self, partitions: Sequence[TopicPartition]) -> None:
@@ -238,27 +239,28 @@ class AIOConsumer:
     # -- closing ---------------------------------------------------------------------------
     async def close(self) -> None:
         """Commit (with enable.auto.commit), leave the group, close the consumer and the
-        executor it made. Calling it again does nothing. Messages that cancelled reads
-        took and no later read handed out are not committed (with
-        enable.auto.offset.store) and are counted in a warning."""
+        executor it made. Calling it again does nothing. Messages kept for a next read
+        (see :class:`~kafka_client.aio._kept.KeptReads`) that no read handed out are not
+        committed (with enable.auto.offset.store) and are counted in a warning."""
         if self._closed:
             return
-        cancelled = self._cancelled
+        kept = self._kept
         # Cancelled reads return what they hold first (told to when cancelled), so that
         # the final commit leaves out what no read handed out.
-        await cancelled.finish(self._CANCELLED_READS_WAIT)
-        uncommitted = cancelled.unclaimed() if self._consumer._auto_store else 0
+        await kept.finish(self._CANCELLED_READS_WAIT)
+        uncommitted = kept.unclaimed() if self._consumer._auto_store else 0
         try:
             await self._bridge.run(self._consumer.close)
         finally:
             self._closed = True
-            await cancelled.finish(self._CANCELLED_READS_WAIT)   # any left: closed now
-            unclaimed = cancelled.unclaimed()
+            await kept.finish(self._CANCELLED_READS_WAIT)   # any left: closed now
+            unclaimed = kept.unclaimed()
             if unclaimed:
                 self._consumer._log.warning(
-                    "AIOConsumer closed with %d message(s) taken by reads cancelled while "
-                    "they waited and never handed out; %d of them not committed (the "
-                    "group's next reader gets them)", unclaimed, uncommitted)
+                    "AIOConsumer closed with %d message(s) kept for a next read that never "
+                    "came (taken by reads cancelled while they waited, or left after a "
+                    "failed deserialization); %d of them not committed (the group's next "
+                    "reader gets them)", unclaimed, uncommitted)
             await self._bridge.settle_tasks()
             await self._bridge.close_executor()
         self._bridge.raise_failure()

@@ -119,19 +119,25 @@ class AsyncDeserializingConsumer(AIOConsumer):
     def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
         pass    # made by _made_with_await: ``await AsyncDeserializingConsumer(conf)``
 
-    async def _deserialize(self, msg: Message) -> None:
+    async def _decoded(self, msg: Message) -> Tuple[Any, Any]:
+        """The message's (value, key) deserialized, the message left as it is (so that
+        a read cancelled while a deserializer awaits can keep it for the next one); on
+        a key that fails, the value is set first, as in DeserializingConsumer."""
+        value, key = msg.value(), msg.key()
         if self._value_serde is not None:
             ctx = SerializationContext(msg.topic(), MessageField.VALUE, msg.headers())
             try:
-                msg.set_value(await _apply(self._value_serde, msg.value(), ctx))
+                value = await _apply(self._value_serde, value, ctx)
             except Exception as e:
                 raise ValueDeserializationError(e, msg) from e
         if self._key_serde is not None:
             ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
             try:
-                msg.set_key(await _apply(self._key_serde, msg.key(), ctx))
+                key = await _apply(self._key_serde, key, ctx)
             except Exception as e:
+                msg.set_value(value)
                 raise KeyDeserializationError(e, msg) from e
+        return value, key
 
     async def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:
         """The next message with its key and value deserialized, or None after
@@ -142,15 +148,43 @@ class AsyncDeserializingConsumer(AIOConsumer):
             return None
         if msg.error() is not None:
             raise ConsumeError(msg.error(), kafka_message=msg)
-        await self._deserialize(msg)
+        try:
+            value, key = await self._decoded(msg)
+        except (KeyDeserializationError, ValueDeserializationError):
+            raise
+        except BaseException:
+            self._kept.keep([msg])      # cancelled while a deserializer awaited
+            raise
+        msg.set_value(value)
+        msg.set_key(key)
         return msg
 
     async def consume(self, num_messages: int = 1,
                       timeout: Optional[float] = -1) -> List[Message]:
         """Up to ``num_messages`` messages, keys and values deserialized; messages that
-        carry an error are returned as they are (check ``msg.error()``)."""
+        carry an error are returned as they are (check ``msg.error()``). When one fails
+        to deserialize, the messages before it are returned, its
+        Key/ValueDeserializationError is raised by the next read and the messages after
+        it come with the reads after that (confluent-kafka raises at once and the rest
+        of the batch is lost); if the read is cancelled while a deserializer awaits,
+        the whole batch goes to the next read."""
         batch = await AIOConsumer.consume(self, num_messages, timeout)
-        for msg in batch:
-            if msg.error() is None:
-                await self._deserialize(msg)
+        decoded: List[Optional[Tuple[Any, Any]]] = []
+        try:
+            for msg in batch:
+                decoded.append(None if msg.error() is not None else await self._decoded(msg))
+        except (KeyDeserializationError, ValueDeserializationError) as exc:
+            failed = len(decoded)
+            if not failed:
+                self._kept.keep(batch[1:])
+                raise
+            self._kept.keep(batch[failed + 1:], failure=exc, failed=batch[failed])
+            batch = batch[:failed]
+        except BaseException:
+            self._kept.keep(batch)      # cancelled: nothing of it was changed
+            raise
+        for msg, pair in zip(batch, decoded):
+            if pair is not None:
+                msg.set_value(pair[0])
+                msg.set_key(pair[1])
         return batch

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from kafka_client import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from kafka_client.aio import AIOConsumer, AIOProducer
+from kafka_client.aio import AIOConsumer, AIOProducer, AsyncDeserializingConsumer
+from kafka_client.error import ValueDeserializationError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -341,4 +342,77 @@ def test_a_seek_drops_what_a_cancelled_read_kept_of_that_partition(noida_broker,
                 assert batch
                 got.extend(m.offset() for m in batch if m.error() is None)
             assert got == [2, 3]
+    run(main())
+
+
+def test_a_failed_deserialization_loses_nothing_of_its_batch(noida_broker, topic_name):
+    """consume(5) over a, b, BAD, c, d: a and b are returned, the next read raises
+    ValueDeserializationError with BAD, the next returns c and d; the group's offset
+    does not pass c before it is handed out. (confluent-kafka raises at once and c, d
+    are lost.)"""
+    broker = noida_broker
+
+    def value_deserializer(data, ctx):
+        if data == b"BAD":
+            raise ValueError("not a value")
+        return data.decode().upper()
+
+    group = f"g-{topic_name}"
+
+    async def main():
+        _produce(broker.bootstrap, topic_name, [b"a", b"b", b"BAD", b"c", b"d"])
+        c = await AsyncDeserializingConsumer(
+            dict(_group_conf(broker, group), **{"value.deserializer": value_deserializer,
+                                                "enable.auto.commit": False}))
+        try:
+            await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+            first = []
+            while not first:
+                first = await c.consume(5, 5)
+            if len(first) < 5 and [m.value() for m in first] != ["A", "B"]:
+                pytest.skip(f"the first read got {len(first)} of 5 messages: the case needs"
+                            f" them in one batch")
+            assert [m.value() for m in first] == ["A", "B"]
+            assert [tp.offset for tp in await c.commit(asynchronous=False)] == [2]
+            with pytest.raises(ValueDeserializationError) as err:
+                await c.consume(5, 5)
+            assert err.value.kafka_message.value() == b"BAD"
+            assert err.value.kafka_message.offset() == 2
+            assert [tp.offset for tp in await c.commit(asynchronous=False)] == [3]
+            rest = await c.consume(5, 5)
+            assert [(m.value(), m.offset()) for m in rest] == [("C", 3), ("D", 4)]
+            assert [tp.offset for tp in await c.commit(asynchronous=False)] == [5]
+        finally:
+            await c.close()
+    run(main())
+
+
+def test_a_read_cancelled_while_a_deserializer_awaits_keeps_its_batch(noida_broker,
+                                                                      topic_name):
+    """An asyncio value deserializer that awaits; the read is cancelled meanwhile: the
+    next read returns the whole batch, each value deserialized once."""
+    broker = noida_broker
+    calls = []
+
+    async def value_deserializer(data, ctx):
+        calls.append(data)
+        await asyncio.sleep(0.2)
+        return data.decode().upper()
+
+    async def main():
+        _produce(broker.bootstrap, topic_name, [b"a", b"b", b"c"])
+        c = await AsyncDeserializingConsumer({"bootstrap.servers": broker.bootstrap,
+                                              "value.deserializer": value_deserializer})
+        try:
+            await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+            await asyncio.sleep(1.0)       # fetched by now: one read gets all three
+            task = asyncio.ensure_future(c.consume(3, 5))
+            await asyncio.sleep(0.3)       # inside the second value's deserializer
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            got = await c.consume(3, 5)
+            assert [(m.value(), m.offset()) for m in got] == [("A", 0), ("B", 1), ("C", 2)]
+        finally:
+            await c.close()
     run(main())

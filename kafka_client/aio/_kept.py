@@ -1,13 +1,14 @@
-"""What the asyncio consumer's cancelled reads had taken.
+"""Messages the asyncio consumer keeps for its next read.
 
 ``asyncio.wait_for(consumer.poll(10), 1)`` and a task cancelled at shutdown cancel the
 awaiting coroutine, not the Consumer call running on the executor. That call is told to
 return at once, but it may already hold messages (a ``consume(100)`` with 40 in hand) or
 take some before it notices; nobody would receive them while their positions (and, with
 enable.auto.offset.store, the offsets committed) moved past them: lost without a word
-(confluent-kafka's AIOConsumer loses them so). Here such a call's result is kept and
-handed out, in order, by the next read of the same kind; until then the stored offsets of
-its partitions stay at its first message, so no commit counts it as read.
+(confluent-kafka's AIOConsumer loses them so). Likewise the rest of a batch whose
+deserialization failed part-way (AsyncDeserializingConsumer.consume()). Such messages are
+kept and handed out, in order, by the next read of the same kind; until then the stored
+offsets of their partitions stay at the first of them, so no commit counts them as read.
 """
 from __future__ import annotations
 
@@ -20,29 +21,29 @@ from kafka_client.consumer.arrow import keep_partitions, rows_of
 from kafka_client.errors import KafkaException
 from kafka_client.types import Message, TopicPartition
 
-__all__ = ["CancelledReads"]
+__all__ = ["KeptReads"]
 
 _Key = Tuple[str, int]
 
 
-class CancelledReads:
+class KeptReads:
     """The reads (poll/consume/consume_arrow on the executor) whose awaiting coroutine was
-    cancelled, and the messages and record batches they returned that no read has handed
-    out yet. Loop thread only."""
+    cancelled, and the messages and record batches kept for the next read (what those
+    reads returned; the rest of a batch whose deserialization failed) that no read has
+    handed out yet. Loop thread only."""
 
-    def __init__(self, consumer: Any, auto_store: bool, failures: List[BaseException]) -> None:
+    def __init__(self, consumer: Any, auto_store: bool) -> None:
         self._consumer = consumer              # the synchronous Consumer
         self._auto_store = auto_store
-        self._failures = failures              # the bridge's: raised by the next call
+        #: exceptions for the next read to raise, before it takes anything, each with
+        #: the message it is about (handed out with it) or None
+        self._failures: List[Tuple[BaseException, Optional[Message]]] = []
         self._messages: Deque[Message] = deque()
         self._batches: Deque[Any] = deque()    # pyarrow.RecordBatch
         self._running: Set["asyncio.Future[Any]"] = set()
         #: reads still running, or kept results not handed out (a plain attribute: the
         #: asyncio consumer's fast paths test it on every call)
         self.pending = False
-
-    def _update(self) -> None:
-        self.pending = bool(self._running or self._messages or self._batches)
 
     # -- keeping ---------------------------------------------------------------------------
     def watch(self, call: "asyncio.Future[Any]", arrow: bool) -> None:
@@ -58,7 +59,8 @@ class CancelledReads:
             return
         exc = call.exception()
         if exc is not None:
-            self._failures.append(exc)         # as a callback's: the next call raises it
+            self._failures.append((exc, None))     # the next read raises it
+            self._update()
             return
         result = call.result()
         if arrow:
@@ -69,15 +71,44 @@ class CancelledReads:
         self._update()
         self._rewind()
 
+    def keep(self, messages: List[Message], failure: Optional[BaseException] = None,
+             failed: Optional[Message] = None) -> None:
+        """Hand ``messages`` out by the next reads, after ``failure`` (raised by the next
+        read) if given, which hands out the message ``failed`` (not committed before)."""
+        if failure is not None:
+            self._failures.append((failure, failed))
+        self._messages.extendleft(reversed(messages))   # they come before what is kept
+        self._update()
+        self._rewind()
+
+    def _update(self) -> None:
+        # failures too: the next read raises them before taking a waiting message
+        self.pending = bool(self._running or self._messages or self._batches
+                            or self._failures)
+
     def _rewind(self) -> None:
         """Stored offsets back to the first message kept of each partition."""
+        kept = [m for _f, m in self._failures if m is not None]
+        kept.extend(self._messages)
         rows = [(m.topic(), m.partition(), m.offset(), m.leader_epoch())
-                for m in self._messages if m.error() is None]
+                for m in kept if m.error() is None]
         for batch in self._batches:
             rows.extend((t, p, o, None) for t, p, o in rows_of(batch))
         self._store(_first_per_partition(rows))
 
     # -- handing out -----------------------------------------------------------------------
+    def raise_failure(self) -> None:
+        """Raise the oldest exception kept for the next read, if any (once)."""
+        if self._failures:
+            failure, failed = self._failures.pop(0)
+            if failed is not None and failed.error() is None:
+                self._store(_after_last_per_partition(
+                    [(failed.topic(), failed.partition(), failed.offset(),
+                      failed.leader_epoch())]))
+                self._rewind()
+            self._update()
+            raise failure
+
     async def wait(self, timeout: Optional[float]) -> Optional[float]:
         """Wait for the cancelled reads still running, at most ``timeout`` seconds (-1 or
         None: no limit): what is left of ``timeout``, or None when it ran out first (then

@@ -426,7 +426,7 @@ class Consumer(ClientBase):
                 self._turn.release()
             if hand.held:
                 self._unhold(hand)
-                for start, end in reversed(hand.gone()):
+                for start, end in reversed(hand.gone(self._closed)):
                     del out[start:end]      # in place: ``out`` is the list being returned
 
     def consume_arrow(self, max_records: int = 10000, timeout: Optional[float] = -1) -> Any:
@@ -498,7 +498,7 @@ class Consumer(ClientBase):
             raise KafkaException(error)
         batch = to_record_batch(cols.finish())
         self._columns = cols  # empty again: the next call reuses it
-        gone = hand.gone() if hand.spans else None
+        gone = hand.gone(self._closed and hand.waited) if hand.spans else None
         if gone:
             batch = drop_rows(batch, gone)
         return batch
@@ -517,7 +517,7 @@ class Consumer(ClientBase):
         """Before a call waits with messages in hand: their positions have moved on, but
         no commit (auto-commit, another thread's commit()) goes past the first of them
         until they are returned."""
-        hand.held = True
+        hand.held = hand.waited = True
         with self._lock:
             for part, (first, _version) in hand.firsts.items():
                 if part.held < 0 or first < part.held:
@@ -1033,12 +1033,13 @@ class InHand:
     the first message and the partition's version then, and the span of the call's
     messages (or rows) each chunk filled."""
 
-    __slots__ = ("firsts", "spans", "held")
+    __slots__ = ("firsts", "spans", "held", "waited")
 
     def __init__(self) -> None:
         self.firsts: Dict[PartitionState, Tuple[int, int]] = {}
         self.spans: List[Tuple[PartitionState, int, int]] = []
         self.held = False           # the partitions' ``held`` offsets are set
+        self.waited = False         # they were, during a wait
 
     def took(self, part: PartitionState, first: int, start: int, end: int) -> None:
         """Messages ``start:end`` of the call's list (or rows) came from ``part``, the
@@ -1047,10 +1048,13 @@ class InHand:
             self.firsts[part] = (first, part.version)
         self.spans.append((part, start, end))
 
-    def gone(self) -> List[Tuple[int, int]]:
-        """The spans of partitions no longer assigned (revoked or unassigned while the
-        call waited): not returned, since the commit on revocation stopped before them
-        and the partition's next owner reads them."""
+    def gone(self, closed: bool) -> List[Tuple[int, int]]:
+        """The spans not to return: those of partitions no longer assigned (revoked or
+        unassigned while the call waited), or all of them once the consumer was closed
+        under the call: the commit made then stopped before them, and the partition's
+        next owner reads them."""
+        if closed:
+            return [(start, end) for _part, start, end in self.spans]
         return [(start, end) for part, start, end in self.spans if not part.assigned]
 
 #: the group's states as librdkafka's statistics name them (cgrp.join_state)

@@ -272,3 +272,46 @@ def test_a_call_does_not_return_messages_of_a_partition_unassigned_while_it_wait
         assert again == [b"m1", b"m2"]
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("read", READS)
+def test_a_consumer_closed_under_a_call_holding_messages_leaves_them_to_the_next_member(
+        noida_broker, topic_name, read):
+    """close() from another thread while a call holds m1, m2: the call returns at once
+    without them (the final commit stopped before them), and the group's next member
+    reads them: each message processed once."""
+    if read == "consume_arrow":
+        pytest.importorskip("pyarrow")
+    broker = noida_broker
+    group = f"g-{topic_name}"
+    _produce(broker.bootstrap, topic_name, [b"m0"])
+    c = Consumer(_conf(broker, group))
+    c.subscribe([topic_name])
+    deadline = time.monotonic() + 30
+    first = []
+    while not first and time.monotonic() < deadline:
+        first = _values(c, read, 1, 1)
+    assert first == [b"m0"]
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(_values(c, read, 100, 10)))
+    reader.start()
+    time.sleep(0.3)
+    _produce(broker.bootstrap, topic_name, [b"m1", b"m2"])
+    time.sleep(1.0)
+    assert reader.is_alive()
+    started = time.monotonic()
+    c.close()
+    reader.join(5)
+    assert not reader.is_alive() and time.monotonic() - started < 5
+    assert got == []
+    assert _committed(broker, group, topic_name) == 1
+    nxt = Consumer(_conf(broker, group))
+    try:
+        nxt.subscribe([topic_name])
+        rest = []
+        deadline = time.monotonic() + 30
+        while len(rest) < 2 and time.monotonic() < deadline:
+            rest += _values(nxt, "consume", 2 - len(rest), 1)
+        assert rest == [b"m1", b"m2"]
+    finally:
+        nxt.close()

@@ -47,6 +47,39 @@ def _values(consumer, read, n, timeout):
     return consumer.consume_arrow(n, timeout).column("value").to_pylist()
 
 
+def _read(consumer, read, n, seconds=30):
+    """Values read until ``n`` came or ``seconds`` passed."""
+    got = []
+    deadline = time.monotonic() + seconds
+    while len(got) < n and time.monotonic() < deadline:
+        got += _values(consumer, read, n - len(got), 1)
+    return got
+
+
+def _holding_call(call, bootstrap, topic, values):
+    """Start ``call`` (a read asking for more than will come) in a thread, produce
+    ``values``, and return (the thread, the list its result goes to) once it holds them
+    and waits for more."""
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(call()))
+    reader.start()
+    time.sleep(0.3)
+    _produce(bootstrap, topic, values)
+    time.sleep(1.0)
+    assert reader.is_alive()
+    return reader, got
+
+
+def _next_member_reads(broker, group, topic, n):
+    """What a new member of ``group`` reads of ``topic`` (``n`` values expected)."""
+    c = Consumer(_conf(broker, group))
+    try:
+        c.subscribe([topic])
+        return _read(c, "consume", n)
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize("read", READS)
 def test_a_commit_made_while_a_call_holds_messages_stops_before_them(noida_broker,
                                                                      topic_name, read):
@@ -61,18 +94,11 @@ def test_a_commit_made_while_a_call_holds_messages_stops_before_them(noida_broke
     c = Consumer(_conf(broker, group, **{"enable.auto.commit": False}))
     try:
         c.subscribe([topic_name])
-        deadline = time.monotonic() + 30
-        first = []
-        while not first and time.monotonic() < deadline:
-            first = _values(c, read, 1, 1)
+        first = _read(c, read, 1)
         assert first == [b"m0"]
-        got = []
-        reader = threading.Thread(target=lambda: got.extend(_values(c, read, 100, 4)))
-        reader.start()
-        time.sleep(0.3)
-        _produce(broker.bootstrap, topic_name, [b"m1", b"m2", b"m3"])
-        time.sleep(1.0)            # the reader holds them now, waiting for 97 more
-        assert reader.is_alive()
+        reader, got = _holding_call(
+            lambda: _values(c, read, 100, 4), broker.bootstrap, topic_name,
+            [b"m1", b"m2", b"m3"])
         assert [tp.offset for tp in c.commit(asynchronous=False)] == [1]
         assert _committed(broker, group, topic_name) == 1
         reader.join(10)
@@ -148,16 +174,7 @@ def test_ctrl_c_while_a_call_holds_messages_puts_them_back(noida_broker, topic_n
         "first [b'm0']", "read 1: interrupted", "again [b'm1', b'm2', b'm3']",
         "read 2: interrupted"], child.stderr
     assert _committed(broker, group, topic_name) == 4
-    c = Consumer(_conf(broker, group))
-    try:
-        c.subscribe([topic_name])
-        rest = []
-        deadline = time.monotonic() + 30
-        while len(rest) < 2 and time.monotonic() < deadline:
-            rest += _values(c, "consume", 2 - len(rest), 1)
-        assert rest == [b"m4", b"m5"]
-    finally:
-        c.close()
+    assert _next_member_reads(broker, group, topic_name, 2) == [b"m4", b"m5"]
 
 
 def test_a_commit_while_the_only_messages_are_held_stays_at_the_first(noida_broker,
@@ -169,13 +186,9 @@ def test_a_commit_while_the_only_messages_are_held_stays_at_the_first(noida_brok
     c = Consumer(_conf(broker, group, **{"enable.auto.commit": False}))
     try:
         c.assign([TopicPartition(topic_name, 0, 0)])
-        got = []
-        reader = threading.Thread(target=lambda: got.extend(c.consume(100, 3)))
-        reader.start()
-        time.sleep(0.3)
-        _produce(broker.bootstrap, topic_name, [b"a", b"b", b"c"])
-        time.sleep(1.0)
-        assert reader.is_alive()
+        reader, got = _holding_call(
+            lambda: c.consume(100, 3), broker.bootstrap, topic_name,
+            [b"a", b"b", b"c"])
         assert [tp.offset for tp in c.commit(asynchronous=False)] == [0]
         reader.join(10)
         assert [m.offset() for m in got] == [0, 1, 2]
@@ -201,19 +214,11 @@ def test_a_partition_revoked_while_a_call_holds_its_messages_is_read_once(tansu_
     stop = threading.Event()
     try:
         a.subscribe([topic_name])
-        deadline = time.monotonic() + 30
-        seen_a = []
-        while not seen_a and time.monotonic() < deadline:
-            seen_a = _values(a, "consume", 1, 1)
+        seen_a = _read(a, "consume", 1)
         assert seen_a == [b"m0"]
-        held_call = []
-        reader = threading.Thread(target=lambda: held_call.extend(
-            _values(a, "consume", 100, 6)))
-        reader.start()
-        time.sleep(0.3)
-        _produce(broker.bootstrap, topic_name, [b"m1", b"m2", b"m3"])
-        time.sleep(1.0)                     # A's call holds them now
-        assert reader.is_alive()
+        reader, held_call = _holding_call(lambda: _values(a, "consume", 100, 6),
+                                          broker.bootstrap, topic_name,
+                                          [b"m1", b"m2", b"m3"])
         b = Consumer(dict(conf, **{"client.id": "b"}))
         b.subscribe([topic_name])
         seen_b = []
@@ -254,21 +259,14 @@ def test_a_call_does_not_return_messages_of_a_partition_unassigned_while_it_wait
     c = Consumer(_conf(broker, f"g-{topic_name}", **{"enable.auto.commit": False}))
     try:
         c.assign([TopicPartition(topic_name, 0, 0)])
-        got = []
-        reader = threading.Thread(target=lambda: got.extend(_values(c, read, 100, 3)))
-        reader.start()
-        time.sleep(0.3)
-        _produce(broker.bootstrap, topic_name, [b"m0", b"m1", b"m2"])
-        time.sleep(1.0)
-        assert reader.is_alive()
+        reader, got = _holding_call(
+            lambda: _values(c, read, 100, 3), broker.bootstrap, topic_name,
+            [b"m0", b"m1", b"m2"])
         c.incremental_unassign([TopicPartition(topic_name, 0)])
         reader.join(10)
         assert got == []
         c.incremental_assign([TopicPartition(topic_name, 0, 1)])
-        again = []
-        deadline = time.monotonic() + 20
-        while len(again) < 2 and time.monotonic() < deadline:
-            again += _values(c, read, 2 - len(again), 1)
+        again = _read(c, read, 2)
         assert again == [b"m1", b"m2"]
     finally:
         c.close()
@@ -287,31 +285,14 @@ def test_a_consumer_closed_under_a_call_holding_messages_leaves_them_to_the_next
     _produce(broker.bootstrap, topic_name, [b"m0"])
     c = Consumer(_conf(broker, group))
     c.subscribe([topic_name])
-    deadline = time.monotonic() + 30
-    first = []
-    while not first and time.monotonic() < deadline:
-        first = _values(c, read, 1, 1)
+    first = _read(c, read, 1)
     assert first == [b"m0"]
-    got = []
-    reader = threading.Thread(target=lambda: got.extend(_values(c, read, 100, 10)))
-    reader.start()
-    time.sleep(0.3)
-    _produce(broker.bootstrap, topic_name, [b"m1", b"m2"])
-    time.sleep(1.0)
-    assert reader.is_alive()
+    reader, got = _holding_call(lambda: _values(c, read, 100, 10), broker.bootstrap,
+                                topic_name, [b"m1", b"m2"])
     started = time.monotonic()
     c.close()
     reader.join(5)
     assert not reader.is_alive() and time.monotonic() - started < 5
     assert got == []
     assert _committed(broker, group, topic_name) == 1
-    nxt = Consumer(_conf(broker, group))
-    try:
-        nxt.subscribe([topic_name])
-        rest = []
-        deadline = time.monotonic() + 30
-        while len(rest) < 2 and time.monotonic() < deadline:
-            rest += _values(nxt, "consume", 2 - len(rest), 1)
-        assert rest == [b"m1", b"m2"]
-    finally:
-        nxt.close()
+    assert _next_member_reads(broker, group, topic_name, 2) == [b"m1", b"m2"]

@@ -711,3 +711,23 @@ def test_a_logical_offset_waits_for_the_leader_instead_of_a_failed_lookup_and_ba
     (req,) = conn.sent
     assert type(req).__name__ == "ListOffsetsRequest"
     assert req.topics[0].partitions[0].timestamp == -2
+
+
+def test_a_held_offset_caps_what_is_committed_until_released():
+    """A consume() waiting with messages 5..7 in hand holds the partition at 5: the
+    stored offset (8) is not committed past 5 meanwhile, its leader epoch (of the record
+    before 8) not sent with 5; released, 8 is committed with it."""
+    fetcher, _conn, part = setup()
+    part.committed = 3
+    part.stored, part.stored_epoch = 8, 7
+    part.held = 5
+    assert part.commit_due() and part.committable() == 5
+    [tp] = fetcher.stored_offsets()
+    assert (tp.offset, tp.leader_epoch) == (5, None)
+    part.committed = 5                      # that commit went through
+    assert not part.commit_due() and fetcher.stored_offsets() == []
+    part.held = 9                           # held beyond what is stored: the stored one
+    assert part.committable() == 8
+    part.held = -1
+    [tp] = fetcher.stored_offsets()
+    assert (tp.offset, tp.leader_epoch) == (8, 7)

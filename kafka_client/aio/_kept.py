@@ -41,6 +41,10 @@ class KeptReads:
         self._messages: Deque[Message] = deque()
         self._batches: Deque[Any] = deque()    # pyarrow.RecordBatch
         self._running: Set["asyncio.Future[Any]"] = set()
+        #: for each partition with something kept, the assignment it was kept under (the
+        #: Consumer's token): a partition assigned again since reads from its new
+        #: position, and what was kept of the old assignment is not handed out
+        self._tokens: Dict[_Key, Any] = {}
         #: reads still running, or kept results not handed out (a plain attribute: the
         #: asyncio consumer's fast paths test it on every call)
         self.pending = False
@@ -65,9 +69,12 @@ class KeptReads:
         result = call.result()
         if arrow:
             if result is not None and result.num_rows:
+                self._note({(t, p) for t, p, _o in rows_of(result)})
                 self._batches.append(result)
         elif result is not None:
-            self._messages.extend([result] if isinstance(result, Message) else result)
+            got = [result] if isinstance(result, Message) else result
+            self._note({(m.topic(), m.partition()) for m in got if m.error() is None})
+            self._messages.extend(got)
         self._update()
         self._rewind()
 
@@ -77,9 +84,28 @@ class KeptReads:
         read) if given, which hands out the message ``failed`` (not committed before)."""
         if failure is not None:
             self._failures.append((failure, failed))
+        self._note({(m.topic(), m.partition()) for m in messages if m.error() is None})
         self._messages.extendleft(reversed(messages))   # they come before what is kept
         self._update()
         self._rewind()
+
+    def _note(self, keys: Set[_Key]) -> None:
+        """Messages of ``keys`` are about to be kept: record the assignment they belong
+        to, dropping what was kept of a partition under an earlier one."""
+        for key in keys:
+            token = self._consumer._assignment_token(*key)
+            if key in self._tokens and self._tokens[key] is not token:
+                self.forget(*key)
+            self._tokens[key] = token
+
+    def _stale(self) -> Set[_Key]:
+        """Partitions whose kept messages belong to an assignment that is over (not
+        assigned any more, or assigned again since): forgotten now."""
+        stale = {key for key, token in self._tokens.items()
+                 if token is None or self._consumer._assignment_token(*key) is not token}
+        for key in stale:
+            self.forget(*key)
+        return stale
 
     def _update(self) -> None:
         # failures too: the next read raises them before taking a waiting message
@@ -125,18 +151,15 @@ class KeptReads:
         return max(0.0, limit - (time.monotonic() - start))
 
     def take_messages(self, n: int) -> List[Message]:
-        """Up to ``n`` kept messages and events, oldest first; those of partitions no
-        longer assigned are dropped (their offsets were not committed: the partition's
-        next reader reads them)."""
+        """Up to ``n`` kept messages and events, oldest first; those of an assignment
+        that is over are dropped (their offsets were not committed: the partition's next
+        reader, or this consumer from its new position, reads them)."""
         if not self._messages:
             return []
-        assigned = self._assigned()
+        self._stale()
         out: List[Message] = []
         while self._messages and len(out) < n:
-            msg = self._messages.popleft()
-            if msg.error() is None and (msg.topic(), msg.partition()) not in assigned:
-                continue
-            out.append(msg)
+            out.append(self._messages.popleft())
         self._store(_after_last_per_partition(
             (m.topic(), m.partition(), m.offset(), m.leader_epoch())
             for m in out if m.error() is None))
@@ -145,12 +168,11 @@ class KeptReads:
         return out
 
     def take_batch(self) -> Optional[Any]:
-        """The oldest kept record batch, without the rows of partitions no longer
-        assigned; None when there is none."""
+        """The oldest kept record batch, without the rows of an assignment that is over;
+        None when there is none."""
+        self._stale()
         while self._batches:
-            assigned = self._assigned()
-            batch = keep_partitions(self._batches.popleft(),
-                                    lambda t, p: (t, p) in assigned)
+            batch = self._batches.popleft()
             if batch.num_rows:
                 self._store(_after_last_per_partition(
                     (t, p, o, None) for t, p, o in rows_of(batch)))
@@ -164,6 +186,7 @@ class KeptReads:
         """The application moved the partition's position (seek): what was kept of it
         is not handed out."""
         key = (topic, partition)
+        self._tokens.pop(key, None)
         self._messages = deque(m for m in self._messages
                                if m.error() is not None or (m.topic(), m.partition()) != key)
         batches = (keep_partitions(b, lambda t, p: (t, p) != key) for b in self._batches)
@@ -182,9 +205,6 @@ class KeptReads:
             await asyncio.wait(set(self._running), timeout=timeout)
 
     # -- stored offsets --------------------------------------------------------------------
-    def _assigned(self) -> Set[_Key]:
-        return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
-
     def _store(self, offsets: Dict[_Key, Tuple[int, Optional[int]]]) -> None:
         """With enable.auto.offset.store, store ``offsets`` (partitions not assigned any
         more are skipped)."""

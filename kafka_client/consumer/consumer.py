@@ -360,6 +360,13 @@ class Consumer(ClientBase):
             self._run_consume_cb(out)
         return out
 
+    def _assignment_token(self, topic: str, partition: int) -> Optional[object]:
+        """The assignment a partition's messages now belong to: an opaque object, a new
+        one each time the partition is assigned; None when it is not assigned. For the
+        asyncio consumer's kept messages."""
+        part = self._fetcher.parts.get((topic, partition))
+        return part if part is not None and part.assigned else None
+
     def _wake_readers(self) -> None:
         """Any thread: calls waiting for data look at their ``stop`` now (the ones
         waiting for their turn within 0.2 s)."""

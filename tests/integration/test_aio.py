@@ -416,3 +416,30 @@ def test_a_read_cancelled_while_a_deserializer_awaits_keeps_its_batch(noida_brok
         finally:
             await c.close()
     run(main())
+
+
+def test_what_a_cancelled_read_kept_is_dropped_when_its_partition_is_assigned_again(
+        noida_broker, topic_name):
+    """A cancelled read kept offsets 0..2; the partition is unassigned and assigned again
+    from offset 1: the next reads return 1 and 2 once, from the new assignment, not the
+    kept messages of the old one as well."""
+    broker = noida_broker  # client-side behaviour: one broker
+
+    async def main():
+        async with AIOConsumer({"bootstrap.servers": broker.bootstrap,
+                                "fetch.wait.max.ms": 50}) as c:
+            tp = TopicPartition(topic_name, 0)
+            await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+            await _cancel_holding(
+                c.consume(10, 10),
+                lambda: _produce(broker.bootstrap, topic_name, [b"0", b"1", b"2"]))
+            await c.incremental_unassign([tp])
+            await c.incremental_assign([TopicPartition(topic_name, 0, 1)])
+            got = []
+            while len(got) < 2:
+                batch = await c.consume(2 - len(got), 5)
+                assert batch
+                got.extend(m.offset() for m in batch if m.error() is None)
+            assert got == [1, 2]
+            assert await c.consume(10, 0.5) == []
+    run(main())

@@ -86,7 +86,7 @@ def test_let_run_hands_the_gil_to_a_loop_whose_timer_is_due():
     try:
         sys.setswitchinterval(0.05)
         late = {}
-        for helped in (False, True, False, True):
+        for helped in (False, True) * 3:
             ran = []
             due = time.monotonic() + 0.01
             io.call_soon(io.call_at, due, lambda: ran.append(time.monotonic()))
@@ -95,7 +95,10 @@ def test_let_run_hands_the_gil_to_a_loop_whose_timer_is_due():
             assert ran, "the loop never ran"
             late.setdefault(helped, []).append(ran[0] - due)
         assert min(late[False]) > 0.02, late   # the switch interval, not let_run
-        assert max(late[True]) < 0.01, late
+        # Within milliseconds as a rule (the median), and never as late as the switch
+        # interval (one round of a loaded shared machine measured 23 ms once).
+        assert sorted(late[True])[1] < 0.01, late
+        assert max(late[True]) < min(late[False]), late
     finally:
         sys.setswitchinterval(old_interval)
         io.stop()

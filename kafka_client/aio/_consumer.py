@@ -183,7 +183,7 @@ class AIOConsumer:
     # -- positions and offsets ---------------------------------------------------------------
     async def seek(self, partition: TopicPartition) -> None:
         if isinstance(partition, TopicPartition):   # anything else: the Consumer's error
-            await self._kept.finish(self._CANCELLED_READS_WAIT)
+            await self._kept.wait(self._CANCELLED_READS_WAIT)
             self._kept.forget(partition.topic, partition.partition)
         await self._call(self._consumer.seek, partition)
 
@@ -247,13 +247,13 @@ class AIOConsumer:
         kept = self._kept
         # Cancelled reads return what they hold first (told to when cancelled), so that
         # the final commit leaves out what no read handed out.
-        await kept.finish(self._CANCELLED_READS_WAIT)
+        await kept.wait(self._CANCELLED_READS_WAIT)
         uncommitted = kept.unclaimed() if self._consumer._auto_store else 0
         try:
             await self._bridge.run(self._consumer.close)
         finally:
             self._closed = True
-            await kept.finish(self._CANCELLED_READS_WAIT)   # any left: closed now
+            await kept.wait(self._CANCELLED_READS_WAIT)   # any left: closed now
             unclaimed = kept.unclaimed()
             if unclaimed:
                 self._consumer._log.warning(

@@ -98,14 +98,13 @@ class KeptReads:
                 self.forget(*key)
             self._tokens[key] = token
 
-    def _stale(self) -> Set[_Key]:
-        """Partitions whose kept messages belong to an assignment that is over (not
-        assigned any more, or assigned again since): forgotten now."""
-        stale = {key for key, token in self._tokens.items()
-                 if token is None or self._consumer._assignment_token(*key) is not token}
+    def _stale(self) -> None:
+        """Forget what was kept under an assignment that is over (the partition not
+        assigned any more, or assigned again since)."""
+        stale = [key for key, token in self._tokens.items()
+                 if token is None or self._consumer._assignment_token(*key) is not token]
         for key in stale:
             self.forget(*key)
-        return stale
 
     def _update(self) -> None:
         # failures too: the next read raises them before taking a waiting message
@@ -197,12 +196,6 @@ class KeptReads:
         """Kept messages and rows no read has handed out."""
         return sum(1 for m in self._messages if m.error() is None) + \
             sum(b.num_rows for b in self._batches)
-
-    async def finish(self, timeout: float) -> None:
-        """Wait, at most ``timeout`` seconds, for the cancelled reads still running (they
-        were told to return)."""
-        if self._running:
-            await asyncio.wait(set(self._running), timeout=timeout)
 
     # -- stored offsets --------------------------------------------------------------------
     def _store(self, offsets: Dict[_Key, Tuple[int, Optional[int]]]) -> None:

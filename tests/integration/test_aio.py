@@ -176,6 +176,16 @@ async def _cancel_holding(read, produce):
         await task
 
 
+async def _offsets(consumer, n):
+    """The offsets of the next ``n`` messages read."""
+    got = []
+    while len(got) < n:
+        batch = await consumer.consume(n - len(got), 5)
+        assert batch, f"only {len(got)} of {n} messages"
+        got.extend(m.offset() for m in batch if m.error() is None)
+    return got
+
+
 def _produce(bootstrap, topic, values, partition=0):
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     for v in values:
@@ -336,11 +346,7 @@ def test_a_seek_drops_what_a_cancelled_read_kept_of_that_partition(noida_broker,
                 c.consume(10, 10),
                 lambda: _produce(broker.bootstrap, topic_name, [b"0", b"1", b"2", b"3"]))
             await c.seek(TopicPartition(topic_name, 0, 2))
-            got = []
-            while len(got) < 2:
-                batch = await c.consume(2 - len(got), 5)
-                assert batch
-                got.extend(m.offset() for m in batch if m.error() is None)
+            got = await _offsets(c, 2)
             assert got == [2, 3]
     run(main())
 
@@ -435,11 +441,7 @@ def test_what_a_cancelled_read_kept_is_dropped_when_its_partition_is_assigned_ag
                 lambda: _produce(broker.bootstrap, topic_name, [b"0", b"1", b"2"]))
             await c.incremental_unassign([tp])
             await c.incremental_assign([TopicPartition(topic_name, 0, 1)])
-            got = []
-            while len(got) < 2:
-                batch = await c.consume(2 - len(got), 5)
-                assert batch
-                got.extend(m.offset() for m in batch if m.error() is None)
+            got = await _offsets(c, 2)
             assert got == [1, 2]
             assert await c.consume(10, 0.5) == []
     run(main())

@@ -135,6 +135,9 @@ class ConsumerProtocolGroup(GroupCoordinator):
         self._rejoin_reason = reason
         self._beat_soon()
 
+    def _join_at_coordinator(self) -> bool:
+        return False  # heartbeats are answered at once: nothing of ours is held there
+
     def _beat_soon(self) -> None:
         self._heartbeat_soon = True
         self.io.wake()

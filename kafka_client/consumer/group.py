@@ -1079,6 +1079,10 @@ class GroupCoordinator:
         conn.send(req, left, version=version, timeout=min(self.request_timeout, 2.0))
 
     # -- offsets -----------------------------------------------------------------------------
+    def _join_at_coordinator(self) -> bool:
+        """Whether a JoinGroup or SyncGroup of this member waits at the coordinator."""
+        return self.state in (JOINING, SYNCING)
+
     def _auto_commit(self) -> None:
         stored = self.offsets.stored_offsets()
         if not stored:
@@ -1104,6 +1108,22 @@ class GroupCoordinator:
         # As a member, with the last generation joined (also while rejoining: the
         # broker then answers REBALANCE_IN_PROGRESS rather than taking a non-member commit).
         member = self.patterns is not None and self.generation >= 0 and bool(self.member_id)
+        if self.patterns is not None and self._join_at_coordinator():
+            # The coordinator holds our JoinGroup (or SyncGroup) until every member has
+            # joined and answers a connection's requests in order: sent now, the commit
+            # would wait that long (a commit() for up to its timeout, while a member driven
+            # by the same thread cannot rejoin) and then fail on a generation that is gone.
+            # As the Java client does, it fails at once.
+            err = client_error(ErrorCode.REBALANCE_IN_PROGRESS,
+                               f"OffsetCommit {self.group_id}: the consumer is joining its "
+                               f"group: poll() to complete the rebalance, then commit again")
+            failed = []
+            for topic, p, off, meta, _epoch in offsets:
+                tp = TopicPartition(topic, p, off, meta or None)
+                tp._set_error(err)
+                failed.append(tp)
+            done(err, failed)
+            return
 
         def make(version: int) -> Any:
             return OffsetCommitRequest(

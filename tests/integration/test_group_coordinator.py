@@ -1,5 +1,7 @@
 """Group requests do not wait behind fetches: the coordinator has a connection of its
-own (brokers answer one request per connection at a time, in order)."""
+own (brokers answer one request per connection at a time, in order); and a commit does
+not wait behind the member's own JoinGroup, which the coordinator holds until the group
+has rejoined."""
 from __future__ import annotations
 
 import statistics
@@ -8,7 +10,7 @@ import uuid
 
 import pytest
 
-from kafka_client import Consumer, Producer, TopicPartition
+from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +48,64 @@ def test_commit_does_not_wait_for_a_long_polling_fetch(broker, topic_name):
     finally:
         c.close()
     assert statistics.median(times) < 0.15, [round(t, 3) for t in times]
+
+
+def test_a_commit_while_the_member_rejoins_fails_at_once(broker, topic_name):
+    """Member a rejoins (its JoinGroup held at the coordinator) while member b, driven by
+    the same thread, has not handled the rebalance yet. a's commit() waited behind its
+    JoinGroup for its whole timeout, during which b could not rejoin (64 s of a 1 s test
+    on noida-db); it now fails at once with REBALANCE_IN_PROGRESS, as the Java client's
+    does, and commits again once the rebalance is complete."""
+    broker.create_topic(topic_name, partitions=2)
+    group = f"rejoin-{uuid.uuid4().hex[:8]}"
+    revoked = {"a": 0, "b": 0, "c": 0}
+    assigned = {"a": [], "b": [], "c": []}
+
+    def member(name):
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                      "enable.auto.commit": False, "partition.assignment.strategy": "range",
+                      "max.poll.interval.ms": 20000, "session.timeout.ms": 6000,
+                      "heartbeat.interval.ms": 200,
+                      "fetch.wait.max.ms": 50})
+        c.subscribe([topic_name],
+                    on_assign=lambda _c, tps: assigned[name].append(
+                        sorted(tp.partition for tp in tps)),
+                    on_revoke=lambda _c, tps: revoked.__setitem__(name, revoked[name] + 1))
+        return c
+
+    def poll_until(consumers, done, what):
+        deadline = time.monotonic() + 30
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            for c in consumers:
+                c.consume(10, 0.05)
+
+    a, b = member("a"), member("b")
+    c = None
+    try:
+        poll_until([a, b], lambda: assigned["a"] and assigned["b"]
+                   and sorted(assigned["a"][-1] + assigned["b"][-1]) == [0, 1],
+                   "a and b to share the partitions")
+        c = member("c")  # its join starts a rebalance; b does not poll meanwhile
+        poll_until([a, c], lambda: revoked["a"] == 1, "a to revoke")
+        time.sleep(0.5)  # a's JoinGroup is at the coordinator, waiting for b
+        start = time.monotonic()
+        with pytest.raises(KafkaException) as info:
+            a.commit(offsets=[TopicPartition(topic_name, 0, 1)], asynchronous=False)
+        took = time.monotonic() - start
+        assert info.value.args[0].code() == KafkaError.REBALANCE_IN_PROGRESS
+        assert took < 1.0, took
+        poll_until([a, b, c], lambda: len(assigned["a"]) == 2 and len(assigned["b"]) == 2
+                   and assigned["c"], "the three members to be assigned")
+        mine = assigned["a"][-1] or assigned["b"][-1]
+        owner = a if assigned["a"][-1] else b
+        owner.commit(offsets=[TopicPartition(topic_name, mine[0], 1)], asynchronous=False)
+        assert owner.committed([TopicPartition(topic_name, mine[0])],
+                               timeout=10)[0].offset == 1
+    finally:
+        for consumer in (a, b, c):
+            if consumer is not None:
+                consumer.close()
 
 
 @pytest.mark.timeout(120)

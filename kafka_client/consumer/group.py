@@ -815,7 +815,7 @@ class GroupCoordinator:
             else:
                 self._sync([], token)
             return
-        self._join_failed(err if err is not None else client_error(code, "JoinGroup"))
+        self._join_failed(err if err is not None else client_error(code))
 
     def _join_failed(self, err: KafkaError) -> None:
         code = err.code()
@@ -839,7 +839,12 @@ class GroupCoordinator:
             return
         elif code not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                           ErrorCode.REBALANCE_IN_PROGRESS):
-            self.deliver_error(client_error(code, f"JoinGroup {self.group_id}: {err.str()}"))
+            detail = err.str()
+            if code == ErrorCode.INVALID_SESSION_TIMEOUT:
+                detail += (f": session.timeout.ms ({self.session_timeout_ms}) is outside the "
+                           f"broker's group.min.session.timeout.ms .. "
+                           f"group.max.session.timeout.ms")
+            self.deliver_error(client_error(code, f"JoinGroup {self.group_id}: {detail}"))
             self._rejoin_after = time.monotonic() + max(1.0, self.retry_backoff)
         self.log.debug("group %s: join failed: %s", self.group_id, err.str())
         self.io.wake()

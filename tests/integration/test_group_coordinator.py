@@ -64,7 +64,10 @@ def test_a_commit_while_the_member_rejoins_fails_at_once(broker, topic_name):
     def member(name):
         c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
                       "enable.auto.commit": False, "partition.assignment.strategy": "range",
-                      "max.poll.interval.ms": 20000, "session.timeout.ms": 6000,
+                      # Tansu holds a first join for half the session; noida-db
+                      # refuses less than 6 s
+                      "max.poll.interval.ms": 20000,
+                      "session.timeout.ms": 6000 if broker.kind == "noida" else 3000,
                       "heartbeat.interval.ms": 200,
                       "fetch.wait.max.ms": 50})
         c.subscribe([topic_name],

@@ -100,7 +100,7 @@ def test_connect_cb_returning_an_errno_fails_the_attempt_clearly(broker):
                  error_cb=errors.append)
     try:
         with pytest.raises(KafkaException):
-            p.list_topics(timeout=2)
+            p.list_topics(timeout=0.5)
         p.poll(0.2)
     finally:
         p.close()

@@ -167,7 +167,9 @@ def test_positions_follow_what_poll_handed_out_across_threads_seek_and_pause():
     offsets are settled from the chunk's iterator before anything reads them."""
     import threading
 
-    c = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "log_level": 0})
+    # no auto-commit: close() would try the final commit for 5 s with no broker there
+    c = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "log_level": 0,
+                  "enable.auto.commit": False})
     tp = TopicPartition("t", 0)
     try:
         c.assign([TopicPartition("t", 0, 0)])

@@ -964,7 +964,10 @@ class Consumer(ClientBase):
         ``on_commit(err, partitions)`` from a later poll()/consume(); ``False`` waits,
         calls ``on_commit``, returns the committed partitions and raises KafkaException
         on failure. As librdkafka, entries with a negative offset are left out, and
-        nothing left to commit is _NO_OFFSET (raised, or given to ``on_commit``).
+        nothing left to commit is _NO_OFFSET (raised, or given to ``on_commit``). While
+        this member rejoins its group (its JoinGroup or SyncGroup waiting at the
+        coordinator) the commit fails at once with REBALANCE_IN_PROGRESS: poll() to
+        complete the rebalance, then commit again.
         ``async=`` is accepted as the old name of ``asynchronous``."""
         if legacy:
             if set(legacy) != {"async"}:

@@ -966,7 +966,8 @@ class Consumer(ClientBase):
         on failure. As librdkafka, entries with a negative offset are left out, and
         nothing left to commit is _NO_OFFSET (raised, or given to ``on_commit``). While
         this member rejoins its group (its JoinGroup or SyncGroup waiting at the
-        coordinator) the commit fails at once with REBALANCE_IN_PROGRESS: poll() to
+        coordinator) the commit is answered at once, not after the rebalance; one the
+        broker refuses then (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION): poll() to
         complete the rebalance, then commit again.
         ``async=`` is accepted as the old name of ``asynchronous``."""
         if legacy:

@@ -70,6 +70,8 @@ FIND_POLL_S = 0.05
 #: How long the leader waits for the metadata of other members' topics before it assigns
 #: with what it knows (the answer that brings them wakes it at once)
 LEAD_METADATA_WAIT_S = 5.0
+#: How often a commit made during the member's join looks for its connection to come up
+SIDE_COMMIT_POLL_S = 0.01
 
 
 def _first_version_with(request: Any, field: str) -> int:
@@ -619,10 +621,12 @@ class GroupCoordinator:
 
     def _send(self, api_key: ApiKey, make: Callable[[int], Any],
               callback: Callable[[Any, Optional[KafkaError]], None],
-              deadline: Optional[float] = None, max_version: int = 1 << 15) -> None:
-        """Send ``make(version)`` to the coordinator now, or once it is known and
-        connected (failing at ``deadline``). ``version`` is the negotiated one, capped at
-        ``max_version``: requests whose fields depend on it are built for it."""
+              deadline: Optional[float] = None, max_version: int = 1 << 15,
+              conn: Any = None) -> None:
+        """Send ``make(version)`` to the coordinator now (on ``conn``, a ready connection
+        to it, if given), or once it is known and connected (failing at ``deadline``).
+        ``version`` is the negotiated one, capped at ``max_version``: requests whose
+        fields depend on it are built for it."""
         def send(conn: Any) -> None:
             neg = conn.versions.get(api_key)
             if neg is None:
@@ -633,7 +637,8 @@ class GroupCoordinator:
             v = min(neg, max_version)
             conn.send(make(v), callback, version=v)
 
-        conn = self._coord_conn()
+        if conn is None:
+            conn = self._coord_conn()
         if conn is not None and conn.ready:
             send(conn)
             return
@@ -1113,27 +1118,31 @@ class GroupCoordinator:
         # As a member, with the last generation joined (also while rejoining: the
         # broker then answers REBALANCE_IN_PROGRESS rather than taking a non-member commit).
         member = self.patterns is not None and self.generation >= 0 and bool(self.member_id)
+        side = None
         if self.patterns is not None and self._join_at_coordinator():
             # The coordinator holds our JoinGroup (or SyncGroup) until every member has
-            # joined and answers a connection's requests in order: sent now, the commit
-            # would wait that long (a commit() for up to its timeout, while a member driven
-            # by the same thread cannot rejoin) and then fail on a generation that is gone.
-            # As the Java client does, it fails at once.
-            err = client_error(ErrorCode.REBALANCE_IN_PROGRESS,
-                               f"OffsetCommit {self.group_id}: the consumer is joining its "
-                               f"group: poll() to complete the rebalance, then commit again")
-            failed = []
-            for topic, p, off, meta, _epoch in offsets:
-                tp = TopicPartition(topic, p, off, meta or None)
-                tp._set_error(err)
-                failed.append(tp)
-            done(err, failed)
-            return
+            # joined and answers a connection's requests in order: on the coordinator's
+            # connection the commit would wait that long (a commit() for up to its
+            # timeout, while a member driven by the same thread cannot rejoin) and then
+            # fail on a generation that is gone. It goes on the broker's other connection
+            # and is answered at once: Apache Kafka takes a commit of the current
+            # generation while the group prepares its rebalance (the commits of on_revoke)
+            # and refuses one while the assignment is being made.
+            side = self.cluster.ensure_connected(self.coord_id) \
+                if self.coord_id is not None else None
+            if side is None or not side.ready:
+                if time.monotonic() + SIDE_COMMIT_POLL_S < deadline:
+                    self.io.call_later(SIDE_COMMIT_POLL_S, self._commit, offsets, done,
+                                       deadline)
+                    return
+                side = None     # out of time: the coordinator's connection it is
+        carried: List[int] = []  # the generation the request carries
 
         def make(version: int) -> Any:
+            carried.append(self.generation if member else -1)
             return OffsetCommitRequest(
                 group_id=self.group_id,
-                generation_id_or_member_epoch=self.generation if member else -1,
+                generation_id_or_member_epoch=carried[-1],
                 member_id=self.member_id if member else "",
                 group_instance_id=self.instance_id if member and version >= 7 else None,
                 retention_time_ms=-1,
@@ -1170,7 +1179,8 @@ class GroupCoordinator:
                         retry = True
                 result.append(tp)
             if retry and time.monotonic() + self.retry_backoff < deadline:
-                if err is not None or any(c in COORDINATOR_ERRORS for c in codes.values()):
+                if (err is not None and side is None) or any(c in COORDINATOR_ERRORS
+                                                             for c in codes.values()):
                     self._coordinator_lost("commit failed")
                 self.io.call_later(self.retry_backoff, self._commit, offsets, done, deadline)
                 return
@@ -1181,11 +1191,15 @@ class GroupCoordinator:
                                       ErrorCode.ILLEGAL_GENERATION,
                                       ErrorCode.UNKNOWN_MEMBER_ID,
                                       ErrorCode.FENCED_MEMBER_EPOCH,
-                                      ErrorCode.STALE_MEMBER_EPOCH):
+                                      ErrorCode.STALE_MEMBER_EPOCH) and \
+                    not self._join_at_coordinator() and carried[-1:] == [self.generation]:
+                # Refused on the generation the member still has, and no join under way
+                # that brings the next one: the group moved on without it.
                 self._request_rejoin("commit was rejected by the group")
             done(first_err, result)
 
-        self._send(ApiKey.OFFSET_COMMIT, make, answered, deadline=deadline, max_version=9)
+        self._send(ApiKey.OFFSET_COMMIT, make, answered, deadline=deadline, max_version=9,
+                   conn=side)
 
     def lookup_committed(self, parts: List[Any],
                          done: Callable[[Optional[Dict[Key, Tuple[int, int]]]], None]

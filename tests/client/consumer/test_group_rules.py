@@ -253,7 +253,7 @@ def test_a_commit_answer_leaving_a_partition_out_did_not_commit_it():
 
     g, _ = coordinator("range")
     sent = []
-    g._send = lambda api_key, make, answered, deadline=None, max_version=0: \
+    g._send = lambda api_key, make, answered, deadline=None, max_version=0, conn=None: \
         sent.append(answered)
     got = []
     g._commit([("t", 0, 10, None, -1), ("t", 1, 20, None, -1)],
@@ -265,6 +265,55 @@ def test_a_commit_answer_leaving_a_partition_out_did_not_commit_it():
     assert err is not None and err.code() == KafkaError.UNKNOWN_SERVER_ERROR
     assert [(tp.partition, tp.offset, tp.error and tp.error.code()) for tp in result] == [
         (0, 10, None), (1, 20, KafkaError.UNKNOWN_SERVER_ERROR)]
+
+
+def test_a_commit_during_the_join_goes_on_the_other_connection_and_asks_no_rejoin():
+    """While the JoinGroup waits at the coordinator, a commit goes on the broker's ordinary
+    connection (once it is up), with the generation the member has; refused, it asks for
+    no further rejoin (the join under way brings the next generation). A commit refused
+    on the generation the member still has, with no join under way, asks for one."""
+    import time
+
+    from kafka_client.consumer.group import JOINING
+    from kafka_proto.messages import OffsetCommitResponse as R
+
+    g, _ = coordinator("cooperative-sticky")
+    g.coord_id = 1
+    g.state = JOINING
+    broker_conn = types.SimpleNamespace(ready=False)
+    g.cluster.ensure_connected = lambda node_id: broker_conn
+    sent = []
+    g._send = lambda api_key, make, answered, deadline=None, max_version=0, conn=None: \
+        sent.append((make(8), answered, conn))
+    got = []
+
+    def commit():
+        g._commit([("t", 0, 10, None, -1)], lambda err, result: got.append(err),
+                  time.monotonic() + 5)
+
+    def refused(answered):
+        answered(R(topics=[R.OffsetCommitResponseTopic(name="t", partitions=[
+            R.OffsetCommitResponsePartition(partition_index=0,
+                                            error_code=KafkaError.ILLEGAL_GENERATION)])]), None)
+
+    commit()
+    assert sent == [] and g.io.calls[-1][0] == g._commit   # looks again once it is up
+    broker_conn.ready = True
+    fn, args = g.io.calls.pop()
+    fn(*args)
+    (req, answered, conn), = sent
+    assert conn is broker_conn and req.generation_id_or_member_epoch == 7
+    refused(answered)
+    assert got[-1].code() == KafkaError.ILLEGAL_GENERATION
+    assert g.state == JOINING and not g._rejoin_pending
+    # Stable again on generation 7: a refusal means the group went on without it.
+    g.state = STABLE
+    sent.clear()
+    commit()
+    (req, answered, conn), = sent
+    assert conn is None                       # the coordinator's own connection
+    refused(answered)
+    assert g.state == UNJOINED and g._rejoin_reason == "commit was rejected by the group"
 
 
 def test_the_leader_assigns_when_the_metadata_of_other_members_topics_arrives():

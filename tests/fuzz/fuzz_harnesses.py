@@ -1118,6 +1118,9 @@ class _GroupCluster:
     def coordinator_connection(self, node):
         return self.conn
 
+    def ensure_connected(self, node):
+        return self.conn        # the broker's own connection: one fake serves both
+
 
 class _GroupMember:
     """The consumer side of the rebalance callbacks (``GroupMember``)."""

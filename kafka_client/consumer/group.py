@@ -1074,6 +1074,13 @@ class GroupCoordinator:
                                                           reason=reason)])
         else:
             req = LeaveGroupRequest(group_id=self.group_id, member_id=self.member_id)
+        if self._join_at_coordinator():
+            # Our JoinGroup (or SyncGroup) waits at the coordinator, which answers a
+            # connection's requests in order: there the LeaveGroup would wait for the
+            # rebalance it is meant to let go on without us (the group then waited for
+            # our session to expire). It goes on the broker's other connection (queued
+            # there until that is up).
+            conn = self.cluster.ensure_connected(self.coord_id) or conn
         self.log.debug("group %s: leaving (%s)", self.group_id, reason)
         self._op_token += 1
         self.member_id = ""

@@ -155,6 +155,9 @@ class LocalBroker:
     """A broker process on a loopback port. Subclasses supply the command line."""
 
     kind = "broker"
+    #: the shortest session.timeout.ms a group test asks of this broker (Apache Kafka's
+    #: group.min.session.timeout.ms by default)
+    group_session_ms = 6000
     #: signal for a graceful stop (both brokers treat SIGINT like Ctrl-C)
     stop_signal = signal.SIGINT
 
@@ -340,6 +343,9 @@ class TansuBroker(LocalBroker):
     """Tansu 0.6 with in-memory storage (data is lost when it stops)."""
 
     kind = "tansu"
+    #: Tansu takes short sessions, and holds a group's first join for half of one: a
+    #: long session costs a group test seconds
+    group_session_ms = 3000
 
     def __init__(self, port: Optional[int] = None, log_dir: Optional[str] = None) -> None:
         binary = tansu_binary()
@@ -364,6 +370,7 @@ class NoidaBroker(LocalBroker):
     """
 
     kind = "noida"
+    group_session_ms = 6000  # it refuses less (INVALID_SESSION_TIMEOUT)
 
     def __init__(self, port: Optional[int] = None, data_dir: Optional[str] = None,
                  log_dir: Optional[str] = None) -> None:

@@ -1074,13 +1074,10 @@ class GroupCoordinator:
                                                           reason=reason)])
         else:
             req = LeaveGroupRequest(group_id=self.group_id, member_id=self.member_id)
-        if self._join_at_coordinator():
-            # Our JoinGroup (or SyncGroup) waits at the coordinator, which answers a
-            # connection's requests in order: there the LeaveGroup would wait for the
-            # rebalance it is meant to let go on without us (the group then waited for
-            # our session to expire). It goes on the broker's other connection (queued
-            # there until that is up).
-            conn = self.cluster.ensure_connected(self.coord_id) or conn
+        # Beside a held join, the LeaveGroup would wait for the rebalance it is meant to
+        # let go on without us (the group then waited for our session to expire); the
+        # other connection queues it until it is up.
+        conn = self._beside_join() or conn
         self.log.debug("group %s: leaving (%s)", self.group_id, reason)
         self._op_token += 1
         self.member_id = ""
@@ -1099,6 +1096,15 @@ class GroupCoordinator:
     def _join_at_coordinator(self) -> bool:
         """Whether a JoinGroup or SyncGroup of this member waits at the coordinator."""
         return self.state in (JOINING, SYNCING)
+
+    def _beside_join(self) -> Any:
+        """While our JoinGroup (or SyncGroup) waits at the coordinator, which answers a
+        connection's requests in order until every member has joined, the broker's other
+        connection (connecting it if down): a request on the coordinator's own would
+        wait for the whole rebalance. None when no join is held (or no coordinator)."""
+        if self.coord_id is None or not self._join_at_coordinator():
+            return None
+        return self.cluster.ensure_connected(self.coord_id)
 
     def _auto_commit(self) -> None:
         stored = self.offsets.stored_offsets()
@@ -1125,24 +1131,19 @@ class GroupCoordinator:
         # As a member, with the last generation joined (also while rejoining: the
         # broker then answers REBALANCE_IN_PROGRESS rather than taking a non-member commit).
         member = self.patterns is not None and self.generation >= 0 and bool(self.member_id)
-        side = None
-        if self.patterns is not None and self._join_at_coordinator():
-            # The coordinator holds our JoinGroup (or SyncGroup) until every member has
-            # joined and answers a connection's requests in order: on the coordinator's
-            # connection the commit would wait that long (a commit() for up to its
-            # timeout, while a member driven by the same thread cannot rejoin) and then
-            # fail on a generation that is gone. It goes on the broker's other connection
-            # and is answered at once: Apache Kafka takes a commit of the current
-            # generation while the group prepares its rebalance (the commits of on_revoke)
-            # and refuses one while the assignment is being made.
-            side = self.cluster.ensure_connected(self.coord_id) \
-                if self.coord_id is not None else None
-            if side is None or not side.ready:
-                if time.monotonic() + SIDE_COMMIT_POLL_S < deadline:
-                    self.io.call_later(SIDE_COMMIT_POLL_S, self._commit, offsets, done,
-                                       deadline)
-                    return
-                side = None     # out of time: the coordinator's connection it is
+        # Beside a held join (see _beside_join) the commit would wait for the whole
+        # rebalance (a commit() for up to its timeout, while a member driven by the same
+        # thread cannot rejoin) and then fail on a generation that is gone; on the other
+        # connection it is answered at once: Apache Kafka takes a commit of the current
+        # generation while the group prepares its rebalance (the commits of on_revoke)
+        # and refuses one while the assignment is being made.
+        side = self._beside_join() if self.patterns is not None else None
+        if side is not None and not side.ready:
+            if time.monotonic() + SIDE_COMMIT_POLL_S < deadline:
+                self.io.call_later(SIDE_COMMIT_POLL_S, self._commit, offsets, done,
+                                   deadline)
+                return
+            side = None     # out of time: the coordinator's connection it is
         carried: List[int] = []  # the generation the request carries
 
         def make(version: int) -> Any:

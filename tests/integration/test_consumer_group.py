@@ -46,10 +46,8 @@ class Member:
         self.c = Consumer({
             "bootstrap.servers": broker.bootstrap, "group.id": group,
             "partition.assignment.strategy": strategy, "auto.offset.reset": "earliest",
-            # noida-db refuses sessions under 6 s; on Tansu (which holds a group's first
-            # join for half the session) a shorter one spares the test seconds
             "enable.auto.commit": False,
-            "session.timeout.ms": 6000 if broker.kind == "noida" else 4000,
+            "session.timeout.ms": max(4000, broker.group_session_ms),
             "heartbeat.interval.ms": 300, "fetch.wait.max.ms": 50})
         self.c.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked,
                          on_lost=self._lost)
@@ -323,9 +321,7 @@ def test_regex_subscription_follows_new_topics(broker, topic_name):
 
 def test_max_poll_interval_exceeded_then_rejoin(broker, topic_name):
     broker.create_topic(topic_name, partitions=2)
-    # noida-db refuses sessions under 6 s (INVALID_SESSION_TIMEOUT); Tansu holds a group's
-    # first join for half the session.
-    interval_ms = 6000 if broker.kind == "noida" else 3000
+    interval_ms = broker.group_session_ms
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"mp-{topic_name}",
                   "session.timeout.ms": interval_ms, "max.poll.interval.ms": interval_ms,
                   "heartbeat.interval.ms": 300})

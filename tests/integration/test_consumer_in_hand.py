@@ -20,11 +20,8 @@ READS = ["consume", "consume_arrow"]
 
 
 def _conf(broker, group, **extra):
-    # session.timeout.ms: Tansu holds a group's first join for half of it; noida-db
-    # refuses less than 6 s
     return {"bootstrap.servers": broker.bootstrap, "group.id": group,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000 if broker.kind == "noida" else 3000,
+            "auto.offset.reset": "earliest", "session.timeout.ms": broker.group_session_ms,
             "fetch.wait.max.ms": 50, **extra}
 
 

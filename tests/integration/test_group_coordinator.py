@@ -81,10 +81,8 @@ class _HeldJoin:
         self.assigned[name], self.revoked[name] = [], 0
         c = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": self.group,
                       "enable.auto.commit": False, "partition.assignment.strategy": "range",
-                      # Tansu holds a first join for half the session; noida-db
-                      # refuses less than 6 s
                       "max.poll.interval.ms": 20000,
-                      "session.timeout.ms": 6000 if self.broker.kind == "noida" else 3000,
+                      "session.timeout.ms": self.broker.group_session_ms,
                       "heartbeat.interval.ms": 200, "fetch.wait.max.ms": 50})
         c.subscribe([self.topic],
                     on_assign=lambda _c, tps: self.assigned[name].append(

@@ -151,9 +151,13 @@ def _ignored(name: str, type_: str, default: Any, scope: str, description: str, 
 _FEATURES = ("gzip", "snappy", "ssl", "sasl", "regex", "lz4", "sasl_gssapi", "sasl_plain",
              "sasl_scram", "plugins", "zstd", "sasl_oauthbearer", "http", "oidc")
 _MISSING_FEATURES = {"sasl_gssapi": "GSSAPI (Kerberos) is not supported",
-                     "plugins": "librdkafka plugins cannot be loaded",
-                     "http": "no HTTP client for OIDC", "oidc": "OIDC is not supported"}
-_OIDC_ONLY = "only used with sasl.oauthbearer.method=oidc, which this client refuses"
+                     "plugins": "librdkafka plugins cannot be loaded"}
+_JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+_ASSERTION_ONLY = (f"only used with sasl.oauthbearer.grant.type={_JWT_BEARER}, which this "
+                   f"client refuses")
+#: the properties sasl.oauthbearer.method=oidc cannot do without
+_OIDC_REQUIRED = ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id",
+                  "sasl.oauthbearer.client.secret")
 _GSSAPI_ONLY = "only used with the GSSAPI mechanism, which this client refuses"
 _FILE_STORE = "file offset store (deprecated in librdkafka); offsets are always committed to " \
               "the broker"
@@ -523,10 +527,10 @@ _TABLE: Tuple[Property, ...] = (
        values=("fifo", "lifo"),
        refuse_values={"lifo": "messages are always sent in produce order (fifo)"}),
     _p("sasl.oauthbearer.method", ENUM, "default", "*",
-       "OAUTHBEARER token source: default (oauth_cb or the unsecured JWT). oidc is refused.",
-       values=("default", "oidc"),
-       refuse_values={"oidc": "OIDC token retrieval is not implemented; fetch the token in "
-                              "oauth_cb instead"}),
+       "OAUTHBEARER token source: default (oauth_cb or the unsecured JWT) or oidc (the "
+       "client credentials grant at sasl.oauthbearer.token.endpoint.url; oauth_cb, when "
+       "set, takes precedence).",
+       values=("default", "oidc")),
     _ignored("api.version.fallback.ms", INT, 0, "*", "Deprecated in librdkafka.",
              "ApiVersions is always used", min=0, max=604800000),
     _ignored("broker.version.fallback", STR, "0.10.0", "*", "Deprecated in librdkafka.",
@@ -578,9 +582,11 @@ _TABLE: Tuple[Property, ...] = (
              "Windows only; ssl.ca.location or the system store is used"),
     _p("ssl.engine.id", STR, "dynamic", "*",
        "OpenSSL engine id of the engine ssl.engine.location loads."),
-    _ignored("https.ca.location", STR, None, "*", "CA for the OIDC token endpoint.",
-             _OIDC_ONLY),
-    _ignored("https.ca.pem", STR, None, "*", "CA for the OIDC token endpoint.", _OIDC_ONLY),
+    _p("https.ca.location", STR, None, "*",
+       "CA certificate(s) to verify HTTPS endpoints (the OIDC token endpoint) with: a PEM "
+       "file or a directory of hashed certificates; probe or unset: the system's."),
+    _p("https.ca.pem", STR, None, "*",
+       "CA certificate(s) in PEM to verify HTTPS endpoints (the OIDC token endpoint) with."),
     _ignored("sasl.kerberos.service.name", STR, "kafka", "*", "Kerberos service name.",
              _GSSAPI_ONLY),
     _ignored("sasl.kerberos.principal", STR, "kafkaclient", "*", "Kerberos principal.",
@@ -592,46 +598,53 @@ _TABLE: Tuple[Property, ...] = (
     _ignored("sasl.kerberos.keytab", STR, None, "*", "Kerberos keytab.", _GSSAPI_ONLY),
     _ignored("sasl.kerberos.min.time.before.relogin", INT, 60000, "*",
              "Kerberos ticket refresh interval.", _GSSAPI_ONLY, min=0, max=86400000),
-    _ignored("sasl.oauthbearer.client.id", STR, None, "*", "OIDC client id.", _OIDC_ONLY,
-             aliases=("sasl.oauthbearer.client.credentials.client.id",)),
-    _ignored("sasl.oauthbearer.client.secret", STR, None, "*", "OIDC client secret.",
-             _OIDC_ONLY, aliases=("sasl.oauthbearer.client.credentials.client.secret",)),
-    _ignored("sasl.oauthbearer.scope", STR, None, "*", "OIDC scope.", _OIDC_ONLY),
-    _ignored("sasl.oauthbearer.extensions", STR, None, "*", "OIDC SASL extensions.",
-             _OIDC_ONLY),
-    _ignored("sasl.oauthbearer.token.endpoint.url", STR, None, "*", "OIDC token endpoint.",
-             _OIDC_ONLY),
-    _ignored("sasl.oauthbearer.grant.type", ENUM, "client_credentials", "*",
-             "OIDC grant type.", _OIDC_ONLY,
-             values=("client_credentials", "urn:ietf:params:oauth:grant-type:jwt-bearer")),
+    _p("sasl.oauthbearer.client.id", STR, None, "*",
+       "OIDC client id (HTTP Basic user of the token request).",
+       aliases=("sasl.oauthbearer.client.credentials.client.id",)),
+    _p("sasl.oauthbearer.client.secret", STR, None, "*",
+       "OIDC client secret (HTTP Basic password of the token request).",
+       aliases=("sasl.oauthbearer.client.credentials.client.secret",)),
+    _p("sasl.oauthbearer.scope", STR, None, "*",
+       "OIDC scope asked for in the token request (none when unset)."),
+    _p("sasl.oauthbearer.extensions", STR, None, "*",
+       "SASL extensions sent with OIDC tokens: name=value pairs separated by commas."),
+    _p("sasl.oauthbearer.token.endpoint.url", STR, None, "*",
+       "OIDC token endpoint (http:// or https://) of sasl.oauthbearer.method=oidc."),
+    _p("sasl.oauthbearer.grant.type", ENUM, "client_credentials", "*",
+       "OIDC grant type: client_credentials (the JWT bearer grant is refused).",
+       values=("client_credentials", _JWT_BEARER),
+       refuse_values={_JWT_BEARER: "the JWT bearer grant (a signed assertion) is not "
+                                   "implemented; use client_credentials or oauth_cb"}),
     _ignored("sasl.oauthbearer.assertion.algorithm", ENUM, "rs256", "*",
-             "OIDC JWT assertion algorithm (RS256, ES256).", _OIDC_ONLY,
+             "OIDC JWT assertion algorithm (RS256, ES256).", _ASSERTION_ONLY,
              values=("rs256", "es256")),
     _ignored("sasl.oauthbearer.assertion.private.key.file", STR, None, "*",
-             "OIDC assertion key file.", _OIDC_ONLY),
+             "OIDC assertion key file.", _ASSERTION_ONLY),
     _ignored("sasl.oauthbearer.assertion.private.key.passphrase", STR, None, "*",
-             "OIDC assertion key passphrase.", _OIDC_ONLY),
+             "OIDC assertion key passphrase.", _ASSERTION_ONLY),
     _ignored("sasl.oauthbearer.assertion.private.key.pem", STR, None, "*",
-             "OIDC assertion key.", _OIDC_ONLY),
+             "OIDC assertion key.", _ASSERTION_ONLY),
     _ignored("sasl.oauthbearer.assertion.file", STR, None, "*", "OIDC assertion file.",
-             _OIDC_ONLY),
+             _ASSERTION_ONLY),
     _ignored("sasl.oauthbearer.assertion.claim.aud", STR, None, "*", "OIDC assertion aud.",
-             _OIDC_ONLY),
+             _ASSERTION_ONLY),
     _ignored("sasl.oauthbearer.assertion.claim.exp.seconds", INT, 300, "*",
-             "OIDC assertion lifetime.", _OIDC_ONLY, min=1, max=INT32_MAX),
+             "OIDC assertion lifetime.", _ASSERTION_ONLY, min=1, max=INT32_MAX),
     _ignored("sasl.oauthbearer.assertion.claim.iss", STR, None, "*", "OIDC assertion iss.",
-             _OIDC_ONLY),
+             _ASSERTION_ONLY),
     _ignored("sasl.oauthbearer.assertion.claim.jti.include", BOOL, False, "*",
-             "OIDC assertion jti.", _OIDC_ONLY),
+             "OIDC assertion jti.", _ASSERTION_ONLY),
     _ignored("sasl.oauthbearer.assertion.claim.nbf.seconds", INT, 60, "*",
-             "OIDC assertion nbf.", _OIDC_ONLY, min=0, max=INT32_MAX),
+             "OIDC assertion nbf.", _ASSERTION_ONLY, min=0, max=INT32_MAX),
     _ignored("sasl.oauthbearer.assertion.claim.sub", STR, None, "*", "OIDC assertion sub.",
-             _OIDC_ONLY),
+             _ASSERTION_ONLY),
     _ignored("sasl.oauthbearer.assertion.jwt.template.file", STR, None, "*",
-             "OIDC assertion template.", _OIDC_ONLY),
-    _ignored("sasl.oauthbearer.metadata.authentication.type", ENUM, "none", "*",
-             "Metadata-based OIDC authentication (azure_imds).", _OIDC_ONLY,
-             values=("none", "azure_imds")),
+             "OIDC assertion template.", _ASSERTION_ONLY),
+    _p("sasl.oauthbearer.metadata.authentication.type", ENUM, "none", "*",
+       "Metadata-based OIDC authentication: none (azure_imds is refused).",
+       values=("none", "azure_imds"),
+       refuse_values={"azure_imds": "Azure IMDS token retrieval is not implemented; fetch "
+                                    "the token in oauth_cb instead"}),
     _ignored("auto.commit.enable", BOOL, True, "C",
              "Legacy simple-consumer auto commit (deprecated in librdkafka).",
              "use enable.auto.commit"),
@@ -1273,6 +1286,26 @@ class ClientConfig(Mapping[str, Any]):
                 f'"retry.backoff.ms" ({v["retry.backoff.ms"]})')
         if "allow.auto.create.topics" not in ex:
             v["allow.auto.create.topics"] = role == "producer"
+        if v["https.ca.location"] and v["https.ca.pem"]:
+            raise _invalid('"https.ca.location" and "https.ca.pem" are mutually exclusive')
+        if v["sasl.oauthbearer.method"] == "oidc":
+            self._check_oidc()
+
+    def _check_oidc(self) -> None:
+        """sasl.oauthbearer.method=oidc: what it needs, as librdkafka checks it."""
+        v = self._values
+        if v["enable.sasl.oauthbearer.unsecure.jwt"]:
+            raise _invalid('"enable.sasl.oauthbearer.unsecure.jwt" and '
+                           '"sasl.oauthbearer.method=oidc" are mutually exclusive')
+        if v["oauth_cb"] is not None:
+            # confluent-kafka calls the application's oauth_cb then; so do we.
+            self._logger().warning("Configuration property sasl.oauthbearer.method=oidc is "
+                                   "ignored: oauth_cb is set and provides the tokens")
+            return
+        for name in _OIDC_REQUIRED:
+            if not v[name]:
+                raise _invalid(f'"{name}" is mandatory when "sasl.oauthbearer.method=oidc" '
+                               f"is set")
 
     def _adjust_for_idempotence(self, given_as: Dict[str, str]) -> None:
         """Apply the idempotent producer's requirements: fail on explicit conflicts, else

@@ -393,6 +393,8 @@ class SaslExchange:
         self.user: Optional[str] = None
         self.done = False
         self.expires_at: Optional[float] = None
+        #: the SASL extensions (KIP-342) an OAUTHBEARER client sent
+        self.extensions: Dict[str, str] = {}
         self._scram: Optional[ScramServer] = None
         self._oauth_error: Optional[str] = None
 
@@ -442,6 +444,7 @@ class SaslExchange:
             return INVALID_TOKEN_CHALLENGE
         self.user = claims.principal
         self.expires_at = claims.expires_at
+        self.extensions = claims.extensions
         self.done = True
         return b""
 
@@ -511,7 +514,8 @@ def _authenticated(broker: "Broker", conn: "ClientConnection", exchange: SaslExc
     broker.server.request_log.add_event(
         broker.broker_id, "authenticated", f"{conn.principal} with {exchange.mechanism}",
         mechanism=exchange.mechanism, principal=conn.principal,
-        reauthentication=reauthentication, session_lifetime_ms=lifetime_ms)
+        reauthentication=reauthentication, session_lifetime_ms=lifetime_ms,
+        extensions=exchange.extensions)
 
 
 def _fail(ctx: RequestContext, exchange: SaslExchange, message: str) -> None:

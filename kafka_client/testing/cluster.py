@@ -530,7 +530,8 @@ class Cluster:
     def sasl_authentications(self, since: int = 0) -> List[RequestLogEntry]:
         """The successful SASL authentications from sequence number ``since`` on
         (re-authentications included), oldest first: ``details`` has the ``mechanism``,
-        the ``principal``, ``reauthentication`` and the ``session_lifetime_ms`` given."""
+        the ``principal``, ``reauthentication``, the ``session_lifetime_ms`` given and the
+        OAUTHBEARER ``extensions`` received."""
         return self.request_log(since, kind="authenticated")
 
     # -- SASL users ------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Security of broker connections: TLS (:mod:`.tls`) and SASL (:mod:`.sasl`,
-:mod:`.oauth`).
+:mod:`.oauth`, :mod:`.oidc`).
 
 :class:`SecuritySettings` is built once per client from its configuration (bad files,
 missing credentials and unsupported mechanisms fail there, naming the property); every
@@ -13,6 +13,7 @@ import threading
 from typing import Any, Callable, Mapping, Optional
 
 from kafka_client._net.security.oauth import TokenSource, token_from_callback, unsecured_jwt
+from kafka_client._net.security.oidc import OidcError, OidcTokenEndpoint
 from kafka_client._net.security.sasl import (
     SCRAM_HASHES,
     OAuthBearerMechanism,
@@ -139,6 +140,11 @@ def _token_source(conf: Mapping[str, Any]) -> TokenSource:
     if oauth_cb is not None:
         def fetch() -> OAuthToken:
             return token_from_callback(oauth_cb(settings))
+    elif conf["sasl.oauthbearer.method"] == "oidc":
+        try:
+            fetch = OidcTokenEndpoint.from_config(conf).fetch
+        except ValueError as exc:
+            raise SecurityConfigError(str(exc)) from None
     elif conf["enable.sasl.oauthbearer.unsecure.jwt"]:
         def fetch() -> OAuthToken:
             return unsecured_jwt(settings)
@@ -149,6 +155,13 @@ def _token_source(conf: Mapping[str, Any]) -> TokenSource:
     source = TokenSource(fetch, log=conf.get("logger"))
     try:
         source.start()
+    except OidcError as exc:
+        if not exc.transient:   # asking again cannot help: the configuration is wrong
+            raise SecurityConfigError(f"cannot get the first OAUTHBEARER token: {exc}") \
+                from None
+        # The endpoint is down or busy: the client starts, as librdkafka's, and asks
+        # again; connections fail their authentication with this reason until then.
+        source.failed(exc)
     except Exception as exc:
         raise SecurityConfigError(f"cannot get the first OAUTHBEARER token: {exc}") from None
     return source

@@ -1,6 +1,6 @@
-"""OAUTHBEARER tokens: from the application's ``oauth_cb`` or, for development and tests,
-librdkafka's unsecured JWT (``enable.sasl.oauthbearer.unsecure.jwt``), refreshed before
-they expire.
+"""OAUTHBEARER tokens: from the application's ``oauth_cb``, from an OIDC token endpoint
+(:mod:`.oidc`) or, for development and tests, librdkafka's unsecured JWT
+(``enable.sasl.oauthbearer.unsecure.jwt``), refreshed before they expire.
 
 ``oauth_cb(sasl.oauthbearer.config)`` is called as confluent-kafka calls it and returns
 ``(token, expiry)`` or ``(token, expiry, principal, extensions)``, ``expiry`` in seconds
@@ -171,12 +171,17 @@ class TokenSource:
         try:
             token = self._fetch()
         except Exception as exc:
-            message = f"OAUTHBEARER token refresh failed: {exc}"
-            with self._lock:
-                self._error = str(exc)
-            self.log.warning("%s (retrying in %gs)", message, RETRY_AFTER)
-            if self.on_error is not None:
-                self.on_error(message, exc)
-            self._schedule(RETRY_AFTER)
+            self.failed(exc)
             return
         self._set(token)
+
+    def failed(self, exc: Exception) -> None:
+        """No token could be had (``exc`` says why): reported, kept as the reason
+        :meth:`current` gives, and asked again in RETRY_AFTER seconds."""
+        message = f"OAUTHBEARER token refresh failed: {exc}"
+        with self._lock:
+            self._error = str(exc)
+        self.log.warning("%s (retrying in %gs)", message, RETRY_AFTER)
+        if self.on_error is not None:
+            self.on_error(message, exc)
+        self._schedule(RETRY_AFTER)

@@ -53,16 +53,7 @@ def build_ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext:
     ctx.check_hostname = verify and conf["ssl.endpoint.identification.algorithm"] == "https"
     ctx.verify_mode = ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
 
-    ca_location = conf["ssl.ca.location"]
-    ca_pem = _as_pem(conf["ssl.ca.pem"], "CERTIFICATE")
-    if ca_location and ca_location != "probe":
-        _load(ctx.load_verify_locations, "ssl.ca.location", ca_location,
-              **({"capath": ca_location} if os.path.isdir(ca_location)
-                 else {"cafile": ca_location}))
-    if ca_pem:
-        _load(ctx.load_verify_locations, "ssl.ca.pem", None, cadata=ca_pem)
-    if not ca_pem and (not ca_location or ca_location == "probe"):
-        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    _load_cas(ctx, "ssl.ca", conf["ssl.ca.location"], conf["ssl.ca.pem"])
 
     crl = conf["ssl.crl.location"]
     if crl:
@@ -94,6 +85,31 @@ def build_ssl_context(conf: Mapping[str, Any]) -> ssl.SSLContext:
         _through_openssl("ssl.engine.location", _openssl.load_engine, ctx, engine,
                          conf["ssl.engine.id"], own_certificate)
     return ctx
+
+
+def build_https_context(ca_location: Optional[str],
+                        ca_pem: Union[str, bytes, None]) -> ssl.SSLContext:
+    """An SSLContext for HTTPS requests of the client (the OIDC token endpoint), verified
+    against ``https.ca.location`` / ``https.ca.pem`` or the system's CAs."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)   # verifies the host name and chain
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load_cas(ctx, "https.ca", ca_location, ca_pem)
+    return ctx
+
+
+def _load_cas(ctx: ssl.SSLContext, prefix: str, location: Optional[str],
+              pem: Union[str, bytes, None]) -> None:
+    """The CAs of ``<prefix>.location`` (a PEM file or a directory of hashed
+    certificates; ``probe``: the system's) and ``<prefix>.pem``; the system's when
+    neither is given."""
+    pem_text = _as_pem(pem, "CERTIFICATE")
+    if location and location != "probe":
+        _load(ctx.load_verify_locations, f"{prefix}.location", location,
+              **({"capath": location} if os.path.isdir(location) else {"cafile": location}))
+    if pem_text:
+        _load(ctx.load_verify_locations, f"{prefix}.pem", None, cadata=pem_text)
+    if not pem_text and (not location or location == "probe"):
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
 
 
 def _through_openssl(prop: str, fn: Callable[..., None], *args: Any) -> None:

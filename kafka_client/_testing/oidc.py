@@ -54,11 +54,13 @@ def unsecured_token(claims: Dict[str, Any]) -> str:
 
 class TokenEndpoint:
     """A token endpoint for ``client_id``/``client_secret`` whose tokens name
-    ``principal`` (their ``sub``). Use as a context manager or call :meth:`stop`."""
+    ``principal`` (their ``sub``), on ``port`` (0: a free one). Use as a context manager
+    or call :meth:`stop`."""
 
     def __init__(self, client_id: str = "kafka-client", client_secret: str = "s3cret",
                  principal: str = "alice", certificate: Optional[str] = None,
-                 key: Optional[str] = None, path: str = "/oauth2/token") -> None:
+                 key: Optional[str] = None, path: str = "/oauth2/token",
+                 port: int = 0) -> None:
         self.client_id = client_id
         self.client_secret = client_secret
         self.principal = principal
@@ -81,7 +83,7 @@ class TokenEndpoint:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._server = ThreadingHTTPServer((LOOPBACK, port), Handler)
         self._server.daemon_threads = True
         scheme = "http"
         if certificate is not None:

@@ -13,6 +13,7 @@ import pytest
 
 from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka_client._testing.brokers import LOOPBACK, free_port
+from kafka_client._testing.oidc import TokenEndpoint
 from kafka_client._testing.tls import Stunnel, TlsTansu, make_certificates, stunnel_binary
 from kafka_client.testing import Cluster
 
@@ -255,6 +256,115 @@ def test_expired_token_is_a_clear_error(sasl_cluster):
     assert any("refresh failed: identity provider unreachable" in t for t in texts), texts
     assert any("token expired" in t for t in texts), texts
     assert len(calls) >= 2
+
+
+def oidc_conf(bootstrap, endpoint, **extra):
+    """sasl.oauthbearer.method=oidc against ``endpoint`` (the same names for
+    confluent-kafka)."""
+    conf = {"bootstrap.servers": bootstrap, "security.protocol": "sasl_plaintext",
+            "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.token.endpoint.url": endpoint.url,
+            "sasl.oauthbearer.client.id": endpoint.client_id,
+            "sasl.oauthbearer.client.secret": endpoint.client_secret}
+    conf.update(extra)
+    return conf
+
+
+def test_oidc_round_trip_asking_what_librdkafka_asks(sasl_cluster, topic_name):
+    """Our client and confluent-kafka, configured alike, both get their token from the
+    endpoint and authenticate with it; the endpoint sees the same request from both, and
+    the broker the same principal and SASL extensions."""
+    sasl_cluster.create_topic(topic_name)
+    before = len(sasl_cluster.sasl_authentications())
+    extra = {"sasl.oauthbearer.scope": "kafka write",
+             "sasl.oauthbearer.extensions": "logicalCluster=lkc-1,identityPoolId=pool-2"}
+    with TokenEndpoint() as endpoint:
+        conf = oidc_conf(sasl_cluster.bootstrap_servers, endpoint, **extra)
+        round_trip(conf, topic_name, 1000)
+        ours = endpoint.taken()
+        peer = confluent_kafka.Producer(dict(conf))
+        for i in range(100):
+            peer.produce(topic_name, b"peer%d" % i)
+        assert peer.flush(30) == 0
+        theirs = endpoint.taken()[len(ours):]
+    assert ours and theirs
+    for request in (ours[0], theirs[0]):
+        assert request.method == "POST"
+        assert request.basic_credentials() == f"{endpoint.client_id}:{endpoint.client_secret}"
+        assert request.form == {"grant_type": ["client_credentials"], "scope": ["kafka write"]}
+        assert request.headers["Content-Type"] == "application/x-www-form-urlencoded"
+    done = [e.details for e in sasl_cluster.sasl_authentications()[before:]]
+    assert done and all(d["mechanism"] == "OAUTHBEARER" and d["principal"] == "User:alice"
+                        and d["extensions"] == {"logicalCluster": "lkc-1",
+                                                "identityPoolId": "pool-2"} for d in done)
+
+
+def test_oidc_tokens_are_refreshed_before_they_expire(sasl_cluster, topic_name):
+    """Tokens of 2 s: the client asks the endpoint again at 80% of each lifetime and
+    re-authenticates its connections (KIP-368) with the new token; every message sent
+    over 4 s is delivered."""
+    sasl_cluster.create_topic(topic_name)
+    with TokenEndpoint() as endpoint:
+        endpoint.lifetime = 2.0
+        before = len(sasl_cluster.sasl_authentications())
+        p = Producer(oidc_conf(sasl_cluster.bootstrap_servers, endpoint))
+        try:
+            sent = 0
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline:
+                p.produce(topic_name, b"%d" % sent)
+                sent += 1
+                p.poll(0.05)
+            assert p.flush(30) == 0
+        finally:
+            p.close()
+        asked = len(endpoint.taken())
+    assert asked >= 3, asked
+    again = [e for e in sasl_cluster.sasl_authentications()[before:]
+             if e.details["reauthentication"]]
+    assert again, "no connection re-authenticated with a refreshed token"
+    c = Consumer({"bootstrap.servers": sasl_cluster.bootstrap_servers,
+                  "security.protocol": "sasl_plaintext", "sasl.mechanism": "OAUTHBEARER",
+                  "enable.sasl.oauthbearer.unsecure.jwt": True,
+                  "sasl.oauthbearer.config": "principal=alice"})
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < sent and time.monotonic() < deadline:
+            got += [m.value() for m in c.consume(1000, 0.5) if m.error() is None]
+    finally:
+        c.close()
+    assert got == [b"%d" % i for i in range(sent)]
+
+
+def test_oidc_endpoint_down_at_start(sasl_cluster, topic_name, monkeypatch):
+    """As librdkafka: the client starts without a token when the endpoint cannot be
+    reached, reports why through error_cb, asks again, and delivers once it answers."""
+    from kafka_client._net.security import oauth
+
+    monkeypatch.setattr(oauth, "RETRY_AFTER", 0.5)
+    sasl_cluster.create_topic(topic_name)
+    port = free_port()
+    down = TokenEndpoint(port=port)
+    down.stop()  # its URL, with nothing listening
+    errors = []
+    p = Producer(oidc_conf(sasl_cluster.bootstrap_servers, down, error_cb=errors.append,
+                           **{"reconnect.backoff.max.ms": 500}))
+    try:
+        for i in range(10):
+            p.produce(topic_name, b"%d" % i)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not errors:
+            p.poll(0.1)
+        assert errors and errors[0].code() == KafkaError._AUTHENTICATION
+        assert "cannot be reached" in errors[0].str() and down.url in errors[0].str()
+        assert len(p) == 10
+        with TokenEndpoint(port=port) as endpoint:
+            assert p.flush(15) == 0
+            assert endpoint.taken()
+    finally:
+        p.close()
 
 
 def test_reauthentication_before_the_session_expires(topic_name):

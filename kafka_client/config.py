@@ -153,11 +153,6 @@ _FEATURES = ("gzip", "snappy", "ssl", "sasl", "regex", "lz4", "sasl_gssapi", "sa
 _MISSING_FEATURES = {"sasl_gssapi": "GSSAPI (Kerberos) is not supported",
                      "plugins": "librdkafka plugins cannot be loaded"}
 _JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
-_ASSERTION_ONLY = (f"only used with sasl.oauthbearer.grant.type={_JWT_BEARER}, which this "
-                   f"client refuses")
-#: the properties sasl.oauthbearer.method=oidc cannot do without
-_OIDC_REQUIRED = ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id",
-                  "sasl.oauthbearer.client.secret")
 _GSSAPI_ONLY = "only used with the GSSAPI mechanism, which this client refuses"
 _FILE_STORE = "file offset store (deprecated in librdkafka); offsets are always committed to " \
               "the broker"
@@ -611,35 +606,39 @@ _TABLE: Tuple[Property, ...] = (
     _p("sasl.oauthbearer.token.endpoint.url", STR, None, "*",
        "OIDC token endpoint (http:// or https://) of sasl.oauthbearer.method=oidc."),
     _p("sasl.oauthbearer.grant.type", ENUM, "client_credentials", "*",
-       "OIDC grant type: client_credentials (the JWT bearer grant is refused).",
-       values=("client_credentials", _JWT_BEARER),
-       refuse_values={_JWT_BEARER: "the JWT bearer grant (a signed assertion) is not "
-                                   "implemented; use client_credentials or oauth_cb"}),
-    _ignored("sasl.oauthbearer.assertion.algorithm", ENUM, "rs256", "*",
-             "OIDC JWT assertion algorithm (RS256, ES256).", _ASSERTION_ONLY,
-             values=("rs256", "es256")),
-    _ignored("sasl.oauthbearer.assertion.private.key.file", STR, None, "*",
-             "OIDC assertion key file.", _ASSERTION_ONLY),
-    _ignored("sasl.oauthbearer.assertion.private.key.passphrase", STR, None, "*",
-             "OIDC assertion key passphrase.", _ASSERTION_ONLY),
-    _ignored("sasl.oauthbearer.assertion.private.key.pem", STR, None, "*",
-             "OIDC assertion key.", _ASSERTION_ONLY),
-    _ignored("sasl.oauthbearer.assertion.file", STR, None, "*", "OIDC assertion file.",
-             _ASSERTION_ONLY),
-    _ignored("sasl.oauthbearer.assertion.claim.aud", STR, None, "*", "OIDC assertion aud.",
-             _ASSERTION_ONLY),
-    _ignored("sasl.oauthbearer.assertion.claim.exp.seconds", INT, 300, "*",
-             "OIDC assertion lifetime.", _ASSERTION_ONLY, min=1, max=INT32_MAX),
-    _ignored("sasl.oauthbearer.assertion.claim.iss", STR, None, "*", "OIDC assertion iss.",
-             _ASSERTION_ONLY),
-    _ignored("sasl.oauthbearer.assertion.claim.jti.include", BOOL, False, "*",
-             "OIDC assertion jti.", _ASSERTION_ONLY),
-    _ignored("sasl.oauthbearer.assertion.claim.nbf.seconds", INT, 60, "*",
-             "OIDC assertion nbf.", _ASSERTION_ONLY, min=0, max=INT32_MAX),
-    _ignored("sasl.oauthbearer.assertion.claim.sub", STR, None, "*", "OIDC assertion sub.",
-             _ASSERTION_ONLY),
-    _ignored("sasl.oauthbearer.assertion.jwt.template.file", STR, None, "*",
-             "OIDC assertion template.", _ASSERTION_ONLY),
+       "OIDC grant type: client_credentials, or the JWT bearer grant (a JWT assertion "
+       "signed with sasl.oauthbearer.assertion.private.key.*, or read from "
+       "sasl.oauthbearer.assertion.file; needs the cryptography package to sign).",
+       values=("client_credentials", _JWT_BEARER)),
+    _p("sasl.oauthbearer.assertion.algorithm", ENUM, "rs256", "*",
+       "JWT bearer grant: the assertion's signature, RS256 (an RSA key) or ES256 (an EC "
+       "key on P-256).", values=("rs256", "es256")),
+    _p("sasl.oauthbearer.assertion.private.key.file", STR, None, "*",
+       "JWT bearer grant: PEM file of the private key that signs the assertion."),
+    _p("sasl.oauthbearer.assertion.private.key.passphrase", STR, None, "*",
+       "JWT bearer grant: passphrase of an encrypted private key."),
+    _p("sasl.oauthbearer.assertion.private.key.pem", STR, None, "*",
+       "JWT bearer grant: the private key that signs the assertion, as PEM text."),
+    _p("sasl.oauthbearer.assertion.file", STR, None, "*",
+       "JWT bearer grant: a file holding a ready assertion (read again for each token "
+       "request), instead of one signed by the client."),
+    _p("sasl.oauthbearer.assertion.claim.aud", STR, None, "*",
+       "JWT bearer grant: the assertion's aud claim."),
+    _p("sasl.oauthbearer.assertion.claim.exp.seconds", INT, 300, "*",
+       "JWT bearer grant: the assertion expires this many seconds after it is made.",
+       min=1, max=INT32_MAX),
+    _p("sasl.oauthbearer.assertion.claim.iss", STR, None, "*",
+       "JWT bearer grant: the assertion's iss claim."),
+    _p("sasl.oauthbearer.assertion.claim.jti.include", BOOL, False, "*",
+       "JWT bearer grant: give each assertion a random jti claim."),
+    _p("sasl.oauthbearer.assertion.claim.nbf.seconds", INT, 60, "*",
+       "JWT bearer grant: the assertion is valid from this many seconds before it is made.",
+       min=0, max=INT32_MAX),
+    _p("sasl.oauthbearer.assertion.claim.sub", STR, None, "*",
+       "JWT bearer grant: the assertion's sub claim."),
+    _p("sasl.oauthbearer.assertion.jwt.template.file", STR, None, "*",
+       "JWT bearer grant: a JSON file {\"header\": {...}, \"payload\": {...}} whose fields "
+       "the assertion starts from (the claims above, when set, replace its own)."),
     _p("sasl.oauthbearer.metadata.authentication.type", ENUM, "none", "*",
        "Metadata-based OIDC authentication: none (azure_imds is refused).",
        values=("none", "azure_imds"),
@@ -1302,10 +1301,29 @@ class ClientConfig(Mapping[str, Any]):
             self._logger().warning("Configuration property sasl.oauthbearer.method=oidc is "
                                    "ignored: oauth_cb is set and provides the tokens")
             return
-        for name in _OIDC_REQUIRED:
+        def need(name: str) -> None:
             if not v[name]:
                 raise _invalid(f'"{name}" is mandatory when "sasl.oauthbearer.method=oidc" '
                                f"is set")
+
+        def exclusive(a: str, b: str) -> None:
+            if v[a] and v[b]:
+                raise _invalid(f'"{a}" and "{b}" are mutually exclusive')
+
+        need("sasl.oauthbearer.token.endpoint.url")
+        if v["sasl.oauthbearer.grant.type"] != _JWT_BEARER:
+            need("sasl.oauthbearer.client.id")
+            need("sasl.oauthbearer.client.secret")
+            return
+        key_file, key_pem = ("sasl.oauthbearer.assertion.private.key.file",
+                             "sasl.oauthbearer.assertion.private.key.pem")
+        assertion_file = "sasl.oauthbearer.assertion.file"
+        exclusive(key_file, key_pem)
+        exclusive(assertion_file, key_file)
+        exclusive(assertion_file, key_pem)
+        if not (v[key_file] or v[key_pem] or v[assertion_file]):
+            raise _invalid(f'"{key_file}" or "{key_pem}" (or "{assertion_file}") is '
+                           f'mandatory when "sasl.oauthbearer.grant.type" is {_JWT_BEARER}')
 
     def _adjust_for_idempotence(self, given_as: Dict[str, str]) -> None:
         """Apply the idempotent producer's requirements: fail on explicit conflicts, else

@@ -4,6 +4,9 @@ client credentials grant with unsecured JWTs (``alg: none``: the test cluster's
 OAUTHBEARER check accepts those, as Kafka's default validator does) and records every
 request it was sent.
 
+It serves two grants: client credentials (HTTP Basic with ``client_id`` and
+``client_secret``) and the JWT bearer grant (RFC 7523), whose ``assertion`` is accepted
+when ``verify_assertion(assertion)`` (a test's check of the signature) returns True.
 Tests change what it answers through its attributes: ``lifetime`` (seconds of each
 token), ``status`` / ``answer`` (an HTTP status and a raw body instead of a token),
 ``claims`` (claims added to, or with a value of None removed from, each token) and
@@ -19,11 +22,13 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from kafka_client._testing.brokers import LOOPBACK
 
-__all__ = ["TokenEndpoint", "TokenRequest", "unsecured_token"]
+__all__ = ["TokenEndpoint", "TokenRequest", "unsecured_token", "JWT_BEARER_GRANT"]
+
+JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 
 @dataclass
@@ -42,6 +47,15 @@ class TokenRequest:
         if not value.startswith("Basic "):
             return None
         return base64.b64decode(value[len("Basic "):]).decode("utf-8")
+
+    def assertion_parts(self) -> "tuple[Dict[str, Any], Dict[str, Any], bytes]":
+        """Header, claims and signature of the JWT bearer grant's assertion."""
+        header, claims, signature = self.form["assertion"][0].split(".")
+        return (json.loads(_unb64(header)), json.loads(_unb64(claims)), _unb64(signature))
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 def unsecured_token(claims: Dict[str, Any]) -> str:
@@ -69,6 +83,7 @@ class TokenEndpoint:
         self.answer: Optional[bytes] = None
         self.claims: Dict[str, Any] = {}
         self.delay = 0.0
+        self.verify_assertion: Callable[[str], bool] = lambda _assertion: False
         self.requests: List[TokenRequest] = []
         self._lock = threading.Lock()
         endpoint = self
@@ -130,9 +145,14 @@ class TokenEndpoint:
     def _answer(self, request: TokenRequest) -> "tuple[int, bytes]":
         if self.status is not None or self.answer is not None:
             return self.status or 200, self.answer or b""
-        if request.method != "POST" or request.form.get("grant_type") != ["client_credentials"]:
+        grant = request.form.get("grant_type")
+        if request.method != "POST" or grant not in (["client_credentials"],
+                                                     [JWT_BEARER_GRANT]):
             return 400, b'{"error":"unsupported_grant_type"}'
-        if request.basic_credentials() != f"{self.client_id}:{self.client_secret}":
+        if grant == [JWT_BEARER_GRANT]:
+            if not self.verify_assertion(request.form.get("assertion", [""])[0]):
+                return 400, b'{"error":"invalid_grant"}'
+        elif request.basic_credentials() != f"{self.client_id}:{self.client_secret}":
             return 401, b'{"error":"invalid_client"}'
         now = time.time()
         claims: Dict[str, Any] = {"sub": self.principal, "iat": int(now),

@@ -6,6 +6,7 @@ SCRAM check), mechanism not enabled, invalid and expired tokens: each a clear
 _AUTHENTICATION error through error_cb within seconds, never a hang."""
 from __future__ import annotations
 
+import base64
 import time
 from contextlib import contextmanager
 
@@ -297,6 +298,56 @@ def test_oidc_round_trip_asking_what_librdkafka_asks(sasl_cluster, topic_name):
     assert done and all(d["mechanism"] == "OAUTHBEARER" and d["principal"] == "User:alice"
                         and d["extensions"] == {"logicalCluster": "lkc-1",
                                                 "identityPoolId": "pool-2"} for d in done)
+
+
+def test_oidc_jwt_bearer_grant_like_librdkafka(sasl_cluster, topic_name, tmp_path):
+    """The JWT bearer grant with an RSA key: the endpoint checks each assertion's RS256
+    signature; our client and confluent-kafka send assertions with the same header and
+    claims and both reach the broker."""
+    pytest.importorskip("cryptography")
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key_file = tmp_path / "assertion-key.pem"
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+
+    def signed_by_key(assertion):
+        signing_input, _, signature = assertion.rpartition(".")
+        raw = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+        try:
+            key.public_key().verify(raw, signing_input.encode(), padding.PKCS1v15(),
+                                    hashes.SHA256())
+        except InvalidSignature:
+            return False
+        return True
+
+    sasl_cluster.create_topic(topic_name)
+    with TokenEndpoint() as endpoint:
+        endpoint.verify_assertion = signed_by_key
+        conf = {"bootstrap.servers": sasl_cluster.bootstrap_servers,
+                "security.protocol": "sasl_plaintext", "sasl.mechanism": "OAUTHBEARER",
+                "sasl.oauthbearer.method": "oidc",
+                "sasl.oauthbearer.token.endpoint.url": endpoint.url,
+                "sasl.oauthbearer.grant.type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                "sasl.oauthbearer.assertion.private.key.file": str(key_file),
+                "sasl.oauthbearer.assertion.claim.sub": "svc",
+                "sasl.oauthbearer.assertion.claim.aud": endpoint.url}
+        round_trip(conf, topic_name, 500)
+        ours = endpoint.taken()
+        peer = confluent_kafka.Producer(dict(conf))
+        peer.produce(topic_name, b"peer")
+        assert peer.flush(30) == 0
+        theirs = endpoint.taken()[len(ours):]
+    assert ours and theirs
+    (our_header, our_claims, _), (their_header, their_claims, _) = (
+        ours[0].assertion_parts(), theirs[0].assertion_parts())
+    assert our_header == their_header == {"alg": "RS256", "typ": "JWT"}
+    assert set(our_claims) == set(their_claims) == {"iat", "exp", "nbf", "sub", "aud"}
+    assert ours[0].form.keys() == theirs[0].form.keys() == {"grant_type", "assertion"}
 
 
 def test_oidc_tokens_are_refreshed_before_they_expire(sasl_cluster, topic_name):

@@ -1,15 +1,21 @@
 """OAUTHBEARER tokens from an OAuth 2.0 / OpenID Connect token endpoint
-(``sasl.oauthbearer.method=oidc``), as librdkafka fetches them: the client credentials
-grant (RFC 6749 section 4.4).
+(``sasl.oauthbearer.method=oidc``), as librdkafka fetches them, with one of two grants:
 
-One POST to ``sasl.oauthbearer.token.endpoint.url`` with HTTP Basic authentication
-(``sasl.oauthbearer.client.id`` and ``.client.secret``) and the form
-``grant_type=client_credentials`` plus ``scope`` when ``sasl.oauthbearer.scope`` is set.
-The answer's ``access_token`` must be a JWT: as librdkafka does, its ``exp`` claim gives
-the expiry (the refresh comes at 80% of the lifetime, see :mod:`.oauth`) and its ``sub``
-claim the principal. ``sasl.oauthbearer.extensions`` (``name=value`` pairs separated by
-commas) travel with the token as SASL extensions (KIP-342). HTTPS endpoints are verified
-against ``https.ca.location`` / ``https.ca.pem`` or the system's CAs.
+* the client credentials grant (RFC 6749 section 4.4, the default): HTTP Basic
+  authentication with ``sasl.oauthbearer.client.id`` and ``.client.secret`` and the form
+  ``grant_type=client_credentials``;
+* the JWT bearer grant (RFC 7523, ``sasl.oauthbearer.grant.type=
+  urn:ietf:params:oauth:grant-type:jwt-bearer``): the form ``grant_type`` and an
+  ``assertion``, a JWT the client signs with its private key for each request
+  (:class:`JwtAssertion`) or one read from ``sasl.oauthbearer.assertion.file``.
+
+Both POST to ``sasl.oauthbearer.token.endpoint.url``, with ``scope`` when
+``sasl.oauthbearer.scope`` is set. The answer's ``access_token`` must be a JWT: as
+librdkafka does, its ``exp`` claim gives the expiry (the refresh comes at 80% of the
+lifetime, see :mod:`.oauth`) and its ``sub`` claim the principal.
+``sasl.oauthbearer.extensions`` (``name=value`` pairs separated by commas) travel with
+the token as SASL extensions (KIP-342). HTTPS endpoints are verified against
+``https.ca.location`` / ``https.ca.pem`` or the system's CAs.
 
 The request runs on the calling thread (the client's constructor, then the token
 refresh thread), never on the I/O thread.
@@ -19,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import re
 import socket
 import ssl
@@ -26,12 +33,17 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, Mapping, Optional
+import uuid
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from kafka_client._net.security.sasl import OAuthToken
 from kafka_client._net.security.tls import build_https_context
 
-__all__ = ["OidcError", "OidcTokenEndpoint", "parse_extensions", "token_from_jwt"]
+__all__ = ["OidcError", "OidcTokenEndpoint", "ClientCredentials", "JwtBearer", "JwtAssertion",
+           "JWT_BEARER_GRANT", "parse_extensions", "token_from_jwt"]
+
+#: sasl.oauthbearer.grant.type of the JWT bearer grant (RFC 7523)
+JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 #: seconds one token request may take (connect and answer)
 REQUEST_TIMEOUT_S = 10.0
@@ -112,27 +124,186 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-class OidcTokenEndpoint:
-    """Fetches tokens from one token endpoint with the client credentials grant."""
+class ClientCredentials:
+    """The client credentials grant (RFC 6749 section 4.4): HTTP Basic authentication
+    with the client id and secret, ``grant_type=client_credentials``."""
 
-    def __init__(self, url: str, client_id: str, client_secret: str,
-                 scope: Optional[str] = None, extensions: Optional[Dict[str, str]] = None,
+    def __init__(self, client_id: str, client_secret: str) -> None:
+        credentials = f"{client_id}:{client_secret}".encode("utf-8")
+        self.headers = {"Authorization": "Basic " + base64.b64encode(credentials).decode()}
+
+    def form(self) -> Dict[str, str]:
+        return {"grant_type": "client_credentials"}
+
+
+class JwtBearer:
+    """The JWT bearer grant (RFC 7523 section 2.1) as librdkafka makes it: no HTTP
+    authentication, ``grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer`` and an
+    ``assertion`` made for each request (see :class:`JwtAssertion`) or read from
+    ``sasl.oauthbearer.assertion.file`` each time (another process may renew it)."""
+
+    headers: Dict[str, str] = {}
+
+    def __init__(self, assertion: "Optional[JwtAssertion]" = None,
+                 assertion_file: Optional[str] = None) -> None:
+        self.assertion = assertion
+        self.assertion_file = assertion_file
+
+    def form(self) -> Dict[str, str]:
+        if self.assertion is not None:
+            value = self.assertion.make()
+        else:
+            try:
+                with open(str(self.assertion_file), encoding="utf-8") as f:
+                    value = f.read().strip()
+            except (OSError, UnicodeError) as exc:
+                raise OidcError(f'"sasl.oauthbearer.assertion.file": cannot be read: {exc}') \
+                    from None
+            if not value:
+                raise OidcError(f'"sasl.oauthbearer.assertion.file": {self.assertion_file} '
+                                f"is empty")
+        return {"grant_type": JWT_BEARER_GRANT, "assertion": value}
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _json_part(obj: Any) -> str:
+    return _b64url(json.dumps(obj, separators=(",", ":")).encode("utf-8"))
+
+
+class JwtAssertion:
+    """The signed JWT of the JWT bearer grant, made afresh for each token request as
+    librdkafka makes it: header ``{"alg": "RS256" | "ES256", "typ": "JWT"}`` after the
+    template's header fields; claims ``iat`` (now), ``exp`` (now +
+    ``assertion.claim.exp.seconds``), ``nbf`` (now - ``assertion.claim.nbf.seconds``),
+    then ``sub``, ``iss``, ``aud`` when set and a random ``jti`` when
+    ``assertion.claim.jti.include``, after (and over) the template's payload fields
+    (``sasl.oauthbearer.assertion.jwt.template.file``: a JSON object with ``header`` and
+    ``payload`` objects). RS256 is RSASSA-PKCS1-v1_5 with SHA-256; ES256 is ECDSA on
+    P-256 with SHA-256, its signature the 64 bytes of r and s (RFC 7518 section 3.4).
+    Needs the ``cryptography`` package (the ``oidc`` extra)."""
+
+    def __init__(self, algorithm: str, sign: Callable[[bytes], bytes],
+                 claims: Dict[str, str], exp_seconds: int, nbf_seconds: int,
+                 include_jti: bool, template: Optional[Dict[str, Any]] = None) -> None:
+        self.algorithm = algorithm.upper()
+        self._sign = sign
+        self.claims = dict(claims)
+        self.exp_seconds = exp_seconds
+        self.nbf_seconds = nbf_seconds
+        self.include_jti = include_jti
+        template = template or {}
+        self._header = {**template.get("header", {}), "alg": self.algorithm, "typ": "JWT"}
+        self._payload = dict(template.get("payload", {}))
+
+    @classmethod
+    def from_config(cls, conf: Mapping[str, Any]) -> "JwtAssertion":
+        """From the ``sasl.oauthbearer.assertion.*`` properties; ValueError names what
+        cannot be loaded."""
+        algorithm = conf["sasl.oauthbearer.assertion.algorithm"]
+        passphrase = conf["sasl.oauthbearer.assertion.private.key.passphrase"]
+        key_file = conf["sasl.oauthbearer.assertion.private.key.file"]
+        if key_file:
+            prop = "sasl.oauthbearer.assertion.private.key.file"
+            try:
+                with open(key_file, "rb") as f:
+                    pem = f.read()
+            except OSError as exc:
+                raise ValueError(f'"{prop}": {key_file}: {exc.strerror}') from None
+        else:
+            prop = "sasl.oauthbearer.assertion.private.key.pem"
+            raw = conf[prop]
+            pem = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+        sign = _signer(algorithm, pem, passphrase, prop)
+        template: Dict[str, Any] = {}
+        template_file = conf["sasl.oauthbearer.assertion.jwt.template.file"]
+        if template_file:
+            template = _read_template(template_file)
+        claims = {name: conf[f"sasl.oauthbearer.assertion.claim.{name}"]
+                  for name in ("sub", "iss", "aud")
+                  if conf[f"sasl.oauthbearer.assertion.claim.{name}"]}
+        return cls(algorithm, sign, claims,
+                   conf["sasl.oauthbearer.assertion.claim.exp.seconds"],
+                   conf["sasl.oauthbearer.assertion.claim.nbf.seconds"],
+                   conf["sasl.oauthbearer.assertion.claim.jti.include"], template)
+
+    def make(self, now: Optional[float] = None) -> str:
+        """A signed assertion valid from now."""
+        issued = int(time.time() if now is None else now)
+        payload = {**self._payload, "iat": issued, "exp": issued + self.exp_seconds,
+                   "nbf": issued - self.nbf_seconds, **self.claims}
+        if self.include_jti:
+            payload["jti"] = str(uuid.uuid4())
+        signing_input = f"{_json_part(self._header)}.{_json_part(payload)}"
+        return f"{signing_input}.{_b64url(self._sign(signing_input.encode('ascii')))}"
+
+
+def _read_template(path: str) -> Dict[str, Any]:
+    prop = "sasl.oauthbearer.assertion.jwt.template.file"
+    try:
+        with open(path, encoding="utf-8") as f:
+            template = json.load(f)
+    except OSError as exc:
+        raise ValueError(f'"{prop}": {path}: {exc.strerror}') from None
+    except ValueError as exc:
+        raise ValueError(f'"{prop}": {path} is not JSON: {exc}') from None
+    if not isinstance(template, dict) or not all(
+            isinstance(template.get(part, {}), dict) for part in ("header", "payload")):
+        raise ValueError(f'"{prop}": {path} must be a JSON object whose "header" and '
+                         f'"payload" are objects')
+    return template
+
+
+def _signer(algorithm: str, pem: bytes, passphrase: Optional[str],
+            prop: str) -> Callable[[bytes], bytes]:
+    """A function signing with the PEM private key for ``algorithm`` (rs256, es256)."""
+    try:
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+        from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+    except ImportError:
+        raise ValueError(f'"sasl.oauthbearer.grant.type" {JWT_BEARER_GRANT} signs its '
+                         f"assertion with the cryptography package, which is not "
+                         f"installed (pip install 'kafka-native[oidc]')") from None
+    try:
+        key = serialization.load_pem_private_key(
+            pem, password=passphrase.encode("utf-8") if passphrase else None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f'"{prop}": the private key cannot be loaded: {exc}') from None
+    if algorithm == "rs256":
+        if not isinstance(key, rsa.RSAPrivateKey):
+            raise ValueError(f'"{prop}": "sasl.oauthbearer.assertion.algorithm" rs256 needs '
+                             f"an RSA key")
+        rsa_key = key
+        return lambda data: rsa_key.sign(data, padding.PKCS1v15(), hashes.SHA256())
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
+        raise ValueError(f'"{prop}": "sasl.oauthbearer.assertion.algorithm" es256 needs an '
+                         f"EC key on P-256")
+    ec_key = key
+
+    def sign_es256(data: bytes) -> bytes:
+        r, s = decode_dss_signature(ec_key.sign(data, ec.ECDSA(hashes.SHA256())))
+        return r.to_bytes(32, "big") + s.to_bytes(32, "big")
+    return sign_es256
+
+
+class OidcTokenEndpoint:
+    """Fetches tokens from one token endpoint with a grant (:class:`ClientCredentials`
+    or :class:`JwtBearer`)."""
+
+    def __init__(self, url: str, grant: Any, scope: Optional[str] = None,
+                 extensions: Optional[Dict[str, str]] = None,
                  ssl_context: Optional[ssl.SSLContext] = None,
                  timeout: float = REQUEST_TIMEOUT_S) -> None:
         self.url = url
+        self.grant = grant
         self.scope = scope
         self.extensions = dict(extensions or {})
         self.timeout = timeout
-        credentials = f"{client_id}:{client_secret}".encode("utf-8")
-        self._headers = {
-            "Accept": "application/json",
-            "Content-Type": "application/x-www-form-urlencoded",
-            "Authorization": "Basic " + base64.b64encode(credentials).decode("ascii"),
-        }
-        form = {"grant_type": "client_credentials"}
-        if scope:
-            form["scope"] = scope
-        self._body = urllib.parse.urlencode(form, quote_via=urllib.parse.quote).encode()
+        self._headers = {"Accept": "application/json",
+                         "Content-Type": "application/x-www-form-urlencoded", **grant.headers}
         handlers = [_NoRedirect()]
         if ssl_context is not None:
             handlers.append(urllib.request.HTTPSHandler(context=ssl_context))
@@ -140,8 +311,8 @@ class OidcTokenEndpoint:
 
     @classmethod
     def from_config(cls, conf: Mapping[str, Any]) -> "OidcTokenEndpoint":
-        """From a client configuration (the checks of ClientConfig made: the endpoint,
-        client id and secret are set). ValueError names a bad property."""
+        """From a client configuration (the checks of ClientConfig made: what the grant
+        needs is set). ValueError names a bad property."""
         url = conf["sasl.oauthbearer.token.endpoint.url"]
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         if scheme not in ("http", "https"):
@@ -150,13 +321,29 @@ class OidcTokenEndpoint:
         context = None
         if scheme == "https":
             context = build_https_context(conf["https.ca.location"], conf["https.ca.pem"])
-        return cls(url, conf["sasl.oauthbearer.client.id"],
-                   conf["sasl.oauthbearer.client.secret"], conf["sasl.oauthbearer.scope"],
+        grant: Any
+        if conf["sasl.oauthbearer.grant.type"] == JWT_BEARER_GRANT:
+            file = conf["sasl.oauthbearer.assertion.file"]
+            if file:
+                if not os.path.isfile(file):
+                    raise ValueError(f'"sasl.oauthbearer.assertion.file": {file}: no such '
+                                     f"file")
+                grant = JwtBearer(assertion_file=file)
+            else:
+                grant = JwtBearer(JwtAssertion.from_config(conf))
+        else:
+            grant = ClientCredentials(conf["sasl.oauthbearer.client.id"],
+                                      conf["sasl.oauthbearer.client.secret"])
+        return cls(url, grant, conf["sasl.oauthbearer.scope"],
                    parse_extensions(conf["sasl.oauthbearer.extensions"]), context)
 
     def fetch(self) -> OAuthToken:
         """Ask the endpoint for a token; OidcError says why there is none."""
-        request = urllib.request.Request(self.url, data=self._body, headers=self._headers,
+        form = self.grant.form()
+        if self.scope:
+            form["scope"] = self.scope
+        body = urllib.parse.urlencode(form, quote_via=urllib.parse.quote).encode()
+        request = urllib.request.Request(self.url, data=body, headers=self._headers,
                                          method="POST")
         where = f"token endpoint {self.url}"
         try:

@@ -1,11 +1,13 @@
-"""sasl.oauthbearer.method=oidc: the token request as librdkafka makes it (checked on the
-wire of a local token endpoint), the token read from the answer's JWT, every way the
+"""sasl.oauthbearer.method=oidc: the token requests of both grants as librdkafka makes
+them (checked on the wire of a local token endpoint; the JWT bearer grant's assertion
+verified with the public key), the token read from the answer's JWT, every way the
 endpoint can fail (each a clear error, transient or not), HTTPS verification with
 https.ca.location / https.ca.pem, and the configuration rules."""
 from __future__ import annotations
 
 import base64
 import logging
+import sys
 import time
 
 import pytest
@@ -13,6 +15,8 @@ import pytest
 from kafka_client import KafkaError, KafkaException, Producer
 from kafka_client._net.security import SaslError
 from kafka_client._net.security.oidc import (
+    JWT_BEARER_GRANT,
+    ClientCredentials,
     OidcError,
     OidcTokenEndpoint,
     parse_extensions,
@@ -21,7 +25,7 @@ from kafka_client._net.security.oidc import (
 from kafka_client._testing.brokers import free_port
 from kafka_client._testing.oidc import TokenEndpoint, unsecured_token
 from kafka_client._testing.tls import make_certificates
-from kafka_client.config import ClientConfig
+from kafka_client.config import PROPERTIES, ClientConfig
 
 
 @pytest.fixture
@@ -47,9 +51,7 @@ def oidc_conf(ep, **extra):
 def fetch(conf):
     """One token request made as the client makes it, from the OIDC properties of
     ``conf`` (a ClientConfig would fetch its own first token too)."""
-    props = {name: None for name in (
-        "sasl.oauthbearer.scope", "sasl.oauthbearer.extensions", "https.ca.location",
-        "https.ca.pem")}
+    props = {name: prop.default for name, prop in PROPERTIES.items()}
     props.update(conf)
     return OidcTokenEndpoint.from_config(props).fetch()
 
@@ -128,7 +130,7 @@ def test_token_from_jwt_reads_exp_and_sub():
 def test_an_unreachable_endpoint_is_transient():
     url = f"http://127.0.0.1:{free_port()}/token"
     with pytest.raises(OidcError, match="cannot be reached") as failed:
-        OidcTokenEndpoint(url, "id", "secret").fetch()
+        OidcTokenEndpoint(url, ClientCredentials("id", "secret")).fetch()
     assert failed.value.transient and url in str(failed.value)
 
 
@@ -136,7 +138,8 @@ def test_a_silent_endpoint_times_out(endpoint):
     endpoint.delay = 2.0
     started = time.monotonic()
     with pytest.raises(OidcError) as failed:
-        OidcTokenEndpoint(endpoint.url, endpoint.client_id, endpoint.client_secret,
+        OidcTokenEndpoint(endpoint.url,
+                          ClientCredentials(endpoint.client_id, endpoint.client_secret),
                           timeout=0.3).fetch()
     assert time.monotonic() - started < 1.5
     assert failed.value.transient and "0.3" in str(failed.value)
@@ -243,3 +246,193 @@ def test_an_unreachable_endpoint_does_not_fail_the_constructor():
             conf.security.tokens.current()
     finally:
         conf.security.close()
+
+
+# -- the JWT bearer grant (RFC 7523) -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    """An RSA key, an EC P-256 key, an encrypted copy of the RSA key (PEM files) and the
+    public keys that check their signatures."""
+    crypto = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    folder = tmp_path_factory.mktemp("oidc-keys")
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+
+    def write(name, key, encryption=crypto.NoEncryption()):
+        path = folder / name
+        path.write_bytes(key.private_bytes(crypto.Encoding.PEM, crypto.PrivateFormat.PKCS8,
+                                           encryption))
+        return str(path)
+
+    return {"rsa": write("rsa.pem", rsa_key), "ec": write("ec.pem", ec_key),
+            "rsa_encrypted": write("rsa-enc.pem", rsa_key,
+                                   crypto.BestAvailableEncryption(b"key-pass")),
+            "rsa_public": rsa_key.public_key(), "ec_public": ec_key.public_key(),
+            "folder": folder}
+
+
+def verifies(assertion, public_key):
+    """Whether ``assertion``'s JWS signature (RS256 or ES256) checks with the key."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, padding
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+    signing_input, _, signature = assertion.rpartition(".")
+    raw = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+    try:
+        if isinstance(public_key, ec.EllipticCurvePublicKey):
+            if len(raw) != 64:        # r and s, 32 bytes each (RFC 7518 section 3.4)
+                return False
+            der = encode_dss_signature(int.from_bytes(raw[:32], "big"),
+                                       int.from_bytes(raw[32:], "big"))
+            public_key.verify(der, signing_input.encode(), ec.ECDSA(hashes.SHA256()))
+        else:
+            public_key.verify(raw, signing_input.encode(), padding.PKCS1v15(),
+                              hashes.SHA256())
+    except InvalidSignature:
+        return False
+    return True
+
+
+def bearer_conf(ep, **extra):
+    conf = {"security.protocol": "sasl_plaintext", "sasl.mechanism": "OAUTHBEARER",
+            "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.token.endpoint.url": ep.url,
+            "sasl.oauthbearer.grant.type": JWT_BEARER_GRANT}
+    conf.update(extra)
+    return conf
+
+
+def test_jwt_bearer_request_and_rs256_assertion(endpoint, keys):
+    endpoint.verify_assertion = lambda a: verifies(a, keys["rsa_public"])
+    before = time.time()
+    token = fetch(bearer_conf(endpoint, **{
+        "sasl.oauthbearer.assertion.private.key.file": keys["rsa"],
+        "sasl.oauthbearer.scope": "kafka"}))
+    assert token.principal == "alice"
+    (request,) = endpoint.taken()
+    assert "Authorization" not in request.headers
+    assert set(request.form) == {"grant_type", "assertion", "scope"}
+    assert request.form["grant_type"] == [JWT_BEARER_GRANT]
+    header, claims, _signature = request.assertion_parts()
+    assert header == {"alg": "RS256", "typ": "JWT"}
+    assert set(claims) == {"iat", "exp", "nbf"}
+    assert before - 1 <= claims["iat"] <= time.time()
+    assert claims["exp"] == claims["iat"] + 300 and claims["nbf"] == claims["iat"] - 60
+
+
+def test_jwt_bearer_es256_signature_is_jws_r_and_s(endpoint, keys):
+    endpoint.verify_assertion = lambda a: verifies(a, keys["ec_public"])
+    fetch(bearer_conf(endpoint, **{"sasl.oauthbearer.assertion.private.key.file": keys["ec"],
+                                   "sasl.oauthbearer.assertion.algorithm": "es256"}))
+    header, _claims, signature = endpoint.taken()[0].assertion_parts()
+    assert header["alg"] == "ES256" and len(signature) == 64
+
+
+def test_jwt_bearer_claims_template_and_a_fresh_assertion_each_time(endpoint, keys):
+    template = keys["folder"] / "template.json"
+    template.write_text('{"header": {"kid": "key-1"}, '
+                        '"payload": {"iss": "from-template", "tenant": 42}}')
+    endpoint.verify_assertion = lambda a: verifies(a, keys["rsa_public"])
+    conf = bearer_conf(endpoint, **{
+        "sasl.oauthbearer.assertion.private.key.pem": open(keys["rsa"]).read(),
+        "sasl.oauthbearer.assertion.claim.sub": "svc", "sasl.oauthbearer.assertion.claim.iss":
+        "issuer", "sasl.oauthbearer.assertion.claim.aud": "https://idp.example/token",
+        "sasl.oauthbearer.assertion.claim.jti.include": True,
+        "sasl.oauthbearer.assertion.claim.exp.seconds": 30,
+        "sasl.oauthbearer.assertion.claim.nbf.seconds": 0,
+        "sasl.oauthbearer.assertion.jwt.template.file": str(template)})
+    endpoint_client = OidcTokenEndpoint.from_config(
+        dict({n: p.default for n, p in PROPERTIES.items()}, **conf))
+    endpoint_client.fetch()
+    endpoint_client.fetch()
+    (h1, c1, _), (_h2, c2, _) = [r.assertion_parts() for r in endpoint.taken()]
+    assert h1 == {"kid": "key-1", "alg": "RS256", "typ": "JWT"}
+    assert c1["tenant"] == 42 and c1["iss"] == "issuer"     # the setting wins
+    assert (c1["sub"], c1["aud"]) == ("svc", "https://idp.example/token")
+    assert c1["exp"] == c1["iat"] + 30 and c1["nbf"] == c1["iat"]
+    assert c1["jti"] != c2["jti"]
+
+
+def test_jwt_bearer_encrypted_key(endpoint, keys):
+    endpoint.verify_assertion = lambda a: verifies(a, keys["rsa_public"])
+    conf = bearer_conf(endpoint, **{
+        "sasl.oauthbearer.assertion.private.key.file": keys["rsa_encrypted"],
+        "sasl.oauthbearer.assertion.private.key.passphrase": "key-pass"})
+    assert fetch(conf).principal == "alice"
+    conf["sasl.oauthbearer.assertion.private.key.passphrase"] = "wrong"
+    with pytest.raises(ValueError, match='"sasl.oauthbearer.assertion.private.key.file": '
+                                         "the private key cannot be loaded"):
+        fetch(conf)
+
+
+def test_jwt_bearer_key_must_suit_the_algorithm(endpoint, keys):
+    conf = bearer_conf(endpoint, **{"sasl.oauthbearer.assertion.private.key.file": keys["ec"]})
+    with pytest.raises(ValueError, match="rs256 needs an RSA key"):
+        fetch(conf)
+    conf = bearer_conf(endpoint, **{"sasl.oauthbearer.assertion.private.key.file": keys["rsa"],
+                                    "sasl.oauthbearer.assertion.algorithm": "es256"})
+    with pytest.raises(ValueError, match="es256 needs an EC key on P-256"):
+        fetch(conf)
+
+
+def test_jwt_bearer_assertion_file_is_read_for_each_request(endpoint, tmp_path):
+    path = tmp_path / "assertion.jwt"
+    path.write_text("first.assertion.value\n")
+    endpoint.verify_assertion = lambda a: a.endswith(".value")
+    client = OidcTokenEndpoint.from_config(dict(
+        {n: p.default for n, p in PROPERTIES.items()},
+        **bearer_conf(endpoint, **{"sasl.oauthbearer.assertion.file": str(path)})))
+    client.fetch()
+    path.write_text("second.assertion.value")
+    client.fetch()
+    assert [r.form["assertion"] for r in endpoint.taken()] == [
+        ["first.assertion.value"], ["second.assertion.value"]]
+    path.unlink()
+    with pytest.raises(OidcError, match='"sasl.oauthbearer.assertion.file": cannot be read'):
+        client.fetch()
+
+
+def test_a_refused_assertion_fails_the_constructor(endpoint, keys):
+    # the endpoint checks with the EC key: the RSA signature is refused
+    endpoint.verify_assertion = lambda a: verifies(a, keys["ec_public"])
+    with pytest.raises(KafkaException, match="HTTP 400 .*invalid_grant"):
+        Producer(bearer_conf(endpoint, **{
+            "bootstrap.servers": "127.0.0.1:1",
+            "sasl.oauthbearer.assertion.private.key.file": keys["rsa"]}))
+
+
+def test_jwt_bearer_configuration_rules(endpoint, keys, tmp_path):
+    msg = invalid(bearer_conf(endpoint))
+    assert '"sasl.oauthbearer.assertion.private.key.file" or' in msg and "mandatory" in msg
+    pem = open(keys["rsa"]).read()
+    for a, b in (("sasl.oauthbearer.assertion.private.key.file",
+                  "sasl.oauthbearer.assertion.private.key.pem"),
+                 ("sasl.oauthbearer.assertion.file",
+                  "sasl.oauthbearer.assertion.private.key.file"),
+                 ("sasl.oauthbearer.assertion.file",
+                  "sasl.oauthbearer.assertion.private.key.pem")):
+        values = {"sasl.oauthbearer.assertion.private.key.file": keys["rsa"],
+                  "sasl.oauthbearer.assertion.private.key.pem": pem,
+                  "sasl.oauthbearer.assertion.file": str(tmp_path / "a.jwt")}
+        msg = invalid(bearer_conf(endpoint, **{a: values[a], b: values[b]}))
+        assert f'"{a}" and "{b}" are mutually exclusive' in msg
+    msg = invalid(bearer_conf(endpoint, **{
+        "sasl.oauthbearer.assertion.file": str(tmp_path / "missing.jwt")}))
+    assert "missing.jwt: no such file" in msg
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    msg = invalid(bearer_conf(endpoint, **{
+        "sasl.oauthbearer.assertion.private.key.file": keys["rsa"],
+        "sasl.oauthbearer.assertion.jwt.template.file": str(bad)}))
+    assert '"sasl.oauthbearer.assertion.jwt.template.file"' in msg and "JSON object" in msg
+
+
+def test_jwt_bearer_without_cryptography_says_what_to_install(endpoint, keys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives", None)
+    msg = invalid(bearer_conf(endpoint, **{
+        "sasl.oauthbearer.assertion.private.key.file": keys["rsa"]}))
+    assert "cryptography package, which is not installed" in msg and "[oidc]" in msg

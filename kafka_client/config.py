@@ -640,10 +640,10 @@ _TABLE: Tuple[Property, ...] = (
        "JWT bearer grant: a JSON file {\"header\": {...}, \"payload\": {...}} whose fields "
        "the assertion starts from (the claims above, when set, replace its own)."),
     _p("sasl.oauthbearer.metadata.authentication.type", ENUM, "none", "*",
-       "Metadata-based OIDC authentication: none (azure_imds is refused).",
-       values=("none", "azure_imds"),
-       refuse_values={"azure_imds": "Azure IMDS token retrieval is not implemented; fetch "
-                                    "the token in oauth_cb instead"}),
+       "Metadata-based OIDC authentication: none, or azure_imds (a GET with Metadata: true "
+       "to sasl.oauthbearer.token.endpoint.url, Azure's instance metadata service address "
+       "when unset, with the query=... entry of sasl.oauthbearer.config appended).",
+       values=("none", "azure_imds")),
     _ignored("auto.commit.enable", BOOL, True, "C",
              "Legacy simple-consumer auto commit (deprecated in librdkafka).",
              "use enable.auto.commit"),
@@ -1310,6 +1310,8 @@ class ClientConfig(Mapping[str, Any]):
             if v[a] and v[b]:
                 raise _invalid(f'"{a}" and "{b}" are mutually exclusive')
 
+        if v["sasl.oauthbearer.metadata.authentication.type"] == "azure_imds":
+            return   # its endpoint: see OidcTokenEndpoint.from_config
         need("sasl.oauthbearer.token.endpoint.url")
         if v["sasl.oauthbearer.grant.type"] != _JWT_BEARER:
             need("sasl.oauthbearer.client.id")

@@ -6,7 +6,8 @@ request it was sent.
 
 It serves two grants: client credentials (HTTP Basic with ``client_id`` and
 ``client_secret``) and the JWT bearer grant (RFC 7523), whose ``assertion`` is accepted
-when ``verify_assertion(assertion)`` (a test's check of the signature) returns True.
+when ``verify_assertion(assertion)`` (a test's check of the signature) returns True; and
+GET requests with ``Metadata: true``, as Azure's instance metadata service.
 Tests change what it answers through its attributes: ``lifetime`` (seconds of each
 token), ``status`` / ``answer`` (an HTTP status and a raw body instead of a token),
 ``claims`` (claims added to, or with a value of None removed from, each token) and
@@ -146,10 +147,12 @@ class TokenEndpoint:
         if self.status is not None or self.answer is not None:
             return self.status or 200, self.answer or b""
         grant = request.form.get("grant_type")
-        if request.method != "POST" or grant not in (["client_credentials"],
-                                                     [JWT_BEARER_GRANT]):
+        if request.method == "GET":
+            if request.headers.get("Metadata") != "true":   # as Azure's IMDS
+                return 400, b'{"error":"bad_request","error_description":"no Metadata"}'
+        elif grant not in (["client_credentials"], [JWT_BEARER_GRANT]):
             return 400, b'{"error":"unsupported_grant_type"}'
-        if grant == [JWT_BEARER_GRANT]:
+        elif grant == [JWT_BEARER_GRANT]:
             if not self.verify_assertion(request.form.get("assertion", [""])[0]):
                 return 400, b'{"error":"invalid_grant"}'
         elif request.basic_credentials() != f"{self.client_id}:{self.client_secret}":

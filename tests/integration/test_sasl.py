@@ -350,6 +350,30 @@ def test_oidc_jwt_bearer_grant_like_librdkafka(sasl_cluster, topic_name, tmp_pat
     assert ours[0].form.keys() == theirs[0].form.keys() == {"grant_type", "assertion"}
 
 
+def test_oidc_azure_imds_like_librdkafka(sasl_cluster, topic_name):
+    """azure_imds against a local stand-in for Azure's metadata service: our client and
+    confluent-kafka ask the same GET (the query from sasl.oauthbearer.config) and both
+    reach the broker."""
+    sasl_cluster.create_topic(topic_name)
+    with TokenEndpoint() as endpoint:
+        conf = {"bootstrap.servers": sasl_cluster.bootstrap_servers,
+                "security.protocol": "sasl_plaintext", "sasl.mechanism": "OAUTHBEARER",
+                "sasl.oauthbearer.method": "oidc",
+                "sasl.oauthbearer.metadata.authentication.type": "azure_imds",
+                "sasl.oauthbearer.token.endpoint.url": endpoint.url,
+                "sasl.oauthbearer.config": "query=api-version=2018-02-01&resource=api://k"}
+        round_trip(conf, topic_name, 200)
+        ours = endpoint.taken()
+        peer = confluent_kafka.Producer(dict(conf))
+        peer.produce(topic_name, b"peer")
+        assert peer.flush(30) == 0
+        theirs = endpoint.taken()[len(ours):]
+    assert ours and theirs
+    for request in (ours[0], theirs[0]):
+        assert request.method == "GET" and request.headers["Metadata"] == "true"
+        assert request.path == "/oauth2/token?api-version=2018-02-01&resource=api://k"
+
+
 def test_oidc_tokens_are_refreshed_before_they_expire(sasl_cluster, topic_name):
     """Tokens of 2 s: the client asks the endpoint again at 80% of each lifetime and
     re-authenticates its connections (KIP-368) with the new token; every message sent

@@ -9,7 +9,10 @@
   ``assertion``, a JWT the client signs with its private key for each request
   (:class:`JwtAssertion`) or one read from ``sasl.oauthbearer.assertion.file``.
 
-Both POST to ``sasl.oauthbearer.token.endpoint.url``, with ``scope`` when
+Or, with ``sasl.oauthbearer.metadata.authentication.type=azure_imds``, a GET to Azure's
+instance metadata service (:class:`AzureImds`).
+
+The grants POST to ``sasl.oauthbearer.token.endpoint.url``, with ``scope`` when
 ``sasl.oauthbearer.scope`` is set. The answer's ``access_token`` must be a JWT: as
 librdkafka does, its ``exp`` claim gives the expiry (the refresh comes at 80% of the
 lifetime, see :mod:`.oauth`) and its ``sub`` claim the principal.
@@ -40,10 +43,13 @@ from kafka_client._net.security.sasl import OAuthToken
 from kafka_client._net.security.tls import build_https_context
 
 __all__ = ["OidcError", "OidcTokenEndpoint", "ClientCredentials", "JwtBearer", "JwtAssertion",
-           "JWT_BEARER_GRANT", "parse_extensions", "token_from_jwt"]
+           "AzureImds", "JWT_BEARER_GRANT", "AZURE_IMDS_URL", "parse_extensions",
+           "token_from_jwt"]
 
 #: sasl.oauthbearer.grant.type of the JWT bearer grant (RFC 7523)
 JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+#: Azure's instance metadata service token endpoint (azure_imds without an endpoint URL)
+AZURE_IMDS_URL = "http://169.254.169.254/metadata/identity/oauth2/token"
 
 #: seconds one token request may take (connect and answer)
 REQUEST_TIMEOUT_S = 10.0
@@ -289,9 +295,37 @@ def _signer(algorithm: str, pem: bytes, passphrase: Optional[str],
     return sign_es256
 
 
+class AzureImds:
+    """Azure's instance metadata service (``sasl.oauthbearer.metadata.authentication.type
+    =azure_imds``), as librdkafka asks it: a GET with the header ``Metadata: true`` to
+    the endpoint URL, its query string extended by the ``query`` entry of
+    ``sasl.oauthbearer.config`` (comma-separated ``name=value`` entries, such as
+    ``query=api-version=2018-02-01&resource=api://kafka``)."""
+
+    headers = {"Metadata": "true"}
+
+    @staticmethod
+    def url(configured: Optional[str], oauthbearer_config: Optional[str]) -> str:
+        """The URL asked: ``sasl.oauthbearer.token.endpoint.url`` (Azure's own address
+        when unset) with the query of ``sasl.oauthbearer.config`` appended."""
+        query = ""
+        for entry in (oauthbearer_config or "").split(","):
+            name, sep, value = entry.strip().partition("=")
+            if sep and name == "query":
+                query = value
+        if not configured and not query:
+            raise ValueError('"sasl.oauthbearer.metadata.authentication.type" azure_imds '
+                             'needs "sasl.oauthbearer.token.endpoint.url" or a query=... '
+                             'entry in "sasl.oauthbearer.config"')
+        url = configured or AZURE_IMDS_URL
+        if query:
+            url += ("&" if urllib.parse.urlsplit(url).query else "?") + query
+        return url
+
+
 class OidcTokenEndpoint:
-    """Fetches tokens from one token endpoint with a grant (:class:`ClientCredentials`
-    or :class:`JwtBearer`)."""
+    """Fetches tokens from one token endpoint with a grant (:class:`ClientCredentials`,
+    :class:`JwtBearer` or :class:`AzureImds`)."""
 
     def __init__(self, url: str, grant: Any, scope: Optional[str] = None,
                  extensions: Optional[Dict[str, str]] = None,
@@ -314,6 +348,9 @@ class OidcTokenEndpoint:
         """From a client configuration (the checks of ClientConfig made: what the grant
         needs is set). ValueError names a bad property."""
         url = conf["sasl.oauthbearer.token.endpoint.url"]
+        azure = conf["sasl.oauthbearer.metadata.authentication.type"] == "azure_imds"
+        if azure:
+            url = AzureImds.url(url, conf["sasl.oauthbearer.config"])
         scheme = urllib.parse.urlsplit(url).scheme.lower()
         if scheme not in ("http", "https"):
             raise ValueError(f'"sasl.oauthbearer.token.endpoint.url": "{url}" is not an '
@@ -322,7 +359,9 @@ class OidcTokenEndpoint:
         if scheme == "https":
             context = build_https_context(conf["https.ca.location"], conf["https.ca.pem"])
         grant: Any
-        if conf["sasl.oauthbearer.grant.type"] == JWT_BEARER_GRANT:
+        if azure:
+            grant = AzureImds()
+        elif conf["sasl.oauthbearer.grant.type"] == JWT_BEARER_GRANT:
             file = conf["sasl.oauthbearer.assertion.file"]
             if file:
                 if not os.path.isfile(file):
@@ -339,12 +378,17 @@ class OidcTokenEndpoint:
 
     def fetch(self) -> OAuthToken:
         """Ask the endpoint for a token; OidcError says why there is none."""
-        form = self.grant.form()
-        if self.scope:
-            form["scope"] = self.scope
-        body = urllib.parse.urlencode(form, quote_via=urllib.parse.quote).encode()
-        request = urllib.request.Request(self.url, data=body, headers=self._headers,
-                                         method="POST")
+        data = None
+        if isinstance(self.grant, AzureImds):
+            method = "GET"
+        else:
+            method = "POST"
+            form = self.grant.form()
+            if self.scope:
+                form["scope"] = self.scope
+            data = urllib.parse.urlencode(form, quote_via=urllib.parse.quote).encode()
+        request = urllib.request.Request(self.url, data=data, headers=self._headers,
+                                         method=method)
         where = f"token endpoint {self.url}"
         try:
             with self._opener.open(request, timeout=self.timeout) as answer:

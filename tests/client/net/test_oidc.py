@@ -436,3 +436,44 @@ def test_jwt_bearer_without_cryptography_says_what_to_install(endpoint, keys, mo
     msg = invalid(bearer_conf(endpoint, **{
         "sasl.oauthbearer.assertion.private.key.file": keys["rsa"]}))
     assert "cryptography package, which is not installed" in msg and "[oidc]" in msg
+
+
+# -- Azure's instance metadata service ----------------------------------------------------
+
+def imds_conf(url, config=None):
+    conf = {"security.protocol": "sasl_plaintext", "sasl.mechanism": "OAUTHBEARER",
+            "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.metadata.authentication.type": "azure_imds"}
+    if url is not None:
+        conf["sasl.oauthbearer.token.endpoint.url"] = url
+    if config is not None:
+        conf["sasl.oauthbearer.config"] = config
+    return conf
+
+
+def test_azure_imds_is_a_get_with_the_metadata_header(endpoint):
+    token = fetch(imds_conf(endpoint.url,
+                            "query=api-version=2018-02-01&resource=api://kafka,other=x"))
+    assert token.principal == "alice"
+    (request,) = endpoint.taken()
+    assert request.method == "GET" and request.body == b""
+    assert request.path == "/oauth2/token?api-version=2018-02-01&resource=api://kafka"
+    assert request.headers["Metadata"] == "true"
+    assert request.headers["Accept"] == "application/json"
+    assert "Authorization" not in request.headers
+
+
+def test_azure_imds_url():
+    from kafka_client._net.security.oidc import AZURE_IMDS_URL, AzureImds
+
+    assert AzureImds.url(None, "query=a=1") == AZURE_IMDS_URL + "?a=1"
+    assert AzureImds.url("http://h/t?x=2", "query=a=1") == "http://h/t?x=2&a=1"
+    assert AzureImds.url("http://h/t", "foo=bar") == "http://h/t"
+    with pytest.raises(ValueError, match='needs "sasl.oauthbearer.token.endpoint.url" or '
+                                         "a query="):
+        AzureImds.url(None, "foo=bar")
+
+
+def test_azure_imds_without_an_endpoint_fails_the_constructor():
+    msg = invalid(imds_conf(None))
+    assert "azure_imds" in msg and "sasl.oauthbearer.token.endpoint.url" in msg

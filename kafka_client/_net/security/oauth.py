@@ -28,8 +28,14 @@ _log = logging.getLogger("kafka_client.security")
 RETRY_AFTER = 10.0
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+def b64url(data: bytes) -> str:
+    """base64url without padding, as JWTs encode their parts (RFC 7515)."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def jwt_segment(obj: Any) -> str:
+    """A JWT header or claims set: compact JSON, base64url-encoded."""
+    return b64url(json.dumps(obj, separators=(",", ":")).encode("utf-8"))
 
 
 def unsecured_jwt(config: str, now: Optional[float] = None) -> OAuthToken:
@@ -68,9 +74,8 @@ def unsecured_jwt(config: str, now: Optional[float] = None) -> OAuthToken:
     scope = [s for s in values.get("scope", "").split(",") if s]
     if scope:
         claims[values.get("scopeClaimName", "scope")] = scope
-    header = _b64url(json.dumps({"alg": "none"}, separators=(",", ":")).encode())
-    payload = _b64url(json.dumps(claims, separators=(",", ":")).encode())
-    return OAuthToken(f"{header}.{payload}.", issued + life, principal, extensions)
+    token = f"{jwt_segment({'alg': 'none'})}.{jwt_segment(claims)}."
+    return OAuthToken(token, issued + life, principal, extensions)
 
 
 def token_from_callback(result: Any) -> OAuthToken:

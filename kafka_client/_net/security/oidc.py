@@ -39,6 +39,7 @@ import urllib.request
 import uuid
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from kafka_client._net.security.oauth import b64url, jwt_segment
 from kafka_client._net.security.sasl import OAuthToken
 from kafka_client._net.security.tls import build_https_context
 
@@ -134,6 +135,8 @@ class ClientCredentials:
     """The client credentials grant (RFC 6749 section 4.4): HTTP Basic authentication
     with the client id and secret, ``grant_type=client_credentials``."""
 
+    method = "POST"
+
     def __init__(self, client_id: str, client_secret: str) -> None:
         credentials = f"{client_id}:{client_secret}".encode("utf-8")
         self.headers = {"Authorization": "Basic " + base64.b64encode(credentials).decode()}
@@ -148,6 +151,7 @@ class JwtBearer:
     ``assertion`` made for each request (see :class:`JwtAssertion`) or read from
     ``sasl.oauthbearer.assertion.file`` each time (another process may renew it)."""
 
+    method = "POST"
     headers: Dict[str, str] = {}
 
     def __init__(self, assertion: "Optional[JwtAssertion]" = None,
@@ -169,14 +173,6 @@ class JwtBearer:
                 raise OidcError(f'"sasl.oauthbearer.assertion.file": {self.assertion_file} '
                                 f"is empty")
         return {"grant_type": JWT_BEARER_GRANT, "assertion": value}
-
-
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _json_part(obj: Any) -> str:
-    return _b64url(json.dumps(obj, separators=(",", ":")).encode("utf-8"))
 
 
 class JwtAssertion:
@@ -242,8 +238,8 @@ class JwtAssertion:
                    "nbf": issued - self.nbf_seconds, **self.claims}
         if self.include_jti:
             payload["jti"] = str(uuid.uuid4())
-        signing_input = f"{_json_part(self._header)}.{_json_part(payload)}"
-        return f"{signing_input}.{_b64url(self._sign(signing_input.encode('ascii')))}"
+        signing_input = f"{jwt_segment(self._header)}.{jwt_segment(payload)}"
+        return f"{signing_input}.{b64url(self._sign(signing_input.encode('ascii')))}"
 
 
 def _read_template(path: str) -> Dict[str, Any]:
@@ -302,7 +298,11 @@ class AzureImds:
     ``sasl.oauthbearer.config`` (comma-separated ``name=value`` entries, such as
     ``query=api-version=2018-02-01&resource=api://kafka``)."""
 
+    method = "GET"
     headers = {"Metadata": "true"}
+
+    def form(self) -> None:
+        return None   # a GET: no body
 
     @staticmethod
     def url(configured: Optional[str], oauthbearer_config: Optional[str]) -> str:
@@ -336,8 +336,7 @@ class OidcTokenEndpoint:
         self.scope = scope
         self.extensions = dict(extensions or {})
         self.timeout = timeout
-        self._headers = {"Accept": "application/json",
-                         "Content-Type": "application/x-www-form-urlencoded", **grant.headers}
+        self._headers = {"Accept": "application/json", **grant.headers}
         handlers = [_NoRedirect()]
         if ssl_context is not None:
             handlers.append(urllib.request.HTTPSHandler(context=ssl_context))
@@ -379,16 +378,15 @@ class OidcTokenEndpoint:
     def fetch(self) -> OAuthToken:
         """Ask the endpoint for a token; OidcError says why there is none."""
         data = None
-        if isinstance(self.grant, AzureImds):
-            method = "GET"
-        else:
-            method = "POST"
-            form = self.grant.form()
+        headers = dict(self._headers)
+        form = self.grant.form()
+        if form is not None:
             if self.scope:
                 form["scope"] = self.scope
             data = urllib.parse.urlencode(form, quote_via=urllib.parse.quote).encode()
-        request = urllib.request.Request(self.url, data=data, headers=self._headers,
-                                         method=method)
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+        request = urllib.request.Request(self.url, data=data, headers=headers,
+                                         method=self.grant.method)
         where = f"token endpoint {self.url}"
         try:
             with self._opener.open(request, timeout=self.timeout) as answer:

@@ -460,7 +460,7 @@ def test_azure_imds_is_a_get_with_the_metadata_header(endpoint):
     assert request.path == "/oauth2/token?api-version=2018-02-01&resource=api://kafka"
     assert request.headers["Metadata"] == "true"
     assert request.headers["Accept"] == "application/json"
-    assert "Authorization" not in request.headers
+    assert "Authorization" not in request.headers and "Content-Type" not in request.headers
 
 
 def test_azure_imds_url():

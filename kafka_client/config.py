@@ -150,10 +150,8 @@ def _ignored(name: str, type_: str, default: Any, scope: str, description: str, 
 #: librdkafka's builtin.features; those this client has (the rest are refused when asked).
 _FEATURES = ("gzip", "snappy", "ssl", "sasl", "regex", "lz4", "sasl_gssapi", "sasl_plain",
              "sasl_scram", "plugins", "zstd", "sasl_oauthbearer", "http", "oidc")
-_MISSING_FEATURES = {"sasl_gssapi": "GSSAPI (Kerberos) is not supported",
-                     "plugins": "librdkafka plugins cannot be loaded"}
+_MISSING_FEATURES = {"plugins": "librdkafka plugins cannot be loaded"}
 _JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
-_GSSAPI_ONLY = "only used with the GSSAPI mechanism, which this client refuses"
 _FILE_STORE = "file offset store (deprecated in librdkafka); offsets are always committed to " \
               "the broker"
 
@@ -273,8 +271,8 @@ _TABLE: Tuple[Property, ...] = (
        "Log (at info level) when an established broker connection closes; false logs it at "
        "debug level."),
     _p("sasl.mechanism", STR, "GSSAPI", "*",
-       "SASL mechanism for a sasl_* security.protocol: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
-       "or OAUTHBEARER (GSSAPI is refused with the reason).",
+       "SASL mechanism for a sasl_* security.protocol: GSSAPI (Kerberos, through the "
+       "system's libgssapi_krb5), PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.",
        aliases=("sasl.mechanisms",)),
     _p("sasl.username", STR, None, "*", "SASL user name for PLAIN and SCRAM."),
     _p("sasl.password", STR, None, "*", "SASL password for PLAIN and SCRAM."),
@@ -582,17 +580,23 @@ _TABLE: Tuple[Property, ...] = (
        "file or a directory of hashed certificates; probe or unset: the system's."),
     _p("https.ca.pem", STR, None, "*",
        "CA certificate(s) in PEM to verify HTTPS endpoints (the OIDC token endpoint) with."),
-    _ignored("sasl.kerberos.service.name", STR, "kafka", "*", "Kerberos service name.",
-             _GSSAPI_ONLY),
-    _ignored("sasl.kerberos.principal", STR, "kafkaclient", "*", "Kerberos principal.",
-             _GSSAPI_ONLY),
-    _ignored("sasl.kerberos.kinit.cmd", STR,
-             'kinit -R -t "%{sasl.kerberos.keytab}" -k %{sasl.kerberos.principal} || '
-             'kinit -t "%{sasl.kerberos.keytab}" -k %{sasl.kerberos.principal}', "*",
-             "Command that refreshes the Kerberos ticket.", _GSSAPI_ONLY),
-    _ignored("sasl.kerberos.keytab", STR, None, "*", "Kerberos keytab.", _GSSAPI_ONLY),
-    _ignored("sasl.kerberos.min.time.before.relogin", INT, 60000, "*",
-             "Kerberos ticket refresh interval.", _GSSAPI_ONLY, min=0, max=86400000),
+    _p("sasl.kerberos.service.name", STR, "kafka", "*",
+       "GSSAPI: the brokers' Kerberos service; a broker at host H is <service>/H."),
+    _p("sasl.kerberos.principal", STR, "kafkaclient", "*",
+       "GSSAPI: the client's principal (used as %{sasl.kerberos.principal} in "
+       "sasl.kerberos.kinit.cmd)."),
+    _p("sasl.kerberos.kinit.cmd", STR,
+       'kinit -R -t "%{sasl.kerberos.keytab}" -k %{sasl.kerberos.principal} || '
+       'kinit -t "%{sasl.kerberos.keytab}" -k %{sasl.kerberos.principal}', "*",
+       "GSSAPI: shell command that gets or renews the client's ticket, run when the client "
+       "starts and every sasl.kerberos.min.time.before.relogin ms; %{property} is replaced "
+       "by that property's value."),
+    _p("sasl.kerberos.keytab", STR, None, "*",
+       "GSSAPI: the client's keytab (used as %{sasl.kerberos.keytab} in "
+       "sasl.kerberos.kinit.cmd)."),
+    _p("sasl.kerberos.min.time.before.relogin", INT, 60000, "*",
+       "GSSAPI: ms between runs of sasl.kerberos.kinit.cmd; 0: never run it (the ticket "
+       "is renewed outside the client).", min=0, max=86400000),
     _p("sasl.oauthbearer.client.id", STR, None, "*",
        "OIDC client id (HTTP Basic user of the token request).",
        aliases=("sasl.oauthbearer.client.credentials.client.id",)),

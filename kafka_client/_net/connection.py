@@ -576,7 +576,7 @@ class BrokerConnection:
             self._auth_failed(KafkaError._AUTHENTICATION, why)
             return
         try:
-            self._sasl = self.settings.security.new_mechanism()
+            self._sasl = self.settings.security.new_mechanism(self.host)
             first = self._sasl.initial()
         except SaslError as exc:
             self._auth_failed(KafkaError._AUTHENTICATION, str(exc))

@@ -24,7 +24,7 @@ __all__ = [
 
 _DAY_MS = 24 * 3600 * 1000
 #: The SASL mechanisms the cluster implements (kafka_client.testing._sasl).
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 #: The server-side assignors of consumer groups (kafka_client.testing._consumer_groups).
 CONSUMER_ASSIGNORS = ("uniform", "range")
 #: ``replica.selector.class`` values naming Kafka's rack-aware selector (KIP-392): its

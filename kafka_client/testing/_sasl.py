@@ -1,5 +1,5 @@
-"""SASL authentication: SaslHandshake and SaslAuthenticate with PLAIN, SCRAM-SHA-256/512
-and OAUTHBEARER (unsecured JWTs), and KIP-368 session lifetimes.
+"""SASL authentication: SaslHandshake and SaslAuthenticate with PLAIN, SCRAM-SHA-256/512,
+OAUTHBEARER (unsecured JWTs) and GSSAPI (Kerberos), and KIP-368 session lifetimes.
 
 With ``sasl.enabled.mechanisms`` set, every listener requires authentication: before it,
 only ApiVersions, SaslHandshake and SaslAuthenticate are served (anything else closes the
@@ -19,6 +19,11 @@ closes.
 * OAUTHBEARER (RFC 7628, KIP-255) accepts what Kafka's default (unsecured) validator
   accepts: a JWT with ``"alg": "none"``, a subject and an expiry in the future. Anything
   else gets RFC 7628's error challenge (``{"status":"invalid_token"}``), then the failure.
+* GSSAPI (RFC 4752) accepts a Kerberos context for the key in the cluster process's
+  keytab (``KRB5_KTNAME``, ``KRB5_CONFIG`` for the realm: set them in the environment
+  the cluster starts with), offers no security layer and takes the client principal's
+  first component as the user (``alice@REALM`` is ``User:alice``, as Kafka's DEFAULT
+  principal rule for the default realm).
 
 Session lifetimes (KIP-368): with ``connections.max.reauth.ms`` above 0, and for
 OAUTHBEARER until the token expires, a SaslAuthenticate v1+ answer carries the session's
@@ -42,6 +47,7 @@ from kafka_proto.errors import ErrorCode
 from kafka_proto.framing import encode_frame
 from kafka_proto.messages import ApiKey, SaslAuthenticateResponse, SaslHandshakeResponse
 
+from kafka_client._net.security.gssapi import NO_SECURITY_LAYER, AcceptorContext, GssError
 from kafka_client._net.security.sasl import (
     SCRAM_HASHES,
     SaslError,
@@ -397,6 +403,8 @@ class SaslExchange:
         self.extensions: Dict[str, str] = {}
         self._scram: Optional[ScramServer] = None
         self._oauth_error: Optional[str] = None
+        self._gss: Any = None           # the Kerberos acceptor context (GSSAPI)
+        self._gss_stage = ""
 
     def step(self, token: bytes) -> bytes:
         """Consume a client token, return the server's; raises AuthenticationFailed."""
@@ -406,7 +414,43 @@ class SaslExchange:
             return self._plain(token)
         if self.mechanism == "OAUTHBEARER":
             return self._oauthbearer(token)
+        if self.mechanism == "GSSAPI":
+            return self._gssapi(token)
         return self._scram_step(token)
+
+    def _gssapi(self, token: bytes) -> bytes:
+        try:
+            if self._gss is None:
+                self._gss = AcceptorContext()
+            ctx = self._gss
+            if not ctx.complete:
+                reply = ctx.step(token)
+                if not ctx.complete:
+                    return reply
+                if reply:     # mutual authentication: the client answers it empty
+                    self._gss_stage = "await-empty"
+                    return reply
+                self._gss_stage = "offer"
+            if self._gss_stage == "await-empty":
+                self._gss_stage = "offer"
+            if self._gss_stage == "offer":
+                self._gss_stage = "await-choice"
+                return ctx.wrap(bytes([NO_SECURITY_LAYER, 0, 0, 0]))
+            choice = ctx.unwrap(token)
+        except GssError as exc:
+            raise AuthenticationFailed(f"GSSAPI: {exc}") from None
+        if len(choice) < 4 or choice[0] != NO_SECURITY_LAYER:
+            raise AuthenticationFailed("GSSAPI: the client chose a security layer this "
+                                       "server did not offer")
+        authzid = choice[4:].decode("utf-8", "replace")
+        user = ctx.initiator.split("@")[0].split("/")[0]
+        if authzid and authzid != ctx.initiator and authzid != user:
+            raise AuthenticationFailed(f"GSSAPI: authorization id {authzid!r} is not the "
+                                       f"authenticated {ctx.initiator!r}")
+        self.user = user
+        self.done = True
+        ctx.close()
+        return b""
 
     def _plain(self, token: bytes) -> bytes:
         try:

@@ -329,7 +329,8 @@ def test_security_protocols_and_their_checks():
     msg = invalid({"security.protocol": "sasl_plaintext", "sasl.mechanism": "DIGEST-MD5"})
     assert "DIGEST-MD5" in msg and "not supported" in msg and "SCRAM-SHA-256" in msg
     msg = invalid({"security.protocol": "sasl_plaintext"})
-    assert "GSSAPI" in msg and "gssapi" in msg
+    # GSSAPI's default kinit command needs the keytab, as librdkafka says
+    assert '"sasl.kerberos.keytab"' in msg and "sasl.kerberos.min.time.before.relogin" in msg
     msg = invalid({"security.protocol": "ssl", "ssl.ca.location": "/nonexistent/ca.pem"})
     assert '"ssl.ca.location"' in msg and "/nonexistent/ca.pem" in msg
     msg = invalid({"security.protocol": "ssl", "ssl.certificate.location": "/x.pem"})
@@ -840,8 +841,8 @@ def test_none_for_strings_callables_and_logger_means_default():
 
 def test_refused_values_name_the_reason():
     assert "file offset store" in invalid({"offset.store.method": "file"}, "consumer")
-    msg = invalid({"builtin.features": "gzip,sasl_gssapi"})
-    assert "sasl_gssapi" in msg and "GSSAPI" in msg
+    msg = invalid({"builtin.features": "gzip,plugins"})
+    assert "plugins" in msg and "cannot be loaded" in msg
     assert parse({"builtin.features": "gzip,ssl,sasl_scram"}).builtin_features == (
         "gzip", "ssl", "sasl_scram")
 

@@ -8,10 +8,12 @@ a fresh :class:`~.sasl.SaslMechanism`.
 """
 from __future__ import annotations
 
+import logging
 import ssl
 import threading
 from typing import Any, Callable, Mapping, Optional
 
+from kafka_client._net.security import gssapi
 from kafka_client._net.security.oauth import TokenSource, token_from_callback, unsecured_jwt
 from kafka_client._net.security.oidc import OidcError, OidcTokenEndpoint
 from kafka_client._net.security.sasl import (
@@ -35,33 +37,22 @@ class SecurityConfigError(ValueError):
     """The security configuration cannot work; the message names the property."""
 
 
-def _gssapi_missing() -> str:
-    """Why GSSAPI cannot be used here: always, for now (see docs/security.md)."""
-    try:
-        import gssapi  # type: ignore[import-not-found]  # noqa: F401
-    except ImportError:
-        return ('"sasl.mechanism" GSSAPI (Kerberos) is not supported by this client: it '
-                'needs the "gssapi" Python package (pip install gssapi, which needs the '
-                "MIT Kerberos libraries: Debian libkrb5-dev) and Kerberos support in this "
-                "client, which is not written yet; use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
-                "or OAUTHBEARER")
-    return ('"sasl.mechanism" GSSAPI (Kerberos) is not supported by this client yet '
-            '(the "gssapi" package is installed, but the GSSAPI exchange is not written); '
-            "use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
-
-
 class SecuritySettings:
     """What ``security.protocol``, ``ssl.*`` and ``sasl.*`` ask for, ready to use.
 
     ``ssl_context`` is None for plaintext and SASL_PLAINTEXT; ``mechanism`` None when no
-    SASL is used. ``tokens`` is the OAUTHBEARER token source, if any.
+    SASL is used. ``tokens`` is the OAUTHBEARER token source, if any; ``kerberos`` the
+    GSSAPI ticket refresher (sasl.kerberos.kinit.cmd), if any, and ``service_name``
+    the brokers' Kerberos service (sasl.kerberos.service.name).
     """
 
     def __init__(self, protocol: str = "plaintext",
                  ssl_context: Optional[ssl.SSLContext] = None,
                  mechanism: Optional[str] = None, username: Optional[str] = None,
                  password: Optional[str] = None,
-                 tokens: Optional[TokenSource] = None) -> None:
+                 tokens: Optional[TokenSource] = None,
+                 kerberos: Optional[gssapi.KinitRefresher] = None,
+                 service_name: str = "kafka") -> None:
         self.protocol = protocol
         self.ssl_context = ssl_context
         self.mechanism = mechanism
@@ -69,12 +60,14 @@ class SecuritySettings:
         self._username = username
         self._password = password
         self.tokens = tokens
+        self.kerberos = kerberos
+        self.service_name = service_name
 
     @classmethod
     def from_config(cls, conf: Mapping[str, Any]) -> "SecuritySettings":
         """Build from a client configuration (every property present). Raises
         SecurityConfigError naming what is wrong; with OAUTHBEARER, fetches the first
-        token (calling ``oauth_cb``)."""
+        token (calling ``oauth_cb``); with GSSAPI, runs the kinit command."""
         protocol = conf["security.protocol"]
         ctx = None
         if protocol in ("ssl", "sasl_ssl"):
@@ -85,12 +78,13 @@ class SecuritySettings:
         if protocol not in ("sasl_plaintext", "sasl_ssl"):
             return cls(protocol, ctx)
         mechanism = conf["sasl.mechanism"].strip().upper()
-        if mechanism == "GSSAPI":
-            raise SecurityConfigError(_gssapi_missing())
         if mechanism not in SUPPORTED_MECHANISMS:
             raise SecurityConfigError(
                 f'"sasl.mechanism" "{conf["sasl.mechanism"]}" is not supported: use one of '
-                f"{', '.join(SUPPORTED_MECHANISMS[:-1])}")
+                f"{', '.join(SUPPORTED_MECHANISMS)}")
+        if mechanism == "GSSAPI":
+            return cls(protocol, ctx, mechanism, kerberos=_kerberos_login(conf),
+                       service_name=conf["sasl.kerberos.service.name"])
         username, password = conf["sasl.username"], conf["sasl.password"]
         tokens = None
         if mechanism == "OAUTHBEARER":
@@ -112,11 +106,13 @@ class SecuritySettings:
         with self._lock:
             self._username, self._password = username, password
 
-    def new_mechanism(self) -> SaslMechanism:
-        """A mechanism object for one authentication."""
+    def new_mechanism(self, host: str = "") -> SaslMechanism:
+        """A mechanism object for one authentication (to the broker at ``host``)."""
         mech = self.mechanism
         if mech is None:
             raise SaslError("no SASL mechanism configured")
+        if mech == "GSSAPI":
+            return gssapi.GssapiMechanism(self.service_name, host)
         if mech == "OAUTHBEARER":
             tokens = self.tokens
             assert tokens is not None
@@ -132,6 +128,29 @@ class SecuritySettings:
     def close(self) -> None:
         if self.tokens is not None:
             self.tokens.close()
+        if self.kerberos is not None:
+            self.kerberos.close()
+
+
+def _kerberos_login(conf: Mapping[str, Any]) -> Optional[gssapi.KinitRefresher]:
+    """GSSAPI's checks, then the first ticket: sasl.kerberos.kinit.cmd run now and every
+    sasl.kerberos.min.time.before.relogin ms (never when 0: the ticket is the
+    application's to renew), as librdkafka runs it."""
+    why = gssapi.available()
+    if why:
+        raise SecurityConfigError(why)
+    interval_ms = conf["sasl.kerberos.min.time.before.relogin"]
+    if not interval_ms or not conf["sasl.kerberos.kinit.cmd"]:
+        return None
+    try:
+        command = gssapi.render_kinit_cmd(conf)
+    except ValueError as exc:
+        raise SecurityConfigError(str(exc)) from None
+    refresher = gssapi.KinitRefresher(command, interval_ms / 1000.0,
+                                      conf.get("logger") or logging.getLogger(
+                                          "kafka_client.security"))
+    refresher.start()
+    return refresher
 
 
 def _token_source(conf: Mapping[str, Any]) -> TokenSource:

@@ -52,6 +52,7 @@ import os
 import random
 import socket
 import ssl
+import threading
 import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
@@ -576,10 +577,33 @@ class BrokerConnection:
             self._auth_failed(KafkaError._AUTHENTICATION, why)
             return
         try:
-            self._sasl = self.settings.security.new_mechanism(self.host)
-            first = self._sasl.initial()
+            mech = self._sasl = self.settings.security.new_mechanism(self.host)
+            if mech.may_block:
+                # GSSAPI asks the KDC for the broker's ticket: not on the I/O thread,
+                # which serves every other connection meanwhile. The setup deadline
+                # still bounds the wait.
+                threading.Thread(target=self._sasl_first_off_thread, args=(mech,),
+                                 name="kafka-sasl", daemon=True).start()
+                return
+            first = mech.initial()
         except SaslError as exc:
             self._auth_failed(KafkaError._AUTHENTICATION, str(exc))
+            return
+        self._send_now(SaslAuthenticateRequest(auth_bytes=first), self._sasl_answered)
+
+    def _sasl_first_off_thread(self, mech: SaslMechanism) -> None:
+        """Helper thread: the mechanism's first message, handed to the I/O thread."""
+        try:
+            first: Any = mech.initial()
+        except SaslError as exc:
+            first = exc
+        self.io.call_soon(self._sasl_first_ready, mech, first)
+
+    def _sasl_first_ready(self, mech: SaslMechanism, first: Any) -> None:
+        if self.state != AUTHENTICATING or self._sasl is not mech:
+            return   # closed (or timed out) meanwhile
+        if isinstance(first, SaslError):
+            self._auth_failed(KafkaError._AUTHENTICATION, str(first))
             return
         self._send_now(SaslAuthenticateRequest(auth_bytes=first), self._sasl_answered)
 

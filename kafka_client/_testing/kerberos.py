@@ -14,8 +14,9 @@ import signal
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Iterator, Optional
 
 from kafka_client._testing.brokers import LOOPBACK, free_port
 
@@ -124,6 +125,23 @@ class Kdc:
         if ccache is not None:
             env["KRB5CCNAME"] = f"FILE:{self.folder}/{ccache}"
         return env
+
+    @contextmanager
+    def activated(self, keytab: Optional[Path] = None, ccache: Optional[str] = None
+                  ) -> Iterator[Dict[str, str]]:
+        """This process's environment set to :meth:`env` (and so the Kerberos library of
+        this process and of the processes it starts) until the block ends."""
+        env = self.env(keytab, ccache)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield env
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def __enter__(self) -> "Kdc":
         return self

@@ -271,6 +271,21 @@ def oidc_conf(bootstrap, endpoint, **extra):
     return conf
 
 
+def requests_of_both(conf, endpoint, topic, n):
+    """Our client carries ``n`` messages with ``conf`` (the round trip), then
+    confluent-kafka, configured alike, produces to ``topic``; returns the requests the
+    token endpoint got from ours and from confluent-kafka's."""
+    round_trip(conf, topic, n)
+    ours = endpoint.taken()
+    peer = confluent_kafka.Producer(dict(conf))
+    for i in range(10):
+        peer.produce(topic, b"peer%d" % i)
+    assert peer.flush(30) == 0
+    theirs = endpoint.taken()[len(ours):]
+    assert ours and theirs
+    return ours, theirs
+
+
 def test_oidc_round_trip_asking_what_librdkafka_asks(sasl_cluster, topic_name):
     """Our client and confluent-kafka, configured alike, both get their token from the
     endpoint and authenticate with it; the endpoint sees the same request from both, and
@@ -281,14 +296,7 @@ def test_oidc_round_trip_asking_what_librdkafka_asks(sasl_cluster, topic_name):
              "sasl.oauthbearer.extensions": "logicalCluster=lkc-1,identityPoolId=pool-2"}
     with TokenEndpoint() as endpoint:
         conf = oidc_conf(sasl_cluster.bootstrap_servers, endpoint, **extra)
-        round_trip(conf, topic_name, 1000)
-        ours = endpoint.taken()
-        peer = confluent_kafka.Producer(dict(conf))
-        for i in range(100):
-            peer.produce(topic_name, b"peer%d" % i)
-        assert peer.flush(30) == 0
-        theirs = endpoint.taken()[len(ours):]
-    assert ours and theirs
+        ours, theirs = requests_of_both(conf, endpoint, topic_name, 1000)
     for request in (ours[0], theirs[0]):
         assert request.method == "POST"
         assert request.basic_credentials() == f"{endpoint.client_id}:{endpoint.client_secret}"
@@ -336,13 +344,7 @@ def test_oidc_jwt_bearer_grant_like_librdkafka(sasl_cluster, topic_name, tmp_pat
                 "sasl.oauthbearer.assertion.private.key.file": str(key_file),
                 "sasl.oauthbearer.assertion.claim.sub": "svc",
                 "sasl.oauthbearer.assertion.claim.aud": endpoint.url}
-        round_trip(conf, topic_name, 500)
-        ours = endpoint.taken()
-        peer = confluent_kafka.Producer(dict(conf))
-        peer.produce(topic_name, b"peer")
-        assert peer.flush(30) == 0
-        theirs = endpoint.taken()[len(ours):]
-    assert ours and theirs
+        ours, theirs = requests_of_both(conf, endpoint, topic_name, 500)
     (our_header, our_claims, _), (their_header, their_claims, _) = (
         ours[0].assertion_parts(), theirs[0].assertion_parts())
     assert our_header == their_header == {"alg": "RS256", "typ": "JWT"}
@@ -362,13 +364,7 @@ def test_oidc_azure_imds_like_librdkafka(sasl_cluster, topic_name):
                 "sasl.oauthbearer.metadata.authentication.type": "azure_imds",
                 "sasl.oauthbearer.token.endpoint.url": endpoint.url,
                 "sasl.oauthbearer.config": "query=api-version=2018-02-01&resource=api://k"}
-        round_trip(conf, topic_name, 200)
-        ours = endpoint.taken()
-        peer = confluent_kafka.Producer(dict(conf))
-        peer.produce(topic_name, b"peer")
-        assert peer.flush(30) == 0
-        theirs = endpoint.taken()[len(ours):]
-    assert ours and theirs
+        ours, theirs = requests_of_both(conf, endpoint, topic_name, 200)
     for request in (ours[0], theirs[0]):
         assert request.method == "GET" and request.headers["Metadata"] == "true"
         assert request.path == "/oauth2/token?api-version=2018-02-01&resource=api://k"

@@ -6,7 +6,6 @@ the failures (no ticket, unknown service, KDC down) each a clear _AUTHENTICATION
 within seconds."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -37,18 +36,10 @@ def kerberos(tmp_path_factory):
     with Kdc(str(tmp_path_factory.mktemp("kdc"))) as kdc:
         service = kdc.add_principal("kafka/127.0.0.1")
         alice = kdc.add_principal("alice")
-        env = kdc.env(keytab=service, ccache="client-ccache")
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)     # the cluster process starts with it
-        try:
-            with Cluster(brokers=1, broker_config={"sasl.enabled.mechanisms": "GSSAPI"}) as cl:
-                yield kdc, cl, alice
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        # the cluster process starts with this environment: the broker's keytab
+        with kdc.activated(keytab=service, ccache="client-ccache"), \
+                Cluster(brokers=1, broker_config={"sasl.enabled.mechanisms": "GSSAPI"}) as cl:
+            yield kdc, cl, alice
 
 
 def gssapi_conf(cluster, keytab, **extra):

@@ -1,5 +1,5 @@
 """Security of broker connections: TLS (:mod:`.tls`) and SASL (:mod:`.sasl`,
-:mod:`.oauth`, :mod:`.oidc`).
+:mod:`.oauth`, :mod:`.oidc`, :mod:`.gssapi`).
 
 :class:`SecuritySettings` is built once per client from its configuration (bad files,
 missing credentials and unsupported mechanisms fail there, naming the property); every

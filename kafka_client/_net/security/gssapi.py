@@ -13,8 +13,9 @@ wrapped choice of none (Kafka runs no SASL security layer; TLS is its protection
 :class:`AcceptorContext` is the broker's side, used by the test cluster
 (``kafka_client.testing``); it takes its key from the default keytab (``KRB5_KTNAME``).
 
-ctypes releases the GIL around each call: a context step that asks the KDC for a
-service ticket (the first authentication to a broker) blocks only the calling thread.
+ctypes releases the GIL around each call. The first step, which may ask the KDC for the
+broker's service ticket, runs on a helper thread of the connection (``may_block``), so a
+slow KDC never holds up the client's other connections.
 """
 from __future__ import annotations
 
@@ -262,6 +263,7 @@ class GssapiMechanism(SaslMechanism):
     """SASL GSSAPI (RFC 4752) for one authentication to the broker at ``host``."""
 
     name = "GSSAPI"
+    may_block = True    # the first step may ask the KDC for the broker's ticket
 
     def __init__(self, service: str, host: str) -> None:
         self._context = InitiatorContext(service, host)

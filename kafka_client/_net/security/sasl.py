@@ -51,6 +51,8 @@ class SaslMechanism:
 
     name = ""
     complete = False
+    #: initial() may wait on the network (GSSAPI's KDC): called off the I/O thread
+    may_block = False
 
     def initial(self) -> bytes:
         raise NotImplementedError

@@ -6,7 +6,6 @@ is rendered and run as librdkafka does."""
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 
 import pytest
@@ -34,19 +33,10 @@ def realm():
     with Kdc() as kdc:
         service = kdc.add_principal("kafka/127.0.0.1")
         alice = kdc.add_principal("alice")
-        env = kdc.env(keytab=service, ccache="alice-ccache")
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with kdc.activated(keytab=service, ccache="alice-ccache"):
             subprocess.run(["kinit", "-k", "-t", str(alice), "alice"], check=True,
                            capture_output=True)
             yield kdc, alice
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
 
 def run_exchange(client, server):

@@ -7,6 +7,7 @@ within seconds."""
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -131,6 +132,40 @@ def test_an_unknown_service_is_a_clear_error(kerberos):
     text = auth_error(gssapi_conf(cluster, alice,
                                   **{"sasl.kerberos.service.name": "nosuchservice"}))
     assert "nosuchservice/127.0.0.1@" in text and "not found in Kerberos database" in text
+
+
+def test_a_hung_kdc_holds_up_nothing_else(kerberos, topic_name, tmp_path, monkeypatch):
+    """The realm's KDC stops answering (a port that accepts and says nothing): Kerberos
+    waits about 25 s before giving up, on the connection's helper thread; meanwhile
+    the client's I/O thread goes on: the queued message times out on time."""
+    kdc, cluster, alice = kerberos
+    cluster.create_topic(topic_name)
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(16)
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path}/tgt-only")
+    subprocess.run(["kinit", "-k", "-t", str(alice), "alice"], check=True,
+                   capture_output=True)   # a ticket-granting ticket, no service ticket
+    original = kdc.krb5_conf.read_text()
+    kdc.krb5_conf.write_text(original.replace(f":{kdc.port}",
+                                              f":{hole.getsockname()[1]}"))
+    reports = []
+    p = None
+    try:
+        p = Producer(gssapi_conf(cluster, alice, **{
+            "sasl.kerberos.min.time.before.relogin": 0, "message.timeout.ms": 1000}))
+        started = time.monotonic()
+        p.produce(topic_name, b"x", on_delivery=lambda err, _msg: reports.append(err))
+        while not reports and time.monotonic() - started < 10:
+            p.poll(0.1)
+        elapsed = time.monotonic() - started
+    finally:
+        kdc.krb5_conf.write_text(original)
+        if p is not None:
+            p.close()
+        hole.close()
+    assert reports and reports[0].code() == KafkaError._MSG_TIMED_OUT
+    assert elapsed < 3, elapsed
 
 
 @pytest.mark.skipif(KCAT is None or not CYRUS_GSSAPI,

@@ -530,11 +530,12 @@ _TABLE: Tuple[Property, ...] = (
              "ApiVersions is always used"),
     _ignored("broker.address.ttl", INT, 1000, "*", "How long resolved addresses are cached.",
              "names are resolved when a connection starts", min=0, max=86400000),
-    _ignored("client.dns.lookup", ENUM, "use_all_dns_ips", "*",
-             "How names with several addresses are used.",
-             "every address of a name is tried in turn (use_all_dns_ips); canonical names "
-             "only matter for GSSAPI",
-             values=("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")),
+    _p("client.dns.lookup", ENUM, "use_all_dns_ips", "*",
+       "use_all_dns_ips: every address of a name is tried in turn. "
+       "resolve_canonical_bootstrap_servers_only (KIP-235, for GSSAPI behind a DNS alias): "
+       "each bootstrap server is replaced, when the client starts, by the names of its "
+       "addresses (reverse lookup), so Kerberos asks for the brokers' own principals.",
+       values=("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")),
     _ignored("enable.metrics.push", BOOL, True, "*", "KIP-714 client metrics push.",
              "client metrics are not pushed to the cluster"),
     _ignored("enable.random.seed", BOOL, True, "*", "Seed librdkafka's C PRNG.",

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
 from kafka_client._model import ThrottleEvent
+from kafka_client._net.bootstrap import canonical_names
 from kafka_client._net.connection import (
     AUTHENTICATING,
     CONNECTING,
@@ -87,7 +88,7 @@ class Cluster:
         #: COORDINATOR_KEY_BASE, FETCH_LANE_KEY_BASE): never used for anything else
         self._dedicated_conns: Dict[BrokerConnection, str] = {}
         self.bootstrap: List[BrokerConnection] = []
-        for i, (host, port) in enumerate(config.broker_addresses()):
+        for i, (host, port) in enumerate(self._bootstrap_addresses(config)):
             conn = self._new_conn(-1 - i, host, port)
             self.bootstrap.append(conn)
         self.on_metadata: List[Callable[[Set[str]], None]] = []
@@ -126,6 +127,21 @@ class Cluster:
         io.add_tick(self._tick)
 
     # -- connections -------------------------------------------------------------------
+    @staticmethod
+    def _bootstrap_addresses(config: Any) -> List[Tuple[str, int]]:
+        """``bootstrap.servers``; each name replaced by its addresses' canonical names
+        with client.dns.lookup=resolve_canonical_bootstrap_servers_only (KIP-235)."""
+        addresses = config.broker_addresses()
+        if config["client.dns.lookup"] != "resolve_canonical_bootstrap_servers_only":
+            return addresses
+        out: List[Tuple[str, int]] = []
+        for host, port in addresses:
+            for name in canonical_names(host, port, config["broker.address.family"],
+                                        config["resolve_cb"]):
+                if (name, port) not in out:
+                    out.append((name, port))
+        return out
+
     def _new_conn(self, node_id: int, host: str, port: int) -> BrokerConnection:
         conn = BrokerConnection(self.io, node_id, host, port, self.settings,
                                 on_state=self._on_state)

@@ -11,7 +11,7 @@ import ipaddress
 import socket
 from typing import Any, Callable, List, Optional, Tuple
 
-__all__ = ["Address", "resolve", "is_ip_literal"]
+__all__ = ["Address", "resolve", "is_ip_literal", "canonical_names"]
 
 #: ``(family, sockaddr)`` as socket.connect() wants it.
 Address = Tuple[int, tuple]
@@ -61,3 +61,25 @@ def resolve(host: str, port: int, family: str = "any",
     if not out:
         raise socket.gaierror(socket.EAI_NONAME, f"no {family} address for {host}")
     return out
+
+
+def canonical_names(host: str, port: int, family: str = "any",
+                    resolver: Optional[Callable[[str, int], Any]] = None) -> List[str]:
+    """``client.dns.lookup=resolve_canonical_bootstrap_servers_only`` (KIP-235), as
+    librdkafka does it: the name of each address of ``host`` by reverse lookup (an
+    address without one stays numeric), in resolver order, without duplicates. A
+    Kerberos client behind a DNS alias then asks for the brokers' own service
+    principals. ``[host]`` when the name does not resolve (connecting reports that)."""
+    try:
+        addresses = resolve(host, port, family, resolver)
+    except (OSError, ValueError):
+        return [host]
+    names: List[str] = []
+    for _family, sockaddr in addresses:
+        try:
+            name, _service = socket.getnameinfo(sockaddr, socket.NI_NAMEREQD)
+        except OSError:
+            name = str(sockaddr[0])
+        if name not in names:
+            names.append(name)
+    return names or [host]

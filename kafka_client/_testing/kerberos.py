@@ -105,9 +105,14 @@ class Kdc:
                 time.sleep(0.05)
         raise RuntimeError("krb5kdc did not listen within 20 s")
 
-    def add_principal(self, principal: str) -> Path:
-        """Create ``principal`` (of this realm) with a random key; returns its keytab."""
-        keytab = self.folder / (principal.replace("/", "_") + ".keytab")
+    def keytab_path(self, principal: str) -> Path:
+        """Where :meth:`add_principal` writes ``principal``'s keytab by default."""
+        return self.folder / (principal.replace("/", "_") + ".keytab")
+
+    def add_principal(self, principal: str, keytab: Optional[Path] = None) -> Path:
+        """Create ``principal`` (of this realm) with a random key, written to ``keytab``
+        (added to it when it exists; default :meth:`keytab_path`); returns the keytab."""
+        keytab = keytab or self.keytab_path(principal)
         self._run(_which("kadmin.local"), "-r", REALM, "-q",
                   f"addprinc -randkey {principal}")
         self._run(_which("kadmin.local"), "-r", REALM, "-q",

@@ -168,6 +168,33 @@ def test_a_hung_kdc_holds_up_nothing_else(kerberos, topic_name, tmp_path, monkey
     assert elapsed < 3, elapsed
 
 
+def test_canonical_bootstrap_names_pick_the_kerberos_principal(kerberos, tmp_path,
+                                                                 monkeypatch):
+    """client.dns.lookup=resolve_canonical_bootstrap_servers_only (KIP-235): the
+    bootstrap server given as an address is reached under its reverse name, so the
+    client asks the KDC for kafka/<that name>; the brokers the metadata names are
+    reached as advertised (kafka/127.0.0.1)."""
+    kdc, cluster, alice = kerberos
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    try:
+        name = socket.getnameinfo((host, int(port)), socket.NI_NAMEREQD)[0]
+    except OSError:
+        pytest.skip(f"{host} has no name by reverse lookup here")
+    # the broker's keytab gets the key of that name's principal too
+    kdc.add_principal(f"kafka/{name}", keytab=kdc.keytab_path("kafka/127.0.0.1"))
+    ccache = tmp_path / "canonical"
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{ccache}")
+    p = Producer(gssapi_conf(cluster, alice, **{
+        "client.dns.lookup": "resolve_canonical_bootstrap_servers_only"}))
+    try:
+        assert p.list_topics(timeout=10).brokers
+    finally:
+        p.close()
+    tickets = subprocess.run(["klist", "-c", str(ccache)], capture_output=True,
+                             text=True).stdout
+    assert f"kafka/{name}@" in tickets, tickets
+
+
 @pytest.mark.skipif(KCAT is None or not CYRUS_GSSAPI,
                     reason="kcat (Debian kcat) with Cyrus SASL's GSSAPI plugin "
                            "(libsasl2-modules-gssapi-mit) is not installed")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kafka_client._net.bootstrap import is_ip_literal, resolve
+from kafka_client._net.bootstrap import canonical_names, is_ip_literal, resolve
 from kafka_client._net.connection import (
     DISCONNECTED,
     READY,
@@ -83,6 +83,20 @@ def test_resolve_literals_and_names():
     assert all(af == socket.AF_INET for af, _ in resolve("localhost", 9092, "v4"))
     with pytest.raises(OSError):
         resolve("no-such-host.invalid", 9092)
+
+
+def test_canonical_names_are_the_addresses_reverse_names():
+    """KIP-235 as librdkafka: an alias becomes the names of its addresses; an address
+    without a name stays numeric; a name that does not resolve stays as given."""
+    def alias(host, port):   # an alias of two addresses (resolve_cb-shaped answer)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("192.0.2.7", port))]
+    try:
+        loopback = socket.getnameinfo(("127.0.0.1", 9092), socket.NI_NAMEREQD)[0]
+    except OSError:
+        loopback = "127.0.0.1"
+    assert canonical_names("kafka.example", 9092, resolver=alias) == [loopback, "192.0.2.7"]
+    assert canonical_names("no-such-host.invalid", 9092) == ["no-such-host.invalid"]
 
 
 def test_io_thread_calls_timers_and_ticks(io):

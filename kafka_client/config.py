@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Tuple, Union
 
 from ._net.security import SecurityConfigError, SecuritySettings
+from ._net.security.gssapi import available as gssapi_unavailable
 from .errors import KafkaError, KafkaException
 
 __all__ = [
@@ -1137,12 +1138,18 @@ class ClientConfig(Mapping[str, Any]):
         return cfg
 
     def _check_features(self) -> None:
-        missing = [f for f in self._values["builtin.features"] if f in _MISSING_FEATURES]
-        if missing and "builtin.features" in self._explicit:
+        if "builtin.features" not in self._explicit:
+            return
+        lacking = dict(_MISSING_FEATURES)
+        why_not_gssapi = gssapi_unavailable()
+        if why_not_gssapi:   # the system's Kerberos library is not installed
+            lacking["sasl_gssapi"] = why_not_gssapi
+        missing = [f for f in self._values["builtin.features"] if f in lacking]
+        if missing:
             raise _invalid(
                 f'Invalid value "{",".join(missing)}" for configuration property '
                 f'"builtin.features": not supported by this client: '
-                + "; ".join(f"{f}: {_MISSING_FEATURES[f]}" for f in missing))
+                + "; ".join(f"{f}: {lacking[f]}" for f in missing))
 
     def _build_logger(self) -> None:
         """log_cb, or an explicit log_level, puts a ClientLogger where the client looks

@@ -168,5 +168,15 @@ def test_a_missing_library_is_a_clear_error(monkeypatch):
             "security.protocol": "sasl_plaintext", "sasl.mechanism": "GSSAPI"}))
 
 
+def test_builtin_features_says_whether_gssapi_is_there(monkeypatch):
+    assert ClientConfig.from_dict({"builtin.features": "sasl_gssapi"}, "producer")
+    monkeypatch.setattr(gssapi, "_lib", None)
+    monkeypatch.setattr(gssapi.ctypes.util, "find_library", lambda _name: None)
+    monkeypatch.setattr(gssapi.ctypes, "CDLL", _no_library)
+    from kafka_client import KafkaException
+    with pytest.raises(KafkaException, match="sasl_gssapi: SASL GSSAPI needs the MIT"):
+        ClientConfig.from_dict({"builtin.features": "gzip,sasl_gssapi"}, "producer")
+
+
 def _no_library(name):
     raise OSError(f"{name}: cannot open shared object file")

@@ -29,7 +29,7 @@ import sys
 import threading
 import zlib
 from enum import IntEnum
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from kafka_proto.errors import (
     CompressionError,
@@ -151,13 +151,32 @@ def _cramjam_mod():
     return _cramjam
 
 
+#: cramjam inflates gzip straight into the buffer it is given from 2.14 on; before, into a
+#: buffer of its own first (twice the output in memory, measured with
+#: tests/proto/test_decompression_budget.py: 2.11-2.13 fail it, and 2.11 is the newest
+#: cramjam for Python 3.9 and 3.10), so older versions take the streaming decoder.
+_CRAMJAM_DIRECT_GZIP = (2, 14)
+_cramjam_direct_gzip: Optional[bool] = None
+
+
+def _gzip_into_ok(cj: Any) -> bool:
+    global _cramjam_direct_gzip
+    if _cramjam_direct_gzip is None:
+        parts = []
+        for part in str(getattr(cj, "__version__", "0")).split(".")[:2]:
+            digits = "".join(ch for ch in part if ch.isdigit())
+            parts.append(int(digits or 0))
+        _cramjam_direct_gzip = tuple(parts) >= _CRAMJAM_DIRECT_GZIP
+    return _cramjam_direct_gzip
+
+
 def _gzip_fast(mv: memoryview, max_size: int) -> Optional[bytes]:
     """One-shot inflate into a buffer sized from the gzip trailer (ISIZE), when that size is
     plausible and within the budget. Returns None when anything does not fit exactly; the
     caller then runs the streaming decoder, which has the final say on errors."""
     cj = _cramjam_mod()
     n = len(mv)
-    if not cj or n < 20:
+    if not cj or n < 20 or not _gzip_into_ok(cj):
         return None
     (hint,) = struct.unpack_from("<I", mv, n - 4)
     if hint < _GZIP_FAST_MIN or hint > max_size or hint > n * _DEFLATE_MAX_RATIO:

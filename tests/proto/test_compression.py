@@ -389,3 +389,22 @@ def test_snappy_reader_round_trip_and_peer(data, split, raw):
         packed = C.compress(C.CODEC_SNAPPY, data)
         assert kp_codec.snappy_decode(packed) == data
     assert C.decompress(C.CODEC_SNAPPY, packed, 1 << 30) == data
+
+
+@pytest.mark.parametrize("version,direct", [("2.14.0", True), ("2.15.1", True),
+                                            ("3.0.0rc1", True), ("2.13.0", False),
+                                            ("2.11.0", False)])
+def test_gzip_trailer_path_only_with_a_cramjam_that_inflates_in_place(monkeypatch, version,
+                                                                      direct):
+    """Before 2.14 cramjam inflates into a buffer of its own first (twice the output in
+    memory: the decompression budget fails); those versions take the streaming decoder,
+    which gives the same bytes."""
+    class OldCramjam:
+        __version__ = version
+        gzip = cramjam.gzip
+
+    monkeypatch.setattr(C, "_cramjam", OldCramjam)
+    monkeypatch.setattr(C, "_cramjam_direct_gzip", None)
+    payload = gzip.compress(bytes(range(256)) * 1024)
+    assert (C._gzip_fast(memoryview(payload), 1 << 20) is not None) is direct
+    assert C.decompress(1, payload, 1 << 20) == bytes(range(256)) * 1024

@@ -521,9 +521,9 @@ _TABLE: Tuple[Property, ...] = (
        values=("fifo", "lifo"),
        refuse_values={"lifo": "messages are always sent in produce order (fifo)"}),
     _p("sasl.oauthbearer.method", ENUM, "default", "*",
-       "OAUTHBEARER token source: default (oauth_cb or the unsecured JWT) or oidc (the "
-       "client credentials grant at sasl.oauthbearer.token.endpoint.url; oauth_cb, when "
-       "set, takes precedence).",
+       "OAUTHBEARER token source: default (oauth_cb or the unsecured JWT) or oidc (a token "
+       "endpoint: sasl.oauthbearer.grant.type at sasl.oauthbearer.token.endpoint.url, or "
+       "Azure's instance metadata service; oauth_cb, when set, takes precedence).",
        values=("default", "oidc")),
     _ignored("api.version.fallback.ms", INT, 0, "*", "Deprecated in librdkafka.",
              "ApiVersions is always used", min=0, max=604800000),

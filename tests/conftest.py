@@ -265,3 +265,21 @@ def run_child():
             pytest.fail(f"child process still running after {timeout}s (hung?); stderr:\n"
                         f"{exc.stderr}")
     return run
+
+
+@pytest.fixture
+def produce_for():
+    """``produce_for(producer, topic, seconds, pause=0.05, prefix=b"")`` produces
+    ``prefix + b"0"``, ``prefix + b"1"``, ... for ``seconds``, polling ``pause`` seconds
+    after each (a slow, steady stream across a broker's session lifetimes or a token's),
+    flushes, and returns how many it sent."""
+    def produce(producer, topic: str, seconds: float, pause: float = 0.05,
+                prefix: bytes = b"") -> int:
+        sent, deadline = 0, time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            producer.produce(topic, prefix + b"%d" % sent)
+            sent += 1
+            producer.poll(pause)
+        assert producer.flush(30) == 0
+        return sent
+    return produce

@@ -370,7 +370,7 @@ def test_oidc_azure_imds_like_librdkafka(sasl_cluster, topic_name):
         assert request.path == "/oauth2/token?api-version=2018-02-01&resource=api://k"
 
 
-def test_oidc_tokens_are_refreshed_before_they_expire(sasl_cluster, topic_name):
+def test_oidc_tokens_are_refreshed_before_they_expire(sasl_cluster, topic_name, produce_for):
     """Tokens of 2 s: the client asks the endpoint again at 80% of each lifetime and
     re-authenticates its connections (KIP-368) with the new token; every message sent
     over 4 s is delivered."""
@@ -380,13 +380,7 @@ def test_oidc_tokens_are_refreshed_before_they_expire(sasl_cluster, topic_name):
         before = len(sasl_cluster.sasl_authentications())
         p = Producer(oidc_conf(sasl_cluster.bootstrap_servers, endpoint))
         try:
-            sent = 0
-            deadline = time.monotonic() + 4
-            while time.monotonic() < deadline:
-                p.produce(topic_name, b"%d" % sent)
-                sent += 1
-                p.poll(0.05)
-            assert p.flush(30) == 0
+            sent = produce_for(p, topic_name, 4)
         finally:
             p.close()
         asked = len(endpoint.taken())
@@ -438,7 +432,7 @@ def test_oidc_endpoint_down_at_start(sasl_cluster, topic_name, monkeypatch):
         p.close()
 
 
-def test_reauthentication_before_the_session_expires(topic_name):
+def test_reauthentication_before_the_session_expires(topic_name, produce_for):
     """KIP-368: the broker gives 1.5 s sessions (connections.max.reauth.ms) and closes a
     connection that sends a request after its session expired; a producer sending for
     5 s re-authenticates on each connection and never gets closed."""
@@ -448,13 +442,7 @@ def test_reauthentication_before_the_session_expires(topic_name):
         delivered = []
         p = Producer(sasl_conf(bootstrap, "SCRAM-SHA-256"), error_cb=errors.append,
                      on_delivery=lambda err, msg: delivered.append(err))
-        end = time.monotonic() + 5
-        sent = 0
-        while time.monotonic() < end:
-            p.produce(topic_name, b"r%d" % sent)
-            sent += 1
-            p.poll(0.02)
-        assert p.flush(20) == 0
+        sent = produce_for(p, topic_name, 5, pause=0.02, prefix=b"r")
         p.close()
         assert len(delivered) == sent and not any(delivered)
         assert closed_expired(cluster) == 0

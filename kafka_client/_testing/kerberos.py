@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterator, Optional
 
 from kafka_client._testing.brokers import LOOPBACK, free_port
+from kafka_client._testing.processes import stop_process_group, wait_listening
 
 __all__ = ["Kdc", "kdc_unavailable", "REALM"]
 
@@ -80,8 +79,13 @@ class Kdc:
         self._run(_which("kdb5_util"), "create", "-s", "-r", REALM, "-P", "master-secret")
         self._process = subprocess.Popen(
             [str(_which("krb5kdc")), "-n", "-r", REALM], env=self._base_env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-        self._wait_listening()
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        why = wait_listening(self._process, LOOPBACK, self.port, 20.0)
+        if why is not None:
+            log = self.folder / "kdc.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            self.stop()
+            raise RuntimeError(f"krb5kdc {why}: {tail}")
 
     def _run(self, *args: Optional[str]) -> str:
         done = subprocess.run([str(a) for a in args], env=self._base_env, text=True,
@@ -90,20 +94,6 @@ class Kdc:
             raise RuntimeError(f"{' '.join(str(a) for a in args[:2])} failed: "
                                f"{done.stderr.strip() or done.stdout.strip()}")
         return done.stdout
-
-    def _wait_listening(self) -> None:
-        import socket
-
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"krb5kdc exited: {self._process.stderr.read()!r}")
-            try:
-                socket.create_connection((LOOPBACK, self.port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("krb5kdc did not listen within 20 s")
 
     def keytab_path(self, principal: str) -> Path:
         """Where :meth:`add_principal` writes ``principal``'s keytab by default."""
@@ -155,13 +145,5 @@ class Kdc:
         self.stop()
 
     def stop(self) -> None:
-        if self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGTERM)
-            try:
-                self._process.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._process.pid, signal.SIGKILL)
-                self._process.wait(5)
-        if self._process.stderr is not None:
-            self._process.stderr.close()
+        stop_process_group(self._process)
         shutil.rmtree(self.folder, ignore_errors=True)

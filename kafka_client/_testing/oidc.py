@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional
 
+from kafka_client._net.security.oauth import b64url_decode, jwt_segment
 from kafka_client._testing.brokers import LOOPBACK
 
 __all__ = ["TokenEndpoint", "TokenRequest", "unsecured_token", "JWT_BEARER_GRANT"]
@@ -52,19 +53,13 @@ class TokenRequest:
     def assertion_parts(self) -> "tuple[Dict[str, Any], Dict[str, Any], bytes]":
         """Header, claims and signature of the JWT bearer grant's assertion."""
         header, claims, signature = self.form["assertion"][0].split(".")
-        return (json.loads(_unb64(header)), json.loads(_unb64(claims)), _unb64(signature))
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return (json.loads(b64url_decode(header)), json.loads(b64url_decode(claims)),
+                b64url_decode(signature))
 
 
 def unsecured_token(claims: Dict[str, Any]) -> str:
     """A JWT with ``alg: none`` carrying ``claims``."""
-    def part(obj: Any) -> str:
-        raw = json.dumps(obj, separators=(",", ":")).encode()
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-    return f"{part({'alg': 'none'})}.{part(claims)}."
+    return f"{jwt_segment({'alg': 'none'})}.{jwt_segment(claims)}."
 
 
 class TokenEndpoint:

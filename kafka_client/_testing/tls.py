@@ -17,9 +17,7 @@ Only processes started here are ever signalled.
 """
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -29,6 +27,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from kafka_client._testing.brokers import LOOPBACK, TansuBroker, free_port
+from kafka_client._testing.processes import stop_process_group, wait_listening
 
 __all__ = ["Certificates", "make_certificates", "stunnel_binary", "Stunnel", "TlsTansu",
            "create_topic_plaintext", "TlsEndpoints",
@@ -166,20 +165,11 @@ class Stunnel:
         self.process = subprocess.Popen(
             [self.binary, str(self.config_path)], stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"stunnel exited with {self.process.returncode}: "
-                                   f"{self.log_tail()}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"stunnel did not listen on {self.bootstrap}: "
-                                       f"{self.log_tail()}")
-                time.sleep(0.05)
+        why = wait_listening(self.process, self.host, self.port, timeout)
+        if why is None:
+            return self
+        self.stop()
+        raise RuntimeError(f"stunnel {why}: {self.log_tail()}")
 
     def log_tail(self, n: int = 2000) -> str:
         try:
@@ -189,16 +179,8 @@ class Stunnel:
 
     def stop(self) -> None:
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        if proc is not None:
+            stop_process_group(proc)
 
     def cleanup(self) -> None:
         if self.process is None:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka_client import Consumer, KafkaError, Producer, TopicPartition
 from kafka_client._net.security import gssapi
 from kafka_client._testing.kerberos import Kdc, kdc_unavailable
 from kafka_client.testing import Cluster
+from tests.integration.test_sasl import auth_errors
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(kdc_unavailable() is not None or gssapi.available(),
@@ -102,36 +103,22 @@ def test_reauthentication_keeps_kerberos_sessions_going(kerberos, topic_name, pr
             b"%d" % i for i in range(sent)]
 
 
-def auth_error(conf):
-    """The _AUTHENTICATION error a client that cannot authenticate gets: list_topics()
-    fails with it as soon as the connection is refused."""
-    errors = []
-    p = Producer(dict(conf, error_cb=errors.append))
-    started = time.monotonic()
-    try:
-        with pytest.raises(KafkaException) as refused:
-            p.list_topics(timeout=10)
-        assert refused.value.args[0].code() == KafkaError._AUTHENTICATION
-        assert time.monotonic() - started < 5
-    finally:
-        p.close()
-    return refused.value.args[0].str()
-
-
 def test_no_ticket_is_a_clear_error(kerberos, tmp_path, monkeypatch):
     """kinit fails (the keytab has no key for mallory): logged, and the connection's
     authentication fails naming Kerberos's reason."""
     _kdc, cluster, alice = kerberos
     monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path}/no-ticket")
-    text = auth_error(gssapi_conf(cluster, alice, **{"sasl.kerberos.principal": "mallory"}))
+    errors = auth_errors(gssapi_conf(cluster, alice, **{"sasl.kerberos.principal": "mallory"}))
+    text = errors[0].str()
     assert "Kerberos authentication to kafka@127.0.0.1" in text
     assert "No Kerberos credentials available" in text
 
 
 def test_an_unknown_service_is_a_clear_error(kerberos):
     _kdc, cluster, alice = kerberos
-    text = auth_error(gssapi_conf(cluster, alice,
-                                  **{"sasl.kerberos.service.name": "nosuchservice"}))
+    errors = auth_errors(gssapi_conf(cluster, alice,
+                                     **{"sasl.kerberos.service.name": "nosuchservice"}))
+    text = errors[0].str()
     assert "nosuchservice/127.0.0.1@" in text and "not found in Kerberos database" in text
 
 

@@ -33,6 +33,12 @@ def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+def b64url_decode(text: str) -> bytes:
+    """The bytes of a base64url part without padding (a JWT's); binascii.Error or
+    ValueError when it is not base64url."""
+    return base64.urlsafe_b64decode((text + "=" * (-len(text) % 4)).encode("ascii"))
+
+
 def jwt_segment(obj: Any) -> str:
     """A JWT header or claims set: compact JSON, base64url-encoded."""
     return b64url(json.dumps(obj, separators=(",", ":")).encode("utf-8"))

@@ -39,7 +39,7 @@ import urllib.request
 import uuid
 from typing import Any, Callable, Dict, Mapping, Optional
 
-from kafka_client._net.security.oauth import b64url, jwt_segment
+from kafka_client._net.security.oauth import b64url, b64url_decode, jwt_segment
 from kafka_client._net.security.sasl import OAuthToken
 from kafka_client._net.security.tls import build_https_context
 
@@ -102,8 +102,7 @@ def token_from_jwt(access_token: str, extensions: Optional[Dict[str, str]] = Non
     if len(parts) != 3 or not parts[1]:
         raise OidcError("the access token is not a JWT (header.payload.signature)")
     try:
-        padded = parts[1] + "=" * (-len(parts[1]) % 4)
-        claims = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        claims = json.loads(b64url_decode(parts[1]))
     except (ValueError, binascii.Error, UnicodeError):
         raise OidcError("the access token's JWT payload is not base64url-encoded JSON") \
             from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import time
 
 import pytest
 
@@ -113,7 +114,6 @@ def test_the_kinit_command_runs_at_start_and_on_its_interval(tmp_path):
     refresher.start()
     try:
         assert marker.read_text() == "run\n"     # before start() returned
-        import time
         deadline = time.monotonic() + 5
         while marker.read_text().count("run") < 3 and time.monotonic() < deadline:
             time.sleep(0.05)

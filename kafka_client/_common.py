@@ -115,15 +115,21 @@ def wait_limit(timeout: Any) -> Optional[float]:
 
 def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = None,
                 grace: float = 2.0) -> None:
-    """Close a client's connections on its I/O thread (after ``first()``, run there too),
-    letting ready ones close gracefully for up to ``grace`` seconds, then stop the
-    thread."""
+    """Close a client's connections on its I/O thread (after ``first()``, run there too,
+    and the last metrics push, when metrics are pushed), letting ready ones close
+    gracefully for up to ``grace`` seconds, then stop the thread."""
     done = threading.Event()
     deadline = time.monotonic() + grace
 
     def stop() -> None:
         if first is not None:
             first()
+        if cluster.telemetry is not None:
+            cluster.telemetry.terminate(close)
+        else:
+            close()
+
+    def close() -> None:
         closing = cluster.close()
 
         def check() -> None:

@@ -537,8 +537,11 @@ _TABLE: Tuple[Property, ...] = (
        "each bootstrap server is replaced, when the client starts, by the names of its "
        "addresses (reverse lookup), so Kerberos asks for the brokers' own principals.",
        values=("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")),
-    _ignored("enable.metrics.push", BOOL, True, "*", "KIP-714 client metrics push.",
-             "client metrics are not pushed to the cluster"),
+    _p("enable.metrics.push", BOOL, True, "*",
+       "Push client metrics to the cluster when it subscribes to them (KIP-714): the "
+       "producer's and consumer's metrics under librdkafka's names, every push interval "
+       "the broker sets; a last push as the client closes. Nothing is sent to a broker "
+       "that does not serve client telemetry or subscribes to no metric."),
     _ignored("enable.random.seed", BOOL, True, "*", "Seed librdkafka's C PRNG.",
              "Python seeds its own generators"),
     _ignored("enabled_events", INT, 0, "*", "librdkafka's C event API.",

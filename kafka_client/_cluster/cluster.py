@@ -13,6 +13,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
+from kafka_client._cluster.telemetry import Sample, Source, Telemetry, interval_samples
+from kafka_client._interval import IntervalStat
 from kafka_client._model import ThrottleEvent
 from kafka_client._net.bootstrap import canonical_names
 from kafka_client._net.connection import (
@@ -120,6 +122,12 @@ class Cluster:
         #: (oauth_cb refreshing a token, the connection callbacks), for the caller of
         #: poll()/flush()/consume()
         self.callback_failures: List[Exception] = []
+        #: connections that became ready, ever (KIP-714's connection.creation.total)
+        self.connections_made = 0
+        self._connections_at_push = 0
+        #: the client's metrics push (KIP-714), once the client starts it
+        self.telemetry: Optional[Telemetry] = None
+        self._overall_latency = False
         self.settings.callback_failed = self._callback_failed
         tokens = self.settings.security.tokens
         if tokens is not None:
@@ -262,6 +270,7 @@ class Cluster:
 
     def _on_state(self, conn: BrokerConnection, state: str, error: Optional[KafkaError]) -> None:
         if state == READY:
+            self.connections_made += 1
             self.all_down_reported = False
             # After the connection's own handling of the change: the waiters send on it.
             for key in list(self._ready_waiters):
@@ -420,6 +429,39 @@ class Cluster:
             return
         self._keep("throttle_events", ThrottleEvent(self.broker_name(conn),
                                                     self.broker_id(conn), throttle_ms / 1000.0))
+
+    # -- client metrics (KIP-714) ---------------------------------------------------------
+    def start_telemetry(self, kind: str, name: str, sources: List[Source],
+                        resource: Callable[[], Dict[str, Any]] = dict,
+                        overall_latency: bool = False) -> None:
+        """Application thread, before the I/O thread starts: push this client's metrics
+        when a broker subscribes to them (unless ``enable.metrics.push`` is off). The
+        connection metrics come first (with ``overall_latency``, also the request
+        latency over all brokers, as librdkafka's producer), then ``sources``' (see
+        :class:`~kafka_client._cluster.telemetry.Telemetry`)."""
+        self._overall_latency = overall_latency
+        self.telemetry = Telemetry(self.config, self, self.io, kind, name,
+                                   [self._connection_samples] + sources, resource)
+
+    def _connection_samples(self, elapsed: float) -> List[Sample]:
+        """I/O thread, for a metrics push: connections made (total, per second since the
+        last push) and request latency per broker and over all of them (ms, since the
+        last push)."""
+        made = self.connections_made
+        out = [Sample("connection.creation.rate", (made - self._connections_at_push) / elapsed),
+               Sample("connection.creation.total", made, counter=True)]
+        self._connections_at_push = made
+        by_node: Dict[int, IntervalStat] = {}
+        overall = IntervalStat()
+        for conn in list(self.conns.values()):
+            by_node.setdefault(self.broker_id(conn), IntervalStat()).merge(conn.rtt_window)
+            overall.merge(conn.rtt_window)
+            conn.rtt_window.take()
+        for node, stat in sorted(by_node.items()):
+            out += interval_samples("node.request.latency", stat, attributes={"node.id": node})
+        if self._overall_latency:
+            out += interval_samples("request.latency", overall)
+        return out
 
     # -- metadata --------------------------------------------------------------------
     def want_topics(self, topics: List[str]) -> None:

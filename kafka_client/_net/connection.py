@@ -57,6 +57,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
+from kafka_client._interval import IntervalStat
 from kafka_client._net.bootstrap import Address, resolve
 from kafka_client._net.security import SaslError, SaslMechanism, SecuritySettings
 from kafka_client.errors import KafkaError, client_error
@@ -242,6 +243,8 @@ class BrokerConnection:
         self.rtt_sum = 0.0
         self.rtt_count = 0
         self.rtt_max = 0.0
+        #: the same since the last metrics push (KIP-714 node.request.latency)
+        self.rtt_window = IntervalStat()
         self.tx_requests = 0
         #: [sum, count, max] seconds requests waited in this connection's queue
         self.outbuf_latency: List[float] = [0.0, 0, 0.0]
@@ -913,6 +916,7 @@ class BrokerConnection:
             self.rtt_count += 1
             if rtt > self.rtt_max:
                 self.rtt_max = rtt
+            self.rtt_window.add(rtt)
             if event.__class__ is HandshakeExchange:
                 self._handshake_answered(event)
                 continue

@@ -35,6 +35,7 @@ from typing import (
     Tuple,
 )
 
+from kafka_client._cluster.telemetry import Sample, interval_samples
 from kafka_client._common import ClientBase, deadline_after
 from kafka_client.consumer.arrow import drop_rows, to_record_batch
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
@@ -131,7 +132,31 @@ class Consumer(ClientBase):
             self._group = membership(cfg, self._cluster, self._io, self._fetcher,
                                      self._ready.set, _error_deliverer(self._lock, deliver))
             self._fetcher.committed_lookup = self._group.lookup_committed
+        #: time consume() calls spent waiting for data (KIP-714's poll idle ratio)
+        self._idle = _IdleClock()
+        self._start_telemetry(cfg)
         self._start_client()
+
+    def _start_telemetry(self, cfg: Any) -> None:
+        """The consumer's metrics for a broker that subscribes to them (KIP-714):
+        librdkafka's set, from the parts that observe them (never the Consumer itself:
+        the I/O thread must not keep it alive)."""
+        fetcher, group, idle = self._fetcher, self._group, self._idle
+        instance_id = cfg["group.instance.id"]
+
+        def samples(elapsed: float) -> List[Sample]:
+            out = interval_samples("fetch.manager.fetch.latency", fetcher.fetch_latency)
+            out.append(Sample("poll.idle.ratio.avg", idle.take(elapsed)))
+            return out
+
+        def resource() -> Dict[str, Any]:
+            if group is None:
+                return {}
+            return {"group_id": group.group_id, "member_id": group.member_id or None,
+                    "group_instance_id": instance_id}
+
+        sources = [samples] if group is None else [group.telemetry_samples, samples]
+        self._cluster.start_telemetry("consumer", self._io.name, sources, resource)
 
     # -- plumbing ----------------------------------------------------------------------
     def _part(self, tp: TopicPartition) -> PartitionState:
@@ -514,10 +539,14 @@ class Consumer(ClientBase):
         """Wait up to ``remaining`` seconds, in slices of 0.2 s (Ctrl-C gets through,
         callbacks keep flowing): for data when it is this call's turn to fill its batch,
         else for the turn. Returns whether the call has the turn now."""
-        if my_turn:
-            self._ready.wait(min(remaining, 0.2))
-            return True
-        return self._turn.acquire(timeout=min(remaining, 0.2))
+        started = time.monotonic()
+        try:
+            if my_turn:
+                self._ready.wait(min(remaining, 0.2))
+                return True
+            return self._turn.acquire(timeout=min(remaining, 0.2))
+        finally:
+            self._idle.waited += time.monotonic() - started
 
     # -- messages in hand while a call waits ----------------------------------------------
     def _hold(self, hand: "InHand") -> None:
@@ -1202,6 +1231,22 @@ def _rebalance_callbacks(rebalance_cb: Callable[[Any, KafkaError, List[TopicPart
         rebalance_cb(consumer, KafkaError(KafkaError._REVOKE_PARTITIONS), partitions)
 
     return on_assign, on_revoke
+
+
+class _IdleClock:
+    """Seconds consume() calls spent waiting for data or for their turn, for the poll
+    idle ratio pushed to the brokers (KIP-714): added to by application threads, taken
+    on the I/O thread (a float kept under the GIL; a metric, not a count)."""
+
+    __slots__ = ("waited",)
+
+    def __init__(self) -> None:
+        self.waited = 0.0
+
+    def take(self, elapsed: float) -> float:
+        """The fraction of the last ``elapsed`` seconds spent waiting (at most 1)."""
+        waited, self.waited = self.waited, 0.0
+        return min(1.0, waited / elapsed) if elapsed > 0 else 0.0
 
 
 def _deliverer(queue: Deque[Any], ready: threading.Event) -> Callable[[Any], None]:

@@ -171,6 +171,8 @@ class ConsumerProtocolGroup(GroupCoordinator):
         if joining:
             self._sent = None
             self.state = JOINING
+            if self._rebalance_started is None:
+                self._rebalance_started = time.monotonic()
             self.log.debug("group %s: joining as %s with %s", self.group_id,
                            self.member_id, topics)
         sent = self._sent
@@ -252,6 +254,8 @@ class ConsumerProtocolGroup(GroupCoordinator):
         if resp.assignment is not None:
             self._target = [(tp.topic_id, list(tp.partitions))
                             for tp in resp.assignment.topic_partitions]
+            if self._rebalance_started is None:
+                self._rebalance_started = now
             self._reconcile()
 
     def _heartbeat_failed(self, code: int, reason: str) -> None:
@@ -318,6 +322,7 @@ class ConsumerProtocolGroup(GroupCoordinator):
                                  "negative ones ignored", self.group_id, parts, name)
             target.update((name, p) for p in parts if p >= 0)
         self._target = None
+        self.rebalanced(time.monotonic())
         revoked = sorted(self.owned - target)
         added = sorted(target - self.owned)
         if revoked or added:

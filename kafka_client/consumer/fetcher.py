@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
+from kafka_client._interval import IntervalStat
 from kafka_client._net.connection import DISCONNECTED
 from kafka_client.consumer.fetch_session import FetchPlan, FetchSession, SessionPartition
 from kafka_client.errors import KafkaError, broker_code, client_error
@@ -289,6 +290,8 @@ class Fetcher:
         self.io = io
         self.deliver = deliver
         self.lock = threading.RLock()
+        #: Fetch round trips since the last metrics push (KIP-714)
+        self.fetch_latency = IntervalStat()
         self.parts: Dict[TopicPartitionKey, PartitionState] = {}
         self.committed_lookup: Optional[Callable[[List[PartitionState],
                                                   Callable[[Optional[Dict]], None]],
@@ -825,6 +828,8 @@ class Fetcher:
                   plan: Optional[FetchPlan] = None) -> None:
         self._busy.discard((node, lane))
         now = time.monotonic()
+        if err is None and sent_at:
+            self.fetch_latency.add(now - sent_at)
         md = self.cluster.metadata
         code = ErrorCode.NONE if err is not None else getattr(resp, "error_code", ErrorCode.NONE)
         if session is not None and plan is not None:

@@ -34,6 +34,8 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
+from kafka_client._cluster.telemetry import Sample, interval_samples
+from kafka_client._interval import IntervalStat
 from kafka_client.consumer.assignors import (
     MemberSubscription,
     Subscription,
@@ -245,6 +247,12 @@ class GroupCoordinator:
         # ("commit", err, [tp])
         self.app_events: Deque[Tuple[Any, ...]] = deque()
         self._app_lock = threading.Lock()
+        #: since the last metrics push (KIP-714): commit round trips, and rebalances
+        #: from the first JoinGroup to the assignment; all rebalances' time, ever (s)
+        self.commit_latency = IntervalStat()
+        self.rebalance_latency = IntervalStat()
+        self.rebalance_total = 0.0
+        self._rebalance_started: Optional[float] = None
         cluster.on_metadata.append(self._on_metadata)
         cluster.on_broker_state.append(self._on_broker_state)
         io.add_tick(self.tick)
@@ -767,6 +775,8 @@ class GroupCoordinator:
             protocol_type=PROTOCOL_TYPE, protocols=protocols,
             reason=self._rejoin_reason or None)
         self.state = JOINING
+        if self._rebalance_started is None:
+            self._rebalance_started = time.monotonic()
         token = self._op_token
         self.log.debug("group %s: joining (%s) with %s", self.group_id,
                        self._rejoin_reason, topics)
@@ -938,6 +948,7 @@ class GroupCoordinator:
         new = {(t, p) for t, p in keys if t in wanted}
         now = time.monotonic()
         self.state = STABLE
+        self.rebalanced(now)
         self._last_heartbeat_ok = now
         self._next_heartbeat = now + self.heartbeat_interval
         self.log.debug("group %s: generation %d, assigned %s", self.group_id, self.generation,
@@ -961,6 +972,23 @@ class GroupCoordinator:
             self._queue_assign(sorted(new))
         if self._rejoin_pending and self.state == STABLE:
             self._request_rejoin(self._rejoin_reason)
+
+    def rebalanced(self, now: float) -> None:
+        """I/O thread: the rebalance under way (if any) ended with an assignment."""
+        started = self._rebalance_started
+        if started is not None:
+            self._rebalance_started = None
+            self.rebalance_latency.add(now - started)
+            self.rebalance_total += now - started
+
+    def telemetry_samples(self, elapsed: float) -> List[Sample]:
+        """I/O thread, for a metrics push (KIP-714): partitions held, and since the
+        last push commit and rebalance latencies (ms), with all rebalances' time."""
+        return ([Sample("coordinator.assigned.partitions", len(self.owned))]
+                + interval_samples("coordinator.commit.latency", self.commit_latency)
+                + interval_samples("coordinator.rebalance.latency", self.rebalance_latency)
+                + [Sample("coordinator.rebalance.latency.total",
+                          int(round(self.rebalance_total * 1000)), counter=True)])
 
     def _queue_assign(self, keys: List[Key]) -> None:
         self._app_pending += 1
@@ -1145,6 +1173,7 @@ class GroupCoordinator:
                 return
             side = None     # out of time: the coordinator's connection it is
         carried: List[int] = []  # the generation the request carries
+        sent_at = time.monotonic()
 
         def make(version: int) -> Any:
             carried.append(self.generation if member else -1)
@@ -1158,6 +1187,8 @@ class GroupCoordinator:
                         for t, ps in by_topic.items()])
 
         def answered(resp: Any, err: Optional[KafkaError]) -> None:
+            if err is None:
+                self.commit_latency.add(time.monotonic() - sent_at)
             result = []
             first_err: Optional[KafkaError] = err
             codes: Dict[Key, int] = {}

@@ -130,6 +130,10 @@ class Producer(ClientBase):
         self._sender = Sender(cfg, self._acc, self._cluster, self._idem, on_report,
                               self._txn)
         self._io.add_tick(self._sender.tick)
+        transactional_id = cfg["transactional.id"]
+        self._cluster.start_telemetry(
+            "producer", self._io.name, [self._sender.telemetry_samples],
+            lambda: {"transactional_id": transactional_id}, overall_latency=True)
         self._report_only_error = cfg["delivery.report.only.error"]
         self._acc.io_check = self._io.let_run
         # Hot path: produce is the accumulator's method, no extra call per message (what

@@ -37,6 +37,8 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 
 from kafka_client._cluster.metadata import REFRESH_ERRORS
+from kafka_client._cluster.telemetry import Sample, interval_samples
+from kafka_client._interval import IntervalStat
 from kafka_client._net.connection import DISCONNECTED
 from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_client.producer.accumulator import Accumulator, Batch, PendingMessage, Unplaced
@@ -128,6 +130,10 @@ class Sender:
         #: node id -> [sum, count, max] of the time batches waited in the producer
         #: before their request was written (librdkafka's int_latency), seconds
         self.int_latency: Dict[int, List[float]] = {}
+        #: since the last metrics push (KIP-714): the same waits, any broker, and the
+        #: throttle times (ms) of Produce answers
+        self.queue_time = IntervalStat()
+        self.produce_throttle = IntervalStat()
         cluster.on_metadata.append(self.on_metadata)
         cluster.on_broker_state.append(self._on_broker_state)
 
@@ -239,6 +245,7 @@ class Sender:
                 lat[1] += 1
                 if waited > lat[2]:
                     lat[2] = waited
+                self.queue_time.add(waited)
             b.attempts += 1
             b.sent = True
             self.refused.discard(b)
@@ -257,6 +264,13 @@ class Sender:
         else:
             conn.send(req, lambda resp, err: self._on_response(batches, resp, err, node))
 
+    def telemetry_samples(self, elapsed: float) -> List[Sample]:
+        """I/O thread, for a metrics push (KIP-714): since the last push, the time
+        batches waited before their request was written and the throttle times of
+        Produce answers, in ms."""
+        return (interval_samples("produce.throttle.time", self.produce_throttle, scale=1.0)
+                + interval_samples("record.queue.time", self.queue_time))
+
     # -- answers -------------------------------------------------------------------------
     def _on_sent_acks0(self, batches: List[Batch], err: Optional[KafkaError],
                        node: int) -> None:
@@ -274,6 +288,7 @@ class Sender:
         now = time.monotonic()
         by_tp: Dict[Tuple[str, int], Any] = {}
         if err is None:
+            self.produce_throttle.add(resp.throttle_time_ms)
             for t in resp.responses or ():
                 for pr in t.partition_responses or ():
                     by_tp[(t.name, pr.index)] = pr

@@ -66,6 +66,8 @@ SUPPORTED_VERSIONS: Dict[int, Tuple[int, int]] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),
+    ApiKey.PUSH_TELEMETRY: (0, 0),
 }
 
 

@@ -34,6 +34,7 @@ from ._controller import Controller, ControllerError
 from ._faults import Faults, RequestLog
 from ._groups import KEY_GROUP, GroupCoordinator
 from ._sasl import Credentials
+from ._telemetry import TelemetrySubscription
 from ._txn import TransactionCoordinator
 from ._net import Loop
 
@@ -94,6 +95,7 @@ class ClusterServer:
         self.groups = GroupCoordinator(self)
         self.consumer_groups = ConsumerGroupCoordinator(self)
         self.transactions = TransactionCoordinator(self)
+        self.telemetry = TelemetrySubscription(self)
         self.next_producer_id = 1000
 
     def coordinator_moved(self, key_type: int, key: str) -> None:
@@ -307,6 +309,17 @@ class ControlOps:
 
     def op_delete_sasl_credentials(self, user: str) -> bool:
         return self.server.credentials.delete(str(user))
+
+    def op_set_telemetry_subscription(self, metrics: List[str], push_interval_ms: int,
+                                      compression_types: Optional[List[int]],
+                                      max_bytes: int, delta_temporality: bool) -> int:
+        try:
+            return self.server.telemetry.configure(
+                [str(m) for m in metrics], int(push_interval_ms),
+                None if compression_types is None else [int(c) for c in compression_types],
+                int(max_bytes), bool(delta_temporality))
+        except ValueError as exc:
+            raise ControlError(str(exc)) from None
 
     def op_stats(self) -> Dict[str, int]:
         return dict(self.server.loop.stats)

@@ -534,6 +534,35 @@ class Cluster:
         OAUTHBEARER ``extensions`` received."""
         return self.request_log(since, kind="authenticated")
 
+    # -- client telemetry (KIP-714) ---------------------------------------------------
+    def set_telemetry_subscription(self, metrics: Iterable[str] = ("",), *,
+                                   push_interval_ms: int = 300_000,
+                                   compression_types: Optional[Iterable[int]] = None,
+                                   max_bytes: int = 1024 * 1024,
+                                   delta_temporality: bool = True) -> int:
+        """Subscribe every client to the metrics whose names start with one of
+        ``metrics`` (``[""]``: all of them; ``[]``: none, the state at start), pushed
+        every ``push_interval_ms``, compressed with one of ``compression_types``
+        (codec ids; default zstd, lz4, gzip, snappy), at most ``max_bytes`` each, sums
+        as deltas or cumulative. Returns the new subscription id: clients holding the
+        old one get UNKNOWN_SUBSCRIPTION_ID at their next push."""
+        return self._call("set_telemetry_subscription", metrics=list(metrics),
+                          push_interval_ms=push_interval_ms,
+                          compression_types=None if compression_types is None
+                          else list(compression_types),
+                          max_bytes=max_bytes, delta_temporality=delta_temporality)
+
+    def telemetry_pushes(self, since: int = 0) -> List[RequestLogEntry]:
+        """The PushTelemetry requests received from sequence number ``since`` on,
+        oldest first, each with the ``client_id`` of the request; ``details`` has
+        ``client_instance_id``, ``subscription_id``,
+        ``terminating``, ``compression_type``, ``payload_bytes``, ``error`` (the error
+        name answered, or None) and, for a push accepted, the decoded ``resource``
+        attributes, ``scope`` and ``metrics`` (name -> kind, monotonic, temporality,
+        unit and points, each with value, attributes, start_time_unix_nano and
+        time_unix_nano)."""
+        return self.request_log(since, kind="telemetry")
+
     # -- SASL users ------------------------------------------------------------------
     def set_sasl_credentials(self, user: str, password: str) -> None:
         """Add a SASL user or change its password (PLAIN, and SCRAM credentials for every

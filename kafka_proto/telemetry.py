@@ -32,6 +32,9 @@ SUM = "sum"
 TEMPORALITY_DELTA = 1
 TEMPORALITY_CUMULATIVE = 2
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_UINT64_MAX = (1 << 64) - 1
+
 # protobuf wire types
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -109,6 +112,8 @@ def _any_value(value: AttributeValue) -> bytes:
     if isinstance(value, bool):
         return _tag(2, _VARINT) + _varint(int(value))
     if isinstance(value, int):
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise ProtocolEncodeError(f"attribute value {value}: outside int64")
         return _tag(3, _VARINT) + _varint(value)
     if isinstance(value, float):
         return _tag(4, _I64) + struct.pack("<d", value)
@@ -121,17 +126,28 @@ def _any_value(value: AttributeValue) -> bytes:
 
 
 def _attributes(number: int, attributes: Mapping[str, AttributeValue]) -> bytes:
-    return b"".join(
-        _len_field(number, _string(1, key) + _len_field(2, _any_value(value)))
-        for key, value in attributes.items())
+    out = []
+    for key, value in attributes.items():
+        if not isinstance(key, str):
+            raise ProtocolEncodeError(f"attribute key {key!r}: must be str")
+        out.append(_len_field(number, _string(1, key) + _len_field(2, _any_value(value))))
+    return b"".join(out)
 
 
 def _data_point(point: DataPoint) -> bytes:
+    for what, nanos in (("start time", point.start_time_unix_nano),
+                        ("time", point.time_unix_nano)):
+        if isinstance(nanos, bool) or not isinstance(nanos, int) \
+                or not 0 <= nanos <= _UINT64_MAX:
+            raise ProtocolEncodeError(f"data point {what} {nanos!r}: must be an int in "
+                                      "0..2**64-1 (nanoseconds since the epoch)")
     out = [struct.pack("<BQBQ", 2 << 3 | _I64, point.start_time_unix_nano,
                        3 << 3 | _I64, point.time_unix_nano)]
     value = point.value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ProtocolEncodeError(f"data point value {value!r}: must be int or float")
+    if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+        raise ProtocolEncodeError(f"data point value {value}: outside int64")
     if isinstance(value, float):
         out.append(_tag(4, _I64) + struct.pack("<d", value))
     else:
@@ -224,6 +240,7 @@ def _text(value: memoryview) -> str:
 
 
 def _signed64(value: int) -> int:
+    value &= _UINT64_MAX  # a ten-byte varint's bits above 64 are dropped, as protobuf does
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
@@ -296,6 +313,8 @@ def _decode_metric(buf: memoryview) -> Metric:
                     temporality = value
                 elif inner == 3 and inner_type == _VARINT and kind == SUM:
                     monotonic = bool(value)
+    if kind != SUM:
+        temporality = TEMPORALITY_CUMULATIVE  # a gauge has none: the dataclass default
     return Metric(name, kind, tuple(points), description, unit, monotonic, temporality)
 
 

@@ -283,3 +283,24 @@ def produce_for():
         assert producer.flush(30) == 0
         return sent
     return produce
+
+
+@pytest.fixture(scope="session")
+def librdkafka_metric_names():
+    """The KIP-714 metric names librdkafka 2.16 (confluent-kafka) pushes, by client type
+    (seen on kafka_client.testing, subscribed to every metric), which ours push too."""
+    producer = ("connection.creation.rate", "connection.creation.total",
+                "node.request.latency.avg", "node.request.latency.max",
+                "produce.throttle.time.avg", "produce.throttle.time.max",
+                "record.queue.time.avg", "record.queue.time.max",
+                "request.latency.avg", "request.latency.max")
+    consumer = ("connection.creation.rate", "connection.creation.total",
+                "coordinator.assigned.partitions",
+                "coordinator.commit.latency.avg", "coordinator.commit.latency.max",
+                "coordinator.rebalance.latency.avg", "coordinator.rebalance.latency.max",
+                "coordinator.rebalance.latency.total",
+                "fetch.manager.fetch.latency.avg", "fetch.manager.fetch.latency.max",
+                "node.request.latency.avg", "node.request.latency.max",
+                "poll.idle.ratio.avg")
+    return {"producer": {"org.apache.kafka.producer." + n for n in producer},
+            "consumer": {"org.apache.kafka.consumer." + n for n in consumer}}

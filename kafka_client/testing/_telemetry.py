@@ -100,9 +100,6 @@ class TelemetrySubscription:
                 detail["reason"] = str(exc)
             else:
                 detail.update(_describe(resources))
-                client = self.clients[req.client_instance_id]
-                client["next_push"] = time.monotonic() + self.push_interval_ms / 1000
-                client["terminated"] = req.terminating
         ctx.note(**{k: v for k, v in detail.items() if k in ("error", "terminating")})
         self.server.request_log.add_event(
             ctx.broker.broker_id, "telemetry",
@@ -111,18 +108,28 @@ class TelemetrySubscription:
         ctx.respond(PushTelemetryResponse(error_code=code))
 
     def _check(self, req: Any) -> int:
+        """Kafka's checks of a push, in its order. A push that passes the throttle
+        check counts as one (the next may come an interval later) even if a later
+        check refuses it; a terminating push marks the instance terminated likewise."""
+        if req.client_instance_id.int == 0:
+            return ErrorCode.INVALID_REQUEST
         client = self.clients.get(req.client_instance_id)
-        if client is None or req.subscription_id != client["subscription_id"] \
-                or req.subscription_id != self.subscription_id:
+        if client is None:
             return ErrorCode.UNKNOWN_SUBSCRIPTION_ID
         if client["terminated"]:
             return ErrorCode.INVALID_REQUEST
+        now = time.monotonic()
+        if not req.terminating and now < client["next_push"] - EARLY_PUSH_SLACK:
+            return ErrorCode.THROTTLING_QUOTA_EXCEEDED
+        client["next_push"] = now + self.push_interval_ms / 1000
+        client["terminated"] = req.terminating
+        if req.subscription_id != client["subscription_id"] \
+                or req.subscription_id != self.subscription_id:
+            return ErrorCode.UNKNOWN_SUBSCRIPTION_ID
         if req.compression_type and req.compression_type not in self.compression_types:
             return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
         if len(req.metrics) > self.max_bytes:
             return ErrorCode.TELEMETRY_TOO_LARGE
-        if not req.terminating and time.monotonic() < client["next_push"] - EARLY_PUSH_SLACK:
-            return ErrorCode.THROTTLING_QUOTA_EXCEEDED
         return ErrorCode.NONE
 
 

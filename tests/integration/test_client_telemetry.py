@@ -1,7 +1,8 @@
 """KIP-714 client metrics pushed by our Producer and Consumer, read on the broker side:
 the test cluster decodes every PushTelemetry it accepts (kafka_client.testing's
-``telemetry_pushes()``). librdkafka (confluent-kafka) is run against the same cluster
-for the metric names each client type pushes."""
+``telemetry_pushes()``). Ours push librdkafka's metric names (the conftest fixture;
+testing/test_cluster_telemetry.py runs confluent-kafka's producer for them, the consumer
+test here runs confluent-kafka's consumer)."""
 from __future__ import annotations
 
 import logging
@@ -19,20 +20,6 @@ from kafka_proto.compression import CODEC_GZIP
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
-PRODUCER_METRICS = {"org.apache.kafka.producer." + name for name in (
-    "connection.creation.rate", "connection.creation.total",
-    "node.request.latency.avg", "node.request.latency.max",
-    "produce.throttle.time.avg", "produce.throttle.time.max",
-    "record.queue.time.avg", "record.queue.time.max",
-    "request.latency.avg", "request.latency.max")}
-CONSUMER_METRICS = {"org.apache.kafka.consumer." + name for name in (
-    "connection.creation.rate", "connection.creation.total",
-    "coordinator.assigned.partitions",
-    "coordinator.commit.latency.avg", "coordinator.commit.latency.max",
-    "coordinator.rebalance.latency.avg", "coordinator.rebalance.latency.max",
-    "coordinator.rebalance.latency.total",
-    "fetch.manager.fetch.latency.avg", "fetch.manager.fetch.latency.max",
-    "node.request.latency.avg", "node.request.latency.max", "poll.idle.ratio.avg")}
 #: the push interval the tests subscribe with (the first push comes after 0.5-1.5 of it)
 INTERVAL_MS = 400
 
@@ -80,7 +67,8 @@ def value(push: Any, name: str) -> Any:
     return point["value"]
 
 
-def test_producer_pushes_librdkafkas_metrics_until_it_closes(cluster, client_id):
+def test_producer_pushes_librdkafkas_metrics_until_it_closes(cluster, client_id,
+                                                            librdkafka_metric_names):
     cluster.set_telemetry_subscription([""], push_interval_ms=INTERVAL_MS,
                                        delta_temporality=False)
     started = time.time_ns()
@@ -93,7 +81,7 @@ def test_producer_pushes_librdkafkas_metrics_until_it_closes(cluster, client_id)
     assert all(p.details["error"] is None for p in ours), [p.details["error"] for p in ours]
     assert [p.details["terminating"] for p in ours] == [False] * (len(ours) - 1) + [True]
     for push in ours:
-        assert set(push.details["metrics"]) == PRODUCER_METRICS
+        assert set(push.details["metrics"]) == librdkafka_metric_names["producer"]
         assert push.details["scope"] == {"name": push.details["scope"]["name"],
                                          "version": kafka_client.__version__}
         assert push.details["scope"]["name"].startswith("kafka-producer-")
@@ -119,18 +107,10 @@ def test_producer_pushes_librdkafkas_metrics_until_it_closes(cluster, client_id)
     assert 0 < value(middle, "org.apache.kafka.producer.record.queue.time.avg") < 500
     assert value(middle, "org.apache.kafka.producer.produce.throttle.time.max") == 0
 
-    # librdkafka's producer on the same cluster pushes the same metric names
-    peer_id = client_id + "-rdkafka"
-    peer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
-                                     "client.id": peer_id})
-    produce_steadily(peer, 1.2)
-    del peer
-    theirs = wait_for_pushes(cluster, peer_id, 1)
-    assert theirs and theirs[-1].details["error"] is None
-    assert set(theirs[-1].details["metrics"]) == PRODUCER_METRICS
 
-
-def test_consumer_pushes_librdkafkas_metrics_with_its_group(cluster, client_id):
+def test_consumer_pushes_librdkafkas_metrics_with_its_group(cluster, client_id,
+                                                          librdkafka_metric_names):
+    names = librdkafka_metric_names["consumer"]
     cluster.set_telemetry_subscription([""], push_interval_ms=INTERVAL_MS)
     group = f"tel-group-{uuid.uuid4().hex[:6]}"
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
@@ -147,7 +127,7 @@ def test_consumer_pushes_librdkafkas_metrics_with_its_group(cluster, client_id):
     assert all(p.details["error"] is None for p in ours)
     assert ours[-1].details["terminating"] is True
     for push in ours:
-        assert set(push.details["metrics"]) == CONSUMER_METRICS
+        assert set(push.details["metrics"]) == names
         assert push.details["scope"]["name"].startswith("kafka-consumer-")
     running = [p for p in ours if not p.details["terminating"]]
     assert running
@@ -177,7 +157,7 @@ def test_consumer_pushes_librdkafkas_metrics_with_its_group(cluster, client_id):
         peer.poll(0.1)
     peer.close()
     theirs = wait_for_pushes(cluster, peer_id, 1)
-    assert theirs and set(theirs[0].details["metrics"]) == CONSUMER_METRICS
+    assert theirs and set(theirs[0].details["metrics"]) == names
 
 
 def test_only_the_metrics_subscribed_are_pushed(cluster, client_id):

@@ -1556,6 +1556,37 @@ def check_producer(data: bytes) -> None:
             _fail("a message reported delivered after the fatal error")
 
 
+# --------------------------------------------------------------------------- telemetry
+
+
+def check_telemetry(data: bytes) -> None:
+    """A KIP-714 PushTelemetry payload as the test cluster reads one: decompressed (the
+    codec the request names) and decoded by ``kafka_proto.telemetry``.
+
+    Layout: byte 0 = codec id (mod 5: none and the four codecs), then the payload. What
+    decodes encodes again and decodes to the same resources, scopes, metrics and points.
+    """
+    from kafka_proto.compression import decompress
+    from kafka_proto.telemetry import GAUGE, SUM, decode_metrics_data, encode_metrics_data
+
+    if not data:
+        return
+    codec = data[0] % 5
+    payload = data[1:]
+    try:
+        if codec:
+            payload = decompress(codec, payload, _DECOMPRESS_LIMITS[1])
+        resources = decode_metrics_data(payload)
+    except CODEC_ERRORS:
+        return
+    if any(m.kind not in (GAUGE, SUM) for r in resources for sc in r.scopes
+           for m in sc.metrics):
+        return  # histograms and the like are decoded without points: nothing to encode
+    again = decode_metrics_data(encode_metrics_data(resources))
+    if repr(again) != repr(resources):  # repr: NaN equals NaN, 1 differs from 1.0
+        _fail(f"telemetry: {len(resources)} resources changed when encoded again")
+
+
 #: Harness name -> check function (names are the corpus folders).
 HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "records": check_records,
@@ -1566,4 +1597,5 @@ HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "consumer": check_consumer,
     "group": check_group,
     "producer": check_producer,
+    "telemetry": check_telemetry,
 }

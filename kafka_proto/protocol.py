@@ -39,7 +39,7 @@ when to reconnect. ::
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Deque, Dict, List, NamedTuple, Optional, Set, Tuple, Union
+from typing import AbstractSet, Any, Deque, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from kafka_proto import __version__
 from kafka_proto.errors import (
@@ -170,14 +170,14 @@ class BrokerConversation:
     ``client_id`` goes into every request header (None: a null client id);
     ``max_frame_size`` bounds a response frame (librdkafka's
     ``receive.message.max.bytes``); ``allow_unstable`` lets negotiation pick API versions
-    the schemas mark unstable.
+    the schemas mark unstable (True: of every API; a set: of those API keys).
     """
 
     def __init__(self, client_id: Optional[str] = "kafka-native", *,
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  software_name: str = CLIENT_SOFTWARE_NAME,
                  software_version: str = __version__,
-                 allow_unstable: bool = False) -> None:
+                 allow_unstable: Union[bool, AbstractSet[int]] = False) -> None:
         # Refuse a client id the header cannot carry now, not after an id was taken.
         encode_request_header(0, 0, 0, client_id, 1)
         self.client_id = client_id

@@ -8,7 +8,7 @@ again in another version.
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import AbstractSet, Any, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 from kafka_proto.errors import ErrorCode, ProtocolDecodeError, UnsupportedVersionError
 from kafka_proto.messages import API_KEYS, ApiKey, ApiVersionsResponse
@@ -26,16 +26,20 @@ __all__ = [
 VersionRange = Tuple[int, int]
 
 
-def client_ranges(allow_unstable: bool = False) -> Dict[int, VersionRange]:
+def client_ranges(allow_unstable: Union[bool, AbstractSet[int]] = False
+                  ) -> Dict[int, VersionRange]:
     """Versions this codec can speak, per API key.
 
     Without ``allow_unstable`` the latest version of an API marked unstable is left out (and
-    an API whose only version is unstable is left out entirely).
+    an API whose only version is unstable is left out entirely); ``allow_unstable`` may
+    also be the set of API keys whose unstable version is allowed.
     """
     out = {}
     for key, info in API_KEYS.items():
         hi = info.max_version
-        if info.latest_version_unstable and not allow_unstable:
+        if info.latest_version_unstable and not (
+                allow_unstable is True
+                or (not isinstance(allow_unstable, bool) and key in allow_unstable)):
             hi -= 1
         if hi >= info.min_version:
             out[key] = (info.min_version, hi)
@@ -124,7 +128,7 @@ def negotiate(
     broker_ranges: Mapping[int, VersionRange],
     wanted: Optional[Iterable[int]] = None,
     *,
-    allow_unstable: bool = False,
+    allow_unstable: Union[bool, AbstractSet[int]] = False,
     ours: Optional[Mapping[int, VersionRange]] = None,
 ) -> Dict[int, int]:
     """For each API key both sides support, the highest version in common.

@@ -84,6 +84,12 @@ __all__ = [
     "READY",
 ]
 
+#: APIs whose latest version the protocol schemas mark unstable but Apache Kafka has
+#: released since: ConsumerGroupHeartbeat v1 (SubscribedTopicRegex) is part of KIP-848 as
+#: released in Kafka 4.0, and librdkafka sends it. A broker advertises a version only
+#: when it serves it, so the version is used only where it is offered.
+RELEASED_UNSTABLE_APIS = frozenset({ApiKey.CONSUMER_GROUP_HEARTBEAT})
+
 _log = logging.getLogger("kafka_client.connection")
 
 DISCONNECTED, CONNECTING, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"
@@ -265,7 +271,8 @@ class BrokerConnection:
         self._setup_deadline = 0.0
         self._queue: Deque[_Request] = deque()        # waiting for READY / in-flight room
         self._conv = BrokerConversation(self.settings.client_id,
-                                        max_frame_size=self.settings.max_frame_size)
+                                        max_frame_size=self.settings.max_frame_size,
+                                        allow_unstable=RELEASED_UNSTABLE_APIS)
         self._out: Deque[memoryview] = deque()
         self._out_bytes = 0
         self._written = 0            # bytes written since connect

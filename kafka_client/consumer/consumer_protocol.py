@@ -61,15 +61,18 @@ FATAL_ERRORS = frozenset((ErrorCode.FENCED_INSTANCE_ID, ErrorCode.UNRELEASED_INS
 
 
 class _Sent:
-    """The fields the coordinator has from this member (None: send all next time)."""
+    """The fields the coordinator has from this member (None: send all next time):
+    ``regex`` is the SubscribedTopicRegex it resolves (None: the client resolves its
+    patterns and sends names, as before ConsumerGroupHeartbeat v1)."""
 
-    __slots__ = ("topics", "owned", "assignor")
+    __slots__ = ("topics", "owned", "assignor", "regex")
 
     def __init__(self, topics: Optional[Tuple[str, ...]], owned: Optional[FrozenSet[Key]],
-                 assignor: Optional[str]) -> None:
+                 assignor: Optional[str], regex: Optional[str] = None) -> None:
         self.topics = topics
         self.owned = owned
         self.assignor = assignor
+        self.regex = regex
 
 
 class _Step:
@@ -154,18 +157,44 @@ class ConsumerProtocolGroup(GroupCoordinator):
             return
         if self._target is not None:
             self._reconcile()        # topic ids the last answer named may be known now
-        if self.state == STABLE and self._regexes and self._sent is not None:
+        if self.state == STABLE and self._regexes and self._sent is not None \
+                and self._sent.regex is None:
             topics = self._subscribed_topics()
             if topics is not None and tuple(topics) != self._sent.topics:
                 self._beat_soon()
 
     # -- heartbeats ----------------------------------------------------------------------
+    def _regex_version(self) -> Optional[bool]:
+        """Whether the coordinator resolves the subscription's patterns itself
+        (ConsumerGroupHeartbeat v1, KIP-848's SubscribedTopicRegex, as librdkafka sends
+        them); None while its connection is not up (the versions are not known)."""
+        conn = self._coord_conn()
+        if conn is None or not conn.ready:
+            return None
+        version = conn.version_for(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+        return version is not None and version >= 1
+
     def _send_heartbeat(self, now: float) -> None:
-        topics = self._subscribed_topics()
-        if topics is None:           # a pattern waits for the first full metadata
-            self.cluster.metadata.request(None)
-            self._rejoin_after = now + 0.05
+        on_broker = self._regex_version() if self._regexes else False
+        if on_broker is None:
+            # A pattern: how to send it depends on the coordinator's versions.
+            self._rejoin_after = self._next_heartbeat = now + 0.02
             return
+        self._broker_resolves_regex = on_broker
+        regex: Optional[str] = None
+        if on_broker:
+            # Names as names, the patterns as one RE2/J expression the coordinator
+            # matches whole topic names against (librdkafka's "(^a.*)|(^b.*)"); "" says
+            # there is none.
+            topics: Optional[List[str]] = sorted(
+                {t for t in self.patterns or () if not t.startswith("^")})
+            regex = "|".join(f"({t})" for t in self.patterns or () if t.startswith("^"))
+        else:
+            topics = self._subscribed_topics()
+            if topics is None:       # a pattern waits for the first full metadata
+                self.cluster.metadata.request(None)
+                self._rejoin_after = now + 0.05
+                return
         joining = self.state == UNJOINED
         epoch = JOIN_EPOCH if joining else self.generation
         if joining:
@@ -202,10 +231,11 @@ class ConsumerProtocolGroup(GroupCoordinator):
             rebalance_timeout_ms=int(self.max_poll_interval * 1000) if full else -1,
             subscribed_topic_names=list(new_topics)
             if full or sent.topics != new_topics else None,
+            subscribed_topic_regex=regex if full or sent.regex != regex else None,
             server_assignor=self.remote_assignor
             if full or sent.assignor != self.remote_assignor else None,
             topic_partitions=owned_field)
-        will_have = _Sent(new_topics, report_owned, self.remote_assignor)
+        will_have = _Sent(new_topics, report_owned, self.remote_assignor, regex)
         self._heartbeat_in_flight = True
         self._heartbeat_soon = False
         self._next_heartbeat = now + self.heartbeat_interval

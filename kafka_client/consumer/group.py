@@ -231,6 +231,9 @@ class GroupCoordinator:
         self.pattern_refresh = (refresh if refresh > 0
                                 else config["metadata.max.age.ms"]) / 1000.0
         self._next_pattern_refresh = 0.0
+        #: the coordinator matches the patterns to topics itself (KIP-848 regex): no
+        #: periodic look at every topic
+        self._broker_resolves_regex = False
         self._app_pending = 0          # rebalance events the application has not run yet
         #: the JoinGroup answer we lead with while the metadata of members' topics is
         #: asked for (None: not waiting)
@@ -519,7 +522,7 @@ class GroupCoordinator:
                 at(now + 0.05)
         if self.patterns is not None and self.coord_id is not None:
             self._membership_tick(now, at)
-        if self._regexes and self.patterns is not None:
+        if self._regexes and self.patterns is not None and not self._broker_resolves_regex:
             # Patterns match topics created later: look at every topic now and then.
             if now >= self._next_pattern_refresh:
                 self._next_pattern_refresh = now + self.pattern_refresh

@@ -330,7 +330,10 @@ class ConsumerGroupCoordinator:
     # -- ConsumerGroupHeartbeat ----------------------------------------------------------
     def heartbeat(self, ctx: RequestContext) -> None:
         req = ctx.request
-        ctx.note(group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch)
+        ctx.note(group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
+                 subscribed_topic_names=req.subscribed_topic_names,
+                 subscribed_topic_regex=req.subscribed_topic_regex
+                 if ctx.version >= 1 else None)
         try:
             self._validate(req, ctx.version)
             if not self.owns(ctx, req.group_id):

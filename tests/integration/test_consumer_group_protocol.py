@@ -468,3 +468,65 @@ def test_members_keep_their_partitions_when_every_connection_is_cut(cluster, top
     assert exactly_once(processed, 1200)
     for m in members:
         m.close()
+
+
+def test_patterns_go_to_the_coordinator_as_librdkafka_sends_them(cluster, topic_name):
+    """KIP-848 resolves a subscription's patterns on the coordinator (RE2/J, whole-name
+    match): the first heartbeat carries the names and one SubscribedTopicRegex, the same
+    fields confluent-kafka's consumer sends for the same subscription."""
+    import confluent_kafka
+
+    for suffix in ("a1", "a2", "b1", "plain", "other"):
+        cluster.create_topic(f"{topic_name}-{suffix}", partitions=1, replication_factor=1)
+    subscription = [f"^{topic_name}-a.*", f"^{topic_name}-b.*", f"{topic_name}-plain"]
+    want = sorted(f"{topic_name}-{s}" for s in ("a1", "a2", "b1", "plain"))
+    since = cluster.clear_request_log()
+    ours = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "client.id": "regex-ours",
+                     "group.id": topic_name, "group.protocol": "consumer"})
+    theirs = confluent_kafka.Consumer({
+        "bootstrap.servers": cluster.bootstrap_servers, "client.id": "regex-theirs",
+        "group.id": topic_name + "-peer", "group.protocol": "consumer"})
+    try:
+        for c in (ours, theirs):
+            c.subscribe(subscription)
+        deadline = time.monotonic() + 15
+        while any(sorted(tp.topic for tp in c.assignment()) != want for c in (ours, theirs)):
+            assert time.monotonic() < deadline, [c.assignment() for c in (ours, theirs)]
+            for c in (ours, theirs):
+                c.poll(0.05)
+    finally:
+        ours.close()
+        theirs.close()
+    beats = cluster.request_log(since, api="ConsumerGroupHeartbeat")
+    first = {}
+    for who in ("regex-ours", "regex-theirs"):
+        joining = [e.details for e in beats if e.client_id == who
+                   and e.details["member_epoch"] == 0]
+        first[who] = (joining[0]["subscribed_topic_names"],
+                      joining[0]["subscribed_topic_regex"])
+    assert first["regex-ours"] == first["regex-theirs"] == (
+        [f"{topic_name}-plain"], f"(^{topic_name}-a.*)|(^{topic_name}-b.*)")
+
+
+def test_a_pattern_matches_whole_topic_names_on_the_coordinator(cluster, topic_name):
+    """RE2/J's whole-name match, as librdkafka documents for this protocol: ``^t-a*``
+    matches no ``t-a1`` (classic, resolved by the client, it would); a new topic the
+    pattern does match is assigned without the client looking at every topic."""
+    cluster.create_topic(f"{topic_name}-a1", partitions=1, replication_factor=1)
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": topic_name,
+                  "group.protocol": "consumer", "topic.metadata.refresh.interval.ms": 60000})
+    try:
+        c.subscribe([f"^{topic_name}-a*", f"^{topic_name}-z.*"])
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            c.poll(0.05)
+        assert c.assignment() == []
+        cluster.create_topic(f"{topic_name}-z9", partitions=2, replication_factor=1)
+        deadline = time.monotonic() + 10
+        while len(c.assignment()) < 2:
+            assert time.monotonic() < deadline, c.assignment()
+            c.poll(0.05)
+        assert sorted((tp.topic, tp.partition) for tp in c.assignment()) == [
+            (f"{topic_name}-z9", 0), (f"{topic_name}-z9", 1)]
+    finally:
+        c.close()

@@ -26,10 +26,12 @@ from typing import (
     Callable,
     Deque,
     Dict,
+    List,
     Mapping,
     NoReturn,
     Optional,
     Sequence,
+    Tuple,
     TypeVar,
     Union,
 )
@@ -38,6 +40,7 @@ from kafka_client._cluster.cluster import Cluster
 from kafka_client._cluster.metadata import ClusterMetadata
 from kafka_client._model import ThrottleEvent
 from kafka_client._net.io_thread import IOThread
+from kafka_client._stats import PRODUCER_REQUESTS
 from kafka_client.config import ClientConfig, describe
 from kafka_client.errors import KafkaError, KafkaException
 
@@ -308,21 +311,33 @@ class ClientBase:
 
     #: librdkafka's "type" in the statistics (its admin client is a producer handle)
     _stats_type = "producer"
+    #: librdkafka's request names in the brokers' ``req`` objects for this client type
+    _stats_requests: Sequence[str] = PRODUCER_REQUESTS
+
+    def _stats_toppars(self) -> Dict[int, List[Tuple[str, int]]]:
+        """The partitions this client has, by the node id of their leader (the brokers'
+        ``toppars``)."""
+        return {}
 
     def _stats_doc(self) -> Dict[str, Any]:
-        """The statistics document in librdkafka's JSON shape: what every client has
-        (its name, times, brokers and their totals); subclasses add their own fields."""
+        """The statistics document in librdkafka's JSON shape, every top-level field:
+        what every client has (its name, times, brokers and their totals, the metadata
+        cache); subclasses fill in their own fields (queues, messages, topics)."""
         now, wall = time.monotonic(), time.time()
-        brokers = self._cluster.broker_stats()
+        brokers = self._cluster.broker_stats(self._stats_requests, self._stats_toppars())
         return {
             "name": self._io.name, "client_id": self._config["client.id"],
             "type": self._stats_type, "ts": int(wall * 1e6), "time": int(wall),
             "age": int((now - self._started) * 1e6),
+            "replyq": 0, "msg_cnt": 0, "msg_size": 0, "msg_max": 0, "msg_size_max": 0,
+            "simple_cnt": 0,
+            "metadata_cache_cnt": len(self._cluster.metadata.topics),
+            "brokers": brokers, "topics": {},
             "tx": sum(b["tx"] for b in brokers.values()),
             "tx_bytes": sum(b["txbytes"] for b in brokers.values()),
             "rx": sum(b["rx"] for b in brokers.values()),
             "rx_bytes": sum(b["rxbytes"] for b in brokers.values()),
-            "brokers": brokers,
+            "txmsgs": 0, "txmsg_bytes": 0, "rxmsgs": 0, "rxmsg_bytes": 0,
         }
 
     def _serve_cluster_events(self) -> int:

@@ -331,8 +331,8 @@ _TABLE: Tuple[Property, ...] = (
        "one message (lost connections, fatal errors, ...)."),
     _p("stats_cb", CALLABLE, None, "*",
        "Called as stats_cb(json_str) from poll()/flush()/consume() every "
-       "statistics.interval.ms (librdkafka's JSON shape, for the fields this client keeps; "
-       "the AdminClient's from its poll())."),
+       "statistics.interval.ms with librdkafka's JSON document, every field of it (the "
+       "AdminClient's from its poll())."),
     _p("throttle_cb", CALLABLE, None, "*",
        "Called as throttle_cb(ThrottleEvent) from poll()/flush()/consume() when a broker "
        "answers that it throttled this client (throttle_time_ms > 0), and once with 0 when "

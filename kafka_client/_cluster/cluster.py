@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
 from kafka_client._cluster.telemetry import Sample, Source, Telemetry, interval_samples
 from kafka_client._interval import IntervalStat
+from kafka_client._stats import empty_window, request_counts
 from kafka_client._model import ThrottleEvent
 from kafka_client._net.bootstrap import canonical_names
 from kafka_client._net.connection import (
@@ -391,30 +392,50 @@ class Cluster:
         node_id = cls.broker_id(conn)
         return f"{conn.host}:{conn.port}/{node_id if node_id >= 0 else 'bootstrap'}"
 
-    def broker_stats(self) -> Dict[str, Dict[str, Any]]:
-        """Any thread: the ``brokers`` object of librdkafka's statistics JSON, for the
-        fields this client keeps (times in microseconds, throttle in milliseconds)."""
+    def broker_stats(self, request_names: Sequence[str] = (),
+                     toppars: Optional[Dict[int, List[Tuple[str, int]]]] = None
+                     ) -> Dict[str, Dict[str, Any]]:
+        """Any thread: the ``brokers`` object of librdkafka's statistics JSON (times in
+        microseconds, throttle in milliseconds; the windows cover the time since the last
+        document). ``request_names``: librdkafka's request names for this client type
+        (see kafka_client._stats); ``toppars``: the partitions the client has with each
+        broker (by node id) as leader."""
         out = {}
+        now = time.monotonic()
+        toppars = toppars or {}
+
+        def since(t: float) -> int:
+            return int((now - t) * 1e6) if t else -1
+
         for conn in list(self.conns.values()):
             name = self.broker_name(conn)
             purpose = self._dedicated_conns.get(conn)
             if purpose is not None:
                 name += "/" + purpose  # a connection of its own (see COORDINATOR_KEY_BASE)
-            rtt_avg = conn.rtt_sum / conn.rtt_count if conn.rtt_count else 0
-            throttle = conn.throttle
+            node = self.broker_id(conn)
             out[name] = {
-                "name": name, "nodeid": self.broker_id(conn),
-                "nodename": f"{conn.host}:{conn.port}",
+                "name": name, "nodeid": node, "nodename": f"{conn.host}:{conn.port}",
+                "source": "configured" if conn in self.bootstrap else "learned",
                 "state": _LIBRDKAFKA_STATE.get(conn.state, conn.state)
                 if conn.connect_count else "INIT",
-                "outbuf_cnt": conn.queued, "waitresp_cnt": conn.in_flight,
-                "tx": conn.tx_requests, "txbytes": conn.tx_bytes,
-                "rx": conn.rtt_count, "rxbytes": conn.rx_bytes,
-                "connects": conn.connect_count,
-                "rtt": {"avg": int(rtt_avg * 1e6), "max": int(conn.rtt_max * 1e6),
-                        "cnt": conn.rtt_count},
-                "outbuf_latency": _window(conn.outbuf_latency, 1e6),
-                "throttle": _window(throttle, 1),
+                "stateage": since(conn.state_since),
+                "outbuf_cnt": conn.queued, "outbuf_msg_cnt": 0,
+                "waitresp_cnt": conn.in_flight, "waitresp_msg_cnt": 0,
+                "tx": conn.tx_requests, "txbytes": conn.tx_bytes, "txerrs": conn.tx_errors,
+                "txretries": 0, "txidle": since(conn.last_tx),
+                "req_timeouts": conn.request_timeouts,
+                "rx": conn.rtt_count, "rxbytes": conn.rx_bytes, "rxerrs": conn.rx_errors,
+                "rxcorriderrs": conn.rx_corrid_errors, "rxpartial": 0,
+                "rxidle": since(conn.last_rx),
+                "req": request_counts(conn.requests_by_api, request_names),
+                "zbuf_grow": 0, "buf_grow": 0, "wakeups": 0,
+                "connects": conn.connect_count, "disconnects": conn.disconnects,
+                "int_latency": empty_window(),
+                "outbuf_latency": conn.outbuf_latency.roll(1e6),
+                "rtt": conn.rtt.roll(1e6),
+                "throttle": conn.throttle.roll(),
+                "toppars": {f"{t}-{p}": {"topic": t, "partition": p}
+                            for t, p in (toppars.get(node, ()) if purpose is None else ())},
             }
         return out
 
@@ -683,13 +704,3 @@ class Cluster:
                 continue
             conn.close(KafkaError(KafkaError._DESTROY, "client is closing"), fail_queued=True)
         return closing
-
-
-def _window(stat: List[float], scale: float) -> Dict[str, int]:
-    """``[sum, count, max]`` as librdkafka's window object, scaled to its unit."""
-    total, count, top = stat
-    if not count:
-        return {"avg": 0, "max": 0, "cnt": 0}
-    return {"avg": int(total / count * scale), "max": int(top * scale), "cnt": int(count)}
-
-

@@ -58,10 +58,13 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from kafka_client._interval import IntervalStat
+from kafka_client._stats import StatsWindow
 from kafka_client._net.bootstrap import Address, resolve
 from kafka_client._net.security import SaslError, SaslMechanism, SecuritySettings
 from kafka_client.errors import KafkaError, client_error
-from kafka_proto.errors import ErrorCode, UnsupportedVersionError, broker_error
+from kafka_proto.errors import (
+    CorrelationIdError, ErrorCode, UnsupportedVersionError, broker_error,
+)
 from kafka_proto.framing import DEFAULT_MAX_FRAME_SIZE
 from kafka_proto.messages import API_KEYS, ApiKey, SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka_proto.protocol import (
@@ -245,17 +248,31 @@ class BrokerConnection:
         self.last_error: Optional[KafkaError] = None
         self.connect_count = 0
         self.last_activity = 0.0
-        # stats (librdkafka-shaped: rtt of answered requests, in seconds)
-        self.rtt_sum = 0.0
+        # statistics (librdkafka's per broker; windows since the last document)
+        #: answers received, ever
         self.rtt_count = 0
-        self.rtt_max = 0.0
+        #: round trips of answered requests (s)
+        self.rtt = StatsWindow()
         #: the same since the last metrics push (KIP-714 node.request.latency)
         self.rtt_window = IntervalStat()
         self.tx_requests = 0
-        #: [sum, count, max] seconds requests waited in this connection's queue
-        self.outbuf_latency: List[float] = [0.0, 0, 0.0]
-        #: [sum, count, max] milliseconds the broker said it throttled us (answers > 0)
-        self.throttle: List[float] = [0.0, 0, 0.0]
+        #: requests written, by API key
+        self.requests_by_api: Dict[int, int] = {}
+        #: seconds requests waited in this connection's queue
+        self.outbuf_latency = StatsWindow()
+        #: milliseconds the broker said it throttled us (answers > 0)
+        self.throttle = StatsWindow()
+        #: send and receive failures, undecodable answers, requests timed out, and
+        #: connections lost after they were up
+        self.tx_errors = 0
+        self.rx_errors = 0
+        self.rx_corrid_errors = 0
+        self.request_timeouts = 0
+        self.disconnects = 0
+        #: monotonic times of the last state change, the last write and the last read
+        self.state_since = time.monotonic()
+        self.last_tx = 0.0
+        self.last_rx = 0.0
         #: the throttle time of the last answer that had one (ms)
         self.last_throttle_ms = 0
         #: ``on_throttle(conn, ms)``: an answer said the broker throttled this client for
@@ -358,6 +375,7 @@ class BrokerConnection:
                 return True
             self._addr_index = 0
         self.state = CONNECTING
+        self.state_since = time.monotonic()
         self._try_next_address()
         return True
 
@@ -545,6 +563,7 @@ class BrokerConnection:
 
     def _ready(self) -> None:
         self.state = READY
+        self.state_since = time.monotonic()
         self._answers_at_ready = self.rtt_count
         self.backoff.reset()
         self._addresses = []
@@ -722,11 +741,10 @@ class BrokerConnection:
         """Stamp a framed request and queue its bytes (written at once when possible)."""
         now = time.monotonic()
         req.sent_at = now
-        waited = now - req.queued_at
-        self.outbuf_latency[0] += waited
-        self.outbuf_latency[1] += 1
-        if waited > self.outbuf_latency[2]:
-            self.outbuf_latency[2] = waited
+        self.outbuf_latency.add(now - req.queued_at)
+        api_key = req.api_key if req.api_key is not None else ApiKey.API_VERSIONS  # handshake
+        by_api = self.requests_by_api
+        by_api[api_key] = by_api.get(api_key, 0) + 1
         timeout = req.timeout if req.timeout is not None else self.settings.request_timeout
         req.deadline = now + timeout
         q = self._out
@@ -752,13 +770,14 @@ class BrokerConnection:
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
+                self.tx_errors += 1
                 self.close(client_error(KafkaError._TRANSPORT,
                                         f"{self.host}:{self.port}: send failed: {exc}"))
                 return
             self._written += n
             self._out_bytes -= n
             self.tx_bytes += n
-            self.last_activity = time.monotonic()
+            self.last_activity = self.last_tx = time.monotonic()
             while n:
                 head = out[0]
                 if n >= len(head):
@@ -807,6 +826,7 @@ class BrokerConnection:
             except _TLS_WOULD_BLOCK:
                 break
             except OSError as exc:
+                self.tx_errors += 1
                 self.close(client_error(_io_error_code(exc),
                                         f"{self.host}:{self.port}: send failed: {exc}"))
                 return
@@ -814,7 +834,7 @@ class BrokerConnection:
             self._written += n
             self._out_bytes -= n
             self.tx_bytes += n
-            self.last_activity = time.monotonic()
+            self.last_activity = self.last_tx = time.monotonic()
         self._after_write(bool(out) or self._tls_pending is not None)
 
     def _set_events(self, events: int) -> None:
@@ -837,6 +857,7 @@ class BrokerConnection:
                         f"{errno.errorcode.get(err, err)} ({os.strerror(err)})")
                     self._drop_socket()
                     self.state = CONNECTING
+                    self.state_since = time.monotonic()
                     self._try_next_address()
                     return
                 self._connected()
@@ -862,6 +883,7 @@ class BrokerConnection:
             except _TLS_WOULD_BLOCK:
                 return
             except OSError as exc:
+                self.rx_errors += 1
                 self.close(client_error(_io_error_code(exc),
                                         f"{self.host}:{self.port}: receive failed: "
                                         f"{exc}{self._closed_hint()}"))
@@ -874,10 +896,13 @@ class BrokerConnection:
                                         f"broker{self._closed_hint()}"))
                 return
             self.rx_bytes += n
-            self.last_activity = time.monotonic()
+            self.last_activity = self.last_rx = time.monotonic()
             try:
                 conv.commit(n)
             except Exception as exc:
+                self.rx_errors += 1
+                if isinstance(exc, CorrelationIdError):
+                    self.rx_corrid_errors += 1
                 self.close(client_error(KafkaError._BAD_MSG,
                                         f"{self.host}:{self.port}: bad frame: {exc}"))
                 return
@@ -899,6 +924,7 @@ class BrokerConnection:
             try:
                 event = conv.next_event()
             except ResponseDecodeError as exc:
+                self.rx_errors += 1
                 error = client_error(KafkaError._TRANSPORT, f"{self.host}:{self.port}: {exc}")
                 self.close(error)
                 self._finish(exc.request.data, None, error)  # answered, so not failed by close
@@ -912,6 +938,9 @@ class BrokerConnection:
                 self.close(client_error(KafkaError._TRANSPORT, f"{self.host}:{self.port}: {exc}"))
                 return
             except Exception as exc:
+                self.rx_errors += 1
+                if isinstance(exc, CorrelationIdError):
+                    self.rx_corrid_errors += 1
                 self.close(client_error(KafkaError._TRANSPORT,
                                         f"{self.host}:{self.port}: bad response: {exc}"))
                 return
@@ -919,10 +948,8 @@ class BrokerConnection:
                 return
             req = event.request.data
             rtt = time.monotonic() - req.sent_at
-            self.rtt_sum += rtt
             self.rtt_count += 1
-            if rtt > self.rtt_max:
-                self.rtt_max = rtt
+            self.rtt.add(rtt)
             self.rtt_window.add(rtt)
             if event.__class__ is HandshakeExchange:
                 self._handshake_answered(event)
@@ -952,11 +979,7 @@ class BrokerConnection:
                                                self.settings.request_timeout)
                 if until > self.muted_until:
                     self.muted_until = until
-            stat = self.throttle
-            stat[0] += throttle_ms
-            stat[1] += 1
-            if throttle_ms > stat[2]:
-                stat[2] = throttle_ms
+            self.throttle.add(throttle_ms)
         if self.on_throttle is not None:
             self.on_throttle(self, throttle_ms)
 
@@ -1025,6 +1048,7 @@ class BrokerConnection:
             # Send order; timeouts mostly equal, so the oldest is (nearly) the earliest.
             earliest = oldest.data.deadline
             if now >= earliest:
+                self.request_timeouts += 1
                 self.close(client_error(KafkaError._TIMED_OUT,
                                         f"{self.host}:{self.port}: request timed out"))
                 return None
@@ -1076,6 +1100,10 @@ class BrokerConnection:
         was = self.state
         self._shutting = False
         self._drop_socket()
+        if was != DISCONNECTED:
+            self.state_since = time.monotonic()
+            if was == READY:
+                self.disconnects += 1
         self.state = DISCONNECTED
         self._out.clear()
         self._out_bytes = 0

@@ -37,6 +37,9 @@ from typing import (
 
 from kafka_client._cluster.telemetry import Sample, interval_samples
 from kafka_client._common import ClientBase, deadline_after
+from kafka_client._stats import (
+    CONSUMER_REQUESTS, empty_window, partition_stats, topic_stats,
+)
 from kafka_client.consumer.arrow import drop_rows, to_record_batch
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
@@ -783,47 +786,77 @@ class Consumer(ClientBase):
 
     _stats_type = "consumer"
 
+    _stats_requests = CONSUMER_REQUESTS
+
+    def _stats_toppars(self) -> Dict[int, List[Tuple[str, int]]]:
+        metadata = self._cluster.metadata
+        out: Dict[int, List[Tuple[str, int]]] = {}
+        with self._lock:
+            for part in self._fetcher.parts.values():
+                if part.assigned:
+                    leader = metadata.leader(part.topic, part.partition)
+                    out.setdefault(leader, []).append((part.topic, part.partition))
+        return out
+
     def _stats_doc(self) -> Dict[str, Any]:
-        """Statistics in librdkafka's JSON shape, for the fields this consumer keeps:
-        the client, its brokers, each assigned partition's offsets and queue, the
-        group."""
+        """Statistics in librdkafka's JSON shape (every field of librdkafka's consumer
+        document): the client, its brokers, each assigned partition's offsets, queue,
+        lag and counts of what was fetched, and the group."""
         fetcher = self._fetcher
         metadata = self._cluster.metadata
+        now = time.monotonic()
+        age_ms = int((now - self._started) * 1000)
         topics: Dict[str, Any] = {}
+        rx_msgs = rx_bytes = 0
         with self._lock:
             self._handout.settle()
             queued = len(self._queue)
             for part in fetcher.parts.values():
+                rx_msgs += part.rx_msgs
+                rx_bytes += part.rx_bytes
                 if not part.assigned:
                     continue
                 end = part.lso if fetcher.read_committed else part.hw
-                topic = topics.setdefault(part.topic, {"topic": part.topic,
-                                                       "partitions": {}})
-                topic["partitions"][str(part.partition)] = {
-                    "partition": part.partition,
-                    "leader": metadata.leader(part.topic, part.partition),
-                    "desired": True,
-                    "fetch_state": ("paused" if part.paused else "offset-query"
-                                    if part.fetch_pos < 0 else "active"),
-                    "fetchq_cnt": part.queued_msgs, "fetchq_size": part.queued_bytes,
-                    "next_offset": part.fetch_pos, "app_offset": part.app_pos,
-                    "stored_offset": part.stored, "committed_offset": part.committed,
-                    "eof_offset": part.eof_offset, "lo_offset": part.log_start,
-                    "hi_offset": part.hw, "ls_offset": part.lso,
-                    "consumer_lag": end - part.committed
+                info = metadata.topics.get(part.topic)
+                if part.topic not in topics:
+                    topics[part.topic] = topic_stats(
+                        part.topic, age_ms,
+                        int((now - info.updated) * 1000) if info is not None else age_ms,
+                        empty_window(), empty_window(), {})
+                epochs = info.epochs if info is not None else ()
+                leader = metadata.leader(part.topic, part.partition)
+                topics[part.topic]["partitions"][str(part.partition)] = partition_stats(
+                    partition=part.partition, broker=leader, leader=leader, desired=True,
+                    fetchq_cnt=part.queued_msgs, fetchq_size=part.queued_bytes,
+                    fetch_state=("paused" if part.paused else "offset-query"
+                                 if part.fetch_pos < 0 else "active"),
+                    query_offset=part.reset if part.reset is not None else OFFSET_INVALID,
+                    next_offset=part.fetch_pos, app_offset=part.app_pos,
+                    stored_offset=part.stored, stored_leader_epoch=part.stored_epoch,
+                    committed_offset=part.committed, eof_offset=part.eof_offset,
+                    lo_offset=part.log_start, hi_offset=part.hw, ls_offset=part.lso,
+                    consumer_lag=end - part.committed
                     if end >= 0 and part.committed >= 0 else -1,
-                    "consumer_lag_stored": end - part.stored
+                    consumer_lag_stored=end - part.stored
                     if end >= 0 and part.stored >= 0 else -1,
-                }
+                    leader_epoch=epochs[part.partition]
+                    if part.partition < len(epochs) else -1,
+                    rxmsgs=part.rx_msgs, rxbytes=part.rx_bytes, msgs=part.rx_msgs)
+        for topic in topics.values():
+            topic["partitions"]["-1"] = partition_stats()   # librdkafka's unassigned one
         doc = super()._stats_doc()
-        doc["replyq"] = queued
-        doc["topics"] = topics
+        doc.update(replyq=queued, topics=topics, rxmsgs=rx_msgs, rxmsg_bytes=rx_bytes)
         group = self._group
         if group is not None:
-            doc["cgrp"] = {"state": "up" if group.coord_id is not None else "wait-coord",
-                           "join_state": _LIBRDKAFKA_JOIN_STATE.get(group.state, "init"),
-                           "assignment_size": sum(len(t["partitions"])
-                                                  for t in topics.values())}
+            rebalanced = group.rebalanced_at
+            doc["cgrp"] = {
+                "state": "up" if group.coord_id is not None else "wait-coord",
+                "stateage": int((now - group.coord_since) * 1000),
+                "join_state": _LIBRDKAFKA_JOIN_STATE.get(group.state, "init"),
+                "rebalance_age": int((now - rebalanced) * 1000) if rebalanced else 0,
+                "rebalance_cnt": group.rebalance_count,
+                "rebalance_reason": group.rebalance_reason,
+                "assignment_size": sum(len(t["partitions"]) - 1 for t in topics.values())}
         return doc
 
     # -- offsets and metadata ------------------------------------------------------------

@@ -117,7 +117,7 @@ class PartitionState:
                  "log_start", "eof_offset", "queued_bytes", "queued_msgs", "max_bytes",
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
                  "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating",
-                 "read_replica", "read_replica_until", "held")
+                 "read_replica", "read_replica_until", "held", "rx_msgs", "rx_bytes")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -163,6 +163,9 @@ class PartitionState:
         #: leader
         self.read_replica = -1
         self.read_replica_until = 0.0
+        #: (io) records (batch counts) and record-batch bytes fetched, ever
+        self.rx_msgs = 0
+        self.rx_bytes = 0
 
     def seek(self, offset: int, epoch: int = -1) -> None:
         """Set the next offset (absolute, or logical to be resolved), with the leader
@@ -1016,6 +1019,8 @@ class Fetcher:
             part.fetch_epoch = epoch
         part.queued_bytes += nbytes
         part.queued_msgs += count
+        part.rx_msgs += count
+        part.rx_bytes += nbytes
         self.deliver(Chunk(part, version, batches, pos, aborted, nbytes, count))
 
     def _partition_error(self, part: PartitionState, code: int, now: float,

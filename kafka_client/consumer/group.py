@@ -206,6 +206,8 @@ class GroupCoordinator:
         self.cooperative = self.assignors[0].rebalance_protocol == "COOPERATIVE"
         # coordinator
         self.coord_id: Optional[int] = None
+        #: when the coordinator was last found or lost (the statistics' cgrp stateage)
+        self.coord_since = time.monotonic()
         self._finding = False
         self._find_after = 0.0
         self._pending: List[_Pending] = []
@@ -256,6 +258,9 @@ class GroupCoordinator:
         self.rebalance_latency = IntervalStat()
         self.rebalance_total = 0.0
         self._rebalance_started: Optional[float] = None
+        #: rebalances completed, and when the last one did (the statistics' cgrp)
+        self.rebalance_count = 0
+        self.rebalanced_at: Optional[float] = None
         cluster.on_metadata.append(self._on_metadata)
         cluster.on_broker_state.append(self._on_broker_state)
         io.add_tick(self.tick)
@@ -608,6 +613,7 @@ class GroupCoordinator:
         if node not in brokers:
             brokers[node] = (host, port, None)
         self.coord_id = node
+        self.coord_since = time.monotonic()
         self.log.debug("group %s: coordinator is broker %d (%s:%d)", self.group_id, node, host,
                        port)
         self.cluster.coordinator_connection(node)
@@ -628,6 +634,7 @@ class GroupCoordinator:
             self.log.info("group %s: coordinator %s lost (%s)", self.group_id,
                           self.coord_id, why)
         self.coord_id = None
+        self.coord_since = time.monotonic()
         self._find_after = time.monotonic() + self.retry_backoff
 
     def _send(self, api_key: ApiKey, make: Callable[[int], Any],
@@ -983,6 +990,14 @@ class GroupCoordinator:
             self._rebalance_started = None
             self.rebalance_latency.add(now - started)
             self.rebalance_total += now - started
+            self.rebalance_count += 1
+            self.rebalanced_at = now
+
+    @property
+    def rebalance_reason(self) -> str:
+        """Why the member is rebalancing now ("" when it is not), as librdkafka's
+        statistics say it."""
+        return self._rejoin_reason if self._rebalance_started is not None else ""
 
     def telemetry_samples(self, elapsed: float) -> List[Sample]:
         """I/O thread, for a metrics push (KIP-714): partitions held, and since the

@@ -29,6 +29,7 @@ read when sequence numbers are in play (librdkafka's rules, as far as implemente
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Optional
 
 from kafka_client.errors import KafkaError, broker_code
@@ -67,6 +68,9 @@ class Idempotence:
         self.txn_timeout_ms = config["transaction.timeout.ms"]
         self.producer_id = -1
         self.epoch = -1
+        #: producer ids and epochs assigned so far, and when the last one came (monotonic)
+        self.assignments = 0
+        self.assigned_at = time.monotonic()
         self.init_in_flight = False
         self.init_retry_at = 0.0
         self.init_failures = 0
@@ -98,6 +102,8 @@ class Idempotence:
         if code == ErrorCode.NONE:
             self.producer_id = resp.producer_id
             self.epoch = resp.producer_epoch
+            self.assignments += 1
+            self.assigned_at = now
             self.bump_wanted = False
             self.init_failures = 0
             self.log.debug("producer id %d epoch %d", self.producer_id, self.epoch)

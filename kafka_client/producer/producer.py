@@ -33,6 +33,7 @@ from typing import (
 from kafka_client._cluster.cluster import Cluster
 from kafka_client._common import ClientBase, deadline_after
 from kafka_client._net.io_thread import IOThread
+from kafka_client._stats import empty_window, partition_stats, topic_stats
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer._core import DeliveryRange
 from kafka_client.producer.accumulator import Accumulator
@@ -533,44 +534,100 @@ class Producer(ClientBase):
         if start < end:
             self._reports.appendleft(_Unserved(r, start))
 
+    def _stats_toppars(self) -> Dict[int, List[Tuple[str, int]]]:
+        out: Dict[int, List[Tuple[str, int]]] = {}
+        for name, t in list(self._acc.topics.items()):
+            for p in list(t.parts or ()):
+                if p.leader >= 0:
+                    out.setdefault(p.leader, []).append((name, p.index))
+        return out
+
     def _stats_doc(self) -> Dict[str, Any]:
-        """Statistics in librdkafka's JSON shape, for the fields this producer keeps: the
-        client and its brokers (with each one's internal queue latency), the message
-        counts, and per topic its batch sizes and partitions."""
+        """Statistics in librdkafka's JSON shape (every field of librdkafka's producer
+        document): the client, its brokers (with the time batches waited in the
+        producer and the messages waiting for answers), the message counts, per topic
+        its batch sizes and partitions (queued, in flight, acknowledged), and with
+        idempotence the producer id's state (``eos``)."""
         doc = super()._stats_doc()
         s = self._sender
-        for broker in doc["brokers"].values():
-            if not broker["name"].endswith("/coordinator"):
-                broker["int_latency"] = _window(s.int_latency.get(broker["nodeid"]))
-        sizes = list(s.batch_sizes)
-        counts = list(s.batch_counts)
+        now = time.monotonic()
+        metadata = self._cluster.metadata
+        inflight: Dict[Any, int] = {}
+        for b in list(s.inflight):
+            inflight[b.part] = inflight.get(b.part, 0) + b.count
+        waiting_by_node: Dict[int, int] = {}
         age_ms = doc["age"] // 1000
         topics = {}
+        tx_bytes = 0
         for name, t in list(self._acc.topics.items()):
-            topics[name] = {
-                "topic": name, "age": age_ms,
-                "batchsize": {"avg": int(sum(sizes) / len(sizes)) if sizes else 0,
-                              "max": max(sizes, default=0), "cnt": len(sizes)},
-                "batchcnt": {"avg": int(sum(counts) / len(counts)) if counts else 0,
-                             "max": max(counts, default=0), "cnt": len(counts)},
-                "partitions": {str(p.index): {"partition": p.index, "leader": p.leader,
-                                              "msgq_cnt": p.in_flight}
-                               for p in (t.parts or ())},
-            }
+            info = metadata.topics.get(name)
+            partitions = {}
+            for p in list(t.parts or ()):
+                queued = [b for b in list(p.ready) if b is not None]
+                ready_msgs = sum(b.count for b in queued)
+                ready_bytes = sum(b.nbytes or 0 for b in queued)
+                open_batch = p.open
+                open_msgs = open_batch.count if open_batch is not None else 0
+                sent, sent_bytes = s.partition_tx.get((name, p.index), (0, 0))
+                tx_bytes += sent_bytes
+                flying = inflight.get(p, 0)
+                waiting_by_node[p.leader] = waiting_by_node.get(p.leader, 0) + flying
+                epochs = info.epochs if info is not None else ()
+                partitions[str(p.index)] = partition_stats(
+                    partition=p.index, broker=p.leader, leader=p.leader,
+                    msgq_cnt=open_msgs + ready_msgs, msgq_bytes=ready_bytes,
+                    xmit_msgq_cnt=ready_msgs, xmit_msgq_bytes=ready_bytes,
+                    leader_epoch=epochs[p.index] if p.index < len(epochs) else -1,
+                    txmsgs=sent, txbytes=sent_bytes,
+                    msgs=sent + open_msgs + ready_msgs + flying, msgs_inflight=flying,
+                    next_ack_seq=p.next_seq if s.idempotent else 0,
+                    next_err_seq=p.next_seq if s.idempotent else 0,
+                    acked_msgid=sent)
+            partitions["-1"] = partition_stats(msgq_cnt=len(t.pending),
+                                               msgs=len(t.pending))
+            windows = s.batch_windows.get(name)
+            topics[name] = topic_stats(
+                name, age_ms,
+                int((now - info.updated) * 1000) if info is not None else age_ms,
+                windows[0].roll() if windows else empty_window(),
+                windows[1].roll() if windows else empty_window(), partitions)
+        for broker in doc["brokers"].values():
+            node = broker["nodeid"]
+            if broker["name"].endswith("/coordinator"):
+                continue
+            window = s.int_latency.get(node)
+            broker["int_latency"] = window.roll(1e6) if window is not None else empty_window()
+            broker["txretries"] = s.retries_by_node.get(node, 0)
+            broker["waitresp_msg_cnt"] = waiting_by_node.get(node, 0)
         doc.update({
+            "replyq": len(self._reports),
             "msg_cnt": self._acc.msg_count, "msg_size": self._acc.msg_bytes,
             "msg_max": self._acc.max_msgs, "msg_size_max": self._acc.max_bytes,
-            "txmsgs": s.tx_msgs, "topics": topics,
+            "topics": topics, "txmsgs": s.tx_msgs, "txmsg_bytes": tx_bytes,
         })
+        if s.idempotent:
+            doc["eos"] = self._eos_stats(now)
         return doc
 
-
-def _window(stat: Optional[List[float]]) -> Dict[str, int]:
-    """``[sum, count, max]`` seconds as librdkafka's microsecond window object."""
-    if not stat or not stat[1]:
-        return {"avg": 0, "max": 0, "cnt": 0}
-    return {"avg": int(stat[0] / stat[1] * 1e6), "max": int(stat[2] * 1e6),
-            "cnt": int(stat[1])}
+    def _eos_stats(self, now: float) -> Dict[str, Any]:
+        """librdkafka's ``eos`` object: the producer id's state and the transaction's."""
+        idem, txn = self._idem, self._txn
+        if idem.fatal is not None:
+            idemp_state = "FatalError"
+        elif idem.producer_id >= 0:
+            idemp_state = "Assigned"
+        else:
+            idemp_state = "WaitPID" if idem.init_in_flight else "RequestPID"
+        return {
+            "idemp_state": idemp_state,
+            "idemp_stateage": int((now - idem.assigned_at) * 1000),
+            "txn_state": txn.state.value if txn is not None else "Init",
+            "txn_stateage": int((now - (txn.state_since if txn is not None
+                                        else self._started)) * 1000),
+            "txn_may_enq": bool(txn is not None and txn.may_produce),
+            "producer_id": idem.producer_id, "producer_epoch": idem.epoch,
+            "epoch_cnt": idem.assignments,
+        }
 
 
 def _io_callbacks(io: IOThread, cluster: Cluster, reports: Deque[Report],

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
-from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from kafka_client._cluster.metadata import REFRESH_ERRORS
 from kafka_client._cluster.telemetry import Sample, interval_samples
 from kafka_client._interval import IntervalStat
+from kafka_client._stats import StatsWindow
 from kafka_client._net.connection import DISCONNECTED
 from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_client.producer.accumulator import Accumulator, Batch, PendingMessage, Unplaced
@@ -125,11 +125,16 @@ class Sender:
         # statistics
         self.tx_msgs = 0
         self.tx_batches = 0
-        self.batch_sizes: Deque[int] = deque(maxlen=1000)
-        self.batch_counts: Deque[int] = deque(maxlen=1000)
-        #: node id -> [sum, count, max] of the time batches waited in the producer
-        #: before their request was written (librdkafka's int_latency), seconds
-        self.int_latency: Dict[int, List[float]] = {}
+        #: per topic, the sizes (bytes) and message counts of the batches built since
+        #: the last statistics document
+        self.batch_windows: Dict[str, Tuple[StatsWindow, StatsWindow]] = {}
+        #: per (topic, partition): [messages, bytes] the brokers acknowledged
+        self.partition_tx: Dict[Tuple[str, int], List[int]] = {}
+        #: per node id: requests with batches sent again
+        self.retries_by_node: Dict[int, int] = {}
+        #: node id -> the time batches waited in the producer before their request was
+        #: written (librdkafka's int_latency), seconds, since the last statistics document
+        self.int_latency: Dict[int, StatsWindow] = {}
         #: since the last metrics push (KIP-714): the same waits, any broker, and the
         #: throttle times (ms) of Produce answers
         self.queue_time = IntervalStat()
@@ -225,8 +230,12 @@ class Sender:
             b.data = builder.build()
             b.builder = None  # the encoded records now live in b.data only
             self.tx_batches += 1
-            self.batch_sizes.append(len(b.data))
-            self.batch_counts.append(b.count)
+            windows = self.batch_windows.get(b.part.topic.name)
+            if windows is None:
+                windows = self.batch_windows[b.part.topic.name] = (StatsWindow(),
+                                                                   StatsWindow())
+            windows[0].add(len(b.data))
+            windows[1].add(b.count)
         elif self.idempotent and (b.pid != idem.producer_id or b.epoch != idem.epoch):
             b.pid, b.epoch = idem.producer_id, idem.epoch
             b.data = restamp(b.data, b.pid, b.epoch, b.base_sequence)
@@ -237,15 +246,15 @@ class Sender:
         now = time.monotonic()
         lat = self.int_latency.get(conn.node_id)
         if lat is None:
-            lat = self.int_latency[conn.node_id] = [0.0, 0, 0.0]
+            lat = self.int_latency[conn.node_id] = StatsWindow()
+        resent = False
         for b in batches:
             if not b.sent:
                 waited = now - b.created
-                lat[0] += waited
-                lat[1] += 1
-                if waited > lat[2]:
-                    lat[2] = waited
+                lat.add(waited)
                 self.queue_time.add(waited)
+            else:
+                resent = True
             b.attempts += 1
             b.sent = True
             self.refused.discard(b)
@@ -258,6 +267,8 @@ class Sender:
                         for name, pd in topics.items()])
         self.inflight.update(batches)
         node = conn.node_id
+        if resent:
+            self.retries_by_node[node] = self.retries_by_node.get(node, 0) + 1
         if self.acks == 0:
             conn.send(req, lambda resp, err: self._on_sent_acks0(batches, err, node),
                       expect_response=False)
@@ -435,6 +446,11 @@ class Sender:
         self.refused.discard(b)
         if err is None:
             self.tx_msgs += b.count
+            tx = self.partition_tx.get((b.part.topic.name, b.part.index))
+            if tx is None:
+                tx = self.partition_tx[(b.part.topic.name, b.part.index)] = [0, 0]
+            tx[0] += b.count
+            tx[1] += b.nbytes or 0
         self.report(Report(b, err, base_offset, append_time, status, None,
                            b.part.topic.name))
         if err is not None:

@@ -193,6 +193,7 @@ class TransactionManager:
         self.sender: Any = None
         self.lock = threading.Lock()
         self.state = TxnState.INIT
+        self.state_since = time.monotonic()
         # produce() is refused until a transaction begins; _set_state tells the
         # accumulator at every change (its refusal field is what produce() tests).
         acc.refuse_produce(self.produce_refused)
@@ -475,6 +476,7 @@ class TransactionManager:
     def _set_state(self, state: TxnState) -> None:
         if state != self.state:
             self.log.debug("transaction state %s -> %s", self.state.value, state.value)
+            self.state_since = time.monotonic()
         self.state = state
         self.acc.refuse_produce(None if self.may_produce else self.produce_refused)
 

@@ -66,25 +66,35 @@ def test_consumer_stats_cb_reports_offsets_lag_brokers_and_group(noida_broker, t
     c.commit(asynchronous=False)
     doc = stats_until(c, stats, lambda d: all(
         p["committed_offset"] == N_PER_PARTITION
-        for p in d["topics"].get(topic_name, {}).get("partitions", {"x": {
-            "committed_offset": -1}}).values()))
+        for k, p in d["topics"].get(topic_name, {}).get("partitions", {"x": {
+            "committed_offset": -1}}).items() if k != "-1"))
     c.close()
     assert doc["type"] == "consumer" and doc["client_id"] == "kafka-native"
     parts = doc["topics"][topic_name]["partitions"]
-    assert sorted(parts) == ["0", "1"]
+    assert sorted(parts) == ["-1", "0", "1"]   # librdkafka's "-1": the unassigned one
+    assert parts["-1"]["partition"] == -1 and parts["-1"]["rxmsgs"] == 0
+    del parts["-1"]
     for p in parts.values():
         assert p["app_offset"] == p["stored_offset"] == N_PER_PARTITION
         assert p["hi_offset"] == p["next_offset"] == N_PER_PARTITION
         assert p["lo_offset"] == 0
         assert p["consumer_lag"] == p["consumer_lag_stored"] == 0
         assert p["fetch_state"] == "active" and p["leader"] >= 0
-    assert doc["cgrp"] == {"state": "up", "join_state": "steady", "assignment_size": 2}
+        assert p["rxmsgs"] == p["msgs"] == N_PER_PARTITION and p["rxbytes"] > 0
+    assert doc["rxmsgs"] == 2 * N_PER_PARTITION and doc["txmsgs"] == 0
+    cgrp = doc["cgrp"]
+    assert (cgrp["state"], cgrp["join_state"], cgrp["assignment_size"]) == ("up", "steady", 2)
+    assert cgrp["rebalance_cnt"] == 1 and cgrp["rebalance_reason"] == ""
     brokers = list(doc["brokers"].values())
     assert brokers and any(b["state"] == "UP" for b in brokers)
     assert sum(b["rx"] for b in brokers) == doc["rx"] > 0
-    assert sum(b["rtt"]["cnt"] for b in brokers) > 0
+    # windows cover one interval each: the round trips of all of them
+    assert sum(b["rtt"]["cnt"] for d in map(json.loads, stats)
+               for b in d["brokers"].values()) > 0
+    assert all(b["req"]["ApiVersion"] >= 1 for b in brokers)
+    assert sum(b["req"]["Fetch"] for b in brokers) > 0
 
-    # librdkafka's field names: ours are a subset of confluent-kafka's document
+    # librdkafka's field names: the same as in confluent-kafka's document
     ck = pytest.importorskip("confluent_kafka")
     theirs_docs = []
     tc = ck.Consumer({"bootstrap.servers": tansu_broker.bootstrap,
@@ -102,31 +112,35 @@ def test_consumer_stats_cb_reports_offsets_lag_brokers_and_group(noida_broker, t
                 theirs = d
     tc.close()
     assert theirs is not None
-    assert set(doc) <= set(theirs)
-    assert keys_at(doc, "topics", topic_name) <= keys_at(theirs, "topics", topic_name)
-    assert keys_at(doc, "topics", topic_name, "partitions", "0") <= \
+    assert set(doc) == set(theirs)
+    assert keys_at(doc, "topics", topic_name) == keys_at(theirs, "topics", topic_name)
+    assert keys_at(doc, "topics", topic_name, "partitions", "0") == \
         keys_at(theirs, "topics", topic_name, "partitions", "0")
     their_broker = next(iter(theirs["brokers"].values()))
     for b in brokers:
-        assert set(b) <= set(their_broker)
-        assert set(b["rtt"]) <= set(their_broker["rtt"])
-    assert set(doc["cgrp"]) <= set(theirs["cgrp"])
+        assert set(b) == set(their_broker)
+        for window in ("rtt", "int_latency", "outbuf_latency", "throttle"):
+            assert set(b[window]) == set(their_broker[window])
+        assert set(b["req"]) == set(their_broker["req"])
+    assert set(doc["cgrp"]) == set(theirs["cgrp"])
 
 
-@pytest.mark.parametrize("kind", ["producer", "admin"])
+@pytest.mark.parametrize("kind", ["producer", "idempotent", "admin"])
 def test_producer_and_admin_stats_have_librdkafkas_shape(tansu_broker, topic_name, kind):
-    """Every client serves stats_cb from poll(); the fields are a subset of what
-    confluent-kafka's same client type gives (its AdminClient is a producer handle)."""
+    """Every client serves stats_cb from poll(); the fields are those confluent-kafka's
+    same client type gives (its AdminClient is a producer handle)."""
     ck = pytest.importorskip("confluent_kafka")
     tansu_broker.create_topic(topic_name)
     docs = {}
-    for name, make in (("ours", {"producer": Producer, "admin": AdminClient}[kind]),
-                       ("theirs", {"producer": ck.Producer,
-                                   "admin": ck.admin.AdminClient}[kind])):
+    for name, make in (("ours", AdminClient if kind == "admin" else Producer),
+                       ("theirs", ck.admin.AdminClient if kind == "admin" else ck.Producer)):
         stats = docs[name] = []
-        client = make({"bootstrap.servers": tansu_broker.bootstrap,
-                       "statistics.interval.ms": 100, "stats_cb": stats.append})
-        if kind == "producer":
+        conf = {"bootstrap.servers": tansu_broker.bootstrap,
+                "statistics.interval.ms": 100, "stats_cb": stats.append}
+        if kind == "idempotent":
+            conf["enable.idempotence"] = True
+        client = make(conf)
+        if kind != "admin":
             client.produce(topic_name, b"v")
             assert client.flush(10) == 0
         else:
@@ -138,19 +152,33 @@ def test_producer_and_admin_stats_have_librdkafkas_shape(tansu_broker, topic_nam
             client.poll(0.1)
         if hasattr(client, "close"):  # confluent-kafka's AdminClient has none
             client.close()
-        docs[name] = json.loads(stats[-1])
-    ours, theirs = docs["ours"], docs["theirs"]
+        docs[name] = [json.loads(d) for d in stats]
+    every_ours = docs["ours"]
+    ours, theirs = docs["ours"][-1], docs["theirs"][-1]
     assert ours["type"] == theirs["type"] == "producer"
-    assert set(ours) <= set(theirs), set(ours) - set(theirs)
+    assert set(ours) == set(theirs), set(ours) ^ set(theirs)
     up = [b for b in ours["brokers"].values() if b["state"] == "UP"]
     assert up and sum(b["tx"] for b in ours["brokers"].values()) == ours["tx"] > 0
     their_broker = next(iter(theirs["brokers"].values()))
     for b in ours["brokers"].values():
-        assert set(b) <= set(their_broker), set(b) - set(their_broker)
-    if kind == "producer":
+        assert set(b) == set(their_broker), set(b) ^ set(their_broker)
+    if kind == "idempotent":
+        assert set(ours["eos"]) == set(theirs["eos"])
+        eos = ours["eos"]
+        assert eos["idemp_state"] == "Assigned"
+        assert eos["producer_id"] >= 0 and eos["producer_epoch"] >= 0
+        assert eos["epoch_cnt"] == 1 and eos["txn_state"] == "Init"
+    if kind != "admin":
         assert ours["txmsgs"] == 1 and ours["msg_cnt"] == 0
-        assert set(ours["topics"][topic_name]) <= set(theirs["topics"][topic_name])
-        assert any(b.get("int_latency", {}).get("cnt") for b in up)
+        assert set(ours["topics"][topic_name]) == set(theirs["topics"][topic_name])
+        assert set(ours["topics"][topic_name]["partitions"]["0"]) == \
+            set(theirs["topics"][topic_name]["partitions"]["0"])
+        assert ours["topics"][topic_name]["partitions"]["0"]["txmsgs"] == 1
+        # windows cover one interval each: the batch waited in one of them
+        assert sum(b["int_latency"]["cnt"] for d in every_ours
+                   for b in d["brokers"].values()) == 1
+        assert sum(d["topics"].get(topic_name, {}).get("batchcnt", {}).get("sum", 0)
+                   for d in every_ours) == 1
 
 
 def test_raising_consumer_stats_cb_reaches_consume_and_loses_nothing(tansu_broker,

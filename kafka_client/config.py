@@ -441,10 +441,11 @@ _TABLE: Tuple[Property, ...] = (
     _p("partition.assignment.strategy", CSV, ("range", "roundrobin"), "C",
        "Assignors this member supports, most preferred first. Cooperative and eager "
        "assignors cannot be mixed.", values=_ASSIGNORS),
-    _ignored("coordinator.query.interval.ms", INT, 600000, "C",
-             "How often to look up the group coordinator again.",
-             "the coordinator is looked up again when it fails or moves, not periodically",
-             min=1, max=3600000),
+    _p("coordinator.query.interval.ms", INT, 600000, "C",
+       "How often to ask again which broker coordinates the group, so that a coordinator "
+       "that moved is followed before a request fails there (it is also looked up at once "
+       "when its connection fails or it answers NOT_COORDINATOR).",
+       min=1, max=3600000),
     _p("enable.auto.commit", BOOL, True, "C",
        "Commit stored offsets in the background every auto.commit.interval.ms."),
     _p("auto.commit.interval.ms", INT, 5000, "C",

@@ -208,6 +208,9 @@ class GroupCoordinator:
         self.coord_id: Optional[int] = None
         #: when the coordinator was last found or lost (the statistics' cgrp stateage)
         self.coord_since = time.monotonic()
+        #: how often the coordinator is asked for again while one is known, and when next
+        self.coord_query_interval = config["coordinator.query.interval.ms"] / 1000.0
+        self._next_coord_query = float("inf")
         self._finding = False
         self._find_after = 0.0
         self._pending: List[_Pending] = []
@@ -512,6 +515,12 @@ class GroupCoordinator:
                 self._find_coordinator()
             elif not self._finding:
                 at(self._find_after)
+        elif self.patterns is not None and self.coord_id is not None and not self._finding:
+            # coordinator.query.interval.ms: has the group moved to another broker?
+            if now >= self._next_coord_query:
+                self._find_coordinator()
+            else:
+                at(self._next_coord_query)
         if self._pending:
             conn = self._coord_conn()
             if conn is not None and conn.ready:
@@ -604,7 +613,7 @@ class GroupCoordinator:
                 err = client_error(code, f"FindCoordinator({self.group_id})")
         if err is not None:
             self.log.debug("coordinator lookup failed: %s", err.str())
-            self._find_after = time.monotonic() + self.retry_backoff
+            self._find_after = self._next_coord_query = time.monotonic() + self.retry_backoff
             if not err.retriable() and err.code() not in (KafkaError._TRANSPORT,
                                                           KafkaError._TIMED_OUT):
                 self.deliver_error(err)
@@ -612,8 +621,15 @@ class GroupCoordinator:
         brokers = self.cluster.metadata.brokers
         if node not in brokers:
             brokers[node] = (host, port, None)
+        now = time.monotonic()
+        self._next_coord_query = now + self.coord_query_interval
+        if node == self.coord_id:
+            return      # the periodic question: still the same broker
+        if self.coord_id is not None:
+            self.log.info("group %s: coordinator moved from broker %d to %d", self.group_id,
+                          self.coord_id, node)
         self.coord_id = node
-        self.coord_since = time.monotonic()
+        self.coord_since = now
         self.log.debug("group %s: coordinator is broker %d (%s:%d)", self.group_id, node, host,
                        port)
         self.cluster.coordinator_connection(node)

@@ -324,6 +324,39 @@ def test_consumer_group_across_a_coordinator_move(kafka_cluster):
     assert any(e.api == "OffsetCommit" and e.broker == new and not e.errors for e in log)
 
 
+def test_coordinator_query_interval_follows_a_move_before_a_request_fails(kafka_cluster):
+    """coordinator.query.interval.ms: the member asks again which broker coordinates its
+    group, so a move is followed before a heartbeat or commit meets NOT_COORDINATOR."""
+    c = kafka_cluster
+    c.create_topic("asked", partitions=2, replication_factor=3)
+    consumer = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "askers",
+                         "client.id": "asker", "enable.auto.commit": False,
+                         "session.timeout.ms": 20000, "heartbeat.interval.ms": 6000,
+                         "coordinator.query.interval.ms": 300})
+    try:
+        consumer.subscribe(["asked"])
+        deadline = time.monotonic() + 20
+        while len(consumer.assignment()) < 2:
+            assert time.monotonic() < deadline, "no assignment"
+            consumer.poll(0.05)
+        old = c.coordinator(group="askers")
+        new = [b for b in (1, 2, 3) if b != old][0]
+        since = c.clear_request_log()
+        c.move_coordinator(new, group="askers")
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until:
+            consumer.poll(0.05)
+        consumer.commit(offsets=[TopicPartition("asked", 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    log = [e for e in c.request_log(since=since) if e.client_id == "asker"]
+    asked = [e for e in log if e.api == "FindCoordinator"]
+    assert 2 <= len(asked) <= 6, len(asked)          # every 0.3 s, not more
+    assert not [e for e in log if "NOT_COORDINATOR" in e.errors], log
+    commits = [e for e in log if e.api == "OffsetCommit"]
+    assert commits and all(e.broker == new and not e.errors for e in commits)
+
+
 # --------------------------------------------------------------------------- headline
 
 

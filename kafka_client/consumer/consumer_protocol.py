@@ -171,7 +171,7 @@ class ConsumerProtocolGroup(GroupCoordinator):
         conn = self._coord_conn()
         if conn is None or not conn.ready:
             return None
-        version = conn.version_for(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+        version = conn.versions.get(ApiKey.CONSUMER_GROUP_HEARTBEAT)
         return version is not None and version >= 1
 
     def _send_heartbeat(self, now: float) -> None:

@@ -144,7 +144,8 @@ def request_counts(sent: Mapping[int, int], names: Any) -> Dict[str, int]:
     listed, 0 when none was sent), then any other API this client sent under its own
     name."""
     out = {name: 0 for name in names}
-    for key, count in sent.items():
+    # a copy taken at once: the I/O thread may add an API while the document is built
+    for key, count in list(sent.items()):
         info = API_KEYS.get(key)
         name = _RENAMED.get(key) or (info.name if info is not None else f"Unknown-{key}?")
         out[name] = out.get(name, 0) + count

@@ -21,6 +21,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TypeVar, Union
 
 from kafka_client._cluster.calls import CallRunner, PartitionKey
+from kafka_client._cluster.telemetry import Sample
 from kafka_client._common import ClientBase, wait_limit
 from kafka_client._model import (
     ConsumerGroupState,
@@ -113,6 +114,13 @@ def _duplicates(keys: List[Any], futures: Dict[Any, Future], what: str) -> bool:
     return True
 
 
+def _nothing_produced(elapsed: float) -> List[Sample]:
+    """The producer metrics of a client that produces nothing (KIP-714, as librdkafka's
+    AdminClient pushes them)."""
+    return [Sample("produce.throttle.time.avg", 0.0), Sample("produce.throttle.time.max", 0),
+            Sample("record.queue.time.avg", 0.0), Sample("record.queue.time.max", 0)]
+
+
 class AdminClient(ClientBase):
     """Administer topics, configurations, records, consumer groups and ACLs.
 
@@ -138,6 +146,10 @@ class AdminClient(ClientBase):
         self._runner = CallRunner(self._cluster)
         self._outstanding: Set[Future] = set()
         self._lock = threading.Lock()
+        # librdkafka's AdminClient is a producer handle and pushes the producer's metrics
+        # when a broker subscribes to them (KIP-714): the connections' and nothing queued.
+        self._cluster.start_telemetry("producer", self._io.name, [_nothing_produced],
+                                      overall_latency=True)
         self._start_client()
 
     # -- plumbing --------------------------------------------------------------------------

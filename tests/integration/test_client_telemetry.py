@@ -15,6 +15,7 @@ import pytest
 
 import kafka_client
 from kafka_client import Consumer, Producer
+from kafka_client.admin import AdminClient
 from kafka_client.testing import Cluster
 from kafka_proto.compression import CODEC_GZIP
 
@@ -158,6 +159,29 @@ def test_consumer_pushes_librdkafkas_metrics_with_its_group(cluster, client_id,
     peer.close()
     theirs = wait_for_pushes(cluster, peer_id, 1)
     assert theirs and set(theirs[0].details["metrics"]) == names
+
+
+def test_the_admin_client_pushes_the_producer_metrics_as_librdkafkas(
+        cluster, client_id, librdkafka_metric_names):
+    """librdkafka's AdminClient is a producer handle: it pushes the producer's metrics
+    (checked with confluent-kafka's on the test cluster when this was written)."""
+    cluster.set_telemetry_subscription([""], push_interval_ms=INTERVAL_MS)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers,
+                         "client.id": client_id})
+    try:
+        assert "metrics-in" in admin.list_topics(timeout=10).topics
+        assert wait_for_pushes(cluster, client_id, 1)
+    finally:
+        admin.close()
+    ours = pushes_of(cluster, client_id)
+    assert ours[-1].details["terminating"] is True
+    for push in ours:
+        assert push.details["error"] is None
+        assert set(push.details["metrics"]) == librdkafka_metric_names["producer"]
+        assert value(push, "org.apache.kafka.producer.record.queue.time.max") == 0
+    # its one connection: to the bootstrap server, broker 1 (-1 until matched to it)
+    (node,) = points(ours[0], "org.apache.kafka.producer.node.request.latency.max")
+    assert node["attributes"]["node.id"] in (-1, 1) and node["value"] >= 0
 
 
 def test_only_the_metrics_subscribed_are_pushed(cluster, client_id):

@@ -37,6 +37,10 @@ HANDOFF_MOST_S = 0.002
 _GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
+def _nothing(*_args: Any) -> None:
+    """A cancelled timer's function."""
+
+
 class Timer:
     """A pending :meth:`IOThread.call_at`; :meth:`cancel` stops it from running."""
 
@@ -50,6 +54,11 @@ class Timer:
 
     def cancel(self) -> None:
         self.cancelled = True
+        # What the timer would have called is let go now, not when its time comes: a
+        # cancelled timer stays in the heap until then (a request's deadline, seconds
+        # away), and its arguments may hold a whole client alive meanwhile.
+        self.fn = _nothing
+        self.args = ()
 
 
 class IOThread:

@@ -73,8 +73,12 @@ class FakeCluster:
     def __init__(self, nodes: Iterable[int] = (1,), controller: Optional[int] = None,
                  apis: Optional[Dict[int, Tuple[int, int]]] = None,
                  missing: Iterable[int] = ()) -> None:
+        # Every API but client telemetry (KIP-714) by default: a client asks for its
+        # metrics subscription when a broker advertises it, which these fakes do not
+        # answer unless a test gives a handler.
         self.apis = dict(apis) if apis is not None else {
-            k: (info.min_version, info.max_version) for k, info in API_KEYS.items()}
+            k: (info.min_version, info.max_version) for k, info in API_KEYS.items()
+            if k not in (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY)}
         for k in missing:
             self.apis.pop(k, None)
         self.servers: Dict[int, socket.socket] = {}

@@ -8,8 +8,6 @@ import threading
 import time
 from typing import Optional
 
-import pytest
-
 from kafka_client._net.io_thread import IOThread
 
 
@@ -117,3 +115,38 @@ def test_let_run_does_not_wait_for_an_idle_loop():
         assert io._no_handoff_until == 0.0
     finally:
         io.stop()
+
+
+def test_a_cancelled_timer_lets_go_of_what_it_would_have_called():
+    """A cancelled timer stays in the heap until its time (a request's deadline); what it
+    held (a finished admin call, its futures, the client behind them) must not live on
+    until then. Its function is not called either."""
+    import gc
+    import weakref
+
+    class Held:
+        pass
+
+    io = IOThread(name="timer-test")
+    io.start()
+    try:
+        held = Held()
+        ref = weakref.ref(held)
+        called = []
+        timers = []
+        io.call_soon(lambda h=held: timers.append(io.call_later(0.3, called.append, h)))
+        deadline = time.monotonic() + 5
+        while not timers:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        io.call_soon(timers[0].cancel)
+        del held
+        deadline = time.monotonic() + 5
+        while ref() is not None:
+            assert time.monotonic() < deadline, "the cancelled timer still holds its args"
+            gc.collect()
+            time.sleep(0.01)
+        time.sleep(0.4)     # past the timer's time
+        assert called == []
+    finally:
+        io.stop(5)

@@ -34,12 +34,12 @@ def client_ranges(allow_unstable: Union[bool, AbstractSet[int]] = False
     an API whose only version is unstable is left out entirely); ``allow_unstable`` may
     also be the set of API keys whose unstable version is allowed.
     """
+    every = allow_unstable is True
+    some = () if isinstance(allow_unstable, bool) else allow_unstable
     out = {}
     for key, info in API_KEYS.items():
         hi = info.max_version
-        if info.latest_version_unstable and not (
-                allow_unstable is True
-                or (not isinstance(allow_unstable, bool) and key in allow_unstable)):
+        if info.latest_version_unstable and not (every or key in some):
             hi -= 1
         if hi >= info.min_version:
             out[key] = (info.min_version, hi)

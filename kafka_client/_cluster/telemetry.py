@@ -37,7 +37,7 @@ from kafka_proto.telemetry import (
     ResourceMetrics, ScopeMetrics, encode_metrics_data,
 )
 
-__all__ = ["Sample", "Telemetry", "interval_samples"]
+__all__ = ["Sample", "Telemetry", "interval_samples", "producer_samples"]
 
 _log = logging.getLogger("kafka_client.telemetry")
 
@@ -73,6 +73,13 @@ def interval_samples(name: str, stat: IntervalStat, scale: float = 1000.0,
     attrs = attributes or {}
     return [Sample(f"{name}.avg", avg * scale, attrs),
             Sample(f"{name}.max", int(round(top * scale)), attrs)]
+
+
+def producer_samples(throttle: IntervalStat, queue_time: IntervalStat) -> List[Sample]:
+    """The producer's own metrics since the last push: throttle times of Produce answers
+    (ms, as given) and how long batches waited before their request was written."""
+    return (interval_samples("produce.throttle.time", throttle, scale=1.0)
+            + interval_samples("record.queue.time", queue_time))
 
 
 Source = Callable[[float], Iterable[Sample]]
@@ -245,9 +252,7 @@ class Telemetry:
         interval = self.subscription.push_interval_ms / 1000.0
         if terminating:
             self.state = _TERMINATED
-            closing, self._closing = self._closing, None
-            if closing is not None:
-                closing()
+            self._closed()
             return
         if self.state != _PUSHING or self._terminating:
             return
@@ -331,17 +336,16 @@ class Telemetry:
             self.state = _TERMINATED
             then()
             return
-        finished = [False]
-
-        def once() -> None:
-            if not finished[0]:
-                finished[0] = True
-                then()
-
-        self._closing = once
+        self._closing = then
         if not self._push(time.monotonic(), terminating=True):
-            self._closing = None
             self.state = _TERMINATED
-            once()
+            self._closed()
             return
-        self.io.call_later(TERMINATING_WAIT_S, once)
+        self.io.call_later(TERMINATING_WAIT_S, self._closed)
+
+    def _closed(self) -> None:
+        """The client may close its connections now (once: the answer to the terminating
+        push or the wait for it, whichever comes first)."""
+        closing, self._closing = self._closing, None
+        if closing is not None:
+            closing()

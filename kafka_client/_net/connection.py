@@ -900,9 +900,7 @@ class BrokerConnection:
             try:
                 conv.commit(n)
             except Exception as exc:
-                self.rx_errors += 1
-                if isinstance(exc, CorrelationIdError):
-                    self.rx_corrid_errors += 1
+                self._receive_failed(exc)
                 self.close(client_error(KafkaError._BAD_MSG,
                                         f"{self.host}:{self.port}: bad frame: {exc}"))
                 return
@@ -911,6 +909,13 @@ class BrokerConnection:
         if self.sock is sock and sock is not None and self.settings.security.ssl_context \
                 is not None and sock.pending():
             self.io.call_soon(self._read_pending, sock)
+
+    def _receive_failed(self, exc: BaseException) -> None:
+        """Count a receive failure for the statistics (rxerrs; rxcorriderrs for an answer
+        to no request in flight)."""
+        self.rx_errors += 1
+        if isinstance(exc, CorrelationIdError):
+            self.rx_corrid_errors += 1
 
     def _read_pending(self, sock: Any) -> None:
         if self.sock is sock:
@@ -938,9 +943,7 @@ class BrokerConnection:
                 self.close(client_error(KafkaError._TRANSPORT, f"{self.host}:{self.port}: {exc}"))
                 return
             except Exception as exc:
-                self.rx_errors += 1
-                if isinstance(exc, CorrelationIdError):
-                    self.rx_corrid_errors += 1
+                self._receive_failed(exc)
                 self.close(client_error(KafkaError._TRANSPORT,
                                         f"{self.host}:{self.port}: bad response: {exc}"))
                 return

@@ -37,10 +37,6 @@ HANDOFF_MOST_S = 0.002
 _GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
-def _nothing(*_args: Any) -> None:
-    """A cancelled timer's function."""
-
-
 class Timer:
     """A pending :meth:`IOThread.call_at`; :meth:`cancel` stops it from running."""
 
@@ -48,7 +44,7 @@ class Timer:
 
     def __init__(self, when: float, fn: Callable[..., Any], args: tuple) -> None:
         self.when = when
-        self.fn = fn
+        self.fn: Optional[Callable[..., Any]] = fn  # None once cancelled
         self.args = args
         self.cancelled = False
 
@@ -57,7 +53,7 @@ class Timer:
         # What the timer would have called is let go now, not when its time comes: a
         # cancelled timer stays in the heap until then (a request's deadline, seconds
         # away), and its arguments may hold a whole client alive meanwhile.
-        self.fn = _nothing
+        self.fn = None
         self.args = ()
 
 

@@ -21,7 +21,8 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TypeVar, Union
 
 from kafka_client._cluster.calls import CallRunner, PartitionKey
-from kafka_client._cluster.telemetry import Sample
+from kafka_client._cluster.telemetry import Sample, producer_samples
+from kafka_client._interval import IntervalStat
 from kafka_client._common import ClientBase, wait_limit
 from kafka_client._model import (
     ConsumerGroupState,
@@ -117,8 +118,7 @@ def _duplicates(keys: List[Any], futures: Dict[Any, Future], what: str) -> bool:
 def _nothing_produced(elapsed: float) -> List[Sample]:
     """The producer metrics of a client that produces nothing (KIP-714, as librdkafka's
     AdminClient pushes them)."""
-    return [Sample("produce.throttle.time.avg", 0.0), Sample("produce.throttle.time.max", 0),
-            Sample("record.queue.time.avg", 0.0), Sample("record.queue.time.max", 0)]
+    return producer_samples(IntervalStat(), IntervalStat())
 
 
 class AdminClient(ClientBase):

@@ -842,6 +842,7 @@ class Consumer(ClientBase):
                     leader_epoch=epochs[part.partition]
                     if part.partition < len(epochs) else -1,
                     rxmsgs=part.rx_msgs, rxbytes=part.rx_bytes, msgs=part.rx_msgs)
+        assigned = sum(len(t["partitions"]) for t in topics.values())
         for topic in topics.values():
             topic["partitions"]["-1"] = partition_stats()   # librdkafka's unassigned one
         doc = super()._stats_doc()
@@ -856,7 +857,7 @@ class Consumer(ClientBase):
                 "rebalance_age": int((now - rebalanced) * 1000) if rebalanced else 0,
                 "rebalance_cnt": group.rebalance_count,
                 "rebalance_reason": group.rebalance_reason,
-                "assignment_size": sum(len(t["partitions"]) - 1 for t in topics.values())}
+                "assignment_size": assigned}
         return doc
 
     # -- offsets and metadata ------------------------------------------------------------

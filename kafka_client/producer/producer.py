@@ -563,7 +563,7 @@ class Producer(ClientBase):
             info = metadata.topics.get(name)
             partitions = {}
             for p in list(t.parts or ()):
-                queued = [b for b in list(p.ready) if b is not None]
+                queued = list(p.ready)
                 ready_msgs = sum(b.count for b in queued)
                 ready_bytes = sum(b.nbytes or 0 for b in queued)
                 open_batch = p.open

@@ -36,7 +36,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from kafka_client._cluster.metadata import REFRESH_ERRORS
-from kafka_client._cluster.telemetry import Sample, interval_samples
+from kafka_client._cluster.telemetry import Sample, producer_samples
 from kafka_client._interval import IntervalStat
 from kafka_client._stats import StatsWindow
 from kafka_client._net.connection import DISCONNECTED
@@ -279,8 +279,7 @@ class Sender:
         """I/O thread, for a metrics push (KIP-714): since the last push, the time
         batches waited before their request was written and the throttle times of
         Produce answers, in ms."""
-        return (interval_samples("produce.throttle.time", self.produce_throttle, scale=1.0)
-                + interval_samples("record.queue.time", self.queue_time))
+        return producer_samples(self.produce_throttle, self.queue_time)
 
     # -- answers -------------------------------------------------------------------------
     def _on_sent_acks0(self, batches: List[Batch], err: Optional[KafkaError],

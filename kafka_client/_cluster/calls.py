@@ -165,6 +165,22 @@ class CallRunner:
         self._finding: Dict[Tuple[int, str], List[Call]] = {}
         self._metadata_waiters: Optional[List[Callable[[Optional[KafkaError]], None]]] = None
         self._rng = random.Random()
+        cluster.on_broker_state.append(self._on_broker_state)
+
+    def _on_broker_state(self, conn: BrokerConnection, state: str,
+                         error: Optional[KafkaError]) -> None:
+        """A connection failed (lost, or refused while connecting): the coordinators it
+        led to are looked up again by the next attempt of each call waiting for them.
+        Else a call to a coordinator whose broker went away (and with it the role) would
+        wait for that broker's connection until its deadline, never asking who
+        coordinates now."""
+        if error is None:
+            return
+        node = self.cluster.broker_id(conn)
+        for key in [k for k, n in self.coordinators.items() if n == node]:
+            del self.coordinators[key]
+            self.log.debug("coordinator %s on broker %d: connection failed (%s), looked up "
+                           "again", key, node, error.str())
 
     # -- submitting ----------------------------------------------------------------------
     def submit(self, call: Call) -> None:

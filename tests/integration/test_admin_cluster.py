@@ -10,7 +10,13 @@ import warnings
 
 import pytest
 
-from kafka_client import Consumer, ElectionType, Producer, TopicPartition
+from kafka_client import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    ElectionType,
+    Producer,
+    TopicPartition,
+)
 from kafka_client.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -206,6 +212,38 @@ def test_preferred_election_moves_a_moved_leader_back(kafka_cluster, topic_name)
                                       [TopicPartition(topic_name, 7)]).result(10)
         assert unknown[TopicPartition(topic_name, 7)].args[0].code() == \
             KafkaError.UNKNOWN_TOPIC_OR_PART
+    finally:
+        admin.close()
+
+
+def test_a_group_call_finds_the_new_coordinator_when_the_old_ones_broker_stops(
+        kafka_cluster, topic_name):
+    # The admin client keeps the coordinator it found; when that broker goes down (the
+    # role moving with it), the next call asks FindCoordinator again once the connection
+    # is refused, rather than waiting for the old broker until the request times out.
+    c = kafka_cluster
+    c.create_topic(topic_name, partitions=2, replication_factor=3)
+    group = "admin-down"
+    committer = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": group})
+    offsets = [TopicPartition(topic_name, 0, 5), TopicPartition(topic_name, 1, 9)]
+    committer.commit(offsets=offsets, asynchronous=False)
+    committer.close()
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic_name, 0),
+                                                    TopicPartition(topic_name, 1)])]
+
+    def listed():
+        result = admin.list_consumer_group_offsets(request)[group].result(30)
+        return [(tp.partition, tp.offset) for tp in result.topic_partitions]
+
+    try:
+        assert listed() == [(0, 5), (1, 9)]
+        old = c.coordinator(group=group)
+        c.stop_broker(old)
+        assert c.coordinator(group=group) != old
+        started = time.monotonic()
+        assert listed() == [(0, 5), (1, 9)]
+        assert time.monotonic() - started < 10
     finally:
         admin.close()
 

@@ -99,3 +99,47 @@ def test_transactions_follow_coordinator_and_leader_moves(kafka_cluster):
                if e.api in ("AddPartitionsToTxn", "EndTxn"))
     assert [e for e in end_txn if e.injected_error == "CONCURRENT_TRANSACTIONS"]
     assert end_txn[-1].broker == coordinators[-1] and not end_txn[-1].errors
+
+
+@pytest.mark.timeout(120)
+def test_a_transaction_finds_its_new_coordinator_when_the_old_ones_broker_stops(
+        kafka_cluster):
+    # The coordinator's broker goes down in the middle of a transaction (its role moves
+    # with it): the requests still to be sent ask FindCoordinator again as soon as the
+    # connection to the old broker is refused, instead of waiting for that broker until
+    # they time out (found by a soak run: AddOffsetsToTxn timed out after 30 s).
+    c = kafka_cluster
+    c.create_topic("txn-down", partitions=PARTITIONS, replication_factor=3)
+    c.create_topic("txn-down-in", partitions=1, replication_factor=3)
+    tid = "orphan"
+    p = Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": tid,
+                  "linger.ms": 5})
+    group = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "down-group"})
+    try:
+        p.init_transactions(30)
+        old = c.coordinator(transactional_id=tid)
+        p.begin_transaction()
+        for n in range(PER_TXN):
+            p.produce("txn-down", b"%08d" % n, partition=n % PARTITIONS)
+        assert p.flush(30) == 0
+        c.stop_broker(old)
+        new = c.coordinator(transactional_id=tid)
+        assert new != old
+        since = c.clear_request_log()
+        started = time.monotonic()
+        p.send_offsets_to_transaction([TopicPartition("txn-down-in", 0, 7)],
+                                      group.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        elapsed = time.monotonic() - started
+    finally:
+        group.close()
+        p.close(10)
+    # Well below socket.timeout.ms (60 s) and the calls' own 30 s.
+    assert elapsed < 10, elapsed
+    log = c.request_log(since=since)
+    assert [e.broker for e in log if e.api in ("AddOffsetsToTxn", "EndTxn")
+            and not e.errors] == [new, new]
+    assert any(e.api == "FindCoordinator" for e in log)
+    c.start_broker(old)
+    got = read_committed(c, "txn-down", PER_TXN)
+    assert sorted(n for values in got.values() for n in values) == list(range(PER_TXN))

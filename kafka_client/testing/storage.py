@@ -505,10 +505,15 @@ class PartitionLog:
 
     def end_offset_for_epoch(self, epoch: int) -> Tuple[int, int]:
         """OffsetForLeaderEpoch: ``(largest epoch <= epoch, its end offset)``; the end
-        offset of the latest epoch is the log end. ``(-1, -1)`` if the epoch is older
-        than every epoch known."""
-        if not self.epochs or epoch < self.epochs[0][0]:
+        offset of the latest epoch is the log end. ``(-1, -1)`` when no epoch is known.
+        An epoch older than every epoch known ends where the first known one starts, as
+        Kafka answers it (``(epoch, that start)``): a replica that was a follower of an
+        empty log knows only the epoch it leads since, and a consumer at the start of
+        that log, positioned in an older epoch, has lost nothing."""
+        if not self.epochs:
             return -1, -1
+        if epoch < self.epochs[0][0]:
+            return epoch, self.epochs[0][1]
         for i in range(len(self.epochs) - 1, -1, -1):
             e, _start = self.epochs[i]
             if e <= epoch:

@@ -231,6 +231,21 @@ def test_truncate_removes_later_segments_batches_and_epochs(log_dir):
     assert all_records(log)[-1] == (6, None, b"new")
 
 
+def test_an_epoch_older_than_any_known_ends_where_the_first_known_one_starts(log_dir):
+    # Kafka's LeaderEpochFileCache.endOffsetFor: a follower of an empty log that becomes
+    # leader knows only its own epoch; a consumer positioned in an older epoch at that
+    # log's start is told its epoch ends there, not "undefined" (which resets it).
+    log = PartitionLog(log_dir, "topic", 0, settings())
+    assert log.end_offset_for_epoch(0) == (-1, -1)
+    log.assign_epoch(2, 0)
+    assert log.end_offset_for_epoch(0) == (0, 0)
+    append(log, [b"a"] * 3, epoch=2)
+    log.assign_epoch(5, 3)
+    assert log.end_offset_for_epoch(1) == (1, 0)
+    assert log.end_offset_for_epoch(2) == (2, 3)
+    assert log.end_offset_for_epoch(5) == (5, 3)
+
+
 def test_retention_by_time_deletes_old_inactive_segments_below_the_high_watermark(log_dir):
     log = PartitionLog(log_dir, "topic", 0, settings(retention_ms=60_000))
     old = NOW - 3_600_000

@@ -919,7 +919,7 @@ class Fetcher:
                 # leader) goes to the leader, which decides.
                 self._back_to_leader(part, KafkaError(code).name())
                 return
-            self._partition_error(part, code, now, getattr(pd, "current_leader", None))
+            self._partition_error(part, code, now, getattr(pd, "current_leader", None), node)
             return
         replica = getattr(pd, "preferred_read_replica", -1)
         if replica >= 0 and replica != node and not from_replica:
@@ -1024,7 +1024,7 @@ class Fetcher:
         self.deliver(Chunk(part, version, batches, pos, aborted, nbytes, count))
 
     def _partition_error(self, part: PartitionState, code: int, now: float,
-                         current_leader: Any = None) -> None:
+                         current_leader: Any = None, node: int = -1) -> None:
         md = self.cluster.metadata
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             self.log.info("%s [%d]: offset %d out of range; applying auto.offset.reset=%s",
@@ -1047,7 +1047,11 @@ class Fetcher:
             part.last_error = code
             return
         if part.last_error != code:
-            self._report(part, client_error(code, f"Fetch {part.topic} [{part.partition}]"))
+            # librdkafka's wording: where, from whom, and the broker's error in words.
+            self._report(part, client_error(
+                code, f"{part.topic} [{part.partition}]: Fetch from broker {node} failed at "
+                f"offset {part.fetch_pos} (leader epoch {part.fetch_epoch}): "
+                f"{KafkaError(code).str()}"))
         part.last_error = code
 
     def _report(self, part: PartitionState, err: KafkaError, offset: int = -1) -> None:

@@ -280,6 +280,40 @@ def test_consumer_reads_across_leader_changes(kafka_cluster):
                for e in fetches), "no fetch met a moved leader"
 
 
+def test_a_fetch_error_is_reported_once_with_where_and_why_and_reading_goes_on(
+        kafka_cluster):
+    c = kafka_cluster
+    c.create_topic("fetch-errors", partitions=1, replication_factor=3)
+    p = producer(c)
+    reports = Reports()
+    produce_numbers(p, "fetch-errors", range(100), reports)
+    assert p.flush(30) == 0
+    leader = c.leader("fetch-errors", 0)
+    c.inject_errors("Fetch", ["UNKNOWN_SERVER_ERROR"] * 2, broker=leader)
+    consumer = Consumer({"bootstrap.servers": c.bootstrap_servers,
+                         "fetch.error.backoff.ms": 50})
+    values: List[int] = []
+    errors = []
+    try:
+        consumer.assign([TopicPartition("fetch-errors", 0, 0)])
+        deadline = time.monotonic() + 30
+        while len(values) < 100 and time.monotonic() < deadline:
+            for m in consumer.consume(100, 0.2):
+                if m.error() is None:
+                    values.append(int(m.value()))
+                else:
+                    errors.append((m.error(), m.offset()))
+    finally:
+        consumer.close()
+    assert values == list(range(100))
+    # Two answers refused in a row: one event (librdkafka reports a repeated error once).
+    assert len(errors) == 1, errors
+    err, offset = errors[0]
+    assert err.code() == KafkaError.UNKNOWN_SERVER_ERROR and offset == 0
+    assert err.str() == (f"fetch-errors [0]: Fetch from broker {leader} failed at offset 0 "
+                         f"(leader epoch -1): Unknown broker error"), err.str()
+
+
 @pytest.mark.timeout(120)
 def test_consumer_group_across_a_coordinator_move(kafka_cluster):
     c = kafka_cluster

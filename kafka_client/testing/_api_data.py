@@ -375,7 +375,10 @@ class _FetchOperation:
             p = w.params
             replica = broker.replicas.get((w.name, p.partition))
             if replica is not None and replica.is_leader and \
-                    replica.check_epoch(p.current_leader_epoch) == ErrorCode.NONE:
+                    replica.check_epoch(p.current_leader_epoch) == ErrorCode.NONE and \
+                    not self._diverges(replica.log, p):
+                # As Kafka: a fetch answered with a diverging epoch says nothing about
+                # what the follower has (its offsets past the divergence are not ours).
                 replica.on_follower_fetch(self.follower, p.fetch_offset, p.log_start_offset)
 
     def _wake(self) -> None:
@@ -495,6 +498,14 @@ class _FetchOperation:
             reads.append(_Read(w, data, region, summary))
         return reads, urgent or self.hw_behind or total >= req.min_bytes
 
+    def _diverges(self, log: Any, p: Any) -> bool:
+        """Whether the fetcher's log diverged from ``log`` (Fetch v12+: the epoch of its
+        last fetched batch ends here before its fetch offset, or is not ours)."""
+        if self.version < 12 or p.last_fetched_epoch < 0:
+            return False
+        epoch, end = log.end_offset_for_epoch(p.last_fetched_epoch)
+        return epoch != p.last_fetched_epoch or end < p.fetch_offset
+
     def _read_partition(self, topic: str, p: Any, budget: int,
                         first: bool) -> Tuple[Any, Optional[FileRegion], Optional[str]]:
         """The partition's answer, the file range of its records, and which replica
@@ -528,11 +539,10 @@ class _FetchOperation:
                 # Kafka skips the read: no records, the leader's offsets, and where to go.
                 return _fetch_partition(p.partition, ErrorCode.NONE,
                                         preferred_read_replica=preferred, **fields), None, role
-        if self.version >= 12 and p.last_fetched_epoch >= 0:
+        if self._diverges(log, p):
             epoch, end = log.end_offset_for_epoch(p.last_fetched_epoch)
-            if epoch != p.last_fetched_epoch or end < p.fetch_offset:
-                return _fetch_partition(p.partition, ErrorCode.NONE, diverging_epoch=_NO_EPOCH_END(
-                    epoch=epoch, end_offset=end), **fields), None, role
+            return _fetch_partition(p.partition, ErrorCode.NONE, diverging_epoch=_NO_EPOCH_END(
+                epoch=epoch, end_offset=end), **fields), None, role
         offset = p.fetch_offset
         if offset < log.log_start_offset or offset > log.end_offset:
             return _fetch_partition(p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, **fields), \

@@ -370,8 +370,11 @@ class Sender:
                                          "sending it again could duplicate it")
             return True
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
-            if self.acc.earlier_retry(b):
-                # Caused by the earlier batch that waits to be resent: it fills the gap.
+            if self.acc.earlier_retry(b) or self._earlier_in_flight(b):
+                # Caused by an earlier batch not yet acknowledged, waiting to be resent or
+                # in flight (to another broker, after a leader change): it fills the gap
+                # first (librdkafka's and the Java client's rule: only an error for the
+                # batch right after the last acknowledged one says the broker lost data).
                 self._refused(b, error, now)
                 return True
             if self.idem.bump_wanted:
@@ -386,6 +389,12 @@ class Sender:
                                          "the producer's (it lost acknowledged messages?)")
             return True
         return False
+
+    def _earlier_in_flight(self, b: Batch) -> bool:
+        """Whether an earlier batch of ``b``'s partition, numbered under the same
+        producer id and epoch, is in flight (only asked after a sequence error)."""
+        return any(o.part is b.part and o.seq < b.seq and o.pid == b.pid
+                   and o.epoch == b.epoch for o in self.inflight)
 
     def _fail_fatally(self, b: Batch, error: KafkaError, why: str) -> None:
         """``error`` for ``b`` breaks the guarantee: the producer stops, ``b`` fails."""

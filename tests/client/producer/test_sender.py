@@ -252,6 +252,23 @@ def test_idempotence_out_of_order_after_an_earlier_failure_is_retried():
     assert [r.batch.base_sequence for r in reports] == [0, 1, 2]
 
 
+def test_idempotence_out_of_order_while_an_earlier_batch_is_in_flight_is_retried():
+    """After leader changes, a partition's batches can be in flight to two brokers: the
+    answer for a later batch (OUT_OF_ORDER_SEQUENCE_NUMBER from the new leader, which
+    expects the earlier one) may come before the earlier batch's. That batch is not
+    acknowledged yet, so nothing is lost: the later one waits and is sent again (a soak
+    run under leader moves made this fatal)."""
+    acc, sender, c, reports, t = _idempotent_in_flight(2)
+    c.answer(1, errors={("t", 0): 45})   # the later batch's answer, first
+    assert sender.idem.fatal is None and not reports
+    assert [b.seq for b in t.parts[0].ready] == [1]
+    c.answer(0, base=10)                 # the earlier one is acknowledged
+    run(sender, 1.0)
+    assert _sent(c) == [(3, 1, [b"1"])]  # the same sequence, sent again
+    c.answer(0, base=11)
+    assert [(values_of(r), r.error) for r in reports] == [([b"0"], None), ([b"1"], None)]
+
+
 def test_idempotence_unexplained_out_of_order_is_fatal():
     acc, sender, conns, reports, t = setup(**{"enable.idempotence": True})
     acc.produce("t", b"x", partition=0)

@@ -1,0 +1,30 @@
+"""Short soak runs (tools/soak.py) in the suite: our producer, a consumer group and a
+transactional consume-transform-produce loop on the test cluster while leaders and
+coordinators move, brokers stop and start, connections drop and errors are injected;
+the delivery guarantees are then checked on what the brokers hold. Longer runs with
+other seeds and options are a manual tool (docs/reliability.md). Each runs in a child
+process with a hard timeout."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+
+@pytest.mark.parametrize("mode, options", [
+    ("group", ["--messages", "30000", "--timeout-ms", "3000"]),
+    ("group", ["--messages", "30000", "--protocol", "consumer"]),
+    ("eos", ["--messages", "5000"]),
+])
+def test_guarantees_hold_under_cluster_faults(run_child, mode, options):
+    args = [mode, "--seed", "11", "--seconds", "12", *options]
+    done = run_child(f"""
+        import sys
+        sys.argv = ["soak.py"] + {args!r}
+        sys.path.insert(0, "tools")
+        import soak
+        sys.exit(soak.main())
+    """, timeout=360)
+    checks = [line for line in done.stdout.splitlines() if "ok:" in line or "FAILED" in line]
+    assert done.returncode == 0, "\n".join(checks) + "\n" + done.stderr[-3000:]
+    assert sum("ok:" in line for line in checks) >= 3

@@ -409,9 +409,7 @@ class ConsumerProtocolGroup(GroupCoordinator):
     def _leave(self, reason: str, done: Any = None) -> None:
         """Leave with epoch -1, or -2 for a static member (it keeps its assignment until
         its session times out, for its instance id's next member, KIP-848)."""
-        conn = self._coord_conn()
-        if self.state == UNJOINED or conn is None or not conn.ready:
-            self.state = UNJOINED
+        if self.state == UNJOINED:
             if done is not None:
                 done.set()
             return
@@ -424,15 +422,4 @@ class ConsumerProtocolGroup(GroupCoordinator):
         self.generation = -1
         self.state = UNJOINED
         self._sent = None
-
-        def left(resp: Any, err: Optional[KafkaError]) -> None:
-            self.log.debug("group %s: leave answered: %s", self.group_id,
-                           err.str() if err is not None else f"error {resp.error_code}")
-            if done is not None:
-                done.set()
-
-        version = conn.versions.get(ApiKey.CONSUMER_GROUP_HEARTBEAT)
-        if version is None:
-            left(None, KafkaError(KafkaError._UNSUPPORTED_FEATURE))
-            return
-        conn.send(req, left, version=version, timeout=min(self.request_timeout, 2.0))
+        self._send_leave(ApiKey.CONSUMER_GROUP_HEARTBEAT, lambda version: req, done)

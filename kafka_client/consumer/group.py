@@ -93,6 +93,11 @@ _STATIC_MEMBER_NEEDS = tuple((request.API_KEY, request.API_NAME,
 COORDINATOR_ERRORS = frozenset((ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                 ErrorCode.NOT_COORDINATOR))
 
+#: How long a leave keeps trying to reach the group's coordinator (close() waits 3 s):
+#: a member whose leave is lost keeps its partitions from the others until its session
+#: times out (45 s by default).
+LEAVE_BUDGET_S = 2.5
+
 # Membership states.
 UNJOINED = "UNJOINED"          # not a member (or must join again)
 WAIT_REVOKE = "WAIT_REVOKE"    # eager: the application revokes before we rejoin
@@ -500,7 +505,7 @@ class GroupCoordinator:
 
     # ======================================================================= I/O thread
     def tick(self, now: float) -> Optional[float]:
-        if self.closed:
+        if self.closed and not self._pending:   # a closing member's leave may wait
             return None
         nxt: Optional[float] = None
 
@@ -534,6 +539,8 @@ class GroupCoordinator:
                         op.fail(client_error(KafkaError._TIMED_OUT,
                                              "group coordinator not available"))
                 at(now + 0.05)
+        if self.closed:
+            return nxt
         if self.patterns is not None and self.coord_id is not None:
             self._membership_tick(now, at)
         if self._regexes and self.patterns is not None and not self._broker_resolves_regex:
@@ -656,11 +663,12 @@ class GroupCoordinator:
     def _send(self, api_key: ApiKey, make: Callable[[int], Any],
               callback: Callable[[Any, Optional[KafkaError]], None],
               deadline: Optional[float] = None, max_version: int = 1 << 15,
-              conn: Any = None) -> None:
+              conn: Any = None, timeout: Optional[float] = None) -> None:
         """Send ``make(version)`` to the coordinator now (on ``conn``, a ready connection
         to it, if given), or once it is known and connected (failing at ``deadline``).
         ``version`` is the negotiated one, capped at ``max_version``: requests whose
-        fields depend on it are built for it."""
+        fields depend on it are built for it. ``timeout``: the request's own (default
+        the request timeout)."""
         def send(conn: Any) -> None:
             neg = conn.versions.get(api_key)
             if neg is None:
@@ -669,7 +677,10 @@ class GroupCoordinator:
                                           f"{api_key.name}"))
                 return
             v = min(neg, max_version)
-            conn.send(make(v), callback, version=v)
+            if timeout is None:
+                conn.send(make(v), callback, version=v)
+            else:
+                conn.send(make(v), callback, version=v, timeout=timeout)
 
         if conn is None:
             conn = self._coord_conn()
@@ -1117,42 +1128,57 @@ class GroupCoordinator:
         self.closed = True
 
     def _leave(self, reason: str, done: Optional[threading.Event] = None) -> None:
-        if not self.member_id or self.instance_id is not None or self.coord_id is None:
+        if not self.member_id or self.instance_id is not None:
             # Static members keep their place until session.timeout.ms (KIP-345).
             if done is not None:
                 done.set()
             return
-        conn = self._coord_conn()
-        if conn is None:
-            if done is not None:
-                done.set()
-            return
-        version = conn.versions.get(ApiKey.LEAVE_GROUP, 0)
-        if version >= 3:  # v3+ names the members leaving; older versions one member id
-            req = LeaveGroupRequest(
-                group_id=self.group_id,
-                members=[LeaveGroupRequest.MemberIdentity(member_id=self.member_id,
-                                                          group_instance_id=None,
-                                                          reason=reason)])
-        else:
-            req = LeaveGroupRequest(group_id=self.group_id, member_id=self.member_id)
+        member_id, group_id = self.member_id, self.group_id
+
+        def make(version: int) -> Any:
+            if version >= 3:   # v3+ names the members leaving; older versions one member id
+                return LeaveGroupRequest(group_id=group_id, members=[
+                    LeaveGroupRequest.MemberIdentity(member_id=member_id,
+                                                     group_instance_id=None, reason=reason)])
+            return LeaveGroupRequest(group_id=group_id, member_id=member_id)
+
         # Beside a held join, the LeaveGroup would wait for the rebalance it is meant to
         # let go on without us (the group then waited for our session to expire); the
         # other connection queues it until it is up.
-        conn = self._beside_join() or conn
+        conn = self._beside_join()
         self.log.debug("group %s: leaving (%s)", self.group_id, reason)
         self._op_token += 1
         self.member_id = ""
         self.generation = -1
         self.state = UNJOINED
+        self._send_leave(ApiKey.LEAVE_GROUP, make, done, conn)
+
+    def _send_leave(self, api_key: ApiKey, make: Callable[[int], Any],
+                    done: Optional[threading.Event], conn: Any = None) -> None:
+        """Send a leave built by ``make(version)`` to the coordinator: at once when it is
+        connected, else once it is found and connected. A coordinator that moved, or
+        could not be reached, is looked up again and the leave sent again, for
+        LEAVE_BUDGET_S. ``done`` is set when it is answered or given up."""
+        deadline = time.monotonic() + LEAVE_BUDGET_S
+        name = api_key.name
 
         def left(resp: Any, err: Optional[KafkaError]) -> None:
-            self.log.debug("group %s: LeaveGroup answered: %s", self.group_id,
-                           err.str() if err is not None else f"error {resp.error_code}")
+            code = err.code() if err is not None else broker_code(resp.error_code)
+            if (code in COORDINATOR_ERRORS or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                    or code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)) \
+                    and time.monotonic() < deadline:
+                if code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    self._coordinator_lost(f"{name} (leaving): {KafkaError(code).name()}")
+                self.log.debug("group %s: leaving again after %s", self.group_id,
+                               KafkaError(code).name())
+                self._send(api_key, make, left, deadline, timeout=LEAVE_BUDGET_S)
+                return
+            self.log.debug("group %s: leave answered: %s", self.group_id,
+                           KafkaError(code).name())
             if done is not None:
                 done.set()
 
-        conn.send(req, left, version=version, timeout=min(self.request_timeout, 2.0))
+        self._send(api_key, make, left, deadline, conn=conn, timeout=LEAVE_BUDGET_S)
 
     # -- offsets -----------------------------------------------------------------------------
     def _join_at_coordinator(self) -> bool:

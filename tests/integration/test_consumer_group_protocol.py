@@ -391,6 +391,34 @@ def test_members_keep_their_partitions_across_a_coordinator_move(cluster, topic)
         m.close()
 
 
+def test_a_member_closed_right_after_a_coordinator_move_leaves_at_the_new_one(cluster,
+                                                                              topic):
+    # Its leave meets NOT_COORDINATOR at the old coordinator (whose heartbeat answers take
+    # 1 s, so the member cannot have learned of the move before): it finds the new one
+    # and leaves there, and the other member takes its partitions. (The leave used to be
+    # dropped: the group kept the closed member, and its partitions from the other, until
+    # its session timed out, 4 s here and 45 s by default.)
+    holders, processed, (a, b) = two_members_reading(cluster, topic)
+    old = cluster.coordinator(group=topic)
+    new = next(br.id for br in cluster.brokers if br.id != old)
+    since = cluster.clear_request_log()
+    cluster.set_latency(1.0, broker=old, apis=["ConsumerGroupHeartbeat"])
+    try:
+        cluster.move_coordinator(new, group=topic)
+        started = time.monotonic()
+        a.close()
+        drive([b], processed, lambda: len(holders.of("b")) == PARTITIONS, 30,
+              "b holding every partition")
+        took = time.monotonic() - started
+    finally:
+        cluster.clear_faults()
+    assert took < 3.0, f"{took:.1f} s: the leave waited for the session timeout"
+    leaves = [(e.broker, e.errors) for e in cluster.request_log(since=since)
+              if e.api == "ConsumerGroupHeartbeat" and e.details.get("member_epoch") == -1]
+    assert leaves == [(old, ["NOT_COORDINATOR"]), (new, [])], leaves
+    b.close()
+
+
 def test_a_transaction_commits_the_offsets_of_a_kip848_member(cluster, topic, topic_name):
     """send_offsets_to_transaction() with the member's metadata: TxnOffsetCommit carries
     the member epoch (the coordinator checks it), and the offsets count once committed."""

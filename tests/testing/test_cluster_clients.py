@@ -358,6 +358,46 @@ def test_consumer_group_across_a_coordinator_move(kafka_cluster):
     assert any(e.api == "OffsetCommit" and e.broker == new and not e.errors for e in log)
 
 
+def test_a_member_closed_right_after_a_coordinator_move_leaves_at_the_new_one(
+        kafka_cluster):
+    # The classic protocol's twin of the KIP-848 test (integration/
+    # test_consumer_group_protocol.py): the LeaveGroup meets NOT_COORDINATOR at the old
+    # coordinator, whose answers take 1 s; it is sent again to the new one, and the other
+    # member takes every partition without waiting for the closed one's session (6 s).
+    c = kafka_cluster
+    c.create_topic("leavers", partitions=4, replication_factor=3)
+    config = {"bootstrap.servers": c.bootstrap_servers, "group.id": "leavers",
+              "session.timeout.ms": 6000, "heartbeat.interval.ms": 100,
+              "partition.assignment.strategy": "cooperative-sticky"}
+    a, b = Consumer(dict(config, **{"client.id": "a"})), Consumer(config)
+    try:
+        for member in (a, b):
+            member.subscribe(["leavers"])
+        deadline = time.monotonic() + 30
+        while len(a.assignment()) + len(b.assignment()) < 4 or not a.assignment():
+            assert time.monotonic() < deadline, "the group never settled"
+            a.poll(0.05)
+            b.poll(0.05)
+        old = c.coordinator(group="leavers")
+        new = next(br for br in (1, 2, 3) if br != old)
+        since = c.clear_request_log()
+        c.set_latency(1.0, broker=old, apis=["LeaveGroup", "Heartbeat"])
+        c.move_coordinator(new, group="leavers")
+        started = time.monotonic()
+        a.close()
+        while len(b.assignment()) < 4:
+            assert time.monotonic() - started < 30, "b never got every partition"
+            b.poll(0.05)
+        took = time.monotonic() - started
+    finally:
+        c.clear_faults()
+        b.close()
+    assert took < 4.0, f"{took:.1f} s: the group waited for the closed member's session"
+    leaves = [(e.broker, e.errors) for e in c.request_log(since=since, api="LeaveGroup")
+              if e.client_id == "a"]
+    assert leaves == [(old, ["NOT_COORDINATOR"]), (new, [])], leaves
+
+
 def test_coordinator_query_interval_follows_a_move_before_a_request_fails(kafka_cluster):
     """coordinator.query.interval.ms: the member asks again which broker coordinates its
     group, so a move is followed before a heartbeat or commit meets NOT_COORDINATOR."""

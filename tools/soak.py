@@ -80,6 +80,7 @@ class Chaos(threading.Thread):
         self.down: Optional[int] = None
         self.slow: Optional[int] = None
         self.counts: Dict[str, int] = collections.Counter()
+        self.stopped_at = 0.0
 
     def run(self) -> None:
         kinds = ["leader", "leader", "broker", "coordinator", "cut", "inject", "latency",
@@ -94,6 +95,7 @@ class Chaos(threading.Thread):
         if self.down is not None:
             self.cluster.start_broker(self.down)
         self.cluster.clear_faults()
+        self.stopped_at = time.monotonic()
         note("chaos: stopped", dict(self.counts))
 
     def _leader(self) -> str:
@@ -295,6 +297,10 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
     def churn(rng: random.Random) -> str:
         victim = rng.choice(members)
         victim.stop.set()
+        if args.static:
+            # A restart: the same group.instance.id comes back once the old one closed
+            # (while both live, the newer fences the older: FENCED_INSTANCE_ID).
+            victim.join(30)
         members[members.index(victim)] = fresh = Member(victim.slot)
         fresh.start()
         return f"{victim.name} -> {fresh.name}"
@@ -318,12 +324,23 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
 
     in_log = {number(m.value()): m for m in read_all(cluster, topic, partitions)}
     deadline = time.monotonic() + 90
+    report_at = time.monotonic() + 5
     while time.monotonic() < deadline:
         with lock:
             seen = {c[3] for c in consumed}
+            reached = {}
+            for _, p, offset, _ in consumed:
+                reached[p] = max(reached.get(p, -1), offset + 1)
         if seen >= set(in_log):
             break
-        time.sleep(1)
+        if time.monotonic() >= report_at:   # what a slow catch-up waits for
+            report_at += 5
+            note("group: still reading; read up to", dict(sorted(reached.items())),
+                 "assignments", {m.name: sorted(tp.partition for tp in m.consumer.assignment())
+                                 for m in members if m.consumer is not None and m.is_alive()})
+        time.sleep(0.2)
+    note("group: caught up", round(time.monotonic() - chaos.stopped_at, 1),
+         "s after the chaos stopped")
     for m in members:
         m.stop.set()
     for m in members:

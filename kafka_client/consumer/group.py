@@ -1145,20 +1145,21 @@ class GroupCoordinator:
         # Beside a held join, the LeaveGroup would wait for the rebalance it is meant to
         # let go on without us (the group then waited for our session to expire); the
         # other connection queues it until it is up.
-        conn = self._beside_join()
+        beside = self._beside_join()
         self.log.debug("group %s: leaving (%s)", self.group_id, reason)
         self._op_token += 1
         self.member_id = ""
         self.generation = -1
         self.state = UNJOINED
-        self._send_leave(ApiKey.LEAVE_GROUP, make, done, conn)
+        self._send_leave(ApiKey.LEAVE_GROUP, make, done, beside)
 
     def _send_leave(self, api_key: ApiKey, make: Callable[[int], Any],
-                    done: Optional[threading.Event], conn: Any = None) -> None:
+                    done: Optional[threading.Event], beside: Any = None) -> None:
         """Send a leave built by ``make(version)`` to the coordinator: at once when it is
-        connected, else once it is found and connected. A coordinator that moved, or
-        could not be reached, is looked up again and the leave sent again, for
-        LEAVE_BUDGET_S. ``done`` is set when it is answered or given up."""
+        connected (on ``beside``, the broker's other connection, when given), else once it
+        is found and connected. A coordinator that moved, or could not be reached, is
+        looked up again and the leave sent again, for LEAVE_BUDGET_S. ``done`` is set when
+        it is answered or given up."""
         deadline = time.monotonic() + LEAVE_BUDGET_S
         name = api_key.name
 
@@ -1178,7 +1179,12 @@ class GroupCoordinator:
             if done is not None:
                 done.set()
 
-        self._send(api_key, make, left, deadline, conn=conn, timeout=LEAVE_BUDGET_S)
+        coord = self._coord_conn()
+        if beside is not None and coord is not None and coord.ready:
+            version = coord.versions.get(api_key, 0)
+            beside.send(make(version), left, version=version, timeout=LEAVE_BUDGET_S)
+            return
+        self._send(api_key, make, left, deadline, timeout=LEAVE_BUDGET_S)
 
     # -- offsets -----------------------------------------------------------------------------
     def _join_at_coordinator(self) -> bool:

@@ -5,6 +5,7 @@ delivery guarantees are checked on what the brokers hold.
 
     .venv/bin/python tools/soak.py group --seed 7 [--protocol consumer] [--static]
         [--arrow] [--compression zstd] [--timeout-ms 3000] [--acks 1 --no-idempotence]
+        [--batches] [--threads 3]
     .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer]
 
 ``group``: an idempotent producer writes ``--messages`` numbered messages (keyed) at a
@@ -215,17 +216,24 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                       "message.timeout.ms": args.timeout_ms, "on_delivery": on_delivery})
         rate = args.messages / (args.seconds * 0.6)
         start = time.monotonic()
+        step = 1000 if args.batches else 1
         try:
-            for n in range(args.messages):
+            for first in range(0, args.messages, step):
+                numbers = range(first, min(first + step, args.messages))
+                values = [struct.pack(">Q", n) + PAD for n in numbers]
+                keys = [b"%d" % (n % 97) for n in numbers]
                 while True:
                     try:
-                        p.produce(topic, struct.pack(">Q", n) + PAD, key=b"%d" % (n % 97))
+                        if args.batches:   # the columnar form: all queued or none
+                            p.produce_batch(topic, values, keys=keys)
+                        else:
+                            p.produce(topic, values[0], key=keys[0])
                         break
                     except BufferError:
                         p.poll(0.05)
-                if n % 1000 == 0:
+                if first % 1000 == 0:
                     p.poll(0)
-                    ahead = n / rate - (time.monotonic() - start)
+                    ahead = first / rate - (time.monotonic() - start)
                     if ahead > 0:
                         time.sleep(ahead)
             note("producer: all produced; flush left", p.flush(300))
@@ -257,6 +265,12 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             try:
                 self.consumer = c = Consumer(conf)
                 c.subscribe([topic])
+                # More threads read the same consumer (each message to one of them); this
+                # one also commits what has been returned to any of them.
+                helpers = [threading.Thread(target=self._read_only, args=(c,), daemon=True)
+                           for _ in range(args.threads - 1)]
+                for h in helpers:
+                    h.start()
                 while not self.stop.is_set():
                     got = self._read(c)
                     if not got:
@@ -267,6 +281,8 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                         c.commit(asynchronous=False)
                     except KafkaException as exc:   # a rebalance, a coordinator move
                         note(self.name, "commit failed:", exc.args[0].name())
+                for h in helpers:
+                    h.join()
                 # A clean shutdown commits what was read (the last commit may have failed
                 # in the chaos); nothing was read since, so nothing new to commit is fine.
                 try:
@@ -277,6 +293,15 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 c.close()
             except Exception:
                 crashes.append(f"{self.name}: " + traceback.format_exc())
+
+        def _read_only(self, c: Consumer) -> None:
+            try:
+                while not self.stop.is_set():
+                    got = self._read(c)
+                    with lock:
+                        consumed.extend(got)
+            except Exception:
+                crashes.append(f"{self.name} (reading thread): " + traceback.format_exc())
 
         def _read(self, c: Consumer) -> List[Tuple[str, int, int, int]]:
             if args.arrow:
@@ -540,6 +565,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--static", action="store_true", help="group.instance.id per member")
     ap.add_argument("--arrow", action="store_true", help="members read with consume_arrow()")
     ap.add_argument("--compression", default="none")
+    ap.add_argument("--batches", action="store_true",
+                    help="the producer queues 1,000 messages a call (produce_batch)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads calling consume() on each member")
     ap.add_argument("--acks", default="all")
     ap.add_argument("--no-idempotence", dest="idempotence", action="store_false")
     ap.add_argument("--timeout-ms", type=int, default=300_000, help="message.timeout.ms")

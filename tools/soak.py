@@ -61,6 +61,25 @@ def number(value: bytes) -> int:
     return struct.unpack(">Q", value[:8])[0]
 
 
+def queue(producer: Producer, send: Callable[[], object]) -> None:
+    """``send()`` (a produce call), again after a poll while the producer is full."""
+    while True:
+        try:
+            send()
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def pace(producer: Producer, sent: int, rate: float, start: float) -> None:
+    """Serve delivery reports, then wait until ``sent`` messages are due at ``rate`` a
+    second since ``start``."""
+    producer.poll(0)
+    ahead = sent / rate - (time.monotonic() - start)
+    if ahead > 0:
+        time.sleep(ahead)
+
+
 class Chaos(threading.Thread):
     """Applies one fault every 0.2-0.8 s (seeded choices) until stopped; at most one
     broker down at a time. ``errors`` are the (API, error) pairs it may inject;
@@ -222,20 +241,12 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 numbers = range(first, min(first + step, args.messages))
                 values = [struct.pack(">Q", n) + PAD for n in numbers]
                 keys = [b"%d" % (n % 97) for n in numbers]
-                while True:
-                    try:
-                        if args.batches:   # the columnar form: all queued or none
-                            p.produce_batch(topic, values, keys=keys)
-                        else:
-                            p.produce(topic, values[0], key=keys[0])
-                        break
-                    except BufferError:
-                        p.poll(0.05)
+                if args.batches:   # the columnar form: all queued or none
+                    queue(p, lambda: p.produce_batch(topic, values, keys=keys))
+                else:
+                    queue(p, lambda: p.produce(topic, values[0], key=keys[0]))
                 if first % 1000 == 0:
-                    p.poll(0)
-                    ahead = first / rate - (time.monotonic() - start)
-                    if ahead > 0:
-                        time.sleep(ahead)
+                    pace(p, first, rate, start)
             note("producer: all produced; flush left", p.flush(300))
             produced.set()
         except Exception:
@@ -418,17 +429,9 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
         rate = args.messages / (args.seconds * 0.5)
         start = time.monotonic()
         for n in range(args.messages):
-            while True:
-                try:
-                    p.produce(source, struct.pack(">Q", n), partition=n % partitions)
-                    break
-                except BufferError:
-                    p.poll(0.05)
+            queue(p, lambda: p.produce(source, struct.pack(">Q", n), partition=n % partitions))
             if n % 500 == 0:
-                p.poll(0)
-                ahead = n / rate - (time.monotonic() - start)
-                if ahead > 0:
-                    time.sleep(ahead)
+                pace(p, n, rate, start)
         if p.flush(120):
             crashes.append("input producer: messages left after flush")
         p.close()

@@ -366,7 +366,9 @@ def test_a_member_closed_right_after_a_coordinator_move_leaves_at_the_new_one(
     # member takes every partition without waiting for the closed one's session (6 s).
     c = kafka_cluster
     c.create_topic("leavers", partitions=4, replication_factor=3)
+    # No commits: an OffsetCommit meeting NOT_COORDINATOR would tell a of the move first.
     config = {"bootstrap.servers": c.bootstrap_servers, "group.id": "leavers",
+              "enable.auto.commit": False,
               "session.timeout.ms": 6000, "heartbeat.interval.ms": 100,
               "partition.assignment.strategy": "cooperative-sticky"}
     a, b = Consumer(dict(config, **{"client.id": "a"})), Consumer(config)

@@ -5,8 +5,8 @@ delivery guarantees are checked on what the brokers hold.
 
     .venv/bin/python tools/soak.py group --seed 7 [--protocol consumer] [--static]
         [--arrow] [--compression zstd] [--timeout-ms 3000] [--acks 1 --no-idempotence]
-        [--batches] [--threads 3]
-    .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer]
+        [--batches] [--threads 3] [--restarts]
+    .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts]
 
 ``group``: an idempotent producer writes ``--messages`` numbered messages (keyed) at a
 steady rate over most of ``--seconds`` while a group of ``--members`` consumers reads
@@ -88,7 +88,7 @@ class Chaos(threading.Thread):
 
     def __init__(self, cluster: Cluster, seed: int, topics: Sequence[Tuple[str, int]],
                  errors: Sequence[Tuple[str, str]], coordinators: Sequence[Dict[str, str]],
-                 churn: Callable[[random.Random], str]) -> None:
+                 churn: Callable[[random.Random], str], restarts: bool = False) -> None:
         super().__init__(name="chaos", daemon=True)
         self.cluster = cluster
         self.rng = random.Random(seed)
@@ -96,6 +96,7 @@ class Chaos(threading.Thread):
         self.errors = errors
         self.coordinators = coordinators
         self.churn = churn
+        self.restarts = restarts
         self.stop = threading.Event()
         self.down: Optional[int] = None
         self.slow: Optional[int] = None
@@ -105,6 +106,8 @@ class Chaos(threading.Thread):
     def run(self) -> None:
         kinds = ["leader", "leader", "broker", "coordinator", "cut", "inject", "latency",
                  "evict", "churn"]
+        if self.restarts:   # an option, so that the seeds without it choose as before
+            kinds += ["restart", "restart"]
         while not self.stop.wait(self.rng.uniform(0.2, 0.8)):
             kind = self.rng.choice(kinds)
             try:
@@ -131,6 +134,14 @@ class Chaos(threading.Thread):
         self.cluster.start_broker(self.down)
         started, self.down = self.down, None
         return f"started {started}"
+
+    def _restart(self) -> str:
+        """A broker stopped and started at once: its logs reloaded from disk."""
+        if self.down is not None:
+            return "skipped (a broker is down)"
+        b = self.rng.choice(BROKERS)
+        self.cluster.restart_broker(b)
+        return f"restarted {b}"
 
     def _coordinator(self) -> str:
         key = self.rng.choice(self.coordinators)
@@ -351,7 +362,8 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
         ("Fetch", "UNKNOWN_SERVER_ERROR"), ("OffsetCommit", "COORDINATOR_NOT_AVAILABLE"),
         ("OffsetCommit", "NOT_COORDINATOR"), ("Heartbeat", "NOT_COORDINATOR"),
         ("OffsetFetch", "COORDINATOR_LOAD_IN_PROGRESS"),
-        ("Metadata", "LEADER_NOT_AVAILABLE")], coordinators=[{"group": group}], churn=churn)
+        ("Metadata", "LEADER_NOT_AVAILABLE")], coordinators=[{"group": group}], churn=churn,
+        restarts=args.restarts)
     chaos.start()
     time.sleep(args.seconds)
     chaos.stop.set()
@@ -513,7 +525,8 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
         ("Fetch", "NOT_LEADER_OR_FOLLOWER"), ("OffsetFetch", "COORDINATOR_LOAD_IN_PROGRESS"),
         ("FindCoordinator", "COORDINATOR_NOT_AVAILABLE")],
         coordinators=[{"group": group}] + [{"transactional_id": p.transactional_id}
-                                           for p in processors], churn=churn)
+                                           for p in processors], churn=churn,
+        restarts=args.restarts)
     chaos.start()
     time.sleep(args.seconds)
     chaos.stop.set()
@@ -563,6 +576,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="default 100,000 (group), 20,000 (eos)")
     ap.add_argument("--partitions", type=int, default=None, help="default 6 (group), 4 (eos)")
     ap.add_argument("--members", type=int, default=None, help="default 3 (group), 2 (eos)")
+    ap.add_argument("--restarts", action="store_true",
+                    help="the chaos also restarts brokers (logs reloaded from disk)")
     ap.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     ap.add_argument("--strategy", default="cooperative-sticky")
     ap.add_argument("--static", action="store_true", help="group.instance.id per member")

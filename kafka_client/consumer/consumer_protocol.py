@@ -25,7 +25,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from kafka_client.consumer.group import (
-    COORDINATOR_ERRORS,
+    COORDINATOR_LOST,
     JOINING,
     STABLE,
     UNJOINED,
@@ -308,8 +308,7 @@ class ConsumerProtocolGroup(GroupCoordinator):
             self._stop(client_error(code, f"ConsumerGroupHeartbeat {self.group_id}: "
                                     f"{reason}"))
         else:
-            if code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
-                                                      KafkaError._TIMED_OUT):
+            if code in COORDINATOR_LOST:
                 self._coordinator_lost(f"heartbeat: {reason}")
             elif code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                 self.deliver_error(client_error(code, f"ConsumerGroupHeartbeat "

@@ -92,6 +92,8 @@ _STATIC_MEMBER_NEEDS = tuple((request.API_KEY, request.API_NAME,
 #: errors that mean "find the coordinator again"
 COORDINATOR_ERRORS = frozenset((ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                 ErrorCode.NOT_COORDINATOR))
+#: ... and the local errors of a request that met no coordinator: look it up again
+COORDINATOR_LOST = COORDINATOR_ERRORS | {KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
 
 #: How long a leave keeps trying to reach the group's coordinator (close() waits 3 s):
 #: a member whose leave is lost keeps its partitions from the others until its session
@@ -677,10 +679,7 @@ class GroupCoordinator:
                                           f"{api_key.name}"))
                 return
             v = min(neg, max_version)
-            if timeout is None:
-                conn.send(make(v), callback, version=v)
-            else:
-                conn.send(make(v), callback, version=v, timeout=timeout)
+            conn.send(make(v), callback, version=v, timeout=timeout)
 
         if conn is None:
             conn = self._coord_conn()
@@ -880,8 +879,7 @@ class GroupCoordinator:
                 self._lose(err.str(), reset_member=code == ErrorCode.UNKNOWN_MEMBER_ID)
             else:
                 self._reset_member(code == ErrorCode.UNKNOWN_MEMBER_ID)
-        elif code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
-                                                    KafkaError._TIMED_OUT):
+        elif code in COORDINATOR_LOST:
             self._coordinator_lost(err.str())
         elif code == ErrorCode.FENCED_INSTANCE_ID:
             self.deliver_error(client_error(code, f"group {self.group_id}: another member uses "
@@ -1088,8 +1086,7 @@ class GroupCoordinator:
                                                 f"another member with group.instance.id "
                                                 f"{self.instance_id!r}", fatal=True))
                 self.patterns = None
-        elif code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
-                                                    KafkaError._TIMED_OUT):
+        elif code in COORDINATOR_LOST:
             self._coordinator_lost(f"heartbeat: {KafkaError(code).str()}")
         self.io.wake()
 
@@ -1165,10 +1162,9 @@ class GroupCoordinator:
 
         def left(resp: Any, err: Optional[KafkaError]) -> None:
             code = err.code() if err is not None else broker_code(resp.error_code)
-            if (code in COORDINATOR_ERRORS or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-                    or code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)) \
+            if (code in COORDINATOR_LOST or code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) \
                     and time.monotonic() < deadline:
-                if code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                if code in COORDINATOR_LOST:
                     self._coordinator_lost(f"{name} (leaving): {KafkaError(code).name()}")
                 self.log.debug("group %s: leaving again after %s", self.group_id,
                                KafkaError(code).name())
@@ -1358,8 +1354,7 @@ class GroupCoordinator:
             if code == ErrorCode.NONE:
                 done(result)
                 return
-            if code in COORDINATOR_ERRORS or code in (KafkaError._TRANSPORT,
-                                                      KafkaError._TIMED_OUT):
+            if code in COORDINATOR_LOST:
                 self._coordinator_lost("offset fetch failed")
             retriable = code in COORDINATOR_ERRORS or code in (
                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNSTABLE_OFFSET_COMMIT,

@@ -1,11 +1,14 @@
-"""The I/O thread's wake-up: a wake() from another thread must always end select(); and
-let_run(), which gives the loop the GIL a busy application thread holds."""
+"""The I/O thread's wake-up: a wake() from another thread must always end select();
+let_run(), which gives the loop the GIL a busy application thread holds; and a cancelled
+timer, which lets go of what it held."""
 from __future__ import annotations
 
+import gc
 import select
 import sys
 import threading
 import time
+import weakref
 from typing import Optional
 
 from kafka_client._net.io_thread import IOThread
@@ -121,9 +124,6 @@ def test_a_cancelled_timer_lets_go_of_what_it_would_have_called():
     """A cancelled timer stays in the heap until its time (a request's deadline); what it
     held (a finished admin call, its futures, the client behind them) must not live on
     until then. Its function is not called either."""
-    import gc
-    import weakref
-
     class Held:
         pass
 

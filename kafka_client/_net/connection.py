@@ -204,11 +204,13 @@ class _Request:
     The conversation keeps it as the context of the request in flight."""
 
     __slots__ = ("msg", "api_key", "version", "expect_response", "callback", "timeout",
-                 "deadline", "sent_at", "queued_at")
+                 "deadline", "sent_at", "queued_at", "fail_unreachable")
 
     def __init__(self, msg: Any, version: Optional[int], expect_response: bool,
-                 callback: Optional[ResponseCallback], timeout: Optional[float]) -> None:
+                 callback: Optional[ResponseCallback], timeout: Optional[float],
+                 fail_unreachable: bool = False) -> None:
         self.msg = msg
+        self.fail_unreachable = fail_unreachable
         self.api_key = msg.API_KEY if msg is not None else None
         self.version = version
         self.expect_response = expect_response
@@ -695,13 +697,17 @@ class BrokerConnection:
     # -- sending ---------------------------------------------------------------------
     def send(self, msg: Any, callback: Optional[ResponseCallback] = None, *,
              version: Optional[int] = None, expect_response: bool = True,
-             timeout: Optional[float] = None) -> None:
+             timeout: Optional[float] = None, fail_unreachable: bool = False) -> None:
         """Queue a request (a generated message object). ``callback(response, error)``
         runs on the I/O thread with the decoded response, or with ``(None, KafkaError)``
         when it failed; for ``expect_response=False`` (acks=0 Produce) it runs with
         ``(None, None)`` once the request is handed to the kernel. ``version`` None uses
-        the negotiated version. ``timeout`` (s) defaults to ``socket.timeout.ms``."""
-        req = _Request(msg, version, expect_response, callback, timeout)
+        the negotiated version. ``timeout`` (s) defaults to ``socket.timeout.ms``.
+        A request waiting for the connection stays queued through failed connection
+        attempts until its timeout, unless ``fail_unreachable``: then it fails with the
+        first failed attempt (for a request that belongs to whichever broker leads a
+        partition now, which the caller asks again)."""
+        req = _Request(msg, version, expect_response, callback, timeout, fail_unreachable)
         if self.can_send():
             self._write_request(req)
         else:
@@ -1098,8 +1104,9 @@ class BrokerConnection:
 
     def close(self, error: Optional[KafkaError] = None, *, fail_queued: bool = False) -> None:
         """Close the socket. In-flight requests fail with ``error`` (``_TRANSPORT`` when
-        None); queued ones stay for the next connection unless ``fail_queued``. ``error``
-        None (idle close, shutdown) does not count as a failure for the backoff."""
+        None); queued ones stay for the next connection unless ``fail_queued``, or sent
+        with ``fail_unreachable`` and ``error`` is given. ``error`` None (idle close,
+        shutdown) does not count as a failure for the backoff."""
         was = self.state
         self._shutting = False
         self._drop_socket()
@@ -1141,6 +1148,13 @@ class BrokerConnection:
             queued = list(self._queue)
             self._queue.clear()
             for req in queued:
+                self._finish(req, None, fail_with)
+        elif error is not None and any(req.fail_unreachable for req in self._queue):
+            failing = [req for req in self._queue if req.fail_unreachable]
+            kept = [req for req in self._queue if not req.fail_unreachable]
+            self._queue.clear()
+            self._queue.extend(kept)
+            for req in failing:
                 self._finish(req, None, fail_with)
         if self.on_state is not None:
             self.on_state(self, DISCONNECTED, error)

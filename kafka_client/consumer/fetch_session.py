@@ -28,7 +28,7 @@ Rules, as the Java client keeps them:
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Collection, Dict, List, NamedTuple, Optional, Tuple
 
 from kafka_proto.errors import ErrorCode
 
@@ -108,15 +108,22 @@ class FetchSession:
         #: no sessions on this connection any more (see the module's rules)
         self.disabled = False
 
-    def plan(self, wanted: List[SessionPartition], version: int) -> FetchPlan:
+    def plan(self, wanted: List[SessionPartition], version: int,
+             unknown: Collection[Tuple[str, int]] = ()) -> FetchPlan:
         """The next Fetch for ``wanted`` (every partition this Fetch is for): the
-        session then holds exactly these."""
+        session then holds exactly these. ``unknown``: the (topic, partition) of those
+        the client knows nothing of yet (no answer since it was assigned again, say),
+        whose answer must come even with nothing new. The broker leaves a partition
+        out of an incremental answer when nothing changed since it last answered for
+        it, whatever the client asks of it now, so while the session still holds one
+        of them the Fetch is a full one."""
         by_id = version >= 13
         if version < FETCH_SESSION_MIN_VERSION or self.disabled:
             return FetchPlan(0, FINAL_EPOCH, wanted, [])
         held = self.held
         self.held = now_held = {(p.topic, p.partition): p for p in wanted}
-        if self.session_id == 0 or self.next_epoch == INITIAL_EPOCH or by_id != self.by_id:
+        if self.session_id == 0 or self.next_epoch == INITIAL_EPOCH or by_id != self.by_id \
+                or any(key in held for key in unknown):
             self.by_id = by_id
             return FetchPlan(self.session_id, INITIAL_EPOCH, wanted, [])
         forget = [held[key] for key in held.keys() - now_held.keys()]

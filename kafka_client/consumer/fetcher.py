@@ -531,14 +531,15 @@ class Fetcher:
                 part.resolving = True
 
         def done(results: Dict[TopicPartitionKey, OffsetLookup]) -> None:
+            # One leader's answer (or the partitions with none): the others come apart.
             t = time.monotonic()
             with self.lock:
                 for part in parts:
-                    if part.version != versions[part.key] or not part.assigned:
+                    found = results.get(part.key)
+                    if found is None or part.version != versions[part.key] \
+                            or not part.assigned:
                         continue
                     part.resolving = False
-                    found = results.get(part.key) or _lookup_failed(client_error(
-                        KafkaError._TIMED_OUT, "no answer"))
                     off, err = found.offset, found.error
                     if err is not None or off < 0:
                         part.backoff_until = t + self.retry_backoff
@@ -559,15 +560,23 @@ class Fetcher:
             self.kick()
 
         md = self.cluster.metadata
-        self.list_offsets(want, done, timeout=None, isolation=self.isolation_level)
+        self.list_offsets(want, done, timeout=None, isolation=self.isolation_level,
+                          each_broker=True)
 
     def list_offsets(self, want: Dict[TopicPartitionKey, int],
                      done: Callable[[Dict[TopicPartitionKey, OffsetLookup]], None],
-                     timeout: Optional[float], isolation: int = READ_UNCOMMITTED) -> None:
+                     timeout: Optional[float], isolation: int = READ_UNCOMMITTED, *,
+                     each_broker: bool = False) -> None:
         """I/O thread: ListOffsets for ``{(topic, partition): timestamp}``
         (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, else a time in ms), sent to each
         partition's leader; ``done`` gets ``{key: OffsetLookup}`` once every leader
-        answered or failed."""
+        answered or failed, or with ``each_broker`` once per leader as it answers (and
+        once for the partitions without a known leader), so that a broker that is slow
+        or down holds up only its own partitions. A request to a leader that cannot be
+        reached fails with its first failed connection attempt, and the metadata of its
+        topics is asked again: the partitions may have a new leader (a stopped broker's
+        leaderships move), which the next lookup goes to, rather than waiting for that
+        broker until the request times out."""
         md = self.cluster.metadata
         results: Dict[TopicPartitionKey, OffsetLookup] = {}
         by_node: Dict[int, Dict[str, List[Tuple[int, int]]]] = {}
@@ -581,14 +590,20 @@ class Fetcher:
                 continue
             by_node.setdefault(leader, {}).setdefault(topic, []).append((p, ts))
         pending = [len(by_node)]
-        if not by_node:
+        if not by_node or (each_broker and results):
             done(results)
-            return
+            if not by_node:
+                return
+            results = {}
 
         def answered(node_parts: Dict[str, List[Tuple[int, int]]], resp: Any,
                      err: Optional[KafkaError]) -> None:
+            if each_broker:
+                results.clear()
             if err is not None:
                 for topic, plist in node_parts.items():
+                    if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+                        md.mark_stale(topic)
                     for p, _ in plist:
                         results[(topic, p)] = _lookup_failed(err)
             else:
@@ -615,8 +630,8 @@ class Fetcher:
                     results[(topic, p)] = _lookup_failed(KafkaError(
                         KafkaError._BAD_MSG, f"ListOffsets: no answer for {topic} [{p}]"))
             pending[0] -= 1
-            if pending[0] == 0:
-                done(results)
+            if each_broker or pending[0] == 0:
+                done(dict(results) if each_broker else results)
 
         for node, topics in by_node.items():
             conn = self.cluster.ensure_connected(node)
@@ -641,7 +656,7 @@ class Fetcher:
                         for p, ts in plist])
                     for topic, plist in topics.items()])
             conn.send(req, lambda resp, err, t=topics: answered(t, resp, err),
-                      timeout=timeout)
+                      timeout=timeout, fail_unreachable=True)
 
     # -- fetching ------------------------------------------------------------------------
     def _at_end(self, part: PartitionState) -> bool:
@@ -789,6 +804,7 @@ class Fetcher:
             version = 12
         wanted: List[SessionPartition] = []
         sent: List[Tuple[PartitionState, int, int]] = []
+        unknown: List[TopicPartitionKey] = []   # no answer since assigned: see plan()
         with self.lock:
             for part in parts:
                 if not part.assigned or part.fetch_pos < 0 or part.paused \
@@ -802,13 +818,15 @@ class Fetcher:
                     md.leader_epoch(part.topic, part.partition), part.max_bytes))
                 part.fetching = part.version
                 sent.append((part, part.version, part.fetch_pos))
+                if part.hw < 0:
+                    unknown.append(part.key)
         if not sent:
             return
         session = self._sessions.get((node, lane))
         if session is None:
             session = self._sessions[(node, lane)] = FetchSession()
         self._lane_conns[(node, lane)] = conn
-        plan = session.plan(wanted, version)
+        plan = session.plan(wanted, version, unknown)
         req = FetchRequest(
             replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=self.min_bytes,
             max_bytes=self.max_bytes, isolation_level=self.isolation_level,

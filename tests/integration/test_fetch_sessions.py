@@ -8,7 +8,7 @@ from typing import Dict, List
 
 import pytest
 
-from kafka_client import Consumer, Producer, TopicPartition
+from kafka_client import OFFSET_END, Consumer, Producer, TopicPartition
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -79,6 +79,45 @@ def test_only_the_partition_that_moves_goes_over_the_wire(tmp_path):
         # Every position of partition 7 the consumer reached was asked for once.
         asked = [off for e in fetches for _t, _q, off in e.details["fetch_session"]["requested"]]
         assert asked == sorted(set(asked)) and asked[-1] <= counts[7]
+
+
+def test_a_partition_assigned_again_is_answered_though_nothing_is_new(tmp_path):
+    """Partitions unassigned and assigned again (at their end, no new data) while the
+    broker's session still holds them: their offsets (get_watermark_offsets(cached=True))
+    and their end (_PARTITION_EOF) come within the next Fetch. An incremental answer
+    leaves out partitions with nothing new, so they used to stay unknown for good (a
+    Spark streaming query on a quiet topic failed after 30 s planning its next batch)."""
+    from kafka_client.testing import Cluster
+    with Cluster(brokers=1, data_dir=str(tmp_path)) as cluster:
+        cluster.create_topic("quiet", partitions=2, replication_factor=1)
+        p = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+        _produce(p, "quiet", 0, 0, 5)
+        _produce(p, "quiet", 1, 0, 5)
+        p.close()
+        c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "client.id": "again",
+                      "fetch.wait.max.ms": 10, "enable.partition.eof": True})
+        try:
+            for round_ in range(3):
+                since = cluster.clear_request_log()
+                c.assign([TopicPartition("quiet", q, OFFSET_END) for q in range(2)])
+                deadline = time.monotonic() + 5
+                ends = set()
+                while ends != {0, 1} and time.monotonic() < deadline:
+                    for m in c.consume(10, 0.05):
+                        assert m.error() is not None and m.offset() == 5, m
+                        ends.add(m.partition())
+                assert ends == {0, 1}, f"round {round_}: no end of partition for " \
+                                        f"{ {0, 1} - ends}"
+                for q in range(2):
+                    assert c.get_watermark_offsets(TopicPartition("quiet", q),
+                                                   cached=True) == (0, 5)
+                kinds = [e.details["fetch_session"]["kind"]
+                         for e in _sessions(cluster, since, "again")]
+                assert "full" in kinds, kinds      # how: a full Fetch
+                if round_ % 2:
+                    c.unassign()
+        finally:
+            c.close()
 
 
 def test_an_evicted_session_or_a_cut_connection_starts_a_new_one_losing_nothing(tmp_path):

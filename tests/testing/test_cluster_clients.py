@@ -15,7 +15,14 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka_client import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from kafka_client.testing import Cluster
 
 pytestmark = [pytest.mark.integration]
@@ -278,6 +285,41 @@ def test_consumer_reads_across_leader_changes(kafka_cluster):
     fetches = c.request_log(since=since, api="Fetch")
     assert any("NOT_LEADER_OR_FOLLOWER" in e.errors or "FENCED_LEADER_EPOCH" in e.errors
                for e in fetches), "no fetch met a moved leader"
+
+
+def test_an_offset_lookup_finds_the_new_leader_when_the_old_ones_broker_stopped(
+        kafka_cluster):
+    """A consumer that knew broker B as a partition's leader looks up the partitions'
+    ends after B stopped (its leaderships moved): every position is known at once. The
+    lookup used to wait for B itself (its request queued for the stopped broker until
+    socket.timeout.ms, 60 s), and the partitions of the brokers still up with it."""
+    kafka_cluster.create_topic("moved", partitions=4, replication_factor=3)
+    with Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers}) as p:
+        for i in range(40):
+            p.produce("moved", b"%d" % i, partition=i % 4)
+        assert p.flush(10) == 0
+    c = Consumer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    ends = [TopicPartition("moved", q, OFFSET_END) for q in range(4)]
+
+    def positions(timeout: float) -> List[int]:
+        deadline = time.monotonic() + timeout
+        while True:
+            got = [tp.offset for tp in c.position([TopicPartition("moved", q)
+                                                   for q in range(4)])]
+            if all(off >= 0 for off in got) or time.monotonic() > deadline:
+                return got
+            time.sleep(0.01)
+
+    try:
+        c.assign(ends)
+        assert positions(10) == [10] * 4
+        kafka_cluster.stop_broker(kafka_cluster.leader("moved", 0))
+        c.assign(ends)
+        started = time.monotonic()
+        assert positions(10) == [10] * 4
+        assert time.monotonic() - started < 3
+    finally:
+        c.close()
 
 
 def test_a_fetch_error_is_reported_once_with_where_and_why_and_reading_goes_on(

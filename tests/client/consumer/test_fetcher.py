@@ -691,6 +691,24 @@ def test_a_topic_made_again_is_sent_under_its_new_id_and_the_old_id_forgotten():
     assert plan.send == [] and plan.forget == []
 
 
+def test_a_partition_known_nothing_of_that_the_session_holds_makes_the_fetch_full():
+    """A partition the fetcher has had no answer for since it was assigned again (its
+    high watermark unknown) but that the broker's session still holds: an incremental
+    answer would leave it out (nothing new), so the Fetch is a full one; the session
+    goes on incrementally after that."""
+    from kafka_client.consumer.fetch_session import FetchSession, SessionPartition
+    session = FetchSession()
+    parts = [SessionPartition("t", None, 0, 5, 1, 100), SessionPartition("t", None, 1, 7, 1, 100)]
+    session.answered(session.plan(parts, 12), 4, 0)
+    assert session.plan(parts, 12).incremental       # nothing unknown: incremental
+    session.answered(session.plan(parts, 12), 4, 0)
+    plan = session.plan(parts, 12, unknown=[("t", 1)])
+    assert not plan.incremental and plan.session_id == 4 and plan.send == parts
+    session.answered(plan, 9, 0)                     # a new session
+    plan = session.plan(parts, 12, unknown=[("t", 2)])   # not held: asked as new
+    assert plan.incremental and plan.session_id == 9
+
+
 def test_a_logical_offset_waits_for_the_leader_instead_of_a_failed_lookup_and_backoff():
     """A partition assigned at OFFSET_BEGINNING before its topic's metadata is known: no
     ListOffsets that fails and waits retry.backoff.ms (100 ms: the whole start-up time of

@@ -177,6 +177,31 @@ def test_refused_connection_fails_requests_and_backs_off(io):
     assert [e.code() for e in results] == [KafkaError._DESTROY]
 
 
+def test_a_request_sent_fail_unreachable_fails_with_the_first_failed_attempt(io):
+    """A request that belongs to whoever leads a partition now (ListOffsets) fails when
+    the connection attempt fails, so that the caller asks the current leader; the others
+    wait for the next attempt."""
+    from kafka_proto.messages import MetadataRequest
+
+    port = _closed_port()
+    kept, failed, states = [], [], []
+
+    def go():
+        conn = BrokerConnection(io, -1, "127.0.0.1", port, ConnectionSettings(),
+                                on_state=lambda c, st, err: states.append(st))
+        conn.send(MetadataRequest(topics=None), lambda r, e: kept.append(e))
+        conn.send(MetadataRequest(topics=None), lambda r, e: failed.append(e),
+                  fail_unreachable=True)
+        return conn
+
+    conn = on_io(io, go)
+    wait_until(lambda: states)
+    assert [e.code() for e in failed] == [KafkaError._TRANSPORT]
+    assert kept == [] and conn.queued == 1
+    on_io(io, lambda: conn.close(KafkaError(KafkaError._DESTROY), fail_queued=True))
+    assert [e.code() for e in kept] == [KafkaError._DESTROY]
+
+
 def test_unresolvable_host_reports_resolve_error(io):
     states = []
     conn = on_io(io, lambda: BrokerConnection(

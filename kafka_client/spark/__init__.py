@@ -30,6 +30,23 @@ __all__ = ["KafkaDataLossError", "KafkaDataSource", "KafkaOptionError", "OffsetR
 
 def register(spark: Any) -> str:
     """Register the data source on the SparkSession ``spark``; returns its format name,
-    ``"kafka_native"``."""
+    ``"kafka_native"``. It also makes ``spark`` the session of the calling thread in
+    Spark's JVM: Spark 4 looks the sink of a streaming write up in that thread's
+    session, so a thread other than the one that registered the source, starting a
+    streaming write to it, calls this first (else DATA_SOURCE_NOT_FOUND)."""
     spark.dataSource.register(KafkaDataSource)
+    _make_active_in_this_thread(spark)
     return SOURCE_NAME
+
+
+def _make_active_in_this_thread(spark: Any) -> None:
+    # PySpark has no public call for it (getOrCreate() does not do it for an existing
+    # session); a Spark Connect session has no JVM on this side and needs nothing.
+    jvm = getattr(spark, "_jvm", None)
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jvm is None or jsession is None:
+        return
+    try:
+        jvm.org.apache.spark.sql.classic.SparkSession.setActiveSession(jsession)
+    except Exception:  # pragma: no cover - a Spark without the classic session class
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)

@@ -163,3 +163,50 @@ def test_streaming_write_from_rate_source(spark, tansu_broker, tmp_path):
     # from the micro-batch the stop interrupted.
     assert sorted(v for v in values if v < committed) == list(range(committed))
     assert all(v < committed + 5000 for v in values)
+
+
+def test_a_streaming_write_started_from_another_thread(spark, tansu_broker, tmp_path):
+    """Spark 4 looks a streaming sink up in the calling JVM thread's session: a thread
+    other than the registering one gets DATA_SOURCE_NOT_FOUND unless it calls
+    register(spark) first, which makes the session its own."""
+    import threading
+
+    from kafka_client.spark import register
+
+    topic = f"spark-thread-{time.time_ns()}"
+    tansu_broker.create_topic(topic, 2)
+    outcome = []
+
+    def start_elsewhere():
+        try:
+            register(spark)
+            rate = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 100)
+                    .load())
+            query = (rate.select(F.col("value").cast("string").alias("value"))
+                     .writeStream.format(FORMAT)
+                     .option("kafka.bootstrap.servers", tansu_broker.bootstrap)
+                     .option("topic", topic)
+                     .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                     .trigger(processingTime="0 seconds").start())
+            try:
+                wait_for(lambda: query.lastProgress is not None, 120, "a micro-batch")
+            finally:
+                query.stop()
+            outcome.append(query.recentProgress[0]["numInputRows"])
+        except Exception as exc:   # reported by the assertion below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=start_elsewhere)
+    worker.start()
+    worker.join(180)
+    assert outcome == [100], outcome
+    consumer = Consumer({"bootstrap.servers": tansu_broker.bootstrap})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
+    values = set()
+    while True:
+        batch = consumer.consume_arrow(10_000, timeout=3)
+        if not batch.num_rows:
+            break
+        values.update(int(v) for v in batch.column("value").to_pylist())
+    consumer.close()
+    assert set(range(100)) <= values    # the micro-batch reported done has landed

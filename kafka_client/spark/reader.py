@@ -9,6 +9,7 @@ are. The task stops at the range's end offset.
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Iterator, List, Optional, Sequence
 
@@ -29,6 +30,14 @@ __all__ = ["KafkaBatchReader", "read_range", "to_spark_batch"]
 #: checks whether the range holds more records at all (see _range_exhausted).
 TAIL_WAIT_S = 0.5
 
+#: Error events after which a range cannot be read: the task fails at once with them.
+#: Any other is the consumer telling of a fetch it retries (a broker's error, a leader
+#: that moved): the reading goes on, and kafkaConsumer.pollTimeoutMs bounds a partition
+#: that never recovers (its last error is then named).
+_UNREADABLE = frozenset((KafkaError._AUTO_OFFSET_RESET, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                         KafkaError.CLUSTER_AUTHORIZATION_FAILED))
+
+_log = logging.getLogger("kafka_client.spark")
 _MICROS = pa.scalar(1000, pa.int64())
 _ONE = pa.scalar(1, pa.int32())
 
@@ -55,7 +64,9 @@ def read_range(rng: OffsetRange, opts: ReadOptions, schema: Any) -> Iterator[Any
     Offsets with no record (compacted away, transaction markers) are skipped. With
     failOnDataLoss, a range whose start was deleted meanwhile fails the task; without it,
     the reading goes on from the log start. A range the broker cannot complete within
-    ``kafkaConsumer.pollTimeoutMs`` (no record for that long) fails the task.
+    ``kafkaConsumer.pollTimeoutMs`` (no record for that long) fails the task, and so
+    does an error that leaves nothing to retry (see _UNREADABLE); other errors the
+    consumer reports are logged and the reading goes on.
     """
     if rng.end <= rng.start:
         return
@@ -67,12 +78,14 @@ def read_range(rng: OffsetRange, opts: ReadOptions, schema: Any) -> Iterator[Any
         next_offset = rng.start
         last_progress = time.monotonic()
         poll_timeout = opts.poll_timeout_ms / 1000.0
+        last_error: Optional[KafkaError] = None
         while next_offset < rng.end:
             want = min(opts.max_records_per_batch, rng.end - next_offset)
             try:
                 batch = consumer.consume_arrow(want, timeout=TAIL_WAIT_S)
             except KafkaException as exc:
-                raise _read_error(rng, next_offset, exc.args[0]) from None
+                last_error = _reading_goes_on(rng, next_offset, exc.args[0])
+                continue
             if batch.num_rows:
                 offsets = batch.column(2)
                 last = offsets[-1].as_py()
@@ -84,15 +97,29 @@ def read_range(rng: OffsetRange, opts: ReadOptions, schema: Any) -> Iterator[Any
                 next_offset = last + 1
                 last_progress = time.monotonic()
                 continue
-            if _range_exhausted(consumer, rng, next_offset):
-                return
+            try:
+                if _range_exhausted(consumer, rng, next_offset):
+                    return
+            except KafkaException as exc:
+                last_error = _reading_goes_on(rng, next_offset, exc.args[0])
             if time.monotonic() - last_progress > poll_timeout:
                 raise TimeoutError(
                     f"{rng.topic} [{rng.partition}]: no record at or after offset "
                     f"{next_offset} within kafkaConsumer.pollTimeoutMs "
-                    f"({opts.poll_timeout_ms} ms), though the range ends at {rng.end}")
+                    f"({opts.poll_timeout_ms} ms), though the range ends at {rng.end}"
+                    + ("" if last_error is None else f"; last error: {last_error.str()}"))
     finally:
         consumer.close()
+
+
+def _reading_goes_on(rng: OffsetRange, offset: int, err: KafkaError) -> KafkaError:
+    """``err``, an error event of the range's consumer, logged when the reading can go
+    on; raised as the task's error when it cannot (see _UNREADABLE)."""
+    if err.fatal() or err.code() in _UNREADABLE:
+        raise _read_error(rng, offset, err)
+    _log.warning("%s [%d] at offset %d: %s (the consumer retries)", rng.topic,
+                 rng.partition, offset, err.str())
+    return err
 
 
 def _range_exhausted(consumer: Consumer, rng: OffsetRange, next_offset: int) -> bool:
@@ -116,7 +143,7 @@ def _range_exhausted(consumer: Consumer, rng: OffsetRange, next_offset: int) -> 
                 return True
             consumer.seek(tp)
             return False
-        raise _read_error(rng, next_offset, err)
+        raise KafkaException(err)   # read_range decides
     return False
 
 

@@ -441,3 +441,40 @@ def test_demo_job(spark):
     assert "verified 4,000/4,000 rows" in text
     assert "write    100.0% 4,000/4,000" in text
     assert "pipeline 100.0% 4,000/4,000" in text
+
+
+@pytest.mark.parametrize("error, fails", [("UNKNOWN_SERVER_ERROR", False),
+                                          ("NOT_LEADER_OR_FOLLOWER", False),
+                                          ("TOPIC_AUTHORIZATION_FAILED", True)])
+def test_a_range_reads_through_a_brokers_errors_and_fails_on_a_refusal(tmp_path, error, fails):
+    """A task's range (read_range, no Spark needed) goes on reading after the Fetch
+    errors its consumer retries, and fails at once, naming the error, on one that
+    leaves nothing to retry. Any error used to fail the task (a Spark streaming query
+    died on one UNKNOWN_SERVER_ERROR in a soak run)."""
+    from kafka_client import KafkaException
+    from kafka_client.spark.offsets import OffsetRange
+    from kafka_client.spark.options import parse_read_options
+    from kafka_client.spark.reader import read_range
+    from kafka_client.spark.schema import arrow_schema, kafka_schema
+    from kafka_client.testing import Cluster
+
+    with Cluster(brokers=1, data_dir=str(tmp_path)) as cluster:
+        cluster.create_topic("t", partitions=1, replication_factor=1)
+        with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as p:
+            for i in range(3000):
+                p.produce("t", b"%d" % i, partition=0)
+            assert p.flush(10) == 0
+        opts = parse_read_options({"kafka.bootstrap.servers": cluster.bootstrap_servers,
+                                   "subscribe": "t", "maxRecordsPerBatch": "500"},
+                                  streaming=False)
+        cluster.inject_errors("Fetch", [error] * 2)
+        started = time.monotonic()
+        batches = read_range(OffsetRange("t", 0, 0, 3000), opts,
+                             arrow_schema(kafka_schema()))
+        if fails:
+            with pytest.raises(KafkaException, match=error):
+                list(batches)
+            assert time.monotonic() - started < 10
+            return
+        values = [int(v) for b in batches for v in b.column("value").to_pylist()]
+        assert values == list(range(3000))

@@ -288,6 +288,11 @@ class Accumulator(AccumulatorCore):
                                                                   and not info.leaders):
                 if t.unknown_since is None:
                     t.unknown_since = now
+            elif client_error(code).retriable():
+                # LEADER_NOT_AVAILABLE without partitions (Kafka's answer for a topic it
+                # is creating), ...: the metadata is asked again; the messages wait, up
+                # to message.timeout.ms, as librdkafka's do.
+                continue
             elif code:
                 # Authorization failure, invalid topic name, ...: not going to change.
                 err = client_error(code, f"topic {name}: {KafkaError(code).name()}")

@@ -287,6 +287,31 @@ def test_consumer_reads_across_leader_changes(kafka_cluster):
                for e in fetches), "no fetch met a moved leader"
 
 
+@pytest.mark.parametrize("batch", [False, True])
+def test_messages_wait_while_a_new_topics_leader_is_not_available(kafka_cluster, batch):
+    """Metadata answering LEADER_NOT_AVAILABLE with no partitions (what Kafka answers for
+    a topic it is creating) is asked again, and the messages queued meanwhile are all
+    delivered, in order. They used to fail at once with LEADER_NOT_AVAILABLE, as for a
+    refused topic."""
+    kafka_cluster.create_topic("new", partitions=4, replication_factor=3)
+    reports = Reports()
+    p = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers,
+                  "on_delivery": reports})
+    try:
+        kafka_cluster.inject_errors("Metadata", ["LEADER_NOT_AVAILABLE"] * 3)
+        values = [b"%d" % i for i in range(2000)]
+        if batch:
+            p.produce_batch("new", values, keys=[b"%d" % (i % 7) for i in range(2000)])
+        else:
+            for i, v in enumerate(values):
+                p.produce("new", v, key=b"%d" % (i % 7))
+        assert p.flush(20) == 0
+    finally:
+        p.close()
+    assert reports.failed == {} and len(reports.delivered) == 2000
+    check_exactly_once_in_order(read_back(kafka_cluster, "new"), 2000)
+
+
 def test_an_offset_lookup_finds_the_new_leader_when_the_old_ones_broker_stopped(
         kafka_cluster):
     """A consumer that knew broker B as a partition's leader looks up the partitions'

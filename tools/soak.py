@@ -5,16 +5,19 @@ delivery guarantees are checked on what the brokers hold.
 
     .venv/bin/python tools/soak.py group --seed 7 [--protocol consumer] [--static]
         [--arrow] [--compression zstd] [--timeout-ms 3000] [--acks 1 --no-idempotence]
-        [--batches] [--threads 3] [--restarts]
+        [--batches] [--threads 3] [--restarts] [--aio]
     .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts]
+    .venv/bin/python tools/soak.py spark --seed 7 [--restarts] [--aio]
 
 ``group``: an idempotent producer writes ``--messages`` numbered messages (keyed) at a
 steady rate over most of ``--seconds`` while a group of ``--members`` consumers reads
-them, committing after each batch. Checked afterwards: every message got exactly one
-delivery report; every acknowledged message is in the log (acks=all); with idempotence
-nothing is in the log twice and each key's messages are in produced order; the group
-read every message in the log; its committed offsets are the partitions' high
-watermarks.
+them, committing after each batch. With ``--aio`` the producer and the members are the
+asyncio clients (kafka_client.aio), and a third of the members' reads are cancelled
+after a random 10-300 ms (``asyncio.wait_for``), as applications do. Checked
+afterwards: every message got exactly one delivery report; every acknowledged message
+is in the log (acks=all); with idempotence nothing is in the log twice and each key's
+messages are in produced order; the group read every message in the log; its committed
+offsets are the partitions' high watermarks.
 
 ``eos``: consume-transform-produce with transactions (docs/transactions.md's loop) by
 ``--members`` processors sharing a group, each restarted now and then with its
@@ -22,20 +25,30 @@ watermarks.
 read_committed reader of the output sees each input exactly once; the committed input
 offsets are the high watermarks.
 
+``spark`` (needs PySpark and Java): the producer as in ``group`` while two streaming
+queries of the ``kafka_native`` data source on a local Spark read its topic, one into
+Spark's file sink, one into another topic through the data source's writer, each now
+and then stopped and started again on its checkpoint. Checked: the producer's checks;
+the file sink holds every record exactly once; the other topic every one at least once.
+
 Exit status 0 when every check holds. Each run prints what the chaos did and a summary;
 ``--seed`` makes the chaos's choices repeatable (not the timing). See docs/reliability.md.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
+import os
 import random
+import shutil
 import struct
 import sys
+import tempfile
 import threading
 import time
 import traceback
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from kafka_client import (
     OFFSET_BEGINNING,
@@ -46,9 +59,14 @@ from kafka_client import (
     Producer,
     TopicPartition,
 )
+from kafka_client.aio import AIOConsumer, AIOProducer
 from kafka_client.testing import Cluster
 
 BROKERS = (1, 2, 3)
+#: A commit refused because the group rebalanced meanwhile (the member rejoins).
+REBALANCED = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+              KafkaError.REBALANCE_IN_PROGRESS, KafkaError.STALE_MEMBER_EPOCH,
+              KafkaError.FENCED_MEMBER_EPOCH}
 PAD = b"x" * 92
 _T0 = time.monotonic()
 
@@ -219,32 +237,48 @@ class Checks:
             self.failed.append(what)
 
 
-# -- group ---------------------------------------------------------------------------------
-def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
-    topic, group, partitions = "soak", "soak-group", args.partitions
-    cluster.create_topic(topic, partitions=partitions, replication_factor=3)
-    boot = cluster.bootstrap_servers
-    reports: Dict[int, int] = collections.Counter()
-    failures: Dict[str, int] = collections.Counter()
-    acknowledged: Set[int] = set()
-    consumed: List[Tuple[str, int, int, int]] = []   # member, partition, offset, number
-    lock = threading.Lock()
-    crashes: List[str] = []
-    produced = threading.Event()
+class NumberedProducer(threading.Thread):
+    """Writes ``args.messages`` numbered messages (keys: the number modulo 97) to
+    ``topic`` at a steady rate over 60% of ``args.seconds``, with our Producer
+    (``--batches``: ``produce_batch()`` of 1,000) or our AIOProducer (``--aio``), and
+    counts the delivery reports; :meth:`check` checks them and the log."""
 
-    def on_delivery(err, msg) -> None:
-        n = number(msg.value())
-        reports[n] += 1
+    def __init__(self, args: argparse.Namespace, bootstrap: str, topic: str,
+                 crashes: List[str]) -> None:
+        super().__init__(name="producer", daemon=True)
+        self.args = args
+        self.topic = topic
+        self.crashes = crashes
+        self.conf = {"bootstrap.servers": bootstrap, "enable.idempotence": args.idempotence,
+                     "acks": args.acks, "linger.ms": 5, "compression.type": args.compression,
+                     "message.timeout.ms": args.timeout_ms}
+        self.rate = args.messages / (args.seconds * 0.6)
+        self.reports: Dict[int, int] = collections.Counter()
+        self.failures: Dict[str, int] = collections.Counter()
+        self.acknowledged: Set[int] = set()
+        self.produced = threading.Event()
+
+    def run(self) -> None:
+        try:
+            if self.args.aio:
+                asyncio.run(self._produce_aio())
+            else:
+                self._produce()
+            self.produced.set()
+        except Exception:
+            self.crashes.append("producer: " + traceback.format_exc())
+
+    def _report(self, n: int, err: Optional[KafkaError]) -> None:
+        self.reports[n] += 1
         if err is None:
-            acknowledged.add(n)
+            self.acknowledged.add(n)
         else:
-            failures[err.name()] += 1
+            self.failures[err.name()] += 1
 
-    def produce() -> None:
-        p = Producer({"bootstrap.servers": boot, "enable.idempotence": args.idempotence,
-                      "acks": args.acks, "linger.ms": 5, "compression.type": args.compression,
-                      "message.timeout.ms": args.timeout_ms, "on_delivery": on_delivery})
-        rate = args.messages / (args.seconds * 0.6)
+    def _produce(self) -> None:
+        args, topic = self.args, self.topic
+        p = Producer(dict(self.conf, on_delivery=lambda err, msg: self._report(
+            number(msg.value()), err)))
         start = time.monotonic()
         step = 1000 if args.batches else 1
         try:
@@ -257,13 +291,75 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 else:
                     queue(p, lambda: p.produce(topic, values[0], key=keys[0]))
                 if first % 1000 == 0:
-                    pace(p, first, rate, start)
+                    pace(p, first, self.rate, start)
             note("producer: all produced; flush left", p.flush(300))
-            produced.set()
-        except Exception:
-            crashes.append("producer: " + traceback.format_exc())
         finally:
             p.close()
+
+    def _on_future(self, n: int, future: "asyncio.Future[Message]") -> None:
+        # The asyncio producer's report: the delivered message, or its error raised.
+        exc = future.exception()
+        if exc is None:
+            if number(future.result().value()) != n:
+                self.crashes.append(f"producer: the future of message {n} resolved to "
+                                    f"message {number(future.result().value())}")
+            self._report(n, None)
+        elif isinstance(exc, KafkaException):
+            self._report(n, exc.args[0])
+        else:
+            self.crashes.append(f"producer: the future of message {n} raised {exc!r}")
+
+    async def _produce_aio(self) -> None:
+        p = AIOProducer(self.conf)
+        start = time.monotonic()
+        try:
+            for n in range(self.args.messages):
+                # produce() waits for room when the producer is full, as BufferError would
+                future = await p.produce(self.topic, struct.pack(">Q", n) + PAD,
+                                         key=b"%d" % (n % 97))
+                future.add_done_callback(lambda f, n=n: self._on_future(n, f))
+                if n % 1000 == 0:
+                    ahead = n / self.rate - (time.monotonic() - start)
+                    if ahead > 0:
+                        await asyncio.sleep(ahead)
+            note("producer: all produced; flush left", await p.flush(300))
+            await asyncio.sleep(0)    # the futures' done-callbacks run
+        finally:
+            await p.close()
+
+    def check(self, check: Checks, records: List[Message]) -> None:
+        """The producer's checks, ``records`` being the topic's whole log."""
+        args = self.args
+        check.expect(self.produced.is_set(), "the producer finished")
+        check.expect(len(self.reports) == args.messages and set(self.reports.values()) == {1},
+                     f"one delivery report per message ({len(self.reports)} messages "
+                     f"reported; errors {dict(self.failures)})")
+        numbers = [number(m.value()) for m in records]
+        if args.acks in ("all", "-1"):   # acks=1 may lose what the leader alone had
+            lost = self.acknowledged - set(numbers)
+            check.expect(not lost,
+                         f"every acknowledged message is in the log ({len(lost)} not)")
+        if args.idempotence:
+            check.expect(len(numbers) == len(set(numbers)), f"nothing twice in the log "
+                         f"({len(numbers) - len(set(numbers))} twice)")
+            last: Dict[bytes, int] = {}
+            disordered = 0
+            for m in records:
+                n = number(m.value())
+                if last.get(m.key(), -1) > n:
+                    disordered += 1
+                last[m.key()] = n
+            check.expect(disordered == 0, f"each key's messages in order ({disordered} not)")
+
+
+# -- group ---------------------------------------------------------------------------------
+def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
+    topic, group, partitions = "soak", "soak-group", args.partitions
+    cluster.create_topic(topic, partitions=partitions, replication_factor=3)
+    boot = cluster.bootstrap_servers
+    consumed: List[Tuple[str, int, int, int]] = []   # member, partition, offset, number
+    lock = threading.Lock()
+    crashes: List[str] = []
 
     class Member(threading.Thread):
         made = 0
@@ -273,19 +369,31 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             super().__init__(name=f"m{Member.made}", daemon=True)
             self.slot = slot
             self.stop = threading.Event()
-            self.consumer: Optional[Consumer] = None
+            self.assigned: List[int] = []    # as last seen, for the catch-up notes
+            self.final_deadline: Optional[float] = None
+            self.rng = random.Random(f"{args.seed}-{self.name}")
 
-        def run(self) -> None:
-            conf = {"bootstrap.servers": boot, "group.id": group, "client.id": self.name,
-                    "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                    "group.protocol": args.protocol}
+        def conf(self) -> Dict[str, object]:
+            conf: Dict[str, object] = {
+                "bootstrap.servers": boot, "group.id": group, "client.id": self.name,
+                "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                "group.protocol": args.protocol}
             if args.static:
                 conf["group.instance.id"] = f"static-{self.slot}"
             if args.protocol == "classic":
                 conf.update({"partition.assignment.strategy": args.strategy,
                              "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+            return conf
+
+        def run(self) -> None:
+            if args.aio:
+                try:
+                    asyncio.run(self._run_aio())
+                except Exception:
+                    crashes.append(f"{self.name}: " + traceback.format_exc())
+                return
             try:
-                self.consumer = c = Consumer(conf)
+                c = Consumer(self.conf())
                 c.subscribe([topic])
                 # More threads read the same consumer (each message to one of them); this
                 # one also commits what has been returned to any of them.
@@ -295,23 +403,25 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                     h.start()
                 while not self.stop.is_set():
                     got = self._read(c)
+                    self.assigned = sorted(tp.partition for tp in c.assignment())
                     if not got:
                         continue
-                    with lock:
-                        consumed.extend(got)
+                    self._keep(got)
                     try:
                         c.commit(asynchronous=False)
                     except KafkaException as exc:   # a rebalance, a coordinator move
                         note(self.name, "commit failed:", exc.args[0].name())
                 for h in helpers:
                     h.join()
-                # A clean shutdown commits what was read (the last commit may have failed
-                # in the chaos); nothing was read since, so nothing new to commit is fine.
-                try:
-                    retrying(c.commit, None, None, False)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError._NO_OFFSET:
-                        raise
+                while True:
+                    try:
+                        c.commit(asynchronous=False)
+                        err = None
+                    except KafkaException as exc:
+                        err = exc.args[0]
+                    if self._final_commit(err):
+                        break
+                    self._keep(self._read(c))
                 c.close()
             except Exception:
                 crashes.append(f"{self.name}: " + traceback.format_exc())
@@ -319,25 +429,93 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
         def _read_only(self, c: Consumer) -> None:
             try:
                 while not self.stop.is_set():
-                    got = self._read(c)
-                    with lock:
-                        consumed.extend(got)
+                    self._keep(self._read(c))
             except Exception:
                 crashes.append(f"{self.name} (reading thread): " + traceback.format_exc())
 
+        def _keep(self, got: List[Tuple[str, int, int, int]]) -> None:
+            with lock:
+                consumed.extend(got)
+
+        def _final_commit(self, err: Optional[KafkaError]) -> bool:
+            """Whether the member's last commit, which failed with ``err`` (None: it
+            worked), is done with. A clean shutdown commits what was read (the last commit
+            may have failed in the chaos; nothing read since is fine). After a rebalance
+            (the others closing too), the member reads once more, which completes it,
+            and commits again, as an application handling the error does."""
+            if err is None or err.code() == KafkaError._NO_OFFSET:
+                return True
+            if err.retriable() or err.code() in REBALANCED:
+                if self.final_deadline is None:
+                    self.final_deadline = time.monotonic() + 30
+                elif time.monotonic() > self.final_deadline:
+                    raise KafkaException(err)
+                note(self.name, "final commit again after", err.name())
+                return False
+            raise KafkaException(err)
+
         def _read(self, c: Consumer) -> List[Tuple[str, int, int, int]]:
             if args.arrow:
-                batch = c.consume_arrow(500, 0.2)
-                return [(self.name, p, o, number(v)) for p, o, v in zip(
-                    batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
-                    batch.column("value").to_pylist())]
+                return self._rows(c.consume_arrow(500, 0.2))
+            return self._messages(c.consume(500, 0.2))
+
+        def _rows(self, batch) -> List[Tuple[str, int, int, int]]:
+            return [(self.name, p, o, number(v)) for p, o, v in zip(
+                batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
+                batch.column("value").to_pylist())]
+
+        def _messages(self, messages: List[Message]) -> List[Tuple[str, int, int, int]]:
             out = []
-            for m in c.consume(500, 0.2):
+            for m in messages:
                 if m.error() is None:
                     out.append((self.name, m.partition(), m.offset(), number(m.value())))
                 elif not m.error().retriable():
                     note(self.name, "error:", m.error())
             return out
+
+        async def _run_aio(self) -> None:
+            c = AIOConsumer(self.conf())
+            await c.subscribe([topic])
+            # More coroutines read the same consumer; this one also commits.
+            helpers = [asyncio.ensure_future(self._read_only_aio(c))
+                       for _ in range(args.threads - 1)]
+            while not self.stop.is_set():
+                got = await self._read_aio(c)
+                self.assigned = sorted(tp.partition for tp in await c.assignment())
+                if not got:
+                    continue
+                self._keep(got)
+                try:
+                    await c.commit(asynchronous=False)
+                except KafkaException as exc:
+                    note(self.name, "commit failed:", exc.args[0].name())
+            await asyncio.gather(*helpers)
+            while True:    # as in run()
+                try:
+                    await c.commit(asynchronous=False)
+                    err = None
+                except KafkaException as exc:
+                    err = exc.args[0]
+                if self._final_commit(err):
+                    break
+                self._keep(await self._read_aio(c))
+            await c.close()
+
+        async def _read_only_aio(self, c: AIOConsumer) -> None:
+            while not self.stop.is_set():
+                self._keep(await self._read_aio(c))
+
+        async def _read_aio(self, c: AIOConsumer) -> List[Tuple[str, int, int, int]]:
+            read = c.consume_arrow(500, 0.2) if args.arrow else c.consume(500, 0.2)
+            if self.rng.random() < 0.33:
+                # What it held when cancelled is kept for the next read (KeptReads).
+                try:
+                    got = await asyncio.wait_for(read, self.rng.uniform(0.01, 0.3))
+                except asyncio.TimeoutError:
+                    return []
+            else:
+                got = await read
+            return self._rows(got) if args.arrow else self._messages(got)
 
     members = [Member(i) for i in range(args.members)]
 
@@ -354,7 +532,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
 
     for m in members:
         m.start()
-    producer = threading.Thread(target=produce, name="producer", daemon=True)
+    producer = NumberedProducer(args, boot, topic, crashes)
     producer.start()
     chaos = Chaos(cluster, args.seed, [(topic, partitions)], errors=[
         ("Produce", "NOT_LEADER_OR_FOLLOWER"), ("Produce", "REQUEST_TIMED_OUT"),
@@ -384,8 +562,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
         if time.monotonic() >= report_at:   # what a slow catch-up waits for
             report_at += 5
             note("group: still reading; read up to", dict(sorted(reached.items())),
-                 "assignments", {m.name: sorted(tp.partition for tp in m.consumer.assignment())
-                                 for m in members if m.consumer is not None and m.is_alive()})
+                 "assignments", {m.name: m.assigned for m in members if m.is_alive()})
         time.sleep(0.2)
     note("group: caught up", round(time.monotonic() - chaos.stopped_at, 1),
          "s after the chaos stopped")
@@ -395,26 +572,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
         m.join(30)
     check = Checks()
     check.expect(not crashes, f"no client thread failed {crashes[:1]}")
-    check.expect(produced.is_set(), "the producer finished")
-    check.expect(len(reports) == args.messages and set(reports.values()) == {1},
-                 f"one delivery report per message ({len(reports)} messages reported; "
-                 f"errors {dict(failures)})")
-    if args.acks in ("all", "-1"):   # acks=1 may lose what the leader alone had
-        lost = acknowledged - set(in_log)
-        check.expect(not lost, f"every acknowledged message is in the log ({len(lost)} not)")
-    records = read_all(cluster, topic, partitions)
-    numbers = [number(m.value()) for m in records]
-    if args.idempotence:
-        check.expect(len(numbers) == len(set(numbers)),
-                     f"nothing twice in the log ({len(numbers) - len(set(numbers))} twice)")
-        last: Dict[bytes, int] = {}
-        disordered = 0
-        for m in records:
-            n = number(m.value())
-            if last.get(m.key(), -1) > n:
-                disordered += 1
-            last[m.key()] = n
-        check.expect(disordered == 0, f"each key's messages in order ({disordered} not)")
+    producer.check(check, read_all(cluster, topic, partitions))
     missed = set(in_log) - seen
     check.expect(not missed, f"the group read every message in the log ({len(missed)} not)")
     twice = len(consumed) - len({c[3] for c in consumed})
@@ -556,6 +714,113 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
     return check
 
 
+# -- spark ---------------------------------------------------------------------------------
+def run_spark(args: argparse.Namespace, cluster: Cluster) -> Checks:
+    # PySpark is an optional dependency: only this mode needs it.
+    from pyspark.sql import SparkSession
+
+    from kafka_client.spark import SOURCE_NAME, register
+
+    source, sink, group, partitions = "soak-in", "soak-out", "soak-spark", args.partitions
+    for topic in (source, sink):
+        cluster.create_topic(topic, partitions=partitions, replication_factor=3)
+    boot = cluster.bootstrap_servers
+    crashes: List[str] = []
+    work = tempfile.mkdtemp(prefix="soak-spark-")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)   # the workers import us too
+    spark = (SparkSession.builder.master("local[2]").appName("soak")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+
+    def start(name: str) -> Any:
+        reader = (spark.readStream.format(SOURCE_NAME).option("kafka.bootstrap.servers", boot)
+                  .option("subscribe", source).option("startingOffsets", "earliest")
+                  .option("maxOffsetsPerTrigger", "5000"))
+        if name == "files":   # Spark's file sink with a checkpoint: exactly once
+            writer = (reader.option("kafka.group.id", group).load()
+                      .select("partition", "offset", "value").writeStream.format("parquet")
+                      .option("path", os.path.join(work, "files")))
+        else:                 # our Kafka sink: at least once
+            writer = (reader.load().select("key", "value").writeStream.format(SOURCE_NAME)
+                      .option("kafka.bootstrap.servers", boot).option("topic", sink))
+        return (writer.option("checkpointLocation", os.path.join(work, "checkpoint-" + name))
+                .trigger(processingTime="200 milliseconds").start())
+
+    queries = {name: start(name) for name in ("files", "topic")}
+
+    def churn(rng: random.Random) -> str:
+        # A query stopped and started again on its checkpoint, as a redeployment does.
+        name = rng.choice(sorted(queries))
+        old = queries[name]
+        old.stop()
+        if old.exception() is not None:
+            crashes.append(f"query {name}: {old.exception()}")
+        register(spark)   # this thread's session in the JVM: see docs/spark.md, Limits
+        queries[name] = start(name)
+        return f"query {name} restarted"
+
+    producer = NumberedProducer(args, boot, source, crashes)
+    producer.start()
+    chaos = Chaos(cluster, args.seed, [(source, partitions), (sink, partitions)], errors=[
+        ("Fetch", "NOT_LEADER_OR_FOLLOWER"), ("Fetch", "UNKNOWN_SERVER_ERROR"),
+        ("ListOffsets", "NOT_LEADER_OR_FOLLOWER"), ("Metadata", "LEADER_NOT_AVAILABLE"),
+        ("Produce", "NOT_LEADER_OR_FOLLOWER"), ("Produce", "NOT_ENOUGH_REPLICAS"),
+        ("Produce", "REQUEST_TIMED_OUT"), ("OffsetCommit", "NOT_COORDINATOR")],
+        coordinators=[{"group": group}], churn=churn, restarts=args.restarts)
+    chaos.start()
+    time.sleep(args.seconds)
+    chaos.stop.set()
+    chaos.join()
+    producer.join(args.timeout_ms / 1000 + 300)
+
+    for name, query in queries.items():
+        # Everything in the source is processed; a query that failed raises here.
+        done: List[Optional[BaseException]] = []
+
+        def drain() -> None:
+            try:
+                query.processAllAvailable()
+                done.append(None)
+            except Exception as exc:   # StreamingQueryException: the query failed
+                done.append(exc)
+
+        waiter = threading.Thread(target=drain, daemon=True)
+        waiter.start()
+        waiter.join(180)
+        if not done:
+            crashes.append(f"query {name}: not caught up 180 s after the chaos stopped")
+        elif done[0] is not None:
+            crashes.append(f"query {name} failed: {str(done[0])[:2000]}")
+        note("spark:", name, "caught up", round(time.monotonic() - chaos.stopped_at, 1),
+             "s after the chaos stopped")
+        query.stop()
+
+    check = Checks()
+    check.expect(not crashes, f"no query or client failed {crashes[:1]}")
+    records = read_all(cluster, source, partitions)
+    producer.check(check, records)
+    in_log = {(m.partition(), m.offset()): number(m.value()) for m in records}
+    rows = spark.read.parquet(os.path.join(work, "files")).collect()
+    files = collections.Counter((r.partition, r.offset) for r in rows)
+    twice = sum(n - 1 for n in files.values())
+    missed = set(in_log) - set(files)
+    check.expect(not twice and not missed and set(files) == set(in_log),
+                 f"the file sink holds every source record exactly once ({len(missed)} "
+                 f"missing, {twice} more than once, {len(set(files) - set(in_log))} unknown)")
+    wrong = sum(1 for r in rows if in_log.get((r.partition, r.offset)) != number(r.value))
+    check.expect(not wrong, f"each file row holds its record's value ({wrong} not)")
+    written = collections.Counter(number(m.value()) for m in read_all(cluster, sink, partitions))
+    lost = set(in_log.values()) - set(written)
+    check.expect(not lost, f"the Kafka sink received every source record ({len(lost)} not)")
+    note("spark: the Kafka sink holds", sum(written.values()), "records,",
+         sum(n - 1 for n in written.values()), "more than once (at-least-once sink)")
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    return check
+
+
 def retrying(call: Callable, *args: object) -> object:
     """``call(*args)`` again while it fails with a retriable error (a timeout)."""
     while True:
@@ -569,12 +834,13 @@ def retrying(call: Callable, *args: object) -> object:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=("group", "eos"))
+    ap.add_argument("mode", choices=("group", "eos", "spark"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=30.0, help="how long the chaos lasts")
     ap.add_argument("--messages", type=int, default=None,
-                    help="default 100,000 (group), 20,000 (eos)")
-    ap.add_argument("--partitions", type=int, default=None, help="default 6 (group), 4 (eos)")
+                    help="default 100,000 (group), 20,000 (eos), 50,000 (spark)")
+    ap.add_argument("--partitions", type=int, default=None,
+                    help="default 6 (group), 4 (eos, spark)")
     ap.add_argument("--members", type=int, default=None, help="default 3 (group), 2 (eos)")
     ap.add_argument("--restarts", action="store_true",
                     help="the chaos also restarts brokers (logs reloaded from disk)")
@@ -590,13 +856,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--acks", default="all")
     ap.add_argument("--no-idempotence", dest="idempotence", action="store_false")
     ap.add_argument("--timeout-ms", type=int, default=300_000, help="message.timeout.ms")
+    ap.add_argument("--aio", action="store_true",
+                    help="group: the asyncio clients, a third of the reads cancelled")
     args = ap.parse_args(argv)
+    if args.aio and (args.batches or args.mode == "eos"):
+        ap.error("--aio is for group and spark runs without --batches (AIOProducer has no "
+                 "produce_batch())")
     group = args.mode == "group"
-    args.messages = args.messages or (100_000 if group else 20_000)
+    args.messages = args.messages or {"group": 100_000, "eos": 20_000, "spark": 50_000}[
+        args.mode]
     args.partitions = args.partitions or (6 if group else 4)
     args.members = args.members or (3 if group else 2)
+    run = {"group": run_group, "eos": run_eos, "spark": run_spark}[args.mode]
     with Cluster(brokers=len(BROKERS), broker_config={"min.insync.replicas": 2}) as cluster:
-        check = (run_group if group else run_eos)(args, cluster)
+        check = run(args, cluster)
     note("RESULT:", "FAILED" if check.failed else "OK", vars(args))
     return 1 if check.failed else 0
 

@@ -1,10 +1,13 @@
-"""Short soak runs (tools/soak.py) in the suite: our producer, a consumer group and a
-transactional consume-transform-produce loop on the test cluster while leaders and
-coordinators move, brokers stop and start, connections drop and errors are injected;
-the delivery guarantees are then checked on what the brokers hold. Longer runs with
-other seeds and options are a manual tool (docs/reliability.md). Each runs in a child
-process with a hard timeout."""
+"""Short soak runs (tools/soak.py) in the suite: our producer, a consumer group (also
+through the asyncio clients), a transactional consume-transform-produce loop and Spark
+streaming queries on the test cluster while leaders and coordinators move, brokers stop
+and start, connections drop and errors are injected; the delivery guarantees are then
+checked on what the brokers hold. Longer runs with other seeds and options are a manual
+tool (docs/reliability.md). Each runs in a child process with a hard timeout."""
 from __future__ import annotations
+
+import os
+import shutil
 
 import pytest
 
@@ -15,8 +18,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
     ("group", ["--messages", "30000", "--timeout-ms", "3000"]),
     ("group", ["--messages", "30000", "--protocol", "consumer"]),
     ("eos", ["--messages", "5000"]),
+    # the asyncio clients, two coroutines reading each member, reads cancelled by wait_for
+    ("group", ["--messages", "30000", "--aio", "--threads", "2"]),
+    # two streaming queries of the Spark data source, restarted on their checkpoints
+    ("spark", ["--messages", "10000"]),
 ])
 def test_guarantees_hold_under_cluster_faults(run_child, mode, options):
+    if mode == "spark":
+        pytest.importorskip("pyspark")
+        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+            pytest.skip("Spark needs Java 17+ (no java on PATH, no JAVA_HOME)")
     args = [mode, "--seed", "11", "--seconds", "12", *options]
     done = run_child(f"""
         import sys

@@ -591,21 +591,19 @@ class Fetcher:
             by_node.setdefault(leader, {}).setdefault(topic, []).append((p, ts))
         pending = [len(by_node)]
         if not by_node or (each_broker and results):
-            done(results)
-            if not by_node:
-                return
-            results = {}
+            done(results)   # with each_broker: the partitions without a leader, now
+        if not by_node:
+            return
 
         def answered(node_parts: Dict[str, List[Tuple[int, int]]], resp: Any,
                      err: Optional[KafkaError]) -> None:
-            if each_broker:
-                results.clear()
+            got = {} if each_broker else results
             if err is not None:
                 for topic, plist in node_parts.items():
                     if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
                         md.mark_stale(topic)
                     for p, _ in plist:
-                        results[(topic, p)] = _lookup_failed(err)
+                        got[(topic, p)] = _lookup_failed(err)
             else:
                 asked = {(topic, p) for topic, plist in node_parts.items() for p, _ in plist}
                 seen = set()
@@ -621,17 +619,19 @@ class Fetcher:
                                              f"[{pr.partition_index}]")
                             if code in LEADER_ERRORS:
                                 md.mark_stale(t.name)
-                            results[key] = _lookup_failed(e)
+                            got[key] = _lookup_failed(e)
                         else:
-                            results[key] = OffsetLookup(
+                            got[key] = OffsetLookup(
                                 pr.offset, pr.timestamp, None,
                                 getattr(pr, "leader_epoch", -1))
                 for topic, p in asked - seen:
-                    results[(topic, p)] = _lookup_failed(KafkaError(
+                    got[(topic, p)] = _lookup_failed(KafkaError(
                         KafkaError._BAD_MSG, f"ListOffsets: no answer for {topic} [{p}]"))
             pending[0] -= 1
-            if each_broker or pending[0] == 0:
-                done(dict(results) if each_broker else results)
+            if each_broker:
+                done(got)
+            elif pending[0] == 0:
+                done(results)
 
         for node, topics in by_node.items():
             conn = self.cluster.ensure_connected(node)

@@ -85,8 +85,8 @@ def read_range(rng: OffsetRange, opts: ReadOptions, schema: Any) -> Iterator[Any
                 batch = consumer.consume_arrow(want, timeout=TAIL_WAIT_S)
             except KafkaException as exc:
                 last_error = _reading_goes_on(rng, next_offset, exc.args[0])
-                continue
-            if batch.num_rows:
+                batch = None
+            if batch is not None and batch.num_rows:
                 offsets = batch.column(2)
                 last = offsets[-1].as_py()
                 if last >= rng.end:
@@ -98,7 +98,7 @@ def read_range(rng: OffsetRange, opts: ReadOptions, schema: Any) -> Iterator[Any
                 last_progress = time.monotonic()
                 continue
             try:
-                if _range_exhausted(consumer, rng, next_offset):
+                if batch is not None and _range_exhausted(consumer, rng, next_offset):
                     return
             except KafkaException as exc:
                 last_error = _reading_goes_on(rng, next_offset, exc.args[0])

@@ -791,6 +791,11 @@ def run_spark(args: argparse.Namespace, cluster: Cluster) -> Checks:
         waiter.join(180)
         if not done:
             crashes.append(f"query {name}: not caught up 180 s after the chaos stopped")
+            for topic in (source, sink):   # what the brokers hold, for the diagnosis
+                for ps in cluster.describe_topic(topic).partitions:
+                    note(f"spark: {topic}[{ps.partition}] leader {ps.leader} epoch "
+                         f"{ps.leader_epoch} isr {ps.isr} hw {ps.high_watermark} logs "
+                         f"{ps.replica_logs}")
         elif done[0] is not None:
             crashes.append(f"query {name} failed: {str(done[0])[:2000]}")
         note("spark:", name, "caught up", round(time.monotonic() - chaos.stopped_at, 1),

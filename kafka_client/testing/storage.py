@@ -491,10 +491,15 @@ class PartitionLog:
 
     # -- leader epochs ----------------------------------------------------------------
     def assign_epoch(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset`` (a new leader's log end)."""
+        """Record that ``epoch`` starts at ``start_offset`` (a new leader's log end).
+        Earlier epochs that start there too are dropped, as Kafka's epoch cache does:
+        they hold no record, and kept, an empty log led again answered a follower's
+        fetch in such an epoch with a divergence at offset 0 forever (the follower,
+        with nothing to truncate, asked the same again; acks=all writes never
+        completed)."""
         if self.epochs and epoch <= self.epochs[-1][0]:
             return
-        while self.epochs and self.epochs[-1][1] > start_offset:
+        while self.epochs and self.epochs[-1][1] >= start_offset:
             self.epochs.pop()
         self.epochs.append(EpochEntry(epoch, start_offset))
         self._write_epochs()

@@ -193,6 +193,29 @@ def test_a_diverged_followers_fetch_offset_does_not_count_as_replicated(kafka_cl
         assert values == [b"committed", b"new-1"], (broker, values)
 
 
+def test_followers_catch_up_with_an_empty_log_led_again_by_its_first_leader(kafka_cluster):
+    # The first leader of an empty partition stops, the leadership moves on twice, and it
+    # leads again: its followers (each of which led an epoch meanwhile) used to be told
+    # on every fetch that their log diverged at offset 0, never caught up, and acks=all
+    # writes timed out (found by a Spark soak run: a write task stuck for minutes).
+    c = kafka_cluster
+    c.create_topic("led-again", partitions=1, replication_factor=3,
+                   config={"min.insync.replicas": 2})
+    first = c.leader("led-again", 0)
+    c.stop_broker(first)
+    c.move_leader("led-again", 0, to=next(b for b in (1, 2, 3)
+                                          if b not in (first, c.leader("led-again", 0))))
+    c.start_broker(first)
+    c.wait_in_sync("led-again", timeout=15)
+    c.move_leader("led-again", 0, to=first)
+    with RawClient(c.address(first)) as client:
+        assert produce(client, "led-again", [b"a", b"b"]) == (ErrorCode.NONE, 0)
+    state = c.wait_in_sync("led-again", timeout=15)
+    p = state.partitions[0]
+    assert p.leader == first and sorted(p.isr) == [1, 2, 3]
+    assert {b: r.log_end_offset for b, r in p.replica_logs.items()} == {1: 2, 2: 2, 3: 2}
+
+
 def test_leader_moves_fence_the_old_leader(kafka_cluster):
     c = kafka_cluster
     c.create_topic("moves", partitions=1, replication_factor=3)

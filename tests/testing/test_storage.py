@@ -246,6 +246,22 @@ def test_an_epoch_older_than_any_known_ends_where_the_first_known_one_starts(log
     assert log.end_offset_for_epoch(5) == (5, 3)
 
 
+def test_a_new_epoch_replaces_the_epochs_that_start_where_it_starts(log_dir):
+    # Kafka's LeaderEpochFileCache.assign: entries starting at or after the new epoch's
+    # start hold no record and go. Kept, an empty log led in epochs 0 and then 3 answered
+    # a follower that had led epoch 2 (fetching from 0) "epoch 0 ends at 0": a divergence
+    # the follower, with nothing to truncate, met again on every fetch.
+    log = PartitionLog(log_dir, "topic", 0, settings())
+    log.assign_epoch(0, 0)
+    log.assign_epoch(3, 0)
+    assert log.epochs == [(3, 0)]
+    assert log.end_offset_for_epoch(2) == (2, 0)    # older than known: ends at 0
+    append(log, [b"a"] * 2, epoch=3)
+    log.assign_epoch(4, 2)
+    log.assign_epoch(6, 2)
+    assert log.epochs == [(3, 0), (6, 2)]
+
+
 def test_retention_by_time_deletes_old_inactive_segments_below_the_high_watermark(log_dir):
     log = PartitionLog(log_dir, "topic", 0, settings(retention_ms=60_000))
     old = NOW - 3_600_000

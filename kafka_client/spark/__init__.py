@@ -46,7 +46,11 @@ def _make_active_in_this_thread(spark: Any) -> None:
     jsession = getattr(spark, "_jsparkSession", None)
     if jvm is None or jsession is None:
         return
-    try:
-        jvm.org.apache.spark.sql.classic.SparkSession.setActiveSession(jsession)
-    except Exception:  # pragma: no cover - a Spark without the classic session class
-        jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
+    sql = jvm.org.apache.spark.sql
+    # Spark 4's class first, then the older one; neither there: registered all the same.
+    for session_class in (lambda: sql.classic.SparkSession, lambda: sql.SparkSession):
+        try:
+            session_class().setActiveSession(jsession)
+            return
+        except Exception:  # pragma: no cover - not this Spark's class
+            continue

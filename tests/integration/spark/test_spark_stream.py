@@ -31,6 +31,20 @@ def stream(spark, bootstrap, **options):
     return reader.load()
 
 
+def written_batches(bootstrap, topic, partitions):
+    """Every record of the topic's partitions, as consume_arrow() batches, to the end."""
+    consumer = Consumer({"bootstrap.servers": bootstrap})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    batches = []
+    while True:
+        batch = consumer.consume_arrow(100_000, timeout=3)
+        if not batch.num_rows:
+            break
+        batches.append(batch)
+    consumer.close()
+    return batches
+
+
 def wait_for(condition, timeout, what):
     deadline = time.monotonic() + timeout
     while not condition():
@@ -149,16 +163,10 @@ def test_streaming_write_from_rate_source(spark, tansu_broker, tmp_path):
     committed = sum(p["numInputRows"] for p in query.recentProgress)
     assert committed >= 20_000
 
-    consumer = Consumer({"bootstrap.servers": tansu_broker.bootstrap})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
     values = []
-    while True:
-        batch = consumer.consume_arrow(100_000, timeout=3)
-        if not batch.num_rows:
-            break
+    for batch in written_batches(tansu_broker.bootstrap, topic, 4):
         values.extend(int(v) for v in batch.column("value").to_pylist())
         assert batch.column("key").to_pylist() == batch.column("value").to_pylist()
-    consumer.close()
     # Every row of every finished micro-batch landed once; rows past them can only come
     # from the micro-batch the stop interrupted.
     assert sorted(v for v in values if v < committed) == list(range(committed))
@@ -200,13 +208,6 @@ def test_a_streaming_write_started_from_another_thread(spark, tansu_broker, tmp_
     worker.start()
     worker.join(180)
     assert outcome == [100], outcome
-    consumer = Consumer({"bootstrap.servers": tansu_broker.bootstrap})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
-    values = set()
-    while True:
-        batch = consumer.consume_arrow(10_000, timeout=3)
-        if not batch.num_rows:
-            break
-        values.update(int(v) for v in batch.column("value").to_pylist())
-    consumer.close()
+    values = {int(v) for batch in written_batches(tansu_broker.bootstrap, topic, 2)
+              for v in batch.column("value").to_pylist()}
     assert set(range(100)) <= values    # the micro-batch reported done has landed

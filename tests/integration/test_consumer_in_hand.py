@@ -116,7 +116,11 @@ bootstrap, topic, group, read = sys.argv[1:]
 
 def values(n, timeout):
     if read == "consume":
-        return [m.value() for m in c.consume(n, timeout) if m.error() is None]
+        got = c.consume(n, timeout)
+        for m in got:   # an error event ends a call early: say which, should a test fail
+            if m.error() is not None:
+                print("error event:", m.error(), file=sys.stderr, flush=True)
+        return [m.value() for m in got if m.error() is None]
     return c.consume_arrow(n, timeout).column("value").to_pylist()
 
 def produce_then_ctrl_c(vals):
@@ -130,10 +134,12 @@ def produce_then_ctrl_c(vals):
 
 def interrupted_read(vals):
     threading.Thread(target=produce_then_ctrl_c, args=(vals,)).start()
+    started = time.monotonic()
     try:
         got = values(100, 20)
     except KeyboardInterrupt:
         return "interrupted"
+    print("returned after", round(time.monotonic() - started, 2), "s", file=sys.stderr)
     return got
 
 c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,

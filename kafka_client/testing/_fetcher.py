@@ -110,7 +110,9 @@ class ReplicaFetcher(StreamConnection):
                 if error == ErrorCode.NONE:
                     diverging = data.diverging_epoch
                     if diverging.epoch >= 0 or diverging.end_offset >= 0:
-                        replica.truncate_for_divergence(diverging.epoch, diverging.end_offset)
+                        if not replica.truncate_for_divergence(diverging.epoch,
+                                                               diverging.end_offset):
+                            backoff = True   # the same answer again: do not spin on it
                         continue
                     replica.append_as_follower(data.records, data.high_watermark,
                                                data.log_start_offset)

@@ -372,11 +372,9 @@ class Replica:
             # watermark: wake the ones waiting.
             self.broker.notify_data(self.key)
 
-    def truncate_for_divergence(self, epoch: int, end_offset: int) -> None:
-        """The leader answered that our log diverges after ``end_offset`` of ``epoch``."""
-        log = self.log
-        if epoch < 0 or end_offset < 0:
-            log.truncate_to(min(log.high_watermark, log.end_offset))
-        else:
-            log.truncate_to(min(end_offset, log.end_offset))
+    def truncate_for_divergence(self, epoch: int, end_offset: int) -> bool:
+        """The leader answered that our log diverges after ``end_offset`` of ``epoch``;
+        whether the log changed (if not, fetching again at once gets the same answer)."""
+        changed = self.log.truncate_for_divergence(epoch, end_offset)
         self.broker.notify_data(self.key)
+        return changed

@@ -541,6 +541,23 @@ class PartitionLog:
                      encode_leader_epoch_checkpoint(self.epochs))
 
     # -- truncation ------------------------------------------------------------------
+    def truncate_for_divergence(self, epoch: int, end_offset: int) -> bool:
+        """A leader answered this follower's fetch with a diverging epoch: its ``epoch``
+        (the largest it has at or below the one fetched in) ends at ``end_offset``
+        (-1, -1: it knows no epoch; what is below the high watermark stays). As Kafka's
+        follower does, cut at the smaller of that and this log's own end of ``epoch``: a
+        log holding epochs the leader never had (it led them alone) keeps none of
+        them, where cutting at the leader's end alone could leave them in place and
+        the same divergence answered on every fetch. Whether the log changed."""
+        before = (self.end_offset, self.latest_epoch)
+        if epoch < 0 or end_offset < 0:
+            cut = self.high_watermark
+        else:
+            own_epoch, own_end = self.end_offset_for_epoch(epoch)
+            cut = end_offset if own_epoch < 0 else min(end_offset, own_end)
+        self.truncate_to(min(cut, self.end_offset))
+        return (self.end_offset, self.latest_epoch) != before
+
     def truncate_to(self, offset: int) -> None:
         """Remove everything at and after ``offset`` (a follower diverged from its leader)."""
         if offset >= self.end_offset:

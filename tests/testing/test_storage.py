@@ -262,6 +262,26 @@ def test_a_new_epoch_replaces_the_epochs_that_start_where_it_starts(log_dir):
     assert log.epochs == [(3, 0), (6, 2)]
 
 
+def test_a_follower_cuts_at_its_own_end_of_the_diverging_epoch(log_dir):
+    # A follower that led epoch 2 alone (records 5-9 the leader never had) fetches with
+    # last epoch 2; the leader, in epoch 1 since offset 5 (its end 20), answers "epoch 1
+    # ends at 20". Cut at 20 alone, nothing went and the same answer came on every
+    # fetch; as Kafka's follower, it cuts at its own end of epoch 1 (where its epoch 0
+    # ends): 5.
+    log = PartitionLog(log_dir, "topic", 0, settings())
+    for _ in range(5):
+        append(log, [b"a"], epoch=0)
+    append(log, [b"b"] * 5, epoch=2)
+    log.high_watermark = 5
+    assert log.truncate_for_divergence(1, 20)
+    assert (log.end_offset, log.epochs) == (5, [(0, 0)])
+    assert not log.truncate_for_divergence(0, 20)   # nothing of its own past 5: no change
+    assert log.truncate_for_divergence(0, 3)
+    assert log.end_offset == 3
+    assert not log.truncate_for_divergence(-1, -1)  # the leader knows no epoch: keep to hw
+    assert log.end_offset == 3
+
+
 def test_retention_by_time_deletes_old_inactive_segments_below_the_high_watermark(log_dir):
     log = PartitionLog(log_dir, "topic", 0, settings(retention_ms=60_000))
     old = NOW - 3_600_000

@@ -451,6 +451,30 @@ def test_reauthentication_before_the_session_expires(topic_name, produce_for):
         assert not [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
 
 
+def test_a_request_sent_once_the_session_is_due_waits_for_the_reauthentication(topic_name):
+    """KIP-368: the I/O thread is busy past the moment its connection should have
+    re-authenticated (600 ms of other work, 500 ms sessions); the request the application
+    queued meanwhile goes out after a re-authentication, not on the expired session
+    (which the broker closes, failing what was in flight)."""
+    with sasl_cluster_of_its_own({"connections.max.reauth.ms": 500}) as (cluster, bootstrap):
+        cluster.create_topic(topic_name)
+        delivered = []
+        p = Producer(sasl_conf(bootstrap, "PLAIN", **{"linger.ms": 0}),
+                     on_delivery=lambda err, msg: delivered.append(err))
+        try:
+            for round_ in range(3):
+                p.produce(topic_name, b"first")
+                assert p.flush(10) == 0
+                p._io.call_soon(time.sleep, 0.6)   # busy: no tick until after the expiry
+                time.sleep(0.05)
+                p.produce(topic_name, b"second")
+                assert p.flush(10) == 0
+        finally:
+            p.close()
+        assert delivered == [None] * 6
+        assert closed_expired(cluster) == 0
+
+
 @pytest.mark.skipif(stunnel_binary() is None, reason="stunnel (Debian stunnel4) not installed")
 @pytest.mark.parametrize("mechanism", ("PLAIN", "SCRAM-SHA-512"))
 def test_sasl_ssl_round_trip(topic_name, mechanism):

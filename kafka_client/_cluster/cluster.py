@@ -41,11 +41,17 @@ _log = logging.getLogger("kafka_client.cluster")
 #: time, in order, so on a shared socket every heartbeat and commit would wait behind
 #: the Fetch long-polling there (up to fetch.wait.max.ms).
 COORDINATOR_KEY_BASE = 2**31 - 1
-#: A consumer's second fetch connection to a broker is keyed ``FETCH_LANE_KEY_BASE -
-#: node_id``: the first may be holding a Fetch that waits at the broker for new data (up
-#: to fetch.wait.max.ms) while a partition seeked, assigned or emptied meanwhile could be
-#: fetched at once.
+#: A consumer's Fetch requests to a broker go on two connections of their own (lanes),
+#: keyed ``FETCH_LANE_KEY_BASE - node_id`` (lane 1) and ``FETCH_KEY_BASE - node_id``
+#: (lane 0). Not on the broker's own: a Fetch waits at the broker for new data (up to
+#: fetch.wait.max.ms), and the metadata, ListOffsets, FindCoordinator and
+#: OffsetForLeaderEpoch requests sent behind it would wait as long. The second lane
+#: carries what becomes fetchable (a partition seeked, assigned or emptied) while the
+#: first holds such a Fetch.
 FETCH_LANE_KEY_BASE = 2**30 - 1
+FETCH_KEY_BASE = 2**29 - 1
+#: lane -> (key base, purpose shown in the statistics' broker names)
+_FETCH_LANES = {0: (FETCH_KEY_BASE, "fetch"), 1: (FETCH_LANE_KEY_BASE, "fetch2")}
 
 #: errors, throttle events, callback failures: how many of each are kept unserved
 _KEPT_MAX = 1000
@@ -191,11 +197,12 @@ class Cluster:
         return self._dedicated_connection(node_id, COORDINATOR_KEY_BASE - node_id,
                                           "coordinator")
 
-    def fetch_lane_connection(self, node_id: int) -> Optional[BrokerConnection]:
-        """A consumer's second connection to broker ``node_id`` for Fetch requests (see
-        FETCH_LANE_KEY_BASE), connecting it if down and past its backoff; None if the
-        broker is unknown."""
-        return self._dedicated_connection(node_id, FETCH_LANE_KEY_BASE - node_id, "fetch")
+    def fetch_lane_connection(self, node_id: int, lane: int) -> Optional[BrokerConnection]:
+        """A consumer's connection to broker ``node_id`` for Fetch requests, lane 0 or 1
+        (see FETCH_LANE_KEY_BASE), connecting it if down and past its backoff; None if
+        the broker is unknown."""
+        base, purpose = _FETCH_LANES[lane]
+        return self._dedicated_connection(node_id, base - node_id, purpose)
 
     def _dedicated_connection(self, node_id: int, key: int,
                               purpose: str) -> Optional[BrokerConnection]:
@@ -381,8 +388,10 @@ class Cluster:
         node_id = conn.node_id
         if node_id > (COORDINATOR_KEY_BASE + FETCH_LANE_KEY_BASE) // 2:
             return COORDINATOR_KEY_BASE - node_id
-        if node_id > FETCH_LANE_KEY_BASE // 2:
+        if node_id > (FETCH_LANE_KEY_BASE + FETCH_KEY_BASE) // 2:
             return FETCH_LANE_KEY_BASE - node_id
+        if node_id > FETCH_KEY_BASE // 2:
+            return FETCH_KEY_BASE - node_id
         return node_id
 
     @classmethod

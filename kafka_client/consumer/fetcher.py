@@ -320,8 +320,8 @@ class Fetcher:
         #: how long such a replica is used before the leader is asked again (the Java
         #: client's rule: metadata.max.age.ms)
         self.read_replica_ttl = config["metadata.max.age.ms"] / 1000.0
-        #: (node, lane) with a Fetch in flight: lane 0 is the broker's connection, lane 1
-        #: its fetch lane (Cluster.fetch_lane_connection), used while lane 0 holds a Fetch
+        #: (node, lane) with a Fetch in flight (Cluster.fetch_lane_connection): lane 1 is
+        #: used while lane 0 holds a Fetch
         self._busy: Set[Tuple[int, int]] = set()
         #: node id -> no Fetch before this time: the broker answered a Fetch at once with
         #: no data instead of holding it for fetch.wait.max.ms (noida-db does), so a wait
@@ -416,7 +416,6 @@ class Fetcher:
         if lookups:
             self._resolve_logical(lookups)
         for leader, parts in to_check.items():
-            # Also beside a Fetch in flight there.
             conn = self.cluster.ensure_connected(leader)
             if conn is not None and conn.ready:
                 self._validate_positions(conn, parts)
@@ -446,8 +445,7 @@ class Fetcher:
                     nxt = _earliest(nxt, hold)
                     continue
                 del self._node_hold[node]
-            conn = self.cluster.ensure_connected(node) if lane == 0 \
-                else self.cluster.fetch_lane_connection(node)
+            conn = self.cluster.fetch_lane_connection(node, lane)
             if conn is None:
                 continue
             if not conn.ready:

@@ -52,18 +52,20 @@ def test_the_group_coordinator_gets_a_connection_of_its_own():
         c.close(None)
 
 
-def test_the_fetch_lane_is_a_connection_of_its_own_that_names_its_broker():
+def test_the_fetch_lanes_are_connections_of_their_own_that_name_their_broker():
     cluster = make_cluster()
     broker = cluster.connection(7)
     coord = cluster.coordinator_connection(7)
-    lane = cluster.fetch_lane_connection(7)
-    assert lane is not None and lane not in (broker, coord)
-    assert cluster.fetch_lane_connection(7) is lane
-    assert [Cluster.broker_id(c) for c in (broker, coord, lane)] == [7, 7, 7]
+    lanes = [cluster.fetch_lane_connection(7, lane) for lane in (0, 1)]
+    assert len({id(c) for c in [broker, coord, *lanes]}) == 4
+    assert [cluster.fetch_lane_connection(7, lane) for lane in (0, 1)] == lanes
+    assert [Cluster.broker_id(c) for c in (broker, coord, *lanes)] == [7, 7, 7, 7]
     names = sorted(cluster.broker_stats())
-    assert names == ["127.0.0.1:1/7", "127.0.0.1:1/7/coordinator", "127.0.0.1:1/7/fetch"]
-    lane.close(None)
-    lane.state = "READY"       # pretend: only the lane is up
+    assert names == ["127.0.0.1:1/7", "127.0.0.1:1/7/coordinator", "127.0.0.1:1/7/fetch",
+                     "127.0.0.1:1/7/fetch2"]
+    for lane in lanes:
+        lane.close(None)
+        lane.state = "READY"       # pretend: only the lanes are up
     assert cluster._ready_conn() is None          # never lent out for other requests
     for c in list(cluster.conns.values()):
         c.close(None)

@@ -68,9 +68,11 @@ class FakeCluster:
     def ensure_connected(self, node):
         return self.conns.get(node)
 
-    def fetch_lane_connection(self, node):
+    def fetch_lane_connection(self, node, lane):
         if node not in self.conns:
             return None
+        if lane == 0:
+            return self.conns[node]
         lanes = self.__dict__.setdefault("lanes", {})
         if node not in lanes:
             lanes[node] = FakeConn(node)

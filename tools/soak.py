@@ -5,7 +5,7 @@ delivery guarantees are checked on what the brokers hold.
 
     .venv/bin/python tools/soak.py group --seed 7 [--protocol consumer] [--static]
         [--arrow] [--compression zstd] [--timeout-ms 3000] [--acks 1 --no-idempotence]
-        [--batches] [--threads 3] [--restarts] [--aio]
+        [--batches] [--threads 3] [--restarts] [--aio] [--meddle]
     .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts]
     .venv/bin/python tools/soak.py spark --seed 7 [--restarts] [--aio]
 
@@ -17,7 +17,21 @@ after a random 10-300 ms (``asyncio.wait_for``), as applications do. Checked
 afterwards: every message got exactly one delivery report; every acknowledged message
 is in the log (acks=all); with idempotence nothing is in the log twice and each key's
 messages are in produced order; the group read every message in the log; its committed
-offsets are the partitions' high watermarks.
+offsets are the partitions' high watermarks; within each returned batch a partition's
+offsets are consecutive; no member gets an offset twice while the partition stays
+assigned to it.
+
+``group --meddle``: the other methods called meanwhile from other threads. Each member
+has a meddler thread calling, every 5-50 ms, one of ``position()``, ``assignment()``,
+``committed()``, ``get_watermark_offsets()`` (asked or cached), ``list_topics()``,
+``memberid()``, ``consumer_group_metadata()``, ``commit()`` (asynchronous or not) and
+``pause()`` of one of its partitions (resumed 20-300 ms later, and before the member
+stops); the producer is shared by three producing threads (each key's messages from one
+of them) and a meddler calling ``poll(0)``, ``flush(0.05)``, ``len()`` and
+``list_topics()``. Each meddler call is timed: one running 5 s past its timeout is a hang
+(the threads' stacks are printed); an exception other than a KafkaException the chaos
+explains (a retriable error, a rebalance, a timeout, nothing to commit) is a failure, as
+is such an error in an asynchronous commit's result.
 
 ``eos``: consume-transform-produce with transactions (docs/transactions.md's loop) by
 ``--members`` processors sharing a group, each restarted now and then with its
@@ -67,6 +81,12 @@ BROKERS = (1, 2, 3)
 REBALANCED = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
               KafkaError.REBALANCE_IN_PROGRESS, KafkaError.STALE_MEMBER_EPOCH,
               KafkaError.FENCED_MEMBER_EPOCH}
+#: What a call may fail with in the chaos besides a retriable error.
+EXPECTED = REBALANCED | {KafkaError._TIMED_OUT, KafkaError._NO_OFFSET}
+#: How long past its own timeout a call may take before it counts as a hang.
+GRACE = 5.0
+#: The threads sharing the producer with --meddle (each key's messages from one of them).
+PRODUCING_THREADS = 3
 PAD = b"x" * 92
 _T0 = time.monotonic()
 
@@ -237,22 +257,278 @@ class Checks:
             self.failed.append(what)
 
 
+def expected(err: KafkaError) -> bool:
+    """Whether the chaos explains ``err``: a retriable error, a rebalance, a timeout."""
+    return err.retriable() or err.code() in EXPECTED
+
+
+def stacks(first: int) -> str:
+    """Every thread's stack, thread ``first``'s first (a call that hangs)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    frames = sorted(sys._current_frames().items(), key=lambda item: item[0] != first)
+    return "\n".join(f"--- thread {names.get(ident, ident)}:\n"
+                     + "".join(traceback.format_stack(frame)) for ident, frame in frames)
+
+
+class Meddling:
+    """``--meddle``: the meddlers' calls, timed, and what went wrong in them. A watchdog
+    prints the stacks of a call running ``GRACE`` seconds past its timeout."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.durations: Dict[str, List[float]] = collections.defaultdict(list)
+        # thread: the call it runs, its start, its limit, the thread's name
+        self.running: Dict[int, Tuple[str, float, float, str]] = {}
+        self.hung: Set[Tuple[int, float]] = set()   # (thread, start) of calls reported
+        self.hangs: List[str] = []
+        self.failures: List[str] = []
+        self.errors: Dict[str, int] = collections.Counter()   # "call: error" the chaos explains
+        self.overruns: Dict[str, float] = {}   # call: the most it took past its timeout
+        self.stop = threading.Event()
+        threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+
+    def call(self, what: str, timeout: float, fn: Callable[..., Any], *args: Any,
+             **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, timed; None when it raised (an error the chaos does
+        not explain is recorded)."""
+        thread, start = threading.get_ident(), time.monotonic()
+        with self.lock:
+            self.running[thread] = (what, start, start + timeout + GRACE,
+                                    threading.current_thread().name)
+        try:
+            return fn(*args, **kwargs)
+        except KafkaException as exc:
+            if not isinstance(exc.args[0], KafkaError) or not expected(exc.args[0]):
+                self.failed(what)
+            else:
+                with self.lock:
+                    self.errors[f"{what}: {exc.args[0].name()}"] += 1
+        except Exception:
+            self.failed(what)
+        finally:
+            took = time.monotonic() - start
+            with self.lock:
+                del self.running[thread]
+                self.durations[what].append(took)
+                if took > timeout + 0.5:
+                    self.overruns[what] = max(self.overruns.get(what, 0), took - timeout)
+                late = took > timeout + GRACE and (thread, start) not in self.hung
+            if late:   # past its limit between two looks of the watchdog
+                self.hangs.append(f"{what} on {threading.current_thread().name} took "
+                                  f"{took:.1f} s (timeout {timeout:g} s)")
+        return None
+
+    def failed(self, what: str) -> None:
+        self.failures.append(f"{what} on {threading.current_thread().name}: "
+                             + traceback.format_exc())
+
+    def on_commit(self, err: Optional[KafkaError], partitions: List[TopicPartition]) -> None:
+        """The consumers' ``on_commit``: an asynchronous commit's result too."""
+        for e in [err] + [tp.error for tp in partitions or []]:
+            if e is not None and not expected(e):
+                self.failures.append(f"commit result on {threading.current_thread().name}:"
+                                     f" {e!r} {partitions}")
+
+    def _watch(self) -> None:
+        while not self.stop.wait(0.5):
+            now = time.monotonic()
+            with self.lock:
+                late = [(thread, call) for thread, call in self.running.items()
+                        if now > call[2] and (thread, call[1]) not in self.hung]
+                self.hung.update((thread, call[1]) for thread, call in late)
+            for thread, (what, start, limit, name) in late:
+                self.hangs.append(f"{what} on {name} still running after {now - start:.1f} s"
+                                  f" (limit {limit - start:g} s); the threads' stacks:\n"
+                                  + stacks(thread))
+                note("meddle: HANG:", what, "on", name, "running for", round(now - start, 1),
+                     "s")
+
+    def check(self, check: Checks) -> None:
+        self.stop.set()
+        with self.lock:
+            self.hangs += [f"{what} on {name} never returned"
+                           for what, _, _, name in self.running.values()]
+        for what, took in sorted(self.durations.items()):
+            took.sort()
+            note(f"meddle: {what}: {len(took)} calls, median {took[len(took) // 2]:.3f} s,"
+                 f" 99% {took[len(took) * 99 // 100]:.3f} s, max {took[-1]:.3f} s")
+        note("meddle: errors the chaos explains:", dict(self.errors))
+        note("meddle: the most seconds past the timeout (over 0.5 s, under the limit of",
+             GRACE, "s):", {what: round(took, 1) for what, took in self.overruns.items()})
+        for text in self.hangs + self.failures:
+            note("meddle:", text)
+        check.expect(not self.hangs, f"no meddler call hung ({len(self.hangs)} did)")
+        check.expect(not self.failures, f"no meddler call failed unexpectedly "
+                     f"({len(self.failures)} did)")
+
+
+class Meddler(threading.Thread):
+    """``--meddle``: calls one of :meth:`calls` (seeded choice) every 5-50 ms until
+    ``stop``, each timed by ``meddling``."""
+
+    def __init__(self, name: str, meddling: Meddling, rng: random.Random,
+                 stop: threading.Event) -> None:
+        super().__init__(name=name, daemon=True)
+        self.meddling = meddling
+        self.rng = rng
+        self.stop = stop
+
+    def calls(self) -> List[Callable[[], object]]:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(self.rng.uniform(0.005, 0.05)):
+                self.rng.choice(self.calls())()
+        except Exception:   # the probe's own fault
+            self.meddling.failed("meddler")
+        finally:
+            self.finish()
+
+    def finish(self) -> None:
+        """Before the client is used on without the meddler."""
+
+    def timeout(self) -> float:
+        return round(self.rng.uniform(0.1, 3.0), 2)
+
+
+class ConsumerMeddler(Meddler):
+    """Meddles with a group member's Consumer; pauses one partition at a time, for
+    20-300 ms (only calls that do not wait meanwhile), and resumes it when done."""
+
+    def __init__(self, name: str, meddling: Meddling, rng: random.Random,
+                 stop: threading.Event, consumer: Consumer, topic: str,
+                 partitions: int) -> None:
+        super().__init__(name, meddling, rng, stop)
+        self.consumer = consumer
+        self.topic = topic
+        self.partitions = partitions
+        self.paused: Optional[TopicPartition] = None
+        self.resume_at = 0.0
+        self.quick = [self._position, self._assignment, self._memberid, self._metadata,
+                      self._cached_watermarks, self._commit_asynchronously]
+        self.waiting = [self._committed, self._watermarks, self._list_topics, self._commit,
+                        self._pause]
+
+    def calls(self) -> List[Callable[[], object]]:
+        if self.paused is None:
+            return self.quick + self.waiting
+        return [self._resume] if time.monotonic() >= self.resume_at else self.quick
+
+    def _call(self, what: str, timeout: float, fn: Callable[..., Any], *args: Any,
+              **kwargs: Any) -> Any:
+        return self.meddling.call("Consumer." + what, timeout, fn, *args, **kwargs)
+
+    def _assigned(self) -> List[TopicPartition]:
+        return self._call("assignment", 0, self.consumer.assignment) or []
+
+    def _position(self) -> object:
+        return self._call("position", 0, self.consumer.position, self._assigned())
+
+    def _assignment(self) -> object:
+        return self._assigned()
+
+    def _memberid(self) -> object:
+        return self._call("memberid", 0, self.consumer.memberid)
+
+    def _metadata(self) -> object:
+        return self._call("consumer_group_metadata", 0, self.consumer.consumer_group_metadata)
+
+    def _partition(self) -> TopicPartition:
+        """One of the topic's partitions, assigned here or not."""
+        return TopicPartition(self.topic, self.rng.randrange(self.partitions))
+
+    def _cached_watermarks(self) -> object:
+        return self._call("get_watermark_offsets(cached)", 0,
+                          self.consumer.get_watermark_offsets, self._partition(), 1, True)
+
+    def _watermarks(self) -> object:
+        timeout = self.timeout()
+        return self._call("get_watermark_offsets", timeout,
+                          self.consumer.get_watermark_offsets, self._partition(), timeout)
+
+    def _committed(self) -> object:
+        timeout = self.timeout()
+        return self._call("committed", timeout, self.consumer.committed, self._assigned(),
+                          timeout)
+
+    def _list_topics(self) -> object:
+        timeout = self.timeout()
+        return self._call("list_topics", timeout, self.consumer.list_topics,
+                          self.rng.choice([None, self.topic]), timeout)
+
+    def _commit_asynchronously(self) -> object:
+        return self._call("commit(asynchronous)", 0, self.consumer.commit)
+
+    def _commit(self) -> object:
+        # No timeout of its own: socket.timeout.ms (60 s) bounds it.
+        return self._call("commit", 60, self.consumer.commit, asynchronous=False)
+
+    def _pause(self) -> object:
+        assigned = self._assigned()
+        if assigned:
+            self.paused = self.rng.choice(assigned)
+            self.resume_at = time.monotonic() + self.rng.uniform(0.02, 0.3)
+            self._call("pause", 0, self.consumer.pause, [self.paused])
+        return None
+
+    def _resume(self) -> object:
+        # It may have been revoked meanwhile: resume() leaves such a partition alone.
+        paused, self.paused = self.paused, None
+        return self._call("resume", 0, self.consumer.resume, [paused])
+
+    def finish(self) -> None:
+        if self.paused is not None:
+            self._resume()
+
+
+class ProducerMeddler(Meddler):
+    """Meddles with the shared Producer."""
+
+    def __init__(self, meddling: Meddling, rng: random.Random, producer: Producer,
+                 topic: str) -> None:
+        super().__init__("producer-meddler", meddling, rng, threading.Event())
+        self.producer = producer
+        self.topic = topic
+
+    def calls(self) -> List[Callable[[], object]]:
+        return [self._poll, self._flush, self._len, self._list_topics]
+
+    def _poll(self) -> object:
+        return self.meddling.call("Producer.poll", 0, self.producer.poll, 0)
+
+    def _flush(self) -> object:
+        return self.meddling.call("Producer.flush", 0.05, self.producer.flush, 0.05)
+
+    def _len(self) -> object:
+        return self.meddling.call("Producer.__len__", 0, len, self.producer)
+
+    def _list_topics(self) -> object:
+        timeout = self.timeout()
+        return self.meddling.call("Producer.list_topics", timeout, self.producer.list_topics,
+                                  self.rng.choice([None, self.topic]), timeout)
+
+
 class NumberedProducer(threading.Thread):
     """Writes ``args.messages`` numbered messages (keys: the number modulo 97) to
     ``topic`` at a steady rate over 60% of ``args.seconds``, with our Producer
     (``--batches``: ``produce_batch()`` of 1,000) or our AIOProducer (``--aio``), and
-    counts the delivery reports; :meth:`check` checks them and the log."""
+    counts the delivery reports; :meth:`check` checks them and the log. With
+    ``meddling`` (``--meddle``) ``PRODUCING_THREADS`` threads share the Producer, each
+    writing the messages of its own keys, while a :class:`ProducerMeddler` meddles."""
 
     def __init__(self, args: argparse.Namespace, bootstrap: str, topic: str,
-                 crashes: List[str]) -> None:
+                 crashes: List[str], meddling: Optional[Meddling] = None) -> None:
         super().__init__(name="producer", daemon=True)
         self.args = args
         self.topic = topic
         self.crashes = crashes
+        self.meddling = meddling
         self.conf = {"bootstrap.servers": bootstrap, "enable.idempotence": args.idempotence,
                      "acks": args.acks, "linger.ms": 5, "compression.type": args.compression,
                      "message.timeout.ms": args.timeout_ms}
         self.rate = args.messages / (args.seconds * 0.6)
+        self.lock = threading.Lock()   # the reports may come to several threads
         self.reports: Dict[int, int] = collections.Counter()
         self.failures: Dict[str, int] = collections.Counter()
         self.acknowledged: Set[int] = set()
@@ -269,32 +545,62 @@ class NumberedProducer(threading.Thread):
             self.crashes.append("producer: " + traceback.format_exc())
 
     def _report(self, n: int, err: Optional[KafkaError]) -> None:
-        self.reports[n] += 1
-        if err is None:
-            self.acknowledged.add(n)
-        else:
-            self.failures[err.name()] += 1
+        with self.lock:
+            self.reports[n] += 1
+            if err is None:
+                self.acknowledged.add(n)
+            else:
+                self.failures[err.name()] += 1
 
     def _produce(self) -> None:
-        args, topic = self.args, self.topic
         p = Producer(dict(self.conf, on_delivery=lambda err, msg: self._report(
             number(msg.value()), err)))
         start = time.monotonic()
-        step = 1000 if args.batches else 1
+        shares = PRODUCING_THREADS if self.meddling is not None else 1
+        helpers = [threading.Thread(target=self._produce_helper, args=(p, share, shares, start),
+                                    name=f"producer-{share}", daemon=True)
+                   for share in range(1, shares)]
+        meddler = None
+        if self.meddling is not None:
+            meddler = ProducerMeddler(self.meddling, random.Random(f"{self.args.seed}-producer"),
+                                      p, self.topic)
+            meddler.start()
         try:
-            for first in range(0, args.messages, step):
-                numbers = range(first, min(first + step, args.messages))
+            for h in helpers:
+                h.start()
+            self._produce_share(p, 0, shares, start)
+            for h in helpers:
+                h.join()
+            note("producer: all produced; flush left", p.flush(300))
+        finally:
+            if meddler is not None:
+                meddler.stop.set()
+                meddler.join()
+            p.close()
+
+    def _produce_share(self, p: Producer, share: int, shares: int, start: float) -> None:
+        """The messages whose key (the number modulo 97) is ``share`` modulo ``shares``:
+        each key's messages in order from one thread."""
+        args, topic = self.args, self.topic
+        step = 1000 if args.batches else 1
+        for first in range(0, args.messages, step):
+            numbers = [n for n in range(first, min(first + step, args.messages))
+                       if n % 97 % shares == share]
+            if numbers:
                 values = [struct.pack(">Q", n) + PAD for n in numbers]
                 keys = [b"%d" % (n % 97) for n in numbers]
                 if args.batches:   # the columnar form: all queued or none
                     queue(p, lambda: p.produce_batch(topic, values, keys=keys))
                 else:
                     queue(p, lambda: p.produce(topic, values[0], key=keys[0]))
-                if first % 1000 == 0:
-                    pace(p, first, self.rate, start)
-            note("producer: all produced; flush left", p.flush(300))
-        finally:
-            p.close()
+            if first % 1000 == 0:
+                pace(p, first, self.rate, start)
+
+    def _produce_helper(self, p: Producer, share: int, shares: int, start: float) -> None:
+        try:
+            self._produce_share(p, share, shares, start)
+        except Exception:
+            self.crashes.append(f"producer-{share}: " + traceback.format_exc())
 
     def _on_future(self, n: int, future: "asyncio.Future[Message]") -> None:
         # The asyncio producer's report: the delivered message, or its error raised.
@@ -360,6 +666,10 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
     consumed: List[Tuple[str, int, int, int]] = []   # member, partition, offset, number
     lock = threading.Lock()
     crashes: List[str] = []
+    meddling = Meddling() if args.meddle else None
+    # Batches in which a partition's offsets are not consecutive, offsets a member got
+    # twice while the partition stayed assigned to it (a pause must not repeat any).
+    read_faults: Dict[str, int] = collections.Counter()
 
     class Member(threading.Thread):
         made = 0
@@ -372,6 +682,9 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             self.assigned: List[int] = []    # as last seen, for the catch-up notes
             self.final_deadline: Optional[float] = None
             self.rng = random.Random(f"{args.seed}-{self.name}")
+            self.changes: Dict[int, int] = collections.Counter()   # partition: reassignments
+            # (partition, its reassignments): the offsets returned since
+            self.returned: Dict[Tuple[int, int], Set[int]] = collections.defaultdict(set)
 
         def conf(self) -> Dict[str, object]:
             conf: Dict[str, object] = {
@@ -383,7 +696,15 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             if args.protocol == "classic":
                 conf.update({"partition.assignment.strategy": args.strategy,
                              "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+            if meddling is not None:
+                conf["on_commit"] = meddling.on_commit
             return conf
+
+        def _changed(self, c: object, partitions: List[TopicPartition]) -> None:
+            """on_assign, on_revoke, on_lost: the partitions may be read again."""
+            with lock:
+                for tp in partitions:
+                    self.changes[tp.partition] += 1
 
         def run(self) -> None:
             if args.aio:
@@ -394,11 +715,15 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 return
             try:
                 c = Consumer(self.conf())
-                c.subscribe([topic])
+                c.subscribe([topic], on_assign=self._changed, on_revoke=self._changed,
+                            on_lost=self._changed)
                 # More threads read the same consumer (each message to one of them); this
                 # one also commits what has been returned to any of them.
                 helpers = [threading.Thread(target=self._read_only, args=(c,), daemon=True)
                            for _ in range(args.threads - 1)]
+                if meddling is not None:   # it resumes what it paused before it ends
+                    helpers.append(ConsumerMeddler(f"{self.name}-meddler", meddling, self.rng,
+                                                   self.stop, c, topic, partitions))
                 for h in helpers:
                     h.start()
                 while not self.stop.is_set():
@@ -425,6 +750,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 c.close()
             except Exception:
                 crashes.append(f"{self.name}: " + traceback.format_exc())
+                self.stop.set()   # its other threads end, and its consumer leaves the group
 
         def _read_only(self, c: Consumer) -> None:
             try:
@@ -455,9 +781,35 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             raise KafkaException(err)
 
         def _read(self, c: Consumer) -> List[Tuple[str, int, int, int]]:
+            with lock:
+                before = dict(self.changes)
             if args.arrow:
-                return self._rows(c.consume_arrow(500, 0.2))
-            return self._messages(c.consume(500, 0.2))
+                try:
+                    got = self._rows(c.consume_arrow(500, 0.2))
+                except KafkaException as exc:   # an event consume() returns as a message
+                    got = self._event(exc.args[0])
+            else:
+                got = self._messages(c.consume(500, 0.2))
+            self._check_batch(got, before)
+            return got
+
+        def _check_batch(self, got: List[Tuple[str, int, int, int]],
+                         before: Dict[int, int]) -> None:
+            """Counts in ``read_faults`` what is wrong with a returned batch, ``before``
+            being ``self.changes`` when the read started."""
+            last: Dict[int, int] = {}
+            with lock:
+                for _, p, offset, _ in got:
+                    if last.get(p, offset - 1) != offset - 1:
+                        read_faults["batches with a partition's offsets not consecutive"] += 1
+                    last[p] = offset
+                for _, p, offset, _ in got:
+                    if self.changes[p] != before.get(p, 0):
+                        continue   # reassigned while it read: which time is not known
+                    returned = self.returned[p, self.changes[p]]
+                    if offset in returned:
+                        read_faults["offsets returned twice to a member while assigned"] += 1
+                    returned.add(offset)
 
         def _rows(self, batch) -> List[Tuple[str, int, int, int]]:
             return [(self.name, p, o, number(v)) for p, o, v in zip(
@@ -469,13 +821,21 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             for m in messages:
                 if m.error() is None:
                     out.append((self.name, m.partition(), m.offset(), number(m.value())))
-                elif not m.error().retriable():
-                    note(self.name, "error:", m.error())
+                else:
+                    self._event(m.error())
             return out
+
+        def _event(self, err: KafkaError) -> List[Tuple[str, int, int, int]]:
+            """An error event (consume_arrow() raises it after the rows before it): noted
+            unless retriable; nothing to keep."""
+            if not err.retriable():
+                note(self.name, "error:", err)
+            return []
 
         async def _run_aio(self) -> None:
             c = AIOConsumer(self.conf())
-            await c.subscribe([topic])
+            await c.subscribe([topic], on_assign=self._changed, on_revoke=self._changed,
+                              on_lost=self._changed)
             # More coroutines read the same consumer; this one also commits.
             helpers = [asyncio.ensure_future(self._read_only_aio(c))
                        for _ in range(args.threads - 1)]
@@ -506,16 +866,24 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 self._keep(await self._read_aio(c))
 
         async def _read_aio(self, c: AIOConsumer) -> List[Tuple[str, int, int, int]]:
+            with lock:
+                before = dict(self.changes)
             read = c.consume_arrow(500, 0.2) if args.arrow else c.consume(500, 0.2)
-            if self.rng.random() < 0.33:
-                # What it held when cancelled is kept for the next read (KeptReads).
-                try:
+            try:
+                if self.rng.random() < 0.33:
+                    # What it held when cancelled is kept for the next read (KeptReads).
                     got = await asyncio.wait_for(read, self.rng.uniform(0.01, 0.3))
-                except asyncio.TimeoutError:
-                    return []
-            else:
-                got = await read
-            return self._rows(got) if args.arrow else self._messages(got)
+                else:
+                    got = await read
+            except asyncio.TimeoutError:
+                return []
+            except KafkaException as exc:
+                if not args.arrow:
+                    raise
+                return self._event(exc.args[0])   # as in _read()
+            rows = self._rows(got) if args.arrow else self._messages(got)
+            self._check_batch(rows, before)
+            return rows
 
     members = [Member(i) for i in range(args.members)]
 
@@ -532,7 +900,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
 
     for m in members:
         m.start()
-    producer = NumberedProducer(args, boot, topic, crashes)
+    producer = NumberedProducer(args, boot, topic, crashes, meddling)
     producer.start()
     chaos = Chaos(cluster, args.seed, [(topic, partitions)], errors=[
         ("Produce", "NOT_LEADER_OR_FOLLOWER"), ("Produce", "REQUEST_TIMED_OUT"),
@@ -571,12 +939,18 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
     for m in members:
         m.join(30)
     check = Checks()
-    check.expect(not crashes, f"no client thread failed {crashes[:1]}")
+    check.expect(not crashes, f"no client thread failed ({len(crashes)} did)")
+    for crash in crashes:
+        note("crash:", crash)
     producer.check(check, read_all(cluster, topic, partitions))
     missed = set(in_log) - seen
     check.expect(not missed, f"the group read every message in the log ({len(missed)} not)")
     twice = len(consumed) - len({c[3] for c in consumed})
     note("group: read", len(consumed), "messages,", twice, "more than once")
+    check.expect(not read_faults, f"each batch in order, nothing returned twice to a member "
+                 f"while assigned {dict(read_faults)}")
+    if meddling is not None:
+        meddling.check(check)
     marks = high_watermarks(cluster, topic)
     committed = committed_offsets(cluster, group, topic, partitions)
     check.expect(committed == marks, f"the group's committed offsets {committed} are the "
@@ -863,10 +1237,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--timeout-ms", type=int, default=300_000, help="message.timeout.ms")
     ap.add_argument("--aio", action="store_true",
                     help="group: the asyncio clients, a third of the reads cancelled")
+    ap.add_argument("--meddle", action="store_true",
+                    help="group: other threads call the clients' other methods meanwhile")
     args = ap.parse_args(argv)
     if args.aio and (args.batches or args.mode == "eos"):
         ap.error("--aio is for group and spark runs without --batches (AIOProducer has no "
                  "produce_batch())")
+    if args.meddle and (args.aio or args.mode != "group"):
+        ap.error("--meddle is for group runs without --aio (the meddlers are threads)")
     group = args.mode == "group"
     args.messages = args.messages or {"group": 100_000, "eos": 20_000, "spark": 50_000}[
         args.mode]

@@ -1,8 +1,9 @@
 """Short soak runs (tools/soak.py) in the suite: our producer, a consumer group (also
-through the asyncio clients), a transactional consume-transform-produce loop and Spark
-streaming queries on the test cluster while leaders and coordinators move, brokers stop
-and start, connections drop and errors are injected; the delivery guarantees are then
-checked on what the brokers hold. Longer runs with other seeds and options are a manual
+through the asyncio clients, and with other threads calling the clients' other methods
+meanwhile), a transactional consume-transform-produce loop and Spark streaming queries
+on the test cluster while leaders and coordinators move, brokers stop and start,
+connections drop and errors are injected; the delivery guarantees are then checked on
+what the brokers hold. Longer runs with other seeds and options are a manual
 tool (docs/reliability.md). Each runs in a child process with a hard timeout."""
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
     ("group", ["--messages", "30000", "--aio", "--threads", "2"]),
     # two streaming queries of the Spark data source, restarted on their checkpoints
     ("spark", ["--messages", "10000"]),
+    # other threads call the clients' other methods meanwhile (pause/resume, commit, ...)
+    pytest.param("group", ["--messages", "20000", "--meddle", "--threads", "2"],
+                 id="group-meddle"),
 ])
 def test_guarantees_hold_under_cluster_faults(run_child, mode, options):
     if mode == "spark":

@@ -154,6 +154,10 @@ class OffsetStore(Protocol):
         """These offsets are committed now."""
         ...
 
+    def assigned_keys(self) -> Set[Key]:
+        """The partitions assigned now."""
+        ...
+
 
 class GroupMetadata:
     """What a transactional producer needs to commit offsets for this group
@@ -231,6 +235,10 @@ class GroupCoordinator:
         self.joined_topics: List[str] = []           # topic names we joined with
         self._joined_counts: Dict[str, int] = {}     # their partition counts at the join
         self.owned: Set[Key] = set()                 # partitions this member holds
+        #: I/O thread: each commit's number (retries keep theirs), and per partition the
+        #: latest commit made of it: a retry never overwrites a later commit's offset
+        self._commits_made = 0
+        self._latest_commit: Dict[Key, int] = {}
         self._rejoin_after = 0.0
         self._rejoin_reason = ""
         self._rejoin_pending = False   # a rejoin was asked for while joining
@@ -1212,7 +1220,26 @@ class GroupCoordinator:
 
     def _commit(self, offsets: List[Tuple[str, int, int, Optional[str], int]],
                 done: Callable[[Optional[KafkaError], List[TopicPartition]], None],
-                deadline: float) -> None:
+                deadline: float, number: int = 0,
+                settled: Optional[List[TopicPartition]] = None,
+                last: Optional[List[TopicPartition]] = None) -> None:
+        """OffsetCommit of ``offsets``, retried on coordinator and transport errors until
+        ``deadline``; ``done(first error, a TopicPartition per entry)``. A retry carries
+        the commit's ``number``, the entries ``settled`` before, and the ``last``
+        attempt's results: the entries :meth:`_may_retry` refuses now end with those."""
+        if not number:
+            self._commits_made += 1
+            number = self._commits_made
+            for topic, p, *_rest in offsets:
+                self._latest_commit[(topic, p)] = number
+        settled = settled or []
+        if last is not None:
+            again = [o for o in offsets if self._may_retry(o[0], o[1], number)]
+            settled = settled + [tp for o, tp in zip(offsets, last) if o not in again]
+            if not again:
+                done(settled[0].error, settled)
+                return
+            offsets = again
         by_topic: Dict[str, List[Any]] = {}
         for topic, p, off, meta, epoch in offsets:
             by_topic.setdefault(topic, []).append(OffsetCommitRequest.OffsetCommitRequestPartition(
@@ -1231,7 +1258,7 @@ class GroupCoordinator:
         if side is not None and not side.ready:
             if time.monotonic() + SIDE_COMMIT_POLL_S < deadline:
                 self.io.call_later(SIDE_COMMIT_POLL_S, self._commit, offsets, done,
-                                   deadline)
+                                   deadline, number, settled)
                 return
             side = None     # out of time: the coordinator's connection it is
         carried: List[int] = []  # the generation the request carries
@@ -1283,16 +1310,19 @@ class GroupCoordinator:
                 if (err is not None and side is None) or any(c in COORDINATOR_ERRORS
                                                              for c in codes.values()):
                     self._coordinator_lost("commit failed")
-                self.io.call_later(self.retry_backoff, self._commit, offsets, done, deadline)
+                self.io.call_later(self.retry_backoff, self._commit, offsets, done,
+                                   deadline, number, settled, result)
                 return
-            if first_err is None:
-                self.offsets.set_committed({(topic, p): off
-                                            for topic, p, off, _m, _e in offsets})
-            elif first_err.code() in (ErrorCode.REBALANCE_IN_PROGRESS,
-                                      ErrorCode.ILLEGAL_GENERATION,
-                                      ErrorCode.UNKNOWN_MEMBER_ID,
-                                      ErrorCode.FENCED_MEMBER_EPOCH,
-                                      ErrorCode.STALE_MEMBER_EPOCH) and \
+            self.offsets.set_committed({(topic, p): off for (topic, p, off, _m, _e), tp
+                                        in zip(offsets, result) if tp.error is None})
+            if settled:     # entries an earlier attempt failed and this one left out
+                result = settled + result
+                if first_err is None:
+                    first_err = settled[0].error
+            if first_err is not None and first_err.code() in (
+                    ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION,
+                    ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH,
+                    ErrorCode.STALE_MEMBER_EPOCH) and \
                     not self._join_at_coordinator() and carried[-1:] == [self.generation]:
                 # Refused on the generation the member still has, and no join under way
                 # that brings the next one: the group moved on without it.
@@ -1301,6 +1331,15 @@ class GroupCoordinator:
 
         self._send(ApiKey.OFFSET_COMMIT, make, answered, deadline=deadline, max_version=9,
                    conn=side)
+
+    def _may_retry(self, topic: str, partition: int, number: int) -> bool:
+        """Whether commit ``number`` may send its offset of a partition again: no later
+        commit of it was made meanwhile (the retry would take the group's offset back),
+        and, for a subscription, the partition is still this consumer's (else the retry,
+        carrying the new generation, would overwrite what its new owner commits)."""
+        if self._latest_commit.get((topic, partition)) != number:
+            return False
+        return self.patterns is None or (topic, partition) in self.offsets.assigned_keys()
 
     def lookup_committed(self, parts: List[Any],
                          done: Callable[[Optional[Dict[Key, Tuple[int, int]]]], None]

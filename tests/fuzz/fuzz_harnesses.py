@@ -1228,7 +1228,8 @@ def check_group(data: bytes) -> None:
     io = _FakeIO()
     errors: list = []
     offsets = types.SimpleNamespace(read_committed=False, stored_offsets=lambda: [],
-                                    set_committed=lambda committed: None)
+                                    set_committed=lambda committed: None,
+                                    assigned_keys=set)
     config = _group_config(bool(flags & 1), bool(flags & 2), bool(flags & 4), kip848)
     member = _GroupMember()
     membership = consumer_protocol.ConsumerProtocolGroup if kip848 \

@@ -425,6 +425,96 @@ def test_consumer_group_across_a_coordinator_move(kafka_cluster):
     assert any(e.api == "OffsetCommit" and e.broker == new and not e.errors for e in log)
 
 
+def _read(consumer: Consumer, n: int, timeout: float = 20.0) -> List:
+    got: List = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        assert time.monotonic() < deadline, f"{len(got)} of {n} read"
+        got += [m for m in consumer.consume(n - len(got), 0.2) if m.error() is None]
+    return got
+
+
+def _committed(consumer: Consumer, topic: str, partition: int) -> int:
+    return consumer.committed([TopicPartition(topic, partition)], 10)[0].offset
+
+
+def test_a_retried_commit_never_takes_back_a_later_one(kafka_cluster):
+    """An asynchronous commit of 50 meets NOT_COORDINATOR and is retried after
+    retry.backoff.ms; a synchronous commit of 100, made meanwhile, succeeds. The retry
+    of 50 is not sent: the group's offset stays at 100 (it went back to 50 for good,
+    the consumer believing 100 committed), and on_commit reports the 50 as failed."""
+    c = kafka_cluster
+    c.create_topic("recommit", partitions=1, replication_factor=3)
+    p = producer(c)
+    produce_numbers(p, "recommit", range(100), Reports())
+    assert p.flush(30) == 0
+    results = []
+    consumer = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "recommit",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "retry.backoff.ms": 1000, "retry.backoff.max.ms": 1000,
+                         "on_commit": lambda err, tps: results.append((err, tps))})
+    try:
+        consumer.subscribe(["recommit"])
+        _read(consumer, 50)
+        c.inject_errors("OffsetCommit", ["NOT_COORDINATOR"])
+        consumer.commit(asynchronous=True)                       # 50: retried in 1 s
+        _read(consumer, 50)
+        assert [tp.offset for tp in consumer.commit(asynchronous=False)] == [100]
+        deadline = time.monotonic() + 10
+        while len(results) < 2 and time.monotonic() < deadline:
+            consumer.consume(1, 0.2)
+        assert _committed(consumer, "recommit", 0) == 100
+        late = [(err, tps) for err, tps in results if tps[0].offset == 50]
+        assert len(late) == 1 and late[0][0].code() == KafkaError.NOT_COORDINATOR
+    finally:
+        consumer.close()
+
+
+def test_a_retried_commit_of_a_partition_that_moved_is_not_sent(kafka_cluster):
+    """Member 1's asynchronous commit of partition 1 at 50 meets
+    COORDINATOR_LOAD_IN_PROGRESS and waits 3 s for its retry; meanwhile member 2 joins,
+    gets partition 1, reads it and commits 100. The retry, which would carry the new
+    generation and be taken, is not sent: the partition is no longer member 1's."""
+    c = kafka_cluster
+    c.create_topic("moved", partitions=2, replication_factor=3)
+    p = producer(c)
+    for i in range(200):
+        p.produce("moved", b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+
+    def member(backoff_ms: int) -> Consumer:
+        m = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "moved",
+                      "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                      "partition.assignment.strategy": "cooperative-sticky",
+                      "heartbeat.interval.ms": 100, "session.timeout.ms": 6000,
+                      "retry.backoff.ms": backoff_ms, "retry.backoff.max.ms": backoff_ms})
+        m.subscribe(["moved"])
+        return m
+
+    first = member(3000)
+    second = None
+    try:
+        _read(first, 200)
+        c.inject_errors("OffsetCommit", ["COORDINATOR_LOAD_IN_PROGRESS"])
+        first.commit(offsets=[TopicPartition("moved", 1, 50)], asynchronous=True)
+        second = member(100)
+        got: List = []
+        deadline = time.monotonic() + 20
+        while len(got) < 100:
+            assert time.monotonic() < deadline
+            first.consume(1, 0.05)                     # its rebalance callbacks
+            got += [m for m in second.consume(100, 0.05) if m.error() is None]
+        assert {m.partition() for m in got} == {1}
+        assert [tp.offset for tp in second.commit(asynchronous=False)] == [100]
+        time.sleep(3.5)                                # past the first one's retry
+        first.consume(1, 0.1)
+        assert _committed(second, "moved", 1) == 100
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
 def test_a_member_closed_right_after_a_coordinator_move_leaves_at_the_new_one(
         kafka_cluster):
     # The classic protocol's twin of the KIP-848 test (integration/

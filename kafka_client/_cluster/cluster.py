@@ -28,7 +28,7 @@ from kafka_client._net.connection import (
     BrokerConnection,
     ConnectionSettings,
 )
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_proto.messages import ApiKey, MetadataRequest
 
 __all__ = ["Cluster"]
@@ -669,8 +669,8 @@ class Cluster:
             recent = self.last_connection_error
             why = f" (a connection failed meanwhile: {recent[1].str()})" \
                 if recent is not None and recent[0] >= started else ""
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
-                                            f"Failed to {what} within {timeout:g}s{why}"))
+            raise KafkaException(client_error(KafkaError._TIMED_OUT,
+                                              f"Failed to {what} within {timeout:g}s{why}"))
         return resp, conn
 
     def list_topics(self, topic: Optional[str], timeout: Optional[float]) -> ClusterMetadata:

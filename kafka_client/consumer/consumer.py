@@ -62,7 +62,7 @@ from kafka_client.consumer.group import (
     GroupCoordinator,
 )
 from kafka_client.consumer.consumer_protocol import ConsumerProtocolGroup
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.types import (
     OFFSET_INVALID,
     OFFSET_STORED,
@@ -874,9 +874,11 @@ class Consumer(ClientBase):
                     return OFFSET_INVALID, OFFSET_INVALID
                 return (part.log_start if part.log_start >= 0 else OFFSET_INVALID), part.hw
         key = (tp.topic, tp.partition)
-        low = self._list_offsets({key: EARLIEST_TIMESTAMP}, timeout, READ_UNCOMMITTED)[key]
+        started = time.monotonic()    # the timeout is for both lookups
+        low = self._list_offsets({key: EARLIEST_TIMESTAMP}, timeout, READ_UNCOMMITTED,
+                                 started)[key]
         high = self._list_offsets({key: LATEST_TIMESTAMP}, timeout,
-                                  self._fetcher.isolation_level)[key]
+                                  self._fetcher.isolation_level, started)[key]
         return low.offset, high.offset
 
     def offsets_for_times(self, partitions: Sequence[TopicPartition],
@@ -898,12 +900,14 @@ class Consumer(ClientBase):
         return out
 
     def _list_offsets(self, want: Dict[Tuple[str, int], int], timeout: Optional[float],
-                      isolation: int) -> Dict[Tuple[str, int], OffsetLookup]:
+                      isolation: int, started: Optional[float] = None
+                      ) -> Dict[Tuple[str, int], OffsetLookup]:
         """ListOffsets from the application thread, retried on leader errors until
-        ``timeout`` (None: socket.timeout.ms); raises on failure."""
+        ``timeout`` (None: socket.timeout.ms) after ``started`` (default: now); raises on
+        failure."""
         if timeout is None or timeout < 0:
             timeout = self._cluster.settings.request_timeout
-        deadline = time.monotonic() + timeout
+        deadline = (time.monotonic() if started is None else started) + timeout
         results: Dict[Tuple[str, int], OffsetLookup] = {}
         pending = dict(want)
         self._io.call_soon(self._cluster.want_topics, sorted({k[0] for k in want}))
@@ -934,8 +938,8 @@ class Consumer(ClientBase):
             last = results.get(missing[0]) if missing else None
             if last is not None and last.error is not None:
                 raise KafkaException(last.error)
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
-                                            f"ListOffsets timed out after {timeout:g}s"))
+            raise KafkaException(client_error(KafkaError._TIMED_OUT,
+                                              f"ListOffsets timed out after {timeout:g}s"))
         for found in results.values():
             if found.error is not None and len(want) == 1:
                 raise KafkaException(found.error)

@@ -421,8 +421,8 @@ class GroupCoordinator:
         deadline = time.monotonic() + wait
         self.io.call_soon(self._commit, offsets, finished, deadline)
         if not self.cluster.wait_for(done, deadline + 0.5):
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
-                                            f"commit timed out after {wait:g}s"))
+            raise KafkaException(client_error(KafkaError._TIMED_OUT,
+                                              f"commit timed out after {wait:g}s"))
         err, result = box[0]
         cb = self.config["on_commit"]
         if cb is not None:
@@ -454,11 +454,11 @@ class GroupCoordinator:
 
         self.io.call_soon(self._offset_fetch, keys, finished, deadline)
         if not self.cluster.wait_for(done, deadline + 0.5):
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
-                                            f"committed() timed out after {wait:g}s"))
+            raise KafkaException(client_error(KafkaError._TIMED_OUT,
+                                              f"committed() timed out after {wait:g}s"))
         result, err = box[0]
         if result is None:
-            raise KafkaException(err or KafkaError(KafkaError._TIMED_OUT))
+            raise KafkaException(err or client_error(KafkaError._TIMED_OUT))
         out = []
         for topic, p in keys:
             off, meta, epoch = result.get((topic, p), (-1, None, -1))

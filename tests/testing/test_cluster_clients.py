@@ -515,6 +515,29 @@ def test_a_retried_commit_of_a_partition_that_moved_is_not_sent(kafka_cluster):
             second.close()
 
 
+def test_get_watermark_offsets_keeps_to_its_timeout(kafka_cluster):
+    """Two lookups (earliest, latest), one timeout: with each ListOffsets answered in
+    0.7 s, a 1 s call fails on time with a retriable _TIMED_OUT (it took 1.4 s and
+    answered, each lookup having had the whole timeout)."""
+    c = kafka_cluster
+    c.create_topic("slow-lookups", partitions=1, replication_factor=3)
+    consumer = Consumer({"bootstrap.servers": c.bootstrap_servers})
+    try:
+        consumer.list_topics("slow-lookups", 10)
+        c.set_latency(0.7, apis=["ListOffsets"])
+        start = time.monotonic()
+        with pytest.raises(KafkaException) as raised:
+            consumer.get_watermark_offsets(TopicPartition("slow-lookups", 0), 1.0)
+        took = time.monotonic() - start
+        err = raised.value.args[0]
+        assert err.code() == KafkaError._TIMED_OUT and err.retriable()
+        assert 0.9 < took < 1.3, took
+        c.set_latency(0)
+        assert consumer.get_watermark_offsets(TopicPartition("slow-lookups", 0), 10) == (0, 0)
+    finally:
+        consumer.close()
+
+
 def test_a_member_closed_right_after_a_coordinator_move_leaves_at_the_new_one(
         kafka_cluster):
     # The classic protocol's twin of the KIP-848 test (integration/

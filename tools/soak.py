@@ -5,9 +5,9 @@ delivery guarantees are checked on what the brokers hold.
 
     .venv/bin/python tools/soak.py group --seed 7 [--protocol consumer] [--static]
         [--arrow] [--compression zstd] [--timeout-ms 3000] [--acks 1 --no-idempotence]
-        [--batches] [--threads 3] [--restarts] [--aio] [--meddle]
-    .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts]
-    .venv/bin/python tools/soak.py spark --seed 7 [--restarts] [--aio]
+        [--batches] [--threads 3] [--restarts] [--aio] [--meddle] [--sasl]
+    .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts] [--sasl]
+    .venv/bin/python tools/soak.py spark --seed 7 [--restarts] [--aio] [--sasl]
 
 ``group``: an idempotent producer writes ``--messages`` numbered messages (keyed) at a
 steady rate over most of ``--seconds`` while a group of ``--members`` consumers reads
@@ -44,6 +44,10 @@ queries of the ``kafka_native`` data source on a local Spark read its topic, one
 Spark's file sink, one into another topic through the data source's writer, each now
 and then stopped and started again on its checkpoint. Checked: the producer's checks;
 the file sink holds every record exactly once; the other topic every one at least once.
+
+``--sasl`` (any mode): the brokers require SASL (SCRAM-SHA-512) with one-second
+sessions, so every client connection authenticates again about once a second (KIP-368)
+in the middle of the chaos; the run also checks that they did.
 
 Exit status 0 when every check holds. Each run prints what the chaos did and a summary;
 ``--seed`` makes the chaos's choices repeatable (not the timing). See docs/reliability.md.
@@ -88,6 +92,12 @@ GRACE = 5.0
 #: The threads sharing the producer with --meddle (each key's messages from one of them).
 PRODUCING_THREADS = 3
 PAD = b"x" * 92
+#: ``--sasl``: the user every client logs in as, and the brokers' session lifetime (each
+#: connection re-authenticates about once a second, KIP-368)
+SASL_USER, SASL_PASSWORD, SASL_MECHANISM = "soak", "soak-secret", "SCRAM-SHA-512"
+SASL_SESSION_MS = 1000
+#: what every client of the run adds to bootstrap.servers (set by main())
+SECURITY: Dict[str, str] = {}
 _T0 = time.monotonic()
 
 
@@ -213,10 +223,15 @@ class Chaos(threading.Thread):
         return self.churn(self.rng)
 
 
+def connect(bootstrap: str) -> Dict[str, str]:
+    """A client configuration's connection part: the brokers, and ``--sasl``'s login."""
+    return {"bootstrap.servers": bootstrap, **SECURITY}
+
+
 def read_all(cluster: Cluster, topic: str, partitions: int,
              isolation: str = "read_uncommitted") -> List[Message]:
     """Every record of ``topic``, read to the end of each partition."""
-    reader = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+    reader = Consumer({**connect(cluster.bootstrap_servers),
                        "enable.partition.eof": True, "isolation.level": isolation})
     reader.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     at_end: Set[int] = set()
@@ -235,7 +250,7 @@ def read_all(cluster: Cluster, topic: str, partitions: int,
 
 def committed_offsets(cluster: Cluster, group: str, topic: str,
                       partitions: int) -> Dict[int, int]:
-    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
+    c = Consumer({**connect(cluster.bootstrap_servers), "group.id": group})
     try:
         got = c.committed([TopicPartition(topic, p) for p in range(partitions)], 30)
     finally:
@@ -524,7 +539,7 @@ class NumberedProducer(threading.Thread):
         self.topic = topic
         self.crashes = crashes
         self.meddling = meddling
-        self.conf = {"bootstrap.servers": bootstrap, "enable.idempotence": args.idempotence,
+        self.conf = {**connect(bootstrap), "enable.idempotence": args.idempotence,
                      "acks": args.acks, "linger.ms": 5, "compression.type": args.compression,
                      "message.timeout.ms": args.timeout_ms}
         self.rate = args.messages / (args.seconds * 0.6)
@@ -688,7 +703,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
 
         def conf(self) -> Dict[str, object]:
             conf: Dict[str, object] = {
-                "bootstrap.servers": boot, "group.id": group, "client.id": self.name,
+                **connect(boot), "group.id": group, "client.id": self.name,
                 "enable.auto.commit": False, "auto.offset.reset": "earliest",
                 "group.protocol": args.protocol}
             if args.static:
@@ -969,7 +984,7 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
 
     def fill() -> None:
         # Idempotent: each input once in the log, so each output once is checkable.
-        p = Producer({"bootstrap.servers": boot, "linger.ms": 5, "enable.idempotence": True})
+        p = Producer({**connect(boot), "linger.ms": 5, "enable.idempotence": True})
         rate = args.messages / (args.seconds * 0.5)
         start = time.monotonic()
         for n in range(args.messages):
@@ -996,14 +1011,14 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 crashes.append(f"{self.name}: " + traceback.format_exc())
 
         def _run(self) -> None:
-            conf = {"bootstrap.servers": boot, "group.id": group, "client.id": self.name,
+            conf = {**connect(boot), "group.id": group, "client.id": self.name,
                     "isolation.level": "read_committed", "enable.auto.commit": False,
                     "auto.offset.reset": "earliest", "group.protocol": args.protocol}
             if args.protocol == "classic":
                 conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
             consumer = Consumer(conf)
             consumer.subscribe([source])
-            producer = Producer({"bootstrap.servers": boot, "client.id": self.name,
+            producer = Producer({**connect(boot), "client.id": self.name,
                                  "transactional.id": self.transactional_id})
             producer.init_transactions(60)
             while not self.stop.is_set():
@@ -1108,8 +1123,10 @@ def run_spark(args: argparse.Namespace, cluster: Cluster) -> Checks:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
 
+    login = {"kafka." + k: v for k, v in connect(boot).items()}
+
     def start(name: str) -> Any:
-        reader = (spark.readStream.format(SOURCE_NAME).option("kafka.bootstrap.servers", boot)
+        reader = (spark.readStream.format(SOURCE_NAME).options(**login)
                   .option("subscribe", source).option("startingOffsets", "earliest")
                   .option("maxOffsetsPerTrigger", "5000"))
         if name == "files":   # Spark's file sink with a checkpoint: exactly once
@@ -1118,7 +1135,7 @@ def run_spark(args: argparse.Namespace, cluster: Cluster) -> Checks:
                       .option("path", os.path.join(work, "files")))
         else:                 # our Kafka sink: at least once
             writer = (reader.load().select("key", "value").writeStream.format(SOURCE_NAME)
-                      .option("kafka.bootstrap.servers", boot).option("topic", sink))
+                      .options(**login).option("topic", sink))
         return (writer.option("checkpointLocation", os.path.join(work, "checkpoint-" + name))
                 .trigger(processingTime="200 milliseconds").start())
 
@@ -1239,6 +1256,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="group: the asyncio clients, a third of the reads cancelled")
     ap.add_argument("--meddle", action="store_true",
                     help="group: other threads call the clients' other methods meanwhile")
+    ap.add_argument("--sasl", action="store_true",
+                    help=f"every client logs in with {SASL_MECHANISM}; sessions of "
+                         f"{SASL_SESSION_MS} ms, so connections re-authenticate all along")
     args = ap.parse_args(argv)
     if args.aio and (args.batches or args.mode == "eos"):
         ap.error("--aio is for group and spark runs without --batches (AIOProducer has no "
@@ -1251,8 +1271,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.partitions = args.partitions or (6 if group else 4)
     args.members = args.members or (3 if group else 2)
     run = {"group": run_group, "eos": run_eos, "spark": run_spark}[args.mode]
-    with Cluster(brokers=len(BROKERS), broker_config={"min.insync.replicas": 2}) as cluster:
+    broker_config: Dict[str, Any] = {"min.insync.replicas": 2}
+    users = {}
+    if args.sasl:
+        broker_config.update({"sasl.enabled.mechanisms": SASL_MECHANISM,
+                              "connections.max.reauth.ms": SASL_SESSION_MS})
+        users = {SASL_USER: SASL_PASSWORD}
+        SECURITY.update({"security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": SASL_MECHANISM, "sasl.username": SASL_USER,
+                         "sasl.password": SASL_PASSWORD})
+    with Cluster(brokers=len(BROKERS), broker_config=broker_config, users=users) as cluster:
         check = run(args, cluster)
+        if args.sasl:
+            auths = cluster.sasl_authentications()
+            again = sum(bool(e.details.get("reauthentication")) for e in auths)
+            expired = collections.Counter(
+                e.api_key for e in cluster.request_log(kind="closed")
+                if "session expired" in e.details.get("detail", ""))
+            note("sasl:", len(auths), "authentications,", again, "of them again;",
+                 sum(expired.values()), "connections closed on an expired session (by the "
+                 "API key of the request that came too late:", dict(expired), ")")
+            check.expect(again > 0, "connections re-authenticated")
     note("RESULT:", "FAILED" if check.failed else "OK", vars(args))
     return 1 if check.failed else 0
 

@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 @pytest.mark.parametrize("mode, options", [
     ("group", ["--messages", "30000", "--timeout-ms", "3000"]),
     ("group", ["--messages", "30000", "--protocol", "consumer"]),
-    ("eos", ["--messages", "5000"]),
+    # every connection re-authenticates about once a second meanwhile (SASL, KIP-368)
+    ("eos", ["--messages", "5000", "--sasl"]),
     # the asyncio clients, two coroutines reading each member, reads cancelled by wait_for
     ("group", ["--messages", "30000", "--aio", "--threads", "2"]),
     # two streaming queries of the Spark data source, restarted on their checkpoints

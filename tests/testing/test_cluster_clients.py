@@ -9,6 +9,8 @@ watermark with our Consumer (manual assignment), each value is the message numbe
 every number must appear exactly once, in order within its partition."""
 from __future__ import annotations
 
+import random
+import struct
 import threading
 import time
 from typing import Dict, List, Tuple
@@ -285,6 +287,151 @@ def test_consumer_reads_across_leader_changes(kafka_cluster):
     fetches = c.request_log(since=since, api="Fetch")
     assert any("NOT_LEADER_OR_FOLLOWER" in e.errors or "FENCED_LEADER_EPOCH" in e.errors
                for e in fetches), "no fetch met a moved leader"
+
+
+@pytest.mark.parametrize("read", ["consume", "consume_arrow"])
+def test_seeks_pauses_and_reassignments_through_faults(kafka_cluster, read):
+    """One consumer seeks, pauses, resumes and reassigns partitions at random (seeded)
+    for 8 s while leaders move, connections drop and fetch sessions are evicted: after
+    every seek() (or assignment at an offset) the partition's next message is the one
+    asked for, each following one the next offset, and nothing comes from a paused
+    partition (what a Fetch in flight brought for the old position is dropped)."""
+    if read == "consume_arrow":
+        pytest.importorskip("pyarrow")
+    c = kafka_cluster
+    partitions, per_partition = 4, 2500
+    c.create_topic("seeks", partitions=partitions, replication_factor=3)
+    p = producer(c)
+    for n in range(partitions * per_partition):
+        p.produce("seeks", b"%d" % n, partition=n % partitions)
+    assert p.flush(30) == 0
+    rng = random.Random(7)
+    stop = threading.Event()
+
+    def chaos() -> None:
+        faults = random.Random(8)
+        while not stop.wait(faults.uniform(0.1, 0.4)):
+            what = faults.choice(["leader", "cut", "sessions"])
+            if what == "leader":
+                c.move_leader("seeks", faults.randrange(partitions))
+            elif what == "cut":
+                c.cut_connections(faults.choice([1, 2, 3]))
+            else:
+                c.evict_fetch_sessions()
+
+    consumer = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "seeks",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+                         "queued.max.messages.kbytes": 256})
+    faults = threading.Thread(target=chaos)
+    expect = {i: 0 for i in range(partitions)}      # the next offset each must return
+    paused = set()
+    seeks = returned = 0
+    try:
+        consumer.assign([TopicPartition("seeks", i, 0) for i in range(partitions)])
+        faults.start()
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            act, part = rng.random(), rng.randrange(partitions)
+            target = rng.randrange(per_partition + 1)
+            if act < 0.15:
+                consumer.seek(TopicPartition("seeks", part, target))
+                expect[part] = target
+                seeks += 1
+            elif act < 0.2:
+                tp = TopicPartition("seeks", part)
+                (consumer.resume if part in paused else consumer.pause)([tp])
+                paused ^= {part}
+            elif act < 0.22:
+                consumer.incremental_unassign([TopicPartition("seeks", part)])
+                consumer.incremental_assign([TopicPartition("seeks", part, target)])
+                expect[part] = target
+                paused.discard(part)
+            n, wait = rng.randrange(1, 500), rng.uniform(0, 0.1)
+            if read == "consume":
+                rows = [(m.partition(), m.offset()) for m in consumer.consume(n, wait)
+                        if m.error() is None]
+            else:
+                t = consumer.consume_arrow(n, wait)
+                rows = list(zip(t.column("partition").to_pylist(),
+                                t.column("offset").to_pylist()))
+            for part, offset in rows:
+                assert part not in paused, f"partition {part} paused, yet {offset} came"
+                assert offset == expect[part], (part, expect[part], offset)
+                expect[part] = offset + 1
+                returned += 1
+    finally:
+        stop.set()
+        if faults.is_alive():
+            faults.join()
+        consumer.close()
+    assert seeks > 20 and returned > 10_000, (seeks, returned)
+
+
+def test_a_reader_goes_on_while_retention_and_the_cleaner_work_under_it(kafka_cluster):
+    """A slow reader with small local queues while retention deletes segments it has not
+    read (one topic) and the cleaner compacts another: offsets only go forward (an
+    out-of-range position moves to the log start), each key's latest value is read, and
+    the reader reaches the end of both."""
+    c = kafka_cluster
+    c.create_topic("retained", partitions=2, replication_factor=3,
+                   config={"segment.bytes": 20000, "retention.bytes": 60000})
+    c.create_topic("compacted", partitions=2, replication_factor=3,
+                   config={"cleanup.policy": "compact", "segment.bytes": 20000,
+                           "min.cleanable.dirty.ratio": 0.01})
+    consumer = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "slow",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "max.partition.fetch.bytes": 8000,
+                         "queued.max.messages.kbytes": 64, "queued.min.messages": 50})
+    consumer.subscribe(["retained", "compacted"])
+    p = producer(c)
+    written = 30_000
+    last: Dict[bytes, int] = {}
+    latest: Dict[bytes, int] = {}
+    position: Dict[Tuple[str, int], int] = {}
+    retained_read = 0
+
+    def read(n: int, timeout: float) -> None:
+        nonlocal retained_read
+        for m in consumer.consume(n, timeout):
+            assert m.error() is None, m.error()
+            key = (m.topic(), m.partition())
+            assert m.offset() > position.get(key, -1), (key, position[key], m.offset())
+            position[key] = m.offset()
+            if m.topic() == "compacted":
+                latest[m.key()] = struct.unpack(">I", m.value()[:4])[0]
+            else:
+                retained_read += 1
+
+    try:
+        for n in range(written):
+            key = b"k%d" % (n % 100)
+            for topic in ("retained", "compacted"):
+                p.produce(topic, struct.pack(">I", n) + bytes(60), key=key)
+            last[key] = n
+            if n % 2000 == 0:
+                p.poll(0)
+                c.run_cleaner()
+                read(200, 0.05)                    # slower than the producer
+        assert p.flush(30) == 0
+        c.run_retention()
+        c.run_cleaner()
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, position
+            read(1000, 0.2)
+            ends = {(t, part.partition): part.high_watermark
+                    for t in ("retained", "compacted")
+                    for part in c.describe_topic(t).partitions}
+            if all(position.get(k, -1) + 1 >= end for k, end in ends.items()):
+                break
+        starts = [part.replica_logs[part.leader].log_start_offset
+                  for part in c.describe_topic("retained").partitions]
+    finally:
+        consumer.close()
+    assert latest == last
+    # retention overtook the reader: it reached the end having read fewer than were
+    # written (it moved to the log start, past what was deleted unread)
+    assert min(starts) > 0 and retained_read < written, (starts, retained_read)
 
 
 @pytest.mark.parametrize("batch", [False, True])

@@ -9,8 +9,9 @@ which are idle, requests and answers shrink from one entry per partition to one 
 partition that moved.
 
 One :class:`FetchSession` per broker connection the fetcher uses (each of a broker's
-two fetch lanes has its own: a session allows one Fetch at a time). It lives on the I/O thread and is asked for a :class:`FetchPlan` before each
-Fetch and told how the Fetch ended.
+two fetch lanes has its own: a session allows one Fetch at a time). It lives on the I/O
+thread and is asked for a :class:`FetchPlan` before each Fetch and told how the Fetch
+ended.
 
 Rules, as the Java client keeps them:
 

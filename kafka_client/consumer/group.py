@@ -159,6 +159,10 @@ class OffsetStore(Protocol):
         ...
 
 
+def _first_error(tps: List[TopicPartition]) -> Optional[KafkaError]:
+    return next((tp.error for tp in tps if tp.error is not None), None)
+
+
 class GroupMetadata:
     """What a transactional producer needs to commit offsets for this group
     (``consumer_group_metadata()``)."""
@@ -1237,7 +1241,7 @@ class GroupCoordinator:
             again = [o for o in offsets if self._may_retry(o[0], o[1], number)]
             settled = settled + [tp for o, tp in zip(offsets, last) if o not in again]
             if not again:
-                done(settled[0].error, settled)
+                done(_first_error(settled), settled)
                 return
             offsets = again
         by_topic: Dict[str, List[Any]] = {}
@@ -1310,15 +1314,20 @@ class GroupCoordinator:
                 if (err is not None and side is None) or any(c in COORDINATOR_ERRORS
                                                              for c in codes.values()):
                     self._coordinator_lost("commit failed")
-                self.io.call_later(self.retry_backoff, self._commit, offsets, done,
-                                   deadline, number, settled, result)
+                # What was committed is; what failed goes again.
+                failed = [(o, tp) for o, tp in zip(offsets, result) if tp.error is not None]
+                ok = [tp for tp in result if tp.error is None]
+                self.offsets.set_committed({(tp.topic, tp.partition): tp.offset for tp in ok})
+                self.io.call_later(self.retry_backoff, self._commit, [o for o, _ in failed],
+                                   done, deadline, number, settled + ok,
+                                   [tp for _, tp in failed])
                 return
             self.offsets.set_committed({(topic, p): off for (topic, p, off, _m, _e), tp
                                         in zip(offsets, result) if tp.error is None})
-            if settled:     # entries an earlier attempt failed and this one left out
+            if settled:     # entries of earlier attempts this one did not send
                 result = settled + result
                 if first_err is None:
-                    first_err = settled[0].error
+                    first_err = _first_error(settled)
             if first_err is not None and first_err.code() in (
                     ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION,
                     ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH,

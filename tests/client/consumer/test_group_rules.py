@@ -33,6 +33,10 @@ class FakeOffsets:
     def __init__(self):
         self.stored = []
         self.committed = {}
+        self.assigned = {("t", 0), ("t", 1)}
+
+    def assigned_keys(self):
+        return set(self.assigned)
 
     def stored_offsets(self):
         return list(self.stored)
@@ -265,6 +269,51 @@ def test_a_commit_answer_leaving_a_partition_out_did_not_commit_it():
     assert err is not None and err.code() == KafkaError.UNKNOWN_SERVER_ERROR
     assert [(tp.partition, tp.offset, tp.error and tp.error.code()) for tp in result] == [
         (0, 10, None), (1, 20, KafkaError.UNKNOWN_SERVER_ERROR)]
+
+
+def test_a_commit_retries_only_what_failed_and_keeps_what_was_committed():
+    """One partition committed, one refused with COORDINATOR_LOAD_IN_PROGRESS: the first
+    is recorded as committed at once, the retry sends the second alone, and the result
+    names both; a later commit of the second meanwhile leaves it out of the retry."""
+    import time
+
+    from kafka_proto.messages import OffsetCommitResponse as R
+
+    g, _ = coordinator("range")
+    sent = []
+    g._send = lambda api_key, make, answered, deadline=None, max_version=0, conn=None: \
+        sent.append((make(8), answered))
+    got = []
+
+    def answer(answered, codes):
+        answered(R(topics=[R.OffsetCommitResponseTopic(name="t", partitions=[
+            R.OffsetCommitResponsePartition(partition_index=p, error_code=code)
+            for p, code in codes])]), None)
+
+    g._commit([("t", 0, 10, None, -1), ("t", 1, 20, None, -1)],
+              lambda err, result: got.append((err, result)), time.monotonic() + 5)
+    answer(sent[0][1], [(0, 0), (1, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)])
+    assert g.offsets.committed == {("t", 0): 10} and got == []
+    fn, args = g.io.calls[-1]
+    fn(*args)                                                  # the retry
+    assert [p.partition_index for p in sent[1][0].topics[0].partitions] == [1]
+    answer(sent[1][1], [(1, 0)])
+    (err, result), = got
+    assert err is None and g.offsets.committed == {("t", 0): 10, ("t", 1): 20}
+    assert [(tp.partition, tp.offset, tp.error) for tp in result] == [(0, 10, None),
+                                                                    (1, 20, None)]
+    # Again, with a commit of partition 1 made before the retry: nothing is sent again.
+    g._commit([("t", 1, 30, None, -1)], lambda err, result: got.append((err, result)),
+              time.monotonic() + 5)
+    answer(sent[2][1], [(1, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)])
+    retry_30 = g.io.calls[-1]
+    g._commit([("t", 1, 40, None, -1)], lambda err, result: got.append((err, result)),
+              time.monotonic() + 5)
+    answer(sent[3][1], [(1, 0)])
+    retry_30[0](*retry_30[1])
+    assert len(sent) == 4 and g.offsets.committed[("t", 1)] == 40
+    assert [(err and err.code(), [tp.offset for tp in result]) for err, result in got[1:]] \
+        == [(None, [40]), (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, [30])]
 
 
 def test_a_commit_during_the_join_goes_on_the_other_connection_and_asks_no_rejoin():

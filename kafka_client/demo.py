@@ -305,13 +305,18 @@ def _produce(config: Dict[str, Any], topic: str, messages: int, base: int, api: 
     else:  # no statistics document came: the read-back will tell
         delivered = reports
     failed = reports - delivered
-    batches = ""
-    if doc is not None:
-        t = doc["topics"].get(topic, {})
+    # Each document's batch windows cover its own interval: add them all up.
+    count = messages_in = bytes_in = 0
+    for text in list(stats):
+        t = json.loads(text)["topics"].get(topic, {})
         cnt, size = t.get("batchcnt", {}), t.get("batchsize", {})
-        if cnt.get("cnt"):
-            batches = (f"; batches of {cnt['avg']:,} messages, {size['avg'] / 1e3:,.0f} kB "
-                       f"on average")
+        count += cnt.get("cnt", 0)
+        messages_in += cnt.get("cnt", 0) * cnt.get("avg", 0)
+        bytes_in += size.get("cnt", 0) * size.get("avg", 0)
+    batches = ""
+    if count:
+        batches = (f"; batches of {messages_in // count:,} messages, "
+                   f"{bytes_in / count / 1e3:,.0f} kB on average")
     say(f"produced {messages:,} messages in {elapsed:.2f}s: {messages / elapsed:,.0f} msg/s, "
         f"{messages * MESSAGE_SIZE / 1e6 / elapsed:,.1f} MB/s of values "
         f"({'produce_batch' if api == 'batch' else 'produce'}{batches})")

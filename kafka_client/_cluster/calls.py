@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from kafka_client._cluster.cluster import CONNECT_POLL_S
-from kafka_client._net.connection import READY, BrokerConnection
+from kafka_client._net.connection import DISCONNECTED, READY, BrokerConnection
 from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, FindCoordinatorRequest, api_info
@@ -132,6 +132,12 @@ class Call:
     on_failure: Callable[[KafkaError], None]
     min_version: int = 0
     max_version: Optional[int] = None
+    #: for a call to a partition's leader (a :class:`Broker`): when that broker cannot
+    #: be reached, the call ends at once with ``reroute(error, lost)`` (``lost``: the
+    #: request went out and its connection closed; else the connection was refused)
+    #: for the caller to route it again on new metadata, instead of waiting for that
+    #: broker until the deadline
+    reroute: Optional[Callable[[KafkaError, bool], None]] = None
     # -- runner state --
     done: bool = field(default=False, init=False)
     tries: int = field(default=0, init=False)
@@ -169,14 +175,19 @@ class CallRunner:
 
     def _on_broker_state(self, conn: BrokerConnection, state: str,
                          error: Optional[KafkaError]) -> None:
-        """A connection failed (lost, or refused while connecting): the coordinators it
-        led to are looked up again by the next attempt of each call waiting for them.
-        Else a call to a coordinator whose broker went away (and with it the role) would
-        wait for that broker's connection until its deadline, never asking who
-        coordinates now."""
+        """A connection failed (lost, or refused while connecting): the controller and
+        the coordinators it led to are looked up again by the next attempt of each call
+        waiting for them. Else a call to a controller or coordinator whose broker went
+        away (and with it the role) would wait for that broker's connection until its
+        deadline, never asking who has the role now."""
         if error is None:
             return
         node = self.cluster.broker_id(conn)
+        md = self.cluster.metadata
+        if node >= 0 and md.controller_id == node:
+            md.controller_id = -1     # the same for the controller: the next call asks
+            self.log.debug("controller on broker %d: connection failed (%s), looked up "
+                           "again", node, error.str())
         for key in [k for k, n in self.coordinators.items() if n == node]:
             del self.coordinators[key]
             self.log.debug("coordinator %s on broker %d: connection failed (%s), looked up "
@@ -255,6 +266,13 @@ class CallRunner:
             conn = self.cluster.ensure_connected(node)
             if conn is None:  # left the metadata meanwhile
                 self._lookup_metadata(call)
+                return
+            if call.reroute is not None and conn.state == DISCONNECTED and \
+                    conn.connect_count:
+                # Refused, and in its reconnect backoff: the leader may have moved.
+                self._give_back(call, client_error(
+                    KafkaError._TRANSPORT, f"{call.name}: broker {node} cannot be reached"),
+                    lost=False)
                 return
         if conn is None or conn.state != READY:
             self.cluster.retry_when_ready(call, min(CONNECT_POLL_S, call.deadline - now),
@@ -454,6 +472,9 @@ class CallRunner:
             call.last_error = error
             self._expire(call)
             return
+        if call.reroute is not None:
+            self._give_back(call, error, lost=True)
+            return
         call.lost += 1
         if call.lost > MAX_LOST:
             self._finish(call, client_error(
@@ -462,6 +483,14 @@ class CallRunner:
             return
         # The broker may have gone away with the role it held: look it up again.
         self._retry(call, error, moved=True)
+
+    def _give_back(self, call: Call, error: KafkaError, lost: bool) -> None:
+        """End a :attr:`Call.reroute` call whose broker cannot be reached: its caller
+        routes it again."""
+        call.last_error = error
+        self._finish(call, None)
+        assert call.reroute is not None
+        call.reroute(error, lost)
 
     def submit_to_leaders(self, name: str, api_key: ApiKey, keys: Iterable[PartitionKey],
                           deadline: float,
@@ -538,6 +567,7 @@ class _LeaderFanout:
         self.max_version = max_version
         self.finished: Set[PartitionKey] = set()
         self.rounds = 0
+        self.lost = 0          # requests lost with their connection
         self.last_error: Optional[KafkaError] = None
         self._scheduled = False
 
@@ -630,14 +660,18 @@ class _LeaderFanout:
                         f"{key[0]} [{key[1]}]"))
                     continue
                 code, result = answer
-                if not code:
+                error = broker_error(code, None, f"{self.name} {key[0]} [{key[1]}]") \
+                    if code else None
+                if error is None:
                     self.finish(key, result, None)
-                elif code in _LEADER_MOVED or code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                    moved = broker_error(code, None, f"{self.name} {key[0]} [{key[1]}]")
+                elif code in _LEADER_MOVED or code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION \
+                        or error.retriable():
+                    # Routed again, as the Java client retries any retriable error of a
+                    # partition (a moved leader, REQUEST_TIMED_OUT, ...).
+                    moved = error
                     self.waiting.append(key)
                 else:
-                    self.finish(key, result, broker_error(
-                        code, None, f"{self.name} {key[0]} [{key[1]}]"))
+                    self.finish(key, result, error)
             if moved is not None:
                 self._again(moved)
             return None
@@ -646,6 +680,20 @@ class _LeaderFanout:
             for key in keys:
                 self.finish(key, None, error)
 
+        def reroute(error: KafkaError, lost: bool) -> None:
+            """The leader's broker could not be reached: route again, unless the
+            request was lost with its connection more than MAX_LOST times (a broker
+            that drops every such request)."""
+            self.lost += lost
+            if self.lost > MAX_LOST:
+                on_failure(client_error(error.code(), f"{self.name}: {error.str()} (the "
+                                        f"request was lost with its connection "
+                                        f"{self.lost} times)"))
+                return
+            self.waiting.extend(keys)
+            self._again(error)
+
         self.runner.submit(Call(self.name, self.api_key, Broker(leader), self.deadline,
                                 lambda version: self.build(version, keys), on_response,
-                                on_failure, self.min_version, self.max_version))
+                                on_failure, self.min_version, self.max_version,
+                                reroute=reroute))

@@ -19,6 +19,9 @@ from kafka_client import (
 )
 from kafka_client.admin import (
     AdminClient,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialDeletion,
@@ -244,6 +247,85 @@ def test_a_group_call_finds_the_new_coordinator_when_the_old_ones_broker_stops(
         started = time.monotonic()
         assert listed() == [(0, 5), (1, 9)]
         assert time.monotonic() - started < 10
+    finally:
+        admin.close()
+
+
+def test_a_controller_call_finds_the_new_controller_when_the_old_ones_broker_stops(
+        kafka_cluster, topic_name):
+    """The controller's broker stops: create_topics() asks who controls now once its
+    connection is refused (it waited for the old broker until its request timeout)."""
+    c = kafka_cluster
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+    try:
+        admin.create_topics([NewTopic(topic_name + "-a", 1, 1)])[topic_name + "-a"].result(30)
+        old = admin.describe_cluster().result(30).controller.id
+        c.stop_broker(old)
+        started = time.monotonic()
+        created = admin.create_topics([NewTopic(topic_name, 2, 2)], request_timeout=5)
+        created[topic_name].result(30)
+        assert time.monotonic() - started < 2.5
+        assert len(c.describe_topic(topic_name).partitions) == 2
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("operation", ["list_offsets", "delete_records"])
+def test_a_leader_call_follows_the_leader_when_its_broker_stops(kafka_cluster, topic_name,
+                                                                operation):
+    """A partition's leader stops while a ListOffsets / DeleteRecords waits there (1 s of
+    latency): the call is routed again to the new leader at once (it waited for the old
+    broker until its request timeout, then failed with _TRANSPORT)."""
+    c = kafka_cluster
+    c.create_topic(topic_name, partitions=1, replication_factor=3)
+    producer = Producer({"bootstrap.servers": c.bootstrap_servers, "acks": "all"})
+    for i in range(10):
+        producer.produce(topic_name, b"%d" % i)
+    assert producer.flush(10) == 0
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+    tp = TopicPartition(topic_name, 0)
+    try:
+        admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(30)      # connected
+        leader = c.leader(topic_name, 0)
+        c.set_latency(1.0, broker=leader, apis=["ListOffsets", "DeleteRecords"])
+        started = time.monotonic()
+        if operation == "list_offsets":
+            future = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=8)[tp]
+        else:
+            future = admin.delete_records([TopicPartition(topic_name, 0, 4)],
+                                          request_timeout=8)[tp]
+        time.sleep(0.3)
+        c.stop_broker(leader)
+        result = future.result(30)
+        assert time.monotonic() - started < 3
+        if operation == "list_offsets":
+            assert result.offset == 10
+        else:
+            assert result.low_watermark == 4
+        assert c.leader(topic_name, 0) != leader
+    finally:
+        admin.close()
+
+
+def test_a_retriable_partition_error_is_asked_again(kafka_cluster, topic_name):
+    """REQUEST_TIMED_OUT for a partition of ListOffsets is asked again within the request
+    timeout (it reached the caller at once, with the whole timeout left), as the Java
+    client does; DescribeConfigs reports a resource's error, as the Java client does."""
+    c = kafka_cluster
+    c.create_topic(topic_name, partitions=1, replication_factor=3)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+    tp = TopicPartition(topic_name, 0)
+    try:
+        admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(30)
+        c.inject_errors("ListOffsets", ["REQUEST_TIMED_OUT"])
+        assert admin.list_offsets({tp: OffsetSpec.latest()},
+                                  request_timeout=10)[tp].result(30).offset == 0
+        assert [e.api for e in c.request_log() if e.injected_error] == ["ListOffsets"]
+        c.inject_errors("DescribeConfigs", ["REQUEST_TIMED_OUT"])
+        resource = ConfigResource("topic", topic_name)
+        with pytest.raises(KafkaException) as raised:
+            admin.describe_configs([resource], request_timeout=10)[resource].result(30)
+        assert raised.value.args[0].code() == KafkaError.REQUEST_TIMED_OUT
     finally:
         admin.close()
 

@@ -236,17 +236,42 @@ def _zero_count_error(t: NewTopic) -> Optional[KafkaError]:
     return None
 
 
+#: what a change's second sending answers when its first, lost with the connection, was
+#: carried out: the error is kept (another client may have done it), and says so
+_DONE_BEFORE = {
+    ApiKey.CREATE_TOPICS: ErrorCode.TOPIC_ALREADY_EXISTS,
+    ApiKey.DELETE_TOPICS: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ApiKey.CREATE_PARTITIONS: ErrorCode.INVALID_PARTITIONS,
+    ApiKey.DELETE_GROUPS: ErrorCode.GROUP_ID_NOT_FOUND,
+}
+
+
+def _maybe_done_before(call: Call, code: int, error: Optional[KafkaError]
+                       ) -> Optional[KafkaError]:
+    """``error`` of a result of ``call``, noting when the call was sent again after a
+    request lost with its connection and the code is what its own first sending, carried
+    out by the broker, would make the second one answer."""
+    if error is None or not call.lost or _DONE_BEFORE.get(call.api_key) != code:
+        return error
+    return KafkaError(error.code(), f"{error.str()} (the first {call.name} request was "
+                      f"lost with its connection and sent again: it may have done this "
+                      f"itself)", retriable=error.retriable())
+
+
 def _settle_by_name(results: Sequence[Any], futures: Dict[str, Future],
-                    pending: Dict[str, Any], key: str = "name") -> Optional[KafkaError]:
+                    pending: Dict[str, Any], key: str = "name",
+                    call: Optional[Call] = None) -> Optional[KafkaError]:
     """Settle futures from per-topic (or per-user: ``key``) results (``name``,
-    ``error_code``, maybe ``error_message``); keep those with a retried error pending and
-    return one such error (None when nothing is left to retry)."""
+    ``error_code``, maybe ``error_message``) of ``call``; keep those with a retried
+    error pending and return one such error (None when nothing is left to retry)."""
     retry = None
     for r in results:
         name = getattr(r, key)
         if name not in pending:
             continue
         error = result_error(r.error_code, getattr(r, "error_message", None))
+        if call is not None:
+            error = _maybe_done_before(call, r.error_code, error)
         if r.error_code in _RETRIED:
             retry = error
             continue
@@ -295,10 +320,11 @@ def create_topics(runner: CallRunner, topics: List[NewTopic], futures: Dict[str,
             timeout_ms=opts.operation_timeout_ms, validate_only=opts.validate_only)
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-        return _settle_by_name(resp.topics, futures, pending)
+        return _settle_by_name(resp.topics, futures, pending, call=call)
 
-    runner.submit(Call("CreateTopics", ApiKey.CREATE_TOPICS, CONTROLLER, opts.deadline, build,
-                       on_response, fail_all(futures)))
+    call = Call("CreateTopics", ApiKey.CREATE_TOPICS, CONTROLLER, opts.deadline, build,
+                on_response, fail_all(futures))
+    runner.submit(call)
 
 
 def delete_topics(runner: CallRunner, topics: List[str], futures: Dict[str, Future],
@@ -314,10 +340,11 @@ def delete_topics(runner: CallRunner, topics: List[str], futures: Dict[str, Futu
                                    timeout_ms=opts.operation_timeout_ms)
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-        return _settle_by_name(resp.responses, futures, pending)
+        return _settle_by_name(resp.responses, futures, pending, call=call)
 
-    runner.submit(Call("DeleteTopics", ApiKey.DELETE_TOPICS, CONTROLLER, opts.deadline, build,
-                       on_response, fail_all(futures)))
+    call = Call("DeleteTopics", ApiKey.DELETE_TOPICS, CONTROLLER, opts.deadline, build,
+                on_response, fail_all(futures))
+    runner.submit(call)
 
 
 def create_partitions(runner: CallRunner, new_parts: List[NewPartitions],
@@ -335,10 +362,11 @@ def create_partitions(runner: CallRunner, new_parts: List[NewPartitions],
             timeout_ms=opts.operation_timeout_ms, validate_only=opts.validate_only)
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-        return _settle_by_name(resp.results, futures, pending)
+        return _settle_by_name(resp.results, futures, pending, call=call)
 
-    runner.submit(Call("CreatePartitions", ApiKey.CREATE_PARTITIONS, CONTROLLER,
-                       opts.deadline, build, on_response, fail_all(futures)))
+    call = Call("CreatePartitions", ApiKey.CREATE_PARTITIONS, CONTROLLER, opts.deadline,
+                build, on_response, fail_all(futures))
+    runner.submit(call)
 
 
 def describe_topics(runner: CallRunner, topics: List[str], futures: Dict[str, Future],
@@ -798,10 +826,11 @@ def _describe_groups(runner: CallRunner, node_id: int, group_ids: List[str],
 def _group_call(runner: CallRunner, name: str, api_key: ApiKey, group_id: str,
                 opts: Options, build: Callable[[int], Any],
                 on_response: Callable[[Any, Any], Optional[KafkaError]], future: Future,
-                **kw: Any) -> None:
-    runner.submit(Call(name, api_key, Coordinator(CoordinatorType.GROUP, group_id),
-                       opts.deadline, build, on_response,
-                       lambda error: settle(future, error=error), **kw))
+                **kw: Any) -> Call:
+    call = Call(name, api_key, Coordinator(CoordinatorType.GROUP, group_id), opts.deadline,
+                build, on_response, lambda error: settle(future, error=error), **kw)
+    runner.submit(call)
+    return call
 
 
 def describe_consumer_groups(runner: CallRunner, group_ids: List[str],
@@ -916,21 +945,24 @@ def delete_consumer_groups(runner: CallRunner, group_ids: List[str],
                            futures: Dict[str, Future], opts: Options) -> None:
     for group_id in group_ids:
         future = futures[group_id]
+        sent: List[Call] = []
 
         def on_response(resp: Any, conn: Any, group_id: str = group_id,
-                        future: Future = future) -> Optional[KafkaError]:
+                        future: Future = future,
+                        sent: List[Call] = sent) -> Optional[KafkaError]:
             r = next((r for r in resp.results if r.group_id == group_id), None)
             code = r.error_code if r is not None else None
             if code in _RETRIED:
                 return result_error(code, None)
             settle(future, None, client_error(KafkaError._BAD_MSG, "no result for the group")
-                   if r is None else result_error(code, None))
+                   if r is None else _maybe_done_before(sent[0], code,
+                                                        result_error(code, None)))
             return None
 
-        _group_call(runner, "DeleteGroups", ApiKey.DELETE_GROUPS, group_id, opts,
-                    lambda version, group_id=group_id: DeleteGroupsRequest(
-                        groups_names=[group_id]),
-                    on_response, future)
+        sent.append(_group_call(runner, "DeleteGroups", ApiKey.DELETE_GROUPS, group_id, opts,
+                                lambda version, group_id=group_id: DeleteGroupsRequest(
+                                    groups_names=[group_id]),
+                                on_response, future))
 
 
 def list_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopicPartitions,

@@ -330,6 +330,40 @@ def test_a_retriable_partition_error_is_asked_again(kafka_cluster, topic_name):
         admin.close()
 
 
+def test_a_change_sent_again_after_its_answer_was_lost_says_it_may_have_been_done(
+        kafka_cluster, topic_name):
+    """The controller carries out a CreateTopics (then a DeleteTopics) whose answer is
+    lost with the connection; sent again, it is answered TOPIC_ALREADY_EXISTS
+    (UNKNOWN_TOPIC_OR_PART). The error stays (another client may have done it), and
+    says the client's own first request may have done it."""
+    c = kafka_cluster
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+
+    def answer_lost(api, call):
+        controller = admin.describe_cluster().result(30).controller.id
+        c.set_latency(0.5, broker=controller, apis=[api])
+        futures = call()
+        time.sleep(0.2)                       # the broker has it, its answer is delayed
+        c.cut_connections(controller)
+        c.set_latency(0, broker=controller)
+        with pytest.raises(KafkaException) as raised:
+            futures[topic_name].result(30)
+        return raised.value.args[0]
+
+    try:
+        err = answer_lost("CreateTopics",
+                          lambda: admin.create_topics([NewTopic(topic_name, 1, 3)]))
+        assert err.code() == KafkaError.TOPIC_ALREADY_EXISTS
+        assert "the first CreateTopics request was lost" in err.str()
+        assert topic_name in c.topics()
+        err = answer_lost("DeleteTopics", lambda: admin.delete_topics([topic_name]))
+        assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        assert "it may have done this itself" in err.str()
+        assert topic_name not in c.topics()
+    finally:
+        admin.close()
+
+
 def test_unclean_election_gives_a_leaderless_partition_a_live_replica(kafka_cluster,
                                                                         topic_name):
     kafka_cluster.create_topic(topic_name, partitions=1, replication_factor=2)

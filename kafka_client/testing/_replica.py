@@ -352,8 +352,14 @@ class Replica:
                 # Offsets may skip ahead (a compacted leader log), never go back.
                 first = headers[0]
                 if first.base_offset < end:
-                    raise ValueError(f"{self.key}: leader sent a batch from offset "
-                                     f"{first.base_offset} across our log end {end}")
+                    if log.log_start_offset < end:   # records of ours it would overlap
+                        raise ValueError(f"{self.key}: leader sent a batch from offset "
+                                         f"{first.base_offset} across our log end {end}")
+                    # An empty log that starts inside the batch (the leader's log start
+                    # moved there: DeleteRecords): start it at the batch, as Kafka's
+                    # follower does (truncateFullyAndStartAt); the log start follows the
+                    # leader's again below.
+                    log.reset_to(first.base_offset)
                 start = first.position
                 stop = headers[-1].position + headers[-1].size
                 data = bytes(view[start:stop])

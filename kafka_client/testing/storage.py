@@ -227,17 +227,19 @@ class Segment:
             size = self.size - position
         return os.pread(self.file.fileno(), size, position)
 
-    def offset_for_timestamp(self, timestamp: int) -> Optional[Tuple[int, int]]:
-        """``(offset, timestamp)`` of the first record at or after ``timestamp``."""
+    def offset_for_timestamp(self, timestamp: int,
+                             start: int = 0) -> Optional[Tuple[int, int]]:
+        """``(offset, timestamp)`` of the first record at or after ``timestamp``, among
+        those at or after offset ``start`` (the log start)."""
         for i, ts in enumerate(self.batch_max_ts):
-            if ts < timestamp:
+            if ts < timestamp or self.batch_lasts[i] < start:
                 continue
             data = self.read_bytes(self.batch_positions[i], self.batch_end(i) - self.batch_positions[i])
             for batch in read_batches(data, check_crc=False):
                 if batch.is_control:
                     continue
                 for record in batch:
-                    if record.timestamp >= timestamp:
+                    if record.timestamp >= timestamp and record.offset >= start:
                         return record.offset, record.timestamp
         return None
 
@@ -475,8 +477,8 @@ class PartitionLog:
     def offset_for_timestamp(self, timestamp: int) -> Optional[Tuple[int, int]]:
         for seg in self.segments:
             if seg.max_timestamp >= timestamp:
-                found = seg.offset_for_timestamp(timestamp)
-                if found is not None and found[0] >= self.log_start_offset:
+                found = seg.offset_for_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
                     return found
         return None
 

@@ -9,7 +9,12 @@ import time
 import pytest
 
 from kafka_proto.errors import ErrorCode
-from kafka_proto.messages import FetchRequest, OffsetForLeaderEpochRequest, ProduceRequest
+from kafka_proto.messages import (
+    DeleteRecordsRequest,
+    FetchRequest,
+    OffsetForLeaderEpochRequest,
+    ProduceRequest,
+)
 from kafka_proto.records import RecordBatchBuilder, read_batches
 
 from kafka_client.testing import Cluster
@@ -214,6 +219,34 @@ def test_followers_catch_up_with_an_empty_log_led_again_by_its_first_leader(kafk
     p = state.partitions[0]
     assert p.leader == first and sorted(p.isr) == [1, 2, 3]
     assert {b: r.log_end_offset for b, r in p.replica_logs.items()} == {1: 2, 2: 2, 3: 2}
+
+
+def test_an_empty_follower_starting_inside_a_batch_takes_the_whole_batch(kafka_cluster):
+    # A follower that was down while a batch of 10 was written and DeleteRecords moved
+    # the log start to 5 comes back empty: out of range at 0, it starts its log at 5, and
+    # the leader answers its fetch with the batch 0-9. As Kafka's follower does, it starts
+    # the log at the batch instead (it refused the batch on every fetch and never caught
+    # up: found by an admin soak probe).
+    c = kafka_cluster
+    c.create_topic("inside", partitions=1, replication_factor=3)
+    leader = c.leader("inside", 0)
+    down = next(b for b in (1, 2, 3) if b != leader)
+    c.stop_broker(down)
+    with RawClient(c.address(leader)) as client:
+        assert produce(client, "inside", [b"%d" % i for i in range(10)], acks=1) == \
+            (ErrorCode.NONE, 0)
+        # below the high watermark only: once the stopped replica has left the ISR
+        c.wait_for(lambda: c.partition("inside", 0).high_watermark == 10, timeout=30)
+        resp = client.request(DeleteRecordsRequest(timeout_ms=5000, topics=[
+            DeleteRecordsRequest.DeleteRecordsTopic(name="inside", partitions=[
+                DeleteRecordsRequest.DeleteRecordsPartition(partition_index=0,
+                                                            offset=5)])]), 2)
+        assert resp.topics[0].partitions[0].error_code == ErrorCode.NONE
+    c.start_broker(down)
+    state = c.wait_in_sync("inside", timeout=15)
+    logs = state.partitions[0].replica_logs
+    assert logs[down].log_end_offset == logs[leader].log_end_offset == 10
+    assert logs[down].log_start_offset == 5
 
 
 def test_leader_moves_fence_the_old_leader(kafka_cluster):

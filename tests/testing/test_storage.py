@@ -329,6 +329,19 @@ def test_delete_records_moves_the_log_start(log_dir):
     assert log.read(0, 10_000, upper=12).first_offset <= 7
 
 
+def test_a_time_lookup_after_delete_records_finds_the_first_record_kept(log_dir):
+    # A batch of 10 whose first 3 are deleted: a lookup by an early time answers 3 (it
+    # answered nothing: the batch's first match, 0, was below the log start).
+    log = PartitionLog(log_dir, "topic", 0, settings())
+    append(log, [b"x"] * 10, timestamp=NOW)
+    log.high_watermark = log.end_offset
+    assert log.delete_records(3)
+    assert log.offset_for_timestamp(0) == (3, NOW + 3)
+    assert log.offset_for_timestamp(NOW + 5) == (5, NOW + 5)
+    assert log.delete_records(10)
+    assert log.offset_for_timestamp(0) is None
+
+
 def _compacted(settings_overrides=None):
     values = dict(cleanup_compact=True, cleanup_delete=False, segment_bytes=10 ** 9,
                   min_cleanable_dirty_ratio=0.0)

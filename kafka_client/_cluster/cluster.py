@@ -225,6 +225,11 @@ class Cluster:
             conn.connect()
         return conn
 
+    def shared_connections(self) -> List[BrokerConnection]:
+        """The connections any request may use: not the dedicated ones (a coordinator's,
+        the fetch lanes), where a JoinGroup or a Fetch may hold the line for seconds."""
+        return [c for c in self.conns.values() if c not in self._dedicated_conns]
+
     def _ready_conn(self) -> Optional[BrokerConnection]:
         """The ready broker connection with the fewest requests in flight (never a
         dedicated one: a JoinGroup or a Fetch may hold it for seconds)."""

@@ -148,16 +148,21 @@ class Telemetry:
 
     def _connection(self) -> Any:
         """The connection telemetry goes on: the one used last while it is up, else any
-        ready one whose broker serves both APIs."""
+        ready shared one (never behind a long-polling Fetch or a JoinGroup) whose broker
+        serves both APIs."""
         conn = self._conn
         if conn is not None and conn.ready:
             return conn
-        for conn in list(self.cluster.conns.values()):
+        shared = self.cluster.shared_connections()
+        for conn in shared:
             if conn.ready and conn.version_for(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS) \
                     is not None and conn.version_for(ApiKey.PUSH_TELEMETRY) is not None:
                 self._conn = conn
                 return conn
         self._conn = None
+        if not any(c.ready for c in shared):
+            # A consumer's lanes and coordinator connection may be all that is up.
+            self.cluster.ready_connection(time.monotonic())
         return None
 
     def _on_broker_state(self, conn: Any, state: str, error: Any) -> None:
@@ -169,7 +174,7 @@ class Telemetry:
         conn = self._connection()
         self._waiting_for_conn = conn is None
         if conn is None:
-            up = any(c.ready for c in list(self.cluster.conns.values()))
+            up = any(c.ready for c in self.cluster.shared_connections())
             self._at(now + (_LOOK_AGAIN_UNSERVED_S if up else _LOOK_AGAIN_S))
             return
         self.state = _SUBSCRIBING

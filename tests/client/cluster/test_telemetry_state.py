@@ -9,6 +9,7 @@ from typing import Any, List, Tuple
 import pytest
 
 from kafka_client._cluster import telemetry as telemetry_module
+from kafka_client._cluster.cluster import FETCH_KEY_BASE
 from kafka_client._cluster.telemetry import TERMINATING_WAIT_S, Sample, Telemetry
 from kafka_client._common import make_config
 from kafka_client._interval import IntervalStat
@@ -81,6 +82,13 @@ class FakeCluster:
         self.conns = {1: conn}
         self.closed = False
         self.on_broker_state: List[Any] = []
+        self.connect_asked = 0
+
+    def shared_connections(self):
+        return [c for key, c in self.conns.items() if key < FETCH_KEY_BASE // 2]
+
+    def ready_connection(self, now):
+        self.connect_asked += 1
 
 
 def make_telemetry(sources=(), resource=dict, **config):
@@ -310,4 +318,19 @@ def test_terminate_closes_after_the_wait_when_no_answer_comes():
     conn.sent[1][1](PushTelemetryResponse(error_code=ErrorCode.UNKNOWN_SUBSCRIPTION_ID),
                     None)
     assert not io.timers
+
+
+def test_with_no_shared_connection_up_one_is_asked_for_and_no_dedicated_one_used():
+    """A consumer may have only its fetch lanes and coordinator connection up (where a
+    Fetch or a JoinGroup holds the line): telemetry waits for a shared connection, and
+    asks the cluster to open one."""
+    tel, conn, io = make_telemetry()
+    cluster = tel.cluster
+    conn.ready = False
+    dedicated = FakeConn()
+    cluster.conns[FETCH_KEY_BASE - 1] = dedicated      # up, but not shared
+    assert tel._connection() is None and cluster.connect_asked == 1
+    assert dedicated.sent == []
+    conn.ready = True
+    assert tel._connection() is conn
 

@@ -234,19 +234,16 @@ class Cluster:
         """The ready broker connection with the fewest requests in flight (never a
         dedicated one: a JoinGroup or a Fetch may hold it for seconds)."""
         best = None
-        for conn in self.conns.values():
-            if conn in self._dedicated_conns:
-                continue
+        for conn in self.shared_connections():
             if conn.state == READY and (best is None or conn.in_flight < best.in_flight):
                 best = conn
         return best
 
     def _kick_connect(self, now: float) -> None:
         """No connection is up: start one, rotating over known brokers and bootstrap."""
-        if any(c.state not in (DISCONNECTED, READY) for c in self.conns.values()
-               if c not in self._dedicated_conns):
+        candidates = self.shared_connections()
+        if any(c.state not in (DISCONNECTED, READY) for c in candidates):
             return  # one is on its way
-        candidates = [c for c in self.conns.values() if c not in self._dedicated_conns]
         for node_id in self.metadata.brokers:
             if node_id not in self.conns:
                 c = self.connection(node_id)

@@ -153,16 +153,12 @@ class Telemetry:
         conn = self._conn
         if conn is not None and conn.ready:
             return conn
-        shared = self.cluster.shared_connections()
-        for conn in shared:
+        for conn in self.cluster.shared_connections():
             if conn.ready and conn.version_for(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS) \
                     is not None and conn.version_for(ApiKey.PUSH_TELEMETRY) is not None:
                 self._conn = conn
                 return conn
         self._conn = None
-        if not any(c.ready for c in shared):
-            # A consumer's lanes and coordinator connection may be all that is up.
-            self.cluster.ready_connection(time.monotonic())
         return None
 
     def _on_broker_state(self, conn: Any, state: str, error: Any) -> None:

@@ -82,13 +82,9 @@ class FakeCluster:
         self.conns = {1: conn}
         self.closed = False
         self.on_broker_state: List[Any] = []
-        self.connect_asked = 0
 
     def shared_connections(self):
         return [c for key, c in self.conns.items() if key < FETCH_KEY_BASE // 2]
-
-    def ready_connection(self, now):
-        self.connect_asked += 1
 
 
 def make_telemetry(sources=(), resource=dict, **config):
@@ -320,17 +316,15 @@ def test_terminate_closes_after_the_wait_when_no_answer_comes():
     assert not io.timers
 
 
-def test_with_no_shared_connection_up_one_is_asked_for_and_no_dedicated_one_used():
-    """A consumer may have only its fetch lanes and coordinator connection up (where a
-    Fetch or a JoinGroup holds the line): telemetry waits for a shared connection, and
-    asks the cluster to open one."""
+def test_telemetry_never_goes_on_a_dedicated_connection():
+    """A consumer's fetch lanes and coordinator connection (where a Fetch or a JoinGroup
+    holds the line) are never used: telemetry waits for a shared connection."""
     tel, conn, io = make_telemetry()
     cluster = tel.cluster
     conn.ready = False
     dedicated = FakeConn()
     cluster.conns[FETCH_KEY_BASE - 1] = dedicated      # up, but not shared
-    assert tel._connection() is None and cluster.connect_asked == 1
+    assert tel._connection() is None
     assert dedicated.sent == []
     conn.ready = True
     assert tel._connection() is conn
-

@@ -21,8 +21,10 @@ def dead_bootstrap():
 
 @pytest.fixture
 def producer():
-    p = Producer({"bootstrap.servers": dead_bootstrap(), "reconnect.backoff.ms": 50,
-                  "message.timeout.ms": 60000})
+    # One failed connect and its error events at the start, then none for 7.5 s or more
+    # (with a short backoff the next failure's events could land in a timed poll()).
+    p = Producer({"bootstrap.servers": dead_bootstrap(), "reconnect.backoff.ms": 10000,
+                  "reconnect.backoff.max.ms": 10000, "message.timeout.ms": 60000})
     yield p
     p.close(0)
 

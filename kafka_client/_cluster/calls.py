@@ -263,6 +263,10 @@ class CallRunner:
         if node == -1:
             conn = self.cluster.ready_connection(now)
         else:
+            if call._fresh_metadata:       # the cluster has just named this broker
+                named = self.cluster.connection(node)
+                if named is not None:
+                    named.named_up(now)
             conn = self.cluster.ensure_connected(node)
             if conn is None:  # left the metadata meanwhile
                 self._lookup_metadata(call)
@@ -275,6 +279,8 @@ class CallRunner:
                     lost=False)
                 return
         if conn is None or conn.state != READY:
+            if conn is not None and conn.connect_count and conn.last_error is not None:
+                call.last_error = conn.last_error   # what a timeout then says
             self.cluster.retry_when_ready(call, min(CONNECT_POLL_S, call.deadline - now),
                                           lambda: self._attempt(call))
             return
@@ -401,6 +407,9 @@ class CallRunner:
                 brokers[node] = (host, port, known[2] if known else None)
             self.coordinators[key] = node
             self.log.debug("%r is broker %d (%s:%d)", target, node, host, port)
+            named = self.cluster.connection(node)
+            if named is not None:
+                named.named_up(time.monotonic())
             wake(None)
             return None
 

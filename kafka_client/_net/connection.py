@@ -247,6 +247,8 @@ class BrokerConnection:
                                self.settings.reconnect_backoff_max_ms, rng)
         #: earliest monotonic time a new connect() may start
         self.next_attempt = 0.0
+        #: monotonic time of the last failure (connection lost or refused)
+        self.failed_at = 0.0
         self.last_error: Optional[KafkaError] = None
         self.connect_count = 0
         self.last_activity = 0.0
@@ -354,6 +356,15 @@ class BrokerConnection:
         return self._conv.versions.get(api_key)
 
     # -- connect ---------------------------------------------------------------------
+    def named_up(self, answered_at: float) -> None:
+        """A lookup answered at ``answered_at`` (FindCoordinator, Metadata) names this
+        broker: if the connection is waiting out a reconnect backoff after a failure from
+        before that answer (the broker was down, and is back), it may connect at once
+        rather than when the backoff, up to reconnect.backoff.max.ms, ends. One attempt:
+        refused again, the backoff goes on growing."""
+        if self.state == DISCONNECTED and self.failed_at < answered_at < self.next_attempt:
+            self.next_attempt = answered_at
+
     def connect(self, now: Optional[float] = None) -> bool:
         """Start connecting (from DISCONNECTED, after the backoff). False if not started."""
         if self.state != DISCONNECTED:
@@ -1127,6 +1138,7 @@ class BrokerConnection:
         now = time.monotonic()
         if error is not None:
             self.last_error = error
+            self.failed_at = now
             self.next_attempt = now + self.backoff.next_delay()
             if was == READY and error.code() != KafkaError._DESTROY and \
                     self.settings.log_close:

@@ -364,6 +364,35 @@ def test_a_change_sent_again_after_its_answer_was_lost_says_it_may_have_been_don
         admin.close()
 
 
+def test_a_broker_back_up_and_named_again_is_connected_at_once(kafka_cluster, topic_name):
+    """The coordinator's broker stops; a call for it is refused and its connection waits
+    out a reconnect backoff (reconnect.backoff.ms 5 s here). The broker comes back and
+    FindCoordinator names it again: the call connects at once instead of waiting out the
+    backoff (it timed out, saying nothing of why)."""
+    c = kafka_cluster
+    c.create_topic(topic_name, partitions=1, replication_factor=3)
+    group = "back-" + topic_name
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers,
+                         "reconnect.backoff.ms": 5000, "reconnect.backoff.max.ms": 10000})
+    try:
+        admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+            group, [TopicPartition(topic_name, 0, 1)])])[group].result(30)
+        home = c.coordinator(group=group)
+        c.stop_broker(home)
+        resource = ConfigResource("broker", str(home))
+        with pytest.raises(KafkaException) as refused:
+            admin.describe_configs([resource], request_timeout=1)[resource].result(30)
+        assert refused.value.args[0].code() == KafkaError._TRANSPORT   # the cause, kept
+        c.start_broker(home)
+        assert c.coordinator(group=group) == home
+        started = time.monotonic()
+        described = admin.describe_consumer_groups([group], request_timeout=2)[group]
+        assert described.result(30).group_id == group
+        assert time.monotonic() - started < 1.5
+    finally:
+        admin.close()
+
+
 def test_unclean_election_gives_a_leaderless_partition_a_live_replica(kafka_cluster,
                                                                         topic_name):
     kafka_cluster.create_topic(topic_name, partitions=1, replication_factor=2)

@@ -263,10 +263,11 @@ class CallRunner:
         if node == -1:
             conn = self.cluster.ready_connection(now)
         else:
-            if call._fresh_metadata:       # the cluster has just named this broker
+            listed = self.cluster.metadata.listed_at.get(node)
+            if listed is not None:         # a Metadata answer since a failure lists it
                 named = self.cluster.connection(node)
                 if named is not None:
-                    named.named_up(now)
+                    named.named_up(listed)
             conn = self.cluster.ensure_connected(node)
             if conn is None:  # left the metadata meanwhile
                 self._lookup_metadata(call)

@@ -97,6 +97,8 @@ class MetadataCache:
         self.fast_max = fast_max
         #: node id -> (host, port, rack)
         self.brokers: Dict[int, Tuple[str, int, Optional[str]]] = {}
+        #: node id -> when a Metadata answer last listed it (monotonic)
+        self.listed_at: Dict[int, float] = {}
         self.topics: Dict[str, TopicInfo] = {}
         self.cluster_id: Optional[str] = None
         self.controller_id = -1
@@ -190,6 +192,7 @@ class MetadataCache:
         self.in_flight = False
         for b in resp.brokers or ():
             self.brokers[b.node_id] = (b.host, b.port, getattr(b, "rack", None))
+            self.listed_at[b.node_id] = now
         if getattr(resp, "cluster_id", None) is not None:
             self.cluster_id = resp.cluster_id
         if getattr(resp, "controller_id", -1) >= 0:

@@ -263,11 +263,6 @@ class CallRunner:
         if node == -1:
             conn = self.cluster.ready_connection(now)
         else:
-            listed = self.cluster.metadata.listed_at.get(node)
-            if listed is not None:         # a Metadata answer since a failure lists it
-                named = self.cluster.connection(node)
-                if named is not None:
-                    named.named_up(listed)
             conn = self.cluster.ensure_connected(node)
             if conn is None:  # left the metadata meanwhile
                 self._lookup_metadata(call)
@@ -402,15 +397,9 @@ class CallRunner:
                     return error
                 wake(error)
                 return None
-            brokers = self.cluster.metadata.brokers
-            known = brokers.get(node)
-            if known is None or (known[0], known[1]) != (host, port):
-                brokers[node] = (host, port, known[2] if known else None)
+            self.cluster.metadata.broker_named(node, host, port, time.monotonic())
             self.coordinators[key] = node
             self.log.debug("%r is broker %d (%s:%d)", target, node, host, port)
-            named = self.cluster.connection(node)
-            if named is not None:
-                named.named_up(time.monotonic())
             wake(None)
             return None
 

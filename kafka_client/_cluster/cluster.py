@@ -184,11 +184,21 @@ class Cluster:
         return self._new_conn(node_id, host, port)
 
     def ensure_connected(self, node_id: int) -> Optional[BrokerConnection]:
-        """The connection to ``node_id``, connecting it if down and past its backoff."""
+        """The connection to ``node_id``, connecting it if down and past its backoff, or
+        in a backoff from a failure that a Metadata answer listing the broker came after
+        (it is back: see BrokerConnection.named_up)."""
         conn = self.connection(node_id)
         if conn is not None and conn.state == DISCONNECTED:
-            conn.connect()
+            self._connect(conn, node_id)
         return conn
+
+    def _connect(self, conn: BrokerConnection, node_id: int) -> None:
+        """Start connecting ``conn`` (to broker ``node_id``) if its backoff allows, or
+        if a Metadata or FindCoordinator answer named the broker since it failed."""
+        listed = self.metadata.listed_at.get(node_id)
+        if listed is not None:
+            conn.named_up(listed)
+        conn.connect()
 
     def coordinator_connection(self, node_id: int) -> Optional[BrokerConnection]:
         """A connection of its own to broker ``node_id``, for group coordinator
@@ -222,7 +232,7 @@ class Cluster:
             conn = self._new_conn(key, host, port)
             self._dedicated_conns[conn] = purpose
         if conn.state == DISCONNECTED:
-            conn.connect()
+            self._connect(conn, node_id)
         return conn
 
     def shared_connections(self) -> List[BrokerConnection]:

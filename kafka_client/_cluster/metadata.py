@@ -186,6 +186,14 @@ class MetadataCache:
         self._fast_delay = min(self._fast_delay * 2, self.fast_max)
 
     # -- answers ---------------------------------------------------------------------
+    def broker_named(self, node_id: int, host: str, port: int, now: float) -> None:
+        """An answer other than Metadata's (FindCoordinator) names a broker: its address,
+        and that it was up at ``now``."""
+        known = self.brokers.get(node_id)
+        if known is None or (known[0], known[1]) != (host, port):
+            self.brokers[node_id] = (host, port, known[2] if known else None)
+        self.listed_at[node_id] = now
+
     def update(self, resp, now: float, asked: Optional[List[str]]) -> Set[str]:
         """Digest a MetadataResponse; returns the topics whose leaders or partition count
         changed (including topics new to the cache)."""

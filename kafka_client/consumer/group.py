@@ -639,10 +639,8 @@ class GroupCoordinator:
                                                           KafkaError._TIMED_OUT):
                 self.deliver_error(err)
             return
-        brokers = self.cluster.metadata.brokers
-        if node not in brokers:
-            brokers[node] = (host, port, None)
         now = time.monotonic()
+        self.cluster.metadata.broker_named(node, host, port, now)
         self._next_coord_query = now + self.coord_query_interval
         if node == self.coord_id:
             return      # the periodic question: still the same broker

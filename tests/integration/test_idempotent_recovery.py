@@ -59,11 +59,12 @@ def test_recovers_from_unknown_producer_id_and_out_of_order_answers(broker, topi
     with FaultProxy("127.0.0.1", broker.port, rewrite_addresses=True) as proxy:
         # At each point of the run: the answers injected. The OUT_OF_ORDER answers must
         # reach requests that follow the refused one while it is in flight (answers
-        # held back 200 ms meanwhile, so several requests are in flight): a retry of the
-        # refused batch itself answered so would be unexplained, hence fatal.
+        # held back 500 ms meanwhile, so several requests are in flight): a retry of the
+        # refused batch itself answered so would be unexplained, hence fatal. (0.5 s: at
+        # 0.2 s a loaded machine once sent the retry among the next three requests.)
         plan = {40_000: lambda: proxy.fail_requests(ApiKey.PRODUCE,
                                                     ErrorCode.UNKNOWN_PRODUCER_ID),
-                80_000: lambda: (proxy.delay(0.2, DOWNSTREAM),
+                80_000: lambda: (proxy.delay(0.5, DOWNSTREAM),
                                  proxy.fail_requests(ApiKey.PRODUCE,
                                                      ErrorCode.NOT_ENOUGH_REPLICAS),
                                  proxy.fail_requests(ApiKey.PRODUCE,

@@ -15,7 +15,12 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import functions as F  # noqa: E402
 
-from kafka_client import Consumer, Producer, TopicPartition  # noqa: E402
+from kafka_client import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from kafka_client.spark.offsets import OffsetRange  # noqa: E402
+from kafka_client.spark.options import parse_read_options  # noqa: E402
+from kafka_client.spark.reader import read_range  # noqa: E402
+from kafka_client.spark.schema import arrow_schema, kafka_schema  # noqa: E402
+from kafka_client.testing import Cluster  # noqa: E402
 
 ROWS = 100_000
 PARTITIONS = 4
@@ -359,8 +364,6 @@ def test_python_workers_keep_their_producers(spark, tmp_path):
     does not. Without the pool each of the 4 tasks of each write asks; with it the second
     write asks for none here (fewer than one per task is asserted: which worker runs a
     task is Spark's choice). Every row of both writes lands."""
-    from kafka_client.testing import Cluster
-
     with Cluster(brokers=1, data_dir=str(tmp_path / "cluster")) as cluster:
         bootstrap = cluster.bootstrap_servers
         df = spark.range(8000, numPartitions=4).select(
@@ -451,13 +454,6 @@ def test_a_range_reads_through_a_brokers_errors_and_fails_on_a_refusal(tmp_path,
     errors its consumer retries, and fails at once, naming the error, on one that
     leaves nothing to retry. Any error used to fail the task (a Spark streaming query
     died on one UNKNOWN_SERVER_ERROR in a soak run)."""
-    from kafka_client import KafkaException
-    from kafka_client.spark.offsets import OffsetRange
-    from kafka_client.spark.options import parse_read_options
-    from kafka_client.spark.reader import read_range
-    from kafka_client.spark.schema import arrow_schema, kafka_schema
-    from kafka_client.testing import Cluster
-
     with Cluster(brokers=1, data_dir=str(tmp_path)) as cluster:
         cluster.create_topic("t", partitions=1, replication_factor=1)
         with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as p:

@@ -4,6 +4,7 @@ maxOffsetsPerTrigger, partitions that appear while the query runs, offsets commi
 group, and a streaming write from a rate source."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -13,6 +14,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 
 from kafka_client import Consumer, Producer, TopicPartition  # noqa: E402
+from kafka_client.spark import register  # noqa: E402
 
 FORMAT = "kafka_native"
 
@@ -177,10 +179,6 @@ def test_a_streaming_write_started_from_another_thread(spark, tansu_broker, tmp_
     """Spark 4 looks a streaming sink up in the calling JVM thread's session: a thread
     other than the registering one gets DATA_SOURCE_NOT_FOUND unless it calls
     register(spark) first, which makes the session its own."""
-    import threading
-
-    from kafka_client.spark import register
-
     topic = f"spark-thread-{time.time_ns()}"
     tansu_broker.create_topic(topic, 2)
     outcome = []

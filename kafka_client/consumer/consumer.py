@@ -234,11 +234,13 @@ class Consumer(ClientBase):
                 self._drop(part)
 
     def assignment(self) -> List[TopicPartition]:
-        """The assigned partitions."""
+        """The assigned partitions, each with the offset it was assigned with
+        (OFFSET_INVALID when none was given), as librdkafka reports them: not the
+        position (see :meth:`position`)."""
         self._check_open()
         with self._lock:
-            return [TopicPartition(p.topic, p.partition) for p in self._fetcher.parts.values()
-                    if p.assigned]
+            return [TopicPartition(p.topic, p.partition, p.assigned_offset)
+                    for p in self._fetcher.parts.values() if p.assigned]
 
     def _add(self, parts: Sequence[TopicPartition]) -> None:
         """Lock held: new PartitionStates for ``parts``."""
@@ -246,6 +248,7 @@ class Consumer(ClientBase):
         for tp in parts:
             part = PartitionState(tp.topic, tp.partition)
             offset = tp.offset
+            part.assigned_offset = offset
             part.seek(OFFSET_STORED if offset == OFFSET_INVALID else offset,
                       tp.leader_epoch if tp.leader_epoch is not None else -1)
             self._fetcher.parts[part.key] = part

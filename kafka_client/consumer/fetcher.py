@@ -35,6 +35,7 @@ from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_client.types import (
     OFFSET_BEGINNING,
     OFFSET_END,
+    OFFSET_INVALID,
     OFFSET_STORED,
     Message,
     TopicPartition,
@@ -117,7 +118,8 @@ class PartitionState:
                  "log_start", "eof_offset", "queued_bytes", "queued_msgs", "max_bytes",
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
                  "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating",
-                 "read_replica", "read_replica_until", "held", "rx_msgs", "rx_bytes")
+                 "read_replica", "read_replica_until", "held", "rx_msgs", "rx_bytes",
+                 "assigned_offset")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -166,6 +168,9 @@ class PartitionState:
         #: (io) records (batch counts) and record-batch bytes fetched, ever
         self.rx_msgs = 0
         self.rx_bytes = 0
+        #: (app) the offset the application assigned the partition with, as given (what
+        #: ``assignment()`` reports, as librdkafka's does)
+        self.assigned_offset = OFFSET_INVALID
 
     def seek(self, offset: int, epoch: int = -1) -> None:
         """Set the next offset (absolute, or logical to be resolved), with the leader

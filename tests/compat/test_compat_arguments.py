@@ -4,6 +4,7 @@ librdkafka's error codes; the legacy default.topic.config dict; librdkafka's wor
 an unknown partitioner. Side by side with confluent-kafka where no broker is needed."""
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -260,6 +261,25 @@ def test_consumer_argument_errors_match_confluent():
         ours.close()
         theirs.close()
 
+
+
+def test_assignment_reports_the_offsets_assigned_like_confluent():
+    ours = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g"})
+    theirs = ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "log_level": 0})
+
+    def seen(c):
+        return sorted((tp.topic, tp.partition, tp.offset) for tp in c.assignment())
+    try:
+        for c, m in ((ours, sys.modules["kafka_client"]), (theirs, ck)):
+            c.assign([m.TopicPartition("t", 0, 3), m.TopicPartition("t", 1, m.OFFSET_BEGINNING),
+                      m.TopicPartition("t", 2)])
+            c.incremental_assign([m.TopicPartition("t", 3, m.OFFSET_END)])
+            c.seek(m.TopicPartition("t", 0, 1))     # a seek is a position, not an assignment
+            c.incremental_unassign([m.TopicPartition("t", 2)])
+        assert seen(ours) == seen(theirs) == [("t", 0, 3), ("t", 1, -2), ("t", 3, -1)]
+    finally:
+        ours.close()
+        theirs.close()
 
 # -- with a broker: each form commits what it says ---------------------------------------
 

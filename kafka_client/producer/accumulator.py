@@ -66,7 +66,7 @@ from kafka_proto.errors import ErrorCode
 from kafka_proto.records import BinaryColumn, RecordBatchBuilder
 
 __all__ = ["Accumulator", "Batch", "PartitionState", "PendingMessage", "TopicState",
-           "Unplaced", "Removed", "Readiness", "COMPRESSION_IDS"]
+           "Unplaced", "Vanished", "Removed", "Readiness", "COMPRESSION_IDS"]
 
 COMPRESSION_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -92,12 +92,23 @@ class Unplaced(NamedTuple):
     messages: List[PendingMessage]
 
 
+class Vanished(NamedTuple):
+    """Queued batches of partitions that no longer exist (their topic was deleted, or
+    re-created with fewer partitions), and the error they fail with."""
+
+    error: KafkaError
+    batches: List[Batch]
+
+
 class Removed(NamedTuple):
-    """What :meth:`Accumulator.expire` or :meth:`Accumulator.purge` took out of the
-    queues, for the sender to report: whole batches, and messages that never had one."""
+    """What :meth:`Accumulator.apply_metadata`, :meth:`Accumulator.expire` or
+    :meth:`Accumulator.purge` took out of the queues, for the sender to report: whole
+    batches (expired or purged), messages that never had one, and batches of partitions
+    that vanished."""
 
     batches: List[Batch]
     unplaced: List[Unplaced]
+    vanished: List[Vanished]
 
 
 class Readiness(NamedTuple):
@@ -145,11 +156,13 @@ class Accumulator(AccumulatorCore):
         #: connection's own limit is the only one
         self.part_max_in_flight = (config["max.in.flight.requests.per.connection"]
                                    if self.idempotent else 1 << 30)
-        #: how long a topic may stay unknown before its messages fail (when the broker
-        #: will not create it)
+        #: how long a topic may stay unknown before its messages fail (the broker did
+        #: not create it, or it was deleted)
         self.propagation = config["topic.metadata.propagation.max.ms"] / 1000.0
-        self.auto_create = bool(config["allow.auto.create.topics"])
         self.topics: Dict[str, TopicState] = {}
+        #: topics with partitions that the metadata now says do not exist (deleted?):
+        #: their queued messages fail once that lasted topic.metadata.propagation.max.ms
+        self.vanishing: Set[TopicState] = set()
         self.msg_count = 0        # messages in the producer (until their report is served)
         self.msg_bytes = 0
         self._ready_parts: Set[PartitionState] = set()
@@ -266,12 +279,14 @@ class Accumulator(AccumulatorCore):
 
     # ======================================================================= I/O thread
     # -- metadata ----------------------------------------------------------------------
-    def apply_metadata(self, topics: Mapping[str, Any], now: float) -> List[Unplaced]:
+    def apply_metadata(self, topics: Mapping[str, Any], now: float) -> Removed:
         """New metadata (``{name: TopicInfo}``) for the topics produced to: partitions
         and leaders are set, messages that waited for them are placed in order, and
         topics reported unknown or refused are noted. Returns the messages that cannot
-        be placed (a topic the broker refuses, a partition it does not have)."""
+        be placed (a topic the broker refuses, a partition it does not have) and the
+        queued batches of partitions that are gone (a topic re-created with fewer)."""
         failed: List[Unplaced] = []
+        vanished: List[Vanished] = []
         for name, t in list(self.topics.items()):
             info = topics.get(name)
             if info is None:
@@ -279,15 +294,20 @@ class Accumulator(AccumulatorCore):
             code = info.error
             if info.leaders and code in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE):
                 if t.parts is None or t.pending:
-                    failed.extend(self._assign_pending(t, info.leaders))
+                    failed.extend(self._assign_pending(t, info.leaders, vanished))
                 elif len(t.parts) != len(info.leaders) or any(
                         p.leader != info.leaders[i] for i, p in enumerate(t.parts)):
                     with self.lock:
-                        self._set_partitions(t, info.leaders)
+                        self._set_partitions(t, info.leaders, vanished)
+                else:
+                    t.unknown_since = None       # back as it was
+                    self.vanishing.discard(t)
             elif code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or (code == ErrorCode.NONE
                                                                   and not info.leaders):
                 if t.unknown_since is None:
                     t.unknown_since = now
+                if t.parts is not None:
+                    self.vanishing.add(t)
             elif client_error(code).retriable():
                 # LEADER_NOT_AVAILABLE without partitions (Kafka's answer for a topic it
                 # is creating), ...: the metadata is asked again; the messages wait, up
@@ -302,7 +322,7 @@ class Accumulator(AccumulatorCore):
                         gone = self._take_pending(t)
                     if gone:
                         failed.append(Unplaced(name, err, gone))
-        return failed
+        return Removed([], failed, vanished)
 
     def topics_led_by(self, node: int) -> List[str]:
         """Names of the topics with a partition led by ``node``."""
@@ -314,28 +334,40 @@ class Accumulator(AccumulatorCore):
         without waiting for the metadata."""
         p.leader = leader
 
-    def _set_partitions(self, t: TopicState, leaders: List[int]) -> None:
-        """Under the lock: the topic's partition count and leaders."""
+    def _set_partitions(self, t: TopicState, leaders: List[int],
+                        vanished: List[Vanished]) -> None:
+        """Under the lock: the topic's partition count and leaders. Partitions beyond a
+        smaller count (the topic was re-created with fewer) are dropped, their queued
+        batches added to ``vanished``; their batches in flight fail when answered."""
         n = len(leaders)
         parts = t.parts or []
-        if len(parts) < n:
+        if len(parts) > n:
+            batches = self._take_batches(parts[n:])
+            if batches:
+                vanished.append(Vanished(KafkaError(
+                    KafkaError._UNKNOWN_PARTITION, f"topic {t.name} partition count "
+                    f"changed from {len(parts)} to {n}"), batches))
+            parts = parts[:n]
+        elif len(parts) < n:
             parts = parts + [PartitionState(t, i) for i in range(len(parts), n)]
         for i in range(n):
             parts[i].leader = leaders[i]
         t.parts = parts
-        t.count = n  # a shrunk partition count is ignored for queued batches (rare)
+        t.count = n
+        self.vanishing.discard(t)
         avail = [i for i, leader in enumerate(leaders) if leader >= 0]
         t.available = avail if len(avail) < n else None
         t.error = None
         t.unknown_since = None
         t.sticky = None
 
-    def _assign_pending(self, t: TopicState, leaders: List[int]) -> List[Unplaced]:
+    def _assign_pending(self, t: TopicState, leaders: List[int],
+                        vanished: List[Vanished]) -> List[Unplaced]:
         """The topic's partitions are known: set them and place the messages that
         waited, in one hold of the lock, so no newer message overtakes them."""
         failed = []
         with self.lock:
-            self._set_partitions(t, leaders)
+            self._set_partitions(t, leaders, vanished)
             for m in self._take_pending(t):
                 try:
                     self.place_waiting(t, m)
@@ -359,6 +391,20 @@ class Accumulator(AccumulatorCore):
         if not t.pending:
             self.pending_topics.discard(t)
         return taken
+
+    def _take_batches(self, parts: List[PartitionState]) -> List[Batch]:
+        """Under the lock: the queued and open batches of ``parts`` (not those in
+        flight), out of the queues, in order."""
+        batches: List[Batch] = []
+        for p in parts:
+            batches.extend(p.ready)
+            p.ready.clear()
+            self._ready_parts.discard(p)
+            if p.open is not None:
+                batches.append(p.open)
+                p.open = None
+            p.retrying = False
+        return batches
 
     # -- batches (under the lock) -----------------------------------------------------
     def _append_bulk(self, p: PartitionState, values: Column, keys: Optional[Column],
@@ -566,13 +612,20 @@ class Accumulator(AccumulatorCore):
         """A batch :meth:`drain` gave out was answered, or its request failed."""
         b.part.in_flight -= 1
 
-    def requeue(self, b: Batch, retry_at: float) -> None:
+    def requeue(self, b: Batch, retry_at: float) -> Optional[KafkaError]:
         """Put a batch back in its place (by batch order) at the head of its partition's
         queue, to be resent at ``retry_at``; the partition sends nothing newer until
-        what it has in flight drained."""
+        what it has in flight drained. Returns the error the batch fails with instead
+        when its partition no longer exists."""
         b.retry_at = retry_at
         p = b.part
         with self.lock:
+            parts = p.topic.parts
+            if parts is None or p.index >= len(parts) or parts[p.index] is not p:
+                return KafkaError(
+                    KafkaError._UNKNOWN_PARTITION if parts else
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {p.topic.name} partition {p.index} no longer exists")
             ready = p.ready
             i = 0
             for other in ready:
@@ -582,6 +635,7 @@ class Accumulator(AccumulatorCore):
             ready.insert(i, b)
             p.retrying = True
             self._ready_parts.add(p)
+        return None
 
     def earlier_retry(self, b: Batch) -> bool:
         """True if an older batch of the same partition waits to be resent."""
@@ -617,21 +671,43 @@ class Accumulator(AccumulatorCore):
     def expire(self, now: float) -> Removed:
         """Take out what waited longer than ``message.timeout.ms`` without being in
         flight (queued and open batches, messages waiting for metadata) and the messages
-        of topics that stayed unknown past ``topic.metadata.propagation.max.ms`` (when
-        the broker does not create topics)."""
+        of topics that stayed unknown past ``topic.metadata.propagation.max.ms`` (never
+        created, or deleted), as librdkafka does: those fail with the broker's
+        UNKNOWN_TOPIC_OR_PART, and later ``produce()`` calls raise ``_UNKNOWN_TOPIC``."""
         timeout = self.timeout
         unplaced: List[Unplaced] = []
+        vanished: List[Vanished] = []
+        wait = min(self.propagation, timeout or 1e9)
+        for t in list(self.vanishing):
+            if now - t.unknown_since < wait:
+                continue
+            self.vanishing.discard(t)
+            with self.lock:
+                count = t.count
+                batches = self._take_batches(t.parts or [])
+                t.parts = None
+                t.count = 0
+                t.sticky = None
+                t.available = None
+                t.error = KafkaError(KafkaError._UNKNOWN_TOPIC,
+                                     f"topic {t.name} does not exist")
+            if batches:
+                vanished.append(Vanished(KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {t.name} no longer exists (partition count changed from "
+                    f"{count} to 0)"), batches))
         with self.lock:  # produce() adds to the set meanwhile
             waiting = list(self.pending_topics)
         for t in waiting:
-            if t.unknown_since is not None and not self.auto_create and t.pending and \
-                    now - t.unknown_since >= min(self.propagation, timeout or 1e9):
-                err = KafkaError(KafkaError._UNKNOWN_TOPIC, f"topic {t.name} does not exist")
-                t.error = err
+            if t.unknown_since is not None and t.pending and now - t.unknown_since >= wait:
+                t.error = KafkaError(KafkaError._UNKNOWN_TOPIC,
+                                     f"topic {t.name} does not exist")
                 with self.lock:
                     gone = self._take_pending(t)
                 if gone:
-                    unplaced.append(Unplaced(t.name, err, gone))
+                    unplaced.append(Unplaced(t.name, KafkaError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"topic {t.name} does not exist"), gone))
                 continue
             if timeout > 0 and t.pending and t.pending[0].queued_at + timeout <= now:
                 code = (KafkaError._UNKNOWN_TOPIC if t.unknown_since is not None
@@ -653,7 +729,7 @@ class Accumulator(AccumulatorCore):
                     if b.deadline <= now and b.part.open is b:
                         b.part.open = None
                         batches.append(b)
-        return Removed(batches, unplaced)
+        return Removed(batches, unplaced, vanished)
 
     def purge(self, error: KafkaError) -> Removed:
         """Take every queued message out (open and ready batches, messages waiting for
@@ -674,5 +750,5 @@ class Accumulator(AccumulatorCore):
             self._ready_parts.clear()
             self.pending_topics.clear()
             self._open_order.clear()
-        return Removed(batches, unplaced)
+        return Removed(batches, unplaced, [])
 

@@ -41,7 +41,13 @@ from kafka_client._interval import IntervalStat
 from kafka_client._stats import StatsWindow
 from kafka_client._net.connection import DISCONNECTED
 from kafka_client.errors import KafkaError, broker_code, client_error
-from kafka_client.producer.accumulator import Accumulator, Batch, PendingMessage, Unplaced
+from kafka_client.producer.accumulator import (
+    Accumulator,
+    Batch,
+    PendingMessage,
+    Unplaced,
+    Vanished,
+)
 from kafka_client.producer.idempotence import (
     NOT_PERSISTED,
     PERSISTED,
@@ -144,9 +150,20 @@ class Sender:
 
     # -- metadata ----------------------------------------------------------------------
     def on_metadata(self, changed: Any) -> None:
-        for unplaced in self.acc.apply_metadata(self.cluster.metadata.topics,
-                                                time.monotonic()):
+        removed = self.acc.apply_metadata(self.cluster.metadata.topics, time.monotonic())
+        for unplaced in removed.unplaced:
             self._report_unplaced(unplaced)
+        self._report_vanished(removed.vanished)
+
+    def _report_vanished(self, vanished: List[Vanished]) -> None:
+        """Queued batches of partitions that no longer exist fail (librdkafka's
+        "partition count changed")."""
+        for gone in vanished:
+            self.log.warning("%s: %d queued batches fail", gone.error.str(),
+                             len(gone.batches))
+            for b in gone.batches:
+                self._deliver(b, gone.error, -1, -1,
+                              POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
 
     def _on_broker_state(self, conn: Any, state: str, error: Optional[KafkaError]) -> None:
         if error is not None:
@@ -443,8 +460,11 @@ class Sender:
         delay = 0.0 if at_once else min(self.backoff * (2 ** max(b.attempts - 1, 0)),
                                         self.backoff_max)
         retry_at = now + delay
+        gone = self.acc.requeue(b, retry_at)
+        if gone is not None:      # its partition no longer exists
+            self._deliver(b, gone, -1, -1, POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
+            return
         self._requeued_at = _earliest(self._requeued_at, retry_at)
-        self.acc.requeue(b, retry_at)
 
     def _deliver(self, b: Batch, err: Optional[KafkaError], base_offset: int,
                  append_time: int, status: int) -> None:
@@ -510,6 +530,7 @@ class Sender:
         removed = self.acc.expire(now)
         for unplaced in removed.unplaced:
             self._report_unplaced(unplaced)
+        self._report_vanished(removed.vanished)
         for b in removed.batches:
             self._deliver(b, KafkaError(KafkaError._MSG_TIMED_OUT,
                                         "message timed out before it was delivered"),

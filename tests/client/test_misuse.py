@@ -266,7 +266,7 @@ def test_partition_below_minus_one_is_refused_either_way(known, partition):
         if known:
             info = TopicInfo("t", 0, [1, 1], [-1, -1], [0, 0], time.monotonic())
             p._acc._new_topic("t")
-            assert p._acc.apply_metadata({"t": info}, time.monotonic()) == []
+            assert p._acc.apply_metadata({"t": info}, time.monotonic()).unplaced == []
             assert p._acc.topics["t"].parts is not None
         with pytest.raises(KafkaException) as e:
             p.produce("t", b"x", partition=partition)

@@ -31,7 +31,7 @@ def topic_info(name, leaders, error=0):
 def with_topic(acc, name="t", partitions=1, leaders=None):
     t = acc._new_topic(name)
     leaders = [1] * partitions if leaders is None else leaders
-    assert acc.apply_metadata({name: topic_info(name, leaders)}, time.monotonic()) == []
+    assert acc.apply_metadata({name: topic_info(name, leaders)}, time.monotonic()).unplaced == []
     return t
 
 
@@ -173,7 +173,7 @@ def test_pending_messages_are_placed_in_order_when_metadata_arrives():
     assert wanted == ["new"]
     assert [(m.value, m.partition, m.size) for m in t.pending] == [
         (b"1", 0, 1), (b"2", -1, 1), (b"3", 5, 1)]
-    failed = acc.apply_metadata({"new": topic_info("new", [1])}, time.monotonic())
+    failed = acc.apply_metadata({"new": topic_info("new", [1])}, time.monotonic()).unplaced
     assert [(u.topic, [m.value for m in u.messages], u.error.code()) for u in failed] == [
         ("new", [b"3"], KafkaError._UNKNOWN_PARTITION)]
     assert not t.pending

@@ -27,7 +27,7 @@ def producer():
     p = Producer({"bootstrap.servers": dead_bootstrap(), "linger.ms": 60_000})
     p._acc._new_topic("t")
     info = TopicInfo("t", 0, [1, 1], [-1, -1], [0, 0], time.monotonic())
-    assert p._acc.apply_metadata({"t": info}, time.monotonic()) == []
+    assert p._acc.apply_metadata({"t": info}, time.monotonic()).unplaced == []
     try:
         yield p
     finally:

@@ -404,7 +404,7 @@ def test_reports_of_messages_spread_over_batches_and_partitions():
     try:
         p._acc._new_topic("t")
         info = TopicInfo("t", 0, [1, 1], [-1, -1], [0, 0], time.monotonic())
-        assert p._acc.apply_metadata({"t": info}, time.monotonic()) == []
+        assert p._acc.apply_metadata({"t": info}, time.monotonic()).unplaced == []
         seen = []
         values = pa.array([b"%02d" % i for i in range(30)], pa.large_binary())
         keys = pa.array(["key%d" % (i % 5) for i in range(30)], pa.string())

@@ -442,6 +442,92 @@ def test_new_partitions_from_metadata_are_used():
     assert conns[1].sent[0][0].topic_data[0].partition_data[0].index == 2
 
 
+def test_partitions_gone_from_a_smaller_count_fail_their_batches_at_once():
+    # The topic was deleted and re-created with fewer partitions (librdkafka: "partition
+    # count changed"): queued batches of the partitions that are gone fail at once, one
+    # in flight fails when its answer asks for a retry; the rest carry on.
+    acc, sender, conns, reports, t = setup(partitions=(1, 1, 1), **{"batch.num.messages": 1})
+    acc.produce("t", b"in-flight", partition=2)
+    run(sender)
+    acc.produce("t", b"queued", partition=2)
+    acc.produce("t", b"kept", partition=0)
+    md = sender.cluster.metadata
+    md.update(response({1: 1}, {"t": (0, [1])}), time.monotonic(), ["t"])
+    sender.on_metadata({"t"})
+    assert t.count == 1 and len(t.parts) == 1
+    (r,) = reports
+    assert r.error.code() == KafkaError._UNKNOWN_PARTITION and r.batch.seq == 1  # "queued"
+    assert "partition count changed from 3 to 1" in r.error.str() and r.status == 0
+    with pytest.raises(KafkaException) as ei:          # as for any partition not there
+        acc.produce("t", b"x", partition=2)
+    assert ei.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
+    c = conns[1]
+    c.answer(0, errors={("t", 2): 3})                   # UNKNOWN_TOPIC_OR_PARTITION
+    assert reports[-1].error.code() == KafkaError._UNKNOWN_PARTITION
+    assert values_of(reports[-1]) == [b"in-flight"] and reports[-1].status == 1
+    run(sender, 1.0)
+    (req, _, _), = c.sent                                # only partition 0 is sent
+    assert [pd.index for td in req.topic_data for pd in td.partition_data] == [0]
+
+
+def test_a_deleted_topics_messages_fail_after_the_propagation_time():
+    # librdkafka's rule, whatever allow.auto.create.topics says: once the metadata has
+    # said the topic does not exist for topic.metadata.propagation.max.ms, its queued
+    # messages fail with the broker's UNKNOWN_TOPIC_OR_PART and produce() raises
+    # _UNKNOWN_TOPIC; a batch in flight fails when its answer asks for a retry.
+    acc, sender, conns, reports, t = setup(
+        partitions=(1, 1), **{"batch.num.messages": 1,
+                               "topic.metadata.propagation.max.ms": 1000})
+    c = conns[1]
+    acc.produce("t", b"retried", partition=0)
+    acc.produce("t", b"in-flight", partition=0)
+    run(sender)
+    assert len(c.sent) == 2
+    md = sender.cluster.metadata
+    md.update(response({1: 1}, {"t": (3, [])}), time.monotonic(), ["t"])
+    sender.on_metadata({"t"})
+    c.ready = False                           # what waits stays queued
+    acc.produce("t", b"queued", partition=1)
+    c.answer(0, errors={("t", 0): 3})         # retriable, for now: it waits to be resent
+    run(sender, 0.5)
+    assert not reports                        # within the propagation time
+    run(sender, 1.2)
+    assert sorted((r.batch.part.index, r.batch.seq) for r in reports) == [(0, 0), (1, 0)]
+    assert {r.error.code() for r in reports} == {KafkaError.UNKNOWN_TOPIC_OR_PART}
+    assert "no longer exists" in reports[0].error.str()
+    c.answer(0, errors={("t", 0): 3})         # the one in flight: not resent
+    assert reports[-1].batch.seq == 1 and reports[-1].status == 1
+    assert reports[-1].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    with pytest.raises(KafkaException) as ei:
+        acc.produce("t", b"later")
+    assert ei.value.args[0].code() == KafkaError._UNKNOWN_TOPIC
+    # Re-created: produce() works again, on new partitions.
+    c.ready = True
+    md.update(response({1: 1}, {"t": (0, [1])}), time.monotonic(), ["t"])
+    sender.on_metadata({"t"})
+    acc.produce("t", b"again", partition=0)
+    run(sender, 2.0)
+    (req, _, _), = c.sent
+    c.answer(0)
+    assert reports[-1].error is None and values_of(reports[-1]) == [b"again"]
+    assert len(reports) == 4
+
+
+def test_a_topic_back_as_it_was_within_the_propagation_time_loses_nothing():
+    acc, sender, conns, reports, t = setup(
+        partitions=(1,), **{"topic.metadata.propagation.max.ms": 1000})
+    md = sender.cluster.metadata
+    md.update(response({1: 1}, {"t": (3, [])}), time.monotonic(), ["t"])
+    sender.on_metadata({"t"})
+    md.update(response({1: 1}, {"t": (0, [1])}), time.monotonic(), ["t"])
+    sender.on_metadata({"t"})              # the same leaders: nothing else changes
+    acc.produce("t", b"x", partition=0)
+    run(sender, 5.0)                       # long past the propagation time
+    conns[1].answer(0)
+    (r,) = reports
+    assert r.error is None
+
+
 def test_a_send_that_fails_at_once_still_wakes_the_loop_for_the_retry():
     """A write error inside tick() (EPIPE on a socket that just connected) fails the
     request synchronously: the batch is requeued for retry.backoff.ms later, and tick()

@@ -620,12 +620,9 @@ class Accumulator(AccumulatorCore):
         b.retry_at = retry_at
         p = b.part
         with self.lock:
-            parts = p.topic.parts
-            if parts is None or p.index >= len(parts) or parts[p.index] is not p:
-                return KafkaError(
-                    KafkaError._UNKNOWN_PARTITION if parts else
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"topic {p.topic.name} partition {p.index} no longer exists")
+            gone = self.gone(p)
+            if gone is not None:
+                return gone
             ready = p.ready
             i = 0
             for other in ready:
@@ -636,6 +633,16 @@ class Accumulator(AccumulatorCore):
             p.retrying = True
             self._ready_parts.add(p)
         return None
+
+    def gone(self, p: PartitionState) -> Optional[KafkaError]:
+        """The error for a partition that no longer exists (its topic was deleted, or
+        re-created with fewer partitions or as new partitions), else None."""
+        parts = p.topic.parts
+        if parts is not None and p.index < len(parts) and parts[p.index] is p:
+            return None
+        return KafkaError(KafkaError._UNKNOWN_PARTITION if parts else
+                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                          f"topic {p.topic.name} partition {p.index} no longer exists")
 
     def earlier_retry(self, b: Batch) -> bool:
         """True if an older batch of the same partition waits to be resent."""

@@ -486,7 +486,8 @@ class Sender:
                 self.txn.delivery_failed(b.count)
             idem = self.idem
             if self.idempotent and b.base_sequence >= 0 and idem.fatal is None \
-                    and b.pid == idem.producer_id and b.epoch == idem.epoch:
+                    and b.pid == idem.producer_id and b.epoch == idem.epoch \
+                    and self.acc.gone(b.part) is None:   # no gap in a partition gone
                 self._sequence_gap(b, err)
 
     def _sequence_gap(self, b: Batch, err: KafkaError) -> None:

@@ -470,6 +470,29 @@ def test_partitions_gone_from_a_smaller_count_fail_their_batches_at_once():
     assert [pd.index for td in req.topic_data for pd in td.partition_data] == [0]
 
 
+def test_an_idempotent_batch_of_a_partition_gone_is_no_sequence_gap():
+    # A numbered batch that fails because its partition no longer exists leaves no gap
+    # the broker could see: no epoch bump, the other partitions go on as they were.
+    acc, sender, conns, reports, t = setup(partitions=(1, 1), **{"enable.idempotence": True})
+    c = conns[1]
+    run(sender)
+    c.answer()                                   # InitProducerId
+    acc.produce("t", b"gone", partition=1)
+    run(sender, 0.1)
+    md = sender.cluster.metadata
+    md.update(response({1: 1}, {"t": (0, [1])}), time.monotonic(), ["t"])
+    sender.on_metadata({"t"})
+    c.answer(0, errors={("t", 1): 3})
+    (r,) = reports
+    assert r.error.code() == KafkaError._UNKNOWN_PARTITION
+    assert not sender.idem.bump_wanted and sender.idem.fatal is None
+    acc.produce("t", b"next", partition=0)
+    run(sender, 0.2)
+    (req, _, _), = c.sent
+    (b,) = list(read_batches(req.topic_data[0].partition_data[0].records))
+    assert (b.producer_id, b.producer_epoch, b.base_sequence) == (77, 3, 0)
+
+
 def test_a_deleted_topics_messages_fail_after_the_propagation_time():
     # librdkafka's rule, whatever allow.auto.create.topics says: once the metadata has
     # said the topic does not exist for topic.metadata.propagation.max.ms, its queued

@@ -554,8 +554,9 @@ class Cluster:
             MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
         if version == 0 and req_topics is None:
             req_topics = []  # v0: an empty list means every topic
-        req = MetadataRequest(topics=req_topics,
-                              allow_auto_topic_creation=self.auto_create and for_cache)
+        req = MetadataRequest(topics=req_topics)
+        if version >= 4:     # before v4 the broker's auto.create.topics.enable decides
+            req.allow_auto_topic_creation = self.auto_create and for_cache
 
         def done(resp: Any, err: Optional[KafkaError]) -> None:
             t = time.monotonic()
@@ -567,6 +568,9 @@ class Cluster:
                     except Exception:
                         self.log.exception("metadata listener failed")
             elif for_cache:
+                if not err.retriable():    # retried all the same: say why it fails
+                    self.log.warning("Metadata request to %s:%s failed: %s", conn.host,
+                                     conn.port, err.str())
                 self.metadata.failed(topics, t)
             if callback is not None:
                 callback(resp, err)

@@ -115,3 +115,34 @@ def test_a_request_waiting_for_a_connection_goes_out_when_one_is_up(broker, monk
     started = time.monotonic()
     described = admin.describe_cluster(request_timeout=10).result(10)
     assert described.nodes and time.monotonic() - started < 5
+
+
+class VersionedConn:
+    """A ready connection whose broker tops Metadata out at ``version``; keeps what is
+    sent."""
+
+    def __init__(self, version):
+        self.version = version
+        self.sent = []
+        self.host, self.port = "127.0.0.1", 1
+
+    def version_for(self, key):
+        return self.version
+
+    def send(self, req, callback, *, version=None, timeout=None):
+        self.sent.append((req, callback, version))
+
+
+def test_a_consumers_metadata_request_encodes_for_brokers_before_v4():
+    """Metadata v0-v3 has no allow_auto_topic_creation (the broker decides): a consumer's
+    "do not create" must not make the request impossible to encode (it was, and the
+    consumer retried forever, never learning a leader, and said nothing)."""
+    cluster = make_cluster()
+    cluster.metadata.want(["t"])
+    for version, expected in ((3, True), (4, False), (12, False)):
+        conn = VersionedConn(version)
+        assert cluster._send_metadata(time.monotonic(), conn=conn)
+        (req, _, sent_version), = conn.sent
+        assert sent_version == version
+        req.encode(version)                      # raised for versions below 4
+        assert req.allow_auto_topic_creation is expected

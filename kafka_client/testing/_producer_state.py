@@ -9,8 +9,10 @@ log's batch headers.
 
 The rules are Kafka's: a lower epoch is fenced (INVALID_PRODUCER_EPOCH); a new epoch must
 start at sequence 0; within an epoch each batch must start right after the last one
-(sequences wrap from 2**31-1 to 0), anything else is OUT_OF_ORDER_SEQUENCE_NUMBER; an
-unknown producer must start at 0.
+(sequences wrap from 2**31-1 to 0), anything else is OUT_OF_ORDER_SEQUENCE_NUMBER; a
+producer the replica has no entry for is accepted at any sequence (Kafka 2.5+: its state
+may be gone with the batches retention or DeleteRecords removed, or the topic was
+deleted and created again under a producer that goes on).
 """
 from __future__ import annotations
 
@@ -82,8 +84,6 @@ class ProducerStateTable:
         entry = self.producers.get(pid)
         seq = header.base_sequence
         if entry is None:
-            if seq != 0:
-                return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None
             return ErrorCode.NONE, None
         if header.producer_epoch < entry.epoch:
             return ErrorCode.INVALID_PRODUCER_EPOCH, None

@@ -367,15 +367,17 @@ class GroupCoordinator:
             if cb is not None:
                 cb(member.consumer, tps)
         finally:
-            if member.assignment_changes() == before:
-                if self.cooperative:
-                    assigned = member.assigned()
-                    keep = [tp for tp in tps if (tp.topic, tp.partition) in assigned]
-                    if keep:
-                        member.incremental_unassign(keep)
-                else:
-                    member.unassign()
-            self.io.call_soon(self._revoke_done)
+            try:
+                if member.assignment_changes() == before:
+                    if self.cooperative:
+                        assigned = member.assigned()
+                        keep = [tp for tp in tps if (tp.topic, tp.partition) in assigned]
+                        if keep:
+                            member.incremental_unassign(keep)
+                    else:
+                        member.unassign()
+            finally:     # whatever happened, the group goes on
+                self.io.call_soon(self._revoke_done)
         if failure is not None:
             raise failure
 
@@ -388,15 +390,17 @@ class GroupCoordinator:
             if cb is not None:
                 cb(member.consumer, tps)
         finally:
-            if member.assignment_changes() == before and token == self._op_token:
-                if self.cooperative:
-                    assigned = member.assigned()
-                    new = [tp for tp in tps if (tp.topic, tp.partition) not in assigned]
-                    if new:
-                        member.incremental_assign(new)
-                else:
-                    member.assign(tps)
-            self.io.call_soon(self._assign_done)
+            try:
+                if member.assignment_changes() == before and token == self._op_token:
+                    if self.cooperative:
+                        assigned = member.assigned()
+                        new = [tp for tp in tps if (tp.topic, tp.partition) not in assigned]
+                        if new:
+                            member.incremental_assign(new)
+                    else:
+                        member.assign(tps)
+            finally:     # whatever happened, the group goes on (it waits for this)
+                self.io.call_soon(self._assign_done)
 
     def commit(self, tps: List[TopicPartition], asynchronous: bool,
                timeout: Optional[float] = None) -> Optional[List[TopicPartition]]:
@@ -991,6 +995,14 @@ class GroupCoordinator:
             keys = []
         wanted = set(self.joined_topics)
         new = {(t, p) for t, p in keys if t in wanted}
+        bad = sorted((t, p) for t, p in new if p < 0)
+        if bad:
+            # The leader's assignor (another member's code) named partitions no topic
+            # has: the rest of the assignment stands.
+            self.deliver_error(KafkaError(
+                KafkaError._BAD_MSG, f"group {self.group_id}: the leader's assignment "
+                f"names negative partitions, left out: {bad}"))
+            new.difference_update(bad)
         now = time.monotonic()
         self.state = STABLE
         self.rebalanced(now)

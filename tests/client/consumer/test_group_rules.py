@@ -410,3 +410,40 @@ def test_the_leader_assigns_when_the_metadata_of_other_members_topics_arrives():
     assert sorted(a.member_id for a in plan) == ["a", "b"]
     timer[0](*timer[1])                             # the fallback, later: nothing more
     assert len(synced) == 1
+
+
+def test_a_leaders_assignment_with_negative_partitions_keeps_the_rest():
+    """The assignment comes from the group's leader (another member's assignor): a
+    negative partition in it is reported and left out, the rest is assigned, and the
+    member goes on (before, assign() refused the whole list with an error about a call
+    the application never made, and the member, waiting for that assignment to be
+    applied, never joined again)."""
+    from kafka_client.consumer.assignors import encode_assignment
+
+    g, errors = coordinator("range")
+    g.state, g.joined_topics = "SYNCING", ["t"]
+    g.owned = set()
+    resp = types.SimpleNamespace(error_code=0,
+                                 assignment=encode_assignment([("t", 0), ("t", -3), ("t", 1)]))
+    g._on_sync(resp, None, g._op_token)
+    assert g.state == STABLE and g.owned == {("t", 0), ("t", 1)}
+    (err,) = errors
+    assert err.code() == KafkaError._BAD_MSG and "[('t', -3)]" in err.str()
+    member = FakeMember()
+    g.serve(member)
+    assert member.calls == [("assign", [("t", 0), ("t", 1)])]
+
+
+def test_an_assignment_the_member_refuses_still_lets_the_group_go_on():
+    g, _ = coordinator("range")
+    member = FakeMember()
+
+    def refuse(tps):
+        raise RuntimeError("no")
+    member.assign = refuse
+    g._queue_assign([("t", 0)])
+    try:
+        g.serve(member)
+    except RuntimeError:
+        pass
+    assert (g._assign_done, ()) in g.io.calls    # the group hears the assignment ran

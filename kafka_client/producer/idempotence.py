@@ -36,8 +36,8 @@ from kafka_client.errors import KafkaError, broker_code
 from kafka_proto.errors import ErrorCode
 from kafka_proto.records import restamp_batch
 
-__all__ = ["Idempotence", "restamp", "NOT_PERSISTED", "POSSIBLY_PERSISTED", "PERSISTED",
-           "OUT_OF_ORDER_SEQUENCE_NUMBER", "DUPLICATE_SEQUENCE_NUMBER",
+__all__ = ["Idempotence", "has_producer_id", "restamp", "NOT_PERSISTED", "POSSIBLY_PERSISTED",
+           "PERSISTED", "OUT_OF_ORDER_SEQUENCE_NUMBER", "DUPLICATE_SEQUENCE_NUMBER",
            "INVALID_PRODUCER_EPOCH", "UNKNOWN_PRODUCER_ID"]
 
 _log = logging.getLogger("kafka_client.producer.idempotence")
@@ -99,6 +99,13 @@ class Idempotence:
         """Digest an InitProducerId answer; True if a producer id is now known."""
         self.init_in_flight = False
         code = err.code() if err is not None else broker_code(resp.error_code)
+        if code == ErrorCode.NONE and not has_producer_id(resp):
+            # No error, and no id: nothing to produce with. Retried after the backoff
+            # like a failure (asked again at once, it made thousands of requests a
+            # second).
+            self.log.warning("InitProducerId answered without a producer id (%d, epoch "
+                             "%d); retrying", resp.producer_id, resp.producer_epoch)
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
         if code == ErrorCode.NONE:
             self.producer_id = resp.producer_id
             self.epoch = resp.producer_epoch
@@ -131,3 +138,9 @@ class Idempotence:
             else:
                 self.fatal = error
         return self.fatal
+
+
+def has_producer_id(resp: Any) -> bool:
+    """An InitProducerId answer without error carries a usable id and epoch (a broker
+    that answers -1 gives nothing to produce with)."""
+    return resp.producer_id >= 0 and resp.producer_epoch >= 0

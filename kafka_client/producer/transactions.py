@@ -59,6 +59,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from kafka_client._cluster.calls import Call, CallRunner, Coordinator, CoordinatorType
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
+from kafka_client.producer.idempotence import has_producer_id
 from kafka_client.types import TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -591,6 +592,11 @@ class TransactionManager:
 
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
             code = broker_code(resp.error_code)
+            if code == ErrorCode.NONE and not has_producer_id(resp):
+                self.log.warning("InitProducerId answered without a producer id (%d, epoch "
+                                 "%d); retrying", resp.producer_id, resp.producer_epoch)
+                return client_error(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                    "InitProducerId answered without a producer id")
             if code == ErrorCode.NONE:
                 idem.producer_id, idem.epoch = resp.producer_id, resp.producer_epoch
                 idem.bump_wanted = False

@@ -758,3 +758,39 @@ def test_a_refusal_naming_a_newer_leader_is_resent_there_at_once():
         assert len(conns[2].sent) == 1
         conns[2].answer(base=9)
         assert [(r.error, r.base_offset) for r in reports] == [(None, 9)]
+
+
+def test_an_init_producer_id_answer_without_an_id_is_retried_after_the_backoff():
+    """No error and producer id -1: nothing to produce with. It was taken as success and
+    asked again at once, thousands of times a second."""
+    acc, sender, conns, reports, t = setup(**{"enable.idempotence": True})
+    c = conns[1]
+    acc.produce("t", b"x", partition=0)
+    run(sender)
+    req, cb, _ = c.sent.pop()
+    assert req.API_KEY == 22
+    cb(InitProducerIdResponse(error_code=0, producer_id=-1, producer_epoch=-1), None)
+    assert not sender.idem.ready and sender.idem.init_failures == 1
+    run(sender)
+    run(sender, 0.001)
+    assert not c.sent                          # not at once: after the backoff
+    run(sender, 1.0)
+    assert [r.API_KEY for r, _, _ in c.sent] == [22]
+    c.answer()                                 # a real id this time
+    run(sender, 1.0)
+    assert [r.API_KEY for r, _, _ in c.sent] == [0]
+
+
+def test_an_idle_producer_asks_for_no_wake_up():
+    """Nothing queued: the I/O loop may sleep (the expiry check woke it ten times a
+    second, 16 times librdkafka's idle CPU); a queued message brings the check back."""
+    acc, sender, conns, reports, t = setup()
+    acc.produce("t", b"x", partition=0)
+    assert run(sender) is not None
+    conns[1].answer()
+    for r in reports:                      # the application serves the report
+        acc.reported(r.batch.count, r.batch.nbytes or 0)
+    assert run(sender, 0.2) is None
+    acc.produce("t", b"y", partition=0)
+    nxt = run(sender, 0.4)
+    assert nxt is not None and nxt <= time.monotonic() + 0.6

@@ -186,6 +186,9 @@ class Sender:
         if now >= self._next_expiry_check:
             self._expire(now)
             self._next_expiry_check = now + 0.1
+        if acc.msg_count or acc.pending_topics or acc.vanishing:
+            # Something may expire: look again soon. An idle producer's loop sleeps
+            # (it woke ten times a second; produce() wakes it).
             nxt = _earliest(nxt, self._next_expiry_check)
         if self.idem.fatal is not None:
             return nxt

@@ -480,11 +480,11 @@ _TABLE: Tuple[Property, ...] = (
     _p("fetch.error.backoff.ms", INT, 500, "C",
        "Wait before fetching a partition again after a fetch error.", min=0, max=300000),
     _p("queued.min.messages", INT, 100000, "C",
-       "Keep fetching a partition while fewer than this many of its messages wait in the "
-       "local queue.", min=1, max=10000000),
+       "Keep fetching while fewer than this many fetched messages (of all partitions) wait "
+       "in the consumer's local queue.", min=1, max=10000000),
     _p("queued.max.messages.kbytes", INT, 65536, "C",
-       "Most kilobytes of fetched messages waiting in the local queue; takes precedence over "
-       "queued.min.messages.", min=1, max=2097151),
+       "Most kilobytes of fetched messages (of all partitions) waiting in the consumer's "
+       "local queue; takes precedence over queued.min.messages.", min=1, max=2097151),
     _ignored("fetch.queue.backoff.ms", INT, 1000, "C",
              "Wait before fetching a partition again when its local queue is over the "
              "thresholds.", "fetching resumes as soon as the queue drains below the "

@@ -17,6 +17,7 @@ rebalances, commit results) there, as librdkafka does.
 """
 from __future__ import annotations
 
+import functools
 import operator
 import threading
 import time
@@ -41,7 +42,7 @@ from kafka_client._stats import (
     CONSUMER_REQUESTS, empty_window, partition_stats, topic_stats,
 )
 from kafka_client.consumer.arrow import drop_rows, to_record_batch
-from kafka_client.consumer.decode import BudgetSpent, decode_chunk, decode_columns
+from kafka_client.consumer.decode import BudgetSpent, ColumnsFull, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -510,7 +511,7 @@ class Consumer(ClientBase):
                     my_turn = True
                     with self._hand:
                         error = self._fill_columns(cols, max_records, hand)
-                    if error is not None or len(cols) >= max_records:
+                    if error is not None or len(cols) >= max_records or hand.full:
                         break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -646,6 +647,15 @@ class Consumer(ClientBase):
             start = part.app_pos        # where its rows start (or before, past a gap)
             try:
                 done = decode_columns(item, cols, n - before)
+            except ColumnsFull:
+                if not len(cols):
+                    raise KafkaException(KafkaError(
+                        KafkaError.MSG_SIZE_TOO_LARGE,
+                        f"{part.topic} [{part.partition}]: the record at offset "
+                        f"{item.start} is too large for consume_arrow()'s columns (2 GiB "
+                        f"each); read it with consume()")) from None
+                done = False       # the call returns the rows it has; the rest stays queued
+                hand.full = True
             except (KafkaProtocolError, BudgetSpent) as exc:
                 with self._lock:
                     if queue and queue[0] is item:
@@ -672,6 +682,8 @@ class Consumer(ClientBase):
                     part.stored_epoch = item.last_epoch
             if len(cols) > before and start >= 0:
                 hand.took(part, start, before, len(cols))
+            if hand.full:
+                return None
             if done:
                 with self._lock:
                     if queue and queue[0] is item:
@@ -910,7 +922,8 @@ class Consumer(ClientBase):
         failure."""
         if timeout is None or timeout < 0:
             timeout = self._cluster.settings.request_timeout
-        deadline = (time.monotonic() if started is None else started) + timeout
+        began = time.monotonic() if started is None else started
+        deadline = began + timeout
         results: Dict[Tuple[str, int], OffsetLookup] = {}
         pending = dict(want)
         self._io.call_soon(self._cluster.want_topics, sorted({k[0] for k in want}))
@@ -923,8 +936,9 @@ class Consumer(ClientBase):
                 done.set()
 
             remaining = deadline - time.monotonic()
-            self._io.call_soon(self._fetcher.list_offsets, pending, finished,
-                               max(0.01, remaining), isolation)
+            self._io.call_soon(functools.partial(
+                self._fetcher.list_offsets, pending, finished, max(0.01, remaining),
+                isolation, fresh_after=began))
             if not self._cluster.wait_for(done, deadline):
                 break
             res = box[0]
@@ -1114,13 +1128,14 @@ class InHand:
     the first message and the partition's version then, and the span of the call's
     messages (or rows) each chunk filled."""
 
-    __slots__ = ("firsts", "spans", "held", "waited")
+    __slots__ = ("firsts", "spans", "held", "waited", "full")
 
     def __init__(self) -> None:
         self.firsts: Dict[PartitionState, Tuple[int, int]] = {}
         self.spans: List[Tuple[PartitionState, int, int]] = []
         self.held = False           # the partitions' ``held`` offsets are set
         self.waited = False         # they were, during a wait
+        self.full = False           # consume_arrow(): its columns take no more
 
     def took(self, part: PartitionState, first: int, start: int, end: int) -> None:
         """Messages ``start:end`` of the call's list (or rows) came from ``part``, the

@@ -22,8 +22,8 @@ from kafka_client.types import (
 )
 from kafka_proto.records import ColumnBuilder, ControlRecordType, RecordFactory, TimestampType
 
-__all__ = ["MESSAGES", "CHUNK_DECOMPRESSED_BUDGET", "BudgetSpent", "data_batches",
-           "decode_chunk", "decode_columns"]
+__all__ = ["MESSAGES", "CHUNK_DECOMPRESSED_BUDGET", "BudgetSpent", "ColumnsFull",
+           "data_batches", "decode_chunk", "decode_columns"]
 
 #: the codec fills Message objects straight from the record bytes (no Record in between)
 MESSAGES = RecordFactory(
@@ -38,6 +38,11 @@ MESSAGES = RecordFactory(
 #: what the application takes, not what a response can expand to (a hostile 2 kB zstd
 #: batch holds 60 MiB, and a 1 MiB fetch holds 500 of them).
 CHUNK_DECOMPRESSED_BUDGET = 64 << 20
+
+
+class ColumnsFull(Exception):
+    """The Arrow columns being filled cannot take the next record (a binary column holds
+    at most 2 GiB): the call returns the rows it has; ``chunk.start`` is past them."""
 
 
 class BudgetSpent(Exception):
@@ -128,14 +133,23 @@ def decode_columns(chunk: Chunk, cols: ColumnBuilder, limit: int) -> bool:
         if used > CHUNK_DECOMPRESSED_BUDGET:
             raise BudgetSpent(start)
         before = left
-        if batch.magic >= 2:
-            left -= batch.decode_columns(cols, start, left)
-        else:
-            for off, key, value, ts in _legacy_rows(batch, start):
-                if left <= 0:
-                    break
-                cols.append_row(off, ts[1], ts[0], key, value)
-                left -= 1
+        rows = len(cols)
+        try:
+            if batch.magic >= 2:
+                left -= batch.decode_columns(cols, start, left)
+            else:
+                for off, key, value, ts in _legacy_rows(batch, start):
+                    if left <= 0:
+                        break
+                    cols.append_row(off, ts[1], ts[0], key, value)
+                    left -= 1
+        except OverflowError:
+            # Full: the rows added stand (never half a row); resume after them.
+            if len(cols) > rows:
+                start = cols.last_offset + 1
+                chunk.last_epoch = batch.partition_leader_epoch
+            chunk.start = start
+            raise ColumnsFull() from None
         if left < before:
             start = cols.last_offset + 1  # offsets only go up (see decode_chunk)
             chunk.last_epoch = batch.partition_leader_epoch

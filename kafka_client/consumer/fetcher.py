@@ -119,7 +119,7 @@ class PartitionState:
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
                  "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating",
                  "read_replica", "read_replica_until", "held", "rx_msgs", "rx_bytes",
-                 "assigned_offset")
+                 "assigned_offset", "topic_id", "old_topic_id")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -171,6 +171,10 @@ class PartitionState:
         #: (app) the offset the application assigned the partition with, as given (what
         #: ``assignment()`` reports, as librdkafka's does)
         self.assigned_offset = OFFSET_INVALID
+        #: (io) the id of the topic the position belongs to (None: not known yet, or a
+        #: broker without ids), and the id before, when the topic was created again
+        self.topic_id: Any = None
+        self.old_topic_id: Any = None
 
     def seek(self, offset: int, epoch: int = -1) -> None:
         """Set the next offset (absolute, or logical to be resolved), with the leader
@@ -317,6 +321,12 @@ class Fetcher:
         self.error_backoff = config["fetch.error.backoff.ms"] / 1000.0
         self.queue_max_bytes = int(config["queued.max.messages.kbytes"]) * 1024
         self.queue_min_msgs = int(config["queued.min.messages"])
+        #: wire bytes and records of every partition's chunks waiting for the
+        #: application: the two limits above bound these consumer-wide, as librdkafka's
+        #: one consumer queue does (per partition, a slow application's consumer of N
+        #: partitions held N times the limit). Changed under the lock.
+        self.queued_bytes = 0
+        self.queued_msgs = 0
         self.check_crcs = bool(config["check.crcs"])
         self.retry_backoff = config["retry.backoff.ms"] / 1000.0
         #: sent with each Fetch (v11+): a leader with a rack-aware replica selector
@@ -348,6 +358,8 @@ class Fetcher:
         self._deferred: Dict[int, float] = {}
         self.fetch_requests = 0
         self.closed = False
+        #: the metadata version whose topic ids the positions were checked against
+        self._ids_checked = -1
         #: the consumer's Handout.settle: brings the stored offsets up to what the
         #: application was handed, before they are read for a commit
         self.settle: Optional[Callable[[], None]] = None
@@ -361,6 +373,7 @@ class Fetcher:
         changed: fetch at once)."""
         self._node_hold.clear()
         self._empty_streak.clear()
+        self._ids_checked = -1     # new partitions learn their topic's id
         self.io.wake()
 
     # -- the loop --------------------------------------------------------------------------
@@ -377,6 +390,10 @@ class Fetcher:
         need_md: List[str] = []
         md = self.cluster.metadata
         with self.lock:
+            if md.version != self._ids_checked:
+                self._ids_checked = md.version
+                self._check_topic_ids(md)
+            full = self._queue_full()
             for part in self.parts.values():
                 if not part.assigned or part.fetching == part.version or part.resolving \
                         or part.validating:
@@ -400,7 +417,7 @@ class Fetcher:
                     continue
                 leader = md.leader(part.topic, part.partition)
                 node = self._read_from(part, leader, now)
-                if self._queue_full(part):
+                if full:
                     held_back.add(node)
                     continue  # the application's consumption wakes us (see taken())
                 if leader < 0:
@@ -468,6 +485,35 @@ class Fetcher:
                     if part.backoff_until > now:
                         nxt = _earliest(nxt, part.backoff_until)
         return nxt
+
+    def _check_topic_ids(self, md: Any) -> None:
+        """Lock held: a topic deleted and created again under its name has another id,
+        and the positions (and offsets stored for a commit) of its assigned partitions
+        belong to the old log: those partitions start again from the committed offset,
+        else ``auto.offset.reset``. (librdkafka keeps the old positions and so skips as
+        many records of the new log, or reads from its end.)"""
+        for part in self.parts.values():
+            info = md.topic(part.topic)
+            tid = None if info is None else info.topic_id
+            if tid is None or tid == part.topic_id or not part.assigned:
+                continue
+            if part.topic_id is None:
+                part.topic_id = tid
+                continue
+            if tid == part.old_topic_id:
+                continue     # a broker whose metadata lags still names the old topic
+            self.log.warning(
+                "%s [%d]: the topic was deleted and created again (topic id %s, was %s): "
+                "reading the new one from the committed offset, else auto.offset.reset=%s "
+                "(position %d and stored offset %d were the old one's)", part.topic,
+                part.partition, tid, part.topic_id, self.reset_policy, part.fetch_pos,
+                part.stored)
+            part.old_topic_id, part.topic_id = part.topic_id, tid
+            part.seek(OFFSET_STORED)
+            part.stored = part.committed = -1
+            part.stored_metadata = None
+            part.stored_epoch = -1
+            part.hw = part.lso = part.log_start = -1
 
     # -- offsets -------------------------------------------------------------------------
     def _resolve_stored(self, parts: List[PartitionState]) -> None:
@@ -569,7 +615,7 @@ class Fetcher:
     def list_offsets(self, want: Dict[TopicPartitionKey, int],
                      done: Callable[[Dict[TopicPartitionKey, OffsetLookup]], None],
                      timeout: Optional[float], isolation: int = READ_UNCOMMITTED, *,
-                     each_broker: bool = False) -> None:
+                     each_broker: bool = False, fresh_after: Optional[float] = None) -> None:
         """I/O thread: ListOffsets for ``{(topic, partition): timestamp}``
         (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, else a time in ms), sent to each
         partition's leader; ``done`` gets ``{key: OffsetLookup}`` once every leader
@@ -579,13 +625,29 @@ class Fetcher:
         reached fails with its first failed connection attempt, and the metadata of its
         topics is asked again: the partitions may have a new leader (a stopped broker's
         leaderships move), which the next lookup goes to, rather than waiting for that
-        broker until the request times out."""
+        broker until the request times out. A partition without a leader whose topic a
+        metadata answer received after ``fresh_after`` says does not exist, or has fewer
+        partitions, fails for good (UNKNOWN_TOPIC_OR_PART, _UNKNOWN_PARTITION), as
+        librdkafka's lookups do, rather than as a leader to wait for."""
         md = self.cluster.metadata
         results: Dict[TopicPartitionKey, OffsetLookup] = {}
         by_node: Dict[int, Dict[str, List[Tuple[int, int]]]] = {}
         for (topic, p), ts in want.items():
             leader = md.leader(topic, p)
             if leader < 0:
+                info = md.topic(topic)
+                if fresh_after is not None and info is not None and \
+                        info.updated >= fresh_after:
+                    if info.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                        results[(topic, p)] = _lookup_failed(KafkaError(
+                            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"{topic} [{p}]: the topic does not exist"))
+                        continue
+                    if not info.error and p >= info.partition_count:
+                        results[(topic, p)] = _lookup_failed(KafkaError(
+                            KafkaError._UNKNOWN_PARTITION, f"{topic} [{p}]: the topic has "
+                            f"{info.partition_count} partitions"))
+                        continue
                 results[(topic, p)] = _lookup_failed(client_error(
                     KafkaError.LEADER_NOT_AVAILABLE, f"{topic} [{p}]: leader not known"))
                 self.cluster.want_topics([topic])
@@ -1040,6 +1102,8 @@ class Fetcher:
             part.fetch_epoch = epoch
         part.queued_bytes += nbytes
         part.queued_msgs += count
+        self.queued_bytes += nbytes
+        self.queued_msgs += count
         part.rx_msgs += count
         part.rx_bytes += nbytes
         self.deliver(Chunk(part, version, batches, pos, aborted, nbytes, count))
@@ -1084,17 +1148,20 @@ class Fetcher:
     def taken(self, chunk: Chunk) -> None:
         """Application thread, lock held: a chunk left the queue (consumed or dropped)."""
         part = chunk.part
-        was_full = self._queue_full(part)
+        was_full = self._queue_full()
         part.queued_bytes -= chunk.nbytes
         part.queued_msgs -= chunk.count
-        if was_full and not self._queue_full(part):
+        self.queued_bytes -= chunk.nbytes
+        self.queued_msgs -= chunk.count
+        if was_full and not self._queue_full():
             self.io.wake()
 
-    def _queue_full(self, part: PartitionState) -> bool:
-        """Its local queue is at queued.max.messages.kbytes or queued.min.messages: no
-        fetch for the partition until the application takes some."""
-        return part.queued_bytes >= self.queue_max_bytes \
-            or part.queued_msgs >= self.queue_min_msgs
+    def _queue_full(self) -> bool:
+        """The local queue (every partition's chunks) is at queued.max.messages.kbytes
+        or queued.min.messages: nothing is fetched until the application takes some
+        (one Fetch may overshoot, as librdkafka's)."""
+        return self.queued_bytes >= self.queue_max_bytes \
+            or self.queued_msgs >= self.queue_min_msgs
 
     # -- offsets for the group (any thread) -------------------------------------------
     def assigned_keys(self) -> Set[TopicPartitionKey]:

@@ -248,6 +248,7 @@ class Controller:
         self.topics_by_id.pop(info.topic_id, None)
         for broker in self.server.brokers.values():
             broker.on_topic_deleted(info)
+        self.server.groups.topic_deleted(name)
         self.server.topics_changed()
 
     def alter_topic_config(self, name: str, overrides: Mapping[str, Any]) -> None:

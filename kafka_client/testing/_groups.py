@@ -142,6 +142,15 @@ class GroupCoordinator:
             old.join_timer.cancel()
         self.groups[group_id] = group
 
+    def topic_deleted(self, topic: str) -> None:
+        """Every group's committed offsets (and offsets pending in open transactions) of
+        a deleted topic go, as Kafka's coordinator deletes them: a topic created again
+        under that name starts from the groups' ``auto.offset.reset``."""
+        for group in self.groups.values():
+            for offsets in (group.offsets, *group.pending_txn_offsets.values()):
+                for key in [k for k in offsets if k[0] == topic]:
+                    del offsets[key]
+
     # -- coordinator moves -----------------------------------------------------------
     def coordinator_moved(self, group_id: Optional[str] = None) -> None:
         """Requests waiting at a former coordinator fail with NOT_COORDINATOR."""

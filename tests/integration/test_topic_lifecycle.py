@@ -90,3 +90,74 @@ def test_an_idempotent_producer_goes_on_into_a_topic_created_again_with_fewer_pa
         assert got == [b"after-%d" % i for i in range(30)]   # once each, in order
     finally:
         c.close()
+
+
+def test_a_consumer_reads_a_topic_created_again_from_its_start(cluster):
+    """The positions of a deleted topic's partitions belong to the old log: in the new
+    one (another topic id) the consumer starts from auto.offset.reset (librdkafka keeps
+    the old position and skips that many records of the new topic)."""
+    cluster.create_topic("reborn", partitions=2, replication_factor=3)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 1})
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "reborn-g",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "topic.metadata.refresh.interval.ms": 300})
+    try:
+        for i in range(50):
+            p.produce("reborn", b"old-%d" % i, partition=i % 2)
+        assert p.flush(10) == 0
+        c.assign([TopicPartition("reborn", 0), TopicPartition("reborn", 1)])
+        old = []
+        deadline = time.monotonic() + 10
+        while len(old) < 50 and time.monotonic() < deadline:
+            old.extend(m.value() for m in c.consume(100, 0.1) if m.error() is None)
+        assert len(old) == 50
+        c.commit(asynchronous=False)
+        # Paused meanwhile, so that no Fetch meets the new partitions while they are
+        # shorter than the old positions (OFFSET_OUT_OF_RANGE would reset them).
+        c.pause(c.assignment())
+        cluster.delete_topic("reborn")
+        cluster.create_topic("reborn", partitions=2, replication_factor=3)
+        for i in range(80):                  # more than the old positions (25 each)
+            p.produce("reborn", b"new-%d" % i, partition=i % 2)
+        assert p.flush(10) == 0
+        time.sleep(1.0)                      # the consumer's metadata has the new topic
+        c.resume(c.assignment())
+        new = []
+        deadline = time.monotonic() + 15
+        while len(new) < 80 and time.monotonic() < deadline:
+            new.extend(m.value() for m in c.consume(100, 0.1) if m.error() is None)
+        assert sorted(new) == sorted(b"new-%d" % i for i in range(80))
+        # The group's offsets of the deleted topic went with it (Kafka's rule, which the
+        # test cluster follows): nothing committed for the new topic yet.
+        committed = c.committed([TopicPartition("reborn", 0), TopicPartition("reborn", 1)],
+                                timeout=10)
+        assert [tp.offset for tp in committed] == [-1001, -1001]
+    finally:
+        p.close(5)
+        c.close()
+
+
+def test_offset_lookups_for_a_topic_or_partition_that_does_not_exist_fail_at_once(cluster):
+    """As librdkafka's: once a metadata answer asked for by the call says so (they
+    waited for their whole timeout, then raised a retriable LEADER_NOT_AVAILABLE)."""
+    cluster.create_topic("gone", partitions=2, replication_factor=3)
+    cluster.create_topic("two", partitions=2, replication_factor=3)
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers})
+    try:
+        assert c.get_watermark_offsets(TopicPartition("gone", 0), 10) == (0, 0)
+        cluster.delete_topic("gone")
+        cases = [(TopicPartition("gone", 0), KafkaError.UNKNOWN_TOPIC_OR_PART),
+                 (TopicPartition("never-made", 0), KafkaError.UNKNOWN_TOPIC_OR_PART),
+                 (TopicPartition("two", 7), KafkaError._UNKNOWN_PARTITION)]
+        for tp, code in cases:
+            for lookup in (lambda: c.get_watermark_offsets(tp, 10),
+                           lambda: c.offsets_for_times([TopicPartition(tp.topic,
+                                                                       tp.partition, 0)], 10)):
+                started = time.monotonic()
+                with pytest.raises(KafkaException) as ei:
+                    lookup()
+                assert time.monotonic() - started < 5, tp
+                assert ei.value.args[0].code() == code, (tp, ei.value.args[0])
+                assert not ei.value.args[0].retriable()
+    finally:
+        c.close()

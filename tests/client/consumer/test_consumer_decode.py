@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_client import Consumer, KafkaError, TopicPartition
+from kafka_client import Consumer, KafkaError, KafkaException, TopicPartition
 from kafka_client.consumer.fetcher import Chunk
 from kafka_proto.records import RecordBatchBuilder, read_batches
 
@@ -93,3 +93,64 @@ def test_a_chunk_that_expands_past_the_budget_is_fetched_again_in_parts(consumer
     assert all(m.error() is None and len(m.value()) == 600_000 for m in got)
     assert part.fetch_pos == 12 and part.backoff_until == 0.0
     assert consumer.position([TopicPartition("t", 0)])[0].offset == 12
+
+
+class ColumnsFillUp:
+    """A record batch whose Arrow columns fill up (2 GiB in real life) after ``room``
+    rows, once: decode_columns adds what fits, then the builder raises OverflowError."""
+
+    def __init__(self, batch, room):
+        self._batch = batch
+        self.room = room
+
+    def __getattr__(self, name):
+        return getattr(self._batch, name)
+
+    def decode_columns(self, cols, start, left):
+        if self.room is None:
+            return self._batch.decode_columns(cols, start, left)
+        added = self._batch.decode_columns(cols, start, min(left, self.room))
+        self.room = None
+        if added < left:
+            raise OverflowError("ColumnBuilder: a column would exceed 2 GiB; finish() first")
+        return added
+
+
+def good_batch():
+    b = RecordBatchBuilder()
+    for i in range(5):
+        b.append(b"value-%d" % i)
+    return next(iter(read_batches(b.build(10))))
+
+
+def test_consume_arrow_returns_what_fits_when_its_columns_are_full(consumer):
+    """A call whose values would pass a binary column's 2 GiB returns the rows it has;
+    the next call goes on from the next record (it raised OverflowError, every call
+    again, and nothing could be read with a large max_records)."""
+    pytest.importorskip("pyarrow")
+    part = consumer._fetcher.parts[("t", 0)]
+    batch = ColumnsFillUp(good_batch(), 2)
+    with consumer._lock:
+        part.fetch_pos = 15
+        consumer._deliver(Chunk(part, part.version, [batch], 10, None, batch.size,
+                                batch.records_count))
+    first = consumer.consume_arrow(100, 1.0)
+    assert first.column("offset").to_pylist() == [10, 11]
+    second = consumer.consume_arrow(100, 1.0)
+    assert second.column("offset").to_pylist() == [12, 13, 14]
+    assert second.column("value").to_pylist() == [b"value-%d" % i for i in (2, 3, 4)]
+
+
+def test_a_record_too_large_for_any_arrow_column_is_a_clear_error(consumer):
+    pytest.importorskip("pyarrow")
+    part = consumer._fetcher.parts[("t", 0)]
+    batch = ColumnsFillUp(good_batch(), 0)
+    with consumer._lock:
+        part.fetch_pos = 15
+        consumer._deliver(Chunk(part, part.version, [batch], 10, None, batch.size,
+                                batch.records_count))
+    with pytest.raises(KafkaException) as ei:
+        consumer.consume_arrow(100, 1.0)
+    err = ei.value.args[0]
+    assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE and "consume()" in err.str()
+    assert [m.offset() for m in consumer.consume(100, 1.0)] == [10, 11, 12, 13, 14]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from kafka_client._cluster.metadata import TopicInfo
 from kafka_client._common import make_config
 from kafka_client.consumer.fetcher import Fetcher, PartitionState
 from kafka_client.errors import KafkaError, client_error
@@ -14,6 +15,12 @@ class FakeMetadata:
         self.epochs = {}         # {(topic, partition): leader epoch}
         self.brokers = {1: ("127.0.0.1", 1, "a"), 2: ("127.0.0.1", 2, "b")}
         self.requested = []
+        self.topic_ids = {}      # {topic: uuid}
+        self.version = 0         # bumped by every update
+
+    def set_topic_id(self, topic, tid):
+        self.topic_ids[topic] = tid
+        self.version += 1
 
     def leader(self, topic, partition):
         return self.leaders.get((topic, partition), -1)
@@ -25,7 +32,10 @@ class FakeMetadata:
         self.requested.append([topic])
 
     def topic(self, name):
-        return None
+        tid = self.topic_ids.get(name)
+        if tid is None:
+            return None
+        return TopicInfo(name, 0, [1], [0], [0], time.monotonic(), tid)
 
     def request(self, topics, fast=False, now=None):
         self.requested.append(list(topics))
@@ -751,3 +761,50 @@ def test_a_held_offset_caps_what_is_committed_until_released():
     part.held = -1
     [tp] = fetcher.stored_offsets()
     assert (tp.offset, tp.leader_epoch) == (8, 7)
+
+
+def test_a_topic_created_again_starts_again_from_the_policy_not_the_old_position():
+    """Another topic id for an assigned partition's topic: the position (and the offset
+    stored for a commit) belonged to the deleted log; the partition starts again from
+    the committed offset, else auto.offset.reset (librdkafka keeps the old position and
+    skips as many records of the new log). A lagging broker naming the old id again
+    changes nothing."""
+    import uuid
+
+    old, new = uuid.uuid4(), uuid.uuid4()
+    fetcher, conn, part = setup(**{"auto.offset.reset": "earliest"})
+    md = fetcher.cluster.metadata
+    md.set_topic_id("t", old)
+    part.seek(25)
+    part.stored = part.committed = 25
+    fetcher.tick(time.monotonic())
+    assert part.topic_id == old and part.fetch_pos == 25
+    md.set_topic_id("t", new)
+    fetcher.tick(time.monotonic())
+    assert part.topic_id == new and part.fetch_pos == -1
+    assert part.stored == part.committed == -1
+    from kafka_client.types import OFFSET_BEGINNING
+    assert part.reset == OFFSET_BEGINNING       # no group: auto.offset.reset at once
+    part.seek(0)
+    md.set_topic_id("t", old)                    # stale metadata
+    fetcher.tick(time.monotonic())
+    assert part.topic_id == new and part.fetch_pos == 0
+
+
+def test_the_local_queue_limits_bound_the_whole_consumer_not_each_partition():
+    """queued.max.messages.kbytes and queued.min.messages count every partition's chunks
+    (librdkafka's one consumer queue): per partition, a slow application's consumer of
+    N partitions held N times the limit."""
+    fetcher, conn, part = setup(**{"queued.min.messages": 100})
+    other = PartitionState("t", 1)
+    other.seek(0)
+    fetcher.parts[other.key] = other
+    fetcher.cluster.metadata.leaders[("t", 1)] = 1
+    part.queued_msgs = fetcher.queued_msgs = 100      # all of it from partition 0
+    fetcher.tick(time.monotonic())
+    assert not conn.sent                              # partition 1 waits too
+    from kafka_client.consumer.fetcher import Chunk
+    fetcher.taken(Chunk(part, part.version, [], 0, None, 0, 1))
+    assert fetcher.cluster.conns[1] is conn and fetcher.io.wakes >= 1
+    fetcher.tick(time.monotonic())
+    assert len(conn.sent) == 1

@@ -360,9 +360,8 @@ _TABLE: Tuple[Property, ...] = (
        "raises _QUEUE_FULL; 0 means no limit.", min=0, max=INT32_MAX),
     _p("queue.buffering.max.kbytes", INT, 1048576, "P",
        "Most kilobytes queued in the producer before produce() raises BufferError "
-       "(_QUEUE_FULL): counts the encoded size of closed batches until their delivery "
-       "report is served, plus the key and value bytes of messages waiting for topic "
-       "metadata; open batches (up to batch.size each, one per partition) come on top.",
+       "(_QUEUE_FULL): counts the key and value bytes of every message from produce() "
+       "until its delivery report is served (open batches included).",
        min=1, max=INT32_MAX),
     _ignored("queue.buffering.backpressure.threshold", INT, 1, "P",
        "Hold back new batches while this many produce requests to a broker are queued but "

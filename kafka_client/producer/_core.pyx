@@ -152,7 +152,8 @@ cdef class Batch:
     cdef public double deadline
     cdef public list cbs
     cdef public Py_ssize_t count
-    cdef public object nbytes          # encoded size, counted in msg_bytes once closed
+    cdef public object nbytes          # encoded size, once closed
+    cdef public Py_ssize_t counted     # bytes of its messages counted in msg_bytes
     cdef public object data            # the built batch, once sent
     cdef public object base_sequence
     cdef public object attempts
@@ -174,6 +175,7 @@ cdef class Batch:
         self.cbs = None
         self.count = 0
         self.nbytes = 0
+        self.counted = 0
         self.data = None
         self.base_sequence = -1
         self.attempts = 0
@@ -497,7 +499,7 @@ cdef class AccumulatorCore:
         topic does not have)."""
         self._place(t, m.value, m.key, m.partition, m.on_delivery, m.timestamp, m.headers,
                     m.size)
-        self.msg_bytes -= m.size  # counted again with its batch, when it closes
+        self.msg_bytes -= m.size  # counted again with its batch, by _place
 
     cdef int _place(self, TopicState t, value, key, int partition, on_delivery, timestamp,
                     headers, Py_ssize_t size) except -1:
@@ -527,6 +529,10 @@ cdef class AccumulatorCore:
             self._close(p, b)
             b = self._open(p)
         b.append(value, key, timestamp or None, headers)
+        # Counted at once, open batch or not: queue.buffering.max.kbytes bounds every
+        # message in the producer, as librdkafka's does.
+        b.counted += size
+        self.msg_bytes += size
         if on_delivery is not None:
             cbs = b.cbs
             if cbs is None:

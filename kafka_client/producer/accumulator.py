@@ -12,10 +12,9 @@ Messages for a topic whose metadata is not known yet wait in the topic's ``pendi
 list (librdkafka's unassigned queue) and are partitioned once the metadata arrives.
 
 Backpressure (``BufferError``): ``queue.buffering.max.messages`` counts every message
-until its delivery report is served; ``queue.buffering.max.kbytes`` counts the encoded
-size of closed batches not yet reported plus messages waiting for metadata (the open
-batches, at most ``batch.size`` each, come on top: counting bytes per batch instead of
-per message keeps ``produce()`` short).
+until its delivery report is served; ``queue.buffering.max.kbytes`` counts the key and
+value bytes of the same messages, from ``produce()`` on (open batches included: a wide
+topic with a long ``linger.ms`` holds no more than the limit, as with librdkafka).
 
 Ownership: this module and its compiled core (``_core.pyx``: the records and
 ``produce()``) are the only code that takes :attr:`Accumulator.lock` or changes the
@@ -270,12 +269,9 @@ class Accumulator(AccumulatorCore):
             self.msg_bytes -= nbytes
 
     def queued_bytes(self) -> int:
-        """Bytes of the messages still in the producer: closed batches not reported yet
-        and messages waiting for metadata (``msg_bytes``), plus the open batches."""
-        with self.lock:
-            return self.msg_bytes + sum(p.open.builder.size_in_bytes
-                                        for t in self.topics.values() for p in t.parts or ()
-                                        if p.open is not None)
+        """Bytes of the messages still in the producer (until their reports are
+        served), open batches included."""
+        return self.msg_bytes
 
     # ======================================================================= I/O thread
     # -- metadata ----------------------------------------------------------------------
@@ -437,7 +433,11 @@ class Accumulator(AccumulatorCore):
             else:
                 chunk = values[pos:pos + take]
                 kchunk = None if keys is None else keys[pos:pos + take]
+            before = b.builder.size_in_bytes
             b.builder.append_many(chunk, kchunk, ts)
+            added = b.builder.size_in_bytes - before
+            b.counted += added
+            self.msg_bytes += added
             b.count += take
             pos += take
             if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
@@ -486,9 +486,7 @@ class Accumulator(AccumulatorCore):
             p.open = None
         if not b.count:
             return  # its only append failed: nothing to send
-        # Bytes are counted per closed batch (its encoded size), not per message.
-        b.nbytes = b.builder.size_in_bytes
-        self.msg_bytes += b.nbytes
+        b.nbytes = b.builder.size_in_bytes   # its messages' bytes were counted as added
         p.ready.append(b)
         self._ready_parts.add(p)
         self._wake(0.0)

@@ -449,7 +449,7 @@ class Producer(ClientBase):
             batch = r.batch
             if batch is not None:
                 count = batch.count
-                acc.reported(count, batch.nbytes)
+                acc.reported(count, batch.counted)
                 served += count
                 if batch.cbs and not (only_err and r.error is None):
                     self._run_callbacks(r, 0)

@@ -51,10 +51,10 @@ def test_messages_are_encoded_into_the_open_batch():
     assert p.open is not None and p.open.count == 3 and not p.ready
     assert records_of(p.open) == [(b"k1", b"v1"), (b"k2", b"text"), (None, None)]
     assert p.open.cbs is None  # no callback: nothing kept per message
-    # Bytes are counted per batch, once it closes (its encoded size).
-    assert acc.msg_count == 3 and acc.msg_bytes == 0
+    # Key and value bytes are counted as each message is queued, open batch or not.
+    assert acc.msg_count == 3 and acc.msg_bytes == 4 + 6 == p.open.counted
     acc.close_lingered(0.0, everything=True)
-    assert acc.msg_bytes == p.ready[0].nbytes == p.ready[0].builder.size_in_bytes > 61
+    assert acc.msg_bytes == 10 and p.ready[0].nbytes == p.ready[0].builder.size_in_bytes > 61
     assert wanted == ["t"]
 
 
@@ -193,7 +193,7 @@ def test_produce_batch_fills_batches_in_bulk():
     got = [v for b in batches for _, v in records_of(b)]
     assert got == values
     assert acc.msg_count == 1000
-    assert acc.msg_bytes == sum(b.nbytes for b in batches) > 5000  # closed ones, encoded
+    assert acc.msg_bytes == sum(b.counted for b in batches) > 5000  # open one too
     # keys: each through the partitioner, then appended in bulk per partition, in order
     keys = [b"k%d" % (i % 5) for i in range(50)]
     acc.close_lingered(0.0, everything=True)
@@ -391,3 +391,22 @@ def test_expire_and_purge_take_out_what_the_sender_reports():
     assert [(u.topic, u.error.code(), len(u.messages)) for u in removed.unplaced] == [
         ("later", KafkaError._PURGE_QUEUE, 1)]
     assert not acc.ready(time.monotonic()).nodes and t.parts[0].open is None
+
+
+def test_open_batches_count_against_queue_buffering_max_kbytes():
+    """The byte limit holds whatever the batching: with a long linger.ms over many
+    partitions the open batches held up to batch.size each on top of it (956 MB with a
+    16 MB limit over 1,000 partitions). Served reports give the bytes back."""
+    acc, _, _ = make(**{"queue.buffering.max.kbytes": 10, "linger.ms": 60000})
+    t = with_topic(acc, partitions=20)
+    for i in range(9):
+        acc.produce("t", b"x" * 1000, partition=i)     # one open batch each
+    assert acc.msg_bytes == 9000 and not any(p.ready for p in t.parts)
+    with pytest.raises(BufferError):
+        acc.produce("t", b"x" * 2000, partition=10)
+    acc.close_lingered(0.0, everything=True)
+    batches = [b for p in t.parts for b in p.ready]
+    for b in batches:
+        acc.reported(b.count, b.counted)
+    assert acc.msg_count == 0 and acc.msg_bytes == 0
+    acc.produce("t", b"x" * 2000, partition=10)

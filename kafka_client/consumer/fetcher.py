@@ -119,7 +119,7 @@ class PartitionState:
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
                  "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating",
                  "read_replica", "read_replica_until", "held", "rx_msgs", "rx_bytes",
-                 "assigned_offset", "topic_id", "old_topic_id")
+                 "assigned_offset", "topic_id", "old_topic_id", "last_error_logged")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -175,6 +175,7 @@ class PartitionState:
         #: broker without ids), and the id before, when the topic was created again
         self.topic_id: Any = None
         self.old_topic_id: Any = None
+        self.last_error_logged: Optional[int] = None   # (io) a repeated error said once
 
     def seek(self, offset: int, epoch: int = -1) -> None:
         """Set the next offset (absolute, or logical to be resolved), with the leader
@@ -1013,7 +1014,7 @@ class Fetcher:
             self.log.debug("%s [%d]: the leader says to fetch from broker %d",
                            part.topic, part.partition, replica)
         if part.last_error is not None:
-            part.last_error = None
+            part.last_error = part.last_error_logged = None
         part.hw = pd.high_watermark
         lso = getattr(pd, "last_stable_offset", -1)
         part.lso = lso if lso is not None else -1
@@ -1112,8 +1113,23 @@ class Fetcher:
                          current_leader: Any = None, node: int = -1) -> None:
         md = self.cluster.metadata
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            self.log.info("%s [%d]: offset %d out of range; applying auto.offset.reset=%s",
-                          part.topic, part.partition, part.fetch_pos, self.reset_policy)
+            if part.last_error == code:
+                # Out of range again, at the offset the reset just looked up, with no
+                # data in between: the broker's ListOffsets and Fetch disagree. Reset
+                # again after the backoff, not at once (that made thousands of requests
+                # a second), and say so once.
+                part.backoff_until = now + self.error_backoff
+                if part.last_error_logged != code:
+                    part.last_error_logged = code
+                    self.log.warning("%s [%d]: offset %d, found by auto.offset.reset=%s, "
+                                     "is out of range too; trying again every %g s",
+                                     part.topic, part.partition, part.fetch_pos,
+                                     self.reset_policy, self.error_backoff)
+            else:
+                self.log.info("%s [%d]: offset %d out of range; applying "
+                              "auto.offset.reset=%s", part.topic, part.partition,
+                              part.fetch_pos, self.reset_policy)
+            part.last_error = code
             self._apply_reset_policy(part, f"fetch offset {part.fetch_pos} is out of range")
             return
         if code in LEADER_ERRORS and current_leader is not None and md.learn_leader(

@@ -808,3 +808,21 @@ def test_the_local_queue_limits_bound_the_whole_consumer_not_each_partition():
     assert fetcher.cluster.conns[1] is conn and fetcher.io.wakes >= 1
     fetcher.tick(time.monotonic())
     assert len(conn.sent) == 1
+
+
+def test_out_of_range_again_right_after_a_reset_backs_off():
+    """A broker whose ListOffsets answer is out of range for its own Fetch: the reset is
+    tried again after fetch.error.backoff.ms (it went round at once: ~780 ListOffsets
+    and Fetch requests a second, and an INFO line each); data in between starts over."""
+    from kafka_client.types import OFFSET_BEGINNING
+    fetcher, conn, part = setup(**{"auto.offset.reset": "earliest"})
+    now = time.monotonic()
+    fetcher._partition_error(part, 1, now)                # OFFSET_OUT_OF_RANGE
+    assert part.reset == OFFSET_BEGINNING and part.backoff_until <= now
+    part.reset, part.fetch_pos = None, 10                   # the lookup said 10
+    fetcher._partition_error(part, 1, now)                # ... out of range too
+    assert part.reset == OFFSET_BEGINNING and part.backoff_until >= now + 0.02
+    part.last_error = part.last_error_logged = None        # data came in between
+    part.reset, part.fetch_pos = None, 10
+    fetcher._partition_error(part, 1, now + 1)
+    assert part.backoff_until < now + 1

@@ -283,7 +283,9 @@ class GroupCoordinator:
         #: rebalances completed, and when the last one did (the statistics' cgrp)
         self.rebalance_count = 0
         self.rebalanced_at: Optional[float] = None
-        cluster.on_metadata.append(self._on_metadata)
+        #: subscribed topic -> the metadata error last reported for it (once each)
+        self._topic_errors: Dict[str, int] = {}
+        cluster.on_metadata.append(self._metadata_arrived)
         cluster.on_broker_state.append(self._on_broker_state)
         io.add_tick(self.tick)
 
@@ -1061,6 +1063,33 @@ class GroupCoordinator:
         with self._app_lock:
             self.app_events.append(("assign", tps, self._op_token))
         self.wake_app()
+
+    def _metadata_arrived(self, changed: Any) -> None:
+        self._report_topic_errors()
+        self._on_metadata(changed)
+
+    def _report_topic_errors(self) -> None:
+        """A topic the subscription names (not a pattern) that the metadata says is
+        not there, or not ours to read: one error event per topic and error, as
+        librdkafka's "Subscribed topic not available" (the group waits for it
+        meanwhile; a misspelt name was never said)."""
+        if self.patterns is None:
+            if self._topic_errors:
+                self._topic_errors.clear()
+            return
+        topics = self.cluster.metadata.topics
+        for name in self.patterns:
+            if name.startswith("^"):
+                continue
+            info = topics.get(name)
+            code = 0 if info is None else info.error
+            if code in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE):
+                self._topic_errors.pop(name, None)
+            elif self._topic_errors.get(name) != code:
+                self._topic_errors[name] = code
+                self.deliver_error(KafkaError(
+                    code, f"Subscribed topic not available: {name}: "
+                    f"{KafkaError(code).str()}"))
 
     def _on_metadata(self, changed: Any) -> None:
         if self._leading is not None:

@@ -447,3 +447,26 @@ def test_an_assignment_the_member_refuses_still_lets_the_group_go_on():
     except RuntimeError:
         pass
     assert (g._assign_done, ()) in g.io.calls    # the group hears the assignment ran
+
+
+def test_a_subscribed_topic_that_is_not_there_is_reported_once():
+    """librdkafka's "Subscribed topic not available": one error event per topic and
+    error while the metadata says so (a misspelt topic was never mentioned), again if it
+    goes away after it came; patterns are not reported."""
+    from kafka_client._cluster.metadata import TopicInfo
+
+    g, errors = coordinator("range")
+    g.patterns = ["t", "^x.*"]
+    missing = TopicInfo("t", KafkaError.UNKNOWN_TOPIC_OR_PART, [], [], [], 0.0)
+    here = TopicInfo("t", 0, [1], [0], [0], 0.0)
+    g.cluster.metadata = types.SimpleNamespace(topics={"t": missing})
+    g._report_topic_errors()
+    g._report_topic_errors()
+    (err,) = errors
+    assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert err.str().startswith("Subscribed topic not available: t: ")
+    g.cluster.metadata.topics["t"] = here
+    g._report_topic_errors()
+    g.cluster.metadata.topics["t"] = missing
+    g._report_topic_errors()
+    assert len(errors) == 2

@@ -72,7 +72,7 @@ from kafka_client.types import (
     Message,
     TopicPartition,
 )
-from kafka_proto.errors import KafkaProtocolError
+from kafka_proto.errors import DecompressionLimitError, KafkaProtocolError
 from kafka_proto.records import ColumnBuilder
 
 __all__ = ["Consumer"]
@@ -774,6 +774,11 @@ class Consumer(ClientBase):
         fetched again from that offset after fetch.error.backoff.ms (so nothing after it
         is skipped silently; seek past it to go on), as the Java client does."""
         part = chunk.part
+        hint = ""
+        if isinstance(exc, DecompressionLimitError):
+            hint = (f" (a batch may decompress to {self._fetcher.decompressed_floor} bytes, "
+                    f"or 64 times its compressed size: raise receive.message.max.bytes to "
+                    f"read larger ones)")
         with self._lock:
             if chunk.version != part.version or not part.assigned:
                 return
@@ -782,7 +787,7 @@ class Consumer(ClientBase):
             self._queue.appendleft(Event(part, part.version, Message(
                 part.topic, part.partition, offset, error=KafkaError(
                     KafkaError._BAD_MSG, f"{part.topic} [{part.partition}] at offset "
-                    f"{offset}: {exc}"))))
+                    f"{offset}: {exc}{hint}"))))
         self._fetcher.kick()
 
     # -- callbacks ---------------------------------------------------------------------

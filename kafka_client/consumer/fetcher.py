@@ -47,7 +47,7 @@ from kafka_proto.messages import (
     ListOffsetsRequest,
     OffsetForLeaderEpochRequest,
 )
-from kafka_proto.records import read_batches
+from kafka_proto.records import DEFAULT_MAX_DECOMPRESSED_SIZE, read_batches
 
 __all__ = ["Fetcher", "PartitionState", "Chunk", "AbortedTransaction", "Event",
            "OffsetLookup", "OFFSET_TAIL_BASE"]
@@ -321,6 +321,14 @@ class Fetcher:
         self.message_max_bytes = int(config["message.max.bytes"])
         self.error_backoff = config["fetch.error.backoff.ms"] / 1000.0
         self.queue_max_bytes = int(config["queued.max.messages.kbytes"]) * 1024
+        #: a batch may decompress to at least this much (beyond, 64 times its compressed
+        #: size): as large as anything the configuration lets a Fetch carry (a batch a
+        #: producer wrote with a raised message.max.bytes is no bomb; the codec's 64 MiB
+        #: floor refused those)
+        self.decompressed_floor = max(DEFAULT_MAX_DECOMPRESSED_SIZE,
+                                      int(config["receive.message.max.bytes"]),
+                                      int(config["fetch.max.bytes"]),
+                                      int(config["message.max.bytes"]))
         self.queue_min_msgs = int(config["queued.min.messages"])
         #: wire bytes and records of every partition's chunks waiting for the
         #: application: the two limits above bound these consumer-wide, as librdkafka's
@@ -1026,7 +1034,8 @@ class Fetcher:
         count = 0
         if data is not None and len(data):
             try:
-                for batch in read_batches(data, self.check_crcs):
+                for batch in read_batches(data, self.check_crcs,
+                                          decompressed_floor=self.decompressed_floor):
                     if batch.last_offset < new_pos:
                         continue  # before the position (a compacted or legacy wrapper)
                     batches.append(batch)

@@ -191,6 +191,7 @@ def read_batches(
     *,
     allow_truncated: bool = ...,
     max_decompressed_size: Optional[int] = ...,
+    decompressed_floor: Optional[int] = ...,
 ) -> BatchReader: ...
 
 def increment_sequence(sequence: int, increment: int) -> int: ...

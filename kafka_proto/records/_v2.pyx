@@ -2184,7 +2184,7 @@ cdef class RecordBatch:
         cdef int codec = self._attrs & ATTR_CODEC_MASK
         cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
         cdef const unsigned char* p
-        cdef Py_ssize_t clen, limit
+        cdef Py_ssize_t clen, limit, floor
         cdef object data
         if codec == 0:
             it.st.p = self._ptr() + HEADER_SIZE
@@ -2198,9 +2198,12 @@ cdef class RecordBatch:
                 clen = self._size - HEADER_SIZE
                 limit = self._max_decompressed
                 if limit <= 0:
+                    # No cap given: the ratio rule, at least the floor (kept negated:
+                    # read_batches' decompressed_floor, else the default)
+                    floor = -limit if limit < 0 else DEFAULT_MAX_DECOMPRESSED
                     limit = clen * DECOMPRESSED_RATIO_LIMIT
-                    if limit < DEFAULT_MAX_DECOMPRESSED:
-                        limit = DEFAULT_MAX_DECOMPRESSED
+                    if limit < floor:
+                        limit = floor
                 mv = PyMemoryView_FromMemory(<char*>self._ptr() + HEADER_SIZE, clen,
                                              PyBUF_READ)
                 try:
@@ -2477,10 +2480,10 @@ cdef class BatchReader:
                 self._pos = pos + length + LOG_OVERHEAD
                 return batch
             if magic == 0 or magic == 1:
-                if self._max_decompressed > 0:
+                if self._max_decompressed != 0:   # a cap, or a floor (negated): as a cap
                     legacy, next_pos = _legacy_reader()(self._buffer, pos, self._end,
                                                         self._check_crc,
-                                                        self._max_decompressed)
+                                                        abs(self._max_decompressed))
                 else:
                     legacy, next_pos = _legacy_reader()(self._buffer, pos, self._end,
                                                         self._check_crc)
@@ -2551,14 +2554,15 @@ cdef RecordBatch _make_batch(const unsigned char[::1] view, Py_ssize_t start, Py
 
 
 def read_batches(buffer, bint check_crc=True, *, bint allow_truncated=True,
-                 max_decompressed_size=None):
+                 max_decompressed_size=None, decompressed_floor=None):
     """Iterate the record batches (v2 RecordBatch, legacy LegacyBatch) of ``buffer``.
 
     buffer: any contiguous bytes-like object; batches and records point into it until their
     records are parsed, so it must not change meanwhile. A truncated batch at the end (as a
     fetch response may end) stops the iteration, or raises TruncatedDataError when
     ``allow_truncated`` is false. ``max_decompressed_size`` caps the decompressed records of
-    one batch (default: max(64 MiB, 64 x compressed size)).
+    one batch (default: max(``decompressed_floor``, 64 x compressed size), the floor 64 MiB
+    unless given: a reader that knows how large a legitimate batch may be raises it).
     """
     cdef BatchReader r = BatchReader.__new__(BatchReader)
     cdef Py_ssize_t limit = 0
@@ -2566,6 +2570,11 @@ def read_batches(buffer, bint check_crc=True, *, bint allow_truncated=True,
         limit = max_decompressed_size
         if limit <= 0:
             raise ValueError("max_decompressed_size must be positive")
+    elif decompressed_floor is not None:
+        limit = decompressed_floor
+        if limit <= 0:
+            raise ValueError("decompressed_floor must be positive")
+        limit = -limit      # kept negated: a floor, not a cap
     r._buffer = buffer
     r._view = buffer
     r._pos = 0

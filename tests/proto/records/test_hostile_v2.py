@@ -296,6 +296,24 @@ def test_default_decompression_limit():
     assert len(data) < 1_000_000
     with pytest.raises(DecompressionLimitError):
         read_all(data)
+    # A reader that knows larger batches are legitimate (a consumer whose configuration
+    # lets a Fetch carry them) raises the floor.
+    (_, records), = read_all(data, decompressed_floor=80 * 1024 * 1024)
+    assert [len(r.value) for r in records] == [72 * 1024 * 1024]
+
+
+@needs_compression
+def test_the_decompressed_floor_replaces_the_default_under_the_ratio_rule():
+    b = RecordBatchBuilder(compression=Compression.ZSTD)
+    b.append(bytes(2_000_000), timestamp=0)
+    data = b.build()
+    assert 64 * len(data) < 2_000_000
+    with pytest.raises(DecompressionLimitError):
+        read_all(data, decompressed_floor=1_000_000)
+    assert [len(r.value) for _, rs in read_all(data, decompressed_floor=3_000_000)
+            for r in rs] == [2_000_000]
+    with pytest.raises(ValueError):
+        read_batches(b"", decompressed_floor=0)
 
 
 @needs_compression

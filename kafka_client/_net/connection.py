@@ -918,8 +918,10 @@ class BrokerConnection:
                 conv.commit(n)
             except Exception as exc:
                 self._receive_failed(exc)
+                hint = (" (raise receive.message.max.bytes to accept larger answers)"
+                        if "above the limit" in str(exc) else "")
                 self.close(client_error(KafkaError._BAD_MSG,
-                                        f"{self.host}:{self.port}: bad frame: {exc}"))
+                                        f"{self.host}:{self.port}: bad frame: {exc}{hint}"))
                 return
             self._handle_answers(sock)
         # OpenSSL may hold decrypted bytes the selector cannot see: read them next turn.

@@ -93,6 +93,8 @@ class Cluster:
             log=config.logger_for("kafka_client.metadata"),
             hidden=config.topic_hidden if config["topic.blacklist"] else None)
         self.conns: Dict[int, BrokerConnection] = {}
+        #: (host, port, api key) said to be missing (report_missing_api)
+        self._missing_apis: Set[Tuple[str, int, int]] = set()
         #: connections of their own to a broker, by what they are for (see
         #: COORDINATOR_KEY_BASE, FETCH_LANE_KEY_BASE): never used for anything else
         self._dedicated_conns: Dict[BrokerConnection, str] = {}
@@ -370,6 +372,21 @@ class Cluster:
     def report_error(self, error: KafkaError) -> None:
         self._keep("errors", error)
 
+    def report_missing_api(self, conn: BrokerConnection, api: ApiKey) -> None:
+        """I/O thread: ``conn``'s broker has no version of ``api`` this client speaks
+        (not a Kafka broker, or a gateway that leaves it out): said once per broker
+        address and API, through error_cb and the log, where the client would otherwise
+        wait for it without a word."""
+        key = (conn.host, conn.port, int(api))
+        if key in self._missing_apis:
+            return
+        self._missing_apis.add(key)
+        err = client_error(KafkaError._UNSUPPORTED_FEATURE,
+                           f"{conn.host}:{conn.port}: the broker has no version of "
+                           f"{api.name.title().replace('_', '')} that this client speaks")
+        self.log.warning("%s", err.str())
+        self.report_error(err)
+
     def take_errors(self) -> List[KafkaError]:
         return self._take("errors")
 
@@ -546,6 +563,8 @@ class Cluster:
             return False
         version = conn.version_for(ApiKey.METADATA)
         if version is None:
+            if conn.ready:
+                self.report_missing_api(conn, ApiKey.METADATA)
             return False
         for_cache = topics == "cache"
         if for_cache:

@@ -869,6 +869,7 @@ class Fetcher:
         md = self.cluster.metadata
         version = conn.versions.get(ApiKey.FETCH)
         if version is None:
+            self.cluster.report_missing_api(conn, ApiKey.FETCH)
             return
         infos = {part.topic: md.topic(part.topic) for part in parts}
         if version >= 13 and any(info is None or info.topic_id is None

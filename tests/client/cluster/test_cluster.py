@@ -126,6 +126,8 @@ class VersionedConn:
         self.sent = []
         self.host, self.port = "127.0.0.1", 1
 
+    ready = True
+
     def version_for(self, key):
         return self.version
 
@@ -146,3 +148,16 @@ def test_a_consumers_metadata_request_encodes_for_brokers_before_v4():
         assert sent_version == version
         req.encode(version)                      # raised for versions below 4
         assert req.allow_auto_topic_creation is expected
+
+
+def test_a_broker_without_metadata_is_reported_once():
+    """A broker (or gateway) with no Metadata version this client speaks: said once
+    through error_cb and the log (the client retried forever without a word)."""
+    from kafka_client.errors import KafkaError
+
+    cluster = make_cluster()
+    conn = VersionedConn(None)
+    assert not cluster._send_metadata(time.monotonic(), conn=conn)
+    assert not cluster._send_metadata(time.monotonic(), conn=conn)
+    (err,) = cluster.take_errors()
+    assert err.code() == KafkaError._UNSUPPORTED_FEATURE and "Metadata" in err.str()

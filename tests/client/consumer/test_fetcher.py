@@ -92,6 +92,9 @@ class FakeCluster:
     def want_topics(self, topics):
         pass
 
+    def report_missing_api(self, conn, api):
+        self.__dict__.setdefault("missing", []).append((conn.node_id, api))
+
 
 class FakeIO:
     def __init__(self):
@@ -826,3 +829,11 @@ def test_out_of_range_again_right_after_a_reset_backs_off():
     part.reset, part.fetch_pos = None, 10
     fetcher._partition_error(part, 1, now + 1)
     assert part.backoff_until < now + 1
+
+
+def test_a_broker_without_fetch_is_reported_not_waited_for_in_silence():
+    from kafka_proto.messages import ApiKey
+    fetcher, conn, part = setup()
+    conn.versions = {ApiKey.LIST_OFFSETS: 7}
+    fetcher.tick(time.monotonic())
+    assert not conn.sent and fetcher.cluster.missing == [(1, ApiKey.FETCH)]

@@ -192,6 +192,11 @@ class ControlOps:
     def op_delete_topic(self, name: str) -> None:
         self.server.controller.delete_topic(name)
 
+    def op_create_partitions(self, name: str, total: int,
+                             assignments: Optional[List[List[int]]] = None) -> Dict[str, Any]:
+        self.server.controller.create_partitions(name, total, assignments)
+        return self.op_describe_topic(name)
+
     def op_alter_topic_config(self, name: str, config: Dict[str, Any]) -> None:
         self.server.controller.alter_topic_config(name, config)
 

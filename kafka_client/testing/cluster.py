@@ -402,6 +402,14 @@ class Cluster:
     def delete_topic(self, name: str) -> None:
         self._call("delete_topic", name=name)
 
+    def create_partitions(self, name: str, total: int,
+                          assignments: Optional[Sequence[Sequence[int]]] = None) -> TopicState:
+        """Grow the topic to ``total`` partitions (the new ones' replicas placed
+        round-robin, or as ``assignments`` says), as CreatePartitions does."""
+        raw = self._call("create_partitions", name=name, total=total,
+                         assignments=[list(a) for a in assignments] if assignments else None)
+        return _topic_state(raw)
+
     def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> None:
         """Replace the topic's property overrides."""
         self._call("alter_topic_config", name=name, config=dict(config))

@@ -161,3 +161,34 @@ def test_offset_lookups_for_a_topic_or_partition_that_does_not_exist_fail_at_onc
                 assert not ei.value.args[0].retriable()
     finally:
         c.close()
+
+
+def test_partitions_added_under_a_producer_and_a_group_are_used_and_read(cluster):
+    cluster.create_topic("grows", partitions=2, replication_factor=3)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 1,
+                  "topic.metadata.refresh.interval.ms": 500})
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "grows-g",
+                  "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 500})
+    try:
+        c.subscribe(["grows"])
+        for i in range(20):
+            p.produce("grows", b"before-%d" % i)
+        assert p.flush(10) == 0
+        state = cluster.create_partitions("grows", 4)
+        assert len(state.partitions) == 4
+        seen = collections.Counter()
+        sent = 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (seen[2] and seen[3]):
+            p.produce("grows", b"after-%d" % sent)   # keyless: spread over what is known
+            sent += 1
+            p.poll(0)
+            for m in c.consume(100, 0.05):
+                if m.error() is None:
+                    seen[m.partition()] += 1
+        assert seen[2] and seen[3], seen       # written to, and read from, by the group
+        assert {tp.partition for tp in c.assignment()} == {0, 1, 2, 3}
+        assert p.flush(10) == 0
+    finally:
+        p.close(5)
+        c.close()

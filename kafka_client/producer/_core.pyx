@@ -263,7 +263,7 @@ cdef class AccumulatorCore:
     """The accumulator's state that ``produce()`` touches, as C fields, and ``produce()``.
 
     The subclass (``Accumulator``, the only user of these fields and of the lock) sets
-    every field in its ``__init__`` and provides ``_open(p)``, ``_close(p, b)`` and
+    every field in its ``__init__`` and provides ``_open(p, size)``, ``_close(p, b)`` and
     ``_new_topic(name)`` (called under the lock, rarely).
     """
 
@@ -524,10 +524,10 @@ cdef class AccumulatorCore:
                 f"{t.name} has no partition {partition} ({t.count} partitions)"))
         b = p.open
         if b is None:
-            b = self._open(p)
+            b = self._open(p, size)
         elif b.count and b.builder.size_in_bytes + size > self.batch_limit:
             self._close(p, b)
-            b = self._open(p)
+            b = self._open(p, size)
         b.append(value, key, timestamp or None, headers)
         # Counted at once, open batch or not: queue.buffering.max.kbytes bounds every
         # message in the producer, as librdkafka's does.

@@ -173,6 +173,9 @@ class Accumulator(AccumulatorCore):
         self._wake = wake                # wake(deadline): tell the I/O thread
         self._want_topic = want_topic    # ask the I/O thread for a topic's metadata
         self.initial_capacity = max(4096, min(self.batch_size, 256 * 1024))
+        #: the oldest a closed batch may be and still take more records (see _reopen):
+        #: they expire with it, at most this much before their own timeout
+        self._reopen_age = min(1.0, self.timeout / 10) if self.timeout > 0 else 1.0
         # A batch takes another record only while it stays within batch.size.
         self.batch_limit = self.batch_size - RECORD_OVERHEAD
         self.sticky_cache = self.sticky_ms > 0 and self.partitioner_name not in _KEYED_ONLY \
@@ -414,7 +417,7 @@ class Accumulator(AccumulatorCore):
         while pos < n:
             b = p.open
             if b is None:
-                b = self._open(p)
+                b = self._open(p, avg)
             room_n = self.batch_num - b.count
             room_b = (self.batch_size - b.builder.size_in_bytes) // max(avg, 1)
             take = min(n - pos, room_n, max(room_b, 1 if b.count == 0 else 0))
@@ -459,8 +462,14 @@ class Accumulator(AccumulatorCore):
         self._want_topic(name)
         return t
 
-    def _open(self, p: PartitionState) -> Batch:
+    def _open(self, p: PartitionState, size: int = 0) -> Batch:
+        """Under the lock: the batch the next record (``size`` bytes of key and value)
+        of ``p`` goes into, which becomes the partition's open batch: the last closed
+        batch again while it waits for room to be sent (see _reopen), else a new one."""
         now = time.monotonic()
+        tail = self._reopen(p, size, now)
+        if tail is not None:
+            return tail
         builder = RecordBatchBuilder(self.compression, self.compression_level,
                                      transactional=self.transactional,
                                      initial_capacity=self.initial_capacity)
@@ -480,6 +489,32 @@ class Accumulator(AccumulatorCore):
         else:
             self._wake(deadline)
         return b
+
+    def _reopen(self, p: PartitionState, size: int, now: float) -> Optional[Batch]:
+        """Under the lock: the partition's last closed batch, made its open batch again,
+        when it waits to be sent (behind other batches, or the partition is at its limit
+        of requests in flight) and takes the record: with a broker slower than the
+        application, batches grow while they wait, as librdkafka builds its batches when
+        a request can go (closed at linger.ms, each would stay small, and as few of them
+        go per round trip, the queue grew until messages timed out). It closes again at
+        its old linger deadline, at the latest when the other open batches' do. A batch
+        older than ``_reopen_age`` takes nothing more: its messages share its delivery
+        timeout."""
+        ready = p.ready
+        if not ready:
+            return None
+        tail = ready[-1]
+        if tail.sent or tail.count >= self.batch_num or \
+                tail.builder.size_in_bytes + size > self.batch_limit or \
+                now - tail.created > self._reopen_age or \
+                (len(ready) == 1 and self._sendable(p, now)):
+            return None
+        ready.pop()
+        if not ready:
+            self._ready_parts.discard(p)
+        p.open = tail
+        self._open_order.append((tail.created + self.linger, tail))
+        return tail
 
     def _close(self, p: PartitionState, b: Batch) -> None:
         if p.open is b:

@@ -207,6 +207,8 @@ def test_produce_batch_fills_batches_in_bulk():
             continue
         got = records_of(part.open)
         want = [(k, v) for k, v in zip(keys, values[:50]) if crc(k, 3) == part.index]
+        if part.index == 1:      # its last batch waited behind two others: it takes more
+            want = [(None, v) for v in values[800:]] + want
         assert got == want
     with pytest.raises(ValueError):
         acc.produce_batch("t", values[:3], keys[:2])

@@ -794,3 +794,34 @@ def test_an_idle_producer_asks_for_no_wake_up():
     acc.produce("t", b"y", partition=0)
     nxt = run(sender, 0.4)
     assert nxt is not None and nxt <= time.monotonic() + 0.6
+
+
+def test_batches_waiting_behind_a_slow_broker_take_more_records():
+    """A partition at its limit of requests in flight: its last closed batch takes the
+    records that come meanwhile (librdkafka builds its batches when a request can go),
+    so the backlog leaves in a few large batches, not one request per linger.ms of
+    records (with a broker answering in 0.2 s, messages timed out)."""
+    acc, sender, conns, reports, t = setup(**{"enable.idempotence": True, "linger.ms": 0})
+    c = conns[1]
+    run(sender)
+    c.answer()                                   # InitProducerId
+    for i in range(5):                           # five requests in flight: the limit
+        acc.produce("t", b"%d" % i, partition=0)
+        run(sender)
+    assert len(c.sent) == 5 and t.parts[0].in_flight == 5
+    for i in range(5, 50):                       # each closes at once (linger.ms=0)...
+        acc.produce("t", b"%d" % i, partition=0)
+        run(sender)
+    p = t.parts[0]
+    batches = list(p.ready) + ([p.open] if p.open else [])
+    assert [b.count for b in batches] == [45]    # ... and the waiting one takes them
+    c.answer(0)                                  # room for one request
+    run(sender, 0.01)
+    req = c.sent[-1][0]
+    (b,) = list(read_batches(req.topic_data[0].partition_data[0].records))
+    assert [r.value for r in b] == [b"%d" % i for i in range(5, 50)]
+    assert b.base_sequence == 5
+    for _ in range(5):
+        c.answer(0)
+    assert [len(values_of(r)) for r in reports] == [1] * 5 + [45]
+    assert all(r.error is None for r in reports)

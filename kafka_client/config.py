@@ -366,7 +366,8 @@ _TABLE: Tuple[Property, ...] = (
     _ignored("queue.buffering.backpressure.threshold", INT, 1, "P",
        "Hold back new batches while this many produce requests to a broker are queued but "
        "not yet sent, so batches grow instead.",
-       "batches are built as requests go out (at most max.in.flight per broker)",
+       "a partition's last batch takes more records while it waits to be sent (at most "
+       "max.in.flight requests per broker)",
        min=1, max=1000000, derived="idempotent producer: 1"),
     _p("acks", INT, -1, "P",
        "Acknowledgements the partition leader waits for before answering: 0 = no answer at "

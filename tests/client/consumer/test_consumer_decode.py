@@ -22,9 +22,9 @@ def corrupt_batch():
     return next(iter(read_batches(bytes(data), check_crc=False)))
 
 
-def feed(consumer, chunk_start=10):
+def feed(consumer, chunk_start=10, batch=None):
     part = consumer._fetcher.parts[("t", 0)]
-    batch = corrupt_batch()
+    batch = corrupt_batch() if batch is None else batch
     with consumer._lock:
         part.fetch_pos = 15
         consumer._deliver(Chunk(part, part.version, [batch], chunk_start, None, batch.size,
@@ -128,12 +128,7 @@ def test_consume_arrow_returns_what_fits_when_its_columns_are_full(consumer):
     the next call goes on from the next record (it raised OverflowError, every call
     again, and nothing could be read with a large max_records)."""
     pytest.importorskip("pyarrow")
-    part = consumer._fetcher.parts[("t", 0)]
-    batch = ColumnsFillUp(good_batch(), 2)
-    with consumer._lock:
-        part.fetch_pos = 15
-        consumer._deliver(Chunk(part, part.version, [batch], 10, None, batch.size,
-                                batch.records_count))
+    feed(consumer, batch=ColumnsFillUp(good_batch(), 2))
     first = consumer.consume_arrow(100, 1.0)
     assert first.column("offset").to_pylist() == [10, 11]
     second = consumer.consume_arrow(100, 1.0)
@@ -143,12 +138,7 @@ def test_consume_arrow_returns_what_fits_when_its_columns_are_full(consumer):
 
 def test_a_record_too_large_for_any_arrow_column_is_a_clear_error(consumer):
     pytest.importorskip("pyarrow")
-    part = consumer._fetcher.parts[("t", 0)]
-    batch = ColumnsFillUp(good_batch(), 0)
-    with consumer._lock:
-        part.fetch_pos = 15
-        consumer._deliver(Chunk(part, part.version, [batch], 10, None, batch.size,
-                                batch.records_count))
+    feed(consumer, batch=ColumnsFillUp(good_batch(), 0))
     with pytest.raises(KafkaException) as ei:
         consumer.consume_arrow(100, 1.0)
     err = ei.value.args[0]

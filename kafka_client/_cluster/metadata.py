@@ -231,6 +231,18 @@ class MetadataCache:
             old = self.topics.get(name)
             tid = getattr(t, "topic_id", None)
             tid = tid if tid is not None and tid.int else None
+            if old is not None and not old.error and not broker_code(t.error_code) and \
+                    count < len(old.leaders) and tid == old.topic_id:
+                # A topic never loses partitions: fewer of them, for the same topic (the
+                # same id, or no ids), come from a broker whose metadata lags (after
+                # CreatePartitions): the ones it leaves out are kept, and asked again soon.
+                # (Taken, one such answer shrank the producer's topic until a leader
+                # moved: keys mapped over fewer partitions, explicit ones refused.)
+                leaders += old.leaders[count:]
+                epochs += old.epochs[count:]
+                perrs += old.partition_errors[count:]
+                count = len(leaders)
+                trouble = trouble or name in self.wanted
             if old is not None and tid is not None and old.topic_id == tid:
                 # A broker whose metadata lags names an older leader than one known
                 # (from another broker, or a NOT_LEADER answer, KIP-951): keep the newer,

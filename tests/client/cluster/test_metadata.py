@@ -120,6 +120,7 @@ def test_partition_ids_outside_the_valid_range_are_ignored():
     cache = MetadataCache()
     cache.update(answer(-5, 1, 0), 1.0, None)
     assert cache.topics["t"].leaders == [7, 7]
+    cache = MetadataCache()
     cache.update(answer(0, MAX_PARTITIONS, 2**31 - 1), 2.0, None)
     assert cache.topics["t"].leaders == [7]
 
@@ -163,3 +164,35 @@ def test_an_older_leader_epoch_from_a_lagging_broker_does_not_replace_a_newer_on
     assert [md.leader("t", p) for p in (0, 1)] == [1, 2]
     md.update(with_epochs([2, 2], [0, 0], uuid.UUID(int=6)), 3.0, None)  # made again
     assert [md.leader_epoch("t", p) for p in (0, 1)] == [0, 0]
+
+
+def test_a_lagging_answer_with_fewer_partitions_does_not_shrink_the_topic():
+    """A topic never loses partitions: an answer listing fewer for the same topic (a
+    broker behind the controller after CreatePartitions) keeps the others and asks again
+    soon; only the topic made again (another id) has fewer. (One such answer shrank the
+    producer's topic until a leader moved.)"""
+    import uuid
+
+    def answer(leaders, topic_id, error=0):
+        resp = response({1: 9001, 2: 9002}, {"t": (error, leaders)})
+        resp.topics[0].topic_id = topic_id
+        return resp
+
+    tid = uuid.UUID(int=5)
+    md = MetadataCache()
+    md.want(["t"])
+    md.update(answer([1, 2, 1, 2, 1, 2], tid), 0.0, ["t"])
+    md.update(answer([1, 2, 1], tid), 1.0, ["t"])
+    assert md.topics["t"].partition_count == 6 and md.leader("t", 5) == 2
+    assert md.due(1.0) is not None and md.due(1.0) <= 1.0 + 1.0    # asked again soon
+    md.update(answer([], None, error=3), 2.0, ["t"])             # deleted...
+    md.update(answer([2, 2], uuid.UUID(int=6)), 3.0, ["t"])      # ... and made again
+    assert md.topics["t"].partition_count == 2
+    md.update(answer([2, 2, 1], uuid.UUID(int=6)), 4.0, ["t"])
+    md.update(answer([2], uuid.UUID(int=7)), 5.0, ["t"])         # another id: as it says
+    assert md.topics["t"].partition_count == 1
+    # Without topic ids (older brokers) the same rule: fewer only after an error between.
+    md2 = MetadataCache()
+    md2.update(answer([1, 1, 1], None), 0.0, None)
+    md2.update(answer([1], None), 1.0, None)
+    assert md2.topics["t"].partition_count == 3

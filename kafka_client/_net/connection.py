@@ -151,7 +151,7 @@ class ConnectionSettings:
                  "reconnect_backoff_max_ms", "idle_timeout", "address_family", "nagle_off",
                  "keepalive", "send_buffer", "receive_buffer", "log_close", "security", "log",
                  "resolve_cb", "socket_cb", "connect_cb", "closesocket_cb", "verify_cb",
-                 "callback_failed", "broker_identity")
+                 "callback_failed", "broker_identity", "statistics")
 
     def __init__(self, config: Any = None, **overrides: Any) -> None:
         get = (lambda k, d: config[k]) if config is not None else (lambda k, d: d)
@@ -170,6 +170,8 @@ class ConnectionSettings:
         self.send_buffer = get("socket.send.buffer.bytes", 0)
         self.receive_buffer = get("socket.receive.buffer.bytes", 0)
         self.log_close = get("log.connection.close", True)
+        #: statistics documents are built (their windows keep samples for percentiles)
+        self.statistics = get("statistics.interval.ms", 0) > 0
         #: the client's logger (the ``logger`` property), else kafka_client.connection
         self.log: Any = config.logger_for(_log.name) if config is not None else _log
         #: TLS and SASL (plaintext when the configuration has none)
@@ -204,13 +206,15 @@ class _Request:
     The conversation keeps it as the context of the request in flight."""
 
     __slots__ = ("msg", "api_key", "version", "expect_response", "callback", "timeout",
-                 "deadline", "sent_at", "queued_at", "fail_unreachable")
+                 "deadline", "sent_at", "queued_at", "fail_unreachable", "for_version")
 
     def __init__(self, msg: Any, version: Optional[int], expect_response: bool,
                  callback: Optional[ResponseCallback], timeout: Optional[float],
-                 fail_unreachable: bool = False) -> None:
+                 fail_unreachable: bool = False,
+                 for_version: Optional[Callable[[Any, int], None]] = None) -> None:
         self.msg = msg
         self.fail_unreachable = fail_unreachable
+        self.for_version = for_version
         self.api_key = msg.API_KEY if msg is not None else None
         self.version = version
         self.expect_response = expect_response
@@ -256,16 +260,17 @@ class BrokerConnection:
         #: answers received, ever
         self.rtt_count = 0
         #: round trips of answered requests (s)
-        self.rtt = StatsWindow()
+        keep = self.settings.statistics
+        self.rtt = StatsWindow(keep)
         #: the same since the last metrics push (KIP-714 node.request.latency)
         self.rtt_window = IntervalStat()
         self.tx_requests = 0
         #: requests written, by API key
         self.requests_by_api: Dict[int, int] = {}
         #: seconds requests waited in this connection's queue
-        self.outbuf_latency = StatsWindow()
+        self.outbuf_latency = StatsWindow(keep)
         #: milliseconds the broker said it throttled us (answers > 0)
-        self.throttle = StatsWindow()
+        self.throttle = StatsWindow(keep)
         #: send and receive failures, undecodable answers, requests timed out, and
         #: connections lost after they were up
         self.tx_errors = 0
@@ -708,7 +713,8 @@ class BrokerConnection:
     # -- sending ---------------------------------------------------------------------
     def send(self, msg: Any, callback: Optional[ResponseCallback] = None, *,
              version: Optional[int] = None, expect_response: bool = True,
-             timeout: Optional[float] = None, fail_unreachable: bool = False) -> None:
+             timeout: Optional[float] = None, fail_unreachable: bool = False,
+             for_version: Optional[Callable[[Any, int], None]] = None) -> None:
         """Queue a request (a generated message object). ``callback(response, error)``
         runs on the I/O thread with the decoded response, or with ``(None, KafkaError)``
         when it failed; for ``expect_response=False`` (acks=0 Produce) it runs with
@@ -717,8 +723,11 @@ class BrokerConnection:
         A request waiting for the connection stays queued through failed connection
         attempts until its timeout, unless ``fail_unreachable``: then it fails with the
         first failed attempt (for a request that belongs to whichever broker leads a
-        partition now, which the caller asks again)."""
-        req = _Request(msg, version, expect_response, callback, timeout, fail_unreachable)
+        partition now, which the caller asks again). ``for_version(msg, version)`` sets
+        the fields that depend on the version, once it is known (a request queued before
+        the connection's ApiVersions answer is encoded later)."""
+        req = _Request(msg, version, expect_response, callback, timeout, fail_unreachable,
+                       for_version)
         if self.can_send():
             self._write_request(req)
         else:
@@ -746,6 +755,8 @@ class BrokerConnection:
                 return
             req.version = version
         try:
+            if req.for_version is not None:
+                req.for_version(req.msg, version)
             out = self._conv.send(req.msg, version, expect_response=req.expect_response,
                                   context=req)
         except Exception as exc:

@@ -23,6 +23,7 @@ Rules (librdkafka's, where the issue is silent):
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -719,18 +720,15 @@ class Fetcher:
                                                   "broker supports only ListOffsets v0"))
                 continue
             req = ListOffsetsRequest(
-                # A broker without ListOffsets v2 predates transactions (Kafka 0.11): its
-                # logs hold no transactional data, so read_committed asks nothing more.
                 replica_id=-1,
-                isolation_level=isolation if version is None or version >= 2
-                else READ_UNCOMMITTED,
                 topics=[ListOffsetsRequest.ListOffsetsTopic(
                     name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
                         partition_index=p, timestamp=ts, current_leader_epoch=-1)
                         for p, ts in plist])
                     for topic, plist in topics.items()])
             conn.send(req, lambda resp, err, t=topics: answered(t, resp, err),
-                      timeout=timeout, fail_unreachable=True)
+                      timeout=timeout, fail_unreachable=True,
+                      for_version=functools.partial(_set_isolation, isolation))
 
     # -- fetching ------------------------------------------------------------------------
     def _at_end(self, part: PartitionState) -> bool:
@@ -1241,3 +1239,10 @@ class Fetcher:
                         session_epoch=epoch, topics=[], forgotten_topics_data=[],
                         rack_id=self.rack), lambda resp, err: None)
                     break
+
+
+def _set_isolation(isolation: int, req: Any, version: int) -> None:
+    """A ListOffsets request's isolation level, for the version it goes out at: a broker
+    without ListOffsets v2 predates transactions (Kafka 0.11), its logs hold no
+    transactional data, so read_committed asks nothing more (and v0-v1 have no field)."""
+    req.isolation_level = isolation if version >= 2 else READ_UNCOMMITTED

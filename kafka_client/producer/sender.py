@@ -141,6 +141,8 @@ class Sender:
         #: node id -> the time batches waited in the producer before their request was
         #: written (librdkafka's int_latency), seconds, since the last statistics document
         self.int_latency: Dict[int, StatsWindow] = {}
+        #: the windows keep samples for percentiles only when documents are built
+        self.stats_samples = config["statistics.interval.ms"] > 0
         #: since the last metrics push (KIP-714): the same waits, any broker, and the
         #: throttle times (ms) of Produce answers
         self.queue_time = IntervalStat()
@@ -252,8 +254,9 @@ class Sender:
             self.tx_batches += 1
             windows = self.batch_windows.get(b.part.topic.name)
             if windows is None:
-                windows = self.batch_windows[b.part.topic.name] = (StatsWindow(),
-                                                                   StatsWindow())
+                keep = self.stats_samples
+                windows = self.batch_windows[b.part.topic.name] = (StatsWindow(keep),
+                                                                   StatsWindow(keep))
             windows[0].add(len(b.data))
             windows[1].add(b.count)
         elif self.idempotent and (b.pid != idem.producer_id or b.epoch != idem.epoch):
@@ -266,7 +269,7 @@ class Sender:
         now = time.monotonic()
         lat = self.int_latency.get(conn.node_id)
         if lat is None:
-            lat = self.int_latency[conn.node_id] = StatsWindow()
+            lat = self.int_latency[conn.node_id] = StatsWindow(self.stats_samples)
         resent = False
         for b in batches:
             if not b.sent:

@@ -48,6 +48,19 @@ def test_a_busy_window_keeps_a_bounded_uniform_sample_for_its_percentiles():
     assert 400 <= out["p50"] <= 600 and out["p99"] >= 950
 
 
+def test_a_window_of_a_client_without_statistics_keeps_no_samples():
+    """statistics.interval.ms=0: no document is built, nothing rolls the windows; their
+    samples (up to RESERVOIR floats each, per topic and per connection) were kept for
+    nothing (~75 KB per topic a producer wrote to)."""
+    w = StatsWindow(keep_samples=False)
+    for i in range(3 * RESERVOIR):
+        w.add(float(i))
+    assert w.samples == [] and w.count == 3 * RESERVOIR
+    out = w.roll()
+    assert out["cnt"] == 3 * RESERVOIR and out["max"] == 3 * RESERVOIR - 1
+    assert out["p99"] == 0 and w.keep is False
+
+
 def test_partition_objects_have_librdkafkas_fields_and_defaults():
     p = partition_stats(partition=3, committed_offset=42, txmsgs=7)
     assert p["partition"] == 3 and p["txmsgs"] == 7

@@ -65,6 +65,10 @@ class FakeConn:
             self.state = "DISCONNECTED"
             callback(None, client_error(KafkaError._TRANSPORT, "send failed: broken pipe"))
             return
+        for_version = kw.get("for_version")
+        version = self.versions.get(req.API_KEY)
+        if for_version is not None and version is not None:   # as the connection does
+            for_version(req, version)
         self.sent.append(req)
 
 
@@ -167,6 +171,15 @@ def test_read_committed_offset_lookups_encode_for_a_broker_older_than_transactio
         (req,) = conn.sent
         assert req.isolation_level == want
         assert req.encode(version)
+    # Sent before the connection knows the version: the field is set when it goes out
+    # (it was set for read_committed then, and failed to encode at v1).
+    fetcher, conn, _ = setup(**{"isolation.level": "read_committed"})
+    conn.versions = {}
+    fetcher.list_offsets({("t", 0): -1}, lambda res: None, timeout=1.0, isolation=1)
+    (req,) = conn.sent
+    from kafka_client.consumer.fetcher import _set_isolation
+    _set_isolation(1, req, 1)
+    assert req.isolation_level == 0 and req.encode(1)
 
 
 def test_an_offset_lookup_answer_for_partitions_not_asked_is_ignored():

@@ -1106,6 +1106,12 @@ class Consumer(ClientBase):
             except Exception as exc:  # a callback raised: close first, raise after
                 failure = exc
         self._shutdown()
+        with self._lock:
+            # What was fetched and not handed out goes now: a closed consumer that the
+            # application still refers to held it (up to queued.max.messages.kbytes).
+            self._queue.clear()
+            self._fetcher.queued_bytes = self._fetcher.queued_msgs = 0
+            self._columns = None
         if failure is not None:
             raise failure
 

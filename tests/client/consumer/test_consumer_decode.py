@@ -144,3 +144,20 @@ def test_a_record_too_large_for_any_arrow_column_is_a_clear_error(consumer):
     err = ei.value.args[0]
     assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE and "consume()" in err.str()
     assert [m.offset() for m in consumer.consume(100, 1.0)] == [10, 11, 12, 13, 14]
+
+
+def test_close_lets_go_of_what_was_fetched_and_not_handed_out():
+    """A closed consumer the application still refers to (an attribute, a worker list)
+    held its prefetched messages, up to queued.max.messages.kbytes (librdkafka's destroy
+    frees its queues)."""
+    import sys
+
+    c = Consumer({"bootstrap.servers": "127.0.0.1:1", "fetch.error.backoff.ms": 60000})
+    c.assign([TopicPartition("t", 0, 10)])
+    batch = good_batch()
+    feed(c, batch=batch)
+    assert len(c._queue) == 1
+    refs = sys.getrefcount(batch)
+    c.close()
+    assert len(c._queue) == 0 and c._fetcher.queued_bytes == 0
+    assert sys.getrefcount(batch) < refs          # the chunk that held it is gone

@@ -72,6 +72,12 @@ COMPRESSION_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 #: A produce_batch() column as the codec takes it: bytes or None items.
 Column = Union[List[Optional[bytes]], BinaryColumn]
 
+#: Requests in flight per partition without idempotence (with it: at most 5, Kafka's
+#: limit). More do not make a partition faster (each carries up to batch.size), and with a
+#: broker slower than the application they multiplied small batches (1,600 requests in
+#: flight per connection, the producer's memory growing).
+PARTITION_IN_FLIGHT = 5
+
 #: Bytes a record adds beyond its key and value (varints, attributes; generous).
 RECORD_OVERHEAD = 24
 #: Bytes of a batch header (v2).
@@ -151,10 +157,12 @@ class Accumulator(AccumulatorCore):
         #: a batch opened for a partition outside txn_partitions since unregistered()
         self.txn_new_partition = False
         #: batches of one partition in flight at once: the idempotent producer keeps at
-        #: most max.in.flight (<= 5) so the broker can check sequences; otherwise the
-        #: connection's own limit is the only one
-        self.part_max_in_flight = (config["max.in.flight.requests.per.connection"]
-                                   if self.idempotent else 1 << 30)
+        #: most max.in.flight (<= 5) so the broker can check sequences; otherwise at most
+        #: PARTITION_IN_FLIGHT as well (and the connection's own limit): beyond, a slow
+        #: broker's partition only multiplied small batches (every linger.ms one more
+        #: request), each costing its own memory, where waiting ones grow (_reopen)
+        self.part_max_in_flight = min(config["max.in.flight.requests.per.connection"],
+                                      5 if self.idempotent else PARTITION_IN_FLIGHT)
         #: how long a topic may stay unknown before its messages fail (the broker did
         #: not create it, or it was deleted)
         self.propagation = config["topic.metadata.propagation.max.ms"] / 1000.0

@@ -825,3 +825,21 @@ def test_batches_waiting_behind_a_slow_broker_take_more_records():
         c.answer(0)
     assert [len(values_of(r)) for r in reports] == [1] * 5 + [45]
     assert all(r.error is None for r in reports)
+
+
+def test_without_idempotence_a_partition_keeps_at_most_five_requests_in_flight():
+    """max.in.flight.requests.per.connection is 1,000,000 by default (librdkafka's): a
+    partition of a broker slower than the application sent a request per linger.ms of
+    records (1,600 in flight per connection, batches of 8 records, the memory growing);
+    it keeps 5 in flight and the waiting batch takes the rest."""
+    acc, sender, conns, reports, t = setup(**{"batch.num.messages": 1, "linger.ms": 0})
+    c = conns[1]
+    for i in range(5):
+        acc.produce("t", b"%d" % i, partition=0)
+        run(sender)
+    acc.produce("t", b"5", partition=0)
+    run(sender)
+    assert len(c.sent) == 5 and [b.count for b in t.parts[0].ready] == [1]
+    c.answer(0)
+    run(sender, 0.01)
+    assert len(c.sent) == 5

@@ -512,7 +512,10 @@ class Accumulator(AccumulatorCore):
         if not ready:
             return None
         tail = ready[-1]
-        if tail.sent or tail.count >= self.batch_num or \
+        # Never one that went out, or was built or numbered for it (a batch the broker
+        # refused is resent as it was built).
+        if tail.sent or tail.attempts or tail.builder is None or tail.base_sequence >= 0 \
+                or tail.count >= self.batch_num or \
                 tail.builder.size_in_bytes + size > self.batch_limit or \
                 now - tail.created > self._reopen_age or \
                 (len(ready) == 1 and self._sendable(p, now)):

@@ -124,6 +124,7 @@ class FrameParser:
         self._scratch = bytearray(read_size)
         self._direct = False  # last buffer_for_read() was the frame buffer itself
         self._error: Optional[str] = None
+        self._too_large = False  # the bad size is above max_frame_size (not negative)
 
     @property
     def buffered(self) -> int:
@@ -147,7 +148,8 @@ class FrameParser:
         """Add received bytes; return the frames they complete (possibly none).
 
         On an invalid frame size, raises :class:`InvalidLengthError` whose ``frames`` are
-        the frames this call completed before the bad size.
+        the frames this call completed before the bad size, and ``too_large`` says whether
+        the size was above ``max_frame_size`` (else negative).
         """
         if self._error is not None:
             raise self._failed()
@@ -180,6 +182,7 @@ class FrameParser:
                 if size < 0 or size > self.max_frame_size:
                     what = "negative" if size < 0 else f"above the limit of {self.max_frame_size}"
                     self._error = f"frame size {size} is {what}"
+                    self._too_large = size > 0
                     raise self._failed(frames)
                 # Part of the frame is here: room for that part (at least the initial
                 # buffer), never for what the peer only announced.
@@ -251,11 +254,13 @@ class FrameParser:
         self._frame_have = 0
         self._direct = False
         self._error = None
+        self._too_large = False
 
     def _failed(self, frames: Optional[List[memoryview]] = None) -> InvalidLengthError:
         # A fresh exception per call: each carries only the frames of its own call.
         err = InvalidLengthError(self._error)
         err.frames = [] if frames is None else frames  # type: ignore[attr-defined]
+        err.too_large = self._too_large  # type: ignore[attr-defined]
         return err
 
     def _start_frame(self, size: int, available: int) -> bytearray:

@@ -930,7 +930,7 @@ class BrokerConnection:
             except Exception as exc:
                 self._receive_failed(exc)
                 hint = (" (raise receive.message.max.bytes to accept larger answers)"
-                        if "above the limit" in str(exc) else "")
+                        if getattr(exc, "too_large", False) else "")
                 self.close(client_error(KafkaError._BAD_MSG,
                                         f"{self.host}:{self.port}: bad frame: {exc}{hint}"))
                 return

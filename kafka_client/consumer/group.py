@@ -1273,8 +1273,18 @@ class GroupCoordinator:
         if not number:
             self._commits_made += 1
             number = self._commits_made
-            for topic, p, *_rest in offsets:
-                self._latest_commit[(topic, p)] = number
+            keys = [(topic, p) for topic, p, *_rest in offsets]
+            for key in keys:
+                self._latest_commit[key] = number
+            reply = done
+
+            def done(err: Optional[KafkaError], result: List[TopicPartition]) -> None:
+                # Finished: no retry of this commit follows, so its marks can go (the
+                # table would otherwise hold every partition ever committed).
+                for key in keys:
+                    if self._latest_commit.get(key) == number:
+                        del self._latest_commit[key]
+                reply(err, result)
         settled = settled or []
         if last is not None:
             again = [o for o in offsets if self._may_retry(o[0], o[1], number)]

@@ -300,6 +300,7 @@ def test_a_commit_retries_only_what_failed_and_keeps_what_was_committed():
     answer(sent[1][1], [(1, 0)])
     (err, result), = got
     assert err is None and g.offsets.committed == {("t", 0): 10, ("t", 1): 20}
+    assert g._latest_commit == {}
     assert [(tp.partition, tp.offset, tp.error) for tp in result] == [(0, 10, None),
                                                                     (1, 20, None)]
     # Again, with a commit of partition 1 made before the retry: nothing is sent again.
@@ -314,6 +315,8 @@ def test_a_commit_retries_only_what_failed_and_keeps_what_was_committed():
     assert len(sent) == 4 and g.offsets.committed[("t", 1)] == 40
     assert [(err and err.code(), [tp.offset for tp in result]) for err, result in got[1:]] \
         == [(None, [40]), (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, [30])]
+    # Every commit has finished: none keeps its marks (they would pile up forever).
+    assert g._latest_commit == {}
 
 
 def test_a_commit_during_the_join_goes_on_the_other_connection_and_asks_no_rejoin():

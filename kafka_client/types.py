@@ -380,3 +380,13 @@ def unchecked_message(topic: Optional[str], partition: Optional[int], offset: Op
     m._leader_epoch = leader_epoch
     m._delivery_count = None
     return m
+
+
+def error_event(err: KafkaError, topic: Optional[str] = None, partition: Optional[int] = None,
+                offset: Optional[int] = None) -> Message:
+    """A consumer's error event as librdkafka makes it: the error's text is also the
+    message's value (applications print or parse ``msg.value()`` of an error event, e.g.
+    for "Subscribed topic not available"), and the timestamp is not available (-1)."""
+    return unchecked_message(topic, partition, offset if offset is None or offset >= 0
+                             else None, None, err.str().encode(), None, err,
+                             (TIMESTAMP_NOT_AVAILABLE, -1), None, None)

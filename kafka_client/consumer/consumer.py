@@ -60,6 +60,7 @@ from kafka_client.consumer.group import (
     SYNCING,
     UNJOINED,
     WAIT_REVOKE,
+    ErrorDeliverer,
     GroupCoordinator,
 )
 from kafka_client.consumer.consumer_protocol import ConsumerProtocolGroup
@@ -71,6 +72,7 @@ from kafka_client.types import (
     TIMESTAMP_LOG_APPEND_TIME,
     Message,
     TopicPartition,
+    error_event,
 )
 from kafka_proto.errors import DecompressionLimitError, KafkaProtocolError
 from kafka_proto.records import ColumnBuilder
@@ -784,10 +786,10 @@ class Consumer(ClientBase):
                 return
             part.reposition(offset)
             part.backoff_until = time.monotonic() + self._fetcher.error_backoff
-            self._queue.appendleft(Event(part, part.version, Message(
-                part.topic, part.partition, offset, error=KafkaError(
-                    KafkaError._BAD_MSG, f"{part.topic} [{part.partition}] at offset "
-                    f"{offset}: {exc}{hint}"))))
+            self._queue.appendleft(Event(part, part.version, error_event(
+                KafkaError(KafkaError._BAD_MSG, f"{part.topic} [{part.partition}] at offset "
+                           f"{offset}: {exc}{hint}"),
+                part.topic, part.partition, offset)))
         self._fetcher.kick()
 
     # -- callbacks ---------------------------------------------------------------------
@@ -1324,12 +1326,12 @@ def _deliverer(queue: Deque[Any], ready: threading.Event) -> Callable[[Any], Non
     return deliver
 
 
-def _error_deliverer(lock: Any, deliver: Callable[[Any], None]
-                     ) -> Callable[[KafkaError], None]:
-    def deliver_error(err: KafkaError) -> None:
-        """I/O thread: a client-level error for poll()/consume() to return."""
+def _error_deliverer(lock: Any, deliver: Callable[[Any], None]) -> ErrorDeliverer:
+    def deliver_error(err: KafkaError, topic: Optional[str] = None) -> None:
+        """I/O thread: a client-level error (about ``topic``, if given) for
+        poll()/consume() to return."""
         with lock:
-            deliver(Event(None, 0, Message(error=err)))
+            deliver(Event(None, 0, error_event(err, topic)))
     return deliver_error
 
 

@@ -27,6 +27,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Set, T
 from kafka_client.consumer.group import (
     COORDINATOR_LOST,
     JOINING,
+    ErrorDeliverer,
     STABLE,
     UNJOINED,
     GroupCoordinator,
@@ -93,7 +94,7 @@ class ConsumerProtocolGroup(GroupCoordinator):
 
     def __init__(self, config: Any, cluster: Any, io: Any, offsets: Any,
                  wake_app: Callable[[], None],
-                 deliver_error: Callable[[KafkaError], None]) -> None:
+                 deliver_error: ErrorDeliverer) -> None:
         super().__init__(config, cluster, io, offsets, wake_app, deliver_error)
         self.cooperative = True           # the application thread revokes incrementally
         self.assignors = []               # the coordinator assigns

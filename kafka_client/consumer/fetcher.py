@@ -40,6 +40,7 @@ from kafka_client.types import (
     OFFSET_STORED,
     Message,
     TopicPartition,
+    error_event,
 )
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
 from kafka_proto.messages import (
@@ -575,8 +576,8 @@ class Fetcher:
             err = KafkaError(KafkaError._AUTO_OFFSET_RESET,
                              f"{part.topic} [{part.partition}]: {why} and "
                              f"auto.offset.reset=error")
-            self.deliver(Event(part, part.version, Message(
-                part.topic, part.partition, part.fetch_pos, error=err)))
+            self.deliver(Event(part, part.version, error_event(
+                err, part.topic, part.partition, part.fetch_pos)))
 
     def _resolve_logical(self, parts: List[PartitionState]) -> None:
         """ListOffsets for partitions waiting on BEGINNING/END/tail."""
@@ -1068,11 +1069,11 @@ class Fetcher:
             end = part.lso if self.read_committed and part.lso >= 0 else part.hw
             if part.fetch_pos >= end >= 0 and part.eof_offset != part.fetch_pos:
                 part.eof_offset = part.fetch_pos
-                self.deliver(Event(part, version, Message(
-                    part.topic, part.partition, part.fetch_pos,
-                    error=KafkaError(KafkaError._PARTITION_EOF,
-                                     f"Fetch from broker reached end of partition at "
-                                     f"offset {part.fetch_pos} (HighwaterMark {part.hw})"))))
+                self.deliver(Event(part, version, error_event(
+                    KafkaError(KafkaError._PARTITION_EOF,
+                               f"Fetch from broker reached end of partition at "
+                               f"offset {part.fetch_pos} (HighwaterMark {part.hw})"),
+                    part.topic, part.partition, part.fetch_pos)))
 
     def _fix_end(self, part: PartitionState, first: Any) -> bool:
         """Lock held: the first answer for a position that came from ListOffsets(latest)
@@ -1165,9 +1166,8 @@ class Fetcher:
 
     def _report(self, part: PartitionState, err: KafkaError, offset: int = -1) -> None:
         """Lock held: an error event for the application, in the partition's order."""
-        self.deliver(Event(part, part.version, Message(
-            part.topic, part.partition, offset if offset >= 0 else part.fetch_pos,
-            error=err)))
+        self.deliver(Event(part, part.version, error_event(
+            err, part.topic, part.partition, offset if offset >= 0 else part.fetch_pos)))
 
     def taken(self, chunk: Chunk) -> None:
         """Application thread, lock held: a chunk left the queue (consumed or dropped)."""

@@ -63,6 +63,13 @@ __all__ = ["GroupCoordinator", "GroupMetadata", "GroupMember", "OffsetStore"]
 
 _log = logging.getLogger("kafka_client.consumer.group")
 
+class ErrorDeliverer(Protocol):
+    """Hands a client-level error (about ``topic``, if given) to the application's
+    poll()/consume()."""
+
+    def __call__(self, err: KafkaError, topic: Optional[str] = None) -> None: ...
+
+
 PROTOCOL_TYPE = "consumer"
 #: FindCoordinator's key type of a consumer group (1 would be a transactional id)
 COORDINATOR_KEY_GROUP = 0
@@ -198,7 +205,7 @@ class GroupCoordinator:
 
     def __init__(self, config: Any, cluster: Any, io: Any, offsets: OffsetStore,
                  wake_app: Callable[[], None],
-                 deliver_error: Callable[[KafkaError], None]) -> None:
+                 deliver_error: ErrorDeliverer) -> None:
         self.config = config
         self.cluster = cluster
         self.io = io
@@ -1089,7 +1096,7 @@ class GroupCoordinator:
                 self._topic_errors[name] = code
                 self.deliver_error(KafkaError(
                     code, f"Subscribed topic not available: {name}: "
-                    f"{KafkaError(code).str()}"))
+                    f"{KafkaError(code).str()}"), name)
 
     def _on_metadata(self, changed: Any) -> None:
         if self._leading is not None:

@@ -24,6 +24,7 @@ from kafka_client import (
     TopicPartition,
 )
 from kafka_client.errors import client_error
+from kafka_client.types import error_event
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -321,3 +322,17 @@ def test_package_exports():
         assert name in kafka_client.__all__ and getattr(kafka_client, name) is not None
     with pytest.raises(AttributeError):
         kafka_client.NoSuchThing  # type: ignore[attr-defined]
+
+
+def test_a_consumer_error_event_carries_its_text_as_value_like_librdkafkas():
+    """librdkafka puts an error event's text in the message payload: applications print
+    or parse ``msg.value()`` of an error (e.g. "Subscribed topic not available: t: ...");
+    its timestamp is (TIMESTAMP_NOT_AVAILABLE, -1). A negative offset reads back None."""
+    err = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,
+                     "Subscribed topic not available: t: Broker: Unknown topic or partition")
+    m = error_event(err, "t")
+    assert m.error() is err and m.topic() == "t" and m.partition() is None
+    assert m.value() == err.str().encode() and len(m) == len(err.str())
+    assert m.timestamp() == (TIMESTAMP_NOT_AVAILABLE, -1) and m.key() is None
+    m = error_event(KafkaError(KafkaError._AUTO_OFFSET_RESET), "t", 0, -1)
+    assert (m.partition(), m.offset()) == (0, None)

@@ -551,6 +551,9 @@ def test_the_first_fetch_opens_a_session_and_the_next_names_only_what_changed():
     (eof,) = delivered[before:]
     assert eof.part is p0 and eof.message.error().code() == KafkaError._PARTITION_EOF
     assert eof.message.offset() == 3
+    # As librdkafka's events: the error's text is the value, no timestamp.
+    assert eof.message.value() == eof.message.error().str().encode()
+    assert eof.message.timestamp() == (0, -1) and eof.message.topic() == "t"
 
 
 def test_a_partition_left_out_of_the_next_fetch_is_forgotten_by_the_session():

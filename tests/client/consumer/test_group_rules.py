@@ -89,7 +89,8 @@ def coordinator(strategy):
     cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
                                     on_metadata=[], on_broker_state=[])
     errors = []
-    g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None, errors.append)
+    g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None,
+                         lambda err, topic=None: errors.append(err))
     g.patterns = ["t"]
     g.member_id, g.generation, g.state = "m-1", 7, STABLE
     g.owned = {("t", 0), ("t", 1)}
@@ -186,7 +187,8 @@ def test_a_static_member_refuses_a_coordinator_without_the_instance_id_versions(
                                     on_metadata=[], on_broker_state=[], metadata=md,
                                     coordinator_connection=lambda node: old)
     errors = []
-    g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None, errors.append)
+    g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None,
+                         lambda err, topic=None: errors.append(err))
     g.patterns, g.coord_id = ["t"], 1
     g._start_join(0.0)
     assert old.sent == [] and g.state == UNJOINED and g.patterns is None
@@ -458,7 +460,9 @@ def test_a_subscribed_topic_that_is_not_there_is_reported_once():
     goes away after it came; patterns are not reported."""
     from kafka_client._cluster.metadata import TopicInfo
 
-    g, errors = coordinator("range")
+    g, _ = coordinator("range")
+    errors, about = [], []
+    g.deliver_error = lambda err, topic=None: (errors.append(err), about.append(topic))
     g.patterns = ["t", "^x.*"]
     missing = TopicInfo("t", KafkaError.UNKNOWN_TOPIC_OR_PART, [], [], [], 0.0)
     here = TopicInfo("t", 0, [1], [0], [0], 0.0)
@@ -466,6 +470,7 @@ def test_a_subscribed_topic_that_is_not_there_is_reported_once():
     g._report_topic_errors()
     g._report_topic_errors()
     (err,) = errors
+    assert about == ["t"]     # the event's topic(), as librdkafka's
     assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     assert err.str().startswith("Subscribed topic not available: t: ")
     g.cluster.metadata.topics["t"] = here

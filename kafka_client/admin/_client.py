@@ -313,9 +313,9 @@ class AdminClient(ClientBase):
                       "instead.", category=DeprecationWarning, stacklevel=2)
         self._check_resources(resources)
         for res in resources:
-            for k, v in res.set_config_dict.items():
-                if not isinstance(k, str) or not isinstance(v, str):
-                    raise TypeError(f"{res}: set_config names and values must be str")
+            for k in res.set_config_dict:
+                if not isinstance(k, str):
+                    raise TypeError(f"{res}: set_config names must be str")
         opts = self._options(request_timeout, validate_only=validate_only,
                              broker=_broker(broker))
         futures = self._keyed(resources)
@@ -774,13 +774,10 @@ def _check_new_topic(t: NewTopic) -> None:
         if not isinstance(t.config, dict):
             raise TypeError(f"Invalid {what}: config must be a dict, not "
                             f"{type(t.config).__name__}")
-        for k, v in t.config.items():
+        for k in t.config:
             if not isinstance(k, str) or not k:
                 raise TypeError(f"Invalid {what}: config names must be non-empty str, not "
                                 f"{k!r}")
-            if v is not None and not isinstance(v, str):
-                raise TypeError(f"Invalid {what}: config value of {k!r} must be a str, not "
-                                f"{type(v).__name__}")
 
 
 def _check_group_request(request: Any, doing: str, altering: bool

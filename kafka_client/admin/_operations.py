@@ -292,6 +292,12 @@ def _unsupported(what: str) -> CallError:
 # --------------------------------------------------------------------------- topics
 
 
+def config_text(value: Any) -> Optional[str]:
+    """A configuration value as sent: any value as its ``str()`` (``{"retention.ms":
+    86400000}``), as confluent-kafka converts it; None stays null."""
+    return value if value is None or isinstance(value, str) else str(value)
+
+
 def create_topics(runner: CallRunner, topics: List[NewTopic], futures: Dict[str, Future],
                   opts: Options) -> None:
     pending: Dict[str, NewTopic] = {}
@@ -308,13 +314,17 @@ def create_topics(runner: CallRunner, topics: List[NewTopic], futures: Dict[str,
         if opts.validate_only and version < 1:
             raise _unsupported("validate_only needs CreateTopics v1 or later")
         return CreateTopicsRequest(
+            # With replica assignments the broker wants -1 for both counts (Kafka's
+            # controller refuses the request otherwise, INVALID_REQUEST), as librdkafka
+            # sends; confluent-kafka makes the application give the partition count.
             topics=[CreateTopicsRequest.CreatableTopic(
-                name=t.topic, num_partitions=t.num_partitions,
-                replication_factor=t.replication_factor,
+                name=t.topic,
+                num_partitions=-1 if t.replica_assignment else t.num_partitions,
+                replication_factor=-1 if t.replica_assignment else t.replication_factor,
                 assignments=[CreateTopicsRequest.CreatableReplicaAssignment(
                     partition_index=i, broker_ids=list(ids))
                     for i, ids in enumerate(t.replica_assignment or ())],
-                configs=[CreateTopicsRequest.CreatableTopicConfig(name=k, value=v)
+                configs=[CreateTopicsRequest.CreatableTopicConfig(name=k, value=config_text(v))
                          for k, v in (t.config or {}).items()])
                 for t in pending.values()],
             timeout_ms=opts.operation_timeout_ms, validate_only=opts.validate_only)
@@ -556,7 +566,7 @@ def alter_configs(runner: CallRunner, resources: List[ConfigResource],
             return AlterConfigsRequest(
                 resources=[AlterConfigsRequest.AlterConfigsResource(
                     resource_type=_CONFIG_WIRE_TYPE[r.restype], resource_name=r.name,
-                    configs=[AlterConfigsRequest.AlterableConfig(name=k, value=v)
+                    configs=[AlterConfigsRequest.AlterableConfig(name=k, value=config_text(v))
                              for k, v in r.set_config_dict.items()])
                     for r in group],
                 validate_only=opts.validate_only)

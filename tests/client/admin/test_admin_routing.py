@@ -26,6 +26,7 @@ from kafka_client.admin import (
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
+    AlterConfigsResponse,
     ApiKey,
     CreateAclsResponse,
     CreateTopicsResponse,
@@ -72,19 +73,46 @@ def test_create_topics_goes_to_the_controller_with_every_field_on_the_wire(admin
         cluster.handle(ApiKey.CREATE_TOPICS, lambda node, req, v: created(req, v))
         admin = admins(cluster)
         futures = admin.create_topics(
-            [NewTopic("a", 3, 2, config={"retention.ms": "1000"}),
-             NewTopic("b", replica_assignment=[[1, 2], [2, 3]])],
+            [NewTopic("a", 3, 2, config={"retention.ms": 1000, "cleanup.policy": "compact"}),
+             NewTopic("b", 2, replica_assignment=[[1, 2], [2, 3]]),
+             NewTopic("c", replica_assignment=[[3]])],
             operation_timeout=2.5, validate_only=True)
-        assert [f.result(10) for f in futures.values()] == [None, None]
+        assert [f.result(10) for f in futures.values()] == [None, None, None]
         (node, req), = cluster.requests(ApiKey.CREATE_TOPICS)
         assert node == 3
         assert req.timeout_ms == 2500 and req.validate_only is True
-        a, b = req.topics
+        a, b, c = req.topics
         assert (a.name, a.num_partitions, a.replication_factor) == ("a", 3, 2)
-        assert [(c.name, c.value) for c in a.configs] == [("retention.ms", "1000")]
+        # Values that are not str go as their str(), as confluent-kafka sends them.
+        assert [(c.name, c.value) for c in a.configs] == [("retention.ms", "1000"),
+                                                          ("cleanup.policy", "compact")]
+        # With an assignment both counts are -1 on the wire, even when the application
+        # gave the partition count (confluent-kafka's NewTopic needs it): Kafka's
+        # controller refuses the request otherwise.
         assert (b.num_partitions, b.replication_factor) == (-1, -1)
+        assert (c.num_partitions, c.replication_factor) == (-1, -1)
         assert [(x.partition_index, x.broker_ids) for x in b.assignments] == [(0, [1, 2]),
                                                                               (1, [2, 3])]
+
+
+def test_alter_configs_sends_values_that_are_not_str_as_their_str(admins):
+    """confluent-kafka str()s every set_config value; ours did refuse them (TypeError)."""
+    R = AlterConfigsResponse
+    with FakeCluster(nodes=(1,), controller=1) as cluster:
+        cluster.handle(ApiKey.ALTER_CONFIGS, lambda node, req, v: R(responses=[
+            R.AlterConfigsResourceResponse(error_code=0, error_message=None,
+                                           resource_type=r.resource_type,
+                                           resource_name=r.resource_name)
+            for r in req.resources]))
+        admin = admins(cluster)
+        res = ConfigResource("topic", "t", set_config={"retention.ms": 5})
+        res.set_config("segment.bytes", 1 << 20)
+        with pytest.warns(DeprecationWarning):
+            futures = admin.alter_configs([res])
+        assert [f.result(10) for f in futures.values()] == [None]
+        (_, req), = cluster.requests(ApiKey.ALTER_CONFIGS)
+        assert [(c.name, c.value) for c in req.resources[0].configs] == [
+            ("retention.ms", "5"), ("segment.bytes", "1048576")]
 
 
 def test_not_controller_makes_it_ask_metadata_again_and_follow_the_controller(admins):

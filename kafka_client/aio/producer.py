@@ -123,7 +123,8 @@ class AIOProducer:
         confluent-kafka's AIOProducer refuses); ``on_delivery(err, msg)``, a function or
         coroutine function, also runs on the loop. When the producer is full
         (``queue.buffering.max.messages``/``kbytes``) this waits for room instead of
-        raising BufferError. A message refused before it is queued (over
+        raising BufferError (a message that could not fit in an empty producer fails its
+        future with ``_QUEUE_FULL``). A message refused before it is queued (over
         ``message.max.bytes``, no such partition) fails its future with that
         KafkaException, as in confluent-kafka; arguments of the wrong type raise
         TypeError here."""
@@ -147,7 +148,15 @@ class AIOProducer:
                 # future, where confluent-kafka's AIOProducer reports it too.
                 future.set_exception(exc)
                 return future
-            except BufferError:
+            except BufferError as exc:
+                if len(self._producer) == 0:
+                    # Refused with nothing in the producer: no report can make room (the
+                    # message alone is over queue.buffering.max.kbytes). Failed as
+                    # confluent-kafka's AIOProducer fails it, never waited for.
+                    future.set_exception(KafkaException(KafkaError(
+                        KafkaError._QUEUE_FULL, f"{exc} (the message alone does not fit "
+                        f"in queue.buffering.max.kbytes)")))
+                    return future
                 if self._serve() == 0:
                     await self._served.wait()
                 self._check_open()

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from kafka_client import KafkaException
+from kafka_client import KafkaError, KafkaException
 from kafka_client.aio import (
     AIOConsumer,
     AIOProducer,
@@ -210,6 +210,24 @@ def test_an_exception_of_a_callback_reaches_the_next_awaited_call(kind):
         with pytest.raises(RuntimeError, match="from error_cb"):
             await p.poll(0)
         assert await p.poll(0) >= 0            # raised once
+        await p.purge()
+        await p.close()
+    run(main())
+
+
+def test_a_message_that_cannot_fit_even_in_an_empty_producer_fails_at_once():
+    """Over queue.buffering.max.kbytes alone: the synchronous producer raises BufferError
+    every time, so waiting for room would wait forever; the future fails with
+    _QUEUE_FULL, as confluent-kafka's AIOProducer fails it. One that fits is queued."""
+    async def main():
+        p = AIOProducer({"bootstrap.servers": NOWHERE, "queue.buffering.max.kbytes": 4})
+        future = await asyncio.wait_for(p.produce("t", b"x" * 10_000), 5)
+        with pytest.raises(KafkaException) as got:
+            await future
+        assert got.value.args[0].code() == KafkaError._QUEUE_FULL
+        assert "queue.buffering.max.kbytes" in got.value.args[0].str()
+        await p.produce("t", b"x" * 1_000)
+        assert len(p) == 1
         await p.purge()
         await p.close()
     run(main())

@@ -620,7 +620,7 @@ class AdminClient(ClientBase):
         """Elect the preferred replica (``ElectionType.PREFERRED``) or, when no in-sync
         replica is left, any live one (``ElectionType.UNCLEAN``) as the leader of
         ``partitions`` (None: every partition). The future's result is
-        ``{TopicPartition: None or KafkaException}`` (ELECTION_NOT_NEEDED where the
+        ``{TopicPartition: None or KafkaError}`` (ELECTION_NOT_NEEDED where the
         preferred replica leads already). ``operation_timeout`` defaults to the request
         timeout, as in confluent-kafka."""
         if not isinstance(election_type, ElectionType):

@@ -511,16 +511,19 @@ def _wire_key(res: ConfigResource) -> Tuple[int, str]:
 
 
 def _config_entry(c: Any, version: int) -> ConfigEntry:
+    # The broker's number as the source, not the ConfigSource member: confluent-kafka's
+    # described entries carry the int (``entry.source == ConfigSource.X.value``,
+    # ``ConfigSource(entry.source)``).
     if version == 0:
-        source = ConfigSource.DEFAULT_CONFIG if c.is_default else ConfigSource.UNKNOWN_CONFIG
+        source = (ConfigSource.DEFAULT_CONFIG if c.is_default
+                  else ConfigSource.UNKNOWN_CONFIG).value
     else:
-        source = enum_or_unknown(ConfigSource, c.config_source)
+        source = c.config_source
     synonyms = {}
     for s in getattr(c, "synonyms", None) or ():
-        synonyms[s.name] = ConfigEntry(s.name, s.value, enum_or_unknown(ConfigSource, s.source),
-                                       is_synonym=True)
+        synonyms[s.name] = ConfigEntry(s.name, s.value, s.source, is_synonym=True)
     return ConfigEntry(c.name, c.value, source, is_read_only=c.read_only,
-                       is_default=source == ConfigSource.DEFAULT_CONFIG,
+                       is_default=source == ConfigSource.DEFAULT_CONFIG.value,
                        is_sensitive=c.is_sensitive, synonyms=synonyms)
 
 
@@ -1259,7 +1262,7 @@ def elect_leaders(runner: CallRunner, election_type: int,
                   partitions: Optional[List[PartitionKey]], future: Future,
                   opts: Options) -> None:
     """ElectLeaders (KIP-460) to the controller: the future's result is
-    ``{TopicPartition: None or KafkaException}``, every partition when ``partitions`` is
+    ``{TopicPartition: None or KafkaError}``, every partition when ``partitions`` is
     None."""
     def build(version: int) -> Any:
         return ElectLeadersRequest(
@@ -1276,12 +1279,13 @@ def elect_leaders(runner: CallRunner, election_type: int,
         if code:
             settle(future, error=broker_error(code, None, "ElectLeaders"))
             return None
-        out: Dict[TopicPartition, Optional[KafkaException]] = {}
+        # A KafkaError per failed partition, as confluent-kafka's result holds (its
+        # docstring says KafkaException; the objects are KafkaError).
+        out: Dict[TopicPartition, Optional[KafkaError]] = {}
         for t in resp.replica_election_results:
             for p in t.partition_result:
-                error = result_error(p.error_code, p.error_message)
-                out[TopicPartition(t.topic, p.partition_id)] = (
-                    None if error is None else KafkaException(error))
+                out[TopicPartition(t.topic, p.partition_id)] = result_error(
+                    p.error_code, p.error_message)
         settle(future, out)
         return None
 

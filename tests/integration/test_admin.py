@@ -34,6 +34,7 @@ from kafka_client.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
     OffsetSpec,
@@ -281,7 +282,7 @@ def test_describe_configs(broker, admin, peer, topic_name):
     err, took = error_of(admin.describe_configs([other])[other])
     assert err.code() == KafkaError._UNKNOWN_BROKER and took < PROMPT
     if broker.kind == "noida":
-        assert mine["retention.ms"].source.name == "DYNAMIC_TOPIC_CONFIG"
+        assert mine["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
         assert mine["cleanup.policy"].is_default
         missing = ConfigResource("topic", topic_name + "-missing")
         err, _ = error_of(admin.describe_configs([missing])[missing])

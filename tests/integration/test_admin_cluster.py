@@ -193,7 +193,7 @@ def test_preferred_election_moves_a_moved_leader_back(kafka_cluster, topic_name)
         result = admin.elect_leaders(ElectionType.PREFERRED, [
             TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)]).result(10)
         assert result[TopicPartition(topic_name, 0)] is None
-        assert result[TopicPartition(topic_name, 1)].args[0].code() == \
+        assert result[TopicPartition(topic_name, 1)].code() == \
             KafkaError.ELECTION_NOT_NEEDED
         assert metadata_leaders(bootstrap, topic_name) == preferred
         # Every partition: only those that needed an election are listed; confluent-
@@ -209,11 +209,11 @@ def test_preferred_election_moves_a_moved_leader_back(kafka_cluster, topic_name)
             (topic_name, 1): None}
         assert metadata_leaders(bootstrap, topic_name) == preferred
         again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 1)])
-        assert again.result(10)[TopicPartition(topic_name, 1)].args[0].code() == \
+        assert again.result(10)[TopicPartition(topic_name, 1)].code() == \
             KafkaError.ELECTION_NOT_NEEDED
         unknown = admin.elect_leaders(ElectionType.PREFERRED,
                                       [TopicPartition(topic_name, 7)]).result(10)
-        assert unknown[TopicPartition(topic_name, 7)].args[0].code() == \
+        assert unknown[TopicPartition(topic_name, 7)].code() == \
             KafkaError.UNKNOWN_TOPIC_OR_PART
     finally:
         admin.close()
@@ -406,11 +406,11 @@ def test_unclean_election_gives_a_leaderless_partition_a_live_replica(kafka_clus
     try:
         tp = TopicPartition(topic_name, 0)
         preferred = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(10)
-        assert preferred[tp].args[0].code() == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
+        assert preferred[tp].code() == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
         assert admin.elect_leaders(ElectionType.UNCLEAN, [tp]).result(10) == {tp: None}
         assert metadata_leaders(kafka_cluster.bootstrap_servers, topic_name) == {0: follower}
         again = admin.elect_leaders(ElectionType.UNCLEAN, [tp]).result(10)
-        assert again[tp].args[0].code() == KafkaError.ELECTION_NOT_NEEDED
+        assert again[tp].code() == KafkaError.ELECTION_NOT_NEEDED
     finally:
         admin.close()
 

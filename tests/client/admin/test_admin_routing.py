@@ -17,6 +17,7 @@ from kafka_client.admin import (
     AclPermissionType,
     AdminClient,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
     OffsetSpec,
@@ -373,7 +374,9 @@ def test_broker_config_resources_go_to_their_broker(admins):
         values = {r.name: f.result(10)["answered.by"] for r, f in futures.items()}
         assert values["2"].value == "2" and values["3"].value == "3"
         entry = values["2"]
-        assert entry.is_read_only and entry.source.name == "STATIC_BROKER_CONFIG"
+        # The broker's number, as confluent-kafka's entries carry it.
+        assert entry.is_read_only and entry.source == ConfigSource.STATIC_BROKER_CONFIG.value
+        assert type(entry.source) is int
         by_node = {n: [(x.resource_type, x.resource_name) for x in r.resources]
                    for n, r in cluster.requests(ApiKey.DESCRIBE_CONFIGS)}
         assert by_node[2] == [(4, "2")] and by_node[3] == [(4, "3")]
@@ -522,7 +525,7 @@ def test_scram_calls_and_elect_leaders_go_to_the_controller(admins):
                                                           TopicPartition("t", 1)],
                                      operation_timeout=3).result(10)
         assert result[TopicPartition("t", 0)] is None
-        assert result[TopicPartition("t", 1)].args[0].code() == KafkaError.ELECTION_NOT_NEEDED
+        assert result[TopicPartition("t", 1)].code() == KafkaError.ELECTION_NOT_NEEDED
         node, req = cluster.requests(ApiKey.ELECT_LEADERS)[-1]
         assert (node, req.election_type, req.timeout_ms) == (2, 1, 3000)
         assert [(t.topic, list(t.partitions)) for t in req.topic_partitions] == [("t", [0, 1])]
@@ -736,7 +739,7 @@ def test_a_local_error_code_from_find_coordinator_or_metadata_is_an_unknown_serv
     """The same for the answers every client reads: a FindCoordinator error of -195
     (_TRANSPORT, which the client would retry until the timeout) fails the call at once,
     and a topic's or partition's -191 in a Metadata answer is no _PARTITION_EOF."""
-    from kafka_proto.messages import FindCoordinatorResponse, MetadataResponse
+    from kafka_proto.messages import FindCoordinatorResponse
 
     with FakeCluster(nodes=(1,)) as cluster:
         cluster.topics = {"t": [1, 1]}

@@ -49,6 +49,7 @@ class LoopBridge:
             raise RuntimeError(f"{what} must be created inside a running asyncio event "
                                f"loop (in a coroutine)") from None
         self.loop_thread = threading.get_ident()
+        self.what = what
         if executor is None:
             if not isinstance(max_workers, int) or max_workers < 1:
                 raise ValueError(f"max_workers must be an int of at least 1, not "
@@ -65,6 +66,23 @@ class LoopBridge:
 
     def on_loop(self) -> bool:
         return threading.get_ident() == self.loop_thread
+
+    def follow_loop(self) -> bool:
+        """At the start of a call: True when the client has just moved to the running
+        event loop because the one it was made in is closed (a client made in one
+        ``asyncio.run()`` and used in the next, a fixture outliving its test's loop); the
+        client then makes its loop-bound parts again. A loop still open elsewhere is
+        refused: a client serves one loop at a time."""
+        loop = asyncio.get_running_loop()
+        if loop is self.loop:
+            return False
+        if not self.loop.is_closed():
+            raise RuntimeError(f"{self.what} belongs to another event loop, which is still "
+                               f"open: make one client per event loop")
+        self.loop = loop
+        self.loop_thread = threading.get_ident()
+        self._tasks = set()
+        return True
 
     # -- callbacks -------------------------------------------------------------------------
     def wrap(self, callback: Callable[..., Any],

@@ -54,7 +54,12 @@ class AIOConsumer:
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._closed:
             raise RuntimeError("Consumer closed")
+        self._follow_loop()
         return await self._bridge.call(fn, *args, **kwargs)
+
+    def _follow_loop(self) -> None:
+        if self._bridge.follow_loop():
+            self._kept.loop_moved()
 
     def _as_self(self, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
         return (self,) + tuple(args[1:])
@@ -63,6 +68,7 @@ class AIOConsumer:
     async def _read(self, fn: Callable[..., Any], *args: Any, arrow: bool = False) -> Any:
         """A read (``fn(*args, stop)``) on the executor. If this coroutine is cancelled,
         the call is told to return what it has, and that is kept for the next read."""
+        self._follow_loop()
         stop = threading.Event()
         call = self._bridge.start(fn, *args, stop)
         try:
@@ -82,6 +88,7 @@ class AIOConsumer:
         when it ran out first (the read then returns nothing)."""
         if self._closed:
             raise RuntimeError("Consumer closed")
+        self._follow_loop()
         self._bridge.raise_failure()
         self._kept.raise_failure()
         return await self._kept.wait(timeout)
@@ -244,6 +251,7 @@ class AIOConsumer:
         committed (with enable.auto.offset.store) and are counted in a warning."""
         if self._closed:
             return
+        self._follow_loop()
         kept = self._kept
         # Cancelled reads return what they hold first (told to when cancelled), so that
         # the final commit leaves out what no read handed out.

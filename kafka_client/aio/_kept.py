@@ -49,6 +49,12 @@ class KeptReads:
         #: asyncio consumer's fast paths test it on every call)
         self.pending = False
 
+    def loop_moved(self) -> None:
+        """The consumer moved to another event loop (the one it was made in closed): the
+        cancelled reads of the closed loop can never hand over what they return."""
+        self._running.clear()
+        self._update()
+
     # -- keeping ---------------------------------------------------------------------------
     def watch(self, call: "asyncio.Future[Any]", arrow: bool) -> None:
         """``call``'s awaiting coroutine was cancelled: keep what it returns."""

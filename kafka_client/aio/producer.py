@@ -73,12 +73,8 @@ class AIOProducer:
         self._bridge = bridge = LoopBridge(max_workers, executor, "AIOProducer")
         self._closed = False
         self._producer = Producer(bridge.wrap_config(producer_conf))
-        self._waker = _Waker(bridge.loop)
-        self._producer._set_report_listener(self._waker)
-        #: set (and cleared) each time reports were served: produce() waiting for room
-        self._served = asyncio.Event()
-        self._pump_task: Optional["asyncio.Task[None]"] = bridge.loop.create_task(
-            self._pump())
+        self._pump_task: Optional["asyncio.Task[None]"] = None
+        self._bind_loop()
 
     # -- serving reports on the loop -------------------------------------------------------
     async def _pump(self) -> None:
@@ -111,6 +107,18 @@ class AIOProducer:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("Producer has been closed")
+        if self._bridge.follow_loop():
+            self._bind_loop()
+
+    def _bind_loop(self) -> None:
+        """The loop-bound parts, on the bridge's loop: the waker the I/O thread calls, the
+        event produce() waits on for room, and the task serving the reports."""
+        loop = self._bridge.loop
+        self._waker = _Waker(loop)
+        self._producer._set_report_listener(self._waker)
+        #: set (and cleared) each time reports were served: produce() waiting for room
+        self._served = asyncio.Event()
+        self._pump_task = loop.create_task(self._pump())
 
     async def produce(self, topic: str, value: Any = None, key: Any = None,
                       partition: int = -1, timestamp: int = 0, headers: Any = None,
@@ -274,6 +282,8 @@ class AIOProducer:
         producer and the executor it made. Calling it again does nothing."""
         if self._closed:
             return
+        if self._bridge.follow_loop():
+            self._bind_loop()
         failure: Optional[BaseException] = None
         try:
             await self.flush()
@@ -321,7 +331,9 @@ class _Delivery(asyncio.Future):
 
 def _settle(future: _Delivery, err: Optional[KafkaError], msg: Message) -> None:
     """Loop thread: a message's delivery report."""
-    if not future.done():   # not cancelled by the application
+    # Not cancelled by the application, and of a loop still open (the producer may have
+    # moved on from the loop it was made in: see LoopBridge.follow_loop).
+    if not future.done() and not future.get_loop().is_closed():
         if err is not None:
             future.set_exception(KafkaException(err))
         else:

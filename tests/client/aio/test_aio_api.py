@@ -231,3 +231,61 @@ def test_a_message_that_cannot_fit_even_in_an_empty_producer_fails_at_once():
         await p.purge()
         await p.close()
     run(main())
+
+
+def test_a_client_made_in_one_event_loop_moves_to_the_next_once_the_first_is_closed():
+    """A client made in one asyncio.run() and used in a later one (a fixture outliving
+    its test's loop): its calls work in the new loop and close() frees its threads; every
+    call failed with asyncio's "bound to a different event loop", and close() left the
+    synchronous client and its I/O thread running. A loop still open is refused."""
+    async def make():
+        return (AIOProducer({"bootstrap.servers": NOWHERE}),
+                AIOConsumer({"bootstrap.servers": NOWHERE}))
+
+    before = set(threading.enumerate())
+    p, c = asyncio.run(make())
+    theirs = set(threading.enumerate()) - before       # I/O threads, executors' workers
+
+    async def use():
+        future = await p.produce("t", b"v")
+        assert len(p) == 1 and not future.done()
+        assert await p.flush(0.1) == 1
+        await p.purge()
+        with pytest.raises(KafkaException) as got:        # purged: failed on this loop
+            await asyncio.wait_for(future, 5)
+        assert got.value.args[0].code() == KafkaError._PURGE_QUEUE
+        assert await c.assignment() == [] and await c.poll(0.05) is None
+        await p.close()
+        await c.close()
+
+    run(use())
+    for th in theirs:
+        th.join(5)
+    assert theirs and not [th.name for th in theirs if th.is_alive()]
+
+    # A client whose loop still runs (in another thread) is not taken over.
+    made = threading.Event()
+    stop = threading.Event()
+    box = []
+
+    def other_loop():
+        async def main():
+            box.append(AIOProducer({"bootstrap.servers": NOWHERE}))
+            made.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.01)
+            await box[0].close()
+        asyncio.run(main())
+
+    th = threading.Thread(target=other_loop)
+    th.start()
+    try:
+        assert made.wait(10)
+
+        async def elsewhere():
+            with pytest.raises(RuntimeError, match="another event loop"):
+                await box[0].produce("t", b"v")
+        run(elsewhere())
+    finally:
+        stop.set()
+        th.join(10)

@@ -200,7 +200,10 @@ class PartitionState:
             self.app_pos = offset
             self.reset = None
         else:
+            # Not known until the lookup answers: position() says OFFSET_INVALID, and a
+            # pause() meanwhile keeps the lookup instead of going back to the old position.
             self.fetch_pos = -1
+            self.app_pos = -1
             self.reset = offset
 
     def commit_due(self) -> bool:

@@ -4,6 +4,9 @@ from __future__ import annotations
 import pytest
 
 from kafka_client import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
     OFFSET_TAIL,
     Consumer,
     KafkaError,
@@ -200,5 +203,32 @@ def test_positions_follow_what_poll_handed_out_across_threads_seek_and_pause():
         c.pause([tp])                                        # back to the position
         assert c.position([tp])[0].offset == 7
         assert c.consume(5, 0) == []
+    finally:
+        c.close()
+
+
+def test_a_logical_seek_is_not_undone_by_pause_and_its_position_is_unknown():
+    """seek(OFFSET_BEGINNING / END / tail) after messages were handed out: position()
+    says OFFSET_INVALID until the lookup answers, as librdkafka's, and pause() +
+    resume() meanwhile keeps the lookup (it went back to the old position: the messages
+    before it were never read again, or those after it read twice)."""
+    c = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "log_level": 0,
+                  "enable.auto.commit": False})
+    tp = TopicPartition("t", 0)
+    try:
+        c.assign([TopicPartition("t", 0, 0)])
+        part = c._fetcher.parts[("t", 0)]
+        for logical in (OFFSET_BEGINNING, OFFSET_END, OFFSET_TAIL(3)):
+            c.seek(TopicPartition("t", 0, 0))
+            with c._hand:
+                c._handout.start([Message("t", 0, i) for i in range(5)], part)
+            assert [c.poll(0).offset() for _ in range(5)] == list(range(5))
+            assert c.position([tp])[0].offset == 5
+            c.seek(TopicPartition("t", 0, logical))
+            assert c.position([tp])[0].offset == OFFSET_INVALID
+            c.pause([tp])
+            c.resume([tp])
+            assert (part.reset, part.fetch_pos) == (logical, -1)   # still to be looked up
+            assert c.position([tp])[0].offset == OFFSET_INVALID
     finally:
         c.close()

@@ -279,7 +279,10 @@ class AIOProducer:
     # -- closing ---------------------------------------------------------------------------
     async def close(self) -> None:
         """Deliver everything (waiting as long as it takes, as flush()), then close the
-        producer and the executor it made. Calling it again does nothing."""
+        producer and the executor it made. Calling it again does nothing. Cut short
+        (cancelled, ``asyncio.wait_for`` timing out, a callback raising), it still closes:
+        the futures of the messages not delivered fail with ``_PURGE_QUEUE`` or
+        ``_PURGE_INFLIGHT``."""
         if self._closed:
             return
         if self._bridge.follow_loop():
@@ -293,6 +296,12 @@ class AIOProducer:
         if self._pump_task is not None:
             self._pump_task.cancel()
             self._pump_task = None
+        if len(self._producer):
+            # Given up on (close() cancelled or timed out, a callback raised): what is
+            # left fails its future now (_PURGE_QUEUE, _PURGE_INFLIGHT) rather than
+            # leaving whoever awaits it waiting forever.
+            await self._bridge.run(self._producer.purge, True, True, True)
+            self._serve()
         self._producer._set_report_listener(None)
         await self._bridge.run(self._producer.close, 0)
         await self._bridge.settle_tasks()

@@ -289,3 +289,22 @@ def test_a_client_made_in_one_event_loop_moves_to_the_next_once_the_first_is_clo
     finally:
         stop.set()
         th.join(10)
+
+
+def test_a_close_cut_short_fails_the_futures_of_what_it_drops():
+    """close() under asyncio.wait_for timing out (no broker: nothing can be delivered)
+    still closes, and the futures of the dropped messages fail with _PURGE_QUEUE; they
+    stayed pending forever, hanging whoever awaited them."""
+    async def main():
+        p = AIOProducer({"bootstrap.servers": NOWHERE})
+        futures = [await p.produce("t", b"x") for _ in range(10)]
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(p.close(), 0.5)
+        results = await asyncio.wait_for(
+            asyncio.gather(*futures, return_exceptions=True), 5)
+        assert {r.args[0].code() for r in results} == {KafkaError._PURGE_QUEUE}
+        assert len(p) == 0
+        await p.close()                                  # closed: nothing more to do
+        with pytest.raises(RuntimeError, match="closed"):
+            await p.produce("t", b"y")
+    run(main())

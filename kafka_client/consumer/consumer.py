@@ -66,6 +66,8 @@ from kafka_client.consumer.group import (
 from kafka_client.consumer.consumer_protocol import ConsumerProtocolGroup
 from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.types import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
     TIMESTAMP_CREATE_TIME,
@@ -187,6 +189,7 @@ class Consumer(ClientBase):
         self._check_open()
         self._assign_ops += 1
         parts = _check_partitions(partitions, "assign")
+        _check_start_offsets(parts, "assign")
         with self._hand, self._lock:
             for part in self._fetcher.parts.values():
                 self._drop(part)
@@ -209,6 +212,7 @@ class Consumer(ClientBase):
         self._check_open()
         self._assign_ops += 1
         parts = _check_partitions(partitions, "incremental_assign")
+        _check_start_offsets(parts, "incremental_assign")
         with self._lock:
             for tp in parts:
                 part = self._fetcher.parts.get((tp.topic, tp.partition))
@@ -269,14 +273,15 @@ class Consumer(ClientBase):
     def seek(self, partition: TopicPartition) -> None:
         """Make ``partition.offset`` the next offset consumed from an assigned partition
         (absolute or logical). Messages fetched before the seek are not returned; works
-        right after assign(), before any poll()."""
+        right after assign(), before any poll(). OFFSET_INVALID, as OFFSET_STORED, goes
+        back to the committed offset (else ``auto.offset.reset``), as librdkafka does."""
         self._check_open()
         if not isinstance(partition, TopicPartition):
             raise TypeError("seek() takes a TopicPartition")
+        _check_start_offsets([partition], "seek")
         offset = partition.offset
         if offset == OFFSET_INVALID:
-            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
-                                            "seek(): offset is OFFSET_INVALID"))
+            offset = OFFSET_STORED
         with self._hand, self._lock:
             part = self._part(partition)
             self._handout.drop(part)  # settles what poll() took first: the seek wins
@@ -1348,6 +1353,22 @@ def OFFSET_TAIL(n: int) -> int:
     if n < 0:
         raise ValueError("OFFSET_TAIL(n) needs n >= 0")
     return OFFSET_TAIL_BASE - n
+
+
+def _check_start_offsets(parts: Sequence[TopicPartition], what: str) -> None:
+    """A negative offset that is no logical one (OFFSET_BEGINNING, OFFSET_END,
+    OFFSET_STORED, OFFSET_INVALID, OFFSET_TAIL(n)) is _INVALID_ARG, as librdkafka's
+    assign() says (it used to be taken as OFFSET_END: the backlog skipped silently)."""
+    for tp in parts:
+        off = tp.offset
+        if OFFSET_TAIL_BASE < off < 0 and off not in _LOGICAL_OFFSETS:
+            raise KafkaException(KafkaError(
+                KafkaError._INVALID_ARG, f"{what}(): {tp.topic} [{tp.partition}]: offset "
+                f"{off} is neither an offset nor a logical one (OFFSET_BEGINNING, "
+                f"OFFSET_END, OFFSET_STORED, OFFSET_INVALID, OFFSET_TAIL(n))"))
+
+
+_LOGICAL_OFFSETS = frozenset((OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, OFFSET_INVALID))
 
 
 def _check_partitions(partitions: Any, what: str,

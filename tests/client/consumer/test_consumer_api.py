@@ -7,6 +7,7 @@ from kafka_client import (
     OFFSET_BEGINNING,
     OFFSET_END,
     OFFSET_INVALID,
+    OFFSET_STORED,
     OFFSET_TAIL,
     Consumer,
     KafkaError,
@@ -102,9 +103,21 @@ def test_argument_types(consumer):
         consumer.consume(1_000_001)
     with pytest.raises(ValueError):
         consumer.store_offsets()
-    with pytest.raises(KafkaException) as e:
-        consumer.seek(TopicPartition("t", 0))  # OFFSET_INVALID
-    assert code_of(e) == KafkaError._INVALID_ARG
+    # A negative offset that is no logical one: refused, as librdkafka's assign() does
+    # (it was taken as OFFSET_END, skipping the backlog without a word).
+    for bad in (-3, -5, -999, -1002, -1999):
+        for call in (lambda: consumer.assign([TopicPartition("t", 0, bad)]),
+                     lambda: consumer.incremental_assign([TopicPartition("t", 0, bad)]),
+                     lambda: consumer.seek(TopicPartition("t", 0, bad))):
+            with pytest.raises(KafkaException) as e:
+                call()
+            assert code_of(e) == KafkaError._INVALID_ARG and str(bad) in str(e.value)
+    assert consumer.assignment() == []
+    consumer.assign([TopicPartition("t", 0, OFFSET_TAIL(5)), TopicPartition("t", 1, -1000)])
+    # seek(OFFSET_INVALID) goes back to the committed offset, as in librdkafka.
+    consumer.seek(TopicPartition("t", 0))
+    assert consumer._fetcher.parts[("t", 0)].reset == OFFSET_STORED
+    consumer.unassign()
     with pytest.raises(ValueError):
         OFFSET_TAIL(-1)
 

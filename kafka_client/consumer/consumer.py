@@ -1058,8 +1058,8 @@ class Consumer(ClientBase):
 
         ``asynchronous=True`` (the default) returns None and hands the result to
         ``on_commit(err, partitions)`` from a later poll()/consume(); ``False`` waits,
-        calls ``on_commit``, returns the committed partitions and raises KafkaException
-        on failure. As librdkafka, entries with a negative offset are left out, and
+        returns the committed partitions and raises KafkaException on failure (without
+        calling ``on_commit``, as librdkafka). As librdkafka, entries with a negative offset are left out, and
         nothing left to commit is _NO_OFFSET (raised, or given to ``on_commit``). While
         this member rejoins its group (its JoinGroup or SyncGroup waiting at the
         coordinator) the commit is answered at once, not after the rebalance; one the

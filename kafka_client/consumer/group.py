@@ -367,7 +367,7 @@ class GroupCoordinator:
                 stored = [tp for tp in member.stored_offsets()
                           if (tp.topic, tp.partition) in going]
                 if stored:
-                    self.commit(stored, asynchronous=False, timeout=5.0)
+                    self.commit(stored, asynchronous=False, timeout=5.0, auto=True)
             except KafkaException as exc:
                 self.log.info("commit before revoke failed: %s", exc)
             except Exception as exc:  # on_commit raised: the revocation still runs
@@ -412,10 +412,13 @@ class GroupCoordinator:
                 self.io.call_soon(self._assign_done)
 
     def commit(self, tps: List[TopicPartition], asynchronous: bool,
-               timeout: Optional[float] = None) -> Optional[List[TopicPartition]]:
+               timeout: Optional[float] = None, auto: bool = False
+               ) -> Optional[List[TopicPartition]]:
         """Commit offsets; see Consumer.commit. Entries with a negative (logical or
         invalid) offset are left out, as librdkafka does; with none left the result is
-        _NO_OFFSET."""
+        _NO_OFFSET. on_commit hears asynchronous commits and the client's own (``auto``:
+        before a revocation, at close), not the application's synchronous ones, which
+        return their result (librdkafka's offset_commit_cb is not called for them)."""
         offsets = [e for e in _commit_entries(tps) if e[2] >= 0]
         if not offsets:
             if asynchronous:
@@ -442,7 +445,7 @@ class GroupCoordinator:
                                               f"commit timed out after {wait:g}s"))
         err, result = box[0]
         cb = self.config["on_commit"]
-        if cb is not None:
+        if auto and cb is not None:
             cb(err, result)
         if err is not None:
             raise KafkaException(err)
@@ -498,7 +501,7 @@ class GroupCoordinator:
                 stored = member.stored_offsets()
                 if stored:
                     try:
-                        self.commit(stored, asynchronous=False, timeout=5.0)
+                        self.commit(stored, asynchronous=False, timeout=5.0, auto=True)
                     except KafkaException as exc:
                         self.log.info("final commit failed: %s", exc)
         finally:

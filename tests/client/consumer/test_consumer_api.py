@@ -7,7 +7,6 @@ from kafka_client import (
     OFFSET_BEGINNING,
     OFFSET_END,
     OFFSET_INVALID,
-    OFFSET_STORED,
     OFFSET_TAIL,
     Consumer,
     KafkaError,
@@ -114,9 +113,10 @@ def test_argument_types(consumer):
             assert code_of(e) == KafkaError._INVALID_ARG and str(bad) in str(e.value)
     assert consumer.assignment() == []
     consumer.assign([TopicPartition("t", 0, OFFSET_TAIL(5)), TopicPartition("t", 1, -1000)])
-    # seek(OFFSET_INVALID) goes back to the committed offset, as in librdkafka.
+    # seek(OFFSET_INVALID) is taken (back to the committed offset, as in librdkafka; no
+    # broker here to look it up).
     consumer.seek(TopicPartition("t", 0))
-    assert consumer._fetcher.parts[("t", 0)].reset == OFFSET_STORED
+    assert consumer.position([TopicPartition("t", 0)])[0].offset == OFFSET_INVALID
     consumer.unassign()
     with pytest.raises(ValueError):
         OFFSET_TAIL(-1)

@@ -191,6 +191,7 @@ class Consumer(ClientBase):
         parts = _check_partitions(partitions, "assign")
         _check_start_offsets(parts, "assign")
         with self._hand, self._lock:
+            self._commit_leaving(self._fetcher.assigned_keys())
             for part in self._fetcher.parts.values():
                 self._drop(part)
             self._fetcher.parts = {}
@@ -202,6 +203,7 @@ class Consumer(ClientBase):
         self._check_open()
         self._assign_ops += 1
         with self._hand, self._lock:
+            self._commit_leaving(self._fetcher.assigned_keys())
             for part in self._fetcher.parts.values():
                 self._drop(part)
             self._fetcher.parts = {}
@@ -236,6 +238,7 @@ class Consumer(ClientBase):
                     raise KafkaException(KafkaError(
                         KafkaError._CONFLICT, f"{tp.topic} [{tp.partition}] is not "
                         f"assigned"))
+            self._commit_leaving({(tp.topic, tp.partition) for tp in parts})
             for tp in parts:
                 part = self._fetcher.parts.pop((tp.topic, tp.partition))
                 self._drop(part)
@@ -262,6 +265,20 @@ class Consumer(ClientBase):
             topics.add(tp.topic)
         if topics:
             self._io.call_soon(self._cluster.want_topics, sorted(topics))
+
+    def _commit_leaving(self, keys: Set[Tuple[str, int]]) -> None:
+        """Locks held. Manual assignment with enable.auto.commit: the stored offsets of partitions
+        leaving the assignment are committed (asynchronously, the result to on_commit),
+        as librdkafka commits what it unassigns; they were dropped, and read again by the
+        next consumer. A subscription's partitions are committed before their revocation
+        (and never when lost) by the group."""
+        group = self._group
+        if group is None or not group.auto_commit or group.patterns is not None or not keys:
+            return
+        leaving = [tp for tp in self._fetcher.stored_offsets()
+                   if (tp.topic, tp.partition) in keys]
+        if leaving:
+            group.commit(leaving, asynchronous=True)
 
     def _drop(self, part: PartitionState) -> None:
         """Locks held: forget a partition; its queued data is dropped as it is met."""

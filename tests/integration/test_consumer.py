@@ -502,3 +502,35 @@ def test_a_seek_while_a_fetch_waits_at_the_broker_is_served_at_once(broker, topi
         assert sorted(waits)[1] < 0.5, waits
     finally:
         c.close()
+
+
+def test_manual_assignment_commits_what_leaves_it_with_auto_commit(tansu_broker, topic_name):
+    """A group consumer with manual assignment and enable.auto.commit: the stored offsets
+    of partitions that incremental_unassign()/unassign() remove are committed (on_commit
+    hears it), as librdkafka does; they were dropped, and the next consumer of the group
+    read those messages again (a shutdown written as unassign(); close() lost its commit)."""
+    tansu_broker.create_topic(topic_name, partitions=2)
+    produce_confluent(tansu_broker.bootstrap, topic_name,
+                      [(i % 2, None, b"%d" % i, None, 0) for i in range(20)])
+    heard = []
+    c = new_consumer(tansu_broker, **{"group.id": topic_name, "auto.commit.interval.ms": 60_000,
+                                      "on_commit": lambda err, tps: heard.append((err, tps))})
+    try:
+        c.assign([TopicPartition(topic_name, p, 0) for p in (0, 1)])
+        msgs, _ = consume_until(c, 20)
+        assert len(msgs) == 20
+        c.incremental_unassign([TopicPartition(topic_name, 0)])
+        c.unassign()
+        deadline = time.monotonic() + 10
+        while len(heard) < 2 and time.monotonic() < deadline:
+            c.poll(0.1)
+        assert [(err, [(tp.partition, tp.offset) for tp in tps]) for err, tps in heard] == [
+            (None, [(0, 10)]), (None, [(1, 10)])]
+    finally:
+        c.close()
+    other = new_consumer(tansu_broker, **{"group.id": topic_name})
+    try:
+        assert [tp.offset for tp in other.committed(
+            [TopicPartition(topic_name, p) for p in (0, 1)], timeout=10)] == [10, 10]
+    finally:
+        other.close()

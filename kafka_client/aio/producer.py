@@ -279,8 +279,9 @@ class AIOProducer:
     # -- closing ---------------------------------------------------------------------------
     async def close(self) -> None:
         """Deliver everything (waiting as long as it takes, as flush()), then close the
-        producer and the executor it made. Calling it again does nothing. Cut short
-        (cancelled, ``asyncio.wait_for`` timing out, a callback raising), it still closes:
+        producer and the executor it made. Calling it again does nothing. A callback
+        raising meanwhile does not stop the flush; the first exception is raised once
+        closed. Cut short (cancelled, ``asyncio.wait_for`` timing out), it still closes:
         the futures of the messages not delivered fail with ``_PURGE_QUEUE`` or
         ``_PURGE_INFLIGHT``."""
         if self._closed:
@@ -288,10 +289,18 @@ class AIOProducer:
         if self._bridge.follow_loop():
             self._bind_loop()
         failure: Optional[BaseException] = None
-        try:
-            await self.flush()
-        except BaseException as exc:    # a callback's exception: close first, raise after
-            failure = exc
+        while True:
+            try:
+                await self.flush()
+                break
+            except Exception as exc:
+                # A callback's exception: the other reports still run and everything is
+                # still delivered (as the synchronous close()); the first is raised after.
+                if failure is None:
+                    failure = exc
+            except BaseException as exc:    # cancelled: close now, dropping what is left
+                failure = exc
+                break
         self._closed = True
         if self._pump_task is not None:
             self._pump_task.cancel()

@@ -52,6 +52,31 @@ def test_a_full_producer_waits_for_room_and_every_future_resolves_once(broker, t
     run(main())
 
 
+def test_a_callback_raising_during_close_loses_nothing(tansu_broker, topic_name):
+    """close() while 5,000 messages wait in batches of 100 (linger.ms=200) and the first
+    delivery callback raises: every message is still delivered and every future resolved, then close()
+    raises the exception, as the synchronous close() does (the rest was dropped, and
+    its futures never resolved)."""
+    async def main():
+        p = AIOProducer({"bootstrap.servers": tansu_broker.bootstrap, "linger.ms": 200,
+                         "batch.num.messages": 100})
+        raised = []
+
+        def on_delivery(err, msg):
+            if not raised:
+                raised.append(msg.offset())
+                raise ValueError("callback bug")
+
+        futures = [await p.produce(topic_name, b"%d" % i, partition=0,
+                                   on_delivery=on_delivery) for i in range(5000)]
+        with pytest.raises(ValueError, match="callback bug"):
+            await p.close()
+        assert all(f.done() and f.exception() is None for f in futures)
+        got = await read_all(tansu_broker.bootstrap, topic_name, 5000)
+        assert [m.value() for m in got] == [b"%d" % i for i in range(5000)]
+    run(main())
+
+
 def test_headers_and_on_delivery_coroutines_run_on_the_loop(broker, topic_name):
     async def main():
         loop_thread = threading.get_ident()

@@ -28,7 +28,7 @@ import inspect
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-__all__ = ["LoopBridge"]
+__all__ = ["LoopBridge", "in_callback"]
 
 #: set while a client's callback runs on the loop (see the module's docstring)
 _IN_CALLBACK: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -133,9 +133,11 @@ class LoopBridge:
             raise self.failures.pop(0)
 
     async def settle_tasks(self) -> None:
-        """Wait for the callback tasks still running."""
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        """Wait for the callback tasks still running (not the one calling: a callback
+        closing its own client)."""
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- blocking calls --------------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -154,9 +156,20 @@ class LoopBridge:
         return self.loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
 
     async def close_executor(self) -> None:
+        """Shut the executor this client made down. From a callback (closing its own
+        client) it is not waited for: one of its threads may be the call that waits for
+        this very callback, and it ends when that call returns."""
         if self.owns_executor:
-            await self.loop.run_in_executor(None, functools.partial(
-                self.executor.shutdown, wait=True))
+            if in_callback():
+                self.executor.shutdown(wait=False)
+            else:
+                await self.loop.run_in_executor(None, functools.partial(
+                    self.executor.shutdown, wait=True))
+
+
+def in_callback() -> bool:
+    """Whether the calling code runs inside one of a client's callbacks."""
+    return _IN_CALLBACK.get()
 
 
 async def _run(callback: Callable[..., Any], args: Tuple[Any, ...]) -> Any:

@@ -7,7 +7,7 @@ import concurrent.futures
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from kafka_client.aio._bridge import LoopBridge
+from kafka_client.aio._bridge import LoopBridge, in_callback
 from kafka_client.aio._kept import KeptReads
 from kafka_client.consumer.arrow import empty_record_batch
 from kafka_client.consumer.consumer import Consumer
@@ -254,14 +254,16 @@ class AIOConsumer:
         self._follow_loop()
         kept = self._kept
         # Cancelled reads return what they hold first (told to when cancelled), so that
-        # the final commit leaves out what no read handed out.
-        await kept.wait(self._CANCELLED_READS_WAIT)
+        # the final commit leaves out what no read handed out. Not from a callback: the
+        # read that runs it cannot return before it.
+        reads_wait = 0.0 if in_callback() else self._CANCELLED_READS_WAIT
+        await kept.wait(reads_wait)
         uncommitted = kept.unclaimed() if self._consumer._auto_store else 0
         try:
             await self._bridge.run(self._consumer.close)
         finally:
             self._closed = True
-            await kept.wait(self._CANCELLED_READS_WAIT)   # any left: closed now
+            await kept.wait(reads_wait)   # any left: closed now
             unclaimed = kept.unclaimed()
             if unclaimed:
                 self._consumer._log.warning(

@@ -308,3 +308,44 @@ def test_a_close_cut_short_fails_the_futures_of_what_it_drops():
         with pytest.raises(RuntimeError, match="closed"):
             await p.produce("t", b"y")
     run(main())
+
+
+def test_a_consumer_closed_from_its_own_error_cb_closes_and_the_poll_returns(run_child):
+    """An error_cb coroutine closing its AIOConsumer (the broker is unreachable) while a
+    task awaits poll(): close() waited for the executor thread that waits for the
+    callback (a deadlock: neither returned, the process could not exit). In a child
+    process with a hard timeout."""
+    out = run_child(f"""
+        import asyncio, time
+        from kafka_client.aio import AIOConsumer
+
+        async def main():
+            box, closed = {{}}, []
+
+            async def on_error(err):
+                if not closed:
+                    closed.append(err.code())
+                    await box["c"].close()
+                    closed.append("closed")
+
+            box["c"] = c = AIOConsumer({{"bootstrap.servers": "{NOWHERE}", "group.id": "g",
+                                        "error_cb": on_error}})
+            await c.subscribe(["t"])
+            t = time.monotonic()
+            try:
+                while "closed" not in closed and time.monotonic() - t < 10:
+                    await asyncio.wait_for(c.poll(0.5), 10)
+            except RuntimeError:       # the next poll() after close
+                pass
+            assert closed[-1] == "closed", closed
+            try:
+                await c.poll(0)
+                raise SystemExit("poll() after close() did not raise")
+            except RuntimeError:
+                pass
+            print("ok")
+
+        asyncio.run(main())
+    """, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

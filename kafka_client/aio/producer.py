@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import weakref
 from typing import Any, Callable, List, Optional
 
 from kafka_client.aio._bridge import LoopBridge
@@ -42,6 +43,24 @@ class _Waker:
         self.event.set()
 
 
+async def _pump(producer_ref: "weakref.ref[AIOProducer]", waker: _Waker) -> None:
+    """The task serving an AIOProducer's reports on the loop as the I/O thread says they
+    come (and at least every _EVENT_INTERVAL_S). It holds the producer weakly: one the
+    application drops without close() is collected (its Producer's own finalizer then
+    stops the I/O thread and warns about what was not delivered), and the task ends."""
+    while True:
+        try:
+            await asyncio.wait_for(waker.event.wait(), _EVENT_INTERVAL_S)
+        except asyncio.TimeoutError:
+            pass
+        waker.event.clear()
+        producer = producer_ref()
+        if producer is None:
+            return
+        producer._serve()
+        del producer
+
+
 class AIOProducer:
     """A producer for asyncio code: ``await producer.produce(...)`` queues a message and
     returns a future that resolves to the delivered :class:`~kafka_client.Message` (or
@@ -77,15 +96,6 @@ class AIOProducer:
         self._bind_loop()
 
     # -- serving reports on the loop -------------------------------------------------------
-    async def _pump(self) -> None:
-        waker = self._waker
-        while True:
-            try:
-                await asyncio.wait_for(waker.event.wait(), _EVENT_INTERVAL_S)
-            except asyncio.TimeoutError:
-                pass
-            waker.event.clear()
-            self._serve()
 
     def _serve(self) -> int:
         """Loop thread: run what poll() serves (the futures' delivery callbacks, error and
@@ -118,7 +128,7 @@ class AIOProducer:
         self._producer._set_report_listener(self._waker)
         #: set (and cleared) each time reports were served: produce() waiting for room
         self._served = asyncio.Event()
-        self._pump_task = loop.create_task(self._pump())
+        self._pump_task = loop.create_task(_pump(weakref.ref(self), self._waker))
 
     async def produce(self, topic: str, value: Any = None, key: Any = None,
                       partition: int = -1, timestamp: int = 0, headers: Any = None,
@@ -145,7 +155,7 @@ class AIOProducer:
         if on_delivery is not None and not callable(on_delivery):
             raise TypeError(f"on_delivery must be callable, not "
                             f"{type(on_delivery).__name__}")
-        future = _Delivery(self._bridge, on_delivery)
+        future = _Delivery(self, on_delivery)
         while True:
             try:
                 self._producer.produce(topic, value, key, partition, future, timestamp,
@@ -332,12 +342,17 @@ class _Delivery(asyncio.Future):
     message leaves alive until its report sets the pace of the garbage collector, which
     took half of the producer's time)."""
 
-    __slots__ = ("_bridge", "_on_delivery")
+    __slots__ = ("_bridge", "_on_delivery", "_producer")
 
-    def __init__(self, bridge: LoopBridge, on_delivery: Optional[Callable[..., Any]]) -> None:
+    def __init__(self, producer: AIOProducer, on_delivery: Optional[Callable[..., Any]]
+                 ) -> None:
+        bridge = producer._bridge
         super().__init__(loop=bridge.loop)
         self._bridge = bridge
         self._on_delivery = on_delivery
+        # The producer stays alive while one of its messages waits for its report (the
+        # client holds this future until then), even if the application dropped it.
+        self._producer = producer
 
     def __call__(self, err: Optional[KafkaError], msg: Message) -> None:
         bridge = self._bridge
@@ -349,6 +364,7 @@ class _Delivery(asyncio.Future):
 
 def _settle(future: _Delivery, err: Optional[KafkaError], msg: Message) -> None:
     """Loop thread: a message's delivery report."""
+    future._producer = None     # reported: no longer keeps its producer alive
     # Not cancelled by the application, and of a loop still open (the producer may have
     # moved on from the loop it was made in: see LoopBridge.follow_loop).
     if not future.done() and not future.get_loop().is_closed():

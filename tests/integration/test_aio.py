@@ -5,6 +5,7 @@ in tests/compat/test_compat_aio.py."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -468,4 +469,30 @@ def test_what_a_cancelled_read_kept_is_dropped_when_its_partition_is_assigned_ag
             got = await _offsets(c, 2)
             assert got == [1, 2]
             assert await c.consume(10, 0.5) == []
+    run(main())
+
+
+def test_a_producer_dropped_without_close_is_collected_once_its_messages_are_reported(
+        tansu_broker, topic_name):
+    """A producer made per call and dropped without close(): it stays alive while one of
+    its messages waits for its report (that message is delivered), then it is collected
+    and its I/O thread ends. The task serving its reports held it forever: every dropped
+    producer kept a thread and its connections while the loop ran."""
+    async def main():
+        before = set(threading.enumerate())
+        for i in range(5):
+            # not even a name for it: only the message's future refers to it
+            msg = await (await AIOProducer({"bootstrap.servers": tansu_broker.bootstrap})
+                         .produce(topic_name, b"%d" % i, partition=0))
+            assert msg.offset() == i
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            gc.collect()
+            left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+            if not left:
+                break
+            await asyncio.sleep(0.1)
+        assert left == []
+        got = await read_all(tansu_broker.bootstrap, topic_name, 5)
+        assert [m.value() for m in got] == [b"%d" % i for i in range(5)]
     run(main())

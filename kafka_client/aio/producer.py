@@ -92,6 +92,7 @@ class AIOProducer:
         self._bridge = bridge = LoopBridge(max_workers, executor, "AIOProducer")
         self._closed = False
         self._producer = Producer(bridge.wrap_config(producer_conf))
+        self._served_total = 0     # reports and events served on the loop so far
         self._pump_task: Optional["asyncio.Task[None]"] = None
         self._bind_loop()
 
@@ -109,8 +110,10 @@ class AIOProducer:
             else:
                 self._bridge.failures.append(exc)
                 served = 1
-        self._served.set()
-        self._served.clear()
+        if served:
+            self._served_total += served
+            self._served.set()
+            self._served.clear()
         return served
 
     # -- the API -------------------------------------------------------------------------
@@ -189,14 +192,21 @@ class AIOProducer:
         if served or timeout == 0:
             self._bridge.raise_failure()
             return served
-        wait = None if timeout is None or timeout < 0 else timeout
-        try:
-            await asyncio.wait_for(self._served.wait(), wait)
-        except asyncio.TimeoutError:
-            pass
-        served = self._serve()
+        # Until something is served, here or by the task serving them as they come.
+        loop = self._bridge.loop
+        start = self._served_total
+        deadline = None if timeout is None or timeout < 0 else loop.time() + timeout
+        while self._served_total == start:
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._served.wait(), left)
+            except asyncio.TimeoutError:
+                break
+        self._serve()
         self._bridge.raise_failure()
-        return served
+        return self._served_total - start
 
     async def flush(self, timeout: Optional[float] = None) -> int:
         """Send everything now and wait up to ``timeout`` seconds (None or -1: no limit)

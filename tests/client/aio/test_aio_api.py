@@ -3,7 +3,9 @@ executor, the serializing forms' construction and refusals, use after close."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
+import time
 
 import pytest
 
@@ -349,3 +351,22 @@ def test_a_consumer_closed_from_its_own_error_cb_closes_and_the_poll_returns(run
     """, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_poll_waits_its_timeout_when_nothing_comes():
+    """poll(timeout) with nothing to serve waits the timeout (it returned at the next
+    0.1 s tick of the task serving reports: a poll(1.0) loop spun at 10 Hz)."""
+    silent = socket.socket()               # takes connections, never answers: no event
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+
+    async def main():
+        p = AIOProducer({"bootstrap.servers": "127.0.0.1:%d" % silent.getsockname()[1]})
+        t = time.monotonic()
+        assert await p.poll(0.5) == 0
+        assert time.monotonic() - t >= 0.45
+        await p.close()
+    try:
+        run(main())
+    finally:
+        silent.close()

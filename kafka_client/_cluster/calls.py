@@ -343,10 +343,22 @@ class CallRunner:
 
             self.cluster.request_metadata(sorted(set(topics)), one, deadline)
             return
+        # The shared request may outlive this caller's deadline (see below): the caller
+        # gets _TIMED_OUT at its own deadline, and the answer coming later is not its.
+        answered = [False]
+
+        def once(error: Optional[KafkaError]) -> None:
+            if not answered[0]:
+                answered[0] = True
+                timer.cancel()
+                then(error)
+
+        timer = self.io.call_at(deadline, once, client_error(
+            KafkaError._TIMED_OUT, "no broker answered the Metadata request in time"))
         if self._metadata_waiters is not None:
-            self._metadata_waiters.append(then)
+            self._metadata_waiters.append(once)
             return
-        self._metadata_waiters = [then]
+        self._metadata_waiters = [once]
 
         def shared(resp: Any, err: Optional[KafkaError], conn: Any) -> None:
             waiters, self._metadata_waiters = self._metadata_waiters or [], None
@@ -355,7 +367,7 @@ class CallRunner:
                 fn(error)
 
         # Bounded by the socket timeout, not one caller's deadline: waiters that give up
-        # earlier expire by their own timers.
+        # earlier expire by their own timers (``once`` above).
         self.cluster.request_metadata(
             [], shared, max(deadline, time.monotonic() + self.request_timeout))
 

@@ -99,6 +99,9 @@ class MetadataCache:
         self.brokers: Dict[int, Tuple[str, int, Optional[str]]] = {}
         #: node id -> when a Metadata answer last listed it (monotonic)
         self.listed_at: Dict[int, float] = {}
+        #: the brokers the last Metadata answer listed (``brokers`` keeps every broker
+        #: ever named: a stopped or removed one stays there)
+        self.listed_brokers: List[int] = []
         self.topics: Dict[str, TopicInfo] = {}
         self.cluster_id: Optional[str] = None
         self.controller_id = -1
@@ -201,6 +204,8 @@ class MetadataCache:
         for b in resp.brokers or ():
             self.brokers[b.node_id] = (b.host, b.port, getattr(b, "rack", None))
             self.listed_at[b.node_id] = now
+        if resp.brokers:
+            self.listed_brokers = sorted(b.node_id for b in resp.brokers)
         if getattr(resp, "cluster_id", None) is not None:
             self.cluster_id = resp.cluster_id
         if getattr(resp, "controller_id", -1) >= 0:

@@ -734,7 +734,10 @@ def _each_broker(runner: CallRunner, opts: Options, fail: Callable[[KafkaError],
         if error is not None:
             fail(error)
             return
-        nodes = sorted(runner.cluster.metadata.brokers)
+        # The brokers the answer just waited for lists: one the cluster no longer names
+        # (stopped, removed) is not asked.
+        md = runner.cluster.metadata
+        nodes = list(md.listed_brokers) or sorted(md.brokers)
         left = [len(nodes)]
 
         def one_done() -> None:

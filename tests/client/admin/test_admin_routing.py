@@ -408,6 +408,43 @@ def test_list_consumer_groups_asks_every_broker_and_reports_the_ones_that_fail(a
                    for _n, r in cluster.requests(ApiKey.LIST_GROUPS))
 
 
+def test_list_consumer_groups_asks_only_the_brokers_the_cluster_lists_now(admins):
+    """A broker the last Metadata answer no longer names (stopped, removed) is not asked:
+    it cost every listing its whole request timeout and an error (list_groups() raised
+    _PARTIAL) all through a rolling restart."""
+    with FakeCluster(nodes=(1, 2, 3)) as cluster:
+        listed = {1, 2, 3}
+
+        def metadata(node, req, version):
+            resp = cluster.metadata(node, req, version)
+            resp.brokers = [b for b in resp.brokers if b.node_id in listed]
+            return resp
+
+        cluster.handle(ApiKey.METADATA, metadata)
+        cluster.handle(ApiKey.LIST_GROUPS,
+                       lambda node, req, version: ListGroupsResponse(error_code=0, groups=[]))
+        admin = admins(cluster)
+        assert admin.list_consumer_groups().result(10).errors == []
+        assert sorted(n for n, _ in cluster.requests(ApiKey.LIST_GROUPS)) == [1, 2, 3]
+        listed.discard(3)
+        before = len(cluster.requests(ApiKey.LIST_GROUPS))
+        assert admin.list_consumer_groups().result(10).errors == []
+        assert sorted(n for n, _ in cluster.requests(ApiKey.LIST_GROUPS)[before:]) == [1, 2]
+
+
+def test_list_consumer_groups_keeps_its_request_timeout_while_metadata_waits(admins):
+    """The Metadata request that learns the brokers is shared and bounded by the socket
+    timeout; a listing with a shorter request_timeout fails at its own (it waited for
+    the shared request: 60 s with socket.timeout.ms' default)."""
+    with FakeCluster(nodes=(1,)) as cluster:
+        admin = admins(cluster)
+        assert admin.cluster_id(5) == "fake-cluster"
+        cluster.handle(ApiKey.METADATA, lambda node, req, version: SILENT)
+        start = time.monotonic()
+        err = error_of(admin.list_consumer_groups(request_timeout=1), timeout=10)
+        assert err.code() == KafkaError._TIMED_OUT and time.monotonic() - start < 3
+
+
 def test_list_groups_describes_each_group_on_the_broker_that_listed_it(admins):
     """The legacy list_groups(): ListGroups to every broker, then one DescribeGroups per
     broker for its own groups (or the one asked for); a broker that cannot be asked makes

@@ -1065,7 +1065,9 @@ def _same_thing(first: str, second: str) -> KafkaException:
                     f"give only one of them")
 
 
-_WARNED_SCOPE = {"producer": "C", "consumer": "P"}
+#: the scope each kind of client warns about: librdkafka's admin client is a producer
+#: handle, so it takes producer properties silently and warns about consumer ones
+_WARNED_SCOPE = {"producer": "C", "consumer": "P", "admin": "C"}
 
 
 class ClientConfig(Mapping[str, Any]):
@@ -1395,7 +1397,7 @@ class ClientConfig(Mapping[str, Any]):
             scope = PROPERTIES[canonical].scope
             if scope == "*":
                 continue
-            if role == "admin" or _WARNED_SCOPE[role] == scope:
+            if _WARNED_SCOPE[role] == scope:
                 self._logger().warning(
                     "Configuration property %s is a %s property and will be ignored by this "
                     "%s instance", given, _SCOPE_NAMES[scope], role)

@@ -363,6 +363,17 @@ def test_producer_property_on_consumer_warns(caplog):
     assert "linger.ms" in msgs[0]
 
 
+def test_admin_client_takes_producer_properties_silently_and_warns_for_consumer_ones(caplog):
+    """librdkafka's admin client is a producer handle: one config dict shared with the
+    Producer (acks, linger.ms, ...) gives no warning; consumer properties do."""
+    with caplog.at_level(logging.WARNING, logger="kafka_client.config"):
+        parse({"acks": "all", "linger.ms": 20, "enable.idempotence": True}, "admin")
+        assert caplog.records == []
+        parse({"group.id": "g"}, "admin")
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(msgs) == 1 and "group.id is a consumer property" in msgs[0]
+
+
 def test_no_warning_for_common_properties(caplog):
     with caplog.at_level(logging.WARNING, logger="kafka_client.config"):
         parse({"client.id": "c", "linger.ms": 1}, "producer")

@@ -150,13 +150,30 @@ class Options:
 # --------------------------------------------------------------------------- helpers
 
 
+def reported(error: KafkaError) -> KafkaError:
+    """An error as an admin result gives it to the application: not retriable. The call
+    has retried what it would (the table's flag steered that); in a result a code such
+    as UNKNOWN_TOPIC_OR_PART is final, and confluent-kafka's admin results carry no
+    retriable flag (a ported ``if err.retriable(): retry`` loop would spin forever)."""
+    if not error.retriable():
+        return error
+    return KafkaError(error.code(), error.str(), error.fatal(), False,
+                      error.txn_requires_abort())
+
+
+def entry_error(code: int, message: Optional[str]) -> Optional[KafkaError]:
+    """The error of one entry of an admin result (see :func:`reported`)."""
+    error = result_error(code, message)
+    return None if error is None else reported(error)
+
+
 def settle(future: Future, value: Any = None, error: Optional[KafkaError] = None) -> None:
     """Complete an application future once (later calls are ignored)."""
     if future.done():
         return
     try:
         if error is not None:
-            future.set_exception(KafkaException(error))
+            future.set_exception(KafkaException(reported(error)))
         else:
             future.set_result(value)
     except InvalidStateError:  # completed meanwhile by close() on another thread
@@ -689,7 +706,7 @@ def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> N
             err = result_error(resp.error_code, None)
             if resp.error_code in _RETRIED:
                 return err
-            errors.append(KafkaException(err))
+            errors.append(KafkaException(reported(err)))
             return None
         for g in resp.groups:
             if g.protocol_type not in ("", "consumer") or g.group_id in seen:
@@ -714,7 +731,7 @@ def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> N
             return again
 
         def on_failure(error: KafkaError) -> None:
-            errors.append(KafkaException(error))
+            errors.append(KafkaException(reported(error)))
             one_done()
 
         runner.submit(Call("ListGroups", ApiKey.LIST_GROUPS, Broker(node_id), opts.deadline,
@@ -814,7 +831,7 @@ def _describe_groups(runner: CallRunner, node_id: int, group_ids: List[str],
             meta = GroupMetadata()
             meta.broker = BrokerMetadata(node_id, host, port)
             meta.id = g.group_id
-            meta.error = result_error(g.error_code, None)
+            meta.error = entry_error(g.error_code, None)
             meta.state = g.group_state
             meta.protocol_type = g.protocol_type
             meta.protocol = g.protocol_data
@@ -1030,7 +1047,7 @@ def list_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopicP
                 tp = TopicPartition(t.name, p.partition_index, offset, p.metadata or None,
                                     getattr(p, "committed_leader_epoch", -1))
                 got[(t.name, p.partition_index)] = tp._set_error(
-                    result_error(p.error_code, None))
+                    entry_error(p.error_code, None))
         if asked is None:
             parts = sorted(got.values())
         else:
@@ -1070,7 +1087,7 @@ def alter_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopic
                 return result_error(code, None)
         out = [TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
                               tp.leader_epoch)._set_error(
-            result_error(codes.get((tp.topic, tp.partition), 0), None)) for tp in parts]
+            entry_error(codes.get((tp.topic, tp.partition), 0), None)) for tp in parts]
         settle(future, ConsumerGroupTopicPartitions(group_id, out))
         return None
 
@@ -1287,7 +1304,7 @@ def elect_leaders(runner: CallRunner, election_type: int,
         out: Dict[TopicPartition, Optional[KafkaError]] = {}
         for t in resp.replica_election_results:
             for p in t.partition_result:
-                out[TopicPartition(t.topic, p.partition_id)] = result_error(
+                out[TopicPartition(t.topic, p.partition_id)] = entry_error(
                     p.error_code, p.error_message)
         settle(future, out)
         return None

@@ -32,6 +32,7 @@ from kafka_proto.messages import (
     CreateAclsResponse,
     CreateTopicsResponse,
     DeleteAclsResponse,
+    DeleteTopicsResponse,
     DescribeAclsResponse,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
@@ -174,6 +175,26 @@ def test_an_unanswered_request_times_out_at_request_timeout(admins):
         err = error_of(admins(cluster).delete_topics(["t"], request_timeout=0.8)["t"])
         assert err.code() == KafkaError._TIMED_OUT
         assert 0.7 <= time.monotonic() - start < 3
+        # Final in a result (the call retried what it would), as confluent-kafka's
+        # admin errors: a ported ``if err.retriable(): retry`` does not spin.
+        assert not err.retriable()
+
+
+def test_result_errors_are_not_retriable():
+    """UNKNOWN_TOPIC_OR_PART is retriable in Kafka's table (a produce may meet it while a
+    topic is being made); in an admin result it is final."""
+    R = DeleteTopicsResponse
+    with FakeCluster(nodes=(1,)) as cluster:
+        cluster.handle(ApiKey.DELETE_TOPICS, lambda node, req, v: R(responses=[
+            R.DeletableTopicResult(name=t.name,
+                                   error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            for t in req.topics]))
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        try:
+            err = error_of(admin.delete_topics(["nope"])["nope"])
+            assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART and not err.retriable()
+        finally:
+            admin.close()
 
 
 def test_an_api_the_broker_does_not_offer_fails_at_once_without_sending(admins):
@@ -204,7 +225,7 @@ def test_a_request_the_broker_drops_fails_after_a_few_tries(admins):
 def test_operation_timeouts_on_the_wire(admins):
     """0 (answer at once) by default, as librdkafka; DeleteRecords waits as long as the
     request may; -1 means the request timeout too."""
-    from kafka_proto.messages import DeleteRecordsResponse, DeleteTopicsResponse
+    from kafka_proto.messages import DeleteRecordsResponse
 
     with FakeCluster(nodes=(1,)) as cluster:
         cluster.topics["t"] = [1]

@@ -145,7 +145,15 @@ def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = Non
 
         check()
 
-    if io.alive:
+    if io.alive and io.in_thread():
+        # From the I/O thread itself (a callback there closing its client): nothing that
+        # thread would do can be waited for, so the connections close at once (it
+        # waited grace + 1 s for a stop() queued behind itself).
+        if first is not None:
+            first()
+        for conn in cluster.close():
+            conn.close(None)
+    elif io.alive:
         io.call_soon(stop)
         done.wait(grace + 1)
     io.stop(5)

@@ -716,6 +716,28 @@ def test_close_fails_what_is_still_running(admins):
             admin.delete_topics(["t"])
 
 
+def test_close_from_a_done_callback_returns_at_once():
+    """Done callbacks run on the client's I/O thread; one that closes the client ("when
+    this finishes, close") waited 3 s for a stop queued behind itself."""
+    with FakeCluster(nodes=(1,)) as cluster:
+        cluster.handle(ApiKey.CREATE_TOPICS, lambda node, req, v: created(req, v))
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        took = []
+
+        def close_now(_future):
+            start = time.monotonic()
+            admin.close()
+            took.append(time.monotonic() - start)
+
+        admin.create_topics([NewTopic("x", 1)])["x"].add_done_callback(close_now)
+        deadline = time.monotonic() + 5
+        while not took and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert took and took[0] < 1
+        with pytest.raises(RuntimeError):
+            admin.delete_topics(["t"])
+
+
 def test_close_fails_calls_still_waiting_for_a_broker():
     """No broker answers at all: the calls wait for a connection or a lookup, and close()
     ends them too."""

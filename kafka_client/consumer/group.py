@@ -281,6 +281,11 @@ class GroupCoordinator:
         # ("commit", err, [tp])
         self.app_events: Deque[Tuple[Any, ...]] = deque()
         self._app_lock = threading.Lock()
+        #: asynchronous commits not answered yet (_app_lock), and set when there are none:
+        #: close() waits for them and serves their on_commit, as librdkafka's close does
+        self._async_commits = 0
+        self._async_commits_done = threading.Event()
+        self._async_commits_done.set()
         #: since the last metrics push (KIP-714): commit round trips, and rebalances
         #: from the first JoinGroup to the assignment; all rebalances' time, ever (s)
         self.commit_latency = IntervalStat()
@@ -351,6 +356,17 @@ class GroupCoordinator:
                 self._run_revoke(member, ev[1], ev[2])
             elif kind == "assign":
                 self._run_assign(member, ev[1], ev[2])
+
+    def _serve_commit_results(self) -> None:
+        """Application thread, closing: on_commit for the commit results queued (the
+        rebalance events are not run any more)."""
+        cb = self.config["on_commit"]
+        with self._app_lock:
+            results = [ev for ev in self.app_events if ev[0] == "commit"]
+            self.app_events.clear()
+        for _kind, err, result in results:
+            if cb is not None:
+                cb(err, result)
 
     def _run_revoke(self, member: GroupMember, tps: List[TopicPartition], lost: bool) -> None:
         """The revocation on the application thread: commit (enable.auto.commit), the
@@ -427,7 +443,10 @@ class GroupCoordinator:
             raise KafkaException(KafkaError(KafkaError._NO_OFFSET,
                                             "Commit failed: Local: No offset stored"))
         if asynchronous:
-            self.io.call_soon(self._commit, offsets, self._queue_commit_result,
+            with self._app_lock:
+                self._async_commits += 1
+                self._async_commits_done.clear()
+            self.io.call_soon(self._commit, offsets, self._async_commit_done,
                               time.monotonic() + self.request_timeout)
             return None
         box: List[Any] = []
@@ -450,6 +469,15 @@ class GroupCoordinator:
         if err is not None:
             raise KafkaException(err)
         return result
+
+    def _async_commit_done(self, err: Optional[KafkaError],
+                           result: List[TopicPartition]) -> None:
+        """I/O thread: an asynchronous commit() of the application answered."""
+        with self._app_lock:
+            self._async_commits -= 1
+            if not self._async_commits:
+                self._async_commits_done.set()
+        self._queue_commit_result(err, result)
 
     def _queue_commit_result(self, err: Optional[KafkaError],
                              result: List[TopicPartition]) -> None:
@@ -490,8 +518,9 @@ class GroupCoordinator:
         return GroupMetadata(self.group_id, self.generation, self.member_id, self.instance_id)
 
     def close(self, member: GroupMember) -> None:
-        """Final commit, revoke callback, LeaveGroup (not for static members). The group
-        is left even if a callback raises (the exception goes on afterwards)."""
+        """Final commit, revoke callback, the asynchronous commits made before (waited
+        for, up to 5 s, and their on_commit run), LeaveGroup (not for static members).
+        The group is left even if a callback raises (the exception goes on afterwards)."""
         assigned = member.assigned()
         try:
             if self.patterns is not None and assigned:
@@ -504,6 +533,12 @@ class GroupCoordinator:
                         self.commit(stored, asynchronous=False, timeout=5.0, auto=True)
                     except KafkaException as exc:
                         self.log.info("final commit failed: %s", exc)
+            # A commit() just before close() is not lost with the I/O thread, and the
+            # application hears its result, as librdkafka's close() serves them.
+            if not self.cluster.wait_for(self._async_commits_done, time.monotonic() + 5.0):
+                self.log.warning("consumer closing with %d asynchronous commit(s) not "
+                                 "answered in 5 s", self._async_commits)
+            self._serve_commit_results()
         finally:
             done = threading.Event()
             self.io.call_soon(self._leave_for_good, "consumer closing", done)

@@ -534,3 +534,28 @@ def test_manual_assignment_commits_what_leaves_it_with_auto_commit(tansu_broker,
             [TopicPartition(topic_name, p) for p in (0, 1)], timeout=10)] == [10, 10]
     finally:
         other.close()
+
+
+def test_an_asynchronous_commit_just_before_close_is_made_and_heard(tansu_broker, topic_name):
+    """commit() (asynchronous by default) then close(), the usual shutdown: close() waits
+    for the commit and runs its on_commit, as librdkafka's close() does; the commit was
+    dropped with the I/O thread (manual assignment: not made at all, so the next
+    consumer read everything again) and on_commit never ran."""
+    tansu_broker.create_topic(topic_name, partitions=1)
+    produce_confluent(tansu_broker.bootstrap, topic_name,
+                      [(0, None, b"%d" % i, None, 0) for i in range(5)])
+    heard = []
+    c = new_consumer(tansu_broker, **{"group.id": topic_name, "enable.auto.commit": False,
+                                      "on_commit": lambda err, tps: heard.append((err, tps))})
+    c.assign([TopicPartition(topic_name, 0, 0)])
+    msgs, _ = consume_until(c, 5)
+    assert len(msgs) == 5
+    c.commit()
+    c.close()
+    assert [(err, [(tp.partition, tp.offset) for tp in tps]) for err, tps in heard] == [
+        (None, [(0, 5)])]
+    other = new_consumer(tansu_broker, **{"group.id": topic_name})
+    try:
+        assert other.committed([TopicPartition(topic_name, 0)], timeout=10)[0].offset == 5
+    finally:
+        other.close()

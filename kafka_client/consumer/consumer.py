@@ -325,8 +325,12 @@ class Consumer(ClientBase):
         """Stop fetching and returning messages from these assigned partitions; messages
         already fetched are fetched again after resume()."""
         self._check_open()
+        self._pause_parts(_check_partitions(partitions, "pause"))
+
+    def _pause_parts(self, partitions: Sequence[TopicPartition]) -> None:
+        """pause() of checked partitions (also a revocation's start, during close())."""
         with self._hand, self._lock:
-            for tp in _check_partitions(partitions, "pause"):
+            for tp in partitions:
                 part = self._assigned(tp)
                 if part is None or part.paused:
                     continue  # not assigned: nothing to pause (librdkafka's answer too)
@@ -1287,6 +1291,9 @@ class _Member:
 
     def __init__(self, consumer: Consumer) -> None:
         self.consumer = consumer
+
+    def hold(self, partitions: List[TopicPartition]) -> None:
+        self.consumer._pause_parts(partitions)
 
     def assigned(self) -> Set[Tuple[str, int]]:
         return self.consumer._fetcher.assigned_keys()

@@ -138,6 +138,11 @@ class GroupMember(Protocol):
         """Stored offsets beyond the last commit."""
         ...
 
+    def hold(self, partitions: List[TopicPartition]) -> None:
+        """Stop fetching and handing out these partitions' messages: their revocation
+        begins, and no other thread may get them while it runs."""
+        ...
+
     def assign(self, partitions: List[TopicPartition]) -> None: ...
 
     def unassign(self) -> None: ...
@@ -373,6 +378,10 @@ class GroupCoordinator:
         callback, the unassignment. The unassignment and the news to the I/O thread
         happen even if a callback raises; then the exception goes on."""
         cb = self.on_lost if lost and self.on_lost is not None else self.on_revoke
+        # As librdkafka pauses them when the rebalance starts: threads polling meanwhile
+        # got these partitions' messages while the commit and on_revoke ran, and their
+        # offsets then came after the revocation's commit (read again by the next owner).
+        member.hold(tps)
         before = member.assignment_changes()
         failure: Optional[Exception] = None
         if not lost and self.auto_commit:

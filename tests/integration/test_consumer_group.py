@@ -470,3 +470,59 @@ def test_the_coordinator_lookup_goes_out_when_the_first_connection_is_up(
         assert c.assignment() == [TopicPartition(topic_name, 0)]
     finally:
         c.close()
+
+
+def test_threads_polling_during_a_revocation_get_none_of_its_partitions(tansu_broker,
+                                                                        topic_name):
+    """Three threads poll one member; a second member joins and the first's on_revoke
+    takes 0.5 s. While it runs, the other threads get no message of the partitions being
+    revoked (they got thousands: processed after the revocation's commit, so read again
+    by their next owner), as librdkafka pauses them when the rebalance starts."""
+    import threading
+
+    tansu_broker.create_topic(topic_name, partitions=PARTITIONS)
+    produce(tansu_broker, topic_name, 0, 60_000)
+    conf = {"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name,
+            "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500}
+    state = {"revoking": None, "during": 0, "revokes": 0, "got": 0}
+
+    def on_revoke(consumer, parts):
+        state["revoking"] = {(p.topic, p.partition) for p in parts}
+        time.sleep(0.5)
+        state["revoking"] = None
+        state["revokes"] += 1
+
+    a = Consumer(conf)
+    a.subscribe([topic_name], on_revoke=on_revoke)
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            m = a.poll(0.2)
+            if m is not None and m.error() is None:
+                state["got"] += 1
+                revoking = state["revoking"]
+                if revoking is not None and (m.topic(), m.partition()) in revoking:
+                    state["during"] += 1
+                time.sleep(0.0002)      # some work per message: a backlog remains
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    b = Consumer(conf)
+    try:
+        deadline = time.monotonic() + 20
+        while state["got"] < 1000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        b.subscribe([topic_name])
+        while state["revokes"] == 0 and time.monotonic() < deadline:
+            b.poll(0.1)
+        assert state["revokes"] >= 1 and state["got"] < 60_000   # revoked with a backlog
+        assert state["during"] == 0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        a.close()
+        b.close()

@@ -51,11 +51,12 @@ commit was refused): the application calls ``abort_transaction()`` and goes on; 
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from kafka_client._cluster.calls import Call, CallRunner, Coordinator, CoordinatorType
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
@@ -229,45 +230,45 @@ class TransactionManager:
             # As librdkafka: no coordinator times this call out, so "forever" is capped.
             timeout = 2 * self.timeout_ms / 1000.0
         deadline = time.monotonic() + timeout
-        call = self._begin_api("init_transactions")
-        with self.lock:
-            error = self._require(call.name)
-            if error is None and self.state == TxnState.INIT:
-                self._set_state(TxnState.WAIT_PID)
-                self._last_init_error = None
-                self.io.call_soon(self._init_producer_id)
-        if error is not None:
-            self._end_api(call, error, resumable=False)
-        if self.state != TxnState.READY_NOT_ACKED:
-            error = self._wait(call, deadline)
-            if error is not None and error.code() == KafkaError._TIMED_OUT \
-                    and self._last_init_error is not None:
-                last = self._last_init_error
-                error = KafkaError(last.code(), f"Failed to initialize Producer ID: "
-                                   f"{last.str()}", retriable=True)
+        with self._calling("init_transactions") as call:
+            with self.lock:
+                error = self._require(call.name)
+                if error is None and self.state == TxnState.INIT:
+                    self._set_state(TxnState.WAIT_PID)
+                    self._last_init_error = None
+                    self.io.call_soon(self._init_producer_id)
             if error is not None:
-                self._end_api(call, error, resumable=True)
-        with self.lock:
-            error = self._require_exactly(TxnState.READY_NOT_ACKED)
-            if error is None:
-                self._set_state(TxnState.READY)
-        self._end_api(call, error, resumable=False)
+                self._end_api(call, error, resumable=False)
+            if self.state != TxnState.READY_NOT_ACKED:
+                error = self._wait(call, deadline)
+                if error is not None and error.code() == KafkaError._TIMED_OUT \
+                        and self._last_init_error is not None:
+                    last = self._last_init_error
+                    error = KafkaError(last.code(), f"Failed to initialize Producer ID: "
+                                       f"{last.str()}", retriable=True)
+                if error is not None:
+                    self._end_api(call, error, resumable=True)
+            with self.lock:
+                error = self._require_exactly(TxnState.READY_NOT_ACKED)
+                if error is None:
+                    self._set_state(TxnState.READY)
+            self._end_api(call, error, resumable=False)
 
     def begin_transaction(self) -> None:
         """Open a transaction: produce() is allowed until commit or abort."""
-        call = self._begin_api("begin_transaction")
-        with self.lock:
-            error = self._require(call.name)
-            if error is None:
-                self._pending.clear()
-                self._registering = set()
-                self._coordinator_knows = False
-                self.delivery_failures = 0
-                self.error = None
-                self._txn_number += 1
-                self.acc.txn_partitions = set()
-                self._set_state(TxnState.IN_TRANSACTION)
-        self._end_api(call, error, resumable=False)
+        with self._calling("begin_transaction") as call:
+            with self.lock:
+                error = self._require(call.name)
+                if error is None:
+                    self._pending.clear()
+                    self._registering = set()
+                    self._coordinator_knows = False
+                    self.delivery_failures = 0
+                    self.error = None
+                    self._txn_number += 1
+                    self.acc.txn_partitions = set()
+                    self._set_state(TxnState.IN_TRANSACTION)
+            self._end_api(call, error, resumable=False)
 
     def send_offsets_to_transaction(self, offsets: Sequence[TopicPartition],
                                     group_metadata: Any, timeout: Optional[float]) -> None:
@@ -275,87 +276,87 @@ class TransactionManager:
         then TxnOffsetCommit to the group coordinator with ``group_metadata``)."""
         valid = _check_offsets_args(offsets, group_metadata)
         deadline = self._capped_deadline(timeout)
-        call = self._begin_api("send_offsets_to_transaction")
-        with self.lock:
-            error = self._require(call.name)
-        if error is None and valid:
-            self._expect_result(call)
-            self.io.call_soon(self._add_offsets, valid, group_metadata, deadline)
-            error = self._wait(call, deadline + 1.0)  # the I/O side enforces the deadline
-        self._end_api(call, error, resumable=False)
+        with self._calling("send_offsets_to_transaction") as call:
+            with self.lock:
+                error = self._require(call.name)
+            if error is None and valid:
+                self._expect_result(call)
+                self.io.call_soon(self._add_offsets, valid, group_metadata, deadline)
+                error = self._wait(call, deadline + 1.0)  # the I/O side enforces the deadline
+            self._end_api(call, error, resumable=False)
 
     def commit_transaction(self, timeout: Optional[float],
                            flush: Callable[[Optional[float]], int]) -> None:
         """Flush, then commit (EndTxn); resumable after a timeout. ``flush`` is the
         producer's (it serves the delivery reports)."""
         deadline = _deadline(timeout)
-        call = self._begin_api("commit_transaction")
-        with self.lock:
-            error = self._require(call.name)
-            if error is None and self.state == TxnState.IN_TRANSACTION:
-                self._set_state(TxnState.BEGIN_COMMIT)
-        if error is not None:
+        with self._calling("commit_transaction") as call:
+            with self.lock:
+                error = self._require(call.name)
+                if error is None and self.state == TxnState.IN_TRANSACTION:
+                    self._set_state(TxnState.BEGIN_COMMIT)
+            if error is not None:
+                self._end_api(call, error, resumable=False)
+            self._flush_or_raise(call, flush, deadline)
+            with self.lock:
+                state = self.state
+                if state == TxnState.BEGIN_COMMIT:
+                    if self.delivery_failures:
+                        self._abortable_locked(client_error(
+                            KafkaError._INCONSISTENT,
+                            f"{self.delivery_failures} message(s) failed delivery (see "
+                            f"individual delivery reports)"), bump=False)
+                    elif not self._coordinator_knows:
+                        self._set_state(TxnState.COMMIT_NOT_ACKED)  # nothing to tell it
+                    else:
+                        self._set_state(TxnState.COMMITTING)
+                        self._expect_result(call)
+                        self.io.call_soon(self._end_txn, True)
+                error = self._require(call.name)
+            if error is None and self.state != TxnState.COMMIT_NOT_ACKED:
+                error = self._wait(call, deadline)
+            if error is not None:
+                self._end_api(call, error, resumable=True)
+            with self.lock:
+                error = self._require_exactly(TxnState.COMMIT_NOT_ACKED)
+                if error is None:
+                    self._complete()
             self._end_api(call, error, resumable=False)
-        self._flush_or_raise(call, flush, deadline)
-        with self.lock:
-            state = self.state
-            if state == TxnState.BEGIN_COMMIT:
-                if self.delivery_failures:
-                    self._abortable_locked(client_error(
-                        KafkaError._INCONSISTENT,
-                        f"{self.delivery_failures} message(s) failed delivery (see "
-                        f"individual delivery reports)"), bump=False)
-                elif not self._coordinator_knows:
-                    self._set_state(TxnState.COMMIT_NOT_ACKED)  # nothing to tell it
-                else:
-                    self._set_state(TxnState.COMMITTING)
-                    self._expect_result(call)
-                    self.io.call_soon(self._end_txn, True)
-            error = self._require(call.name)
-        if error is None and self.state != TxnState.COMMIT_NOT_ACKED:
-            error = self._wait(call, deadline)
-        if error is not None:
-            self._end_api(call, error, resumable=True)
-        with self.lock:
-            error = self._require_exactly(TxnState.COMMIT_NOT_ACKED)
-            if error is None:
-                self._complete()
-        self._end_api(call, error, resumable=False)
 
     def abort_transaction(self, timeout: Optional[float],
                           flush: Callable[[Optional[float]], int]) -> None:
         """Purge what is queued, wait for what is in flight, then abort (EndTxn); with an
         epoch bump if the producer id needs one. Resumable after a timeout."""
         deadline = _deadline(timeout)
-        call = self._begin_api("abort_transaction")
-        start_abort = False
-        with self.lock:
-            error = self._require(call.name)
-            if error is None and self.state in (TxnState.IN_TRANSACTION,
-                                                TxnState.ABORTABLE_ERROR):
-                self._set_state(TxnState.BEGIN_ABORT)
-                self._pending.clear()
-                start_abort = True
-        if error is not None:
+        with self._calling("abort_transaction") as call:
+            start_abort = False
+            with self.lock:
+                error = self._require(call.name)
+                if error is None and self.state in (TxnState.IN_TRANSACTION,
+                                                    TxnState.ABORTABLE_ERROR):
+                    self._set_state(TxnState.BEGIN_ABORT)
+                    self._pending.clear()
+                    start_abort = True
+            if error is not None:
+                self._end_api(call, error, resumable=False)
+            if start_abort:
+                self._run_on_io(self._purge_queued, deadline)
+            self._flush_or_raise(call, flush, deadline)
+            with self.lock:
+                if self.state == TxnState.BEGIN_ABORT:
+                    self._set_state(TxnState.ABORTING)
+                    self._expect_result(call)
+                    self.io.call_soon(self._finish_abort)
+                error = self._require(call.name)
+            if error is None and self.state != TxnState.ABORT_NOT_ACKED:
+                error = self._wait(call, deadline)
+            if error is not None:
+                self._end_api(call, error, resumable=True)
+            with self.lock:
+                error = self._require_exactly(TxnState.ABORT_NOT_ACKED)
+                if error is None:
+                    self._complete()
             self._end_api(call, error, resumable=False)
-        if start_abort:
-            self._run_on_io(self._purge_queued, deadline)
-        self._flush_or_raise(call, flush, deadline)
-        with self.lock:
-            if self.state == TxnState.BEGIN_ABORT:
-                self._set_state(TxnState.ABORTING)
-                self._expect_result(call)
-                self.io.call_soon(self._finish_abort)
-            error = self._require(call.name)
-        if error is None and self.state != TxnState.ABORT_NOT_ACKED:
-            error = self._wait(call, deadline)
-        if error is not None:
-            self._end_api(call, error, resumable=True)
-        with self.lock:
-            error = self._require_exactly(TxnState.ABORT_NOT_ACKED)
-            if error is None:
-                self._complete()
-        self._end_api(call, error, resumable=False)
 
     @property
     def may_produce(self) -> bool:
@@ -383,6 +384,20 @@ class TransactionManager:
                               f"{self.state.value}: {hint or 'not in a transaction'}")
 
     # -- the API call bookkeeping (librdkafka's "current API") -----------------------
+    @contextlib.contextmanager
+    def _calling(self, name: str) -> Iterator[_ApiCall]:
+        """One application call of ``name`` (see :meth:`_begin_api`). Interrupted by an
+        exception other than its own result (a delivery callback raising in its flush,
+        Ctrl-C while it waits), it stays the current call, to be resumed by calling it
+        again (it was left "in progress": every later call was refused)."""
+        call = self._begin_api(name)
+        try:
+            yield call
+        except BaseException:
+            with self.lock:
+                call.calling = False
+            raise
+
     def _begin_api(self, name: str) -> _ApiCall:
         with self.lock:
             call = self._api

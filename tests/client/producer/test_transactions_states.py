@@ -813,3 +813,30 @@ def test_a_local_error_code_in_a_coordinator_answer_is_an_unknown_server_error()
     err = kafka_error(exc)
     assert err.code() == KafkaError.UNKNOWN_SERVER_ERROR and err.txn_requires_abort()
     assert ApiKey.END_TXN not in h.conn.keys()      # not sent again
+
+
+@pytest.mark.parametrize("name", ["commit_transaction", "abort_transaction"])
+def test_a_call_interrupted_by_an_exception_of_its_own_flush_can_be_called_again(name):
+    """A delivery callback raising in the flush of commit/abort (or Ctrl-C while it
+    waits): the exception reaches the caller, and calling it again resumes it. It was
+    left "in progress" for ever: every later call refused (_PREV_IN_PROGRESS,
+    _CONFLICT), the transaction neither committed nor aborted."""
+    h = Harness()
+    h.init()
+    h.begin_with(0)
+    h.answer_produce()
+
+    def raising_flush(timeout):
+        raise ValueError("a delivery callback's bug")
+
+    with pytest.raises(ValueError):
+        h.result(h.call(name, 5.0, raising_flush))
+    box = h.call(name, 5.0, h.flush)
+    h.pump(0.5)
+    if ApiKey.FIND_COORDINATOR in h.conn.keys():
+        h.answer_find()
+    end = h.answer_end_txn()
+    assert end.committed == (name == "commit_transaction")
+    h.result(box)
+    assert h.txn.state == TxnState.READY
+    h.result(h.call("begin_transaction"))          # and the producer goes on

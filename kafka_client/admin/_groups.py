@@ -2,7 +2,7 @@
 ``describe_consumer_groups()`` and the legacy ``list_groups()`` return."""
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import Any, List, Optional, Union
 
 from kafka_client._cluster.metadata import BrokerMetadata
 from kafka_client._model import ConsumerGroupState, ConsumerGroupType, Node
@@ -45,10 +45,10 @@ class ConsumerGroupListing:
 
 class ListConsumerGroupsResult:
     """``list_consumer_groups()``'s answer: ``valid`` listings and the ``errors``
-    (KafkaException) of the brokers that could not be asked."""
+    (KafkaError, as confluent-kafka's hold) of the brokers that could not be asked."""
 
     def __init__(self, valid: Optional[List[ConsumerGroupListing]] = None,
-                 errors: Optional[List[Exception]] = None) -> None:
+                 errors: Optional[List[Any]] = None) -> None:
         self.valid = valid
         self.errors = errors
 

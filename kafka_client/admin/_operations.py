@@ -697,7 +697,7 @@ def list_offsets(runner: CallRunner, specs: Dict[PartitionKey, int],
 
 def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> None:
     valid: List[ConsumerGroupListing] = []
-    errors: List[Exception] = []
+    errors: List[KafkaError] = []
     seen: Set[str] = set()
     min_version = 5 if opts.types else (4 if opts.states else 0)
 
@@ -706,7 +706,7 @@ def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> N
             err = result_error(resp.error_code, None)
             if resp.error_code in _RETRIED:
                 return err
-            errors.append(KafkaException(reported(err)))
+            errors.append(reported(err))
             return None
         for g in resp.groups:
             if g.protocol_type not in ("", "consumer") or g.group_id in seen:
@@ -731,7 +731,7 @@ def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> N
             return again
 
         def on_failure(error: KafkaError) -> None:
-            errors.append(KafkaException(reported(error)))
+            errors.append(reported(error))
             one_done()
 
         runner.submit(Call("ListGroups", ApiKey.LIST_GROUPS, Broker(node_id), opts.deadline,

@@ -423,7 +423,7 @@ def test_list_consumer_groups_asks_every_broker_and_reports_the_ones_that_fail(a
             states={ConsumerGroupState.STABLE}).result(10)
         assert sorted(g.group_id for g in result.valid) == ["g1", "g2"]
         assert all(g.state == ConsumerGroupState.STABLE for g in result.valid)
-        assert [e.args[0].code() for e in result.errors] == [ErrorCode.UNKNOWN_SERVER_ERROR]
+        assert [e.code() for e in result.errors] == [ErrorCode.UNKNOWN_SERVER_ERROR]
         assert sorted(n for n, _ in cluster.requests(ApiKey.LIST_GROUPS)) == [1, 2, 3]
         assert all(r.states_filter == ["Stable"]
                    for _n, r in cluster.requests(ApiKey.LIST_GROUPS))

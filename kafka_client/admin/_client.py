@@ -175,9 +175,14 @@ class AdminClient(ClientBase):
 
     def _track(self, futures: Iterable[Future]) -> None:
         """Count the futures for ``len()`` until they complete."""
+        # The callback holds the lock and the set, not the client: a completed future
+        # keeps its callbacks, and one the application keeps kept a dropped client (its
+        # I/O thread, its connections) alive.
+        lock, outstanding = self._lock, self._outstanding
+
         def done(f: Future) -> None:
-            with self._lock:
-                self._outstanding.discard(f)
+            with lock:
+                outstanding.discard(f)
 
         for f in futures:
             with self._lock:

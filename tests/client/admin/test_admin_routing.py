@@ -771,6 +771,29 @@ def test_a_dropped_client_stops_its_thread():
         assert not any(t.name == name for t in threading.enumerate())
 
 
+def test_a_dropped_client_whose_completed_futures_are_kept_stops_its_thread():
+    """A helper that makes a short-lived client and returns its futures: once they are
+    complete they do not keep the client (their done callback held it: one I/O thread
+    and its connections per call, for as long as the results were kept)."""
+    import gc
+    import threading
+
+    with FakeCluster(nodes=(1,)) as cluster:
+        cluster.handle(ApiKey.CREATE_TOPICS, lambda node, req, v: created(req, v))
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        kept = admin.create_topics([NewTopic("t", 1)])
+        assert kept["t"].result(10) is None
+        name = admin._io.name
+        del admin
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while any(t.name == name for t in threading.enumerate()) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not any(t.name == name for t in threading.enumerate())
+        assert kept["t"].done()
+
+
 def test_a_client_dropped_with_calls_running_lives_until_they_complete():
     """``AdminClient(conf).create_topics(...)`` without keeping the client: its futures
     keep it alive; once the last completes (on the I/O thread) it goes."""

@@ -143,6 +143,7 @@ class Call:
     tries: int = field(default=0, init=False)
     lost: int = field(default=0, init=False)
     last_error: Optional[KafkaError] = field(default=None, init=False)
+    started: float = field(default_factory=time.monotonic, init=False)
     _fresh_metadata: bool = field(default=False, init=False)
     _timer: Any = field(default=None, init=False)
 
@@ -217,11 +218,22 @@ class CallRunner:
         if call.done:
             return
         last = call.last_error
+        refused = self.cluster._refused_since(call.started) if last is None else None
+        recent = self.cluster.last_connection_error
         if last is not None and last.code() != KafkaError._TIMED_OUT:
             # The error that kept it retrying says more than "timed out".
             error = KafkaError(last.code(), f"{call.name} to {call.target!r}: {last.str()} "
                                f"(still failing when the request timed out)",
                                retriable=last.retriable())
+        elif refused is not None:
+            # No broker would let it in (wrong credentials, TLS): that, not "timed out".
+            error = KafkaError(refused.code(), f"{call.name} to {call.target!r}: "
+                               f"{refused.str()} (no connection could be made before the "
+                               f"request timed out)")
+        elif last is None and recent is not None and recent[0] >= call.started:
+            error = client_error(KafkaError._TIMED_OUT,
+                                 f"{call.name} to {call.target!r} timed out (a connection "
+                                 f"failed meanwhile: {recent[1].str()})")
         else:
             error = client_error(KafkaError._TIMED_OUT,
                                f"{call.name} to {call.target!r} timed out"

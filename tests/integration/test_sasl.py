@@ -14,6 +14,7 @@ import pytest
 
 from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka_client._testing.brokers import LOOPBACK, free_port
+from kafka_client.admin import AdminClient
 from kafka_client._testing.oidc import TokenEndpoint
 from kafka_client._testing.tls import Stunnel, TlsTansu, make_certificates, stunnel_binary
 from kafka_client.testing import Cluster
@@ -164,6 +165,21 @@ def test_wrong_password_is_a_clear_error(sasl_cluster, mechanism):
     assert mechanism in errors[0].str() and "authentication failed" in errors[0].str()
     assert not errors[0].fatal()  # librdkafka retries with backoff; not fatal
     assert time.monotonic() - started < 8
+
+
+def test_an_admin_call_with_a_wrong_password_fails_naming_it(sasl_cluster):
+    """No connection can be made (the broker refuses the password): the admin call's
+    error at its request timeout is that refusal (_AUTHENTICATION, the mechanism's
+    words), not a bare "timed out"."""
+    admin = AdminClient(sasl_conf(sasl_cluster.bootstrap_servers, "SCRAM-SHA-256", "wrong"))
+    try:
+        with pytest.raises(KafkaException) as got:
+            admin.describe_cluster(request_timeout=3).result(10)
+        err = got.value.args[0]
+        assert err.code() == KafkaError._AUTHENTICATION, err
+        assert "SCRAM-SHA-256" in err.str() and "DescribeCluster" in err.str()
+    finally:
+        admin.close()
 
 
 def test_unknown_user_on_tansu_with_authentication(topic_name):

@@ -121,6 +121,22 @@ def _nothing_produced(elapsed: float) -> List[Sample]:
     return producer_samples(IntervalStat(), IntervalStat())
 
 
+class _Untrack:
+    """A tracked future's done callback: takes it off its client's count, then lets go
+    of the client."""
+
+    __slots__ = ("client",)
+
+    def __init__(self, client: "AdminClient") -> None:
+        self.client: Optional[AdminClient] = client
+
+    def __call__(self, future: Future) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            with client._lock:
+                client._outstanding.discard(future)
+
+
 class AdminClient(ClientBase):
     """Administer topics, configurations, records, consumer groups and ACLs.
 
@@ -174,20 +190,14 @@ class AdminClient(ClientBase):
                            validate_only=validate_only, **extra)
 
     def _track(self, futures: Iterable[Future]) -> None:
-        """Count the futures for ``len()`` until they complete."""
-        # The callback holds the lock and the set, not the client: a completed future
-        # keeps its callbacks, and one the application keeps kept a dropped client (its
-        # I/O thread, its connections) alive.
-        lock, outstanding = self._lock, self._outstanding
-
-        def done(f: Future) -> None:
-            with lock:
-                outstanding.discard(f)
-
+        """Count the futures for ``len()`` until they complete. A future running keeps
+        its client alive (``AdminClient(conf).create_topics(...)`` without keeping the
+        client works); a completed one lets it go: it keeps its callbacks, and one the
+        application keeps held a dropped client (its I/O thread, its connections)."""
         for f in futures:
             with self._lock:
                 self._outstanding.add(f)
-            f.add_done_callback(done)
+            f.add_done_callback(_Untrack(self))
 
     def _start(self, operation: Callable[..., None], *args: Any) -> None:
         """Run ``operation(runner, *args)`` on the I/O thread."""

@@ -545,9 +545,12 @@ class Fetcher:
         def done(offsets: Optional[Dict[TopicPartitionKey, Tuple[int, int]]]) -> None:
             with self.lock:
                 for part in parts:
+                    # Answered: no lookup in flight any more, whatever its version (a
+                    # pause() meanwhile bumped it: left set, the partition was never
+                    # looked up again nor fetched).
+                    part.resolving = False
                     if part.version != versions[part.key] or not part.assigned:
                         continue
-                    part.resolving = False
                     if offsets is None:
                         part.backoff_until = time.monotonic() + self.retry_backoff
                         continue
@@ -599,10 +602,11 @@ class Fetcher:
             with self.lock:
                 for part in parts:
                     found = results.get(part.key)
-                    if found is None or part.version != versions[part.key] \
-                            or not part.assigned:
+                    if found is None:
+                        continue          # another leader's partition: its answer comes apart
+                    part.resolving = False   # answered, whatever its version (see above)
+                    if part.version != versions[part.key] or not part.assigned:
                         continue
-                    part.resolving = False
                     off, err = found.offset, found.error
                     if err is not None or off < 0:
                         part.backoff_until = t + self.retry_backoff

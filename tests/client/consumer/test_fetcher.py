@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kafka_client._cluster.metadata import TopicInfo
 from kafka_client._common import make_config
 from kafka_client.consumer.fetcher import Fetcher, PartitionState
@@ -853,3 +855,27 @@ def test_a_broker_without_fetch_is_reported_not_waited_for_in_silence():
     conn.versions = {ApiKey.LIST_OFFSETS: 7}
     fetcher.tick(time.monotonic())
     assert not conn.sent and fetcher.cluster.missing == [(1, ApiKey.FETCH)]
+
+
+@pytest.mark.parametrize("start", ["stored", "beginning"])
+def test_a_lookup_answered_after_its_partition_was_paused_lets_it_be_looked_up_again(start):
+    """pause() (a version bump, the lookup going on) while the committed offset or the
+    ListOffsets lookup is in flight: its answer is not applied, and the partition is
+    looked up again; it stayed "resolving" for ever (never fetched, no event)."""
+    from kafka_client.consumer.fetcher import OffsetLookup
+    from kafka_client.types import OFFSET_BEGINNING, OFFSET_STORED
+    fetcher, conn, part = setup()
+    asked = []
+    fetcher.committed_lookup = lambda parts, done: asked.append(done)
+    fetcher.list_offsets = lambda want, done, **kw: asked.append(done)
+    part.seek(OFFSET_STORED if start == "stored" else OFFSET_BEGINNING)
+    fetcher.tick(time.monotonic())
+    assert len(asked) == 1 and part.resolving
+    part.version += 1                               # what pause() does meanwhile
+    if start == "stored":
+        asked[0]({("t", 0): (42, -1)})
+    else:
+        asked[0]({("t", 0): OffsetLookup(30, -1, None, -1)})
+    assert not part.resolving and part.fetch_pos == -1    # stale: not applied
+    fetcher.tick(time.monotonic())
+    assert len(asked) == 2                          # asked again for the new version

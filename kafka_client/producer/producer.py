@@ -319,6 +319,11 @@ class Producer(ClientBase):
         deadline = deadline_after(timeout)
         failure: Optional[BaseException] = None
         try:
+            if self._txn is not None:
+                try:
+                    self._txn.end_for_close(deadline, self.flush)
+                except Exception as exc:  # a delivery callback raised in the abort's flush
+                    failure = exc
             while True:
                 try:
                     self.flush(max(0.0, deadline - time.monotonic()))

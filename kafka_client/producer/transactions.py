@@ -165,11 +165,12 @@ class _ApiCall:
     """The application's current transactional API call: its name and the result the
     I/O thread sets for it (kept for a later call when nobody waits any more)."""
 
-    __slots__ = ("name", "calling", "done", "error")
+    __slots__ = ("name", "calling", "thread", "done", "error")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.calling = False
+        self.thread = 0              # the thread in the call while ``calling``
         self.done = threading.Event()
         self.error: Optional[KafkaError] = None
 
@@ -358,6 +359,40 @@ class TransactionManager:
                     self._complete()
             self._end_api(call, error, resumable=False)
 
+    def end_for_close(self, deadline: float, flush: Callable[[Optional[float]], int]
+                      ) -> None:
+        """The producer closes (up to ``deadline``): a call under way in another thread
+        (a commit waiting for EndTxn) is waited for, so that it returns its real outcome
+        rather than _DESTROY; a transaction still open is aborted, its queued messages
+        purged, as librdkafka's and the Java client's close() do (its open transaction
+        held read_committed readers back for transaction.timeout.ms, and close() sent its
+        queued messages)."""
+        me = threading.get_ident()
+        while True:
+            with self.lock:
+                call = self._api
+                busy = call is not None and call.calling and call.thread != me
+                state = self.state
+            if not busy:
+                break
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
+        if state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR,
+                         TxnState.BEGIN_ABORT, TxnState.ABORTING):
+            return
+        self.log.warning("producer closing in transaction state %s: aborting the "
+                         "transaction", state.value)
+        # At most transaction.timeout.ms: past it the coordinator aborts the transaction
+        # itself (close(None) must not wait for ever for an unreachable coordinator).
+        limit = min(deadline - time.monotonic(), self.timeout_ms / 1000.0)
+        try:
+            self.abort_transaction(max(0.0, limit), flush)
+        except KafkaException as exc:
+            self.log.warning("aborting the transaction at close failed: %s",
+                             exc.args[0].str() if exc.args and isinstance(
+                                 exc.args[0], KafkaError) else exc)
+
     @property
     def may_produce(self) -> bool:
         """produce() is allowed: only inside a transaction."""
@@ -413,6 +448,7 @@ class TransactionManager:
             if call is None:
                 call = self._api = _ApiCall(name)
             call.calling = True
+            call.thread = threading.get_ident()
             return call
 
     def _end_api(self, call: _ApiCall, error: Optional[KafkaError], resumable: bool) -> None:

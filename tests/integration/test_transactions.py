@@ -197,6 +197,26 @@ def test_commit_and_abort_as_the_log_and_consumers_see_them(broker, topic_name):
             assert sorted(v for vs in got.values() for v in vs) == expect, confluent
 
 
+def test_close_with_a_transaction_open_aborts_it(broker, topic_name):
+    """close() in the middle of a transaction: the messages still queued are purged, not
+    sent, and the transaction is aborted at once (an abort marker in the log), as
+    librdkafka's and the Java client's close() do; it was left open for
+    transaction.timeout.ms, holding read_committed readers back."""
+    broker.create_topic(topic_name, partitions=1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000,
+                  "transactional.id": f"tx-{topic_name}"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic_name, b"sent", partition=0)
+    assert p.flush(30) == 0
+    for i in range(10):
+        p.produce(topic_name, b"queued-%d" % i, partition=0)   # waiting for linger.ms
+    p.close(10)
+    view = log_view(broker, topic_name, 0)
+    assert view.aborted == [b"sent"] and view.open == [] and view.markers["abort"] == 1
+    assert not any(v.startswith(b"queued") for v in view.committed + view.aborted)
+
+
 # -- the exactly-once loop -------------------------------------------------------------------
 
 N_INPUT = 100_000

@@ -840,3 +840,41 @@ def test_a_call_interrupted_by_an_exception_of_its_own_flush_can_be_called_again
     h.result(box)
     assert h.txn.state == TxnState.READY
     h.result(h.call("begin_transaction"))          # and the producer goes on
+
+
+def test_closing_with_a_transaction_open_aborts_it():
+    """close() with a transaction open: it is aborted (EndTxn abort), as librdkafka's and
+    the Java client's close() do; it stayed open at the coordinator (read_committed
+    readers of its partitions held back for transaction.timeout.ms)."""
+    h = Harness()
+    h.init()
+    h.begin_with(0)
+    h.answer_produce()
+    box = h.call("end_for_close", time.monotonic() + 5, h.flush)
+    h.pump(0.5)
+    if ApiKey.FIND_COORDINATOR in h.conn.keys():
+        h.answer_find()
+    end = h.answer_end_txn()
+    assert not end.committed
+    h.result(box)
+    assert h.txn.state == TxnState.READY
+
+
+def test_closing_while_a_commit_waits_for_its_end_txn_waits_for_the_outcome():
+    """Another thread is in commit_transaction(), its EndTxn sent: close() waits for the
+    answer, and the commit returns it (it raised _DESTROY, though the transaction was
+    committed: an exactly-once loop would have processed its input again)."""
+    h = Harness()
+    h.init()
+    h.begin_with(0)
+    h.answer_produce()
+    commit = h.call("commit_transaction", 5.0, h.flush)
+    req, cb, _ = h.until_sent(ApiKey.END_TXN)
+    closing = h.call("end_for_close", time.monotonic() + 5, h.flush)
+    time.sleep(0.1)
+    assert closing["thread"].is_alive()             # waits for the commit
+    cb(EndTxnResponse(error_code=0), None)
+    h.result(commit)
+    h.result(closing)
+    assert req.committed and h.txn.state == TxnState.READY
+    assert ApiKey.END_TXN not in h.conn.keys()        # nothing aborted after it

@@ -214,6 +214,9 @@ class TransactionManager:
         #: none, commit and abort send no EndTxn
         self._coordinator_knows = False
         self.delivery_failures = 0               # messages that failed in this transaction
+        #: the last send_offsets_to_transaction() of this transaction failed with this
+        #: (None: none did, or the last succeeded)
+        self._offsets_failure: Optional[KafkaError] = None
         #: counts transactions, so a late answer to an earlier one is told apart
         self._txn_number = 0
         #: requests routed to the coordinators (found with FindCoordinator), retried
@@ -265,6 +268,7 @@ class TransactionManager:
                     self._registering = set()
                     self._coordinator_knows = False
                     self.delivery_failures = 0
+                    self._offsets_failure = None
                     self.error = None
                     self._txn_number += 1
                     self.acc.txn_partitions = set()
@@ -284,6 +288,9 @@ class TransactionManager:
                 self._expect_result(call)
                 self.io.call_soon(self._add_offsets, valid, group_metadata, deadline)
                 error = self._wait(call, deadline + 1.0)  # the I/O side enforces the deadline
+                # Until a call succeeds, the transaction may not commit: its output would
+                # be committed without its input's offsets (read again after a restart).
+                self._offsets_failure = error
             self._end_api(call, error, resumable=False)
 
     def commit_transaction(self, timeout: Optional[float],
@@ -302,7 +309,13 @@ class TransactionManager:
             with self.lock:
                 state = self.state
                 if state == TxnState.BEGIN_COMMIT:
-                    if self.delivery_failures:
+                    unsent = self._offsets_failure
+                    if unsent is not None:
+                        self._abortable_locked(client_error(
+                            unsent.code(), f"send_offsets_to_transaction() did not complete "
+                            f"({unsent.str()}): the offsets are not in the transaction"),
+                            bump=False)
+                    elif self.delivery_failures:
                         self._abortable_locked(client_error(
                             KafkaError._INCONSISTENT,
                             f"{self.delivery_failures} message(s) failed delivery (see "
@@ -456,7 +469,10 @@ class TransactionManager:
         resumable call keeps the call current, to be resumed by calling it again."""
         with self.lock:
             call.calling = False
-            if not resumable or error is None or not error.retriable():
+            # An error that needs an abort (or is fatal) ends the call, retriable or not:
+            # kept current, the abort the application must call would be refused.
+            if not resumable or error is None or not error.retriable() \
+                    or error.txn_requires_abort() or error.fatal():
                 if self._api is call:
                     self._api = None
         if error is not None:
@@ -548,7 +564,7 @@ class TransactionManager:
         if self.state == TxnState.FATAL_ERROR and self.error is not None:
             return self.error
         if self.state == TxnState.ABORTABLE_ERROR and self.error is not None:
-            return client_error(self.error.code(), self.error.str(), txn_requires_abort=True)
+            return self.error      # needs an abort, not retriable (_abortable_locked)
         hint = _STATE_HINTS.get(self.state)
         what = f"{api}() is not" if api else "Operation not"
         return client_error(KafkaError._STATE, f"{what} valid in transaction state "
@@ -602,7 +618,8 @@ class TransactionManager:
             return False  # the first error counts; aborting already
         self.log.error("transaction failed in state %s: %s (%s)%s", self.state.value,
                        error.str(), error.name(), " (requires an epoch bump)" if bump else "")
-        self.error = client_error(error.code(), error.str(), txn_requires_abort=True)
+        # Not retriable: what the application does is abort, not call again.
+        self.error = KafkaError(error.code(), error.str(), False, False, True)
         self._set_state(TxnState.ABORTABLE_ERROR)
         return True
 

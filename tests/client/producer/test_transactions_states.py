@@ -878,3 +878,28 @@ def test_closing_while_a_commit_waits_for_its_end_txn_waits_for_the_outcome():
     h.result(closing)
     assert req.committed and h.txn.state == TxnState.READY
     assert ApiKey.END_TXN not in h.conn.keys()        # nothing aborted after it
+
+
+def test_a_commit_after_a_send_offsets_that_did_not_complete_requires_an_abort():
+    """send_offsets_to_transaction() failed (timed out, retriable) and the application
+    commits anyway: the commit fails needing an abort (not retriable), and the abort
+    works. It committed the output without the input's offsets (read again after a
+    restart: duplicates)."""
+    h = Harness()
+    h.init()
+    h.begin_with(0)
+    h.answer_produce()
+    h.txn._offsets_failure = KafkaError(KafkaError._TIMED_OUT, "send_offsets timed out",
+                                        retriable=True)
+    with pytest.raises(KafkaException) as exc:
+        h.result(h.call("commit_transaction", 5.0, h.flush))
+    err = kafka_error(exc)
+    assert err.txn_requires_abort() and not err.retriable()
+    assert "send_offsets_to_transaction() did not complete" in err.str()
+    box = h.call("abort_transaction", 5.0, h.flush)
+    h.pump(0.5)
+    if ApiKey.FIND_COORDINATOR in h.conn.keys():
+        h.answer_find()
+    assert not h.answer_end_txn().committed
+    h.result(box)
+    assert h.txn.state == TxnState.READY

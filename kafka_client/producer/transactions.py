@@ -58,7 +58,13 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-from kafka_client._cluster.calls import Call, CallRunner, Coordinator, CoordinatorType
+from kafka_client._cluster.calls import (
+    Call,
+    CallError,
+    CallRunner,
+    Coordinator,
+    CoordinatorType,
+)
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.producer.idempotence import has_producer_id
 from kafka_client.types import TopicPartition
@@ -732,6 +738,13 @@ class TransactionManager:
             by_topic.setdefault(p.topic.name, []).append(p.index)
 
         def build(version: int) -> Any:
+            # Built again for each retry: one of a transaction that has ended meanwhile
+            # (aborted while the first answer was lost) is not sent. Sent after the
+            # EndTxn, it opened a transaction nobody ended, which the coordinator timed
+            # out by fencing this producer.
+            if number != self._txn_number or self.state not in (
+                    TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
+                raise CallError(KafkaError(KafkaError._STATE, "the transaction is over"))
             topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps)
                       for t, ps in by_topic.items()]
             return AddPartitionsToTxnRequest(
@@ -778,8 +791,9 @@ class TransactionManager:
             return None
 
         def failed(error: KafkaError) -> None:
-            if number != self._txn_number:
-                return
+            if number != self._txn_number or self.state not in (
+                    TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
+                return           # outdated: that transaction is over
             self._pending.update(parts)
             self._registering = set()
             self._register_after = time.monotonic() + self.backoff

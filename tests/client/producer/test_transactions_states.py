@@ -903,3 +903,26 @@ def test_a_commit_after_a_send_offsets_that_did_not_complete_requires_an_abort()
     assert not h.answer_end_txn().committed
     h.result(box)
     assert h.txn.state == TxnState.READY
+
+
+def test_a_registration_lost_with_its_connection_is_not_sent_again_after_the_abort():
+    """AddPartitionsToTxn executed but its answer lost with the connection, then the
+    application aborts: its retry is not sent after the EndTxn (it opened a transaction
+    nobody ended; the coordinator timed it out by fencing this producer)."""
+    h = Harness()
+    h.init()
+    h.result(h.call("begin_transaction"))
+    h.acc.produce("t", b"m0", partition=0)
+    h.pump(0.01)
+    _req, cb, _v = h.until_sent(ApiKey.ADD_PARTITIONS_TO_TXN)
+    cb(None, KafkaError(KafkaError._TRANSPORT, "connection lost"))    # to be retried
+    box = h.call("abort_transaction", 5.0, h.flush)
+    h.pump(0.5)
+    if ApiKey.FIND_COORDINATOR in h.conn.keys():
+        h.answer_find()
+    assert not h.answer_end_txn().committed
+    h.result(box)
+    for _ in range(5):
+        h.pump(1.0)                                      # past every retry backoff
+    assert ApiKey.ADD_PARTITIONS_TO_TXN not in h.conn.keys()
+    assert h.txn.state == TxnState.READY

@@ -731,6 +731,7 @@ class TransactionManager:
         number = self._txn_number
         self._pending.clear()
         self._registering = set(parts)
+        knew = self._coordinator_knows
         self._coordinator_knows = True   # an unanswered request may have been seen
         idem = self.idem
         by_topic: Dict[str, List[int]] = {}
@@ -745,6 +746,7 @@ class TransactionManager:
             if number != self._txn_number or self.state not in (
                     TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
                 raise CallError(KafkaError(KafkaError._STATE, "the transaction is over"))
+            self._coordinator_knows = True   # each attempt may be seen
             topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps)
                       for t, ps in by_topic.items()]
             return AddPartitionsToTxnRequest(
@@ -764,6 +766,11 @@ class TransactionManager:
                           if results.get((p.topic.name, p.index)) == ErrorCode.NONE]
             failed = [(p, results.get((p.topic.name, p.index), ErrorCode.UNKNOWN_SERVER_ERROR))
                       for p in parts if p not in registered]
+            if not registered:
+                # Answered, and nothing added: the coordinator knows no more than before
+                # (an EndTxn for a transaction it never started is INVALID_TXN_STATE,
+                # fatal: the Java client does not send it either).
+                self._coordinator_knows = knew
             self.acc.txn_partitions.update(registered)
             self.io.wake()
             if not failed:
@@ -813,9 +820,11 @@ class TransactionManager:
             self._set_result(self._state_error("send_offsets_to_transaction"))
             return
         idem = self.idem
-        self._coordinator_knows = True
+        knew = self._coordinator_knows
+        self._coordinator_knows = True   # an unanswered request may have been seen
 
         def build(version: int) -> Any:
+            self._coordinator_knows = True   # each attempt may be seen
             return AddOffsetsToTxnRequest(transactional_id=self.transactional_id,
                                           producer_id=idem.producer_id,
                                           producer_epoch=idem.epoch, group_id=group.group_id)
@@ -825,6 +834,7 @@ class TransactionManager:
             if code == ErrorCode.NONE:
                 self._txn_offset_commit(offsets, group, deadline)
                 return None
+            self._coordinator_knows = knew   # refused: nothing added (see above)
             return self._failed_in_transaction(code, "AddOffsetsToTxn",
                                                "Failed to add offsets to the transaction")
 

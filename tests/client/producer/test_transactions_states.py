@@ -926,3 +926,24 @@ def test_a_registration_lost_with_its_connection_is_not_sent_again_after_the_abo
         h.pump(1.0)                                      # past every retry backoff
     assert ApiKey.ADD_PARTITIONS_TO_TXN not in h.conn.keys()
     assert h.txn.state == TxnState.READY
+
+
+def test_aborting_a_transaction_whose_only_registration_was_refused_sends_no_end_txn():
+    """The transaction's one AddPartitionsToTxn refused (TOPIC_AUTHORIZATION_FAILED,
+    abortable): the coordinator never started it, so the abort sends no EndTxn (it was
+    answered INVALID_TXN_STATE, fatal: the producer died), as the Java client does, and
+    the next transaction works."""
+    h = Harness()
+    h.init()
+    h.result(h.call("begin_transaction"))
+    h.acc.produce("t", b"m0", partition=0)
+    h.pump(0.01)
+    h.answer_add_partitions(code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    assert h.txn.state == TxnState.ABORTABLE_ERROR
+    box = h.call("abort_transaction", 5.0, h.flush)
+    for _ in range(20):
+        h.pump(0.1)
+        time.sleep(0.005)
+    h.result(box)
+    assert ApiKey.END_TXN not in h.conn.keys() and h.txn.state == TxnState.READY
+    h.begin_with(0)                                  # the producer goes on

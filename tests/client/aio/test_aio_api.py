@@ -370,3 +370,34 @@ def test_poll_waits_its_timeout_when_nothing_comes():
         run(main())
     finally:
         silent.close()
+
+
+def test_a_producer_closed_from_its_own_callback_coroutine_closes(run_child):
+    """An error_cb coroutine (the broker is unreachable) closing its AIOProducer: close()
+    waited for every callback task, itself included, and never returned (asyncio.run()
+    then died with RecursionError). In a child process with a hard timeout."""
+    out = run_child(f"""
+        import asyncio, time
+        from kafka_client.aio import AIOProducer
+
+        async def main():
+            box, state = {{}}, []
+
+            async def on_error(err):
+                if not state:
+                    state.append("closing")
+                    await box["p"].close()
+                    state.append("closed")
+
+            box["p"] = AIOProducer({{"bootstrap.servers": "{NOWHERE}",
+                                     "error_cb": on_error}})
+            t = time.monotonic()
+            while "closed" not in state and time.monotonic() - t < 10:
+                await asyncio.sleep(0.05)
+            assert state == ["closing", "closed"], state
+            print("ok")
+
+        asyncio.run(main())
+    """, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

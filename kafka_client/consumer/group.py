@@ -291,6 +291,10 @@ class GroupCoordinator:
         self._async_commits = 0
         self._async_commits_done = threading.Event()
         self._async_commits_done.set()
+        #: held while a revocation runs on some application thread: close() from another
+        #: waits for it, then revokes what is still assigned (it revoked the same
+        #: partitions a second time, both on_revoke calls at once)
+        self._revoking = threading.RLock()
         #: since the last metrics push (KIP-714): commit round trips, and rebalances
         #: from the first JoinGroup to the assignment; all rebalances' time, ever (s)
         self.commit_latency = IntervalStat()
@@ -377,6 +381,10 @@ class GroupCoordinator:
         """The revocation on the application thread: commit (enable.auto.commit), the
         callback, the unassignment. The unassignment and the news to the I/O thread
         happen even if a callback raises; then the exception goes on."""
+        with self._revoking:
+            self._revoke(member, tps, lost)
+
+    def _revoke(self, member: GroupMember, tps: List[TopicPartition], lost: bool) -> None:
         cb = self.on_lost if lost and self.on_lost is not None else self.on_revoke
         # As librdkafka pauses them when the rebalance starts: threads polling meanwhile
         # got these partitions' messages while the commit and on_revoke ran, and their
@@ -530,12 +538,14 @@ class GroupCoordinator:
         """Final commit, revoke callback, the asynchronous commits made before (waited
         for, up to 5 s, and their on_commit run), LeaveGroup (not for static members).
         The group is left even if a callback raises (the exception goes on afterwards)."""
-        assigned = member.assigned()
         try:
-            if self.patterns is not None and assigned:
-                tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
-                self._run_revoke(member, tps, False)
-            elif self.auto_commit:
+            with self._revoking:     # a revocation running on another thread ends first
+                assigned = member.assigned()
+                revoking = self.patterns is not None and bool(assigned)
+                if revoking:
+                    tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
+                    self._run_revoke(member, tps, False)
+            if not revoking and self.auto_commit:
                 stored = member.stored_offsets()
                 if stored:
                     try:

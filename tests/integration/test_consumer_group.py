@@ -526,3 +526,53 @@ def test_threads_polling_during_a_revocation_get_none_of_its_partitions(tansu_br
             t.join(10)
         a.close()
         b.close()
+
+
+def test_close_while_another_thread_revokes_runs_on_revoke_once(tansu_broker, topic_name):
+    """A reader thread is inside on_revoke (a rebalance) when another thread calls
+    close(): close waits for that revocation and does not revoke the same partitions
+    again (on_revoke ran twice, both at once)."""
+    import threading
+
+    tansu_broker.create_topic(topic_name, partitions=2)
+    produce(tansu_broker, topic_name, 0, 100)
+    conf = {"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name,
+            "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500}
+    calls, lock = [], threading.Lock()
+    running = threading.Event()
+
+    def on_revoke(consumer, parts):
+        with lock:
+            calls.append(sorted(p.partition for p in parts))
+        running.set()
+        time.sleep(1.0)
+
+    a = Consumer(conf)
+    a.subscribe([topic_name], on_revoke=on_revoke)
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                a.poll(0.2)
+            except RuntimeError:        # closed
+                return
+
+    r = threading.Thread(target=reader)
+    r.start()
+    b = Consumer(conf)
+    try:
+        deadline = time.monotonic() + 20
+        while not a.assignment() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        b.subscribe([topic_name])
+        while not running.is_set() and time.monotonic() < deadline:
+            b.poll(0.1)
+        assert running.is_set()
+        a.close()
+        assert len(calls) == 1, calls
+    finally:
+        stop.set()
+        r.join(10)
+        b.close()

@@ -31,8 +31,10 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 __all__ = ["LoopBridge", "in_callback"]
 
 #: set while a client's callback runs on the loop (see the module's docstring)
-_IN_CALLBACK: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "kafka_client_aio_in_callback", default=False)
+#: (a one-item list, set to False when the callback returns: tasks the callback starts
+#: copy the context, and must not stay marked once it is over)
+_IN_CALLBACK: contextvars.ContextVar[Optional[List[bool]]] = contextvars.ContextVar(
+    "kafka_client_aio_in_callback", default=None)
 
 #: the configuration's callbacks the asyncio clients run on the loop
 LOOP_CALLBACKS = ("error_cb", "stats_cb", "throttle_cb", "on_commit")
@@ -152,7 +154,7 @@ class LoopBridge:
 
     def start(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "asyncio.Future[Any]":
         """Start a blocking call of the synchronous client off the loop: its future."""
-        executor = None if _IN_CALLBACK.get() else self.executor
+        executor = None if in_callback() else self.executor
         return self.loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
 
     async def close_executor(self) -> None:
@@ -168,13 +170,19 @@ class LoopBridge:
 
 
 def in_callback() -> bool:
-    """Whether the calling code runs inside one of a client's callbacks."""
-    return _IN_CALLBACK.get()
+    """Whether the calling code runs inside one of a client's callbacks (not in a task
+    such a callback started, once the callback has returned)."""
+    mark = _IN_CALLBACK.get()
+    return mark is not None and mark[0]
 
 
 async def _run(callback: Callable[..., Any], args: Tuple[Any, ...]) -> Any:
-    _IN_CALLBACK.set(True)   # this task's own context: calls made in it are marked
-    result = callback(*args)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+    mark = [True]
+    _IN_CALLBACK.set(mark)   # this task's own context: calls made in it are marked
+    try:
+        result = callback(*args)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+    finally:
+        mark[0] = False      # tasks it started (copies of the context) are not any more

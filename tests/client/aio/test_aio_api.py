@@ -16,7 +16,7 @@ from kafka_client.aio import (
     AsyncDeserializingConsumer,
     AsyncSerializingProducer,
 )
-from kafka_client.aio._bridge import LoopBridge
+from kafka_client.aio._bridge import LoopBridge, in_callback
 from kafka_client.errors import KeySerializationError, ValueSerializationError
 from kafka_client.serialization import StringSerializer
 
@@ -401,3 +401,28 @@ def test_a_producer_closed_from_its_own_callback_coroutine_closes(run_child):
     """, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_a_task_a_callback_starts_is_not_marked_as_in_the_callback_once_it_returned():
+    """Calls a callback makes go to the loop's default executor (the client's own may be
+    busy waiting for the callback); a task the callback started copies its context and
+    kept that mark for life: all its calls went to the default executor, starving
+    asyncio.to_thread() elsewhere."""
+    async def main():
+        bridge = LoopBridge(1, None, "T")
+        seen = {}
+
+        async def callback():
+            seen["in"] = in_callback()
+
+            async def worker():
+                await asyncio.sleep(0.05)
+                seen["worker"] = in_callback()
+            seen["task"] = asyncio.get_running_loop().create_task(worker())
+
+        call = bridge.wrap(callback)
+        await asyncio.get_running_loop().run_in_executor(None, call)   # another thread
+        await seen["task"]
+        assert seen["in"] is True and seen["worker"] is False
+        await bridge.close_executor()
+    run(main())

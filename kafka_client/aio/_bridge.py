@@ -157,6 +157,33 @@ class LoopBridge:
         executor = None if in_callback() else self.executor
         return self.loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
 
+    async def run_alone(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a blocking call of the synchronous client on a thread of its own and await
+        it: for close(), which must not queue in the client's executor behind the calls
+        that only it ends (reads, lookups without a timeout)."""
+        loop = self.loop
+        future: "asyncio.Future[Any]" = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if not future.done():
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+
+        def run() -> None:
+            try:
+                outcome = (True, fn(*args))
+            except BaseException as exc:  # handed to the awaiting coroutine
+                outcome = (False, exc)
+            try:
+                loop.call_soon_threadsafe(settle, *outcome)
+            except RuntimeError:          # the loop is closed: nobody awaits it
+                pass
+
+        threading.Thread(target=run, name=f"{self.what}-closing", daemon=True).start()
+        return await future
+
     async def close_executor(self) -> None:
         """Shut the executor this client made down. From a callback (closing its own
         client) it is not waited for: one of its threads may be the call that waits for

@@ -260,7 +260,7 @@ class AIOConsumer:
         await kept.wait(reads_wait)
         uncommitted = kept.unclaimed() if self._consumer._auto_store else 0
         try:
-            await self._bridge.run(self._consumer.close)
+            await self._bridge.run_alone(self._consumer.close)
         finally:
             self._closed = True
             await kept.wait(reads_wait)   # any left: closed now

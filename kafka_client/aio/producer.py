@@ -329,10 +329,10 @@ class AIOProducer:
             # Given up on (close() cancelled or timed out, a callback raised): what is
             # left fails its future now (_PURGE_QUEUE, _PURGE_INFLIGHT) rather than
             # leaving whoever awaits it waiting forever.
-            await self._bridge.run(self._producer.purge, True, True, True)
+            await self._bridge.run_alone(self._producer.purge, True, True, True)
             self._serve()
         self._producer._set_report_listener(None)
-        await self._bridge.run(self._producer.close, 0)
+        await self._bridge.run_alone(self._producer.close, 0)
         await self._bridge.settle_tasks()
         await self._bridge.close_executor()
         if failure is not None:

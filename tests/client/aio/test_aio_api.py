@@ -426,3 +426,29 @@ def test_a_task_a_callback_starts_is_not_marked_as_in_the_callback_once_it_retur
         assert seen["in"] is True and seen["worker"] is False
         await bridge.close_executor()
     run(main())
+
+
+def test_close_does_not_queue_behind_the_calls_only_it_ends(run_child):
+    """max_workers=1 and a list_topics() without timeout stuck on an unreachable broker
+    (its awaiting coroutine cancelled: the call goes on): close() ran on that executor,
+    behind it, for ever; it now has a thread of its own, and ends the stuck call."""
+    out = run_child(f"""
+        import asyncio, time
+        from kafka_client.aio import AIOConsumer, AIOProducer
+
+        async def main():
+            for cls in (AIOProducer, AIOConsumer):
+                client = cls({{"bootstrap.servers": "{NOWHERE}"}}, max_workers=1)
+                try:
+                    await asyncio.wait_for(client.list_topics(), 0.3)
+                except asyncio.TimeoutError:
+                    pass
+                t = time.monotonic()
+                await asyncio.wait_for(client.close(), 10)
+                assert time.monotonic() - t < 5
+            print("ok")
+
+        asyncio.run(main())
+    """, timeout=40)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

@@ -23,12 +23,14 @@ class _Waker:
     """Wakes the event loop from the I/O thread when delivery reports are queued: one
     ``call_soon_threadsafe`` until the loop has looked, however many reports come."""
 
-    __slots__ = ("loop", "event", "pending")
+    __slots__ = ("loop", "event", "pending", "revive")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 revive: "weakref.WeakMethod[Callable[[], None]]") -> None:
         self.loop = loop
         self.event = asyncio.Event()
         self.pending = False
+        self.revive = revive          # the producer's _revive_pump, weakly
 
     def __call__(self) -> None:      # I/O thread
         if not self.pending:
@@ -40,6 +42,9 @@ class _Waker:
 
     def _set(self) -> None:          # loop thread
         self.pending = False
+        revive = self.revive()
+        if revive is not None:
+            revive()
         self.event.set()
 
 
@@ -127,11 +132,20 @@ class AIOProducer:
         """The loop-bound parts, on the bridge's loop: the waker the I/O thread calls, the
         event produce() waits on for room, and the task serving the reports."""
         loop = self._bridge.loop
-        self._waker = _Waker(loop)
+        self._waker = _Waker(loop, weakref.WeakMethod(self._revive_pump))
         self._producer._set_report_listener(self._waker)
         #: set (and cleared) each time reports were served: produce() waiting for room
         self._served = asyncio.Event()
-        self._pump_task = loop.create_task(_pump(weakref.ref(self), self._waker))
+        self._pump_task = None
+        self._revive_pump()
+
+    def _revive_pump(self) -> None:
+        """Loop thread: (re)start the task serving the reports. An application that
+        cancels every task but its own at shutdown cancels it too; then a delivery's
+        future was never resolved (``await future`` hung)."""
+        if not self._closed and (self._pump_task is None or self._pump_task.done()):
+            self._pump_task = self._bridge.loop.create_task(
+                _pump(weakref.ref(self), self._waker))
 
     async def produce(self, topic: str, value: Any = None, key: Any = None,
                       partition: int = -1, timestamp: int = 0, headers: Any = None,

@@ -452,3 +452,23 @@ def test_close_does_not_queue_behind_the_calls_only_it_ends(run_child):
     """, timeout=40)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_the_report_task_comes_back_after_a_cancel_all_at_shutdown():
+    """Shutdown code that cancels every task but its own cancels the producer's report
+    task too: the next report brings it back (a delivery future was never resolved)."""
+    async def main():
+        p = AIOProducer({"bootstrap.servers": NOWHERE})
+        future = await p.produce("t", b"v")
+        me = asyncio.current_task()
+        for task in asyncio.all_tasks():
+            if task is not me:
+                task.cancel()
+        await asyncio.sleep(0.05)
+        assert p._pump_task.done()
+        p._producer.purge()                 # a report, served by no call of ours
+        with pytest.raises(KafkaException) as got:
+            await asyncio.wait_for(future, 5)
+        assert got.value.args[0].code() == KafkaError._PURGE_QUEUE
+        await p.close()
+    asyncio.run(main())     # not run(): its wait_for's task would be cancelled too

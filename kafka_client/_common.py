@@ -252,6 +252,7 @@ class ClientBase:
         self._throttle_cb: Optional[Callable] = cfg["throttle_cb"]
         self._started = time.monotonic()
         self._stats_interval = cfg["statistics.interval.ms"] / 1000.0
+        self._stats_on = self._stats_cb is not None and self._stats_interval > 0
         self._next_stats = self._started + self._stats_interval
         self._stats_lock = threading.Lock()
         #: client-level errors and throttle events taken from the cluster, not yet
@@ -300,6 +301,12 @@ class ClientBase:
                 f"{name} is not initialized: {name}.__init__ must call "
                 f"super().__init__(config) before the client is used")
         raise RuntimeError(self._closed_text)
+
+    def _client_events_due(self) -> bool:
+        """Whether :meth:`_serve_client_events` has something to serve now (cheap: the
+        consumer's fast paths ask before every message poll() hands out)."""
+        return self._cluster.events_waiting or (
+            self._stats_on and time.monotonic() >= self._next_stats)
 
     def _serve_client_events(self) -> int:
         """Serve what every client type serves from poll() and its kin: the client-level
@@ -358,6 +365,7 @@ class ClientBase:
         events after that one are served by the next call."""
         pending = self._errors
         cluster = self._cluster
+        cluster.events_waiting = False     # before taking: one kept meanwhile sets it again
         if cluster.errors:
             pending.extend(cluster.take_errors())
         if cluster.throttle_events:
@@ -366,20 +374,24 @@ class ClientBase:
             pending.extend(cluster.take_callback_failures())
         served = 0
         error_cb = self._error_cb
-        while pending:
-            try:
-                event = pending.popleft()  # other threads may serve too: one pop each
-            except IndexError:
-                break
-            served += 1
-            if type(event) is ThrottleEvent:
-                self._throttle_cb(event)
-            elif isinstance(event, Exception):
-                raise event
-            elif error_cb is not None:
-                error_cb(event)
-            else:
-                self._log.debug("client error: %s", event.str())
+        try:
+            while pending:
+                try:
+                    event = pending.popleft()  # other threads may serve too: one pop each
+                except IndexError:
+                    break
+                served += 1
+                if type(event) is ThrottleEvent:
+                    self._throttle_cb(event)
+                elif isinstance(event, Exception):
+                    raise event
+                elif error_cb is not None:
+                    error_cb(event)
+                else:
+                    self._log.debug("client error: %s", event.str())
+        finally:
+            if pending:                    # left for the next call (a callback raised)
+                cluster.events_waiting = True
         return served
 
     def list_topics(self, topic: Optional[str] = None,

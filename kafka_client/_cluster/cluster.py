@@ -131,6 +131,9 @@ class Cluster:
         #: (oauth_cb refreshing a token, the connection callbacks), for the caller of
         #: poll()/flush()/consume()
         self.callback_failures: List[Exception] = []
+        #: set when one of these lists got an item (one attribute for the consumer's
+        #: fast paths to test); cleared by the client that serves them
+        self.events_waiting = False
         #: connections that became ready, ever (KIP-714's connection.creation.total)
         self.connections_made = 0
         self._connections_at_push = 0
@@ -362,6 +365,7 @@ class Cluster:
             kept = getattr(self, kind)
             if len(kept) < _KEPT_MAX:
                 kept.append(item)
+            self.events_waiting = True
 
     def _take(self, kind: str) -> List[Any]:
         with self._errors_lock:

@@ -1,6 +1,8 @@
 """Consumer API checks that need no broker: configuration and misuse give clear errors."""
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from kafka_client import (
@@ -245,3 +247,32 @@ def test_a_logical_seek_is_not_undone_by_pause_and_its_position_is_unknown():
             assert c.position([tp])[0].offset == OFFSET_INVALID
     finally:
         c.close()
+
+
+def test_the_fast_path_steps_aside_when_statistics_or_client_events_are_due():
+    """poll()'s fast path hands out decoded messages without serving anything; with a
+    statistics document or a client error due it steps aside, so that poll() serves
+    them: a consumer reading a backlog never ran stats_cb."""
+    silent = socket.socket()                       # takes connections, never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    stats, errors = [], []
+    c = Consumer({"bootstrap.servers": "127.0.0.1:%d" % silent.getsockname()[1],
+                  "stats_cb": stats.append, "statistics.interval.ms": 60_000,
+                  "error_cb": errors.append})
+    try:
+        c.assign([TopicPartition("t", 0, 0)])
+        part = c._fetcher.parts[("t", 0)]
+        with c._hand:
+            c._handout.start([Message("t", 0, i) for i in range(10)], part)
+        assert c._poll_ready() is not None         # nothing due: the fast path
+        c._next_stats = 0.0                        # a statistics document is due
+        assert c._poll_ready() is None
+        assert c.poll(0) is not None and len(stats) == 1
+        assert c._poll_ready() is not None
+        c._cluster.report_error(KafkaError(KafkaError._TRANSPORT, "gone"))
+        assert c._poll_ready() is None
+        assert c.poll(0) is not None and [e.code() for e in errors] == [KafkaError._TRANSPORT]
+    finally:
+        c.close()
+        silent.close()

@@ -25,10 +25,13 @@ import concurrent.futures
 import contextvars
 import functools
 import inspect
+import logging
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 __all__ = ["LoopBridge", "in_callback"]
+
+_log = logging.getLogger("kafka_client.aio")
 
 #: set while a client's callback runs on the loop (see the module's docstring)
 #: (a one-item list, set to False when the callback returns: tasks the callback starts
@@ -62,8 +65,9 @@ class LoopBridge:
         else:
             self.owns_executor = False
         self.executor = executor
-        #: exceptions of callbacks that ran as tasks, raised by the next awaited call
+        #: the exception of a callback (at most one), raised by the next awaited call
         self.failures: List[BaseException] = []
+        self.dropped_failures = 0        # raised while one was waiting: logged only
         self._tasks: Set["asyncio.Task[Any]"] = set()
 
     def on_loop(self) -> bool:
@@ -127,7 +131,21 @@ class LoopBridge:
     def _task_done(self, task: "asyncio.Task[Any]") -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            self.failures.append(task.exception())  # type: ignore[arg-type]
+            self.add_failure(task.exception())  # type: ignore[arg-type]
+
+    def add_failure(self, exc: BaseException) -> None:
+        """A callback's exception, for the next awaited call to raise. One waits at a
+        time: those raised meanwhile are logged, not kept (a stats_cb raising every
+        interval piled them up without bound, and each later call raised a stale one
+        instead of doing its work)."""
+        if self.failures:
+            self.dropped_failures += 1
+            if self.dropped_failures == 1 or self.dropped_failures % 1000 == 0:
+                _log.error("%s: a callback raised again before the earlier exception was "
+                           "raised by an awaited call (%d so far; logged, not raised): %r",
+                           self.what, self.dropped_failures, exc)
+            return
+        self.failures.append(exc)
 
     def raise_failure(self) -> None:
         """Raise the first exception a callback task had, if any (once)."""

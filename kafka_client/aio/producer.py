@@ -113,7 +113,7 @@ class AIOProducer:
             if self._closed:        # closed under us (close() from another task)
                 served = 0
             else:
-                self._bridge.failures.append(exc)
+                self._bridge.add_failure(exc)
                 served = 1
         if served:
             self._served_total += served
@@ -404,4 +404,4 @@ def _settle(future: _Delivery, err: Optional[KafkaError], msg: Message) -> None:
             if asyncio.iscoroutine(result) or asyncio.isfuture(result):
                 bridge.spawn(result)
         except Exception as exc:
-            bridge.failures.append(exc)
+            bridge.add_failure(exc)

@@ -472,3 +472,22 @@ def test_the_report_task_comes_back_after_a_cancel_all_at_shutdown():
         assert got.value.args[0].code() == KafkaError._PURGE_QUEUE
         await p.close()
     asyncio.run(main())     # not run(): its wait_for's task would be cancelled too
+
+
+def test_callback_exceptions_do_not_pile_up(caplog):
+    """One callback exception waits for the next awaited call; those raised meanwhile are
+    logged, not kept (a stats_cb raising every interval piled them up: each later call
+    raised a stale one instead of queueing its message)."""
+    async def main():
+        bridge = LoopBridge(1, None, "T")
+        for i in range(50):
+            bridge.add_failure(ValueError(i))
+        with pytest.raises(ValueError) as got:
+            bridge.raise_failure()
+        assert got.value.args == (0,)
+        bridge.raise_failure()                    # nothing more
+        assert bridge.dropped_failures == 49
+        await bridge.close_executor()
+    with caplog.at_level("ERROR", logger="kafka_client.aio"):
+        run(main())
+    assert len(caplog.records) == 1 and "raised again" in caplog.records[0].getMessage()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import weakref
-from typing import Any, Callable, List, Optional
+from collections import deque
+from typing import Any, Callable, Deque, List, Optional
 
 from kafka_client.aio._bridge import LoopBridge
 from kafka_client.errors import KafkaError, KafkaException
@@ -119,6 +120,7 @@ class AIOProducer:
             self._served_total += served
             self._served.set()
             self._served.clear()
+            self._pass_turn()        # reports served: room for the first in line
         return served
 
     # -- the API -------------------------------------------------------------------------
@@ -134,8 +136,10 @@ class AIOProducer:
         loop = self._bridge.loop
         self._waker = _Waker(loop, weakref.WeakMethod(self._revive_pump))
         self._producer._set_report_listener(self._waker)
-        #: set (and cleared) each time reports were served: produce() waiting for room
+        #: set (and cleared) each time reports were served (poll() waits on it)
         self._served = asyncio.Event()
+        #: produce() calls waiting for room, in the order they came
+        self._room_waiters: Deque["asyncio.Future[None]"] = deque()
         self._pump_task = None
         self._revive_pump()
 
@@ -173,28 +177,65 @@ class AIOProducer:
             raise TypeError(f"on_delivery must be callable, not "
                             f"{type(on_delivery).__name__}")
         future = _Delivery(self, on_delivery)
-        while True:
-            try:
-                self._producer.produce(topic, value, key, partition, future, timestamp,
-                                       headers)
-                return future
-            except KafkaException as exc:
-                # Refused before queueing (too large, no such partition): through the
-                # future, where confluent-kafka's AIOProducer reports it too.
-                future.set_exception(exc)
-                return future
-            except BufferError as exc:
-                if len(self._producer) == 0:
-                    # Refused with nothing in the producer: no report can make room (the
-                    # message alone is over queue.buffering.max.kbytes). Failed as
-                    # confluent-kafka's AIOProducer fails it, never waited for.
-                    future.set_exception(KafkaException(KafkaError(
-                        KafkaError._QUEUE_FULL, f"{exc} (the message alone does not fit "
-                        f"in queue.buffering.max.kbytes)")))
+        if self._room_waiters:
+            # Others wait for room: behind them, first come first served (whoever asked
+            # last took the room the reports made: one call waited 12 s while others
+            # produced 60,000 messages, and messages of one key could change order).
+            await self._take_turn(first=False)
+            self._check_open()
+        try:
+            while True:
+                try:
+                    self._producer.produce(topic, value, key, partition, future, timestamp,
+                                           headers)
                     return future
-                if self._serve() == 0:
-                    await self._served.wait()
-                self._check_open()
+                except KafkaException as exc:
+                    # Refused before queueing (too large, no such partition): through the
+                    # future, where confluent-kafka's AIOProducer reports it too.
+                    future.set_exception(exc)
+                    return future
+                except BufferError as exc:
+                    if len(self._producer) == 0:
+                        # Refused with nothing in the producer: no report can make room
+                        # (the message alone is over queue.buffering.max.kbytes). Failed
+                        # as confluent-kafka's AIOProducer fails it, never waited for.
+                        future.set_exception(KafkaException(KafkaError(
+                            KafkaError._QUEUE_FULL, f"{exc} (the message alone does not "
+                            f"fit in queue.buffering.max.kbytes)")))
+                        return future
+                    await self._take_turn(first=True)   # at the head: it was first
+                    self._check_open()
+        finally:
+            self._pass_turn()       # room may be left: the next in line tries
+
+    async def _take_turn(self, first: bool) -> None:
+        """Wait in line for room (at the head when ``first``), until served reports make
+        some (``_serve``) or the call before in line is done."""
+        turn = self._bridge.loop.create_future()
+        if first:
+            self._room_waiters.appendleft(turn)
+        else:
+            self._room_waiters.append(turn)
+        try:
+            await turn
+        except BaseException:
+            if turn.done() and not turn.cancelled():
+                self._pass_turn()             # woken, then cancelled: the next one goes
+            else:
+                try:
+                    self._room_waiters.remove(turn)
+                except ValueError:
+                    pass
+            raise
+
+    def _pass_turn(self) -> None:
+        """Wake the first call waiting in line for room, if any."""
+        waiters = self._room_waiters
+        while waiters:
+            turn = waiters.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
 
     async def poll(self, timeout: Optional[float] = 0) -> int:
         """Serve the delivery reports and client events waiting (they are served on the
@@ -336,6 +377,8 @@ class AIOProducer:
                 failure = exc
                 break
         self._closed = True
+        while self._room_waiters:        # calls waiting for room: closed, they raise
+            self._pass_turn()
         if self._pump_task is not None:
             self._pump_task.cancel()
             self._pump_task = None

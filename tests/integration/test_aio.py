@@ -496,3 +496,27 @@ def test_a_producer_dropped_without_close_is_collected_once_its_messages_are_rep
         got = await read_all(tansu_broker.bootstrap, topic_name, 5)
         assert [m.value() for m in got] == [b"%d" % i for i in range(5)]
     run(main())
+
+
+def test_a_full_producer_gives_room_first_come_first_served(tansu_broker, topic_name):
+    """A produce() waiting for room comes before one called later: B, called while A
+    waits, used to take the room the first report made, landing before A (two messages
+    of one key out of the order they were produced in; one call waited 12 s while other
+    tasks produced 60,000 messages)."""
+    tansu_broker.create_topic(topic_name, partitions=1)
+
+    async def main():
+        p = AIOProducer({"bootstrap.servers": tansu_broker.bootstrap,
+                         "queue.buffering.max.messages": 1})
+        await p.list_topics(topic_name, 10)
+        f0 = await p.produce(topic_name, b"m0", key=b"k")
+        a = asyncio.create_task(p.produce(topic_name, b"A", key=b"k"))
+        await asyncio.sleep(0)          # A runs: the producer is full, it waits for room
+        time.sleep(0.5)                 # the application's own work: m0's report comes
+        fb = await p.produce(topic_name, b"B", key=b"k")
+        fa = await a
+        await asyncio.gather(f0, fa, fb)
+        await p.close()
+        got = await read_all(tansu_broker.bootstrap, topic_name, 3)
+        assert [m.value() for m in got] == [b"m0", b"A", b"B"]
+    run(main())

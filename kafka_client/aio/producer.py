@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 import weakref
 from collections import deque
 from typing import Any, Callable, Deque, List, Optional
@@ -334,9 +335,10 @@ class AIOProducer:
         """Deliver every message of the transaction (their futures resolve), then commit
         it."""
         self._check_open()
+        deadline = _deadline(timeout)
         await self.flush(timeout)   # the reports served here, not on an executor thread
         try:
-            await self._bridge.call(self._producer.commit_transaction, timeout)
+            await self._bridge.call(self._producer.commit_transaction, _left(deadline))
         finally:
             self._serve()
 
@@ -345,9 +347,10 @@ class AIOProducer:
         produced so far are delivered first (their futures resolve; the abort then keeps
         them from read_committed consumers)."""
         self._check_open()
+        deadline = _deadline(timeout)
         await self.flush(timeout)
         try:
-            await self._bridge.call(self._producer.abort_transaction, timeout)
+            await self._bridge.call(self._producer.abort_transaction, _left(deadline))
         finally:
             self._serve()
 
@@ -427,6 +430,17 @@ class _Delivery(asyncio.Future):
             _settle(self, err, msg)
         else:   # served by a blocking call on an executor thread (flush, commit)
             bridge.loop.call_soon_threadsafe(_settle, self, err, msg)
+
+
+def _deadline(timeout: Optional[float]) -> Optional[float]:
+    """When a call given ``timeout`` seconds (None or negative: no limit) ends."""
+    return None if timeout is None or timeout < 0 else time.monotonic() + timeout
+
+
+def _left(deadline: Optional[float]) -> Optional[float]:
+    """What is left until ``deadline`` for the second step of a call (flush first: the
+    two steps share the call's timeout, it took up to twice as long)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _settle(future: _Delivery, err: Optional[KafkaError], msg: Message) -> None:

@@ -318,7 +318,12 @@ class Consumer(ClientBase):
             for tp in _check_partitions(partitions, "position"):
                 part = self._fetcher.parts.get((tp.topic, tp.partition))
                 pos = part.app_pos if part is not None and part.app_pos >= 0 else OFFSET_INVALID
-                out.append(TopicPartition(tp.topic, tp.partition, pos))
+                # With the leader epoch of the record before it, when known (the stored
+                # one, at the same offset), as librdkafka's: a position saved and given
+                # to seek() or commit() keeps its truncation check (KIP-320).
+                epoch = part.stored_epoch if pos >= 0 and part.stored == pos \
+                    and part.stored_epoch >= 0 else None
+                out.append(TopicPartition(tp.topic, tp.partition, pos, leader_epoch=epoch))
         return out
 
     def pause(self, partitions: Sequence[TopicPartition]) -> None:
@@ -1116,7 +1121,7 @@ class Consumer(ClientBase):
     def memberid(self) -> Optional[str]:
         """This member's id in the group (None before joining or without a group)."""
         self._check_open()
-        return self._group.member_id if self._group is not None else None
+        return (self._group.member_id or None) if self._group is not None else None
 
     def consumer_group_metadata(self) -> Any:
         """The group metadata a transactional producer's send_offsets_to_transaction()
@@ -1386,7 +1391,15 @@ def OFFSET_TAIL(n: int) -> int:
 def _check_start_offsets(parts: Sequence[TopicPartition], what: str) -> None:
     """A negative offset that is no logical one (OFFSET_BEGINNING, OFFSET_END,
     OFFSET_STORED, OFFSET_INVALID, OFFSET_TAIL(n)) is _INVALID_ARG, as librdkafka's
-    assign() says (it used to be taken as OFFSET_END: the backlog skipped silently)."""
+    assign() says (it used to be taken as OFFSET_END: the backlog skipped silently); so
+    is a partition listed twice (its last entry's offset was taken silently)."""
+    if len({(tp.topic, tp.partition) for tp in parts}) != len(parts):
+        seen: Set[Tuple[str, int]] = set()
+        dup = next(tp for tp in parts
+                   if (tp.topic, tp.partition) in seen or seen.add((tp.topic, tp.partition)))
+        raise KafkaException(KafkaError(
+            KafkaError._INVALID_ARG, f"{what}(): duplicate partition {dup.topic} "
+            f"[{dup.partition}] in the list"))
     for tp in parts:
         off = tp.offset
         if OFFSET_TAIL_BASE < off < 0 and off not in _LOGICAL_OFFSETS:

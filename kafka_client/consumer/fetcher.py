@@ -578,12 +578,13 @@ class Fetcher:
             part.reset = OFFSET_END
         else:
             part.reset = None
-            part.fetch_pos = -1
+            offending, part.fetch_pos = part.fetch_pos, -1
             err = KafkaError(KafkaError._AUTO_OFFSET_RESET,
                              f"{part.topic} [{part.partition}]: {why} and "
                              f"auto.offset.reset=error")
+            # offset(): the offset that had no message (librdkafka's), when there was one
             self.deliver(Event(part, part.version, error_event(
-                err, part.topic, part.partition, part.fetch_pos)))
+                err, part.topic, part.partition, offending)))
 
     def _resolve_logical(self, parts: List[PartitionState]) -> None:
         """ListOffsets for partitions waiting on BEGINNING/END/tail."""

@@ -1408,7 +1408,8 @@ class GroupCoordinator:
                 # A partition the answer leaves out is not committed.
                 code = codes.get((topic, p), ErrorCode.UNKNOWN_SERVER_ERROR) \
                     if err is None else err.code()
-                tp = TopicPartition(topic, p, off, meta or None)
+                tp = TopicPartition(topic, p, off, meta or None,
+                                    epoch if epoch >= 0 else None)
                 if code:
                     e = err if err is not None else client_error(
                         code, f"OffsetCommit {topic} [{p}]" + (

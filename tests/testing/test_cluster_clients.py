@@ -859,3 +859,37 @@ def test_headline_200k_exactly_once_through_leader_moves_and_a_broker_restart(tm
                     d.get("error", -1))
         retried = [k for k, errors in sequences.items() if len(errors) > 1 and errors[-1] == 0]
         assert retried, "no batch was sent again after a refusal"
+
+
+def test_positions_and_commit_results_carry_leader_epochs_and_reset_events_their_offset(
+        kafka_cluster):
+    """As librdkafka's: position() and a synchronous commit()'s result carry the leader
+    epoch of the record before the position (a saved position given to seek() or
+    commit() keeps its KIP-320 check); the _AUTO_OFFSET_RESET event of an offset out of
+    range says that offset; memberid() is None before a member joins."""
+    c = kafka_cluster
+    c.create_topic("epochs", partitions=1, replication_factor=3)
+    p = producer(c)
+    produce_numbers(p, "epochs", range(5), Reports())
+    assert p.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "epochs",
+                         "enable.auto.commit": False, "auto.offset.reset": "error"})
+    try:
+        assert consumer.memberid() is None
+        consumer.assign([TopicPartition("epochs", 0, 0)])
+        msgs = _read(consumer, 5)
+        epoch = msgs[-1].leader_epoch()
+        assert epoch is not None
+        (pos,) = consumer.position([TopicPartition("epochs", 0)])
+        assert (pos.offset, pos.leader_epoch) == (5, epoch)
+        (done,) = consumer.commit(asynchronous=False)
+        assert (done.offset, done.leader_epoch) == (5, epoch)
+        consumer.assign([TopicPartition("epochs", 0, 50)])        # beyond the end
+        deadline = time.monotonic() + 20
+        events = []
+        while not events and time.monotonic() < deadline:
+            events = [m for m in consumer.consume(10, 0.2) if m.error() is not None]
+        assert events[0].error().code() == KafkaError._AUTO_OFFSET_RESET
+        assert events[0].offset() == 50
+    finally:
+        consumer.close()

@@ -114,6 +114,12 @@ def test_argument_types(consumer):
                 call()
             assert code_of(e) == KafkaError._INVALID_ARG and str(bad) in str(e.value)
     assert consumer.assignment() == []
+    # A partition twice in one list: refused, as librdkafka's (the last offset was taken).
+    for call in (consumer.assign, consumer.incremental_assign):
+        with pytest.raises(KafkaException) as e:
+            call([TopicPartition("t", 0, 5), TopicPartition("t", 1), TopicPartition("t", 0, 7)])
+        assert code_of(e) == KafkaError._INVALID_ARG and "duplicate" in str(e.value)
+    assert consumer.assignment() == []
     consumer.assign([TopicPartition("t", 0, OFFSET_TAIL(5)), TopicPartition("t", 1, -1000)])
     # seek(OFFSET_INVALID) is taken (back to the committed offset, as in librdkafka; no
     # broker here to look it up).

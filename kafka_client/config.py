@@ -1212,6 +1212,10 @@ class ClientConfig(Mapping[str, Any]):
         ex = self._explicit
         role = self._role
 
+        if v.get("transactional.id") == "":
+            # librdkafka's: an empty id is no id (the broker refuses an empty one: every
+            # init_transactions() failed, retriably, for ever)
+            v["transactional.id"] = None
         if role == "producer":
             if v["transactional.id"] is not None:
                 if not v["enable.idempotence"]:

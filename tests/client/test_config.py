@@ -894,3 +894,11 @@ def test_topic_blacklist_compiles_once_and_matches_anywhere_in_the_name():
     with pytest.raises(KafkaException) as info:
         ClientConfig.from_dict({"topic.blacklist": "ok,(unclosed"}, "producer")
     assert '"topic.blacklist"' in str(info.value)
+
+
+def test_an_empty_transactional_id_is_no_transactional_id():
+    """As librdkafka: "" is not set (the producer is not transactional; its calls say
+    _NOT_CONFIGURED). It made a transactional producer whose init_transactions() the
+    broker refused, retriably, for ever."""
+    c = parse({"transactional.id": ""}, "producer")
+    assert c["transactional.id"] is None

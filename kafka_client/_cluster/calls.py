@@ -156,6 +156,10 @@ class CallError(Exception):
         self.error = error
 
 
+#: coordinators kept by a CallRunner (groups and transactional ids it addressed)
+MAX_COORDINATORS = 1000
+
+
 class CallRunner:
     """Routes and retries :class:`Call` objects over one client's :class:`Cluster`."""
 
@@ -422,7 +426,14 @@ class CallRunner:
                 wake(error)
                 return None
             self.cluster.metadata.broker_named(node, host, port, time.monotonic())
-            self.coordinators[key] = node
+            coordinators = self.coordinators
+            coordinators.pop(key, None)
+            coordinators[key] = node          # the newest last: the oldest goes first
+            if len(coordinators) > MAX_COORDINATORS:
+                # A long-lived admin client walking many groups (ephemeral ones, ids
+                # from user input): a bounded cache, the least recently found dropped
+                # (looked up again if needed), as librdkafka's coordinator cache expires.
+                del coordinators[next(iter(coordinators))]
             self.log.debug("%r is broker %d (%s:%d)", target, node, host, port)
             wake(None)
             return None

@@ -9,6 +9,7 @@ import pytest
 from fake_cluster import CLOSE, SILENT, FakeCluster
 
 from kafka_client import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
+from kafka_client._cluster import calls as calls_module
 from kafka_client._cluster.calls import MAX_LOST
 from kafka_client.admin import (
     AclBinding,
@@ -282,6 +283,20 @@ def test_a_loading_coordinator_is_asked_again_without_a_new_lookup(admins):
         assert admins(cluster).describe_consumer_groups(["g"])["g"].result(10).group_id == "g"
         assert len(cluster.requests(ApiKey.DESCRIBE_GROUPS)) == 3
         assert len(cluster.requests(ApiKey.FIND_COORDINATOR)) == 1
+
+
+def test_the_coordinator_cache_is_bounded(admins, monkeypatch):
+    """One coordinator per group ever described was kept for ever (a monitoring tool
+    walking ephemeral groups grew without bound): the least recently found goes."""
+    monkeypatch.setattr(calls_module, "MAX_COORDINATORS", 3)
+    with FakeCluster(nodes=(1,)) as cluster:
+        cluster.handle(ApiKey.DESCRIBE_GROUPS, lambda node, req, v: described(req.groups[0]))
+        admin = admins(cluster)
+        for i in range(5):
+            assert admin.describe_consumer_groups([f"g{i}"])[f"g{i}"].result(10)
+        assert sorted(k[1] for k in admin._runner.coordinators) == ["g2", "g3", "g4"]
+        assert admin.describe_consumer_groups(["g0"])["g0"].result(10)   # looked up again
+        assert len(cluster.requests(ApiKey.FIND_COORDINATOR)) == 6
 
 
 def test_the_coordinator_lookup_is_shared_and_cached(admins):

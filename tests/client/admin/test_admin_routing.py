@@ -769,30 +769,33 @@ def test_close_fails_calls_still_waiting_for_a_broker():
     assert time.monotonic() - start < 5
 
 
-def test_a_dropped_client_stops_its_thread():
+def thread_ends(name, timeout=5.0):
+    """Whether the thread ``name`` ends within ``timeout`` (collecting garbage first: a
+    dropped client's finalizer stops it)."""
     import gc
     import threading
 
+    gc.collect()
+    deadline = time.monotonic() + timeout
+    while any(t.name == name for t in threading.enumerate()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not any(t.name == name for t in threading.enumerate())
+
+
+def test_a_dropped_client_stops_its_thread():
     with FakeCluster(nodes=(1,)) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         assert admin.cluster_id(5) == "fake-cluster"
         name = admin._io.name
         del admin
-        gc.collect()
-        deadline = time.monotonic() + 5
-        while any(t.name == name for t in threading.enumerate()) \
-                and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not any(t.name == name for t in threading.enumerate())
+        assert thread_ends(name)
 
 
 def test_a_dropped_client_whose_completed_futures_are_kept_stops_its_thread():
     """A helper that makes a short-lived client and returns its futures: once they are
     complete they do not keep the client (their done callback held it: one I/O thread
     and its connections per call, for as long as the results were kept)."""
-    import gc
-    import threading
-
     with FakeCluster(nodes=(1,)) as cluster:
         cluster.handle(ApiKey.CREATE_TOPICS, lambda node, req, v: created(req, v))
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -800,12 +803,7 @@ def test_a_dropped_client_whose_completed_futures_are_kept_stops_its_thread():
         assert kept["t"].result(10) is None
         name = admin._io.name
         del admin
-        gc.collect()
-        deadline = time.monotonic() + 5
-        while any(t.name == name for t in threading.enumerate()) \
-                and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not any(t.name == name for t in threading.enumerate())
+        assert thread_ends(name)
         assert kept["t"].done()
 
 

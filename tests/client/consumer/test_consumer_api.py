@@ -21,6 +21,21 @@ from kafka_client import (
 NOWHERE = "127.0.0.1:1"
 
 
+def assigned_consumer():
+    """A group consumer (no broker) with partition t [0] assigned at 0, and its state.
+    No auto-commit: close() would try the final commit for 5 s with no broker there."""
+    c = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "log_level": 0,
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("t", 0, 0)])
+    return c, c._fetcher.parts[("t", 0)]
+
+
+def hand_out(c, part, offsets):
+    """Decoded messages of t [0] at ``offsets``, as the next chunk handed out."""
+    with c._hand:
+        c._handout.start([Message("t", 0, i) for i in offsets], part)
+
+
 @pytest.fixture
 def consumer():
     c = Consumer({"bootstrap.servers": NOWHERE, "log_level": 0})
@@ -191,15 +206,10 @@ def test_positions_follow_what_poll_handed_out_across_threads_seek_and_pause():
     offsets are settled from the chunk's iterator before anything reads them."""
     import threading
 
-    # no auto-commit: close() would try the final commit for 5 s with no broker there
-    c = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "log_level": 0,
-                  "enable.auto.commit": False})
+    c, part = assigned_consumer()
     tp = TopicPartition("t", 0)
     try:
-        c.assign([TopicPartition("t", 0, 0)])
-        part = c._fetcher.parts[("t", 0)]
-        with c._hand:
-            c._handout.start([Message("t", 0, i) for i in range(100, 1100)], part)
+        hand_out(c, part, range(100, 1100))
         got = []
 
         def take(n):
@@ -218,8 +228,7 @@ def test_positions_follow_what_poll_handed_out_across_threads_seek_and_pause():
         c.seek(TopicPartition("t", 0, 5))                    # drops the rest of the chunk
         assert c._fetcher.stored_offsets()[0].offset == 851  # kept what was taken
         assert c.position([tp])[0].offset == 5
-        with c._hand:
-            c._handout.start([Message("t", 0, i) for i in range(5, 10)], part)
+        hand_out(c, part, range(5, 10))
         assert [c.poll(0).offset() for _ in range(2)] == [5, 6]
         c.pause([tp])                                        # back to the position
         assert c.position([tp])[0].offset == 7
@@ -233,16 +242,12 @@ def test_a_logical_seek_is_not_undone_by_pause_and_its_position_is_unknown():
     says OFFSET_INVALID until the lookup answers, as librdkafka's, and pause() +
     resume() meanwhile keeps the lookup (it went back to the old position: the messages
     before it were never read again, or those after it read twice)."""
-    c = Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "log_level": 0,
-                  "enable.auto.commit": False})
+    c, part = assigned_consumer()
     tp = TopicPartition("t", 0)
     try:
-        c.assign([TopicPartition("t", 0, 0)])
-        part = c._fetcher.parts[("t", 0)]
         for logical in (OFFSET_BEGINNING, OFFSET_END, OFFSET_TAIL(3)):
             c.seek(TopicPartition("t", 0, 0))
-            with c._hand:
-                c._handout.start([Message("t", 0, i) for i in range(5)], part)
+            hand_out(c, part, range(5))
             assert [c.poll(0).offset() for _ in range(5)] == list(range(5))
             assert c.position([tp])[0].offset == 5
             c.seek(TopicPartition("t", 0, logical))
@@ -268,9 +273,7 @@ def test_the_fast_path_steps_aside_when_statistics_or_client_events_are_due():
                   "error_cb": errors.append})
     try:
         c.assign([TopicPartition("t", 0, 0)])
-        part = c._fetcher.parts[("t", 0)]
-        with c._hand:
-            c._handout.start([Message("t", 0, i) for i in range(10)], part)
+        hand_out(c, c._fetcher.parts[("t", 0)], range(10))
         assert c._poll_ready() is not None         # nothing due: the fast path
         c._next_stats = 0.0                        # a statistics document is due
         assert c._poll_ready() is None

@@ -283,6 +283,14 @@ class Harness:
         cb(EndTxnResponse(error_code=code), None)
         return req
 
+    def end_txn_found_and_answered(self, code=0):
+        """The EndTxn a call sends, after the coordinator's lookup if it needs one,
+        answered with ``code``; returns the request."""
+        self.pump(0.5)
+        if ApiKey.FIND_COORDINATOR in self.conn.keys():
+            self.answer_find()
+        return self.answer_end_txn(code)
+
 
 def batches_of(req):
     return [(pd.index, b) for td in req.topic_data for pd in td.partition_data
@@ -768,10 +776,7 @@ def test_commit_whose_end_txn_keeps_failing_is_retriable_and_resumes():
     assert err.retriable() and err.code() == KafkaError._TRANSPORT and lost == 3
     assert h.txn.state == TxnState.BEGIN_COMMIT
     box = h.call("commit_transaction", 5.0, h.flush)
-    h.pump(0.5)
-    if ApiKey.FIND_COORDINATOR in h.conn.keys():
-        h.answer_find()
-    end = h.answer_end_txn()
+    end = h.end_txn_found_and_answered()
     assert end.committed
     h.result(box)
     assert h.txn.state == TxnState.READY
@@ -832,10 +837,7 @@ def test_a_call_interrupted_by_an_exception_of_its_own_flush_can_be_called_again
     with pytest.raises(ValueError):
         h.result(h.call(name, 5.0, raising_flush))
     box = h.call(name, 5.0, h.flush)
-    h.pump(0.5)
-    if ApiKey.FIND_COORDINATOR in h.conn.keys():
-        h.answer_find()
-    end = h.answer_end_txn()
+    end = h.end_txn_found_and_answered()
     assert end.committed == (name == "commit_transaction")
     h.result(box)
     assert h.txn.state == TxnState.READY
@@ -851,10 +853,7 @@ def test_closing_with_a_transaction_open_aborts_it():
     h.begin_with(0)
     h.answer_produce()
     box = h.call("end_for_close", time.monotonic() + 5, h.flush)
-    h.pump(0.5)
-    if ApiKey.FIND_COORDINATOR in h.conn.keys():
-        h.answer_find()
-    end = h.answer_end_txn()
+    end = h.end_txn_found_and_answered()
     assert not end.committed
     h.result(box)
     assert h.txn.state == TxnState.READY
@@ -897,10 +896,7 @@ def test_a_commit_after_a_send_offsets_that_did_not_complete_requires_an_abort()
     assert err.txn_requires_abort() and not err.retriable()
     assert "send_offsets_to_transaction() did not complete" in err.str()
     box = h.call("abort_transaction", 5.0, h.flush)
-    h.pump(0.5)
-    if ApiKey.FIND_COORDINATOR in h.conn.keys():
-        h.answer_find()
-    assert not h.answer_end_txn().committed
+    assert not h.end_txn_found_and_answered().committed
     h.result(box)
     assert h.txn.state == TxnState.READY
 
@@ -917,10 +913,7 @@ def test_a_registration_lost_with_its_connection_is_not_sent_again_after_the_abo
     _req, cb, _v = h.until_sent(ApiKey.ADD_PARTITIONS_TO_TXN)
     cb(None, KafkaError(KafkaError._TRANSPORT, "connection lost"))    # to be retried
     box = h.call("abort_transaction", 5.0, h.flush)
-    h.pump(0.5)
-    if ApiKey.FIND_COORDINATOR in h.conn.keys():
-        h.answer_find()
-    assert not h.answer_end_txn().committed
+    assert not h.end_txn_found_and_answered().committed
     h.result(box)
     for _ in range(5):
         h.pump(1.0)                                      # past every retry backoff

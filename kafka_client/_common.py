@@ -302,12 +302,6 @@ class ClientBase:
                 f"super().__init__(config) before the client is used")
         raise RuntimeError(self._closed_text)
 
-    def _client_events_due(self) -> bool:
-        """Whether :meth:`_serve_client_events` has something to serve now (cheap: the
-        consumer's fast paths ask before every message poll() hands out)."""
-        return self._cluster.events_waiting or (
-            self._stats_on and time.monotonic() >= self._next_stats)
-
     def _serve_client_events(self) -> int:
         """Serve what every client type serves from poll() and its kin: the client-level
         events (:meth:`_serve_cluster_events`) and, every ``statistics.interval.ms``, one

@@ -393,8 +393,9 @@ class Consumer(ClientBase):
         """No callback, deferred exception or group work waits for the calling thread:
         messages already decoded may be handed out without serving anything first."""
         group = self._group
-        # Client events too (_client_events_due, inline: poll() asks for every message):
-        # a consumer reading a backlog through the fast paths never ran stats_cb.
+        # Nor anything for _serve_client_events (client events, a statistics document;
+        # tested inline: poll() asks for every message): a consumer reading a backlog
+        # through the fast paths never ran stats_cb.
         return self._deferred is None and not self._cluster.events_waiting \
             and (group is None or group.idle_poll()) \
             and not (self._stats_on and time.monotonic() >= self._next_stats)

@@ -1140,6 +1140,9 @@ class _GroupMember:
     def stored_offsets(self):
         return []
 
+    def hold(self, partitions) -> None:
+        """A revocation begins: nothing to hold back here (no messages)."""
+
     def assign(self, partitions) -> None:
         self.changes += 1
         self.parts = {(tp.topic, tp.partition) for tp in partitions}

@@ -227,7 +227,7 @@ class Consumer(ClientBase):
 
     def incremental_unassign(self, partitions: Sequence[TopicPartition]) -> None:
         """Remove partitions from the assignment; removing one not assigned is an error
-        (_CONFLICT)."""
+        (_INVALID_ARG, as librdkafka's)."""
         self._check_open()
         self._assign_ops += 1
         parts = _check_partitions(partitions, "incremental_unassign")
@@ -236,8 +236,8 @@ class Consumer(ClientBase):
                 part = self._fetcher.parts.get((tp.topic, tp.partition))
                 if part is None or not part.assigned:
                     raise KafkaException(KafkaError(
-                        KafkaError._CONFLICT, f"{tp.topic} [{tp.partition}] is not "
-                        f"assigned"))
+                        KafkaError._INVALID_ARG, f"{tp.topic} [{tp.partition}] can't be "
+                        f"unassigned since it is not in the current assignment"))
             self._commit_leaving({(tp.topic, tp.partition) for tp in parts})
             for tp in parts:
                 part = self._fetcher.parts.pop((tp.topic, tp.partition))
@@ -945,6 +945,9 @@ class Consumer(ClientBase):
         ``partition.offset`` (a time in ms); -1 (OFFSET_END) when there is none."""
         self._check_open()
         tps = _check_partitions(partitions, "offsets_for_times")
+        if not tps:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                            "offsets_for_times(): no partitions given"))
         want = {(tp.topic, tp.partition): tp.offset for tp in tps}
         got = self._list_offsets(want, timeout, self._fetcher.isolation_level)
         out = []

@@ -100,7 +100,10 @@ def test_assignment_calls(consumer):
     assert sorted(consumer.assignment()) == [TopicPartition("a", 1), TopicPartition("b", 0)]
     with pytest.raises(KafkaException) as e:
         consumer.incremental_unassign([TopicPartition("a", 0)])
-    assert code_of(e) == KafkaError._CONFLICT
+    assert code_of(e) == KafkaError._INVALID_ARG          # librdkafka's codes, both
+    with pytest.raises(KafkaException) as e:
+        consumer.offsets_for_times([], 1)
+    assert code_of(e) == KafkaError._INVALID_ARG
     consumer.unassign()
     assert consumer.assignment() == []
 

@@ -448,6 +448,8 @@ def describe_cluster(runner: CallRunner, future: Future, opts: Options) -> None:
             _operations(operations) if opts.include_authorized_operations else None)
 
     def on_describe(resp: Any, conn: Any) -> Optional[KafkaError]:
+        if resp.error_code in _RETRIED:     # NOT_CONTROLLER and kin: asked again, as Java
+            return result_error(resp.error_code, resp.error_message)
         if resp.error_code:
             settle(future, error=result_error(resp.error_code, resp.error_message))
             return None

@@ -35,6 +35,7 @@ from kafka_proto.messages import (
     DeleteAclsResponse,
     DeleteTopicsResponse,
     DescribeAclsResponse,
+    DescribeClusterResponse,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
     ListGroupsResponse,
@@ -297,6 +298,22 @@ def test_the_coordinator_cache_is_bounded(admins, monkeypatch):
         assert sorted(k[1] for k in admin._runner.coordinators) == ["g2", "g3", "g4"]
         assert admin.describe_consumer_groups(["g0"])["g0"].result(10)   # looked up again
         assert len(cluster.requests(ApiKey.FIND_COORDINATOR)) == 6
+
+
+def test_describe_cluster_answered_not_controller_is_asked_again(admins):
+    """A DescribeCluster answered NOT_CONTROLLER (a broker in transition) is asked again,
+    as the Java client does; it failed the future at once."""
+    R = DescribeClusterResponse
+    answers = iter([ErrorCode.NOT_CONTROLLER, 0])
+    with FakeCluster(nodes=(1,)) as cluster:
+        cluster.handle(ApiKey.DESCRIBE_CLUSTER, lambda node, req, v: R(
+            error_code=next(answers), error_message=None, cluster_id="c1", controller_id=1,
+            brokers=[R.DescribeClusterBroker(broker_id=1, host="127.0.0.1",
+                                             port=cluster.ports[1], rack=None)],
+            cluster_authorized_operations=-2147483648))
+        result = admins(cluster).describe_cluster().result(10)
+        assert result.cluster_id == "c1" and [n.id for n in result.nodes] == [1]
+        assert len(cluster.requests(ApiKey.DESCRIBE_CLUSTER)) == 2
 
 
 def test_the_coordinator_lookup_is_shared_and_cached(admins):

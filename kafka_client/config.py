@@ -1302,9 +1302,9 @@ class ClientConfig(Mapping[str, Any]):
                 f'"reconnect.backoff.max.ms" ({v["reconnect.backoff.max.ms"]}) must be >= '
                 f'"reconnect.backoff.ms" ({v["reconnect.backoff.ms"]})')
         if v["retry.backoff.max.ms"] < v["retry.backoff.ms"]:
-            raise _invalid(
-                f'"retry.backoff.max.ms" ({v["retry.backoff.max.ms"]}) must be >= '
-                f'"retry.backoff.ms" ({v["retry.backoff.ms"]})')
+            # Accepted, as librdkafka does; the backoff is then constant (KIP-580's rule:
+            # retry.backoff.ms is the upper bound too).
+            v["retry.backoff.max.ms"] = v["retry.backoff.ms"]
         if "allow.auto.create.topics" not in ex:
             v["allow.auto.create.topics"] = role == "producer"
         if v["https.ca.location"] and v["https.ca.pem"]:
@@ -1604,8 +1604,9 @@ def to_markdown() -> str:
         "- Consumer: `fetch.max.bytes` >= `message.max.bytes`; `receive.message.max.bytes` >= "
         "`fetch.max.bytes` + 512; `max.poll.interval.ms` >= `session.timeout.ms`; "
         "cooperative and eager assignors cannot be mixed.",
-        "- Every client: `reconnect.backoff.max.ms` >= `reconnect.backoff.ms`, "
-        "`retry.backoff.max.ms` >= `retry.backoff.ms`.",
+        "- Every client: `reconnect.backoff.max.ms` >= `reconnect.backoff.ms` (a "
+        "`retry.backoff.max.ms` below `retry.backoff.ms` is raised to it: a constant "
+        "backoff, as in librdkafka and KIP-580).",
         "- `security.protocol` ssl / sasl_ssl builds the TLS context at construction (a "
         "missing file or wrong key password fails there); sasl_* needs a supported "
         "`sasl.mechanism` and its credentials (see docs/security.md).",

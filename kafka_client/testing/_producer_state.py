@@ -69,10 +69,15 @@ class ProducerStateTable:
     def __init__(self) -> None:
         self.producers: Dict[int, ProducerEntry] = {}
         self.aborted: List[AbortedTxn] = []
+        #: transactions whose marker is written but maybe not replicated yet: (first
+        #: offset, marker offset). Kafka keeps them unstable until the high watermark
+        #: passes the marker, so the last stable offset never stops at a marker.
+        self.completing: List[Tuple[int, int]] = []
 
     def clear(self) -> None:
         self.producers.clear()
         self.aborted.clear()
+        self.completing.clear()
 
     def check(self, header: BatchHeader) -> Tuple[int, Optional[ProducerBatch]]:
         """Whether a leader may append this batch: ``(error code, duplicate)``. A
@@ -123,6 +128,7 @@ class ProducerStateTable:
                 if control_type == 0:
                     self.aborted.append(AbortedTxn(pid, entry.txn_first_offset,
                                                    header.base_offset))
+                self.completing.append((entry.txn_first_offset, header.base_offset))
             entry.txn_first_offset = None
             return
         if header.base_sequence >= 0:
@@ -132,11 +138,15 @@ class ProducerStateTable:
         if header.is_transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = header.base_offset
 
-    def first_unstable_offset(self) -> Optional[int]:
-        """Lowest first offset of an open transaction (the last stable offset's bound)."""
-        open_offsets = [e.txn_first_offset for e in self.producers.values()
-                        if e.txn_first_offset is not None]
-        return min(open_offsets) if open_offsets else None
+    def first_unstable_offset(self, high_watermark: int) -> Optional[int]:
+        """Lowest first offset of a transaction still open, or ended by a marker the high
+        watermark has not passed yet (the last stable offset's bound)."""
+        if self.completing:
+            self.completing = [c for c in self.completing if c[1] >= high_watermark]
+        offsets = [e.txn_first_offset for e in self.producers.values()
+                   if e.txn_first_offset is not None]
+        offsets.extend(first for first, _marker in self.completing)
+        return min(offsets) if offsets else None
 
     def aborted_between(self, start: int, end: int) -> List[AbortedTxn]:
         """Aborted transactions overlapping the offsets ``[start, end)``."""

@@ -388,7 +388,7 @@ class PartitionLog:
         return sum(s.size for s in self.segments)
 
     def last_stable_offset(self) -> int:
-        unstable = self.producer_state.first_unstable_offset()
+        unstable = self.producer_state.first_unstable_offset(self.high_watermark)
         if unstable is None:
             return self.high_watermark
         return min(unstable, self.high_watermark)

@@ -17,7 +17,14 @@ from kafka_proto.logdir import (
     segment_base_offset,
     segment_file_name,
 )
-from kafka_proto.records import RecordBatchBuilder, read_batch_header, read_batches, stamp_batch
+from kafka_proto.records import (
+    ControlRecordType,
+    RecordBatchBuilder,
+    build_control_batch,
+    read_batch_header,
+    read_batches,
+    stamp_batch,
+)
 
 from kafka_client.testing._config import TopicSettings
 from kafka_client.testing.storage import PartitionLog
@@ -450,3 +457,21 @@ def test_producer_state_detects_duplicates_gaps_and_fencing(log_dir):
                                           base_sequence=0))
     error, duplicate = reopened.producer_state.check(header)
     assert error == ErrorCode.NONE and duplicate.base_offset == 3
+
+
+def test_the_last_stable_offset_never_stops_at_a_marker_not_yet_replicated(log_dir):
+    """A transaction's marker appended at the leader: until the high watermark passes it
+    the transaction still counts as unstable, as in Kafka. The last stable offset was the
+    marker's own offset for a moment (a read_committed reader got _PARTITION_EOF there,
+    then again one offset later)."""
+    log = PartitionLog(log_dir, "topic", 0, settings())
+    append(log, [b"a", b"b"], producer_id=9, producer_epoch=0, base_sequence=0,
+           transactional=True)                                   # offsets 0, 1
+    log.high_watermark = 2
+    assert log.last_stable_offset() == 0                        # open
+    marker = bytearray(build_control_batch(ControlRecordType.COMMIT, 9, 0))
+    stamp_batch(marker, 0, log.end_offset, 0)
+    log.append(marker, [read_batch_header(marker)])              # offset 2
+    assert log.last_stable_offset() == 0                         # marker not replicated
+    log.high_watermark = 3
+    assert log.last_stable_offset() == 3                         # past the marker

@@ -1114,6 +1114,11 @@ class Consumer(ClientBase):
             tps = _check_partitions(offsets, "commit")
         else:
             tps = self._fetcher.stored_offsets()
+            if not tps:
+                # Nothing stored: the _NO_OFFSET result names the assigned partitions
+                # (OFFSET_INVALID), as librdkafka's does (on_commit got an empty list).
+                tps = [TopicPartition(t, p, OFFSET_INVALID)
+                       for t, p in sorted(self._fetcher.assigned_keys())]
         return group.commit(tps, bool(asynchronous))
 
     def committed(self, partitions: Sequence[TopicPartition],

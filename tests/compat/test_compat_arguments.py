@@ -9,7 +9,15 @@ import time
 
 import pytest
 
-from kafka_client import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from kafka_client import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -163,6 +171,13 @@ def test_commit_forms_accepted_without_a_stored_offset(consumer):
     got = wait_commits(c, 8)
     assert [err.code() for err, _ in got] == [KafkaError._NO_OFFSET] * 8
     assert got[5][1] == [TopicPartition("t", 0)]
+    # Nothing stored: the result names the assigned partitions, as librdkafka's.
+    c.assign([TopicPartition("t", 3, 0)])
+    c.commit()
+    (err, parts), = wait_commits(c, 9)[8:]
+    assert err.code() == KafkaError._NO_OFFSET and parts == [TopicPartition("t", 3)]
+    assert parts[0].offset == OFFSET_INVALID
+    c.unassign()
     for kwargs in ({}, {"offsets": []}, {"offsets": [TopicPartition("t", 0)]},
                    {"message": Message("t", 0)}):
         with pytest.raises(KafkaException) as e:

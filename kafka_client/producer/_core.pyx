@@ -327,6 +327,12 @@ cdef class AccumulatorCore:
             raise not_callable("on_delivery", on_delivery)
         if headers is not None:
             headers = normalize_headers(headers)
+            if headers is not None:
+                # Headers count against message.max.bytes, as librdkafka counts them: a
+                # record too large with them failed its whole batch at the broker.
+                size += headers_size(headers)
+                if size > self.message_max:
+                    raise too_large(size, self.message_max)
         self._enqueue(topic, value, key, part, on_delivery, timestamp, headers, size)
         self._until_io_check -= 1
         if self._until_io_check <= 0:
@@ -415,6 +421,8 @@ cdef class AccumulatorCore:
             headers = normalize_headers(headers)
         size = (0 if value is None else PyBytes_GET_SIZE(value)) + \
             (0 if key is None else PyBytes_GET_SIZE(key))
+        if headers is not None:
+            size += headers_size(headers)
         pm.value = value
         pm.key = key
         pm.on_delivery = callback
@@ -716,6 +724,21 @@ def as_bytes(obj, str what):
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return bytes(obj)
     raise TypeError(f"{what} must be bytes, str or None, not {type(obj).__name__}")
+
+
+cdef Py_ssize_t headers_size(list headers) except -1:
+    """The bytes of normalized headers (keys in UTF-8, values), as message.max.bytes
+    counts them. A key that UTF-8 cannot encode is refused here, at produce(), not later
+    by the batch's encoder on the I/O thread."""
+    cdef Py_ssize_t n = 0
+    for k, v in headers:
+        try:
+            n += PyBytes_GET_SIZE((<str>k).encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"header key {k!r} cannot be encoded as UTF-8: {exc}") from None
+        if v is not None:
+            n += PyBytes_GET_SIZE(v)
+    return n
 
 
 def normalize_headers(headers):

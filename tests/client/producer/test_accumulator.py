@@ -133,6 +133,17 @@ def test_size_and_partition_errors():
     with pytest.raises(KafkaException):
         acc.produce("", b"x")
     assert acc.msg_count == 0
+    # Headers count too, as librdkafka counts them: a record over the limit with them
+    # failed its whole batch at the broker (the small messages batched with it too).
+    for headers in ([("h", b"x" * 950)], [("h%d" % i, b"x" * 9) for i in range(100)]):
+        with pytest.raises(KafkaException) as ei:
+            acc.produce("t", b"x" * 100, headers=headers)
+        assert ei.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+    # A header key UTF-8 cannot encode: refused at produce() (the batch's encoder failed
+    # later, reported as a partitioner error).
+    with pytest.raises(ValueError, match="header key"):
+        acc.produce("t", b"x", headers=[("\udc80", b"v")])
+    assert acc.msg_count == 0
 
 
 def test_callbacks_keep_index_key_value():

@@ -38,18 +38,24 @@ class DeserializingConsumer(Consumer):
         error = msg.error()
         if error is not None:
             raise ConsumeError(error, kafka_message=msg)
-        ctx = SerializationContext(msg.topic(), MessageField.VALUE, msg.headers())
-        if self._value_deserializer is not None:
-            try:
-                msg.set_value(self._value_deserializer(msg.value(), ctx))
-            except Exception as e:
-                raise ValueDeserializationError(e, msg) from e
+        # The key first (a key deserializer may leave state for the value's), and both
+        # set only once both succeeded, as confluent-kafka: the message an error carries
+        # keeps its raw bytes (a dead-letter handler produces it again as it came).
+        ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
+        key, value = msg.key(), msg.value()
         if self._key_deserializer is not None:
-            ctx.field = MessageField.KEY
             try:
-                msg.set_key(self._key_deserializer(msg.key(), ctx))
+                key = self._key_deserializer(key, ctx)
             except Exception as e:
                 raise KeyDeserializationError(e, msg) from e
+        if self._value_deserializer is not None:
+            ctx.field = MessageField.VALUE
+            try:
+                value = self._value_deserializer(value, ctx)
+            except Exception as e:
+                raise ValueDeserializationError(e, msg) from e
+        msg.set_key(key)
+        msg.set_value(value)
         return msg
 
     def consume(self, num_messages: int = 1, timeout: Optional[float] = -1) -> List[Message]:

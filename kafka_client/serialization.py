@@ -40,11 +40,19 @@ HeadersType = Union[Dict[str, Union[str, bytes, None]], List[Tuple[str, Union[st
 
 
 class MessageField(str, Enum):
-    """Which part of a message a (de)serializer is working on."""
+    """Which part of a message a (de)serializer is working on. Its members are the
+    strings confluent-kafka's are, in ``str()`` and f-strings too (``f"{topic}-{field}"``
+    is how a Schema Registry subject name is made)."""
 
     NONE = "none"
     KEY = "key"
     VALUE = "value"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 class SerializationContext:

@@ -31,6 +31,9 @@ class SerializingProducer(Producer):
         """Serialize ``key`` and ``value`` (KeySerializationError / ValueSerializationError
         if a serializer raises; nothing is queued then) and queue the message. Note the
         argument order: ``key`` comes before ``value`` here, as in confluent-kafka."""
+        if not isinstance(topic, str):
+            # Before the serializers: they may register schemas (confluent-kafka's order)
+            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         ctx = SerializationContext(topic, MessageField.KEY, headers)
         if self._key_serializer is not None:
             try:

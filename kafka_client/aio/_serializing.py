@@ -120,23 +120,22 @@ class AsyncDeserializingConsumer(AIOConsumer):
         pass    # made by _made_with_await: ``await AsyncDeserializingConsumer(conf)``
 
     async def _decoded(self, msg: Message) -> Tuple[Any, Any]:
-        """The message's (value, key) deserialized, the message left as it is (so that
-        a read cancelled while a deserializer awaits can keep it for the next one); on
-        a key that fails, the value is set first, as in DeserializingConsumer."""
+        """The message's (value, key) deserialized, the key first, the message left as
+        it is (so that a read cancelled while a deserializer awaits can keep it for the
+        next one, and an error carries the raw bytes), as in DeserializingConsumer."""
         value, key = msg.value(), msg.key()
+        if self._key_serde is not None:
+            ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
+            try:
+                key = await _apply(self._key_serde, key, ctx)
+            except Exception as e:
+                raise KeyDeserializationError(e, msg) from e
         if self._value_serde is not None:
             ctx = SerializationContext(msg.topic(), MessageField.VALUE, msg.headers())
             try:
                 value = await _apply(self._value_serde, value, ctx)
             except Exception as e:
                 raise ValueDeserializationError(e, msg) from e
-        if self._key_serde is not None:
-            ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
-            try:
-                key = await _apply(self._key_serde, key, ctx)
-            except Exception as e:
-                msg.set_value(value)
-                raise KeyDeserializationError(e, msg) from e
         return value, key
 
     async def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:

@@ -88,6 +88,10 @@ def test_base_classes_and_context():
     assert (ctx.topic, ctx.field.value, ctx.headers) == (theirs.topic, theirs.field.value, theirs.headers)
     assert {m.name: m.value for m in MessageField} == {m.name: m.value for m in ck_ser.MessageField}
     assert MessageField.KEY == "key"
+    # As text too: a Schema Registry subject is made as f"{topic}-{ctx.field}".
+    for ours, theirs in ((MessageField.KEY, ck_ser.MessageField.KEY),
+                         (MessageField.VALUE, ck_ser.MessageField.VALUE)):
+        assert (str(ours), f"{ours}", "%s" % ours) == (str(theirs), f"{theirs}", "%s" % theirs)
 
 
 def test_serializer_config_must_be_callable():
@@ -108,6 +112,10 @@ def test_serialization_failure_queues_nothing():
             p.produce("t", key="k", value=b"v")
         assert "for key" in str(ei.value) and isinstance(ei.value.exception, ValueError)
         assert len(p) == 0
+        # A topic that is not a str is refused before any serializer runs (they may
+        # register schemas), as confluent-kafka does.
+        with pytest.raises(TypeError, match="topic"):
+            p.produce(5, key="k", value=b"v")
         p2 = SerializingProducer({"bootstrap.servers": "127.0.0.1:1", "value.serializer": boom})
         with pytest.raises(ValueSerializationError):
             p2.produce("t", value=1)
@@ -173,8 +181,13 @@ def test_deserializer_failure_names_the_message(tansu_broker, topic_name):
     p.produce(topic_name, value=b"\x00\x01", key=b"not-four-bytes")
     assert p.flush(30) == 0
     p.close()
+    # Both failing: the key is deserialized first (confluent-kafka's order), and the
+    # message the error carries keeps its raw bytes (the value was set before the key
+    # failed: a dead-letter handler produced the deserialized value).
+    both = {"key.deserializer": IntegerDeserializer(), "value.deserializer": lambda v, ctx: "x"}
     for conf, exc in [({"key.deserializer": IntegerDeserializer()}, KeyDeserializationError),
-                      ({"value.deserializer": IntegerDeserializer()}, ValueDeserializationError)]:
+                      ({"value.deserializer": IntegerDeserializer()}, ValueDeserializationError),
+                      (both, KeyDeserializationError)]:
         c = DeserializingConsumer({"bootstrap.servers": tansu_broker.bootstrap,
                                    "group.id": topic_name, **conf})
         c.assign([kafka_client.TopicPartition(topic_name, 0, 0)])
@@ -185,5 +198,6 @@ def test_deserializer_failure_names_the_message(tansu_broker, topic_name):
                     c.poll(0.5)
             assert ei.value.kafka_message.offset() == 0
             assert isinstance(ei.value.exception, SerializationError)
+            assert ei.value.kafka_message.value() == b"\x00\x01"
         finally:
             c.close()

@@ -939,6 +939,19 @@ class Consumer(ClientBase):
                                   self._fetcher.isolation_level, started)[key]
         return low.offset, high.offset
 
+    def _readable_end(self, partition: TopicPartition) -> int:
+        """From the last Fetch answer, the end a read of this consumer reaches: the last
+        stable offset under read_committed (no message at or past it is returned while
+        a transaction before it is open), else the high watermark; -1 before an answer.
+        (The Spark planner ends its ranges there.)"""
+        with self._lock:
+            part = self._fetcher.parts.get((partition.topic, partition.partition))
+            if part is None or part.hw < 0:
+                return -1
+            if self._fetcher.read_committed and part.lso >= 0:
+                return min(part.lso, part.hw)
+            return part.hw
+
     def offsets_for_times(self, partitions: Sequence[TopicPartition],
                           timeout: Optional[float] = None) -> List[TopicPartition]:
         """For each partition, the earliest offset whose timestamp is at or after

@@ -146,9 +146,12 @@ class Planner:
 
         The consumer is assigned every partition at its end and the values come from the
         first Fetch answer of each (``get_watermark_offsets(cached=True)``): its high
-        watermark is the true end, where Tansu's ListOffsets(latest) answer is not. The
-        low offset comes from the same answer, or from ListOffsets(earliest) when the
-        broker did not send it.
+        watermark is the true end, where Tansu's ListOffsets(latest) answer is not. With
+        ``kafka.isolation.level=read_committed`` the end is the answer's last stable
+        offset, as Spark's own source plans (a range to the high watermark could not be
+        read while a transaction is open: the task waited its poll timeout and failed).
+        The low offset comes from the same answer, or from ListOffsets(earliest) when
+        the broker did not send it.
         """
         if not keys:
             return {}
@@ -162,7 +165,7 @@ class Planner:
             for key in pending:
                 low, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
                 if high >= 0:
-                    found[key] = (low, high)
+                    found[key] = (low, consumer._readable_end(TopicPartition(*key)))
                 else:
                     still.append(key)
             pending = still

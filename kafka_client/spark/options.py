@@ -283,7 +283,8 @@ def _topic_selection(opts: Dict[str, str]) -> Tuple[Tuple[str, ...], Optional[st
     kind = given[0]
     raw = str(opts[kind])
     if kind == "subscribe":
-        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+        # Each topic once, in the order given ("t,t" is read once, as Spark's source does)
+        topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
         if not topics:
             raise KafkaOptionError(f"option 'subscribe' names no topic: {raw!r}")
         return topics, None, {}
@@ -305,6 +306,13 @@ def _topic_selection(opts: Dict[str, str]) -> Tuple[Tuple[str, ...], Optional[st
                                    f"{json.dumps(parts)}")
         assign[topic] = tuple(sorted(set(parts)))
     return (), None, assign
+
+
+def include_headers(options: Mapping[str, Any]) -> bool:
+    """The includeHeaders option, read as the reader reads it (the schema is asked for
+    before the reader exists: "1" gave a schema without headers, then the reader refused
+    it as one the query gave)."""
+    return _bool(_lower(options), "includeheaders", False)
 
 
 def parse_read_options(options: Mapping[str, Any], streaming: bool) -> ReadOptions:

@@ -5,7 +5,12 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     DataSourceStreamWriter, DataSourceWriter)
 from pyspark.sql.types import StructType
 
-from .options import KafkaOptionError, parse_read_options, parse_write_options
+from .options import (
+    KafkaOptionError,
+    include_headers,
+    parse_read_options,
+    parse_write_options,
+)
 from .reader import KafkaBatchReader
 from .schema import kafka_schema
 from .stream import KafkaStreamReader
@@ -26,8 +31,7 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
-        return kafka_schema(include)
+        return kafka_schema(include_headers(self.options))
 
     def _check_schema(self, schema: StructType, include_headers: bool) -> None:
         want = kafka_schema(include_headers)
@@ -47,6 +51,13 @@ class KafkaDataSource(DataSource):
         return KafkaStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            # A topic cannot be overwritten: refused, as by Spark's own Kafka sink (the
+            # rows were appended silently). A streaming query's "complete" output mode
+            # comes to streamWriter() and stays accepted.
+            raise KafkaOptionError(f"the {SOURCE_NAME} sink only appends: save mode "
+                                   f"'overwrite' cannot replace a topic's records (use "
+                                   f"'append')")
         opts = parse_write_options(self.options)
         return KafkaBatchWriter(opts, check_write_schema(schema, opts))
 

@@ -289,9 +289,11 @@ def _write_batch(out: _TaskProducer, batch: Any, layout: WriteLayout,
             groups = [(-1, rows)]
         else:
             col = rows.column(names.index("partition"))
+            found = pc.unique(col).to_pylist()
+            _check_partitions(found)
             groups = [(p, rows.filter(pc.equal(col, p)) if p is not None else
                        rows.filter(pc.is_null(col)))
-                      for p in pc.unique(col).to_pylist()]
+                      for p in found]
             if len(groups) == 1:
                 groups = [(groups[0][0], rows)]
         for part, sub in groups:
@@ -311,11 +313,25 @@ def _write_rows(out: _TaskProducer, rows: Any, topic: str, layout: WriteLayout) 
     keys = _as_list(rows.column(names.index("key"))) if layout.key else None
     parts = _as_list(rows.column(names.index("partition"))) if layout.partition else None
     headers = _as_list(rows.column(names.index("headers")))
+    if parts is not None:
+        _check_partitions(parts)
     for i, value in enumerate(values):
         hdrs = headers[i]
+        if hdrs is not None and None in hdrs:
+            raise KafkaOptionError("a row to write has a null element in its 'headers' "
+                                   "array (each must be a struct of key and value)")
         out.one(topic, value, None if keys is None else keys[i],
                 -1 if parts is None or parts[i] is None else parts[i],
                 None if hdrs is None else [(h["key"], h["value"]) for h in hdrs])
+
+
+def _check_partitions(partitions: List[Any]) -> None:
+    """A negative 'partition' is refused (the Java client's ProducerRecord refuses it);
+    -1 meant "the partitioner chooses", which only a null partition does."""
+    bad = next((p for p in partitions if p is not None and p < 0), None)
+    if bad is not None:
+        raise KafkaOptionError(f"a row to write has the negative partition {bad} (give a "
+                               f"partition >= 0, or null for the partitioner to choose)")
 
 
 def write_batches(batches: Iterator[Any], opts: WriteOptions, layout: WriteLayout) -> WriteCommit:

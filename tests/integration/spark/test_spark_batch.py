@@ -426,6 +426,62 @@ def test_range_ending_in_a_transaction_marker(spark, tansu_broker):
     marks.close()
 
 
+def test_read_committed_reads_to_the_last_stable_offset(spark, tmp_path):
+    """kafka.isolation.level=read_committed with a transaction still open: the ranges
+    end at the last stable offset, as Spark's own source plans, so the committed rows
+    come at once (planned to the high watermark, the task waited pollTimeoutMs and
+    failed)."""
+    with Cluster(brokers=1, data_dir=str(tmp_path)) as cluster:
+        cluster.create_topic("t", partitions=1, replication_factor=1)
+        with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as plain:
+            for i in range(5):
+                plain.produce("t", b"%d" % i, partition=0)
+            assert plain.flush(10) == 0
+        txn = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                        "transactional.id": "spark-open"})
+        try:
+            txn.init_transactions(30)
+            txn.begin_transaction()
+            for i in range(5):
+                txn.produce("t", b"open %d" % i, partition=0)
+            assert txn.flush(10) == 0                # in the log, not committed
+            started = time.monotonic()
+            df = read(spark, cluster.bootstrap_servers, subscribe="t",
+                      **{"kafka.isolation.level": "read_committed",
+                         "kafkaConsumer.pollTimeoutMs": "20000"})
+            assert [int(r.value) for r in df.orderBy("offset").collect()] == list(range(5))
+            assert time.monotonic() - started < 15
+        finally:
+            txn.abort_transaction(10)
+            txn.close(10)
+
+
+def test_write_refusals_and_read_option_forms(spark, tansu_broker, written):
+    """Save mode overwrite (a topic cannot be replaced: rows were appended silently), a
+    partition of -1 (it meant "the partitioner chooses") and a null element of the
+    headers array are refused with errors naming them; a topic named twice in
+    'subscribe' is read once and includeHeaders=1 reads the headers (both failed)."""
+    topic = f"spark-refusals-{time.time_ns()}"
+    tansu_broker.create_topic(topic, 2)
+
+    def write(df, mode="append"):
+        return lambda: df.write.format(FORMAT).mode(mode).option(
+            "kafka.bootstrap.servers", tansu_broker.bootstrap).option("topic", topic).save()
+
+    df = spark.createDataFrame([("v",)], "value string")
+    assert "only appends: save mode 'overwrite'" in spark_error(write(df, "overwrite"))
+    df = spark.createDataFrame([("v", -1)], "value string, partition int")
+    assert "negative partition -1" in spark_error(write(df))
+    df = spark.createDataFrame([("v", [("h", b"x"), None])],
+                               "value string, headers array<struct<key string, value binary>>")
+    assert "null element in its 'headers'" in spark_error(write(df))
+    assert read(spark, tansu_broker.bootstrap, subscribe=topic).count() == 0
+    twice = read(spark, tansu_broker.bootstrap, subscribe=f"{written},{written}")
+    assert twice.count() == ROWS
+    with_headers = read(spark, tansu_broker.bootstrap, subscribe=written, includeHeaders="1")
+    assert "headers" in with_headers.columns
+
+
 def test_demo_job(spark):
     """The job behind ``./dev demo spark``, small, on this module's Spark session."""
     import io

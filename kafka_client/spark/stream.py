@@ -108,7 +108,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         froms = {k: begin.get(k, marks[k][0]) for k in ends}
         if isinstance(limit, ReadMaxRows):
             ends = rate_limit(froms, ends, limit.max_rows)
-        out = dict(begin)
+        # A partition no longer there (its topic deleted) is left out: partitions() then
+        # sees it gone, as Spark's source does (it kept its old offset, and what it had
+        # not read yet was skipped without a word).
+        out = {k: v for k, v in begin.items() if k in marks}
         out.update(ends)
         return offsets_to_json(out)
 
@@ -119,6 +122,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin = offsets_from_json(start)
         until = offsets_from_json(end)
+        gone = sorted(k for k in begin if k not in until)
+        if gone:
+            names = ", ".join(f"{t} [{p}]" for t, p in gone[:10])
+            if self.opts.fail_on_data_loss:
+                raise KafkaDataLossError(
+                    f"{names} are gone (topic deleted?): some data may have been missed. "
+                    f"Set failOnDataLoss to false to go on without them.")
+            _log.warning("%s are gone (topic deleted?): some data may have been missed",
+                         names)
         for key, stop in until.items():
             if key in begin and stop < begin[key]:
                 if self.opts.fail_on_data_loss:

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from kafka_client import Consumer, Producer, TopicPartition  # noqa: E402
 from kafka_client.spark import register  # noqa: E402
+from kafka_client.testing import Cluster  # noqa: E402
 
 FORMAT = "kafka_native"
 
@@ -209,3 +210,43 @@ def test_a_streaming_write_started_from_another_thread(spark, tansu_broker, tmp_
     values = {int(v) for batch in written_batches(tansu_broker.bootstrap, topic, 2)
               for v in batch.column("value").to_pylist()}
     assert set(range(100)) <= values    # the micro-batch reported done has landed
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_subscribed_topic_deleted_while_behind_is_data_loss(spark, tmp_path,
+                                                              fail_on_data_loss):
+    """A query restarted on its checkpoint after one of its topics, with unread records,
+    was deleted: with failOnDataLoss it fails saying the partitions are gone, as Spark's
+    own source (its old offset was kept and the records were skipped without a word);
+    without, it reads on from the other topic."""
+    with Cluster(brokers=1, data_dir=str(tmp_path / "cluster")) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        cluster.create_topic("a", partitions=1, replication_factor=1)
+        cluster.create_topic("b", partitions=1, replication_factor=1)
+        produce(bootstrap, "a", 0, 10, 1)
+        produce(bootstrap, "b", 0, 10, 1)
+        got = []
+
+        def run():
+            query = (stream(spark, bootstrap, subscribe="a,b", startingOffsets="earliest",
+                            failOnDataLoss=fail_on_data_loss)
+                     .writeStream.foreachBatch(lambda df, _id: got.append(df.count()))
+                     .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                     .trigger(availableNow=True).start())
+            try:
+                query.awaitTermination(90)
+                return query.exception()
+            except Exception as exc:   # the query's failure, raised by awaitTermination
+                return exc
+
+        assert run() is None and sum(got) == 20
+        produce(bootstrap, "a", 10, 90, 1)
+        produce(bootstrap, "b", 10, 5, 1)
+        cluster.delete_topic("a")
+        time.sleep(1)
+        got.clear()
+        error = run()
+        if fail_on_data_loss == "true":
+            assert error is not None and "a [0] are gone" in str(error)
+        else:
+            assert error is None and sum(got) == 5

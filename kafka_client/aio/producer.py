@@ -9,6 +9,7 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Deque, List, Optional
 
+from kafka_client._common import deadline_after
 from kafka_client.aio._bridge import LoopBridge
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.producer import Producer
@@ -335,7 +336,7 @@ class AIOProducer:
         """Deliver every message of the transaction (their futures resolve), then commit
         it."""
         self._check_open()
-        deadline = _deadline(timeout)
+        deadline = deadline_after(timeout)
         await self.flush(timeout)   # the reports served here, not on an executor thread
         try:
             await self._bridge.call(self._producer.commit_transaction, _left(deadline))
@@ -347,7 +348,7 @@ class AIOProducer:
         produced so far are delivered first (their futures resolve; the abort then keeps
         them from read_committed consumers)."""
         self._check_open()
-        deadline = _deadline(timeout)
+        deadline = deadline_after(timeout)
         await self.flush(timeout)
         try:
             await self._bridge.call(self._producer.abort_transaction, _left(deadline))
@@ -432,15 +433,11 @@ class _Delivery(asyncio.Future):
             bridge.loop.call_soon_threadsafe(_settle, self, err, msg)
 
 
-def _deadline(timeout: Optional[float]) -> Optional[float]:
-    """When a call given ``timeout`` seconds (None or negative: no limit) ends."""
-    return None if timeout is None or timeout < 0 else time.monotonic() + timeout
-
-
-def _left(deadline: Optional[float]) -> Optional[float]:
-    """What is left until ``deadline`` for the second step of a call (flush first: the
-    two steps share the call's timeout, it took up to twice as long)."""
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
+def _left(deadline: float) -> Optional[float]:
+    """What is left until ``deadline`` (``deadline_after``'s) for the second step of a
+    call (flush first: the two steps share the call's timeout, it took up to twice as
+    long); None for no limit."""
+    return None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
 
 
 def _settle(future: _Delivery, err: Optional[KafkaError], msg: Message) -> None:

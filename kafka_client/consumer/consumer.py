@@ -1106,10 +1106,10 @@ class Consumer(ClientBase):
         ``asynchronous=True`` (the default) returns None and hands the result to
         ``on_commit(err, partitions)`` from a later poll()/consume(); ``False`` waits,
         returns the committed partitions and raises KafkaException on failure (without
-        calling ``on_commit``, as librdkafka). As librdkafka, entries with a negative offset are left out, and
-        nothing left to commit is _NO_OFFSET (raised, or given to ``on_commit``). While
-        this member rejoins its group (its JoinGroup or SyncGroup waiting at the
-        coordinator) the commit is answered at once, not after the rebalance; one the
+        calling ``on_commit``, as librdkafka). As librdkafka, entries with a negative
+        offset are left out, and nothing left to commit is _NO_OFFSET (raised, or given
+        to ``on_commit``). While this member rejoins its group (its JoinGroup or
+        SyncGroup waiting at the coordinator) the commit is answered at once, not after the rebalance; one the
         broker refuses then (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION): poll() to
         complete the rebalance, then commit again.
         ``async=`` is accepted as the old name of ``asynchronous``."""
@@ -1415,13 +1415,14 @@ def _check_start_offsets(parts: Sequence[TopicPartition], what: str) -> None:
     OFFSET_STORED, OFFSET_INVALID, OFFSET_TAIL(n)) is _INVALID_ARG, as librdkafka's
     assign() says (it used to be taken as OFFSET_END: the backlog skipped silently); so
     is a partition listed twice (its last entry's offset was taken silently)."""
-    if len({(tp.topic, tp.partition) for tp in parts}) != len(parts):
-        seen: Set[Tuple[str, int]] = set()
-        dup = next(tp for tp in parts
-                   if (tp.topic, tp.partition) in seen or seen.add((tp.topic, tp.partition)))
-        raise KafkaException(KafkaError(
-            KafkaError._INVALID_ARG, f"{what}(): duplicate partition {dup.topic} "
-            f"[{dup.partition}] in the list"))
+    seen: Set[Tuple[str, int]] = set()
+    for tp in parts:
+        key = (tp.topic, tp.partition)
+        if key in seen:
+            raise KafkaException(KafkaError(
+                KafkaError._INVALID_ARG, f"{what}(): duplicate partition {tp.topic} "
+                f"[{tp.partition}] in the list"))
+        seen.add(key)
     for tp in parts:
         off = tp.offset
         if OFFSET_TAIL_BASE < off < 0 and off not in _LOGICAL_OFFSETS:

@@ -55,9 +55,9 @@ def test_a_full_producer_waits_for_room_and_every_future_resolves_once(broker, t
 
 def test_a_callback_raising_during_close_loses_nothing(tansu_broker, topic_name):
     """close() while 5,000 messages wait in batches of 100 (linger.ms=200) and the first
-    delivery callback raises: every message is still delivered and every future resolved, then close()
-    raises the exception, as the synchronous close() does (the rest was dropped, and
-    its futures never resolved)."""
+    delivery callback raises: every message is still delivered and every future
+    resolved, then close() raises the exception, as the synchronous close() does (the
+    rest was dropped, and its futures never resolved)."""
     async def main():
         p = AIOProducer({"bootstrap.servers": tansu_broker.bootstrap, "linger.ms": 200,
                          "batch.num.messages": 100})

@@ -143,7 +143,10 @@ class MetadataCache:
         """0 if a request should go out now, else the time it will be due (or None)."""
         if self.in_flight:
             return None
-        if now >= self._next_periodic and (self.wanted or self.topics):
+        if now >= self._next_periodic:
+            # The clock moves on whether or not there is anything to refresh: left in
+            # the past, it made every later loop turn send a Metadata request (a client
+            # that wanted no topic asked thousands of times a second once it was due).
             self._asked.update(self.wanted)
             self._next_periodic = now + self.refresh_interval
         for name in self.wanted:

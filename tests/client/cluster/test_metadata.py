@@ -1,6 +1,8 @@
 """The metadata cache's rules: additive brokers, max age, coalesced and fast refresh."""
 from __future__ import annotations
 
+import time
+
 from kafka_client._cluster.metadata import ClusterMetadata, MetadataCache
 from kafka_proto.messages import MetadataResponse
 
@@ -94,6 +96,21 @@ def test_periodic_refresh():
     nxt = md.due(0.0)
     assert nxt is not None and nxt > 0
     assert md.due(nxt + 0.01) == 0.0
+
+
+def test_periodic_refresh_with_no_topic_wanted_is_not_due_again_at_once():
+    """A client that wants no topic (an AdminClient, a producer not used yet, a consumer
+    before subscribe()): the periodic refresh had its clock left in the past, and every
+    later loop turn sent a Metadata request (thousands a second, from 5 minutes after
+    start with the default interval)."""
+    md = MetadataCache(refresh_interval=1.0)
+    md.update(response({1: 1}, {}), 0.0, None)
+    first = md.due(time.monotonic())          # the periodic refresh's first due time
+    assert first is not None and first > 0
+    assert md.due(first) == first + 1.0       # due: the clock moves on, nothing to send
+    assert md.due(first + 0.001) == first + 1.0
+    md.update(response({1: 1}, {"a": (0, [1])}), first, None)   # a list_topics() answer
+    assert md.due(first + 1.5) == first + 2.5
 
 
 def test_cluster_metadata_view():

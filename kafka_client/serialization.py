@@ -6,9 +6,11 @@ A serializer turns an application object into ``bytes`` (or None) and a deserial
 :class:`~kafka_client.SerializingProducer` and :class:`~kafka_client.DeserializingConsumer`
 call them for every message; plain functions of the same shape work too.
 
-Failures raise :class:`SerializationError`. Where confluent-kafka's ``StringSerializer`` lets
-an ``AttributeError`` escape for a value that is not a ``str``, ours raises
-:class:`SerializationError` naming the type (docs/migrating.md).
+Failures raise :class:`SerializationError`. Where confluent-kafka's lets a builtin error
+escape for an argument of the wrong type (``AttributeError`` from ``StringSerializer`` given
+a non-``str`` and from ``StringDeserializer`` given a non-bytes, ``TypeError`` from the
+integer and double deserializers given a non-bytes), ours raises a :class:`SerializationError`
+naming the type that is also that builtin error, so either ``except`` clause catches it.
 """
 from __future__ import annotations
 
@@ -98,6 +100,16 @@ SerializerBuilder = Callable[[Dict[str, Any]], Serializer]
 DeserializerBuilder = Callable[[Dict[str, Any]], Deserializer]
 
 
+class _NotStrOrBytesError(SerializationError, AttributeError):
+    """A string (de)serializer got an object of the wrong type: confluent-kafka's raise
+    AttributeError there (no ``encode``/``decode`` method)."""
+
+
+class _NotBytesError(SerializationError, TypeError):
+    """A struct deserializer got an object that is not bytes-like: confluent-kafka's raise
+    TypeError there (from ``struct.unpack``)."""
+
+
 def _codec_checked(codec: str) -> str:
     import codecs
 
@@ -116,7 +128,7 @@ class StringSerializer(Serializer):
         if obj is None:
             return None
         if not isinstance(obj, str):
-            raise SerializationError(
+            raise _NotStrOrBytesError(
                 f"StringSerializer takes a str, not {type(obj).__name__}")
         try:
             return obj.encode(self.codec)
@@ -136,9 +148,13 @@ class StringDeserializer(Deserializer):
                  ) -> Optional[str]:
         if value is None:
             return None
+        # Not bytes(value): it turns an int n into n NUL bytes
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise _NotStrOrBytesError(
+                f"StringDeserializer takes bytes, not {type(value).__name__}")
         try:
-            return bytes(value).decode(self.codec)
-        except (UnicodeError, TypeError) as e:
+            return str(value, self.codec)
+        except UnicodeError as e:
             raise SerializationError(str(e)) from e
 
 
@@ -165,8 +181,10 @@ class _StructDeserializer(Deserializer):
             return None
         try:
             return self._format.unpack(value)[0]
-        except (struct.error, TypeError) as e:
+        except struct.error as e:
             raise SerializationError(str(e)) from e
+        except TypeError as e:
+            raise _NotBytesError(str(e)) from e
 
 
 class IntegerSerializer(_StructSerializer):

@@ -73,6 +73,22 @@ def test_bad_values_raise_serialization_error(fn, bad):
         fn(bad, CTX)
 
 
+@pytest.mark.parametrize("name, bad", [
+    ("StringSerializer", 5), ("StringSerializer", b"bytes"), ("StringSerializer", [1]),
+    ("StringDeserializer", 5), ("StringDeserializer", "text"), ("StringDeserializer", 2.5),
+    ("IntegerDeserializer", 5), ("IntegerDeserializer", "text"),
+    ("DoubleDeserializer", True), ("DoubleDeserializer", [1]),
+])
+def test_wrong_types_raise_confluents_builtin_error_as_a_serialization_error(name, bad):
+    with pytest.raises((AttributeError, TypeError)) as theirs:
+        getattr(ck_ser, name)()(bad, CTX)
+    # StringDeserializer()(5) used to decode bytes(5): five NULs, no error
+    with pytest.raises(SerializationError) as ours:
+        getattr(kafka_client.serialization, name)()(bad, CTX)
+    assert isinstance(ours.value, type(theirs.value))
+    assert type(bad).__name__ in str(ours.value)
+
+
 def test_unknown_codec_is_refused_at_construction():
     with pytest.raises(LookupError):
         StringSerializer("no-such-codec")

@@ -742,17 +742,25 @@ cdef Py_ssize_t headers_size(list headers) except -1:
 
 
 def normalize_headers(headers):
-    """confluent-kafka accepts a dict or a list of (key, value) pairs; values str, bytes
-    or None. Returns a list of (str, bytes | None), or None when empty."""
-    items = headers.items() if isinstance(headers, dict) else headers
+    """Headers as confluent-kafka takes them: a dict, or a list of (key, value) tuples
+    (another container, or items of another kind, are a TypeError as there). A value is
+    bytes, str (UTF-8) or None (bytearray and memoryview too, an addition); a key that is
+    not a str is sent as ``str(key)``, as confluent-kafka sends it (``b"k"`` as ``"b'k'"``).
+    Returns a list of (str, bytes | None), or None when empty."""
+    if isinstance(headers, dict):
+        items = headers.items()
+    elif isinstance(headers, list):
+        items = headers
+    else:
+        raise TypeError("expected headers to be dict or list of (key, value) tuples, not "
+                        f"{type(headers).__name__}")
     out = []
     for item in items:
-        try:
-            k, v = item
-        except (TypeError, ValueError):
-            raise TypeError("headers must be a dict or a list of (key, value) pairs") from None
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError("Headers are expected to be a list of (key, value) tuples")
+        k, v = item
         if not isinstance(k, str):
-            raise TypeError(f"header key must be str, not {type(k).__name__}")
+            k = str(k)
         if v is not None and not isinstance(v, bytes):
             v = as_bytes(v, "header value")
         out.append((k, v))

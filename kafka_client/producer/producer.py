@@ -153,7 +153,8 @@ class Producer(ClientBase):
         ``partitioner`` choose. ``on_delivery(err, msg)`` (alias ``callback``) runs from
         :meth:`poll`/:meth:`flush` once the message is delivered or failed.
         ``timestamp``: milliseconds since the epoch, 0 = now. ``headers``: dict or list of
-        ``(str, bytes|str|None)``. Raises ``BufferError`` when
+        ``(str, bytes|str|None)`` tuples (a key not a str is sent as ``str(key)``, as
+        confluent-kafka does). Raises ``BufferError`` when
         ``queue.buffering.max.messages``/``kbytes`` is reached (call :meth:`poll`) and
         :class:`KafkaException` for a message over ``message.max.bytes``
         (MSG_SIZE_TOO_LARGE) or a partition that does not exist (_UNKNOWN_PARTITION).

@@ -155,7 +155,7 @@ def test_on_delivery_is_kept_once_per_bulk_append_with_copies_of_the_lists():
     ([{"value": b"a"}, {"partition": "1"}], "messages[1]: "),
     ([{"value": b"a"}, {"timestamp": "now"}], "messages[1]: timestamp must be an int"),
     ([{"value": b"a"}, {"callback": 5}], "messages[1]: callback must be callable, not int"),
-    ([{"value": b"a"}, {"headers": "h"}], "messages[1]: headers must be a dict or a list"),
+    ([{"value": b"a"}, {"headers": "h"}], "messages[1]: expected headers to be dict or list"),
 ])
 def test_a_malformed_message_queues_none(producer, messages, error):
     with pytest.raises(TypeError) as info:

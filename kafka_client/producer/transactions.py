@@ -44,7 +44,8 @@ The protocol, on the I/O thread:
 
 Errors are classified as librdkafka does: *fatal* (fenced by a newer instance:
 PRODUCER_FENCED or INVALID_PRODUCER_EPOCH, reported as ``_FENCED``; authorization
-failures; INVALID_TXN_STATE): the producer can do nothing more; *abortable*
+failures; INVALID_TXN_STATE, except from InitProducerId, which librdkafka retries until
+``init_transactions()``'s timeout): the producer can do nothing more; *abortable*
 (``txn_requires_abort()``: a message failed, the producer id became unknown, an offset
 commit was refused): the application calls ``abort_transaction()`` and goes on; and
 *retriable* (``retriable()``: the call timed out and may be called again).
@@ -156,6 +157,13 @@ _FATAL = _FENCED | frozenset((ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                               ErrorCode.INVALID_TXN_STATE,
                               ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
                               ErrorCode.INVALID_TRANSACTION_TIMEOUT))
+#: What InitProducerId answers fatally, as librdkafka reads it (its other errors are retried
+#: until the call's deadline: INVALID_TXN_STATE when the coordinator is still ending a
+#: transaction of the previous instance, TRANSACTION_COORDINATOR_FENCED, ...).
+_INIT_PID_FATAL = frozenset((ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH,
+                             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                             ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                             ErrorCode.INVALID_TRANSACTION_TIMEOUT))
 #: The coordinator lost the producer id: the transaction is aborted with an epoch bump.
 _NEEDS_BUMP = frozenset((ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_ID_MAPPING))
 
@@ -681,13 +689,13 @@ class TransactionManager:
                 return None
             error = client_error(code, f"InitProducerId: {client_error(code).name()}")
             self._last_init_error = error
-            if code in _FATAL:
+            if code in _INIT_PID_FATAL:
                 self.fatal_error(fenced_error(code, "InitProducerId") if code in _FENCED
                                  else client_error(code, f"Failed to initialize the "
                                                  f"transactional producer: {error.str()}"))
                 return None
-            if code in _COORDINATOR_MOVED or code in _RETRY:
-                return error
+            if code in _COORDINATOR_MOVED or code in _RETRY or code in _FATAL:
+                return error  # the same request again, after the backoff
             if bump and current[0] >= 0:
                 # The coordinator refused to bump this epoch (Tansu 0.6 answers
                 # UNKNOWN_SERVER_ERROR): without the current id and epoch it bumps the

@@ -143,3 +143,29 @@ def test_a_transaction_finds_its_new_coordinator_when_the_old_ones_broker_stops(
     c.start_broker(old)
     got = read_committed(c, "txn-down", PER_TXN)
     assert sorted(n for values in got.values() for n in values) == list(range(PER_TXN))
+
+
+@pytest.mark.timeout(120)
+def test_init_transactions_retries_invalid_txn_state_as_librdkafka_does(kafka_cluster):
+    # The coordinator answers InitProducerId INVALID_TXN_STATE while it is still ending a
+    # transaction the previous instance of this transactional.id left: librdkafka asks
+    # again (confluent-kafka 2.16.1 on this cluster: init_transactions() returns), where
+    # this producer used to die of a fatal error.
+    c = kafka_cluster
+    c.create_topic("txn-init-retry", partitions=PARTITIONS, replication_factor=3)
+    c.inject_errors("InitProducerId", ["INVALID_TXN_STATE", "INVALID_TXN_STATE"])
+    since = c.clear_request_log()
+    p = Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": "init-retry",
+                  "linger.ms": 5})
+    try:
+        p.init_transactions(30)
+        p.begin_transaction()
+        for n in range(PER_TXN):
+            p.produce("txn-init-retry", b"%08d" % n, partition=n % PARTITIONS)
+        p.commit_transaction(30)
+    finally:
+        p.close(10)
+    init = [e for e in c.request_log(since=since) if e.api == "InitProducerId"]
+    assert [e.injected_error for e in init] == ["INVALID_TXN_STATE", "INVALID_TXN_STATE", None]
+    got = read_committed(c, "txn-init-retry", PER_TXN)
+    assert sorted(n for values in got.values() for n in values) == list(range(PER_TXN))

@@ -539,6 +539,26 @@ def test_init_timeout_is_retriable_and_calling_again_resumes():
     assert h.txn.state == TxnState.READY and h.idem.producer_id == 9
 
 
+@pytest.mark.parametrize("code", [ErrorCode.INVALID_TXN_STATE,
+                                  ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                                  ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT])
+def test_init_producer_id_errors_librdkafka_retries_are_retried(code):
+    """INVALID_TXN_STATE answers InitProducerId while the coordinator still ends a
+    transaction of the previous instance: librdkafka (and confluent-kafka 2.16.1, seen on
+    the test cluster) ask again until init_transactions()' timeout; it used to be fatal."""
+    h = Harness()
+    box = h.call("init_transactions", 5.0)
+    h.answer_find()
+    h.answer_init(code=code)
+    h.pump(0.5)
+    h.answer_init(code=code)
+    h.pump(0.5)
+    h.answer_init(pid=9)
+    h.result(box)
+    assert h.txn.state == TxnState.READY and h.idem.producer_id == 9
+    assert h.txn.error is None
+
+
 def test_commit_timeout_is_resumable_and_other_calls_conflict():
     h = Harness()
     h.init()

@@ -133,17 +133,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                          names)
         for key, stop in until.items():
             if key in begin and stop < begin[key]:
+                # The end is before where the query stands: a startingOffsets past the end
+                # of the log, or the topic deleted and created again. Spark's source cannot
+                # tell them apart either: it fails, or warns and goes on from the end (its
+                # range for this micro-batch is empty).
+                what = (f"{key[0]} [{key[1]}]: the log ends at {stop}, before offset "
+                        f"{begin[key]} where this query stands (a starting offset past the "
+                        f"end of the log, or the topic deleted and created again?): some "
+                        f"data may have been missed")
                 if self.opts.fail_on_data_loss:
-                    raise KafkaDataLossError(
-                        f"{key[0]} [{key[1]}]: the log now ends at {stop}, before offset "
-                        f"{begin[key]} where this query stands (was the topic deleted and "
-                        f"created again?). Set failOnDataLoss to false to read it from its "
-                        f"earliest offset instead.")
-                del begin[key]
+                    raise KafkaDataLossError(f"{what}. Set failOnDataLoss to false to go on "
+                                             f"from the end of the log instead.")
+                _log.warning("%s; going on from offset %d", what, stop)
+                begin[key] = stop
         fresh = [k for k in until if k not in begin]
         if fresh:
-            # Appeared since the last micro-batch (or restarted, without failOnDataLoss):
-            # from the earliest offset.
+            # Appeared since the last micro-batch: from the earliest offset.
             lows = self._plan().watermarks(fresh)
             begin.update({k: lows[k][0] for k in fresh})
         ranges = [OffsetRange(key[0], key[1], begin[key], stop)

@@ -250,3 +250,42 @@ def test_a_subscribed_topic_deleted_while_behind_is_data_loss(spark, tmp_path,
             assert error is not None and "a [0] are gone" in str(error)
         else:
             assert error is None and sum(got) == 5
+
+
+def run_available_now(df, checkpoint, rows):
+    """Run ``df`` with Trigger.AvailableNow on ``checkpoint``, every row into ``rows``;
+    the query's failure, or None."""
+    query = (df.writeStream.foreachBatch(lambda batch, _id: rows.extend(batch.collect()))
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+        return query.exception()
+    except Exception as exc:   # the query's failure, raised by awaitTermination
+        return exc
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_starting_offset_past_the_end(spark, tansu_broker, tmp_path, fail_on_data_loss):
+    """startingOffsets past the end of a partition, as Spark's source takes it: with
+    failOnDataLoss the first micro-batch fails naming both offsets; without, it reads
+    nothing of that partition and the query goes on from the end of the log (it read the
+    partition from its earliest offset instead)."""
+    topic = f"spark-past-end-{time.time_ns()}"
+    tansu_broker.create_topic(topic, 2)
+    produce(tansu_broker.bootstrap, topic, 0, 20, 2)
+    df = stream(spark, tansu_broker.bootstrap, subscribe=topic,
+                failOnDataLoss=fail_on_data_loss,
+                startingOffsets=f'{{"{topic}": {{"0": 100, "1": 3}}}}')
+    checkpoint, rows = str(tmp_path / "checkpoint"), []
+    error = run_available_now(df, checkpoint, rows)
+    if fail_on_data_loss == "true":
+        assert error is not None
+        assert f"{topic} [0]: the log ends at 10, before offset 100" in str(error)
+        return
+    assert error is None
+    assert sorted((r.partition, r.offset) for r in rows) == [(1, o) for o in range(3, 10)]
+    produce(tansu_broker.bootstrap, topic, 20, 6, 2)
+    rows.clear()
+    assert run_available_now(df, checkpoint, rows) is None
+    assert sorted((r.partition, r.offset) for r in rows) == \
+        [(0, 10), (0, 11), (0, 12), (1, 10), (1, 11), (1, 12)]

@@ -948,6 +948,44 @@ def _to_bool(given: str, prop: Property, value: Any) -> bool:
         f"expected a boolean (true or false)")
 
 
+#: The integers librdkafka reads (C's strtol with base 0: decimal, 0x hex, 0 octal), with
+#: the fraction it stops at ("1500.7" is 1500). Other trailing text, which strtol would
+#: silently drop ("1e3" is 1 there, "5ms" is 5), is refused instead.
+_C_INTEGER = re.compile(r"([+-]?)(?:0[xX]([0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*))(?:\.[0-9]*)?",
+                        re.ASCII)
+
+
+def _parse_c_integer(text: str) -> Optional[int]:
+    """*text* as librdkafka reads an integer property, None if it is not a number."""
+    match = _C_INTEGER.fullmatch(text.strip())
+    if match is None:
+        return None
+    sign, hex_digits, octal, decimal = match.groups()
+    if hex_digits is not None:
+        num = int(hex_digits, 16)
+    elif octal is not None:
+        num = int(octal, 8)
+    else:
+        num = int(decimal, 10)
+    return -num if sign == "-" else num
+
+
+def _parse_c_float(text: str) -> Optional[float]:
+    """*text* as librdkafka reads a float property (strtod: hex too), None if it is not
+    a finite number."""
+    text = text.strip()
+    if not text.isascii() or "_" in text:  # float() takes these; strtod does not
+        return None
+    try:
+        num = float(text)
+    except ValueError:
+        try:
+            num = float.fromhex(text) if text.lower().lstrip("+-").startswith("0x") else math.nan
+        except ValueError:
+            num = math.nan
+    return num if math.isfinite(num) else None
+
+
 def _to_number(given: str, prop: Property, value: Any) -> Union[int, float]:
     is_int = prop.type == INT
     num: Union[int, float, None] = None
@@ -961,22 +999,11 @@ def _to_number(given: str, prop: Property, value: Any) -> Union[int, float]:
         if not math.isfinite(value):
             num = None
         elif is_int:
-            num = int(value) if value.is_integer() else None
+            num = int(value)  # librdkafka's: the fraction is dropped (1500.7 is 1500)
         else:
             num = value
     elif isinstance(value, str):
-        text = value.strip()
-        try:
-            num = int(text, 10)
-        except ValueError:
-            if not is_int:
-                try:
-                    num = float(text)
-                except ValueError:
-                    num = None
-                else:
-                    if not math.isfinite(num):
-                        num = None
+        num = _parse_c_integer(value) if is_int else _parse_c_float(value)
     if num is None:
         kind = "an integer" if is_int else "a number"
         extra = ""
@@ -1542,7 +1569,11 @@ def to_markdown() -> str:
         "",
         "Names, aliases, defaults and ranges follow librdkafka, so configuration written for "
         "confluent-kafka carries over. Values may be given as Python values or as strings "
-        "(`\"5\"`, `\"true\"`, `\"all\"`). An unknown property or an invalid value fails with "
+        "(`\"5\"`, `\"true\"`, `\"all\"`). Integers are read as librdkafka reads them: "
+        "a fraction is dropped (`1500.7` and `\"1500.7\"` are 1500), `0x` starts hex and a "
+        "leading `0` octal (`\"010\"` is 8); text after the number, which librdkafka "
+        "would drop silently (`\"1e3\"` is 1 there, `\"5ms\"` 5), is refused. "
+        "An unknown property or an invalid value fails with "
         "`KafkaException(KafkaError._INVALID_ARG)`; a property meant for the other kind of "
         "client is accepted and a warning is logged.",
         "",

@@ -203,7 +203,43 @@ def test_int_conversion_acks(raw, expected):
     assert c["acks"] == expected and type(c["acks"]) is int
 
 
-@pytest.mark.parametrize("raw", ["x", "5.5", 5.5, True, "", "0x10", [1], float("nan"), -2, 1001])
+@pytest.mark.parametrize("raw,expected", [
+    (1500.7, 1500), ("1500.7", 1500), ("1500.", 1500), (1500.9, 1500), ("0x5dc", 1500),
+    ("0X5DC", 1500), ("02734", 1500), (" +1500 ", 1500),
+])
+def test_int_reads_numbers_as_librdkafka(raw, expected):
+    """librdkafka (strtol, base 0) drops a fraction and reads 0x hex and 0 octal;
+    confluent-kafka passes a float as its text: socket.timeout.ms=1500.7 is 1500 there.
+    These were refused ("expected an integer")."""
+    c = parse({"socket.timeout.ms": raw})
+    assert c["socket.timeout.ms"] == expected and type(c["socket.timeout.ms"]) is int
+
+
+@pytest.mark.parametrize("raw", ["1e3", "1500abc", "5ms", "08", "0x", "1_000", "1,000",
+                                 "\u0661\u0662", ".5", "12.5.3"])
+def test_int_refuses_what_librdkafka_would_misread(raw):
+    """strtol stops at the first character it cannot take and librdkafka keeps what it
+    read ("1e3" is 1, "5ms" is 5, "08" is 0): refused here, naming the value."""
+    msg = invalid({"socket.timeout.ms": raw})
+    assert msg == (f"Invalid value {raw!r} for configuration property \"socket.timeout.ms\": "
+                   "expected an integer in range 10 .. 300000")
+
+
+def test_float_for_an_int_is_range_checked_after_dropping_the_fraction():
+    assert invalid({"log_level": "010"}) == (  # octal 8, as librdkafka reads it
+        'Configuration property "log_level" value 8 is outside allowed range 0..7')
+    assert parse({"log_level": 7.9})["log_level"] == 7
+    assert parse({"acks": -0.5})["acks"] == 0  # toward zero, as C's conversion
+    assert "value -1 is outside" in invalid({"message.timeout.ms": -1.5})
+
+
+def test_float_reads_hex_and_refuses_what_strtod_would_cut():
+    assert parse({"linger.ms": "0x10"})["linger.ms"] == 16.0
+    for raw in ("1_0", "nan", "5abc", "\u0661"):
+        assert repr(raw) in invalid({"linger.ms": raw})
+
+
+@pytest.mark.parametrize("raw", ["x", True, "", [1], float("nan"), -2, 1001])
 def test_int_rejects(raw):
     msg = invalid({"acks": raw})
     assert '"acks"' in msg

@@ -795,6 +795,10 @@ _NULLABLE_NAMES = frozenset(("partition.assignment.strategy", "group.protocol.ty
 #: Strings librdkafka checks against a list of values: None is refused as an invalid
 #: value ("(null)"), not taken as the default.
 _CHECKED_STRINGS = frozenset(("sasl.mechanism", "broker.version.fallback"))
+#: Where librdkafka takes "" as it takes None (no value) and refuses it: the typed
+#: properties and the checked strings, refused below with librdkafka's words for None
+_EMPTY_IS_UNSET = _CHECKED_STRINGS | frozenset(
+    p.name for p in _TABLE if p.type not in _NULLABLE and p.name not in _NULLABLE_NAMES)
 #: librdkafka's words for a typed property set to None: "Integer configuration property
 #: ... cannot be set to empty value"; for enums and lists "Configuration property ..."
 _EMPTY_VALUE_PREFIX = {INT: "Integer configuration", FLOAT: "Float configuration",
@@ -1060,7 +1064,7 @@ def _check_partitioner(name: Any) -> None:
     if not isinstance(name, str) or (name.strip().lower() not in known.values
                                      and name.strip().lower() not in known.synonyms):
         raise _invalid('Invalid value for configuration property '
-                       f'"partitioner": {"(null)" if name is None else name}')
+                       f'"partitioner": {"(null)" if name in (None, "") else name}')
 
 
 def _with_topic_conf(conf: Mapping[str, Any], values: Dict[str, Any], explicit: Dict[str, Any],
@@ -1142,7 +1146,7 @@ class ClientConfig(Mapping[str, Any]):
                 raise _same_thing(earlier, key)
             if prop.name == "partitioner":
                 _check_partitioner(raw)
-            if raw is None:
+            if raw is None or (raw == "" and prop.name in _EMPTY_IS_UNSET):
                 if prop.name in _CHECKED_STRINGS:
                     raise _invalid(f"Invalid value for configuration property "
                                    f"{_label(key, prop)}: (null)")
@@ -1590,7 +1594,8 @@ def to_markdown() -> str:
         "Side: P = producer, C = consumer, * = every client. "
         "\"Derived\" defaults apply only when the property is not set explicitly. `None` "
         "for a property that is not a string, callable or logger is refused (\"cannot be "
-        "set to empty value\"), as in librdkafka; for those it means the default.",
+        "set to empty value\"), as in librdkafka, and so is `\"\"` (also for `sasl.mechanism` "
+        "and `broker.version.fallback`); for those `None` means the default.",
         "",
         "| Property | Aliases | Side | Type | Range / values | Default | Status | Note | "
         "Description |",

@@ -239,7 +239,24 @@ def test_float_reads_hex_and_refuses_what_strtod_would_cut():
         assert repr(raw) in invalid({"linger.ms": raw})
 
 
-@pytest.mark.parametrize("raw", ["x", True, "", [1], float("nan"), -2, 1001])
+def test_empty_string_for_a_typed_property_is_no_value_as_in_librdkafka():
+    """librdkafka refuses "" as it refuses None, in the same words (these said "Invalid
+    value ''" here, and "" was taken for sasl.mechanism, debug, builtin.features and
+    broker.version.fallback)."""
+    assert invalid({"acks": ""}) == (
+        'Integer configuration property "acks" cannot be set to empty value')
+    assert invalid({"check.crcs": ""}, "consumer") == (
+        'Bool configuration property "check.crcs" cannot be set to empty value')
+    assert invalid({"debug": ""}) == 'Configuration property "debug" cannot be set to empty value'
+    assert invalid({"sasl.mechanisms": ""}) == (
+        'Invalid value for configuration property "sasl.mechanisms" (alias of '
+        '"sasl.mechanism"): (null)')
+    assert invalid({"partitioner": ""}) == 'Invalid value for configuration property ' \
+        '"partitioner": (null)'
+    assert parse({"client.id": ""})["client.id"] == ""  # a plain string stays as given
+
+
+@pytest.mark.parametrize("raw", ["x", True, [1], float("nan"), -2, 1001])
 def test_int_rejects(raw):
     msg = invalid({"acks": raw})
     assert '"acks"' in msg
@@ -255,7 +272,7 @@ def test_bool_conversion(raw, expected):
     assert parse({"enable.partition.eof": raw}, "consumer")["enable.partition.eof"] is expected
 
 
-@pytest.mark.parametrize("raw", ["yes", "on", "", " true", 2, 1.0, [True]])
+@pytest.mark.parametrize("raw", ["yes", "on", " true", 2, 1.0, [True]])
 def test_bool_rejects(raw):
     msg = invalid({"check.crcs": raw}, "consumer")
     assert '"check.crcs"' in msg and "true or false" in msg

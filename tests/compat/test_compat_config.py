@@ -33,8 +33,8 @@ TYPED = sorted(name for name, prop in PROPERTIES.items()
                and name not in _WINDOWS_ONLY | _NONE_AS_TEXT)
 
 
-def _theirs(name):
-    conf = {"log_level": 0, name: None}
+def _theirs(name, value=None):
+    conf = {"log_level": 0, name: value}
     try:
         if PROPERTIES[name].scope == "C":
             ck.Consumer(dict(conf, **{"group.id": "g"})).close()
@@ -47,9 +47,9 @@ def _theirs(name):
     return None, None
 
 
-def _ours(name):
+def _ours(name, value=None):
     cls = Consumer if PROPERTIES[name].scope == "C" else Producer
-    conf = {name: None}
+    conf = {name: value}
     if cls is Consumer:
         conf["group.id"] = "g"
     try:
@@ -72,6 +72,28 @@ def quiet():
 def test_none_is_refused_exactly_where_librdkafka_refuses_it(name):
     their_type, their_text = _theirs(name)
     our_type, our_text = _ours(name)
+    assert (our_type is None) == (their_type is None), (their_text, our_text)
+    if our_type is None or name in _DIFFERENT_TEXT:
+        return
+    assert their_type == "KafkaException"
+    assert our_text == their_text.replace(f'"{_THEIR_NAME.get(name, name)}"', f'"{name}"')
+
+
+#: "" refused here and taken there: an empty assignor list or group protocol type would
+#: only fail later, at subscribe() or at the broker
+_EMPTY_REFUSED_HERE = {"partition.assignment.strategy", "group.protocol.type"}
+
+
+@pytest.mark.parametrize("name", TYPED)
+def test_empty_string_is_refused_exactly_where_librdkafka_refuses_it(name):
+    """sasl.mechanism, broker.version.fallback, debug and builtin.features set to "" were
+    taken here (as no value / an empty list); librdkafka refuses them as it refuses
+    None."""
+    their_type, their_text = _theirs(name, "")
+    our_type, our_text = _ours(name, "")
+    if name in _EMPTY_REFUSED_HERE:
+        assert their_type is None and our_type == "KafkaException"
+        return
     assert (our_type is None) == (their_type is None), (their_text, our_text)
     if our_type is None or name in _DIFFERENT_TEXT:
         return

@@ -613,6 +613,9 @@ _TABLE: Tuple[Property, ...] = (
        "OIDC scope asked for in the token request (none when unset)."),
     _p("sasl.oauthbearer.extensions", STR, None, "*",
        "SASL extensions sent with OIDC tokens: name=value pairs separated by commas."),
+    _p("sasl.oauthbearer.sub.claim.name", STR, "sub", "*",
+       "OIDC: the claim of the access token that names its principal (it must be there, "
+       "not empty); should match the brokers' sasl.oauthbearer.sub.claim.name."),
     _p("sasl.oauthbearer.token.endpoint.url", STR, None, "*",
        "OIDC token endpoint (http:// or https://) of sasl.oauthbearer.method=oidc."),
     _p("sasl.oauthbearer.grant.type", ENUM, "client_credentials", "*",

@@ -775,6 +775,7 @@ LIBRDKAFKA_NAMES = (
     "sasl.oauthbearer.client.credentials.client.secret", "sasl.oauthbearer.client.secret",
     "sasl.oauthbearer.scope", "sasl.oauthbearer.extensions",
     "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.grant.type",
+    "sasl.oauthbearer.sub.claim.name",
     "sasl.oauthbearer.assertion.algorithm", "sasl.oauthbearer.assertion.private.key.file",
     "sasl.oauthbearer.assertion.private.key.passphrase",
     "sasl.oauthbearer.assertion.private.key.pem", "sasl.oauthbearer.assertion.file",

@@ -94,10 +94,10 @@ def parse_extensions(text: Optional[str]) -> Dict[str, str]:
 
 
 def token_from_jwt(access_token: str, extensions: Optional[Dict[str, str]] = None,
-                   now: Optional[float] = None) -> OAuthToken:
+                   now: Optional[float] = None, sub_claim: str = "sub") -> OAuthToken:
     """An :class:`OAuthToken` from a JWT access token: expiry from its ``exp`` claim,
-    principal from ``sub`` (the signature is the broker's to check). OidcError says
-    what is missing."""
+    principal from the ``sub_claim`` claim (``sasl.oauthbearer.sub.claim.name``; the
+    signature is the broker's to check). OidcError says what is missing."""
     parts = access_token.split(".")
     if len(parts) != 3 or not parts[1]:
         raise OidcError("the access token is not a JWT (header.payload.signature)")
@@ -111,9 +111,9 @@ def token_from_jwt(access_token: str, extensions: Optional[Dict[str, str]] = Non
     exp = claims.get("exp")
     if isinstance(exp, bool) or not isinstance(exp, (int, float)):
         raise OidcError('the access token has no numeric "exp" claim (its expiry)')
-    sub = claims.get("sub")
+    sub = claims.get(sub_claim)
     if not isinstance(sub, str) or not sub:
-        raise OidcError('the access token has no "sub" claim (its principal)')
+        raise OidcError(f'the access token has no "{sub_claim}" claim (its principal)')
     now = time.time() if now is None else now
     if exp <= now:
         raise OidcError(f'the access token expired already ("exp" {exp:.0f}, now '
@@ -329,8 +329,9 @@ class OidcTokenEndpoint:
     def __init__(self, url: str, grant: Any, scope: Optional[str] = None,
                  extensions: Optional[Dict[str, str]] = None,
                  ssl_context: Optional[ssl.SSLContext] = None,
-                 timeout: float = REQUEST_TIMEOUT_S) -> None:
+                 timeout: float = REQUEST_TIMEOUT_S, sub_claim: str = "sub") -> None:
         self.url = url
+        self.sub_claim = sub_claim
         self.grant = grant
         self.scope = scope
         self.extensions = dict(extensions or {})
@@ -372,7 +373,8 @@ class OidcTokenEndpoint:
             grant = ClientCredentials(conf["sasl.oauthbearer.client.id"],
                                       conf["sasl.oauthbearer.client.secret"])
         return cls(url, grant, conf["sasl.oauthbearer.scope"],
-                   parse_extensions(conf["sasl.oauthbearer.extensions"]), context)
+                   parse_extensions(conf["sasl.oauthbearer.extensions"]), context,
+                   sub_claim=conf["sasl.oauthbearer.sub.claim.name"])
 
     def fetch(self) -> OAuthToken:
         """Ask the endpoint for a token; OidcError says why there is none."""
@@ -417,7 +419,7 @@ class OidcTokenEndpoint:
             raise OidcError(f'{where} answered without an "access_token": '
                             f"{_snippet(body)}")
         try:
-            return token_from_jwt(token, self.extensions)
+            return token_from_jwt(token, self.extensions, sub_claim=self.sub_claim)
         except OidcError as exc:
             raise OidcError(f"{where}: {exc}") from None
 

@@ -120,6 +120,21 @@ def test_the_jwt_must_say_who_and_until_when(endpoint, claims, expected):
     assert not failed.value.transient
 
 
+def test_the_principal_claim_is_sasl_oauthbearer_sub_claim_name(endpoint):
+    """librdkafka 2.16's sasl.oauthbearer.sub.claim.name: the token's principal is read
+    from that claim (it was "No such configuration property", always "sub")."""
+    endpoint.claims = {"sub": None, "upn": "alice@example"}
+    token = fetch(oidc_conf(endpoint, **{"sasl.oauthbearer.sub.claim.name": "upn"}))
+    assert token.principal == "alice@example"
+    with pytest.raises(OidcError, match='no "sub" claim'):
+        fetch(oidc_conf(endpoint))
+    endpoint.claims = {"sub": "bob"}
+    with pytest.raises(OidcError, match='no "upn" claim'):
+        fetch(oidc_conf(endpoint, **{"sasl.oauthbearer.sub.claim.name": "upn"}))
+    conf = ClientConfig.from_dict(oidc_conf(endpoint), "producer")
+    assert conf["sasl.oauthbearer.sub.claim.name"] == "sub"
+
+
 def test_token_from_jwt_reads_exp_and_sub():
     token = token_from_jwt(unsecured_token({"sub": "bob", "exp": 2000.5}), {"a": "b"},
                            now=1000)

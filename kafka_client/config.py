@@ -14,7 +14,8 @@ carrying ``KafkaError._INVALID_ARG`` and a message naming the property. A proper
 for the other kind of client is accepted with a logged warning, as librdkafka does.
 
 Every name librdkafka knows is in the table with a status: *effect* or *warning* (accepted,
-ignored, one warning naming it when set). Values whose being ignored would weaken what was
+ignored, one warning naming it when set), but for the features this client does not have
+(:data:`UNSUPPORTED`: refused by name, saying so). Values whose being ignored would weaken what was
 asked for are refused with an error naming them (``refuse_values``). The TLS and
 SASL settings are built at construction (:attr:`ClientConfig.security`).
 
@@ -38,6 +39,7 @@ from .errors import KafkaError, KafkaException
 
 __all__ = [
     "IGNORED",
+    "UNSUPPORTED",
     "Property",
     "PROPERTIES",
     "ClientConfig",
@@ -879,7 +881,20 @@ def _invalid(message: str) -> KafkaException:
     return KafkaException(KafkaError(code, message))
 
 
+#: librdkafka properties of features this client does not have: refused by name, saying
+#: so, rather than as unknown (or accepted and ignored)
+UNSUPPORTED: Mapping[str, str] = {
+    "max.poll.records": "it is for share consumers (KIP-932), which this client does not "
+                        "have; librdkafka ignores it for other consumers",
+    "share.acknowledgement.mode": "it is for share consumers (KIP-932), which this client "
+                                  "does not have",
+}
+
+
 def _unknown(name: str) -> KafkaException:
+    if name in UNSUPPORTED:
+        return _invalid(f'Configuration property "{name}" is not supported by this client: '
+                        f"{UNSUPPORTED[name]}")
     msg = f'No such configuration property: "{name}"'
     if isinstance(name, str):
         close = difflib.get_close_matches(name, list(_BY_ANY_NAME), n=1, cutoff=0.6)
@@ -1584,11 +1599,13 @@ def to_markdown() -> str:
         "`KafkaException(KafkaError._INVALID_ARG)`; a property meant for the other kind of "
         "client is accepted and a warning is logged.",
         "",
-        "Every property name in librdkafka's CONFIGURATION.md is in this table. Status: "
+        "Every property name in librdkafka's CONFIGURATION.md is in this table, but for "
+        "those refused by name (see Refused at the end). Status: "
         "**effect** = it does what librdkafka documents (the note says where a value is "
         "refused, because ignoring it would weaken what was asked for, or where it "
         "differs); **warning** = accepted, ignored, and one warning naming it is logged "
-        "when it is set. No name is refused whatever its value. The properties librdkafka "
+        "when it is set. No name of the table is refused whatever its value. The "
+        "properties librdkafka "
         "sets only "
         "through its C functions (callbacks, `opaque`, `default_topic_conf`, "
         "`ssl_key`/`ssl_certificate`/`ssl_ca`) are set by name here, callbacks as Python "
@@ -1649,6 +1666,12 @@ def to_markdown() -> str:
         "- `security.protocol` ssl / sasl_ssl builds the TLS context at construction (a "
         "missing file or wrong key password fails there); sasl_* needs a supported "
         "`sasl.mechanism` and its credentials (see docs/security.md).",
+        "",
+        "## Refused",
+        "",
+        "librdkafka properties of features this client does not have; setting them fails "
+        "with `_INVALID_ARG` saying so: "
+        + "; ".join(f"`{n}` ({why})" for n, why in UNSUPPORTED.items()) + ".",
         "",
         "## Accepted and ignored",
         "",

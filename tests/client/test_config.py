@@ -847,6 +847,20 @@ def test_every_librdkafka_name_has_its_documented_status(name, caplog):
         assert not naming, naming
 
 
+@pytest.mark.parametrize("name,value", [("max.poll.records", 500),
+                                        ("share.acknowledgement.mode", "explicit")])
+def test_share_consumer_properties_are_refused_saying_why(name, value):
+    """librdkafka 2.16's share consumer properties (KIP-932): they were "No such
+    configuration property" (max.poll.records: 'did you mean "max.poll.interval.ms"?'),
+    as if misspelt; the feature is missing, and the error says so."""
+    for role in ("consumer", "producer"):
+        msg = invalid({name: value}, role)
+        assert msg.startswith(f'Configuration property "{name}" is not supported by this '
+                              f"client: ")
+        assert "share consumers" in msg and "did you mean" not in msg
+    assert f"`{name}`" in to_markdown().split("## Refused")[1]
+
+
 def test_every_librdkafka_name_loads():
     """Before this table covered librdkafka's whole list, 79 of these names failed with
     "No such configuration property", and later 24 were still refused by name (the

@@ -27,6 +27,7 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import os
 import re
 import sys
 import traceback
@@ -658,7 +659,10 @@ _TABLE: Tuple[Property, ...] = (
        "Metadata-based OIDC authentication: none, or azure_imds (a GET with Metadata: true "
        "to sasl.oauthbearer.token.endpoint.url, Azure's instance metadata service address "
        "when unset, with the query=... entry of sasl.oauthbearer.config appended).",
-       values=("none", "azure_imds")),
+       values=("none", "azure_imds", "aws_iam"),
+       refuse_values={"aws_iam": "AWS IAM authentication (AWS's GetWebIdentityToken, which "
+                                 "confluent-kafka gets through AWS's SDK) is not "
+                                 "implemented"}),
     _ignored("auto.commit.enable", BOOL, True, "C",
              "Legacy simple-consumer auto commit (deprecated in librdkafka).",
              "use enable.auto.commit"),
@@ -1358,7 +1362,17 @@ class ClientConfig(Mapping[str, Any]):
             v["allow.auto.create.topics"] = role == "producer"
         if v["https.ca.location"] and v["https.ca.pem"]:
             raise _invalid('"https.ca.location" and "https.ca.pem" are mutually exclusive')
-        if v["sasl.oauthbearer.method"] == "oidc":
+        https_ca = v["https.ca.location"]
+        if https_ca and https_ca != "probe" and not os.path.exists(https_ca):
+            # librdkafka checks this at construction, whether or not OIDC is used
+            raise _invalid(f'"https.ca.location" must be an existing file or directory '
+                           f"({https_ca})")
+        if v["ssl.keystore.location"] and not v["ssl.keystore.password"]:
+            raise _invalid('"ssl.keystore.password" is mandatory when "ssl.keystore.location" '
+                           "is set")
+        if v["sasl.oauthbearer.method"] == "oidc" and (
+                (v["sasl.mechanism"] or "").upper() == "OAUTHBEARER"):
+            # as librdkafka: the OIDC settings are checked only where OAUTHBEARER is used
             self._check_oidc()
 
     def _check_oidc(self) -> None:

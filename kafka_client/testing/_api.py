@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 from kafka_proto.framing import RequestHead
 from kafka_proto.messages import API_KEYS, ApiKey, ApiVersionsResponse
 
+from kafka_client.admin._acl import AclOperation
+
 if TYPE_CHECKING:  # pragma: no cover
     from ._broker import Broker, ClientConnection
 
 __all__ = ["RequestContext", "HANDLERS", "ERROR_ANSWERS", "SUPPORTED_VERSIONS", "handles",
-           "error_answer", "served_api_versions"]
+           "error_answer", "served_api_versions", "TOPIC_OPERATIONS", "GROUP_OPERATIONS",
+           "CLUSTER_OPERATIONS"]
 
 Handler = Callable[["RequestContext"], None]
 ErrorAnswer = Callable[[Any, int, int], Any]
@@ -62,6 +65,7 @@ SUPPORTED_VERSIONS: Dict[int, Tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
@@ -69,6 +73,23 @@ SUPPORTED_VERSIONS: Dict[int, Tuple[int, int]] = {
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),
     ApiKey.PUSH_TELEMETRY: (0, 0),
 }
+
+
+def _operation_bits(*operations: AclOperation) -> int:
+    return sum(1 << op.value for op in operations)
+
+
+# KIP-430 authorized operations (Metadata, DescribeCluster, DescribeGroups,
+# ConsumerGroupDescribe), as a Kafka broker without an authorizer answers them: every
+# operation Kafka's ACLs know for the resource type (its AclEntry.supportedOperations).
+_OP = AclOperation
+TOPIC_OPERATIONS = _operation_bits(_OP.READ, _OP.WRITE, _OP.CREATE, _OP.DESCRIBE, _OP.DELETE,
+                                   _OP.ALTER, _OP.DESCRIBE_CONFIGS, _OP.ALTER_CONFIGS)
+GROUP_OPERATIONS = _operation_bits(_OP.READ, _OP.DESCRIBE, _OP.DELETE, _OP.DESCRIBE_CONFIGS,
+                                   _OP.ALTER_CONFIGS)
+CLUSTER_OPERATIONS = _operation_bits(_OP.CREATE, _OP.CLUSTER_ACTION, _OP.DESCRIBE_CONFIGS,
+                                     _OP.ALTER_CONFIGS, _OP.IDEMPOTENT_WRITE, _OP.ALTER,
+                                     _OP.DESCRIBE)
 
 
 def served_api_versions() -> List[Any]:

@@ -1,5 +1,5 @@
-"""Cluster and topic APIs: ApiVersions, Metadata, CreateTopics, DeleteTopics,
-CreatePartitions, DescribeConfigs and ElectLeaders; the SCRAM credential APIs
+"""Cluster and topic APIs: ApiVersions, Metadata, DescribeCluster, CreateTopics,
+DeleteTopics, CreatePartitions, DescribeConfigs and ElectLeaders; the SCRAM credential APIs
 (DescribeUserScramCredentials, AlterUserScramCredentials)."""
 from __future__ import annotations
 
@@ -13,13 +13,21 @@ from kafka_proto.messages import (
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
+    DescribeClusterResponse,
     DescribeConfigsResponse,
     DescribeUserScramCredentialsResponse,
     ElectLeadersResponse,
     MetadataResponse,
 )
 
-from ._api import RequestContext, error_answer, handles, served_api_versions
+from ._api import (
+    CLUSTER_OPERATIONS,
+    TOPIC_OPERATIONS,
+    RequestContext,
+    error_answer,
+    handles,
+    served_api_versions,
+)
 from ._config import BROKER_CONFIGS, TOPIC_CONFIGS, to_text
 from ._controller import ControllerError, TopicInfo
 from ._sasl import SCRAM_WIRE, ScramAdminError
@@ -31,6 +39,9 @@ RESOURCE_BROKER_LOGGER = 8
 SOURCE_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+# DescribeCluster's endpoint types (KIP-919): the listeners are brokers' ones.
+ENDPOINT_BROKER = 1
+ENDPOINT_CONTROLLER = 2
 
 
 # --------------------------------------------------------------------------- ApiVersions
@@ -117,9 +128,56 @@ def metadata(ctx: RequestContext) -> None:
                 continue
             topics.append(_topic_metadata(ctx, info))
     live = controller.live_brokers()
-    ctx.respond(MetadataResponse(
+    response = MetadataResponse(
         brokers=_broker_list(ctx), cluster_id=ctx.server.cluster_id,
-        controller_id=live[0] if live else -1, topics=topics))
+        controller_id=live[0] if live else -1, topics=topics)
+    # KIP-430, as Kafka without an authorizer: the cluster's operations up to v10 (later
+    # versions dropped the field for DescribeCluster), every topic's but an unknown id's.
+    if 8 <= ctx.version <= 10 and req.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+    if ctx.version >= 8 and req.include_topic_authorized_operations:
+        for topic in topics:
+            if topic.error_code != ErrorCode.UNKNOWN_TOPIC_ID:
+                topic.topic_authorized_operations = TOPIC_OPERATIONS
+    ctx.respond(response)
+
+
+# --------------------------------------------------------------------------- DescribeCluster
+
+
+@error_answer(ApiKey.DESCRIBE_CLUSTER)
+def describe_cluster_error(request: Any, version: int, code: int) -> Any:
+    return DescribeClusterResponse(error_code=code, cluster_id="", controller_id=-1,
+                                   endpoint_type=ENDPOINT_BROKER)
+
+
+@handles(ApiKey.DESCRIBE_CLUSTER)
+def describe_cluster(ctx: RequestContext) -> None:
+    req = ctx.request
+    wanted = req.endpoint_type if ctx.version >= 1 else ENDPOINT_BROKER
+    if wanted not in (ENDPOINT_BROKER, ENDPOINT_CONTROLLER):
+        # Kafka's codes: v0 knows no endpoint errors.
+        ctx.respond(DescribeClusterResponse(
+            error_code=ErrorCode.INVALID_REQUEST if ctx.version == 0
+            else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, cluster_id="",
+            error_message=f"Unsupported endpoint type {wanted}"))
+        return
+    if wanted != ENDPOINT_BROKER:
+        ctx.respond(DescribeClusterResponse(
+            error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE, cluster_id="",
+            error_message="The request was sent to an endpoint of type BROKER, but we "
+                          "wanted an endpoint of type CONTROLLER"))
+        return
+    live = ctx.broker.controller.live_brokers()
+    R = DescribeClusterResponse
+    response = R(error_code=ErrorCode.NONE, endpoint_type=ENDPOINT_BROKER,
+                 cluster_id=ctx.server.cluster_id, controller_id=live[0] if live else -1,
+                 brokers=[R.DescribeClusterBroker(broker_id=b.node_id, host=b.host,
+                                                  port=b.port, rack=b.rack)
+                          for b in _broker_list(ctx)])
+    if req.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+    ctx.respond(response)
 
 
 # --------------------------------------------------------------------------- CreateTopics

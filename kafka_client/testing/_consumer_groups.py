@@ -44,7 +44,7 @@ from kafka_proto.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 
-from ._api import RequestContext, error_answer, handles
+from ._api import GROUP_OPERATIONS, RequestContext, error_answer, handles
 from ._groups import CommittedOffset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -766,6 +766,11 @@ class ConsumerGroupCoordinator:
                     target_assignment=R.Assignment(topic_partitions=self._described(
                         group.target.get(m.member_id, set()))))
                     for m in group.members.values()]))
+        if ctx.request.include_authorized_operations:
+            # KIP-430, as Kafka without an authorizer: every group it describes.
+            for described in out:
+                if described.error_code == ErrorCode.NONE:
+                    described.authorized_operations = GROUP_OPERATIONS
         ctx.note(groups=list(ctx.request.group_ids))
         ctx.respond(R(groups=out))
 

@@ -40,7 +40,7 @@ from kafka_proto.messages import (
     SyncGroupResponse,
 )
 
-from ._api import RequestContext, error_answer, handles
+from ._api import GROUP_OPERATIONS, RequestContext, error_answer, handles
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import ClusterServer
@@ -675,6 +675,11 @@ class GroupCoordinator:
                     member_metadata=m.metadata_for(group.protocol_name or ""),
                     member_assignment=m.assignment if stable else b"")
                     for m in group.members.values()]))
+        if ctx.version >= 3 and ctx.request.include_authorized_operations:
+            # KIP-430, as Kafka without an authorizer: every group it describes.
+            for described in out:
+                if described.error_code == ErrorCode.NONE:
+                    described.authorized_operations = GROUP_OPERATIONS
         ctx.respond(R(groups=out))
 
     def list_groups(self, ctx: RequestContext) -> None:

@@ -15,6 +15,7 @@ from kafka_client import Consumer, TopicPartition
 from kafka_client.testing import Cluster
 
 ck = pytest.importorskip("confluent_kafka")
+ck_admin = pytest.importorskip("confluent_kafka.admin")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -311,3 +312,55 @@ def test_kcat(cluster, sasl_cluster, mechanism):
         assert len(texts) == 1            # the same batches on every replica
         payloads += re.findall(r"payload: (\S+)", texts.pop())
     assert sorted(payloads) == sorted(f"v{i}" for i in range(100))
+
+
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_authorized_operations_through_both_admin_clients(cluster, group_protocol):
+    """Kafka without an authorizer answers every operation of the resource type
+    (KIP-430); the test cluster answered none (describe_cluster failed in our
+    AdminClient with _UNSUPPORTED_FEATURE, confluent-kafka's gave None)."""
+    from kafka_client import TopicCollection
+    from kafka_client.admin import AclOperation, AdminClient
+
+    topic = f"authorized-ops-{group_protocol}"
+    group = f"authorized-ops-group-{group_protocol}"
+    cluster.create_topic(topic, partitions=2, replication_factor=3)
+    member = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                       "group.protocol": group_protocol})
+    member.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 30
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.2)
+        assert member.assignment()
+        expected = {
+            "cluster": {AclOperation.CREATE, AclOperation.CLUSTER_ACTION,
+                        AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
+                        AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+                        AclOperation.DESCRIBE},
+            "topic": {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE,
+                      AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.ALTER,
+                      AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS},
+            "group": {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+                      AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS},
+        }
+        for admin, topics, names in (
+                (AdminClient({"bootstrap.servers": cluster.bootstrap_servers}),
+                 TopicCollection([topic]), lambda ops: set(ops)),
+                (ck_admin.AdminClient({"bootstrap.servers": cluster.bootstrap_servers}),
+                 ck.TopicCollection([topic]), lambda ops: {AclOperation[o.name] for o in ops})):
+            described = admin.describe_cluster(include_authorized_operations=True,
+                                               request_timeout=10).result(15)
+            assert names(described.authorized_operations) == expected["cluster"]
+            described = admin.describe_topics(topics, include_authorized_operations=True,
+                                              request_timeout=10)[topic].result(15)
+            assert names(described.authorized_operations) == expected["topic"]
+            described = admin.describe_consumer_groups(
+                [group], include_authorized_operations=True, request_timeout=10)[group].result(15)
+            assert len(described.members) == 1
+            assert names(described.authorized_operations) == expected["group"]
+            # Not asked for: none given.
+            assert admin.describe_cluster(request_timeout=10).result(15) \
+                .authorized_operations is None
+    finally:
+        member.close()

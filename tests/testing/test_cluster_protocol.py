@@ -19,7 +19,9 @@ from kafka_proto.messages import (
     ApiVersionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
+    DescribeClusterRequest,
     DescribeConfigsRequest,
+    DescribeGroupsRequest,
     FetchRequest,
     ListOffsetsRequest,
     MetadataRequest,
@@ -27,6 +29,7 @@ from kafka_proto.messages import (
 )
 from kafka_proto.records import RecordBatchBuilder
 
+from kafka_client.admin import AclOperation
 from kafka_client.testing import Cluster
 
 from rawclient import RawClient  # tests/testing/rawclient.py
@@ -239,6 +242,81 @@ def test_metadata_and_topic_administration(cluster):
         assert {r.name: r.error_code for r in deleted.responses} == {
             "admin-a": ErrorCode.NONE, "missing": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
     assert not os.path.exists(cluster.log_dir("admin-a", 0, 1))
+
+
+# --------------------------------------------------------------------------- KIP-430
+
+
+def operation_bits(*operations):
+    return sum(1 << op.value for op in operations)
+
+
+# What a Kafka broker without an authorizer answers: every operation of the resource type.
+CLUSTER_OPERATIONS = operation_bits(
+    AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+    AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+    AclOperation.DESCRIBE)
+TOPIC_OPERATIONS = operation_bits(
+    AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+    AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+    AclOperation.ALTER_CONFIGS)
+GROUP_OPERATIONS = operation_bits(
+    AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+    AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS)
+NOT_ASKED = -(2 ** 31)
+
+
+@pytest.mark.parametrize("version", [8, 10, 12])
+def test_metadata_answers_authorized_operations_as_kafka_without_an_authorizer(cluster,
+                                                                               version):
+    cluster.create_topic(f"authorized-{version}", partitions=1, replication_factor=1)
+    with RawClient(cluster.address(1)) as c:
+        resp = c.request(MetadataRequest(topics=[
+            MetadataRequest.MetadataRequestTopic(name=f"authorized-{version}"),
+            MetadataRequest.MetadataRequestTopic(name="authorized-missing")],
+            allow_auto_topic_creation=False, include_topic_authorized_operations=True,
+            include_cluster_authorized_operations=version <= 10), version)
+        # v11 dropped the cluster's field (DescribeCluster carries it).
+        if version <= 10:
+            assert resp.cluster_authorized_operations == CLUSTER_OPERATIONS
+        by_name = {t.name: t for t in resp.topics}
+        assert by_name[f"authorized-{version}"].topic_authorized_operations == TOPIC_OPERATIONS
+        # Kafka sets them on an unknown topic's entry too (not on an unknown topic id's).
+        assert by_name["authorized-missing"].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert by_name["authorized-missing"].topic_authorized_operations == TOPIC_OPERATIONS
+        plain = c.request(MetadataRequest(topics=None), version)
+        assert {t.topic_authorized_operations for t in plain.topics} == {NOT_ASKED}
+        if version <= 10:
+            assert plain.cluster_authorized_operations == NOT_ASKED
+
+
+def test_describe_cluster_is_served_as_kafka_serves_it(cluster):
+    with RawClient(cluster.address(2)) as c:
+        for version in (0, 1):
+            resp = c.request(DescribeClusterRequest(include_cluster_authorized_operations=True,
+                                                    endpoint_type=1), version)
+            assert resp.error_code == ErrorCode.NONE
+            assert resp.cluster_id == cluster.cluster_id
+            assert sorted(b.broker_id for b in resp.brokers) == [1, 2, 3]
+            assert resp.controller_id in (1, 2, 3)
+            assert resp.cluster_authorized_operations == CLUSTER_OPERATIONS
+        assert c.request(DescribeClusterRequest(), 0).cluster_authorized_operations == NOT_ASKED
+        # KIP-919: a broker listener is not a controller's, and 7 is no endpoint type.
+        assert c.request(DescribeClusterRequest(endpoint_type=2), 1).error_code == \
+            ErrorCode.MISMATCHED_ENDPOINT_TYPE
+        assert c.request(DescribeClusterRequest(endpoint_type=7), 1).error_code == \
+            ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+
+
+def test_describe_groups_answers_authorized_operations(cluster):
+    coordinator = cluster.coordinator(group="authorized-group")
+    with RawClient(cluster.address(coordinator)) as c:
+        resp = c.request(DescribeGroupsRequest(groups=["authorized-group"],
+                                               include_authorized_operations=True), 5)
+        assert resp.groups[0].error_code == ErrorCode.NONE
+        assert resp.groups[0].authorized_operations == GROUP_OPERATIONS
+        resp = c.request(DescribeGroupsRequest(groups=["authorized-group"]), 5)
+        assert resp.groups[0].authorized_operations == NOT_ASKED
 
 
 # --------------------------------------------------------------------------- produce

@@ -3,6 +3,7 @@ DeleteTopics, CreatePartitions, DescribeConfigs and ElectLeaders; the SCRAM cred
 (DescribeUserScramCredentials, AlterUserScramCredentials)."""
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional
 
 from kafka_proto.errors import ErrorCode
@@ -52,10 +53,20 @@ def api_versions_error(request: Any, version: int, code: int) -> Any:
     return ApiVersionsResponse(error_code=code)
 
 
+#: KIP-511: what Kafka accepts as a client software name or version (v3+).
+_SOFTWARE_NAME_OR_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?")
+
+
 @handles(ApiKey.API_VERSIONS)
 def api_versions(ctx: RequestContext) -> None:
-    ctx.note(client_software=(ctx.request.client_software_name,
-                              ctx.request.client_software_version))
+    req = ctx.request
+    ctx.note(client_software=(req.client_software_name, req.client_software_version))
+    if ctx.version >= 3 and not all(
+            _SOFTWARE_NAME_OR_VERSION.fullmatch(value or "")
+            for value in (req.client_software_name, req.client_software_version)):
+        # As Kafka: INVALID_REQUEST and no ranges.
+        ctx.respond(ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST))
+        return
     ctx.respond(ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=served_api_versions()))
 
 

@@ -13,8 +13,20 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from kafka_proto.errors import ErrorCode, KafkaProtocolError
-from kafka_proto.records import iter_batch_headers, read_batch_header, read_batches, stamp_batch
+from kafka_proto.errors import (
+    CompressionError,
+    CrcMismatchError,
+    ErrorCode,
+    KafkaProtocolError,
+    TruncatedDataError,
+)
+from kafka_proto.records import (
+    ColumnBuilder,
+    iter_batch_headers,
+    read_batch_header,
+    read_batches,
+    stamp_batch,
+)
 from ._controller import PartitionInfo, TopicInfo
 from .storage import PartitionLog
 
@@ -48,6 +60,48 @@ class AppendResult(NamedTuple):
     message: Optional[str] = None
     #: The offset the high watermark must reach for acks=all (-1: nothing to wait for).
     required_offset: int = -1
+
+
+#: A start offset above every record's: decode_columns then parses (checks) every record
+#: and keeps none.
+_PAST_EVERY_OFFSET = (1 << 63) - 1
+
+
+def _unreadable_batch(view: memoryview, exc: KafkaProtocolError) -> "AppendResult":
+    """The answer to a produced batch that read_batches refused, as Kafka answers it."""
+    if isinstance(exc, (CrcMismatchError, TruncatedDataError)):
+        return AppendResult(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+    if isinstance(exc, CompressionError):   # an unknown codec id
+        return AppendResult(ErrorCode.UNKNOWN_SERVER_ERROR, message=str(exc))
+    try:
+        header = read_batch_header(view)
+    except KafkaProtocolError:
+        return AppendResult(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+    if header.size != len(view):
+        return AppendResult(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+    # One whole v2 batch whose CRC matched (read_batches checks it first): its header lies
+    # about its records, which Kafka's LogValidator refuses with INVALID_RECORD.
+    return AppendResult(ErrorCode.INVALID_RECORD, message=str(exc))
+
+
+def _unreadable_records(batch) -> Optional["AppendResult"]:
+    """Kafka's checks of a produced batch's records (LogValidator): the count against the
+    offsets, then every record parsed. A record that does not parse, or records left over,
+    are INVALID_RECORD; a payload that does not decompress is Kafka's "Failed to decompress
+    record stream", a KafkaException its ReplicaManager answers UNKNOWN_SERVER_ERROR."""
+    count = batch.records_count
+    if count <= 0 or count != batch.last_offset_delta + 1:
+        return AppendResult(ErrorCode.INVALID_RECORD,
+                            message=f"Inconsistent batch offset range [0, "
+                                    f"{batch.last_offset_delta}] and count of records {count}")
+    try:
+        batch.decode_columns(ColumnBuilder(), _PAST_EVERY_OFFSET)
+    except CompressionError as exc:
+        return AppendResult(ErrorCode.UNKNOWN_SERVER_ERROR,
+                            message=f"Failed to decompress record stream: {exc}")
+    except KafkaProtocolError as exc:
+        return AppendResult(ErrorCode.INVALID_RECORD, message=str(exc))
+    return None
 
 
 class _Waiter(NamedTuple):
@@ -148,7 +202,7 @@ class Replica:
         try:
             batches = list(read_batches(view, check_crc=True, allow_truncated=False))
         except KafkaProtocolError as exc:
-            return AppendResult(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+            return _unreadable_batch(view, exc)
         if len(batches) != 1 or batches[0].magic != 2:
             return AppendResult(ErrorCode.INVALID_RECORD,
                                 message="Produce v3 and later carry exactly one v2 record batch")
@@ -160,6 +214,9 @@ class Replica:
         if batch.is_control:
             return AppendResult(ErrorCode.INVALID_RECORD,
                                 message="producers may not write control batches")
+        refused = _unreadable_records(batch)
+        if refused is not None:
+            return refused
         if settings.cleanup_compact:
             try:
                 if any(r.key is None for r in batch):

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from kafka_proto._crc import crc32c
 from kafka_proto.errors import ErrorCode
 from kafka_proto.framing import encode_request
 from kafka_proto.messages import (
@@ -97,7 +98,24 @@ def test_api_versions_of_an_unknown_version_gets_a_v0_error_answer(cluster):
         resp = ApiVersionsResponse.decode(frame[4:], 0)
         assert any(k.api_key == ApiKey.FETCH for k in resp.api_keys)
         # The connection stays usable.
-        assert c.request(ApiVersionsRequest(), 3).error_code == 0
+        assert c.request(ApiVersionsRequest(client_software_name="t",
+                                            client_software_version="1"), 3).error_code == 0
+
+
+def test_api_versions_refuses_a_client_software_name_kafka_refuses(cluster):
+    """KIP-511: Kafka answers INVALID_REQUEST, with no ranges, to a v3+ ApiVersions whose
+    client software name or version is not letters, digits, '.' and '-' (starting and
+    ending with a letter or digit); the cluster answered it as a valid one."""
+    with RawClient(cluster.address(1)) as c:
+        for name, version in (("bad name", "1"), ("", "1"), ("ok", "1.0-"), ("-ok", "1")):
+            resp = c.request(ApiVersionsRequest(client_software_name=name,
+                                                client_software_version=version), 3)
+            assert (resp.error_code, resp.api_keys) == (ErrorCode.INVALID_REQUEST, []), name
+        resp = c.request(ApiVersionsRequest(client_software_name="confluent-kafka-python",
+                                            client_software_version="2.16.1-rdkafka-2.16.0"), 4)
+        assert resp.error_code == ErrorCode.NONE and resp.api_keys
+        # Before v3 there is no name to check.
+        assert c.request(ApiVersionsRequest(), 2).error_code == ErrorCode.NONE
 
 
 @pytest.mark.parametrize("api_key, version", [
@@ -354,6 +372,50 @@ def test_produce_validation(cluster):
     # Only the good batch is in the log, on every replica.
     state = cluster.wait_in_sync("validate")
     assert {r.log_end_offset for r in state.partitions[0].replica_logs.values()} == {1}
+
+
+def with_crc(batch_bytes):
+    """The batch with its CRC-32C made right again (a lie the CRC cannot catch)."""
+    fixed = bytearray(batch_bytes)
+    fixed[17:21] = struct.pack(">I", crc32c(bytes(fixed[21:])))
+    return bytes(fixed)
+
+
+def test_produce_refuses_records_that_do_not_parse_as_kafka_does(cluster):
+    """A batch whose CRC matches but whose records do not parse was appended (consumers
+    then failed on it); Kafka's LogValidator reads every record and refuses it."""
+    cluster.create_topic("unparsable", partitions=1, replication_factor=2)
+    leader = cluster.leader("unparsable", 0)
+    good = batch([b"one", b"two"])
+    count_at = 57        # recordsCount, after the fixed header fields
+    with RawClient(cluster.address(leader)) as c:
+        def error_of(records):
+            resp = c.request(produce_request("unparsable", records), 9)
+            return ErrorCode(resp.responses[0].partition_responses[0].error_code).name
+
+        for count in (1, 3, 0, -1):   # lastOffsetDelta says 2 records
+            lying = bytearray(good)
+            lying[count_at:count_at + 4] = struct.pack(">i", count)
+            assert error_of(with_crc(lying)) == "INVALID_RECORD", count
+        record_length_lies = bytearray(good)
+        record_length_lies[61] = 0x7F           # the first record's length varint: -64
+        assert error_of(with_crc(record_length_lies)) == "INVALID_RECORD"
+        for codec in (1, 2, 3, 4):
+            # Kafka: "Failed to decompress record stream", a KafkaException answered
+            # UNKNOWN_SERVER_ERROR.
+            garbage = bytearray(good[:61]) + b"\x00not compressed at all" * 3
+            garbage[8:12] = struct.pack(">i", len(garbage) - 12)
+            garbage[21:23] = struct.pack(">h", codec)
+            assert error_of(with_crc(garbage)) == "UNKNOWN_SERVER_ERROR", codec
+        compressed = RecordBatchBuilder(compression=4)
+        compressed.append(b"fine", key=b"k", timestamp=int(time.time() * 1000))
+        assert error_of(compressed.build()) == "NONE"
+        assert error_of(good) == "NONE"
+    # Only the two good batches reached the log.
+    state = cluster.wait_in_sync("unparsable")
+    assert {r.log_end_offset for r in state.partitions[0].replica_logs.values()} == {3}
+    with open(cluster.log_path) as f:
+        assert "Traceback" not in f.read()
 
 
 def test_list_offsets_and_fetch_limits(cluster):

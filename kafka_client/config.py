@@ -1270,34 +1270,12 @@ class ClientConfig(Mapping[str, Any]):
             # init_transactions() failed, retriably, for ever)
             v["transactional.id"] = None
         if role == "producer":
-            if v["transactional.id"] is not None:
-                if not v["enable.idempotence"]:
-                    if "enable.idempotence" in ex:
-                        raise _invalid(
-                            '"transactional.id" requires "enable.idempotence" to be true')
-                    v["enable.idempotence"] = True
-                txn_timeout = v["transaction.timeout.ms"]
-                if "socket.timeout.ms" not in ex:
-                    v["socket.timeout.ms"] = min(max(txn_timeout - 100, 900), 300000)
-                elif txn_timeout + 100 < v["socket.timeout.ms"]:
-                    raise _invalid(
-                        f'"socket.timeout.ms" ({v["socket.timeout.ms"]}) must be at most '
-                        f'"transaction.timeout.ms" + 100 ({txn_timeout + 100})')
-            if v["enable.idempotence"]:
-                self._adjust_for_idempotence(given_as)
-            elif v["enable.gapless.guarantee"] and "enable.gapless.guarantee" in ex:
-                raise _invalid(
-                    '"enable.gapless.guarantee" requires "enable.idempotence" to be true')
-            timeout = v["message.timeout.ms"]
-            if timeout != 0 and timeout <= v["linger.ms"]:
-                if "linger.ms" in ex:
-                    raise _invalid(
-                        f'"message.timeout.ms" ({timeout}) must be greater than '
-                        f'"linger.ms" ({_fmt_num(v["linger.ms"])})')
-                v["linger.ms"] = timeout - 0.1  # keep batches from outliving their messages
-            if "sticky.partitioning.linger.ms" not in ex:
-                v["sticky.partitioning.linger.ms"] = int(min(900000, 2 * v["linger.ms"]))
+            self._finalize_producer(given_as)
         else:
+            if role == "admin":
+                # librdkafka's admin client is a producer handle: what a producer refuses
+                # it refuses too (a configuration shared by both); nothing derived is kept
+                ClientConfig("producer", dict(v), dict(ex))._finalize_producer(given_as)
             # Producer-only machinery stays off for consumers and admin clients.
             v["enable.idempotence"] = False
 
@@ -1332,20 +1310,20 @@ class ClientConfig(Mapping[str, Any]):
                 raise _invalid(
                     f'"max.poll.interval.ms" ({v["max.poll.interval.ms"]}) must be >= '
                     f'"session.timeout.ms" ({v["session.timeout.ms"]})')
-            strategies = v["partition.assignment.strategy"]
-            if not strategies:
+            if not v["partition.assignment.strategy"]:
                 raise _invalid('"partition.assignment.strategy" must name at least one assignor')
-            coop = {s in _COOPERATIVE_ASSIGNORS for s in strategies}
-            if len(coop) > 1:
-                raise _invalid(
-                    f'"partition.assignment.strategy" ({",".join(strategies)}) mixes '
-                    f"cooperative and eager assignors, which cannot be combined")
             if v["fetch.wait.max.ms"] + 1000 > v["socket.timeout.ms"]:
                 self._logger().warning(
                     "Configuration property fetch.wait.max.ms (%d) should be at least 1000 ms "
                     "lower than socket.timeout.ms (%d)",
                     v["fetch.wait.max.ms"], v["socket.timeout.ms"])
 
+        strategies = v["partition.assignment.strategy"]
+        if len({s in _COOPERATIVE_ASSIGNORS for s in strategies}) > 1:
+            # every client checks it, as librdkafka's (a configuration shared by both)
+            raise _invalid(
+                f'"partition.assignment.strategy" ({",".join(strategies)}) mixes '
+                f"cooperative and eager assignors, which cannot be combined")
         if "metadata.max.age.ms" not in ex and v["topic.metadata.refresh.interval.ms"] > 0:
             v["metadata.max.age.ms"] = min(v["topic.metadata.refresh.interval.ms"] * 3, 86400000)
         if "topic.metadata.refresh.fast.interval.ms" not in ex:
@@ -1374,6 +1352,38 @@ class ClientConfig(Mapping[str, Any]):
                 (v["sasl.mechanism"] or "").upper() == "OAUTHBEARER"):
             # as librdkafka: the OIDC settings are checked only where OAUTHBEARER is used
             self._check_oidc()
+
+    def _finalize_producer(self, given_as: Dict[str, str]) -> None:
+        """The producer's rules: transactions, idempotence, linger.ms."""
+        v = self._values
+        ex = self._explicit
+        if v["transactional.id"] is not None:
+            if not v["enable.idempotence"]:
+                if "enable.idempotence" in ex:
+                    raise _invalid(
+                        '"transactional.id" requires "enable.idempotence" to be true')
+                v["enable.idempotence"] = True
+            txn_timeout = v["transaction.timeout.ms"]
+            if "socket.timeout.ms" not in ex:
+                v["socket.timeout.ms"] = min(max(txn_timeout - 100, 900), 300000)
+            elif txn_timeout + 100 < v["socket.timeout.ms"]:
+                raise _invalid(
+                    f'"socket.timeout.ms" ({v["socket.timeout.ms"]}) must be at most '
+                    f'"transaction.timeout.ms" + 100 ({txn_timeout + 100})')
+        if v["enable.idempotence"]:
+            self._adjust_for_idempotence(given_as)
+        elif v["enable.gapless.guarantee"] and "enable.gapless.guarantee" in ex:
+            raise _invalid(
+                '"enable.gapless.guarantee" requires "enable.idempotence" to be true')
+        timeout = v["message.timeout.ms"]
+        if timeout != 0 and timeout <= v["linger.ms"]:
+            if "linger.ms" in ex:
+                raise _invalid(
+                    f'"message.timeout.ms" ({timeout}) must be greater than '
+                    f'"linger.ms" ({_fmt_num(v["linger.ms"])})')
+            v["linger.ms"] = timeout - 0.1  # keep batches from outliving their messages
+        if "sticky.partitioning.linger.ms" not in ex:
+            v["sticky.partitioning.linger.ms"] = int(min(900000, 2 * v["linger.ms"]))
 
     def _check_oidc(self) -> None:
         """sasl.oauthbearer.method=oidc: what it needs, as librdkafka checks it."""

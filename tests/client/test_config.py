@@ -895,6 +895,28 @@ def test_oidc_settings_are_checked_only_where_oauthbearer_is_used():
                    '"sasl.oauthbearer.method=oidc" is set')
 
 
+@pytest.mark.parametrize("conf,expected", [
+    ({"enable.idempotence": True, "acks": 1}, '"acks" must be all (-1)'),
+    ({"enable.idempotence": True, "max.in.flight": 6}, "must be at most 5"),
+    ({"enable.gapless.guarantee": True}, '"enable.gapless.guarantee" requires'),
+    ({"linger.ms": 1000, "message.timeout.ms": 1000}, "must be greater than"),
+    ({"transactional.id": "t", "socket.timeout.ms": 70000}, '"transaction.timeout.ms" + 100'),
+    ({"partition.assignment.strategy": "range,cooperative-sticky"}, "mixes cooperative"),
+])
+def test_admin_client_refuses_what_a_producer_refuses(conf, expected):
+    """librdkafka's admin client is a producer handle: a configuration shared by a
+    producer and an admin client fails both there; the admin client took it here. The
+    producer's derived values are not kept for the admin client."""
+    assert expected in invalid(conf, "admin")
+    assert expected in invalid(conf, "producer")
+
+
+def test_admin_client_keeps_its_own_values_under_producer_rules():
+    c = parse({"transactional.id": "t", "linger.ms": 1000}, "admin")
+    assert c.enable_idempotence is False and c.socket_timeout_ms == 60000
+    assert c.acks == -1 and c.max_in_flight_requests_per_connection == 1000000
+
+
 def test_aws_iam_is_refused_as_not_implemented():
     msg = invalid({"sasl.oauthbearer.metadata.authentication.type": "AWS_IAM"})
     assert msg.startswith('Configuration property "sasl.oauthbearer.metadata.authentication'

@@ -1682,8 +1682,11 @@ def to_markdown() -> str:
         "- Producer: `enable.gapless.guarantee` needs `enable.idempotence`; "
         "`message.timeout.ms` (when not 0) must be greater than `linger.ms`.",
         "- Consumer: `fetch.max.bytes` >= `message.max.bytes`; `receive.message.max.bytes` >= "
-        "`fetch.max.bytes` + 512; `max.poll.interval.ms` >= `session.timeout.ms`; "
-        "cooperative and eager assignors cannot be mixed.",
+        "`fetch.max.bytes` + 512; `max.poll.interval.ms` >= `session.timeout.ms`. Every "
+        "client: cooperative and eager assignors cannot be mixed.",
+        "- The admin client refuses what a producer refuses (the producer rules above), as "
+        "librdkafka's admin client, a producer handle, does; the producer's derived values "
+        "do not apply to it.",
         "- Every client: `reconnect.backoff.max.ms` >= `reconnect.backoff.ms` (a "
         "`retry.backoff.max.ms` below `retry.backoff.ms` is raised to it: a constant "
         "backoff, as in librdkafka and KIP-580).",

@@ -270,7 +270,8 @@ _TABLE: Tuple[Property, ...] = (
        values=_DEBUG_CONTEXTS),
     _p("log_level", INT, 6, "*",
        "Most verbose syslog level (0-7) passed to log_cb / logger (7 = debug, 6 = info, "
-       "4 = warning, 3 = error).", min=0, max=7),
+       "4 = warning, 3 = error).", min=0, max=7,
+       derived="7 when debug is set, even over an explicit value (as librdkafka)"),
     _p("log.connection.close", BOOL, True, "*",
        "Log (at info level) when an established broker connection closes; false logs it at "
        "debug level."),
@@ -1336,6 +1337,10 @@ class ClientConfig(Mapping[str, Any]):
             # Accepted, as librdkafka does; the backoff is then constant (KIP-580's rule:
             # retry.backoff.ms is the upper bound too).
             v["retry.backoff.max.ms"] = v["retry.backoff.ms"]
+        if v["debug"]:
+            # librdkafka's: debug contexts raise log_level to 7 (debug), whatever it was
+            # set to, or their lines would be dropped by the level they asked for
+            v["log_level"] = 7
         if "allow.auto.create.topics" not in ex:
             v["allow.auto.create.topics"] = role == "producer"
         if v["https.ca.location"] and v["https.ca.pem"]:

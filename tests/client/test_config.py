@@ -917,6 +917,20 @@ def test_admin_client_keeps_its_own_values_under_producer_rules():
     assert c.acks == -1 and c.max_in_flight_requests_per_connection == 1000000
 
 
+def test_debug_raises_log_level_to_debug_as_librdkafka():
+    """confluent-kafka with log_level=0 and debug=broker hands its BROKER debug lines
+    (and errors) to the logger; here log_level dropped them."""
+    lines = []
+    c = parse({"log_level": 0, "debug": "broker",
+               "log_cb": lambda level, facility, text: lines.append((level, text))})
+    assert c.log_level == 7
+    c.logger.debug("connecting")
+    assert lines == [(7, "connecting")]
+    quiet = parse({"log_level": 0, "log_cb": lambda *args: lines.append(args)})
+    quiet.logger.error("dropped")
+    assert quiet.log_level == 0 and len(lines) == 1
+
+
 def test_aws_iam_is_refused_as_not_implemented():
     msg = invalid({"sasl.oauthbearer.metadata.authentication.type": "AWS_IAM"})
     assert msg.startswith('Configuration property "sasl.oauthbearer.metadata.authentication'

@@ -27,6 +27,7 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import numbers
 import os
 import re
 import sys
@@ -1031,6 +1032,10 @@ def _to_number(given: str, prop: Property, value: Any) -> Union[int, float]:
             num = value
     elif isinstance(value, str):
         num = _parse_c_integer(value) if is_int else _parse_c_float(value)
+    elif isinstance(value, numbers.Number):
+        # Decimal, Fraction, numpy's scalars: confluent-kafka hands librdkafka their text
+        text = str(value)
+        num = _parse_c_integer(text) if is_int else _parse_c_float(text)
     if num is None:
         kind = "an integer" if is_int else "a number"
         extra = ""

@@ -5,6 +5,8 @@ import logging
 import re
 import subprocess
 import sys
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -231,6 +233,16 @@ def test_float_for_an_int_is_range_checked_after_dropping_the_fraction():
     assert parse({"log_level": 7.9})["log_level"] == 7
     assert parse({"acks": -0.5})["acks"] == 0  # toward zero, as C's conversion
     assert "value -1 is outside" in invalid({"message.timeout.ms": -1.5})
+
+
+def test_other_number_types_are_read_from_their_text_as_confluent_kafka_passes_them():
+    """Decimal, Fraction (and numpy's scalars): confluent-kafka passes str(value) to
+    librdkafka, which takes it; they were refused here ("expected an integer")."""
+    assert parse({"socket.timeout.ms": Decimal("1500.7")})["socket.timeout.ms"] == 1500
+    assert parse({"acks": Fraction(1, 1)})["acks"] == 1
+    assert parse({"linger.ms": Decimal("5.5")})["linger.ms"] == 5.5
+    assert "Fraction(3, 2)" in invalid({"acks": Fraction(3, 2)})  # "3/2": not a number
+    assert "(1+0j)" in invalid({"acks": 1 + 0j})
 
 
 def test_float_reads_hex_and_refuses_what_strtod_would_cut():

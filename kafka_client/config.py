@@ -1700,6 +1700,10 @@ def to_markdown() -> str:
         "- Every client: `reconnect.backoff.max.ms` >= `reconnect.backoff.ms` (a "
         "`retry.backoff.max.ms` below `retry.backoff.ms` is raised to it: a constant "
         "backoff, as in librdkafka and KIP-580).",
+        "- Every client, whatever `security.protocol` (as librdkafka): `https.ca.location` "
+        "must be an existing file or directory (or `probe`); `ssl.keystore.location` needs "
+        "`ssl.keystore.password`. `sasl.oauthbearer.method=oidc` and what it needs are "
+        "checked where `sasl.mechanism` is OAUTHBEARER.",
         "- `security.protocol` ssl / sasl_ssl builds the TLS context at construction (a "
         "missing file or wrong key password fails there); sasl_* needs a supported "
         "`sasl.mechanism` and its credentials (see docs/security.md).",

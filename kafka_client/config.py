@@ -979,7 +979,7 @@ def _to_bool(given: str, prop: Property, value: Any) -> bool:
 #: The integers librdkafka reads (C's strtol with base 0: decimal, 0x hex, 0 octal), with
 #: the fraction it stops at ("1500.7" is 1500). Other trailing text, which strtol would
 #: silently drop ("1e3" is 1 there, "5ms" is 5), is refused instead.
-_C_INTEGER = re.compile(r"([+-]?)(?:0[xX]([0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*))(?:\.[0-9]*)?",
+_C_INTEGER = re.compile(r"([+-]?)(?:0[xX]([0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*))(\.[0-9]*)?",
                         re.ASCII)
 
 
@@ -988,7 +988,7 @@ def _parse_c_integer(text: str) -> Optional[int]:
     match = _C_INTEGER.fullmatch(text.strip())
     if match is None:
         return None
-    sign, hex_digits, octal, decimal = match.groups()
+    sign, hex_digits, octal, decimal, _fraction = match.groups()
     if hex_digits is not None:
         num = int(hex_digits, 16)
     elif octal is not None:
@@ -1012,6 +1012,20 @@ def _parse_c_float(text: str) -> Optional[float]:
         except ValueError:
             num = math.nan
     return num if math.isfinite(num) else None
+
+
+#: Integer properties whose fraction is refused rather than dropped as librdkafka drops
+#: it: the truncated value means something else than the one given (acks=0.7 would be 0,
+#: no acknowledgement at all).
+_WHOLE_ONLY = frozenset({"acks"})
+
+
+def _has_fraction(value: Any) -> bool:
+    """Whether *value* (a float, or a number's text) has a fraction other than zero."""
+    if isinstance(value, float):
+        return not value.is_integer()
+    match = _C_INTEGER.fullmatch(str(value).strip())
+    return match is not None and any(c not in "0." for c in match.group(5) or "")
 
 
 def _to_number(given: str, prop: Property, value: Any) -> Union[int, float]:
@@ -1044,6 +1058,10 @@ def _to_number(given: str, prop: Property, value: Any) -> Union[int, float]:
         raise _invalid(
             f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
             f"expected {kind}{extra} in range {prop.range_text()}")
+    if is_int and prop.name in _WHOLE_ONLY and _has_fraction(value):
+        raise _invalid(
+            f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
+            f"expected a whole number (librdkafka would read {int(num)})")
     num = int(num) if is_int else float(num)
     if (prop.min is not None and num < prop.min) or (prop.max is not None and num > prop.max):
         raise _invalid(
@@ -1628,7 +1646,8 @@ def to_markdown() -> str:
         "(`\"5\"`, `\"true\"`, `\"all\"`). Integers are read as librdkafka reads them: "
         "a fraction is dropped (`1500.7` and `\"1500.7\"` are 1500), `0x` starts hex and a "
         "leading `0` octal (`\"010\"` is 8); text after the number, which librdkafka "
-        "would drop silently (`\"1e3\"` is 1 there, `\"5ms\"` 5), is refused. "
+        "would drop silently (`\"1e3\"` is 1 there, `\"5ms\"` 5), is refused, and so is "
+        "a fraction for `acks` (`0.7` would be 0 there: no acknowledgement). "
         "An unknown property or an invalid value fails with "
         "`KafkaException(KafkaError._INVALID_ARG)`; a property meant for the other kind of "
         "client is accepted and a warning is logged.",

@@ -231,8 +231,19 @@ def test_float_for_an_int_is_range_checked_after_dropping_the_fraction():
     assert invalid({"log_level": "010"}) == (  # octal 8, as librdkafka reads it
         'Configuration property "log_level" value 8 is outside allowed range 0..7')
     assert parse({"log_level": 7.9})["log_level"] == 7
-    assert parse({"acks": -0.5})["acks"] == 0  # toward zero, as C's conversion
+    assert parse({"log_level": -0.5})["log_level"] == 0  # toward zero, as C's conversion
     assert "value -1 is outside" in invalid({"message.timeout.ms": -1.5})
+
+
+@pytest.mark.parametrize("raw", [0.7, "0.5", -0.5, "1.5", 1.25, Decimal("0.9")])
+def test_acks_with_a_fraction_is_refused(raw):
+    """librdkafka drops the fraction (acks=0.7 is 0: no acknowledgement at all); a typo
+    that turns off acknowledgements is refused here, naming the value and what librdkafka
+    would have made of it. Whole values written as floats stay accepted."""
+    msg = invalid({"acks": raw})
+    assert msg.startswith(f"Invalid value {raw!r} for configuration property \"acks\": "
+                          "expected a whole number (librdkafka would read ")
+    assert parse({"acks": 1.0})["acks"] == 1 and parse({"acks": "-1.0"})["acks"] == -1
 
 
 def test_other_number_types_are_read_from_their_text_as_confluent_kafka_passes_them():

@@ -882,6 +882,13 @@ class ClientLogger:
         self.log(logging.CRITICAL, msg, *args, **kwargs)
 
 
+class NotCallableError(KafkaException, TypeError, ValueError):
+    """A callback property (error_cb, on_delivery, ...) that is not callable: a
+    KafkaException(_INVALID_ARG) that is also the TypeError confluent-kafka raises for
+    error_cb/stats_cb/oauth_cb and the ValueError it raises for throttle_cb, so the
+    except clause of code written for it catches it."""
+
+
 def _invalid(message: str) -> KafkaException:
     code = KafkaError._INVALID_ARG  # type: ignore[attr-defined]
     return KafkaException(KafkaError(code, message))
@@ -940,9 +947,10 @@ def _convert(given: str, prop: Property, value: Any) -> Any:
     if t == CALLABLE:
         if callable(value):
             return value
-        raise _invalid(
+        raise NotCallableError(KafkaError(
+            KafkaError._INVALID_ARG,  # type: ignore[attr-defined]
             f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
-            f"expected a callable")
+            f"expected a callable"))
     if t == PEM:
         if isinstance(value, (str, bytes)):
             return value

@@ -131,3 +131,27 @@ def test_none_for_strings_and_the_logger_means_not_set_as_there():
     p = Producer({"client.id": None})
     assert p._config["client.id"] == PROPERTIES["client.id"].default
     p.close()
+
+
+@pytest.mark.parametrize("name,client", [
+    ("error_cb", "Producer"), ("stats_cb", "Consumer"), ("throttle_cb", "Producer"),
+    ("oauth_cb", "Consumer"), ("on_delivery", "Producer"), ("on_commit", "Consumer"),
+])
+def test_a_callback_that_is_not_callable_raises_what_confluent_kafka_raises(name, client):
+    """confluent-kafka raises TypeError for error_cb/stats_cb/oauth_cb, ValueError for
+    throttle_cb and KafkaException(_INVALID_ARG) for on_delivery/on_commit; ours raised
+    the KafkaException for all of them, which the except clause of code written for
+    confluent-kafka does not catch. Ours is all three, naming the property."""
+    conf = {"log_level": 0, "group.id": "g", name: 5}
+    if client == "Producer":
+        del conf["group.id"]
+    with pytest.raises(Exception) as theirs:
+        getattr(ck, client)(conf)
+    with pytest.raises(Exception) as ours:
+        getattr(__import__("kafka_client"), client)(conf)
+    their_class = type(theirs.value)
+    ours_should_be = KafkaException if their_class is ck.KafkaException else their_class
+    assert isinstance(ours.value, ours_should_be), (theirs.value, ours.value)
+    assert isinstance(ours.value, KafkaException) and isinstance(ours.value, TypeError)
+    assert ours.value.args[0].code() == KafkaError._INVALID_ARG
+    assert f'"{name}": expected a callable' in ours.value.args[0].str()

@@ -678,9 +678,10 @@ _TABLE: Tuple[Property, ...] = (
              "librdkafka's legacy callback consumer API", min=0, max=1000000),
     _p("topic.blacklist", CSV, (), "*",
        "Regular expressions (comma-separated) of topic names to hide: a topic whose name "
-       "one of them matches (anywhere in the name, as librdkafka's) is left out of every "
-       "metadata answer, as if it did not exist: list_topics(), regex subscriptions, and "
-       "produce() (which then waits for the topic as for an unknown one)."),
+       "one of them matches (anywhere in the name, as librdkafka's) is left out of the "
+       "client's metadata cache, as if it did not exist: regex subscriptions do not match "
+       "it and produce() waits for it as for an unknown topic. list_topics() still lists it, "
+       "as librdkafka's does."),
     _ignored("plugin.library.paths", STR, None, "*", "librdkafka plugins to load.",
              "librdkafka plugins are C libraries for librdkafka and are not loaded (the "
              "warning names them); ignoring one loses its add-on, not data or security",

@@ -721,9 +721,10 @@ class Cluster:
         if node_id < 0:  # a bootstrap connection: the answer says which broker it is
             node_id = next((b.node_id for b in resp.brokers or ()
                             if (b.host, b.port) == (conn.host, conn.port)), node_id)
+        # topic.blacklist hides topics from the cache, not from this answer: librdkafka's
+        # rd_kafka_metadata() (confluent-kafka's list_topics()) lists them too.
         return ClusterMetadata.from_response(resp, node_id,
-                                             f"{conn.host}:{conn.port}/{node_id}",
-                                             self.metadata.hidden)
+                                             f"{conn.host}:{conn.port}/{node_id}")
 
     def cluster_id(self, timeout: Optional[float]) -> Optional[str]:
         """Application thread: the cluster id (KIP-78) the brokers report; asked for

@@ -380,9 +380,7 @@ class ClusterMetadata:
         return f"ClusterMetadata({self.cluster_id})"
 
     @classmethod
-    def from_response(cls, resp, node_id: int, name: str,
-                      hidden: Optional[Callable[[str], bool]] = None) -> "ClusterMetadata":
-        """``hidden``: topic.blacklist, whose topics are left out."""
+    def from_response(cls, resp, node_id: int, name: str) -> "ClusterMetadata":
         md = cls()
         md.cluster_id = getattr(resp, "cluster_id", None)
         md.controller_id = getattr(resp, "controller_id", -1)
@@ -391,8 +389,6 @@ class ClusterMetadata:
         for b in resp.brokers or ():
             md.brokers[b.node_id] = BrokerMetadata(b.node_id, b.host, b.port)
         for t in resp.topics or ():
-            if hidden is not None and hidden(t.name):
-                continue
             parts = {}
             for p in t.partitions or ():
                 parts[p.partition_index] = PartitionMetadata(

@@ -88,12 +88,16 @@ def apply_debug(contexts: Sequence[str]) -> None:
 
 def _kwarg_name(name: str) -> str:
     """A keyword argument's property name: as given if it is one (``log_level``,
-    ``on_delivery``), else with underscores as dots (``linger_ms`` -> ``linger.ms``)."""
-    try:
-        describe(name)
-        return name
-    except KafkaException:
-        return name.replace("_", ".")
+    ``on_delivery``), else with underscores as dots (``linger_ms`` -> ``linger.ms``) if
+    that is one; else as given, so that the "no such property" error names what the
+    application wrote."""
+    for candidate in (name, name.replace("_", ".")):
+        try:
+            describe(candidate)
+            return candidate
+        except KafkaException:
+            pass
+    return name
 
 
 def deadline_after(timeout: Optional[float]) -> float:

@@ -119,6 +119,14 @@ def test_config_as_keyword_arguments_and_context_manager():
     assert not p._io.alive
 
 
+def test_an_unknown_keyword_argument_is_named_as_written():
+    """linger_ms is read as linger.ms (an addition); a keyword that is no property either
+    way was reported as "bogus.thing", a name the application never wrote."""
+    with pytest.raises(KafkaException) as info:
+        Producer({"bootstrap.servers": dead_bootstrap()}, bogus_thing=1)
+    assert info.value.args[0].str() == 'No such configuration property: "bogus_thing"'
+
+
 def test_stats_callback_gets_librdkafka_shaped_json():
     docs = []
     p = Producer({"bootstrap.servers": dead_bootstrap(), "statistics.interval.ms": 100,

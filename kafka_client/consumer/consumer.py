@@ -269,13 +269,14 @@ class Consumer(ClientBase):
     def _commit_leaving(self, keys: Set[Tuple[str, int]]) -> None:
         """Locks held. Manual assignment with enable.auto.commit: the stored offsets of partitions
         leaving the assignment are committed (asynchronously, the result to on_commit),
-        as librdkafka commits what it unassigns; they were dropped, and read again by the
-        next consumer. A subscription's partitions are committed before their revocation
-        (and never when lost) by the group."""
+        as librdkafka commits what it unassigns (lower than the committed ones too);
+        they were dropped, and read again by the next consumer. A subscription's
+        partitions are committed before their revocation (and never when lost) by the
+        group."""
         group = self._group
         if group is None or not group.auto_commit or group.patterns is not None or not keys:
             return
-        leaving = [tp for tp in self._fetcher.stored_offsets()
+        leaving = [tp for tp in self._fetcher.stored_offsets(leaving=True)
                    if (tp.topic, tp.partition) in keys]
         if leaving:
             group.commit(leaving, asynchronous=True)
@@ -1332,8 +1333,8 @@ class _Member:
     def assignment_changes(self) -> int:
         return self.consumer._assign_ops
 
-    def stored_offsets(self) -> List[TopicPartition]:
-        return self.consumer._fetcher.stored_offsets()
+    def stored_offsets(self, leaving: bool = False) -> List[TopicPartition]:
+        return self.consumer._fetcher.stored_offsets(leaving)
 
     def assign(self, partitions: List[TopicPartition]) -> None:
         self.consumer.assign(partitions)

@@ -1201,14 +1201,19 @@ class Fetcher:
         with self.lock:
             return {key for key, part in self.parts.items() if part.assigned}
 
-    def stored_offsets(self) -> List[TopicPartition]:
-        """Stored offsets beyond the last commit (see PartitionState.commit_due)."""
+    def stored_offsets(self, leaving: bool = False) -> List[TopicPartition]:
+        """Stored offsets beyond the last commit (see PartitionState.commit_due); with
+        ``leaving`` (the partitions leave the assignment: unassigned, revoked, the
+        consumer closing), every stored offset, lower or equal to the committed one too,
+        as librdkafka commits what it unassigns: the group is left where the application
+        stored, after a seek backwards or an explicit store_offsets() as well."""
         with self.lock:
             if self.settle is not None:
                 self.settle()
             out = []
             for part in self.parts.values():
-                if part.commit_due():
+                if part.commit_due() if not leaving else (
+                        part.assigned and part.committable() >= 0):
                     offset = part.committable()
                     held = offset != part.stored   # the epoch before it is not known
                     out.append(TopicPartition(

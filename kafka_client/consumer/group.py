@@ -134,8 +134,9 @@ class GroupMember(Protocol):
         changed the assignment itself is not overridden."""
         ...
 
-    def stored_offsets(self) -> List[TopicPartition]:
-        """Stored offsets beyond the last commit."""
+    def stored_offsets(self, leaving: bool = False) -> List[TopicPartition]:
+        """Stored offsets beyond the last commit; with ``leaving``, every stored one
+        (the partitions leave the assignment)."""
         ...
 
     def hold(self, partitions: List[TopicPartition]) -> None:
@@ -158,8 +159,9 @@ class OffsetStore(Protocol):
 
     read_committed: bool
 
-    def stored_offsets(self) -> List[TopicPartition]:
-        """Stored offsets beyond the last commit."""
+    def stored_offsets(self, leaving: bool = False) -> List[TopicPartition]:
+        """Stored offsets beyond the last commit; with ``leaving``, every stored one
+        (the partitions leave the assignment)."""
         ...
 
     def set_committed(self, offsets: Dict[Key, int]) -> None:
@@ -397,7 +399,7 @@ class GroupCoordinator:
             # librdkafka does with enable.auto.commit.
             try:
                 going = {(t.topic, t.partition) for t in tps}
-                stored = [tp for tp in member.stored_offsets()
+                stored = [tp for tp in member.stored_offsets(leaving=True)
                           if (tp.topic, tp.partition) in going]
                 if stored:
                     self.commit(stored, asynchronous=False, timeout=5.0, auto=True)
@@ -546,7 +548,7 @@ class GroupCoordinator:
                     tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
                     self._run_revoke(member, tps, False)
             if not revoking and self.auto_commit:
-                stored = member.stored_offsets()
+                stored = member.stored_offsets(leaving=True)
                 if stored:
                     try:
                         self.commit(stored, asynchronous=False, timeout=5.0, auto=True)
@@ -577,7 +579,7 @@ class GroupCoordinator:
             self._leave_for_good("consumer dropped without close()", done)
 
         def start() -> None:
-            stored = self.offsets.stored_offsets() if self.auto_commit else []
+            stored = self.offsets.stored_offsets(leaving=True) if self.auto_commit else []
             if stored:   # half the time for the commit, the rest for LeaveGroup
                 self._commit(_commit_entries(stored), leave,
                              time.monotonic() + timeout / 2)

@@ -1137,7 +1137,7 @@ class _GroupMember:
     def assignment_changes(self) -> int:
         return self.changes
 
-    def stored_offsets(self):
+    def stored_offsets(self, leaving=False):
         return []
 
     def hold(self, partitions) -> None:

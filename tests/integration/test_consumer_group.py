@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import pytest
 
-from kafka_client import Consumer, KafkaError, Producer, TopicPartition
+from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 pytestmark = pytest.mark.integration
 
@@ -268,29 +268,83 @@ def test_auto_commit_commits_greater_stored_offsets_only(broker, topic_name):
         while len(again) < 5:
             again += [m for m in c.consume(5 - len(again), 1) if m.error() is None]
         assert [m.offset() for m in again] == [10, 11, 12, 13, 14]
-        time.sleep(0.6)
-        c.poll(0)
+        time.sleep(0.6)      # auto-commits ran (no poll: it would take message 15)
         assert c.committed([tp], 5)[0].offset == 50
     finally:
-        c.close()
+        c.close()  # the partition leaves the assignment: its stored 15 is committed
     # Manual store: only what the application stored is committed (at close, too).
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"ac-{topic_name}",
                   "enable.auto.offset.store": False, "auto.commit.interval.ms": 200,
                   "fetch.wait.max.ms": 50})
     try:
-        c.assign([tp])  # resumes at the committed 50
+        c.assign([tp])  # resumes at the committed 15
         got = []
         while len(got) < 30:
             got += [m for m in c.consume(30 - len(got), 1) if m.error() is None]
-        assert got[0].offset() == 50
-        c.store_offsets(message=got[19])  # processed up to offset 69
+        assert got[0].offset() == 15
+        c.store_offsets(message=got[19])  # processed up to offset 34
     finally:
         c.close()
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"ac-{topic_name}"})
     try:
-        assert c.committed([tp], 5)[0].offset == 70
+        assert c.committed([tp], 5)[0].offset == 35
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("leaving", ["close", "unassign", "incremental_unassign", "revoke"])
+def test_what_leaves_the_assignment_commits_its_stored_offset_even_a_lower_one(
+        tansu_broker, topic_name, leaving):
+    """enable.auto.commit: the offset stored for a partition that leaves the assignment
+    (close(), unassign(), incremental_unassign(), a subscription's revocation) is
+    committed even when it is below the committed one, as confluent-kafka 2.16 does
+    (the periodic auto-commit and commit() still commit greater offsets only). It was
+    left out: the group kept the higher offset, past messages the application had
+    stored as not processed."""
+    tansu_broker.create_topic(topic_name, partitions=1)
+    with Producer({"bootstrap.servers": tansu_broker.bootstrap}) as p:
+        for i in range(10):
+            p.produce(topic_name, b"%d" % i, partition=0)
+        assert p.flush(30) == 0
+    tp = TopicPartition(topic_name, 0)
+    heard = []
+    c = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name,
+                  "enable.auto.offset.store": False, "auto.commit.interval.ms": 60_000,
+                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50,
+                  "on_commit": lambda err, tps: heard.append(
+                      (err, [(t.partition, t.offset) for t in tps]))})
+    try:
+        if leaving == "revoke":
+            c.subscribe([topic_name])
+        else:
+            c.assign([TopicPartition(topic_name, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < deadline:
+            got += [m for m in c.consume(10, 0.2) if m.error() is None]
+        assert len(got) == 10
+        c.commit(offsets=[TopicPartition(topic_name, 0, 7)], asynchronous=False)
+        c.store_offsets(offsets=[TopicPartition(topic_name, 0, 3)])
+        with pytest.raises(KafkaException) as e:
+            c.commit(asynchronous=False)              # not greater: nothing to commit
+        assert e.value.args[0].code() == KafkaError._NO_OFFSET
+        if leaving == "unassign":
+            c.unassign()
+        elif leaving == "incremental_unassign":
+            c.incremental_unassign([tp])
+        elif leaving == "revoke":
+            c.unsubscribe()
+        deadline = time.monotonic() + 10
+        while leaving != "close" and not heard and time.monotonic() < deadline:
+            c.poll(0.1)
+    finally:
+        c.close()
+    assert heard == [(None, [(0, 3)])]
+    other = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name})
+    try:
+        assert other.committed([tp], 10)[0].offset == 3
+    finally:
+        other.close()
 
 
 def test_regex_subscription_follows_new_topics(broker, topic_name):

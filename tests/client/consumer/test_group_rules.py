@@ -38,7 +38,7 @@ class FakeOffsets:
     def assigned_keys(self):
         return set(self.assigned)
 
-    def stored_offsets(self):
+    def stored_offsets(self, leaving=False):
         return list(self.stored)
 
     def set_committed(self, offsets):
@@ -60,7 +60,7 @@ class FakeMember:
     def assignment_changes(self):
         return self.changes
 
-    def stored_offsets(self):
+    def stored_offsets(self, leaving=False):
         return []
 
     def hold(self, tps):

@@ -132,6 +132,10 @@ class Consumer(ClientBase):
         self._auto_store = bool(cfg["enable.auto.offset.store"])
         self._consume_cb: Optional[Callable[[Message], Any]] = cfg["consume_cb"]
         self._assign_ops = 0  # assign()-family calls (rebalance callbacks are checked for them)
+        #: topics of every partition ever assigned: librdkafka keeps a handle for each,
+        #: and a partition of one that is not assigned is _STATE to seek() and
+        #: store_offsets(), one of any other topic _UNKNOWN_PARTITION
+        self._topics_seen: Set[str] = set()
         self._group_id: Optional[str] = cfg["group.id"]
         self._group: Any = None
         if self._group_id:
@@ -170,10 +174,17 @@ class Consumer(ClientBase):
     def _part(self, tp: TopicPartition) -> PartitionState:
         part = self._assigned(tp)
         if part is None:
-            raise KafkaException(KafkaError(
-                KafkaError._UNKNOWN_PARTITION, f"{tp.topic} [{tp.partition}] is not "
-                f"assigned to this consumer"))
+            raise KafkaException(self._not_assigned(tp, ""))
         return part
+
+    def _not_assigned(self, tp: TopicPartition, what: str) -> KafkaError:
+        """The error of seek()/store_offsets() for a partition not assigned, with
+        librdkafka's codes: _STATE when its topic had a partition assigned before (now or
+        earlier), _UNKNOWN_PARTITION for a topic this consumer never had."""
+        code = (KafkaError._STATE if tp.topic in self._topics_seen
+                else KafkaError._UNKNOWN_PARTITION)
+        return KafkaError(code, f"{what}{tp.topic} [{tp.partition}] is not assigned to this "
+                                f"consumer")
 
     def _assigned(self, tp: TopicPartition) -> Optional[PartitionState]:
         """Lock held: the partition's state if it is assigned, else None."""
@@ -263,6 +274,7 @@ class Consumer(ClientBase):
                       tp.leader_epoch if tp.leader_epoch is not None else -1)
             self._fetcher.parts[part.key] = part
             topics.add(tp.topic)
+        self._topics_seen |= topics
         if topics:
             self._io.call_soon(self._cluster.want_topics, sorted(topics))
 
@@ -1063,9 +1075,11 @@ class Consumer(ClientBase):
         """Store ``message.offset() + 1`` (or each ``offsets`` entry as given) to be
         committed by the next commit (auto-commit or commit() without arguments).
 
-        As librdkafka: exactly one of the two (ValueError otherwise); a negative offset
-        or partition is _INVALID_ARG; partitions not assigned are skipped, and when none
-        of them is assigned the call fails with _UNKNOWN_PARTITION."""
+        As librdkafka: exactly one of the two (ValueError otherwise); partitions not
+        assigned are skipped, and when none of them is assigned the call fails with the
+        last one's error: _STATE for a partition of a topic assigned before, else
+        _UNKNOWN_PARTITION. A logical (negative) offset is accepted and clears the
+        partition's stored offset: nothing is committed for it until another is stored."""
         self._check_open()
         if message is not None and offsets is not None:
             raise ValueError("message and offsets are mutually exclusive")
@@ -1077,26 +1091,26 @@ class Consumer(ClientBase):
             entries = _check_partitions(offsets, "store_offsets", any_partition=True)
         if not entries:
             return
-        for tp in entries:
-            if tp.partition < 0 or tp.offset < 0:
-                raise KafkaException(KafkaError(
-                    KafkaError._INVALID_ARG, f"StoreOffsets failed: {tp.topic} "
-                    f"[{tp.partition}]: offset {tp.offset} cannot be stored"))
         stored = 0
+        failure: Optional[KafkaError] = None
         with self._lock:
             for tp in entries:
                 part = self._assigned(tp)
                 if part is None:
+                    failure = self._not_assigned(tp, "StoreOffsets failed: ")
                     continue
-                part.stored = tp.offset
-                part.stored_metadata = tp.metadata
-                part.stored_epoch = tp.leader_epoch if tp.leader_epoch is not None else -1
+                if tp.offset < 0:
+                    # librdkafka stores a logical offset, which no commit sends: the
+                    # offset stored before is not committed any more.
+                    part.stored, part.stored_metadata, part.stored_epoch = -1, None, -1
+                else:
+                    part.stored = tp.offset
+                    part.stored_metadata = tp.metadata
+                    part.stored_epoch = (tp.leader_epoch if tp.leader_epoch is not None
+                                         else -1)
                 stored += 1
-        if not stored:
-            raise KafkaException(KafkaError(
-                KafkaError._UNKNOWN_PARTITION, "StoreOffsets failed: "
-                + ", ".join(f"{tp.topic} [{tp.partition}]" for tp in entries)
-                + " not assigned to this consumer"))
+        if not stored and failure is not None:
+            raise KafkaException(failure)
 
     def commit(self, message: Optional[Message] = None,
                offsets: Optional[Sequence[TopicPartition]] = None,

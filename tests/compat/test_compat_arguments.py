@@ -221,7 +221,7 @@ def test_store_offsets_forms_and_codes(consumer):
         assert code_of(e) == KafkaError._INVALID_ARG
     with pytest.raises(KafkaException) as e:
         c.store_offsets(offsets=[TopicPartition("t", 0)])               # OFFSET_INVALID
-    assert code_of(e) == KafkaError._INVALID_ARG
+    assert code_of(e) == KafkaError._UNKNOWN_PARTITION   # not assigned, as confluent's
     with pytest.raises(KafkaException) as e:
         c.store_offsets(message=Message("t", 0, 5, error=KafkaError(-191)))
     assert code_of(e) == KafkaError._INVALID_ARG

@@ -73,7 +73,9 @@ def test_group_calls_without_group_id(consumer):
 
 
 def test_seek_and_store_need_an_assigned_partition(consumer):
-    # librdkafka's codes: _UNKNOWN_PARTITION; pausing one not assigned does nothing
+    # librdkafka's codes, as confluent-kafka 2.16 gives them: a partition of a topic the
+    # consumer never had is _UNKNOWN_PARTITION; one not assigned (a negative number too)
+    # of a topic it had a partition of, now or before, is _STATE.
     with pytest.raises(KafkaException) as e:
         consumer.seek(TopicPartition("t", 0, 5))
     assert code_of(e) == KafkaError._UNKNOWN_PARTITION
@@ -81,12 +83,47 @@ def test_seek_and_store_need_an_assigned_partition(consumer):
     consumer.assign([TopicPartition("t", 0, 0)])
     consumer.seek(TopicPartition("t", 0, 5))
     assert consumer.position([TopicPartition("t", 0)])[0].offset == 5
+    for tp in (TopicPartition("t", 1, 3), TopicPartition("t", -1, 3)):
+        for call in (consumer.seek, lambda tp: consumer.store_offsets(offsets=[tp])):
+            with pytest.raises(KafkaException) as e:
+                call(tp)
+            assert code_of(e) == KafkaError._STATE
+    for call in (consumer.seek, lambda tp: consumer.store_offsets(offsets=[tp])):
+        with pytest.raises(KafkaException) as e:
+            call(TopicPartition("u", 0, 3))
+        assert code_of(e) == KafkaError._UNKNOWN_PARTITION
+    # several: stored when one is assigned; else the last one's error
+    consumer.store_offsets(offsets=[TopicPartition("u", 0, 3), TopicPartition("t", 0, 4)])
+    assert consumer._fetcher.parts[("t", 0)].stored == 4
     with pytest.raises(KafkaException) as e:
-        consumer.store_offsets(offsets=[TopicPartition("t", 1, 3)])
+        consumer.store_offsets(offsets=[TopicPartition("t", 1, 3), TopicPartition("u", 0, 3)])
     assert code_of(e) == KafkaError._UNKNOWN_PARTITION
+    consumer.unassign()                       # the topic stays known
+    with pytest.raises(KafkaException) as e:
+        consumer.seek(TopicPartition("t", 0, 5))
+    assert code_of(e) == KafkaError._STATE
     consumer.pause([TopicPartition("t", 1)])
     consumer.resume([TopicPartition("t", 1)])
-    assert consumer.assignment() == [TopicPartition("t", 0)]
+    assert consumer.assignment() == []
+
+
+def test_storing_a_logical_offset_clears_the_stored_one():
+    # As confluent-kafka 2.16: accepted, and nothing is committed for the partition
+    # until another offset is stored (commit() without arguments says _NO_OFFSET).
+    c, part = assigned_consumer()
+    try:
+        for logical in (OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, -5):
+            c.store_offsets(offsets=[TopicPartition("t", 0, 7, "meta", leader_epoch=3)])
+            assert c._fetcher.stored_offsets() == [TopicPartition("t", 0, 7, "meta")]
+            c.store_offsets(offsets=[TopicPartition("t", 0, logical)])
+            assert c._fetcher.stored_offsets() == []
+            assert c._fetcher.stored_offsets(leaving=True) == []
+            assert (part.stored, part.stored_metadata, part.stored_epoch) == (-1, None, -1)
+            with pytest.raises(KafkaException) as e:
+                c.commit(asynchronous=False)
+            assert code_of(e) == KafkaError._NO_OFFSET
+    finally:
+        c.close()
 
 
 def test_assignment_calls(consumer):

@@ -355,9 +355,14 @@ class Consumer(ClientBase):
                 part.paused = True
                 self._handout.drop(part)
                 if part.app_pos >= 0:
-                    eof = part.eof_offset
+                    # Fetched again from where the application is. The end is reported
+                    # again after resume() (librdkafka's too: its pause restarts the
+                    # fetch); a position just looked up at the end keeps its check
+                    # against the first answer (PartitionState.end_check): nothing was
+                    # fetched for it yet.
+                    end_check = part.end_check
                     part.reposition(part.app_pos)
-                    part.eof_offset = eof
+                    part.end_check = end_check
                 else:
                     part.version += 1  # drop what is queued; the lookup continues
 

@@ -1156,9 +1156,17 @@ class Consumer(ClientBase):
 
     def committed(self, partitions: Sequence[TopicPartition],
                   timeout: Optional[float] = None) -> List[TopicPartition]:
-        """The group's committed offsets of ``partitions`` (OFFSET_INVALID when none)."""
+        """The group's committed offsets of ``partitions`` (OFFSET_INVALID when none).
+        Waits up to ``timeout`` seconds (None or negative: ``request.timeout.ms``); a
+        timeout under a millisecond, 0 included, is _TIMED_OUT at once, as confluent-kafka
+        waits whole milliseconds for the answer (none for 0)."""
         group = self._need_group("committed()")
-        return group.committed(_check_partitions(partitions, "committed"), timeout)
+        tps = _check_partitions(partitions, "committed")
+        if timeout is not None and 0 <= timeout < 0.001:
+            raise KafkaException(client_error(
+                KafkaError._TIMED_OUT, f"committed() timed out after {timeout:g}s (a timeout "
+                f"under 1 ms waits for no answer)"))
+        return group.committed(tps, timeout)
 
     def memberid(self) -> Optional[str]:
         """This member's id in the group (None before joining or without a group)."""

@@ -347,6 +347,25 @@ def test_what_leaves_the_assignment_commits_its_stored_offset_even_a_lower_one(
         other.close()
 
 
+def test_committed_with_no_time_to_wait_times_out(tansu_broker, topic_name):
+    """committed(partitions, 0), or any timeout under a millisecond, is _TIMED_OUT at
+    once, as in confluent-kafka 2.16 (which waits whole milliseconds); it was
+    answered."""
+    tansu_broker.create_topic(topic_name, partitions=1)
+    tp = TopicPartition(topic_name, 0)
+    c = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name})
+    try:
+        c.commit(offsets=[TopicPartition(topic_name, 0, 4)], asynchronous=False)
+        assert c.committed([tp], 5)[0].offset == 4
+        for timeout in (0, 0.0005):
+            with pytest.raises(KafkaException) as e:
+                c.committed([tp], timeout)
+            assert e.value.args[0].code() == KafkaError._TIMED_OUT
+        assert c.committed([tp], -1)[0].offset == 4           # no limit
+    finally:
+        c.close()
+
+
 def test_regex_subscription_follows_new_topics(broker, topic_name):
     prefix = f"rx-{uuid.uuid4().hex[:6]}"
     broker.create_topic(f"{prefix}-a", partitions=2)

@@ -136,6 +136,10 @@ class Consumer(ClientBase):
         #: and a partition of one that is not assigned is _STATE to seek() and
         #: store_offsets(), one of any other topic _UNKNOWN_PARTITION
         self._topics_seen: Set[str] = set()
+        #: partitions the application paused and did not resume: one assigned again
+        #: (assign(), a rebalance) starts paused, as in librdkafka, whose pause stays on
+        #: the partition across unassignments until resume()
+        self._app_paused: Set[Tuple[str, int]] = set()
         self._group_id: Optional[str] = cfg["group.id"]
         self._group: Any = None
         if self._group_id:
@@ -272,6 +276,7 @@ class Consumer(ClientBase):
             part.assigned_offset = offset
             part.seek(OFFSET_STORED if offset == OFFSET_INVALID else offset,
                       tp.leader_epoch if tp.leader_epoch is not None else -1)
+            part.paused = part.key in self._app_paused
             self._fetcher.parts[part.key] = part
             topics.add(tp.topic)
         self._topics_seen |= topics
@@ -341,9 +346,17 @@ class Consumer(ClientBase):
 
     def pause(self, partitions: Sequence[TopicPartition]) -> None:
         """Stop fetching and returning messages from these assigned partitions; messages
-        already fetched are fetched again after resume()."""
+        already fetched are fetched again after resume(). As in librdkafka, a pause lasts
+        until resume(): a paused partition unassigned and assigned again (by assign() or
+        a rebalance) starts paused, and so does one of a topic the consumer had a
+        partition of, paused while not assigned."""
         self._check_open()
-        self._pause_parts(_check_partitions(partitions, "pause"))
+        tps = _check_partitions(partitions, "pause")
+        with self._lock:
+            for tp in tps:
+                if self._assigned(tp) is not None or tp.topic in self._topics_seen:
+                    self._app_paused.add((tp.topic, tp.partition))
+        self._pause_parts(tps)
 
     def _pause_parts(self, partitions: Sequence[TopicPartition]) -> None:
         """pause() of checked partitions (also a revocation's start, during close())."""
@@ -371,6 +384,7 @@ class Consumer(ClientBase):
         self._check_open()
         with self._lock:
             for tp in _check_partitions(partitions, "resume"):
+                self._app_paused.discard((tp.topic, tp.partition))
                 part = self._assigned(tp)
                 if part is not None:
                     part.paused = False

@@ -649,3 +649,45 @@ def test_close_while_another_thread_revokes_runs_on_revoke_once(tansu_broker, to
         stop.set()
         r.join(10)
         b.close()
+
+
+def test_a_pause_lasts_across_rebalances_until_resume(tansu_broker, topic_name):
+    """As librdkafka (confluent-kafka 2.16 on the same steps): partitions paused by the
+    application stay paused when a rebalance takes them away and gives them back, until
+    resume(). They were fetched again as soon as they came back."""
+    tansu_broker.create_topic(topic_name, partitions=2)
+    conf = {"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name,
+            "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500, "fetch.wait.max.ms": 50}
+    first, second = Consumer(conf), Consumer(conf)
+    got = []
+
+    def poll_until(members, done, seconds=30):
+        deadline = time.monotonic() + seconds
+        while not done() and time.monotonic() < deadline:
+            for m in members:
+                got.extend((msg.partition(), msg.offset()) for msg in m.consume(10, 0.1)
+                           if msg.error() is None)
+        return done()
+
+    try:
+        first.subscribe([topic_name])
+        assert poll_until([first], lambda: len(first.assignment()) == 2)
+        first.pause(first.assignment())
+        second.subscribe([topic_name])
+        assert poll_until([first, second], lambda: len(first.assignment()) == 1
+                          and len(second.assignment()) == 1)
+        second.close()
+        assert poll_until([first], lambda: len(first.assignment()) == 2)
+        with Producer({"bootstrap.servers": tansu_broker.bootstrap}) as p:
+            for i in range(6):
+                p.produce(topic_name, b"%d" % i, partition=i % 2)
+            assert p.flush(30) == 0
+        poll_until([first], lambda: False, seconds=2)
+        assert got == []
+        first.resume([TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)])
+        assert poll_until([first], lambda: len(got) == 6)
+        assert sorted(got) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    finally:
+        first.close()
+        second.close()

@@ -325,3 +325,39 @@ def test_the_fast_path_steps_aside_when_statistics_or_client_events_are_due():
     finally:
         c.close()
         silent.close()
+
+
+def test_a_pause_lasts_across_unassignments_until_resume():
+    """As librdkafka (confluent-kafka 2.16): a partition paused, unassigned and assigned
+    again (assign(), incremental_assign()) starts paused, until resume(); so does one
+    paused while not assigned, of a topic the consumer had a partition of. A topic never
+    had is not remembered, nor is the pause of a revocation (the group's own)."""
+    c, _part = assigned_consumer()
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+    def paused():
+        return sorted(key for key, p in c._fetcher.parts.items() if p.assigned and p.paused)
+
+    try:
+        c.pause([tp0])
+        c.unassign()
+        c.assign([TopicPartition("t", 0, 0)])
+        assert paused() == [("t", 0)]
+        c.incremental_unassign([tp0])
+        c.incremental_assign([TopicPartition("t", 0, 3)])
+        assert paused() == [("t", 0)]
+        c.pause([tp1, TopicPartition("u", 0)])       # not assigned
+        c.assign([TopicPartition("t", 0, 0), TopicPartition("t", 1, 0),
+                  TopicPartition("u", 0, 0)])
+        assert paused() == [("t", 0), ("t", 1)]
+        c.resume([tp0])
+        assert paused() == [("t", 1)]
+        c.unassign()
+        c.resume([tp1])                              # not assigned: forgotten too
+        c.assign([TopicPartition("t", 0, 0), TopicPartition("t", 1, 0)])
+        assert paused() == []
+        c._pause_parts([tp0])                        # a revocation's hold
+        c.assign([TopicPartition("t", 0, 0)])
+        assert paused() == []
+    finally:
+        c.close()

@@ -260,8 +260,8 @@ class Consumer(ClientBase):
 
     def assignment(self) -> List[TopicPartition]:
         """The assigned partitions, each with the offset it was assigned with
-        (OFFSET_INVALID when none was given), as librdkafka reports them: not the
-        position (see :meth:`position`)."""
+        (OFFSET_STORED when none was given: OFFSET_INVALID is taken as OFFSET_STORED), as
+        librdkafka reports them: not the position (see :meth:`position`)."""
         self._check_open()
         with self._lock:
             return [TopicPartition(p.topic, p.partition, p.assigned_offset)
@@ -273,7 +273,8 @@ class Consumer(ClientBase):
         for tp in parts:
             part = PartitionState(tp.topic, tp.partition)
             offset = tp.offset
-            part.assigned_offset = offset
+            # librdkafka's assignment() says OFFSET_STORED for it, what it means here
+            part.assigned_offset = OFFSET_STORED if offset == OFFSET_INVALID else offset
             part.seek(OFFSET_STORED if offset == OFFSET_INVALID else offset,
                       tp.leader_epoch if tp.leader_epoch is not None else -1)
             part.paused = part.key in self._app_paused

@@ -170,8 +170,8 @@ class PartitionState:
         #: (io) records (batch counts) and record-batch bytes fetched, ever
         self.rx_msgs = 0
         self.rx_bytes = 0
-        #: (app) the offset the application assigned the partition with, as given (what
-        #: ``assignment()`` reports, as librdkafka's does)
+        #: (app) the offset the application assigned the partition with, as given but
+        #: OFFSET_INVALID as OFFSET_STORED (what ``assignment()`` reports, as librdkafka's)
         self.assigned_offset = OFFSET_INVALID
         #: (io) the id of the topic the position belongs to (None: not known yet, or a
         #: broker without ids), and the id before, when the topic was created again

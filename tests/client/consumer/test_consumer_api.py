@@ -9,6 +9,7 @@ from kafka_client import (
     OFFSET_BEGINNING,
     OFFSET_END,
     OFFSET_INVALID,
+    OFFSET_STORED,
     OFFSET_TAIL,
     Consumer,
     KafkaError,
@@ -129,6 +130,9 @@ def test_storing_a_logical_offset_clears_the_stored_one():
 def test_assignment_calls(consumer):
     consumer.assign([TopicPartition("a", 0), TopicPartition("a", 1, 7)])
     assert sorted(consumer.assignment()) == [TopicPartition("a", 0), TopicPartition("a", 1)]
+    # assigned without an offset (OFFSET_INVALID): OFFSET_STORED, as confluent-kafka 2.16
+    # reports it (a group's assignment too)
+    assert sorted(tp.offset for tp in consumer.assignment()) == [OFFSET_STORED, 7]
     consumer.incremental_assign([TopicPartition("b", 0, OFFSET_TAIL(3))])
     with pytest.raises(KafkaException) as e:
         consumer.incremental_assign([TopicPartition("b", 0)])

@@ -355,8 +355,9 @@ class ClientBase:
 
     def _serve_cluster_events(self) -> int:
         """Hand the client-level events the I/O thread collected to their callbacks:
-        errors to ``error_cb`` (or the debug log when there is none), broker throttle
-        reports to ``throttle_cb`` (collected only when it is set); returns how many.
+        errors to ``error_cb`` (or the debug log when there is none) except a fatal one,
+        raised as KafkaException, broker throttle reports to ``throttle_cb`` (collected
+        only when it is set); returns how many.
         What a callback raised off the application thread (``oauth_cb`` on the token
         refresh thread, the connection callbacks on the I/O thread) is raised here,
         after the errors reported before it were served. If a callback raises, the
@@ -383,6 +384,10 @@ class ClientBase:
                     self._throttle_cb(event)
                 elif isinstance(event, Exception):
                     raise event
+                elif event.fatal():
+                    # Raised once by the call that serves it, not given to error_cb, as
+                    # confluent-kafka does (a producer fenced or out of sequence)
+                    raise KafkaException(event)
                 elif error_cb is not None:
                     error_cb(event)
                 else:

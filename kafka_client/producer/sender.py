@@ -55,7 +55,11 @@ from kafka_client.producer.idempotence import (
     Idempotence,
     restamp,
 )
-from kafka_client.producer.transactions import TransactionManager, fenced_error
+from kafka_client.producer.transactions import (
+    TransactionManager,
+    fatal_produce_error,
+    fenced_error,
+)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, ProduceRequest
 
@@ -526,7 +530,7 @@ class Sender:
         """The producer stops: ``fatal`` (a fatal KafkaError) is latched, reported to
         error_cb, and fails everything queued or in flight."""
         latched = self.idem.set_fatal(fatal, wrap=False)
-        self.acc.refuse_produce(lambda: latched)
+        self.acc.refuse_produce(lambda: fatal_produce_error(latched))
         self.cluster.report_error(fatal)
         self.purge(fatal, fatal, include_in_flight=True)
 

@@ -175,6 +175,15 @@ def fenced_error(code: int, what: str) -> KafkaError:
                       f"instance with the same transactional.id", fatal=True)
 
 
+def fatal_produce_error(fatal: KafkaError) -> KafkaError:
+    """What produce() raises once the producer has a fatal error: ``_FATAL``, itself not
+    flagged fatal, as confluent-kafka 2.16.1 raises it (librdkafka's produce() fails with
+    ERR__FATAL); the fatal error itself is raised by commit/abort/begin and, once, by the
+    poll() or flush() that serves it."""
+    return client_error(KafkaError._FATAL, f"Unable to produce message: Local: Fatal error: "
+                        f"{fatal.str()}")
+
+
 class _ApiCall:
     """The application's current transactional API call: its name and the result the
     I/O thread sets for it (kept for a later call when nobody waits any more)."""
@@ -435,7 +444,7 @@ class TransactionManager:
         """Why produce() is refused now (it is allowed only inside a transaction)."""
         with self.lock:
             if self.state == TxnState.FATAL_ERROR and self.error is not None:
-                return self.error
+                return fatal_produce_error(self.error)
             if self.state == TxnState.ABORTABLE_ERROR and self.error is not None:
                 return client_error(self.error.code(), f"Unable to produce message: the "
                                   f"transaction must be aborted: {self.error.str()}",
@@ -526,7 +535,15 @@ class TransactionManager:
 
     def _flush_or_raise(self, call: _ApiCall, flush: Callable[[Optional[float]], int],
                         deadline: float) -> None:
-        left = flush(max(0.0, deadline - time.monotonic()))
+        try:
+            left = flush(max(0.0, deadline - time.monotonic()))
+        except KafkaException as exc:
+            # The flush served the fatal error event: that is this call's outcome (not an
+            # interruption that would leave the call current, refusing every other call)
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.fatal():
+                self._end_api(call, error, resumable=False)
+            raise
         if left:
             self._end_api(call, KafkaError(
                 KafkaError._TIMED_OUT, f"Failed to flush all outstanding messages within "

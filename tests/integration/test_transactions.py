@@ -299,11 +299,13 @@ def test_a_second_producer_fences_the_first(broker, topic_name):
         assert not err.txn_requires_abort() and not err.retriable()
         first.poll(1)
         assert [e.code() for e in reports] == [KafkaError._FENCED]
-        for call in (lambda: first.produce(topic_name, b"first-3", partition=0),
-                     first.begin_transaction, lambda: first.abort_transaction(5)):
+        for call in (first.begin_transaction, lambda: first.abort_transaction(5)):
             with pytest.raises(KafkaException) as exc:
                 call()
             assert exc.value.args[0].fatal() and exc.value.args[0].code() == KafkaError._FENCED
+        with pytest.raises(KafkaException) as exc:       # _FATAL, as confluent-kafka's
+            first.produce(topic_name, b"first-3", partition=0)
+        assert exc.value.args[0].code() == KafkaError._FATAL
         second.begin_transaction()
         second.produce(topic_name, b"second", partition=0)
         second.commit_transaction(30)

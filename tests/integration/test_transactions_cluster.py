@@ -11,7 +11,7 @@ from typing import Dict, List
 
 import pytest
 
-from kafka_client import Consumer, Producer, TopicPartition
+from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 pytestmark = [pytest.mark.integration]
 
@@ -169,3 +169,46 @@ def test_init_transactions_retries_invalid_txn_state_as_librdkafka_does(kafka_cl
     assert [e.injected_error for e in init] == ["INVALID_TXN_STATE", "INVALID_TXN_STATE", None]
     got = read_committed(c, "txn-init-retry", PER_TXN)
     assert sorted(n for values in got.values() for n in values) == list(range(PER_TXN))
+
+
+@pytest.mark.timeout(120)
+def test_a_producer_fenced_at_commit_raises_the_fatal_error_from_flush_once(kafka_cluster):
+    # confluent-kafka 2.16.1, same steps on this cluster: the commit raises _FENCED, the
+    # next flush() (or poll()) raises it once more (the fatal error event, which error_cb
+    # never gets), later ones return 0, produce() raises _FATAL (not flagged fatal) and the
+    # transactional calls _FENCED. flush() used to return 0 and error_cb got the event.
+    c = kafka_cluster
+    c.create_topic("txn-fenced", partitions=PARTITIONS, replication_factor=3)
+    conf = {"bootstrap.servers": c.bootstrap_servers, "transactional.id": "fenced"}
+    errors: List = []
+    first = Producer(dict(conf, error_cb=errors.append))
+    second = Producer(conf)
+    try:
+        first.init_transactions(30)
+        first.begin_transaction()
+        first.produce("txn-fenced", b"1", partition=0)
+        assert first.flush(30) == 0
+        second.init_transactions(30)                 # fences the first
+        with pytest.raises(KafkaException) as committed:
+            first.commit_transaction(30)
+        fenced = committed.value.args[0]
+        assert fenced.fatal() and fenced.code() == KafkaError._FENCED
+        with pytest.raises(KafkaException) as flushed:
+            first.flush(5)
+        assert flushed.value.args[0] == fenced and flushed.value.args[0].fatal()
+        assert first.flush(0) == 0 and first.poll(0.2) == 0 and errors == []
+        with pytest.raises(KafkaException) as produced:
+            first.produce("txn-fenced", b"3", partition=0)
+        refused = produced.value.args[0]
+        assert refused.code() == KafkaError._FATAL and not refused.fatal()
+        with pytest.raises(KafkaException) as began:
+            first.begin_transaction()
+        assert began.value.args[0].code() == KafkaError._FENCED
+        second.begin_transaction()
+        second.produce("txn-fenced", b"2", partition=0)
+        second.commit_transaction(30)
+    finally:
+        first.close(5)
+        second.close(10)
+    got = read_committed(c, "txn-fenced", 1)
+    assert got == {0: [2], 1: [], 2: []}

@@ -17,7 +17,7 @@ from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Sender
-from kafka_client.producer.transactions import TransactionManager, TxnState
+from kafka_client.producer.transactions import TransactionManager, TxnState, fenced_error
 from kafka_client.types import TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -631,7 +631,33 @@ def test_fenced_producer_is_fatal(code):
         with pytest.raises(KafkaException) as exc:
             h.result(h.call(name, *args))
         assert kafka_error(exc) is err
-    assert h.txn.produce_refused() is err
+    # produce() raises _FATAL (not flagged fatal), as confluent-kafka 2.16.1 does
+    refused = h.txn.produce_refused()
+    assert refused.code() == KafkaError._FATAL and not refused.fatal()
+    assert err.str() in refused.str()
+
+
+def test_a_fatal_error_the_commits_flush_raises_ends_the_call():
+    """A fence found while the commit flushes: that flush serves the fatal error event and
+    raises it (as poll()/flush() raise it, once). The commit raises it as its own outcome
+    (confluent-kafka: _FENCED from commit_transaction()); it used to stay the current call,
+    every later call refused with _CONFLICT instead of _FENCED."""
+    h = Harness()
+    h.init()
+    h.begin_with(0)
+    fenced = fenced_error(ErrorCode.INVALID_PRODUCER_EPOCH, "Produce")
+
+    def flush_serving_the_fence(timeout):
+        h.txn.fatal_error(fenced)
+        raise KafkaException(fenced)
+
+    with pytest.raises(KafkaException) as exc:
+        h.result(h.call("commit_transaction", 5.0, flush_serving_the_fence))
+    assert kafka_error(exc).code() == KafkaError._FENCED
+    for name, args in (("begin_transaction", ()), ("abort_transaction", (1.0, h.flush))):
+        with pytest.raises(KafkaException) as exc:
+            h.result(h.call(name, *args))
+        assert kafka_error(exc).code() == KafkaError._FENCED and kafka_error(exc).fatal()
 
 
 def test_fenced_in_a_produce_answer_is_fatal():
@@ -737,8 +763,9 @@ def test_unexplained_out_of_order_is_fatal_for_the_transaction_too():
     h.begin_with(0)
     h.answer_produce(errors={0: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER})
     assert h.txn.state == TxnState.FATAL_ERROR and not h.txn.may_produce
-    err = h.txn.produce_refused()
+    err = h.txn.error
     assert err.fatal() and err.code() == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert h.txn.produce_refused().code() == KafkaError._FATAL
     with pytest.raises(KafkaException) as exc:
         h.result(h.call("commit_transaction", 1.0, h.flush))
     assert kafka_error(exc).fatal()
@@ -820,7 +847,7 @@ def test_commit_that_succeeds_after_failing_here_is_fatal():
         h.result(box)
     err = kafka_error(exc)
     assert err.txn_requires_abort() or err.fatal()
-    assert h.txn.produce_refused().fatal()
+    assert h.txn.error.fatal() and h.txn.produce_refused().code() == KafkaError._FATAL
 
 
 def test_a_local_error_code_in_a_coordinator_answer_is_an_unknown_server_error():

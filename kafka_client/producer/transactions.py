@@ -66,6 +66,7 @@ from kafka_client._cluster.calls import (
     Coordinator,
     CoordinatorType,
 )
+from kafka_client._common import deadline_after
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.producer.idempotence import has_producer_id
 from kafka_client.types import TopicPartition
@@ -253,10 +254,10 @@ class TransactionManager:
     def init_transactions(self, timeout: Optional[float]) -> None:
         """Get the producer id and epoch of the transactional id from its coordinator,
         fencing older instances; resumable after a timeout."""
-        if timeout is None or timeout < 0:
+        deadline = _deadline(timeout)  # TypeError for what is not a number of seconds
+        if deadline == float("inf"):
             # As librdkafka: no coordinator times this call out, so "forever" is capped.
-            timeout = 2 * self.timeout_ms / 1000.0
-        deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + 2 * self.timeout_ms / 1000.0
         with self._calling("init_transactions") as call:
             with self.lock:
                 error = self._require(call.name)
@@ -567,6 +568,7 @@ class TransactionManager:
     def _capped_deadline(self, timeout: Optional[float]) -> float:
         """As librdkafka: an offset commit waits at most transaction.timeout.ms."""
         cap = self.timeout_ms / 1000.0
+        _deadline(timeout)  # TypeError for what is not a number of seconds
         if timeout is None or timeout < 0 or timeout > cap:
             timeout = cap
         return time.monotonic() + timeout
@@ -1053,9 +1055,9 @@ def _worst(codes: Set[int]) -> int:
 
 
 def _deadline(timeout: Optional[float]) -> float:
-    if timeout is None or timeout < 0:
-        return float("inf")
-    return time.monotonic() + timeout
+    # A timeout that is not a number is a TypeError naming it (confluent-kafka's is one
+    # too), not "'<' not supported between instances of 'str' and 'int'"
+    return deadline_after(timeout)
 
 
 def _check_offsets_args(offsets: Any, group_metadata: Any) -> List[TopicPartition]:

@@ -479,6 +479,23 @@ def test_send_offsets_bad_arguments(offsets, metadata, error):
     assert h.conn.sent == [] and h.txn.state == TxnState.IN_TRANSACTION
 
 
+def test_a_timeout_that_is_not_a_number_is_a_type_error_naming_it():
+    # confluent-kafka raises TypeError too; ours said "'<' not supported between
+    # instances of 'str' and 'int'"
+    h = Harness()
+    with pytest.raises(TypeError, match="timeout must be a number of seconds, not str"):
+        h.result(h.call("init_transactions", "5"))
+    h.init()
+    h.result(h.call("begin_transaction"))
+    for name, args in (("send_offsets_to_transaction", ([TopicPartition("t", 0, 1)],
+                                                         _group(), "5")),
+                       ("commit_transaction", ("5", h.flush)),
+                       ("abort_transaction", ([5], h.flush))):
+        with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+            h.result(h.call(name, *args))
+    assert h.conn.sent == [] and h.txn.state == TxnState.IN_TRANSACTION
+
+
 def test_producer_without_transactional_id_refuses_the_transactional_api():
     p = Producer({"bootstrap.servers": "127.0.0.1:1"})
     try:

@@ -447,9 +447,10 @@ class TransactionManager:
             if self.state == TxnState.FATAL_ERROR and self.error is not None:
                 return fatal_produce_error(self.error)
             if self.state == TxnState.ABORTABLE_ERROR and self.error is not None:
-                return client_error(self.error.code(), f"Unable to produce message: the "
-                                  f"transaction must be aborted: {self.error.str()}",
-                                  txn_requires_abort=True)
+                # _STATE without flags, as confluent-kafka 2.16.1 raises it here (librdkafka
+                # queues nothing outside the InTransaction state); the cause is named
+                return client_error(KafkaError._STATE, f"Unable to produce message: the "
+                                  f"transaction must be aborted: {self.error.str()}")
             hint = _STATE_HINTS.get(self.state, "")
             return client_error(KafkaError._STATE,
                               f"Unable to produce message in transaction state "

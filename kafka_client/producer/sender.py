@@ -527,12 +527,14 @@ class Sender:
             self.fatal(self.idem.set_fatal(err))
 
     def fatal(self, fatal: KafkaError) -> None:
-        """The producer stops: ``fatal`` (a fatal KafkaError) is latched, reported to
-        error_cb, and fails everything queued or in flight."""
+        """The producer stops: ``fatal`` (a fatal KafkaError) is latched and reported
+        (raised once by the poll()/flush() that serves it); what is queued fails with
+        _PURGE_QUEUE, as librdkafka purges it, and what is in flight with ``fatal``."""
         latched = self.idem.set_fatal(fatal, wrap=False)
         self.acc.refuse_produce(lambda: fatal_produce_error(latched))
         self.cluster.report_error(fatal)
-        self.purge(fatal, fatal, include_in_flight=True)
+        self.purge(client_error(KafkaError._PURGE_QUEUE, f"purged: {fatal.str()}"), fatal,
+                   include_in_flight=True)
 
     # -- time ----------------------------------------------------------------------------
     def _expire(self, now: float) -> None:

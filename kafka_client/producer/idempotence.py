@@ -22,8 +22,8 @@ read when sequence numbers are in play (librdkafka's rules, as far as implemente
   failed is a consequence of that failure and the batch waits for it. Fatal: an
   OUT_OF_ORDER_SEQUENCE_NUMBER nothing explains (the broker's sequence is not ours),
   UNKNOWN_PRODUCER_ID for a batch that may be in the log already, and any gap with
-  ``enable.gapless.guarantee``: the producer fails every queued message with ``_FATAL``
-  and refuses new ones. A transactional producer's ids and epochs come from its
+  ``enable.gapless.guarantee``: the producer fails what is in flight with that error
+  (flagged fatal), purges what is queued and refuses new messages with ``_FATAL``. A transactional producer's ids and epochs come from its
   transaction coordinator (:mod:`kafka_client.producer.transactions`).
 """
 from __future__ import annotations
@@ -127,12 +127,13 @@ class Idempotence:
         return False
 
     def set_fatal(self, error: KafkaError, wrap: bool = True) -> KafkaError:
-        """Latch the producer's fatal error (the first one counts): ``error`` wrapped as
-        ``_FATAL``, as librdkafka reports idempotence failures, or as it is (``wrap``
-        False: a transactional producer's ``_FENCED``, ...)."""
+        """Latch the producer's fatal error (the first one counts): ``error``'s code
+        flagged fatal, as confluent-kafka raises librdkafka's fatal error (its
+        ``rd_kafka_fatal_error()`` code: OUT_OF_ORDER_SEQUENCE_NUMBER, not ``_FATAL``), or
+        as it is (``wrap`` False: a transactional producer's ``_FENCED``, ...)."""
         if self.fatal is None:
             if wrap:
-                self.fatal = KafkaError(KafkaError._FATAL, f"Fatal error: {error.name()}: "
+                self.fatal = KafkaError(error.code(), f"Fatal error: {error.name()}: "
                                         f"{error.str()}", fatal=True)
                 self.log.error("idempotent producer: fatal error: %s", error.str())
             else:

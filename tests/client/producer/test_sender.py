@@ -11,6 +11,7 @@ from kafka_client.config import ClientConfig
 from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence, restamp
+from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import InitProducerIdResponse, ProduceResponse
 from kafka_proto.records import read_batches
 from kafka_client.producer.sender import Sender
@@ -278,12 +279,15 @@ def test_idempotence_unexplained_out_of_order_is_fatal():
     run(sender)
     acc.produce("t", b"queued", partition=0)  # still queued when the fatal error hits
     c.answer(0, errors={("t", 0): 45})
+    # The broker's code flagged fatal (confluent-kafka 2.16.1 raises
+    # OUT_OF_ORDER_SEQUENCE_NUMBER, fatal, from flush() on the test cluster; was _FATAL)
     fatal = sender.idem.fatal
-    assert fatal is not None and fatal.fatal() and fatal.code() == KafkaError._FATAL
+    assert fatal is not None and fatal.fatal()
+    assert fatal.code() == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert sender.cluster.errors == [fatal]
     # in flight: the fatal error; queued: purged (_PURGE_QUEUE), as librdkafka does
     assert sorted(r.error.code() for r in reports) == [KafkaError._PURGE_QUEUE,
-                                                       KafkaError._FATAL]
+                                                       ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
     assert len(reports) == 2
     # From now on produce() (the compiled one, no wrapper) refuses: _FATAL naming that
     # error, not itself flagged fatal (confluent-kafka 2.16.1's produce() error).
@@ -671,8 +675,8 @@ def test_unknown_producer_id_for_a_resent_batch_is_fatal():
     run(sender, 1.0)
     c.answer(0, errors={("t", 0): 59})
     fatal = sender.idem.fatal
-    assert fatal is not None and fatal.code() == KafkaError._FATAL and fatal.fatal()
-    assert "UNKNOWN_PRODUCER_ID" in fatal.str()
+    assert fatal is not None and fatal.code() == ErrorCode.UNKNOWN_PRODUCER_ID
+    assert fatal.fatal()
     (r,) = reports
     assert r.error is fatal and r.status == 1    # POSSIBLY_PERSISTED
 
@@ -698,7 +702,7 @@ def test_gapless_guarantee_makes_a_gap_fatal():
     c.answer(0, errors={("t", 0): 10})
     fatal = sender.idem.fatal
     assert fatal is not None and "_GAPLESS_GUARANTEE" in fatal.str()
-    assert {r.error.code() for r in reports} == {10, KafkaError._FATAL}
+    assert {r.error.code() for r in reports} == {10, KafkaError._GAPLESS_GUARANTEE}
 
 
 def test_batches_refused_by_a_leader_error_are_renumbered_by_a_bump():

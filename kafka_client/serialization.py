@@ -111,9 +111,12 @@ class _NotBytesError(SerializationError, TypeError):
 
 
 def _codec_checked(codec: str) -> str:
+    """``codec`` as given (confluent-kafka keeps it so in ``.codec``), after a LookupError
+    for an unknown one, at construction rather than at the first message."""
     import codecs
 
-    return codecs.lookup(codec).name  # LookupError for an unknown codec, at construction
+    codecs.lookup(codec)
+    return codec
 
 
 class StringSerializer(Serializer):

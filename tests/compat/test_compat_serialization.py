@@ -94,6 +94,11 @@ def test_unknown_codec_is_refused_at_construction():
         StringSerializer("no-such-codec")
     with pytest.raises(LookupError):
         StringDeserializer("no-such-codec")
+    # A known one is kept as given, as confluent-kafka keeps it ("latin-1" was
+    # normalized to "iso8859-1")
+    for codec in ("latin-1", "UTF-8", "utf_8"):
+        assert StringSerializer(codec).codec == ck_ser.StringSerializer(codec).codec
+        assert StringDeserializer(codec).codec == ck_ser.StringDeserializer(codec).codec
 
 
 def test_base_classes_and_context():

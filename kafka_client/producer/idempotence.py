@@ -23,8 +23,9 @@ read when sequence numbers are in play (librdkafka's rules, as far as implemente
   OUT_OF_ORDER_SEQUENCE_NUMBER nothing explains (the broker's sequence is not ours),
   UNKNOWN_PRODUCER_ID for a batch that may be in the log already, and any gap with
   ``enable.gapless.guarantee``: the producer fails what is in flight with that error
-  (flagged fatal), purges what is queued and refuses new messages with ``_FATAL``. A transactional producer's ids and epochs come from its
-  transaction coordinator (:mod:`kafka_client.producer.transactions`).
+  (flagged fatal), purges what is queued and refuses new messages with ``_FATAL``. A
+  transactional producer's ids and epochs come from its transaction coordinator
+  (:mod:`kafka_client.producer.transactions`).
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ on the driver when the query is planned, before any task starts.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
@@ -38,6 +39,10 @@ KAFKA_PREFIX = "kafka."
 DEFAULT_ISOLATION = "read_uncommitted"
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 DEFAULT_MAX_RECORDS_PER_BATCH = 50_000
+#: Spark's default maxTriggerDelay: 15 minutes.
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+
+_log = logging.getLogger("kafka_client.spark")
 
 # Client properties the source sets itself: the user choosing them would break what the
 # source promises (it positions every task exactly and never commits).
@@ -61,8 +66,14 @@ _READ_OPTIONS = {
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
     "startingoffsetsbytimestampstrategy",
     "minpartitions", "includeheaders", "failondataloss",
-    "maxoffsetspertrigger", "kafkaconsumer.polltimeoutms", "maxrecordsperbatch",
+    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
+    "kafkaconsumer.polltimeoutms", "maxrecordsperbatch",
 }
+# Streaming-only options that a batch query ignores with a warning, as Spark's source does
+# (a query sharing its options between batch and streaming reads keeps working).
+_TRIGGER_OPTIONS = {"maxoffsetspertrigger": "maxOffsetsPerTrigger",
+                    "minoffsetspertrigger": "minOffsetsPerTrigger",
+                    "maxtriggerdelay": "maxTriggerDelay"}
 # Options Spark itself adds to a streaming query's source or sink, or that the built-in
 # Kafka source accepts and that have nothing to do here; accepted and ignored.
 _IGNORED_OPTIONS = {"path", "checkpointlocation", "queryname", "groupidprefix",
@@ -107,6 +118,8 @@ class ReadOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: Optional[int] = None
+    min_offsets_per_trigger: Optional[int] = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH
 
@@ -191,6 +204,23 @@ def _int(opts: Dict[str, str], name: str, minimum: int) -> Optional[int]:
     if value < minimum:
         raise KafkaOptionError(f"option {name!r} must be at least {minimum}, not {value}")
     return value
+
+
+#: Spark's time units (JavaUtils.timeStringAsMs), in ms; no unit means ms.
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
+                  "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(opts: Dict[str, str], name: str, default: int) -> int:
+    """A duration in Spark's form ("15m", "30s", "500ms", "2h"; a bare number is ms)."""
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    match = re.fullmatch(r"(\d+)\s*([a-z]*)", str(raw).strip().lower())
+    if match is None or match.group(2) not in _TIME_UNITS_MS and match.group(2):
+        raise KafkaOptionError(f"option {name!r} must be a duration such as '30s', '15m' or "
+                               f"'500ms' (a bare number is ms), not {raw!r}")
+    return int(int(match.group(1)) * _TIME_UNITS_MS[match.group(2) or "ms"])
 
 
 def _json_object(name: str, raw: str) -> Dict[str, Any]:
@@ -351,8 +381,17 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool) -> ReadOptio
                                f"or 'latest', not {strategy!r}")
 
     max_per_trigger = _int(opts, "maxoffsetspertrigger", 1)
-    if max_per_trigger is not None and not streaming:
-        raise KafkaOptionError("option 'maxOffsetsPerTrigger' is for streaming queries")
+    min_per_trigger = _int(opts, "minoffsetspertrigger", 1)
+    max_delay = _duration_ms(opts, "maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY_MS)
+    if min_per_trigger is not None and max_per_trigger is not None \
+            and min_per_trigger > max_per_trigger:
+        raise KafkaOptionError(f"option 'minOffsetsPerTrigger' ({min_per_trigger}) is higher "
+                               f"than 'maxOffsetsPerTrigger' ({max_per_trigger})")
+    if not streaming:
+        for name, spelt in _TRIGGER_OPTIONS.items():
+            if name in opts:
+                _log.warning("option %r is ignored in batch queries", spelt)
+        max_per_trigger = min_per_trigger = None
     poll_timeout = _int(opts, "kafkaconsumer.polltimeoutms", 1)
     batch_rows = _int(opts, "maxrecordsperbatch", 1)
     return ReadOptions(
@@ -363,6 +402,7 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool) -> ReadOptio
         include_headers=_bool(opts, "includeheaders", False),
         fail_on_data_loss=_bool(opts, "failondataloss", True),
         max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger, max_trigger_delay_ms=max_delay,
         poll_timeout_ms=DEFAULT_POLL_TIMEOUT_MS if poll_timeout is None else poll_timeout,
         max_records_per_batch=min(batch_rows or DEFAULT_MAX_RECORDS_PER_BATCH, 1_000_000))
 

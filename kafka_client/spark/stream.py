@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any, Dict, Iterator, Optional, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+                                              ReadMinRows, SupportsTriggerAvailableNow)
 from pyspark.sql.types import StructType
 
 from kafka_client import KafkaException, TopicPartition
@@ -52,7 +53,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     Partitions that appear while the query runs (a new topic matching
     ``subscribePattern``, a subscribed topic created late, partitions added) are read from
-    their earliest offset. ``maxOffsetsPerTrigger`` bounds each micro-batch.
+    their earliest offset. ``maxOffsetsPerTrigger`` bounds each micro-batch;
+    ``minOffsetsPerTrigger`` holds a micro-batch back until that many offsets wait or
+    ``maxTriggerDelay`` has passed since the last one (both ignored by Trigger.Once, which
+    reads everything, and the minimum by Trigger.AvailableNow, which would stop early).
     ``Trigger.AvailableNow`` reads up to the offsets current when the query starts.
     With ``kafka.group.id``, :meth:`commit` also commits each finished micro-batch's
     offsets to that group (for monitoring; the checkpoint decides where a query resumes).
@@ -64,6 +68,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planner: Optional[Planner] = None
         self._target: Optional[Dict[Key, int]] = None   # Trigger.AvailableNow's end
         self._latest: Optional[Dict[Key, int]] = None
+        self._last_trigger_ms = 0.0   # when latestOffset last let a micro-batch through
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
@@ -85,6 +90,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(planner.resolve(spec, keys, marks, name, True))
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # Spark hands this limit back to latestOffset, except under Trigger.Once, where it
+        # hands ReadAllAvailable: a minimum (with or without a maximum, which Python's limits
+        # cannot combine) is therefore announced as ReadMinRows and applied from the options.
+        if self.opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         if self.opts.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         return ReadAllAvailable()
@@ -106,14 +116,32 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # are not read in this run.
             ends = {k: min(v, self._target[k]) for k, v in ends.items() if k in self._target}
         froms = {k: begin.get(k, marks[k][0]) for k in ends}
-        if isinstance(limit, ReadMaxRows):
-            ends = rate_limit(froms, ends, limit.max_rows)
+        if not isinstance(limit, ReadAllAvailable):
+            if self._target is None and self._hold_back(froms, ends):
+                return start   # no new micro-batch yet
+            if self.opts.max_offsets_per_trigger is not None:
+                ends = rate_limit(froms, ends, self.opts.max_offsets_per_trigger)
         # A partition no longer there (its topic deleted) is left out: partitions() then
         # sees it gone, as Spark's source does (it kept its old offset, and what it had
         # not read yet was skipped without a word).
         out = {k: v for k, v in begin.items() if k in marks}
         out.update(ends)
         return offsets_to_json(out)
+
+    def _hold_back(self, froms: Dict[Key, int], ends: Dict[Key, int]) -> bool:
+        """minOffsetsPerTrigger and maxTriggerDelay, as Spark's source applies them: a
+        micro-batch waits while fewer offsets than the minimum are available, unless
+        maxTriggerDelay has passed since the last micro-batch (the first one never waits)."""
+        minimum = self.opts.min_offsets_per_trigger
+        if minimum is None:
+            return False
+        now = time.time() * 1000
+        if now - self._last_trigger_ms < self.opts.max_trigger_delay_ms:
+            waiting = sum(max(0, ends[k] - froms[k]) for k in ends)
+            if waiting < minimum:
+                return True
+        self._last_trigger_ms = now
+        return False
 
     def reportLatestOffset(self) -> Optional[dict]:
         return None if self._latest is None else offsets_to_json(self._latest)

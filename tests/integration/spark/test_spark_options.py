@@ -12,7 +12,7 @@ from kafka_client.spark.offsets import OffsetRange, check_range, split_ranges  #
 from kafka_client.spark.options import (KafkaOptionError, OffsetSpec,  # noqa: E402
                                         TimestampSpec, parse_read_options,
                                         parse_write_options)
-from kafka_client.spark.stream import rate_limit  # noqa: E402
+from kafka_client.spark.stream import KafkaStreamReader, rate_limit  # noqa: E402
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
@@ -59,8 +59,10 @@ def test_defaults_and_client_properties():
     ({"subscribe": "a", "minPartitions": "0"}, "option 'minpartitions' must be at least 1"),
     ({"subscribe": "a", "includeHeaders": "yes"},
      "option 'includeheaders' must be true or false, not 'yes'"),
-    ({"subscribe": "a", "maxOffsetsPerTrigger": "10"},
-     "option 'maxOffsetsPerTrigger' is for streaming queries"),
+    ({"subscribe": "a", "maxTriggerDelay": "5q"},
+     "option 'maxtriggerdelay' must be a duration such as '30s'"),
+    ({"subscribe": "a", "minOffsetsPerTrigger": "11", "maxOffsetsPerTrigger": "10"},
+     "'minOffsetsPerTrigger' (11) is higher than 'maxOffsetsPerTrigger' (10)"),
     ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"},
      "option 'kafka.auto.offset.reset' is not supported: use startingOffsets"),
     ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "first"},
@@ -81,6 +83,39 @@ def test_streaming_only_and_batch_only_options():
                  maxOffsetsPerTrigger="500")
     assert opts.starting == OffsetSpec("json", {"a": {0: -1, 1: 7}})
     assert opts.max_offsets_per_trigger == 500
+
+
+def test_trigger_options_are_ignored_by_batch_queries(caplog):
+    """As Spark's source: a batch query ignores them with a warning (they were an error,
+    so a query sharing its options with a streaming one failed)."""
+    opts = parse(subscribe="a", maxOffsetsPerTrigger="10", minOffsetsPerTrigger="5",
+                 maxTriggerDelay="1m")
+    assert opts.max_offsets_per_trigger is None and opts.min_offsets_per_trigger is None
+    assert "option 'maxOffsetsPerTrigger' is ignored in batch queries" in caplog.text
+    assert "option 'maxTriggerDelay' is ignored in batch queries" in caplog.text
+    opts = parse(True, subscribe="a", minOffsetsPerTrigger="5", maxTriggerDelay="90s")
+    assert (opts.min_offsets_per_trigger, opts.max_trigger_delay_ms) == (5, 90_000)
+    assert parse(True, subscribe="a", maxTriggerDelay="250").max_trigger_delay_ms == 250
+    assert parse(True, subscribe="a").max_trigger_delay_ms == 15 * 60 * 1000
+
+
+def test_min_offsets_per_trigger_waits_for_rows_or_the_delay(monkeypatch):
+    """Spark's rule: the first micro-batch never waits; later ones wait while fewer than
+    minOffsetsPerTrigger offsets are available, until maxTriggerDelay has passed since
+    the last micro-batch."""
+    now = [1_000_000.0]
+    monkeypatch.setattr("kafka_client.spark.stream.time.time", lambda: now[0])
+    reader = KafkaStreamReader(parse(True, subscribe="t", minOffsetsPerTrigger="10",
+                                     maxTriggerDelay="30s"), None)
+    froms = {("t", 0): 0, ("t", 1): 0}
+    assert not reader._hold_back(froms, {("t", 0): 1, ("t", 1): 0})     # the first
+    now[0] += 5
+    assert reader._hold_back(froms, {("t", 0): 4, ("t", 1): 5})         # 9 waiting
+    assert not reader._hold_back(froms, {("t", 0): 4, ("t", 1): 6})     # 10 waiting
+    now[0] += 29
+    assert reader._hold_back(froms, {("t", 0): 1, ("t", 1): 0})
+    now[0] += 1
+    assert not reader._hold_back(froms, {("t", 0): 1, ("t", 1): 0})     # 30 s passed
 
 
 def test_timestamps_take_precedence():

@@ -289,3 +289,38 @@ def test_a_starting_offset_past_the_end(spark, tansu_broker, tmp_path, fail_on_d
     assert run_available_now(df, checkpoint, rows) is None
     assert sorted((r.partition, r.offset) for r in rows) == \
         [(0, 10), (0, 11), (0, 12), (1, 10), (1, 11), (1, 12)]
+
+
+def test_min_offsets_per_trigger_holds_micro_batches_back(spark, tansu_broker, tmp_path):
+    """minOffsetsPerTrigger as Spark's source has it (it was an unknown option): after the
+    first micro-batch, none starts until that many offsets wait (maxTriggerDelay not
+    reached); Trigger.Once reads everything in one micro-batch whatever the limits."""
+    topic = f"spark-min-offsets-{time.time_ns()}"
+    tansu_broker.create_topic(topic, 2)
+    produce(tansu_broker.bootstrap, topic, 0, 5, 2)
+    sizes = []
+    query = (stream(spark, tansu_broker.bootstrap, subscribe=topic, startingOffsets="earliest",
+                    minOffsetsPerTrigger="20", maxOffsetsPerTrigger="1000",
+                    maxTriggerDelay="1h")
+             .writeStream.foreachBatch(lambda batch, _id: sizes.append(batch.count()))
+             .option("checkpointLocation", str(tmp_path / "held"))
+             .trigger(processingTime="100 milliseconds").start())
+    try:
+        wait_for(lambda: sizes, 120, "the first micro-batch")
+        produce(tansu_broker.bootstrap, topic, 5, 10, 2)
+        time.sleep(3)
+        assert sizes == [5], "a micro-batch ran with fewer than minOffsetsPerTrigger"
+        produce(tansu_broker.bootstrap, topic, 15, 10, 2)
+        wait_for(lambda: len(sizes) > 1, 60, "the second micro-batch")
+    finally:
+        query.stop()
+    assert sizes == [5, 20]
+
+    sizes.clear()
+    query = (stream(spark, tansu_broker.bootstrap, subscribe=topic, startingOffsets="earliest",
+                    minOffsetsPerTrigger="1000", maxOffsetsPerTrigger="1000")
+             .writeStream.foreachBatch(lambda batch, _id: sizes.append(batch.count()))
+             .option("checkpointLocation", str(tmp_path / "once"))
+             .trigger(once=True).start())
+    assert query.awaitTermination(120) and query.exception() is None
+    assert sizes == [25]

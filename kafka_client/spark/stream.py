@@ -179,6 +179,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Appeared since the last micro-batch: from the earliest offset.
             lows = self._plan().watermarks(fresh)
             begin.update({k: lows[k][0] for k in fresh})
+            late = sorted(k for k in fresh if lows[k][0] > 0)
+            if late:
+                # Records of it were deleted before the query saw it, as Spark's source
+                # reports a new partition that does not start from 0.
+                what = ", ".join(f"{t} [{p}] starts at {lows[(t, p)][0]}"
+                                 for t, p in late[:10])
+                what = (f"added partitions do not start at offset 0 ({what}): some data "
+                        f"may have been missed")
+                if self.opts.fail_on_data_loss:
+                    raise KafkaDataLossError(f"{what}. Set failOnDataLoss to false to read "
+                                             f"them from their earliest offset instead.")
+                _log.warning("%s", what)
         ranges = [OffsetRange(key[0], key[1], begin[key], stop)
                   for key, stop in sorted(until.items())]
         return split_ranges(ranges, self.opts.min_partitions)

@@ -14,6 +14,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 
 from kafka_client import Consumer, Producer, TopicPartition  # noqa: E402
+from kafka_client.admin import AdminClient  # noqa: E402
 from kafka_client.spark import register  # noqa: E402
 from kafka_client.testing import Cluster  # noqa: E402
 
@@ -324,3 +325,37 @@ def test_min_offsets_per_trigger_holds_micro_batches_back(spark, tansu_broker, t
              .trigger(once=True).start())
     assert query.awaitTermination(120) and query.exception() is None
     assert sizes == [25]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_an_added_partition_whose_start_was_deleted(spark, noida_broker, tmp_path,
+                                                    fail_on_data_loss):
+    """A topic that appears under subscribePattern between two runs of a query, its
+    first records already deleted (DeleteRecords; noida-db does it, Tansu 0.6 does not):
+    data loss as in Spark's source ("does not start from 0"): with failOnDataLoss the
+    micro-batch fails, without it the partition is read from its log start (it was read
+    from there without a word either way)."""
+    prefix = f"spark-added-{fail_on_data_loss}-{time.time_ns()}"
+    bootstrap = noida_broker.bootstrap
+    noida_broker.create_topic(prefix + "-a", 1)
+    produce(bootstrap, prefix + "-a", 0, 3, 1)
+    df = stream(spark, bootstrap, subscribePattern=prefix + "-.*", startingOffsets="earliest",
+                failOnDataLoss=fail_on_data_loss)
+    checkpoint, rows = str(tmp_path / "checkpoint"), []
+    assert run_available_now(df, checkpoint, rows) is None and len(rows) == 3
+
+    noida_broker.create_topic(prefix + "-b", 1)
+    produce(bootstrap, prefix + "-b", 0, 10, 1)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for future in admin.delete_records([TopicPartition(prefix + "-b", 0, 4)],
+                                           request_timeout=10).values():
+            future.result(10)
+    rows.clear()
+    error = run_available_now(df, checkpoint, rows)
+    if fail_on_data_loss == "true":
+        assert error is not None
+        assert f"added partitions do not start at offset 0 ({prefix}-b [0] starts at 4)" \
+            in str(error)
+    else:
+        assert error is None
+        assert sorted(r.offset for r in rows) == list(range(4, 10))

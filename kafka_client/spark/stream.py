@@ -6,6 +6,15 @@ writes it to the checkpoint before a micro-batch runs, and a restarted query rep
 micro-batch that was not committed from those same offsets, so every offset is read into
 exactly one committed micro-batch. Each micro-batch's ranges are read by the executors as
 in a batch query (:func:`~kafka_client.spark.reader.read_range`).
+
+Spark does not write a query's starting offsets to the checkpoint (only each
+micro-batch's end): a restart replans an uncommitted first micro-batch from
+``initialOffset()`` called again. Spark's own Kafka source keeps them in a file of the
+checkpoint; a Python source is not told where the checkpoint is. So starting offsets that
+depend on the moment (``latest``, -1, a time with the ``latest`` strategy) are not
+resolved by ``initialOffset()``: it returns a placeholder, the first ``latestOffset()``
+resolves it, and the first micro-batch reads nothing, so the resolved offsets are that
+micro-batch's end, which Spark does write to the checkpoint.
 """
 from __future__ import annotations
 
@@ -20,14 +29,19 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from pyspark.sql.types import StructType
 
 from kafka_client import KafkaException, TopicPartition
+from kafka_client.types import OFFSET_END
 
 from .offsets import (Key, KafkaDataLossError, OffsetRange, Planner, offsets_from_json,
                       offsets_to_json, split_ranges)
-from .options import OffsetSpec, ReadOptions
+from .options import OffsetSpec, ReadOptions, TimestampSpec
 from .reader import read_range
 from .schema import arrow_schema
 
 __all__ = ["KafkaStreamReader", "rate_limit"]
+
+#: The key of the placeholder start offset (see the module docstring); "@" is in no topic
+#: name, so no stream offset of a real partition has it.
+PENDING = "@startingOffsets"
 
 _log = logging.getLogger("kafka_client.spark")
 
@@ -82,12 +96,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- offsets ---------------------------------------------------------------------------
     def initialOffset(self) -> dict:
+        if self._starts_at_the_moment():
+            return {PENDING: "resolved by the first micro-batch, which reads nothing"}
+        return offsets_to_json(self._starting_offsets())
+
+    def _starts_at_the_moment(self) -> bool:
+        """Whether the starting offsets name the end of the log as it is when resolved
+        (so that resolving them again on a restart would give other offsets)."""
+        spec = self.opts.starting
+        if isinstance(spec, TimestampSpec):
+            return self.opts.timestamp_strategy_latest
+        return spec.kind == "latest" or any(
+            off == OFFSET_END for parts in spec.offsets.values() for off in parts.values())
+
+    def _starting_offsets(self) -> Dict[Key, int]:
         planner = self._plan()
         keys = planner.partitions(must_exist=False)
         marks = planner.watermarks(keys)
         spec = self.opts.starting
         name = "startingOffsets" if isinstance(spec, OffsetSpec) else "startingTimestamp"
-        return offsets_to_json(planner.resolve(spec, keys, marks, name, True))
+        return planner.resolve(spec, keys, marks, name, True)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # Spark hands this limit back to latestOffset, except under Trigger.Once, where it
@@ -105,6 +133,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {k: high for k, (_low, high) in planner.watermarks(keys).items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if PENDING in start:
+            # The first micro-batch: its end is the starting offsets, resolved now.
+            first = self._starting_offsets()
+            if self._target is not None:
+                first = {k: min(v, self._target[k]) for k, v in first.items()
+                         if k in self._target}
+            self._latest = dict(first)
+            return offsets_to_json(first)
         planner = self._plan()
         begin = offsets_from_json(start)
         keys = planner.partitions(must_exist=False)
@@ -148,6 +184,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- micro-batches ---------------------------------------------------------------------
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if PENDING in start:
+            return []   # the first micro-batch only fixes where the query starts
         begin = offsets_from_json(start)
         until = offsets_from_json(end)
         gone = sorted(k for k in begin if k not in until)

@@ -359,3 +359,28 @@ def test_an_added_partition_whose_start_was_deleted(spark, noida_broker, tmp_pat
     else:
         assert error is None
         assert sorted(r.offset for r in rows) == list(range(4, 10))
+
+
+def test_a_first_micro_batch_run_again_starts_where_it_did(spark, tansu_broker, tmp_path):
+    """startingOffsets=latest (the streaming default), the first micro-batch fails and
+    the query is restarted on its checkpoint after more records came: it reads exactly
+    those. Spark keeps no start of a first micro-batch and asks initialOffset() again; the
+    latest offsets were then new ones, past that micro-batch's end, and the query failed
+    for good with "the log ends at 5, before offset 10"."""
+    topic = f"spark-first-batch-{time.time_ns()}"
+    tansu_broker.create_topic(topic, 1)
+    produce(tansu_broker.bootstrap, topic, 0, 5, 1)
+    df = stream(spark, tansu_broker.bootstrap, subscribe=topic)
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def failing_sink(batch, batch_id):
+        raise RuntimeError("the sink is down")
+
+    query = (df.writeStream.foreachBatch(failing_sink)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="the sink is down"):
+        query.awaitTermination(120)
+    produce(tansu_broker.bootstrap, topic, 5, 5, 1)
+    rows = []
+    assert run_available_now(df, checkpoint, rows) is None
+    assert sorted(r.offset for r in rows) == [5, 6, 7, 8, 9]

@@ -384,3 +384,33 @@ def test_a_first_micro_batch_run_again_starts_where_it_did(spark, tansu_broker, 
     rows = []
     assert run_available_now(df, checkpoint, rows) is None
     assert sorted(r.offset for r in rows) == [5, 6, 7, 8, 9]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_topic_created_again_with_fewer_records(spark, tmp_path, fail_on_data_loss):
+    """A query restarted on its checkpoint (offset 10) after its topic was deleted and
+    created again with 3 records: as Spark's source, with failOnDataLoss it fails (the
+    log ends before where the query stands), without it goes on from the new end: the 3
+    records are not read, those after them are."""
+    with Cluster(brokers=1, data_dir=str(tmp_path / "cluster")) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        cluster.create_topic("t", partitions=1, replication_factor=1)
+        produce(bootstrap, "t", 0, 10, 1)
+        df = stream(spark, bootstrap, subscribe="t", startingOffsets="earliest",
+                    failOnDataLoss=fail_on_data_loss)
+        checkpoint, rows = str(tmp_path / "checkpoint"), []
+        assert run_available_now(df, checkpoint, rows) is None and len(rows) == 10
+        cluster.delete_topic("t")
+        time.sleep(1)
+        cluster.create_topic("t", partitions=1, replication_factor=1)
+        produce(bootstrap, "t", 100, 3, 1)
+        rows.clear()
+        error = run_available_now(df, checkpoint, rows)
+        if fail_on_data_loss == "true":
+            assert error is not None
+            assert "t [0]: the log ends at 3, before offset 10" in str(error)
+            return
+        assert error is None and rows == []
+        produce(bootstrap, "t", 103, 2, 1)
+        assert run_available_now(df, checkpoint, rows) is None
+        assert sorted((r.offset, int(r.value)) for r in rows) == [(3, 103), (4, 104)]

@@ -7,6 +7,7 @@ the previous response is fully written, so responses leave in request order.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -61,6 +62,8 @@ _log = logging.getLogger("kafka_client.testing")
 
 LOOPBACK = "127.0.0.1"
 
+#: How long a listener waits before accepting again when the process is out of descriptors.
+_ACCEPT_RETRY_S = 0.1
 #: Frames read ahead of the request being served, at most (then reading pauses).
 _MAX_QUEUED_FRAMES = 64
 #: What a connection may send before (and, for re-authentication, after) its SASL session.
@@ -144,8 +147,20 @@ class _Listener:
                 return
             except OSError as exc:
                 _log.warning("broker %d: accept failed: %s", self.broker.broker_id, exc)
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # The connection stays queued and the socket readable: listening on
+                    # at once would spin the loop. Try again a little later.
+                    self._pause(_ACCEPT_RETRY_S)
                 return
             self.broker.accepted(conn, peer)
+
+    def _pause(self, seconds: float) -> None:
+        self.broker.loop.unregister(self.sock)
+        self.broker.loop.call_later(seconds, self._resume)
+
+    def _resume(self) -> None:
+        if not self.closed:
+            self.broker.loop.register(self.sock, 1, self)
 
     def close(self) -> None:
         self.closed = True

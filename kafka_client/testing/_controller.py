@@ -11,7 +11,10 @@ that grows by one every ``n`` partitions, so leaders and followers spread evenly
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import os
+import resource
 import uuid
 import zlib
 from dataclasses import dataclass, field
@@ -28,6 +31,25 @@ __all__ = ["PartitionInfo", "TopicInfo", "Controller", "ControllerError", "place
 
 _TOPIC_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 _MAX_TOPIC_NAME = 249
+
+#: Files a new replica keeps open: its first segment's log, offset index and time index.
+FILES_PER_REPLICA = 3
+#: Descriptors kept free, whatever the topics, for connections and checkpoints (at most
+#: a quarter of the limit).
+RESERVED_FILES = 1024
+
+
+def free_descriptors() -> Optional[Tuple[int, int]]:
+    """``(free, limit)``: descriptors this process may still open under its soft
+    RLIMIT_NOFILE; None where the open ones cannot be counted (no /proc)."""
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit == resource.RLIM_INFINITY:
+        return None
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+    return limit - in_use, limit
 
 
 class ControllerError(Exception):
@@ -192,6 +214,7 @@ class Controller:
         except ConfigError as exc:
             raise ControllerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         settings = TopicSettings.from_values(values)
+        self._check_open_files(placement, f"topic {name!r}")
         if validate_only:
             return TopicInfo(name, uuid.uuid4(), [], dict(configs or {}), settings, values)
         info = TopicInfo(name, uuid.uuid4(), [], dict(configs or {}), settings, values, internal)
@@ -201,10 +224,33 @@ class Controller:
             info.partitions.append(PartitionInfo(name, p, replicas, leader, 0, isr))
         self.topics[name] = info
         self.topics_by_id[info.topic_id] = info
-        for broker in self.server.brokers.values():
-            broker.on_topic_created(info)
+        try:
+            for broker in self.server.brokers.values():
+                broker.on_topic_created(info)
+        except OSError as exc:
+            self.delete_topic(name)    # closes and removes what was opened
+            raise ControllerError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                  f"cannot open the logs of topic {name!r}: {exc}") from None
         self.server.topics_changed()
         return info
+
+    def _check_open_files(self, placement: Sequence[Sequence[int]], what: str) -> None:
+        """Refuse replicas whose files the process cannot keep open: every broker of the
+        cluster lives in this one process, each replica keeps its segment files open (as
+        a Kafka broker does), and a process out of descriptors accepts no connection."""
+        free = free_descriptors()
+        if free is None:
+            return
+        available, limit = free
+        reserved = min(RESERVED_FILES, limit // 4)
+        needed = FILES_PER_REPLICA * sum(len(replicas) for replicas in placement)
+        if needed > available - reserved:
+            raise ControllerError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"{what}: its {sum(len(r) for r in placement)} replicas would keep {needed} "
+                f"more files open, and the test cluster's process has {available} of its "
+                f"{limit} descriptors (RLIMIT_NOFILE) left, {reserved} of them kept for "
+                "connections: ask for fewer partitions or replicas, or raise ulimit -n")
 
     def create_partitions(self, name: str, total: int,
                           assignments: Optional[List[List[int]]] = None,
@@ -231,14 +277,24 @@ class Controller:
                                       f"{len(live)} available brokers")
             placement = place_replicas(live, total - have, rf, next(self._placement_start),
                                        first_partition=have)
+        self._check_open_files(placement, f"{total - have} new partitions of {name!r}")
         if validate_only:
             return
         for i, replicas in enumerate(placement):
             isr = [r for r in replicas if r in live]
             info.partitions.append(PartitionInfo(name, have + i, replicas,
                                                  isr[0] if isr else -1, 0, isr))
-        for broker in self.server.brokers.values():
-            broker.on_topic_created(info)
+        try:
+            for broker in self.server.brokers.values():
+                broker.on_topic_created(info)
+        except OSError as exc:
+            added = dataclasses.replace(info, partitions=info.partitions[have:])
+            del info.partitions[have:]
+            for broker in self.server.brokers.values():
+                broker.on_topic_deleted(added)   # closes and removes the new replicas
+            raise ControllerError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                  f"cannot open the logs of the new partitions of {name!r}: "
+                                  f"{exc}") from None
         self.server.topics_changed()
 
     def delete_topic(self, name: str) -> None:

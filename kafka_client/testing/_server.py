@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -69,6 +70,7 @@ class ClusterServer:
                              "broker, None for a broker without a rack)")
         if any(r is not None and (not isinstance(r, str) or not r) for r in racks):
             raise ValueError("racks: each rack is a non-empty string or None")
+        _raise_open_files_limit()
         self.loop = Loop()
         self.data_dir = os.path.abspath(data_dir)
         os.makedirs(self.data_dir, exist_ok=True)
@@ -132,6 +134,17 @@ class ClusterServer:
                          "advertised_port": b.advertised_port, "up": b.up, "rack": b.rack}
                         for b in self.brokers.values()],
         }
+
+
+def _raise_open_files_limit() -> None:
+    """Every replica keeps its segment files open: let the process open as many files as
+    its hard limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass   # RLIM_INFINITY above the kernel's nr_open: keep the soft limit
 
 
 # --------------------------------------------------------------------------- control

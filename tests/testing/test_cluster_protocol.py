@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import os
 import random
+import resource
+import signal
+import socket
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
@@ -461,3 +466,76 @@ def test_list_offsets_and_fetch_limits(cluster):
         assert fetch(11).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
         assert fetch(10).records == b""
         assert fetch(0, epoch=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def _cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_a_cluster_out_of_descriptors_refuses_topics_and_keeps_serving(tmp_path):
+    """The cluster process under RLIMIT_NOFILE 400. A CreateTopics whose replicas need
+    more files than are left used to fail half way with UNKNOWN_SERVER_ERROR and leave
+    the process out of descriptors: every later topic failed, and the listeners, unable
+    to accept, spun the loop at full CPU. Now it is refused with INVALID_PARTITIONS, and
+    a flood of connections past the limit waits without spinning, then is served."""
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400))
+
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kafka_client.testing", "--brokers", "1", "--control-port",
+         "0", "--data-dir", str(tmp_path / "d"), "--log-level", "ERROR"],
+        stdout=subprocess.PIPE, text=True, env=env, preexec_fn=low_limit)
+    flood = []
+    try:
+        lines = {}
+        while len(lines) < 2:
+            line = proc.stdout.readline()
+            assert line, "the cluster exited"
+            name, _, value = line.strip().partition("=")
+            lines[name] = value
+        attached = Cluster.attach(lines["control"])
+        try:
+            address = lines["bootstrap.servers"]
+            with RawClient(address) as c:
+                resp = c.request(CreateTopicsRequest(timeout_ms=5000, topics=[
+                    CreateTopicsRequest.CreatableTopic(name="too-many", num_partitions=300,
+                                                       replication_factor=1)]), 7)
+                assert resp.topics[0].error_code == ErrorCode.INVALID_PARTITIONS
+                assert "RLIMIT_NOFILE" in resp.topics[0].error_message
+            assert attached.topics() == []
+            attached.create_topic("fits", partitions=2)
+            # More connections than descriptors: the last ones wait in the backlog.
+            host, port = address.rsplit(":", 1)
+            for _ in range(450):
+                flood.append(socket.create_connection((host, int(port)), timeout=5))
+            time.sleep(0.5)
+            before = _cpu_seconds(proc.pid)
+            time.sleep(1.0)
+            assert _cpu_seconds(proc.pid) - before < 0.5     # it spun: ~1 s per second
+            for s in flood:
+                s.close()
+            flood.clear()
+            with RawClient(address) as c:
+                md = c.request(MetadataRequest(topics=None), 12)
+                assert [t.name for t in md.topics] == ["fits"]
+        finally:
+            attached.stop()
+        assert proc.poll() is None
+    finally:
+        for s in flood:
+            s.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

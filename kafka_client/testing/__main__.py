@@ -28,13 +28,34 @@ def _pairs(values: List[str], sep: str, what: str) -> Dict[str, str]:
     return out
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return port
+
+
+def _port_list(text: str) -> List[int]:
+    return [_port(p.strip()) for p in text.split(",") if p.strip()]
+
+
+def _log_level(text: str) -> str:
+    if not isinstance(logging.getLevelName(text.upper()), int):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a logging level (DEBUG, INFO, "
+                                         "WARNING, ERROR, CRITICAL)")
+    return text.upper()
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kafka_client.testing",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--brokers", type=int, default=3)
-    parser.add_argument("--ports", default="",
+    parser.add_argument("--ports", default=[], type=_port_list,
                         help="comma separated listener ports, one per broker (default: free)")
-    parser.add_argument("--advertised-ports", default="",
+    parser.add_argument("--advertised-ports", default=[], type=_port_list,
                         help="comma separated ports given to clients in Metadata answers, "
                              "one per broker (a TLS terminator in front; default: --ports)")
     parser.add_argument("--racks", default="",
@@ -47,45 +68,49 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="a SASL user (with --broker-config sasl.enabled.mechanisms=...)")
     parser.add_argument("--topic", action="append", default=[],
                         metavar="NAME[:PARTITIONS[:REPLICATION]]", help="create a topic")
-    parser.add_argument("--control-port", type=int,
+    parser.add_argument("--control-port", type=_port,
                         help="serve the control channel on this loopback port (0: any)")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", type=_log_level)
     args = parser.parse_args(argv)
 
     from kafka_client.testing._server import ClusterServer, ControlError, serve_control_port
     from kafka_client.testing._controller import ControllerError
 
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+    logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(message)s")
+    broker_config = _pairs(args.broker_config, "=", "--broker-config")
+    users = _pairs(args.user, ":", "--user")
+    racks = [r.strip() or None for r in args.racks.split(",")] if args.racks else None
     own_dir = args.data_dir is None
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="kafka-test-cluster-")
-    ports = [int(p) for p in args.ports.split(",") if p.strip()]
-    advertised = [int(p) for p in args.advertised_ports.split(",") if p.strip()]
-    racks = [r.strip() or None for r in args.racks.split(",")] if args.racks else None
+    server = None
     try:
-        server = ClusterServer(args.brokers, data_dir,
-                               _pairs(args.broker_config, "=", "--broker-config"),
-                               ports, _pairs(args.user, ":", "--user"),
-                               advertised_ports=advertised, racks=racks)
-        server.start()
-        for spec in args.topic:
-            name, _, rest = spec.partition(":")
-            partitions, _, rf = rest.partition(":")
-            server.controller.create_topic(name, int(partitions or 1), int(rf or -1))
-    except (ValueError, OSError, ControlError, ControllerError) as exc:
-        print(f"cannot start the cluster: {exc}", file=sys.stderr)
-        return 1
-    bootstrap = ",".join(f"{b.host}:{b.port}" for b in server.brokers.values())
-    print(f"bootstrap.servers={bootstrap}", flush=True)
-    if args.control_port is not None:
-        port = serve_control_port(server, args.control_port)
-        print(f"control=127.0.0.1:{port}", flush=True)
-    print(f"data dir: {data_dir}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
-    try:
-        server.loop.run()
-    except KeyboardInterrupt:
-        server.shutdown()
+        try:
+            server = ClusterServer(args.brokers, data_dir, broker_config, args.ports, users,
+                                   advertised_ports=args.advertised_ports, racks=racks)
+            server.start()
+            for spec in args.topic:
+                name, _, rest = spec.partition(":")
+                partitions, _, rf = rest.partition(":")
+                server.controller.create_topic(name, int(partitions or 1), int(rf or -1))
+            control_port = None
+            if args.control_port is not None:
+                control_port = serve_control_port(server, args.control_port)
+        except (ValueError, OSError, ControlError, ControllerError) as exc:
+            print(f"cannot start the cluster: {exc}", file=sys.stderr)
+            if server is not None:
+                server.shutdown()
+            return 1
+        bootstrap = ",".join(f"{b.host}:{b.port}" for b in server.brokers.values())
+        print(f"bootstrap.servers={bootstrap}", flush=True)
+        if control_port is not None:
+            print(f"control=127.0.0.1:{control_port}", flush=True)
+        print(f"data dir: {data_dir}", flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
+        try:
+            server.loop.run()
+        except KeyboardInterrupt:
+            server.shutdown()
     finally:
         if own_dir:
             shutil.rmtree(data_dir, ignore_errors=True)

@@ -70,6 +70,10 @@ class ClusterServer:
                              "broker, None for a broker without a rack)")
         if any(r is not None and (not isinstance(r, str) or not r) for r in racks):
             raise ValueError("racks: each rack is a non-empty string or None")
+        for what, given in (("ports", ports), ("advertised ports", advertised_ports)):
+            if given and len(given) > brokers:
+                raise ValueError(f"{what}: {len(given)} given for {brokers} brokers (at most "
+                                 "one per broker)")
         _raise_open_files_limit()
         self.loop = Loop()
         self.data_dir = os.path.abspath(data_dir)

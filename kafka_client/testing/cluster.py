@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import json
+import logging
 import os
 import shutil
 import socket
@@ -20,7 +21,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from kafka_proto.errors import ErrorCode
 from kafka_proto.logdir import LOG_SUFFIX
-from kafka_proto.messages import ApiKey
+from kafka_proto.messages import API_KEYS, API_KEYS_BY_NAME, ApiKey
 
 __all__ = [
     "Cluster",
@@ -146,10 +147,34 @@ class RequestLogEntry:
         return cls(injected_error=injected, details=details, **known)
 
 
+#: The kinds of request log entries: requests and the events the brokers record.
+LOG_KINDS = frozenset(("request", "closed", "bad_frame", "unsupported_version",
+                       "authenticated", "telemetry"))
+
+
 def _api_name(api: Union[int, str]) -> Union[int, str]:
     if isinstance(api, ApiKey):
         return int(api)
+    if isinstance(api, str) and api not in API_KEYS_BY_NAME:
+        try:     # an ApiKey member's name ("PRODUCE", "produce")
+            return API_KEYS[ApiKey[api.upper()]].name
+        except KeyError:
+            # A misspelt name would match nothing: a filter that finds nothing proves
+            # nothing.
+            raise ClusterError(f"unknown API {api!r}: give Kafka's name (\"Produce\", "
+                               "\"Fetch\", ...) or an ApiKey") from None
     return api
+
+
+def _check_ports(ports: Optional[Sequence[int]], brokers: int, what: str) -> List[int]:
+    ports = list(ports or [])
+    if len(ports) > brokers:
+        raise ValueError(f"{what}: {len(ports)} given for {brokers} brokers (at most one "
+                         "per broker)")
+    for port in ports:
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"{what}: {port!r} is not a port (0-65535)")
+    return ports
 
 
 def _error_name(error: Union[int, str, ErrorCode]) -> str:
@@ -192,11 +217,16 @@ class Cluster:
                  racks: Optional[Sequence[Optional[str]]] = None,
                  log_level: str = "WARNING", start: bool = True,
                  start_timeout: float = 30.0) -> None:
-        if brokers < 1:
-            raise ValueError("brokers must be at least 1")
+        if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
+            raise ValueError(f"brokers must be a whole number, at least 1 (got {brokers!r})")
         if racks is not None and len(racks) != brokers:
             raise ValueError(f"racks: {len(racks)} given for {brokers} brokers (one per "
                              "broker, None for a broker without a rack)")
+        ports = _check_ports(ports, brokers, "ports")
+        advertised_ports = _check_ports(advertised_ports, brokers, "advertised_ports")
+        if not isinstance(logging.getLevelName(str(log_level).upper()), int):
+            raise ValueError(f"log_level: {log_level!r} is not a logging level (DEBUG, "
+                             "INFO, WARNING, ERROR, CRITICAL)")
         self.broker_count = brokers
         self._own_dir = data_dir is None
         self.data_dir = os.path.abspath(data_dir or tempfile.mkdtemp(prefix="kafka-test-cluster-"))
@@ -207,10 +237,10 @@ class Cluster:
             "data_dir": self.data_dir,
             "broker_config": dict(broker_config or {}),
             "users": dict(users or {}),
-            "ports": list(ports or []),
-            "advertised_ports": list(advertised_ports or []),
+            "ports": ports,
+            "advertised_ports": advertised_ports,
             "racks": list(racks) if racks is not None else None,
-            "log_level": log_level.upper(),
+            "log_level": str(log_level).upper(),
             "log_file": self.log_path,
         }
         self._process: Optional[subprocess.Popen] = None
@@ -246,6 +276,8 @@ class Cluster:
     def start(self, timeout: float = 30.0) -> "Cluster":
         if self._process is not None or self._attached:
             return self
+        # Started again after stop(): the temporary directory went with the first run.
+        os.makedirs(self.data_dir, exist_ok=True)
         parent, child = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONPATH"] = _PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -263,8 +295,7 @@ class Cluster:
             first = self._read_reply()
         except (OSError, ValueError, ClusterError) as exc:
             self._failed_start()
-            raise ClusterError(f"the cluster process did not start: {exc}; see "
-                               f"{self.log_path}") from None
+            raise ClusterError(f"the cluster process did not start: {exc}") from None
         if not first.get("ok"):
             self._failed_start()
             raise ClusterError(f"the cluster did not start: {first.get('error')}")
@@ -343,11 +374,21 @@ class Cluster:
             if self._sock is None:
                 raise ClusterError("the cluster is not running")
             request_id = next(self._ids)
-            self._sock.settimeout(timeout)
-            self._sock.sendall(json.dumps({"id": request_id, "op": op, "args": args}).encode()
-                               + b"\n")
-            reply = self._read_reply()
-            self._sock.settimeout(None)
+            try:
+                self._sock.settimeout(timeout)
+                self._sock.sendall(json.dumps({"id": request_id, "op": op,
+                                               "args": args}).encode() + b"\n")
+                reply = self._read_reply()
+                self._sock.settimeout(None)
+            except (OSError, ClusterError) as exc:
+                # The process died, or left this call unanswered (its late answer would
+                # be taken for the next call's): the channel is of no more use.
+                self._close_channel()
+                if isinstance(exc, ClusterError):
+                    raise
+                raise ClusterError(f"{op}: the cluster process does not answer "
+                                   f"({type(exc).__name__}: {exc}); see {self.log_path}"
+                                   ) from None
         if reply.get("id") != request_id:
             raise ClusterError(f"control channel out of step: {reply}")
         if not reply.get("ok"):
@@ -421,7 +462,11 @@ class Cluster:
         return _topic_state(self._call("describe_topic", name=name))
 
     def partition(self, topic: str, partition: int) -> PartitionState:
-        return self.describe_topic(topic).partitions[partition]
+        partitions = self.describe_topic(topic).partitions
+        if not 0 <= partition < len(partitions):
+            raise ClusterError(f"no partition {topic}-{partition} ({topic!r} has "
+                               f"{len(partitions)})", "UNKNOWN_TOPIC_OR_PARTITION")
+        return partitions[partition]
 
     def leader(self, topic: str, partition: int) -> int:
         return self.partition(topic, partition).leader
@@ -470,6 +515,8 @@ class Cluster:
         By default the requests are refused, not executed. With ``executed=True`` they
         are executed and only the answers replaced: a Produce is written (and
         replicated) but its acknowledgement is an error, as when an answer is lost."""
+        if isinstance(errors, (str, int)):
+            errors = [errors]     # one error, not the letters of its name
         self._call("inject_errors", api=_api_name(api),
                    errors=[_error_name(e) for e in errors], broker=broker,
                    executed=executed)
@@ -521,6 +568,10 @@ class Cluster:
     def request_log(self, since: int = 0, api: Optional[Union[int, str]] = None,
                     kind: Optional[str] = "request") -> List[RequestLogEntry]:
         """Requests served (and events) from sequence number ``since`` on."""
+        if kind is not None and kind not in LOG_KINDS:
+            raise ValueError(f"kind: {kind!r} is none of {sorted(LOG_KINDS)} (None: all)")
+        if api is not None:
+            api = _api_name(api)
         entries = [RequestLogEntry.from_dict(e) for e in self._call("request_log", since=since)]
         if kind is not None:
             entries = [e for e in entries if e.kind == kind]

@@ -246,6 +246,9 @@ class Broker:
             "cleaner": self.loop.call_later(self.settings["log.cleaner.backoff.ms"] / 1000,
                                             self._cleaner_pass),
         }
+        if self.settings["connections.max.idle.ms"] >= 0:
+            self._timers["idle"] = self.loop.call_later(self._idle_check_interval(),
+                                                        self._close_idle_connections)
         self.controller.broker_started(self.broker_id)
 
     def stop(self) -> None:
@@ -380,6 +383,26 @@ class Broker:
                 _log.exception("broker %d: delayed request failed", self.broker_id)
 
     # -- periodic work ---------------------------------------------------------------
+    def _idle_check_interval(self) -> float:
+        return min(max(self.settings["connections.max.idle.ms"] / 4000, 0.01), 1.0)
+
+    def _close_idle_connections(self) -> None:
+        """Kafka's connections.max.idle.ms: a connection with no byte in or out for that
+        long is closed, whatever it was doing (a client that sent half a request and
+        went silent holds nothing for ever)."""
+        if not self.up:
+            return
+        idle_s = self.settings["connections.max.idle.ms"] / 1000
+        now = time.monotonic()
+        for conn in list(self.connections):
+            if now - conn.last_active > idle_s:
+                self.server.request_log.add_event(
+                    self.broker_id, "closed",
+                    f"idle for more than connections.max.idle.ms ({idle_s:g} s)")
+                conn.close("idle")
+        self._timers["idle"] = self.loop.call_later(self._idle_check_interval(),
+                                                    self._close_idle_connections)
+
     def _check_isr(self) -> None:
         if not self.up:
             return

@@ -107,6 +107,8 @@ _BROKER = [
     ConfigDef("min.insync.replicas", "int", 1, _at_least(1)),
     ConfigDef("message.max.bytes", "int", 1048588, _at_least(0)),
     ConfigDef("socket.request.max.bytes", "int", 104857600, _at_least(1024)),
+    # Kafka's: connections without a byte in or out for this long are closed (-1: never).
+    ConfigDef("connections.max.idle.ms", "long", 600_000),
     ConfigDef("log.cleanup.policy", "list", "delete", _policy),
     ConfigDef("compression.type", "str", "producer", _only("producer", "see the topic property")),
     ConfigDef("log.cleaner.delete.retention.ms", "long", _DAY_MS, _at_least(0)),

@@ -183,6 +183,8 @@ class StreamConnection:
         self.parser = FrameParser(max_frame_size=max_frame_size)
         self.out: Deque[OutItem] = deque()
         self.closed = False
+        #: When a byte last came in or went out (monotonic): Kafka's idle connection time.
+        self.last_active = time.monotonic()
         self._events = selectors.EVENT_READ
         self._reading = True
         loop.register(sock, self._events, self)
@@ -210,6 +212,7 @@ class StreamConnection:
         if n == 0:
             self.close("closed by peer")
             return
+        self.last_active = time.monotonic()
         try:
             frames = self.parser.commit(n)
         except InvalidLengthError as exc:
@@ -246,6 +249,7 @@ class StreamConnection:
                 item = out[0]
                 if isinstance(item, FileRegion):
                     sent = os.sendfile(fd, item.file.fileno(), item.position, item.size)
+                    self.last_active = time.monotonic()
                     stats = self.loop.stats
                     stats["sendfile_calls"] += 1
                     stats["sendfile_bytes"] += sent
@@ -272,6 +276,7 @@ class StreamConnection:
                     parts.append(part)
                     total += memoryview(part).nbytes
                 sent = self.sock.sendmsg(parts, (), flags)
+                self.last_active = time.monotonic()
                 self.loop.stats["send_bytes"] += sent
                 self._drop_sent(sent)
                 if sent < total:

@@ -539,3 +539,25 @@ def test_a_cluster_out_of_descriptors_refuses_topics_and_keeps_serving(tmp_path)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_idle_connections_are_closed_as_kafka_closes_them(tmp_path):
+    """connections.max.idle.ms: a client that sent half a request and went silent held
+    its connection (and the bytes of its frame) for ever; Kafka closes a connection
+    without a byte in or out for that long. A connection in use stays."""
+    with Cluster(brokers=1, data_dir=str(tmp_path / "idle"),
+                 broker_config={"connections.max.idle.ms": 1000}) as c:
+        since = c.clear_request_log()
+        with RawClient(c.address(1), timeout=10) as silent, \
+                RawClient(c.address(1), timeout=10) as busy:
+            silent.send_bytes(struct.pack(">i", 500) + b"half a request")
+            started = time.monotonic()
+            for _ in range(8):            # every 0.3 s: never idle for a second
+                assert busy.request(MetadataRequest(topics=None), 12).brokers
+                time.sleep(0.3)
+            assert silent.closed_by_broker()
+            assert 1.0 <= time.monotonic() - started < 5
+            assert busy.request(MetadataRequest(topics=None), 12).brokers
+        closed = c.request_log(since=since, kind="closed")
+        assert [e.details["detail"] for e in closed] == [
+            "idle for more than connections.max.idle.ms (1 s)"]

@@ -7,6 +7,7 @@ ranges with ``os.sendfile`` in their place (``_broker.send_response``).
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
@@ -604,10 +605,16 @@ def _epoch_for_offset(log: Any, offset: int) -> int:
 def list_offsets(ctx: RequestContext) -> None:
     req = ctx.request
     broker = ctx.broker
+    # Kafka answers every occurrence of a partition named twice with INVALID_REQUEST.
+    named = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
+            if named[(t.name, p.partition_index)] > 1:
+                parts.append(_list_offsets_partition(p.partition_index,
+                                                     ErrorCode.INVALID_REQUEST))
+                continue
             error, replica = broker.leader_replica(t.name, p.partition_index)
             if error == ErrorCode.NONE:
                 error = replica.check_epoch(p.current_leader_epoch)

@@ -423,6 +423,24 @@ def test_produce_refuses_records_that_do_not_parse_as_kafka_does(cluster):
         assert "Traceback" not in f.read()
 
 
+def test_list_offsets_refuses_a_partition_named_twice(cluster):
+    """Kafka answers each occurrence of a partition named twice in one ListOffsets with
+    INVALID_REQUEST (it was answered twice); the others are answered."""
+    cluster.create_topic("listed-twice", partitions=2, replication_factor=1)
+    leader = cluster.leader("listed-twice", 0)
+    P = ListOffsetsRequest.ListOffsetsPartition
+    with RawClient(cluster.address(leader)) as c:
+        resp = c.request(ListOffsetsRequest(replica_id=-1, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name="listed-twice", partitions=[
+                P(partition_index=0, timestamp=-1), P(partition_index=0, timestamp=-2)])]), 7)
+        assert [(p.partition_index, p.error_code) for p in resp.topics[0].partitions] == [
+            (0, ErrorCode.INVALID_REQUEST), (0, ErrorCode.INVALID_REQUEST)]
+        resp = c.request(ListOffsetsRequest(replica_id=-1, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name="listed-twice", partitions=[
+                P(partition_index=0, timestamp=-1)])]), 7)
+        assert resp.topics[0].partitions[0].error_code == ErrorCode.NONE
+
+
 def test_list_offsets_and_fetch_limits(cluster):
     cluster.create_topic("offsets", partitions=1, replication_factor=1)
     leader = cluster.leader("offsets", 0)

@@ -258,12 +258,20 @@ class Cluster:
         """A handle on a cluster run by ``python -m kafka_client.testing --control-port``
         elsewhere. :meth:`stop` only closes this handle; the cluster keeps running."""
         host, _, port = control_address.rpartition(":")
+        if not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ValueError(f"control address {control_address!r}: expected HOST:PORT, as "
+                             "python -m kafka_client.testing --control-port prints it")
         self = cls.__new__(cls)
         self._own_dir = False
         self._process = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
+        try:
+            self._sock = socket.create_connection((host or "127.0.0.1", int(port)),
+                                                  timeout=timeout)
+        except OSError as exc:
+            raise ClusterError(f"no cluster control channel at {control_address}: {exc}"
+                               ) from None
         self._reader = self._sock.makefile("rb")
         self._attached = True
         self._info = self._call("info")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -115,3 +116,13 @@ def test_the_command_line_refuses_bad_arguments_cleanly(tmp_path, args, words):
     assert out.returncode != 0
     assert words in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_attach_names_a_bad_or_dead_control_address():
+    with pytest.raises(ValueError, match="expected HOST:PORT"):
+        Cluster.attach("nonsense")                  # "invalid literal for int()" before
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    with pytest.raises(ClusterError, match="no cluster control channel at"):
+        Cluster.attach(f"127.0.0.1:{port}", timeout=2)   # a bare ConnectionRefusedError

@@ -39,7 +39,6 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_DecodeUTF8
 from libc.stdint cimport INT64_MAX, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
-from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from kafka_proto._cpython_internals cimport (
@@ -1401,23 +1400,40 @@ cdef int _fill_by_name(list out, RecordFactory f, Record rec, object ts_type, ob
 # Records straight into column buffers (Arrow layout), no object per record
 
 cdef struct _Grow:
-    char* p
-    Py_ssize_t n
-    Py_ssize_t cap
+    # The buffer is a private bytes object (refcount 1, grown in place) that finish()
+    # shrinks to its length and hands over: the column's bytes are written once, with no
+    # copy at the end, and the memory goes with the batch that holds it.
+    PyObject* obj     # NULL until the first byte
+    char* p           # its data
+    Py_ssize_t n      # bytes used
+    Py_ssize_t cap    # bytes allocated
+    Py_ssize_t hint   # what the last buffer held (bounded): the next one starts that big
+
+
+#: The next buffer of a column starts as big as the last one was, up to this much (beyond
+#: it grows by doubling; a huge batch does not make every later one allocate as much).
+cdef Py_ssize_t _GROW_HINT_MAX = 4 << 20
 
 
 cdef int _grow_reserve(_Grow* g, Py_ssize_t extra) except -1:
     cdef Py_ssize_t need = g.n + extra
-    cdef Py_ssize_t cap = g.cap * 2 if g.cap else 1024
-    cdef char* q
+    cdef Py_ssize_t cap
+    cdef object fresh
     if need <= g.cap:
         return 0
+    cap = g.cap * 2 if g.cap else max(g.hint, 1024)
     while cap < need:
         cap *= 2
-    q = <char*>PyMem_Realloc(g.p, <size_t>cap)
-    if q == NULL:
+    if g.obj == NULL:
+        fresh = PyBytes_FromStringAndSize(NULL, cap)
+        Py_INCREF(fresh)
+        g.obj = <PyObject*>fresh
+    elif _PyBytes_Resize(&g.obj, cap) < 0:   # it freed the object and set MemoryError
+        g.obj = NULL
+        g.p = NULL
+        g.n = g.cap = 0
         raise MemoryError()
-    g.p = q
+    g.p = PyBytes_AS_STRING(<object>g.obj)
     g.cap = cap
     return 0
 
@@ -1450,8 +1466,21 @@ cdef inline int _grow_bit(_Grow* g, Py_ssize_t i, bint valid) except -1:
 
 
 cdef bytes _grow_take(_Grow* g):
-    cdef bytes out = PyBytes_FromStringAndSize(g.p, g.n) if g.n else b""
-    g.n = 0
+    # The buffer itself, shrunk to its length; the column starts a new one.
+    cdef PyObject* obj = g.obj
+    cdef Py_ssize_t n = g.n
+    cdef bytes out
+    g.obj = NULL
+    g.p = NULL
+    g.n = g.cap = 0
+    g.hint = min(n, _GROW_HINT_MAX)
+    if obj == NULL or n == 0:
+        Py_XDECREF(obj)
+        return b""
+    if _PyBytes_Resize(&obj, n) < 0:   # it freed the object and set MemoryError
+        raise MemoryError()
+    out = <bytes>obj                   # a new reference: drop the one the column held
+    Py_XDECREF(obj)
     return out
 
 
@@ -1695,7 +1724,8 @@ cdef class ColumnBuilder:
     def __dealloc__(self):
         cdef int i
         for i in range(_NBUF):
-            PyMem_Free(self.b[i].p)
+            Py_XDECREF(self.b[i].obj)
+            self.b[i].obj = NULL
             self.b[i].p = NULL
 
     cdef int _start(self) except -1:

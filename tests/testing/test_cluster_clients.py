@@ -183,8 +183,14 @@ def test_refused_sequences_never_lose_or_duplicate_silently(kafka_cluster, error
             p.produce("refused", b"%08d" % n, key=b"%d" % (n % 17), on_delivery=reports)
             accepted += 1
     except KafkaException as e:
+        # produce() of a fatal producer: _FATAL (not flagged, as confluent-kafka's); the
+        # fatal error itself if the refusal is raised while this call serves it
+        assert e.args[0].code() == KafkaError._FATAL or e.args[0].fatal()
+    try:
+        p.flush(20)
+    except KafkaException as e:     # the fatal error, raised once by the call serving it
         assert e.args[0].fatal()
-    p.flush(20)
+        p.flush(20)
     assert len(reports.delivered) + len(reports.failed) == accepted
     assert not set(reports.delivered) & set(reports.failed)
     values = read_back(c, "refused")[0]

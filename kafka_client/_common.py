@@ -101,22 +101,26 @@ def _kwarg_name(name: str) -> str:
 
 
 def deadline_after(timeout: Optional[float]) -> float:
-    """Monotonic time a call given ``timeout`` seconds ends (None or negative: never);
-    TypeError for what is not a number."""
+    """Monotonic time a call given ``timeout`` seconds ends (None or negative: never; NaN:
+    now, as confluent-kafka's calls return at once); TypeError for what is not a number."""
     if timeout is None:
         return float("inf")
     if not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+    if timeout != timeout:   # NaN: a deadline of NaN never passed, and the wait spun
+        return time.monotonic()
     return float("inf") if timeout < 0 else time.monotonic() + timeout
 
 
 def wait_limit(timeout: Any) -> Optional[float]:
-    """Seconds a blocking call may wait (None: its default, for None or negative);
+    """Seconds a blocking call may wait (None: its default, for None or negative; NaN: 0);
     TypeError for what is not a number of seconds (a bool included)."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+    if timeout != timeout:
+        return 0.0
     return None if timeout < 0 else float(timeout)
 
 
@@ -406,11 +410,7 @@ class ClientBase:
         self._check_open()
         if topic is not None and not isinstance(topic, str):
             raise TypeError(f"topic must be a str or None, not {type(topic).__name__}")
-        if timeout is not None and not isinstance(timeout, (int, float)):
-            raise TypeError(f"timeout must be a number of seconds, not "
-                            f"{type(timeout).__name__}")
-        return self._cluster.list_topics(topic, None if timeout is None or timeout < 0
-                                         else timeout)
+        return self._cluster.list_topics(topic, wait_limit(timeout))
 
     def cluster_id(self, timeout: Optional[float] = -1) -> Optional[str]:
         """The cluster id (KIP-78), waited for at most ``timeout`` seconds (-1 or None:

@@ -702,7 +702,8 @@ class AdminClient(ClientBase):
         ``timeout`` seconds for one (-1: until one comes). Returns how many were served.
         Futures complete without it."""
         self._check_open()
-        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        limit = wait_limit(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
         while True:
             n = self._serve_client_events()
             if n or (deadline is not None and time.monotonic() >= deadline) \

@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
+from kafka_client._common import wait_limit
 from kafka_client.consumer.arrow import keep_partitions, rows_of
 from kafka_client.errors import KafkaException
 from kafka_client.types import Message, TopicPartition
@@ -146,7 +147,7 @@ class KeptReads:
         the caller returns nothing: a new read would overtake them)."""
         if not self._running:
             return timeout
-        limit = None if timeout is None or timeout < 0 else timeout
+        limit = wait_limit(timeout)
         start = time.monotonic()
         await asyncio.wait(set(self._running), timeout=limit)
         if self._running:

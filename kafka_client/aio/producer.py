@@ -9,7 +9,7 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Deque, List, Optional
 
-from kafka_client._common import deadline_after
+from kafka_client._common import deadline_after, wait_limit
 from kafka_client.aio._bridge import LoopBridge
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.producer import Producer
@@ -252,7 +252,8 @@ class AIOProducer:
         # Until something is served, here or by the task serving them as they come.
         loop = self._bridge.loop
         start = self._served_total
-        deadline = None if timeout is None or timeout < 0 else loop.time() + timeout
+        limit = wait_limit(timeout)
+        deadline = None if limit is None else loop.time() + limit
         while self._served_total == start:
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
@@ -272,7 +273,8 @@ class AIOProducer:
         self._check_open()
         self._bridge.raise_failure()
         loop = self._bridge.loop
-        deadline = None if timeout is None or timeout < 0 else loop.time() + timeout
+        limit = wait_limit(timeout)
+        deadline = None if limit is None else loop.time() + limit
         producer = self._producer
         with producer._flushing():
             while True:

@@ -66,7 +66,7 @@ from kafka_client._cluster.calls import (
     Coordinator,
     CoordinatorType,
 )
-from kafka_client._common import deadline_after
+from kafka_client._common import deadline_after, wait_limit
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.producer.idempotence import has_producer_id
 from kafka_client.types import TopicPartition
@@ -254,7 +254,7 @@ class TransactionManager:
     def init_transactions(self, timeout: Optional[float]) -> None:
         """Get the producer id and epoch of the transactional id from its coordinator,
         fencing older instances; resumable after a timeout."""
-        deadline = _deadline(timeout)  # TypeError for what is not a number of seconds
+        deadline = deadline_after(timeout)  # TypeError for what is not a number
         if deadline == float("inf"):
             # As librdkafka: no coordinator times this call out, so "forever" is capped.
             deadline = time.monotonic() + 2 * self.timeout_ms / 1000.0
@@ -321,7 +321,7 @@ class TransactionManager:
                            flush: Callable[[Optional[float]], int]) -> None:
         """Flush, then commit (EndTxn); resumable after a timeout. ``flush`` is the
         producer's (it serves the delivery reports)."""
-        deadline = _deadline(timeout)
+        deadline = deadline_after(timeout)
         with self._calling("commit_transaction") as call:
             with self.lock:
                 error = self._require(call.name)
@@ -365,7 +365,7 @@ class TransactionManager:
                           flush: Callable[[Optional[float]], int]) -> None:
         """Purge what is queued, wait for what is in flight, then abort (EndTxn); with an
         epoch bump if the producer id needs one. Resumable after a timeout."""
-        deadline = _deadline(timeout)
+        deadline = deadline_after(timeout)
         with self._calling("abort_transaction") as call:
             start_abort = False
             with self.lock:
@@ -569,10 +569,8 @@ class TransactionManager:
     def _capped_deadline(self, timeout: Optional[float]) -> float:
         """As librdkafka: an offset commit waits at most transaction.timeout.ms."""
         cap = self.timeout_ms / 1000.0
-        _deadline(timeout)  # TypeError for what is not a number of seconds
-        if timeout is None or timeout < 0 or timeout > cap:
-            timeout = cap
-        return time.monotonic() + timeout
+        limit = wait_limit(timeout)  # TypeError for what is not a number of seconds
+        return time.monotonic() + (cap if limit is None or limit > cap else limit)
 
     # -- states (under the lock) --------------------------------------------------------
     def _set_state(self, state: TxnState) -> None:
@@ -1053,12 +1051,6 @@ def _worst(codes: Set[int]) -> int:
         if code in _COORDINATOR_MOVED:
             return code
     return next(iter(codes))
-
-
-def _deadline(timeout: Optional[float]) -> float:
-    # A timeout that is not a number is a TypeError naming it (confluent-kafka's is one
-    # too), not "'<' not supported between instances of 'str' and 'int'"
-    return deadline_after(timeout)
 
 
 def _check_offsets_args(offsets: Any, group_metadata: Any) -> List[TopicPartition]:

@@ -133,6 +133,38 @@ def test_producer_calls_after_close_raise_runtime_error(call):
     assert len(p) == 0 and bool(p) is True
 
 
+def test_a_nan_timeout_returns_at_once(run_child):
+    """confluent-kafka's calls return at once for a NaN timeout; ours took it for a
+    deadline that never passed: poll()/consume()/consume_arrow() spun a CPU until close()
+    and list_topics() waited for ever (a broker that never answers, here)."""
+    out = run_child(f"""
+        import socket, time
+        from kafka_client import Consumer, KafkaException, Producer, TopicPartition
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        conf = {{"bootstrap.servers": "127.0.0.1:%d" % silent.getsockname()[1]}}
+        c = Consumer(dict(conf, **{{"group.id": "g"}}))
+        c.assign([TopicPartition("t", 0, 0)])
+        p = Producer(conf)
+        nan = float("nan")
+        calls = [("poll", lambda: c.poll(nan)), ("consume", lambda: c.consume(1, nan)),
+                 ("consume_arrow", lambda: c.consume_arrow(1, nan).num_rows),
+                 ("producer poll", lambda: p.poll(nan)),
+                 ("list_topics", lambda: p.list_topics(timeout=nan))]
+        for name, call in calls:
+            start = time.monotonic()
+            try:
+                call()
+            except KafkaException as exc:
+                assert exc.args[0].code() == -185, exc     # _TIMED_OUT
+            print(name, round(time.monotonic() - start))
+    """, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["poll", "0", "consume", "0", "consume_arrow", "0",
+                                  "producer", "poll", "0", "list_topics", "0"]
+
+
 def test_purge_after_close_returns_at_once(run_child):
     out = run_child(f"""
         import time

@@ -300,7 +300,8 @@ cdef class AccumulatorCore:
         cdef double now
         cdef int part
         if self.refusal is not None:
-            raise KafkaException(self.refusal())
+            _refuse_checked(self.refusal, value, key, partition, timestamp, on_delivery,
+                            callback, headers)
         if PyBytes_CheckExact(value):
             size = PyBytes_GET_SIZE(value)
         elif value is None:
@@ -564,6 +565,32 @@ cdef inline double _clock() noexcept:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef int _refuse_checked(refusal, value, key, partition, timestamp, on_delivery, callback,
+                         headers) except -1:
+    """produce() while refused (a fatal error, no transaction): the arguments' types
+    first, as confluent-kafka converts them before librdkafka refuses the message
+    (TypeError before _STATE or _FATAL; their values, sizes and ranges are not looked
+    at), then ``KafkaException(refusal())``. Off the hot path: only when refused."""
+    if value is not None:
+        as_bytes(value, "value")
+    if key is not None:
+        as_bytes(key, "key")
+    try:
+        _partition_arg(partition)
+        if timestamp is not _NOW:
+            _check_timestamp(timestamp)
+    except KafkaException:
+        pass  # a value out of range: librdkafka's refusal comes first
+    if callback is not None:
+        if not callable(callback):
+            raise not_callable("callback", callback)
+    elif on_delivery is not None and not callable(on_delivery):
+        raise not_callable("on_delivery", on_delivery)
+    if headers is not None:
+        normalize_headers(headers)
+    raise KafkaException(refusal())
 
 
 cdef inline int _partition_arg(partition) except -2:

@@ -533,6 +533,29 @@ def test_transactional_producer_refuses_produce_outside_a_transaction():
         p.close(0)
 
 
+@pytest.mark.parametrize("kwargs, error", [
+    ({"value": 5}, TypeError), ({"key": 1.5}, TypeError), ({"partition": "0"}, TypeError),
+    ({"timestamp": "now"}, TypeError), ({"headers": ("k", b"v")}, TypeError),
+    ({"headers": [("k", 5)]}, TypeError), ({"partition": 2**40}, OverflowError),
+    ({"value": b"x" * 2000}, KafkaException), ({"partition": -5}, KafkaException),
+    ({"timestamp": -5}, KafkaException),
+])
+def test_a_refused_produce_reports_wrong_types_first(kwargs, error):
+    """confluent-kafka 2.16.1 converts produce()'s arguments before librdkafka refuses the
+    message: outside a transaction a wrong type is its TypeError, a wrong value (too
+    large, out of range) the _STATE refusal. Every call raised _STATE here."""
+    p = Producer({"bootstrap.servers": "127.0.0.1:1", "transactional.id": "x",
+                  "message.max.bytes": 1000})
+    try:
+        with pytest.raises(error) as exc:
+            p.produce("t", **kwargs)
+        if error is KafkaException:
+            assert kafka_error(exc).code() == KafkaError._STATE
+        assert len(p) == 0
+    finally:
+        p.close(0)
+
+
 # -- resumable calls --------------------------------------------------------------------
 
 def test_init_timeout_is_retriable_and_calling_again_resumes():

@@ -376,6 +376,13 @@ cdef class AccumulatorCore:
                 raise TypeError(f"messages[{i}]: {exc}") from None
             except KafkaException as exc:
                 prepared[i] = exc.args[0]
+        if self.refusal is not None:
+            # Refused (no transaction, a fatal error): each message gets the reason and
+            # none is queued, as confluent-kafka's produce_batch() reports it per message
+            refused = self.refusal()
+            for i in range(n):
+                (<dict>messages[i])["_error"] = refused
+            return 0
         for i in range(n):
             m = <dict>messages[i]
             if type(prepared[i]) is not PendingMessage:

@@ -186,9 +186,9 @@ class Producer(ClientBase):
         ``partition``, ``timestamp``, ``callback`` and ``headers`` (each optional). A
         malformed message raises TypeError before any is queued; a message that cannot be
         queued gets its KafkaError under ``"_error"`` in its dict (``_QUEUE_FULL`` for it
-        and those after it when the producer is full) and the others are queued."""
+        and those after it when the producer is full; the refusal for all of them outside
+        a transaction or after a fatal error) and the others are queued."""
         self._check_open()
-        self._acc.check_refusal()
         if callback is not None:
             if on_delivery is not None:
                 raise TypeError("give on_delivery or its alias callback, not both")
@@ -208,6 +208,7 @@ class Producer(ClientBase):
             queued = self._acc.produce_messages(topic, values, partition, on_delivery,
                                                 timestamp)
         else:
+            self._acc.check_refusal()
             queued = self._acc.produce_batch(topic, values, keys, partition, on_delivery,
                                              timestamp)
         self._io.let_run()   # as produce() does: the I/O thread may be waiting for the GIL

@@ -520,6 +520,12 @@ def test_transactional_producer_refuses_produce_outside_a_transaction():
                 produce()
             err = kafka_error(exc)
             assert err.code() == KafkaError._STATE and "init_transactions" in err.str()
+        # confluent-kafka's form reports it per message, as there (it raised)
+        messages = [{"value": b"a"}, {"value": b"b", "partition": 0}]
+        assert p.produce_batch("t", messages) == 0
+        assert [m["_error"].code() for m in messages] == [KafkaError._STATE] * 2
+        with pytest.raises(TypeError):          # a wrong type first, as there
+            p.produce_batch("t", [{"value": 5}])
         assert len(p) == 0
         # Without brokers init_transactions cannot finish: a retriable timeout, resumable.
         with pytest.raises(KafkaException) as exc:

@@ -380,12 +380,18 @@ class TransactionManager:
             if start_abort:
                 self._run_on_io(self._purge_queued, deadline)
             self._flush_or_raise(call, flush, deadline)
+            finish = False
             with self.lock:
                 if self.state == TxnState.BEGIN_ABORT:
                     self._set_state(TxnState.ABORTING)
                     self._expect_result(call)
-                    self.io.call_soon(self._finish_abort)
+                    finish = True
                 error = self._require(call.name)
+            if finish:
+                # Waited for (briefly, even past the deadline): a transaction the
+                # coordinator never heard of ends there at once, as librdkafka ends it
+                # (abort_transaction(0) of an empty transaction succeeds, not _TIMED_OUT)
+                self._run_on_io(self._finish_abort, deadline)
             if error is None and self.state != TxnState.ABORT_NOT_ACKED:
                 error = self._wait(call, deadline)
             if error is not None:

@@ -562,6 +562,19 @@ def test_a_refused_produce_reports_wrong_types_first(kwargs, error):
         p.close(0)
 
 
+def test_aborting_an_empty_transaction_with_no_time_left_succeeds():
+    """Nothing was sent in it: confluent-kafka 2.16.1's abort_transaction(0) returns at
+    once; ours raised a retriable _TIMED_OUT (the I/O thread's part was not waited for)."""
+    h = Harness()
+    h.init()
+    h.result(h.call("begin_transaction"))
+    h.result(h.call("abort_transaction", 0, h.flush))
+    assert h.txn.state == TxnState.READY and h.conn.sent == []
+    h.result(h.call("begin_transaction"))
+    h.result(h.call("commit_transaction", 0, h.flush))   # the same for a commit
+    assert h.txn.state == TxnState.READY and h.conn.sent == []
+
+
 # -- resumable calls --------------------------------------------------------------------
 
 def test_init_timeout_is_retriable_and_calling_again_resumes():

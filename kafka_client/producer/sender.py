@@ -512,6 +512,12 @@ class Sender:
             return
         self.idem.request_bump(f"{b} failed: {err.str()}")
         if self.txn is not None:
+            if err.code() == KafkaError._MSG_TIMED_OUT:
+                # librdkafka's words for the transaction's error (confluent-kafka 2.16.1:
+                # commit_transaction() raises _TIMED_OUT, abortable), the reports keep
+                # _MSG_TIMED_OUT
+                err = client_error(KafkaError._TIMED_OUT, f"{b.count} message(s) timed out "
+                                   f"on {b.part.topic.name} [{b.part.index}]")
             self.txn.abortable_error(err, bump=True)
 
     def _report_unplaced(self, unplaced: Unplaced) -> None:

@@ -13,7 +13,7 @@ import pytest
 from kafka_client import Producer
 from kafka_client._cluster.metadata import MetadataCache, TopicInfo
 from kafka_client.config import ClientConfig
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Sender
@@ -763,6 +763,26 @@ def test_failed_message_makes_the_transaction_abortable_and_abort_bumps_the_epoc
     box = h.call("commit_transaction", 5.0, h.flush)
     h.answer_end_txn()
     h.result(box)
+
+
+def test_a_message_timed_out_in_flight_makes_the_transaction_abortable_with_timed_out():
+    """confluent-kafka 2.16.1 (test cluster, Produce answers delayed past
+    message.timeout.ms): the report is _MSG_TIMED_OUT and commit_transaction() raises
+    _TIMED_OUT, abortable ("N message(s) timed out on t [0]"); ours raised
+    _MSG_TIMED_OUT."""
+    h = Harness(**{"message.timeout.ms": 100, "transaction.timeout.ms": 60000})
+    h.init()
+    h.begin_with(0)
+    req, cb, _ = h.until_sent(ApiKey.PRODUCE)
+    time.sleep(0.15)                                  # past message.timeout.ms
+    cb(None, client_error(KafkaError._TIMED_OUT, "request timed out"))
+    h.pump(0.01)
+    assert [r.error.code() for r in h.reports] == [KafkaError._MSG_TIMED_OUT]
+    with pytest.raises(KafkaException) as exc:
+        h.result(h.call("commit_transaction", 1.0, h.flush))
+    err = kafka_error(exc)
+    assert err.code() == KafkaError._TIMED_OUT and err.txn_requires_abort()
+    assert not err.retriable() and "1 message(s) timed out on t [0]" in err.str()
 
 
 def test_delivery_failure_before_commit_requires_abort():

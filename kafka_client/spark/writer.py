@@ -320,6 +320,10 @@ def _write_rows(out: _TaskProducer, rows: Any, topic: str, layout: WriteLayout) 
         if hdrs is not None and None in hdrs:
             raise KafkaOptionError("a row to write has a null element in its 'headers' "
                                    "array (each must be a struct of key and value)")
+        if hdrs is not None and any(h["key"] is None for h in hdrs):
+            # produce() would send it as "None" (confluent-kafka's str(key)); Kafka's
+            # RecordHeader refuses a null key, and Spark's sink fails the task with it.
+            raise KafkaOptionError("a row to write has a header with a null key")
         out.one(topic, value, None if keys is None else keys[i],
                 -1 if parts is None or parts[i] is None else parts[i],
                 None if hdrs is None else [(h["key"], h["value"]) for h in hdrs])

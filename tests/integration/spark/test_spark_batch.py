@@ -458,8 +458,9 @@ def test_read_committed_reads_to_the_last_stable_offset(spark, tmp_path):
 
 def test_write_refusals_and_read_option_forms(spark, tansu_broker, written):
     """Save mode overwrite (a topic cannot be replaced: rows were appended silently), a
-    partition of -1 (it meant "the partitioner chooses") and a null element of the
-    headers array are refused with errors naming them; a topic named twice in
+    partition of -1 (it meant "the partitioner chooses"), a null element of the
+    headers array and a header with a null key (sent as "None") are refused with errors
+    naming them; a topic named twice in
     'subscribe' is read once and includeHeaders=1 reads the headers (both failed)."""
     topic = f"spark-refusals-{time.time_ns()}"
     tansu_broker.create_topic(topic, 2)
@@ -475,6 +476,9 @@ def test_write_refusals_and_read_option_forms(spark, tansu_broker, written):
     df = spark.createDataFrame([("v", [("h", b"x"), None])],
                                "value string, headers array<struct<key string, value binary>>")
     assert "null element in its 'headers'" in spark_error(write(df))
+    df = spark.createDataFrame([("v", [(None, b"x")])],
+                               "value string, headers array<struct<key string, value binary>>")
+    assert "a header with a null key" in spark_error(write(df))
     assert read(spark, tansu_broker.bootstrap, subscribe=topic).count() == 0
     twice = read(spark, tansu_broker.bootstrap, subscribe=f"{written},{written}")
     assert twice.count() == ROWS

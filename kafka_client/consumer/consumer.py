@@ -336,7 +336,11 @@ class Consumer(ClientBase):
             self._handout.settle()
             for tp in _check_partitions(partitions, "position"):
                 part = self._fetcher.parts.get((tp.topic, tp.partition))
-                pos = part.app_pos if part is not None and part.app_pos >= 0 else OFFSET_INVALID
+                # Not known either while a position looked up at the end waits for its
+                # check against the first Fetch answer (PartitionState.end_check): Tansu
+                # answers an offset inside the last batch, corrected there.
+                known = part is not None and part.app_pos >= 0 and part.end_check is None
+                pos = part.app_pos if known else OFFSET_INVALID
                 # With the leader epoch of the record before it, when known (the stored
                 # one, at the same offset), as librdkafka's: a position saved and given
                 # to seek() or commit() keeps its truncation check (KIP-320).

@@ -16,6 +16,7 @@ import pytest
 from kafka_client import (
     OFFSET_BEGINNING,
     OFFSET_END,
+    OFFSET_INVALID,
     OFFSET_STORED,
     OFFSET_TAIL,
     Consumer,
@@ -199,9 +200,10 @@ def test_a_pause_right_after_the_end_lookup_keeps_the_end(tansu_broker, topic_na
         c = new_consumer(tansu_broker)
         try:
             c.assign([TopicPartition(topic_name, 0, OFFSET_END)])
+            part = c._fetcher.parts[(topic_name, 0)]
             deadline = time.monotonic() + 10
-            while c.position([tp])[0].offset < 0 and time.monotonic() < deadline:
-                pass
+            while part.fetch_pos < 0 and time.monotonic() < deadline:
+                pass                          # until the lookup answers
             c.pause([tp])
             produce_confluent(tansu_broker.bootstrap, topic_name,
                               [(0, None, b"new%d" % i, None, 0) for i in range(3)])
@@ -211,6 +213,31 @@ def test_a_pause_right_after_the_end_lookup_keeps_the_end(tansu_broker, topic_na
             assert [m.value() for m in msgs] == [b"new0", b"new1", b"new2"], attempt
         finally:
             c.close()
+
+
+def test_the_position_at_the_end_is_not_told_before_it_is_checked(tansu_broker, topic_name):
+    """position() after assign(OFFSET_END) or seek(OFFSET_TAIL(n)) on Tansu, whose
+    ListOffsets(latest) answers an offset inside the last batch: OFFSET_INVALID until the
+    first Fetch answer has corrected it, then the real end (minus the tail). It told
+    Tansu's offset meanwhile (1 for a last batch of 10 at 0): a position committed then
+    read the batch again."""
+    tansu_broker.create_topic(topic_name, partitions=1)
+    tp = TopicPartition(topic_name, 0)
+    for attempt in range(3):
+        produce_confluent(tansu_broker.bootstrap, topic_name,
+                          [(0, None, b"m", None, 0) for _ in range(10)], **{"linger.ms": 50})
+        end = 10 * (attempt + 1)
+        for start, expected in ((OFFSET_END, end), (OFFSET_TAIL(3), end - 3)):
+            c = new_consumer(tansu_broker)
+            try:
+                c.assign([TopicPartition(topic_name, 0, start)])
+                told = set()
+                deadline = time.monotonic() + 10
+                while expected not in told and time.monotonic() < deadline:
+                    told.add(c.position([tp])[0].offset)
+                assert told - {OFFSET_INVALID} == {expected}, (attempt, start)
+            finally:
+                c.close()
 
 
 def test_seek_right_after_assign_and_pause_resume(broker, topic_name):

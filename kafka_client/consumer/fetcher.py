@@ -1072,10 +1072,12 @@ class Fetcher:
 
     def _report_eof(self, part: PartitionState, version: int) -> None:
         """Lock held: after an answer for the partition, _PARTITION_EOF if its position
-        reached the end and none was reported there yet (enable.partition.eof)."""
+        is the end and none was reported there yet (enable.partition.eof). A position
+        past the end (a seek there, on a broker that does not answer it out of range,
+        as Tansu) is not the end, as in librdkafka: no EOF until the log reaches it."""
         if self.partition_eof:
             end = part.lso if self.read_committed and part.lso >= 0 else part.hw
-            if part.fetch_pos >= end >= 0 and part.eof_offset != part.fetch_pos:
+            if part.fetch_pos == end >= 0 and part.eof_offset != part.fetch_pos:
                 part.eof_offset = part.fetch_pos
                 self.deliver(Event(part, version, error_event(
                     KafkaError(KafkaError._PARTITION_EOF,

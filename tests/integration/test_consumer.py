@@ -240,6 +240,30 @@ def test_the_position_at_the_end_is_not_told_before_it_is_checked(tansu_broker, 
                 c.close()
 
 
+def test_a_position_past_the_end_is_no_end_of_partition(tansu_broker, topic_name):
+    """Tansu answers a Fetch past the end without OFFSET_OUT_OF_RANGE: a seek there sat
+    at a _PARTITION_EOF of its own (offset 8, "HighwaterMark 5"). As librdkafka, the end
+    is reported when the log reaches the position, then the messages from there."""
+    tansu_broker.create_topic(topic_name, partitions=1)
+    produce_confluent(tansu_broker.bootstrap, topic_name,
+                      [(0, None, b"%d" % i, None, 0) for i in range(5)])
+    c = new_consumer(tansu_broker, **{"enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition(topic_name, 0, 8)])
+        assert [(m.offset(), m.error()) for m in c.consume(10, 1.5)] == []
+        produce_confluent(tansu_broker.bootstrap, topic_name,
+                          [(0, None, b"%d" % i, None, 0) for i in range(5, 8)])
+        events, deadline = [], time.monotonic() + 10
+        while not events and time.monotonic() < deadline:
+            events += [(m.offset(), m.error().code()) for m in c.consume(10, 0.2)]
+        assert events == [(8, KafkaError._PARTITION_EOF)]
+        produce_confluent(tansu_broker.bootstrap, topic_name, [(0, None, b"8", None, 0)])
+        msgs, eofs = consume_until(c, 1)
+        assert [m.value() for m in msgs] == [b"8"]
+    finally:
+        c.close()
+
+
 def test_seek_right_after_assign_and_pause_resume(broker, topic_name):
     broker.create_topic(topic_name, partitions=1)
     produce_confluent(broker.bootstrap, topic_name, [(0, None, b"%d" % i, None, 0)

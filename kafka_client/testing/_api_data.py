@@ -164,21 +164,33 @@ def produce(ctx: RequestContext) -> None:
             if not waiting:
                 if timer is not None:
                     timer.cancel()
+                ctx.conn.forget_on_close(abandoned)
                 respond()
         return done
 
-    callbacks = {key: make_callback(key) for key in waiting}
-    for key, replica in list(waiting.items()):
-        replica.wait_for_replicas(final[key].required_offset, callbacks[key])
-
-    def timed_out() -> None:
+    def stop_waiting() -> None:
         for key, replica in list(waiting.items()):
             replica.cancel_wait(callbacks[key])
             final[key] = AppendResult(ErrorCode.REQUEST_TIMED_OUT,
                                       message="the in-sync replicas did not confirm in time")
         waiting.clear()
+
+    def timed_out() -> None:
+        ctx.conn.forget_on_close(abandoned)
+        stop_waiting()
         respond()
 
+    def abandoned() -> None:
+        """The client left: nobody to answer (the records stay written, as in Kafka)."""
+        if timer is not None:
+            timer.cancel()
+        stop_waiting()
+
+    callbacks = {key: make_callback(key) for key in waiting}
+    ctx.conn.on_close(abandoned)
+    for key, replica in list(waiting.items()):
+        # May call back at once (replicated already): then answered, nothing to wait for.
+        replica.wait_for_replicas(final[key].required_offset, callbacks[key])
     if waiting:
         timer = broker.loop.call_later(max(req.timeout_ms, 0) / 1000, timed_out)
 
@@ -316,6 +328,7 @@ class _FetchOperation:
         broker = self.ctx.broker
         broker.watch(self.keys, self._wake)
         self.timer = broker.loop.call_later(req.max_wait_ms / 1000, self._expire)
+        self.ctx.conn.on_close(self._finish)
 
     def _open_session(self) -> int:
         """Decide what the request is (KIP-227) and what it reads; the session error
@@ -398,6 +411,7 @@ class _FetchOperation:
             return
         self.done = True
         self.ctx.broker.unwatch(self.keys, self._wake)
+        self.ctx.conn.forget_on_close(self._finish)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

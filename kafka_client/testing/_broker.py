@@ -91,6 +91,20 @@ class ClientConnection(StreamConnection):
         self.sasl_mechanism: Optional[str] = None
         self.session_expires: Optional[float] = None
         self._drain_callbacks: List[Callable[[], None]] = []
+        #: Requests waiting on this connection (a delayed Fetch or acks=all Produce) let
+        #: go when it closes: else each would keep it, and its buffers, until it expires
+        #: (max_wait_ms / timeout_ms: up to 24 days) or is woken.
+        self._close_callbacks: Set[Callable[[], None]] = set()
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once if the connection closes (see :meth:`forget_on_close`)."""
+        if self.closed:
+            callback()
+        else:
+            self._close_callbacks.add(callback)
+
+    def forget_on_close(self, callback: Callable[[], None]) -> None:
+        self._close_callbacks.discard(callback)
 
     def on_frame(self, frame: memoryview) -> None:
         self.pending.append(frame)
@@ -130,6 +144,14 @@ class ClientConnection(StreamConnection):
 
     def on_closed(self, reason: str) -> None:
         self.pending.clear()
+        self._drain_callbacks.clear()
+        callbacks, self._close_callbacks = self._close_callbacks, set()
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                _log.exception("broker %d: cleaning up after a closed connection failed",
+                               self.broker.broker_id)
         self.broker.connection_closed(self, reason)
 
 

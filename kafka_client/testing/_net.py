@@ -25,6 +25,8 @@ __all__ = ["Loop", "Timer", "FileRegion", "PLACEHOLDER", "StreamConnection"]
 
 _log = logging.getLogger("kafka_client.testing")
 
+#: Timers in the heap before cancelled ones are first swept out.
+_MIN_COMPACT = 4096
 #: Buffers handed to one sendmsg() call at most.
 _SENDMSG_MAX_PARTS = 64
 
@@ -64,6 +66,10 @@ class _Placeholder:
 PLACEHOLDER = _Placeholder()
 
 
+def _noop() -> None:
+    pass
+
+
 class Timer:
     __slots__ = ("when", "seq", "fn", "args", "cancelled")
 
@@ -75,7 +81,11 @@ class Timer:
         self.cancelled = False
 
     def cancel(self) -> None:
+        # A cancelled timer stays in the heap until its time (a Fetch's max_wait_ms may be
+        # 24 days): let go of what it would have called, and of everything that holds.
         self.cancelled = True
+        self.fn = _noop
+        self.args = ()
 
     def __lt__(self, other: "Timer") -> bool:
         return (self.when, self.seq) < (other.when, other.seq)
@@ -87,6 +97,8 @@ class Loop:
     def __init__(self) -> None:
         self.selector = selectors.DefaultSelector()
         self._timers: List[Timer] = []
+        #: Heap size at which cancelled timers are swept out (twice the live ones).
+        self._compact_at = _MIN_COMPACT
         self._soon: Deque[tuple] = deque()
         self._seq = itertools.count()
         self._stopping = False
@@ -99,7 +111,13 @@ class Loop:
 
     def call_later(self, delay: float, fn: Callable, *args: Any) -> Timer:
         timer = Timer(time.monotonic() + max(delay, 0.0), next(self._seq), fn, args)
-        heapq.heappush(self._timers, timer)
+        timers = self._timers
+        if len(timers) >= self._compact_at:
+            # Mostly cancelled far-off timers (clients that left long waits): drop them.
+            timers[:] = [t for t in timers if not t.cancelled]
+            heapq.heapify(timers)
+            self._compact_at = max(2 * len(timers), _MIN_COMPACT)
+        heapq.heappush(timers, timer)
         return timer
 
     def call_soon(self, fn: Callable, *args: Any) -> None:

@@ -245,7 +245,13 @@ class Replica:
         base = self.log.end_offset
         stamp_batch(data, 0, base, self.leader_epoch)
         header = read_batch_header(data)
-        self.log.append(data, [header])
+        try:
+            self.log.append(data, [header])
+        except OSError as exc:
+            # Out of descriptors or disk when rolling a segment: Kafka's IOException on
+            # append is a KafkaStorageException, which producers retry.
+            return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR,
+                                message=f"cannot append to the log: {exc}")
         self._leader_appended()
         return AppendResult(ErrorCode.NONE, base, required_offset=header.next_offset)
 

@@ -545,6 +545,16 @@ def test_a_cluster_out_of_descriptors_refuses_topics_and_keeps_serving(tmp_path)
             with RawClient(address) as c:
                 md = c.request(MetadataRequest(topics=None), 12)
                 assert [t.name for t in md.topics] == ["fits"]
+                # 100-byte segments: every batch rolls a segment (3 more files) until
+                # none can be opened. Kafka answers a failed append KAFKA_STORAGE_ERROR
+                # (producers retry it); it was UNKNOWN_SERVER_ERROR, with a traceback.
+                attached.create_topic("tiny-segments", config={"segment.bytes": 100})
+                errors = set()
+                for _ in range(200):
+                    resp = c.request(produce_request("tiny-segments", batch([b"x" * 60])), 9)
+                    errors.add(resp.responses[0].partition_responses[0].error_code)
+                assert errors == {ErrorCode.NONE, ErrorCode.KAFKA_STORAGE_ERROR}
+                assert c.request(MetadataRequest(topics=None), 12).brokers
         finally:
             attached.stop()
         assert proc.poll() is None

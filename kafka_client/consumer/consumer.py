@@ -37,11 +37,11 @@ from typing import (
 )
 
 from kafka_client._cluster.telemetry import Sample, interval_samples
-from kafka_client._common import ClientBase, deadline_after
+from kafka_client._common import ClientBase, deadline_after, wait_limit
 from kafka_client._stats import (
     CONSUMER_REQUESTS, empty_window, partition_stats, topic_stats,
 )
-from kafka_client.consumer.arrow import drop_rows, to_record_batch
+from kafka_client.consumer.arrow import drop_rows, schema as arrow_schema, to_record_batch
 from kafka_client.consumer.decode import BudgetSpent, ColumnsFull, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
     EARLIEST_TIMESTAMP,
@@ -563,6 +563,7 @@ class Consumer(ClientBase):
         if not max_records:
             raise ValueError(f"max_records must be between 1 and {_MAX_CONSUME}")
         deadline = deadline_after(timeout)
+        arrow_schema()  # ImportError without pyarrow, before any message is taken
         self._raise_deferred()
         with self._hand:  # one builder per call: threads may call this at once
             cols = self._columns
@@ -598,6 +599,9 @@ class Consumer(ClientBase):
                     break
                 if stop is not None and stop.is_set():
                     break
+            # Built here: a failure puts the rows back as any other would
+            batch = None if error is not None and not len(cols) else \
+                to_record_batch(cols.finish())
         except BaseException:
             if hand.firsts:     # as in consume(): read again, not committed
                 self._put_back(hand)
@@ -607,11 +611,9 @@ class Consumer(ClientBase):
                 self._turn.release()
             if hand.held:
                 self._unhold(hand)
-        if error is not None and not len(cols):
-            self._columns = cols
-            raise KafkaException(error)
-        batch = to_record_batch(cols.finish())
         self._columns = cols  # empty again: the next call reuses it
+        if batch is None:
+            raise KafkaException(error)
         gone = hand.gone(self._closed and hand.waited) if hand.spans else None
         if gone:
             batch = drop_rows(batch, gone)
@@ -676,19 +678,16 @@ class Consumer(ClientBase):
         if part is not None:
             # Messages decoded by an earlier consume()/poll() go first, in order.
             cols.set_source(part.topic, part.partition)
-            rest = handout.rest
             had = len(cols)
-            first = -1
-            while len(cols) < n:
-                m = next(rest, None)
-                if m is None:
-                    break
-                if first < 0:
-                    first = m._offset
+            # Taken in one C call (atomic under the GIL), as _fill() takes them: one next()
+            # per row let poll()/consume() on other threads take rows in between, and this
+            # batch was no run of consecutive offsets.
+            taken = list(islice(handout.rest, n - had))
+            for m in taken:
                 ts = m._timestamp
                 cols.append_row(m._offset, ts[1], ts[0], m._key, m._value, m._headers)
-            if first >= 0:
-                hand.took(part, first, had, len(cols))
+            if taken:
+                hand.took(part, taken[0]._offset, had, len(cols))
             if len(cols) < n:
                 handout.drop()  # used up: the rows below move the positions themselves
             else:
@@ -1016,8 +1015,8 @@ class Consumer(ClientBase):
         """ListOffsets from the application thread, retried on leader errors until
         ``timeout`` (None: socket.timeout.ms) after ``started`` (default: now); raises on
         failure."""
-        if timeout is None or timeout < 0:
-            timeout = self._cluster.settings.request_timeout
+        limit = wait_limit(timeout)
+        timeout = self._cluster.settings.request_timeout if limit is None else limit
         began = time.monotonic() if started is None else started
         deadline = began + timeout
         results: Dict[Tuple[str, int], OffsetLookup] = {}
@@ -1148,9 +1147,9 @@ class Consumer(ClientBase):
         calling ``on_commit``, as librdkafka). As librdkafka, entries with a negative
         offset are left out, and nothing left to commit is _NO_OFFSET (raised, or given
         to ``on_commit``). While this member rejoins its group (its JoinGroup or
-        SyncGroup waiting at the coordinator) the commit is answered at once, not after the rebalance; one the
-        broker refuses then (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION): poll() to
-        complete the rebalance, then commit again.
+        SyncGroup waiting at the coordinator) the commit is answered at once, not after
+        the rebalance; one the broker refuses then (REBALANCE_IN_PROGRESS,
+        ILLEGAL_GENERATION): poll() to complete the rebalance, then commit again.
         ``async=`` is accepted as the old name of ``asynchronous``."""
         if legacy:
             if set(legacy) != {"async"}:
@@ -1181,11 +1180,12 @@ class Consumer(ClientBase):
         waits whole milliseconds for the answer (none for 0)."""
         group = self._need_group("committed()")
         tps = _check_partitions(partitions, "committed")
-        if timeout is not None and 0 <= timeout < 0.001:
+        limit = wait_limit(timeout)    # None: no limit given; NaN: 0, at once
+        if limit is not None and limit < 0.001:
             raise KafkaException(client_error(
                 KafkaError._TIMED_OUT, f"committed() timed out after {timeout:g}s (a timeout "
                 f"under 1 ms waits for no answer)"))
-        return group.committed(tps, timeout)
+        return group.committed(tps, limit)
 
     def memberid(self) -> Optional[str]:
         """This member's id in the group (None before joining or without a group)."""

@@ -136,7 +136,8 @@ def test_producer_calls_after_close_raise_runtime_error(call):
 def test_a_nan_timeout_returns_at_once(run_child):
     """confluent-kafka's calls return at once for a NaN timeout; ours took it for a
     deadline that never passed: poll()/consume()/consume_arrow() spun a CPU until close()
-    and list_topics() waited for ever (a broker that never answers, here)."""
+    and list_topics(), committed() and get_watermark_offsets() waited for ever (a broker
+    that never answers, here)."""
     out = run_child(f"""
         import socket, time
         from kafka_client import Consumer, KafkaException, Producer, TopicPartition
@@ -151,7 +152,10 @@ def test_a_nan_timeout_returns_at_once(run_child):
         calls = [("poll", lambda: c.poll(nan)), ("consume", lambda: c.consume(1, nan)),
                  ("consume_arrow", lambda: c.consume_arrow(1, nan).num_rows),
                  ("producer poll", lambda: p.poll(nan)),
-                 ("list_topics", lambda: p.list_topics(timeout=nan))]
+                 ("list_topics", lambda: p.list_topics(timeout=nan)),
+                 ("committed", lambda: c.committed([TopicPartition("t", 0)], nan)),
+                 ("get_watermark_offsets",
+                  lambda: c.get_watermark_offsets(TopicPartition("t", 0), nan))]
         for name, call in calls:
             start = time.monotonic()
             try:
@@ -162,7 +166,8 @@ def test_a_nan_timeout_returns_at_once(run_child):
     """, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["poll", "0", "consume", "0", "consume_arrow", "0",
-                                  "producer", "poll", "0", "list_topics", "0"]
+                                  "producer", "poll", "0", "list_topics", "0", "committed",
+                                  "0", "get_watermark_offsets", "0"]
 
 
 def test_purge_after_close_returns_at_once(run_child):

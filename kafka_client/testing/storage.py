@@ -678,14 +678,23 @@ class PartitionLog:
                        now_ms - s.cleaned_ms >= self.settings.delete_retention_ms
                        for s in segs):
                 return 0
-        # The latest offset of every key in the cleanable range.
+        # The latest offset of every key in the cleanable range. Records of aborted
+        # transactions are no value of their key (Kafka's cleaner leaves them out of its
+        # map and discards them): counted, they made the committed value before them go.
+        aborted = self.producer_state.aborted
+
+        def is_aborted(batch) -> bool:
+            return batch.is_transactional and not batch.is_control and any(
+                a.producer_id == batch.producer_id
+                and a.first_offset <= batch.base_offset <= a.last_offset for a in aborted)
+
         latest: Dict[bytes, int] = {}
         contents = []
         for seg in segs:
             data = seg.read_bytes()
             contents.append(data)
             for batch in read_batches(data, check_crc=False):
-                if batch.is_control:
+                if batch.is_control or is_aborted(batch):
                     continue
                 for record in batch:
                     if record.key is not None:
@@ -699,7 +708,10 @@ class PartitionLog:
             headers: List[BatchHeader] = []
             changed = False
             for batch in read_batches(data, check_crc=False):
-                pieces, dropped = _clean_batch(batch, latest, tombstones_expire)
+                if is_aborted(batch):
+                    pieces, dropped = [], batch.last_offset - batch.base_offset + 1
+                else:
+                    pieces, dropped = _clean_batch(batch, latest, tombstones_expire)
                 removed += dropped
                 changed = changed or dropped > 0
                 for piece in pieces:

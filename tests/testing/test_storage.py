@@ -430,6 +430,25 @@ def test_compaction_leaves_the_unstable_and_uncommitted_part_alone(log_dir):
     assert [o for o, _, _ in all_records(log)] == [0, 1, 2]
 
 
+def test_compaction_keeps_the_committed_value_under_an_aborted_one(log_dir):
+    """Kafka's cleaner leaves records of aborted transactions out of its key map and
+    discards them. Counted as the latest value of their key, they made the cleaner delete
+    the committed value before them: read_committed readers saw 1 key of 11."""
+    log = PartitionLog(log_dir, "topic", 0, _compacted())
+    append(log, [b"committed"], keys=[b"k"])                          # offset 0
+    append(log, [b"aborted"], keys=[b"k"], producer_id=9, producer_epoch=0,
+           base_sequence=0, transactional=True)                       # offset 1
+    marker = bytearray(build_control_batch(ControlRecordType.ABORT, 9, 0))
+    stamp_batch(marker, 0, log.end_offset, 0)
+    log.append(marker, [read_batch_header(marker)])                   # offset 2
+    log.roll()
+    append(log, [b"x"], keys=[b"other"])                              # active segment
+    log.high_watermark = log.end_offset
+    assert log.compact(NOW, force=True) == 1
+    assert [(o, k, v) for o, k, v in all_records(log) if k == b"k"] == [
+        (0, b"k", b"committed")]
+
+
 def test_producer_state_detects_duplicates_gaps_and_fencing(log_dir):
     log = PartitionLog(log_dir, "topic", 0, settings())
     state = log.producer_state

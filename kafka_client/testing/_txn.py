@@ -96,6 +96,10 @@ class TransactionCoordinator:
                         req.producer_epoch == txn.producer_epoch - 1):
                     return _init_error(ErrorCode.PRODUCER_FENCED)
         if txn.state == ONGOING:
+            # Fenced first, as Kafka's coordinator does: the abort markers carry the new
+            # epoch, so the partition leaders refuse the old instance's next batches
+            # (written with the old one, they let it go on producing into the log).
+            self._bump(txn)
             self._end(txn, commit=False)
         txn.timeout_ms = req.transaction_timeout_ms
         self._bump(txn)

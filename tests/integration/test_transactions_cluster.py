@@ -12,6 +12,7 @@ from typing import Dict, List
 import pytest
 
 from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka_proto.errors import ErrorCode
 
 pytestmark = [pytest.mark.integration]
 
@@ -212,3 +213,36 @@ def test_a_producer_fenced_at_commit_raises_the_fatal_error_from_flush_once(kafk
         second.close(10)
     got = read_committed(c, "txn-fenced", 1)
     assert got == {0: [2], 1: [], 2: []}
+
+
+def test_the_fenced_instance_cannot_write_to_a_partition_of_its_transaction(kafka_cluster):
+    """A second instance's InitProducerId aborts the first's open transaction; the abort
+    markers carry the bumped epoch (as Kafka's coordinator writes them), so a batch the
+    first instance sends afterwards to a partition it had registered is refused with
+    INVALID_PRODUCER_EPOCH at the leader. The test cluster wrote the markers with the old
+    epoch and appended that batch."""
+    c = kafka_cluster
+    c.create_topic("txn-fence-leader", partitions=1, replication_factor=3)
+    conf = {"bootstrap.servers": c.bootstrap_servers, "transactional.id": "fence-leader"}
+    first, second = Producer(conf), Producer(conf)
+    reports: List = []
+    try:
+        first.init_transactions(30)
+        first.begin_transaction()
+        first.produce("txn-fence-leader", b"a", partition=0)
+        assert first.flush(30) == 0
+        second.init_transactions(30)                 # aborts the first's transaction
+        first.produce("txn-fence-leader", b"b", partition=0,
+                      on_delivery=lambda err, msg: reports.append(err))
+        try:
+            first.flush(30)
+        except KafkaException:
+            pass                                     # the fatal error, raised once
+    finally:
+        first.close(5)
+        second.close(10)
+    assert len(reports) == 1 and reports[0] is not None
+    produced = [e for e in c.request_log(api="Produce")
+                if any(p["producer_epoch"] == 0 for p in e.details.get("partitions", []))]
+    assert [p["error"] for e in produced for p in e.details["partitions"]][-1] == \
+        ErrorCode.INVALID_PRODUCER_EPOCH

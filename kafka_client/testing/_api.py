@@ -9,6 +9,7 @@ builds the answer carrying ``code`` everywhere, for injected errors.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
@@ -16,14 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 from kafka_proto.framing import RequestHead
 from kafka_proto.messages import API_KEYS, ApiKey, ApiVersionsResponse
 
-from kafka_client.admin._acl import AclOperation
-
 if TYPE_CHECKING:  # pragma: no cover
     from ._broker import Broker, ClientConnection
 
 __all__ = ["RequestContext", "HANDLERS", "ERROR_ANSWERS", "SUPPORTED_VERSIONS", "handles",
-           "error_answer", "served_api_versions", "TOPIC_OPERATIONS", "GROUP_OPERATIONS",
-           "CLUSTER_OPERATIONS"]
+           "error_answer", "served_api_versions", "authorized_operations"]
 
 Handler = Callable[["RequestContext"], None]
 ErrorAnswer = Callable[[Any, int, int], Any]
@@ -75,21 +73,24 @@ SUPPORTED_VERSIONS: Dict[int, Tuple[int, int]] = {
 }
 
 
-def _operation_bits(*operations: AclOperation) -> int:
+@functools.lru_cache(maxsize=None)
+def authorized_operations(resource: str) -> int:
+    """The KIP-430 authorized operations (Metadata, DescribeCluster, DescribeGroups,
+    ConsumerGroupDescribe) of a ``"topic"``, ``"group"`` or ``"cluster"``, as a Kafka
+    broker without an authorizer answers them: every operation Kafka's ACLs know for the
+    resource type (its AclEntry.supportedOperations), as a bit field."""
+    # Imported when first asked: the admin package takes a third of the cluster
+    # process's start-up to import.
+    from kafka_client.admin._acl import AclOperation as Op
+
+    operations = {
+        "topic": (Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER,
+                  Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
+        "group": (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
+        "cluster": (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
+                    Op.IDEMPOTENT_WRITE, Op.ALTER, Op.DESCRIBE),
+    }[resource]
     return sum(1 << op.value for op in operations)
-
-
-# KIP-430 authorized operations (Metadata, DescribeCluster, DescribeGroups,
-# ConsumerGroupDescribe), as a Kafka broker without an authorizer answers them: every
-# operation Kafka's ACLs know for the resource type (its AclEntry.supportedOperations).
-_OP = AclOperation
-TOPIC_OPERATIONS = _operation_bits(_OP.READ, _OP.WRITE, _OP.CREATE, _OP.DESCRIBE, _OP.DELETE,
-                                   _OP.ALTER, _OP.DESCRIBE_CONFIGS, _OP.ALTER_CONFIGS)
-GROUP_OPERATIONS = _operation_bits(_OP.READ, _OP.DESCRIBE, _OP.DELETE, _OP.DESCRIBE_CONFIGS,
-                                   _OP.ALTER_CONFIGS)
-CLUSTER_OPERATIONS = _operation_bits(_OP.CREATE, _OP.CLUSTER_ACTION, _OP.DESCRIBE_CONFIGS,
-                                     _OP.ALTER_CONFIGS, _OP.IDEMPOTENT_WRITE, _OP.ALTER,
-                                     _OP.DESCRIBE)
 
 
 def served_api_versions() -> List[Any]:

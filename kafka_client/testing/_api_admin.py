@@ -22,9 +22,8 @@ from kafka_proto.messages import (
 )
 
 from ._api import (
-    CLUSTER_OPERATIONS,
-    TOPIC_OPERATIONS,
     RequestContext,
+    authorized_operations,
     error_answer,
     handles,
     served_api_versions,
@@ -145,11 +144,11 @@ def metadata(ctx: RequestContext) -> None:
     # KIP-430, as Kafka without an authorizer: the cluster's operations up to v10 (later
     # versions dropped the field for DescribeCluster), every topic's but an unknown id's.
     if 8 <= ctx.version <= 10 and req.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+        response.cluster_authorized_operations = authorized_operations("cluster")
     if ctx.version >= 8 and req.include_topic_authorized_operations:
         for topic in topics:
             if topic.error_code != ErrorCode.UNKNOWN_TOPIC_ID:
-                topic.topic_authorized_operations = TOPIC_OPERATIONS
+                topic.topic_authorized_operations = authorized_operations("topic")
     ctx.respond(response)
 
 
@@ -187,7 +186,7 @@ def describe_cluster(ctx: RequestContext) -> None:
                                                   port=b.port, rack=b.rack)
                           for b in _broker_list(ctx)])
     if req.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+        response.cluster_authorized_operations = authorized_operations("cluster")
     ctx.respond(response)
 
 

@@ -44,7 +44,7 @@ from kafka_proto.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 
-from ._api import GROUP_OPERATIONS, RequestContext, error_answer, handles
+from ._api import RequestContext, authorized_operations, error_answer, handles
 from ._groups import CommittedOffset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -770,7 +770,7 @@ class ConsumerGroupCoordinator:
             # KIP-430, as Kafka without an authorizer: every group it describes.
             for described in out:
                 if described.error_code == ErrorCode.NONE:
-                    described.authorized_operations = GROUP_OPERATIONS
+                    described.authorized_operations = authorized_operations("group")
         ctx.note(groups=list(ctx.request.group_ids))
         ctx.respond(R(groups=out))
 

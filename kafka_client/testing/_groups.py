@@ -40,7 +40,7 @@ from kafka_proto.messages import (
     SyncGroupResponse,
 )
 
-from ._api import GROUP_OPERATIONS, RequestContext, error_answer, handles
+from ._api import RequestContext, authorized_operations, error_answer, handles
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import ClusterServer
@@ -679,7 +679,7 @@ class GroupCoordinator:
             # KIP-430, as Kafka without an authorizer: every group it describes.
             for described in out:
                 if described.error_code == ErrorCode.NONE:
-                    described.authorized_operations = GROUP_OPERATIONS
+                    described.authorized_operations = authorized_operations("group")
         ctx.respond(R(groups=out))
 
     def list_groups(self, ctx: RequestContext) -> None:

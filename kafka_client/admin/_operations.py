@@ -480,9 +480,11 @@ def describe_cluster(runner: CallRunner, future: Future, opts: Options) -> None:
                                                  _NO_OPERATIONS)))
             return None
 
+        # Metadata v11 dropped the cluster's authorized operations: v10 at most, as
+        # librdkafka asks (the newest version made include_authorized_operations fail).
         runner.submit(Call("DescribeCluster", ApiKey.METADATA, ANY_BROKER, opts.deadline,
                            build, on_metadata, lambda e: settle(future, error=e),
-                           min_version=1))
+                           min_version=1, max_version=10))
 
     runner.submit(Call("DescribeCluster", ApiKey.DESCRIBE_CLUSTER, ANY_BROKER, opts.deadline,
                        lambda version: DescribeClusterRequest(

@@ -634,6 +634,19 @@ def test_describe_cluster_falls_back_to_metadata(admins):
         assert sorted((n.id, n.port) for n in result.nodes) == sorted(cluster.ports.items())
 
 
+def test_describe_cluster_falls_back_to_metadata_v10_for_authorized_operations(admins):
+    """A broker without DescribeCluster but with Metadata v11+: the fallback asked the
+    newest Metadata, which has no cluster authorized operations, and failed with
+    _UNSUPPORTED_FEATURE; v10 is asked, as librdkafka asks it."""
+    with FakeCluster(nodes=(1,), missing=[ApiKey.DESCRIBE_CLUSTER]) as cluster:
+        result = admins(cluster).describe_cluster(
+            include_authorized_operations=True).result(10)
+        assert result.cluster_id == "fake-cluster"
+        asked = [(v, r.include_cluster_authorized_operations)
+                 for _n, k, v, r in cluster.seen if k == ApiKey.METADATA and r.topics == []]
+        assert asked == [(10, True)]
+
+
 def test_authorized_operations_are_asked_for_and_decoded(admins):
     """KIP-430: a bit per AclOperation; neither test broker fills them in."""
     bits = (1 << AclOperation.READ.value) | (1 << AclOperation.WRITE.value) | \

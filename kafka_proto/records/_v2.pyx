@@ -1412,7 +1412,7 @@ cdef struct _Grow:
 
 #: The next buffer of a column starts as big as the last one was, up to this much (beyond
 #: it grows by doubling; a huge batch does not make every later one allocate as much).
-cdef Py_ssize_t _GROW_HINT_MAX = 4 << 20
+cdef Py_ssize_t _GROW_HINT_MAX = 64 << 20
 
 
 cdef int _grow_reserve(_Grow* g, Py_ssize_t extra) except -1:
@@ -1473,7 +1473,9 @@ cdef bytes _grow_take(_Grow* g):
     g.obj = NULL
     g.p = NULL
     g.n = g.cap = 0
-    g.hint = min(n, _GROW_HINT_MAX)
+    # The larger of this one and the last hint less an eighth: batches that vary in size
+    # seldom regrow, and a big one's size is forgotten after some twenty smaller ones.
+    g.hint = min(max(n, g.hint - (g.hint >> 3)), _GROW_HINT_MAX)
     if obj == NULL or n == 0:
         Py_XDECREF(obj)
         return b""

@@ -138,14 +138,14 @@ def test_a_nan_timeout_returns_at_once(run_child):
     deadline that never passed: poll()/consume()/consume_arrow() spun a CPU until close()
     and list_topics(), committed() and get_watermark_offsets() waited for ever (a broker
     that never answers, here)."""
-    out = run_child(f"""
+    out = run_child("""
         import socket, time
         from kafka_client import Consumer, KafkaException, Producer, TopicPartition
         silent = socket.socket()
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        conf = {{"bootstrap.servers": "127.0.0.1:%d" % silent.getsockname()[1]}}
-        c = Consumer(dict(conf, **{{"group.id": "g"}}))
+        conf = {"bootstrap.servers": "127.0.0.1:%d" % silent.getsockname()[1]}
+        c = Consumer(dict(conf, **{"group.id": "g"}))
         c.assign([TopicPartition("t", 0, 0)])
         p = Producer(conf)
         nan = float("nan")

@@ -681,8 +681,6 @@ class Cluster:
         seconds (None = socket.timeout.ms); raises KafkaException saying ``what`` failed."""
         if timeout is None or timeout < 0:
             timeout = self.settings.request_timeout
-        elif timeout != timeout:    # NaN: at once, as confluent-kafka (NaN never passed)
-            timeout = 0.0
         started = time.monotonic()
         deadline = started + timeout
         box: List[Any] = []

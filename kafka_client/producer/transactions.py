@@ -657,7 +657,8 @@ class TransactionManager:
         self.log.error("transaction failed in state %s: %s (%s)%s", self.state.value,
                        error.str(), error.name(), " (requires an epoch bump)" if bump else "")
         # Not retriable: what the application does is abort, not call again.
-        self.error = KafkaError(error.code(), error.str(), False, False, True)
+        self.error = KafkaError(error.code(), error.str(), retriable=False,
+                                txn_requires_abort=True)
         self._set_state(TxnState.ABORTABLE_ERROR)
         return True
 

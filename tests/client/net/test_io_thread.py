@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import select
+import statistics
 import sys
 import threading
 import time
@@ -87,7 +88,7 @@ def test_let_run_hands_the_gil_to_a_loop_whose_timer_is_due():
     try:
         sys.setswitchinterval(0.05)
         late = {}
-        for helped in (False, True) * 3:
+        for helped in (False, True) * 5:
             ran = []
             due = time.monotonic() + 0.01
             io.call_soon(io.call_at, due, lambda: ran.append(time.monotonic()))
@@ -95,11 +96,12 @@ def test_let_run_hands_the_gil_to_a_loop_whose_timer_is_due():
             _busy_until(due + 0.2, io if helped else None)
             assert ran, "the loop never ran"
             late.setdefault(helped, []).append(ran[0] - due)
-        assert min(late[False]) > 0.02, late   # the switch interval, not let_run
-        # Within milliseconds as a rule (the median), and never as late as the switch
-        # interval (one round of a loaded shared machine measured 23 ms once).
-        assert sorted(late[True])[1] < 0.01, late
-        assert max(late[True]) < min(late[False]), late
+        unhelped, helped = (statistics.median(late[k]) for k in (False, True))
+        assert unhelped > 0.02, late   # the switch interval, not let_run
+        # Within milliseconds as a rule. Compared as medians of 5 rounds: on a loaded
+        # shared machine a single round of either kind can be late by tens of ms for
+        # want of a CPU, which is not what this test is about.
+        assert helped < 0.01 and helped < unhelped / 4, late
     finally:
         sys.setswitchinterval(old_interval)
         io.stop()

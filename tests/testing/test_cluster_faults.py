@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -25,6 +23,7 @@ from kafka_proto.records import RecordBatchBuilder, read_batches
 
 from kafka_client.testing import Cluster, ClusterError
 
+from cli_cluster import start_cli_cluster  # tests/testing/cli_cluster.py
 from rawclient import RawClient  # tests/testing/rawclient.py
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -251,20 +250,10 @@ def test_retention_and_compaction_through_the_cluster(tmp_path):
 
 
 def test_python_m_kafka_client_testing(tmp_path):
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kafka_client.testing", "--brokers", "2", "--topic", "cli:2:2",
-         "--control-port", "0", "--data-dir", str(tmp_path / "d"), "--log-level", "WARNING"],
-        stdout=subprocess.PIPE, text=True, env=env)
+    proc, lines = start_cli_cluster(
+        ["--brokers", "2", "--topic", "cli:2:2", "--control-port", "0",
+         "--data-dir", str(tmp_path / "d"), "--log-level", "WARNING"])
     try:
-        lines = {}
-        while len(lines) < 2:
-            line = proc.stdout.readline()
-            assert line, "the cluster exited"
-            name, _, value = line.strip().partition("=")
-            lines[name] = value
         bootstrap, control = lines["bootstrap.servers"], lines["control"]
         assert re.fullmatch(r"127\.0\.0\.1:\d+,127\.0\.0\.1:\d+", bootstrap)
         attached = Cluster.attach(control)

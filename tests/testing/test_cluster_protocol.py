@@ -11,7 +11,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import time
 
 import pytest
@@ -38,6 +37,7 @@ from kafka_proto.records import RecordBatchBuilder
 from kafka_client.admin import AclOperation
 from kafka_client.testing import Cluster
 
+from cli_cluster import start_cli_cluster  # tests/testing/cli_cluster.py
 from rawclient import RawClient  # tests/testing/rawclient.py
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -505,21 +505,11 @@ def test_a_cluster_out_of_descriptors_refuses_topics_and_keeps_serving(tmp_path)
     def low_limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400))
 
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kafka_client.testing", "--brokers", "1", "--control-port",
-         "0", "--data-dir", str(tmp_path / "d"), "--log-level", "ERROR"],
-        stdout=subprocess.PIPE, text=True, env=env, preexec_fn=low_limit)
+    proc, lines = start_cli_cluster(
+        ["--brokers", "1", "--control-port", "0", "--data-dir", str(tmp_path / "d"),
+         "--log-level", "ERROR"], preexec_fn=low_limit)
     flood = []
     try:
-        lines = {}
-        while len(lines) < 2:
-            line = proc.stdout.readline()
-            assert line, "the cluster exited"
-            name, _, value = line.strip().partition("=")
-            lines[name] = value
         attached = Cluster.attach(lines["control"])
         try:
             address = lines["bootstrap.servers"]

@@ -81,8 +81,7 @@ _TOPIC = [
     ConfigDef("index.interval.bytes", "int", 4096, _at_least(0), "log.index.interval.bytes"),
     ConfigDef("max.message.bytes", "int", 1048588, _at_least(0), "message.max.bytes"),
     ConfigDef("message.timestamp.type", "str", "CreateTime",
-              _only("CreateTime", "LogAppendTime would need batches re-checksummed"),
-              "log.message.timestamp.type"),
+              _one_of("CreateTime", "LogAppendTime"), "log.message.timestamp.type"),
     ConfigDef("min.cleanable.dirty.ratio", "double", 0.5,
               lambda v: None if 0 <= v <= 1 else "must be within 0..1",
               "log.cleaner.min.cleanable.ratio"),
@@ -113,7 +112,8 @@ _BROKER = [
     ConfigDef("compression.type", "str", "producer", _only("producer", "see the topic property")),
     ConfigDef("log.cleaner.delete.retention.ms", "long", _DAY_MS, _at_least(0)),
     ConfigDef("log.index.interval.bytes", "int", 4096, _at_least(0)),
-    ConfigDef("log.message.timestamp.type", "str", "CreateTime", _only("CreateTime", "see the topic property")),
+    ConfigDef("log.message.timestamp.type", "str", "CreateTime",
+              _one_of("CreateTime", "LogAppendTime")),
     ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5,
               lambda v: None if 0 <= v <= 1 else "must be within 0..1"),
     ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, _at_least(0)),
@@ -253,6 +253,8 @@ class TopicSettings:
     delete_retention_ms: int
     index_interval_bytes: int
     max_message_bytes: int
+    #: message.timestamp.type=LogAppendTime: the leader stamps each batch with its clock.
+    log_append_time: bool
     min_cleanable_dirty_ratio: float
     min_compaction_lag_ms: int
     min_insync_replicas: int
@@ -270,6 +272,7 @@ class TopicSettings:
             delete_retention_ms=values["delete.retention.ms"],
             index_interval_bytes=values["index.interval.bytes"],
             max_message_bytes=values["max.message.bytes"],
+            log_append_time=values["message.timestamp.type"] == "LogAppendTime",
             min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
             min_compaction_lag_ms=values["min.compaction.lag.ms"],
             min_insync_replicas=values["min.insync.replicas"],

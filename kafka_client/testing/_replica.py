@@ -235,6 +235,7 @@ class Replica:
         if duplicate is not None:
             # The batch is already in the log: answer with its offsets, append nothing.
             return AppendResult(ErrorCode.NONE, duplicate.base_offset,
+                                duplicate.max_timestamp if settings.log_append_time else -1,
                                 required_offset=duplicate.last_offset + 1)
         isr = len(self.part.isr)
         if acks == -1 and isr < settings.min_insync_replicas:
@@ -243,7 +244,8 @@ class Replica:
                                         f"{settings.min_insync_replicas}")
         data = bytearray(view)
         base = self.log.end_offset
-        stamp_batch(data, 0, base, self.leader_epoch)
+        append_time = _now_ms() if settings.log_append_time else -1
+        stamp_batch(data, 0, base, self.leader_epoch, append_time)
         header = read_batch_header(data)
         try:
             self.log.append(data, [header])
@@ -253,7 +255,8 @@ class Replica:
             return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR,
                                 message=f"cannot append to the log: {exc}")
         self._leader_appended()
-        return AppendResult(ErrorCode.NONE, base, required_offset=header.next_offset)
+        return AppendResult(ErrorCode.NONE, base, append_time,
+                            required_offset=header.next_offset)
 
     def append_control(self, data: bytes) -> int:
         """Append a transaction marker batch (built with base offset 0); its offset."""

@@ -1047,19 +1047,24 @@ def iter_batch_headers(buffer, Py_ssize_t start=0, Py_ssize_t end=-1):
 
 
 def stamp_batch(buffer, Py_ssize_t position, int64_t base_offset,
-                int32_t partition_leader_epoch) -> None:
+                int32_t partition_leader_epoch, int64_t log_append_time=-1) -> None:
     """Write the base offset and the partition leader epoch of the v2 batch at
     ``position`` of a writable buffer (a ``bytearray``), in place.
 
     What a partition leader does to each batch it appends: neither field is covered by
     the CRC (it starts at the attributes), so the batch stays valid and is not
-    re-checksummed. Raises ``TruncatedDataError`` when no whole header is at
-    ``position``, ``UnsupportedMagicError`` for a magic other than 2, and ``TypeError`` or
-    ``BufferError`` for a read-only buffer.
+    re-checksummed. A leader of a LogAppendTime topic also passes its clock as
+    ``log_append_time`` (ms, >= 0): the batch's timestamp type becomes LOG_APPEND_TIME,
+    its max timestamp that time (which every record then reports), and its CRC is
+    computed again over the whole batch, which must then be in the buffer. Raises
+    ``TruncatedDataError`` when no whole header (or, with ``log_append_time``, no whole
+    batch) is at ``position``, ``UnsupportedMagicError`` for a magic other than 2, and
+    ``TypeError`` or ``BufferError`` for a read-only buffer.
     """
     cdef unsigned char[::1] view = buffer
     cdef Py_ssize_t size = view.shape[0]
     cdef unsigned char* h
+    cdef Py_ssize_t total
     if position < 0 or size - position < HEADER_SIZE:
         raise TruncatedDataError(
             f"stamp_batch: no whole batch header at {position} of {size} bytes")
@@ -1067,6 +1072,16 @@ def stamp_batch(buffer, Py_ssize_t position, int64_t base_offset,
     if <signed char>h[OFF_MAGIC] != 2:
         raise UnsupportedMagicError(
             f"stamp_batch: magic {<signed char>h[OFF_MAGIC]} at {position}, not a v2 batch")
+    if log_append_time >= 0:
+        total = <Py_ssize_t>_get_i32(h + OFF_LENGTH) + LOG_OVERHEAD
+        if total < HEADER_SIZE or total > size - position:
+            raise TruncatedDataError(
+                f"stamp_batch: a batch of {total} bytes at {position} of {size} bytes: "
+                f"its CRC cannot be computed again")
+        _put_i16(h + OFF_ATTRIBUTES, <int16_t>(_get_i16(h + OFF_ATTRIBUTES)
+                                               | ATTR_TIMESTAMP_TYPE))
+        _put_i64(h + OFF_MAX_TIMESTAMP, log_append_time)
+        _put_i32(h + OFF_CRC, <int32_t>_crc32c(h + OFF_ATTRIBUTES, total - OFF_ATTRIBUTES))
     _put_i64(h + OFF_BASE_OFFSET, base_offset)
     _put_i32(h + OFF_PLE, partition_leader_epoch)
 

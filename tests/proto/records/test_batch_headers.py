@@ -1,6 +1,7 @@
 """A broker's view of stored v2 batches: read_batch_header / iter_batch_headers (the
 61-byte header without the records), stamp_batch (base offset and partition leader epoch
-in place, outside the CRC) and increment_sequence."""
+in place, outside the CRC; with a log-append time, also the timestamp type, max timestamp
+and CRC) and increment_sequence."""
 from __future__ import annotations
 
 import struct
@@ -121,6 +122,34 @@ def test_stamp_batch_rewrites_offset_and_epoch_and_keeps_the_crc_valid():
     assert batch.validate_crc()
     assert [r.offset for r in batch] == [123_456_789_012 + i for i in range(4)]
     assert bytes(data[:second]) == parts[0]  # the batch before is untouched
+
+
+def test_stamp_batch_with_a_log_append_time_retypes_the_batch_and_checksums_it_again():
+    """A LogAppendTime topic's leader: the timestamp type and max timestamp change (both
+    inside the CRC), every record then reports the append time, and the CRC is valid
+    again; the other attributes (compression, transactional) and the records stay."""
+    parts = batches()
+    data = bytearray(b"".join(parts))
+    second = len(parts[0])
+    before = read_batch_header(data, second)
+    assert before.timestamp_type == TimestampType.CREATE_TIME
+    stamp_batch(data, second, 77, 3, 1_700_000_000_123)
+    after = read_batch_header(data, second)
+    assert after.timestamp_type == TimestampType.LOG_APPEND_TIME
+    assert after.max_timestamp == 1_700_000_000_123 and after.crc != before.crc
+    assert (after.base_offset, after.partition_leader_epoch) == (77, 3)
+    assert (after.compression, after.is_transactional, after.base_timestamp) == \
+        (before.compression, before.is_transactional, before.base_timestamp)
+    batch = list(read_batches(bytes(data), check_crc=True))[1]
+    assert batch.validate_crc()
+    assert [(r.timestamp, r.timestamp_type) for r in batch] == \
+        [(1_700_000_000_123, TimestampType.LOG_APPEND_TIME)] * before.records_count
+    assert bytes(data[:second]) == parts[0]
+    # The CRC covers the whole batch: a buffer holding only its header is refused, unchanged.
+    header_only = bytearray(parts[0][:BATCH_HEADER_SIZE])
+    with pytest.raises(TruncatedDataError, match="CRC"):
+        stamp_batch(header_only, 0, 1, 1, 5)
+    assert header_only == parts[0][:BATCH_HEADER_SIZE]
 
 
 def test_at_moves_a_header_to_another_position():

@@ -1,0 +1,354 @@
+"""confluent-kafka drop-in: confluent-kafka's Schema Registry serdes
+(``confluent_kafka.schema_registry``: Avro, JSON Schema, Protobuf; blocking and asyncio)
+used with our serializing clients, side by side with confluent-kafka's own.
+
+Each case runs confluent-kafka's SerializingProducer and ours, each with serdes of its own
+over one mock registry, into one topic (so both register under the same subjects and get
+the same schema ids and GUIDs), confluent-kafka's into partition 0 and ours into
+partition 1, then compares the bytes and headers of the two partitions, and what each
+DeserializingConsumer reads back from both. Needs
+``confluent-kafka[schemaregistry,avro,json,protobuf]`` (the test extras).
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+ck = pytest.importorskip("confluent_kafka")
+try:
+    import confluent_kafka.schema_registry as sr_mod
+    from confluent_kafka.schema_registry import header_schema_id_serializer
+    from confluent_kafka.schema_registry._async import avro as async_avro
+    from confluent_kafka.schema_registry._async import json_schema as async_json
+    from confluent_kafka.schema_registry._async import protobuf as async_protobuf
+    from confluent_kafka.schema_registry._async.schema_registry_client import (
+        AsyncSchemaRegistryClient,
+    )
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import (
+        ProtobufDeserializer,
+        ProtobufSerializer,
+    )
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+except ImportError as exc:      # the extras are not installed
+    pytest.skip(f"confluent-kafka's Schema Registry extras are not installed ({exc}); "
+                f"pip install 'confluent-kafka[schemaregistry,avro,json,protobuf]'",
+                allow_module_level=True)
+
+import kafka_client  # noqa: E402
+import kafka_client.aio  # noqa: E402
+import kafka_client.error  # noqa: E402
+from kafka_client.testing import Cluster  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+IMPLS = ("confluent_kafka", "kafka_client")
+
+AVRO_USER = ('{"type": "record", "name": "User", "namespace": "dropin", "fields": ['
+             '{"name": "name", "type": "string"}, {"name": "n", "type": "int"}]}')
+JSON_USER = ('{"title": "dropin.User", "type": "object", "properties": {'
+             '"name": {"type": "string"}, "n": {"type": "integer"}}}')
+
+
+def _protobuf_user_class():
+    """A protobuf message class ``dropin.User {string name = 1; int32 n = 2;}``, made
+    from its descriptor (no protoc needed)."""
+    proto = descriptor_pb2.FileDescriptorProto(name="dropin_user.proto", package="dropin",
+                                               syntax="proto3")
+    user = proto.message_type.add(name="User")
+    user.field.add(name="name", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                   label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    user.field.add(name="n", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT32,
+                   label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("dropin.User"))
+
+
+PROTOBUF_USER = _protobuf_user_class()
+
+
+def user(fmt, name, n):
+    return PROTOBUF_USER(name=name, n=n) if fmt == "protobuf" else {"name": name, "n": n}
+
+
+def serde_conf(header_ids, strategy):
+    conf = {"subject.name.strategy": strategy}
+    if header_ids:
+        conf["schema.id.serializer"] = header_schema_id_serializer
+    return conf
+
+
+def blocking_serdes(fmt, registry, header_ids, strategy):
+    """(serializer, deserializer) of ``fmt`` over ``registry``."""
+    conf = serde_conf(header_ids, strategy)
+    if fmt == "avro":
+        return AvroSerializer(registry, AVRO_USER, conf=conf), AvroDeserializer(registry)
+    if fmt == "json":
+        return (JSONSerializer(JSON_USER, registry, conf=conf),
+                JSONDeserializer(JSON_USER, schema_registry_client=registry))
+    return (ProtobufSerializer(PROTOBUF_USER, registry, conf),
+            ProtobufDeserializer(PROTOBUF_USER, {}, schema_registry_client=registry))
+
+
+async def async_serdes(fmt, registry, header_ids, strategy):
+    conf = serde_conf(header_ids, strategy)
+    if fmt == "avro":
+        return (await async_avro.AsyncAvroSerializer(registry, AVRO_USER, conf=conf),
+                await async_avro.AsyncAvroDeserializer(registry))
+    if fmt == "json":
+        return (await async_json.AsyncJSONSerializer(JSON_USER, registry, conf=conf),
+                await async_json.AsyncJSONDeserializer(JSON_USER,
+                                                      schema_registry_client=registry))
+    return (await async_protobuf.AsyncProtobufSerializer(PROTOBUF_USER, registry, conf),
+            await async_protobuf.AsyncProtobufDeserializer(PROTOBUF_USER, {},
+                                                           schema_registry_client=registry))
+
+
+def records(fmt):
+    """(key, value, headers) to produce: headers as a list, a dict and a list again, and
+    a tombstone (value None). A new list each call: a serializer that writes the schema id
+    in the headers adds it to the list or dict it is given."""
+    return [
+        (user(fmt, "key-0", 0), user(fmt, "alice-0", 10), [("app", b"a")]),
+        (user(fmt, "key-1", 1), user(fmt, "bob-1", 11), {"app": b"b"}),
+        (user(fmt, "key-2", 2), user(fmt, "carol-2", -12), [("app", b"c"), ("x", None)]),
+        (user(fmt, "key-3", 3), None, []),
+    ]
+
+
+CASES = [
+    # (format, schema ids in headers, subject name strategy)
+    ("avro", False, sr_mod.topic_subject_name_strategy),
+    ("avro", True, sr_mod.topic_record_subject_name_strategy),
+    ("json", False, sr_mod.record_subject_name_strategy),
+    ("json", True, sr_mod.topic_subject_name_strategy),
+    ("protobuf", False, sr_mod.topic_record_subject_name_strategy),
+    ("protobuf", True, sr_mod.record_subject_name_strategy),
+]
+CASE_IDS = [f"{fmt}-{'header' if h else 'prefix'}-"
+            f"{s.__name__.replace('_subject_name_strategy', '')}" for fmt, h, s in CASES]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("sr-cluster"))) as c:
+        yield c
+
+
+def module_of(impl):
+    return importlib.import_module(impl)
+
+
+#: the partition each client produces to
+PARTITION = {"confluent_kafka": 0, "kafka_client": 1}
+
+
+def raw_records(bootstrap, topic, partition, n):
+    """(key, value, headers) of the first ``n`` records of a partition as
+    confluent-kafka's plain Consumer reads them: the bytes and headers on the wire."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{topic}",
+                     "enable.auto.commit": False})
+    try:
+        c.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
+        got, end = [], time.monotonic() + 20
+        while len(got) < n and time.monotonic() < end:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append((m.key(), m.value(), m.headers()))
+        return got
+    finally:
+        c.close()
+
+
+def deserialized(impl, bootstrap, topic, partition, key_des, value_des, n):
+    """(key, value, headers) of the first ``n`` records of a partition through
+    ``impl``'s DeserializingConsumer."""
+    k = module_of(impl)
+    c = k.DeserializingConsumer({"bootstrap.servers": bootstrap, "group.id": f"{impl}-{topic}",
+                                 "enable.auto.commit": False,
+                                 "key.deserializer": key_des, "value.deserializer": value_des})
+    try:
+        c.assign([k.TopicPartition(topic, partition, k.OFFSET_BEGINNING)])
+        got, end = [], time.monotonic() + 20
+        while len(got) < n and time.monotonic() < end:
+            m = c.poll(0.5)
+            if m is not None:
+                got.append((m.key(), m.value(), m.headers()))
+        return got
+    finally:
+        c.close()
+
+
+def strip_id_headers(headers):
+    return [(k, v) for k, v in (headers or []) if not k.startswith("__")]
+
+
+@pytest.mark.parametrize("fmt, header_ids, strategy", CASES, ids=CASE_IDS)
+def test_blocking_serdes_through_both_clients(cluster, topic_name, fmt, header_ids, strategy):
+    bootstrap = cluster.bootstrap_servers
+    registry = sr_mod.SchemaRegistryClient.new_client({"url": "mock://dropin"})
+    sent = records(fmt)
+    cluster.create_topic(topic_name, partitions=2)
+    failures = {}
+    for impl in IMPLS:
+        k = module_of(impl)
+        to_send = records(fmt)
+        key_ser, _ = blocking_serdes(fmt, registry, header_ids, strategy)
+        value_ser, _ = blocking_serdes(fmt, registry, header_ids, strategy)
+        p = k.SerializingProducer({"bootstrap.servers": bootstrap,
+                                   "key.serializer": key_ser, "value.serializer": value_ser})
+        reports = []
+        try:
+            for key, value, headers in to_send:
+                p.produce(topic_name, key=key, value=value, headers=headers,
+                          partition=PARTITION[impl],
+                          on_delivery=lambda err, msg: reports.append(err))
+            if header_ids:
+                # a schema id header needs headers to go in: a serializer failure, wrapped
+                with pytest.raises(k.error.ProduceError) as ei:
+                    p.produce(topic_name, key=sent[0][0], value=sent[0][1])
+                failures[impl] = ei.value
+            assert p.flush(20) == 0
+        finally:
+            p.close()
+        assert reports == [None] * len(sent)
+
+    # the same bytes and headers on the wire
+    wire = {impl: raw_records(bootstrap, topic_name, PARTITION[impl], len(sent))
+            for impl in IMPLS}
+    assert len(wire["kafka_client"]) == len(sent)
+    assert wire["kafka_client"] == wire["confluent_kafka"]
+    id_headers = [h for rec in wire["kafka_client"] for h in (rec[2] or [])
+                  if h[0].startswith("__")]
+    assert bool(id_headers) == header_ids
+    assert {h[0] for h in id_headers} <= {"__key_schema_id", "__value_schema_id"}
+
+    # the serializer's failure, wrapped as confluent-kafka wraps it
+    for impl, exc in failures.items():
+        k = module_of(impl)
+        assert isinstance(exc, k.error.KeySerializationError)
+        assert exc.code == k.KafkaError._KEY_SERIALIZATION
+        assert isinstance(exc.exception, ck.serialization.SerializationError)
+        assert str(exc.exception) == "Missing headers"
+
+    # each DeserializingConsumer reads what each producer wrote
+    for reader in IMPLS:
+        for writer in IMPLS:
+            _, key_des = blocking_serdes(fmt, registry, header_ids, strategy)
+            _, value_des = blocking_serdes(fmt, registry, header_ids, strategy)
+            got = deserialized(reader, bootstrap, topic_name, PARTITION[writer], key_des,
+                               value_des, len(sent))
+            assert [(key, value) for key, value, _ in got] == \
+                [(key, value) for key, value, _ in sent], (reader, writer)
+            assert [strip_id_headers(h) for _, _, h in got] == \
+                [strip_id_headers(list(h.items()) if isinstance(h, dict) else h)
+                 for _, _, h in sent], (reader, writer)
+    assert sorted(registry.get_subjects()) == sorted(
+        {strategy(SimpleNamespace(topic=topic_name, field=field), "dropin.User")
+         for field in (ck.serialization.MessageField.KEY, ck.serialization.MessageField.VALUE)})
+
+
+def async_module_of(impl):
+    return importlib.import_module(f"{impl}.aio")
+
+
+@pytest.mark.parametrize("fmt, header_ids, strategy", CASES, ids=CASE_IDS)
+def test_asyncio_serdes_through_both_clients(cluster, topic_name, fmt, header_ids, strategy):
+    """The asyncio serdes (``confluent_kafka.schema_registry._async``) through both
+    asyncio clients. confluent-kafka's AIOProducer refuses headers (NotImplementedError),
+    so schema ids in headers are written by ours only, and read by both."""
+    bootstrap = cluster.bootstrap_servers
+    # confluent-kafka's asyncio producer takes no headers at all, not even []
+    sent = [(key, value, headers if header_ids else None)
+            for key, value, headers in records(fmt)]
+    writers = ("kafka_client",) if header_ids else IMPLS
+    cluster.create_topic(topic_name, partitions=2)
+
+    async def produce(impl, registry):
+        key_ser, _ = await async_serdes(fmt, registry, header_ids, strategy)
+        value_ser, _ = await async_serdes(fmt, registry, header_ids, strategy)
+        p = await async_module_of(impl).AsyncSerializingProducer(
+            {"bootstrap.servers": bootstrap, "key.serializer": key_ser,
+             "value.serializer": value_ser})
+        try:
+            if impl not in writers:
+                with pytest.raises(NotImplementedError, match="Headers are not supported"):
+                    await p.produce(topic_name, key=sent[0][0], value=sent[0][1],
+                                    headers=sent[0][2])
+                return None, None
+            futures = [await p.produce(topic_name, key=key, value=value, headers=headers,
+                                       partition=PARTITION[impl])
+                       for key, value, headers in sent]
+            delivered = await asyncio.wait_for(asyncio.gather(*futures), 20)
+            failure = None
+            if header_ids:
+                try:
+                    await p.produce(topic_name, key=sent[0][0], value=sent[0][1])
+                except Exception as e:      # noqa: BLE001 - checked below
+                    failure = e
+            await p.flush()
+        finally:
+            await p.close()
+        return [m.offset() for m in delivered], failure
+
+    async def consume(reader, writer, registry):
+        _, key_des = await async_serdes(fmt, registry, header_ids, strategy)
+        _, value_des = await async_serdes(fmt, registry, header_ids, strategy)
+        k = module_of(reader)
+        c = await async_module_of(reader).AsyncDeserializingConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": f"{reader}-{topic_name}",
+             "enable.auto.commit": False,
+             "key.deserializer": key_des, "value.deserializer": value_des})
+        try:
+            await c.assign([k.TopicPartition(topic_name, PARTITION[writer],
+                                             k.OFFSET_BEGINNING)])
+            got, end = [], time.monotonic() + 20
+            while len(got) < len(sent) and time.monotonic() < end:
+                m = await c.poll(0.5)
+                if m is not None:
+                    got.append((m.key(), m.value(), m.headers()))
+            return got
+        finally:
+            await c.close()
+
+    async def main():
+        registry = AsyncSchemaRegistryClient.new_client({"url": "mock://dropin"})
+        produced = {impl: await produce(impl, registry) for impl in IMPLS}
+        read = {(r, w): await consume(r, w, registry) for r in IMPLS for w in writers}
+        guids = {}
+        for _, _, headers in raw_records(bootstrap, topic_name, PARTITION["kafka_client"],
+                                         len(sent)):
+            for name, value in headers or []:
+                if name.startswith("__"):
+                    # the header's GUID (after its one-byte format; Protobuf's message
+                    # indexes follow it) names a schema there
+                    guids[name] = await registry.get_schema_by_guid(str(uuid.UUID(
+                        bytes=value[1:17])))
+        return produced, read, guids
+
+    produced, read, guids = asyncio.run(asyncio.wait_for(main(), 120))
+    assert produced["kafka_client"][0] == [0, 1, 2, 3]
+    if header_ids:
+        failure = produced["kafka_client"][1]
+        assert isinstance(failure, kafka_client.error.KeySerializationError), failure
+        assert str(failure.exception) == "Missing headers"
+        assert sorted(guids) == ["__key_schema_id", "__value_schema_id"]
+        assert {schema.schema_type or "AVRO" for schema in guids.values()} == \
+            {{"avro": "AVRO", "json": "JSON", "protobuf": "PROTOBUF"}[fmt]}
+    else:
+        assert produced["confluent_kafka"][0] == [0, 1, 2, 3]
+        wire = {impl: raw_records(bootstrap, topic_name, PARTITION[impl], len(sent))
+                for impl in IMPLS}
+        assert len(wire["kafka_client"]) == len(sent)
+        assert wire["kafka_client"] == wire["confluent_kafka"]
+    assert len(read) == 2 * len(writers)
+    for (reader, writer), got in read.items():
+        assert [(key, value) for key, value, _ in got] == \
+            [(key, value) for key, value, _ in sent], (reader, writer)

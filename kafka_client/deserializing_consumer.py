@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
+from ._cluster_id_resolver import ClusterIdResolver, offer_resolver
 from .consumer.consumer import Consumer
 from .errors import ConsumeError, KeyDeserializationError, ValueDeserializationError
 from .serialization import MessageField, SerializationContext
@@ -24,6 +25,8 @@ class DeserializingConsumer(Consumer):
         self._value_deserializer: Optional[Callable] = _callable_or_none(
             conf, "value.deserializer")
         super().__init__(conf)
+        offer_resolver("set_cluster_id_resolver", ClusterIdResolver(self.cluster_id),
+                       (self._key_deserializer, self._value_deserializer))
 
     def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:
         """The next message with its key and value deserialized, or None after ``timeout``

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
 
+from ._cluster_id_resolver import ClusterIdResolver, offer_resolver
 from .errors import KeySerializationError, ValueSerializationError
 from .producer.producer import Producer
 from .serialization import MessageField, SerializationContext
@@ -24,6 +25,8 @@ class SerializingProducer(Producer):
         # produce(); take it over and call it after serializing. (close() binds a
         # closed-client stub the same way, which then rightly wins.)
         self._queue_message: Callable = self.__dict__.pop("produce")
+        offer_resolver("set_cluster_id_resolver", ClusterIdResolver(self.cluster_id),
+                       (self._key_serializer, self._value_serializer))
 
     def produce(self, topic: str, key: Any = None, value: Any = None, partition: int = -1,  # type: ignore[override]
                 on_delivery: Optional[Callable] = None, timestamp: int = 0,

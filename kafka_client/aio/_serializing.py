@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from kafka_client._cluster_id_resolver import AsyncClusterIdResolver, offer_resolver
 from kafka_client.aio._consumer import AIOConsumer
 from kafka_client.aio.producer import AIOProducer
 from kafka_client.errors import (
@@ -60,6 +61,10 @@ def _made_with_await(cls: type, base: type, conf: Dict[str, Any], kind: str,
         self = object.__new__(cls)
         client_conf, self._key_serde, self._value_serde = _take_serdes(conf, kind)
         base.__init__(self, client_conf, **kwargs)
+        # the asyncio serdes take a coroutine resolver; blocking ones get none, as
+        # confluent-kafka's (they could not await it, and must not block the loop)
+        offer_resolver("set_async_cluster_id_resolver", AsyncClusterIdResolver(self.cluster_id),
+                       (self._key_serde, self._value_serde))
         return self
     return build()
 

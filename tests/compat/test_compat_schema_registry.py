@@ -352,3 +352,83 @@ def test_asyncio_serdes_through_both_clients(cluster, topic_name, fmt, header_id
     for (reader, writer), got in read.items():
         assert [(key, value) for key, value, _ in got] == \
             [(key, value) for key, value, _ in sent], (reader, writer)
+
+
+def associate(registry, topic, namespace, subject):
+    """Associate ``subject`` with ``topic``'s values in the cluster ``namespace``."""
+    return registry.create_association(sr_mod.AssociationCreateOrUpdateRequest(
+        resource_name=topic, resource_namespace=namespace, resource_type="topic",
+        resource_id=f"{namespace}:{topic}", associations=[
+            sr_mod.AssociationCreateOrUpdateInfo(subject=subject, association_type="value")]))
+
+
+def test_default_subject_names_come_from_this_clusters_associations(cluster, topic_name):
+    """confluent-kafka 2.16's serdes name subjects by the registry's associations of the
+    topic in the Kafka cluster the client is connected to (their default strategy), and
+    the serializing clients tell them that cluster's id; with two clusters associating
+    the same topic name, only this cluster's subject is used."""
+    bootstrap = cluster.bootstrap_servers
+    cluster.create_topic(topic_name, partitions=2)
+    registry = sr_mod.SchemaRegistryClient.new_client({"url": "mock://dropin"})
+    associate(registry, topic_name, cluster.cluster_id, f"{topic_name}-here")
+    associate(registry, topic_name, "another-cluster", f"{topic_name}-there")
+    for impl in IMPLS:
+        k = module_of(impl)
+        p = k.SerializingProducer({"bootstrap.servers": bootstrap,
+                                   "value.serializer": AvroSerializer(registry, AVRO_USER)})
+        try:
+            p.produce(topic_name, value={"name": impl, "n": 1}, partition=PARTITION[impl])
+            assert p.flush(20) == 0
+        finally:
+            p.close()
+        assert registry.get_subjects() == [f"{topic_name}-here"], impl
+    for reader in IMPLS:
+        for writer in IMPLS:
+            got = deserialized(reader, bootstrap, topic_name, PARTITION[writer], None,
+                               AvroDeserializer(registry), 1)
+            assert [value for _, value, _ in got] == [{"name": writer, "n": 1}]
+
+
+def test_asyncio_default_subject_names_come_from_this_clusters_associations(cluster,
+                                                                           topic_name):
+    bootstrap = cluster.bootstrap_servers
+    cluster.create_topic(topic_name, partitions=2)
+
+    async def main():
+        registry = AsyncSchemaRegistryClient.new_client({"url": "mock://dropin"})
+        for namespace, subject in ((cluster.cluster_id, "here"), ("another", "there")):
+            await associate(registry, topic_name, namespace, f"{topic_name}-{subject}")
+        subjects = {}
+        for impl in IMPLS:
+            p = await async_module_of(impl).AsyncSerializingProducer(
+                {"bootstrap.servers": bootstrap, "value.serializer":
+                 await async_avro.AsyncAvroSerializer(registry, AVRO_USER)})
+            try:
+                delivered = await (await p.produce(topic_name, value={"name": impl, "n": 2},
+                                                   partition=PARTITION[impl]))
+                assert delivered.error() is None
+            finally:
+                await p.close()
+            subjects[impl] = await registry.get_subjects()
+        read = {}
+        for impl in IMPLS:
+            k = module_of(impl)
+            c = await async_module_of(impl).AsyncDeserializingConsumer(
+                {"bootstrap.servers": bootstrap, "group.id": f"{impl}-{topic_name}",
+                 "value.deserializer": await async_avro.AsyncAvroDeserializer(registry)})
+            try:
+                await c.assign([k.TopicPartition(topic_name, p, k.OFFSET_BEGINNING)
+                                for p in PARTITION.values()])
+                got, end = [], time.monotonic() + 20
+                while len(got) < 2 and time.monotonic() < end:
+                    m = await c.poll(0.5)
+                    if m is not None:
+                        got.append(m.value())
+                read[impl] = sorted(got, key=lambda v: v["name"])
+            finally:
+                await c.close()
+        return subjects, read
+
+    subjects, read = asyncio.run(asyncio.wait_for(main(), 90))
+    assert subjects == {impl: [f"{topic_name}-here"] for impl in IMPLS}
+    assert read == {impl: [{"name": writer, "n": 2} for writer in IMPLS] for impl in IMPLS}

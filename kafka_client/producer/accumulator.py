@@ -728,7 +728,9 @@ class Accumulator(AccumulatorCore):
         timeout = self.timeout
         unplaced: List[Unplaced] = []
         vanished: List[Vanished] = []
-        wait = min(self.propagation, timeout or 1e9)
+        # Not shortened by message.timeout.ms: messages that time out first fail with
+        # _MSG_TIMED_OUT and the topic stays produce-able, as in librdkafka
+        wait = self.propagation
         for t in list(self.vanishing):
             if now - t.unknown_since < wait:
                 continue
@@ -761,13 +763,12 @@ class Accumulator(AccumulatorCore):
                         f"topic {t.name} does not exist"), gone))
                 continue
             if timeout > 0 and t.pending and t.pending[0].queued_at + timeout <= now:
-                code = (KafkaError._UNKNOWN_TOPIC if t.unknown_since is not None
-                        else KafkaError._MSG_TIMED_OUT)
                 with self.lock:
                     gone = self._take_pending(t, before=now - timeout)
                 if gone:
                     unplaced.append(Unplaced(t.name, KafkaError(
-                        code, f"message for {t.name} timed out waiting for metadata"), gone))
+                        KafkaError._MSG_TIMED_OUT,
+                        f"message for {t.name} timed out waiting for metadata"), gone))
         batches: List[Batch] = []
         if timeout > 0:
             with self.lock:

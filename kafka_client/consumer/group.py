@@ -427,8 +427,12 @@ class GroupCoordinator:
 
     def _run_assign(self, member: GroupMember, tps: List[TopicPartition], token: int) -> None:
         """The assignment on the application thread: the callback, then the assignment
-        itself unless the callback made one (also when it raises)."""
+        itself unless the callback made one (also when it raises). What the group gave is
+        assigned then, whatever the callback changed in its list without assigning it
+        (offsets set and not passed to assign()), as in confluent-kafka."""
         before = member.assignment_changes()
+        given = [TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
+                                tp.leader_epoch) for tp in tps]
         cb = self.on_assign
         try:
             if cb is not None:
@@ -438,11 +442,12 @@ class GroupCoordinator:
                 if member.assignment_changes() == before and token == self._op_token:
                     if self.cooperative:
                         assigned = member.assigned()
-                        new = [tp for tp in tps if (tp.topic, tp.partition) not in assigned]
+                        new = [tp for tp in given
+                               if (tp.topic, tp.partition) not in assigned]
                         if new:
                             member.incremental_assign(new)
                     else:
-                        member.assign(tps)
+                        member.assign(given)
             finally:     # whatever happened, the group goes on (it waits for this)
                 self.io.call_soon(self._assign_done)
 

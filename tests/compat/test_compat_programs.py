@@ -63,3 +63,56 @@ def test_a_missing_topic_fails_its_messages_like_librdkafka(cluster, topic_name,
     else:
         # message.timeout.ms came first: a timeout, and the topic may still appear
         assert got["kafka_client"] == ([(ck.KafkaError._MSG_TIMED_OUT, 3)], "queued")
+
+
+def produce_n(k, bootstrap, topic, n, partition=0):
+    p = k.Producer({"bootstrap.servers": bootstrap})
+    for i in range(n):
+        p.produce(topic, b"v%d" % i, b"k%d" % i, partition=partition)
+    assert p.flush(10) == 0
+
+
+def first_offsets(consumer, n=1, timeout=20):
+    got, end = [], time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < end:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.offset())
+    return got
+
+
+def start_in_on_assign(k, impl, bootstrap, topic, call_assign):
+    """The group has committed offset 3 of 5; ``on_assign`` sets every partition's offset
+    to the beginning, then calls ``assign()`` or just returns: the first offset read."""
+    topic = f"{topic}-{impl}"
+    admin = k.admin.AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([k.admin.NewTopic(topic, 1, 1)])[topic].result(10)
+    produce_n(k, bootstrap, topic, 5)
+    conf = {"bootstrap.servers": bootstrap, "group.id": topic, "enable.auto.commit": False}
+    c = k.Consumer(conf)
+    c.commit(offsets=[k.TopicPartition(topic, 0, 3)], asynchronous=False)
+    c.close()
+
+    def on_assign(consumer, partitions):
+        for tp in partitions:
+            tp.offset = k.OFFSET_BEGINNING
+        if call_assign:
+            consumer.assign(partitions)
+
+    c = k.Consumer(conf)
+    try:
+        c.subscribe([topic], on_assign=on_assign)
+        return first_offsets(c)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("call_assign", [True, False], ids=["assign", "return"])
+def test_offsets_set_in_on_assign_count_only_through_assign(cluster, topic_name, call_assign):
+    """A common recipe sets the offsets in ``on_assign``; they take effect when the
+    callback passes them to ``assign()``. confluent-kafka assigns what the group gave when
+    the callback returns without assigning (its changes to the list are ignored), and so
+    does ours: the consumer starts at the committed offset."""
+    importlib.import_module("confluent_kafka.admin")
+    got = side_by_side(start_in_on_assign, cluster.bootstrap_servers, topic_name, call_assign)
+    assert got["kafka_client"] == got["confluent_kafka"] == [0 if call_assign else 3]

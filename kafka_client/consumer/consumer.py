@@ -1143,10 +1143,11 @@ class Consumer(ClientBase):
 
         ``asynchronous=True`` (the default) returns None and hands the result to
         ``on_commit(err, partitions)`` from a later poll()/consume(); ``False`` waits,
-        returns the committed partitions and raises KafkaException on failure (without
-        calling ``on_commit``, as librdkafka). As librdkafka, entries with a negative
-        offset are left out, and nothing left to commit is _NO_OFFSET (raised, or given
-        to ``on_commit``). While this member rejoins its group (its JoinGroup or
+        returns the result and raises KafkaException on failure (without calling
+        ``on_commit``, as librdkafka). As librdkafka, entries with a negative offset are
+        not committed but stay in the result as given (with the stored offsets: every
+        assigned partition, OFFSET_INVALID where nothing new is stored), and nothing left
+        to commit is _NO_OFFSET (raised, or given to ``on_commit``). While this member rejoins its group (its JoinGroup or
         SyncGroup waiting at the coordinator) the commit is answered at once, not after
         the rebalance; one the broker refuses then (REBALANCE_IN_PROGRESS,
         ILLEGAL_GENERATION): poll() to complete the rebalance, then commit again.
@@ -1164,12 +1165,12 @@ class Consumer(ClientBase):
         elif offsets is not None:
             tps = _check_partitions(offsets, "commit")
         else:
-            tps = self._fetcher.stored_offsets()
-            if not tps:
-                # Nothing stored: the _NO_OFFSET result names the assigned partitions
-                # (OFFSET_INVALID), as librdkafka's does (on_commit got an empty list).
-                tps = [TopicPartition(t, p, OFFSET_INVALID)
-                       for t, p in sorted(self._fetcher.assigned_keys())]
+            # every assigned partition, OFFSET_INVALID where nothing new is stored: the
+            # result names them all, as librdkafka's does (committed or _NO_OFFSET)
+            tps = list(self._fetcher.stored_offsets())
+            stored = {(tp.topic, tp.partition) for tp in tps}
+            tps += [TopicPartition(t, p, OFFSET_INVALID)
+                    for t, p in sorted(self._fetcher.assigned_keys()) if (t, p) not in stored]
         return group.commit(tps, bool(asynchronous))
 
     def committed(self, partitions: Sequence[TopicPartition],

@@ -470,8 +470,10 @@ class GroupCoordinator:
             with self._app_lock:
                 self._async_commits += 1
                 self._async_commits_done.clear()
-            self.io.call_soon(self._commit, offsets, self._async_commit_done,
-                              time.monotonic() + self.request_timeout)
+            self.io.call_soon(
+                self._commit, offsets,
+                lambda err, result: self._async_commit_done(err, _with_left_out(tps, result)),
+                time.monotonic() + self.request_timeout)
             return None
         box: List[Any] = []
         done = threading.Event()
@@ -487,6 +489,7 @@ class GroupCoordinator:
             raise KafkaException(client_error(KafkaError._TIMED_OUT,
                                               f"commit timed out after {wait:g}s"))
         err, result = box[0]
+        result = _with_left_out(tps, result)
         cb = self.config["on_commit"]
         if auto and cb is not None:
             cb(err, result)
@@ -1536,6 +1539,20 @@ class GroupCoordinator:
 
         # v8+ asks for several groups at once, in another layout: v7 is all we need.
         self._send(ApiKey.OFFSET_FETCH, make, answered, deadline=deadline, max_version=7)
+
+
+def _with_left_out(given: List[TopicPartition], result: List[TopicPartition]
+                   ) -> List[TopicPartition]:
+    """A commit's ``result`` with the partitions of ``given`` it left out (a negative
+    offset) back in their place, as given and without an error: librdkafka's commit
+    result names every partition it was given."""
+    if len(result) >= len(given):
+        return result
+    answered = {(tp.topic, tp.partition): tp for tp in result}
+    merged = [answered.pop((tp.topic, tp.partition), None)
+              or TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
+                                tp.leader_epoch) for tp in given]
+    return merged + list(answered.values())
 
 
 def _commit_entries(tps: List[TopicPartition]

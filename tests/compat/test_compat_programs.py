@@ -116,3 +116,45 @@ def test_offsets_set_in_on_assign_count_only_through_assign(cluster, topic_name,
     importlib.import_module("confluent_kafka.admin")
     got = side_by_side(start_in_on_assign, cluster.bootstrap_servers, topic_name, call_assign)
     assert got["kafka_client"] == got["confluent_kafka"] == [0 if call_assign else 3]
+
+
+def commit_results(k, impl, bootstrap, topic):
+    """Consume 3 messages of partition 0 and 1 of partition 1 (partition 2 is empty),
+    then commit the stored offsets synchronously, then explicit offsets one of which is
+    OFFSET_INVALID: each result, as (partition, offset, error) sorted."""
+    topic = f"{topic}-{impl}"
+    admin = k.admin.AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([k.admin.NewTopic(topic, 3, 1)])[topic].result(10)
+    produce_n(k, bootstrap, topic, 3, partition=0)
+    produce_n(k, bootstrap, topic, 1, partition=1)
+    c = k.Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
+                    "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic])
+        assert len(first_offsets(c, 4)) == 4
+
+        def rows(tps):
+            return sorted((tp.partition, tp.offset, tp.error) for tp in tps)
+        stored = rows(c.commit(asynchronous=False))
+        explicit = rows(c.commit(offsets=[k.TopicPartition(topic, 0, 2),
+                                          k.TopicPartition(topic, 2, k.OFFSET_INVALID)],
+                                 asynchronous=False))
+        committed = rows(c.committed([k.TopicPartition(topic, p) for p in range(3)],
+                                     timeout=10))
+        return stored, explicit, committed
+    finally:
+        c.close()
+
+
+def test_a_synchronous_commit_returns_every_partition_it_was_given(cluster, topic_name):
+    """A program that prints or checks what ``commit(asynchronous=False)`` returns sees
+    every partition it named (or, committing the stored offsets, every assigned one),
+    those with nothing to commit with their OFFSET_INVALID, as in confluent-kafka; only
+    the others are committed."""
+    importlib.import_module("confluent_kafka.admin")
+    got = side_by_side(commit_results, cluster.bootstrap_servers, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"]
+    invalid = ck.OFFSET_INVALID
+    assert got["kafka_client"] == ([(0, 3, None), (1, 1, None), (2, invalid, None)],
+                                   [(0, 2, None), (2, invalid, None)],
+                                   [(0, 2, None), (1, 1, None), (2, invalid, None)])

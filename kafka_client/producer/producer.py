@@ -217,7 +217,8 @@ class Producer(ClientBase):
     def poll(self, timeout: Optional[float] = None) -> int:
         """Serve delivery reports (and error/stats callbacks), waiting up to ``timeout``
         seconds (None or -1: until one arrives) for the first. Returns the number of
-        events served."""
+        events served, counted as librdkafka does: a delivery report event per batch of
+        messages (not per message), and one per error or statistics callback."""
         if self._closed:
             self._refuse()
         deadline = deadline_after(timeout)  # TypeError before anything is served
@@ -441,7 +442,9 @@ class Producer(ClientBase):
         """Run the delivery callbacks of the queued reports. Each report's messages leave
         the producer (``len()``, queue room) before its callbacks run, so a callback that
         raises loses nothing: the exception goes to the caller of poll()/flush(), and the
-        callbacks not run yet stay first in the queue for the next call."""
+        callbacks not run yet stay first in the queue for the next call. Returns the
+        number of reports served: one per batch (or per group of messages that failed
+        before being batched), as librdkafka counts its delivery report events."""
         served = 0
         acc = self._acc
         only_err = self._report_only_error
@@ -450,20 +453,17 @@ class Producer(ClientBase):
                 r = reports.popleft()  # other threads may serve too: one pop each
             except IndexError:
                 return served
+            served += 1
             if type(r) is _Unserved:
                 self._run_callbacks(r.report, r.start)
                 continue
             batch = r.batch
             if batch is not None:
-                count = batch.count
-                acc.reported(count, batch.counted)
-                served += count
+                acc.reported(batch.count, batch.counted)
                 if batch.cbs and not (only_err and r.error is None):
                     self._run_callbacks(r, 0)
             else:
-                count = len(r.messages)
-                acc.reported(count, sum(pm.size for pm in r.messages))
-                served += count
+                acc.reported(len(r.messages), sum(pm.size for pm in r.messages))
                 self._run_callbacks(r, 0)
 
     def _run_callbacks(self, r: Report, start: int) -> None:

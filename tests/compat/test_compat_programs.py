@@ -158,3 +158,28 @@ def test_a_synchronous_commit_returns_every_partition_it_was_given(cluster, topi
     assert got["kafka_client"] == ([(0, 3, None), (1, 1, None), (2, invalid, None)],
                                    [(0, 2, None), (2, invalid, None)],
                                    [(0, 2, None), (1, 1, None), (2, invalid, None)])
+
+
+def events_served_by_poll(k, impl, bootstrap, topic):
+    """What ``poll(0)`` returns after one batch of 5 delivered messages (with delivery
+    callbacks), then after one batch of 3 (without), then with nothing left."""
+    topic = f"{topic}-{impl}"
+    admin = k.admin.AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([k.admin.NewTopic(topic, 1, 1)])[topic].result(10)
+    p = k.Producer({"bootstrap.servers": bootstrap, "linger.ms": 200})
+    served = []
+    for count, callback in ((5, lambda err, msg: None), (3, None)):
+        for _ in range(count):
+            p.produce(topic, b"x", on_delivery=callback)
+        time.sleep(1.5)     # delivered by then; flush() would serve the reports itself
+        served.append(p.poll(0))
+    served.append(p.poll(0))
+    return served
+
+
+def test_poll_counts_events_not_messages(cluster, topic_name):
+    """``Producer.poll()`` returns how many events it served, as librdkafka counts them:
+    one per delivery report batch (confluent-kafka 2.16 returns 1 for a batch of 5)."""
+    importlib.import_module("confluent_kafka.admin")
+    got = side_by_side(events_served_by_poll, cluster.bootstrap_servers, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"] == [1, 1, 0]

@@ -60,7 +60,9 @@ def test_purge_reports_every_queued_message(producer):
     for i in range(5):
         producer.produce("topic", b"v%d" % i, on_delivery=lambda e, m: got.append((e, m)))
     producer.purge(in_flight=False)
-    assert producer.poll(1) >= 5  # plus connection errors, which count as events too
+    # one report event for the five (librdkafka's count: 1 there too), plus connection
+    # errors, which count as events too
+    assert producer.poll(1) >= 1
     assert [e.code() for e, _ in got] == [KafkaError._PURGE_QUEUE] * 5
     assert [m.value() for _, m in got] == [b"v%d" % i for i in range(5)]
     assert all(m.status() == 0 for _, m in got)  # NOT_PERSISTED

@@ -1009,7 +1009,7 @@ class Fetcher:
         if pd is None:
             part.last_error = None
             if part.end_check is None or not self._fix_end(part, None):
-                self._report_eof(part, version)
+                self._report_eof(part, version, node)
             return
         code = broker_code(pd.error_code)
         from_replica = part.read_replica >= 0 and part.read_replica == node
@@ -1068,11 +1068,12 @@ class Fetcher:
             return
         if batches:
             self._queue_chunk(part, version, batches, pos, pd, count, new_pos)
-        self._report_eof(part, version)
+        self._report_eof(part, version, node)
 
-    def _report_eof(self, part: PartitionState, version: int) -> None:
-        """Lock held: after an answer for the partition, _PARTITION_EOF if its position
-        is the end and none was reported there yet (enable.partition.eof). A position
+    def _report_eof(self, part: PartitionState, version: int, node: int) -> None:
+        """Lock held: after an answer for the partition from broker ``node``,
+        _PARTITION_EOF if its position is the end and none was reported there yet
+        (enable.partition.eof), in librdkafka's words (naming the broker). A position
         past the end (a seek there, on a broker that does not answer it out of range,
         as Tansu) is not the end, as in librdkafka: no EOF until the log reaches it."""
         if self.partition_eof:
@@ -1081,7 +1082,7 @@ class Fetcher:
                 part.eof_offset = part.fetch_pos
                 self.deliver(Event(part, version, error_event(
                     KafkaError(KafkaError._PARTITION_EOF,
-                               f"Fetch from broker reached end of partition at "
+                               f"Fetch from broker {node} reached end of partition at "
                                f"offset {part.fetch_pos} (HighwaterMark {part.hw})"),
                     part.topic, part.partition, part.fetch_pos)))
 

@@ -183,3 +183,41 @@ def test_poll_counts_events_not_messages(cluster, topic_name):
     importlib.import_module("confluent_kafka.admin")
     got = side_by_side(events_served_by_poll, cluster.bootstrap_servers, topic_name)
     assert got["kafka_client"] == got["confluent_kafka"] == [1, 1, 0]
+
+
+def read_to_the_end(k, impl, bootstrap, topic):
+    """The common loop of ``enable.partition.eof`` programs: read until every assigned
+    partition reported _PARTITION_EOF; the messages read and the EOF events' texts."""
+    topic = f"{topic}-{impl}"
+    admin = k.admin.AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([k.admin.NewTopic(topic, 2, 1)])[topic].result(10)
+    produce_n(k, bootstrap, topic, 2, partition=0)
+    produce_n(k, bootstrap, topic, 3, partition=1)
+    c = k.Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
+                    "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    try:
+        c.subscribe([topic])
+        read, at_end, texts = 0, set(), []
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            msg = c.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == k.KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                    texts.append(str(msg.error()))
+                    if at_end == {tp.partition for tp in c.assignment()}:
+                        break
+                continue
+            read += 1
+        return read, sorted(texts)
+    finally:
+        c.close()
+
+
+def test_reading_to_the_end_of_every_partition(cluster, topic_name):
+    importlib.import_module("confluent_kafka.admin")
+    got = side_by_side(read_to_the_end, cluster.bootstrap_servers, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"]
+    assert got["kafka_client"][0] == 5

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional
 
 from ._cluster_id_resolver import ClusterIdResolver, offer_resolver
+from ._serde_builders import close_serdes, take_serdes
 from .consumer.consumer import Consumer
 from .errors import ConsumeError, KeyDeserializationError, ValueDeserializationError
 from .serialization import MessageField, SerializationContext
-from .serializing_producer import _callable_or_none
 from .types import Message
 
 __all__ = ["DeserializingConsumer"]
@@ -17,16 +17,31 @@ __all__ = ["DeserializingConsumer"]
 class DeserializingConsumer(Consumer):
     """A :class:`~kafka_client.Consumer` whose configuration may also hold
     ``key.deserializer`` and ``value.deserializer``: callables ``(bytes or None, ctx) ->
-    object`` (see :mod:`kafka_client.serialization`) applied in :meth:`poll`."""
+    object`` (see :mod:`kafka_client.serialization`) applied in :meth:`poll`, or
+    ``key.deserializer.builder``/``value.deserializer.builder``: objects whose
+    ``build(conf, is_key)`` makes one (confluent-kafka's Schema Registry builders), which
+    the consumer then owns and closes."""
 
     def __init__(self, conf: Dict[str, Any]) -> None:
-        conf = dict(conf)
-        self._key_deserializer: Optional[Callable] = _callable_or_none(conf, "key.deserializer")
-        self._value_deserializer: Optional[Callable] = _callable_or_none(
-            conf, "value.deserializer")
-        super().__init__(conf)
+        serdes, self._owned_serdes, conf = take_serdes(conf, "deserializer").build()
+        self._key_deserializer: Optional[Callable] = serdes[0]
+        self._value_deserializer: Optional[Callable] = serdes[1]
+        try:
+            super().__init__(conf)
+        except BaseException:
+            close_serdes(self._owned_serdes)
+            raise
         offer_resolver("set_cluster_id_resolver", ClusterIdResolver(self.cluster_id),
-                       (self._key_deserializer, self._value_deserializer))
+                       serdes)
+
+    def close(self) -> None:
+        """Consumer.close(), then close the deserializers built from
+        ``key.deserializer.builder``/``value.deserializer.builder`` (ready-made ones are
+        left to the application). If the consumer's close raises, they are kept for the
+        next call."""
+        super().close()
+        owned, self._owned_serdes = self._owned_serdes, []
+        close_serdes(owned)
 
     def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:
         """The next message with its key and value deserialized, or None after ``timeout``

@@ -82,6 +82,14 @@ class Serializer:
     def __call__(self, obj: Any, ctx: Optional[SerializationContext] = None) -> Optional[bytes]:
         raise NotImplementedError
 
+    def set_cluster_id_resolver(self, resolver: Callable[[], Any]) -> None:
+        """Take a callable giving the Kafka cluster id (the serializing clients offer one
+        to every serde, for those that need it); this one does not."""
+
+    def close(self) -> None:
+        """Release what the serializer holds (a client closes the ones it built from a
+        ``*.serializer.builder``); nothing here."""
+
 
 class Deserializer:
     """Base class of deserializers: subclasses implement ``__call__(value, ctx=None)`` and
@@ -93,11 +101,41 @@ class Deserializer:
                  ) -> Any:
         raise NotImplementedError
 
+    def set_cluster_id_resolver(self, resolver: Callable[[], Any]) -> None:
+        """Take a callable giving the Kafka cluster id (the deserializing clients offer
+        one to every serde, for those that need it); this one does not."""
 
-#: A factory for a serializer given the client configuration (confluent-kafka's name).
-SerializerBuilder = Callable[[Dict[str, Any]], Serializer]
-#: A factory for a deserializer given the client configuration (confluent-kafka's name).
-DeserializerBuilder = Callable[[Dict[str, Any]], Deserializer]
+    def close(self) -> None:
+        """Release what the deserializer holds (a client closes the ones it built from a
+        ``*.deserializer.builder``); nothing here."""
+
+
+class SerializerBuilder:
+    """Base class of serializer builders, given to a serializing producer in
+    ``key.serializer.builder``/``value.serializer.builder`` instead of a serializer: the
+    producer calls :meth:`build` and owns (closes) what it makes. confluent-kafka's
+    Schema Registry builders (``AvroSerializerBuilder``, ...) are such builders."""
+
+    __slots__: Tuple[str, ...] = ()
+
+    def build(self, conf: Dict[str, Any], is_key: bool) -> Tuple[Serializer, Dict[str, Any]]:
+        """The serializer for keys (``is_key``) or values, and the client configuration
+        ``conf`` without the properties the builder took for itself."""
+        raise NotImplementedError
+
+
+class DeserializerBuilder:
+    """Base class of deserializer builders, given to a deserializing consumer in
+    ``key.deserializer.builder``/``value.deserializer.builder``: see
+    :class:`SerializerBuilder`."""
+
+    __slots__: Tuple[str, ...] = ()
+
+    def build(self, conf: Dict[str, Any], is_key: bool
+              ) -> Tuple[Deserializer, Dict[str, Any]]:
+        """The deserializer for keys (``is_key``) or values, and the client configuration
+        ``conf`` without the properties the builder took for itself."""
+        raise NotImplementedError
 
 
 class _NotStrOrBytesError(SerializationError, AttributeError):

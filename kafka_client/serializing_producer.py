@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional
 
 from ._cluster_id_resolver import ClusterIdResolver, offer_resolver
+from ._serde_builders import close_serdes, take_serdes
 from .errors import KeySerializationError, ValueSerializationError
 from .producer.producer import Producer
 from .serialization import MessageField, SerializationContext
@@ -14,19 +15,36 @@ __all__ = ["SerializingProducer"]
 class SerializingProducer(Producer):
     """A :class:`~kafka_client.Producer` whose configuration may also hold
     ``key.serializer`` and ``value.serializer``: callables ``(obj, ctx) -> bytes or None``
-    (see :mod:`kafka_client.serialization`) applied in :meth:`produce`."""
+    (see :mod:`kafka_client.serialization`) applied in :meth:`produce`, or
+    ``key.serializer.builder``/``value.serializer.builder``: objects whose
+    ``build(conf, is_key)`` makes one (confluent-kafka's Schema Registry builders), which
+    the producer then owns and closes."""
 
     def __init__(self, conf: Dict[str, Any]) -> None:
-        conf = dict(conf)
-        self._key_serializer: Optional[Callable] = _callable_or_none(conf, "key.serializer")
-        self._value_serializer: Optional[Callable] = _callable_or_none(conf, "value.serializer")
-        super().__init__(conf)
+        serdes, self._owned_serdes, conf = take_serdes(conf, "serializer").build()
+        self._key_serializer: Optional[Callable] = serdes[0]
+        self._value_serializer: Optional[Callable] = serdes[1]
+        try:
+            super().__init__(conf)
+        except BaseException:
+            close_serdes(self._owned_serdes)
+            raise
         # Producer binds its fast produce path per instance, which would hide this class's
         # produce(); take it over and call it after serializing. (close() binds a
         # closed-client stub the same way, which then rightly wins.)
         self._queue_message: Callable = self.__dict__.pop("produce")
         offer_resolver("set_cluster_id_resolver", ClusterIdResolver(self.cluster_id),
-                       (self._key_serializer, self._value_serializer))
+                       serdes)
+
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Producer.close(), then close the serializers built from
+        ``key.serializer.builder``/``value.serializer.builder`` (ready-made ones are left
+        to the application). If the producer's close raises, they are kept for the next
+        call."""
+        closed = super().close(timeout)
+        owned, self._owned_serdes = self._owned_serdes, []
+        close_serdes(owned)
+        return closed
 
     def produce(self, topic: str, key: Any = None, value: Any = None, partition: int = -1,  # type: ignore[override]
                 on_delivery: Optional[Callable] = None, timestamp: int = 0,
@@ -50,10 +68,3 @@ class SerializingProducer(Producer):
             except Exception as e:
                 raise ValueSerializationError(e) from e
         self._queue_message(topic, value, key, partition, on_delivery, timestamp, headers)
-
-
-def _callable_or_none(conf: Dict[str, Any], name: str) -> Optional[Callable]:
-    fn = conf.pop(name, None)
-    if fn is not None and not callable(fn):
-        raise TypeError(f"{name} must be callable, not {type(fn).__name__}")
-    return fn

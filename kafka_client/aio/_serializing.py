@@ -4,7 +4,10 @@
 Both are made with ``await``: ``producer = await AsyncSerializingProducer(conf)``, as in
 confluent-kafka, whose asyncio serializers may need the event loop to be built. The
 serializers are plain callables ``(obj, ctx)`` or return awaitables (asyncio
-serializers); a plain one runs on the event loop, so it should be cheap.
+serializers); a plain one runs on the event loop, so it should be cheap. As in
+confluent-kafka 2.16, ``key.serializer.builder`` (and the other ``.builder`` forms) may
+give a builder instead, whose ``build(conf, is_key)`` (awaited if it is a coroutine)
+makes the serde; the client owns those and closes them in ``close()``.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import inspect
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from kafka_client._cluster_id_resolver import AsyncClusterIdResolver, offer_resolver
+from kafka_client._serde_builders import aclose_serdes, take_serdes
 from kafka_client.aio._consumer import AIOConsumer
 from kafka_client.aio.producer import AIOProducer
 from kafka_client.errors import (
@@ -27,46 +31,34 @@ from kafka_client.types import Message
 __all__ = ["AsyncSerializingProducer", "AsyncDeserializingConsumer"]
 
 
-def _take_serdes(conf: Dict[str, Any], kind: str) -> Tuple[Dict[str, Any], Optional[Callable],
-                                                           Optional[Callable]]:
-    """The configuration without ``key.<kind>``/``value.<kind>`` (and their
-    ``.builder`` forms, refused: they build Schema Registry serdes, which this client
-    has not), and the two callables."""
-    if not isinstance(conf, dict):
-        raise TypeError(f"conf must be a dict, not {type(conf).__name__}")
-    conf = dict(conf)
-    found: List[Optional[Callable]] = []
-    for field in ("key", "value"):
-        name = f"{field}.{kind}"
-        builder = conf.pop(f"{name}.builder", None)
-        fn = conf.pop(name, None)
-        if builder is not None:
-            if fn is not None:
-                raise ValueError(f"{name} and {name}.builder are both configured: give "
-                                 f"one")
-            raise ValueError(f"{name}.builder: Schema Registry serdes builders are not "
-                             f"supported by kafka_client; pass a {kind} callable in {name}")
-        if fn is not None and not callable(fn):
-            raise TypeError(f"{name} must be callable, not {type(fn).__name__}")
-        found.append(fn)
-    return conf, found[0], found[1]
-
-
 def _made_with_await(cls: type, base: type, conf: Dict[str, Any], kind: str,
                      kwargs: Dict[str, Any]) -> Any:
     """What ``cls(conf, **kwargs)`` returns: a coroutine making the instance, its
-    ``key.<kind>``/``value.<kind>`` taken out of ``conf`` and the rest given to
-    ``base``'s constructor."""
+    ``key.<kind>``/``value.<kind>`` (or their ``.builder`` forms, built here and owned by
+    the instance) taken out of ``conf`` and the rest given to ``base``'s constructor."""
+    properties = take_serdes(conf, kind)    # TypeError/ValueError before any await
+
     async def build() -> Any:
         self = object.__new__(cls)
-        client_conf, self._key_serde, self._value_serde = _take_serdes(conf, kind)
-        base.__init__(self, client_conf, **kwargs)
+        serdes, self._owned_serdes, client_conf = await properties.abuild()
+        self._key_serde, self._value_serde = serdes
+        try:
+            base.__init__(self, client_conf, **kwargs)
+        except BaseException:
+            await aclose_serdes(self._owned_serdes)
+            raise
         # the asyncio serdes take a coroutine resolver; blocking ones get none, as
         # confluent-kafka's (they could not await it, and must not block the loop)
         offer_resolver("set_async_cluster_id_resolver", AsyncClusterIdResolver(self.cluster_id),
-                       (self._key_serde, self._value_serde))
+                       serdes)
         return self
     return build()
+
+
+async def _close_owned(client: Any) -> None:
+    """After the client's own close(): close the serdes it built (kept if that raised)."""
+    owned, client._owned_serdes = client._owned_serdes, []
+    await aclose_serdes(owned)
 
 
 async def _apply(fn: Callable, data: Any, ctx: SerializationContext) -> Any:
@@ -85,6 +77,13 @@ class AsyncSerializingProducer(AIOProducer):
 
     def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
         pass    # made by _made_with_await: ``await AsyncSerializingProducer(conf)``
+
+    async def close(self) -> None:
+        """AIOProducer.close(), then close the serializers built from
+        ``key.serializer.builder``/``value.serializer.builder`` (ready-made ones are left
+        to the application)."""
+        await AIOProducer.close(self)
+        await _close_owned(self)
 
     async def produce(self, topic: str, key: Any = None, value: Any = None,  # type: ignore[override]
                       partition: int = -1, timestamp: int = 0, headers: Any = None,
@@ -123,6 +122,13 @@ class AsyncDeserializingConsumer(AIOConsumer):
 
     def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
         pass    # made by _made_with_await: ``await AsyncDeserializingConsumer(conf)``
+
+    async def close(self) -> None:
+        """AIOConsumer.close(), then close the deserializers built from
+        ``key.deserializer.builder``/``value.deserializer.builder`` (ready-made ones are
+        left to the application)."""
+        await AIOConsumer.close(self)
+        await _close_owned(self)
 
     async def _decoded(self, msg: Message) -> Tuple[Any, Any]:
         """The message's (value, key) deserialized, the key first, the message left as

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import time
 import uuid
 from types import SimpleNamespace
@@ -29,7 +30,12 @@ try:
     from confluent_kafka.schema_registry._async.schema_registry_client import (
         AsyncSchemaRegistryClient,
     )
-    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.schema_registry.avro import (
+        AvroDeserializer,
+        AvroDeserializerBuilder,
+        AvroSerializer,
+        AvroSerializerBuilder,
+    )
     from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
     from confluent_kafka.schema_registry.protobuf import (
         ProtobufDeserializer,
@@ -432,3 +438,147 @@ def test_asyncio_default_subject_names_come_from_this_clusters_associations(clus
     subjects, read = asyncio.run(asyncio.wait_for(main(), 90))
     assert subjects == {impl: [f"{topic_name}-here"] for impl in IMPLS}
     assert read == {impl: [{"name": writer, "n": 2} for writer in IMPLS] for impl in IMPLS}
+
+
+class TenantSerializerBuilder(ck.serialization.SerializerBuilder):
+    """A builder that takes a property of its own (``app.tenant``) out of the client's
+    configuration: the client, which would refuse it, never sees it."""
+
+    def build(self, conf, is_key):
+        conf = dict(conf)
+        tenant = conf.pop("app.tenant")
+        return (lambda obj, ctx: f"{tenant}:{obj}".encode()), conf
+
+
+class Recorded:
+    """A serde that records its closing, then closes the one it wraps."""
+
+    def __init__(self, serde, closed, name):
+        self.serde, self.closed, self.name = serde, closed, name
+
+    def __call__(self, data, ctx=None):
+        return self.serde(data, ctx)
+
+    def __getattr__(self, name):    # set_cluster_id_resolver and the like
+        return getattr(self.serde, name)
+
+    def close(self):
+        self.closed.append(self.name)
+        return self.serde.close()
+
+    async def aclose(self):
+        self.closed.append(self.name)
+        close = getattr(self.serde, "aclose", None) or self.serde.close
+        result = close()
+        if inspect.isawaitable(result):
+            await result
+
+
+class RecordingBuilder:
+    """``builder``, whose serdes record their closing in ``closed`` as ``name``."""
+
+    def __init__(self, builder, closed, name):
+        self.builder, self.closed, self.name = builder, closed, name
+
+    def build(self, conf, is_key):
+        result = self.builder.build(conf, is_key)
+        if inspect.isawaitable(result):
+            return self._built_later(result)
+        serde, left = result
+        return Recorded(serde, self.closed, self.name), left
+
+    async def _built_later(self, result):
+        serde, left = await result
+        return Recorded(serde, self.closed, self.name), left
+
+
+def test_serde_builders_are_built_and_closed_by_the_client(cluster, topic_name):
+    """confluent-kafka 2.16's ``key/value.(de)serializer.builder`` properties: the client
+    builds the serde from the builder (its Schema Registry builders included), configures
+    itself with what the builders leave of its configuration, and closes what it built
+    in close(); a ready-made serde is left open."""
+    bootstrap = cluster.bootstrap_servers
+    cluster.create_topic(topic_name, partitions=2)
+    registry = sr_mod.SchemaRegistryClient.new_client({"url": "mock://dropin"})
+    for impl in IMPLS:
+        k = module_of(impl)
+        closed = []
+        ready_made = Recorded(k.serialization.StringSerializer(), closed, "ready-made")
+        p = k.SerializingProducer({
+            "bootstrap.servers": bootstrap, "app.tenant": "acme",
+            "key.serializer.builder": TenantSerializerBuilder(),
+            "value.serializer.builder": RecordingBuilder(AvroSerializerBuilder(
+                schema_registry_client=registry, schema=AVRO_USER), closed,
+                "value serializer")})
+        p.produce(topic_name, key="k1", value={"name": impl, "n": 1},
+                  partition=PARTITION[impl])
+        assert p.flush(20) == 0
+        assert closed == []
+        assert p.close() is True
+        assert closed == ["value serializer"], impl
+        p = k.SerializingProducer({"bootstrap.servers": bootstrap,
+                                   "value.serializer": ready_made})
+        p.close()
+        assert closed == ["value serializer"], impl
+
+        c = k.DeserializingConsumer({
+            "bootstrap.servers": bootstrap, "group.id": f"{impl}-{topic_name}",
+            "value.deserializer.builder": RecordingBuilder(AvroDeserializerBuilder(
+                schema_registry_client=registry), closed, "value deserializer")})
+        try:
+            c.assign([k.TopicPartition(topic_name, PARTITION[impl], k.OFFSET_BEGINNING)])
+            got, end = [], time.monotonic() + 20
+            while not got and time.monotonic() < end:
+                m = c.poll(0.5)
+                if m is not None:
+                    got.append((m.key(), m.value()))
+        finally:
+            c.close()
+        assert got == [(b"acme:k1", {"name": impl, "n": 1})], impl
+        assert closed == ["value serializer", "value deserializer"], impl
+
+        with pytest.raises(ValueError, match="both"):
+            k.SerializingProducer({"bootstrap.servers": bootstrap,
+                                   "value.serializer": ready_made,
+                                   "value.serializer.builder": TenantSerializerBuilder()})
+
+
+def test_asyncio_serde_builders_are_built_and_closed_by_the_client(cluster, topic_name):
+    bootstrap = cluster.bootstrap_servers
+    cluster.create_topic(topic_name, partitions=2)
+
+    async def main():
+        registry = AsyncSchemaRegistryClient.new_client({"url": "mock://dropin"})
+        closed, got = {impl: [] for impl in IMPLS}, {}
+        for impl in IMPLS:
+            aio, k = async_module_of(impl), module_of(impl)
+            p = await aio.AsyncSerializingProducer({
+                "bootstrap.servers": bootstrap,
+                "value.serializer.builder": RecordingBuilder(
+                    async_avro.AsyncAvroSerializerBuilder(schema_registry_client=registry,
+                                                          schema=AVRO_USER),
+                    closed[impl], "value serializer")})
+            delivered = await (await p.produce(topic_name, value={"name": impl, "n": 3},
+                                               partition=PARTITION[impl]))
+            assert delivered.error() is None and closed[impl] == []
+            await p.close()
+            c = await aio.AsyncDeserializingConsumer({
+                "bootstrap.servers": bootstrap, "group.id": f"{impl}-{topic_name}",
+                "value.deserializer.builder": RecordingBuilder(
+                    async_avro.AsyncAvroDeserializerBuilder(schema_registry_client=registry),
+                    closed[impl], "value deserializer")})
+            try:
+                await c.assign([k.TopicPartition(topic_name, PARTITION[impl],
+                                                 k.OFFSET_BEGINNING)])
+                end = time.monotonic() + 20
+                while impl not in got and time.monotonic() < end:
+                    m = await c.poll(0.5)
+                    if m is not None:
+                        got[impl] = m.value()
+            finally:
+                await c.close()
+        return closed, got
+
+    closed, got = asyncio.run(asyncio.wait_for(main(), 90))
+    assert got == {impl: {"name": impl, "n": 3} for impl in IMPLS}
+    assert closed == {impl: ["value serializer", "value deserializer"] for impl in IMPLS}

@@ -40,6 +40,23 @@ def test_every_name_of_confluents_serialization_module_exists():
     assert sorted(n for n in public if not hasattr(kafka_client.serialization, n)) == []
 
 
+@pytest.mark.parametrize("name", ["Serializer", "Deserializer", "SerializerBuilder",
+                                  "DeserializerBuilder"])
+def test_serde_base_classes_have_confluents_methods(name):
+    """confluent-kafka 2.16's serde lifecycle: serdes have ``close()`` and
+    ``set_cluster_id_resolver()`` (no-ops in the base classes), builders ``build()``."""
+    def methods(cls):
+        return {m for m in dir(cls) if not m.startswith("_")}
+    theirs = getattr(ck_ser, name)
+    assert methods(getattr(kafka_client.serialization, name)) == methods(theirs)
+    if name.endswith("Builder"):
+        with pytest.raises(NotImplementedError):
+            getattr(kafka_client.serialization, name)().build({}, True)
+    else:
+        serde = getattr(kafka_client.serialization, name)()
+        assert serde.close() is None and serde.set_cluster_id_resolver(lambda: "c") is None
+
+
 @pytest.mark.parametrize("ours, theirs, values", [
     (StringSerializer(), ck_ser.StringSerializer(), ["", "héllo", "a" * 1000, None]),
     (StringSerializer("latin-1"), ck_ser.StringSerializer("latin-1"), ["héllo"]),

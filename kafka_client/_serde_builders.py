@@ -1,0 +1,151 @@
+"""The serde properties of the serializing clients: a ready-made serde
+(``key.serializer``) or a builder of one (``key.serializer.builder``), as confluent-kafka
+2.16 takes them.
+
+A builder has ``build(conf, is_key)`` returning ``(serde, conf left over)`` (the asyncio
+clients also await a coroutine from it): it is given the client's configuration, may take
+properties of its own out of it, and the client is configured with what every builder
+left. The serdes built so are the client's: its ``close()`` closes them (``close()``,
+``aclose()`` for the asyncio ones); ready-made ones stay the application's.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+__all__ = ["SerdeProperties", "take_serdes", "close_serdes", "aclose_serdes"]
+
+log = logging.getLogger(__name__)
+
+
+class SerdeProperties:
+    """What a client configuration says about its key and value serdes, taken out of
+    it: ``conf`` (the rest), and per field the ready-made serde or the builder."""
+
+    def __init__(self, conf: Dict[str, Any], kind: str) -> None:
+        if not isinstance(conf, dict):
+            raise TypeError(f"conf must be a dict, not {type(conf).__name__}")
+        self.conf = dict(conf)
+        #: (property name, serde, builder, is_key) for the key, then the value
+        self.fields: List[Tuple[str, Any, Any, bool]] = []
+        for field in ("key", "value"):
+            name = f"{field}.{kind}"
+            serde = self.conf.pop(name, None)
+            builder = self.conf.pop(f"{name}.builder", None)
+            if serde is not None and builder is not None:
+                raise ValueError(f"{name} and {name}.builder are both configured: give one")
+            if serde is not None and not callable(serde):
+                raise TypeError(f"{name} must be callable, not {type(serde).__name__}")
+            if builder is not None and not callable(getattr(builder, "build", None)):
+                raise TypeError(f"{name}.builder must have a build(conf, is_key) method, "
+                                f"not be a {type(builder).__name__}")
+            self.fields.append((name, serde, builder, field == "key"))
+
+    def build(self) -> Tuple[List[Optional[Callable]], List[Any], Dict[str, Any]]:
+        """Run the builders: the key and value serdes, those built here (the client's
+        to close) and the configuration left for the client. A builder that fails closes
+        those built before it."""
+        serdes, owned, leftovers = [], [], []
+        try:
+            for name, serde, builder, is_key in self.fields:
+                if builder is not None:
+                    serde, left = _checked(name, builder.build(dict(self.conf), is_key))
+                    owned.append(serde)
+                    leftovers.append(left)
+                serdes.append(serde)
+        except BaseException:
+            close_serdes(owned)
+            raise
+        return serdes, owned, _common_leftover(self.conf, leftovers)
+
+    async def abuild(self) -> Tuple[List[Optional[Callable]], List[Any], Dict[str, Any]]:
+        """:meth:`build` for the asyncio clients: a ``build()`` may return a coroutine."""
+        serdes, owned, leftovers = [], [], []
+        try:
+            for name, serde, builder, is_key in self.fields:
+                if builder is not None:
+                    result = builder.build(dict(self.conf), is_key)
+                    if inspect.isawaitable(result):
+                        result = await result
+                    serde, left = _checked(name, result)
+                    owned.append(serde)
+                    leftovers.append(left)
+                serdes.append(serde)
+        except BaseException:
+            await aclose_serdes(owned)
+            raise
+        return serdes, owned, _common_leftover(self.conf, leftovers)
+
+
+def take_serdes(conf: Dict[str, Any], kind: str) -> SerdeProperties:
+    """The ``key.<kind>``/``value.<kind>`` properties and their ``.builder`` forms of
+    ``conf`` (``kind``: "serializer" or "deserializer"), checked."""
+    return SerdeProperties(conf, kind)
+
+
+def _checked(name: str, result: Any) -> Tuple[Callable, Dict[str, Any]]:
+    try:
+        serde, left = result
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}.builder: build() must return (serde, configuration), "
+                         f"not {type(result).__name__}") from None
+    if not isinstance(left, dict):
+        raise ValueError(f"{name}.builder: build() returned a {type(left).__name__} as the "
+                         f"configuration left over, not a dict")
+    if not callable(serde):
+        raise ValueError(f"{name}.builder: build() returned a {type(serde).__name__}, "
+                         f"which is not callable")
+    return serde, left
+
+
+def _common_leftover(conf: Dict[str, Any], leftovers: List[Dict[str, Any]]
+                     ) -> Dict[str, Any]:
+    """The client's configuration: without builders ``conf``; else the properties every
+    builder left (one a builder took is not the client's), as the last one left them."""
+    if not leftovers:
+        return conf
+    *others, last = leftovers
+    return {k: v for k, v in last.items() if all(k in other for other in others)}
+
+
+def close_serdes(serdes: List[Any]) -> None:
+    """``close()`` each serde that has one, every one tried; the first failure is raised
+    after, the others logged."""
+    first: Optional[BaseException] = None
+    for serde in serdes:
+        close = getattr(serde, "close", None)
+        if not callable(close):
+            continue
+        try:
+            close()
+        except BaseException as exc:
+            if first is None:
+                first = exc
+            else:
+                log.warning("closing %r failed", serde, exc_info=True)
+    if first is not None:
+        raise first
+
+
+async def aclose_serdes(serdes: List[Any]) -> None:
+    """:func:`close_serdes` for the asyncio clients: ``aclose()`` where a serde has it,
+    else ``close()``, awaited when it returns an awaitable."""
+    first: Optional[BaseException] = None
+    for serde in serdes:
+        close = getattr(serde, "aclose", None)
+        if not callable(close):
+            close = getattr(serde, "close", None)
+        if not callable(close):
+            continue
+        try:
+            result = close()
+            if inspect.isawaitable(result):
+                await result
+        except BaseException as exc:
+            if first is None:
+                first = exc
+            else:
+                log.warning("closing %r failed", serde, exc_info=True)
+    if first is not None:
+        raise first

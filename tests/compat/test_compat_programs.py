@@ -221,3 +221,156 @@ def test_reading_to_the_end_of_every_partition(cluster, topic_name):
     got = side_by_side(read_to_the_end, cluster.bootstrap_servers, topic_name)
     assert got["kafka_client"] == got["confluent_kafka"]
     assert got["kafka_client"][0] == 5
+
+
+def new_topic(k, bootstrap, topic, partitions=1):
+    admin = k.admin.AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([k.admin.NewTopic(topic, partitions, 1)])[topic].result(10)
+    return topic
+
+
+def commit_in_on_revoke(k, impl, bootstrap, topic):
+    """Rebalance callbacks that log and commit synchronously in ``on_revoke`` (catching
+    _NO_OFFSET), with messages read from one of two partitions: the callback events."""
+    topic = new_topic(k, bootstrap, f"{topic}-{impl}", 2)
+    produce_n(k, bootstrap, topic, 3, partition=0)
+    events = []
+
+    def on_assign(consumer, partitions):
+        events.append(("assign", sorted((tp.partition, tp.offset) for tp in partitions)))
+
+    def on_revoke(consumer, partitions):
+        events.append(("revoke", sorted(tp.partition for tp in partitions)))
+        try:
+            done = consumer.commit(asynchronous=False)
+            events.append(("commit", sorted((tp.partition, tp.offset) for tp in done)))
+        except k.KafkaException as e:
+            events.append(("commit failed", e.args[0].name()))
+
+    conf = {"bootstrap.servers": bootstrap, "group.id": topic, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest"}
+    c = k.Consumer(conf)
+    c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+    read = first_offsets(c, 3)
+    c.close()
+    c = k.Consumer(conf)
+    committed = [(tp.partition, tp.offset) for tp in c.committed(
+        [k.TopicPartition(topic, p) for p in (0, 1)], timeout=10)]
+    c.close()
+    return read, events, committed
+
+
+def batches_with_stored_offsets(k, impl, bootstrap, topic):
+    """``consume(n)`` batches with ``enable.auto.offset.store=False``, ``store_offsets()``
+    per message, then one synchronous commit."""
+    topic = new_topic(k, bootstrap, f"{topic}-{impl}")
+    produce_n(k, bootstrap, topic, 7)
+    c = k.Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
+                    "enable.auto.commit": False, "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic])
+        read, end = [], time.monotonic() + 20
+        while len(read) < 7 and time.monotonic() < end:
+            for m in c.consume(num_messages=3, timeout=1):
+                if m.error() is None:
+                    read.append(m.offset())
+                    c.store_offsets(message=m)
+        return read, [(tp.partition, tp.offset) for tp in c.commit(asynchronous=False)]
+    finally:
+        c.close()
+
+
+def start_at_a_time(k, impl, bootstrap, topic):
+    """``offsets_for_times()`` for a time between two messages, after the last and
+    before the first, then ``assign()`` with the first answer."""
+    topic = new_topic(k, bootstrap, f"{topic}-{impl}")
+    base = int(time.time() * 1000) - 100_000
+    p = k.Producer({"bootstrap.servers": bootstrap})
+    for i in range(6):
+        p.produce(topic, b"v%d" % i, partition=0, timestamp=base + i * 1000)
+    assert p.flush(10) == 0
+    c = k.Consumer({"bootstrap.servers": bootstrap, "group.id": topic})
+    try:
+        answers = [[(tp.partition, tp.offset, tp.error) for tp in c.offsets_for_times(
+            [k.TopicPartition(topic, 0, base + delta)], timeout=10)]
+            for delta in (2500, 99_999, -5)]
+        c.assign(c.offsets_for_times([k.TopicPartition(topic, 0, base + 2500)], timeout=10))
+        got, end = None, time.monotonic() + 20
+        while got is None and time.monotonic() < end:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got = (m.offset(), m.value(), m.timestamp()[1] - base)
+        return answers, got
+    finally:
+        c.close()
+
+
+def topic_exists(k, impl, bootstrap, topic):
+    """``list_topics()`` to check a topic exists before using it, the whole listing and
+    one topic asked for by name (auto-creation off)."""
+    topic = new_topic(k, bootstrap, f"{topic}-{impl}", 3)
+    p = k.Producer({"bootstrap.servers": bootstrap})
+    listing = p.list_topics(timeout=10)
+    missing = p.list_topics(topic=f"{topic}-nope", timeout=10).topics.get(f"{topic}-nope")
+    return (topic in listing.topics, f"{topic}-nope" in listing.topics,
+            sorted(listing.topics[topic].partitions), listing.topics[topic].error,
+            missing is not None and missing.error.code(),
+            missing is not None and len(missing.partitions))
+
+
+def produce_with_buffer_error_retry(k, impl, bootstrap, topic):
+    """The produce loop of the FAQ: ``poll(0)`` after each message, and on BufferError
+    (queue full) ``poll()`` and try again."""
+    topic = new_topic(k, bootstrap, f"{topic}-{impl}")
+    p = k.Producer({"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 10,
+                    "linger.ms": 50})
+    delivered, full = [], 0
+    for i in range(200):
+        while True:
+            try:
+                p.produce(topic, b"%d" % i, on_delivery=lambda err, msg: delivered.append(
+                    (err, int(msg.value()))))
+                break
+            except BufferError:
+                full += 1
+                p.poll(0.1)
+        p.poll(0)
+    left = p.flush(10)
+    return (left, len(p), full > 0, sorted(v for _, v in delivered) == list(range(200)),
+            {err for err, _ in delivered})
+
+
+def dead_letter_copy(k, impl, bootstrap, topic):
+    """A dead-letter queue: each message read is produced again elsewhere with its key,
+    value, timestamp and headers, plus one header saying why."""
+    source = new_topic(k, bootstrap, f"{topic}-{impl}")
+    dead = new_topic(k, bootstrap, f"{topic}-{impl}-dlq")
+    p = k.Producer({"bootstrap.servers": bootstrap})
+    p.produce(source, b"bad", b"k", headers=[("trace", b"1"), ("trace", b"2")],
+              timestamp=1_700_000_000_123)
+    p.produce(source, b"no headers")
+    assert p.flush(10) == 0
+    c = k.Consumer({"bootstrap.servers": bootstrap, "group.id": source})
+    try:
+        c.assign([k.TopicPartition(source, 0, 0)])
+        for m in [c.poll(10) for _ in range(2)]:
+            p.produce(dead, m.value(), m.key(), timestamp=m.timestamp()[1],
+                      headers=(m.headers() or []) + [("error", "cannot parse")])
+        assert p.flush(10) == 0
+        c.assign([k.TopicPartition(dead, 0, 0)])
+        copies = [c.poll(10) for _ in range(2)]
+        return [(m.key(), m.value(), m.headers(), m.timestamp()[1] == 1_700_000_000_123)
+                for m in copies]
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("program", [
+    commit_in_on_revoke, batches_with_stored_offsets, start_at_a_time, topic_exists,
+    produce_with_buffer_error_retry, dead_letter_copy,
+], ids=lambda f: f.__name__)
+def test_program_behaves_as_on_confluent_kafka(cluster, topic_name, program):
+    importlib.import_module("confluent_kafka.admin")
+    got = side_by_side(program, cluster.bootstrap_servers, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"]

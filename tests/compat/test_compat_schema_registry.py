@@ -582,3 +582,55 @@ def test_asyncio_serde_builders_are_built_and_closed_by_the_client(cluster, topi
     closed, got = asyncio.run(asyncio.wait_for(main(), 90))
     assert got == {impl: {"name": impl, "n": 3} for impl in IMPLS}
     assert closed == {impl: ["value serializer", "value deserializer"] for impl in IMPLS}
+
+
+def test_a_poison_message_and_a_registry_error_surface_as_on_confluent_kafka(cluster,
+                                                                             topic_name):
+    """A message no serializer wrote, between two that one did: the poll() loop that
+    catches ValueDeserializationError gets it with the raw message, then goes on to the
+    next one. A serializer that cannot find its schema (auto-registration off) raises
+    the registry's error, wrapped in ValueSerializationError."""
+    bootstrap = cluster.bootstrap_servers
+    cluster.create_topic(topic_name, partitions=2)
+    got = {}
+    for impl in IMPLS:
+        k = module_of(impl)
+        registry = sr_mod.SchemaRegistryClient.new_client({"url": "mock://dropin"})
+        partition = PARTITION[impl]
+        p = k.SerializingProducer({"bootstrap.servers": bootstrap,
+                                   "value.serializer": AvroSerializer(registry, AVRO_USER)})
+        raw = k.Producer({"bootstrap.servers": bootstrap})
+        p.produce(topic_name, value={"name": "first", "n": 1}, partition=partition)
+        assert p.flush(10) == 0
+        raw.produce(topic_name, b"not written by a serializer", partition=partition)
+        assert raw.flush(10) == 0
+        p.produce(topic_name, value={"name": "third", "n": 3}, partition=partition)
+        assert p.flush(10) == 0
+        p.close()
+        strict = k.SerializingProducer({
+            "bootstrap.servers": bootstrap, "value.serializer": AvroSerializer(
+                registry, AVRO_USER, conf={"auto.register.schemas": False,
+                                           "subject.name.strategy": lambda ctx, rec: "none"})})
+        with pytest.raises(k.error.ValueSerializationError) as ei:
+            strict.produce(topic_name, value={"name": "x", "n": 0})
+        strict.close()
+        failure = (ei.value.code, type(ei.value.exception).__name__, str(ei.value))
+
+        c = k.DeserializingConsumer({"bootstrap.servers": bootstrap, "group.id": topic_name,
+                                     "value.deserializer": AvroDeserializer(registry)})
+        try:
+            c.assign([k.TopicPartition(topic_name, partition, k.OFFSET_BEGINNING)])
+            read, end = [], time.monotonic() + 20
+            while len(read) < 3 and time.monotonic() < end:
+                try:
+                    m = c.poll(0.5)
+                    if m is not None:
+                        read.append((m.offset(), m.value()))
+                except k.error.ValueDeserializationError as e:
+                    read.append((e.kafka_message.offset(), e.kafka_message.value(),
+                                 e.code, type(e.exception).__name__, str(e)))
+        finally:
+            c.close()
+        got[impl] = failure, read
+    assert got["kafka_client"] == got["confluent_kafka"]
+    assert [r[0] for r in got["kafka_client"][1]] == [0, 1, 2]

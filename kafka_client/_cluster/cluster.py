@@ -591,7 +591,9 @@ class Cluster:
                     except Exception:
                         self.log.exception("metadata listener failed")
             elif for_cache:
-                if not err.retriable():    # retried all the same: say why it fails
+                # retried all the same: say why it fails (not when the client's close
+                # ended it)
+                if not err.retriable() and not self.closed:
                     self.log.warning("Metadata request to %s:%s failed: %s", conn.host,
                                      conn.port, err.str())
                 self.metadata.failed(topics, t)

@@ -11,6 +11,9 @@
   ``alice`` / ``alice-secret``; PLAIN, SCRAM-SHA-256/512, OAUTHBEARER with unsecured JWTs).
 * ``run_child``: runs Python code in a child process with a hard timeout, for cases that
   could hang (a regression then fails instead of stalling the suite).
+* ``run_doc``: runs the python blocks of a guide in order in such a child process (the
+  tests of docs/, tests/integration/test_docs_examples.py); ``doc_python_blocks`` gives
+  the blocks themselves.
 
 Every broker object has ``.bootstrap`` ("127.0.0.1:PORT"), ``.host``, ``.port``,
 ``.kind`` and ``.create_topic(name, partitions=1)``; noida-db also ``.restart()``,
@@ -23,6 +26,7 @@ limits the ``broker`` parametrization. A missing broker binary skips, with the r
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shutil
@@ -264,6 +268,65 @@ def run_child():
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"child process still running after {timeout}s (hung?); stderr:\n"
                         f"{exc.stderr}")
+    return run
+
+
+#: ```python blocks of a Markdown file: the code, and where it starts (0-based line)
+_PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def doc_python_blocks(doc: str) -> list:
+    """The ```python blocks of ``doc`` (a path from the repository root, such as
+    ``docs/producer.md``), as ``(first line index, code)`` pairs in order."""
+    text = (Path(_ROOT) / doc).read_text(encoding="utf-8")
+    return [(text.count("\n", 0, m.start(1)), m.group(1)) for m in _PYTHON_BLOCK.finditer(text)]
+
+
+@pytest.fixture(scope="session", name="doc_python_blocks")
+def doc_python_blocks_fixture():
+    """:func:`doc_python_blocks`, for tests that run a guide's blocks in their own process
+    (the Spark guide, on the module's Spark session)."""
+    return doc_python_blocks
+
+
+@pytest.fixture
+def run_doc(run_child, tmp_path):
+    """``run_doc(doc, replace=None, prelude="", epilogue="", timeout=120)`` runs every
+    ```python block of ``doc`` (``docs/producer.md``, ...) in order in one child
+    interpreter, as the guides say their examples run, and returns the
+    ``CompletedProcess``; a non-zero exit fails the test with the child's output. Each
+    block keeps its line in the file, so a traceback names the doc's own line.
+    ``replace`` maps text of the blocks to what the test runs instead (the bootstrap
+    address, a ``...`` placeholder); each must occur and keep the line count.
+    ``prelude`` and ``epilogue`` are the test's own code, run before and after the doc's
+    in the same namespace (helpers for placeholders; checks of what the examples did)."""
+    def run(doc: str, replace: dict = None, prelude: str = "", epilogue: str = "",
+            timeout: float = 120) -> subprocess.CompletedProcess:
+        blocks = doc_python_blocks(doc)
+        assert blocks, f"{doc} has no python blocks"
+        lines = []
+        for first, code in blocks:
+            lines += [""] * (first - len(lines)) + code.split("\n")[:-1]
+        source = "\n".join(lines) + "\n"
+        for old, new in (replace or {}).items():
+            assert old in source, f"{doc}: {old!r} is not in its python blocks any more"
+            assert old.count("\n") == new.count("\n"), f"{new!r} changes the line count"
+            source = source.replace(old, new)
+        parts = tmp_path / f"{Path(doc).stem}-parts.json"
+        parts.write_text(json.dumps({"prelude": textwrap.dedent(prelude), "doc": source,
+                                     "epilogue": textwrap.dedent(epilogue)}))
+        out = run_child(f"""
+            import json
+            parts = json.load(open({str(parts)!r}))
+            namespace = {{"__name__": "__main__"}}
+            exec(compile(parts["prelude"], "<test prelude>", "exec"), namespace)
+            exec(compile(parts["doc"], {doc!r}, "exec"), namespace)
+            exec(compile(parts["epilogue"], "<test epilogue>", "exec"), namespace)
+        """, timeout=timeout)
+        if out.returncode != 0:
+            pytest.fail(f"{doc}: exit status {out.returncode}\n{out.stdout}\n{out.stderr}",
+                        pytrace=False)
+        return out
     return run
 
 

@@ -1,7 +1,8 @@
 """The kafka_native Spark data source, streaming queries, on a local Spark (``local[2]``)
 and the Tansu fixture: restart from a checkpoint without loss or duplicates,
 maxOffsetsPerTrigger, partitions that appear while the query runs, offsets committed to a
-group, and a streaming write from a rate source."""
+group, and a streaming write from a rate source; and the examples of docs/spark.md (here to
+share this module's Spark session, which takes seconds to start)."""
 from __future__ import annotations
 
 import threading
@@ -414,3 +415,47 @@ def test_a_topic_created_again_with_fewer_records(spark, tmp_path, fail_on_data_
         produce(bootstrap, "t", 103, 2, 1)
         assert run_available_now(df, checkpoint, rows) is None
         assert sorted((r.offset, int(r.value)) for r in rows) == [(3, 103), (4, 104)]
+
+
+def test_the_guide_examples(spark, doc_python_blocks, tmp_path, capsys):
+    """docs/spark.md's python blocks, in order, in this process on the module's session,
+    against a one-broker test cluster holding the topics they name; only the bootstrap
+    address and the checkpoint directory are substituted. Each block's outcome is checked:
+    the rows shown and read, the rows written, the rows the stream copied."""
+    doc = "docs/spark.md"
+    blocks = [code for _, code in doc_python_blocks(doc)]
+    assert len(blocks) == 3
+    with Cluster(brokers=1, data_dir=str(tmp_path / "cluster")) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        cluster.create_topic("events", partitions=2)
+        cluster.create_topic("audit")
+        cluster.create_topic("events-a")           # read by the stream (events-.*)
+        produce(bootstrap, "events", 0, 2600, 2)   # 1300 per partition
+        produce(bootstrap, "audit", 0, 20, 1)
+        checkpoint = str(tmp_path / "checkpoint")
+        namespace = {}
+
+        def run(code):
+            code = code.replace("localhost:9092", bootstrap).replace(
+                "/tmp/checkpoints/archived-events", checkpoint)
+            exec(compile(code, doc, "exec"), namespace)
+
+        run(blocks[0])              # registers the source, shows the first rows of events
+        shown = capsys.readouterr().out
+        assert "|value|" in shown and "only showing top 20 rows" in shown
+        run(blocks[1])              # events 0 from offset 1200, the rest from the start
+        batch = namespace["batch"]
+        assert batch.count() == 100 + 1300 + 20
+        assert "headers" in batch.columns
+        run(blocks[2])              # 1000 rows to events; the stream of events-.* copied
+        query = namespace["query"]
+        try:
+            written = sum(p.high_watermark for p in cluster.describe_topic("events").partitions)
+            assert written == 2600 + 1000
+            query.processAllAvailable()       # the first micro-batch fixes the start
+            produce(bootstrap, "events-a", 0, 10, 1)
+            query.processAllAvailable()
+            copied = cluster.describe_topic("archived-events").partitions
+            assert sum(p.high_watermark for p in copied) == 10
+        finally:
+            query.stop()

@@ -1,0 +1,210 @@
+"""The python blocks of the guides run as the guides say they do: in order, in one
+interpreter (a child process, with a hard timeout), against a one-broker
+``kafka_client.testing.Cluster`` of the test's own where they need a broker, with only the
+bootstrap address substituted. What the text says they do is then checked on the broker's
+side (messages in each topic) or in their output.
+
+admin.md and transactions.md have their own tests (test_admin_docs.py,
+test_transactions_docs.py); spark.md's blocks run on the Spark session of
+tests/integration/spark/test_spark_stream.py; the names the guides use are checked by
+tests/test_docs_names.py. Not run, with the reason:
+
+* testing.md's ``...`` placeholders: replaced by test code that does what their comment
+  says (``TESTING_PRELUDE``); the rest of those blocks runs as written;
+* the plain ``` blocks (not python): import swaps (``from confluent_kafka import ...  #
+  before``), call signatures, diagrams, the codec's exception tree;
+* README.md's and index.md's ``./dev`` lines: ``./dev test`` is this suite, ``./dev demo``
+  is run by test_demo.py (``python -m kafka_client.demo``), ``./dev bench``/``build``/
+  ``gen`` set up or measure rather than show behaviour;
+* ``python -m kafka_client.config --markdown`` (configuration.md): run by
+  tests/client/test_config.py.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kafka_client import Producer
+from kafka_client.testing import Cluster
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A one-broker test cluster of this test's own: the guides' fixed topic and group
+    names start from nothing, as they assume."""
+    with Cluster(brokers=1, data_dir=str(tmp_path / "cluster")) as one_broker:
+        yield one_broker
+
+
+def messages_in(cluster: Cluster, topic: str) -> int:
+    """Records written to ``topic`` (no transactions here: offsets are records)."""
+    return sum(p.high_watermark for p in cluster.describe_topic(topic).partitions)
+
+
+def local(cluster: Cluster) -> dict:
+    return {"localhost:9092": cluster.bootstrap_servers}
+
+
+def test_producer_guide(cluster, run_doc):
+    out = run_doc("docs/producer.md", local(cluster))
+    # What each example says it sends, counted on the broker: the quickstart's 100, the
+    # careless callback's 5, the warm-up and the logged one (the 5000-byte message is
+    # refused, the purged one never sent).
+    assert messages_in(cluster, "docs-quickstart") == 100 + 5 + 1 + 1
+    assert messages_in(cluster, "docs-backpressure") == 20_000
+    assert messages_in(cluster, "docs-batch") == 50_000
+    assert messages_in(cluster, "docs-batch-dicts") == 2
+    assert messages_in(cluster, "docs-idempotent") == 10
+    assert messages_in(cluster, "docs-stats") == 1000
+    assert messages_in(cluster, "docs-keys") == 3
+    assert "1 broker(s); 1 partition(s)" in out.stdout
+    # The three refused configurations, each named in its error.
+    for name in ("no.such.property", "linger.ms", "acks"):
+        assert f'"{name}"' in out.stdout
+    assert "WARNING" not in out.stderr and "failed" not in out.stderr, out.stderr
+
+
+def test_consumer_guide(cluster, run_doc):
+    out = run_doc("docs/consumer.md", local(cluster))
+    assert messages_in(cluster, "docs-consume") == 100
+    lines = out.stdout.splitlines()
+    assert "docs-consume 0 1 b'k1' b'value 1' [('n', b'1')] (1, " in out.stdout
+    assert "(0, 100)" in lines                            # get_watermark_offsets, cached
+    assert 'subscribe() requires "group.id" to be configured' in lines
+    assert not [line for line in lines if line.startswith("event:")], out.stdout
+
+
+def test_delivery_guarantees_guide(cluster, run_doc):
+    run_doc("docs/delivery-guarantees.md", local(cluster))
+    assert messages_in(cluster, "docs-guarantees") == 2
+
+
+def test_asyncio_guide(cluster, run_doc):
+    out = run_doc("docs/asyncio.md", local(cluster), epilogue="""
+        assert len({(m.partition(), m.offset()) for m in delivered}) == 1000
+    """)
+    assert out.stdout.splitlines() == ["1000 delivered; 500 read back"]
+    assert messages_in(cluster, "events") == 1000
+
+
+def test_codec_guide(run_doc):
+    out = run_doc("docs/codec.md")
+    lines = out.stdout.splitlines()
+    assert lines[0] == "BrokerError(code=6, name='NOT_LEADER_OR_FOLLOWER', retriable=True)"
+    assert "100 1700000000000 b'k1' b'v1' [('trace', b'x')]" in lines
+    assert "101 1700000000005 b'k2' None []" in lines
+
+
+#: testing.md's sketches leave out the clients with ``...``: these do what the comments
+#: there say, so that the rest of each block runs as written.
+TESTING_PRELUDE = """
+    import time
+    from kafka_client import Consumer, Producer, TopicPartition
+
+    def read_partition_0(cluster, topic, **conf):
+        with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as producer:
+            producer.produce(topic, b"x" * 100, partition=0)
+        cluster.wait_in_sync(topic)
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, **conf})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 20
+        while consumer.poll(0.2) is None:
+            assert time.monotonic() < deadline, "nothing read"
+        return consumer
+
+    def read_near(cluster):
+        read_partition_0(cluster, "near", **{"client.rack": "b", "client.id": "near"}).close()
+
+    def fetch_in_sessions(cluster):
+        global session_consumer
+        cluster.create_topic("orders")
+        session_consumer = read_partition_0(cluster, "orders", **{"fetch.wait.max.ms": 50})
+        cluster.wait_for(lambda: cluster.fetch_sessions(1), what="a fetch session")
+
+    def fetch_on(cluster):
+        # its next Fetch finds the session gone, then it starts a new one (the doc's
+        # block cleared the request log before the eviction)
+        deadline = time.monotonic() + 10
+        while not [e for e in cluster.request_log(api="Fetch")
+                   if e.details.get("fetch_session", {}).get("kind") == "full"]:
+            session_consumer.poll(0.1)
+            assert time.monotonic() < deadline, "no new session"
+"""
+
+
+def test_testing_guide(run_doc):
+    run_doc("docs/testing.md", {
+        "...  # a consumer with client.rack=b, client.id=near reads partition 0":
+            "read_near(cluster)",
+        "...  # a consumer fetching in sessions": "fetch_in_sessions(cluster)",
+        "...  # the consumer fetches on": "fetch_on(cluster)",
+    }, prelude=TESTING_PRELUDE, epilogue="""
+        assert retried, "the injected NOT_LEADER_OR_FOLLOWER is in the request log"
+    """)
+
+
+def doc_command(doc: str, start: str) -> list:
+    """The command line of ``doc`` that starts with ``start`` (in an indented block, or in
+    backticks), continuation lines joined, as an argument list."""
+    text = (ROOT / doc).read_text(encoding="utf-8").replace("\\\n", " ")
+    found = re.search(r"(?m)^ {4}(" + re.escape(start) + r"[^\n]*)", text) or re.search(
+        r"`(" + re.escape(start) + r"[^`]*)`", text)
+    assert found, f"{doc} has no command line starting {start!r}"
+    return shlex.split(found.group(1))
+
+
+def test_testing_guide_command_lines(tmp_path):
+    """testing.md's ``python -m kafka_client.testing ...`` starts the cluster it describes
+    (the control port left to the system: 19000 may be taken), ``Cluster.attach`` drives
+    it, and ``python -m kafka_client.tools dump-log FILE --records`` prints its segment."""
+    args = doc_command("docs/testing.md", "python -m kafka_client.testing")
+    assert args[:3] == ["python", "-m", "kafka_client.testing"]
+    args[args.index("--control-port") + 1] = "0"
+    data_dir = str(tmp_path / "data")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.Popen([sys.executable] + args[1:] + ["--data-dir", data_dir],
+                            stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        printed = {}
+        while len(printed) < 2:
+            line = proc.stdout.readline()
+            assert line, "the cluster exited"
+            name, _, value = line.strip().partition("=")
+            printed[name] = value
+        attached = Cluster.attach(printed["control"])
+        try:
+            topic = attached.describe_topic("orders")
+            assert len(topic.partitions) == 6
+            assert all(len(p.replicas) == 3 for p in topic.partitions)
+            assert topic.config["min.insync.replicas"] == 2
+            with Producer({"bootstrap.servers": printed["bootstrap.servers"]}) as producer:
+                producer.produce("orders", b"dumped", partition=0)
+            attached.wait_in_sync("orders")
+            segment = attached.segment_files("orders", 0, attached.leader("orders", 0))[0]
+        finally:
+            attached.stop()   # detaches only
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    args = doc_command("docs/testing.md", "python -m kafka_client.tools dump-log")
+    assert args[:5] == ["python", "-m", "kafka_client.tools", "dump-log", "FILE"]
+    dump = subprocess.run([sys.executable, "-m", "kafka_client.tools", "dump-log", segment,
+                           "--records"], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=60)
+    assert dump.returncode == 0, dump.stderr
+    assert "dumped" in dump.stdout

@@ -1,0 +1,151 @@
+"""The guides name only things that exist: every configuration property in backticks is
+one the client knows (or refuses on purpose), or the test cluster's, or is listed below
+with what else it is; every ``kafka_client``/``kafka_proto`` dotted name resolves (or is a
+logger the package uses); every ``obj.method()`` of a client, a message, an error or the
+test cluster is a method of that class."""
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from kafka_client import AdminClient, Consumer, KafkaError, Message, Producer, config
+from kafka_client.aio import AIOConsumer, AIOProducer
+from kafka_client.producer.producer import DeliveredMessage
+from kafka_client.testing import Cluster
+from kafka_client.testing._config import BROKER_CONFIGS, TOPIC_CONFIGS
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+PACKAGE_SOURCE = "\n".join(p.read_text(encoding="utf-8")
+                           for p in (ROOT / "kafka_client").rglob("*.py*"))
+
+#: dotted lowercase words: what a property name looks like
+PROPERTY_LIKE = re.compile(r"[a-z][a-z0-9]*(?:\.[a-z][a-z0-9_]*)+")
+#: file names and the like, which look the same
+NOT_A_PROPERTY = re.compile(r".*\.(py|pyx|pxd|h|md|log|index|timeindex|toml|json|sh|txt)")
+
+#: Backticked property-like names that are something else, with what they are.
+OTHER_NAMES = {
+    "key.serializer": "a serializing producer's own property (serializing_producer.py)",
+    "value.serializer": "a serializing producer's own property (serializing_producer.py)",
+    "key.deserializer": "a deserializing consumer's own property",
+    "value.deserializer": "a deserializing consumer's own property",
+    "broker.rack": "Kafka's broker property, which the test cluster takes as racks=",
+    "node.id": "the attribute of the per-broker KIP-714 metrics",
+    "kafka.fetch.wait.max.msec": "spark.md's example of a misspelt option it refuses",
+    "kafka.sasl.jaas.config": "spark.md's example of a Java-only property it refuses",
+    "sock.recv_into": "a socket's method, as the codec's callers use it",
+    "socket.sendmsg": "a socket's method, which the client writes requests with",
+    "cluster.log_path": "kafka_client.testing.Cluster's attribute",
+    "atheris.instrument_imports": "atheris's API (fuzzing.md; atheris is the fuzz extra)",
+}
+#: ``kafka_client``/``kafka_proto`` names that stand for a kind of name
+PLACEHOLDER_MODULES = {"kafka_proto._x", "kafka_proto.records._x"}
+
+
+def backticked(doc: Path):
+    """(line number, text) of every `...` span of the doc."""
+    text = doc.read_text(encoding="utf-8")
+    for m in re.finditer(r"`([^`\n]+)`", text):
+        yield text.count("\n", 0, m.start()) + 1, m.group(1)
+
+
+def resolves(dotted: str) -> bool:
+    """``dotted`` is an importable module, or an attribute path under one."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_every_property_named_exists(librdkafka_metric_names):
+    client = set(config.PROPERTIES) | {a for p in config.PROPERTIES.values()
+                                       for a in p.aliases} | set(config.UNSUPPORTED)
+    cluster = set(TOPIC_CONFIGS) | set(BROKER_CONFIGS)
+    metrics = {m.split(".", 4)[4] for names in librdkafka_metric_names.values()
+               for m in names}
+    unknown = []
+    for doc in DOCS:
+        for line, text in backticked(doc):
+            if not PROPERTY_LIKE.fullmatch(text) or NOT_A_PROPERTY.fullmatch(text):
+                continue
+            if (text in client or text in cluster or text in OTHER_NAMES
+                    or text in metrics or f"{text}.avg" in metrics
+                    or text.startswith("kafka.") and text[len("kafka."):] in client
+                    or text.startswith(("kafka_client.", "kafka_proto."))   # the next test
+                    or resolves(text) or resolves(f"kafka_proto.{text}")):
+                continue
+            unknown.append(f"{doc.relative_to(ROOT)}:{line}: {text}")
+    assert not unknown, "\n".join(unknown)
+
+
+def test_the_other_names_are_what_they_are_said_to_be():
+    for name in ("key.serializer", "value.serializer", "key.deserializer",
+                 "value.deserializer"):
+        assert f'"{name}"' in PACKAGE_SOURCE
+    assert hasattr(Cluster, "log_path") or "self.log_path" in PACKAGE_SOURCE
+    for refused in ("fetch.wait.max.msec", "sasl.jaas.config"):
+        with pytest.raises(Exception):
+            config.describe(refused)
+
+
+def test_every_package_name_resolves():
+    unknown = []
+    for doc in DOCS:
+        for line, text in backticked(doc):
+            for dotted in re.findall(r"\b((?:kafka_client|kafka_proto)(?:\.\w+)+)", text):
+                # a logger name ("kafka_client.cluster") is in the source as a string
+                if (dotted in PLACEHOLDER_MODULES or resolves(dotted)
+                        or f'"{dotted}"' in PACKAGE_SOURCE):
+                    continue
+                unknown.append(f"{doc.relative_to(ROOT)}:{line}: {dotted}")
+    assert not unknown, "\n".join(unknown)
+
+
+#: what ``name.method()`` in the guides means, by object name
+OBJECTS = {
+    "producer": (Producer,), "Producer": (Producer,), "p": (Producer,),
+    "consumer": (Consumer,), "Consumer": (Consumer,),
+    "admin": (AdminClient,), "AdminClient": (AdminClient,),
+    "msg": (Message, DeliveredMessage), "message": (Message, DeliveredMessage),
+    "Message": (Message, DeliveredMessage),
+    "err": (KafkaError,), "KafkaError": (KafkaError,),
+    "cluster": (Cluster,), "Cluster": (Cluster,),
+}
+#: asyncio.md's producer and consumer are the asyncio ones
+AIO_OBJECTS = {**OBJECTS, "producer": (AIOProducer,), "consumer": (AIOConsumer,)}
+
+
+def test_every_method_named_exists():
+    unknown = []
+    for doc in DOCS:
+        objects = AIO_OBJECTS if doc.name == "asyncio.md" else OBJECTS
+        for line, text in backticked(doc):
+            for obj, method in re.findall(r"(?<![\w.])(\w+)\.(\w+)\(", text):
+                classes = objects.get(obj)
+                if classes and not any(hasattr(c, method) for c in classes):
+                    unknown.append(f"{doc.relative_to(ROOT)}:{line}: {obj}.{method}()")
+    assert not unknown, "\n".join(unknown)
+
+
+def test_the_imports_shown_for_moving_over_work():
+    """The ``# after`` lines of the guides' import swaps (``from confluent_kafka import
+    Producer  # before`` / ``from kafka_client import Producer  # after``)."""
+    swaps = [line.split("#")[0].strip() for doc in DOCS
+             for line in doc.read_text(encoding="utf-8").splitlines()
+             if line.startswith(("from kafka_client", "import kafka_client"))
+             and line.rstrip().endswith("# after")]
+    assert len(swaps) >= 3
+    for line in swaps:
+        exec(line, {})

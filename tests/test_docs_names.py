@@ -6,7 +6,10 @@ test cluster is a method of that class."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +152,64 @@ def test_the_imports_shown_for_moving_over_work():
     assert len(swaps) >= 3
     for line in swaps:
         exec(line, {})
+
+
+#: the programs the guides' command lines run, as the argument list that runs each
+PROGRAMS = {
+    "kafka_client.testing": ["-m", "kafka_client.testing"],
+    "kafka_client.tools": ["-m", "kafka_client.tools", "dump-log"],
+    "tools/fuzz_run.py": ["tools/fuzz_run.py"],
+    "tools/fuzz_capture.py": ["tools/fuzz_capture.py"],
+    "./dev demo spark": ["-m", "kafka_client.spark.demo"],
+    "benchmarks/bench_cluster_fetch.py": ["benchmarks/bench_cluster_fetch.py"],
+}
+#: options named in a guide's prose belong to one of the programs the guide is about
+PROSE_PROGRAMS = {
+    "testing.md": ("kafka_client.testing", "kafka_client.tools",
+                   "benchmarks/bench_cluster_fetch.py"),
+    "spark.md": ("./dev demo spark",),
+}
+
+
+def program_help(program: str) -> str:
+    out = subprocess.run([sys.executable] + PROGRAMS[program] + ["--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def offers(help_text: str, option: str) -> bool:
+    return re.search(re.escape(option) + r"(?![\w-])", help_text) is not None
+
+
+def test_every_command_line_option_exists():
+    """The options of the guides' command lines (``python -m kafka_client.testing
+    --brokers 3 ...``, ``tools/fuzz_run.py records --seconds 600``) and those their prose
+    names for the program they are about are in that program's ``--help``; fuzz_run's
+    harness names are in its ``--list``."""
+    helps = {program: program_help(program) for program in PROGRAMS}
+    harnesses = subprocess.run([sys.executable, "tools/fuzz_run.py", "--list"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=60).stdout.split()
+    unknown, used = [], set()
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8").replace("\\\n", " ")
+        lines = [m.group(1) for m in re.finditer(r"(?m)^ {4}(\S.*)$", text)]
+        lines += [t for _, t in backticked(doc)]
+        for line in lines:
+            program = next((p for p in PROGRAMS if p in line), None)
+            if program is None:
+                continue
+            used.add(program)
+            for option in re.findall(r"(?<!\S)(--[a-z][a-z-]*)", line.split("#")[0]):
+                if not offers(helps[program], option):
+                    unknown.append(f"{doc.name}: {line!r}: {option}")
+            harness = re.search(r"fuzz_run\.py ([a-z]\w*)", line)
+            if harness and harness.group(1) not in harnesses:
+                unknown.append(f"{doc.name}: {line!r}: no harness {harness.group(1)}")
+        for _, span in backticked(doc) if doc.name in PROSE_PROGRAMS else ():
+            for option in re.findall(r"^(--[a-z][a-z-]*)", span):
+                if not any(offers(helps[p], option) for p in PROSE_PROGRAMS[doc.name]):
+                    unknown.append(f"{doc.name}: `{span}`: {option}")
+    assert used >= set(PROGRAMS) - {"benchmarks/bench_cluster_fetch.py"}
+    assert not unknown, "\n".join(unknown)

@@ -213,3 +213,36 @@ def test_every_command_line_option_exists():
                     unknown.append(f"{doc.name}: `{span}`: {option}")
     assert used >= set(PROGRAMS) - {"benchmarks/bench_cluster_fetch.py"}
     assert not unknown, "\n".join(unknown)
+
+
+#: a file path the guides name (``tests/integration/test_x.py``, ``producer/_core.pyx``,
+#: ``../benchmarks/README.md``), with the test it names after ``::`` if any
+FILE_PATH = re.compile(r"(?<![\w./-])((?:\.\./)?[\w.-]+(?:/[\w.-]+)+"
+                       r"\.(?:pyx|pxd|py|h|md|toml))(?!\w)(?:::([\w\[\]-]+))?"
+                       r"|(?<![\w./-])(test_\w+\.py)::([\w\[\]-]+)")
+
+
+def test_every_file_and_test_named_exists():
+    """Paths are taken from the repository root, the docs folder, tests/ (the guides say
+    ``integration/test_consumer.py::test_...``) or the packages; a test named after ``::``
+    (also across a line break) is defined in that file."""
+    unknown, tests_named = [], 0
+    for doc in DOCS + [ROOT / "benchmarks" / "README.md"]:
+        text = re.sub(r"::\s*\n\s*", "::", doc.read_text(encoding="utf-8"))
+        for m in FILE_PATH.finditer(text):
+            path, test = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            where = f"{doc.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}"
+            found = next((base / path for base in (doc.parent, ROOT, ROOT / "tests",
+                                                   ROOT / "kafka_client", ROOT / "kafka_proto")
+                          if (base / path).exists()), None)
+            if found is None and "/" not in path:      # a test file named alone
+                found = next((ROOT / "tests").rglob(path), None)
+            if found is None:
+                unknown.append(f"{where}: {path}")
+            elif test:
+                tests_named += 1
+                name = test.split("[")[0]
+                if not re.search(rf"def {re.escape(name)}\b", found.read_text(encoding="utf-8")):
+                    unknown.append(f"{where}: {path}::{test}")
+    assert tests_named > 10
+    assert not unknown, "\n".join(unknown)

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from kafka_client import AdminClient, Consumer, KafkaError, Message, Producer, config
+from kafka_client import (AdminClient, Consumer, KafkaError, Message, Producer,
+                          TopicPartition, config)
+from kafka_client.admin import OffsetSpec
 from kafka_client.aio import AIOConsumer, AIOProducer
 from kafka_client.producer.producer import DeliveredMessage
 from kafka_client.testing import Cluster
 from kafka_client.testing._config import BROKER_CONFIGS, TOPIC_CONFIGS
+from kafka_proto import hashing
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -245,4 +248,36 @@ def test_every_file_and_test_named_exists():
                 if not re.search(rf"def {re.escape(name)}\b", found.read_text(encoding="utf-8")):
                     unknown.append(f"{where}: {path}::{test}")
     assert tests_named > 10
+    assert not unknown, "\n".join(unknown)
+
+
+#: Calls the client guides name alone that are not the clients' methods, with what they are.
+OTHER_CALLS = {
+    "len": "a builtin", "bool": "a builtin",
+    "callback": "consumer.md: the rebalance callbacks' signature",
+    "verify_cb": "ssl.certificate.verify_cb's signature",
+    "crc32": "CRC-32 (kafka_proto._crc), the consistent partitioners' hash",
+    "rd_kafka_message_status": "librdkafka's function",
+    "set_ssl_cert": "librdkafka's function",
+    "result": "concurrent.futures.Future.result, of the admin client's futures",
+    "register": "kafka_client.spark.register",
+}
+API_CLASSES = (Producer, Consumer, AdminClient, Message, DeliveredMessage, KafkaError,
+               AIOProducer, AIOConsumer, TopicPartition, OffsetSpec)
+
+
+def test_every_call_named_in_the_client_guides_exists():
+    """In the guides of the clients, a call named alone (`poll()`, `consume_arrow()`,
+    `memberid()`) is a method of a client, a message, an error or an offset spec, a
+    callback property (`stats_cb(json_str)`), a partitioner's hash (`murmur2(key)`), or
+    listed above."""
+    unknown = []
+    for name in ("producer", "consumer", "admin", "asyncio", "transactions",
+                 "delivery-guarantees", "security", "spark"):
+        doc = ROOT / "docs" / f"{name}.md"
+        for line, text in backticked(doc):
+            for call in re.findall(r"(?<![\w.])([a-z_]\w*)\(", text):
+                if not (any(hasattr(c, call) for c in API_CLASSES) or call in OTHER_CALLS
+                        or call in config.PROPERTIES or hasattr(hashing, call)):
+                    unknown.append(f"{doc.relative_to(ROOT)}:{line}: {call}()")
     assert not unknown, "\n".join(unknown)

@@ -281,3 +281,36 @@ def test_every_call_named_in_the_client_guides_exists():
                         or call in config.PROPERTIES or hasattr(hashing, call)):
                     unknown.append(f"{doc.relative_to(ROOT)}:{line}: {call}()")
     assert not unknown, "\n".join(unknown)
+
+
+def heading_anchors(doc: Path) -> set:
+    """The anchors GitHub gives the headings of ``doc`` (lower case, punctuation but
+    ``-`` and ``_`` dropped, spaces as ``-``, ``-1``, ``-2`` ... for repeats)."""
+    text = re.sub(r"(?ms)^```.*?^```", "", doc.read_text(encoding="utf-8"))
+    anchors, seen = set(), {}
+    for heading in re.findall(r"(?m)^#{1,6} (.+?)\s*$", text):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_every_link_and_anchor_resolves():
+    unknown, anchored = [], 0
+    for doc in DOCS + [ROOT / "benchmarks" / "README.md"]:
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(r"\]\(([^)\s]+)\)", text):
+            target = m.group(1)
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = doc.parent / path if path else doc
+            where = f"{doc.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}"
+            if not linked.exists():
+                unknown.append(f"{where}: {target}")
+            elif anchor and linked.suffix == ".md":
+                anchored += 1
+                if anchor not in heading_anchors(linked):
+                    unknown.append(f"{where}: {target}")
+    assert anchored > 20
+    assert not unknown, "\n".join(unknown)

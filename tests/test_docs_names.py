@@ -165,12 +165,15 @@ PROGRAMS = {
     "tools/fuzz_capture.py": ["tools/fuzz_capture.py"],
     "./dev demo spark": ["-m", "kafka_client.spark.demo"],
     "benchmarks/bench_cluster_fetch.py": ["benchmarks/bench_cluster_fetch.py"],
+    "./dev bench": ["benchmarks/run.py"],
+    "benchmarks/run.py": ["benchmarks/run.py"],
 }
 #: options named in a guide's prose belong to one of the programs the guide is about
 PROSE_PROGRAMS = {
     "testing.md": ("kafka_client.testing", "kafka_client.tools",
                    "benchmarks/bench_cluster_fetch.py"),
     "spark.md": ("./dev demo spark",),
+    "index.md": ("./dev bench",),
 }
 
 

@@ -128,7 +128,7 @@ TESTING_PRELUDE = """
 
     def fetch_in_sessions(cluster):
         global session_consumer
-        cluster.create_topic("orders")
+        cluster.create_topic("orders", assignments=[[1, 2, 3]])  # led by 1, as the doc asks
         session_consumer = read_partition_0(cluster, "orders", **{"fetch.wait.max.ms": 50})
         cluster.wait_for(lambda: cluster.fetch_sessions(1), what="a fetch session")
 

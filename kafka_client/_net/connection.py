@@ -306,6 +306,7 @@ class BrokerConnection:
         self._write_marks: Deque[Tuple[int, _Request]] = deque()  # acks=0: fire when written
         self._events = 0
         self._shutting = False
+        self._write_shut = False     # closing: our end of the stream sent (shutdown)
         self._tls_pending: Optional[Any] = None  # a chunk SSLSocket.send must retry whole
         self._sasl: Optional[SaslMechanism] = None
         self._reauth_at = 0.0       # monotonic time of the next KIP-368 re-authentication
@@ -894,8 +895,8 @@ class BrokerConnection:
             self._read()
         if self.sock is not None and mask & _EVENT_WRITE:
             self._write_out()
-        if self._shutting and self._quiet():
-            self.close(None)
+        if self._shutting:
+            self._shut_down_further()
 
     def _read(self) -> None:
         sock = self.sock
@@ -918,6 +919,9 @@ class BrokerConnection:
                 return
             finally:
                 del view
+            if n == 0 and self._write_shut:
+                self.close(None)           # the broker's end, after our shutdown: done
+                return
             if n == 0:
                 self.close(client_error(KafkaError._TRANSPORT,
                                         f"{self.host}:{self.port}: connection closed by "
@@ -1109,7 +1113,29 @@ class BrokerConnection:
             return False
         self.on_state = None
         self._shutting = True
-        return True
+        self._shut_down_further()
+        return self.sock is not None
+
+    def _shut_down_further(self) -> None:
+        """Closing: close once nothing more is due. Once everything is written and only
+        answers to fire-and-forget requests could still come (acks=0 Produce: Tansu and
+        noida-db answer it, Kafka never does), end our side of the stream: the broker
+        closes its side after reading the requests before that end, and the answers it
+        sent meanwhile are read first. Waiting for those answers alone held every acks=0
+        producer's close() for the whole grace on Kafka (librdkafka closes at once).
+        Not over TLS: SSLSocket.shutdown() would drop the TLS layer with the answers."""
+        if self._quiet():
+            self.close(None)
+            return
+        if self._write_shut or self._out or self._tls_pending is not None \
+                or self._conv.in_flight or self.settings.security.ssl_context is not None:
+            return
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self.close(None)
+            return
+        self._write_shut = True
 
     def _quiet(self) -> bool:
         conv = self._conv
@@ -1132,7 +1158,7 @@ class BrokerConnection:
         with ``fail_unreachable`` and ``error`` is given. ``error`` None (idle close,
         shutdown) does not count as a failure for the backoff."""
         was = self.state
-        self._shutting = False
+        self._shutting = self._write_shut = False
         self._drop_socket()
         if was != DISCONNECTED:
             self.state_since = time.monotonic()

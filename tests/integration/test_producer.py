@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from kafka_client import KafkaError, KafkaException, Producer
+from kafka_client import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer,
+                          TopicPartition)
 
 pytestmark = pytest.mark.integration
 
@@ -400,3 +401,43 @@ def test_a_busy_application_thread_does_not_hold_back_lingered_batches(kafka_clu
         assert statistics.median(delays) < 0.02, sorted(delays)
     finally:
         p.close()
+
+
+def _close_acks0_producer(bootstrap: str, topic: str, count: int) -> float:
+    """Produce ``count`` messages with acks=0, flush, and return how long close() took."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": 0, "linger.ms": 0})
+    for i in range(count):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(10) == 0
+    started = time.monotonic()
+    producer.close()
+    return time.monotonic() - started
+
+
+def test_an_acks0_producer_closes_at_once_on_a_broker_that_never_answers(kafka_cluster):
+    """Kafka never answers an acks=0 Produce; close() waited for those answers (which
+    Tansu and noida-db do send) until its 2 s grace ran out, every time. It now says it
+    is done writing, and the broker closes once it has read every request (librdkafka
+    closes at once too: 6 ms for confluent-kafka 2.16.1 on the test cluster)."""
+    kafka_cluster.create_topic("acks0-close", replication_factor=1)
+    took = _close_acks0_producer(kafka_cluster.bootstrap_servers, "acks0-close", 200)
+    assert took < 1.0, f"close() took {took:.2f} s"
+    assert kafka_cluster.partition("acks0-close", 0).high_watermark == 200
+
+
+def test_an_acks0_producer_closes_at_once_on_a_broker_that_answers(broker, topic_name):
+    """Tansu and noida-db answer acks=0 Produce: the close reads those answers (closing
+    with them unread would reset the connection and lose requests not read yet), and
+    still ends at once."""
+    broker.create_topic(topic_name)
+    took = _close_acks0_producer(broker.bootstrap, topic_name, 200)
+    assert took < 1.0, f"close() took {took:.2f} s"
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap})
+    consumer.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+    values, deadline = [], time.monotonic() + 20
+    try:
+        while len(values) < 200 and time.monotonic() < deadline:
+            values += [m.value() for m in consumer.consume(200, 0.5) if m.error() is None]
+    finally:
+        consumer.close()
+    assert values == [b"%d" % i for i in range(200)]

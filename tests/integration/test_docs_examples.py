@@ -11,6 +11,7 @@ tests/test_docs_names.py. Not run, with the reason:
 
 * testing.md's ``...`` placeholders: replaced by test code that does what their comment
   says (``TESTING_PRELUDE``); the rest of those blocks runs as written;
+* testing.md's command lines run in tests/testing/test_cluster_cli_docs.py;
 * the plain ``` blocks (not python): import swaps (``from confluent_kafka import ...  #
   before``), call signatures, diagrams, the codec's exception tree;
 * README.md's and index.md's ``./dev`` lines: ``./dev test`` is this suite, ``./dev demo``
@@ -21,22 +22,11 @@ tests/test_docs_names.py. Not run, with the reason:
 """
 from __future__ import annotations
 
-import os
-import re
-import shlex
-import signal
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from kafka_client import Producer
 from kafka_client.testing import Cluster
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -158,58 +148,3 @@ def test_testing_guide(run_doc):
         assert retried, "the injected NOT_LEADER_OR_FOLLOWER is in the request log"
     """)
 
-
-def doc_command(doc: str, start: str) -> list:
-    """The command line of ``doc`` that starts with ``start`` (in an indented block, or in
-    backticks), continuation lines joined, as an argument list."""
-    text = (ROOT / doc).read_text(encoding="utf-8").replace("\\\n", " ")
-    found = re.search(r"(?m)^ {4}(" + re.escape(start) + r"[^\n]*)", text) or re.search(
-        r"`(" + re.escape(start) + r"[^`]*)`", text)
-    assert found, f"{doc} has no command line starting {start!r}"
-    return shlex.split(found.group(1))
-
-
-def test_testing_guide_command_lines(tmp_path):
-    """testing.md's ``python -m kafka_client.testing ...`` starts the cluster it describes
-    (the control port left to the system: 19000 may be taken), ``Cluster.attach`` drives
-    it, and ``python -m kafka_client.tools dump-log FILE --records`` prints its segment."""
-    args = doc_command("docs/testing.md", "python -m kafka_client.testing")
-    assert args[:3] == ["python", "-m", "kafka_client.testing"]
-    args[args.index("--control-port") + 1] = "0"
-    data_dir = str(tmp_path / "data")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.Popen([sys.executable] + args[1:] + ["--data-dir", data_dir],
-                            stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    try:
-        printed = {}
-        while len(printed) < 2:
-            line = proc.stdout.readline()
-            assert line, "the cluster exited"
-            name, _, value = line.strip().partition("=")
-            printed[name] = value
-        attached = Cluster.attach(printed["control"])
-        try:
-            topic = attached.describe_topic("orders")
-            assert len(topic.partitions) == 6
-            assert all(len(p.replicas) == 3 for p in topic.partitions)
-            assert topic.config["min.insync.replicas"] == 2
-            with Producer({"bootstrap.servers": printed["bootstrap.servers"]}) as producer:
-                producer.produce("orders", b"dumped", partition=0)
-            attached.wait_in_sync("orders")
-            segment = attached.segment_files("orders", 0, attached.leader("orders", 0))[0]
-        finally:
-            attached.stop()   # detaches only
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    args = doc_command("docs/testing.md", "python -m kafka_client.tools dump-log")
-    assert args[:5] == ["python", "-m", "kafka_client.tools", "dump-log", "FILE"]
-    dump = subprocess.run([sys.executable, "-m", "kafka_client.tools", "dump-log", segment,
-                           "--records"], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=60)
-    assert dump.returncode == 0, dump.stderr
-    assert "dumped" in dump.stdout

@@ -14,14 +14,18 @@ from pathlib import Path
 
 import pytest
 
+import kafka_client
 from kafka_client import (AdminClient, Consumer, KafkaError, Message, Producer,
                           TopicPartition, config)
 from kafka_client.admin import OffsetSpec
 from kafka_client.aio import AIOConsumer, AIOProducer
+from kafka_client.producer import idempotence
 from kafka_client.producer.producer import DeliveredMessage
 from kafka_client.testing import Cluster
 from kafka_client.testing._config import BROKER_CONFIGS, TOPIC_CONFIGS
-from kafka_proto import hashing
+from kafka_proto import _crc, compression, hashing, logdir, messages, records
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import ApiKey, ApiVersionsRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -319,4 +323,41 @@ def test_every_link_and_anchor_resolves():
                 if anchor not in heading_anchors(linked):
                     unknown.append(f"{where}: {target}")
     assert anchored > 20
+    assert not unknown, "\n".join(unknown)
+
+
+#: Upper-case names of other projects the guides mention, with whose they are.
+OUTSIDE_CONSTANTS = {
+    "DATA_SOURCE_NOT_FOUND": "Spark's error class", "SSL_CTX": "OpenSSL's type",
+    "METH_FASTCALL": "CPython's calling convention", "RTLD_GLOBAL": "dlopen's flag",
+    "LD_PRELOAD": "the dynamic linker's variable", "PYSPARK_PYTHON": "PySpark's variable",
+    "KRB5_CONFIG": "Kerberos's variable", "KRB5_KTNAME": "Kerberos's variable",
+}
+
+
+def test_every_constant_named_exists():
+    """Every upper-case name in backticks (an error code such as `_INVALID_ARG` or
+    `NOT_LEADER_OR_FOLLOWER`, a constant such as `OFFSET_BEGINNING` or `LOG_SUFFIX`) is
+    one of the client's or the codec's (error codes, API keys, module constants, enum
+    members, message class attributes); else, as an environment variable or a label, it is
+    in the project's own source; else it is another project's, listed above."""
+    known = set(dir(KafkaError)) | set(ErrorCode.__members__) | set(ApiKey.__members__)
+    for namespace in (kafka_client, idempotence, _crc, compression, logdir, records,
+                      messages, ApiVersionsRequest, records.Compression,
+                      records.TimestampType, records.ControlRecordType,
+                      compression.CompressionCodec):
+        known |= set(dir(namespace))
+    own_source = "\n".join(
+        p.read_text(encoding="utf-8", errors="replace")
+        for folder in ("kafka_client", "kafka_proto", "tools", "tests", "benchmarks")
+        for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".pyx", ".pxd", ".h"))
+    unknown = []
+    for doc in DOCS:
+        for line, text in backticked(doc):
+            for name in re.findall(r"(?<![\w.])(_?[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|_[A-Z]+)"
+                                   r"(?![\w(])", text):
+                if (name in known or name in OUTSIDE_CONSTANTS
+                        or re.search(rf"\b{name}\b", own_source)):
+                    continue
+                unknown.append(f"{doc.relative_to(ROOT)}:{line}: {name}")
     assert not unknown, "\n".join(unknown)

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 
 import kafka_client
-from kafka_client import (AdminClient, Consumer, KafkaError, Message, Producer,
-                          TopicPartition, config)
+from kafka_client import (AdminClient, Consumer, DeserializingConsumer, KafkaError, Message,
+                          Producer, SerializingProducer, TopicPartition, config)
 from kafka_client.admin import OffsetSpec
 from kafka_client.aio import AIOConsumer, AIOProducer
 from kafka_client.producer import idempotence
 from kafka_client.producer.producer import DeliveredMessage
+from kafka_client.serialization import (DeserializerBuilder, SerializerBuilder,
+                                        StringDeserializer, StringSerializer)
 from kafka_client.testing import Cluster
 from kafka_client.testing._config import BROKER_CONFIGS, TOPIC_CONFIGS
 from kafka_proto import _crc, compression, hashing, logdir, messages, records
@@ -43,6 +45,10 @@ OTHER_NAMES = {
     "value.serializer": "a serializing producer's own property (serializing_producer.py)",
     "key.deserializer": "a deserializing consumer's own property",
     "value.deserializer": "a deserializing consumer's own property",
+    "key.serializer.builder": "a serializing producer's own property",
+    "value.serializer.builder": "a serializing producer's own property",
+    "key.deserializer.builder": "a deserializing consumer's own property",
+    "value.deserializer.builder": "a deserializing consumer's own property",
     "broker.rack": "Kafka's broker property, which the test cluster takes as racks=",
     "node.id": "the attribute of the per-broker KIP-714 metrics",
     "kafka.fetch.wait.max.msec": "spark.md's example of a misspelt option it refuses",
@@ -100,10 +106,27 @@ def test_every_property_named_exists(librdkafka_metric_names):
     assert not unknown, "\n".join(unknown)
 
 
+class _Builder(SerializerBuilder, DeserializerBuilder):
+    """Builds ``serde`` and leaves the configuration as it is."""
+
+    def __init__(self, serde):
+        self.serde = serde
+
+    def build(self, conf, is_key):
+        return self.serde, conf
+
+
 def test_the_other_names_are_what_they_are_said_to_be():
-    for name in ("key.serializer", "value.serializer", "key.deserializer",
-                 "value.deserializer"):
-        assert f'"{name}"' in PACKAGE_SOURCE
+    """The serializing clients take the serde properties (a dead address: nothing is
+    sent); the test cluster has a log path; spark.md's examples of refused names are."""
+    producer = SerializingProducer({
+        "bootstrap.servers": "127.0.0.1:1", "key.serializer": StringSerializer(),
+        "value.serializer.builder": _Builder(StringSerializer())})
+    producer.close()
+    consumer = DeserializingConsumer({
+        "bootstrap.servers": "127.0.0.1:1", "key.deserializer": StringDeserializer(),
+        "value.deserializer.builder": _Builder(StringDeserializer())})
+    consumer.close()
     assert hasattr(Cluster, "log_path") or "self.log_path" in PACKAGE_SOURCE
     for refused in ("fetch.wait.max.msec", "sasl.jaas.config"):
         with pytest.raises(Exception):
@@ -271,9 +294,11 @@ OTHER_CALLS = {
     "set_ssl_cert": "librdkafka's function",
     "result": "concurrent.futures.Future.result, of the admin client's futures",
     "register": "kafka_client.spark.register",
+    "aclose": "the close of confluent-kafka's asyncio Schema Registry serdes",
 }
 API_CLASSES = (Producer, Consumer, AdminClient, Message, DeliveredMessage, KafkaError,
-               AIOProducer, AIOConsumer, TopicPartition, OffsetSpec)
+               AIOProducer, AIOConsumer, TopicPartition, OffsetSpec, SerializerBuilder,
+               DeserializerBuilder)
 
 
 def test_every_call_named_in_the_client_guides_exists():

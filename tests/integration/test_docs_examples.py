@@ -43,6 +43,7 @@ def messages_in(cluster: Cluster, topic: str) -> int:
 
 
 def local(cluster: Cluster) -> dict:
+    """The guides' broker address, replaced by the cluster's."""
     return {"localhost:9092": cluster.bootstrap_servers}
 
 

@@ -143,20 +143,23 @@ class _Expected(NamedTuple):
 
 
 class _AnswerFault:
-    """An armed :meth:`FaultProxy.fail_requests` or :meth:`FaultProxy.throttle_requests`:
-    how many more requests of ``api_key`` get ``error_code`` (None: left alone) and
-    ``throttle_ms`` (0: left alone) in their answer, and whether the request is diverted
-    first."""
+    """An armed :meth:`FaultProxy.fail_requests`, :meth:`FaultProxy.throttle_requests`
+    or :meth:`FaultProxy.rewrite_responses`: how many more requests of ``api_key`` get
+    ``error_code`` (None: left alone) and ``throttle_ms`` (0: left alone) in their
+    answer, or have their answer given to ``change`` (``remaining`` None: every one),
+    and whether the request is diverted first."""
 
-    __slots__ = ("api_key", "error_code", "throttle_ms", "remaining", "divert")
+    __slots__ = ("api_key", "error_code", "throttle_ms", "remaining", "divert", "change")
 
-    def __init__(self, api_key: int, error_code: Optional[int], count: int, divert: bool,
-                 throttle_ms: int = 0) -> None:
+    def __init__(self, api_key: int, error_code: Optional[int], count: Optional[int],
+                 divert: bool, throttle_ms: int = 0,
+                 change: Optional[Callable[[Any, int], Any]] = None) -> None:
         self.api_key = api_key
         self.error_code = error_code
         self.throttle_ms = throttle_ms
         self.remaining = count
         self.divert = divert
+        self.change = change
 
 
 class _RequestScanner:
@@ -324,8 +327,9 @@ class FaultProxy:
     ``cuts``, ``resets``, ``drops`` (connections closed by :meth:`cut`, :meth:`reset`,
     :meth:`drop_after`), ``upstream_failures`` (the target refused the proxy),
     ``rewritten`` (responses whose broker addresses were rewritten), ``injected``
-    (answers given an error by :meth:`fail_requests` or a throttle time by
-    :meth:`throttle_requests`), ``diverted`` (requests it diverted).
+    (answers given an error by :meth:`fail_requests`, a throttle time by
+    :meth:`throttle_requests` or changed by :meth:`rewrite_responses`), ``diverted``
+    (requests it diverted).
 
     ``rewrite_addresses=True`` makes the broker's metadata point at the proxy (see the
     module docstring), so clients that follow metadata stay behind it.
@@ -341,6 +345,7 @@ class FaultProxy:
         self.follow_frames = follow_frames or rewrite_addresses
         self.rewritten = 0
         self.injected = 0
+        self.rewrite_errors: List[BaseException] = []
         self.diverted = 0
         self._faults: List[_AnswerFault] = []
         self.name = name
@@ -439,10 +444,37 @@ class FaultProxy:
         fault = _AnswerFault(int(api_key), None, int(count), False, int(throttle_ms))
         self._call(lambda: self._faults.append(fault))
 
+    def rewrite_responses(self, api_key: int, change: Callable[[Any, int], Any],
+                          count: Optional[int] = 1) -> None:
+        """Give the broker's answers to the next ``count`` requests of ``api_key`` (None:
+        every one until :meth:`clear_faults`) to ``change(response, api_version)``, on
+        the proxy thread: the answer decoded with :mod:`kafka_proto.messages`, which
+        ``change`` alters in place (or replaces, by returning another response), then
+        encoded again for the client. So a test can send a well-framed answer with any
+        field values: a leader not among the brokers, a partition nobody asked for, a
+        negative high watermark. The broker acts on the requests as usual. What
+        ``change`` raises is kept in :attr:`rewrite_errors` and the answer passes as it
+        came. Needs ``follow_frames=True``; armed faults fire in order."""
+        if not self.follow_frames:
+            raise RuntimeError("rewrite_responses needs FaultProxy(..., follow_frames=True)")
+        if count is not None and count < 1:
+            raise ValueError("count must be >= 1 or None")
+        if not callable(change):
+            raise TypeError("change must be callable")
+        fault = _AnswerFault(int(api_key), None, count, False, change=change)
+        self._call(lambda: self._faults.append(fault))
+
+    def clear_faults(self) -> None:
+        """Forget every armed :meth:`fail_requests`, :meth:`throttle_requests` and
+        :meth:`rewrite_responses` fault (answers to requests already sent are still
+        changed)."""
+        self._call(self._faults.clear)
+
     @property
     def faults_pending(self) -> bool:
-        """True while a :meth:`fail_requests` fault has requests left to answer."""
-        return any(f.remaining for f in list(self._faults))
+        """True while an armed fault has requests left to answer."""
+        return any(f.remaining is None or f.remaining
+                   for f in list(self._faults))
 
     def delay(self, seconds: float, direction: Optional[str] = None) -> None:
         """Hold every chunk read from now on for ``seconds`` before passing it on
@@ -800,7 +832,11 @@ class FaultProxy:
     def _take_fault(self, api_key: int) -> Optional[_AnswerFault]:
         """Proxy thread: the armed fault the next ``api_key`` request uses up, if any."""
         for fault in self._faults:
-            if fault.api_key == api_key and fault.remaining > 0:
+            if fault.api_key != api_key:
+                continue
+            if fault.remaining is None:
+                return fault
+            if fault.remaining > 0:
                 fault.remaining -= 1
                 if not fault.remaining:
                     self._faults.remove(fault)
@@ -842,6 +878,16 @@ class FaultProxy:
             _set_error_codes(response, version, expected.fault.error_code)
         if expected.fault.throttle_ms:
             response.throttle_time_ms = expected.fault.throttle_ms
+        if expected.fault.change is not None:
+            if self.rewrite_addresses and api_key in _ADDRESS_APIS:
+                self._fix_addresses(response, api_key, version)   # then the test's change
+            try:
+                changed = expected.fault.change(response, version)
+            except Exception as exc:  # the test reads it; the answer passes unchanged
+                self.rewrite_errors.append(exc)
+                return frame
+            if changed is not None:
+                response = changed
         self.injected += 1
         new_body = response.encode(version)
         header = frame[4:header_end]
@@ -853,6 +899,16 @@ class FaultProxy:
         _cid, body = decode_response_header(memoryview(frame)[4:], api_key, api_version)
         header_end = len(frame) - len(body)
         response = response_class(api_key).decode(body, api_version)
+        if not self._fix_addresses(response, api_key, api_version):
+            return frame
+        self.rewritten += 1
+        new_body = response.encode(api_version)
+        header = frame[4:header_end]
+        return _INT32.pack(len(header) + len(new_body)) + header + new_body
+
+    def _fix_addresses(self, response: Any, api_key: int, api_version: int) -> int:
+        """Point the broker entries of a decoded Metadata / FindCoordinator /
+        DescribeCluster response with the target's port at the proxy; how many."""
         target_port = self.target[1]
         changed = 0
 
@@ -872,12 +928,7 @@ class FaultProxy:
         else:
             for entry in response.brokers:
                 fix(entry)
-        if not changed:
-            return frame
-        self.rewritten += 1
-        new_body = response.encode(api_version)
-        header = frame[4:header_end]
-        return _INT32.pack(len(header) + len(new_body)) + header + new_body
+        return changed
 
     def _close_conn(self, conn: _Conn, rst: bool) -> None:
         if conn.closed:

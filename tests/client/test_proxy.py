@@ -684,3 +684,89 @@ def test_fail_requests_against_a_broker(broker, topic_name):
     finally:
         direct.close()
     assert [r.value for b in res.batches for r in b] == [b"appended"]
+
+
+# -- answers changed field by field (rewrite_responses) ----------------------------------------
+
+@pytest.mark.parametrize("version", [1, 12])
+@pytest.mark.parametrize("step", [1, 1000])
+def test_rewrite_responses_changes_decoded_fields_after_the_addresses(version, step):
+    """The armed Metadata answer reaches ``change`` decoded, its broker addresses already
+    pointing at the proxy; what ``change`` sets is what the client reads. Only ``count``
+    answers are changed; one whose ``change`` raises passes as it came, the error kept."""
+    from kafka_client._testing.proxy import _RequestScanner, _ResponseRewriter
+    from kafka_proto.framing import decode_response_header
+    from kafka_proto.messages import ApiKey, MetadataResponse
+
+    seen = []
+
+    def change(response, api_version):
+        seen.append((api_version, [b.port for b in response.brokers]))
+        response.brokers[0].node_id = -7
+        if len(seen) == 2:
+            raise ValueError("the test's own bug")
+
+    with FaultProxy("127.0.0.1", 9092, rewrite_addresses=True) as p:
+        p.rewrite_responses(ApiKey.METADATA, change, count=2)
+        pending = {}
+        scanner = _RequestScanner(pending, True, p._take_fault, lambda frame: frame)
+        rewriter = _ResponseRewriter(pending, p._rewrite_response)
+        up = b"".join(_request_frame(3, version, cid) for cid in (1, 2, 3))
+        assert b"".join(scanner.feed(up[i:i + step]) for i in range(0, len(up), step)) == up
+        assert not p.faults_pending
+        down = b"".join(_metadata_response_frame(cid, version, 9092) for cid in (1, 2, 3))
+        out = b"".join(rewriter.feed(down[i:i + step]) for i in range(0, len(down), step))
+        answers = []
+        while out:
+            (size,) = struct.unpack_from(">i", out)
+            _cid, body = decode_response_header(out[4:4 + size], 3, version)
+            answers.append([(b.node_id, b.port) for b in
+                            MetadataResponse.decode(body, version).brokers])
+            out = out[4 + size:]
+        assert seen == [(version, [p.port, 1])] * 2
+        assert answers == [[(-7, p.port), (2, 1)],          # changed
+                           [(1, 9092), (2, 1)],             # change raised: as it came
+                           [(1, p.port), (2, 1)]]           # not armed: addresses only
+        assert [str(e) for e in p.rewrite_errors] == ["the test's own bug"]
+        assert p.injected == 1
+
+
+def test_rewrite_responses_every_answer_until_cleared_and_arguments():
+    from kafka_proto.messages import ApiKey
+
+    with FaultProxy("127.0.0.1", 9092) as p:
+        with pytest.raises(RuntimeError, match="follow_frames"):
+            p.rewrite_responses(ApiKey.FETCH, lambda r, v: None)
+    with FaultProxy("127.0.0.1", 9092, follow_frames=True) as p:
+        with pytest.raises(ValueError):
+            p.rewrite_responses(ApiKey.FETCH, lambda r, v: None, count=0)
+        with pytest.raises(TypeError):
+            p.rewrite_responses(ApiKey.FETCH, None)
+        p.rewrite_responses(ApiKey.FETCH, lambda r, v: None, count=None)
+        for _ in range(3):
+            assert p._take_fault(ApiKey.FETCH) is not None
+        assert p.faults_pending
+        p.clear_faults()
+        assert not p.faults_pending and p._take_fault(ApiKey.FETCH) is None
+
+
+def test_rewrite_responses_against_a_broker(broker, topic_name):
+    """Through the proxy to Tansu / noida-db: the ListOffsets answer the client reads
+    carries the value ``change`` set, the next one the broker's own."""
+    from kafka_client._testing.blocking import BlockingConnection
+    from kafka_proto.messages import ApiKey, ListOffsetsRequest
+
+    broker.create_topic(topic_name, partitions=1)
+
+    def set_offset(response, version):
+        response.topics[0].partitions[0].offset = -5
+
+    request = ListOffsetsRequest(replica_id=-1, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic_name, partitions=[
+            ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)])])
+    with FaultProxy("127.0.0.1", broker.port, follow_frames=True) as p:
+        with BlockingConnection("127.0.0.1", p.port, timeout=10) as conn:
+            p.rewrite_responses(ApiKey.LIST_OFFSETS, set_offset)
+            assert conn.request(request).topics[0].partitions[0].offset == -5
+            assert conn.request(request).topics[0].partitions[0].offset == 0
+    assert p.injected == 1 and not p.rewrite_errors

@@ -253,6 +253,10 @@ class BrokerConnection:
         self.next_attempt = 0.0
         #: monotonic time of the last failure (connection lost or refused)
         self.failed_at = 0.0
+        #: the next attempt was let through early by named_up; the last one so let
+        #: through failed (no more early ones until an attempt after the backoff)
+        self._named_attempt = False
+        self._named_attempt_failed = False
         self.last_error: Optional[KafkaError] = None
         self.connect_count = 0
         self.last_activity = 0.0
@@ -366,10 +370,14 @@ class BrokerConnection:
         """A lookup answered at ``answered_at`` (FindCoordinator, Metadata) names this
         broker: if the connection is waiting out a reconnect backoff after a failure from
         before that answer (the broker was down, and is back), it may connect at once
-        rather than when the backoff, up to reconnect.backoff.max.ms, ends. One attempt:
-        refused again, the backoff goes on growing."""
-        if self.state == DISCONNECTED and self.failed_at < answered_at < self.next_attempt:
+        rather than when the backoff, up to reconnect.backoff.max.ms, ends. One attempt
+        per backoff step: refused again, the backoff goes on growing and the next answers
+        wait for it (answers come every 100 ms while a leader is unreachable: a broker
+        listed but never reachable was tried ten times a second)."""
+        if (self.state == DISCONNECTED and not self._named_attempt_failed
+                and self.failed_at < answered_at < self.next_attempt):
             self.next_attempt = answered_at
+            self._named_attempt = True
 
     def connect(self, now: Optional[float] = None) -> bool:
         """Start connecting (from DISCONNECTED, after the backoff). False if not started."""
@@ -585,6 +593,7 @@ class BrokerConnection:
         self.state_since = time.monotonic()
         self._answers_at_ready = self.rtt_count
         self.backoff.reset()
+        self._named_attempt = self._named_attempt_failed = False
         self._addresses = []
         self.last_error = None
         self.log.debug("connected to %s:%s (node %s)", self.host, self.port, self.node_id)
@@ -1179,6 +1188,8 @@ class BrokerConnection:
             self.last_error = error
             self.failed_at = now
             self.next_attempt = now + self.backoff.next_delay()
+            self._named_attempt_failed = self._named_attempt
+            self._named_attempt = False
             if was == READY and error.code() != KafkaError._DESTROY and \
                     self.settings.log_close:
                 self.log.info("connection to %s:%s lost: %s", self.host, self.port,

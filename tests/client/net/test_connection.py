@@ -177,6 +177,42 @@ def test_refused_connection_fails_requests_and_backs_off(io):
     assert [e.code() for e in results] == [KafkaError._DESTROY]
 
 
+def test_a_broker_named_again_and_again_but_unreachable_keeps_a_growing_backoff(io):
+    """A broker the Metadata answers keep listing but the client cannot reach (a wrong
+    advertised listener; a hostile answer naming the broker on a dead port): each answer
+    may shorten the reconnect backoff once, not every time. Metadata is asked every 100 ms
+    while a leader is unreachable, and each answer used to start an attempt at once: 10
+    connection attempts and 10 _TRANSPORT errors a second for as long as it lasted
+    (librdkafka: its backoff, 5 attempts in 8 s)."""
+    port = _closed_port()
+    settings = ConnectionSettings(reconnect_backoff_ms=400, reconnect_backoff_max_ms=10000)
+    started = []
+
+    def go():
+        conn = BrokerConnection(io, 1, "127.0.0.1", port, settings,
+                                on_state=lambda c, st, err: started.append(time.monotonic())
+                                if st == DISCONNECTED else None)
+        conn.connect()
+
+        def answer():   # what Cluster.ensure_connected does on each Metadata answer
+            if conn.state == DISCONNECTED:
+                conn.named_up(time.monotonic())
+                conn.connect()
+            timers.append(io.call_later(0.05, answer))
+        timers = [io.call_later(0.05, answer)]
+        return conn, timers
+
+    conn, timers = on_io(io, go)
+    time.sleep(3.0)
+    on_io(io, lambda: [t.cancel() for t in timers])
+    attempts = conn.connect_count
+    on_io(io, lambda: conn.close(KafkaError(KafkaError._DESTROY), fail_queued=True))
+    # the backoff's own attempts (0, ~0.4, ~1.2, ~2.8 s) and at most one shortcut after each
+    assert 3 <= attempts <= 8, attempts
+    # the first answer after the first failure still connects at once (a broker back up)
+    assert started[1] - started[0] < 0.2
+
+
 def test_a_request_sent_fail_unreachable_fails_with_the_first_failed_attempt(io):
     """A request that belongs to whoever leads a partition now (ListOffsets) fails when
     the connection attempt fails, so that the caller asks the current leader; the others

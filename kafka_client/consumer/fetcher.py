@@ -121,7 +121,8 @@ class PartitionState:
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
                  "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating",
                  "read_replica", "read_replica_until", "held", "rx_msgs", "rx_bytes",
-                 "assigned_offset", "topic_id", "old_topic_id", "last_error_logged")
+                 "assigned_offset", "topic_id", "old_topic_id", "last_error_logged",
+                 "stale_answers")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -178,6 +179,8 @@ class PartitionState:
         self.topic_id: Any = None
         self.old_topic_id: Any = None
         self.last_error_logged: Optional[int] = None   # (io) a repeated error said once
+        #: (io) answers in a row whose records all ended before the position
+        self.stale_answers = 0
 
     def seek(self, offset: int, epoch: int = -1) -> None:
         """Set the next offset (absolute, or logical to be resolved), with the leader
@@ -1040,11 +1043,13 @@ class Fetcher:
         new_pos = pos
         batches: List[Any] = []
         count = 0
+        before = 0
         if data is not None and len(data):
             try:
                 for batch in read_batches(data, self.check_crcs,
                                           decompressed_floor=self.decompressed_floor):
                     if batch.last_offset < new_pos:
+                        before += 1
                         continue  # before the position (a compacted or legacy wrapper)
                     batches.append(batch)
                     count += batch.records_count
@@ -1059,6 +1064,20 @@ class Fetcher:
                     KafkaError._BAD_MSG, f"{part.topic} [{part.partition}] at offset "
                     f"{new_pos}: {exc}"), new_pos)
                 return
+            if not batches and before:
+                # Only batches that end before the position: a broker answers from the
+                # batch holding the offset asked for, so this one replays old data.
+                # Asking again at once would spin (librdkafka does): back off.
+                part.backoff_until = now + self.error_backoff
+                part.stale_answers += 1
+                if part.stale_answers == 1:
+                    self.log.warning("%s [%d]: broker %d answered a Fetch at offset %d "
+                                     "with only records before it; fetching again every "
+                                     "%g s", part.topic, part.partition, node, pos,
+                                     self.error_backoff)
+                return
+            if batches:
+                part.stale_answers = 0
             if not batches and part.max_bytes < max(self.max_bytes, self.message_max_bytes):
                 # Only part of one batch came back (larger than partition_max_bytes on a
                 # broker that does not return oversized first batches): ask for more.

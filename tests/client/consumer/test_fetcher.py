@@ -879,3 +879,40 @@ def test_a_lookup_answered_after_its_partition_was_paused_lets_it_be_looked_up_a
     assert not part.resolving and part.fetch_pos == -1    # stale: not applied
     fetcher.tick(time.monotonic())
     assert len(asked) == 2                          # asked again for the new version
+
+
+def test_an_answer_with_only_records_before_the_position_backs_off():
+    """A broker answering a partition's Fetch with batches that all end before the
+    position asked for (a hostile or broken broker replaying old data): nothing is
+    delivered twice, and the partition is fetched again after fetch.error.backoff.ms,
+    with one warning (it was fetched again at once: 13,000 Fetch requests in 10 s
+    through the fault proxy; librdkafka spins as well, reporting MSG_SIZE_TOO_LARGE)."""
+    import logging
+
+    delivered = []
+    fetcher, p0, p1, sent = in_session(delivered, **{"fetch.error.backoff.ms": 500})
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    sent[-1][1](_session_answer(0, [(0, 10, _records(0, 5)), (1, 10, _records(0, 5))]), None)
+    assert (p0.fetch_pos, p1.fetch_pos) == (5, 5) and len(delivered) == 2
+    records = logging.getLogger("kafka_client")
+    seen = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    records.addHandler(handler)
+    try:
+        for _ in range(3):   # the same old batches each time, for partition 0 only
+            fetcher.kick()
+            now = time.monotonic()
+            fetcher.tick(now)
+            req, answer = sent[-1]
+            answer(_session_answer(0, [(0, 10, _records(0, 5)),
+                                       (1, 10, _records(p1.fetch_pos, 1))]), None)
+    finally:
+        records.removeHandler(handler)
+    assert p0.fetch_pos == 5 and p0.backoff_until >= now + 0.4
+    # partition 0 sat out the Fetches after the first replay; partition 1 went on
+    assert _named(sent[-1][0]) == [("t", 1, 7)] and p1.fetch_pos == 8
+    assert [c.part.partition for c in delivered[2:]] == [1, 1, 1]
+    warnings = [r for r in seen if r.levelno == logging.WARNING and "before" in r.getMessage()]
+    assert len(warnings) == 1

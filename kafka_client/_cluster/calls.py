@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from kafka_client._cluster.cluster import CONNECT_POLL_S
+from kafka_client._cluster.metadata import coordinator_answer
 from kafka_client._net.connection import DISCONNECTED, READY, BrokerConnection
 from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_proto.errors import ErrorCode
@@ -411,14 +412,7 @@ class CallRunner:
             return FindCoordinatorRequest(key=target.key, key_type=target.key_type)
 
         def on_response(resp: Any, conn: BrokerConnection) -> Optional[KafkaError]:
-            if getattr(resp, "coordinators", None):
-                c = resp.coordinators[0]
-                code, msg, node, host, port = (c.error_code, c.error_message, c.node_id,
-                                               c.host, c.port)
-            else:
-                code, msg, node, host, port = (resp.error_code,
-                                               getattr(resp, "error_message", None),
-                                               resp.node_id, resp.host, resp.port)
+            code, msg, node, host, port = coordinator_answer(resp, target.key)
             if code:
                 error = broker_error(code, msg, f"FindCoordinator for {target!r}")
                 if error.retriable():

@@ -25,6 +25,7 @@ from kafka_client.errors import KafkaError, broker_code
 from kafka_proto.errors import ErrorCode
 
 __all__ = [
+    "coordinator_answer",
     "MetadataCache",
     "TopicInfo",
     "ClusterMetadata",
@@ -44,6 +45,31 @@ REFRESH_ERRORS = frozenset((ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEAD
 #: Re-exported for producer/sender.py, which imports it from here (until it names
 #: ErrorCode itself).
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def coordinator_answer(resp: Any, key: str) -> Tuple[int, Optional[str], int, str, int]:
+    """``(error code, error message, node id, host, port)`` of a FindCoordinator answer
+    for ``key``: the top-level fields before v4, the entry for ``key`` from v4 on. An
+    answer that names no usable broker without saying why (no entry for ``key``, a
+    negative node id, which would mix with the bootstrap connections' ids, no host, a
+    port out of range) is COORDINATOR_NOT_AVAILABLE, looked up again after the backoff:
+    taken as it was, it became a broker of node 0 at host "" (connection attempts
+    failing with _RESOLVE for as long as the group or call lasted)."""
+    entries = getattr(resp, "coordinators", None)
+    if entries:
+        entry = next((c for c in entries if c.key == key), None)
+        if entry is None:
+            return (ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"FindCoordinator answer has no entry for {key!r}", -1, "", -1)
+    else:
+        entry = resp   # before v4 (an empty list at v4+ leaves these fields blank)
+    code, node, host, port = entry.error_code, entry.node_id, entry.host, entry.port
+    message = getattr(entry, "error_message", None)
+    if not code and (node < 0 or not host or not 0 < port < 65536):
+        return (ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"FindCoordinator answer names no usable broker for {key!r} (node {node} "
+                f"at {host!r}:{port})", -1, "", -1)
+    return code, message, node, host, port
 
 
 class TopicInfo:

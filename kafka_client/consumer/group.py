@@ -34,6 +34,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
+from kafka_client._cluster.metadata import coordinator_answer
 from kafka_client._cluster.telemetry import Sample, interval_samples
 from kafka_client._interval import IntervalStat
 from kafka_client.consumer.assignors import (
@@ -704,14 +705,10 @@ class GroupCoordinator:
     def _on_find_coordinator(self, resp: Any, err: Optional[KafkaError]) -> None:
         self._finding = False
         if err is None:
-            if getattr(resp, "coordinators", None):
-                c = resp.coordinators[0]
-                code, node, host, port = c.error_code, c.node_id, c.host, c.port
-            else:
-                code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+            code, message, node, host, port = coordinator_answer(resp, self.group_id)
             code = broker_code(code)
             if code:
-                err = client_error(code, f"FindCoordinator({self.group_id})")
+                err = client_error(code, message or f"FindCoordinator({self.group_id})")
         if err is not None:
             self.log.debug("coordinator lookup failed: %s", err.str())
             self._find_after = self._next_coord_query = time.monotonic() + self.retry_backoff

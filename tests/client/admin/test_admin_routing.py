@@ -328,6 +328,45 @@ def test_the_coordinator_lookup_is_shared_and_cached(admins):
         assert keys == ["g1", "g2"]
 
 
+def test_a_find_coordinator_answer_naming_no_usable_broker_is_asked_again(admins):
+    """FindCoordinator answers without an error that name nobody usable: no entry (or
+    none for the key asked), node -1, no host, port -1. Each is taken as "not available"
+    and asked again after the backoff; the call goes to the broker named next. Taken as
+    they came, an empty list became node 0 at host "" (the call failed to resolve it until
+    its timeout) and node -1 the bootstrap connection's id; librdkafka asks again too."""
+    from kafka_proto.messages import FindCoordinatorResponse as R
+
+    with FakeCluster(nodes=(1, 2)) as cluster:
+        cluster.coordinator = 2
+        hostile = iter([
+            lambda req: [],
+            lambda req: [R.Coordinator(key="another-group", node_id=2, host="127.0.0.1",
+                                       port=cluster.ports[2], error_code=0)],
+            lambda req: [R.Coordinator(key=k, node_id=-1, host="127.0.0.1",
+                                       port=cluster.ports[1], error_code=0)
+                         for k in req.coordinator_keys],
+            lambda req: [R.Coordinator(key=k, node_id=2, host="", port=cluster.ports[2],
+                                       error_code=0) for k in req.coordinator_keys],
+            lambda req: [R.Coordinator(key=k, node_id=2, host="127.0.0.1", port=-1,
+                                       error_code=0) for k in req.coordinator_keys],
+        ])
+
+        def find(node, req, version):
+            entries = next(hostile, None)
+            if entries is None:
+                return cluster.find_coordinator(node, req, version)
+            return R(coordinators=entries(req))
+
+        cluster.handle(ApiKey.FIND_COORDINATOR, find)
+        cluster.handle(ApiKey.DESCRIBE_GROUPS, lambda node, req, v: described(req.groups[0]))
+        admin = admins(cluster)
+        assert admin.describe_consumer_groups(["g"], request_timeout=10)["g"].result(10)
+        assert len(cluster.requests(ApiKey.FIND_COORDINATOR)) == 6
+        assert [n for n, _r in cluster.requests(ApiKey.DESCRIBE_GROUPS)] == [2]
+        # nothing but the real brokers was learnt from the answers
+        assert set(admin._cluster.metadata.brokers) <= {1, 2}
+
+
 def test_a_non_retriable_find_coordinator_error_fails_the_group_call(admins):
     with FakeCluster(nodes=(1,)) as cluster:
         from kafka_proto.messages import FindCoordinatorResponse

@@ -484,3 +484,30 @@ def test_a_subscribed_topic_that_is_not_there_is_reported_once():
     g.cluster.metadata.topics["t"] = missing
     g._report_topic_errors()
     assert len(errors) == 2
+
+
+def test_a_find_coordinator_answer_naming_no_usable_broker_is_looked_up_again():
+    """The group's own lookup reads FindCoordinator answers as the admin calls do
+    (``coordinator_answer``): no entry for the group, node -1, no host or a bad port
+    without an error are "not available", asked again after the backoff, with nothing
+    learnt and nothing reported to the application; the next good answer is taken."""
+    from kafka_proto.messages import FindCoordinatorResponse as R
+
+    g, errors = coordinator("range")
+    named = []
+    g.cluster.metadata = types.SimpleNamespace(
+        broker_named=lambda node, host, port, now: named.append((node, host, port)))
+    g.cluster.coordinator_connection = lambda node: None
+    g.coord_id = None
+    for entries in ([], [R.Coordinator(key="other", node_id=2, host="h", port=9092)],
+                    [R.Coordinator(key="g", node_id=-1, host="h", port=9092)],
+                    [R.Coordinator(key="g", node_id=2, host="", port=9092)],
+                    [R.Coordinator(key="g", node_id=2, host="h", port=0)]):
+        g._find_after = 0.0
+        g._on_find_coordinator(R(coordinators=entries), None)
+        assert g.coord_id is None and g._find_after > 0.0
+    assert named == [] and errors == []
+    g._on_find_coordinator(R(coordinators=[
+        R.Coordinator(key="other", node_id=3, host="x", port=1),
+        R.Coordinator(key="g", node_id=2, host="h", port=9092)]), None)
+    assert g.coord_id == 2 and named == [(2, "h", 9092)]

@@ -944,6 +944,15 @@ class GroupCoordinator:
             self.io.wake()
             return
         if err is None and code == ErrorCode.NONE:
+            offered = [a.name for a in self.assignors]
+            if resp.protocol_name not in offered:
+                # The coordinator may only choose a protocol every member offered: one
+                # we did not is a broken answer (librdkafka refuses it the same way).
+                self._join_failed(client_error(
+                    KafkaError._UNKNOWN_PROTOCOL,
+                    f"the coordinator chose protocol {resp.protocol_name!r}, which this "
+                    f"member did not offer ({', '.join(offered)})"))
+                return
             self.generation = resp.generation_id
             self.member_id = resp.member_id
             self.protocol_name = resp.protocol_name

@@ -2,6 +2,7 @@
 the answers a broker gives."""
 from __future__ import annotations
 
+import time
 import types
 
 from kafka_client.config import ClientConfig
@@ -511,3 +512,30 @@ def test_a_find_coordinator_answer_naming_no_usable_broker_is_looked_up_again():
         R.Coordinator(key="other", node_id=3, host="x", port=1),
         R.Coordinator(key="g", node_id=2, host="h", port=9092)]), None)
     assert g.coord_id == 2 and named == [(2, "h", 9092)]
+
+
+def test_a_join_answer_choosing_a_protocol_the_member_did_not_offer_is_refused():
+    """A coordinator's JoinGroup answer may only choose a protocol every member offered.
+    One naming another ("bogus") is refused as librdkafka refuses it (_UNKNOWN_PROTOCOL
+    to the application, the join tried again after a second; the Java client throws):
+    the member sends no SyncGroup and, leading, runs no assignor (it ran its first one
+    under a name the group had not chosen, and took the assignment it got)."""
+    from kafka_client.consumer.group import JOINING
+    from kafka_proto.messages import JoinGroupResponse as R
+
+    g, errors = coordinator("range,roundrobin")
+    g.cluster.coordinator_connection = lambda node: None
+    sent = []
+    g._sync = lambda assignments, token: sent.append(assignments)
+    g._lead = lambda resp, token, last_chance=False: sent.append("lead")
+    g.state, g.generation = JOINING, -1
+    before = time.monotonic()
+    g._on_join(R(error_code=0, generation_id=8, protocol_name="bogus", leader="m-1",
+                 member_id="m-1", members=[]), None, g._op_token)
+    assert sent == [] and g.state == UNJOINED and g._rejoin_after >= before + 1.0
+    assert [e.code() for e in errors] == [KafkaError._UNKNOWN_PROTOCOL]
+    assert "bogus" in errors[0].str() and "range" in errors[0].str()
+    g.state = JOINING
+    g._on_join(R(error_code=0, generation_id=9, protocol_name="roundrobin", leader="m-2",
+                 member_id="m-1", members=[]), None, g._op_token)
+    assert sent == [[]] and g.protocol_name == "roundrobin" and g.generation == 9

@@ -43,6 +43,12 @@ from kafka_proto.messages import (
 __all__ = ["ConsumerProtocolGroup", "LEAVE_EPOCH", "STATIC_LEAVE_EPOCH", "JOIN_EPOCH"]
 
 #: MemberEpoch values with a meaning of their own (KIP-848)
+#: The longest heartbeat interval taken from the coordinator: a broker allows at most
+#: group.consumer.max.heartbeat.interval.ms (15 s by default, under the 45 s least session
+#: it allows). A longer one (a broken answer: 2^31-1 ms) would let the session expire
+#: while the member goes on reading partitions the group gave to another.
+MAX_HEARTBEAT_INTERVAL_S = 15.0
+
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2      # a static member that will come back with its instance id
@@ -273,7 +279,8 @@ class ConsumerProtocolGroup(GroupCoordinator):
         if resp.member_id:
             self.member_id = resp.member_id
         if resp.heartbeat_interval_ms > 0:
-            self.heartbeat_interval = resp.heartbeat_interval_ms / 1000.0
+            self.heartbeat_interval = min(resp.heartbeat_interval_ms / 1000.0,
+                                          MAX_HEARTBEAT_INTERVAL_S)
             self._next_heartbeat = min(self._next_heartbeat, now + self.heartbeat_interval)
         if self.state == JOINING:
             self.log.debug("group %s: joined as %s, epoch %d", self.group_id,

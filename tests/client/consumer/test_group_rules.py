@@ -539,3 +539,35 @@ def test_a_join_answer_choosing_a_protocol_the_member_did_not_offer_is_refused()
     g._on_join(R(error_code=0, generation_id=9, protocol_name="roundrobin", leader="m-2",
                  member_id="m-1", members=[]), None, g._op_token)
     assert sent == [[]] and g.protocol_name == "roundrobin" and g.generation == 9
+
+
+def test_a_heartbeat_interval_past_any_session_is_capped():
+    """KIP-848: the coordinator's answers set the member's heartbeat interval. A broker's
+    own limit (group.consumer.max.heartbeat.interval.ms) is 15 s by default, under the
+    45 s least session it allows; an answer saying 2^31-1 ms (24 days) made the member
+    stop heartbeating, the broker expired it and gave its partitions to another while it
+    went on reading them (a message read twice through the fault proxy; librdkafka sent
+    85,000 heartbeats in 15 s). The interval is held to 15 s; a sane one is kept."""
+    from kafka_client.consumer.consumer_protocol import (
+        MAX_HEARTBEAT_INTERVAL_S,
+        ConsumerProtocolGroup,
+        _Sent,
+    )
+
+    cfg = ClientConfig.from_dict({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
+                                  "group.protocol": "consumer"}, role="consumer")
+    cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
+                                    on_metadata=[], on_broker_state=[])
+    g = ConsumerProtocolGroup(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None,
+                              lambda err, topic=None: None)
+    assert MAX_HEARTBEAT_INTERVAL_S == 15.0
+    for asked, kept in ((2**31 - 1, 15.0), (60_000, 15.0), (5_000, 5.0), (0, 5.0)):
+        g._next_heartbeat = float("inf")
+        before = time.monotonic()
+        g._answered(types.SimpleNamespace(member_id="m", member_epoch=3, assignment=None,
+                                          heartbeat_interval_ms=asked),
+                    _Sent(("t",), frozenset(), None))
+        assert g.heartbeat_interval == kept
+        if asked > 0:
+            assert g._next_heartbeat <= time.monotonic() + kept
+        assert before <= g._next_heartbeat or asked <= 0

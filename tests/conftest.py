@@ -137,6 +137,25 @@ def kafka_cluster(tmp_path):
 
 
 @pytest.fixture
+def proxied_cluster(tmp_path):
+    """``(cluster, proxy)``: a 1-broker ``kafka_client.testing.Cluster`` (KIP-848 group
+    heartbeats every 200 ms, sessions of 3 s) that advertises a ``FaultProxy`` with
+    ``follow_frames=True`` in front of it, so every client connection goes through the
+    proxy and ``proxy.rewrite_responses`` can change any answer."""
+    from kafka_client._testing.brokers import free_port
+    from kafka_client._testing.proxy import FaultProxy
+    from kafka_client.testing import Cluster
+
+    broker_port, proxy_port = free_port(), free_port()
+    with FaultProxy("127.0.0.1", broker_port, port=proxy_port, follow_frames=True) as proxy:
+        with Cluster(brokers=1, data_dir=str(tmp_path / "cluster"), ports=[broker_port],
+                     advertised_ports=[proxy_port],
+                     broker_config={"group.consumer.heartbeat.interval.ms": 200,
+                                    "group.consumer.session.timeout.ms": 3000}) as cluster:
+            yield cluster, proxy
+
+
+@pytest.fixture
 def metadata_failure():
     """``run(conf)``: a Producer on ``conf`` whose list_topics() must fail within 2 s;
     returns that error's text and the texts error_cb got."""

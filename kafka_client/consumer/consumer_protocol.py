@@ -292,6 +292,11 @@ class ConsumerProtocolGroup(GroupCoordinator):
         if resp.assignment is not None:
             self._target = [(tp.topic_id, list(tp.partitions))
                             for tp in resp.assignment.topic_partitions]
+            for tid, parts in self._target:
+                if any(p < 0 for p in parts):
+                    self.log.warning("group %s: the coordinator assigned partitions %s of "
+                                     "topic %s: negative ones ignored", self.group_id, parts,
+                                     tid)
             if self._rebalance_started is None:
                 self._rebalance_started = now
             self._reconcile()
@@ -345,21 +350,30 @@ class ConsumerProtocolGroup(GroupCoordinator):
         topics = self.cluster.metadata.topics
         names = {tid: name for name, tid in self._topic_ids().items()}
         target: Set[Key] = set()
+        unresolved = False
         for tid, parts in self._target:
             name = names.get(tid)
             known = topics[name].partition_count if name is not None else 0
             if name is None or any(p >= known for p in parts):
-                # A new topic or new partitions: the metadata will show them.
+                # A new topic or new partitions: the metadata will show them. The rest
+                # is taken now (as the Java client and librdkafka do); this waits, and
+                # the metadata is asked again at a fast refresh's pace (asked at once,
+                # each answer asked again: thousands of requests a second for a topic
+                # id no metadata names).
                 self.log.debug("group %s: assigned %s %s beyond the metadata yet",
                                self.group_id, name or tid, parts)
-                self.cluster.metadata.request(None)
+                unresolved = True
+                if name is None:
+                    continue
+            target.update((name, p) for p in parts if 0 <= p < known)
+        if unresolved:
+            self.cluster.metadata.request(None, fast=True)
+            # Kept as the newest assignment, reconciled again when the metadata answers.
+            if target == self.owned:
                 return
-            if any(p < 0 for p in parts):
-                self.log.warning("group %s: the coordinator assigned partitions %s of %s: "
-                                 "negative ones ignored", self.group_id, parts, name)
-            target.update((name, p) for p in parts if p >= 0)
-        self._target = None
-        self.rebalanced(time.monotonic())
+        else:
+            self._target = None
+            self.rebalanced(time.monotonic())
         revoked = sorted(self.owned - target)
         added = sorted(target - self.owned)
         if revoked or added:

@@ -1,0 +1,71 @@
+"""Well-framed broker answers with inconsistent contents, sent through the fault proxy
+(``FaultProxy.rewrite_responses``) in front of the test cluster: the client neither
+spins, hangs, nor loses or repeats messages."""
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from kafka_client import Consumer, Producer
+from kafka_proto.messages import ApiKey
+
+pytestmark = pytest.mark.integration
+
+
+def fill(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, str(i).encode())
+    assert producer.flush(20) == 0
+    producer.close()
+
+
+def read(consumer: Consumer, count: int, seconds: float) -> Counter:
+    seen: Counter = Counter()
+    deadline = time.monotonic() + seconds
+    while len(seen) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and not msg.error():
+            seen[msg.value()] += 1
+    return seen
+
+
+def test_a_kip848_assignment_naming_a_topic_id_nobody_knows(proxied_cluster, topic_name):
+    """Every ConsumerGroupHeartbeat answer also assigns two partitions of a topic id that
+    no metadata names (a topic deleted meanwhile; a broken coordinator). The partitions
+    that can be resolved are taken and read at once, the metadata is asked again at the
+    pace of a fast refresh; the member used to wait for the whole assignment, asking for
+    the metadata again on every answer: 8,900 Metadata requests in 10 s and nothing read
+    (librdkafka reads the known partitions)."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=3)
+    fill(proxy.bootstrap, topic_name, 30)
+
+    def add_unknown_topic(response, version):
+        assignment = response.assignment
+        if assignment is not None and assignment.topic_partitions:
+            stranger = copy.copy(assignment.topic_partitions[0])
+            stranger.topic_id, stranger.partitions = uuid.uuid4(), [0, 1]
+            assignment.topic_partitions = assignment.topic_partitions + [stranger]
+
+    proxy.rewrite_responses(ApiKey.CONSUMER_GROUP_HEARTBEAT, add_unknown_topic, count=None)
+    since = cluster.clear_request_log()
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic_name])
+        started = time.monotonic()
+        seen = read(consumer, 30, 15)
+        assert len(seen) == 30 and max(seen.values()) == 1
+        assert sorted(tp.partition for tp in consumer.assignment()) == [0, 1, 2]
+        read(consumer, 1, 2)            # two seconds more of heartbeats
+        elapsed = time.monotonic() - started
+    finally:
+        consumer.close()
+    metadata = len(cluster.request_log(since=since, api="Metadata"))
+    assert metadata <= 12 * elapsed + 5, (metadata, elapsed)
+    assert proxy.injected > 0 and not proxy.rewrite_errors

@@ -268,6 +268,13 @@ class ConsumerProtocolGroup(GroupCoordinator):
             code = broker_code(resp.error_code)
             reason = KafkaError(code).str() + (f": {resp.error_message}"
                                                if resp.error_message else "")
+            if code == ErrorCode.NONE and resp.member_epoch < 1:
+                # A member's epoch is 1 or more: sent back, this one would make the
+                # broker refuse the next heartbeat (INVALID_REQUEST, which ends the
+                # membership). Keep ours and ask again after the backoff.
+                code = KafkaError._BAD_MSG
+                reason = (f"answered without an error but with member epoch "
+                          f"{resp.member_epoch}: ignored")
         if code == ErrorCode.NONE:
             self._answered(resp, sent)
         else:

@@ -571,3 +571,36 @@ def test_a_heartbeat_interval_past_any_session_is_capped():
         if asked > 0:
             assert g._next_heartbeat <= time.monotonic() + kept
         assert before <= g._next_heartbeat or asked <= 0
+
+
+def test_a_kip848_answer_with_a_negative_member_epoch_is_not_taken():
+    """A ConsumerGroupHeartbeat answer without an error gives the member's epoch, 1 or
+    more. One saying -5 was taken: the next heartbeat carried -5, the broker answered
+    INVALID_REQUEST and the member stopped for good (librdkafka ignores the value). It is
+    refused now (_BAD_MSG to the application): the member keeps its epoch and heartbeats
+    again after the backoff; the next good answer is taken."""
+    from kafka_client.consumer.consumer_protocol import ConsumerProtocolGroup, _Sent
+
+    cfg = ClientConfig.from_dict({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
+                                  "group.protocol": "consumer"}, role="consumer")
+    cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
+                                    on_metadata=[], on_broker_state=[])
+    errors = []
+    g = ConsumerProtocolGroup(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None,
+                              lambda err, topic=None: errors.append(err))
+    g.patterns = ["t"]
+    g.state, g.generation = STABLE, 3
+    sent = _Sent(("t",), frozenset(), None)
+
+    def answer(epoch):
+        return types.SimpleNamespace(error_code=0, error_message=None, member_id="m",
+                                     member_epoch=epoch, heartbeat_interval_ms=200,
+                                     assignment=None)
+
+    before = time.monotonic()
+    g._on_heartbeat_answer(answer(-5), None, g._op_token, sent)
+    assert (g.state, g.generation, g.patterns) == (STABLE, 3, ["t"])
+    assert [e.code() for e in errors] == [KafkaError._BAD_MSG] and "-5" in errors[0].str()
+    assert g._next_heartbeat >= before + g.retry_backoff - 0.01
+    g._on_heartbeat_answer(answer(4), None, g._op_token, sent)
+    assert (g.state, g.generation) == (STABLE, 4) and len(errors) == 1

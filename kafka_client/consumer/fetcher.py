@@ -615,7 +615,11 @@ class Fetcher:
                     if err is not None or off < 0:
                         part.backoff_until = t + self.retry_backoff
                         if err is not None and not err.retriable():
-                            self._report(part, err)
+                            # Once per error, not at every retry (a broker without a
+                            # usable ListOffsets made 10 events a second per partition).
+                            if part.last_error != err.code():
+                                self._report(part, err)
+                            part.last_error = err.code()
                         continue
                     tail = 0
                     if part.reset is not None and part.reset <= OFFSET_TAIL_BASE:

@@ -916,3 +916,32 @@ def test_an_answer_with_only_records_before_the_position_backs_off():
     assert [c.part.partition for c in delivered[2:]] == [1, 1, 1]
     warnings = [r for r in seen if r.levelno == logging.WARNING and "before" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def test_a_lookup_failing_the_same_way_again_and_again_is_reported_once():
+    """An offset lookup (auto.offset.reset, OFFSET_BEGINNING) that keeps failing with the
+    same error that asking again will not cure (a broker with no ListOffsets version the
+    client speaks; an answer that leaves the partition out) is retried after
+    retry.backoff.ms, and reported to the application once, not at every retry (30
+    _UNSUPPORTED_FEATURE events a second for three partitions through the fault proxy;
+    librdkafka repeats them too). Another error is reported again."""
+    from kafka_client.consumer.fetcher import OffsetLookup
+    from kafka_client.types import OFFSET_BEGINNING
+
+    delivered = []
+    fetcher, conn, part = setup(delivered)
+    errors = iter([KafkaError._UNSUPPORTED_FEATURE] * 5 + [KafkaError._BAD_MSG] * 2)
+
+    def failing(want, done, timeout, isolation=0, **kw):
+        done({key: OffsetLookup(-1, -1, client_error(next(errors), "ListOffsets"))
+              for key in want})
+
+    fetcher.list_offsets = failing
+    for _ in range(7):
+        with fetcher.lock:
+            part.seek(OFFSET_BEGINNING) if part.reset is None else None
+            part.backoff_until = 0.0
+        fetcher._resolve_logical([part])
+        assert part.backoff_until > 0.0 and part.reset == OFFSET_BEGINNING
+    codes = [e.message.error().code() for e in delivered]
+    assert codes == [KafkaError._UNSUPPORTED_FEATURE, KafkaError._BAD_MSG]

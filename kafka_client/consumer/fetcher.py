@@ -957,7 +957,9 @@ class Fetcher:
                 self.io.wake()
                 return
         if code:
-            err = client_error(broker_code(code), "Fetch")
+            code = broker_code(code)
+            err = client_error(code, f"Fetch: {KafkaError(code).name()}: "
+                                     f"{KafkaError(code).str()}")
         if err is not None:
             with self.lock:
                 for part, version, _pos in sent:

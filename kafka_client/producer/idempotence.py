@@ -104,8 +104,9 @@ class Idempotence:
             # No error, and no id: nothing to produce with. Retried after the backoff
             # like a failure (asked again at once, it made thousands of requests a
             # second).
-            self.log.warning("InitProducerId answered without a producer id (%d, epoch "
-                             "%d); retrying", resp.producer_id, resp.producer_epoch)
+            self.log.warning("InitProducerId answered without a usable producer id and "
+                             "epoch (%d, epoch %d); retrying", resp.producer_id,
+                             resp.producer_epoch)
             code = ErrorCode.UNKNOWN_SERVER_ERROR
         if code == ErrorCode.NONE:
             self.producer_id = resp.producer_id

@@ -700,10 +700,12 @@ class TransactionManager:
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
             code = broker_code(resp.error_code)
             if code == ErrorCode.NONE and not has_producer_id(resp):
-                self.log.warning("InitProducerId answered without a producer id (%d, epoch "
-                                 "%d); retrying", resp.producer_id, resp.producer_epoch)
+                self.log.warning("InitProducerId answered without a usable producer id and "
+                                 "epoch (%d, epoch %d); retrying", resp.producer_id,
+                                 resp.producer_epoch)
                 return client_error(ErrorCode.UNKNOWN_SERVER_ERROR,
-                                    "InitProducerId answered without a producer id")
+                                    "InitProducerId answered without a usable producer id "
+                                    "and epoch")
             if code == ErrorCode.NONE:
                 idem.producer_id, idem.epoch = resp.producer_id, resp.producer_epoch
                 idem.bump_wanted = False

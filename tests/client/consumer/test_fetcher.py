@@ -945,3 +945,18 @@ def test_a_lookup_failing_the_same_way_again_and_again_is_reported_once():
         assert part.backoff_until > 0.0 and part.reset == OFFSET_BEGINNING
     codes = [e.message.error().code() for e in delivered]
     assert codes == [KafkaError._UNSUPPORTED_FEATURE, KafkaError._BAD_MSG]
+
+
+def test_a_fetch_refused_as_a_whole_is_logged_with_its_error(caplog):
+    """A Fetch answer with a top-level error (not a session's): the warning names the
+    error; it said "Fetch from broker 1 failed: Fetch"."""
+    import logging
+
+    fetcher, p0, p1, sent = in_session()
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    with caplog.at_level(logging.WARNING, logger="kafka_client"):
+        sent[-1][1](_session_answer(0, [], error=9999), None)
+    (line,) = [r.getMessage() for r in caplog.records if "Fetch from broker" in r.getMessage()]
+    assert "9999" in line, line
+    assert p0.backoff_until > 0.0 and p1.backoff_until > 0.0

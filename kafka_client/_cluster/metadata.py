@@ -293,8 +293,11 @@ class MetadataCache:
             if old is None or old.leaders != info.leaders or old.error != info.error:
                 changed.add(name)
             self.topics[name] = info
-            if name in self.wanted and (code in REFRESH_ERRORS or -1 in leaders
-                                        or (not code and count == 0)):
+            # A leader that is no broker named (99, a negative id) is as missing as -1:
+            # the refresh backs off the same way (it was asked ten times a second).
+            if name in self.wanted and (code in REFRESH_ERRORS or (not code and count == 0)
+                                        or any(leader < 0 or leader not in self.brokers
+                                               for leader in leaders)):
                 trouble = True
         if trouble:
             self._schedule_fast(now)

@@ -79,6 +79,26 @@ def test_missing_leaders_and_errors_trigger_a_fast_refresh_with_growing_interval
     assert md.due(10.5) == 0.0
 
 
+def test_a_leader_that_is_no_broker_backs_the_fast_refresh_off_like_a_missing_one():
+    """A partition whose leader is no broker any answer named (99) or a negative id
+    other than -1 (-5) is as leaderless as -1: the fast refresh backs off, doubling up
+    to retry.backoff.max.ms (it stayed at the fast interval: the producer asked ten
+    times a second for as long as it lasted; librdkafka, KIP-580, 10 times in 8 s)."""
+    for bad in (99, -5):
+        md = MetadataCache(refresh_interval=-1, fast_interval=0.1, fast_max=0.4)
+        md.want(["a"])
+        now, waits = 10.0, []
+        for _ in range(4):
+            md.take_request_topics(now)
+            md.update(response({1: 1}, {"a": (0, [1, bad])}), now, ["a"])
+            md.request(["a"], fast=True, now=now)      # the sender, for the leaderless
+            due = md.due(now)
+            waits.append(round(due - now, 3))
+            now = due
+        assert waits == [0.1, 0.2, 0.4, 0.4], (bad, waits)
+        assert md.leader("a", 1) == bad   # the cache says what was answered
+
+
 def test_failed_request_is_retried_after_the_fast_interval():
     md = MetadataCache(refresh_interval=-1, fast_interval=0.1)
     md.want(["a"])

@@ -42,13 +42,13 @@ from kafka_proto.messages import (
 
 __all__ = ["ConsumerProtocolGroup", "LEAVE_EPOCH", "STATIC_LEAVE_EPOCH", "JOIN_EPOCH"]
 
-#: MemberEpoch values with a meaning of their own (KIP-848)
 #: The longest heartbeat interval taken from the coordinator: a broker allows at most
 #: group.consumer.max.heartbeat.interval.ms (15 s by default, under the 45 s least session
 #: it allows). A longer one (a broken answer: 2^31-1 ms) would let the session expire
 #: while the member goes on reading partitions the group gave to another.
 MAX_HEARTBEAT_INTERVAL_S = 15.0
 
+#: MemberEpoch values with a meaning of their own (KIP-848)
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2      # a static member that will come back with its instance id

@@ -254,6 +254,18 @@ class MetadataCache:
             if len(parts) != len(t.partitions or ()):
                 self.log.warning("Metadata for %r has partition ids outside 0..%d: ignored",
                                  name, MAX_PARTITIONS - 1)
+            # A topic's partitions are 0..n-1: ids past a gap (0, 1, 2, 1000) would make
+            # the topic that long, its keys spread over partitions that do not exist.
+            contiguous = 0
+            for p in parts:
+                if p.partition_index == contiguous:
+                    contiguous += 1
+                elif p.partition_index > contiguous:
+                    self.log.warning("Metadata for %r lists partition %d but not %d: the "
+                                     "ids past the gap ignored", name, p.partition_index,
+                                     contiguous)
+                    parts = [q for q in parts if q.partition_index < contiguous]
+                    break
             count = (parts[-1].partition_index + 1) if parts else 0
             leaders = [-1] * count
             epochs = [-1] * count

@@ -162,6 +162,38 @@ def test_partition_ids_outside_the_valid_range_are_ignored():
     assert cache.topics["t"].leaders == [7]
 
 
+def test_partition_ids_past_a_gap_are_ignored():
+    """A topic's partitions are 0..n-1. An answer listing 0, 1, 2 and 1000 made the
+    topic 1,001 partitions long, 998 of them leaderless: the producer's keys went to
+    partitions that do not exist and 29 of 30 messages timed out (through the fault
+    proxy; librdkafka keeps 4 and ignores the leader of 1000). The ids past the first
+    gap are ignored, with a warning; duplicates are read once."""
+    import logging
+
+    from kafka_proto.messages import MetadataResponse as M
+
+    def answer(*ids):
+        return M(brokers=[M.MetadataResponseBroker(node_id=7, host="h", port=1)],
+                 topics=[M.MetadataResponseTopic(name="t", partitions=[
+                     M.MetadataResponsePartition(partition_index=i, leader_id=7)
+                     for i in ids])])
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    log = logging.getLogger("kafka_client.metadata.test")
+    log.addHandler(handler)
+    try:
+        cache = MetadataCache(log=log)
+        cache.update(answer(0, 1, 2, 1000), 1.0, None)
+        assert cache.topics["t"].leaders == [7, 7, 7]
+        assert [r.levelno for r in seen] == [logging.WARNING] and "1000" in seen[0].getMessage()
+        cache.update(answer(2, 0, 1, 1, 0), 2.0, None)
+        assert cache.topics["t"].leaders == [7, 7, 7] and len(seen) == 1
+    finally:
+        log.removeHandler(handler)
+
+
 def test_a_leader_named_in_an_answer_is_taken_when_its_epoch_is_newer():
     """KIP-951: NOT_LEADER_OR_FOLLOWER answers of Fetch v12+/Produce v10+ name the
     current leader and its epoch."""

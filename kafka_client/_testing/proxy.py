@@ -13,6 +13,16 @@
     with proxy.chaos(seed=1, interval=0.2, duration=10): ...   # random faults meanwhile
     proxy.close()
 
+With ``follow_frames=True`` it also changes answers: ``fail_requests`` (error codes),
+``throttle_requests`` (throttle times) and ``rewrite_responses`` (any field of the decoded
+answer, by a function of the test's), e.g. a Metadata answer whose leader is no broker::
+
+    def leader_99(response, version):
+        for topic in response.topics:
+            for partition in topic.partitions:
+                partition.leader_id = 99
+    proxy.rewrite_responses(ApiKey.METADATA, leader_99, count=None)   # every answer
+
 One background thread runs a ``selectors`` loop over the listening socket and every
 client/upstream socket pair; the control methods hand their work to that thread and
 return once it is done, so after ``cut()`` returns the connections are closed. The proxy

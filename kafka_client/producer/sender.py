@@ -340,8 +340,13 @@ class Sender:
                 continue
             pr = by_tp.get((p.topic.name, p.index))
             if pr is None:
+                # The answer says nothing of this batch, as if it were lost. Idempotent:
+                # sent again with its sequence (a copy in the log is answered
+                # DUPLICATE_SEQUENCE_NUMBER, delivered once). Else failed: sent again, it
+                # could be written twice.
                 self._retry_or_fail(b, KafkaError(KafkaError._BAD_MSG,
-                                                  "partition missing from Produce answer"),
+                                                  "partition missing from Produce answer",
+                                                  retriable=self.idempotent),
                                     now)
                 continue
             code = broker_code(pr.error_code)

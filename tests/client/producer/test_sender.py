@@ -851,3 +851,43 @@ def test_without_idempotence_a_partition_keeps_at_most_five_requests_in_flight()
     c.answer(0)
     run(sender, 0.01)
     assert len(c.sent) == 5
+
+
+def test_a_partition_left_out_of_the_answer_is_sent_again_under_idempotence():
+    """A Produce answer that leaves a partition out says nothing of its batch: it may or
+    may not be in the log, as when an answer is lost. An idempotent producer sends it
+    again with the same sequence (a copy already appended is answered
+    DUPLICATE_SEQUENCE_NUMBER: delivered once); it used to fail it with _BAD_MSG though it
+    was in the log (through the fault proxy: 8 of 30 messages reported failed and
+    written). Without idempotence it still fails (sent again, it could be written twice),
+    as librdkafka fails it."""
+    for idempotent in (True, False):
+        acc, sender, conns, reports, t = setup(partitions=(1, 1), **{
+            "enable.idempotence": idempotent})
+        acc.produce("t", b"a", partition=0)
+        acc.produce("t", b"b", partition=1)
+        run(sender)
+        c = conns[1]
+        if idempotent:
+            c.answer()                               # InitProducerId
+            run(sender)
+        req, cb, _ = c.sent.pop(0)
+        assert sorted(pd.index for pd in req.topic_data[0].partition_data) == [0, 1]
+        cb(ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
+            name="t", partition_responses=[ProduceResponse.PartitionProduceResponse(
+                index=1, error_code=0, base_offset=5)])]), None)
+        if not idempotent:
+            assert sorted((r.batch.part.index, r.error is None) for r in reports) == [
+                (0, False), (1, True)]
+            (failed,) = [r for r in reports if r.batch.part.index == 0]
+            assert failed.error.code() == KafkaError._BAD_MSG
+            continue
+        assert [(r.batch.part.index, r.error) for r in reports] == [(1, None)]
+        run(sender, 1.0)
+        req, cb, _ = c.sent[-1]
+        (pd,) = req.topic_data[0].partition_data
+        (b,) = list(read_batches(pd.records))
+        assert (pd.index, b.base_sequence) == (0, 0)     # the same batch, same sequence
+        c.answer(len(c.sent) - 1, errors={("t", 0): 46})  # DUPLICATE_SEQUENCE_NUMBER
+        assert [(r.batch.part.index, r.error) for r in reports] == [(1, None), (0, None)]
+        assert sender.idem.fatal is None

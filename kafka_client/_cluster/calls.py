@@ -354,14 +354,8 @@ class CallRunner:
         ``then(error)`` once the cache holds the answer. Requests without topics are
         shared by everyone waiting at the time. ``error`` is _TIMED_OUT when no broker
         answered before ``deadline``."""
-        if topics:
-            def one(resp: Any, err: Optional[KafkaError], conn: Any) -> None:
-                then(_metadata_outcome(resp, err))
-
-            self.cluster.request_metadata(sorted(set(topics)), one, deadline)
-            return
-        # The shared request may outlive this caller's deadline (see below): the caller
-        # gets _TIMED_OUT at its own deadline, and the answer coming later is not its.
+        # A request may outlive this caller's deadline (see below): the caller gets
+        # _TIMED_OUT at its own deadline, and the answer coming later is not its.
         answered = [False]
 
         def once(error: Optional[KafkaError]) -> None:
@@ -372,6 +366,15 @@ class CallRunner:
 
         timer = self.io.call_at(deadline, once, client_error(
             KafkaError._TIMED_OUT, "no broker answered the Metadata request in time"))
+        # Bounded by the socket timeout, not one caller's deadline: a short deadline
+        # must not close a connection others are waiting on (as librdkafka's).
+        bound = max(deadline, time.monotonic() + self.request_timeout)
+        if topics:
+            def one(resp: Any, err: Optional[KafkaError], conn: Any) -> None:
+                once(_metadata_outcome(resp, err))
+
+            self.cluster.request_metadata(sorted(set(topics)), one, bound)
+            return
         if self._metadata_waiters is not None:
             self._metadata_waiters.append(once)
             return
@@ -383,10 +386,8 @@ class CallRunner:
             for fn in waiters:
                 fn(error)
 
-        # Bounded by the socket timeout, not one caller's deadline: waiters that give up
-        # earlier expire by their own timers (``once`` above).
-        self.cluster.request_metadata(
-            [], shared, max(deadline, time.monotonic() + self.request_timeout))
+        # Waiters that give up earlier expire by their own timers (``once`` above).
+        self.cluster.request_metadata([], shared, bound)
 
     def _find_coordinator(self, call: Call, target: Coordinator) -> None:
         key = (int(target.key_type), target.key)
@@ -471,8 +472,11 @@ class CallRunner:
             else:
                 self._retry(call, again, moved=again.code() in _moved_codes(call.target))
 
+        # The call's own deadline fails only the call (its timer): the request keeps the
+        # connection's socket timeout, as librdkafka's admin requests do, so that a call
+        # given a short timeout does not close a connection other calls are waiting on.
         conn.send(request, answered, version=version,
-                  timeout=max(0.001, call.deadline - time.monotonic()))
+                  timeout=max(call.deadline - time.monotonic(), self.request_timeout))
 
     def _version(self, call: Call, conn: BrokerConnection) -> Optional[int]:
         """The version to use with ``conn``, or None after failing the call."""

@@ -1,0 +1,71 @@
+"""confluent-kafka drop-in, the admin client: the same calls made through confluent-kafka's
+AdminClient and ours against one test cluster, comparing what a program would observe
+(result keys and their attributes, error codes, which errors are raised at once, how long
+the calls take, what reaches ``error_cb``)."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+ck = pytest.importorskip("confluent_kafka")
+
+from kafka_client.testing import Cluster  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+IMPLS = ("confluent_kafka", "kafka_client")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(brokers=3, data_dir=str(tmp_path_factory.mktemp("admin-compat"))) as c:
+        yield c
+
+
+def side_by_side(program, *args):
+    """``program(top, admin_module, impl, *args)`` for confluent-kafka and ours:
+    {module name: result}."""
+    return {impl: program(importlib.import_module(impl),
+                          importlib.import_module(impl + ".admin"), impl, *args)
+            for impl in IMPLS}
+
+
+def admin_client(admin_module, cluster, errors=None):
+    conf = {"bootstrap.servers": cluster.bootstrap_servers}
+    if errors is not None:
+        conf["error_cb"] = errors.append
+    return admin_module.AdminClient(conf)
+
+
+def short_call_beside_a_long_one(top, m, impl, cluster, topic):
+    """Two DescribeConfigs to the same broker answering after a second: the first call
+    gives up after 0.3 s, the second waits. What each gets, how many DescribeConfigs
+    the broker got and connections it saw closed, and what reaches error_cb."""
+    errors = []
+    admin = admin_client(m, cluster, errors)
+    broker = cluster.broker_ids[0]
+    res = m.ConfigResource(m.ResourceType.BROKER, str(broker))
+    admin.describe_configs([res])[res].result(10)           # connected, versions known
+    since = cluster.clear_request_log()
+    cluster.set_latency(1.0, apis=["DescribeConfigs"])
+    try:
+        short = admin.describe_configs([res], request_timeout=0.3)[res]
+        long = admin.describe_configs([res], request_timeout=10)[res]
+        short_code = short.exception(10).args[0].code()
+        long_ok = isinstance(long.result(10), dict)
+    finally:
+        cluster.set_latency(0)
+    admin.poll(0.5)
+    log = cluster.request_log(since, kind=None)
+    sent = sum(1 for e in log if e.kind == "request" and e.api == "DescribeConfigs")
+    closed = sum(1 for e in log if e.kind == "closed")
+    return short_code, long_ok, sent, closed, [e.code() for e in errors]
+
+
+def test_a_call_timing_out_leaves_the_connection_to_the_others(cluster, topic_name):
+    """librdkafka fails only the call whose request_timeout passed; the connection (and
+    the requests of other calls on it) stays until socket.timeout.ms."""
+    got = side_by_side(short_call_beside_a_long_one, cluster, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"] \
+        == (ck.KafkaError._TIMED_OUT, True, 2, 0, [])

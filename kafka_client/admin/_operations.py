@@ -1304,12 +1304,14 @@ def elect_leaders(runner: CallRunner, election_type: int,
             settle(future, error=broker_error(code, None, "ElectLeaders"))
             return None
         # A KafkaError per failed partition, as confluent-kafka's result holds (its
-        # docstring says KafkaException; the objects are KafkaError).
+        # docstring says KafkaException; the objects are KafkaError). Its keys carry the
+        # error too, and offset 0, as librdkafka's partition list does: programs read
+        # either ``error`` or ``key.error``.
         out: Dict[TopicPartition, Optional[KafkaError]] = {}
         for t in resp.replica_election_results:
             for p in t.partition_result:
-                out[TopicPartition(t.topic, p.partition_id)] = entry_error(
-                    p.error_code, p.error_message)
+                error = entry_error(p.error_code, p.error_message)
+                out[TopicPartition(t.topic, p.partition_id, 0)._set_error(error)] = error
         settle(future, out)
         return None
 

@@ -69,3 +69,36 @@ def test_a_call_timing_out_leaves_the_connection_to_the_others(cluster, topic_na
     got = side_by_side(short_call_beside_a_long_one, cluster, topic_name)
     assert got["kafka_client"] == got["confluent_kafka"] \
         == (ck.KafkaError._TIMED_OUT, True, 2, 0, [])
+
+
+def elect_preferred_leaders(top, m, impl, cluster, topic):
+    """A preferred election for a partition led by its preferred replica, one whose
+    leader was moved away, and one that does not exist: each result entry as a program
+    reads it, from the key and from the value."""
+    name = f"{topic}-{impl}"
+    cluster.create_topic(name, partitions=2, replication_factor=3)
+    cluster.wait_in_sync(name)
+    cluster.move_leader(name, 1)
+    admin = admin_client(m, cluster)
+    asked = [top.TopicPartition(name, 0), top.TopicPartition(name, 1),
+             top.TopicPartition(f"missing-{name}", 0)]
+    result = admin.elect_leaders(top.ElectionType.PREFERRED, asked).result(15)
+    entries = sorted(
+        (tp.topic.replace(impl, "X"), tp.partition, tp.offset,
+         None if tp.error is None else tp.error.code(),
+         None if err is None else err.code(),
+         result.get(top.TopicPartition(tp.topic, tp.partition)) is err)
+        for tp, err in result.items())
+    return entries, cluster.leader(name, 1) == cluster.partition(name, 1).replicas[0]
+
+
+def test_elect_leaders_keys_carry_the_partition_error(cluster, topic_name):
+    got = side_by_side(elect_preferred_leaders, cluster, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"]
+    entries, preferred_leads = got["kafka_client"]
+    assert preferred_leads
+    codes = {(t.startswith("missing"), p): (key_code, value_code)
+             for t, p, _, key_code, value_code, _ in entries}
+    assert codes == {(False, 0): (ck.KafkaError.ELECTION_NOT_NEEDED,) * 2,
+                     (False, 1): (None, None),
+                     (True, 0): (ck.KafkaError.UNKNOWN_TOPIC_OR_PART,) * 2}

@@ -66,8 +66,18 @@ def _future() -> Future:
     return f
 
 
-def _check_list(value: Any, what: str, allow_empty: bool = False) -> list:
+def _check_list(value: Any, what: str, allow_empty: bool = False,
+                sized: bool = False) -> list:
+    """A non-empty list. Another container is a ValueError, as confluent-kafka's
+    (it reads the names through it, then refuses what is not a list), or a TypeError
+    where that call first takes its ``len()`` (``sized``); what is no container (a
+    str, one object) is a TypeError."""
     if not isinstance(value, list):
+        container = not isinstance(value, (str, bytes)) and (
+            hasattr(value, "__len__") if sized else hasattr(value, "__iter__"))
+        if container:
+            raise ValueError(f"Expected non-empty list of {what}, not "
+                             f"{type(value).__name__}")
         raise TypeError(f"Expected a list of {what}, not {type(value).__name__}")
     if not value and not allow_empty:
         raise ValueError(f"Expected non-empty list of {what}")
@@ -346,6 +356,11 @@ class AdminClient(ClientBase):
         """Apply each resource's ``incremental_configs`` (SET, DELETE, APPEND, SUBTRACT
         per :class:`~kafka_client.admin.ConfigEntry`); the rest stays as it is. Each
         future's result is None."""
+        _check_list(resources, "ConfigResource objects")
+        for res in resources:   # a TypeError here, as confluent-kafka's
+            if not isinstance(res, ConfigResource):
+                raise TypeError(f"Expected list of ConfigResource objects, not "
+                                f"{type(res).__name__}")
         self._check_resources(resources)
         for res in resources:
             if not res.incremental_configs:
@@ -658,7 +673,7 @@ class AdminClient(ClientBase):
     def create_acls(self, acls: List[AclBinding], *,
                     request_timeout: Optional[float] = None) -> Dict[AclBinding, Future]:
         """Create ACL bindings. Returns ``{binding: future}``; each result is None."""
-        _check_list(acls, "AclBinding objects")
+        _check_list(acls, "AclBinding objects", sized=True)
         if len(set(acls)) != len(acls):
             raise ValueError("duplicate ACL bindings not allowed")
         for a in acls:
@@ -686,7 +701,7 @@ class AdminClient(ClientBase):
                     ) -> Dict[AclBindingFilter, Future]:
         """Delete the ACL bindings matching each filter. Returns ``{filter: future}``;
         each result is the list of :class:`~kafka_client.admin.AclBinding` deleted."""
-        _check_list(acl_binding_filters, "AclBindingFilter objects")
+        _check_list(acl_binding_filters, "AclBindingFilter objects", sized=True)
         if len(set(acl_binding_filters)) != len(acl_binding_filters):
             raise ValueError("duplicate ACL binding filters not allowed")
         _check_items(acl_binding_filters, AclBindingFilter, "AclBindingFilter objects")

@@ -190,6 +190,26 @@ def calls(m, top):
             top.ElectionType.PREFERRED, ["t"])),
         ("elect_leaders negative partition", lambda a: a.elect_leaders(
             top.ElectionType.PREFERRED, [TP("t", -1)])),
+        # Containers that are not lists: ValueError there (the names are read through
+        # them first), TypeError where a call needs len() or for what is not iterable.
+        ("create_topics tuple", lambda a: a.create_topics((m.NewTopic("t", 1),))),
+        ("create_topics generator",
+         lambda a: a.create_topics(t for t in [m.NewTopic("t", 1)])),
+        ("create_topics dict", lambda a: a.create_topics({m.NewTopic("t", 1): 1})),
+        ("create_topics one NewTopic", lambda a: a.create_topics(m.NewTopic("t", 1))),
+        ("create_partitions set", lambda a: a.create_partitions({m.NewPartitions("t", 2)})),
+        ("describe_configs tuple",
+         lambda a: a.describe_configs((m.ConfigResource("topic", "t"),))),
+        ("alter_configs generator", lambda a: a.alter_configs(
+            r for r in [m.ConfigResource("topic", "t", set_config={"a": "b"})])),
+        ("incremental tuple", lambda a: a.incremental_alter_configs((m.ConfigResource(
+            "topic", "t", incremental_configs=[m.ConfigEntry(
+                "x", "1", incremental_operation=m.AlterConfigOpType.SET)]),))),
+        ("incremental not resources", lambda a: a.incremental_alter_configs([5])),
+        ("create_acls tuple", lambda a: a.create_acls((binding,))),
+        ("create_acls generator", lambda a: a.create_acls(b for b in [binding])),
+        ("delete_acls set", lambda a: a.delete_acls({flt})),
+        ("delete_acls generator", lambda a: a.delete_acls(f for f in [flt])),
     ]
 
 

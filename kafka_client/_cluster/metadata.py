@@ -384,8 +384,14 @@ class PartitionMetadata:
         self.isrs = isrs
         self.error = error
 
+    # repr and str as confluent-kafka's: programs print partitions as their id.
     def __repr__(self) -> str:
-        return f"PartitionMetadata({self.id}, leader={self.leader})"
+        if self.error is not None:
+            return f"PartitionMetadata({self.id}, {self.error})"
+        return f"PartitionMetadata({self.id})"
+
+    def __str__(self) -> str:
+        return str(self.id)
 
 
 class TopicMetadata:
@@ -398,6 +404,9 @@ class TopicMetadata:
         self.error = error
 
     def __repr__(self) -> str:
+        if self.error is not None:
+            return f"TopicMetadata({self.topic}, {len(self.partitions)} partitions, " \
+                   f"{self.error})"
         return f"TopicMetadata({self.topic}, {len(self.partitions)} partitions)"
 
     def __str__(self) -> str:
@@ -419,6 +428,9 @@ class ClusterMetadata:
 
     def __repr__(self) -> str:
         return f"ClusterMetadata({self.cluster_id})"
+
+    def __str__(self) -> str:
+        return str(self.cluster_id)
 
     @classmethod
     def from_response(cls, resp, node_id: int, name: str) -> "ClusterMetadata":

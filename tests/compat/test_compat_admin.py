@@ -19,7 +19,10 @@ IMPLS = ("confluent_kafka", "kafka_client")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with Cluster(brokers=3, data_dir=str(tmp_path_factory.mktemp("admin-compat"))) as c:
+    """Three brokers that do not create topics on first use (confluent-kafka's
+    list_topics(topic) would)."""
+    with Cluster(brokers=3, data_dir=str(tmp_path_factory.mktemp("admin-compat")),
+                 broker_config={"auto.create.topics.enable": "false"}) as c:
         yield c
 
 
@@ -84,7 +87,7 @@ def elect_preferred_leaders(top, m, impl, cluster, topic):
              top.TopicPartition(f"missing-{name}", 0)]
     result = admin.elect_leaders(top.ElectionType.PREFERRED, asked).result(15)
     entries = sorted(
-        (tp.topic.replace(impl, "X"), tp.partition, tp.offset,
+        (tp.topic.replace(f"-{impl}", "-X"), tp.partition, tp.offset,
          None if tp.error is None else tp.error.code(),
          None if err is None else err.code(),
          result.get(top.TopicPartition(tp.topic, tp.partition)) is err)
@@ -102,3 +105,22 @@ def test_elect_leaders_keys_carry_the_partition_error(cluster, topic_name):
     assert codes == {(False, 0): (ck.KafkaError.ELECTION_NOT_NEEDED,) * 2,
                      (False, 1): (None, None),
                      (True, 0): (ck.KafkaError.UNKNOWN_TOPIC_OR_PART,) * 2}
+
+
+def metadata_as_printed(top, m, impl, cluster, topic):
+    """list_topics() of a topic and of a missing one, as a program prints them."""
+    name = f"{topic}-{impl}"
+    cluster.create_topic(name, partitions=2)
+    admin = admin_client(m, cluster)
+    md = admin.list_topics(name, timeout=10)
+    missing = admin.list_topics(f"missing-{name}", timeout=10)
+    printed = []
+    for x in (md, md.topics[name], md.topics[name].partitions[1],
+              md.brokers[cluster.broker_ids[0]], missing.topics[f"missing-{name}"]):
+        printed.append((type(x).__name__, str(x), repr(x)))
+    return [tuple(p.replace(f"-{impl}", "-X") for p in row) for row in printed]
+
+
+def test_list_topics_results_print_as_confluent_kafkas(cluster, topic_name):
+    got = side_by_side(metadata_as_printed, cluster, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"]

@@ -4,7 +4,7 @@ DeleteTopics, CreatePartitions, DescribeConfigs and ElectLeaders; the SCRAM cred
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Set
 
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -192,6 +192,20 @@ def describe_cluster(ctx: RequestContext) -> None:
 
 # --------------------------------------------------------------------------- CreateTopics
 
+DUPLICATE_TOPIC = "Duplicate topic name."
+
+
+def _named_twice(names: Iterable[str]) -> List[str]:
+    """The names that appear more than once, in the order of their first appearance."""
+    seen: Set[str] = set()
+    twice: Dict[str, None] = {}
+    for name in names:
+        if name in seen:
+            twice[name] = None
+        seen.add(name)
+    return list(twice)
+
+
 
 @error_answer(ApiKey.CREATE_TOPICS)
 def create_topics_error(request: Any, version: int, code: int) -> Any:
@@ -204,16 +218,16 @@ def create_topics_error(request: Any, version: int, code: int) -> Any:
 def create_topics(ctx: RequestContext) -> None:
     req = ctx.request
     controller = ctx.broker.controller
-    results = []
-    seen = set()
+    # A name given twice is refused once, and neither entry is acted on (Kafka's
+    # controller: INVALID_REQUEST, "Duplicate topic name.").
+    twice = _named_twice(t.name for t in req.topics)
+    results = [CreateTopicsResponse.CreatableTopicResult(
+        name=name, error_code=ErrorCode.INVALID_REQUEST, error_message=DUPLICATE_TOPIC)
+        for name in twice]
     for t in req.topics:
-        result = CreateTopicsResponse.CreatableTopicResult(name=t.name)
-        if t.name in seen:
-            result.error_code = ErrorCode.INVALID_REQUEST
-            result.error_message = f"topic {t.name!r} appears twice in the request"
-            results.append(result)
+        if t.name in twice:
             continue
-        seen.add(t.name)
+        result = CreateTopicsResponse.CreatableTopicResult(name=t.name)
         configs = {c.name: c.value for c in t.configs}
         assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
         try:
@@ -261,8 +275,13 @@ def delete_topics(ctx: RequestContext) -> None:
                 wanted.append((t.name, None))
     else:
         wanted = [(n, None) for n in req.topic_names]
-    results = []
+    twice = _named_twice(name for name, _ in wanted if name is not None)
+    results = [DeleteTopicsResponse.DeletableTopicResult(
+        name=name, error_code=ErrorCode.INVALID_REQUEST, error_message=DUPLICATE_TOPIC)
+        for name in twice]
     for name, topic_id in wanted:
+        if name in twice:
+            continue
         result = DeleteTopicsResponse.DeletableTopicResult(name=name)
         if name is None:
             result.topic_id = topic_id
@@ -295,8 +314,13 @@ def create_partitions_error(request: Any, version: int, code: int) -> Any:
 @handles(ApiKey.CREATE_PARTITIONS)
 def create_partitions(ctx: RequestContext) -> None:
     req = ctx.request
-    results = []
+    twice = _named_twice(t.name for t in req.topics)
+    results = [CreatePartitionsResponse.CreatePartitionsTopicResult(
+        name=name, error_code=ErrorCode.INVALID_REQUEST, error_message=DUPLICATE_TOPIC)
+        for name in twice]
     for t in req.topics:
+        if t.name in twice:
+            continue
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=t.name)
         assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
         try:

@@ -124,3 +124,34 @@ def metadata_as_printed(top, m, impl, cluster, topic):
 def test_list_topics_results_print_as_confluent_kafkas(cluster, topic_name):
     got = side_by_side(metadata_as_printed, cluster, topic_name)
     assert got["kafka_client"] == got["confluent_kafka"]
+
+
+def name_a_topic_twice(top, m, impl, cluster, topic):
+    """CreateTopics, CreatePartitions and DeleteTopics naming one topic twice: each
+    future's error code, and whether the cluster acted on the request."""
+    name = f"{topic}-{impl}"
+    cluster.create_topic(name, partitions=2)
+    admin = admin_client(m, cluster)
+
+    def codes(futures):
+        return sorted((k.replace(f"-{impl}", "-X"), f.exception(15).args[0].code())
+                      for k, f in futures.items())
+
+    new = f"new-{name}"
+    created = codes(admin.create_topics([m.NewTopic(new, 1), m.NewTopic(new, 1)]))
+    grown = codes(admin.create_partitions([m.NewPartitions(name, 4)] * 2))
+    deleted = codes(admin.delete_topics([name, name]))
+    return (created, grown, deleted, new in cluster.topics(),
+            len(cluster.describe_topic(name).partitions))
+
+
+def test_a_topic_named_twice_is_refused_and_left_alone(cluster, topic_name):
+    """confluent-kafka sends the request; the cluster answers as Kafka's controller does:
+    INVALID_REQUEST for the name, nothing created, grown or deleted. Ours refuses it
+    without a request (_INVALID_ARG, docs/admin.md)."""
+    got = side_by_side(name_a_topic_twice, cluster, topic_name)
+    for impl, code in (("confluent_kafka", ck.KafkaError.INVALID_REQUEST),
+                       ("kafka_client", ck.KafkaError._INVALID_ARG)):
+        created, grown, deleted, exists, partitions = got[impl]
+        assert {c for _, c in created + grown + deleted} == {code}, impl
+        assert not exists and partitions == 2, impl

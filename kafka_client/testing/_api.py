@@ -59,6 +59,8 @@ SUPPORTED_VERSIONS: Dict[int, Tuple[int, int]] = {
     ApiKey.END_TXN: (0, 4),
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),

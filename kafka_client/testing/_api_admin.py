@@ -1,6 +1,7 @@
 """Cluster and topic APIs: ApiVersions, Metadata, DescribeCluster, CreateTopics,
-DeleteTopics, CreatePartitions, DescribeConfigs and ElectLeaders; the SCRAM credential APIs
-(DescribeUserScramCredentials, AlterUserScramCredentials)."""
+DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs and
+ElectLeaders; the SCRAM credential APIs (DescribeUserScramCredentials,
+AlterUserScramCredentials)."""
 from __future__ import annotations
 
 import re
@@ -8,6 +9,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set
 
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
+    AlterConfigsResponse,
     AlterUserScramCredentialsResponse,
     ApiKey,
     ApiVersionsResponse,
@@ -18,6 +20,7 @@ from kafka_proto.messages import (
     DescribeConfigsResponse,
     DescribeUserScramCredentialsResponse,
     ElectLeadersResponse,
+    IncrementalAlterConfigsResponse,
     MetadataResponse,
 )
 
@@ -28,7 +31,13 @@ from ._api import (
     handles,
     served_api_versions,
 )
-from ._config import BROKER_CONFIGS, TOPIC_CONFIGS, to_text
+from ._config import (
+    BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    ConfigError,
+    resolve_topic_config,
+    to_text,
+)
 from ._controller import ControllerError, TopicInfo
 from ._sasl import SCRAM_WIRE, ScramAdminError
 
@@ -415,6 +424,144 @@ def describe_configs(ctx: RequestContext) -> None:
             result.error_message = f"unknown resource type {r.resource_type}"
         results.append(result)
     ctx.respond(R(results=results))
+
+
+# --------------------------------------------------------------------------- AlterConfigs
+
+# IncrementalAlterConfigs' operations.
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+class _Refused(Exception):
+    """One resource of an AlterConfigs/IncrementalAlterConfigs refused: its answer."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _alter_answer(response_cls: Any, request: Any, code: int) -> Any:
+    R = response_cls
+    return R(responses=[R.AlterConfigsResourceResponse(
+        error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
+        for r in request.resources])
+
+
+@error_answer(ApiKey.ALTER_CONFIGS)
+def alter_configs_error(request: Any, version: int, code: int) -> Any:
+    return _alter_answer(AlterConfigsResponse, request, code)
+
+
+@error_answer(ApiKey.INCREMENTAL_ALTER_CONFIGS)
+def incremental_alter_configs_error(request: Any, version: int, code: int) -> Any:
+    return _alter_answer(IncrementalAlterConfigsResponse, request, code)
+
+
+def _topic_to_alter(ctx: RequestContext, resource: Any) -> TopicInfo:
+    """The topic a TOPIC resource names; other resource types are refused as Kafka
+    refuses configs it cannot change (the cluster's broker configs are all static)."""
+    if resource.resource_type == RESOURCE_BROKER:
+        names = sorted(c.name for c in resource.configs)
+        raise _Refused(ErrorCode.INVALID_REQUEST, "Cannot update these configs "
+                       f"dynamically: {', '.join(names)} (the test cluster's broker "
+                       "configs are static)")
+    if resource.resource_type != RESOURCE_TOPIC:
+        raise _Refused(ErrorCode.INVALID_REQUEST, "the test cluster alters topic configs "
+                       f"only, not resource type {resource.resource_type}")
+    info = ctx.broker.controller.topics.get(resource.resource_name)
+    if info is None:
+        raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                       f"no topic {resource.resource_name!r}")
+    return info
+
+
+def _apply_topic_config(ctx: RequestContext, info: TopicInfo, overrides: Dict[str, Any],
+                        validate_only: bool) -> None:
+    try:
+        if validate_only:
+            resolve_topic_config(ctx.server.settings.values, overrides)
+        else:
+            ctx.broker.controller.alter_topic_config(info.name, overrides)
+    except ConfigError as exc:
+        raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    except ControllerError as exc:
+        raise _Refused(exc.code, exc.message) from None
+
+
+def _answer_alter(ctx: RequestContext, response_cls: Any, alter: Any) -> None:
+    """Run ``alter(resource)`` for each resource; answer each with its outcome."""
+    R = response_cls
+    out = []
+    for r in ctx.request.resources:
+        answer = R.AlterConfigsResourceResponse(resource_type=r.resource_type,
+                                                resource_name=r.resource_name)
+        try:
+            alter(r)
+            answer.error_code = ErrorCode.NONE
+        except _Refused as exc:
+            answer.error_code = exc.code
+            answer.error_message = exc.message
+        out.append(answer)
+    ctx.respond(R(responses=out))
+
+
+def _no_null_values(configs: Iterable[Any]) -> None:
+    for c in configs:
+        if c.value is None and getattr(c, "config_operation", OP_SET) != OP_DELETE:
+            raise _Refused(ErrorCode.INVALID_REQUEST,
+                           f"Null value not supported for topic configs: {c.name}")
+
+
+@handles(ApiKey.ALTER_CONFIGS)
+def alter_configs(ctx: RequestContext) -> None:
+    """The legacy call: a topic's configs become exactly those given (the rest goes back
+    to the defaults)."""
+    def alter(r: Any) -> None:
+        info = _topic_to_alter(ctx, r)
+        _no_null_values(r.configs)
+        _apply_topic_config(ctx, info, {c.name: c.value for c in r.configs},
+                            ctx.request.validate_only)
+
+    _answer_alter(ctx, AlterConfigsResponse, alter)
+
+
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS)
+def incremental_alter_configs(ctx: RequestContext) -> None:
+    """SET, DELETE, APPEND and SUBTRACT (the last two for list configs) applied to a
+    topic's own configs, as Kafka applies them."""
+    def alter(r: Any) -> None:
+        info = _topic_to_alter(ctx, r)
+        names = [c.name for c in r.configs]
+        if len(set(names)) != len(names):
+            raise _Refused(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+        _no_null_values(r.configs)
+        overrides = dict(info.overrides)
+        for c in r.configs:
+            op = c.config_operation
+            if op == OP_SET:
+                overrides[c.name] = c.value
+            elif op == OP_DELETE:
+                overrides.pop(c.name, None)
+            elif op in (OP_APPEND, OP_SUBTRACT):
+                d = TOPIC_CONFIGS.get(c.name)
+                if d is None or d.kind != "list":
+                    verb = "append" if op == OP_APPEND else "subtract"
+                    raise _Refused(ErrorCode.INVALID_CONFIG, f"Config value {verb} is not "
+                                   f"allowed for config key: {c.name}")
+                now = [v for v in to_text(info.values[c.name]).split(",") if v]
+                given = [v.strip() for v in c.value.split(",") if v.strip()]
+                if op == OP_APPEND:
+                    now += [v for v in given if v not in now]
+                else:
+                    now = [v for v in now if v not in given]
+                overrides[c.name] = ",".join(now)
+            else:
+                raise _Refused(ErrorCode.INVALID_REQUEST,
+                               f"unknown config operation {op} for {c.name}")
+        _apply_topic_config(ctx, info, overrides, ctx.request.validate_only)
+
+    _answer_alter(ctx, IncrementalAlterConfigsResponse, alter)
 
 
 # --------------------------------------------------------------------------- ElectLeaders

@@ -5,11 +5,13 @@ the calls take, what reaches ``error_cb``)."""
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import pytest
 
 ck = pytest.importorskip("confluent_kafka")
 
+from kafka_client.admin import ConfigSource  # noqa: E402
 from kafka_client.testing import Cluster  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -155,3 +157,72 @@ def test_a_topic_named_twice_is_refused_and_left_alone(cluster, topic_name):
         created, grown, deleted, exists, partitions = got[impl]
         assert {c for _, c in created + grown + deleted} == {code}, impl
         assert not exists and partitions == 2, impl
+
+
+WATCHED = ("retention.ms", "cleanup.policy", "segment.ms")
+
+
+def alter_topic_configs(top, m, impl, cluster, topic):
+    """incremental_alter_configs() and alter_configs() steps on one topic: each step's
+    error code (None: done) and the topic's configs afterwards, as the cluster holds
+    them and as describe_configs() reports them."""
+    name = f"{topic}-{impl}"
+    cluster.create_topic(name, partitions=1)
+    admin = admin_client(m, cluster)
+    res = m.ConfigResource(m.ResourceType.TOPIC, name)
+    CE, OP = m.ConfigEntry, m.AlterConfigOpType
+
+    def incremental(*entries, **options):
+        r = m.ConfigResource(m.ResourceType.TOPIC, name, incremental_configs=[
+            CE(k, v, incremental_operation=op) for k, v, op in entries])
+        return outcome(admin.incremental_alter_configs([r], **options)[r])
+
+    def outcome(future):
+        err = future.exception(15)
+        held = cluster.describe_topic(name).config
+        own = {k: held[k] for k in WATCHED}
+        described = admin.describe_configs([res])[res].result(15)
+        shown = {k: (described[k].value, described[k].source) for k in WATCHED}
+        return (None if err is None else err.args[0].code(),
+                sorted(own.items()), sorted(shown.items()))
+
+    steps = [
+        outcome(admin.describe_configs([res])[res]),             # as created
+        incremental(("retention.ms", "3600000", OP.SET), ("segment.ms", "600000", OP.SET)),
+        incremental(("cleanup.policy", "compact", OP.APPEND)),
+        incremental(("cleanup.policy", "delete", OP.SUBTRACT)),
+        incremental(("retention.ms", None, OP.DELETE)),
+        incremental(("segment.ms", "1", OP.SET), validate_only=True),
+        incremental(("retention.ms", "1", OP.APPEND)),
+        incremental(("no.such.config", "1", OP.SET)),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        r = m.ConfigResource(m.ResourceType.TOPIC, name, set_config={"retention.ms": "7200000"})
+        steps.append(outcome(admin.alter_configs([r])[r]))
+        missing = m.ConfigResource(m.ResourceType.TOPIC, f"missing-{name}",
+                                   set_config={"retention.ms": "1"})
+        steps.append(outcome(admin.alter_configs([missing])[missing]))
+    return steps
+
+
+def test_topic_configs_altered_as_on_kafka(cluster, topic_name):
+    """The test cluster serves AlterConfigs and IncrementalAlterConfigs for topics; both
+    clients' calls land the same, and as Kafka applies them."""
+    got = side_by_side(alter_topic_configs, cluster, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"]
+    codes = [code for code, _, _ in got["kafka_client"]]
+    E = ck.KafkaError
+    assert codes == [None, None, None, None, None, None, E.INVALID_CONFIG, E.INVALID_CONFIG,
+                     None, E.UNKNOWN_TOPIC_OR_PART]
+    own = [dict(cfg) for _, cfg, _ in got["kafka_client"]]
+    created = own[0]
+    assert own[1] == {**created, "retention.ms": 3600000, "segment.ms": 600000}
+    assert own[2]["cleanup.policy"] == "delete,compact"
+    assert own[3]["cleanup.policy"] == "compact"
+    assert own[4]["retention.ms"] == created["retention.ms"]
+    assert own[5] == own[4]                                       # validate_only
+    assert own[8] == {**created, "retention.ms": 7200000}        # alter_configs replaces
+    sources = dict(got["kafka_client"][8][2])
+    assert sources["retention.ms"] == ("7200000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert sources["segment.ms"][1] == ConfigSource.DEFAULT_CONFIG.value

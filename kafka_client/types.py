@@ -163,6 +163,17 @@ def _rebuild_tp(topic: str, partition: int, offset: int, metadata: Optional[str]
     return TopicPartition(topic, partition, offset, metadata, leader_epoch)._set_error(error)
 
 
+def committed_metadata(raw: Optional[str]) -> Optional[str]:
+    """Commit metadata as an OffsetFetch answer gives it back: None for none, and cut at
+    the first NUL. librdkafka stores the NUL after its text and its readers
+    (confluent-kafka's) stop there, so offsets a librdkafka client committed read here as
+    they read there."""
+    if not raw:
+        return None
+    end = raw.find("\x00")
+    return raw if end < 0 else raw[:end]
+
+
 class Message:
     """One consumed or produced message, or an event/error (then :meth:`error` is not None).
 

@@ -63,7 +63,7 @@ from kafka_client.admin._topics import (
 )
 from kafka_client.consumer.assignors import decode_assignment
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
-from kafka_client.types import OFFSET_INVALID, TopicPartition
+from kafka_client.types import OFFSET_INVALID, TopicPartition, committed_metadata
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AlterConfigsRequest,
@@ -1048,7 +1048,8 @@ def list_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopicP
                 if p.error_code in _RETRIED:
                     return result_error(p.error_code, None)
                 offset = p.committed_offset if p.committed_offset >= 0 else OFFSET_INVALID
-                tp = TopicPartition(t.name, p.partition_index, offset, p.metadata or None,
+                tp = TopicPartition(t.name, p.partition_index, offset,
+                                    committed_metadata(p.metadata),
                                     getattr(p, "committed_leader_epoch", -1))
                 got[(t.name, p.partition_index)] = tp._set_error(
                     entry_error(p.error_code, None))

@@ -47,7 +47,7 @@ from kafka_client.consumer.assignors import (
     get_assignor,
 )
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
-from kafka_client.types import OFFSET_INVALID, TopicPartition
+from kafka_client.types import OFFSET_INVALID, TopicPartition, committed_metadata
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -1527,7 +1527,7 @@ class GroupCoordinator:
                         if pr.error_code and not code:
                             code = broker_code(pr.error_code)
                         result[(t.name, pr.partition_index)] = (
-                            pr.committed_offset, pr.metadata or None,
+                            pr.committed_offset, committed_metadata(pr.metadata),
                             getattr(pr, "committed_leader_epoch", -1))
             if code == ErrorCode.NONE:
                 done(result)

@@ -226,3 +226,33 @@ def test_topic_configs_altered_as_on_kafka(cluster, topic_name):
     sources = dict(got["kafka_client"][8][2])
     assert sources["retention.ms"] == ("7200000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
     assert sources["segment.ms"][1] == ConfigSource.DEFAULT_CONFIG.value
+
+
+def read_metadata_librdkafka_committed(top, m, impl, cluster, topic):
+    """A librdkafka consumer commits an offset with metadata; this client's AdminClient
+    and Consumer read it back."""
+    name = f"{topic}-{impl}"
+    group = f"group-{name}"
+    cluster.create_topic(name, partitions=1)
+    writer = ck.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
+    writer.commit(offsets=[ck.TopicPartition(name, 0, 5, "from librdkafka")],
+                  asynchronous=False)
+    writer.close()
+    admin = admin_client(m, cluster)
+    listed = admin.list_consumer_group_offsets(
+        [top.ConsumerGroupTopicPartitions(group)])[group].result(15)
+    reader = top.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
+    try:
+        committed = reader.committed([top.TopicPartition(name, 0)], timeout=15)
+    finally:
+        reader.close()
+    return ([(tp.offset, tp.metadata) for tp in listed.topic_partitions],
+            [(tp.offset, tp.metadata) for tp in committed])
+
+
+def test_commit_metadata_librdkafka_wrote_reads_as_there(cluster, topic_name):
+    """librdkafka stores the metadata with a NUL after it and confluent-kafka reads up to
+    it; ours read it the same, not with the NUL."""
+    got = side_by_side(read_metadata_librdkafka_committed, cluster, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"] \
+        == ([(5, "from librdkafka")], [(5, "from librdkafka")])

@@ -1053,10 +1053,12 @@ def list_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopicP
                                     getattr(p, "committed_leader_epoch", -1))
                 got[(t.name, p.partition_index)] = tp._set_error(
                     entry_error(p.error_code, None))
+        # Sorted by topic and partition, whatever the order asked, as librdkafka's list.
         if asked is None:
             parts = sorted(got.values())
         else:
-            parts = [got.get(k) or TopicPartition(k[0], k[1], OFFSET_INVALID) for k in asked]
+            parts = sorted(got.get(k) or TopicPartition(k[0], k[1], OFFSET_INVALID)
+                           for k in asked)
         settle(future, ConsumerGroupTopicPartitions(group_id, parts))
         return None
 
@@ -1090,9 +1092,9 @@ def alter_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopic
         for code in codes.values():
             if code in _RETRIED:
                 return result_error(code, None)
-        out = [TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
-                              tp.leader_epoch)._set_error(
-            entry_error(codes.get((tp.topic, tp.partition), 0), None)) for tp in parts]
+        out = sorted(TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
+                                    tp.leader_epoch)._set_error(
+            entry_error(codes.get((tp.topic, tp.partition), 0), None)) for tp in parts)
         settle(future, ConsumerGroupTopicPartitions(group_id, out))
         return None
 

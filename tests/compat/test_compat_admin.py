@@ -256,3 +256,33 @@ def test_commit_metadata_librdkafka_wrote_reads_as_there(cluster, topic_name):
     got = side_by_side(read_metadata_librdkafka_committed, cluster, topic_name)
     assert got["kafka_client"] == got["confluent_kafka"] \
         == ([(5, "from librdkafka")], [(5, "from librdkafka")])
+
+
+def group_offsets_in_result_order(top, m, impl, cluster, topic):
+    """alter_consumer_group_offsets() and list_consumer_group_offsets() given partitions
+    out of order (and one of a missing topic): the result's partitions, in order."""
+    first, second = f"b-{topic}-{impl}", f"a-{topic}-{impl}"
+    for name in (first, second):
+        cluster.create_topic(name, partitions=3)
+    group = f"group-{topic}-{impl}"
+    admin = admin_client(m, cluster)
+    TP, CGTP = top.TopicPartition, top.ConsumerGroupTopicPartitions
+
+    def rows(result):
+        return [(tp.topic.replace(f"-{impl}", "-X"), tp.partition, tp.offset,
+                 None if tp.error is None else tp.error.code())
+                for tp in result.topic_partitions]
+
+    altered = admin.alter_consumer_group_offsets([CGTP(group, [
+        TP(first, 2, 1), TP(second, 1, 2), TP(f"missing-{topic}-{impl}", 0, 3),
+        TP(first, 0, 4)])])[group].result(15)
+    listed = admin.list_consumer_group_offsets([CGTP(group, [
+        TP(first, 2), TP(second, 2), TP(second, 1)])])[group].result(15)
+    return rows(altered), rows(listed)
+
+
+def test_group_offsets_results_are_sorted_as_there(cluster, topic_name):
+    got = side_by_side(group_offsets_in_result_order, cluster, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"]
+    altered, listed = got["kafka_client"]
+    assert altered == sorted(altered) and listed == sorted(listed)

@@ -114,14 +114,15 @@ def _check_partition(tp: Any, what: str) -> None:
         raise ValueError(f"Element of '{what}' must not have negative 'partition' value")
 
 
-def _duplicates(keys: List[Any], futures: Dict[Any, Future], what: str) -> bool:
-    """Fail every future of a call that names something twice (as librdkafka does);
-    True if it did."""
+def _duplicates(keys: List[Any], futures: Dict[Any, Future], what: str,
+                text: Optional[str] = None) -> bool:
+    """Fail every future of a call that names something twice (as librdkafka does, with
+    its words: ``text``, else "Duplicate <what> not allowed"); True if it did."""
     if len(set(keys)) == len(keys):
         return False
     for fut in futures.values():
         ops.settle(fut, error=client_error(KafkaError._INVALID_ARG,
-                                         f"Duplicate {what} not allowed"))
+                                         text or f"Duplicate {what} not allowed"))
     return True
 
 
@@ -379,7 +380,7 @@ class AdminClient(ClientBase):
         opts = self._options(request_timeout, validate_only=validate_only,
                              broker=_broker(broker))
         futures = self._keyed(resources)
-        if _duplicates(resources, futures, "ConfigResource"):
+        if _duplicates(resources, futures, "ConfigResource", "Duplicate ConfigResource found"):
             return futures
         for res in resources:
             names = [e.name for e in res.incremental_configs]
@@ -602,7 +603,8 @@ class AdminClient(ClientBase):
             futures: Dict[Optional[str], Future] = self._keyed([None])
         else:
             futures = self._keyed(users)  # type: ignore[arg-type]
-            if not users or _duplicates(users, futures, "users"):
+            if not users or _duplicates(users, futures, "users", "Duplicate users aren't "
+                                        "allowed in the same request"):
                 return futures  # type: ignore[return-value]
         self._start(ops.describe_user_scram_credentials, users, futures, opts)
         return futures[None] if users is None else futures  # type: ignore[return-value]

@@ -299,6 +299,42 @@ def test_duplicates_fail_every_future_at_once(clients, call, what):
         assert err.code() == KafkaError._INVALID_ARG and f"Duplicate {what}" in err.str()
 
 
+def local_duplicates(m, top):
+    """Calls naming something twice that confluent-kafka fails at once, without a
+    request."""
+    TP, CGTP = top.TopicPartition, top.ConsumerGroupTopicPartitions
+    entry = m.ConfigEntry("x", "1", incremental_operation=m.AlterConfigOpType.SET)
+    return [
+        ("describe_topics", lambda a: a.describe_topics(top.TopicCollection(["t", "t"]))),
+        ("incremental resources", lambda a: a.incremental_alter_configs(
+            [m.ConfigResource("topic", "t", incremental_configs=[entry])] * 2)),
+        ("incremental entries", lambda a: a.incremental_alter_configs(
+            [m.ConfigResource("topic", "t", incremental_configs=[entry] * 2)])),
+        ("delete_records", lambda a: a.delete_records([TP("t", 0, 1), TP("t", 0, 2)])),
+        ("describe groups", lambda a: a.describe_consumer_groups(["g", "g"])),
+        ("delete groups", lambda a: a.delete_consumer_groups(["g", "g"])),
+        ("list group offsets", lambda a: a.list_consumer_group_offsets(
+            [CGTP("g", [TP("t", 0), TP("t", 0)])])),
+        ("alter group offsets", lambda a: a.alter_consumer_group_offsets(
+            [CGTP("g", [TP("t", 0, 1), TP("t", 0, 2)])])),
+        ("describe scram", lambda a: a.describe_user_scram_credentials(["u", "u"])),
+        ("elect_leaders", lambda a: {None: a.elect_leaders(
+            top.ElectionType.PREFERRED, [TP("t", 0), TP("t", 0)])}),
+    ]
+
+
+@pytest.mark.parametrize("label", [label for label, _ in local_duplicates(ours, kafka_client)])
+def test_duplicates_fail_with_confluent_kafkas_code_and_words(clients, label):
+    a, b = clients
+    mine = dict(local_duplicates(ours, kafka_client))[label](a)
+    peer = dict(local_duplicates(theirs, ck))[label](b)
+
+    def errors(futures):
+        return sorted((e.code(), e.str()) for e in (
+            f.exception(2).args[0] for f in futures.values()))
+    assert errors(mine) == errors(peer)
+
+
 def test_scram_and_election_errors_that_need_no_broker(clients):
     """As confluent-kafka: these come back through the future, at once."""
     def error_now(future):  # either package's KafkaException

@@ -67,9 +67,11 @@ class ElectionType(_OrderedEnum):
 
 
 class Node:
-    """A broker: ``id``, ``host``, ``port`` and optional ``rack``."""
+    """A broker: ``id``, ``host``, ``port`` and optional ``rack`` (a broker only known
+    by its id, one that is down, has host None and port 0)."""
 
-    def __init__(self, id: int, host: str, port: int, rack: Optional[str] = None) -> None:
+    def __init__(self, id: int, host: Optional[str], port: int,
+                 rack: Optional[str] = None) -> None:
         self.id = id
         self.id_string = str(id)
         self.host = host

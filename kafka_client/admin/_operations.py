@@ -197,12 +197,18 @@ def result_error(code: int, message: Optional[str]) -> Optional[KafkaError]:
     return client_error(code, message) if message else client_error(code)
 
 
+def _unknown_node(node_id: int) -> Node:
+    """A broker the metadata does not list (a replica on a broker that is down): its id
+    only, host None and port 0, as librdkafka describes it."""
+    return Node(node_id, None, 0)
+
+
 def _node(runner: CallRunner, node_id: int) -> Optional[Node]:
     if node_id < 0:
         return None
     info = runner.cluster.metadata.brokers.get(node_id)
     if info is None:
-        return Node(node_id, "", -1)
+        return _unknown_node(node_id)
     host, port, rack = info
     return Node(node_id, host, port, rack)
 
@@ -411,7 +417,7 @@ def describe_topics(runner: CallRunner, topics: List[str], futures: Dict[str, Fu
                  for b in resp.brokers or ()}
 
         def node(node_id: int) -> Node:
-            return nodes.get(node_id) or Node(node_id, "", -1)
+            return nodes.get(node_id) or _unknown_node(node_id)
 
         for t in resp.topics or ():
             fut = futures.get(t.name)

@@ -286,3 +286,26 @@ def test_group_offsets_results_are_sorted_as_there(cluster, topic_name):
     assert got["kafka_client"] == got["confluent_kafka"]
     altered, listed = got["kafka_client"]
     assert altered == sorted(altered) and listed == sorted(listed)
+
+
+def describe_with_a_broker_down(top, m, impl, cluster, topic):
+    """describe_topics() of a topic with a replica on a broker that is down: that
+    replica's Node as a program sees it."""
+    name = f"{topic}-{impl}"
+    cluster.create_topic(name, partitions=1, replication_factor=3)
+    cluster.wait_in_sync(name)
+    admin = admin_client(m, cluster)
+    down = cluster.broker_ids[-1]
+    cluster.stop_broker(down)
+    try:
+        described = admin.describe_topics(top.TopicCollection([name]))[name].result(15)
+    finally:
+        cluster.start_broker(down)
+    replica = next(n for n in described.partitions[0].replicas if n.id == down)
+    return replica.id, replica.host, replica.port, replica.rack, str(replica)
+
+
+def test_a_replica_on_a_broker_that_is_down_is_described_as_there(cluster, topic_name):
+    got = side_by_side(describe_with_a_broker_down, cluster, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"]
+    assert got["kafka_client"][1:3] == (None, 0)

@@ -126,6 +126,21 @@ def _duplicates(keys: List[Any], futures: Dict[Any, Future], what: str,
     return True
 
 
+def _named_twice(names: List[str], futures: Dict[str, Future]) -> Set[str]:
+    """The topics named more than once in a CreateTopics, DeleteTopics or
+    CreatePartitions call: their futures fail with INVALID_REQUEST, as Kafka answers
+    confluent-kafka, which sends them (Kafka acts on neither entry, and on the other
+    topics of the request); not sent, whatever the broker would do."""
+    seen: Set[str] = set()
+    twice: Set[str] = set()
+    for name in names:
+        (twice if name in seen else seen).add(name)
+    for name in twice:
+        ops.settle(futures[name], error=client_error(KafkaError.INVALID_REQUEST,
+                                                   "Duplicate topic name."))
+    return twice
+
+
 def _nothing_produced(elapsed: float) -> List[Sample]:
     """The producer metrics of a client that produces nothing (KIP-714, as librdkafka's
     AdminClient pushes them)."""
@@ -237,8 +252,10 @@ class AdminClient(ClientBase):
         opts = self._options(request_timeout, operation_timeout, validate_only)
         names = [t.topic for t in new_topics]
         futures = self._keyed(names)
-        if not _duplicates(names, futures, "topics"):
-            self._start(ops.create_topics, new_topics, futures, opts)
+        twice = _named_twice(names, futures)
+        todo = [t for t in new_topics if t.topic not in twice]
+        if todo:
+            self._start(ops.create_topics, todo, futures, opts)
         return futures
 
     def delete_topics(self, topics: List[str], *, operation_timeout: Optional[float] = None,
@@ -253,8 +270,10 @@ class AdminClient(ClientBase):
                 raise ValueError(f"Expected list of topic strings, not {type(t).__name__}")
         opts = self._options(request_timeout, operation_timeout)
         futures = self._keyed(topics)
-        if not _duplicates(topics, futures, "topics"):
-            self._start(ops.delete_topics, topics, futures, opts)
+        twice = _named_twice(topics, futures)
+        todo = [t for t in topics if t not in twice]
+        if todo:
+            self._start(ops.delete_topics, todo, futures, opts)
         return futures
 
     def create_partitions(self, new_partitions: List[NewPartitions], *,
@@ -275,8 +294,10 @@ class AdminClient(ClientBase):
         opts = self._options(request_timeout, operation_timeout, validate_only)
         names = [p.topic for p in new_partitions]
         futures = self._keyed(names)
-        if not _duplicates(names, futures, "topics"):
-            self._start(ops.create_partitions, new_partitions, futures, opts)
+        twice = _named_twice(names, futures)
+        todo = [p for p in new_partitions if p.topic not in twice]
+        if todo:
+            self._start(ops.create_partitions, todo, futures, opts)
         return futures
 
     def describe_topics(self, topics: TopicCollection, *,

@@ -272,11 +272,26 @@ def test_zero_partitions_or_replicas_fail_their_future_without_a_broker(clients,
     assert failed_at_once(a.create_topics([topic])["t"]).code() == code
 
 
+@pytest.mark.parametrize("call", [
+    lambda a: a.create_topics([ours.NewTopic("t", 1), ours.NewTopic("u", 1),
+                               ours.NewTopic("t", 2)]),
+    lambda a: a.delete_topics(["t", "u", "t"]),
+    lambda a: a.create_partitions([ours.NewPartitions("t", 2), ours.NewPartitions("u", 2),
+                                   ours.NewPartitions("t", 3)]),
+])
+def test_a_topic_named_twice_fails_as_kafka_answers_it_and_the_others_go_ahead(clients, call):
+    """Kafka refuses a topic named twice in CreateTopics, DeleteTopics or CreatePartitions
+    with INVALID_REQUEST and acts on the others, which is what confluent-kafka (sending
+    the request) reports; the duplicated name is not sent."""
+    a, _ = clients
+    futures = call(a)
+    assert set(futures) == {"t", "u"}
+    err = failed_at_once(futures["t"])
+    assert err.code() == KafkaError.INVALID_REQUEST and err.str() == "Duplicate topic name."
+    assert not futures["u"].done()          # sent: it waits for the (absent) broker
+
+
 @pytest.mark.parametrize("call, what", [
-    (lambda a: a.create_topics([ours.NewTopic("t", 1), ours.NewTopic("t", 2)]), "topics"),
-    (lambda a: a.delete_topics(["t", "t"]), "topics"),
-    (lambda a: a.create_partitions([ours.NewPartitions("t", 2), ours.NewPartitions("t", 3)]),
-     "topics"),
     (lambda a: a.describe_topics(kafka_client.TopicCollection(["t", "t"])), "topics"),
     (lambda a: a.delete_records([kafka_client.TopicPartition("t", 0, 1),
                                  kafka_client.TopicPartition("t", 0, 2)]), "partitions"),

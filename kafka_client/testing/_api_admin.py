@@ -490,13 +490,18 @@ def _apply_topic_config(ctx: RequestContext, info: TopicInfo, overrides: Dict[st
 
 
 def _answer_alter(ctx: RequestContext, response_cls: Any, alter: Any) -> None:
-    """Run ``alter(resource)`` for each resource; answer each with its outcome."""
+    """Run ``alter(resource)`` for each resource; answer each with its outcome. A
+    resource named twice is refused (each time) and left alone, as Kafka does."""
     R = response_cls
     out = []
-    for r in ctx.request.resources:
+    keys = [(r.resource_type, r.resource_name) for r in ctx.request.resources]
+    for r, key in zip(ctx.request.resources, keys):
         answer = R.AlterConfigsResourceResponse(resource_type=r.resource_type,
                                                 resource_name=r.resource_name)
         try:
+            if keys.count(key) > 1:
+                raise _Refused(ErrorCode.INVALID_REQUEST,
+                               "Each resource must appear at most once.")
             alter(r)
             answer.error_code = ErrorCode.NONE
         except _Refused as exc:
@@ -507,10 +512,11 @@ def _answer_alter(ctx: RequestContext, response_cls: Any, alter: Any) -> None:
 
 
 def _no_null_values(configs: Iterable[Any]) -> None:
-    for c in configs:
-        if c.value is None and getattr(c, "config_operation", OP_SET) != OP_DELETE:
-            raise _Refused(ErrorCode.INVALID_REQUEST,
-                           f"Null value not supported for topic configs: {c.name}")
+    nulls = [c.name for c in configs
+             if c.value is None and getattr(c, "config_operation", OP_SET) != OP_DELETE]
+    if nulls:
+        raise _Refused(ErrorCode.INVALID_REQUEST,
+                       f"Null value not supported for : {', '.join(nulls)}")
 
 
 @handles(ApiKey.ALTER_CONFIGS)

@@ -318,3 +318,31 @@ def test_a_replica_on_a_broker_that_is_down_is_described_as_there(cluster, topic
     got = side_by_side(describe_with_a_broker_down, cluster, topic_name)
     assert got["kafka_client"] == got["confluent_kafka"]
     assert got["kafka_client"][1:3] == (None, 0)
+
+
+def alter_configs_naming_a_topic_twice(top, m, impl, cluster, topic):
+    """alter_configs() naming one topic twice beside another: the retention each topic
+    has afterwards, and the error codes."""
+    twice, other = f"twice-{topic}-{impl}", f"other-{topic}-{impl}"
+    for name in (twice, other):
+        cluster.create_topic(name, partitions=1)
+    admin = admin_client(m, cluster)
+    R = m.ConfigResource
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        futures = admin.alter_configs([R("topic", twice, set_config={"retention.ms": "1000"}),
+                                       R("topic", other, set_config={"retention.ms": "2000"}),
+                                       R("topic", twice, set_config={"retention.ms": "3000"})])
+    codes = sorted(f.exception(15).args[0].code() for f in futures.values())
+    return codes, [cluster.describe_topic(t).config["retention.ms"] for t in (twice, other)]
+
+
+def test_a_resource_named_twice_in_alter_configs_is_left_alone(cluster, topic_name):
+    """Kafka refuses a resource named twice (each time, INVALID_REQUEST) and alters the
+    others; librdkafka sends such a request and cannot read that answer (_BAD_MSG on
+    every future, the other topic altered). Ours refuses the call without a request
+    (_INVALID_ARG, docs/admin.md)."""
+    got = side_by_side(alter_configs_naming_a_topic_twice, cluster, topic_name)
+    default = got["kafka_client"][1][0]
+    assert got["confluent_kafka"] == ([ck.KafkaError._BAD_MSG] * 2, [default, 2000])
+    assert got["kafka_client"] == ([ck.KafkaError._INVALID_ARG] * 2, [default, default])

@@ -163,6 +163,14 @@ def _rebuild_tp(topic: str, partition: int, offset: int, metadata: Optional[str]
     return TopicPartition(topic, partition, offset, metadata, leader_epoch)._set_error(error)
 
 
+def metadata_to_commit(metadata: Optional[str]) -> Optional[str]:
+    """Commit metadata as it is sent: a non-empty text with a NUL after it, as
+    confluent-kafka sends it (its readers stop at that NUL, and read past the end of
+    metadata without one: garbage, or a UnicodeDecodeError); None and "" as given.
+    :func:`committed_metadata` takes the NUL off again."""
+    return metadata + "\x00" if metadata else metadata
+
+
 def committed_metadata(raw: Optional[str]) -> Optional[str]:
     """Commit metadata as an OffsetFetch answer gives it back: None for none, and cut at
     the first NUL. librdkafka stores the NUL after its text and its readers

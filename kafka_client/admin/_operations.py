@@ -63,7 +63,8 @@ from kafka_client.admin._topics import (
 )
 from kafka_client.consumer.assignors import decode_assignment
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
-from kafka_client.types import OFFSET_INVALID, TopicPartition, committed_metadata
+from kafka_client.types import (OFFSET_INVALID, TopicPartition, committed_metadata,
+                                metadata_to_commit)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AlterConfigsRequest,
@@ -1085,7 +1086,8 @@ def alter_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopic
                     partition_index=tp.partition, committed_offset=tp.offset,
                     committed_leader_epoch=tp.leader_epoch if tp.leader_epoch is not None
                     and version >= 6 else -1,
-                    commit_timestamp=-1, committed_metadata=tp.metadata or ""))
+                    commit_timestamp=-1,
+                    committed_metadata=metadata_to_commit(tp.metadata) or ""))
         return OffsetCommitRequest(
             group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
             group_instance_id=None, retention_time_ms=-1,

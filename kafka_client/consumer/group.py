@@ -47,7 +47,8 @@ from kafka_client.consumer.assignors import (
     get_assignor,
 )
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
-from kafka_client.types import OFFSET_INVALID, TopicPartition, committed_metadata
+from kafka_client.types import (OFFSET_INVALID, TopicPartition, committed_metadata,
+                                metadata_to_commit)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -1377,7 +1378,7 @@ class GroupCoordinator:
         for topic, p, off, meta, epoch in offsets:
             by_topic.setdefault(topic, []).append(OffsetCommitRequest.OffsetCommitRequestPartition(
                 partition_index=p, committed_offset=off, committed_leader_epoch=epoch,
-                commit_timestamp=-1, committed_metadata=meta if meta is not None else ""))
+                commit_timestamp=-1, committed_metadata=metadata_to_commit(meta) or ""))
         # As a member, with the last generation joined (also while rejoining: the
         # broker then answers REBALANCE_IN_PROGRESS rather than taking a non-member commit).
         member = self.patterns is not None and self.generation >= 0 and bool(self.member_id)

@@ -69,7 +69,7 @@ from kafka_client._cluster.calls import (
 from kafka_client._common import deadline_after, wait_limit
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.producer.idempotence import has_producer_id
-from kafka_client.types import TopicPartition
+from kafka_client.types import TopicPartition, metadata_to_commit
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AddOffsetsToTxnRequest,
@@ -892,7 +892,8 @@ class TransactionManager:
                     partition_index=tp.partition, committed_offset=tp.offset,
                     committed_leader_epoch=(tp.leader_epoch if version >= 2 and
                                             tp.leader_epoch is not None else -1),
-                    committed_metadata=tp.metadata) for tp in tps])
+                    committed_metadata=metadata_to_commit(tp.metadata))
+                for tp in tps])
                 for t, tps in by_topic.items()]
             req = R(transactional_id=self.transactional_id, group_id=group.group_id,
                     producer_id=idem.producer_id, producer_epoch=idem.epoch, topics=topics)

@@ -346,3 +346,51 @@ def test_a_resource_named_twice_in_alter_configs_is_left_alone(cluster, topic_na
     default = got["kafka_client"][1][0]
     assert got["confluent_kafka"] == ([ck.KafkaError._BAD_MSG] * 2, [default, 2000])
     assert got["kafka_client"] == ([ck.KafkaError._INVALID_ARG] * 2, [default, default])
+
+
+def write_metadata_every_way(top, m, impl, cluster, topic):
+    """Commit metadata written by a consumer's commit(), by alter_consumer_group_offsets()
+    and by send_offsets_to_transaction(), each in a group of its own; what confluent-kafka's
+    consumer reads back of each, and what ours reads."""
+    topic = f"{topic}-{impl}"
+    cluster.create_topic(topic)
+    conf = {"bootstrap.servers": cluster.bootstrap_servers}
+    groups = {way: f"{way}-{topic}" for way in ("commit", "admin", "txn")}
+    consumer = top.Consumer({**conf, "group.id": groups["commit"]})
+    consumer.commit(offsets=[top.TopicPartition(topic, 0, 1, "by commit()")],
+                    asynchronous=False)
+    consumer.close()
+    admin = admin_client(m, cluster)
+    admin.alter_consumer_group_offsets([top.ConsumerGroupTopicPartitions(
+        groups["admin"], [top.TopicPartition(topic, 0, 2, "by the admin client")])]
+    )[groups["admin"]].result(15)
+    producer = top.Producer({**conf, "transactional.id": f"txn-{topic}"})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    member = top.Consumer({**conf, "group.id": groups["txn"]})
+    producer.send_offsets_to_transaction(
+        [top.TopicPartition(topic, 0, 3, "in a transaction")],
+        member.consumer_group_metadata(), 15)
+    producer.commit_transaction(15)
+    member.close()
+    read = {}
+    for reader_module in (ck, importlib.import_module("kafka_client")):
+        for way, group in groups.items():
+            reader = reader_module.Consumer({**conf, "group.id": group})
+            try:
+                (tp,) = reader.committed([reader_module.TopicPartition(topic, 0)], timeout=15)
+            finally:
+                reader.close()
+            read[(reader_module.__name__, way)] = (tp.offset, tp.metadata)
+    return read
+
+
+def test_commit_metadata_reads_back_in_both_clients_whoever_wrote_it(cluster, topic_name):
+    """confluent-kafka sends commit metadata with a NUL after it and its readers stop at
+    that NUL; metadata ours wrote without one read in confluent-kafka as 'helloV' (past its
+    end). Now ours sends it as confluent-kafka does, from every way of committing."""
+    got = side_by_side(write_metadata_every_way, cluster, topic_name)
+    expected = {(reader, way): value for reader in IMPLS for way, value in (
+        ("commit", (1, "by commit()")), ("admin", (2, "by the admin client")),
+        ("txn", (3, "in a transaction")))}
+    assert got["kafka_client"] == got["confluent_kafka"] == expected

@@ -732,7 +732,7 @@ def test_alter_consumer_group_offsets_commits_as_a_non_member(admins):
         (_n, req), = cluster.requests(ApiKey.OFFSET_COMMIT)
         assert (req.generation_id_or_member_epoch, req.member_id) == (-1, "")
         assert [(p.partition_index, p.committed_offset, p.committed_metadata)
-                for p in req.topics[0].partitions] == [(0, 5, "meta"), (1, 9, "")]
+                for p in req.topics[0].partitions] == [(0, 5, "meta\x00"), (1, 9, "")]
 
 
 # --------------------------------------------------------------------------- ACLs

@@ -380,7 +380,7 @@ def test_send_offsets_adds_them_then_commits_them_with_the_group_metadata():
             req.generation_id, req.member_id) == (TXN_ID, "g", 5, 0, 7, "member-1")
     assert [(t.name, [(p.partition_index, p.committed_offset, p.committed_metadata)
                       for p in t.partitions]) for t in req.topics] == [
-        ("in", [(0, 42, None), (1, 7, "m")])]
+        ("in", [(0, 42, None), (1, 7, "m\x00")])]  # NUL-ended, as confluent-kafka sends it
     R = TxnOffsetCommitResponse
     cb(R(topics=[R.TxnOffsetCommitResponseTopic(name="in", partitions=[
         R.TxnOffsetCommitResponsePartition(partition_index=0, error_code=0),

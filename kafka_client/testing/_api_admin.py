@@ -117,7 +117,9 @@ def metadata(ctx: RequestContext) -> None:
     settings = ctx.server.settings
     topics = []
     wanted = req.topics
-    if wanted is None or (ctx.version == 0 and not wanted):
+    asks_all = wanted is None or (ctx.version == 0 and not wanted)
+    ctx.note(requested_topics=None if asks_all else len(wanted))
+    if asks_all:
         topics = [_topic_metadata(ctx, info) for info in controller.topics.values()]
     else:
         auto_create = settings["auto.create.topics.enable"] and \

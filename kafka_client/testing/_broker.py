@@ -516,6 +516,9 @@ class Broker:
         entry = None
         if not _is_replica_fetch(api_key, request):
             entry = self.server.request_log.add(self.broker_id, head, conn.principal)
+            # the request's size on the wire (its frame, without the size prefix): a
+            # client's requests that grow with its history show here
+            entry["request_bytes"] = len(frame)
         ctx = RequestContext(self, conn, head, request, entry)
         if used < len(body):
             ctx.note(trailing_bytes_ignored=len(body) - used)

@@ -118,7 +118,10 @@ class RequestLogEntry:
     "epoch": request session epoch, "response_id": answer's session id (None while
     waiting), "requested": [[topic, partition, fetch_offset], ...] (named in the request,
     topic None for an unknown topic id), "forgotten": [[topic, partition], ...]}``; for
-    events, ``details["detail"]`` says what happened (a closed connection's reason)."""
+    events, ``details["detail"]`` says what happened (a closed connection's reason).
+    Every request's ``details["request_bytes"]`` is its size on the wire (the frame
+    after the size prefix); a Metadata request's ``details["requested_topics"]`` the
+    number of topics it names (None: every topic)."""
 
     seq: int
     kind: str

@@ -225,6 +225,12 @@ _TABLE: Tuple[Property, ...] = (
        "First retry interval for metadata requests while a partition has no known leader; "
        "it doubles on each attempt up to retry.backoff.max.ms.", min=1, max=60000,
        derived="retry.backoff.ms (at most 60000)"),
+    _p("metadata.max.idle.ms", INT, 300000, "P",
+       "A topic not produced to for this long, with nothing of it queued or in flight, is "
+       "forgotten: its metadata is no longer refreshed or kept, and the next message to it "
+       "asks for it again. The Java producer's property (librdkafka keeps every topic it "
+       "ever produced to, and asks for all of them at every refresh).",
+       min=5000, max=86400000),
     _p("topic.metadata.propagation.max.ms", INT, 30000, "*",
        "How long a topic that brokers report as unknown is still waited for (new topics take "
        "time to appear on every broker) before messages for it fail.", min=0, max=3600000),

@@ -152,6 +152,14 @@ class MetadataCache:
                 if t not in self.topics:
                     self._asked.add(t)
 
+    def forget(self, topics: Iterable[str]) -> None:
+        """Topics the client no longer uses (a producer's idle topics,
+        ``metadata.max.idle.ms``): no longer asked for, and out of the cache."""
+        for t in topics:
+            self.wanted.discard(t)
+            self._asked.discard(t)
+            self.topics.pop(t, None)
+
     def request(self, topics: Optional[Iterable[str]] = None, *, fast: bool = False,
                 now: Optional[float] = None) -> None:
         """Ask for a refresh of ``topics`` (None: every topic) at the next chance;

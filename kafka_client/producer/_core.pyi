@@ -86,6 +86,7 @@ class TopicState:
     error: Any
     available: Optional[List[int]]
     sticky: Optional[PartitionState]
+    last_used: float
     def __init__(self, name: str, choose: Callable[..., int]) -> None: ...
 
 class AccumulatorCore:

@@ -238,9 +238,13 @@ cdef class TopicState:
     cdef public object error           # set when the topic is known not to exist
     cdef public object available       # partitions with a leader, None when all have
     cdef public PartitionState sticky  # keyless messages' partition
+    #: when a batch of it last opened or closed, or a message last waited for its
+    #: metadata (monotonic): metadata.max.idle.ms counts from there
+    cdef public double last_used
 
     def __init__(self, name, choose):
         self.name = name
+        self.last_used = _monotonic()
         self.parts = None
         self.count = 0
         self.choose = choose
@@ -503,6 +507,7 @@ cdef class AccumulatorCore:
         m.headers = headers
         m.size = size
         m.queued_at = _monotonic()
+        t.last_used = m.queued_at
         t.pending.append(m)
         self.pending_topics.add(t)
         self.msg_count += 1

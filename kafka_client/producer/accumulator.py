@@ -166,7 +166,13 @@ class Accumulator(AccumulatorCore):
         #: how long a topic may stay unknown before its messages fail (the broker did
         #: not create it, or it was deleted)
         self.propagation = config["topic.metadata.propagation.max.ms"] / 1000.0
+        #: metadata.max.idle.ms: a topic not used for this long is forgotten (forget_idle)
+        self.max_idle = config["metadata.max.idle.ms"] / 1000.0
         self.topics: Dict[str, TopicState] = {}
+        #: idempotent producer: the next sequence of each partition of a forgotten topic
+        #: (the broker expects it under this producer id and epoch if the topic is used
+        #: again); emptied when the sequences restart (a new epoch)
+        self.forgotten_sequences: Dict[Tuple[str, int], int] = {}
         #: topics with partitions that the metadata now says do not exist (deleted?):
         #: their queued messages fail once that lasted topic.metadata.propagation.max.ms
         self.vanishing: Set[TopicState] = set()
@@ -356,7 +362,7 @@ class Accumulator(AccumulatorCore):
                     f"changed from {len(parts)} to {n}"), batches))
             parts = parts[:n]
         elif len(parts) < n:
-            parts = parts + [PartitionState(t, i) for i in range(len(parts), n)]
+            parts = parts + [self._new_partition(t, i) for i in range(len(parts), n)]
         for i in range(n):
             parts[i].leader = leaders[i]
         t.parts = parts
@@ -367,6 +373,45 @@ class Accumulator(AccumulatorCore):
         t.error = None
         t.unknown_since = None
         t.sticky = None
+
+    def _new_partition(self, t: TopicState, index: int) -> PartitionState:
+        p = PartitionState(t, index)
+        if self.forgotten_sequences:
+            p.next_seq = self.forgotten_sequences.pop((t.name, index), 0)
+        return p
+
+    def forget_idle(self, now: float) -> List[str]:
+        """Forget the topics not used for ``metadata.max.idle.ms`` (no batch opened or
+        closed, no message waiting for metadata since) that hold nothing: no message
+        waiting, no batch open, queued or in flight, no partition in the open
+        transaction. Returns their names (the caller forgets their metadata); a later
+        ``produce()`` to one starts it afresh and asks for its metadata, as the Java
+        producer does. An idempotent producer keeps their partitions' next sequence
+        numbers (:attr:`forgotten_sequences`)."""
+        limit = now - self.max_idle
+        # Looked at without the lock first (most topics are in use or recent).
+        candidates = [t for t in list(self.topics.values()) if t.last_used <= limit]
+        if not candidates:
+            return []
+        forgotten: List[str] = []
+        txn = self.txn_partitions
+        with self.lock:   # produce() may be using one of them right now
+            for t in candidates:
+                if t.last_used > limit or t.pending or self.topics.get(t.name) is not t:
+                    continue
+                parts = t.parts or ()
+                if any(p.open is not None or p.ready or p.in_flight
+                       or (txn is not None and p in txn) for p in parts):
+                    continue
+                del self.topics[t.name]
+                self.vanishing.discard(t)
+                self.pending_topics.discard(t)
+                if self.idempotent:
+                    for p in parts:
+                        if p.next_seq:
+                            self.forgotten_sequences[(t.name, p.index)] = p.next_seq
+                forgotten.append(t.name)
+        return forgotten
 
     def _assign_pending(self, t: TopicState, leaders: List[int],
                         vanished: List[Vanished]) -> List[Unplaced]:
@@ -475,6 +520,7 @@ class Accumulator(AccumulatorCore):
         of ``p`` goes into, which becomes the partition's open batch: the last closed
         batch again while it waits for room to be sent (see _reopen), else a new one."""
         now = time.monotonic()
+        p.topic.last_used = now
         tail = self._reopen(p, size, now)
         if tail is not None:
             return tail
@@ -532,6 +578,8 @@ class Accumulator(AccumulatorCore):
             p.open = None
         if not b.count:
             return  # its only append failed: nothing to send
+        # after the batch's last record: metadata.max.idle.ms counts from the last use
+        p.topic.last_used = time.monotonic()
         b.nbytes = b.builder.size_in_bytes   # its messages' bytes were counted as added
         p.ready.append(b)
         self._ready_parts.add(p)
@@ -705,6 +753,7 @@ class Accumulator(AccumulatorCore):
         already: resent under the new epoch they would be appended again)."""
         gone: List[Batch] = []
         with self.lock:
+            self.forgotten_sequences.clear()
             for t in self.topics.values():
                 for p in t.parts or ():
                     if any(b.sent for b in p.ready):

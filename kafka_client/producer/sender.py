@@ -68,6 +68,8 @@ __all__ = ["Sender", "Report"]
 _log = logging.getLogger("kafka_client.producer.sender")
 
 MIN_PRODUCE_VERSION = 3  # record batches v2
+#: Least time between two looks for idle topics to forget (metadata.max.idle.ms)
+IDLE_CHECK_S = 1.0
 
 #: Produce errors that say the broker refused the batch without appending it: a batch
 #: refused on every attempt is not in the log, so it may be renumbered after an epoch bump
@@ -127,6 +129,8 @@ class Sender:
         #: batch always goes, however big)
         self.max_request_bytes = config["message.max.bytes"]
         self._next_expiry_check = 0.0
+        #: next look for idle topics to forget (metadata.max.idle.ms), at a metadata answer
+        self._next_idle_check = time.monotonic() + IDLE_CHECK_S
         #: earliest retry_at of the batches requeued since the last tick() returned: a
         #: request that fails inside tick() (a write error) requeues its batches after
         #: tick() looked at the queues, and the I/O thread must still wake for them
@@ -156,10 +160,32 @@ class Sender:
 
     # -- metadata ----------------------------------------------------------------------
     def on_metadata(self, changed: Any) -> None:
-        removed = self.acc.apply_metadata(self.cluster.metadata.topics, time.monotonic())
+        now = time.monotonic()
+        removed = self.acc.apply_metadata(self.cluster.metadata.topics, now)
         for unplaced in removed.unplaced:
             self._report_unplaced(unplaced)
         self._report_vanished(removed.vanished)
+        if now >= self._next_idle_check:
+            # At a metadata answer, as the Java producer does (the periodic refresh
+            # brings one at least every topic.metadata.refresh.interval.ms): an idle
+            # producer's loop is not woken for it.
+            self._next_idle_check = now + IDLE_CHECK_S
+            self.forget_idle(now)
+
+    def forget_idle(self, now: float) -> List[str]:
+        """Forget the topics idle for metadata.max.idle.ms (see
+        Accumulator.forget_idle): their metadata is no longer asked for or kept, and
+        their statistics go. Returns their names."""
+        names = self.acc.forget_idle(now)
+        if names:
+            self.cluster.metadata.forget(names)
+            gone = set(names)
+            for name in names:
+                self.batch_windows.pop(name, None)
+            for key in [k for k in self.partition_tx if k[0] in gone]:
+                del self.partition_tx[key]
+            self.log.debug("forgot %d topics idle for metadata.max.idle.ms", len(names))
+        return names
 
     def _report_vanished(self, vanished: List[Vanished]) -> None:
         """Queued batches of partitions that no longer exist fail (librdkafka's

@@ -28,9 +28,12 @@ _WINDOWS_ONLY = {"ssl.ca.certificate.stores"}  # refused by librdkafka on Linux,
 #: confluent-kafka passes None as the text "None": a plugin of that name fails to load
 _NONE_AS_TEXT = {"plugin.library.paths"}
 
+#: the Java client's, where librdkafka has no equivalent (confluent-kafka knows no such name)
+_NOT_IN_LIBRDKAFKA = {"metadata.max.idle.ms"}
+
 TYPED = sorted(name for name, prop in PROPERTIES.items()
                if prop.type not in ("callable", "logger", "mapping", "any")
-               and name not in _WINDOWS_ONLY | _NONE_AS_TEXT)
+               and name not in _WINDOWS_ONLY | _NONE_AS_TEXT | _NOT_IN_LIBRDKAFKA)
 
 
 def _theirs(name, value=None):

@@ -58,3 +58,53 @@ def test_closing_with_a_metadata_request_in_flight_logs_no_warning(kafka_cluster
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == ["Producer terminating with 1 messages (1 bytes) still in queue or "
                         "transit: use flush() to wait for outstanding message delivery"]
+
+
+def test_a_producer_forgets_topics_idle_for_metadata_max_idle(kafka_cluster):
+    """A producer writing once to each of many topics: every Metadata request named every
+    topic it had ever produced to, for its whole life (thousands of topics later, each
+    refresh was hundreds of KB). Topics idle for metadata.max.idle.ms (the Java
+    producer's) are forgotten; one still produced to is kept, and a forgotten one
+    produced to again is asked for again and its messages delivered."""
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers,
+                         "client.id": "idle-topics", "linger.ms": 0,
+                         "metadata.max.idle.ms": 5000,
+                         "topic.metadata.refresh.interval.ms": 500})
+    delivered = []
+
+    def on_delivery(err, msg):
+        assert err is None, err
+        delivered.append((msg.topic(), msg.offset()))
+    try:
+        for i in range(30):
+            producer.produce(f"once-{i}", b"v", on_delivery=on_delivery)
+        producer.produce("busy", b"v", on_delivery=on_delivery)
+        assert producer.flush(30) == 0
+        assert len(delivered) == 31
+        # Every refresh names the 31 topics, until they have been idle for 5 s; "busy"
+        # is produced to all along.
+        def keep_busy(seconds):
+            until = time.monotonic() + seconds
+            while time.monotonic() < until:
+                producer.produce("busy", b"v", on_delivery=on_delivery)
+                producer.poll(0)
+                time.sleep(0.2)
+
+        start = kafka_cluster.clear_request_log()
+        keep_busy(2.0)
+        asked_before = [e.details["requested_topics"]
+                        for e in kafka_cluster.request_log(since=start, api="Metadata")
+                        if e.client_id == "idle-topics"]
+        assert asked_before and min(asked_before) == 31, asked_before
+        keep_busy(5.0)
+        start = kafka_cluster.clear_request_log()
+        keep_busy(2.0)
+        asked = [e.details["requested_topics"]
+                 for e in kafka_cluster.request_log(since=start, api="Metadata")
+                 if e.client_id == "idle-topics"]
+        assert asked and max(asked) == 1, asked    # "busy" alone
+        producer.produce("once-3", b"again", on_delivery=on_delivery)
+        assert producer.flush(30) == 0
+        assert delivered[-1] == ("once-3", 1)      # its second message, in the log
+    finally:
+        producer.close()

@@ -142,6 +142,10 @@ class MetadataCache:
         self._last_sent = float("-inf")
         self.version = 0                   # bumped on every update (listeners compare it)
         self.updates = 0
+        #: the owner's topics in use now, among the ones given (a consumer's: subscribed,
+        #: assigned, looked up); asked at each periodic refresh, the other wanted topics
+        #: are forgotten (None: every wanted topic stays wanted)
+        self.in_use: Optional[Callable[[Set[str]], Set[str]]] = None
 
     # -- asking ------------------------------------------------------------------------
     def want(self, topics: Iterable[str]) -> None:
@@ -159,6 +163,21 @@ class MetadataCache:
             self.wanted.discard(t)
             self._asked.discard(t)
             self.topics.pop(t, None)
+
+    def _forget_unused(self) -> None:
+        """The wanted topics the owner no longer uses (see :attr:`in_use`) are
+        forgotten: they were refreshed, each one named in every Metadata request, for the
+        client's life (a consumer's subscriptions and assignments of long ago)."""
+        if self.in_use is None or not self.wanted:
+            return
+        try:
+            unused = self.wanted - self.in_use(set(self.wanted))
+        except Exception:  # the owner's bug must not stop the refresh
+            self.log.exception("metadata: which topics are in use failed")
+            return
+        if unused:
+            self.log.debug("metadata: %d topics no longer used are forgotten", len(unused))
+            self.forget(unused)
 
     def request(self, topics: Optional[Iterable[str]] = None, *, fast: bool = False,
                 now: Optional[float] = None) -> None:
@@ -181,6 +200,7 @@ class MetadataCache:
             # The clock moves on whether or not there is anything to refresh: left in
             # the past, it made every later loop turn send a Metadata request (a client
             # that wanted no topic asked thousands of times a second once it was due).
+            self._forget_unused()
             self._asked.update(self.wanted)
             self._next_periodic = now + self.refresh_interval
         for name in self.wanted:
@@ -319,6 +339,13 @@ class MetadataCache:
                                         or any(leader < 0 or leader not in self.brokers
                                                for leader in leaders)):
                 trouble = True
+        if asked is None:
+            # An answer for every topic: the cached topics it leaves out were deleted.
+            # Kept, they stayed for the client's life (and a consumer's patterns still
+            # matched them); the wanted ones are asked for by name, and stay.
+            listed = {t.name for t in resp.topics or ()}
+            for name in [n for n in self.topics if n not in listed and n not in self.wanted]:
+                del self.topics[name]
         if trouble:
             self._schedule_fast(now)
         else:

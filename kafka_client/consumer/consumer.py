@@ -148,6 +148,12 @@ class Consumer(ClientBase):
             self._group = membership(cfg, self._cluster, self._io, self._fetcher,
                                      self._ready.set, _error_deliverer(self._lock, deliver))
             self._fetcher.committed_lookup = self._group.lookup_committed
+        #: topics of offset lookups under way (offsets_for_times(), watermarks): their
+        #: metadata is kept while they last (the Java consumer's transient topics)
+        self._lookups: Dict[str, int] = {}
+        self._lookups_lock = threading.Lock()
+        self._cluster.metadata.in_use = _topics_in_use(self._fetcher, self._group,
+                                                       self._lookups, self._lookups_lock)
         #: time consume() calls spent waiting for data (KIP-714's poll idle ratio)
         self._idle = _IdleClock()
         self._start_telemetry(cfg)
@@ -1021,7 +1027,36 @@ class Consumer(ClientBase):
         deadline = began + timeout
         results: Dict[Tuple[str, int], OffsetLookup] = {}
         pending = dict(want)
-        self._io.call_soon(self._cluster.want_topics, sorted({k[0] for k in want}))
+        topics = sorted({k[0] for k in want})
+        with self._lookups_lock:
+            for t in topics:
+                self._lookups[t] = self._lookups.get(t, 0) + 1
+        try:
+            self._io.call_soon(self._cluster.want_topics, topics)
+            pending = self._look_up_offsets(pending, results, deadline, began, isolation)
+        finally:
+            with self._lookups_lock:
+                for t in topics:
+                    left = self._lookups.pop(t) - 1
+                    if left:
+                        self._lookups[t] = left
+        if len(results) < len(want) or pending:
+            missing = [k for k in want if k not in results or k in pending]
+            last = results.get(missing[0]) if missing else None
+            if last is not None and last.error is not None:
+                raise KafkaException(last.error)
+            raise KafkaException(client_error(KafkaError._TIMED_OUT,
+                                              f"ListOffsets timed out after {timeout:g}s"))
+        for found in results.values():
+            if found.error is not None and len(want) == 1:
+                raise KafkaException(found.error)
+        return results
+
+    def _look_up_offsets(self, pending: Dict[Tuple[str, int], int],
+                         results: Dict[Tuple[str, int], OffsetLookup], deadline: float,
+                         began: float, isolation: int) -> Dict[Tuple[str, int], int]:
+        """_list_offsets()'s attempts: fills ``results``, returns what is still pending
+        (retriable errors) when the deadline came."""
         while True:
             done = threading.Event()
             box: List[Any] = []
@@ -1035,27 +1070,16 @@ class Consumer(ClientBase):
                 self._fetcher.list_offsets, pending, finished, max(0.01, remaining),
                 isolation, fresh_after=began))
             if not self._cluster.wait_for(done, deadline):
-                break
+                return pending
             res = box[0]
             results.update(res)
             pending = {key: pending[key] for key, found in res.items()
                        if found.error is not None and found.error.retriable()}
             if not pending:
-                break
+                return pending
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
             if time.monotonic() >= deadline:
-                break
-        if len(results) < len(want) or pending:
-            missing = [k for k in want if k not in results or k in pending]
-            last = results.get(missing[0]) if missing else None
-            if last is not None and last.error is not None:
-                raise KafkaException(last.error)
-            raise KafkaException(client_error(KafkaError._TIMED_OUT,
-                                              f"ListOffsets timed out after {timeout:g}s"))
-        for found in results.values():
-            if found.error is not None and len(want) == 1:
-                raise KafkaException(found.error)
-        return results
+                return pending
 
     # -- group API (needs group.id) ------------------------------------------------------
     def _need_group(self, what: str) -> Any:
@@ -1424,6 +1448,26 @@ class _IdleClock:
         """The fraction of the last ``elapsed`` seconds spent waiting (at most 1)."""
         waited, self.waited = self.waited, 0.0
         return min(1.0, waited / elapsed) if elapsed > 0 else 0.0
+
+
+def _topics_in_use(fetcher: Fetcher, group: Any, lookups: Dict[str, int],
+                   lookups_lock: threading.Lock) -> Callable[[Set[str]], Set[str]]:
+    """The metadata cache's question (I/O thread, at each periodic refresh): which of
+    these topics the consumer uses now: a partition assigned, the group's subscription
+    (names, pattern matches, as the leader every member's topics), an offset lookup under
+    way. The others are forgotten, as the Java consumer forgets them (librdkafka refreshes
+    every topic it ever had for the client's life). A closure over the parts, never the
+    Consumer (the I/O thread must not keep it alive)."""
+    def in_use(candidates: Set[str]) -> Set[str]:
+        with fetcher.lock:
+            used = {topic for topic, _partition in fetcher.parts}
+        with lookups_lock:
+            used.update(lookups)
+        if group is not None:
+            used |= group.topics_in_use(candidates)
+        return used & candidates
+
+    return in_use
 
 
 def _deliverer(queue: Deque[Any], ready: threading.Event) -> Callable[[Any], None]:

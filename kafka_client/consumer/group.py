@@ -278,6 +278,9 @@ class GroupCoordinator:
         #: the JoinGroup answer we lead with while the metadata of members' topics is
         #: asked for (None: not waiting)
         self._leading: Any = None
+        #: as the leader: the topics of every member's subscription at the last
+        #: assignment (their metadata is kept fresh, see topics_in_use)
+        self._group_topics: Set[str] = set()
         self._op_token = 0             # bumped on every membership reset
         self._poll_exceeded = False
         self.on_assign: Optional[Callable] = None
@@ -791,6 +794,7 @@ class GroupCoordinator:
             # run yet are void.
             self.patterns = None
             self._regexes = []
+            self._group_topics = set()
             self.owned = set()
             with self._app_lock:
                 kept = [ev for ev in self.app_events if ev[0] == "commit"]
@@ -810,6 +814,22 @@ class GroupCoordinator:
         if regexes:
             self.cluster.metadata.request(None)
         self._request_rejoin("subscription changed")
+
+    def topics_in_use(self, candidates: Set[str]) -> Set[str]:
+        """I/O thread: which of ``candidates`` the membership needs metadata for: the
+        subscription's names and the topics its patterns match, and as the leader every
+        member's topics (the Java consumer's group subscription)."""
+        if self.patterns is None:
+            return set()
+        used = {t for t in self.patterns if not t.startswith("^")} | self._group_topics
+        if self._regexes:
+            # Matched topics as _subscribed_topics() counts them: a deleted one (its
+            # refresh said it is unknown) no longer is.
+            known = self.cluster.metadata.topics
+            used.update(t for t in candidates
+                        if t in known and not known[t].error
+                        and any(r.match(t) for r in self._regexes))
+        return used & candidates
 
     def _subscribed_topics(self) -> Optional[List[str]]:
         """Topic names the subscription covers now; None while a pattern still waits for
@@ -1026,6 +1046,7 @@ class GroupCoordinator:
                 self.io.call_later(LEAD_METADATA_WAIT_S, self._lead_again, resp, token, True)
             return
         self._leading = None
+        self._group_topics = topics
         counts = {t: md.topics[t].partition_count for t in topics
                   if t in md.topics and md.topics[t].partition_count > 0}
         assignor = next((a for a in self.assignors if a.name == resp.protocol_name),

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kafka_client import Consumer, Producer
+from kafka_client import Consumer, Producer, TopicPartition
 from kafka_client.admin import AdminClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -108,3 +108,103 @@ def test_a_producer_forgets_topics_idle_for_metadata_max_idle(kafka_cluster):
         assert delivered[-1] == ("once-3", 1)      # its second message, in the log
     finally:
         producer.close()
+
+
+def _next_message(consumer, timeout):
+    """The next message, past error events (a deleted topic's partitions report
+    UNKNOWN_TOPIC_OR_PART, as librdkafka's do)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = consumer.poll(max(0.0, deadline - time.monotonic()))
+        if msg is not None and msg.error() is None:
+            return msg
+    return None
+
+
+def _keep_polling(consumers, seconds):
+    """Poll (rebalance callbacks run there) for ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for consumer in consumers:
+            consumer.poll(0.05)
+
+
+def _named_topics(cluster, since, client_id):
+    """How many topics each Metadata request of ``client_id`` named (a request for every
+    topic, a pattern subscription's, is left out)."""
+    return [e.details["requested_topics"]
+            for e in cluster.request_log(since=since, api="Metadata")
+            if e.client_id == client_id and e.details["requested_topics"] is not None]
+
+
+def test_a_consumer_forgets_the_topics_it_no_longer_subscribes_to_or_is_assigned(
+        kafka_cluster):
+    """Subscribed to one topic after another, or assigned one after another (looking up
+    others' watermarks meanwhile): every Metadata refresh named every topic the consumer
+    had ever had, for its life (the Java consumer keeps the subscribed, assigned and
+    looked-up ones; librdkafka keeps them all). Now only the current ones."""
+    topics = [f"churn-{i}" for i in range(8)]
+    for name in topics:
+        kafka_cluster.create_topic(name, partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    for name in topics:
+        producer.produce(name, name.encode())
+    assert producer.flush(30) == 0
+    producer.close()
+    base = {"bootstrap.servers": kafka_cluster.bootstrap_servers,
+            "topic.metadata.refresh.interval.ms": 300, "auto.offset.reset": "earliest"}
+    subscriber = Consumer(dict(base, **{"client.id": "churn-subscriber", "group.id": "churn",
+                                        "heartbeat.interval.ms": 200,
+                                        "session.timeout.ms": 6000}))
+    assigned = Consumer(dict(base, **{"client.id": "churn-assigned", "group.id": "churn-m",
+                                      "enable.auto.commit": False}))
+    try:
+        for i, name in enumerate(topics):
+            subscriber.subscribe([name])
+            assigned.assign([TopicPartition(name, 0)])
+            assigned.get_watermark_offsets(TopicPartition(topics[i - 3], 0), timeout=10)
+            for consumer in (subscriber, assigned):
+                msg = _next_message(consumer, 15)
+                assert msg is not None and msg.value() == name.encode(), msg
+        _keep_polling([subscriber, assigned], 1.0)  # the refreshes that forget the old
+        start = kafka_cluster.clear_request_log()
+        _keep_polling([subscriber, assigned], 1.5)
+        for client_id in ("churn-subscriber", "churn-assigned"):
+            named = _named_topics(kafka_cluster, start, client_id)
+            assert named and max(named) == 1, (client_id, named)   # churn-7 alone
+    finally:
+        subscriber.close()
+        assigned.close()
+
+
+def test_a_pattern_subscription_forgets_deleted_topics(kafka_cluster):
+    """Topics matching a pattern, created and deleted one after another: each stayed in
+    the cache and in every refresh for the consumer's life. Now the refreshes name the
+    live ones, and a new match is still consumed."""
+    consumer = Consumer({"bootstrap.servers": kafka_cluster.bootstrap_servers,
+                         "client.id": "pattern-churn", "group.id": "pattern-churn",
+                         "topic.metadata.refresh.interval.ms": 300,
+                         "heartbeat.interval.ms": 200, "session.timeout.ms": 6000,
+                         "auto.offset.reset": "earliest"})
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    try:
+        consumer.subscribe(["^rolling-.*"])
+        for i in range(8):
+            name = f"rolling-{i}"
+            kafka_cluster.create_topic(name, partitions=1)
+            producer.produce(name, name.encode())
+            assert producer.flush(30) == 0
+            msg = _next_message(consumer, 15)
+            assert msg is not None and msg.value() == name.encode(), msg
+            if i >= 2:
+                kafka_cluster.delete_topic(f"rolling-{i - 2}")
+        _keep_polling([consumer], 1.5)  # the rebalance that drops the deleted one
+        start = kafka_cluster.clear_request_log()
+        _keep_polling([consumer], 1.5)
+        named = _named_topics(kafka_cluster, start, "pattern-churn")
+        assert named and max(named) <= 2, named    # rolling-6 and rolling-7
+        assert set(consumer._cluster.metadata.topics) <= {"rolling-6", "rolling-7"} | {
+            t for t in kafka_cluster.topics() if not t.startswith("rolling-")}
+    finally:
+        producer.close()
+        consumer.close()

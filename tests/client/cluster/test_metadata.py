@@ -265,3 +265,50 @@ def test_a_lagging_answer_with_fewer_partitions_does_not_shrink_the_topic():
     md2.update(answer([1, 1, 1], None), 0.0, None)
     md2.update(answer([1], None), 1.0, None)
     assert md2.topics["t"].partition_count == 3
+
+
+def test_wanted_topics_the_owner_no_longer_uses_are_forgotten_at_the_periodic_refresh():
+    """A consumer's topics of subscriptions and assignments of long ago were refreshed,
+    each named in every Metadata request, for the client's life: at each periodic refresh
+    the owner says which are in use, and the others are forgotten."""
+    md = MetadataCache(refresh_interval=10.0)
+    start = md._next_periodic
+    used = {"now"}
+    asked_about = []
+
+    def in_use(candidates):
+        asked_about.append(set(candidates))
+        return used & candidates
+
+    md.in_use = in_use
+    md.want([f"old-{i}" for i in range(100)] + ["now"])
+    md.take_request_topics()
+    md.update(response({1: 1}, {t: (0, [1]) for t in md.wanted}), start - 1, None)
+    assert len(md.topics) == 101
+    assert md.due(start - 0.5) == start and asked_about == []   # only at the refresh
+    assert md.due(start) == 0.0
+    assert md.take_request_topics() == ["now"]
+    assert md.wanted == {"now"} and set(md.topics) == {"now"}
+    assert asked_about == [{f"old-{i}" for i in range(100)} | {"now"}]
+    md.update(response({1: 1}, {"now": (0, [1])}), start + 0.1, ["now"])
+    # Wanted again (assigned again, say): asked for at once, as any new topic.
+    md.want(["old-7"])
+    used.add("old-7")
+    assert md.due(start + 0.2) == 0.0
+    assert md.take_request_topics() == ["old-7"]
+
+
+def test_an_answer_for_every_topic_drops_the_deleted_ones_not_wanted():
+    """list_topics() and a pattern subscription's look at every topic filled the cache
+    with every topic that ever existed: one deleted since stayed (and a pattern still
+    matched it). Wanted topics stay: they are asked for by name."""
+    md = MetadataCache(refresh_interval=-1)
+    md.want(["wanted-gone"])
+    md.take_request_topics()
+    md.update(response({1: 1}, {"a": (0, [1]), "b": (0, [1]), "wanted-gone": (0, [1])}),
+              1.0, None)
+    assert set(md.topics) == {"a", "b", "wanted-gone"}
+    md.update(response({1: 1}, {"b": (0, [1])}), 2.0, ["b"])        # by name: no drop
+    assert set(md.topics) == {"a", "b", "wanted-gone"}
+    md.update(response({1: 1}, {"b": (0, [1]), "c": (0, [1])}), 3.0, None)
+    assert set(md.topics) == {"b", "c", "wanted-gone"}

@@ -179,6 +179,15 @@ class MetadataCache:
             self.log.debug("metadata: %d topics no longer used are forgotten", len(unused))
             self.forget(unused)
 
+    def _evict_aged(self, now: float) -> None:
+        """Cached topics nobody wants (from ``list_topics(topic)`` answers, say) leave
+        the cache once older than ``metadata.max.age.ms``, as librdkafka's cache entries
+        expire: each such answer added one for the client's life."""
+        wanted = self.wanted
+        for name in [n for n, info in self.topics.items()
+                     if n not in wanted and now - info.updated >= self.max_age]:
+            del self.topics[name]
+
     def request(self, topics: Optional[Iterable[str]] = None, *, fast: bool = False,
                 now: Optional[float] = None) -> None:
         """Ask for a refresh of ``topics`` (None: every topic) at the next chance;
@@ -201,6 +210,7 @@ class MetadataCache:
             # the past, it made every later loop turn send a Metadata request (a client
             # that wanted no topic asked thousands of times a second once it was due).
             self._forget_unused()
+            self._evict_aged(now)
             self._asked.update(self.wanted)
             self._next_periodic = now + self.refresh_interval
         for name in self.wanted:

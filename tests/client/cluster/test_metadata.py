@@ -312,3 +312,23 @@ def test_an_answer_for_every_topic_drops_the_deleted_ones_not_wanted():
     assert set(md.topics) == {"a", "b", "wanted-gone"}
     md.update(response({1: 1}, {"b": (0, [1]), "c": (0, [1])}), 3.0, None)
     assert set(md.topics) == {"b", "c", "wanted-gone"}
+
+
+def test_cached_topics_nobody_wants_expire_at_max_age():
+    """list_topics(topic) answers each added a cache entry for the client's life (300
+    calls for 300 names: 300 entries); librdkafka's cache entries expire at
+    metadata.max.age.ms, and so do these now. Wanted topics are refreshed instead."""
+    md = MetadataCache(max_age=30.0, refresh_interval=10.0)
+    first = md._next_periodic
+    md.want(["kept"])
+    md.take_request_topics()
+    md.update(response({1: 1}, {"kept": (0, [1])}), first - 5, ["kept"])
+    for i in range(300):
+        md.update(response({1: 1}, {f"looked-up-{i}": (3, [])}), first - 5, [f"looked-up-{i}"])
+    assert len(md.topics) == 301
+    md.due(first)                                   # 5 s old: kept
+    md.take_request_topics()
+    md.update(response({1: 1}, {"kept": (0, [1])}), first, ["kept"])
+    assert len(md.topics) == 301
+    md.due(first + 30)                              # 35 s old: gone
+    assert set(md.topics) == {"kept"}

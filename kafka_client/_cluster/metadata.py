@@ -10,6 +10,12 @@
   UNKNOWN_TOPIC_OR_PARTITION, a leader change seen in a Produce answer, a lost
   connection) mark the topic for a fast refresh, retried with a doubling interval from
   ``topic.metadata.refresh.fast.interval.ms`` while leaders are missing.
+* Only what is in use is kept: at each periodic refresh the owner says which wanted
+  topics it still uses (:attr:`MetadataCache.in_use`, the consumer's) and the others are
+  forgotten; a producer forgets its idle topics itself (``metadata.max.idle.ms``);
+  cached topics nobody wants expire at ``metadata.max.age.ms``, and an answer for every
+  topic drops the deleted ones. The cache and the requests follow current use, not the
+  client's history.
 
 The public classes at the bottom (:class:`ClusterMetadata`, :class:`TopicMetadata`, ...)
 are what ``list_topics()`` returns, shaped like confluent-kafka's.

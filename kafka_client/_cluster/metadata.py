@@ -146,6 +146,8 @@ class MetadataCache:
         self._fast_at: Optional[float] = None
         self._fast_delay = fast_interval
         self._last_sent = float("-inf")
+        #: no wanted topic is older than max_age before this time (see _age_check)
+        self._age_check_at = float("inf")
         self.version = 0                   # bumped on every update (listeners compare it)
         self.updates = 0
         #: the owner's topics in use now, among the ones given (a consumer's: subscribed,
@@ -159,8 +161,11 @@ class MetadataCache:
         for t in topics:
             if t not in self.wanted:
                 self.wanted.add(t)
-                if t not in self.topics:
+                info = self.topics.get(t)
+                if info is None:
                     self._asked.add(t)
+                else:
+                    self._age_check_at = min(self._age_check_at, info.updated + self.max_age)
 
     def forget(self, topics: Iterable[str]) -> None:
         """Topics the client no longer uses (a producer's idle topics,
@@ -184,6 +189,24 @@ class MetadataCache:
         if unused:
             self.log.debug("metadata: %d topics no longer used are forgotten", len(unused))
             self.forget(unused)
+
+    def _age_check(self, now: float) -> None:
+        """Ask again for the wanted topics older than max_age, and note when the next
+        one will be. (Looked at on every loop turn, the scan of every wanted topic cost
+        the I/O thread time in proportion to them: a producer writing to thousands of
+        topics spent most of its loop there.)"""
+        earliest = float("inf")
+        topics = self.topics
+        for name in self.wanted:
+            info = topics.get(name)
+            if info is None:
+                continue
+            stale_at = info.updated + self.max_age
+            if now >= stale_at:
+                self._asked.add(name)
+            elif stale_at < earliest:
+                earliest = stale_at
+        self._age_check_at = earliest
 
     def _evict_aged(self, now: float) -> None:
         """Cached topics nobody wants (from ``list_topics(topic)`` answers, say) leave
@@ -219,10 +242,8 @@ class MetadataCache:
             self._evict_aged(now)
             self._asked.update(self.wanted)
             self._next_periodic = now + self.refresh_interval
-        for name in self.wanted:
-            info = self.topics.get(name)
-            if info is not None and now - info.updated >= self.max_age:
-                self._asked.add(name)
+        if now >= self._age_check_at:
+            self._age_check(now)
         if self._fast_at is not None:
             if now < self._fast_at:
                 return self._fast_at
@@ -344,6 +365,8 @@ class MetadataCache:
                         trouble = trouble or name in self.wanted
             code = broker_code(t.error_code)
             info = TopicInfo(name, code, leaders, epochs, perrs, now, tid)
+            if name in self.wanted and now + self.max_age < self._age_check_at:
+                self._age_check_at = now + self.max_age
             if code and code != ErrorCode.LEADER_NOT_AVAILABLE and count == 0:
                 info.leaders = []
             if old is None or old.leaders != info.leaders or old.error != info.error:

@@ -332,3 +332,28 @@ def test_cached_topics_nobody_wants_expire_at_max_age():
     assert len(md.topics) == 301
     md.due(first + 30)                              # 35 s old: gone
     assert set(md.topics) == {"kept"}
+
+
+class _CountingDict(dict):
+    looked_up = 0
+
+    def get(self, key, default=None):
+        type(self).looked_up += 1
+        return super().get(key, default)
+
+
+def test_a_loop_turn_does_not_look_at_every_wanted_topic():
+    """due() runs on every turn of the I/O loop: it looked at the age of every wanted
+    topic each time (a producer of thousands of topics spent the loop's time there, in
+    proportion to them). Now only when the oldest one may be stale; the rule holds."""
+    md = MetadataCache(max_age=10.0, refresh_interval=-1)
+    names = [f"t{i}" for i in range(1000)]
+    md.want(names)
+    md.take_request_topics()
+    md.update(response({1: 1}, {n: (0, [1]) for n in names}), 100.0, names)
+    md.topics = _CountingDict(md.topics)
+    for i in range(1000):
+        assert md.due(100.0 + i * 0.009) is None
+    assert _CountingDict.looked_up < 1000          # was 1,000,000
+    assert md.due(110.0) == 0.0
+    assert md.take_request_topics() == sorted(names)

@@ -766,8 +766,10 @@ class TransactionManager:
         number = self._txn_number
         self._pending.clear()
         self._registering = set(parts)
+        # The coordinator knows of the transaction once an attempt goes out (build()),
+        # not before: aborted before then, the abort must send no EndTxn (one sent was
+        # answered INVALID_TXN_STATE, fatal).
         knew = self._coordinator_knows
-        self._coordinator_knows = True   # an unanswered request may have been seen
         idem = self.idem
         by_topic: Dict[str, List[int]] = {}
         for p in parts:

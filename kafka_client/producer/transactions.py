@@ -857,8 +857,7 @@ class TransactionManager:
             self._set_result(self._state_error("send_offsets_to_transaction"))
             return
         idem = self.idem
-        knew = self._coordinator_knows
-        self._coordinator_knows = True   # an unanswered request may have been seen
+        knew = self._coordinator_knows   # counts once an attempt goes out (see _register)
 
         def build(version: int) -> Any:
             self._coordinator_knows = True   # each attempt may be seen

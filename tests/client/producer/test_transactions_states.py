@@ -117,6 +117,7 @@ class FakeConn:
 class FakeCluster:
     closed = False
     waits_abandoned = False
+    last_connection_error = None
 
     def __init__(self, conns, io, config):
         self.conns = conns
@@ -149,6 +150,9 @@ class FakeCluster:
 
     def report_error(self, err):
         self.errors.append(err)
+
+    def _refused_since(self, since):
+        return None     # no connection refused (a call that expires says it timed out)
 
 
 class Harness:
@@ -1104,3 +1108,33 @@ def test_aborting_before_the_registration_went_out_sends_no_end_txn():
     assert ApiKey.ADD_PARTITIONS_TO_TXN not in h.conn.keys()
     assert h.txn.state == TxnState.READY
     h.begin_with(0)                              # the producer goes on
+
+
+def test_aborting_after_a_send_offsets_that_never_went_out_sends_no_end_txn():
+    """send_offsets_to_transaction() timed out while its coordinator was looked up: its
+    AddOffsetsToTxn never went out, yet the coordinator was counted as knowing of the
+    transaction, and the abort that followed sent EndTxn (INVALID_TXN_STATE, fatal)."""
+    h = Harness()
+    h.init()
+    h.result(h.call("begin_transaction"))
+    h.txn.runner.coordinators.clear()
+
+    class Group:
+        group_id, generation_id, member_id, group_instance_id = "g", 7, "member-1", None
+
+    box = h.call("send_offsets_to_transaction", [TopicPartition("in", 0, 42)], Group(), 0.3)
+    with pytest.raises(KafkaException) as excinfo:
+        h.result(box)                             # FindCoordinator never answered
+    assert kafka_error(excinfo).retriable()
+    assert ApiKey.ADD_OFFSETS_TO_TXN not in h.conn.keys()
+    box = h.call("abort_transaction", 5.0, h.flush)
+    for _ in range(10):
+        h.pump(0.1)
+        time.sleep(0.005)
+    while ApiKey.FIND_COORDINATOR in h.conn.keys():
+        h.answer_find()
+    for _ in range(10):
+        h.pump(0.1)
+        time.sleep(0.005)
+    h.result(box)
+    assert ApiKey.END_TXN not in h.conn.keys() and h.txn.state == TxnState.READY

@@ -95,8 +95,8 @@ def test_a_producer_forgets_topics_idle_for_metadata_max_idle(kafka_cluster):
         asked_before = [e.details["requested_topics"]
                         for e in kafka_cluster.request_log(since=start, api="Metadata")
                         if e.client_id == "idle-topics"]
-        assert asked_before and min(asked_before) == 31, asked_before
-        keep_busy(5.0)
+        assert asked_before and max(asked_before) == 31, asked_before
+        keep_busy(6.0)
         start = kafka_cluster.clear_request_log()
         keep_busy(2.0)
         asked = [e.details["requested_topics"]
@@ -166,7 +166,7 @@ def test_a_consumer_forgets_the_topics_it_no_longer_subscribes_to_or_is_assigned
             for consumer in (subscriber, assigned):
                 msg = _next_message(consumer, 15)
                 assert msg is not None and msg.value() == name.encode(), msg
-        _keep_polling([subscriber, assigned], 1.0)  # the refreshes that forget the old
+        _keep_polling([subscriber, assigned], 2.0)  # the refreshes that forget the old
         start = kafka_cluster.clear_request_log()
         _keep_polling([subscriber, assigned], 1.5)
         for client_id in ("churn-subscriber", "churn-assigned"):
@@ -198,7 +198,7 @@ def test_a_pattern_subscription_forgets_deleted_topics(kafka_cluster):
             assert msg is not None and msg.value() == name.encode(), msg
             if i >= 2:
                 kafka_cluster.delete_topic(f"rolling-{i - 2}")
-        _keep_polling([consumer], 1.5)  # the rebalance that drops the deleted one
+        _keep_polling([consumer], 3.0)  # the rebalance that drops the deleted one
         start = kafka_cluster.clear_request_log()
         _keep_polling([consumer], 1.5)
         named = _named_topics(kafka_cluster, start, "pattern-churn")

@@ -87,6 +87,8 @@ class TopicState:
     available: Optional[List[int]]
     sticky: Optional[PartitionState]
     last_used: float
+    applied: Any
+    applied_leaders: Any
     def __init__(self, name: str, choose: Callable[..., int]) -> None: ...
 
 class AccumulatorCore:

@@ -241,10 +241,16 @@ cdef class TopicState:
     #: when a batch of it last opened or closed, or a message last waited for its
     #: metadata (monotonic): metadata.max.idle.ms counts from there
     cdef public double last_used
+    #: the metadata entry (TopicInfo) and its leaders list last applied to it: an answer
+    #: that brings the same objects again has nothing new for it (see apply_metadata)
+    cdef public object applied
+    cdef public object applied_leaders
 
     def __init__(self, name, choose):
         self.name = name
         self.last_used = _monotonic()
+        self.applied = None
+        self.applied_leaders = None
         self.parts = None
         self.count = 0
         self.choose = choose

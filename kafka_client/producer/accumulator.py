@@ -173,6 +173,9 @@ class Accumulator(AccumulatorCore):
         #: (the broker expects it under this producer id and epoch if the topic is used
         #: again); emptied when the sequences restart (a new epoch)
         self.forgotten_sequences: Dict[Tuple[str, int], int] = {}
+        #: topics whose partition leader a Produce answer moved (KIP-951) since the last
+        #: metadata answer: that answer looks at them, changed or not
+        self._moved: Set[str] = set()
         #: topics with partitions that the metadata now says do not exist (deleted?):
         #: their queued messages fail once that lasted topic.metadata.propagation.max.ms
         self.vanishing: Set[TopicState] = set()
@@ -292,18 +295,41 @@ class Accumulator(AccumulatorCore):
 
     # ======================================================================= I/O thread
     # -- metadata ----------------------------------------------------------------------
-    def apply_metadata(self, topics: Mapping[str, Any], now: float) -> Removed:
+    def apply_metadata(self, topics: Mapping[str, Any], now: float,
+                       changed: Optional[Set[str]] = None) -> Removed:
         """New metadata (``{name: TopicInfo}``) for the topics produced to: partitions
         and leaders are set, messages that waited for them are placed in order, and
         topics reported unknown or refused are noted. Returns the messages that cannot
         be placed (a topic the broker refuses, a partition it does not have) and the
-        queued batches of partitions that are gone (a topic re-created with fewer)."""
+        queued batches of partitions that are gone (a topic re-created with fewer).
+
+        ``changed``: the topics whose entries changed (the metadata listeners' set);
+        then only those are looked at, with the topics waiting for metadata, vanishing,
+        or whose leader a Produce answer moved. Going through every topic on every
+        answer, the I/O thread's time grew with the topics produced to (3.4 ms per answer
+        at 3,000)."""
         failed: List[Unplaced] = []
         vanished: List[Vanished] = []
-        for name, t in list(self.topics.items()):
+        if changed is None:
+            selected = list(self.topics.items())
+        else:
+            with self.lock:   # produce() adds to pending_topics meanwhile
+                names = set(changed)
+                names.update(t.name for t in self.pending_topics)
+            names.update(t.name for t in self.vanishing)
+            names.update(self._moved)
+            self._moved.clear()
+            selected = [(n, self.topics[n]) for n in names if n in self.topics]
+        for name, t in selected:
             info = topics.get(name)
             if info is None:
                 continue
+            if t.applied is info and t.applied_leaders is info.leaders and not t.pending:
+                # Applied already, and nothing moved since (a leader taken from a Produce
+                # answer clears it, see move_leader): every answer went through every
+                # topic, the I/O thread's time growing with the topics produced to.
+                continue
+            t.applied, t.applied_leaders = info, info.leaders
             code = info.error
             if info.leaders and code in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE):
                 if t.parts is None or t.pending:
@@ -346,6 +372,8 @@ class Accumulator(AccumulatorCore):
         """A Produce answer named the partition's new leader (KIP-951): send there
         without waiting for the metadata."""
         p.leader = leader
+        p.topic.applied = None    # the next metadata answer sets it again
+        self._moved.add(p.topic.name)
 
     def _set_partitions(self, t: TopicState, leaders: List[int],
                         vanished: List[Vanished]) -> None:

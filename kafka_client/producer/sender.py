@@ -161,7 +161,7 @@ class Sender:
     # -- metadata ----------------------------------------------------------------------
     def on_metadata(self, changed: Any) -> None:
         now = time.monotonic()
-        removed = self.acc.apply_metadata(self.cluster.metadata.topics, now)
+        removed = self.acc.apply_metadata(self.cluster.metadata.topics, now, changed)
         for unplaced in removed.unplaced:
             self._report_unplaced(unplaced)
         self._report_vanished(removed.vanished)

@@ -423,3 +423,70 @@ def test_open_batches_count_against_queue_buffering_max_kbytes():
         acc.reported(b.count, b.counted)
     assert acc.msg_count == 0 and acc.msg_bytes == 0
     acc.produce("t", b"x" * 2000, partition=10)
+
+
+class _ReadCountingInfo(TopicInfo):
+    """A TopicInfo that counts how often its error is read (apply_metadata reads it
+    first when it looks at a topic)."""
+
+    __slots__ = ()
+    reads = 0
+
+    @property
+    def error(self):
+        type(self).reads += 1
+        return TopicInfo.error.__get__(self)
+
+    @error.setter
+    def error(self, value):
+        TopicInfo.error.__set__(self, value)
+
+
+def test_a_metadata_answer_skips_the_topics_it_brings_nothing_new_for():
+    """Every metadata answer went through every topic produced to, comparing each
+    partition's leader (3.4 ms per answer at 3,000 topics, the I/O thread's time growing
+    with them). A topic whose entry was applied already, with nothing moved since, is
+    skipped; a leader taken from a Produce answer makes the next answer look again."""
+    acc = Accumulator(ClientConfig.from_dict({"bootstrap.servers": "x:1"}, role="producer"),
+                      lambda d: None, lambda n: None)
+    now = time.monotonic()
+    infos = {}
+    for i in range(100):
+        name = f"t{i}"
+        acc._new_topic(name)
+        infos[name] = _ReadCountingInfo(name, 0, [1, 2], [0, 0], [0, 0], now)
+    acc.apply_metadata(infos, now)
+    assert _ReadCountingInfo.reads == 100 and acc.topics["t5"].parts[1].leader == 2
+    acc.apply_metadata(infos, now)
+    assert _ReadCountingInfo.reads == 100                      # nothing new: skipped
+    acc.move_leader(acc.topics["t5"].parts[1], 1)              # KIP-951
+    acc.apply_metadata(infos, now)
+    assert _ReadCountingInfo.reads == 101
+    assert acc.topics["t5"].parts[1].leader == 2               # the metadata's again
+    infos["t7"] = _ReadCountingInfo("t7", 0, [2, 2], [1, 0], [0, 0], now)   # a new entry
+    acc.apply_metadata(infos, now)
+    assert _ReadCountingInfo.reads == 102 and acc.topics["t7"].parts[0].leader == 2
+
+
+def test_an_answer_looks_at_the_changed_topics_and_those_waiting_or_moved():
+    """With the listeners' set of changed topics, an answer looks at those only, and at
+    the topics with messages waiting for metadata and those whose leader a Produce answer
+    moved (KIP-951), changed or not."""
+    acc = Accumulator(ClientConfig.from_dict({"bootstrap.servers": "x:1"}, role="producer"),
+                      lambda d: None, lambda n: None)
+    now = time.monotonic()
+    infos = {f"t{i}": _ReadCountingInfo(f"t{i}", 0, [1, 2], [0, 0], [0, 0], now)
+             for i in range(100)}
+    for name in infos:
+        acc._new_topic(name)
+    acc.apply_metadata(infos, now, set(infos))
+    before = _ReadCountingInfo.reads
+    acc.produce("waiting", b"v")                     # no metadata yet
+    infos["waiting"] = _ReadCountingInfo("waiting", 0, [2], [0], [0], now)
+    acc.move_leader(acc.topics["t5"].parts[1], 1)
+    infos["t9"] = _ReadCountingInfo("t9", 0, [2, 1], [1, 1], [0, 0], now)
+    acc.apply_metadata(infos, now, {"t9"})
+    assert _ReadCountingInfo.reads - before == 3     # t9, waiting, t5: not the 97 others
+    assert [p.leader for p in acc.topics["t9"].parts] == [2, 1]
+    assert acc.topics["t5"].parts[1].leader == 2
+    assert acc.topics["waiting"].parts[0].open is not None and not acc.pending_topics

@@ -110,6 +110,8 @@ class Cluster:
         #: requests waiting for a connection to come up (see retry_when_ready), by key
         self._ready_waiters: Dict[Any, Tuple[Any, Callable[[], None]]] = {}
         self.all_down_reported = False
+        #: with every connection down: when the next attempt to keep one may start
+        self._next_keep_connected = 0.0
         #: the last error that closed a connection, and when (monotonic): named by a
         #: blocking metadata call that times out while it happened
         self.last_connection_error: Optional[Tuple[float, KafkaError]] = None
@@ -555,6 +557,16 @@ class Cluster:
                     due = now + 0.05  # look again shortly
             if due > now and (nxt is None or due < nxt):
                 nxt = due
+        if self.connections_made and all(c.state == DISCONNECTED for c in self.conns.values()):
+            # Keep one connection to the cluster once there was one, as librdkafka does
+            # (one attempt a second, within each broker's reconnect backoff): an idle
+            # client that lost it would otherwise notice neither the cluster going away
+            # (no _ALL_BROKERS_DOWN, ever) nor coming back until its next request.
+            if now >= self._next_keep_connected:
+                self._next_keep_connected = now + 1.0
+                self._kick_connect(now)
+            if nxt is None or self._next_keep_connected < nxt:
+                nxt = self._next_keep_connected
         return nxt
 
     def _send_metadata(self, now: float, topics: Any = "cache",

@@ -82,3 +82,55 @@ def test_every_bootstrap_broker_is_tried_before_all_down():
     assert errors[3].str().startswith("3/3 brokers are down")
     # reported errors are not retriable, as librdkafka's
     assert not any(e.retriable() for e in errors)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["Producer", "AdminClient"])
+def test_an_idle_client_notices_the_cluster_going_and_coming_back(kafka_cluster, kind):
+    """An idle client connected to one broker of several when every broker stops: librdkafka
+    keeps trying to have one connection (one attempt a second) and so reports
+    _ALL_BROKERS_DOWN within a second or two; ours reported one _TRANSPORT and nothing more,
+    and connected again only at its next request. Now it keeps one connection as librdkafka
+    does: all down is reported, and once the brokers are back it is connected again without
+    being asked anything."""
+    import confluent_kafka.admin as ck_admin
+
+    from kafka_client import admin as our_admin
+
+    makers = {"Producer": {"confluent": ck.Producer, "ours": Producer},
+              "AdminClient": {"confluent": ck_admin.AdminClient,
+                              "ours": our_admin.AdminClient}}[kind]
+    clients, errors = {}, {}
+    for name, make in makers.items():
+        errors[name] = []
+        clients[name] = make({"bootstrap.servers": kafka_cluster.bootstrap_servers,
+                              "client.id": f"idle-{name}", "log_level": 0,
+                              "reconnect.backoff.max.ms": 1000,
+                              "error_cb": errors[name].append})
+        clients[name].list_topics(timeout=10)
+    try:
+        for broker in kafka_cluster.broker_ids:
+            kafka_cluster.stop_broker(broker)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not all(
+                KafkaError._ALL_BROKERS_DOWN in [e.code() for e in errs]
+                for errs in errors.values()):
+            for client in clients.values():
+                client.poll(0.1)
+        for name, errs in errors.items():
+            assert KafkaError._ALL_BROKERS_DOWN in [e.code() for e in errs], (name, errs)
+        since = kafka_cluster.clear_request_log()
+        for broker in kafka_cluster.broker_ids:
+            kafka_cluster.start_broker(broker)
+        deadline = time.monotonic() + 10
+        seen = set()
+        while time.monotonic() < deadline and "idle-ours" not in seen:
+            for client in clients.values():
+                client.poll(0.1)
+            seen = {e.client_id for e in kafka_cluster.request_log(since, api="ApiVersions")}
+        assert "idle-ours" in seen      # connected again, nothing asked of it
+    finally:
+        for client in clients.values():
+            if hasattr(client, "close"):
+                client.close()

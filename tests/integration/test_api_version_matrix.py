@@ -1,0 +1,317 @@
+"""Every API the client uses in a flow, capped at each version from the lowest the test
+cluster serves (Kafka 4.0's floors, which are the Kafka 2.1-era versions: KIP-896) up to
+the highest: the broker's ApiVersions answer is rewritten on its way through the fault
+proxy, so the client negotiates exactly that version, and a flow that depends on it runs
+end to end. Then whole-broker profiles: every API capped at once at the versions of a
+Kafka 2.1, 2.8 and 3.0 broker.
+
+The flows, each counted on the broker's side (offsets, values, committed positions):
+
+* ``data``: an idempotent producer writes keyed messages to two partitions; a group
+  consumer reads them exactly once and in order and commits; a second member of the group
+  resumes from the commit and reads exactly what was written after it.
+* ``txn``: a transactional producer commits one transaction (with consumer offsets sent
+  to it) and aborts another; a read_committed consumer sees only the committed messages
+  and the group's committed offset is the one sent.
+* ``admin``: create a topic, describe its configuration, delete it.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Dict, List, Mapping, Tuple
+
+import pytest
+
+from kafka_client import Consumer, Producer, TopicPartition
+from kafka_client.admin import AdminClient, ConfigResource, NewTopic
+from kafka_client.testing._api import SUPPORTED_VERSIONS
+from kafka_proto.messages import API_KEYS, ApiKey
+
+pytestmark = pytest.mark.integration
+
+#: The flow that exercises each API.
+FLOW_OF: Dict[int, str] = {
+    ApiKey.PRODUCE: "data", ApiKey.FETCH: "data", ApiKey.METADATA: "data",
+    ApiKey.LIST_OFFSETS: "data", ApiKey.FIND_COORDINATOR: "data",
+    ApiKey.JOIN_GROUP: "data", ApiKey.SYNC_GROUP: "data", ApiKey.HEARTBEAT: "data",
+    ApiKey.LEAVE_GROUP: "data", ApiKey.OFFSET_COMMIT: "data", ApiKey.OFFSET_FETCH: "data",
+    ApiKey.INIT_PRODUCER_ID: "txn", ApiKey.ADD_PARTITIONS_TO_TXN: "txn",
+    ApiKey.ADD_OFFSETS_TO_TXN: "txn", ApiKey.TXN_OFFSET_COMMIT: "txn",
+    ApiKey.END_TXN: "txn",
+    ApiKey.CREATE_TOPICS: "admin", ApiKey.DELETE_TOPICS: "admin",
+    ApiKey.DESCRIBE_CONFIGS: "admin",
+}
+
+
+#: The highest version a flow sends although the broker offers more: the group consumer
+#: reads its offsets with OffsetFetch v7 at most (v8+ is the layout for several groups).
+FLOW_CAP: Dict[int, int] = {ApiKey.OFFSET_FETCH: 7}
+
+
+def served_range(key: int) -> Tuple[int, int]:
+    """The versions both the client's codec and the test cluster speak."""
+    lo, hi = SUPPORTED_VERSIONS[key]
+    return max(lo, API_KEYS[key].min_version), min(hi, API_KEYS[key].max_version)
+
+
+MATRIX = [pytest.param(key, version, id=f"{ApiKey(key).name}-v{version}")
+          for key in FLOW_OF for version in range(served_range(key)[0],
+                                                  served_range(key)[1] + 1)]
+
+
+@pytest.fixture(scope="module")
+def capped_cluster(tmp_path_factory):
+    """``(cluster, proxy)``: one broker behind a fault proxy that the client reaches for
+    every connection (the broker advertises the proxy's port)."""
+    from kafka_client._testing.brokers import free_port
+    from kafka_client._testing.proxy import FaultProxy
+    from kafka_client.testing import Cluster
+
+    broker_port, proxy_port = free_port(), free_port()
+    data_dir = str(tmp_path_factory.mktemp("matrix") / "cluster")
+    with FaultProxy("127.0.0.1", broker_port, port=proxy_port, follow_frames=True) as proxy:
+        with Cluster(brokers=1, data_dir=data_dir, ports=[broker_port],
+                     advertised_ports=[proxy_port]) as cluster:
+            yield cluster, proxy
+
+
+@pytest.fixture
+def capped(capped_cluster):
+    """``cap({api_key: version}, only=False)``: from now on the broker's ApiVersions
+    answers top out at ``version`` for each API given (its minimum lowered to it if need
+    be); with ``only``, the APIs not given are left out of the answers."""
+    cluster, proxy = capped_cluster
+
+    def cap(caps: Mapping[int, int], only: bool = False) -> None:
+        def lower(response, _version):
+            if only:        # a broker that predates the other APIs does not list them
+                response.api_keys = [e for e in response.api_keys if e.api_key in caps]
+            for entry in response.api_keys:
+                top = caps.get(entry.api_key)
+                if top is not None:
+                    entry.max_version = min(entry.max_version, top)
+                    entry.min_version = min(entry.min_version, entry.max_version)
+        proxy.rewrite_responses(ApiKey.API_VERSIONS, lower, count=None)
+
+    yield cap
+    proxy.clear_faults()
+    assert not proxy.rewrite_errors
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def drain(consumer: Consumer, want: int, seconds: float = 15.0) -> List:
+    """Messages (no errors allowed) until ``want`` came or ``seconds`` passed."""
+    out: List = []
+    deadline = time.monotonic() + seconds
+    while len(out) < want and time.monotonic() < deadline:
+        for msg in consumer.consume(want - len(out), 0.2):
+            assert not msg.error(), msg.error()
+            out.append(msg)
+    return out
+
+
+def by_partition(messages) -> Dict[int, List[Tuple[int, bytes]]]:
+    out: Dict[int, List[Tuple[int, bytes]]] = {}
+    for m in messages:
+        out.setdefault(m.partition(), []).append((m.offset(), m.value()))
+    return out
+
+
+def read_to_the_end(consumer: Consumer, topic: str, seconds: float = 10.0) -> List:
+    """Whatever is still delivered until each partition's position reaches its end (the
+    high watermark; the last stable offset for read_committed): nothing may be left
+    unseen, so a repeat or an aborted message would show."""
+    out: List = []
+    deadline = time.monotonic() + seconds
+    parts = [TopicPartition(topic, p) for p in (0, 1)]
+    ends = {tp.partition: consumer.get_watermark_offsets(tp, 10)[1] for tp in parts}
+    while time.monotonic() < deadline:
+        positions = {tp.partition: tp.offset for tp in consumer.position(parts)}
+        if all(positions[p] >= ends[p] or (ends[p] == 0 and positions[p] < 0)
+               for p in ends):
+            return out
+        out += [m for m in consumer.consume(10, 0.05) if not m.error()]
+    raise AssertionError(f"positions {positions} never reached the ends {ends}")
+
+
+def data_flow(cluster, bootstrap: str, key: int, since: int, count: int = 20) -> None:
+    topic, group = unique("data"), unique("group")
+    cluster.create_topic(topic, partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 2})
+    keys = [b"k%d" % (i % 5) for i in range(count)]
+    for i, message_key in enumerate(keys):
+        producer.produce(topic, b"%d" % i, key=message_key)
+    assert producer.flush(20) == 0
+    group_conf = {"bootstrap.servers": bootstrap, "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "heartbeat.interval.ms": 100, "session.timeout.ms": 6000}
+    first = Consumer(group_conf)
+    try:
+        first.subscribe([topic])
+        got = drain(first, count)
+        got += read_to_the_end(first, topic)
+        assert sorted(int(m.value()) for m in got) == list(range(count))
+        for part in by_partition(got).values():         # per key, in order
+            offsets = [o for o, _ in part]
+            assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        for message_key in set(keys):
+            values = [int(m.value()) for m in got if m.key() == message_key]
+            assert values == sorted(values)
+        if key == ApiKey.HEARTBEAT:   # one goes out in the generation before the commit
+            cluster.wait_for(lambda: cluster.request_log(since, api=key), timeout=5)
+        first.commit(asynchronous=False)
+        committed = first.committed([TopicPartition(topic, p) for p in (0, 1)], 10)
+        ends = {p: max(o for o, _ in msgs) + 1 for p, msgs in by_partition(got).items()}
+        assert {tp.partition: tp.offset for tp in committed} == {p: ends.get(p, 0)
+                                                                 for p in (0, 1)}
+    finally:
+        first.close()
+    for i in range(count, count + 6):
+        producer.produce(topic, b"%d" % i, key=b"k%d" % (i % 5))
+    assert producer.flush(20) == 0
+    producer.close()
+    second = Consumer(group_conf)
+    try:
+        second.subscribe([topic])
+        more = drain(second, 6)
+        more += read_to_the_end(second, topic)
+        assert sorted(int(m.value()) for m in more) == list(range(count, count + 6))
+    finally:
+        second.close()
+
+
+def txn_flow(cluster, bootstrap: str, key: int, since: int) -> None:
+    topic, source, group = unique("txn"), unique("src"), unique("txgroup")
+    cluster.create_topic(topic, partitions=2)
+    cluster.create_topic(source, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap,
+                         "transactional.id": unique("tx"), "linger.ms": 2})
+    meta_source = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        producer.init_transactions(20)
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce(topic, b"c%d" % i, partition=i % 2)
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, 42)],
+                                             meta_source.consumer_group_metadata(), 20)
+        producer.commit_transaction(20)
+        producer.begin_transaction()
+        for i in range(4):
+            producer.produce(topic, b"a%d" % i, partition=i % 2)
+        producer.flush(20)
+        producer.abort_transaction(20)
+        committed = meta_source.committed([TopicPartition(source, 0)], 10)
+        assert [tp.offset for tp in committed] == [42]
+    finally:
+        meta_source.close()
+        producer.close()
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"),
+                       "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        reader.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+        got = drain(reader, 10)
+        got += read_to_the_end(reader, topic)
+        assert sorted(m.value() for m in got) == sorted(b"c%d" % i for i in range(10))
+    finally:
+        reader.close()
+
+
+def admin_flow(cluster, bootstrap: str, key: int, since: int) -> None:
+    topic = unique("admin")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.create_topics([NewTopic(topic, 3, 1, config={"retention.ms": "123456"})],
+                            request_timeout=15)[topic].result(20)
+        assert len(cluster.describe_topic(topic).partitions) == 3
+        resource = ConfigResource("topic", topic)
+        configs = admin.describe_configs([resource])[resource].result(20)
+        assert configs["retention.ms"].value == "123456"
+        admin.delete_topics([topic], request_timeout=15)[topic].result(20)
+        cluster.wait_for(lambda: topic not in cluster.topics())
+    finally:
+        admin.close()
+
+
+FLOWS = {"data": data_flow, "txn": txn_flow, "admin": admin_flow}
+
+
+def sent_versions(cluster, since: int, key: int) -> List[Tuple[int, List[str]]]:
+    return [(e.version, e.errors) for e in cluster.request_log(since, api=key)]
+
+
+@pytest.mark.parametrize("key, version", MATRIX)
+def test_each_api_at_each_version(capped_cluster, capped, key, version):
+    cluster, proxy = capped_cluster
+    capped({key: version})
+    since = cluster.clear_request_log()
+    FLOWS[FLOW_OF[key]](cluster, proxy.bootstrap, key, since)
+    sent = sent_versions(cluster, since, key)
+    assert sent, f"no {ApiKey(key).name} request was sent"
+    assert {v for v, _ in sent} == {min(version, FLOW_CAP.get(key, version))}
+
+
+#: The highest version of each API a broker of that Kafka release serves (APIs it does not
+#: list are left out). From the schemas' version notes (kafka-protocol/messages/*.json:
+#: which KIP each version came with) and the releases of those KIPs: Kafka 2.1 brought
+#: KIP-110 (zstd: Produce v7, Fetch v10) and KIP-320 (leader epochs: ListOffsets v4,
+#: Metadata v7, OffsetCommit v6, OffsetFetch v5, TxnOffsetCommit v2, OffsetForLeaderEpoch
+#: v2); 2.2-2.8 the rest below 3.0 (KIP-394 JoinGroup v4 in 2.2, KIP-345 static members in
+#: 2.3, KIP-482 flexible versions in 2.4, KIP-447 TxnOffsetCommit v3 in 2.5, KIP-588
+#: InitProducerId v4 in 2.7, KIP-516 topic ids in CreateTopics v7 / DeleteTopics v6 /
+#: Metadata v10 and KIP-700 Metadata v11 / DescribeCluster v0 in 2.8); Kafka 3.0 added
+#: KIP-734 (ListOffsets v7), KIP-699 (FindCoordinator v4) and KIP-709 (OffsetFetch v8);
+#: Fetch v13 and Metadata v12 (KIP-516) came with 3.1.
+BROKER_PROFILES: Dict[str, Dict[int, int]] = {
+    "kafka-2.1": {
+        ApiKey.PRODUCE: 7, ApiKey.FETCH: 10, ApiKey.LIST_OFFSETS: 4, ApiKey.METADATA: 7,
+        ApiKey.OFFSET_COMMIT: 6, ApiKey.OFFSET_FETCH: 5, ApiKey.FIND_COORDINATOR: 2,
+        ApiKey.JOIN_GROUP: 3, ApiKey.HEARTBEAT: 2, ApiKey.LEAVE_GROUP: 2,
+        ApiKey.SYNC_GROUP: 2, ApiKey.DESCRIBE_GROUPS: 2, ApiKey.LIST_GROUPS: 2,
+        ApiKey.SASL_HANDSHAKE: 1, ApiKey.API_VERSIONS: 2, ApiKey.CREATE_TOPICS: 3,
+        ApiKey.DELETE_TOPICS: 3, ApiKey.DELETE_RECORDS: 1, ApiKey.INIT_PRODUCER_ID: 1,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: 2, ApiKey.ADD_PARTITIONS_TO_TXN: 1,
+        ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1, ApiKey.TXN_OFFSET_COMMIT: 2,
+        ApiKey.DESCRIBE_CONFIGS: 2, ApiKey.SASL_AUTHENTICATE: 0,
+        ApiKey.CREATE_PARTITIONS: 1, ApiKey.DELETE_GROUPS: 1,
+    },
+    "kafka-2.8": {
+        ApiKey.PRODUCE: 9, ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 6, ApiKey.METADATA: 11,
+        ApiKey.OFFSET_COMMIT: 8, ApiKey.OFFSET_FETCH: 7, ApiKey.FIND_COORDINATOR: 3,
+        ApiKey.JOIN_GROUP: 7, ApiKey.HEARTBEAT: 4, ApiKey.LEAVE_GROUP: 4,
+        ApiKey.SYNC_GROUP: 5, ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 4,
+        ApiKey.SASL_HANDSHAKE: 1, ApiKey.API_VERSIONS: 3, ApiKey.CREATE_TOPICS: 7,
+        ApiKey.DELETE_TOPICS: 6, ApiKey.DELETE_RECORDS: 2, ApiKey.INIT_PRODUCER_ID: 4,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+        ApiKey.ADD_OFFSETS_TO_TXN: 3, ApiKey.END_TXN: 3, ApiKey.TXN_OFFSET_COMMIT: 3,
+        ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.SASL_AUTHENTICATE: 2,
+        ApiKey.CREATE_PARTITIONS: 3, ApiKey.DELETE_GROUPS: 2, ApiKey.ELECT_LEADERS: 2,
+        ApiKey.DESCRIBE_CLUSTER: 0,
+    },
+}
+BROKER_PROFILES["kafka-3.0"] = dict(BROKER_PROFILES["kafka-2.8"])
+BROKER_PROFILES["kafka-3.0"].update({ApiKey.LIST_OFFSETS: 7, ApiKey.FIND_COORDINATOR: 4,
+                                     ApiKey.OFFSET_FETCH: 8})
+
+
+@pytest.mark.parametrize("profile", sorted(BROKER_PROFILES))
+def test_a_whole_broker_of_an_older_release(capped_cluster, capped, profile):
+    """Every API at once at the versions of an older Kafka: all three flows run, and each
+    API the flows use goes out at the release's version."""
+    cluster, proxy = capped_cluster
+    caps = BROKER_PROFILES[profile]
+    capped(caps, only=True)
+    since = cluster.clear_request_log()
+    for flow in ("data", "txn", "admin"):
+        FLOWS[flow](cluster, proxy.bootstrap, ApiKey.HEARTBEAT, since)
+    used = {}
+    for entry in cluster.request_log(since):
+        used.setdefault(entry.api_key, set()).add(entry.version)
+    assert set(used) <= set(caps), {ApiKey(k).name for k in set(used) - set(caps)}
+    for key in FLOW_OF:
+        assert used.get(key) == {min(caps[key], FLOW_CAP.get(key, caps[key]))}, \
+            (ApiKey(key).name, used.get(key))

@@ -17,36 +17,47 @@ The flows, each counted on the broker's side (offsets, values, committed positio
 """
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from typing import Dict, List, Mapping, Tuple
 
 import pytest
 
-from kafka_client import Consumer, Producer, TopicPartition
-from kafka_client.admin import AdminClient, ConfigResource, NewTopic
+from kafka_client import (ConsumerGroupTopicPartitions, Consumer, ElectionType, KafkaError,
+                          KafkaException, Producer, TopicPartition)
+from kafka_client.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from kafka_client.testing._api import SUPPORTED_VERSIONS
 from kafka_proto.messages import API_KEYS, ApiKey
 
 pytestmark = pytest.mark.integration
 
-#: The flow that exercises each API.
-FLOW_OF: Dict[int, str] = {
-    ApiKey.PRODUCE: "data", ApiKey.FETCH: "data", ApiKey.METADATA: "data",
-    ApiKey.LIST_OFFSETS: "data", ApiKey.FIND_COORDINATOR: "data",
-    ApiKey.JOIN_GROUP: "data", ApiKey.SYNC_GROUP: "data", ApiKey.HEARTBEAT: "data",
-    ApiKey.LEAVE_GROUP: "data", ApiKey.OFFSET_COMMIT: "data", ApiKey.OFFSET_FETCH: "data",
-    ApiKey.INIT_PRODUCER_ID: "txn", ApiKey.ADD_PARTITIONS_TO_TXN: "txn",
-    ApiKey.ADD_OFFSETS_TO_TXN: "txn", ApiKey.TXN_OFFSET_COMMIT: "txn",
-    ApiKey.END_TXN: "txn",
-    ApiKey.CREATE_TOPICS: "admin", ApiKey.DELETE_TOPICS: "admin",
-    ApiKey.DESCRIBE_CONFIGS: "admin",
+#: The flows that exercise each API.
+FLOWS_OF: Dict[int, Tuple[str, ...]] = {
+    ApiKey.PRODUCE: ("data",), ApiKey.FETCH: ("data",), ApiKey.METADATA: ("data",),
+    ApiKey.LIST_OFFSETS: ("data",), ApiKey.FIND_COORDINATOR: ("data",),
+    ApiKey.JOIN_GROUP: ("data",), ApiKey.SYNC_GROUP: ("data",), ApiKey.HEARTBEAT: ("data",),
+    ApiKey.LEAVE_GROUP: ("data",), ApiKey.OFFSET_COMMIT: ("data",),
+    ApiKey.OFFSET_FETCH: ("data", "groups"), ApiKey.OFFSET_FOR_LEADER_EPOCH: ("data",),
+    ApiKey.INIT_PRODUCER_ID: ("data", "txn"), ApiKey.ADD_PARTITIONS_TO_TXN: ("txn",),
+    ApiKey.ADD_OFFSETS_TO_TXN: ("txn",), ApiKey.TXN_OFFSET_COMMIT: ("txn",),
+    ApiKey.END_TXN: ("txn",),
+    ApiKey.CREATE_TOPICS: ("admin",), ApiKey.DELETE_TOPICS: ("admin",),
+    ApiKey.DESCRIBE_CONFIGS: ("admin",), ApiKey.CREATE_PARTITIONS: ("partitions",),
+    ApiKey.DELETE_RECORDS: ("partitions",), ApiKey.DESCRIBE_CLUSTER: ("partitions",),
+    ApiKey.ELECT_LEADERS: ("partitions",),
+    ApiKey.LIST_GROUPS: ("groups",), ApiKey.DESCRIBE_GROUPS: ("groups",),
+    ApiKey.DELETE_GROUPS: ("groups",),
 }
 
-
 #: The highest version a flow sends although the broker offers more: the group consumer
-#: reads its offsets with OffsetFetch v7 at most (v8+ is the layout for several groups).
-FLOW_CAP: Dict[int, int] = {ApiKey.OFFSET_FETCH: 7}
+#: reads its offsets with OffsetFetch v7 at most (v8+ is the layout for several groups;
+#: the admin client's list_consumer_group_offsets() uses them).
+FLOW_CAP: Dict[Tuple[int, str], int] = {(ApiKey.OFFSET_FETCH, "data"): 7}
+
+
+def expected(key: int, flow: str, version: int) -> int:
+    return min(version, FLOW_CAP.get((key, flow), version))
 
 
 def served_range(key: int) -> Tuple[int, int]:
@@ -55,9 +66,9 @@ def served_range(key: int) -> Tuple[int, int]:
     return max(lo, API_KEYS[key].min_version), min(hi, API_KEYS[key].max_version)
 
 
-MATRIX = [pytest.param(key, version, id=f"{ApiKey(key).name}-v{version}")
-          for key in FLOW_OF for version in range(served_range(key)[0],
-                                                  served_range(key)[1] + 1)]
+MATRIX = [pytest.param(key, flow, version, id=f"{ApiKey(key).name}-v{version}-{flow}")
+          for key, flows in FLOWS_OF.items() for flow in flows
+          for version in range(served_range(key)[0], served_range(key)[1] + 1)]
 
 
 @pytest.fixture(scope="module")
@@ -237,22 +248,96 @@ def admin_flow(cluster, bootstrap: str, key: int, since: int) -> None:
         admin.close()
 
 
-FLOWS = {"data": data_flow, "txn": txn_flow, "admin": admin_flow}
+def partitions_flow(cluster, bootstrap: str, key: int, since: int,
+                    elect_leaders: bool = True) -> None:
+    """Admin calls on a topic's partitions and the cluster: add partitions, delete
+    records, describe the cluster, elect the preferred leaders (without
+    ``elect_leaders``, a broker before Kafka 2.2 has no API for it: the call fails
+    saying so)."""
+    topic = unique("parts")
+    cluster.create_topic(topic, partitions=1)
+    fill(bootstrap, topic, 5)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.create_partitions([NewPartitions(topic, 3)],
+                                request_timeout=15)[topic].result(20)
+        assert len(cluster.describe_topic(topic).partitions) == 3
+        tp = TopicPartition(topic, 0, 3)
+        deleted = admin.delete_records([tp], request_timeout=15)[tp].result(20)
+        state = cluster.partition(topic, 0)
+        assert deleted.low_watermark == 3 == state.replica_logs[state.leader].log_start_offset
+        described = admin.describe_cluster(request_timeout=15).result(20)
+        assert [n.id for n in described.nodes] == cluster.broker_ids
+        election = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)],
+                                       request_timeout=15)
+        if not elect_leaders:
+            with pytest.raises(KafkaException) as refused:
+                election.result(20)
+            assert refused.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
+            return
+        elected = election.result(20)
+        # the preferred leader leads already: nothing to elect, per partition
+        assert list(elected) == [TopicPartition(topic, 0)]
+        assert elected[TopicPartition(topic, 0)].code() == KafkaError.ELECTION_NOT_NEEDED
+    finally:
+        admin.close()
+
+
+def groups_flow(cluster, bootstrap: str, key: int, since: int) -> None:
+    """Admin calls on consumer groups: a group that committed offsets is listed,
+    described, its offsets read, then it is deleted."""
+    topic, group = unique("grouped"), unique("admin-group")
+    cluster.create_topic(topic, partitions=2)
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        member.commit(offsets=[TopicPartition(topic, 0, 7), TopicPartition(topic, 1, 9)],
+                      asynchronous=False)
+    finally:
+        member.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        listed = admin.list_consumer_groups(request_timeout=15).result(20)
+        assert group in {g.group_id for g in listed.valid}
+        description = admin.describe_consumer_groups([group],
+                                                     request_timeout=15)[group].result(20)
+        assert description.group_id == group and not description.members
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0),
+                                                        TopicPartition(topic, 1)])]
+        offsets = admin.list_consumer_group_offsets(request,
+                                                    request_timeout=15)[group].result(20)
+        assert {tp.partition: tp.offset for tp in offsets.topic_partitions} == {0: 7, 1: 9}
+        admin.delete_consumer_groups([group], request_timeout=15)[group].result(20)
+        listed = admin.list_consumer_groups(request_timeout=15).result(20)
+        assert group not in {g.group_id for g in listed.valid}
+    finally:
+        admin.close()
+
+
+def fill(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
+    for i in range(count):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(20) == 0
+    producer.close()
+
+
+FLOWS = {"data": data_flow, "txn": txn_flow, "admin": admin_flow,
+         "partitions": partitions_flow, "groups": groups_flow}
 
 
 def sent_versions(cluster, since: int, key: int) -> List[Tuple[int, List[str]]]:
     return [(e.version, e.errors) for e in cluster.request_log(since, api=key)]
 
 
-@pytest.mark.parametrize("key, version", MATRIX)
-def test_each_api_at_each_version(capped_cluster, capped, key, version):
+@pytest.mark.parametrize("key, flow, version", MATRIX)
+def test_each_api_at_each_version(capped_cluster, capped, key, flow, version):
     cluster, proxy = capped_cluster
     capped({key: version})
     since = cluster.clear_request_log()
-    FLOWS[FLOW_OF[key]](cluster, proxy.bootstrap, key, since)
+    FLOWS[flow](cluster, proxy.bootstrap, key, since)
     sent = sent_versions(cluster, since, key)
     assert sent, f"no {ApiKey(key).name} request was sent"
-    assert {v for v, _ in sent} == {min(version, FLOW_CAP.get(key, version))}
+    assert {v for v, _ in sent} == {expected(key, flow, version)}
 
 
 #: The highest version of each API a broker of that Kafka release serves (APIs it does not
@@ -290,7 +375,8 @@ BROKER_PROFILES: Dict[str, Dict[int, int]] = {
         ApiKey.ADD_OFFSETS_TO_TXN: 3, ApiKey.END_TXN: 3, ApiKey.TXN_OFFSET_COMMIT: 3,
         ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.SASL_AUTHENTICATE: 2,
         ApiKey.CREATE_PARTITIONS: 3, ApiKey.DELETE_GROUPS: 2, ApiKey.ELECT_LEADERS: 2,
-        ApiKey.DESCRIBE_CLUSTER: 0,
+        ApiKey.DESCRIBE_CLUSTER: 0, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     },
 }
 BROKER_PROFILES["kafka-3.0"] = dict(BROKER_PROFILES["kafka-2.8"])
@@ -306,12 +392,16 @@ def test_a_whole_broker_of_an_older_release(capped_cluster, capped, profile):
     caps = BROKER_PROFILES[profile]
     capped(caps, only=True)
     since = cluster.clear_request_log()
-    for flow in ("data", "txn", "admin"):
-        FLOWS[flow](cluster, proxy.bootstrap, ApiKey.HEARTBEAT, since)
+    for name, flow in FLOWS.items():
+        if name == "partitions":
+            flow = functools.partial(flow, elect_leaders=ApiKey.ELECT_LEADERS in caps)
+        flow(cluster, proxy.bootstrap, ApiKey.HEARTBEAT, since)
     used = {}
     for entry in cluster.request_log(since):
         used.setdefault(entry.api_key, set()).add(entry.version)
     assert set(used) <= set(caps), {ApiKey(k).name for k in set(used) - set(caps)}
-    for key in FLOW_OF:
-        assert used.get(key) == {min(caps[key], FLOW_CAP.get(key, caps[key]))}, \
-            (ApiKey(key).name, used.get(key))
+    for key, flows in FLOWS_OF.items():
+        if key not in caps:
+            continue
+        want = {expected(key, flow, caps[key]) for flow in flows}
+        assert used.get(key) == want, (ApiKey(key).name, used.get(key))

@@ -58,6 +58,10 @@ class Transaction:
     timer: Any = None
     #: Markers still to write (partitions whose leader was unavailable).
     pending_markers: Set[Tuple[str, int]] = field(default_factory=set)
+    #: The epoch a KIP-360 bump (InitProducerId v3+ naming the current epoch) moved on
+    #: from, so that a retry of that bump gets the same answer; -1 after a plain
+    #: InitProducerId (a new instance), whose fenced predecessors must stay fenced.
+    last_epoch: int = -1
 
 
 class TransactionCoordinator:
@@ -89,12 +93,20 @@ class TransactionCoordinator:
             txn = Transaction(tid, server.allocate_producer_id(), 0, req.transaction_timeout_ms)
             self.transactions[tid] = txn
             return _init_ok(txn)
+        bumped_from = -1
         if ctx.version >= 3 and req.producer_id >= 0:
-            # KIP-360: a producer that knows its id asks for a bump; a stale one is fenced.
+            # KIP-360: a producer that knows its id and epoch asks for a bump. The epoch
+            # the last such bump moved on from is a retry of it (its answer was lost):
+            # the current epoch again. Any other epoch is a fenced instance's (after a
+            # plain InitProducerId there is no such retry: the one before is fenced).
+            if req.producer_id == txn.producer_id and req.producer_epoch == txn.last_epoch \
+                    and txn.producer_epoch != txn.last_epoch:
+                return _init_ok(txn)
             if req.producer_id != txn.producer_id or req.producer_epoch != txn.producer_epoch:
-                if not (req.producer_id == txn.producer_id and
-                        req.producer_epoch == txn.producer_epoch - 1):
-                    return _init_error(ErrorCode.PRODUCER_FENCED)
+                # PRODUCER_FENCED from v4 (KIP-588), INVALID_PRODUCER_EPOCH before
+                return _init_error(ErrorCode.PRODUCER_FENCED if ctx.version >= 4
+                                   else ErrorCode.INVALID_PRODUCER_EPOCH)
+            bumped_from = txn.producer_epoch
         if txn.state == ONGOING:
             # Fenced first, as Kafka's coordinator does: the abort markers carry the new
             # epoch, so the partition leaders refuse the old instance's next batches
@@ -103,6 +115,7 @@ class TransactionCoordinator:
             self._end(txn, commit=False)
         txn.timeout_ms = req.transaction_timeout_ms
         self._bump(txn)
+        txn.last_epoch = bumped_from
         txn.state = EMPTY
         return _init_ok(txn)
 

@@ -17,7 +17,9 @@ The flows, each counted on the broker's side (offsets, values, committed positio
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 import time
 import uuid
 from typing import AbstractSet, Dict, List, Mapping, Tuple
@@ -132,13 +134,14 @@ def by_partition(messages) -> Dict[int, List[Tuple[int, bytes]]]:
     return out
 
 
-def read_to_the_end(consumer: Consumer, topic: str, seconds: float = 10.0) -> List:
+def read_to_the_end(consumer: Consumer, topic: str, seconds: float = 10.0,
+                    partitions: Tuple[int, ...] = (0, 1)) -> List:
     """Whatever is still delivered until each partition's position reaches its end (the
     high watermark; the last stable offset for read_committed): nothing may be left
     unseen, so a repeat or an aborted message would show."""
     out: List = []
     deadline = time.monotonic() + seconds
-    parts = [TopicPartition(topic, p) for p in (0, 1)]
+    parts = [TopicPartition(topic, p) for p in partitions]
     ends = {tp.partition: consumer.get_watermark_offsets(tp, 10)[1] for tp in parts}
     while time.monotonic() < deadline:
         positions = {tp.partition: tp.offset for tp in consumer.position(parts)}
@@ -443,3 +446,73 @@ def test_a_whole_broker_of_an_older_release(capped_cluster, capped, profile):
         if key == ApiKey.OFFSET_FOR_LEADER_EPOCH and caps[key] < 2:
             want = set()   # before v2 (Kafka 2.1) it carries no leader epoch to check
         assert used.get(key, set()) == want, (ApiKey(key).name, used.get(key))
+
+
+@pytest.mark.parametrize("init_version", [3])
+def test_a_producer_id_lost_in_a_transaction_never_fences_the_instance_that_took_over(
+        capped_cluster, capped, init_version):
+    """A transaction gets UNKNOWN_PRODUCER_ID (the partition leader lost the producer id):
+    it is aborted, then the epoch must be bumped (KIP-360). Before the old instance's bump
+    reaches the coordinator (its first attempt is answered COORDINATOR_LOAD_IN_PROGRESS),
+    a new instance with the same transactional.id takes over. From InitProducerId v3 the
+    bump names the current epoch, which the coordinator refuses once another instance
+    bumped it: the old instance is fenced. Before v3 (Kafka < 2.5) the request has no
+    epoch to check, and the plain InitProducerId the client sent instead bumped the epoch
+    for whoever asked: the old instance fenced the new one and carried on. Now, as
+    librdkafka does, a bump the coordinator cannot check is not asked for: the abort fails
+    with a fatal _UNSUPPORTED_FEATURE. In both cases the new instance commits."""
+    cluster, proxy = capped_cluster
+    capped({ApiKey.INIT_PRODUCER_ID: init_version})
+    topic, txn_id = unique("lost-pid"), unique("tx")
+    cluster.create_topic(topic, partitions=1)
+    conf = {"bootstrap.servers": proxy.bootstrap, "transactional.id": txn_id,
+            "linger.ms": 2}
+    old = Producer(dict(conf, **{"retry.backoff.ms": 1500, "retry.backoff.max.ms": 1500}))
+    new = Producer(conf)
+    aborted: List = []
+    try:
+        old.init_transactions(20)
+        old.begin_transaction()
+        cluster.inject_errors("Produce", ["UNKNOWN_PRODUCER_ID"])
+        old.produce(topic, b"old")
+        with pytest.raises(KafkaException) as failed:
+            old.commit_transaction(20)
+        assert failed.value.args[0].txn_requires_abort()
+        cluster.inject_errors("InitProducerId", ["COORDINATOR_LOAD_IN_PROGRESS"])
+
+        def abort() -> None:
+            try:
+                old.abort_transaction(20)
+                aborted.append(None)
+            except KafkaException as exc:
+                aborted.append(exc.args[0])
+
+        aborting = threading.Thread(target=abort)
+        aborting.start()
+        # the old instance's bump, refused once, waits out its backoff (if it was sent)
+        cluster.wait_for(lambda: not cluster.pending_errors() or not aborting.is_alive(),
+                         timeout=10)
+        cluster.clear_faults()
+        new.init_transactions(20)
+        aborting.join(20)
+        assert len(aborted) == 1 and aborted[0] is not None and aborted[0].fatal(), aborted
+        if init_version < 3:
+            assert aborted[0].code() == KafkaError._UNSUPPORTED_FEATURE
+        else:
+            assert aborted[0].code() == KafkaError._FENCED
+        new.begin_transaction()
+        new.produce(topic, b"new")
+        new.commit_transaction(20)
+    finally:
+        with contextlib.suppress(KafkaException):   # its fatal error, raised once more
+            old.close()
+        new.close()
+    reader = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": unique("r"),
+                       "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        reader.assign([TopicPartition(topic, 0, 0)])
+        got = drain(reader, 1)
+        got += read_to_the_end(reader, topic, partitions=(0,))
+        assert [m.value() for m in got] == [b"new"]
+    finally:
+        reader.close()

@@ -692,6 +692,15 @@ class TransactionManager:
         current = (idem.producer_id, idem.epoch) if bump else (-1, -1)
 
         def build(version: int) -> Any:
+            if current[0] >= 0 and version < 3:
+                # Before v3 (Kafka < 2.5) the request cannot name the epoch to bump, and
+                # a plain InitProducerId bumps it for whoever asks: an instance that took
+                # this transactional id over meanwhile would be fenced by this old one.
+                raise CallError(client_error(
+                    KafkaError._UNSUPPORTED_FEATURE,
+                    f"Failed to bump the producer epoch: needs InitProducerId v3 or later "
+                    f"(KIP-360, Apache Kafka 2.5); the transaction coordinator has "
+                    f"v{version}: close this producer and start a new one"))
             pid, epoch = current if version >= 3 else (-1, -1)
             return InitProducerIdRequest(transactional_id=self.transactional_id,
                                          transaction_timeout_ms=self.timeout_ms,

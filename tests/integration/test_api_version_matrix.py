@@ -448,7 +448,7 @@ def test_a_whole_broker_of_an_older_release(capped_cluster, capped, profile):
         assert used.get(key, set()) == want, (ApiKey(key).name, used.get(key))
 
 
-@pytest.mark.parametrize("init_version", [3])
+@pytest.mark.parametrize("init_version", [0, 2, 3])
 def test_a_producer_id_lost_in_a_transaction_never_fences_the_instance_that_took_over(
         capped_cluster, capped, init_version):
     """A transaction gets UNKNOWN_PRODUCER_ID (the partition leader lost the producer id):

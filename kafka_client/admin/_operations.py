@@ -337,6 +337,21 @@ def create_topics(runner: CallRunner, topics: List[NewTopic], futures: Dict[str,
     def build(version: int) -> Any:
         if opts.validate_only and version < 1:
             raise _unsupported("validate_only needs CreateTopics v1 or later")
+        if version < 4:
+            # An older broker takes -1 for an invalid count (INVALID_PARTITIONS): the
+            # broker's defaults can only be asked for from v4 on.
+            defaulted = [t for t in pending.values() if not t.replica_assignment and
+                         (t.num_partitions == -1 or t.replication_factor == -1)]
+            for t in defaulted:
+                what = ("partition count" if t.num_partitions == -1
+                        else "replication factor")
+                settle(futures[t.topic], error=client_error(
+                    KafkaError._UNSUPPORTED_FEATURE,
+                    f"the broker's default {what} (KIP-464) needs CreateTopics v4 or later "
+                    f"(Apache Kafka 2.4); the controller has v{version}"))
+                del pending[t.topic]
+            if not pending:     # each future failed already: this error reaches none
+                raise _unsupported("CreateTopics: no topic left to create")
         return CreateTopicsRequest(
             # With replica assignments the broker wants -1 for both counts (Kafka's
             # controller refuses the request otherwise, INVALID_REQUEST), as librdkafka

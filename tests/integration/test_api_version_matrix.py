@@ -516,3 +516,45 @@ def test_a_producer_id_lost_in_a_transaction_never_fences_the_instance_that_took
         assert [m.value() for m in got] == [b"new"]
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_topics_with_the_brokers_default_counts_need_createtopics_v4(
+        capped_cluster, capped, version):
+    """A NewTopic that leaves the partition count or the replication factor to the broker
+    (-1, KIP-464) needs CreateTopics v4 (Kafka 2.4): an older broker refuses -1 as an
+    invalid count. Below v4 such a topic fails at once with _UNSUPPORTED_FEATURE, as in
+    librdkafka (the Java client raises UnsupportedVersionException), and is not created;
+    the other topics of the call are."""
+    cluster, proxy = capped_cluster
+    capped({ApiKey.CREATE_TOPICS: version})
+    defaults = {t.topic: t for t in (NewTopic(unique("no-count"), replication_factor=1),
+                                     NewTopic(unique("no-factor"), 2))}
+    explicit = NewTopic(unique("counted"), 2, 1)
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    try:
+        futures = admin.create_topics(list(defaults.values()) + [explicit],
+                                      request_timeout=15)
+        futures[explicit.topic].result(20)
+        for name in defaults:
+            if version >= 4:
+                futures[name].result(20)
+            else:
+                with pytest.raises(KafkaException) as refused:
+                    futures[name].result(20)
+                assert refused.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
+                assert "KIP-464" in refused.value.args[0].str()
+        alone = NewTopic(unique("alone"))      # the only topic of its call
+        defaults[alone.topic] = alone
+        future = admin.create_topics([alone], request_timeout=15)[alone.topic]
+        if version >= 4:
+            future.result(20)
+        else:
+            with pytest.raises(KafkaException) as refused:
+                future.result(20)
+            assert "KIP-464" in refused.value.args[0].str()
+    finally:
+        admin.close()
+    created = set(cluster.topics())
+    assert explicit.topic in created
+    assert all((name in created) == (version >= 4) for name in defaults)

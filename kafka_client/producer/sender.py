@@ -62,6 +62,7 @@ from kafka_client.producer.transactions import (
 )
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, ProduceRequest
+from kafka_proto.records import Compression
 
 __all__ = ["Sender", "Report"]
 
@@ -70,6 +71,8 @@ _log = logging.getLogger("kafka_client.producer.sender")
 MIN_PRODUCE_VERSION = 3  # record batches v2
 #: Least time between two looks for idle topics to forget (metadata.max.idle.ms)
 IDLE_CHECK_S = 1.0
+#: zstd batches: a broker refuses them in an older Produce version (KIP-110)
+ZSTD_MIN_PRODUCE_VERSION = 7
 
 #: Produce errors that say the broker refused the batch without appending it: a batch
 #: refused on every attempt is not in the log, so it may be renumbered after an epoch bump
@@ -108,6 +111,8 @@ class Sender:
                  txn: Optional[TransactionManager] = None) -> None:
         self.config = config
         self.log = config.logger_for(_log.name)
+        #: zstd batches were sent uncompressed to a broker without Produce v7 (said once)
+        self._zstd_refused = False
         self.acc = acc
         self.cluster = cluster
         self.idem = idem
@@ -269,12 +274,21 @@ class Sender:
                 return
             self._send_request(conn, version, batches)
 
-    def _prepare(self, b: Batch) -> bytes:
+    def _prepare(self, b: Batch, version: int) -> bytes:
         """The batch's bytes, built on first send (producer id, epoch and the sequence
-        the accumulator gave it stamped)."""
+        the accumulator gave it stamped) for a Produce of ``version``."""
         idem = self.idem
         if b.data is None:
             builder = b.builder
+            if version < ZSTD_MIN_PRODUCE_VERSION and builder.compression == Compression.ZSTD:
+                # The broker would refuse zstd (UNSUPPORTED_COMPRESSION_TYPE; before Kafka
+                # 2.1 it knows none): sent uncompressed, as librdkafka does.
+                builder.compression = Compression.NONE
+                if not self._zstd_refused:
+                    self._zstd_refused = True
+                    self.log.warning("%s: the broker has no Produce v%d (it has v%d): zstd "
+                                     "needs Kafka 2.1 (KIP-110); not compressing batches",
+                                     b, ZSTD_MIN_PRODUCE_VERSION, version)
             if self.idempotent:
                 builder.producer_id = b.pid = idem.producer_id
                 builder.producer_epoch = b.epoch = idem.epoch
@@ -312,7 +326,8 @@ class Sender:
             b.sent = True
             self.refused.discard(b)
             topics.setdefault(b.part.topic.name, []).append(
-                ProduceRequest.PartitionProduceData(index=b.part.index, records=self._prepare(b)))
+                ProduceRequest.PartitionProduceData(index=b.part.index,
+                                                    records=self._prepare(b, version)))
         req = ProduceRequest(
             transactional_id=self.transactional_id, acks=self.acks,
             timeout_ms=self.request_timeout_ms,

@@ -19,7 +19,7 @@ from kafka_proto.messages import (
     OffsetForLeaderEpochResponse,
     ProduceResponse,
 )
-from kafka_proto.records import read_batch_header
+from kafka_proto.records import Compression, iter_batch_headers, read_batch_header
 
 from ._api import RequestContext, error_answer, handles
 from ._fetch_sessions import (
@@ -90,6 +90,16 @@ def _batch_summary(records: Any) -> Dict[str, Any]:
             "base_sequence": h.base_sequence, "records": h.records_count}
 
 
+def _zstd(records: Any) -> bool:
+    """Whether a batch of ``records`` is zstd-compressed: Kafka refuses that below Produce
+    v7 (KIP-110), whose clients know nothing of zstd, with UNSUPPORTED_COMPRESSION_TYPE."""
+    try:
+        return records is not None and any(h.compression == Compression.ZSTD
+                                           for h in iter_batch_headers(records))
+    except KafkaProtocolError:
+        return False   # not v2 batches: the append refuses them, with the reason
+
+
 @handles(ApiKey.PRODUCE)
 def produce(ctx: RequestContext) -> None:
     req = ctx.request
@@ -105,6 +115,9 @@ def produce(ctx: RequestContext) -> None:
                 error, replica = broker.leader_replica(t.name, pd.index)
                 if error:
                     result = AppendResult(error)
+                elif ctx.version < 7 and _zstd(pd.records):
+                    result = AppendResult(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, message=(
+                        f"Produce v{ctx.version} may not carry zstd batches (v7+, KIP-110)"))
                 else:
                     result = replica.append_records(pd.records, acks)
             results.append((t.name, pd.index, result, replica))

@@ -419,7 +419,17 @@ cdef class RecordBatchBuilder:
 
     @property
     def compression(self):
+        """The codec ``build()`` compresses with. Settable until then: a producer learns
+        only when it sends a batch whether the broker takes its codec (zstd needs
+        Produce v7)."""
         return _COMPRESSIONS[self._codec]
+
+    @compression.setter
+    def compression(self, value):
+        cdef int codec = value
+        if codec < 0 or codec > 4:
+            raise UnsupportedCompressionError(f"unknown compression codec id {codec}")
+        self._codec = codec
 
     @property
     def is_transactional(self) -> bool:

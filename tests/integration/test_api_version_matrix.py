@@ -558,3 +558,38 @@ def test_topics_with_the_brokers_default_counts_need_createtopics_v4(
     created = set(cluster.topics())
     assert explicit.topic in created
     assert all((name in created) == (version >= 4) for name in defaults)
+
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_zstd_is_sent_uncompressed_to_a_broker_before_produce_v7(
+        capped_cluster, capped, version):
+    """zstd batches need Produce v7 (KIP-110, Kafka 2.1): a broker refuses them in an older
+    version with UNSUPPORTED_COMPRESSION_TYPE, and one before 2.1 knows no zstd at all.
+    There the batches go uncompressed, as librdkafka sends them ("Broker does not support
+    compression type zstd: not compressing batch"): every message is delivered once."""
+    cluster, proxy = capped_cluster
+    capped({ApiKey.PRODUCE: version})
+    topic = unique("zstd")
+    cluster.create_topic(topic, partitions=1)
+    since = cluster.clear_request_log()
+    reports: List = []
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "compression.type": "zstd",
+                         "linger.ms": 2, "message.timeout.ms": 10000})
+    try:
+        for i in range(20):
+            producer.produce(topic, b"%d" % i * 50, on_delivery=lambda e, m: reports.append(e))
+        assert producer.flush(20) == 0
+    finally:
+        producer.close()
+    assert reports == [None] * 20
+    sent = cluster.request_log(since, api=ApiKey.PRODUCE)
+    assert {e.version for e in sent} == {version} and not any(e.errors for e in sent)
+    reader = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": unique("r"),
+                       "enable.auto.commit": False})
+    try:
+        reader.assign([TopicPartition(topic, 0, 0)])
+        got = drain(reader, 20)
+        got += read_to_the_end(reader, topic, partitions=(0,))
+        assert [m.value() for m in got] == [b"%d" % i * 50 for i in range(20)]
+    finally:
+        reader.close()

@@ -36,8 +36,10 @@ pytestmark = pytest.mark.integration
 
 #: The flows that exercise each API.
 FLOWS_OF: Dict[int, Tuple[str, ...]] = {
-    ApiKey.PRODUCE: ("data",), ApiKey.FETCH: ("data",), ApiKey.METADATA: ("data",),
-    ApiKey.LIST_OFFSETS: ("data",), ApiKey.FIND_COORDINATOR: ("data",),
+    # the transaction flow reads back read_committed: aborted transactions at each version
+    ApiKey.PRODUCE: ("data", "txn"), ApiKey.FETCH: ("data", "txn"),
+    ApiKey.METADATA: ("data",), ApiKey.LIST_OFFSETS: ("data", "txn"),
+    ApiKey.FIND_COORDINATOR: ("data",),
     ApiKey.JOIN_GROUP: ("data",), ApiKey.SYNC_GROUP: ("data",), ApiKey.HEARTBEAT: ("data",),
     ApiKey.LEAVE_GROUP: ("data",), ApiKey.OFFSET_COMMIT: ("data",),
     ApiKey.OFFSET_FETCH: ("data", "groups"), ApiKey.OFFSET_FOR_LEADER_EPOCH: ("data",),

@@ -595,3 +595,75 @@ def test_zstd_is_sent_uncompressed_to_a_broker_before_produce_v7(
         assert [m.value() for m in got] == [b"%d" % i * 50 for i in range(20)]
     finally:
         reader.close()
+
+
+@pytest.fixture(scope="module")
+def half_upgraded_cluster(tmp_path_factory):
+    """``(cluster, new_proxy, old_proxy)``: two brokers, each behind its own fault proxy
+    (which the cluster advertises); the test caps the second one's versions."""
+    from kafka_client._testing.brokers import free_port
+    from kafka_client._testing.proxy import FaultProxy
+    from kafka_client.testing import Cluster
+
+    ports = [free_port() for _ in range(4)]
+    data_dir = str(tmp_path_factory.mktemp("half") / "cluster")
+    with FaultProxy("127.0.0.1", ports[0], port=ports[2], follow_frames=True) as new, \
+            FaultProxy("127.0.0.1", ports[1], port=ports[3], follow_frames=True) as old:
+        with Cluster(brokers=2, data_dir=data_dir, ports=ports[:2],
+                     advertised_ports=ports[2:]) as cluster:
+            yield cluster, new, old
+
+
+class _SpreadLeaders:
+    """The cluster, its create_topic() placing partition i on broker 1 + i % 2."""
+
+    def __init__(self, cluster) -> None:
+        self._cluster = cluster
+
+    def __getattr__(self, name: str):
+        return getattr(self._cluster, name)
+
+    def create_topic(self, name: str, partitions: int = 1):
+        return self._cluster.create_topic(
+            name, partitions=partitions, replication_factor=1,
+            assignments=[[1 + i % 2] for i in range(partitions)])
+
+
+@pytest.mark.parametrize("profile", ["kafka-2.1", "kafka-2.8"])
+def test_a_cluster_half_way_through_an_upgrade(half_upgraded_cluster, profile):
+    """A rolling upgrade: one broker speaks the newest versions, the other those of an
+    older release, and partitions lead on both. Every flow runs, bootstrapped through
+    either broker: each connection speaks its broker's versions (topic ids to the new
+    one, names to the old, fetch sessions, zstd-free batches...)."""
+    cluster, new, old = half_upgraded_cluster
+    caps = BROKER_PROFILES[profile]
+
+    def lower(response, _version):
+        response.api_keys = [e for e in response.api_keys if e.api_key in caps]
+        for entry in response.api_keys:
+            entry.max_version = min(entry.max_version, caps[entry.api_key])
+            entry.min_version = min(entry.min_version, entry.max_version)
+
+    old.rewrite_responses(ApiKey.API_VERSIONS, lower, count=None)
+    try:
+        admin = AdminClient({"bootstrap.servers": new.bootstrap})
+        try:
+            controller = admin.describe_cluster(request_timeout=15).result(20).controller.id
+        finally:
+            admin.close()
+        # the calls routed to the old broker meet its missing APIs
+        absent = (frozenset(FLOWS_OF) - set(caps)) if controller == 2 else frozenset()
+        spread = _SpreadLeaders(cluster)
+        for bootstrap in (new.bootstrap, old.bootstrap):
+            for name, flow in FLOWS.items():
+                if name in ("partitions", "groups"):
+                    flow = functools.partial(flow, absent=absent)
+                since = cluster.clear_request_log()
+                flow(spread, bootstrap, ApiKey.HEARTBEAT, since)
+                for entry in cluster.request_log(since):
+                    # ApiVersions is asked at the newest version first (the answer says)
+                    if entry.broker == 2 and entry.api_key != ApiKey.API_VERSIONS:
+                        assert entry.api_key in caps, entry.api
+                        assert entry.version <= caps[entry.api_key], (entry.api, entry.version)
+    finally:
+        old.clear_faults()

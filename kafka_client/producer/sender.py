@@ -62,7 +62,8 @@ from kafka_client.producer.transactions import (
 )
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, ProduceRequest
-from kafka_proto.records import Compression
+from kafka_proto.records import (Compression, RecordBatchBuilder, read_batch_header,
+                                 read_batches)
 
 __all__ = ["Sender", "Report"]
 
@@ -99,6 +100,21 @@ class Report(NamedTuple):
     status: int
     messages: Optional[List[PendingMessage]]
     topic: str
+
+
+def _uncompressed(batch: bytes) -> bytes:
+    """The built v2 ``batch`` again without compression: same records (keys, values,
+    headers, timestamps), producer id, epoch, base sequence and transactional bit."""
+    source = next(iter(read_batches(batch)))
+    builder = RecordBatchBuilder(Compression.NONE, producer_id=source.producer_id,
+                                 producer_epoch=source.producer_epoch,
+                                 base_sequence=source.base_sequence,
+                                 transactional=source.is_transactional,
+                                 timestamp_type=source.timestamp_type,
+                                 initial_capacity=source.decompressed_size)
+    for record in source:
+        builder.append(record.value, record.key, record.timestamp, record.headers)
+    return builder.build()
 
 
 class Sender:
@@ -284,11 +300,7 @@ class Sender:
                 # The broker would refuse zstd (UNSUPPORTED_COMPRESSION_TYPE; before Kafka
                 # 2.1 it knows none): sent uncompressed, as librdkafka does.
                 builder.compression = Compression.NONE
-                if not self._zstd_refused:
-                    self._zstd_refused = True
-                    self.log.warning("%s: the broker has no Produce v%d (it has v%d): zstd "
-                                     "needs Kafka 2.1 (KIP-110); not compressing batches",
-                                     b, ZSTD_MIN_PRODUCE_VERSION, version)
+                self._no_zstd(b, version)
             if self.idempotent:
                 builder.producer_id = b.pid = idem.producer_id
                 builder.producer_epoch = b.epoch = idem.epoch
@@ -303,10 +315,24 @@ class Sender:
                                                                    StatsWindow(keep))
             windows[0].add(len(b.data))
             windows[1].add(b.count)
-        elif self.idempotent and (b.pid != idem.producer_id or b.epoch != idem.epoch):
-            b.pid, b.epoch = idem.producer_id, idem.epoch
-            b.data = restamp(b.data, b.pid, b.epoch, b.base_sequence)
+        else:
+            if version < ZSTD_MIN_PRODUCE_VERSION and \
+                    read_batch_header(b.data).compression == Compression.ZSTD:
+                # Built for a broker with Produce v7+, resent to an older one (its leader
+                # moved, mid-upgrade): the same records, uncompressed.
+                b.data = _uncompressed(b.data)
+                self._no_zstd(b, version)
+            if self.idempotent and (b.pid != idem.producer_id or b.epoch != idem.epoch):
+                b.pid, b.epoch = idem.producer_id, idem.epoch
+                b.data = restamp(b.data, b.pid, b.epoch, b.base_sequence)
         return b.data
+
+    def _no_zstd(self, b: Batch, version: int) -> None:
+        if not self._zstd_refused:      # said once per producer
+            self._zstd_refused = True
+            self.log.warning("%s: the broker has no Produce v%d (it has v%d): zstd needs "
+                             "Kafka 2.1 (KIP-110); not compressing batches for it", b,
+                             ZSTD_MIN_PRODUCE_VERSION, version)
 
     def _send_request(self, conn: Any, version: int, batches: List[Batch]) -> None:
         topics: Dict[str, list] = {}

@@ -667,3 +667,53 @@ def test_a_cluster_half_way_through_an_upgrade(half_upgraded_cluster, profile):
                         assert entry.version <= caps[entry.api_key], (entry.api, entry.version)
     finally:
         old.clear_faults()
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_zstd_batch_resent_to_a_broker_before_produce_v7_goes_uncompressed(
+        half_upgraded_cluster, idempotent):
+    """A batch compressed with zstd for a broker with Produce v7+ has to be sent again
+    after its leader moved to a broker without v7 (a rolling upgrade): it goes
+    uncompressed, same records, same sequence, as librdkafka sends it (which builds each
+    request anew). It was resent as built and refused: every message failed with
+    UNSUPPORTED_COMPRESSION_TYPE."""
+    cluster, new, old = half_upgraded_cluster
+
+    def no_v7(response, _version):
+        for entry in response.api_keys:
+            if entry.api_key == ApiKey.PRODUCE:
+                entry.max_version = 6
+
+    old.rewrite_responses(ApiKey.API_VERSIONS, no_v7, count=None)
+    topic = unique("zstd-moved")
+    try:
+        cluster.create_topic(topic, partitions=1, replication_factor=2, assignments=[[1, 2]])
+        cluster.wait_in_sync(topic)
+        reports: List = []
+        producer = Producer({"bootstrap.servers": new.bootstrap, "compression.type": "zstd",
+                             "enable.idempotence": idempotent, "linger.ms": 5})
+        try:
+            producer.list_topics(topic, timeout=10)     # the leader is broker 1 (v7+)
+            cluster.inject_errors("Produce", ["NOT_LEADER_OR_FOLLOWER"], broker=1)
+            cluster.move_leader(topic, 0, to=2)
+            since = cluster.clear_request_log()
+            values = [b"%d" % i * 20 for i in range(50)]
+            for value in values:
+                producer.produce(topic, value, on_delivery=lambda e, m: reports.append(e))
+            assert producer.flush(20) == 0
+        finally:
+            producer.close()
+        assert reports == [None] * 50
+        sent = [(e.broker, e.errors) for e in cluster.request_log(since, api=ApiKey.PRODUCE)]
+        assert sent[0] == (1, ["NOT_LEADER_OR_FOLLOWER"]) and (2, []) in sent, sent
+    finally:
+        old.clear_faults()
+    reader = Consumer({"bootstrap.servers": new.bootstrap, "group.id": unique("r"),
+                       "enable.auto.commit": False})
+    try:
+        reader.assign([TopicPartition(topic, 0, 0)])
+        got = drain(reader, 50)
+        got += read_to_the_end(reader, topic, partitions=(0,))
+        assert [m.value() for m in got] == values
+    finally:
+        reader.close()

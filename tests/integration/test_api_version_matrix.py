@@ -207,8 +207,16 @@ def txn_flow(cluster, bootstrap: str, key: int, since: int) -> None:
     cluster.create_topic(source, partitions=1)
     producer = Producer({"bootstrap.servers": bootstrap,
                          "transactional.id": unique("tx"), "linger.ms": 2})
-    meta_source = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    # a member of its group: from TxnOffsetCommit v3 the coordinator checks its
+    # generation and member id (KIP-447)
+    meta_source = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                            "enable.auto.commit": False})
     try:
+        meta_source.subscribe([source])
+        deadline = time.monotonic() + 10
+        while not meta_source.assignment() and time.monotonic() < deadline:
+            meta_source.poll(0.05)
+        assert meta_source.assignment(), "the group member got no assignment"
         producer.init_transactions(20)
         producer.begin_transaction()
         for i in range(10):

@@ -52,6 +52,7 @@ FLOWS_OF: Dict[int, Tuple[str, ...]] = {
     ApiKey.ELECT_LEADERS: ("partitions",),
     ApiKey.LIST_GROUPS: ("groups",), ApiKey.DESCRIBE_GROUPS: ("groups",),
     ApiKey.DELETE_GROUPS: ("groups",),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: ("kip848",), ApiKey.CONSUMER_GROUP_DESCRIBE: ("kip848",),
 }
 
 #: The highest version a flow sends although the broker offers more: the group consumer
@@ -87,7 +88,8 @@ def capped_cluster(tmp_path_factory):
     data_dir = str(tmp_path_factory.mktemp("matrix") / "cluster")
     with FaultProxy("127.0.0.1", broker_port, port=proxy_port, follow_frames=True) as proxy:
         with Cluster(brokers=1, data_dir=data_dir, ports=[broker_port],
-                     advertised_ports=[proxy_port]) as cluster:
+                     advertised_ports=[proxy_port],
+                     broker_config={"group.consumer.heartbeat.interval.ms": 200}) as cluster:
             yield cluster, proxy
 
 
@@ -333,6 +335,49 @@ def groups_flow(cluster, bootstrap: str, key: int, since: int,
         admin.close()
 
 
+def kip848_flow(cluster, bootstrap: str, key: int, since: int,
+                absent: AbstractSet[int] = frozenset()) -> None:
+    """A KIP-848 group (group.protocol=consumer): a member reads everything once and
+    commits, the admin client describes the group, a second member resumes from the
+    commit (ConsumerGroupHeartbeat in ``absent``, a broker before Kafka 4.0: the member
+    gets _UNSUPPORTED_FEATURE saying so)."""
+    topic, group = unique("kip848"), unique("kip848-group")
+    cluster.create_topic(topic, partitions=2)
+    fill(bootstrap, topic, 10)
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    first = Consumer(conf)
+    try:
+        first.subscribe([topic])
+        if ApiKey.CONSUMER_GROUP_HEARTBEAT in absent:
+            refused = first.poll(10)
+            assert refused is not None and refused.error() is not None
+            assert refused.error().code() == KafkaError._UNSUPPORTED_FEATURE
+            return
+        got = drain(first, 10)
+        got += read_to_the_end(first, topic)
+        assert sorted(int(m.value()) for m in got) == list(range(10))
+        first.commit(asynchronous=False)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        try:
+            described = admin.describe_consumer_groups([group],
+                                                       request_timeout=15)[group].result(20)
+            assert [len(m.assignment.topic_partitions) for m in described.members] == [2]
+        finally:
+            admin.close()
+    finally:
+        first.close()
+    fill(bootstrap, topic, 3)
+    second = Consumer(conf)
+    try:
+        second.subscribe([topic])
+        more = drain(second, 3)
+        more += read_to_the_end(second, topic)
+        assert sorted(int(m.value()) for m in more) == [0, 1, 2]
+    finally:
+        second.close()
+
+
 def fill(bootstrap: str, topic: str, count: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
     for i in range(count):
@@ -342,7 +387,7 @@ def fill(bootstrap: str, topic: str, count: int) -> None:
 
 
 FLOWS = {"data": data_flow, "txn": txn_flow, "admin": admin_flow,
-         "partitions": partitions_flow, "groups": groups_flow}
+         "partitions": partitions_flow, "groups": groups_flow, "kip848": kip848_flow}
 
 
 def sent_versions(cluster, since: int, key: int) -> List[Tuple[int, List[str]]]:
@@ -441,7 +486,7 @@ def test_a_whole_broker_of_an_older_release(capped_cluster, capped, profile):
     since = cluster.clear_request_log()
     absent = frozenset(FLOWS_OF) - set(caps)
     for name, flow in FLOWS.items():
-        if name in ("partitions", "groups"):
+        if name in ("partitions", "groups", "kip848"):
             flow = functools.partial(flow, absent=absent)
         flow(cluster, proxy.bootstrap, ApiKey.HEARTBEAT, since)
     used = {}
@@ -664,6 +709,8 @@ def test_a_cluster_half_way_through_an_upgrade(half_upgraded_cluster, profile):
         spread = _SpreadLeaders(cluster)
         for bootstrap in (new.bootstrap, old.bootstrap):
             for name, flow in FLOWS.items():
+                if name == "kip848":
+                    continue    # before Kafka 4.0 (either broker may coordinate)
                 if name in ("partitions", "groups"):
                     flow = functools.partial(flow, absent=absent)
                 since = cluster.clear_request_log()

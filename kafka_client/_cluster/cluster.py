@@ -60,8 +60,10 @@ _KEPT_MAX = 1000
 CONNECT_POLL_S = 0.02
 
 #: connection set-up failures that another attempt within a call will not cure (wrong
-#: credentials, a certificate refused)
-_SETUP_REFUSED = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+#: credentials, a certificate refused, a broker too old for the SASL or ApiVersions
+#: exchange the client speaks)
+_SETUP_REFUSED = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL,
+                            KafkaError._UNSUPPORTED_FEATURE})
 
 #: connection states as librdkafka's statistics name them
 _LIBRDKAFKA_STATE = {DISCONNECTED: "DOWN", CONNECTING: "CONNECT",
@@ -678,10 +680,11 @@ class Cluster:
         attempt()
 
     def _refused_since(self, since: float) -> Optional[KafkaError]:
-        """I/O thread: the authentication or TLS error that refused a connection attempted
-        since ``since`` (monotonic), when no connection is up or under way: retrying would
-        meet the same credentials or certificates, so a blocking call ends with it at once
-        (as the Java client's do) instead of at its timeout."""
+        """I/O thread: the authentication, TLS or unsupported-version error that refused a
+        connection attempted since ``since`` (monotonic), when no connection is up or under
+        way: retrying would meet the same credentials, certificates or broker, so a
+        blocking call ends with it at once (as the Java client's do) instead of at its
+        timeout."""
         recent = self.last_connection_error
         if recent is None or recent[0] < since or recent[1].code() not in _SETUP_REFUSED:
             return None

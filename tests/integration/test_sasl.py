@@ -511,3 +511,66 @@ def test_a_sasl_listener_without_sasl_configured_is_named_as_the_likely_cause(
     text, errors = metadata_failure({"bootstrap.servers": sasl_cluster.bootstrap_servers})
     assert hint in text, text
     assert errors and hint in errors[0], errors
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_reauthentication_follows_the_sasl_authenticate_version(topic_name, produce_for,
+                                                                version):
+    """KIP-368 sessions come with SaslAuthenticate v1: a broker whose SaslAuthenticate
+    tops out at v0 (Kafka 1.x-2.1) gives no session lifetime and keeps the connection,
+    so the client never re-authenticates; from v1 it re-authenticates before each 1 s
+    session ends. Either way every message is delivered and no connection is closed
+    for an expired session. SaslHandshake v0 (Kafka 0.10, no SaslAuthenticate) is
+    refused: _UNSUPPORTED_FEATURE, and list_topics() fails with it at once, not at its
+    timeout."""
+    from kafka_client._testing.proxy import FaultProxy
+    from kafka_proto.messages import ApiKey
+
+    listener, front = free_port(), free_port()
+    config = {"sasl.enabled.mechanisms": "SCRAM-SHA-256", "connections.max.reauth.ms": 1000}
+
+    def cap(response, _version):
+        for entry in response.api_keys:
+            if entry.api_key == ApiKey.SASL_AUTHENTICATE:
+                entry.max_version = min(entry.max_version, version)
+
+    with FaultProxy(LOOPBACK, listener, port=front, follow_frames=True) as proxy, \
+            Cluster(brokers=1, broker_config=config, users={USER: PASSWORD},
+                    ports=[listener], advertised_ports=[front]) as cluster:
+        proxy.rewrite_responses(ApiKey.API_VERSIONS, cap, count=None)
+        cluster.create_topic(topic_name)
+        errors, delivered = [], []
+        p = Producer(sasl_conf(proxy.bootstrap, "SCRAM-SHA-256"), error_cb=errors.append,
+                     on_delivery=lambda err, msg: delivered.append(err))
+        sent = produce_for(p, topic_name, 2.5, pause=0.02)
+        p.close()
+        assert len(delivered) == sent and not any(delivered)
+        assert closed_expired(cluster) == 0
+        logins = cluster.sasl_authentications()
+        assert {e.version for e in cluster.request_log(api=ApiKey.SASL_AUTHENTICATE)} == \
+            {version}
+        again = [e for e in logins if e.details["reauthentication"]]
+        assert (len(again) >= 2) if version >= 1 else not again, [e.details for e in logins]
+        assert not errors
+        if version:
+            return
+
+        def no_v1(response, _version):
+            for entry in response.api_keys:
+                if entry.api_key == ApiKey.SASL_HANDSHAKE:
+                    entry.max_version = 0
+
+        proxy.clear_faults()
+        proxy.rewrite_responses(ApiKey.API_VERSIONS, no_v1, count=None)
+        refused = []
+        p = Producer(sasl_conf(proxy.bootstrap, "SCRAM-SHA-256"), error_cb=refused.append)
+        try:
+            started = time.monotonic()
+            with pytest.raises(KafkaException) as failed:
+                p.list_topics(timeout=5)
+            # the refusal itself, at once (it waited for its timeout, then "timed out")
+            assert failed.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
+            assert time.monotonic() - started < 2
+        finally:
+            p.close()
+        assert refused and refused[0].code() == KafkaError._UNSUPPORTED_FEATURE, refused

@@ -732,10 +732,12 @@ class TransactionManager:
                 return None
             if code in _COORDINATOR_MOVED or code in _RETRY or code in _FATAL:
                 return error  # the same request again, after the backoff
-            if bump and current[0] >= 0:
-                # The coordinator refused to bump this epoch (Tansu 0.6 answers
+            if bump and current[0] >= 0 and code == ErrorCode.UNKNOWN_SERVER_ERROR:
+                # The coordinator cannot bump this epoch (Tansu 0.6 answers
                 # UNKNOWN_SERVER_ERROR): without the current id and epoch it bumps the
-                # transactional id's epoch as for a restart, which serves as well.
+                # transactional id's epoch as for a restart, which serves as well. Only
+                # for that answer: asked so, a coordinator bumps for whoever asks and
+                # would fence an instance that took the transactional id over.
                 self.log.info("epoch bump refused (%s): asking without the current epoch",
                               error.str())
                 self.io.call_later(self.backoff, self._init_producer_id, False)

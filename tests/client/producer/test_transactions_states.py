@@ -827,6 +827,25 @@ def test_unknown_producer_id_aborts_the_transaction_with_a_bump():
     assert (h.idem.producer_id, h.idem.epoch) == (5, 4) and not h.idem.bump_wanted
 
 
+def test_a_bump_refused_otherwise_is_asked_again_with_the_current_epoch():
+    """Only Tansu's UNKNOWN_SERVER_ERROR makes the client ask without its current epoch:
+    asked so, a coordinator bumps for whoever asks and would fence an instance that took
+    the transactional id over. Any other refusal is asked again as it was."""
+    h = Harness()
+    h.init(pid=5, epoch=3)
+    h.begin_with(0)
+    h.answer_produce(errors={0: ErrorCode.UNKNOWN_PRODUCER_ID})
+    box = h.call("abort_transaction", 5.0, h.flush)
+    h.answer_end_txn()
+    bump = h.answer_init(code=ErrorCode.INVALID_REQUEST)
+    assert (bump.producer_id, bump.producer_epoch) == (5, 3)
+    h.pump(0.3)
+    again = h.answer_init(pid=5, epoch=4)
+    assert (again.producer_id, again.producer_epoch) == (5, 3)
+    h.result(box)
+    assert (h.idem.producer_id, h.idem.epoch) == (5, 4) and not h.idem.bump_wanted
+
+
 def test_abort_purges_queued_messages_and_waits_for_those_in_flight():
     h = Harness(**{"batch.num.messages": 1})
     h.init()

@@ -612,7 +612,15 @@ class Fetcher:
                     if part.version != versions[part.key] or not part.assigned:
                         continue
                     off, err = found.offset, found.error
-                    if err is not None or off < 0:
+                    if err is None and off < 0:
+                        # No error and no offset: a broken answer, said like any other
+                        # error (it was retried for ever without a word).
+                        err = KafkaError(KafkaError._BAD_MSG, (
+                            f"ListOffsets {part.topic} [{part.partition}]: the leader "
+                            f"answered offset {off} for the "
+                            f"{'earliest' if want[part.key] == EARLIEST_TIMESTAMP else 'latest'}"
+                            f" offset, with no error"))
+                    if err is not None:
                         part.backoff_until = t + self.retry_backoff
                         if err is not None and not err.retriable():
                             # Once per error, not at every retry (a broker without a

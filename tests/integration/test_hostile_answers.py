@@ -7,10 +7,11 @@ import copy
 import time
 import uuid
 from collections import Counter
+from typing import Any, List, Tuple
 
 import pytest
 
-from kafka_client import Consumer, Producer
+from kafka_client import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from kafka_proto.messages import ApiKey
 
 pytestmark = pytest.mark.integration
@@ -68,4 +69,56 @@ def test_a_kip848_assignment_naming_a_topic_id_nobody_knows(proxied_cluster, top
         consumer.close()
     metadata = len(cluster.request_log(since=since, api="Metadata"))
     assert metadata <= 12 * elapsed + 5, (metadata, elapsed)
+    assert proxy.injected > 0 and not proxy.rewrite_errors
+
+
+def poll_events(consumer: Consumer, seconds: float) -> Tuple[Counter, List[Any]]:
+    """Messages read (value: count) and error events, polled for ``seconds``."""
+    seen: Counter = Counter()
+    events: List[Any] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.1)
+        if msg is None:
+            continue
+        if msg.error():
+            events.append(msg)
+        else:
+            seen[msg.value()] += 1
+    return seen, events
+
+
+def test_a_list_offsets_answer_with_a_negative_offset_and_no_error(proxied_cluster,
+                                                                   topic_name):
+    """Every ListOffsets answer says offset -5 and no error. The lookup is retried (at
+    retry.backoff.ms) and each partition gets one error event saying so, not one per
+    retry; it used to retry for ever without a word (librdkafka 2.16 does too, and asks
+    tens of thousands of times a second). Once the answers are sound the messages come."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=2)
+    fill(proxy.bootstrap, topic_name, 20)
+
+    def negative_offset(response, version):
+        for t in response.topics:
+            for p in t.partitions:
+                if not p.error_code:
+                    p.offset = -5
+
+    proxy.rewrite_responses(ApiKey.LIST_OFFSETS, negative_offset, count=None)
+    since = cluster.clear_request_log()
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+                         "retry.backoff.ms": 50})
+    try:
+        consumer.assign([TopicPartition(topic_name, p, OFFSET_BEGINNING) for p in (0, 1)])
+        seen, events = poll_events(consumer, 2.5)
+        assert not seen
+        lookups = len(cluster.request_log(since=since, api="ListOffsets"))
+        assert lookups >= 6, lookups                  # still retried
+        assert sorted(e.partition() for e in events) == [0, 1], events
+        assert {e.error().code() for e in events} == {KafkaError._BAD_MSG}
+        assert "offset -5" in events[0].error().str()
+        proxy.clear_faults()
+        assert read(consumer, 20, 10) == Counter(str(i).encode() for i in range(20))
+    finally:
+        consumer.close()
     assert proxy.injected > 0 and not proxy.rewrite_errors

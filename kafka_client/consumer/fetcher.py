@@ -833,18 +833,34 @@ class Fetcher:
                 if part.version != version or not part.assigned:
                     continue          # seeked meanwhile: that position is another's
                 pr = answers.get(part.key)
-                code = err.code() if err is not None else (
-                    broker_code(pr.error_code) if pr is not None
-                    else ErrorCode.UNKNOWN_SERVER_ERROR)
-                if code:
+                if err is not None:
+                    failure: Optional[KafkaError] = err
+                elif pr is None:
+                    failure = KafkaError(KafkaError._BAD_MSG, (
+                        f"OffsetForLeaderEpoch {part.topic} [{part.partition}]: the "
+                        f"leader's answer left the partition out"))
+                else:
+                    code = broker_code(pr.error_code)
+                    failure = client_error(code, (
+                        f"OffsetForLeaderEpoch {part.topic} [{part.partition}]")) \
+                        if code else None
+                if failure is not None:
                     # Checked again after the backoff (and new metadata, if stale).
+                    code = failure.code()
                     part.backoff_until = now + self.error_backoff
                     if code in LEADER_ERRORS:
                         md.mark_stale(part.topic, now)
                     elif code not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
                                       KafkaError._DESTROY):
-                        self.log.info("%s [%d]: OffsetForLeaderEpoch failed: %s",
-                                      part.topic, part.partition, KafkaError(code).str())
+                        if part.last_error != code:
+                            # Once per partition and error, not at every retry: the
+                            # partition is not fetched until its position is checked.
+                            self.log.warning("%s [%d]: validating the position after a "
+                                             "leader change failed (retrying every %g s): "
+                                             "%s", part.topic, part.partition,
+                                             self.error_backoff, failure.str())
+                            self._report(part, failure)
+                        part.last_error = code
                     continue
                 self._position_checked(part, epoch, pr.leader_epoch, pr.end_offset)
         self.kick()

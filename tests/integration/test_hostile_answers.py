@@ -4,6 +4,7 @@ spins, hangs, nor loses or repeats messages."""
 from __future__ import annotations
 
 import copy
+import logging
 import time
 import uuid
 from collections import Counter
@@ -17,10 +18,14 @@ from kafka_proto.messages import ApiKey
 pytestmark = pytest.mark.integration
 
 
-def fill(bootstrap: str, topic: str, count: int) -> None:
+def fill(bootstrap: str, topic: str, count: int, partitions: int = 0) -> None:
+    """``count`` messages "0", "1"...; with ``partitions``, spread over that many."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(count):
-        producer.produce(topic, str(i).encode())
+        if partitions:
+            producer.produce(topic, str(i).encode(), partition=i % partitions)
+        else:
+            producer.produce(topic, str(i).encode())
     assert producer.flush(20) == 0
     producer.close()
 
@@ -72,6 +77,23 @@ def test_a_kip848_assignment_naming_a_topic_id_nobody_knows(proxied_cluster, top
     assert proxy.injected > 0 and not proxy.rewrite_errors
 
 
+class _Kept(logging.Handler):
+    def __init__(self, kept: List[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.kept = kept
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.kept.append(record.getMessage())
+
+
+def warning_logger(name: str) -> Tuple[logging.Logger, List[str]]:
+    """A logger for a client's ``logger`` property, and the warnings it gets."""
+    kept: List[str] = []
+    logger = logging.getLogger(f"test.hostile.{name}")
+    logger.addHandler(_Kept(kept))
+    return logger, kept
+
+
 def poll_events(consumer: Consumer, seconds: float) -> Tuple[Counter, List[Any]]:
     """Messages read (value: count) and error events, polled for ``seconds``."""
     seen: Counter = Counter()
@@ -119,6 +141,45 @@ def test_a_list_offsets_answer_with_a_negative_offset_and_no_error(proxied_clust
         assert "offset -5" in events[0].error().str()
         proxy.clear_faults()
         assert read(consumer, 20, 10) == Counter(str(i).encode() for i in range(20))
+    finally:
+        consumer.close()
+    assert proxy.injected > 0 and not proxy.rewrite_errors
+
+
+def test_an_offset_for_leader_epoch_answer_leaving_the_partitions_out(proxied_cluster,
+                                                                      topic_name):
+    """After a leader change (the metadata shows a new leader epoch) every
+    OffsetForLeaderEpoch answer leaves the partitions out. Each partition gets one error
+    event and one warning, while the check is retried; it used to be retried for ever
+    with nothing above an info line per retry (librdkafka 2.16 says nothing at all).
+    Once the answers are sound the partitions are read on from their positions."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=2)
+    fill(proxy.bootstrap, topic_name, 20, partitions=2)   # a leader epoch for each
+    logger, warnings = warning_logger(topic_name)
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+                         "fetch.error.backoff.ms": 50, "logger": logger})
+    try:
+        consumer.assign([TopicPartition(topic_name, p, 0) for p in (0, 1)])
+        assert len(read(consumer, 20, 10)) == 20
+
+        since = cluster.clear_request_log()
+        proxy.rewrite_responses(ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                                lambda response, version: setattr(response, "topics", []),
+                                count=None)
+        for p in (0, 1):     # elected again: a new leader epoch, the same broker
+            cluster.move_leader(topic_name, p, to=cluster.broker_ids[0])
+        seen, events = poll_events(consumer, 3)
+        assert not seen
+        checks = len(cluster.request_log(since=since, api="OffsetForLeaderEpoch"))
+        assert checks >= 6, checks                  # still retried
+        assert sorted(e.partition() for e in events) == [0, 1], events
+        assert {e.error().code() for e in events} == {KafkaError._BAD_MSG}
+        left_out = [w for w in warnings if "left the partition out" in w]
+        assert len(left_out) == 2, warnings
+        proxy.clear_faults()
+        fill(proxy.bootstrap, topic_name, 20, partitions=2)
+        assert len(read(consumer, 20, 10)) == 20
     finally:
         consumer.close()
     assert proxy.injected > 0 and not proxy.rewrite_errors

@@ -260,6 +260,9 @@ class GroupCoordinator:
         self._commits_made = 0
         self._latest_commit: Dict[Key, int] = {}
         self._rejoin_after = 0.0
+        #: the error code of the last join failure told to the application: the same
+        #: failure again is not told again until the member joins (or fails otherwise)
+        self._join_error_told: Optional[int] = None
         self._rejoin_reason = ""
         self._rejoin_pending = False   # a rejoin was asked for while joining
         self._next_heartbeat = 0.0
@@ -974,6 +977,16 @@ class GroupCoordinator:
                     f"the coordinator chose protocol {resp.protocol_name!r}, which this "
                     f"member did not offer ({', '.join(offered)})"))
                 return
+            if resp.generation_id < 0:
+                # A member of no generation: SyncGroup would be refused (ILLEGAL_GENERATION)
+                # and the join asked again for ever without a word (librdkafka does that,
+                # thousands of times a second). The id stands: we rejoin with it.
+                self.member_id = resp.member_id
+                self._join_failed(client_error(
+                    KafkaError._BAD_MSG,
+                    f"the coordinator answered generation {resp.generation_id} with no "
+                    f"error"))
+                return
             self.generation = resp.generation_id
             self.member_id = resp.member_id
             self.protocol_name = resp.protocol_name
@@ -1011,7 +1024,10 @@ class GroupCoordinator:
                 detail += (f": session.timeout.ms ({self.session_timeout_ms}) is outside the "
                            f"broker's group.min.session.timeout.ms .. "
                            f"group.max.session.timeout.ms")
-            self.deliver_error(client_error(code, f"JoinGroup {self.group_id}: {detail}"))
+            if code != self._join_error_told:
+                # Once per error while it lasts, not at every rejoin.
+                self._join_error_told = code
+                self.deliver_error(client_error(code, f"JoinGroup {self.group_id}: {detail}"))
             self._rejoin_after = time.monotonic() + max(1.0, self.retry_backoff)
         self.log.debug("group %s: join failed: %s", self.group_id, err.str())
         self.io.wake()
@@ -1109,6 +1125,7 @@ class GroupCoordinator:
             new.difference_update(bad)
         now = time.monotonic()
         self.state = STABLE
+        self._join_error_told = None
         self.rebalanced(now)
         self._last_heartbeat_ok = now
         self._next_heartbeat = now + self.heartbeat_interval

@@ -183,3 +183,39 @@ def test_an_offset_for_leader_epoch_answer_leaving_the_partitions_out(proxied_cl
     finally:
         consumer.close()
     assert proxy.injected > 0 and not proxy.rewrite_errors
+
+
+def test_a_join_group_answer_with_a_negative_generation_and_no_error(proxied_cluster,
+                                                                     topic_name):
+    """Every successful JoinGroup answer says generation -5. The member reports it once
+    and keeps trying to join; it used to take the generation, have its SyncGroup refused
+    (ILLEGAL_GENERATION) and join again ten times a second without a word (librdkafka
+    2.16 the same, over a thousand times a second). Once the answers are sound it joins
+    and reads."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=2)
+    fill(proxy.bootstrap, topic_name, 20)
+
+    def no_generation(response, version):
+        if not response.error_code:
+            response.generation_id = -5
+
+    proxy.rewrite_responses(ApiKey.JOIN_GROUP, no_generation, count=None)
+    since = cluster.clear_request_log()
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+                         "auto.offset.reset": "earliest", "retry.backoff.ms": 50,
+                         "retry.backoff.max.ms": 200})
+    try:
+        consumer.subscribe([topic_name])
+        seen, events = poll_events(consumer, 3.5)
+        assert not seen and consumer.assignment() == []
+        joins = len(cluster.request_log(since=since, api="JoinGroup"))
+        assert joins >= 3, joins                      # still trying
+        assert len(cluster.request_log(since=since, api="SyncGroup")) == 0
+        assert [e.error().code() for e in events] == [KafkaError._BAD_MSG], events
+        assert "generation -5" in events[0].error().str()
+        proxy.clear_faults()
+        assert read(consumer, 20, 15) == Counter(str(i).encode() for i in range(20))
+    finally:
+        consumer.close()
+    assert proxy.injected > 0 and not proxy.rewrite_errors

@@ -57,6 +57,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
+from kafka_client._backoff import Backoff
 from kafka_client._interval import IntervalStat
 from kafka_client._stats import StatsWindow
 from kafka_client._net.bootstrap import Address, resolve
@@ -116,31 +117,6 @@ def _io_error_code(exc: OSError) -> int:
     if isinstance(exc, ssl.SSLError) and not isinstance(exc, ssl.SSLEOFError):
         return KafkaError._SSL
     return KafkaError._TRANSPORT
-
-
-class Backoff:
-    """Exponential backoff with -25%..+50% jitter (librdkafka's reconnect rule)."""
-
-    __slots__ = ("base", "maximum", "failures", "rng")
-
-    def __init__(self, base_ms: float, max_ms: float, rng: Optional[random.Random] = None):
-        self.base = base_ms / 1000.0
-        self.maximum = max_ms / 1000.0
-        self.failures = 0
-        self.rng = rng or random.Random()
-
-    def next_delay(self) -> float:
-        """The wait before the next attempt (seconds); counts one more failure."""
-        if self.base <= 0:
-            self.failures += 1
-            return 0.0
-        raw = self.base * (2 ** min(self.failures, 30))
-        self.failures += 1
-        jittered = raw * self.rng.uniform(0.75, 1.5)
-        return min(jittered, self.maximum)
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 class ConnectionSettings:

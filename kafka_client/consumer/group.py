@@ -34,6 +34,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
+from kafka_client._backoff import retry_backoff
 from kafka_client._cluster.metadata import coordinator_answer
 from kafka_client._cluster.telemetry import Sample, interval_samples
 from kafka_client._interval import IntervalStat
@@ -244,6 +245,10 @@ class GroupCoordinator:
         self._next_coord_query = float("inf")
         self._finding = False
         self._find_after = 0.0
+        #: KIP-580: the waits between failed coordinator lookups, and between failed
+        #: joins, double up to retry.backoff.max.ms; each starts over on a success
+        self._find_backoff = retry_backoff(config)
+        self._join_backoff = retry_backoff(config)
         self._pending: List[_Pending] = []
         # membership
         self.state = UNJOINED
@@ -717,13 +722,16 @@ class GroupCoordinator:
             if code:
                 err = client_error(code, message or f"FindCoordinator({self.group_id})")
         if err is not None:
-            self.log.debug("coordinator lookup failed: %s", err.str())
-            self._find_after = self._next_coord_query = time.monotonic() + self.retry_backoff
+            delay = self._find_backoff.next_delay()
+            self.log.debug("coordinator lookup failed (again in %.3g s): %s", delay,
+                           err.str())
+            self._find_after = self._next_coord_query = time.monotonic() + delay
             if not err.retriable() and err.code() not in (KafkaError._TRANSPORT,
                                                           KafkaError._TIMED_OUT):
                 self.deliver_error(err)
             return
         now = time.monotonic()
+        self._find_backoff.reset()
         self.cluster.metadata.broker_named(node, host, port, now)
         self._next_coord_query = now + self.coord_query_interval
         if node == self.coord_id:
@@ -1001,7 +1009,8 @@ class GroupCoordinator:
     def _join_failed(self, err: KafkaError) -> None:
         code = err.code()
         self.state = UNJOINED
-        self._rejoin_after = time.monotonic() + self.retry_backoff
+        delay = self._join_backoff.next_delay()
+        self._rejoin_after = time.monotonic() + delay
         if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
             if self.owned:
                 # A cooperative member rejoins holding its partitions; the group no longer
@@ -1028,7 +1037,7 @@ class GroupCoordinator:
                 # Once per error while it lasts, not at every rejoin.
                 self._join_error_told = code
                 self.deliver_error(client_error(code, f"JoinGroup {self.group_id}: {detail}"))
-            self._rejoin_after = time.monotonic() + max(1.0, self.retry_backoff)
+            self._rejoin_after = time.monotonic() + max(1.0, delay)
         self.log.debug("group %s: join failed: %s", self.group_id, err.str())
         self.io.wake()
 
@@ -1126,6 +1135,7 @@ class GroupCoordinator:
         now = time.monotonic()
         self.state = STABLE
         self._join_error_told = None
+        self._join_backoff.reset()
         self.rebalanced(now)
         self._last_heartbeat_ok = now
         self._next_heartbeat = now + self.heartbeat_interval

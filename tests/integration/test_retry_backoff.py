@@ -1,0 +1,83 @@
+"""Retries against a broker that keeps failing the same way back off as KIP-580 has it
+(``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms``, with jitter), as the Java
+client and librdkafka 2.x do, rather than asking at a flat ``retry.backoff.ms``. The
+requests are counted at the test cluster's request log behind the fault proxy."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from kafka_client import Consumer, Producer
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import ApiKey
+
+pytestmark = pytest.mark.integration
+
+#: short backoffs, so that a flat retry makes many requests in a few seconds:
+#: 20 ms flat is about 50 a second; doubling up to 400 ms, about 2.5 a second
+FAST_BACKOFF = {"retry.backoff.ms": 20, "retry.backoff.max.ms": 400}
+#: how long each failure lasts (s), and the most requests KIP-580's waits allow in it
+#: (20+40+...+320 ms, then one per 400 ms +20% jitter either way: about 13)
+FAILING_FOR = 4.0
+MOST_REQUESTS = 20
+
+
+def fill(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, str(i).encode())
+    assert producer.flush(20) == 0
+    producer.close()
+
+
+def read(consumer: Consumer, count: int, seconds: float) -> Counter:
+    seen: Counter = Counter()
+    deadline = time.monotonic() + seconds
+    while len(seen) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.1)
+        if msg is not None and not msg.error():
+            seen[msg.value()] += 1
+    return seen
+
+
+def poll_for(consumer: Consumer, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        consumer.poll(0.1)
+
+
+@pytest.mark.parametrize("api", [ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP])
+def test_a_group_whose_coordinator_keeps_failing_backs_off(proxied_cluster, topic_name, api):
+    """FindCoordinator (or JoinGroup) answered COORDINATOR_LOAD_IN_PROGRESS, again and
+    again: the member asked every retry.backoff.ms, 200 times in 4 s here. Now the waits
+    double up to retry.backoff.max.ms, and the member joins and reads once the
+    coordinator answers."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    fill(proxy.bootstrap, topic_name, 10)
+    if api == ApiKey.JOIN_GROUP:
+        def loading(response, version):
+            # KIP-394's first answer passes: a member the broker made and we never
+            # heard of would hold up the rebalance afterwards until it expired.
+            if response.error_code != ErrorCode.MEMBER_ID_REQUIRED:
+                response.error_code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        proxy.rewrite_responses(api, loading, count=None)
+    else:
+        proxy.fail_requests(api, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, count=100_000)
+    since = cluster.clear_request_log()
+    consumer = Consumer(dict(FAST_BACKOFF, **{
+        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+        "auto.offset.reset": "earliest"}))
+    try:
+        consumer.subscribe([topic_name])
+        poll_for(consumer, FAILING_FOR)
+        asked = len(cluster.request_log(since=since, api=int(api)))
+        assert 4 <= asked <= MOST_REQUESTS, asked
+        proxy.clear_faults()
+        assert len(read(consumer, 10, 10)) == 10
+    finally:
+        consumer.close()
+    assert not proxy.rewrite_errors
+

@@ -24,6 +24,7 @@ import uuid
 from collections import deque
 from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Set, Tuple
 
+from kafka_client._backoff import retry_backoff
 from kafka_client.consumer.group import (
     COORDINATOR_LOST,
     JOINING,
@@ -115,6 +116,10 @@ class ConsumerProtocolGroup(GroupCoordinator):
         self._target: Optional[List[Tuple[uuid.UUID, List[int]]]] = None
         #: rebalance events with the application thread, oldest first
         self._steps: Deque[_Step] = deque()
+        #: while the assignment names topic ids (or partitions) no metadata shows: when
+        #: the metadata is asked again, the waits doubling as KIP-580 has it
+        self._ask_unresolved_at: Optional[float] = None
+        self._unresolved_backoff = retry_backoff(config)
 
     # ======================================================================= I/O thread
     def _membership_tick(self, now: float, at: Callable[[float], None]) -> None:
@@ -130,6 +135,12 @@ class ConsumerProtocolGroup(GroupCoordinator):
         if now - self.last_poll > self.max_poll_interval and not self._poll_exceeded:
             self._max_poll_exceeded()
             return
+        if self._ask_unresolved_at is not None and self._target is not None \
+                and not self._steps:
+            if now >= self._ask_unresolved_at:
+                self._reconcile()
+            else:
+                at(self._ask_unresolved_at)
         if self._heartbeat_in_flight:
             return
         if self._heartbeat_soon or now >= self._next_heartbeat:
@@ -364,9 +375,9 @@ class ConsumerProtocolGroup(GroupCoordinator):
             if name is None or any(p >= known for p in parts):
                 # A new topic or new partitions: the metadata will show them. The rest
                 # is taken now (as the Java client and librdkafka do); this waits, and
-                # the metadata is asked again at a fast refresh's pace (asked at once,
-                # each answer asked again: thousands of requests a second for a topic
-                # id no metadata names).
+                # the metadata is asked again after a backoff that doubles (asked at
+                # once, each answer asked again: thousands of requests a second for a
+                # topic id no metadata names; at a fast refresh's pace, ten a second).
                 self.log.debug("group %s: assigned %s %s beyond the metadata yet",
                                self.group_id, name or tid, parts)
                 unresolved = True
@@ -374,12 +385,17 @@ class ConsumerProtocolGroup(GroupCoordinator):
                     continue
             target.update((name, p) for p in parts if 0 <= p < known)
         if unresolved:
-            self.cluster.metadata.request(None, fast=True)
+            now = time.monotonic()
+            if self._ask_unresolved_at is None or now >= self._ask_unresolved_at:
+                self.cluster.metadata.request(None, fast=True)
+                self._ask_unresolved_at = now + self._unresolved_backoff.next_delay()
             # Kept as the newest assignment, reconciled again when the metadata answers.
             if target == self.owned:
                 return
         else:
             self._target = None
+            self._ask_unresolved_at = None
+            self._unresolved_backoff.reset()
             self.rebalanced(time.monotonic())
         revoked = sorted(self.owned - target)
         added = sorted(target - self.owned)

@@ -4,7 +4,9 @@ client and librdkafka 2.x do, rather than asking at a flat ``retry.backoff.ms``.
 requests are counted at the test cluster's request log behind the fault proxy."""
 from __future__ import annotations
 
+import copy
 import time
+import uuid
 from collections import Counter
 
 import pytest
@@ -81,3 +83,33 @@ def test_a_group_whose_coordinator_keeps_failing_backs_off(proxied_cluster, topi
         consumer.close()
     assert not proxy.rewrite_errors
 
+
+def test_a_kip848_assignment_of_an_unknown_topic_id_backs_off(proxied_cluster, topic_name):
+    """Every ConsumerGroupHeartbeat answer also assigns a topic id no metadata names. The
+    known partitions are read; the metadata was asked again at the fast refresh's flat
+    pace (retry.backoff.ms), now with waits that double up to retry.backoff.max.ms."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=2)
+    fill(proxy.bootstrap, topic_name, 10)
+
+    def add_unknown_topic(response, version):
+        assignment = response.assignment
+        if assignment is not None and assignment.topic_partitions:
+            stranger = copy.copy(assignment.topic_partitions[0])
+            stranger.topic_id, stranger.partitions = uuid.uuid4(), [0]
+            assignment.topic_partitions = assignment.topic_partitions + [stranger]
+
+    proxy.rewrite_responses(ApiKey.CONSUMER_GROUP_HEARTBEAT, add_unknown_topic, count=None)
+    consumer = Consumer(dict(FAST_BACKOFF, **{
+        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+        "group.protocol": "consumer", "auto.offset.reset": "earliest"}))
+    try:
+        consumer.subscribe([topic_name])
+        assert len(read(consumer, 10, 10)) == 10
+        since = cluster.clear_request_log()
+        poll_for(consumer, FAILING_FOR)
+        asked = len(cluster.request_log(since=since, api="Metadata"))
+        assert asked <= MOST_REQUESTS, asked
+    finally:
+        consumer.close()
+    assert proxy.injected > 0 and not proxy.rewrite_errors

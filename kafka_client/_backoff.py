@@ -9,12 +9,24 @@ from __future__ import annotations
 import random
 from typing import Any, Optional, Tuple
 
-__all__ = ["Backoff", "RETRY_JITTER", "RECONNECT_JITTER", "retry_backoff"]
+__all__ = ["Backoff", "RETRY_JITTER", "RECONNECT_JITTER", "retry_backoff", "retry_delay"]
 
 #: KIP-580's jitter (the Java client's and librdkafka's retries): +-20%
 RETRY_JITTER: Tuple[float, float] = (0.8, 1.2)
 #: librdkafka's reconnect jitter: -25%..+50%
 RECONNECT_JITTER: Tuple[float, float] = (0.75, 1.5)
+
+
+def retry_delay(base: float, maximum: float, failures: int,
+                rng: Optional[random.Random] = None,
+                jitter: Tuple[float, float] = RETRY_JITTER) -> float:
+    """The wait (seconds) after ``failures`` failures in a row (1: the first), ``base``
+    doubling up to ``maximum`` (seconds), jittered, never above ``maximum``: for a loop
+    that counts its own tries (a request retried with its arguments)."""
+    if base <= 0:
+        return 0.0
+    raw = base * (2 ** min(max(failures - 1, 0), 30))
+    return min(raw * (rng or random).uniform(*jitter), max(maximum, base))
 
 
 class Backoff:
@@ -34,12 +46,8 @@ class Backoff:
 
     def next_delay(self) -> float:
         """The wait before the next attempt (seconds); counts one more failure."""
-        if self.base <= 0:
-            self.failures += 1
-            return 0.0
-        raw = self.base * (2 ** min(self.failures, 30))
         self.failures += 1
-        return min(raw * self.rng.uniform(*self.jitter), self.maximum)
+        return retry_delay(self.base, self.maximum, self.failures, self.rng, self.jitter)
 
     def reset(self) -> None:
         """A success: the next failure waits ``base_ms`` again."""

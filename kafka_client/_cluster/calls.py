@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
+from kafka_client._backoff import retry_delay
 from kafka_client._cluster.cluster import CONNECT_POLL_S
 from kafka_client._cluster.metadata import coordinator_answer
 from kafka_client._net.connection import DISCONNECTED, READY, BrokerConnection
@@ -251,8 +252,7 @@ class CallRunner:
         call._fresh_metadata = False  # a lookup the retry needs must be answered anew
         if moved:
             self._forget_target(call.target)
-        delay = min(self.backoff * (2 ** min(call.tries, 16)), self.backoff_max)
-        delay *= self._rng.uniform(0.8, 1.2)
+        delay = retry_delay(self.backoff, self.backoff_max, call.tries + 1, self._rng)
         call.tries += 1
         if time.monotonic() + delay >= call.deadline:
             self._expire(call)
@@ -625,7 +625,7 @@ class _LeaderFanout:
         if self._scheduled:
             return
         r = self.runner
-        delay = min(r.backoff * (2 ** min(self.rounds, 16)), r.backoff_max)
+        delay = retry_delay(r.backoff, r.backoff_max, self.rounds + 1, r._rng)
         self.rounds += 1
         if time.monotonic() + delay >= self.deadline:
             self._give_up()

@@ -34,7 +34,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
-from kafka_client._backoff import retry_backoff
+from kafka_client._backoff import retry_backoff, retry_delay
 from kafka_client._cluster.metadata import coordinator_answer
 from kafka_client._cluster.telemetry import Sample, interval_samples
 from kafka_client._interval import IntervalStat
@@ -229,6 +229,7 @@ class GroupCoordinator:
         self.heartbeat_interval = config["heartbeat.interval.ms"] / 1000.0
         self.max_poll_interval = config["max.poll.interval.ms"] / 1000.0
         self.retry_backoff = config["retry.backoff.ms"] / 1000.0
+        self.retry_backoff_max = config["retry.backoff.max.ms"] / 1000.0
         self.request_timeout = cluster.settings.request_timeout
         self.auto_commit = bool(config["enable.auto.commit"])
         interval = config["auto.commit.interval.ms"]
@@ -1394,11 +1395,12 @@ class GroupCoordinator:
                 done: Callable[[Optional[KafkaError], List[TopicPartition]], None],
                 deadline: float, number: int = 0,
                 settled: Optional[List[TopicPartition]] = None,
-                last: Optional[List[TopicPartition]] = None) -> None:
+                last: Optional[List[TopicPartition]] = None, tries: int = 0) -> None:
         """OffsetCommit of ``offsets``, retried on coordinator and transport errors until
-        ``deadline``; ``done(first error, a TopicPartition per entry)``. A retry carries
-        the commit's ``number``, the entries ``settled`` before, and the ``last``
-        attempt's results: the entries :meth:`_may_retry` refuses now end with those."""
+        ``deadline``, the waits doubling (KIP-580); ``done(first error, a TopicPartition
+        per entry)``. A retry carries the commit's ``number``, the entries ``settled``
+        before, the ``last`` attempt's results (the entries :meth:`_may_retry` refuses
+        now end with those) and the number of ``tries`` that failed."""
         if not number:
             self._commits_made += 1
             number = self._commits_made
@@ -1489,7 +1491,8 @@ class GroupCoordinator:
                             ErrorCode.STALE_MEMBER_EPOCH):
                         retry = True
                 result.append(tp)
-            if retry and time.monotonic() + self.retry_backoff < deadline:
+            delay = retry_delay(self.retry_backoff, self.retry_backoff_max, tries + 1)
+            if retry and time.monotonic() + delay < deadline:
                 if (err is not None and side is None) or any(c in COORDINATOR_ERRORS
                                                              for c in codes.values()):
                     self._coordinator_lost("commit failed")
@@ -1497,9 +1500,9 @@ class GroupCoordinator:
                 failed = [(o, tp) for o, tp in zip(offsets, result) if tp.error is not None]
                 ok = [tp for tp in result if tp.error is None]
                 self.offsets.set_committed({(tp.topic, tp.partition): tp.offset for tp in ok})
-                self.io.call_later(self.retry_backoff, self._commit, [o for o, _ in failed],
+                self.io.call_later(delay, self._commit, [o for o, _ in failed],
                                    done, deadline, number, settled + ok,
-                                   [tp for _, tp in failed])
+                                   [tp for _, tp in failed], tries + 1)
                 return
             self.offsets.set_committed({(topic, p): off for (topic, p, off, _m, _e), tp
                                         in zip(offsets, result) if tp.error is None})
@@ -1548,8 +1551,10 @@ class GroupCoordinator:
 
         self._offset_fetch(keys, finished, time.monotonic() + self.request_timeout)
 
-    def _offset_fetch(self, keys: List[Key],
-                      done: Callable[..., None], deadline: float) -> None:
+    def _offset_fetch(self, keys: List[Key], done: Callable[..., None], deadline: float,
+                      tries: int = 0) -> None:
+        """OffsetFetch of ``keys``, retried on coordinator, loading and transport
+        errors until ``deadline``, the waits doubling (KIP-580)."""
         asked = set(keys)
         by_topic: Dict[str, List[int]] = {}
         for t, p in keys:
@@ -1586,9 +1591,10 @@ class GroupCoordinator:
             retriable = code in COORDINATOR_ERRORS or code in (
                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNSTABLE_OFFSET_COMMIT,
                 KafkaError._TRANSPORT)
-            if retriable and time.monotonic() + self.retry_backoff < deadline:
-                self.io.call_later(self.retry_backoff, self._offset_fetch, keys, done,
-                                   deadline)
+            delay = retry_delay(self.retry_backoff, self.retry_backoff_max, tries + 1)
+            if retriable and time.monotonic() + delay < deadline:
+                self.io.call_later(delay, self._offset_fetch, keys, done, deadline,
+                                   tries + 1)
                 return
             done(None, err if err is not None else client_error(code, "OffsetFetch"))
 

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from kafka_client import Consumer, Producer
+from kafka_client import Consumer, KafkaException, Producer, TopicPartition
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey
 
@@ -113,3 +113,38 @@ def test_a_kip848_assignment_of_an_unknown_topic_id_backs_off(proxied_cluster, t
     finally:
         consumer.close()
     assert proxy.injected > 0 and not proxy.rewrite_errors
+
+
+@pytest.mark.parametrize("api", [ApiKey.OFFSET_FETCH, ApiKey.OFFSET_COMMIT])
+def test_offset_requests_the_coordinator_keeps_refusing_back_off(proxied_cluster,
+                                                                  topic_name, api):
+    """committed() or commit() while the coordinator answers COORDINATOR_LOAD_IN_PROGRESS
+    for 4 s: the request was asked again every retry.backoff.ms until its deadline, now
+    with waits that double; it succeeds once the coordinator answers."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    tp = TopicPartition(topic_name, 0, 5)
+    consumer = Consumer(dict(FAST_BACKOFF, **{
+        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+        "enable.auto.commit": False,
+        # a synchronous commit's deadline (librdkafka's: the request timeout)
+        "socket.timeout.ms": int(FAILING_FOR * 1000)}))
+    try:
+        consumer.commit(offsets=[tp], asynchronous=False)   # the coordinator is known
+        proxy.fail_requests(api, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, count=100_000)
+        since = cluster.clear_request_log()
+        started = time.monotonic()
+        with pytest.raises(KafkaException):
+            if api == ApiKey.OFFSET_FETCH:
+                consumer.committed([tp], timeout=FAILING_FOR)
+            else:
+                consumer.commit(offsets=[TopicPartition(topic_name, 0, 7)],
+                                asynchronous=False)
+        poll_for(consumer, FAILING_FOR - (time.monotonic() - started))
+        asked = len(cluster.request_log(since=since, api=int(api)))
+        assert 4 <= asked <= MOST_REQUESTS, asked
+        proxy.clear_faults()
+        consumer.commit(offsets=[TopicPartition(topic_name, 0, 9)], asynchronous=False)
+        assert consumer.committed([tp], timeout=10)[0].offset == 9
+    finally:
+        consumer.close()

@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
+from kafka_client._backoff import retry_delay
 from kafka_client._interval import IntervalStat
 from kafka_client._net.connection import DISCONNECTED
 from kafka_client.consumer.fetch_session import FetchPlan, FetchSession, SessionPartition
@@ -122,7 +123,7 @@ class PartitionState:
                  "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating",
                  "read_replica", "read_replica_until", "held", "rx_msgs", "rx_bytes",
                  "assigned_offset", "topic_id", "old_topic_id", "last_error_logged",
-                 "stale_answers")
+                 "stale_answers", "lookup_failures")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -181,6 +182,9 @@ class PartitionState:
         self.last_error_logged: Optional[int] = None   # (io) a repeated error said once
         #: (io) answers in a row whose records all ended before the position
         self.stale_answers = 0
+        #: (io) offset lookups (ListOffsets, committed offsets) failed in a row: their
+        #: retries' waits double (KIP-580)
+        self.lookup_failures = 0
 
     def seek(self, offset: int, epoch: int = -1) -> None:
         """Set the next offset (absolute, or logical to be resolved), with the leader
@@ -196,6 +200,7 @@ class PartitionState:
         self.eof_offset = -1
         self.resolving = False
         self.backoff_until = 0.0
+        self.lookup_failures = 0
         self.last_error = None
         self.end_check = None
         if offset >= 0:
@@ -346,6 +351,7 @@ class Fetcher:
         self.queued_msgs = 0
         self.check_crcs = bool(config["check.crcs"])
         self.retry_backoff = config["retry.backoff.ms"] / 1000.0
+        self.retry_backoff_max = config["retry.backoff.max.ms"] / 1000.0
         #: sent with each Fetch (v11+): a leader with a rack-aware replica selector
         #: names a replica in the same rack to fetch from (KIP-392)
         self.rack: str = config["client.rack"] or ""
@@ -555,8 +561,9 @@ class Fetcher:
                     if part.version != versions[part.key] or not part.assigned:
                         continue
                     if offsets is None:
-                        part.backoff_until = time.monotonic() + self.retry_backoff
+                        part.backoff_until = time.monotonic() + self._lookup_delay(part)
                         continue
+                    part.lookup_failures = 0
                     off, epoch = offsets.get(part.key, (-1, -1))
                     if off >= 0:
                         part.committed = off
@@ -569,6 +576,13 @@ class Fetcher:
             self.kick()
 
         lookup(parts, done)
+
+    def _lookup_delay(self, part: PartitionState) -> float:
+        """Lock held: the wait before the partition's offset lookup is tried again after
+        one more failure: retry.backoff.ms doubling up to retry.backoff.max.ms (KIP-580;
+        a flat retry.backoff.ms asked ten times a second for as long as it failed)."""
+        part.lookup_failures += 1
+        return retry_delay(self.retry_backoff, self.retry_backoff_max, part.lookup_failures)
 
     def _apply_reset_policy(self, part: PartitionState, why: str) -> None:
         """Lock held: ``auto.offset.reset`` for a partition without a usable offset."""
@@ -621,7 +635,7 @@ class Fetcher:
                             f"{'earliest' if want[part.key] == EARLIEST_TIMESTAMP else 'latest'}"
                             f" offset, with no error"))
                     if err is not None:
-                        part.backoff_until = t + self.retry_backoff
+                        part.backoff_until = t + self._lookup_delay(part)
                         if err is not None and not err.retriable():
                             # Once per error, not at every retry (a broker without a
                             # usable ListOffsets made 10 events a second per partition).
@@ -629,6 +643,7 @@ class Fetcher:
                                 self._report(part, err)
                             part.last_error = err.code()
                         continue
+                    part.lookup_failures = 0
                     tail = 0
                     if part.reset is not None and part.reset <= OFFSET_TAIL_BASE:
                         tail = OFFSET_TAIL_BASE - part.reset  # applied by _fix_end

@@ -11,7 +11,8 @@ from collections import Counter
 
 import pytest
 
-from kafka_client import Consumer, KafkaException, Producer, TopicPartition
+from kafka_client import (
+    OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey
 
@@ -146,5 +147,27 @@ def test_offset_requests_the_coordinator_keeps_refusing_back_off(proxied_cluster
         proxy.clear_faults()
         consumer.commit(offsets=[TopicPartition(topic_name, 0, 9)], asynchronous=False)
         assert consumer.committed([tp], timeout=10)[0].offset == 9
+    finally:
+        consumer.close()
+
+
+def test_an_offset_lookup_the_leader_keeps_refusing_backs_off(proxied_cluster, topic_name):
+    """auto.offset.reset's ListOffsets answered OFFSET_NOT_AVAILABLE (retriable), again and
+    again: it was asked every retry.backoff.ms, now with waits that double; the partition
+    is read once the leader answers."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    fill(proxy.bootstrap, topic_name, 10)
+    proxy.fail_requests(ApiKey.LIST_OFFSETS, ErrorCode.OFFSET_NOT_AVAILABLE, count=100_000)
+    since = cluster.clear_request_log()
+    consumer = Consumer(dict(FAST_BACKOFF, **{
+        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name}))
+    try:
+        consumer.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+        poll_for(consumer, FAILING_FOR)
+        asked = len(cluster.request_log(since=since, api="ListOffsets"))
+        assert 4 <= asked <= MOST_REQUESTS, asked
+        proxy.clear_faults()
+        assert len(read(consumer, 10, 10)) == 10
     finally:
         consumer.close()

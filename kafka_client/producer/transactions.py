@@ -59,6 +59,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
+from kafka_client._backoff import retry_delay
 from kafka_client._cluster.calls import (
     Call,
     CallError,
@@ -234,6 +235,8 @@ class TransactionManager:
         self._pending: Set[Any] = set()          # partitions to register
         self._registering: Set[Any] = set()      # partitions in the AddPartitionsToTxn
         self._register_after = 0.0               # its retry backoff
+        #: AddPartitionsToTxn failures in a row: the waits double (KIP-580)
+        self._register_failures = 0
         #: requests the coordinator saw in this transaction (partitions, offsets): with
         #: none, commit and abort send no EndTxn
         self._coordinator_knows = False
@@ -757,6 +760,14 @@ class TransactionManager:
                              "InitProducerId", ApiKey.INIT_PRODUCER_ID, build, answer,
                              failed, self._long_deadline())
 
+    def _register_delay(self, first: Optional[float] = None) -> float:
+        """The wait before partitions are registered again after one more failure in a
+        row: ``first`` (default retry.backoff.ms) doubling up to retry.backoff.max.ms
+        (KIP-580; a coordinator that kept refusing was asked at a flat pace)."""
+        self._register_failures += 1
+        return retry_delay(self.backoff if first is None else first, self.backoff_max,
+                           self._register_failures)
+
     def _pid_assigned(self) -> None:
         """A producer id (or a bumped epoch) arrived."""
         with self.lock:
@@ -822,6 +833,7 @@ class TransactionManager:
             self.acc.txn_partitions.update(registered)
             self.io.wake()
             if not failed:
+                self._register_failures = 0
                 return None
             self._pending.update(p for p, _ in failed)
             worst = _worst({code for _, code in failed})
@@ -834,9 +846,9 @@ class TransactionManager:
             elif worst in _COORDINATOR_MOVED:
                 self.runner.coordinators.pop((CoordinatorType.TRANSACTION,
                                               self.transactional_id), None)
-                self._register_after = time.monotonic() + self.backoff
+                self._register_after = time.monotonic() + self._register_delay()
             elif worst in _RETRY:
-                self._register_after = time.monotonic() + (
+                self._register_after = time.monotonic() + self._register_delay(
                     _CONCURRENT_BACKOFF if worst == ErrorCode.CONCURRENT_TRANSACTIONS
                     else self.backoff)
             else:
@@ -851,7 +863,7 @@ class TransactionManager:
                 return           # outdated: that transaction is over
             self._pending.update(parts)
             self._registering = set()
-            self._register_after = time.monotonic() + self.backoff
+            self._register_after = time.monotonic() + self._register_delay()
             self.io.wake()
             if error.code() == KafkaError._UNSUPPORTED_FEATURE:
                 self.fatal_error(error)

@@ -171,3 +171,37 @@ def test_an_offset_lookup_the_leader_keeps_refusing_backs_off(proxied_cluster, t
         assert len(read(consumer, 10, 10)) == 10
     finally:
         consumer.close()
+
+
+def test_adding_partitions_to_a_transaction_the_coordinator_keeps_refusing_backs_off(
+        proxied_cluster, topic_name):
+    """AddPartitionsToTxn answered COORDINATOR_LOAD_IN_PROGRESS for 4 s: the producer asked
+    again every retry.backoff.ms, now with waits that double; the transaction commits
+    once the coordinator answers, and its message is read."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    producer = Producer(dict(FAST_BACKOFF, **{
+        "bootstrap.servers": proxy.bootstrap, "transactional.id": topic_name}))
+    try:
+        producer.init_transactions(10)
+        proxy.fail_requests(ApiKey.ADD_PARTITIONS_TO_TXN,
+                            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, count=100_000)
+        since = cluster.clear_request_log()
+        producer.begin_transaction()
+        producer.produce(topic_name, b"in the transaction")
+        deadline = time.monotonic() + FAILING_FOR
+        while time.monotonic() < deadline:
+            producer.poll(0.1)
+        asked = len(cluster.request_log(since=since, api="AddPartitionsToTxn"))
+        assert 4 <= asked <= MOST_REQUESTS, asked
+        proxy.clear_faults()
+        producer.commit_transaction(10)
+    finally:
+        producer.close()
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    try:
+        consumer.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+        assert read(consumer, 1, 10) == Counter([b"in the transaction"])
+    finally:
+        consumer.close()

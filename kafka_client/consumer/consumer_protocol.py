@@ -294,6 +294,8 @@ class ConsumerProtocolGroup(GroupCoordinator):
 
     def _answered(self, resp: Any, sent: _Sent) -> None:
         now = time.monotonic()
+        self._join_backoff.reset()
+        self._join_error_told = None
         if resp.member_id:
             self.member_id = resp.member_id
         if resp.heartbeat_interval_ms > 0:
@@ -341,11 +343,15 @@ class ConsumerProtocolGroup(GroupCoordinator):
         else:
             if code in COORDINATOR_LOST:
                 self._coordinator_lost(f"heartbeat: {reason}")
-            elif code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            elif code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and \
+                    code != self._join_error_told:
+                # Once per error while it lasts, not at every retry.
+                self._join_error_told = code
                 self.deliver_error(client_error(code, f"ConsumerGroupHeartbeat "
                                                 f"{self.group_id}: {reason}"))
-            # Try again after the backoff; a join in flight is a join still to make.
-            retry_at = time.monotonic() + self.retry_backoff
+            # Try again after the backoff (doubling, KIP-580, as the Java client's
+            # heartbeat does); a join in flight is a join still to make.
+            retry_at = time.monotonic() + self._join_backoff.next_delay()
             if self.state == JOINING:
                 self.state = UNJOINED
                 self._rejoin_after = retry_at

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from kafka_client import (
-    OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition)
+    OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey
 
@@ -205,3 +205,40 @@ def test_adding_partitions_to_a_transaction_the_coordinator_keeps_refusing_backs
         assert read(consumer, 1, 10) == Counter([b"in the transaction"])
     finally:
         consumer.close()
+
+
+def test_kip848_heartbeats_the_coordinator_keeps_answering_badly_back_off(
+        proxied_cluster, topic_name):
+    """Every ConsumerGroupHeartbeat answer has no error but member epoch 0 (no member has
+    it): the member asked again every retry.backoff.ms and gave the application an error
+    event each time; now the waits double (as the Java client's heartbeat does, KIP-580),
+    one event says it, and the member joins and reads once the answers are sound."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    fill(proxy.bootstrap, topic_name, 10)
+
+    def no_epoch(response, version):
+        if not response.error_code:
+            response.member_epoch = 0
+
+    proxy.rewrite_responses(ApiKey.CONSUMER_GROUP_HEARTBEAT, no_epoch, count=None)
+    since = cluster.clear_request_log()
+    consumer = Consumer(dict(FAST_BACKOFF, **{
+        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+        "group.protocol": "consumer", "auto.offset.reset": "earliest"}))
+    try:
+        consumer.subscribe([topic_name])
+        events = []
+        deadline = time.monotonic() + FAILING_FOR
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error():
+                events.append(msg.error())
+        asked = len(cluster.request_log(since=since, api="ConsumerGroupHeartbeat"))
+        assert 4 <= asked <= MOST_REQUESTS, asked
+        assert [e.code() for e in events] == [KafkaError._BAD_MSG], events
+        proxy.clear_faults()
+        assert len(read(consumer, 10, 10)) == 10
+    finally:
+        consumer.close()
+    assert proxy.injected > 0 and not proxy.rewrite_errors

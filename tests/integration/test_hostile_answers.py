@@ -12,32 +12,12 @@ from typing import Any, List, Tuple
 
 import pytest
 
-from kafka_client import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from kafka_client import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from kafka_proto.messages import ApiKey
 
+from fill_and_read import fill, read  # tests/integration/fill_and_read.py
+
 pytestmark = pytest.mark.integration
-
-
-def fill(bootstrap: str, topic: str, count: int, partitions: int = 0) -> None:
-    """``count`` messages "0", "1"...; with ``partitions``, spread over that many."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(count):
-        if partitions:
-            producer.produce(topic, str(i).encode(), partition=i % partitions)
-        else:
-            producer.produce(topic, str(i).encode())
-    assert producer.flush(20) == 0
-    producer.close()
-
-
-def read(consumer: Consumer, count: int, seconds: float) -> Counter:
-    seen: Counter = Counter()
-    deadline = time.monotonic() + seconds
-    while len(seen) < count and time.monotonic() < deadline:
-        msg = consumer.poll(0.2)
-        if msg is not None and not msg.error():
-            seen[msg.value()] += 1
-    return seen
 
 
 def test_a_kip848_assignment_naming_a_topic_id_nobody_knows(proxied_cluster, topic_name):

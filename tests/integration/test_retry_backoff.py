@@ -16,6 +16,8 @@ from kafka_client import (
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey
 
+from fill_and_read import fill, read  # tests/integration/fill_and_read.py
+
 pytestmark = pytest.mark.integration
 
 #: short backoffs, so that a flat retry makes many requests in a few seconds:
@@ -25,24 +27,6 @@ FAST_BACKOFF = {"retry.backoff.ms": 20, "retry.backoff.max.ms": 400}
 #: (20+40+...+320 ms, then one per 400 ms +20% jitter either way: about 13)
 FAILING_FOR = 4.0
 MOST_REQUESTS = 20
-
-
-def fill(bootstrap: str, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(count):
-        producer.produce(topic, str(i).encode())
-    assert producer.flush(20) == 0
-    producer.close()
-
-
-def read(consumer: Consumer, count: int, seconds: float) -> Counter:
-    seen: Counter = Counter()
-    deadline = time.monotonic() + seconds
-    while len(seen) < count and time.monotonic() < deadline:
-        msg = consumer.poll(0.1)
-        if msg is not None and not msg.error():
-            seen[msg.value()] += 1
-    return seen
 
 
 def poll_for(consumer: Consumer, seconds: float) -> None:

@@ -109,8 +109,12 @@ def test_a_commit_made_while_a_call_holds_messages_stops_before_them(noida_broke
 
 
 _CTRL_C_CHILD = r"""
-import _thread, sys, threading, time
+import _thread, signal, sys, threading, time
 from kafka_client import Consumer, Producer
+
+# Ctrl-C as an application at a terminal has it: a process started in the background by a
+# shell inherits SIGINT ignored, and then _thread.interrupt_main() does nothing.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 bootstrap, topic, group, read = sys.argv[1:]
 

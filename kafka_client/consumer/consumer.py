@@ -1171,10 +1171,11 @@ class Consumer(ClientBase):
         ``on_commit``, as librdkafka). As librdkafka, entries with a negative offset are
         not committed but stay in the result as given (with the stored offsets: every
         assigned partition, OFFSET_INVALID where nothing new is stored), and nothing left
-        to commit is _NO_OFFSET (raised, or given to ``on_commit``). While this member rejoins its group (its JoinGroup or
-        SyncGroup waiting at the coordinator) the commit is answered at once, not after
-        the rebalance; one the broker refuses then (REBALANCE_IN_PROGRESS,
-        ILLEGAL_GENERATION): poll() to complete the rebalance, then commit again.
+        to commit is _NO_OFFSET (raised, or given to ``on_commit``). While this member
+        rejoins its group (its JoinGroup or SyncGroup waiting at the coordinator) the
+        commit is answered at once, not after the rebalance; one the broker refuses then
+        (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION): poll() to complete the rebalance,
+        then commit again.
         ``async=`` is accepted as the old name of ``asynchronous``."""
         if legacy:
             if set(legacy) != {"async"}:

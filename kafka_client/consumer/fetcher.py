@@ -636,7 +636,7 @@ class Fetcher:
                             f" offset, with no error"))
                     if err is not None:
                         part.backoff_until = t + self._lookup_delay(part)
-                        if err is not None and not err.retriable():
+                        if not err.retriable():
                             # Once per error, not at every retry (a broker without a
                             # usable ListOffsets made 10 events a second per partition).
                             if part.last_error != err.code():

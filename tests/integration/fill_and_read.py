@@ -1,10 +1,13 @@
-"""Writing numbered messages and counting what a consumer reads back, for the tests that
-put a broker's answers through the fault proxy (test_hostile_answers.py,
-test_retry_backoff.py)."""
+"""Writing numbered messages, counting what a consumer reads back, and answers to rewrite,
+for the tests that put a broker's answers through the fault proxy
+(test_hostile_answers.py, test_retry_backoff.py)."""
 from __future__ import annotations
 
+import copy
 import time
+import uuid
 from collections import Counter
+from typing import Any, Callable, List
 
 from kafka_client import Consumer, Producer
 
@@ -31,3 +34,16 @@ def read(consumer: Consumer, count: int, seconds: float) -> Counter:
         if msg is not None and not msg.error():
             seen[msg.value()] += 1
     return seen
+
+
+def assigning_an_unknown_topic(partitions: List[int]) -> Callable[[Any, int], None]:
+    """A rewrite of ConsumerGroupHeartbeat answers (``FaultProxy.rewrite_responses``) that
+    also assigns ``partitions`` of a topic id no metadata names (a topic deleted meanwhile;
+    a broken coordinator)."""
+    def add_unknown_topic(response: Any, version: int) -> None:
+        assignment = response.assignment
+        if assignment is not None and assignment.topic_partitions:
+            stranger = copy.copy(assignment.topic_partitions[0])
+            stranger.topic_id, stranger.partitions = uuid.uuid4(), list(partitions)
+            assignment.topic_partitions = assignment.topic_partitions + [stranger]
+    return add_unknown_topic

@@ -3,10 +3,8 @@
 spins, hangs, nor loses or repeats messages."""
 from __future__ import annotations
 
-import copy
 import logging
 import time
-import uuid
 from collections import Counter
 from typing import Any, List, Tuple
 
@@ -15,7 +13,7 @@ import pytest
 from kafka_client import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from kafka_proto.messages import ApiKey
 
-from fill_and_read import fill, read  # tests/integration/fill_and_read.py
+from fill_and_read import assigning_an_unknown_topic, fill, read  # fill_and_read.py beside
 
 pytestmark = pytest.mark.integration
 
@@ -31,14 +29,8 @@ def test_a_kip848_assignment_naming_a_topic_id_nobody_knows(proxied_cluster, top
     cluster.create_topic(topic_name, partitions=3)
     fill(proxy.bootstrap, topic_name, 30)
 
-    def add_unknown_topic(response, version):
-        assignment = response.assignment
-        if assignment is not None and assignment.topic_partitions:
-            stranger = copy.copy(assignment.topic_partitions[0])
-            stranger.topic_id, stranger.partitions = uuid.uuid4(), [0, 1]
-            assignment.topic_partitions = assignment.topic_partitions + [stranger]
-
-    proxy.rewrite_responses(ApiKey.CONSUMER_GROUP_HEARTBEAT, add_unknown_topic, count=None)
+    proxy.rewrite_responses(ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                            assigning_an_unknown_topic([0, 1]), count=None)
     since = cluster.clear_request_log()
     consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
                          "group.protocol": "consumer", "auto.offset.reset": "earliest"})

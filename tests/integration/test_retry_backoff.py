@@ -4,9 +4,7 @@ client and librdkafka 2.x do, rather than asking at a flat ``retry.backoff.ms``.
 requests are counted at the test cluster's request log behind the fault proxy."""
 from __future__ import annotations
 
-import copy
 import time
-import uuid
 from collections import Counter
 
 import pytest
@@ -16,7 +14,7 @@ from kafka_client import (
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey
 
-from fill_and_read import fill, read  # tests/integration/fill_and_read.py
+from fill_and_read import assigning_an_unknown_topic, fill, read  # fill_and_read.py beside
 
 pytestmark = pytest.mark.integration
 
@@ -77,14 +75,8 @@ def test_a_kip848_assignment_of_an_unknown_topic_id_backs_off(proxied_cluster, t
     cluster.create_topic(topic_name, partitions=2)
     fill(proxy.bootstrap, topic_name, 10)
 
-    def add_unknown_topic(response, version):
-        assignment = response.assignment
-        if assignment is not None and assignment.topic_partitions:
-            stranger = copy.copy(assignment.topic_partitions[0])
-            stranger.topic_id, stranger.partitions = uuid.uuid4(), [0]
-            assignment.topic_partitions = assignment.topic_partitions + [stranger]
-
-    proxy.rewrite_responses(ApiKey.CONSUMER_GROUP_HEARTBEAT, add_unknown_topic, count=None)
+    proxy.rewrite_responses(ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                            assigning_an_unknown_topic([0]), count=None)
     consumer = Consumer(dict(FAST_BACKOFF, **{
         "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
         "group.protocol": "consumer", "auto.offset.reset": "earliest"}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import types
 
+from kafka_client._backoff import RETRY_JITTER
 from kafka_client.config import ClientConfig
 from kafka_client.consumer.group import STABLE, UNJOINED, GroupCoordinator
 from kafka_client.errors import KafkaError
@@ -601,6 +602,7 @@ def test_a_kip848_answer_with_a_negative_member_epoch_is_not_taken():
     g._on_heartbeat_answer(answer(-5), None, g._op_token, sent)
     assert (g.state, g.generation, g.patterns) == (STABLE, 3, ["t"])
     assert [e.code() for e in errors] == [KafkaError._BAD_MSG] and "-5" in errors[0].str()
-    assert g._next_heartbeat >= before + g.retry_backoff - 0.01
+    # after the backoff (KIP-580: retry.backoff.ms with its jitter, at least 80% of it)
+    assert g._next_heartbeat >= before + g.retry_backoff * RETRY_JITTER[0] - 0.01
     g._on_heartbeat_answer(answer(4), None, g._op_token, sent)
     assert (g.state, g.generation) == (STABLE, 4) and len(errors) == 1

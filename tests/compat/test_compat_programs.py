@@ -46,7 +46,7 @@ def produce_to_a_missing_topic(k, impl, bootstrap, topic, conf):
         again = e.args[0].name()
     p.purge()
     p.flush(0)
-    return [(code, round(at - started)) for code, at in reports], again
+    return [(code, at - started) for code, at in reports], again
 
 
 @pytest.mark.parametrize("conf", [
@@ -55,14 +55,16 @@ def produce_to_a_missing_topic(k, impl, bootstrap, topic, conf):
 ], ids=["message-timeout-first", "propagation-time-first"])
 def test_a_missing_topic_fails_its_messages_like_librdkafka(cluster, topic_name, conf):
     got = side_by_side(produce_to_a_missing_topic, cluster.bootstrap_servers, topic_name, conf)
-    assert got["kafka_client"] == got["confluent_kafka"]
     if "topic.metadata.propagation.max.ms" in conf:
         # known not to exist: its message fails with the broker's error, produce() refuses
-        assert got["kafka_client"] == ([(ck.KafkaError.UNKNOWN_TOPIC_OR_PART, 2)],
-                                       "_UNKNOWN_TOPIC")
+        expected, after = (ck.KafkaError.UNKNOWN_TOPIC_OR_PART, "_UNKNOWN_TOPIC"), 2.0
     else:
         # message.timeout.ms came first: a timeout, and the topic may still appear
-        assert got["kafka_client"] == ([(ck.KafkaError._MSG_TIMED_OUT, 3)], "queued")
+        expected, after = (ck.KafkaError._MSG_TIMED_OUT, "queued"), 3.0
+    for impl, (reports, again) in got.items():
+        # the time the rule gives, give or take librdkafka's 1 s timer and a loaded machine
+        assert [(code, after - 0.1 <= at < after + 1.5) for code, at in reports] == \
+            [(expected[0], True)] and again == expected[1], (impl, got)
 
 
 def produce_n(k, bootstrap, topic, n, partition=0):

@@ -495,6 +495,9 @@ class Fetcher:
                 continue
             if not conn.ready:
                 if conn.state == DISCONNECTED and conn.next_attempt > now:
+                    if self._leave_unreachable_replica(node, parts):
+                        nxt = now        # to the leaders at the next turn
+                        continue
                     # In its reconnect backoff with no request queued: nothing else
                     # wakes the loop when it ends, so look again then.
                     nxt = _earliest(nxt, conn.next_attempt)
@@ -789,6 +792,19 @@ class Fetcher:
             return replica
         part.read_replica = -1
         return leader
+
+    def _leave_unreachable_replica(self, node: int, parts: List[PartitionState]) -> bool:
+        """The partitions fetched from ``node`` as the replica their leader named, while
+        the last connection attempt to it failed, go back to their leaders (as the Java
+        consumer does): with no Fetch in flight there when it went away, nothing else
+        would move them before the metadata's next refresh. True if any did."""
+        moved = False
+        with self.lock:
+            for part in parts:
+                if part.read_replica == node:
+                    self._back_to_leader(part, "its connection failed")
+                    moved = True
+        return moved
 
     def _back_to_leader(self, part: PartitionState, why: str) -> None:
         """Lock held: fetch from the leader again (it may name a replica anew)."""

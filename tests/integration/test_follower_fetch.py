@@ -98,8 +98,10 @@ def test_when_the_replica_goes_away_the_leader_takes_over(cluster):
     try:
         c.assign([TopicPartition("near", 0, 0)])
         read(c, got, lambda: len(got) >= 1000)
-        cluster.stop_broker(2)
+        # Counted from before the stop: a Fetch the consumer sends the leader as soon as
+        # the replica goes away can be logged before a later mark.
         since = cluster.clear_request_log()
+        cluster.stop_broker(2)
         produce(cluster, 1000, 1000)
         read(c, got, lambda: len(got) >= 2000)
         served = served_by(cluster, since, "rack-b2")
@@ -111,3 +113,29 @@ def test_when_the_replica_goes_away_the_leader_takes_over(cluster):
     finally:
         c.close()
     assert got == [b"v%d" % i for i in range(2500)]
+
+
+def test_a_replica_gone_while_no_fetch_waits_there_is_left_for_the_leader(cluster):
+    """With no Fetch in flight to the replica when it stops (the partition paused), no
+    failed answer sends the consumer back to the leader: a failed connection attempt to
+    the replica must (it used to wait for the metadata's refresh, minutes)."""
+    produce(cluster, 0, 500)
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "client.id": "rack-b3",
+                  "client.rack": "b", "fetch.wait.max.ms": 100})
+    got = []
+    tp = TopicPartition("near", 0)
+    try:
+        c.assign([TopicPartition("near", 0, 0)])
+        read(c, got, lambda: len(got) >= 500)
+        c.pause([tp])
+        time.sleep(0.5)          # the Fetch waiting at the replica comes back empty
+        since = cluster.clear_request_log()
+        cluster.stop_broker(2)
+        produce(cluster, 500, 500)
+        c.resume([tp])
+        read(c, got, lambda: len(got) >= 1000, timeout=15)
+        served = served_by(cluster, since, "rack-b3")
+        assert served[1] > 0 and served[2] == 0, served
+    finally:
+        c.close()
+    assert got == [b"v%d" % i for i in range(1000)]

@@ -495,9 +495,15 @@ class Fetcher:
                 continue
             if not conn.ready:
                 if conn.state == DISCONNECTED and conn.next_attempt > now:
+                    # Its last connection attempt failed, and with no Fetch in flight
+                    # when the broker went away (partitions paused, queues full, a
+                    # Fetch just answered) no failed answer tells us so.
                     if self._leave_unreachable_replica(node, parts):
                         nxt = now        # to the leaders at the next turn
                         continue
+                    # The leadership may have moved (as the producer, and as librdkafka
+                    # and the Java client, ask on a broker's failure).
+                    md.request(sorted({p.topic for p in parts}), fast=True, now=now)
                     # In its reconnect backoff with no request queued: nothing else
                     # wakes the loop when it ends, so look again then.
                     nxt = _earliest(nxt, conn.next_attempt)
@@ -796,8 +802,7 @@ class Fetcher:
     def _leave_unreachable_replica(self, node: int, parts: List[PartitionState]) -> bool:
         """The partitions fetched from ``node`` as the replica their leader named, while
         the last connection attempt to it failed, go back to their leaders (as the Java
-        consumer does): with no Fetch in flight there when it went away, nothing else
-        would move them before the metadata's next refresh. True if any did."""
+        consumer does). True if any did."""
         moved = False
         with self.lock:
             for part in parts:

@@ -462,8 +462,15 @@ class Fetcher:
             self._resolve_logical(lookups)
         for leader, parts in to_check.items():
             conn = self.cluster.ensure_connected(leader)
-            if conn is not None and conn.ready:
+            if conn is None:
+                continue
+            if conn.ready:
                 self._validate_positions(conn, parts)
+            elif conn.state == DISCONNECTED and conn.next_attempt > now:
+                # The leader to confirm the positions with cannot be reached: it may
+                # have moved on again (see below).
+                md.request(sorted({p.topic for p in parts}), fast=True, now=now)
+                nxt = _earliest(nxt, conn.next_attempt)
         for node, parts in by_node.items():
             # What became fetchable while a Fetch waits at the broker on the first
             # connection (a seek, an assignment, a queue emptied) goes on the second.

@@ -100,3 +100,49 @@ def test_a_leader_gone_while_no_fetch_waits_there_is_found_again(tmp_path, group
         finally:
             c.close()
         assert got == [b"%d" % i for i in range(200)]
+
+
+def test_a_new_leader_gone_before_the_position_is_confirmed_there_is_found_again(tmp_path):
+    """The consumer learns of a new leader (and epoch) while its partition is paused, and
+    that leader stops too before the position is confirmed with it (KIP-320): the failed
+    connection attempt makes it ask for the metadata again and go to the third leader.
+    (It waited for the dead one until the metadata's periodic refresh.)"""
+    from kafka_client.testing import Cluster
+    with Cluster(brokers=3, data_dir=str(tmp_path)) as cluster:
+        cluster.create_topic("moving", assignments=[[1, 2, 3]])    # leader 1
+        conf = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}
+        with Producer(conf) as p:
+            for i in range(50):
+                p.produce("moving", b"%d" % i, partition=0)
+            assert p.flush(10) == 0
+        c = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                      "fetch.wait.max.ms": 100})
+        tp = TopicPartition("moving", 0)
+        got = []
+
+        def read_up_to(n, timeout):
+            deadline = time.monotonic() + timeout
+            while len(got) < n:
+                assert time.monotonic() < deadline, f"{len(got)} of {n} read"
+                got.extend(m.value() for m in c.consume(100, 0.05) if m.error() is None)
+
+        try:
+            c.assign([TopicPartition("moving", 0, 0)])
+            read_up_to(50, 20)
+            c.pause([tp])
+            time.sleep(0.5)          # the Fetch waiting at the leader comes back empty
+            cluster.move_leader("moving", 0, 2)
+            # The consumer's metadata learns of leader 2 (the cache is shared).
+            assert c.list_topics("moving", timeout=10).topics["moving"].partitions[0] \
+                .leader == 2
+            cluster.stop_broker(2)
+            assert cluster.leader("moving", 0) == 3
+            with Producer(conf) as p:
+                for i in range(50, 100):
+                    p.produce("moving", b"%d" % i, partition=0)
+                assert p.flush(10) == 0
+            c.resume([tp])
+            read_up_to(100, 10)
+        finally:
+            c.close()
+        assert got == [b"%d" % i for i in range(100)]

@@ -66,6 +66,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="a Kafka broker property, e.g. auto.create.topics.enable=false")
     parser.add_argument("--user", action="append", default=[], metavar="NAME:PASSWORD",
                         help="a SASL user (with --broker-config sasl.enabled.mechanisms=...)")
+    parser.add_argument("--authorizer", action="store_true",
+                        help="enforce ACLs (Kafka's StandardAuthorizer, no ACL: refused)")
+    parser.add_argument("--super-user", action="append", default=[], metavar="PRINCIPAL",
+                        help="a principal every ACL check lets through, e.g. User:admin")
     parser.add_argument("--topic", action="append", default=[],
                         metavar="NAME[:PARTITIONS[:REPLICATION]]", help="create a topic")
     parser.add_argument("--control-port", type=_port,
@@ -87,7 +91,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         try:
             server = ClusterServer(args.brokers, data_dir, broker_config, args.ports, users,
-                                   advertised_ports=args.advertised_ports, racks=racks)
+                                   advertised_ports=args.advertised_ports, racks=racks,
+                                   authorizer=args.authorizer, super_users=args.super_user)
             server.start()
             for spec in args.topic:
                 name, _, rest = spec.partition(":")

@@ -9,7 +9,6 @@ builds the answer carrying ``code`` everywhere, for injected errors.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
@@ -21,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._broker import Broker, ClientConnection
 
 __all__ = ["RequestContext", "HANDLERS", "ERROR_ANSWERS", "SUPPORTED_VERSIONS", "handles",
-           "error_answer", "served_api_versions", "authorized_operations"]
+           "error_answer", "served_api_versions"]
 
 Handler = Callable[["RequestContext"], None]
 ErrorAnswer = Callable[[Any, int, int], Any]
@@ -58,6 +57,9 @@ SUPPORTED_VERSIONS: Dict[int, Tuple[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 4),
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
@@ -73,26 +75,6 @@ SUPPORTED_VERSIONS: Dict[int, Tuple[int, int]] = {
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),
     ApiKey.PUSH_TELEMETRY: (0, 0),
 }
-
-
-@functools.lru_cache(maxsize=None)
-def authorized_operations(resource: str) -> int:
-    """The KIP-430 authorized operations (Metadata, DescribeCluster, DescribeGroups,
-    ConsumerGroupDescribe) of a ``"topic"``, ``"group"`` or ``"cluster"``, as a Kafka
-    broker without an authorizer answers them: every operation Kafka's ACLs know for the
-    resource type (its AclEntry.supportedOperations), as a bit field."""
-    # Imported when first asked: the admin package takes a third of the cluster
-    # process's start-up to import.
-    from kafka_client.admin._acl import AclOperation as Op
-
-    operations = {
-        "topic": (Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER,
-                  Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
-        "group": (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
-        "cluster": (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
-                    Op.IDEMPOTENT_WRITE, Op.ALTER, Op.DESCRIBE),
-    }[resource]
-    return sum(1 << op.value for op in operations)
 
 
 def served_api_versions() -> List[Any]:
@@ -170,6 +152,18 @@ class RequestContext:
             return
         self.answered = True
         self.broker.finish_without_response(self)
+
+    def allowed(self, operation: int, resource_type: int, name: str) -> bool:
+        """Whether the connection's principal may perform ``operation`` (an
+        ``_acls.AclOperation``) on the resource: always without an authorizer."""
+        return self.broker.server.authorizer.authorize(self.conn, operation, resource_type,
+                                                       name)
+
+    def authorized_operations(self, resource_type: int, name: str) -> int:
+        """KIP-430: the bit field of the operations the principal may perform on the
+        resource (every operation of its type without an authorizer)."""
+        return self.broker.server.authorizer.authorized_operations(self.conn, resource_type,
+                                                                   name)
 
     def note(self, **details: Any) -> None:
         """Add details to this request's entry in the request log."""

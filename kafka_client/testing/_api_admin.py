@@ -24,13 +24,8 @@ from kafka_proto.messages import (
     MetadataResponse,
 )
 
-from ._api import (
-    RequestContext,
-    authorized_operations,
-    error_answer,
-    handles,
-    served_api_versions,
-)
+from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
+from ._api import RequestContext, error_answer, handles, served_api_versions
 from ._config import (
     BROKER_CONFIGS,
     TOPIC_CONFIGS,
@@ -110,6 +105,20 @@ def metadata_error(request: Any, version: int, code: int) -> Any:
         for t in (request.topics or [])])
 
 
+def _may(ctx: RequestContext, operation: AclOperation, topic: str) -> bool:
+    return ctx.allowed(operation, AclResourceType.TOPIC, topic)
+
+
+def _may_create(ctx: RequestContext, topic: str) -> bool:
+    """Kafka: CREATE on the cluster, or else on the topic."""
+    return ctx.allowed(AclOperation.CREATE, AclResourceType.CLUSTER, CLUSTER_NAME) or \
+        _may(ctx, AclOperation.CREATE, topic)
+
+
+def _may_cluster(ctx: RequestContext, operation: AclOperation) -> bool:
+    return ctx.allowed(operation, AclResourceType.CLUSTER, CLUSTER_NAME)
+
+
 @handles(ApiKey.METADATA)
 def metadata(ctx: RequestContext) -> None:
     req = ctx.request
@@ -120,7 +129,9 @@ def metadata(ctx: RequestContext) -> None:
     asks_all = wanted is None or (ctx.version == 0 and not wanted)
     ctx.note(requested_topics=None if asks_all else len(wanted))
     if asks_all:
-        topics = [_topic_metadata(ctx, info) for info in controller.topics.values()]
+        # Kafka lists only the topics the principal may describe.
+        topics = [_topic_metadata(ctx, info) for info in controller.topics.values()
+                  if _may(ctx, AclOperation.DESCRIBE, info.name)]
     else:
         auto_create = settings["auto.create.topics.enable"] and \
             (ctx.version < 4 or req.allow_auto_topic_creation)
@@ -133,8 +144,20 @@ def metadata(ctx: RequestContext) -> None:
                     topics.append(MetadataResponse.MetadataResponseTopic(
                         error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=t.topic_id))
                     continue
+                if not _may(ctx, AclOperation.DESCRIBE, info.name):
+                    topics.append(MetadataResponse.MetadataResponseTopic(
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=None,
+                        topic_id=t.topic_id))
+                    continue
             else:
                 info = controller.topics.get(name)
+                # Kafka: a topic the principal may not describe is refused whether it
+                # exists or not; one it would auto-create needs CREATE (cluster or topic).
+                if not _may(ctx, AclOperation.DESCRIBE, name) or (
+                        info is None and auto_create and not _may_create(ctx, name)):
+                    topics.append(MetadataResponse.MetadataResponseTopic(
+                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
+                    continue
             if info is None and auto_create:
                 try:
                     info = controller.create_topic(name, -1, -1)
@@ -152,14 +175,17 @@ def metadata(ctx: RequestContext) -> None:
     response = MetadataResponse(
         brokers=_broker_list(ctx), cluster_id=ctx.server.cluster_id,
         controller_id=live[0] if live else -1, topics=topics)
-    # KIP-430, as Kafka without an authorizer: the cluster's operations up to v10 (later
-    # versions dropped the field for DescribeCluster), every topic's but an unknown id's.
+    # KIP-430: the cluster's operations up to v10 (later versions dropped the field for
+    # DescribeCluster), every named topic's but an unknown id's or a refused one's.
     if 8 <= ctx.version <= 10 and req.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = authorized_operations("cluster")
+        response.cluster_authorized_operations = ctx.authorized_operations(
+            AclResourceType.CLUSTER, CLUSTER_NAME)
     if ctx.version >= 8 and req.include_topic_authorized_operations:
         for topic in topics:
-            if topic.error_code != ErrorCode.UNKNOWN_TOPIC_ID:
-                topic.topic_authorized_operations = authorized_operations("topic")
+            if topic.error_code not in (ErrorCode.UNKNOWN_TOPIC_ID,
+                                        ErrorCode.TOPIC_AUTHORIZATION_FAILED):
+                topic.topic_authorized_operations = ctx.authorized_operations(
+                    AclResourceType.TOPIC, topic.name)
     ctx.respond(response)
 
 
@@ -197,7 +223,8 @@ def describe_cluster(ctx: RequestContext) -> None:
                                                   port=b.port, rack=b.rack)
                           for b in _broker_list(ctx)])
     if req.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = authorized_operations("cluster")
+        response.cluster_authorized_operations = ctx.authorized_operations(
+            AclResourceType.CLUSTER, CLUSTER_NAME)
     ctx.respond(response)
 
 
@@ -239,6 +266,11 @@ def create_topics(ctx: RequestContext) -> None:
         if t.name in twice:
             continue
         result = CreateTopicsResponse.CreatableTopicResult(name=t.name)
+        if not _may_create(ctx, t.name):
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = "Authorization failed."
+            results.append(result)
+            continue
         configs = {c.name: c.value for c in t.configs}
         assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
         try:
@@ -254,6 +286,11 @@ def create_topics(ctx: RequestContext) -> None:
         result.num_partitions = len(info.partitions) if info.partitions else t.num_partitions
         result.replication_factor = len(info.partitions[0].replicas) if info.partitions \
             else t.replication_factor
+        if not _may(ctx, AclOperation.DESCRIBE_CONFIGS, t.name):
+            # Kafka answers the configs only to a principal that may describe them.
+            result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            results.append(result)
+            continue
         result.configs = [CreateTopicsResponse.CreatableTopicConfigs(
             name=name, value=to_text(value), read_only=False,
             config_source=SOURCE_TOPIC if name in info.overrides else SOURCE_DEFAULT,
@@ -302,6 +339,11 @@ def delete_topics(ctx: RequestContext) -> None:
         info = controller.topics.get(name)
         if info is not None:
             result.topic_id = info.topic_id
+        if not _may(ctx, AclOperation.DELETE, name):
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = "Authorization failed."
+            results.append(result)
+            continue
         try:
             controller.delete_topic(name)
             result.error_code = ErrorCode.NONE
@@ -333,6 +375,11 @@ def create_partitions(ctx: RequestContext) -> None:
         if t.name in twice:
             continue
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=t.name)
+        if not _may(ctx, AclOperation.ALTER, t.name):
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = "Authorization failed."
+            results.append(result)
+            continue
         assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
         try:
             ctx.broker.controller.create_partitions(t.name, t.count, assignments,
@@ -375,6 +422,19 @@ def _config_entries(values: Dict[str, Any], sources: Dict[str, int], keys: Optio
     return out
 
 
+def _config_refusal(ctx: RequestContext, resource_type: int, name: str,
+                    operation: AclOperation) -> Optional[int]:
+    """Kafka's check of a config resource: ``operation`` on the topic, or on the cluster
+    for a broker or broker logger."""
+    if resource_type == RESOURCE_TOPIC:
+        if not _may(ctx, operation, name):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        if not _may_cluster(ctx, operation):
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
 @handles(ApiKey.DESCRIBE_CONFIGS)
 def describe_configs(ctx: RequestContext) -> None:
     R = DescribeConfigsResponse
@@ -385,7 +445,12 @@ def describe_configs(ctx: RequestContext) -> None:
         result = R.DescribeConfigsResult(resource_type=r.resource_type,
                                          resource_name=r.resource_name, configs=[])
         keys = list(r.configuration_keys) if r.configuration_keys is not None else None
-        if r.resource_type == RESOURCE_TOPIC:
+        refused = _config_refusal(ctx, r.resource_type, r.resource_name,
+                                  AclOperation.DESCRIBE_CONFIGS)
+        if refused is not None:
+            result.error_code = refused
+            result.error_message = "Authorization failed."
+        elif r.resource_type == RESOURCE_TOPIC:
             info = ctx.broker.controller.topics.get(r.resource_name)
             if info is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -463,6 +528,10 @@ def incremental_alter_configs_error(request: Any, version: int, code: int) -> An
 def _topic_to_alter(ctx: RequestContext, resource: Any) -> TopicInfo:
     """The topic a TOPIC resource names; other resource types are refused as Kafka
     refuses configs it cannot change (the cluster's broker configs are all static)."""
+    refused = _config_refusal(ctx, resource.resource_type, resource.resource_name,
+                              AclOperation.ALTER_CONFIGS)
+    if refused is not None:
+        raise _Refused(refused, "Authorization failed.")
     if resource.resource_type == RESOURCE_BROKER:
         names = sorted(c.name for c in resource.configs)
         raise _Refused(ErrorCode.INVALID_REQUEST, "Cannot update these configs "
@@ -587,6 +656,14 @@ def elect_leaders(ctx: RequestContext) -> None:
     controller = ctx.broker.controller
     unclean = ctx.version >= 1 and req.election_type == 1
     every = req.topic_partitions is None
+    if not _may_cluster(ctx, AclOperation.ALTER):
+        # Kafka: the whole request and every partition named.
+        ctx.respond(R(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                      replica_election_results=[] if every else [R.ReplicaElectionResult(
+                          topic=t.topic, partition_result=[R.PartitionResult(
+                              partition_id=p, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                              for p in t.partitions]) for t in req.topic_partitions]))
+        return
     if every:
         wanted = [(p.topic, p.index) for p in controller.all_partitions()]
     else:
@@ -617,6 +694,9 @@ def describe_scram_error(request: Any, version: int, code: int) -> Any:
 @handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
 def describe_user_scram_credentials(ctx: RequestContext) -> None:
     R = DescribeUserScramCredentialsResponse
+    if not _may_cluster(ctx, AclOperation.DESCRIBE):
+        ctx.respond(R(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[]))
+        return
     users = ctx.request.users
     found = ctx.server.credentials.describe_scram([u.name for u in users] if users else None)
     wire = {name: number for number, name in SCRAM_WIRE.items()}
@@ -645,6 +725,9 @@ def alter_scram_error(request: Any, version: int, code: int) -> Any:
 def alter_user_scram_credentials(ctx: RequestContext) -> None:
     R = AlterUserScramCredentialsResponse
     req = ctx.request
+    if not _may_cluster(ctx, AclOperation.ALTER):
+        ctx.respond(alter_scram_error(req, ctx.version, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+        return
     results = ctx.server.credentials.alter_scram(req.deletions, req.upsertions)
     ctx.note(scram_altered=sorted(u for u, e in results.items() if e is None))
     ctx.respond(R(results=[R.AlterUserScramCredentialsResult(

@@ -21,6 +21,7 @@ from kafka_proto.messages import (
 )
 from kafka_proto.records import Compression, iter_batch_headers, read_batch_header
 
+from ._acls import AclOperation, AclResourceType
 from ._api import RequestContext, error_answer, handles
 from ._fetch_sessions import (
     FINAL_EPOCH,
@@ -105,12 +106,23 @@ def produce(ctx: RequestContext) -> None:
     req = ctx.request
     broker = ctx.broker
     acks = req.acks
+    # Kafka: a transactional produce needs WRITE on its transactional id (every partition
+    # refused otherwise), each topic WRITE on it.
+    txn_refused = req.transactional_id is not None and not ctx.allowed(
+        AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, req.transactional_id)
+    refused = {t.name for t in req.topic_data
+               if not ctx.allowed(AclOperation.WRITE, AclResourceType.TOPIC, t.name)}
     # (topic, partition, result, replica or None)
     results: List[Tuple[str, int, AppendResult, Any]] = []
     for t in req.topic_data:
         for pd in t.partition_data:
             if acks not in (-1, 0, 1):
                 result, replica = AppendResult(ErrorCode.INVALID_REQUIRED_ACKS), None
+            elif txn_refused:
+                result = AppendResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                replica = None
+            elif t.name in refused:
+                result, replica = AppendResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED), None
             else:
                 error, replica = broker.leader_replica(t.name, pd.index)
                 if error:
@@ -539,6 +551,10 @@ class _FetchOperation:
         """The partition's answer, the file range of its records, and which replica
         served it (``"leader"``, ``"follower"``, None for an error)."""
         broker = self.ctx.broker
+        if self.follower is None and not self.ctx.allowed(AclOperation.READ,
+                                                          AclResourceType.TOPIC, topic):
+            return _fetch_partition(p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED), \
+                None, None
         if self.leader_only:
             error, replica = broker.leader_replica(topic, p.partition)
         else:
@@ -637,7 +653,12 @@ def list_offsets(ctx: RequestContext) -> None:
     topics = []
     for t in req.topics:
         parts = []
+        described = ctx.allowed(AclOperation.DESCRIBE, AclResourceType.TOPIC, t.name)
         for p in t.partitions:
+            if not described:
+                parts.append(_list_offsets_partition(p.partition_index,
+                                                     ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if named[(t.name, p.partition_index)] > 1:
                 parts.append(_list_offsets_partition(p.partition_index,
                                                      ErrorCode.INVALID_REQUEST))
@@ -698,7 +719,13 @@ def offset_for_leader_epoch(ctx: RequestContext) -> None:
     topics = []
     for t in ctx.request.topics:
         parts = []
+        described = ctx.allowed(AclOperation.DESCRIBE, AclResourceType.TOPIC, t.topic)
         for p in t.partitions:
+            if not described:
+                parts.append(R.EpochEndOffset(partition=p.partition, leader_epoch=-1,
+                                              error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                              end_offset=-1))
+                continue
             error, replica = broker.leader_replica(t.topic, p.partition)
             if error == ErrorCode.NONE:
                 error = replica.check_epoch(p.current_leader_epoch)
@@ -733,8 +760,12 @@ def delete_records(ctx: RequestContext) -> None:
     moved = False
     for t in ctx.request.topics:
         parts = []
+        deletable = ctx.allowed(AclOperation.DELETE, AclResourceType.TOPIC, t.name)
         for p in t.partitions:
-            error, replica = broker.leader_replica(t.name, p.partition_index)
+            if deletable:
+                error, replica = broker.leader_replica(t.name, p.partition_index)
+            else:
+                error, replica = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
             low = -1
             if error == ErrorCode.NONE:
                 log = replica.log

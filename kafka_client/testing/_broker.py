@@ -41,7 +41,7 @@ from kafka_proto.messages import (
 )
 
 from . import (  # noqa: F401  (handlers)
-    _api_admin, _api_data, _consumer_groups, _groups, _sasl, _telemetry, _txn,
+    _acls, _api_admin, _api_data, _consumer_groups, _groups, _sasl, _telemetry, _txn,
 )
 from ._api import ERROR_ANSWERS, HANDLERS, SUPPORTED_VERSIONS, RequestContext, served_api_versions
 from ._api_data import produce_summary

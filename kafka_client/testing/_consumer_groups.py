@@ -44,7 +44,8 @@ from kafka_proto.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 
-from ._api import RequestContext, authorized_operations, error_answer, handles
+from ._acls import AclOperation, AclResourceType
+from ._api import RequestContext, error_answer, handles
 from ._groups import CommittedOffset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -742,6 +743,10 @@ class ConsumerGroupCoordinator:
         R = ConsumerGroupDescribeResponse
         out = []
         for group_id in ctx.request.group_ids:
+            if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.GROUP, group_id):
+                out.append(R.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                            group_id=group_id))
+                continue
             if not self.owns(ctx, group_id):
                 out.append(R.DescribedGroup(error_code=ErrorCode.NOT_COORDINATOR,
                                             group_id=group_id))
@@ -767,10 +772,11 @@ class ConsumerGroupCoordinator:
                         group.target.get(m.member_id, set()))))
                     for m in group.members.values()]))
         if ctx.request.include_authorized_operations:
-            # KIP-430, as Kafka without an authorizer: every group it describes.
+            # KIP-430: what the principal may do with each group described.
             for described in out:
                 if described.error_code == ErrorCode.NONE:
-                    described.authorized_operations = authorized_operations("group")
+                    described.authorized_operations = ctx.authorized_operations(
+                        AclResourceType.GROUP, described.group_id)
         ctx.note(groups=list(ctx.request.group_ids))
         ctx.respond(R(groups=out))
 
@@ -803,6 +809,10 @@ def _coordinator(ctx: RequestContext) -> ConsumerGroupCoordinator:
 
 @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 def consumer_group_heartbeat(ctx: RequestContext) -> None:
+    if not ctx.allowed(AclOperation.READ, AclResourceType.GROUP, ctx.request.group_id):
+        ctx.respond(heartbeat_error(ctx.request, ctx.version,
+                                    ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        return
     _coordinator(ctx).heartbeat(ctx)
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, 
 
 from kafka_proto.errors import ErrorCode
 
+from ._acls import AclStore
 from ._config import ConfigError, TopicSettings, resolve_topic_config
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -129,6 +130,8 @@ class Controller:
         self._placement_start = itertools.count()
         #: Coordinator placement overrides: (key type, key) -> broker id.
         self.coordinator_overrides: Dict[Tuple[int, str], int] = {}
+        #: The cluster's ACLs (CreateAcls, DeleteAcls), kept with its other metadata.
+        self.acls = AclStore()
 
     # -- queries ---------------------------------------------------------------------
     def live_brokers(self) -> List[int]:

@@ -40,7 +40,8 @@ from kafka_proto.messages import (
     SyncGroupResponse,
 )
 
-from ._api import RequestContext, authorized_operations, error_answer, handles
+from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
+from ._api import RequestContext, error_answer, handles
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import ClusterServer
@@ -534,6 +535,8 @@ class GroupCoordinator:
         req = ctx.request
         R = OffsetCommitResponse
         error = ErrorCode.NONE
+        # Kafka: READ on the group (or every partition is refused), and on each topic.
+        group_allowed = _may_group(ctx, AclOperation.READ, req.group_id)
         if not self.owns(ctx, req.group_id):
             error = ErrorCode.NOT_COORDINATOR
         group = self.groups.get(req.group_id)
@@ -561,9 +564,14 @@ class GroupCoordinator:
         now = time.time()
         for t in req.topics:
             parts = []
+            topic_allowed = ctx.allowed(AclOperation.READ, AclResourceType.TOPIC, t.name)
             for p in t.partitions:
                 code = error
-                if code == ErrorCode.NONE:
+                if not group_allowed:
+                    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+                elif not topic_allowed:
+                    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif code == ErrorCode.NONE:
                     if controller.partition(t.name, p.partition_index) is None:
                         code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     elif p.committed_metadata is not None and len(p.committed_metadata) > 4096:
@@ -618,6 +626,10 @@ class GroupCoordinator:
                      member: Optional[Tuple[Optional[str], int]] = None
                      ) -> Tuple[int, List[Tuple[str, List[Any]]]]:
         none = CommittedOffset(-1, -1, "", 0.0)
+        if not _may_group(ctx, AclOperation.DESCRIBE, group_id):
+            rows = [(name, [(p, none, ErrorCode.GROUP_AUTHORIZATION_FAILED) for p in parts])
+                    for name, parts in (wanted or [])]
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED, rows
         if not self.owns(ctx, group_id):
             rows = [(name, [(p, none, ErrorCode.NOT_COORDINATOR) for p in parts])
                     for name, parts in (wanted or [])]
@@ -633,13 +645,20 @@ class GroupCoordinator:
             for txn in group.pending_txn_offsets.values():
                 pending.update(txn)
         if wanted is None:
+            # Every committed offset: Kafka leaves out the topics the principal may not
+            # describe.
             by_topic: Dict[str, List[int]] = {}
             for (topic, p) in sorted(offsets):
                 by_topic.setdefault(topic, []).append(p)
-            wanted = list(by_topic.items())
+            wanted = [(name, parts) for name, parts in by_topic.items()
+                      if ctx.allowed(AclOperation.DESCRIBE, AclResourceType.TOPIC, name)]
         rows = []
         for name, parts in wanted:
             out = []
+            if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.TOPIC, name):
+                rows.append((name, [(p, none, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                    for p in parts]))
+                continue
             for p in parts:
                 code = ErrorCode.UNSTABLE_OFFSET_COMMIT if (name, p) in pending \
                     else ErrorCode.NONE
@@ -652,6 +671,11 @@ class GroupCoordinator:
         R = DescribeGroupsResponse
         out = []
         for group_id in ctx.request.groups:
+            if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.GROUP, group_id):
+                out.append(R.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                            group_id=group_id, group_state="",
+                                            protocol_type="", protocol_data=""))
+                continue
             if not self.owns(ctx, group_id):
                 out.append(R.DescribedGroup(error_code=ErrorCode.NOT_COORDINATOR,
                                             group_id=group_id))
@@ -676,10 +700,11 @@ class GroupCoordinator:
                     member_assignment=m.assignment if stable else b"")
                     for m in group.members.values()]))
         if ctx.version >= 3 and ctx.request.include_authorized_operations:
-            # KIP-430, as Kafka without an authorizer: every group it describes.
+            # KIP-430: what the principal may do with each group described.
             for described in out:
                 if described.error_code == ErrorCode.NONE:
-                    described.authorized_operations = authorized_operations("group")
+                    described.authorized_operations = ctx.authorized_operations(
+                        AclResourceType.GROUP, described.group_id)
         ctx.respond(R(groups=out))
 
     def list_groups(self, ctx: RequestContext) -> None:
@@ -691,8 +716,14 @@ class GroupCoordinator:
         types = {t.strip().lower() for t in req.types_filter} \
             if ctx.version >= 5 and req.types_filter else None
         out = []
+        # Kafka: DESCRIBE on the cluster lists every group, else those the principal may
+        # describe.
+        every = ctx.allowed(AclOperation.DESCRIBE, AclResourceType.CLUSTER, CLUSTER_NAME)
         for group in self.groups.values():
             if not self.owns(ctx, group.group_id):
+                continue
+            if not every and not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.GROUP,
+                                             group.group_id):
                 continue
             kind = "classic" if isinstance(group, Group) else group.kind
             if states is not None and group.state.lower() not in states:
@@ -709,7 +740,9 @@ class GroupCoordinator:
         out = []
         for group_id in ctx.request.groups_names:
             error = ErrorCode.NONE
-            if not self.owns(ctx, group_id):
+            if not ctx.allowed(AclOperation.DELETE, AclResourceType.GROUP, group_id):
+                error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            elif not self.owns(ctx, group_id):
                 error = ErrorCode.NOT_COORDINATOR
             else:
                 group = self.groups.get(group_id)
@@ -757,6 +790,19 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
     return ctx.server.groups
 
 
+def _may_group(ctx: RequestContext, operation: AclOperation, group_id: str) -> bool:
+    return ctx.allowed(operation, AclResourceType.GROUP, group_id)
+
+
+def _refused_group(ctx: RequestContext, error_answer: Any) -> bool:
+    """Kafka's check of the membership APIs: READ on the group, else the answer is
+    GROUP_AUTHORIZATION_FAILED (True: answered)."""
+    if _may_group(ctx, AclOperation.READ, ctx.request.group_id):
+        return False
+    ctx.respond(error_answer(ctx.request, ctx.version, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+    return True
+
+
 # --------------------------------------------------------------------------- handlers
 
 
@@ -773,6 +819,12 @@ def find_coordinator(ctx: RequestContext) -> None:
     for key in keys:
         if key_type not in (KEY_GROUP, KEY_TRANSACTION):
             found.append((key, ErrorCode.INVALID_REQUEST, -1, "", -1))
+            continue
+        # Kafka: DESCRIBE on the group or transactional id.
+        if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.GROUP if key_type == KEY_GROUP
+                           else AclResourceType.TRANSACTIONAL_ID, key):
+            found.append((key, ErrorCode.GROUP_AUTHORIZATION_FAILED if key_type == KEY_GROUP
+                          else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1))
             continue
         broker_id = server.controller.coordinator(key_type, key)
         broker = server.brokers.get(broker_id)
@@ -804,7 +856,8 @@ def find_coordinator_error(request: Any, version: int, code: int) -> Any:
 @handles(ApiKey.JOIN_GROUP)
 def join_group(ctx: RequestContext) -> None:
     ctx.note(group_id=ctx.request.group_id)
-    _coordinator(ctx).join(ctx)
+    if not _refused_group(ctx, join_group_error):
+        _coordinator(ctx).join(ctx)
 
 
 @error_answer(ApiKey.JOIN_GROUP)
@@ -815,7 +868,8 @@ def join_group_error(request: Any, version: int, code: int) -> Any:
 @handles(ApiKey.SYNC_GROUP)
 def sync_group(ctx: RequestContext) -> None:
     ctx.note(group_id=ctx.request.group_id)
-    _coordinator(ctx).sync(ctx)
+    if not _refused_group(ctx, sync_group_error):
+        _coordinator(ctx).sync(ctx)
 
 
 @error_answer(ApiKey.SYNC_GROUP)
@@ -825,7 +879,8 @@ def sync_group_error(request: Any, version: int, code: int) -> Any:
 
 @handles(ApiKey.HEARTBEAT)
 def heartbeat(ctx: RequestContext) -> None:
-    _coordinator(ctx).heartbeat(ctx)
+    if not _refused_group(ctx, heartbeat_error):
+        _coordinator(ctx).heartbeat(ctx)
 
 
 @error_answer(ApiKey.HEARTBEAT)
@@ -835,7 +890,8 @@ def heartbeat_error(request: Any, version: int, code: int) -> Any:
 
 @handles(ApiKey.LEAVE_GROUP)
 def leave_group(ctx: RequestContext) -> None:
-    _coordinator(ctx).leave(ctx)
+    if not _refused_group(ctx, leave_group_error):
+        _coordinator(ctx).leave(ctx)
 
 
 @error_answer(ApiKey.LEAVE_GROUP)

@@ -27,6 +27,9 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import API_KEYS_BY_NAME, ApiKey
 
+from ._acls import (
+    Acl, AclError, AclOperation, AclPatternType, AclPermission, AclResourceType, Authorizer,
+)
 from ._api import ERROR_ANSWERS
 from ._broker import Broker
 from ._config import BrokerSettings, ConfigError, resolve_broker_config
@@ -61,7 +64,8 @@ class ClusterServer:
                  users: Optional[Dict[str, str]] = None,
                  cluster_id: Optional[str] = None,
                  advertised_ports: Optional[List[int]] = None,
-                 racks: Optional[List[Optional[str]]] = None) -> None:
+                 racks: Optional[List[Optional[str]]] = None,
+                 authorizer: bool = False, super_users: Optional[List[str]] = None) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         racks = list(racks or [])
@@ -87,6 +91,11 @@ class ClusterServer:
         self.faults = Faults()
         self.request_log = RequestLog()
         self.controller = Controller(self)
+        for user in super_users or ():
+            if not isinstance(user, str) or ":" not in user:
+                raise ValueError(f"super_users: {user!r} is not a principal (\"User:NAME\")")
+        #: Kafka's StandardAuthorizer over the controller's ACLs (off: everything passes).
+        self.authorizer = Authorizer(self.controller.acls, bool(authorizer), super_users or ())
         ports = list(ports or [])
         advertised = list(advertised_ports or [])
         self.brokers: Dict[int, Broker] = {}
@@ -343,6 +352,22 @@ class ControlOps:
         except ValueError as exc:
             raise ControlError(str(exc)) from None
 
+    def op_create_acl(self, resource_type: str, name: str, pattern_type: str, principal: str,
+                      host: str, operation: str, permission: str) -> None:
+        try:
+            acl = Acl(AclResourceType[resource_type.upper()], name,
+                      AclPatternType[pattern_type.upper()], principal, host,
+                      AclOperation[operation.upper()], AclPermission[permission.upper()])
+        except KeyError as exc:
+            raise ControlError(f"unknown ACL value {exc}") from None
+        try:
+            self.server.controller.acls.create(acl)
+        except AclError as exc:
+            raise ControlError(exc.message, ErrorCode(exc.code).name) from None
+
+    def op_acls(self) -> List[Dict[str, Any]]:
+        return [acl.as_dict() for acl in self.server.controller.acls]
+
     def op_stats(self) -> Dict[str, int]:
         return dict(self.server.loop.stats)
 
@@ -466,7 +491,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         server = ClusterServer(config["brokers"], config["data_dir"],
                                config.get("broker_config"), config.get("ports"),
                                config.get("users"), config.get("cluster_id"),
-                               config.get("advertised_ports"), config.get("racks"))
+                               config.get("advertised_ports"), config.get("racks"),
+                               config.get("authorizer", False), config.get("super_users"))
         server.start()
     except Exception as exc:
         control.sendall(json.dumps({"id": 0, "ok": False,

@@ -26,6 +26,7 @@ from kafka_proto.messages import (
 )
 from kafka_proto.records import ControlRecordType, build_control_batch
 
+from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
 from ._api import RequestContext, error_answer, handles
 from ._groups import KEY_TRANSACTION, CommittedOffset
 
@@ -307,9 +308,28 @@ def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
     return ctx.server.transactions
 
 
+def _may_write_txn(ctx: RequestContext, transactional_id: Optional[str]) -> bool:
+    return transactional_id is None or ctx.allowed(
+        AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _may_produce_idempotently(ctx: RequestContext) -> bool:
+    """Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on some topic."""
+    return ctx.allowed(AclOperation.IDEMPOTENT_WRITE, AclResourceType.CLUSTER,
+                       CLUSTER_NAME) or \
+        ctx.server.authorizer.authorize_any(ctx.conn, AclOperation.WRITE,
+                                            AclResourceType.TOPIC)
+
+
 @handles(ApiKey.INIT_PRODUCER_ID)
 def init_producer_id(ctx: RequestContext) -> None:
-    response = _coordinator(ctx).init_producer_id(ctx)
+    txn_id = ctx.request.transactional_id
+    if txn_id is not None and not _may_write_txn(ctx, txn_id):
+        response = _init_error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif txn_id is None and not _may_produce_idempotently(ctx):
+        response = _init_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    else:
+        response = _coordinator(ctx).init_producer_id(ctx)
     ctx.note(transactional_id=ctx.request.transactional_id, producer_id=response.producer_id,
              producer_epoch=response.producer_epoch)
     ctx.respond(response)
@@ -322,6 +342,23 @@ def init_producer_id_error(request: Any, version: int, code: int) -> Any:
 
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN)
 def add_partitions_to_txn(ctx: RequestContext) -> None:
+    req = ctx.request
+    if not _may_write_txn(ctx, req.v3_and_below_transactional_id):
+        ctx.respond(add_partitions_to_txn_error(
+            req, ctx.version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return
+    refused = {t.name for t in req.v3_and_below_topics
+               if not ctx.allowed(AclOperation.WRITE, AclResourceType.TOPIC, t.name)}
+    if refused:
+        # Kafka: the refused topics' partitions TOPIC_AUTHORIZATION_FAILED, the others
+        # OPERATION_NOT_ATTEMPTED; nothing is added.
+        R = AddPartitionsToTxnResponse
+        ctx.respond(R(results_by_topic_v3_and_below=[R.AddPartitionsToTxnTopicResult(
+            name=t.name, results_by_partition=[R.AddPartitionsToTxnPartitionResult(
+                partition_index=p, partition_error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                if t.name in refused else ErrorCode.OPERATION_NOT_ATTEMPTED)
+                for p in t.partitions]) for t in req.v3_and_below_topics]))
+        return
     ctx.respond(_coordinator(ctx).add_partitions(ctx))
 
 
@@ -336,7 +373,14 @@ def add_partitions_to_txn_error(request: Any, version: int, code: int) -> Any:
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN)
 def add_offsets_to_txn(ctx: RequestContext) -> None:
-    ctx.respond(_coordinator(ctx).add_offsets(ctx))
+    req = ctx.request
+    if not _may_write_txn(ctx, req.transactional_id):
+        ctx.respond(AddOffsetsToTxnResponse(
+            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    elif not ctx.allowed(AclOperation.READ, AclResourceType.GROUP, req.group_id):
+        ctx.respond(AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
+    else:
+        ctx.respond(_coordinator(ctx).add_offsets(ctx))
 
 
 @error_answer(ApiKey.ADD_OFFSETS_TO_TXN)
@@ -347,6 +391,9 @@ def add_offsets_to_txn_error(request: Any, version: int, code: int) -> Any:
 @handles(ApiKey.END_TXN)
 def end_txn(ctx: RequestContext) -> None:
     ctx.note(transactional_id=ctx.request.transactional_id, committed=ctx.request.committed)
+    if not _may_write_txn(ctx, ctx.request.transactional_id):
+        ctx.respond(EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return
     ctx.respond(_coordinator(ctx).end_txn(ctx))
 
 
@@ -357,7 +404,32 @@ def end_txn_error(request: Any, version: int, code: int) -> Any:
 
 @handles(ApiKey.TXN_OFFSET_COMMIT)
 def txn_offset_commit(ctx: RequestContext) -> None:
-    ctx.respond(_coordinator(ctx).txn_offset_commit(ctx))
+    req = ctx.request
+    if not _may_write_txn(ctx, req.transactional_id):
+        ctx.respond(txn_offset_commit_error(req, ctx.version,
+                                            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return
+    if not ctx.allowed(AclOperation.READ, AclResourceType.GROUP, req.group_id):
+        ctx.respond(txn_offset_commit_error(req, ctx.version,
+                                            ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        return
+    # Kafka: each topic needs READ; the refused ones are answered so, the others stored.
+    refused = [t for t in req.topics
+               if not ctx.allowed(AclOperation.READ, AclResourceType.TOPIC, t.name)]
+    if refused:
+        req.topics = [t for t in req.topics if t not in refused]
+    response = _coordinator(ctx).txn_offset_commit(ctx)
+    if refused:
+        response.topics.extend(txn_offset_commit_error(
+            _Topics(refused), ctx.version, ErrorCode.TOPIC_AUTHORIZATION_FAILED).topics)
+    ctx.respond(response)
+
+
+class _Topics:
+    """A request's topics alone, for an error answer of some of them."""
+
+    def __init__(self, topics: Any) -> None:
+        self.topics = topics
 
 
 @error_answer(ApiKey.TXN_OFFSET_COMMIT)

@@ -210,6 +210,15 @@ class Cluster:
     KIP-392). ``data_dir`` keeps the brokers' logs (default: a temporary directory
     removed by :meth:`stop`). The cluster process exits when this object stops or the
     test process dies.
+
+    ``authorizer=True`` enforces ACLs as Kafka's StandardAuthorizer with
+    ``allow.everyone.if.no.acl.found=false`` does (a request no ACL allows is refused);
+    the principal of a connection is ``User:<SASL user>``, or ``User:ANONYMOUS`` without
+    SASL, and ``super_users`` (principals, e.g. ``("User:admin",)``) pass every check.
+    The ACLs are created and deleted with the ACL APIs (an AdminClient's
+    ``create_acls``), or :meth:`create_acl` (no principal's rights needed); :meth:`acls`
+    lists them. Without it the ACL APIs answer
+    SECURITY_DISABLED, as a Kafka broker without an authorizer.
     """
 
     def __init__(self, brokers: int = 3, *, data_dir: Optional[str] = None,
@@ -219,7 +228,8 @@ class Cluster:
                  advertised_ports: Optional[Sequence[int]] = None,
                  racks: Optional[Sequence[Optional[str]]] = None,
                  log_level: str = "WARNING", start: bool = True,
-                 start_timeout: float = 30.0) -> None:
+                 start_timeout: float = 30.0, authorizer: bool = False,
+                 super_users: Iterable[str] = ()) -> None:
         if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
             raise ValueError(f"brokers must be a whole number, at least 1 (got {brokers!r})")
         if racks is not None and len(racks) != brokers:
@@ -227,6 +237,10 @@ class Cluster:
                              "broker, None for a broker without a rack)")
         ports = _check_ports(ports, brokers, "ports")
         advertised_ports = _check_ports(advertised_ports, brokers, "advertised_ports")
+        super_users = [super_users] if isinstance(super_users, str) else list(super_users)
+        for user in super_users:
+            if not isinstance(user, str) or ":" not in user:
+                raise ValueError(f"super_users: {user!r} is not a principal (\"User:NAME\")")
         if not isinstance(logging.getLevelName(str(log_level).upper()), int):
             raise ValueError(f"log_level: {log_level!r} is not a logging level (DEBUG, "
                              "INFO, WARNING, ERROR, CRITICAL)")
@@ -245,6 +259,8 @@ class Cluster:
             "racks": list(racks) if racks is not None else None,
             "log_level": str(log_level).upper(),
             "log_file": self.log_path,
+            "authorizer": bool(authorizer),
+            "super_users": super_users,
         }
         self._process: Optional[subprocess.Popen] = None
         self._attached = False
@@ -643,6 +659,23 @@ class Cluster:
         """Forget a SASL user (its connections stay authenticated until their session
         ends); False if there was no such user."""
         return self._call("delete_sasl_credentials", user=user)
+
+    # -- ACLs ------------------------------------------------------------------------
+    def create_acl(self, resource_type: str, name: str, principal: str, operation: str,
+                   permission: str = "ALLOW", pattern_type: str = "LITERAL",
+                   host: str = "*") -> None:
+        """Store an ACL as CreateAcls would, by Kafka's names (``"TOPIC"``,
+        ``"GROUP"``, ``"CLUSTER"`` named ``"kafka-cluster"``, ``"TRANSACTIONAL_ID"``, ...;
+        ``"READ"``, ``"WRITE"``, ``"ALL"``, ...; ``"LITERAL"`` or ``"PREFIXED"``):
+        ClusterError with code INVALID_REQUEST for a binding Kafka refuses."""
+        self._call("create_acl", resource_type=resource_type, name=name,
+                   pattern_type=pattern_type, principal=principal, host=host,
+                   operation=operation, permission=permission)
+
+    def acls(self) -> List[Dict[str, str]]:
+        """Every ACL stored, oldest first: ``resource_type``, ``name``, ``pattern_type``,
+        ``principal``, ``host``, ``operation``, ``permission`` (Kafka's names)."""
+        return self._call("acls")
 
     # -- storage ---------------------------------------------------------------------
     def roll_segments(self, topic: str, partition: Optional[int] = None) -> None:

@@ -1,0 +1,458 @@
+"""ACLs: the cluster's ACL store (owned by the controller), Kafka's authorizer rules, and
+the CreateAcls, DescribeAcls and DeleteAcls handlers.
+
+The rules are those of Kafka's StandardAuthorizer with ``allow.everyone.if.no.acl.found``
+false: super users pass; an ACL applies to a resource when its pattern does (a LITERAL
+name equal to the resource's, the LITERAL wildcard ``*``, or a PREFIXED name the
+resource's name starts with), to a principal when it names it or ``User:*``, and to a
+host when it names the client's address or ``*``. A DENY of the operation (or of ALL)
+wins; otherwise an ALLOW of it, of ALL, or of an operation that implies it (READ, WRITE,
+DELETE and ALTER imply DESCRIBE; ALTER_CONFIGS implies DESCRIBE_CONFIGS) lets the
+request through; with neither, it is refused.
+
+Without an authorizer (the default) every request passes and the ACL APIs answer
+SECURITY_DISABLED, as a Kafka broker without ``authorizer.class.name`` does.
+"""
+from __future__ import annotations
+
+import enum
+from typing import (
+    TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence,
+    Tuple,
+)
+
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import (
+    ApiKey,
+    CreateAclsResponse,
+    DeleteAclsResponse,
+    DescribeAclsResponse,
+)
+
+from ._api import RequestContext, error_answer, handles
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._broker import ClientConnection
+
+__all__ = ["AclResourceType", "AclPatternType", "AclOperation", "AclPermission", "Acl",
+           "AclFilter", "AclStore", "Authorizer", "CLUSTER_NAME", "ANONYMOUS",
+           "SUPPORTED_OPERATIONS"]
+
+
+class AclResourceType(enum.IntEnum):
+    """Kafka's ACL resource types, as numbered on the wire. (kafka_client.admin has the
+    client's enums; the cluster process does not import the admin package, whose import
+    takes a third of its start-up.)"""
+
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+class AclPatternType(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclOperation(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+
+
+class AclPermission(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+#: The only name of the CLUSTER resource.
+CLUSTER_NAME = "kafka-cluster"
+#: The principal of a connection without SASL.
+ANONYMOUS = "User:ANONYMOUS"
+WILDCARD = "*"
+WILDCARD_PRINCIPAL = "User:*"
+
+_T, _O = AclResourceType, AclOperation
+#: The operations Kafka's ACLs know per resource type (AclEntry.supportedOperations):
+#: what KIP-430's authorized operations are computed over.
+SUPPORTED_OPERATIONS: Dict[AclResourceType, Tuple[AclOperation, ...]] = {
+    _T.TOPIC: (_O.READ, _O.WRITE, _O.CREATE, _O.DESCRIBE, _O.DELETE, _O.ALTER,
+               _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS),
+    _T.GROUP: (_O.READ, _O.DESCRIBE, _O.DELETE, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS),
+    _T.CLUSTER: (_O.CREATE, _O.CLUSTER_ACTION, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS,
+                 _O.IDEMPOTENT_WRITE, _O.ALTER, _O.DESCRIBE),
+    _T.TRANSACTIONAL_ID: (_O.DESCRIBE, _O.WRITE),
+    _T.DELEGATION_TOKEN: (_O.DESCRIBE,),
+    _T.USER: (_O.CREATE_TOKENS, _O.DESCRIBE_TOKENS),
+}
+
+#: An ALLOW of one of these allows the key too (Kafka's implied operations).
+_ALLOWED_BY: Dict[AclOperation, FrozenSet[AclOperation]] = {
+    _O.DESCRIBE: frozenset((_O.DESCRIBE, _O.READ, _O.WRITE, _O.DELETE, _O.ALTER)),
+    _O.DESCRIBE_CONFIGS: frozenset((_O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS)),
+}
+
+
+def _enum(cls: Any, value: int) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        return cls.UNKNOWN
+
+
+class Acl(NamedTuple):
+    """One stored ACL binding."""
+
+    resource_type: AclResourceType
+    name: str
+    pattern_type: AclPatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission: AclPermission
+
+    def applies_to(self, resource_type: AclResourceType, name: str) -> bool:
+        """Whether this ACL's pattern covers the resource."""
+        if self.resource_type != resource_type:
+            return False
+        if self.pattern_type == AclPatternType.LITERAL:
+            return self.name == name or self.name == WILDCARD
+        return name.startswith(self.name)   # PREFIXED
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"resource_type": self.resource_type.name, "name": self.name,
+                "pattern_type": self.pattern_type.name, "principal": self.principal,
+                "host": self.host, "operation": self.operation.name,
+                "permission": self.permission.name}
+
+
+class AclFilter(NamedTuple):
+    """A DescribeAcls/DeleteAcls filter: None strings and the ANY values match anything;
+    the MATCH pattern type matches every ACL that applies to the name."""
+
+    resource_type: AclResourceType
+    name: Optional[str]
+    pattern_type: AclPatternType
+    principal: Optional[str]
+    host: Optional[str]
+    operation: AclOperation
+    permission: AclPermission
+
+    def unknown_part(self) -> Optional[str]:
+        """What Kafka refuses a filter for (INVALID_REQUEST), if anything."""
+        if self.resource_type == AclResourceType.UNKNOWN or \
+                self.pattern_type == AclPatternType.UNKNOWN:
+            return "Unknown patternFilter."
+        if self.operation == AclOperation.UNKNOWN or \
+                self.permission == AclPermission.UNKNOWN:
+            return "Unknown entryFilter."
+        return None
+
+    def matches(self, acl: Acl) -> bool:
+        if self.resource_type != AclResourceType.ANY and self.resource_type != acl.resource_type:
+            return False
+        if self.pattern_type not in (AclPatternType.ANY, AclPatternType.MATCH) and \
+                self.pattern_type != acl.pattern_type:
+            return False
+        if self.name is not None:
+            if self.pattern_type in (AclPatternType.ANY, acl.pattern_type):
+                if self.name != acl.name:
+                    return False
+            elif acl.pattern_type == AclPatternType.LITERAL:   # MATCH
+                if acl.name not in (self.name, WILDCARD):
+                    return False
+            elif not self.name.startswith(acl.name):          # MATCH, PREFIXED
+                return False
+        return ((self.principal is None or self.principal == acl.principal)
+                and (self.host is None or self.host == acl.host)
+                and self.operation in (AclOperation.ANY, acl.operation)
+                and self.permission in (AclPermission.ANY, acl.permission))
+
+
+class AclError(Exception):
+    """An ACL creation or a filter refused: its Kafka error code and message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _check_new_acl(acl: Acl) -> None:
+    """Kafka's checks of a binding to create (each refused with INVALID_REQUEST)."""
+    if acl.resource_type in (AclResourceType.UNKNOWN, AclResourceType.ANY):
+        raise AclError(ErrorCode.INVALID_REQUEST,
+                       f"Invalid resourceType {acl.resource_type.name}")
+    if acl.pattern_type not in (AclPatternType.LITERAL, AclPatternType.PREFIXED):
+        raise AclError(ErrorCode.INVALID_REQUEST, f"Invalid patternType {acl.pattern_type.name}")
+    if acl.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
+        raise AclError(ErrorCode.INVALID_REQUEST, f"Invalid operation {acl.operation.name}")
+    if acl.permission not in (AclPermission.DENY, AclPermission.ALLOW):
+        raise AclError(ErrorCode.INVALID_REQUEST,
+                       f"Invalid permissionType {acl.permission.name}")
+    if not acl.name:
+        raise AclError(ErrorCode.INVALID_REQUEST, "Resource name should not be empty")
+    if acl.resource_type == AclResourceType.CLUSTER and acl.name != CLUSTER_NAME:
+        raise AclError(ErrorCode.INVALID_REQUEST,
+                       f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
+    if ":" not in acl.principal:
+        raise AclError(ErrorCode.INVALID_REQUEST,
+                       f"Could not parse principal from `{acl.principal}` (no colon is "
+                       "present separating the principal type from the principal name)")
+
+
+class AclStore:
+    """Every ACL of the cluster, in creation order (the controller's; it survives broker
+    stops as the cluster's metadata does)."""
+
+    def __init__(self) -> None:
+        self._acls: Dict[Acl, None] = {}
+
+    def __len__(self) -> int:
+        return len(self._acls)
+
+    def __iter__(self):
+        return iter(list(self._acls))
+
+    def create(self, acl: Acl) -> None:
+        """Store a binding (AclError if Kafka would refuse it); one stored already is
+        left as it is, as Kafka does."""
+        _check_new_acl(acl)
+        self._acls.setdefault(acl, None)
+
+    def matching(self, acl_filter: AclFilter) -> List[Acl]:
+        unknown = acl_filter.unknown_part()
+        if unknown is not None:
+            raise AclError(ErrorCode.INVALID_REQUEST, unknown)
+        return [acl for acl in self._acls if acl_filter.matches(acl)]
+
+    def delete(self, filters: Sequence[AclFilter]) -> List[Any]:
+        """Per filter, the ACLs it matched (all deleted), or the AclError refusing it."""
+        results: List[Any] = []
+        for acl_filter in filters:
+            try:
+                results.append(self.matching(acl_filter))
+            except AclError as exc:
+                results.append(exc)
+        for found in results:
+            if not isinstance(found, AclError):
+                for acl in found:
+                    self._acls.pop(acl, None)
+        return results
+
+    def applicable(self, resource_type: AclResourceType, name: str) -> List[Acl]:
+        return [acl for acl in self._acls if acl.applies_to(resource_type, name)]
+
+
+class Authorizer:
+    """Kafka's authorization decision over an :class:`AclStore` (see the module
+    docstring). ``enabled`` False: everything passes."""
+
+    def __init__(self, store: AclStore, enabled: bool = False,
+                 super_users: Iterable[str] = ()) -> None:
+        self.store = store
+        self.enabled = enabled
+        self.super_users = frozenset(super_users)
+
+    @staticmethod
+    def principal(conn: "ClientConnection") -> str:
+        return conn.principal or ANONYMOUS
+
+    def authorize(self, conn: "ClientConnection", operation: AclOperation,
+                  resource_type: AclResourceType, name: str) -> bool:
+        if not self.enabled or conn.internal:
+            return True   # followers' connections are the brokers' own
+        return self.decide(self.principal(conn), conn.peer[0], operation, resource_type, name)
+
+    def decide(self, principal: str, host: str, operation: AclOperation,
+               resource_type: AclResourceType, name: str) -> bool:
+        if principal in self.super_users:
+            return True
+        allowing = _ALLOWED_BY.get(operation, frozenset((operation,)))
+        allowed = False
+        for acl in self.store.applicable(resource_type, name):
+            if acl.principal not in (principal, WILDCARD_PRINCIPAL) or \
+                    acl.host not in (host, WILDCARD):
+                continue
+            if acl.permission == AclPermission.DENY:
+                if acl.operation in (operation, AclOperation.ALL):
+                    return False
+            elif acl.operation == AclOperation.ALL or acl.operation in allowing:
+                allowed = True
+        return allowed
+
+    def authorize_any(self, conn: "ClientConnection", operation: AclOperation,
+                      resource_type: AclResourceType) -> bool:
+        """Kafka's authorizeByResourceType: whether some resource of the type allows the
+        operation (an ALLOW of it or of ALL for the principal and host that no DENY
+        covering every name of the type, the LITERAL wildcard, cancels)."""
+        if not self.enabled or conn.internal:
+            return True
+        principal, host = self.principal(conn), conn.peer[0]
+        if principal in self.super_users:
+            return True
+        allowed = False
+        for acl in self.store:
+            if acl.resource_type != resource_type or \
+                    acl.principal not in (principal, WILDCARD_PRINCIPAL) or \
+                    acl.host not in (host, WILDCARD) or \
+                    acl.operation not in (operation, AclOperation.ALL):
+                continue
+            if acl.permission == AclPermission.DENY:
+                if acl.pattern_type == AclPatternType.LITERAL and acl.name == WILDCARD:
+                    return False
+            else:
+                allowed = True
+        return allowed
+
+    def authorized_operations(self, conn: "ClientConnection",
+                              resource_type: AclResourceType, name: str) -> int:
+        """KIP-430: the bit field of the resource type's operations this connection may
+        perform on the resource (all of them without an authorizer)."""
+        bits = 0
+        for op in SUPPORTED_OPERATIONS[resource_type]:
+            if self.authorize(conn, op, resource_type, name):
+                bits |= 1 << op
+        return bits
+
+
+# --------------------------------------------------------------------------- the ACL APIs
+
+NO_AUTHORIZER = "No Authorizer is configured."
+
+
+def _authorizer(ctx: RequestContext) -> Authorizer:
+    return ctx.server.authorizer
+
+
+def _refusal(ctx: RequestContext, operation: AclOperation) -> Optional[Tuple[int, str]]:
+    """Why the ACL call is refused as a whole, if it is: no authorizer, or the
+    principal may not ``operation`` the cluster."""
+    authorizer = _authorizer(ctx)
+    if not authorizer.enabled:
+        return ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER
+    if not authorizer.authorize(ctx.conn, operation, AclResourceType.CLUSTER, CLUSTER_NAME):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
+    return None
+
+
+def _pattern_type(ctx: RequestContext, value: int) -> AclPatternType:
+    # Before v1 every ACL is literal (the field is not on the wire).
+    return _enum(AclPatternType, value) if ctx.version >= 1 else AclPatternType.LITERAL
+
+
+@error_answer(ApiKey.CREATE_ACLS)
+def create_acls_error(request: Any, version: int, code: int) -> Any:
+    return CreateAclsResponse(results=[CreateAclsResponse.AclCreationResult(error_code=code)
+                                       for _ in request.creations])
+
+
+@handles(ApiKey.CREATE_ACLS)
+def create_acls(ctx: RequestContext) -> None:
+    R = CreateAclsResponse
+    refused = _refusal(ctx, AclOperation.ALTER)
+    if refused is not None:
+        ctx.respond(R(results=[R.AclCreationResult(error_code=refused[0],
+                                                   error_message=refused[1])
+                               for _ in ctx.request.creations]))
+        return
+    store = ctx.server.controller.acls
+    results = []
+    for c in ctx.request.creations:
+        acl = Acl(_enum(AclResourceType, c.resource_type), c.resource_name,
+                  _pattern_type(ctx, c.resource_pattern_type), c.principal, c.host,
+                  _enum(AclOperation, c.operation), _enum(AclPermission, c.permission_type))
+        try:
+            store.create(acl)
+            results.append(R.AclCreationResult(error_code=ErrorCode.NONE))
+        except AclError as exc:
+            results.append(R.AclCreationResult(error_code=exc.code, error_message=exc.message))
+    ctx.note(acls=len(store))
+    ctx.respond(R(results=results))
+
+
+def _filter(ctx: RequestContext, f: Any) -> AclFilter:
+    return AclFilter(_enum(AclResourceType, f.resource_type_filter), f.resource_name_filter,
+                     _pattern_type(ctx, f.pattern_type_filter), f.principal_filter,
+                     f.host_filter, _enum(AclOperation, f.operation),
+                     _enum(AclPermission, f.permission_type))
+
+
+@error_answer(ApiKey.DESCRIBE_ACLS)
+def describe_acls_error(request: Any, version: int, code: int) -> Any:
+    return DescribeAclsResponse(error_code=code, resources=[])
+
+
+@handles(ApiKey.DESCRIBE_ACLS)
+def describe_acls(ctx: RequestContext) -> None:
+    R = DescribeAclsResponse
+    refused = _refusal(ctx, AclOperation.DESCRIBE)
+    if refused is not None:
+        ctx.respond(R(error_code=refused[0], error_message=refused[1], resources=[]))
+        return
+    try:
+        found = ctx.server.controller.acls.matching(_filter(ctx, ctx.request))
+    except AclError as exc:
+        ctx.respond(R(error_code=exc.code, error_message=exc.message, resources=[]))
+        return
+    by_resource: Dict[Tuple[int, str, int], List[Any]] = {}
+    for acl in found:
+        by_resource.setdefault((acl.resource_type, acl.name, acl.pattern_type), []).append(
+            R.AclDescription(principal=acl.principal, host=acl.host,
+                             operation=acl.operation, permission_type=acl.permission))
+    ctx.respond(R(error_code=ErrorCode.NONE, resources=[
+        R.DescribeAclsResource(resource_type=t, resource_name=n, pattern_type=p, acls=acls)
+        for (t, n, p), acls in by_resource.items()]))
+
+
+@error_answer(ApiKey.DELETE_ACLS)
+def delete_acls_error(request: Any, version: int, code: int) -> Any:
+    return DeleteAclsResponse(filter_results=[
+        DeleteAclsResponse.DeleteAclsFilterResult(error_code=code) for _ in request.filters])
+
+
+@handles(ApiKey.DELETE_ACLS)
+def delete_acls(ctx: RequestContext) -> None:
+    R = DeleteAclsResponse
+    refused = _refusal(ctx, AclOperation.ALTER)
+    if refused is not None:
+        ctx.respond(R(filter_results=[R.DeleteAclsFilterResult(
+            error_code=refused[0], error_message=refused[1]) for _ in ctx.request.filters]))
+        return
+    store = ctx.server.controller.acls
+    results = []
+    for outcome in store.delete([_filter(ctx, f) for f in ctx.request.filters]):
+        if isinstance(outcome, AclError):
+            results.append(R.DeleteAclsFilterResult(error_code=outcome.code,
+                                                    error_message=outcome.message))
+            continue
+        results.append(R.DeleteAclsFilterResult(error_code=ErrorCode.NONE, matching_acls=[
+            R.DeleteAclsMatchingAcl(error_code=ErrorCode.NONE, resource_type=a.resource_type,
+                                    resource_name=a.name, pattern_type=a.pattern_type,
+                                    principal=a.principal, host=a.host,
+                                    operation=a.operation, permission_type=a.permission)
+            for a in outcome]))
+    ctx.note(acls=len(store))
+    ctx.respond(R(filter_results=results))

@@ -1,0 +1,443 @@
+"""The test cluster's authorizer (``Cluster(authorizer=True)``): Kafka's rules checked
+on the decision itself, the ACL APIs' checks on the wire (what the admin clients cannot
+send), and enforcement end to end: a SASL PLAIN user refused, then let through by the
+ACLs an admin creates, producing and consuming; DENY over ALLOW; prefixed patterns; a
+super user; what Metadata and KIP-430's authorized operations show each principal."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from kafka_client import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
+from kafka_client.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from kafka_client.errors import KafkaException
+from kafka_client.testing import Cluster, ClusterError
+from kafka_client.testing._acls import (
+    Acl,
+    AclOperation as Op,
+    AclPatternType as Pat,
+    AclPermission as Perm,
+    AclResourceType as Res,
+    AclStore,
+    Authorizer,
+)
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
+
+from rawclient import RawClient  # tests/testing/rawclient.py
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+ALLOW, DENY = Perm.ALLOW, Perm.DENY
+
+
+# --------------------------------------------------------------------------- the decision
+
+
+def decide(acls, principal="User:alice", host="127.0.0.1", op=Op.READ, res=Res.TOPIC,
+           name="orders", super_users=()):
+    store = AclStore()
+    for acl in acls:
+        store.create(acl)
+    return Authorizer(store, True, super_users).decide(principal, host, op, res, name)
+
+
+def acl(name="orders", op=Op.READ, perm=ALLOW, principal="User:alice", host="*",
+        pattern=Pat.LITERAL, res=Res.TOPIC):
+    return Acl(res, name, pattern, principal, host, op, perm)
+
+
+def test_no_acl_is_a_refusal_and_an_allow_lets_through():
+    assert not decide([])
+    assert decide([acl()])
+    assert not decide([acl(principal="User:bob")])
+    assert not decide([acl(op=Op.WRITE)])
+    assert not decide([acl(res=Res.GROUP)])
+
+
+def test_deny_beats_allow():
+    assert not decide([acl(), acl(perm=DENY)])
+    assert not decide([acl(op=Op.ALL), acl(perm=DENY)])
+    assert not decide([acl(), acl(op=Op.ALL, perm=DENY)])
+    # a DENY of another operation leaves this one alone
+    assert decide([acl(), acl(op=Op.WRITE, perm=DENY)])
+    # a DENY through the wildcards counts as well
+    assert not decide([acl(), acl(name="*", principal="User:*", perm=DENY)])
+
+
+def test_implied_operations_are_allowed_not_denied():
+    for implying in (Op.READ, Op.WRITE, Op.DELETE, Op.ALTER, Op.ALL):
+        assert decide([acl(op=implying)], op=Op.DESCRIBE), implying
+    assert not decide([acl(op=Op.CREATE)], op=Op.DESCRIBE)
+    assert decide([acl(op=Op.ALTER_CONFIGS)], op=Op.DESCRIBE_CONFIGS)
+    assert not decide([acl(op=Op.DESCRIBE_CONFIGS)], op=Op.ALTER_CONFIGS)
+    assert not decide([acl(op=Op.DESCRIBE)], op=Op.READ)
+    # a DENY of READ does not deny DESCRIBE, which WRITE still allows
+    assert decide([acl(op=Op.WRITE), acl(op=Op.READ, perm=DENY)], op=Op.DESCRIBE)
+
+
+def test_patterns_principals_and_hosts():
+    assert decide([acl(name="*")], name="anything")
+    assert decide([acl(name="ord", pattern=Pat.PREFIXED)], name="orders")
+    assert not decide([acl(name="orders-", pattern=Pat.PREFIXED)], name="orders")
+    assert not decide([acl(name="ord")], name="orders")   # literal: the whole name
+    assert decide([acl(principal="User:*")])
+    assert decide([acl(host="127.0.0.1")])
+    assert not decide([acl(host="10.0.0.1")])
+
+
+def test_super_users_pass_everything():
+    assert decide([], principal="User:admin", super_users=("User:admin",))
+    assert decide([acl(principal="User:admin", perm=DENY)], principal="User:admin",
+                  super_users=("User:admin",))
+
+
+# --------------------------------------------------------------------------- the ACL APIs
+
+
+@pytest.fixture(scope="module")
+def open_cluster(tmp_path_factory):
+    """Authorizer on, no SASL: every client is User:ANONYMOUS, a super user."""
+    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("acl-api") / "c"),
+                 authorizer=True, super_users=("User:ANONYMOUS",)) as cluster:
+        yield cluster
+
+
+def creation(res=Res.TOPIC, name="t", pattern=Pat.LITERAL, principal="User:a", host="*",
+             op=Op.READ, perm=ALLOW):
+    return CreateAclsRequest.AclCreation(
+        resource_type=res, resource_name=name, resource_pattern_type=pattern,
+        principal=principal, host=host, operation=op, permission_type=perm)
+
+
+def acl_filter(cls, res=Res.ANY, name=None, pattern=Pat.ANY, principal=None, host=None,
+               op=Op.ANY, perm=Perm.ANY, **extra):
+    return cls(resource_type_filter=res, resource_name_filter=name, pattern_type_filter=pattern,
+               principal_filter=principal, host_filter=host, operation=op,
+               permission_type=perm, **extra)
+
+
+def test_creations_kafka_refuses_get_invalid_request(open_cluster):
+    user = f"User:{uuid.uuid4().hex[:8]}"
+    bad = [creation(principal=user, pattern=Pat.ANY), creation(principal=user, pattern=Pat.MATCH),
+           creation(principal=user, pattern=Pat.UNKNOWN), creation(principal=user, res=Res.ANY),
+           creation(principal=user, res=Res.UNKNOWN), creation(principal=user, res=99),
+           creation(principal=user, op=Op.ANY), creation(principal=user, op=Op.UNKNOWN),
+           creation(principal=user, perm=Perm.ANY), creation(principal=user, name=""),
+           creation(principal=user.split(":")[1]),
+           creation(principal=user, res=Res.CLUSTER, name="other")]
+    good = [creation(principal=user, res=Res.USER, name="User:bob", op=Op.CREATE_TOKENS),
+            creation(principal=user, res=Res.DELEGATION_TOKEN, name="tok", op=Op.DESCRIBE),
+            creation(principal=user, res=Res.CLUSTER, name="kafka-cluster", op=Op.ALTER)]
+    with RawClient(open_cluster.bootstrap_servers) as raw:
+        resp = raw.request(CreateAclsRequest(creations=bad + good), 3)
+        codes = [r.error_code for r in resp.results]
+        assert codes == [ErrorCode.INVALID_REQUEST] * len(bad) + [ErrorCode.NONE] * len(good)
+        assert all(r.error_message for r in resp.results[:len(bad)])
+        described = raw.request(acl_filter(DescribeAclsRequest, principal=user), 3)
+        assert described.error_code == ErrorCode.NONE
+        stored = sorted((r.resource_type, r.resource_name, r.pattern_type, a.operation)
+                        for r in described.resources for a in r.acls)
+        assert stored == sorted((c.resource_type, c.resource_name, c.resource_pattern_type,
+                                 c.operation) for c in good)
+    assert len([a for a in open_cluster.acls() if a["principal"] == user]) == len(good)
+
+
+def test_filters_with_unknown_parts_are_refused(open_cluster):
+    with RawClient(open_cluster.bootstrap_servers) as raw:
+        for unknown in ({"res": Res.UNKNOWN}, {"pattern": Pat.UNKNOWN}, {"op": Op.UNKNOWN},
+                        {"perm": Perm.UNKNOWN}):
+            resp = raw.request(acl_filter(DescribeAclsRequest, **unknown), 2)
+            assert resp.error_code == ErrorCode.INVALID_REQUEST, unknown
+            resp = raw.request(DeleteAclsRequest(filters=[
+                acl_filter(DeleteAclsRequest.DeleteAclsFilter, **unknown),
+                acl_filter(DeleteAclsRequest.DeleteAclsFilter, principal="User:nobody")]), 2)
+            assert [r.error_code for r in resp.filter_results] == \
+                [ErrorCode.INVALID_REQUEST, ErrorCode.NONE], unknown
+
+
+def test_version_one_names_pattern_types_and_zero_is_not_served(open_cluster):
+    """Kafka 4 serves the ACL APIs from v1 (KIP-896); v1 carries the pattern type."""
+    user = f"User:{uuid.uuid4().hex[:8]}"
+    with RawClient(open_cluster.bootstrap_servers) as raw:
+        resp = raw.request(CreateAclsRequest(creations=[
+            creation(principal=user, name="pre", pattern=Pat.PREFIXED)]), 1)
+        assert [r.error_code for r in resp.results] == [ErrorCode.NONE]
+        resp = raw.request(acl_filter(DescribeAclsRequest, principal=user, name="prefix",
+                                      pattern=Pat.MATCH), 1)
+        assert [(r.resource_name, r.pattern_type) for r in resp.resources] == \
+            [("pre", Pat.PREFIXED)]
+    with RawClient(open_cluster.bootstrap_servers) as raw:
+        raw.send(acl_filter(DescribeAclsRequest, principal=user, pattern=Pat.LITERAL), 0)
+        assert raw.recv_frame() is None
+
+
+def test_control_channel_creates_acls_with_kafkas_checks(open_cluster):
+    user = f"User:{uuid.uuid4().hex[:8]}"
+    open_cluster.create_acl("GROUP", "g", user, "READ")
+    with pytest.raises(ClusterError) as ei:
+        open_cluster.create_acl("CLUSTER", "not-kafka-cluster", user, "ALTER")
+    assert ei.value.code == "INVALID_REQUEST"
+    assert [(a["resource_type"], a["name"], a["operation"], a["permission"])
+            for a in open_cluster.acls() if a["principal"] == user] == \
+        [("GROUP", "g", "READ", "ALLOW")]
+
+
+# --------------------------------------------------------------------------- enforcement
+
+ADMIN = ("admin", "admin-secret")
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """One broker requiring SASL PLAIN, the authorizer on, User:admin a super user."""
+    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("acl-sasl") / "c"),
+                 broker_config={"sasl.enabled.mechanisms": "PLAIN",
+                                "group.consumer.heartbeat.interval.ms": 250},
+                 users=dict([ADMIN]), authorizer=True,
+                 super_users=("User:admin",)) as cluster:
+        yield cluster
+
+
+def sasl_conf(cluster, user, password, **extra):
+    conf = {"bootstrap.servers": cluster.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": user, "sasl.password": password}
+    conf.update(extra)
+    return conf
+
+
+@pytest.fixture
+def principal(secured):
+    """A SASL user of this test's own: ``(name, conf(**extra))``."""
+    name = f"u{uuid.uuid4().hex[:8]}"
+    secured.set_sasl_credentials(name, name + "-pw")
+    return name, lambda **extra: sasl_conf(secured, name, name + "-pw", **extra)
+
+
+@pytest.fixture
+def admin(secured):
+    a = AdminClient(sasl_conf(secured, *ADMIN))
+    yield a
+    a.close()
+
+
+def grant(admin, *bindings):
+    futures = admin.create_acls(list(bindings))
+    for b in bindings:
+        assert futures[b].result(10) is None
+
+
+def binding(res, name, user, op, perm=AclPermissionType.ALLOW,
+            pattern=ResourcePatternType.LITERAL):
+    return AclBinding(res, name, pattern, f"User:{user}", "*", op, perm)
+
+
+def produce(conf, topic, count, **extra):
+    """Produce ``count`` messages; the delivery errors (None for each delivered)."""
+    p = Producer(conf(**{"message.timeout.ms": 10000, **extra}))
+    reports = []
+    for i in range(count):
+        p.produce(topic, b"m%d" % i, on_delivery=lambda err, msg: reports.append(err))
+    assert p.flush(20) == 0
+    return reports
+
+
+def consume_assigned(conf, topic, want, seconds=8.0):
+    """``(values, errors)`` read from partition 0 of ``topic`` from the start."""
+    c = Consumer(conf(**{"group.id": "unused", "enable.auto.commit": False}))
+    c.assign([TopicPartition(topic, 0, 0)])
+    values, errors = [], []
+    deadline = time.monotonic() + seconds
+    try:
+        while len(values) < want and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                errors.append(msg.error().code())
+                if len(errors) >= 3:
+                    break
+            else:
+                values.append(msg.value())
+    finally:
+        c.close()
+    return values, errors
+
+
+def test_a_user_is_refused_then_produces_and_consumes_once_allowed(secured, admin, principal):
+    user, conf = principal
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    secured.create_topic(topic, partitions=1)
+    assert [e.code() for e in produce(conf, topic, 3)] == \
+        [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 3
+    assert secured.describe_topic(topic).partitions[0].high_watermark == 0
+
+    grant(admin, binding(ResourceType.TOPIC, topic, user, AclOperation.WRITE))
+    assert produce(conf, topic, 3) == [None, None, None]
+    assert secured.describe_topic(topic).partitions[0].high_watermark == 3
+
+    values, errors = consume_assigned(conf, topic, 3, seconds=4)
+    assert values == [] and KafkaError.TOPIC_AUTHORIZATION_FAILED in errors
+
+    # a group member needs READ on the group as well
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    grant(admin, binding(ResourceType.TOPIC, topic, user, AclOperation.READ))
+    consumer = Consumer(conf(**{"group.id": group, "auto.offset.reset": "earliest"}))
+    consumer.subscribe([topic])
+    errors = []
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline and not errors:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error():
+            errors.append(msg.error().code())
+    consumer.close()
+    assert errors == [KafkaError.GROUP_AUTHORIZATION_FAILED]
+
+    grant(admin, binding(ResourceType.GROUP, group, user, AclOperation.READ))
+    consumer = Consumer(conf(**{"group.id": group, "auto.offset.reset": "earliest"}))
+    consumer.subscribe([topic])
+    values = []
+    deadline = time.monotonic() + 15
+    while len(values) < 3 and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None:
+            assert not msg.error(), msg.error()
+            values.append(msg.value())
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert values == [b"m0", b"m1", b"m2"]
+    committed = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)])[group].result(10)
+    assert [(tp.topic, tp.offset) for tp in committed.topic_partitions] == [(topic, 3)]
+
+
+def test_deny_beats_allow_end_to_end(secured, admin, principal):
+    user, conf = principal
+    tag = uuid.uuid4().hex[:6]
+    readable, denied = f"d{tag}-open", f"d{tag}-closed"
+    for t in (readable, denied):
+        secured.create_topic(t, partitions=1)
+    grant(admin, binding(ResourceType.TOPIC, f"d{tag}-", user, AclOperation.ALL,
+                         pattern=ResourcePatternType.PREFIXED),
+          binding(ResourceType.TOPIC, denied, user, AclOperation.READ,
+                  AclPermissionType.DENY))
+    assert produce(conf, readable, 2) == [None, None]
+    assert produce(conf, denied, 2) == [None, None]      # WRITE is not denied
+    assert consume_assigned(conf, readable, 2)[0] == [b"m0", b"m1"]
+    values, errors = consume_assigned(conf, denied, 2, seconds=4)
+    assert values == [] and KafkaError.TOPIC_AUTHORIZATION_FAILED in errors
+
+
+def test_prefixed_patterns_cover_the_names_they_start(secured, admin, principal):
+    user, conf = principal
+    tag = uuid.uuid4().hex[:6]
+    inside, outside = f"p{tag}-a", f"q{tag}-p{tag}-a"
+    for t in (inside, outside):
+        secured.create_topic(t, partitions=1)
+    grant(admin, binding(ResourceType.TOPIC, f"p{tag}-", user, AclOperation.WRITE,
+                         pattern=ResourcePatternType.PREFIXED))
+    assert produce(conf, inside, 1) == [None]
+    assert [e.code() for e in produce(conf, outside, 1)] == \
+        [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    # creating topics under the prefix takes CREATE on them (or on the cluster)
+    admin_of_user = AdminClient(conf())
+    try:
+        new = f"p{tag}-new"
+        with pytest.raises(KafkaException) as ei:
+            admin_of_user.create_topics([NewTopic(new, 1)])[new].result(10)
+        assert ei.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        grant(admin, binding(ResourceType.TOPIC, f"p{tag}-", user, AclOperation.CREATE,
+                             pattern=ResourcePatternType.PREFIXED))
+        assert admin_of_user.create_topics([NewTopic(new, 1)])[new].result(10) is None
+        assert new in secured.topics()
+    finally:
+        admin_of_user.close()
+
+
+def test_a_super_user_needs_no_acl(secured, admin):
+    topic = f"su-{uuid.uuid4().hex[:6]}"
+    assert admin.create_topics([NewTopic(topic, 1)])[topic].result(10) is None
+    conf = lambda **extra: sasl_conf(secured, *ADMIN, **extra)   # noqa: E731
+    assert produce(conf, topic, 2, **{"enable.idempotence": True}) == [None, None]
+    assert consume_assigned(conf, topic, 2)[0] == [b"m0", b"m1"]
+
+
+def test_metadata_and_authorized_operations_follow_the_acls(secured, admin, principal):
+    user, conf = principal
+    tag = uuid.uuid4().hex[:6]
+    seen, hidden = f"m{tag}-seen", f"m{tag}-hidden"
+    for t in (seen, hidden):
+        secured.create_topic(t, partitions=1)
+    # READ implies DESCRIBE
+    grant(admin, binding(ResourceType.TOPIC, seen, user, AclOperation.READ))
+    user_admin = AdminClient(conf())
+    try:
+        listed = set(user_admin.list_topics(timeout=10).topics)
+        assert seen in listed and hidden not in listed
+        assert hidden in admin.list_topics(timeout=10).topics
+        described = user_admin.describe_topics(
+            TopicCollection([seen]), include_authorized_operations=True)[seen].result(10)
+        assert sorted(op.name for op in described.authorized_operations) == \
+            ["DESCRIBE", "READ"]
+        with pytest.raises(KafkaException) as ei:
+            user_admin.describe_topics(TopicCollection([hidden]))[hidden].result(10)
+        assert ei.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        cluster = user_admin.describe_cluster(include_authorized_operations=True).result(10)
+        assert not cluster.authorized_operations
+        # the ACL APIs take ALTER / DESCRIBE on the cluster
+        flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                               AclOperation.ANY, AclPermissionType.ANY)
+        with pytest.raises(KafkaException) as ei:
+            user_admin.describe_acls(flt).result(10)
+        assert ei.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        grant(admin, binding(ResourceType.BROKER, "kafka-cluster", user,
+                             AclOperation.DESCRIBE))
+        assert len(user_admin.describe_acls(flt).result(10)) >= 2
+        cluster = user_admin.describe_cluster(include_authorized_operations=True).result(10)
+        assert [op.name for op in cluster.authorized_operations] == ["DESCRIBE"]
+    finally:
+        user_admin.close()
+
+
+def test_transactional_and_idempotent_producers_need_their_acls(secured, admin, principal):
+    user, conf = principal
+    topic, txn = f"tx-{uuid.uuid4().hex[:6]}", f"txn-{uuid.uuid4().hex[:6]}"
+    secured.create_topic(topic, partitions=1)
+    # The refusal through confluent-kafka, which gives it up at once as fatal (our
+    # producer retries FindCoordinator until init_transactions() times out: the client's
+    # handling is not what this file checks).
+    peer = confluent_kafka.Producer(conf(**{"transactional.id": txn}))
+    with pytest.raises(confluent_kafka.KafkaException) as ei:
+        peer.init_transactions(10)
+    assert ei.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert ei.value.args[0].fatal()
+    grant(admin, binding(ResourceType.TRANSACTIONAL_ID, txn, user, AclOperation.WRITE),
+          binding(ResourceType.TOPIC, topic, user, AclOperation.WRITE))
+    producer = Producer(conf(**{"transactional.id": txn}))
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce(topic, b"in-txn")
+    producer.commit_transaction(10)
+    grant(admin, binding(ResourceType.TOPIC, topic, user, AclOperation.READ))
+    assert consume_assigned(conf, topic, 1)[0] == [b"in-txn"]
+    # idempotence: WRITE on some topic is enough (KIP-679)
+    assert produce(conf, topic, 1, **{"enable.idempotence": True}) == [None]

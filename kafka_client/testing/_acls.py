@@ -201,7 +201,13 @@ class AclError(Exception):
 
 
 def _check_new_acl(acl: Acl) -> None:
-    """Kafka's checks of a binding to create (each refused with INVALID_REQUEST)."""
+    """Kafka's checks of a binding to create, each refused with INVALID_REQUEST: the
+    broker's (the cluster's name, an empty name), then the controller's."""
+    if acl.resource_type == AclResourceType.CLUSTER and acl.name != CLUSTER_NAME:
+        raise AclError(ErrorCode.INVALID_REQUEST,
+                       f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
+    if not acl.name:
+        raise AclError(ErrorCode.INVALID_REQUEST, "Invalid empty resource name")
     if acl.resource_type in (AclResourceType.UNKNOWN, AclResourceType.ANY):
         raise AclError(ErrorCode.INVALID_REQUEST,
                        f"Invalid resourceType {acl.resource_type.name}")
@@ -212,11 +218,6 @@ def _check_new_acl(acl: Acl) -> None:
     if acl.permission not in (AclPermission.DENY, AclPermission.ALLOW):
         raise AclError(ErrorCode.INVALID_REQUEST,
                        f"Invalid permissionType {acl.permission.name}")
-    if not acl.name:
-        raise AclError(ErrorCode.INVALID_REQUEST, "Resource name should not be empty")
-    if acl.resource_type == AclResourceType.CLUSTER and acl.name != CLUSTER_NAME:
-        raise AclError(ErrorCode.INVALID_REQUEST,
-                       f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
     if ":" not in acl.principal:
         raise AclError(ErrorCode.INVALID_REQUEST,
                        f"Could not parse principal from `{acl.principal}` (no colon is "

@@ -809,9 +809,16 @@ def _coordinator(ctx: RequestContext) -> ConsumerGroupCoordinator:
 
 @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 def consumer_group_heartbeat(ctx: RequestContext) -> None:
-    if not ctx.allowed(AclOperation.READ, AclResourceType.GROUP, ctx.request.group_id):
-        ctx.respond(heartbeat_error(ctx.request, ctx.version,
-                                    ErrorCode.GROUP_AUTHORIZATION_FAILED))
+    req = ctx.request
+    if not ctx.allowed(AclOperation.READ, AclResourceType.GROUP, req.group_id):
+        ctx.respond(heartbeat_error(req, ctx.version, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        return
+    # Kafka 4: every topic named in the subscription needs DESCRIBE.
+    refused = sorted(t for t in req.subscribed_topic_names or ()
+                     if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.TOPIC, t))
+    if refused:
+        ctx.respond(heartbeat_error(req, ctx.version, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                    f"Topics not authorized: {', '.join(refused)}"))
         return
     _coordinator(ctx).heartbeat(ctx)
 

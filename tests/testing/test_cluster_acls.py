@@ -40,7 +40,19 @@ from kafka_client.testing._acls import (
     Authorizer,
 )
 from kafka_proto.errors import ErrorCode
-from kafka_proto.messages import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
+from kafka_proto.messages import (
+    ConsumerGroupHeartbeatRequest,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DeleteGroupsRequest,
+    DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeConfigsRequest,
+    ElectLeadersRequest,
+    FindCoordinatorRequest,
+    ListGroupsRequest,
+    MetadataRequest,
+)
 
 from rawclient import RawClient  # tests/testing/rawclient.py
 
@@ -441,3 +453,101 @@ def test_transactional_and_idempotent_producers_need_their_acls(secured, admin, 
     assert consume_assigned(conf, topic, 1)[0] == [b"in-txn"]
     # idempotence: WRITE on some topic is enough (KIP-679)
     assert produce(conf, topic, 1, **{"enable.idempotence": True}) == [None]
+
+
+# --------------------------------------------------------------------------- on the wire
+
+
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory):
+    """Authorizer on, no super user, auto-creation on: a raw client is User:ANONYMOUS and
+    may do what the ACLs the test creates (through the control channel) allow."""
+    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("acl-raw") / "c"),
+                 authorizer=True) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def tag():
+    """Resource names of this test's own (the locked cluster's ACLs are shared)."""
+    return f"w{uuid.uuid4().hex[:8]}"
+
+
+def allow(cluster, res, name, op, pattern="LITERAL", perm="ALLOW"):
+    cluster.create_acl(res, name, "User:ANONYMOUS", op, perm, pattern)
+
+
+def test_metadata_shows_and_creates_only_what_the_acls_allow(locked, tag):
+    seen, hidden = f"{tag}-seen", f"{tag}-hidden"
+    for t in (seen, hidden):
+        locked.create_topic(t)
+    allow(locked, "TOPIC", seen, "DESCRIBE")
+    with RawClient(locked.bootstrap_servers) as raw:
+        every = raw.request(MetadataRequest(topics=None), 12)
+        assert seen in {t.name for t in every.topics}
+        assert hidden not in {t.name for t in every.topics}
+        named = raw.request(MetadataRequest(topics=[
+            MetadataRequest.MetadataRequestTopic(name=n)
+            for n in (seen, hidden, f"{tag}-absent")], allow_auto_topic_creation=True,
+            include_topic_authorized_operations=True), 12)
+        by_name = {t.name: t for t in named.topics}
+        assert by_name[seen].error_code == ErrorCode.NONE
+        assert by_name[seen].topic_authorized_operations == 1 << Op.DESCRIBE
+        # refused whether it exists or not: nothing leaks, nothing is created
+        assert by_name[hidden].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        assert by_name[f"{tag}-absent"].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        # describable but not creatable: not auto-created either
+        allow(locked, "TOPIC", f"{tag}-auto", "DESCRIBE", "PREFIXED")
+        first = raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+            name=f"{tag}-auto1")], allow_auto_topic_creation=True), 12)
+        assert first.topics[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        allow(locked, "TOPIC", f"{tag}-auto", "CREATE", "PREFIXED")
+        second = raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+            name=f"{tag}-auto1")], allow_auto_topic_creation=True), 12)
+        assert second.topics[0].error_code in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE)
+    assert f"{tag}-auto1" in locked.topics()
+
+
+def test_config_topic_and_group_admin_apis_are_refused_without_their_acls(locked, tag):
+    topic, group = f"{tag}-t", f"{tag}-g"
+    locked.create_topic(topic)
+    with RawClient(locked.bootstrap_servers) as raw:
+        def describe_config():
+            return raw.request(DescribeConfigsRequest(resources=[
+                DescribeConfigsRequest.DescribeConfigsResource(
+                    resource_type=2, resource_name=topic, configuration_keys=None)]), 4)
+
+        assert describe_config().results[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        allow(locked, "TOPIC", topic, "ALTER_CONFIGS")     # implies DESCRIBE_CONFIGS
+        assert describe_config().results[0].error_code == ErrorCode.NONE
+        deleted = raw.request(DeleteTopicsRequest(topics=[
+            DeleteTopicsRequest.DeleteTopicState(name=topic)], timeout_ms=5000), 6)
+        assert deleted.responses[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        assert topic in locked.topics()
+        assert raw.request(ListGroupsRequest(), 4).error_code == ErrorCode.NONE
+        gone = raw.request(DeleteGroupsRequest(groups_names=[group]), 2)
+        assert gone.results[0].error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        found = raw.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
+        assert found.coordinators[0].error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        elected = raw.request(ElectLeadersRequest(election_type=0, topic_partitions=None,
+                                                  timeout_ms=5000), 2)
+        assert elected.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_kip848_heartbeat_needs_the_group_and_its_topics(locked, tag):
+    topic, group = f"{tag}-t", f"{tag}-g"
+    locked.create_topic(topic)
+
+    def heartbeat(raw):
+        return raw.request(ConsumerGroupHeartbeatRequest(
+            group_id=group, member_id=uuid.uuid4().hex, member_epoch=0,
+            rebalance_timeout_ms=5000, subscribed_topic_names=[topic], topic_partitions=[]),
+            0)
+
+    with RawClient(locked.bootstrap_servers) as raw:
+        assert heartbeat(raw).error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+        allow(locked, "GROUP", group, "READ")
+        assert heartbeat(raw).error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        allow(locked, "TOPIC", topic, "DESCRIBE")
+        joined = heartbeat(raw)
+        assert joined.error_code == ErrorCode.NONE and joined.member_epoch > 0

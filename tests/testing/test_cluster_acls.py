@@ -52,6 +52,8 @@ from kafka_proto.messages import (
     FindCoordinatorRequest,
     ListGroupsRequest,
     MetadataRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
 )
 
 from rawclient import RawClient  # tests/testing/rawclient.py
@@ -458,18 +460,16 @@ def test_transactional_and_idempotent_producers_need_their_acls(secured, admin, 
 # --------------------------------------------------------------------------- on the wire
 
 
-@pytest.fixture(scope="module")
-def locked(tmp_path_factory):
+@pytest.fixture
+def locked(tmp_path):
     """Authorizer on, no super user, auto-creation on: a raw client is User:ANONYMOUS and
     may do what the ACLs the test creates (through the control channel) allow."""
-    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("acl-raw") / "c"),
-                 authorizer=True) as cluster:
+    with Cluster(brokers=1, data_dir=str(tmp_path / "c"), authorizer=True) as cluster:
         yield cluster
 
 
 @pytest.fixture
 def tag():
-    """Resource names of this test's own (the locked cluster's ACLs are shared)."""
     return f"w{uuid.uuid4().hex[:8]}"
 
 
@@ -551,3 +551,45 @@ def test_kip848_heartbeat_needs_the_group_and_its_topics(locked, tag):
         allow(locked, "TOPIC", topic, "DESCRIBE")
         joined = heartbeat(raw)
         assert joined.error_code == ErrorCode.NONE and joined.member_epoch > 0
+
+
+def test_offsets_and_group_listing_follow_the_acls(locked, tag):
+    readable, other, group = f"{tag}-r", f"{tag}-o", f"{tag}-g"
+    for t in (readable, other):
+        locked.create_topic(t)
+    C = OffsetCommitRequest
+
+    def commit(raw):
+        resp = raw.request(C(group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                             topics=[C.OffsetCommitRequestTopic(name=t, partitions=[
+                                 C.OffsetCommitRequestPartition(partition_index=0,
+                                                                committed_offset=7)])
+                                     for t in (readable, other)]), 9)
+        return {t.name: t.partitions[0].error_code for t in resp.topics}
+
+    def fetch_all(raw):
+        resp = raw.request(OffsetFetchRequest(groups=[
+            OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=None)]), 9)
+        g = resp.groups[0]
+        return g.error_code, {t.name: t.partitions[0].committed_offset for t in g.topics}
+
+    def listed(raw):
+        return {g.group_id for g in raw.request(ListGroupsRequest(), 4).groups}
+
+    with RawClient(locked.bootstrap_servers) as raw:
+        assert commit(raw) == {readable: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                               other: ErrorCode.GROUP_AUTHORIZATION_FAILED}
+        allow(locked, "GROUP", group, "READ")
+        allow(locked, "TOPIC", readable, "READ")
+        assert commit(raw) == {readable: ErrorCode.NONE,
+                               other: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+        # READ on the group implies DESCRIBE: listed, and its offsets fetched; only the
+        # describable topics' offsets are shown
+        assert group in listed(raw)
+        assert fetch_all(raw) == (ErrorCode.NONE, {readable: 7})
+        allow(locked, "GROUP", group, "DESCRIBE", perm="DENY")
+        assert group not in listed(raw)
+        assert fetch_all(raw) == (ErrorCode.GROUP_AUTHORIZATION_FAILED, {})
+        # DESCRIBE on the cluster lists every group, whatever the group's ACLs
+        allow(locked, "CLUSTER", "kafka-cluster", "DESCRIBE")
+        assert group in listed(raw)

@@ -296,6 +296,9 @@ class _FetchOperation:
         self.follower = replica_id if replica_id >= 0 else None
         self.read_committed = req.isolation_level == 1
         self.leader_only = self.follower is not None or self.version < 11
+        #: A consumer's Fetch needs READ on each topic (checked at every read, as the
+        #: ACLs may change while it waits); followers' are the brokers' own.
+        self.check_read = self.follower is None and ctx.server.authorizer.enabled
         selector = ctx.broker.settings.rack_aware_selector
         self.client_rack = req.rack_id if selector and self.follower is None and \
             self.version >= 11 else ""
@@ -551,8 +554,8 @@ class _FetchOperation:
         """The partition's answer, the file range of its records, and which replica
         served it (``"leader"``, ``"follower"``, None for an error)."""
         broker = self.ctx.broker
-        if self.follower is None and not self.ctx.allowed(AclOperation.READ,
-                                                          AclResourceType.TOPIC, topic):
+        if self.check_read and not self.ctx.allowed(AclOperation.READ, AclResourceType.TOPIC,
+                                                    topic):
             return _fetch_partition(p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED), \
                 None, None
         if self.leader_only:

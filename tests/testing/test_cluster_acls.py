@@ -5,8 +5,13 @@ ACLs an admin creates, producing and consuming; DENY over ALLOW; prefixed patter
 super user; what Metadata and KIP-430's authorized operations show each principal."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -56,9 +61,12 @@ from kafka_proto.messages import (
     OffsetFetchRequest,
 )
 
+from cli_cluster import start_cli_cluster  # tests/testing/cli_cluster.py
 from rawclient import RawClient  # tests/testing/rawclient.py
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
+
+ROOT = str(Path(__file__).resolve().parents[2])
 
 ALLOW, DENY = Perm.ALLOW, Perm.DENY
 
@@ -593,3 +601,27 @@ def test_offsets_and_group_listing_follow_the_acls(locked, tag):
         # DESCRIBE on the cluster lists every group, whatever the group's ACLs
         allow(locked, "CLUSTER", "kafka-cluster", "DESCRIBE")
         assert group in listed(raw)
+
+
+def test_the_command_line_switches_the_authorizer_on(tmp_path):
+    """``--authorizer --super-user User:ANONYMOUS``: the ACL APIs are served (a plain
+    cluster answers SECURITY_DISABLED) and a principal not named is refused."""
+    proc, printed = start_cli_cluster(["--brokers", "1", "--authorizer", "--super-user",
+                                       "User:ANONYMOUS", "--control-port", "0",
+                                       "--data-dir", str(tmp_path / "data")])
+    try:
+        with RawClient(printed["bootstrap.servers"]) as raw:
+            resp = raw.request(CreateAclsRequest(creations=[creation(principal="User:x")]), 3)
+            assert [r.error_code for r in resp.results] == [ErrorCode.NONE]
+        attached = Cluster.attach(printed["control"])
+        try:
+            assert [a["principal"] for a in attached.acls()] == ["User:x"]
+        finally:
+            attached.stop()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    bad = subprocess.run([sys.executable, "-m", "kafka_client.testing", "--brokers", "1",
+                          "--authorizer", "--super-user", "admin"], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert bad.returncode == 1 and "super_users: 'admin'" in bad.stderr

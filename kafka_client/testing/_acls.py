@@ -307,26 +307,39 @@ class Authorizer:
     def authorize_any(self, conn: "ClientConnection", operation: AclOperation,
                       resource_type: AclResourceType) -> bool:
         """Kafka's authorizeByResourceType: whether some resource of the type allows the
-        operation (an ALLOW of it or of ALL for the principal and host that no DENY
-        covering every name of the type, the LITERAL wildcard, cancels)."""
+        operation. The principal's ACLs of the operation (or ALL) count, no implied
+        operations: a DENY of the wildcard refuses; an ALLOW of the wildcard allows; else
+        an ALLOWed literal name that no DENY names and no DENYed prefix covers, or an
+        ALLOWed prefix that no DENYed prefix covers, allows."""
         if not self.enabled or conn.internal:
             return True
         principal, host = self.principal(conn), conn.peer[0]
         if principal in self.super_users:
             return True
-        allowed = False
+        allowed: List[Acl] = []
+        denied_names, denied_prefixes = set(), []
         for acl in self.store:
             if acl.resource_type != resource_type or \
                     acl.principal not in (principal, WILDCARD_PRINCIPAL) or \
                     acl.host not in (host, WILDCARD) or \
                     acl.operation not in (operation, AclOperation.ALL):
                 continue
+            literal = acl.pattern_type == AclPatternType.LITERAL
             if acl.permission == AclPermission.DENY:
-                if acl.pattern_type == AclPatternType.LITERAL and acl.name == WILDCARD:
+                if literal and acl.name == WILDCARD:
                     return False
+                if literal:
+                    denied_names.add(acl.name)
+                else:
+                    denied_prefixes.append(acl.name)
             else:
-                allowed = True
-        return allowed
+                allowed.append(acl)
+        if any(a.pattern_type == AclPatternType.LITERAL and a.name == WILDCARD
+               for a in allowed):
+            return True
+        return any(not (a.pattern_type == AclPatternType.LITERAL and a.name in denied_names)
+                   and not any(a.name.startswith(prefix) for prefix in denied_prefixes)
+                   for a in allowed)
 
     def authorized_operations(self, conn: "ClientConnection",
                               resource_type: AclResourceType, name: str) -> int:

@@ -132,6 +132,39 @@ def test_super_users_pass_everything():
                   super_users=("User:admin",))
 
 
+class _Conn:
+    """What the authorizer reads of a connection."""
+
+    def __init__(self, principal="User:alice", host="127.0.0.1"):
+        self.principal, self.peer, self.internal = principal, (host, 5000), False
+
+
+def may_write_some_topic(acls):
+    store = AclStore()
+    for a in acls:
+        store.create(a)
+    return Authorizer(store, True).authorize_any(_Conn(), Op.WRITE, Res.TOPIC)
+
+
+def test_some_topic_writable_is_kafkas_authorize_by_resource_type():
+    """InitProducerId of an idempotent producer: WRITE on some topic (KIP-679)."""
+    assert not may_write_some_topic([])
+    assert may_write_some_topic([acl(op=Op.WRITE)])
+    assert may_write_some_topic([acl(op=Op.ALL, name="t-", pattern=Pat.PREFIXED)])
+    assert not may_write_some_topic([acl(op=Op.READ)])          # no implied operations
+    assert not may_write_some_topic([acl(op=Op.WRITE), acl(op=Op.WRITE, perm=DENY)])
+    assert not may_write_some_topic([acl(op=Op.WRITE, name="t-a"),
+                                     acl(op=Op.WRITE, name="t-", pattern=Pat.PREFIXED,
+                                         perm=DENY)])
+    assert may_write_some_topic([acl(op=Op.WRITE, name="t-a"),
+                                 acl(op=Op.WRITE, name="t-b", perm=DENY)])
+    assert not may_write_some_topic([acl(op=Op.WRITE, name="*"),
+                                     acl(op=Op.ALL, name="*", perm=DENY)])
+    assert may_write_some_topic([acl(op=Op.WRITE, name="*"),
+                                 acl(op=Op.WRITE, name="x", pattern=Pat.PREFIXED, perm=DENY)])
+    assert not may_write_some_topic([acl(op=Op.WRITE, principal="User:bob")])
+
+
 # --------------------------------------------------------------------------- the ACL APIs
 
 

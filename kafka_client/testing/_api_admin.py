@@ -336,6 +336,13 @@ def delete_topics(ctx: RequestContext) -> None:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
             results.append(result)
             continue
+        if topic_id is not None and not _may(ctx, AclOperation.DESCRIBE, name):
+            # Kafka: named by id, the topic's name is not given away.
+            result.name, result.topic_id = None, topic_id
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = "Authorization failed."
+            results.append(result)
+            continue
         info = controller.topics.get(name)
         if info is not None:
             result.topic_id = info.topic_id

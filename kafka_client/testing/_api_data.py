@@ -21,7 +21,7 @@ from kafka_proto.messages import (
 )
 from kafka_proto.records import Compression, iter_batch_headers, read_batch_header
 
-from ._acls import AclOperation, AclResourceType
+from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
 from ._api import RequestContext, error_answer, handles
 from ._fetch_sessions import (
     FINAL_EPOCH,
@@ -91,6 +91,20 @@ def _batch_summary(records: Any) -> Dict[str, Any]:
             "base_sequence": h.base_sequence, "records": h.records_count}
 
 
+def _has_transactional_batches(request: Any) -> bool:
+    """Whether a ProduceRequest carries a transactional batch (Kafka's
+    hasTransactionalRecords, which its authorization looks at)."""
+    for t in request.topic_data:
+        for pd in t.partition_data:
+            try:
+                if pd.records is not None and any(
+                        h.is_transactional for h in iter_batch_headers(pd.records)):
+                    return True
+            except KafkaProtocolError:
+                continue   # the append refuses it, with the reason
+    return False
+
+
 def _zstd(records: Any) -> bool:
     """Whether a batch of ``records`` is zstd-compressed: Kafka refuses that below Produce
     v7 (KIP-110), whose clients know nothing of zstd, with UNSUPPORTED_COMPRESSION_TYPE."""
@@ -106,10 +120,11 @@ def produce(ctx: RequestContext) -> None:
     req = ctx.request
     broker = ctx.broker
     acks = req.acks
-    # Kafka: a transactional produce needs WRITE on its transactional id (every partition
-    # refused otherwise), each topic WRITE on it.
-    txn_refused = req.transactional_id is not None and not ctx.allowed(
-        AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, req.transactional_id)
+    # Kafka: transactional batches need WRITE on the request's transactional id (every
+    # partition refused otherwise, or without one), each topic WRITE on it.
+    txn_refused = ctx.server.authorizer.enabled and _has_transactional_batches(req) and (
+        req.transactional_id is None or not ctx.allowed(
+            AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, req.transactional_id))
     refused = {t.name for t in req.topic_data
                if not ctx.allowed(AclOperation.WRITE, AclResourceType.TOPIC, t.name)}
     # (topic, partition, result, replica or None)
@@ -297,8 +312,12 @@ class _FetchOperation:
         self.read_committed = req.isolation_level == 1
         self.leader_only = self.follower is not None or self.version < 11
         #: A consumer's Fetch needs READ on each topic (checked at every read, as the
-        #: ACLs may change while it waits); followers' are the brokers' own.
+        #: ACLs may change while it waits); a replica's CLUSTER_ACTION on the cluster
+        #: (the followers' connections are the brokers' own and pass), else Kafka answers
+        #: every partition TOPIC_AUTHORIZATION_FAILED.
         self.check_read = self.follower is None and ctx.server.authorizer.enabled
+        self.follower_refused = self.follower is not None and not ctx.allowed(
+            AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER, CLUSTER_NAME)
         selector = ctx.broker.settings.rack_aware_selector
         self.client_rack = req.rack_id if selector and self.follower is None and \
             self.version >= 11 else ""
@@ -347,7 +366,7 @@ class _FetchOperation:
             self.ctx.respond(FetchResponse(error_code=error, session_id=NO_SESSION))
             return
         self.keys = [(w.name, w.key[1]) for w in self.wanted if w.name is not None]
-        if self.follower is not None:
+        if self.follower is not None and not self.follower_refused:
             self._record_follower_offsets()
         req = self.ctx.request
         # Nothing to read is answered at once, as Kafka does.
@@ -554,8 +573,8 @@ class _FetchOperation:
         """The partition's answer, the file range of its records, and which replica
         served it (``"leader"``, ``"follower"``, None for an error)."""
         broker = self.ctx.broker
-        if self.check_read and not self.ctx.allowed(AclOperation.READ, AclResourceType.TOPIC,
-                                                    topic):
+        if self.follower_refused or self.check_read and not self.ctx.allowed(
+                AclOperation.READ, AclResourceType.TOPIC, topic):
             return _fetch_partition(p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED), \
                 None, None
         if self.leader_only:
@@ -720,9 +739,12 @@ def offset_for_leader_epoch(ctx: RequestContext) -> None:
     R = OffsetForLeaderEpochResponse
     broker = ctx.broker
     topics = []
+    # Kafka: CLUSTER_ACTION on the cluster (a replica's), else DESCRIBE on each topic.
+    replica = ctx.allowed(AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER, CLUSTER_NAME)
     for t in ctx.request.topics:
         parts = []
-        described = ctx.allowed(AclOperation.DESCRIBE, AclResourceType.TOPIC, t.topic)
+        described = replica or ctx.allowed(AclOperation.DESCRIBE, AclResourceType.TOPIC,
+                                           t.topic)
         for p in t.partitions:
             if not described:
                 parts.append(R.EpochEndOffset(partition=p.partition, leader_epoch=-1,

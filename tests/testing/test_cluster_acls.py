@@ -54,12 +54,16 @@ from kafka_proto.messages import (
     DescribeAclsRequest,
     DescribeConfigsRequest,
     ElectLeadersRequest,
+    FetchRequest,
     FindCoordinatorRequest,
     ListGroupsRequest,
     MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
+    ProduceRequest,
 )
+from kafka_proto.records import RecordBatchBuilder
 
 from cli_cluster import start_cli_cluster  # tests/testing/cli_cluster.py
 from rawclient import RawClient  # tests/testing/rawclient.py
@@ -658,3 +662,60 @@ def test_the_command_line_switches_the_authorizer_on(tmp_path):
                           "--authorizer", "--super-user", "admin"], capture_output=True,
                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
     assert bad.returncode == 1 and "super_users: 'admin'" in bad.stderr
+
+
+def test_replica_fetches_transactional_batches_and_topic_ids_are_checked(locked, tag):
+    """A Fetch or OffsetForLeaderEpoch naming a replica needs CLUSTER_ACTION; a Produce
+    of transactional batches WRITE on its transactional id, whatever the request says;
+    a DeleteTopics by id DESCRIBE before DELETE (the name is not given away)."""
+    topic = f"{tag}-t"
+    info = locked.create_topic(topic)
+    allow(locked, "TOPIC", topic, "WRITE")
+
+    def produce(raw, transactional, transactional_id):
+        b = RecordBatchBuilder(producer_id=1 if transactional else -1, producer_epoch=0,
+                               base_sequence=0 if transactional else -1,
+                               transactional=transactional)
+        b.append(b"v", key=None, timestamp=int(time.time() * 1000))
+        resp = raw.request(ProduceRequest(acks=1, timeout_ms=5000,
+                                          transactional_id=transactional_id, topic_data=[
+            ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                ProduceRequest.PartitionProduceData(index=0, records=b.build())])]), 9)
+        return resp.responses[0].partition_responses[0].error_code
+
+    def fetch(raw, replica_id):
+        resp = raw.request(FetchRequest(replica_id=replica_id, max_wait_ms=0, min_bytes=1,
+                                        max_bytes=1 << 20, topics=[FetchRequest.FetchTopic(
+                                            topic=topic, partitions=[
+                                                FetchRequest.FetchPartition(
+                                                    partition=0, fetch_offset=0,
+                                                    partition_max_bytes=1 << 20)])]), 12)
+        return resp.responses[0].partitions[0].error_code
+
+    def epochs(raw, replica_id):
+        R = OffsetForLeaderEpochRequest
+        resp = raw.request(R(replica_id=replica_id, topics=[R.OffsetForLeaderTopic(
+            topic=topic, partitions=[R.OffsetForLeaderPartition(
+                partition=0, current_leader_epoch=-1, leader_epoch=0)])]), 4)
+        return resp.topics[0].partitions[0].error_code
+
+    with RawClient(locked.bootstrap_servers) as raw:
+        assert produce(raw, True, None) == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert produce(raw, True, "txn") == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert produce(raw, False, "txn") == ErrorCode.NONE   # not a transactional batch
+        assert locked.describe_topic(topic).partitions[0].high_watermark == 1
+        # WRITE implies DESCRIBE, not READ
+        assert fetch(raw, -1) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        assert epochs(raw, -1) == ErrorCode.NONE
+        assert fetch(raw, 7) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        allow(locked, "TOPIC", topic, "DESCRIBE", perm="DENY")
+        assert epochs(raw, 2) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        allow(locked, "CLUSTER", "kafka-cluster", "CLUSTER_ACTION")
+        assert epochs(raw, 2) == ErrorCode.NONE
+        assert fetch(raw, 7) == ErrorCode.NONE
+
+        deleted = raw.request(DeleteTopicsRequest(topics=[DeleteTopicsRequest.DeleteTopicState(
+            name=None, topic_id=uuid.UUID(info.topic_id))], timeout_ms=5000), 6)
+        result = deleted.responses[0]
+        assert (result.error_code, result.name) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
+    assert topic in locked.topics()

@@ -26,6 +26,9 @@ ck_admin = pytest.importorskip("confluent_kafka.admin")
 
 pytestmark = pytest.mark.integration
 
+#: A refused call must fail within this (the request timeout is 60 s).
+PROMPT = 5.0
+
 Pat, Op, Perm = ResourcePatternType, AclOperation, AclPermissionType
 
 
@@ -231,3 +234,84 @@ def test_without_an_authorizer_the_acl_calls_fail_with_security_disabled(tmp_pat
                 assert ei.value.args[0].code() == KafkaError.SECURITY_DISABLED
         finally:
             admin.close()
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.fixture(scope="module")
+def refusing_cluster(tmp_path_factory):
+    """SASL PLAIN, the authorizer on, a topic ``t`` and no ACL for ``alice``."""
+    from kafka_client.testing import Cluster
+
+    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("refusals") / "cluster"),
+                 authorizer=True, broker_config={"sasl.enabled.mechanisms": "PLAIN"},
+                 users={"alice": "alice-secret"}) as cluster:
+        cluster.create_topic("t")
+        yield cluster
+
+
+def _alice(cluster):
+    return {"bootstrap.servers": cluster.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice", "sasl.password": "alice-secret"}
+
+
+def _refusal_calls():
+    """(name, our call, confluent-kafka's call, the error both report)."""
+    from kafka_client import ConsumerGroupTopicPartitions, TopicCollection, TopicPartition
+    from kafka_client.admin import ConfigResource, NewPartitions, NewTopic
+
+    return [
+        ("create_topics", lambda a: a.create_topics([NewTopic("n", 1)]),
+         lambda p: p.create_topics([ck_admin.NewTopic("n", 1)]), "TOPIC_AUTHORIZATION_FAILED"),
+        ("delete_topics", lambda a: a.delete_topics(["t"]),
+         lambda p: p.delete_topics(["t"]), "TOPIC_AUTHORIZATION_FAILED"),
+        ("create_partitions", lambda a: a.create_partitions([NewPartitions("t", 3)]),
+         lambda p: p.create_partitions([ck_admin.NewPartitions("t", 3)]),
+         "TOPIC_AUTHORIZATION_FAILED"),
+        ("describe_configs",
+         lambda a: a.describe_configs([ConfigResource(ResourceType.TOPIC, "t")]),
+         lambda p: p.describe_configs([ck_admin.ConfigResource(ck_admin.ResourceType.TOPIC,
+                                                               "t")]),
+         "TOPIC_AUTHORIZATION_FAILED"),
+        ("describe_topics", lambda a: a.describe_topics(TopicCollection(["t"])),
+         lambda p: p.describe_topics(ck.TopicCollection(["t"])), "TOPIC_AUTHORIZATION_FAILED"),
+        ("describe_consumer_groups", lambda a: a.describe_consumer_groups(["g"]),
+         lambda p: p.describe_consumer_groups(["g"]), "GROUP_AUTHORIZATION_FAILED"),
+        ("delete_consumer_groups", lambda a: a.delete_consumer_groups(["g"]),
+         lambda p: p.delete_consumer_groups(["g"]), "GROUP_AUTHORIZATION_FAILED"),
+        ("list_consumer_group_offsets",
+         lambda a: a.list_consumer_group_offsets([ConsumerGroupTopicPartitions("g")]),
+         lambda p: p.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions("g")]),
+         "GROUP_AUTHORIZATION_FAILED"),
+        # confluent-kafka reports _NOENT here: its metadata lookup found no leader
+        ("delete_records", lambda a: a.delete_records([TopicPartition("t", 0, 0)]),
+         None, "TOPIC_AUTHORIZATION_FAILED"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(9), ids=lambda i: _refusal_calls()[i][0])
+def test_admin_calls_refused_by_the_acls_fail_promptly_with_the_brokers_error(
+        refusing_cluster, index):
+    """What a managed cluster's ACLs do to an admin client: the call fails at once with
+    the authorization error, as confluent-kafka's."""
+    _name, ours, theirs, expected = _refusal_calls()[index]
+    admin = AdminClient(_alice(refusing_cluster))
+    try:
+        futures = ours(admin)
+        future = next(iter(futures.values())) if isinstance(futures, dict) else futures
+        with pytest.raises(KafkaException) as ei:
+            future.result(PROMPT)
+        assert ei.value.args[0].name() == expected
+    finally:
+        admin.close()
+    if theirs is not None:
+        peer = ck_admin.AdminClient(_alice(refusing_cluster))   # kept: its futures die with it
+        futures = theirs(peer)
+        future = next(iter(futures.values())) if isinstance(futures, dict) else futures
+        with pytest.raises(ck.KafkaException) as ei:
+            future.result(PROMPT)
+        assert ei.value.args[0].name() == expected
+    assert refusing_cluster.topics() == ["t"]
+    assert len(refusing_cluster.describe_topic("t").partitions) == 1

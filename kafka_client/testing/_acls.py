@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import enum
 from typing import (
-    TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence,
-    Tuple,
+    TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional,
+    Sequence, Tuple,
 )
 
 from kafka_proto.errors import ErrorCode
@@ -55,6 +55,8 @@ class AclResourceType(enum.IntEnum):
 
 
 class AclPatternType(enum.IntEnum):
+    """How an ACL's name matches (ANY and MATCH in filters only)."""
+
     UNKNOWN = 0
     ANY = 1
     MATCH = 2
@@ -63,6 +65,8 @@ class AclPatternType(enum.IntEnum):
 
 
 class AclOperation(enum.IntEnum):
+    """What an ACL allows or denies (ANY in filters only)."""
+
     UNKNOWN = 0
     ANY = 1
     ALL = 2
@@ -81,6 +85,8 @@ class AclOperation(enum.IntEnum):
 
 
 class AclPermission(enum.IntEnum):
+    """ALLOW or DENY (ANY in filters only)."""
+
     UNKNOWN = 0
     ANY = 1
     DENY = 2
@@ -234,8 +240,8 @@ class AclStore:
     def __len__(self) -> int:
         return len(self._acls)
 
-    def __iter__(self):
-        return iter(list(self._acls))
+    def __iter__(self) -> Iterator[Acl]:
+        return iter(list(self._acls))   # a copy: callers may create or delete meanwhile
 
     def create(self, acl: Acl) -> None:
         """Store a binding (AclError if Kafka would refuse it); one stored already is

@@ -46,6 +46,7 @@ from kafka_client.testing._acls import (
 )
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
+    ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
     CreateAclsRequest,
     DeleteAclsRequest,
@@ -53,6 +54,7 @@ from kafka_proto.messages import (
     DeleteTopicsRequest,
     DescribeAclsRequest,
     DescribeConfigsRequest,
+    DescribeGroupsRequest,
     ElectLeadersRequest,
     FetchRequest,
     FindCoordinatorRequest,
@@ -719,3 +721,21 @@ def test_replica_fetches_transactional_batches_and_topic_ids_are_checked(locked,
         result = deleted.responses[0]
         assert (result.error_code, result.name) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
     assert topic in locked.topics()
+
+
+def test_described_groups_carry_the_operations_the_acls_allow(locked, tag):
+    """KIP-430 in DescribeGroups and ConsumerGroupDescribe; a group the principal may not
+    describe is refused in both."""
+    mine, other = f"{tag}-mine", f"{tag}-other"
+    allow(locked, "GROUP", mine, "READ")
+    allow(locked, "GROUP", mine, "DELETE")
+    with RawClient(locked.bootstrap_servers) as raw:
+        described = raw.request(DescribeGroupsRequest(
+            groups=[mine, other], include_authorized_operations=True), 5).groups
+        assert [g.error_code for g in described] == [ErrorCode.NONE,
+                                                     ErrorCode.GROUP_AUTHORIZATION_FAILED]
+        assert described[0].authorized_operations == \
+            (1 << Op.READ) | (1 << Op.DESCRIBE) | (1 << Op.DELETE)
+        kip848 = raw.request(ConsumerGroupDescribeRequest(
+            group_ids=[other], include_authorized_operations=True), 0).groups
+        assert [g.error_code for g in kip848] == [ErrorCode.GROUP_AUTHORIZATION_FAILED]

@@ -29,7 +29,7 @@ from kafka_proto.messages import (
     DescribeAclsResponse,
 )
 
-from ._api import RequestContext, error_answer, handles
+from ._api import RequestContext, error_answer, handles, validates
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._broker import ClientConnection
@@ -381,6 +381,41 @@ def _refusal(ctx: RequestContext, operation: AclOperation) -> Optional[Tuple[int
 def _pattern_type(ctx: RequestContext, value: int) -> AclPatternType:
     # Before v1 every ACL is literal (the field is not on the wire).
     return _enum(AclPatternType, value) if ctx.version >= 1 else AclPatternType.LITERAL
+
+
+def _unknown(resource_type: int, pattern_type: int, operation: int, permission: int) -> bool:
+    """Whether a binding or filter has an UNKNOWN part (a code Kafka does not know reads
+    as UNKNOWN)."""
+    return (_enum(AclResourceType, resource_type) == AclResourceType.UNKNOWN
+            or _enum(AclPatternType, pattern_type) == AclPatternType.UNKNOWN
+            or _enum(AclOperation, operation) == AclOperation.UNKNOWN
+            or _enum(AclPermission, permission) == AclPermission.UNKNOWN)
+
+
+@validates(ApiKey.CREATE_ACLS)
+def check_create_acls(request: Any, version: int) -> Optional[str]:
+    """Kafka's CreateAclsRequest refuses, while it parses, a creation with an UNKNOWN
+    part (ANY and MATCH are the controller's to refuse, creation by creation)."""
+    if any(_unknown(c.resource_type, c.resource_pattern_type, c.operation, c.permission_type)
+           for c in request.creations):
+        return "CreatableAcls contain unknown elements"
+    return None
+
+
+@validates(ApiKey.DESCRIBE_ACLS)
+def check_describe_acls(request: Any, version: int) -> Optional[str]:
+    if _unknown(request.resource_type_filter, request.pattern_type_filter, request.operation,
+                request.permission_type):
+        return "DescribeAclsRequest contains UNKNOWN elements"
+    return None
+
+
+@validates(ApiKey.DELETE_ACLS)
+def check_delete_acls(request: Any, version: int) -> Optional[str]:
+    if any(_unknown(f.resource_type_filter, f.pattern_type_filter, f.operation,
+                    f.permission_type) for f in request.filters):
+        return "Filters contain UNKNOWN elements"
+    return None
 
 
 @error_answer(ApiKey.CREATE_ACLS)

@@ -5,7 +5,9 @@ A handler module registers ``@handles(ApiKey.X)`` for its function ``f(ctx)``, w
 answers through ``ctx.respond(response)`` at once or later (a produce waiting for its
 replicas, a long-polling fetch, a group join), or ``ctx.no_response()`` (acks=0). A
 module may also register ``@error_answer(ApiKey.X)``: ``g(request, version, code)``
-builds the answer carrying ``code`` everywhere, for injected errors.
+builds the answer carrying ``code`` everywhere, for injected errors; and
+``@validates(ApiKey.X)``: ``v(request, version)`` says why Kafka's request class would
+refuse to parse the request (the connection is then closed), or None.
 """
 from __future__ import annotations
 
@@ -19,16 +21,20 @@ from kafka_proto.messages import API_KEYS, ApiKey, ApiVersionsResponse
 if TYPE_CHECKING:  # pragma: no cover
     from ._broker import Broker, ClientConnection
 
-__all__ = ["RequestContext", "HANDLERS", "ERROR_ANSWERS", "SUPPORTED_VERSIONS", "handles",
-           "error_answer", "served_api_versions"]
+__all__ = ["RequestContext", "HANDLERS", "ERROR_ANSWERS", "VALIDATORS", "SUPPORTED_VERSIONS",
+           "handles", "error_answer", "validates", "served_api_versions"]
 
 Handler = Callable[["RequestContext"], None]
 ErrorAnswer = Callable[[Any, int, int], Any]
+Validator = Callable[[Any, int], Optional[str]]
 
 _log = logging.getLogger("kafka_client.testing")
 
 HANDLERS: Dict[int, Handler] = {}
 ERROR_ANSWERS: Dict[int, ErrorAnswer] = {}
+#: The checks Kafka's request classes make while a request is parsed: a request one
+#: refuses does not parse, and the broker closes the connection.
+VALIDATORS: Dict[int, Validator] = {}
 
 #: API key -> (lowest, highest) version the cluster serves (Kafka 4.0's floors: the
 #: versions Kafka 4 removed are answered as Kafka 4 answers them).
@@ -87,6 +93,14 @@ def served_api_versions() -> List[Any]:
 def handles(api_key: int) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
         HANDLERS[api_key] = fn
+        return fn
+    return register
+
+
+def validates(api_key: int) -> Callable[[Validator], Validator]:
+    """Register ``v(request, version)``: why Kafka would not parse the request, or None."""
+    def register(fn: Validator) -> Validator:
+        VALIDATORS[api_key] = fn
         return fn
     return register
 

@@ -43,7 +43,9 @@ from kafka_proto.messages import (
 from . import (  # noqa: F401  (handlers)
     _acls, _api_admin, _api_data, _consumer_groups, _groups, _sasl, _telemetry, _txn,
 )
-from ._api import ERROR_ANSWERS, HANDLERS, SUPPORTED_VERSIONS, RequestContext, served_api_versions
+from ._api import (
+    ERROR_ANSWERS, HANDLERS, SUPPORTED_VERSIONS, VALIDATORS, RequestContext, served_api_versions,
+)
 from ._api_data import produce_summary
 from ._controller import PartitionInfo, TopicInfo
 from ._fetch_sessions import FetchSessionCache
@@ -512,6 +514,12 @@ class Broker:
         except (KafkaProtocolError, UnsupportedVersionError, ValueError) as exc:
             self._refuse(conn, f"malformed {api_info(api_key).name} v{api_version} "
                                f"request: {exc}", None)
+            return
+        validator = VALIDATORS.get(api_key)
+        refusal = validator(request, api_version) if validator is not None else None
+        if refusal is not None:
+            self._refuse(conn, f"invalid {api_info(api_key).name} v{api_version} request: "
+                               f"{refusal}", head)
             return
         entry = None
         if not _is_replica_fetch(api_key, request):

@@ -169,9 +169,17 @@ class RequestContext:
 
     def allowed(self, operation: int, resource_type: int, name: str) -> bool:
         """Whether the connection's principal may perform ``operation`` (an
-        ``_acls.AclOperation``) on the resource: always without an authorizer."""
-        return self.broker.server.authorizer.authorize(self.conn, operation, resource_type,
-                                                       name)
+        ``_acls.AclOperation``) on the resource: always without an authorizer. A check
+        that fails is noted in the request log (``denied``: ``"READ TOPIC:orders"``)."""
+        allowed = self.broker.server.authorizer.authorize(self.conn, operation,
+                                                          resource_type, name)
+        if not allowed and self.log_entry is not None:
+            denied = self.log_entry.setdefault("denied", [])
+            what = f"{getattr(operation, 'name', operation)} " \
+                   f"{getattr(resource_type, 'name', resource_type)}:{name}"
+            if what not in denied:
+                denied.append(what)
+        return allowed
 
     def authorized_operations(self, resource_type: int, name: str) -> int:
         """KIP-430: the bit field of the operations the principal may perform on the

@@ -121,7 +121,8 @@ class RequestLogEntry:
     events, ``details["detail"]`` says what happened (a closed connection's reason).
     Every request's ``details["request_bytes"]`` is its size on the wire (the frame
     after the size prefix); a Metadata request's ``details["requested_topics"]`` the
-    number of topics it names (None: every topic)."""
+    number of topics it names (None: every topic); with the authorizer, a request's
+    ``details["denied"]`` lists the checks that failed (``"WRITE TOPIC:orders"``)."""
 
     seq: int
     kind: str

@@ -363,9 +363,12 @@ def test_a_user_is_refused_then_produces_and_consumes_once_allowed(secured, admi
     user, conf = principal
     topic = f"orders-{uuid.uuid4().hex[:6]}"
     secured.create_topic(topic, partitions=1)
+    since = secured.clear_request_log()
     assert [e.code() for e in produce(conf, topic, 3)] == \
         [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 3
     assert secured.describe_topic(topic).partitions[0].high_watermark == 0
+    denied = {d for e in secured.request_log(since) for d in e.details.get("denied", ())}
+    assert f"DESCRIBE TOPIC:{topic}" in denied
 
     grant(admin, binding(ResourceType.TOPIC, topic, user, AclOperation.WRITE))
     assert produce(conf, topic, 3) == [None, None, None]

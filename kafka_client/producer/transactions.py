@@ -751,7 +751,9 @@ class TransactionManager:
             # Out of time (or connections lost): keep trying in the background while a
             # producer id is still wanted, as librdkafka does.
             self._last_init_error = error
-            if error.code() == KafkaError._UNSUPPORTED_FEATURE:
+            if error.code() == KafkaError._UNSUPPORTED_FEATURE or error.code() in _INIT_PID_FATAL:
+                # _INIT_PID_FATAL here: the FindCoordinator before it refused by the ACLs
+                # (DESCRIBE on the transactional id), fatal at once as in librdkafka.
                 self.fatal_error(error)
             elif self.state in (TxnState.WAIT_PID, TxnState.ABORTING):
                 self.io.call_later(self.backoff, self._init_producer_id, bump)

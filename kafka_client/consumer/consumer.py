@@ -1482,9 +1482,10 @@ def _deliverer(queue: Deque[Any], ready: threading.Event) -> Callable[[Any], Non
 def _error_deliverer(lock: Any, deliver: Callable[[Any], None]) -> ErrorDeliverer:
     def deliver_error(err: KafkaError, topic: Optional[str] = None) -> None:
         """I/O thread: a client-level error (about ``topic``, if given) for
-        poll()/consume() to return."""
+        poll()/consume() to return. Its partition() is 0, as librdkafka leaves an error
+        of no partition (confluent-kafka's None stands for RD_KAFKA_PARTITION_UA only)."""
         with lock:
-            deliver(Event(None, 0, error_event(err, topic)))
+            deliver(Event(None, 0, error_event(err, topic, 0)))
     return deliver_error
 
 

@@ -368,9 +368,28 @@ def dead_letter_copy(k, impl, bootstrap, topic):
         c.close()
 
 
+def subscribe_to_a_missing_topic(k, impl, bootstrap, topic):
+    """Subscribe to a topic that does not exist (a misspelt name): the error event a
+    program logs or branches on, as ``(topic, partition, offset, error name, value)``
+    (the topic name left out of the texts, being each client's own)."""
+    missing = f"{topic}-{impl}-nope"
+    c = k.Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-{impl}"})
+    try:
+        c.subscribe([missing])
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            m = c.poll(0.5)
+            if m is not None and m.error():
+                return (m.topic() == missing, m.partition(), m.offset(), m.error().name(),
+                        m.value().replace(missing.encode(), b"<topic>"))
+        return None
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize("program", [
     commit_in_on_revoke, batches_with_stored_offsets, start_at_a_time, topic_exists,
-    produce_with_buffer_error_retry, dead_letter_copy,
+    produce_with_buffer_error_retry, dead_letter_copy, subscribe_to_a_missing_topic,
 ], ids=lambda f: f.__name__)
 def test_program_behaves_as_on_confluent_kafka(cluster, topic_name, program):
     importlib.import_module("confluent_kafka.admin")

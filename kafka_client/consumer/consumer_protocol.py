@@ -295,6 +295,8 @@ class ConsumerProtocolGroup(GroupCoordinator):
     def _answered(self, resp: Any, sent: _Sent) -> None:
         now = time.monotonic()
         self._join_backoff.reset()
+        if self.state == STABLE:
+            self._rejoin_backoff.reset()   # a member's heartbeat, not only its join
         self._join_error_told = None
         if resp.member_id:
             self.member_id = resp.member_id
@@ -326,8 +328,13 @@ class ConsumerProtocolGroup(GroupCoordinator):
                        reason)
         self._sent = None            # say everything again next time
         if code in FENCED_ERRORS:
+            # At once, as a new member (same member id), after the first fencing; fenced
+            # again before a heartbeat succeeds, after a wait that doubles (KIP-580): a
+            # coordinator fencing every join was asked thousands of times a second.
+            at_once = self._rejoin_backoff.failures == 0
             self._lose(reason, reset_member=False)
-            self._rejoin_after = 0.0  # at once, as a new member (same member id)
+            if at_once:
+                self._rejoin_after = 0.0
         elif code in FATAL_ERRORS:
             self._stop(client_error(code, f"group {self.group_id}: group.instance.id "
                                     f"{self.instance_id!r} is in use by another member: "
@@ -453,7 +460,7 @@ class ConsumerProtocolGroup(GroupCoordinator):
         self.state = UNJOINED
         self._sent = None
         self._rejoin_reason = why
-        self._rejoin_after = time.monotonic() + self.retry_backoff
+        self._rejoin_after = time.monotonic() + self._rejoin_backoff.next_delay()
 
     # -- leaving -----------------------------------------------------------------------------
     def _leave(self, reason: str, done: Any = None) -> None:

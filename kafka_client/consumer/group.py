@@ -250,6 +250,9 @@ class GroupCoordinator:
         #: joins, double up to retry.backoff.max.ms; each starts over on a success
         self._find_backoff = retry_backoff(config)
         self._join_backoff = retry_backoff(config)
+        #: ... and so do the rejoins after a lost membership, until it lasts: a successful
+        #: heartbeat starts them over (a join that succeeds may be lost at once again)
+        self._rejoin_backoff = retry_backoff(config)
         self._pending: List[_Pending] = []
         # membership
         self.state = UNJOINED
@@ -1254,6 +1257,7 @@ class GroupCoordinator:
         code = broker_code(resp.error_code) if err is None else err.code()
         if code == ErrorCode.NONE:
             self._last_heartbeat_ok = time.monotonic()
+            self._rejoin_backoff.reset()
             return
         self.log.debug("group %s: heartbeat in %s: %s", self.group_id, self.state,
                        KafkaError(code).name())
@@ -1282,7 +1286,11 @@ class GroupCoordinator:
             self._queue_revoke(owned, lost=True)
         self.state = UNJOINED
         self._rejoin_reason = why
-        self._rejoin_after = time.monotonic() + self.retry_backoff
+        # KIP-580: a membership lost again and again (a coordinator that refuses every
+        # heartbeat) was rejoined every retry.backoff.ms; a later wait already set (a
+        # failed join's) stands.
+        self._rejoin_after = max(self._rejoin_after,
+                                 time.monotonic() + self._rejoin_backoff.next_delay())
 
     def _poll_resumed(self) -> None:
         self._rejoin_after = 0.0

@@ -218,3 +218,73 @@ def test_kip848_heartbeats_the_coordinator_keeps_answering_badly_back_off(
     finally:
         consumer.close()
     assert proxy.injected > 0 and not proxy.rewrite_errors
+
+
+def test_a_classic_member_whose_membership_keeps_being_lost_rejoins_backing_off(
+        proxied_cluster, topic_name):
+    """Every Heartbeat answer says ILLEGAL_GENERATION: the member joins and syncs, then
+    loses its membership at the first heartbeat, again and again. It rejoined a flat
+    retry.backoff.ms after each loss (about 50 rounds in 6 s here, four times as many
+    as librdkafka 2.16 makes); now the waits double as KIP-580 has it until a heartbeat
+    succeeds, and the member reads once the heartbeats are answered."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    fill(proxy.bootstrap, topic_name, 10)
+    consumer = Consumer(dict(FAST_BACKOFF, **{
+        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+        "auto.offset.reset": "earliest", "heartbeat.interval.ms": 100,
+        "session.timeout.ms": 6000}))
+    try:
+        consumer.subscribe([topic_name])
+        assert len(read(consumer, 10, 15)) == 10
+
+        def illegal_generation(response, version):
+            if not response.error_code:
+                response.error_code = ErrorCode.ILLEGAL_GENERATION
+
+        since = cluster.clear_request_log()
+        proxy.rewrite_responses(ApiKey.HEARTBEAT, illegal_generation, count=None)
+        poll_for(consumer, FAILING_FOR)
+        joins = len(cluster.request_log(since=since, api="JoinGroup"))
+        assert 3 <= joins <= MOST_REQUESTS, joins
+        proxy.clear_faults()
+        fill(proxy.bootstrap, topic_name, 10)
+        assert len(read(consumer, 10, 15)) == 10
+    finally:
+        consumer.close()
+    assert proxy.injected > 0 and not proxy.rewrite_errors
+
+
+@pytest.mark.parametrize("code", [ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH])
+def test_a_kip848_member_fenced_at_every_heartbeat_rejoins_backing_off(proxied_cluster,
+                                                                       topic_name, code):
+    """Every ConsumerGroupHeartbeat answer fences the member (UNKNOWN_MEMBER_ID,
+    FENCED_MEMBER_EPOCH), its joins too. The member joined again at once after each:
+    over 10,000 heartbeats in 6 s (librdkafka 2.16: 23). Now the first rejoin after a
+    fencing is at once and the next ones wait as KIP-580 has it, until a heartbeat
+    succeeds; once the answers are sound the member joins and reads."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    fill(proxy.bootstrap, topic_name, 10)
+    consumer = Consumer(dict(FAST_BACKOFF, **{
+        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+        "group.protocol": "consumer", "auto.offset.reset": "earliest"}))
+    try:
+        consumer.subscribe([topic_name])
+        assert len(read(consumer, 10, 15)) == 10
+
+        def fenced(response, version):
+            if not response.error_code:
+                response.error_code = code
+
+        since = cluster.clear_request_log()
+        proxy.rewrite_responses(ApiKey.CONSUMER_GROUP_HEARTBEAT, fenced, count=None)
+        poll_for(consumer, FAILING_FOR)
+        asked = len(cluster.request_log(since=since, api="ConsumerGroupHeartbeat"))
+        assert 3 <= asked <= MOST_REQUESTS, asked
+        proxy.clear_faults()
+        fill(proxy.bootstrap, topic_name, 10)
+        assert len(read(consumer, 10, 15)) == 10
+    finally:
+        consumer.close()
+    assert proxy.injected > 0 and not proxy.rewrite_errors

@@ -375,6 +375,8 @@ class Fetcher:
         self._lane_conns: Dict[Tuple[int, int], Any] = {}
         #: node id -> how many Fetch answers in a row came at once with nothing
         self._empty_streak: Dict[int, int] = {}
+        #: broker -> the top-level error of its last Fetch answer, while it refuses them
+        self._refusals: Dict[int, int] = {}
         #: node id -> since when a Fetch to it is put off: every partition it would
         #: carry is at the end of its log while others of that node wait for the
         #: application to take from their full queues (see tick())
@@ -1024,9 +1026,9 @@ class Fetcher:
                 self.io.wake()
                 return
         if code:
-            code = broker_code(code)
-            err = client_error(code, f"Fetch: {KafkaError(code).name()}: "
-                                     f"{KafkaError(code).str()}")
+            self._refused_whole(node, broker_code(code), sent, now)
+            return
+        self._refusals.pop(node, None)
         if err is not None:
             with self.lock:
                 for part, version, _pos in sent:
@@ -1077,6 +1079,37 @@ class Fetcher:
                 # Left out of an incremental answer: nothing new since the session last
                 # told us (no records at the position, the same offsets).
                 self._handle_partition(part, version, pos, pd, now, node)
+
+    def _refused_whole(self, node: int, code: int, sent: List[Tuple[PartitionState, int, int]],
+                       now: float) -> None:
+        """Broker ``node`` answered a Fetch with a top-level error (and, from v13, no
+        partitions): the error of every partition it was for, as a Kafka broker repeats it
+        in each partition before v13 and librdkafka takes it. Each partition is fetched
+        again after fetch.error.backoff.ms and gets one error event per error while it
+        lasts (leader errors: none, the metadata is asked again), in its order."""
+        if self._refusals.get(node) != code:
+            self._refusals[node] = code
+            self.log.warning("Fetch from broker %d refused: %s (%s); fetching again every "
+                             "%g s", node, KafkaError(code).name(), KafkaError(code).str(),
+                             self.error_backoff)
+        with self.lock:
+            for part, version, _pos in sent:
+                if part.fetching != version:
+                    continue  # seeked meanwhile: this was not the position's Fetch
+                part.fetching = -1
+                part.backoff_until = now + self.error_backoff
+                if part.read_replica == node:
+                    self._back_to_leader(part, KafkaError(code).name())
+                elif code not in LEADER_ERRORS and part.last_error != code and \
+                        part.assigned and part.version == version:
+                    # Not OFFSET_OUT_OF_RANGE's reset: the answer names no partition.
+                    self._report(part, client_error(
+                        code, f"{part.topic} [{part.partition}]: Fetch from broker {node} "
+                        f"failed at offset {part.fetch_pos}: the broker refused the whole "
+                        f"request: {KafkaError(code).str()}"))
+                part.last_error = code
+        if code in LEADER_ERRORS:
+            self.cluster.metadata.request([p.topic for p, _, _ in sent], fast=True, now=now)
 
     def _handle_partition(self, part: PartitionState, version: int, pos: int, pd: Any,
                           now: float, node: int = -1) -> None:

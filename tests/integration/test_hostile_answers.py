@@ -11,6 +11,7 @@ from typing import Any, List, Tuple
 import pytest
 
 from kafka_client import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey
 
 from fill_and_read import assigning_an_unknown_topic, fill, read  # fill_and_read.py beside
@@ -188,6 +189,41 @@ def test_a_join_group_answer_with_a_negative_generation_and_no_error(proxied_clu
         assert "generation -5" in events[0].error().str()
         proxy.clear_faults()
         assert read(consumer, 20, 15) == Counter(str(i).encode() for i in range(20))
+    finally:
+        consumer.close()
+    assert proxy.injected > 0 and not proxy.rewrite_errors
+
+
+def test_a_fetch_refused_as_a_whole(proxied_cluster, topic_name):
+    """Every Fetch answer is a top-level UNKNOWN_SERVER_ERROR and no partitions (as a
+    Kafka broker answers a Fetch v13+ it refuses whole). Each partition fetched gets one
+    error event saying so, and is fetched again after fetch.error.backoff.ms; the
+    refusal was only a warning in the log per answer, never told to the application
+    (librdkafka 2.16 tells nothing either when the answer names no partition, and an
+    event at every answer when it does). Once the answers are sound the messages come."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=2)
+    fill(proxy.bootstrap, topic_name, 20, partitions=2)
+
+    def refused(response, version):
+        response.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+        response.responses = []
+
+    proxy.rewrite_responses(ApiKey.FETCH, refused, count=None)
+    since = cluster.clear_request_log()
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+                         "fetch.error.backoff.ms": 200})
+    try:
+        consumer.assign([TopicPartition(topic_name, p, 0) for p in (0, 1)])
+        seen, events = poll_events(consumer, 3)
+        assert not seen
+        fetches = len(cluster.request_log(since=since, api="Fetch"))
+        assert 3 <= fetches <= 3 / 0.2 + 3, fetches          # retried, backing off
+        assert sorted(e.partition() for e in events) == [0, 1], events
+        assert {e.error().code() for e in events} == {KafkaError.UNKNOWN}
+        assert {e.offset() for e in events} == {0}
+        proxy.clear_faults()
+        assert read(consumer, 20, 10) == Counter(str(i).encode() for i in range(20))
     finally:
         consumer.close()
     assert proxy.injected > 0 and not proxy.rewrite_errors

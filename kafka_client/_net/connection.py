@@ -101,6 +101,12 @@ TLS_HANDSHAKE, AUTHENTICATING = "TLS_HANDSHAKE", "AUTHENTICATING"
 _SETTING_UP = (CONNECTING, TLS_HANDSHAKE, HANDSHAKE, AUTHENTICATING)
 
 _IOV_MAX = 512  # buffers per sendmsg call (Linux allows 1024)
+#: The longest a throttle time holds a connection's requests back (s; KIP-219). Kafka
+#: bounds the throttle of every request but Produce and Fetch at one quota window (1 s
+#: by default); a longer throttle the broker enforces itself, not reading the connection
+#: until it is over, so a request written earlier waits there (librdkafka never holds
+#: one back). A broker's absurd value muted the connection for socket.timeout.ms.
+MAX_THROTTLE_HOLD_S = 1.0
 #: Bytes coalesced into one SSLSocket.send: large enough that per-call and per-record
 #: costs vanish, small enough to keep the copy in cache.
 _TLS_CHUNK = 256 * 1024
@@ -990,14 +996,16 @@ class BrokerConnection:
         """An answer carried a throttle time: counted for the statistics and passed to
         ``on_throttle``. From the version where the broker answers at once instead of
         delaying the answer (KIP-219), this connection writes nothing more to the
-        broker for that long, as the Java client does (librdkafka does not)."""
+        broker for that long, as the Java client does (librdkafka does not), up to
+        MAX_THROTTLE_HOLD_S."""
         self.last_throttle_ms = throttle_ms
         if throttle_ms > 0:
             since = API_KEYS[req.api_key].client_throttles_from
             if since is not None and req.version >= since:
-                # At most socket.timeout.ms: a broker's absurd value cannot park the
-                # requests queued here (they get no deadline until written) for days.
-                until = time.monotonic() + min(throttle_ms / 1000.0,
+                # Bounded: a broker's absurd value cannot park the requests queued here
+                # (they get no deadline until written), the heartbeats of a group member
+                # among them, beyond what the broker's own throttle makes them wait.
+                until = time.monotonic() + min(throttle_ms / 1000.0, MAX_THROTTLE_HOLD_S,
                                                self.settings.request_timeout)
                 if until > self.muted_until:
                     self.muted_until = until

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from kafka_client import Consumer, Producer, ThrottleEvent, TopicPartition
-from kafka_client._net.connection import BrokerConnection
+from kafka_client._net.connection import MAX_THROTTLE_HOLD_S, BrokerConnection
 from kafka_client._net.io_thread import IOThread
 from kafka_client._testing.proxy import FaultProxy
 from kafka_proto.messages import ApiKey, ApiVersionsRequest, MetadataRequest
@@ -197,3 +197,73 @@ def test_the_whole_connection_is_muted_only_from_the_kip219_version(proxy, versi
     finally:
         io.call_soon(lambda: [c.close() for c in conns])
         io.stop(5)
+
+
+#: a throttle time no quota gives (24 days): a broken or hostile broker's answer
+ABSURD_THROTTLE_MS = 2_000_000_000
+
+
+def test_an_absurd_produce_throttle_holds_the_producer_back_a_second_at_most(
+        proxied_cluster, topic_name):
+    """A Produce answer says the broker throttled the producer for 24 days: the next
+    request waited out socket.timeout.ms (60 s) instead. The client holds requests back
+    for a throttle (KIP-219, as the Java client; librdkafka never does) for at most
+    MAX_THROTTLE_HOLD_S: longer, the broker itself enforces its throttle by not reading
+    the connection."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    events = []
+    p = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 0,
+                  "throttle_cb": events.append})
+    try:
+        p.produce(topic_name, b"warm-up")
+        assert p.flush(10) == 0
+        proxy.rewrite_responses(
+            ApiKey.PRODUCE, lambda response, version: setattr(
+                response, "throttle_time_ms", ABSURD_THROTTLE_MS))
+        p.produce(topic_name, b"throttled")
+        assert p.flush(10) == 0
+        answered = time.monotonic()
+        p.produce(topic_name, b"held back")
+        assert p.flush(10) == 0
+        held = time.monotonic() - answered
+        assert MAX_THROTTLE_HOLD_S * 0.9 <= held < MAX_THROTTLE_HOLD_S + 1.5, held
+    finally:
+        p.close()
+    assert [e.throttle_time for e in events][:1] == [ABSURD_THROTTLE_MS / 1000]
+    assert proxy.injected == 1 and not proxy.rewrite_errors
+
+
+def test_an_absurd_heartbeat_throttle_does_not_cost_the_membership(proxied_cluster,
+                                                                   topic_name):
+    """A Heartbeat answer says the member is throttled for 24 days: the coordinator's
+    connection sent nothing for socket.timeout.ms (60 s), so the session (6 s here)
+    expired and the group rebalanced without the member. Held back for a second at
+    most, the heartbeats go on and the member keeps its partition."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    lost = []
+    c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+                  "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                  "heartbeat.interval.ms": 500})
+    try:
+        c.subscribe([topic_name], on_revoke=lambda cons, parts: lost.append(parts),
+                    on_lost=lambda cons, parts: lost.append(parts))
+        deadline = time.monotonic() + 15
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.1)
+        assert c.assignment()
+        since = cluster.clear_request_log()
+        proxy.rewrite_responses(
+            ApiKey.HEARTBEAT, lambda response, version: setattr(
+                response, "throttle_time_ms", ABSURD_THROTTLE_MS))
+        deadline = time.monotonic() + 8       # more than the session
+        while time.monotonic() < deadline:
+            c.poll(0.1)
+        heartbeats = cluster.request_log(since=since, api="Heartbeat")
+        assert len(heartbeats) >= 6, len(heartbeats)
+        assert not cluster.request_log(since=since, api="JoinGroup")
+        assert lost == [] and len(c.assignment()) == 1
+    finally:
+        c.close()
+    assert proxy.injected == 1 and not proxy.rewrite_errors

@@ -891,6 +891,9 @@ class BrokerConnection:
 
     def _read(self) -> None:
         sock = self.sock
+        if self._write_shut:
+            self._drain(sock)
+            return
         conv = self._conv
         # Bounded, so one busy socket cannot starve the others; a TLS read returns at most
         # one record (16 KiB), so TLS gets more reads for about as many bytes per turn.
@@ -910,9 +913,6 @@ class BrokerConnection:
                 return
             finally:
                 del view
-            if n == 0 and self._write_shut:
-                self.close(None)           # the broker's end, after our shutdown: done
-                return
             if n == 0:
                 self.close(client_error(KafkaError._TRANSPORT,
                                         f"{self.host}:{self.port}: connection closed by "
@@ -1116,12 +1116,16 @@ class BrokerConnection:
         closes its side after reading the requests before that end, and the answers it
         sent meanwhile are read first. Waiting for those answers alone held every acks=0
         producer's close() for the whole grace on Kafka (librdkafka closes at once).
-        Not over TLS: SSLSocket.shutdown() would drop the TLS layer with the answers."""
+        Over TLS our end is TLS's own (_end_tls_stream): SSLSocket.shutdown() would drop
+        the TLS layer with the answers."""
         if self._quiet():
             self.close(None)
             return
         if self._write_shut or self._out or self._tls_pending is not None \
-                or self._conv.in_flight or self.settings.security.ssl_context is not None:
+                or self._conv.in_flight:
+            return
+        if self.settings.security.ssl_context is not None:
+            self._end_tls_stream()
             return
         try:
             self.sock.shutdown(socket.SHUT_WR)
@@ -1129,6 +1133,48 @@ class BrokerConnection:
             self.close(None)
             return
         self._write_shut = True
+
+    def _end_tls_stream(self) -> None:
+        """Closing over TLS: end our side with TLS's close_notify alert, the connection
+        kept open for what the broker still sends and its own end. SSLSocket.unwrap() on a
+        non-blocking socket sends the alert and stops there (SSLWantReadError: the
+        broker's alert is still to come); the broker (Kafka, stunnel) reads every request
+        before the alert, then ends its side. Waiting for the answers Kafka never sends
+        held an acks=0 producer's close() for the whole grace over TLS."""
+        try:
+            self.sock.unwrap()
+        except ssl.SSLWantReadError:
+            self._write_shut = True       # sent: drain what comes until the broker's end
+            return
+        except ssl.SSLWantWriteError:
+            self._set_events(_EVENT_READ | _EVENT_WRITE)   # sent in part: again once writable
+            return
+        except (ssl.SSLError, OSError, ValueError):
+            pass
+        self.close(None)                  # the broker's end came too (or the socket failed)
+
+    def _drain(self, sock: Any) -> None:
+        """Closing, our end of the stream sent: what the broker still sends (answers to
+        acks=0 requests, which nobody waits for) is read and dropped, not parsed (OpenSSL
+        drops a TLS record that arrives while unwrap() looks for the broker's alert),
+        until the broker's end closes the connection."""
+        scratch = bytearray(65536)
+        for _ in range(128):
+            if self.sock is not sock:
+                return
+            try:
+                n = sock.recv_into(scratch)
+            except _TLS_WOULD_BLOCK:
+                return
+            except OSError:
+                n = 0            # a reset, TLS's alert (SSLZeroReturnError): the end too
+            if n == 0:
+                self.close(None)
+                return
+            self.rx_bytes += n
+            self.last_activity = self.last_rx = time.monotonic()
+        if self.settings.security.ssl_context is not None and sock.pending():
+            self.io.call_soon(self._read_pending, sock)
 
     def _quiet(self) -> bool:
         conv = self._conv

@@ -285,3 +285,67 @@ def test_openssl_settings_are_refused_where_openssl_cannot_be_reached(
         Producer(tls_endpoints.conf(tls_endpoints.server_only, **{name: value}))
     assert f'"{name}"' in info.value.args[0].str()
     assert "KAFKA_NATIVE_PLAIN" in info.value.args[0].str()
+
+
+@pytest.fixture
+def tls_cluster(tls_endpoints, tmp_path):
+    """A 1-broker test cluster (which, as Kafka, never answers acks=0 Produce) behind
+    stunnel with the TLS endpoints' certificates, advertising the stunnel port."""
+    from kafka_client._testing.brokers import free_port
+    from kafka_client._testing.tls import Stunnel
+    from kafka_client.testing import Cluster
+
+    certs = tls_endpoints.certs
+    broker_port, tls_port = free_port(), free_port()
+    with Cluster(brokers=1, data_dir=str(tmp_path / "cluster"), ports=[broker_port],
+                 advertised_ports=[tls_port]) as cluster:
+        with Stunnel("127.0.0.1", broker_port, certs.server_cert, certs.server_key,
+                     port=tls_port) as tunnel:
+            yield cluster, tunnel
+
+
+def close_acks0_producer(conf, topic, count=200):
+    """Produce ``count`` messages with acks=0, flush, and return how long close() took."""
+    producer = Producer(dict(conf, acks=0, **{"linger.ms": 0}))
+    for i in range(count):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(10) == 0
+    started = time.monotonic()
+    producer.close()
+    return time.monotonic() - started
+
+
+def test_an_acks0_producer_closes_at_once_over_tls_on_a_broker_that_never_answers(
+        tls_endpoints, tls_cluster):
+    """Kafka never answers an acks=0 Produce: over TLS, close() waited for those answers
+    until its 2 s grace ran out (in plaintext it has closed at once since 1deffcb; 1 ms
+    for confluent-kafka 2.16.1 here). It now ends its side of the TLS stream
+    (close_notify) and closes when the broker's end comes, every message written."""
+    cluster, tunnel = tls_cluster
+    cluster.create_topic("acks0-tls", replication_factor=1)
+    took = close_acks0_producer(tls_endpoints.conf(tunnel), "acks0-tls")
+    assert took < 1.0, f"close() took {took:.2f} s"
+    deadline = time.monotonic() + 5
+    while cluster.partition("acks0-tls", 0).high_watermark < 200 \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cluster.partition("acks0-tls", 0).high_watermark == 200
+
+
+def test_an_acks0_producer_closes_at_once_over_tls_on_a_broker_that_answers(
+        tls_endpoints, topic_name):
+    """Tansu answers acks=0 Produce: the close reads (and drops) those answers until the
+    broker's end, and loses no message."""
+    tls_endpoints.server_only_broker.create_topic(topic_name)
+    conf = tls_endpoints.conf(tls_endpoints.server_only)
+    took = close_acks0_producer(conf, topic_name)
+    assert took < 1.0, f"close() took {took:.2f} s"
+    consumer = Consumer(dict(conf, **{"group.id": topic_name}))
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    values, deadline = [], time.monotonic() + 20
+    try:
+        while len(values) < 200 and time.monotonic() < deadline:
+            values += [m.value() for m in consumer.consume(200, 0.5) if m.error() is None]
+    finally:
+        consumer.close()
+    assert values == [b"%d" % i for i in range(200)]

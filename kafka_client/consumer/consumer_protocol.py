@@ -26,6 +26,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, List, Optional, Set, T
 
 from kafka_client._backoff import retry_backoff
 from kafka_client.consumer.group import (
+    COORDINATOR_ERRORS,
     COORDINATOR_LOST,
     JOINING,
     ErrorDeliverer,
@@ -295,6 +296,7 @@ class ConsumerProtocolGroup(GroupCoordinator):
     def _answered(self, resp: Any, sent: _Sent) -> None:
         now = time.monotonic()
         self._join_backoff.reset()
+        self._membership_answered()
         if self.state == STABLE:
             self._rejoin_backoff.reset()   # a member's heartbeat, not only its join
         self._join_error_told = None
@@ -348,7 +350,9 @@ class ConsumerProtocolGroup(GroupCoordinator):
             self._stop(client_error(code, f"ConsumerGroupHeartbeat {self.group_id}: "
                                     f"{reason}"))
         else:
-            if code in COORDINATOR_LOST:
+            if code in COORDINATOR_ERRORS:
+                self._membership_refused(code, "heartbeat")
+            elif code in COORDINATOR_LOST:
                 self._coordinator_lost(f"heartbeat: {reason}")
             elif code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS and \
                     code != self._join_error_told:

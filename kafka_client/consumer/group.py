@@ -105,6 +105,12 @@ COORDINATOR_ERRORS = frozenset((ErrorCode.COORDINATOR_NOT_AVAILABLE,
 #: ... and the local errors of a request that met no coordinator: look it up again
 COORDINATOR_LOST = COORDINATOR_ERRORS | {KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
 
+#: The coordinator's refusals (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) of the member's
+#: joins and heartbeats in a row, each after a lookup that named it, from which the
+#: application is told (once): one or two follow a move, the lookups answered by a broker
+#: that has not heard of it yet.
+COORDINATOR_REFUSALS_TOLD = 5
+
 #: How long a leave keeps trying to reach the group's coordinator (close() waits 3 s):
 #: a member whose leave is lost keeps its partitions from the others until its session
 #: times out (45 s by default).
@@ -253,6 +259,10 @@ class GroupCoordinator:
         #: ... and so do the rejoins after a lost membership, until it lasts: a successful
         #: heartbeat starts them over (a join that succeeds may be lost at once again)
         self._rejoin_backoff = retry_backoff(config)
+        #: ... and so do the lookups after the coordinator refused joins or heartbeats,
+        #: until it accepts one: a lookup that names it again is no success (its
+        #: failures: the refusals in a row, see COORDINATOR_REFUSALS_TOLD)
+        self._refusal_backoff = retry_backoff(config)
         self._pending: List[_Pending] = []
         # membership
         self.state = UNJOINED
@@ -760,13 +770,34 @@ class GroupCoordinator:
             self._coordinator_lost(f"connection failed: {error.str()}")
             self.io.wake()
 
-    def _coordinator_lost(self, why: str) -> None:
+    def _coordinator_lost(self, why: str, delay: Optional[float] = None) -> None:
         if self.coord_id is not None:
             self.log.info("group %s: coordinator %s lost (%s)", self.group_id,
                           self.coord_id, why)
         self.coord_id = None
         self.coord_since = time.monotonic()
-        self._find_after = time.monotonic() + self.retry_backoff
+        self._find_after = time.monotonic() + (self.retry_backoff if delay is None
+                                               else delay)
+
+    def _membership_refused(self, code: int, what: str) -> None:
+        """The coordinator answered a join or heartbeat with ``code`` (NOT_COORDINATOR,
+        COORDINATOR_NOT_AVAILABLE): look it up again, after a wait that doubles while
+        the broker named refuses again (KIP-580; the lookups followed each other at the
+        heartbeat's pace, the lookup answering at once), and tell the application once
+        when it lasts (it was never told)."""
+        broker = self.coord_id
+        self._coordinator_lost(f"{what}: {KafkaError(code).name()}",
+                               self._refusal_backoff.next_delay())
+        refusals = self._refusal_backoff.failures
+        if refusals == COORDINATOR_REFUSALS_TOLD:
+            self.deliver_error(client_error(
+                code, f"group {self.group_id}: the coordinator (broker {broker}) keeps "
+                f"answering {KafkaError(code).name()} though the lookups name it: "
+                f"{refusals} times in a row; still trying"))
+
+    def _membership_answered(self) -> None:
+        """The coordinator answered a join or heartbeat without refusing it."""
+        self._refusal_backoff.reset()
 
     def _send(self, api_key: ApiKey, make: Callable[[int], Any],
               callback: Callable[[Any, Optional[KafkaError]], None],
@@ -1022,6 +1053,8 @@ class GroupCoordinator:
                 self._lose(err.str(), reset_member=code == ErrorCode.UNKNOWN_MEMBER_ID)
             else:
                 self._reset_member(code == ErrorCode.UNKNOWN_MEMBER_ID)
+        elif code in COORDINATOR_ERRORS:
+            self._membership_refused(code, "join")
         elif code in COORDINATOR_LOST:
             self._coordinator_lost(err.str())
         elif code == ErrorCode.FENCED_INSTANCE_ID:
@@ -1140,6 +1173,7 @@ class GroupCoordinator:
         self.state = STABLE
         self._join_error_told = None
         self._join_backoff.reset()
+        self._membership_answered()
         self.rebalanced(now)
         self._last_heartbeat_ok = now
         self._next_heartbeat = now + self.heartbeat_interval
@@ -1258,6 +1292,7 @@ class GroupCoordinator:
         if code == ErrorCode.NONE:
             self._last_heartbeat_ok = time.monotonic()
             self._rejoin_backoff.reset()
+            self._membership_answered()
             return
         self.log.debug("group %s: heartbeat in %s: %s", self.group_id, self.state,
                        KafkaError(code).name())
@@ -1271,6 +1306,8 @@ class GroupCoordinator:
                                                 f"another member with group.instance.id "
                                                 f"{self.instance_id!r}", fatal=True))
                 self.patterns = None
+        elif code in COORDINATOR_ERRORS:
+            self._membership_refused(code, "heartbeat")
         elif code in COORDINATOR_LOST:
             self._coordinator_lost(f"heartbeat: {KafkaError(code).str()}")
         self.io.wake()

@@ -288,3 +288,53 @@ def test_a_kip848_member_fenced_at_every_heartbeat_rejoins_backing_off(proxied_c
     finally:
         consumer.close()
     assert proxy.injected > 0 and not proxy.rewrite_errors
+
+
+@pytest.mark.parametrize("api,protocol", [
+    (ApiKey.JOIN_GROUP, "classic"), (ApiKey.HEARTBEAT, "classic"),
+    (ApiKey.CONSUMER_GROUP_HEARTBEAT, "consumer")])
+def test_a_coordinator_that_keeps_answering_not_coordinator_is_told_once(
+        proxied_cluster, topic_name, api, protocol):
+    """FindCoordinator names the broker every time, and the broker answers every JoinGroup
+    (or Heartbeat, or KIP-848 heartbeat) NOT_COORDINATOR: the member looks the
+    coordinator up again and retries, backing off (KIP-580), and said nothing, however
+    long it lasted (librdkafka 2.16 neither). Now the application gets one error event
+    once it has lasted; the member joins and reads once the answers are sound."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    fill(proxy.bootstrap, topic_name, 10)
+
+    def not_coordinator(response, version):
+        if response.error_code != ErrorCode.MEMBER_ID_REQUIRED:   # KIP-394's first answer
+            response.error_code = ErrorCode.NOT_COORDINATOR
+
+    conf = dict(FAST_BACKOFF, **{
+        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+        "group.protocol": protocol, "auto.offset.reset": "earliest"})
+    if api == ApiKey.HEARTBEAT:
+        conf["heartbeat.interval.ms"] = 100
+    consumer = Consumer(conf)
+    try:
+        if api == ApiKey.HEARTBEAT:
+            consumer.subscribe([topic_name])
+            assert len(read(consumer, 10, 15)) == 10
+        since = cluster.clear_request_log()
+        proxy.rewrite_responses(api, not_coordinator, count=None)
+        if api != ApiKey.HEARTBEAT:
+            consumer.subscribe([topic_name])
+        events = []
+        deadline = time.monotonic() + FAILING_FOR
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error():
+                events.append(msg.error())
+        lookups = len(cluster.request_log(since=since, api="FindCoordinator"))
+        assert 4 <= lookups <= MOST_REQUESTS + 5, lookups
+        assert [e.code() for e in events] == [KafkaError.NOT_COORDINATOR], events
+        assert "keeps answering" in events[0].str()
+        proxy.clear_faults()
+        fill(proxy.bootstrap, topic_name, 10)
+        assert len(read(consumer, 10, 15)) == 10
+    finally:
+        consumer.close()
+    assert proxy.injected > 0 and not proxy.rewrite_errors

@@ -7,7 +7,8 @@
 errors raised on malformed input. A broker's view of stored batches, without their
 records: ``read_batch_header`` / ``iter_batch_headers`` (:class:`BatchHeader`) and
 ``stamp_batch`` (base offset and partition leader epoch, in place); a producer's:
-``restamp_batch`` (producer id, epoch, base sequence, CRC). Columns in Arrow's memory
+``restamp_batch`` (producer id, epoch, base sequence, CRC); a broker down-converting for
+an old fetcher: ``build_message_set`` (legacy magic 0/1 message sets, ``LegacyMessage``). Columns in Arrow's memory
 layout: ``BinaryColumn`` (records encoded from it by ``RecordBatchBuilder.append_many``)
 and ``ColumnBuilder`` (records decoded into it). ``FAST_PATH`` tells whether the
 CPython-specific speedups (kafka_proto/_c/cpython_internals.h) are in use: not on other
@@ -34,6 +35,7 @@ from kafka_proto.records._v2 import (  # noqa: F401
     restamp_batch,
     stamp_batch,
 )
+from kafka_proto.records.message_set import LegacyMessage, build_message_set  # noqa: F401
 from kafka_proto.records.control import (  # noqa: F401
     ControlRecord,
     ControlRecordType,
@@ -63,12 +65,14 @@ __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
     "FAST_PATH",
     "LegacyBatch",
+    "LegacyMessage",
     "Record",
     "RecordBatch",
     "RecordBatchBuilder",
     "RecordFactory",
     "TimestampType",
     "build_control_batch",
+    "build_message_set",
     "increment_sequence",
     "iter_batch_headers",
     "parse_control_record",

@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._broker import Broker, ClientConnection
 
 __all__ = ["RequestContext", "HANDLERS", "ERROR_ANSWERS", "VALIDATORS", "SUPPORTED_VERSIONS",
-           "handles", "error_answer", "validates", "served_api_versions"]
+           "handles", "error_answer", "validates", "served_api_versions", "LEGACY_FLOORS",
+           "supported_versions"]
 
 Handler = Callable[["RequestContext"], None]
 ErrorAnswer = Callable[[Any, int, int], Any]
@@ -82,12 +83,39 @@ SUPPORTED_VERSIONS: Dict[int, Tuple[int, int]] = {
     ApiKey.PUSH_TELEMETRY: (0, 0),
 }
 
+#: The lowest versions a Kafka 3.x broker serves of the APIs whose floors Kafka 4 raised
+#: (KIP-896), served instead of SUPPORTED_VERSIONS' with the broker property
+#: ``legacy.api.versions.enable``: a cluster that stands for a broker of Kafka 0.10-2.0.
+#: Produce keeps its floor: below v3 it carries legacy message sets, which no client of
+#: this project writes.
+LEGACY_FLOORS: Dict[int, int] = {
+    ApiKey.FETCH: 0,                    # below v4 answered with down-converted message sets
+    ApiKey.LIST_OFFSETS: 0,
+    ApiKey.OFFSET_COMMIT: 0,
+    ApiKey.OFFSET_FETCH: 0,
+    ApiKey.CREATE_TOPICS: 0,
+    ApiKey.DELETE_TOPICS: 0,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 0,
+    ApiKey.DESCRIBE_CONFIGS: 0,
+}
 
-def served_api_versions() -> List[Any]:
-    """The ApiVersions response's ranges: every API with a handler."""
+
+def supported_versions(legacy: bool = False) -> Dict[int, Tuple[int, int]]:
+    """API key -> (lowest, highest) version served: SUPPORTED_VERSIONS, with the floors of
+    LEGACY_FLOORS when ``legacy`` (the broker property ``legacy.api.versions.enable``)."""
+    if not legacy:
+        return SUPPORTED_VERSIONS
+    return {key: (min(lo, LEGACY_FLOORS.get(key, lo)), hi)
+            for key, (lo, hi) in SUPPORTED_VERSIONS.items()}
+
+
+def served_api_versions(legacy: bool = False) -> List[Any]:
+    """The ApiVersions response's ranges: every API with a handler (``legacy``: see
+    :func:`supported_versions`)."""
     return [ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo,
                                            max_version=min(hi, API_KEYS[key].max_version))
-            for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items()) if key in HANDLERS]
+            for key, (lo, hi) in sorted(supported_versions(legacy).items())
+            if key in HANDLERS]
 
 
 def handles(api_key: int) -> Callable[[Handler], Handler]:

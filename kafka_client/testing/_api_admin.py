@@ -70,7 +70,8 @@ def api_versions(ctx: RequestContext) -> None:
         # As Kafka: INVALID_REQUEST and no ranges.
         ctx.respond(ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST))
         return
-    ctx.respond(ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=served_api_versions()))
+    ctx.respond(ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=served_api_versions(
+        ctx.broker.legacy_versions)))
 
 
 # --------------------------------------------------------------------------- Metadata

@@ -7,6 +7,8 @@ ranges with ``os.sendfile`` in their place (``_broker.send_response``).
 """
 from __future__ import annotations
 
+import os
+
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -23,6 +25,7 @@ from kafka_proto.records import Compression, iter_batch_headers, read_batch_head
 
 from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
 from ._api import RequestContext, error_answer, handles
+from ._downconvert import down_convert, magic_for_fetch
 from ._fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -39,8 +42,11 @@ from ._replica import AppendResult
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
-LATEST_TIERED = -4
-EARLIEST_LOCAL = -5
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+#: The ListOffsets version that brought each of the later special timestamps (KIP-734,
+#: KIP-405, KIP-1005); an older request naming one is answered UNSUPPORTED_VERSION.
+_SPECIAL_TIMESTAMP_SINCE = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 
 _NO_EPOCH_END = FetchResponse.EpochEndOffset
 
@@ -330,6 +336,9 @@ class _FetchOperation:
         self.timer = None
         self.done = False
         self.uses_topic_ids = self.version >= 13
+        #: A consumer's Fetch below v4 reads legacy message sets (None: the stored v2).
+        legacy = magic_for_fetch(self.version)
+        self.legacy_magic = legacy if legacy < 2 and self.follower is None else None
         self.requested: List[_Wanted] = []
         for t in req.topics:
             name = self._topic_name(t)
@@ -507,7 +516,8 @@ class _FetchOperation:
                 topics.append(last)
             last.partitions.append(r.data)
         regions = [r.region for r in reads if r.region is not None]
-        self.ctx.note(bytes=sum(region.size for region in regions))
+        self.ctx.note(bytes=sum(len(r.data.records or b"") if r.region is None else
+                                r.region.size for r in reads))
         if self.ctx.log_entry is not None:
             self.ctx.note(partitions=[r.summary for r in reads])
         self.ctx.respond(FetchResponse(session_id=session_id, responses=topics), regions)
@@ -548,14 +558,14 @@ class _FetchOperation:
                                    data.diverging_epoch.end_offset >= 0) or \
                     data.preferred_read_replica >= 0:
                 urgent = True
-            if region is not None:
-                total += region.size
+            size = region.size if region is not None else len(data.records or b"")
+            total += size
             summary = None
             if logged:
                 summary = {"topic": w.name, "partition": p.partition,
                            "fetch_offset": p.fetch_offset, "error": int(data.error_code),
                            "replica": role, "high_watermark": data.high_watermark,
-                           "bytes": region.size if region is not None else 0,
+                           "bytes": size,
                            "preferred_read_replica": data.preferred_read_replica}
             reads.append(_Read(w, data, region, summary))
         return reads, urgent or self.hw_behind or total >= req.min_bytes
@@ -630,6 +640,14 @@ class _FetchOperation:
         if result is None:
             return _fetch_partition(p.partition, ErrorCode.NONE, aborted_transactions=aborted,
                                     **fields), None, role
+        if self.legacy_magic is not None:
+            # an old consumer: its message format, made from the stored batches (no sendfile)
+            stored = os.pread(result.file.fileno(), result.size, result.position)
+            records, error = down_convert(stored, self.legacy_magic, offset)
+            if error:
+                return _fetch_partition(p.partition, error), None, role
+            return _fetch_partition(p.partition, ErrorCode.NONE, records=records,
+                                    **fields), None, role
         data = _fetch_partition(p.partition, ErrorCode.NONE, aborted_transactions=aborted,
                                 records=PLACEHOLDER.slice(result.size), **fields)
         return data, FileRegion(result.file, result.position, result.size), role
@@ -666,6 +684,31 @@ def _epoch_for_offset(log: Any, offset: int) -> int:
     return epoch
 
 
+def _old_style_offsets(p: Any, log: Any, upper: int) -> Any:
+    """ListOffsets v0's answer (Kafka before 0.10.1): up to ``max_num_offsets`` offsets,
+    newest first, among the segments' base offsets and the high watermark (LATEST: from
+    the high watermark down; EARLIEST: the log start; a timestamp: from the newest segment
+    whose records all lie at or before it, Kafka going by the segment file's time)."""
+    ts = p.timestamp
+    candidates = [(max(seg.base_offset, log.log_start_offset), seg.max_timestamp)
+                  for seg in log.segments if not seg.is_empty and seg.base_offset < upper]
+    if upper > (candidates[-1][0] if candidates else log.log_start_offset) or not candidates:
+        candidates.append((upper, LATEST))
+    if ts == LATEST:
+        start = len(candidates) - 1
+    elif ts == EARLIEST:
+        start = 0
+    else:
+        start = len(candidates) - 1
+        while start >= 0 and not 0 <= candidates[start][1] <= ts:
+            start -= 1
+    count = max(min(p.max_num_offsets, start + 1), 0)
+    offsets = [candidates[start - j][0] for j in range(count)]
+    return ListOffsetsResponse.ListOffsetsPartitionResponse(
+        partition_index=p.partition_index, error_code=ErrorCode.NONE,
+        old_style_offsets=sorted(set(offsets), reverse=True))
+
+
 @handles(ApiKey.LIST_OFFSETS)
 def list_offsets(ctx: RequestContext) -> None:
     req = ctx.request
@@ -694,6 +737,13 @@ def list_offsets(ctx: RequestContext) -> None:
             log = replica.log
             upper = log.last_stable_offset() if req.isolation_level == 1 else log.high_watermark
             ts = p.timestamp
+            if ctx.version < _SPECIAL_TIMESTAMP_SINCE.get(ts, 0):
+                parts.append(_list_offsets_partition(p.partition_index,
+                                                     ErrorCode.UNSUPPORTED_VERSION))
+                continue
+            if ctx.version == 0:
+                parts.append(_old_style_offsets(p, log, upper))
+                continue
             offset, found_ts = -1, -1
             if ts == LATEST:
                 offset = upper

@@ -44,7 +44,7 @@ from . import (  # noqa: F401  (handlers)
     _acls, _api_admin, _api_data, _consumer_groups, _groups, _sasl, _telemetry, _txn,
 )
 from ._api import (
-    ERROR_ANSWERS, HANDLERS, SUPPORTED_VERSIONS, VALIDATORS, RequestContext, served_api_versions,
+    ERROR_ANSWERS, HANDLERS, VALIDATORS, RequestContext, served_api_versions, supported_versions,
 )
 from ._api_data import produce_summary
 from ._controller import PartitionInfo, TopicInfo
@@ -209,6 +209,9 @@ class Broker:
         self.advertised_port = advertised_port
         self.loop: Loop = server.loop
         self.settings = server.settings
+        #: ``legacy.api.versions.enable``: the versions Kafka 4 removed are served too
+        self.legacy_versions: bool = self.settings["legacy.api.versions.enable"]
+        self.served_versions = supported_versions(self.legacy_versions)
         self.directory = os.path.join(server.data_dir, f"broker-{broker_id}")
         os.makedirs(self.directory, exist_ok=True)
         self.up = False
@@ -496,7 +499,7 @@ class Broker:
         except KafkaProtocolError as exc:
             self._refuse(conn, f"malformed request header: {exc}")
             return
-        supported = SUPPORTED_VERSIONS.get(api_key)
+        supported = self.served_versions.get(api_key)
         if supported is None or api_key not in HANDLERS:
             self._refuse(conn, f"unknown or unsupported API key {api_key}")
             return
@@ -564,7 +567,7 @@ class Broker:
     def _answer_unsupported_api_versions(self, conn: ClientConnection, version: int,
                                          correlation_id: int) -> None:
         resp = ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION,
-                                   api_keys=served_api_versions())
+                                   api_keys=served_api_versions(self.legacy_versions))
         self.server.request_log.add_event(self.broker_id, "unsupported_version",
                                           f"ApiVersions v{version}", api_key=ApiKey.API_VERSIONS)
         # KIP-511: the body in v0, under the header every ApiVersions version has (v0).

@@ -163,6 +163,12 @@ _BROKER = [
     # Not a Kafka property: Kafka's brokers fix this at 2 minutes (how long a session must
     # be idle, or have lived, before a new one may take its place); tests shorten it.
     ConfigDef("min.incremental.fetch.session.eviction.ms", "long", 120_000, _at_least(0)),
+    # Not a Kafka property: the brokers also serve the API versions Kafka 4 removed
+    # (KIP-896), as a Kafka 3.x broker does, to stand for a Kafka 0.10-2.0 broker (a fault
+    # proxy lowers the highest versions): Fetch 0-3 (down-converted message sets),
+    # ListOffsets 0, OffsetCommit 0-1, OffsetFetch 0, CreateTopics 0-1, DeleteTopics 0,
+    # OffsetForLeaderEpoch 0-1, DescribeConfigs 0.
+    ConfigDef("legacy.api.versions.enable", "bool", False),
 ]
 
 TOPIC_CONFIGS: Dict[str, ConfigDef] = {c.name: c for c in _TOPIC}

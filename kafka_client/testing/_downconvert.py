@@ -1,0 +1,72 @@
+"""Down-conversion of stored v2 batches for a consumer's Fetch below v4, as Kafka does it
+(its RecordsUtil.downConvert and LazyDownConversionRecords).
+
+Fetch v0-1 get message format v0, v2-3 format v1 (the legacy message sets of
+``kafka_proto.records.build_message_set``). Per stored batch: a control batch is dropped
+(transaction markers have no legacy form; a fetcher this old reads uncommitted anyway, so
+aborted records go out like the others), records keep their offsets, keys, values and
+timestamps (v1), headers are dropped; an uncompressed batch loses its records below the
+fetch offset, a compressed one becomes one wrapper of all its records. zstd has no legacy
+form: a first batch in zstd makes the partition's answer UNSUPPORTED_COMPRESSION_TYPE, a
+later one ends the answer before it.
+
+The answer holds as many bytes as the stored batches read (or the first converted batch,
+if that is longer): converted data that is longer is cut there, the last message left
+incomplete, and shorter data is padded with an "overflow" entry longer than what remains,
+as Kafka sends them. The fetcher ignores the incomplete tail and fetches again from there.
+"""
+from __future__ import annotations
+
+import struct
+from typing import List, Tuple
+
+from kafka_proto.errors import ErrorCode
+from kafka_proto.records import (Compression, LegacyMessage, TimestampType, build_message_set,
+                                 read_batches)
+
+__all__ = ["down_convert", "magic_for_fetch"]
+
+#: Kafka's overflow entry: offset -1 and a length past the end of the answer.
+_OVERFLOW_HEAD = struct.Struct(">qi")
+_MIN_OVERFLOW_LENGTH = 61     # a v2 batch header's size, Kafka's floor for the length
+
+
+def magic_for_fetch(version: int) -> int:
+    """The message format a consumer's Fetch of ``version`` reads (2: no conversion)."""
+    if version <= 1:
+        return 0
+    if version <= 3:
+        return 1
+    return 2
+
+
+def down_convert(stored: bytes, magic: int, fetch_offset: int) -> Tuple[bytes, int]:
+    """``(records, error)``: the stored v2 batches ``stored`` (whole batches, as a log read
+    returns them) as a message set of ``magic`` for a fetch from ``fetch_offset``, sized
+    as Kafka sizes it; or ``(b"", UNSUPPORTED_COMPRESSION_TYPE)``."""
+    converted: List[bytes] = []
+    for batch in read_batches(stored):
+        if batch.is_control:
+            continue
+        codec = int(batch.compression)
+        if codec == Compression.ZSTD:
+            if not converted:
+                return b"", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+            break
+        records = [LegacyMessage(r.offset, r.timestamp, r.key, r.value) for r in batch
+                   if codec != Compression.NONE or r.offset >= fetch_offset]
+        if not records:
+            continue
+        append_time = batch.max_timestamp \
+            if batch.timestamp_type == TimestampType.LOG_APPEND_TIME else None
+        converted.append(build_message_set(records, magic, codec, append_time))
+    if not converted:
+        return b"", ErrorCode.NONE
+    size = max(len(stored), len(converted[0]))
+    data = b"".join(converted)
+    if len(data) >= size:
+        return data[:size], ErrorCode.NONE
+    remaining = size - len(data)
+    overflow = _OVERFLOW_HEAD.pack(-1, max(remaining + 1, _MIN_OVERFLOW_LENGTH))
+    return data + (overflow + bytes(max(remaining - len(overflow), 0)))[:remaining], \
+        ErrorCode.NONE

@@ -543,7 +543,10 @@ class GroupCoordinator:
         if error == ErrorCode.NONE:
             generation = req.generation_id_or_member_epoch if ctx.version >= 1 else -1
             member_id = req.member_id if ctx.version >= 1 else ""
-            if group is not None and not isinstance(group, Group):
+            if ctx.version == 0:
+                # Kafka wrote v0 commits to ZooKeeper without looking at the group
+                pass
+            elif group is not None and not isinstance(group, Group):
                 error = self.server.consumer_groups.check_commit(
                     group, member_id, generation, ctx.version)
             elif group is None and generation >= 0:

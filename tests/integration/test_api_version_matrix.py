@@ -29,7 +29,7 @@ import pytest
 from kafka_client import (ConsumerGroupTopicPartitions, Consumer, ElectionType, KafkaError,
                           KafkaException, Producer, TopicPartition)
 from kafka_client.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
-from kafka_client.testing._api import SUPPORTED_VERSIONS
+from kafka_client.testing._api import supported_versions
 from kafka_proto.messages import API_KEYS, ApiKey
 
 pytestmark = pytest.mark.integration
@@ -66,14 +66,24 @@ def expected(key: int, flow: str, version: int) -> int:
 
 
 def served_range(key: int) -> Tuple[int, int]:
-    """The versions both the client's codec and the test cluster speak."""
-    lo, hi = SUPPORTED_VERSIONS[key]
+    """The versions both the client's codec and the test cluster speak (with the versions
+    Kafka 4 removed: ``legacy.api.versions.enable``)."""
+    lo, hi = supported_versions(legacy=True)[key]
     return max(lo, API_KEYS[key].min_version), min(hi, API_KEYS[key].max_version)
+
+
+def runs(key: int, flow: str, version: int) -> bool:
+    """Whether the flow means something at that version: a Fetch below v4 has no
+    read_committed (and down-conversion drops the transaction markers, so a consumer's
+    position never passes the last one); Kafka brought transactions and Fetch v4 together
+    (0.11), so no broker serves those Fetch versions and transactions."""
+    return not (key == ApiKey.FETCH and flow == "txn" and version < 4)
 
 
 MATRIX = [pytest.param(key, flow, version, id=f"{ApiKey(key).name}-v{version}-{flow}")
           for key, flows in FLOWS_OF.items() for flow in flows
-          for version in range(served_range(key)[0], served_range(key)[1] + 1)]
+          for version in range(served_range(key)[0], served_range(key)[1] + 1)
+          if runs(key, flow, version)]
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +99,8 @@ def capped_cluster(tmp_path_factory):
     with FaultProxy("127.0.0.1", broker_port, port=proxy_port, follow_frames=True) as proxy:
         with Cluster(brokers=1, data_dir=data_dir, ports=[broker_port],
                      advertised_ports=[proxy_port],
-                     broker_config={"group.consumer.heartbeat.interval.ms": 200}) as cluster:
+                     broker_config={"group.consumer.heartbeat.interval.ms": 200,
+                                    "legacy.api.versions.enable": True}) as cluster:
             yield cluster, proxy
 
 
@@ -266,16 +277,24 @@ def admin_flow(cluster, bootstrap: str, key: int, since: int) -> None:
 def partitions_flow(cluster, bootstrap: str, key: int, since: int,
                     absent: AbstractSet[int] = frozenset()) -> None:
     """Admin calls on a topic's partitions and the cluster: add partitions, delete
-    records, describe the cluster, elect the preferred leaders (ElectLeaders in
-    ``absent``: a broker before Kafka 2.2 has no API for it, the call fails saying so)."""
+    records, describe the cluster, elect the preferred leaders (CreatePartitions or
+    ElectLeaders in ``absent``: a broker before Kafka 1.0 or 2.2 has no API for it, the
+    call fails saying so)."""
     topic = unique("parts")
     cluster.create_topic(topic, partitions=1)
     fill(bootstrap, topic, 5)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        admin.create_partitions([NewPartitions(topic, 3)],
-                                request_timeout=15)[topic].result(20)
-        assert len(cluster.describe_topic(topic).partitions) == 3
+        added = admin.create_partitions([NewPartitions(topic, 3)],
+                                        request_timeout=15)[topic]
+        if ApiKey.CREATE_PARTITIONS in absent:      # before Kafka 1.0
+            with pytest.raises(KafkaException) as refused:
+                added.result(20)
+            assert refused.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
+            assert len(cluster.describe_topic(topic).partitions) == 1
+        else:
+            added.result(20)
+            assert len(cluster.describe_topic(topic).partitions) == 3
         tp = TopicPartition(topic, 0, 3)
         deleted = admin.delete_records([tp], request_timeout=15)[tp].result(20)
         state = cluster.partition(topic, 0)
@@ -401,6 +420,10 @@ def test_each_api_at_each_version(capped_cluster, capped, key, flow, version):
     since = cluster.clear_request_log()
     FLOWS[flow](cluster, proxy.bootstrap, key, since)
     sent = sent_versions(cluster, since, key)
+    if key == ApiKey.OFFSET_FOR_LEADER_EPOCH and version < 2:
+        # before v2 (Kafka 2.1) it carries no leader epoch to check: never sent
+        assert not sent, sent
+        return
     assert sent, f"no {ApiKey(key).name} request was sent"
     assert {v for v, _ in sent} == {expected(key, flow, version)}
 
@@ -471,6 +494,23 @@ BROKER_PROFILES: Dict[str, Dict[int, int]] = {
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     },
 }
+#: Kafka 0.11 brought record batches v2 (Produce v3, Fetch v4 and v5: KIP-98, KIP-107),
+#: transactions, DescribeConfigs v0 and OffsetForLeaderEpoch v0; 1.0 KIP-112's Produce v4-5
+#: and Fetch v6, SaslHandshake v1 with SaslAuthenticate (KIP-152), CreatePartitions (KIP-195).
+BROKER_PROFILES["kafka-0.11"] = {
+    ApiKey.PRODUCE: 3, ApiKey.FETCH: 5, ApiKey.LIST_OFFSETS: 2, ApiKey.METADATA: 4,
+    ApiKey.OFFSET_COMMIT: 3, ApiKey.OFFSET_FETCH: 3, ApiKey.FIND_COORDINATOR: 1,
+    ApiKey.JOIN_GROUP: 2, ApiKey.HEARTBEAT: 1, ApiKey.LEAVE_GROUP: 1, ApiKey.SYNC_GROUP: 1,
+    ApiKey.DESCRIBE_GROUPS: 1, ApiKey.LIST_GROUPS: 1, ApiKey.SASL_HANDSHAKE: 0,
+    ApiKey.API_VERSIONS: 1, ApiKey.CREATE_TOPICS: 2, ApiKey.DELETE_TOPICS: 1,
+    ApiKey.DELETE_RECORDS: 0, ApiKey.INIT_PRODUCER_ID: 0, ApiKey.OFFSET_FOR_LEADER_EPOCH: 0,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 0, ApiKey.ADD_OFFSETS_TO_TXN: 0, ApiKey.END_TXN: 0,
+    ApiKey.TXN_OFFSET_COMMIT: 0, ApiKey.DESCRIBE_CONFIGS: 0, ApiKey.ALTER_CONFIGS: 0,
+}
+BROKER_PROFILES["kafka-1.0"] = dict(BROKER_PROFILES["kafka-0.11"])
+BROKER_PROFILES["kafka-1.0"].update({ApiKey.PRODUCE: 5, ApiKey.FETCH: 6, ApiKey.METADATA: 5,
+                                     ApiKey.SASL_HANDSHAKE: 1, ApiKey.SASL_AUTHENTICATE: 0,
+                                     ApiKey.CREATE_PARTITIONS: 0})
 BROKER_PROFILES["kafka-3.0"] = dict(BROKER_PROFILES["kafka-2.8"])
 BROKER_PROFILES["kafka-3.0"].update({ApiKey.LIST_OFFSETS: 7, ApiKey.FIND_COORDINATOR: 4,
                                      ApiKey.OFFSET_FETCH: 8})
@@ -501,6 +541,123 @@ def test_a_whole_broker_of_an_older_release(capped_cluster, capped, profile):
         if key == ApiKey.OFFSET_FOR_LEADER_EPOCH and caps[key] < 2:
             want = set()   # before v2 (Kafka 2.1) it carries no leader epoch to check
         assert used.get(key, set()) == want, (ApiKey(key).name, used.get(key))
+
+
+#: Brokers before record batches v2 (Produce v3, Kafka 0.11): 0.10.2 and 0.10.0.
+PRE_RECORD_BATCH_PROFILES: Dict[str, Dict[int, int]] = {
+    "kafka-0.10.2": {
+        ApiKey.PRODUCE: 2, ApiKey.FETCH: 3, ApiKey.LIST_OFFSETS: 1, ApiKey.METADATA: 2,
+        ApiKey.OFFSET_COMMIT: 2, ApiKey.OFFSET_FETCH: 2, ApiKey.FIND_COORDINATOR: 0,
+        ApiKey.JOIN_GROUP: 1, ApiKey.HEARTBEAT: 0, ApiKey.LEAVE_GROUP: 0,
+        ApiKey.SYNC_GROUP: 0, ApiKey.DESCRIBE_GROUPS: 0, ApiKey.LIST_GROUPS: 0,
+        ApiKey.SASL_HANDSHAKE: 0, ApiKey.API_VERSIONS: 0, ApiKey.CREATE_TOPICS: 1,
+        ApiKey.DELETE_TOPICS: 0,
+    },
+    "kafka-0.10.0": {
+        ApiKey.PRODUCE: 2, ApiKey.FETCH: 2, ApiKey.LIST_OFFSETS: 0, ApiKey.METADATA: 1,
+        ApiKey.OFFSET_COMMIT: 2, ApiKey.OFFSET_FETCH: 1, ApiKey.FIND_COORDINATOR: 0,
+        ApiKey.JOIN_GROUP: 0, ApiKey.HEARTBEAT: 0, ApiKey.LEAVE_GROUP: 0,
+        ApiKey.SYNC_GROUP: 0, ApiKey.DESCRIBE_GROUPS: 0, ApiKey.LIST_GROUPS: 0,
+        ApiKey.SASL_HANDSHAKE: 0, ApiKey.API_VERSIONS: 0,
+    },
+}
+
+
+@pytest.mark.parametrize("profile", sorted(PRE_RECORD_BATCH_PROFILES))
+def test_a_broker_before_record_batches(capped_cluster, capped, profile):
+    """A Kafka 0.10 broker: our producer writes record batches v2 only (Produce v3+), so
+    its messages fail with _UNSUPPORTED_FEATURE and nothing is written. A group consumer
+    reads what is there (written before, through the full versions) from the message
+    sets the broker down-converts, with offsets, keys, values and timestamps, commits and
+    resumes; the admin client creates and deletes topics where the broker can (0.10.1+)
+    and says _UNSUPPORTED_FEATURE where it cannot (describe_configs: 0.11+)."""
+    cluster, proxy = capped_cluster
+    caps = PRE_RECORD_BATCH_PROFILES[profile]
+    topic, group = unique("old"), unique("old-group")
+    cluster.create_topic(topic, partitions=2)
+    stamp = int(time.time() * 1000) - 60_000
+    before = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 2})
+    for i in range(20):
+        before.produce(topic, b"%d" % i, key=b"k%d" % (i % 5), timestamp=stamp + i)
+    assert before.flush(20) == 0
+    before.close()
+    capped(caps, only=True)
+    since = cluster.clear_request_log()
+    reports: List = []
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "message.timeout.ms": 5000})
+    try:
+        producer.produce(topic, b"new", on_delivery=lambda e, m: reports.append(e))
+        producer.flush(10)
+    finally:
+        producer.close()
+    assert [e.code() for e in reports] == [KafkaError._UNSUPPORTED_FEATURE]
+    conf = {"bootstrap.servers": proxy.bootstrap, "group.id": group,
+            "auto.offset.reset": "earliest", "enable.auto.commit": False,
+            "heartbeat.interval.ms": 100, "session.timeout.ms": 6000}
+    first = Consumer(conf)
+    try:
+        first.subscribe([topic])
+        got = drain(first, 20)
+        got += read_to_the_end(first, topic)
+        assert sorted(int(m.value()) for m in got) == list(range(20))
+        for m in got:
+            assert m.key() == b"k%d" % (int(m.value()) % 5)
+            # message format v1 from Fetch v2 on: the producer's timestamps
+            assert m.timestamp() == (1, stamp + int(m.value()))
+        first.commit(asynchronous=False)
+        committed = first.committed([TopicPartition(topic, p) for p in (0, 1)], 10)
+        ends = {p: max(o for o, _ in msgs) + 1 for p, msgs in by_partition(got).items()}
+        assert {tp.partition: tp.offset for tp in committed} == {p: ends.get(p, 0)
+                                                                 for p in (0, 1)}
+        # the start and end of a log: ListOffsets v0 (0.10.0) tells them too
+        assert first.get_watermark_offsets(TopicPartition(topic, 0), 10) == (0, ends.get(0, 0))
+        asked = [TopicPartition(topic, 0, stamp)]
+        if caps[ApiKey.LIST_OFFSETS] >= 1:
+            found = min((m.offset() for m in got if m.partition() == 0), default=-1)
+            assert [tp.offset for tp in first.offsets_for_times(asked, 10)] == [found]
+        else:    # v0 cannot look up a time (Java refuses too)
+            with pytest.raises(KafkaException) as refused:
+                first.offsets_for_times(asked, 10)
+            assert refused.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
+    finally:
+        first.close()
+    second = Consumer(conf)
+    try:
+        second.subscribe([topic])
+        deadline = time.monotonic() + 10
+        while not second.assignment() and time.monotonic() < deadline:
+            second.poll(0.1)
+        assert read_to_the_end(second, topic) == []     # resumed at the commit
+    finally:
+        second.close()
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    try:
+        created = unique("old-admin")
+        future = admin.create_topics([NewTopic(created, 2, 1)], request_timeout=15)[created]
+        resource = ConfigResource("topic", topic)
+        described = admin.describe_configs([resource])[resource]
+        with pytest.raises(KafkaException) as refused:
+            described.result(20)
+        assert refused.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
+        if ApiKey.CREATE_TOPICS not in caps:
+            with pytest.raises(KafkaException) as refused:
+                future.result(20)
+            assert refused.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
+        else:
+            future.result(20)
+            assert len(cluster.describe_topic(created).partitions) == 2
+            admin.delete_topics([created], request_timeout=15)[created].result(20)
+            cluster.wait_for(lambda: created not in cluster.topics())
+    finally:
+        admin.close()
+    used: Dict[int, set] = {}
+    for entry in cluster.request_log(since):
+        used.setdefault(entry.api_key, set()).add(entry.version)
+    assert set(used) <= set(caps), {ApiKey(k).name for k in set(used) - set(caps)}
+    for key in (ApiKey.FETCH, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP,
+                ApiKey.LIST_OFFSETS, ApiKey.METADATA):
+        assert used.get(key) == {caps[key]}, (ApiKey(key).name, used.get(key))
+    assert ApiKey.PRODUCE not in used
 
 
 @pytest.mark.parametrize("init_version", [0, 2, 3])

@@ -752,6 +752,8 @@ class Fetcher:
                             if code in LEADER_ERRORS:
                                 md.mark_stale(t.name)
                             got[key] = _lookup_failed(e)
+                        elif pr.old_style_offsets:    # v0: a list, newest first
+                            got[key] = OffsetLookup(pr.old_style_offsets[0], -1, None, -1)
                         else:
                             got[key] = OffsetLookup(
                                 pr.offset, pr.timestamp, None,
@@ -772,15 +774,20 @@ class Fetcher:
                                                     f"broker {node} unknown"))
                 continue
             version = conn.versions.get(ApiKey.LIST_OFFSETS)
-            if version is not None and version < 1:
-                answered(topics, None, KafkaError(KafkaError._UNSUPPORTED_FEATURE,
-                                                  "broker supports only ListOffsets v0"))
+            if version is not None and version < 1 and any(
+                    ts >= 0 for plist in topics.values() for _p, ts in plist):
+                # v0 (Kafka 0.10.0) finds the start and the end of a log, not the offset
+                # of a time: what it answers for one (a segment's base) is not that
+                answered(topics, None, KafkaError(
+                    KafkaError._UNSUPPORTED_FEATURE, "offsets for times need ListOffsets "
+                    "v1 (Kafka 0.10.1); the broker has only v0"))
                 continue
             req = ListOffsetsRequest(
                 replica_id=-1,
                 topics=[ListOffsetsRequest.ListOffsetsTopic(
                     name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
-                        partition_index=p, timestamp=ts, current_leader_epoch=-1)
+                        partition_index=p, timestamp=ts, current_leader_epoch=-1,
+                        max_num_offsets=1)
                         for p, ts in plist])
                     for topic, plist in topics.items()])
             conn.send(req, lambda resp, err, t=topics: answered(t, resp, err),

@@ -459,8 +459,9 @@ class FaultProxy:
         """Give the broker's answers to the next ``count`` requests of ``api_key`` (None:
         every one until :meth:`clear_faults`) to ``change(response, api_version)``, on
         the proxy thread: the answer decoded with :mod:`kafka_proto.messages`, which
-        ``change`` alters in place (or replaces, by returning another response), then
-        encoded again for the client. So a test can send a well-framed answer with any
+        ``change`` alters in place (or replaces, by returning another response, or the
+        bytes of another body: an answer in another version's layout), then encoded again
+        for the client. So a test can send a well-framed answer with any
         field values: a leader not among the brokers, a partition nobody asked for, a
         negative high watermark. The broker acts on the requests as usual. What
         ``change`` raises is kept in :attr:`rewrite_errors` and the answer passes as it
@@ -899,7 +900,8 @@ class FaultProxy:
             if changed is not None:
                 response = changed
         self.injected += 1
-        new_body = response.encode(version)
+        new_body = bytes(response) if isinstance(response, (bytes, bytearray)) \
+            else response.encode(version)
         header = frame[4:header_end]
         return _INT32.pack(len(header) + len(new_body)) + header + new_body
 

@@ -1,9 +1,12 @@
-"""Every API the client uses in a flow, capped at each version from the lowest the test
-cluster serves (Kafka 4.0's floors, which are the Kafka 2.1-era versions: KIP-896) up to
-the highest: the broker's ApiVersions answer is rewritten on its way through the fault
-proxy, so the client negotiates exactly that version, and a flow that depends on it runs
-end to end. Then whole-broker profiles: every API capped at once at the versions of a
-Kafka 1.1, 2.0, 2.1, 2.8 and 3.0 broker.
+"""Every API the client uses in a flow, capped at each version from v0 (the test cluster
+serves the versions Kafka 4 removed, KIP-896, with ``legacy.api.versions.enable``: Fetch
+below v4 gets down-converted message sets) up to the highest: the broker's ApiVersions
+answer is rewritten on its way through the fault proxy, so the client negotiates exactly
+that version, and a flow that depends on it runs end to end; an ApiVersions request newer
+than the cap is refused as a broker of that version refuses it, so the client asks again
+(in v0 before KIP-511). Then whole-broker profiles: every API capped at once at the
+versions of a Kafka 0.11, 1.0, 1.1, 2.0, 2.1, 2.8 and 3.0 broker, and Kafka 0.10.0 and
+0.10.2 brokers, before record batches v2, which our producer cannot write to.
 
 The flows, each counted on the broker's side (offsets, values, committed positions):
 
@@ -30,7 +33,8 @@ from kafka_client import (ConsumerGroupTopicPartitions, Consumer, ElectionType, 
                           KafkaException, Producer, TopicPartition)
 from kafka_client.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from kafka_client.testing._api import supported_versions
-from kafka_proto.messages import API_KEYS, ApiKey
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import API_KEYS, ApiKey, ApiVersionsResponse
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +57,8 @@ FLOWS_OF: Dict[int, Tuple[str, ...]] = {
     ApiKey.LIST_GROUPS: ("groups",), ApiKey.DESCRIBE_GROUPS: ("groups",),
     ApiKey.DELETE_GROUPS: ("groups",),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: ("kip848",), ApiKey.CONSUMER_GROUP_DESCRIBE: ("kip848",),
+    # capped: the broker refuses newer ones as a broker of that version would (see capped)
+    ApiKey.API_VERSIONS: ("data",),
 }
 
 #: The highest version a flow sends although the broker offers more: the group consumer
@@ -112,7 +118,7 @@ def capped(capped_cluster):
     cluster, proxy = capped_cluster
 
     def cap(caps: Mapping[int, int], only: bool = False) -> None:
-        def lower(response, _version):
+        def lower(response, version):
             if only:        # a broker that predates the other APIs does not list them
                 response.api_keys = [e for e in response.api_keys if e.api_key in caps]
             for entry in response.api_keys:
@@ -120,6 +126,15 @@ def capped(capped_cluster):
                 if top is not None:
                     entry.max_version = min(entry.max_version, top)
                     entry.min_version = min(entry.min_version, entry.max_version)
+            own = caps.get(ApiKey.API_VERSIONS)
+            if own is not None and version > own:
+                # An ApiVersions the broker does not know: answered in v0 with
+                # UNSUPPORTED_VERSION, with the ranges from KIP-511 (Kafka 2.4,
+                # ApiVersions v3) on, with none before; the client asks again.
+                return ApiVersionsResponse(
+                    error_code=ErrorCode.UNSUPPORTED_VERSION,
+                    api_keys=response.api_keys if own >= 3 else []).encode(0)
+            return None
         proxy.rewrite_responses(ApiKey.API_VERSIONS, lower, count=None)
 
     yield cap
@@ -424,6 +439,9 @@ def test_each_api_at_each_version(capped_cluster, capped, key, flow, version):
         # before v2 (Kafka 2.1) it carries no leader epoch to check: never sent
         assert not sent, sent
         return
+    if key == ApiKey.API_VERSIONS:
+        assert_asked_api_versions_again({key: {v for v, _ in sent}}, {key: version})
+        return
     assert sent, f"no {ApiKey(key).name} request was sent"
     assert {v for v, _ in sent} == {expected(key, flow, version)}
 
@@ -516,6 +534,16 @@ BROKER_PROFILES["kafka-3.0"].update({ApiKey.LIST_OFFSETS: 7, ApiKey.FIND_COORDIN
                                      ApiKey.OFFSET_FETCH: 8})
 
 
+def assert_asked_api_versions_again(used: Mapping[int, AbstractSet[int]],
+                                    caps: Mapping[int, int]) -> None:
+    """Each connection asked in the newest ApiVersions, was refused, and asked again: in
+    the broker's version (KIP-511 told it) or, from a broker before KIP-511, in v0."""
+    own = caps[ApiKey.API_VERSIONS]
+    newest = API_KEYS[ApiKey.API_VERSIONS].max_version
+    again = own if own >= 3 else 0
+    assert used[ApiKey.API_VERSIONS] == ({newest, again} if own < newest else {newest})
+
+
 @pytest.mark.parametrize("profile", sorted(BROKER_PROFILES))
 def test_a_whole_broker_of_an_older_release(capped_cluster, capped, profile):
     """Every API at once at the versions of an older Kafka: all the flows run, each API
@@ -533,7 +561,10 @@ def test_a_whole_broker_of_an_older_release(capped_cluster, capped, profile):
     for entry in cluster.request_log(since):
         used.setdefault(entry.api_key, set()).add(entry.version)
     assert set(used) <= set(caps), {ApiKey(k).name for k in set(used) - set(caps)}
+    assert_asked_api_versions_again(used, caps)
     for key, flows in FLOWS_OF.items():
+        if key == ApiKey.API_VERSIONS:
+            continue        # checked just above
         if key not in caps:
             assert key not in used, ApiKey(key).name
             continue
@@ -654,6 +685,7 @@ def test_a_broker_before_record_batches(capped_cluster, capped, profile):
     for entry in cluster.request_log(since):
         used.setdefault(entry.api_key, set()).add(entry.version)
     assert set(used) <= set(caps), {ApiKey(k).name for k in set(used) - set(caps)}
+    assert_asked_api_versions_again(used, caps)
     for key in (ApiKey.FETCH, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP,
                 ApiKey.LIST_OFFSETS, ApiKey.METADATA):
         assert used.get(key) == {caps[key]}, (ApiKey(key).name, used.get(key))

@@ -89,7 +89,8 @@ def _legacy_rows(batch: Any, start: int) -> Iterator[Tuple[int, Any, Any, Tuple[
             continue  # before the start, or not above the record before (hostile)
         start = off + 1
         tt = r.timestamp_type
-        ts = (TIMESTAMP_NOT_AVAILABLE, -1) if tt < 0 else \
+        # magic 0 has no timestamp: (NOT_AVAILABLE, 0), as librdkafka reports it
+        ts = (TIMESTAMP_NOT_AVAILABLE, 0) if tt < 0 else \
             (TIMESTAMP_LOG_APPEND_TIME if tt == TimestampType.LOG_APPEND_TIME
              else TIMESTAMP_CREATE_TIME, r.timestamp)
         yield off, r.key, r.value, ts

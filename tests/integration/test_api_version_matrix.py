@@ -692,6 +692,61 @@ def test_a_broker_before_record_batches(capped_cluster, capped, profile):
     assert ApiKey.PRODUCE not in used
 
 
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
+@pytest.mark.parametrize("fetch_version", [1, 3])
+def test_confluent_kafka_reads_the_down_converted_message_sets_as_we_do(
+        capped_cluster, capped, fetch_version, codec):
+    """The peer's reading of the cluster's down-conversion: confluent-kafka (librdkafka)
+    and our consumer, both at Fetch v1 (message format v0) or v3 (v1), read the same
+    offsets, keys and values, the producer's timestamps from format v1 on, no headers.
+    Format v0 has no timestamps: librdkafka reports (TIMESTAMP_NOT_AVAILABLE, 0), and now
+    so do we (it was -1)."""
+    ck = pytest.importorskip("confluent_kafka")
+    cluster, proxy = capped_cluster
+    topic = unique("peer")
+    cluster.create_topic(topic, partitions=1)
+    stamp = int(time.time() * 1000) - 60_000
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 20,
+                         "compression.type": codec})
+    for i in range(200):
+        producer.produce(topic, b"value-%d" % i * (i % 7), key=None if i % 9 == 0 else
+                         b"k%d" % i, timestamp=stamp + i, headers=[("h", b"%d" % i)])
+    assert producer.flush(20) == 0
+    producer.close()
+    capped({ApiKey.FETCH: fetch_version})
+    since = cluster.clear_request_log()
+    readers = {"ours": Consumer, "confluent-kafka": ck.Consumer}
+    seen = {}
+    for name, make in readers.items():
+        consumer = make({"bootstrap.servers": proxy.bootstrap, "group.id": unique("peer"),
+                         "enable.auto.commit": False,
+                         # small fetches: answers cut inside a message set
+                         "max.partition.fetch.bytes": 1000})
+        got = []
+        try:
+            consumer.assign([(TopicPartition if name == "ours" else ck.TopicPartition)(
+                topic, 0, 0)])
+            deadline = time.monotonic() + 20
+            while len(got) < 200 and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                assert msg.error() is None, (name, msg.error())
+                got.append((msg.offset(), msg.key(), msg.value(), msg.timestamp(),
+                            msg.headers()))
+        finally:
+            consumer.close()
+        seen[name] = got
+    no_time = (ck.TIMESTAMP_NOT_AVAILABLE, 0)     # librdkafka's for a message of format v0
+    assert seen["ours"] == seen["confluent-kafka"]
+    assert seen["ours"] == [
+        (i, None if i % 9 == 0 else b"k%d" % i, b"value-%d" % i * (i % 7),
+         (ck.TIMESTAMP_CREATE_TIME, stamp + i) if fetch_version >= 2 else no_time, None)
+        for i in range(200)]
+    assert {e.version for e in cluster.request_log(since, api=ApiKey.FETCH)} == \
+        {fetch_version}
+
+
 @pytest.mark.parametrize("init_version", [0, 2, 3])
 def test_a_producer_id_lost_in_a_transaction_never_fences_the_instance_that_took_over(
         capped_cluster, capped, init_version):

@@ -748,6 +748,51 @@ def test_confluent_kafka_reads_the_down_converted_message_sets_as_we_do(
         {fetch_version}
 
 
+def test_zstd_data_is_refused_to_a_fetch_below_v4_and_served_from_v4(capped_cluster, capped):
+    """zstd batches cannot be down-converted: a consumer at Fetch v3 gets the partition's
+    UNSUPPORTED_COMPRESSION_TYPE as an error event (confluent-kafka too) and no message,
+    its position staying there; Kafka serves the stored batches as they are to Fetch v4-9
+    (it refuses those only for a topic whose compression.type is zstd, which the cluster
+    does not take), and a consumer at Fetch v4 reads them."""
+    ck = pytest.importorskip("confluent_kafka")
+    cluster, proxy = capped_cluster
+    topic = unique("zstd-old")
+    cluster.create_topic(topic, partitions=1)
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "compression.type": "zstd",
+                         "linger.ms": 5})
+    for i in range(10):
+        producer.produce(topic, b"%d" % i * 20)
+    assert producer.flush(20) == 0
+    producer.close()
+    for version in (3, 4):
+        capped({ApiKey.FETCH: version})
+        for make, tp in ((Consumer, TopicPartition), (ck.Consumer, ck.TopicPartition)):
+            consumer = make({"bootstrap.servers": proxy.bootstrap, "group.id": unique("z"),
+                             "enable.auto.commit": False})
+            values, errors = [], []
+            try:
+                consumer.assign([tp(topic, 0, 0)])
+                deadline = time.monotonic() + (3 if version < 4 else 15)
+                while time.monotonic() < deadline and len(values) < 10:
+                    msg = consumer.poll(0.2)
+                    if msg is None:
+                        continue
+                    if msg.error():
+                        errors.append(msg.error().code())
+                    else:
+                        values.append(msg.value())
+                position = consumer.position([tp(topic, 0)])[0].offset
+            finally:
+                consumer.close()
+            if version < 4:
+                assert values == [] and errors
+                assert set(errors) == {KafkaError.UNSUPPORTED_COMPRESSION_TYPE}
+                assert position in (0, -1001)       # never moved (-1001: nothing read)
+            else:
+                assert values == [b"%d" % i * 20 for i in range(10)] and not errors
+        proxy.clear_faults()
+
+
 @pytest.mark.parametrize("init_version", [0, 2, 3])
 def test_a_producer_id_lost_in_a_transaction_never_fences_the_instance_that_took_over(
         capped_cluster, capped, init_version):

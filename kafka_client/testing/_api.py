@@ -86,9 +86,8 @@ SUPPORTED_VERSIONS: Dict[int, Tuple[int, int]] = {
 #: The lowest versions a Kafka 3.x broker serves of the APIs whose floors Kafka 4 raised
 #: (KIP-896), served instead of SUPPORTED_VERSIONS' with the broker property
 #: ``legacy.api.versions.enable``: a cluster that stands for a broker of Kafka 0.10-2.0.
-#: Produce keeps its floor: below v3 it carries legacy message sets, which no client of
-#: this project writes.
 LEGACY_FLOORS: Dict[int, int] = {
+    ApiKey.PRODUCE: 0,                  # below v3 legacy message sets, stored as v2 batches
     ApiKey.FETCH: 0,                    # below v4 answered with down-converted message sets
     ApiKey.LIST_OFFSETS: 0,
     ApiKey.OFFSET_COMMIT: 0,

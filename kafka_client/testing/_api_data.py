@@ -25,7 +25,7 @@ from kafka_proto.records import Compression, iter_batch_headers, read_batch_head
 
 from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
 from ._api import RequestContext, error_answer, handles
-from ._downconvert import down_convert, magic_for_fetch
+from ._downconvert import down_convert, magic_for_fetch, up_convert
 from ._fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -151,6 +151,11 @@ def produce(ctx: RequestContext) -> None:
                 elif ctx.version < 7 and _zstd(pd.records):
                     result = AppendResult(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, message=(
                         f"Produce v{ctx.version} may not carry zstd batches (v7+, KIP-110)"))
+                elif ctx.version < 3:
+                    # a legacy message set: stored as one v2 batch, as Kafka 3 stores it
+                    batch, error, why = up_convert(bytes(pd.records or b""))
+                    result = AppendResult(error, message=why) if error else \
+                        replica.append_records(batch, acks)
                 else:
                     result = replica.append_records(pd.records, acks)
             results.append((t.name, pd.index, result, replica))

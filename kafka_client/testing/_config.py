@@ -165,7 +165,8 @@ _BROKER = [
     ConfigDef("min.incremental.fetch.session.eviction.ms", "long", 120_000, _at_least(0)),
     # Not a Kafka property: the brokers also serve the API versions Kafka 4 removed
     # (KIP-896), as a Kafka 3.x broker does, to stand for a Kafka 0.10-2.0 broker (a fault
-    # proxy lowers the highest versions): Fetch 0-3 (down-converted message sets),
+    # proxy lowers the highest versions): Produce 0-2 (message sets, stored as v2 batches),
+    # Fetch 0-3 (down-converted message sets),
     # ListOffsets 0, OffsetCommit 0-1, OffsetFetch 0, CreateTopics 0-1, DeleteTopics 0,
     # OffsetForLeaderEpoch 0-1, DescribeConfigs 0.
     ConfigDef("legacy.api.versions.enable", "bool", False),

@@ -1,5 +1,7 @@
-"""Down-conversion of stored v2 batches for a consumer's Fetch below v4, as Kafka does it
-(its RecordsUtil.downConvert and LazyDownConversionRecords).
+"""Message format conversion, as Kafka does it: stored v2 batches down-converted for a
+consumer's Fetch below v4 (its RecordsUtil.downConvert and LazyDownConversionRecords), and
+the legacy message sets of a Produce below v3 up-converted to the v2 batch that is stored
+(its LogValidator), see :func:`up_convert`.
 
 Fetch v0-1 get message format v0, v2-3 format v1 (the legacy message sets of
 ``kafka_proto.records.build_message_set``). Per stored batch: a control batch is dropped
@@ -20,11 +22,11 @@ from __future__ import annotations
 import struct
 from typing import List, Tuple
 
-from kafka_proto.errors import ErrorCode
-from kafka_proto.records import (Compression, LegacyMessage, TimestampType, build_message_set,
-                                 read_batches)
+from kafka_proto.errors import ErrorCode, KafkaProtocolError
+from kafka_proto.records import (Compression, LegacyMessage, RecordBatchBuilder, TimestampType,
+                                 build_message_set, read_batches)
 
-__all__ = ["down_convert", "magic_for_fetch"]
+__all__ = ["down_convert", "magic_for_fetch", "up_convert"]
 
 #: Kafka's overflow entry: offset -1 and a length past the end of the answer.
 _OVERFLOW_HEAD = struct.Struct(">qi")
@@ -70,3 +72,29 @@ def down_convert(stored: bytes, magic: int, fetch_offset: int) -> Tuple[bytes, i
     overflow = _OVERFLOW_HEAD.pack(-1, max(remaining + 1, _MIN_OVERFLOW_LENGTH))
     return data + (overflow + bytes(max(remaining - len(overflow), 0)))[:remaining], \
         ErrorCode.NONE
+
+
+def up_convert(records: bytes) -> Tuple[bytes, int, str]:
+    """``(batch, error, message)``: the legacy message set of a Produce below v3 as the one
+    v2 batch Kafka stores for it (offsets assigned on append; the producer's timestamps,
+    -1 for magic 0 messages; the codec of its wrappers; no producer id), or an error:
+    CORRUPT_MESSAGE for a message that does not read (CRC, lengths, a cut message) and
+    INVALID_RECORD for a v2 batch or an empty set."""
+    try:
+        batches = list(read_batches(records, check_crc=True, allow_truncated=False))
+    except KafkaProtocolError as exc:
+        return b"", ErrorCode.CORRUPT_MESSAGE, str(exc)
+    if not batches:
+        return b"", ErrorCode.INVALID_RECORD, "no message"
+    if any(b.magic >= 2 for b in batches):
+        return b"", ErrorCode.INVALID_RECORD, \
+            "Produce before v3 carries message sets of magic 0 or 1"
+    # Kafka keeps the codec of the (first) compressed wrapper, else none
+    codec = next((int(b.compression) for b in batches
+                  if b.compression != Compression.NONE), Compression.NONE)
+    builder = RecordBatchBuilder(compression=codec)
+    for batch in batches:
+        for r in batch:
+            builder.append(r.value, key=r.key, timestamp=r.timestamp if r.timestamp >= 0
+                           else -1)
+    return builder.build(), ErrorCode.NONE, ""

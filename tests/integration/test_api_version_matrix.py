@@ -83,6 +83,8 @@ def runs(key: int, flow: str, version: int) -> bool:
     read_committed (and down-conversion drops the transaction markers, so a consumer's
     position never passes the last one); Kafka brought transactions and Fetch v4 together
     (0.11), so no broker serves those Fetch versions and transactions."""
+    if key == ApiKey.PRODUCE and version < 3:
+        return False    # our producer writes record batches v2 only (Produce v3+)
     return not (key == ApiKey.FETCH and flow == "txn" and version < 4)
 
 
@@ -746,6 +748,43 @@ def test_confluent_kafka_reads_the_down_converted_message_sets_as_we_do(
         for i in range(200)]
     assert {e.version for e in cluster.request_log(since, api=ApiKey.FETCH)} == \
         {fetch_version}
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
+def test_confluent_kafka_produces_message_sets_to_a_kafka_0_10_broker(capped_cluster, capped,
+                                                                      codec):
+    """librdkafka writes message sets v1 with Produce v2 to a Kafka 0.10.2 broker; the
+    cluster stores them as v2 batches, as Kafka 3 does: our consumer reads every message
+    with its offset, key, value and the producer's timestamp (headers: librdkafka drops
+    them for message sets)."""
+    ck = pytest.importorskip("confluent_kafka")
+    cluster, proxy = capped_cluster
+    topic = unique("from-librdkafka")
+    cluster.create_topic(topic, partitions=1)
+    capped(PRE_RECORD_BATCH_PROFILES["kafka-0.10.2"], only=True)
+    since = cluster.clear_request_log()
+    stamp = int(time.time() * 1000) - 60_000
+    reports: List = []
+    producer = ck.Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 20,
+                            "compression.type": codec})
+    for i in range(100):
+        producer.produce(topic, b"value-%d" % i * (i % 5), key=None if i % 7 == 0 else
+                         b"k%d" % i, timestamp=stamp + i, headers=[("h", b"x")],
+                         on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    assert producer.flush(20) == 0
+    assert sorted(reports) == [(None, i) for i in range(100)]
+    assert {e.version for e in cluster.request_log(since, api=ApiKey.PRODUCE)} == {2}
+    proxy.clear_faults()
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": unique("r"),
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got = drain(consumer, 100)
+    finally:
+        consumer.close()
+    assert [(m.offset(), m.key(), m.value(), m.timestamp(), m.headers()) for m in got] == [
+        (i, None if i % 7 == 0 else b"k%d" % i, b"value-%d" % i * (i % 5),
+         (1, stamp + i), None) for i in range(100)]
 
 
 def test_zstd_data_is_refused_to_a_fetch_below_v4_and_served_from_v4(capped_cluster, capped):

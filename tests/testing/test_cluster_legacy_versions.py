@@ -1,7 +1,8 @@
 """The test cluster as a broker that still serves the versions Kafka 4 removed
 (``legacy.api.versions.enable``): Fetch below v4 answered with message sets
-down-converted as Kafka converts them, ListOffsets v0, and the special ListOffsets
-timestamps refused in the versions before theirs. Checked on the wire with a bare client:
+down-converted as Kafka converts them, Produce below v3 with message sets stored as v2
+batches, ListOffsets v0, and the special ListOffsets timestamps refused in the versions
+before theirs. Checked on the wire with a bare client:
 the bytes of each answer are decoded here, record by record."""
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (ApiKey, ApiVersionsRequest, FetchRequest, ListOffsetsRequest,
                                   ProduceRequest)
-from kafka_proto.records import Compression, RecordBatchBuilder, TimestampType, read_batches
+from kafka_proto.records import (Compression, LegacyMessage, RecordBatchBuilder, TimestampType,
+                                 build_message_set, read_batches)
 
 from kafka_client import Producer
 from kafka_client.testing import Cluster
@@ -80,12 +82,13 @@ def test_the_removed_versions_are_advertised_only_when_asked(cluster, tmp_path):
     assert ranges[ApiKey.OFFSET_COMMIT][0] == ranges[ApiKey.OFFSET_FETCH][0] == 0
     assert ranges[ApiKey.CREATE_TOPICS][0] == ranges[ApiKey.DELETE_TOPICS][0] == 0
     assert ranges[ApiKey.DESCRIBE_CONFIGS][0] == 0
-    assert ranges[ApiKey.PRODUCE][0] == 3      # no legacy message sets are taken in
+    assert ranges[ApiKey.PRODUCE][0] == 0      # legacy message sets, stored as v2 batches
     with Cluster(brokers=1, data_dir=str(tmp_path / "default")) as default:
         with RawClient(default.address(1)) as c:
             ranges = {k.api_key: (k.min_version, k.max_version)
                       for k in c.request(ApiVersionsRequest(), 0).api_keys}
     assert ranges[ApiKey.FETCH][0] == 4 and ranges[ApiKey.LIST_OFFSETS][0] == 1
+    assert ranges[ApiKey.PRODUCE][0] == 3
 
 
 @pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP,
@@ -225,3 +228,54 @@ def test_special_list_offsets_timestamps_need_their_version(cluster, timestamp, 
             assert part.error_code == ErrorCode.NONE
             # max timestamp: the last record; local log start: 0; nothing is tiered: -1
             assert part.offset == {-3: 2, -4: 0, -5: -1}[timestamp]
+
+
+@pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP, Compression.LZ4])
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_produce_below_v3_stores_the_message_set_as_one_v2_batch(cluster, version,
+                                                                  compression):
+    """A legacy message set (magic 1 from Produce v2, 0 before) is stored as Kafka 3
+    stores it: one v2 batch, offsets from the log end, the producer's timestamps (none in
+    magic 0), the wrappers' codec; read back at Fetch v4+ and, down-converted, below."""
+    topic = new_topic(cluster)
+    magic = 1 if version == 2 else 0
+    messages = [LegacyMessage(i, T0 + i, None if i == 2 else b"k%d" % i, b"v%d" % i)
+                for i in range(5)]
+    with RawClient(cluster.address(1)) as c:
+        produce(c, topic, v2_batch(0, 3))      # offsets 0-2 taken already
+        for _ in range(2):
+            resp = c.request(ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+                ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                    ProduceRequest.PartitionProduceData(
+                        index=0, records=build_message_set(messages, magic, compression))])]),
+                version)
+            part = resp.responses[0].partition_responses[0]
+            assert part.error_code == ErrorCode.NONE
+        stored = fetch(c, topic, 12)
+        old = fetch(c, topic, version, offset=3)
+    assert part.base_offset == 8
+    batches = list(read_batches(stored.records))
+    assert [(b.magic, b.base_offset, b.records_count, int(b.compression)) for b in batches] \
+        == [(2, 0, 3, 0), (2, 3, 5, compression), (2, 8, 5, compression)]
+    stamp = (lambda i: T0 + i) if magic else (lambda i: -1)
+    assert [(r.offset, r.timestamp, r.key, r.value) for b in batches[1:] for r in b] == \
+        [(3 + n + i, stamp(i), m.key, m.value) for n in (0, 5) for i, m in enumerate(messages)]
+    # read back in the old version: the stored bytes' worth (legacy messages are longer)
+    back = [(o, k, v) for _m, o, _t, _tt, k, v, _h in rows(old.records)]
+    assert back and back == [(3 + n + i, m.key, m.value) for n in (0, 5)
+                             for i, m in enumerate(messages)][:len(back)]
+
+
+def test_produce_below_v3_refuses_what_kafka_refuses(cluster):
+    topic = new_topic(cluster)
+    good = build_message_set([LegacyMessage(0, T0, b"k", b"v")], 1)
+    damaged = good[:20] + bytes([good[20] ^ 0xFF]) + good[21:]
+    with RawClient(cluster.address(1)) as c:
+        for records, error in ((damaged, ErrorCode.CORRUPT_MESSAGE),
+                               (good[:-3], ErrorCode.CORRUPT_MESSAGE),
+                               (v2_batch(0, 2), ErrorCode.INVALID_RECORD)):
+            resp = c.request(ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+                ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                    ProduceRequest.PartitionProduceData(index=0, records=records)])]), 2)
+            assert resp.responses[0].partition_responses[0].error_code == error
+        assert fetch(c, topic, 12).high_watermark == 0

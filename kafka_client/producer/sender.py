@@ -62,14 +62,16 @@ from kafka_client.producer.transactions import (
 )
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, ProduceRequest
-from kafka_proto.records import (Compression, RecordBatchBuilder, read_batch_header,
-                                 read_batches)
+from kafka_proto.records import (Compression, LegacyMessage, RecordBatchBuilder,
+                                 build_message_set, read_batch_header, read_batches)
 
 __all__ = ["Sender", "Report"]
 
 _log = logging.getLogger("kafka_client.producer.sender")
 
-MIN_PRODUCE_VERSION = 3  # record batches v2
+#: Record batches v2 (Kafka 0.11): below, a Produce carries a legacy message set (magic 1
+#: from v2, Kafka 0.10; 0 before), with no producer id, sequence or headers
+BATCH_V2_PRODUCE_VERSION = 3
 #: Least time between two looks for idle topics to forget (metadata.max.idle.ms)
 IDLE_CHECK_S = 1.0
 #: zstd batches: a broker refuses them in an older Produce version (KIP-110)
@@ -100,6 +102,16 @@ class Report(NamedTuple):
     status: int
     messages: Optional[List[PendingMessage]]
     topic: str
+
+
+def _message_set(batch: bytes, version: int) -> bytes:
+    """The built v2 ``batch`` as the legacy message set a Produce of ``version`` (below
+    v3) carries, as librdkafka writes it for a broker before Kafka 0.11: magic 1 from
+    Produce v2 (0 before: no timestamps), the same codec, the headers left out."""
+    source = next(iter(read_batches(batch)))
+    return build_message_set(
+        [LegacyMessage(r.offset, r.timestamp, r.key, r.value) for r in source],
+        1 if version >= 2 else 0, int(source.compression))
 
 
 def _uncompressed(batch: bytes) -> bytes:
@@ -277,10 +289,14 @@ class Sender:
     def _send_to(self, conn: Any, now: float) -> None:
         """Requests to ``conn`` while it has room and the accumulator has batches for it."""
         version = conn.version_for(ApiKey.PRODUCE)
-        if version is None or version < MIN_PRODUCE_VERSION:
+        if version is None or (version < BATCH_V2_PRODUCE_VERSION and (
+                self.idempotent or self.transactional_id is not None)):
+            # producer ids, sequences and transactions live in record batches v2
             err = KafkaError(KafkaError._UNSUPPORTED_FEATURE,
                              f"broker {conn.host}:{conn.port} has no Produce v3+ (record "
-                             f"batches v2)")
+                             f"batches v2), which idempotence and transactions need"
+                             if version is not None else
+                             f"broker {conn.host}:{conn.port} has no Produce API")
             for b in self.acc.take_ready(conn.node_id):
                 self._deliver(b, err, -1, -1, NOT_PERSISTED)
             return
@@ -351,9 +367,11 @@ class Sender:
             b.attempts += 1
             b.sent = True
             self.refused.discard(b)
+            records = self._prepare(b, version)
+            if version < BATCH_V2_PRODUCE_VERSION:
+                records = _message_set(records, version)
             topics.setdefault(b.part.topic.name, []).append(
-                ProduceRequest.PartitionProduceData(index=b.part.index,
-                                                    records=self._prepare(b, version)))
+                ProduceRequest.PartitionProduceData(index=b.part.index, records=records))
         req = ProduceRequest(
             transactional_id=self.transactional_id, acks=self.acks,
             timeout_ms=self.request_timeout_ms,

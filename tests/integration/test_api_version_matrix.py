@@ -6,7 +6,7 @@ that version, and a flow that depends on it runs end to end; an ApiVersions requ
 than the cap is refused as a broker of that version refuses it, so the client asks again
 (in v0 before KIP-511). Then whole-broker profiles: every API capped at once at the
 versions of a Kafka 0.11, 1.0, 1.1, 2.0, 2.1, 2.8 and 3.0 broker, and Kafka 0.10.0 and
-0.10.2 brokers, before record batches v2, which our producer cannot write to.
+0.10.2 brokers, before record batches v2 (our producer writes message sets there).
 
 The flows, each counted on the broker's side (offsets, values, committed positions):
 
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.integration
 #: The flows that exercise each API.
 FLOWS_OF: Dict[int, Tuple[str, ...]] = {
     # the transaction flow reads back read_committed: aborted transactions at each version
-    ApiKey.PRODUCE: ("data", "txn"), ApiKey.FETCH: ("data", "txn"),
+    ApiKey.PRODUCE: ("data", "txn", "plain"), ApiKey.FETCH: ("data", "txn"),
     ApiKey.METADATA: ("data",), ApiKey.LIST_OFFSETS: ("data", "txn"),
     ApiKey.FIND_COORDINATOR: ("data",),
     ApiKey.JOIN_GROUP: ("data",), ApiKey.SYNC_GROUP: ("data",), ApiKey.HEARTBEAT: ("data",),
@@ -83,8 +83,8 @@ def runs(key: int, flow: str, version: int) -> bool:
     read_committed (and down-conversion drops the transaction markers, so a consumer's
     position never passes the last one); Kafka brought transactions and Fetch v4 together
     (0.11), so no broker serves those Fetch versions and transactions."""
-    if key == ApiKey.PRODUCE and version < 3:
-        return False    # our producer writes record batches v2 only (Produce v3+)
+    if key == ApiKey.PRODUCE and version < 3 and flow != "plain":
+        return False    # idempotence and transactions need record batches v2 (Produce v3)
     return not (key == ApiKey.FETCH and flow == "txn" and version < 4)
 
 
@@ -415,6 +415,39 @@ def kip848_flow(cluster, bootstrap: str, key: int, since: int,
         second.close()
 
 
+def plain_flow(cluster, bootstrap: str, key: int, since: int) -> None:
+    """A producer without idempotence writes keyed messages with timestamps and headers
+    to two partitions; a consumer reads each once, in order, with its key and timestamp.
+    Below Produce v3 they go as legacy message sets: no headers, and below v2 no
+    timestamps (the log says -1)."""
+    topic = unique("plain")
+    cluster.create_topic(topic, partitions=2)
+    stamp = int(time.time() * 1000) - 60_000
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "compression.type": "gzip"})
+    for i in range(30):
+        producer.produce(topic, b"%d" % i, key=b"k%d" % (i % 3), partition=i % 2,
+                         timestamp=stamp + i, headers=[("n", b"%d" % i)])
+    assert producer.flush(20) == 0
+    producer.close()
+    version = {e.version for e in cluster.request_log(since, api=ApiKey.PRODUCE)}.pop()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("plain"),
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+        got = drain(consumer, 30)
+    finally:
+        consumer.close()
+    for p in (0, 1):
+        assert [(m.offset(), m.value()) for m in got if m.partition() == p] == \
+            [(n, b"%d" % i) for n, i in enumerate(range(p, 30, 2))]
+    for m in got:
+        i = int(m.value())
+        assert m.key() == b"k%d" % (i % 3)
+        assert m.timestamp()[1] == (stamp + i if version >= 2 else -1)
+        assert m.headers() == ([("n", b"%d" % i)] if version >= 3 else None)
+
+
 def fill(bootstrap: str, topic: str, count: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
     for i in range(count):
@@ -423,7 +456,7 @@ def fill(bootstrap: str, topic: str, count: int) -> None:
     producer.close()
 
 
-FLOWS = {"data": data_flow, "txn": txn_flow, "admin": admin_flow,
+FLOWS = {"data": data_flow, "txn": txn_flow, "plain": plain_flow, "admin": admin_flow,
          "partitions": partitions_flow, "groups": groups_flow, "kip848": kip848_flow}
 
 
@@ -599,12 +632,13 @@ PRE_RECORD_BATCH_PROFILES: Dict[str, Dict[int, int]] = {
 
 @pytest.mark.parametrize("profile", sorted(PRE_RECORD_BATCH_PROFILES))
 def test_a_broker_before_record_batches(capped_cluster, capped, profile):
-    """A Kafka 0.10 broker: our producer writes record batches v2 only (Produce v3+), so
-    its messages fail with _UNSUPPORTED_FEATURE and nothing is written. A group consumer
-    reads what is there (written before, through the full versions) from the message
-    sets the broker down-converts, with offsets, keys, values and timestamps, commits and
-    resumes; the admin client creates and deletes topics where the broker can (0.10.1+)
-    and says _UNSUPPORTED_FEATURE where it cannot (describe_configs: 0.11+)."""
+    """A Kafka 0.10 broker: our producer writes message sets v1 with Produce v2 (as
+    librdkafka does); an idempotent one cannot (no producer ids before 0.11) and fails
+    saying so. A group consumer reads everything (some written before, through the full
+    versions) from the message sets the broker down-converts, with offsets, keys, values
+    and timestamps, commits and resumes; the admin client creates and deletes topics where
+    the broker can (0.10.1+) and says _UNSUPPORTED_FEATURE where it cannot
+    (describe_configs: 0.11+)."""
     cluster, proxy = capped_cluster
     caps = PRE_RECORD_BATCH_PROFILES[profile]
     topic, group = unique("old"), unique("old-group")
@@ -618,22 +652,38 @@ def test_a_broker_before_record_batches(capped_cluster, capped, profile):
     capped(caps, only=True)
     since = cluster.clear_request_log()
     reports: List = []
-    producer = Producer({"bootstrap.servers": proxy.bootstrap, "message.timeout.ms": 5000})
+    # message sets v1 with Produce v2, as librdkafka writes them
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 5})
     try:
-        producer.produce(topic, b"new", on_delivery=lambda e, m: reports.append(e))
-        producer.flush(10)
+        for i in range(20, 25):
+            producer.produce(topic, b"%d" % i, key=b"k%d" % (i % 5), timestamp=stamp + i,
+                             on_delivery=lambda e, m: reports.append(e))
+        assert producer.flush(10) == 0
     finally:
         producer.close()
-    assert [e.code() for e in reports] == [KafkaError._UNSUPPORTED_FEATURE]
+    assert reports == [None] * 5
+    # an idempotent producer needs record batches v2 (and InitProducerId)
+    idempotent = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": True,
+                           "message.timeout.ms": 5000})
+    try:
+        idempotent.produce(topic, b"never", on_delivery=lambda e, m: reports.append(e))
+        idempotent.flush(10)
+    except KafkaException as exc:       # fatal: raised by the calls after it
+        reports.append(exc.args[0])
+    finally:
+        with contextlib.suppress(KafkaException):   # its fatal error, raised once more
+            idempotent.close()
+    # its message is purged on the fatal error (or the call raises it), never written
+    assert "_UNSUPPORTED_FEATURE" in reports[5].str() and "InitProducerId" in reports[5].str()
     conf = {"bootstrap.servers": proxy.bootstrap, "group.id": group,
             "auto.offset.reset": "earliest", "enable.auto.commit": False,
             "heartbeat.interval.ms": 100, "session.timeout.ms": 6000}
     first = Consumer(conf)
     try:
         first.subscribe([topic])
-        got = drain(first, 20)
+        got = drain(first, 25)
         got += read_to_the_end(first, topic)
-        assert sorted(int(m.value()) for m in got) == list(range(20))
+        assert sorted(int(m.value()) for m in got) == list(range(25))
         for m in got:
             assert m.key() == b"k%d" % (int(m.value()) % 5)
             # message format v1 from Fetch v2 on: the producer's timestamps
@@ -692,7 +742,7 @@ def test_a_broker_before_record_batches(capped_cluster, capped, profile):
     for key in (ApiKey.FETCH, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP,
                 ApiKey.LIST_OFFSETS, ApiKey.METADATA):
         assert used.get(key) == {caps[key]}, (ApiKey(key).name, used.get(key))
-    assert ApiKey.PRODUCE not in used
+    assert used[ApiKey.PRODUCE] == {caps[ApiKey.PRODUCE]}
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])

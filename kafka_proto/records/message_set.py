@@ -1,8 +1,8 @@
 """Writer of legacy message sets (magic 0 and 1), the format of Kafka before 0.11.
 
-A client never writes them (the producer sends v2 batches only); a broker does, when it
-down-converts stored v2 batches for a Fetch below v4 (message format v1) or below v2
-(format v0). :func:`build_message_set` writes one v2 batch's records as Kafka's
+A producer writes them to a broker without Produce v3 (before Kafka 0.11), and a broker
+when it down-converts stored v2 batches for a Fetch below v4 (message format v1) or below
+v2 (format v0). :func:`build_message_set` writes one v2 batch's records as Kafka's
 ``MemoryRecordsBuilder`` does for those formats:
 
 * uncompressed: one message per record, at its own absolute offset;

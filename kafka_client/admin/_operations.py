@@ -1033,6 +1033,10 @@ def list_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopicP
     def build(version: int) -> Any:
         if opts.require_stable and version < 7:
             raise _unsupported("require_stable needs OffsetFetch v7 or later")
+        if asked is None and version < 2:
+            # v0-1 have no null topics ("all of them"): name the partitions there
+            raise _unsupported("all of a group's committed offsets need OffsetFetch v2 "
+                               "(Kafka 0.10.2) or later; name the partitions")
         if version >= 8:  # KIP-709: groups in a list (Tansu answers "all topics" only so)
             return OffsetFetchRequest(
                 groups=[OffsetFetchRequest.OffsetFetchRequestGroup(

@@ -716,6 +716,21 @@ def test_a_broker_before_record_batches(capped_cluster, capped, profile):
         second.close()
     admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
     try:
+        named = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p)
+                                                      for p in (0, 1)])]
+        listed = admin.list_consumer_group_offsets(named, request_timeout=15)[group]
+        assert {tp.partition: tp.offset for tp in listed.result(20).topic_partitions} == \
+            {p: ends.get(p, 0) for p in (0, 1)}
+        every = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                                  request_timeout=15)[group]
+        if caps[ApiKey.OFFSET_FETCH] >= 2:
+            assert {tp.partition: tp.offset for tp in every.result(20).topic_partitions} == \
+                {p: ends.get(p, 0) for p in (0, 1)}
+        else:   # v0-1 cannot ask for all of a group's offsets (null topics came with v2)
+            with pytest.raises(KafkaException) as refused:
+                every.result(20)
+            assert refused.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
+            assert "OffsetFetch v2" in refused.value.args[0].str()
         created = unique("old-admin")
         future = admin.create_topics([NewTopic(created, 2, 1)], request_timeout=15)[created]
         resource = ConfigResource("topic", topic)

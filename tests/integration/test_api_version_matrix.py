@@ -638,7 +638,8 @@ def test_a_broker_before_record_batches(capped_cluster, capped, profile):
     versions) from the message sets the broker down-converts, with offsets, keys, values
     and timestamps, commits and resumes; the admin client creates and deletes topics where
     the broker can (0.10.1+) and says _UNSUPPORTED_FEATURE where it cannot
-    (describe_configs: 0.11+)."""
+    (describe_configs: 0.11+); groups are listed and described (deleted from 2.0 on), the
+    plain producer's flow runs."""
     cluster, proxy = capped_cluster
     caps = PRE_RECORD_BATCH_PROFILES[profile]
     topic, group = unique("old"), unique("old-group")
@@ -749,6 +750,9 @@ def test_a_broker_before_record_batches(capped_cluster, capped, profile):
             cluster.wait_for(lambda: created not in cluster.topics())
     finally:
         admin.close()
+    absent = frozenset(FLOWS_OF) - set(caps)
+    groups_flow(cluster, proxy.bootstrap, ApiKey.HEARTBEAT, since, absent=absent)
+    plain_flow(cluster, proxy.bootstrap, ApiKey.PRODUCE, since)
     used: Dict[int, set] = {}
     for entry in cluster.request_log(since):
         used.setdefault(entry.api_key, set()).add(entry.version)

@@ -31,7 +31,8 @@ import pytest
 
 from kafka_client import (ConsumerGroupTopicPartitions, Consumer, ElectionType, KafkaError,
                           KafkaException, Producer, TopicPartition)
-from kafka_client.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from kafka_client.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                NewPartitions, NewTopic)
 from kafka_client.testing._api import supported_versions
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import API_KEYS, ApiKey, ApiVersionsResponse
@@ -51,7 +52,8 @@ FLOWS_OF: Dict[int, Tuple[str, ...]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: ("txn",), ApiKey.TXN_OFFSET_COMMIT: ("txn",),
     ApiKey.END_TXN: ("txn",),
     ApiKey.CREATE_TOPICS: ("admin",), ApiKey.DELETE_TOPICS: ("admin",),
-    ApiKey.DESCRIBE_CONFIGS: ("admin",), ApiKey.CREATE_PARTITIONS: ("partitions",),
+    ApiKey.DESCRIBE_CONFIGS: ("admin", "configs"), ApiKey.CREATE_PARTITIONS: ("partitions",),
+    ApiKey.ALTER_CONFIGS: ("configs",), ApiKey.INCREMENTAL_ALTER_CONFIGS: ("configs",),
     ApiKey.DELETE_RECORDS: ("partitions",), ApiKey.DESCRIBE_CLUSTER: ("partitions",),
     ApiKey.ELECT_LEADERS: ("partitions",),
     ApiKey.LIST_GROUPS: ("groups",), ApiKey.DESCRIBE_GROUPS: ("groups",),
@@ -448,6 +450,44 @@ def plain_flow(cluster, bootstrap: str, key: int, since: int) -> None:
         assert m.headers() == ([("n", b"%d" % i)] if version >= 3 else None)
 
 
+def configs_flow(cluster, bootstrap: str, key: int, since: int,
+                 absent: AbstractSet[int] = frozenset()) -> None:
+    """A topic's configuration replaced whole (AlterConfigs), then changed entry by entry
+    (IncrementalAlterConfigs: SET and DELETE), each read back with DescribeConfigs
+    (IncrementalAlterConfigs in ``absent``: a broker before Kafka 2.3, the call fails
+    saying so)."""
+    topic = unique("configs")
+    cluster.create_topic(topic, partitions=1)
+    resource = ConfigResource("topic", topic)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        def described() -> Dict[str, str]:
+            entries = admin.describe_configs([resource])[resource].result(20)
+            return {name: entries[name].value for name in ("retention.ms", "segment.ms")}
+
+        with pytest.warns(DeprecationWarning):
+            whole = admin.alter_configs([ConfigResource("topic", topic, set_config={
+                "retention.ms": "111111", "segment.ms": "222222"})], request_timeout=15)
+        whole[resource].result(20)
+        assert described() == {"retention.ms": "111111", "segment.ms": "222222"}
+        changed = admin.incremental_alter_configs([ConfigResource(
+            "topic", topic, incremental_configs=[
+                ConfigEntry("retention.ms", "333333",
+                            incremental_operation=AlterConfigOpType.SET),
+                ConfigEntry("segment.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+            ])], request_timeout=15)[resource]
+        if ApiKey.INCREMENTAL_ALTER_CONFIGS in absent:
+            with pytest.raises(KafkaException) as refused:
+                changed.result(20)
+            assert refused.value.args[0].code() == KafkaError._UNSUPPORTED_FEATURE
+            assert described() == {"retention.ms": "111111", "segment.ms": "222222"}
+            return
+        changed.result(20)
+        assert described() == {"retention.ms": "333333", "segment.ms": str(7 * 24 * 3600000)}
+    finally:
+        admin.close()
+
+
 def fill(bootstrap: str, topic: str, count: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
     for i in range(count):
@@ -457,6 +497,7 @@ def fill(bootstrap: str, topic: str, count: int) -> None:
 
 
 FLOWS = {"data": data_flow, "txn": txn_flow, "plain": plain_flow, "admin": admin_flow,
+         "configs": configs_flow,
          "partitions": partitions_flow, "groups": groups_flow, "kip848": kip848_flow}
 
 
@@ -495,7 +536,8 @@ def test_each_api_at_each_version(capped_cluster, capped, key, flow, version):
 #: InitProducerId v4 in 2.7, KIP-516 topic ids in CreateTopics v7 / DeleteTopics v6 /
 #: Metadata v10 and KIP-700 Metadata v11 / DescribeCluster v0 in 2.8); Kafka 3.0 added
 #: KIP-734 (ListOffsets v7), KIP-699 (FindCoordinator v4) and KIP-709 (OffsetFetch v8);
-#: Fetch v13 and Metadata v12 (KIP-516) came with 3.1.
+#: Fetch v13 and Metadata v12 (KIP-516) came with 3.1. AlterConfigs: v0 from 0.11, v1
+#: (KIP-219) from 2.0; IncrementalAlterConfigs (KIP-339) from 2.3, v1 (flexible) from 2.4.
 BROKER_PROFILES: Dict[str, Dict[int, int]] = {
     "kafka-1.1": {
         ApiKey.PRODUCE: 5, ApiKey.FETCH: 7, ApiKey.LIST_OFFSETS: 2, ApiKey.METADATA: 5,
@@ -507,7 +549,7 @@ BROKER_PROFILES: Dict[str, Dict[int, int]] = {
         ApiKey.OFFSET_FOR_LEADER_EPOCH: 0, ApiKey.ADD_PARTITIONS_TO_TXN: 0,
         ApiKey.ADD_OFFSETS_TO_TXN: 0, ApiKey.END_TXN: 0, ApiKey.TXN_OFFSET_COMMIT: 0,
         ApiKey.DESCRIBE_CONFIGS: 1, ApiKey.SASL_AUTHENTICATE: 0,
-        ApiKey.CREATE_PARTITIONS: 0,
+        ApiKey.CREATE_PARTITIONS: 0, ApiKey.ALTER_CONFIGS: 0,
     },
     "kafka-2.0": {
         ApiKey.PRODUCE: 6, ApiKey.FETCH: 8, ApiKey.LIST_OFFSETS: 3, ApiKey.METADATA: 6,
@@ -519,7 +561,7 @@ BROKER_PROFILES: Dict[str, Dict[int, int]] = {
         ApiKey.OFFSET_FOR_LEADER_EPOCH: 1, ApiKey.ADD_PARTITIONS_TO_TXN: 1,
         ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1, ApiKey.TXN_OFFSET_COMMIT: 1,
         ApiKey.DESCRIBE_CONFIGS: 2, ApiKey.SASL_AUTHENTICATE: 0,
-        ApiKey.CREATE_PARTITIONS: 1, ApiKey.DELETE_GROUPS: 1,
+        ApiKey.CREATE_PARTITIONS: 1, ApiKey.DELETE_GROUPS: 1, ApiKey.ALTER_CONFIGS: 1,
     },
     "kafka-2.1": {
         ApiKey.PRODUCE: 7, ApiKey.FETCH: 10, ApiKey.LIST_OFFSETS: 4, ApiKey.METADATA: 7,
@@ -531,7 +573,7 @@ BROKER_PROFILES: Dict[str, Dict[int, int]] = {
         ApiKey.OFFSET_FOR_LEADER_EPOCH: 2, ApiKey.ADD_PARTITIONS_TO_TXN: 1,
         ApiKey.ADD_OFFSETS_TO_TXN: 1, ApiKey.END_TXN: 1, ApiKey.TXN_OFFSET_COMMIT: 2,
         ApiKey.DESCRIBE_CONFIGS: 2, ApiKey.SASL_AUTHENTICATE: 0,
-        ApiKey.CREATE_PARTITIONS: 1, ApiKey.DELETE_GROUPS: 1,
+        ApiKey.CREATE_PARTITIONS: 1, ApiKey.DELETE_GROUPS: 1, ApiKey.ALTER_CONFIGS: 1,
     },
     "kafka-2.8": {
         ApiKey.PRODUCE: 9, ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 6, ApiKey.METADATA: 11,
@@ -545,7 +587,8 @@ BROKER_PROFILES: Dict[str, Dict[int, int]] = {
         ApiKey.DESCRIBE_CONFIGS: 4, ApiKey.SASL_AUTHENTICATE: 2,
         ApiKey.CREATE_PARTITIONS: 3, ApiKey.DELETE_GROUPS: 2, ApiKey.ELECT_LEADERS: 2,
         ApiKey.DESCRIBE_CLUSTER: 0, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
-        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0, ApiKey.ALTER_CONFIGS: 1,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     },
 }
 #: Kafka 0.11 brought record batches v2 (Produce v3, Fetch v4 and v5: KIP-98, KIP-107),
@@ -590,7 +633,7 @@ def test_a_whole_broker_of_an_older_release(capped_cluster, capped, profile):
     since = cluster.clear_request_log()
     absent = frozenset(FLOWS_OF) - set(caps)
     for name, flow in FLOWS.items():
-        if name in ("partitions", "groups", "kip848"):
+        if name in ("partitions", "groups", "kip848", "configs"):
             flow = functools.partial(flow, absent=absent)
         flow(cluster, proxy.bootstrap, ApiKey.HEARTBEAT, since)
     used = {}
@@ -1109,8 +1152,10 @@ def test_a_cluster_half_way_through_an_upgrade(half_upgraded_cluster, profile):
         spread = _SpreadLeaders(cluster)
         for bootstrap in (new.bootstrap, old.bootstrap):
             for name, flow in FLOWS.items():
-                if name == "kip848":
-                    continue    # before Kafka 4.0 (either broker may coordinate)
+                if name in ("kip848", "configs"):
+                    # before Kafka 4.0 (either broker may coordinate); config changes go to
+                    # any broker, the old one's missing APIs unforeseeably
+                    continue
                 if name == "partitions":
                     flow = functools.partial(flow, absent=absent)
                 elif name == "groups":     # the group's coordinator may be the old one

@@ -279,3 +279,22 @@ def test_produce_below_v3_refuses_what_kafka_refuses(cluster):
                     ProduceRequest.PartitionProduceData(index=0, records=records)])]), 2)
             assert resp.responses[0].partition_responses[0].error_code == error
         assert fetch(c, topic, 12).high_watermark == 0
+
+
+@pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP])
+def test_a_compacted_log_down_converts_with_its_gaps(cluster, compression):
+    """Compaction leaves batches whose offsets have gaps: their message sets keep each
+    record's own offset (a v1 wrapper's relative offsets count from its first record)."""
+    topic = new_topic(cluster, **{"cleanup.policy": "compact"})
+    with RawClient(cluster.address(1)) as c:
+        b = RecordBatchBuilder(compression=compression)
+        for i, key in enumerate(b"abacaba"):
+            b.append(b"v%d" % i, key=bytes([key]), timestamp=T0 + i)
+        produce(c, topic, b.build())
+        cluster.roll_segments(topic)
+        cluster.run_cleaner()
+        kept = [(r.offset, r.key, r.value) for bt in read_batches(fetch(c, topic, 12).records)
+                for r in bt]
+        old = [(o, k, v) for _m, o, _t, _tt, k, v, _h in rows(fetch(c, topic, 3).records)]
+    assert kept == [(3, b"c", b"v3"), (5, b"b", b"v5"), (6, b"a", b"v6")]
+    assert old == kept

@@ -25,7 +25,7 @@ from kafka_proto.records import Compression, iter_batch_headers, read_batch_head
 
 from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
 from ._api import RequestContext, error_answer, handles
-from ._downconvert import down_convert, magic_for_fetch, up_convert
+from ._downconvert import down_convert, magic_for_fetch, overflow_entry, up_convert
 from ._fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -635,7 +635,10 @@ class _FetchOperation:
         else:
             upper = log.high_watermark
         limit = min(p.partition_max_bytes, max(budget, 0))
-        result = log.read(offset, limit, upper, min_one=first)
+        # Before Fetch v3 (KIP-74) the byte limits are hard: a first batch above them is
+        # not sent whole but cut (see below), in every partition
+        hard_limit = self.version <= 2 and self.follower is None
+        result = log.read(offset, limit, upper, min_one=first or hard_limit)
         aborted = None
         if self.read_committed and self.follower is None:
             end = result.next_offset if result is not None else offset
@@ -647,6 +650,11 @@ class _FetchOperation:
                                     **fields), None, role
         if self.legacy_magic is not None:
             # an old consumer: its message format, made from the stored batches (no sendfile)
+            if hard_limit and result.size > limit:
+                # Kafka reads a cut batch, which converts to nothing: an overflow entry
+                # of the limit's size, so the fetcher asks for more
+                return _fetch_partition(p.partition, ErrorCode.NONE,
+                                        records=overflow_entry(limit), **fields), None, role
             stored = os.pread(result.file.fileno(), result.size, result.position)
             records, error = down_convert(stored, self.legacy_magic, offset)
             if error:

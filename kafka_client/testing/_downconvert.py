@@ -26,7 +26,7 @@ from kafka_proto.errors import ErrorCode, KafkaProtocolError
 from kafka_proto.records import (Compression, LegacyMessage, RecordBatchBuilder, TimestampType,
                                  build_message_set, read_batches)
 
-__all__ = ["down_convert", "magic_for_fetch", "up_convert"]
+__all__ = ["down_convert", "magic_for_fetch", "overflow_entry", "up_convert"]
 
 #: Kafka's overflow entry: offset -1 and a length past the end of the answer.
 _OVERFLOW_HEAD = struct.Struct(">qi")
@@ -40,6 +40,13 @@ def magic_for_fetch(version: int) -> int:
     if version <= 3:
         return 1
     return 2
+
+
+def overflow_entry(size: int) -> bytes:
+    """``size`` bytes that read as the start of an entry longer than they are (Kafka's
+    overflow batch): the fetcher sees an incomplete message and nothing else."""
+    head = _OVERFLOW_HEAD.pack(-1, max(size + 1, _MIN_OVERFLOW_LENGTH))
+    return (head + bytes(max(size - len(head), 0)))[:size]
 
 
 def down_convert(stored: bytes, magic: int, fetch_offset: int) -> Tuple[bytes, int]:
@@ -68,10 +75,7 @@ def down_convert(stored: bytes, magic: int, fetch_offset: int) -> Tuple[bytes, i
     data = b"".join(converted)
     if len(data) >= size:
         return data[:size], ErrorCode.NONE
-    remaining = size - len(data)
-    overflow = _OVERFLOW_HEAD.pack(-1, max(remaining + 1, _MIN_OVERFLOW_LENGTH))
-    return data + (overflow + bytes(max(remaining - len(overflow), 0)))[:remaining], \
-        ErrorCode.NONE
+    return data + overflow_entry(size - len(data)), ErrorCode.NONE
 
 
 def up_convert(records: bytes) -> Tuple[bytes, int, str]:

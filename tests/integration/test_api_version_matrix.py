@@ -899,6 +899,43 @@ def test_confluent_kafka_produces_message_sets_to_a_kafka_0_10_broker(capped_clu
          (1, stamp + i), None) for i in range(100)]
 
 
+@pytest.mark.parametrize("fetch_version", [1, 2])
+def test_batches_above_the_fetch_size_are_read_from_a_broker_before_kip_74(
+        capped_cluster, capped, fetch_version):
+    """Before Fetch v3 (KIP-74) a broker cuts a batch larger than max.partition.fetch.bytes,
+    and the consumer sees only an incomplete message: it asks again for twice as much
+    until the batch fits, as librdkafka does, and reads everything."""
+    ck = pytest.importorskip("confluent_kafka")
+    cluster, proxy = capped_cluster
+    topic = unique("big-batches")
+    cluster.create_topic(topic, partitions=1)
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 50})
+    for i in range(60):
+        producer.produce(topic, b"%03d" % i * 40)
+    assert producer.flush(20) == 0
+    producer.close()
+    capped({ApiKey.FETCH: fetch_version})
+    for make, tp in ((Consumer, TopicPartition), (ck.Consumer, ck.TopicPartition)):
+        since = cluster.clear_request_log()
+        consumer = make({"bootstrap.servers": proxy.bootstrap, "group.id": unique("big"),
+                         "enable.auto.commit": False, "max.partition.fetch.bytes": 300})
+        values = []
+        try:
+            consumer.assign([tp(topic, 0, 0)])
+            deadline = time.monotonic() + 20
+            while len(values) < 60 and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is not None:
+                    assert msg.error() is None, (make, msg.error())
+                    values.append(msg.value())
+        finally:
+            consumer.close()
+        assert values == [b"%03d" % i * 40 for i in range(60)], make
+        answered = [p["bytes"] for e in cluster.request_log(since, api=ApiKey.FETCH)
+                    for p in e.details.get("partitions", ())]
+        assert 300 in answered and max(answered) > 300    # cut, then asked for more
+
+
 def test_zstd_data_is_refused_to_a_fetch_below_v4_and_served_from_v4(capped_cluster, capped):
     """zstd batches cannot be down-converted: a consumer at Fetch v3 gets the partition's
     UNSUPPORTED_COMPRESSION_TYPE as an error event (confluent-kafka too) and no message,

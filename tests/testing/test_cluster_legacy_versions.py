@@ -298,3 +298,21 @@ def test_a_compacted_log_down_converts_with_its_gaps(cluster, compression):
         old = [(o, k, v) for _m, o, _t, _tt, k, v, _h in rows(fetch(c, topic, 3).records)]
     assert kept == [(3, b"c", b"v3"), (5, b"b", b"v5"), (6, b"a", b"v6")]
     assert old == kept
+
+
+def test_before_fetch_v3_the_byte_limit_is_hard(cluster):
+    """KIP-74 (Fetch v3) lets a first batch larger than the limits go out whole; before it
+    Kafka cuts it, which converts to nothing: the answer is an overflow entry of the
+    limit's size (the fetcher sees an incomplete message and asks for more)."""
+    topic = new_topic(cluster)
+    with RawClient(cluster.address(1)) as c:
+        stored = v2_batch(0, 20)
+        produce(c, topic, stored)
+        small = len(stored) // 2
+        for version in (0, 2):
+            part = fetch(c, topic, version, max_bytes=small)
+            assert part.error_code == ErrorCode.NONE and len(part.records) == small
+            assert struct.unpack_from(">q", part.records)[0] == -1
+            assert list(read_batches(part.records)) == []
+        part = fetch(c, topic, 3, max_bytes=small)
+        assert [o for _m, o, *_ in rows(part.records)] == list(range(20))

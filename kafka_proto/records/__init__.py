@@ -7,10 +7,11 @@
 errors raised on malformed input. A broker's view of stored batches, without their
 records: ``read_batch_header`` / ``iter_batch_headers`` (:class:`BatchHeader`) and
 ``stamp_batch`` (base offset and partition leader epoch, in place); a producer's:
-``restamp_batch`` (producer id, epoch, base sequence, CRC); a broker down-converting for
-an old fetcher: ``build_message_set`` (legacy magic 0/1 message sets, ``LegacyMessage``). Columns in Arrow's memory
-layout: ``BinaryColumn`` (records encoded from it by ``RecordBatchBuilder.append_many``)
-and ``ColumnBuilder`` (records decoded into it). ``FAST_PATH`` tells whether the
+``restamp_batch`` (producer id, epoch, base sequence, CRC); legacy magic 0/1 message sets
+for brokers before 0.11 and a broker's down-conversion: ``build_message_set``
+(``LegacyMessage``). Columns in Arrow's memory layout: ``BinaryColumn`` (records encoded
+from it by ``RecordBatchBuilder.append_many``) and ``ColumnBuilder`` (records decoded into
+it). ``FAST_PATH`` tells whether the
 CPython-specific speedups (kafka_proto/_c/cpython_internals.h) are in use: not on other
 interpreters, nor with KAFKA_NATIVE_PLAIN=1 in the environment at import.
 """

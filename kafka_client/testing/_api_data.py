@@ -8,7 +8,6 @@ ranges with ``os.sendfile`` in their place (``_broker.send_response``).
 from __future__ import annotations
 
 import os
-
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 

@@ -1450,7 +1450,7 @@ def check_producer(data: bytes) -> None:
             continue
         key = _PRODUCER_KEYS[int.from_bytes(seg[0:2], "big") % len(_PRODUCER_KEYS)]
         info = API_KEYS[key]
-        low = 3 if key == 0 else info.min_version   # Produce v3+: record batches v2
+        low = info.min_version   # Produce v0-2 too: legacy message sets
         version = low + seg[2] % (info.max_version - low + 1)
         versions.setdefault(key, version)
         answers.append((key, seg[3:]))

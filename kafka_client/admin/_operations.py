@@ -423,10 +423,12 @@ def describe_topics(runner: CallRunner, topics: List[str], futures: Dict[str, Fu
     def build(version: int) -> Any:
         if opts.include_authorized_operations and version < 8:
             raise _unsupported("include_authorized_operations needs Metadata v8 or later")
-        return MetadataRequest(
+        req = MetadataRequest(
             topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-            allow_auto_topic_creation=False,
             include_topic_authorized_operations=opts.include_authorized_operations)
+        if version >= 4:    # before v4 the broker's auto.create.topics.enable decides
+            req.allow_auto_topic_creation = False
+        return req
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
         nodes = {b.node_id: Node(b.node_id, b.host, b.port, getattr(b, "rack", None))
@@ -490,9 +492,12 @@ def describe_cluster(runner: CallRunner, future: Future, opts: Options) -> None:
             if opts.include_authorized_operations and not 8 <= version <= 10:
                 raise _unsupported("include_authorized_operations needs DescribeCluster or "
                                    "Metadata v8-v10")
-            return MetadataRequest(topics=[], allow_auto_topic_creation=False,
-                                   include_cluster_authorized_operations=(
-                                       opts.include_authorized_operations))
+            # no topics (v0 has no way to say so: an empty list is all of them there)
+            req = MetadataRequest(topics=[], include_cluster_authorized_operations=(
+                opts.include_authorized_operations))
+            if version >= 4:
+                req.allow_auto_topic_creation = False
+            return req
 
         def on_metadata(resp: Any, conn: Any) -> Optional[KafkaError]:
             settle(future, result(

@@ -30,7 +30,7 @@ from typing import AbstractSet, Dict, List, Mapping, Tuple
 import pytest
 
 from kafka_client import (ConsumerGroupTopicPartitions, Consumer, ElectionType, KafkaError,
-                          KafkaException, Producer, TopicPartition)
+                          KafkaException, Producer, TopicCollection, TopicPartition)
 from kafka_client.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                 NewPartitions, NewTopic)
 from kafka_client.testing._api import supported_versions
@@ -760,6 +760,11 @@ def test_a_broker_before_record_batches(capped_cluster, capped, profile):
         second.close()
     admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
     try:
+        # Metadata before v4: no allow_auto_topic_creation to send (the broker decides)
+        described = admin.describe_topics(TopicCollection([topic]), request_timeout=15)
+        assert len(described[topic].result(20).partitions) == 2
+        assert [n.id for n in admin.describe_cluster(request_timeout=15).result(20).nodes] \
+            == cluster.broker_ids
         named = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p)
                                                       for p in (0, 1)])]
         listed = admin.list_consumer_group_offsets(named, request_timeout=15)[group]

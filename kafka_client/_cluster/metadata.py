@@ -373,8 +373,12 @@ class MetadataCache:
                 changed.add(name)
             self.topics[name] = info
             # A leader that is no broker named (99, a negative id) is as missing as -1:
-            # the refresh backs off the same way (it was asked ten times a second).
+            # the refresh backs off the same way (it was asked ten times a second). A
+            # topic the ACLs refuse is asked again the same way, as librdkafka does, so
+            # an ACL granted is seen within a second (it was seen after
+            # topic.metadata.refresh.interval.ms: 5 minutes of produce() refused).
             if name in self.wanted and (code in REFRESH_ERRORS or (not code and count == 0)
+                                        or code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
                                         or any(leader < 0 or leader not in self.brokers
                                                for leader in leaders)):
                 trouble = True

@@ -1,0 +1,511 @@
+"""Clients refused by the broker's authorizer, run as a child process by
+test_authorization.py, once with this project's client and once with confluent-kafka
+(librdkafka) against the same refusals:
+
+    python authz_cases.py CASE ours|librdkafka
+
+Each case starts its own one-broker test cluster (automatic topic creation off, topic
+``t`` with two partitions), makes the broker refuse one API with an authorization error
+(``Cluster.inject_errors``: the next answers of that API carry the error, as a broker
+whose ACLs deny the operation; ``clear_faults()`` is the ACL granted), and prints one
+line ``RESULT <json>`` of what the client observed: errors by name, how long it took to
+learn of them, delivery reports and messages counted, whether the client recovered once
+the refusal was lifted, and how long ``close()`` took.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+from kafka_client._testing.brokers import free_port  # noqa: E402
+from kafka_client._testing.proxy import FaultProxy  # noqa: E402
+from kafka_client.testing import Cluster  # noqa: E402
+from kafka_proto.errors import ErrorCode  # noqa: E402
+from kafka_proto.messages import ApiKey  # noqa: E402
+
+#: Answers refused before the ACL is "granted" (clear_faults): more than any case asks
+REFUSALS = 10_000
+TOPIC = "t"
+
+CASES: Dict[str, Callable[[Any, Refusing], Dict[str, Any]]] = {}
+
+
+def case(fn: Callable[[Any, Refusing], Dict[str, Any]]) -> Callable[[Any, Refusing], Dict[str, Any]]:
+    CASES[fn.__name__] = fn
+    return fn
+
+
+class Refusing:
+    """The cluster, behind a fault proxy, that refuses what a test says until granted."""
+
+    def __init__(self, cluster: Refusing, proxy: FaultProxy) -> None:
+        self.cluster = cluster
+        self.proxy = proxy
+        self.bootstrap_servers = proxy.bootstrap   # every connection through the proxy
+        self.refused_api: Optional[str] = None
+        self.refused_since = 0
+        #: how many requests of the refused API the brokers served while it was refused
+        self.refused_requests = 0
+
+    def refuse(self, api: str, error: str) -> None:
+        """Every answer of ``api`` carries ``error`` until :meth:`grant`. Metadata: the
+        broker's own answers, with the topic's entry as Kafka's for a topic the client may
+        not describe (the error, no partitions); other APIs: the cluster's error answers."""
+        self.refused_api = api
+        self.refused_since = self.cluster.clear_request_log()
+        if api == "Metadata":
+            self.proxy.rewrite_responses(ApiKey.METADATA, topic_refused(ErrorCode[error]),
+                                         count=None)
+        else:
+            self.cluster.inject_errors(api, [error] * REFUSALS)
+
+    def grant(self) -> None:
+        self.cluster.clear_faults()
+        self.proxy.clear_faults()
+        if self.refused_api is not None:
+            self.refused_requests = len(self.cluster.request_log(self.refused_since,
+                                                                 api=self.refused_api))
+
+
+def topic_refused(code: int) -> Callable[[Any, int], None]:
+    def change(response: Any, version: int) -> None:
+        for t in response.topics or ():
+            if t.name == TOPIC:
+                t.error_code = code
+                t.partitions = []
+    return change
+
+
+def name(err: Any) -> Any:
+    return None if err is None else err.name()
+
+
+class Observer:
+    """Delivery reports and error events of one client, with the time each came."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.reports: collections.Counter = collections.Counter()
+        self.report_times: Dict[str, float] = {}
+        self.errors: List[Dict[str, Any]] = []
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.started, 2)
+
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        key = name(err) or "delivered"
+        self.reports[key] += 1
+        self.report_times.setdefault(key, self.elapsed())
+
+    def error_cb(self, err: Any) -> None:
+        self.errors.append({"error": name(err), "fatal": err.fatal(), "at": self.elapsed()})
+
+    def error_names(self) -> List[str]:
+        return sorted({e["error"] for e in self.errors})
+
+
+def closed_in(client: Any) -> float:
+    started = time.monotonic()
+    client.close()
+    return round(time.monotonic() - started, 2)
+
+
+def count_log(ck: Any, cluster: Refusing) -> Dict[str, int]:
+    """Messages in topic ``t``, by value (read from the start by a fresh consumer)."""
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "counter",
+                     "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        c.assign([ck.TopicPartition(TOPIC, p, ck.OFFSET_BEGINNING) for p in (0, 1)])
+        counts: collections.Counter = collections.Counter()
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 2.0:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                counts[m.value().decode()] += 1
+                quiet_since = time.monotonic()
+        return dict(counts)
+    finally:
+        c.close()
+
+
+def produce_some(ck: Any, p: Any, obs: Observer, prefix: str, count: int) -> Any:
+    """Produce ``count`` messages; the name of the error produce() raised, if any."""
+    for i in range(count):
+        try:
+            p.produce(TOPIC, f"{prefix}{i}".encode(), partition=i % 2,
+                      on_delivery=obs.on_delivery)
+        except ck.KafkaException as exc:
+            return exc.args[0].name()
+    return None
+
+
+def producer_conf(cluster: Refusing, obs: Observer, **extra: Any) -> Dict[str, Any]:
+    conf = {"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5,
+            "message.timeout.ms": 20000, "error_cb": obs.error_cb}
+    conf.update(extra)
+    return conf
+
+
+def produce_refused_then_granted(ck: Any, cluster: Refusing, api: str,
+                                 **extra: Any) -> Dict[str, Any]:
+    """Produce while ``api`` is refused with TOPIC_AUTHORIZATION_FAILED, then after the
+    ACL is granted."""
+    obs = Observer()
+    p = ck.Producer(producer_conf(cluster, obs, **extra))
+    out: Dict[str, Any] = {}
+    if api == "Produce":
+        # The producer knows the topic (and has its producer id) before it is refused.
+        out["before"] = produce_some(ck, p, obs, "before-", 4)
+        p.flush(10)
+    cluster.refuse(api, "TOPIC_AUTHORIZATION_FAILED")
+    out["produce_raised"] = produce_some(ck, p, obs, "refused-", 10)
+    started = time.monotonic()
+    out["left_after_flush"] = p.flush(15)
+    out["flush_seconds"] = round(time.monotonic() - started, 2)
+    out["refused_reports"] = dict(obs.reports)
+    # A later produce() while still refused: accepted, or refused at once?
+    obs.reports.clear()
+    out["later_produce_raised"] = produce_some(ck, p, obs, "later-", 1)
+    p.flush(15)
+    out["later_reports"] = dict(obs.reports)
+    cluster.grant()                                  # the ACL is granted
+    obs.reports.clear()
+    granted_at = time.monotonic()
+    attempts = []
+    # Until a message produced after the grant is delivered (metadata refreshed).
+    while time.monotonic() - granted_at < 20:
+        attempts.append(produce_some(ck, p, obs, "granted-", 1))
+        p.flush(2)
+        if obs.reports.get("delivered"):
+            break
+        time.sleep(0.5)
+    out["granted_attempts"] = attempts
+    out["granted_reports"] = dict(obs.reports)
+    out["granted_seconds"] = round(time.monotonic() - granted_at, 2)
+    obs.reports.clear()
+    produce_some(ck, p, obs, "after-", 10)
+    out["left_after_grant"] = p.flush(15)
+    out["after_reports"] = dict(obs.reports)
+    out["errors"] = obs.errors
+    out["close_seconds"] = closed_in(p)
+    out["log"] = count_log(ck, cluster)
+    return out
+
+
+@case
+def produce_metadata_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return produce_refused_then_granted(ck, cluster, "Metadata")
+
+
+@case
+def produce_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return produce_refused_then_granted(ck, cluster, "Produce")
+
+
+@case
+def produce_refused_idempotent(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return produce_refused_then_granted(ck, cluster, "Produce", **{"enable.idempotence": True})
+
+
+def fill(ck: Any, cluster: Refusing, count: int = 10) -> None:
+    """``count`` messages "m0", "m1", ... over both partitions, before any refusal."""
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
+    for i in range(count):
+        p.produce(TOPIC, f"m{i}".encode(), partition=i % 2)
+    assert p.flush(10) == 0
+    p.close() if hasattr(p, "close") else None
+
+
+def poll_for(consumer: Any, obs: Observer, seconds: float, want: int = 0,
+             seen: Any = None) -> Dict[str, Any]:
+    """Poll for ``seconds`` (or until ``want`` distinct messages): the error events with
+    when each name first came, and the messages by value."""
+    seen = collections.Counter() if seen is None else seen
+    events: Dict[str, Any] = {}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not (want and len(seen) >= want):
+        m = consumer.poll(0.1)
+        if m is None:
+            continue
+        if m.error() is not None:
+            entry = events.setdefault(m.error().name(), {"count": 0, "first": obs.elapsed(),
+                                                         "fatal": m.error().fatal()})
+            entry["count"] += 1
+        else:
+            seen[m.value().decode()] += 1
+    return {"events": events, "messages": len(seen),
+            "duplicates": sum(n - 1 for n in seen.values())}
+
+
+def consume_refused_then_granted(ck: Any, cluster: Refusing, api: str, error: str,
+                                 assign: bool = False, **extra: Any) -> Dict[str, Any]:
+    fill(ck, cluster)
+    obs = Observer()
+    conf = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+            "auto.offset.reset": "earliest", "error_cb": obs.error_cb,
+            "enable.auto.commit": False}
+    conf.update(extra)
+    cluster.refuse(api, error)
+    c = ck.Consumer(conf)
+    obs.started = time.monotonic()
+    if assign:
+        c.assign([ck.TopicPartition(TOPIC, p, ck.OFFSET_BEGINNING) for p in (0, 1)])
+    else:
+        c.subscribe([TOPIC])
+    out: Dict[str, Any] = {"refused": poll_for(c, obs, 8.0)}
+    out["refused_errors"] = list(obs.errors)
+    obs.errors.clear()
+    cluster.grant()
+    obs.started = time.monotonic()
+    seen: collections.Counter = collections.Counter()
+    granted = poll_for(c, obs, 25.0, want=10, seen=seen)
+    granted["seconds"] = obs.elapsed()
+    granted.update(poll_for(c, obs, 1.0, seen=seen))   # and nothing more comes
+    out["granted"] = granted
+    out["granted_errors"] = list(obs.errors)
+    out["close_seconds"] = closed_in(c)
+    return out
+
+
+@case
+def subscribe_metadata_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return consume_refused_then_granted(ck, cluster, "Metadata", "TOPIC_AUTHORIZATION_FAILED")
+
+
+@case
+def assign_metadata_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return consume_refused_then_granted(ck, cluster, "Metadata", "TOPIC_AUTHORIZATION_FAILED",
+                                        assign=True)
+
+
+@case
+def fetch_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return consume_refused_then_granted(ck, cluster, "Fetch", "TOPIC_AUTHORIZATION_FAILED",
+                                        assign=True)
+
+
+@case
+def find_coordinator_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return consume_refused_then_granted(ck, cluster, "FindCoordinator",
+                                        "GROUP_AUTHORIZATION_FAILED")
+
+
+@case
+def join_group_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return consume_refused_then_granted(ck, cluster, "JoinGroup", "GROUP_AUTHORIZATION_FAILED")
+
+
+@case
+def offset_fetch_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return consume_refused_then_granted(ck, cluster, "OffsetFetch",
+                                        "GROUP_AUTHORIZATION_FAILED")
+
+
+@case
+def offset_commit_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    fill(ck, cluster)
+    obs = Observer()
+    commits: List[Any] = []
+
+    def on_commit(err: Any, partitions: Any) -> None:
+        commits.append([name(err), sorted((tp.partition, tp.offset, name(tp.error))
+                                          for tp in partitions)])
+
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+                     "auto.offset.reset": "earliest", "error_cb": obs.error_cb,
+                     "enable.auto.commit": False, "on_commit": on_commit})
+    c.subscribe([TOPIC])
+    out: Dict[str, Any] = {"read": poll_for(c, obs, 20.0, want=10)}
+    cluster.refuse("OffsetCommit", "GROUP_AUTHORIZATION_FAILED")
+    started = time.monotonic()
+    try:
+        result = c.commit(asynchronous=False)
+        out["sync_commit"] = sorted((tp.partition, tp.offset, name(tp.error))
+                                    for tp in result)
+    except ck.KafkaException as exc:
+        out["sync_commit"] = exc.args[0].name()
+    out["sync_commit_seconds"] = round(time.monotonic() - started, 2)
+    c.commit(asynchronous=True)
+    out["after_async"] = poll_for(c, obs, 3.0)
+    out["commit_callbacks"] = list(commits)
+    out["refused_errors"] = list(obs.errors)
+    cluster.grant()
+    commits.clear()
+    try:
+        result = c.commit(asynchronous=False)
+        out["granted_commit"] = sorted((tp.partition, tp.offset, name(tp.error))
+                                       for tp in result)
+    except ck.KafkaException as exc:
+        out["granted_commit"] = exc.args[0].name()
+    out["committed"] = sorted((tp.partition, tp.offset) for tp in c.committed(
+        [ck.TopicPartition(TOPIC, p) for p in (0, 1)], 10))
+    out["close_seconds"] = closed_in(c)
+    return out
+
+
+def raised(ck: Any, call: Callable[[], Any]) -> Any:
+    """What ``call`` raised: the error's name and its flags, or None."""
+    try:
+        call()
+    except ck.KafkaException as exc:
+        err = exc.args[0]
+        return {"error": err.name(), "fatal": err.fatal(), "retriable": err.retriable(),
+                "abortable": err.txn_requires_abort()}
+    except SystemError as exc:
+        # confluent-kafka 2.16.1 runs the delivery callbacks of the messages it purges with
+        # the fatal error already raised: the callback's first call fails so
+        return {"error": type(exc).__name__}
+    return None
+
+
+def init_producer_id_refused(ck: Any, cluster: Refusing, error: str,
+                             **extra: Any) -> Dict[str, Any]:
+    """InitProducerId refused: init_transactions() (a transactional producer) or the
+    first produce() (an idempotent one); then what the producer does once granted."""
+    obs = Observer()
+    p = ck.Producer(producer_conf(cluster, obs, **extra))
+    cluster.refuse("InitProducerId", error)
+    out: Dict[str, Any] = {}
+    transactional = "transactional.id" in extra
+    if transactional:
+        started = time.monotonic()
+        out["init"] = raised(ck, lambda: p.init_transactions(10))
+        out["init_seconds"] = round(time.monotonic() - started, 2)
+    out["produce_raised"] = produce_some(ck, p, obs, "refused-", 4)
+    started = time.monotonic()
+    out["flush_raised"] = None
+    while time.monotonic() - started < 10 and len(p):
+        # A fatal error is raised once, by the call that serves it
+        out["flush_raised"] = out["flush_raised"] or raised(ck, lambda: p.flush(1))
+    out["left_after_flush"] = len(p)
+    out["flush_seconds"] = round(time.monotonic() - started, 2)
+    out["refused_reports"] = dict(obs.reports)
+    out["refused_errors"] = list(obs.errors)
+    cluster.grant()
+    obs.reports.clear()
+    obs.errors.clear()
+    if transactional:
+        out["granted_init"] = raised(ck, lambda: p.init_transactions(10))
+        out["granted_begin"] = raised(ck, p.begin_transaction)
+    out["granted_produce_raised"] = produce_some(ck, p, obs, "granted-", 4)
+    if transactional and out["granted_begin"] is None:
+        out["granted_commit"] = raised(ck, lambda: p.commit_transaction(10))
+    out["granted_flush_raised"] = raised(ck, lambda: p.flush(10))
+    out["left_after_grant"] = len(p)
+    out["granted_reports"] = dict(obs.reports)
+    out["granted_errors"] = list(obs.errors)
+    out["close_seconds"] = closed_in(p)
+    out["log"] = count_log(ck, cluster)
+    return out
+
+
+@case
+def init_transactions_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return init_producer_id_refused(ck, cluster, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+                                    **{"transactional.id": "tx"})
+
+
+@case
+def init_transactions_cluster_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return init_producer_id_refused(ck, cluster, "CLUSTER_AUTHORIZATION_FAILED",
+                                    **{"transactional.id": "tx"})
+
+
+@case
+def idempotent_init_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return init_producer_id_refused(ck, cluster, "CLUSTER_AUTHORIZATION_FAILED",
+                                    **{"enable.idempotence": True})
+
+
+@case
+def add_partitions_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    """AddPartitionsToTxn refused inside a transaction: abortable; aborted, the next
+    transaction (granted) commits."""
+    obs = Observer()
+    p = ck.Producer(producer_conf(cluster, obs, **{"transactional.id": "tx"}))
+    p.init_transactions(10)
+    p.begin_transaction()
+    cluster.refuse("AddPartitionsToTxn", "TOPIC_AUTHORIZATION_FAILED")
+    out: Dict[str, Any] = {"produce_raised": produce_some(ck, p, obs, "refused-", 4)}
+    started = time.monotonic()
+    out["flush_left"] = p.flush(10)
+    out["commit"] = raised(ck, lambda: p.commit_transaction(10))
+    out["commit_seconds"] = round(time.monotonic() - started, 2)
+    out["refused_reports"] = dict(obs.reports)
+    out["abort"] = raised(ck, lambda: p.abort_transaction(10))
+    out["refused_errors"] = list(obs.errors)
+    cluster.grant()
+    obs.reports.clear()
+    obs.errors.clear()
+    out["granted_begin"] = raised(ck, p.begin_transaction)
+    out["granted_produce_raised"] = produce_some(ck, p, obs, "granted-", 4)
+    out["granted_commit"] = raised(ck, lambda: p.commit_transaction(10))
+    out["granted_reports"] = dict(obs.reports)
+    out["granted_errors"] = list(obs.errors)
+    out["close_seconds"] = closed_in(p)
+    out["log"] = count_log(ck, cluster)
+    return out
+
+
+def admin_result(ck: Any, futures: Dict[str, Any]) -> Dict[str, Any]:
+    out = {}
+    for topic, future in sorted(futures.items()):
+        try:
+            future.result(15)
+            out[topic] = None
+        except ck.KafkaException as exc:
+            out[topic] = exc.args[0].name()
+    return out
+
+
+def create_topics_refused(ck: Any, cluster: Refusing, error: str) -> Dict[str, Any]:
+    from importlib import import_module
+    admin_module = import_module(ck.__name__ + ".admin")
+    admin = admin_module.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    cluster.refuse("CreateTopics", error)
+    started = time.monotonic()
+    out: Dict[str, Any] = {"refused": admin_result(ck, admin.create_topics(
+        [admin_module.NewTopic(n, 1) for n in ("a", "b")], request_timeout=10))}
+    out["refused_seconds"] = round(time.monotonic() - started, 2)
+    cluster.grant()
+    out["granted"] = admin_result(ck, admin.create_topics(
+        [admin_module.NewTopic(n, 1) for n in ("a", "b")], request_timeout=10))
+    out["topics"] = sorted(n for n in admin.list_topics(timeout=10).topics if n in "ab")
+    return out
+
+
+@case
+def create_topics_cluster_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return create_topics_refused(ck, cluster, "CLUSTER_AUTHORIZATION_FAILED")
+
+
+@case
+def create_topics_topic_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return create_topics_refused(ck, cluster, "TOPIC_AUTHORIZATION_FAILED")
+
+
+def main(argv: List[str]) -> None:
+    case_name, peer = argv
+    if peer == "librdkafka":
+        import confluent_kafka as ck
+    else:
+        import kafka_client as ck
+    broker_port, proxy_port = free_port(), free_port()
+    with FaultProxy("127.0.0.1", broker_port, port=proxy_port, follow_frames=True) as proxy, \
+            Cluster(brokers=1, ports=[broker_port], advertised_ports=[proxy_port],
+                    broker_config={"auto.create.topics.enable": False}) as cluster:
+        cluster.create_topic(TOPIC, partitions=2)
+        refusing = Refusing(cluster, proxy)
+        result = CASES[case_name](ck, refusing)
+        result["refused_requests"] = refusing.refused_requests
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

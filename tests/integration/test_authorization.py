@@ -1,0 +1,81 @@
+"""Our clients refused by the broker's authorizer, side by side with confluent-kafka
+(librdkafka 2.16.0), the reference: each case of ``authz_cases.py`` runs once with each
+client, in its own process (with a hard timeout) and on its own one-broker test cluster,
+against the same refusal (an answer carrying TOPIC_, GROUP_, TRANSACTIONAL_ID_ or
+CLUSTER_AUTHORIZATION_FAILED, as from a broker whose ACLs deny the operation), and the
+ACL is then "granted" (the refusal lifted). Asserted for each client: the errors it
+reports and how soon, every message accepted reported exactly once (counted in the
+log), whether the client is usable again once granted, and that close() returns.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, Tuple
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "authz_cases.py")
+PEERS = ("ours", "librdkafka")
+#: "at once": well under any timeout a case could have waited out
+PROMPT_S = 3.0
+
+
+def run_case(name: str, timeout: float = 150) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``(ours, librdkafka)``: what case ``name`` observed with each client (both run at
+    the same time, each killed after ``timeout`` seconds)."""
+    procs = {peer: subprocess.Popen([sys.executable, CASES, name, peer],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for peer in PEERS}
+    deadline = time.monotonic() + timeout
+    results = {}
+    try:
+        for peer, proc in procs.items():
+            try:
+                out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{name} with {peer}: still running after {timeout}s (hung?)")
+            lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+            assert proc.returncode == 0 and lines, f"{name} with {peer} failed:\n{err[-4000:]}"
+            results[peer] = json.loads(lines[-1][len("RESULT "):])
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results["ours"], results["librdkafka"]
+
+
+def values(log: Dict[str, int], prefix: str) -> Dict[str, int]:
+    return {v: n for v, n in log.items() if v.startswith(prefix)}
+
+
+def assert_written_once(log: Dict[str, int], prefix: str, count: int) -> None:
+    assert values(log, prefix) == {f"{prefix}{i}": 1 for i in range(count)}, log
+
+
+# -- producer ------------------------------------------------------------------------------
+
+
+def test_a_topic_the_metadata_refuses_fails_its_messages_at_once_until_the_acl_is_granted():
+    ours, rdk = run_case("produce_metadata_refused")
+    for seen in (ours, rdk):
+        # Every message fails with the broker's error at once (not message.timeout.ms),
+        # later produce() calls raise it, and once granted the producer goes on.
+        assert seen["refused_reports"] == {"TOPIC_AUTHORIZATION_FAILED": 10}, seen
+        assert seen["flush_seconds"] < PROMPT_S, seen
+        assert seen["later_produce_raised"] == "TOPIC_AUTHORIZATION_FAILED", seen
+        # librdkafka asks for the topic again and again: a second after the grant it is
+        # produced to (ours asked only at topic.metadata.refresh.interval.ms, 5 minutes)
+        assert seen["granted_seconds"] < PROMPT_S, seen
+        assert seen["after_reports"] == {"delivered": 10}, seen
+        assert values(seen["log"], "refused-") == {} and values(seen["log"], "later-") == {}
+        assert_written_once(seen["log"], "after-", 10)
+        assert seen["errors"] == [] and seen["close_seconds"] < PROMPT_S, seen

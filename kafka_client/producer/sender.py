@@ -85,6 +85,10 @@ _REFUSALS = frozenset((ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN
                        ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH))
 #: A transactional producer fenced by a newer instance
 _FENCING = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED)
+#: InitProducerId answers that refuse the idempotent producer an id for good: the
+#: principal lacks the ACL (IDEMPOTENT_WRITE on the cluster before Kafka 3.0)
+_INIT_REFUSALS = frozenset((ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
 
 
 class Report(NamedTuple):
@@ -669,6 +673,14 @@ class Sender:
         bump = idem.bump_wanted
 
         def done(resp: Any, err: Optional[KafkaError]) -> None:
+            code = broker_code(resp.error_code) if err is None else None
+            if code in _INIT_REFUSALS:
+                # Fatal, as librdkafka and the Java client make it: retried, the
+                # messages waited for message.timeout.ms and nothing told why.
+                idem.init_in_flight = False
+                self._fatal(client_error(code, "failed to acquire a producer id: the "
+                                         "broker's authorizer refused InitProducerId"))
+                return
             if idem.on_init(resp, err, time.monotonic(), self.backoff) and bump:
                 # New epoch: every partition's sequence restarts at 0, queued batches
                 # that were already numbered get renumbered in order.

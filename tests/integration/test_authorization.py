@@ -79,3 +79,38 @@ def test_a_topic_the_metadata_refuses_fails_its_messages_at_once_until_the_acl_i
         assert values(seen["log"], "refused-") == {} and values(seen["log"], "later-") == {}
         assert_written_once(seen["log"], "after-", 10)
         assert seen["errors"] == [] and seen["close_seconds"] < PROMPT_S, seen
+
+
+def test_an_idempotent_producer_refused_a_producer_id_stops_with_a_fatal_error():
+    ours, rdk = run_case("idempotent_init_refused")
+    for seen in (ours, rdk):
+        # librdkafka and the Java client: fatal at the first refusal, the queued messages
+        # purged, produce() refused from then on, even once granted (ours retried
+        # InitProducerId without a word while the messages waited for
+        # message.timeout.ms)
+        assert seen["flush_seconds"] < PROMPT_S and seen["left_after_flush"] == 0, seen
+        assert set(seen["refused_reports"]) == {"_PURGE_QUEUE"}, seen
+        assert seen["granted_produce_raised"] == "_FATAL", seen
+        assert seen["log"] == {} and seen["refused_requests"] == 1, seen
+        assert seen["close_seconds"] < PROMPT_S, seen
+    # the fatal error is raised once, by the flush() that serves it (confluent-kafka raises
+    # it inside the purged messages' delivery callbacks: a SystemError there)
+    assert ours["flush_raised"] == {"error": "CLUSTER_AUTHORIZATION_FAILED", "fatal": True,
+                                    "retriable": False, "abortable": False}, ours
+    assert ours["refused_reports"] == {"_PURGE_QUEUE": 4}, ours
+
+
+@pytest.mark.parametrize("error", ["TRANSACTIONAL_ID", "CLUSTER"])
+def test_init_transactions_refused_is_fatal(error):
+    ours, rdk = run_case("init_transactions_refused" if error == "TRANSACTIONAL_ID"
+                         else "init_transactions_cluster_refused")
+    for seen in (ours, rdk):
+        refused = {"error": f"{error}_AUTHORIZATION_FAILED", "fatal": True,
+                   "retriable": False, "abortable": False}
+        assert seen["init"] == refused and seen["init_seconds"] < PROMPT_S, seen
+        assert seen["produce_raised"] == "_FATAL", seen
+        # granted: still fatal (a new producer is needed)
+        assert seen["granted_init"] == refused and seen["granted_begin"] == refused, seen
+        assert seen["granted_produce_raised"] == "_FATAL", seen
+        assert seen["log"] == {} and seen["refused_requests"] == 1, seen
+        assert seen["close_seconds"] < PROMPT_S, seen

@@ -282,6 +282,10 @@ class GroupCoordinator:
         #: the error code of the last join failure told to the application: the same
         #: failure again is not told again until the member joins (or fails otherwise)
         self._join_error_told: Optional[int] = None
+        #: the coordinator lookup's and the committed offsets' error last reported (each
+        #: told once while it lasts, as librdkafka does, not at every retry)
+        self._find_error_told: Optional[int] = None
+        self._offset_fetch_error_told: Optional[int] = None
         self._rejoin_reason = ""
         self._rejoin_pending = False   # a rejoin was asked for while joining
         self._next_heartbeat = 0.0
@@ -741,11 +745,14 @@ class GroupCoordinator:
                            err.str())
             self._find_after = self._next_coord_query = time.monotonic() + delay
             if not err.retriable() and err.code() not in (KafkaError._TRANSPORT,
-                                                          KafkaError._TIMED_OUT):
+                                                          KafkaError._TIMED_OUT) \
+                    and err.code() != self._find_error_told:
+                self._find_error_told = err.code()
                 self.deliver_error(err)
             return
         now = time.monotonic()
         self._find_backoff.reset()
+        self._find_error_told = None
         self.cluster.metadata.broker_named(node, host, port, now)
         self._next_coord_query = now + self.coord_query_interval
         if node == self.coord_id:
@@ -1588,10 +1595,13 @@ class GroupCoordinator:
                      err: Optional[KafkaError] = None) -> None:
             if result is None:
                 if err is not None and not err.retriable() and err.code() not in (
-                        KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+                        KafkaError._TRANSPORT, KafkaError._TIMED_OUT) \
+                        and err.code() != self._offset_fetch_error_told:
+                    self._offset_fetch_error_told = err.code()
                     self.deliver_error(err)
                 done(None)
                 return
+            self._offset_fetch_error_told = None
             done({k: (v[0], v[2] if v[2] is not None else -1) for k, v in result.items()})
 
         self._offset_fetch(keys, finished, time.monotonic() + self.request_timeout)

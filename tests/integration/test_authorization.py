@@ -114,3 +114,89 @@ def test_init_transactions_refused_is_fatal(error):
         assert seen["granted_produce_raised"] == "_FATAL", seen
         assert seen["log"] == {} and seen["refused_requests"] == 1, seen
         assert seen["close_seconds"] < PROMPT_S, seen
+
+
+# -- consumer ------------------------------------------------------------------------------
+
+
+def assert_read_once_when_granted(seen: Dict[str, Any]) -> None:
+    granted = seen["granted"]
+    assert granted["messages"] == 10 and granted["duplicates"] == 0, seen
+    assert granted["seconds"] < PROMPT_S and granted["events"] == {}, seen
+    assert seen["close_seconds"] < PROMPT_S, seen
+
+
+@pytest.mark.parametrize("case", ["find_coordinator_refused", "join_group_refused",
+                                  "offset_fetch_refused"])
+def test_a_group_the_acls_refuse_is_one_error_event_and_the_consumer_goes_on_once_granted(
+        case):
+    ours, rdk = run_case(case)
+    for seen in (ours, rdk):
+        events = seen["refused"]["events"]
+        assert list(events) == ["GROUP_AUTHORIZATION_FAILED"], seen
+        assert events["GROUP_AUTHORIZATION_FAILED"]["first"] < PROMPT_S, seen
+        assert not events["GROUP_AUTHORIZATION_FAILED"]["fatal"], seen
+        assert seen["refused"]["messages"] == 0 and seen["refused_errors"] == [], seen
+    # Told once while it lasts (it was told at every retry: 11 FindCoordinator and 21
+    # OffsetFetch refusals were as many error events in 8 s); librdkafka tells a lookup's
+    # and the committed offsets' once, JoinGroup's at every attempt.
+    assert ours["refused"]["events"]["GROUP_AUTHORIZATION_FAILED"]["count"] == 1, ours
+    assert ours["refused_requests"] > 1, ours            # and asks again meanwhile
+    assert_read_once_when_granted(ours)
+    if case == "offset_fetch_refused":
+        # librdkafka 2.16.0 asks for the committed offsets once and never again: the
+        # assignment stays unread after the grant
+        assert rdk["refused_requests"] == 1 and rdk["granted"]["messages"] == 0, rdk
+    else:
+        assert rdk["granted"]["messages"] == 10 and rdk["granted"]["duplicates"] == 0, rdk
+
+
+def test_a_subscribed_topic_the_metadata_refuses_is_one_error_event_until_granted():
+    ours, rdk = run_case("subscribe_metadata_refused")
+    for seen in (ours, rdk):
+        events = seen["refused"]["events"]
+        assert list(events) == ["TOPIC_AUTHORIZATION_FAILED"], seen
+        assert events["TOPIC_AUTHORIZATION_FAILED"]["count"] == 1, seen
+        assert events["TOPIC_AUTHORIZATION_FAILED"]["first"] < PROMPT_S, seen
+        assert not events["TOPIC_AUTHORIZATION_FAILED"]["fatal"], seen
+    # Ours asks for the topic again (about once a second) and reads it as soon as granted;
+    # librdkafka waits for topic.metadata.refresh.interval.ms (5 minutes)
+    assert_read_once_when_granted(ours)
+    assert rdk["granted"]["messages"] == 0, rdk
+
+
+def test_an_assigned_topic_the_metadata_refuses_is_read_once_granted():
+    ours, rdk = run_case("assign_metadata_refused")
+    for seen in (ours, rdk):
+        # neither client tells (the partitions just have no leader yet)
+        assert seen["refused"] == {"events": {}, "messages": 0, "duplicates": 0}, seen
+        assert_read_once_when_granted(seen)
+
+
+def test_a_fetch_the_acls_refuse_is_one_error_event_per_partition_until_granted():
+    ours, rdk = run_case("fetch_refused")
+    for seen in (ours, rdk):
+        events = seen["refused"]["events"]
+        assert list(events) == ["TOPIC_AUTHORIZATION_FAILED"], seen
+        assert events["TOPIC_AUTHORIZATION_FAILED"]["count"] == 2, seen   # two partitions
+        assert events["TOPIC_AUTHORIZATION_FAILED"]["first"] < PROMPT_S, seen
+        assert seen["granted"]["messages"] == 10 and seen["granted"]["duplicates"] == 0
+    # Ours fetches again after fetch.error.backoff.ms (librdkafka: ten times that after an
+    # authorization error), so it reads sooner once granted.
+    assert_read_once_when_granted(ours)
+
+
+def test_a_commit_the_acls_refuse_fails_and_the_next_one_granted_succeeds():
+    ours, rdk = run_case("offset_commit_refused")
+    for seen in (ours, rdk):
+        assert seen["read"]["messages"] == 10, seen
+        assert seen["sync_commit"] == "GROUP_AUTHORIZATION_FAILED", seen
+        assert seen["sync_commit_seconds"] < PROMPT_S, seen
+        # the asynchronous one: its on_commit has the error, per partition too
+        assert seen["commit_callbacks"] == [["GROUP_AUTHORIZATION_FAILED", [
+            [0, 5, "GROUP_AUTHORIZATION_FAILED"], [1, 5, "GROUP_AUTHORIZATION_FAILED"]]]], seen
+        assert seen["granted_commit"] == [[0, 5, None], [1, 5, None]], seen
+        assert seen["committed"] == [[0, 5], [1, 5]], seen
+        assert seen["close_seconds"] < PROMPT_S, seen
+    # the same requests, to the same answers
+    assert ours["refused_requests"] == rdk["refused_requests"] == 2, (ours, rdk)

@@ -33,10 +33,12 @@ from kafka_proto.messages import ApiKey  # noqa: E402
 REFUSALS = 10_000
 TOPIC = "t"
 
-CASES: Dict[str, Callable[[Any, Refusing], Dict[str, Any]]] = {}
+#: a case: ``(client module, cluster) -> observations``
+Case = Callable[[Any, "Refusing"], Dict[str, Any]]
+CASES: Dict[str, Case] = {}
 
 
-def case(fn: Callable[[Any, Refusing], Dict[str, Any]]) -> Callable[[Any, Refusing], Dict[str, Any]]:
+def case(fn: Case) -> Case:
     CASES[fn.__name__] = fn
     return fn
 
@@ -195,6 +197,8 @@ def produce_refused_then_granted(ck: Any, cluster: Refusing, api: str,
     out["errors"] = obs.errors
     out["close_seconds"] = closed_in(p)
     out["log"] = count_log(ck, cluster)
+    # an idempotent producer's epoch bumps (KIP-360) after the failed batches' gap
+    out["init_producer_ids"] = len(cluster.cluster.request_log(api="InitProducerId"))
     return out
 
 
@@ -448,7 +452,9 @@ def add_partitions_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
     out["granted_commit"] = raised(ck, lambda: p.commit_transaction(10))
     out["granted_reports"] = dict(obs.reports)
     out["granted_errors"] = list(obs.errors)
-    out["close_seconds"] = closed_in(p)
+    started = time.monotonic()
+    out["close_raised"] = raised(ck, p.close)
+    out["close_seconds"] = round(time.monotonic() - started, 2)
     out["log"] = count_log(ck, cluster)
     return out
 

@@ -116,6 +116,64 @@ def test_init_transactions_refused_is_fatal(error):
         assert seen["close_seconds"] < PROMPT_S, seen
 
 
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_a_produce_the_acls_refuse_fails_its_messages_at_once_and_the_producer_goes_on(
+        idempotent):
+    ours, rdk = run_case("produce_refused_idempotent" if idempotent else "produce_refused")
+    for seen in (ours, rdk):
+        # each refused message reported once, at once, with the broker's error; nothing
+        # fatal, none written; once granted the same producer delivers
+        assert seen["refused_reports"] == {"delivered": 4, "TOPIC_AUTHORIZATION_FAILED": 10}
+        assert seen["flush_seconds"] < PROMPT_S and seen["errors"] == [], seen
+        assert seen["after_reports"] == {"delivered": 10}, seen
+        assert seen["granted_seconds"] < PROMPT_S, seen
+        assert_written_once(seen["log"], "before-", 4)
+        assert_written_once(seen["log"], "after-", 10)
+        assert values(seen["log"], "refused-") == {} and values(seen["log"], "later-") == {}
+        assert seen["close_seconds"] < PROMPT_S, seen
+    # librdkafka marks the topic refused: produce() raises TOPIC_AUTHORIZATION_FAILED
+    # until its metadata says otherwise. Ours takes the message and its delivery report
+    # says TOPIC_AUTHORIZATION_FAILED, as promptly.
+    assert rdk["later_produce_raised"] == "TOPIC_AUTHORIZATION_FAILED", rdk
+    assert ours["later_produce_raised"] is None, ours
+    assert ours["later_reports"] == {"TOPIC_AUTHORIZATION_FAILED": 1}, ours
+
+
+# -- transactions --------------------------------------------------------------------------
+
+
+def test_a_partition_the_acls_refuse_to_a_transaction_makes_it_abortable():
+    ours, rdk = run_case("add_partitions_refused")
+    for seen in (ours, rdk):
+        assert seen["commit"] == {"error": "TOPIC_AUTHORIZATION_FAILED", "fatal": False,
+                                  "retriable": False, "abortable": True}, seen
+        assert seen["commit_seconds"] < PROMPT_S, seen
+        assert seen["refused_reports"] == {"_PURGE_QUEUE": 4}, seen
+        assert values(seen["log"], "refused-") == {}, seen
+    # Ours aborts without an EndTxn for a transaction the coordinator never started, and
+    # the next one commits (reliability.md). librdkafka 2.16.0 sends that EndTxn, gets
+    # INVALID_TXN_STATE, and is dead (fatal) from then on.
+    assert rdk["abort"]["error"] == "INVALID_TXN_STATE" and rdk["abort"]["fatal"], rdk
+    assert ours["abort"] is None and ours["close_raised"] is None, ours
+    assert ours["granted_begin"] is None and ours["granted_commit"] is None, ours
+    assert ours["granted_reports"] == {"delivered": 4}, ours
+    assert_written_once(ours["log"], "granted-", 4)
+    assert ours["close_seconds"] < PROMPT_S, ours
+
+
+# -- admin ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", ["CLUSTER", "TOPIC"])
+def test_create_topics_the_acls_refuse_fail_per_topic(error):
+    ours, rdk = run_case(f"create_topics_{error.lower()}_refused")
+    for seen in (ours, rdk):
+        assert seen["refused"] == {"a": f"{error}_AUTHORIZATION_FAILED",
+                                   "b": f"{error}_AUTHORIZATION_FAILED"}, seen
+        assert seen["refused_seconds"] < PROMPT_S and seen["refused_requests"] == 1, seen
+        assert seen["granted"] == {"a": None, "b": None} and seen["topics"] == ["a", "b"]
+
+
 # -- consumer ------------------------------------------------------------------------------
 
 

@@ -774,6 +774,17 @@ class Accumulator(AccumulatorCore):
                     break
         return False
 
+    def rewind_sequence(self, b: Batch) -> bool:
+        """``b`` failed and the broker never appended it: if no later batch of its
+        partition has a sequence number yet, the partition's next batch takes ``b``'s,
+        leaving no gap in the broker's sequence (True); else False."""
+        p = b.part
+        with self.lock:   # drain() numbers batches under it
+            if p.next_seq != (b.base_sequence + b.count) & 0x7FFFFFFF:
+                return False
+            p.next_seq = b.base_sequence
+            return True
+
     def restart_sequences(self) -> List[Batch]:
         """New producer epoch: every partition's sequence restarts at 0; batches never
         sent get their numbers when they first go out. Batches sent under the old epoch

@@ -85,6 +85,9 @@ _REFUSALS = frozenset((ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN
                        ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH))
 #: A transactional producer fenced by a newer instance
 _FENCING = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED)
+#: Produce errors for which the broker appends nothing (the request is refused before its
+#: records are looked at): a batch failed so, every attempt of it refused, leaves no gap
+_NEVER_APPENDED = frozenset((ErrorCode.TOPIC_AUTHORIZATION_FAILED,))
 #: InitProducerId answers that refuse the idempotent producer an id for good: the
 #: principal lacks the ACL (IDEMPOTENT_WRITE on the cluster before Kafka 3.0)
 _INIT_REFUSALS = frozenset((ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
@@ -575,6 +578,7 @@ class Sender:
         if b.done:
             return
         b.done = True
+        every_attempt_refused = b.attempts <= 1 or b in self.refused
         self.refused.discard(b)
         if err is None:
             self.tx_msgs += b.count
@@ -592,6 +596,13 @@ class Sender:
             if self.idempotent and b.base_sequence >= 0 and idem.fatal is None \
                     and b.pid == idem.producer_id and b.epoch == idem.epoch \
                     and self.acc.gone(b.part) is None:   # no gap in a partition gone
+                if self.txn is None and every_attempt_refused \
+                        and err.code() in _NEVER_APPENDED and self.acc.rewind_sequence(b):
+                    # Not in the log and the partition's last numbered batch: the next
+                    # one takes its sequence. (An epoch bump per refused batch made one
+                    # InitProducerId per Produce of a topic the ACLs refuse, each a new
+                    # producer id on Kafka's brokers.)
+                    return
                 self._sequence_gap(b, err)
 
     def _sequence_gap(self, b: Batch, err: KafkaError) -> None:

@@ -118,7 +118,7 @@ def closed_in(client: Any) -> float:
     return round(time.monotonic() - started, 2)
 
 
-def count_log(ck: Any, cluster: Refusing) -> Dict[str, int]:
+def count_log(ck: Any, cluster: Any) -> Dict[str, int]:
     """Messages in topic ``t``, by value (read from the start by a fresh consumer)."""
     c = ck.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "counter",
                      "enable.auto.commit": False, "auto.offset.reset": "earliest"})
@@ -215,6 +215,71 @@ def produce_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
 @case
 def produce_refused_idempotent(ck: Any, cluster: Refusing) -> Dict[str, Any]:
     return produce_refused_then_granted(ck, cluster, "Produce", **{"enable.idempotence": True})
+
+
+@case
+def produce_refused_beside_allowed_idempotent(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    """An idempotent producer writes to a topic it may write to and to one the ACLs
+    refuse, for 3 seconds, then the ACL is granted. Its own two-broker cluster: the
+    refused topic led by broker 1, whose Produce answers are refused (not executed), the
+    other by broker 2."""
+    with Cluster(brokers=2, broker_config={"auto.create.topics.enable": False}) as two:
+        two.create_topic(TOPIC, partitions=2, assignments=[[1], [1]])
+        two.create_topic("ok", partitions=2, assignments=[[2], [2]])
+        return beside_allowed(ck, two)
+
+
+def beside_allowed(ck: Any, cluster: Cluster) -> Dict[str, Any]:
+    obs = Observer()
+    by_topic: collections.Counter = collections.Counter()
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        by_topic[f"{msg.topic()} {name(err) or 'delivered'}"] += 1
+
+    p = ck.Producer(producer_conf(cluster, obs, **{"enable.idempotence": True}))
+    for topic in (TOPIC, "ok"):
+        p.produce(topic, b"first", on_delivery=on_delivery)
+    p.flush(10)
+    since = cluster.clear_request_log()
+    cluster.inject_errors("Produce", ["TOPIC_AUTHORIZATION_FAILED"] * REFUSALS, broker=1)
+    sent: collections.Counter = collections.Counter()
+    started = time.monotonic()
+    n = 0
+    while time.monotonic() - started < 3:
+        for topic in ("ok", TOPIC):
+            try:
+                p.produce(topic, f"{topic}-{n}".encode(), partition=n % 2,
+                          on_delivery=on_delivery)
+                sent[topic] += 1
+            except ck.KafkaException as exc:
+                sent[f"{topic} raised {exc.args[0].name()}"] += 1
+        n += 1
+        if n % 100 == 0:
+            p.poll(0.005)
+    out: Dict[str, Any] = {"left_after_flush": p.flush(15), "sent": dict(sent),
+                           "reports": dict(by_topic)}
+    out["init_producer_ids"] = len(cluster.request_log(since, api="InitProducerId"))
+    out["produce_requests"] = len(cluster.request_log(since, api="Produce"))
+    cluster.clear_faults()                           # the ACL is granted
+    by_topic.clear()
+    granted_at = time.monotonic()
+    while time.monotonic() - granted_at < 10 and not by_topic.get(f"{TOPIC} delivered"):
+        try:
+            p.produce(TOPIC, b"granted", partition=0, on_delivery=on_delivery)
+        except ck.KafkaException:
+            pass
+        p.flush(1)
+    for i in range(10):
+        p.produce(TOPIC, f"after-{i}".encode(), partition=i % 2, on_delivery=on_delivery)
+    out["left_after_grant"] = p.flush(15)
+    out["granted_reports"] = dict(by_topic)
+    out["errors"] = obs.errors
+    out["close_seconds"] = closed_in(p)
+    log = count_log(ck, cluster)
+    # what the refused Produce requests left in the log: nothing
+    out["refused_written"] = sum(1 for v in log if v.startswith(f"{TOPIC}-"))
+    out["log"] = {v: n for v, n in log.items() if not v.startswith(f"{TOPIC}-")}
+    return out
 
 
 def fill(ck: Any, cluster: Refusing, count: int = 10) -> None:

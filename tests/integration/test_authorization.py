@@ -131,12 +131,35 @@ def test_a_produce_the_acls_refuse_fails_its_messages_at_once_and_the_producer_g
         assert_written_once(seen["log"], "after-", 10)
         assert values(seen["log"], "refused-") == {} and values(seen["log"], "later-") == {}
         assert seen["close_seconds"] < PROMPT_S, seen
+        assert seen["init_producer_ids"] == 0, seen    # no epoch bump (see below)
     # librdkafka marks the topic refused: produce() raises TOPIC_AUTHORIZATION_FAILED
     # until its metadata says otherwise. Ours takes the message and its delivery report
     # says TOPIC_AUTHORIZATION_FAILED, as promptly.
     assert rdk["later_produce_raised"] == "TOPIC_AUTHORIZATION_FAILED", rdk
     assert ours["later_produce_raised"] is None, ours
     assert ours["later_reports"] == {"TOPIC_AUTHORIZATION_FAILED": 1}, ours
+
+
+def test_an_idempotent_producer_refused_one_topic_writes_the_others_without_epoch_bumps():
+    ours, rdk = run_case("produce_refused_beside_allowed_idempotent")
+    for seen in (ours, rdk):
+        sent, reports = seen["sent"], seen["reports"]
+        # every message reported once: the allowed topic's delivered, the refused one's
+        # TOPIC_AUTHORIZATION_FAILED (librdkafka refuses most at produce() already)
+        assert seen["left_after_flush"] == 0 and seen["errors"] == [], seen
+        assert reports["ok delivered"] == sent["ok"] + 1, seen
+        assert reports["t TOPIC_AUTHORIZATION_FAILED"] == sent["t"], seen
+        assert seen["refused_written"] == 0, seen
+        # granted: the refused topic is written to, exactly once, by the same producer
+        assert seen["left_after_grant"] == 0 and seen["granted_reports"].get("t delivered")
+        assert_written_once(seen["log"], "after-", 10)
+        assert seen["close_seconds"] < PROMPT_S, seen
+    # A refused batch leaves no gap to bump the epoch for (ours bumped after each: one
+    # InitProducerId per two Produce requests, ~500 in 3 s, each a new producer id on a
+    # Kafka broker), unless a later batch of its partition was already in flight (then
+    # one bump: a few in 3 s). librdkafka bumps the epoch without asking the broker.
+    assert ours["init_producer_ids"] * 50 < ours["produce_requests"], ours
+    assert rdk["init_producer_ids"] == 0, rdk
 
 
 # -- transactions --------------------------------------------------------------------------

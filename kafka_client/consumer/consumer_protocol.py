@@ -59,12 +59,14 @@ STATIC_LEAVE_EPOCH = -2      # a static member that will come back with its inst
 #: same member id): its partitions are lost, not revoked.
 FENCED_ERRORS = frozenset((ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH))
 #: Answers that end the membership with an error for the application: the member stops
-#: (subscribe() again once the cause is fixed).
+#: (subscribe() again once the cause is fixed). Not TOPIC_AUTHORIZATION_FAILED (a
+#: subscribed topic the ACLs refuse): told once, the member heartbeats on and gets its
+#: partitions once the ACL is granted, as the Java client (KAFKA-18813) and librdkafka do.
 STOPPING_ERRORS = frozenset((
     ErrorCode.UNSUPPORTED_ASSIGNOR, ErrorCode.INVALID_REQUEST,
     ErrorCode.GROUP_MAX_SIZE_REACHED, ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
     ErrorCode.UNSUPPORTED_VERSION, ErrorCode.GROUP_AUTHORIZATION_FAILED,
-    ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.INVALID_REGULAR_EXPRESSION))
+    ErrorCode.INVALID_REGULAR_EXPRESSION))
 #: Answers that fence a static member for good (another process has its instance id).
 FATAL_ERRORS = frozenset((ErrorCode.FENCED_INSTANCE_ID, ErrorCode.UNRELEASED_INSTANCE_ID))
 

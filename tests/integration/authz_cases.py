@@ -313,7 +313,8 @@ def poll_for(consumer: Any, obs: Observer, seconds: float, want: int = 0,
 
 
 def consume_refused_then_granted(ck: Any, cluster: Refusing, api: str, error: str,
-                                 assign: bool = False, **extra: Any) -> Dict[str, Any]:
+                                 assign: bool = False, resubscribe: bool = False,
+                                 **extra: Any) -> Dict[str, Any]:
     fill(ck, cluster)
     obs = Observer()
     conf = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
@@ -331,6 +332,8 @@ def consume_refused_then_granted(ck: Any, cluster: Refusing, api: str, error: st
     out["refused_errors"] = list(obs.errors)
     obs.errors.clear()
     cluster.grant()
+    if resubscribe:       # what the application does after a stopping error
+        out["resubscribe_raised"] = raised(ck, lambda: c.subscribe([TOPIC]))
     obs.started = time.monotonic()
     seen: collections.Counter = collections.Counter()
     granted = poll_for(c, obs, 25.0, want=10, seen=seen)
@@ -374,6 +377,26 @@ def join_group_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
 def offset_fetch_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
     return consume_refused_then_granted(ck, cluster, "OffsetFetch",
                                         "GROUP_AUTHORIZATION_FAILED")
+
+
+@case
+def heartbeat_refused_consumer_protocol(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return consume_refused_then_granted(ck, cluster, "ConsumerGroupHeartbeat",
+                                        "GROUP_AUTHORIZATION_FAILED", resubscribe=True,
+                                        **{"group.protocol": "consumer"})
+
+
+@case
+def heartbeat_topic_refused_consumer_protocol(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return consume_refused_then_granted(ck, cluster, "ConsumerGroupHeartbeat",
+                                        "TOPIC_AUTHORIZATION_FAILED",
+                                        **{"group.protocol": "consumer"})
+
+
+@case
+def list_offsets_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return consume_refused_then_granted(ck, cluster, "ListOffsets",
+                                        "TOPIC_AUTHORIZATION_FAILED", assign=True)
 
 
 @case

@@ -281,3 +281,47 @@ def test_a_commit_the_acls_refuse_fails_and_the_next_one_granted_succeeds():
         assert seen["close_seconds"] < PROMPT_S, seen
     # the same requests, to the same answers
     assert ours["refused_requests"] == rdk["refused_requests"] == 2, (ours, rdk)
+
+
+def test_a_consumer_group_heartbeat_refusing_a_subscribed_topic_is_one_event_until_granted():
+    ours, rdk = run_case("heartbeat_topic_refused_consumer_protocol")
+    for seen in (ours, rdk):
+        events = seen["refused"]["events"]
+        assert list(events) == ["TOPIC_AUTHORIZATION_FAILED"], seen
+        assert events["TOPIC_AUTHORIZATION_FAILED"]["first"] < PROMPT_S, seen
+        assert not events["TOPIC_AUTHORIZATION_FAILED"]["fatal"], seen
+        # the member heartbeats on and reads once granted, as the Java client
+        # (KAFKA-18813) and librdkafka do (ours stopped following the group: nothing read
+        # after the grant until subscribe() again)
+        assert seen["refused_requests"] > 1, seen
+        assert seen["granted"]["messages"] == 10 and seen["granted"]["duplicates"] == 0
+    assert rdk["refused"]["events"]["TOPIC_AUTHORIZATION_FAILED"]["count"] >= 1   # every 3 s
+    assert ours["refused"]["events"]["TOPIC_AUTHORIZATION_FAILED"]["count"] == 1, ours
+    assert_read_once_when_granted(ours)
+
+
+def test_a_consumer_group_heartbeat_refusing_the_group_stops_the_member_not_the_consumer():
+    ours, rdk = run_case("heartbeat_refused_consumer_protocol")
+    # librdkafka and the Java client: fatal, the consumer is done
+    assert list(rdk["refused"]["events"]) == ["_FATAL"], rdk
+    assert rdk["resubscribe_raised"]["error"] == "_FATAL", rdk
+    # ours: one (not fatal) event, the member leaves the group; subscribe() again once
+    # granted and it reads
+    assert ours["refused"]["events"] == {"GROUP_AUTHORIZATION_FAILED": {
+        "count": 1, "first": ours["refused"]["events"]["GROUP_AUTHORIZATION_FAILED"]["first"],
+        "fatal": False}}, ours
+    assert ours["refused_requests"] == 1 and ours["resubscribe_raised"] is None, ours
+    assert_read_once_when_granted(ours)
+
+
+def test_an_offset_lookup_the_acls_refuse_is_one_event_per_partition_until_granted():
+    ours, rdk = run_case("list_offsets_refused")
+    for seen in (ours, rdk):
+        events = seen["refused"]["events"]
+        assert list(events) == ["TOPIC_AUTHORIZATION_FAILED"], seen
+        assert events["TOPIC_AUTHORIZATION_FAILED"]["first"] < PROMPT_S, seen
+        assert seen["granted"]["messages"] == 10 and seen["granted"]["duplicates"] == 0
+    # ours tells it once per partition while the lookups retry (with backoff); librdkafka
+    # at every retry (about 150 events and ListOffsets in 8 s)
+    assert ours["refused"]["events"]["TOPIC_AUTHORIZATION_FAILED"]["count"] == 2, ours
+    assert_read_once_when_granted(ours)

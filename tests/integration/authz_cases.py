@@ -547,6 +547,80 @@ def add_partitions_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
     return out
 
 
+def offsets_refused_in_transaction(ck: Any, cluster: Refusing, api: str,
+                                   error: str) -> Dict[str, Any]:
+    """send_offsets_to_transaction() while ``api`` (AddOffsetsToTxn, TxnOffsetCommit) is
+    refused; then abort and, granted, a transaction that commits with its offsets."""
+    fill(ck, cluster)
+    obs = Observer()
+    p = ck.Producer(producer_conf(cluster, obs, **{"transactional.id": "tx"}))
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+                     "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([ck.TopicPartition(TOPIC, q, ck.OFFSET_BEGINNING) for q in (0, 1)])
+    out: Dict[str, Any] = {"read": poll_for(c, obs, 15.0, want=10)}
+    p.init_transactions(10)
+    p.begin_transaction()
+    produce_some(ck, p, obs, "refused-", 2)
+    cluster.refuse(api, error)
+    started = time.monotonic()
+    offsets = [ck.TopicPartition(TOPIC, q, 5) for q in (0, 1)]
+    out["send_offsets"] = raised(ck, lambda: p.send_offsets_to_transaction(
+        offsets, c.consumer_group_metadata(), 10))
+    out["commit"] = raised(ck, lambda: p.commit_transaction(10))
+    out["seconds"] = round(time.monotonic() - started, 2)
+    out["abort"] = raised(ck, lambda: p.abort_transaction(10))
+    out["refused_errors"] = list(obs.errors)
+    cluster.grant()
+    out["granted_begin"] = raised(ck, p.begin_transaction)
+    produce_some(ck, p, obs, "granted-", 2)
+    out["granted_send_offsets"] = raised(ck, lambda: p.send_offsets_to_transaction(
+        offsets, c.consumer_group_metadata(), 10))
+    out["granted_commit"] = raised(ck, lambda: p.commit_transaction(10))
+    out["committed"] = sorted((tp.partition, tp.offset) for tp in c.committed(
+        [ck.TopicPartition(TOPIC, q) for q in (0, 1)], 10))
+    c.close()
+    started = time.monotonic()
+    out["close_raised"] = raised(ck, p.close)
+    out["close_seconds"] = round(time.monotonic() - started, 2)
+    out["log"] = {v: n for v, n in count_log(ck, cluster).items() if not v.startswith("m")}
+    return out
+
+
+@case
+def add_offsets_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return offsets_refused_in_transaction(ck, cluster, "AddOffsetsToTxn",
+                                          "GROUP_AUTHORIZATION_FAILED")
+
+
+@case
+def txn_offset_commit_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return offsets_refused_in_transaction(ck, cluster, "TxnOffsetCommit",
+                                          "GROUP_AUTHORIZATION_FAILED")
+
+
+@case
+def end_txn_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    """EndTxn refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the ACL was revoked)."""
+    obs = Observer()
+    p = ck.Producer(producer_conf(cluster, obs, **{"transactional.id": "tx"}))
+    p.init_transactions(10)
+    p.begin_transaction()
+    produce_some(ck, p, obs, "refused-", 2)
+    cluster.refuse("EndTxn", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+    started = time.monotonic()
+    out: Dict[str, Any] = {"commit": raised(ck, lambda: p.commit_transaction(10))}
+    out["seconds"] = round(time.monotonic() - started, 2)
+    out["abort"] = raised(ck, lambda: p.abort_transaction(10))
+    out["reports"] = dict(obs.reports)
+    cluster.grant()
+    out["granted_begin"] = raised(ck, p.begin_transaction)
+    out["granted_produce_raised"] = produce_some(ck, p, obs, "granted-", 1)
+    started = time.monotonic()
+    out["close_raised"] = raised(ck, p.close)
+    out["close_seconds"] = round(time.monotonic() - started, 2)
+    return out
+
+
 def admin_result(ck: Any, futures: Dict[str, Any]) -> Dict[str, Any]:
     out = {}
     for topic, future in sorted(futures.items()):

@@ -184,6 +184,34 @@ def test_a_partition_the_acls_refuse_to_a_transaction_makes_it_abortable():
     assert ours["close_seconds"] < PROMPT_S, ours
 
 
+@pytest.mark.parametrize("case", ["add_offsets_refused", "txn_offset_commit_refused",
+                                  "end_txn_refused"])
+def test_offsets_and_end_of_a_transaction_refused_as_librdkafka(case):
+    """AddOffsetsToTxn or TxnOffsetCommit refused (GROUP_AUTHORIZATION_FAILED): abortable,
+    and the next transaction commits its offsets once granted; EndTxn refused
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): fatal. The same in both clients."""
+    ours, rdk = run_case(case)
+    for seen in (ours, rdk):
+        assert seen["seconds"] < PROMPT_S and seen["close_seconds"] < PROMPT_S, seen
+        assert seen["refused_requests"] == 1, seen
+    if case == "end_txn_refused":
+        fatal = {"error": "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "fatal": True,
+                 "retriable": False, "abortable": False}
+        assert ours["commit"] == ours["abort"] == ours["granted_begin"] == fatal, ours
+        assert ours["granted_produce_raised"] == "_FATAL", ours
+    else:
+        abortable = {"error": "GROUP_AUTHORIZATION_FAILED", "fatal": False,
+                     "retriable": False, "abortable": True}
+        assert ours["send_offsets"] == ours["commit"] == abortable, ours
+        assert ours["abort"] is None and ours["granted_commit"] is None, ours
+        assert ours["committed"] == [[0, 5], [1, 5]], ours
+        assert_written_once(ours["log"], "granted-", 2)
+        assert values(ours["log"], "refused-") == {}, ours
+    timing = ("seconds", "close_seconds")
+    assert {k: v for k, v in ours.items() if k not in timing} == \
+        {k: v for k, v in rdk.items() if k not in timing}
+
+
 # -- admin ---------------------------------------------------------------------------------
 
 

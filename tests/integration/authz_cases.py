@@ -621,15 +621,71 @@ def end_txn_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
     return out
 
 
-def admin_result(ck: Any, futures: Dict[str, Any]) -> Dict[str, Any]:
+def admin_result(ck: Any, futures: Dict[Any, Any]) -> Dict[str, Any]:
+    """Each future's error name (None: it succeeded), by its key's name."""
     out = {}
-    for topic, future in sorted(futures.items()):
+    for key, future in futures.items():
+        key = getattr(key, "name", key)
         try:
             future.result(15)
-            out[topic] = None
+            out[key] = None
         except ck.KafkaException as exc:
-            out[topic] = exc.args[0].name()
+            out[key] = exc.args[0].name()
     return out
+
+
+def admin_refused(ck: Any, cluster: Refusing, api: str, error: str,
+                  call: Callable[[Any, Any], Dict[Any, Any]]) -> Dict[str, Any]:
+    """``call(admin, admin module)`` while ``api`` is refused, then granted."""
+    from importlib import import_module
+    admin_module = import_module(ck.__name__ + ".admin")
+    admin = admin_module.AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    cluster.refuse(api, error)
+    started = time.monotonic()
+    out: Dict[str, Any] = {"refused": admin_result(ck, call(admin, admin_module))}
+    out["refused_seconds"] = round(time.monotonic() - started, 2)
+    cluster.grant()
+    out["granted"] = admin_result(ck, call(admin, admin_module))
+    return out
+
+
+@case
+def describe_topics_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return admin_refused(ck, cluster, "Metadata", "TOPIC_AUTHORIZATION_FAILED",
+                         lambda admin, m: admin.describe_topics(
+                             ck.TopicCollection([TOPIC]), request_timeout=10))
+
+
+@case
+def delete_topics_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    cluster.cluster.create_topic("d1")
+    cluster.cluster.create_topic("d2")
+    return admin_refused(ck, cluster, "DeleteTopics", "TOPIC_AUTHORIZATION_FAILED",
+                         lambda admin, m: admin.delete_topics(["d1", "d2"],
+                                                              request_timeout=10))
+
+
+@case
+def describe_configs_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return admin_refused(ck, cluster, "DescribeConfigs", "TOPIC_AUTHORIZATION_FAILED",
+                         lambda admin, m: admin.describe_configs(
+                             [m.ConfigResource(m.ResourceType.TOPIC, TOPIC)],
+                             request_timeout=10))
+
+
+@case
+def create_partitions_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return admin_refused(ck, cluster, "CreatePartitions", "TOPIC_AUTHORIZATION_FAILED",
+                         lambda admin, m: admin.create_partitions(
+                             [m.NewPartitions(TOPIC, 3)], request_timeout=10))
+
+
+@case
+def list_group_offsets_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return admin_refused(ck, cluster, "OffsetFetch", "GROUP_AUTHORIZATION_FAILED",
+                         lambda admin, m: admin.list_consumer_group_offsets(
+                             [ck.ConsumerGroupTopicPartitions("g")], request_timeout=10))
+
 
 
 def create_topics_refused(ck: Any, cluster: Refusing, error: str) -> Dict[str, Any]:

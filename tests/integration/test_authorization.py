@@ -215,6 +215,21 @@ def test_offsets_and_end_of_a_transaction_refused_as_librdkafka(case):
 # -- admin ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("case, refused", [
+    ("describe_topics_refused", {"t": "TOPIC_AUTHORIZATION_FAILED"}),
+    ("delete_topics_refused", {"d1": "TOPIC_AUTHORIZATION_FAILED",
+                               "d2": "TOPIC_AUTHORIZATION_FAILED"}),
+    ("describe_configs_refused", {"t": "TOPIC_AUTHORIZATION_FAILED"}),
+    ("create_partitions_refused", {"t": "TOPIC_AUTHORIZATION_FAILED"}),
+    ("list_group_offsets_refused", {"g": "GROUP_AUTHORIZATION_FAILED"})])
+def test_admin_operations_the_acls_refuse_fail_per_resource_at_once(case, refused):
+    ours, rdk = run_case(case)
+    for seen in (ours, rdk):
+        assert seen["refused"] == refused and seen["refused_seconds"] < PROMPT_S, seen
+        assert seen["granted"] == {name: None for name in refused}, seen
+    assert ours["refused_requests"] == 1, ours       # not retried
+
+
 @pytest.mark.parametrize("error", ["CLUSTER", "TOPIC"])
 def test_create_topics_the_acls_refuse_fail_per_topic(error):
     ours, rdk = run_case(f"create_topics_{error.lower()}_refused")

@@ -400,6 +400,63 @@ def list_offsets_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
 
 
 @case
+def auto_commit_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    """Auto-commit (every 300 ms) while OffsetCommit is refused for 4 s, then granted."""
+    fill(ck, cluster)
+    obs = Observer()
+    commits: collections.Counter = collections.Counter()
+
+    def on_commit(err: Any, partitions: Any) -> None:
+        commits[name(err) or "committed"] += 1
+
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+                     "auto.offset.reset": "earliest", "error_cb": obs.error_cb,
+                     "enable.auto.commit": True, "auto.commit.interval.ms": 300,
+                     "on_commit": on_commit})
+    c.subscribe([TOPIC])
+    out: Dict[str, Any] = {"read": poll_for(c, obs, 20.0, want=10)}
+    cluster.refuse("OffsetCommit", "GROUP_AUTHORIZATION_FAILED")
+    commits.clear()
+    out["refused"] = poll_for(c, obs, 4.0)
+    out["refused_commits"] = dict(commits)
+    out["refused_errors"] = list(obs.errors)
+    cluster.grant()
+    commits.clear()
+    out["granted"] = poll_for(c, obs, 2.0)
+    out["granted_commits"] = dict(commits)
+    out["committed"] = sorted((tp.partition, tp.offset) for tp in c.committed(
+        [ck.TopicPartition(TOPIC, q) for q in (0, 1)], 10))
+    out["close_seconds"] = closed_in(c)
+    return out
+
+
+@case
+def subscribe_one_topic_refused_beside_another(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    """A subscription to the refused topic and to one allowed: the allowed one is read."""
+    cluster.cluster.create_topic("ok", partitions=2)
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
+    for i in range(10):
+        p.produce("ok", f"ok{i}".encode(), partition=i % 2)
+    assert p.flush(10) == 0
+    fill(ck, cluster)
+    obs = Observer()
+    # auto-commit: what was read is committed when the partitions are revoked (the grant
+    # changes the subscription's partitions: a rebalance), so nothing is read twice
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+                     "auto.offset.reset": "earliest", "error_cb": obs.error_cb})
+    cluster.refuse("Metadata", "TOPIC_AUTHORIZATION_FAILED")
+    c.subscribe([TOPIC, "ok"])
+    seen: collections.Counter = collections.Counter()
+    out: Dict[str, Any] = {"refused": poll_for(c, obs, 10.0, want=10, seen=seen)}
+    out["refused_values"] = sorted(seen)
+    cluster.grant()
+    out["granted"] = poll_for(c, obs, 15.0, want=20, seen=seen)
+    out["granted_values"] = len(seen)
+    out["close_seconds"] = closed_in(c)
+    return out
+
+
+@case
 def offset_commit_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
     fill(ck, cluster)
     obs = Observer()

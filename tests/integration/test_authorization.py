@@ -289,6 +289,33 @@ def test_a_subscribed_topic_the_metadata_refuses_is_one_error_event_until_grante
     assert rdk["granted"]["messages"] == 0, rdk
 
 
+def test_a_refused_topic_beside_an_allowed_one_in_a_subscription():
+    ours, rdk = run_case("subscribe_one_topic_refused_beside_another")
+    for seen in (ours, rdk):
+        # one event for the refused topic; the allowed one is read meanwhile
+        assert list(seen["refused"]["events"]) == ["TOPIC_AUTHORIZATION_FAILED"], seen
+        assert seen["refused"]["events"]["TOPIC_AUTHORIZATION_FAILED"]["count"] == 1, seen
+        assert seen["refused_values"] == [f"ok{i}" for i in range(10)], seen
+        assert seen["granted"]["duplicates"] == 0, seen
+    # once granted, ours reads the refused topic too (within seconds), exactly once, and
+    # nothing of the allowed one again; librdkafka waits for its periodic refresh (5 min)
+    assert ours["granted_values"] == 20 and ours["granted"]["events"] == {}, ours
+    assert rdk["granted_values"] == 10, rdk
+
+
+def test_auto_commits_the_acls_refuse_go_to_on_commit_as_in_librdkafka():
+    ours, rdk = run_case("auto_commit_refused")
+    for seen in (ours, rdk):
+        # each refused auto-commit reaches on_commit (no error event), and the next one
+        # after the grant commits what was read
+        assert seen["refused_commits"].get("GROUP_AUTHORIZATION_FAILED", 0) >= 5, seen
+        assert set(seen["refused_commits"]) == {"GROUP_AUTHORIZATION_FAILED"}, seen
+        assert seen["refused"]["events"] == {} and seen["refused_errors"] == [], seen
+        assert seen["granted_commits"].get("committed"), seen
+        assert seen["committed"] == [[0, 5], [1, 5]], seen
+        assert seen["close_seconds"] < PROMPT_S, seen
+
+
 def test_an_assigned_topic_the_metadata_refuses_is_read_once_granted():
     ours, rdk = run_case("assign_metadata_refused")
     for seen in (ours, rdk):

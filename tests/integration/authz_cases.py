@@ -576,11 +576,25 @@ def idempotent_init_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
 def add_partitions_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
     """AddPartitionsToTxn refused inside a transaction: abortable; aborted, the next
     transaction (granted) commits."""
+    return transaction_refused(ck, cluster, "AddPartitionsToTxn")
+
+
+@case
+def produce_refused_in_transaction(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return transaction_refused(ck, cluster, "Produce")
+
+
+@case
+def metadata_refused_in_transaction(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    return transaction_refused(ck, cluster, "Metadata")
+
+
+def transaction_refused(ck: Any, cluster: Refusing, api: str) -> Dict[str, Any]:
     obs = Observer()
     p = ck.Producer(producer_conf(cluster, obs, **{"transactional.id": "tx"}))
     p.init_transactions(10)
     p.begin_transaction()
-    cluster.refuse("AddPartitionsToTxn", "TOPIC_AUTHORIZATION_FAILED")
+    cluster.refuse(api, "TOPIC_AUTHORIZATION_FAILED")
     out: Dict[str, Any] = {"produce_raised": produce_some(ck, p, obs, "refused-", 4)}
     started = time.monotonic()
     out["flush_left"] = p.flush(10)

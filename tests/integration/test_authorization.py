@@ -184,6 +184,33 @@ def test_a_partition_the_acls_refuse_to_a_transaction_makes_it_abortable():
     assert ours["close_seconds"] < PROMPT_S, ours
 
 
+@pytest.mark.parametrize("api", ["Produce", "Metadata"])
+def test_a_topic_the_acls_refuse_inside_a_transaction_makes_it_abortable(api):
+    ours, rdk = run_case("produce_refused_in_transaction" if api == "Produce"
+                         else "metadata_refused_in_transaction")
+    # the commit names what failed: the broker's error, or (the messages never had a
+    # partition) librdkafka's _INCONSISTENT, which ours raises too
+    error = "TOPIC_AUTHORIZATION_FAILED" if api == "Produce" else "_INCONSISTENT"
+    for seen in (ours, rdk):
+        assert seen["commit"] == {"error": error, "fatal": False, "retriable": False,
+                                  "abortable": True}, seen
+        assert seen["refused_reports"] == {"TOPIC_AUTHORIZATION_FAILED": 4}, seen
+        assert seen["commit_seconds"] < PROMPT_S and seen["abort"] is None, seen
+        assert seen["granted_begin"] is None and seen["granted_commit"] is None, seen
+        assert values(seen["log"], "refused-") == {}, seen
+        assert seen["close_raised"] is None and seen["close_seconds"] < PROMPT_S, seen
+    if api == "Produce":
+        # right after the grant librdkafka still refuses produce() (it marked the topic
+        # refused); ours produces, and the transaction commits
+        assert rdk["granted_produce_raised"] == "TOPIC_AUTHORIZATION_FAILED", rdk
+        assert ours["granted_produce_raised"] is None, ours
+        assert_written_once(ours["log"], "granted-", 4)
+    else:
+        # both refuse produce() until their metadata is asked again
+        assert ours["granted_produce_raised"] == rdk["granted_produce_raised"] \
+            == "TOPIC_AUTHORIZATION_FAILED"
+
+
 @pytest.mark.parametrize("case", ["add_offsets_refused", "txn_offset_commit_refused",
                                   "end_txn_refused"])
 def test_offsets_and_end_of_a_transaction_refused_as_librdkafka(case):

@@ -481,6 +481,11 @@ cdef class AccumulatorCore:
         lock = self.lock
         lock.take()
         try:
+            if self.refusal is not None:
+                # Refused while this call waited for the lock (a fatal error: the I/O
+                # thread sets the refusal, then purges under the lock): queued now, the
+                # message would miss the purge and wait for message.timeout.ms.
+                raise KafkaException(self.refusal())
             if self.msg_count >= self.max_msgs or self.msg_bytes + size > self.max_bytes:
                 raise BufferError("Local: Queue full")
             found = self.topics.get(topic)

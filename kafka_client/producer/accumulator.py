@@ -239,6 +239,7 @@ class Accumulator(AccumulatorCore):
         ts = timestamp or None
         avg = cols.total // n + RECORD_OVERHEAD if n else 0
         with self.lock:
+            self.check_refusal()    # refused while waiting for the lock: see _enqueue
             if self.msg_count + n > self.max_msgs or \
                     self.msg_bytes + cols.total > self.max_bytes:
                 raise BufferError("Local: Queue full")

@@ -2,6 +2,7 @@
 messages waiting for metadata, produce_batch. No broker, no I/O thread."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -490,3 +491,38 @@ def test_an_answer_looks_at_the_changed_topics_and_those_waiting_or_moved():
     assert [p.leader for p in acc.topics["t9"].parts] == [2, 1]
     assert acc.topics["t5"].parts[1].leader == 2
     assert acc.topics["waiting"].parts[0].open is not None and not acc.pending_topics
+
+
+@pytest.mark.parametrize("call", ["produce", "produce_batch", "produce_messages"])
+def test_a_produce_waiting_for_the_lock_when_the_producer_is_refused_raises(call):
+    """The I/O thread refuses produce() (a fatal error) and then purges what is queued
+    under the lock. A produce() that passed the first check and waited for the lock
+    meanwhile must raise, not queue a message after the purge: that one waited for
+    message.timeout.ms (seen once in four runs of an idempotent producer refused its
+    producer id)."""
+    acc, _, _ = make()
+    with_topic(acc)
+    outcome = []
+
+    def produce():
+        try:
+            if call == "produce":
+                acc.produce("t", b"late")
+            elif call == "produce_batch":
+                acc.produce_batch("t", [b"late"])
+            else:
+                messages = [{"value": b"late"}]
+                acc.produce_messages("t", messages)
+                if "_error" in messages[0]:
+                    raise KafkaException(messages[0]["_error"])
+            outcome.append("queued")
+        except KafkaException as exc:
+            outcome.append(exc.args[0].code())
+
+    with acc.lock:                      # the I/O thread, about to purge
+        thread = threading.Thread(target=produce)
+        thread.start()
+        time.sleep(0.3)                 # it checked the refusal (none yet), now waits
+        acc.refuse_produce(lambda: KafkaError(KafkaError._FATAL, "fatal"))
+    thread.join(5)
+    assert outcome == [KafkaError._FATAL] and acc.msg_count == 0

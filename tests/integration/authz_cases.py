@@ -328,7 +328,7 @@ def consume_refused_then_granted(ck: Any, cluster: Refusing, api: str, error: st
         c.assign([ck.TopicPartition(TOPIC, p, ck.OFFSET_BEGINNING) for p in (0, 1)])
     else:
         c.subscribe([TOPIC])
-    out: Dict[str, Any] = {"refused": poll_for(c, obs, 8.0)}
+    out: Dict[str, Any] = {"refused": poll_for(c, obs, 5.0)}
     out["refused_errors"] = list(obs.errors)
     obs.errors.clear()
     cluster.grant()
@@ -336,7 +336,7 @@ def consume_refused_then_granted(ck: Any, cluster: Refusing, api: str, error: st
         out["resubscribe_raised"] = raised(ck, lambda: c.subscribe([TOPIC]))
     obs.started = time.monotonic()
     seen: collections.Counter = collections.Counter()
-    granted = poll_for(c, obs, 25.0, want=10, seen=seen)
+    granted = poll_for(c, obs, 12.0, want=10, seen=seen)
     granted["seconds"] = obs.elapsed()
     granted.update(poll_for(c, obs, 1.0, seen=seen))   # and nothing more comes
     out["granted"] = granted

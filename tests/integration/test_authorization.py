@@ -419,6 +419,6 @@ def test_an_offset_lookup_the_acls_refuse_is_one_event_per_partition_until_grant
         assert events["TOPIC_AUTHORIZATION_FAILED"]["first"] < PROMPT_S, seen
         assert seen["granted"]["messages"] == 10 and seen["granted"]["duplicates"] == 0
     # ours tells it once per partition while the lookups retry (with backoff); librdkafka
-    # at every retry (about 150 events and ListOffsets in 8 s)
+    # at every retry (about 100 events and ListOffsets in 5 s)
     assert ours["refused"]["events"]["TOPIC_AUTHORIZATION_FAILED"]["count"] == 2, ours
     assert_read_once_when_granted(ours)

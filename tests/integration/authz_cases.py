@@ -457,6 +457,36 @@ def subscribe_one_topic_refused_beside_another(ck: Any, cluster: Refusing) -> Di
 
 
 @case
+def heartbeat_refused_classic(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    """A member of a classic group whose Heartbeat is refused (the ACL revoked after it
+    joined) while new messages come, then granted."""
+    fill(ck, cluster)
+    obs = Observer()
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
+                     "auto.offset.reset": "earliest", "error_cb": obs.error_cb,
+                     "heartbeat.interval.ms": 300})
+    c.subscribe([TOPIC])
+    seen: collections.Counter = collections.Counter()
+    out: Dict[str, Any] = {"read": poll_for(c, obs, 20.0, want=10, seen=seen)}
+    cluster.refuse("Heartbeat", "GROUP_AUTHORIZATION_FAILED")
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
+    for i in range(10, 20):
+        p.produce(TOPIC, f"m{i}".encode(), partition=i % 2)
+    assert p.flush(10) == 0
+    obs.started = time.monotonic()
+    out["refused"] = poll_for(c, obs, 5.0, seen=seen)
+    out["refused_errors"] = list(obs.errors)
+    cluster.grant()
+    obs.started = time.monotonic()
+    granted = poll_for(c, obs, 12.0, want=20, seen=seen)
+    granted["seconds"] = obs.elapsed()
+    out["granted"] = granted
+    out["read_in_all"] = len(seen)
+    out["close_seconds"] = closed_in(c)
+    return out
+
+
+@case
 def offset_commit_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
     fill(ck, cluster)
     obs = Observer()

@@ -364,6 +364,16 @@ def test_a_fetch_the_acls_refuse_is_one_error_event_per_partition_until_granted(
     assert_read_once_when_granted(ours)
 
 
+def test_a_heartbeat_the_acls_refuse_leaves_a_classic_member_reading_as_librdkafka():
+    ours, rdk = run_case("heartbeat_refused_classic")
+    for seen in (ours, rdk):
+        # neither client tells (the Java client raises GroupAuthorizationException from
+        # poll()); the member keeps its partitions and reads what comes meanwhile, once
+        assert seen["refused"]["events"] == {} and seen["refused_errors"] == [], seen
+        assert seen["read_in_all"] == 20 and seen["granted"]["duplicates"] == 0, seen
+        assert seen["refused_requests"] > 1 and seen["close_seconds"] < PROMPT_S, seen
+
+
 def test_a_commit_the_acls_refuse_fails_and_the_next_one_granted_succeeds():
     ours, rdk = run_case("offset_commit_refused")
     for seen in (ours, rdk):

@@ -86,8 +86,11 @@ _REFUSALS = frozenset((ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN
 #: A transactional producer fenced by a newer instance
 _FENCING = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED)
 #: Produce errors for which the broker appends nothing (the request is refused before its
-#: records are looked at): a batch failed so, every attempt of it refused, leaves no gap
-_NEVER_APPENDED = frozenset((ErrorCode.TOPIC_AUTHORIZATION_FAILED,))
+#: records are looked at): a batch failed so, every attempt of it refused, leaves no gap.
+#: CLUSTER_AUTHORIZATION_FAILED: a broker before Kafka 3.0 refusing an idempotent
+#: producer without IDEMPOTENT_WRITE.
+_NEVER_APPENDED = frozenset((ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                             ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
 #: InitProducerId answers that refuse the idempotent producer an id for good: the
 #: principal lacks the ACL (IDEMPOTENT_WRITE on the cluster before Kafka 3.0)
 _INIT_REFUSALS = frozenset((ErrorCode.CLUSTER_AUTHORIZATION_FAILED,

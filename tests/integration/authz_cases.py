@@ -155,6 +155,7 @@ def producer_conf(cluster: Refusing, obs: Observer, **extra: Any) -> Dict[str, A
 
 
 def produce_refused_then_granted(ck: Any, cluster: Refusing, api: str,
+                                 error: str = "TOPIC_AUTHORIZATION_FAILED",
                                  **extra: Any) -> Dict[str, Any]:
     """Produce while ``api`` is refused with TOPIC_AUTHORIZATION_FAILED, then after the
     ACL is granted."""
@@ -165,7 +166,7 @@ def produce_refused_then_granted(ck: Any, cluster: Refusing, api: str,
         # The producer knows the topic (and has its producer id) before it is refused.
         out["before"] = produce_some(ck, p, obs, "before-", 4)
         p.flush(10)
-    cluster.refuse(api, "TOPIC_AUTHORIZATION_FAILED")
+    cluster.refuse(api, error)
     out["produce_raised"] = produce_some(ck, p, obs, "refused-", 10)
     started = time.monotonic()
     out["left_after_flush"] = p.flush(15)
@@ -210,6 +211,14 @@ def produce_metadata_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
 @case
 def produce_refused(ck: Any, cluster: Refusing) -> Dict[str, Any]:
     return produce_refused_then_granted(ck, cluster, "Produce")
+
+
+@case
+def produce_cluster_refused_idempotent(ck: Any, cluster: Refusing) -> Dict[str, Any]:
+    """Produce answered CLUSTER_AUTHORIZATION_FAILED: a broker before Kafka 3.0 refusing
+    an idempotent producer without IDEMPOTENT_WRITE."""
+    return produce_refused_then_granted(ck, cluster, "Produce", "CLUSTER_AUTHORIZATION_FAILED",
+                                        **{"enable.idempotence": True})
 
 
 @case

@@ -557,8 +557,9 @@ def init_producer_id_refused(ck: Any, cluster: Refusing, error: str,
     """InitProducerId refused: init_transactions() (a transactional producer) or the
     first produce() (an idempotent one); then what the producer does once granted."""
     obs = Observer()
-    p = ck.Producer(producer_conf(cluster, obs, **extra))
+    # refused first: an idempotent producer may ask for its id as soon as it starts
     cluster.refuse("InitProducerId", error)
+    p = ck.Producer(producer_conf(cluster, obs, **extra))
     out: Dict[str, Any] = {}
     transactional = "transactional.id" in extra
     if transactional:

@@ -775,15 +775,15 @@ class Accumulator(AccumulatorCore):
                     break
         return False
 
-    def rewind_sequence(self, b: Batch) -> bool:
-        """``b`` failed and the broker never appended it: if no later batch of its
-        partition has a sequence number yet, the partition's next batch takes ``b``'s,
-        leaving no gap in the broker's sequence (True); else False."""
-        p = b.part
+    def rewind_sequence(self, p: PartitionState, start: int, end: int) -> bool:
+        """The batches of ``p`` numbered ``start`` to ``end`` (excluded) failed and the
+        broker never appended them: if no later batch has a sequence number yet, ``p``'s
+        next batch takes ``start``, leaving no gap in the broker's sequence (True); else
+        False."""
         with self.lock:   # drain() numbers batches under it
-            if p.next_seq != (b.base_sequence + b.count) & 0x7FFFFFFF:
+            if p.next_seq != end:
                 return False
-            p.next_seq = b.base_sequence
+            p.next_seq = start
             return True
 
     def restart_sequences(self) -> List[Batch]:

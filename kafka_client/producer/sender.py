@@ -168,6 +168,11 @@ class Sender:
         #: batches waiting to be resent that the broker refused on every attempt: not in
         #: the log, so an epoch bump renumbers them instead of failing them
         self.refused: set = set()
+        #: per partition, the sequence range ``[start, end)`` of its failed batches the
+        #: broker never appended (refused by the ACLs) while later ones of it were
+        #: numbered: closed when those fail so too, else an epoch bump (see
+        #: :meth:`_unappended`)
+        self.unappended: Dict[Any, Tuple[int, int]] = {}
         #: librdkafka's message.max.bytes: the largest request this client sends (one
         #: batch always goes, however big)
         self.max_request_bytes = config["message.max.bytes"]
@@ -504,6 +509,10 @@ class Sender:
                 # batch right after the last acknowledged one says the broker lost data).
                 self._refused(b, error, now)
                 return True
+            if self.unappended.pop(b.part, None) is not None:
+                # Behind batches the ACLs refused (granted since): the gap they leave is
+                # closed by an epoch bump, as any other
+                self.idem.request_bump("a sequence gap behind refused batches")
             if self.idem.bump_wanted:
                 # Caused by an earlier batch that failed under this epoch: the bump
                 # renumbers this one (a transaction fails and is bumped when aborted).
@@ -600,13 +609,33 @@ class Sender:
                     and b.pid == idem.producer_id and b.epoch == idem.epoch \
                     and self.acc.gone(b.part) is None:   # no gap in a partition gone
                 if self.txn is None and every_attempt_refused \
-                        and err.code() in _NEVER_APPENDED and self.acc.rewind_sequence(b):
-                    # Not in the log and the partition's last numbered batch: the next
-                    # one takes its sequence. (An epoch bump per refused batch made one
-                    # InitProducerId per Produce of a topic the ACLs refuse, each a new
-                    # producer id on Kafka's brokers.)
+                        and err.code() in _NEVER_APPENDED and self._unappended(b):
                     return
+                self.unappended.pop(b.part, None)     # the bump renumbers everything
                 self._sequence_gap(b, err)
+
+    def _unappended(self, b: Batch) -> bool:
+        """``b`` failed and is not in the log (refused on every attempt by the ACLs): no
+        gap when its partition's next batch can take its sequence, at once if no later
+        batch is numbered, else once those fail so too (True). False when it does not
+        follow the partition's earlier such failures: a gap. (An epoch bump per refused
+        batch made one InitProducerId per Produce of a topic the ACLs refuse, each a new
+        producer id on Kafka's brokers.)"""
+        p = b.part
+        start = b.base_sequence
+        end = (start + b.count) & 0x7FFFFFFF
+        hole = self.unappended.get(p)
+        if hole is not None:
+            if hole[1] != start:
+                return False
+            start = hole[0]
+        if self.acc.rewind_sequence(p, start, end):
+            self.unappended.pop(p, None)
+        else:
+            # Later batches are numbered: refused too, they close the hole; any other
+            # outcome of theirs (out of order, a failure) bumps the epoch.
+            self.unappended[p] = (start, end)
+        return True
 
     def _sequence_gap(self, b: Batch, err: KafkaError) -> None:
         """``b`` had its sequence number and failed: the partition's sequence has a gap
@@ -720,6 +749,7 @@ class Sender:
             b.attempts = 0
             b.pid = -1        # stamped again when it goes out
         self.refused.clear()
+        self.unappended.clear()
         for b in self.acc.restart_sequences():
             cause = b.last_error
             self._deliver(b, KafkaError(

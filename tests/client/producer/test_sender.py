@@ -697,6 +697,55 @@ def test_a_sequence_gap_bumps_the_epoch_and_the_refused_batches_are_renumbered()
     assert reports[-1].error is None and values_of(reports[-1]) == [b"1"]
 
 
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+@pytest.mark.parametrize("in_flight", [1, 3])
+def test_batches_the_acls_refuse_leave_no_gap_and_the_next_takes_their_sequence(in_flight):
+    """Refused with TOPIC_AUTHORIZATION_FAILED, a batch is not in the log (the ACLs are
+    checked first): no epoch bump; the next batch takes the first refused one's sequence.
+    With several of the partition's batches in flight, each refused, the gap closes with
+    the last one (it was bumped for: an InitProducerId per refused request)."""
+    acc, sender, c, reports, t = _idempotent_in_flight(in_flight)
+    for _ in range(in_flight):
+        c.answer(0, errors={("t", 0): TOPIC_AUTHORIZATION_FAILED})
+    assert [r.error.code() for r in reports] == [TOPIC_AUTHORIZATION_FAILED] * in_flight
+    assert not sender.idem.bump_wanted and sender.idem.fatal is None
+    acc.produce("t", b"granted", partition=0)
+    run(sender, 1.0)
+    assert _sent(c) == [(3, 0, [b"granted"])]          # no InitProducerId, sequence 0
+    c.answer(0)
+    assert reports[-1].error is None
+
+
+def test_an_out_of_order_answer_behind_batches_the_acls_refused_bumps_the_epoch():
+    """The first batch refused (TOPIC_AUTHORIZATION_FAILED), the ACL granted before the
+    second one reached the broker: it is out of order (the first is missing), and an
+    epoch bump renumbers it, not a fatal error."""
+    acc, sender, c, reports, t = _idempotent_in_flight(2)
+    c.answer(0, errors={("t", 0): TOPIC_AUTHORIZATION_FAILED})
+    assert not sender.idem.bump_wanted               # the second may be refused too
+    c.answer(0, errors={("t", 0): 45})               # OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert sender.idem.fatal is None and sender.idem.bump_wanted
+    _bump(sender, c)
+    run(sender, 1.0)
+    assert _sent(c) == [(4, 0, [b"1"])]
+    c.answer(0)
+    assert [(r.error and r.error.code(), values_of(r)) for r in reports] == [
+        (TOPIC_AUTHORIZATION_FAILED, [b"0"]), (None, [b"1"])]
+
+
+def test_another_failure_behind_batches_the_acls_refused_bumps_the_epoch():
+    acc, sender, c, reports, t = _idempotent_in_flight(2)
+    c.answer(0, errors={("t", 0): TOPIC_AUTHORIZATION_FAILED})
+    c.answer(0, errors={("t", 0): 10})               # MESSAGE_TOO_LARGE: a gap after all
+    assert sender.idem.fatal is None and sender.idem.bump_wanted
+    _bump(sender, c)
+    acc.produce("t", b"next", partition=0)
+    run(sender, 1.0)
+    assert _sent(c) == [(4, 0, [b"next"])]
+
+
 def test_gapless_guarantee_makes_a_gap_fatal():
     acc, sender, c, reports, t = _idempotent_in_flight(2, **{"enable.gapless.guarantee": True})
     c.answer(0, errors={("t", 0): 10})

@@ -85,12 +85,20 @@ _REFUSALS = frozenset((ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN
                        ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH))
 #: A transactional producer fenced by a newer instance
 _FENCING = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED)
-#: Produce errors for which the broker appends nothing (the request is refused before its
-#: records are looked at): a batch failed so, every attempt of it refused, leaves no gap.
-#: CLUSTER_AUTHORIZATION_FAILED: a broker before Kafka 3.0 refusing an idempotent
-#: producer without IDEMPOTENT_WRITE.
+#: Produce errors for which the broker appends nothing (the request is refused, or its
+#: batch fails validation, before anything is written): a batch failed so, every attempt
+#: of it refused, leaves no gap. CLUSTER_AUTHORIZATION_FAILED: a broker before Kafka 3.0
+#: refusing an idempotent producer without IDEMPOTENT_WRITE; the others are Kafka's
+#: validation of a batch (a null key on a compacted topic, a timestamp out of range, a
+#: batch too large, ...), which refuses the batch whole.
 _NEVER_APPENDED = frozenset((ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                             ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+                             ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                             ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE,
+                             ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                             ErrorCode.INVALID_TIMESTAMP,
+                             ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                             ErrorCode.INVALID_REQUIRED_ACKS,
+                             ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT))
 #: InitProducerId answers that refuse the idempotent producer an id for good: the
 #: principal lacks the ACL (IDEMPOTENT_WRITE on the cluster before Kafka 3.0)
 _INIT_REFUSALS = frozenset((ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
@@ -608,7 +616,9 @@ class Sender:
             if self.idempotent and b.base_sequence >= 0 and idem.fatal is None \
                     and b.pid == idem.producer_id and b.epoch == idem.epoch \
                     and self.acc.gone(b.part) is None:   # no gap in a partition gone
-                if self.txn is None and every_attempt_refused \
+                # (enable.gapless.guarantee is about the messages: a refused batch is a
+                # gap in them all the same)
+                if self.txn is None and every_attempt_refused and not idem.gapless \
                         and err.code() in _NEVER_APPENDED and self._unappended(b):
                     return
                 self.unappended.pop(b.part, None)     # the bump renumbers everything

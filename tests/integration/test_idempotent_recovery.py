@@ -16,7 +16,7 @@ from typing import Dict, List
 
 import pytest
 
-from kafka_client import KafkaError, KafkaException, Producer
+from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka_client._testing.proxy import DOWNSTREAM, FaultProxy
 from kafka_client._testing.simple import fetch_all
 from kafka_proto.errors import ErrorCode
@@ -153,3 +153,40 @@ def read_log_one(broker, topic: str) -> List[bytes]:
         return [r.value for b in fetch_all(conn, topic, 0).batches for r in b]
     finally:
         conn.close()
+
+
+def test_batches_the_broker_refuses_whole_leave_no_gap_to_bump_the_epoch_for(tmp_path):
+    """Kafka's validation refuses a batch whole before appending anything (here a null key
+    on a compacted topic: INVALID_RECORD). Every message of such a batch fails, the next
+    batch takes its sequence, and the producer goes on with the same producer id and
+    epoch: one InitProducerId in all, as librdkafka (ours asked for a new epoch after each
+    refused batch: 10 here). The batches between are written once, in order."""
+    from kafka_client.testing import Cluster
+
+    with Cluster(brokers=1, data_dir=str(tmp_path)) as cluster:
+        cluster.create_topic("compacted", partitions=1, config={"cleanup.policy": "compact"})
+        since = cluster.clear_request_log()
+        reports: Dict[str, List[bytes]] = {}
+        with Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                       "enable.idempotence": True, "linger.ms": 20}) as p:
+            for round_ in range(20):
+                refused = round_ % 2 == 1
+                for i in range(5):
+                    key = None if refused and i == 2 else b"k%d" % i
+                    p.produce("compacted", b"%d-%d" % (round_, i), key=key, partition=0,
+                              on_delivery=lambda err, msg: reports.setdefault(
+                                  "ok" if err is None else err.name(), []).append(
+                                      msg.value()))
+                assert p.flush(10) == 0
+        assert len(reports["INVALID_RECORD"]) == 50 and len(reports["ok"]) == 50, reports
+        assert len(cluster.request_log(since, api="InitProducerId")) == 1
+        written: List[bytes] = []
+        c = Consumer({"bootstrap.servers": cluster.bootstrap_servers})
+        try:
+            c.assign([TopicPartition("compacted", 0, 0)])
+            deadline = time.monotonic() + 10
+            while len(written) < 50 and time.monotonic() < deadline:
+                written += [m.value() for m in c.consume(100, 0.2) if m.error() is None]
+        finally:
+            c.close()
+        assert written == [b"%d-%d" % (r, i) for r in range(0, 20, 2) for i in range(5)]

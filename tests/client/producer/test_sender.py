@@ -738,7 +738,7 @@ def test_an_out_of_order_answer_behind_batches_the_acls_refused_bumps_the_epoch(
 def test_another_failure_behind_batches_the_acls_refused_bumps_the_epoch():
     acc, sender, c, reports, t = _idempotent_in_flight(2)
     c.answer(0, errors={("t", 0): TOPIC_AUTHORIZATION_FAILED})
-    c.answer(0, errors={("t", 0): 10})               # MESSAGE_TOO_LARGE: a gap after all
+    c.answer(0, errors={("t", 0): -1})               # UNKNOWN_SERVER_ERROR: a gap after all
     assert sender.idem.fatal is None and sender.idem.bump_wanted
     _bump(sender, c)
     acc.produce("t", b"next", partition=0)
@@ -746,12 +746,17 @@ def test_another_failure_behind_batches_the_acls_refused_bumps_the_epoch():
     assert _sent(c) == [(4, 0, [b"next"])]
 
 
-def test_gapless_guarantee_makes_a_gap_fatal():
+@pytest.mark.parametrize("code", [10, TOPIC_AUTHORIZATION_FAILED, -1])
+def test_gapless_guarantee_makes_a_gap_fatal(code):
+    """Also for a batch the broker refused whole (MESSAGE_TOO_LARGE, the ACLs): no gap in
+    the sequence, but one in the messages, which is what the guarantee is about."""
     acc, sender, c, reports, t = _idempotent_in_flight(2, **{"enable.gapless.guarantee": True})
-    c.answer(0, errors={("t", 0): 10})
+    c.answer(0, errors={("t", 0): code})
     fatal = sender.idem.fatal
     assert fatal is not None and "_GAPLESS_GUARANTEE" in fatal.str()
-    assert {r.error.code() for r in reports} == {10, KafkaError._GAPLESS_GUARANTEE}
+    assert {r.error.code() for r in reports} == {code if code >= 0 else
+                                                 KafkaError.UNKNOWN_SERVER_ERROR,
+                                                 KafkaError._GAPLESS_GUARANTEE}
 
 
 def test_batches_refused_by_a_leader_error_are_renumbered_by_a_bump():

@@ -377,6 +377,8 @@ class Fetcher:
         self._empty_streak: Dict[int, int] = {}
         #: broker -> the top-level error of its last Fetch answer, while it refuses them
         self._refusals: Dict[int, int] = {}
+        #: (node, lane) of the connections whose last Fetch was cut off by their loss
+        self._fetch_lost: Set[Tuple[int, int]] = set()
         #: node id -> since when a Fetch to it is put off: every partition it would
         #: carry is at the end of its log while others of that node wait for the
         #: application to take from their full queues (see tick())
@@ -1036,15 +1038,28 @@ class Fetcher:
             self._refused_whole(node, broker_code(code), sent, now)
             return
         self._refusals.pop(node, None)
-        if err is not None:
+        if err is None:
+            self._fetch_lost.discard((node, lane))
+        else:
+            # A lost connection is paced by its reconnect backoff: the partitions are
+            # fetched again as soon as it (or the metadata's new leader) is up, as
+            # librdkafka and the Java client do, not after fetch.error.backoff.ms too.
+            # Lost again before any answer (a broker that drops every Fetch), they wait.
+            first_loss = err.code() == KafkaError._TRANSPORT and \
+                (node, lane) not in self._fetch_lost
+            if err.code() == KafkaError._TRANSPORT:
+                self._fetch_lost.add((node, lane))
             with self.lock:
                 for part, version, _pos in sent:
                     if part.fetching != version:
                         continue  # seeked meanwhile: this was not the position's Fetch
                     part.fetching = -1
-                    part.backoff_until = now + self.error_backoff
+                    if not first_loss:
+                        part.backoff_until = now + self.error_backoff
                     if part.read_replica == node:
                         self._back_to_leader(part, err.str())
+            if first_loss:
+                self.io.wake()   # to wait for the reconnect (it may fail inside tick())
             if err.code() not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
                                   KafkaError._DESTROY):
                 self.log.warning("Fetch from broker %d failed: %s", node, err.str())

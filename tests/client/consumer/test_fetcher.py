@@ -150,14 +150,50 @@ def test_leader_in_reconnect_backoff_wakes_the_loop_when_the_backoff_ends():
 
 
 def test_a_fetch_that_fails_at_once_still_wakes_the_loop_after_the_error_backoff():
-    """A write error inside tick() fails the Fetch before tick() returns: the partition
-    is in fetch.error.backoff.ms now, and the loop must wake when that ends."""
+    """A write error inside tick() fails the Fetch before tick() returns. The first loss
+    of the connection leaves the partition to the reconnect backoff and wakes the loop to
+    wait for it; lost again before any answer, the partition is in fetch.error.backoff.ms,
+    and the loop must wake when that ends."""
     fetcher, conn, part = setup()
     conn.fail_sends = True
+    now = time.monotonic()
+    fetcher.tick(now)
+    assert part.fetching < 0 and part.backoff_until <= now and fetcher.io.wakes
+    conn.state = "READY"       # reconnected, and lost again at once
     now = time.monotonic()
     nxt = fetcher.tick(now)
     assert part.fetching < 0 and part.backoff_until > now
     assert nxt is not None and nxt <= part.backoff_until
+
+
+def test_a_fetch_cut_off_by_a_lost_connection_is_not_held_by_the_error_backoff():
+    """A Fetch lost with its connection is sent again once the connection is back, not
+    after fetch.error.backoff.ms too (as librdkafka and the Java client); lost again
+    before any answer it waits the backoff; after an answer, a loss is again the first."""
+    from kafka_proto.messages import ApiKey
+    fetcher, conn, part = setup(**{"fetch.error.backoff.ms": 60000})
+    conn.versions = {ApiKey.FETCH: 12}
+    sent = []
+    conn.send = lambda req, cb, **kw: sent.append(cb)
+    lost = client_error(KafkaError._TRANSPORT, "connection lost")
+
+    def fetch_now():
+        fetcher.kick()        # an empty answer at once would hold the next Fetch back
+        fetcher.tick(time.monotonic())
+        return len(sent)
+
+    assert fetch_now() == 1
+    sent[-1](None, lost)
+    assert part.backoff_until <= time.monotonic()
+    assert fetch_now() == 2                          # at once
+    sent[-1](None, lost)                             # lost again, no answer between
+    assert part.backoff_until > time.monotonic() + 50
+    part.backoff_until = 0.0
+    assert fetch_now() == 3
+    sent[-1](_fetch_answer(), None)
+    assert fetch_now() == 4
+    sent[-1](None, lost)                             # the first loss since an answer
+    assert fetch_now() == 5
 
 
 def test_read_committed_offset_lookups_encode_for_a_broker_older_than_transactions():

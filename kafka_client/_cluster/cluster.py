@@ -177,9 +177,11 @@ class Cluster:
         """The connection to a broker (created, not yet connected, if new); None if the
         broker is unknown."""
         conn = self.conns.get(node_id)
-        if conn is not None:
-            return conn
         info = self.metadata.brokers.get(node_id)
+        if conn is not None:
+            if info is not None:
+                conn.readdress(info[0], info[1])   # the broker restarted elsewhere?
+            return conn
         if info is None:
             return None
         host, port, _rack = info

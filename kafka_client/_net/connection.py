@@ -361,6 +361,23 @@ class BrokerConnection:
             self.next_attempt = answered_at
             self._named_attempt = True
 
+    def readdress(self, host: str, port: int) -> bool:
+        """The broker is at ``host:port`` now (a Metadata answer says so: restarted
+        elsewhere). A connection down takes the new address, and may connect to it at
+        once (its backoff was for the old one), as librdkafka does when a broker's name
+        changes; one up or connecting keeps its address until it closes. True if taken."""
+        if (host, port) == (self.host, self.port) or self.state != DISCONNECTED:
+            return False
+        self.log.info("broker %d moved from %s:%s to %s:%s", self.node_id, self.host,
+                      self.port, host, port)
+        self.host, self.port = host, port
+        self._addresses = []
+        self._addr_index = 0
+        self.backoff.reset()
+        self.next_attempt = 0.0
+        self._named_attempt = self._named_attempt_failed = False
+        return True
+
     def connect(self, now: Optional[float] = None) -> bool:
         """Start connecting (from DISCONNECTED, after the backoff). False if not started."""
         if self.state != DISCONNECTED:

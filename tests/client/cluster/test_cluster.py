@@ -5,6 +5,8 @@ import time
 
 from kafka_client._cluster.cluster import COORDINATOR_KEY_BASE, Cluster
 from kafka_client._common import make_config
+from kafka_client._net.connection import DISCONNECTED
+from kafka_client.errors import KafkaError, client_error
 
 
 class FakeIO:
@@ -89,6 +91,24 @@ def test_a_moved_coordinator_gets_a_new_connection():
     cluster.metadata.brokers[7] = ("127.0.0.1", 2, None)
     new = cluster.coordinator_connection(7)
     assert new is not old and new.port == 2 and old.sock is None
+    for c in list(cluster.conns.values()):
+        c.close(None)
+
+
+def test_a_broker_restarted_at_another_address_is_connected_there():
+    """The Metadata answers give a broker a new address (restarted elsewhere): its
+    connection, down after failing at the old one, goes to the new one, at once (it kept
+    trying the old address, at its reconnect backoff, for ever). One still connecting
+    keeps its address until that attempt ends."""
+    cluster = make_cluster()
+    conn = cluster.ensure_connected(7)
+    assert conn.state != DISCONNECTED            # connecting to port 1
+    cluster.metadata.brokers[7] = ("127.0.0.1", 2, None)
+    assert cluster.connection(7) is conn and conn.port == 1
+    conn.close(client_error(KafkaError._TRANSPORT, "refused"))
+    assert conn.next_attempt > time.monotonic()
+    assert cluster.ensure_connected(7) is conn
+    assert conn.port == 2 and conn.state != DISCONNECTED     # connecting there now
     for c in list(cluster.conns.values()):
         c.close(None)
 

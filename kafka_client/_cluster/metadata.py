@@ -218,17 +218,22 @@ class MetadataCache:
             del self.topics[name]
 
     def request(self, topics: Optional[Iterable[str]] = None, *, fast: bool = False,
-                now: Optional[float] = None) -> None:
+                now: Optional[float] = None) -> Optional[float]:
         """Ask for a refresh of ``topics`` (None: every topic) at the next chance;
         ``fast``: an error said the cache is wrong (at most one such request per
-        fast interval)."""
+        fast interval). Returns when a fast request goes out (None: not fast, or one is
+        in flight, whose answer wakes the loop): a caller asking from its tick, after
+        the cluster's tick of that loop turn, must have the loop turn again by then."""
         if topics is None:
             self._all_asked = True
         else:
             self._asked.update(topics)
-        if fast and self._fast_at is None:
+        if not fast:
+            return None
+        if self._fast_at is None:
             now = time.monotonic() if now is None else now
             self._fast_at = max(now, self._last_sent + self.fast_interval)
+        return None if self.in_flight else self._fast_at
 
     def due(self, now: float) -> Optional[float]:
         """0 if a request should go out now, else the time it will be due (or None)."""

@@ -78,7 +78,9 @@ LEADER_ERRORS = frozenset((
 TopicPartitionKey = Tuple[str, int]
 
 
-def _earliest(a: Optional[float], b: float) -> float:
+def _earliest(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    if b is None:
+        return a
     return b if a is None or b < a else a
 
 
@@ -459,7 +461,7 @@ class Fetcher:
                 by_node.setdefault(node, []).append(part)
         if need_md:
             self.cluster.want_topics(need_md)
-            md.request(need_md, fast=True, now=now)
+            nxt = _earliest(nxt, md.request(need_md, fast=True, now=now))
         if stored:
             self._resolve_stored(stored)
         if lookups:
@@ -473,7 +475,8 @@ class Fetcher:
             elif conn.state == DISCONNECTED and conn.next_attempt > now:
                 # The leader to confirm the positions with cannot be reached: it may
                 # have moved on again (see below).
-                md.request(sorted({p.topic for p in parts}), fast=True, now=now)
+                nxt = _earliest(nxt, md.request(sorted({p.topic for p in parts}),
+                                                fast=True, now=now))
                 nxt = _earliest(nxt, conn.next_attempt)
         for node, parts in by_node.items():
             # What became fetchable while a Fetch waits at the broker on the first
@@ -514,7 +517,9 @@ class Fetcher:
                         continue
                     # The leadership may have moved (as the producer, and as librdkafka
                     # and the Java client, ask on a broker's failure).
-                    md.request(sorted({p.topic for p in parts}), fast=True, now=now)
+                    # Sent at the loop's next turn (this tick runs after the cluster's).
+                    nxt = _earliest(nxt, md.request(sorted({p.topic for p in parts}),
+                                                    fast=True, now=now))
                     # In its reconnect backoff with no request queued: nothing else
                     # wakes the loop when it ends, so look again then.
                     nxt = _earliest(nxt, conn.next_attempt)

@@ -146,3 +146,46 @@ def test_a_new_leader_gone_before_the_position_is_confirmed_there_is_found_again
         finally:
             c.close()
         assert got == [b"%d" % i for i in range(100)]
+
+
+def test_the_metadata_asked_for_an_unreachable_leader_goes_out_at_once(tmp_path):
+    """The leader stopped while the partition was paused; resumed, the fetcher finds its
+    connection in the reconnect backoff and asks for the metadata. That request goes out
+    at once: asked from the fetcher's tick, after the cluster's tick of the same loop
+    turn, it waited for the next turn, when the backoff ended (up to 3 s here, with
+    reconnect.backoff.ms=2000; 0.15-0.3 s by default; librdkafka 0.14 s)."""
+    from kafka_client.testing import Cluster
+    with Cluster(brokers=3, data_dir=str(tmp_path)) as cluster:
+        cluster.create_topic("moving", assignments=[[1, 2, 3]])    # leader 1
+        conf = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}
+
+        def produce(start, stop):
+            with Producer(conf) as p:
+                for i in range(start, stop):
+                    p.produce("moving", b"%d" % i, partition=0)
+                assert p.flush(10) == 0
+
+        c = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                      "fetch.wait.max.ms": 100, "reconnect.backoff.ms": 2000})
+        tp = TopicPartition("moving", 0)
+        got = []
+
+        def read_up_to(n, timeout):
+            deadline = time.monotonic() + timeout
+            while len(got) < n:
+                assert time.monotonic() < deadline, f"{len(got)} of {n} read"
+                got.extend(m.value() for m in c.consume(100, 0.05) if m.error() is None)
+
+        try:
+            produce(0, 50)
+            c.assign([TopicPartition("moving", 0, 0)])
+            read_up_to(50, 20)
+            c.pause([tp])
+            time.sleep(0.5)          # the Fetch waiting at the leader comes back empty
+            cluster.stop_broker(1)   # its connections drop: in their reconnect backoff
+            produce(50, 100)
+            c.resume([tp])
+            read_up_to(100, 0.7)
+        finally:
+            c.close()
+        assert got == [b"%d" % i for i in range(100)]

@@ -33,6 +33,8 @@ _TIMESTAMP = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
 _LOG_APPEND_TIME = 0x08
 _NO_TIMESTAMP = -1
+#: The largest offset a message may have: the log's next offset must still fit in int64.
+_MAX_OFFSET = (1 << 63) - 2
 
 
 class LegacyMessage(NamedTuple):
@@ -60,6 +62,17 @@ def _message(offset: int, magic: int, attributes: int, timestamp: int,
     return _ENTRY_HEAD.pack(offset, len(body) + 4, zlib.crc32(body)) + body
 
 
+def _check_offsets(items: Sequence[LegacyMessage]) -> None:
+    previous = -1
+    for r in items:
+        if not 0 <= r.offset <= _MAX_OFFSET:
+            raise ValueError(f"offset {r.offset} outside 0..{_MAX_OFFSET}")
+        if r.offset <= previous:
+            raise ValueError(f"offset {r.offset} following offset {previous}: offsets must "
+                             "increase")
+        previous = r.offset
+
+
 def build_message_set(records: Iterable[LegacyMessage], magic: int,
                       compression: int = CODEC_NONE,
                       log_append_time: Optional[int] = None) -> bytes:
@@ -69,9 +82,10 @@ def build_message_set(records: Iterable[LegacyMessage], magic: int,
     message holding them all. ``log_append_time`` (v1): every message takes that timestamp
     and says LogAppendTime. No records: empty bytes.
 
-    Raises :class:`UnsupportedMagicError` for another magic and
+    Raises :class:`UnsupportedMagicError` for another magic,
     :class:`UnsupportedCompressionError` for zstd (Kafka never writes it in magic 0/1) or an
-    unknown codec."""
+    unknown codec, and ``ValueError`` for offsets that do not increase or lie outside
+    0..2^63-2 (no reader takes them back: Kafka's builder refuses them too)."""
     if magic not in (0, 1):
         raise UnsupportedMagicError(f"magic {magic} is not a legacy message format (0 or 1)")
     if compression == CODEC_ZSTD:
@@ -81,6 +95,7 @@ def build_message_set(records: Iterable[LegacyMessage], magic: int,
     items: Sequence[LegacyMessage] = [LegacyMessage(*r) for r in records]
     if not items:
         return b""
+    _check_offsets(items)
     if magic == 0:
         type_bit, stamp = 0, None
     elif log_append_time is not None:

@@ -3,6 +3,8 @@ builder, and every codec and magic read back by kafka-python and by our reader."
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
@@ -86,3 +88,48 @@ def test_refusals():
         build_message_set(sample(), 1, CODEC_ZSTD)
     with pytest.raises(UnsupportedCompressionError):
         build_message_set(sample(), 1, 7)
+
+
+INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
+MAX_OFFSET = (1 << 63) - 2     # the last offset that leaves a next offset in int64
+
+
+@st.composite
+def legacy_messages(draw):
+    """Records as a producer or a compacted log could hold them: increasing offsets with
+    gaps, anywhere in 0..2^63-2, any timestamps, keys and values null, empty or not."""
+    first = draw(st.integers(0, MAX_OFFSET))
+    gaps = draw(st.lists(st.integers(1, 1 << 40), max_size=7))
+    offsets = [first]
+    for gap in gaps:
+        if offsets[-1] + gap > MAX_OFFSET:
+            break
+        offsets.append(offsets[-1] + gap)
+    field = st.none() | st.binary(max_size=40)
+    return [LegacyMessage(o, draw(INT64), draw(field), draw(field)) for o in offsets]
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=legacy_messages(), magic=st.sampled_from([0, 1]),
+       codec=st.sampled_from(CODECS), append_time=st.none() | INT64)
+def test_what_is_built_reads_back_the_same(messages, magic, codec, append_time):
+    data = build_message_set(messages, magic, codec, append_time)
+    got = [(r.offset, r.timestamp, r.key, r.value)
+           for batch in read_batches(data, check_crc=True) for r in batch]
+    stamp = -1 if magic == 0 else append_time
+
+    def timestamp(m):
+        return m.timestamp if stamp is None else stamp
+
+    assert got == [(m.offset, timestamp(m), m.key, m.value) for m in messages]
+
+
+@pytest.mark.parametrize("offsets", [[-1], [5, 5], [7, 6], [(1 << 63) - 1], [0, 1 << 63]])
+@pytest.mark.parametrize("codec", [CODEC_NONE, CODEC_GZIP])
+def test_offsets_no_reader_takes_back_are_refused(offsets, codec):
+    """Offsets that do not increase or leave no next offset in int64 were written, and
+    the reader then refused the bytes (or read the wrapper's records as corrupt): Kafka's
+    builder refuses them."""
+    messages = [LegacyMessage(o, 0, None, b"v") for o in offsets]
+    with pytest.raises(ValueError):
+        build_message_set(messages, 1, codec)

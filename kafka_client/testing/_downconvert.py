@@ -12,6 +12,11 @@ fetch offset, a compressed one becomes one wrapper of all its records. zstd has 
 form: a first batch in zstd makes the partition's answer UNSUPPORTED_COMPRESSION_TYPE, a
 later one ends the answer before it.
 
+Kafka converts lazily (streams), so it never holds a set's decompressed records: here they
+are in memory, so the work is bounded. A Produce's message set may expand to
+``UP_CONVERT_BUDGET`` decompressed bytes, above which it is refused as a v2 batch of that
+size is (UNKNOWN_SERVER_ERROR, "Failed to decompress record stream").
+
 The answer holds as many bytes as the stored batches read (or the first converted batch,
 if that is longer): converted data that is longer is cut there, the last message left
 incomplete, and shorter data is padded with an "overflow" entry longer than what remains,
@@ -22,11 +27,17 @@ from __future__ import annotations
 import struct
 from typing import List, Tuple
 
-from kafka_proto.errors import ErrorCode, KafkaProtocolError
+from kafka_proto.errors import DecompressionLimitError, ErrorCode, KafkaProtocolError
 from kafka_proto.records import (Compression, LegacyMessage, RecordBatchBuilder, TimestampType,
                                  build_message_set, read_batches)
 
-__all__ = ["down_convert", "magic_for_fetch", "overflow_entry", "up_convert"]
+__all__ = ["down_convert", "magic_for_fetch", "overflow_entry", "up_convert",
+           "UP_CONVERT_BUDGET"]
+
+#: The decompressed bytes (keys and values) a Produce's legacy message set may expand to
+#: before it is refused: its records are rebuilt in memory as one v2 batch, whose append
+#: would refuse it anyway (read_batches' cap: 64 MiB for a batch below 1 MiB).
+UP_CONVERT_BUDGET = 64 << 20
 
 #: Kafka's overflow entry: offset -1 and a length past the end of the answer.
 _OVERFLOW_HEAD = struct.Struct(">qi")
@@ -82,10 +93,22 @@ def up_convert(records: bytes) -> Tuple[bytes, int, str]:
     """``(batch, error, message)``: the legacy message set of a Produce below v3 as the one
     v2 batch Kafka stores for it (offsets assigned on append; the producer's timestamps,
     -1 for magic 0 messages; the codec of its wrappers; no producer id), or an error:
-    CORRUPT_MESSAGE for a message that does not read (CRC, lengths, a cut message) and
-    INVALID_RECORD for a v2 batch or an empty set."""
+    CORRUPT_MESSAGE for a message that does not read (CRC, lengths, a cut message),
+    INVALID_RECORD for a v2 batch or an empty set, UNKNOWN_SERVER_ERROR for a set whose
+    records expand beyond ``UP_CONVERT_BUDGET`` (as the v2 batch they would make)."""
+    batches = []
+    expanded = 0
     try:
-        batches = list(read_batches(records, check_crc=True, allow_truncated=False))
+        for batch in read_batches(records, check_crc=True, allow_truncated=False,
+                                  max_decompressed_size=UP_CONVERT_BUDGET):
+            batches.append(batch)
+            if batch.magic < 2:
+                expanded += sum(len(r.key or b"") + len(r.value or b"") for r in batch)
+            if expanded > UP_CONVERT_BUDGET:
+                raise DecompressionLimitError(f"the records expand beyond "
+                                              f"{UP_CONVERT_BUDGET} bytes")
+    except DecompressionLimitError as exc:
+        return b"", ErrorCode.UNKNOWN_SERVER_ERROR, f"Failed to decompress record stream: {exc}"
     except KafkaProtocolError as exc:
         return b"", ErrorCode.CORRUPT_MESSAGE, str(exc)
     if not batches:

@@ -281,6 +281,42 @@ def test_produce_below_v3_refuses_what_kafka_refuses(cluster):
         assert fetch(c, topic, 12).high_watermark == 0
 
 
+def peak_rss_mib(pid: int) -> int:
+    """The process' peak resident set (VmHWM), in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        line = next(x for x in f if x.startswith("VmHWM:"))
+    return int(line.split()[1]) // 1024
+
+
+def test_a_legacy_set_that_expands_beyond_the_budget_is_refused_in_bounded_memory(tmp_path):
+    """gzip wrappers of 24 MiB of zeros are 24 kB each: the cluster decompressed every
+    wrapper of the set at once and rebuilt them in memory (Kafka streams them), so a
+    150 kB Produce v2 grew the cluster process by hundreds of MiB (16 MiB of request, by
+    gigabytes), only to refuse the v2 batch it made, as too large to decompress. Past
+    UP_CONVERT_BUDGET (64 MiB) of records the set is refused at once, with that answer
+    (UNKNOWN_SERVER_ERROR, as a v2 batch of that size); a set within it is stored."""
+    wrapper = build_message_set([LegacyMessage(0, T0, None, bytes(24 << 20))], 1,
+                                Compression.GZIP)
+    assert len(wrapper) < 100_000
+    with Cluster(brokers=1, data_dir=str(tmp_path),
+                 broker_config={"legacy.api.versions.enable": True}) as cluster:
+        topic = new_topic(cluster)
+        with RawClient(cluster.address(1)) as c:
+            def produce_v2(records: bytes) -> int:
+                resp = c.request(ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+                    ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                        ProduceRequest.PartitionProduceData(index=0, records=records)])]),
+                    2)
+                return resp.responses[0].partition_responses[0].error_code
+
+            before = peak_rss_mib(cluster.pid)
+            assert produce_v2(wrapper * 6) == ErrorCode.UNKNOWN_SERVER_ERROR
+            grown = peak_rss_mib(cluster.pid) - before
+            assert produce_v2(wrapper) == ErrorCode.NONE
+            assert fetch(c, topic, 12).high_watermark == 1
+    assert grown < 200, f"the cluster grew by {grown} MiB"
+
+
 @pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP])
 def test_a_compacted_log_down_converts_with_its_gaps(cluster, compression):
     """Compaction leaves batches whose offsets have gaps: their message sets keep each

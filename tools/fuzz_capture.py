@@ -45,7 +45,9 @@ sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 #: corpus folders filled by capture_broker and the recorder, and by capture_consumer
 BROKER_CAPTURE_HARNESSES = ("records", "compression", "responses", "framing", "client")
-HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer", "group", "producer")
+#: corpus folders built without a broker
+BUILT_HARNESSES = ("downconvert",)
+HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer", "group", "producer") + BUILT_HARNESSES
 
 
 def _lenbytes(b):
@@ -665,6 +667,69 @@ def FetchResponse_part(body: bytes, version: int):
     return resp.responses[0].partitions[0]
 
 
+def hostile_legacy_sets() -> List[bytes]:
+    """Legacy message sets a producer before Kafka 0.11 could send, good and hostile:
+    plain and wrapped in each codec, magic 0 and 1 mixed, a wrapper inside a wrapper,
+    offsets that go back, a CRC off, a cut message, a size of 2 GiB, nothing at all."""
+    from kafka_proto.compression import compress
+    from kafka_proto.records import LegacyMessage, build_message_set
+
+    records = [LegacyMessage(i, 1_700_000_000_000 + i, None if i % 3 == 0 else b"k%d" % i,
+                             b"value-%d" % i * (i + 1)) for i in range(5)]
+    sets = [build_message_set(records, magic, codec) for magic in (0, 1) for codec in range(4)]
+    sets.append(build_message_set(records, 1, 1, log_append_time=1_700_000_000_999))
+    mixed = legacy_message(0, b"v0", magic=0) + legacy_message(1, b"v1", magic=1, ts=5)
+    inner = build_message_set(records[:2], 1, 1)
+    nested = legacy_message(7, compress(1, inner), None, 1, 1, 9)
+    backwards = legacy_message(5, b"a") + legacy_message(3, b"b") + legacy_message(3, b"c")
+    bad_crc = bytearray(sets[0])
+    bad_crc[14] ^= 0xFF
+    huge = struct.pack(">qi", 0, 0x7FFFFFFF) + sets[4][12:40]
+    sets += [mixed, nested, backwards, bytes(bad_crc), sets[5][:-7], huge, b"",
+             legacy_message(-1, b"x"), legacy_message((1 << 63) - 1, b"x", ts=-7)]
+    return sets
+
+
+def stored_logs() -> List[bytes]:
+    """Stored v2 batches as a producer could have written them: each codec, headers,
+    LogAppendTime, a big record, an aborted and a committed transaction with their
+    markers, a zstd batch first and later."""
+    from kafka_proto.records import RecordBatchBuilder
+    from kafka_proto.records.control import build_control_batch
+
+    def batch(base, n, codec=0, **kw):
+        b = RecordBatchBuilder(compression=codec, **kw)
+        for i in range(n):
+            b.append(b"v%d" % (base + i), key=None if i % 2 else b"k%d" % i,
+                     timestamp=1_700_000_000_000 + base + i, headers=[("h", b"x")])
+        return b.build(base)
+
+    logs = [batch(0, 3, codec) + batch(3, 2, codec) for codec in range(5)]
+    logs.append(batch(0, 3, 1, timestamp_type=1) + batch(3, 1))
+    big = RecordBatchBuilder(compression=1)
+    big.append(b"z" * 200_000, key=b"big", timestamp=1_700_000_000_000)
+    logs.append(big.build(0) + batch(1, 2))
+    txn = (batch(0, 2, 0, producer_id=7, producer_epoch=0, base_sequence=0,
+                 transactional=True) + build_control_batch(0, 7, 0, base_offset=2)
+           + batch(3, 2, 1, producer_id=8, producer_epoch=0, base_sequence=0,
+                   transactional=True) + build_control_batch(1, 8, 0, base_offset=5)
+           + batch(6, 1))
+    logs += [txn, batch(0, 2, 4) + batch(2, 2, 1), batch(0, 2, 1) + batch(2, 2, 4) + batch(4, 1),
+             batch(100, 4, 0) + batch(110, 2, 2)]
+    return logs
+
+
+def downconvert_inputs(corpus: Corpus) -> None:
+    """The ``downconvert`` harness: option bytes (format v0/v1, where the fetch starts,
+    CRCs fixed), then stored logs and legacy sets."""
+    for n, log in enumerate(stored_logs()):
+        for opts in (0x08, 0x09 | (n % 3 + 1) << 1):
+            corpus.add("downconvert", bytes([opts, 1]) + log)
+    for n, records in enumerate(hostile_legacy_sets()):
+        corpus.add("downconvert", bytes([0x08 | n & 1, 0]) + records)
+        corpus.add("downconvert", bytes([n & 1, 0]) + records)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--brokers", default="tansu,noida")
@@ -698,6 +763,8 @@ def main(argv=None) -> int:
         group_kip848_sessions(corpus)
     if "tansu" in args.brokers and "producer" in wanted:
         capture_producer(corpus)
+    if "downconvert" in wanted:
+        downconvert_inputs(corpus)
     corpus.items = {h: items for h, items in corpus.items.items() if h in wanted}
     for harness, items in sorted(corpus.items.items()):
         print(f"{harness}: {len(items)} inputs, {sum(map(len, items.values()))} bytes")

@@ -47,6 +47,8 @@ def _import_targets() -> None:
     import kafka_client.producer.accumulator  # noqa: F401
     import kafka_client.producer.idempotence  # noqa: F401
     import kafka_client.producer.sender  # noqa: F401
+    import kafka_client.testing._acls  # noqa: F401
+    import kafka_client.testing._downconvert  # noqa: F401
     import kafka_proto.compression  # noqa: F401
     import kafka_proto.framing  # noqa: F401
     import kafka_proto.records  # noqa: F401

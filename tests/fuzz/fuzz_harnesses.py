@@ -1591,6 +1591,227 @@ def check_telemetry(data: bytes) -> None:
         _fail(f"telemetry: {len(resources)} resources changed when encoded again")
 
 
+# --------------------------------------------------------------------------- down-conversion
+
+
+def _legacy_rows(records: bytes) -> list:
+    """(offset, timestamp, key, value) of every whole message of a legacy message set, as
+    a consumer of that format reads it (a cut last message ignored)."""
+    from kafka_proto.records import read_batches
+
+    return [(r.offset, r.timestamp, _b(r.key), _b(r.value))
+            for b in read_batches(records, check_crc=True, allow_truncated=True,
+                                  max_decompressed_size=MAX_DECOMPRESSED) for r in b]
+
+
+def _expected_down(batches: list, magic: int, fetch_offset: int) -> Tuple[list, bool]:
+    """What a Fetch of message format ``magic`` from ``fetch_offset`` may hand out of the
+    stored v2 ``batches`` (Kafka's down-conversion, written apart from the cluster's):
+    the rows in order, and whether a zstd batch comes first (UNSUPPORTED_COMPRESSION_TYPE).
+    Control batches have no legacy form; an uncompressed batch loses its records below
+    the fetch offset; zstd ends the conversion; v0 has no timestamps; LogAppendTime
+    batches give every record the batch's time."""
+    from kafka_proto.records import Compression, TimestampType
+
+    rows: list = []
+    for batch, records in batches:
+        if batch.is_control:
+            continue
+        if batch.compression == Compression.ZSTD:
+            return rows, not rows
+        for r in records:
+            if batch.compression == Compression.NONE and r[0] < fetch_offset:
+                continue
+            if magic == 0:
+                stamp = -1
+            elif batch.timestamp_type == TimestampType.LOG_APPEND_TIME:
+                stamp = batch.max_timestamp
+            else:
+                stamp = r[1]
+            rows.append((r[0], stamp, r[2], r[3]))
+    return rows, False
+
+
+def _check_down_convert(stored: bytes, magic: int, fetch_offset: int) -> None:
+    from kafka_proto.errors import ErrorCode
+    from kafka_proto.records import read_batches
+
+    from kafka_client.testing._downconvert import down_convert
+
+    try:   # only what a log holds: whole v2 batches, CRCs right, every record readable
+        batches = [(b, [(r.offset, r.timestamp, _b(r.key), _b(r.value)) for r in b])
+                   for b in read_batches(stored, check_crc=True, allow_truncated=False,
+                                         max_decompressed_size=MAX_DECOMPRESSED)]
+    except CODEC_ERRORS:
+        return
+    if not batches or any(b.magic != 2 for b, _ in batches):
+        return
+    offsets = [r[0] for _, rows in batches for r in rows]
+    if offsets and offsets[0] < 0 or any(a >= b for a, b in zip(offsets, offsets[1:])):
+        return    # a log's offsets start at 0 and go up, across batches too
+    want, refused = _expected_down(batches, magic, fetch_offset)
+    records, error = down_convert(stored, magic, fetch_offset)
+    if refused:
+        if error != ErrorCode.UNSUPPORTED_COMPRESSION_TYPE or records:
+            _fail(f"downconvert: zstd first gave error {error}, {len(records)} bytes")
+        return
+    if error != ErrorCode.NONE:
+        _fail(f"downconvert: error {error} for convertible batches")
+    if not want:
+        if records:
+            _fail(f"downconvert: {len(records)} bytes where nothing converts")
+        return
+    if len(records) < len(stored):
+        _fail(f"downconvert: {len(records)} bytes for {len(stored)} stored (Kafka sizes the "
+              "answer as the stored batches at least)")
+    try:
+        got = _legacy_rows(records)
+    except CODEC_ERRORS as exc:
+        _fail(f"downconvert: the converted set does not read: {exc!r}")
+    if not got or got != want[:len(got)]:
+        _fail(f"downconvert: rows {got[:3]}... are not a prefix of {want[:3]}... "
+              f"({len(got)} of {len(want)})")
+    if any(b.magic != magic for b in read_batches(records, allow_truncated=True,
+                                                  max_decompressed_size=MAX_DECOMPRESSED)):
+        _fail(f"downconvert: a message of another magic than {magic}")
+
+
+def _check_up_convert(records: bytes) -> None:
+    from kafka_proto.errors import DecompressionLimitError, ErrorCode
+    from kafka_proto.records import read_batches
+
+    from kafka_client.testing._downconvert import up_convert
+
+    try:   # the harness' own reading: the set must read whole, CRCs checked (a v2 batch
+        # is refused for its magic, as Kafka refuses it, before its records are read)
+        batches = [(b.magic, [(r.timestamp, _b(r.key), _b(r.value)) for r in b]
+                    if b.magic < 2 else [])
+                   for b in read_batches(records, check_crc=True, allow_truncated=False,
+                                         max_decompressed_size=MAX_DECOMPRESSED)]
+        readable = True
+    except DecompressionLimitError:
+        return    # above the harness' memory bound (up_convert's budget is 64 MiB)
+    except CODEC_ERRORS:
+        readable = False
+    batch, error, _why = up_convert(records)
+    if not readable:
+        if error != ErrorCode.CORRUPT_MESSAGE:
+            _fail(f"upconvert: error {error} for a set that does not read")
+        return
+    if not batches or any(magic >= 2 for magic, _ in batches):
+        if error != ErrorCode.INVALID_RECORD:
+            _fail(f"upconvert: error {error} for an empty set or a v2 batch")
+        return
+    if error != ErrorCode.NONE:
+        _fail(f"upconvert: error {error} for a readable legacy set")
+    stored = list(read_batches(batch, check_crc=True, allow_truncated=False))
+    if len(stored) != 1 or stored[0].magic != 2 or stored[0].is_control:
+        _fail("upconvert: not one v2 data batch")
+    got = [(r.offset, r.timestamp, _b(r.key), _b(r.value)) for r in stored[0]]
+    want = [(i, ts if ts >= 0 else -1, k, v)
+            for i, (ts, k, v) in enumerate(row for _, rows in batches for row in rows)]
+    if got != want:
+        _fail(f"upconvert: stored {got[:3]}... for {want[:3]}...")
+
+
+def _check_message_set_rebuild(records: bytes) -> None:
+    """Every legacy batch that reads is written again with ``build_message_set`` (its
+    magic, codec and LogAppendTime) and read back: the same rows; or the writer refuses
+    offsets no reader takes (ValueError) and the reader had taken them."""
+    from kafka_proto.records import LegacyMessage, TimestampType, build_message_set, \
+        read_batches
+
+    try:
+        batches = [(b, [(r.offset, r.timestamp, _b(r.key), _b(r.value)) for r in b])
+                   for b in read_batches(records, check_crc=True, allow_truncated=True,
+                                         max_decompressed_size=MAX_DECOMPRESSED)]
+    except CODEC_ERRORS:
+        return
+    for batch, rows in batches:
+        if batch.magic == 2 or not rows:
+            continue
+        offsets = [r[0] for r in rows]
+        valid = all(0 <= o < (1 << 63) - 1 for o in offsets) and \
+            all(a < b for a, b in zip(offsets, offsets[1:]))
+        append_time = rows[0][1] if batch.timestamp_type == TimestampType.LOG_APPEND_TIME \
+            else None
+        try:
+            again = build_message_set([LegacyMessage(*r) for r in rows], batch.magic,
+                                      int(batch.compression), append_time)
+        except ValueError:
+            if valid:
+                _fail(f"message set: writer refused offsets {offsets[:4]}...")
+            continue
+        if not valid:
+            _fail(f"message set: writer took offsets {offsets[:4]}...")
+        back = [(r.offset, r.timestamp, _b(r.key), _b(r.value))
+                for b in read_batches(again, check_crc=True, allow_truncated=False)
+                for r in b]
+        if back != rows:
+            _fail(f"message set: {rows[:2]}... read back as {back[:2]}...")
+
+
+def _fix_crcs(blob: bytes) -> bytes:
+    """``blob`` with the CRC of every top-level v2 batch and legacy message that its
+    lengths delimit computed again, so that mutations reach the code behind the check."""
+    import zlib
+
+    from kafka_proto._crc import crc32c
+
+    buf = bytearray(blob)
+    pos = 0
+    while pos + 17 <= len(buf):
+        size = struct.unpack_from(">i", buf, pos + 8)[0]
+        end = pos + 12 + size
+        if size < 6 or end > len(buf):
+            break
+        if buf[pos + 16] == 2 and size >= 49:
+            struct.pack_into(">I", buf, pos + 17, crc32c(bytes(buf[pos + 21:end])))
+        elif buf[pos + 16] < 2:
+            struct.pack_into(">I", buf, pos + 12, zlib.crc32(bytes(buf[pos + 16:end])))
+        pos = end
+    return bytes(buf)
+
+
+def check_downconvert(data: bytes) -> None:
+    """The test cluster's message format conversion (``kafka_client.testing._downconvert``)
+    and the legacy writer, in process.
+
+    Layout: byte 0 options (bit 0: format v1 rather than v0; bits 1-2 fetch offset: 0,
+    first batch's base offset + d, last offset + 1 + d, |d|; bit 3: the CRCs of the
+    top-level batches and messages computed again first), byte 1 d (int8), then a blob. As stored v2 batches (what a log holds: whole, CRCs right, records readable;
+    control, transactional, compacted, any codec) it is down-converted for a Fetch below
+    v4 and must read as the reference model's rows (a prefix: the answer is cut to the
+    stored size), sized at least as the stored bytes. As a Produce v0-2 message set it is
+    up-converted: CORRUPT_MESSAGE exactly when it does not read, INVALID_RECORD for v2
+    batches or nothing, else one v2 batch of the same keys, values and timestamps. Each
+    legacy batch that reads is also rebuilt by ``build_message_set`` and read back.
+    """
+    from kafka_proto.records import read_batches
+
+    if len(data) < 2:
+        return
+    magic = data[0] & 1
+    d = struct.unpack_from(">b", data, 1)[0]
+    blob = _fix_crcs(data[2:]) if data[0] & 8 else data[2:]
+    where = (data[0] >> 1) & 3
+    fetch_offset = 0
+    if where in (1, 2):
+        try:
+            batches = list(read_batches(blob, check_crc=False,
+                                        max_decompressed_size=MAX_DECOMPRESSED))
+        except CODEC_ERRORS:
+            batches = []
+        if batches:
+            fetch_offset = max(0, (batches[0].base_offset if where == 1
+                                   else batches[-1].last_offset + 1) + d)
+    elif where == 3:
+        fetch_offset = abs(d)
+    _check_down_convert(blob, magic, fetch_offset)
+    _check_up_convert(blob)
+    _check_message_set_rebuild(blob)
+
+
 #: Harness name -> check function (names are the corpus folders).
 HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "records": check_records,
@@ -1602,4 +1823,5 @@ HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "group": check_group,
     "producer": check_producer,
     "telemetry": check_telemetry,
+    "downconvert": check_downconvert,
 }

@@ -607,6 +607,16 @@ cdef class Reader:
             self._mv = mv
         return mv
 
+    cdef int _check_string_limit(self, Py_ssize_t n, const char* what,
+                                 Py_ssize_t at) except -1:
+        # A compact length can say more than 32767, which Kafka's generated readers refuse
+        # ("string field had invalid length") as its writers never write it: so do we.
+        if n > MAX_STRING:
+            self._pos = at
+            raise InvalidLengthError(f"{what.decode()} at position {at} declares {n} bytes, "
+                                     f"above the limit of {MAX_STRING}")
+        return 0
+
     cdef object _take_str(self, Py_ssize_t n, const char* what, Py_ssize_t at):
         cdef Py_ssize_t p = self._pos
         cdef object s
@@ -762,6 +772,7 @@ cdef class Reader:
         cdef Py_ssize_t at = self._pos
         cdef Py_ssize_t n = self._check_length(
             self._uvarint32(b"compact string length") - 1, False, b"compact string", at)
+        self._check_string_limit(n, b"compact string", at)
         return self._take_str(n, b"compact string", at)
 
     cpdef object read_compact_nullable_string(self):
@@ -771,6 +782,7 @@ cdef class Reader:
             self._uvarint32(b"compact string length") - 1, True, b"compact nullable string", at)
         if n < 0:
             return None
+        self._check_string_limit(n, b"compact nullable string", at)
         return self._take_str(n, b"compact nullable string", at)
 
     # ---- bytes -----------------------------------------------------------------------

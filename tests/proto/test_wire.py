@@ -270,6 +270,27 @@ def test_null_strings_and_limits():
             written(m, "é" * 16384)  # 32768 UTF-8 bytes
 
 
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+@pytest.mark.parametrize("method", ["read_compact_string", "read_compact_nullable_string"])
+def test_a_compact_string_above_32767_bytes_is_refused_as_kafka_refuses_it(method):
+    """A compact length can declare more than a classic int16 one: Kafka's generated
+    readers refuse a string above 32767 bytes ("string field had invalid length"), as its
+    writers (and ours) never write one; the reader took it."""
+    assert getattr(Reader(_uvarint(32768) + b"x" * 32767), method)() == "x" * 32767
+    data = _uvarint(32769) + b"x" * 32768 + b"after"
+    reader = Reader(data)
+    with pytest.raises(InvalidLengthError, match="32767"):
+        getattr(reader, method)()
+    assert reader.position == 0
+
+
 def test_string_decode_errors():
     with pytest.raises(InvalidLengthError, match="null"):
         Reader(b"\xff\xff").read_string()

@@ -45,7 +45,9 @@ from kafka_client.testing._acls import (
     Authorizer,
 )
 from kafka_proto.errors import ErrorCode
+from kafka_proto.framing import encode_request
 from kafka_proto.messages import (
+    ApiKey,
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
     CreateAclsRequest,
@@ -248,6 +250,27 @@ def test_an_unknown_part_anywhere_does_not_parse(open_cluster, unknown):
     closed = [e for e in open_cluster.request_log(kind=None)
               if e.kind == "closed" and "UNKNOWN" in e.details.get("detail", "").upper()]
     assert len(closed) >= 3
+
+
+def test_a_name_longer_than_a_string_may_be_does_not_parse(open_cluster):
+    """A compact string (v2+) can declare more than 32767 bytes, which Kafka's request
+    classes refuse while parsing ("string field resourceName had invalid length"): the
+    broker closes the connection and creates nothing. The cluster stored the binding."""
+    user = f"User:{uuid.uuid4().hex[:8]}"
+    body = bytearray(CreateAclsRequest(creations=[creation(principal=user, name="@")])
+                     .encode(3))
+    at = body.index(b"\x02@")            # the name: compact length 1 + 1, then "@"
+    long_name = b"n" * 40_000
+    body[at:at + 2] = bytes([(40_001 & 0x7F) | 0x80, (40_001 >> 7 & 0x7F) | 0x80,
+                             40_001 >> 14]) + long_name
+    with RawClient(open_cluster.bootstrap_servers) as raw:
+        raw.send_bytes(encode_request(bytes(body), 3, 1, "long", api_key=ApiKey.CREATE_ACLS))
+        assert raw.recv_frame() is None
+    with RawClient(open_cluster.bootstrap_servers) as raw:   # within the limit: stored
+        resp = raw.request(CreateAclsRequest(creations=[
+            creation(principal=user, name="n" * 32_767)]), 3)
+        assert [r.error_code for r in resp.results] == [ErrorCode.NONE]
+    assert [len(a["name"]) for a in open_cluster.acls() if a["principal"] == user] == [32_767]
 
 
 def test_version_one_names_pattern_types_and_zero_is_not_served(open_cluster):

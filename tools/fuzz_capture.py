@@ -46,7 +46,7 @@ CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 #: corpus folders filled by capture_broker and the recorder, and by capture_consumer
 BROKER_CAPTURE_HARNESSES = ("records", "compression", "responses", "framing", "client")
 #: corpus folders built without a broker
-BUILT_HARNESSES = ("downconvert",)
+BUILT_HARNESSES = ("downconvert", "cluster")
 HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer", "group", "producer") + BUILT_HARNESSES
 
 
@@ -730,6 +730,109 @@ def downconvert_inputs(corpus: Corpus) -> None:
         corpus.add("downconvert", bytes([n & 1, 0]) + records)
 
 
+def _acl_text(value) -> bytes:
+    """A string of the ``cluster`` harness' ACL entries: None, or text written raw."""
+    if value is None:
+        return b"\x00"
+    for choice, known in ((1, ""), (2, "*"), (3, "User:*"), (4, "kafka-cluster")):
+        if value == known:
+            return bytes([choice])
+    if value.startswith("User:"):
+        return bytes([7, len(value) - 5]) + value[5:].encode("latin-1")
+    return bytes([6, len(value)]) + value.encode("latin-1")
+
+
+def _acl_op(kind: int, version: int, entries, log2_repeat: int = 0) -> bytes:
+    """One ACL request of the ``cluster`` harness: kind 0 create, 1 describe, 2 delete."""
+    out = bytes([kind | (version - 1) << 2 | log2_repeat << 4, len(entries) - 1])
+    for rtype, name, pattern, principal, host, operation, permission in entries:
+        out += struct.pack(">bbbb", rtype, pattern, operation, permission)
+        out += _acl_text(name) + _acl_text(principal) + _acl_text(host)
+    return out
+
+
+def cluster_inputs(corpus: Corpus) -> None:
+    """The ``cluster`` harness (a live test cluster, with and without the authorizer):
+    ACL request sequences, legacy Produce message sets, v2 batches fetched back at Fetch
+    v0-3, and raw request bodies of those APIs at the old versions."""
+    from kafka_proto.messages import (CreateAclsRequest, DeleteAclsRequest,
+                                      DescribeAclsRequest, FetchRequest, ListOffsetsRequest,
+                                      OffsetCommitRequest, ProduceRequest)
+
+    allow_read = (2, "orders", 3, "User:alice", "*", 3, 3)
+    prefixed = (3, "app-", 4, "User:*", "127.0.0.1", 2, 2)
+    cluster_acl = (4, "kafka-cluster", 3, "User:bob", "*", 7, 3)
+    anything = (1, None, 1, None, None, 1, 1)
+    match = (2, "orders-eu", 2, None, None, 1, 1)
+    sequences = [
+        [(0, 1, [allow_read, prefixed, cluster_acl]), (1, 2, [anything]), (2, 3, [anything])],
+        [(0, 3, [allow_read]), (1, 3, [match]), (2, 1, [match, anything])],
+        [(0, 2, [(2, "", 3, "User:a", "*", 3, 3), (2, "t", 3, "nocolon", "*", 3, 3),
+                 (4, "other", 3, "User:a", "*", 7, 3), (2, "t", 1, "User:a", "*", 3, 3),
+                 ])],
+        [(0, 1, [(2, "a\x00b", 3, "User:\x00", "\x00", 3, 2)]), (1, 1, [anything])],
+        [(0, 1, [(0, "t", 3, "User:a", "*", 3, 3)])],          # UNKNOWN: closed
+        [(2, 2, [(2, "t", 3, None, None, 99, 3)])],             # an unknown operation
+        [(0, 3, [allow_read], 12), (1, 3, [anything]), (2, 3, [anything])],
+        [(0, 1, [(2, "p" * 200, 4, "User:" + "q" * 20, "*", 2, 3)], 4),
+         (1, 2, [(2, "p" * 250, 2, None, None, 1, 1)])],
+    ]
+    # the authorizer's decisions afterwards: operation, resource type, principal, host, name
+    queries = b"".join(bytes([op - 2, rtype - 2]) + _acl_text(principal) + bytes([host])
+                       + _acl_text(name) for op, rtype, principal, host, name in (
+                           (3, 2, "User:alice", 0, "orders"), (8, 2, "User:alice", 1, "orders"),
+                           (4, 2, "User:eve", 0, "app-x"), (7, 4, "User:bob", 0,
+                                                             "kafka-cluster"),
+                           (3, 2, "User:a", 2, "t")))
+    # and the same without their last request where it deletes: bindings left to decide
+    sequences += [seq[:-1] for seq in sequences if len(seq) > 1 and seq[-1][0] == 2]
+    for seq in sequences:
+        data = bytes([len(seq) - 1]) + b"".join(_acl_op(*op) for op in seq) + queries
+        for auth in (0, 1):
+            corpus.add("cluster", bytes([auth]) + data)
+    for n, records in enumerate(hostile_legacy_sets()):
+        opts = (n % 3) | (n % 4 == 3) << 2 | (n % 7 == 6) << 4 | 0x20
+        corpus.add("cluster", bytes([0x02 | n & 1, opts]) + records)
+    corpus.add("cluster", bytes([0x02, 0x08]) + hostile_legacy_sets()[0])   # acks=0
+    corpus.add("cluster", bytes([0x02, 0x0C]) + hostile_legacy_sets()[0])   # acks=2
+    for n, log in enumerate(stored_logs()):
+        opts = (n % 4) | (n % 4) << 2 | 0x10
+        corpus.add("cluster", bytes([0x04 | n & 1, opts, 0xFE, n % 4]) + log)
+
+    def raw(api_index: int, version: int, body: bytes) -> None:
+        corpus.add("cluster", bytes([0x06, api_index, version]) + body)
+
+    raw(0, 1, CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
+        resource_type=2, resource_name="t", resource_pattern_type=3, principal="User:a",
+        host="*", operation=3, permission_type=3)]).encode(1))
+    raw(1, 2, DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None,
+                                  pattern_type_filter=1, principal_filter=None,
+                                  host_filter=None, operation=1, permission_type=1).encode(2))
+    raw(2, 3, DeleteAclsRequest(filters=[DeleteAclsRequest.DeleteAclsFilter(
+        resource_type_filter=2, resource_name_filter="t", pattern_type_filter=2,
+        principal_filter=None, host_filter=None, operation=1, permission_type=1)]).encode(3))
+    for version in (0, 1, 2):
+        raw(3, version, ProduceRequest(acks=1, timeout_ms=1000, topic_data=[
+            ProduceRequest.TopicProduceData(name="fuzz-legacy", partition_data=[
+                ProduceRequest.PartitionProduceData(index=0, records=hostile_legacy_sets()[
+                    version])])]).encode(version))
+    for version in (0, 1, 2, 3):
+        raw(4, version, FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0,
+                                     max_bytes=1 << 20, topics=[FetchRequest.FetchTopic(
+                                         topic="fuzz-stored", partitions=[
+                                             FetchRequest.FetchPartition(
+                                                 partition=0, fetch_offset=0,
+                                                 partition_max_bytes=1 << 16)])]
+                                     ).encode(version))
+    raw(5, 0, ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
+        name="fuzz-legacy", partitions=[ListOffsetsRequest.ListOffsetsPartition(
+            partition_index=0, timestamp=-1, max_num_offsets=5)])]).encode(0))
+    raw(6, 0, OffsetCommitRequest(group_id="g", topics=[
+        OffsetCommitRequest.OffsetCommitRequestTopic(name="fuzz-legacy", partitions=[
+            OffsetCommitRequest.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=3, committed_metadata="m")])]).encode(0))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--brokers", default="tansu,noida")
@@ -765,6 +868,8 @@ def main(argv=None) -> int:
         capture_producer(corpus)
     if "downconvert" in wanted:
         downconvert_inputs(corpus)
+    if "cluster" in wanted:
+        cluster_inputs(corpus)
     corpus.items = {h: items for h, items in corpus.items.items() if h in wanted}
     for harness, items in sorted(corpus.items.items()):
         print(f"{harness}: {len(items)} inputs, {sum(map(len, items.values()))} bytes")

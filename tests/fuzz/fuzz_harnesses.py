@@ -20,6 +20,7 @@ each harness' docstring and in docs/fuzzing.md; the committed corpus follows the
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import random
 import struct
@@ -1812,6 +1813,584 @@ def check_downconvert(data: bytes) -> None:
     _check_message_set_rebuild(blob)
 
 
+# --------------------------------------------------------------------------- cluster
+
+#: The topics of the ``cluster`` harness: legacy Produce lands in the first, the v2
+#: batches fetched back at Fetch v0-3 in the second.
+_LEGACY_TOPIC, _STORED_TOPIC = "fuzz-legacy", "fuzz-stored"
+#: Most entries one ACL request of the harness carries (after repetition).
+_MAX_ACL_ENTRIES = 4096
+#: The cluster process' resident set the harness tolerates (MiB).
+_CLUSTER_RSS_LIMIT_MB = 1536
+
+
+class _Bytes:
+    """The input, read front to back; zeros once it is used up."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    @property
+    def left(self) -> int:
+        return len(self.data) - self.pos
+
+    def u8(self) -> int:
+        if self.pos >= len(self.data):
+            return 0
+        self.pos += 1
+        return self.data[self.pos - 1]
+
+    def i8(self) -> int:
+        value = self.u8()
+        return value - 256 if value > 127 else value
+
+    def take(self, n: int) -> bytes:
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += len(chunk)
+        return chunk
+
+
+def _hostile_text(src: _Bytes, nullable: bool) -> Optional[str]:
+    """A string field as a hostile client could fill it: null (where the field may be),
+    empty, the wildcards, the cluster's name, up to 32 KiB of one letter, raw bytes (NULs,
+    controls, any code point below 256), or a principal made of them."""
+    choice = src.u8() % 8
+    if choice == 0:
+        return None if nullable else ""
+    if choice == 1:
+        return ""
+    if choice == 2:
+        return "*"
+    if choice == 3:
+        return "User:*"
+    if choice == 4:
+        return "kafka-cluster"
+    if choice == 5:
+        return "x" * (1 << (src.u8() % 16))
+    raw = src.take(src.u8() % 32).decode("latin-1")
+    return raw if choice == 6 else "User:" + raw
+
+
+class _LiveCluster:
+    """The test cluster the ``cluster`` harness talks to: one broker that serves the
+    legacy versions, with or without the authorizer (``User:ANONYMOUS``, every plain
+    connection, a super user), in its own process; started at the first input that
+    needs it and stopped when the harness process exits."""
+
+    def __init__(self, authorizer: bool) -> None:
+        import atexit
+
+        from kafka_client.testing import Cluster
+
+        self.authorizer = authorizer
+        self.cluster = Cluster(brokers=1, authorizer=authorizer,   # its own temporary dir
+                               super_users=("User:ANONYMOUS",) if authorizer else (),
+                               broker_config={"legacy.api.versions.enable": True,
+                                              "auto.create.topics.enable": False})
+        self.cluster.start()
+        atexit.register(self.stop)
+        for topic in (_LEGACY_TOPIC, _STORED_TOPIC):
+            self.cluster.create_topic(topic, partitions=1)
+        self.sock = None
+        self.correlation_id = 0
+        self.log_offset = 0
+        self.inputs = 0
+
+    def stop(self) -> None:
+        self.disconnect()
+        self.cluster.stop()
+
+    def disconnect(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def send(self, api_key: int, version: int, body: bytes) -> int:
+        import socket
+
+        from kafka_proto.framing import encode_request
+
+        if self.sock is None:
+            host, _, port = self.cluster.address(1).rpartition(":")
+            self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.correlation_id = (self.correlation_id + 1) & 0x7FFFFFFF
+        self.sock.sendall(encode_request(body, version, self.correlation_id, "fuzz",
+                                         api_key=api_key))
+        return self.correlation_id
+
+    def receive(self, api_key: int, version: int) -> Optional[bytes]:
+        """The body of the answer to the last request, or None when the broker closed the
+        connection (then reopened at the next request)."""
+        import socket
+
+        from kafka_proto.framing import decode_response_header
+
+        try:
+            head = self._recv_exact(4)
+            frame = None if head is None else self._recv_exact(struct.unpack(">i", head)[0])
+        except socket.timeout:
+            _fail(f"cluster: no answer to API {api_key} v{version} within 10 s")
+        if frame is None:
+            self.disconnect()
+            return None
+        correlation_id, body = decode_response_header(frame, api_key, version)
+        if correlation_id != self.correlation_id:
+            _fail(f"cluster: correlation id {correlation_id}, sent {self.correlation_id}")
+        return bytes(body)
+
+    def _recv_exact(self, n: int) -> Optional[bytes]:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                chunk = self.sock.recv(min(n - len(buf), 1 << 20))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    def request(self, request, version: int):
+        """The decoded answer to ``request``, or None when the broker closed the
+        connection."""
+        from kafka_proto.messages import response_class
+
+        self.send(request.API_KEY, version, request.encode(version))
+        body = self.receive(request.API_KEY, version)
+        if body is None:
+            return None
+        return response_class(request.API_KEY).decode(body, version)
+
+    def check_health(self) -> None:
+        """The process runs, stays within its memory bound, and logged no traceback."""
+        if not self.cluster.running:
+            _fail("cluster: the cluster process died")
+        with open(self.cluster.log_path, "rb") as f:
+            f.seek(self.log_offset)
+            new = f.read()
+        self.log_offset += len(new)
+        if b"Traceback" in new:
+            _fail("cluster: a traceback in the cluster's log: "
+                  + new[new.index(b"Traceback"):][:1500].decode(errors="replace"))
+        self.inputs += 1
+        if self.inputs % 64 == 0:
+            with open(f"/proc/{self.cluster.pid}/status") as f:
+                rss = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) // 1024
+            if rss > _CLUSTER_RSS_LIMIT_MB:
+                _fail(f"cluster: the cluster process holds {rss} MiB")
+
+
+_LIVE_CLUSTERS: Dict[bool, _LiveCluster] = {}
+
+
+def _live_cluster(authorizer: bool) -> _LiveCluster:
+    live = _LIVE_CLUSTERS.get(authorizer)
+    if live is None or not live.cluster.running:
+        live = _LIVE_CLUSTERS[authorizer] = _LiveCluster(authorizer)
+    return live
+
+
+def start_live_clusters() -> None:
+    """Start the clusters of the ``cluster`` harness now (they take a second or two), so
+    that its first inputs are timed as the others."""
+    for authorizer in (False, True):
+        _live_cluster(authorizer)
+
+
+def stop_live_clusters() -> None:
+    """Stop the clusters the ``cluster`` harness started (also done at exit)."""
+    while _LIVE_CLUSTERS:
+        _LIVE_CLUSTERS.popitem()[1].stop()
+
+
+def _acl_known(resource_type: int, pattern_type: int, operation: int,
+               permission: int) -> bool:
+    """Whether Kafka's request classes know every enum of a binding or filter (UNKNOWN
+    and codes they do not know make the request unparsable)."""
+    return 1 <= resource_type <= 7 and 1 <= pattern_type <= 4 and 1 <= operation <= 14 \
+        and 1 <= permission <= 3
+
+
+def _acl_creatable(acl: tuple) -> bool:
+    """Kafka's checks of a binding to create (AclControlManager and the broker's)."""
+    resource_type, name, pattern_type, principal, _host, operation, permission = acl
+    return (2 <= resource_type <= 7 and pattern_type in (3, 4) and operation >= 2
+            and permission in (2, 3) and bool(name) and ":" in principal
+            and (resource_type != 4 or name == "kafka-cluster"))
+
+
+def _acl_matches(flt: tuple, acl: tuple) -> bool:
+    """Kafka's AclBindingFilter.matches (ResourcePatternFilter, AccessControlEntryFilter)."""
+    f_type, f_name, f_pattern, f_principal, f_host, f_op, f_perm = flt
+    resource_type, name, pattern_type, principal, host, operation, permission = acl
+    if f_type != 1 and f_type != resource_type:
+        return False
+    if f_pattern not in (1, 2) and f_pattern != pattern_type:
+        return False
+    if f_name is not None:
+        if f_pattern in (1, pattern_type):
+            if f_name != name:
+                return False
+        elif pattern_type == 3:       # MATCH of a literal binding
+            if name not in (f_name, "*"):
+                return False
+        elif not f_name.startswith(name):     # MATCH of a prefixed binding
+            return False
+    return ((f_principal is None or f_principal == principal)
+            and (f_host is None or f_host == host)
+            and f_op in (1, operation) and f_perm in (1, permission))
+
+
+def _encodable(kind: int, entries: list, version: int) -> bool:
+    """Whether the request's strings fit in a string field (32767 bytes, compact ones
+    too, as Kafka's generated classes have it)."""
+    return all(len((s or "").encode()) <= 0x7FFF for e in entries for s in (e[1], e[3], e[4]))
+
+
+#: Kafka's implied operations: an ALLOW of any of these allows the key too.
+_IMPLIED_BY = {8: (3, 4, 6, 7), 10: (11,)}
+
+
+def _reference_decision(acls: list, principal: str, host: str, operation: int,
+                        resource_type: int, name: str) -> bool:
+    """Kafka's StandardAuthorizer (no super user, allow.everyone.if.no.acl.found false):
+    of the bindings whose pattern covers the resource and whose principal and host are the
+    caller's (or the wildcards), a DENY of the operation or ALL refuses; else an ALLOW of
+    it, of ALL or of an operation implying it allows; else refused."""
+    allowed = False
+    for r_type, r_name, pattern, who, where, op, permission in acls:
+        covers = r_name in (name, "*") if pattern == 3 else name.startswith(r_name)
+        if r_type != resource_type or not covers or who not in (principal, "User:*") \
+                or where not in (host, "*"):
+            continue
+        if permission == 2 and op in (operation, 2):
+            return False
+        if permission == 3 and (op in (operation, 2) or op in _IMPLIED_BY.get(operation, ())):
+            allowed = True
+    return allowed
+
+
+def _check_decisions(model: Dict[tuple, None], src: _Bytes) -> None:
+    """The cluster's authorizer over the bindings the input created, against the
+    reference decision, for callers and resources drawn from the rest of the input."""
+    from kafka_client.testing._acls import (Acl, AclOperation, AclPatternType, AclPermission,
+                                            AclResourceType, AclStore, Authorizer)
+
+    store = AclStore()
+    for e in model:
+        store.create(Acl(AclResourceType(e[0]), e[1], AclPatternType(e[2]), e[3], e[4],
+                         AclOperation(e[5]), AclPermission(e[6])))
+    authorizer = Authorizer(store, enabled=True)
+    for _ in range(8):
+        if src.left < 3:
+            break
+        operation, resource_type = 2 + src.u8() % 13, 2 + src.u8() % 6
+        principal = _hostile_text(src, nullable=False)
+        host = ("127.0.0.1", "10.0.0.1", "*", "")[src.u8() % 4]
+        name = _hostile_text(src, nullable=False)
+        got = authorizer.decide(principal, host, AclOperation(operation),
+                                AclResourceType(resource_type), name)
+        if got != _reference_decision(list(model), principal, host, operation,
+                                      resource_type, name):
+            _fail(f"cluster: the authorizer says {got} to {principal!r}@{host} "
+                  f"{operation} on {resource_type}:{name[:40]!r}")
+
+
+def _cluster_acls(live: _LiveCluster, src: _Bytes) -> None:
+    """A sequence of CreateAcls, DescribeAcls and DeleteAcls (v1-3) with hostile fields,
+    checked against a model of the cluster's ACLs."""
+    from kafka_proto.errors import ErrorCode
+    from kafka_proto.messages import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
+
+    everything = DeleteAclsRequest.DeleteAclsFilter(
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+        principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    model: Dict[tuple, None] = {}
+    if live.authorizer:   # start from no ACLs
+        if live.request(DeleteAclsRequest(filters=[everything]), 1) is None:
+            _fail("cluster: DeleteAcls of everything closed the connection")
+    disabled = ErrorCode.SECURITY_DISABLED
+    for _ in range(1 + (src.u8() & 7)):
+        if src.left < 2:
+            break
+        op = src.u8()
+        kind, version = op & 3, 1 + (op >> 2 & 3) % 3
+        count = 1 + src.u8() % 4
+        entries = []
+        for _ in range(1 if kind in (1, 3) else count):
+            codes = [src.i8() for _ in range(4)]
+            name = _hostile_text(src, nullable=kind != 0)
+            principal = _hostile_text(src, nullable=kind != 0)
+            host = _hostile_text(src, nullable=kind != 0)
+            entries.append((codes[0], name, codes[1], principal, host, codes[2], codes[3]))
+        if kind not in (1, 3):
+            # thousands of bindings, within 4 MiB of strings
+            size = sum(len(s or "") for e in entries for s in (e[1], e[3], e[4])) + 1
+            repeat = max(1, min(1 << (op >> 4), (4 << 20) // size))
+            entries = (entries * repeat)[:max(len(entries), _MAX_ACL_ENTRIES)]
+        known = all(_acl_known(e[0], e[2], e[5], e[6]) for e in entries)
+        if not _encodable(kind, entries, version):
+            continue    # a string longer than the version's int16 length can say
+        if kind == 0:
+            creations = [CreateAclsRequest.AclCreation(
+                resource_type=e[0], resource_name=e[1], resource_pattern_type=e[2],
+                principal=e[3], host=e[4], operation=e[5], permission_type=e[6])
+                for e in entries]
+            resp = live.request(CreateAclsRequest(creations=creations), version)
+            codes = None if resp is None else [r.error_code for r in resp.results]
+            want = [disabled] * len(entries) if not live.authorizer else [
+                ErrorCode.NONE if _acl_creatable(e) else ErrorCode.INVALID_REQUEST
+                for e in entries]
+            if known and live.authorizer:
+                for e in entries:
+                    if _acl_creatable(e):
+                        model.setdefault(e, None)
+        elif kind == 2:
+            filters = [DeleteAclsRequest.DeleteAclsFilter(
+                resource_type_filter=e[0], resource_name_filter=e[1], pattern_type_filter=e[2],
+                principal_filter=e[3], host_filter=e[4], operation=e[5], permission_type=e[6])
+                for e in entries]
+            resp = live.request(DeleteAclsRequest(filters=filters), version)
+            codes, want = None, None
+            if resp is not None:
+                codes = [(r.error_code, sorted(
+                    (a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host,
+                     a.operation, a.permission_type) for a in r.matching_acls))
+                    for r in resp.filter_results]
+            if not live.authorizer:
+                want = [(disabled, [])] * len(entries)
+            elif known:
+                want = [(ErrorCode.NONE, sorted(a for a in model if _acl_matches(e, a)))
+                        for e in entries]
+                for e in entries:
+                    for a in [a for a in model if _acl_matches(e, a)]:
+                        del model[a]
+        else:
+            e = entries[0]
+            resp = live.request(DescribeAclsRequest(
+                resource_type_filter=e[0], resource_name_filter=e[1], pattern_type_filter=e[2],
+                principal_filter=e[3], host_filter=e[4], operation=e[5], permission_type=e[6]),
+                version)
+            codes = None if resp is None else (resp.error_code, sorted(
+                (r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host,
+                 a.operation, a.permission_type) for r in resp.resources for a in r.acls))
+            want = (disabled, []) if not live.authorizer else \
+                (ErrorCode.NONE, sorted(a for a in model if _acl_matches(e, a)))
+        if not known:
+            if resp is not None:
+                _fail(f"cluster: ACL request {kind} v{version} with an UNKNOWN part answered")
+            continue
+        if resp is None:
+            _fail(f"cluster: ACL request {kind} v{version} closed the connection")
+        if codes != want:
+            _fail(f"cluster: ACL request {kind} v{version}: {str(codes)[:300]} where Kafka "
+                  f"gives {str(want)[:300]}")
+    if live.authorizer:
+        _check_decisions(model, src)
+
+
+def _produce(live: _LiveCluster, topic: str, partition: int, records: bytes, version: int,
+             acks: int):
+    from kafka_proto.messages import MetadataRequest, ProduceRequest
+
+    req = ProduceRequest(acks=acks, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=partition, records=records)])])
+    if acks == 0:
+        live.send(req.API_KEY, version, req.encode(version))
+        if live.request(MetadataRequest(topics=None), 1) is None:
+            _fail("cluster: the connection closed after an acks=0 Produce")
+        return None
+    resp = live.request(req, version)
+    if resp is None:
+        _fail(f"cluster: Produce v{version} closed the connection")
+    parts = [p for t in resp.responses for p in t.partition_responses]
+    if len(parts) != 1 or parts[0].index != partition:
+        _fail(f"cluster: Produce answered {len(parts)} partitions")
+    return parts[0]
+
+
+def _fetch(live: _LiveCluster, topic: str, offset: int, version: int, max_bytes: int):
+    from kafka_proto.messages import FetchRequest
+
+    resp = live.request(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0,
+                                     max_bytes=max_bytes, topics=[
+        FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchPartition(
+            partition=0, fetch_offset=offset, partition_max_bytes=max_bytes)])]), version)
+    if resp is None:
+        _fail(f"cluster: Fetch v{version} closed the connection")
+    parts = [p for t in resp.responses for p in t.partitions]
+    if len(parts) != 1:
+        _fail(f"cluster: Fetch answered {len(parts)} partitions")
+    return parts[0]
+
+
+def _cluster_legacy_produce(live: _LiveCluster, src: _Bytes) -> None:
+    """A legacy message set at Produce v0-2; what is stored must read back the same, as a
+    v2 batch and down-converted."""
+    from kafka_proto.errors import ErrorCode
+
+    opts = src.u8()
+    version, acks = opts % 3, (1, -1, 0, 2)[opts >> 2 & 3]
+    partition = 5 if opts & 0x10 else 0
+    records = src.take(src.left)
+    if opts & 0x20:
+        records = _fix_crcs(records)
+    part = _produce(live, _LEGACY_TOPIC, partition, records, version, acks)
+    if part is None:
+        return
+    if acks == 2:
+        want = {ErrorCode.INVALID_REQUIRED_ACKS}
+    elif partition:
+        want = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    else:
+        want = {ErrorCode.NONE, ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD,
+                ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, ErrorCode.MESSAGE_TOO_LARGE,
+                ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.INVALID_TIMESTAMP}
+    if part.error_code not in want:
+        _fail(f"cluster: Produce v{version} answered {part.error_code}")
+    if part.error_code != ErrorCode.NONE:
+        return
+    from kafka_proto.records import read_batches
+
+    sent = [(_b(r.key), _b(r.value)) for b in read_batches(records) for r in b]
+    stored = _fetch(live, _LEGACY_TOPIC, part.base_offset, 12, 1 << 22)
+    got = [(r.offset, _b(r.key), _b(r.value)) for b in read_batches(stored.records)
+           for r in b]
+    if [(k, v) for _o, k, v in got[:len(sent)]] != sent or \
+            [o for o, _k, _v in got[:len(sent)]] != list(range(part.base_offset,
+                                                              part.base_offset + len(sent))):
+        _fail(f"cluster: Produce v{version} stored {got[:3]}... for {sent[:3]}...")
+    old = _fetch(live, _LEGACY_TOPIC, part.base_offset, 2 + version % 2, 1 << 22)
+    if old.error_code == ErrorCode.NONE:
+        rows = [(o, k, v) for o, _t, k, v in _legacy_rows(old.records)]
+        if not rows or rows != got[:len(rows)]:
+            _fail(f"cluster: Fetch v{2 + version % 2} gave {rows[:3]}... for {got[:3]}...")
+
+
+def _cluster_fetch_converted(live: _LiveCluster, src: _Bytes) -> None:
+    """v2 batches produced at Produce v3+ (the cluster keeps what a producer may store),
+    then fetched at v0-3: down-converted rows that are the stored records."""
+    from kafka_proto.errors import ErrorCode
+    from kafka_proto.records import iter_batch_headers, read_batches
+
+    opts = src.u8()
+    version, where = opts & 3, opts >> 2 & 3
+    d = src.i8()
+    max_bytes = (64, 1024, 65536, 1 << 20)[src.u8() & 3]
+    blob = src.take(src.left)
+    if opts & 0x10:
+        blob = _fix_crcs(blob)
+    pieces = [blob[h.position:h.end] for h in iter_batch_headers(blob)] or [blob]
+    stored: Dict[int, tuple] = {}
+    first = last = None
+    for piece in pieces[:8]:
+        part = _produce(live, _STORED_TOPIC, 0, piece, 3 + len(stored) % 6, -1)
+        if part.error_code != ErrorCode.NONE:
+            continue
+        records = [(_b(r.key), _b(r.value)) for b in read_batches(piece) for r in b]
+        for i, row in enumerate(records):
+            stored[part.base_offset + i] = row
+        first = part.base_offset if first is None else first
+        last = part.base_offset + len(records) - 1
+    if first is None:
+        return
+    start = (first, max(0, first + d), last + 1, first + abs(d))[where]
+    got = _fetch(live, _STORED_TOPIC, start, version, max_bytes)
+    if got.error_code not in (ErrorCode.NONE, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                              ErrorCode.OFFSET_OUT_OF_RANGE):
+        _fail(f"cluster: Fetch v{version} answered {got.error_code}")
+    try:
+        rows = _legacy_rows(got.records or b"")
+    except CODEC_ERRORS as exc:
+        _fail(f"cluster: Fetch v{version}'s records do not read: {exc!r}")
+    offsets = [o for o, *_ in rows]
+    if any(a >= b for a, b in zip(offsets, offsets[1:])):
+        _fail(f"cluster: Fetch v{version} offsets {offsets[:8]} do not go up")
+    for offset, _ts, key, value in rows:
+        if offset >= first and stored.get(offset, (key, value)) != (key, value):
+            _fail(f"cluster: Fetch v{version} gave {offset}: {key!r} {value!r}, "
+                  f"stored {stored.get(offset)}")
+
+
+def _cluster_raw(live: _LiveCluster, src: _Bytes) -> None:
+    """A body as it comes for one of the APIs of the new surfaces, at any version: the
+    connection closes exactly when Kafka would not parse it, else the answer decodes."""
+    from kafka_proto.errors import KafkaProtocolError
+    from kafka_proto.messages import API_KEYS, ApiKey, MetadataRequest, request_class, \
+        response_class
+
+    from kafka_client.testing._api import VALIDATORS, supported_versions
+
+    importlib.import_module("kafka_client.testing._server")   # registers every handler
+
+    keys = (ApiKey.CREATE_ACLS, ApiKey.DESCRIBE_ACLS, ApiKey.DELETE_ACLS, ApiKey.PRODUCE,
+            ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH)
+    api_key = keys[src.u8() % len(keys)]
+    version = src.u8() % (API_KEYS[api_key].max_version + 1)
+    body = src.take(src.left)
+    lo, hi = supported_versions(legacy=True)[api_key]
+    parsed = None
+    if lo <= version <= hi:
+        try:
+            parsed, _used = request_class(api_key).decode_prefix(body, version)
+        except (KafkaProtocolError, ValueError):
+            parsed = None
+    if parsed is not None and api_key in VALIDATORS and VALIDATORS[api_key](parsed, version):
+        parsed = None
+    if parsed is not None and api_key == ApiKey.FETCH and parsed.max_wait_ms > 1000 and \
+            parsed.min_bytes > 0:
+        return    # a long poll Kafka would hold as long: not this harness' subject
+    live.send(api_key, version, body)
+    if parsed is not None and api_key == ApiKey.PRODUCE and parsed.acks == 0:
+        if live.request(MetadataRequest(topics=None), 1) is None:
+            _fail("cluster: the connection closed after an acks=0 Produce")
+        return
+    answer = live.receive(api_key, version)
+    if parsed is None:
+        if answer is not None:
+            _fail(f"cluster: API {api_key} v{version} answered a request Kafka refuses")
+        return
+    if answer is None:
+        _fail(f"cluster: API {api_key} v{version} closed the connection on a request that "
+              "parses")
+    try:
+        response_class(api_key).decode(answer, version)
+    except KafkaProtocolError as exc:
+        _fail(f"cluster: API {api_key} v{version}'s answer does not decode: {exc!r}")
+
+
+def check_cluster(data: bytes) -> None:
+    """The test cluster (``kafka_client.testing``), live in its own process, on the
+    request surfaces added with the authorizer and the legacy versions.
+
+    Layout: byte 0 (bit 0: the cluster with the authorizer; bits 1-2: the surface), then
+    by surface: 0 ACLs: a count byte (1-8 requests), the requests, each an op byte (bits
+    0-1 CreateAcls, DescribeAcls, DeleteAcls, DescribeAcls; bits 2-3 version 1-3; bits 4-7
+    log2 of the repetition of the entries, up to 4096), a count byte (1-4 entries), per
+    entry four int8 enums and three hostile strings; then (with the authorizer) up to 8
+    questions to the authorizer over the bindings created (operation, resource type,
+    principal, host, name), checked against a reference decision; 1 legacy Produce: an
+    option byte (version 0-2, bits 2-3 acks 1/-1/0/2, bit 4 an unknown partition, bit 5
+    CRCs recomputed), then the message set; 2 Fetch v0-3 of stored batches: an option byte
+    (bits 0-1 version, bits 2-3 where: the first batch, + d, the end, + |d|; bit 4 CRCs
+    recomputed), d (int8), a byte choosing the byte limit (64 B-1 MiB), then v2 batches
+    produced one by one at Produce v3-8; 3 raw: an API (the ACL APIs, Produce, Fetch,
+    ListOffsets, OffsetCommit, OffsetFetch), a version (any), the body as it comes.
+    """
+    if not data:
+        return
+    live = _live_cluster(bool(data[0] & 1))
+    src = _Bytes(data)
+    surface = src.u8() >> 1 & 3
+    try:
+        (_cluster_acls, _cluster_legacy_produce, _cluster_fetch_converted,
+         _cluster_raw)[surface](live, src)
+    finally:
+        live.check_health()
+
+
 #: Harness name -> check function (names are the corpus folders).
 HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "records": check_records,
@@ -1824,4 +2403,5 @@ HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "producer": check_producer,
     "telemetry": check_telemetry,
     "downconvert": check_downconvert,
+    "cluster": check_cluster,
 }

@@ -1,8 +1,8 @@
 """Bounded smoke run of every fuzz harness (part of the normal suite, no atheris needed).
 
 Each harness replays its committed corpus and then runs the built-in deterministic mutator
-(fixed seed) for ``KAFKA_FUZZ_SMOKE_SECONDS`` seconds (default 4, about half a minute for
-the eight harnesses: with the seed fixed, a longer budget repeats the same first inputs in
+(fixed seed) for ``KAFKA_FUZZ_SMOKE_SECONDS`` seconds (default 4, under a minute for the
+eleven harnesses: with the seed fixed, a longer budget repeats the same first inputs in
 every run and only adds a tail). Long runs: ``tools/fuzz_run.py`` (see docs/fuzzing.md).
 """
 from __future__ import annotations
@@ -17,6 +17,17 @@ import fuzz_harnesses as harnesses
 
 SMOKE_SECONDS = float(os.environ.get("KAFKA_FUZZ_SMOKE_SECONDS", "4"))
 SEED = int(os.environ.get("KAFKA_FUZZ_SEED", "20261122"))
+
+
+@pytest.fixture(autouse=True)
+def live_clusters(request):
+    """The ``cluster`` harness' test clusters: started before its inputs are timed,
+    stopped after each test."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("name") == "cluster":
+        harnesses.start_live_clusters()
+    yield
+    harnesses.stop_live_clusters()
 
 
 @pytest.mark.parametrize("name", sorted(harnesses.HARNESSES))

@@ -1872,6 +1872,23 @@ def _hostile_text(src: _Bytes, nullable: bool) -> Optional[str]:
     return raw if choice == 6 else "User:" + raw
 
 
+def _cluster_data_dir(authorizer: bool) -> str:
+    """A data folder for a cluster of this process. libFuzzer ends a run without Python's
+    exit handlers (the cluster process then ends on its own, its folder stays): the
+    folders of processes that are gone are removed here."""
+    import os
+    import shutil
+    import tempfile
+
+    root = os.path.join(tempfile.gettempdir(), "kafka-fuzz-clusters")
+    os.makedirs(root, exist_ok=True)
+    for name in os.listdir(root):
+        owner = name.split("-")[0]
+        if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    return os.path.join(root, f"{os.getpid()}-{int(authorizer)}")
+
+
 class _LiveCluster:
     """The test cluster the ``cluster`` harness talks to: one broker that serves the
     legacy versions, with or without the authorizer (``User:ANONYMOUS``, every plain
@@ -1884,7 +1901,8 @@ class _LiveCluster:
         from kafka_client.testing import Cluster
 
         self.authorizer = authorizer
-        self.cluster = Cluster(brokers=1, authorizer=authorizer,   # its own temporary dir
+        self.data_dir = _cluster_data_dir(authorizer)
+        self.cluster = Cluster(brokers=1, data_dir=self.data_dir, authorizer=authorizer,
                                super_users=("User:ANONYMOUS",) if authorizer else (),
                                broker_config={"legacy.api.versions.enable": True,
                                               "auto.create.topics.enable": False})
@@ -1898,8 +1916,11 @@ class _LiveCluster:
         self.inputs = 0
 
     def stop(self) -> None:
+        import shutil
+
         self.disconnect()
         self.cluster.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def disconnect(self) -> None:
         if self.sock is not None:

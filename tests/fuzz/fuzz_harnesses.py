@@ -1780,7 +1780,8 @@ def check_downconvert(data: bytes) -> None:
 
     Layout: byte 0 options (bit 0: format v1 rather than v0; bits 1-2 fetch offset: 0,
     first batch's base offset + d, last offset + 1 + d, |d|; bit 3: the CRCs of the
-    top-level batches and messages computed again first), byte 1 d (int8), then a blob. As stored v2 batches (what a log holds: whole, CRCs right, records readable;
+    top-level batches and messages computed again first), byte 1 d (int8), then a blob.
+    As stored v2 batches (what a log holds: whole, CRCs right, records readable;
     control, transactional, compacted, any codec) it is down-converted for a Fetch below
     v4 and must read as the reference model's rows (a prefix: the answer is cut to the
     stored size), sized at least as the stored bytes. As a Produce v0-2 message set it is

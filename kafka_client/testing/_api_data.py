@@ -132,36 +132,44 @@ def produce(ctx: RequestContext) -> None:
             AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, req.transactional_id))
     refused = {t.name for t in req.topic_data
                if not ctx.allowed(AclOperation.WRITE, AclResourceType.TOPIC, t.name)}
-    # (topic, partition, result, replica or None)
-    results: List[Tuple[str, int, AppendResult, Any]] = []
+    # Kafka keeps the last entry of a partition the request names twice (its map of the
+    # request's partitions): the earlier ones are neither appended nor answered
+    named: Dict[Tuple[str, int], Any] = {}
     for t in req.topic_data:
         for pd in t.partition_data:
-            if acks not in (-1, 0, 1):
-                result, replica = AppendResult(ErrorCode.INVALID_REQUIRED_ACKS), None
-            elif txn_refused:
-                result = AppendResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-                replica = None
-            elif t.name in refused:
-                result, replica = AppendResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED), None
+            named[(t.name, pd.index)] = pd
+    # (topic, partition, result, replica or None)
+    results: List[Tuple[str, int, AppendResult, Any]] = []
+    for (name, index), pd in named.items():
+        if acks not in (-1, 0, 1):
+            result, replica = AppendResult(ErrorCode.INVALID_REQUIRED_ACKS), None
+        elif txn_refused:
+            result = AppendResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            replica = None
+        elif name in refused:
+            result, replica = AppendResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED), None
+        else:
+            error, replica = broker.leader_replica(name, index)
+            if error:
+                result = AppendResult(error)
+            elif ctx.version < 7 and _zstd(pd.records):
+                result = AppendResult(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, message=(
+                    f"Produce v{ctx.version} may not carry zstd batches (v7+, KIP-110)"))
+            elif ctx.version < 3:
+                # a legacy message set: stored as one v2 batch, as Kafka 3 stores it
+                batch, error, why = up_convert(bytes(pd.records or b""))
+                result = AppendResult(error, message=why) if error else \
+                    replica.append_records(batch, acks)
             else:
-                error, replica = broker.leader_replica(t.name, pd.index)
-                if error:
-                    result = AppendResult(error)
-                elif ctx.version < 7 and _zstd(pd.records):
-                    result = AppendResult(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, message=(
-                        f"Produce v{ctx.version} may not carry zstd batches (v7+, KIP-110)"))
-                elif ctx.version < 3:
-                    # a legacy message set: stored as one v2 batch, as Kafka 3 stores it
-                    batch, error, why = up_convert(bytes(pd.records or b""))
-                    result = AppendResult(error, message=why) if error else \
-                        replica.append_records(batch, acks)
-                else:
-                    result = replica.append_records(pd.records, acks)
-            results.append((t.name, pd.index, result, replica))
-    for entry, (_t, _p, result, _r) in zip(ctx.log_entry["partitions"] if ctx.log_entry
-                                            else [], results):
-        entry["error"] = int(result.error)
-        entry["base_offset"] = result.base_offset
+                result = replica.append_records(pd.records, acks)
+        results.append((name, index, result, replica))
+    logged = {(entry["topic"], entry["partition"]): entry
+              for entry in (ctx.log_entry["partitions"] if ctx.log_entry else [])}
+    for topic, index, result, _r in results:
+        entry = logged.get((topic, index))    # the last entry of the partition
+        if entry is not None:
+            entry["error"] = int(result.error)
+            entry["base_offset"] = result.base_offset
     ctx.note(acks=acks)
     if acks == 0:
         ctx.no_response()

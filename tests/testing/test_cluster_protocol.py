@@ -32,7 +32,7 @@ from kafka_proto.messages import (
     MetadataRequest,
     ProduceRequest,
 )
-from kafka_proto.records import RecordBatchBuilder
+from kafka_proto.records import RecordBatchBuilder, read_batches
 
 from kafka_client.admin import AclOperation
 from kafka_client.testing import Cluster
@@ -421,6 +421,36 @@ def test_produce_refuses_records_that_do_not_parse_as_kafka_does(cluster):
     assert {r.log_end_offset for r in state.partitions[0].replica_logs.values()} == {3}
     with open(cluster.log_path) as f:
         assert "Traceback" not in f.read()
+
+
+def test_a_partition_named_twice_in_a_produce_gets_only_its_last_batch(cluster):
+    """Kafka reads a Produce's partitions into a map: of a partition named twice (in one
+    topic entry or in two) only the last batch is appended, and answered once. The
+    cluster appended every one and answered each with the last one's offset, so a client
+    was told three batches sit at one offset."""
+    cluster.create_topic("named-twice", partitions=1, replication_factor=1)
+    leader = cluster.leader("named-twice", 0)
+    first, second, last = batch([b"a1", b"a2"]), batch([b"b1"]), batch([b"c1", b"c2", b"c3"])
+    P = ProduceRequest.PartitionProduceData
+    with RawClient(cluster.address(leader)) as c:
+        resp = c.request(ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+            ProduceRequest.TopicProduceData(name="named-twice", partition_data=[
+                P(index=0, records=first), P(index=0, records=second)]),
+            ProduceRequest.TopicProduceData(name="named-twice", partition_data=[
+                P(index=0, records=last)])]), 9)
+        answered = [(t.name, p.index, p.error_code, p.base_offset)
+                    for t in resp.responses for p in t.partition_responses]
+        assert answered == [("named-twice", 0, ErrorCode.NONE, 0)]
+        fetched = c.request(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0,
+                                         max_bytes=1 << 20, topics=[FetchRequest.FetchTopic(
+                                             topic="named-twice", partitions=[
+                                                 FetchRequest.FetchPartition(
+                                                     partition=0, fetch_offset=0,
+                                                     partition_max_bytes=1 << 20)])]), 4)
+    part = fetched.responses[0].partitions[0]
+    assert part.high_watermark == 3
+    assert [bytes(r.value) for b in read_batches(part.records) for r in b] == \
+        [b"c1", b"c2", b"c3"]
 
 
 def test_list_offsets_refuses_a_partition_named_twice(cluster):

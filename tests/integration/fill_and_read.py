@@ -1,6 +1,7 @@
 """Writing numbered messages, counting what a consumer reads back, and answers to rewrite,
 for the tests that put a broker's answers through the fault proxy
-(test_hostile_answers.py, test_retry_backoff.py)."""
+(test_hostile_answers.py, test_retry_backoff.py) or stop the test cluster's brokers
+(test_leader_moves.py, test_fetch_connection_loss.py)."""
 from __future__ import annotations
 
 import copy
@@ -22,6 +23,23 @@ def fill(bootstrap: str, topic: str, count: int, partitions: int = 0) -> None:
             producer.produce(topic, str(i).encode())
     assert producer.flush(20) == 0
     producer.close()
+
+
+def produce_numbered(bootstrap: str, topic: str, start: int, stop: int) -> None:
+    """Messages "start" .. "stop - 1" to partition 0, acks=all, flushed."""
+    with Producer({"bootstrap.servers": bootstrap, "acks": "all"}) as producer:
+        for i in range(start, stop):
+            producer.produce(topic, b"%d" % i, partition=0)
+        assert producer.flush(10) == 0
+
+
+def read_values(consumer: Consumer, values: List[bytes], count: int, seconds: float) -> None:
+    """Append what ``consumer`` reads to ``values`` until it holds ``count``; fails the
+    test after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while len(values) < count:
+        assert time.monotonic() < deadline, f"{len(values)} of {count} read"
+        values.extend(m.value() for m in consumer.consume(100, 0.05) if m.error() is None)
 
 
 def read(consumer: Consumer, count: int, seconds: float) -> Counter:

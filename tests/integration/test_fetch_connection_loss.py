@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from kafka_client import Consumer, Producer, TopicPartition
+from kafka_client import Consumer, TopicPartition
+
+from fill_and_read import produce_numbered, read_values  # fill_and_read.py beside
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -20,35 +22,21 @@ def test_a_fetch_cut_off_by_a_lost_connection_is_sent_again_at_once(tmp_path, fa
     from kafka_client.testing import Cluster
     with Cluster(brokers=3, data_dir=str(tmp_path)) as cluster:
         cluster.create_topic("cut", assignments=[[1, 2, 3]])    # leader 1
-        conf = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}
-
-        def produce(start, stop):
-            with Producer(conf) as p:
-                for i in range(start, stop):
-                    p.produce("cut", b"%d" % i, partition=0)
-                assert p.flush(10) == 0
-
         c = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
                       "fetch.wait.max.ms": 500, "fetch.error.backoff.ms": 3000})
         got = []
 
-        def read_up_to(n, timeout):
-            deadline = time.monotonic() + timeout
-            while len(got) < n:
-                assert time.monotonic() < deadline, f"{len(got)} of {n} read"
-                got.extend(m.value() for m in c.consume(100, 0.05) if m.error() is None)
-
         try:
-            produce(0, 50)
+            produce_numbered(cluster.bootstrap_servers, "cut", 0, 50)
             c.assign([TopicPartition("cut", 0, 0)])
-            read_up_to(50, 20)
+            read_values(c, got, 50, 20)
             time.sleep(0.2)           # the next Fetch waits at the leader
             if fault == "cut":
                 assert cluster.cut_connections(1) > 0
             else:
                 cluster.stop_broker(1)
-            produce(50, 100)
-            read_up_to(100, 1.5)
+            produce_numbered(cluster.bootstrap_servers, "cut", 50, 100)
+            read_values(c, got, 100, 1.5)
         finally:
             c.close()
         assert got == [b"%d" % i for i in range(100)]

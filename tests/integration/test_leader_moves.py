@@ -9,6 +9,8 @@ import pytest
 
 from kafka_client import Consumer, Producer, TopicPartition
 
+from fill_and_read import produce_numbered, read_values  # fill_and_read.py beside
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
@@ -65,38 +67,25 @@ def test_a_leader_gone_while_no_fetch_waits_there_is_found_again(tmp_path, group
     from kafka_client.testing import Cluster
     with Cluster(brokers=3, data_dir=str(tmp_path)) as cluster:
         cluster.create_topic("moving", assignments=[[1, 2, 3]])    # leader 1
-        conf = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}
-        with Producer(conf) as p:
-            for i in range(100):
-                p.produce("moving", b"%d" % i, partition=0)
-            assert p.flush(10) == 0
+        produce_numbered(cluster.bootstrap_servers, "moving", 0, 100)
         c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g",
                       "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100})
         tp = TopicPartition("moving", 0)
         got = []
-
-        def read_up_to(n, timeout):
-            deadline = time.monotonic() + timeout
-            while len(got) < n:
-                assert time.monotonic() < deadline, f"{len(got)} of {n} read"
-                got.extend(m.value() for m in c.consume(100, 0.05) if m.error() is None)
 
         try:
             if group:
                 c.subscribe(["moving"])
             else:
                 c.assign([TopicPartition("moving", 0, 0)])
-            read_up_to(100, 20)
+            read_values(c, got, 100, 20)
             c.pause([tp])
             time.sleep(0.5)          # the Fetch waiting at the leader comes back empty
             cluster.stop_broker(1)
             assert cluster.leader("moving", 0) != 1
-            with Producer(conf) as p:
-                for i in range(100, 200):
-                    p.produce("moving", b"%d" % i, partition=0)
-                assert p.flush(10) == 0
+            produce_numbered(cluster.bootstrap_servers, "moving", 100, 200)
             c.resume([tp])
-            read_up_to(200, 10)
+            read_values(c, got, 200, 10)
         finally:
             c.close()
         assert got == [b"%d" % i for i in range(200)]
@@ -110,25 +99,15 @@ def test_a_new_leader_gone_before_the_position_is_confirmed_there_is_found_again
     from kafka_client.testing import Cluster
     with Cluster(brokers=3, data_dir=str(tmp_path)) as cluster:
         cluster.create_topic("moving", assignments=[[1, 2, 3]])    # leader 1
-        conf = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}
-        with Producer(conf) as p:
-            for i in range(50):
-                p.produce("moving", b"%d" % i, partition=0)
-            assert p.flush(10) == 0
+        produce_numbered(cluster.bootstrap_servers, "moving", 0, 50)
         c = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
                       "fetch.wait.max.ms": 100})
         tp = TopicPartition("moving", 0)
         got = []
 
-        def read_up_to(n, timeout):
-            deadline = time.monotonic() + timeout
-            while len(got) < n:
-                assert time.monotonic() < deadline, f"{len(got)} of {n} read"
-                got.extend(m.value() for m in c.consume(100, 0.05) if m.error() is None)
-
         try:
             c.assign([TopicPartition("moving", 0, 0)])
-            read_up_to(50, 20)
+            read_values(c, got, 50, 20)
             c.pause([tp])
             time.sleep(0.5)          # the Fetch waiting at the leader comes back empty
             cluster.move_leader("moving", 0, 2)
@@ -137,12 +116,9 @@ def test_a_new_leader_gone_before_the_position_is_confirmed_there_is_found_again
                 .leader == 2
             cluster.stop_broker(2)
             assert cluster.leader("moving", 0) == 3
-            with Producer(conf) as p:
-                for i in range(50, 100):
-                    p.produce("moving", b"%d" % i, partition=0)
-                assert p.flush(10) == 0
+            produce_numbered(cluster.bootstrap_servers, "moving", 50, 100)
             c.resume([tp])
-            read_up_to(100, 10)
+            read_values(c, got, 100, 10)
         finally:
             c.close()
         assert got == [b"%d" % i for i in range(100)]
@@ -157,35 +133,21 @@ def test_the_metadata_asked_for_an_unreachable_leader_goes_out_at_once(tmp_path)
     from kafka_client.testing import Cluster
     with Cluster(brokers=3, data_dir=str(tmp_path)) as cluster:
         cluster.create_topic("moving", assignments=[[1, 2, 3]])    # leader 1
-        conf = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"}
-
-        def produce(start, stop):
-            with Producer(conf) as p:
-                for i in range(start, stop):
-                    p.produce("moving", b"%d" % i, partition=0)
-                assert p.flush(10) == 0
-
         c = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
                       "fetch.wait.max.ms": 100, "reconnect.backoff.ms": 2000})
         tp = TopicPartition("moving", 0)
         got = []
 
-        def read_up_to(n, timeout):
-            deadline = time.monotonic() + timeout
-            while len(got) < n:
-                assert time.monotonic() < deadline, f"{len(got)} of {n} read"
-                got.extend(m.value() for m in c.consume(100, 0.05) if m.error() is None)
-
         try:
-            produce(0, 50)
+            produce_numbered(cluster.bootstrap_servers, "moving", 0, 50)
             c.assign([TopicPartition("moving", 0, 0)])
-            read_up_to(50, 20)
+            read_values(c, got, 50, 20)
             c.pause([tp])
             time.sleep(0.5)          # the Fetch waiting at the leader comes back empty
             cluster.stop_broker(1)   # its connections drop: in their reconnect backoff
-            produce(50, 100)
+            produce_numbered(cluster.bootstrap_servers, "moving", 50, 100)
             c.resume([tp])
-            read_up_to(100, 0.7)
+            read_values(c, got, 100, 0.7)
         finally:
             c.close()
         assert got == [b"%d" % i for i in range(100)]

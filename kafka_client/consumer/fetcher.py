@@ -473,11 +473,8 @@ class Fetcher:
             if conn.ready:
                 self._validate_positions(conn, parts)
             elif conn.state == DISCONNECTED and conn.next_attempt > now:
-                # The leader to confirm the positions with cannot be reached: it may
-                # have moved on again (see below).
-                nxt = _earliest(nxt, md.request(sorted({p.topic for p in parts}),
-                                                fast=True, now=now))
-                nxt = _earliest(nxt, conn.next_attempt)
+                # The leader to confirm the positions with cannot be reached.
+                nxt = _earliest(nxt, self._ask_for_leaders(parts, conn, now))
         for node, parts in by_node.items():
             # What became fetchable while a Fetch waits at the broker on the first
             # connection (a seek, an assignment, a queue emptied) goes on the second.
@@ -515,14 +512,7 @@ class Fetcher:
                     if self._leave_unreachable_replica(node, parts):
                         nxt = now        # to the leaders at the next turn
                         continue
-                    # The leadership may have moved (as the producer, and as librdkafka
-                    # and the Java client, ask on a broker's failure).
-                    # Sent at the loop's next turn (this tick runs after the cluster's).
-                    nxt = _earliest(nxt, md.request(sorted({p.topic for p in parts}),
-                                                    fast=True, now=now))
-                    # In its reconnect backoff with no request queued: nothing else
-                    # wakes the loop when it ends, so look again then.
-                    nxt = _earliest(nxt, conn.next_attempt)
+                    nxt = _earliest(nxt, self._ask_for_leaders(parts, conn, now))
                 continue
             self._send_fetch(conn, node, lane, parts, max_wait_ms)
             if (node, lane) not in self._busy:
@@ -821,6 +811,17 @@ class Fetcher:
             return replica
         part.read_replica = -1
         return leader
+
+    def _ask_for_leaders(self, parts: List[PartitionState], conn: Any,
+                         now: float) -> Optional[float]:
+        """``conn``, to the leader of ``parts``, is in its reconnect backoff: the leadership
+        may have moved, so their topics' metadata is asked for (as the producer, librdkafka
+        and the Java client ask on a broker's failure). When the loop must turn again:
+        when that request goes out (this tick runs after the cluster's) or, with no
+        request queued to wake it, when the backoff ends."""
+        asked = self.cluster.metadata.request(sorted({p.topic for p in parts}), fast=True,
+                                              now=now)
+        return _earliest(asked, conn.next_attempt)
 
     def _leave_unreachable_replica(self, node: int, parts: List[PartitionState]) -> bool:
         """The partitions fetched from ``node`` as the replica their leader named, while

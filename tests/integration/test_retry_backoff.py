@@ -220,6 +220,38 @@ def test_kip848_heartbeats_the_coordinator_keeps_answering_badly_back_off(
     assert proxy.injected > 0 and not proxy.rewrite_errors
 
 
+def _requests_while_answers_fail(proxied_cluster, topic_name, conf, api, code, counted):
+    """A member subscribed with ``conf`` reads 10 messages; then every ``api`` answer
+    without an error says ``code`` for FAILING_FOR seconds of polling; then the answers
+    are sound again and the member reads 10 more. How many ``counted`` requests it made
+    while they failed."""
+    cluster, proxy = proxied_cluster
+    cluster.create_topic(topic_name, partitions=1)
+    fill(proxy.bootstrap, topic_name, 10)
+    consumer = Consumer(dict(FAST_BACKOFF, **{
+        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
+        "auto.offset.reset": "earliest"}, **conf))
+    try:
+        consumer.subscribe([topic_name])
+        assert len(read(consumer, 10, 15)) == 10
+
+        def failing(response, version):
+            if not response.error_code:
+                response.error_code = code
+
+        since = cluster.clear_request_log()
+        proxy.rewrite_responses(api, failing, count=None)
+        poll_for(consumer, FAILING_FOR)
+        asked = len(cluster.request_log(since=since, api=counted))
+        proxy.clear_faults()
+        fill(proxy.bootstrap, topic_name, 10)
+        assert len(read(consumer, 10, 15)) == 10
+    finally:
+        consumer.close()
+    assert proxy.injected > 0 and not proxy.rewrite_errors
+    return asked
+
+
 def test_a_classic_member_whose_membership_keeps_being_lost_rejoins_backing_off(
         proxied_cluster, topic_name):
     """Every Heartbeat answer says ILLEGAL_GENERATION: the member joins and syncs, then
@@ -227,32 +259,10 @@ def test_a_classic_member_whose_membership_keeps_being_lost_rejoins_backing_off(
     retry.backoff.ms after each loss (about 50 rounds in 6 s here, four times as many
     as librdkafka 2.16 makes); now the waits double as KIP-580 has it until a heartbeat
     succeeds, and the member reads once the heartbeats are answered."""
-    cluster, proxy = proxied_cluster
-    cluster.create_topic(topic_name, partitions=1)
-    fill(proxy.bootstrap, topic_name, 10)
-    consumer = Consumer(dict(FAST_BACKOFF, **{
-        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
-        "auto.offset.reset": "earliest", "heartbeat.interval.ms": 100,
-        "session.timeout.ms": 6000}))
-    try:
-        consumer.subscribe([topic_name])
-        assert len(read(consumer, 10, 15)) == 10
-
-        def illegal_generation(response, version):
-            if not response.error_code:
-                response.error_code = ErrorCode.ILLEGAL_GENERATION
-
-        since = cluster.clear_request_log()
-        proxy.rewrite_responses(ApiKey.HEARTBEAT, illegal_generation, count=None)
-        poll_for(consumer, FAILING_FOR)
-        joins = len(cluster.request_log(since=since, api="JoinGroup"))
-        assert 3 <= joins <= MOST_REQUESTS, joins
-        proxy.clear_faults()
-        fill(proxy.bootstrap, topic_name, 10)
-        assert len(read(consumer, 10, 15)) == 10
-    finally:
-        consumer.close()
-    assert proxy.injected > 0 and not proxy.rewrite_errors
+    joins = _requests_while_answers_fail(
+        proxied_cluster, topic_name, {"heartbeat.interval.ms": 100, "session.timeout.ms": 6000},
+        ApiKey.HEARTBEAT, ErrorCode.ILLEGAL_GENERATION, "JoinGroup")
+    assert 3 <= joins <= MOST_REQUESTS, joins
 
 
 @pytest.mark.parametrize("code", [ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH])
@@ -263,31 +273,10 @@ def test_a_kip848_member_fenced_at_every_heartbeat_rejoins_backing_off(proxied_c
     over 10,000 heartbeats in 6 s (librdkafka 2.16: 23). Now the first rejoin after a
     fencing is at once and the next ones wait as KIP-580 has it, until a heartbeat
     succeeds; once the answers are sound the member joins and reads."""
-    cluster, proxy = proxied_cluster
-    cluster.create_topic(topic_name, partitions=1)
-    fill(proxy.bootstrap, topic_name, 10)
-    consumer = Consumer(dict(FAST_BACKOFF, **{
-        "bootstrap.servers": proxy.bootstrap, "group.id": topic_name,
-        "group.protocol": "consumer", "auto.offset.reset": "earliest"}))
-    try:
-        consumer.subscribe([topic_name])
-        assert len(read(consumer, 10, 15)) == 10
-
-        def fenced(response, version):
-            if not response.error_code:
-                response.error_code = code
-
-        since = cluster.clear_request_log()
-        proxy.rewrite_responses(ApiKey.CONSUMER_GROUP_HEARTBEAT, fenced, count=None)
-        poll_for(consumer, FAILING_FOR)
-        asked = len(cluster.request_log(since=since, api="ConsumerGroupHeartbeat"))
-        assert 3 <= asked <= MOST_REQUESTS, asked
-        proxy.clear_faults()
-        fill(proxy.bootstrap, topic_name, 10)
-        assert len(read(consumer, 10, 15)) == 10
-    finally:
-        consumer.close()
-    assert proxy.injected > 0 and not proxy.rewrite_errors
+    asked = _requests_while_answers_fail(
+        proxied_cluster, topic_name, {"group.protocol": "consumer"},
+        ApiKey.CONSUMER_GROUP_HEARTBEAT, code, "ConsumerGroupHeartbeat")
+    assert 3 <= asked <= MOST_REQUESTS, asked
 
 
 @pytest.mark.parametrize("api,protocol", [

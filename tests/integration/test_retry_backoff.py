@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import List
 
 import pytest
 
@@ -27,10 +28,15 @@ FAILING_FOR = 4.0
 MOST_REQUESTS = 20
 
 
-def poll_for(consumer: Consumer, seconds: float) -> None:
+def poll_for(consumer: Consumer, seconds: float) -> List[KafkaError]:
+    """Poll for ``seconds``; the error events returned meanwhile."""
+    events = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        consumer.poll(0.1)
+        msg = consumer.poll(0.1)
+        if msg is not None and msg.error():
+            events.append(msg.error())
+    return events
 
 
 @pytest.mark.parametrize("api", [ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP])
@@ -204,12 +210,7 @@ def test_kip848_heartbeats_the_coordinator_keeps_answering_badly_back_off(
         "group.protocol": "consumer", "auto.offset.reset": "earliest"}))
     try:
         consumer.subscribe([topic_name])
-        events = []
-        deadline = time.monotonic() + FAILING_FOR
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.1)
-            if msg is not None and msg.error():
-                events.append(msg.error())
+        events = poll_for(consumer, FAILING_FOR)
         asked = len(cluster.request_log(since=since, api="ConsumerGroupHeartbeat"))
         assert 4 <= asked <= MOST_REQUESTS, asked
         assert [e.code() for e in events] == [KafkaError._BAD_MSG], events
@@ -311,12 +312,7 @@ def test_a_coordinator_that_keeps_answering_not_coordinator_is_told_once(
         proxy.rewrite_responses(api, not_coordinator, count=None)
         if api != ApiKey.HEARTBEAT:
             consumer.subscribe([topic_name])
-        events = []
-        deadline = time.monotonic() + FAILING_FOR
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.1)
-            if msg is not None and msg.error():
-                events.append(msg.error())
+        events = poll_for(consumer, FAILING_FOR)
         lookups = len(cluster.request_log(since=since, api="FindCoordinator"))
         assert 4 <= lookups <= MOST_REQUESTS + 5, lookups
         assert [e.code() for e in events] == [KafkaError.NOT_COORDINATOR], events

@@ -142,16 +142,17 @@ def proxied_cluster(tmp_path):
     heartbeats every 200 ms, sessions of 3 s) that advertises a ``FaultProxy`` with
     ``follow_frames=True`` in front of it, so every client connection goes through the
     proxy and ``proxy.rewrite_responses`` can change any answer."""
-    from kafka_client._testing.brokers import free_port
     from kafka_client._testing.proxy import FaultProxy
     from kafka_client.testing import Cluster
 
-    broker_port, proxy_port = free_port(), free_port()
-    with FaultProxy("127.0.0.1", broker_port, port=proxy_port, follow_frames=True) as proxy:
-        with Cluster(brokers=1, data_dir=str(tmp_path / "cluster"), ports=[broker_port],
-                     advertised_ports=[proxy_port],
+    # Both on ports bound at once (0): ports picked first were taken by another process
+    # before the cluster bound them now and then (EADDRINUSE).
+    with FaultProxy("127.0.0.1", 9, follow_frames=True) as proxy:
+        with Cluster(brokers=1, data_dir=str(tmp_path / "cluster"),
+                     advertised_ports=[proxy.port],
                      broker_config={"group.consumer.heartbeat.interval.ms": 200,
                                     "group.consumer.session.timeout.ms": 3000}) as cluster:
+            proxy.retarget("127.0.0.1", cluster.brokers[0].port)
             yield cluster, proxy
 
 

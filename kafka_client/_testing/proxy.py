@@ -395,6 +395,12 @@ class FaultProxy:
         """``("127.0.0.1", port)`` the proxy listens on."""
         return (_LOOPBACK, self.port)
 
+    def retarget(self, host: str, port: int) -> None:
+        """Forward the connections accepted from now on to ``host:port``: a broker that
+        advertises this proxy's port binds its own only when it starts (port 0, so no
+        other process can take it between a pick and the bind)."""
+        self.target = (_loopback_only(host), int(port))
+
     @property
     def bootstrap(self) -> str:
         """``"127.0.0.1:PORT"``, for ``bootstrap.servers``."""

@@ -23,7 +23,6 @@ from typing import Any, Callable, Dict, List, Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from kafka_client._testing.brokers import free_port  # noqa: E402
 from kafka_client._testing.proxy import FaultProxy  # noqa: E402
 from kafka_client.testing import Cluster  # noqa: E402
 from kafka_proto.errors import ErrorCode  # noqa: E402
@@ -831,10 +830,11 @@ def main(argv: List[str]) -> None:
         import confluent_kafka as ck
     else:
         import kafka_client as ck
-    broker_port, proxy_port = free_port(), free_port()
-    with FaultProxy("127.0.0.1", broker_port, port=proxy_port, follow_frames=True) as proxy, \
-            Cluster(brokers=1, ports=[broker_port], advertised_ports=[proxy_port],
+    # Ports bound at once (0), not picked first (another process took one now and then)
+    with FaultProxy("127.0.0.1", 9, follow_frames=True) as proxy, \
+            Cluster(brokers=1, advertised_ports=[proxy.port],
                     broker_config={"auto.create.topics.enable": False}) as cluster:
+        proxy.retarget("127.0.0.1", cluster.brokers[0].port)
         cluster.create_topic(TOPIC, partitions=2)
         refusing = Refusing(cluster, proxy)
         result = CASES[case_name](ck, refusing)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 from kafka_client._backoff import retry_delay
 from kafka_client._cluster.cluster import CONNECT_POLL_S
 from kafka_client._cluster.metadata import coordinator_answer
-from kafka_client._net.connection import DISCONNECTED, READY, BrokerConnection
+from kafka_client._net.connection import DISCONNECTED, NEVER_SENT, READY, BrokerConnection
 from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, FindCoordinatorRequest, api_info
@@ -452,6 +452,10 @@ class CallRunner:
 
         def answered(resp: Any, err: Optional[KafkaError]) -> None:
             if call.done:
+                return
+            if err is not None and err.code() in NEVER_SENT:
+                self._finish(call, KafkaError(err.code(), f"{call.name} to {call.target!r}: "
+                                              f"{err.str()}"))
                 return
             if err is not None:
                 self._lost(call, err)

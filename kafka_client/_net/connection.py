@@ -86,6 +86,7 @@ __all__ = [
     "HANDSHAKE",
     "AUTHENTICATING",
     "READY",
+    "NEVER_SENT",
 ]
 
 #: APIs whose latest version the protocol schemas mark unstable but Apache Kafka has
@@ -99,6 +100,12 @@ _log = logging.getLogger("kafka_client.connection")
 DISCONNECTED, CONNECTING, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "HANDSHAKE", "READY"
 TLS_HANDSHAKE, AUTHENTICATING = "TLS_HANDSHAKE", "AUTHENTICATING"
 _SETTING_UP = (CONNECTING, TLS_HANDSHAKE, HANDSHAKE, AUTHENTICATING)
+
+#: The codes :meth:`BrokerConnection.send` fails a request with when it was never written:
+#: it cannot be encoded at the version to use, or the broker serves no version of its API
+#: (also the handshake's failure to agree on one). Sending it again cannot help, unlike
+#: a request lost with its connection.
+NEVER_SENT = frozenset({KafkaError._INVALID_ARG, KafkaError._UNSUPPORTED_FEATURE})
 
 _IOV_MAX = 512  # buffers per sendmsg call (Linux allows 1024)
 #: The longest a throttle time holds a connection's requests back (s; KIP-219). Kafka
@@ -726,7 +733,7 @@ class BrokerConnection:
              for_version: Optional[Callable[[Any, int], None]] = None) -> None:
         """Queue a request (a generated message object). ``callback(response, error)``
         runs on the I/O thread with the decoded response, or with ``(None, KafkaError)``
-        when it failed; for ``expect_response=False`` (acks=0 Produce) it runs with
+        when it failed (with a code in :data:`NEVER_SENT` when it was never written); for ``expect_response=False`` (acks=0 Produce) it runs with
         ``(None, None)`` once the request is handed to the kernel. ``version`` None uses
         the negotiated version. ``timeout`` (s) defaults to ``socket.timeout.ms``.
         A request waiting for the connection stays queued through failed connection

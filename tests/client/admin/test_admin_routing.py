@@ -17,6 +17,8 @@ from kafka_client.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
     ConfigResource,
     ConfigSource,
     NewPartitions,
@@ -222,6 +224,28 @@ def test_a_request_the_broker_drops_fails_after_a_few_tries(admins):
         assert err.code() == KafkaError._TRANSPORT
         assert time.monotonic() - start < 5
         assert len(cluster.requests(ApiKey.DELETE_RECORDS)) == MAX_LOST + 1
+
+
+def test_a_request_that_cannot_be_encoded_fails_at_once_and_is_not_retried(admins):
+    """A value the wire cannot carry (a string over 32,767 bytes) is the caller's error:
+    one failure naming the call and the value's limit, nothing sent, no retry as for a
+    request lost with its connection."""
+    with FakeCluster(nodes=(1,)) as cluster:
+        admin = admins(cluster)
+        start = time.monotonic()
+        err = error_of(admin.create_topics(
+            [NewTopic("t", 1, config={"cleanup.policy": "x" * 40000})])["t"])
+        assert err.code() == KafkaError._INVALID_ARG
+        assert err.str().startswith("CreateTopics to the controller: cannot encode request")
+        assert "32767" in err.str() and "lost with its connection" not in err.str()
+        resource = ConfigResource(ResourceType.TOPIC, "t")
+        resource.add_incremental_config(ConfigEntry(
+            "retention.ms", "y" * 40000, incremental_operation=AlterConfigOpType.SET))
+        err = error_of(admin.incremental_alter_configs([resource])[resource])
+        assert err.code() == KafkaError._INVALID_ARG and "32767" in err.str()
+        assert time.monotonic() - start < 2
+        assert cluster.requests(ApiKey.CREATE_TOPICS) == []
+        assert cluster.requests(ApiKey.INCREMENTAL_ALTER_CONFIGS) == []
 
 
 def test_operation_timeouts_on_the_wire(admins):

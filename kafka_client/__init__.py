@@ -5,6 +5,7 @@ The public names mirror confluent-kafka-python's, at the same module paths
 its imports; docs/migrating.md lists every name and each difference.
 """
 import sys as _sys
+from typing import TYPE_CHECKING
 
 from . import errors
 from ._compat import _VERSION as __version__
@@ -89,21 +90,35 @@ _LAZY = {
     "DeserializingConsumer": (".deserializing_consumer", "DeserializingConsumer"),
 }
 
+if TYPE_CHECKING:
+    # The lazy names' real types for type checkers (they cannot follow __getattr__, and a
+    # user's `from kafka_client import Producer` would otherwise be Any).
+    from . import admin, serialization
+    from .admin import AdminClient
+    from .config import ClientConfig
+    from .consumer.consumer import OFFSET_TAIL, Consumer
+    from .deserializing_consumer import DeserializingConsumer
+    from .producer.producer import Producer
+    from .serializing_producer import SerializingProducer
+
 # Submodules confluent-kafka's top level exposes as attributes.
 _SUBMODULES = ("serialization", "serializing_producer", "deserializing_consumer", "admin")
 
 
-def __getattr__(name: str):
-    import importlib
+# Hidden from type checkers: with every lazy name imported above for them, a misspelt
+# name is then an error for a user's checker instead of an Any from __getattr__.
+if not TYPE_CHECKING:
+    def __getattr__(name: str):
+        import importlib
 
-    if name in _SUBMODULES:
-        return importlib.import_module("." + name, __name__)
-    where = _LAZY.get(name)
-    if where is None:
-        raise AttributeError(f"module 'kafka_client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where[0], __name__), where[1])
-    globals()[name] = value
-    return value
+        if name in _SUBMODULES:
+            return importlib.import_module("." + name, __name__)
+        where = _LAZY.get(name)
+        if where is None:
+            raise AttributeError(f"module 'kafka_client' has no attribute {name!r}")
+        value = getattr(importlib.import_module(where[0], __name__), where[1])
+        globals()[name] = value
+        return value
 
 
 def __dir__():

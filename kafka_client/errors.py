@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple, Union
 
+from kafka_client._error_codes import ErrorCodeConstants
 from kafka_proto.errors import ERRORS_BY_CODE, ErrorCode
 
 __all__ = [
@@ -171,7 +172,7 @@ def _table_retriable(code: int) -> bool:
     return code in _RETRIABLE_LOCAL
 
 
-class KafkaError:
+class KafkaError(ErrorCodeConstants):
     """An error (or event) code with an optional reason and flags.
 
     ``KafkaError(error, reason=None, fatal=False, retriable=False, txn_requires_abort=False)``:
@@ -183,9 +184,8 @@ class KafkaError:
 
     __slots__ = ("_code", "_reason", "_fatal", "_retriable", "_txn_requires_abort")
 
-    # Populated below from _LOCAL_ERRORS and the broker table; declared here for type checkers.
-    NO_ERROR: int = 0
-    UNKNOWN: int = -1
+    # Populated below from _LOCAL_ERRORS and the broker table; ErrorCodeConstants declares
+    # every name for type checkers.
 
     def __init__(
         self,

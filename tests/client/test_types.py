@@ -23,6 +23,7 @@ from kafka_client import (
     Message,
     TopicPartition,
 )
+from kafka_client._error_codes import ErrorCodeConstants
 from kafka_client.errors import client_error
 from kafka_client.types import error_event
 
@@ -64,6 +65,17 @@ def test_every_shared_constant_equals_confluents():
     local = [n for n in _ck_constant_names() if n.startswith("_")]
     assert all(hasattr(KafkaError, n) for n in local)  # every local code is present
     assert len(shared) >= len(local) + 9
+
+
+def test_every_code_constant_is_declared_for_type_checkers():
+    """The constants are set at import; a user's type checker sees only the names
+    ErrorCodeConstants declares: the two sets are the same (both ways)."""
+    declared = set(ErrorCodeConstants.__annotations__)
+    installed = {n for n, v in vars(KafkaError).items()
+                 if n.lstrip("_")[:1].isupper() and isinstance(v, int)}
+    assert installed - declared == set()
+    assert declared - installed == set()
+    assert len(declared) > 200
 
 
 @pytest.mark.skipif(not HAVE_TABLE, reason="kafka_proto._error_table not generated yet")

@@ -18,7 +18,18 @@ import concurrent.futures
 import threading
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Set,
+    TypeVar,
+    Union,
+    overload,
+)
 
 from kafka_client._cluster.calls import CallRunner, PartitionKey
 from kafka_client._cluster.telemetry import Sample, producer_samples
@@ -34,17 +45,30 @@ from kafka_client._model import (
 )
 from kafka_client.admin import _operations as ops
 from kafka_client.admin._acl import AclBinding, AclBindingFilter
-from kafka_client.admin._config import AlterConfigOpType, ConfigResource
-from kafka_client.admin._groups import GroupMetadata
+from kafka_client.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from kafka_client.admin._groups import (
+    ConsumerGroupDescription,
+    GroupMetadata,
+    ListConsumerGroupsResult,
+)
 from kafka_client.admin._scram import (
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialAlteration,
     UserScramCredentialDeletion,
+    UserScramCredentialsDescription,
     UserScramCredentialUpsertion,
     salted_password,
 )
-from kafka_client.admin._topics import NewPartitions, NewTopic, OffsetSpec
+from kafka_client.admin._topics import (
+    DeletedRecords,
+    DescribeClusterResult,
+    ListOffsetsResultInfo,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+    TopicDescription,
+)
 from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_client.types import OFFSET_INVALID, TopicPartition
 
@@ -238,7 +262,7 @@ class AdminClient(ClientBase):
     def create_topics(self, new_topics: List[NewTopic], *,
                       operation_timeout: Optional[float] = None,
                       request_timeout: Optional[float] = None,
-                      validate_only: bool = False) -> Dict[str, Future]:
+                      validate_only: bool = False) -> Dict[str, Future[None]]:
         """Create topics. Returns ``{topic: future}``; each future's result is None.
 
         Names that Kafka does not allow (empty, ``.``/``..``, longer than 249
@@ -259,7 +283,7 @@ class AdminClient(ClientBase):
         return futures
 
     def delete_topics(self, topics: List[str], *, operation_timeout: Optional[float] = None,
-                      request_timeout: Optional[float] = None) -> Dict[str, Future]:
+                      request_timeout: Optional[float] = None) -> Dict[str, Future[None]]:
         """Delete topics. Returns ``{topic: future}``; each future's result is None."""
         if not isinstance(topics, list):
             raise TypeError(f"argument 1 must be list, not {type(topics).__name__}")
@@ -279,7 +303,7 @@ class AdminClient(ClientBase):
     def create_partitions(self, new_partitions: List[NewPartitions], *,
                           operation_timeout: Optional[float] = None,
                           request_timeout: Optional[float] = None,
-                          validate_only: bool = False) -> Dict[str, Future]:
+                          validate_only: bool = False) -> Dict[str, Future[None]]:
         """Grow topics to ``new_total_count`` partitions. Returns ``{topic: future}``;
         each future's result is None."""
         _check_list(new_partitions, "NewPartitions objects")
@@ -302,7 +326,8 @@ class AdminClient(ClientBase):
 
     def describe_topics(self, topics: TopicCollection, *,
                         include_authorized_operations: bool = False,
-                        request_timeout: Optional[float] = None) -> Dict[str, Future]:
+                        request_timeout: Optional[float] = None
+                        ) -> Dict[str, Future[TopicDescription]]:
         """Describe topics. Returns ``{topic: future}``; each result is a
         :class:`~kafka_client.admin.TopicDescription`."""
         if not isinstance(topics, TopicCollection):
@@ -326,7 +351,8 @@ class AdminClient(ClientBase):
         return futures
 
     def describe_cluster(self, *, include_authorized_operations: bool = False,
-                         request_timeout: Optional[float] = None) -> Future:
+                         request_timeout: Optional[float] = None
+                         ) -> Future[DescribeClusterResult]:
         """Describe the cluster: the future's result is a
         :class:`~kafka_client.admin.DescribeClusterResult`."""
         opts = self._options(request_timeout,
@@ -340,7 +366,8 @@ class AdminClient(ClientBase):
     # -- configs ---------------------------------------------------------------------------
     def describe_configs(self, resources: List[ConfigResource], *,
                          request_timeout: Optional[float] = None,
-                         broker: Optional[int] = None) -> Dict[ConfigResource, Future]:
+                         broker: Optional[int] = None
+                         ) -> Dict[ConfigResource, Future[Dict[str, ConfigEntry]]]:
         """Describe resources' configurations. Returns ``{resource: future}``; each
         result is ``{name: ConfigEntry}``. BROKER resources go to that broker, the others
         to any broker (or ``broker``)."""
@@ -352,7 +379,7 @@ class AdminClient(ClientBase):
 
     def alter_configs(self, resources: List[ConfigResource], *,
                       request_timeout: Optional[float] = None, validate_only: bool = False,
-                      broker: Optional[int] = None) -> Dict[ConfigResource, Future]:
+                      broker: Optional[int] = None) -> Dict[ConfigResource, Future[None]]:
         """Replace resources' whole configurations with their ``set_config`` entries
         (entries left out go back to their defaults). Deprecated, as in confluent-kafka:
         use :meth:`incremental_alter_configs`. Each future's result is None."""
@@ -374,7 +401,7 @@ class AdminClient(ClientBase):
                                   request_timeout: Optional[float] = None,
                                   validate_only: bool = False,
                                   broker: Optional[int] = None
-                                  ) -> Dict[ConfigResource, Future]:
+                                  ) -> Dict[ConfigResource, Future[None]]:
         """Apply each resource's ``incremental_configs`` (SET, DELETE, APPEND, SUBTRACT
         per :class:`~kafka_client.admin.ConfigEntry`); the rest stays as it is. Each
         future's result is None."""
@@ -424,7 +451,7 @@ class AdminClient(ClientBase):
     def delete_records(self, topic_partition_offsets: List[TopicPartition], *,
                        request_timeout: Optional[float] = None,
                        operation_timeout: Optional[float] = None
-                       ) -> Dict[TopicPartition, Future]:
+                       ) -> Dict[TopicPartition, Future[DeletedRecords]]:
         """Delete the records before each partition's ``offset`` (OFFSET_END, -1: all of
         them). Returns ``{TopicPartition: future}``; each result is a
         :class:`~kafka_client.admin.DeletedRecords`."""
@@ -441,7 +468,7 @@ class AdminClient(ClientBase):
     def list_offsets(self, topic_partition_offsets: Dict[TopicPartition, OffsetSpec], *,
                      isolation_level: Optional[IsolationLevel] = None,
                      request_timeout: Optional[float] = None
-                     ) -> Dict[TopicPartition, Future]:
+                     ) -> Dict[TopicPartition, Future[ListOffsetsResultInfo]]:
         """The earliest, latest, max-timestamp or by-timestamp offset of partitions.
         Returns ``{TopicPartition: future}`` (keys carry the spec's number as offset);
         each result is a :class:`~kafka_client.admin.ListOffsetsResultInfo`."""
@@ -481,7 +508,8 @@ class AdminClient(ClientBase):
     # -- consumer groups ---------------------------------------------------------------------
     def list_consumer_groups(self, *, request_timeout: Optional[float] = None,
                              states: Optional[Set[ConsumerGroupState]] = None,
-                             types: Optional[Set[ConsumerGroupType]] = None) -> Future:
+                             types: Optional[Set[ConsumerGroupType]] = None
+                             ) -> Future[ListConsumerGroupsResult]:
         """List the consumer groups of every broker, optionally only those in ``states``
         or of ``types``. The result is a
         :class:`~kafka_client.admin.ListConsumerGroupsResult`."""
@@ -502,7 +530,7 @@ class AdminClient(ClientBase):
     def describe_consumer_groups(self, group_ids: List[str], *,
                                  include_authorized_operations: bool = False,
                                  request_timeout: Optional[float] = None
-                                 ) -> Dict[str, Future]:
+                                 ) -> Dict[str, Future[ConsumerGroupDescription]]:
         """Describe consumer groups (asked from each group's coordinator). Returns
         ``{group_id: future}``; each result is a
         :class:`~kafka_client.admin.ConsumerGroupDescription`."""
@@ -517,7 +545,8 @@ class AdminClient(ClientBase):
         return futures
 
     def delete_consumer_groups(self, group_ids: List[str], *,
-                               request_timeout: Optional[float] = None) -> Dict[str, Future]:
+                               request_timeout: Optional[float] = None
+                               ) -> Dict[str, Future[None]]:
         """Delete consumer groups (empty ones: a group with members fails with
         NON_EMPTY_GROUP). Returns ``{group_id: future}``; each result is None."""
         self._check_groups(group_ids, "deleted")
@@ -541,7 +570,7 @@ class AdminClient(ClientBase):
                                     List[ConsumerGroupTopicPartitions], *,
                                     require_stable: bool = False,
                                     request_timeout: Optional[float] = None
-                                    ) -> Dict[str, Future]:
+                                    ) -> Dict[str, Future[ConsumerGroupTopicPartitions]]:
         """The committed offsets of one group (of its listed partitions, or of all).
         Returns ``{group_id: future}``; the result is a
         :class:`~kafka_client.ConsumerGroupTopicPartitions` whose partitions carry the
@@ -559,7 +588,7 @@ class AdminClient(ClientBase):
     def alter_consumer_group_offsets(self, alter_consumer_group_offsets_request:
                                      List[ConsumerGroupTopicPartitions], *,
                                      request_timeout: Optional[float] = None
-                                     ) -> Dict[str, Future]:
+                                     ) -> Dict[str, Future[ConsumerGroupTopicPartitions]]:
         """Commit offsets for a group that has no active members. Returns ``{group_id:
         future}``; the result is a :class:`~kafka_client.ConsumerGroupTopicPartitions`
         whose partitions carry their own error (or None)."""
@@ -601,9 +630,20 @@ class AdminClient(ClientBase):
                                               "Failed to list groups: timed out")) from None
 
     # -- SCRAM credentials -------------------------------------------------------------------
-    def describe_user_scram_credentials(self, users: Optional[List[str]] = None, *,
-                                        request_timeout: Optional[float] = None
-                                        ) -> Union[Future, Dict[str, Future]]:
+    @overload
+    def describe_user_scram_credentials(
+            self, users: None = None, *, request_timeout: Optional[float] = None
+    ) -> Future[Dict[str, UserScramCredentialsDescription]]: ...
+
+    @overload
+    def describe_user_scram_credentials(
+            self, users: List[str], *, request_timeout: Optional[float] = None
+    ) -> Dict[str, Future[UserScramCredentialsDescription]]: ...
+
+    def describe_user_scram_credentials(
+            self, users: Optional[List[str]] = None, *, request_timeout: Optional[float] = None
+    ) -> Union[Future[Dict[str, UserScramCredentialsDescription]],
+               Dict[str, Future[UserScramCredentialsDescription]]]:
         """The SASL/SCRAM credentials (mechanisms and iteration counts) of ``users``:
         ``{user: future}``, each result a
         :class:`~kafka_client.admin.UserScramCredentialsDescription` (a user without
@@ -632,7 +672,7 @@ class AdminClient(ClientBase):
 
     def alter_user_scram_credentials(self, alterations: List[UserScramCredentialAlteration],
                                      *, request_timeout: Optional[float] = None
-                                     ) -> Dict[str, Future]:
+                                     ) -> Dict[str, Future[None]]:
         """Upsert or delete SASL/SCRAM credentials. Returns ``{user: future}``; each
         result is None. An upsertion's password is salted here (PBKDF2 with the
         mechanism's HMAC, RFC 5802; a random salt when it has none): only the salt and
@@ -669,7 +709,8 @@ class AdminClient(ClientBase):
     def elect_leaders(self, election_type: ElectionType,
                       partitions: Optional[List[TopicPartition]] = None, *,
                       operation_timeout: Optional[float] = None,
-                      request_timeout: Optional[float] = None) -> Future:
+                      request_timeout: Optional[float] = None
+                      ) -> Future[Dict[TopicPartition, Optional[KafkaError]]]:
         """Elect the preferred replica (``ElectionType.PREFERRED``) or, when no in-sync
         replica is left, any live one (``ElectionType.UNCLEAN``) as the leader of
         ``partitions`` (None: every partition). The future's result is
@@ -694,7 +735,8 @@ class AdminClient(ClientBase):
 
     # -- ACLs --------------------------------------------------------------------------------
     def create_acls(self, acls: List[AclBinding], *,
-                    request_timeout: Optional[float] = None) -> Dict[AclBinding, Future]:
+                    request_timeout: Optional[float] = None
+                    ) -> Dict[AclBinding, Future[None]]:
         """Create ACL bindings. Returns ``{binding: future}``; each result is None."""
         _check_list(acls, "AclBinding objects", sized=True)
         if len(set(acls)) != len(acls):
@@ -709,7 +751,7 @@ class AdminClient(ClientBase):
         return futures
 
     def describe_acls(self, acl_binding_filter: AclBindingFilter, *,
-                      request_timeout: Optional[float] = None) -> Future:
+                      request_timeout: Optional[float] = None) -> Future[List[AclBinding]]:
         """The ACL bindings matching a filter: the future's result is a list of
         :class:`~kafka_client.admin.AclBinding`."""
         if not isinstance(acl_binding_filter, AclBindingFilter):
@@ -721,7 +763,7 @@ class AdminClient(ClientBase):
 
     def delete_acls(self, acl_binding_filters: List[AclBindingFilter], *,
                     request_timeout: Optional[float] = None
-                    ) -> Dict[AclBindingFilter, Future]:
+                    ) -> Dict[AclBindingFilter, Future[List[AclBinding]]]:
         """Delete the ACL bindings matching each filter. Returns ``{filter: future}``;
         each result is the list of :class:`~kafka_client.admin.AclBinding` deleted."""
         _check_list(acl_binding_filters, "AclBindingFilter objects", sized=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from enum import Enum
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .errors import SerializationError
 
@@ -241,6 +241,11 @@ class IntegerDeserializer(_StructDeserializer):
     __slots__ = ()
     _format = struct.Struct(">i")
 
+    if TYPE_CHECKING:
+        # What _StructDeserializer.__call__ returns here, for type checkers
+        def __call__(self, value: Optional[bytes], ctx: Optional[SerializationContext] = None
+                     ) -> Optional[int]: ...
+
 
 class DoubleSerializer(_StructSerializer):
     """``float`` -> 8 bytes IEEE 754, big-endian (Java's DoubleSerializer); None stays None."""
@@ -254,3 +259,8 @@ class DoubleDeserializer(_StructDeserializer):
 
     __slots__ = ()
     _format = struct.Struct(">d")
+
+    if TYPE_CHECKING:
+        # What _StructDeserializer.__call__ returns here, for type checkers
+        def __call__(self, value: Optional[bytes], ctx: Optional[SerializationContext] = None
+                     ) -> Optional[float]: ...

@@ -1,0 +1,311 @@
+"""A user's program, as docs/*.md write them, for mypy (tests/test_typing.py); never run.
+
+It is type-checked with ``--strict`` against the package as installed (py.typed): every
+public name it uses must resolve to a real type, and ``assert_type`` pins the types the
+documented calls return, so a hint that turns into ``Any`` or a wrong type fails the check.
+"""
+import asyncio
+import json
+from concurrent.futures import Future
+from typing import Any, Dict, List, Optional, Tuple
+
+from typing_extensions import assert_type
+
+from kafka_client import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_TAIL,
+    AdminClient,
+    Consumer,
+    DeserializingConsumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    SerializingProducer,
+    TopicPartition,
+)
+from kafka_client.admin import (
+    AlterConfigOpType,
+    ClusterMetadata,
+    ConfigEntry,
+    ConfigResource,
+    ConsumerGroupDescription,
+    DescribeClusterResult,
+    ListConsumerGroupsResult,
+    NewPartitions,
+    NewTopic,
+    TopicDescription,
+    TopicMetadata,
+    UserScramCredentialsDescription,
+)
+from kafka_client.aio import AIOConsumer, AIOProducer
+from kafka_client.error import ConsumeError, ProduceError
+from kafka_client.producer.idempotence import NOT_PERSISTED, PERSISTED
+from kafka_client.producer.partitioners import get_partitioner
+from kafka_client.serialization import (
+    DoubleDeserializer,
+    IntegerDeserializer,
+    IntegerSerializer,
+    MessageField,
+    SerializationContext,
+    StringDeserializer,
+    StringSerializer,
+)
+from kafka_client.testing import Cluster
+from kafka_client import TopicCollection
+
+BOOTSTRAP = "localhost:9092"
+
+
+# -- errors ------------------------------------------------------------------------------
+def check_error(exc: KafkaException) -> Tuple[int, str, bool]:
+    err = exc.args[0]
+    assert isinstance(err, KafkaError)
+    assert_type(exc.error, Optional[KafkaError])
+    assert_type(err.code(), int)
+    assert_type(err.name(), str)
+    assert_type(err.str(), str)
+    # The codes are class attributes (librdkafka's names, local ones with "_")
+    if err.code() in (KafkaError._INVALID_ARG, KafkaError.MSG_SIZE_TOO_LARGE,
+                      KafkaError._PARTITION_EOF, KafkaError.NOT_LEADER_OR_FOLLOWER):
+        return err.code(), err.str(), err.retriable()
+    assert_type(KafkaError(KafkaError._STATE, "why"), KafkaError)
+    return err.code(), repr(err), err.fatal() or err.txn_requires_abort()
+
+
+# -- producer ----------------------------------------------------------------------------
+delivered: List[Tuple[Optional[int], Optional[int], Any, Any]] = []
+
+
+def on_delivery(err: Optional[KafkaError], msg: Message) -> None:
+    if err is not None:
+        print(f"{msg.topic()}[{msg.partition()}]: delivery failed: {err.str()}")
+    else:
+        delivered.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+
+
+def produce() -> None:
+    with Producer({"bootstrap.servers": BOOTSTRAP, "linger.ms": 10}) as producer:
+        assert_type(producer, Producer)
+        for i in range(100):
+            producer.produce("docs-quickstart", value=b"message %d" % i,
+                             key=b"user-%d" % (i % 7), headers={"source": "docs"},
+                             on_delivery=on_delivery)
+            assert_type(producer.poll(0), int)
+        producer.produce("docs", "text", partition=0, headers=[("n", b"1"), ("m", None)],
+                         on_delivery=lambda err, msg: print(err, msg.offset()))
+        assert_type(producer.flush(30), int)
+        assert_type(len(producer), int)
+        assert_type(producer.produce_batch("docs-batch", [b"a", b"b"], on_delivery=on_delivery),
+                    int)
+        md = producer.list_topics("docs-quickstart", timeout=10)
+        assert_type(md, ClusterMetadata)
+        topic = md.topics["docs-quickstart"]
+        assert_type(topic, TopicMetadata)
+        print(len(md.brokers), len(topic.partitions), producer.cluster_id(5))
+        producer.purge(in_flight=False)
+    producer = Producer(bootstrap_servers=BOOTSTRAP, linger_ms=10)
+    assert_type(producer.close(), bool)
+    murmur2 = get_partitioner("murmur2")
+    print(murmur2(b"alice", 6))
+
+
+def statuses() -> None:
+    seen: List[Tuple[Optional[KafkaError], int]] = []
+
+    def report(err: Optional[KafkaError], msg: Message) -> None:
+        assert hasattr(msg, "status")
+
+    with Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True,
+                   "stats_cb": lambda doc: print(json.loads(doc))}) as producer:
+        producer.produce("docs-idempotent", b"x", on_delivery=report)
+    assert seen == [] or seen[0][1] in (PERSISTED, NOT_PERSISTED)
+
+
+def transaction(consumer: Consumer) -> None:
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "transactional.id": "loader"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.produce("orders", b"order", key=b"1", partition=0)
+    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                         consumer.consumer_group_metadata())
+    try:
+        producer.commit_transaction(30)
+    except KafkaException as exc:
+        if exc.args[0].fatal():
+            raise
+        producer.abort_transaction()
+    producer.close()
+
+
+# -- consumer ----------------------------------------------------------------------------
+def consume() -> List[bytes]:
+    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "docs-group",
+                         "enable.partition.eof": True})
+    tp = TopicPartition("docs-consume", 0, OFFSET_BEGINNING)
+    assert_type(tp.topic, str)
+    assert_type(tp.partition, int)
+    assert_type(tp.offset, int)
+    assert_type(tp.error, Optional[KafkaError])
+    assert_type(tp.metadata, Optional[str])
+    assert_type(tp.leader_epoch, Optional[int])
+    consumer.assign([tp])
+    consumer.seek(TopicPartition("docs-consume", 0, OFFSET_TAIL(3)))
+    values: List[bytes] = []
+    msg = consumer.poll(1.0)
+    assert_type(msg, Optional[Message])
+    if msg is not None and msg.error() is None:
+        assert_type(msg.topic(), Optional[str])
+        assert_type(msg.partition(), Optional[int])
+        assert_type(msg.offset(), Optional[int])
+        assert_type(msg.timestamp(), Tuple[int, int])
+        assert_type(msg.headers(), Optional[List[Tuple[str, Optional[bytes]]]])
+        assert_type(msg.leader_epoch(), Optional[int])
+        assert_type(len(msg), int)
+    for m in consumer.consume(100, timeout=1.0):
+        assert_type(m, Message)
+        err = m.error()
+        if err is not None:
+            print("event:", err.str(), err.code() == KafkaError._PARTITION_EOF)
+            continue
+        value = m.value()
+        if isinstance(value, bytes):
+            values.append(value)
+        consumer.store_offsets(m)
+    assert_type(consumer.assignment(), List[TopicPartition])
+    assert_type(consumer.position([tp]), List[TopicPartition])
+    assert_type(consumer.committed([tp], timeout=10), List[TopicPartition])
+    assert_type(consumer.get_watermark_offsets(tp, cached=True), Tuple[int, int])
+    assert_type(consumer.offsets_for_times([tp], timeout=10), List[TopicPartition])
+    assert_type(consumer.memberid(), Optional[str])
+    consumer.pause([tp])
+    consumer.resume([tp])
+    done = consumer.commit(asynchronous=False)
+    assert_type(done, Optional[List[TopicPartition]])
+    consumer.unassign()
+    consumer.close()
+    return values
+
+
+def subscribe() -> None:
+    log: List[Tuple[str, List[TopicPartition]]] = []
+    member = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "docs-group",
+                       "on_commit": lambda err, parts: print(err, parts)})
+    member.subscribe(["docs-consume"],
+                     on_assign=lambda c, parts: log.append(("assign", parts)),
+                     on_revoke=lambda c, parts: log.append(("revoke", parts)))
+    member.close()
+
+
+def consume_arrow() -> int:
+    with Consumer({"bootstrap.servers": BOOTSTRAP}) as consumer:
+        consumer.assign([TopicPartition("docs-consume", 0, 0)])
+        table = consumer.consume_arrow(100, timeout=10)
+        rows: int = table.num_rows
+        return rows
+
+
+# -- serializing clients -----------------------------------------------------------------
+def serializing() -> None:
+    producer = SerializingProducer({"bootstrap.servers": BOOTSTRAP,
+                                    "key.serializer": StringSerializer("utf_8"),
+                                    "value.serializer": IntegerSerializer()})
+    producer.produce("numbers", key="one", value=1, on_delivery=on_delivery)
+    producer.flush(10)
+    ctx = SerializationContext("numbers", MessageField.VALUE)
+    assert_type(IntegerSerializer()(1, ctx), Optional[bytes])
+    assert_type(IntegerDeserializer()(b"\0\0\0\1", ctx), Optional[int])
+    assert_type(DoubleDeserializer()(b"\0" * 8, ctx), Optional[float])
+    assert_type(StringDeserializer()(b"x", ctx), Optional[str])
+    consumer = DeserializingConsumer({"bootstrap.servers": BOOTSTRAP,
+                                      "group.id": "numbers",
+                                      "key.deserializer": StringDeserializer("utf_8"),
+                                      "value.deserializer": IntegerDeserializer()})
+    consumer.subscribe(["numbers"])
+    try:
+        msg = consumer.poll(1.0)
+    except ConsumeError as exc:
+        print(exc.code, exc.kafka_message)
+    else:
+        if msg is not None:
+            print(msg.key(), msg.value())
+    consumer.close()
+    try:
+        producer.produce("numbers", key="two", value=2)
+    except ProduceError as exc:
+        print(exc.name, exc.exception)
+
+
+# -- admin -------------------------------------------------------------------------------
+def admin() -> None:
+    client = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    futures = client.create_topics([NewTopic("orders", 6, 1,
+                                             config={"retention.ms": "86400000"})])
+    for topic, future in futures.items():
+        assert_type(topic, str)
+        assert_type(future, "Future[None]")
+        future.result()
+    client.create_partitions([NewPartitions("orders", 8)])["orders"].result()
+    res = ConfigResource("topic", "orders")
+    configs = client.describe_configs([res])[res].result()
+    assert_type(configs, Dict[str, ConfigEntry])
+    print(configs["retention.ms"].value, configs["retention.ms"].source)
+    res = ConfigResource("topic", "orders", incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([res])[res].result()
+    described = client.describe_topics(TopicCollection(["orders"]))["orders"].result()
+    assert_type(described, TopicDescription)
+    print(described.name, len(described.partitions))
+    cluster = client.describe_cluster().result()
+    assert_type(cluster, DescribeClusterResult)
+    print(cluster.cluster_id, cluster.controller)
+    groups = client.list_consumer_groups().result()
+    assert_type(groups, ListConsumerGroupsResult)
+    for listing in groups.valid or []:
+        group = client.describe_consumer_groups([listing.group_id])[listing.group_id]
+        assert_type(group.result(), ConsumerGroupDescription)
+    all_users = client.describe_user_scram_credentials()
+    assert_type(all_users.result(), Dict[str, UserScramCredentialsDescription])
+    alice = client.describe_user_scram_credentials(["alice"])["alice"]
+    assert_type(alice.result(), UserScramCredentialsDescription)
+    for _topic, deleted in client.delete_topics(["orders"]).items():
+        deleted.result()
+    client.close()
+
+
+# -- asyncio -----------------------------------------------------------------------------
+async def aio_main(bootstrap: str) -> Tuple[List[Message], List[Message]]:
+    async with AIOProducer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
+        futures = [await producer.produce("events", b"value %d" % i) for i in range(1000)]
+        assert_type(futures[0], "asyncio.Future[Message]")
+        delivered = await asyncio.gather(*futures)
+        assert_type(await producer.flush(), int)
+    async with AIOConsumer({"bootstrap.servers": bootstrap}) as consumer:
+        await consumer.assign([TopicPartition("events", 0, OFFSET_BEGINNING)])
+        batch = await consumer.consume(500, timeout=1.0)
+        assert_type(batch, List[Message])
+        assert_type(await consumer.poll(0.1), Optional[Message])
+    return list(delivered), batch
+
+
+# -- the test cluster --------------------------------------------------------------------
+def test_cluster() -> None:
+    with Cluster(brokers=3) as cluster:
+        cluster.create_topic("orders", partitions=3, replication_factor=3,
+                             config={"min.insync.replicas": 2})
+        p = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                      "enable.idempotence": True, "acks": "all"})
+        p.produce("orders", b"one")
+        assert_type(cluster.move_leader("orders", 0), int)
+        cluster.inject_errors("Produce", ["NOT_LEADER_OR_FOLLOWER"])
+        cluster.stop_broker(2)
+        assert p.flush(30) == 0
+        cluster.start_broker(2)
+        retried = [e for e in cluster.request_log(api="Produce") if e.errors]
+        print(len(retried), OFFSET_END)
+        p.close()
+
+
+if __name__ == "__main__":
+    print(asyncio.run(aio_main(BOOTSTRAP)))

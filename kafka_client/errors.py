@@ -22,6 +22,7 @@ hands to the application carry it.
 """
 from __future__ import annotations
 
+import builtins
 from typing import Any, Dict, Optional, Tuple, Union
 
 from kafka_client._error_codes import ErrorCodeConstants
@@ -233,7 +234,8 @@ class KafkaError(ErrorCodeConstants):
         """True if the current transaction must be aborted (the producer stays usable)."""
         return self._txn_requires_abort
 
-    def __repr__(self) -> str:
+    # builtins.str: in this class body below the str() method, `str` names that method
+    def __repr__(self) -> builtins.str:
         flag = "FATAL," if self._fatal else ""
         return f'KafkaError{{{flag}code={self.name()},val={self._code},str="{self.str()}"}}'
 

@@ -33,15 +33,17 @@ class _Unset:
         return "<default>"
 
 
-_UNSET = _Unset()
+# Any: the generated constructors' "not given" default, whatever the field's type.
+_UNSET: Any = _Unset()
 
 # One row per field: versions are inclusive bounds (None when never), struct is the element
 # or field class for struct types.
-_F = FieldSpec = namedtuple(
+FieldSpec = namedtuple(
     "FieldSpec",
     "name type min_version max_version nullable_min nullable_max tag tagged_min tagged_max "
     "ignorable struct",
 )
+_F = FieldSpec  # (separately: type checkers see no named tuple in a chained assignment)
 
 
 def _check_version(cls, version):

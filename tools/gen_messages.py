@@ -830,8 +830,10 @@ HINTS = {"int8": "int", "int16": "int", "uint16": "int", "int32": "int", "uint32
 
 
 def type_hint(msg: MessageDef, f: FieldDef) -> str:
-    """Annotation for a constructor parameter (a string, never evaluated at import)."""
-    elem = f.struct.qualname if f.is_struct else HINTS[f.elem]
+    """Annotation for a constructor parameter (a string, never evaluated at import).
+    A struct is named by its module-level class: type checkers take the alias in the
+    top-level class's body (FetchRequest.FetchTopic) for a variable, not a type."""
+    elem = f.struct.pyname if f.is_struct else HINTS[f.elem]
     hint = f"List[{elem}]" if f.is_array else elem
     lo, hi = msg.valid
     nullable = f.nullable is not None and f.nullable[0] <= hi

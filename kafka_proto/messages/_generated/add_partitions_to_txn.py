@@ -103,7 +103,7 @@ class _AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(_Struct):
         producer_id: int = 0,
         producer_epoch: int = 0,
         verify_only: bool = False,
-        topics: List[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = _UNSET,
+        topics: List[_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.transactional_id = transactional_id
@@ -215,11 +215,11 @@ class AddPartitionsToTxnRequest(_Message):
     def __init__(
         self,
         *,
-        transactions: List[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction] = _UNSET,
+        transactions: List[_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction] = _UNSET,
         v3_and_below_transactional_id: str = '',
         v3_and_below_producer_id: int = 0,
         v3_and_below_producer_epoch: int = 0,
-        v3_and_below_topics: List[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = _UNSET,
+        v3_and_below_topics: List[_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.transactions = [] if transactions is _UNSET else transactions
@@ -380,7 +380,7 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(_Struct):
         self,
         *,
         name: str = '',
-        results_by_partition: List[AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult] = _UNSET,
+        results_by_partition: List[_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -440,7 +440,7 @@ class _AddPartitionsToTxnResponse_AddPartitionsToTxnResult(_Struct):
         self,
         *,
         transactional_id: str = '',
-        topic_results: List[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = _UNSET,
+        topic_results: List[_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.transactional_id = transactional_id
@@ -523,8 +523,8 @@ class AddPartitionsToTxnResponse(_Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        results_by_transaction: List[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = _UNSET,
-        results_by_topic_v3_and_below: List[AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult] = _UNSET,
+        results_by_transaction: List[_AddPartitionsToTxnResponse_AddPartitionsToTxnResult] = _UNSET,
+        results_by_topic_v3_and_below: List[_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -100,7 +100,7 @@ class AddRaftVoterRequest(_Message):
         timeout_ms: int = 0,
         voter_id: int = 0,
         voter_directory_id: UUID = _ZERO_UUID,
-        listeners: List[AddRaftVoterRequest.Listener] = _UNSET,
+        listeners: List[_AddRaftVoterRequest_Listener] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.cluster_id = cluster_id

@@ -141,8 +141,8 @@ class _AlterClientQuotasRequest_EntryData(_Struct):
     def __init__(
         self,
         *,
-        entity: List[AlterClientQuotasRequest.EntityData] = _UNSET,
-        ops: List[AlterClientQuotasRequest.OpData] = _UNSET,
+        entity: List[_AlterClientQuotasRequest_EntityData] = _UNSET,
+        ops: List[_AlterClientQuotasRequest_OpData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.entity = [] if entity is _UNSET else entity
@@ -215,7 +215,7 @@ class AlterClientQuotasRequest(_Message):
     def __init__(
         self,
         *,
-        entries: List[AlterClientQuotasRequest.EntryData] = _UNSET,
+        entries: List[_AlterClientQuotasRequest_EntryData] = _UNSET,
         validate_only: bool = False,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -326,7 +326,7 @@ class _AlterClientQuotasResponse_EntryData(_Struct):
         *,
         error_code: int = 0,
         error_message: Optional[str] = '',
-        entity: List[AlterClientQuotasResponse.EntityData] = _UNSET,
+        entity: List[_AlterClientQuotasResponse_EntityData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code
@@ -392,7 +392,7 @@ class AlterClientQuotasResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        entries: List[AlterClientQuotasResponse.EntryData] = _UNSET,
+        entries: List[_AlterClientQuotasResponse_EntryData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -89,7 +89,7 @@ class _AlterConfigsRequest_AlterConfigsResource(_Struct):
         *,
         resource_type: int = 0,
         resource_name: str = '',
-        configs: List[AlterConfigsRequest.AlterableConfig] = _UNSET,
+        configs: List[_AlterConfigsRequest_AlterableConfig] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.resource_type = resource_type
@@ -157,7 +157,7 @@ class AlterConfigsRequest(_Message):
     def __init__(
         self,
         *,
-        resources: List[AlterConfigsRequest.AlterConfigsResource] = _UNSET,
+        resources: List[_AlterConfigsRequest_AlterConfigsResource] = _UNSET,
         validate_only: bool = False,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -280,7 +280,7 @@ class AlterConfigsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        responses: List[AlterConfigsResponse.AlterConfigsResourceResponse] = _UNSET,
+        responses: List[_AlterConfigsResponse_AlterConfigsResourceResponse] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

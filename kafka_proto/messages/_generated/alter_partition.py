@@ -101,7 +101,7 @@ class _AlterPartitionRequest_PartitionData(_Struct):
         partition_index: int = 0,
         leader_epoch: int = 0,
         new_isr: List[int] = _UNSET,
-        new_isr_with_epochs: List[AlterPartitionRequest.BrokerState] = _UNSET,
+        new_isr_with_epochs: List[_AlterPartitionRequest_BrokerState] = _UNSET,
         leader_recovery_state: int = 0,
         partition_epoch: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -197,7 +197,7 @@ class _AlterPartitionRequest_TopicData(_Struct):
         *,
         topic_name: str = '',
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[AlterPartitionRequest.PartitionData] = _UNSET,
+        partitions: List[_AlterPartitionRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -271,7 +271,7 @@ class AlterPartitionRequest(_Message):
         *,
         broker_id: int = 0,
         broker_epoch: int = -1,
-        topics: List[AlterPartitionRequest.TopicData] = _UNSET,
+        topics: List[_AlterPartitionRequest_TopicData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.broker_id = broker_id
@@ -405,7 +405,7 @@ class _AlterPartitionResponse_TopicData(_Struct):
         *,
         topic_name: str = '',
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[AlterPartitionResponse.PartitionData] = _UNSET,
+        partitions: List[_AlterPartitionResponse_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -477,7 +477,7 @@ class AlterPartitionResponse(_Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        topics: List[AlterPartitionResponse.TopicData] = _UNSET,
+        topics: List[_AlterPartitionResponse_TopicData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -88,7 +88,7 @@ class _AlterPartitionReassignmentsRequest_ReassignableTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[AlterPartitionReassignmentsRequest.ReassignablePartition] = _UNSET,
+        partitions: List[_AlterPartitionReassignmentsRequest_ReassignablePartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -148,7 +148,7 @@ class AlterPartitionReassignmentsRequest(_Message):
         self,
         *,
         timeout_ms: int = 60000,
-        topics: List[AlterPartitionReassignmentsRequest.ReassignableTopic] = _UNSET,
+        topics: List[_AlterPartitionReassignmentsRequest_ReassignableTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.timeout_ms = timeout_ms
@@ -245,7 +245,7 @@ class _AlterPartitionReassignmentsResponse_ReassignableTopicResponse(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse] = _UNSET,
+        partitions: List[_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -308,7 +308,7 @@ class AlterPartitionReassignmentsResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = '',
-        responses: List[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = _UNSET,
+        responses: List[_AlterPartitionReassignmentsResponse_ReassignableTopicResponse] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -96,7 +96,7 @@ class _AlterReplicaLogDirsRequest_AlterReplicaLogDir(_Struct):
         self,
         *,
         path: str = '',
-        topics: List[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic] = _UNSET,
+        topics: List[_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.path = path
@@ -160,7 +160,7 @@ class AlterReplicaLogDirsRequest(_Message):
     def __init__(
         self,
         *,
-        dirs: List[AlterReplicaLogDirsRequest.AlterReplicaLogDir] = _UNSET,
+        dirs: List[_AlterReplicaLogDirsRequest_AlterReplicaLogDir] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.dirs = [] if dirs is _UNSET else dirs
@@ -261,7 +261,7 @@ class _AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult(_Struct):
         self,
         *,
         topic_name: str = '',
-        partitions: List[AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult] = _UNSET,
+        partitions: List[_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -326,7 +326,7 @@ class AlterReplicaLogDirsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: List[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult] = _UNSET,
+        results: List[_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

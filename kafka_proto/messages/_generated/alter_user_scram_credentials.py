@@ -151,8 +151,8 @@ class AlterUserScramCredentialsRequest(_Message):
     def __init__(
         self,
         *,
-        deletions: List[AlterUserScramCredentialsRequest.ScramCredentialDeletion] = _UNSET,
-        upsertions: List[AlterUserScramCredentialsRequest.ScramCredentialUpsertion] = _UNSET,
+        deletions: List[_AlterUserScramCredentialsRequest_ScramCredentialDeletion] = _UNSET,
+        upsertions: List[_AlterUserScramCredentialsRequest_ScramCredentialUpsertion] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.deletions = [] if deletions is _UNSET else deletions
@@ -266,7 +266,7 @@ class AlterUserScramCredentialsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: List[AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult] = _UNSET,
+        results: List[_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -73,7 +73,7 @@ class _AssignReplicasToDirsRequest_TopicData(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[AssignReplicasToDirsRequest.PartitionData] = _UNSET,
+        partitions: List[_AssignReplicasToDirsRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -124,7 +124,7 @@ class _AssignReplicasToDirsRequest_DirectoryData(_Struct):
         self,
         *,
         id: UUID = _ZERO_UUID,
-        topics: List[AssignReplicasToDirsRequest.TopicData] = _UNSET,
+        topics: List[_AssignReplicasToDirsRequest_TopicData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.id = id
@@ -184,7 +184,7 @@ class AssignReplicasToDirsRequest(_Message):
         *,
         broker_id: int = 0,
         broker_epoch: int = -1,
-        directories: List[AssignReplicasToDirsRequest.DirectoryData] = _UNSET,
+        directories: List[_AssignReplicasToDirsRequest_DirectoryData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.broker_id = broker_id
@@ -279,7 +279,7 @@ class _AssignReplicasToDirsResponse_TopicData(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[AssignReplicasToDirsResponse.PartitionData] = _UNSET,
+        partitions: List[_AssignReplicasToDirsResponse_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -330,7 +330,7 @@ class _AssignReplicasToDirsResponse_DirectoryData(_Struct):
         self,
         *,
         id: UUID = _ZERO_UUID,
-        topics: List[AssignReplicasToDirsResponse.TopicData] = _UNSET,
+        topics: List[_AssignReplicasToDirsResponse_TopicData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.id = id
@@ -389,7 +389,7 @@ class AssignReplicasToDirsResponse(_Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        directories: List[AssignReplicasToDirsResponse.DirectoryData] = _UNSET,
+        directories: List[_AssignReplicasToDirsResponse_DirectoryData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -101,7 +101,7 @@ class _BeginQuorumEpochRequest_TopicData(_Struct):
         self,
         *,
         topic_name: str = '',
-        partitions: List[BeginQuorumEpochRequest.PartitionData] = _UNSET,
+        partitions: List[_BeginQuorumEpochRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -250,8 +250,8 @@ class BeginQuorumEpochRequest(_Message):
         *,
         cluster_id: Optional[str] = None,
         voter_id: int = -1,
-        topics: List[BeginQuorumEpochRequest.TopicData] = _UNSET,
-        leader_endpoints: List[BeginQuorumEpochRequest.LeaderEndpoint] = _UNSET,
+        topics: List[_BeginQuorumEpochRequest_TopicData] = _UNSET,
+        leader_endpoints: List[_BeginQuorumEpochRequest_LeaderEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -390,7 +390,7 @@ class _BeginQuorumEpochResponse_TopicData(_Struct):
         self,
         *,
         topic_name: str = '',
-        partitions: List[BeginQuorumEpochResponse.PartitionData] = _UNSET,
+        partitions: List[_BeginQuorumEpochResponse_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -533,8 +533,8 @@ class BeginQuorumEpochResponse(_Message):
         self,
         *,
         error_code: int = 0,
-        topics: List[BeginQuorumEpochResponse.TopicData] = _UNSET,
-        node_endpoints: List[BeginQuorumEpochResponse.NodeEndpoint] = _UNSET,
+        topics: List[_BeginQuorumEpochResponse_TopicData] = _UNSET,
+        node_endpoints: List[_BeginQuorumEpochResponse_NodeEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code

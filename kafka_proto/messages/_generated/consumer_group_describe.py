@@ -151,7 +151,7 @@ class _ConsumerGroupDescribeResponse_Assignment(_Struct):
     def __init__(
         self,
         *,
-        topic_partitions: List[ConsumerGroupDescribeResponse.TopicPartitions] = _UNSET,
+        topic_partitions: List[_ConsumerGroupDescribeResponse_TopicPartitions] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_partitions = [] if topic_partitions is _UNSET else topic_partitions
@@ -214,8 +214,8 @@ class _ConsumerGroupDescribeResponse_Member(_Struct):
         client_host: str = '',
         subscribed_topic_names: List[str] = _UNSET,
         subscribed_topic_regex: Optional[str] = None,
-        assignment: ConsumerGroupDescribeResponse.Assignment = _UNSET,
-        target_assignment: ConsumerGroupDescribeResponse.Assignment = _UNSET,
+        assignment: _ConsumerGroupDescribeResponse_Assignment = _UNSET,
+        target_assignment: _ConsumerGroupDescribeResponse_Assignment = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.member_id = member_id
@@ -320,7 +320,7 @@ class _ConsumerGroupDescribeResponse_DescribedGroup(_Struct):
         group_epoch: int = 0,
         assignment_epoch: int = 0,
         assignor_name: str = '',
-        members: List[ConsumerGroupDescribeResponse.Member] = _UNSET,
+        members: List[_ConsumerGroupDescribeResponse_Member] = _UNSET,
         authorized_operations: int = -2147483648,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -409,7 +409,7 @@ class ConsumerGroupDescribeResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        groups: List[ConsumerGroupDescribeResponse.DescribedGroup] = _UNSET,
+        groups: List[_ConsumerGroupDescribeResponse_DescribedGroup] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

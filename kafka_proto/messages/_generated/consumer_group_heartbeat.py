@@ -110,7 +110,7 @@ class ConsumerGroupHeartbeatRequest(_Message):
         subscribed_topic_names: Optional[List[str]] = None,
         subscribed_topic_regex: Optional[str] = None,
         server_assignor: Optional[str] = None,
-        topic_partitions: Optional[List[ConsumerGroupHeartbeatRequest.TopicPartitions]] = None,
+        topic_partitions: Optional[List[_ConsumerGroupHeartbeatRequest_TopicPartitions]] = None,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -259,7 +259,7 @@ class _ConsumerGroupHeartbeatResponse_Assignment(_Struct):
     def __init__(
         self,
         *,
-        topic_partitions: List[ConsumerGroupHeartbeatResponse.TopicPartitions] = _UNSET,
+        topic_partitions: List[_ConsumerGroupHeartbeatResponse_TopicPartitions] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_partitions = [] if topic_partitions is _UNSET else topic_partitions
@@ -322,7 +322,7 @@ class ConsumerGroupHeartbeatResponse(_Message):
         member_id: Optional[str] = None,
         member_epoch: int = 0,
         heartbeat_interval_ms: int = 0,
-        assignment: Optional[ConsumerGroupHeartbeatResponse.Assignment] = None,
+        assignment: Optional[_ConsumerGroupHeartbeatResponse_Assignment] = None,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -86,7 +86,7 @@ class ConsumerProtocolAssignment(_Message):
     def __init__(
         self,
         *,
-        assigned_partitions: List[ConsumerProtocolAssignment.TopicPartition] = _UNSET,
+        assigned_partitions: List[_ConsumerProtocolAssignment_TopicPartition] = _UNSET,
         user_data: Optional[Buffer] = None,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:

@@ -106,7 +106,7 @@ class ConsumerProtocolSubscription(_Message):
         *,
         topics: List[str] = _UNSET,
         user_data: Optional[Buffer] = None,
-        owned_partitions: List[ConsumerProtocolSubscription.TopicPartition] = _UNSET,
+        owned_partitions: List[_ConsumerProtocolSubscription_TopicPartition] = _UNSET,
         generation_id: int = -1,
         rack_id: Optional[str] = None,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,

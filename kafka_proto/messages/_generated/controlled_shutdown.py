@@ -145,7 +145,7 @@ class ControlledShutdownResponse(_Message):
         self,
         *,
         error_code: int = 0,
-        remaining_partitions: List[ControlledShutdownResponse.RemainingPartition] = _UNSET,
+        remaining_partitions: List[_ControlledShutdownResponse_RemainingPartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code

@@ -154,8 +154,8 @@ class ControllerRegistrationRequest(_Message):
         controller_id: int = 0,
         incarnation_id: UUID = _ZERO_UUID,
         zk_migration_ready: bool = False,
-        listeners: List[ControllerRegistrationRequest.Listener] = _UNSET,
-        features: List[ControllerRegistrationRequest.Feature] = _UNSET,
+        listeners: List[_ControllerRegistrationRequest_Listener] = _UNSET,
+        features: List[_ControllerRegistrationRequest_Feature] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.controller_id = controller_id

@@ -128,7 +128,7 @@ class CreateAclsRequest(_Message):
     def __init__(
         self,
         *,
-        creations: List[CreateAclsRequest.AclCreation] = _UNSET,
+        creations: List[_CreateAclsRequest_AclCreation] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.creations = [] if creations is _UNSET else creations
@@ -234,7 +234,7 @@ class CreateAclsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: List[CreateAclsResponse.AclCreationResult] = _UNSET,
+        results: List[_CreateAclsResponse_AclCreationResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -99,7 +99,7 @@ class CreateDelegationTokenRequest(_Message):
         *,
         owner_principal_type: Optional[str] = '',
         owner_principal_name: Optional[str] = '',
-        renewers: List[CreateDelegationTokenRequest.CreatableRenewers] = _UNSET,
+        renewers: List[_CreateDelegationTokenRequest_CreatableRenewers] = _UNSET,
         max_lifetime_ms: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:

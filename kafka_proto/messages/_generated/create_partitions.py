@@ -90,7 +90,7 @@ class _CreatePartitionsRequest_CreatePartitionsTopic(_Struct):
         *,
         name: str = '',
         count: int = 0,
-        assignments: Optional[List[CreatePartitionsRequest.CreatePartitionsAssignment]] = _UNSET,
+        assignments: Optional[List[_CreatePartitionsRequest_CreatePartitionsAssignment]] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -160,7 +160,7 @@ class CreatePartitionsRequest(_Message):
     def __init__(
         self,
         *,
-        topics: List[CreatePartitionsRequest.CreatePartitionsTopic] = _UNSET,
+        topics: List[_CreatePartitionsRequest_CreatePartitionsTopic] = _UNSET,
         timeout_ms: int = 0,
         validate_only: bool = False,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -282,7 +282,7 @@ class CreatePartitionsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: List[CreatePartitionsResponse.CreatePartitionsTopicResult] = _UNSET,
+        results: List[_CreatePartitionsResponse_CreatePartitionsTopicResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -153,8 +153,8 @@ class _CreateTopicsRequest_CreatableTopic(_Struct):
         name: str = '',
         num_partitions: int = 0,
         replication_factor: int = 0,
-        assignments: List[CreateTopicsRequest.CreatableReplicaAssignment] = _UNSET,
-        configs: List[CreateTopicsRequest.CreatableTopicConfig] = _UNSET,
+        assignments: List[_CreateTopicsRequest_CreatableReplicaAssignment] = _UNSET,
+        configs: List[_CreateTopicsRequest_CreatableTopicConfig] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -240,7 +240,7 @@ class CreateTopicsRequest(_Message):
     def __init__(
         self,
         *,
-        topics: List[CreateTopicsRequest.CreatableTopic] = _UNSET,
+        topics: List[_CreateTopicsRequest_CreatableTopic] = _UNSET,
         timeout_ms: int = 60000,
         validate_only: bool = False,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -418,7 +418,7 @@ class _CreateTopicsResponse_CreatableTopicResult(_Struct):
         topic_config_error_code: int = 0,
         num_partitions: int = -1,
         replication_factor: int = -1,
-        configs: Optional[List[CreateTopicsResponse.CreatableTopicConfigs]] = _UNSET,
+        configs: Optional[List[_CreateTopicsResponse_CreatableTopicConfigs]] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -537,7 +537,7 @@ class CreateTopicsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: List[CreateTopicsResponse.CreatableTopicResult] = _UNSET,
+        topics: List[_CreateTopicsResponse_CreatableTopicResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -122,7 +122,7 @@ class DeleteAclsRequest(_Message):
     def __init__(
         self,
         *,
-        filters: List[DeleteAclsRequest.DeleteAclsFilter] = _UNSET,
+        filters: List[_DeleteAclsRequest_DeleteAclsFilter] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.filters = [] if filters is _UNSET else filters
@@ -277,7 +277,7 @@ class _DeleteAclsResponse_DeleteAclsFilterResult(_Struct):
         *,
         error_code: int = 0,
         error_message: Optional[str] = '',
-        matching_acls: List[DeleteAclsResponse.DeleteAclsMatchingAcl] = _UNSET,
+        matching_acls: List[_DeleteAclsResponse_DeleteAclsMatchingAcl] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code
@@ -343,7 +343,7 @@ class DeleteAclsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        filter_results: List[DeleteAclsResponse.DeleteAclsFilterResult] = _UNSET,
+        filter_results: List[_DeleteAclsResponse_DeleteAclsFilterResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

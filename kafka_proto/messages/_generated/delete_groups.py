@@ -148,7 +148,7 @@ class DeleteGroupsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: List[DeleteGroupsResponse.DeletableGroupResult] = _UNSET,
+        results: List[_DeleteGroupsResponse_DeletableGroupResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -83,7 +83,7 @@ class _DeleteRecordsRequest_DeleteRecordsTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[DeleteRecordsRequest.DeleteRecordsPartition] = _UNSET,
+        partitions: List[_DeleteRecordsRequest_DeleteRecordsPartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -148,7 +148,7 @@ class DeleteRecordsRequest(_Message):
     def __init__(
         self,
         *,
-        topics: List[DeleteRecordsRequest.DeleteRecordsTopic] = _UNSET,
+        topics: List[_DeleteRecordsRequest_DeleteRecordsTopic] = _UNSET,
         timeout_ms: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -258,7 +258,7 @@ class _DeleteRecordsResponse_DeleteRecordsTopicResult(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[DeleteRecordsResponse.DeleteRecordsPartitionResult] = _UNSET,
+        partitions: List[_DeleteRecordsResponse_DeleteRecordsPartitionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -323,7 +323,7 @@ class DeleteRecordsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: List[DeleteRecordsResponse.DeleteRecordsTopicResult] = _UNSET,
+        topics: List[_DeleteRecordsResponse_DeleteRecordsTopicResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

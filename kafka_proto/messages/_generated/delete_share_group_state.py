@@ -73,7 +73,7 @@ class _DeleteShareGroupStateRequest_DeleteStateData(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[DeleteShareGroupStateRequest.PartitionData] = _UNSET,
+        partitions: List[_DeleteShareGroupStateRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -130,7 +130,7 @@ class DeleteShareGroupStateRequest(_Message):
         self,
         *,
         group_id: str = '',
-        topics: List[DeleteShareGroupStateRequest.DeleteStateData] = _UNSET,
+        topics: List[_DeleteShareGroupStateRequest_DeleteStateData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -230,7 +230,7 @@ class _DeleteShareGroupStateResponse_DeleteStateResult(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[DeleteShareGroupStateResponse.PartitionResult] = _UNSET,
+        partitions: List[_DeleteShareGroupStateResponse_PartitionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -284,7 +284,7 @@ class DeleteShareGroupStateResponse(_Message):
     def __init__(
         self,
         *,
-        results: List[DeleteShareGroupStateResponse.DeleteStateResult] = _UNSET,
+        results: List[_DeleteShareGroupStateResponse_DeleteStateResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.results = [] if results is _UNSET else results

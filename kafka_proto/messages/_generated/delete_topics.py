@@ -104,7 +104,7 @@ class DeleteTopicsRequest(_Message):
     def __init__(
         self,
         *,
-        topics: List[DeleteTopicsRequest.DeleteTopicState] = _UNSET,
+        topics: List[_DeleteTopicsRequest_DeleteTopicState] = _UNSET,
         topic_names: List[str] = _UNSET,
         timeout_ms: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -267,7 +267,7 @@ class DeleteTopicsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        responses: List[DeleteTopicsResponse.DeletableTopicResult] = _UNSET,
+        responses: List[_DeleteTopicsResponse_DeletableTopicResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

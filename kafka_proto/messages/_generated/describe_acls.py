@@ -190,7 +190,7 @@ class _DescribeAclsResponse_DescribeAclsResource(_Struct):
         resource_type: int = 0,
         resource_name: str = '',
         pattern_type: int = 3,
-        acls: List[DescribeAclsResponse.AclDescription] = _UNSET,
+        acls: List[_DescribeAclsResponse_AclDescription] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.resource_type = resource_type
@@ -272,7 +272,7 @@ class DescribeAclsResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = '',
-        resources: List[DescribeAclsResponse.DescribeAclsResource] = _UNSET,
+        resources: List[_DescribeAclsResponse_DescribeAclsResource] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -96,7 +96,7 @@ class DescribeClientQuotasRequest(_Message):
     def __init__(
         self,
         *,
-        components: List[DescribeClientQuotasRequest.ComponentData] = _UNSET,
+        components: List[_DescribeClientQuotasRequest_ComponentData] = _UNSET,
         strict: bool = False,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -254,8 +254,8 @@ class _DescribeClientQuotasResponse_EntryData(_Struct):
     def __init__(
         self,
         *,
-        entity: List[DescribeClientQuotasResponse.EntityData] = _UNSET,
-        values: List[DescribeClientQuotasResponse.ValueData] = _UNSET,
+        entity: List[_DescribeClientQuotasResponse_EntityData] = _UNSET,
+        values: List[_DescribeClientQuotasResponse_ValueData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.entity = [] if entity is _UNSET else entity
@@ -332,7 +332,7 @@ class DescribeClientQuotasResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = '',
-        entries: Optional[List[DescribeClientQuotasResponse.EntryData]] = _UNSET,
+        entries: Optional[List[_DescribeClientQuotasResponse_EntryData]] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

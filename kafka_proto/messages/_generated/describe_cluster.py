@@ -158,7 +158,7 @@ class DescribeClusterResponse(_Message):
         endpoint_type: int = 1,
         cluster_id: str = '',
         controller_id: int = -1,
-        brokers: List[DescribeClusterResponse.DescribeClusterBroker] = _UNSET,
+        brokers: List[_DescribeClusterResponse_DescribeClusterBroker] = _UNSET,
         cluster_authorized_operations: int = -2147483648,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:

@@ -110,7 +110,7 @@ class DescribeConfigsRequest(_Message):
     def __init__(
         self,
         *,
-        resources: List[DescribeConfigsRequest.DescribeConfigsResource] = _UNSET,
+        resources: List[_DescribeConfigsRequest_DescribeConfigsResource] = _UNSET,
         include_synonyms: bool = False,
         include_documentation: bool = False,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -275,7 +275,7 @@ class _DescribeConfigsResponse_DescribeConfigsResourceResult(_Struct):
         is_default: bool = False,
         config_source: int = -1,
         is_sensitive: bool = False,
-        synonyms: List[DescribeConfigsResponse.DescribeConfigsSynonym] = _UNSET,
+        synonyms: List[_DescribeConfigsResponse_DescribeConfigsSynonym] = _UNSET,
         config_type: int = 0,
         documentation: Optional[str] = '',
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -389,7 +389,7 @@ class _DescribeConfigsResponse_DescribeConfigsResult(_Struct):
         error_message: Optional[str] = '',
         resource_type: int = 0,
         resource_name: str = '',
-        configs: List[DescribeConfigsResponse.DescribeConfigsResourceResult] = _UNSET,
+        configs: List[_DescribeConfigsResponse_DescribeConfigsResourceResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code
@@ -465,7 +465,7 @@ class DescribeConfigsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        results: List[DescribeConfigsResponse.DescribeConfigsResult] = _UNSET,
+        results: List[_DescribeConfigsResponse_DescribeConfigsResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -94,7 +94,7 @@ class DescribeDelegationTokenRequest(_Message):
     def __init__(
         self,
         *,
-        owners: Optional[List[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner]] = _UNSET,
+        owners: Optional[List[_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner]] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.owners = [] if owners is _UNSET else owners
@@ -218,7 +218,7 @@ class _DescribeDelegationTokenResponse_DescribedDelegationToken(_Struct):
         max_timestamp: int = 0,
         token_id: str = '',
         hmac: Buffer = b'',
-        renewers: List[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer] = _UNSET,
+        renewers: List[_DescribeDelegationTokenResponse_DescribedDelegationTokenRenewer] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.principal_type = principal_type
@@ -337,7 +337,7 @@ class DescribeDelegationTokenResponse(_Message):
         self,
         *,
         error_code: int = 0,
-        tokens: List[DescribeDelegationTokenResponse.DescribedDelegationToken] = _UNSET,
+        tokens: List[_DescribeDelegationTokenResponse_DescribedDelegationToken] = _UNSET,
         throttle_time_ms: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:

@@ -204,7 +204,7 @@ class _DescribeGroupsResponse_DescribedGroup(_Struct):
         group_state: str = '',
         protocol_type: str = '',
         protocol_data: str = '',
-        members: List[DescribeGroupsResponse.DescribedGroupMember] = _UNSET,
+        members: List[_DescribeGroupsResponse_DescribedGroupMember] = _UNSET,
         authorized_operations: int = -2147483648,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -301,7 +301,7 @@ class DescribeGroupsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        groups: List[DescribeGroupsResponse.DescribedGroup] = _UNSET,
+        groups: List[_DescribeGroupsResponse_DescribedGroup] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

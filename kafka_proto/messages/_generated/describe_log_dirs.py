@@ -99,7 +99,7 @@ class DescribeLogDirsRequest(_Message):
     def __init__(
         self,
         *,
-        topics: Optional[List[DescribeLogDirsRequest.DescribableLogDirTopic]] = _UNSET,
+        topics: Optional[List[_DescribeLogDirsRequest_DescribableLogDirTopic]] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topics = [] if topics is _UNSET else topics
@@ -211,7 +211,7 @@ class _DescribeLogDirsResponse_DescribeLogDirsTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[DescribeLogDirsResponse.DescribeLogDirsPartition] = _UNSET,
+        partitions: List[_DescribeLogDirsResponse_DescribeLogDirsPartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -275,7 +275,7 @@ class _DescribeLogDirsResponse_DescribeLogDirsResult(_Struct):
         *,
         error_code: int = 0,
         log_dir: str = '',
-        topics: List[DescribeLogDirsResponse.DescribeLogDirsTopic] = _UNSET,
+        topics: List[_DescribeLogDirsResponse_DescribeLogDirsTopic] = _UNSET,
         total_bytes: int = -1,
         usable_bytes: int = -1,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -362,7 +362,7 @@ class DescribeLogDirsResponse(_Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        results: List[DescribeLogDirsResponse.DescribeLogDirsResult] = _UNSET,
+        results: List[_DescribeLogDirsResponse_DescribeLogDirsResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -93,7 +93,7 @@ class DescribeProducersRequest(_Message):
     def __init__(
         self,
         *,
-        topics: List[DescribeProducersRequest.TopicRequest] = _UNSET,
+        topics: List[_DescribeProducersRequest_TopicRequest] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topics = [] if topics is _UNSET else topics
@@ -206,7 +206,7 @@ class _DescribeProducersResponse_PartitionResponse(_Struct):
         partition_index: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = None,
-        active_producers: List[DescribeProducersResponse.ProducerState] = _UNSET,
+        active_producers: List[_DescribeProducersResponse_ProducerState] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.partition_index = partition_index
@@ -263,7 +263,7 @@ class _DescribeProducersResponse_TopicResponse(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[DescribeProducersResponse.PartitionResponse] = _UNSET,
+        partitions: List[_DescribeProducersResponse_PartitionResponse] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -323,7 +323,7 @@ class DescribeProducersResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: List[DescribeProducersResponse.TopicResponse] = _UNSET,
+        topics: List[_DescribeProducersResponse_TopicResponse] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -74,7 +74,7 @@ class _DescribeQuorumRequest_TopicData(_Struct):
         self,
         *,
         topic_name: str = '',
-        partitions: List[DescribeQuorumRequest.PartitionData] = _UNSET,
+        partitions: List[_DescribeQuorumRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -132,7 +132,7 @@ class DescribeQuorumRequest(_Message):
     def __init__(
         self,
         *,
-        topics: List[DescribeQuorumRequest.TopicData] = _UNSET,
+        topics: List[_DescribeQuorumRequest_TopicData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topics = [] if topics is _UNSET else topics
@@ -262,8 +262,8 @@ class _DescribeQuorumResponse_PartitionData(_Struct):
         leader_id: int = 0,
         leader_epoch: int = 0,
         high_watermark: int = 0,
-        current_voters: List[DescribeQuorumResponse.ReplicaState] = _UNSET,
-        observers: List[DescribeQuorumResponse.ReplicaState] = _UNSET,
+        current_voters: List[_DescribeQuorumResponse_ReplicaState] = _UNSET,
+        observers: List[_DescribeQuorumResponse_ReplicaState] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.partition_index = partition_index
@@ -346,7 +346,7 @@ class _DescribeQuorumResponse_TopicData(_Struct):
         self,
         *,
         topic_name: str = '',
-        partitions: List[DescribeQuorumResponse.PartitionData] = _UNSET,
+        partitions: List[_DescribeQuorumResponse_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -473,7 +473,7 @@ class _DescribeQuorumResponse_Node(_Struct):
         self,
         *,
         node_id: int = 0,
-        listeners: List[DescribeQuorumResponse.Listener] = _UNSET,
+        listeners: List[_DescribeQuorumResponse_Listener] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.node_id = node_id
@@ -549,8 +549,8 @@ class DescribeQuorumResponse(_Message):
         *,
         error_code: int = 0,
         error_message: Optional[str] = '',
-        topics: List[DescribeQuorumResponse.TopicData] = _UNSET,
-        nodes: List[DescribeQuorumResponse.Node] = _UNSET,
+        topics: List[_DescribeQuorumResponse_TopicData] = _UNSET,
+        nodes: List[_DescribeQuorumResponse_Node] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code

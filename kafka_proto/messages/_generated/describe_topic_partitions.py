@@ -128,9 +128,9 @@ class DescribeTopicPartitionsRequest(_Message):
     def __init__(
         self,
         *,
-        topics: List[DescribeTopicPartitionsRequest.TopicRequest] = _UNSET,
+        topics: List[_DescribeTopicPartitionsRequest_TopicRequest] = _UNSET,
         response_partition_limit: int = 2000,
-        cursor: Optional[DescribeTopicPartitionsRequest.Cursor] = None,
+        cursor: Optional[_DescribeTopicPartitionsRequest_Cursor] = None,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topics = [] if topics is _UNSET else topics
@@ -314,7 +314,7 @@ class _DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic(_Str
         name: Optional[str] = '',
         topic_id: UUID = _ZERO_UUID,
         is_internal: bool = False,
-        partitions: List[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition] = _UNSET,
+        partitions: List[_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponsePartition] = _UNSET,
         topic_authorized_operations: int = -2147483648,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -429,8 +429,8 @@ class DescribeTopicPartitionsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: List[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic] = _UNSET,
-        next_cursor: Optional[DescribeTopicPartitionsResponse.Cursor] = None,
+        topics: List[_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic] = _UNSET,
+        next_cursor: Optional[_DescribeTopicPartitionsResponse_Cursor] = None,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

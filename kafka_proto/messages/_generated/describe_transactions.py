@@ -154,7 +154,7 @@ class _DescribeTransactionsResponse_TransactionState(_Struct):
         transaction_start_time_ms: int = 0,
         producer_id: int = 0,
         producer_epoch: int = 0,
-        topics: List[DescribeTransactionsResponse.TopicData] = _UNSET,
+        topics: List[_DescribeTransactionsResponse_TopicData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code
@@ -234,7 +234,7 @@ class DescribeTransactionsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        transaction_states: List[DescribeTransactionsResponse.TransactionState] = _UNSET,
+        transaction_states: List[_DescribeTransactionsResponse_TransactionState] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -78,7 +78,7 @@ class DescribeUserScramCredentialsRequest(_Message):
     def __init__(
         self,
         *,
-        users: Optional[List[DescribeUserScramCredentialsRequest.UserName]] = _UNSET,
+        users: Optional[List[_DescribeUserScramCredentialsRequest_UserName]] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.users = [] if users is _UNSET else users
@@ -172,7 +172,7 @@ class _DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult(_
         user: str = '',
         error_code: int = 0,
         error_message: Optional[str] = '',
-        credential_infos: List[DescribeUserScramCredentialsResponse.CredentialInfo] = _UNSET,
+        credential_infos: List[_DescribeUserScramCredentialsResponse_CredentialInfo] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.user = user
@@ -241,7 +241,7 @@ class DescribeUserScramCredentialsResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = '',
-        results: List[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] = _UNSET,
+        results: List[_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -103,7 +103,7 @@ class ElectLeadersRequest(_Message):
         self,
         *,
         election_type: int = 0,
-        topic_partitions: Optional[List[ElectLeadersRequest.TopicPartitions]] = _UNSET,
+        topic_partitions: Optional[List[_ElectLeadersRequest_TopicPartitions]] = _UNSET,
         timeout_ms: int = 60000,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -225,7 +225,7 @@ class _ElectLeadersResponse_ReplicaElectionResult(_Struct):
         self,
         *,
         topic: str = '',
-        partition_result: List[ElectLeadersResponse.PartitionResult] = _UNSET,
+        partition_result: List[_ElectLeadersResponse_PartitionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic = topic
@@ -292,7 +292,7 @@ class ElectLeadersResponse(_Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        replica_election_results: List[ElectLeadersResponse.ReplicaElectionResult] = _UNSET,
+        replica_election_results: List[_ElectLeadersResponse_ReplicaElectionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -109,7 +109,7 @@ class _EndQuorumEpochRequest_PartitionData(_Struct):
         leader_id: int = 0,
         leader_epoch: int = 0,
         preferred_successors: List[int] = _UNSET,
-        preferred_candidates: List[EndQuorumEpochRequest.ReplicaInfo] = _UNSET,
+        preferred_candidates: List[_EndQuorumEpochRequest_ReplicaInfo] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.partition_index = partition_index
@@ -191,7 +191,7 @@ class _EndQuorumEpochRequest_TopicData(_Struct):
         self,
         *,
         topic_name: str = '',
-        partitions: List[EndQuorumEpochRequest.PartitionData] = _UNSET,
+        partitions: List[_EndQuorumEpochRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -339,8 +339,8 @@ class EndQuorumEpochRequest(_Message):
         self,
         *,
         cluster_id: Optional[str] = None,
-        topics: List[EndQuorumEpochRequest.TopicData] = _UNSET,
-        leader_endpoints: List[EndQuorumEpochRequest.LeaderEndpoint] = _UNSET,
+        topics: List[_EndQuorumEpochRequest_TopicData] = _UNSET,
+        leader_endpoints: List[_EndQuorumEpochRequest_LeaderEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -472,7 +472,7 @@ class _EndQuorumEpochResponse_TopicData(_Struct):
         self,
         *,
         topic_name: str = '',
-        partitions: List[EndQuorumEpochResponse.PartitionData] = _UNSET,
+        partitions: List[_EndQuorumEpochResponse_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -615,8 +615,8 @@ class EndQuorumEpochResponse(_Message):
         self,
         *,
         error_code: int = 0,
-        topics: List[EndQuorumEpochResponse.TopicData] = _UNSET,
-        node_endpoints: List[EndQuorumEpochResponse.NodeEndpoint] = _UNSET,
+        topics: List[_EndQuorumEpochResponse_TopicData] = _UNSET,
+        node_endpoints: List[_EndQuorumEpochResponse_NodeEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code

@@ -208,7 +208,7 @@ class _FetchRequest_FetchTopic(_Struct):
         *,
         topic: str = '',
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[FetchRequest.FetchPartition] = _UNSET,
+        partitions: List[_FetchRequest_FetchPartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic = topic
@@ -378,15 +378,15 @@ class FetchRequest(_Message):
         *,
         cluster_id: Optional[str] = None,
         replica_id: int = -1,
-        replica_state: FetchRequest.ReplicaState = _UNSET,
+        replica_state: _FetchRequest_ReplicaState = _UNSET,
         max_wait_ms: int = 0,
         min_bytes: int = 0,
         max_bytes: int = 2147483647,
         isolation_level: int = 0,
         session_id: int = 0,
         session_epoch: int = -1,
-        topics: List[FetchRequest.FetchTopic] = _UNSET,
-        forgotten_topics_data: List[FetchRequest.ForgottenTopic] = _UNSET,
+        topics: List[_FetchRequest_FetchTopic] = _UNSET,
+        forgotten_topics_data: List[_FetchRequest_ForgottenTopic] = _UNSET,
         rack_id: str = '',
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -793,10 +793,10 @@ class _FetchResponse_PartitionData(_Struct):
         high_watermark: int = 0,
         last_stable_offset: int = -1,
         log_start_offset: int = -1,
-        diverging_epoch: FetchResponse.EpochEndOffset = _UNSET,
-        current_leader: FetchResponse.LeaderIdAndEpoch = _UNSET,
-        snapshot_id: FetchResponse.SnapshotId = _UNSET,
-        aborted_transactions: Optional[List[FetchResponse.AbortedTransaction]] = _UNSET,
+        diverging_epoch: _FetchResponse_EpochEndOffset = _UNSET,
+        current_leader: _FetchResponse_LeaderIdAndEpoch = _UNSET,
+        snapshot_id: _FetchResponse_SnapshotId = _UNSET,
+        aborted_transactions: Optional[List[_FetchResponse_AbortedTransaction]] = _UNSET,
         preferred_read_replica: int = -1,
         records: Optional[Buffer] = None,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -953,7 +953,7 @@ class _FetchResponse_FetchableTopicResponse(_Struct):
         *,
         topic: str = '',
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[FetchResponse.PartitionData] = _UNSET,
+        partitions: List[_FetchResponse_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic = topic
@@ -1127,8 +1127,8 @@ class FetchResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         session_id: int = 0,
-        responses: List[FetchResponse.FetchableTopicResponse] = _UNSET,
-        node_endpoints: List[FetchResponse.NodeEndpoint] = _UNSET,
+        responses: List[_FetchResponse_FetchableTopicResponse] = _UNSET,
+        node_endpoints: List[_FetchResponse_NodeEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

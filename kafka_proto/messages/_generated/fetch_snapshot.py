@@ -87,7 +87,7 @@ class _FetchSnapshotRequest_PartitionSnapshot(_Struct):
         *,
         partition: int = 0,
         current_leader_epoch: int = 0,
-        snapshot_id: FetchSnapshotRequest.SnapshotId = _UNSET,
+        snapshot_id: _FetchSnapshotRequest_SnapshotId = _UNSET,
         position: int = 0,
         replica_directory_id: UUID = _ZERO_UUID,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -156,7 +156,7 @@ class _FetchSnapshotRequest_TopicSnapshot(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[FetchSnapshotRequest.PartitionSnapshot] = _UNSET,
+        partitions: List[_FetchSnapshotRequest_PartitionSnapshot] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -221,7 +221,7 @@ class FetchSnapshotRequest(_Message):
         cluster_id: Optional[str] = None,
         replica_id: int = -1,
         max_bytes: int = 2147483647,
-        topics: List[FetchSnapshotRequest.TopicSnapshot] = _UNSET,
+        topics: List[_FetchSnapshotRequest_TopicSnapshot] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -379,8 +379,8 @@ class _FetchSnapshotResponse_PartitionSnapshot(_Struct):
         *,
         index: int = 0,
         error_code: int = 0,
-        snapshot_id: FetchSnapshotResponse.SnapshotId = _UNSET,
-        current_leader: FetchSnapshotResponse.LeaderIdAndEpoch = _UNSET,
+        snapshot_id: _FetchSnapshotResponse_SnapshotId = _UNSET,
+        current_leader: _FetchSnapshotResponse_LeaderIdAndEpoch = _UNSET,
         size: int = 0,
         position: int = 0,
         unaligned_records: Optional[Buffer] = None,
@@ -460,7 +460,7 @@ class _FetchSnapshotResponse_TopicSnapshot(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[FetchSnapshotResponse.PartitionSnapshot] = _UNSET,
+        partitions: List[_FetchSnapshotResponse_PartitionSnapshot] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -595,8 +595,8 @@ class FetchSnapshotResponse(_Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        topics: List[FetchSnapshotResponse.TopicSnapshot] = _UNSET,
-        node_endpoints: List[FetchSnapshotResponse.NodeEndpoint] = _UNSET,
+        topics: List[_FetchSnapshotResponse_TopicSnapshot] = _UNSET,
+        node_endpoints: List[_FetchSnapshotResponse_NodeEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

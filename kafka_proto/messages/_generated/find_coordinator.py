@@ -255,7 +255,7 @@ class FindCoordinatorResponse(_Message):
         node_id: int = 0,
         host: str = '',
         port: int = 0,
-        coordinators: List[FindCoordinatorResponse.Coordinator] = _UNSET,
+        coordinators: List[_FindCoordinatorResponse_Coordinator] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

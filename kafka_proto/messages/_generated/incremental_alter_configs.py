@@ -94,7 +94,7 @@ class _IncrementalAlterConfigsRequest_AlterConfigsResource(_Struct):
         *,
         resource_type: int = 0,
         resource_name: str = '',
-        configs: List[IncrementalAlterConfigsRequest.AlterableConfig] = _UNSET,
+        configs: List[_IncrementalAlterConfigsRequest_AlterableConfig] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.resource_type = resource_type
@@ -162,7 +162,7 @@ class IncrementalAlterConfigsRequest(_Message):
     def __init__(
         self,
         *,
-        resources: List[IncrementalAlterConfigsRequest.AlterConfigsResource] = _UNSET,
+        resources: List[_IncrementalAlterConfigsRequest_AlterConfigsResource] = _UNSET,
         validate_only: bool = False,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -285,7 +285,7 @@ class IncrementalAlterConfigsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        responses: List[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = _UNSET,
+        responses: List[_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -83,7 +83,7 @@ class _InitializeShareGroupStateRequest_InitializeStateData(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[InitializeShareGroupStateRequest.PartitionData] = _UNSET,
+        partitions: List[_InitializeShareGroupStateRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -140,7 +140,7 @@ class InitializeShareGroupStateRequest(_Message):
         self,
         *,
         group_id: str = '',
-        topics: List[InitializeShareGroupStateRequest.InitializeStateData] = _UNSET,
+        topics: List[_InitializeShareGroupStateRequest_InitializeStateData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -240,7 +240,7 @@ class _InitializeShareGroupStateResponse_InitializeStateResult(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[InitializeShareGroupStateResponse.PartitionResult] = _UNSET,
+        partitions: List[_InitializeShareGroupStateResponse_PartitionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -294,7 +294,7 @@ class InitializeShareGroupStateResponse(_Message):
     def __init__(
         self,
         *,
-        results: List[InitializeShareGroupStateResponse.InitializeStateResult] = _UNSET,
+        results: List[_InitializeShareGroupStateResponse_InitializeStateResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.results = [] if results is _UNSET else results

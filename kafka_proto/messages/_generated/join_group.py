@@ -107,7 +107,7 @@ class JoinGroupRequest(_Message):
         member_id: str = '',
         group_instance_id: Optional[str] = None,
         protocol_type: str = '',
-        protocols: List[JoinGroupRequest.JoinGroupRequestProtocol] = _UNSET,
+        protocols: List[_JoinGroupRequest_JoinGroupRequestProtocol] = _UNSET,
         reason: Optional[str] = None,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -289,7 +289,7 @@ class JoinGroupResponse(_Message):
         leader: str = '',
         skip_assignment: bool = False,
         member_id: str = '',
-        members: List[JoinGroupResponse.JoinGroupResponseMember] = _UNSET,
+        members: List[_JoinGroupResponse_JoinGroupResponseMember] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -197,7 +197,7 @@ class _LeaderAndIsrRequest_LeaderAndIsrTopicState(_Struct):
         *,
         topic_name: str = '',
         topic_id: UUID = _ZERO_UUID,
-        partition_states: List[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = _UNSET,
+        partition_states: List[_LeaderAndIsrRequest_LeaderAndIsrPartitionState] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -350,9 +350,9 @@ class LeaderAndIsrRequest(_Message):
         controller_epoch: int = 0,
         broker_epoch: int = -1,
         type: int = 0,
-        ungrouped_partition_states: List[LeaderAndIsrRequest.LeaderAndIsrPartitionState] = _UNSET,
-        topic_states: List[LeaderAndIsrRequest.LeaderAndIsrTopicState] = _UNSET,
-        live_leaders: List[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = _UNSET,
+        ungrouped_partition_states: List[_LeaderAndIsrRequest_LeaderAndIsrPartitionState] = _UNSET,
+        topic_states: List[_LeaderAndIsrRequest_LeaderAndIsrTopicState] = _UNSET,
+        live_leaders: List[_LeaderAndIsrRequest_LeaderAndIsrLiveLeader] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.controller_id = controller_id
@@ -538,7 +538,7 @@ class _LeaderAndIsrResponse_LeaderAndIsrTopicError(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partition_errors: List[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = _UNSET,
+        partition_errors: List[_LeaderAndIsrResponse_LeaderAndIsrPartitionError] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -615,8 +615,8 @@ class LeaderAndIsrResponse(_Message):
         self,
         *,
         error_code: int = 0,
-        partition_errors: List[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = _UNSET,
-        topics: List[LeaderAndIsrResponse.LeaderAndIsrTopicError] = _UNSET,
+        partition_errors: List[_LeaderAndIsrResponse_LeaderAndIsrPartitionError] = _UNSET,
+        topics: List[_LeaderAndIsrResponse_LeaderAndIsrTopicError] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code

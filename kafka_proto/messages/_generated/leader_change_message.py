@@ -93,8 +93,8 @@ class LeaderChangeMessage(_Message):
         *,
         version: int = 0,
         leader_id: int = 0,
-        voters: List[LeaderChangeMessage.Voter] = _UNSET,
-        granting_voters: List[LeaderChangeMessage.Voter] = _UNSET,
+        voters: List[_LeaderChangeMessage_Voter] = _UNSET,
+        granting_voters: List[_LeaderChangeMessage_Voter] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.version = version

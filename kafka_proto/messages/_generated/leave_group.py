@@ -118,7 +118,7 @@ class LeaveGroupRequest(_Message):
         *,
         group_id: str = '',
         member_id: str = '',
-        members: List[LeaveGroupRequest.MemberIdentity] = _UNSET,
+        members: List[_LeaveGroupRequest_MemberIdentity] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -281,7 +281,7 @@ class LeaveGroupResponse(_Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        members: List[LeaveGroupResponse.MemberResponse] = _UNSET,
+        members: List[_LeaveGroupResponse_MemberResponse] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -116,7 +116,7 @@ class ListClientMetricsResourcesResponse(_Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        client_metrics_resources: List[ListClientMetricsResourcesResponse.ClientMetricsResource] = _UNSET,
+        client_metrics_resources: List[_ListClientMetricsResourcesResponse_ClientMetricsResource] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -209,7 +209,7 @@ class ListGroupsResponse(_Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        groups: List[ListGroupsResponse.ListedGroup] = _UNSET,
+        groups: List[_ListGroupsResponse_ListedGroup] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

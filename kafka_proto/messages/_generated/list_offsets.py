@@ -107,7 +107,7 @@ class _ListOffsetsRequest_ListOffsetsTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[ListOffsetsRequest.ListOffsetsPartition] = _UNSET,
+        partitions: List[_ListOffsetsRequest_ListOffsetsPartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -176,7 +176,7 @@ class ListOffsetsRequest(_Message):
         *,
         replica_id: int = 0,
         isolation_level: int = 0,
-        topics: List[ListOffsetsRequest.ListOffsetsTopic] = _UNSET,
+        topics: List[_ListOffsetsRequest_ListOffsetsTopic] = _UNSET,
         timeout_ms: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -354,7 +354,7 @@ class _ListOffsetsResponse_ListOffsetsTopicResponse(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[ListOffsetsResponse.ListOffsetsPartitionResponse] = _UNSET,
+        partitions: List[_ListOffsetsResponse_ListOffsetsPartitionResponse] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -419,7 +419,7 @@ class ListOffsetsResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: List[ListOffsetsResponse.ListOffsetsTopicResponse] = _UNSET,
+        topics: List[_ListOffsetsResponse_ListOffsetsTopicResponse] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -95,7 +95,7 @@ class ListPartitionReassignmentsRequest(_Message):
         self,
         *,
         timeout_ms: int = 60000,
-        topics: Optional[List[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics]] = None,
+        topics: Optional[List[_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics]] = None,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.timeout_ms = timeout_ms
@@ -222,7 +222,7 @@ class _ListPartitionReassignmentsResponse_OngoingTopicReassignment(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[ListPartitionReassignmentsResponse.OngoingPartitionReassignment] = _UNSET,
+        partitions: List[_ListPartitionReassignmentsResponse_OngoingPartitionReassignment] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -285,7 +285,7 @@ class ListPartitionReassignmentsResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = '',
-        topics: List[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = _UNSET,
+        topics: List[_ListPartitionReassignmentsResponse_OngoingTopicReassignment] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

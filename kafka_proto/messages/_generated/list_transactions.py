@@ -176,7 +176,7 @@ class ListTransactionsResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         unknown_state_filters: List[str] = _UNSET,
-        transaction_states: List[ListTransactionsResponse.TransactionState] = _UNSET,
+        transaction_states: List[_ListTransactionsResponse_TransactionState] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -106,7 +106,7 @@ class MetadataRequest(_Message):
     def __init__(
         self,
         *,
-        topics: Optional[List[MetadataRequest.MetadataRequestTopic]] = _UNSET,
+        topics: Optional[List[_MetadataRequest_MetadataRequestTopic]] = _UNSET,
         allow_auto_topic_creation: bool = True,
         include_cluster_authorized_operations: bool = False,
         include_topic_authorized_operations: bool = False,
@@ -391,7 +391,7 @@ class _MetadataResponse_MetadataResponseTopic(_Struct):
         name: Optional[str] = '',
         topic_id: UUID = _ZERO_UUID,
         is_internal: bool = False,
-        partitions: List[MetadataResponse.MetadataResponsePartition] = _UNSET,
+        partitions: List[_MetadataResponse_MetadataResponsePartition] = _UNSET,
         topic_authorized_operations: int = -2147483648,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -495,10 +495,10 @@ class MetadataResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        brokers: List[MetadataResponse.MetadataResponseBroker] = _UNSET,
+        brokers: List[_MetadataResponse_MetadataResponseBroker] = _UNSET,
         cluster_id: Optional[str] = None,
         controller_id: int = -1,
-        topics: List[MetadataResponse.MetadataResponseTopic] = _UNSET,
+        topics: List[_MetadataResponse_MetadataResponseTopic] = _UNSET,
         cluster_authorized_operations: int = -2147483648,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:

@@ -116,7 +116,7 @@ class _OffsetCommitRequest_OffsetCommitRequestTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[OffsetCommitRequest.OffsetCommitRequestPartition] = _UNSET,
+        partitions: List[_OffsetCommitRequest_OffsetCommitRequestPartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -190,7 +190,7 @@ class OffsetCommitRequest(_Message):
         member_id: str = '',
         group_instance_id: Optional[str] = None,
         retention_time_ms: int = -1,
-        topics: List[OffsetCommitRequest.OffsetCommitRequestTopic] = _UNSET,
+        topics: List[_OffsetCommitRequest_OffsetCommitRequestTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -334,7 +334,7 @@ class _OffsetCommitResponse_OffsetCommitResponseTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[OffsetCommitResponse.OffsetCommitResponsePartition] = _UNSET,
+        partitions: List[_OffsetCommitResponse_OffsetCommitResponsePartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -399,7 +399,7 @@ class OffsetCommitResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: List[OffsetCommitResponse.OffsetCommitResponseTopic] = _UNSET,
+        topics: List[_OffsetCommitResponse_OffsetCommitResponseTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

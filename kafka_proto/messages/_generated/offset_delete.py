@@ -64,7 +64,7 @@ class _OffsetDeleteRequest_OffsetDeleteRequestTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[OffsetDeleteRequest.OffsetDeleteRequestPartition] = _UNSET,
+        partitions: List[_OffsetDeleteRequest_OffsetDeleteRequestPartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -118,7 +118,7 @@ class OffsetDeleteRequest(_Message):
         self,
         *,
         group_id: str = '',
-        topics: List[OffsetDeleteRequest.OffsetDeleteRequestTopic] = _UNSET,
+        topics: List[_OffsetDeleteRequest_OffsetDeleteRequestTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -201,7 +201,7 @@ class _OffsetDeleteResponse_OffsetDeleteResponseTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[OffsetDeleteResponse.OffsetDeleteResponsePartition] = _UNSET,
+        partitions: List[_OffsetDeleteResponse_OffsetDeleteResponsePartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -256,7 +256,7 @@ class OffsetDeleteResponse(_Message):
         *,
         error_code: int = 0,
         throttle_time_ms: int = 0,
-        topics: List[OffsetDeleteResponse.OffsetDeleteResponseTopic] = _UNSET,
+        topics: List[_OffsetDeleteResponse_OffsetDeleteResponseTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code

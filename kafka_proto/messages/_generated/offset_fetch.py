@@ -187,7 +187,7 @@ class _OffsetFetchRequest_OffsetFetchRequestGroup(_Struct):
         group_id: str = '',
         member_id: Optional[str] = None,
         member_epoch: int = -1,
-        topics: Optional[List[OffsetFetchRequest.OffsetFetchRequestTopics]] = _UNSET,
+        topics: Optional[List[_OffsetFetchRequest_OffsetFetchRequestTopics]] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -285,8 +285,8 @@ class OffsetFetchRequest(_Message):
         self,
         *,
         group_id: str = '',
-        topics: Optional[List[OffsetFetchRequest.OffsetFetchRequestTopic]] = _UNSET,
-        groups: List[OffsetFetchRequest.OffsetFetchRequestGroup] = _UNSET,
+        topics: Optional[List[_OffsetFetchRequest_OffsetFetchRequestTopic]] = _UNSET,
+        groups: List[_OffsetFetchRequest_OffsetFetchRequestGroup] = _UNSET,
         require_stable: bool = False,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -503,7 +503,7 @@ class _OffsetFetchResponse_OffsetFetchResponseTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[OffsetFetchResponse.OffsetFetchResponsePartition] = _UNSET,
+        partitions: List[_OffsetFetchResponse_OffsetFetchResponsePartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -671,7 +671,7 @@ class _OffsetFetchResponse_OffsetFetchResponseTopics(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[OffsetFetchResponse.OffsetFetchResponsePartitions] = _UNSET,
+        partitions: List[_OffsetFetchResponse_OffsetFetchResponsePartitions] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -746,7 +746,7 @@ class _OffsetFetchResponse_OffsetFetchResponseGroup(_Struct):
         self,
         *,
         group_id: str = '',
-        topics: List[OffsetFetchResponse.OffsetFetchResponseTopics] = _UNSET,
+        topics: List[_OffsetFetchResponse_OffsetFetchResponseTopics] = _UNSET,
         error_code: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -841,9 +841,9 @@ class OffsetFetchResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: List[OffsetFetchResponse.OffsetFetchResponseTopic] = _UNSET,
+        topics: List[_OffsetFetchResponse_OffsetFetchResponseTopic] = _UNSET,
         error_code: int = 0,
-        groups: List[OffsetFetchResponse.OffsetFetchResponseGroup] = _UNSET,
+        groups: List[_OffsetFetchResponse_OffsetFetchResponseGroup] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -92,7 +92,7 @@ class _OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_Struct):
         self,
         *,
         topic: str = '',
-        partitions: List[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] = _UNSET,
+        partitions: List[_OffsetForLeaderEpochRequest_OffsetForLeaderPartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic = topic
@@ -158,7 +158,7 @@ class OffsetForLeaderEpochRequest(_Message):
         self,
         *,
         replica_id: int = -2,
-        topics: List[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = _UNSET,
+        topics: List[_OffsetForLeaderEpochRequest_OffsetForLeaderTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.replica_id = replica_id
@@ -280,7 +280,7 @@ class _OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_Struct):
         self,
         *,
         topic: str = '',
-        partitions: List[OffsetForLeaderEpochResponse.EpochEndOffset] = _UNSET,
+        partitions: List[_OffsetForLeaderEpochResponse_EpochEndOffset] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic = topic
@@ -345,7 +345,7 @@ class OffsetForLeaderEpochResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: List[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = _UNSET,
+        topics: List[_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -88,7 +88,7 @@ class _ProduceRequest_TopicProduceData(_Struct):
         self,
         *,
         name: str = '',
-        partition_data: List[ProduceRequest.PartitionProduceData] = _UNSET,
+        partition_data: List[_ProduceRequest_PartitionProduceData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -158,7 +158,7 @@ class ProduceRequest(_Message):
         transactional_id: Optional[str] = None,
         acks: int = 0,
         timeout_ms: int = 0,
-        topic_data: List[ProduceRequest.TopicProduceData] = _UNSET,
+        topic_data: List[_ProduceRequest_TopicProduceData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.transactional_id = transactional_id
@@ -362,9 +362,9 @@ class _ProduceResponse_PartitionProduceResponse(_Struct):
         base_offset: int = 0,
         log_append_time_ms: int = -1,
         log_start_offset: int = -1,
-        record_errors: List[ProduceResponse.BatchIndexAndErrorMessage] = _UNSET,
+        record_errors: List[_ProduceResponse_BatchIndexAndErrorMessage] = _UNSET,
         error_message: Optional[str] = None,
-        current_leader: ProduceResponse.LeaderIdAndEpoch = _UNSET,
+        current_leader: _ProduceResponse_LeaderIdAndEpoch = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.index = index
@@ -475,7 +475,7 @@ class _ProduceResponse_TopicProduceResponse(_Struct):
         self,
         *,
         name: str = '',
-        partition_responses: List[ProduceResponse.PartitionProduceResponse] = _UNSET,
+        partition_responses: List[_ProduceResponse_PartitionProduceResponse] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -631,9 +631,9 @@ class ProduceResponse(_Message):
     def __init__(
         self,
         *,
-        responses: List[ProduceResponse.TopicProduceResponse] = _UNSET,
+        responses: List[_ProduceResponse_TopicProduceResponse] = _UNSET,
         throttle_time_ms: int = 0,
-        node_endpoints: List[ProduceResponse.NodeEndpoint] = _UNSET,
+        node_endpoints: List[_ProduceResponse_NodeEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.responses = [] if responses is _UNSET else responses

@@ -78,7 +78,7 @@ class _ReadShareGroupStateRequest_ReadStateData(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[ReadShareGroupStateRequest.PartitionData] = _UNSET,
+        partitions: List[_ReadShareGroupStateRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -135,7 +135,7 @@ class ReadShareGroupStateRequest(_Message):
         self,
         *,
         group_id: str = '',
-        topics: List[ReadShareGroupStateRequest.ReadStateData] = _UNSET,
+        topics: List[_ReadShareGroupStateRequest_ReadStateData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -248,7 +248,7 @@ class _ReadShareGroupStateResponse_PartitionResult(_Struct):
         error_message: Optional[str] = None,
         state_epoch: int = 0,
         start_offset: int = 0,
-        state_batches: List[ReadShareGroupStateResponse.StateBatch] = _UNSET,
+        state_batches: List[_ReadShareGroupStateResponse_StateBatch] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.partition = partition
@@ -311,7 +311,7 @@ class _ReadShareGroupStateResponse_ReadStateResult(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[ReadShareGroupStateResponse.PartitionResult] = _UNSET,
+        partitions: List[_ReadShareGroupStateResponse_PartitionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -366,7 +366,7 @@ class ReadShareGroupStateResponse(_Message):
     def __init__(
         self,
         *,
-        results: List[ReadShareGroupStateResponse.ReadStateResult] = _UNSET,
+        results: List[_ReadShareGroupStateResponse_ReadStateResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.results = [] if results is _UNSET else results

@@ -78,7 +78,7 @@ class _ReadShareGroupStateSummaryRequest_ReadStateSummaryData(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[ReadShareGroupStateSummaryRequest.PartitionData] = _UNSET,
+        partitions: List[_ReadShareGroupStateSummaryRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -135,7 +135,7 @@ class ReadShareGroupStateSummaryRequest(_Message):
         self,
         *,
         group_id: str = '',
-        topics: List[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = _UNSET,
+        topics: List[_ReadShareGroupStateSummaryRequest_ReadStateSummaryData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -245,7 +245,7 @@ class _ReadShareGroupStateSummaryResponse_ReadStateSummaryResult(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[ReadShareGroupStateSummaryResponse.PartitionResult] = _UNSET,
+        partitions: List[_ReadShareGroupStateSummaryResponse_PartitionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -299,7 +299,7 @@ class ReadShareGroupStateSummaryResponse(_Message):
     def __init__(
         self,
         *,
-        results: List[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = _UNSET,
+        results: List[_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.results = [] if results is _UNSET else results

@@ -93,7 +93,7 @@ class _ShareAcknowledgeRequest_AcknowledgePartition(_Struct):
         self,
         *,
         partition_index: int = 0,
-        acknowledgement_batches: List[ShareAcknowledgeRequest.AcknowledgementBatch] = _UNSET,
+        acknowledgement_batches: List[_ShareAcknowledgeRequest_AcknowledgementBatch] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.partition_index = partition_index
@@ -144,7 +144,7 @@ class _ShareAcknowledgeRequest_AcknowledgeTopic(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[ShareAcknowledgeRequest.AcknowledgePartition] = _UNSET,
+        partitions: List[_ShareAcknowledgeRequest_AcknowledgePartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -206,7 +206,7 @@ class ShareAcknowledgeRequest(_Message):
         group_id: Optional[str] = None,
         member_id: Optional[str] = '',
         share_session_epoch: int = 0,
-        topics: List[ShareAcknowledgeRequest.AcknowledgeTopic] = _UNSET,
+        topics: List[_ShareAcknowledgeRequest_AcknowledgeTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -308,7 +308,7 @@ class _ShareAcknowledgeResponse_PartitionData(_Struct):
         partition_index: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = None,
-        current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch = _UNSET,
+        current_leader: _ShareAcknowledgeResponse_LeaderIdAndEpoch = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.partition_index = partition_index
@@ -358,7 +358,7 @@ class _ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[ShareAcknowledgeResponse.PartitionData] = _UNSET,
+        partitions: List[_ShareAcknowledgeResponse_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -475,8 +475,8 @@ class ShareAcknowledgeResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = None,
-        responses: List[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = _UNSET,
-        node_endpoints: List[ShareAcknowledgeResponse.NodeEndpoint] = _UNSET,
+        responses: List[_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse] = _UNSET,
+        node_endpoints: List[_ShareAcknowledgeResponse_NodeEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

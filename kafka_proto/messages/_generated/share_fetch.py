@@ -97,7 +97,7 @@ class _ShareFetchRequest_FetchPartition(_Struct):
         *,
         partition_index: int = 0,
         partition_max_bytes: int = 0,
-        acknowledgement_batches: List[ShareFetchRequest.AcknowledgementBatch] = _UNSET,
+        acknowledgement_batches: List[_ShareFetchRequest_AcknowledgementBatch] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.partition_index = partition_index
@@ -151,7 +151,7 @@ class _ShareFetchRequest_FetchTopic(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[ShareFetchRequest.FetchPartition] = _UNSET,
+        partitions: List[_ShareFetchRequest_FetchPartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -270,8 +270,8 @@ class ShareFetchRequest(_Message):
         max_wait_ms: int = 0,
         min_bytes: int = 0,
         max_bytes: int = 2147483647,
-        topics: List[ShareFetchRequest.FetchTopic] = _UNSET,
-        forgotten_topics_data: List[ShareFetchRequest.ForgottenTopic] = _UNSET,
+        topics: List[_ShareFetchRequest_FetchTopic] = _UNSET,
+        forgotten_topics_data: List[_ShareFetchRequest_ForgottenTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -447,9 +447,9 @@ class _ShareFetchResponse_PartitionData(_Struct):
         error_message: Optional[str] = None,
         acknowledge_error_code: int = 0,
         acknowledge_error_message: Optional[str] = None,
-        current_leader: ShareFetchResponse.LeaderIdAndEpoch = _UNSET,
+        current_leader: _ShareFetchResponse_LeaderIdAndEpoch = _UNSET,
         records: Optional[Buffer] = None,
-        acquired_records: List[ShareFetchResponse.AcquiredRecords] = _UNSET,
+        acquired_records: List[_ShareFetchResponse_AcquiredRecords] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.partition_index = partition_index
@@ -521,7 +521,7 @@ class _ShareFetchResponse_ShareFetchableTopicResponse(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[ShareFetchResponse.PartitionData] = _UNSET,
+        partitions: List[_ShareFetchResponse_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -639,8 +639,8 @@ class ShareFetchResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = None,
-        responses: List[ShareFetchResponse.ShareFetchableTopicResponse] = _UNSET,
-        node_endpoints: List[ShareFetchResponse.NodeEndpoint] = _UNSET,
+        responses: List[_ShareFetchResponse_ShareFetchableTopicResponse] = _UNSET,
+        node_endpoints: List[_ShareFetchResponse_NodeEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

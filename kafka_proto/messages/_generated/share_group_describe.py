@@ -151,7 +151,7 @@ class _ShareGroupDescribeResponse_Assignment(_Struct):
     def __init__(
         self,
         *,
-        topic_partitions: List[ShareGroupDescribeResponse.TopicPartitions] = _UNSET,
+        topic_partitions: List[_ShareGroupDescribeResponse_TopicPartitions] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_partitions = [] if topic_partitions is _UNSET else topic_partitions
@@ -209,7 +209,7 @@ class _ShareGroupDescribeResponse_Member(_Struct):
         client_id: str = '',
         client_host: str = '',
         subscribed_topic_names: List[str] = _UNSET,
-        assignment: ShareGroupDescribeResponse.Assignment = _UNSET,
+        assignment: _ShareGroupDescribeResponse_Assignment = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.member_id = member_id
@@ -302,7 +302,7 @@ class _ShareGroupDescribeResponse_DescribedGroup(_Struct):
         group_epoch: int = 0,
         assignment_epoch: int = 0,
         assignor_name: str = '',
-        members: List[ShareGroupDescribeResponse.Member] = _UNSET,
+        members: List[_ShareGroupDescribeResponse_Member] = _UNSET,
         authorized_operations: int = -2147483648,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -391,7 +391,7 @@ class ShareGroupDescribeResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        groups: List[ShareGroupDescribeResponse.DescribedGroup] = _UNSET,
+        groups: List[_ShareGroupDescribeResponse_DescribedGroup] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -165,7 +165,7 @@ class _ShareGroupHeartbeatResponse_Assignment(_Struct):
     def __init__(
         self,
         *,
-        topic_partitions: List[ShareGroupHeartbeatResponse.TopicPartitions] = _UNSET,
+        topic_partitions: List[_ShareGroupHeartbeatResponse_TopicPartitions] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_partitions = [] if topic_partitions is _UNSET else topic_partitions
@@ -228,7 +228,7 @@ class ShareGroupHeartbeatResponse(_Message):
         member_id: Optional[str] = None,
         member_epoch: int = 0,
         heartbeat_interval_ms: int = 0,
-        assignment: Optional[ShareGroupHeartbeatResponse.Assignment] = None,
+        assignment: Optional[_ShareGroupHeartbeatResponse_Assignment] = None,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

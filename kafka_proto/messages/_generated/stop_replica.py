@@ -258,7 +258,7 @@ class _StopReplicaRequest_StopReplicaTopicState(_Struct):
         self,
         *,
         topic_name: str = '',
-        partition_states: List[StopReplicaRequest.StopReplicaPartitionState] = _UNSET,
+        partition_states: List[_StopReplicaRequest_StopReplicaPartitionState] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -350,9 +350,9 @@ class StopReplicaRequest(_Message):
         controller_epoch: int = 0,
         broker_epoch: int = -1,
         delete_partitions: bool = False,
-        ungrouped_partitions: List[StopReplicaRequest.StopReplicaPartitionV0] = _UNSET,
-        topics: List[StopReplicaRequest.StopReplicaTopicV1] = _UNSET,
-        topic_states: List[StopReplicaRequest.StopReplicaTopicState] = _UNSET,
+        ungrouped_partitions: List[_StopReplicaRequest_StopReplicaPartitionV0] = _UNSET,
+        topics: List[_StopReplicaRequest_StopReplicaTopicV1] = _UNSET,
+        topic_states: List[_StopReplicaRequest_StopReplicaTopicState] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.controller_id = controller_id
@@ -550,7 +550,7 @@ class StopReplicaResponse(_Message):
         self,
         *,
         error_code: int = 0,
-        partition_errors: List[StopReplicaResponse.StopReplicaPartitionError] = _UNSET,
+        partition_errors: List[_StopReplicaResponse_StopReplicaPartitionError] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code

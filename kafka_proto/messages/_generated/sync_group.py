@@ -106,7 +106,7 @@ class SyncGroupRequest(_Message):
         group_instance_id: Optional[str] = None,
         protocol_type: Optional[str] = None,
         protocol_name: Optional[str] = None,
-        assignments: List[SyncGroupRequest.SyncGroupRequestAssignment] = _UNSET,
+        assignments: List[_SyncGroupRequest_SyncGroupRequestAssignment] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id

@@ -99,7 +99,7 @@ class _TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = _UNSET,
+        partitions: List[_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -177,7 +177,7 @@ class TxnOffsetCommitRequest(_Message):
         generation_id: int = -1,
         member_id: str = '',
         group_instance_id: Optional[str] = None,
-        topics: List[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = _UNSET,
+        topics: List[_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.transactional_id = transactional_id
@@ -329,7 +329,7 @@ class _TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = _UNSET,
+        partitions: List[_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -394,7 +394,7 @@ class TxnOffsetCommitResponse(_Message):
         self,
         *,
         throttle_time_ms: int = 0,
-        topics: List[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = _UNSET,
+        topics: List[_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

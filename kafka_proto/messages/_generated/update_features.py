@@ -111,7 +111,7 @@ class UpdateFeaturesRequest(_Message):
         self,
         *,
         timeout_ms: int = 60000,
-        feature_updates: List[UpdateFeaturesRequest.FeatureUpdateKey] = _UNSET,
+        feature_updates: List[_UpdateFeaturesRequest_FeatureUpdateKey] = _UNSET,
         validate_only: bool = False,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -230,7 +230,7 @@ class UpdateFeaturesResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = '',
-        results: List[UpdateFeaturesResponse.UpdatableFeatureResult] = _UNSET,
+        results: List[_UpdateFeaturesResponse_UpdatableFeatureResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

@@ -161,7 +161,7 @@ class _UpdateMetadataRequest_UpdateMetadataTopicState(_Struct):
         *,
         topic_name: str = '',
         topic_id: UUID = _ZERO_UUID,
-        partition_states: List[UpdateMetadataRequest.UpdateMetadataPartitionState] = _UNSET,
+        partition_states: List[_UpdateMetadataRequest_UpdateMetadataPartitionState] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -335,7 +335,7 @@ class _UpdateMetadataRequest_UpdateMetadataBroker(_Struct):
         id: int = 0,
         v0_host: str = '',
         v0_port: int = 0,
-        endpoints: List[UpdateMetadataRequest.UpdateMetadataEndpoint] = _UNSET,
+        endpoints: List[_UpdateMetadataRequest_UpdateMetadataEndpoint] = _UNSET,
         rack: Optional[str] = '',
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -440,9 +440,9 @@ class UpdateMetadataRequest(_Message):
         type: int = 0,
         controller_epoch: int = 0,
         broker_epoch: int = -1,
-        ungrouped_partition_states: List[UpdateMetadataRequest.UpdateMetadataPartitionState] = _UNSET,
-        topic_states: List[UpdateMetadataRequest.UpdateMetadataTopicState] = _UNSET,
-        live_brokers: List[UpdateMetadataRequest.UpdateMetadataBroker] = _UNSET,
+        ungrouped_partition_states: List[_UpdateMetadataRequest_UpdateMetadataPartitionState] = _UNSET,
+        topic_states: List[_UpdateMetadataRequest_UpdateMetadataTopicState] = _UNSET,
+        live_brokers: List[_UpdateMetadataRequest_UpdateMetadataBroker] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.controller_id = controller_id

@@ -145,8 +145,8 @@ class UpdateRaftVoterRequest(_Message):
         current_leader_epoch: int = 0,
         voter_id: int = 0,
         voter_directory_id: UUID = _ZERO_UUID,
-        listeners: List[UpdateRaftVoterRequest.Listener] = _UNSET,
-        k_raft_version_feature: UpdateRaftVoterRequest.KRaftVersionFeature = _UNSET,
+        listeners: List[_UpdateRaftVoterRequest_Listener] = _UNSET,
+        k_raft_version_feature: _UpdateRaftVoterRequest_KRaftVersionFeature = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -272,7 +272,7 @@ class UpdateRaftVoterResponse(_Message):
         *,
         throttle_time_ms: int = 0,
         error_code: int = 0,
-        current_leader: UpdateRaftVoterResponse.CurrentLeader = _UNSET,
+        current_leader: _UpdateRaftVoterResponse_CurrentLeader = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms

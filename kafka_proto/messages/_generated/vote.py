@@ -114,7 +114,7 @@ class _VoteRequest_TopicData(_Struct):
         self,
         *,
         topic_name: str = '',
-        partitions: List[VoteRequest.PartitionData] = _UNSET,
+        partitions: List[_VoteRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -176,7 +176,7 @@ class VoteRequest(_Message):
         *,
         cluster_id: Optional[str] = None,
         voter_id: int = -1,
-        topics: List[VoteRequest.TopicData] = _UNSET,
+        topics: List[_VoteRequest_TopicData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -290,7 +290,7 @@ class _VoteResponse_TopicData(_Struct):
         self,
         *,
         topic_name: str = '',
-        partitions: List[VoteResponse.PartitionData] = _UNSET,
+        partitions: List[_VoteResponse_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_name = topic_name
@@ -421,8 +421,8 @@ class VoteResponse(_Message):
         self,
         *,
         error_code: int = 0,
-        topics: List[VoteResponse.TopicData] = _UNSET,
-        node_endpoints: List[VoteResponse.NodeEndpoint] = _UNSET,
+        topics: List[_VoteResponse_TopicData] = _UNSET,
+        node_endpoints: List[_VoteResponse_NodeEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.error_code = error_code

@@ -133,8 +133,8 @@ class _VotersRecord_Voter(_Struct):
         *,
         voter_id: int = 0,
         voter_directory_id: UUID = _ZERO_UUID,
-        endpoints: List[VotersRecord.Endpoint] = _UNSET,
-        k_raft_version_feature: VotersRecord.KRaftVersionFeature = _UNSET,
+        endpoints: List[_VotersRecord_Endpoint] = _UNSET,
+        k_raft_version_feature: _VotersRecord_KRaftVersionFeature = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.voter_id = voter_id
@@ -200,7 +200,7 @@ class VotersRecord(_Message):
         self,
         *,
         version: int = 0,
-        voters: List[VotersRecord.Voter] = _UNSET,
+        voters: List[_VotersRecord_Voter] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.version = version

@@ -94,7 +94,7 @@ class _WriteShareGroupStateRequest_PartitionData(_Struct):
         state_epoch: int = 0,
         leader_epoch: int = 0,
         start_offset: int = 0,
-        state_batches: List[WriteShareGroupStateRequest.StateBatch] = _UNSET,
+        state_batches: List[_WriteShareGroupStateRequest_StateBatch] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.partition = partition
@@ -154,7 +154,7 @@ class _WriteShareGroupStateRequest_WriteStateData(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[WriteShareGroupStateRequest.PartitionData] = _UNSET,
+        partitions: List[_WriteShareGroupStateRequest_PartitionData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -212,7 +212,7 @@ class WriteShareGroupStateRequest(_Message):
         self,
         *,
         group_id: str = '',
-        topics: List[WriteShareGroupStateRequest.WriteStateData] = _UNSET,
+        topics: List[_WriteShareGroupStateRequest_WriteStateData] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.group_id = group_id
@@ -312,7 +312,7 @@ class _WriteShareGroupStateResponse_WriteStateResult(_Struct):
         self,
         *,
         topic_id: UUID = _ZERO_UUID,
-        partitions: List[WriteShareGroupStateResponse.PartitionResult] = _UNSET,
+        partitions: List[_WriteShareGroupStateResponse_PartitionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topic_id = topic_id
@@ -366,7 +366,7 @@ class WriteShareGroupStateResponse(_Message):
     def __init__(
         self,
         *,
-        results: List[WriteShareGroupStateResponse.WriteStateResult] = _UNSET,
+        results: List[_WriteShareGroupStateResponse_WriteStateResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.results = [] if results is _UNSET else results

@@ -101,7 +101,7 @@ class _WriteTxnMarkersRequest_WritableTxnMarker(_Struct):
         producer_id: int = 0,
         producer_epoch: int = 0,
         transaction_result: bool = False,
-        topics: List[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = _UNSET,
+        topics: List[_WriteTxnMarkersRequest_WritableTxnMarkerTopic] = _UNSET,
         coordinator_epoch: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
@@ -172,7 +172,7 @@ class WriteTxnMarkersRequest(_Message):
     def __init__(
         self,
         *,
-        markers: List[WriteTxnMarkersRequest.WritableTxnMarker] = _UNSET,
+        markers: List[_WriteTxnMarkersRequest_WritableTxnMarker] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.markers = [] if markers is _UNSET else markers
@@ -273,7 +273,7 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerTopicResult(_Struct):
         self,
         *,
         name: str = '',
-        partitions: List[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = _UNSET,
+        partitions: List[_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
@@ -333,7 +333,7 @@ class _WriteTxnMarkersResponse_WritableTxnMarkerResult(_Struct):
         self,
         *,
         producer_id: int = 0,
-        topics: List[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = _UNSET,
+        topics: List[_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.producer_id = producer_id
@@ -394,7 +394,7 @@ class WriteTxnMarkersResponse(_Message):
     def __init__(
         self,
         *,
-        markers: List[WriteTxnMarkersResponse.WritableTxnMarkerResult] = _UNSET,
+        markers: List[_WriteTxnMarkersResponse_WritableTxnMarkerResult] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.markers = [] if markers is _UNSET else markers

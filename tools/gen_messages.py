@@ -1010,6 +1010,19 @@ def index_text(msgs_by_module: dict, apis: dict, responses: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def classes_stub_text(msgs_by_module: dict) -> str:
+    """classes.pyi: every top-level class, for type checkers only (kafka_proto.messages
+    star-imports it under TYPE_CHECKING; at run time its __getattr__ imports them lazily)."""
+    lines = [HEADER_LINE,
+             "# The generated classes for type checkers: kafka_proto.messages re-exports them.",
+             ""]
+    for mod in sorted(msgs_by_module):
+        lines.append(f"from .{mod} import (")
+        lines.extend(f"    {m.name} as {m.name}," for m in msgs_by_module[mod])
+        lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
 def generate(schema_dir: Path, out_dir: Path) -> dict:
     """Write every module into out_dir; returns {"modules": n, "notes": [...]}."""
     files = sorted(p for p in schema_dir.glob("*.json"))
@@ -1037,16 +1050,17 @@ def generate(schema_dir: Path, out_dir: Path) -> dict:
     for mod in sorted(by_module):
         outputs[mod + ".py"] = module_text(by_module[mod], notes)
     outputs["__init__.py"] = index_text(by_module, apis, responses)
+    outputs["classes.pyi"] = classes_stub_text(by_module)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("*.py"):
-        if stale.name not in outputs:
+    for stale in out_dir.glob("*.py*"):
+        if stale.suffix in (".py", ".pyi") and stale.name not in outputs:
             stale.unlink()
     for name in sorted(outputs):
         target = out_dir / name
         data = outputs[name].encode("utf-8")
         if not target.exists() or target.read_bytes() != data:
             target.write_bytes(data)
-    return {"modules": len(outputs), "notes": notes}
+    return {"modules": sum(name.endswith(".py") for name in outputs), "notes": notes}
 
 
 def main(argv=None) -> int:

@@ -23,11 +23,16 @@ codes of a response at every level.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Dict, Union
+from typing import TYPE_CHECKING, Any, Dict, Type, Union
 
 from kafka_proto.errors import UnsupportedVersionError
 from kafka_proto.messages._generated import API_KEYS, CLASS_MODULES, ApiInfo, ApiKey
-from kafka_proto.messages._runtime import error_codes, fit_to_version
+from kafka_proto.messages._runtime import _Message, error_codes, fit_to_version
+
+if TYPE_CHECKING:
+    # The generated classes for type checkers, which cannot follow __getattr__ (a user's
+    # `from kafka_proto.messages import FetchRequest` would otherwise be Any).
+    from kafka_proto.messages._generated.classes import *
 
 __all__ = [
     "API_KEYS",
@@ -52,7 +57,7 @@ API_KEYS_BY_NAME: Dict[str, int] = {info.name: key for key, info in API_KEYS.ite
 _PACKAGE = __name__ + "._generated."
 
 
-def message_class(name: str) -> type:
+def message_class(name: str) -> Type[_Message]:
     """Return a generated top-level class by name ("FetchRequest", "RequestHeader", ...)."""
     cached = globals().get(name)
     if isinstance(cached, type):
@@ -74,12 +79,12 @@ def api_info(api: Union[int, str]) -> ApiInfo:
     return info
 
 
-def request_class(api: Union[int, str]) -> type:
+def request_class(api: Union[int, str]) -> Type[_Message]:
     """The request class of an API, by key or name."""
     return message_class(api_info(api).name + "Request")
 
 
-def response_class(api: Union[int, str]) -> type:
+def response_class(api: Union[int, str]) -> Type[_Message]:
     """The response class of an API, by key or name."""
     return message_class(api_info(api).name + "Response")
 
@@ -110,11 +115,14 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if _flexible(api_info(api_key), api_version) else 0
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy import of generated classes: `from kafka_proto.messages import FetchRequest`.
-    if name in CLASS_MODULES:
-        return message_class(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Hidden from type checkers: they have every class from the import above, and a misspelt
+# name is then an error for them instead of an Any.
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> Any:
+        # Lazy import of generated classes: `from kafka_proto.messages import FetchRequest`.
+        if name in CLASS_MODULES:
+            return message_class(name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():

@@ -23,6 +23,7 @@ from kafka_client import (
     Message,
     Producer,
     SerializingProducer,
+    TopicCollection,
     TopicPartition,
 )
 from kafka_client.admin import (
@@ -53,7 +54,50 @@ from kafka_client.serialization import (
     StringSerializer,
 )
 from kafka_client.testing import Cluster
-from kafka_client import TopicCollection
+
+from kafka_proto import framing, versions
+from kafka_proto._crc import IMPLEMENTATION, crc32, crc32c
+from kafka_proto._wire import Reader, Writer, decode_varint, encode_varint
+from kafka_proto.compression import CompressionCodec, compress, decompress
+from kafka_proto.errors import (
+    CrcMismatchError,
+    DecompressionLimitError,
+    InvalidLengthError,
+    TruncatedDataError,
+    broker_error,
+)
+from kafka_proto.hashing import murmur2, murmur2_partition
+from kafka_proto.logdir import (
+    EpochEntry,
+    decode_offset_index,
+    encode_leader_epoch_checkpoint,
+    encode_offset_index_entry,
+    segment_base_offset,
+    segment_file_name,
+)
+from kafka_proto.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    api_info,
+    error_codes,
+    fit_to_version,
+    request_class,
+)
+from kafka_proto.protocol import BrokerConversation
+from kafka_proto.records import (
+    Compression,
+    ControlRecordType,
+    RecordBatchBuilder,
+    TimestampType,
+    build_control_batch,
+    increment_sequence,
+    iter_batch_headers,
+    read_batch_header,
+    read_batches,
+    stamp_batch,
+)
 
 BOOTSTRAP = "localhost:9092"
 
@@ -305,6 +349,128 @@ def test_cluster() -> None:
         retried = [e for e in cluster.request_log(api="Produce") if e.errors]
         print(len(retried), OFFSET_END)
         p.close()
+
+
+# -- the codec ---------------------------------------------------------------------------
+def codec() -> None:
+    """docs/codec.md: the codec layer, kafka_proto."""
+    print(broker_error(6))
+    w = Writer()
+    w.write_int16(3)
+    w.write_compact_string("héllo")
+    w.write_varint(-2)
+    w.write_compact_nullable_bytes(None)
+    data = w.getvalue()
+    assert_type(data, bytes)
+    r = Reader(data)
+    assert_type(r.read_int16(), int)
+    assert_type(r.read_compact_string(), str)
+    assert_type(r.read_compact_nullable_bytes(), Optional[bytes])
+    assert_type(r.remaining, int)
+    view = Reader(b"\x00\x00\x00\x02abcd").read_bytes_view()
+    assert_type(view, memoryview)
+    try:
+        Reader(b"\x00\x00\x00\x05ab").read_bytes()
+    except InvalidLengthError as e:
+        print(e)
+    assert_type(encode_varint(300), bytes)
+    assert_type(decode_varint(b"\xd8\x04"), Tuple[int, int])
+    assert_type(crc32c(b"123456789"), int)
+    assert_type(crc32(b"123456789"), int)
+    assert_type(crc32c(b"6789", crc32c(b"12345")), int)
+    assert_type(IMPLEMENTATION, str)
+    assert_type(murmur2(b"21"), int)
+    assert_type(murmur2_partition(b"21", 10), int)
+
+    produced = RecordBatchBuilder()
+    produced.append(b"one", timestamp=1_700_000_000_000)
+    log = bytearray(produced.build() * 2)
+    first, second = iter_batch_headers(log)
+    stamp_batch(log, first.position, base_offset=100, partition_leader_epoch=5)
+    again = read_batch_header(log, second.position)
+    print(again.base_offset, again.partition_leader_epoch, again.crc)
+    assert [b.base_offset for b in read_batches(bytes(log), check_crc=True)] == [100, 102]
+    assert_type(increment_sequence(2**31 - 1, 1), int)
+    b = RecordBatchBuilder(compression=Compression.LZ4, producer_id=7, producer_epoch=0,
+                           base_sequence=0)
+    b.append(b"v1", key=b"k1", timestamp=1_700_000_000_000, headers=[("trace", b"x")])
+    b.append(None, key=b"k2", timestamp=1_700_000_000_005)
+    data = b.build(base_offset=100)
+    batches = list(read_batches(data + data[:30]))
+    batch = batches[0]
+    print(batch.base_offset, batch.last_offset, batch.records_count, batch.producer_id)
+    assert batch.compression == Compression.LZ4
+    for rec in batch:
+        print(rec.offset, rec.timestamp, rec.key, rec.value, rec.headers)
+    assert [r.timestamp_type for r in batch] == [TimestampType.CREATE_TIME]
+    try:
+        list(read_batches(data, allow_truncated=False))
+    except (CrcMismatchError, TruncatedDataError) as e:
+        print(e)
+    marker = build_control_batch(ControlRecordType.COMMIT, producer_id=7, producer_epoch=0,
+                                 coordinator_epoch=3)
+    cbatch = next(iter(read_batches(marker)))
+    ctrl = cbatch.control_record()
+    assert cbatch.is_control and cbatch.is_transactional and ctrl is not None
+    print(ctrl.is_commit, ctrl.coordinator_epoch)
+
+    name = segment_file_name(1000, ".index")
+    assert_type(segment_base_offset(name), int)
+    index = encode_offset_index_entry(1042, 8192, base_offset=1000)
+    assert [tuple(e) for e in decode_offset_index(index, 1000)] == [(1042, 8192)]
+    print(encode_leader_epoch_checkpoint([EpochEntry(0, 0), EpochEntry(3, 1500)]))
+    payload = b"hello kafka " * 1000
+    for codec in CompressionCodec:
+        assert_type(decompress(codec, compress(codec, payload)), bytes)
+    try:
+        decompress(CompressionCodec.GZIP, compress(CompressionCodec.GZIP, payload), max_size=10)
+    except DecompressionLimitError as e:
+        print(e)
+
+
+def messages() -> None:
+    """docs/codec.md: the generated messages and the sans-I/O conversation."""
+    req = ApiVersionsRequest(client_software_name="kp", client_software_version="0.1")
+    body = req.encode(3)
+    assert_type(body, bytes)
+    assert_type(ApiVersionsRequest.decode(body, 3), ApiVersionsRequest)
+    assert request_class("ApiVersions") is ApiVersionsRequest
+    print(api_info("Fetch").max_version)
+    assert_type(ApiVersionsRequest.decode_prefix(body + b"\x00\x00", 3),
+                Tuple[ApiVersionsRequest, int])
+    answer = MetadataResponse(brokers=[MetadataResponse.MetadataResponseBroker(
+        node_id=1, host="h", port=9092, rack=None)])
+    answer.topics = [MetadataResponse.MetadataResponseTopic(name="t", error_code=3)]
+    v1 = fit_to_version(answer, 1).encode(1)
+    topics = MetadataResponse.decode(v1, 1).topics
+    assert topics is not None and topics[0].name == "t"
+    assert_type(error_codes(answer), set[int])
+
+    conv = BrokerConversation(client_id="me")
+    hello = conv.start_handshake()
+    wire = b"".join(bytes(p) for p in hello.parts)
+    body = ApiVersionsResponse(error_code=35, api_keys=[
+        ApiVersionsResponse.ApiVersion(api_key=18, min_version=0, max_version=3)]).encode(0)
+    conv.receive_data(len(body).to_bytes(4, "big") + hello.correlation_id.to_bytes(4, "big")
+                      + body + wire)
+    event = conv.next_event()
+    assert event is not None and event.retry is not None
+    assert_type(event.retry.api_version, int)
+    print(event.retry.api_version, conv.handshake_done, conv.versions, conv.in_flight)
+    out = conv.send(MetadataRequest(topics=None), context="my metadata")
+    print(out.correlation_id)
+
+    tracker = framing.CorrelationTracker()
+    cid = tracker.next_id(ApiVersionsRequest.API_KEY, 3)
+    frame = framing.encode_request(req, 3, cid, client_id="me")
+    parser = framing.FrameParser()
+    frames = parser.feed(frame[:7]) + parser.feed(frame[7:])
+    got_cid, answer_body = framing.decode_response_header(frames[0], 18, 3)
+    sent = tracker.pop(got_cid)
+    assert sent is not None
+    answer2 = versions.decode_api_versions_response(answer_body, sent.api_version)
+    negotiated = versions.negotiate_response(answer2)
+    assert_type(versions.require_version(negotiated, 1), int)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,17 @@ from __future__ import annotations
 
 import struct
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from .errors import SerializationError
 
@@ -38,7 +48,10 @@ __all__ = [
 ]
 
 #: Headers as the serializing clients accept them: a dict or a list of (key, value) pairs.
-HeadersType = Union[Dict[str, Union[str, bytes, None]], List[Tuple[str, Union[str, bytes, None]]]]
+#: (Mapping and Sequence, which a type checker lets vary: a Message's headers(), a list of
+#: (str, bytes or None), fit; List[Tuple[str, Union[...]]] would refuse them.)
+HeadersType = Union[Mapping[str, Union[str, bytes, None]],
+                    Sequence[Tuple[str, Union[str, bytes, None]]]]
 
 
 class MessageField(str, Enum):

@@ -257,7 +257,7 @@ def serializing() -> None:
                                     "value.serializer": IntegerSerializer()})
     producer.produce("numbers", key="one", value=1, on_delivery=on_delivery)
     producer.flush(10)
-    ctx = SerializationContext("numbers", MessageField.VALUE)
+    ctx = SerializationContext("numbers", MessageField.VALUE, {"source": b"docs"})
     assert_type(IntegerSerializer()(1, ctx), Optional[bytes])
     assert_type(IntegerDeserializer()(b"\0\0\0\1", ctx), Optional[int])
     assert_type(DoubleDeserializer()(b"\0" * 8, ctx), Optional[float])
@@ -274,6 +274,10 @@ def serializing() -> None:
     else:
         if msg is not None:
             print(msg.key(), msg.value())
+            # as a deserializer is called by hand: the message's own headers fit
+            value_ctx = SerializationContext(msg.topic() or "numbers", MessageField.VALUE,
+                                             msg.headers())
+            print(IntegerDeserializer()(b"\0\0\0\2", value_ctx))
     consumer.close()
     try:
         producer.produce("numbers", key="two", value=2)

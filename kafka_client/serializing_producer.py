@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict, Optional
 from ._cluster_id_resolver import ClusterIdResolver, offer_resolver
 from ._serde_builders import close_serdes, take_serdes
 from .errors import KeySerializationError, ValueSerializationError
-from .producer.producer import Producer
+from .producer.producer import OnDelivery, Producer
 from .serialization import MessageField, SerializationContext
 
 __all__ = ["SerializingProducer"]
@@ -47,7 +47,7 @@ class SerializingProducer(Producer):
         return closed
 
     def produce(self, topic: str, key: Any = None, value: Any = None, partition: int = -1,  # type: ignore[override]
-                on_delivery: Optional[Callable] = None, timestamp: int = 0,
+                on_delivery: Optional[OnDelivery] = None, timestamp: int = 0,
                 headers: Any = None) -> None:
         """Serialize ``key`` and ``value`` (KeySerializationError / ValueSerializationError
         if a serializer raises; nothing is queued then) and queue the message. Note the

@@ -59,15 +59,18 @@ def test_the_documented_api_type_checks_clean(tmp_path):
 
 def test_a_wrong_use_of_the_api_is_reported(tmp_path):
     """The harness sees our types: a program that misuses them fails, at the lines
-    concerned (were the packages Any to mypy, both lines would pass)."""
+    concerned (were the packages Any to mypy, every line would pass)."""
     program = tmp_path / "wrong.py"
     program.write_text(
-        "from kafka_client import Consumer, KafkaError\n"
+        "from kafka_client import Consumer, KafkaError, Producer, TopicPartition\n"
         "Consumer({'bootstrap.servers': 'b'}).assign(['topic'])\n"
-        "code: str = KafkaError._PARTITION_EOF\n")
+        "code: str = KafkaError._PARTITION_EOF\n"
+        "# a tuple: the consumer raises TypeError for anything but a list\n"
+        "Consumer({'bootstrap.servers': 'b'}).assign((TopicPartition('t', 0),))\n"
+        "Producer({'bootstrap.servers': 'b'}).produce('t', b'v', on_delivery=lambda err: 0)\n")
     result = run_mypy(program, tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
-    lines = sorted(line.split(":")[1] for line in result.stdout.splitlines()
-                   if ": error:" in line)
-    assert lines == ["2", "3"], result.stdout
+    lines = sorted({line.split(":")[1] for line in result.stdout.splitlines()
+                    if ": error:" in line})
+    assert lines == ["2", "3", "5", "6"], result.stdout
     assert "TopicPartition" in result.stdout

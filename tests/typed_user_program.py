@@ -164,6 +164,9 @@ def statuses() -> None:
     with Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True,
                    "stats_cb": lambda doc: print(json.loads(doc))}) as producer:
         producer.produce("docs-idempotent", b"x", on_delivery=report)
+        # a lambda's arguments get their types: msg is a DeliveredMessage
+        producer.produce("docs-idempotent", b"y",
+                         on_delivery=lambda err, msg: seen.append((err, msg.status())))
     assert seen == [] or seen[0][1] in (PERSISTED, NOT_PERSISTED)
 
 
@@ -238,7 +241,8 @@ def subscribe() -> None:
                        "on_commit": lambda err, parts: print(err, parts)})
     member.subscribe(["docs-consume"],
                      on_assign=lambda c, parts: log.append(("assign", parts)),
-                     on_revoke=lambda c, parts: log.append(("revoke", parts)))
+                     on_revoke=lambda c, parts: log.append(("revoke", parts)),
+                     on_lost=lambda c, parts: c.unassign())
     member.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from kafka_client.aio._bridge import LoopBridge, in_callback
 from kafka_client.aio._kept import KeptReads
@@ -14,6 +14,11 @@ from kafka_client.consumer.consumer import Consumer
 from kafka_client.types import Message, TopicPartition
 
 __all__ = ["AIOConsumer"]
+
+
+#: ``on_assign`` / ``on_revoke`` / ``on_lost``: ``cb(consumer, partitions)``, a function or a
+#: coroutine function.
+OnAIORebalance = Callable[["AIOConsumer", List[TopicPartition]], Any]
 
 
 class AIOConsumer:
@@ -154,9 +159,9 @@ class AIOConsumer:
                                 arrow=True)
 
     # -- assignment and subscription --------------------------------------------------------
-    async def subscribe(self, topics: Sequence[str], on_assign: Optional[Callable] = None,
-                        on_revoke: Optional[Callable] = None,
-                        on_lost: Optional[Callable] = None) -> None:
+    async def subscribe(self, topics: List[str], on_assign: Optional[OnAIORebalance] = None,
+                        on_revoke: Optional[OnAIORebalance] = None,
+                        on_lost: Optional[OnAIORebalance] = None) -> None:
         """Subscribe to ``topics`` (names or ``^`` patterns); the callbacks, functions or
         coroutine functions ``(consumer, partitions)``, run on the event loop with this
         AIOConsumer."""
@@ -172,16 +177,16 @@ class AIOConsumer:
     async def unsubscribe(self) -> None:
         await self._call(self._consumer.unsubscribe)
 
-    async def assign(self, partitions: Sequence[TopicPartition]) -> None:
+    async def assign(self, partitions: List[TopicPartition]) -> None:
         await self._call(self._consumer.assign, partitions)
 
     async def unassign(self) -> None:
         await self._call(self._consumer.unassign)
 
-    async def incremental_assign(self, partitions: Sequence[TopicPartition]) -> None:
+    async def incremental_assign(self, partitions: List[TopicPartition]) -> None:
         await self._call(self._consumer.incremental_assign, partitions)
 
-    async def incremental_unassign(self, partitions: Sequence[TopicPartition]) -> None:
+    async def incremental_unassign(self, partitions: List[TopicPartition]) -> None:
         await self._call(self._consumer.incremental_unassign, partitions)
 
     async def assignment(self) -> List[TopicPartition]:
@@ -194,13 +199,13 @@ class AIOConsumer:
             self._kept.forget(partition.topic, partition.partition)
         await self._call(self._consumer.seek, partition)
 
-    async def pause(self, partitions: Sequence[TopicPartition]) -> None:
+    async def pause(self, partitions: List[TopicPartition]) -> None:
         await self._call(self._consumer.pause, partitions)
 
-    async def resume(self, partitions: Sequence[TopicPartition]) -> None:
+    async def resume(self, partitions: List[TopicPartition]) -> None:
         await self._call(self._consumer.resume, partitions)
 
-    async def position(self, partitions: Sequence[TopicPartition]) -> List[TopicPartition]:
+    async def position(self, partitions: List[TopicPartition]) -> List[TopicPartition]:
         return await self._call(self._consumer.position, partitions)
 
     async def store_offsets(self, *args: Any, **kwargs: Any) -> None:
@@ -212,7 +217,7 @@ class AIOConsumer:
         ``asynchronous=``)."""
         return await self._call(self._consumer.commit, *args, **kwargs)
 
-    async def committed(self, partitions: Sequence[TopicPartition],
+    async def committed(self, partitions: List[TopicPartition],
                         timeout: Optional[float] = None) -> List[TopicPartition]:
         return await self._call(self._consumer.committed, partitions, timeout)
 
@@ -222,7 +227,7 @@ class AIOConsumer:
         return await self._call(self._consumer.get_watermark_offsets, partition, timeout,
                                 cached)
 
-    async def offsets_for_times(self, partitions: Sequence[TopicPartition],
+    async def offsets_for_times(self, partitions: List[TopicPartition],
                                 timeout: Optional[float] = None) -> List[TopicPartition]:
         return await self._call(self._consumer.offsets_for_times, partitions, timeout)
 

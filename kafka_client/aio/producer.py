@@ -12,7 +12,7 @@ from typing import Any, Callable, Deque, List, Optional
 from kafka_client._common import deadline_after, wait_limit
 from kafka_client.aio._bridge import LoopBridge
 from kafka_client.errors import KafkaError, KafkaException
-from kafka_client.producer.producer import Producer
+from kafka_client.producer.producer import OnDelivery, Producer
 from kafka_client.types import Message, TopicPartition
 
 __all__ = ["AIOProducer"]
@@ -155,8 +155,8 @@ class AIOProducer:
 
     async def produce(self, topic: str, value: Any = None, key: Any = None,
                       partition: int = -1, timestamp: int = 0, headers: Any = None,
-                      on_delivery: Optional[Callable[..., Any]] = None, *,
-                      callback: Optional[Callable[..., Any]] = None
+                      on_delivery: Optional[OnDelivery] = None, *,
+                      callback: Optional[OnDelivery] = None
                       ) -> "asyncio.Future[Message]":
         """Queue one message; returns a future resolving to the delivered message (its
         offset set) or raising KafkaException with the delivery error. Arguments as

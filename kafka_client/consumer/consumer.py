@@ -87,6 +87,10 @@ _MAX_CONSUME = 1000000  # librdkafka's limit for one consume() call
 UNCLOSED_FAREWELL_S = 5.0
 
 
+#: ``on_assign`` / ``on_revoke`` / ``on_lost``: called as ``cb(consumer, partitions)``.
+OnRebalance = Callable[["Consumer", List[TopicPartition]], Any]
+
+
 class Consumer(ClientBase):
     """A Kafka consumer configured with librdkafka property names.
 
@@ -202,7 +206,7 @@ class Consumer(ClientBase):
         return part if part is not None and part.assigned else None
 
     # -- assignment ----------------------------------------------------------------------
-    def assign(self, partitions: Sequence[TopicPartition]) -> None:
+    def assign(self, partitions: List[TopicPartition]) -> None:
         """Consume exactly these partitions (replacing the current assignment). Each
         starts at its ``offset``: an absolute offset, OFFSET_BEGINNING, OFFSET_END,
         OFFSET_STORED/OFFSET_INVALID (the committed offset, else ``auto.offset.reset``),
@@ -229,7 +233,7 @@ class Consumer(ClientBase):
                 self._drop(part)
             self._fetcher.parts = {}
 
-    def incremental_assign(self, partitions: Sequence[TopicPartition]) -> None:
+    def incremental_assign(self, partitions: List[TopicPartition]) -> None:
         """Add partitions to the assignment (each starting as in :meth:`assign`); adding
         one already assigned is an error (_CONFLICT)."""
         self._check_open()
@@ -246,7 +250,7 @@ class Consumer(ClientBase):
             self._add(parts)
         self._fetcher.kick()
 
-    def incremental_unassign(self, partitions: Sequence[TopicPartition]) -> None:
+    def incremental_unassign(self, partitions: List[TopicPartition]) -> None:
         """Remove partitions from the assignment; removing one not assigned is an error
         (_INVALID_ARG, as librdkafka's)."""
         self._check_open()
@@ -333,7 +337,7 @@ class Consumer(ClientBase):
                       if partition.leader_epoch is not None else -1)
         self._fetcher.kick()
 
-    def position(self, partitions: Sequence[TopicPartition]) -> List[TopicPartition]:
+    def position(self, partitions: List[TopicPartition]) -> List[TopicPartition]:
         """The offset of the next message the application gets from each partition
         (OFFSET_INVALID when not known yet)."""
         self._check_open()
@@ -355,7 +359,7 @@ class Consumer(ClientBase):
                 out.append(TopicPartition(tp.topic, tp.partition, pos, leader_epoch=epoch))
         return out
 
-    def pause(self, partitions: Sequence[TopicPartition]) -> None:
+    def pause(self, partitions: List[TopicPartition]) -> None:
         """Stop fetching and returning messages from these assigned partitions; messages
         already fetched are fetched again after resume(). As in librdkafka, a pause lasts
         until resume(): a paused partition unassigned and assigned again (by assign() or
@@ -390,7 +394,7 @@ class Consumer(ClientBase):
                 else:
                     part.version += 1  # drop what is queued; the lookup continues
 
-    def resume(self, partitions: Sequence[TopicPartition]) -> None:
+    def resume(self, partitions: List[TopicPartition]) -> None:
         """Fetch paused partitions again, from where the application left off."""
         self._check_open()
         with self._lock:
@@ -994,7 +998,7 @@ class Consumer(ClientBase):
                 return min(part.lso, part.hw)
             return part.hw
 
-    def offsets_for_times(self, partitions: Sequence[TopicPartition],
+    def offsets_for_times(self, partitions: List[TopicPartition],
                           timeout: Optional[float] = None) -> List[TopicPartition]:
         """For each partition, the earliest offset whose timestamp is at or after
         ``partition.offset`` (a time in ms); -1 (OFFSET_END) when there is none."""
@@ -1089,9 +1093,9 @@ class Consumer(ClientBase):
                 KafkaError._INVALID_ARG, f"{what} requires \"group.id\" to be configured"))
         return self._group
 
-    def subscribe(self, topics: Sequence[str], on_assign: Optional[Callable] = None,
-                  on_revoke: Optional[Callable] = None,
-                  on_lost: Optional[Callable] = None) -> None:
+    def subscribe(self, topics: List[str], on_assign: Optional[OnRebalance] = None,
+                  on_revoke: Optional[OnRebalance] = None,
+                  on_lost: Optional[OnRebalance] = None) -> None:
         """Join the group and consume the partitions it assigns from ``topics`` (names,
         or regular expressions starting with ``^``). The callbacks run from poll()/
         consume() as ``cb(consumer, partitions)``; when none is given, the ``rebalance_cb``
@@ -1118,7 +1122,7 @@ class Consumer(ClientBase):
         self._need_group("unsubscribe()").unsubscribe(_Member(self))
 
     def store_offsets(self, message: Optional[Message] = None,
-                      offsets: Optional[Sequence[TopicPartition]] = None) -> None:
+                      offsets: Optional[List[TopicPartition]] = None) -> None:
         """Store ``message.offset() + 1`` (or each ``offsets`` entry as given) to be
         committed by the next commit (auto-commit or commit() without arguments).
 
@@ -1160,7 +1164,7 @@ class Consumer(ClientBase):
             raise KafkaException(failure)
 
     def commit(self, message: Optional[Message] = None,
-               offsets: Optional[Sequence[TopicPartition]] = None,
+               offsets: Optional[List[TopicPartition]] = None,
                asynchronous: bool = True, **legacy: Any) -> Optional[List[TopicPartition]]:
         """Commit ``message.offset() + 1``, or ``offsets`` (each entry's offset as
         given), or with neither the stored offsets beyond the last commit.
@@ -1198,7 +1202,7 @@ class Consumer(ClientBase):
                     for t, p in sorted(self._fetcher.assigned_keys()) if (t, p) not in stored]
         return group.commit(tps, bool(asynchronous))
 
-    def committed(self, partitions: Sequence[TopicPartition],
+    def committed(self, partitions: List[TopicPartition],
                   timeout: Optional[float] = None) -> List[TopicPartition]:
         """The group's committed offsets of ``partitions`` (OFFSET_INVALID when none).
         Waits up to ``timeout`` seconds (None or negative: ``request.timeout.ms``); a

@@ -89,6 +89,10 @@ class DeliveredMessage(Message):
                                    self._latency, self._status))
 
 
+#: ``on_delivery(err, msg)``: err None when delivered; msg a DeliveredMessage (status()).
+OnDelivery = Callable[[Optional[KafkaError], DeliveredMessage], Any]
+
+
 class _Unserved(NamedTuple):
     """The delivery callbacks of ``report`` from its ``start``-th message on (the
     position in the batch, or in the list of messages that never had one), left over
@@ -145,8 +149,8 @@ class Producer(ClientBase):
 
     # -- the API -------------------------------------------------------------------------
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
-                on_delivery: Optional[Callable] = None, timestamp: int = 0,
-                headers: Any = None, *, callback: Optional[Callable] = None) -> None:
+                on_delivery: Optional[OnDelivery] = None, timestamp: int = 0,
+                headers: Any = None, *, callback: Optional[OnDelivery] = None) -> None:
         """Queue one message: encoded into its partition's batch at once.
 
         ``value``/``key``: bytes, str (UTF-8 encoded) or None. ``partition`` -1 lets the
@@ -166,8 +170,8 @@ class Producer(ClientBase):
 
     def produce_batch(self, topic: str, values: Sequence[Any],
                       keys: Optional[Sequence[Any]] = None, partition: Any = -1,
-                      on_delivery: Optional[Callable] = None, timestamp: int = 0, *,
-                      callback: Optional[Callable] = None) -> int:
+                      on_delivery: Optional[OnDelivery] = None, timestamp: int = 0, *,
+                      callback: Optional[OnDelivery] = None) -> int:
         """Queue many messages in one call; returns how many were queued. Two forms:
 
         ``produce_batch(topic, values, keys=None, partition=-1, on_delivery=None,

@@ -143,8 +143,8 @@ class Producer(ClientBase):
         self._acc.io_check = self._io.let_run
         # Hot path: produce is the accumulator's method, no extra call per message (what
         # may refuse it, a fatal error or the transaction's state, is one field it tests:
-        # Accumulator.refuse_produce).
-        self.produce = self._acc.produce
+        # Accumulator.refuse_produce). (Checkers take produce() as the method below says.)
+        self.produce = self._acc.produce  # type: ignore[method-assign]
         self._start_client()
 
     # -- the API -------------------------------------------------------------------------

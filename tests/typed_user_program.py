@@ -175,8 +175,9 @@ def transaction(consumer: Consumer) -> None:
     producer.init_transactions()
     producer.begin_transaction()
     producer.produce("orders", b"order", key=b"1", partition=0)
-    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                         consumer.consumer_group_metadata())
+    group = consumer.consumer_group_metadata()
+    assert_type(group.group_id, str)
+    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()), group)
     try:
         producer.commit_transaction(30)
     except KafkaException as exc:
@@ -338,6 +339,7 @@ async def aio_main(bootstrap: str) -> Tuple[List[Message], List[Message]]:
         batch = await consumer.consume(500, timeout=1.0)
         assert_type(batch, List[Message])
         assert_type(await consumer.poll(0.1), Optional[Message])
+        assert_type((await consumer.consumer_group_metadata()).member_id, str)
     return list(delivered), batch
 
 

@@ -11,6 +11,7 @@ from kafka_client.aio._bridge import LoopBridge, in_callback
 from kafka_client.aio._kept import KeptReads
 from kafka_client.consumer.arrow import empty_record_batch
 from kafka_client.consumer.consumer import Consumer
+from kafka_client.consumer.group import GroupMetadata
 from kafka_client.types import Message, TopicPartition
 
 __all__ = ["AIOConsumer"]
@@ -232,7 +233,7 @@ class AIOConsumer:
         return await self._call(self._consumer.offsets_for_times, partitions, timeout)
 
     # -- the group and the cluster -----------------------------------------------------------
-    async def consumer_group_metadata(self) -> Any:
+    async def consumer_group_metadata(self) -> GroupMetadata:
         return await self._call(self._consumer.consumer_group_metadata)
 
     async def memberid(self) -> Optional[str]:

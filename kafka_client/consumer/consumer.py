@@ -62,6 +62,7 @@ from kafka_client.consumer.group import (
     WAIT_REVOKE,
     ErrorDeliverer,
     GroupCoordinator,
+    GroupMetadata,
 )
 from kafka_client.consumer.consumer_protocol import ConsumerProtocolGroup
 from kafka_client.errors import KafkaError, KafkaException, client_error
@@ -1222,7 +1223,7 @@ class Consumer(ClientBase):
         self._check_open()
         return (self._group.member_id or None) if self._group is not None else None
 
-    def consumer_group_metadata(self) -> Any:
+    def consumer_group_metadata(self) -> GroupMetadata:
         """The group metadata a transactional producer's send_offsets_to_transaction()
         needs."""
         return self._need_group("consumer_group_metadata()").metadata()

@@ -40,7 +40,12 @@ from kafka_client.admin import (
     TopicMetadata,
     UserScramCredentialsDescription,
 )
-from kafka_client.aio import AIOConsumer, AIOProducer
+from kafka_client.aio import (
+    AIOConsumer,
+    AIOProducer,
+    AsyncDeserializingConsumer,
+    AsyncSerializingProducer,
+)
 from kafka_client.error import ConsumeError, ProduceError
 from kafka_client.producer.idempotence import NOT_PERSISTED, PERSISTED
 from kafka_client.producer.partitioners import get_partitioner
@@ -340,6 +345,17 @@ async def aio_main(bootstrap: str) -> Tuple[List[Message], List[Message]]:
         assert_type(batch, List[Message])
         assert_type(await consumer.poll(0.1), Optional[Message])
         assert_type((await consumer.consumer_group_metadata()).member_id, str)
+    # made with await, as docs/asyncio.md says
+    serializing = await AsyncSerializingProducer(
+        {"bootstrap.servers": bootstrap, "value.serializer": StringSerializer()})
+    assert_type(await serializing.produce("events", value="text", on_delivery=on_delivery),
+                "asyncio.Future[Message]")
+    await serializing.close()
+    deserializing = await AsyncDeserializingConsumer(
+        {"bootstrap.servers": bootstrap, "value.deserializer": StringDeserializer()})
+    assert_type(deserializing, AsyncDeserializingConsumer)
+    assert_type(await deserializing.consume(10, 1.0), List[Message])
+    await deserializing.close()
     return list(delivered), batch
 
 

@@ -11,13 +11,15 @@ makes the serde; the client owns those and closes them in ``close()``.
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Tuple
 
 from kafka_client._cluster_id_resolver import AsyncClusterIdResolver, offer_resolver
 from kafka_client._serde_builders import aclose_serdes, take_serdes
 from kafka_client.aio._consumer import AIOConsumer
 from kafka_client.aio.producer import AIOProducer
+from kafka_client.producer.producer import OnDelivery
 from kafka_client.errors import (
     ConsumeError,
     KeyDeserializationError,
@@ -78,6 +80,11 @@ class AsyncSerializingProducer(AIOProducer):
     def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
         pass    # made by _made_with_await: ``await AsyncSerializingProducer(conf)``
 
+    if TYPE_CHECKING:
+        # Checkers take the constructor's result for an instance (they ignore a __new__
+        # that returns something else): awaiting it must give one for them too.
+        def __await__(self) -> Generator[Any, None, AsyncSerializingProducer]: ...
+
     async def close(self) -> None:
         """AIOProducer.close(), then close the serializers built from
         ``key.serializer.builder``/``value.serializer.builder`` (ready-made ones are left
@@ -87,7 +94,8 @@ class AsyncSerializingProducer(AIOProducer):
 
     async def produce(self, topic: str, key: Any = None, value: Any = None,  # type: ignore[override]
                       partition: int = -1, timestamp: int = 0, headers: Any = None,
-                      on_delivery: Optional[Callable[..., Any]] = None) -> Any:
+                      on_delivery: Optional[OnDelivery] = None
+                      ) -> asyncio.Future[Message]:
         """Serialize ``key`` and ``value`` (KeySerializationError /
         ValueSerializationError if a serializer raises; nothing is queued then), then
         :meth:`AIOProducer.produce`. Note the order: ``key`` before ``value``, as in
@@ -122,6 +130,10 @@ class AsyncDeserializingConsumer(AIOConsumer):
 
     def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
         pass    # made by _made_with_await: ``await AsyncDeserializingConsumer(conf)``
+
+    if TYPE_CHECKING:
+        # as AsyncSerializingProducer's
+        def __await__(self) -> Generator[Any, None, AsyncDeserializingConsumer]: ...
 
     async def close(self) -> None:
         """AIOConsumer.close(), then close the deserializers built from

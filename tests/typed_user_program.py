@@ -17,7 +17,9 @@ from kafka_client import (
     OFFSET_TAIL,
     AdminClient,
     Consumer,
+    ConsumerGroupTopicPartitions,
     DeserializingConsumer,
+    ElectionType,
     KafkaError,
     KafkaException,
     Message,
@@ -27,6 +29,10 @@ from kafka_client import (
     TopicPartition,
 )
 from kafka_client.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AlterConfigOpType,
     ClusterMetadata,
     ConfigEntry,
@@ -34,8 +40,12 @@ from kafka_client.admin import (
     ConsumerGroupDescription,
     DescribeClusterResult,
     ListConsumerGroupsResult,
+    ListOffsetsResultInfo,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
+    ResourcePatternType,
+    ResourceType,
     TopicDescription,
     TopicMetadata,
     UserScramCredentialsDescription,
@@ -327,6 +337,25 @@ def admin() -> None:
     assert_type(all_users.result(), Dict[str, UserScramCredentialsDescription])
     alice = client.describe_user_scram_credentials(["alice"])["alice"]
     assert_type(alice.result(), UserScramCredentialsDescription)
+    tp0 = TopicPartition("orders", 0)
+    offsets = client.list_offsets({tp0: OffsetSpec.latest()})[tp0].result()
+    assert_type(offsets, ListOffsetsResultInfo)
+    print(offsets.offset, offsets.leader_epoch)
+    records = client.delete_records([TopicPartition("orders", 0, 10)])
+    print(records[TopicPartition("orders", 0, 10)].result().low_watermark)
+    elected = client.elect_leaders(ElectionType.PREFERRED, [tp0]).result()
+    assert_type(elected, Dict[TopicPartition, Optional[KafkaError]])
+    binding = AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL,
+                         "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    client.create_acls([binding])[binding].result()
+    # a filter's None strings match anything
+    every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                             AclOperation.ANY, AclPermissionType.ANY)
+    assert_type(client.describe_acls(every).result(), List[AclBinding])
+    assert_type(client.delete_acls([every])[every].result(), List[AclBinding])
+    committed = client.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions("enricher", [tp0])])["enricher"].result()
+    assert_type(committed, ConsumerGroupTopicPartitions)
     for _topic, deleted in client.delete_topics(["orders"]).items():
         deleted.result()
     client.close()

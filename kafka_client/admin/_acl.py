@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 from kafka_client._model import _OrderedEnum
 from kafka_client.admin._resource import ResourcePatternType, ResourceType, to_enum
@@ -138,4 +138,12 @@ class AclBindingFilter(AclBinding):
         "operation": (AclOperation.UNKNOWN,),
         "permission_type": (AclPermissionType.UNKNOWN,),
     }
+
+    if TYPE_CHECKING:
+        # AclBinding's constructor, with the None strings a filter takes, for checkers
+        def __init__(self, restype: Union[ResourceType, str, int], name: Optional[str],
+                     resource_pattern_type: Union[ResourcePatternType, str, int],
+                     principal: Optional[str], host: Optional[str],
+                     operation: Union[AclOperation, str, int],
+                     permission_type: Union[AclPermissionType, str, int]) -> None: ...
 

@@ -68,7 +68,7 @@ from kafka_client.serialization import (
     StringDeserializer,
     StringSerializer,
 )
-from kafka_client.testing import Cluster
+from kafka_client.testing import BrokerAddress, Cluster
 
 from kafka_proto import framing, versions
 from kafka_proto._crc import IMPLEMENTATION, crc32, crc32c
@@ -404,6 +404,26 @@ def test_cluster() -> None:
         retried = [e for e in cluster.request_log(api="Produce") if e.errors]
         print(len(retried), OFFSET_END)
         p.close()
+        assert_type(cluster.leader("orders", 0), int)
+        assert_type(cluster.partition("orders", 0).isr, List[int])
+        assert_type(cluster.brokers, List[BrokerAddress])
+    with Cluster(brokers=3, racks=["a", "b", "c"],
+                 broker_config={"replica.selector.class": "rack",
+                                "max.incremental.fetch.session.cache.slots": 2}) as cluster:
+        cluster.create_topic("near", assignments=[[1, 2, 3]])
+        fetches = [e for e in cluster.request_log(api="Fetch") if e.client_id == "near"]
+        assert {e.broker for e in fetches if e.details.get("bytes")} <= {2}
+        print(cluster.fetch_sessions(1))
+        since = cluster.clear_request_log()
+        assert_type(cluster.evict_fetch_sessions(), int)
+        kinds = [e.details["fetch_session"]["kind"]
+                 for e in cluster.request_log(since, api="Fetch")]
+        print(kinds)
+    with Cluster(brokers=1, authorizer=True, super_users=("User:admin",),
+                 broker_config={"sasl.enabled.mechanisms": "PLAIN"},
+                 users={"admin": "admin-secret", "alice": "alice-secret"}) as cluster:
+        cluster.create_topic("orders")
+        cluster.create_acl("TOPIC", "orders", "User:alice", "WRITE")
 
 
 # -- the codec ---------------------------------------------------------------------------

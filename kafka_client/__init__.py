@@ -5,7 +5,7 @@ The public names mirror confluent-kafka-python's, at the same module paths
 its imports; docs/migrating.md lists every name and each difference.
 """
 import sys as _sys
-from typing import TYPE_CHECKING
+import typing as _typing
 
 from . import errors
 from ._compat import _VERSION as __version__
@@ -90,7 +90,7 @@ _LAZY = {
     "DeserializingConsumer": (".deserializing_consumer", "DeserializingConsumer"),
 }
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     # The lazy names' real types for type checkers (they cannot follow __getattr__, and a
     # user's `from kafka_client import Producer` would otherwise be Any).
     from . import admin, serialization
@@ -107,7 +107,7 @@ _SUBMODULES = ("serialization", "serializing_producer", "deserializing_consumer"
 
 # Hidden from type checkers: with every lazy name imported above for them, a misspelt
 # name is then an error for a user's checker instead of an Any from __getattr__.
-if not TYPE_CHECKING:
+if not _typing.TYPE_CHECKING:
     def __getattr__(name: str):
         import importlib
 

@@ -67,10 +67,12 @@ def test_a_wrong_use_of_the_api_is_reported(tmp_path):
         "code: str = KafkaError._PARTITION_EOF\n"
         "# a tuple: the consumer raises TypeError for anything but a list\n"
         "Consumer({'bootstrap.servers': 'b'}).assign((TopicPartition('t', 0),))\n"
-        "Producer({'bootstrap.servers': 'b'}).produce('t', b'v', on_delivery=lambda err: 0)\n")
+        "Producer({'bootstrap.servers': 'b'}).produce('t', b'v', on_delivery=lambda err: 0)\n"
+        "import kafka_client, kafka_proto.messages\n"
+        "print(kafka_client.Prodcer, kafka_proto.messages.FetchRequst)\n")
     result = run_mypy(program, tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     lines = sorted({line.split(":")[1] for line in result.stdout.splitlines()
                     if ": error:" in line})
-    assert lines == ["2", "3", "5", "6"], result.stdout
+    assert lines == ["2", "3", "5", "6", "8"], result.stdout
     assert "TopicPartition" in result.stdout

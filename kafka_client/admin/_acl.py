@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 from kafka_client._model import _OrderedEnum
 from kafka_client.admin._resource import ResourcePatternType, ResourceType, to_enum
+from kafka_proto import enums as wire
 
 __all__ = ["AclOperation", "AclPermissionType", "AclBinding", "AclBindingFilter", "to_operations"]
 
@@ -14,28 +15,28 @@ __all__ = ["AclOperation", "AclPermissionType", "AclBinding", "AclBindingFilter"
 class AclOperation(_OrderedEnum):
     """An operation an ACL allows or denies (ANY only in filters)."""
 
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
+    UNKNOWN = wire.AclOperation.UNKNOWN.value
+    ANY = wire.AclOperation.ANY.value
+    ALL = wire.AclOperation.ALL.value
+    READ = wire.AclOperation.READ.value
+    WRITE = wire.AclOperation.WRITE.value
+    CREATE = wire.AclOperation.CREATE.value
+    DELETE = wire.AclOperation.DELETE.value
+    ALTER = wire.AclOperation.ALTER.value
+    DESCRIBE = wire.AclOperation.DESCRIBE.value
+    CLUSTER_ACTION = wire.AclOperation.CLUSTER_ACTION.value
+    DESCRIBE_CONFIGS = wire.AclOperation.DESCRIBE_CONFIGS.value
+    ALTER_CONFIGS = wire.AclOperation.ALTER_CONFIGS.value
+    IDEMPOTENT_WRITE = wire.AclOperation.IDEMPOTENT_WRITE.value
 
 
 class AclPermissionType(_OrderedEnum):
     """Whether an ACL allows or denies (ANY only in filters)."""
 
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
+    UNKNOWN = wire.AclPermissionType.UNKNOWN.value
+    ANY = wire.AclPermissionType.ANY.value
+    DENY = wire.AclPermissionType.DENY.value
+    ALLOW = wire.AclPermissionType.ALLOW.value
 
 
 def to_operations(ops: Optional[List[Union[AclOperation, str, int]]]

@@ -6,6 +6,7 @@ import enum
 from typing import Any, Type, TypeVar
 
 from kafka_client._model import _OrderedEnum
+from kafka_proto.enums import AclPatternType, AclResourceType
 
 __all__ = ["ResourceType", "ResourcePatternType", "to_enum"]
 
@@ -16,12 +17,12 @@ class ResourceType(_OrderedEnum):
     """A kind of Kafka resource (the numbers are the ACL resource types on the wire;
     BROKER is the cluster resource there)."""
 
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    BROKER = 4
-    TRANSACTIONAL_ID = 5
+    UNKNOWN = AclResourceType.UNKNOWN.value
+    ANY = AclResourceType.ANY.value
+    TOPIC = AclResourceType.TOPIC.value
+    GROUP = AclResourceType.GROUP.value
+    BROKER = AclResourceType.CLUSTER.value
+    TRANSACTIONAL_ID = AclResourceType.TRANSACTIONAL_ID.value
 
 
 class ResourcePatternType(_OrderedEnum):
@@ -29,11 +30,11 @@ class ResourcePatternType(_OrderedEnum):
     filters also ANY (any pattern) and MATCH (every binding that would apply to the
     name)."""
 
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
+    UNKNOWN = AclPatternType.UNKNOWN.value
+    ANY = AclPatternType.ANY.value
+    MATCH = AclPatternType.MATCH.value
+    LITERAL = AclPatternType.LITERAL.value
+    PREFIXED = AclPatternType.PREFIXED.value
 
 
 def to_enum(value: Any, enum_cls: Type[E]) -> E:

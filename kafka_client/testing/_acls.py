@@ -15,12 +15,12 @@ SECURITY_DISABLED, as a Kafka broker without ``authorizer.class.name`` does.
 """
 from __future__ import annotations
 
-import enum
 from typing import (
     TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional,
     Sequence, Tuple,
 )
 
+from kafka_proto.enums import AclOperation, AclPatternType, AclPermissionType, AclResourceType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -34,63 +34,8 @@ from ._api import RequestContext, error_answer, handles, validates
 if TYPE_CHECKING:  # pragma: no cover
     from ._broker import ClientConnection
 
-__all__ = ["AclResourceType", "AclPatternType", "AclOperation", "AclPermission", "Acl",
-           "AclFilter", "AclStore", "Authorizer", "CLUSTER_NAME", "ANONYMOUS",
+__all__ = ["Acl", "AclFilter", "AclStore", "Authorizer", "CLUSTER_NAME", "ANONYMOUS",
            "SUPPORTED_OPERATIONS"]
-
-
-class AclResourceType(enum.IntEnum):
-    """Kafka's ACL resource types, as numbered on the wire. (kafka_client.admin has the
-    client's enums; the cluster process does not import the admin package, whose import
-    takes a third of its start-up.)"""
-
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class AclPatternType(enum.IntEnum):
-    """How an ACL's name matches (ANY and MATCH in filters only)."""
-
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(enum.IntEnum):
-    """What an ACL allows or denies (ANY in filters only)."""
-
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class AclPermission(enum.IntEnum):
-    """ALLOW or DENY (ANY in filters only)."""
-
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
 
 
 #: The only name of the CLUSTER resource.
@@ -137,7 +82,7 @@ class Acl(NamedTuple):
     principal: str
     host: str
     operation: AclOperation
-    permission: AclPermission
+    permission: AclPermissionType
 
     def applies_to(self, resource_type: AclResourceType, name: str) -> bool:
         """Whether this ACL's pattern covers the resource."""
@@ -164,7 +109,7 @@ class AclFilter(NamedTuple):
     principal: Optional[str]
     host: Optional[str]
     operation: AclOperation
-    permission: AclPermission
+    permission: AclPermissionType
 
     def unknown_part(self) -> Optional[str]:
         """What Kafka refuses a filter for (INVALID_REQUEST), if anything."""
@@ -172,7 +117,7 @@ class AclFilter(NamedTuple):
                 self.pattern_type == AclPatternType.UNKNOWN:
             return "Unknown patternFilter."
         if self.operation == AclOperation.UNKNOWN or \
-                self.permission == AclPermission.UNKNOWN:
+                self.permission == AclPermissionType.UNKNOWN:
             return "Unknown entryFilter."
         return None
 
@@ -194,7 +139,7 @@ class AclFilter(NamedTuple):
         return ((self.principal is None or self.principal == acl.principal)
                 and (self.host is None or self.host == acl.host)
                 and self.operation in (AclOperation.ANY, acl.operation)
-                and self.permission in (AclPermission.ANY, acl.permission))
+                and self.permission in (AclPermissionType.ANY, acl.permission))
 
 
 class AclError(Exception):
@@ -221,7 +166,7 @@ def _check_new_acl(acl: Acl) -> None:
         raise AclError(ErrorCode.INVALID_REQUEST, f"Invalid patternType {acl.pattern_type.name}")
     if acl.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
         raise AclError(ErrorCode.INVALID_REQUEST, f"Invalid operation {acl.operation.name}")
-    if acl.permission not in (AclPermission.DENY, AclPermission.ALLOW):
+    if acl.permission not in (AclPermissionType.DENY, AclPermissionType.ALLOW):
         raise AclError(ErrorCode.INVALID_REQUEST,
                        f"Invalid permissionType {acl.permission.name}")
     if ":" not in acl.principal:
@@ -303,7 +248,7 @@ class Authorizer:
             if acl.principal not in (principal, WILDCARD_PRINCIPAL) or \
                     acl.host not in (host, WILDCARD):
                 continue
-            if acl.permission == AclPermission.DENY:
+            if acl.permission == AclPermissionType.DENY:
                 if acl.operation in (operation, AclOperation.ALL):
                     return False
             elif acl.operation == AclOperation.ALL or acl.operation in allowing:
@@ -331,7 +276,7 @@ class Authorizer:
                     acl.operation not in (operation, AclOperation.ALL):
                 continue
             literal = acl.pattern_type == AclPatternType.LITERAL
-            if acl.permission == AclPermission.DENY:
+            if acl.permission == AclPermissionType.DENY:
                 if literal and acl.name == WILDCARD:
                     return False
                 if literal:
@@ -389,7 +334,7 @@ def _unknown(resource_type: int, pattern_type: int, operation: int, permission: 
     return (_enum(AclResourceType, resource_type) == AclResourceType.UNKNOWN
             or _enum(AclPatternType, pattern_type) == AclPatternType.UNKNOWN
             or _enum(AclOperation, operation) == AclOperation.UNKNOWN
-            or _enum(AclPermission, permission) == AclPermission.UNKNOWN)
+            or _enum(AclPermissionType, permission) == AclPermissionType.UNKNOWN)
 
 
 @validates(ApiKey.CREATE_ACLS)
@@ -438,7 +383,7 @@ def create_acls(ctx: RequestContext) -> None:
     for c in ctx.request.creations:
         acl = Acl(_enum(AclResourceType, c.resource_type), c.resource_name,
                   _pattern_type(ctx, c.resource_pattern_type), c.principal, c.host,
-                  _enum(AclOperation, c.operation), _enum(AclPermission, c.permission_type))
+                  _enum(AclOperation, c.operation), _enum(AclPermissionType, c.permission_type))
         try:
             store.create(acl)
             results.append(R.AclCreationResult(error_code=ErrorCode.NONE))
@@ -452,7 +397,7 @@ def _filter(ctx: RequestContext, f: Any) -> AclFilter:
     return AclFilter(_enum(AclResourceType, f.resource_type_filter), f.resource_name_filter,
                      _pattern_type(ctx, f.pattern_type_filter), f.principal_filter,
                      f.host_filter, _enum(AclOperation, f.operation),
-                     _enum(AclPermission, f.permission_type))
+                     _enum(AclPermissionType, f.permission_type))
 
 
 @error_answer(ApiKey.DESCRIBE_ACLS)

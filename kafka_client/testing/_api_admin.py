@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Optional, Set
 
+from kafka_proto.enums import AclOperation, AclResourceType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AlterConfigsResponse,
@@ -24,7 +25,7 @@ from kafka_proto.messages import (
     MetadataResponse,
 )
 
-from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
+from ._acls import CLUSTER_NAME
 from ._api import RequestContext, error_answer, handles, served_api_versions
 from ._config import (
     BROKER_CONFIGS,

@@ -11,6 +11,7 @@ import os
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
+from kafka_proto.enums import AclOperation, AclResourceType
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
 from kafka_proto.messages import (
     ApiKey,
@@ -22,7 +23,7 @@ from kafka_proto.messages import (
 )
 from kafka_proto.records import Compression, iter_batch_headers, read_batch_header
 
-from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
+from ._acls import CLUSTER_NAME
 from ._api import RequestContext, error_answer, handles
 from ._downconvert import down_convert, magic_for_fetch, overflow_entry, up_convert
 from ._fetch_sessions import (

@@ -37,6 +37,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterable, List, Optional, Set, Tuple
 
+from kafka_proto.enums import AclOperation, AclResourceType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -44,7 +45,6 @@ from kafka_proto.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 
-from ._acls import AclOperation, AclResourceType
 from ._api import RequestContext, error_answer, handles
 from ._groups import CommittedOffset
 

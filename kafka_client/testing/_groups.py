@@ -25,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from kafka_proto.enums import AclOperation, AclResourceType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -40,7 +41,7 @@ from kafka_proto.messages import (
     SyncGroupResponse,
 )
 
-from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
+from ._acls import CLUSTER_NAME
 from ._api import RequestContext, error_answer, handles
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -24,12 +24,11 @@ import sys
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from kafka_proto.enums import AclOperation, AclPatternType, AclPermissionType, AclResourceType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import API_KEYS_BY_NAME, ApiKey
 
-from ._acls import (
-    Acl, AclError, AclOperation, AclPatternType, AclPermission, AclResourceType, Authorizer,
-)
+from ._acls import Acl, AclError, Authorizer
 from ._api import ERROR_ANSWERS
 from ._broker import Broker
 from ._config import BrokerSettings, ConfigError, resolve_broker_config
@@ -357,7 +356,7 @@ class ControlOps:
         try:
             acl = Acl(AclResourceType[resource_type.upper()], name,
                       AclPatternType[pattern_type.upper()], principal, host,
-                      AclOperation[operation.upper()], AclPermission[permission.upper()])
+                      AclOperation[operation.upper()], AclPermissionType[permission.upper()])
         except KeyError as exc:
             raise ControlError(f"unknown ACL value {exc}") from None
         try:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Optional, Set, Tuple
 
+from kafka_proto.enums import AclOperation, AclResourceType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AddOffsetsToTxnResponse,
@@ -26,7 +27,7 @@ from kafka_proto.messages import (
 )
 from kafka_proto.records import ControlRecordType, build_control_batch
 
-from ._acls import CLUSTER_NAME, AclOperation, AclResourceType
+from ._acls import CLUSTER_NAME
 from ._api import RequestContext, error_answer, handles
 from ._groups import KEY_TRANSACTION, CommittedOffset
 

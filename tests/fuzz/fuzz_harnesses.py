@@ -2096,13 +2096,14 @@ def _reference_decision(acls: list, principal: str, host: str, operation: int,
 def _check_decisions(model: Dict[tuple, None], src: _Bytes) -> None:
     """The cluster's authorizer over the bindings the input created, against the
     reference decision, for callers and resources drawn from the rest of the input."""
-    from kafka_client.testing._acls import (Acl, AclOperation, AclPatternType, AclPermission,
-                                            AclResourceType, AclStore, Authorizer)
+    from kafka_client.testing._acls import Acl, AclStore, Authorizer
+    from kafka_proto.enums import (AclOperation, AclPatternType, AclPermissionType,
+                                   AclResourceType)
 
     store = AclStore()
     for e in model:
         store.create(Acl(AclResourceType(e[0]), e[1], AclPatternType(e[2]), e[3], e[4],
-                         AclOperation(e[5]), AclPermission(e[6])))
+                         AclOperation(e[5]), AclPermissionType(e[6])))
     authorizer = Authorizer(store, enabled=True)
     for _ in range(8):
         if src.left < 3:

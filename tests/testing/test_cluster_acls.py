@@ -35,14 +35,12 @@ from kafka_client.admin import (
 )
 from kafka_client.errors import KafkaException
 from kafka_client.testing import Cluster, ClusterError
-from kafka_client.testing._acls import (
-    Acl,
+from kafka_client.testing._acls import Acl, AclStore, Authorizer
+from kafka_proto.enums import (
     AclOperation as Op,
     AclPatternType as Pat,
-    AclPermission as Perm,
+    AclPermissionType as Perm,
     AclResourceType as Res,
-    AclStore,
-    Authorizer,
 )
 from kafka_proto.errors import ErrorCode
 from kafka_proto.framing import encode_request

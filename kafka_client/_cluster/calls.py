@@ -21,7 +21,6 @@ Everything here runs on the client's I/O thread; results leave through the callb
 """
 from __future__ import annotations
 
-import enum
 import logging
 import random
 import time
@@ -33,6 +32,7 @@ from kafka_client._cluster.cluster import CONNECT_POLL_S
 from kafka_client._cluster.metadata import coordinator_answer
 from kafka_client._net.connection import DISCONNECTED, NEVER_SENT, READY, BrokerConnection
 from kafka_client.errors import KafkaError, broker_code, client_error
+from kafka_proto.enums import CoordinatorType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, FindCoordinatorRequest, api_info
 
@@ -41,7 +41,6 @@ __all__ = [
     "CONTROLLER",
     "Broker",
     "Coordinator",
-    "CoordinatorType",
     "Call",
     "CallError",
     "CallRunner",
@@ -57,13 +56,6 @@ _log = logging.getLogger("kafka_client.calls")
 MAX_LOST = 2
 
 PartitionKey = Tuple[str, int]
-
-
-class CoordinatorType(enum.IntEnum):
-    """FindCoordinator's key type: whose coordinator is asked for."""
-
-    GROUP = 0
-    TRANSACTION = 1
 
 
 class _Anywhere:

@@ -22,7 +22,6 @@ from kafka_client._cluster.calls import (
     CallError,
     CallRunner,
     Coordinator,
-    CoordinatorType,
     PartitionKey,
     broker_error,
     group_by_topic,
@@ -65,6 +64,7 @@ from kafka_client.consumer.assignors import decode_assignment
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.types import (OFFSET_INVALID, TopicPartition, committed_metadata,
                                 metadata_to_commit)
+from kafka_proto.enums import CoordinatorType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AlterConfigsRequest,

@@ -50,6 +50,7 @@ from kafka_client.consumer.assignors import (
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.types import (OFFSET_INVALID, TopicPartition, committed_metadata,
                                 metadata_to_commit)
+from kafka_proto.enums import CoordinatorType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -74,8 +75,6 @@ class ErrorDeliverer(Protocol):
 
 
 PROTOCOL_TYPE = "consumer"
-#: FindCoordinator's key type of a consumer group (1 would be a transactional id)
-COORDINATOR_KEY_GROUP = 0
 #: How often the coordinator lookup looks for a ready connection when none comes up (one
 #: becoming ready wakes it at once: Cluster.retry_when_ready)
 FIND_POLL_S = 0.05
@@ -722,10 +721,10 @@ class GroupCoordinator:
                                       "broker does not support FindCoordinator"))
             return
         if version >= 4:
-            req = FindCoordinatorRequest(key_type=COORDINATOR_KEY_GROUP,
+            req = FindCoordinatorRequest(key_type=CoordinatorType.GROUP,
                                          coordinator_keys=[self.group_id])
         else:
-            req = FindCoordinatorRequest(key=self.group_id, key_type=COORDINATOR_KEY_GROUP)
+            req = FindCoordinatorRequest(key=self.group_id, key_type=CoordinatorType.GROUP)
         self._finding = True
         conn.send(req, self._on_find_coordinator)
 

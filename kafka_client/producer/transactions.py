@@ -65,12 +65,12 @@ from kafka_client._cluster.calls import (
     CallError,
     CallRunner,
     Coordinator,
-    CoordinatorType,
 )
 from kafka_client._common import deadline_after, wait_limit
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.producer.idempotence import has_producer_id
 from kafka_client.types import TopicPartition, metadata_to_commit
+from kafka_proto.enums import CoordinatorType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AddOffsetsToTxnRequest,

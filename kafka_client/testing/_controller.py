@@ -148,7 +148,7 @@ class Controller:
             yield from info.partitions
 
     def coordinator(self, key_type: int, key: str) -> int:
-        """The broker coordinating a group (key type 0) or transactional id (1): a fixed
+        """The broker coordinating a group or a transactional id (by key type): a fixed
         hash of the key over the brokers, the next live one if that is down, unless a
         test moved it."""
         override = self.coordinator_overrides.get((key_type, key))

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from kafka_proto.enums import AclOperation, AclResourceType
+from kafka_proto.enums import AclOperation, AclResourceType, CoordinatorType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -54,9 +54,6 @@ PREPARING = "PreparingRebalance"
 COMPLETING = "CompletingRebalance"
 STABLE = "Stable"
 DEAD = "Dead"
-
-KEY_GROUP = 0
-KEY_TRANSACTION = 1
 
 
 @dataclass
@@ -119,7 +116,8 @@ class GroupCoordinator:
         return self.server.settings
 
     def owns(self, ctx: RequestContext, group_id: str) -> bool:
-        return self.server.controller.coordinator(KEY_GROUP, group_id) == ctx.broker.broker_id
+        return (self.server.controller.coordinator(CoordinatorType.GROUP, group_id)
+                == ctx.broker.broker_id)
 
     def group(self, group_id: str, create: bool = False) -> Any:
         """The group of either kind (a new classic one with ``create``), or None."""
@@ -166,7 +164,8 @@ class GroupCoordinator:
                     ctx = getattr(member, attr)
                     if ctx is None:
                         continue
-                    owner = self.server.controller.coordinator(KEY_GROUP, group.group_id)
+                    owner = self.server.controller.coordinator(CoordinatorType.GROUP,
+                                                               group.group_id)
                     if ctx.broker.broker_id != owner or not ctx.broker.up:
                         setattr(member, attr, None)
                         if attr == "join":
@@ -818,16 +817,17 @@ def find_coordinator(ctx: RequestContext) -> None:
         keys = list(req.coordinator_keys)
     else:
         keys = [req.key]
-    key_type = req.key_type if ctx.version >= 1 else KEY_GROUP
+    key_type = req.key_type if ctx.version >= 1 else CoordinatorType.GROUP
     found = []
     for key in keys:
-        if key_type not in (KEY_GROUP, KEY_TRANSACTION):
+        if key_type not in (CoordinatorType.GROUP, CoordinatorType.TRANSACTION):
             found.append((key, ErrorCode.INVALID_REQUEST, -1, "", -1))
             continue
         # Kafka: DESCRIBE on the group or transactional id.
-        if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.GROUP if key_type == KEY_GROUP
+        for_group = key_type == CoordinatorType.GROUP
+        if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.GROUP if for_group
                            else AclResourceType.TRANSACTIONAL_ID, key):
-            found.append((key, ErrorCode.GROUP_AUTHORIZATION_FAILED if key_type == KEY_GROUP
+            found.append((key, ErrorCode.GROUP_AUTHORIZATION_FAILED if for_group
                           else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1))
             continue
         broker_id = server.controller.coordinator(key_type, key)

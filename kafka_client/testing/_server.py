@@ -24,7 +24,9 @@ import sys
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from kafka_proto.enums import AclOperation, AclPatternType, AclPermissionType, AclResourceType
+from kafka_proto.enums import (
+    AclOperation, AclPatternType, AclPermissionType, AclResourceType, CoordinatorType,
+)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import API_KEYS_BY_NAME, ApiKey
 
@@ -35,7 +37,7 @@ from ._config import BrokerSettings, ConfigError, resolve_broker_config
 from ._consumer_groups import ConsumerGroupCoordinator
 from ._controller import Controller, ControllerError
 from ._faults import Faults, RequestLog
-from ._groups import KEY_GROUP, GroupCoordinator
+from ._groups import GroupCoordinator
 from ._sasl import Credentials
 from ._telemetry import TelemetrySubscription
 from ._txn import TransactionCoordinator
@@ -113,7 +115,7 @@ class ClusterServer:
         self.next_producer_id = 1000
 
     def coordinator_moved(self, key_type: int, key: str) -> None:
-        if key_type == KEY_GROUP:
+        if key_type == CoordinatorType.GROUP:
             self.groups.coordinator_moved(key)
 
     def topics_changed(self) -> None:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Optional, Set, Tuple
 
-from kafka_proto.enums import AclOperation, AclResourceType
+from kafka_proto.enums import AclOperation, AclResourceType, CoordinatorType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AddOffsetsToTxnResponse,
@@ -29,7 +29,7 @@ from kafka_proto.records import ControlRecordType, build_control_batch
 
 from ._acls import CLUSTER_NAME
 from ._api import RequestContext, error_answer, handles
-from ._groups import KEY_TRANSACTION, CommittedOffset
+from ._groups import CommittedOffset
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import ClusterServer
@@ -72,8 +72,8 @@ class TransactionCoordinator:
         self.transactions: Dict[str, Transaction] = {}
 
     def owns(self, ctx: RequestContext, transactional_id: str) -> bool:
-        return self.server.controller.coordinator(KEY_TRANSACTION, transactional_id) == \
-            ctx.broker.broker_id
+        return (self.server.controller.coordinator(CoordinatorType.TRANSACTION, transactional_id)
+                == ctx.broker.broker_id)
 
     # -- InitProducerId --------------------------------------------------------------
     def init_producer_id(self, ctx: RequestContext) -> Any:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
+from kafka_proto.enums import CoordinatorType
 from kafka_proto.errors import ErrorCode
 from kafka_proto.logdir import LOG_SUFFIX
 from kafka_proto.messages import API_KEYS, API_KEYS_BY_NAME, ApiKey
@@ -36,8 +37,8 @@ __all__ = [
 ]
 
 #: FindCoordinator key types.
-COORDINATOR_GROUP = 0
-COORDINATOR_TRANSACTION = 1
+COORDINATOR_GROUP = CoordinatorType.GROUP
+COORDINATOR_TRANSACTION = CoordinatorType.TRANSACTION
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 _LIVE: "weakref.WeakSet[Cluster]" = weakref.WeakSet()

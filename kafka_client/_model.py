@@ -7,6 +7,8 @@ import base64
 import enum
 from typing import Any, List, Optional
 
+from kafka_proto import enums as wire
+
 __all__ = [
     "Node",
     "TopicCollection",
@@ -35,8 +37,8 @@ class _OrderedEnum(enum.Enum):
 class IsolationLevel(_OrderedEnum):
     """Which records a consumer or a ListOffsets query sees (``isolation.level``)."""
 
-    READ_UNCOMMITTED = 0
-    READ_COMMITTED = 1
+    READ_UNCOMMITTED = wire.IsolationLevel.READ_UNCOMMITTED.value
+    READ_COMMITTED = wire.IsolationLevel.READ_COMMITTED.value
 
 
 class ConsumerGroupState(_OrderedEnum):
@@ -62,8 +64,8 @@ class ConsumerGroupType(_OrderedEnum):
 class ElectionType(_OrderedEnum):
     """Leader election kind for an elect-leaders request."""
 
-    PREFERRED = 0
-    UNCLEAN = 1
+    PREFERRED = wire.ElectionType.PREFERRED.value
+    UNCLEAN = wire.ElectionType.UNCLEAN.value
 
 
 class Node:

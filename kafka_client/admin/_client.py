@@ -491,7 +491,8 @@ class AdminClient(ClientBase):
         if isolation_level is not None and not isinstance(isolation_level, IsolationLevel):
             raise TypeError("isolation_level argument should be an IsolationLevel")
         opts = self._options(request_timeout, isolation_level=(
-            isolation_level.value if isolation_level is not None else 0))
+            isolation_level if isolation_level is not None
+            else IsolationLevel.READ_UNCOMMITTED).value)
         keyed = [TopicPartition(tp.topic, tp.partition, spec._value)
                  for tp, spec in topic_partition_offsets.items()]
         futures = self._keyed(keyed)

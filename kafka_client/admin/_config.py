@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from kafka_client._model import _OrderedEnum
 from kafka_client.admin._resource import ResourceType, to_enum
+from kafka_proto import enums as wire
 
 __all__ = ["AlterConfigOpType", "ConfigSource", "ConfigEntry", "ConfigResource"]
 
@@ -15,22 +16,22 @@ class AlterConfigOpType(_OrderedEnum):
     """What ``incremental_alter_configs()`` does with one entry: SET its value, DELETE it
     (back to the default), APPEND to or SUBTRACT from a list value."""
 
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
+    SET = wire.AlterConfigOp.SET.value
+    DELETE = wire.AlterConfigOp.DELETE.value
+    APPEND = wire.AlterConfigOp.APPEND.value
+    SUBTRACT = wire.AlterConfigOp.SUBTRACT.value
 
 
 class ConfigSource(_OrderedEnum):
     """Where a described configuration value comes from (the broker's numbering)."""
 
-    UNKNOWN_CONFIG = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-    GROUP_CONFIG = 8
+    UNKNOWN_CONFIG = wire.ConfigSource.UNKNOWN.value
+    DYNAMIC_TOPIC_CONFIG = wire.ConfigSource.TOPIC_CONFIG.value
+    DYNAMIC_BROKER_CONFIG = wire.ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    DYNAMIC_DEFAULT_BROKER_CONFIG = wire.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    STATIC_BROKER_CONFIG = wire.ConfigSource.STATIC_BROKER_CONFIG.value
+    DEFAULT_CONFIG = wire.ConfigSource.DEFAULT_CONFIG.value
+    GROUP_CONFIG = wire.ConfigSource.GROUP_CONFIG.value
 
 
 class ConfigEntry:

@@ -31,6 +31,7 @@ from kafka_client._model import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     ConsumerGroupType,
+    IsolationLevel,
     Node,
     TopicPartitionInfo,
     Uuid,
@@ -64,7 +65,7 @@ from kafka_client.consumer.assignors import decode_assignment
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.types import (OFFSET_INVALID, TopicPartition, committed_metadata,
                                 metadata_to_commit)
-from kafka_proto.enums import CoordinatorType
+from kafka_proto.enums import ConfigResourceType, CoordinatorType, ListOffsetsTimestamp
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AlterConfigsRequest,
@@ -111,7 +112,9 @@ _NO_OPERATIONS = -(2 ** 31)
 
 #: ConfigResource types on the DescribeConfigs / AlterConfigs wire (they differ from the
 #: ACL resource types for groups).
-_CONFIG_WIRE_TYPE = {ResourceType.TOPIC: 2, ResourceType.BROKER: 4, ResourceType.GROUP: 32}
+_CONFIG_WIRE_TYPE = {ResourceType.TOPIC: ConfigResourceType.TOPIC,
+                     ResourceType.BROKER: ConfigResourceType.BROKER,
+                     ResourceType.GROUP: ConfigResourceType.GROUP}
 
 #: Group states and types as the protocol spells them.
 _GROUP_STATES = {
@@ -143,7 +146,7 @@ class Options:
     broker: Optional[int] = None         # where to send non-broker config resources
     include_authorized_operations: bool = False
     require_stable: bool = False
-    isolation_level: int = 0
+    isolation_level: int = IsolationLevel.READ_UNCOMMITTED.value
     states: Optional[Set[ConsumerGroupState]] = None
     types: Optional[Set[ConsumerGroupType]] = None
 
@@ -694,8 +697,9 @@ def _settle_key(futures: Dict[Any, Future]) -> Callable[[Any, Any, Optional[Kafk
 
 def list_offsets(runner: CallRunner, specs: Dict[PartitionKey, int],
                  futures: Dict[PartitionKey, Future], opts: Options) -> None:
-    # -3 (max timestamp) exists from ListOffsets v7 (KIP-734); read_committed from v2.
-    min_version = 7 if -3 in specs.values() else (2 if opts.isolation_level else 0)
+    # MAX_TIMESTAMP exists from ListOffsets v7 (KIP-734); read_committed from v2.
+    min_version = (7 if ListOffsetsTimestamp.MAX_TIMESTAMP in specs.values()
+                   else 2 if opts.isolation_level != IsolationLevel.READ_UNCOMMITTED.value else 0)
 
     def build(version: int, keys: List[PartitionKey]) -> Any:
         return ListOffsetsRequest(

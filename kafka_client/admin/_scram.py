@@ -12,6 +12,7 @@ from typing import List, Optional
 
 from kafka_client._model import _OrderedEnum
 from kafka_client._net.security.sasl import SCRAM_HASHES, scram_salted_password
+from kafka_proto import enums as wire
 
 __all__ = [
     "ScramMechanism",
@@ -30,9 +31,9 @@ SALT_BYTES = 32
 class ScramMechanism(_OrderedEnum):
     """A SASL/SCRAM mechanism (the numbers are the protocol's)."""
 
-    UNKNOWN = 0
-    SCRAM_SHA_256 = 1
-    SCRAM_SHA_512 = 2
+    UNKNOWN = wire.ScramMechanism.UNKNOWN.value
+    SCRAM_SHA_256 = wire.ScramMechanism.SCRAM_SHA_256.value
+    SCRAM_SHA_512 = wire.ScramMechanism.SCRAM_SHA_512.value
 
     @property
     def sasl_name(self) -> Optional[str]:

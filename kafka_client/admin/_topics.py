@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from kafka_client._model import Node, TopicPartitionInfo, Uuid
 from kafka_client.admin._acl import AclOperation, to_operations
+from kafka_proto.enums import ListOffsetsTimestamp
 
 __all__ = [
     "NewTopic",
@@ -115,9 +116,11 @@ class NewPartitions:
         return hash(self._key())
 
 
-# ListOffsets timestamps with a meaning of their own (the protocol's, and librdkafka's
-# OFFSET_SPEC_* values).
-_LATEST, _EARLIEST, _MAX_TIMESTAMP = -1, -2, -3
+# ListOffsets timestamps with a meaning of their own (librdkafka's OFFSET_SPEC_* values
+# too); plain ints, as the specs' repr shows them.
+_LATEST = ListOffsetsTimestamp.LATEST.value
+_EARLIEST = ListOffsetsTimestamp.EARLIEST.value
+_MAX_TIMESTAMP = ListOffsetsTimestamp.MAX_TIMESTAMP.value
 
 
 class OffsetSpec:

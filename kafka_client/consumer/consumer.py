@@ -44,10 +44,7 @@ from kafka_client._stats import (
 from kafka_client.consumer.arrow import drop_rows, schema as arrow_schema, to_record_batch
 from kafka_client.consumer.decode import BudgetSpent, ColumnsFull, decode_chunk, decode_columns
 from kafka_client.consumer.fetcher import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
     OFFSET_TAIL_BASE,
-    READ_UNCOMMITTED,
     Chunk,
     Event,
     Fetcher,
@@ -77,6 +74,7 @@ from kafka_client.types import (
     TopicPartition,
     error_event,
 )
+from kafka_proto.enums import IsolationLevel, ListOffsetsTimestamp
 from kafka_proto.errors import DecompressionLimitError, KafkaProtocolError
 from kafka_proto.records import ColumnBuilder
 
@@ -980,9 +978,9 @@ class Consumer(ClientBase):
                 return (part.log_start if part.log_start >= 0 else OFFSET_INVALID), part.hw
         key = (tp.topic, tp.partition)
         started = time.monotonic()    # the timeout is for both lookups
-        low = self._list_offsets({key: EARLIEST_TIMESTAMP}, timeout, READ_UNCOMMITTED,
-                                 started)[key]
-        high = self._list_offsets({key: LATEST_TIMESTAMP}, timeout,
+        low = self._list_offsets({key: ListOffsetsTimestamp.EARLIEST}, timeout,
+                                 IsolationLevel.READ_UNCOMMITTED, started)[key]
+        high = self._list_offsets({key: ListOffsetsTimestamp.LATEST}, timeout,
                                   self._fetcher.isolation_level, started)[key]
         return low.offset, high.offset
 

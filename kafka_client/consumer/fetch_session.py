@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Dict, List, NamedTuple, Optional, Tuple
 
+from kafka_proto.enums import FetchSessionEpoch
 from kafka_proto.errors import ErrorCode
 
 __all__ = ["FetchSession", "FetchPlan", "SessionPartition", "SESSION_ERRORS",
@@ -37,8 +38,6 @@ __all__ = ["FetchSession", "FetchPlan", "SessionPartition", "SESSION_ERRORS",
 
 #: Fetch v7 added the session id and epoch
 FETCH_SESSION_MIN_VERSION = 7
-#: the epoch of a full Fetch that opens a session, and of one that has none
-INITIAL_EPOCH, FINAL_EPOCH = 0, -1
 _MAX_EPOCH = 2 ** 31 - 1
 
 #: answers that concern the session, not the partitions
@@ -80,7 +79,7 @@ class FetchPlan(NamedTuple):
     @property
     def incremental(self) -> bool:
         """The broker reads the whole session and answers only what changed."""
-        return self.epoch > INITIAL_EPOCH
+        return self.epoch > FetchSessionEpoch.INITIAL
 
     def answer_is_incremental(self, session_id: int) -> bool:
         """An answer with this session id to this Fetch leaves out the partitions with
@@ -98,8 +97,8 @@ class FetchSession:
     def __init__(self) -> None:
         #: the broker's id for the session; 0: none open
         self.session_id = 0
-        #: the epoch of the next Fetch: INITIAL_EPOCH for a full one
-        self.next_epoch = INITIAL_EPOCH
+        #: the epoch of the next Fetch: FetchSessionEpoch.INITIAL for a full one
+        self.next_epoch = FetchSessionEpoch.INITIAL
         #: what the broker's session holds, by (topic, partition), as last sent
         self.held: Dict[Tuple[str, int], SessionPartition] = {}
         #: whether the session names topics by id (Fetch v13+): a Fetch of the other
@@ -119,13 +118,13 @@ class FetchSession:
         of them the Fetch is a full one."""
         by_id = version >= 13
         if version < FETCH_SESSION_MIN_VERSION or self.disabled:
-            return FetchPlan(0, FINAL_EPOCH, wanted, [])
+            return FetchPlan(0, FetchSessionEpoch.FINAL, wanted, [])
         held = self.held
         self.held = now_held = {(p.topic, p.partition): p for p in wanted}
-        if self.session_id == 0 or self.next_epoch == INITIAL_EPOCH or by_id != self.by_id \
-                or any(key in held for key in unknown):
+        if self.session_id == 0 or self.next_epoch == FetchSessionEpoch.INITIAL \
+                or by_id != self.by_id or any(key in held for key in unknown):
             self.by_id = by_id
-            return FetchPlan(self.session_id, INITIAL_EPOCH, wanted, [])
+            return FetchPlan(self.session_id, FetchSessionEpoch.INITIAL, wanted, [])
         forget = [held[key] for key in held.keys() - now_held.keys()]
         send = []
         for key, p in now_held.items():
@@ -140,39 +139,39 @@ class FetchSession:
         """The broker answered ``plan`` with this session id and top-level error code.
         False when the error was the session's own (see SESSION_ERRORS): the partitions
         are not at fault, and the next Fetch, a full one, should go out at once."""
-        if plan.epoch == FINAL_EPOCH:
+        if plan.epoch == FetchSessionEpoch.FINAL:
             return True
         if error_code in SESSION_ERRORS:
             if not plan.incremental:
                 self.disabled = True   # a full Fetch cannot have a session problem
             self.session_id = 0 if error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND \
                 else self.session_id
-            self.next_epoch = INITIAL_EPOCH
+            self.next_epoch = FetchSessionEpoch.INITIAL
             return False
         if error_code:
-            self.next_epoch = INITIAL_EPOCH
+            self.next_epoch = FetchSessionEpoch.INITIAL
         elif plan.incremental:
             if session_id != plan.session_id:
                 # Closed by the broker (Kafka does when a Fetch forgets every partition
                 # the session held): answered sessionless, open a new one next time.
                 self.session_id = 0
-                self.next_epoch = INITIAL_EPOCH
+                self.next_epoch = FetchSessionEpoch.INITIAL
             else:
                 self.next_epoch = 1 if self.next_epoch >= _MAX_EPOCH \
                     else self.next_epoch + 1
         else:
             self.session_id = session_id
-            self.next_epoch = 1 if session_id else INITIAL_EPOCH
+            self.next_epoch = 1 if session_id else FetchSessionEpoch.INITIAL
         return True
 
     def failed(self) -> None:
         """The Fetch got no answer (connection lost, timed out): whether the broker
         applied it is unknown, so the next one is full."""
-        self.next_epoch = INITIAL_EPOCH
+        self.next_epoch = FetchSessionEpoch.INITIAL
 
     def closing_epoch(self) -> Optional[Tuple[int, int]]:
-        """(session id, FINAL_EPOCH) for a last Fetch that closes the session on the
+        """(session id, FetchSessionEpoch.FINAL) for a last Fetch that closes the session on the
         broker, or None when there is none to close."""
         if self.session_id == 0 or self.disabled:
             return None
-        return self.session_id, FINAL_EPOCH
+        return self.session_id, FetchSessionEpoch.FINAL

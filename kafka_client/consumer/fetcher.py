@@ -43,6 +43,7 @@ from kafka_client.types import (
     TopicPartition,
     error_event,
 )
+from kafka_proto.enums import IsolationLevel, ListOffsetsTimestamp
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
 from kafka_proto.messages import (
     ApiKey,
@@ -59,10 +60,6 @@ _log = logging.getLogger("kafka_client.consumer.fetcher")
 
 #: librdkafka's logical "N messages before the end": OFFSET_TAIL_BASE - N
 OFFSET_TAIL_BASE = -2000
-#: ListOffsets' timestamps that ask for the log's start and end
-EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
-#: Fetch and ListOffsets isolation levels
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 #: The first wait after a Fetch answered at once with nothing (see Fetcher._node_hold)
 EMPTY_HOLD_FIRST_S = 0.001
@@ -326,7 +323,8 @@ class Fetcher:
                                                  None]] = None
         self.log = config.logger_for(_log.name)
         self.read_committed = config["isolation.level"] == "read_committed"
-        self.isolation_level = READ_COMMITTED if self.read_committed else READ_UNCOMMITTED
+        self.isolation_level = (IsolationLevel.READ_COMMITTED if self.read_committed
+                                else IsolationLevel.READ_UNCOMMITTED)
         self.partition_eof = bool(config["enable.partition.eof"])
         self.reset_policy = config["auto.offset.reset"]
         self.max_wait_ms = int(config["fetch.wait.max.ms"])
@@ -624,7 +622,8 @@ class Fetcher:
         versions = {}
         with self.lock:
             for part in parts:
-                ts = EARLIEST_TIMESTAMP if part.reset == OFFSET_BEGINNING else LATEST_TIMESTAMP
+                ts = (ListOffsetsTimestamp.EARLIEST if part.reset == OFFSET_BEGINNING
+                      else ListOffsetsTimestamp.LATEST)
                 want[part.key] = ts
                 versions[part.key] = part.version
                 part.resolving = True
@@ -644,11 +643,11 @@ class Fetcher:
                     if err is None and off < 0:
                         # No error and no offset: a broken answer, said like any other
                         # error (it was retried for ever without a word).
+                        which = ("earliest" if want[part.key] == ListOffsetsTimestamp.EARLIEST
+                                 else "latest")
                         err = KafkaError(KafkaError._BAD_MSG, (
                             f"ListOffsets {part.topic} [{part.partition}]: the leader "
-                            f"answered offset {off} for the "
-                            f"{'earliest' if want[part.key] == EARLIEST_TIMESTAMP else 'latest'}"
-                            f" offset, with no error"))
+                            f"answered offset {off} for the {which} offset, with no error"))
                     if err is not None:
                         part.backoff_until = t + self._lookup_delay(part)
                         if not err.retriable():
@@ -678,10 +677,11 @@ class Fetcher:
 
     def list_offsets(self, want: Dict[TopicPartitionKey, int],
                      done: Callable[[Dict[TopicPartitionKey, OffsetLookup]], None],
-                     timeout: Optional[float], isolation: int = READ_UNCOMMITTED, *,
+                     timeout: Optional[float],
+                     isolation: int = IsolationLevel.READ_UNCOMMITTED, *,
                      each_broker: bool = False, fresh_after: Optional[float] = None) -> None:
         """I/O thread: ListOffsets for ``{(topic, partition): timestamp}``
-        (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, else a time in ms), sent to each
+        (ListOffsetsTimestamp.EARLIEST or LATEST, else a time in ms), sent to each
         partition's leader; ``done`` gets ``{key: OffsetLookup}`` once every leader
         answered or failed, or with ``each_broker`` once per leader as it answers (and
         once for the partitions without a known leader), so that a broker that is slow
@@ -1414,4 +1414,4 @@ def _set_isolation(isolation: int, req: Any, version: int) -> None:
     """A ListOffsets request's isolation level, for the version it goes out at: a broker
     without ListOffsets v2 predates transactions (Kafka 0.11), its logs hold no
     transactional data, so read_committed asks nothing more (and v0-v1 have no field)."""
-    req.isolation_level = isolation if version >= 2 else READ_UNCOMMITTED
+    req.isolation_level = isolation if version >= 2 else IsolationLevel.READ_UNCOMMITTED

@@ -7,7 +7,10 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Optional, Set
 
-from kafka_proto.enums import AclOperation, AclResourceType
+from kafka_proto.enums import (
+    AclOperation, AclResourceType, AlterConfigOp, ConfigResourceType, ConfigSource, ElectionType,
+    EndpointType,
+)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AlterConfigsResponse,
@@ -37,16 +40,6 @@ from ._config import (
 from ._controller import ControllerError, TopicInfo
 from ._sasl import SCRAM_WIRE, ScramAdminError
 
-# DescribeConfigs resource types and config sources.
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-RESOURCE_BROKER_LOGGER = 8
-SOURCE_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-# DescribeCluster's endpoint types (KIP-919): the listeners are brokers' ones.
-ENDPOINT_BROKER = 1
-ENDPOINT_CONTROLLER = 2
 
 
 # --------------------------------------------------------------------------- ApiVersions
@@ -197,21 +190,21 @@ def metadata(ctx: RequestContext) -> None:
 @error_answer(ApiKey.DESCRIBE_CLUSTER)
 def describe_cluster_error(request: Any, version: int, code: int) -> Any:
     return DescribeClusterResponse(error_code=code, cluster_id="", controller_id=-1,
-                                   endpoint_type=ENDPOINT_BROKER)
+                                   endpoint_type=EndpointType.BROKER)
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER)
 def describe_cluster(ctx: RequestContext) -> None:
     req = ctx.request
-    wanted = req.endpoint_type if ctx.version >= 1 else ENDPOINT_BROKER
-    if wanted not in (ENDPOINT_BROKER, ENDPOINT_CONTROLLER):
+    wanted = req.endpoint_type if ctx.version >= 1 else EndpointType.BROKER
+    if wanted not in (EndpointType.BROKER, EndpointType.CONTROLLER):
         # Kafka's codes: v0 knows no endpoint errors.
         ctx.respond(DescribeClusterResponse(
             error_code=ErrorCode.INVALID_REQUEST if ctx.version == 0
             else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, cluster_id="",
             error_message=f"Unsupported endpoint type {wanted}"))
         return
-    if wanted != ENDPOINT_BROKER:
+    if wanted != EndpointType.BROKER:   # the listeners are brokers' ones
         ctx.respond(DescribeClusterResponse(
             error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE, cluster_id="",
             error_message="The request was sent to an endpoint of type BROKER, but we "
@@ -219,7 +212,7 @@ def describe_cluster(ctx: RequestContext) -> None:
         return
     live = ctx.broker.controller.live_brokers()
     R = DescribeClusterResponse
-    response = R(error_code=ErrorCode.NONE, endpoint_type=ENDPOINT_BROKER,
+    response = R(error_code=ErrorCode.NONE, endpoint_type=EndpointType.BROKER,
                  cluster_id=ctx.server.cluster_id, controller_id=live[0] if live else -1,
                  brokers=[R.DescribeClusterBroker(broker_id=b.node_id, host=b.host,
                                                   port=b.port, rack=b.rack)
@@ -295,7 +288,8 @@ def create_topics(ctx: RequestContext) -> None:
             continue
         result.configs = [CreateTopicsResponse.CreatableTopicConfigs(
             name=name, value=to_text(value), read_only=False,
-            config_source=SOURCE_TOPIC if name in info.overrides else SOURCE_DEFAULT,
+            config_source=(ConfigSource.TOPIC_CONFIG if name in info.overrides
+                           else ConfigSource.DEFAULT_CONFIG),
             is_sensitive=False) for name, value in sorted(info.values.items())]
         results.append(result)
     ctx.respond(CreateTopicsResponse(topics=results))
@@ -420,10 +414,11 @@ def _config_entries(values: Dict[str, Any], sources: Dict[str, int], keys: Optio
     for name in sorted(values):
         if keys is not None and name not in keys:
             continue
-        source = sources.get(name, SOURCE_DEFAULT)
+        source = sources.get(name, ConfigSource.DEFAULT_CONFIG)
         value = None if sensitive.get(name) else to_text(values[name])
         entry = R.DescribeConfigsResourceResult(
-            name=name, value=value, read_only=read_only, is_default=source == SOURCE_DEFAULT,
+            name=name, value=value, read_only=read_only,
+            is_default=source == ConfigSource.DEFAULT_CONFIG,
             config_source=source, is_sensitive=sensitive.get(name, False))
         if include_synonyms:
             entry.synonyms = [R.DescribeConfigsSynonym(name=name, value=value, source=source)]
@@ -435,10 +430,10 @@ def _config_refusal(ctx: RequestContext, resource_type: int, name: str,
                     operation: AclOperation) -> Optional[int]:
     """Kafka's check of a config resource: ``operation`` on the topic, or on the cluster
     for a broker or broker logger."""
-    if resource_type == RESOURCE_TOPIC:
+    if resource_type == ConfigResourceType.TOPIC:
         if not _may(ctx, operation, name):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    elif resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+    elif resource_type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER):
         if not _may_cluster(ctx, operation):
             return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     return None
@@ -459,7 +454,7 @@ def describe_configs(ctx: RequestContext) -> None:
         if refused is not None:
             result.error_code = refused
             result.error_message = "Authorization failed."
-        elif r.resource_type == RESOURCE_TOPIC:
+        elif r.resource_type == ConfigResourceType.TOPIC:
             info = ctx.broker.controller.topics.get(r.resource_name)
             if info is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -468,12 +463,12 @@ def describe_configs(ctx: RequestContext) -> None:
                 sources = {}
                 for name, d in TOPIC_CONFIGS.items():
                     if name in info.overrides:
-                        sources[name] = SOURCE_TOPIC
+                        sources[name] = ConfigSource.TOPIC_CONFIG
                     elif d.broker_synonym and d.broker_synonym in server.broker_overrides:
-                        sources[name] = SOURCE_STATIC_BROKER
+                        sources[name] = ConfigSource.STATIC_BROKER_CONFIG
                 result.configs = _config_entries(info.values, sources, keys,
                                                  req.include_synonyms, {}, False)
-        elif r.resource_type == RESOURCE_BROKER:
+        elif r.resource_type == ConfigResourceType.BROKER:
             try:
                 broker_id = int(r.resource_name) if r.resource_name else ctx.broker.broker_id
             except ValueError:
@@ -484,16 +479,17 @@ def describe_configs(ctx: RequestContext) -> None:
             else:
                 values = dict(server.settings.values)
                 values["broker.id"] = broker_id
-                sources = {name: SOURCE_STATIC_BROKER for name in server.broker_overrides}
-                sources["broker.id"] = SOURCE_STATIC_BROKER
+                static = ConfigSource.STATIC_BROKER_CONFIG
+                sources = {name: static for name in server.broker_overrides}
+                sources["broker.id"] = static
                 rack = server.brokers[broker_id].rack
                 if rack is not None:
                     values["broker.rack"] = rack
-                    sources["broker.rack"] = SOURCE_STATIC_BROKER
+                    sources["broker.rack"] = static
                 sensitive = {n: d.sensitive for n, d in BROKER_CONFIGS.items()}
                 result.configs = _config_entries(values, sources, keys, req.include_synonyms,
                                                  sensitive, True)
-        elif r.resource_type == RESOURCE_BROKER_LOGGER:
+        elif r.resource_type == ConfigResourceType.BROKER_LOGGER:
             result.configs = []
         else:
             result.error_code = ErrorCode.INVALID_REQUEST
@@ -505,7 +501,6 @@ def describe_configs(ctx: RequestContext) -> None:
 # --------------------------------------------------------------------------- AlterConfigs
 
 # IncrementalAlterConfigs' operations.
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
 class _Refused(Exception):
@@ -541,12 +536,12 @@ def _topic_to_alter(ctx: RequestContext, resource: Any) -> TopicInfo:
                               AclOperation.ALTER_CONFIGS)
     if refused is not None:
         raise _Refused(refused, "Authorization failed.")
-    if resource.resource_type == RESOURCE_BROKER:
+    if resource.resource_type == ConfigResourceType.BROKER:
         names = sorted(c.name for c in resource.configs)
         raise _Refused(ErrorCode.INVALID_REQUEST, "Cannot update these configs "
                        f"dynamically: {', '.join(names)} (the test cluster's broker "
                        "configs are static)")
-    if resource.resource_type != RESOURCE_TOPIC:
+    if resource.resource_type != ConfigResourceType.TOPIC:
         raise _Refused(ErrorCode.INVALID_REQUEST, "the test cluster alters topic configs "
                        f"only, not resource type {resource.resource_type}")
     info = ctx.broker.controller.topics.get(resource.resource_name)
@@ -593,7 +588,8 @@ def _answer_alter(ctx: RequestContext, response_cls: Any, alter: Any) -> None:
 
 def _no_null_values(configs: Iterable[Any]) -> None:
     nulls = [c.name for c in configs
-             if c.value is None and getattr(c, "config_operation", OP_SET) != OP_DELETE]
+             if c.value is None
+             and getattr(c, "config_operation", AlterConfigOp.SET) != AlterConfigOp.DELETE]
     if nulls:
         raise _Refused(ErrorCode.INVALID_REQUEST,
                        f"Null value not supported for : {', '.join(nulls)}")
@@ -625,19 +621,19 @@ def incremental_alter_configs(ctx: RequestContext) -> None:
         overrides = dict(info.overrides)
         for c in r.configs:
             op = c.config_operation
-            if op == OP_SET:
+            if op == AlterConfigOp.SET:
                 overrides[c.name] = c.value
-            elif op == OP_DELETE:
+            elif op == AlterConfigOp.DELETE:
                 overrides.pop(c.name, None)
-            elif op in (OP_APPEND, OP_SUBTRACT):
+            elif op in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
                 d = TOPIC_CONFIGS.get(c.name)
                 if d is None or d.kind != "list":
-                    verb = "append" if op == OP_APPEND else "subtract"
+                    verb = "append" if op == AlterConfigOp.APPEND else "subtract"
                     raise _Refused(ErrorCode.INVALID_CONFIG, f"Config value {verb} is not "
                                    f"allowed for config key: {c.name}")
                 now = [v for v in to_text(info.values[c.name]).split(",") if v]
                 given = [v.strip() for v in c.value.split(",") if v.strip()]
-                if op == OP_APPEND:
+                if op == AlterConfigOp.APPEND:
                     now += [v for v in given if v not in now]
                 else:
                     now = [v for v in now if v not in given]
@@ -663,7 +659,7 @@ def elect_leaders(ctx: RequestContext) -> None:
     R = ElectLeadersResponse
     req = ctx.request
     controller = ctx.broker.controller
-    unclean = ctx.version >= 1 and req.election_type == 1
+    unclean = ctx.version >= 1 and req.election_type == ElectionType.UNCLEAN
     every = req.topic_partitions is None
     if not _may_cluster(ctx, AclOperation.ALTER):
         # Kafka: the whole request and every partition named.
@@ -708,7 +704,7 @@ def describe_user_scram_credentials(ctx: RequestContext) -> None:
         return
     users = ctx.request.users
     found = ctx.server.credentials.describe_scram([u.name for u in users] if users else None)
-    wire = {name: number for number, name in SCRAM_WIRE.items()}
+    numbers = {name: number for number, name in SCRAM_WIRE.items()}
     results = []
     for user, infos in found.items():
         if isinstance(infos, ScramAdminError):
@@ -717,7 +713,7 @@ def describe_user_scram_credentials(ctx: RequestContext) -> None:
         else:
             results.append(R.DescribeUserScramCredentialsResult(
                 user=user, error_code=ErrorCode.NONE, credential_infos=[
-                    R.CredentialInfo(mechanism=wire[m], iterations=i) for m, i in infos]))
+                    R.CredentialInfo(mechanism=numbers[m], iterations=i) for m, i in infos]))
     ctx.respond(R(error_code=ErrorCode.NONE, results=results))
 
 

@@ -11,7 +11,9 @@ import os
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from kafka_proto.enums import AclOperation, AclResourceType
+from kafka_proto.enums import (
+    AclOperation, AclResourceType, FetchSessionEpoch, IsolationLevel, ListOffsetsTimestamp,
+)
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
 from kafka_proto.messages import (
     ApiKey,
@@ -27,8 +29,6 @@ from ._acls import CLUSTER_NAME
 from ._api import RequestContext, error_answer, handles
 from ._downconvert import down_convert, magic_for_fetch, overflow_entry, up_convert
 from ._fetch_sessions import (
-    FINAL_EPOCH,
-    INITIAL_EPOCH,
     NO_SESSION,
     FetchSession,
     PartitionKey,
@@ -38,15 +38,11 @@ from ._fetch_sessions import (
 from ._net import PLACEHOLDER, FileRegion
 from ._replica import AppendResult
 
-# ListOffsets special timestamps.
-LATEST = -1
-EARLIEST = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4
-LATEST_TIERED = -5
 #: The ListOffsets version that brought each of the later special timestamps (KIP-734,
 #: KIP-405, KIP-1005); an older request naming one is answered UNSUPPORTED_VERSION.
-_SPECIAL_TIMESTAMP_SINCE = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+_SPECIAL_TIMESTAMP_SINCE = {ListOffsetsTimestamp.MAX_TIMESTAMP: 7,
+                            ListOffsetsTimestamp.EARLIEST_LOCAL: 8,
+                            ListOffsetsTimestamp.LATEST_TIERED: 9}
 
 _NO_EPOCH_END = FetchResponse.EpochEndOffset
 
@@ -328,7 +324,7 @@ class _FetchOperation:
         if self.version >= 15 and req.replica_state.replica_id >= 0:
             replica_id = req.replica_state.replica_id
         self.follower = replica_id if replica_id >= 0 else None
-        self.read_committed = req.isolation_level == 1
+        self.read_committed = req.isolation_level == IsolationLevel.READ_COMMITTED
         self.leader_only = self.follower is not None or self.version < 11
         #: A consumer's Fetch needs READ on each topic (checked at every read, as the
         #: ACLs may change while it waits); a replica's CLUSTER_ACTION on the cluster
@@ -414,10 +410,10 @@ class _FetchOperation:
                 "forgotten": [[name, key[1]] for key, name in self.forgotten]}
             self.ctx.note(fetch_session=self.session_log)
         self.wanted = self.requested
-        if epoch in (FINAL_EPOCH, INITIAL_EPOCH):
+        if epoch in (FetchSessionEpoch.FINAL, FetchSessionEpoch.INITIAL):
             if session_id != NO_SESSION:
                 cache.remove(session_id)
-            self.kind = "full" if epoch == INITIAL_EPOCH else "sessionless"
+            self.kind = "full" if epoch == FetchSessionEpoch.INITIAL else "sessionless"
             self.session_log["kind"] = self.kind
             return ErrorCode.NONE
         self.kind = self.session_log["kind"] = "incremental"
@@ -714,10 +710,10 @@ def _old_style_offsets(p: Any, log: Any, upper: int) -> Any:
     candidates = [(max(seg.base_offset, log.log_start_offset), seg.max_timestamp)
                   for seg in log.segments if not seg.is_empty and seg.base_offset < upper]
     if upper > (candidates[-1][0] if candidates else log.log_start_offset) or not candidates:
-        candidates.append((upper, LATEST))
-    if ts == LATEST:
+        candidates.append((upper, ListOffsetsTimestamp.LATEST))
+    if ts == ListOffsetsTimestamp.LATEST:
         start = len(candidates) - 1
-    elif ts == EARLIEST:
+    elif ts == ListOffsetsTimestamp.EARLIEST:
         start = 0
     else:
         start = len(candidates) - 1
@@ -756,7 +752,8 @@ def list_offsets(ctx: RequestContext) -> None:
                 parts.append(_list_offsets_partition(p.partition_index, error))
                 continue
             log = replica.log
-            upper = log.last_stable_offset() if req.isolation_level == 1 else log.high_watermark
+            committed = req.isolation_level == IsolationLevel.READ_COMMITTED
+            upper = log.last_stable_offset() if committed else log.high_watermark
             ts = p.timestamp
             if ctx.version < _SPECIAL_TIMESTAMP_SINCE.get(ts, 0):
                 parts.append(_list_offsets_partition(p.partition_index,
@@ -766,13 +763,13 @@ def list_offsets(ctx: RequestContext) -> None:
                 parts.append(_old_style_offsets(p, log, upper))
                 continue
             offset, found_ts = -1, -1
-            if ts == LATEST:
+            if ts == ListOffsetsTimestamp.LATEST:
                 offset = upper
-            elif ts in (EARLIEST, EARLIEST_LOCAL):
+            elif ts in (ListOffsetsTimestamp.EARLIEST, ListOffsetsTimestamp.EARLIEST_LOCAL):
                 offset = log.log_start_offset
-            elif ts == LATEST_TIERED:
+            elif ts == ListOffsetsTimestamp.LATEST_TIERED:
                 offset = -1
-            elif ts == MAX_TIMESTAMP:
+            elif ts == ListOffsetsTimestamp.MAX_TIMESTAMP:
                 off, mts = log.max_timestamp_offset()
                 if 0 <= off < upper:
                     offset, found_ts = off, mts
@@ -784,9 +781,10 @@ def list_offsets(ctx: RequestContext) -> None:
                 parts.append(_list_offsets_partition(p.partition_index,
                                                      ErrorCode.INVALID_REQUEST))
                 continue
-            epoch = _epoch_for_offset(log, offset - 1 if ts == LATEST else offset) \
+            latest = ts == ListOffsetsTimestamp.LATEST
+            epoch = _epoch_for_offset(log, offset - 1 if latest else offset) \
                 if offset >= 0 else -1
-            if ts == LATEST and offset == log.log_start_offset:
+            if latest and offset == log.log_start_offset:
                 epoch = log.latest_epoch
             parts.append(_list_offsets_partition(p.partition_index, ErrorCode.NONE, offset,
                                                  found_ts, epoch))

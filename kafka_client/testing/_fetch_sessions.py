@@ -24,12 +24,11 @@ import random
 import time
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
-__all__ = ["FINAL_EPOCH", "INITIAL_EPOCH", "NO_SESSION", "FetchSession", "FetchSessionCache",
+from kafka_proto.enums import FetchSessionEpoch
+
+__all__ = ["NO_SESSION", "FetchSession", "FetchSessionCache",
            "PartitionKey", "SessionPartition", "next_epoch"]
 
-#: Session epochs with a meaning of their own (Kafka's FetchMetadata).
-FINAL_EPOCH = -1
-INITIAL_EPOCH = 0
 #: The session id of a fetch outside any session.
 NO_SESSION = 0
 _INT32_MAX = (1 << 31) - 1
@@ -42,7 +41,7 @@ def next_epoch(epoch: int) -> int:
     """The epoch after ``epoch``: one more, wrapping from 2**31-1 to 1 (0 is the
     initial epoch, never used again in a session)."""
     if epoch < 0:
-        return FINAL_EPOCH
+        return FetchSessionEpoch.FINAL
     return 1 if epoch == _INT32_MAX else epoch + 1
 
 
@@ -104,7 +103,7 @@ class FetchSession:
                  partitions: Dict[PartitionKey, SessionPartition], now: float) -> None:
         self.id = session_id
         #: The epoch the next incremental request must carry.
-        self.epoch = next_epoch(INITIAL_EPOCH)
+        self.epoch = next_epoch(FetchSessionEpoch.INITIAL)
         #: Made by a Fetch v13+ (topics by id): every request of the session must be.
         self.uses_topic_ids = uses_topic_ids
         #: Made by a follower (a replica id): evicted after consumers' sessions.

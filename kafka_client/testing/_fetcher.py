@@ -14,10 +14,12 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
+from kafka_proto.enums import FetchSessionEpoch, IsolationLevel
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
 from kafka_proto.messages import FetchRequest
 from kafka_proto.protocol import BrokerConversation
 
+from ._fetch_sessions import NO_SESSION
 from ._net import StreamConnection
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,8 +78,9 @@ class ReplicaFetcher(StreamConnection):
         request = FetchRequest(
             replica_id=broker.broker_id,
             max_wait_ms=broker.settings["replica.fetch.wait.max.ms"],
-            min_bytes=1, max_bytes=max(max_bytes, 10 * 1024 * 1024), isolation_level=0,
-            session_id=0, session_epoch=-1,
+            min_bytes=1, max_bytes=max(max_bytes, 10 * 1024 * 1024),
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            session_id=NO_SESSION, session_epoch=FetchSessionEpoch.FINAL,   # no session
             topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()])
         self._in_flight = sent
         self.send(self.conversation.send(request, REPLICA_FETCH_VERSION).parts)

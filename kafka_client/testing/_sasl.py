@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, NamedTuple, Optional
 
+from kafka_proto.enums import ScramMechanism
 from kafka_proto.errors import ErrorCode
 from kafka_proto.framing import encode_frame
 from kafka_proto.messages import ApiKey, SaslAuthenticateResponse, SaslHandshakeResponse
@@ -106,7 +107,8 @@ class ScramCredential:
 #: Kafka's ceiling for a SCRAM credential's iterations.
 MAX_SCRAM_ITERATIONS = 16384
 #: SCRAM mechanisms by their number in the admin protocol (KIP-554).
-SCRAM_WIRE = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+SCRAM_WIRE = {ScramMechanism.SCRAM_SHA_256: "SCRAM-SHA-256",
+              ScramMechanism.SCRAM_SHA_512: "SCRAM-SHA-512"}
 
 
 class ScramAdminError(Exception):

@@ -36,24 +36,20 @@ from kafka_client.consumer.group import (
     Key,
 )
 from kafka_client.errors import KafkaError, broker_code, client_error
+from kafka_proto.enums import MemberEpoch
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
     ConsumerGroupHeartbeatRequest,
 )
 
-__all__ = ["ConsumerProtocolGroup", "LEAVE_EPOCH", "STATIC_LEAVE_EPOCH", "JOIN_EPOCH"]
+__all__ = ["ConsumerProtocolGroup"]
 
 #: The longest heartbeat interval taken from the coordinator: a broker allows at most
 #: group.consumer.max.heartbeat.interval.ms (15 s by default, under the 45 s least session
 #: it allows). A longer one (a broken answer: 2^31-1 ms) would let the session expire
 #: while the member goes on reading partitions the group gave to another.
 MAX_HEARTBEAT_INTERVAL_S = 15.0
-
-#: MemberEpoch values with a meaning of their own (KIP-848)
-JOIN_EPOCH = 0
-LEAVE_EPOCH = -1
-STATIC_LEAVE_EPOCH = -2      # a static member that will come back with its instance id
 
 #: Answers after which the member joins again as a new member of the group (epoch 0,
 #: same member id): its partitions are lost, not revoked.
@@ -217,7 +213,7 @@ class ConsumerProtocolGroup(GroupCoordinator):
                 self._rejoin_after = now + 0.05
                 return
         joining = self.state == UNJOINED
-        epoch = JOIN_EPOCH if joining else self.generation
+        epoch = MemberEpoch.JOIN if joining else self.generation
         if joining:
             self._sent = None
             self.state = JOINING
@@ -476,7 +472,7 @@ class ConsumerProtocolGroup(GroupCoordinator):
             if done is not None:
                 done.set()
             return
-        epoch = STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH
+        epoch = MemberEpoch.STATIC_LEAVE if self.instance_id is not None else MemberEpoch.LEAVE
         req = ConsumerGroupHeartbeatRequest(
             group_id=self.group_id, member_id=self.member_id, member_epoch=epoch,
             instance_id=self.instance_id, rebalance_timeout_ms=-1)

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterable, List, Optional, Set, Tuple
 
-from kafka_proto.enums import AclOperation, AclResourceType
+from kafka_proto.enums import AclOperation, AclResourceType, MemberEpoch
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -65,9 +65,6 @@ MEMBER_STABLE = "stable"
 UNREVOKED = "unrevoked_partitions"
 UNRELEASED = "unreleased_partitions"
 
-JOIN_EPOCH = 0
-LEAVE_EPOCH = -1
-STATIC_LEAVE_EPOCH = -2
 #: ConsumerGroupHeartbeat versions from which the client must bring its member id (KIP-1082).
 CLIENT_MEMBER_ID_VERSION = 1
 
@@ -339,7 +336,7 @@ class ConsumerGroupCoordinator:
             self._validate(req, ctx.version)
             if not self.owns(ctx, req.group_id):
                 raise HeartbeatError(ErrorCode.NOT_COORDINATOR)
-            if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            if req.member_epoch in (MemberEpoch.LEAVE, MemberEpoch.STATIC_LEAVE):
                 response = self._leave(req)
             else:
                 response = self._heartbeat(ctx)
@@ -352,7 +349,7 @@ class ConsumerGroupCoordinator:
             return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
 
         if (version >= CLIENT_MEMBER_ID_VERSION or req.member_epoch > 0 or
-                req.member_epoch == LEAVE_EPOCH) and req.member_id == "":
+                req.member_epoch == MemberEpoch.LEAVE) and req.member_id == "":
             raise invalid("MemberId can't be empty.")
         if req.group_id == "":
             raise invalid("GroupId can't be empty.")
@@ -361,7 +358,7 @@ class ConsumerGroupCoordinator:
         if req.rack_id == "":
             raise invalid("RackId can't be empty.")
         regex = req.subscribed_topic_regex if version >= 1 else None
-        if req.member_epoch == JOIN_EPOCH:
+        if req.member_epoch == MemberEpoch.JOIN:
             if req.rebalance_timeout_ms == -1:
                 raise invalid("RebalanceTimeoutMs must be provided in first request.")
             if req.topic_partitions is None or len(req.topic_partitions) > 0:
@@ -369,10 +366,10 @@ class ConsumerGroupCoordinator:
             if req.subscribed_topic_names is None and regex is None:
                 raise invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be "
                               "non-null when (re-)joining.")
-        elif req.member_epoch == STATIC_LEAVE_EPOCH:
+        elif req.member_epoch == MemberEpoch.STATIC_LEAVE:
             if req.instance_id is None:
                 raise invalid("InstanceId can't be null.")
-        elif req.member_epoch < STATIC_LEAVE_EPOCH:
+        elif req.member_epoch < MemberEpoch.STATIC_LEAVE:
             raise invalid("MemberEpoch is invalid.")
         assignors = self.settings.consumer_assignors
         if req.server_assignor is not None and req.server_assignor not in assignors:
@@ -393,11 +390,11 @@ class ConsumerGroupCoordinator:
         if isinstance(group, ConsumerGroup):
             return group, False
         if group is None:
-            if epoch != JOIN_EPOCH:
+            if epoch != MemberEpoch.JOIN:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
                                      f"Consumer group {group_id} not found.")
             return ConsumerGroup(group_id), True
-        if epoch != JOIN_EPOCH:
+        if epoch != MemberEpoch.JOIN:
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
                                  f"Group {group_id} is not a consumer group.")
         if not self.server.groups.is_empty_classic(group):
@@ -411,7 +408,7 @@ class ConsumerGroupCoordinator:
 
     def _check_epoch(self, member: ConsumerMember, epoch: int,
                      owned: Optional[Set[TopicPartition]]) -> None:
-        if epoch == JOIN_EPOCH:
+        if epoch == MemberEpoch.JOIN:
             return   # a (re)join of a member the coordinator still knows
         if epoch > member.epoch:
             raise HeartbeatError(
@@ -451,7 +448,7 @@ class ConsumerGroupCoordinator:
         if instance_id is None:
             member = group.members.get(member_id)
             if member is None:
-                if epoch != JOIN_EPOCH:
+                if epoch != MemberEpoch.JOIN:
                     raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                          f"Member {member_id} is not a member of group "
                                          f"{group_id}.")
@@ -460,11 +457,11 @@ class ConsumerGroupCoordinator:
                 self._check_epoch(member, epoch, owned)
         else:
             existing = group.static_member(instance_id)
-            if epoch == JOIN_EPOCH:
+            if epoch == MemberEpoch.JOIN:
                 if existing is None:
                     member = group.members.get(member_id) or ConsumerMember(member_id)
                 else:
-                    if existing.epoch != STATIC_LEAVE_EPOCH:
+                    if existing.epoch != MemberEpoch.STATIC_LEAVE:
                         raise HeartbeatError(
                             ErrorCode.UNRELEASED_INSTANCE_ID,
                             f"Static member {member_id} with instance id {instance_id} "
@@ -534,7 +531,7 @@ class ConsumerGroupCoordinator:
             heartbeat_interval_ms=self.settings["group.consumer.heartbeat.interval.ms"])
         full = req.rebalance_timeout_ms != -1 and req.topic_partitions is not None and \
             (req.subscribed_topic_names is not None or regex is not None)
-        if epoch == JOIN_EPOCH or full or frozenset(member.assigned) != before[3]:
+        if epoch == MemberEpoch.JOIN or full or frozenset(member.assigned) != before[3]:
             response.assignment = ConsumerGroupHeartbeatResponse.Assignment(
                 topic_partitions=_topic_partitions(member.assigned,
                                                    ConsumerGroupHeartbeatResponse))
@@ -695,15 +692,15 @@ class ConsumerGroupCoordinator:
                     ErrorCode.FENCED_INSTANCE_ID,
                     f"Static member {req.member_id} with instance id {req.instance_id} was "
                     f"fenced by member {member.member_id}.")
-            if req.member_epoch == STATIC_LEAVE_EPOCH:
+            if req.member_epoch == MemberEpoch.STATIC_LEAVE:
                 # Away for now: the place and the partitions wait for the same instance
                 # until the session times out.
-                member.epoch = STATIC_LEAVE_EPOCH
+                member.epoch = MemberEpoch.STATIC_LEAVE
                 member.revoking = set()
-                epoch = STATIC_LEAVE_EPOCH
+                epoch = MemberEpoch.STATIC_LEAVE
             else:
                 self._fence(group, member)
-                epoch = LEAVE_EPOCH
+                epoch = MemberEpoch.LEAVE
         return ConsumerGroupHeartbeatResponse(error_code=ErrorCode.NONE,
                                               member_id=req.member_id, member_epoch=epoch)
 

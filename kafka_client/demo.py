@@ -26,7 +26,7 @@ from kafka_client._testing import simple
 from kafka_client._testing.blocking import BlockingConnection
 from kafka_client._testing.brokers import make_broker
 from kafka_client.config import ClientConfig
-from kafka_proto.enums import IsolationLevel, ListOffsetsTimestamp
+from kafka_proto.enums import IsolationLevel, ListOffsetsTimestamp, ReplicaId
 from kafka_proto.messages import ApiKey, ListOffsetsRequest, MetadataRequest
 
 __all__ = ["main", "run"]
@@ -143,11 +143,11 @@ def _end_offset(conn, topic: str) -> int:
     Tansu answers with the last batch's base offset + 1.
     """
     version = conn.version_for(ApiKey.LIST_OFFSETS)
-    req = ListOffsetsRequest(replica_id=-1, isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                             topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
-                                 ListOffsetsRequest.ListOffsetsPartition(
-                                     partition_index=0, timestamp=ListOffsetsTimestamp.EARLIEST,
-                                     max_num_offsets=1)])])
+    earliest = ListOffsetsRequest.ListOffsetsPartition(
+        partition_index=0, timestamp=ListOffsetsTimestamp.EARLIEST, max_num_offsets=1)
+    req = ListOffsetsRequest(
+        replica_id=ReplicaId.CONSUMER, isolation_level=IsolationLevel.READ_UNCOMMITTED,
+        topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[earliest])])
     part = conn.request(req, version).topics[0].partitions[0]
     if part.error_code:
         raise RuntimeError(f"ListOffsets {topic}[0]: error {part.error_code}")

@@ -23,6 +23,7 @@ __all__ = [
     "EndpointType",
     "MemberEpoch",
     "FetchSessionEpoch",
+    "ReplicaId",
 ]
 
 
@@ -184,3 +185,10 @@ class FetchSessionEpoch(IntEnum):
 
     INITIAL = 0
     FINAL = -1
+
+
+class ReplicaId(IntEnum):
+    """The ReplicaId of Fetch, ListOffsets and OffsetForLeaderEpoch when it is not a
+    follower's broker id."""
+
+    CONSUMER = -1

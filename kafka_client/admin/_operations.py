@@ -65,7 +65,9 @@ from kafka_client.consumer.assignors import decode_assignment
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.types import (OFFSET_INVALID, TopicPartition, committed_metadata,
                                 metadata_to_commit)
-from kafka_proto.enums import ConfigResourceType, CoordinatorType, ListOffsetsTimestamp
+from kafka_proto.enums import (
+    ConfigResourceType, CoordinatorType, ListOffsetsTimestamp, ReplicaId,
+)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AlterConfigsRequest,
@@ -703,7 +705,7 @@ def list_offsets(runner: CallRunner, specs: Dict[PartitionKey, int],
 
     def build(version: int, keys: List[PartitionKey]) -> Any:
         return ListOffsetsRequest(
-            replica_id=-1, isolation_level=opts.isolation_level,
+            replica_id=ReplicaId.CONSUMER, isolation_level=opts.isolation_level,
             topics=[ListOffsetsRequest.ListOffsetsTopic(
                 name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
                     partition_index=p, current_leader_epoch=-1, timestamp=specs[(topic, p)],

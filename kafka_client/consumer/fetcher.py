@@ -43,7 +43,7 @@ from kafka_client.types import (
     TopicPartition,
     error_event,
 )
-from kafka_proto.enums import IsolationLevel, ListOffsetsTimestamp
+from kafka_proto.enums import IsolationLevel, ListOffsetsTimestamp, ReplicaId
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
 from kafka_proto.messages import (
     ApiKey,
@@ -780,7 +780,7 @@ class Fetcher:
                     "v1 (Kafka 0.10.1); the broker has only v0"))
                 continue
             req = ListOffsetsRequest(
-                replica_id=-1,
+                replica_id=ReplicaId.CONSUMER,
                 topics=[ListOffsetsRequest.ListOffsetsTopic(
                     name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
                         partition_index=p, timestamp=ts, current_leader_epoch=-1,
@@ -874,7 +874,8 @@ class Fetcher:
             t.partitions.append(OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
                 partition=part.partition, current_leader_epoch=epoch,
                 leader_epoch=part.fetch_epoch))
-        req = OffsetForLeaderEpochRequest(replica_id=-1, topics=list(topics.values()))
+        req = OffsetForLeaderEpochRequest(replica_id=ReplicaId.CONSUMER,
+                                          topics=list(topics.values()))
         conn.send(req, lambda resp, err: self._on_validated(check, resp, err),
                   version=version)
 
@@ -1001,7 +1002,7 @@ class Fetcher:
         self._lane_conns[(node, lane)] = conn
         plan = session.plan(wanted, version, unknown)
         req = FetchRequest(
-            replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=self.min_bytes,
+            replica_id=ReplicaId.CONSUMER, max_wait_ms=max_wait_ms, min_bytes=self.min_bytes,
             max_bytes=self.max_bytes, isolation_level=self.isolation_level,
             session_id=plan.session_id, session_epoch=plan.epoch,
             topics=_fetch_topics(plan.send), forgotten_topics_data=_forgotten_topics(plan.forget),
@@ -1403,7 +1404,8 @@ class Fetcher:
                 if conn is not None and conn.ready and (node, other) not in self._busy:
                     session_id, epoch = closing
                     conn.send(FetchRequest(
-                        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=self.max_bytes,
+                        replica_id=ReplicaId.CONSUMER, max_wait_ms=0, min_bytes=1,
+                        max_bytes=self.max_bytes,
                         isolation_level=self.isolation_level, session_id=session_id,
                         session_epoch=epoch, topics=[], forgotten_topics_data=[],
                         rack_id=self.rack), lambda resp, err: None)

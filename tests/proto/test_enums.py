@@ -3,9 +3,9 @@
 The table below is typed from Kafka's own enums (ResourceType, PatternType, AclOperation,
 AclPermissionType, CoordinatorType, ConfigResource.Type, ConfigSource, AlterConfigOp,
 IsolationLevel, ListOffsetsRequest's timestamps, ScramMechanism, ElectionType,
-EndpointType, FetchMetadata's epochs); where a schema's documentation states the numbers,
-they are also read from ../shared/kafka-protocol, and every value must fit the width of
-the schema fields that carry it.
+EndpointType, FetchMetadata's epochs, the requests' CONSUMER_REPLICA_ID); where a schema's
+documentation states the numbers, they are also read from ../shared/kafka-protocol, and
+every value must fit the width of the schema fields that carry it.
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ EXPECTED: Dict[type, Dict[str, int]] = {
     enums.EndpointType: dict(UNKNOWN=0, BROKER=1, CONTROLLER=2),
     enums.MemberEpoch: dict(JOIN=0, LEAVE=-1, STATIC_LEAVE=-2),
     enums.FetchSessionEpoch: dict(INITIAL=0, FINAL=-1),
+    enums.ReplicaId: dict(CONSUMER=-1),
 }
 
 #: (schema file, field name) of every field that carries each enum.
@@ -81,6 +82,8 @@ CARRIED_BY: Dict[type, Tuple[Tuple[str, str], ...]] = {
                          ("DescribeClusterResponse", "EndpointType")),
     enums.MemberEpoch: (("ConsumerGroupHeartbeatRequest", "MemberEpoch"),),
     enums.FetchSessionEpoch: (("FetchRequest", "SessionEpoch"),),
+    enums.ReplicaId: (("FetchRequest", "ReplicaId"), ("ListOffsetsRequest", "ReplicaId"),
+                      ("OffsetForLeaderEpochRequest", "ReplicaId")),
 }
 
 WIDTH = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
@@ -155,6 +158,11 @@ def test_the_numbers_the_schemas_state():
             f"{enums.MemberEpoch.LEAVE.value} to leave the group; "
             f"{enums.MemberEpoch.STATIC_LEAVE.value} to indicate that the static member "
             f"will rejoin") in about("ConsumerGroupHeartbeatRequest", "MemberEpoch")
+    for message in ("FetchRequest", "ListOffsetsRequest", "OffsetForLeaderEpochRequest"):
+        # Fetch's ReplicaState has a ReplicaId too; "of -1" is the schemas' own typo.
+        stated = [a.replace(", of ", ", or ") for _, a in schema_fields(message, "ReplicaId")]
+        assert all(f"or {enums.ReplicaId.CONSUMER.value} if this request is" in a
+                   for a in stated), message
     # FindCoordinator v0 has no KeyType: its default is the group's.
     schema = json.loads(_strip_comments((MESSAGES / "FindCoordinatorRequest.json").read_text()))
     key_type = next(f for f in schema["fields"] if f["name"] == "KeyType")

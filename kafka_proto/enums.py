@@ -1,7 +1,9 @@
-"""The numbers that enumerated request and response fields carry, named as Kafka names them.
+"""The values that enumerated request and response fields carry, named as Kafka names them.
 
 Each enum says which fields hold it. The client's public (confluent-kafka-shaped) enums
-and the test cluster take their numbers from here, so a value is typed once.
+and the test cluster take their numbers from here, so a value is typed once. The fields
+that hold a state or a type as a string have their spellings here too, as plain ``str``
+class attributes (an Enum of strings would print differently on Python 3.9 to 3.12).
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ __all__ = [
     "MemberEpoch",
     "FetchSessionEpoch",
     "ReplicaId",
+    "ClassicGroupState",
+    "ConsumerProtocolGroupState",
+    "GroupType",
+    "TransactionState",
 ]
 
 
@@ -192,3 +198,47 @@ class ReplicaId(IntEnum):
     follower's broker id."""
 
     CONSUMER = -1
+
+
+class ClassicGroupState:
+    """A classic group's GroupState: DescribeGroups, ListGroups and its StatesFilter
+    (version 4 on; Kafka matches the filter without regard to case)."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class ConsumerProtocolGroupState:
+    """A KIP-848 consumer group's GroupState: ConsumerGroupDescribe and ListGroups."""
+
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class GroupType:
+    """ListGroups' GroupType and TypesFilter (version 5 on, KIP-848; case-insensitive in
+    the filter)."""
+
+    CLASSIC = "classic"
+    CONSUMER = "consumer"
+    SHARE = "share"
+
+
+class TransactionState:
+    """A transaction's state: ListTransactions' TransactionState and StateFilters,
+    DescribeTransactions' TransactionState."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"

@@ -66,7 +66,8 @@ from kafka_client.errors import KafkaError, KafkaException, broker_code, client_
 from kafka_client.types import (OFFSET_INVALID, TopicPartition, committed_metadata,
                                 metadata_to_commit)
 from kafka_proto.enums import (
-    ConfigResourceType, CoordinatorType, ListOffsetsTimestamp, ReplicaId,
+    ClassicGroupState, ConfigResourceType, ConsumerProtocolGroupState, CoordinatorType,
+    GroupType, ListOffsetsTimestamp, ReplicaId,
 )
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -120,21 +121,24 @@ _CONFIG_WIRE_TYPE = {ResourceType.TOPIC: ConfigResourceType.TOPIC,
 
 #: Group states and types as the protocol spells them.
 _GROUP_STATES = {
-    "PreparingRebalance": ConsumerGroupState.PREPARING_REBALANCING,
-    "CompletingRebalance": ConsumerGroupState.COMPLETING_REBALANCING,
-    "Stable": ConsumerGroupState.STABLE,
-    "Dead": ConsumerGroupState.DEAD,
-    "Empty": ConsumerGroupState.EMPTY,
+    ClassicGroupState.PREPARING_REBALANCE: ConsumerGroupState.PREPARING_REBALANCING,
+    ClassicGroupState.COMPLETING_REBALANCE: ConsumerGroupState.COMPLETING_REBALANCING,
+    ClassicGroupState.STABLE: ConsumerGroupState.STABLE,
+    ClassicGroupState.DEAD: ConsumerGroupState.DEAD,
+    ClassicGroupState.EMPTY: ConsumerGroupState.EMPTY,
 }
 _STATE_NAMES = {state: name for name, state in _GROUP_STATES.items()}
-#: A KIP-848 group's states (ConsumerGroupDescribe; lower-cased), in the classic names
-#: librdkafka reports them by: assigning and reconciling are its rebalance.
-_CONSUMER_GROUP_STATES = {"empty": ConsumerGroupState.EMPTY,
-                          "assigning": ConsumerGroupState.PREPARING_REBALANCING,
-                          "reconciling": ConsumerGroupState.COMPLETING_REBALANCING,
-                          "stable": ConsumerGroupState.STABLE,
-                          "dead": ConsumerGroupState.DEAD}
-_GROUP_TYPES = {"classic": ConsumerGroupType.CLASSIC, "consumer": ConsumerGroupType.CONSUMER}
+#: A KIP-848 group's states (ConsumerGroupDescribe; lower-cased, as they are matched), in
+#: the classic names librdkafka reports them by: assigning and reconciling are its
+#: rebalance.
+_CONSUMER_GROUP_STATES = {name.lower(): state for name, state in (
+    (ConsumerProtocolGroupState.EMPTY, ConsumerGroupState.EMPTY),
+    (ConsumerProtocolGroupState.ASSIGNING, ConsumerGroupState.PREPARING_REBALANCING),
+    (ConsumerProtocolGroupState.RECONCILING, ConsumerGroupState.COMPLETING_REBALANCING),
+    (ConsumerProtocolGroupState.STABLE, ConsumerGroupState.STABLE),
+    (ConsumerProtocolGroupState.DEAD, ConsumerGroupState.DEAD))}
+_GROUP_TYPES = {GroupType.CLASSIC: ConsumerGroupType.CLASSIC,
+                GroupType.CONSUMER: ConsumerGroupType.CONSUMER}
 _TYPE_NAMES = {t: name for name, t in _GROUP_TYPES.items()}
 
 

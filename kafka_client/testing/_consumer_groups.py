@@ -37,7 +37,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterable, List, Optional, Set, Tuple
 
-from kafka_proto.enums import AclOperation, AclResourceType, MemberEpoch
+from kafka_proto.enums import (
+    AclOperation, AclResourceType, ConsumerProtocolGroupState, GroupType, MemberEpoch,
+)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -53,12 +55,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["ConsumerGroupCoordinator", "ConsumerGroup", "ConsumerMember", "assign_uniform",
            "assign_range"]
-
-# Group states (ConsumerGroupDescribe, ListGroups).
-EMPTY = "Empty"
-ASSIGNING = "Assigning"
-RECONCILING = "Reconciling"
-STABLE = "Stable"
 
 # Member states.
 MEMBER_STABLE = "stable"
@@ -135,18 +131,18 @@ class ConsumerGroup:
     pending_txn_offsets: Dict[int, Dict[Tuple[str, int], CommittedOffset]] = \
         field(default_factory=dict)
 
-    kind: ClassVar[str] = "consumer"
+    kind: ClassVar[str] = GroupType.CONSUMER
     protocol_type: ClassVar[str] = "consumer"
 
     @property
     def state(self) -> str:
         if not self.members:
-            return EMPTY
+            return ConsumerProtocolGroupState.EMPTY
         if self.group_epoch > self.assignment_epoch:
-            return ASSIGNING
+            return ConsumerProtocolGroupState.ASSIGNING
         if any(not m.reconciled_to(self.assignment_epoch) for m in self.members.values()):
-            return RECONCILING
-        return STABLE
+            return ConsumerProtocolGroupState.RECONCILING
+        return ConsumerProtocolGroupState.STABLE
 
     def static_member(self, instance_id: str) -> Optional[ConsumerMember]:
         member_id = self.static_members.get(instance_id)

@@ -25,7 +25,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from kafka_proto.enums import AclOperation, AclResourceType, CoordinatorType
+from kafka_proto.enums import (
+    AclOperation, AclResourceType, ClassicGroupState, CoordinatorType, GroupType,
+)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -49,11 +51,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["GroupCoordinator", "Group", "Member", "CommittedOffset"]
 
-EMPTY = "Empty"
-PREPARING = "PreparingRebalance"
-COMPLETING = "CompletingRebalance"
-STABLE = "Stable"
-DEAD = "Dead"
+#: The states in which a member's join starts a rebalance.
+_A_JOIN_REBALANCES = (ClassicGroupState.EMPTY, ClassicGroupState.STABLE,
+                      ClassicGroupState.COMPLETING_REBALANCE)
 
 
 @dataclass
@@ -89,7 +89,7 @@ class Member:
 @dataclass
 class Group:
     group_id: str
-    state: str = EMPTY
+    state: str = ClassicGroupState.EMPTY
     generation: int = 0
     protocol_type: Optional[str] = None
     protocol_name: Optional[str] = None
@@ -133,7 +133,8 @@ class GroupCoordinator:
     @staticmethod
     def is_empty_classic(group: Any) -> bool:
         """A classic group with no members (offsets at most): it may change protocol."""
-        return isinstance(group, Group) and group.state == EMPTY and not group.members
+        return (isinstance(group, Group) and group.state == ClassicGroupState.EMPTY
+                and not group.members)
 
     def replace_group(self, group_id: str, group: Any) -> None:
         """Register ``group`` under its id, in place of an empty group of the other kind."""
@@ -199,23 +200,23 @@ class GroupCoordinator:
         if member.sync is not None:
             member.sync.respond(SyncGroupResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID))
             member.sync = None
-        if group.state in (STABLE, COMPLETING):
+        if group.state in (ClassicGroupState.STABLE, ClassicGroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(group)
-        elif group.state == PREPARING:
+        elif group.state == ClassicGroupState.PREPARING_REBALANCE:
             self._maybe_complete_join(group)
-        if not group.members and group.state != PREPARING:
-            group.state = EMPTY
+        if not group.members and group.state != ClassicGroupState.PREPARING_REBALANCE:
+            group.state = ClassicGroupState.EMPTY
 
     # -- rebalancing -----------------------------------------------------------------
     def _prepare_rebalance(self, group: Group) -> None:
-        if group.state == COMPLETING:
+        if group.state == ClassicGroupState.COMPLETING_REBALANCE:
             for member in group.members.values():
                 if member.sync is not None:
                     member.sync.respond(
                         SyncGroupResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS))
                     member.sync = None
-        was_empty = group.state == EMPTY
-        group.state = PREPARING
+        was_empty = group.state == ClassicGroupState.EMPTY
+        group.state = ClassicGroupState.PREPARING_REBALANCE
         if group.join_timer is not None:
             group.join_timer.cancel()
         delay = self.settings["group.initial.rebalance.delay.ms"]
@@ -233,7 +234,7 @@ class GroupCoordinator:
 
     def _initial_delay_over(self, group_id: str) -> None:
         group = self._classic(group_id)
-        if group is None or group.state != PREPARING:
+        if group is None or group.state != ClassicGroupState.PREPARING_REBALANCE:
             return
         group.initial_delay = False
         group.join_timer = self.server.loop.call_later(
@@ -242,7 +243,7 @@ class GroupCoordinator:
 
     def _join_deadline(self, group_id: str) -> None:
         group = self._classic(group_id)
-        if group is None or group.state != PREPARING:
+        if group is None or group.state != ClassicGroupState.PREPARING_REBALANCE:
             return
         group.join_timer = None
         # Members that did not rejoin in time are out.
@@ -256,7 +257,7 @@ class GroupCoordinator:
         self._complete_join(group)
 
     def _maybe_complete_join(self, group: Group) -> None:
-        if group.state != PREPARING:
+        if group.state != ClassicGroupState.PREPARING_REBALANCE:
             return
         if group.initial_delay:
             return   # the initial delay lets more members arrive
@@ -270,7 +271,7 @@ class GroupCoordinator:
     def _complete_join(self, group: Group) -> None:
         members = [m for m in group.members.values() if m.join is not None]
         if not members:
-            group.state = EMPTY
+            group.state = ClassicGroupState.EMPTY
             group.generation += 1
             group.protocol_name = None
             group.leader_id = None
@@ -280,7 +281,7 @@ class GroupCoordinator:
         group.protocol_name = _choose_protocol(members)
         if group.leader_id not in group.members:
             group.leader_id = members[0].member_id
-        group.state = COMPLETING
+        group.state = ClassicGroupState.COMPLETING_REBALANCE
         for member in members:
             ctx = member.join
             member.join = None
@@ -375,7 +376,7 @@ class GroupCoordinator:
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None
-        if group.state in (EMPTY, STABLE, COMPLETING):
+        if group.state in _A_JOIN_REBALANCES:
             self._prepare_rebalance(group)
         self._maybe_complete_join(group)
 
@@ -407,7 +408,7 @@ class GroupCoordinator:
             group.leader_id = new_id
         same_protocols = old.protocols == protocols
         old.protocols = protocols
-        if group.state == STABLE and same_protocols:
+        if group.state == ClassicGroupState.STABLE and same_protocols:
             ctx.respond(JoinGroupResponse(
                 error_code=ErrorCode.NONE, generation_id=group.generation,
                 protocol_type=group.protocol_type, protocol_name=group.protocol_name,
@@ -416,7 +417,7 @@ class GroupCoordinator:
             self._touch(group, old)
             return
         old.join = ctx
-        if group.state in (EMPTY, STABLE, COMPLETING):
+        if group.state in _A_JOIN_REBALANCES:
             self._prepare_rebalance(group)
         self._maybe_complete_join(group)
 
@@ -433,11 +434,11 @@ class GroupCoordinator:
         if error:
             ctx.respond(SyncGroupResponse(error_code=error))
             return
-        if group.state == PREPARING:
+        if group.state == ClassicGroupState.PREPARING_REBALANCE:
             ctx.respond(SyncGroupResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS))
             return
         self._touch(group, member)
-        if group.state == STABLE:
+        if group.state == ClassicGroupState.STABLE:
             ctx.respond(self._sync_answer(group, member))
             return
         member.sync = ctx
@@ -445,7 +446,7 @@ class GroupCoordinator:
             given = {a.member_id: bytes(a.assignment) for a in req.assignments}
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
-            group.state = STABLE
+            group.state = ClassicGroupState.STABLE
             for m in group.members.values():
                 if m.sync is not None:
                     waiting, m.sync = m.sync, None
@@ -495,7 +496,7 @@ class GroupCoordinator:
                                    req.group_instance_id if ctx.version >= 3 else None)
         if error == ErrorCode.NONE:
             self._touch(group, member)
-            if group.state == PREPARING:
+            if group.state == ClassicGroupState.PREPARING_REBALANCE:
                 error = ErrorCode.REBALANCE_IN_PROGRESS
         ctx.respond(HeartbeatResponse(error_code=error))
 
@@ -557,7 +558,8 @@ class GroupCoordinator:
                 member = group.members.get(member_id) if group is not None else None
                 error = self.check_member(group, member, generation,
                                            req.group_instance_id if ctx.version >= 7 else None)
-                if error == ErrorCode.NONE and group.state == COMPLETING:
+                if error == ErrorCode.NONE and \
+                        group.state == ClassicGroupState.COMPLETING_REBALANCE:
                     error = ErrorCode.REBALANCE_IN_PROGRESS
             elif group is not None and group.members:
                 # A simple (memberless) commit to a group with members is fenced.
@@ -688,10 +690,10 @@ class GroupCoordinator:
                 # Unknown, or a consumer group (ConsumerGroupDescribe describes those):
                 # Kafka 4 answers Dead before v6.
                 out.append(R.DescribedGroup(error_code=ErrorCode.NONE, group_id=group_id,
-                                            group_state=DEAD, protocol_type="",
+                                            group_state=ClassicGroupState.DEAD, protocol_type="",
                                             protocol_data=""))
                 continue
-            stable = group.state == STABLE
+            stable = group.state == ClassicGroupState.STABLE
             out.append(R.DescribedGroup(
                 error_code=ErrorCode.NONE, group_id=group_id, group_state=group.state,
                 protocol_type=group.protocol_type or "",
@@ -728,7 +730,7 @@ class GroupCoordinator:
             if not every and not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.GROUP,
                                              group.group_id):
                 continue
-            kind = "classic" if isinstance(group, Group) else group.kind
+            kind = GroupType.CLASSIC if isinstance(group, Group) else group.kind
             if states is not None and group.state.lower() not in states:
                 continue
             if types is not None and kind not in types:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Optional, Set, Tuple
 
-from kafka_proto.enums import AclOperation, AclResourceType, CoordinatorType
+from kafka_proto.enums import AclOperation, AclResourceType, CoordinatorType, TransactionState
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AddOffsetsToTxnResponse,
@@ -38,10 +38,6 @@ __all__ = ["TransactionCoordinator", "Transaction"]
 
 _log = logging.getLogger("kafka_client.testing")
 
-EMPTY = "Empty"
-ONGOING = "Ongoing"
-COMPLETE_COMMIT = "CompleteCommit"
-COMPLETE_ABORT = "CompleteAbort"
 _MAX_EPOCH = 32767
 #: Pause before retrying a marker whose partition has no leader.
 _MARKER_RETRY = 0.05
@@ -53,7 +49,7 @@ class Transaction:
     producer_id: int
     producer_epoch: int
     timeout_ms: int
-    state: str = EMPTY
+    state: str = TransactionState.EMPTY
     partitions: Set[Tuple[str, int]] = field(default_factory=set)
     groups: Set[str] = field(default_factory=set)
     started: float = 0.0
@@ -109,7 +105,7 @@ class TransactionCoordinator:
                 return _init_error(ErrorCode.PRODUCER_FENCED if ctx.version >= 4
                                    else ErrorCode.INVALID_PRODUCER_EPOCH)
             bumped_from = txn.producer_epoch
-        if txn.state == ONGOING:
+        if txn.state == TransactionState.ONGOING:
             # Fenced first, as Kafka's coordinator does: the abort markers carry the new
             # epoch, so the partition leaders refuse the old instance's next batches
             # (written with the old one, they let it go on producing into the log).
@@ -118,7 +114,7 @@ class TransactionCoordinator:
         txn.timeout_ms = req.transaction_timeout_ms
         self._bump(txn)
         txn.last_epoch = bumped_from
-        txn.state = EMPTY
+        txn.state = TransactionState.EMPTY
         return _init_ok(txn)
 
     def _bump(self, txn: Transaction) -> None:
@@ -141,8 +137,8 @@ class TransactionCoordinator:
         return ErrorCode.NONE, txn
 
     def _begin(self, txn: Transaction) -> None:
-        if txn.state != ONGOING:
-            txn.state = ONGOING
+        if txn.state != TransactionState.ONGOING:
+            txn.state = TransactionState.ONGOING
             txn.started = time.monotonic()
             txn.partitions = set()
             txn.groups = set()
@@ -153,7 +149,7 @@ class TransactionCoordinator:
 
     def _timed_out(self, tid: str, epoch: int) -> None:
         txn = self.transactions.get(tid)
-        if txn is None or txn.state != ONGOING or txn.producer_epoch != epoch:
+        if txn is None or txn.state != TransactionState.ONGOING or txn.producer_epoch != epoch:
             return
         _log.info("transaction %s timed out: aborting", tid)
         self._end(txn, commit=False)
@@ -205,12 +201,12 @@ class TransactionCoordinator:
                                  req.producer_epoch)
         if error:
             return EndTxnResponse(error_code=error)
-        if txn.state == ONGOING:
+        if txn.state == TransactionState.ONGOING:
             self._end(txn, req.committed)
             return EndTxnResponse(error_code=ErrorCode.NONE)
         # A retried EndTxn of a finished transaction succeeds; the opposite one cannot.
-        if (txn.state == COMPLETE_COMMIT and req.committed) or \
-                (txn.state == COMPLETE_ABORT and not req.committed):
+        if (txn.state == TransactionState.COMPLETE_COMMIT and req.committed) or \
+                (txn.state == TransactionState.COMPLETE_ABORT and not req.committed):
             return EndTxnResponse(error_code=ErrorCode.NONE)
         return EndTxnResponse(error_code=ErrorCode.INVALID_TXN_STATE)
 
@@ -228,7 +224,7 @@ class TransactionCoordinator:
             offsets = group.pending_txn_offsets.pop(txn.producer_id, {})
             if commit:
                 group.offsets.update(offsets)
-        txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        txn.state = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
         txn.partitions = set()
         txn.groups = set()
 

@@ -88,10 +88,45 @@ CARRIED_BY: Dict[type, Tuple[Tuple[str, str], ...]] = {
 
 WIDTH = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 
+#: The string spellings (Kafka's GroupState, ConsumerGroupState, GroupType and
+#: TransactionState toString), with the fields that carry them.
+SPELLINGS: Dict[type, Dict[str, str]] = {
+    enums.ClassicGroupState: dict(EMPTY="Empty", PREPARING_REBALANCE="PreparingRebalance",
+                                  COMPLETING_REBALANCE="CompletingRebalance",
+                                  STABLE="Stable", DEAD="Dead"),
+    enums.ConsumerProtocolGroupState: dict(EMPTY="Empty", ASSIGNING="Assigning",
+                                           RECONCILING="Reconciling", STABLE="Stable",
+                                           DEAD="Dead"),
+    enums.GroupType: dict(CLASSIC="classic", CONSUMER="consumer", SHARE="share"),
+    enums.TransactionState: dict(EMPTY="Empty", ONGOING="Ongoing",
+                                 PREPARE_COMMIT="PrepareCommit", PREPARE_ABORT="PrepareAbort",
+                                 COMPLETE_COMMIT="CompleteCommit",
+                                 COMPLETE_ABORT="CompleteAbort", DEAD="Dead",
+                                 PREPARE_EPOCH_FENCE="PrepareEpochFence"),
+}
+SPELLED_IN: Dict[type, Tuple[Tuple[str, str], ...]] = {
+    enums.ClassicGroupState: (("DescribeGroupsResponse", "GroupState"),
+                              ("ListGroupsResponse", "GroupState"),
+                              ("ListGroupsRequest", "StatesFilter")),
+    enums.ConsumerProtocolGroupState: (("ConsumerGroupDescribeResponse", "GroupState"),),
+    enums.GroupType: (("ListGroupsResponse", "GroupType"), ("ListGroupsRequest", "TypesFilter")),
+    enums.TransactionState: (("ListTransactionsResponse", "TransactionState"),
+                             ("ListTransactionsRequest", "StateFilters"),
+                             ("DescribeTransactionsResponse", "TransactionState")),
+}
+
 
 def test_every_enum_is_pinned():
     public = {getattr(enums, name) for name in enums.__all__}
-    assert public == set(EXPECTED) == set(CARRIED_BY)
+    assert public == set(EXPECTED) | set(SPELLINGS)
+    assert set(EXPECTED) == set(CARRIED_BY) and set(SPELLINGS) == set(SPELLED_IN)
+
+
+@pytest.mark.parametrize("cls", list(SPELLINGS), ids=lambda c: c.__name__)
+def test_spellings(cls):
+    spelled = {n: v for n, v in vars(cls).items() if not n.startswith("_")}
+    assert spelled == SPELLINGS[cls]
+    assert all(type(v) is str for v in spelled.values())   # print as they are sent
 
 
 @pytest.mark.parametrize("cls", list(EXPECTED), ids=lambda c: c.__name__)
@@ -136,6 +171,13 @@ def test_numbers_fit_the_fields_that_carry_them(cls):
         for field_type, _ in schema_fields(message, name):
             bits = WIDTH[field_type]
             assert all(-2 ** (bits - 1) <= m < 2 ** (bits - 1) for m in cls), (message, name)
+
+
+@needs_schemas
+@pytest.mark.parametrize("cls", list(SPELLED_IN), ids=lambda c: c.__name__)
+def test_spellings_go_in_string_fields(cls):
+    for message, name in SPELLED_IN[cls]:
+        assert {t for t, _ in schema_fields(message, name)} <= {"string", "[]string"}
 
 
 @needs_schemas

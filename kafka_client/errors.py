@@ -155,9 +155,9 @@ def _code_description(code: int) -> str:
     local = _LOCAL_BY_CODE.get(code)
     if local is not None:
         return local[1]
-    if code == 0:  # librdkafka's wording for these two
+    if code == ErrorCode.NONE:  # librdkafka's wording for these two
         return "Success"
-    if code == -1:
+    if code == ErrorCode.UNKNOWN_SERVER_ERROR:
         return "Unknown broker error"
     row = _BROKER_BY_CODE.get(code)
     name = row.name if row is not None else _RDKAFKA_BROKER_NAMES.get(code)

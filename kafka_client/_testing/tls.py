@@ -241,7 +241,7 @@ def create_topic_plaintext(host: str, port: int, name: str, partitions: int = 1,
         while True:
             md = conn.request(MetadataRequest(
                 topics=[MetadataRequest.MetadataRequestTopic(name=name)]))
-            found = [t for t in md.topics if t.name == name and t.error_code == 0]
+            found = [t for t in md.topics if t.name == name and t.error_code == ErrorCode.NONE]
             if found and len(found[0].partitions) == partitions:
                 return
             if time.monotonic() > deadline:

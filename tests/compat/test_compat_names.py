@@ -113,6 +113,22 @@ def test_enums_match_confluent_values_and_order():
     assert IsolationLevel(1) is IsolationLevel.READ_COMMITTED
 
 
+def test_admin_enums_match_confluent():
+    # Their numbers come from kafka_proto.enums; names, numbers, order, text and
+    # comparisons stay confluent-kafka's.
+    import confluent_kafka.admin as theirs_admin
+
+    import kafka_client.admin as ours_admin
+    for name in ("AclOperation", "AclPermissionType", "ResourceType", "ResourcePatternType",
+                 "ConfigSource", "AlterConfigOpType", "ScramMechanism"):
+        ours, theirs = getattr(ours_admin, name), getattr(theirs_admin, name)
+        assert [(m.name, m.value) for m in ours] == [(m.name, m.value) for m in theirs], name
+        assert all(type(m.value) is int for m in ours), name
+        assert [(repr(m), str(m)) for m in ours] == [(repr(m), str(m)) for m in theirs], name
+        first, last = list(ours)[0], list(ours)[-1]
+        assert first < last and not last < first and first != first.value, name
+
+
 def test_node_and_throttle_event_text_match():
     for args in [(1, "h", 9), (2, "host", 9092, "r1")]:
         assert str(Node(*args)) == str(ck.Node(*args))

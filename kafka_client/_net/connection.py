@@ -733,8 +733,9 @@ class BrokerConnection:
              for_version: Optional[Callable[[Any, int], None]] = None) -> None:
         """Queue a request (a generated message object). ``callback(response, error)``
         runs on the I/O thread with the decoded response, or with ``(None, KafkaError)``
-        when it failed (with a code in :data:`NEVER_SENT` when it was never written); for ``expect_response=False`` (acks=0 Produce) it runs with
-        ``(None, None)`` once the request is handed to the kernel. ``version`` None uses
+        when it failed (with a code in :data:`NEVER_SENT` when it was never written); for
+        ``expect_response=False`` (acks=0 Produce) it runs with ``(None, None)`` once the
+        request is handed to the kernel. ``version`` None uses
         the negotiated version. ``timeout`` (s) defaults to ``socket.timeout.ms``.
         A request waiting for the connection stays queued through failed connection
         attempts until its timeout, unless ``fail_unreachable``: then it fails with the

@@ -1,20 +1,30 @@
 """Our clients refused by the broker's authorizer, side by side with confluent-kafka
 (librdkafka 2.16.0), the reference: each case of ``authz_cases.py`` runs once with each
-client, in its own process (with a hard timeout) and on its own one-broker test cluster,
-against the same refusal (an answer carrying TOPIC_, GROUP_, TRANSACTIONAL_ID_ or
+client, against the same refusal (an answer carrying TOPIC_, GROUP_, TRANSACTIONAL_ID_ or
 CLUSTER_AUTHORIZATION_FAILED, as from a broker whose ACLs deny the operation), and the
 ACL is then "granted" (the refusal lifted). Asserted for each client: the errors it
 reports and how soon, every message accepted reported exactly once (counted in the
 log), whether the client is usable again once granted, and that close() returns.
+
+The cases run in child processes, "runners" (``authz_cases.py --serve``), each with its
+own one-broker test cluster: a few per client, started with the module, take the cases of
+the selected tests in order, one at a time each, while the tests wait for their results
+(most of a case is waiting on the client). A case still running after CASE_TIMEOUT_S
+fails its test and its runner is killed (a fresh one takes the next case).
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
+import queue
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from typing import Any, Dict, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -26,31 +36,188 @@ CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "authz_cases.py
 PEERS = ("ours", "librdkafka")
 #: "at once": well under any timeout a case could have waited out
 PROMPT_S = 3.0
+#: a case still running after this long is hung: its runner is killed
+CASE_TIMEOUT_S = 150.0
+#: runners per client, each on its own cluster: most of a case is waiting, so the cases
+#: of one client run this many at a time
+RUNNERS_PER_PEER = 3
 
 
-def run_case(name: str, timeout: float = 150) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """``(ours, librdkafka)``: what case ``name`` observed with each client (both run at
-    the same time, each killed after ``timeout`` seconds)."""
-    procs = {peer: subprocess.Popen([sys.executable, CASES, name, peer],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for peer in PEERS}
-    deadline = time.monotonic() + timeout
-    results = {}
-    try:
-        for peer, proc in procs.items():
+def authz_case(name: str) -> Any:
+    """Marks a test (or a parameter) as asserting on what case ``name`` of
+    authz_cases.py observed with each client (the ``outcome`` fixture)."""
+    return pytest.mark.authz_case(name)
+
+
+@dataclass
+class Outcome:
+    """What one client observed in one case, or why there is nothing."""
+
+    result: Optional[Dict[str, Any]] = None
+    failure: Optional[str] = None
+    seconds: float = 0.0
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def settle(self, result: Optional[Dict[str, Any]] = None, failure: Optional[str] = None,
+               seconds: float = 0.0) -> None:
+        self.result, self.failure, self.seconds = result, failure, seconds
+        self.done.set()
+
+
+class Runner:
+    """One ``authz_cases.py --serve`` process: one client's cases, one after the other,
+    on its own cluster."""
+
+    def __init__(self, peer: str) -> None:
+        self.peer = peer
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([sys.executable, CASES, "--serve", peer],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True, bufsize=1)
+        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)                 # the process ended
+
+    def next_line(self, prefixes: Tuple[str, ...], timeout: float) -> Optional[str]:
+        """The next line starting with one of ``prefixes``: None at the end of the
+        output, TimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
             try:
-                out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"{name} with {peer}: still running after {timeout}s (hung?)")
-            lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-            assert proc.returncode == 0 and lines, f"{name} with {peer} failed:\n{err[-4000:]}"
-            results[peer] = json.loads(lines[-1][len("RESULT "):])
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return results["ours"], results["librdkafka"]
+                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                raise TimeoutError from None
+            if line is None or line.startswith(prefixes):
+                return line
+
+    def run(self, case: str) -> Outcome:
+        """Case ``case``, within CASE_TIMEOUT_S (TimeoutError: the runner is hung)."""
+        self.proc.stdin.write(case + "\n")
+        self.proc.stdin.flush()
+        line = self.next_line(("RESULT ", "FAILED "), CASE_TIMEOUT_S)
+        outcome = Outcome()
+        if line is None:
+            outcome.settle(failure=f"the {self.peer} runner died:\n{self.stderr_tail()}")
+            return outcome
+        kind, name, seconds, payload = line.split(" ", 3)
+        assert name == case, line
+        if kind == "RESULT":
+            outcome.settle(result=json.loads(payload), seconds=float(seconds))
+        else:
+            outcome.settle(failure=json.loads(payload), seconds=float(seconds))
+        return outcome
+
+    def stderr_tail(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read()[-4000:]
+
+    def stop(self) -> None:
+        """End the process (at the end of its input; killed if it does not)."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(20)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+        self.stderr.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class Runs:
+    """The cases of the selected tests, each run once with each client, in the
+    background: RUNNERS_PER_PEER runners per client take the cases in the tests' order."""
+
+    def __init__(self, cases: List[str]) -> None:
+        self.outcomes = {(case, peer): Outcome() for case in cases for peer in PEERS}
+        self.pending = {peer: collections.deque(cases) for peer in PEERS}
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._serve, args=(peer,), daemon=True)
+                        for peer in PEERS for _ in range(min(RUNNERS_PER_PEER, len(cases)))]
+        for thread in self.threads:
+            thread.start()
+
+    def _next(self, peer: str) -> Optional[str]:
+        with self.lock:
+            return self.pending[peer].popleft() if self.pending[peer] else None
+
+    def _serve(self, peer: str) -> None:
+        runner: Optional[Runner] = None
+        try:
+            while (case := self._next(peer)) is not None:
+                outcome = self.outcomes[case, peer]
+                try:
+                    if runner is None:
+                        runner = Runner(peer)
+                        if runner.next_line(("READY",), 60) is None:
+                            raise RuntimeError(f"the {peer} runner did not start:\n"
+                                               f"{runner.stderr_tail()}")
+                    done = runner.run(case)
+                    outcome.settle(done.result, done.failure, done.seconds)
+                except TimeoutError:
+                    outcome.settle(failure=f"{case} with {peer}: still running after "
+                                           f"{CASE_TIMEOUT_S}s (hung?)")
+                except Exception as exc:            # reported by the case's test
+                    outcome.settle(failure=f"{case} with {peer}: {exc!r}")
+                if outcome.failure is not None and runner is not None:
+                    # a fresh process and cluster for the next case
+                    runner.kill()
+                    runner.stop()
+                    runner = None
+        finally:
+            if runner is not None:
+                runner.stop()
+
+    def result(self, case: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """``(ours, librdkafka)``: what ``case`` observed with each client."""
+        results = []
+        for peer in PEERS:
+            outcome = self.outcomes[case, peer]
+            outcome.done.wait()
+            if outcome.failure is not None:
+                pytest.fail(f"{case} with {peer} failed:\n{outcome.failure}")
+            results.append(outcome.result)
+        return results[0], results[1]
+
+    def close(self) -> None:
+        for peer in PEERS:
+            with self.lock:
+                self.pending[peer].clear()
+        for thread in self.threads:
+            thread.join()
+
+
+def with_case(case: str, *more: Any) -> Any:
+    """A parameter set ``(case, *more)`` marked as asserting on ``case``."""
+    return pytest.param(case, *more, marks=authz_case(case))
+
+
+def case_of(item: pytest.Item) -> Optional[str]:
+    marker = item.get_closest_marker("authz_case")
+    return marker.args[0] if marker else None
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest) -> Iterator[Runs]:
+    """The cases of this module's selected tests, started all at once."""
+    here = request.node.path
+    cases = [case_of(item) for item in request.session.items if item.path == here]
+    runs = Runs(list(dict.fromkeys(c for c in cases if c)))
+    yield runs
+    runs.close()
+
+
+@pytest.fixture
+def outcome(request: pytest.FixtureRequest, runs: Runs
+            ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``(ours, librdkafka)``: what the test's case observed with each client."""
+    return runs.result(case_of(request.node))
 
 
 def values(log: Dict[str, int], prefix: str) -> Dict[str, int]:
@@ -64,8 +231,9 @@ def assert_written_once(log: Dict[str, int], prefix: str, count: int) -> None:
 # -- producer ------------------------------------------------------------------------------
 
 
-def test_a_topic_the_metadata_refuses_fails_its_messages_at_once_until_the_acl_is_granted():
-    ours, rdk = run_case("produce_metadata_refused")
+@authz_case("produce_metadata_refused")
+def test_a_topic_the_metadata_refuses_fails_its_messages_at_once_until_the_acl_is_granted(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         # Every message fails with the broker's error at once (not message.timeout.ms),
         # later produce() calls raise it, and once granted the producer goes on.
@@ -81,8 +249,9 @@ def test_a_topic_the_metadata_refuses_fails_its_messages_at_once_until_the_acl_i
         assert seen["errors"] == [] and seen["close_seconds"] < PROMPT_S, seen
 
 
-def test_an_idempotent_producer_refused_a_producer_id_stops_with_a_fatal_error():
-    ours, rdk = run_case("idempotent_init_refused")
+@authz_case("idempotent_init_refused")
+def test_an_idempotent_producer_refused_a_producer_id_stops_with_a_fatal_error(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         # librdkafka and the Java client: fatal at the first refusal, the queued messages
         # purged, produce() refused from then on, even once granted (ours retried
@@ -100,10 +269,11 @@ def test_an_idempotent_producer_refused_a_producer_id_stops_with_a_fatal_error()
     assert ours["refused_reports"] == {"_PURGE_QUEUE": 4}, ours
 
 
-@pytest.mark.parametrize("error", ["TRANSACTIONAL_ID", "CLUSTER"])
-def test_init_transactions_refused_is_fatal(error):
-    ours, rdk = run_case("init_transactions_refused" if error == "TRANSACTIONAL_ID"
-                         else "init_transactions_cluster_refused")
+@pytest.mark.parametrize("error", [
+    pytest.param("TRANSACTIONAL_ID", marks=authz_case("init_transactions_refused")),
+    pytest.param("CLUSTER", marks=authz_case("init_transactions_cluster_refused"))])
+def test_init_transactions_refused_is_fatal(outcome, error):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         refused = {"error": f"{error}_AUTHORIZATION_FAILED", "fatal": True,
                    "retriable": False, "abortable": False}
@@ -117,13 +287,13 @@ def test_init_transactions_refused_is_fatal(error):
 
 
 @pytest.mark.parametrize("case, error", [
-    ("produce_refused", "TOPIC_AUTHORIZATION_FAILED"),
-    ("produce_refused_idempotent", "TOPIC_AUTHORIZATION_FAILED"),
+    with_case("produce_refused", "TOPIC_AUTHORIZATION_FAILED"),
+    with_case("produce_refused_idempotent", "TOPIC_AUTHORIZATION_FAILED"),
     # a broker before Kafka 3.0, the idempotent producer without IDEMPOTENT_WRITE
-    ("produce_cluster_refused_idempotent", "CLUSTER_AUTHORIZATION_FAILED")])
+    with_case("produce_cluster_refused_idempotent", "CLUSTER_AUTHORIZATION_FAILED")])
 def test_a_produce_the_acls_refuse_fails_its_messages_at_once_and_the_producer_goes_on(
-        case, error):
-    ours, rdk = run_case(case)
+        outcome, case, error):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         # each refused message reported once, at once, with the broker's error; nothing
         # fatal, none written; once granted the same producer delivers
@@ -147,8 +317,9 @@ def test_a_produce_the_acls_refuse_fails_its_messages_at_once_and_the_producer_g
     assert ours["later_reports"] == {"TOPIC_AUTHORIZATION_FAILED": 1}, ours
 
 
-def test_an_idempotent_producer_refused_one_topic_writes_the_others_without_epoch_bumps():
-    ours, rdk = run_case("produce_refused_beside_allowed_idempotent")
+@authz_case("produce_refused_beside_allowed_idempotent")
+def test_an_idempotent_producer_refused_one_topic_writes_the_others_without_epoch_bumps(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         sent, reports = seen["sent"], seen["reports"]
         # every message reported once: the allowed topic's delivered, the refused one's
@@ -170,8 +341,9 @@ def test_an_idempotent_producer_refused_one_topic_writes_the_others_without_epoc
 # -- transactions --------------------------------------------------------------------------
 
 
-def test_a_partition_the_acls_refuse_to_a_transaction_makes_it_abortable():
-    ours, rdk = run_case("add_partitions_refused")
+@authz_case("add_partitions_refused")
+def test_a_partition_the_acls_refuse_to_a_transaction_makes_it_abortable(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         assert seen["commit"] == {"error": "TOPIC_AUTHORIZATION_FAILED", "fatal": False,
                                   "retriable": False, "abortable": True}, seen
@@ -189,10 +361,11 @@ def test_a_partition_the_acls_refuse_to_a_transaction_makes_it_abortable():
     assert ours["close_seconds"] < PROMPT_S, ours
 
 
-@pytest.mark.parametrize("api", ["Produce", "Metadata"])
-def test_a_topic_the_acls_refuse_inside_a_transaction_makes_it_abortable(api):
-    ours, rdk = run_case("produce_refused_in_transaction" if api == "Produce"
-                         else "metadata_refused_in_transaction")
+@pytest.mark.parametrize("api", [
+    pytest.param("Produce", marks=authz_case("produce_refused_in_transaction")),
+    pytest.param("Metadata", marks=authz_case("metadata_refused_in_transaction"))])
+def test_a_topic_the_acls_refuse_inside_a_transaction_makes_it_abortable(outcome, api):
+    ours, rdk = outcome
     # the commit names what failed: the broker's error, or (the messages never had a
     # partition) librdkafka's _INCONSISTENT, which ours raises too
     error = "TOPIC_AUTHORIZATION_FAILED" if api == "Produce" else "_INCONSISTENT"
@@ -216,13 +389,14 @@ def test_a_topic_the_acls_refuse_inside_a_transaction_makes_it_abortable(api):
             == "TOPIC_AUTHORIZATION_FAILED"
 
 
-@pytest.mark.parametrize("case", ["add_offsets_refused", "txn_offset_commit_refused",
-                                  "end_txn_refused"])
-def test_offsets_and_end_of_a_transaction_refused_as_librdkafka(case):
+@pytest.mark.parametrize("case", [with_case("add_offsets_refused"),
+                                  with_case("txn_offset_commit_refused"),
+                                  with_case("end_txn_refused")])
+def test_offsets_and_end_of_a_transaction_refused_as_librdkafka(outcome, case):
     """AddOffsetsToTxn or TxnOffsetCommit refused (GROUP_AUTHORIZATION_FAILED): abortable,
     and the next transaction commits its offsets once granted; EndTxn refused
     (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): fatal. The same in both clients."""
-    ours, rdk = run_case(case)
+    ours, rdk = outcome
     for seen in (ours, rdk):
         assert seen["seconds"] < PROMPT_S and seen["close_seconds"] < PROMPT_S, seen
         assert seen["refused_requests"] == 1, seen
@@ -248,23 +422,25 @@ def test_offsets_and_end_of_a_transaction_refused_as_librdkafka(case):
 
 
 @pytest.mark.parametrize("case, refused", [
-    ("describe_topics_refused", {"t": "TOPIC_AUTHORIZATION_FAILED"}),
-    ("delete_topics_refused", {"d1": "TOPIC_AUTHORIZATION_FAILED",
-                               "d2": "TOPIC_AUTHORIZATION_FAILED"}),
-    ("describe_configs_refused", {"t": "TOPIC_AUTHORIZATION_FAILED"}),
-    ("create_partitions_refused", {"t": "TOPIC_AUTHORIZATION_FAILED"}),
-    ("list_group_offsets_refused", {"g": "GROUP_AUTHORIZATION_FAILED"})])
-def test_admin_operations_the_acls_refuse_fail_per_resource_at_once(case, refused):
-    ours, rdk = run_case(case)
+    with_case("describe_topics_refused", {"t": "TOPIC_AUTHORIZATION_FAILED"}),
+    with_case("delete_topics_refused", {"d1": "TOPIC_AUTHORIZATION_FAILED",
+                                        "d2": "TOPIC_AUTHORIZATION_FAILED"}),
+    with_case("describe_configs_refused", {"t": "TOPIC_AUTHORIZATION_FAILED"}),
+    with_case("create_partitions_refused", {"t": "TOPIC_AUTHORIZATION_FAILED"}),
+    with_case("list_group_offsets_refused", {"g": "GROUP_AUTHORIZATION_FAILED"})])
+def test_admin_operations_the_acls_refuse_fail_per_resource_at_once(outcome, case, refused):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         assert seen["refused"] == refused and seen["refused_seconds"] < PROMPT_S, seen
         assert seen["granted"] == {name: None for name in refused}, seen
     assert ours["refused_requests"] == 1, ours       # not retried
 
 
-@pytest.mark.parametrize("error", ["CLUSTER", "TOPIC"])
-def test_create_topics_the_acls_refuse_fail_per_topic(error):
-    ours, rdk = run_case(f"create_topics_{error.lower()}_refused")
+@pytest.mark.parametrize("error", [
+    pytest.param("CLUSTER", marks=authz_case("create_topics_cluster_refused")),
+    pytest.param("TOPIC", marks=authz_case("create_topics_topic_refused"))])
+def test_create_topics_the_acls_refuse_fail_per_topic(outcome, error):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         assert seen["refused"] == {"a": f"{error}_AUTHORIZATION_FAILED",
                                    "b": f"{error}_AUTHORIZATION_FAILED"}, seen
@@ -282,11 +458,12 @@ def assert_read_once_when_granted(seen: Dict[str, Any]) -> None:
     assert seen["close_seconds"] < PROMPT_S, seen
 
 
-@pytest.mark.parametrize("case", ["find_coordinator_refused", "join_group_refused",
-                                  "offset_fetch_refused"])
+@pytest.mark.parametrize("case", [with_case("find_coordinator_refused"),
+                                  with_case("join_group_refused"),
+                                  with_case("offset_fetch_refused")])
 def test_a_group_the_acls_refuse_is_one_error_event_and_the_consumer_goes_on_once_granted(
-        case):
-    ours, rdk = run_case(case)
+        outcome, case):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         events = seen["refused"]["events"]
         assert list(events) == ["GROUP_AUTHORIZATION_FAILED"], seen
@@ -307,8 +484,9 @@ def test_a_group_the_acls_refuse_is_one_error_event_and_the_consumer_goes_on_onc
         assert rdk["granted"]["messages"] == 10 and rdk["granted"]["duplicates"] == 0, rdk
 
 
-def test_a_subscribed_topic_the_metadata_refuses_is_one_error_event_until_granted():
-    ours, rdk = run_case("subscribe_metadata_refused")
+@authz_case("subscribe_metadata_refused")
+def test_a_subscribed_topic_the_metadata_refuses_is_one_error_event_until_granted(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         events = seen["refused"]["events"]
         assert list(events) == ["TOPIC_AUTHORIZATION_FAILED"], seen
@@ -321,8 +499,9 @@ def test_a_subscribed_topic_the_metadata_refuses_is_one_error_event_until_grante
     assert rdk["granted"]["messages"] == 0, rdk
 
 
-def test_a_refused_topic_beside_an_allowed_one_in_a_subscription():
-    ours, rdk = run_case("subscribe_one_topic_refused_beside_another")
+@authz_case("subscribe_one_topic_refused_beside_another")
+def test_a_refused_topic_beside_an_allowed_one_in_a_subscription(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         # one event for the refused topic; the allowed one is read meanwhile
         assert list(seen["refused"]["events"]) == ["TOPIC_AUTHORIZATION_FAILED"], seen
@@ -335,8 +514,9 @@ def test_a_refused_topic_beside_an_allowed_one_in_a_subscription():
     assert rdk["granted_values"] == 10, rdk
 
 
-def test_auto_commits_the_acls_refuse_go_to_on_commit_as_in_librdkafka():
-    ours, rdk = run_case("auto_commit_refused")
+@authz_case("auto_commit_refused")
+def test_auto_commits_the_acls_refuse_go_to_on_commit_as_in_librdkafka(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         # each refused auto-commit reaches on_commit (no error event), and the next one
         # after the grant commits what was read
@@ -348,16 +528,18 @@ def test_auto_commits_the_acls_refuse_go_to_on_commit_as_in_librdkafka():
         assert seen["close_seconds"] < PROMPT_S, seen
 
 
-def test_an_assigned_topic_the_metadata_refuses_is_read_once_granted():
-    ours, rdk = run_case("assign_metadata_refused")
+@authz_case("assign_metadata_refused")
+def test_an_assigned_topic_the_metadata_refuses_is_read_once_granted(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         # neither client tells (the partitions just have no leader yet)
         assert seen["refused"] == {"events": {}, "messages": 0, "duplicates": 0}, seen
         assert_read_once_when_granted(seen)
 
 
-def test_a_fetch_the_acls_refuse_is_one_error_event_per_partition_until_granted():
-    ours, rdk = run_case("fetch_refused")
+@authz_case("fetch_refused")
+def test_a_fetch_the_acls_refuse_is_one_error_event_per_partition_until_granted(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         events = seen["refused"]["events"]
         assert list(events) == ["TOPIC_AUTHORIZATION_FAILED"], seen
@@ -369,8 +551,9 @@ def test_a_fetch_the_acls_refuse_is_one_error_event_per_partition_until_granted(
     assert_read_once_when_granted(ours)
 
 
-def test_a_heartbeat_the_acls_refuse_leaves_a_classic_member_reading_as_librdkafka():
-    ours, rdk = run_case("heartbeat_refused_classic")
+@authz_case("heartbeat_refused_classic")
+def test_a_heartbeat_the_acls_refuse_leaves_a_classic_member_reading_as_librdkafka(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         # neither client tells (the Java client raises GroupAuthorizationException from
         # poll()); the member keeps its partitions and reads what comes meanwhile, once
@@ -379,8 +562,9 @@ def test_a_heartbeat_the_acls_refuse_leaves_a_classic_member_reading_as_librdkaf
         assert seen["refused_requests"] > 1 and seen["close_seconds"] < PROMPT_S, seen
 
 
-def test_a_commit_the_acls_refuse_fails_and_the_next_one_granted_succeeds():
-    ours, rdk = run_case("offset_commit_refused")
+@authz_case("offset_commit_refused")
+def test_a_commit_the_acls_refuse_fails_and_the_next_one_granted_succeeds(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         assert seen["read"]["messages"] == 10, seen
         assert seen["sync_commit"] == "GROUP_AUTHORIZATION_FAILED", seen
@@ -395,8 +579,9 @@ def test_a_commit_the_acls_refuse_fails_and_the_next_one_granted_succeeds():
     assert ours["refused_requests"] == rdk["refused_requests"] == 2, (ours, rdk)
 
 
-def test_a_consumer_group_heartbeat_refusing_a_subscribed_topic_is_one_event_until_granted():
-    ours, rdk = run_case("heartbeat_topic_refused_consumer_protocol")
+@authz_case("heartbeat_topic_refused_consumer_protocol")
+def test_a_consumer_group_heartbeat_refusing_a_subscribed_topic_is_one_event_until_granted(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         events = seen["refused"]["events"]
         assert list(events) == ["TOPIC_AUTHORIZATION_FAILED"], seen
@@ -412,8 +597,9 @@ def test_a_consumer_group_heartbeat_refusing_a_subscribed_topic_is_one_event_unt
     assert_read_once_when_granted(ours)
 
 
-def test_a_consumer_group_heartbeat_refusing_the_group_stops_the_member_not_the_consumer():
-    ours, rdk = run_case("heartbeat_refused_consumer_protocol")
+@authz_case("heartbeat_refused_consumer_protocol")
+def test_a_consumer_group_heartbeat_refusing_the_group_stops_the_member_not_the_consumer(outcome):
+    ours, rdk = outcome
     # librdkafka and the Java client: fatal, the consumer is done
     assert list(rdk["refused"]["events"]) == ["_FATAL"], rdk
     assert rdk["resubscribe_raised"]["error"] == "_FATAL", rdk
@@ -426,8 +612,9 @@ def test_a_consumer_group_heartbeat_refusing_the_group_stops_the_member_not_the_
     assert_read_once_when_granted(ours)
 
 
-def test_an_offset_lookup_the_acls_refuse_is_one_event_per_partition_until_granted():
-    ours, rdk = run_case("list_offsets_refused")
+@authz_case("list_offsets_refused")
+def test_an_offset_lookup_the_acls_refuse_is_one_event_per_partition_until_granted(outcome):
+    ours, rdk = outcome
     for seen in (ours, rdk):
         events = seen["refused"]["events"]
         assert list(events) == ["TOPIC_AUTHORIZATION_FAILED"], seen

@@ -68,6 +68,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.integration)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist: each worker is told how the tests are distributed (its own ``dist``
+    option reads "no"): integration/test_authorization.py starts all the cases of its
+    selected tests at once only where one process runs the whole module."""
+    node.workerinput["dist"] = node.config.getoption("dist")
+
+
 def _start(kind, **kwargs):
     try:
         b = make_broker(kind, **kwargs)

@@ -6,191 +6,29 @@ ACL is then "granted" (the refusal lifted). Asserted for each client: the errors
 reports and how soon, every message accepted reported exactly once (counted in the
 log), whether the client is usable again once granted, and that close() returns.
 
-The cases run in child processes, "runners" (``authz_cases.py --serve``), each with its
-own one-broker test cluster: a few per client, started with the module, take the cases of
-the selected tests in order, one at a time each, while the tests wait for their results
-(most of a case is waiting on the client). A case still running after CASE_TIMEOUT_S
-fails its test and its runner is killed (a fresh one takes the next case).
+The cases run in child processes with a hard timeout, a few per client, each with its
+own test cluster, all at once while the tests wait for their results (authz_runners.py).
 """
 from __future__ import annotations
 
-import collections
-import json
-import os
-import queue
-import subprocess
-import sys
-import tempfile
-import threading
-import time
-from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
+
+from authz_runners import PEERS, Runs  # authz_runners.py beside
 
 pytest.importorskip("confluent_kafka")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "authz_cases.py")
-PEERS = ("ours", "librdkafka")
 #: "at once": well under any timeout a case could have waited out
 PROMPT_S = 3.0
-#: a case still running after this long is hung: its runner is killed
-CASE_TIMEOUT_S = 150.0
-#: runners per client, each on its own cluster: most of a case is waiting, so the cases
-#: of one client run this many at a time
-RUNNERS_PER_PEER = 3
 
 
 def authz_case(name: str) -> Any:
     """Marks a test (or a parameter) as asserting on what case ``name`` of
     authz_cases.py observed with each client (the ``outcome`` fixture)."""
     return pytest.mark.authz_case(name)
-
-
-@dataclass
-class Outcome:
-    """What one client observed in one case, or why there is nothing."""
-
-    result: Optional[Dict[str, Any]] = None
-    failure: Optional[str] = None
-    seconds: float = 0.0
-    done: threading.Event = field(default_factory=threading.Event)
-
-    def settle(self, result: Optional[Dict[str, Any]] = None, failure: Optional[str] = None,
-               seconds: float = 0.0) -> None:
-        self.result, self.failure, self.seconds = result, failure, seconds
-        self.done.set()
-
-
-class Runner:
-    """One ``authz_cases.py --serve`` process: one client's cases, one after the other,
-    on its own cluster."""
-
-    def __init__(self, peer: str) -> None:
-        self.peer = peer
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([sys.executable, CASES, "--serve", peer],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, text=True, bufsize=1)
-        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)                 # the process ended
-
-    def next_line(self, prefixes: Tuple[str, ...], timeout: float) -> Optional[str]:
-        """The next line starting with one of ``prefixes``: None at the end of the
-        output, TimeoutError after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.01))
-            except queue.Empty:
-                raise TimeoutError from None
-            if line is None or line.startswith(prefixes):
-                return line
-
-    def run(self, case: str) -> Outcome:
-        """Case ``case``, within CASE_TIMEOUT_S (TimeoutError: the runner is hung)."""
-        self.proc.stdin.write(case + "\n")
-        self.proc.stdin.flush()
-        line = self.next_line(("RESULT ", "FAILED "), CASE_TIMEOUT_S)
-        outcome = Outcome()
-        if line is None:
-            outcome.settle(failure=f"the {self.peer} runner died:\n{self.stderr_tail()}")
-            return outcome
-        kind, name, seconds, payload = line.split(" ", 3)
-        assert name == case, line
-        if kind == "RESULT":
-            outcome.settle(result=json.loads(payload), seconds=float(seconds))
-        else:
-            outcome.settle(failure=json.loads(payload), seconds=float(seconds))
-        return outcome
-
-    def stderr_tail(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read()[-4000:]
-
-    def stop(self) -> None:
-        """End the process (at the end of its input; killed if it does not)."""
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(20)
-        except (OSError, subprocess.TimeoutExpired):
-            self.kill()
-        self.stderr.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-
-class Runs:
-    """The cases of the selected tests, each run once with each client, in the
-    background: RUNNERS_PER_PEER runners per client take the cases in the tests' order."""
-
-    def __init__(self, cases: List[str]) -> None:
-        self.outcomes = {(case, peer): Outcome() for case in cases for peer in PEERS}
-        self.pending = {peer: collections.deque(cases) for peer in PEERS}
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._serve, args=(peer,), daemon=True)
-                        for peer in PEERS for _ in range(min(RUNNERS_PER_PEER, len(cases)))]
-        for thread in self.threads:
-            thread.start()
-
-    def _next(self, peer: str) -> Optional[str]:
-        with self.lock:
-            return self.pending[peer].popleft() if self.pending[peer] else None
-
-    def _serve(self, peer: str) -> None:
-        runner: Optional[Runner] = None
-        try:
-            while (case := self._next(peer)) is not None:
-                outcome = self.outcomes[case, peer]
-                try:
-                    if runner is None:
-                        runner = Runner(peer)
-                        if runner.next_line(("READY",), 60) is None:
-                            raise RuntimeError(f"the {peer} runner did not start:\n"
-                                               f"{runner.stderr_tail()}")
-                    done = runner.run(case)
-                    outcome.settle(done.result, done.failure, done.seconds)
-                except TimeoutError:
-                    outcome.settle(failure=f"{case} with {peer}: still running after "
-                                           f"{CASE_TIMEOUT_S}s (hung?)")
-                except Exception as exc:            # reported by the case's test
-                    outcome.settle(failure=f"{case} with {peer}: {exc!r}")
-                if outcome.failure is not None and runner is not None:
-                    # a fresh process and cluster for the next case
-                    runner.kill()
-                    runner.stop()
-                    runner = None
-        finally:
-            if runner is not None:
-                runner.stop()
-
-    def result(self, case: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-        """``(ours, librdkafka)``: what ``case`` observed with each client."""
-        results = []
-        for peer in PEERS:
-            outcome = self.outcomes[case, peer]
-            outcome.done.wait()
-            if outcome.failure is not None:
-                pytest.fail(f"{case} with {peer} failed:\n{outcome.failure}")
-            results.append(outcome.result)
-        return results[0], results[1]
-
-    def close(self) -> None:
-        for peer in PEERS:
-            with self.lock:
-                self.pending[peer].clear()
-        for thread in self.threads:
-            thread.join()
 
 
 def with_case(case: str, *more: Any) -> Any:
@@ -203,12 +41,23 @@ def case_of(item: pytest.Item) -> Optional[str]:
     return marker.args[0] if marker else None
 
 
+def runs_whole_modules(config: pytest.Config) -> bool:
+    """Whether this process runs every selected test of this module: without xdist, or
+    with a distribution that keeps a module's tests together (tests/conftest.py tells
+    the workers which)."""
+    worker = getattr(config, "workerinput", None)
+    return worker is None or worker.get("dist") in ("loadfile", "loadscope")
+
+
 @pytest.fixture(scope="module")
 def runs(request: pytest.FixtureRequest) -> Iterator[Runs]:
-    """The cases of this module's selected tests, started all at once."""
-    here = request.node.path
-    cases = [case_of(item) for item in request.session.items if item.path == here]
-    runs = Runs(list(dict.fromkeys(c for c in cases if c)))
+    """The runners of this module's tests: the cases of all its selected tests started at
+    once where this process runs them all, else each when its test asks for it."""
+    cases: List[Optional[str]] = []
+    if runs_whole_modules(request.config):
+        cases = [case_of(item) for item in request.session.items
+                 if item.path == request.node.path]
+    runs = Runs(dict.fromkeys(case for case in cases if case))
     yield runs
     runs.close()
 
@@ -217,7 +66,13 @@ def runs(request: pytest.FixtureRequest) -> Iterator[Runs]:
 def outcome(request: pytest.FixtureRequest, runs: Runs
             ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """``(ours, librdkafka)``: what the test's case observed with each client."""
-    return runs.result(case_of(request.node))
+    case = case_of(request.node)
+    results = []
+    for peer, done in zip(PEERS, runs.result(case)):
+        if done.failure is not None:
+            pytest.fail(f"{case} with {peer} failed:\n{done.failure}")
+        results.append(done.result)
+    return results[0], results[1]
 
 
 def values(log: Dict[str, int], prefix: str) -> Dict[str, int]:

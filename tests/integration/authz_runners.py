@@ -67,9 +67,15 @@ class Runner:
                                      stderr=self.stderr, text=True, bufsize=1)
         self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        if self._next_line(("READY",), START_TIMEOUT_S) is None:
+        try:
+            ready = self._next_line(("READY",), START_TIMEOUT_S)
+        except RunnerHung:
+            ready = None
+        if ready is None:
+            self.kill()
+            tail = self.stderr_tail()
             self.stop()
-            raise RuntimeError(f"the {peer} runner did not start:\n{self.stderr_tail()}")
+            raise RuntimeError(f"the {peer} runner did not start:\n{tail}")
 
     def _read(self) -> None:
         for line in self.proc.stdout:

@@ -258,3 +258,23 @@ def test_crc32c_path(benchmark, request, path):
     _interleaved(benchmark, request, "crc32c-1MiB-" + path, "GB/s", 1,
                  {"ours": lambda: crc32c_using(path, CRC_BUF)}, {"ours": "ours"},
                  nbytes=len(CRC_BUF))
+
+
+def test_partitioner(benchmark, request):
+    """murmur2 of a 16-byte key to one of 12 partitions (the Java client's default, as a
+    producer calls it per keyed message): ours against kafka-python's pure-Python one."""
+    from kafka_client.producer.partitioners import get_partitioner
+
+    key = b"0123456789abcdef"
+    ours = get_partitioner("murmur2")
+    bodies = {"ours": lambda: ours(key, 12)}
+    labels = {"ours": "ours"}
+    try:
+        from kafka.partitioner.default import murmur2
+    except ImportError:
+        murmur2 = None
+    if murmur2 is not None:
+        assert (murmur2(key) & 0x7FFFFFFF) % 12 == ours(key, 12)
+        bodies["kafka-python"] = lambda: (murmur2(key) & 0x7FFFFFFF) % 12
+        labels["kafka-python"] = "kafka-python"
+    _interleaved(benchmark, request, "murmur2-partition", "ns/call", 1, bodies, labels)

@@ -809,11 +809,12 @@ def offset_for_leader_epoch(ctx: RequestContext) -> None:
     broker = ctx.broker
     topics = []
     # Kafka: CLUSTER_ACTION on the cluster (a replica's), else DESCRIBE on each topic.
-    replica = ctx.allowed(AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER, CLUSTER_NAME)
+    cluster_action = ctx.allowed(AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER,
+                                 CLUSTER_NAME)
     for t in ctx.request.topics:
         parts = []
-        described = replica or ctx.allowed(AclOperation.DESCRIBE, AclResourceType.TOPIC,
-                                           t.topic)
+        described = cluster_action or ctx.allowed(AclOperation.DESCRIBE,
+                                                  AclResourceType.TOPIC, t.topic)
         for p in t.partitions:
             if not described:
                 parts.append(R.EpochEndOffset(partition=p.partition, leader_epoch=-1,

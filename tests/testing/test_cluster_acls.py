@@ -772,6 +772,41 @@ def test_replica_fetches_transactional_batches_and_topic_ids_are_checked(locked,
     assert topic in locked.topics()
 
 
+def test_offset_for_leader_epoch_checks_each_topic_of_one_request(locked, tag):
+    """OffsetForLeaderEpoch decides DESCRIBE per topic, CLUSTER_ACTION once per request:
+    a topic's answer does not follow from the one named before it in the same request."""
+    seen, hidden = f"{tag}-seen", f"{tag}-hidden"
+    for t in (seen, hidden):
+        locked.create_topic(t)
+    allow(locked, "TOPIC", seen, "DESCRIBE")
+    R = OffsetForLeaderEpochRequest
+
+    def epochs(raw, replica_id, named):
+        resp = raw.request(R(replica_id=replica_id, topics=[R.OffsetForLeaderTopic(
+            topic=topic, partitions=[R.OffsetForLeaderPartition(
+                partition=partition, current_leader_epoch=-1, leader_epoch=0)])
+            for topic, partition in named]), 4)
+        return [(t.topic, p.partition, p.error_code, p.end_offset)
+                for t in resp.topics for p in t.partitions]
+
+    with RawClient(locked.bootstrap_servers) as raw:
+        # The topic described first leaves the next one as refused as it is alone.
+        assert epochs(raw, -1, [(seen, 0), (hidden, 0)]) == [
+            (seen, 0, ErrorCode.NONE, 0),
+            (hidden, 0, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1)]
+        assert epochs(raw, -1, [(hidden, 0), (seen, 0)]) == [
+            (hidden, 0, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1),
+            (seen, 0, ErrorCode.NONE, 0)]
+        # A replica with CLUSTER_ACTION and no DESCRIBE: a partition that does not exist
+        # first does not take the permission away from the topics after it.
+        allow(locked, "TOPIC", seen, "DESCRIBE", perm="DENY")
+        allow(locked, "CLUSTER", "kafka-cluster", "CLUSTER_ACTION")
+        assert epochs(raw, 2, [(seen, 9), (hidden, 0), (seen, 0)]) == [
+            (seen, 9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1),
+            (hidden, 0, ErrorCode.NONE, 0),
+            (seen, 0, ErrorCode.NONE, 0)]
+
+
 def test_described_groups_carry_the_operations_the_acls_allow(locked, tag):
     """KIP-430 in DescribeGroups and ConsumerGroupDescribe; a group the principal may not
     describe is refused in both."""

@@ -50,6 +50,7 @@ class Batch:
     cbs: Optional[List[Union[DeliveryCallback, DeliveryRange]]]
     count: int
     nbytes: int
+    counted: int
     data: Optional[bytes]
     base_sequence: int
     attempts: int

@@ -204,3 +204,25 @@ def test_increment_sequence_wraps_like_kafka():
         increment_sequence(-1, 1)
     with pytest.raises(ValueError):
         increment_sequence(0, -1)
+
+
+def test_stamp_batch_stub_declares_every_parameter_the_function_takes():
+    """The .pyi is what a type checker sees of the Cython function: a parameter missing
+    there (``log_append_time``) refuses a call the function takes."""
+    import ast
+    import pathlib
+
+    import kafka_proto.records._v2 as v2
+
+    tree = ast.parse(pathlib.Path(v2.__file__).with_name("_v2.pyi").read_text())
+    stub = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
+                and n.name == "stamp_batch")
+    declared = [a.arg for a in stub.args.args]
+    assert declared == ["buffer", "position", "base_offset", "partition_leader_epoch",
+                        "log_append_time"]
+    # every declared name is one the function takes by keyword, with the stub's meaning
+    data = bytearray(batches()[0])
+    stamp_batch(**dict(zip(declared, (data, 0, 5, 2, 1_700_000_000_000))))
+    header = read_batch_header(data)
+    assert (header.base_offset, header.partition_leader_epoch, header.max_timestamp,
+            header.timestamp_type) == (5, 2, 1_700_000_000_000, TimestampType.LOG_APPEND_TIME)

@@ -240,12 +240,19 @@ class IOThread:
         events = self.selector.select(wait)
         self.sleeping_until = 0.0
         self._turn_started = time.monotonic()
+        registered = self.selector.get_map()
         for key, mask in events:
             handler = key.data
             if handler is None:
                 self._drain_wake()
-            else:
-                self._guard(handler, mask)
+                continue
+            # An earlier handler of this turn may have closed this socket, and a new one
+            # may hold its descriptor now: the event was the old socket's (a readiness
+            # that still holds is reported again by the next select()).
+            current = registered.get(key.fd)
+            if current is None or current.fileobj is not key.fileobj:
+                continue
+            self._guard(current.data, mask)
 
     def _drain_wake(self) -> None:
         try:

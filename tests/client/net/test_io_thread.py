@@ -152,3 +152,39 @@ def test_a_cancelled_timer_lets_go_of_what_it_would_have_called():
         assert called == []
     finally:
         io.stop(5)
+
+
+def test_an_event_of_a_socket_closed_earlier_in_the_turn_is_not_dispatched():
+    """A handler that closes another connection's socket and opens a new one for it (which
+    may get the same descriptor) in the same turn: the old socket's event must not reach
+    the new socket's handler (a write readiness would read as its connect completing)."""
+    import selectors
+    import socket
+
+    io = IOThread("test-stale-event")
+    first, peer_first = socket.socketpair()
+    other, peer_other = socket.socketpair()
+    new_sockets = []
+    calls = []
+
+    def close_and_reopen_other(mask):
+        calls.append("first")
+        io.unregister(other)
+        other.close()
+        fresh, fresh_peer = socket.socketpair()
+        new_sockets.extend((fresh, fresh_peer))
+        io.register(fresh, selectors.EVENT_READ, lambda m: calls.append("fresh"))
+
+    try:
+        # Both ready in the same select(): writable; the first one's handler runs first
+        # (the selector reports in registration order).
+        io.register(first, selectors.EVENT_WRITE, close_and_reopen_other)
+        io.register(other, selectors.EVENT_WRITE, lambda m: calls.append("other"))
+        io.run_once(0)
+        assert calls == ["first"]   # neither the closed socket's nor the fresh one's
+        peer_first.close()
+        for s in (peer_other,) + tuple(new_sockets):
+            s.close()
+    finally:
+        first.close()
+        io.stop()

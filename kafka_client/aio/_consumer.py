@@ -78,12 +78,14 @@ class AIOConsumer:
         stop = threading.Event()
         call = self._bridge.start(fn, *args, stop)
         try:
-            return await asyncio.shield(call)
+            result = await asyncio.shield(call)
         except asyncio.CancelledError:
             stop.set()
             self._consumer._wake_readers()
             self._kept.watch(call, arrow)
             raise
+        self._kept.read_returned()
+        return result
 
     def _poll_until(self, timeout: Optional[float], stop: threading.Event) -> Optional[Message]:
         msgs = self._consumer._consume_until(1, -1 if timeout is None else timeout, stop)

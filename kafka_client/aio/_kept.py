@@ -8,7 +8,10 @@ enable.auto.offset.store, the offsets committed) moved past them: lost without a
 (confluent-kafka's AIOConsumer loses them so). Likewise the rest of a batch whose
 deserialization failed part-way (AsyncDeserializingConsumer.consume()). Such messages are
 kept and handed out, in order, by the next read of the same kind; until then the stored
-offsets of their partitions stay at the first of them, so no commit counts them as read.
+offsets of their partitions stay at the first of them, so no commit counts them as read,
+also when a read running at the same time returns later messages of those partitions (it
+stores past them); once they are handed out, the stored offset goes past those later
+messages too, not back to the end of the kept ones.
 """
 from __future__ import annotations
 
@@ -46,6 +49,10 @@ class KeptReads:
         #: Consumer's token): a partition assigned again since reads from its new
         #: position, and what was kept of the old assignment is not handed out
         self._tokens: Dict[_Key, Any] = {}
+        #: for each partition with something kept, the consumer's position past it: where
+        #: reads at the same time handed out messages after the kept ones up to, stored
+        #: again once those are handed out
+        self._ahead: Dict[_Key, Tuple[int, Optional[int]]] = {}
         #: reads still running, or kept results not handed out (a plain attribute: the
         #: asyncio consumer's fast paths test it on every call)
         self.pending = False
@@ -118,15 +125,51 @@ class KeptReads:
         self.pending = bool(self._running or self._messages or self._batches
                             or self._failures)
 
-    def _rewind(self) -> None:
-        """Stored offsets back to the first message kept of each partition."""
+    def read_returned(self) -> None:
+        """A read that was not cancelled returned: its call stored the offsets past what
+        it hands out, which may be past messages still kept (taken before by a read
+        cancelled since); theirs go back to the first kept."""
+        if self._messages or self._batches or self._failures:
+            self._rewind()
+
+    def _kept_rows(self) -> List[Tuple[str, int, int, Optional[int]]]:
         kept = [m for _f, m in self._failures if m is not None]
         kept.extend(self._messages)
         rows = [(m.topic(), m.partition(), m.offset(), m.leader_epoch())
                 for m in kept if m.error() is None]
         for batch in self._batches:
             rows.extend((t, p, o, None) for t, p, o in rows_of(batch))
-        self._store(_first_per_partition(rows))
+        return rows
+
+    def _rewind(self) -> None:
+        """Stored offsets back to the first message kept of each partition, the position
+        past them remembered first (:attr:`_ahead`)."""
+        first = _first_per_partition(self._kept_rows())
+        if not self._auto_store or not first:
+            return
+        try:
+            positions = self._consumer.position([TopicPartition(t, p) for t, p in first])
+        except (KafkaException, RuntimeError):
+            positions = []    # the consumer closed
+        for tp in positions:
+            key = (tp.topic, tp.partition)
+            if tp.offset > max(first[key][0], self._ahead.get(key, (-1, None))[0]):
+                self._ahead[key] = (tp.offset, tp.leader_epoch)
+        self._store(first)
+
+    def _handed_out(self, rows: List[Tuple[str, int, int, Optional[int]]]) -> None:
+        """Kept ``rows`` were handed out: each partition's stored offset goes past them,
+        or, once none of it is kept any more, past what other reads handed out after them
+        meanwhile (:attr:`_ahead`); what is still kept stays uncommitted."""
+        after = _after_last_per_partition(rows)
+        still = {(t, p) for t, p, _o, _e in self._kept_rows()}
+        for key in after:
+            if key not in still:
+                ahead = self._ahead.pop(key, None)
+                if ahead is not None and ahead[0] > after[key][0]:
+                    after[key] = ahead
+        self._store(after)
+        self._rewind()
 
     # -- handing out -----------------------------------------------------------------------
     def raise_failure(self) -> None:
@@ -134,10 +177,8 @@ class KeptReads:
         if self._failures:
             failure, failed = self._failures.pop(0)
             if failed is not None and failed.error() is None:
-                self._store(_after_last_per_partition(
-                    [(failed.topic(), failed.partition(), failed.offset(),
-                      failed.leader_epoch())]))
-                self._rewind()
+                self._handed_out([(failed.topic(), failed.partition(), failed.offset(),
+                                   failed.leader_epoch())])
             self._update()
             raise failure
 
@@ -166,10 +207,8 @@ class KeptReads:
         out: List[Message] = []
         while self._messages and len(out) < n:
             out.append(self._messages.popleft())
-        self._store(_after_last_per_partition(
-            (m.topic(), m.partition(), m.offset(), m.leader_epoch())
-            for m in out if m.error() is None))
-        self._rewind()      # what is still kept stays uncommitted
+        self._handed_out([(m.topic(), m.partition(), m.offset(), m.leader_epoch())
+                          for m in out if m.error() is None])
         self._update()
         return out
 
@@ -180,9 +219,7 @@ class KeptReads:
         while self._batches:
             batch = self._batches.popleft()
             if batch.num_rows:
-                self._store(_after_last_per_partition(
-                    (t, p, o, None) for t, p, o in rows_of(batch)))
-                self._rewind()
+                self._handed_out([(t, p, o, None) for t, p, o in rows_of(batch)])
                 self._update()
                 return batch
         self._update()
@@ -193,6 +230,7 @@ class KeptReads:
         is not handed out."""
         key = (topic, partition)
         self._tokens.pop(key, None)
+        self._ahead.pop(key, None)
         self._messages = deque(m for m in self._messages
                                if m.error() is not None or (m.topic(), m.partition()) != key)
         batches = (keep_partitions(b, lambda t, p: (t, p) != key) for b in self._batches)

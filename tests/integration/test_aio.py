@@ -472,6 +472,41 @@ def test_what_a_cancelled_read_kept_is_dropped_when_its_partition_is_assigned_ag
     run(main())
 
 
+def test_messages_a_concurrent_read_handed_out_stay_committed_after_the_kept_ones(
+        noida_broker, topic_name):
+    """Two reads of one consumer at once (tools/soak.py's coroutines): the first,
+    cancelled, holds offsets 0-1 while the second takes 2-4 and returns them. Until 0-1
+    are handed out no commit counts them (the second read's call stored 5 over their
+    0: closed now, the group would never read them); once they are, the commit counts
+    2-4 as well (their hand-out stored 2 over the 5: the group's offset stayed behind
+    what was read, a quiet partition's for ever)."""
+    broker = noida_broker  # client-side behaviour: one broker
+    group = f"g-{topic_name}"
+
+    async def main():
+        async with AIOConsumer(_group_conf(broker, group)) as c:
+            await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+            first = asyncio.ensure_future(c.consume(10, 10))
+            await asyncio.sleep(0.3)
+            _produce(broker.bootstrap, topic_name, [b"0", b"1"])
+            await asyncio.sleep(1.0)
+            second = asyncio.ensure_future(c.consume(3, 10))   # behind the first
+            await asyncio.sleep(0.3)
+            assert not first.done() and not second.done()
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            await asyncio.sleep(0.3)    # the first's call returns 0-1, kept
+            _produce(broker.bootstrap, topic_name, [b"2", b"3", b"4"])
+            assert [m.offset() for m in await second] == [2, 3, 4]
+            await c.commit(asynchronous=False)
+            assert _committed(broker.bootstrap, group, topic_name) == 0
+            assert await _offsets(c, 2) == [0, 1]
+            await c.commit(asynchronous=False)
+            assert _committed(broker.bootstrap, group, topic_name) == 5
+    run(main())
+
+
 def test_a_producer_dropped_without_close_is_collected_once_its_messages_are_reported(
         tansu_broker, topic_name):
     """A producer made per call and dropped without close(): it stays alive while one of

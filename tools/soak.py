@@ -248,6 +248,16 @@ def read_all(cluster: Cluster, topic: str, partitions: int,
     return out
 
 
+def note_partitions(cluster: Cluster, topics: Sequence[str], who: str) -> None:
+    """What the brokers hold of ``topics`` now, for the diagnosis of a failure that shows
+    only later (a run's state is gone once it ends)."""
+    for topic in topics:
+        for ps in cluster.describe_topic(topic).partitions:
+            note(f"{who}: {topic}[{ps.partition}] leader {ps.leader} epoch "
+                 f"{ps.leader_epoch} isr {ps.isr} hw {ps.high_watermark} logs "
+                 f"{ps.replica_logs}")
+
+
 def committed_offsets(cluster: Cluster, group: str, topic: str,
                       partitions: int) -> Dict[int, int]:
     c = Consumer({**connect(cluster.bootstrap_servers), "group.id": group})
@@ -334,6 +344,9 @@ class Meddling:
         return None
 
     def failed(self, what: str) -> None:
+        # noted at once too: its time, against the chaos' notes
+        note("meddle: failed:", what, "on", threading.current_thread().name,
+             repr(sys.exc_info()[1])[:200])
         self.failures.append(f"{what} on {threading.current_thread().name}: "
                              + traceback.format_exc())
 
@@ -1009,6 +1022,8 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 self._run()
             except Exception:
                 crashes.append(f"{self.name}: " + traceback.format_exc())
+                note(self.name, "failed:", repr(sys.exc_info()[1])[:300])
+                note_partitions(cluster, (source, sink), self.name)
 
         def _run(self) -> None:
             conf = {**connect(boot), "group.id": group, "client.id": self.name,
@@ -1191,11 +1206,7 @@ def run_spark(args: argparse.Namespace, cluster: Cluster) -> Checks:
         waiter.join(180)
         if not done:
             crashes.append(f"query {name}: not caught up 180 s after the chaos stopped")
-            for topic in (source, sink):   # what the brokers hold, for the diagnosis
-                for ps in cluster.describe_topic(topic).partitions:
-                    note(f"spark: {topic}[{ps.partition}] leader {ps.leader} epoch "
-                         f"{ps.leader_epoch} isr {ps.isr} hw {ps.high_watermark} logs "
-                         f"{ps.replica_logs}")
+            note_partitions(cluster, (source, sink), "spark")
         elif done[0] is not None:
             crashes.append(f"query {name} failed: {str(done[0])[:2000]}")
         note("spark:", name, "caught up", round(time.monotonic() - chaos.stopped_at, 1),

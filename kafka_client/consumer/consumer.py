@@ -547,6 +547,8 @@ class Consumer(ClientBase):
         finally:
             if my_turn:
                 self._turn.release()
+            if stop is not None and stop.is_set() and hand.firsts:
+                self._unstore(hand)
             if hand.held:
                 self._unhold(hand)
                 for start, end in reversed(hand.gone(self._closed)):
@@ -618,6 +620,8 @@ class Consumer(ClientBase):
         finally:
             if my_turn:
                 self._turn.release()
+            if stop is not None and stop.is_set() and hand.firsts:
+                self._unstore(hand)
             if hand.held:
                 self._unhold(hand)
         self._columns = cols  # empty again: the next call reuses it
@@ -657,6 +661,19 @@ class Consumer(ClientBase):
         with self._lock:
             for part in hand.firsts:
                 part.held = -1
+
+    def _unstore(self, hand: "InHand") -> None:
+        """A call told to ``stop`` (an asyncio read whose coroutine was cancelled) returns
+        what it holds to be kept for a later read, which stores their offsets when it
+        hands them out: until then no commit counts them, also before the event loop
+        takes them over (the stored offsets stay at the first of them)."""
+        if not self._auto_store:
+            return
+        with self._lock:
+            for part, (first, version) in hand.firsts.items():
+                if part.assigned and part.version == version and part.stored > first:
+                    part.stored = first
+                    part.stored_epoch = -1
 
     def _put_back(self, hand: "InHand") -> None:
         """A call ends with an exception (Ctrl-C while it waits) holding messages: each

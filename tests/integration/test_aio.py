@@ -507,6 +507,36 @@ def test_messages_a_concurrent_read_handed_out_stay_committed_after_the_kept_one
     run(main())
 
 
+def test_a_read_told_to_stop_leaves_what_it_held_uncommitted_when_it_returns(
+        noida_broker, topic_name):
+    """The executor's side of a cancelled read: its call (told to stop while it holds
+    offsets 0-1 and waits for more) returns them, and a commit made then, before the
+    event loop keeps them for the next read, does not count them (it committed 2: the
+    consumer closed or the partition revoked before that read, nobody gets them)."""
+    broker = noida_broker  # client-side behaviour: one broker
+    group = f"g-{topic_name}"
+    c = Consumer(dict(_group_conf(broker, group), **{"enable.auto.commit": False}))
+    try:
+        c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+        stop = threading.Event()
+        returned = []
+        reader = threading.Thread(
+            target=lambda: returned.append(c._consume_until(10, 10, stop)), daemon=True)
+        reader.start()
+        time.sleep(0.3)
+        _produce(broker.bootstrap, topic_name, [b"0", b"1"])
+        time.sleep(1.0)
+        assert reader.is_alive()      # holding 0-1, waiting for more
+        stop.set()
+        c._wake_readers()
+        reader.join(10)
+        assert [m.offset() for m in returned[0]] == [0, 1]
+        c.commit(asynchronous=False)
+        assert _committed(broker.bootstrap, group, topic_name) == 0
+    finally:
+        c.close()
+
+
 def test_a_producer_dropped_without_close_is_collected_once_its_messages_are_reported(
         tansu_broker, topic_name):
     """A producer made per call and dropped without close(): it stays alive while one of

@@ -557,7 +557,13 @@ class PartitionLog:
         else:
             own_epoch, own_end = self.end_offset_for_epoch(epoch)
             cut = end_offset if own_epoch < 0 else min(end_offset, own_end)
-        self.truncate_to(min(cut, self.end_offset))
+        cut = min(cut, self.end_offset)
+        self.truncate_to(cut)
+        # An epoch this replica led without writing starts at its log end: no record cut
+        # drops it, and kept as the latest it was named by every fetch, answered with the
+        # same divergence (the follower never caught up). Kafka's truncation drops the
+        # epochs starting at or after the cut too.
+        self._truncate_epochs_after(cut)
         return (self.end_offset, self.latest_epoch) != before
 
     def truncate_to(self, offset: int) -> None:

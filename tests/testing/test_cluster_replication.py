@@ -221,6 +221,32 @@ def test_followers_catch_up_with_an_empty_log_led_again_by_its_first_leader(kafk
     assert {b: r.log_end_offset for b, r in p.replica_logs.items()} == {1: 2, 2: 2, 3: 2}
 
 
+def test_a_follower_that_led_an_epoch_without_records_catches_up_with_the_next_leader(
+        kafka_cluster):
+    # A broker leads briefly and writes nothing (its epoch starts at its log end), then the
+    # leadership moves on: the new leader never had that epoch and answers the follower's
+    # fetches with a divergence at the follower's own log end. Truncating there cut no
+    # record, the empty epoch stayed its latest, the same answer came on every fetch: the
+    # follower never caught up, left the ISR, and acks=all writes stopped once another
+    # broker went down (found by tools/soak.py eos seed 88: a transaction stuck 60 s).
+    c = kafka_cluster
+    c.create_topic("empty-epoch", partitions=1, replication_factor=3,
+                   config={"min.insync.replicas": 2})
+    first = c.leader("empty-epoch", 0)
+    with RawClient(c.address(first)) as client:
+        assert produce(client, "empty-epoch", [b"a", b"b"]) == (ErrorCode.NONE, 0)
+    c.wait_in_sync("empty-epoch")
+    brief, last = [b for b in (1, 2, 3) if b != first]
+    c.move_leader("empty-epoch", 0, to=brief)
+    c.move_leader("empty-epoch", 0, to=last)
+    with RawClient(c.address(last)) as client:
+        assert produce(client, "empty-epoch", [b"c"]) == (ErrorCode.NONE, 2)
+    state = c.wait_in_sync("empty-epoch", timeout=15)
+    p = state.partitions[0]
+    assert p.leader == last and sorted(p.isr) == [1, 2, 3]
+    assert {b: r.log_end_offset for b, r in p.replica_logs.items()} == {1: 3, 2: 3, 3: 3}
+
+
 def test_an_empty_follower_starting_inside_a_batch_takes_the_whole_batch(kafka_cluster):
     # A follower that was down while a batch of 10 was written and DeleteRecords moved
     # the log start to 5 comes back empty: out of range at 0, it starts its log at 5, and

@@ -11,9 +11,9 @@ delivery guarantees are checked on what the brokers hold.
 
 ``group``: an idempotent producer writes ``--messages`` numbered messages (keyed) at a
 steady rate over most of ``--seconds`` while a group of ``--members`` consumers reads
-them, committing after each batch. With ``--aio`` the producer and the members are the
-asyncio clients (kafka_client.aio), and a third of the members' reads are cancelled
-after a random 10-300 ms (``asyncio.wait_for``), as applications do. Checked
+them, committing after each batch and in ``on_revoke``. With ``--aio`` the producer and
+the members are the asyncio clients (kafka_client.aio), and a third of the members' reads
+are cancelled after a random 10-300 ms (``asyncio.wait_for``), as applications do. Checked
 afterwards: every message got exactly one delivery report; every acknowledged message
 is in the log (acks=all); with idempotence nothing is in the log twice and each key's
 messages are in produced order; the group read every message in the log; its committed
@@ -743,6 +743,30 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 for tp in partitions:
                     self.changes[tp.partition] += 1
 
+        def _revoked(self, c: Consumer, partitions: List[TopicPartition]) -> None:
+            """on_revoke: what the member's readers got is committed before the
+            partitions go, as applications committing by hand do. The member commits
+            after each of its own reads only: what its other readers got since would go
+            back to the group uncommitted, and at the end of a run (a member replaced
+            just before) its next owner, stopping, would not read it again."""
+            self._changed(c, partitions)
+            try:
+                c.commit(asynchronous=False)
+            except KafkaException as exc:
+                self._revoke_commit_failed(exc)
+
+        async def _revoked_aio(self, c: AIOConsumer,
+                               partitions: List[TopicPartition]) -> None:
+            self._changed(c, partitions)
+            try:
+                await c.commit(asynchronous=False)
+            except KafkaException as exc:
+                self._revoke_commit_failed(exc)
+
+        def _revoke_commit_failed(self, exc: KafkaException) -> None:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:   # nothing read since
+                note(self.name, "commit on revoke failed:", exc.args[0].name())
+
         def run(self) -> None:
             if args.aio:
                 try:
@@ -752,7 +776,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 return
             try:
                 c = Consumer(self.conf())
-                c.subscribe([topic], on_assign=self._changed, on_revoke=self._changed,
+                c.subscribe([topic], on_assign=self._changed, on_revoke=self._revoked,
                             on_lost=self._changed)
                 # More threads read the same consumer (each message to one of them); this
                 # one also commits what has been returned to any of them.
@@ -871,8 +895,8 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
 
         async def _run_aio(self) -> None:
             c = AIOConsumer(self.conf())
-            await c.subscribe([topic], on_assign=self._changed, on_revoke=self._changed,
-                              on_lost=self._changed)
+            await c.subscribe([topic], on_assign=self._changed,
+                              on_revoke=self._revoked_aio, on_lost=self._changed)
             # More coroutines read the same consumer; this one also commits.
             helpers = [asyncio.ensure_future(self._read_only_aio(c))
                        for _ in range(args.threads - 1)]

@@ -1,0 +1,181 @@
+"""EndTxn's error answers (commit and abort) on the test cluster, each injected once: the
+error the application gets (fatal, abortable, or none when the producer recovers by
+itself), what the producer can do next, and what a read_committed consumer then reads.
+The injected answers are refused requests: the coordinator did not end the transaction.
+"""
+from __future__ import annotations
+
+import time
+from typing import List
+
+import pytest
+
+from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from kafka_client.testing import Cluster
+
+    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("cluster"))) as c:
+        yield c
+
+
+def _producer(cluster, tid: str) -> Producer:
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": tid,
+                  "linger.ms": 5, "retry.backoff.ms": 20, "retry.backoff.max.ms": 200})
+    p.init_transactions(30)
+    return p
+
+
+def _committed_values(cluster, topic: str, expect: int, timeout: float = 20.0) -> List[int]:
+    """The values a read_committed consumer reads, once ``expect`` arrived and 1 s more
+    passed without any (so a message that should not be there has time to show)."""
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "group.id": f"check-{topic}", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "fetch.wait.max.ms": 50})
+    out: List[int] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + timeout
+        quiet_since = None
+        while time.monotonic() < deadline:
+            msgs = consumer.consume(1000, 0.2)
+            for m in msgs:
+                assert m.error() is None, m.error()
+                out.append(int(m.value()))
+            if msgs or len(out) < expect:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since > 1.0:
+                break
+    finally:
+        consumer.close()
+    return out
+
+
+def _produce(p: Producer, topic: str, numbers: range) -> List[KafkaError]:
+    """Produce ``numbers`` in the open transaction, flushed; the delivery errors."""
+    errors: List[KafkaError] = []
+    for n in numbers:
+        p.produce(topic, b"%d" % n, partition=0,
+                  on_delivery=lambda err, msg: errors.append(err) if err else None)
+    assert p.flush(30) == 0
+    return errors
+
+
+def test_commit_answered_fenced_is_fatal(cluster):
+    """PRODUCER_FENCED for the commit: commit_transaction() raises the fatal _FENCED
+    error, once, without sending EndTxn again; produce() and the transactional calls
+    then refuse with the fatal error."""
+    topic = "end-txn-fenced"
+    cluster.create_topic(topic, partitions=1)
+    p = _producer(cluster, "end-txn-fenced")
+    try:
+        p.begin_transaction()
+        assert _produce(p, topic, range(10)) == []
+        since = cluster.clear_request_log()
+        cluster.inject_errors("EndTxn", ["PRODUCER_FENCED"])
+        with pytest.raises(KafkaException) as raised:
+            p.commit_transaction(30)
+        err = raised.value.args[0]
+        assert err.fatal() and err.code() == KafkaError._FENCED, err
+        assert not err.retriable() and not err.txn_requires_abort()
+        assert len(cluster.request_log(since, api="EndTxn")) == 1
+        with pytest.raises(KafkaException) as again:
+            p.begin_transaction()
+        assert again.value.args[0].fatal()
+        with pytest.raises(KafkaException) as produced:   # _FATAL, as confluent-kafka's
+            p.produce(topic, b"late", partition=0)
+        assert produced.value.args[0].code() == KafkaError._FATAL
+        # The fatal event, latched after commit's flush, is still served once by the
+        # next poll()/flush() (see REPORT: raised twice to the application)
+        with pytest.raises(KafkaException) as served:
+            p.poll(0)
+        assert served.value.args[0].code() == KafkaError._FENCED
+        assert p.poll(0) == 0
+    finally:
+        p.close(5)
+    assert _committed_values(cluster, topic, 0) == []
+
+
+def test_commit_answered_abortable_error_then_abort_and_next_transaction(cluster):
+    """TRANSACTION_ABORTABLE for the commit: commit_transaction() raises an error that
+    requires an abort (not fatal, not retriable); abort_transaction() then ends it and
+    the next transaction commits. A read_committed consumer reads only the second
+    transaction's messages."""
+    topic = "end-txn-abortable"
+    cluster.create_topic(topic, partitions=1)
+    p = _producer(cluster, "end-txn-abortable")
+    try:
+        p.begin_transaction()
+        assert _produce(p, topic, range(10)) == []
+        cluster.inject_errors("EndTxn", ["TRANSACTION_ABORTABLE"])
+        with pytest.raises(KafkaException) as raised:
+            p.commit_transaction(30)
+        err = raised.value.args[0]
+        assert err.txn_requires_abort() and not err.fatal() and not err.retriable(), err
+        assert err.code() == KafkaError.TRANSACTION_ABORTABLE, err
+        p.abort_transaction(30)
+        p.begin_transaction()
+        assert _produce(p, topic, range(100, 105)) == []
+        p.commit_transaction(30)
+    finally:
+        p.close(5)
+    assert _committed_values(cluster, topic, 5) == list(range(100, 105))
+
+
+def test_abort_answered_unknown_producer_id_bumps_the_epoch(cluster):
+    """UNKNOWN_PRODUCER_ID for the abort (the coordinator lost the producer id): the
+    producer bumps its epoch (InitProducerId with its id and epoch, KIP-360), which
+    aborts the transaction; abort_transaction() succeeds and the next transaction, under
+    the new epoch, commits. Nothing of the aborted one is read."""
+    topic = "end-txn-bump"
+    cluster.create_topic(topic, partitions=1)
+    p = _producer(cluster, "end-txn-bump")
+    try:
+        p.begin_transaction()
+        assert _produce(p, topic, range(10)) == []
+        since = cluster.clear_request_log()
+        cluster.inject_errors("EndTxn", ["UNKNOWN_PRODUCER_ID"])
+        p.abort_transaction(30)
+        inits = cluster.request_log(since, api="InitProducerId")
+        assert len(inits) == 1 and inits[0].errors in ([], ["NONE"]), inits
+        p.begin_transaction()
+        assert _produce(p, topic, range(200, 207)) == []
+        p.commit_transaction(30)
+        epochs = {part["producer_epoch"] for e in cluster.request_log(since, api="Produce")
+                  for part in e.details["partitions"]}
+        before = {part["producer_epoch"] for e in cluster.request_log(0, api="Produce")
+                  for part in e.details["partitions"]} - epochs
+        assert len(epochs) == 1 and all(b < min(epochs) for b in before), (before, epochs)
+    finally:
+        p.close(5)
+    assert _committed_values(cluster, topic, 7) == list(range(200, 207))
+
+
+def test_abort_answered_error_can_be_called_again(cluster):
+    """A non-retriable, non-fatal error for the abort (UNKNOWN_SERVER_ERROR): the
+    abort_transaction() call raises it, and calling it again ends the transaction; the
+    next transaction commits and only it is read."""
+    topic = "end-txn-abort-again"
+    cluster.create_topic(topic, partitions=1)
+    p = _producer(cluster, "end-txn-abort-again")
+    try:
+        p.begin_transaction()
+        assert _produce(p, topic, range(10)) == []
+        cluster.inject_errors("EndTxn", ["UNKNOWN_SERVER_ERROR"])
+        with pytest.raises(KafkaException) as raised:
+            p.abort_transaction(30)
+        err = raised.value.args[0]
+        assert err.code() == KafkaError.UNKNOWN and not err.fatal(), err
+        p.abort_transaction(30)
+        p.begin_transaction()
+        assert _produce(p, topic, range(300, 303)) == []
+        p.commit_transaction(30)
+    finally:
+        p.close(5)
+    assert _committed_values(cluster, topic, 3) == list(range(300, 303))

@@ -179,3 +179,40 @@ def test_abort_answered_error_can_be_called_again(cluster):
     finally:
         p.close(5)
     assert _committed_values(cluster, topic, 3) == list(range(300, 303))
+
+
+def test_abort_while_a_produce_retry_is_due_purges_it(cluster):
+    """A Produce answered with a retriable error (NOT_LEADER_OR_FOLLOWER) after
+    abort_transaction() began: the batch is not queued again for a transaction being
+    aborted (the abort waits for nothing to be in flight, and nothing of it will be
+    sent); its messages fail with _PURGE_QUEUE, the abort returns well before its
+    timeout, and the next transaction commits."""
+    topic = "end-txn-retry-during-abort"
+    cluster.create_topic(topic, partitions=1)
+    p = _producer(cluster, "end-txn-retry-during-abort")
+    reports: List[KafkaError] = []
+    try:
+        p.begin_transaction()
+        cluster.set_latency(1.0, apis=["Produce"])
+        cluster.inject_errors("Produce", ["NOT_LEADER_OR_FOLLOWER"])
+        since = cluster.clear_request_log()
+        for n in range(5):
+            p.produce(topic, b"%d" % n, partition=0,
+                      on_delivery=lambda err, msg: reports.append(err))
+        p.poll(0.3)       # the Produce is in flight, its answer 0.7 s away
+        start = time.monotonic()
+        p.abort_transaction(20)
+        took = time.monotonic() - start
+        cluster.set_latency(0, apis=["Produce"])
+        assert took < 5, took
+        p.poll(0)
+        assert [e.code() if e else None for e in reports] == [KafkaError._PURGE_QUEUE] * 5
+        produced = cluster.request_log(since, api="Produce")
+        assert [e.injected_error for e in produced] == ["NOT_LEADER_OR_FOLLOWER"], produced
+        p.begin_transaction()
+        assert _produce(p, topic, range(400, 404)) == []
+        p.commit_transaction(30)
+    finally:
+        cluster.set_latency(0)
+        p.close(5)
+    assert _committed_values(cluster, topic, 4) == list(range(400, 404))

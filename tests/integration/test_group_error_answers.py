@@ -1,0 +1,162 @@
+"""The classic group's answers and timeouts that end a member's hold on its partitions,
+on the test cluster: FENCED_INSTANCE_ID for a static member's JoinGroup and Heartbeat
+(fatal, as librdkafka makes it: another process has its group.instance.id), heartbeats
+that stop being answered within session.timeout.ms (the assignment is lost, as the
+coordinator has given it away), and a synchronous commit the coordinator does not
+answer in time (raised as _TIMED_OUT within the call's timeout, not a hang).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import List
+
+import pytest
+
+from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from kafka_client.testing import Cluster
+
+    # short sessions, so that a lost one is seen in seconds
+    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("cluster")),
+                 broker_config={"group.min.session.timeout.ms": 1000}) as c:
+        yield c
+
+
+def _topic_with_messages(cluster, name: str, count: int) -> str:
+    cluster.create_topic(name, partitions=1)
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as p:
+        for i in range(count):
+            p.produce(name, b"%d" % i, partition=0)
+        assert p.flush(10) == 0
+    return name
+
+
+class Member:
+    """A classic-protocol consumer of ``topic`` and what its callbacks and poll() saw."""
+
+    def __init__(self, cluster, topic: str, **conf) -> None:
+        self.assigned: List[List[int]] = []
+        self.revoked: List[List[int]] = []
+        self.lost: List[List[int]] = []
+        self.errors: List[KafkaError] = []
+        self.values: List[int] = []
+        self.consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                                  "group.id": f"grp-{uuid.uuid4().hex[:8]}",
+                                  "auto.offset.reset": "earliest",
+                                  "fetch.wait.max.ms": 50, **conf})
+        self.consumer.subscribe(
+            [topic],
+            on_assign=lambda c, tps: self.assigned.append([tp.partition for tp in tps]),
+            on_revoke=lambda c, tps: self.revoked.append([tp.partition for tp in tps]),
+            on_lost=lambda c, tps: self.lost.append([tp.partition for tp in tps]))
+
+    def poll_until(self, done, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not done() and time.monotonic() < deadline:
+            for m in self.consumer.consume(100, 0.1):
+                if m.error() is not None:
+                    self.errors.append(m.error())
+                else:
+                    self.values.append(int(m.value()))
+        assert done(), (self.assigned, self.revoked, self.lost, self.errors)
+
+
+def test_join_answered_fenced_instance_id_is_fatal(cluster):
+    """A static member whose JoinGroup is answered FENCED_INSTANCE_ID: poll() returns a
+    fatal error of that code, and the member does not join again (no further JoinGroup)
+    nor get an assignment."""
+    topic = _topic_with_messages(cluster, "join-fenced", 3)
+    since = cluster.clear_request_log()
+    cluster.inject_errors("JoinGroup", ["FENCED_INSTANCE_ID"])
+    m = Member(cluster, topic, **{"group.instance.id": "static-1"})
+    try:
+        m.poll_until(lambda: m.errors)
+        err = m.errors[0]
+        assert err.code() == KafkaError.FENCED_INSTANCE_ID and err.fatal(), err
+        for _ in range(10):
+            m.consumer.consume(100, 0.1)
+        joins = cluster.request_log(since, api="JoinGroup")
+        assert [e.injected_error for e in joins] == ["FENCED_INSTANCE_ID"], joins
+        assert m.assigned == [] and m.values == []
+    finally:
+        m.consumer.close()
+
+
+def test_heartbeat_answered_fenced_instance_id_is_fatal(cluster):
+    """A static member in a stable group whose Heartbeat is answered FENCED_INSTANCE_ID:
+    its partitions are lost (on_lost), poll() returns the fatal error, and it does not
+    join again."""
+    topic = _topic_with_messages(cluster, "heartbeat-fenced", 3)
+    m = Member(cluster, topic, **{"group.instance.id": "static-2",
+                                  "heartbeat.interval.ms": 100})
+    try:
+        m.poll_until(lambda: m.assigned and len(m.values) == 3)
+        since = cluster.clear_request_log()
+        cluster.inject_errors("Heartbeat", ["FENCED_INSTANCE_ID"])
+        m.poll_until(lambda: m.errors)
+        err = m.errors[0]
+        assert err.code() == KafkaError.FENCED_INSTANCE_ID and err.fatal(), err
+        for _ in range(10):
+            m.consumer.consume(100, 0.1)
+        assert m.lost == [[0]], (m.lost, m.revoked)
+        assert cluster.request_log(since, api="JoinGroup") == []
+    finally:
+        m.consumer.close()
+
+
+def test_heartbeats_unanswered_for_the_session_timeout_lose_the_assignment(cluster):
+    """Heartbeat answers delayed past session.timeout.ms: the member gives its partitions
+    up as lost (on_lost, not on_revoke: another member may own them by now) once that
+    long passed without a successful heartbeat, rather than consume on; when answers are
+    quick again it rejoins, gets the partition back and reads on from the committed
+    offset (no message read twice, none skipped)."""
+    topic = _topic_with_messages(cluster, "heartbeat-silent", 5)
+    m = Member(cluster, topic, **{"session.timeout.ms": 2000, "heartbeat.interval.ms": 200})
+    try:
+        m.poll_until(lambda: len(m.values) == 5)
+        m.consumer.commit(asynchronous=False)
+        cluster.set_latency(4.0, apis=["Heartbeat"])
+        start = time.monotonic()
+        m.poll_until(lambda: m.lost, timeout=10)
+        took = time.monotonic() - start
+        assert m.lost == [[0]] and m.revoked == [], (m.lost, m.revoked)
+        assert 1.5 < took < 6, took
+        cluster.set_latency(0, apis=["Heartbeat"])
+        with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as p:
+            for i in range(5, 8):
+                p.produce(topic, b"%d" % i, partition=0)
+            assert p.flush(10) == 0
+        m.poll_until(lambda: len(m.values) == 8, timeout=30)
+        assert m.values == list(range(8)) and len(m.assigned) == 2, (m.values, m.assigned)
+    finally:
+        cluster.set_latency(0)
+        m.consumer.close()
+
+
+def test_commit_not_answered_in_time_raises_timed_out(cluster):
+    """A synchronous commit whose OffsetCommit answer is late: commit() raises
+    _TIMED_OUT after about its timeout (the group's request timeout), not later, and
+    a commit once answers are quick again succeeds (committed() reads it back)."""
+    topic = _topic_with_messages(cluster, "commit-late", 3)
+    m = Member(cluster, topic, **{"socket.timeout.ms": 1500})
+    try:
+        m.poll_until(lambda: len(m.values) == 3)
+        cluster.set_latency(5.0, apis=["OffsetCommit"])
+        start = time.monotonic()
+        with pytest.raises(KafkaException) as raised:
+            m.consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+        took = time.monotonic() - start
+        assert raised.value.args[0].code() == KafkaError._TIMED_OUT, raised.value
+        assert took < 4, took
+        cluster.set_latency(0, apis=["OffsetCommit"])
+        m.consumer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+        assert m.consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 3
+    finally:
+        cluster.set_latency(0)
+        m.consumer.close()

@@ -945,3 +945,28 @@ def test_a_partition_left_out_of_the_answer_is_sent_again_under_idempotence():
         c.answer(len(c.sent) - 1, errors={("t", 0): 46})  # DUPLICATE_SEQUENCE_NUMBER
         assert [(r.batch.part.index, r.error) for r in reports] == [(1, None), (0, None)]
         assert sender.idem.fatal is None
+
+
+def test_acks0_request_cut_off_while_written_is_sent_again():
+    """acks=0: a request whose write fails (the connection closed while it was written:
+    the broker never got it whole) is not reported as sent; its batch goes again, the
+    same bytes, and is reported once, when that write completes. With the retries used
+    up it fails with the write's error, NOT_PERSISTED not being knowable: POSSIBLY."""
+    acc, sender, conns, reports, t = setup(acks=0, retries=1)
+    acc.produce("t", b"x", partition=0)
+    run(sender)
+    first = conns[1].sent[0][0].topic_data[0].partition_data[0].records
+    conns[1].fail()
+    assert reports == [] and t.parts[0].retrying
+    run(sender, 0.5)
+    req, cb, expect = conns[1].sent.pop()
+    assert expect is False and req.topic_data[0].partition_data[0].records == first
+    cb(None, None)
+    (r,) = reports
+    assert r.error is None and r.base_offset == -1 and r.status == 1 and r.batch.attempts == 2
+    acc.produce("t", b"y", partition=0)
+    run(sender)
+    conns[1].fail()
+    run(sender, 0.5)
+    conns[1].fail()
+    assert [(r.error.code(), r.status) for r in reports[1:]] == [(KafkaError._TRANSPORT, 1)]

@@ -1,7 +1,9 @@
-"""EndTxn's error answers (commit and abort) on the test cluster, each injected once: the
-error the application gets (fatal, abortable, or none when the producer recovers by
-itself), what the producer can do next, and what a read_committed consumer then reads.
-The injected answers are refused requests: the coordinator did not end the transaction.
+"""The transaction coordinator's error answers on the test cluster, each injected once
+(EndTxn for a commit and an abort, AddOffsetsToTxn, TxnOffsetCommit, and a Produce
+answered while an abort is under way): the error the application gets (fatal,
+abortable, or none when the producer recovers by itself), what the producer can do
+next, and what a read_committed consumer or the group's committed offsets then show.
+The injected answers are refused requests: the coordinator did nothing of them.
 """
 from __future__ import annotations
 
@@ -10,7 +12,14 @@ from typing import List
 
 import pytest
 
-from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka_client import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -216,3 +225,67 @@ def test_abort_while_a_produce_retry_is_due_purges_it(cluster):
         cluster.set_latency(0)
         p.close(5)
     assert _committed_values(cluster, topic, 4) == list(range(400, 404))
+
+
+def _committed_offset(consumer: Consumer, topic: str) -> int:
+    return consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+
+
+def test_txn_offset_commit_refused_requires_abort(cluster):
+    """TxnOffsetCommit answered GROUP_AUTHORIZATION_FAILED: send_offsets_to_transaction()
+    raises an error that requires an abort; after the abort the group has no committed
+    offset, and the next transaction commits its offsets with its messages."""
+    topic = "txn-offsets-refused"
+    cluster.create_topic(topic, partitions=1)
+    group = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                      "group.id": "txn-offsets-refused", "enable.auto.commit": False})
+    p = _producer(cluster, "txn-offsets-refused")
+    try:
+        p.begin_transaction()
+        assert _produce(p, topic, range(3)) == []
+        cluster.inject_errors("TxnOffsetCommit", ["GROUP_AUTHORIZATION_FAILED"])
+        with pytest.raises(KafkaException) as raised:
+            p.send_offsets_to_transaction([TopicPartition(topic, 0, 3)],
+                                          group.consumer_group_metadata(), 30)
+        err = raised.value.args[0]
+        assert err.txn_requires_abort() and not err.fatal(), err
+        assert err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, err
+        p.abort_transaction(30)
+        assert _committed_offset(group, topic) == OFFSET_INVALID
+        p.begin_transaction()
+        assert _produce(p, topic, range(500, 502)) == []
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 5)],
+                                      group.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        assert _committed_offset(group, topic) == 5
+    finally:
+        p.close(5)
+        group.close()
+    assert _committed_values(cluster, topic, 2) == [500, 501]
+
+
+def test_add_offsets_answered_fenced_is_fatal(cluster):
+    """AddOffsetsToTxn answered PRODUCER_FENCED: send_offsets_to_transaction() raises the
+    fatal _FENCED error; no TxnOffsetCommit is sent and nothing is committed."""
+    topic = "txn-offsets-fenced"
+    cluster.create_topic(topic, partitions=1)
+    group = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                      "group.id": "txn-offsets-fenced", "enable.auto.commit": False})
+    p = _producer(cluster, "txn-offsets-fenced")
+    try:
+        p.begin_transaction()
+        assert _produce(p, topic, range(3)) == []
+        since = cluster.clear_request_log()
+        cluster.inject_errors("AddOffsetsToTxn", ["PRODUCER_FENCED"])
+        with pytest.raises(KafkaException) as raised:
+            p.send_offsets_to_transaction([TopicPartition(topic, 0, 3)],
+                                          group.consumer_group_metadata(), 30)
+        err = raised.value.args[0]
+        assert err.fatal() and err.code() == KafkaError._FENCED, err
+        assert cluster.request_log(since, api="TxnOffsetCommit") == []
+        with pytest.raises(KafkaException):
+            p.poll(0)          # the fatal event, served once (see the EndTxn case)
+        assert _committed_offset(group, topic) == OFFSET_INVALID
+    finally:
+        p.close(5)
+        group.close()

@@ -996,3 +996,34 @@ def test_a_fetch_refused_as_a_whole_is_logged_with_its_error(caplog):
     (line,) = [r.getMessage() for r in caplog.records if "Fetch from broker" in r.getMessage()]
     assert "9999" in line, line
     assert p0.backoff_until > 0.0 and p1.backoff_until > 0.0
+
+
+def test_a_corrupt_batch_delivers_what_came_before_it_then_the_error_at_its_offset():
+    """check.crcs: a Fetch answer whose second batch fails its CRC (a byte flipped in its
+    records). The first batch's messages are delivered, then a _BAD_MSG error naming the
+    bad batch's offset; the position stays on that batch (nothing after it is skipped
+    or delivered), and it is fetched again from there after fetch.error.backoff.ms."""
+    delivered = []
+    fetcher, p0, p1, sent = in_session(delivered, **{"check.crcs": True,
+                                                     "fetch.error.backoff.ms": 500})
+    bad = bytearray(_records(3, 2))
+    bad[-1] ^= 0xFF     # in the last record, under the CRC
+    fetcher.kick()
+    now = time.monotonic()
+    fetcher.tick(now)
+    sent[-1][1](_session_answer(0, [(0, 5, _records(0, 3) + bytes(bad)), (1, 0, b"")]),
+                None)
+    chunk, event = delivered
+    assert chunk.part is p0 and chunk.count == 3 and chunk.batches[0].base_offset == 0
+    err = event.message.error()
+    assert err.code() == KafkaError._BAD_MSG and "at offset 3" in err.str(), err
+    assert event.message.offset() == 3
+    assert p0.fetch_pos == 3 and p0.backoff_until >= now + 0.4
+    fetcher.kick()
+    fetcher.tick(time.monotonic())
+    assert _named(sent[-1][0]) == [("t", 1, 0)]           # partition 0 backs off
+    sent[-1][1](_session_answer(0, [(1, 0, b"")]), None)
+    fetcher.kick()
+    fetcher.tick(time.monotonic() + 0.6)
+    assert ("t", 0, 3) in _named(sent[-1][0])
+    assert len(delivered) == 2

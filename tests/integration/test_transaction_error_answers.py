@@ -289,3 +289,54 @@ def test_add_offsets_answered_fenced_is_fatal(cluster):
     finally:
         p.close(5)
         group.close()
+
+
+def test_close_aborts_an_open_transaction_within_its_timeout_when_end_txn_hangs(cluster):
+    """close(2) with a transaction open and EndTxn answers held back 30 s: the abort
+    close() makes fails at its deadline (logged), and close() returns about then,
+    not when the coordinator answers; close() without a timeout is bounded the same way
+    by transaction.timeout.ms."""
+    topic = "txn-close-hung"
+    cluster.create_topic(topic, partitions=1)
+    try:
+        # (close timeout, transaction.timeout.ms, the most close() may take)
+        for tid, close_timeout, txn_timeout_ms, bound in (
+                ("close-hung-2s", 2.0, 20_000, 5.0), ("close-hung-none", None, 3000, 6.0)):
+            p = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                          "transactional.id": tid, "transaction.timeout.ms": txn_timeout_ms})
+            p.init_transactions(30)
+            p.begin_transaction()
+            assert _produce(p, topic, range(3)) == []
+            cluster.set_latency(30.0, apis=["EndTxn"])
+            start = time.monotonic()
+            assert p.close(close_timeout) is True
+            took = time.monotonic() - start
+            cluster.set_latency(0, apis=["EndTxn"])
+            assert took < bound, (tid, took)
+    finally:
+        cluster.set_latency(0)
+
+
+def test_init_transactions_without_a_timeout_ends_when_the_coordinator_does_not_answer(
+        cluster):
+    """init_transactions() with no timeout and InitProducerId answers held back: it
+    raises a retriable _TIMED_OUT after twice transaction.timeout.ms (librdkafka's cap),
+    rather than waiting for ever, and called again once answers come it completes."""
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                  "transactional.id": "init-hung", "transaction.timeout.ms": 1000})
+    try:
+        cluster.set_latency(30.0, apis=["InitProducerId"])
+        start = time.monotonic()
+        with pytest.raises(KafkaException) as raised:
+            p.init_transactions()
+        took = time.monotonic() - start
+        cluster.set_latency(0, apis=["InitProducerId"])
+        err = raised.value.args[0]
+        assert err.code() == KafkaError._TIMED_OUT and err.retriable(), err
+        assert 1.5 < took < 5, took
+        p.init_transactions(60)
+        p.begin_transaction()
+        p.commit_transaction(30)
+    finally:
+        cluster.set_latency(0)
+        p.close(5)

@@ -29,10 +29,10 @@ class SerializingProducer(Producer):
         except BaseException:
             close_serdes(self._owned_serdes)
             raise
-        # Producer binds its fast produce path per instance, which would hide this class's
-        # produce(); take it over and call it after serializing. (close() binds a
-        # closed-client stub the same way, which then rightly wins.)
-        self._queue_message: Callable = self.__dict__.pop("produce")
+        # What this class's produce() queues with after serializing: Producer's fast path
+        # (which Producer does not bind over an overriding produce()). (close() binds a
+        # closed-client stub per instance, which then rightly wins.)
+        self._queue_message: Callable = self._acc.produce
         offer_resolver("set_cluster_id_resolver", ClusterIdResolver(self.cluster_id),
                        serdes)
 

@@ -144,7 +144,10 @@ class Producer(ClientBase):
         # Hot path: produce is the accumulator's method, no extra call per message (what
         # may refuse it, a fatal error or the transaction's state, is one field it tests:
         # Accumulator.refuse_produce). (Checkers take produce() as the method below says.)
-        self.produce = self._acc.produce  # type: ignore[method-assign]
+        # Not for a subclass that overrides produce(): bound here, the accumulator's
+        # method hid the override, which then never ran.
+        if type(self).produce is Producer.produce:
+            self.produce = self._acc.produce  # type: ignore[method-assign]
         self._start_client()
 
     # -- the API -------------------------------------------------------------------------

@@ -145,3 +145,32 @@ def test_stats_callback_gets_librdkafka_shaped_json():
             assert set(b) >= {"rtt", "int_latency", "outbuf_latency", "state"}
     finally:
         p.close(0)
+
+
+def test_a_subclass_overriding_produce_has_its_override_called():
+    """A Producer subclass whose produce() adds a header and calls super().produce():
+    every message goes through the override (the per-instance fast path bound in
+    __init__ hid it: the header was silently missing), as the delivery reports'
+    headers show. After close() produce() refuses as before (RuntimeError)."""
+    class Tracing(Producer):
+        calls = 0
+
+        def produce(self, topic, value=None, key=None, *args, **kwargs):
+            type(self).calls += 1
+            kwargs["headers"] = [("trace", b"t-%d" % type(self).calls)]
+            return super().produce(topic, value, key, *args, **kwargs)
+
+    reports = []
+    p = Tracing({"bootstrap.servers": dead_bootstrap(), "message.timeout.ms": 200})
+    try:
+        for i in range(3):
+            p.produce("t", b"v%d" % i, partition=0,
+                      on_delivery=lambda err, msg: reports.append((err.code(), msg.headers())))
+        assert p.flush(10) == 0
+    finally:
+        p.close(0)
+    assert Tracing.calls == 3
+    assert reports == [(KafkaError._MSG_TIMED_OUT, [("trace", b"t-%d" % i)])
+                       for i in (1, 2, 3)], reports
+    with pytest.raises(RuntimeError):
+        p.produce("t", b"late")

@@ -100,8 +100,8 @@ def test_commit_answered_fenced_is_fatal(cluster):
         with pytest.raises(KafkaException) as produced:   # _FATAL, as confluent-kafka's
             p.produce(topic, b"late", partition=0)
         assert produced.value.args[0].code() == KafkaError._FATAL
-        # The fatal event, latched after commit's flush, is still served once by the
-        # next poll()/flush() (see REPORT: raised twice to the application)
+        # As confluent-kafka: the next poll()/flush() raises the fatal error once more
+        # (docs/reliability.md, the row of a producer fenced at commit)
         with pytest.raises(KafkaException) as served:
             p.poll(0)
         assert served.value.args[0].code() == KafkaError._FENCED

@@ -970,3 +970,39 @@ def test_acks0_request_cut_off_while_written_is_sent_again():
     run(sender, 0.5)
     conns[1].fail()
     assert [(r.error.code(), r.status) for r in reports[1:]] == [(KafkaError._TRANSPORT, 1)]
+
+
+def test_a_zstd_batch_resent_to_a_broker_without_produce_v7_goes_uncompressed():
+    """Idempotent, compression.type=zstd: a batch built and sent to a leader with
+    Produce v9 fails retriably, and its retry goes to a broker with Produce v5 only (the
+    leader moved to one not yet upgraded): it is sent uncompressed (that broker would
+    refuse zstd), with the same records (keys, values, headers, timestamps), producer
+    id, epoch and base sequence, so that the broker can still deduplicate it."""
+    from kafka_proto.records import Compression
+
+    acc, sender, conns, reports, t = setup(**{"compression.type": "zstd",
+                                              "enable.idempotence": True})
+    c = conns[1]
+    acc.produce("t", b"v0", b"k0", partition=0, timestamp=1000, headers=[("h", b"x")])
+    acc.produce("t", b"v1", None, partition=0, timestamp=1001)
+    run(sender)
+    c.answer()                       # InitProducerId: id 77, epoch 3
+    run(sender)
+    req, _cb, _ = c.sent[0]
+    assert req.API_KEY == 0
+    (first,) = read_batches(req.topic_data[0].partition_data[0].records)
+    assert first.compression == Compression.ZSTD
+    c.answer(errors={("t", 0): 6})   # NOT_LEADER_OR_FOLLOWER: retried
+    c.version_for = lambda key: {0: 5, 22: 4}.get(key)
+    run(sender, 0.5)
+    req, _cb, _ = c.sent[0]
+    (again,) = read_batches(req.topic_data[0].partition_data[0].records)
+    assert again.compression == Compression.NONE
+    assert (again.producer_id, again.producer_epoch, again.base_sequence) == \
+        (first.producer_id, first.producer_epoch, first.base_sequence) == (77, 3, 0)
+    assert [(r.key, r.value, r.timestamp, list(r.headers)) for r in again] == \
+        [(r.key, r.value, r.timestamp, list(r.headers)) for r in first] == \
+        [(b"k0", b"v0", 1000, [("h", b"x")]), (None, b"v1", 1001, [])]
+    c.answer(base=10)
+    (r,) = reports
+    assert r.error is None and r.base_offset == 10 and r.batch.attempts == 2

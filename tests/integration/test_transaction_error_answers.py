@@ -340,3 +340,37 @@ def test_init_transactions_without_a_timeout_ends_when_the_coordinator_does_not_
     finally:
         cluster.set_latency(0)
         p.close(5)
+
+
+def test_close_with_an_open_transaction_whose_purged_reports_raise(cluster):
+    """close() with a transaction open and its messages still queued (linger), whose
+    delivery callback raises: the abort close() makes purges them (_PURGE_QUEUE), every
+    callback runs although each raises, nothing of the transaction is sent, the
+    producer is closed, and close() then raises the first exception."""
+    topic = "txn-close-raising"
+    cluster.create_topic(topic, partitions=1)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                  "transactional.id": "close-raising", "linger.ms": 30_000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    reports: List[int] = []
+
+    def raising(err, msg):
+        reports.append(err.code())
+        raise ValueError(f"callback for {msg.value()!r}")
+
+    since = cluster.clear_request_log()
+    for i in range(3):
+        p.produce(topic, b"%d" % i, partition=0, on_delivery=raising)
+    with pytest.raises(ValueError, match="callback for b'0'"):
+        p.close(10)
+    assert reports == [KafkaError._PURGE_QUEUE] * 3
+    assert len(p) == 0
+    with pytest.raises(RuntimeError):
+        p.produce(topic, b"late")
+    # Nothing of it was sent; the coordinator is told of the abort only if the
+    # partition was registered (else it never knew of the transaction)
+    assert cluster.request_log(since, api="Produce") == []
+    adds = cluster.request_log(since, api="AddPartitionsToTxn")
+    assert len(cluster.request_log(since, api="EndTxn")) == len(adds) <= 1
+    assert _committed_values(cluster, topic, 0) == []

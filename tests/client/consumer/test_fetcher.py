@@ -1027,3 +1027,26 @@ def test_a_corrupt_batch_delivers_what_came_before_it_then_the_error_at_its_offs
     fetcher.tick(time.monotonic() + 0.6)
     assert ("t", 0, 3) in _named(sent[-1][0])
     assert len(delivered) == 2
+
+
+def test_offsets_for_times_at_a_list_offsets_v0_broker_fail_unsupported_not_wrong():
+    """ListOffsets v0 (Kafka 0.10.0) answers a time with a segment's base offset, not
+    the offset of that time: a lookup by time there fails with _UNSUPPORTED_FEATURE at
+    once, nothing sent; the earliest/latest lookups v0 can answer are still sent. A
+    partition whose leader is not a known broker fails with _TRANSPORT, not silence."""
+    from kafka_proto.messages import ApiKey
+
+    fetcher, conn, _ = setup()
+    conn.versions = {ApiKey.LIST_OFFSETS: 0}
+    results = []
+    fetcher.list_offsets({("t", 0): 1_000}, results.append, timeout=1.0)
+    assert conn.sent == []
+    ((key, found),) = [(k, v) for r in results for k, v in r.items()]
+    assert key == ("t", 0) and found.error.code() == KafkaError._UNSUPPORTED_FEATURE
+    assert "v1" in found.error.str()
+    fetcher.list_offsets({("t", 0): -2}, results.append, timeout=1.0)   # EARLIEST
+    assert len(conn.sent) == 1 and len(results) == 1
+    fetcher.cluster.metadata.leaders[("t", 0)] = 7            # a broker not connected
+    fetcher.list_offsets({("t", 0): -1}, results.append, timeout=1.0)
+    (found,) = results[-1].values()
+    assert found.error.code() == KafkaError._TRANSPORT and "broker 7" in found.error.str()

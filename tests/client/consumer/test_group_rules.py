@@ -606,3 +606,43 @@ def test_a_kip848_answer_with_a_negative_member_epoch_is_not_taken():
     assert g._next_heartbeat >= before + g.retry_backoff * RETRY_JITTER[0] - 0.01
     g._on_heartbeat_answer(answer(4), None, g._op_token, sent)
     assert (g.state, g.generation) == (STABLE, 4) and len(errors) == 1
+
+
+def test_a_member_with_undecodable_subscription_bytes_gets_nothing_and_the_group_goes_on():
+    """The leader's JoinGroup answer carries a member whose subscription bytes do not
+    decode (another client's bug, or hostile bytes): the leader still assigns, that
+    member with no partitions and the others all of them, instead of failing the join
+    (every member would then rejoin and meet the same bytes again)."""
+    from kafka_client.consumer.assignors import (Subscription, decode_assignment,
+                                                 encode_subscription)
+    from kafka_client.consumer.group import SYNCING
+    from kafka_client._cluster.metadata import TopicInfo
+    from kafka_proto.messages import JoinGroupResponse as J
+
+    cfg = ClientConfig.from_dict({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
+                                  "partition.assignment.strategy": "range"},
+                                 role="consumer")
+    md = types.SimpleNamespace(topics={"t": TopicInfo("t", 0, [1, 1, 1], [0] * 3, [0] * 3,
+                                                      0.0)},
+                               updates=1, request=lambda topics, **k: None)
+    cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
+                                    on_metadata=[], on_broker_state=[], metadata=md,
+                                    want_topics=lambda topics: None)
+    errors = []
+    g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None, errors.append)
+    synced = []
+    g._sync = lambda assignments, token: synced.append(assignments)
+    g.state = SYNCING
+    good = encode_subscription(Subscription(topics=["t"], user_data=None,
+                                            owned_partitions=[]), 0)
+    resp = J(error_code=0, generation_id=1, protocol_type="consumer",
+             protocol_name="range", leader="a", member_id="a",
+             members=[J.JoinGroupResponseMember(member_id="a", group_instance_id=None,
+                                                metadata=good),
+                      J.JoinGroupResponseMember(member_id="b", group_instance_id=None,
+                                                metadata=b"\x00\x07\xff\xff")])
+    g._lead(resp, g._op_token)
+    (plan,) = synced
+    got = {a.member_id: sorted(decode_assignment(a.assignment).partitions) for a in plan}
+    assert got == {"a": [("t", 0), ("t", 1), ("t", 2)], "b": []}, got
+    assert errors == []

@@ -1162,9 +1162,13 @@ class GroupCoordinator:
         try:
             keys = decode_assignment(resp.assignment).partitions if resp.assignment else []
         except Exception as exc:
-            self.deliver_error(KafkaError(KafkaError._BAD_MSG,
-                                          f"group {self.group_id}: bad assignment: {exc}"))
-            keys = []
+            # Taking nothing would leave what the leader gave this member unread until a
+            # rebalance that a stable group may never have: join again after the backoff,
+            # told once while it lasts, as librdkafka rejoins ("synchronization failed").
+            self._join_failed(KafkaError(
+                KafkaError._BAD_MSG, f"SyncGroup {self.group_id}: the leader's assignment "
+                f"cannot be read ({exc}): joining again"))
+            return
         wanted = set(self.joined_topics)
         new = {(t, p) for t, p in keys if t in wanted}
         bad = sorted((t, p) for t, p in new if p < 0)

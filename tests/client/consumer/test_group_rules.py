@@ -447,6 +447,25 @@ def test_a_leaders_assignment_with_negative_partitions_keeps_the_rest():
     assert member.calls == [("assign", [("t", 0), ("t", 1)])]
 
 
+def test_an_assignment_that_cannot_be_read_is_reported_once_and_the_member_joins_again():
+    """Garbage from the leader's assignor: taking nothing would leave the partitions it
+    gave this member unread until a rebalance a stable group may never have."""
+    g, errors = coordinator("range")
+    for _ in range(2):
+        g.state, g.joined_topics = "SYNCING", ["t"]
+        g.owned = set()
+        resp = types.SimpleNamespace(error_code=0, assignment=b"\x00\x01\xff")
+        before = time.monotonic()
+        g._on_sync(resp, None, g._op_token)
+        assert g.state == UNJOINED and g.owned == set()
+        assert g._rejoin_after >= before + 1.0   # after a backoff, not at once
+    (err,) = errors    # told once while it lasts
+    assert err.code() == KafkaError._BAD_MSG and "cannot be read" in err.str()
+    member = FakeMember()
+    g.serve(member)
+    assert member.calls == []   # no assignment applied
+
+
 def test_an_assignment_the_member_refuses_still_lets_the_group_go_on():
     g, _ = coordinator("range")
     member = FakeMember()

@@ -3,7 +3,8 @@ on the test cluster: FENCED_INSTANCE_ID for a static member's JoinGroup and Hear
 (fatal, as librdkafka makes it: another process has its group.instance.id), heartbeats
 that stop being answered within session.timeout.ms (the assignment is lost, as the
 coordinator has given it away), and a synchronous commit the coordinator does not
-answer in time (raised as _TIMED_OUT within the call's timeout, not a hang).
+answer in time (raised as _TIMED_OUT within the call's timeout, not a hang); and the
+commit before a revocation failing (told to on_commit; the next owner reads again).
 """
 from __future__ import annotations
 
@@ -160,3 +161,62 @@ def test_commit_not_answered_in_time_raises_timed_out(cluster):
     finally:
         cluster.set_latency(0)
         m.consumer.close()
+
+
+@pytest.mark.parametrize("error, read_again", [("UNKNOWN_SERVER_ERROR", 20),
+                                               ("NOT_COORDINATOR", 0)])
+def test_commit_before_revocation_failing_is_told_and_reread_once(cluster, error, read_again):
+    """enable.auto.commit: the commit made before a revocation is answered ``error``. A
+    coordinator error is retried within the rebalance (committed: nothing read twice);
+    any other is not (librdkafka neither): on_commit hears it with the offset that was
+    not committed, the revocation goes on, and the partition's next owner reads again
+    exactly what was read since the last commit (here all 20), once."""
+    topic = _topic_with_messages(cluster, f"revoke-commit-{error.lower()}", 20)
+    group = f"grp-{uuid.uuid4().hex[:8]}"
+    heard: List[tuple] = []
+
+    def member(name: str) -> Member:
+        return Member(cluster, topic, **{
+            "group.id": group, "auto.commit.interval.ms": 600_000,  # the revocation's only
+            "on_commit": lambda err, tps: heard.append(
+                (name, err, [(tp.partition, tp.offset) for tp in tps]))})
+
+    a = member("a")
+    b = None
+    try:
+        a.poll_until(lambda: len(a.values) == 20)
+        read_before = len(a.values)
+        since = cluster.clear_request_log()
+        cluster.inject_errors("OffsetCommit", [error])
+        b = member("b")
+        deadline = time.monotonic() + 30
+        # both poll until the rebalance is over and the partition's owner has read it all
+        while time.monotonic() < deadline and not (
+                len(a.assigned) == 2 and b.assigned
+                and len(a.values) + len(b.values) >= read_before + read_again):
+            for m in (a, b):
+                for msg in m.consumer.consume(100, 0.1):
+                    assert msg.error() is None, msg.error()
+                    m.values.append(int(msg.value()))
+        time.sleep(0.5)   # and nothing more comes
+        for m in (a, b):
+            for msg in m.consumer.consume(100, 0.2):
+                m.values.append(int(msg.value()))
+        assert a.revoked == [[0]], (a.revoked, b.revoked)
+        again = a.values[read_before:] + b.values
+        assert again == list(range(read_again)), again
+        commits = cluster.request_log(since, api="OffsetCommit")
+        if read_again:
+            assert [e.errors for e in commits] == [[error]]   # not retried
+            assert len(heard) == 1 and heard[0][0] == "a", heard
+            err = heard[0][1]
+            assert err is not None and err.code() == getattr(KafkaError, error), heard
+            assert heard[0][2] == [(0, 20)]
+        else:
+            assert [e.errors for e in commits] == [[error], []]   # retried, committed
+            assert heard == [("a", None, [(0, 20)])]
+    finally:
+        cluster.clear_faults()
+        a.consumer.close()
+        if b is not None:
+            b.consumer.close()

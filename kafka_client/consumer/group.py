@@ -1122,9 +1122,13 @@ class GroupCoordinator:
         try:
             plan = assignor.assign({m.member_id: m for m in members}, counts)
         except Exception as exc:
+            # An empty plan would leave every partition unread until a rebalance that a
+            # stable group may never have: no SyncGroup, join again after the backoff
+            # (told once while it lasts), as librdkafka rejoins ("assignor failed").
             self.log.exception("group %s: assignor %s failed", self.group_id, assignor.name)
-            self.deliver_error(KafkaError(KafkaError._FAIL, f"assignor failed: {exc}"))
-            plan = {m.member_id: [] for m in members}
+            self._join_failed(KafkaError(
+                KafkaError._FAIL, f"assignor {assignor.name} failed ({exc}): joining again"))
+            return
         assignments = [SyncGroupRequest.SyncGroupRequestAssignment(
             member_id=mid, assignment=encode_assignment(parts))
             for mid, parts in plan.items()]

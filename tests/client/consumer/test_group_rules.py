@@ -665,3 +665,55 @@ def test_a_member_with_undecodable_subscription_bytes_gets_nothing_and_the_group
     got = {a.member_id: sorted(decode_assignment(a.assignment).partitions) for a in plan}
     assert got == {"a": [("t", 0), ("t", 1), ("t", 2)], "b": []}, got
     assert errors == []
+
+
+def test_an_assignor_that_raises_makes_the_leader_join_again_told_once():
+    """The leader's assignor raises: no SyncGroup with an empty plan (every member would
+    take nothing and the partitions stay unread until a rebalance a stable group may
+    never have); the leader joins again after the backoff, as librdkafka does, the error
+    told once while it lasts, and the next run that works is synced."""
+    from kafka_client.consumer.assignors import (Subscription, decode_assignment,
+                                                 encode_subscription)
+    from kafka_client.consumer.group import SYNCING
+    from kafka_client._cluster.metadata import TopicInfo
+    from kafka_proto.messages import JoinGroupResponse as J
+
+    cfg = ClientConfig.from_dict({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
+                                  "partition.assignment.strategy": "range"},
+                                 role="consumer")
+    md = types.SimpleNamespace(topics={"t": TopicInfo("t", 0, [1, 1], [0] * 2, [0] * 2, 0.0)},
+                               updates=1, request=lambda topics, **k: None)
+    cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
+                                    on_metadata=[], on_broker_state=[], metadata=md,
+                                    want_topics=lambda topics: None)
+    errors = []
+    g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None, errors.append)
+    synced = []
+    g._sync = lambda assignments, token: synced.append(assignments)
+    sub = encode_subscription(Subscription(topics=["t"], user_data=None,
+                                           owned_partitions=[]), 0)
+    resp = J(error_code=0, generation_id=1, protocol_type="consumer",
+             protocol_name="range", leader="a", member_id="a",
+             members=[J.JoinGroupResponseMember(member_id=mid, group_instance_id=None,
+                                                metadata=sub) for mid in ("a", "b")])
+    assignor = g.assignors[0]
+    works = assignor.assign
+
+    def broken(members, counts):
+        raise RuntimeError("boom")
+
+    assignor.assign = broken
+    for _ in range(2):
+        g.state = SYNCING
+        before = time.monotonic()
+        g._lead(resp, g._op_token)
+        assert synced == []                         # no empty plan sent
+        assert g.state == UNJOINED and g._rejoin_after >= before + 1.0
+    (err,) = errors                                 # told once while it lasts
+    assert err.code() == KafkaError._FAIL and "assignor range failed (boom)" in err.str()
+    assignor.assign = works
+    g.state = SYNCING
+    g._lead(resp, g._op_token)
+    (plan,) = synced
+    got = {a.member_id: decode_assignment(a.assignment).partitions for a in plan}
+    assert got == {"a": [("t", 0)], "b": [("t", 1)]}, got

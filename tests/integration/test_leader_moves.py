@@ -1,13 +1,15 @@
 """A consumer across leader moves on the test cluster: the old leader's
 NOT_LEADER_OR_FOLLOWER answer names the new leader (KIP-951), and the consumer fetches
-there at once instead of after fetch.error.backoff.ms and a metadata round trip."""
+there at once instead of after fetch.error.backoff.ms and a metadata round trip; a
+position check there answered an error not about the leader holds the partition until a
+check succeeds, told once."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from kafka_client import Consumer, Producer, TopicPartition
+from kafka_client import Consumer, KafkaError, Producer, TopicPartition
 
 from fill_and_read import produce_numbered, read_values  # fill_and_read.py beside
 
@@ -151,3 +153,58 @@ def test_the_metadata_asked_for_an_unreachable_leader_goes_out_at_once(tmp_path)
         finally:
             c.close()
         assert got == [b"%d" % i for i in range(100)]
+
+
+@pytest.mark.parametrize("error", ["UNKNOWN_SERVER_ERROR", "TOPIC_AUTHORIZATION_FAILED"])
+def test_a_position_check_failing_not_for_the_leader_is_told_once_and_holds_the_partition(
+        tmp_path, error):
+    """After a leader move the position is checked at the new leader (OffsetForLeaderEpoch)
+    and answered ``error`` twice, an error not about the leader: the application is told
+    once, the partition is not fetched until a check succeeds, then every message is read
+    once, in order."""
+    from kafka_client.testing import Cluster
+    with Cluster(brokers=3, data_dir=str(tmp_path)) as cluster:
+        cluster.create_topic("checked", partitions=1, replication_factor=3)
+        p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 1})
+        c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "client.id": "checker",
+                      "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
+                      "fetch.error.backoff.ms": 200})
+        got: list = []
+        told: list = []
+
+        def consume_until(n: int) -> None:
+            deadline = time.monotonic() + 15
+            while len(got) < n:
+                assert time.monotonic() < deadline, (len(got), told)
+                for m in c.consume(50, 0.05):
+                    (told.append(m.error()) if m.error() is not None
+                     else got.append(int(m.value())))
+        try:
+            c.assign([TopicPartition("checked", 0)])
+            for i in range(20):
+                p.produce("checked", b"%d" % i, partition=0)
+            assert p.flush(10) == 0
+            consume_until(20)
+            since = cluster.clear_request_log()
+            cluster.inject_errors("OffsetForLeaderEpoch", [error, error])
+            new = cluster.move_leader("checked", 0)
+            for i in range(20, 40):
+                p.produce("checked", b"%d" % i, partition=0)
+            assert p.flush(10) == 0
+            consume_until(40)
+            for m in c.consume(50, 0.5):       # nothing more comes, no second report
+                (told.append(m.error()) if m.error() is not None
+                 else got.append(int(m.value())))
+            checks = [e for e in cluster.request_log(since, api="OffsetForLeaderEpoch")
+                      if e.client_id == "checker"]
+            fetches = [e for e in cluster.request_log(since, api="Fetch")
+                       if e.client_id == "checker" and e.broker == new]
+        finally:
+            cluster.clear_faults()
+            c.close()
+            p.close()
+        assert got == list(range(40))
+        assert [e.code() for e in told] == [getattr(KafkaError, error)], told
+        assert [e.errors for e in checks[:3]] == [[error], [error], []], checks
+        # held: no Fetch at the new leader before its position check succeeded
+        assert fetches and min(e.seq for e in fetches) > checks[2].seq

@@ -715,9 +715,11 @@ class TransactionManager:
                 self.log.warning("InitProducerId answered without a usable producer id and "
                                  "epoch (%d, epoch %d); retrying", resp.producer_id,
                                  resp.producer_epoch)
-                return client_error(ErrorCode.UNKNOWN_SERVER_ERROR,
-                                    "InitProducerId answered without a usable producer id "
-                                    "and epoch")
+                # Kept, so that init_transactions() timing out says why.
+                self._last_init_error = client_error(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    "InitProducerId answered without a usable producer id and epoch")
+                return self._last_init_error
             if code == ErrorCode.NONE:
                 idem.producer_id, idem.epoch = resp.producer_id, resp.producer_epoch
                 idem.bump_wanted = False

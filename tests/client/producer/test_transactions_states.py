@@ -622,6 +622,29 @@ def test_init_producer_id_errors_librdkafka_retries_are_retried(code):
     assert h.txn.error is None
 
 
+def test_init_producer_id_answered_without_a_usable_id_is_asked_again_and_named():
+    """InitProducerId answered NONE with producer id -1 (a broken coordinator): not
+    taken, asked again after the backoff; init_transactions() timing out names why
+    (retriable), and a later answer with a usable id completes the resumed call."""
+    h = Harness()
+    with pytest.raises(KafkaException) as exc:
+        box = h.call("init_transactions", 0.6)
+        h.answer_find()
+        h.answer_init(pid=-1, epoch=-1)
+        h.pump(0.5)
+        h.answer_init(pid=-1, epoch=-1)        # asked again: the same answer
+        h.result(box)
+    err = kafka_error(exc)
+    assert err.code() == ErrorCode.UNKNOWN_SERVER_ERROR and err.retriable(), err
+    assert "without a usable producer id" in err.str(), err
+    assert h.txn.state == TxnState.WAIT_PID and h.idem.producer_id < 0
+    box = h.call("init_transactions", 5.0)
+    h.pump(0.5)
+    h.answer_init(pid=9)
+    h.result(box)
+    assert h.txn.state == TxnState.READY and h.idem.producer_id == 9
+
+
 def test_commit_timeout_is_resumable_and_other_calls_conflict():
     h = Harness()
     h.init()

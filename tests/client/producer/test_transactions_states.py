@@ -727,6 +727,32 @@ def test_fenced_producer_is_fatal(code):
     assert err.str() in refused.str()
 
 
+def test_a_coordinator_without_add_partitions_to_txn_is_fatal_and_nothing_is_produced(
+        monkeypatch):
+    """The transaction coordinator's ApiVersions lists no AddPartitionsToTxn: no
+    partition can join a transaction, so the error is fatal at once (not retried until
+    the timeout), the queued message fails with it and no Produce goes out."""
+    h = Harness()
+    h.init()
+    monkeypatch.delitem(VERSIONS, ApiKey.ADD_PARTITIONS_TO_TXN)
+    h.result(h.call("begin_transaction"))
+    h.acc.produce("t", b"m0", partition=0)
+    deadline = time.monotonic() + 5
+    while h.txn.error is None and time.monotonic() < deadline:
+        h.pump(0.05)
+    err = h.txn.error
+    assert err is not None and err.fatal(), err
+    assert err.code() == KafkaError._UNSUPPORTED_FEATURE and "AddPartitionsToTxn" in err.str()
+    assert h.txn.state == TxnState.FATAL_ERROR and h.cluster.errors == [err]
+    h.pump(0.05)
+    assert ApiKey.PRODUCE not in h.conn.keys() and ApiKey.ADD_PARTITIONS_TO_TXN not in \
+        h.conn.keys()
+    assert [r.error.code() for r in h.reports] == [KafkaError._PURGE_QUEUE]
+    with pytest.raises(KafkaException) as exc:
+        h.result(h.call("commit_transaction", 1.0, h.flush))
+    assert kafka_error(exc) is err
+
+
 def test_a_fatal_error_the_commits_flush_raises_ends_the_call():
     """A fence found while the commit flushes: that flush serves the fatal error event and
     raises it (as poll()/flush() raise it, once). The commit raises it as its own outcome

@@ -174,3 +174,24 @@ def test_a_subclass_overriding_produce_has_its_override_called():
                        for i in (1, 2, 3)], reports
     with pytest.raises(RuntimeError):
         p.produce("t", b"late")
+
+
+def test_a_blocking_purge_with_the_io_thread_gone_returns(run_child):
+    """purge(blocking=True) waits for the I/O thread to purge: with that thread gone (it
+    died), it returns within a wait slice instead of waiting 30 s or for ever. In a
+    child process, killed if it hangs."""
+    done = run_child(f"""
+        import time
+        from kafka_client import Producer
+        p = Producer({{"bootstrap.servers": "{dead_bootstrap()}",
+                      "error_cb": lambda err: None}})
+        p.produce("topic", b"queued")
+        p._io.stop()
+        assert not p._io.alive
+        start = time.monotonic()
+        p.purge(blocking=True)
+        print("purge took", time.monotonic() - start)
+    """, timeout=20)
+    assert done.returncode == 0, done.stderr
+    took = float(done.stdout.split()[-1])
+    assert took < 2.0, done.stdout

@@ -298,9 +298,15 @@ def test_handshake_and_pipelined_requests(broker, io):
 
 class FakeBroker:
     """A listening socket that answers ApiVersions (v0 layout, asked version echoed) and
-    then stays silent, or closes, as told."""
+    then stays silent, or closes, as told. ``frames`` are the API keys of the frames
+    read; ``close_at_end``: the peer's end of the stream read (``ended`` set), it
+    closes too."""
 
-    def __init__(self, close_after_handshake=False, api_versions_max=None, other_body=None):
+    def __init__(self, close_after_handshake=False, api_versions_max=None, other_body=None,
+                 close_at_end=False):
+        self.close_at_end = close_at_end
+        self.frames = []
+        self.ended = threading.Event()
         self.api_versions_max = api_versions_max  # above it: the v0 error answer (KIP-511)
         self.other_body = other_body              # answer to everything else (None: silent)
         self.srv = socket.socket()
@@ -332,9 +338,13 @@ class FakeBroker:
                 except OSError:
                     break
                 if not data:
+                    self.ended.set()
+                    if self.close_at_end:
+                        c.close()
                     break
                 for frame in parser.feed(data):
                     key, version, cid = struct.unpack_from(">hhi", frame, 0)
+                    self.frames.append(key)
                     if key != 18:
                         if self.other_body is not None:
                             body = self.other_body
@@ -436,6 +446,57 @@ def test_addresses_of_a_name_are_tried_in_turn(io):
         wait_until(lambda: states)
         assert states == [(READY, None)]
         assert conn.connect_count == 1  # one attempt, two addresses
+    finally:
+        fake.close()
+
+
+def test_shutdown_sends_every_request_then_ends_the_stream_and_drains_the_answers(io):
+    """Graceful close with a fire-and-forget request just sent (acks=0 Produce): the
+    broker reads the whole request, then our end of the stream (not a reset that could
+    drop it); its answer, which nobody waits for, is read and dropped, and the
+    connection closes when the broker closes its side."""
+    from kafka_proto.messages import MetadataRequest
+
+    fake = FakeBroker(other_body=b"\x00" * 64, close_at_end=True)
+    states, results = [], []
+    try:
+        conn = on_io(io, lambda: BrokerConnection(
+            io, 1, "127.0.0.1", fake.port,
+            on_state=lambda c, st, err: states.append((st, err))))
+        on_io(io, lambda: io.add_tick(conn.service))
+        on_io(io, conn.connect)
+        wait_until(lambda: states)
+        assert states == [(READY, None)]
+
+        def send_and_shut_down():
+            conn.send(MetadataRequest(topics=None), lambda r, e: results.append((r, e)),
+                      expect_response=False)
+            return conn.shutdown()
+
+        assert on_io(io, send_and_shut_down) is True  # something is due: it waits
+        assert fake.ended.wait(5)                     # our end, after the request
+        assert fake.frames == [18, 3]
+        wait_until(lambda: conn.sock is None)
+        assert on_io(io, lambda: (conn.sock, conn.state)) == (None, DISCONNECTED)
+        assert states == [(READY, None)]              # no state news once closing
+        assert results == [(None, None)]              # done when written
+        assert conn.rx_bytes >= 64 + 8                # the late answer was read
+    finally:
+        fake.close()
+
+
+def test_shutdown_with_nothing_due_closes_at_once(io):
+    fake = FakeBroker()
+    states = []
+    try:
+        conn = on_io(io, lambda: BrokerConnection(
+            io, 1, "127.0.0.1", fake.port,
+            on_state=lambda c, st, err: states.append((st, err))))
+        on_io(io, lambda: io.add_tick(conn.service))
+        on_io(io, conn.connect)
+        wait_until(lambda: states)
+        assert on_io(io, conn.shutdown) is False
+        assert conn.sock is None and conn.state == DISCONNECTED
     finally:
         fake.close()
 

@@ -617,7 +617,10 @@ class _LeaderFanout:
 
     def _again(self, error: KafkaError) -> None:
         """Some partitions wait for a leader: route them again after the backoff."""
-        self.last_error = error
+        if error.code() != KafkaError._TIMED_OUT or self.last_error is None:
+            # A metadata refresh cut off by the call's own deadline is not why these
+            # partitions failed: the error of the rounds before (no leader) is.
+            self.last_error = error
         if self._scheduled:
             return
         r = self.runner

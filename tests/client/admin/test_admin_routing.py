@@ -441,6 +441,61 @@ def test_list_offsets_goes_to_each_leader_and_follows_a_leader_change(admins):
                    for t in r.topics for p in t.partitions)
 
 
+@pytest.mark.parametrize("elected", [False, True])
+def test_a_partition_without_a_leader_waits_alone_for_one(admins, elected):
+    """A partition the metadata shows without a leader (-1) does not hold back the
+    others, which are answered at once, and is never sent to a broker before it has a
+    leader: routed when one is elected, else failed LEADER_NOT_AVAILABLE when the call's
+    time is up, naming that."""
+    with FakeCluster(nodes=(1, 2)) as cluster:
+        cluster.topics["t"] = [1, -1, 2]
+        cluster.handle(ApiKey.LIST_OFFSETS, lambda node, req, version:
+                       offsets_answer(req, 100 * node))
+        start = time.monotonic()
+        futures = admins(cluster).list_offsets(
+            {TopicPartition("t", p): OffsetSpec.latest() for p in range(3)},
+            request_timeout=1.5)
+        got = {tp.partition: f for tp, f in futures.items()}
+        assert got[0].result(5).offset == 100 and got[2].result(5).offset == 202
+        assert time.monotonic() - start < 1.0          # not held until the deadline
+        assert not got[1].done()
+        if elected:
+            cluster.topics["t"] = [1, 2, 2]
+            assert got[1].result(5).offset == 201
+        else:
+            err = error_of(got[1])
+            assert err.code() == ErrorCode.LEADER_NOT_AVAILABLE, err
+            assert "no leader before the request timed out" in err.str()
+            assert 1.2 < time.monotonic() - start < 3.0
+        sent = sorted((n, sorted(p.partition_index for t in r.topics for p in t.partitions))
+                      for n, r in cluster.requests(ApiKey.LIST_OFFSETS))
+        assert sent == ([(1, [0]), (2, [1]), (2, [2])] if elected else [(1, [0]), (2, [2])])
+
+
+def test_a_partition_without_a_leader_fails_with_that_when_the_last_lookup_is_cut_off(
+        admins):
+    """The partition had no leader at every lookup answered; the last lookup is still
+    unanswered when the call's time is up: the partition fails LEADER_NOT_AVAILABLE (why
+    it was not sent), not the cut-off lookup's _TIMED_OUT ("no broker answered the
+    Metadata request in time"), which the load of the machine decided."""
+    with FakeCluster(nodes=(1, 2)) as cluster:
+        cluster.topics["t"] = [-1]
+        lookups = []
+
+        def metadata(node, req, version):
+            lookups.append(node)
+            return cluster.metadata(node, req, version) if len(lookups) <= 2 else SILENT
+
+        cluster.handle(ApiKey.METADATA, metadata)
+        futures = admins(cluster).list_offsets({TopicPartition("t", 0): OffsetSpec.latest()},
+                                               request_timeout=1.0)
+        err = error_of(futures[TopicPartition("t", 0)])
+        assert len(lookups) > 2                       # a lookup was cut off
+        assert err.code() == ErrorCode.LEADER_NOT_AVAILABLE, err
+        assert "no leader before the request timed out" in err.str()
+        assert cluster.requests(ApiKey.LIST_OFFSETS) == []
+
+
 def test_unknown_topics_and_partitions_fail_at_once(admins):
     with FakeCluster(nodes=(1,)) as cluster:
         cluster.topics["t"] = [1]

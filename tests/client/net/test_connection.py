@@ -52,6 +52,17 @@ def wait_until(predicate, timeout=5.0):
         time.sleep(0.01)
 
 
+def connected(io, port, states, host="127.0.0.1", settings=None):
+    """A BrokerConnection to ``host:port``, serviced by ``io``, telling its state changes
+    to ``states``: connected, and its first state change awaited."""
+    conn = on_io(io, lambda: BrokerConnection(
+        io, 1, host, port, settings, on_state=lambda c, st, err: states.append((st, err))))
+    on_io(io, lambda: io.add_tick(conn.service))
+    on_io(io, conn.connect)
+    wait_until(lambda: states)
+    return conn
+
+
 def test_backoff_grows_with_jitter_and_caps():
     b = Backoff(100, 1000, random.Random(1))
     delays = [b.next_delay() for _ in range(8)]
@@ -438,12 +449,7 @@ def test_addresses_of_a_name_are_tried_in_turn(io):
         tcp + (("127.0.0.1", dead),), tcp + (("127.0.0.1", fake.port),)])
     states = []
     try:
-        conn = on_io(io, lambda: BrokerConnection(
-            io, 1, "broker.example", 9092, settings,
-            on_state=lambda c, st, err: states.append((st, err))))
-        on_io(io, lambda: io.add_tick(conn.service))
-        on_io(io, conn.connect)
-        wait_until(lambda: states)
+        conn = connected(io, 9092, states, host="broker.example", settings=settings)
         assert states == [(READY, None)]
         assert conn.connect_count == 1  # one attempt, two addresses
     finally:
@@ -460,12 +466,7 @@ def test_shutdown_sends_every_request_then_ends_the_stream_and_drains_the_answer
     fake = FakeBroker(other_body=b"\x00" * 64, close_at_end=True)
     states, results = [], []
     try:
-        conn = on_io(io, lambda: BrokerConnection(
-            io, 1, "127.0.0.1", fake.port,
-            on_state=lambda c, st, err: states.append((st, err))))
-        on_io(io, lambda: io.add_tick(conn.service))
-        on_io(io, conn.connect)
-        wait_until(lambda: states)
+        conn = connected(io, fake.port, states)
         assert states == [(READY, None)]
 
         def send_and_shut_down():
@@ -489,12 +490,7 @@ def test_shutdown_with_nothing_due_closes_at_once(io):
     fake = FakeBroker()
     states = []
     try:
-        conn = on_io(io, lambda: BrokerConnection(
-            io, 1, "127.0.0.1", fake.port,
-            on_state=lambda c, st, err: states.append((st, err))))
-        on_io(io, lambda: io.add_tick(conn.service))
-        on_io(io, conn.connect)
-        wait_until(lambda: states)
+        conn = connected(io, fake.port, states)
         assert on_io(io, conn.shutdown) is False
         assert conn.sock is None and conn.state == DISCONNECTED
     finally:
@@ -507,12 +503,7 @@ def test_handshake_asks_again_lower_on_unsupported_version(io):
     fake = FakeBroker(api_versions_max=2)
     states = []
     try:
-        conn = on_io(io, lambda: BrokerConnection(
-            io, 1, "127.0.0.1", fake.port,
-            on_state=lambda c, st, err: states.append((st, err))))
-        on_io(io, lambda: io.add_tick(conn.service))
-        on_io(io, conn.connect)
-        wait_until(lambda: states)
+        conn = connected(io, fake.port, states)
         assert states == [(READY, None)]
         assert conn.versions == {18: 2, 3: 12}
         assert conn.tx_requests == 2 and conn.rtt_count == 2 and conn.in_flight == 0

@@ -1242,8 +1242,11 @@ def run_spark(args: argparse.Namespace, cluster: Cluster) -> Checks:
             note_partitions(cluster, (source, sink), "spark")
         elif done[0] is not None:
             crashes.append(f"query {name} failed: {str(done[0])[:2000]}")
-        note("spark:", name, "caught up", round(time.monotonic() - chaos.stopped_at, 1),
-             "s after the chaos stopped")
+            note("spark:", name, "failed", round(time.monotonic() - chaos.stopped_at, 1),
+                 "s after the chaos stopped")
+        else:
+            note("spark:", name, "caught up", round(time.monotonic() - chaos.stopped_at, 1),
+                 "s after the chaos stopped")
         query.stop()
 
     check = Checks()

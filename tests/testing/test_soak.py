@@ -44,3 +44,34 @@ def test_guarantees_hold_under_cluster_faults(run_child, mode, options):
     checks = [line for line in done.stdout.splitlines() if "ok:" in line or "FAILED" in line]
     assert done.returncode == 0, "\n".join(checks) + "\n" + done.stderr[-3000:]
     assert sum("ok:" in line for line in checks) >= 3
+
+
+def test_a_file_sink_that_never_wrote_reads_as_no_rows(run_child, tmp_path):
+    # seed 119: both queries failed before their first batch; reading the sink's files
+    # without a schema ended the run in a traceback (UNABLE_TO_INFER_SCHEMA) before the
+    # checks that count the records missing.
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17+ (no java on PATH, no JAVA_HOME)")
+    done = run_child(f"""
+        import os, sys
+        sys.path.insert(0, "tools")
+        import soak
+        from pyspark.sql import SparkSession
+        spark = (SparkSession.builder.master("local[1]").appName("soak-sink")
+                 .config("spark.ui.enabled", "false").getOrCreate())
+        base = {str(tmp_path)!r}
+        started = os.path.join(base, "started")   # the sink's log made, no batch written
+        os.makedirs(os.path.join(started, "_spark_metadata"))
+        written = os.path.join(base, "written")
+        spark.createDataFrame([(1, 7, b"x")], soak.FILE_SINK_SCHEMA).write.parquet(written)
+        print("never", soak.read_file_sink(spark, os.path.join(base, "never")))
+        print("started", soak.read_file_sink(spark, started))
+        print("written", [(r.partition, r.offset, bytes(r.value))
+                          for r in soak.read_file_sink(spark, written)])
+        spark.stop()
+    """, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines()
+             if line.split(" ")[0] in ("never", "started", "written")]
+    assert lines == ["never []", "started []", "written [(1, 7, b'x')]"]

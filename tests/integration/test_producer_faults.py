@@ -292,8 +292,11 @@ def test_faults_through_proxy(broker, topic_name, idempotent, retry_counter, rec
     # reconnected each time, and batches were sent again.
     assert all(faults.counts[k] >= 3 for k in Faults.KINDS), faults.counts
     assert faults.counts["long_stall"] >= 1, faults.counts
-    assert stats["cuts"] + stats["resets"] >= 6, stats
-    assert stats["drops"] >= 3, stats
+    # Each way of closing hit a connection, and 9 closings in all: how they split between
+    # cuts, resets and drops depends on whether a connection is up when each fault comes
+    # (a cut during a reconnect finds none), not on the producer.
+    assert stats["cuts"] >= 1 and stats["resets"] >= 1 and stats["drops"] >= 3, stats
+    assert stats["cuts"] + stats["resets"] + stats["drops"] >= 9, stats
     assert stats["connections"] >= 15, stats
     assert retry_counter.retries >= 10
 

@@ -627,22 +627,17 @@ def test_a_kip848_answer_with_a_negative_member_epoch_is_not_taken():
     assert (g.state, g.generation) == (STABLE, 4) and len(errors) == 1
 
 
-def test_a_member_with_undecodable_subscription_bytes_gets_nothing_and_the_group_goes_on():
-    """The leader's JoinGroup answer carries a member whose subscription bytes do not
-    decode (another client's bug, or hostile bytes): the leader still assigns, that
-    member with no partitions and the others all of them, instead of failing the join
-    (every member would then rejoin and meet the same bytes again)."""
-    from kafka_client.consumer.assignors import (Subscription, decode_assignment,
-                                                 encode_subscription)
-    from kafka_client.consumer.group import SYNCING
+def leader_of_range_group(partitions):
+    """A range-assigning coordinator that knows topic ``t`` with ``partitions``
+    partitions, as the group's leader would: (coordinator, errors told, plans synced)."""
     from kafka_client._cluster.metadata import TopicInfo
-    from kafka_proto.messages import JoinGroupResponse as J
 
     cfg = ClientConfig.from_dict({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
                                   "partition.assignment.strategy": "range"},
                                  role="consumer")
-    md = types.SimpleNamespace(topics={"t": TopicInfo("t", 0, [1, 1, 1], [0] * 3, [0] * 3,
-                                                      0.0)},
+    zeros = [0] * partitions
+    md = types.SimpleNamespace(topics={"t": TopicInfo("t", 0, [1] * partitions, zeros,
+                                                      zeros, 0.0)},
                                updates=1, request=lambda topics, **k: None)
     cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
                                     on_metadata=[], on_broker_state=[], metadata=md,
@@ -651,6 +646,20 @@ def test_a_member_with_undecodable_subscription_bytes_gets_nothing_and_the_group
     g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None, errors.append)
     synced = []
     g._sync = lambda assignments, token: synced.append(assignments)
+    return g, errors, synced
+
+
+def test_a_member_with_undecodable_subscription_bytes_gets_nothing_and_the_group_goes_on():
+    """The leader's JoinGroup answer carries a member whose subscription bytes do not
+    decode (another client's bug, or hostile bytes): the leader still assigns, that
+    member with no partitions and the others all of them, instead of failing the join
+    (every member would then rejoin and meet the same bytes again)."""
+    from kafka_client.consumer.assignors import (Subscription, decode_assignment,
+                                                 encode_subscription)
+    from kafka_client.consumer.group import SYNCING
+    from kafka_proto.messages import JoinGroupResponse as J
+
+    g, errors, synced = leader_of_range_group(partitions=3)
     g.state = SYNCING
     good = encode_subscription(Subscription(topics=["t"], user_data=None,
                                             owned_partitions=[]), 0)
@@ -675,21 +684,9 @@ def test_an_assignor_that_raises_makes_the_leader_join_again_told_once():
     from kafka_client.consumer.assignors import (Subscription, decode_assignment,
                                                  encode_subscription)
     from kafka_client.consumer.group import SYNCING
-    from kafka_client._cluster.metadata import TopicInfo
     from kafka_proto.messages import JoinGroupResponse as J
 
-    cfg = ClientConfig.from_dict({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
-                                  "partition.assignment.strategy": "range"},
-                                 role="consumer")
-    md = types.SimpleNamespace(topics={"t": TopicInfo("t", 0, [1, 1], [0] * 2, [0] * 2, 0.0)},
-                               updates=1, request=lambda topics, **k: None)
-    cluster = types.SimpleNamespace(settings=types.SimpleNamespace(request_timeout=30.0),
-                                    on_metadata=[], on_broker_state=[], metadata=md,
-                                    want_topics=lambda topics: None)
-    errors = []
-    g = GroupCoordinator(cfg, cluster, FakeIO(), FakeOffsets(), lambda: None, errors.append)
-    synced = []
-    g._sync = lambda assignments, token: synced.append(assignments)
+    g, errors, synced = leader_of_range_group(partitions=2)
     sub = encode_subscription(Subscription(topics=["t"], user_data=None,
                                            owned_partitions=[]), 0)
     resp = J(error_code=0, generation_id=1, protocol_type="consumer",

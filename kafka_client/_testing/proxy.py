@@ -157,40 +157,49 @@ class _AnswerFault:
     or :meth:`FaultProxy.rewrite_responses`: how many more requests of ``api_key`` get
     ``error_code`` (None: left alone) and ``throttle_ms`` (0: left alone) in their
     answer, or have their answer given to ``change`` (``remaining`` None: every one),
-    and whether the request is diverted first."""
+    whether the request is diverted first, and which requests it is for (``when``, given
+    the decoded request; None: any)."""
 
-    __slots__ = ("api_key", "error_code", "throttle_ms", "remaining", "divert", "change")
+    __slots__ = ("api_key", "error_code", "throttle_ms", "remaining", "divert", "change",
+                 "when")
 
     def __init__(self, api_key: int, error_code: Optional[int], count: Optional[int],
                  divert: bool, throttle_ms: int = 0,
-                 change: Optional[Callable[[Any, int], Any]] = None) -> None:
+                 change: Optional[Callable[[Any, int], Any]] = None,
+                 when: Optional[Callable[[Any], bool]] = None) -> None:
         self.api_key = api_key
         self.error_code = error_code
         self.throttle_ms = throttle_ms
         self.remaining = count
         self.divert = divert
         self.change = change
+        self.when = when
 
 
 class _RequestScanner:
     """Follows request frame boundaries going up; notes the correlation id, API key and
     version of the requests whose answers will be rewritten (broker addresses, injected
-    errors), and holds a request to divert whole, to rewrite it before it goes on."""
+    errors), and holds a request whole to divert it, or to decide from its body whether
+    a fault is for it, before it goes on."""
 
-    __slots__ = ("pending", "addresses", "take_fault", "divert", "_head", "_skip",
-                 "_hold", "_held")
+    __slots__ = ("pending", "addresses", "take_fault", "needs_body", "divert", "_head",
+                 "_skip", "_hold", "_held", "_fault", "_deciding")
 
     def __init__(self, pending: Dict[int, _Expected], addresses: bool,
-                 take_fault: Callable[[int], Optional[_AnswerFault]],
+                 take_fault: Callable[[int, Optional[bytes]], Optional[_AnswerFault]],
+                 needs_body: Callable[[int], bool],
                  divert: Callable[[bytes], bytes]) -> None:
         self.pending = pending
         self.addresses = addresses
         self.take_fault = take_fault
+        self.needs_body = needs_body
         self.divert = divert
         self._head = bytearray()   # size, api key, api version, correlation id
         self._skip = 0             # bytes of the current frame still to pass
-        self._hold = 0             # bytes of the current (diverted) frame still to hold
+        self._hold = 0             # bytes of the current (held) frame still to hold
         self._held = bytearray()
+        self._fault: Optional[_AnswerFault] = None   # the held frame's fault, if known
+        self._deciding = False     # the held frame's fault is taken once it is whole
 
     def feed(self, data: bytes) -> bytes:
         """The bytes to pass on for ``data`` (the same, unless a request is diverted)."""
@@ -212,7 +221,7 @@ class _RequestScanner:
                 self._hold -= take
                 i += take
                 if not self._hold:
-                    out += self._diverted()
+                    out += self._release()
                 continue
             take = min(12 - len(self._head), n - i)
             self._head += data[i:i + take]
@@ -220,25 +229,41 @@ class _RequestScanner:
             if len(self._head) == 12:
                 size, key, version, cid = struct.unpack(">ihhi", self._head)
                 rest = max(0, size - 8)
-                fault = self.take_fault(key)
-                if fault is not None:
-                    self.pending[cid] = _Expected(key, version, fault)
-                elif self.addresses and key in _ADDRESS_APIS:
-                    self.pending[cid] = _Expected(key, version, None)
-                if fault is not None and fault.divert:
+                self._deciding = self.needs_body(key)
+                fault = None if self._deciding else self.take_fault(key, None)
+                if not self._deciding:
+                    self._note(key, version, cid, fault)
+                if self._deciding or (fault is not None and fault.divert):
+                    self._fault = fault
                     self._held = bytearray(self._head)
                     self._hold = rest
                     if not rest:
-                        out += self._diverted()
+                        out += self._release()
                 else:
                     out += self._head
                     self._skip = rest
                 self._head.clear()
         return bytes(out)
 
-    def _diverted(self) -> bytes:
+    def _note(self, key: int, version: int, cid: int,
+              fault: Optional[_AnswerFault]) -> None:
+        if fault is not None:
+            self.pending[cid] = _Expected(key, version, fault)
+        elif self.addresses and key in _ADDRESS_APIS:
+            self.pending[cid] = _Expected(key, version, None)
+
+    def _release(self) -> bytes:
+        """The held frame, now whole, as it goes on: diverted if its fault says so."""
         frame = bytes(self._held)
         self._held = bytearray()
+        fault = self._fault
+        if self._deciding:
+            _size, key, version, cid = struct.unpack_from(">ihhi", frame)
+            fault = self.take_fault(key, frame)
+            self._note(key, version, cid, fault)
+        self._fault, self._deciding = None, False
+        if fault is None or not fault.divert:
+            return frame
         try:
             return self.divert(frame)
         except Exception as exc:  # leave what we cannot parse as it was
@@ -420,7 +445,8 @@ class FaultProxy:
                 "injected": self.injected, "diverted": self.diverted}
 
     def fail_requests(self, api_key: int, error_code: int, count: int = 1,
-                      divert: Optional[bool] = None) -> None:
+                      divert: Optional[bool] = None,
+                      when: Optional[Callable[[Any], bool]] = None) -> None:
         """Answer the next ``count`` requests of ``api_key`` (on any connection) with
         ``error_code``: the broker's answer is decoded and every error code in it (the
         top-level one, each partition's) is set to ``error_code``, then re-encoded.
@@ -435,16 +461,24 @@ class FaultProxy:
 
         Needs ``follow_frames=True`` (or ``rewrite_addresses=True``). Arming again adds
         to the faults already armed; they fire in order. :attr:`faults_pending` says
-        whether any is left."""
+        whether any is left.
+
+        ``when`` (Produce only): the fault is only for the requests ``when(request)``
+        accepts, given the request decoded with :mod:`kafka_proto.messages` on the
+        proxy thread; the others pass as if it were not armed (what ``when`` raises
+        counts as no). Each Produce request is then held until it is whole."""
         if not self.follow_frames:
             raise RuntimeError("fail_requests needs FaultProxy(..., follow_frames=True)")
         if count < 1:
             raise ValueError("count must be >= 1")
+        if when is not None and api_key != ApiKey.PRODUCE:
+            raise ValueError("only Produce requests can be chosen by their body")
         if divert is None:
             divert = api_key == ApiKey.PRODUCE
         if divert and api_key != ApiKey.PRODUCE:
             raise ValueError("only Produce requests can be diverted")
-        fault = _AnswerFault(int(api_key), int(error_code), int(count), bool(divert))
+        fault = _AnswerFault(int(api_key), int(error_code), int(count), bool(divert),
+                             when=when)
         self._call(lambda: self._faults.append(fault))
 
     def throttle_requests(self, api_key: int, throttle_ms: int, count: int = 1) -> None:
@@ -728,7 +762,8 @@ class FaultProxy:
             if self.follow_frames:
                 pending: Dict[int, _Expected] = {}
                 scanner = _RequestScanner(pending, self.rewrite_addresses,
-                                          self._take_fault, self._divert_request)
+                                          self._take_fault, self._needs_body,
+                                          self._divert_request)
                 rewriter = _ResponseRewriter(pending, self._rewrite_response)
             conn = _Conn(self._ids, client, upstream, scanner, rewriter)
             self._conns[conn.id] = conn
@@ -846,11 +881,30 @@ class FaultProxy:
             if other.shut:
                 self._close_conn(conn, rst=False)
 
-    def _take_fault(self, api_key: int) -> Optional[_AnswerFault]:
-        """Proxy thread: the armed fault the next ``api_key`` request uses up, if any."""
+    def _needs_body(self, api_key: int) -> bool:
+        """Proxy thread: whether an armed fault for ``api_key`` chooses by the body."""
+        return any(f.api_key == api_key and f.when is not None for f in self._faults)
+
+    def _take_fault(self, api_key: int, frame: Optional[bytes]) -> Optional[_AnswerFault]:
+        """Proxy thread: the armed fault the next ``api_key`` request uses up, if any
+        (``frame``: the whole request, for the faults that choose by it)."""
+        request: Any = None
         for fault in self._faults:
             if fault.api_key != api_key:
                 continue
+            if fault.when is not None:
+                if frame is None:
+                    continue
+                if request is None:
+                    _header, body = decode_request_header(memoryview(frame)[4:])
+                    request = request_class(api_key).decode(body, _header.api_version)
+                try:
+                    chosen = bool(fault.when(request))
+                except Exception as exc:
+                    log.warning("proxy: a fault's request test raised: %r", exc)
+                    chosen = False
+                if not chosen:
+                    continue
             if fault.remaining is None:
                 return fault
             if fault.remaining > 0:

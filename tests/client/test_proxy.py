@@ -485,7 +485,8 @@ def test_rewriter_split_anywhere(version, step):
 
     with FaultProxy("127.0.0.1", 9092, rewrite_addresses=True) as p:
         pending = {}
-        scanner = _RequestScanner(pending, True, lambda api_key: None, lambda frame: frame)
+        scanner = _RequestScanner(pending, True, lambda api_key, frame: None,
+                                  lambda api_key: False, lambda frame: frame)
         rewriter = _ResponseRewriter(pending, p._rewrite_response)
         up = _request_frame(18, 3, 1) + _request_frame(3, version, 2) + _request_frame(0, 9, 3)
         passed = b"".join(scanner.feed(up[i:i + step]) for i in range(0, len(up), step))
@@ -598,7 +599,8 @@ def test_fail_requests_diverts_the_request_and_rewrites_its_answer(version, step
         p.fail_requests(ApiKey.PRODUCE, 59)             # UNKNOWN_PRODUCER_ID
         assert p.faults_pending
         pending = {}
-        scanner = _RequestScanner(pending, False, p._take_fault, p._divert_request)
+        scanner = _RequestScanner(pending, False, p._take_fault, p._needs_body,
+                                  p._divert_request)
         rewriter = _ResponseRewriter(pending, p._rewrite_response)
         first, second = _produce_frame(1, version), _produce_frame(2, version)
         meta = _request_frame(3, 9, 3)
@@ -629,6 +631,41 @@ def test_fail_requests_diverts_the_request_and_rewrites_its_answer(version, step
         assert cid == 1 and p.injected == 1
         assert [(pr.index, pr.error_code, pr.base_offset)
                 for pr in resp.responses[0].partition_responses] == [(0, 59, -1), (1, 59, -1)]
+
+
+@pytest.mark.parametrize("step", [1, 7, 10_000])
+def test_fail_requests_when_chooses_requests_by_their_body(step):
+    """A fault with ``when`` is for the requests it accepts only (here: the ones for
+    topic "b"); the others pass byte for byte and leave it armed, and a fault without
+    ``when`` armed before it still takes the first request, whatever its body."""
+    from kafka_client._testing.proxy import _RequestScanner
+    from kafka_proto.messages import ApiKey
+
+    with FaultProxy("127.0.0.1", 9092, follow_frames=True) as p:
+        p.fail_requests(ApiKey.PRODUCE, 47, divert=False)        # the first request
+        seen = []
+
+        def topic_b(request):
+            seen.append(request.topic_data[0].name)
+            return request.topic_data[0].name == "b"
+        p.fail_requests(ApiKey.PRODUCE, 45, count=2, when=topic_b)
+        pending = {}
+        scanner = _RequestScanner(pending, False, p._take_fault, p._needs_body,
+                                  p._divert_request)
+        frames = [_produce_frame(1, 9, topic="a"), _produce_frame(2, 9, topic="a"),
+                  _produce_frame(3, 9, topic="b"), _request_frame(3, 9, 4),
+                  _produce_frame(5, 9, topic="a")]
+        up = b"".join(frames)
+        out = b"".join(scanner.feed(up[i:i + step]) for i in range(0, len(up), step))
+        assert seen == ["a", "b", "a"]      # the first went to the fault armed before
+        assert sorted(pending) == [1, 3]
+        assert [pending[c].fault.error_code for c in (1, 3)] == [47, 45]
+        assert p.diverted == 1 and p.faults_pending       # one of the two left
+        assert out.startswith(frames[0] + frames[1])      # not diverted, not chosen
+        assert out.endswith(frames[3] + frames[4])        # not Produce, not chosen
+        assert len(out) == len(up) and frames[2] not in out   # diverted
+        with pytest.raises(ValueError, match="body"):
+            p.fail_requests(ApiKey.FETCH, 1, when=topic_b)
 
 
 def test_fail_requests_arguments():
@@ -709,7 +746,8 @@ def test_rewrite_responses_changes_decoded_fields_after_the_addresses(version, s
     with FaultProxy("127.0.0.1", 9092, rewrite_addresses=True) as p:
         p.rewrite_responses(ApiKey.METADATA, change, count=2)
         pending = {}
-        scanner = _RequestScanner(pending, True, p._take_fault, lambda frame: frame)
+        scanner = _RequestScanner(pending, True, p._take_fault, p._needs_body,
+                                  lambda frame: frame)
         rewriter = _ResponseRewriter(pending, p._rewrite_response)
         up = b"".join(_request_frame(3, version, cid) for cid in (1, 2, 3))
         assert b"".join(scanner.feed(up[i:i + step]) for i in range(0, len(up), step)) == up
@@ -744,10 +782,10 @@ def test_rewrite_responses_every_answer_until_cleared_and_arguments():
             p.rewrite_responses(ApiKey.FETCH, None)
         p.rewrite_responses(ApiKey.FETCH, lambda r, v: None, count=None)
         for _ in range(3):
-            assert p._take_fault(ApiKey.FETCH) is not None
+            assert p._take_fault(ApiKey.FETCH, None) is not None
         assert p.faults_pending
         p.clear_faults()
-        assert not p.faults_pending and p._take_fault(ApiKey.FETCH) is None
+        assert not p.faults_pending and p._take_fault(ApiKey.FETCH, None) is None
 
 
 def test_rewrite_responses_against_a_broker(broker, topic_name):

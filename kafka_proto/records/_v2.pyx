@@ -1773,12 +1773,18 @@ cdef class ColumnBuilder:
         self.topic = topic.encode("utf-8")
         self.partition = partition
 
-    cdef int _check_size(self, Py_ssize_t add) except -1:
-        # ``add`` bounds what one row adds to any variable-size column (its record size).
-        if self.b[_B_KEY_DATA].n + add > 0x7FFFFFFF or self.b[_B_VAL_DATA].n + add > 0x7FFFFFFF \
-                or self.b[_B_HV_DATA].n + add > 0x7FFFFFFF \
-                or self.b[_B_HK_DATA].n + add > 0x7FFFFFFF \
-                or self.b[_B_TOPIC_DATA].n + add > 0x7FFFFFFF:
+    cdef int _check_size(self, Py_ssize_t kn, Py_ssize_t vn, Py_ssize_t size) except -1:
+        # What one row adds to each variable-size column, bounded: its key and value as
+        # they are; ``size`` bounds the whole row, so the headers take at most what is
+        # left of it, their keys up to 3x that (invalid UTF-8 replaced can grow 3x).
+        cdef Py_ssize_t headers = size - (kn if kn > 0 else 0) - (vn if vn > 0 else 0)
+        if headers < 0:
+            headers = 0
+        if self.b[_B_KEY_DATA].n + (kn if kn > 0 else 0) > 0x7FFFFFFF \
+                or self.b[_B_VAL_DATA].n + (vn if vn > 0 else 0) > 0x7FFFFFFF \
+                or self.b[_B_HV_DATA].n + headers > 0x7FFFFFFF \
+                or self.b[_B_HK_DATA].n + 3 * headers > 0x7FFFFFFF \
+                or self.b[_B_TOPIC_DATA].n + PyBytes_GET_SIZE(self.topic) > 0x7FFFFFFF:
             raise OverflowError("ColumnBuilder: a column would exceed 2 GiB; finish() first")
         return 0
 
@@ -1789,7 +1795,7 @@ cdef class ColumnBuilder:
         # bounds the bytes the whole row adds (checked first: no half row on overflow).
         cdef Py_ssize_t i = self.rows
         cdef Py_ssize_t tn = PyBytes_GET_SIZE(self.topic)
-        self._check_size(size * 3 + tn)  # replaced invalid UTF-8 can grow 3x
+        self._check_size(kn, vn, size)
         _grow_i64(&self.b[_B_OFFSETS], offset)
         _grow_i64(&self.b[_B_TIMESTAMPS], timestamp)
         _grow_put(&self.b[_B_TS_TYPES], &ts_type, 1)

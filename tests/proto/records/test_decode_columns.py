@@ -2,6 +2,7 @@
 record. The buffers are checked directly (layout) and through pyarrow when present."""
 from __future__ import annotations
 
+import mmap
 import struct
 import tracemalloc
 
@@ -165,3 +166,39 @@ def test_pyarrow_view_of_the_buffers():
         "headers": [{"key": "a", "value": b"1"}, {"key": "a", "value": None},
                     {"key": "\u00e9", "value": b""}]}
     assert rb.column("headers").null_count == 2 and isinstance(rb, pa.RecordBatch)
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return 0
+
+
+def _zeros(size: int) -> memoryview:
+    """``size`` zero bytes that cost no memory until written: an anonymous mapping."""
+    return memoryview(mmap.mmap(-1, size, prot=mmap.PROT_READ))
+
+
+def test_only_headers_get_the_3x_margin_a_large_value_fits():
+    """A column's 2 GiB check: header bytes may grow 3x (a header key's invalid UTF-8
+    replaced; the check before the headers are read cannot tell keys from values), a
+    key's and a value's cannot. A 700 MiB value used to be refused (3x applied to the
+    whole record), so consume_arrow() refused records of 683 MiB-2 GiB."""
+    cols = ColumnBuilder(1, 2)
+    cols.set_source("t", 0)
+    with pytest.raises(OverflowError, match="2 GiB"):   # 3 x 700 MiB of headers
+        cols.append_row(0, 0, 0, None, None, [("k", _zeros(700 << 20))])
+    assert cols.finish()["rows"] == 0     # no half row
+    if _available_memory() < 4 << 30:
+        pytest.skip("needs 4 GiB of memory available for a 700 MiB column")
+    cols.set_source("t", 0)
+    cols.append_row(5, 0, 0, b"k", _zeros(700 << 20))
+    cols.append_row(6, 0, 0, b"k", b"small")
+    done = cols.finish()
+    assert done["rows"] == 2
+    _bitmap, value_offsets, value_data, _nulls = done["value"]
+    assert struct.unpack("<3i", value_offsets) == (0, 700 << 20, (700 << 20) + 5)
+    assert len(value_data) == (700 << 20) + 5

@@ -66,7 +66,7 @@ cdef class Reader:
     cdef object _memoryview(self)
     cdef int _check_string_limit(self, Py_ssize_t n, const char* what,
                                  Py_ssize_t at) except -1
-    cdef object _take_str(self, Py_ssize_t n, const char* what, Py_ssize_t at)
+    cdef object _take_str(self, Py_ssize_t n)
     cdef object _take_view(self, Py_ssize_t n)
     cdef Py_ssize_t _bytes_len(self, bint nullable, const char* what) except -2
     cdef Py_ssize_t _compact_bytes_len(self, bint nullable, const char* what) except -2

@@ -8,6 +8,9 @@ byte. All integers are big-endian; varints are (zigzag) LEB128 as Kafka uses the
 Limits worth knowing:
 
 * Strings (classic and compact) are limited to 32767 UTF-8 bytes, as in Kafka itself.
+  Read, a string that is not valid UTF-8 has each bad sequence replaced by U+FFFD, as
+  Kafka's own readers (Java's String decoding) do: one peer's bad bytes in a group id or
+  a client id must not make a whole answer (a group listing, a metadata answer) unreadable.
 * Bytes are limited to 2**31 - 1 bytes (int32 length), compact bytes to 2**31 - 2.
 * When reading, an array count larger than the bytes remaining is rejected with
   :class:`~kafka_proto.errors.InvalidLengthError`: every element of every Kafka array
@@ -617,17 +620,12 @@ cdef class Reader:
                                      f"above the limit of {MAX_STRING}")
         return 0
 
-    cdef object _take_str(self, Py_ssize_t n, const char* what, Py_ssize_t at):
+    cdef object _take_str(self, Py_ssize_t n):
         cdef Py_ssize_t p = self._pos
         cdef object s
         if n == 0:
             return _EMPTY_STR
-        try:
-            s = PyUnicode_DecodeUTF8(<const char*>(self._data + p), n, "strict")
-        except UnicodeDecodeError as exc:
-            self._pos = at
-            raise ProtocolDecodeError(
-                f"{what.decode()} at position {at} is not valid UTF-8: {exc}") from None
+        s = PyUnicode_DecodeUTF8(<const char*>(self._data + p), n, "replace")
         self._pos = p + n
         return s
 
@@ -752,7 +750,7 @@ cdef class Reader:
             self._truncated(b"string length", 2)
         self._pos = at + 2
         n = self._check_length(<int16_t>kp_load_be16(self._data + at), False, b"string", at)
-        return self._take_str(n, b"string", at)
+        return self._take_str(n)
 
     cpdef object read_nullable_string(self):
         """Read a string (int16 length) or None."""
@@ -765,7 +763,7 @@ cdef class Reader:
                                b"nullable string", at)
         if n < 0:
             return None
-        return self._take_str(n, b"nullable string", at)
+        return self._take_str(n)
 
     cpdef str read_compact_string(self):
         """Read a non-null compact string (uvarint length + 1)."""
@@ -773,7 +771,7 @@ cdef class Reader:
         cdef Py_ssize_t n = self._check_length(
             self._uvarint32(b"compact string length") - 1, False, b"compact string", at)
         self._check_string_limit(n, b"compact string", at)
-        return self._take_str(n, b"compact string", at)
+        return self._take_str(n)
 
     cpdef object read_compact_nullable_string(self):
         """Read a compact string or None (uvarint 0)."""
@@ -783,7 +781,7 @@ cdef class Reader:
         if n < 0:
             return None
         self._check_string_limit(n, b"compact nullable string", at)
-        return self._take_str(n, b"compact nullable string", at)
+        return self._take_str(n)
 
     # ---- bytes -----------------------------------------------------------------------
 

@@ -516,7 +516,8 @@ def decode_request_header(frame: BytesLike, header_version: Optional[int] = None
     (:func:`request_header_version`, which raises :class:`UnsupportedVersionError` for an
     API or version this codec does not know). Tagged header fields are skipped (none is
     defined for requests). Raises :class:`TruncatedDataError` for a header cut short and
-    :class:`ProtocolDecodeError` for a malformed client id.
+    :class:`InvalidLengthError` for a malformed client id length (a client id that is not
+    UTF-8 reads with replacement characters, as Kafka reads it).
     """
     mv = memoryview(frame)
     if mv.ndim != 1 or mv.itemsize != 1:
@@ -536,10 +537,8 @@ def decode_request_header(frame: BytesLike, header_version: Optional[int] = None
             if end < pos + n:
                 raise TruncatedDataError(
                     f"request header: client_id of {n} bytes, {end - pos} left")
-            try:
-                client_id = str(mv[pos:pos + n], "utf-8")
-            except UnicodeDecodeError:
-                raise ProtocolDecodeError("request header: client_id is not UTF-8") from None
+            # Bad bytes become U+FFFD, as a Kafka broker reads them.
+            client_id = str(mv[pos:pos + n], "utf-8", "replace")
             pos += n
         elif n != -1:
             raise InvalidLengthError(f"request header: client_id length {n}")

@@ -29,7 +29,7 @@ import types
 import uuid
 from typing import Callable, Dict, List, Optional, Tuple
 
-from kafka_proto.errors import KafkaProtocolError
+from kafka_proto.errors import KafkaProtocolError, ProtocolEncodeError
 
 #: Decompression cap of the record and compression harnesses (bytes).
 MAX_DECOMPRESSED = 4 * 1024 * 1024
@@ -230,7 +230,14 @@ def _has_nan(obj) -> bool:
 
 def roundtrip_message(cls: type, obj, version: int) -> None:
     """encode(decode(x)) must decode to an equal value and encode to the same bytes."""
-    enc = obj.encode(version)
+    try:
+        enc = obj.encode(version)
+    except ProtocolEncodeError:
+        # Bad UTF-8 read as U+FFFD (3 bytes each, as Kafka reads it) can take a string
+        # past the 32,767 bytes a string may have: not writable again, rightly.
+        if "\ufffd" in repr(obj):
+            return
+        raise
     obj2 = cls.decode(enc, version)
     if obj2 != obj and not _has_nan(obj):
         _fail(f"{cls.__name__} v{version}: value changed by re-encoding")
@@ -2340,7 +2347,6 @@ def _cluster_fetch_converted(live: _LiveCluster, src: _Bytes) -> None:
 def _cluster_raw(live: _LiveCluster, src: _Bytes) -> None:
     """A body as it comes for one of the APIs of the new surfaces, at any version: the
     connection closes exactly when Kafka would not parse it, else the answer decodes."""
-    from kafka_proto.errors import KafkaProtocolError
     from kafka_proto.messages import API_KEYS, ApiKey, MetadataRequest, request_class, \
         response_class
 

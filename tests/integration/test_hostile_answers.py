@@ -227,3 +227,27 @@ def test_a_fetch_refused_as_a_whole(proxied_cluster, topic_name):
     finally:
         consumer.close()
     assert proxy.injected > 0 and not proxy.rewrite_errors
+
+
+def test_a_group_id_that_is_not_utf8_in_a_list_groups_answer(proxied_cluster):
+    """A broker that keeps a client's group id as raw bytes (not Kafka: it reads and
+    writes Java strings) lists one that is not UTF-8. The listing is read as Kafka's
+    own readers read it, the bad bytes as U+FFFD, and the other groups come too; the
+    whole answer failed to decode before, and list_consumer_groups() with it."""
+    from kafka_client.admin import AdminClient
+
+    cluster, proxy = proxied_cluster
+
+    def two_groups(response, version):
+        listed = type(response).ListedGroup
+        response.groups = [listed(group_id=g, protocol_type="consumer", group_state="Empty",
+                                  group_type="classic") for g in ("plain-group", "bad-gr-XYZ")]
+        return response.encode(version).replace(b"bad-gr-XYZ", b"bad-gr-\xff\xfe\xc3")
+
+    proxy.rewrite_responses(ApiKey.LIST_GROUPS, two_groups, count=None)
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    result = admin.list_consumer_groups(request_timeout=10).result(timeout=20)
+    assert sorted(g.group_id for g in result.valid) == ["bad-gr-\ufffd\ufffd\ufffd",
+                                                         "plain-group"]
+    assert not result.errors
+    assert proxy.injected > 0 and not proxy.rewrite_errors

@@ -362,6 +362,14 @@ def test_request_header_utf8_client_id():
     assert h[8:] == b"\x00\x02" + "é".encode()
 
 
+def test_request_header_client_id_not_utf8_reads_with_replacement_characters():
+    """As a Kafka broker reads it (a client's bad bytes do not cost its connection)."""
+    from kafka_proto.framing import decode_request_header
+
+    head, body = decode_request_header(bytes.fromhex("0003 0001 00000001 0003 61ffff") + b"B")
+    assert head.client_id == "a\ufffd\ufffd" and bytes(body) == b"B"
+
+
 def test_request_header_range_checks():
     with pytest.raises(ProtocolEncodeError):
         encode_request_header(3, 1, 1 << 31, None, 1)
@@ -559,7 +567,6 @@ def test_decode_request_header_skips_tagged_fields():
     (bytes.fromhex("0003 0001 00000001 00"), TruncatedDataError),            # half a length
     (bytes.fromhex("0003 0001 00000001 0005") + b"ab", TruncatedDataError),  # short id
     (bytes.fromhex("0003 0001 00000001 fffe"), InvalidLengthError),          # length -2
-    (bytes.fromhex("0003 0001 00000001 0002 ffff"), ProtocolDecodeError),    # not UTF-8
     (bytes.fromhex("0001 000c 00000001 ffff"), TruncatedDataError),          # no tag count
     (bytes.fromhex("0001 000c 00000001 ffff 01 00 05") + b"ab", InvalidLengthError),
     (bytes.fromhex("0001 000c 00000001 ffff") + b"\xff" * 6, InvalidVarintError),

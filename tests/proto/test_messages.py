@@ -677,7 +677,8 @@ def test_mutated_input_only_raises_decode_errors():
                     outcomes["ok"] += 1
                 except ProtocolDecodeError:
                     outcomes["error"] += 1
-    assert outcomes["error"] > 1000 and outcomes["ok"] > 100
+    # Both ways, many times (bad UTF-8 in a string reads with U+FFFD: no error there).
+    assert outcomes["error"] > 500 and outcomes["ok"] > 100, outcomes
 
 
 def test_pickle_and_copy():

@@ -174,6 +174,22 @@ def test_trailing_request_bytes_are_ignored_as_kafka_ignores_them(cluster):
     assert entry.details["trailing_bytes_ignored"] == 3
 
 
+def test_a_client_id_not_utf8_is_read_with_replacement_characters_as_kafka_reads_it(cluster):
+    """Kafka decodes request strings as Java does (bad bytes become U+FFFD) and answers;
+    the cluster closed such a connection."""
+    since = cluster.clear_request_log()
+    valid = encode_request(MetadataRequest(topics=None), 12, 43, "utf-abc")
+    bad = valid.replace(b"utf-abc", b"utf-a\xff\xfe")
+    assert len(bad) == len(valid) and bad != valid
+    with RawClient(cluster.address(3), timeout=5) as c:
+        c.send_bytes(bad)
+        frame = c.recv_frame()
+        assert frame is not None and struct.unpack_from(">i", frame)[0] == 43
+    (entry,) = [e for e in cluster.request_log(since=since, api="Metadata")
+                if e.client_id.startswith("utf-a")]
+    assert entry.client_id == "utf-a\ufffd\ufffd"
+
+
 @pytest.mark.parametrize("size", [-1, -(1 << 31), 104857601, (1 << 31) - 1])
 def test_oversized_or_negative_frames_close_the_connection(cluster, size):
     with RawClient(cluster.address(2), timeout=5) as c:

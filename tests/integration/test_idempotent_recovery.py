@@ -99,12 +99,13 @@ def test_recovers_from_unknown_producer_id_and_out_of_order_answers(broker, topi
     with FaultProxy("127.0.0.1", broker.port, rewrite_addresses=True) as proxy:
         # At each point of the run: the answers injected. The OUT_OF_ORDER answers go to
         # requests first sent after the refused one while it is in flight (answers held
-        # back 500 ms meanwhile, so several are): a retry of the refused batch itself, or
-        # anything after it, answered so would be unexplained, hence fatal.
+        # back 1.5 s meanwhile, so several are: at 0.5 s a machine at a load of 13 on 2
+        # cores once sent none): a retry of the refused batch itself, or anything after
+        # it, answered so would be unexplained, hence fatal.
         episode = RefusedEpisode()
         plan = {40_000: lambda: proxy.fail_requests(ApiKey.PRODUCE,
                                                     ErrorCode.UNKNOWN_PRODUCER_ID),
-                80_000: lambda: (proxy.delay(0.5, DOWNSTREAM),
+                80_000: lambda: (proxy.delay(1.5, DOWNSTREAM),
                                  proxy.fail_requests(ApiKey.PRODUCE,
                                                      ErrorCode.NOT_ENOUGH_REPLICAS,
                                                      when=episode.refuse),

@@ -389,7 +389,8 @@ class Sender:
                 resent = True
             b.attempts += 1
             b.sent = True
-            self.refused.discard(b)
+            # (Still in ``refused`` while in flight: its answer is judged by whether every
+            # attempt before was refused. Nothing is in flight when a bump renumbers.)
             records = self._prepare(b, version)
             if version < BATCH_V2_PRODUCE_VERSION:
                 records = _message_set(records, version)

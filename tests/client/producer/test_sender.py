@@ -681,6 +681,41 @@ def test_unknown_producer_id_for_a_resent_batch_is_fatal():
     assert r.error is fatal and r.status == 1    # POSSIBLY_PERSISTED
 
 
+@pytest.mark.parametrize("refusal", [ErrorCode.NOT_ENOUGH_REPLICAS,
+                                     ErrorCode.NOT_LEADER_OR_FOLLOWER])
+def test_unknown_producer_id_after_attempts_all_refused_bumps_the_epoch(refusal):
+    """Refused on its first attempt, then answered UNKNOWN_PRODUCER_ID on the second:
+    no attempt appended it, so the epoch is bumped and it goes again renumbered, as on a
+    first attempt. (Each send forgot that the attempts before it were refused: fatal,
+    "the batch was sent before and may be in the log".)"""
+    acc, sender, c, reports, t = _idempotent_in_flight(1)
+    c.answer(0, errors={("t", 0): refusal})
+    run(sender, 1.0)                     # sent again after the backoff
+    assert _sent(c) == [(3, 0, [b"0"])]
+    c.answer(0, errors={("t", 0): ErrorCode.UNKNOWN_PRODUCER_ID})
+    assert sender.idem.fatal is None and sender.idem.bump_wanted and not reports
+    _bump(sender, c)
+    run(sender, 1.0)
+    assert _sent(c) == [(4, 0, [b"0"])]
+    c.answer(0)
+    assert [(r.error, values_of(r)) for r in reports] == [(None, [b"0"])]
+
+
+def test_a_batch_refused_then_maybe_appended_is_not_renumbered():
+    """Refused once, then its second attempt's answer lost (it may be in the log now):
+    UNKNOWN_PRODUCER_ID on the third stays fatal, as for any batch maybe appended."""
+    acc, sender, c, reports, t = _idempotent_in_flight(1)
+    c.answer(0, errors={("t", 0): ErrorCode.NOT_ENOUGH_REPLICAS})
+    run(sender, 1.0)
+    c.fail()                             # the second attempt's answer is lost
+    run(sender, 1.0)
+    c.answer(0, errors={("t", 0): ErrorCode.UNKNOWN_PRODUCER_ID})
+    fatal = sender.idem.fatal
+    assert fatal is not None and fatal.code() == ErrorCode.UNKNOWN_PRODUCER_ID
+    (r,) = reports
+    assert r.error is fatal and r.status == 1    # POSSIBLY_PERSISTED
+
+
 def test_a_sequence_gap_bumps_the_epoch_and_the_refused_batches_are_renumbered():
     """A batch that had its sequence fails for good (MESSAGE_TOO_LARGE): the next one is
     refused as out of order. librdkafka bumps the epoch ("message sequence gap"); the

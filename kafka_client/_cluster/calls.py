@@ -445,7 +445,8 @@ class CallRunner:
         def answered(resp: Any, err: Optional[KafkaError]) -> None:
             if call.done:
                 return
-            if err is not None and err.code() in NEVER_SENT:
+            if err is not None and err.code() in NEVER_SENT and not err.retriable():
+                # Sending it again cannot help (one that timed out in the queue: lost)
                 self._finish(call, KafkaError(err.code(), f"{call.name} to {call.target!r}: "
                                               f"{err.str()}"))
                 return

@@ -37,7 +37,12 @@ State machine::
   parser's buffer.
 * Each request has a deadline; an expired one closes the connection (the stream position
   of a half-answered request is unknown), failing every request in flight with
-  ``_TIMED_OUT``; a broken connection fails them with ``_TRANSPORT``.
+  ``_TIMED_OUT``; a broken connection fails them with ``_TRANSPORT``. A request still
+  queued (never written: the connection is setting up, in its reconnect backoff, or its
+  in-flight window is full) fails alone at its timeout, counted from when it was
+  queued, with ``_TIMED_OUT_QUEUE`` (in :data:`NEVER_SENT`), as librdkafka's "timed out
+  in output queue"; the connection is left as it is. The queued deadlines sit in a heap
+  beside the queue, so a turn with none due looks at one entry.
 * After a close, :attr:`BrokerConnection.next_attempt` is the earliest time for the next
   connect: ``reconnect.backoff.ms`` doubling per consecutive failure up to
   ``reconnect.backoff.max.ms``, each wait jittered by -25%..+50% as librdkafka does.
@@ -47,6 +52,7 @@ All methods run on the I/O thread; callbacks run there too and must be quick.
 from __future__ import annotations
 
 import errno
+import heapq
 import logging
 import os
 import random
@@ -87,6 +93,7 @@ __all__ = [
     "AUTHENTICATING",
     "READY",
     "NEVER_SENT",
+    "NO_ANSWER",
 ]
 
 #: APIs whose latest version the protocol schemas mark unstable but Apache Kafka has
@@ -101,11 +108,20 @@ DISCONNECTED, CONNECTING, HANDSHAKE, READY = "DISCONNECTED", "CONNECTING", "HAND
 TLS_HANDSHAKE, AUTHENTICATING = "TLS_HANDSHAKE", "AUTHENTICATING"
 _SETTING_UP = (CONNECTING, TLS_HANDSHAKE, HANDSHAKE, AUTHENTICATING)
 
-#: The codes :meth:`BrokerConnection.send` fails a request with when it was never written:
-#: it cannot be encoded at the version to use, or the broker serves no version of its API
-#: (also the handshake's failure to agree on one). Sending it again cannot help, unlike
-#: a request lost with its connection.
-NEVER_SENT = frozenset({KafkaError._INVALID_ARG, KafkaError._UNSUPPORTED_FEATURE})
+#: The codes :meth:`BrokerConnection.send` fails a request with when it was never written,
+#: so nothing of it reached the broker: it cannot be encoded at the version to use, or the
+#: broker serves no version of its API (also the handshake's failure to agree on one):
+#: sending it again cannot help (not retriable); or it waited in the queue for its whole
+#: timeout (``_TIMED_OUT_QUEUE``, retriable). Unlike a request lost with its connection
+#: or timed out in flight, it cannot have been carried out.
+NEVER_SENT = frozenset({KafkaError._INVALID_ARG, KafkaError._UNSUPPORTED_FEATURE,
+                        KafkaError._TIMED_OUT_QUEUE})
+#: The codes of a request that got no answer from a broker that may still be there: its
+#: connection was lost (``_TRANSPORT``), it timed out in flight (``_TIMED_OUT``) or
+#: waiting in the queue (``_TIMED_OUT_QUEUE``). All retriable: callers try again, or
+#: look up again the broker they sent it to.
+NO_ANSWER = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                       KafkaError._TIMED_OUT_QUEUE})
 
 _IOV_MAX = 512  # buffers per sendmsg call (Linux allows 1024)
 #: The longest a throttle time holds a connection's requests back (s; KIP-219). Kafka
@@ -190,12 +206,20 @@ def _log_callback_failure(exc: Exception) -> None:
     _log.error("connection callback raised: %r", exc)
 
 
+def _earliest(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    if a is None:
+        return b
+    return a if b is None or a <= b else b
+
+
 class _Request:
-    """A request's policy state: its callback, when it was queued and sent, its deadline.
-    The conversation keeps it as the context of the request in flight."""
+    """A request's policy state: its callback, when it was queued and sent, its deadlines
+    (in the queue, then in flight). The conversation keeps it as the context of the
+    request in flight."""
 
     __slots__ = ("msg", "api_key", "version", "expect_response", "callback", "timeout",
-                 "deadline", "sent_at", "queued_at", "fail_unreachable", "for_version")
+                 "deadline", "queue_deadline", "sent_at", "queued_at", "fail_unreachable",
+                 "for_version")
 
     def __init__(self, msg: Any, version: Optional[int], expect_response: bool,
                  callback: Optional[ResponseCallback], timeout: Optional[float],
@@ -210,6 +234,8 @@ class _Request:
         self.callback = callback
         self.timeout = timeout
         self.deadline = 0.0
+        #: while it waits in the connection's queue, when it fails there (else 0.0)
+        self.queue_deadline = 0.0
         self.sent_at = 0.0
         self.queued_at = time.monotonic()
 
@@ -289,6 +315,10 @@ class BrokerConnection:
         self._addr_index = 0
         self._setup_deadline = 0.0
         self._queue: Deque[_Request] = deque()        # waiting for READY / in-flight room
+        #: ``(queue_deadline, id, request)`` of the queued requests, earliest first; an
+        #: entry whose request left the queue (its queue_deadline no longer the entry's)
+        #: is dropped when it comes to the top
+        self._queue_deadlines: List[Tuple[float, int, _Request]] = []
         self._conv = BrokerConversation(self.settings.client_id,
                                         max_frame_size=self.settings.max_frame_size,
                                         allow_unstable=RELEASED_UNSTABLE_APIS)
@@ -736,7 +766,10 @@ class BrokerConnection:
         when it failed (with a code in :data:`NEVER_SENT` when it was never written); for
         ``expect_response=False`` (acks=0 Produce) it runs with ``(None, None)`` once the
         request is handed to the kernel. ``version`` None uses
-        the negotiated version. ``timeout`` (s) defaults to ``socket.timeout.ms``.
+        the negotiated version. ``timeout`` (s) defaults to ``socket.timeout.ms``; it
+        bounds the wait in the queue (from now; then ``_TIMED_OUT_QUEUE``, never sent,
+        the connection left up) and, once written, the wait for the answer (then
+        ``_TIMED_OUT``, which closes the connection).
         A request waiting for the connection stays queued through failed connection
         attempts until its timeout, unless ``fail_unreachable``: then it fails with the
         first failed attempt (for a request that belongs to whichever broker leads a
@@ -748,6 +781,9 @@ class BrokerConnection:
         if self.can_send():
             self._write_request(req)
         else:
+            req.queue_deadline = req.queued_at + (
+                timeout if timeout is not None else self.settings.request_timeout)
+            heapq.heappush(self._queue_deadlines, (req.queue_deadline, id(req), req))
             self._queue.append(req)
             if self.state == DISCONNECTED:
                 self.connect()
@@ -758,7 +794,11 @@ class BrokerConnection:
             return  # service() writes them when the throttle is over
         limit = self.settings.max_in_flight
         while q and self.state == READY and self._conv.in_flight < limit:
-            self._write_request(q.popleft())
+            req = q.popleft()
+            req.queue_deadline = 0.0
+            self._write_request(req)
+        if not q:
+            self._queue_deadlines.clear()
 
     def _write_request(self, req: _Request) -> None:
         version = req.version
@@ -1028,8 +1068,8 @@ class BrokerConnection:
             since = API_KEYS[req.api_key].client_throttles_from
             if since is not None and req.version >= since:
                 # Bounded: a broker's absurd value cannot park the requests queued here
-                # (they get no deadline until written), the heartbeats of a group member
-                # among them, beyond what the broker's own throttle makes them wait.
+                # (the heartbeats of a group member among them: they would time out in
+                # the queue) beyond what the broker's own throttle makes them wait.
                 until = time.monotonic() + min(throttle_ms / 1000.0, MAX_THROTTLE_HOLD_S,
                                                self.settings.request_timeout)
                 if until > self.muted_until:
@@ -1064,11 +1104,13 @@ class BrokerConnection:
     def service(self, now: float) -> Optional[float]:
         """Periodic work: reconnect when requests wait and the backoff is over, expire
         requests and setups, close when idle. Returns when it next wants to run."""
+        if self._queue_deadlines:
+            self._expire_queued(now)     # first: a queue emptied so needs no connection
         if self.state == DISCONNECTED and self._queue:
             if now >= self.next_attempt:
                 self.connect(now)
             else:
-                return self.next_attempt
+                return _earliest(self.next_attempt, self._next_queue_deadline())
         nxt = self.check_timeouts(now)
         if self.muted_until:
             if now < self.muted_until:
@@ -1079,7 +1121,12 @@ class BrokerConnection:
         return nxt
 
     def check_timeouts(self, now: float) -> Optional[float]:
-        """Close on an expired request or setup; idle-close. Returns the next deadline."""
+        """Fail the queued requests whose timeout passed; close on an expired request in
+        flight or setup; idle-close. Returns the next deadline."""
+        queued_next = self._expire_queued(now) if self._queue_deadlines else None
+        return _earliest(self._check_connection_timeouts(now), queued_next)
+
+    def _check_connection_timeouts(self, now: float) -> Optional[float]:
         st = self.state
         if st == DISCONNECTED:
             return self.next_attempt if (self._queue and self.next_attempt > now) else None
@@ -1118,6 +1165,48 @@ class BrokerConnection:
                 return None
             nxt = at if nxt is None else min(nxt, at)
         return nxt
+
+    def _expire_queued(self, now: float) -> Optional[float]:
+        """Fail the queued requests whose timeout passed, with ``_TIMED_OUT_QUEUE``: never
+        written, so the connection and its stream are left as they are. Returns the next
+        queued deadline. Looks at the heap's top only, unless something expired."""
+        heap = self._queue_deadlines
+        expired: List[_Request] = []
+        while heap:
+            deadline, _, req = heap[0]
+            if req.queue_deadline != deadline:
+                heapq.heappop(heap)          # written or failed since: a stale entry
+            elif deadline <= now:
+                heapq.heappop(heap)
+                req.queue_deadline = 0.0
+                expired.append(req)
+            else:
+                break
+        if expired:
+            q = self._queue
+            left = len(expired)
+            while q and not q[0].queue_deadline:   # the usual case: the oldest expire
+                q.popleft()
+                left -= 1
+            if left:     # behind a request queued earlier with a longer timeout
+                kept = [r for r in q if r.queue_deadline]
+                q.clear()
+                q.extend(kept)
+            self.request_timeouts += len(expired)
+            for req in expired:
+                timeout = req.timeout if req.timeout is not None \
+                    else self.settings.request_timeout
+                self._finish(req, None, client_error(
+                    KafkaError._TIMED_OUT_QUEUE,
+                    f"{self.host}:{self.port}: request timed out in queue after "
+                    f"{timeout:g}s, never sent (connection {self.state})"))
+        return self._next_queue_deadline()
+
+    def _next_queue_deadline(self) -> Optional[float]:
+        heap = self._queue_deadlines
+        while heap and heap[0][2].queue_deadline != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     # -- close -------------------------------------------------------------------------
     def shutdown(self) -> bool:
@@ -1264,7 +1353,9 @@ class BrokerConnection:
         if fail_queued:
             queued = list(self._queue)
             self._queue.clear()
+            self._queue_deadlines.clear()
             for req in queued:
+                req.queue_deadline = 0.0
                 self._finish(req, None, fail_with)
         elif error is not None and any(req.fail_unreachable for req in self._queue):
             failing = [req for req in self._queue if req.fail_unreachable]
@@ -1272,6 +1363,7 @@ class BrokerConnection:
             self._queue.clear()
             self._queue.extend(kept)
             for req in failing:
+                req.queue_deadline = 0.0     # its deadline's entry is stale now
                 self._finish(req, None, fail_with)
         if self.on_state is not None:
             self.on_state(self, DISCONNECTED, error)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from kafka_client._backoff import retry_delay
 from kafka_client._interval import IntervalStat
-from kafka_client._net.connection import DISCONNECTED
+from kafka_client._net.connection import DISCONNECTED, NO_ANSWER
 from kafka_client.consumer.fetch_session import FetchPlan, FetchSession, SessionPartition
 from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_client.types import (
@@ -729,7 +729,7 @@ class Fetcher:
             got = {} if each_broker else results
             if err is not None:
                 for topic, plist in node_parts.items():
-                    if err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+                    if err.code() in NO_ANSWER:
                         md.mark_stale(topic)
                     for p, _ in plist:
                         got[(topic, p)] = _lookup_failed(err)
@@ -911,8 +911,7 @@ class Fetcher:
                     part.backoff_until = now + self.error_backoff
                     if code in LEADER_ERRORS:
                         md.mark_stale(part.topic, now)
-                    elif code not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-                                      KafkaError._DESTROY):
+                    elif code not in NO_ANSWER and code != KafkaError._DESTROY:
                         if part.last_error != code:
                             # Once per partition and error, not at every retry: the
                             # partition is not fetched until its position is checked.
@@ -1067,8 +1066,7 @@ class Fetcher:
                         self._back_to_leader(part, err.str())
             if first_loss:
                 self.io.wake()   # to wait for the reconnect (it may fail inside tick())
-            if err.code() not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-                                  KafkaError._DESTROY):
+            if err.code() not in NO_ANSWER and err.code() != KafkaError._DESTROY:
                 self.log.warning("Fetch from broker %d failed: %s", node, err.str())
             md.request([p.topic for p, _, _ in sent], fast=True, now=now)
             return

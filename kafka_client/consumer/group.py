@@ -38,6 +38,7 @@ from kafka_client._backoff import retry_backoff, retry_delay
 from kafka_client._cluster.metadata import coordinator_answer
 from kafka_client._cluster.telemetry import Sample, interval_samples
 from kafka_client._interval import IntervalStat
+from kafka_client._net.connection import NO_ANSWER
 from kafka_client.consumer.assignors import (
     MemberSubscription,
     Subscription,
@@ -102,7 +103,7 @@ _STATIC_MEMBER_NEEDS = tuple((request.API_KEY, request.API_NAME,
 COORDINATOR_ERRORS = frozenset((ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                 ErrorCode.NOT_COORDINATOR))
 #: ... and the local errors of a request that met no coordinator: look it up again
-COORDINATOR_LOST = COORDINATOR_ERRORS | {KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+COORDINATOR_LOST = COORDINATOR_ERRORS | NO_ANSWER
 
 #: The coordinator's refusals (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) of the member's
 #: joins and heartbeats in a row, each after a lookup that named it, from which the
@@ -743,8 +744,7 @@ class GroupCoordinator:
             self.log.debug("coordinator lookup failed (again in %.3g s): %s", delay,
                            err.str())
             self._find_after = self._next_coord_query = time.monotonic() + delay
-            if not err.retriable() and err.code() not in (KafkaError._TRANSPORT,
-                                                          KafkaError._TIMED_OUT) \
+            if not err.retriable() and err.code() not in NO_ANSWER \
                     and err.code() != self._find_error_told:
                 self._find_error_told = err.code()
                 self.deliver_error(err)
@@ -1528,8 +1528,7 @@ class GroupCoordinator:
                 for t in resp.topics:
                     for pr in t.partitions:
                         codes[(t.name, pr.partition_index)] = broker_code(pr.error_code)
-            retry = err is not None and err.code() in (KafkaError._TRANSPORT,
-                                                       KafkaError._TIMED_OUT)
+            retry = err is not None and err.code() in NO_ANSWER
             for topic, p, off, meta, epoch in offsets:
                 # A partition the answer leaves out is not committed.
                 code = codes.get((topic, p), ErrorCode.UNKNOWN_SERVER_ERROR) \
@@ -1601,8 +1600,7 @@ class GroupCoordinator:
         def finished(result: Optional[Dict[Key, Tuple[int, Optional[str], int]]],
                      err: Optional[KafkaError] = None) -> None:
             if result is None:
-                if err is not None and not err.retriable() and err.code() not in (
-                        KafkaError._TRANSPORT, KafkaError._TIMED_OUT) \
+                if err is not None and not err.retriable() and err.code() not in NO_ANSWER \
                         and err.code() != self._offset_fetch_error_told:
                     self._offset_fetch_error_told = err.code()
                     self.deliver_error(err)

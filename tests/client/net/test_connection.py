@@ -404,6 +404,182 @@ def test_request_timeout_closes_and_fails_in_flight(io):
         fake.close()
 
 
+# -- requests that wait in the queue -------------------------------------------------------
+
+def _frames_read(sock, timeout=0.5):
+    """The API keys of the frames a peer socket received so far (read until quiet)."""
+    import struct
+
+    from kafka_proto.framing import FrameParser
+
+    parser, keys = FrameParser(), []
+    sock.settimeout(timeout)
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                break
+            keys += [struct.unpack_from(">h", frame, 0)[0] for frame in parser.feed(data)]
+    except socket.timeout:
+        pass
+    return keys
+
+
+def test_a_request_queued_on_a_connection_never_ready_times_out_in_queue(io):
+    """A broker that takes the TCP connection and never answers ApiVersions, within a
+    setup timeout longer than the request's: the queued request fails at its own timeout
+    (librdkafka: "timed out in output queue"), as never sent and retriable, and the
+    connection setting up is left alone (nothing of the request was written). It waited
+    for the setup timeout, then for every next attempt, with no end."""
+    from kafka_proto.messages import MetadataRequest
+
+    from kafka_client._net.connection import HANDSHAKE, NEVER_SENT
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    results, states = [], []
+    conn = None
+    try:
+        settings = ConnectionSettings(setup_timeout=30.0, request_timeout=0.3)
+        conn = on_io(io, lambda: BrokerConnection(
+            io, 1, "127.0.0.1", srv.getsockname()[1], settings,
+            on_state=lambda c, st, err: states.append((st, err))))
+        on_io(io, lambda: io.add_tick(conn.service))
+        start = time.monotonic()
+        on_io(io, lambda: conn.send(MetadataRequest(topics=None),
+                                    lambda r, e: results.append((r, e))))
+        wait_until(lambda: results)
+        assert len(results) == 1, "the queued request never timed out"
+        elapsed = time.monotonic() - start
+        resp, err = results[0]
+        assert resp is None and err.code() == KafkaError._TIMED_OUT_QUEUE
+        assert err.code() in NEVER_SENT and err.retriable()
+        assert "never sent" in err.str()
+        assert 0.25 <= elapsed < 3
+        # The connection is still setting up: not closed for it, no second attempt.
+        assert on_io(io, lambda: (conn.state, conn.connect_count, conn.queued)) == \
+            (HANDSHAKE, 1, 0)
+        assert states == []
+        assert conn.request_timeouts == 1
+        peer, _ = srv.accept()
+        try:
+            assert _frames_read(peer) == [18]       # ApiVersions only, never the Metadata
+        finally:
+            peer.close()
+    finally:
+        if conn is not None:
+            on_io(io, lambda: conn.close(KafkaError(KafkaError._DESTROY), fail_queued=True))
+        srv.close()
+
+
+def test_a_request_queued_through_a_reconnect_backoff_times_out_in_queue(io):
+    """A broker that refuses the connection, with a reconnect backoff longer than the
+    request's timeout: the request fails at its timeout while the connection waits out
+    the backoff, and with nothing left to send no new attempt starts."""
+    from kafka_proto.messages import MetadataRequest
+
+    port = _closed_port()
+    results, states = [], []
+    settings = ConnectionSettings(reconnect_backoff_ms=3000, reconnect_backoff_max_ms=3000)
+    conn = on_io(io, lambda: BrokerConnection(
+        io, 1, "127.0.0.1", port, settings,
+        on_state=lambda c, st, err: states.append((st, err))))
+    on_io(io, lambda: io.add_tick(conn.service))
+    start = time.monotonic()
+    on_io(io, lambda: conn.send(MetadataRequest(topics=None), lambda r, e: results.append(e),
+                                timeout=0.3))
+    wait_until(lambda: results)
+    try:
+        assert [e.code() for e in results] == [KafkaError._TIMED_OUT_QUEUE]
+        assert 0.25 <= time.monotonic() - start < 2.5
+        assert [st for st, _ in states] == [DISCONNECTED]
+        assert states[0][1].code() == KafkaError._TRANSPORT     # the refused attempt
+        time.sleep(0.1)
+        assert on_io(io, lambda: (conn.queued, conn.connect_count)) == (0, 1)
+    finally:
+        on_io(io, lambda: conn.close(KafkaError(KafkaError._DESTROY), fail_queued=True))
+
+
+def test_a_request_queued_behind_a_full_window_times_out_without_closing(io):
+    """On a ready connection whose in-flight window is full (a broker that answers
+    nothing more): the queued requests expire in the order of their deadlines, not of
+    their queueing, each as never sent; the connection stays up with its request in
+    flight, which alone closes it when it times out."""
+    from kafka_proto.messages import MetadataRequest
+
+    fake = FakeBroker()
+    results, states = [], []
+    try:
+        settings = ConnectionSettings(max_in_flight=1, request_timeout=30.0)
+        conn = connected(io, fake.port, states, settings=settings)
+        assert states == [(READY, None)]
+
+        def send_three():
+            for name, timeout in (("in flight", 2.0), ("long", 20.0), ("short", 0.3)):
+                conn.send(MetadataRequest(topics=None),
+                          lambda r, e, name=name: results.append((name, e)),
+                          timeout=timeout)
+            return conn.in_flight, conn.queued
+
+        start = time.monotonic()
+        assert on_io(io, send_three) == (1, 2)
+        wait_until(lambda: results)
+        assert [(name, e.code()) for name, e in results] == \
+            [("short", KafkaError._TIMED_OUT_QUEUE)]
+        assert time.monotonic() - start < 1.5
+        assert on_io(io, lambda: (conn.state, conn.in_flight, conn.queued)) == (READY, 1, 1)
+        assert states == [(READY, None)]
+        # The request in flight times out: that closes the connection (_TIMED_OUT); the
+        # long one stays queued for the next connection.
+        wait_until(lambda: len(results) >= 2)
+        assert [(name, e.code()) for name, e in results[1:]] == \
+            [("in flight", KafkaError._TIMED_OUT)]
+        assert [st for st, _ in states] == [READY, DISCONNECTED]
+        assert fake.frames.count(3) == 1          # the queued ones were never written
+        assert conn.request_timeouts == 2
+    finally:
+        on_io(io, lambda: conn.close(KafkaError(KafkaError._DESTROY), fail_queued=True))
+        fake.close()
+
+
+def test_nothing_due_in_a_long_queue_costs_no_look_at_it(io):
+    """check_timeouts runs every I/O turn: with thousands of requests queued and none
+    due, it looks at none of them (the earliest queued deadline is kept apart)."""
+    from collections import deque
+
+    from kafka_proto.messages import MetadataRequest
+
+    class Watched(deque):
+        walks = 0
+
+        def __iter__(self):
+            Watched.walks += 1
+            return super().__iter__()
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    try:
+        conn = on_io(io, lambda: BrokerConnection(
+            io, 1, "127.0.0.1", srv.getsockname()[1], ConnectionSettings(setup_timeout=30)))
+
+        def queue_and_check():
+            for i in range(5000):
+                conn.send(MetadataRequest(topics=None), None, timeout=20.0 + i % 7)
+            conn._queue = Watched(conn._queue)
+            now = time.monotonic()
+            nxt = [conn.service(now + 0.001 * i) for i in range(200)]
+            return conn.queued, min(nxt)
+
+        queued, nxt = on_io(io, queue_and_check)
+        assert queued == 5000 and Watched.walks == 0
+        assert time.monotonic() + 15 < nxt       # the earliest queued deadline, ~20 s on
+    finally:
+        on_io(io, lambda: conn.close(KafkaError(KafkaError._DESTROY), fail_queued=True))
+        srv.close()
+
+
 def test_idle_connection_is_closed(io):
     fake = FakeBroker()
     states = []

@@ -39,7 +39,7 @@ from kafka_client._cluster.metadata import REFRESH_ERRORS
 from kafka_client._cluster.telemetry import Sample, producer_samples
 from kafka_client._interval import IntervalStat
 from kafka_client._stats import StatsWindow
-from kafka_client._net.connection import DISCONNECTED
+from kafka_client._net.connection import DISCONNECTED, NEVER_SENT
 from kafka_client.errors import KafkaError, broker_code, client_error
 from kafka_client.producer.accumulator import (
     Accumulator,
@@ -445,7 +445,15 @@ class Sender:
             if b.done:
                 continue
             if err is not None:
-                self._retry_or_fail(b, err, now)
+                if err.code() in NEVER_SENT and err.retriable():
+                    # Never written (it timed out in the connection's queue): the attempt
+                    # did not happen, and a batch never written is not in the log
+                    # (renumbered, not failed, by an epoch bump). A lost answer or one
+                    # timed out in flight may have appended it.
+                    b.attempts -= 1
+                    self._retry_or_fail(b, err, now, refused=b.attempts == 0)
+                else:
+                    self._retry_or_fail(b, err, now)
                 continue
             pr = by_tp.get((p.topic.name, p.index))
             if pr is None:

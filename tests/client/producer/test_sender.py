@@ -1041,3 +1041,22 @@ def test_a_zstd_batch_resent_to_a_broker_without_produce_v7_goes_uncompressed():
     c.answer(base=10)
     (r,) = reports
     assert r.error is None and r.base_offset == 10 and r.batch.attempts == 2
+
+
+def test_a_produce_request_timed_out_in_the_queue_is_not_maybe_appended():
+    """A Produce request that timed out in its connection's queue was never written:
+    the batch goes back as it was (same epoch and sequence, no epoch bump), and a
+    refusal of its next attempt that only a batch never appended can recover from
+    (UNKNOWN_PRODUCER_ID) is recovered, not taken as a batch maybe in the log (fatal)."""
+    acc, sender, c, reports, t = _idempotent_in_flight(1)
+    c.fail(code=KafkaError._TIMED_OUT_QUEUE)
+    assert not reports and not sender.idem.bump_wanted and sender.idem.fatal is None
+    run(sender, 1.0)
+    assert _sent(c) == [(3, 0, [b"0"])]
+    c.answer(0, errors={("t", 0): ErrorCode.UNKNOWN_PRODUCER_ID})
+    assert sender.idem.fatal is None and sender.idem.bump_wanted and not reports
+    _bump(sender, c)
+    run(sender, 1.0)
+    assert _sent(c) == [(4, 0, [b"0"])]
+    c.answer(0)
+    assert [(r.error, values_of(r)) for r in reports] == [(None, [b"0"])]

@@ -228,6 +228,44 @@ def test_a_local_error_code_in_a_heartbeat_answer_is_not_a_lost_connection():
     assert not g.app_events
 
 
+def test_a_heartbeat_timed_out_in_the_queue_looks_the_coordinator_up_again():
+    """A heartbeat that waited in its connection's queue for its whole timeout (the
+    coordinator's connection never came up again) is an unanswered one, as lost or timed
+    out in flight: the coordinator is looked up again; the membership stays."""
+    from kafka_client.errors import client_error
+
+    g, errors = coordinator("range")
+    g.coord_id = 3
+    g._on_heartbeat(None, client_error(KafkaError._TIMED_OUT_QUEUE, "never sent"),
+                    g._op_token)
+    assert g.coord_id is None
+    assert g.state == STABLE and g.owned == {("t", 0), ("t", 1)} and not errors
+
+
+def test_a_commit_timed_out_in_the_queue_is_retried():
+    """An OffsetCommit that timed out in its connection's queue was never sent: sent
+    again (to the coordinator looked up again), not failed."""
+    from kafka_client.errors import client_error
+    from kafka_proto.messages import OffsetCommitResponse as R
+
+    g, _ = coordinator("range")
+    g.coord_id = 3
+    sent = []
+    g._send = lambda api_key, make, answered, deadline=None, max_version=0, conn=None: \
+        sent.append((make(8), answered))
+    got = []
+    g._commit([("t", 0, 10, None, -1)], lambda err, result: got.append((err, result)),
+              time.monotonic() + 5)
+    sent[0][1](None, client_error(KafkaError._TIMED_OUT_QUEUE, "never sent"))
+    assert got == [] and g.coord_id is None
+    fn, args = g.io.calls[-1]
+    fn(*args)                                                  # the retry
+    sent[1][1](R(topics=[R.OffsetCommitResponseTopic(name="t", partitions=[
+        R.OffsetCommitResponsePartition(partition_index=0, error_code=0)])]), None)
+    (err, result), = got
+    assert err is None and g.offsets.committed == {("t", 0): 10}
+
+
 def test_an_offset_fetch_answer_for_partitions_not_asked_is_ignored():
     """Only the partitions asked are read from an OffsetFetch answer: another's error
     code failed the whole lookup (committed() raised it), another's offset came back as

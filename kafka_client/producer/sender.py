@@ -451,7 +451,8 @@ class Sender:
                     # (renumbered, not failed, by an epoch bump). A lost answer or one
                     # timed out in flight may have appended it.
                     b.attempts -= 1
-                    self._retry_or_fail(b, err, now, refused=b.attempts == 0)
+                    self._retry_or_fail(b, err, now,
+                                        refused=b.attempts == 0 or b in self.refused)
                 else:
                     self._retry_or_fail(b, err, now)
                 continue

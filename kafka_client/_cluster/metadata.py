@@ -442,9 +442,11 @@ class MetadataCache:
 
 
 class BrokerMetadata:
-    """A broker as ``list_topics()`` reports it (confluent-kafka's shape)."""
+    """A broker as ``list_topics()`` reports it (confluent-kafka's shape). The arguments
+    default to confluent-kafka's empty broker (-1, None, -1): programs build these for
+    mocked ``list_topics()`` answers without arguments, then set the attributes."""
 
-    def __init__(self, id: int, host: str, port: int) -> None:
+    def __init__(self, id: int = -1, host: Optional[str] = None, port: int = -1) -> None:
         self.id = id
         self.host = host
         self.port = port
@@ -457,14 +459,15 @@ class BrokerMetadata:
 
 
 class PartitionMetadata:
-    """One partition: ``id``, ``leader``, ``replicas``, ``isrs``, ``error``."""
+    """One partition: ``id``, ``leader``, ``replicas``, ``isrs``, ``error``; without
+    arguments confluent-kafka's empty one (-1, -1, [], [], None)."""
 
-    def __init__(self, id: int, leader: int, replicas: List[int], isrs: List[int],
-                 error: Optional[KafkaError]) -> None:
+    def __init__(self, id: int = -1, leader: int = -1, replicas: Optional[List[int]] = None,
+                 isrs: Optional[List[int]] = None, error: Optional[KafkaError] = None) -> None:
         self.id = id
         self.leader = leader
-        self.replicas = replicas
-        self.isrs = isrs
+        self.replicas = [] if replicas is None else replicas
+        self.isrs = [] if isrs is None else isrs
         self.error = error
 
     # repr and str as confluent-kafka's: programs print partitions as their id.
@@ -478,12 +481,14 @@ class PartitionMetadata:
 
 
 class TopicMetadata:
-    """One topic: ``topic``, ``partitions`` ({id: PartitionMetadata}), ``error``."""
+    """One topic: ``topic``, ``partitions`` ({id: PartitionMetadata}), ``error``; without
+    arguments confluent-kafka's empty one (None, {}, None)."""
 
-    def __init__(self, topic: str, partitions: Dict[int, PartitionMetadata],
-                 error: Optional[KafkaError]) -> None:
+    def __init__(self, topic: Optional[str] = None,
+                 partitions: Optional[Dict[int, PartitionMetadata]] = None,
+                 error: Optional[KafkaError] = None) -> None:
         self.topic = topic
-        self.partitions = partitions
+        self.partitions = {} if partitions is None else partitions
         self.error = error
 
     def __repr__(self) -> str:
@@ -493,7 +498,7 @@ class TopicMetadata:
         return f"TopicMetadata({self.topic}, {len(self.partitions)} partitions)"
 
     def __str__(self) -> str:
-        return self.topic
+        return str(self.topic)
 
 
 class ClusterMetadata:

@@ -128,6 +128,18 @@ def test_list_topics_results_print_as_confluent_kafkas(cluster, topic_name):
     assert got["kafka_client"] == got["confluent_kafka"]
 
 
+@pytest.mark.parametrize("name", ["BrokerMetadata", "TopicMetadata", "PartitionMetadata",
+                                  "ClusterMetadata", "GroupMetadata", "GroupMember"])
+def test_metadata_objects_build_without_arguments_as_confluent_kafkas(name):
+    # Programs mock list_topics()/list_groups() answers: an object built bare, then its
+    # attributes set (confluent-kafka's take no arguments).
+    ours = getattr(importlib.import_module("kafka_client.admin"), name)()
+    theirs = getattr(importlib.import_module("confluent_kafka.admin"), name)()
+    assert vars(ours) == vars(theirs)
+    if type(theirs).__str__ is not object.__str__:
+        assert (str(ours), repr(ours)) == (str(theirs), repr(theirs))
+
+
 def name_a_topic_twice(top, m, impl, cluster, topic):
     """CreateTopics, CreatePartitions and DeleteTopics naming one topic twice beside
     another: each future's error code, and what the cluster did."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import operator
 from typing import Any, List, Optional
 
 from kafka_proto import enums as wire
@@ -161,14 +162,17 @@ class Uuid:
     __slots__ = ("_msb", "_lsb")
 
     def __init__(self, most_significant_bits: int, least_significant_bits: int) -> None:
+        bits = []
         for name, v in (("most_significant_bits", most_significant_bits),
                         ("least_significant_bits", least_significant_bits)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"Uuid {name} must be an int, not {type(v).__name__}")
+            try:  # any integer (numpy, IntEnum, bool), as confluent-kafka's parsing takes
+                v = operator.index(v)
+            except TypeError:
+                raise TypeError(f"Uuid {name} must be an int, not {type(v).__name__}") from None
             if not _INT64_MIN <= v <= _INT64_MAX:
                 raise OverflowError(f"Uuid {name} {v} is outside the signed 64-bit range")
-        self._msb = most_significant_bits
-        self._lsb = least_significant_bits
+            bits.append(v)
+        self._msb, self._lsb = bits
 
     def get_most_significant_bits(self) -> int:
         """The high 64 bits, signed (as Java's ``Uuid`` gives them)."""

@@ -23,6 +23,7 @@ hands to the application carry it.
 from __future__ import annotations
 
 import builtins
+import operator
 from typing import Any, Dict, Optional, Tuple, Union
 
 from kafka_client._error_codes import ErrorCodeConstants
@@ -198,10 +199,12 @@ class KafkaError(ErrorCodeConstants):
     ) -> None:
         if isinstance(error, KafkaError):
             code = error._code
-        elif isinstance(error, int) and not isinstance(error, bool):
-            code = int(error)
         else:
-            raise TypeError(f"KafkaError code must be an int, not {type(error).__name__}")
+            try:  # any integer (numpy, IntEnum, bool), as confluent-kafka's parsing takes
+                code = operator.index(error)
+            except TypeError:
+                raise TypeError(f"KafkaError code must be an int, not "
+                                f"{type(error).__name__}") from None
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"KafkaError reason must be a str, not {type(reason).__name__}")
         self._code = code

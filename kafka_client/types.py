@@ -43,11 +43,15 @@ Headers = List[Tuple[str, Optional[bytes]]]
 
 
 def _check_int(value: Any, what: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if not lo <= value <= hi:
-        raise OverflowError(f"{what} {value} is outside {lo}..{hi}")
-    return int(value)
+    # Whatever Python takes as an integer (operator.index: numpy integers, IntEnum, bool),
+    # as confluent-kafka's C argument parsing does; a plain int comes back.
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}") from None
+    if not lo <= number <= hi:
+        raise OverflowError(f"{what} {number} is outside {lo}..{hi}")
+    return number
 
 
 class TopicPartition:

@@ -4,6 +4,7 @@ and ``describe_cluster()`` take and return."""
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any, Dict, List, Optional, Union
 
 from kafka_client._model import Node, TopicPartitionInfo, Uuid
@@ -28,9 +29,12 @@ ReplicaAssignment = List[List[int]]
 
 
 def _check_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    return value
+    # Any integer Python can index with (numpy integers, IntEnum, bool), as
+    # confluent-kafka's C argument parsing takes; a plain int comes back.
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}") from None
 
 
 def _check_topic(topic: Any) -> str:

@@ -327,7 +327,7 @@ cdef class AccumulatorCore:
             raise too_large(size, self.message_max)
         part = _partition_arg(partition)
         if timestamp is not _NOW:
-            _check_timestamp(timestamp)
+            timestamp = _timestamp_arg(timestamp)
         if callback is not None:
             on_delivery = callback
             if not callable(on_delivery):
@@ -370,7 +370,7 @@ cdef class AccumulatorCore:
         if not isinstance(topic, str):
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         if timestamp is not _NOW:
-            _check_timestamp(timestamp)
+            timestamp = _timestamp_arg(timestamp)
         if on_delivery is None:
             on_delivery = self.default_cb
         elif not callable(on_delivery):
@@ -450,8 +450,7 @@ cdef class AccumulatorCore:
         if timestamp is None:
             pm.timestamp = default_ts
         else:
-            _check_timestamp(timestamp)
-            pm.timestamp = timestamp
+            pm.timestamp = _timestamp_arg(timestamp)
         if size > self.message_max:
             raise too_large(size, self.message_max)
         return pm
@@ -603,7 +602,7 @@ cdef int _refuse_checked(refusal, value, key, partition, timestamp, on_delivery,
     try:
         _partition_arg(partition)
         if timestamp is not _NOW:
-            _check_timestamp(timestamp)
+            _timestamp_arg(timestamp)
     except KafkaException:
         pass  # a value out of range: librdkafka's refusal comes first
     if callback is not None:
@@ -630,6 +629,19 @@ cdef inline int _partition_arg(partition) except -2:
     if part < -1:
         raise invalid_partition(part)
     return part
+
+
+cdef object _timestamp_arg(timestamp):
+    # The timestamp as a plain int, checked (_check_timestamp): any integer Python can
+    # index with (numpy integers, ...), as confluent-kafka's C argument parsing takes.
+    if not PyLong_CheckExact(timestamp):
+        try:
+            timestamp = _index(timestamp)
+        except TypeError:
+            raise TypeError(f"timestamp must be an int (milliseconds), not "
+                            f"{type(timestamp).__name__}") from None
+    _check_timestamp(timestamp)
+    return timestamp
 
 
 cdef int _check_timestamp(timestamp) except -1:
@@ -661,9 +673,10 @@ cdef object _queue_full():
 
 
 def check_timestamp(timestamp):
-    """Raise as ``produce()`` does for a timestamp that is not an int (TypeError) or is
-    below 0 or beyond 64 bits (KafkaException ``_INVALID_ARG``)."""
-    _check_timestamp(timestamp)
+    """The timestamp as a plain int; raises as ``produce()`` does for one that is not an
+    integer (TypeError) or is below 0 or beyond 64 bits (KafkaException
+    ``_INVALID_ARG``)."""
+    return _timestamp_arg(timestamp)
 
 
 def too_large(Py_ssize_t size, long long message_max):

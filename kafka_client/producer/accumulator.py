@@ -226,7 +226,7 @@ class Accumulator(AccumulatorCore):
         partition = _index(partition)
         if partition < -1:
             raise invalid_partition(partition)
-        check_timestamp(timestamp)
+        timestamp = check_timestamp(timestamp)
         if on_delivery is None:
             on_delivery = self.default_cb
         elif not callable(on_delivery):

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+import kafka_client
+import kafka_client.admin
 from kafka_client import (
     OFFSET_INVALID,
     Consumer,
@@ -20,6 +22,7 @@ from kafka_client import (
 )
 
 ck = pytest.importorskip("confluent_kafka")
+ck_admin = pytest.importorskip("confluent_kafka.admin")
 
 NOWHERE = "127.0.0.1:1"
 
@@ -93,6 +96,43 @@ def test_list_topics_argument_types(producers):
             p.list_topics(5)
         with pytest.raises(TypeError):
             p.list_topics(timeout="x")
+
+
+class IndexOnly:
+    """An integer that is no int, as numpy's integers are (pandas hands them out): it has
+    ``__index__``, which confluent-kafka's C argument parsing takes."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+def built_from_integer_types(m, admin, make):
+    """Values and types read back from objects built with ``make(n)`` for each integer."""
+    tp = m.TopicPartition("t", make(2), make(7))
+    topic, parts = admin.NewTopic("t", make(3), make(1)), admin.NewPartitions("t", make(4))
+    uuid = m.Uuid(make(1), make(0))
+    return [(tp.partition, type(tp.partition)), (tp.offset, type(tp.offset)),
+            (topic.num_partitions, type(topic.num_partitions)),
+            (topic.replication_factor, type(topic.replication_factor)),
+            (parts.new_total_count, type(parts.new_total_count)),
+            (m.KafkaError(make(1)).code(), type(m.KafkaError(make(1)).code())), str(uuid)]
+
+
+@pytest.mark.parametrize("make", [IndexOnly, bool], ids=["index-only", "bool"])
+def test_integers_that_are_not_int_are_taken_like_confluent(producers, make):
+    ours = built_from_integer_types(kafka_client, kafka_client.admin, make)
+    assert ours == built_from_integer_types(ck, ck_admin, make)
+    producer, theirs = producers
+    reports = []
+    for p in (producer, theirs):
+        p.produce("t", b"v", partition=make(0), timestamp=make(1234),
+                  on_delivery=lambda err, msg: reports.append(msg.timestamp()))
+        p.purge()
+        p.flush(1)
+    assert len(reports) == 2 and reports[0] == (1, int(make(1234)))
 
 
 # -- configuration ---------------------------------------------------------------------

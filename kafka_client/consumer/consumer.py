@@ -298,13 +298,16 @@ class Consumer(ClientBase):
         leaving the assignment are committed (asynchronously, the result to on_commit),
         as librdkafka commits what it unassigns (lower than the committed ones too);
         they were dropped, and read again by the next consumer. A subscription's
-        partitions are committed before their revocation (and never when lost) by the
-        group."""
+        partitions are committed by the group after their revocation callback (and never
+        when lost), this unassignment's among them when the callback makes it."""
         group = self._group
-        if group is None or not group.auto_commit or group.patterns is not None or not keys:
+        if group is None or not group.auto_commit or not keys:
             return
         leaving = [tp for tp in self._fetcher.stored_offsets(leaving=True)
                    if (tp.topic, tp.partition) in keys]
+        if group.patterns is not None:
+            group.keep_leaving(leaving)
+            return
         if leaving:
             group.commit(leaving, asynchronous=True)
 

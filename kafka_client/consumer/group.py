@@ -328,6 +328,8 @@ class GroupCoordinator:
         #: waits for it, then revokes what is still assigned (it revoked the same
         #: partitions a second time, both on_revoke calls at once)
         self._revoking = threading.RLock()
+        #: during a revocation callback: stored offsets of what it unassigned itself
+        self._leaving_in_revoke: Optional[List[TopicPartition]] = None
         #: since the last metrics push (KIP-714): commit round trips, and rebalances
         #: from the first JoinGroup to the assignment; all rebalances' time, ever (s)
         self.commit_latency = IntervalStat()
@@ -411,9 +413,9 @@ class GroupCoordinator:
                 cb(err, result)
 
     def _run_revoke(self, member: GroupMember, tps: List[TopicPartition], lost: bool) -> None:
-        """The revocation on the application thread: commit (enable.auto.commit), the
-        callback, the unassignment. The unassignment and the news to the I/O thread
-        happen even if a callback raises; then the exception goes on."""
+        """The revocation on the application thread: the callback, the commit
+        (enable.auto.commit), the unassignment. The commit, the unassignment and the news
+        to the I/O thread happen even if a callback raises; then the exception goes on."""
         with self._revoking:
             self._revoke(member, tps, lost)
 
@@ -425,24 +427,17 @@ class GroupCoordinator:
         member.hold(tps)
         before = member.assignment_changes()
         failure: Optional[Exception] = None
-        if not lost and self.auto_commit:
-            # Offsets processed so far are committed before the partitions go, as
-            # librdkafka does with enable.auto.commit.
-            try:
-                going = {(t.topic, t.partition) for t in tps}
-                stored = [tp for tp in member.stored_offsets(leaving=True)
-                          if (tp.topic, tp.partition) in going]
-                if stored:
-                    self.commit(stored, asynchronous=False, timeout=5.0, auto=True)
-            except KafkaException as exc:
-                self.log.info("commit before revoke failed: %s", exc)
-            except Exception as exc:  # on_commit raised: the revocation still runs
-                failure = exc
+        # With enable.auto.commit the stored offsets are committed as the partitions go,
+        # after the callback, as librdkafka commits what leaves the assignment: offsets
+        # the callback stored count (they were lost when the commit came first). What the
+        # callback unassigned itself is kept for this commit (keep_leaving()).
+        self._leaving_in_revoke = [] if not lost and self.auto_commit else None
         try:
             if cb is not None:
                 cb(member.consumer, tps)
         finally:
             try:
+                failure = self._commit_revoked(member, tps)
                 if member.assignment_changes() == before:
                     if self.cooperative:
                         assigned = member.assigned()
@@ -455,6 +450,33 @@ class GroupCoordinator:
                 self.io.call_soon(self._revoke_done)
         if failure is not None:
             raise failure
+
+    def keep_leaving(self, stored: List[TopicPartition]) -> None:
+        """Application thread: the stored offsets of partitions a revocation callback
+        unassigns itself, for the commit that follows it (none outside a callback: a
+        subscription's partitions are committed as the group revokes them)."""
+        if self._leaving_in_revoke is not None:
+            self._leaving_in_revoke.extend(stored)
+
+    def _commit_revoked(self, member: GroupMember,
+                        tps: List[TopicPartition]) -> Optional[Exception]:
+        """After the revocation callback: commit the stored offsets of the revoked
+        partitions (enable.auto.commit). Returns what on_commit raised, if it did."""
+        kept, self._leaving_in_revoke = self._leaving_in_revoke, None
+        if kept is None:
+            return None
+        going = {(t.topic, t.partition) for t in tps}
+        stored = kept + [tp for tp in member.stored_offsets(leaving=True)
+                         if (tp.topic, tp.partition) in going]
+        if not stored:
+            return None
+        try:
+            self.commit(stored, asynchronous=False, timeout=5.0, auto=True)
+        except KafkaException as exc:
+            self.log.info("commit of the revoked partitions failed: %s", exc)
+        except Exception as exc:  # on_commit raised: the revocation still runs
+            return exc
+        return None
 
     def _run_assign(self, member: GroupMember, tps: List[TopicPartition], token: int) -> None:
         """The assignment on the application thread: the callback, then the assignment

@@ -262,6 +262,44 @@ def commit_in_on_revoke(k, impl, bootstrap, topic):
     return read, events, committed
 
 
+def store_in_on_revoke(k, impl, bootstrap, topic):
+    """``enable.auto.offset.store=False`` with auto-commit on: the offsets of messages
+    read are stored in ``on_revoke`` (once with an ``unassign()`` there too, as
+    rebalance callbacks written for librdkafka do), then close(): the callbacks' events
+    and what the group has committed afterwards."""
+    got = []
+    for unassign in (False, True):
+        name = new_topic(k, bootstrap, f"{topic}-{impl}-{unassign}", 2)
+        produce_n(k, bootstrap, name, 3, partition=0)
+        events, read = [], []
+
+        def on_revoke(consumer, partitions, unassign=unassign, events=events, read=read):
+            events.append(("revoke", sorted(tp.partition for tp in partitions)))
+            consumer.store_offsets(message=read[-1])
+            if unassign:
+                consumer.unassign()
+
+        conf = {"bootstrap.servers": bootstrap, "group.id": name,
+                "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+                "on_commit": lambda err, parts, events=events: events.append(
+                    ("on_commit", err, [(tp.partition, tp.offset) for tp in parts
+                                        if tp.offset >= 0]))}
+        c = k.Consumer(conf)
+        c.subscribe([name], on_revoke=on_revoke)
+        end = time.monotonic() + 20
+        while len(read) < 2 and time.monotonic() < end:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                read.append(m)
+        c.close()
+        c = k.Consumer(conf)
+        committed = [(tp.partition, tp.offset) for tp in c.committed(
+            [k.TopicPartition(name, p) for p in (0, 1)], timeout=10)]
+        c.close()
+        got.append((len(read), events, committed))
+    return got
+
+
 def batches_with_stored_offsets(k, impl, bootstrap, topic):
     """``consume(n)`` batches with ``enable.auto.offset.store=False``, ``store_offsets()``
     per message, then one synchronous commit."""
@@ -388,7 +426,8 @@ def subscribe_to_a_missing_topic(k, impl, bootstrap, topic):
 
 
 @pytest.mark.parametrize("program", [
-    commit_in_on_revoke, batches_with_stored_offsets, start_at_a_time, topic_exists,
+    commit_in_on_revoke, store_in_on_revoke, batches_with_stored_offsets, start_at_a_time,
+    topic_exists,
     produce_with_buffer_error_retry, dead_letter_copy, subscribe_to_a_missing_topic,
 ], ids=lambda f: f.__name__)
 def test_program_behaves_as_on_confluent_kafka(cluster, topic_name, program):

@@ -139,6 +139,9 @@ class Consumer(ClientBase):
         #: and a partition of one that is not assigned is _STATE to seek() and
         #: store_offsets(), one of any other topic _UNKNOWN_PARTITION
         self._topics_seen: Set[str] = set()
+        #: topics whose leader an offset lookup of this consumer has asked (librdkafka
+        #: keeps their leaders: a lookup after the topic is deleted asks that leader)
+        self._topics_looked_up: Set[str] = set()
         #: partitions the application paused and did not resume: one assigned again
         #: (assign(), a rebalance) starts paused, as in librdkafka, whose pause stays on
         #: the partition across unassignments until resume()
@@ -1049,6 +1052,7 @@ class Consumer(ClientBase):
         began = time.monotonic() if started is None else started
         deadline = began + timeout
         results: Dict[Tuple[str, int], OffsetLookup] = {}
+        asked: Set[Tuple[str, int]] = set()
         pending = dict(want)
         topics = sorted({k[0] for k in want})
         with self._lookups_lock:
@@ -1056,13 +1060,28 @@ class Consumer(ClientBase):
                 self._lookups[t] = self._lookups.get(t, 0) + 1
         try:
             self._io.call_soon(self._cluster.want_topics, topics)
-            pending = self._look_up_offsets(pending, results, deadline, began, isolation)
+            pending = self._look_up_offsets(pending, results, deadline, began, isolation,
+                                            asked)
         finally:
             with self._lookups_lock:
                 for t in topics:
                     left = self._lookups.pop(t) - 1
                     if left:
                         self._lookups[t] = left
+        known = self._topics_seen | self._topics_looked_up
+        self._topics_looked_up.update(t for t, _ in asked)
+        if results and len(results) == len(want) and not asked and \
+                all(found.no_partition for found in results.values()) and \
+                not any(t in known for t in topics):
+            # No partition asked for exists, and no leader of these topics was known: the
+            # call fails as a whole with _UNKNOWN_PARTITION, as librdkafka's lookups that
+            # find no leader at all (for a topic never known too). A topic this consumer
+            # had partitions of or looked up, deleted since, keeps UNKNOWN_TOPIC_OR_PART:
+            # librdkafka still asks its old leader, who answers that. Beside existing
+            # partitions, each keeps its own error, as there.
+            first = next(iter(results.values())).error
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION,
+                                            first.str() if first is not None else None))
         if len(results) < len(want) or pending:
             missing = [k for k in want if k not in results or k in pending]
             last = results.get(missing[0]) if missing else None
@@ -1077,9 +1096,11 @@ class Consumer(ClientBase):
 
     def _look_up_offsets(self, pending: Dict[Tuple[str, int], int],
                          results: Dict[Tuple[str, int], OffsetLookup], deadline: float,
-                         began: float, isolation: int) -> Dict[Tuple[str, int], int]:
-        """_list_offsets()'s attempts: fills ``results``, returns what is still pending
-        (retriable errors) when the deadline came."""
+                         began: float, isolation: int,
+                         asked: Set[Tuple[str, int]]) -> Dict[Tuple[str, int], int]:
+        """_list_offsets()'s attempts: fills ``results`` and ``asked`` (the partitions a
+        leader was asked about), returns what is still pending (retriable errors) when
+        the deadline came."""
         while True:
             done = threading.Event()
             box: List[Any] = []
@@ -1096,6 +1117,7 @@ class Consumer(ClientBase):
                 return pending
             res = box[0]
             results.update(res)
+            asked.update(key for key, found in res.items() if not found.no_leader)
             pending = {key: pending[key] for key, found in res.items()
                        if found.error is not None and found.error.retriable()}
             if not pending:

@@ -240,16 +240,24 @@ class AbortedTransaction(NamedTuple):
 
 class OffsetLookup(NamedTuple):
     """One partition's ListOffsets answer: the offset, its record's timestamp and leader
-    epoch (-1: not known; v4+), or the error (offset and timestamp -1)."""
+    epoch (-1: not known; v4+), or the error (offset and timestamp -1); ``no_leader``:
+    failed before asking, no leader being known, and ``no_partition``: because the
+    metadata says the partition does not exist."""
 
     offset: int
     timestamp: int
     error: Optional[KafkaError]
     leader_epoch: int = -1
+    no_leader: bool = False
+    no_partition: bool = False
 
 
 def _lookup_failed(error: KafkaError) -> OffsetLookup:
     return OffsetLookup(-1, -1, error)
+
+
+def _leaderless(error: KafkaError, no_partition: bool = False) -> OffsetLookup:
+    return OffsetLookup(-1, -1, error, no_leader=True, no_partition=no_partition)
 
 
 class Chunk:
@@ -703,16 +711,16 @@ class Fetcher:
                 if fresh_after is not None and info is not None and \
                         info.updated >= fresh_after:
                     if info.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                        results[(topic, p)] = _lookup_failed(KafkaError(
+                        results[(topic, p)] = _leaderless(KafkaError(
                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                            f"{topic} [{p}]: the topic does not exist"))
+                            f"{topic} [{p}]: the topic does not exist"), no_partition=True)
                         continue
                     if not info.error and p >= info.partition_count:
-                        results[(topic, p)] = _lookup_failed(KafkaError(
+                        results[(topic, p)] = _leaderless(KafkaError(
                             KafkaError._UNKNOWN_PARTITION, f"{topic} [{p}]: the topic has "
-                            f"{info.partition_count} partitions"))
+                            f"{info.partition_count} partitions"), no_partition=True)
                         continue
-                results[(topic, p)] = _lookup_failed(client_error(
+                results[(topic, p)] = _leaderless(client_error(
                     KafkaError.LEADER_NOT_AVAILABLE, f"{topic} [{p}]: leader not known"))
                 self.cluster.want_topics([topic])
                 md.request([topic], fast=True)

@@ -300,6 +300,35 @@ def store_in_on_revoke(k, impl, bootstrap, topic):
     return got
 
 
+def look_up_offsets_of_missing_partitions(k, impl, bootstrap, topic):
+    """get_watermark_offsets() and offsets_for_times() of a topic that does not exist, of
+    a partition past the last and of a topic looked up, then deleted: the error code each
+    call raises, or each partition's in a list that also names an existing partition."""
+    name = new_topic(k, bootstrap, f"{topic}-{impl}", 2)
+    gone = new_topic(k, bootstrap, f"{topic}-{impl}-gone", 1)
+    c = k.Consumer({"bootstrap.servers": bootstrap, "group.id": name})
+    missing, past = k.TopicPartition(f"{name}-nope", 0, 0), k.TopicPartition(name, 2, 0)
+    try:
+        got = [c.get_watermark_offsets(k.TopicPartition(gone, 0), timeout=10)]
+        admin = k.admin.AdminClient({"bootstrap.servers": bootstrap})
+        admin.delete_topics([gone])[gone].result(10)
+        for call in (lambda: c.get_watermark_offsets(k.TopicPartition(gone, 0), timeout=10),
+                     lambda: c.get_watermark_offsets(missing, timeout=10),
+                     lambda: c.get_watermark_offsets(past, timeout=10),
+                     lambda: c.offsets_for_times([missing], timeout=10),
+                     lambda: c.offsets_for_times([past, missing], timeout=10),
+                     lambda: [None if tp.error is None else tp.error.name()
+                              for tp in c.offsets_for_times(
+                                  [k.TopicPartition(name, 0, 0), missing], timeout=10)]):
+            try:
+                got.append(call())
+            except k.KafkaException as e:
+                got.append(e.args[0].name())
+    finally:
+        c.close()
+    return got
+
+
 def batches_with_stored_offsets(k, impl, bootstrap, topic):
     """``consume(n)`` batches with ``enable.auto.offset.store=False``, ``store_offsets()``
     per message, then one synchronous commit."""
@@ -426,8 +455,8 @@ def subscribe_to_a_missing_topic(k, impl, bootstrap, topic):
 
 
 @pytest.mark.parametrize("program", [
-    commit_in_on_revoke, store_in_on_revoke, batches_with_stored_offsets, start_at_a_time,
-    topic_exists,
+    commit_in_on_revoke, store_in_on_revoke, look_up_offsets_of_missing_partitions,
+    batches_with_stored_offsets, start_at_a_time, topic_exists,
     produce_with_buffer_error_retry, dead_letter_copy, subscribe_to_a_missing_topic,
 ], ids=lambda f: f.__name__)
 def test_program_behaves_as_on_confluent_kafka(cluster, topic_name, program):

@@ -53,6 +53,20 @@ def test_produce_wrong_types_raise_type_error_like_confluent(producers, args, kw
     assert len(ours) == 1
 
 
+@pytest.mark.parametrize("topic, error", [("bad\ud800name", UnicodeEncodeError),
+                                          ("nul\x00name", ValueError)])
+def test_a_topic_name_that_cannot_be_sent_is_refused_like_confluent(producers, topic, error):
+    # Queued, a name that is not UTF-8 made every later Metadata request (which names
+    # each wanted topic) impossible to encode: no topic's messages went out any more.
+    ours, theirs = producers
+    for p in (ours, theirs):
+        with pytest.raises(error):
+            p.produce(topic, b"v")
+    assert len(ours) == 0 and ours._acc.topics.get(topic) is None
+    ours.produce("t", b"fine")
+    assert len(ours) == 1
+
+
 @pytest.mark.parametrize("kwargs", [{"partition": "1"}, {"partition": 1.5}])
 def test_partition_type_error_text_is_confluents(producers, kwargs):
     ours, theirs = producers

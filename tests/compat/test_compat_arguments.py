@@ -199,6 +199,29 @@ def consumer():
     c.close()
 
 
+@pytest.mark.parametrize("topic, error", [("bad\ud800name", UnicodeEncodeError),
+                                          ("nul\x00name", ValueError)])
+@pytest.mark.parametrize("call", [
+    lambda c, t: c.subscribe([t]), lambda c, t: c.subscribe(["fine", t]),
+    lambda c, t: c.assign([TopicPartition(t, 0)]),
+    lambda c, t: c.incremental_assign([TopicPartition(t, 0)]),
+    lambda c, t: c.committed([TopicPartition(t, 0)], timeout=0.1),
+    lambda c, t: c.get_watermark_offsets(TopicPartition(t, 0), timeout=0.1),
+    lambda c, t: c.offsets_for_times([TopicPartition(t, 0, 0)], timeout=0.1),
+], ids=["subscribe", "subscribe-among", "assign", "incremental_assign", "committed",
+        "watermarks", "offsets_for_times"])
+def test_a_topic_name_that_cannot_be_sent_is_refused_by_the_consumer(consumer, call, topic,
+                                                                       error):
+    # As the producer's produce() (confluent-kafka's consumer crashes on these, so not
+    # compared): taken, the name made every later Metadata request impossible to
+    # encode, and nothing was read any more.
+    with pytest.raises(error):
+        call(consumer, topic)
+    assert consumer.assignment() == []
+    consumer.assign([TopicPartition("fine", 0)])
+    assert consumer.assignment() == [TopicPartition("fine", 0)]
+
+
 def code_of(excinfo):
     return excinfo.value.args[0].code()
 

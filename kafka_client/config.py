@@ -267,8 +267,9 @@ _TABLE: Tuple[Property, ...] = (
        min=1, max=300000),
     _p("allow.auto.create.topics", BOOL, False, "*",
        "Let the broker create a topic that this client asks metadata for and that does not "
-       "exist (the broker must allow auto-creation too).",
-       derived="producer: true; consumer and admin: false"),
+       "exist (the broker must allow auto-creation too): a producer's messages, a "
+       "producer's or AdminClient's list_topics(topic), a consumer's subscription.",
+       derived="producer and AdminClient (a producer in librdkafka): true; consumer: false"),
     _p("statistics.interval.ms", INT, 0, "*",
        "How often to call stats_cb with a JSON statistics document; 0 turns statistics off.",
        min=0, max=86400000),
@@ -1380,7 +1381,9 @@ class ClientConfig(Mapping[str, Any]):
             # set to, or their lines would be dropped by the level they asked for
             v["log_level"] = 7
         if "allow.auto.create.topics" not in ex:
-            v["allow.auto.create.topics"] = role == "producer"
+            # librdkafka's AdminClient is a producer handle: list_topics(topic) creates
+            # the topic there too (the admin calls themselves never ask for it)
+            v["allow.auto.create.topics"] = role in ("producer", "admin")
         if v["https.ca.location"] and v["https.ca.pem"]:
             raise _invalid('"https.ca.location" and "https.ca.pem" are mutually exclusive')
         https_ca = v["https.ca.location"]

@@ -576,7 +576,8 @@ class Cluster:
     def _send_metadata(self, now: float, topics: Any = "cache",
                        callback: Optional[Callable[[Any, Optional[KafkaError]], None]] = None,
                        timeout: Optional[float] = None,
-                       conn: Optional[BrokerConnection] = None) -> bool:
+                       conn: Optional[BrokerConnection] = None,
+                       may_create: bool = False) -> bool:
         if conn is None:
             conn = self._ready_conn()
         if conn is None:
@@ -595,7 +596,7 @@ class Cluster:
             req_topics = []  # v0: an empty list means every topic
         req = MetadataRequest(topics=req_topics)
         if version >= 4:     # before v4 the broker's auto.create.topics.enable decides
-            req.allow_auto_topic_creation = self.auto_create and for_cache
+            req.allow_auto_topic_creation = self.auto_create and (for_cache or may_create)
 
         def done(resp: Any, err: Optional[KafkaError]) -> None:
             t = time.monotonic()
@@ -632,14 +633,16 @@ class Cluster:
     def request_metadata(self, topics: Optional[List[str]],
                          callback: Callable[[Any, Optional[KafkaError],
                                              Optional[BrokerConnection]], None],
-                         deadline: float, refused_ends: bool = False) -> None:
+                         deadline: float, refused_ends: bool = False,
+                         may_create: bool = False) -> None:
         """I/O thread: one Metadata request for ``topics`` (None: every topic; ``[]``:
         only brokers, controller and cluster id), sent to the least busy ready connection
         once one is up, and sent again after a retriable error, until ``deadline``
         (monotonic). The cache is updated; ``callback(response, error, connection)`` runs
         once, with ``(None, None, None)`` if no answer came before the deadline. With
         ``refused_ends``, it runs with the error as soon as a connection attempted
-        meanwhile is refused (:meth:`_refused_since`)."""
+        meanwhile is refused (:meth:`_refused_since`). With ``may_create``, the request
+        lets the broker create the topics when ``allow.auto.create.topics`` is on."""
         finished = [False]
         started = time.monotonic()
         waiting = object()  # this request's key among the ready waiters
@@ -676,7 +679,7 @@ class Cluster:
                 answer(resp, err, conn)
 
             if not self._send_metadata(now, topics, answered, timeout=deadline - now,
-                                       conn=conn):
+                                       conn=conn, may_create=may_create):
                 self.retry_when_ready(waiting, min(CONNECT_POLL_S, deadline - now), attempt)
 
         attempt()
@@ -695,7 +698,7 @@ class Cluster:
         return recent[1]
 
     def _metadata_blocking(self, topics: Optional[List[str]], timeout: Optional[float],
-                           what: str) -> Tuple[Any, BrokerConnection]:
+                           what: str, may_create: bool = False) -> Tuple[Any, BrokerConnection]:
         """Application thread: :meth:`request_metadata` waited for at most ``timeout``
         seconds (None = socket.timeout.ms); raises KafkaException saying ``what`` failed."""
         if timeout is None or timeout < 0:
@@ -710,7 +713,7 @@ class Cluster:
             box.append((resp, err, conn))
             done.set()
 
-        self.io.call_soon(self.request_metadata, topics, answer, deadline, True)
+        self.io.call_soon(self.request_metadata, topics, answer, deadline, True, may_create)
         self.wait_for(done, deadline)
         resp, err, conn = box[0] if box else (None, None, None)
         if err is not None:
@@ -733,9 +736,12 @@ class Cluster:
 
     def list_topics(self, topic: Optional[str], timeout: Optional[float]) -> ClusterMetadata:
         """Application thread: one Metadata request (every topic, or ``topic``), waited for
-        at most ``timeout`` seconds (None = socket.timeout.ms)."""
+        at most ``timeout`` seconds (None = socket.timeout.ms). A named topic that does not
+        exist is created when ``allow.auto.create.topics`` is on (and the broker allows
+        it), as librdkafka's rd_kafka_metadata() asks: the producer's and AdminClient's
+        default."""
         resp, conn = self._metadata_blocking(None if topic is None else [topic], timeout,
-                                             "get metadata")
+                                             "get metadata", may_create=topic is not None)
         node_id = conn.node_id
         if node_id < 0:  # a bootstrap connection: the answer says which broker it is
             node_id = next((b.node_id for b in resp.brokers or ()

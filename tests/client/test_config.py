@@ -564,7 +564,7 @@ def test_metadata_and_backoff_derived_defaults():
 def test_allow_auto_create_topics_depends_on_role():
     assert parse({}, "producer").allow_auto_create_topics is True
     assert parse({}, "consumer").allow_auto_create_topics is False
-    assert parse({}, "admin").allow_auto_create_topics is False
+    assert parse({}, "admin").allow_auto_create_topics is True  # a producer in librdkafka
     assert parse({"allow.auto.create.topics": True}, "consumer").allow_auto_create_topics
 
 

@@ -463,3 +463,37 @@ def test_program_behaves_as_on_confluent_kafka(cluster, topic_name, program):
     importlib.import_module("confluent_kafka.admin")
     got = side_by_side(program, cluster.bootstrap_servers, topic_name)
     assert got["kafka_client"] == got["confluent_kafka"]
+
+
+def ensure_topic_by_listing_it(k, impl, cluster, topic):
+    """``list_topics(topic)`` on a broker that creates topics on first use, from each
+    client: the answer's error and whether the topic exists afterwards."""
+    admin = importlib.import_module(k.__name__ + ".admin")
+    bootstrap = cluster.bootstrap_servers
+    clients = {
+        "producer": lambda: k.Producer({"bootstrap.servers": bootstrap}),
+        "producer-no-create": lambda: k.Producer({"bootstrap.servers": bootstrap,
+                                                  "allow.auto.create.topics": False}),
+        "admin": lambda: admin.AdminClient({"bootstrap.servers": bootstrap}),
+        "consumer": lambda: k.Consumer({"bootstrap.servers": bootstrap, "group.id": topic}),
+    }
+    got = {}
+    for kind, make in clients.items():
+        name = f"{topic}-{impl}-{kind}"
+        client = make()
+        md = client.list_topics(name, timeout=10)
+        if kind == "consumer":
+            client.close()
+        error = md.topics[name].error
+        got[kind] = (None if error is None else error.name(), name in cluster.topics())
+    return got
+
+
+def test_list_topics_of_a_new_topic_creates_it_where_librdkafka_does(tmp_path, topic_name):
+    # librdkafka's producer (and the AdminClient, a producer handle) allows auto-creation
+    # in list_topics(topic); programs use it to make sure a topic exists.
+    with Cluster(brokers=1, data_dir=str(tmp_path)) as auto_creating:
+        got = side_by_side(ensure_topic_by_listing_it, auto_creating, topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"]
+    assert got["kafka_client"]["producer"] == (None, True)
+    assert got["kafka_client"]["consumer"] == ("UNKNOWN_TOPIC_OR_PART", False)

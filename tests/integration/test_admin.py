@@ -232,12 +232,20 @@ def test_describe_cluster_list_topics_and_cluster_id(broker, admin, peer, topic_
                 for p in m.topics[topic_name].partitions.values()}
 
     assert parts(md) == parts(pmd)
-    # Asking for one unknown topic creates nothing (confluent-kafka's request lets both
-    # brokers create it: not asked here)
+    # Asking for one unknown topic lets a broker with auto-creation on create it, as
+    # confluent-kafka's AdminClient (a librdkafka producer handle) asks; not when
+    # allow.auto.create.topics is off
     missing = topic_name + "-missing"
-    one = admin.list_topics(missing, timeout=10)
+    quiet = AdminClient({"bootstrap.servers": broker.bootstrap,
+                         "allow.auto.create.topics": False})
+    one = quiet.list_topics(missing, timeout=10)
     assert one.topics[missing].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     assert peer_partitions(peer, missing) is None
+    admin.list_topics(missing, timeout=10)
+    deadline = time.monotonic() + 10
+    while peer_partitions(peer, missing) is None:
+        assert time.monotonic() < deadline, "list_topics(topic) did not create the topic"
+        time.sleep(0.1)
 
 
 def test_producer_and_consumer_share_list_topics_and_cluster_id(broker, peer, topic_name):

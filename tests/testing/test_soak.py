@@ -75,3 +75,24 @@ def test_a_file_sink_that_never_wrote_reads_as_no_rows(run_child, tmp_path):
     lines = [line for line in done.stdout.splitlines()
              if line.split(" ")[0] in ("never", "started", "written")]
     assert lines == ["never []", "started []", "written [(1, 7, b'x')]"]
+
+
+def test_a_partition_never_written_needs_no_committed_offset(run_child):
+    # seed 130, 96 partitions: the 97 keys hash to 63 of them; the others, never written,
+    # have no committed offset (nothing was read to commit), which the check took for a
+    # group behind their high watermark of 0.
+    done = run_child("""
+        import sys
+        sys.path.insert(0, "tools")
+        import soak
+        from kafka_client import OFFSET_INVALID
+        marks = {0: 5, 1: 0}
+        print(soak.committed_to_the_end({0: 5, 1: OFFSET_INVALID}, marks),
+              soak.committed_to_the_end({0: 5, 1: 0}, marks),
+              soak.committed_to_the_end({0: OFFSET_INVALID, 1: 0}, marks),
+              soak.committed_to_the_end({0: 4, 1: 0}, marks),
+              soak.committed_to_the_end({0: 5}, marks),
+              soak.committed_to_the_end({0: OFFSET_INVALID, 1: 0}, {0: 3, 1: 0}))
+    """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True", "False", "False", "False", "False"]

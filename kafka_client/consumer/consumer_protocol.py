@@ -455,10 +455,18 @@ class ConsumerProtocolGroup(GroupCoordinator):
         self._op_token += 1
         self._target = None
         self.generation = -1
-        if self.owned:
-            owned = sorted(self.owned)
-            self.owned = set()
-            self._queue_lost(owned)
+        # What the application holds once it has run the events it has not run yet: a
+        # revocation among them runs as a loss (its token is old), an assignment adds
+        # partitions that are lost with the rest (each partition released once).
+        held = set(self.owned)
+        for step in self._steps:
+            if step.adds:
+                held.update(step.keys)
+            else:
+                held.difference_update(step.keys)
+        self.owned = set()
+        if held:
+            self._queue_lost(sorted(held))
         self.state = UNJOINED
         self._sent = None
         self._rejoin_reason = why

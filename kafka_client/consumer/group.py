@@ -315,8 +315,8 @@ class GroupCoordinator:
         self.closed = False
         #: set by the application thread on every poll()/consume() (max.poll.interval.ms)
         self.last_poll = time.monotonic()
-        # application-thread events: ("revoke", [tp], lost), ("assign", [tp], op token),
-        # ("commit", err, [tp])
+        # application-thread events: ("revoke", [tp], lost, op token), ("assign", [tp],
+        # op token), ("commit", err, [tp])
         self.app_events: Deque[Tuple[Any, ...]] = deque()
         self._app_lock = threading.Lock()
         #: asynchronous commits not answered yet (_app_lock), and set when there are none:
@@ -397,7 +397,10 @@ class GroupCoordinator:
                 if cb is not None:
                     cb(ev[1], ev[2])  # an exception goes to the caller; the rest wait
             elif kind == "revoke":
-                self._run_revoke(member, ev[1], ev[2])
+                # A revocation the membership was lost (or left) after: the partitions
+                # are not ours to commit any more; lost, as confluent-kafka calls on_lost
+                # when librdkafka's assignment is lost by the time its callback runs.
+                self._run_revoke(member, ev[1], ev[2] or ev[3] != self._op_token)
             elif kind == "assign":
                 self._run_assign(member, ev[1], ev[2])
 
@@ -943,7 +946,7 @@ class GroupCoordinator:
         self._app_pending += 1
         tps = [TopicPartition(t, p) for t, p in keys]
         with self._app_lock:
-            self.app_events.append(("revoke", tps, lost))
+            self.app_events.append(("revoke", tps, lost, self._op_token))
         self.wake_app()
 
     def _revoke_done(self) -> None:

@@ -292,6 +292,31 @@ def test_max_poll_interval_exceeded_then_back(cluster, topic):
     b.close()
 
 
+def test_a_revocation_not_run_before_the_poll_interval_ran_out_is_a_loss(cluster, topic):
+    # b joins while a, holding every partition, stops polling: the coordinator asks a to
+    # give half of them up (its on_revoke waits for a's next poll), then a's poll interval
+    # runs out and it leaves. At its next poll a holds nothing any more: the revocation it
+    # had not run is a loss too (on_lost, no commit: soak seed 132 saw on_revoke's commit
+    # refused with UNKNOWN_MEMBER_ID), and each partition is released once.
+    held_a, held_b = Holders(), Holders()
+    processed = defaultdict(list)
+    a = Member("a", cluster, topic, topic, held_a, **{"max.poll.interval.ms": 1500})
+    drive([a], processed, lambda: len(held_a.of("a")) == PARTITIONS, 30, "a holds all")
+    b = Member("b", cluster, topic, topic, held_b)
+    deadline = time.monotonic() + 20          # a stops polling
+    while time.monotonic() < deadline and len(held_b.of("b")) < PARTITIONS:
+        b.step(processed)
+    assert len(held_b.of("b")) == PARTITIONS, "a's partitions never reached b"
+    mark = len(held_a.log)
+    a.step(processed)       # a polls again: its pending revocation and the loss run here
+    assert KafkaError._MAX_POLL_EXCEEDED in [e.code() for e in a.errors], a.errors
+    assert held_a.log[mark:] and all(how == "lost" for _, how, _ in held_a.log[mark:]), \
+        held_a.log
+    assert held_a.of("a") == set(), held_a.log
+    a.close()
+    b.close()
+
+
 def test_an_unknown_remote_assignor_is_reported_and_the_member_stops(cluster, topic):
     holders = Holders()
     a = Member("a", cluster, topic, topic, holders, **{"group.remote.assignor": "nope"})

@@ -108,7 +108,7 @@ def test_cooperative_member_unknown_to_the_group_loses_its_partitions():
     g._join_failed(KafkaError(KafkaError.UNKNOWN_MEMBER_ID))
     assert g.state == UNJOINED and g.owned == set()
     assert g.member_id == "" and g.generation == -1
-    kind, tps, lost = g.app_events[0]
+    kind, tps, lost, _ = g.app_events[0]
     assert kind == "revoke" and lost is True
     assert sorted((tp.topic, tp.partition) for tp in tps) == [("t", 0), ("t", 1)]
 
@@ -118,7 +118,7 @@ def test_eager_heartbeat_rebalance_revokes_everything_first():
     g._on_heartbeat(types.SimpleNamespace(error_code=KafkaError.REBALANCE_IN_PROGRESS), None,
                     g._op_token)
     assert g.state == "WAIT_REVOKE" and g.owned == set()
-    kind, tps, lost = g.app_events[0]
+    kind, tps, lost, _ = g.app_events[0]
     assert kind == "revoke" and lost is False and len(tps) == 2
 
 
@@ -752,3 +752,21 @@ def test_an_assignor_that_raises_makes_the_leader_join_again_told_once():
     (plan,) = synced
     got = {a.member_id: decode_assignment(a.assignment).partitions for a in plan}
     assert got == {"a": [("t", 0)], "b": [("t", 1)]}, got
+
+
+def test_a_revocation_the_membership_was_lost_before_it_ran_is_a_loss():
+    """A revocation queued for the application, which the membership is lost before the
+    application runs it: the partitions are not the member's to commit any more; the
+    application hears on_lost for them, as for the rest (confluent-kafka calls on_lost
+    when librdkafka's assignment is lost by the time its callback runs)."""
+    g, _ = coordinator("cooperative-sticky")
+    seen = []
+    g.on_revoke = lambda consumer, tps: seen.append(("revoke", [tp.partition for tp in tps]))
+    g.on_lost = lambda consumer, tps: seen.append(("lost", [tp.partition for tp in tps]))
+    member = FakeMember(assigned={("t", 0), ("t", 1)})
+    g.owned = {("t", 0)}
+    g._queue_revoke([("t", 1)], lost=False)     # the last assignment took it away
+    g._lose("heartbeat: UNKNOWN_MEMBER_ID", reset_member=True)
+    g.serve(member)
+    assert seen == [("lost", [1]), ("lost", [0])]
+    assert member.assigned() == set()

@@ -714,7 +714,7 @@ class GroupCoordinator:
                 self._start_join(now)
             else:
                 at(self._rejoin_after)
-        elif self.state == STABLE:
+        elif self.state == STABLE or self._member_awaiting_application():
             if now - self.last_poll > self.max_poll_interval and not self._poll_exceeded:
                 self._max_poll_exceeded()
             elif not self._heartbeat_in_flight:
@@ -722,10 +722,22 @@ class GroupCoordinator:
                     self._send_heartbeat(now)
                 else:
                     at(self._next_heartbeat)
-            if self.state == STABLE and self._last_heartbeat_ok and \
+            if (self.state == STABLE or self._member_awaiting_application()) and \
+                    self._last_heartbeat_ok and \
                     now - self._last_heartbeat_ok > self.session_timeout_ms / 1000.0:
                 self._lose("no successful heartbeat within session.timeout.ms",
                            reset_member=False)
+
+    def _member_awaiting_application(self) -> bool:
+        """Still a member of its generation while the application has a revocation to
+        run before the member joins again (cooperative: the partitions the last
+        assignment took away; eager: all of them). It heartbeats meanwhile, as librdkafka
+        and the Java client do (silent, its session expired and its partitions went to
+        others while the application, polling well within max.poll.interval.ms, still
+        held them), and max.poll.interval.ms is watched."""
+        waiting = self.state == WAIT_REVOKE or (self.state == UNJOINED
+                                                and self._app_pending > 0)
+        return waiting and self.generation >= 0 and bool(self.member_id)
 
     # -- coordinator -----------------------------------------------------------------------
     def _coord_conn(self) -> Any:
@@ -1325,7 +1337,8 @@ class GroupCoordinator:
 
     def _on_heartbeat(self, resp: Any, err: Optional[KafkaError], token: int) -> None:
         self._heartbeat_in_flight = False
-        if token != self._op_token or self.state != STABLE:
+        if token != self._op_token or not (self.state == STABLE
+                                           or self._member_awaiting_application()):
             return
         code = broker_code(resp.error_code) if err is None else err.code()
         if code == ErrorCode.NONE:
@@ -1336,6 +1349,10 @@ class GroupCoordinator:
         self.log.debug("group %s: heartbeat in %s: %s", self.group_id, self.state,
                        KafkaError(code).name())
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            # The coordinator keeps the member for the rebalance (as the Java client
+            # counts it): a member whose application owes a revocation hears this until
+            # it rejoins, and would otherwise give itself up after session.timeout.ms.
+            self._last_heartbeat_ok = time.monotonic()
             self._request_rejoin("group is rebalancing")
         elif code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
                       ErrorCode.FENCED_INSTANCE_ID):

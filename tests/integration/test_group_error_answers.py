@@ -220,3 +220,53 @@ def test_commit_before_revocation_failing_is_told_and_reread_once(cluster, error
         a.consumer.close()
         if b is not None:
             b.consumer.close()
+
+
+def test_a_member_slow_to_run_a_revocation_keeps_its_session(cluster):
+    """Cooperative: b joins while a's application is busy (not polling, well within
+    max.poll.interval.ms); a's I/O thread rejoins and is told to give a partition up,
+    which waits for a's next poll. a heartbeats meanwhile, as librdkafka and the Java
+    client do: its session held for three times session.timeout.ms, b got nothing a
+    still held, and at a's next poll the partition is revoked (not lost), its commit
+    taken. (a went silent instead: its session expired, b got both partitions while a
+    still held them, then a's revocation's commit was refused: soak seed 134.)"""
+    topic = f"slow-revoke-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=2)
+    conf = {"group.id": f"grp-{topic}", "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": 2000, "heartbeat.interval.ms": 200,
+            "max.poll.interval.ms": 60000, "enable.auto.commit": False}
+    a = Member(cluster, topic, **conf)
+    commits: List[str] = []
+
+    def revoke_and_commit(c, tps):
+        a.revoked.append([tp.partition for tp in tps])
+        try:
+            c.commit(offsets=[TopicPartition(topic, tp.partition, 0) for tp in tps],
+                     asynchronous=False)
+            commits.append("ok")
+        except KafkaException as exc:
+            commits.append(exc.args[0].name())
+
+    a.consumer.subscribe(
+        [topic], on_assign=lambda c, tps: a.assigned.append([tp.partition for tp in tps]),
+        on_revoke=revoke_and_commit, on_lost=lambda c, tps: a.lost.append(
+            [tp.partition for tp in tps]))
+    b = None
+    try:
+        a.poll_until(lambda: sorted(tp.partition for tp in a.consumer.assignment()) == [0, 1])
+        b = Member(cluster, topic, **conf)
+        busy_until = time.monotonic() + 6.0     # a's application is busy
+        while time.monotonic() < busy_until:
+            b.consumer.consume(100, 0.1)
+        assert all(parts == [] for parts in b.assigned) and b.lost == [], b.assigned
+        a.poll_until(lambda: a.revoked)
+        assert len(a.revoked) == 1 and len(a.revoked[0]) == 1, a.revoked
+        assert a.lost == [] and commits == ["ok"], (a.lost, commits, a.errors)
+        b.poll_until(lambda: any(b.assigned))
+        assert [p for parts in b.assigned for p in parts] == a.revoked[0], b.assigned
+        assert [tp.partition for tp in a.consumer.assignment()] == \
+            [p for p in (0, 1) if p not in a.revoked[0]]
+    finally:
+        a.consumer.close()
+        if b is not None:
+            b.consumer.close()

@@ -770,3 +770,38 @@ def test_a_revocation_the_membership_was_lost_before_it_ran_is_a_loss():
     g.serve(member)
     assert seen == [("lost", [1]), ("lost", [0])]
     assert member.assigned() == set()
+
+
+def test_a_member_whose_application_owes_a_revocation_heartbeats_on():
+    """Eager: REBALANCE_IN_PROGRESS asks for every partition back, which waits for the
+    application's next poll; cooperative: an assignment that took partitions away waits
+    for it the same way before the member joins again. The member is still in its
+    generation meanwhile: it heartbeats (silent, its session expired while the
+    application, polling well within max.poll.interval.ms, still held the partitions:
+    soak seed 134), and REBALANCE_IN_PROGRESS keeps its session as an OK does."""
+    from kafka_proto.messages import HeartbeatRequest
+
+    for strategy in ("range", "cooperative-sticky"):
+        g, _ = coordinator(strategy)
+        conn = VersionedConn({})
+        g.cluster.coordinator_connection = lambda node: conn
+        g.coord_id = 1
+        if strategy == "range":
+            g._on_heartbeat(types.SimpleNamespace(
+                error_code=KafkaError.REBALANCE_IN_PROGRESS), None, g._op_token)
+            assert g.state == "WAIT_REVOKE"
+        else:
+            g.owned = {("t", 0)}
+            g._queue_revoke([("t", 1)], lost=False)
+            g.state = UNJOINED
+        now = time.monotonic()
+        g.last_poll, g._next_heartbeat = now, now
+        g._last_heartbeat_ok = now - g.session_timeout_ms / 1000.0 + 0.5
+        g._membership_tick(now, lambda at: None)
+        assert [type(r) for r in conn.sent] == [HeartbeatRequest], (strategy, conn.sent)
+        assert conn.sent[0].generation_id == 7 and conn.sent[0].member_id == "m-1"
+        g._on_heartbeat(types.SimpleNamespace(error_code=KafkaError.REBALANCE_IN_PROGRESS),
+                        None, g._op_token)
+        g._membership_tick(now + 1.0, lambda at: None)   # past the session, had it lapsed
+        assert g.generation == 7 and g.member_id == "m-1", strategy
+        assert [ev for ev in g.app_events if ev[0] == "revoke" and ev[2]] == [], strategy

@@ -6,7 +6,9 @@ delivery guarantees are checked on what the brokers hold.
     .venv/bin/python tools/soak.py group --seed 7 [--protocol consumer] [--static]
         [--arrow] [--compression zstd] [--timeout-ms 3000] [--acks 1 --no-idempotence]
         [--batches] [--threads 3] [--restarts] [--aio] [--meddle] [--sasl]
+        [--grow 12] [--stall]
     .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts] [--sasl]
+        [--abort-rate 0.2] [--compression lz4]
     .venv/bin/python tools/soak.py spark --seed 7 [--restarts] [--aio] [--sasl]
 
 ``group``: an idempotent producer writes ``--messages`` numbered messages (keyed) at a
@@ -20,6 +22,13 @@ messages are in produced order; the group read every message in the log; its com
 offsets are the partitions' high watermarks; within each returned batch a partition's
 offsets are consecutive; no member gets an offset twice while the partition stays
 assigned to it.
+
+``group --grow N``: the chaos also adds a partition to the topic now and then, up to
+``N`` (CreatePartitions); the clients refresh their metadata every 3 s to see them, and
+each key's order is checked within each partition (a key moves when the topic grows).
+``group --stall``: each member's processing of a batch, before its commit, now and then
+(3-10 s after its first batch, then every 10-30 s) takes 0.5-3 s longer than its
+max.poll.interval.ms (6 s): it leaves the group, loses its partitions and joins again.
 
 ``group --meddle``: the other methods called meanwhile from other threads. Each member
 has a meddler thread calling, every 5-50 ms, one of ``position()``, ``assignment()``,
@@ -38,7 +47,9 @@ an asynchronous commit's result.
 ``--members`` processors sharing a group, each restarted now and then with its
 ``transactional.id``; the transaction and group coordinators move too. Checked: a
 read_committed reader of the output sees each input exactly once; the committed input
-offsets are the high watermarks.
+offsets are the high watermarks. ``--abort-rate F``: the processors also abort a
+fraction ``F`` of their transactions on purpose, after sending the offsets (then read
+the batch again from the committed offsets, as on an error).
 
 ``spark`` (needs PySpark and Java): the producer as in ``group`` while two streaming
 queries of the ``kafka_native`` data source on a local Spark read its topic, one into
@@ -95,6 +106,10 @@ EXPECTED = REBALANCED | {KafkaError._TIMED_OUT, KafkaError._NO_OFFSET}
 #: once a second, not usable meanwhile, and a request the latency held past the session's
 #: end is closed on); _TIMED_OUT is the same timeout with a connection up at its end.
 TRANSPORT_EXPLAINED = {"Consumer.list_topics", "Producer.list_topics"}
+#: ``--grow``: the clients' topic.metadata.refresh.interval.ms (new partitions seen soon)
+GROWN_SEEN_MS = 3000
+#: ``--stall``: the members' max.poll.interval.ms (classic: >= session.timeout.ms)
+STALLED_POLL_INTERVAL_MS = 6000
 #: How long past its own timeout a call may take before it counts as a hang.
 GRACE = 5.0
 #: The threads sharing the producer with --meddle (each key's messages from one of them).
@@ -144,11 +159,13 @@ class Chaos(threading.Thread):
 
     def __init__(self, cluster: Cluster, seed: int, topics: Sequence[Tuple[str, int]],
                  errors: Sequence[Tuple[str, str]], coordinators: Sequence[Dict[str, str]],
-                 churn: Callable[[random.Random], str], restarts: bool = False) -> None:
+                 churn: Callable[[random.Random], str], restarts: bool = False,
+                 grow_to: int = 0) -> None:
         super().__init__(name="chaos", daemon=True)
         self.cluster = cluster
         self.rng = random.Random(seed)
-        self.topics = topics
+        self.topics = list(topics)
+        self.grow_to = grow_to
         self.errors = errors
         self.coordinators = coordinators
         self.churn = churn
@@ -164,6 +181,8 @@ class Chaos(threading.Thread):
                  "evict", "churn"]
         if self.restarts:   # an option, so that the seeds without it choose as before
             kinds += ["restart", "restart"]
+        if self.grow_to:
+            kinds += ["grow"]
         while not self.stop.wait(self.rng.uniform(0.2, 0.8)):
             kind = self.rng.choice(kinds)
             try:
@@ -198,6 +217,15 @@ class Chaos(threading.Thread):
         b = self.rng.choice(BROKERS)
         self.cluster.restart_broker(b)
         return f"restarted {b}"
+
+    def _grow(self) -> str:
+        """One more partition for the first topic, up to ``grow_to`` (CreatePartitions)."""
+        topic, partitions = self.topics[0]
+        if partitions >= self.grow_to:
+            return f"{topic}: already {partitions} partitions"
+        self.cluster.create_partitions(topic, partitions + 1)
+        self.topics[0] = (topic, partitions + 1)
+        return f"{topic}: {partitions + 1} partitions"
 
     def _coordinator(self) -> str:
         key = self.rng.choice(self.coordinators)
@@ -565,6 +593,8 @@ class NumberedProducer(threading.Thread):
         self.conf = {**connect(bootstrap), "enable.idempotence": args.idempotence,
                      "acks": args.acks, "linger.ms": 5, "compression.type": args.compression,
                      "message.timeout.ms": args.timeout_ms}
+        if args.grow:   # the partitions the chaos adds are written soon
+            self.conf["topic.metadata.refresh.interval.ms"] = GROWN_SEEN_MS
         self.rate = args.messages / (args.seconds * 0.6)
         self.lock = threading.Lock()   # the reports may come to several threads
         self.reports: Dict[int, int] = collections.Counter()
@@ -686,13 +716,16 @@ class NumberedProducer(threading.Thread):
         if args.idempotence:
             check.expect(len(numbers) == len(set(numbers)), f"nothing twice in the log "
                          f"({len(numbers) - len(set(numbers))} twice)")
-            last: Dict[bytes, int] = {}
+            # --grow: a key's messages go to another partition once the topic grows;
+            # the order holds within each partition
+            last: Dict[Tuple[int, bytes], int] = {}
             disordered = 0
             for m in records:
                 n = number(m.value())
-                if last.get(m.key(), -1) > n:
+                where = (m.partition() if args.grow else 0, m.key())
+                if last.get(where, -1) > n:
                     disordered += 1
-                last[m.key()] = n
+                last[where] = n
             check.expect(disordered == 0, f"each key's messages in order ({disordered} not)")
 
 
@@ -719,6 +752,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             self.stop = threading.Event()
             self.assigned: List[int] = []    # as last seen, for the catch-up notes
             self.final_deadline: Optional[float] = None
+            self.next_stall: Optional[float] = None
             self.rng = random.Random(f"{args.seed}-{self.name}")
             self.changes: Dict[int, int] = collections.Counter()   # partition: reassignments
             # (partition, its reassignments): the offsets returned since
@@ -736,7 +770,25 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                              "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
             if meddling is not None:
                 conf["on_commit"] = meddling.on_commit
+            if args.grow:   # the group notices the partitions the chaos adds
+                conf["topic.metadata.refresh.interval.ms"] = GROWN_SEEN_MS
+            if args.stall:
+                conf["max.poll.interval.ms"] = STALLED_POLL_INTERVAL_MS
             return conf
+
+        def _stall_due(self) -> float:
+            """``--stall``: how long the member's next processing takes past
+            max.poll.interval.ms (0: not now; the first 3-10 s after the member's first
+            batch, then one every 10-30 s)."""
+            if not args.stall:
+                return 0.0
+            now = time.monotonic()
+            if self.next_stall is None:
+                self.next_stall = now + self.rng.uniform(3, 10)
+            if now < self.next_stall or self.stop.is_set():
+                return 0.0
+            self.next_stall = now + self.rng.uniform(10, 30)
+            return STALLED_POLL_INTERVAL_MS / 1000 + self.rng.uniform(0.5, 3.0)
 
         def _changed(self, c: object, partitions: List[TopicPartition]) -> None:
             """on_assign, on_revoke, on_lost: the partitions may be read again."""
@@ -794,6 +846,10 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                     if not got:
                         continue
                     self._keep(got)
+                    stall = self._stall_due()
+                    if stall:   # slow processing: the member is out of the group after it
+                        note(self.name, f"stalls {stall:.1f} s")
+                        self.stop.wait(stall)
                     try:
                         c.commit(asynchronous=False)
                     except KafkaException as exc:   # a rebalance, a coordinator move
@@ -907,6 +963,10 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 if not got:
                     continue
                 self._keep(got)
+                stall = self._stall_due()
+                if stall:   # as in run()
+                    note(self.name, f"stalls {stall:.1f} s")
+                    await asyncio.sleep(stall)
                 try:
                     await c.commit(asynchronous=False)
                 except KafkaException as exc:
@@ -971,12 +1031,14 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
         ("OffsetCommit", "NOT_COORDINATOR"), ("Heartbeat", "NOT_COORDINATOR"),
         ("OffsetFetch", "COORDINATOR_LOAD_IN_PROGRESS"),
         ("Metadata", "LEADER_NOT_AVAILABLE")], coordinators=[{"group": group}], churn=churn,
-        restarts=args.restarts)
+        restarts=args.restarts, grow_to=args.grow)
     chaos.start()
     time.sleep(args.seconds)
     chaos.stop.set()
     chaos.join()
     producer.join(args.timeout_ms / 1000 + 300)
+    partitions = len(cluster.describe_topic(topic).partitions)   # --grow: more now
+    note("group:", partitions, "partitions")
 
     in_log = {number(m.value()): m for m in read_all(cluster, topic, partitions)}
     deadline = time.monotonic() + 90
@@ -1038,7 +1100,8 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
 
     def fill() -> None:
         # Idempotent: each input once in the log, so each output once is checkable.
-        p = Producer({**connect(boot), "linger.ms": 5, "enable.idempotence": True})
+        p = Producer({**connect(boot), "linger.ms": 5, "enable.idempotence": True,
+                      "compression.type": args.compression})
         rate = args.messages / (args.seconds * 0.5)
         start = time.monotonic()
         for n in range(args.messages):
@@ -1057,6 +1120,7 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
             super().__init__(name=f"p{Processor.made}", daemon=True)
             self.transactional_id = transactional_id
             self.stop = threading.Event()
+            self.rng = random.Random(f"{args.seed}-{self.name}")
 
         def run(self) -> None:
             try:
@@ -1075,7 +1139,8 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
             consumer = Consumer(conf)
             consumer.subscribe([source])
             producer = Producer({**connect(boot), "client.id": self.name,
-                                 "transactional.id": self.transactional_id})
+                                 "transactional.id": self.transactional_id,
+                                 "compression.type": args.compression})
             producer.init_transactions(60)
             while not self.stop.is_set():
                 msgs = [m for m in consumer.consume(300, 0.3) if m.error() is None]
@@ -1088,19 +1153,28 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
                     producer.send_offsets_to_transaction(
                         consumer.position(consumer.assignment()),
                         consumer.consumer_group_metadata(), 30)
+                    if self.rng.random() < args.abort_rate:
+                        # the application gives up on the batch (a bad record, a failed
+                        # side effect): its output and offsets go with the transaction
+                        aborts["on purpose"] += 1
+                        self._rewind(producer, consumer)
+                        continue
                     retrying(producer.commit_transaction, 30)
                 except KafkaException as exc:
                     if exc.args[0].fatal():
                         raise
                     aborts[exc.args[0].name()] += 1
-                    retrying(producer.abort_transaction, 30)
-                    offsets = retrying(consumer.committed, consumer.assignment(), 30)
-                    for tp in offsets:
-                        consumer.seek(TopicPartition(
-                            tp.topic, tp.partition,
-                            tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+                    self._rewind(producer, consumer)
             consumer.close()
             producer.close()
+
+        def _rewind(self, producer: Producer, consumer: Consumer) -> None:
+            """Aborts the transaction and goes back to the group's committed offsets."""
+            retrying(producer.abort_transaction, 30)
+            offsets = retrying(consumer.committed, consumer.assignment(), 30)
+            for tp in offsets:
+                consumer.seek(TopicPartition(
+                    tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
 
     processors = [Processor(f"soak-tx-{i}") for i in range(args.members)]
 
@@ -1333,6 +1407,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="group: the asyncio clients, a third of the reads cancelled")
     ap.add_argument("--meddle", action="store_true",
                     help="group: other threads call the clients' other methods meanwhile")
+    ap.add_argument("--abort-rate", type=float, default=0.0, metavar="FRACTION",
+                    help="eos: the processors abort this fraction of their transactions on "
+                         "purpose (then read the batch again)")
+    ap.add_argument("--grow", type=int, default=0, metavar="PARTITIONS",
+                    help="group: the chaos also adds partitions to the topic, up to this many")
+    ap.add_argument("--stall", action="store_true",
+                    help="group: each member's processing now and then takes longer than "
+                         "max.poll.interval.ms (6 s), once every 10-30 s")
     ap.add_argument("--sasl", action="store_true",
                     help=f"every client logs in with {SASL_MECHANISM}; sessions of "
                          f"{SASL_SESSION_MS} ms, so connections re-authenticate all along")
@@ -1340,6 +1422,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.aio and (args.batches or args.mode == "eos"):
         ap.error("--aio is for group and spark runs without --batches (AIOProducer has no "
                  "produce_batch())")
+    if (args.grow or args.stall) and args.mode != "group":
+        ap.error("--grow and --stall are for group runs")
+    if args.abort_rate and args.mode != "eos":
+        ap.error("--abort-rate is for eos runs")
     if args.meddle and (args.aio or args.mode != "group"):
         ap.error("--meddle is for group runs without --aio (the meddlers are threads)")
     group = args.mode == "group"

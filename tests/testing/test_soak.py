@@ -33,17 +33,43 @@ def test_guarantees_hold_under_cluster_faults(run_child, mode, options):
         pytest.importorskip("pyspark")
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             pytest.skip("Spark needs Java 17+ (no java on PATH, no JAVA_HOME)")
-    args = [mode, "--seed", "11", "--seconds", "12", *options]
+    lines = run_soak(run_child, mode, "--seed", "11", "--seconds", "12", *options)
+    assert sum("ok:" in line for line in lines) >= 3
+
+
+def run_soak(run_child, *args: str):
+    """tools/soak.py with ``args`` in a child; its output lines."""
     done = run_child(f"""
         import sys
-        sys.argv = ["soak.py"] + {args!r}
+        sys.argv = ["soak.py"] + {list(args)!r}
         sys.path.insert(0, "tools")
         import soak
         sys.exit(soak.main())
     """, timeout=360)
     checks = [line for line in done.stdout.splitlines() if "ok:" in line or "FAILED" in line]
     assert done.returncode == 0, "\n".join(checks) + "\n" + done.stderr[-3000:]
-    assert sum("ok:" in line for line in checks) >= 3
+    return done.stdout.splitlines()
+
+
+def test_a_group_through_new_partitions_and_members_past_their_poll_interval(run_child):
+    # --grow: the topic grows while it is read (seed 29 grows it within its first five
+    # faults, and replaces no member); --stall: each member's processing takes longer than
+    # max.poll.interval.ms 4-5 s after its first batch: it leaves and joins again.
+    lines = run_soak(run_child, "group", "--seed", "29", "--seconds", "12", "--messages",
+                     "20000", "--grow", "8", "--stall")
+    grown = [line for line in lines if "group:" in line and line.endswith(" partitions")]
+    assert grown and int(grown[0].split()[-2]) > 6, grown
+    assert any(" stalls " in line for line in lines)
+    assert any("_MAX_POLL_EXCEEDED" in line for line in lines)
+
+
+def test_transactions_aborted_on_purpose_are_read_again(run_child):
+    # --abort-rate: a third of the transactions are aborted after their offsets were
+    # sent; the output still holds each input once (checked by the run).
+    lines = run_soak(run_child, "eos", "--seed", "11", "--seconds", "12", "--messages",
+                     "5000", "--abort-rate", "0.3", "--compression", "zstd")
+    aborted = [line for line in lines if "aborted transactions by error:" in line]
+    assert aborted and "'on purpose'" in aborted[0], aborted
 
 
 def test_a_file_sink_that_never_wrote_reads_as_no_rows(run_child, tmp_path):

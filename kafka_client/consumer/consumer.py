@@ -1267,7 +1267,9 @@ class Consumer(ClientBase):
 
     def consumer_group_metadata(self) -> GroupMetadata:
         """The group metadata a transactional producer's send_offsets_to_transaction()
-        needs."""
+        needs: the generation and member id the member's last assignment came in, kept
+        when the membership is lost until the member joins again, so that the
+        coordinator refuses the offsets of a member that has lost its place (KIP-447)."""
         return self._need_group("consumer_group_metadata()").metadata()
 
     # -- closing -------------------------------------------------------------------------

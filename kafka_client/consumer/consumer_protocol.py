@@ -309,6 +309,7 @@ class ConsumerProtocolGroup(GroupCoordinator):
                            self.member_id, resp.member_epoch)
         self.state = STABLE
         self.generation = resp.member_epoch
+        self._note_assigned_in()
         self._last_heartbeat_ok = now
         self._sent = sent
         if resp.assignment is not None:

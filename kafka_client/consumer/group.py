@@ -268,6 +268,7 @@ class GroupCoordinator:
         self.state = UNJOINED
         self.member_id = ""
         self.generation = -1
+        self._assigned_in = GroupMetadata(self.group_id, -1, "", self.instance_id)
         self.protocol_name: Optional[str] = None
         self.patterns: Optional[List[str]] = None   # the subscription (None: not subscribed)
         self._regexes: List[Any] = []
@@ -598,7 +599,20 @@ class GroupCoordinator:
         return out
 
     def metadata(self) -> GroupMetadata:
-        return GroupMetadata(self.group_id, self.generation, self.member_id, self.instance_id)
+        """The membership the member last had an assignment in: kept when it is lost
+        (max.poll.interval.ms, a session expired) until the member joins again, as the
+        Java client keeps it. A transactional producer sends it with the offsets, and the
+        coordinator refuses them from a member that has lost its place (KIP-447: a
+        zombie's output goes with its aborted transaction); the generation -1 of a member
+        that has left asked for no check, which Kafka grants when the group has no
+        members left (a consumer group: as well) and for a classic group's
+        transactional commit without a member id."""
+        return self._assigned_in
+
+    def _note_assigned_in(self) -> None:
+        """The membership an assignment came in (see :meth:`metadata`)."""
+        self._assigned_in = GroupMetadata(self.group_id, self.generation, self.member_id,
+                                          self.instance_id)
 
     def close(self, member: GroupMember) -> None:
         """Final commit, revoke callback, the asynchronous commits made before (waited
@@ -1220,6 +1234,7 @@ class GroupCoordinator:
                 KafkaError._BAD_MSG, f"group {self.group_id}: the leader's assignment "
                 f"names negative partitions, left out: {bad}"))
             new.difference_update(bad)
+        self._note_assigned_in()
         now = time.monotonic()
         self.state = STABLE
         self._join_error_told = None

@@ -4,7 +4,9 @@ on the test cluster: FENCED_INSTANCE_ID for a static member's JoinGroup and Hear
 that stop being answered within session.timeout.ms (the assignment is lost, as the
 coordinator has given it away), and a synchronous commit the coordinator does not
 answer in time (raised as _TIMED_OUT within the call's timeout, not a hang); and the
-commit before a revocation failing (told to on_commit; the next owner reads again).
+commit before a revocation failing (told to on_commit; the next owner reads again); a
+member slow to run a revocation keeps its session; a member past its poll interval cannot
+commit its transaction's offsets (either protocol).
 """
 from __future__ import annotations
 
@@ -14,7 +16,14 @@ from typing import List
 
 import pytest
 
-from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka_client import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -270,3 +279,61 @@ def test_a_member_slow_to_run_a_revocation_keeps_its_session(cluster):
         a.consumer.close()
         if b is not None:
             b.consumer.close()
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_member_past_its_poll_interval_cannot_commit_its_transaction(cluster, protocol):
+    """KIP-447's fencing of a zombie: a consume-transform-produce member whose processing
+    outlasts max.poll.interval.ms is out of the group by the time it sends its offsets.
+    consumer_group_metadata() still names the generation and member its records were
+    read in, so the coordinator refuses them (UNKNOWN_MEMBER_ID, abortable) and the
+    output goes with the aborted transaction. It named generation -1 once the member had
+    left, which asks for no check: the zombie's offsets and output were committed, and
+    its partitions' next owner wrote the same output again (soak eos --stall, seed 140:
+    375 inputs twice in the read_committed output)."""
+    topic = f"zombie-{protocol}-{uuid.uuid4().hex[:8]}"
+    out = topic + "-out"
+    _topic_with_messages(cluster, topic, 20)
+    cluster.create_topic(out, partitions=1)
+    conf = {"group.id": f"grp-{topic}", "group.protocol": protocol,
+            "enable.auto.commit": False, "isolation.level": "read_committed",
+            "max.poll.interval.ms": 1500}
+    if protocol == "classic":
+        conf.update({"session.timeout.ms": 1500, "heartbeat.interval.ms": 200})
+    m = Member(cluster, topic, **conf)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                  "transactional.id": f"txn-{topic}"})
+    try:
+        p.init_transactions(30)
+        m.poll_until(lambda: len(m.values) == 20)
+        read_in = m.consumer.consumer_group_metadata()
+        assert read_in.generation_id > 0 and read_in.member_id
+        p.begin_transaction()
+        for v in m.values:
+            p.produce(out, b"%d" % v, partition=0)
+        time.sleep(4.5)       # processing: three times max.poll.interval.ms
+        meta = m.consumer.consumer_group_metadata()
+        assert (meta.generation_id, meta.member_id) == (read_in.generation_id,
+                                                        read_in.member_id)
+        with pytest.raises(KafkaException) as refused:
+            p.send_offsets_to_transaction(
+                m.consumer.position([TopicPartition(topic, 0)]), meta, 30)
+            p.commit_transaction(30)
+        err = refused.value.args[0]
+        assert err.code() == KafkaError.UNKNOWN_MEMBER_ID and err.txn_requires_abort(), err
+        p.abort_transaction(30)
+        reader = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                           "isolation.level": "read_committed",
+                           "enable.partition.eof": True})
+        reader.assign([TopicPartition(out, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            got = reader.consume(100, 0.5)
+        reader.close()
+        assert [msg.error().code() for msg in got] == [KafkaError._PARTITION_EOF], got
+        (committed,) = m.consumer.committed([TopicPartition(topic, 0)], 10)
+        assert committed.offset == OFFSET_INVALID, committed
+    finally:
+        p.close()
+        m.consumer.close()

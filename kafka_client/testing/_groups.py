@@ -479,7 +479,12 @@ class GroupCoordinator:
         if group is not None and not isinstance(group, Group):
             return self.server.consumer_groups.check_commit(
                 group, member_id, generation, 9, instance_id, transactional=True)
-        if generation < 0:
+        # As Kafka's ClassicGroup.validateOffsetCommit: generation -1 asks for no check
+        # when the group has no members, or when nothing names a member (older versions
+        # carried none); a member id or an instance id is checked whatever the generation
+        # (a member that has left the group is refused, not taken for a simple commit).
+        if generation < 0 and (group is None or not group.members
+                               or (not member_id and instance_id is None)):
             return ErrorCode.NONE
         member = group.members.get(member_id) if group is not None else None
         return self.check_member(group, member, generation, instance_id)

@@ -9,6 +9,7 @@ import pytest
 
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
+    AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     ApiKey,
     DeleteGroupsRequest,
@@ -18,9 +19,11 @@ from kafka_proto.messages import (
     HeartbeatRequest,
     InitProducerIdRequest,
     JoinGroupRequest,
+    LeaveGroupRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
 )
 from kafka_proto.records import read_batches
 
@@ -220,3 +223,43 @@ def test_transactional_ids_fencing_and_timeout(cluster):
         markers = [b.control_record() for b in read_batches(resp.responses[0].partitions[0].records)
                    if b.is_control and b.producer_id == init.producer_id]
         assert [m.is_abort for m in markers] == [True]
+
+
+def test_a_transactional_commit_naming_a_member_is_checked_at_any_generation(cluster):
+    """TxnOffsetCommit v3+ as Kafka's ClassicGroup.validateOffsetCommit checks it: with
+    generation -1 a member id is still checked while the group has members (a member
+    that has left is refused UNKNOWN_MEMBER_ID, not taken for a simple commit); without a
+    member id, or once the group is empty, nothing is checked. (Generation -1 skipped
+    every check: the commit of a member past max.poll.interval.ms went through.)"""
+    group, tid = "g-txn-check", "txn-check"
+    with coordinator_client(cluster, group) as g, \
+            RawClient(cluster.address(cluster.coordinator(transactional_id=tid))) as t:
+        joined = join_alone(g, group)
+        assert sync(g, group, 1, joined.member_id, [(joined.member_id, b"all")]) \
+            .error_code == 0
+        init = t.request(InitProducerIdRequest(transactional_id=tid,
+                                               transaction_timeout_ms=30000), 4)
+        assert t.request(AddOffsetsToTxnRequest(
+            transactional_id=tid, producer_id=init.producer_id,
+            producer_epoch=init.producer_epoch, group_id=group), 3).error_code == 0
+
+        def commit(generation, member_id):
+            resp = g.request(TxnOffsetCommitRequest(
+                transactional_id=tid, group_id=group, producer_id=init.producer_id,
+                producer_epoch=init.producer_epoch, generation_id=generation,
+                member_id=member_id, group_instance_id=None,
+                topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                    name="t", partitions=[
+                        TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=5,
+                            committed_leader_epoch=-1, committed_metadata="")])]), 3)
+            return resp.topics[0].partitions[0].error_code
+
+        assert commit(-1, "member-that-left") == ErrorCode.UNKNOWN_MEMBER_ID
+        assert commit(-1, joined.member_id) == ErrorCode.ILLEGAL_GENERATION
+        assert commit(1, "member-that-left") == ErrorCode.UNKNOWN_MEMBER_ID
+        assert commit(1, joined.member_id) == 0
+        assert commit(-1, "") == 0            # no member named: not checked
+        g.request(LeaveGroupRequest(group_id=group, members=[
+            LeaveGroupRequest.MemberIdentity(member_id=joined.member_id)]), 3)
+        assert commit(-1, "member-that-left") == 0   # an empty group: not checked

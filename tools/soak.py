@@ -8,7 +8,7 @@ delivery guarantees are checked on what the brokers hold.
         [--batches] [--threads 3] [--restarts] [--aio] [--meddle] [--sasl]
         [--grow 12] [--stall]
     .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts] [--sasl]
-        [--abort-rate 0.2] [--compression lz4]
+        [--abort-rate 0.2] [--compression lz4] [--stall]
     .venv/bin/python tools/soak.py spark --seed 7 [--restarts] [--aio] [--sasl]
 
 ``group``: an idempotent producer writes ``--messages`` numbered messages (keyed) at a
@@ -49,7 +49,9 @@ an asynchronous commit's result.
 read_committed reader of the output sees each input exactly once; the committed input
 offsets are the high watermarks. ``--abort-rate F``: the processors also abort a
 fraction ``F`` of their transactions on purpose, after sending the offsets (then read
-the batch again from the committed offsets, as on an error).
+the batch again from the committed offsets, as on an error). ``--stall``: a processor's
+batch, between its output and its offsets, now and then takes longer than
+max.poll.interval.ms (as in ``group``): the offsets then go with a membership gone.
 
 ``spark`` (needs PySpark and Java): the producer as in ``group`` while two streaming
 queries of the ``kafka_native`` data source on a local Spark read its topic, one into
@@ -257,6 +259,21 @@ class Chaos(threading.Thread):
 
     def _churn(self) -> str:
         return self.churn(self.rng)
+
+
+def stall_due(client: Any, stall: bool) -> float:
+    """``--stall``: how long ``client``'s (a group member's, a processor's) next processing
+    takes past max.poll.interval.ms (0: not now; the first 3-10 s after its first batch,
+    then one every 10-30 s); ``client`` has ``next_stall``, ``rng`` and ``stop``."""
+    if not stall:
+        return 0.0
+    now = time.monotonic()
+    if client.next_stall is None:
+        client.next_stall = now + client.rng.uniform(3, 10)
+    if now < client.next_stall or client.stop.is_set():
+        return 0.0
+    client.next_stall = now + client.rng.uniform(10, 30)
+    return STALLED_POLL_INTERVAL_MS / 1000 + client.rng.uniform(0.5, 3.0)
 
 
 def connect(bootstrap: str) -> Dict[str, str]:
@@ -752,7 +769,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             self.stop = threading.Event()
             self.assigned: List[int] = []    # as last seen, for the catch-up notes
             self.final_deadline: Optional[float] = None
-            self.next_stall: Optional[float] = None
+            self.next_stall: Optional[float] = None   # --stall: see stall_due()
             self.rng = random.Random(f"{args.seed}-{self.name}")
             self.changes: Dict[int, int] = collections.Counter()   # partition: reassignments
             # (partition, its reassignments): the offsets returned since
@@ -777,18 +794,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             return conf
 
         def _stall_due(self) -> float:
-            """``--stall``: how long the member's next processing takes past
-            max.poll.interval.ms (0: not now; the first 3-10 s after the member's first
-            batch, then one every 10-30 s)."""
-            if not args.stall:
-                return 0.0
-            now = time.monotonic()
-            if self.next_stall is None:
-                self.next_stall = now + self.rng.uniform(3, 10)
-            if now < self.next_stall or self.stop.is_set():
-                return 0.0
-            self.next_stall = now + self.rng.uniform(10, 30)
-            return STALLED_POLL_INTERVAL_MS / 1000 + self.rng.uniform(0.5, 3.0)
+            return stall_due(self, args.stall)
 
         def _changed(self, c: object, partitions: List[TopicPartition]) -> None:
             """on_assign, on_revoke, on_lost: the partitions may be read again."""
@@ -1121,6 +1127,7 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
             self.transactional_id = transactional_id
             self.stop = threading.Event()
             self.rng = random.Random(f"{args.seed}-{self.name}")
+            self.next_stall: Optional[float] = None   # --stall: see stall_due()
 
         def run(self) -> None:
             try:
@@ -1136,6 +1143,8 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
                     "auto.offset.reset": "earliest", "group.protocol": args.protocol}
             if args.protocol == "classic":
                 conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+            if args.stall:
+                conf["max.poll.interval.ms"] = STALLED_POLL_INTERVAL_MS
             consumer = Consumer(conf)
             consumer.subscribe([source])
             producer = Producer({**connect(boot), "client.id": self.name,
@@ -1150,6 +1159,10 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 try:
                     for m in msgs:
                         producer.produce(sink, m.value(), partition=m.partition())
+                    stall = stall_due(self, args.stall)
+                    if stall:   # slow processing: out of the group before the offsets go
+                        note(self.name, f"stalls {stall:.1f} s")
+                        self.stop.wait(stall)
                     producer.send_offsets_to_transaction(
                         consumer.position(consumer.assignment()),
                         consumer.consumer_group_metadata(), 30)
@@ -1219,9 +1232,11 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
         p.stop.set()
     for p in processors:
         p.join(60)
-    out = [number(m.value()) for m in read_all(cluster, sink, partitions, "read_committed")]
+    records = read_all(cluster, sink, partitions, "read_committed")
+    out = [number(m.value()) for m in records]
     check = Checks()
     check.expect(not crashes, f"no processor failed {crashes[:1]}")
+    note_output_faults(records, args.messages, partitions)
     check.expect(sorted(out) == list(range(args.messages)),
                  f"read_committed output: each input once ({len(out)} records, "
                  f"{len(set(out))} distinct of {args.messages})")
@@ -1231,6 +1246,32 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
                  f"watermarks {marks}")
     note("aborted transactions by error:", dict(aborts))
     return check
+
+
+def note_output_faults(records: List[Message], inputs: int, partitions: int) -> None:
+    """For the diagnosis of an eos run whose output is not each input once: the first
+    inputs missing and twice in the output, each with its place in the input (the filler
+    writes input n at offset n // partitions of partition n % partitions) and, for those
+    twice, the places of its copies in the output."""
+    places: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)
+    for m in records:
+        places[number(m.value())].append((m.partition(), m.offset()))
+    missing = [n for n in range(inputs) if n not in places]
+    twice = sorted(n for n, at in places.items() if len(at) > 1)
+    for what, numbers in (("missing", missing), ("twice", twice)):
+        if numbers:
+            note(f"eos: {len(numbers)} inputs {what}, the first:", [
+                (n, f"in {n % partitions}@{n // partitions}", places.get(n, []))
+                for n in numbers[:12]])
+    if twice:   # in which runs of input offsets: one stretch or many
+        runs: List[List[int]] = []
+        for n in twice:
+            if runs and n - runs[-1][-1] <= partitions:
+                runs[-1].append(n)
+            else:
+                runs.append([n])
+        note("eos: inputs twice in", len(runs), "stretches, the first:",
+             [(r[0], r[-1], len(r)) for r in runs[:12]])
 
 
 # -- spark ---------------------------------------------------------------------------------
@@ -1413,8 +1454,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--grow", type=int, default=0, metavar="PARTITIONS",
                     help="group: the chaos also adds partitions to the topic, up to this many")
     ap.add_argument("--stall", action="store_true",
-                    help="group: each member's processing now and then takes longer than "
-                         "max.poll.interval.ms (6 s), once every 10-30 s")
+                    help="group, eos: each member's processing now and then takes longer "
+                         "than max.poll.interval.ms (6 s), once every 10-30 s")
     ap.add_argument("--sasl", action="store_true",
                     help=f"every client logs in with {SASL_MECHANISM}; sessions of "
                          f"{SASL_SESSION_MS} ms, so connections re-authenticate all along")
@@ -1422,8 +1463,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.aio and (args.batches or args.mode == "eos"):
         ap.error("--aio is for group and spark runs without --batches (AIOProducer has no "
                  "produce_batch())")
-    if (args.grow or args.stall) and args.mode != "group":
-        ap.error("--grow and --stall are for group runs")
+    if args.grow and args.mode != "group":
+        ap.error("--grow is for group runs")
+    if args.stall and args.mode == "spark":
+        ap.error("--stall is for group and eos runs")
     if args.abort_rate and args.mode != "eos":
         ap.error("--abort-rate is for eos runs")
     if args.meddle and (args.aio or args.mode != "group"):

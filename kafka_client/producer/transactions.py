@@ -240,6 +240,8 @@ class TransactionManager:
         #: requests the coordinator saw in this transaction (partitions, offsets): with
         #: none, commit and abort send no EndTxn
         self._coordinator_knows = False
+        #: an abort waits for the answer to the AddPartitionsToTxn out (see _finish_abort)
+        self._abort_awaits_registering = False
         self.delivery_failures = 0               # messages that failed in this transaction
         #: the last send_offsets_to_transaction() of this transaction failed with this
         #: (None: none did, or the last succeeded)
@@ -294,6 +296,7 @@ class TransactionManager:
                     self._pending.clear()
                     self._registering = set()
                     self._coordinator_knows = False
+                    self._abort_awaits_registering = False
                     self.delivery_failures = 0
                     self._offsets_failure = None
                     self.error = None
@@ -818,15 +821,21 @@ class TransactionManager:
                 v3_and_below_producer_epoch=idem.epoch, v3_and_below_topics=topics)
 
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
-            if number != self._txn_number or self.state not in (
-                    TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
-                return None      # outdated: that transaction is over
-            self._registering = set()
             results = {(t.name, r.partition_index): broker_code(r.partition_error_code)
                        for t in resp.results_by_topic_v3_and_below or ()
                        for r in t.results_by_partition or ()}
             registered = [p for p in parts
                           if results.get((p.topic.name, p.index)) == ErrorCode.NONE]
+            if number != self._txn_number or self.state not in (
+                    TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
+                # outdated: that transaction is over, or being aborted (the abort may
+                # wait for this answer)
+                if number == self._txn_number:
+                    if not registered:
+                        self._coordinator_knows = knew
+                    self._abort_registering_answered()
+                return None
+            self._registering = set()
             failed = [(p, results.get((p.topic.name, p.index), ErrorCode.UNKNOWN_SERVER_ERROR))
                       for p in parts if p not in registered]
             if not registered:
@@ -864,7 +873,11 @@ class TransactionManager:
         def failed(error: KafkaError) -> None:
             if number != self._txn_number or self.state not in (
                     TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
-                return           # outdated: that transaction is over
+                # outdated: that transaction is over, or being aborted (no answer: the
+                # coordinator may have seen the request, it knows)
+                if number == self._txn_number:
+                    self._abort_registering_answered()
+                return
             self._pending.update(parts)
             self._registering = set()
             self._register_after = time.monotonic() + self._register_delay()
@@ -1045,13 +1058,29 @@ class TransactionManager:
 
     def _finish_abort(self) -> None:
         """After the purge and the flush: EndTxn(abort) if the coordinator knows of the
-        transaction, and the epoch bump if one is needed."""
+        transaction, and the epoch bump if one is needed. With an AddPartitionsToTxn out,
+        its answer says whether it does: CONCURRENT_TRANSACTIONS (the coordinator still
+        writing the last transaction's markers, usual right after a commit) added
+        nothing, and an EndTxn for a transaction the coordinator never started is
+        INVALID_TXN_STATE, fatal (found on the test cluster once it answers so, as Kafka
+        does, until the markers are replicated)."""
+        if self._registering:
+            self._abort_awaits_registering = True
+            return
         if self._coordinator_knows:
             self._end_txn(False)
         elif self.needs_bump:
             self._init_producer_id(bump=True)
         else:
             self._end_txn_done(False)
+
+    def _abort_registering_answered(self) -> None:
+        """The AddPartitionsToTxn out when the transaction began to end is over: an
+        abort waiting for it goes on."""
+        self._registering = set()
+        if self._abort_awaits_registering:
+            self._abort_awaits_registering = False
+            self._finish_abort()
 
     def _set_result_retriable(self, error: KafkaError) -> None:
         self._set_result(KafkaError(error.code(), error.str(), retriable=True))

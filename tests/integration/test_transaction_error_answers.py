@@ -227,6 +227,39 @@ def test_abort_while_a_produce_retry_is_due_purges_it(cluster):
     assert _committed_values(cluster, topic, 4) == list(range(400, 404))
 
 
+def test_abort_while_add_partitions_is_answered_concurrent_transactions_sends_no_end_txn(
+        cluster):
+    """abort_transaction() begins while the transaction's AddPartitionsToTxn is out, and
+    it is answered CONCURRENT_TRANSACTIONS (the coordinator still writing the last
+    transaction's markers, usual right after a commit): nothing was added, the
+    coordinator knows of no transaction, and the abort ends without an EndTxn (one sent
+    was answered INVALID_TXN_STATE, fatal: found once the test cluster answered so until
+    the markers are replicated, as Kafka does). The next transaction commits."""
+    topic = "abort-while-registering"
+    cluster.create_topic(topic, partitions=1)
+    p = _producer(cluster, "abort-while-registering")
+    try:
+        p.begin_transaction()
+        cluster.set_latency(0.5, apis=["AddPartitionsToTxn"])
+        cluster.inject_errors("AddPartitionsToTxn", ["CONCURRENT_TRANSACTIONS"])
+        since = cluster.clear_request_log()
+        p.produce(topic, b"1", partition=0)
+        p.poll(0.2)       # the AddPartitionsToTxn is out, its answer 0.3 s away
+        p.abort_transaction(20)
+        cluster.set_latency(0, apis=["AddPartitionsToTxn"])
+        log = cluster.request_log(since)
+        assert [e.injected_error for e in log if e.api == "AddPartitionsToTxn"] == \
+            ["CONCURRENT_TRANSACTIONS"], log
+        assert [e for e in log if e.api == "EndTxn"] == [], log
+        p.begin_transaction()
+        assert _produce(p, topic, range(500, 503)) == []
+        p.commit_transaction(30)
+    finally:
+        cluster.set_latency(0)
+        p.close(5)
+    assert _committed_values(cluster, topic, 3) == list(range(500, 503))
+
+
 def _committed_offset(consumer: Consumer, topic: str) -> int:
     return consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
 

@@ -54,8 +54,11 @@ class Transaction:
     groups: Set[str] = field(default_factory=set)
     started: float = 0.0
     timer: Any = None
-    #: Markers still to write (partitions whose leader was unavailable).
-    pending_markers: Set[Tuple[str, int]] = field(default_factory=set)
+    #: The partitions whose marker of the last end is not replicated yet: the next
+    #: transaction waits for them (CONCURRENT_TRANSACTIONS, as Kafka's coordinator
+    #: answers while the previous one is PREPARE_COMMIT or PREPARE_ABORT), so that its
+    #: records come after the marker in every log.
+    markers_pending: Set[Tuple[str, int]] = field(default_factory=set)
     #: The epoch a KIP-360 bump (InitProducerId v3+ naming the current epoch) moved on
     #: from, so that a retry of that bump gets the same answer; -1 after a plain
     #: InitProducerId (a new instance), whose fenced predecessors must stay fenced.
@@ -161,6 +164,8 @@ class TransactionCoordinator:
         R = AddPartitionsToTxnResponse
         error, txn = self._check(ctx, req.v3_and_below_transactional_id,
                                  req.v3_and_below_producer_id, req.v3_and_below_producer_epoch)
+        if not error and txn.markers_pending:
+            error = ErrorCode.CONCURRENT_TRANSACTIONS
         controller = self.server.controller
         unknown = {(t.name, p) for t in req.v3_and_below_topics for p in t.partitions
                    if controller.partition(t.name, p) is None}
@@ -189,6 +194,8 @@ class TransactionCoordinator:
         req = ctx.request
         error, txn = self._check(ctx, req.transactional_id, req.producer_id,
                                  req.producer_epoch)
+        if not error and txn.markers_pending:
+            error = ErrorCode.CONCURRENT_TRANSACTIONS
         if not error:
             self._begin(txn)
             txn.groups.add(req.group_id)
@@ -214,8 +221,9 @@ class TransactionCoordinator:
         if txn.timer is not None:
             txn.timer.cancel()
             txn.timer = None
-        txn.pending_markers = set(txn.partitions)
-        self._write_markers(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit)
+        txn.markers_pending = set(txn.partitions)
+        self._write_markers(txn.transactional_id, set(txn.partitions), txn.producer_id,
+                            txn.producer_epoch, commit)
         groups = self.server.groups
         for group_id in txn.groups:
             group = groups.group(group_id)
@@ -228,29 +236,48 @@ class TransactionCoordinator:
         txn.partitions = set()
         txn.groups = set()
 
-    def _write_markers(self, tid: str, producer_id: int, producer_epoch: int,
-                       commit: bool) -> None:
-        txn = self.transactions.get(tid)
-        if txn is None:
+    def _write_markers(self, tid: str, keys: Set[Tuple[str, int]], producer_id: int,
+                       producer_epoch: int, commit: bool) -> None:
+        """The marker of a transaction's end on each partition of ``keys``, through its
+        leader; written again (as Kafka's coordinator retries a marker write answered
+        NOT_LEADER_OR_FOLLOWER) to a partition without a leader now, or whose leader
+        lost leadership (stopped, restarted) before its followers had the marker: lost
+        with that leader's log, the transaction's records were read as the producer's
+        next transaction's, committed or aborted with it (soak eos seed 139: aborted
+        output read as committed, committed output read as aborted)."""
+        if self.transactions.get(tid) is None:
             return
         kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
         controller = self.server.controller
-        for key in sorted(txn.pending_markers):
+        later: Set[Tuple[str, int]] = set()
+        for key in sorted(keys):
             part = controller.partition(*key)
             if part is None:
-                txn.pending_markers.discard(key)   # topic deleted
+                self.transactions[tid].markers_pending.discard(key)   # topic deleted
                 continue
             broker = self.server.brokers.get(part.leader)
             replica = broker.replicas.get(key) if broker is not None and broker.up else None
             if replica is None or not replica.is_leader:
+                later.add(key)
                 continue
-            replica.append_control(build_control_batch(
-                kind, producer_id, producer_epoch, 0,
-                timestamp=int(time.time() * 1000)))
-            txn.pending_markers.discard(key)
-        if txn.pending_markers:
-            self.server.loop.call_later(_MARKER_RETRY, self._write_markers, tid, producer_id,
-                                        producer_epoch, commit)
+            at = replica.append_control(build_control_batch(
+                kind, producer_id, producer_epoch, 0, timestamp=int(time.time() * 1000)))
+            replica.wait_for_replicas(at + 1, lambda error, key=key: self._marker_written(
+                error, tid, key, producer_id, producer_epoch, commit))
+        if later:
+            self.server.loop.call_later(_MARKER_RETRY, self._write_markers, tid, later,
+                                        producer_id, producer_epoch, commit)
+
+    def _marker_written(self, error: int, tid: str, key: Tuple[str, int], producer_id: int,
+                        producer_epoch: int, commit: bool) -> None:
+        """A marker's write is over: replicated, or its leader lost leadership first."""
+        if error == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            self.server.loop.call_later(_MARKER_RETRY, self._write_markers, tid, {key},
+                                        producer_id, producer_epoch, commit)
+            return
+        txn = self.transactions.get(tid)
+        if txn is not None:
+            txn.markers_pending.discard(key)
 
     # -- TxnOffsetCommit -------------------------------------------------------------
     def txn_offset_commit(self, ctx: RequestContext) -> Any:

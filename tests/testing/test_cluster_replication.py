@@ -17,6 +17,7 @@ from kafka_proto.messages import (
 )
 from kafka_proto.records import RecordBatchBuilder, read_batches
 
+from kafka_client import Consumer, Producer, TopicPartition
 from kafka_client.testing import Cluster
 
 from rawclient import RawClient  # tests/testing/rawclient.py
@@ -273,6 +274,49 @@ def test_an_empty_follower_starting_inside_a_batch_takes_the_whole_batch(kafka_c
     logs = state.partitions[0].replica_logs
     assert logs[down].log_end_offset == logs[leader].log_end_offset == 10
     assert logs[down].log_start_offset == 5
+
+
+def test_a_transaction_marker_its_leader_alone_had_is_written_to_the_next_leader(
+        kafka_cluster):
+    # The ABORT marker reaches the leader, whose follower gets nothing more (its fetches
+    # held), and the leader stops: the coordinator writes the marker again to the new
+    # leader, as Kafka's retries a marker write answered NOT_LEADER_OR_FOLLOWER. (It was
+    # lost: the aborted record was then read as part of the producer's next transaction,
+    # committed with it; soak eos seed 139: aborted output read twice, committed output
+    # read as aborted.)
+    c = kafka_cluster
+    leader, follower, tid = 1, 2, "marker-moves"
+    c.create_topic("markers", assignments=[[leader, follower]])
+    c.move_coordinator(3, transactional_id=tid)
+    p = Producer({"bootstrap.servers": c.bootstrap_servers, "transactional.id": tid})
+    try:
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("markers", b"aborted", partition=0)
+        assert p.flush(30) == 0
+        c.wait_in_sync("markers")
+        c.set_latency(30, broker=leader, apis=["Fetch"])   # the follower gets nothing more
+        time.sleep(0.3)
+        p.abort_transaction(30)
+        c.stop_broker(leader)
+        c.clear_faults()
+        assert c.leader("markers", 0) == follower
+        p.begin_transaction()
+        p.produce("markers", b"committed", partition=0)
+        p.commit_transaction(30)
+    finally:
+        p.close()
+    reader = Consumer({"bootstrap.servers": c.bootstrap_servers,
+                       "isolation.level": "read_committed", "enable.partition.eof": True})
+    reader.assign([TopicPartition("markers", 0, 0)])
+    values, deadline = [], time.monotonic() + 20
+    while time.monotonic() < deadline:
+        got = reader.consume(100, 0.5)
+        values += [m.value() for m in got if m.error() is None]
+        if any(m.error() is not None for m in got) and values:
+            break
+    reader.close()
+    assert values == [b"committed"], values
 
 
 def test_leader_moves_fence_the_old_leader(kafka_cluster):

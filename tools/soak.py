@@ -1236,7 +1236,9 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
     out = [number(m.value()) for m in records]
     check = Checks()
     check.expect(not crashes, f"no processor failed {crashes[:1]}")
-    note_output_faults(records, args.messages, partitions)
+    faulty = note_output_faults(records, args.messages, partitions)
+    if faulty:
+        keep_logs(cluster, [(sink, p) for p in sorted(faulty)], f"soak-eos-{args.seed}-")
     check.expect(sorted(out) == list(range(args.messages)),
                  f"read_committed output: each input once ({len(out)} records, "
                  f"{len(set(out))} distinct of {args.messages})")
@@ -1248,11 +1250,24 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
     return check
 
 
-def note_output_faults(records: List[Message], inputs: int, partitions: int) -> None:
+def keep_logs(cluster: Cluster, partitions: Sequence[Tuple[str, int]], prefix: str) -> None:
+    """Copies of ``partitions``' logs on every broker, kept after the run (whose cluster
+    goes with it) for ``python -m kafka_client.tools dump-log``."""
+    keep = tempfile.mkdtemp(prefix=prefix)
+    for topic, p in partitions:
+        for b in BROKERS:
+            source = cluster.log_dir(topic, p, b)
+            if os.path.isdir(source):
+                shutil.copytree(source, os.path.join(keep, f"broker-{b}", f"{topic}-{p}"))
+    note("logs of", partitions, "kept in", keep)
+
+
+def note_output_faults(records: List[Message], inputs: int, partitions: int) -> Set[int]:
     """For the diagnosis of an eos run whose output is not each input once: the first
     inputs missing and twice in the output, each with its place in the input (the filler
     writes input n at offset n // partitions of partition n % partitions) and, for those
-    twice, the places of its copies in the output."""
+    twice, the places of its copies in the output. Returns the output partitions
+    concerned."""
     places: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)
     for m in records:
         places[number(m.value())].append((m.partition(), m.offset()))
@@ -1272,6 +1287,7 @@ def note_output_faults(records: List[Message], inputs: int, partitions: int) -> 
                 runs.append([n])
         note("eos: inputs twice in", len(runs), "stretches, the first:",
              [(r[0], r[-1], len(r)) for r in runs[:12]])
+    return {n % partitions for n in missing + twice}
 
 
 # -- spark ---------------------------------------------------------------------------------

@@ -242,7 +242,7 @@ def test_a_member_slow_to_run_a_revocation_keeps_its_session(cluster):
     topic = f"slow-revoke-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, partitions=2)
     conf = {"group.id": f"grp-{topic}", "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": 2000, "heartbeat.interval.ms": 200,
+            "session.timeout.ms": 3000, "heartbeat.interval.ms": 200,
             "max.poll.interval.ms": 60000, "enable.auto.commit": False}
     a = Member(cluster, topic, **conf)
     commits: List[str] = []
@@ -264,7 +264,7 @@ def test_a_member_slow_to_run_a_revocation_keeps_its_session(cluster):
     try:
         a.poll_until(lambda: sorted(tp.partition for tp in a.consumer.assignment()) == [0, 1])
         b = Member(cluster, topic, **conf)
-        busy_until = time.monotonic() + 6.0     # a's application is busy
+        busy_until = time.monotonic() + 9.0     # a's application is busy
         while time.monotonic() < busy_until:
             b.consumer.consume(100, 0.1)
         assert all(parts == [] for parts in b.assigned) and b.lost == [], b.assigned
@@ -320,7 +320,8 @@ def test_a_member_past_its_poll_interval_cannot_commit_its_transaction(cluster, 
                 m.consumer.position([TopicPartition(topic, 0)]), meta, 30)
             p.commit_transaction(30)
         err = refused.value.args[0]
-        assert err.code() == KafkaError.UNKNOWN_MEMBER_ID and err.txn_requires_abort(), err
+        assert err.code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION) \
+            and err.txn_requires_abort(), err
         p.abort_transaction(30)
         reader = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
                            "isolation.level": "read_committed",

@@ -240,12 +240,15 @@ def test_abort_while_add_partitions_is_answered_concurrent_transactions_sends_no
     p = _producer(cluster, "abort-while-registering")
     try:
         p.begin_transaction()
-        cluster.set_latency(0.5, apis=["AddPartitionsToTxn"])
+        cluster.set_latency(5.0, apis=["AddPartitionsToTxn"])
         cluster.inject_errors("AddPartitionsToTxn", ["CONCURRENT_TRANSACTIONS"])
         since = cluster.clear_request_log()
         p.produce(topic, b"1", partition=0)
-        p.poll(0.2)       # the AddPartitionsToTxn is out, its answer 0.3 s away
-        p.abort_transaction(20)
+        deadline = time.monotonic() + 10     # the AddPartitionsToTxn is out, its answer held
+        while not cluster.request_log(since, api="AddPartitionsToTxn"):
+            assert time.monotonic() < deadline, "no AddPartitionsToTxn went out"
+            p.poll(0.05)
+        p.abort_transaction(30)
         cluster.set_latency(0, apis=["AddPartitionsToTxn"])
         log = cluster.request_log(since)
         assert [e.injected_error for e in log if e.api == "AddPartitionsToTxn"] == \

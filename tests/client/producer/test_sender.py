@@ -681,15 +681,22 @@ def test_unknown_producer_id_for_a_resent_batch_is_fatal():
     assert r.error is fatal and r.status == 1    # POSSIBLY_PERSISTED
 
 
-@pytest.mark.parametrize("refusal", [ErrorCode.NOT_ENOUGH_REPLICAS,
-                                     ErrorCode.NOT_LEADER_OR_FOLLOWER])
-def test_unknown_producer_id_after_attempts_all_refused_bumps_the_epoch(refusal):
-    """Refused on its first attempt, then answered UNKNOWN_PRODUCER_ID on the second:
-    no attempt appended it, so the epoch is bumped and it goes again renumbered, as on a
-    first attempt. (Each send forgot that the attempts before it were refused: fatal,
-    "the batch was sent before and may be in the log".)"""
+@pytest.mark.parametrize("first", ["NOT_ENOUGH_REPLICAS", "NOT_LEADER_OR_FOLLOWER",
+                                   "_TIMED_OUT_QUEUE"])
+def test_unknown_producer_id_after_attempts_none_appended_bumps_the_epoch(first):
+    """The first attempt refused (NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER) or never
+    written (timed out in its connection's queue: not an attempt, the batch goes back
+    with the same epoch and sequence, no bump), then answered UNKNOWN_PRODUCER_ID: no
+    attempt appended it, so the epoch is bumped and it goes again renumbered, as on a
+    first attempt. (Each send forgot that the attempts before it were refused, and a
+    request timed out in the queue counted as one maybe appended: fatal, "the batch was
+    sent before and may be in the log".)"""
     acc, sender, c, reports, t = _idempotent_in_flight(1)
-    c.answer(0, errors={("t", 0): refusal})
+    if first == "_TIMED_OUT_QUEUE":
+        c.fail(code=KafkaError._TIMED_OUT_QUEUE)
+    else:
+        c.answer(0, errors={("t", 0): getattr(ErrorCode, first)})
+    assert not reports and not sender.idem.bump_wanted and sender.idem.fatal is None
     run(sender, 1.0)                     # sent again after the backoff
     assert _sent(c) == [(3, 0, [b"0"])]
     c.answer(0, errors={("t", 0): ErrorCode.UNKNOWN_PRODUCER_ID})
@@ -1043,20 +1050,3 @@ def test_a_zstd_batch_resent_to_a_broker_without_produce_v7_goes_uncompressed():
     assert r.error is None and r.base_offset == 10 and r.batch.attempts == 2
 
 
-def test_a_produce_request_timed_out_in_the_queue_is_not_maybe_appended():
-    """A Produce request that timed out in its connection's queue was never written:
-    the batch goes back as it was (same epoch and sequence, no epoch bump), and a
-    refusal of its next attempt that only a batch never appended can recover from
-    (UNKNOWN_PRODUCER_ID) is recovered, not taken as a batch maybe in the log (fatal)."""
-    acc, sender, c, reports, t = _idempotent_in_flight(1)
-    c.fail(code=KafkaError._TIMED_OUT_QUEUE)
-    assert not reports and not sender.idem.bump_wanted and sender.idem.fatal is None
-    run(sender, 1.0)
-    assert _sent(c) == [(3, 0, [b"0"])]
-    c.answer(0, errors={("t", 0): ErrorCode.UNKNOWN_PRODUCER_ID})
-    assert sender.idem.fatal is None and sender.idem.bump_wanted and not reports
-    _bump(sender, c)
-    run(sender, 1.0)
-    assert _sent(c) == [(4, 0, [b"0"])]
-    c.answer(0)
-    assert [(r.error, values_of(r)) for r in reports] == [(None, [b"0"])]

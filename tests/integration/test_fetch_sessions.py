@@ -38,6 +38,19 @@ def _sessions(cluster, since: int, client: str):
     return [e for e in cluster.request_log(since, api="Fetch") if e.client_id == client]
 
 
+def _wait_until_a_session_holds(cluster, topic: str, counts: Dict[int, int]) -> None:
+    """Until broker 1 has a fetch session holding every partition of ``topic`` at the
+    position ``counts`` gives it: the Fetch that told it so (the one after the answer
+    that brought the records) has reached the broker. The consumer sends it on its I/O
+    thread while the application reads what the answer brought, so on a loaded machine
+    it may come only after the application has read it all."""
+    want = sorted([topic, q, n] for q, n in counts.items())
+    deadline = time.monotonic() + 20
+    while not any(sorted(s["partitions"]) == want for s in cluster.fetch_sessions(1)):
+        assert time.monotonic() < deadline, cluster.fetch_sessions(1)
+        time.sleep(0.01)
+
+
 def test_only_the_partition_that_moves_goes_over_the_wire(tmp_path):
     """40 partitions, one of which keeps getting data: after the first (full) Fetch the
     requests name only that partition, when its position moved, and the answers carry
@@ -56,6 +69,9 @@ def test_only_the_partition_that_moves_goes_over_the_wire(tmp_path):
                 counts[q] = 3
             c.assign([TopicPartition("wide", q) for q in range(PARTITIONS)])
             _read(c, got, sum(counts.values()))
+            # The Fetch after the full one names every partition (all moved to 3): the
+            # log starts after it.
+            _wait_until_a_session_holds(cluster, "wide", counts)
             since = cluster.clear_request_log()
             for _round in range(10):
                 _produce(p, "wide", 7, counts[7], 20)

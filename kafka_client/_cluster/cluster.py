@@ -147,7 +147,7 @@ class Cluster:
         self.settings.callback_failed = self._callback_failed
         tokens = self.settings.security.tokens
         if tokens is not None:
-            tokens.on_error = self._token_refresh_failed
+            tokens.report_errors_to(self._token_refresh_failed)
         io.add_tick(self._tick)
 
     # -- connections -------------------------------------------------------------------

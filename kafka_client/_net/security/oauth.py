@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from kafka_client._net.security.sasl import OAuthToken, SaslError
 
@@ -124,6 +124,8 @@ class TokenSource:
         self._timer: Optional[threading.Timer] = None
         self._closed = False
         self.on_error = on_error
+        #: a failure that came while nobody was told (no on_error yet), for report_errors_to
+        self._unreported: Optional[Tuple[str, Exception]] = None
         self.refreshes = 0
         self.listeners: List[Callable[[], None]] = []
 
@@ -192,7 +194,21 @@ class TokenSource:
         message = f"OAUTHBEARER token refresh failed: {exc}"
         with self._lock:
             self._error = str(exc)
+            on_error = self.on_error
+            if on_error is None:
+                self._unreported = (message, exc)
         self.log.warning("%s (retrying in %gs)", message, RETRY_AFTER)
-        if self.on_error is not None:
-            self.on_error(message, exc)
+        if on_error is not None:
+            on_error(message, exc)
         self._schedule(RETRY_AFTER)
+
+    def report_errors_to(self, on_error: Callable[[str, Exception], None]) -> None:
+        """Tell ``on_error`` about failed refreshes from now on, and at once about one
+        that failed before: the client is wired up after its first token came, and a
+        short-lived token's refresh (or a first fetch from a busy endpoint) may fail in
+        between, which then reached neither error_cb nor the caller of poll()."""
+        with self._lock:
+            self.on_error = on_error
+            missed, self._unreported = self._unreported, None
+        if missed is not None:
+            on_error(*missed)

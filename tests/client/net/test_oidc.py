@@ -263,6 +263,27 @@ def test_an_unreachable_endpoint_does_not_fail_the_constructor():
         conf.security.close()
 
 
+def test_a_first_token_that_failed_before_the_client_was_wired_reaches_error_cb():
+    """The first token fails (the endpoint is down) while the configuration is read,
+    before the client has its error_cb wired: the failure still reaches error_cb at the
+    first poll(), as _AUTHENTICATION naming the endpoint (it was only logged). The same
+    window lost a short-lived token's failed refresh on a loaded machine."""
+    url = f"http://127.0.0.1:{free_port()}/token"
+    errors = []
+    p = Producer({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "sasl_plaintext",
+                  "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+                  "sasl.oauthbearer.token.endpoint.url": url,
+                  "sasl.oauthbearer.client.id": "id", "sasl.oauthbearer.client.secret": "s",
+                  "error_cb": errors.append, "log_level": 0})
+    try:
+        p.poll(0)
+        refused = [e for e in errors if "token refresh failed" in e.str()]
+        assert [e.code() for e in refused] == [KafkaError._AUTHENTICATION], errors
+        assert url in refused[0].str()
+    finally:
+        p.close()
+
+
 # -- the JWT bearer grant (RFC 7523) -----------------------------------------------------
 
 @pytest.fixture(scope="module")

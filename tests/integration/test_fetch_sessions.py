@@ -205,9 +205,14 @@ def test_close_ends_the_session_and_a_broker_without_room_gets_full_fetches(tmp_
                 kinds = {e.details["fetch_session"]["kind"] for e in _sessions(cluster, 0, "cl")}
                 # Without room every Fetch asks for a session again and is answered in full.
                 assert kinds == ({"full", "incremental"} if slots else {"full"}), kinds
-                # No Fetch waiting at the broker when close() comes (see Fetcher.close).
+                # No Fetch waiting at the broker when close() comes (see Fetcher.close):
+                # the one in flight answered (a fixed 0.3 s wait was not always enough
+                # on a loaded machine), and none after it, everything paused.
                 c.pause(c.assignment())
-                time.sleep(0.3)
+                deadline = time.monotonic() + 10
+                while c._fetcher._busy:
+                    assert time.monotonic() < deadline, "a Fetch still in flight"
+                    time.sleep(0.01)
                 since = cluster.clear_request_log()
             finally:
                 c.close()

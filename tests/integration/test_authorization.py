@@ -239,9 +239,12 @@ def test_a_topic_the_acls_refuse_inside_a_transaction_makes_it_abortable(outcome
         assert ours["granted_produce_raised"] is None, ours
         assert_written_once(ours["log"], "granted-", 4)
     else:
-        # both refuse produce() until their metadata is asked again
-        assert ours["granted_produce_raised"] == rdk["granted_produce_raised"] \
-            == "TOPIC_AUTHORIZATION_FAILED"
+        # both refuse produce() until their metadata is asked again: checked for each
+        # whose client asked none between the grant and produce() (librdkafka asks again
+        # on its own; on a loaded machine that came in between now and then)
+        for seen in (ours, rdk):
+            if not seen["metadata_asked_after_grant"]:
+                assert seen["granted_produce_raised"] == "TOPIC_AUTHORIZATION_FAILED", seen
 
 
 @pytest.mark.parametrize("case", [with_case("add_offsets_refused"),

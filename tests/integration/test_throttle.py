@@ -183,17 +183,19 @@ def test_the_whole_connection_is_muted_only_from_the_kip219_version(proxy, versi
         conn.send(MetadataRequest(topics=[]), first, version=version)
 
     try:
-        proxy.throttle_requests(ApiKey.METADATA, 500, count=1)
+        # 1 s (the longest a throttle holds a connection): far from a plain round trip,
+        # which a loaded machine can stretch past 0.3 s
+        proxy.throttle_requests(ApiKey.METADATA, 1000, count=1)
         io.call_soon(start)
         deadline = time.monotonic() + 10
         while len(answers) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         (t1, e1, throttle), (t2, e2, _) = answers
-        assert e1 is None and e2 is None and throttle == 500
+        assert e1 is None and e2 is None and throttle == 1000
         if muted:
-            assert t2 - t1 >= 0.45, t2 - t1
+            assert t2 - t1 >= 0.95, t2 - t1
         else:
-            assert t2 - t1 < 0.3, t2 - t1
+            assert t2 - t1 < 0.9, t2 - t1
     finally:
         io.call_soon(lambda: [c.close() for c in conns])
         io.stop(5)

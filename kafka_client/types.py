@@ -42,6 +42,16 @@ _INT64_MAX = 2**63 - 1
 Headers = List[Tuple[str, Optional[bytes]]]
 
 
+def check_topic_name(name: str) -> None:
+    """A topic name the wire can carry: UTF-8 (UnicodeEncodeError otherwise) without NUL
+    (ValueError), as confluent-kafka's producer refuses them. Taken, such a name made
+    every later Metadata request, which names each topic wanted, impossible to encode:
+    nothing was produced or read any more, for any topic."""
+    name.encode("utf-8")
+    if "\x00" in name:
+        raise ValueError(f"topic {name!r} contains a NUL character")
+
+
 def _check_int(value: Any, what: str, lo: int, hi: int) -> int:
     # Whatever Python takes as an integer (operator.index: numpy integers, IntEnum, bool),
     # as confluent-kafka's C argument parsing does; a plain int comes back.

@@ -72,6 +72,7 @@ from kafka_client.types import (
     TIMESTAMP_LOG_APPEND_TIME,
     Message,
     TopicPartition,
+    check_topic_name,
     error_event,
 )
 from kafka_proto.enums import IsolationLevel, ListOffsetsTimestamp
@@ -1145,7 +1146,7 @@ class Consumer(ClientBase):
         if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
             raise TypeError("subscribe() requires a list of topic names (str)")
         for name in topics:
-            _check_topic_name(name)
+            check_topic_name(name)
         if not topics or not all(topics):
             raise KafkaException(KafkaError(
                 KafkaError._INVALID_ARG, "subscribe(): the list of topics is empty or "
@@ -1592,18 +1593,8 @@ def _check_partitions(partitions: Any, what: str,
         if tp.partition < 0 and not any_partition:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
                                             f"{what}(): {tp.topic} has no partition number"))
-        _check_topic_name(tp.topic)
+        check_topic_name(tp.topic)
     return list(partitions)
-
-
-def _check_topic_name(name: str) -> None:
-    """A topic name the wire can carry: UTF-8 (UnicodeEncodeError otherwise) without NUL
-    (ValueError), as confluent-kafka's producer refuses them. Taken, such a name made
-    every later Metadata request, which names each topic wanted, impossible to encode:
-    nothing was read any more (confluent-kafka's consumer crashes on it)."""
-    name.encode("utf-8")
-    if "\x00" in name:
-        raise ValueError(f"topic {name!r} contains a NUL character")
 
 
 def _offset_after(message: Any, what: str) -> TopicPartition:

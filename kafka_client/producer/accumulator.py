@@ -61,6 +61,7 @@ from kafka_client.producer._core import (
     too_large,
 )
 from kafka_client.producer.partitioners import TopicPartitioner, callback_partitioner
+from kafka_client.types import check_topic_name
 from kafka_proto.errors import ErrorCode
 from kafka_proto.records import BinaryColumn, RecordBatchBuilder
 
@@ -539,12 +540,7 @@ class Accumulator(AccumulatorCore):
         if not name:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
                                             "topic must be a non-empty str"))
-        # Refused here, as confluent-kafka refuses them: a name that is not UTF-8
-        # (UnicodeEncodeError) made every later Metadata request, which names each topic
-        # wanted, impossible to encode, so no topic's messages went out any more.
-        name.encode("utf-8")
-        if "\x00" in name:
-            raise ValueError(f"topic {name!r} contains a NUL character")
+        check_topic_name(name)
         t = TopicState(name, self._partitioner())
         self.topics[name] = t
         self._want_topic(name)

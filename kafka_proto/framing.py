@@ -38,7 +38,7 @@ from kafka_proto.errors import (
     TruncatedDataError,
     UnsupportedVersionError,
 )
-from kafka_proto.messages import message_class, request_header_version, response_header_version
+from kafka_proto.messages import request_header_version, response_header_version
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",

@@ -12,8 +12,9 @@
 * ``run_child``: runs Python code in a child process with a hard timeout, for cases that
   could hang (a regression then fails instead of stalling the suite).
 * ``run_doc``: runs the python blocks of a guide in order in such a child process (the
-  tests of docs/, tests/integration/test_docs_examples.py); ``doc_python_blocks`` gives
-  the blocks themselves.
+  tests of docs/, tests/integration/test_docs_examples.py) and checks what their comments
+  say a ``print`` shows; ``doc_python_blocks`` gives the blocks themselves,
+  ``doc_print_claims`` / ``check_print_claims`` those comments (tests/test_docs_blocks.py).
 
 Every broker object has ``.bootstrap`` ("127.0.0.1:PORT"), ``.host``, ``.port``,
 ``.kind`` and ``.create_topic(name, partitions=1)``; noida-db also ``.restart()``,
@@ -25,6 +26,7 @@ limits the ``broker`` parametrization. A missing broker binary skips, with the r
 """
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -34,7 +36,9 @@ import subprocess
 import sys
 import textwrap
 import time
+import tokenize
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -317,11 +321,85 @@ def doc_python_blocks(doc: str) -> list:
     return [(text.count("\n", 0, m.start(1)), m.group(1)) for m in _PYTHON_BLOCK.finditer(text)]
 
 
+#: In a print's output as a guide writes it, text that stands for anything: ``...`` and
+#: ``<a description>``.
+_ANY_TEXT = re.compile(r"\.\.\.|<[^<>]*>")
+#: Tokens after which a name starts a statement.
+_STATEMENT_START = {tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT,
+                    tokenize.ENCODING}
+
+
+@dataclass(frozen=True)
+class PrintClaim:
+    """What a guide's comment says a ``print(...)`` shows."""
+    line: int                  #: of the comment, 1-based, in the code given
+    text: str                  #: the comment's text
+    pattern: re.Pattern        #: what a whole output line must match
+
+
+def doc_print_claims(code: str) -> list:
+    """The :class:`PrintClaim` of each ``print(...)`` statement of a guide's ``code`` that
+    has one, in order: the comment at the end of the line the call ends on, or else a
+    comment line right after the call. In the comment, ``...`` and ``<a description>``
+    stand for any text."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    lines = code.split("\n")
+    claims = []
+    for i, token in enumerate(tokens[:-1]):
+        starts_statement = i == 0 or tokens[i - 1].type in _STATEMENT_START
+        if not (starts_statement and token.string == "print" and tokens[i + 1].string == "("):
+            continue
+        depth, end = 0, i + 1
+        for end in range(i + 1, len(tokens)):
+            depth += {"(": 1, ")": -1}.get(tokens[end].string, 0)
+            if depth == 0:
+                break
+        last_line = tokens[end].end[0]
+        after = tokens[end + 1]
+        if after.type == tokenize.COMMENT and after.start[0] == last_line:
+            comment, line = after.string, last_line
+        elif last_line < len(lines) and lines[last_line].lstrip().startswith("#"):
+            comment, line = lines[last_line], last_line + 1
+        else:
+            continue
+        text = comment.strip().lstrip("#").strip()
+        pattern = ".*".join(re.escape(piece) for piece in _ANY_TEXT.split(text))
+        claims.append(PrintClaim(line, text, re.compile(pattern)))
+    return claims
+
+
+def check_print_claims(doc: str, code: str, stdout: str) -> None:
+    """Fails unless each output ``code`` claims (:func:`doc_print_claims`) is a line of
+    ``stdout``, in the order the claims are written."""
+    printed = [line.rstrip() for line in stdout.splitlines()]
+    position = 0
+    for claim in doc_print_claims(code):
+        found = next((n for n in range(position, len(printed))
+                      if claim.pattern.fullmatch(printed[n])), None)
+        if found is None:
+            pytest.fail(f"{doc}:{claim.line}: the comment says the print shows "
+                        f"{claim.text!r}; printed (after the claims before it):\n"
+                        + "\n".join(printed[position:]), pytrace=False)
+        position = found + 1
+
+
 @pytest.fixture(scope="session", name="doc_python_blocks")
 def doc_python_blocks_fixture():
     """:func:`doc_python_blocks`, for tests that run a guide's blocks in their own process
     (the Spark guide, on the module's Spark session)."""
     return doc_python_blocks
+
+
+@pytest.fixture(scope="session", name="doc_print_claims")
+def doc_print_claims_fixture():
+    """:func:`doc_print_claims`, for the tests of the convention itself."""
+    return doc_print_claims
+
+
+@pytest.fixture(scope="session", name="check_print_claims")
+def check_print_claims_fixture():
+    """:func:`check_print_claims`, for the tests of the convention itself."""
+    return check_print_claims
 
 
 @pytest.fixture
@@ -334,7 +412,9 @@ def run_doc(run_child, tmp_path):
     ``replace`` maps text of the blocks to what the test runs instead (the bootstrap
     address, a ``...`` placeholder); each must occur and keep the line count.
     ``prelude`` and ``epilogue`` are the test's own code, run before and after the doc's
-    in the same namespace (helpers for placeholders; checks of what the examples did)."""
+    in the same namespace (helpers for placeholders; checks of what the examples did).
+    What the blocks' comments say a ``print`` shows must be in the output, in order
+    (:func:`doc_print_claims`)."""
     def run(doc: str, replace: dict = None, prelude: str = "", epilogue: str = "",
             timeout: float = 120) -> subprocess.CompletedProcess:
         blocks = doc_python_blocks(doc)
@@ -361,6 +441,7 @@ def run_doc(run_child, tmp_path):
         if out.returncode != 0:
             pytest.fail(f"{doc}: exit status {out.returncode}\n{out.stdout}\n{out.stderr}",
                         pytrace=False)
+        check_print_claims(doc, source, out.stdout)
         return out
     return run
 

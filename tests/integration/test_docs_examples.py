@@ -2,7 +2,10 @@
 interpreter (a child process, with a hard timeout), against a one-broker
 ``kafka_client.testing.Cluster`` of the test's own where they need a broker, with only the
 bootstrap address substituted. What the text says they do is then checked on the broker's
-side (messages in each topic) or in their output.
+side (messages in each topic) or in their output; a ``print`` whose comment says what it
+shows (``print(x)   # (0, 100)``, ``...`` or ``<a description>`` for what varies) is
+checked by ``run_doc`` itself. tests/test_docs_blocks.py checks that every guide with
+python blocks (docs/*.md, README.md) is run by a test.
 
 admin.md and transactions.md have their own tests (test_admin_docs.py,
 test_transactions_docs.py); spark.md's blocks run on the Spark session of

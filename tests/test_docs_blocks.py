@@ -1,8 +1,9 @@
 """Every python example of the guides is run by a test: the blocks are written so that
 the tests find them (``python`` fences at the line's start), every guide that has some
 is run by a test naming it (``run_doc``, or ``doc_python_blocks`` for the Spark guide),
-and the comments that say what a ``print`` shows are read as the examples' writers mean
-them (the convention of ``run_doc``, tests/conftest.py)."""
+the comments that say what a ``print`` shows are read as the examples' writers mean them
+(the convention of ``run_doc``, tests/conftest.py), and ``run_doc`` fails an exception
+printed by a run whose exit status is 0."""
 from __future__ import annotations
 
 import re
@@ -77,3 +78,13 @@ def test_print_claims_are_checked_in_order(check_print_claims):
         check_print_claims("guide.md", code, "second\nfirst\n")
     with pytest.raises(pytest.fail.Exception, match=r"guide.md:1: .*'first'"):
         check_print_claims("guide.md", code, "firsts\nsecond\n")
+
+
+def test_run_doc_fails_an_exception_the_exit_status_hides(run_doc, tmp_path):
+    guide = tmp_path / "guide.md"
+    example = "```python\nimport threading\n%s\nprint('done')   # done\n```\n"
+    guide.write_text(example % "threading.Thread(target=lambda: None).start()")
+    assert run_doc(str(guide)).stdout == "done\n"
+    guide.write_text(example % "threading.Thread(target=lambda: 1 / 0).start()")
+    with pytest.raises(pytest.fail.Exception, match=r"exit status 0, .*Traceback"):
+        run_doc(str(guide))

@@ -31,8 +31,10 @@ from kafka_proto.messages import ApiKey, ApiVersionsRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+# The sources only: not the .pyc files of a checkout whose imports wrote __pycache__.
 PACKAGE_SOURCE = "\n".join(p.read_text(encoding="utf-8")
-                           for p in (ROOT / "kafka_client").rglob("*.py*"))
+                           for p in (ROOT / "kafka_client").rglob("*.py*")
+                           if p.suffix in (".py", ".pyx", ".pyi"))
 
 #: dotted lowercase words: what a property name looks like
 PROPERTY_LIKE = re.compile(r"[a-z][a-z0-9]*(?:\.[a-z][a-z0-9_]*)+")

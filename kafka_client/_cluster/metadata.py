@@ -405,6 +405,16 @@ class MetadataCache:
     def topic(self, name: str) -> Optional[TopicInfo]:
         return self.topics.get(name)
 
+    def known_leaders(self, name: str) -> Optional[List[int]]:
+        """Any thread: the leader of each partition of ``name`` when the cache knows its
+        partitions (a ``list_topics()`` answer, say), else None. Needs no lock: an update
+        replaces an entry and its lists, it never changes them in place."""
+        info = self.topics.get(name)
+        if info is None or not info.leaders or \
+                info.error not in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE):
+            return None
+        return list(info.leaders)
+
     def leader(self, topic: str, partition: int) -> int:
         info = self.topics.get(topic)
         if info is None or partition >= len(info.leaders):

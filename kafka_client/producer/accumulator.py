@@ -132,7 +132,9 @@ class Accumulator(AccumulatorCore):
     :meth:`AccumulatorCore.produce` (compiled, in ``_core.pyx``)."""
 
     def __init__(self, config: Any, wake: Callable[[float], None],
-                 want_topic: Callable[[str], None]) -> None:
+                 want_topic: Callable[[str], None],
+                 known_leaders: Optional[Callable[[str], Optional[List[int]]]] = None
+                 ) -> None:
         self.config = config
         self.linger = config["linger.ms"] / 1000.0
         self.batch_num = config["batch.num.messages"]
@@ -190,6 +192,9 @@ class Accumulator(AccumulatorCore):
         self.flushing = 0
         self._wake = wake                # wake(deadline): tell the I/O thread
         self._want_topic = want_topic    # ask the I/O thread for a topic's metadata
+        #: the partitions' leaders the metadata cache knows for a topic (None: unknown),
+        #: asked from the application thread when a topic is first produced to
+        self._known_leaders = known_leaders
         self.initial_capacity = max(4096, min(self.batch_size, 256 * 1024))
         #: the oldest a closed batch may be and still take more records (see _reopen):
         #: they expire with it, at most this much before their own timeout
@@ -543,6 +548,12 @@ class Accumulator(AccumulatorCore):
         check_topic_name(name)
         t = TopicState(name, self._partitioner())
         self.topics[name] = t
+        leaders = None if self._known_leaders is None else self._known_leaders(name)
+        if leaders:
+            # Partitions the cache has from a list_topics() answer: a partition the topic
+            # does not have is refused by this produce(), as librdkafka's topic made from
+            # its cache refuses it, instead of failing in a delivery report.
+            self._set_partitions(t, leaders, [])
         self._want_topic(name)
         return t
 

@@ -128,7 +128,8 @@ class Producer(ClientBase):
         wake_for, want_topic, on_report = _io_callbacks(
             self._io, self._cluster, self._reports, self._report_event,
             self._report_listener)
-        self._acc = Accumulator(cfg, wake_for, want_topic)
+        self._acc = Accumulator(cfg, wake_for, want_topic,
+                                self._cluster.metadata.known_leaders)
         self._idem = Idempotence(cfg)
         self._txn = (TransactionManager(cfg, self._io, self._cluster, self._idem, self._acc)
                      if cfg["transactional.id"] is not None else None)

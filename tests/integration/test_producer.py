@@ -228,6 +228,25 @@ def test_list_topics(broker, topic_name):
         assert list(one.topics) == [topic_name]
 
 
+@pytest.mark.parametrize("listed", ["the topic", "every topic"])
+def test_produce_to_a_partition_a_listed_topic_lacks_raises(broker, topic_name, listed):
+    """Once list_topics() has listed the topic, its first produce() to a partition it
+    does not have raises _UNKNOWN_PARTITION, as confluent-kafka's does (it was queued and
+    failed in its delivery report); a partition it has is delivered."""
+    broker.create_topic(topic_name, partitions=2)
+    reports = []
+    with Producer({"bootstrap.servers": broker.bootstrap},
+                  on_delivery=lambda err, msg: reports.append((err, msg.partition()))) as p:
+        md = p.list_topics(topic_name if listed == "the topic" else None, timeout=10)
+        assert sorted(md.topics[topic_name].partitions) == [0, 1]
+        with pytest.raises(KafkaException) as info:
+            p.produce(topic_name, b"beyond", partition=2)
+        assert info.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
+        p.produce(topic_name, b"within", partition=1)
+        assert p.flush(30) == 0
+    assert reports == [(None, 1)]
+
+
 # --------------------------------------------------------------------------- bad input
 
 

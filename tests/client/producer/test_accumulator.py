@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from kafka_client._cluster.metadata import TopicInfo
+from kafka_client._cluster.metadata import MetadataCache, TopicInfo
 from kafka_client.config import ClientConfig
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_client.producer.accumulator import Accumulator
+from kafka_proto.errors import ErrorCode
 from kafka_proto.records import read_batches
 
 
@@ -192,6 +193,28 @@ def test_pending_messages_are_placed_in_order_when_metadata_arrives():
     acc.produce("new", b"4")
     assert records_of(t.parts[0].open) == [(None, b"1"), (None, b"2"), (None, b"4")]
     assert acc.msg_count == 4  # the failed one still counts until its report is served
+
+
+def test_a_topic_the_metadata_cache_knows_is_placed_from_its_first_produce():
+    """A topic already in the metadata cache (a list_topics() answer) has its partitions
+    from its first produce(): one it lacks is refused there, not in a delivery report."""
+    cache = MetadataCache()
+    cache.topics["listed"] = topic_info("listed", [1, 2])
+    cache.topics["refused"] = topic_info("refused", [], ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    cfg = ClientConfig.from_dict({"bootstrap.servers": "127.0.0.1:1"}, role="producer")
+    wanted = []
+    acc = Accumulator(cfg, lambda deadline: None, wanted.append, cache.known_leaders)
+    with pytest.raises(KafkaException) as info:
+        acc.produce("listed", b"beyond", partition=2)
+    assert info.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
+    acc.produce("listed", b"within", partition=1)
+    t = acc.topics["listed"]
+    assert [p.leader for p in t.parts] == [1, 2] and not t.pending
+    assert records_of(t.parts[1].open) == [(None, b"within")] and acc.msg_count == 1
+    assert wanted == ["listed"]                      # still asked for, and kept fresh
+    for name in ("refused", "unlisted"):             # nothing known: waits for metadata
+        acc.produce(name, b"waits", partition=2)
+        assert acc.topics[name].parts is None and len(acc.topics[name].pending) == 1
 
 
 def test_produce_batch_fills_batches_in_bulk():

@@ -415,8 +415,9 @@ class ClientBase:
     def cluster_id(self, timeout: Optional[float] = -1) -> Optional[str]:
         """The cluster id (KIP-78), waited for at most ``timeout`` seconds (-1 or None:
         ``socket.timeout.ms``) when no metadata answer has given it yet; None when the
-        brokers have none. Raises KafkaException (_TIMED_OUT, _TRANSPORT) when no broker
-        answered."""
+        brokers have none. Raises KafkaException _TIMED_OUT when no broker answered, as
+        confluent-kafka's (or the error that refused the connections: authentication,
+        TLS)."""
         self._check_open()
         return self._cluster.cluster_id(wait_limit(timeout))
 

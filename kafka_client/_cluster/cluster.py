@@ -326,6 +326,11 @@ class Cluster:
         for cb in self.on_broker_state:
             cb(conn, state, error)
 
+    def all_brokers_down(self) -> bool:
+        """Any thread: every broker connection is down, each having been tried (what
+        error_cb was told with _ALL_BROKERS_DOWN), and none has come up since."""
+        return self.all_down_reported
+
     # -- application threads waiting for the I/O thread ------------------------------------
     def wait_for(self, event: threading.Event, deadline: float) -> bool:
         """Application thread: wait until ``event`` is set (True) or ``deadline``
@@ -755,11 +760,20 @@ class Cluster:
         """Application thread: the cluster id (KIP-78) the brokers report; asked for
         (waiting at most ``timeout`` seconds, None = socket.timeout.ms) if no metadata
         answer has given it yet. None when the broker has no cluster id (Metadata older
-        than v2); raises KafkaException (_TIMED_OUT, _TRANSPORT) when no broker answered."""
+        than v2); raises KafkaException _TIMED_OUT when no broker answered (or the error
+        that refused the connections: authentication, TLS)."""
         known = self.metadata.cluster_id
         if known is not None:
             return known
-        resp, _conn = self._metadata_blocking([], timeout, "retrieve cluster id")
+        try:
+            resp, _conn = self._metadata_blocking([], timeout, "retrieve cluster id")
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() != KafkaError._TRANSPORT:
+                raise
+            # librdkafka's rd_kafka_clusterid() only waits for an answer: no broker
+            # reached is a timeout there (confluent-kafka raises _TIMED_OUT).
+            raise KafkaException(client_error(KafkaError._TIMED_OUT, error.str())) from None
         return getattr(resp, "cluster_id", None)
 
     def close(self, graceful: bool = True) -> List[BrokerConnection]:

@@ -1087,13 +1087,23 @@ class Consumer(ClientBase):
             missing = [k for k in want if k not in results or k in pending]
             last = results.get(missing[0]) if missing else None
             if last is not None and last.error is not None:
-                raise KafkaException(last.error)
-            raise KafkaException(client_error(KafkaError._TIMED_OUT,
-                                              f"ListOffsets timed out after {timeout:g}s"))
+                raise self._lookup_failure(last.error)
+            raise self._lookup_failure(client_error(
+                KafkaError._TIMED_OUT, f"ListOffsets timed out after {timeout:g}s"))
         for found in results.values():
             if found.error is not None and len(want) == 1:
-                raise KafkaException(found.error)
+                raise self._lookup_failure(found.error)
         return results
+
+    def _lookup_failure(self, error: KafkaError) -> KafkaException:
+        """What a failed offset lookup raises: ``error``, unless it may pass (no leader
+        known, a timeout) and no broker could be reached at all: then _ALL_BROKERS_DOWN,
+        as librdkafka's lookups (confluent-kafka's get_watermark_offsets() and
+        offsets_for_times()) raise against a dead cluster."""
+        if error.retriable() and self._cluster.all_brokers_down():
+            return KafkaException(client_error(KafkaError._ALL_BROKERS_DOWN,
+                                               f"{error.str()} (all brokers are down)"))
+        return KafkaException(error)
 
     def _look_up_offsets(self, pending: Dict[Tuple[str, int], int],
                          results: Dict[Tuple[str, int], OffsetLookup], deadline: float,

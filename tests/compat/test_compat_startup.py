@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import kafka_client
 from kafka_client import Consumer, KafkaError, Producer
 
 ck = pytest.importorskip("confluent_kafka")
@@ -82,6 +83,37 @@ def test_every_bootstrap_broker_is_tried_before_all_down():
     assert errors[3].str().startswith("3/3 brokers are down")
     # reported errors are not retriable, as librdkafka's
     assert not any(e.retriable() for e in errors)
+
+
+DEAD_CLUSTER_CALLS = {
+    # call(consumer, TopicPartition): the code both clients raise when no broker answers
+    "cluster_id": (lambda c, tp: c.cluster_id(2), KafkaError._TIMED_OUT),
+    "list_topics": (lambda c, tp: c.list_topics(timeout=2), KafkaError._TRANSPORT),
+    "get_watermark_offsets": (lambda c, tp: c.get_watermark_offsets(tp("t", 0), timeout=2),
+                              KafkaError._ALL_BROKERS_DOWN),
+    "offsets_for_times": (lambda c, tp: c.offsets_for_times([tp("t", 0, 1000)], timeout=2),
+                          KafkaError._ALL_BROKERS_DOWN),
+    "committed": (lambda c, tp: c.committed([tp("t", 0)], timeout=2),
+                  KafkaError._TIMED_OUT),
+}
+
+
+@pytest.mark.parametrize("call", sorted(DEAD_CLUSTER_CALLS))
+def test_a_dead_cluster_fails_each_call_with_confluent_kafkas_code(call):
+    """A program may test the code of a dead cluster's failure (``e.args[0].code() ==
+    KafkaError._TIMED_OUT``): each blocking call raises the one confluent-kafka raises.
+    (cluster_id() raised _TRANSPORT, the offset lookups LEADER_NOT_AVAILABLE.)"""
+    run, expected = DEAD_CLUSTER_CALLS[call]
+    bootstrap = dead_addresses(1)
+    for module in (ck, kafka_client):
+        consumer = module.Consumer({"bootstrap.servers": bootstrap, "group.id": "g",
+                                    "log_level": 0})
+        try:
+            with pytest.raises(module.KafkaException) as info:
+                run(consumer, module.TopicPartition)
+        finally:
+            consumer.close()
+        assert info.value.args[0].code() == expected, (module.__name__, info.value)
 
 
 @pytest.mark.integration

@@ -48,7 +48,9 @@ def test_cluster_id_without_a_broker_fails_within_its_timeout(cls):
         with pytest.raises(KafkaException) as exc:
             client.cluster_id(0.5)
         assert 0.4 < time.monotonic() - start < 3
-        assert exc.value.args[0].code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+        # _TIMED_OUT as confluent-kafka's, whatever kept the brokers away (a program may
+        # test it); _TRANSPORT is list_topics()'s code there
+        assert exc.value.args[0].code() == KafkaError._TIMED_OUT, exc.value
         with pytest.raises(TypeError):
             client.cluster_id("1")
     finally:

@@ -60,6 +60,7 @@ from kafka_client.consumer.group import (
     ErrorDeliverer,
     GroupCoordinator,
     GroupMetadata,
+    auto_commit_list,
 )
 from kafka_client.consumer.consumer_protocol import ConsumerProtocolGroup
 from kafka_client.errors import KafkaError, KafkaException, client_error
@@ -313,7 +314,7 @@ class Consumer(ClientBase):
             group.keep_leaving(leaving)
             return
         if leaving:
-            group.commit(leaving, asynchronous=True)
+            group.commit(auto_commit_list(keys, leaving), asynchronous=True)
 
     def _drop(self, part: PartitionState) -> None:
         """Locks held: forget a partition; its queued data is dropped as it is met."""

@@ -32,7 +32,8 @@ import re
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
+from typing import (Any, Callable, Deque, Dict, Iterable, List, Optional, Protocol, Set,
+                    Tuple)
 
 from kafka_client._backoff import retry_backoff, retry_delay
 from kafka_client._cluster.metadata import coordinator_answer
@@ -475,7 +476,8 @@ class GroupCoordinator:
         if not stored:
             return None
         try:
-            self.commit(stored, asynchronous=False, timeout=5.0, auto=True)
+            self.commit(auto_commit_list(going, stored), asynchronous=False, timeout=5.0,
+                        auto=True)
         except KafkaException as exc:
             self.log.info("commit of the revoked partitions failed: %s", exc)
         except Exception as exc:  # on_commit raised: the revocation still runs
@@ -629,7 +631,8 @@ class GroupCoordinator:
                 stored = member.stored_offsets(leaving=True)
                 if stored:
                     try:
-                        self.commit(stored, asynchronous=False, timeout=5.0, auto=True)
+                        self.commit(auto_commit_list(assigned, stored), asynchronous=False,
+                                    timeout=5.0, auto=True)
                     except KafkaException as exc:
                         self.log.info("final commit failed: %s", exc)
             # A commit() just before close() is not lost with the I/O thread, and the
@@ -1498,10 +1501,12 @@ class GroupCoordinator:
         if not stored:
             return
         offsets = _commit_entries(stored)
+        named = auto_commit_list(self.offsets.assigned_keys(), stored) \
+            if self.config["on_commit"] is not None else stored
 
         def done(err: Optional[KafkaError], result: List[TopicPartition]) -> None:
             if self.config["on_commit"] is not None:
-                self._queue_commit_result(err, result)
+                self._queue_commit_result(err, _with_left_out(named, result))
             elif err is not None:
                 self.log.info("auto commit failed: %s", err.str())
 
@@ -1717,6 +1722,21 @@ class GroupCoordinator:
 
         # v8+ asks for several groups at once, in another layout: v7 is all we need.
         self._send(ApiKey.OFFSET_FETCH, make, answered, deadline=deadline, max_version=7)
+
+
+def auto_commit_list(keys: Iterable[Key], stored: List[TopicPartition]
+                     ) -> List[TopicPartition]:
+    """The entries of a commit the client makes itself (periodic, at a revocation, of
+    partitions leaving the assignment, at close): the ``stored`` offsets, and
+    OFFSET_INVALID for each of the partitions ``keys`` it covers with nothing to commit,
+    in partition order. The commit leaves those out and its result names them as given
+    (see :func:`_with_left_out`): librdkafka's automatic commits name every partition
+    they cover, and a program counting partitions in on_commit counts them all."""
+    entries = {(tp.topic, tp.partition): tp for tp in stored}
+    for topic, partition in keys:
+        if (topic, partition) not in entries:
+            entries[(topic, partition)] = TopicPartition(topic, partition, OFFSET_INVALID)
+    return [entries[key] for key in sorted(entries)]
 
 
 def _with_left_out(given: List[TopicPartition], result: List[TopicPartition]

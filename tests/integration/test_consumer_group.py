@@ -12,7 +12,8 @@ from collections import defaultdict
 
 import pytest
 
-from kafka_client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka_client import (OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer,
+                          TopicPartition)
 
 pytestmark = pytest.mark.integration
 
@@ -291,6 +292,56 @@ def test_auto_commit_commits_greater_stored_offsets_only(broker, topic_name):
         assert c.committed([tp], 5)[0].offset == 35
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("commit", ["periodic", "revoke", "unassign", "incremental_unassign",
+                                    "close"])
+def test_on_commit_of_a_commit_the_client_makes_names_every_partition_it_covers(
+        tansu_broker, topic_name, commit):
+    """enable.auto.commit: the commits the client makes itself (periodic, after a
+    revocation, of partitions leaving a manual assignment, at close) name every partition
+    they cover in on_commit, those with nothing stored as OFFSET_INVALID, as
+    confluent-kafka's do: a program counting partitions there counts them all. Only the
+    partitions with an offset stored were named."""
+    tansu_broker.create_topic(topic_name, partitions=3)
+    with Producer({"bootstrap.servers": tansu_broker.bootstrap}) as p:
+        for i in range(5):
+            p.produce(topic_name, b"%d" % i, partition=0)    # partitions 1 and 2 stay empty
+        assert p.flush(30) == 0
+    heard = []
+    c = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name,
+                  "auto.commit.interval.ms": 300 if commit == "periodic" else 60_000,
+                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50,
+                  "on_commit": lambda err, tps: heard.append(
+                      (err, sorted((t.partition, t.offset) for t in tps)))})
+    try:
+        if commit == "revoke":
+            c.subscribe([topic_name])
+        else:
+            c.assign([TopicPartition(topic_name, p) for p in range(3)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5 and time.monotonic() < deadline:
+            got += [m for m in c.consume(10, 0.2) if m.error() is None]
+        assert len(got) == 5
+        assert not heard or commit == "periodic"
+        if commit == "unassign":
+            c.unassign()
+        elif commit == "incremental_unassign":
+            c.incremental_unassign([TopicPartition(topic_name, p) for p in (0, 1)])
+        elif commit == "revoke":
+            c.unsubscribe()
+        deadline = time.monotonic() + 10
+        while commit != "close" and (not heard or heard[-1][1][0] != (0, 5)) \
+                and time.monotonic() < deadline:
+            c.poll(0.1)
+    finally:
+        c.close()
+    covered = [0, 1] if commit == "incremental_unassign" else [0, 1, 2]
+    assert heard and heard[-1] == (None, [(0, 5)] + [(p, OFFSET_INVALID) for p in covered[1:]])
+    for err, tps in heard:   # the periodic commits before it too
+        assert err is None and [p for p, _ in tps] == covered, heard
+        assert all(offset == OFFSET_INVALID for p, offset in tps if p), heard
 
 
 @pytest.mark.parametrize("leaving", ["close", "unassign", "incremental_unassign", "revoke"])

@@ -55,9 +55,9 @@ class Transaction:
     started: float = 0.0
     timer: Any = None
     #: The partitions whose marker of the last end is not replicated yet: the next
-    #: transaction waits for them (CONCURRENT_TRANSACTIONS, as Kafka's coordinator
-    #: answers while the previous one is PREPARE_COMMIT or PREPARE_ABORT), so that its
-    #: records come after the marker in every log.
+    #: transaction and InitProducerId wait for them (CONCURRENT_TRANSACTIONS, as Kafka's
+    #: coordinator answers while the previous one is PREPARE_COMMIT or PREPARE_ABORT),
+    #: so that its records come after the marker in every log.
     markers_pending: Set[Tuple[str, int]] = field(default_factory=set)
     #: The epoch a KIP-360 bump (InitProducerId v3+ naming the current epoch) moved on
     #: from, so that a retry of that bump gets the same answer; -1 after a plain
@@ -94,6 +94,12 @@ class TransactionCoordinator:
             txn = Transaction(tid, server.allocate_producer_id(), 0, req.transaction_timeout_ms)
             self.transactions[tid] = txn
             return _init_ok(txn)
+        if txn.markers_pending and not (ctx.version >= 3 and
+                                        0 <= req.producer_id != txn.producer_id):
+            # As Kafka's coordinator while the last transaction is PREPARE_COMMIT or
+            # PREPARE_ABORT (after the producer id's check, before the epoch's): the
+            # client retries; its new epoch's records then come after every marker.
+            return _init_error(ErrorCode.CONCURRENT_TRANSACTIONS)
         bumped_from = -1
         if ctx.version >= 3 and req.producer_id >= 0:
             # KIP-360: a producer that knows its id and epoch asks for a bump. The epoch

@@ -27,6 +27,7 @@ from kafka_proto.messages import (
 )
 from kafka_proto.records import read_batches
 
+from kafka_client import Producer
 from kafka_client.testing import Cluster
 
 from rawclient import RawClient  # tests/testing/rawclient.py
@@ -263,3 +264,78 @@ def test_a_transactional_commit_naming_a_member_is_checked_at_any_generation(clu
         g.request(LeaveGroupRequest(group_id=group, members=[
             LeaveGroupRequest.MemberIdentity(member_id=joined.member_id)]), 3)
         assert commit(-1, "member-that-left") == 0   # an empty group: not checked
+
+
+def add_partition(client, tid, init, topic, partition):
+    resp = client.request(AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=tid, v3_and_below_producer_id=init.producer_id,
+        v3_and_below_producer_epoch=init.producer_epoch,
+        v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+            name=topic, partitions=[partition])]), 3)
+    return resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+
+
+def test_init_producer_id_waits_until_the_last_markers_are_replicated(cluster):
+    """InitProducerId while the last transaction's markers are not on every in-sync
+    replica yet is answered CONCURRENT_TRANSACTIONS, as Kafka's coordinator answers while
+    that transaction is PREPARE_COMMIT (clients retry), then bumps the epoch once they
+    are. (It was answered at once, whatever the markers.)"""
+    tid = "txn-markers-pending"
+    leader = cluster.leader("t", 1)
+    with RawClient(cluster.address(cluster.coordinator(transactional_id=tid))) as c:
+        init = c.request(InitProducerIdRequest(transactional_id=tid,
+                                               transaction_timeout_ms=30000), 4)
+        assert init.error_code == 0
+        assert add_partition(c, tid, init, "t", 1) == 0
+        cluster.wait_in_sync("t")
+        cluster.set_latency(5, broker=leader, apis=["Fetch"])   # the follower lags behind
+        try:
+            assert c.request(EndTxnRequest(transactional_id=tid, producer_id=init.producer_id,
+                                           producer_epoch=init.producer_epoch,
+                                           committed=True), 3).error_code == 0
+            again = c.request(InitProducerIdRequest(transactional_id=tid,
+                                                    transaction_timeout_ms=30000), 4)
+            assert again.error_code == ErrorCode.CONCURRENT_TRANSACTIONS
+            deadline = time.monotonic() + 40
+            while again.error_code == ErrorCode.CONCURRENT_TRANSACTIONS and \
+                    time.monotonic() < deadline:
+                time.sleep(0.1)
+                again = c.request(InitProducerIdRequest(transactional_id=tid,
+                                                        transaction_timeout_ms=30000), 4)
+        finally:
+            cluster.clear_faults()
+        assert (again.error_code, again.producer_id, again.producer_epoch) == \
+            (0, init.producer_id, init.producer_epoch + 1)
+
+
+def test_a_producer_retries_init_producer_id_until_the_last_markers_are_replicated(
+        cluster):
+    """Our transactional producer taking over a transactional id just after its last
+    commit: the coordinator answers CONCURRENT_TRANSACTIONS until that commit's markers
+    are replicated, and init_transactions() retries until it gets its epoch."""
+    tid = "txn-takeover"
+    leader = cluster.leader("t", 1)
+    conf = {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": tid}
+    first = Producer(conf)
+    try:
+        first.init_transactions(30)
+        first.begin_transaction()
+        first.produce("t", b"committed", partition=1)
+        assert first.flush(30) == 0
+        cluster.wait_in_sync("t")
+        # The follower lags behind: held 10 s, the markers outlast the second producer's
+        # start on a loaded machine (its first InitProducerId must meet them).
+        cluster.set_latency(10, broker=leader, apis=["Fetch"])
+        since = cluster.clear_request_log()
+        first.commit_transaction(30)
+    finally:
+        first.close()
+    second = Producer(conf)
+    try:
+        second.init_transactions(60)
+    finally:
+        cluster.clear_faults()
+        second.close()
+    answers = [e.errors for e in cluster.request_log(since, api="InitProducerId")]
+    assert answers[0] == ["CONCURRENT_TRANSACTIONS"] and answers[-1] == [], answers
+

@@ -559,6 +559,12 @@ class GroupCoordinator:
                 # Kafka 4: no such group, for either protocol (ILLEGAL_GENERATION before v9).
                 error = ErrorCode.GROUP_ID_NOT_FOUND if ctx.version >= 9 else \
                     ErrorCode.ILLEGAL_GENERATION
+            elif generation < 0 and (group is None or self.is_empty_classic(group)):
+                # As Kafka's ClassicGroup.validateOffsetCommit: generation -1 to an empty
+                # group (or none: Kafka makes it) is taken unchecked, a member id named or
+                # not (a consumer that left its group, the admin client); it was refused
+                # UNKNOWN_MEMBER_ID when it named a member.
+                pass
             elif generation >= 0 or member_id:
                 member = group.members.get(member_id) if group is not None else None
                 error = self.check_member(group, member, generation,

@@ -339,3 +339,37 @@ def test_a_producer_retries_init_producer_id_until_the_last_markers_are_replicat
     answers = [e.errors for e in cluster.request_log(since, api="InitProducerId")]
     assert answers[0] == ["CONCURRENT_TRANSACTIONS"] and answers[-1] == [], answers
 
+
+def test_a_commit_at_generation_minus_one_naming_a_member_to_an_empty_group_is_taken(
+        cluster):
+    """OffsetCommit with generation -1 and a member id to a classic group without members
+    (or to no group yet) is taken unchecked, as Kafka's ClassicGroup.validateOffsetCommit
+    takes it (it was refused UNKNOWN_MEMBER_ID); while the group has members, the member
+    named is checked."""
+    group = "g-empty-commit"
+    with coordinator_client(cluster, group) as c:
+        def commit(member_id, offset):
+            resp = c.request(OffsetCommitRequest(
+                group_id=group, generation_id_or_member_epoch=-1, member_id=member_id,
+                topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name="t", partitions=[
+                    OffsetCommitRequest.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=offset)])]), 8)
+            return resp.topics[0].partitions[0].error_code
+
+        def committed():
+            resp = c.request(OffsetFetchRequest(groups=[
+                OffsetFetchRequest.OffsetFetchRequestGroup(group_id=group, topics=[
+                    OffsetFetchRequest.OffsetFetchRequestTopics(
+                        name="t", partition_indexes=[0])])]), 9)
+            return resp.groups[0].topics[0].partitions[0].committed_offset
+
+        assert commit("never-joined", 3) == 0                 # no group yet
+        assert committed() == 3
+        joined = join_alone(c, group)
+        assert sync(c, group, 1, joined.member_id, [(joined.member_id, b"all")]) \
+            .error_code == 0
+        assert commit("never-joined", 4) == ErrorCode.UNKNOWN_MEMBER_ID   # members: checked
+        c.request(LeaveGroupRequest(group_id=group, members=[
+            LeaveGroupRequest.MemberIdentity(member_id=joined.member_id)]), 3)
+        assert commit(joined.member_id, 5) == 0               # empty again: taken
+        assert committed() == 5

@@ -27,12 +27,14 @@ from kafka_client.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client._net.connection import BrokerConnection
+from kafka_client.errors import KafkaError, KafkaException, client_error
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AlterConfigsResponse,
     ApiKey,
     CreateAclsResponse,
+    CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteAclsResponse,
     DeleteTopicsResponse,
@@ -246,6 +248,33 @@ def test_a_request_that_cannot_be_encoded_fails_at_once_and_is_not_retried(admin
         assert time.monotonic() - start < 2
         assert cluster.requests(ApiKey.CREATE_TOPICS) == []
         assert cluster.requests(ApiKey.INCREMENTAL_ALTER_CONFIGS) == []
+
+
+def test_a_request_that_timed_out_in_its_queue_is_sent_again(admins, monkeypatch):
+    """A request failed before it was written (_TIMED_OUT_QUEUE: it waited in its
+    connection's queue, in NEVER_SENT, retriable) cannot have been carried out: the call
+    sends it again and succeeds, not failing with that error as with one that cannot
+    be encoded."""
+    never_sent = []
+    send = BrokerConnection.send
+
+    def queue_times_out_once(conn, msg, callback=None, **kwargs):
+        if isinstance(msg, CreateTopicsRequest) and not never_sent:
+            never_sent.append(msg)
+            error = client_error(KafkaError._TIMED_OUT_QUEUE, "request timed out in queue "
+                                 "after 0s, never sent (connection READY)")
+            conn.io.call_soon(callback, None, error)   # as the connection fails it
+            return
+        send(conn, msg, callback, **kwargs)
+
+    monkeypatch.setattr(BrokerConnection, "send", queue_times_out_once)
+    with FakeCluster(nodes=(1,)) as cluster:
+        cluster.handle(ApiKey.CREATE_TOPICS, lambda node, req, v: created(req, v))
+        future = admins(cluster).create_topics([NewTopic("t", 1)], request_timeout=30)["t"]
+        assert future.result(10) is None
+        assert len(never_sent) == 1
+        assert [(node, [t.name for t in req.topics])
+                for node, req in cluster.requests(ApiKey.CREATE_TOPICS)] == [(1, ["t"])]
 
 
 def test_operation_timeouts_on_the_wire(admins):

@@ -573,8 +573,9 @@ class GroupCoordinator:
                         group.state == ClassicGroupState.COMPLETING_REBALANCE:
                     error = ErrorCode.REBALANCE_IN_PROGRESS
             elif group is not None and group.members:
-                # A simple (memberless) commit to a group with members is fenced.
-                error = ErrorCode.ILLEGAL_GENERATION
+                # A simple (memberless) commit to a group with members is refused as from
+                # a member Kafka does not know (its ClassicGroup.validateOffsetCommit).
+                error = ErrorCode.UNKNOWN_MEMBER_ID
         controller = self.server.controller
         topics = []
         now = time.time()

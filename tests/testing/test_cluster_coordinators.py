@@ -173,7 +173,8 @@ def test_committed_offsets(cluster):
         sync(c, group, 1, j.member_id, [(j.member_id, b"a")])
         assert commit(generation=1, member=j.member_id, partition=1, offset=9) == 0
         assert commit(generation=7, member=j.member_id) == ErrorCode.ILLEGAL_GENERATION
-        assert commit() == ErrorCode.ILLEGAL_GENERATION    # simple commit to a live group
+        # a simple commit to a live group: from a member Kafka does not know
+        assert commit() == ErrorCode.UNKNOWN_MEMBER_ID
         fetched = c.request(OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
             group_id=group, topics=[OffsetFetchRequest.OffsetFetchRequestTopics(
                 name="t", partition_indexes=[0, 1])])]), 9)

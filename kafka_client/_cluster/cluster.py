@@ -729,7 +729,7 @@ class Cluster:
                 if c.last_error is not None:
                     last = c.last_error
             if last is not None and not any(c.state == READY for c in self.conns.values()):
-                raise KafkaException(KafkaError(
+                raise KafkaException(client_error(
                     last.code() if last.code() in _SETUP_REFUSED else KafkaError._TRANSPORT,
                     f"Failed to {what} within {timeout:g}s: {last.str()}"))
             recent = self.last_connection_error

@@ -215,6 +215,9 @@ def _at_exit() -> None:
 
 #: per role, numbers the clients' I/O threads (kafka-producer-1, kafka-consumer-1, ...)
 _client_numbers: Dict[str, "itertools.count[int]"] = {}
+#: numbers every client of the process, whatever its role, for the statistics' ``name``
+#: (librdkafka's handle name, ``<client.id>#<type>-<n>``, counts all its handles alike)
+_handle_numbers = itertools.count(1)
 
 
 class ClientBase:
@@ -254,6 +257,7 @@ class ClientBase:
         number = next(_client_numbers.setdefault(self._role, itertools.count(1)))
         self._io = IOThread(name=f"kafka-{self._role}-{number}",
                             log=cfg.logger_for("kafka_client.io"))
+        self._stats_name = f"{cfg['client.id']}#{self._stats_type}-{next(_handle_numbers)}"
         self._cluster = Cluster(cfg, self._io)
         self._error_cb: Optional[Callable] = cfg["error_cb"]
         self._stats_cb: Optional[Callable] = cfg["stats_cb"]
@@ -343,7 +347,7 @@ class ClientBase:
         now, wall = time.monotonic(), time.time()
         brokers = self._cluster.broker_stats(self._stats_requests, self._stats_toppars())
         return {
-            "name": self._io.name, "client_id": self._config["client.id"],
+            "name": self._stats_name, "client_id": self._config["client.id"],
             "type": self._stats_type, "ts": int(wall * 1e6), "time": int(wall),
             "age": int((now - self._started) * 1e6),
             "replyq": 0, "msg_cnt": 0, "msg_size": 0, "msg_max": 0, "msg_size_max": 0,

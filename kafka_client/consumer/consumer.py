@@ -961,7 +961,11 @@ class Consumer(ClientBase):
                     query_offset=part.reset if part.reset is not None else OFFSET_INVALID,
                     next_offset=part.fetch_pos, app_offset=part.app_pos,
                     stored_offset=part.stored, stored_leader_epoch=part.stored_epoch,
-                    committed_offset=part.committed, eof_offset=part.eof_offset,
+                    # librdkafka's OFFSET_INVALID for "none" (the group had no
+                    # offset, no end reached yet), where ours keep -1
+                    committed_offset=part.committed if part.committed >= 0
+                    else OFFSET_INVALID,
+                    eof_offset=part.eof_offset if part.eof_offset >= 0 else OFFSET_INVALID,
                     lo_offset=part.log_start, hi_offset=part.hw, ls_offset=part.lso,
                     consumer_lag=end - part.committed
                     if end >= 0 and part.committed >= 0 else -1,

@@ -1235,11 +1235,13 @@ class Fetcher:
         _PARTITION_EOF if its position is the end and none was reported there yet
         (enable.partition.eof), in librdkafka's words (naming the broker). A position
         past the end (a seek there, on a broker that does not answer it out of range,
-        as Tansu) is not the end, as in librdkafka: no EOF until the log reaches it."""
-        if self.partition_eof:
-            end = part.lso if self.read_committed and part.lso >= 0 else part.hw
-            if part.fetch_pos == end >= 0 and part.eof_offset != part.fetch_pos:
-                part.eof_offset = part.fetch_pos
+        as Tansu) is not the end, as in librdkafka: no EOF until the log reaches it.
+        The end reached is kept without enable.partition.eof too (the statistics'
+        ``eof_offset``, as librdkafka's)."""
+        end = part.lso if self.read_committed and part.lso >= 0 else part.hw
+        if part.fetch_pos == end >= 0 and part.eof_offset != part.fetch_pos:
+            part.eof_offset = part.fetch_pos
+            if self.partition_eof:
                 self.deliver(Event(part, version, error_event(
                     KafkaError(KafkaError._PARTITION_EOF,
                                f"Fetch from broker {node} reached end of partition at "

@@ -1,0 +1,131 @@
+"""confluent-kafka drop-in: the values of the statistics JSON (``stats_cb``) that
+monitoring code reads, side by side with confluent-kafka on the test cluster (the keys
+themselves are compared in ``integration/test_client_callbacks.py``)."""
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+import kafka_client
+import kafka_client.admin
+
+ck = pytest.importorskip("confluent_kafka")
+ck_admin = pytest.importorskip("confluent_kafka.admin")
+
+from kafka_client.testing import Cluster  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+MODULES = (ck, kafka_client)
+ADMIN = {ck: ck_admin, kafka_client: kafka_client.admin}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(brokers=1, data_dir=str(tmp_path_factory.mktemp("statistics"))) as c:
+        yield c
+
+
+def first_document(client, docs, timeout=20.0):
+    """Serve the client's callbacks until ``stats_cb`` has been called: its document."""
+    deadline = time.monotonic() + timeout
+    while not docs and time.monotonic() < deadline:
+        client.poll(0.1)
+    assert docs, f"no statistics from {type(client)} in {timeout} s"
+    return json.loads(docs[0])
+
+
+def statistics_names(module, bootstrap):
+    """The ``name`` and ``client_id`` of a Producer's, a Consumer's and an AdminClient's
+    documents, each client with its own ``client.id``."""
+    names = []
+    for kind, make in (("producer", module.Producer), ("consumer", module.Consumer),
+                       ("admin", ADMIN[module].AdminClient)):
+        docs = []
+        conf = {"bootstrap.servers": bootstrap, "client.id": f"billing-{kind}",
+                "statistics.interval.ms": 100, "stats_cb": docs.append}
+        if kind == "consumer":
+            conf["group.id"] = "statistics-names"
+        client = make(conf)
+        doc = first_document(client, docs)
+        if hasattr(client, "close"):   # confluent-kafka's AdminClient has none
+            client.close()
+        names.append((doc["name"], doc["client_id"], doc["type"]))
+    return names
+
+
+def test_the_document_name_is_client_id_hash_type_and_number_as_confluent(cluster):
+    """Exporters label their series with ``name``: librdkafka's handle name,
+    ``<client.id>#<type>-<n>`` (n counts the process's clients of every type; an
+    AdminClient is a producer). It was the I/O thread's name (``kafka-producer-1``), the
+    same for every client.id, so two applications' series collided."""
+    got = {module.__name__: statistics_names(module, cluster.bootstrap_servers)
+           for module in MODULES}
+    for module, names in got.items():
+        for name, client_id, kind in names:
+            assert re.fullmatch(rf"{re.escape(client_id)}#{kind}-[0-9]+", name), (module, names)
+    without_numbers = {module: [(re.sub(r"[0-9]+$", "N", name), client_id, kind)
+                                for name, client_id, kind in names]
+                       for module, names in got.items()}
+    assert without_numbers["kafka_client"] == without_numbers["confluent_kafka"] == [
+        ("billing-producer#producer-N", "billing-producer", "producer"),
+        ("billing-consumer#consumer-N", "billing-consumer", "consumer"),
+        ("billing-admin#producer-N", "billing-admin", "producer")]
+    numbers = [int(name.rpartition("-")[2]) for name, _, _ in got["kafka_client"]]
+    assert numbers == sorted(set(numbers)), numbers   # one count over every type
+
+
+PARTITION_OFFSETS = ("committed_offset", "commited_offset", "eof_offset", "hi_offset",
+                     "app_offset", "stored_offset", "next_offset")
+
+
+def partition_offsets_at_the_end(module, bootstrap, topic):
+    """A group member that read the whole partition (5 messages) and committed nothing,
+    without ``enable.partition.eof``: its partition's offsets in the first document that
+    shows the end reached (or the last one after 20 s)."""
+    producer = module.Producer({"bootstrap.servers": bootstrap})
+    for i in range(5):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert producer.flush(20) == 0
+    docs = []
+    consumer = module.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": topic,
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "statistics.interval.ms": 100, "stats_cb": docs.append})
+    consumer.subscribe([topic])
+    read, offsets = 0, None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.1)
+        if msg is not None and msg.error() is None:
+            read += 1
+        parts = [json.loads(d)["topics"].get(topic, {}).get("partitions", {}).get("0")
+                 for d in docs]
+        docs.clear()
+        for part in filter(None, parts):
+            offsets = {name: part[name] for name in PARTITION_OFFSETS}
+        if read == 5 and offsets is not None and offsets["eof_offset"] == 5:
+            break
+    consumer.close()
+    return read, offsets
+
+
+def test_a_partition_read_to_its_end_without_commits_reads_as_on_confluent(cluster,
+                                                                          topic_name):
+    """``committed_offset`` is librdkafka's OFFSET_INVALID (-1001) while the group has no
+    offset (it was -1), and ``eof_offset`` is where the fetcher reached the end even
+    without ``enable.partition.eof`` (it stayed -1: set only when an EOF event was
+    asked for): a lag exporter tells "nothing committed" and "caught up" as it does
+    with confluent-kafka."""
+    got = {}
+    for module in MODULES:
+        topic = f"{topic_name}-{module.__name__}"
+        cluster.create_topic(topic, partitions=1)
+        got[module.__name__] = partition_offsets_at_the_end(
+            module, cluster.bootstrap_servers, topic)
+    assert got["kafka_client"] == got["confluent_kafka"] == (5, {
+        "committed_offset": -1001, "commited_offset": -1001, "eof_offset": 5,
+        "hi_offset": 5, "app_offset": 5, "stored_offset": 5, "next_offset": 5}), got

@@ -452,45 +452,84 @@ class Cluster:
         microseconds, throttle in milliseconds; the windows cover the time since the last
         document). ``request_names``: librdkafka's request names for this client type
         (see kafka_client._stats); ``toppars``: the partitions the client has with each
-        broker (by node id) as leader."""
-        out = {}
+        broker (by node id) as leader.
+
+        As librdkafka 2.16's: every broker the metadata lists has its ``host:port/id``
+        entry (``INIT`` while never connected), a bootstrap connection is listed under
+        the broker at its address, and only a bootstrap server the metadata has not
+        named yet is an entry ``host:port/bootstrap`` of its own (``configured``)."""
+        out: Dict[str, Dict[str, Any]] = {}
         now = time.monotonic()
         toppars = toppars or {}
+        metadata = self.metadata
+        listed: Dict[int, Tuple[str, int]] = {}
+        for node in list(metadata.listed_brokers):
+            known = metadata.brokers.get(node)
+            if known is not None:
+                listed[node] = (known[0], known[1])
+        by_address = {address: node for node, address in listed.items()}
 
         def since(t: float) -> int:
             return int((now - t) * 1e6) if t else -1
 
-        for conn in list(self.conns.values()):
-            name = self.broker_name(conn)
+        conns = list(self.conns.values())
+        # a broker's own connections first: a bootstrap one at the same address after them
+        conns.sort(key=lambda c: self.broker_id(c) < 0)
+        for conn in conns:
             purpose = self._dedicated_conns.get(conn)
+            node = self.broker_id(conn)
+            if node < 0 and purpose is None:
+                node = by_address.get((conn.host, conn.port), node)
+            name = f"{conn.host}:{conn.port}/{node if node >= 0 else 'bootstrap'}"
             if purpose is not None:
                 name += "/" + purpose  # a connection of its own (see COORDINATOR_KEY_BASE)
-            node = self.broker_id(conn)
-            out[name] = {
-                "name": name, "nodeid": node, "nodename": f"{conn.host}:{conn.port}",
-                "source": "configured" if conn in self.bootstrap else "learned",
+            if name in out:
+                continue   # a bootstrap connection beside the broker's own
+            out[name] = self._broker_entry(
+                name, node, conn.host, conn.port, request_names,
+                toppars.get(node, ()) if purpose is None else ())
+            out[name].update({
+                "source": "learned" if node >= 0 else "configured",
                 "state": _LIBRDKAFKA_STATE.get(conn.state, conn.state)
                 if conn.connect_count else "INIT",
                 "stateage": since(conn.state_since),
-                "outbuf_cnt": conn.queued, "outbuf_msg_cnt": 0,
-                "waitresp_cnt": conn.in_flight, "waitresp_msg_cnt": 0,
+                "outbuf_cnt": conn.queued, "waitresp_cnt": conn.in_flight,
                 "tx": conn.tx_requests, "txbytes": conn.tx_bytes, "txerrs": conn.tx_errors,
-                "txretries": 0, "txidle": since(conn.last_tx),
-                "req_timeouts": conn.request_timeouts,
+                "txidle": since(conn.last_tx), "req_timeouts": conn.request_timeouts,
                 "rx": conn.rtt_count, "rxbytes": conn.rx_bytes, "rxerrs": conn.rx_errors,
-                "rxcorriderrs": conn.rx_corrid_errors, "rxpartial": 0,
-                "rxidle": since(conn.last_rx),
+                "rxcorriderrs": conn.rx_corrid_errors, "rxidle": since(conn.last_rx),
                 "req": request_counts(conn.requests_by_api, request_names),
-                "zbuf_grow": 0, "buf_grow": 0, "wakeups": 0,
                 "connects": conn.connect_count, "disconnects": conn.disconnects,
-                "int_latency": empty_window(),
                 "outbuf_latency": conn.outbuf_latency.roll(1e6),
                 "rtt": conn.rtt.roll(1e6),
                 "throttle": conn.throttle.roll(),
-                "toppars": {f"{t}-{p}": {"topic": t, "partition": p}
-                            for t, p in (toppars.get(node, ()) if purpose is None else ())},
-            }
+            })
+        for node, (host, port) in listed.items():
+            name = f"{host}:{port}/{node}"
+            if name not in out:   # listed, never connected to
+                out[name] = self._broker_entry(name, node, host, port, request_names,
+                                               toppars.get(node, ()))
+                out[name]["stateage"] = since(metadata.listed_at.get(node, 0.0))
         return out
+
+    @staticmethod
+    def _broker_entry(name: str, node: int, host: str, port: int,
+                      request_names: Sequence[str],
+                      toppars: Sequence[Tuple[str, int]]) -> Dict[str, Any]:
+        """A broker's statistics entry with nothing sent or received (librdkafka's
+        fields in its order; ``INIT``, never connected)."""
+        return {
+            "name": name, "nodeid": node, "nodename": f"{host}:{port}",
+            "source": "learned", "state": "INIT", "stateage": -1,
+            "outbuf_cnt": 0, "outbuf_msg_cnt": 0, "waitresp_cnt": 0, "waitresp_msg_cnt": 0,
+            "tx": 0, "txbytes": 0, "txerrs": 0, "txretries": 0, "txidle": -1,
+            "req_timeouts": 0, "rx": 0, "rxbytes": 0, "rxerrs": 0, "rxcorriderrs": 0,
+            "rxpartial": 0, "rxidle": -1, "req": request_counts({}, request_names),
+            "zbuf_grow": 0, "buf_grow": 0, "wakeups": 0, "connects": 0, "disconnects": 0,
+            "int_latency": empty_window(), "outbuf_latency": empty_window(),
+            "rtt": empty_window(), "throttle": empty_window(),
+            "toppars": {f"{t}-{p}": {"topic": t, "partition": p} for t, p in toppars},
+        }
 
     def _on_throttle(self, conn: BrokerConnection, throttle_ms: int) -> None:
         """I/O thread: a broker's answer carried a throttle time (see

@@ -129,3 +129,39 @@ def test_a_partition_read_to_its_end_without_commits_reads_as_on_confluent(clust
     assert got["kafka_client"] == got["confluent_kafka"] == (5, {
         "committed_offset": -1001, "commited_offset": -1001, "eof_offset": 5,
         "hi_offset": 5, "app_offset": 5, "stored_offset": 5, "next_offset": 5}), got
+
+
+def broker_entries(module, cluster, topic):
+    """A producer that wrote to partition 0 of ``topic``: its last document's brokers,
+    as (name, nodeid, nodename, source, toppars) each, and the leader's state."""
+    docs = []
+    producer = module.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                "statistics.interval.ms": 100, "stats_cb": docs.append})
+    producer.produce(topic, b"x", partition=0)
+    assert producer.flush(20) == 0
+    had = len(docs)
+    deadline = time.monotonic() + 10
+    while len(docs) < had + 2 and time.monotonic() < deadline:   # one after delivery
+        producer.poll(0.1)
+    brokers = json.loads(docs[-1])["brokers"]
+    leader = cluster.leader(topic, 0)
+    entries = sorted((name, b["nodeid"], b["nodename"], b["source"], sorted(b["toppars"]))
+                     for name, b in brokers.items())
+    return entries, [b["state"] for b in brokers.values() if b["nodeid"] == leader]
+
+
+def test_every_broker_is_listed_once_by_its_id_as_on_confluent(kafka_cluster, topic_name):
+    """librdkafka 2.16 lists each broker of the metadata as ``host:port/id`` (``INIT``
+    while not connected to) and no bootstrap entry once the metadata named the brokers;
+    here a broker never connected to was missing, and each bootstrap server stayed an
+    entry of its own (``/bootstrap``, node id -1, -2, ...: two entries for one broker,
+    and per-broker gauges of an exporter under names the next run does not have)."""
+    kafka_cluster.create_topic(topic_name, partitions=1, replication_factor=1)
+    expected = sorted(
+        (f"{address}/{node}", node, address, "learned",
+         [f"{topic_name}-0"] if node == kafka_cluster.leader(topic_name, 0) else [])
+        for node, address in zip(kafka_cluster.broker_ids,
+                                 kafka_cluster.bootstrap_servers.split(",")))
+    got = {module.__name__: broker_entries(module, kafka_cluster, topic_name)
+           for module in MODULES}
+    assert got["kafka_client"] == got["confluent_kafka"] == (expected, ["UP"]), got

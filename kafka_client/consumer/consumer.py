@@ -938,7 +938,9 @@ class Consumer(ClientBase):
         rx_msgs = rx_bytes = 0
         with self._lock:
             self._handout.settle()
-            queued = len(self._queue)
+            # a chunk poll() hands out is still waiting for the application, as queued
+            held_part, held_cnt, held_size = self._handout.waiting()
+            queued = len(self._queue) + held_cnt
             for part in fetcher.parts.values():
                 rx_msgs += part.rx_msgs
                 rx_bytes += part.rx_bytes
@@ -955,7 +957,9 @@ class Consumer(ClientBase):
                 leader = metadata.leader(part.topic, part.partition)
                 topics[part.topic]["partitions"][str(part.partition)] = partition_stats(
                     partition=part.partition, broker=leader, leader=leader, desired=True,
-                    fetchq_cnt=part.queued_msgs, fetchq_size=part.queued_bytes,
+                    fetchq_cnt=part.queued_msgs + (held_cnt if part is held_part else 0),
+                    fetchq_size=part.queued_bytes
+                    + (held_size if part is held_part else 0),
                     fetch_state=("paused" if part.paused else "offset-query"
                                  if part.fetch_pos < 0 else "active"),
                     query_offset=part.reset if part.reset is not None else OFFSET_INVALID,
@@ -1439,6 +1443,19 @@ class Handout:
                 part.stored = pos
                 # committed with the offset, so the next reader can validate it
                 part.stored_epoch = epoch
+
+    def waiting(self) -> Tuple[Optional[PartitionState], int, int]:
+        """Any thread: the partition of the chunk being handed out, how many of its
+        messages no caller has taken yet and their key and value bytes (the statistics'
+        fetch queue: librdkafka counts fetched messages until the application has them)."""
+        with self.lock:
+            part = self.part
+            if part is None or part.version != self.version:
+                return None, 0, 0
+            messages = self.messages
+            left = self.rest.__length_hint__()
+        rest = islice(messages, len(messages) - left, None)
+        return part, left, sum(len(m._value or b"") + len(m._key or b"") for m in rest)
 
     def drop(self, part: Optional[PartitionState] = None) -> None:
         """Locks held: stop handing out the chunk (of ``part``, if given): its partition

@@ -165,3 +165,56 @@ def test_every_broker_is_listed_once_by_its_id_as_on_confluent(kafka_cluster, to
     got = {module.__name__: broker_entries(module, kafka_cluster, topic_name)
            for module in MODULES}
     assert got["kafka_client"] == got["confluent_kafka"] == (expected, ["UP"]), got
+
+
+def fetch_queue_while_behind(module, bootstrap, topic, count):
+    """A group member that read 10 of ``count`` messages while the rest was fetched, then
+    reads slowly: its partition's fetch queue, position and lag in the next document."""
+    producer = module.Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        producer.produce(topic, b"v" * 100, partition=0)
+    assert producer.flush(20) == 0
+    docs = []
+    consumer = module.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "statistics.interval.ms": 200, "stats_cb": docs.append})
+    consumer.subscribe([topic])
+    read = 0
+    deadline = time.monotonic() + 30
+    while read < 10 and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        read += msg is not None and msg.error() is None
+    # the rest fetched: the end reached (the fetcher's next offset) in a document
+    part = {}
+    while part.get("next_offset") != count and time.monotonic() < deadline:
+        del docs[:]
+        while not docs and time.monotonic() < deadline:
+            time.sleep(0.05)      # slowly: a message now and then
+            msg = consumer.poll(0.01)
+            read += msg is not None and msg.error() is None
+        if docs:
+            part = json.loads(docs[-1])["topics"][topic]["partitions"]["0"]
+    consumer.close()
+    return part
+
+
+def test_fetched_messages_waiting_for_the_application_count_in_the_fetch_queue(
+        cluster, topic_name):
+    """``fetchq_cnt``/``fetchq_size`` count the fetched messages the application has not
+    taken yet, as librdkafka's do (the backlog held in the client); here the messages
+    of a chunk poll() had started handing out were counted nowhere (0 while 1,900 of them
+    waited)."""
+    count = 2000
+    got = {}
+    for module in MODULES:
+        topic = f"{topic_name}-{module.__name__}"
+        cluster.create_topic(topic, partitions=1)
+        got[module.__name__] = fetch_queue_while_behind(
+            module, cluster.bootstrap_servers, topic, count)
+    for module, part in got.items():
+        assert part.get("next_offset") == count, (module, part)
+        behind = count - part["app_offset"]
+        # librdkafka counts a few more than the messages it holds (its queue's other ops)
+        assert behind > count // 2 and behind <= part["fetchq_cnt"] <= behind + 50, \
+            (module, part)
+        assert behind * 100 <= part["fetchq_size"] <= behind * 100 + 5000, (module, part)

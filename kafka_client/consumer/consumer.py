@@ -210,6 +210,27 @@ class Consumer(ClientBase):
         return part if part is not None and part.assigned else None
 
     # -- assignment ----------------------------------------------------------------------
+    def _check_rebalance_protocol(self, incremental: bool, what: str) -> None:
+        """Once the group chose its assignor, the assignment changes only by the calls of
+        its rebalance protocol (assign()/unassign() for an eager one, the incremental
+        ones for a cooperative one): the other kind is _STATE, as in librdkafka (an
+        assign() of the partitions a cooperative rebalance adds replaced the
+        assignment: the partitions the member kept were read by nobody). Counted as an
+        assignment made, as confluent-kafka counts the attempt: the group does not
+        assign in its place."""
+        group = self._group
+        protocol = group.rebalance_protocol if group is not None else None
+        if protocol is None or (protocol == "COOPERATIVE") == incremental:
+            return
+        if incremental:
+            raise KafkaException(KafkaError(
+                KafkaError._STATE, "Changes to the current assignment must be made using "
+                "assign() when rebalance protocol type is EAGER"))
+        raise KafkaException(KafkaError(
+            KafkaError._STATE, f"Failed to {what} assignment: Local: Erroneous state "
+            f"(the group's rebalance protocol is COOPERATIVE: use "
+            f"incremental_{'assign' if what == 'set' else 'unassign'}())"))
+
     def assign(self, partitions: List[TopicPartition]) -> None:
         """Consume exactly these partitions (replacing the current assignment). Each
         starts at its ``offset``: an absolute offset, OFFSET_BEGINNING, OFFSET_END,
@@ -217,6 +238,7 @@ class Consumer(ClientBase):
         or ``OFFSET_TAIL(n)`` (n messages before the end)."""
         self._check_open()
         self._assign_ops += 1
+        self._check_rebalance_protocol(False, "set")
         parts = _check_partitions(partitions, "assign")
         _check_start_offsets(parts, "assign")
         with self._hand, self._lock:
@@ -231,6 +253,7 @@ class Consumer(ClientBase):
         """Stop consuming every assigned partition."""
         self._check_open()
         self._assign_ops += 1
+        self._check_rebalance_protocol(False, "remove")
         with self._hand, self._lock:
             self._commit_leaving(self._fetcher.assigned_keys())
             for part in self._fetcher.parts.values():
@@ -242,6 +265,7 @@ class Consumer(ClientBase):
         one already assigned is an error (_CONFLICT)."""
         self._check_open()
         self._assign_ops += 1
+        self._check_rebalance_protocol(True, "set")
         parts = _check_partitions(partitions, "incremental_assign")
         _check_start_offsets(parts, "incremental_assign")
         with self._lock:
@@ -259,6 +283,7 @@ class Consumer(ClientBase):
         (_INVALID_ARG, as librdkafka's)."""
         self._check_open()
         self._assign_ops += 1
+        self._check_rebalance_protocol(True, "remove")
         parts = _check_partitions(partitions, "incremental_unassign")
         with self._hand, self._lock:
             for tp in parts:

@@ -119,6 +119,18 @@ class ConsumerProtocolGroup(GroupCoordinator):
         #: the metadata is asked again, the waits doubling as KIP-580 has it
         self._ask_unresolved_at: Optional[float] = None
         self._unresolved_backoff = retry_backoff(config)
+        self._subscribed_once = False
+
+    @property
+    def rebalance_protocol(self) -> Optional[str]:
+        """``"COOPERATIVE"`` once the consumer has subscribed (as librdkafka's KIP-848
+        consumer), None before."""
+        return "COOPERATIVE" if self._subscribed_once else None
+
+    def subscribe(self, topics: List[str], on_assign: Optional[Callable],
+                  on_revoke: Optional[Callable], on_lost: Optional[Callable]) -> None:
+        super().subscribe(topics, on_assign, on_revoke, on_lost)
+        self._subscribed_once = True
 
     # ======================================================================= I/O thread
     def _membership_tick(self, now: float, at: Callable[[float], None]) -> None:

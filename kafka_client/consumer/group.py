@@ -348,6 +348,15 @@ class GroupCoordinator:
         io.add_tick(self.tick)
 
     # ================================================================ application thread
+    @property
+    def rebalance_protocol(self) -> Optional[str]:
+        """Any thread: ``"EAGER"`` or ``"COOPERATIVE"`` once a JoinGroup answer chose the
+        assignor (for the consumer's life, as librdkafka's), None before: the assignment
+        calls that do not fit it are refused (see Consumer.assign)."""
+        if self.protocol_name is None:
+            return None
+        return "COOPERATIVE" if self.cooperative else "EAGER"
+
     def subscribe(self, topics: List[str], on_assign: Optional[Callable],
                   on_revoke: Optional[Callable], on_lost: Optional[Callable]) -> None:
         regexes = []

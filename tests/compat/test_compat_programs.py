@@ -497,3 +497,74 @@ def test_list_topics_of_a_new_topic_creates_it_where_librdkafka_does(tmp_path, t
     assert got["kafka_client"] == got["confluent_kafka"]
     assert got["kafka_client"]["producer"] == (None, True)
     assert got["kafka_client"]["consumer"] == ("UNKNOWN_TOPIC_OR_PART", False)
+
+
+def assignment_calls_of_the_other_protocol(k, impl, bootstrap, topic, strategy):
+    """A subscribed member whose ``on_assign`` makes the assignment with the calls of the
+    other rebalance protocol (``incremental_assign()`` in an eager group, ``assign()`` in
+    a cooperative one), then makes the other protocol's calls outside the callbacks: what
+    each call raised, the assignment and the messages read."""
+    topic = f"{topic}-{impl}"
+    admin = importlib.import_module(k.__name__ + ".admin").AdminClient(
+        {"bootstrap.servers": bootstrap})
+    admin.create_topics([k.admin.NewTopic(topic, 2, 1)])[topic].result(10)
+    producer = k.Producer({"bootstrap.servers": bootstrap})
+    for i in range(4):
+        producer.produce(topic, b"%d" % i, partition=i % 2)
+    assert producer.flush(10) == 0
+    cooperative = strategy == "cooperative-sticky"
+
+    def outcome(call):
+        try:
+            call()
+            return "ok"
+        except k.KafkaException as e:
+            return e.args[0].name()
+
+    calls = []
+
+    def on_assign(consumer, partitions):
+        if cooperative:
+            calls.append(outcome(lambda: consumer.assign(partitions)))
+        else:
+            calls.append(outcome(lambda: consumer.incremental_assign(partitions)))
+
+    c = k.Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
+                    "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                    "partition.assignment.strategy": strategy})
+    try:
+        c.subscribe([topic], on_assign=on_assign)
+        read = 0
+        deadline = time.monotonic() + 20
+        while not calls and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            read += msg is not None and msg.error() is None
+        end = time.monotonic() + 2      # what the member reads once the callback returned
+        while time.monotonic() < end:
+            msg = c.poll(0.2)
+            read += msg is not None and msg.error() is None
+        one = [k.TopicPartition(topic, 0, 0)]
+        if cooperative:
+            calls += [outcome(lambda: c.assign(one)), outcome(c.unassign)]
+        else:
+            calls += [outcome(lambda: c.incremental_assign(one)),
+                      outcome(lambda: c.incremental_unassign(one))]
+        return calls, sorted(tp.partition for tp in c.assignment()), read
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_assignment_calls_of_the_other_rebalance_protocol_are_refused(cluster, topic_name,
+                                                                      strategy):
+    """Once the group chose its assignor, librdkafka takes only that protocol's calls:
+    the incremental ones in an eager group and assign()/unassign() in a cooperative one
+    raise _STATE, in the callbacks and outside them, and the member assigns nothing in
+    the callback's place. Here they were taken: an assign() of the partitions a
+    cooperative rebalance adds replaced the whole assignment, and the partitions kept
+    from before were read by nobody while the group counted them as this member's."""
+    importlib.import_module("confluent_kafka.admin")
+    got = side_by_side(assignment_calls_of_the_other_protocol, cluster.bootstrap_servers,
+                       topic_name, strategy)
+    assert got["kafka_client"] == got["confluent_kafka"] == (
+        ["_STATE", "_STATE", "_STATE"], [], 0), got

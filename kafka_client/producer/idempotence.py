@@ -87,6 +87,16 @@ class Idempotence:
             self.log.info("idempotent producer: epoch bump needed (%s)", reason)
         self.bump_wanted = True
 
+    def assigned(self, producer_id: int, epoch: int, now: float) -> None:
+        """An InitProducerId answer (the idempotent producer's or the transactional one's)
+        gave this producer id and epoch: counted and stamped for the statistics' ``eos``
+        (``epoch_cnt``, ``idemp_stateage``)."""
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.assignments += 1
+        self.assigned_at = now
+        self.bump_wanted = False
+
     def init_request(self) -> Any:
         from kafka_proto.messages import InitProducerIdRequest
 
@@ -109,11 +119,7 @@ class Idempotence:
                              resp.producer_epoch)
             code = ErrorCode.UNKNOWN_SERVER_ERROR
         if code == ErrorCode.NONE:
-            self.producer_id = resp.producer_id
-            self.epoch = resp.producer_epoch
-            self.assignments += 1
-            self.assigned_at = now
-            self.bump_wanted = False
+            self.assigned(resp.producer_id, resp.producer_epoch, now)
             self.init_failures = 0
             self.log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
             return True

@@ -39,7 +39,7 @@ from kafka_client.producer._core import DeliveryRange
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Report, Sender
-from kafka_client.producer.transactions import TransactionManager
+from kafka_client.producer.transactions import TransactionManager, TxnState
 from kafka_client.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -631,6 +631,8 @@ class Producer(ClientBase):
             idemp_state = "FatalError"
         elif idem.producer_id >= 0:
             idemp_state = "Assigned"
+        elif txn is not None and txn.state == TxnState.INIT:
+            idemp_state = "Init"   # a transactional producer asks at init_transactions()
         else:
             idemp_state = "WaitPID" if idem.init_in_flight else "RequestPID"
         return {

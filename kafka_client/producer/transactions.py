@@ -724,8 +724,7 @@ class TransactionManager:
                     "InitProducerId answered without a usable producer id and epoch")
                 return self._last_init_error
             if code == ErrorCode.NONE:
-                idem.producer_id, idem.epoch = resp.producer_id, resp.producer_epoch
-                idem.bump_wanted = False
+                idem.assigned(resp.producer_id, resp.producer_epoch, time.monotonic())
                 self.log.info("transactional id %s: producer id %d epoch %d",
                               self.transactional_id, resp.producer_id, resp.producer_epoch)
                 self.sender.restart_sequences()

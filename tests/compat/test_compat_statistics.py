@@ -218,3 +218,54 @@ def test_fetched_messages_waiting_for_the_application_count_in_the_fetch_queue(
         assert behind > count // 2 and behind <= part["fetchq_cnt"] <= behind + 50, \
             (module, part)
         assert behind * 100 <= part["fetchq_size"] <= behind * 100 + 5000, (module, part)
+
+
+def eos_through_transactions(module, bootstrap, topic):
+    """A transactional producer's ``eos`` (states, epochs assigned) before
+    init_transactions(), after it, in a transaction, after a commit and an abort."""
+    docs = []
+    producer = module.Producer({"bootstrap.servers": bootstrap, "transactional.id": topic,
+                                "statistics.interval.ms": 100, "stats_cb": docs.append})
+
+    def eos():
+        producer.poll(0)     # serves the documents made while the last call blocked
+        del docs[:]
+        deadline = time.monotonic() + 10
+        while len(docs) < 2 and time.monotonic() < deadline:   # one made from now on
+            producer.poll(0.05)
+        e = json.loads(docs[-1])["eos"]
+        return (e["idemp_state"], e["txn_state"], e["txn_may_enq"], e["epoch_cnt"],
+                e["producer_epoch"])
+
+    seen = [eos()]
+    producer.init_transactions(20)
+    seen.append(eos())
+    producer.begin_transaction()
+    producer.produce(topic, b"x")
+    assert producer.flush(20) == 0
+    seen.append(eos())
+    producer.commit_transaction(20)
+    seen.append(eos())
+    producer.begin_transaction()
+    producer.produce(topic, b"y")
+    producer.abort_transaction(20)
+    seen.append(eos())
+    return seen
+
+
+def test_a_transactional_producers_eos_reads_as_on_confluent(cluster, topic_name):
+    """``epoch_cnt`` counts the producer id given by init_transactions() (it stayed 0:
+    only the idempotent producer's InitProducerId was counted) and the id's state is
+    ``Init`` until init_transactions() asks for one (it said ``RequestPID``)."""
+    got = {}
+    for module in MODULES:
+        topic = f"{topic_name}-{module.__name__}"
+        cluster.create_topic(topic, partitions=1)
+        got[module.__name__] = eos_through_transactions(module, cluster.bootstrap_servers,
+                                                        topic)
+    assert got["kafka_client"] == got["confluent_kafka"] == [
+        ("Init", "Init", False, 0, -1),
+        ("Assigned", "Ready", False, 1, 0),
+        ("Assigned", "InTransaction", True, 1, 0),
+        ("Assigned", "Ready", False, 1, 0),
+        ("Assigned", "Ready", False, 1, 0)], got

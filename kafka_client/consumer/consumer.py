@@ -985,8 +985,8 @@ class Consumer(ClientBase):
                     fetchq_cnt=part.queued_msgs + (held_cnt if part is held_part else 0),
                     fetchq_size=part.queued_bytes
                     + (held_size if part is held_part else 0),
-                    fetch_state=("paused" if part.paused else "offset-query"
-                                 if part.fetch_pos < 0 else "active"),
+                    # librdkafka's states (a paused partition stays "active" there)
+                    fetch_state="offset-query" if part.fetch_pos < 0 else "active",
                     query_offset=part.reset if part.reset is not None else OFFSET_INVALID,
                     next_offset=part.fetch_pos, app_offset=part.app_pos,
                     stored_offset=part.stored, stored_leader_epoch=part.stored_epoch,
@@ -1003,7 +1003,6 @@ class Consumer(ClientBase):
                     leader_epoch=epochs[part.partition]
                     if part.partition < len(epochs) else -1,
                     rxmsgs=part.rx_msgs, rxbytes=part.rx_bytes, msgs=part.rx_msgs)
-        assigned = sum(len(t["partitions"]) for t in topics.values())
         for topic in topics.values():
             topic["partitions"]["-1"] = partition_stats()   # librdkafka's unassigned one
         doc = super()._stats_doc()
@@ -1018,7 +1017,8 @@ class Consumer(ClientBase):
                 "rebalance_age": int((now - rebalanced) * 1000) if rebalanced else 0,
                 "rebalance_cnt": group.rebalance_count,
                 "rebalance_reason": group.rebalance_reason,
-                "assignment_size": assigned}
+                # what the group gave (librdkafka's group assignment), not assign()'s
+                "assignment_size": len(group.owned)}
         return doc
 
     # -- offsets and metadata ------------------------------------------------------------

@@ -269,3 +269,54 @@ def test_a_transactional_producers_eos_reads_as_on_confluent(cluster, topic_name
         ("Assigned", "InTransaction", True, 1, 0),
         ("Assigned", "Ready", False, 1, 0),
         ("Assigned", "Ready", False, 1, 0)], got
+
+
+def manual_assignment_states(module, bootstrap, topic):
+    """A consumer with a group.id that assigns two partitions itself, reads them to the
+    end and pauses one: each partition's ``fetch_state`` and the group's
+    ``assignment_size``, before and after the pause."""
+    producer = module.Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"%d" % i, partition=i % 2)
+    assert producer.flush(20) == 0
+    docs = []
+    consumer = module.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": topic, "enable.auto.commit": False,
+        "statistics.interval.ms": 100, "stats_cb": docs.append})
+    consumer.assign([module.TopicPartition(topic, 0, 0), module.TopicPartition(topic, 1, 0)])
+    read = 0
+    deadline = time.monotonic() + 20
+    while read < 10 and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        read += msg is not None and msg.error() is None
+
+    def states():
+        del docs[:]
+        end = time.monotonic() + 10
+        while len(docs) < 2 and time.monotonic() < end:   # one made from now on
+            consumer.poll(0.05)
+        doc = json.loads(docs[-1])
+        parts = doc["topics"][topic]["partitions"]
+        return ({p: parts[p]["fetch_state"] for p in ("0", "1")},
+                doc["cgrp"]["assignment_size"])
+
+    seen = [read, states()]
+    consumer.pause([module.TopicPartition(topic, 0)])
+    seen.append(states())
+    consumer.close()
+    return seen
+
+
+def test_a_manual_assignment_and_a_pause_read_as_on_confluent(cluster, topic_name):
+    """``fetch_state`` takes librdkafka's values only: a paused partition stays
+    ``active`` there (it read ``paused``, a value no exporter written for librdkafka
+    knows); ``cgrp.assignment_size`` is what the group gave, 0 for partitions the
+    application assigned itself (it counted them)."""
+    got = {}
+    for module in MODULES:
+        topic = f"{topic_name}-{module.__name__}"
+        cluster.create_topic(topic, partitions=2)
+        got[module.__name__] = manual_assignment_states(module, cluster.bootstrap_servers,
+                                                        topic)
+    assert got["kafka_client"] == got["confluent_kafka"] == [
+        10, ({"0": "active", "1": "active"}, 0), ({"0": "active", "1": "active"}, 0)], got

@@ -1015,7 +1015,7 @@ class Consumer(ClientBase):
                 "stateage": int((now - group.coord_since) * 1000),
                 "join_state": _LIBRDKAFKA_JOIN_STATE.get(group.state, "init"),
                 "rebalance_age": int((now - rebalanced) * 1000) if rebalanced else 0,
-                "rebalance_cnt": group.rebalance_count,
+                "rebalance_cnt": group.rebalance_callbacks,
                 "rebalance_reason": group.rebalance_reason,
                 # what the group gave (librdkafka's group assignment), not assign()'s
                 "assignment_size": len(group.owned)}

@@ -338,8 +338,10 @@ class GroupCoordinator:
         self.rebalance_latency = IntervalStat()
         self.rebalance_total = 0.0
         self._rebalance_started: Optional[float] = None
-        #: rebalances completed, and when the last one did (the statistics' cgrp)
-        self.rebalance_count = 0
+        #: assignments and revocations handed to the application (empty ones too; the
+        #: statistics' cgrp rebalance_cnt, as librdkafka counts its rebalance events),
+        #: and when the last rebalance completed
+        self.rebalance_callbacks = 0
         self.rebalanced_at: Optional[float] = None
         #: subscribed topic -> the metadata error last reported for it (once each)
         self._topic_errors: Dict[str, int] = {}
@@ -431,6 +433,8 @@ class GroupCoordinator:
         (enable.auto.commit), the unassignment. The commit, the unassignment and the news
         to the I/O thread happen even if a callback raises; then the exception goes on."""
         with self._revoking:
+            with self._app_lock:
+                self.rebalance_callbacks += 1
             self._revoke(member, tps, lost)
 
     def _revoke(self, member: GroupMember, tps: List[TopicPartition], lost: bool) -> None:
@@ -498,6 +502,8 @@ class GroupCoordinator:
         itself unless the callback made one (also when it raises). What the group gave is
         assigned then, whatever the callback changed in its list without assigning it
         (offsets set and not passed to assign()), as in confluent-kafka."""
+        with self._app_lock:
+            self.rebalance_callbacks += 1
         before = member.assignment_changes()
         given = [TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
                                 tp.leader_epoch) for tp in tps]
@@ -1284,7 +1290,6 @@ class GroupCoordinator:
             self._rebalance_started = None
             self.rebalance_latency.add(now - started)
             self.rebalance_total += now - started
-            self.rebalance_count += 1
             self.rebalanced_at = now
 
     @property

@@ -320,3 +320,50 @@ def test_a_manual_assignment_and_a_pause_read_as_on_confluent(cluster, topic_nam
                                                         topic)
     assert got["kafka_client"] == got["confluent_kafka"] == [
         10, ({"0": "active", "1": "active"}, 0), ({"0": "active", "1": "active"}, 0)], got
+
+
+def rebalance_count_of_a_member(module, bootstrap, topic):
+    """Member A of an eager group while B joins and leaves again: A's rebalance
+    callbacks and its last document's ``cgrp.rebalance_cnt``."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": topic,
+            "partition.assignment.strategy": "range", "heartbeat.interval.ms": 500}
+    docs, calls = [], []
+    a = module.Consumer(dict(conf, **{"statistics.interval.ms": 100,
+                                      "stats_cb": docs.append}))
+    a.subscribe([topic], on_assign=lambda c, ps: calls.append("assign"),
+                on_revoke=lambda c, ps: calls.append("revoke"))
+
+    def poll_until(done, others=()):
+        deadline = time.monotonic() + 30
+        while not done() and time.monotonic() < deadline:
+            for consumer in (a, *others):
+                consumer.poll(0.05)
+        assert done(), (module.__name__, calls)
+
+    poll_until(lambda: len(a.assignment()) == 4)
+    b = module.Consumer(conf)
+    b.subscribe([topic])
+    poll_until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, [b])
+    b.close()
+    poll_until(lambda: len(a.assignment()) == 4)
+    del docs[:]
+    poll_until(lambda: len(docs) >= 2)            # a document made from now on
+    seen = (list(calls), json.loads(docs[-1])["cgrp"]["rebalance_cnt"])
+    a.close()
+    return seen
+
+
+def test_rebalance_cnt_counts_assignments_and_revocations_as_on_confluent(cluster,
+                                                                          topic_name):
+    """``cgrp.rebalance_cnt`` counts the assignments and revocations handed to the
+    application, as librdkafka's ("assign or revoke"): a member that saw another join
+    and leave says 5 (assign, revoke, assign, revoke, assign); it counted completed
+    rebalances (3), so a rebalance-rate panel read half of confluent-kafka's."""
+    got = {}
+    for module in MODULES:
+        topic = f"{topic_name}-{module.__name__}"
+        cluster.create_topic(topic, partitions=4)
+        got[module.__name__] = rebalance_count_of_a_member(
+            module, cluster.bootstrap_servers, topic)
+    assert got["kafka_client"] == got["confluent_kafka"] == (
+        ["assign", "revoke", "assign", "revoke", "assign"], 5), got

@@ -597,7 +597,8 @@ class Producer(ClientBase):
                     msgs=sent + open_msgs + ready_msgs + flying, msgs_inflight=flying,
                     next_ack_seq=p.next_seq if s.idempotent else 0,
                     next_err_seq=p.next_seq if s.idempotent else 0,
-                    acked_msgid=sent)
+                    # librdkafka tracks it for idempotence only (0 without)
+                    acked_msgid=sent if s.idempotent else 0)
             partitions["-1"] = partition_stats(msgq_cnt=len(t.pending),
                                                msgs=len(t.pending))
             windows = s.batch_windows.get(name)

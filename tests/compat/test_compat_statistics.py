@@ -367,3 +367,41 @@ def test_rebalance_cnt_counts_assignments_and_revocations_as_on_confluent(cluste
             module, cluster.bootstrap_servers, topic)
     assert got["kafka_client"] == got["confluent_kafka"] == (
         ["assign", "revoke", "assign", "revoke", "assign"], 5), got
+
+
+def partition_counts_after_delivery(module, bootstrap, topic, idempotent):
+    """A producer's partition after 11 messages were delivered: the message counts and
+    idempotence sequences of its last document."""
+    docs = []
+    producer = module.Producer({"bootstrap.servers": bootstrap,
+                                "enable.idempotence": idempotent,
+                                "statistics.interval.ms": 100, "stats_cb": docs.append})
+    for i in range(11):
+        producer.produce(topic, b"v", partition=0)
+    assert producer.flush(20) == 0
+    producer.poll(0)
+    del docs[:]
+    deadline = time.monotonic() + 10
+    while len(docs) < 2 and time.monotonic() < deadline:     # one made from now on
+        producer.poll(0.05)
+    part = json.loads(docs[-1])["topics"][topic]["partitions"]["0"]
+    return {name: part[name] for name in ("txmsgs", "msgs", "msgq_cnt", "xmit_msgq_cnt",
+                                          "msgs_inflight", "next_ack_seq", "next_err_seq",
+                                          "acked_msgid")}
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_a_partitions_counts_after_delivery_read_as_on_confluent(cluster, topic_name,
+                                                                  idempotent):
+    """``acked_msgid`` is kept for idempotence only, as librdkafka's (a plain producer
+    said how many messages were acknowledged there; librdkafka says 0)."""
+    got = {}
+    for module in MODULES:
+        topic = f"{topic_name}-{module.__name__}"
+        cluster.create_topic(topic, partitions=1)
+        got[module.__name__] = partition_counts_after_delivery(
+            module, cluster.bootstrap_servers, topic, idempotent)
+    seq = 11 if idempotent else 0
+    assert got["kafka_client"] == got["confluent_kafka"] == {
+        "txmsgs": 11, "msgs": 11, "msgq_cnt": 0, "xmit_msgq_cnt": 0, "msgs_inflight": 0,
+        "next_ack_seq": seq, "next_err_seq": seq, "acked_msgid": seq}, got

@@ -217,7 +217,8 @@ def test_fetched_messages_waiting_for_the_application_count_in_the_fetch_queue(
         # librdkafka counts a few more than the messages it holds (its queue's other ops)
         assert behind > count // 2 and behind <= part["fetchq_cnt"] <= behind + 50, \
             (module, part)
-        assert behind * 100 <= part["fetchq_size"] <= behind * 100 + 5000, (module, part)
+        # the values' bytes at least; batches not yet handed out count their wire bytes
+        assert behind * 100 <= part["fetchq_size"] <= behind * 200, (module, part)
 
 
 def eos_through_transactions(module, bootstrap, topic):

@@ -13,7 +13,8 @@ from kafka_proto.versions import (
     require_version,
 )
 
-PRODUCE, FETCH, METADATA, API_VERSIONS, END_TXN, CGH, SHARE_FETCH = 0, 1, 3, 18, 26, 68, 78
+PRODUCE, FETCH, METADATA, API_VERSIONS, END_TXN, CGH = 0, 1, 3, 18, 26, 68
+INIT_SHARE_STATE, SHARE_FETCH = 83, 78
 
 
 def test_highest_common_version():
@@ -38,12 +39,14 @@ def test_wanted_limits_the_result():
 def test_unstable_latest_version_only_when_asked():
     info = M.API_KEYS[END_TXN]
     assert info.latest_version_unstable and info.max_version == 5
-    broker = {END_TXN: (0, 5), CGH: (0, 1), SHARE_FETCH: (0, 0)}
+    broker = {END_TXN: (0, 5), CGH: (0, 1), INIT_SHARE_STATE: (0, 0)}
     assert negotiate(broker) == {END_TXN: 4, CGH: 0}
-    assert negotiate(broker, allow_unstable=True) == {END_TXN: 5, CGH: 1, SHARE_FETCH: 0}
+    assert negotiate(broker, allow_unstable=True) == {END_TXN: 5, CGH: 1, INIT_SHARE_STATE: 0}
     # An API whose only version is unstable is not ours unless asked.
-    assert SHARE_FETCH not in client_ranges()
-    assert client_ranges(allow_unstable=True)[SHARE_FETCH] == (0, 0)
+    assert INIT_SHARE_STATE not in client_ranges()
+    assert client_ranges(allow_unstable=True)[INIT_SHARE_STATE] == (0, 0)
+    # ShareFetch v1 is stable (KIP-932 in Kafka 4.1, gen_messages.AMENDMENTS), v0 too.
+    assert client_ranges()[SHARE_FETCH] == (0, 1)
 
 
 def test_client_ranges_match_the_generated_classes():

@@ -28,12 +28,12 @@ class _ShareAcknowledgeRequest_AcknowledgementBatch(_Struct):
     __slots__ = ('first_offset', 'last_offset', 'acknowledge_types', 'unknown_tagged_fields')
     __qualname__ = 'ShareAcknowledgeRequest.AcknowledgementBatch'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('first_offset', 'int64', 0, 0, None, None, None, None, None, False, None),
-        _F('last_offset', 'int64', 0, 0, None, None, None, None, None, False, None),
-        _F('acknowledge_types', '[]int8', 0, 0, None, None, None, None, None, False, None),
+        _F('first_offset', 'int64', 0, 1, None, None, None, None, None, False, None),
+        _F('last_offset', 'int64', 0, 1, None, None, None, None, None, False, None),
+        _F('acknowledge_types', '[]int8', 0, 1, None, None, None, None, None, False, None),
     )
 
     def __init__(
@@ -82,11 +82,11 @@ class _ShareAcknowledgeRequest_AcknowledgePartition(_Struct):
     __slots__ = ('partition_index', 'acknowledgement_batches', 'unknown_tagged_fields')
     __qualname__ = 'ShareAcknowledgeRequest.AcknowledgePartition'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('partition_index', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('acknowledgement_batches', '[]struct', 0, 0, None, None, None, None, None, False, _ShareAcknowledgeRequest_AcknowledgementBatch),
+        _F('partition_index', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('acknowledgement_batches', '[]struct', 0, 1, None, None, None, None, None, False, _ShareAcknowledgeRequest_AcknowledgementBatch),
     )
 
     def __init__(
@@ -133,11 +133,11 @@ class _ShareAcknowledgeRequest_AcknowledgeTopic(_Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tagged_fields')
     __qualname__ = 'ShareAcknowledgeRequest.AcknowledgeTopic'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('topic_id', 'uuid', 0, 0, None, None, None, None, None, False, None),
-        _F('partitions', '[]struct', 0, 0, None, None, None, None, None, False, _ShareAcknowledgeRequest_AcknowledgePartition),
+        _F('topic_id', 'uuid', 0, 1, None, None, None, None, None, False, None),
+        _F('partitions', '[]struct', 0, 1, None, None, None, None, None, False, _ShareAcknowledgeRequest_AcknowledgePartition),
     )
 
     def __init__(
@@ -181,7 +181,7 @@ class _ShareAcknowledgeRequest_AcknowledgeTopic(_Struct):
 
 
 class ShareAcknowledgeRequest(_Message):
-    """ShareAcknowledge request (API key 79): version 0, flexible from v0."""
+    """ShareAcknowledge request (API key 79): versions 0-1, flexible from v0."""
 
     __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'topics', 'unknown_tagged_fields')
     AcknowledgementBatch = _ShareAcknowledgeRequest_AcknowledgementBatch
@@ -190,14 +190,14 @@ class ShareAcknowledgeRequest(_Message):
     API_KEY = 79
     API_NAME = 'ShareAcknowledge'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
-    LATEST_VERSION_UNSTABLE = True
+    LATEST_VERSION_UNSTABLE = False
     FIELDS = (
-        _F('group_id', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('member_id', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('share_session_epoch', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('topics', '[]struct', 0, 0, None, None, None, None, None, False, _ShareAcknowledgeRequest_AcknowledgeTopic),
+        _F('group_id', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('member_id', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('share_session_epoch', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('topics', '[]struct', 0, 1, None, None, None, None, None, False, _ShareAcknowledgeRequest_AcknowledgeTopic),
     )
 
     def __init__(
@@ -252,11 +252,11 @@ class _ShareAcknowledgeResponse_LeaderIdAndEpoch(_Struct):
     __slots__ = ('leader_id', 'leader_epoch', 'unknown_tagged_fields')
     __qualname__ = 'ShareAcknowledgeResponse.LeaderIdAndEpoch'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('leader_id', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('leader_epoch', 'int32', 0, 0, None, None, None, None, None, False, None),
+        _F('leader_id', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('leader_epoch', 'int32', 0, 1, None, None, None, None, None, False, None),
     )
 
     def __init__(
@@ -293,13 +293,13 @@ class _ShareAcknowledgeResponse_PartitionData(_Struct):
     __slots__ = ('partition_index', 'error_code', 'error_message', 'current_leader', 'unknown_tagged_fields')
     __qualname__ = 'ShareAcknowledgeResponse.PartitionData'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('partition_index', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('error_code', 'int16', 0, 0, None, None, None, None, None, False, None),
-        _F('error_message', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('current_leader', 'struct', 0, 0, None, None, None, None, None, False, _ShareAcknowledgeResponse_LeaderIdAndEpoch),
+        _F('partition_index', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('error_code', 'int16', 0, 1, None, None, None, None, None, False, None),
+        _F('error_message', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('current_leader', 'struct', 0, 1, None, None, None, None, None, False, _ShareAcknowledgeResponse_LeaderIdAndEpoch),
     )
 
     def __init__(
@@ -347,11 +347,11 @@ class _ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse(_Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tagged_fields')
     __qualname__ = 'ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('topic_id', 'uuid', 0, 0, None, None, None, None, None, True, None),
-        _F('partitions', '[]struct', 0, 0, None, None, None, None, None, False, _ShareAcknowledgeResponse_PartitionData),
+        _F('topic_id', 'uuid', 0, 1, None, None, None, None, None, True, None),
+        _F('partitions', '[]struct', 0, 1, None, None, None, None, None, False, _ShareAcknowledgeResponse_PartitionData),
     )
 
     def __init__(
@@ -398,13 +398,13 @@ class _ShareAcknowledgeResponse_NodeEndpoint(_Struct):
     __slots__ = ('node_id', 'host', 'port', 'rack', 'unknown_tagged_fields')
     __qualname__ = 'ShareAcknowledgeResponse.NodeEndpoint'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('node_id', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('host', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('port', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('rack', 'string', 0, 0, 0, 0, None, None, None, False, None),
+        _F('node_id', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('host', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('port', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('rack', 'string', 0, 1, 0, 1, None, None, None, False, None),
     )
 
     def __init__(
@@ -449,7 +449,7 @@ class _ShareAcknowledgeResponse_NodeEndpoint(_Struct):
 
 
 class ShareAcknowledgeResponse(_Message):
-    """ShareAcknowledge response (API key 79): version 0, flexible from v0."""
+    """ShareAcknowledge response (API key 79): versions 0-1, flexible from v0."""
 
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints', 'unknown_tagged_fields')
     LeaderIdAndEpoch = _ShareAcknowledgeResponse_LeaderIdAndEpoch
@@ -459,14 +459,14 @@ class ShareAcknowledgeResponse(_Message):
     API_KEY = 79
     API_NAME = 'ShareAcknowledge'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('throttle_time_ms', 'int32', 0, 0, None, None, None, None, None, True, None),
-        _F('error_code', 'int16', 0, 0, None, None, None, None, None, True, None),
-        _F('error_message', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('responses', '[]struct', 0, 0, None, None, None, None, None, False, _ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse),
-        _F('node_endpoints', '[]struct', 0, 0, None, None, None, None, None, False, _ShareAcknowledgeResponse_NodeEndpoint),
+        _F('throttle_time_ms', 'int32', 0, 1, None, None, None, None, None, True, None),
+        _F('error_code', 'int16', 0, 1, None, None, None, None, None, True, None),
+        _F('error_message', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('responses', '[]struct', 0, 1, None, None, None, None, None, False, _ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse),
+        _F('node_endpoints', '[]struct', 0, 1, None, None, None, None, None, False, _ShareAcknowledgeResponse_NodeEndpoint),
     )
 
     def __init__(

@@ -13,6 +13,7 @@ from kafka_proto.messages._runtime import (
     _Struct,
     _UNSET,
     _ZERO_UUID,
+    _absent,
     _new,
     _null,
     _null_on_wire,
@@ -30,12 +31,12 @@ class _ShareFetchRequest_AcknowledgementBatch(_Struct):
     __slots__ = ('first_offset', 'last_offset', 'acknowledge_types', 'unknown_tagged_fields')
     __qualname__ = 'ShareFetchRequest.AcknowledgementBatch'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('first_offset', 'int64', 0, 0, None, None, None, None, None, False, None),
-        _F('last_offset', 'int64', 0, 0, None, None, None, None, None, False, None),
-        _F('acknowledge_types', '[]int8', 0, 0, None, None, None, None, None, False, None),
+        _F('first_offset', 'int64', 0, 1, None, None, None, None, None, False, None),
+        _F('last_offset', 'int64', 0, 1, None, None, None, None, None, False, None),
+        _F('acknowledge_types', '[]int8', 0, 1, None, None, None, None, None, False, None),
     )
 
     def __init__(
@@ -84,12 +85,12 @@ class _ShareFetchRequest_FetchPartition(_Struct):
     __slots__ = ('partition_index', 'partition_max_bytes', 'acknowledgement_batches', 'unknown_tagged_fields')
     __qualname__ = 'ShareFetchRequest.FetchPartition'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('partition_index', 'int32', 0, 0, None, None, None, None, None, False, None),
+        _F('partition_index', 'int32', 0, 1, None, None, None, None, None, False, None),
         _F('partition_max_bytes', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('acknowledgement_batches', '[]struct', 0, 0, None, None, None, None, None, False, _ShareFetchRequest_AcknowledgementBatch),
+        _F('acknowledgement_batches', '[]struct', 0, 1, None, None, None, None, None, False, _ShareFetchRequest_AcknowledgementBatch),
     )
 
     def __init__(
@@ -107,7 +108,11 @@ class _ShareFetchRequest_FetchPartition(_Struct):
 
     def _write(self, w, version):
         w.write_int32(self.partition_index)
-        w.write_int32(self.partition_max_bytes)
+        if version == 0:
+            w.write_int32(self.partition_max_bytes)
+        else:
+            if self.partition_max_bytes != 0:
+                _absent(self, 'partition_max_bytes', version)
         v = self.acknowledgement_batches
         if v is None:
             _null(self, 'acknowledgement_batches', version)
@@ -124,7 +129,10 @@ class _ShareFetchRequest_FetchPartition(_Struct):
     def _read(r, version):
         self = _new(_ShareFetchRequest_FetchPartition)
         self.partition_index = r.read_int32()
-        self.partition_max_bytes = r.read_int32()
+        if version == 0:
+            self.partition_max_bytes = r.read_int32()
+        else:
+            self.partition_max_bytes = 0
         n = r.read_compact_array_length()
         if n < 0:
             _null_on_wire('ShareFetchRequest.FetchPartition', 'acknowledgement_batches', version)
@@ -140,11 +148,11 @@ class _ShareFetchRequest_FetchTopic(_Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tagged_fields')
     __qualname__ = 'ShareFetchRequest.FetchTopic'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('topic_id', 'uuid', 0, 0, None, None, None, None, None, False, None),
-        _F('partitions', '[]struct', 0, 0, None, None, None, None, None, False, _ShareFetchRequest_FetchPartition),
+        _F('topic_id', 'uuid', 0, 1, None, None, None, None, None, False, None),
+        _F('partitions', '[]struct', 0, 1, None, None, None, None, None, False, _ShareFetchRequest_FetchPartition),
     )
 
     def __init__(
@@ -191,11 +199,11 @@ class _ShareFetchRequest_ForgottenTopic(_Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tagged_fields')
     __qualname__ = 'ShareFetchRequest.ForgottenTopic'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('topic_id', 'uuid', 0, 0, None, None, None, None, None, False, None),
-        _F('partitions', '[]int32', 0, 0, None, None, None, None, None, False, None),
+        _F('topic_id', 'uuid', 0, 1, None, None, None, None, None, False, None),
+        _F('partitions', '[]int32', 0, 1, None, None, None, None, None, False, None),
     )
 
     def __init__(
@@ -237,9 +245,9 @@ class _ShareFetchRequest_ForgottenTopic(_Struct):
 
 
 class ShareFetchRequest(_Message):
-    """ShareFetch request (API key 78): version 0, flexible from v0."""
+    """ShareFetch request (API key 78): versions 0-1, flexible from v0."""
 
-    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'topics', 'forgotten_topics_data', 'unknown_tagged_fields')
+    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'max_records', 'batch_size', 'topics', 'forgotten_topics_data', 'unknown_tagged_fields')
     AcknowledgementBatch = _ShareFetchRequest_AcknowledgementBatch
     FetchPartition = _ShareFetchRequest_FetchPartition
     FetchTopic = _ShareFetchRequest_FetchTopic
@@ -247,18 +255,20 @@ class ShareFetchRequest(_Message):
     API_KEY = 78
     API_NAME = 'ShareFetch'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
-    LATEST_VERSION_UNSTABLE = True
+    LATEST_VERSION_UNSTABLE = False
     FIELDS = (
-        _F('group_id', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('member_id', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('share_session_epoch', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('max_wait_ms', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('min_bytes', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('max_bytes', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('topics', '[]struct', 0, 0, None, None, None, None, None, False, _ShareFetchRequest_FetchTopic),
-        _F('forgotten_topics_data', '[]struct', 0, 0, None, None, None, None, None, False, _ShareFetchRequest_ForgottenTopic),
+        _F('group_id', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('member_id', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('share_session_epoch', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('max_wait_ms', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('min_bytes', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('max_bytes', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('max_records', 'int32', 1, 1, None, None, None, None, None, False, None),
+        _F('batch_size', 'int32', 1, 1, None, None, None, None, None, False, None),
+        _F('topics', '[]struct', 0, 1, None, None, None, None, None, False, _ShareFetchRequest_FetchTopic),
+        _F('forgotten_topics_data', '[]struct', 0, 1, None, None, None, None, None, False, _ShareFetchRequest_ForgottenTopic),
     )
 
     def __init__(
@@ -270,6 +280,8 @@ class ShareFetchRequest(_Message):
         max_wait_ms: int = 0,
         min_bytes: int = 0,
         max_bytes: int = 2147483647,
+        max_records: int = 0,
+        batch_size: int = 0,
         topics: List[_ShareFetchRequest_FetchTopic] = _UNSET,
         forgotten_topics_data: List[_ShareFetchRequest_ForgottenTopic] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -280,6 +292,8 @@ class ShareFetchRequest(_Message):
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
+        self.max_records = max_records
+        self.batch_size = batch_size
         self.topics = [] if topics is _UNSET else topics
         self.forgotten_topics_data = [] if forgotten_topics_data is _UNSET else forgotten_topics_data
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -291,6 +305,16 @@ class ShareFetchRequest(_Message):
         w.write_int32(self.max_wait_ms)
         w.write_int32(self.min_bytes)
         w.write_int32(self.max_bytes)
+        if version == 0:
+            if self.max_records != 0:
+                _absent(self, 'max_records', version)
+        else:
+            w.write_int32(self.max_records)
+        if version == 0:
+            if self.batch_size != 0:
+                _absent(self, 'batch_size', version)
+        else:
+            w.write_int32(self.batch_size)
         v = self.topics
         if v is None:
             _null(self, 'topics', version)
@@ -318,6 +342,14 @@ class ShareFetchRequest(_Message):
         self.max_wait_ms = r.read_int32()
         self.min_bytes = r.read_int32()
         self.max_bytes = r.read_int32()
+        if version == 0:
+            self.max_records = 0
+        else:
+            self.max_records = r.read_int32()
+        if version == 0:
+            self.batch_size = 0
+        else:
+            self.batch_size = r.read_int32()
         n = r.read_compact_array_length()
         if n < 0:
             _null_on_wire('ShareFetchRequest', 'topics', version)
@@ -339,11 +371,11 @@ class _ShareFetchResponse_LeaderIdAndEpoch(_Struct):
     __slots__ = ('leader_id', 'leader_epoch', 'unknown_tagged_fields')
     __qualname__ = 'ShareFetchResponse.LeaderIdAndEpoch'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('leader_id', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('leader_epoch', 'int32', 0, 0, None, None, None, None, None, False, None),
+        _F('leader_id', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('leader_epoch', 'int32', 0, 1, None, None, None, None, None, False, None),
     )
 
     def __init__(
@@ -380,12 +412,12 @@ class _ShareFetchResponse_AcquiredRecords(_Struct):
     __slots__ = ('first_offset', 'last_offset', 'delivery_count', 'unknown_tagged_fields')
     __qualname__ = 'ShareFetchResponse.AcquiredRecords'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('first_offset', 'int64', 0, 0, None, None, None, None, None, False, None),
-        _F('last_offset', 'int64', 0, 0, None, None, None, None, None, False, None),
-        _F('delivery_count', 'int16', 0, 0, None, None, None, None, None, False, None),
+        _F('first_offset', 'int64', 0, 1, None, None, None, None, None, False, None),
+        _F('last_offset', 'int64', 0, 1, None, None, None, None, None, False, None),
+        _F('delivery_count', 'int16', 0, 1, None, None, None, None, None, False, None),
     )
 
     def __init__(
@@ -426,17 +458,17 @@ class _ShareFetchResponse_PartitionData(_Struct):
     __slots__ = ('partition_index', 'error_code', 'error_message', 'acknowledge_error_code', 'acknowledge_error_message', 'current_leader', 'records', 'acquired_records', 'unknown_tagged_fields')
     __qualname__ = 'ShareFetchResponse.PartitionData'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('partition_index', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('error_code', 'int16', 0, 0, None, None, None, None, None, False, None),
-        _F('error_message', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('acknowledge_error_code', 'int16', 0, 0, None, None, None, None, None, False, None),
-        _F('acknowledge_error_message', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('current_leader', 'struct', 0, 0, None, None, None, None, None, False, _ShareFetchResponse_LeaderIdAndEpoch),
-        _F('records', 'records', 0, 0, 0, 0, None, None, None, False, None),
-        _F('acquired_records', '[]struct', 0, 0, None, None, None, None, None, False, _ShareFetchResponse_AcquiredRecords),
+        _F('partition_index', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('error_code', 'int16', 0, 1, None, None, None, None, None, False, None),
+        _F('error_message', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('acknowledge_error_code', 'int16', 0, 1, None, None, None, None, None, False, None),
+        _F('acknowledge_error_message', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('current_leader', 'struct', 0, 1, None, None, None, None, None, False, _ShareFetchResponse_LeaderIdAndEpoch),
+        _F('records', 'records', 0, 1, 0, 1, None, None, None, False, None),
+        _F('acquired_records', '[]struct', 0, 1, None, None, None, None, None, False, _ShareFetchResponse_AcquiredRecords),
     )
 
     def __init__(
@@ -510,11 +542,11 @@ class _ShareFetchResponse_ShareFetchableTopicResponse(_Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tagged_fields')
     __qualname__ = 'ShareFetchResponse.ShareFetchableTopicResponse'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('topic_id', 'uuid', 0, 0, None, None, None, None, None, False, None),
-        _F('partitions', '[]struct', 0, 0, None, None, None, None, None, False, _ShareFetchResponse_PartitionData),
+        _F('topic_id', 'uuid', 0, 1, None, None, None, None, None, False, None),
+        _F('partitions', '[]struct', 0, 1, None, None, None, None, None, False, _ShareFetchResponse_PartitionData),
     )
 
     def __init__(
@@ -561,13 +593,13 @@ class _ShareFetchResponse_NodeEndpoint(_Struct):
     __slots__ = ('node_id', 'host', 'port', 'rack', 'unknown_tagged_fields')
     __qualname__ = 'ShareFetchResponse.NodeEndpoint'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('node_id', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('host', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('port', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('rack', 'string', 0, 0, 0, 0, None, None, None, False, None),
+        _F('node_id', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('host', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('port', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('rack', 'string', 0, 1, 0, 1, None, None, None, False, None),
     )
 
     def __init__(
@@ -612,9 +644,9 @@ class _ShareFetchResponse_NodeEndpoint(_Struct):
 
 
 class ShareFetchResponse(_Message):
-    """ShareFetch response (API key 78): version 0, flexible from v0."""
+    """ShareFetch response (API key 78): versions 0-1, flexible from v0."""
 
-    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints', 'unknown_tagged_fields')
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'acquisition_lock_timeout_ms', 'responses', 'node_endpoints', 'unknown_tagged_fields')
     LeaderIdAndEpoch = _ShareFetchResponse_LeaderIdAndEpoch
     AcquiredRecords = _ShareFetchResponse_AcquiredRecords
     PartitionData = _ShareFetchResponse_PartitionData
@@ -623,14 +655,15 @@ class ShareFetchResponse(_Message):
     API_KEY = 78
     API_NAME = 'ShareFetch'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('throttle_time_ms', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('error_code', 'int16', 0, 0, None, None, None, None, None, False, None),
-        _F('error_message', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('responses', '[]struct', 0, 0, None, None, None, None, None, False, _ShareFetchResponse_ShareFetchableTopicResponse),
-        _F('node_endpoints', '[]struct', 0, 0, None, None, None, None, None, False, _ShareFetchResponse_NodeEndpoint),
+        _F('throttle_time_ms', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('error_code', 'int16', 0, 1, None, None, None, None, None, False, None),
+        _F('error_message', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('acquisition_lock_timeout_ms', 'int32', 1, 1, None, None, None, None, None, False, None),
+        _F('responses', '[]struct', 0, 1, None, None, None, None, None, False, _ShareFetchResponse_ShareFetchableTopicResponse),
+        _F('node_endpoints', '[]struct', 0, 1, None, None, None, None, None, False, _ShareFetchResponse_NodeEndpoint),
     )
 
     def __init__(
@@ -639,6 +672,7 @@ class ShareFetchResponse(_Message):
         throttle_time_ms: int = 0,
         error_code: int = 0,
         error_message: Optional[str] = None,
+        acquisition_lock_timeout_ms: int = 0,
         responses: List[_ShareFetchResponse_ShareFetchableTopicResponse] = _UNSET,
         node_endpoints: List[_ShareFetchResponse_NodeEndpoint] = _UNSET,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
@@ -646,6 +680,7 @@ class ShareFetchResponse(_Message):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
+        self.acquisition_lock_timeout_ms = acquisition_lock_timeout_ms
         self.responses = [] if responses is _UNSET else responses
         self.node_endpoints = [] if node_endpoints is _UNSET else node_endpoints
         self.unknown_tagged_fields = unknown_tagged_fields
@@ -654,6 +689,11 @@ class ShareFetchResponse(_Message):
         w.write_int32(self.throttle_time_ms)
         w.write_int16(self.error_code)
         w.write_compact_nullable_string(self.error_message)
+        if version == 0:
+            if self.acquisition_lock_timeout_ms != 0:
+                _absent(self, 'acquisition_lock_timeout_ms', version)
+        else:
+            w.write_int32(self.acquisition_lock_timeout_ms)
         v = self.responses
         if v is None:
             _null(self, 'responses', version)
@@ -678,6 +718,10 @@ class ShareFetchResponse(_Message):
         self.throttle_time_ms = r.read_int32()
         self.error_code = r.read_int16()
         self.error_message = r.read_compact_nullable_string()
+        if version == 0:
+            self.acquisition_lock_timeout_ms = 0
+        else:
+            self.acquisition_lock_timeout_ms = r.read_int32()
         n = r.read_compact_array_length()
         if n < 0:
             _null_on_wire('ShareFetchResponse', 'responses', version)

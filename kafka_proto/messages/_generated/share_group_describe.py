@@ -25,18 +25,18 @@ __all__ = ['ShareGroupDescribeRequest', 'ShareGroupDescribeResponse']
 
 
 class ShareGroupDescribeRequest(_Message):
-    """ShareGroupDescribe request (API key 77): version 0, flexible from v0."""
+    """ShareGroupDescribe request (API key 77): versions 0-1, flexible from v0."""
 
     __slots__ = ('group_ids', 'include_authorized_operations', 'unknown_tagged_fields')
     API_KEY = 77
     API_NAME = 'ShareGroupDescribe'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
-    LATEST_VERSION_UNSTABLE = True
+    LATEST_VERSION_UNSTABLE = False
     FIELDS = (
-        _F('group_ids', '[]string', 0, 0, None, None, None, None, None, False, None),
-        _F('include_authorized_operations', 'bool', 0, 0, None, None, None, None, None, False, None),
+        _F('group_ids', '[]string', 0, 1, None, None, None, None, None, False, None),
+        _F('include_authorized_operations', 'bool', 0, 1, None, None, None, None, None, False, None),
     )
 
     def __init__(
@@ -85,12 +85,12 @@ class _ShareGroupDescribeResponse_TopicPartitions(_Struct):
     __slots__ = ('topic_id', 'topic_name', 'partitions', 'unknown_tagged_fields')
     __qualname__ = 'ShareGroupDescribeResponse.TopicPartitions'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('topic_id', 'uuid', 0, 0, None, None, None, None, None, False, None),
-        _F('topic_name', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('partitions', '[]int32', 0, 0, None, None, None, None, None, False, None),
+        _F('topic_id', 'uuid', 0, 1, None, None, None, None, None, False, None),
+        _F('topic_name', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('partitions', '[]int32', 0, 1, None, None, None, None, None, False, None),
     )
 
     def __init__(
@@ -142,10 +142,10 @@ class _ShareGroupDescribeResponse_Assignment(_Struct):
     __slots__ = ('topic_partitions', 'unknown_tagged_fields')
     __qualname__ = 'ShareGroupDescribeResponse.Assignment'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('topic_partitions', '[]struct', 0, 0, None, None, None, None, None, False, _ShareGroupDescribeResponse_TopicPartitions),
+        _F('topic_partitions', '[]struct', 0, 1, None, None, None, None, None, False, _ShareGroupDescribeResponse_TopicPartitions),
     )
 
     def __init__(
@@ -188,16 +188,16 @@ class _ShareGroupDescribeResponse_Member(_Struct):
     __slots__ = ('member_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'assignment', 'unknown_tagged_fields')
     __qualname__ = 'ShareGroupDescribeResponse.Member'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('member_id', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('rack_id', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('member_epoch', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('client_id', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('client_host', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('subscribed_topic_names', '[]string', 0, 0, None, None, None, None, None, False, None),
-        _F('assignment', 'struct', 0, 0, None, None, None, None, None, False, _ShareGroupDescribeResponse_Assignment),
+        _F('member_id', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('rack_id', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('member_epoch', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('client_id', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('client_host', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('subscribed_topic_names', '[]string', 0, 1, None, None, None, None, None, False, None),
+        _F('assignment', 'struct', 0, 1, None, None, None, None, None, False, _ShareGroupDescribeResponse_Assignment),
     )
 
     def __init__(
@@ -278,18 +278,18 @@ class _ShareGroupDescribeResponse_DescribedGroup(_Struct):
     __slots__ = ('error_code', 'error_message', 'group_id', 'group_state', 'group_epoch', 'assignment_epoch', 'assignor_name', 'members', 'authorized_operations', 'unknown_tagged_fields')
     __qualname__ = 'ShareGroupDescribeResponse.DescribedGroup'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('error_code', 'int16', 0, 0, None, None, None, None, None, False, None),
-        _F('error_message', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('group_id', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('group_state', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('group_epoch', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('assignment_epoch', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('assignor_name', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('members', '[]struct', 0, 0, None, None, None, None, None, False, _ShareGroupDescribeResponse_Member),
-        _F('authorized_operations', 'int32', 0, 0, None, None, None, None, None, False, None),
+        _F('error_code', 'int16', 0, 1, None, None, None, None, None, False, None),
+        _F('error_message', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('group_id', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('group_state', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('group_epoch', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('assignment_epoch', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('assignor_name', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('members', '[]struct', 0, 1, None, None, None, None, None, False, _ShareGroupDescribeResponse_Member),
+        _F('authorized_operations', 'int32', 0, 1, None, None, None, None, None, False, None),
     )
 
     def __init__(
@@ -370,7 +370,7 @@ class _ShareGroupDescribeResponse_DescribedGroup(_Struct):
 
 
 class ShareGroupDescribeResponse(_Message):
-    """ShareGroupDescribe response (API key 77): version 0, flexible from v0."""
+    """ShareGroupDescribe response (API key 77): versions 0-1, flexible from v0."""
 
     __slots__ = ('throttle_time_ms', 'groups', 'unknown_tagged_fields')
     TopicPartitions = _ShareGroupDescribeResponse_TopicPartitions
@@ -380,11 +380,11 @@ class ShareGroupDescribeResponse(_Message):
     API_KEY = 77
     API_NAME = 'ShareGroupDescribe'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('throttle_time_ms', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('groups', '[]struct', 0, 0, None, None, None, None, None, False, _ShareGroupDescribeResponse_DescribedGroup),
+        _F('throttle_time_ms', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('groups', '[]struct', 0, 1, None, None, None, None, None, False, _ShareGroupDescribeResponse_DescribedGroup),
     )
 
     def __init__(

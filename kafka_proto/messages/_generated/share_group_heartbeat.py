@@ -25,21 +25,21 @@ __all__ = ['ShareGroupHeartbeatRequest', 'ShareGroupHeartbeatResponse']
 
 
 class ShareGroupHeartbeatRequest(_Message):
-    """ShareGroupHeartbeat request (API key 76): version 0, flexible from v0."""
+    """ShareGroupHeartbeat request (API key 76): versions 0-1, flexible from v0."""
 
     __slots__ = ('group_id', 'member_id', 'member_epoch', 'rack_id', 'subscribed_topic_names', 'unknown_tagged_fields')
     API_KEY = 76
     API_NAME = 'ShareGroupHeartbeat'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
-    LATEST_VERSION_UNSTABLE = True
+    LATEST_VERSION_UNSTABLE = False
     FIELDS = (
-        _F('group_id', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('member_id', 'string', 0, 0, None, None, None, None, None, False, None),
-        _F('member_epoch', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('rack_id', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('subscribed_topic_names', '[]string', 0, 0, 0, 0, None, None, None, False, None),
+        _F('group_id', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('member_id', 'string', 0, 1, None, None, None, None, None, False, None),
+        _F('member_epoch', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('rack_id', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('subscribed_topic_names', '[]string', 0, 1, 0, 1, None, None, None, False, None),
     )
 
     def __init__(
@@ -107,11 +107,11 @@ class _ShareGroupHeartbeatResponse_TopicPartitions(_Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tagged_fields')
     __qualname__ = 'ShareGroupHeartbeatResponse.TopicPartitions'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('topic_id', 'uuid', 0, 0, None, None, None, None, None, False, None),
-        _F('partitions', '[]int32', 0, 0, None, None, None, None, None, False, None),
+        _F('topic_id', 'uuid', 0, 1, None, None, None, None, None, False, None),
+        _F('partitions', '[]int32', 0, 1, None, None, None, None, None, False, None),
     )
 
     def __init__(
@@ -156,10 +156,10 @@ class _ShareGroupHeartbeatResponse_Assignment(_Struct):
     __slots__ = ('topic_partitions', 'unknown_tagged_fields')
     __qualname__ = 'ShareGroupHeartbeatResponse.Assignment'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('topic_partitions', '[]struct', 0, 0, None, None, None, None, None, False, _ShareGroupHeartbeatResponse_TopicPartitions),
+        _F('topic_partitions', '[]struct', 0, 1, None, None, None, None, None, False, _ShareGroupHeartbeatResponse_TopicPartitions),
     )
 
     def __init__(
@@ -199,7 +199,7 @@ class _ShareGroupHeartbeatResponse_Assignment(_Struct):
 
 
 class ShareGroupHeartbeatResponse(_Message):
-    """ShareGroupHeartbeat response (API key 76): version 0, flexible from v0."""
+    """ShareGroupHeartbeat response (API key 76): versions 0-1, flexible from v0."""
 
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'member_id', 'member_epoch', 'heartbeat_interval_ms', 'assignment', 'unknown_tagged_fields')
     TopicPartitions = _ShareGroupHeartbeatResponse_TopicPartitions
@@ -207,16 +207,16 @@ class ShareGroupHeartbeatResponse(_Message):
     API_KEY = 76
     API_NAME = 'ShareGroupHeartbeat'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     FIELDS = (
-        _F('throttle_time_ms', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('error_code', 'int16', 0, 0, None, None, None, None, None, False, None),
-        _F('error_message', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('member_id', 'string', 0, 0, 0, 0, None, None, None, False, None),
-        _F('member_epoch', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('heartbeat_interval_ms', 'int32', 0, 0, None, None, None, None, None, False, None),
-        _F('assignment', 'struct', 0, 0, 0, 0, None, None, None, False, _ShareGroupHeartbeatResponse_Assignment),
+        _F('throttle_time_ms', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('error_code', 'int16', 0, 1, None, None, None, None, None, False, None),
+        _F('error_message', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('member_id', 'string', 0, 1, 0, 1, None, None, None, False, None),
+        _F('member_epoch', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('heartbeat_interval_ms', 'int32', 0, 1, None, None, None, None, None, False, None),
+        _F('assignment', 'struct', 0, 1, 0, 1, None, None, None, False, _ShareGroupHeartbeatResponse_Assignment),
     )
 
     def __init__(

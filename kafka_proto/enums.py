@@ -25,6 +25,7 @@ __all__ = [
     "EndpointType",
     "MemberEpoch",
     "FetchSessionEpoch",
+    "AcknowledgeType",
     "ReplicaId",
     "ClassicGroupState",
     "ConsumerProtocolGroupState",
@@ -191,6 +192,20 @@ class FetchSessionEpoch(IntEnum):
 
     INITIAL = 0
     FINAL = -1
+
+
+class AcknowledgeType(IntEnum):
+    """The AcknowledgeTypes of ShareFetch and ShareAcknowledge (KIP-932): what becomes of
+    each acquired record acknowledged."""
+
+    #: not a record (an offset compaction or a control batch left): archived
+    GAP = 0
+    #: processed: acknowledged, never delivered again
+    ACCEPT = 1
+    #: given back: available again (archived once the delivery count limit is reached)
+    RELEASE = 2
+    #: not processable: archived, never delivered again
+    REJECT = 3
 
 
 class ReplicaId(IntEnum):

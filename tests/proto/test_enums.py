@@ -49,6 +49,7 @@ EXPECTED: Dict[type, Dict[str, int]] = {
     enums.EndpointType: dict(UNKNOWN=0, BROKER=1, CONTROLLER=2),
     enums.MemberEpoch: dict(JOIN=0, LEAVE=-1, STATIC_LEAVE=-2),
     enums.FetchSessionEpoch: dict(INITIAL=0, FINAL=-1),
+    enums.AcknowledgeType: dict(GAP=0, ACCEPT=1, RELEASE=2, REJECT=3),
     enums.ReplicaId: dict(CONSUMER=-1),
 }
 
@@ -80,8 +81,13 @@ CARRIED_BY: Dict[type, Tuple[Tuple[str, str], ...]] = {
     enums.ElectionType: (("ElectLeadersRequest", "ElectionType"),),
     enums.EndpointType: (("DescribeClusterRequest", "EndpointType"),
                          ("DescribeClusterResponse", "EndpointType")),
-    enums.MemberEpoch: (("ConsumerGroupHeartbeatRequest", "MemberEpoch"),),
-    enums.FetchSessionEpoch: (("FetchRequest", "SessionEpoch"),),
+    enums.MemberEpoch: (("ConsumerGroupHeartbeatRequest", "MemberEpoch"),
+                        ("ShareGroupHeartbeatRequest", "MemberEpoch")),
+    enums.FetchSessionEpoch: (("FetchRequest", "SessionEpoch"),
+                              ("ShareFetchRequest", "ShareSessionEpoch"),
+                              ("ShareAcknowledgeRequest", "ShareSessionEpoch")),
+    enums.AcknowledgeType: (("ShareFetchRequest", "AcknowledgeTypes"),
+                            ("ShareAcknowledgeRequest", "AcknowledgeTypes")),
     enums.ReplicaId: (("FetchRequest", "ReplicaId"), ("ListOffsetsRequest", "ReplicaId"),
                       ("OffsetForLeaderEpochRequest", "ReplicaId")),
 }
@@ -169,7 +175,7 @@ def schema_fields(message: str, name: str) -> Tuple[Tuple[str, str], ...]:
 def test_numbers_fit_the_fields_that_carry_them(cls):
     for message, name in CARRIED_BY[cls]:
         for field_type, _ in schema_fields(message, name):
-            bits = WIDTH[field_type]
+            bits = WIDTH[field_type.replace("[]", "")]   # an array: its elements
             assert all(-2 ** (bits - 1) <= m < 2 ** (bits - 1) for m in cls), (message, name)
 
 
@@ -208,4 +214,10 @@ def test_the_numbers_the_schemas_state():
     # FindCoordinator v0 has no KeyType: its default is the group's.
     schema = json.loads(_strip_comments((MESSAGES / "FindCoordinatorRequest.json").read_text()))
     key_type = next(f for f in schema["fields"] if f["name"] == "KeyType")
+    for message in ("ShareFetchRequest", "ShareAcknowledgeRequest"):
+        stated = dict(re.findall(r"(\d):(\w+)", about(message, "AcknowledgeTypes")))
+        assert stated == {str(m.value): m.name.title() for m in enums.AcknowledgeType}
+        assert (f"{enums.FetchSessionEpoch.INITIAL.value} to open a share session; "
+                f"{enums.FetchSessionEpoch.FINAL.value} to close it") in \
+            about(message, "ShareSessionEpoch")
     assert int(key_type["default"]) == enums.CoordinatorType.GROUP

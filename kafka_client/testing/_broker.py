@@ -41,7 +41,8 @@ from kafka_proto.messages import (
 )
 
 from . import (  # noqa: F401  (handlers)
-    _acls, _api_admin, _api_data, _consumer_groups, _groups, _sasl, _telemetry, _txn,
+    _acls, _api_admin, _api_data, _consumer_groups, _groups, _sasl, _share_fetch, _share_groups,
+    _telemetry, _txn,
 )
 from ._api import (
     ERROR_ANSWERS, HANDLERS, VALIDATORS, RequestContext, served_api_versions, supported_versions,
@@ -298,6 +299,7 @@ class Broker:
         self.replicas.clear()
         self._watchers.clear()
         self.fetch_sessions.clear()   # kept in memory only, as Kafka's
+        self.server.share_fetch.broker_stopped(self.broker_id)
         self.controller.broker_stopped(self.broker_id)
         self.server.groups.coordinator_moved()
 

@@ -146,6 +146,13 @@ _BROKER = [
     # and downgrade); the cluster converts only empty groups, as Kafka does with "disabled".
     ConfigDef("group.consumer.migration.policy", "str", "disabled",
               _only("disabled", "groups with members never change protocol")),
+    # KIP-932 share groups (kafka_client.testing._share_groups). Kafka bounds the lock
+    # duration to 15-60 s and the delivery limit to 2-10; a test wants them shorter.
+    ConfigDef("group.share.heartbeat.interval.ms", "int", 5000, _at_least(1)),
+    ConfigDef("group.share.session.timeout.ms", "int", 45000, _at_least(1)),
+    ConfigDef("group.share.record.lock.duration.ms", "int", 30000, _at_least(1)),
+    ConfigDef("group.share.delivery.count.limit", "int", 5, _at_least(1)),
+    ConfigDef("group.share.max.size", "int", 200, _at_least(1)),
     ConfigDef("transaction.max.timeout.ms", "int", 900000, _at_least(1)),
     ConfigDef("sasl.enabled.mechanisms", "list", "",
               lambda v: None if all(m in SASL_MECHANISMS for m in _as_list(v)) else

@@ -39,6 +39,8 @@ from ._controller import Controller, ControllerError
 from ._faults import Faults, RequestLog
 from ._groups import GroupCoordinator
 from ._sasl import Credentials
+from ._share_fetch import ShareFetchState
+from ._share_groups import ShareGroupCoordinator
 from ._telemetry import TelemetrySubscription
 from ._txn import TransactionCoordinator
 from ._net import Loop
@@ -110,6 +112,8 @@ class ClusterServer:
         self.credentials = Credentials(users or {}, self.settings.sasl_mechanisms)
         self.groups = GroupCoordinator(self)
         self.consumer_groups = ConsumerGroupCoordinator(self)
+        self.share_groups = ShareGroupCoordinator(self)
+        self.share_fetch = ShareFetchState(self)
         self.transactions = TransactionCoordinator(self)
         self.telemetry = TelemetrySubscription(self)
         self.next_producer_id = 1000
@@ -121,6 +125,7 @@ class ClusterServer:
     def topics_changed(self) -> None:
         """Topics were created or deleted, or got partitions (the controller says so)."""
         self.consumer_groups.metadata_changed()
+        self.share_groups.metadata_changed()
 
     def allocate_producer_id(self) -> int:
         pid = self.next_producer_id
@@ -302,6 +307,16 @@ class ControlOps:
             return info.name if info is not None else None
 
         return self._broker(broker).fetch_sessions.describe(topic_name)
+
+    def op_share_state(self, group: str) -> List[Dict[str, Any]]:
+        return self.server.share_fetch.describe(group)
+
+    def op_set_group_config(self, group: str, config: Dict[str, Any]) -> None:
+        try:
+            for name, value in config.items():
+                self.server.share_groups.set_config(group, name, value)
+        except ValueError as exc:
+            raise ControlError(str(exc)) from None
 
     def op_clear_faults(self) -> None:
         self.server.faults.clear()

@@ -577,6 +577,23 @@ class Cluster:
         order they are read (the topic None for an unknown topic id)``}``."""
         return self._call("fetch_sessions", broker=broker)
 
+    def share_state(self, group: str) -> List[Dict[str, Any]]:
+        """The share-partitions of share group ``group`` (KIP-932), by topic and partition:
+        ``{"topic", "partition", "start_offset"`` (None until the group's first ShareFetch
+        of it), ``"end_offset"`` (after the last record fetched), ``"records"``: the
+        in-flight ones, ``[[offset, state, delivery_count, owner_member_id], ...]``, the
+        state ``"available"``, ``"acquired"``, ``"acknowledged"`` or ``"archived"``\ ``}``."""
+        return self._call("share_state", group=group)
+
+    def set_group_config(self, group: str, config: Dict[str, Any]) -> None:
+        """Set group configs of share group ``group`` (whether it exists yet or not), as
+        IncrementalAlterConfigs on a GROUP resource would: ``share.auto.offset.reset``
+        (``"latest"``, Kafka's default, or ``"earliest"``),
+        ``share.record.lock.duration.ms``, ``share.heartbeat.interval.ms``,
+        ``share.session.timeout.ms``, ``share.delivery.count.limit``; a value None
+        goes back to the default (the broker's ``group.share.*`` property)."""
+        self._call("set_group_config", group=group, config=dict(config))
+
     def clear_faults(self) -> None:
         """Forget injected errors and latencies."""
         self._call("clear_faults")

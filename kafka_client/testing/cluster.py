@@ -582,7 +582,7 @@ class Cluster:
         ``{"topic", "partition", "start_offset"`` (None until the group's first ShareFetch
         of it), ``"end_offset"`` (after the last record fetched), ``"records"``: the
         in-flight ones, ``[[offset, state, delivery_count, owner_member_id], ...]``, the
-        state ``"available"``, ``"acquired"``, ``"acknowledged"`` or ``"archived"``\ ``}``."""
+        state ``"available"``, ``"acquired"``, ``"acknowledged"`` or ``"archived"`` ``}``."""
         return self._call("share_state", group=group)
 
     def set_group_config(self, group: str, config: Dict[str, Any]) -> None:

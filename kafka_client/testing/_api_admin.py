@@ -39,6 +39,7 @@ from ._config import (
 )
 from ._controller import ControllerError, TopicInfo
 from ._sasl import SCRAM_WIRE, ScramAdminError
+from ._share_groups import SHARE_GROUP_CONFIGS
 
 
 
@@ -608,11 +609,45 @@ def alter_configs(ctx: RequestContext) -> None:
     _answer_alter(ctx, AlterConfigsResponse, alter)
 
 
+def _alter_group_config(ctx: RequestContext, r: Any) -> None:
+    """SET or DELETE a share group's configs (KIP-932; the only group configs the cluster
+    has), checked whole before any is applied."""
+    if not ctx.allowed(AclOperation.ALTER_CONFIGS, AclResourceType.GROUP, r.resource_name):
+        raise _Refused(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed.")
+    names = [c.name for c in r.configs]
+    if len(set(names)) != len(names):
+        raise _Refused(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    _no_null_values(r.configs)
+    shares = ctx.server.share_groups
+    changes = []
+    for c in r.configs:
+        if c.name not in SHARE_GROUP_CONFIGS:
+            raise _Refused(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {c.name}")
+        if c.config_operation == AlterConfigOp.SET:
+            changes.append((c.name, c.value))
+        elif c.config_operation == AlterConfigOp.DELETE:
+            changes.append((c.name, None))
+        else:
+            raise _Refused(ErrorCode.INVALID_CONFIG, f"Config value append or subtract is "
+                           f"not allowed for config key: {c.name}")
+    try:
+        for name, value in changes:
+            shares.check_config(name, value)
+    except ValueError as exc:
+        raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    if not ctx.request.validate_only:
+        for name, value in changes:
+            shares.set_config(r.resource_name, name, value)
+
+
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS)
 def incremental_alter_configs(ctx: RequestContext) -> None:
     """SET, DELETE, APPEND and SUBTRACT (the last two for list configs) applied to a
     topic's own configs, as Kafka applies them."""
     def alter(r: Any) -> None:
+        if r.resource_type == ConfigResourceType.GROUP:
+            _alter_group_config(ctx, r)
+            return
         info = _topic_to_alter(ctx, r)
         names = [c.name for c in r.configs]
         if len(set(names)) != len(names):

@@ -145,22 +145,32 @@ class ShareGroupCoordinator:
         broker_name, fixed = SHARE_GROUP_CONFIGS[name]
         return self.settings[broker_name] if broker_name is not None else fixed
 
+    @staticmethod
+    def check_config(name: str, value: Any) -> Any:
+        """The value of a group config as kept (None: back to the default); ValueError
+        for an unknown name or a bad value."""
+        if name not in SHARE_GROUP_CONFIGS:
+            raise ValueError(f"Unknown group config name: {name}")
+        if value is None:
+            return None
+        if name == "share.auto.offset.reset":
+            if str(value).lower() not in ("latest", "earliest"):
+                raise ValueError(f"Invalid value {value} for configuration {name}: "
+                                 "String must be one of: latest, earliest")
+            return str(value).lower()
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"Invalid value {value} for configuration {name}: "
+                             "Not a number of type INT") from None
+        if number < 1:
+            raise ValueError(f"Invalid value {value} for configuration {name}: "
+                             "Value must be at least 1")
+        return number
+
     def set_config(self, group_id: str, name: str, value: Any) -> None:
         """Set (or with None delete) a group config."""
-        if name not in SHARE_GROUP_CONFIGS:
-            raise ValueError(f"unknown share group config {name}")
-        if value is not None:
-            if name == "share.auto.offset.reset":
-                if str(value).lower() not in ("latest", "earliest"):
-                    raise ValueError(f"{name} must be latest or earliest, not {value!r}")
-                value = str(value).lower()
-            else:
-                try:
-                    value = int(value)
-                except (TypeError, ValueError):
-                    raise ValueError(f"{name} must be a whole number, not {value!r}") from None
-                if value < 1:
-                    raise ValueError(f"{name} must be at least 1, not {value}")
+        value = self.check_config(name, value)
         own = self.group_configs.setdefault(group_id, {})
         if value is None:
             own.pop(name, None)

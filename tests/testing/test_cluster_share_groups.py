@@ -11,12 +11,15 @@ import uuid
 
 import pytest
 
-from kafka_proto.enums import AcknowledgeType, FetchSessionEpoch, GroupType, MemberEpoch
+from kafka_proto.enums import (
+    AcknowledgeType, AlterConfigOp, ConfigResourceType, FetchSessionEpoch, GroupType, MemberEpoch,
+)
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
     ApiVersionsRequest,
     ConsumerGroupHeartbeatRequest,
+    IncrementalAlterConfigsRequest,
     ListGroupsRequest,
     ShareAcknowledgeRequest,
     ShareFetchRequest,
@@ -373,6 +376,41 @@ def test_latest_is_the_default_start(cluster):
         p.produce("sf-latest", b"new", partition=0)
         assert p.flush(30) == 0
         assert acquired(a.fetch(max_wait_ms=10000)) == [(3, 3, 1)]
+    finally:
+        a.close()
+
+
+def alter_group_configs(cluster, group, configs, validate_only=False):
+    R = IncrementalAlterConfigsRequest
+    with RawClient(cluster.bootstrap_servers.split(",")[0]) as c:
+        (answer,) = c.request(R(validate_only=validate_only, resources=[R.AlterConfigsResource(
+            resource_type=ConfigResourceType.GROUP, resource_name=group,
+            configs=[R.AlterableConfig(name=n, config_operation=op, value=v)
+                     for n, op, v in configs])]), 1).responses
+    return answer.error_code
+
+
+def test_group_configs_through_incremental_alter_configs(cluster):
+    group = "sf-configs"
+    tid = make_topic(cluster, "sf-configs", values=[b"x"] * 2)
+    SET, DELETE = AlterConfigOp.SET, AlterConfigOp.DELETE
+    assert alter_group_configs(cluster, group, [("share.auto.offset.reset", SET, "sometimes")]) \
+        == ErrorCode.INVALID_CONFIG
+    assert alter_group_configs(cluster, group, [("share.colour", SET, "blue")]) == \
+        ErrorCode.INVALID_CONFIG
+    assert alter_group_configs(cluster, group, [("share.auto.offset.reset", SET, "earliest")],
+                               validate_only=True) == ErrorCode.NONE
+    assert alter_group_configs(cluster, group, [
+        ("share.auto.offset.reset", SET, "earliest"),
+        ("share.record.lock.duration.ms", SET, "7000")]) == ErrorCode.NONE
+    a = Fetcher(cluster, group, "sf-configs", tid)
+    try:
+        resp = a.fetch()
+        assert acquired(resp) == [(0, 1, 1)]    # earliest: the records there before
+        assert resp.acquisition_lock_timeout_ms == 7000
+        assert alter_group_configs(cluster, group, [
+            ("share.record.lock.duration.ms", DELETE, None)]) == ErrorCode.NONE
+        assert a.fetch().acquisition_lock_timeout_ms == 30000   # the broker's default
     finally:
         a.close()
 

@@ -25,6 +25,7 @@ from kafka_client.serialization import (DeserializerBuilder, SerializerBuilder,
                                         StringDeserializer, StringSerializer)
 from kafka_client.testing import Cluster
 from kafka_client.testing._config import BROKER_CONFIGS, TOPIC_CONFIGS
+from kafka_client.testing._share_groups import SHARE_GROUP_CONFIGS
 from kafka_proto import _crc, compression, hashing, logdir, messages, records
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, ApiVersionsRequest
@@ -90,7 +91,7 @@ def resolves(dotted: str) -> bool:
 def test_every_property_named_exists(librdkafka_metric_names):
     client = set(config.PROPERTIES) | {a for p in config.PROPERTIES.values()
                                        for a in p.aliases} | set(config.UNSUPPORTED)
-    cluster = set(TOPIC_CONFIGS) | set(BROKER_CONFIGS)
+    cluster = set(TOPIC_CONFIGS) | set(BROKER_CONFIGS) | set(SHARE_GROUP_CONFIGS)
     metrics = {m.split(".", 4)[4] for names in librdkafka_metric_names.values()
                for m in names}
     unknown = []

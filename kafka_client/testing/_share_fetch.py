@@ -382,7 +382,8 @@ class _ShareFetchOperation:
     def start(self) -> None:
         ctx, req = self.ctx, self.ctx.request
         ctx.note(group_id=req.group_id, member_id=req.member_id,
-                 share_session_epoch=req.share_session_epoch)
+                 share_session_epoch=req.share_session_epoch,
+                 max_records=req.max_records if ctx.version >= 1 else None)
         message = _check_ids(req)
         acks = [(t.topic_id, p) for t in req.topics for p in t.partitions
                 if p.acknowledgement_batches]

@@ -365,6 +365,41 @@ def test_a_lock_expires_and_the_delivery_limit_archives(cluster):
         b.close()
 
 
+def test_the_state_outlives_a_leader_move(cluster):
+    group = "sf-move"
+    cluster.create_topic("sf-move", partitions=1, replication_factor=2)
+    tid = topic_id(cluster, "sf-move")
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(4):
+        p.produce("sf-move", b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    cluster.wait_in_sync("sf-move")
+    cluster.set_group_config(group, {"share.auto.offset.reset": "earliest"})
+    member = str(uuid.uuid4())
+    a = Fetcher(cluster, group, "sf-move", tid, member_id=member)
+    try:
+        assert acquired(a.fetch(max_records=2)) == [(0, 1, 1)]
+        old = cluster.leader("sf-move", 0)
+        new = cluster.move_leader("sf-move", 0)
+        assert new != old
+        moved = a.fetch(max_wait_ms=10000)
+        data = partition_data(moved)
+        assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert data.current_leader.leader_id == new
+    finally:
+        a.close()
+    # the member's session with the new leader: what it holds is still its own, the rest
+    # comes next
+    b = Fetcher(cluster, group, "sf-move", tid, member_id=member)
+    try:
+        assert acquired(b.fetch()) == [(2, 3, 1)]
+        ack = b.acknowledge([(0, 3, [AcknowledgeType.ACCEPT])])
+        assert ack.responses[0].partitions[0].error_code == ErrorCode.NONE
+        assert state(cluster, group, "sf-move")["start_offset"] == 4
+    finally:
+        b.close()
+
+
 def test_latest_is_the_default_start(cluster):
     group = "sf-latest"
     tid = make_topic(cluster, "sf-latest", values=[b"old"] * 3)

@@ -498,11 +498,17 @@ def poll_until(consumers, want, seconds=40, on_message=None):
     return got
 
 
-def test_two_share_consumers_read_every_message_once(cluster, ck):
-    group, topic, n = "ck-implicit", "ck-implicit", 300
-    make_topic(cluster, topic, partitions=2)
+@pytest.mark.parametrize("partitions, config", [
+    (2, {}),
+    # one partition both consumers read at once, a few records at a time
+    (1, {"max.poll.records": 5}),
+], ids=["two-partitions", "one-shared-partition"])
+def test_two_share_consumers_read_every_message_once(cluster, ck, partitions, config):
+    group = topic = f"ck-implicit-{partitions}"
+    n = 300
+    make_topic(cluster, topic, partitions=partitions)
     cluster.set_group_config(group, {"share.auto.offset.reset": "earliest"})
-    consumers = [share_consumer(ck, cluster, group) for _ in range(2)]
+    consumers = [share_consumer(ck, cluster, group, **config) for _ in range(2)]
     try:
         for c in consumers:
             c.subscribe([topic])
@@ -516,7 +522,7 @@ def test_two_share_consumers_read_every_message_once(cluster, ck):
             assert poll_until(consumers, settled) == []
         p = Producer({"bootstrap.servers": cluster.bootstrap_servers})
         for i in range(n):
-            p.produce(topic, b"%d" % i, partition=i % 2)
+            p.produce(topic, b"%d" % i, partition=i % partitions)
         assert p.flush(30) == 0
         got = poll_until(consumers, lambda got: len(got) >= n)
         # one more poll each: implicit mode acknowledges the last records with it
@@ -529,9 +535,12 @@ def test_two_share_consumers_read_every_message_once(cluster, ck):
     assert values == list(range(n))    # every message, none twice
     assert {i for i, *_ in got} == {0, 1}    # both consumers had a share
     assert all(count == 1 for *_, count in got)
-    for sp in cluster.share_state(group):
+    states = cluster.share_state(group)
+    assert len(states) == partitions
+    for sp in states:
         # everything acknowledged: the start offset is past every record
-        assert (sp["start_offset"], sp["end_offset"], sp["records"]) == (n // 2, n // 2, [])
+        each = n // partitions
+        assert (sp["start_offset"], sp["end_offset"], sp["records"]) == (each, each, [])
 
 
 def test_explicit_release_redelivers_and_reject_does_not(cluster, ck):

@@ -50,6 +50,10 @@ ACQUIRED = "acquired"
 ACKNOWLEDGED = "acknowledged"
 ARCHIVED = "archived"
 
+#: A partition answered without records carries empty ones, never null, as Kafka's
+#: (MemoryRecords.EMPTY): librdkafka refuses the whole answer for a null (MessageSetSize -1).
+NO_RECORDS = b""
+
 #: ShareFetch v0 has no MaxRecords: Kafka's consumer asked for max.poll.records (500).
 DEFAULT_MAX_RECORDS = 500
 
@@ -478,7 +482,8 @@ class _ShareFetchOperation:
                 fetched[key] = R.PartitionData(partition_index=key[1],
                                                error_code=ErrorCode.NONE,
                                                acknowledge_error_code=code,
-                                               current_leader=self._leader(key))
+                                               current_leader=self._leader(key),
+                                               records=NO_RECORDS)
         return fetched
 
     def _leader(self, key: Tuple[uuid.UUID, int]) -> Any:
@@ -505,7 +510,8 @@ class _ShareFetchOperation:
                 out[key] = R.PartitionData(partition_index=index, error_code=error,
                                            acknowledge_error_code=self.ack_errors.get(
                                                key, ErrorCode.NONE),
-                                           current_leader=self._leader(key))
+                                           current_leader=self._leader(key),
+                                           records=NO_RECORDS)
                 continue
             if max_records <= 0 or budget <= 0:
                 continue

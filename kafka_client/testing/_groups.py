@@ -769,6 +769,8 @@ class GroupCoordinator:
                     error = ErrorCode.NON_EMPTY_GROUP
                 else:
                     del self.groups[group_id]
+                    # A share group's share-partitions go with it, as Kafka deletes them.
+                    self.server.share_fetch.forget(group_id=group_id)
             out.append(R.DeletableGroupResult(group_id=group_id, error_code=error))
         ctx.respond(R(results=out))
 

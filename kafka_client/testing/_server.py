@@ -126,6 +126,7 @@ class ClusterServer:
         """Topics were created or deleted, or got partitions (the controller says so)."""
         self.consumer_groups.metadata_changed()
         self.share_groups.metadata_changed()
+        self.share_fetch.forget(topic_ids=set(self.controller.topics_by_id))
 
     def allocate_producer_id(self) -> int:
         pid = self.next_producer_id

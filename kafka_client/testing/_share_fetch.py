@@ -298,6 +298,15 @@ class ShareFetchState:
                 self._wake(sp)
         return count
 
+    def forget(self, group_id: Optional[str] = None,
+               topic_ids: Optional[Set[uuid.UUID]] = None) -> None:
+        """Drop the share-partitions of a deleted group, or of the topics not among
+        ``topic_ids`` (deleted ones)."""
+        for key in list(self.partitions):
+            gid, tid, _ = key
+            if gid == group_id or (topic_ids is not None and tid not in topic_ids):
+                del self.partitions[key]
+
     def member_gone(self, group_id: str, member_id: str) -> None:
         """The member left the group or its session expired: its records go back, and its
         share sessions are closed."""

@@ -19,6 +19,7 @@ from kafka_proto.messages import (
     ApiKey,
     ApiVersionsRequest,
     ConsumerGroupHeartbeatRequest,
+    DeleteGroupsRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
     ShareAcknowledgeRequest,
@@ -425,6 +426,35 @@ def alter_group_configs(cluster, group, configs, validate_only=False):
             configs=[R.AlterableConfig(name=n, config_operation=op, value=v)
                      for n, op, v in configs])]), 1).responses
     return answer.error_code
+
+
+def test_deleting_the_group_or_the_topic_deletes_its_share_partitions(cluster):
+    group = "sf-delete"
+    tid = make_topic(cluster, "sf-delete", values=[b"x"] * 2)
+    make_topic(cluster, "sf-delete-other", values=[b"x"])
+    other_tid = topic_id(cluster, "sf-delete-other")
+    cluster.set_group_config(group, {"share.auto.offset.reset": "earliest"})
+    member = str(uuid.uuid4())
+    with coordinator(cluster, group) as c:
+        r = heartbeat(c, group, member, MemberEpoch.JOIN, ["sf-delete", "sf-delete-other"])
+        for name, t in (("sf-delete", tid), ("sf-delete-other", other_tid)):
+            f = Fetcher(cluster, group, name, t, member_id=member)
+            try:
+                assert acquired(f.fetch())
+            finally:
+                f.close()
+        assert [s["topic"] for s in cluster.share_state(group)] == \
+            ["sf-delete", "sf-delete-other"]
+        cluster.delete_topic("sf-delete-other")
+        assert [s["topic"] for s in cluster.share_state(group)] == ["sf-delete"]
+        # a group with members is not deleted; an empty one is, with its share-partitions
+        (res,) = c.request(DeleteGroupsRequest(groups_names=[group]), 2).results
+        assert res.error_code == ErrorCode.NON_EMPTY_GROUP
+        assert heartbeat(c, group, member, MemberEpoch.LEAVE).error_code == ErrorCode.NONE
+        (res,) = c.request(DeleteGroupsRequest(groups_names=[group]), 2).results
+        assert res.error_code == ErrorCode.NONE
+        assert r.error_code == ErrorCode.NONE
+    assert cluster.share_state(group) == []
 
 
 def test_group_configs_through_incremental_alter_configs(cluster):

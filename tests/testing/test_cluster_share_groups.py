@@ -566,7 +566,12 @@ def test_two_share_consumers_read_every_message_once(cluster, ck, partitions, co
             c.close()
     values = sorted(int(v) for _, _, _, v, _ in got)
     assert values == list(range(n))    # every message, none twice
-    assert {i for i, *_ in got} == {0, 1}    # both consumers had a share
+    if partitions == 1:
+        # Both read the one partition, 5 records a fetch: each had a share. (With a
+        # partition each this is not certain: a ShareFetch the first consumer sent before
+        # the second joined may still wait at a leader, its session naming both
+        # partitions, and take the records of both, as it would at Kafka.)
+        assert {i for i, *_ in got} == {0, 1}
     assert all(count == 1 for *_, count in got)
     states = cluster.share_state(group)
     assert len(states) == partitions

@@ -423,6 +423,8 @@ class _ShareFetchOperation:
                 if p.acknowledgement_batches:
                     self.ack_errors[(t.topic_id, p.partition_index)] = self._acknowledge(
                         t.topic_id, p.partition_index, p.acknowledgement_batches)
+        ctx.note(session_partitions=sorted([_topic_name(ctx, tid), p]
+                                           for tid, p in session.partitions))
         if req.share_session_epoch == FetchSessionEpoch.FINAL:
             self.state.close_session(ctx.broker, session)
             self._answer(fetch=False)

@@ -562,7 +562,9 @@ def test_two_share_consumers_read_every_message_once(cluster, ck, partitions, co
                     not e.details.get("answered") and
                     any(p not in mine.get(e.details["member_id"], ())
                         for _, p in e.details.get("session_partitions") or ())
-                    for e in cluster.request_log(api="ShareFetch"))
+                    for e in cluster.request_log(api="ShareFetch")
+                    if e.details.get("group_id") == group and
+                    e.details.get("member_id") in mine)
             assert poll_until(consumers, settled) == []
         p = Producer({"bootstrap.servers": cluster.bootstrap_servers})
         for i in range(n):

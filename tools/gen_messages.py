@@ -8,8 +8,8 @@ Usage::
 SCHEMA_DIR defaults to ``../shared/kafka-protocol/messages`` relative to the repository
 root; OUT_DIR defaults to ``kafka_proto/messages/_generated``. A schema named in
 ``AMENDMENTS`` gets the versions newer than ../shared's snapshot (Kafka 4.0) that a peer
-needs, stated there as facts (KIP-932's share APIs at version 1). The output is deterministic:
-running the generator twice on the same schemas gives byte-identical files.
+needs, stated there as facts (KIP-932's share APIs at version 1). The output is
+deterministic: running the generator twice on the same schemas gives byte-identical files.
 
 Only field names, types and version ranges are carried over from the schemas; their
 documentation text is not copied.

@@ -6,11 +6,13 @@ from __future__ import annotations
 import base64
 import enum
 import operator
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional, Sequence, Union, overload
 
 from kafka_proto import enums as wire
 
 __all__ = [
+    "AcknowledgeType",
+    "Messages",
     "Node",
     "TopicCollection",
     "TopicPartitionInfo",
@@ -203,3 +205,60 @@ class Uuid:
 
     def __reduce__(self) -> Any:
         return (Uuid, (self._msb, self._lsb))
+
+
+class AcknowledgeType(enum.IntEnum):
+    """How a :class:`~kafka_client.ShareConsumer` in explicit acknowledgement mode tells
+    the broker to treat a record it polled (KIP-932): ACCEPT (processed), RELEASE (deliver
+    it again, possibly to another member), REJECT (never deliver it again)."""
+
+    ACCEPT = wire.AcknowledgeType.ACCEPT.value
+    RELEASE = wire.AcknowledgeType.RELEASE.value
+    REJECT = wire.AcknowledgeType.REJECT.value
+
+
+class Messages(Sequence[Any]):
+    """Batch of messages returned by :meth:`ShareConsumer.poll
+    <kafka_client.ShareConsumer.poll>`: a read-only sequence (iteration, ``len()``,
+    indexing, slicing, which gives a Messages) with ``count()``, ``is_empty()`` and
+    ``records()``, as confluent-kafka's."""
+
+    __slots__ = ("_messages",)
+
+    def __init__(self, messages: Optional[List[Any]] = None) -> None:
+        self._messages: List[Any] = list(messages) if messages is not None else []
+
+    def count(self) -> int:  # type: ignore[override]
+        """Number of messages in this batch."""
+        return len(self._messages)
+
+    def is_empty(self) -> bool:
+        """Whether this batch contains no messages."""
+        return not self._messages
+
+    def records(self) -> List[Any]:
+        """A copy of the messages in this batch, as a list."""
+        return list(self._messages)
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> "Messages": ...
+
+    def __getitem__(self, index: Union[int, slice]) -> Any:
+        if isinstance(index, slice):
+            return Messages(self._messages[index])
+        return self._messages[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._messages)
+
+    def __bool__(self) -> bool:
+        return bool(self._messages)
+
+    def __repr__(self) -> str:
+        return f"Messages({self._messages!r})"

@@ -521,6 +521,15 @@ _TABLE: Tuple[Property, ...] = (
     _p("group.remote.assignor", STR, None, "C",
        "With group.protocol=consumer: the broker-side assignor to use (Kafka's are "
        "uniform and range); empty: the broker's default."),
+    _p("share.acknowledgement.mode", ENUM, "implicit", "C",
+       "ShareConsumer only (KIP-932 share groups): implicit accepts the records of a "
+       "poll() at the next poll(), commit_sync(), commit_async() or close(); explicit "
+       "takes each record's acknowledge() (ACCEPT, RELEASE or REJECT), and poll() "
+       "refuses to go on while a record of the previous one has none.",
+       values=("implicit", "explicit")),
+    _p("max.poll.records", INT, 500, "C",
+       "ShareConsumer only: the most messages one poll() returns (more fetched wait for "
+       "the next poll(), acquired for this member meanwhile).", min=1, max=2147483647),
     _p("group.protocol.type", ENUM, "consumer", "C",
        "Protocol type of the classic group protocol; only consumer exists.",
        values=("consumer",)),
@@ -904,12 +913,7 @@ def _invalid(message: str) -> KafkaException:
 
 #: librdkafka properties of features this client does not have: refused by name, saying
 #: so, rather than as unknown (or accepted and ignored)
-UNSUPPORTED: Mapping[str, str] = {
-    "max.poll.records": "it is for share consumers (KIP-932), which this client does not "
-                        "have; librdkafka ignores it for other consumers",
-    "share.acknowledgement.mode": "it is for share consumers (KIP-932), which this client "
-                                  "does not have",
-}
+UNSUPPORTED: Mapping[str, str] = {}
 
 
 def _unknown(name: str) -> KafkaException:
@@ -1747,9 +1751,11 @@ def to_markdown() -> str:
         "",
         "## Refused",
         "",
-        "librdkafka properties of features this client does not have; setting them fails "
-        "with `_INVALID_ARG` saying so: "
-        + "; ".join(f"`{n}` ({why})" for n, why in UNSUPPORTED.items()) + ".",
+        ("librdkafka properties of features this client does not have; setting them "
+         "fails with `_INVALID_ARG` saying so: "
+         + "; ".join(f"`{n}` ({why})" for n, why in UNSUPPORTED.items()) + "."
+         if UNSUPPORTED else "None: every librdkafka property of a feature this client "
+         "lacks would be refused by name here, saying so."),
         "",
         "## Accepted and ignored",
         "",

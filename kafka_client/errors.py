@@ -39,6 +39,8 @@ __all__ = [
     "ValueSerializationError",
     "KeyDeserializationError",
     "ValueDeserializationError",
+    "ConcurrentModificationException",
+    "IllegalStateException",
 ]
 
 # librdkafka's local error codes: name -> (code, description). The descriptions are
@@ -339,6 +341,18 @@ class KafkaException(Exception):
         """The :class:`KafkaError` in ``args[0]``, or None if the first argument is not one."""
         first = self.args[0] if self.args else None
         return first if isinstance(first, KafkaError) else None
+
+
+class ConcurrentModificationException(RuntimeError):
+    """A :class:`~kafka_client.ShareConsumer` method was called while another thread was
+    inside one of its methods (a share consumer belongs to one thread at a time)."""
+
+
+class IllegalStateException(RuntimeError):
+    """A :class:`~kafka_client.ShareConsumer` call that its state does not allow: poll()
+    before subscribe(), an acknowledgement of a record not in flight or outside explicit
+    acknowledgement mode, a call from the acknowledgement commit callback, a call after
+    close()."""
 
 
 class _KafkaClientError(KafkaException):

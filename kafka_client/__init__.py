@@ -11,6 +11,8 @@ from . import errors
 from ._compat import _VERSION as __version__
 from ._compat import consistent, fnv1a, libversion, murmur2, version
 from ._model import (
+    AcknowledgeType,
+    Messages,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     ConsumerGroupType,
@@ -22,7 +24,12 @@ from ._model import (
     TopicPartitionInfo,
     Uuid,
 )
-from .errors import KafkaError, KafkaException
+from .errors import (
+    ConcurrentModificationException,
+    IllegalStateException,
+    KafkaError,
+    KafkaException,
+)
 from .types import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -43,13 +50,18 @@ __all__ = [
     "ClientConfig",
     "Producer",
     "Consumer",
+    "ShareConsumer",
     "AdminClient",
     "SerializingProducer",
     "DeserializingConsumer",
     "OFFSET_TAIL",
     "KafkaError",
     "KafkaException",
+    "ConcurrentModificationException",
+    "IllegalStateException",
     "Message",
+    "Messages",
+    "AcknowledgeType",
     "TopicPartition",
     "OFFSET_BEGINNING",
     "OFFSET_END",
@@ -84,6 +96,7 @@ _LAZY = {
     "ClientConfig": (".config", "ClientConfig"),
     "Producer": (".producer.producer", "Producer"),
     "Consumer": (".consumer.consumer", "Consumer"),
+    "ShareConsumer": (".consumer.share_consumer", "ShareConsumer"),
     "AdminClient": (".admin", "AdminClient"),
     "OFFSET_TAIL": (".consumer.consumer", "OFFSET_TAIL"),
     "SerializingProducer": (".serializing_producer", "SerializingProducer"),
@@ -97,6 +110,7 @@ if _typing.TYPE_CHECKING:
     from .admin import AdminClient
     from .config import ClientConfig
     from .consumer.consumer import OFFSET_TAIL, Consumer
+    from .consumer.share_consumer import ShareConsumer
     from .deserializing_consumer import DeserializingConsumer
     from .producer.producer import Producer
     from .serializing_producer import SerializingProducer

@@ -1,0 +1,525 @@
+"""``ShareConsumer``: confluent-kafka's share consumer (KIP-932 share groups) on our own I/O
+thread and codec.
+
+    from kafka_client import ShareConsumer
+
+    with ShareConsumer({"bootstrap.servers": "localhost:9092", "group.id": "g"}) as c:
+        c.subscribe(["jobs"])
+        while running:
+            for msg in c.poll(1.0):
+                if msg.error() is None:
+                    handle(msg.value())
+
+Members of a share group read the same partitions; each record goes to one member at a
+time, acquired for it by the partition's leader until the member acknowledges it (ACCEPT,
+RELEASE or REJECT) or its lock expires. The membership is
+:mod:`kafka_client.consumer.share_group`, the share sessions, fetches and acknowledgements
+:mod:`kafka_client.consumer.share_fetcher`; this module is the application's side: it
+decodes what was fetched on the calling thread, tracks the records handed out, and turns
+the application's acknowledgements into :class:`AckBatch` objects for the I/O thread.
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Set, Tuple
+
+from kafka_client._cluster.calls import CallRunner
+from kafka_client._common import ClientBase, deadline_after
+from kafka_client._model import AcknowledgeType, Messages
+from kafka_client.consumer.decode import BudgetSpent, decode_chunk
+from kafka_client.consumer.fetcher import Chunk
+from kafka_client.consumer.share_fetcher import (
+    AckBatch,
+    AckRange,
+    CommitWaiter,
+    ShareChunk,
+    ShareFetcher,
+)
+from kafka_client.consumer.share_group import ShareMember
+from kafka_client.errors import (
+    ConcurrentModificationException,
+    IllegalStateException,
+    KafkaError,
+    KafkaException,
+    client_error,
+)
+from kafka_client.types import Message, TopicPartition, check_topic_name, error_event
+from kafka_proto.enums import AcknowledgeType as WireAckType
+
+__all__ = ["ShareConsumer", "AckCommitCallback", "NOT_APPLICABLE"]
+
+#: ``callback(offsets, exception)``: the outcome of acknowledgements the broker answered.
+AckCommitCallback = Callable[[Dict[TopicPartition, Set[int]], Optional[KafkaException]], Any]
+
+#: Consumer properties a share consumer refuses when set (librdkafka's list): the broker
+#: decides them, or they belong to the consumer group protocols.
+NOT_APPLICABLE = ("group.protocol", "enable.auto.commit", "auto.offset.reset",
+                  "isolation.level", "partition.assignment.strategy", "group.instance.id",
+                  "group.remote.assignor", "session.timeout.ms", "heartbeat.interval.ms",
+                  "queued.min.messages", "queued.max.messages.kbytes",
+                  "fetch.queue.backoff.ms", "rebalance_cb", "offset_commit_cb",
+                  "on_commit", "consume_cb")
+
+#: The longest close() waits for its last acknowledgements and for leaving the group,
+#: each (librdkafka: "up to roughly socket.timeout.ms").
+CLOSE_WAIT_S = 30.0
+
+Key = Tuple[str, int]
+#: a record handed out by poll(): (topic, partition, offset)
+RecordKey = Tuple[str, int, int]
+
+
+class ShareConsumer(ClientBase):
+    """A KIP-932 share group member configured with librdkafka property names.
+
+    ``ShareConsumer(config)``: ``group.id`` is required; ``share.acknowledgement.mode``
+    is ``implicit`` (default: the records of a poll() are accepted by the next poll(),
+    commit_sync(), commit_async() or close()) or ``explicit`` (each record is given
+    its :class:`AcknowledgeType` with :meth:`acknowledge`). Consumer-group properties
+    that do not apply to a share group (``group.protocol``, ``enable.auto.commit``,
+    ``auto.offset.reset``, ``isolation.level``, ``session.timeout.ms``, ...) raise
+    ValueError, as in confluent-kafka. One thread at a time may use it: a call while
+    another thread is inside one raises :class:`ConcurrentModificationException`.
+    """
+
+    _role = "consumer"
+    _work = "consumed"
+    _closed_text = "Share consumer closed"
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
+        given = dict(config or {})
+        given.update(kwargs)
+        if not given.get("group.id") and not given.get("group_id"):
+            raise ValueError("Failed to create consumer: group.id must be set")
+        cfg = self._init_client(config, kwargs)
+        for name in NOT_APPLICABLE:
+            if cfg.is_explicit(name):
+                raise ValueError(f"Failed to create share consumer: `{name}` is not "
+                                 f"applicable for share consumer")
+        self._explicit_mode = cfg["share.acknowledgement.mode"] == "explicit"
+        self._max_records: int = cfg["max.poll.records"]
+        self._ready = threading.Event()
+        runner = CallRunner(self._cluster)
+        self._member = member = ShareMember(cfg, runner, lambda a: None, lambda e: None)
+        self._fetcher = fetcher = ShareFetcher(cfg, runner, member, self._ready.set)
+        member.on_assignment = fetcher.set_assignment
+        member.report = fetcher.report
+        self._io.add_tick(member.tick)
+        self._io.add_tick(fetcher.tick)
+        self._subscribed: Set[str] = set()
+        subscribed = self._subscribed
+        self._cluster.metadata.in_use = lambda topics: topics & subscribed
+        self._subscription: List[str] = []
+        #: records the last poll()s handed out and not yet acknowledged to the I/O
+        #: thread: their broker, and their acknowledgement (None: none yet)
+        self._in_flight: Dict[RecordKey, List[Any]] = {}
+        #: decoded messages fetched but not handed out yet (over max.poll.records), with
+        #: the broker each came from
+        self._backlog: List[Tuple[int, Message]] = []
+        #: GAP acknowledgements (offsets acquired with no record) for the next send
+        self._gaps: List[AckBatch] = []
+        self._ack_cb: Optional[AckCommitCallback] = None
+        self._guard = threading.Lock()
+        self._owner: Optional[int] = None
+        self._in_callback = False
+        self._start_client()
+
+    # -- plumbing ----------------------------------------------------------------------
+    def _refuse(self) -> NoReturn:
+        if self._forked or "_io" not in vars(self):
+            super()._refuse()
+        raise IllegalStateException(self._closed_text)
+
+    @contextmanager
+    def _using(self) -> Iterator[None]:
+        """One thread's call: IllegalStateException once closed or from the
+        acknowledgement commit callback; ConcurrentModificationException while another
+        thread is inside a call."""
+        me = threading.get_ident()
+        if self._in_callback and self._owner == me:
+            raise IllegalStateException(
+                "Share consumer methods are not accessible from user-defined "
+                "acknowledgement commit callback")
+        self._check_open()
+        if not self._guard.acquire(blocking=False):
+            raise ConcurrentModificationException(
+                f"Share consumer is not safe for multi-threaded access: "
+                f"currentThread(id: {me}) otherThread(id: {self._owner})")
+        self._owner = me
+        try:
+            yield
+        finally:
+            self._owner = None
+            self._guard.release()
+
+    def _serve_outcomes(self) -> None:
+        """Run the acknowledgement commit callback for each answered acknowledgement
+        (application thread); an exception it raises goes on to the caller."""
+        outcomes = self._fetcher.take_outcomes()
+        cb = self._ack_cb
+        if cb is None:
+            return
+        for i, outcome in enumerate(outcomes):
+            offsets = {TopicPartition(t, p): set(o) for (t, p), o in outcome.offsets.items()}
+            exc = None if outcome.error is None else KafkaException(outcome.error)
+            self._in_callback = True
+            try:
+                cb(offsets, exc)
+            except Exception:
+                with self._fetcher.lock:   # the rest are served by the next call
+                    self._fetcher.outcomes.extendleft(reversed(outcomes[i + 1:]))
+                raise
+            finally:
+                self._in_callback = False
+
+    def _take_acks(self, closing: bool = False) -> List[AckBatch]:
+        """The acknowledgements to send: in implicit mode every record handed out is
+        accepted; in explicit mode those the application acknowledged (``closing``:
+        the others released). The GAP acknowledgements go with them."""
+        chosen: Dict[Tuple[int, Key], List[Tuple[int, int]]] = {}
+        keep: Dict[RecordKey, List[Any]] = {}
+        for (topic, partition, offset), entry in self._in_flight.items():
+            node, kind = entry
+            if kind is None:
+                if self._explicit_mode and not closing:
+                    keep[(topic, partition, offset)] = entry
+                    continue
+                kind = WireAckType.RELEASE if self._explicit_mode else WireAckType.ACCEPT
+            chosen.setdefault((node, (topic, partition)), []).append((offset, int(kind)))
+        self._in_flight = keep
+        batches = [AckBatch(node, key, _ranges(offsets))
+                   for (node, key), offsets in chosen.items()]
+        batches.extend(self._gaps)
+        self._gaps = []
+        return batches
+
+    def _decode(self, chunk: ShareChunk) -> List[Message]:
+        """The acquired records of a chunk, each with its delivery count; the acquired
+        offsets that hold no record become GAP acknowledgements (RELEASE past what was
+        decoded)."""
+        acquired = sorted(chunk.acquired)
+        firsts = [a[0] for a in acquired]
+        out: List[Message] = []
+        decoded_to = -1
+        try:
+            decode_chunk(Chunk(chunk.part, 0, chunk.batches, acquired[0][0], None, 0, 0), out)
+            if chunk.batches:
+                decoded_to = chunk.batches[-1].last_offset
+        except BudgetSpent as spent:
+            decoded_to = spent.offset - 1
+        except Exception as exc:   # a malformed record: what came before it is kept
+            self._fetcher.report(KafkaError(KafkaError._BAD_MSG, f"{chunk.part.topic} "
+                                            f"[{chunk.part.partition}]: {exc}"))
+            decoded_to = out[-1]._offset if out else -1
+        kept: List[Message] = []
+        for msg in out:
+            i = bisect.bisect_right(firsts, msg._offset) - 1
+            if i >= 0 and msg._offset <= acquired[i][1]:
+                msg._delivery_count = acquired[i][2] if acquired[i][2] > 0 else None
+                kept.append(msg)
+        offsets = [m._offset for m in kept]
+        gaps: List[AckRange] = []
+        for first, last, _count in acquired:
+            at = first
+            lo = bisect.bisect_left(offsets, first)
+            hi = bisect.bisect_right(offsets, last)
+            for off in offsets[lo:hi] + [last + 1]:
+                if off > at:
+                    gaps.extend(_holes(at, off - 1, decoded_to))
+                at = off + 1
+        if gaps:
+            self._gaps.append(AckBatch(chunk.node, chunk.part.key, gaps))
+        return kept
+
+    # -- subscription --------------------------------------------------------------------
+    def subscribe(self, topics: List[str]) -> None:
+        """Set the subscription to ``topics`` (not incremental: it replaces the current
+        one; an empty list unsubscribes). ValueError for an empty or duplicate name."""
+        with self._using():
+            if isinstance(topics, (str, bytes)) or not hasattr(topics, "__iter__"):
+                raise TypeError("topics must be a list of str")
+            names = list(topics)
+            for name in names:
+                if not isinstance(name, str):
+                    raise TypeError("topics must be a list of str")
+                if not name:
+                    raise ValueError("Failed to subscribe: Local: Invalid argument or "
+                                     "configuration (empty topic name)")
+                check_topic_name(name)
+            if len(set(names)) != len(names):
+                raise ValueError("Failed to subscribe: Local: Invalid argument or "
+                                 "configuration (duplicate topic names)")
+            if not names:
+                self._unsubscribe()
+                return
+            self._subscription = names
+            self._subscribed.clear()
+            self._subscribed.update(names)
+            self._io.call_soon(self._cluster.want_topics, list(names))
+            self._member.subscribe(sorted(names))
+
+    def unsubscribe(self) -> None:
+        """Drop the subscription and leave the share group."""
+        with self._using():
+            self._unsubscribe()
+
+    def _unsubscribe(self) -> None:
+        self._subscription = []
+        self._subscribed.clear()
+        self._member.subscribe(None)
+
+    def subscription(self) -> List[str]:
+        """The subscribed topics, as given to subscribe()."""
+        with self._using():
+            return list(self._subscription)
+
+    # -- consuming -----------------------------------------------------------------------
+    def poll(self, timeout: Optional[float] = -1) -> Messages:
+        """A batch of up to ``max.poll.records`` messages, waiting at most ``timeout``
+        seconds (-1: until some come) for the first; an empty Messages when none came.
+
+        The acknowledgements of the previous poll() go first (implicit mode: all of its
+        records accepted). Error events come as messages whose ``error()`` is set.
+        IllegalStateException when not subscribed, or in explicit mode while a record
+        of the previous poll() has no acknowledgement."""
+        deadline = deadline_after(timeout)
+        with self._using():
+            if not self._subscription:
+                raise IllegalStateException("Consumer is not subscribed to any topics")
+            if self._explicit_mode and any(e[1] is None for e in self._in_flight.values()):
+                raise IllegalStateException(
+                    "All records of the previous poll() must be acknowledged before the "
+                    "next poll() in explicit acknowledgement mode")
+            self._member.polled()
+            acks = self._take_acks()
+            if acks:
+                self._fetcher.acknowledge(acks, now=False)
+            self._serve_client_events()
+            self._serve_outcomes()
+            out: List[Message] = []
+            room = self._max_records
+            while True:
+                self._ready.clear()
+                for error in self._fetcher.take_errors():
+                    out.append(error_event(error))
+                while room > 0 and (self._backlog or self._fetcher.chunks):
+                    if not self._backlog:
+                        chunk = self._fetcher.take_chunk()
+                        if chunk is None:
+                            break
+                        node = chunk.node
+                        self._backlog.extend((node, m) for m in self._decode(chunk))
+                        continue
+                    taken, self._backlog = self._backlog[:room], self._backlog[room:]
+                    for node, msg in taken:
+                        self._in_flight[(msg._topic, msg._partition, msg._offset)] = \
+                            [node, None]
+                        out.append(msg)
+                    room -= len(taken)
+                if self._gaps:
+                    self._fetcher.acknowledge(self._take_gaps(), now=False)
+                if out or time.monotonic() >= deadline:
+                    break
+                self._cluster.wait_for(self._ready, min(deadline, time.monotonic() + 0.5))
+            self._serve_outcomes()
+            return Messages(out)
+
+    def _take_gaps(self) -> List[AckBatch]:
+        gaps, self._gaps = self._gaps, []
+        return gaps
+
+    # -- acknowledging -------------------------------------------------------------------
+    def acknowledge(self, message: Message,
+                    ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        """Explicit mode: record how the broker is to treat a message poll() returned
+        (sent with the next poll(), commit_sync() or commit_async()).
+        IllegalStateException outside explicit mode or for a message not in flight."""
+        if not isinstance(message, Message):
+            raise TypeError("message must be a Message")
+        with self._using():
+            kind = _ack_kind(ack_type)
+            topic, partition, offset = message._topic, message._partition, \
+                message._offset
+            if topic is None or partition is None or offset is None:
+                raise ValueError("Failed to acknowledge message: Local: Invalid argument "
+                                 "or configuration")
+            self._mark(topic, partition, offset, kind, "message")
+
+    def acknowledge_offset(self, topic: str, partition: int, offset: int,
+                           ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        """:meth:`acknowledge` by topic, partition and offset."""
+        if not isinstance(topic, str):
+            raise TypeError("topic must be a str")
+        if isinstance(partition, bool) or isinstance(offset, bool) or \
+                not isinstance(partition, int) or not isinstance(offset, int):
+            raise TypeError("partition and offset must be integers")
+        with self._using():
+            kind = _ack_kind(ack_type)
+            if partition < 0 or offset < 0:
+                raise ValueError("Failed to acknowledge offset: Local: Invalid argument "
+                                 "or configuration")
+            self._mark(topic, partition, offset, kind, "offset")
+
+    def _mark(self, topic: str, partition: int, offset: int, kind: int, what: str) -> None:
+        entry = self._in_flight.get((topic, partition, offset))
+        if not self._explicit_mode or entry is None:
+            reason = ("not in explicit acknowledgement mode" if not self._explicit_mode
+                      else f"{topic} [{partition}] offset {offset} is not in flight")
+            raise IllegalStateException(f"Failed to acknowledge {what}: Local: Erroneous "
+                                        f"state ({reason})")
+        entry[1] = kind
+
+    def commit_sync(self, timeout: float = 60) -> Dict[TopicPartition,
+                                                        Optional[KafkaException]]:
+        """Send the pending acknowledgements now and wait (at most ``timeout`` seconds,
+        -1: no limit) for the brokers' answers: ``{TopicPartition: None or
+        KafkaException}``, empty when there were none."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"must be real number, not {type(timeout).__name__}")
+        deadline = deadline_after(timeout)
+        with self._using():
+            acks = self._take_acks()
+            if not acks:
+                self._serve_outcomes()
+                return {}
+            waiter = CommitWaiter(len(acks))
+            for batch in acks:
+                batch.waiter = waiter
+            self._fetcher.acknowledge(acks, now=True)
+            self._cluster.wait_for(waiter.done, deadline)
+            self._serve_outcomes()
+            results: Dict[TopicPartition, Optional[KafkaException]] = {}
+            for batch in acks:
+                tp = TopicPartition(*batch.key)
+                if batch.key in waiter.results:
+                    error = waiter.results[batch.key]
+                    results[tp] = None if error is None else KafkaException(error)
+                else:
+                    results[tp] = KafkaException(client_error(
+                        KafkaError._TIMED_OUT, "no answer to the acknowledgement in time"))
+            return results
+
+    def commit_async(self) -> None:
+        """Send the pending acknowledgements now; their outcome goes to the callback of
+        :meth:`set_acknowledgement_commit_callback`."""
+        with self._using():
+            acks = self._take_acks()
+            if acks:
+                self._fetcher.acknowledge(acks, now=True)
+            self._serve_outcomes()
+
+    def set_acknowledgement_commit_callback(
+            self, callback: Optional[AckCommitCallback]) -> None:
+        """Run ``callback(offsets, exception)`` (offsets: ``{TopicPartition: set of
+        offsets}``; exception: KafkaException or None) on the application thread, from
+        poll(), commit_sync(), commit_async() or close(), for each acknowledgement the
+        brokers answer. None clears it."""
+        if callback is not None and not callable(callback):
+            raise TypeError("callback must be callable or None")
+        with self._using():
+            self._ack_cb = callback
+
+    # -- closing -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Send the pending acknowledgements (implicit mode: the last poll()'s records
+        accepted; explicit mode: records without an acknowledgement released, as are
+        records fetched and not handed out), close the share sessions, leave the group,
+        then stop the I/O thread. A second close() does nothing."""
+        if self._closed:
+            if self._forked:
+                self._refuse()
+            return
+        failure: Optional[Exception] = None
+        with self._using():
+            acks = self._take_acks(closing=True)
+            acks.extend(self._unhanded())
+            fetcher, member, io = self._fetcher, self._member, self._io
+            closed = threading.Event()
+            left = threading.Event()
+
+            def close_sessions() -> None:
+                fetcher.close_sessions(closed.set)
+
+            if acks:
+                fetcher.acknowledge(acks, now=True)
+            io.call_soon(close_sessions)
+            deadline = time.monotonic() + CLOSE_WAIT_S
+            self._cluster.wait_for(closed, deadline)
+            member.leave(left.set)
+            self._cluster.wait_for(left, time.monotonic() + CLOSE_WAIT_S)
+            try:
+                self._serve_outcomes()
+            except Exception as exc:  # close first, raise after
+                failure = exc
+        self._shutdown()
+        if failure is not None:
+            raise failure
+
+    def _unhanded(self) -> List[AckBatch]:
+        """RELEASE for every record acquired for this member and never handed out."""
+        out: List[AckBatch] = []
+        for node, msg in self._backlog:
+            out.append(AckBatch(node, (msg._topic, msg._partition), [
+                AckRange(msg._offset, msg._offset, WireAckType.RELEASE)]))
+        self._backlog = []
+        for chunk in self._fetcher.take_all_chunks():
+            out.append(AckBatch(chunk.node, chunk.part.key, [
+                AckRange(f, last, WireAckType.RELEASE) for f, last, _n in chunk.acquired]))
+        return out
+
+    def _on_shutdown(self) -> Callable[[], None]:
+        self._ready.set()
+        io, member, fetcher = self._io, self._member, self._fetcher
+
+        def stop() -> None:
+            io.remove_tick(member.tick)
+            io.remove_tick(fetcher.tick)
+        return stop
+
+    def _unclosed(self) -> None:
+        # Dropped without close(): leave the group (its records come back when the
+        # sessions close with the connections), in bounded time, no callbacks.
+        left = threading.Event()
+        self._member.leave(left.set)
+        left.wait(5.0)
+
+    def _at_exit(self) -> None:
+        self._stop_unclosed()
+
+
+def _ack_kind(ack_type: Any) -> int:
+    """An AcknowledgeType argument's value (TypeError for what is not an int, ValueError
+    for an int that is not ACCEPT, RELEASE or REJECT)."""
+    if isinstance(ack_type, bool) or not isinstance(ack_type, int):
+        raise TypeError("ack_type must be an AcknowledgeType")
+    if ack_type not in (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE,
+                        AcknowledgeType.REJECT):
+        raise ValueError(f"Invalid ack_type {ack_type}: ACCEPT, RELEASE or REJECT")
+    return int(ack_type)
+
+
+def _ranges(offsets: List[Tuple[int, int]]) -> List[AckRange]:
+    """Runs of consecutive offsets with the same acknowledgement, as ranges."""
+    out: List[AckRange] = []
+    for offset, kind in sorted(offsets):
+        if out and out[-1].last + 1 == offset and out[-1].kind == kind:
+            out[-1] = AckRange(out[-1].first, offset, kind)
+        else:
+            out.append(AckRange(offset, offset, kind))
+    return out
+
+
+def _holes(first: int, last: int, decoded_to: int) -> List[AckRange]:
+    """Acquired offsets ``first..last`` that brought no record: GAP up to
+    ``decoded_to`` (the batches held nothing there), RELEASE past it (not read: they go
+    back to the group)."""
+    out: List[AckRange] = []
+    if first <= min(last, decoded_to):
+        out.append(AckRange(first, min(last, decoded_to), WireAckType.GAP))
+    if last > decoded_to:
+        out.append(AckRange(max(first, decoded_to + 1), last, WireAckType.RELEASE))
+    return out
+

@@ -1,0 +1,567 @@
+"""Share sessions, ShareFetch and ShareAcknowledge for :class:`~kafka_client.ShareConsumer`
+(KIP-932; I/O thread unless noted).
+
+Each partition leader the member has assigned partitions on holds one share session for
+it: the first ShareFetch (epoch 0) names every partition to fetch from that broker, the
+next ones (epoch 1, 2, ...) only the partitions to add and those whose records they
+acknowledge, plus the ones to forget; a ShareAcknowledge (epoch -1 at close) steps the
+epoch too. One request per session is in flight at a time, so the epochs go in order.
+
+A ShareFetch answer carries record batches and the offset ranges acquired for this member
+(only those go to the application: a batch may hold records other members hold). Chunks
+wait for the application's poll(); the next ShareFetch to a broker goes once the
+application has taken every chunk, so a member holds the locks of one fetch's records at
+a time. Acknowledgements (:class:`AckBatch`) ride on the next ShareFetch to the broker the
+records came from, or go in a ShareAcknowledge when no fetch is due there or a commit
+asks for them now. Lock expiry is the broker's business: an unacknowledged record comes
+back to the group by itself.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+
+from kafka_client._cluster.calls import Broker, Call, CallRunner, broker_error
+from kafka_client.consumer.fetcher import PartitionState
+from kafka_client.consumer.share_group import ShareAssignment, ShareMember
+from kafka_client.errors import KafkaError, broker_code, client_error
+from kafka_proto.enums import AcknowledgeType, FetchSessionEpoch
+from kafka_proto.errors import ErrorCode, KafkaProtocolError
+from kafka_proto.messages import (
+    ApiKey,
+    ShareAcknowledgeRequest,
+    ShareFetchRequest,
+)
+from kafka_proto.records import DEFAULT_MAX_DECOMPRESSED_SIZE, read_batches
+
+__all__ = ["AckBatch", "AckOutcome", "AckRange", "CommitWaiter", "ShareChunk",
+           "ShareFetcher", "ack_batches", "next_epoch"]
+
+Key = Tuple[str, int]
+
+#: Answers that end a share session: the next request to that broker opens a new one.
+SESSION_ERRORS = frozenset((ErrorCode.SHARE_SESSION_NOT_FOUND,
+                            ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                            ErrorCode.UNKNOWN_MEMBER_ID))
+#: Partition errors that mean "the leader moved": ask for metadata again.
+LEADER_MOVED = frozenset((ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+                          ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID))
+#: the highest share session epoch; the one after it is 1 (0 would open a new session)
+MAX_EPOCH = 2**31 - 1
+
+
+def next_epoch(epoch: int) -> int:
+    """The share session epoch after ``epoch``."""
+    return 1 if epoch >= MAX_EPOCH else epoch + 1
+
+
+@dataclass(frozen=True)
+class AckRange:
+    """Offsets ``first``..``last`` (inclusive) of one partition, all acknowledged with
+    ``kind`` (an :class:`~kafka_proto.enums.AcknowledgeType` value)."""
+
+    first: int
+    last: int
+    kind: int
+
+
+class CommitWaiter:
+    """A commit_sync()/close() waiting for the answers to its acknowledgements: each
+    partition's outcome (None: accepted by the broker), then ``done`` is set."""
+
+    def __init__(self, partitions: int) -> None:
+        self.results: Dict[Key, Optional[KafkaError]] = {}
+        self.pending = partitions
+        self.done = threading.Event()
+        if partitions == 0:
+            self.done.set()
+
+    def settle(self, key: Key, error: Optional[KafkaError]) -> None:
+        """One partition's outcome (the first error of a partition stays)."""
+        if self.results.get(key) is None:
+            self.results[key] = error
+        self.pending -= 1
+        if self.pending <= 0:
+            self.done.set()
+
+
+@dataclass
+class AckBatch:
+    """The acknowledgements of one partition's records that came from broker ``node``
+    (they go to that broker's share session), and who waits for their outcome."""
+
+    node: int
+    key: Key
+    ranges: List[AckRange]
+    waiter: Optional[CommitWaiter] = None
+
+    def offsets(self) -> Set[int]:
+        """Every record offset acknowledged (GAP ranges are not records)."""
+        return {o for r in self.ranges if r.kind != AcknowledgeType.GAP
+                for o in range(r.first, r.last + 1)}
+
+
+@dataclass
+class AckOutcome:
+    """The broker's answer to acknowledgements, for the acknowledgement commit callback:
+    offsets by partition, and the error (None: accepted)."""
+
+    offsets: Dict[Key, Set[int]]
+    error: Optional[KafkaError]
+
+
+@dataclass
+class ShareChunk:
+    """Record batches one ShareFetch answer brought for a partition, with the offset
+    ranges acquired for this member: ``[(first, last, delivery_count)]``."""
+
+    node: int
+    part: PartitionState
+    batches: List[Any]
+    acquired: List[Tuple[int, int, int]]
+
+
+@dataclass
+class _Session:
+    """One broker's share session for this member."""
+
+    epoch: int = int(FetchSessionEpoch.INITIAL)
+    #: the partitions the broker's session holds
+    partitions: Set[Key] = field(default_factory=set)
+    in_flight: bool = False
+    backoff_until: float = 0.0
+
+
+def ack_batches(ranges: List[AckRange]) -> List[Tuple[int, int, List[int]]]:
+    """Acknowledgement ranges as the wire's batches ``(first, last, types)``: sorted,
+    adjacent ranges of one type merged, one type per batch (it applies to every offset)."""
+    out: List[Tuple[int, int, List[int]]] = []
+    for r in sorted(ranges, key=lambda r: r.first):
+        if out and out[-1][1] + 1 == r.first and out[-1][2][0] == r.kind:
+            out[-1] = (out[-1][0], r.last, out[-1][2])
+        else:
+            out.append((r.first, r.last, [int(r.kind)]))
+    return out
+
+
+class ShareFetcher:
+    """The share sessions of one member, what they fetched, and the acknowledgements
+    still to send. The application thread uses :meth:`take_chunk`, :meth:`acknowledge`,
+    :meth:`take_outcomes` and :meth:`take_errors` (under :attr:`lock`); the rest runs on
+    the I/O thread."""
+
+    def __init__(self, config: Any, runner: CallRunner, member: ShareMember,
+                 wake_app: Callable[[], None]) -> None:
+        self.runner = runner
+        self.cluster = runner.cluster
+        self.io = runner.io
+        self.member = member
+        self.log = config.logger_for("kafka_client.consumer.share")
+        self.lock = threading.Lock()
+        self.wake_app = wake_app
+        self.max_wait_ms = config["fetch.wait.max.ms"]
+        self.min_bytes = config["fetch.min.bytes"]
+        self.max_bytes = config["fetch.max.bytes"]
+        self.partition_max_bytes = config["max.partition.fetch.bytes"]
+        self.max_records = config["max.poll.records"]
+        self.check_crcs = bool(config["check.crcs"])
+        self.error_backoff = config["fetch.error.backoff.ms"] / 1000.0
+        self.request_timeout = runner.request_timeout
+        #: (io) the coordinator's assignment, by topic id, and as partitions named
+        self._target = ShareAssignment({})
+        self._target_version = -1
+        self.assigned: Dict[Key, uuid.UUID] = {}
+        #: (io) topic ids of every topic this member fetched or acknowledged
+        self.topic_ids: Dict[str, uuid.UUID] = {}
+        self.sessions: Dict[int, _Session] = {}
+        # -- shared with the application thread (self.lock) --
+        self.chunks: Deque[ShareChunk] = deque()
+        self.acks: List[AckBatch] = []
+        self.outcomes: Deque[AckOutcome] = deque()
+        self.errors: Deque[KafkaError] = deque()
+        #: acknowledgements to send now, not with the next fetch (commit, close)
+        self.flush_acks = False
+        #: (io) close(): the sessions are closed, then ``closing()`` runs
+        self.closing: Optional[Callable[[], None]] = None
+
+    # ============================================================ application thread
+    def take_chunk(self) -> Optional[ShareChunk]:
+        with self.lock:
+            chunk = self.chunks.popleft() if self.chunks else None
+        if chunk is not None and not self.chunks:
+            self.io.wake()        # the next fetch may go
+        return chunk
+
+    def acknowledge(self, batches: List[AckBatch], now: bool) -> None:
+        """Hand acknowledgements over (``now``: send them at once, not with the next
+        fetch)."""
+        with self.lock:
+            self.acks.extend(batches)
+            if now:
+                self.flush_acks = True
+        self.io.wake()
+
+    def take_outcomes(self) -> List[AckOutcome]:
+        with self.lock:
+            out = list(self.outcomes)
+            self.outcomes.clear()
+        return out
+
+    def take_errors(self) -> List[KafkaError]:
+        with self.lock:
+            out = list(self.errors)
+            self.errors.clear()
+        return out
+
+    def take_all_chunks(self) -> List[ShareChunk]:
+        with self.lock:
+            out = list(self.chunks)
+            self.chunks.clear()
+        return out
+
+    # ==================================================================== I/O thread
+    def set_assignment(self, assignment: ShareAssignment) -> None:
+        self._target = assignment
+        self._target_version = -1
+        self.io.wake()
+
+    def report(self, error: KafkaError) -> None:
+        with self.lock:
+            self.errors.append(error)
+        self.wake_app()
+
+    def _resolve(self) -> None:
+        """The assignment's topic ids as names, once the metadata knows them."""
+        md = self.cluster.metadata
+        if md.version == self._target_version:
+            return
+        self._target_version = md.version
+        names = {info.topic_id: name for name, info in md.topics.items()
+                 if info.topic_id is not None}
+        assigned: Dict[Key, uuid.UUID] = {}
+        unknown = False
+        for topic_id, parts in self._target.partitions.items():
+            name = names.get(topic_id)
+            if name is None:
+                unknown = True
+                continue
+            self.topic_ids[name] = topic_id
+            for p in parts:
+                assigned[(name, p)] = topic_id
+        if unknown:
+            md.request(None)     # a topic id no metadata names yet (a new topic)
+        if assigned != self.assigned:
+            self.log.debug("share group %s: assigned %s", self.member.group_id,
+                           sorted(assigned))
+        self.assigned = assigned
+
+    def tick(self, now: float) -> Optional[float]:
+        self._resolve()
+        md = self.cluster.metadata
+        by_node: Dict[int, List[Key]] = {}
+        for key in self.assigned:
+            leader = md.leader(*key)
+            if leader >= 0:
+                by_node.setdefault(leader, []).append(key)
+            else:
+                md.request([key[0]])
+        with self.lock:
+            acks_by_node: Dict[int, List[AckBatch]] = {}
+            for batch in self.acks:
+                acks_by_node.setdefault(batch.node, []).append(batch)
+            flush = self.flush_acks
+            queued = bool(self.chunks)
+        closing = self.closing is not None
+        fetching = self.member.joined and not queued and not closing
+        nodes = set(acks_by_node) | set(self.sessions)
+        if fetching:
+            nodes |= set(by_node)
+        wake_at: Optional[float] = None
+        for node in nodes:
+            session = self.sessions.setdefault(node, _Session())
+            if session.in_flight:
+                continue
+            if now < session.backoff_until:
+                wake_at = min(wake_at or session.backoff_until, session.backoff_until)
+                continue
+            acks = acks_by_node.get(node, [])
+            if acks and session.epoch == FetchSessionEpoch.INITIAL:
+                # The session they belong to is gone (and its records with it).
+                self._settle(acks, client_error(ErrorCode.SHARE_SESSION_NOT_FOUND,
+                                                f"broker {node}: the share session of "
+                                                f"these records ended"))
+                acks = []
+            keys = by_node.get(node, [])
+            if closing:
+                if session.epoch != FetchSessionEpoch.INITIAL:
+                    self._send_acknowledge(node, session, acks, final=True)
+            elif fetching and keys and not (flush and acks):
+                self._send_fetch(node, session, keys, acks)
+            elif acks:
+                self._send_acknowledge(node, session, acks, final=False)
+        if closing and not any(s.in_flight or s.epoch != FetchSessionEpoch.INITIAL
+                               for s in self.sessions.values()):
+            done, self.closing = self.closing, None
+            if done is not None:
+                done()
+        with self.lock:
+            if not any(b for b in self.acks):
+                self.flush_acks = False
+        return wake_at
+
+    def close_sessions(self, done: Callable[[], None]) -> None:
+        """Close every share session (a ShareAcknowledge with epoch -1, carrying the
+        acknowledgements still to send), then ``done()`` (I/O thread)."""
+        self.closing = done
+        self.io.wake()
+
+    # -- requests ------------------------------------------------------------------------
+    def _take(self, acks: List[AckBatch]) -> None:
+        with self.lock:
+            taken = {id(b) for b in acks}
+            self.acks = [b for b in self.acks if id(b) not in taken]
+
+    def _ack_wire(self, acks: List[AckBatch]) -> Dict[Key, List[Tuple[int, int, List[int]]]]:
+        ranges: Dict[Key, List[AckRange]] = {}
+        for batch in acks:
+            ranges.setdefault(batch.key, []).extend(batch.ranges)
+        return {key: ack_batches(r) for key, r in ranges.items()}
+
+    def _topic_id(self, topic: str) -> Optional[uuid.UUID]:
+        tid = self.topic_ids.get(topic)
+        if tid is None:
+            info = self.cluster.metadata.topic(topic)
+            tid = info.topic_id if info is not None else None
+        return tid
+
+    def _send_fetch(self, node: int, session: _Session, keys: List[Key],
+                    acks: List[AckBatch]) -> None:
+        epoch = session.epoch
+        wanted = set(keys)
+        wire_acks = self._ack_wire(acks)
+        adds = wanted if epoch == FetchSessionEpoch.INITIAL else wanted - session.partitions
+        forgets = set() if epoch == FetchSessionEpoch.INITIAL else session.partitions - wanted
+        named = adds | set(wire_acks)
+        forgotten: Dict[uuid.UUID, List[int]] = {}
+        for key in sorted(forgets):
+            tid = self._topic_id(key[0])
+            if tid is not None:
+                forgotten.setdefault(tid, []).append(key[1])
+        group_id, member_id = self.member.group_id, self.member.member_id
+
+        def build(version: int) -> Any:
+            # Version 0 sizes each partition; version 1 counts records instead (KIP-932
+            # as released: MaxRecords, BatchSize).
+            topics: Dict[uuid.UUID, List[Any]] = {}
+            for key in sorted(named):
+                tid = self._topic_id(key[0])
+                if tid is None:
+                    continue
+                sized = {"partition_max_bytes": self.partition_max_bytes
+                         if key in wanted else 0} if version == 0 else {}
+                topics.setdefault(tid, []).append(ShareFetchRequest.FetchPartition(
+                    partition_index=key[1],
+                    acknowledgement_batches=[
+                        ShareFetchRequest.AcknowledgementBatch(
+                            first_offset=f, last_offset=last, acknowledge_types=t)
+                        for f, last, t in wire_acks.get(key, ())], **sized))
+            counted = {"max_records": self.max_records,
+                       "batch_size": self.max_records} if version >= 1 else {}
+            return ShareFetchRequest(
+                group_id=group_id, member_id=member_id, share_session_epoch=epoch,
+                max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
+                max_bytes=self.max_bytes,
+                topics=[ShareFetchRequest.FetchTopic(topic_id=t, partitions=ps)
+                        for t, ps in topics.items()],
+                forgotten_topics_data=[
+                    ShareFetchRequest.ForgottenTopic(topic_id=t, partitions=ps)
+                    for t, ps in forgotten.items()], **counted)
+
+        self._take(acks)
+        session.in_flight = True
+        after = (session.partitions | adds | (set(wire_acks) & wanted)) - forgets
+
+        def answered(resp: Any, conn: Any) -> Optional[KafkaError]:
+            session.in_flight = False
+            self._on_fetch(node, session, epoch, after, resp, acks)
+            self.io.wake()
+            return None
+
+        def failed(error: KafkaError) -> None:
+            session.in_flight = False
+            self._session_lost(node, session, error, acks)
+
+        self.runner.submit(Call(
+            "ShareFetch", ApiKey.SHARE_FETCH, Broker(node),
+            time.monotonic() + self.request_timeout + self.max_wait_ms / 1000.0,
+            build, answered, failed))
+
+    def _send_acknowledge(self, node: int, session: _Session, acks: List[AckBatch],
+                          final: bool) -> None:
+        epoch = int(FetchSessionEpoch.FINAL) if final else session.epoch
+        topics: Dict[uuid.UUID, List[Any]] = {}
+        for key, batches in sorted(self._ack_wire(acks).items()):
+            tid = self._topic_id(key[0])
+            if tid is None:
+                continue
+            topics.setdefault(tid, []).append(ShareAcknowledgeRequest.AcknowledgePartition(
+                partition_index=key[1],
+                acknowledgement_batches=[
+                    ShareAcknowledgeRequest.AcknowledgementBatch(
+                        first_offset=f, last_offset=last, acknowledge_types=t)
+                    for f, last, t in batches]))
+        req = ShareAcknowledgeRequest(
+            group_id=self.member.group_id, member_id=self.member.member_id,
+            share_session_epoch=epoch,
+            topics=[ShareAcknowledgeRequest.AcknowledgeTopic(topic_id=t, partitions=ps)
+                    for t, ps in topics.items()])
+        self._take(acks)
+        session.in_flight = True
+
+        def answered(resp: Any, conn: Any) -> Optional[KafkaError]:
+            session.in_flight = False
+            code = broker_code(resp.error_code)
+            if code != ErrorCode.NONE:
+                self._session_lost(node, session, broker_error(
+                    code, resp.error_message, f"ShareAcknowledge to broker {node}"), acks)
+                return None
+            if final:
+                session.epoch = int(FetchSessionEpoch.INITIAL)
+                session.partitions = set()
+            else:
+                session.epoch = next_epoch(epoch)
+            self._ack_answers(resp.responses, acks, "error_code", "error_message")
+            self.io.wake()
+            return None
+
+        def failed(error: KafkaError) -> None:
+            session.in_flight = False
+            self._session_lost(node, session, error, acks)
+
+        self.runner.submit(Call("ShareAcknowledge", ApiKey.SHARE_ACKNOWLEDGE, Broker(node),
+                                time.monotonic() + self.request_timeout, lambda v: req,
+                                answered, failed))
+
+    # -- answers -------------------------------------------------------------------------
+    def _session_lost(self, node: int, session: _Session, error: KafkaError,
+                      acks: List[AckBatch]) -> None:
+        """A request of the session failed: the broker's session state is unknown (or
+        gone); the next request opens a new one."""
+        self.log.debug("share session on broker %d: %s", node, error.str())
+        session.epoch = int(FetchSessionEpoch.INITIAL)
+        session.partitions = set()
+        session.backoff_until = time.monotonic() + self.error_backoff
+        self._settle(acks, error)
+        if error.code() not in SESSION_ERRORS and error.code() != KafkaError._TIMED_OUT:
+            self.report(error)
+        self.io.wake()
+
+    def _on_fetch(self, node: int, session: _Session, epoch: int, after: Set[Key],
+                  resp: Any, acks: List[AckBatch]) -> None:
+        code = broker_code(resp.error_code)
+        if code != ErrorCode.NONE:
+            self._session_lost(node, session, broker_error(
+                code, resp.error_message, f"ShareFetch to broker {node}"), acks)
+            return
+        session.epoch = next_epoch(epoch)
+        session.partitions = after
+        self._ack_answers(resp.responses, acks, "acknowledge_error_code",
+                          "acknowledge_error_message")
+        names = {tid: name for name, tid in self.topic_ids.items()}
+        chunks: List[ShareChunk] = []
+        release: List[AckBatch] = []
+        for topic in resp.responses or ():
+            name = names.get(topic.topic_id)
+            if name is None:
+                continue
+            for pd in topic.partitions or ():
+                key = (name, pd.partition_index)
+                perr = broker_code(pd.error_code)
+                if perr != ErrorCode.NONE:
+                    if perr in LEADER_MOVED:
+                        self.cluster.metadata.request([name])
+                    else:
+                        self.report(broker_error(perr, pd.error_message,
+                                                 f"ShareFetch of {name} [{key[1]}]"))
+                    continue
+                acquired = [(a.first_offset, a.last_offset, a.delivery_count)
+                            for a in pd.acquired_records or ()
+                            if a.first_offset <= a.last_offset]
+                if not acquired:
+                    continue
+                if self.closing is not None or key not in self.assigned:
+                    # Acquired as the member closes or after it lost the partition:
+                    # given back at once rather than held until the locks expire.
+                    release.append(AckBatch(node, key, [
+                        AckRange(f, last, AcknowledgeType.RELEASE)
+                        for f, last, _n in acquired]))
+                    continue
+                batches = self._batches(key, pd.records)
+                if batches is None:
+                    continue
+                part = PartitionState(*key)
+                chunks.append(ShareChunk(node, part, batches, acquired))
+        if release:
+            with self.lock:
+                self.acks.extend(release)
+                self.flush_acks = True
+        if chunks:
+            with self.lock:
+                self.chunks.extend(chunks)
+            self.wake_app()
+
+    def _batches(self, key: Key, data: Any) -> Optional[List[Any]]:
+        if data is None or not len(data):
+            return []
+        try:
+            return list(read_batches(data, self.check_crcs,
+                                     decompressed_floor=DEFAULT_MAX_DECOMPRESSED_SIZE))
+        except KafkaProtocolError as exc:
+            self.report(KafkaError(KafkaError._BAD_MSG, f"{key[0]} [{key[1]}]: {exc}"))
+            return None
+
+    def _ack_answers(self, responses: Any, acks: List[AckBatch], code_field: str,
+                     message_field: str) -> None:
+        """Settle acknowledgements by the answer's per-partition codes (a partition the
+        answer leaves out: accepted)."""
+        if not acks:
+            return
+        names = {tid: name for name, tid in self.topic_ids.items()}
+        codes: Dict[Key, Optional[KafkaError]] = {}
+        for topic in responses or ():
+            name = names.get(topic.topic_id)
+            if name is None:
+                continue
+            for pd in topic.partitions or ():
+                code = broker_code(getattr(pd, code_field))
+                codes[(name, pd.partition_index)] = None if code == ErrorCode.NONE else \
+                    broker_error(code, getattr(pd, message_field),
+                                 f"acknowledgement of {name} [{pd.partition_index}]")
+        by_error: Dict[Optional[int], List[AckBatch]] = {}
+        errors: Dict[Optional[int], Optional[KafkaError]] = {}
+        for batch in acks:
+            error = codes.get(batch.key)
+            which = None if error is None else error.code()
+            by_error.setdefault(which, []).append(batch)
+            errors[which] = error
+        for which, batches in by_error.items():
+            self._settle(batches, errors[which])
+
+    def _settle(self, acks: List[AckBatch], error: Optional[KafkaError]) -> None:
+        """Record the outcome of ``acks``: for their waiters and the application's
+        acknowledgement commit callback."""
+        if not acks:
+            return
+        offsets: Dict[Key, Set[int]] = {}
+        for batch in acks:
+            offsets.setdefault(batch.key, set()).update(batch.offsets())
+            if batch.waiter is not None:
+                batch.waiter.settle(batch.key, error)
+        with self.lock:
+            self.outcomes.append(AckOutcome(offsets, error))
+        self.wake_app()

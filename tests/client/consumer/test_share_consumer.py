@@ -1,0 +1,591 @@
+"""The share consumer (KIP-932) without a broker: the requests its membership and share
+sessions build (encoded and decoded at version 0, as they go on the wire), how it handles
+the answers (built with kafka_proto), and the application side's rules (acknowledgement
+modes, acquired ranges, GAP acknowledgements, one thread at a time)."""
+import threading
+import time
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from kafka_client import (
+    AcknowledgeType,
+    ConcurrentModificationException,
+    IllegalStateException,
+    KafkaException,
+    Messages,
+    ShareConsumer,
+    TopicPartition,
+)
+from kafka_client._cluster.calls import Broker, Coordinator
+from kafka_client.config import ClientConfig
+from kafka_client.consumer.fetcher import PartitionState
+from kafka_client.consumer.share_fetcher import (
+    AckBatch,
+    AckRange,
+    CommitWaiter,
+    ShareChunk,
+    ShareFetcher,
+    ack_batches,
+    next_epoch,
+)
+from kafka_client.consumer.share_group import ShareAssignment, ShareMember
+from kafka_proto.enums import AcknowledgeType as Wire
+from kafka_proto.errors import ErrorCode
+from kafka_proto.messages import (
+    ApiKey,
+    ShareAcknowledgeRequest,
+    ShareAcknowledgeResponse,
+    ShareFetchRequest,
+    ShareFetchResponse,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+)
+from kafka_proto.records import RecordBatchBuilder, read_batches
+
+TID = uuid.UUID("12345678-1234-5678-1234-567812345678")
+
+
+class FakeMetadata:
+    def __init__(self):
+        self.version = 1
+        self.topics = {"t": SimpleNamespace(topic_id=TID)}
+        self.leaders = {("t", 0): 1, ("t", 1): 1}
+        self.requested = []
+
+    def leader(self, topic, partition):
+        return self.leaders.get((topic, partition), -1)
+
+    def request(self, topics=None):
+        self.requested.append(topics)
+
+    def topic(self, name):
+        return self.topics.get(name)
+
+
+class FakeRunner:
+    """Records the calls instead of sending them."""
+
+    def __init__(self):
+        self.calls = []
+        self.io = SimpleNamespace(wake=lambda: None, call_soon=lambda fn, *a: fn(*a))
+        self.cluster = SimpleNamespace(metadata=FakeMetadata())
+        self.request_timeout = 30.0
+
+    def submit(self, call):
+        self.calls.append(call)
+
+    def take(self):
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def on_wire(call, version=1):
+    """The call's request as the broker reads it (encoded and decoded at ``version``)."""
+    cls = {ApiKey.SHARE_FETCH: ShareFetchRequest,
+           ApiKey.SHARE_ACKNOWLEDGE: ShareAcknowledgeRequest,
+           ApiKey.SHARE_GROUP_HEARTBEAT: ShareGroupHeartbeatRequest}[call.api_key]
+    return cls.decode(call.build(version).encode(version), version)
+
+
+def answer(call, response, version=1):
+    """Hand ``response`` (encoded and decoded at ``version``) to the call; its retry
+    verdict."""
+    return call.on_response(type(response).decode(response.encode(version), version), None)
+
+
+def config(**extra):
+    conf = {"group.id": "g", "fetch.wait.max.ms": 100}
+    conf.update(extra)
+    return ClientConfig.from_dict(conf, role="consumer")
+
+
+def batch_bytes(base, count, prefix=b"v"):
+    b = RecordBatchBuilder()
+    for i in range(count):
+        b.append(prefix + str(base + i).encode())
+    return b.build(base_offset=base)
+
+
+@pytest.fixture
+def share():
+    """A joined member (epoch 3) and its fetcher, assigned t [0] and t [1] on broker 1."""
+    runner = FakeRunner()
+    cfg = config()
+    member = ShareMember(cfg, runner, lambda a: None, lambda e: None)
+    member.member_id = "m-1"
+    member.epoch = 3
+    fetcher = ShareFetcher(cfg, runner, member, lambda: None)
+    fetcher.set_assignment(ShareAssignment({TID: (0, 1)}))
+    return SimpleNamespace(runner=runner, member=member, fetcher=fetcher)
+
+
+def fetch_answer(partitions):
+    """ShareFetch answer: ``partitions`` = [(index, records, [(first, last, count)],
+    error, ack_error)]."""
+    return ShareFetchResponse(responses=[ShareFetchResponse.ShareFetchableTopicResponse(
+        topic_id=TID, partitions=[
+            ShareFetchResponse.PartitionData(
+                partition_index=p, records=records, error_code=err,
+                acknowledge_error_code=ack_err,
+                current_leader=ShareFetchResponse.LeaderIdAndEpoch(leader_id=1,
+                                                                    leader_epoch=0),
+                acquired_records=[ShareFetchResponse.AcquiredRecords(
+                    first_offset=f, last_offset=last, delivery_count=n)
+                    for f, last, n in acquired])
+            for p, records, acquired, err, ack_err in partitions])])
+
+
+def test_wire_batches_merge_adjacent_ranges_of_one_type():
+    ranges = [AckRange(5, 5, Wire.ACCEPT), AckRange(0, 2, Wire.ACCEPT),
+              AckRange(3, 4, Wire.ACCEPT), AckRange(6, 6, Wire.RELEASE),
+              AckRange(8, 9, Wire.RELEASE)]
+    assert ack_batches(ranges) == [(0, 5, [1]), (6, 6, [2]), (8, 9, [2])]
+
+
+def test_share_session_epoch_steps_and_wraps_to_one():
+    assert next_epoch(0) == 1
+    assert next_epoch(41) == 42
+    assert next_epoch(2**31 - 1) == 1
+
+
+def test_first_share_fetch_opens_a_session_naming_every_partition(share):
+    share.fetcher.tick(time.monotonic())
+    (call,) = share.runner.take()
+    assert call.target == Broker(1)
+    req = on_wire(call)
+    assert (req.group_id, req.member_id, req.share_session_epoch) == ("g", "m-1", 0)
+    assert (req.max_wait_ms, req.max_records, req.batch_size) == (100, 500, 500)
+    assert [(t.topic_id, [p.partition_index for p in t.partitions]) for t in req.topics] \
+        == [(TID, [0, 1])]
+    assert not any(p.acknowledgement_batches for p in req.topics[0].partitions)
+    assert req.forgotten_topics_data == []
+    # version 0 sizes partitions instead of counting records
+    v0 = on_wire(call, 0)
+    assert all(p.partition_max_bytes == 1048576 for p in v0.topics[0].partitions)
+    # one request per session at a time
+    share.fetcher.tick(time.monotonic())
+    assert share.runner.take() == []
+
+
+def test_no_fetch_before_the_member_has_joined(share):
+    share.member.epoch = 0
+    share.fetcher.tick(time.monotonic())
+    assert share.runner.take() == []
+
+
+def test_an_answer_queues_the_acquired_records_and_steps_the_epoch(share):
+    f = share.fetcher
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    assert answer(call, fetch_answer([(0, batch_bytes(0, 5), [(2, 3, 1)], 0, 0),
+                                      (1, None, [], 0, 0)])) is None
+    (chunk,) = list(f.chunks)
+    assert (chunk.node, chunk.part.key, chunk.acquired) == (1, ("t", 0), [(2, 3, 1)])
+    assert [b.base_offset for b in chunk.batches] == [0]
+    session = f.sessions[1]
+    assert session.epoch == 1 and session.partitions == {("t", 0), ("t", 1)}
+    # a fetch waits until the application has taken what was fetched
+    f.tick(time.monotonic())
+    assert share.runner.take() == []
+    assert f.take_chunk() is chunk
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    req = on_wire(call)
+    assert req.share_session_epoch == 1
+    assert req.topics == [] and req.forgotten_topics_data == []   # nothing new
+
+
+def test_acknowledgements_ride_on_the_next_fetch_and_their_outcome_is_kept(share):
+    f = share.fetcher
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 4), [(0, 3, 1)], 0, 0)]))
+    f.take_chunk()
+    waiter = CommitWaiter(1)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 1, Wire.ACCEPT),
+                                          AckRange(2, 2, Wire.RELEASE),
+                                          AckRange(3, 3, Wire.REJECT)], waiter)], now=False)
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    req = on_wire(call)
+    assert call.api_key == ApiKey.SHARE_FETCH and req.share_session_epoch == 1
+    (part,) = req.topics[0].partitions
+    assert part.partition_index == 0
+    assert [(b.first_offset, b.last_offset, b.acknowledge_types)
+            for b in part.acknowledgement_batches] == [(0, 1, [1]), (2, 2, [2]), (3, 3, [3])]
+    assert f.acks == []
+    answer(call, fetch_answer([(0, None, [], 0, ErrorCode.INVALID_RECORD_STATE)]))
+    assert waiter.done.is_set()
+    assert waiter.results[("t", 0)].code() == ErrorCode.INVALID_RECORD_STATE
+    (outcome,) = f.take_outcomes()
+    assert outcome.offsets == {("t", 0): {0, 1, 2, 3}}
+    assert outcome.error.code() == ErrorCode.INVALID_RECORD_STATE
+
+
+def test_a_commit_sends_a_share_acknowledge_not_a_fetch(share):
+    f = share.fetcher
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 2), [(0, 1, 1)], 0, 0)]))
+    f.take_chunk()
+    waiter = CommitWaiter(1)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 1, Wire.ACCEPT)], waiter)], now=True)
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    assert call.api_key == ApiKey.SHARE_ACKNOWLEDGE
+    req = on_wire(call)
+    assert req.share_session_epoch == 1
+    assert [(p.partition_index, [(b.first_offset, b.last_offset, b.acknowledge_types)
+                                 for b in p.acknowledgement_batches])
+            for p in req.topics[0].partitions] == [(0, [(0, 1, [1])])]
+    answer(call, ShareAcknowledgeResponse(responses=[
+        ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse(topic_id=TID, partitions=[
+            ShareAcknowledgeResponse.PartitionData(partition_index=0, error_code=0)])]))
+    assert waiter.done.is_set() and waiter.results == {("t", 0): None}
+    assert f.sessions[1].epoch == 2
+
+
+def test_a_partition_no_longer_assigned_is_forgotten(share):
+    f = share.fetcher
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], fetch_answer([]))
+    f.set_assignment(ShareAssignment({TID: (0,)}))
+    f.tick(time.monotonic())
+    req = on_wire(share.runner.take()[0])
+    assert req.share_session_epoch == 1 and req.topics == []
+    assert [(t.topic_id, t.partitions) for t in req.forgotten_topics_data] == [(TID, [1])]
+
+
+def test_a_lost_share_session_fails_its_acknowledgements_and_starts_again(share):
+    f = share.fetcher
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 1), [(0, 0, 1)], 0, 0)]))
+    f.take_chunk()
+    waiter = CommitWaiter(1)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)], now=False)
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0],
+           ShareFetchResponse(error_code=ErrorCode.SHARE_SESSION_NOT_FOUND, responses=[]))
+    assert waiter.results[("t", 0)].code() == ErrorCode.SHARE_SESSION_NOT_FOUND
+    assert f.sessions[1].epoch == 0
+    f.sessions[1].backoff_until = 0.0
+    f.tick(time.monotonic())
+    req = on_wire(share.runner.take()[0])
+    assert req.share_session_epoch == 0
+    assert [p.partition_index for p in req.topics[0].partitions] == [0, 1]
+
+
+def test_records_acquired_for_a_partition_no_longer_assigned_are_released(share):
+    f = share.fetcher
+    f.tick(time.monotonic())
+    call = share.runner.take()[0]
+    f.set_assignment(ShareAssignment({TID: (1,)}))
+    f._resolve()
+    answer(call, fetch_answer([(0, batch_bytes(0, 3), [(0, 2, 1)], 0, 0)]))
+    assert not f.chunks
+    assert [(b.key, b.ranges) for b in f.acks] == [
+        (("t", 0), [AckRange(0, 2, Wire.RELEASE)])]
+    assert f.flush_acks
+
+
+def test_close_sends_the_last_acknowledgements_with_epoch_minus_one(share):
+    f = share.fetcher
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 2), [(0, 1, 1)], 0, 0)]))
+    f.take_chunk()
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 1, Wire.ACCEPT)])], now=True)
+    closed = []
+    f.close_sessions(lambda: closed.append(True))
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    assert call.api_key == ApiKey.SHARE_ACKNOWLEDGE
+    req = on_wire(call)
+    assert req.share_session_epoch == -1
+    assert req.topics[0].partitions[0].acknowledgement_batches[0].acknowledge_types == [1]
+    assert not closed
+    answer(call, ShareAcknowledgeResponse(responses=[]))
+    f.tick(time.monotonic())
+    assert closed == [True] and share.runner.take() == []
+
+
+def test_heartbeats_join_then_send_the_subscription_only_when_it_changes():
+    runner = FakeRunner()
+    assigned = []
+    member = ShareMember(config(), runner, assigned.append, lambda e: None)
+    member._set_topics(["t"])
+    member.tick(time.monotonic())
+    (call,) = runner.take()
+    assert call.target == Coordinator(0, "g")
+    req = on_wire(call)
+    assert (req.member_epoch, req.subscribed_topic_names) == (0, ["t"])
+    assert req.member_id   # the member's own id, replaced by the coordinator's
+    resp = ShareGroupHeartbeatResponse(
+        member_id="from-coordinator", member_epoch=5, heartbeat_interval_ms=2000,
+        assignment=ShareGroupHeartbeatResponse.Assignment(topic_partitions=[
+            ShareGroupHeartbeatResponse.TopicPartitions(topic_id=TID, partitions=[0, 1])]))
+    assert answer(call, resp) is None
+    assert assigned == [ShareAssignment({TID: (0, 1)})]
+    assert (member.member_id, member.epoch, member.heartbeat_interval) == \
+        ("from-coordinator", 5, 2.0)
+    member.tick(time.monotonic() + 2.5)
+    req = on_wire(runner.take()[0])
+    assert (req.member_id, req.member_epoch, req.subscribed_topic_names) == \
+        ("from-coordinator", 5, None)
+
+
+def test_a_fenced_member_loses_its_partitions_and_joins_again():
+    runner = FakeRunner()
+    assigned = []
+    member = ShareMember(config(), runner, assigned.append, lambda e: None)
+    member._set_topics(["t"])
+    member.epoch = 5
+    member.tick(time.monotonic() + 100)
+    answer(runner.take()[0], ShareGroupHeartbeatResponse(
+        error_code=ErrorCode.FENCED_MEMBER_EPOCH, member_epoch=0))
+    assert member.epoch == 0 and assigned == [ShareAssignment({})]
+    member.tick(time.monotonic())
+    req = on_wire(runner.take()[0])
+    assert (req.member_epoch, req.subscribed_topic_names) == (0, ["t"])
+
+
+def test_coordinator_moved_is_retried_by_the_runner():
+    runner = FakeRunner()
+    member = ShareMember(config(), runner, lambda a: None, lambda e: None)
+    member._set_topics(["t"])
+    member.tick(time.monotonic())
+    again = answer(runner.take()[0], ShareGroupHeartbeatResponse(
+        error_code=ErrorCode.NOT_COORDINATOR))
+    assert again is not None and again.code() == ErrorCode.NOT_COORDINATOR
+
+
+def test_leaving_sends_epoch_minus_one_and_ends_when_answered():
+    runner = FakeRunner()
+    member = ShareMember(config(), runner, lambda a: None, lambda e: None)
+    member._set_topics(["t"])
+    member.epoch = 7
+    done = []
+    member._leave(lambda: done.append(True))
+    (call,) = runner.take()
+    assert on_wire(call).member_epoch == -1
+    assert not done
+    answer(call, ShareGroupHeartbeatResponse(member_epoch=-1))
+    assert done == [True] and member.epoch == 0
+    member.tick(time.monotonic() + 100)    # no heartbeat while leaving or after
+    member._set_topics(None)
+    member.tick(time.monotonic() + 100)
+    assert runner.take() == []
+
+
+# -- the application side (a consumer whose brokers are never reached) ----------------
+
+@pytest.fixture
+def offline():
+    made = []
+
+    def make(**conf):
+        c = ShareConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1", **conf})
+        made.append(c)
+        # The I/O thread's fetcher would settle the acknowledgements (no session):
+        # these tests look at what the application side hands over.
+        stopped = threading.Event()
+        c._io.call_soon(lambda: (c._io.remove_tick(c._fetcher.tick), stopped.set()))
+        assert stopped.wait(10)
+        c.subscribe(["t"])
+        return c
+
+    yield make
+    for c in made:
+        c._io.call_soon(c._io.add_tick, c._fetcher.tick)
+        c.close()
+
+
+def queue_chunk(consumer, base, count, acquired, partition=0):
+    data = batch_bytes(base, count)
+    with consumer._fetcher.lock:
+        consumer._fetcher.chunks.append(ShareChunk(
+            1, PartitionState("t", partition), list(read_batches(data)), acquired))
+    consumer._ready.set()
+
+
+def handed_acks(consumer):
+    with consumer._fetcher.lock:
+        acks, consumer._fetcher.acks = consumer._fetcher.acks, []
+    return sorted((b.key, r.first, r.last, int(r.kind)) for b in acks for r in b.ranges)
+
+
+def test_poll_hands_out_only_acquired_records_with_their_delivery_count(offline):
+    c = offline()
+    queue_chunk(c, 0, 6, [(1, 2, 1), (4, 4, 3)])
+    msgs = c.poll(5)
+    assert isinstance(msgs, Messages)
+    assert [(m.offset(), m.value(), m.delivery_count()) for m in msgs] == \
+        [(1, b"v1", 1), (2, b"v2", 1), (4, b"v4", 3)]
+    # implicit mode: the next poll accepts them
+    c.poll(0)
+    assert handed_acks(c) == [(("t", 0), 1, 2, 1), (("t", 0), 4, 4, 1)]
+
+
+def test_acquired_offsets_without_a_record_are_acknowledged_as_gaps(offline):
+    c = offline()
+    # batches hold offsets 0-1 and 5-6; 2-4 are not records (compacted, control)
+    with c._fetcher.lock:
+        batches = list(read_batches(batch_bytes(0, 2) + batch_bytes(5, 2)))
+        c._fetcher.chunks.append(ShareChunk(1, PartitionState("t", 0), batches,
+                                            [(0, 8, 1)]))
+    msgs = c.poll(5)
+    assert [m.offset() for m in msgs] == [0, 1, 5, 6]
+    # 2-4: gaps; 7-8 past the data: released (not read, not lost)
+    assert handed_acks(c) == [(("t", 0), 2, 4, 0), (("t", 0), 7, 8, 2)]
+
+
+def test_max_poll_records_bounds_a_poll(offline):
+    c = offline(**{"max.poll.records": 3})
+    queue_chunk(c, 0, 5, [(0, 4, 1)])
+    assert [m.offset() for m in c.poll(5)] == [0, 1, 2]
+    assert [m.offset() for m in c.poll(5)] == [3, 4]
+
+
+def test_explicit_mode_refuses_the_next_poll_until_every_record_is_acknowledged(offline):
+    c = offline(**{"share.acknowledgement.mode": "explicit"})
+    queue_chunk(c, 0, 3, [(0, 2, 1)])
+    msgs = c.poll(5)
+    assert len(msgs) == 3
+    c.acknowledge(msgs[0], AcknowledgeType.ACCEPT)
+    c.acknowledge_offset("t", 0, 1, AcknowledgeType.RELEASE)
+    with pytest.raises(IllegalStateException):
+        c.poll(0)
+    c.acknowledge(msgs[2], AcknowledgeType.REJECT)
+    c.poll(0)
+    assert handed_acks(c) == [(("t", 0), 0, 0, 1), (("t", 0), 1, 1, 2), (("t", 0), 2, 2, 3)]
+    with pytest.raises(IllegalStateException):   # no longer in flight
+        c.acknowledge(msgs[0])
+
+
+def test_acknowledge_argument_rules(offline):
+    implicit = offline()
+    queue_chunk(implicit, 0, 1, [(0, 0, 1)])
+    (msg,) = implicit.poll(5)
+    with pytest.raises(IllegalStateException):
+        implicit.acknowledge(msg)
+    c = offline(**{"share.acknowledgement.mode": "explicit"})
+    with pytest.raises(TypeError):
+        c.acknowledge("not a message")
+    with pytest.raises(ValueError):
+        c.acknowledge_offset("t", 0, 0, 7)
+    with pytest.raises(ValueError):
+        c.acknowledge_offset("t", -1, 0)
+    with pytest.raises(TypeError):
+        c.acknowledge_offset("t", 0, 0, "ACCEPT")
+    with pytest.raises(IllegalStateException):
+        c.acknowledge_offset("t", 0, 0)          # not in flight
+
+
+def test_close_releases_what_was_fetched_and_not_handed_out(offline):
+    c = offline(**{"share.acknowledgement.mode": "explicit", "max.poll.records": 1})
+    queue_chunk(c, 0, 3, [(0, 2, 1)])
+    (first,) = c.poll(5)
+    queue_chunk(c, 10, 2, [(10, 11, 1)], partition=1)
+    acks = c._take_acks(closing=True) + c._unhanded()
+    got = sorted((b.key, r.first, r.last, int(r.kind)) for b in acks for r in b.ranges)
+    assert got == [(("t", 0), 0, 0, 2), (("t", 0), 1, 1, 2), (("t", 0), 2, 2, 2),
+                   (("t", 1), 10, 11, 2)]
+
+
+def test_commit_sync_without_acknowledgements_is_empty_and_checks_its_timeout(offline):
+    c = offline()
+    assert c.commit_sync(0.1) == {}
+    with pytest.raises(TypeError):
+        c.commit_sync(None)
+
+
+def test_commit_sync_reports_each_partition(offline):
+    c = offline()
+    queue_chunk(c, 0, 2, [(0, 1, 1)])
+    c.poll(5)
+
+    def answer_them():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with c._fetcher.lock:
+                acks, c._fetcher.acks = c._fetcher.acks, []
+            if acks:
+                c._fetcher._settle(acks, None)
+                return
+            time.sleep(0.01)
+
+    t = threading.Thread(target=answer_them)
+    t.start()
+    assert c.commit_sync(10) == {TopicPartition("t", 0): None}
+    t.join()
+
+
+def test_the_callback_gets_the_outcomes_and_may_not_call_the_consumer(offline):
+    c = offline()
+    seen = []
+
+    def cb(offsets, exc):
+        seen.append((offsets, exc))
+        with pytest.raises(IllegalStateException):
+            c.commit_async()
+
+    c.set_acknowledgement_commit_callback(cb)
+    from kafka_client.errors import KafkaError
+    c._fetcher._settle([AckBatch(1, ("t", 0), [AckRange(3, 4, Wire.ACCEPT)])], None)
+    c._fetcher._settle([AckBatch(1, ("t", 1), [AckRange(7, 7, Wire.REJECT)])],
+                       KafkaError(ErrorCode.INVALID_RECORD_STATE))
+    c.commit_async()
+    assert seen[0] == ({TopicPartition("t", 0): {3, 4}}, None)
+    assert seen[1][0] == {TopicPartition("t", 1): {7}}
+    assert isinstance(seen[1][1], KafkaException)
+    assert seen[1][1].args[0].code() == ErrorCode.INVALID_RECORD_STATE
+    with pytest.raises(TypeError):
+        c.set_acknowledgement_commit_callback(3)
+
+
+def test_a_second_thread_inside_a_call_is_refused(offline):
+    c = offline()
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (c.poll(3), done.set()))
+    t.start()
+    deadline = time.monotonic() + 10
+    while c._owner is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert c._owner is not None
+    with pytest.raises(ConcurrentModificationException):
+        c.subscription()
+    queue_chunk(c, 0, 1, [(0, 0, 1)])   # ends the poll
+    assert done.wait(10)
+    t.join()
+    assert c.subscription() == ["t"]
+
+
+def test_construction_rules_and_closed_state():
+    with pytest.raises(ValueError, match="group.id"):
+        ShareConsumer({"bootstrap.servers": "127.0.0.1:1"})
+    for name, value in (("group.protocol", "consumer"), ("enable.auto.commit", True),
+                        ("auto.offset.reset", "earliest"), ("session.timeout.ms", 10000),
+                        ("isolation.level", "read_committed")):
+        with pytest.raises(ValueError, match=name):
+            ShareConsumer({"group.id": "g", name: value})
+    c = ShareConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1"})
+    with pytest.raises(IllegalStateException, match="not subscribed"):
+        c.poll(0)
+    with pytest.raises(ValueError):
+        c.subscribe(["a", "a"])
+    c.subscribe([])
+    assert c.subscription() == []
+    with c:
+        pass
+    for call in (lambda: c.poll(0), c.subscription, lambda: c.commit_sync(0.1),
+                 c.commit_async, c.unsubscribe):
+        with pytest.raises(IllegalStateException, match="closed"):
+            call()
+    c.close()   # a second close does nothing
+
+
+def test_messages_is_a_read_only_sequence():
+    m = Messages([1, 2, 3])
+    assert (len(m), m.count(), m.is_empty(), m[1], list(m)) == (3, 3, False, 2, [1, 2, 3])
+    assert isinstance(m[1:], Messages) and m[1:].records() == [2, 3]
+    assert Messages().is_empty() and not Messages()
+    assert [int(a) for a in AcknowledgeType] == [1, 2, 3]

@@ -441,10 +441,12 @@ class ShareConsumer(ClientBase):
             left = threading.Event()
 
             def close_sessions() -> None:
+                # The last acknowledgements and the closing together: none may go in a
+                # request of its own first, and no fetch may go after them.
+                if acks:
+                    fetcher.acknowledge(acks, now=True)
                 fetcher.close_sessions(closed.set)
 
-            if acks:
-                fetcher.acknowledge(acks, now=True)
             io.call_soon(close_sessions)
             deadline = time.monotonic() + CLOSE_WAIT_S
             self._cluster.wait_for(closed, deadline)

@@ -188,6 +188,8 @@ class ShareFetcher:
         self.flush_acks = False
         #: (io) close(): the sessions are closed, then ``closing()`` runs
         self.closing: Optional[Callable[[], None]] = None
+        #: (io) from close() on: no fetch (a new session would acquire records again)
+        self.closed = False
 
     # ============================================================ application thread
     def take_chunk(self) -> Optional[ShareChunk]:
@@ -277,7 +279,7 @@ class ShareFetcher:
             flush = self.flush_acks
             queued = bool(self.chunks)
         closing = self.closing is not None
-        fetching = self.member.joined and not queued and not closing
+        fetching = self.member.joined and not queued and not self.closed
         nodes = set(acks_by_node) | set(self.sessions)
         if fetching:
             nodes |= set(by_node)
@@ -318,6 +320,7 @@ class ShareFetcher:
         """Close every share session (a ShareAcknowledge with epoch -1, carrying the
         acknowledgements still to send), then ``done()`` (I/O thread)."""
         self.closing = done
+        self.closed = True
         self.io.wake()
 
     # -- requests ------------------------------------------------------------------------
@@ -404,6 +407,9 @@ class ShareFetcher:
     def _send_acknowledge(self, node: int, session: _Session, acks: List[AckBatch],
                           final: bool) -> None:
         epoch = int(FetchSessionEpoch.FINAL) if final else session.epoch
+        self.log.debug("share group %s: ShareAcknowledge to broker %d, epoch %d: %s",
+                       self.member.group_id, node, epoch,
+                       [(b.key, b.ranges) for b in acks])
         topics: Dict[uuid.UUID, List[Any]] = {}
         for key, batches in sorted(self._ack_wire(acks).items()):
             tid = self._topic_id(key[0])
@@ -494,9 +500,12 @@ class ShareFetcher:
                             if a.first_offset <= a.last_offset]
                 if not acquired:
                     continue
-                if self.closing is not None or key not in self.assigned:
-                    # Acquired as the member closes or after it lost the partition:
-                    # given back at once rather than held until the locks expire.
+                self.log.debug("share group %s: %s [%d] acquired %s from broker %d",
+                               self.member.group_id, name, key[1], acquired, node)
+                if self.closed:
+                    # Acquired as the member closes: given back at once rather than held
+                    # until the locks expire. (Records of a partition no longer assigned
+                    # are handed out still: they are this member's until acknowledged.)
                     release.append(AckBatch(node, key, [
                         AckRange(f, last, AcknowledgeType.RELEASE)
                         for f, last, _n in acquired]))

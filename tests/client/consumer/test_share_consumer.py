@@ -275,17 +275,27 @@ def test_a_lost_share_session_fails_its_acknowledgements_and_starts_again(share)
     assert [p.partition_index for p in req.topics[0].partitions] == [0, 1]
 
 
-def test_records_acquired_for_a_partition_no_longer_assigned_are_released(share):
+def test_records_acquired_as_the_member_closes_are_released(share):
+    f = share.fetcher
+    f.tick(time.monotonic())
+    call = share.runner.take()[0]
+    f.close_sessions(lambda: None)
+    answer(call, fetch_answer([(0, batch_bytes(0, 3), [(0, 2, 1)], 0, 0)]))
+    assert not f.chunks
+    assert [(b.key, b.ranges) for b in f.acks] == [
+        (("t", 0), [AckRange(0, 2, Wire.RELEASE)])]
+    assert f.flush_acks
+
+
+def test_records_of_a_partition_no_longer_assigned_are_still_handed_out(share):
     f = share.fetcher
     f.tick(time.monotonic())
     call = share.runner.take()[0]
     f.set_assignment(ShareAssignment({TID: (1,)}))
     f._resolve()
     answer(call, fetch_answer([(0, batch_bytes(0, 3), [(0, 2, 1)], 0, 0)]))
-    assert not f.chunks
-    assert [(b.key, b.ranges) for b in f.acks] == [
-        (("t", 0), [AckRange(0, 2, Wire.RELEASE)])]
-    assert f.flush_acks
+    assert [(c.part.key, c.acquired) for c in f.chunks] == [(("t", 0), [(0, 2, 1)])]
+    assert f.acks == []
 
 
 def test_close_sends_the_last_acknowledgements_with_epoch_minus_one(share):
@@ -306,6 +316,10 @@ def test_close_sends_the_last_acknowledgements_with_epoch_minus_one(share):
     answer(call, ShareAcknowledgeResponse(responses=[]))
     f.tick(time.monotonic())
     assert closed == [True] and share.runner.take() == []
+    # Closed for good: the member has not left yet, but a fetch now would open a new
+    # session and acquire records again (their delivery counts going up for nothing).
+    f.tick(time.monotonic())
+    assert share.runner.take() == []
 
 
 def test_heartbeats_join_then_send_the_subscription_only_when_it_changes():

@@ -1,0 +1,202 @@
+"""The share consumer (KIP-932) against the test cluster (``kafka_client.testing``), which
+serves share groups as Apache Kafka 4.1 does (Tansu and noida-db have none).
+
+The consumers run in a child process with a hard timeout (a hang fails the test); the
+child prints what it read as JSON, and the cluster's own share-partition state
+(``Cluster.share_state``) is the independent check of what the broker was told.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kafka_client import Producer
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+#: a lock far longer than any test: a record seen again came back because the client
+#: released it (or its member left), never because its lock expired
+LOCK_MS = 120_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from kafka_client.testing import Cluster
+    with Cluster(brokers=2, data_dir=str(tmp_path_factory.mktemp("kip932")),
+                 broker_config={"group.share.heartbeat.interval.ms": 200,
+                                "group.share.record.lock.duration.ms": LOCK_MS}) as c:
+        yield c
+
+
+@pytest.fixture
+def topic(cluster, topic_name):
+    cluster.create_topic(topic_name, partitions=PARTITIONS, replication_factor=1)
+    # Kafka's default is "latest": these groups read what was produced before they joined
+    cluster.set_group_config(topic_name, {"share.auto.offset.reset": "earliest"})
+    return topic_name
+
+
+def produce_here(cluster, topic, count):
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 2}) as p:
+        for i in range(count):
+            p.produce(topic, b"m%d" % i, partition=i % PARTITIONS)
+        assert p.flush(30) == 0
+
+
+CHILD_PRELUDE = """
+import json, sys, time
+from kafka_client import AcknowledgeType, ShareConsumer
+
+BOOTSTRAP, TOPIC = sys.argv[1], sys.argv[2]
+
+def consumer(**conf):
+    c = ShareConsumer({"bootstrap.servers": BOOTSTRAP, "group.id": TOPIC, **conf})
+    c.subscribe([TOPIC])
+    return c
+
+def records(msgs):
+    out = []
+    for m in msgs:
+        assert m.error() is None, m.error()
+        out.append([m.partition(), m.offset(), m.value().decode(), m.delivery_count()])
+    return out
+
+def assigned(c):
+    return bool(c._fetcher.assigned)
+
+def produce(n):
+    from kafka_client import Producer
+    with Producer({"bootstrap.servers": BOOTSTRAP, "linger.ms": 2}) as p:
+        for i in range(n):
+            p.produce(TOPIC, b"m%d" % i, partition=i % 3)
+        assert p.flush(30) == 0
+"""
+
+
+def run(run_child, cluster, topic, body, timeout=90):
+    code = (f"import sys; sys.argv[1:] = {[cluster.bootstrap_servers, topic]!r}\n"
+            + CHILD_PRELUDE + body)
+    out = run_child(code, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def states(cluster, group):
+    """{(partition, offset): (state, delivery count)} of the group's in-flight records."""
+    return {(p["partition"], r[0]): (r[1], r[2])
+            for p in cluster.share_state(group) for r in p["records"]}
+
+
+def test_two_members_split_the_records_each_read_once(cluster, topic, run_child):
+    n = 60
+    seen = run(run_child, cluster, topic, f"""
+a, b = consumer(**{{"max.poll.records": 5}}), consumer(**{{"max.poll.records": 5}})
+deadline = time.monotonic() + 30
+while not (assigned(a) and assigned(b)) and time.monotonic() < deadline:
+    a.poll(0.1); b.poll(0.1)
+assert assigned(a) and assigned(b), "both members assigned in 30 s"
+produce({n})
+seen = {{"a": [], "b": []}}
+deadline = time.monotonic() + 40
+while len(seen["a"]) + len(seen["b"]) < {n} and time.monotonic() < deadline:
+    seen["a"] += records(a.poll(0.2))
+    seen["b"] += records(b.poll(0.2))
+seen["late"] = records(a.poll(0.5)) + records(b.poll(0.5))
+results = [a.commit_sync(10), b.commit_sync(10)]
+a.close(); b.close()
+seen["errors"] = [str(v) for r in results for v in r.values() if v is not None]
+print(json.dumps(seen))
+""")
+    every = seen["a"] + seen["b"] + seen["late"]
+    keys = [(p, o) for p, o, _v, _n in every]
+    assert len(keys) == len(set(keys)), "a record read twice"
+    assert sorted(v for _p, _o, v, _n in every) == sorted("m%d" % i for i in range(n))
+    assert seen["a"] and seen["b"], "one member read everything"
+    assert all(count == 1 for *_x, count in every)
+    assert seen["errors"] == []
+    # the broker has every record acknowledged: nothing left in flight
+    for part in cluster.share_state(topic):
+        assert part["start_offset"] == n // PARTITIONS, part
+        assert all(r[1] == "acknowledged" for r in part["records"]), part
+
+
+def test_released_records_come_again_rejected_ones_never(cluster, topic, run_child):
+    produce_here(cluster, topic, 9)
+    out = run(run_child, cluster, topic, """
+c = consumer(**{"share.acknowledgement.mode": "explicit"})
+first = []
+deadline = time.monotonic() + 30
+while len(first) < 9 and time.monotonic() < deadline:
+    msgs = c.poll(0.2)
+    for m in msgs:
+        # m0, m3, m6 (partition 0) released; the rest rejected
+        kind = AcknowledgeType.RELEASE if m.partition() == 0 else AcknowledgeType.REJECT
+        c.acknowledge(m, kind)
+    first += records(msgs)
+result = c.commit_sync(10)
+again = []
+deadline = time.monotonic() + 20
+while len(again) < 3 and time.monotonic() < deadline:
+    msgs = c.poll(0.2)
+    for m in msgs:
+        c.acknowledge(m, AcknowledgeType.ACCEPT)
+    again += records(msgs)
+extra = []
+for _ in range(5):            # a second, a rejected record would have come by now
+    msgs = c.poll(0.2)
+    for m in msgs:
+        c.acknowledge(m)
+    extra += records(msgs)
+c.commit_sync(10)
+c.close()
+print(json.dumps({"first": first, "again": again, "extra": extra,
+                  "errors": [str(v) for v in result.values() if v is not None]}))
+""")
+    assert sorted(v for *_x, v, _n in out["first"]) == sorted("m%d" % i for i in range(9))
+    assert out["errors"] == []
+    assert sorted(map(tuple, out["again"])) == [(0, 0, "m0", 2), (0, 1, "m3", 2),
+                                                 (0, 2, "m6", 2)]
+    assert out["extra"] == []
+    # every record done with (rejected ones archived, released ones accepted after)
+    for part in cluster.share_state(topic):
+        assert (part["start_offset"], part["records"]) == (3, []), part
+
+
+def test_close_gives_unacknowledged_records_to_the_other_member(cluster, topic, run_child):
+    produce_here(cluster, topic, 6)
+    out = run(run_child, cluster, topic, """
+a = consumer(**{"share.acknowledgement.mode": "explicit"})
+held = []
+deadline = time.monotonic() + 30
+while not held and time.monotonic() < deadline:
+    held = records(a.poll(0.2))        # explicit mode: no next poll before acknowledging
+b = consumer()
+before = []
+deadline = time.monotonic() + 30
+while not assigned(b) and time.monotonic() < deadline:
+    before += records(b.poll(0.1))
+before += records(b.poll(1.0))
+closed_at = time.monotonic()
+a.close()                               # nothing acknowledged: all released
+got = []
+deadline = time.monotonic() + 30
+while len(before) + len(got) < 6 and time.monotonic() < deadline:
+    got += records(b.poll(0.2))
+took = time.monotonic() - closed_at
+b.commit_sync(10)
+b.close()
+print(json.dumps({"held": held, "before": before, "got": got, "took": took}))
+""")
+    held = {(p, o) for p, o, _v, _n in out["held"]}
+    assert held
+    assert not held & {(p, o) for p, o, _v, _n in out["before"]}, "A's records went to B"
+    every = out["before"] + out["got"]
+    assert sorted(v for *_x, v, _n in every) == sorted("m%d" % i for i in range(6))
+    assert {(p, o): n for p, o, _v, n in out["got"] if (p, o) in held} == \
+        {k: 2 for k in held}
+    # well before the locks (120 s) could have expired
+    assert out["took"] < LOCK_MS / 1000 / 4
+    for part in cluster.share_state(topic):
+        assert (part["start_offset"], part["records"]) == (2, []), part

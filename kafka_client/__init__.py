@@ -54,6 +54,7 @@ __all__ = [
     "AdminClient",
     "SerializingProducer",
     "DeserializingConsumer",
+    "DeserializingShareConsumer",
     "OFFSET_TAIL",
     "KafkaError",
     "KafkaException",
@@ -101,6 +102,8 @@ _LAZY = {
     "OFFSET_TAIL": (".consumer.consumer", "OFFSET_TAIL"),
     "SerializingProducer": (".serializing_producer", "SerializingProducer"),
     "DeserializingConsumer": (".deserializing_consumer", "DeserializingConsumer"),
+    "DeserializingShareConsumer": (".deserializing_share_consumer",
+                                   "DeserializingShareConsumer"),
 }
 
 if _typing.TYPE_CHECKING:
@@ -112,11 +115,13 @@ if _typing.TYPE_CHECKING:
     from .consumer.consumer import OFFSET_TAIL, Consumer
     from .consumer.share_consumer import ShareConsumer
     from .deserializing_consumer import DeserializingConsumer
+    from .deserializing_share_consumer import DeserializingShareConsumer
     from .producer.producer import Producer
     from .serializing_producer import SerializingProducer
 
 # Submodules confluent-kafka's top level exposes as attributes.
-_SUBMODULES = ("serialization", "serializing_producer", "deserializing_consumer", "admin")
+_SUBMODULES = ("serialization", "serializing_producer", "deserializing_consumer",
+               "deserializing_share_consumer", "admin")
 
 
 # Hidden from type checkers: with every lazy name imported above for them, a misspelt

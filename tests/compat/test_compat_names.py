@@ -29,13 +29,11 @@ from kafka_client import (
 
 ck = pytest.importorskip("confluent_kafka")
 
-# Out of scope of the drop-in promise (docs/migrating.md): share consumers, and the Schema
-# Registry and legacy Avro submodules (attributes once another test imported them), whose
-# serdes are used from confluent-kafka itself with our clients
-# (test_compat_schema_registry.py); the rest of confluent-kafka's top level must be here.
-NOT_YET = {"ShareConsumer", "DeserializingShareConsumer", "AcknowledgeType", "Messages",
-           "ConcurrentModificationException", "IllegalStateException",
-           "deserializing_share_consumer", "cimpl", "os", "schema_registry", "avro"}
+# Out of scope of the drop-in promise (docs/migrating.md): the Schema Registry and legacy
+# Avro submodules (attributes once another test imported them), whose serdes are used from
+# confluent-kafka itself with our clients (test_compat_schema_registry.py); the rest of
+# confluent-kafka's top level must be here.
+NOT_YET = {"cimpl", "os", "schema_registry", "avro"}
 
 
 def test_every_top_level_name_exists():
@@ -160,3 +158,19 @@ def test_uuid_text_matches_confluent_and_compares_by_value():
         Uuid("x", 1)
     with pytest.raises(OverflowError):
         Uuid(2**63, 0)
+
+
+def test_the_share_consumer_names_match_confluent():
+    """KIP-932's classes: every public method of confluent-kafka's ShareConsumer,
+    DeserializingShareConsumer and Messages, the AcknowledgeType values, and the two
+    exceptions as RuntimeErrors."""
+    for name in ("ShareConsumer", "DeserializingShareConsumer", "Messages"):
+        theirs, ours = getattr(ck, name), getattr(kafka_client, name)
+        methods = {n for n, _f in inspect.getmembers(theirs, callable)
+                   if not n.startswith("_")}
+        assert sorted(m for m in methods if not hasattr(ours, m)) == [], name
+    assert {m.name: m.value for m in kafka_client.AcknowledgeType} == \
+        {m.name: m.value for m in ck.AcknowledgeType}
+    for name in ("ConcurrentModificationException", "IllegalStateException"):
+        assert issubclass(getattr(kafka_client, name), RuntimeError)
+        assert issubclass(getattr(ck, name), RuntimeError)

@@ -11,6 +11,8 @@ import pytest
 
 from kafka_client import (
     AcknowledgeType,
+    DeserializingShareConsumer,
+    KafkaError,
     ConcurrentModificationException,
     IllegalStateException,
     KafkaException,
@@ -396,8 +398,8 @@ def test_leaving_sends_epoch_minus_one_and_ends_when_answered():
 def offline():
     made = []
 
-    def make(**conf):
-        c = ShareConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1", **conf})
+    def make(cls=ShareConsumer, **conf):
+        c = cls({"group.id": "g", "bootstrap.servers": "127.0.0.1:1", **conf})
         made.append(c)
         # The I/O thread's fetcher would settle the acknowledgements (no session):
         # these tests look at what the application side hands over.
@@ -543,7 +545,6 @@ def test_the_callback_gets_the_outcomes_and_may_not_call_the_consumer(offline):
             c.commit_async()
 
     c.set_acknowledgement_commit_callback(cb)
-    from kafka_client.errors import KafkaError
     c._fetcher._settle([AckBatch(1, ("t", 0), [AckRange(3, 4, Wire.ACCEPT)])], None)
     c._fetcher._settle([AckBatch(1, ("t", 1), [AckRange(7, 7, Wire.REJECT)])],
                        KafkaError(ErrorCode.INVALID_RECORD_STATE))
@@ -603,3 +604,18 @@ def test_messages_is_a_read_only_sequence():
     assert isinstance(m[1:], Messages) and m[1:].records() == [2, 3]
     assert Messages().is_empty() and not Messages()
     assert [int(a) for a in AcknowledgeType] == [1, 2, 3]
+
+
+def test_the_deserializing_share_consumer_marks_what_it_cannot_read(offline):
+    def value(data, ctx):
+        if data == b"v1":
+            raise ValueError("bad value")
+        return data.decode().upper()
+
+    c = offline(DeserializingShareConsumer, **{"value.deserializer": value})
+    queue_chunk(c, 0, 3, [(0, 2, 1)])
+    msgs = c.poll(5)
+    assert isinstance(msgs, Messages)
+    assert [(m.offset(), m.value()) for m in msgs] == [(0, "V0"), (1, b"v1"), (2, "V2")]
+    assert [m.error() and m.error().code() for m in msgs] == \
+        [None, KafkaError._VALUE_DESERIALIZATION, None]

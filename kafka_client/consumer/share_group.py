@@ -161,6 +161,12 @@ class ShareMember:
             self._next_heartbeat = time.monotonic() + self._backoff.next_delay()
             self.log.debug("share group %s: heartbeat failed: %s", self.group_id,
                            error.str())
+            if error.code() == KafkaError._UNSUPPORTED_FEATURE and self.topics is not None:
+                # A broker without share groups (Kafka before 4.1, Tansu, noida-db): told
+                # once, and the member stops (subscribe() again tries again).
+                self.topics = None
+                self.report(KafkaError(error.code(), f"{error.str()}: the broker has no "
+                                       f"share groups (KIP-932, Apache Kafka 4.1 or later)"))
             self.io.wake()
 
         self.runner.submit(Call("ShareGroupHeartbeat", ApiKey.SHARE_GROUP_HEARTBEAT,

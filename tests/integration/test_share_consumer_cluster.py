@@ -200,3 +200,30 @@ print(json.dumps({"held": held, "before": before, "got": got, "took": took}))
     assert out["took"] < LOCK_MS / 1000 / 4
     for part in cluster.share_state(topic):
         assert (part["start_offset"], part["records"]) == (2, []), part
+
+
+def test_a_broker_without_share_groups_gets_a_clear_error(broker, topic_name, run_child):
+    """Tansu and noida-db serve no ShareGroupHeartbeat: the application is told at once,
+    once, and the member stops (it does not retry for ever in silence)."""
+    out = run_child(f"""
+import json, time
+from kafka_client import ShareConsumer
+c = ShareConsumer({{"bootstrap.servers": {broker.bootstrap!r}, "group.id": "g"}})
+c.subscribe([{topic_name!r}])
+errors = []
+start = time.monotonic()
+while not errors and time.monotonic() - start < 20:
+    errors = [m.error() for m in c.poll(0.2) if m.error() is not None]
+took = time.monotonic() - start
+later = [m.error() for m in c.poll(1.0)]
+c.close()
+print(json.dumps({{"codes": [e.code() for e in errors], "texts": [e.str() for e in errors],
+                  "took": took, "later": len(later)}}))
+""", timeout=90)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    from kafka_client import KafkaError
+    assert got["codes"] == [KafkaError._UNSUPPORTED_FEATURE], got
+    assert "ShareGroupHeartbeat" in got["texts"][0] and "share groups" in got["texts"][0]
+    assert got["took"] < 10
+    assert got["later"] == 0

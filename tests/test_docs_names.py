@@ -16,7 +16,8 @@ import pytest
 
 import kafka_client
 from kafka_client import (AdminClient, Consumer, DeserializingConsumer, KafkaError, Message,
-                          Producer, SerializingProducer, TopicPartition, config)
+                          Producer, SerializingProducer, ShareConsumer, TopicPartition,
+                          config)
 from kafka_client.admin import OffsetSpec
 from kafka_client.aio import AIOConsumer, AIOProducer
 from kafka_client.producer import idempotence
@@ -60,6 +61,8 @@ OTHER_NAMES = {
     "socket.sendmsg": "a socket's method, which the client writes requests with",
     "cluster.log_path": "kafka_client.testing.Cluster's attribute",
     "atheris.instrument_imports": "atheris's API (fuzzing.md; atheris is the fuzz extra)",
+    "share.record.lock.duration.ms": "a share group's group config (KIP-932), the broker's",
+    "share.delivery.count.limit": "a share group's group config (KIP-932), the broker's",
 }
 #: ``kafka_client``/``kafka_proto`` names that stand for a kind of name
 PLACEHOLDER_MODULES = {"kafka_proto._x", "kafka_proto.records._x"}
@@ -134,6 +137,9 @@ def test_the_other_names_are_what_they_are_said_to_be():
     for refused in ("fetch.wait.max.msec", "sasl.jaas.config"):
         with pytest.raises(Exception):
             config.describe(refused)
+    from kafka_client.testing._share_groups import SHARE_GROUP_CONFIGS
+    assert {"share.record.lock.duration.ms", "share.delivery.count.limit"} <= \
+        set(SHARE_GROUP_CONFIGS)
 
 
 def test_every_package_name_resolves():
@@ -158,7 +164,10 @@ OBJECTS = {
     "Message": (Message, DeliveredMessage),
     "err": (KafkaError,), "KafkaError": (KafkaError,),
     "cluster": (Cluster,), "Cluster": (Cluster,),
+    "ShareConsumer": (ShareConsumer,),
 }
+#: share-consumer.md's consumer is a share consumer
+SHARE_OBJECTS = {**OBJECTS, "consumer": (ShareConsumer,), "c": (ShareConsumer,)}
 #: asyncio.md's producer and consumer are the asyncio ones
 AIO_OBJECTS = {**OBJECTS, "producer": (AIOProducer,), "consumer": (AIOConsumer,)}
 
@@ -166,7 +175,8 @@ AIO_OBJECTS = {**OBJECTS, "producer": (AIOProducer,), "consumer": (AIOConsumer,)
 def test_every_method_named_exists():
     unknown = []
     for doc in DOCS:
-        objects = AIO_OBJECTS if doc.name == "asyncio.md" else OBJECTS
+        objects = {"asyncio.md": AIO_OBJECTS, "share-consumer.md": SHARE_OBJECTS}.get(
+            doc.name, OBJECTS)
         for line, text in backticked(doc):
             for obj, method in re.findall(r"(?<![\w.])(\w+)\.(\w+)\(", text):
                 classes = objects.get(obj)

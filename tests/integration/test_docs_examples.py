@@ -84,6 +84,20 @@ def test_consumer_guide(cluster, run_doc):
     assert not [line for line in lines if line.startswith("event:")], out.stdout
 
 
+def test_share_consumer_guide(cluster, run_doc):
+    cluster.set_group_config("docs-share", {"share.auto.offset.reset": "earliest"})
+    out = run_doc("docs/share-consumer.md", local(cluster))
+    lines = out.stdout.splitlines()
+    assert lines[0] == "10 b'job 0' True", out.stdout
+    assert lines[1].startswith("not yet: ")
+    assert lines[2] == "[(0, None)]"
+    assert lines[3] == "delivery count 2"
+    assert lines[4:] == ["True", "['docs-share']"]
+    # every record done with: nothing acquired, released or available left
+    (part,) = cluster.share_state("docs-share")
+    assert (part["start_offset"], part["records"]) == (20, []), part
+
+
 def test_delivery_guarantees_guide(cluster, run_doc):
     run_doc("docs/delivery-guarantees.md", local(cluster))
     assert messages_in(cluster, "docs-guarantees") == 2

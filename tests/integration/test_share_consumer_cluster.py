@@ -227,3 +227,71 @@ print(json.dumps({{"codes": [e.code() for e in errors], "texts": [e.str() for e 
     assert "ShareGroupHeartbeat" in got["texts"][0] and "share groups" in got["texts"][0]
     assert got["took"] < 10
     assert got["later"] == 0
+
+
+def test_a_member_of_confluent_kafka_shares_the_group(cluster, topic, run_child):
+    """librdkafka's share consumer and ours in one share group: between them every record
+    once, each accepted (the independent check of our members' requests)."""
+    n = 60
+    seen = run(run_child, cluster, topic, f"""
+import confluent_kafka
+theirs = confluent_kafka.ShareConsumer({{"bootstrap.servers": BOOTSTRAP, "group.id": TOPIC,
+                                         "max.poll.records": 5}})
+theirs.subscribe([TOPIC])
+ours = consumer(**{{"max.poll.records": 5}})
+deadline = time.monotonic() + 30
+while not assigned(ours) and time.monotonic() < deadline:
+    ours.poll(0.1); theirs.poll(0.1)
+for _ in range(10):   # librdkafka's member joins meanwhile (its assignment is not shown)
+    ours.poll(0.1); theirs.poll(0.1)
+produce({n})
+seen = {{"ours": [], "theirs": []}}
+deadline = time.monotonic() + 40
+while len(seen["ours"]) + len(seen["theirs"]) < {n} and time.monotonic() < deadline:
+    seen["ours"] += records(ours.poll(0.2))
+    seen["theirs"] += records(theirs.poll(0.2))
+seen["ours"] += records(ours.poll(0.5))
+seen["theirs"] += records(theirs.poll(0.5))
+ours.commit_sync(10); theirs.commit_sync(10)
+ours.close(); theirs.close()
+print(json.dumps(seen))
+""")
+    every = seen["ours"] + seen["theirs"]
+    keys = [(p, o) for p, o, _v, _n in every]
+    assert len(keys) == len(set(keys)), "a record read twice"
+    assert sorted(v for _p, _o, v, _n in every) == sorted("m%d" % i for i in range(n))
+    assert seen["ours"] and seen["theirs"], {k: len(v) for k, v in seen.items()}
+    for part in cluster.share_state(topic):
+        assert (part["start_offset"], part["records"]) == (n // PARTITIONS, []), part
+
+
+def test_an_acknowledgement_after_the_lock_expired_is_refused(cluster, topic, run_child):
+    """The lock is the broker's: a record held past it goes to another member, and the
+    late acknowledgement comes back from commit_sync() as INVALID_RECORD_STATE for its
+    partition."""
+    cluster.set_group_config(topic, {"share.record.lock.duration.ms": 1500})
+    produce_here(cluster, topic, 3)
+    out = run(run_child, cluster, topic, """
+a = consumer(**{"share.acknowledgement.mode": "explicit"})
+held = []
+deadline = time.monotonic() + 30
+while not held and time.monotonic() < deadline:
+    held = a.poll(0.2)
+b = consumer()
+taken = []
+deadline = time.monotonic() + 30
+while len(taken) < len(held) and time.monotonic() < deadline:
+    taken += records(b.poll(0.2))      # the held ones, once their locks expired
+for m in held:
+    a.acknowledge(m)
+result = a.commit_sync(10)
+a.close(); b.close()
+print(json.dumps({"held": records(held), "taken": taken,
+                  "result": {f"{tp.topic}:{tp.partition}": None if e is None else
+                             e.args[0].code() for tp, e in result.items()}}))
+""")
+    held = {(p, o) for p, o, _v, _n in out["held"]}
+    assert held and held <= {(p, o) for p, o, _v, _n in out["taken"]}
+    from kafka_client import KafkaError
+    assert set(out["result"].values()) == {KafkaError.INVALID_RECORD_STATE}, out
+    assert set(out["result"]) == {f"{topic}:{p}" for p, _o in held}

@@ -24,11 +24,23 @@ import bisect
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Set, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    NoReturn,
+    Optional,
+    Set,
+    Tuple,
+)
 
 from kafka_client._cluster.calls import CallRunner
 from kafka_client._common import ClientBase, deadline_after
 from kafka_client._model import AcknowledgeType, Messages
+from kafka_client.config import describe
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk
 from kafka_client.consumer.fetcher import Chunk
 from kafka_client.consumer.share_fetcher import (
@@ -90,15 +102,20 @@ class ShareConsumer(ClientBase):
     _closed_text = "Share consumer closed"
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
-        given = dict(config or {})
-        given.update(kwargs)
-        if not given.get("group.id") and not given.get("group_id"):
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError(f"expected configuration dict, not {type(config).__name__}")
+        given = {_canonical(k): v for k, v in (config or {}).items()}
+        given.update((_canonical(k, keyword=True), v) for k, v in kwargs.items())
+        if not given.get("group.id"):
             raise ValueError("Failed to create consumer: group.id must be set")
-        cfg = self._init_client(config, kwargs)
         for name in NOT_APPLICABLE:
-            if cfg.is_explicit(name):
+            if name in given:
                 raise ValueError(f"Failed to create share consumer: `{name}` is not "
                                  f"applicable for share consumer")
+        # A share group's membership is the broker's, as with KIP-848's protocol: the
+        # classic protocol's rules (max.poll.interval.ms >= session.timeout.ms) are not
+        # for it.
+        cfg = self._init_client({**(config or {}), "group.protocol": "consumer"}, kwargs)
         self._explicit_mode = cfg["share.acknowledgement.mode"] == "explicit"
         self._max_records: int = cfg["max.poll.records"]
         self._ready = threading.Event()
@@ -293,39 +310,46 @@ class ShareConsumer(ClientBase):
                 raise IllegalStateException(
                     "All records of the previous poll() must be acknowledged before the "
                     "next poll() in explicit acknowledgement mode")
-            self._member.polled()
-            acks = self._take_acks()
-            if acks:
-                self._fetcher.acknowledge(acks, now=False)
-            self._serve_client_events()
-            self._serve_outcomes()
-            out: List[Message] = []
-            room = self._max_records
-            while True:
-                self._ready.clear()
-                for error in self._fetcher.take_errors():
-                    out.append(error_event(error))
-                while room > 0 and (self._backlog or self._fetcher.chunks):
-                    if not self._backlog:
-                        chunk = self._fetcher.take_chunk()
-                        if chunk is None:
-                            break
-                        node = chunk.node
-                        self._backlog.extend((node, m) for m in self._decode(chunk))
-                        continue
-                    taken, self._backlog = self._backlog[:room], self._backlog[room:]
-                    for node, msg in taken:
-                        self._in_flight[(msg._topic, msg._partition, msg._offset)] = \
-                            [node, None]
-                        out.append(msg)
-                    room -= len(taken)
-                if self._gaps:
-                    self._fetcher.acknowledge(self._take_gaps(), now=False)
-                if out or time.monotonic() >= deadline:
-                    break
-                self._cluster.wait_for(self._ready, min(deadline, time.monotonic() + 0.5))
-            self._serve_outcomes()
-            return Messages(out)
+            self._member.polled(inside=True)
+            try:
+                return self._poll(deadline)
+            finally:
+                self._member.polled(inside=False)
+
+    def _poll(self, deadline: float) -> Messages:
+        """poll()'s work, once its checks passed."""
+        acks = self._take_acks()
+        if acks:
+            self._fetcher.acknowledge(acks, now=False)
+        self._serve_client_events()
+        self._serve_outcomes()
+        out: List[Message] = []
+        room = self._max_records
+        while True:
+            self._ready.clear()
+            for error in self._fetcher.take_errors():
+                out.append(error_event(error))
+            while room > 0 and (self._backlog or self._fetcher.chunks):
+                if not self._backlog:
+                    chunk = self._fetcher.take_chunk()
+                    if chunk is None:
+                        break
+                    node = chunk.node
+                    self._backlog.extend((node, m) for m in self._decode(chunk))
+                    continue
+                taken, self._backlog = self._backlog[:room], self._backlog[room:]
+                for node, msg in taken:
+                    self._in_flight[(msg._topic, msg._partition, msg._offset)] = \
+                        [node, None]
+                    out.append(msg)
+                room -= len(taken)
+            if self._gaps:
+                self._fetcher.acknowledge(self._take_gaps(), now=False)
+            if out or time.monotonic() >= deadline:
+                break
+            self._cluster.wait_for(self._ready, min(deadline, time.monotonic() + 0.5))
+        self._serve_outcomes()
+        return Messages(out)
 
     def _take_gaps(self) -> List[AckBatch]:
         gaps, self._gaps = self._gaps, []
@@ -490,6 +514,20 @@ class ShareConsumer(ClientBase):
 
     def _at_exit(self) -> None:
         self._stop_unclosed()
+
+
+def _canonical(name: Any, keyword: bool = False) -> Any:
+    """A configuration key's property name (an alias's too; a keyword argument's
+    underscores as dots when that names one); as given when it names none (the
+    configuration's own parsing then says so)."""
+    candidates = [name, name.replace("_", ".")] if keyword and isinstance(name, str) \
+        else [name]
+    for candidate in candidates:
+        try:
+            return describe(candidate).name
+        except (KafkaException, TypeError, AttributeError):
+            continue
+    return name
 
 
 def _ack_kind(ack_type: Any) -> int:

@@ -75,6 +75,8 @@ class ShareMember:
         self.on_assignment = on_assignment
         self.report = report
         self.last_poll = time.monotonic()
+        #: the application is inside poll() (waiting for records is not "not polling")
+        self.in_poll = False
         #: left for not polling within max.poll.interval.ms; joins again at the next poll
         self.poll_exceeded = False
         self._leaving: Optional[Callable[[], None]] = None
@@ -90,10 +92,12 @@ class ShareMember:
         """Change the subscription (None: unsubscribe, which leaves the group)."""
         self.io.call_soon(self._set_topics, topics)
 
-    def polled(self) -> None:
-        """The application polled: a member that left for exceeding max.poll.interval.ms
-        joins again."""
+    def polled(self, inside: bool) -> None:
+        """The application entered poll() (``inside``) or left it: a member that left for
+        exceeding max.poll.interval.ms joins again. Time spent inside poll() waiting
+        for records never counts against max.poll.interval.ms."""
         self.last_poll = time.monotonic()
+        self.in_poll = inside
         if self.poll_exceeded:
             self.io.call_soon(self._rejoin_after_poll)
 
@@ -120,7 +124,7 @@ class ShareMember:
         """Send the heartbeat that is due; returns when the next one is."""
         if self.topics is None or self._leaving is not None or self.poll_exceeded:
             return None
-        if self.joined and now - self.last_poll > self.max_poll_interval:
+        if self.joined and not self.in_poll and now - self.last_poll > self.max_poll_interval:
             self.log.warning("share group %s: no poll() for %.0f s (max.poll.interval.ms): "
                              "leaving the group until the next poll()", self.group_id,
                              now - self.last_poll)

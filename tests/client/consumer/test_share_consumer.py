@@ -98,7 +98,8 @@ def answer(call, response, version=1):
 
 
 def config(**extra):
-    conf = {"group.id": "g", "fetch.wait.max.ms": 100}
+    """A share consumer's configuration (ShareConsumer parses it as KIP-848's protocol)."""
+    conf = {"group.id": "g", "fetch.wait.max.ms": 100, "group.protocol": "consumer"}
     conf.update(extra)
     return ClientConfig.from_dict(conf, role="consumer")
 
@@ -582,6 +583,12 @@ def test_construction_rules_and_closed_state():
                         ("isolation.level", "read_committed")):
         with pytest.raises(ValueError, match=name):
             ShareConsumer({"group.id": "g", name: value})
+    # The classic protocol's max.poll.interval.ms >= session.timeout.ms is not a share
+    # group's rule (confluent-kafka takes 10 s); keyword arguments are checked too.
+    with ShareConsumer({"group.id": "g", "max.poll.interval.ms": 10000}) as short:
+        assert short._config["max.poll.interval.ms"] == 10000
+    with pytest.raises(ValueError, match="session.timeout.ms"):
+        ShareConsumer(group_id="g", session_timeout_ms=10000)
     c = ShareConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1"})
     with pytest.raises(IllegalStateException, match="not subscribed"):
         c.poll(0)
@@ -619,3 +626,34 @@ def test_the_deserializing_share_consumer_marks_what_it_cannot_read(offline):
     assert [(m.offset(), m.value()) for m in msgs] == [(0, "V0"), (1, b"v1"), (2, "V2")]
     assert [m.error() and m.error().code() for m in msgs] == \
         [None, KafkaError._VALUE_DESERIALIZATION, None]
+
+
+def test_a_member_that_stops_polling_leaves_and_joins_at_the_next_poll():
+    runner = FakeRunner()
+    member = ShareMember(config(**{"max.poll.interval.ms": 1000}), runner,
+                         lambda a: None, lambda e: None)
+    member._set_topics(["t"])
+    member.epoch = 4
+    member.last_poll = time.monotonic() - 5
+    member.tick(time.monotonic())
+    (call,) = runner.take()
+    assert on_wire(call).member_epoch == -1 and member.poll_exceeded
+    answer(call, ShareGroupHeartbeatResponse(member_epoch=-1))
+    member.tick(time.monotonic() + 100)
+    assert runner.take() == []                   # out until the application polls
+    member.polled(inside=True)                   # (its call_soon runs at once here)
+    member.tick(time.monotonic())
+    req = on_wire(runner.take()[0])
+    assert (req.member_epoch, req.subscribed_topic_names) == (0, ["t"])
+
+
+def test_waiting_inside_poll_is_not_exceeding_max_poll_interval():
+    runner = FakeRunner()
+    member = ShareMember(config(**{"max.poll.interval.ms": 1000}), runner,
+                         lambda a: None, lambda e: None)
+    member._set_topics(["t"])
+    member.epoch = 4
+    member.polled(inside=True)
+    member.tick(time.monotonic() + 60)           # a poll(60) with nothing to read
+    assert not member.poll_exceeded
+    assert [on_wire(c).member_epoch for c in runner.take()] == [4]   # a heartbeat

@@ -6,9 +6,12 @@ from __future__ import annotations
 import base64
 import enum
 import operator
-from typing import Any, Iterator, List, Optional, Sequence, Union, overload
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Union, overload
 
 from kafka_proto import enums as wire
+
+if TYPE_CHECKING:  # pragma: no cover - for the hints only
+    from kafka_client.types import Message
 
 __all__ = [
     "AcknowledgeType",
@@ -217,7 +220,7 @@ class AcknowledgeType(enum.IntEnum):
     REJECT = wire.AcknowledgeType.REJECT.value
 
 
-class Messages(Sequence[Any]):
+class Messages(Sequence["Message"]):
     """Batch of messages returned by :meth:`ShareConsumer.poll
     <kafka_client.ShareConsumer.poll>`: a read-only sequence (iteration, ``len()``,
     indexing, slicing, which gives a Messages) with ``count()``, ``is_empty()`` and
@@ -225,8 +228,8 @@ class Messages(Sequence[Any]):
 
     __slots__ = ("_messages",)
 
-    def __init__(self, messages: Optional[List[Any]] = None) -> None:
-        self._messages: List[Any] = list(messages) if messages is not None else []
+    def __init__(self, messages: Optional[List["Message"]] = None) -> None:
+        self._messages: List["Message"] = list(messages) if messages is not None else []
 
     def count(self) -> int:  # type: ignore[override]
         """Number of messages in this batch."""
@@ -236,7 +239,7 @@ class Messages(Sequence[Any]):
         """Whether this batch contains no messages."""
         return not self._messages
 
-    def records(self) -> List[Any]:
+    def records(self) -> List["Message"]:
         """A copy of the messages in this batch, as a list."""
         return list(self._messages)
 
@@ -244,7 +247,7 @@ class Messages(Sequence[Any]):
         return len(self._messages)
 
     @overload
-    def __getitem__(self, index: int) -> Any: ...
+    def __getitem__(self, index: int) -> "Message": ...
 
     @overload
     def __getitem__(self, index: slice) -> "Messages": ...
@@ -254,7 +257,7 @@ class Messages(Sequence[Any]):
             return Messages(self._messages[index])
         return self._messages[index]
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator["Message"]:
         return iter(self._messages)
 
     def __bool__(self) -> bool:

@@ -15,16 +15,21 @@ from kafka_client import (
     OFFSET_BEGINNING,
     OFFSET_END,
     OFFSET_TAIL,
+    AcknowledgeType,
     AdminClient,
     Consumer,
     ConsumerGroupTopicPartitions,
     DeserializingConsumer,
     ElectionType,
     KafkaError,
+    DeserializingShareConsumer,
+    IllegalStateException,
     KafkaException,
     Message,
+    Messages,
     Producer,
     SerializingProducer,
+    ShareConsumer,
     TopicCollection,
     TopicPartition,
 )
@@ -260,6 +265,32 @@ def subscribe() -> None:
                      on_revoke=lambda c, parts: log.append(("revoke", parts)),
                      on_lost=lambda c, parts: c.unassign())
     member.close()
+
+
+def share() -> int:
+    """share-consumer.md's calls."""
+    with ShareConsumer({"bootstrap.servers": BOOTSTRAP, "group.id": "docs-share",
+                        "share.acknowledgement.mode": "explicit"}) as consumer:
+        consumer.subscribe(["docs-share"])
+        batch = consumer.poll(1.0)
+        assert_type(batch, Messages)
+        for msg in batch:
+            assert_type(msg, Message)
+            consumer.acknowledge(msg, AcknowledgeType.REJECT)
+        consumer.acknowledge_offset("docs-share", 0, 5, AcknowledgeType.RELEASE)
+        results = consumer.commit_sync(10)
+        assert_type(results, Dict[TopicPartition, Optional[KafkaException]])
+        consumer.set_acknowledgement_commit_callback(
+            lambda offsets, exc: print(len(offsets), exc))
+        consumer.commit_async()
+        try:
+            consumer.poll(0)
+        except IllegalStateException:
+            pass
+        count: int = batch.count()
+    with DeserializingShareConsumer({"bootstrap.servers": BOOTSTRAP, "group.id": "g"}) as d:
+        assert_type(d.poll(0), Messages)
+    return count
 
 
 def consume_arrow() -> int:

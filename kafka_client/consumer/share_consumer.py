@@ -40,6 +40,7 @@ from typing import (
 from kafka_client._cluster.calls import CallRunner
 from kafka_client._common import ClientBase, deadline_after
 from kafka_client._model import AcknowledgeType, Messages
+from kafka_client._stats import CONSUMER_REQUESTS
 from kafka_client.config import describe
 from kafka_client.consumer.decode import BudgetSpent, decode_chunk
 from kafka_client.consumer.fetcher import Chunk
@@ -100,6 +101,10 @@ class ShareConsumer(ClientBase):
     _role = "consumer"
     _work = "consumed"
     _closed_text = "Share consumer closed"
+    #: librdkafka's share consumer is a consumer handle (statistics "type")
+    _stats_type = "consumer"
+    _stats_requests = CONSUMER_REQUESTS + ("ShareGroupHeartbeat", "ShareFetch",
+                                           "ShareAcknowledge")
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         if config is not None and not isinstance(config, Mapping):

@@ -2,6 +2,7 @@
 sessions build (encoded and decoded at version 0, as they go on the wire), how it handles
 the answers (built with kafka_proto), and the application side's rules (acknowledgement
 modes, acquired ranges, GAP acknowledgements, one thread at a time)."""
+import json
 import threading
 import time
 import uuid
@@ -561,7 +562,7 @@ def test_the_callback_gets_the_outcomes_and_may_not_call_the_consumer(offline):
 def test_a_second_thread_inside_a_call_is_refused(offline):
     c = offline()
     done = threading.Event()
-    t = threading.Thread(target=lambda: (c.poll(3), done.set()))
+    t = threading.Thread(target=lambda: (c.poll(30), done.set()))   # ended below
     t.start()
     deadline = time.monotonic() + 10
     while c._owner is None and time.monotonic() < deadline:
@@ -657,3 +658,15 @@ def test_waiting_inside_poll_is_not_exceeding_max_poll_interval():
     member.tick(time.monotonic() + 60)           # a poll(60) with nothing to read
     assert not member.poll_exceeded
     assert [on_wire(c).member_epoch for c in runner.take()] == [4]   # a heartbeat
+
+
+def test_statistics_say_consumer_and_count_the_share_requests(offline):
+    docs = []
+    c = offline(**{"statistics.interval.ms": 50, "stats_cb": docs.append})
+    deadline = time.monotonic() + 10
+    while not docs and time.monotonic() < deadline:
+        c.poll(0.1)
+    doc = json.loads(docs[0])
+    assert doc["type"] == "consumer" and doc["brokers"]   # (the bootstrap broker)
+    for broker in doc["brokers"].values():
+        assert {"ShareFetch", "ShareAcknowledge", "ShareGroupHeartbeat"} <= set(broker["req"])

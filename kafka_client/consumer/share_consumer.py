@@ -81,8 +81,6 @@ NOT_APPLICABLE = ("group.protocol", "enable.auto.commit", "auto.offset.reset",
 CLOSE_WAIT_S = 30.0
 
 Key = Tuple[str, int]
-#: a record handed out by poll(): (topic, partition, offset)
-RecordKey = Tuple[str, int, int]
 
 
 class ShareConsumer(ClientBase):
@@ -135,9 +133,12 @@ class ShareConsumer(ClientBase):
         subscribed = self._subscribed
         self._cluster.metadata.in_use = lambda topics: topics & subscribed
         self._subscription: List[str] = []
-        #: records the last poll()s handed out and not yet acknowledged to the I/O
-        #: thread: their broker, and their acknowledgement (None: none yet)
-        self._in_flight: Dict[RecordKey, List[Any]] = {}
+        #: records the last poll()s handed out with no acknowledgement yet: by partition,
+        #: offset -> the broker it came from
+        self._in_flight: Dict[Key, Dict[int, int]] = {}
+        #: explicit mode: records acknowledged, not yet handed to the I/O thread: by
+        #: partition, offset -> (broker, AcknowledgeType value)
+        self._acked: Dict[Key, Dict[int, Tuple[int, int]]] = {}
         #: decoded messages fetched but not handed out yet (over max.poll.records), with
         #: the broker each came from
         self._backlog: List[Tuple[int, Message]] = []
@@ -202,16 +203,16 @@ class ShareConsumer(ClientBase):
         accepted; in explicit mode those the application acknowledged (``closing``:
         the others released). The GAP acknowledgements go with them."""
         chosen: Dict[Tuple[int, Key], List[Tuple[int, int]]] = {}
-        keep: Dict[RecordKey, List[Any]] = {}
-        for (topic, partition, offset), entry in self._in_flight.items():
-            node, kind = entry
-            if kind is None:
-                if self._explicit_mode and not closing:
-                    keep[(topic, partition, offset)] = entry
-                    continue
-                kind = WireAckType.RELEASE if self._explicit_mode else WireAckType.ACCEPT
-            chosen.setdefault((node, (topic, partition)), []).append((offset, int(kind)))
-        self._in_flight = keep
+        for key, acked in self._acked.items():
+            for offset, (node, kind) in acked.items():
+                chosen.setdefault((node, key), []).append((offset, kind))
+        self._acked = {}
+        if not self._explicit_mode or closing:
+            kind = int(WireAckType.RELEASE if self._explicit_mode else WireAckType.ACCEPT)
+            for key, offsets in self._in_flight.items():
+                for offset, node in offsets.items():
+                    chosen.setdefault((node, key), []).append((offset, kind))
+            self._in_flight = {}
         batches = [AckBatch(node, key, _ranges(offsets))
                    for (node, key), offsets in chosen.items()]
         batches.extend(self._gaps)
@@ -237,17 +238,27 @@ class ShareConsumer(ClientBase):
                                             f"[{chunk.part.partition}]: {exc}"))
             decoded_to = out[-1]._offset if out else -1
         kept: List[Message] = []
-        for msg in out:
-            i = bisect.bisect_right(firsts, msg._offset) - 1
-            if i >= 0 and msg._offset <= acquired[i][1]:
-                msg._delivery_count = acquired[i][2] if acquired[i][2] > 0 else None
-                kept.append(msg)
+        if len(acquired) == 1:       # the usual answer: one range, one delivery count
+            first, last, count = acquired[0]
+            delivered = count if count > 0 else None
+            for msg in out:
+                if msg._offset <= last:
+                    msg._delivery_count = delivered
+                    kept.append(msg)
+        else:
+            for msg in out:
+                i = bisect.bisect_right(firsts, msg._offset) - 1
+                if i >= 0 and msg._offset <= acquired[i][1]:
+                    msg._delivery_count = acquired[i][2] if acquired[i][2] > 0 else None
+                    kept.append(msg)
         offsets = [m._offset for m in kept]
         gaps: List[AckRange] = []
         for first, last, _count in acquired:
-            at = first
             lo = bisect.bisect_left(offsets, first)
             hi = bisect.bisect_right(offsets, last)
+            if hi - lo == last - first + 1:
+                continue             # a record at every offset (offsets only go up)
+            at = first
             for off in offsets[lo:hi] + [last + 1]:
                 if off > at:
                     gaps.extend(_holes(at, off - 1, decoded_to))
@@ -311,7 +322,7 @@ class ShareConsumer(ClientBase):
         with self._using():
             if not self._subscription:
                 raise IllegalStateException("Consumer is not subscribed to any topics")
-            if self._explicit_mode and any(e[1] is None for e in self._in_flight.values()):
+            if self._explicit_mode and any(self._in_flight.values()):
                 raise IllegalStateException(
                     "All records of the previous poll() must be acknowledged before the "
                     "next poll() in explicit acknowledgement mode")
@@ -343,9 +354,13 @@ class ShareConsumer(ClientBase):
                     self._backlog.extend((node, m) for m in self._decode(chunk))
                     continue
                 taken, self._backlog = self._backlog[:room], self._backlog[room:]
+                in_flight = self._in_flight
                 for node, msg in taken:
-                    self._in_flight[(msg._topic, msg._partition, msg._offset)] = \
-                        [node, None]
+                    key = (msg._topic, msg._partition)
+                    offsets = in_flight.get(key)
+                    if offsets is None:
+                        offsets = in_flight[key] = {}
+                    offsets[msg._offset] = node
                     out.append(msg)
                 room -= len(taken)
             if self._gaps:
@@ -393,13 +408,21 @@ class ShareConsumer(ClientBase):
             self._mark(topic, partition, offset, kind, "offset")
 
     def _mark(self, topic: str, partition: int, offset: int, kind: int, what: str) -> None:
-        entry = self._in_flight.get((topic, partition, offset))
-        if not self._explicit_mode or entry is None:
+        key = (topic, partition)
+        waiting = self._in_flight.get(key)
+        acked = self._acked.get(key)
+        if self._explicit_mode and waiting is not None and offset in waiting:
+            node = waiting.pop(offset)
+            if not waiting:
+                del self._in_flight[key]
+        elif self._explicit_mode and acked is not None and offset in acked:
+            node = acked[offset][0]      # acknowledged again before it was sent: this one
+        else:
             reason = ("not in explicit acknowledgement mode" if not self._explicit_mode
                       else f"{topic} [{partition}] offset {offset} is not in flight")
             raise IllegalStateException(f"Failed to acknowledge {what}: Local: Erroneous "
                                         f"state ({reason})")
-        entry[1] = kind
+        self._acked.setdefault(key, {})[offset] = (node, kind)
 
     def commit_sync(self, timeout: float = 60) -> Dict[TopicPartition,
                                                         Optional[KafkaException]]:
@@ -549,11 +572,17 @@ def _ack_kind(ack_type: Any) -> int:
 def _ranges(offsets: List[Tuple[int, int]]) -> List[AckRange]:
     """Runs of consecutive offsets with the same acknowledgement, as ranges."""
     out: List[AckRange] = []
-    for offset, kind in sorted(offsets):
-        if out and out[-1].last + 1 == offset and out[-1].kind == kind:
-            out[-1] = AckRange(out[-1].first, offset, kind)
-        else:
-            out.append(AckRange(offset, offset, kind))
+    first = last = kind = -1
+    for offset, this in sorted(offsets):
+        if offset == last + 1 and this == kind:
+            last = offset
+            continue
+        if first >= 0:
+            out.append(AckRange(first, last, kind))
+        first = last = offset
+        kind = this
+    if first >= 0:
+        out.append(AckRange(first, last, kind))
     return out
 
 

@@ -670,3 +670,16 @@ def test_statistics_say_consumer_and_count_the_share_requests(offline):
     assert doc["type"] == "consumer" and doc["brokers"]   # (the bootstrap broker)
     for broker in doc["brokers"].values():
         assert {"ShareFetch", "ShareAcknowledge", "ShareGroupHeartbeat"} <= set(broker["req"])
+
+
+def test_acknowledging_again_before_the_commit_replaces_the_type(offline):
+    c = offline(**{"share.acknowledgement.mode": "explicit"})
+    queue_chunk(c, 0, 2, [(0, 1, 1)])
+    first, second = c.poll(5)
+    c.acknowledge(first, AcknowledgeType.REJECT)
+    c.acknowledge(first, AcknowledgeType.RELEASE)
+    c.acknowledge(second)
+    c.commit_async()
+    assert handed_acks(c) == [(("t", 0), 0, 0, 2), (("t", 0), 1, 1, 1)]
+    with pytest.raises(IllegalStateException):   # sent: no longer in flight
+        c.acknowledge(first)

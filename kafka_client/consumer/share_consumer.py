@@ -47,7 +47,6 @@ from kafka_client.consumer.fetcher import Chunk
 from kafka_client.consumer.share_fetcher import (
     AckBatch,
     AckRange,
-    CommitWaiter,
     ShareChunk,
     ShareFetcher,
 )
@@ -433,21 +432,14 @@ class ShareConsumer(ClientBase):
             raise TypeError(f"must be real number, not {type(timeout).__name__}")
         deadline = deadline_after(timeout)
         with self._using():
-            acks = self._take_acks()
-            if not acks:
-                self._serve_outcomes()
-                return {}
-            waiter = CommitWaiter(len(acks))
-            for batch in acks:
-                batch.waiter = waiter
-            self._fetcher.acknowledge(acks, now=True)
+            waiter = self._fetcher.wait_for_all(self._take_acks())
             self._cluster.wait_for(waiter.done, deadline)
             self._serve_outcomes()
             results: Dict[TopicPartition, Optional[KafkaException]] = {}
-            for batch in acks:
-                tp = TopicPartition(*batch.key)
-                if batch.key in waiter.results:
-                    error = waiter.results[batch.key]
+            for key in waiter.keys:
+                tp = TopicPartition(*key)
+                if key in waiter.results:
+                    error = waiter.results[key]
                     results[tp] = None if error is None else KafkaException(error)
                 else:
                     results[tp] = KafkaException(client_error(

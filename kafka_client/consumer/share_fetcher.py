@@ -18,6 +18,7 @@ back to the group by itself.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -47,6 +48,12 @@ Key = Tuple[str, int]
 SESSION_ERRORS = frozenset((ErrorCode.SHARE_SESSION_NOT_FOUND,
                             ErrorCode.INVALID_SHARE_SESSION_EPOCH,
                             ErrorCode.UNKNOWN_MEMBER_ID))
+#: Answers that refuse the whole request for its share session (nothing in it applied):
+#: its acknowledgements may go again in a new session.
+REFUSED_SESSION = frozenset((ErrorCode.SHARE_SESSION_NOT_FOUND,
+                             ErrorCode.INVALID_SHARE_SESSION_EPOCH))
+#: How many times one acknowledgement is sent (a refused session's sent again once).
+ACK_TRIES = 2
 #: Partition errors that mean "the leader moved": ask for metadata again.
 LEADER_MOVED = frozenset((ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
                           ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
@@ -76,6 +83,8 @@ class CommitWaiter:
 
     def __init__(self, partitions: int) -> None:
         self.results: Dict[Key, Optional[KafkaError]] = {}
+        #: the partitions of the acknowledgements waited for (application thread)
+        self.keys: Set[Key] = set()
         self.pending = partitions
         self.done = threading.Event()
         if partitions == 0:
@@ -99,6 +108,8 @@ class AckBatch:
     key: Key
     ranges: List[AckRange]
     waiter: Optional[CommitWaiter] = None
+    #: times sent again after a refused session (see ACK_TRIES)
+    tries: int = 0
 
     def offsets(self) -> Set[int]:
         """Every record offset acknowledged (GAP ranges are not records)."""
@@ -208,6 +219,21 @@ class ShareFetcher:
                 self.flush_acks = True
         self.io.wake()
 
+    def wait_for_all(self, batches: List[AckBatch]) -> CommitWaiter:
+        """Hand ``batches`` over to be sent now, and a waiter for them and for every
+        acknowledgement handed over before and not sent yet (a commit covers what the
+        last poll() handed over too)."""
+        with self.lock:
+            pending = [b for b in self.acks if b.waiter is None]
+            waiter = CommitWaiter(len(batches) + len(pending))
+            for batch in pending + batches:
+                batch.waiter = waiter
+                waiter.keys.add(batch.key)
+            self.acks.extend(batches)
+            self.flush_acks = True
+        self.io.wake()
+        return waiter
+
     def take_outcomes(self) -> List[AckOutcome]:
         with self.lock:
             out = list(self.outcomes)
@@ -292,13 +318,16 @@ class ShareFetcher:
                 wake_at = min(wake_at or session.backoff_until, session.backoff_until)
                 continue
             acks = acks_by_node.get(node, [])
-            if acks and session.epoch == FetchSessionEpoch.INITIAL:
-                # The session they belong to is gone (and its records with it).
-                self._settle(acks, client_error(ErrorCode.SHARE_SESSION_NOT_FOUND,
-                                                f"broker {node}: the share session of "
-                                                f"these records ended"))
-                acks = []
             keys = by_node.get(node, [])
+            if acks and session.epoch == FetchSessionEpoch.INITIAL:
+                if closing or not keys or (flush and not fetching):
+                    # No session to carry them, and none is to be opened now.
+                    self._settle(acks, client_error(
+                        ErrorCode.SHARE_SESSION_NOT_FOUND,
+                        f"broker {node}: no share session for these acknowledgements"))
+                # else: the session opens first (an opening ShareFetch carries none);
+                # they go with the next request
+                acks = []
             if closing:
                 if session.epoch != FetchSessionEpoch.INITIAL:
                     self._send_acknowledge(node, session, acks, final=True)
@@ -388,6 +417,10 @@ class ShareFetcher:
         self._take(acks)
         session.in_flight = True
         after = (session.partitions | adds | (set(wire_acks) & wanted)) - forgets
+        if self.log.isEnabledFor(logging.DEBUG):
+            self.log.debug("share group %s: ShareFetch to broker %d, epoch %d, adding %s, "
+                           "forgetting %s, acknowledging %s", self.member.group_id, node,
+                           epoch, sorted(adds), sorted(forgets), wire_acks)
 
         def answered(resp: Any, conn: Any) -> Optional[KafkaError]:
             session.in_flight = False
@@ -462,6 +495,16 @@ class ShareFetcher:
         session.epoch = int(FetchSessionEpoch.INITIAL)
         session.partitions = set()
         session.backoff_until = time.monotonic() + self.error_backoff
+        if error.code() in REFUSED_SESSION:
+            # Refused whole, nothing applied: the records are still acquired by this
+            # member (acquisition is the member's, not the session's), so their
+            # acknowledgements go again in the new session, once it is open.
+            again = [b for b in acks if b.tries < ACK_TRIES - 1]
+            acks = [b for b in acks if b.tries >= ACK_TRIES - 1]
+            for batch in again:
+                batch.tries += 1
+            with self.lock:
+                self.acks.extend(again)
         self._settle(acks, error)
         if error.code() not in SESSION_ERRORS and error.code() != KafkaError._TIMED_OUT:
             self.report(error)

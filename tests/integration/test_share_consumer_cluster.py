@@ -316,59 +316,49 @@ print(json.dumps({"held": records(held), "taken": taken,
     assert set(out["result"]) == {f"{topic}:{p}" for p, _o in held}
 
 
-def test_leader_and_coordinator_moves_and_cut_connections(cluster, topic_name):
-    """Between two rounds of records every partition's leader moves, the group's
-    coordinator moves and every connection is cut: the member finds the new leaders and
-    coordinator, opens new share sessions, and reads the second round too, each record
-    once, all acknowledged. The child reads; the parent moves things when the child says
-    the first round is done (a hard timeout on every wait)."""
-    import queue
-    import subprocess
-    import sys
-    import threading
-
-    topic = topic_name
-    cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=2)
-    cluster.wait_in_sync(topic)
-    cluster.set_group_config(topic, {"share.auto.offset.reset": "earliest"})
-    code = (f"import sys; sys.argv[1:] = {[cluster.bootstrap_servers, topic]!r}\n"
-            + CHILD_PRELUDE + """
+TWO_ROUNDS = """
 c = consumer()
 seen = []
 def read_until(n, seconds):
     deadline = time.monotonic() + seconds
-    while len(seen) < n and time.monotonic() < deadline:
+    while len({(p, o) for p, o, _v, _n in seen}) < n and time.monotonic() < deadline:
         seen.extend(records(c.poll(0.2)))
 produce(30)
 read_until(30, 40)
-result = c.commit_sync(10)
+c.commit_sync(10)
 print(json.dumps(["first round", len(seen)]), flush=True)
 sys.stdin.readline()
-produce(60)          # m0..m59 again: values tell the rounds apart by offset only
+produce(60)
 read_until(90, 60)
 seen.extend(records(c.poll(0.5)))
 result = c.commit_sync(10)
 c.close()
 print(json.dumps(["done", seen, [str(e) for e in result.values() if e is not None]]))
-""")
+"""
+
+
+def two_rounds(cluster, topic, between):
+    """A member reads 30 records, then ``between()`` runs (in this process), then it
+    reads 60 more: returns what it read (``[partition, offset, value, delivery count]``)
+    and the errors of its last commit_sync(). The child has a hard timeout on each
+    wait; it is killed if it hangs."""
+    import queue
+    import subprocess
+    import sys
+    import threading
+
+    code = (f"import sys; sys.argv[1:] = {[cluster.bootstrap_servers, topic]!r}\n"
+            + CHILD_PRELUDE + TWO_ROUNDS)
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: "queue.Queue[str]" = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout],
-                              daemon=True)
-    reader.start()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     try:
-        first = json.loads(lines.get(timeout=60))
-        assert first == ["first round", 30]
-        for p in range(PARTITIONS):
-            cluster.move_leader(topic, p)
-        old = cluster.coordinator(group=topic)
-        cluster.move_coordinator(next(b for b in cluster.broker_ids if b != old),
-                                 group=topic)
-        cluster.cut_connections()
+        assert json.loads(lines.get(timeout=60)) == ["first round", 30]
+        between()
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        done = json.loads(lines.get(timeout=90))
+        _tag, seen, errors = json.loads(lines.get(timeout=90))
     except queue.Empty:
         proc.kill()
         pytest.fail(f"child hung; stderr:\n{proc.stderr.read()}")
@@ -380,9 +370,54 @@ print(json.dumps(["done", seen, [str(e) for e in result.values() if e is not Non
                 proc.kill()
                 proc.wait()
     assert proc.returncode == 0, proc.stderr.read()
-    _tag, seen, errors = done
+    return seen, errors
+
+
+def test_leader_and_coordinator_moves_and_cut_connections(cluster, topic_name):
+    """Between two rounds of records every partition's leader moves, the group's
+    coordinator moves and every connection is cut: the member finds the new leaders and
+    coordinator, opens new share sessions, and reads the second round too, each record
+    once, all acknowledged."""
+    topic = topic_name
+    cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=2)
+    cluster.wait_in_sync(topic)
+    cluster.set_group_config(topic, {"share.auto.offset.reset": "earliest"})
+
+    def move_everything():
+        for p in range(PARTITIONS):
+            cluster.move_leader(topic, p)
+        old = cluster.coordinator(group=topic)
+        cluster.move_coordinator(next(b for b in cluster.broker_ids if b != old),
+                                 group=topic)
+        cluster.cut_connections()
+
+    seen, errors = two_rounds(cluster, topic, move_everything)
     keys = [(p, o) for p, o, _v, _n in seen]
     assert len(keys) == len(set(keys)) == 90, sorted(keys)
     assert errors == []
+    for part in cluster.share_state(topic):
+        assert (part["start_offset"], part["records"]) == (30, []), part
+
+
+def test_lost_share_sessions_lose_no_record(cluster, topic):
+    """The brokers forget the member's share sessions (the next ShareFetches answered
+    SHARE_SESSION_NOT_FOUND): the member opens new ones and resends what the refused
+    requests acknowledged; every record is read and in the end acknowledged.
+
+    A ShareFetch already waiting when the error is injected may have acquired records
+    before its answer is replaced (the test cluster's injection, not Kafka's refusal):
+    those come back when their lock expires, so the group's lock is short here and a
+    record may come twice (with a higher delivery count)."""
+    cluster.set_group_config(topic, {"share.record.lock.duration.ms": 3000})
+
+    def lose_sessions():
+        cluster.inject_errors("ShareFetch", ["SHARE_SESSION_NOT_FOUND"] * 2)
+
+    seen, _errors = two_rounds(cluster, topic, lose_sessions)
+    assert cluster.pending_errors() == []           # both answers went out
+    keys = {(p, o) for p, o, _v, _n in seen}
+    assert keys == {(p, o) for p in range(PARTITIONS) for o in range(30)}
+    again = [(p, o, n) for p, o, _v, n in seen if keys and n > 1]
+    assert len(seen) - len(keys) == len(again)      # each record seen again came again
     for part in cluster.share_state(topic):
         assert (part["start_offset"], part["records"]) == (30, []), part

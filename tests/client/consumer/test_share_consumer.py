@@ -260,23 +260,38 @@ def test_a_partition_no_longer_assigned_is_forgotten(share):
     assert [(t.topic_id, t.partitions) for t in req.forgotten_topics_data] == [(TID, [1])]
 
 
-def test_a_lost_share_session_fails_its_acknowledgements_and_starts_again(share):
+def test_a_refused_share_session_starts_again_and_resends_its_acknowledgements(share):
+    """SHARE_SESSION_NOT_FOUND refuses the whole request: the records are still this
+    member's, so their acknowledgements go again once a new session is open (an opening
+    ShareFetch may carry none); refused a second time, they fail."""
     f = share.fetcher
     f.tick(time.monotonic())
     answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 1), [(0, 0, 1)], 0, 0)]))
     f.take_chunk()
     waiter = CommitWaiter(1)
     f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)], now=False)
+    refused = ShareFetchResponse(error_code=ErrorCode.SHARE_SESSION_NOT_FOUND, responses=[])
     f.tick(time.monotonic())
-    answer(share.runner.take()[0],
-           ShareFetchResponse(error_code=ErrorCode.SHARE_SESSION_NOT_FOUND, responses=[]))
-    assert waiter.results[("t", 0)].code() == ErrorCode.SHARE_SESSION_NOT_FOUND
+    answer(share.runner.take()[0], refused)
+    assert not waiter.done.is_set() and [b.tries for b in f.acks] == [1]
     assert f.sessions[1].epoch == 0
     f.sessions[1].backoff_until = 0.0
     f.tick(time.monotonic())
-    req = on_wire(share.runner.take()[0])
+    (call,) = share.runner.take()
+    req = on_wire(call)
     assert req.share_session_epoch == 0
     assert [p.partition_index for p in req.topics[0].partitions] == [0, 1]
+    assert not any(p.acknowledgement_batches for p in req.topics[0].partitions)
+    answer(call, fetch_answer([]))
+    # the session is open: the acknowledgement goes with the next request
+    f.tick(time.monotonic())
+    req = on_wire(share.runner.calls[-1])
+    assert req.share_session_epoch == 1
+    (part,) = req.topics[0].partitions
+    assert [(b.first_offset, b.last_offset) for b in part.acknowledgement_batches] == [(0, 0)]
+    answer(share.runner.take()[-1], refused)
+    assert waiter.done.is_set()
+    assert waiter.results[("t", 0)].code() == ErrorCode.SHARE_SESSION_NOT_FOUND
 
 
 def test_records_acquired_as_the_member_closes_are_released(share):
@@ -516,24 +531,50 @@ def test_commit_sync_without_acknowledgements_is_empty_and_checks_its_timeout(of
         c.commit_sync(None)
 
 
-def test_commit_sync_reports_each_partition(offline):
-    c = offline()
-    queue_chunk(c, 0, 2, [(0, 1, 1)])
-    c.poll(5)
-
+def answer_acks_soon(c, partitions=1):
+    """A thread that answers (accepts) the acknowledgements handed to the fetcher, once
+    a commit waits for those of ``partitions`` partitions."""
     def answer_them():
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with c._fetcher.lock:
-                acks, c._fetcher.acks = c._fetcher.acks, []
-            if acks:
+                acks = c._fetcher.acks
+                ready = len({b.key for b in acks}) >= partitions and \
+                    all(b.waiter is not None for b in acks)
+                if ready:
+                    c._fetcher.acks = []
+            if ready:
                 c._fetcher._settle(acks, None)
                 return
             time.sleep(0.01)
 
     t = threading.Thread(target=answer_them)
     t.start()
+    return t
+
+
+def test_commit_sync_reports_each_partition(offline):
+    c = offline()
+    queue_chunk(c, 0, 2, [(0, 1, 1)])
+    c.poll(5)
+    t = answer_acks_soon(c)
     assert c.commit_sync(10) == {TopicPartition("t", 0): None}
+    t.join()
+
+
+def test_commit_sync_covers_what_a_poll_handed_over_and_was_not_sent(offline):
+    """The acknowledgements a poll() handed to the I/O thread wait for the next fetch
+    (a session opening, say): commit_sync() sends and waits for them too (it returned
+    {} at once, and close() then found them without a session and dropped them)."""
+    c = offline()
+    queue_chunk(c, 0, 2, [(0, 1, 1)])
+    c.poll(5)
+    queue_chunk(c, 5, 1, [(5, 5, 1)], partition=1)
+    c.poll(5)                       # hands t [0]'s acceptances over
+    with c._fetcher.lock:
+        assert [b.key for b in c._fetcher.acks] == [("t", 0)]
+    t = answer_acks_soon(c, partitions=2)
+    assert c.commit_sync(10) == {TopicPartition("t", 0): None, TopicPartition("t", 1): None}
     t.join()
 
 

@@ -331,7 +331,9 @@ class ShareFetcher:
             if closing:
                 if session.epoch != FetchSessionEpoch.INITIAL:
                     self._send_acknowledge(node, session, acks, final=True)
-            elif fetching and keys and not (flush and acks):
+            elif fetching and (keys or session.partitions) and not (flush and acks):
+                # (no partition of this broker assigned any more: this one forgets the
+                # session's, so that no fetch of it takes records for this member)
                 self._send_fetch(node, session, keys, acks)
             elif acks:
                 self._send_acknowledge(node, session, acks, final=False)

@@ -260,6 +260,28 @@ def test_a_partition_no_longer_assigned_is_forgotten(share):
     assert [(t.topic_id, t.partitions) for t in req.forgotten_topics_data] == [(TID, [1])]
 
 
+def test_a_broker_left_without_assigned_partitions_forgets_them_once(share):
+    """A fetch of a partition no longer this member's would still take its records: the
+    session at a broker none of whose partitions is assigned any more forgets them."""
+    f = share.fetcher
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], fetch_answer([]))
+    share.runner.cluster.metadata.leaders[("t", 0)] = 2      # t [0] moves to broker 2
+    f.set_assignment(ShareAssignment({TID: (0,)}))           # and t [1] is not ours
+    f.tick(time.monotonic())
+    calls = {c.target.node_id: c for c in share.runner.take()}
+    to_one, to_two = on_wire(calls[1]), on_wire(calls[2])
+    assert to_one.topics == [] and to_one.share_session_epoch == 1
+    assert [(t.topic_id, t.partitions) for t in to_one.forgotten_topics_data] == \
+        [(TID, [0, 1])]
+    assert to_two.share_session_epoch == 0
+    assert [p.partition_index for p in to_two.topics[0].partitions] == [0]
+    answer(calls[1], fetch_answer([]))
+    assert f.sessions[1].partitions == set()
+    f.tick(time.monotonic())
+    assert [c.target.node_id for c in share.runner.take()] == []   # 2's still in flight
+
+
 def test_a_refused_share_session_starts_again_and_resends_its_acknowledgements(share):
     """SHARE_SESSION_NOT_FOUND refuses the whole request: the records are still this
     member's, so their acknowledgements go again once a new session is open (an opening

@@ -110,6 +110,9 @@ while len(seen["a"]) + len(seen["b"]) < {n} and time.monotonic() < deadline:
     seen["a"] += records(a.poll(0.2))
     seen["b"] += records(b.poll(0.2))
 seen["late"] = records(a.poll(0.5)) + records(b.poll(0.5))
+seen["log"] = [(c._member.member_id, sorted(c._fetcher.assigned),
+                {{n: (s.epoch, sorted(s.partitions), s.in_flight)
+                  for n, s in c._fetcher.sessions.items()}}) for c in (a, b)]
 results = [a.commit_sync(10), b.commit_sync(10)]
 a.close(); b.close()
 seen["errors"] = [str(v) for r in results for v in r.values() if v is not None]
@@ -118,7 +121,9 @@ print(json.dumps(seen))
     every = seen["a"] + seen["b"] + seen["late"]
     keys = [(p, o) for p, o, _v, _n in every]
     assert len(keys) == len(set(keys)), "a record read twice"
-    assert sorted(v for _p, _o, v, _n in every) == sorted("m%d" % i for i in range(n))
+    assert sorted(v for _p, _o, v, _n in every) == sorted("m%d" % i for i in range(n)), \
+        ([r for part in cluster.share_state(topic) for r in part["records"]
+          if r[1] != "acknowledged"], seen.get("log"))
     assert seen["a"] and seen["b"], "one member read everything"
     assert all(count == 1 for *_x, count in every)
     assert seen["errors"] == []

@@ -452,6 +452,10 @@ class _ShareFetchOperation:
         self.ctx.respond(ShareFetchResponse(error_code=code, error_message=message))
 
     def _wake(self) -> None:
+        # A wake queued (the broker's dirty set) before this fetch was answered by its
+        # timer: reading again would acquire records for an answer never sent.
+        if self.done:
+            return
         if self.ctx.conn.closed:
             self._finish()
             return

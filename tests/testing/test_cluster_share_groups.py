@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -30,6 +31,7 @@ from kafka_proto.messages import (
 
 from kafka_client import Producer
 from kafka_client.testing import Cluster
+from kafka_client.testing._share_fetch import _ShareFetchOperation
 
 from rawclient import RawClient  # tests/testing/rawclient.py
 
@@ -706,3 +708,16 @@ def test_a_share_consumer_follows_a_leader_move(cluster, ck):
     assert not any(e.details.get("acquired") for e in at_old if e.seq >= after)
     assert len(at_old) < 50   # the answer sent it on, no loop against the old leader
     assert any(e.broker == new and e.details.get("acquired") for e in fetches)
+
+
+def test_a_share_fetch_woken_after_its_answer_reads_nothing():
+    """The broker wakes waiting fetches once per loop turn from a set filled by data
+    notifications; a fetch its timer answered in between must not read again: records it
+    acquired then would go in an answer never sent, kept from every member until their
+    lock expired (5 records missing for 35 s in a two-member run under load)."""
+    ctx = SimpleNamespace(server=SimpleNamespace(share_fetch=None),
+                          conn=SimpleNamespace(closed=False))
+    fetch = _ShareFetchOperation(ctx)
+    fetch.done = True
+    fetch._read = lambda: pytest.fail("a finished fetch read records")
+    fetch._wake()

@@ -6,7 +6,7 @@ delivery guarantees are checked on what the brokers hold.
     .venv/bin/python tools/soak.py group --seed 7 [--protocol consumer] [--static]
         [--arrow] [--compression zstd] [--timeout-ms 3000] [--acks 1 --no-idempotence]
         [--batches] [--threads 3] [--restarts] [--aio] [--meddle] [--sasl]
-        [--grow 12] [--stall]
+        [--grow 12] [--stall] [--auto-commit]
     .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts] [--sasl]
         [--abort-rate 0.2] [--compression lz4] [--stall]
     .venv/bin/python tools/soak.py spark --seed 7 [--restarts] [--aio] [--sasl]
@@ -22,6 +22,18 @@ messages are in produced order; the group read every message in the log; its com
 offsets are the partitions' high watermarks; within each returned batch a partition's
 offsets are consecutive; no member gets an offset twice while the partition stays
 assigned to it.
+
+``group --auto-commit``: the members commit nothing themselves, as confluent-kafka's
+at-least-once recipe: ``enable.auto.commit`` every 200 ms with
+``enable.auto.offset.store=false``, each batch's offsets stored with ``store_offsets()``
+once it is processed (after a ``--stall``), the client committing them in the background
+and as the partitions are revoked (with ``--meddle``, the meddlers' ``commit()`` calls
+too); a shutdown still commits what is stored (and reads once more after a refusal)
+before ``close()``. A batch's offsets are stored only
+for the partitions that stayed assigned since it was read (another thread's poll may
+have run a rebalance meanwhile). Checked as without it, and also: once the group has
+read everything, the auto-commits alone bring its committed offsets to the high
+watermarks within 15 s, before any member commits itself.
 
 ``group --grow N``: the chaos also adds a partition to the topic now and then, up to
 ``N`` (CreatePartitions); the clients refresh their metadata every 3 s to see them, and
@@ -80,6 +92,7 @@ import tempfile
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from kafka_client import (
@@ -747,17 +760,32 @@ class NumberedProducer(threading.Thread):
 
 
 # -- group ---------------------------------------------------------------------------------
+Row = Tuple[str, int, int, int]   # member, partition, offset, number
+
+
+@dataclass
+class Read:
+    """A member's read: its rows, and how often each partition had been reassigned to
+    the member when it began (``--auto-commit`` stores the offsets of the partitions still
+    assigned since)."""
+    rows: List[Row]
+    changes: Dict[int, int]
+
+
 def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
     topic, group, partitions = "soak", "soak-group", args.partitions
     cluster.create_topic(topic, partitions=partitions, replication_factor=3)
     boot = cluster.bootstrap_servers
-    consumed: List[Tuple[str, int, int, int]] = []   # member, partition, offset, number
+    consumed: List[Row] = []
     lock = threading.Lock()
     crashes: List[str] = []
     meddling = Meddling() if args.meddle else None
     # Batches in which a partition's offsets are not consecutive, offsets a member got
     # twice while the partition stayed assigned to it (a pause must not repeat any).
     read_faults: Dict[str, int] = collections.Counter()
+    # --auto-commit: store_offsets() refused (none of the batch's partitions assigned any
+    # more: a member past max.poll.interval.ms), by error
+    store_refused: Dict[str, int] = collections.Counter()
 
     class Member(threading.Thread):
         made = 0
@@ -791,6 +819,9 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 conf["topic.metadata.refresh.interval.ms"] = GROWN_SEEN_MS
             if args.stall:
                 conf["max.poll.interval.ms"] = STALLED_POLL_INTERVAL_MS
+            if args.auto_commit:
+                conf.update({"enable.auto.commit": True, "auto.commit.interval.ms": 200,
+                             "enable.auto.offset.store": False})
             return conf
 
         def _stall_due(self) -> float:
@@ -809,6 +840,8 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             back to the group uncommitted, and at the end of a run (a member replaced
             just before) its next owner, stopping, would not read it again."""
             self._changed(c, partitions)
+            if args.auto_commit:   # the client commits what is stored
+                return
             try:
                 c.commit(asynchronous=False)
             except KafkaException as exc:
@@ -817,6 +850,8 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
         async def _revoked_aio(self, c: AIOConsumer,
                                partitions: List[TopicPartition]) -> None:
             self._changed(c, partitions)
+            if args.auto_commit:
+                return
             try:
                 await c.commit(asynchronous=False)
             except KafkaException as exc:
@@ -847,15 +882,18 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 for h in helpers:
                     h.start()
                 while not self.stop.is_set():
-                    got = self._read(c)
+                    read = self._read(c)
                     self.assigned = sorted(tp.partition for tp in c.assignment())
-                    if not got:
+                    if not read.rows:
                         continue
-                    self._keep(got)
+                    self._keep(read.rows)
                     stall = self._stall_due()
                     if stall:   # slow processing: the member is out of the group after it
                         note(self.name, f"stalls {stall:.1f} s")
                         self.stop.wait(stall)
+                    if args.auto_commit:
+                        self._store(c, read)
+                        continue
                     try:
                         c.commit(asynchronous=False)
                     except KafkaException as exc:   # a rebalance, a coordinator move
@@ -870,7 +908,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                         err = exc.args[0]
                     if self._final_commit(err):
                         break
-                    self._keep(self._read(c))
+                    self._processed(c, self._read(c))
                 c.close()
             except Exception:
                 crashes.append(f"{self.name}: " + traceback.format_exc())
@@ -879,13 +917,49 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
         def _read_only(self, c: Consumer) -> None:
             try:
                 while not self.stop.is_set():
-                    self._keep(self._read(c))
+                    self._processed(c, self._read(c))
             except Exception:
                 crashes.append(f"{self.name} (reading thread): " + traceback.format_exc())
 
-        def _keep(self, got: List[Tuple[str, int, int, int]]) -> None:
+        def _keep(self, got: List[Row]) -> None:
             with lock:
                 consumed.extend(got)
+
+        def _processed(self, c: Consumer, read: Read) -> None:
+            """A read of a thread that only reads: kept (and stored)."""
+            self._keep(read.rows)
+            if args.auto_commit:
+                self._store(c, read)
+
+        def _to_store(self, read: Read) -> List[TopicPartition]:
+            """``--auto-commit``: the offsets after ``read``'s rows of the partitions
+            still assigned since it began."""
+            ends: Dict[int, int] = {}
+            with lock:
+                for _, p, offset, _ in read.rows:
+                    if self.changes[p] == read.changes.get(p, 0):
+                        ends[p] = max(ends.get(p, 0), offset + 1)
+            return [TopicPartition(topic, p, o) for p, o in sorted(ends.items())]
+
+        def _store(self, c: Consumer, read: Read) -> None:
+            offsets = self._to_store(read)
+            if offsets:
+                try:
+                    c.store_offsets(offsets=offsets)
+                except KafkaException as exc:   # none of them assigned any more
+                    self._store_refused(exc)
+
+        async def _store_aio(self, c: AIOConsumer, read: Read) -> None:
+            offsets = self._to_store(read)
+            if offsets:
+                try:
+                    await c.store_offsets(offsets=offsets)
+                except KafkaException as exc:
+                    self._store_refused(exc)
+
+        def _store_refused(self, exc: KafkaException) -> None:
+            with lock:
+                store_refused[exc.args[0].name()] += 1
 
         def _final_commit(self, err: Optional[KafkaError]) -> bool:
             """Whether the member's last commit, which failed with ``err`` (None: it
@@ -904,7 +978,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 return False
             raise KafkaException(err)
 
-        def _read(self, c: Consumer) -> List[Tuple[str, int, int, int]]:
+        def _read(self, c: Consumer) -> Read:
             with lock:
                 before = dict(self.changes)
             if args.arrow:
@@ -915,9 +989,9 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             else:
                 got = self._messages(c.consume(500, 0.2))
             self._check_batch(got, before)
-            return got
+            return Read(got, before)
 
-        def _check_batch(self, got: List[Tuple[str, int, int, int]],
+        def _check_batch(self, got: List[Row],
                          before: Dict[int, int]) -> None:
             """Counts in ``read_faults`` what is wrong with a returned batch, ``before``
             being ``self.changes`` when the read started."""
@@ -935,12 +1009,12 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                         read_faults["offsets returned twice to a member while assigned"] += 1
                     returned.add(offset)
 
-        def _rows(self, batch) -> List[Tuple[str, int, int, int]]:
+        def _rows(self, batch) -> List[Row]:
             return [(self.name, p, o, number(v)) for p, o, v in zip(
                 batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
                 batch.column("value").to_pylist())]
 
-        def _messages(self, messages: List[Message]) -> List[Tuple[str, int, int, int]]:
+        def _messages(self, messages: List[Message]) -> List[Row]:
             out = []
             for m in messages:
                 if m.error() is None:
@@ -949,7 +1023,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                     self._event(m.error())
             return out
 
-        def _event(self, err: KafkaError) -> List[Tuple[str, int, int, int]]:
+        def _event(self, err: KafkaError) -> List[Row]:
             """An error event (consume_arrow() raises it after the rows before it): noted
             unless retriable; nothing to keep."""
             if not err.retriable():
@@ -964,15 +1038,18 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             helpers = [asyncio.ensure_future(self._read_only_aio(c))
                        for _ in range(args.threads - 1)]
             while not self.stop.is_set():
-                got = await self._read_aio(c)
+                read = await self._read_aio(c)
                 self.assigned = sorted(tp.partition for tp in await c.assignment())
-                if not got:
+                if not read.rows:
                     continue
-                self._keep(got)
+                self._keep(read.rows)
                 stall = self._stall_due()
                 if stall:   # as in run()
                     note(self.name, f"stalls {stall:.1f} s")
                     await asyncio.sleep(stall)
+                if args.auto_commit:
+                    await self._store_aio(c, read)
+                    continue
                 try:
                     await c.commit(asynchronous=False)
                 except KafkaException as exc:
@@ -986,14 +1063,19 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                     err = exc.args[0]
                 if self._final_commit(err):
                     break
-                self._keep(await self._read_aio(c))
+                await self._processed_aio(c, await self._read_aio(c))
             await c.close()
 
         async def _read_only_aio(self, c: AIOConsumer) -> None:
             while not self.stop.is_set():
-                self._keep(await self._read_aio(c))
+                await self._processed_aio(c, await self._read_aio(c))
 
-        async def _read_aio(self, c: AIOConsumer) -> List[Tuple[str, int, int, int]]:
+        async def _processed_aio(self, c: AIOConsumer, read: Read) -> None:
+            self._keep(read.rows)
+            if args.auto_commit:
+                await self._store_aio(c, read)
+
+        async def _read_aio(self, c: AIOConsumer) -> Read:
             with lock:
                 before = dict(self.changes)
             read = c.consume_arrow(500, 0.2) if args.arrow else c.consume(500, 0.2)
@@ -1004,14 +1086,14 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 else:
                     got = await read
             except asyncio.TimeoutError:
-                return []
+                return Read([], before)
             except KafkaException as exc:
                 if not args.arrow:
                     raise
-                return self._event(exc.args[0])   # as in _read()
+                return Read(self._event(exc.args[0]), before)   # as in _read()
             rows = self._rows(got) if args.arrow else self._messages(got)
             self._check_batch(rows, before)
-            return rows
+            return Read(rows, before)
 
     members = [Member(i) for i in range(args.members)]
 
@@ -1064,6 +1146,8 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
         time.sleep(0.2)
     note("group: caught up", round(time.monotonic() - chaos.stopped_at, 1),
          "s after the chaos stopped")
+    auto_committed = args.auto_commit and auto_commits_reach_the_end(cluster, group, topic,
+                                                                     partitions)
     for m in members:
         m.stop.set()
     for m in members:
@@ -1079,13 +1163,37 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
     note("group: read", len(consumed), "messages,", twice, "more than once")
     check.expect(not read_faults, f"each batch in order, nothing returned twice to a member "
                  f"while assigned {dict(read_faults)}")
+    if args.auto_commit:
+        note("group: store_offsets() refused (none of a batch's partitions assigned any "
+             "more):", dict(store_refused))
     if meddling is not None:
         meddling.check(check)
+    if args.auto_commit:
+        check.expect(auto_committed, "the auto-commits reached the high watermarks before "
+                     "the members' own commits at their shutdown")
     marks = high_watermarks(cluster, topic)
     committed = committed_offsets(cluster, group, topic, partitions)
     check.expect(committed_to_the_end(committed, marks), f"the group's committed offsets "
                  f"{committed} are the high watermarks {marks}")
     return check
+
+
+def auto_commits_reach_the_end(cluster: Cluster, group: str, topic: str,
+                               partitions: int, within: float = 15.0) -> bool:
+    """``--auto-commit``, the group caught up: whether its committed offsets become the
+    high watermarks ``within`` seconds (the members store each batch's offsets and commit
+    nothing themselves until their shutdown: the client's auto-commits made them)."""
+    deadline = time.monotonic() + within
+    while True:
+        marks = high_watermarks(cluster, topic)
+        committed = committed_offsets(cluster, group, topic, partitions)
+        if committed_to_the_end(committed, marks):
+            note("group: auto-committed to the high watermarks", marks)
+            return True
+        if time.monotonic() > deadline:
+            note("group: auto-committed", committed, "against the high watermarks", marks)
+            return False
+        time.sleep(0.5)
 
 
 def committed_to_the_end(committed: Dict[int, int], marks: Dict[int, int]) -> bool:
@@ -1472,6 +1580,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--stall", action="store_true",
                     help="group, eos: each member's processing now and then takes longer "
                          "than max.poll.interval.ms (6 s), once every 10-30 s")
+    ap.add_argument("--auto-commit", action="store_true",
+                    help="group: enable.auto.commit, the offsets stored with store_offsets() "
+                         "after each batch (the members commit only at shutdown)")
     ap.add_argument("--sasl", action="store_true",
                     help=f"every client logs in with {SASL_MECHANISM}; sessions of "
                          f"{SASL_SESSION_MS} ms, so connections re-authenticate all along")
@@ -1483,6 +1594,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--grow is for group runs")
     if args.stall and args.mode == "spark":
         ap.error("--stall is for group and eos runs")
+    if args.auto_commit and args.mode != "group":
+        ap.error("--auto-commit is for group runs")
     if args.abort_rate and args.mode != "eos":
         ap.error("--abort-rate is for eos runs")
     if args.meddle and (args.aio or args.mode != "group"):

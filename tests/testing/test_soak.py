@@ -63,6 +63,17 @@ def test_a_group_through_new_partitions_and_members_past_their_poll_interval(run
     assert any("_MAX_POLL_EXCEEDED" in line for line in lines)
 
 
+def test_a_group_committing_by_auto_commit_of_stored_offsets(run_child):
+    # --auto-commit: the members store each batch's offsets (enable.auto.offset.store
+    # false) and commit nothing themselves before their shutdown: the client's background
+    # and revocation commits must bring the group to the high watermarks (checked by the
+    # run), also with members past max.poll.interval.ms (--stall, seed 29 as above).
+    lines = run_soak(run_child, "group", "--seed", "29", "--seconds", "12", "--messages",
+                     "20000", "--auto-commit", "--stall")
+    assert any("ok: the auto-commits reached the high watermarks" in line for line in lines)
+    assert any(" stalls " in line for line in lines)
+
+
 def test_transactions_aborted_on_purpose_or_past_the_poll_interval_are_read_again(run_child):
     # --abort-rate: a third of the transactions are aborted after their offsets were
     # sent; --stall: a processor's batch outlasts max.poll.interval.ms before its offsets

@@ -8,7 +8,7 @@ delivery guarantees are checked on what the brokers hold.
         [--batches] [--threads 3] [--restarts] [--aio] [--meddle] [--sasl]
         [--grow 12] [--stall] [--auto-commit]
     .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts] [--sasl]
-        [--abort-rate 0.2] [--compression lz4] [--stall]
+        [--abort-rate 0.2] [--compression lz4] [--stall] [--downstream 2]
     .venv/bin/python tools/soak.py spark --seed 7 [--restarts] [--aio] [--sasl]
 
 ``group``: an idempotent producer writes ``--messages`` numbered messages (keyed) at a
@@ -64,6 +64,12 @@ fraction ``F`` of their transactions on purpose, after sending the offsets (then
 the batch again from the committed offsets, as on an error). ``--stall``: a processor's
 batch, between its output and its offsets, now and then takes longer than
 max.poll.interval.ms (as in ``group``): the offsets then go with a membership gone.
+``--downstream N``: a ``read_committed`` group of ``N`` members (a group of its own,
+committing after each batch and in ``on_revoke``, now and then one replaced by the chaos,
+its coordinator moved too) reads the output while it is written, aborted transactions
+and their markers among the records. Checked: it read every committed record of the
+output and no other (an aborted one), and its committed offsets are the output's high
+watermarks (past the last markers).
 
 ``spark`` (needs PySpark and Java): the producer as in ``group`` while two streaming
 queries of the ``kafka_native`` data source on a local Spark read its topic, one into
@@ -83,6 +89,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import itertools
 import os
 import random
 import shutil
@@ -1204,6 +1211,94 @@ def committed_to_the_end(committed: Dict[int, int], marks: Dict[int, int]) -> bo
 
 
 # -- eos -----------------------------------------------------------------------------------
+class Downstream(threading.Thread):
+    """``eos --downstream``: a ``read_committed`` member of a group of its own reading the
+    output while it is written (aborted transactions, zombies' output, markers among the
+    records), committing after each batch and in ``on_revoke``; ``places`` gets each
+    record's (partition, offset): number."""
+
+    def __init__(self, name: str, args: argparse.Namespace, bootstrap: str, topic: str,
+                 group: str, places: List[Tuple[int, int, int]], lock: threading.Lock,
+                 crashes: List[str]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.args = args
+        self.conf = {**connect(bootstrap), "group.id": group, "client.id": name,
+                     "isolation.level": "read_committed", "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest", "group.protocol": args.protocol}
+        if args.protocol == "classic":
+            self.conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+        self.topic = topic
+        self.places = places
+        self.lock = lock
+        self.crashes = crashes
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            c = Consumer(self.conf)
+            c.subscribe([self.topic], on_revoke=self._revoked)
+            while not self.stop.is_set():
+                if self._read(c):
+                    self._commit(c)
+            deadline = time.monotonic() + 30
+            while not self._commit(c) and time.monotonic() < deadline:
+                self._read(c)   # a rebalance (the others closing too) completes
+            c.close()
+        except Exception:
+            self.crashes.append(f"{self.name}: " + traceback.format_exc())
+
+    def _read(self, c: Consumer) -> int:
+        got = [(m.partition(), m.offset(), number(m.value()))
+               for m in c.consume(500, 0.2) if m.error() is None]
+        with self.lock:
+            self.places.extend(got)
+        return len(got)
+
+    def _commit(self, c: Consumer) -> bool:
+        """Whether what was read is committed (or there was nothing new)."""
+        try:
+            c.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError._NO_OFFSET:
+                return True
+            if not expected(exc.args[0]):
+                raise
+            return False
+        return True
+
+    def _revoked(self, c: Consumer, partitions: List[TopicPartition]) -> None:
+        try:
+            c.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                note(self.name, "commit on revoke failed:", exc.args[0].name())
+
+
+def check_downstream(check: Checks, cluster: Cluster, group: str, topic: str,
+                     records: List[Message], places: List[Tuple[int, int, int]]) -> None:
+    """``eos --downstream``: the group read every committed record of the output
+    (``records``), nothing else (no aborted record), and committed to the ends."""
+    committed_places = {(m.partition(), m.offset()): number(m.value()) for m in records}
+    read = {(p, o): n for p, o, n in places}
+    aborted = set(read) - set(committed_places)
+    if aborted:
+        note("downstream: records read that no transaction committed, the first:",
+             sorted(aborted)[:12])
+    check.expect(not aborted, f"the downstream group read no aborted record "
+                 f"({len(aborted)} did)")
+    missed = set(committed_places) - set(read)
+    check.expect(not missed, f"the downstream group read every committed record "
+                 f"({len(missed)} not)")
+    wrong = sum(1 for place, n in read.items() if committed_places.get(place, n) != n)
+    check.expect(not wrong, f"each record read downstream holds its value ({wrong} not)")
+    note("downstream: read", len(places), "records,", len(places) - len(read),
+         "more than once")
+    marks = high_watermarks(cluster, topic)
+    committed = committed_offsets(cluster, group, topic, len(marks))
+    check.expect(committed_to_the_end(committed, marks), f"the downstream group's committed "
+                 f"offsets {committed} are the high watermarks {marks}")
+
+
 def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
     source, sink, group, partitions = "soak-in", "soak-out", "soak-eos", args.partitions
     for topic in (source, sink):
@@ -1298,8 +1393,25 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
                     tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
 
     processors = [Processor(f"soak-tx-{i}") for i in range(args.members)]
+    down_group = "soak-downstream"
+    down_places: List[Tuple[int, int, int]] = []
+    down_lock = threading.Lock()
+
+    down_made = itertools.count(1)
+
+    def downstream_member() -> Downstream:
+        return Downstream(f"d{next(down_made)}", args, boot, sink, down_group, down_places,
+                          down_lock, crashes)
+
+    downstream = [downstream_member() for _ in range(args.downstream)]
 
     def churn(rng: random.Random) -> str:
+        if downstream and rng.random() < 0.3:   # a downstream member replaced
+            victim_d = rng.choice(downstream)
+            victim_d.stop.set()
+            downstream[downstream.index(victim_d)] = fresh_d = downstream_member()
+            fresh_d.start()
+            return f"{victim_d.name} -> {fresh_d.name} (downstream)"
         victim = rng.choice(processors)
         victim.stop.set()
         victim.join(60)
@@ -1311,6 +1423,8 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
 
     for p in processors:
         p.start()
+    for d in downstream:
+        d.start()
     filler = threading.Thread(target=fill, name="input", daemon=True)
     filler.start()
     chaos = Chaos(cluster, args.seed, [(source, partitions), (sink, partitions)], errors=[
@@ -1323,7 +1437,8 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
         ("Fetch", "NOT_LEADER_OR_FOLLOWER"), ("OffsetFetch", "COORDINATOR_LOAD_IN_PROGRESS"),
         ("FindCoordinator", "COORDINATOR_NOT_AVAILABLE")],
         coordinators=[{"group": group}] + [{"transactional_id": p.transactional_id}
-                                           for p in processors], churn=churn,
+                                           for p in processors]
+        + [{"group": down_group}] * bool(downstream), churn=churn,
         restarts=args.restarts)
     chaos.start()
     time.sleep(args.seconds)
@@ -1341,9 +1456,23 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
     for p in processors:
         p.join(60)
     records = read_all(cluster, sink, partitions, "read_committed")
+    if downstream:   # it reads the last transactions' output
+        wanted = {(m.partition(), m.offset()) for m in records}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with down_lock:
+                if wanted <= {(p, o) for p, o, _ in down_places}:
+                    break
+            time.sleep(0.5)
+        for d in downstream:
+            d.stop.set()
+        for d in downstream:
+            d.join(60)
     out = [number(m.value()) for m in records]
     check = Checks()
     check.expect(not crashes, f"no processor failed {crashes[:1]}")
+    if downstream:
+        check_downstream(check, cluster, down_group, sink, records, down_places)
     faulty = note_output_faults(records, args.messages, partitions)
     if faulty:
         keep_logs(cluster, [(sink, p) for p in sorted(faulty)], f"soak-eos-{args.seed}-")
@@ -1580,6 +1709,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--stall", action="store_true",
                     help="group, eos: each member's processing now and then takes longer "
                          "than max.poll.interval.ms (6 s), once every 10-30 s")
+    ap.add_argument("--downstream", type=int, default=0, metavar="MEMBERS",
+                    help="eos: a read_committed group of this many members reads the "
+                         "output while it is written")
     ap.add_argument("--auto-commit", action="store_true",
                     help="group: enable.auto.commit, the offsets stored with store_offsets() "
                          "after each batch (the members commit only at shutdown)")
@@ -1594,6 +1726,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--grow is for group runs")
     if args.stall and args.mode == "spark":
         ap.error("--stall is for group and eos runs")
+    if args.downstream and args.mode != "eos":
+        ap.error("--downstream is for eos runs")
     if args.auto_commit and args.mode != "group":
         ap.error("--auto-commit is for group runs")
     if args.abort_rate and args.mode != "eos":

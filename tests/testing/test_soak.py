@@ -87,6 +87,18 @@ def test_transactions_aborted_on_purpose_or_past_the_poll_interval_are_read_agai
     assert any(" stalls " in line for line in lines)
 
 
+def test_a_read_committed_group_reads_the_transactions_output_while_it_is_written(
+        run_child):
+    # --downstream: a read_committed group reads the output among the aborted
+    # transactions (a third aborted on purpose) and their markers; the run checks that it
+    # read every committed record and no aborted one, and committed past the last markers.
+    lines = run_soak(run_child, "eos", "--seed", "42", "--seconds", "12", "--messages",
+                     "5000", "--abort-rate", "0.3", "--downstream", "2")
+    aborted = [line for line in lines if "aborted transactions by error:" in line]
+    assert aborted and "'on purpose'" in aborted[0], aborted
+    assert any("ok: the downstream group read no aborted record" in line for line in lines)
+
+
 def test_a_file_sink_that_never_wrote_reads_as_no_rows(run_child, tmp_path):
     # seed 119: both queries failed before their first batch; reading the sink's files
     # without a schema ended the run in a traceback (UNABLE_TO_INFER_SCHEMA) before the

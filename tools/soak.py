@@ -8,7 +8,7 @@ delivery guarantees are checked on what the brokers hold.
         [--batches] [--threads 3] [--restarts] [--aio] [--meddle] [--sasl]
         [--grow 12] [--stall] [--auto-commit]
     .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts] [--sasl]
-        [--abort-rate 0.2] [--compression lz4] [--stall] [--downstream 2]
+        [--abort-rate 0.2] [--compression lz4] [--stall] [--downstream 2] [--arrow]
     .venv/bin/python tools/soak.py spark --seed 7 [--restarts] [--aio] [--sasl]
 
 ``group``: an idempotent producer writes ``--messages`` numbered messages (keyed) at a
@@ -67,9 +67,11 @@ max.poll.interval.ms (as in ``group``): the offsets then go with a membership go
 ``--downstream N``: a ``read_committed`` group of ``N`` members (a group of its own,
 committing after each batch and in ``on_revoke``, now and then one replaced by the chaos,
 its coordinator moved too) reads the output while it is written, aborted transactions
-and their markers among the records. Checked: it read every committed record of the
-output and no other (an aborted one), and its committed offsets are the output's high
-watermarks (past the last markers).
+and their markers among the records; every other member fetches a batch or two at a
+time (``max.partition.fetch.bytes`` 512: transactions come in many answers); with
+``--arrow`` they read with ``consume_arrow()``. Checked: it read every committed record
+of the output and no other (an aborted one), and its committed offsets are the output's
+high watermarks (past the last markers).
 
 ``spark`` (needs PySpark and Java): the producer as in ``group`` while two streaming
 queries of the ``kafka_native`` data source on a local Spark read its topic, one into
@@ -1215,11 +1217,14 @@ class Downstream(threading.Thread):
     """``eos --downstream``: a ``read_committed`` member of a group of its own reading the
     output while it is written (aborted transactions, zombies' output, markers among the
     records), committing after each batch and in ``on_revoke``; ``places`` gets each
-    record's (partition, offset): number."""
+    record's (partition, offset, number). With ``small_fetches`` its fetches are of a
+    batch or two (a transaction's records and its marker come in many answers, a fetch
+    starts in the middle of an aborted transaction); with ``--arrow`` it reads with
+    ``consume_arrow()``."""
 
     def __init__(self, name: str, args: argparse.Namespace, bootstrap: str, topic: str,
                  group: str, places: List[Tuple[int, int, int]], lock: threading.Lock,
-                 crashes: List[str]) -> None:
+                 crashes: List[str], small_fetches: bool = False) -> None:
         super().__init__(name=name, daemon=True)
         self.args = args
         self.conf = {**connect(bootstrap), "group.id": group, "client.id": name,
@@ -1227,6 +1232,10 @@ class Downstream(threading.Thread):
                      "auto.offset.reset": "earliest", "group.protocol": args.protocol}
         if args.protocol == "classic":
             self.conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+        if small_fetches:   # the first batch comes whole whatever its size (KIP-74);
+            # fetch.max.bytes may not be below message.max.bytes (as librdkafka)
+            self.conf.update({"max.partition.fetch.bytes": 512, "fetch.max.bytes": 2048,
+                              "message.max.bytes": 2048})
         self.topic = topic
         self.places = places
         self.lock = lock
@@ -1248,8 +1257,19 @@ class Downstream(threading.Thread):
             self.crashes.append(f"{self.name}: " + traceback.format_exc())
 
     def _read(self, c: Consumer) -> int:
-        got = [(m.partition(), m.offset(), number(m.value()))
-               for m in c.consume(500, 0.2) if m.error() is None]
+        if self.args.arrow:
+            try:
+                batch = c.consume_arrow(500, 0.2)
+            except KafkaException as exc:   # an event, after the rows before it
+                if not expected(exc.args[0]):
+                    raise
+                return 0
+            got = list(zip(batch.column("partition").to_pylist(),
+                           batch.column("offset").to_pylist(),
+                           [number(v) for v in batch.column("value").to_pylist()]))
+        else:
+            got = [(m.partition(), m.offset(), number(m.value()))
+                   for m in c.consume(500, 0.2) if m.error() is None]
         with self.lock:
             self.places.extend(got)
         return len(got)
@@ -1400,8 +1420,9 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
     down_made = itertools.count(1)
 
     def downstream_member() -> Downstream:
-        return Downstream(f"d{next(down_made)}", args, boot, sink, down_group, down_places,
-                          down_lock, crashes)
+        made = next(down_made)   # every other one fetches a batch or two at a time
+        return Downstream(f"d{made}", args, boot, sink, down_group, down_places, down_lock,
+                          crashes, small_fetches=made % 2 == 0)
 
     downstream = [downstream_member() for _ in range(args.downstream)]
 
@@ -1470,7 +1491,8 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
             d.join(60)
     out = [number(m.value()) for m in records]
     check = Checks()
-    check.expect(not crashes, f"no processor failed {crashes[:1]}")
+    check.expect(not crashes, f"no processor{' or downstream member' * bool(downstream)} "
+                 f"failed {crashes[:1]}")
     if downstream:
         check_downstream(check, cluster, down_group, sink, records, down_places)
     faulty = note_output_faults(records, args.messages, partitions)
@@ -1688,7 +1710,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     ap.add_argument("--strategy", default="cooperative-sticky")
     ap.add_argument("--static", action="store_true", help="group.instance.id per member")
-    ap.add_argument("--arrow", action="store_true", help="members read with consume_arrow()")
+    ap.add_argument("--arrow", action="store_true",
+                    help="members (group; eos --downstream) read with consume_arrow()")
     ap.add_argument("--compression", default="none")
     ap.add_argument("--batches", action="store_true",
                     help="the producer queues 1,000 messages a call (produce_batch)")

@@ -6,9 +6,9 @@ delivery guarantees are checked on what the brokers hold.
     .venv/bin/python tools/soak.py group --seed 7 [--protocol consumer] [--static]
         [--arrow] [--compression zstd] [--timeout-ms 3000] [--acks 1 --no-idempotence]
         [--batches] [--threads 3] [--restarts] [--aio] [--meddle] [--sasl]
-        [--grow 12] [--stall] [--auto-commit]
+        [--grow 12] [--stall] [--auto-commit] [--slow]
     .venv/bin/python tools/soak.py eos --seed 7 [--protocol consumer] [--restarts] [--sasl]
-        [--abort-rate 0.2] [--compression lz4] [--stall] [--downstream 2] [--arrow]
+        [--abort-rate 0.2] [--compression lz4] [--stall] [--downstream 2] [--arrow] [--slow]
     .venv/bin/python tools/soak.py spark --seed 7 [--restarts] [--aio] [--sasl]
 
 ``group``: an idempotent producer writes ``--messages`` numbered messages (keyed) at a
@@ -79,6 +79,12 @@ Spark's file sink, one into another topic through the data source's writer, each
 and then stopped and started again on its checkpoint. Checked: the producer's checks;
 the file sink holds every record exactly once; the other topic every one at least once.
 
+``--slow`` (group, eos): the chaos's latency on a broker's answers is 0.5-2.5 s instead
+of 0.02-0.3 s, and every client's request timeout (``socket.timeout.ms``) 1.5 s: the
+clients give up on requests a broker has applied or will apply (a produce, a commit, a
+transaction's step), close the connection and send them again, and a slow broker is
+unusable for as long as its latency lasts. Checked as without it.
+
 ``--sasl`` (any mode): the brokers require SASL (SCRAM-SHA-512) with one-second
 sessions, so every client connection authenticates again about once a second (KIP-368)
 in the middle of the chaos; the run also checks that they did.
@@ -145,6 +151,12 @@ SASL_USER, SASL_PASSWORD, SASL_MECHANISM = "soak", "soak-secret", "SCRAM-SHA-512
 SASL_SESSION_MS = 1000
 #: what every client of the run adds to bootstrap.servers (set by main())
 SECURITY: Dict[str, str] = {}
+#: the seconds of latency the chaos puts on a broker's answers (a range); ``--slow``: past
+#: the clients' request timeout (socket.timeout.ms ``SLOW_REQUEST_TIMEOUT_MS``)
+LATENCY, SLOW_LATENCY = (0.02, 0.3), (0.5, 2.5)
+SLOW_REQUEST_TIMEOUT_MS = 1500
+#: ``--slow``: what every client of the run adds to its configuration (set by main())
+TIMEOUTS: Dict[str, int] = {}
 _T0 = time.monotonic()
 
 
@@ -184,7 +196,7 @@ class Chaos(threading.Thread):
     def __init__(self, cluster: Cluster, seed: int, topics: Sequence[Tuple[str, int]],
                  errors: Sequence[Tuple[str, str]], coordinators: Sequence[Dict[str, str]],
                  churn: Callable[[random.Random], str], restarts: bool = False,
-                 grow_to: int = 0) -> None:
+                 grow_to: int = 0, latency: Tuple[float, float] = LATENCY) -> None:
         super().__init__(name="chaos", daemon=True)
         self.cluster = cluster
         self.rng = random.Random(seed)
@@ -194,6 +206,7 @@ class Chaos(threading.Thread):
         self.coordinators = coordinators
         self.churn = churn
         self.restarts = restarts
+        self.latency = latency
         self.stop = threading.Event()
         self.down: Optional[int] = None
         self.slow: Optional[int] = None
@@ -269,7 +282,7 @@ class Chaos(threading.Thread):
     def _latency(self) -> str:
         if self.slow is None:
             self.slow = self.rng.choice(BROKERS)
-            seconds = self.rng.uniform(0.02, 0.3)
+            seconds = self.rng.uniform(*self.latency)
             self.cluster.set_latency(seconds, broker=self.slow)
             return f"broker {self.slow}: {seconds:.2f} s"
         self.cluster.set_latency(0, broker=self.slow)
@@ -298,9 +311,15 @@ def stall_due(client: Any, stall: bool) -> float:
     return STALLED_POLL_INTERVAL_MS / 1000 + client.rng.uniform(0.5, 3.0)
 
 
-def connect(bootstrap: str) -> Dict[str, str]:
-    """A client configuration's connection part: the brokers, and ``--sasl``'s login."""
-    return {"bootstrap.servers": bootstrap, **SECURITY}
+def latency(args: argparse.Namespace) -> Tuple[float, float]:
+    """The range of the chaos's latency faults (``--slow``: past the request timeout)."""
+    return SLOW_LATENCY if args.slow else LATENCY
+
+
+def connect(bootstrap: str) -> Dict[str, Any]:
+    """A client configuration's connection part: the brokers, ``--sasl``'s login and
+    ``--slow``'s request timeout."""
+    return {"bootstrap.servers": bootstrap, **SECURITY, **TIMEOUTS}
 
 
 def read_all(cluster: Cluster, topic: str, partitions: int,
@@ -1128,7 +1147,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
         ("OffsetCommit", "NOT_COORDINATOR"), ("Heartbeat", "NOT_COORDINATOR"),
         ("OffsetFetch", "COORDINATOR_LOAD_IN_PROGRESS"),
         ("Metadata", "LEADER_NOT_AVAILABLE")], coordinators=[{"group": group}], churn=churn,
-        restarts=args.restarts, grow_to=args.grow)
+        restarts=args.restarts, grow_to=args.grow, latency=latency(args))
     chaos.start()
     time.sleep(args.seconds)
     chaos.stop.set()
@@ -1460,7 +1479,7 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
         coordinators=[{"group": group}] + [{"transactional_id": p.transactional_id}
                                            for p in processors]
         + [{"group": down_group}] * bool(downstream), churn=churn,
-        restarts=args.restarts)
+        restarts=args.restarts, latency=latency(args))
     chaos.start()
     time.sleep(args.seconds)
     chaos.stop.set()
@@ -1614,7 +1633,8 @@ def run_spark(args: argparse.Namespace, cluster: Cluster) -> Checks:
         ("ListOffsets", "NOT_LEADER_OR_FOLLOWER"), ("Metadata", "LEADER_NOT_AVAILABLE"),
         ("Produce", "NOT_LEADER_OR_FOLLOWER"), ("Produce", "NOT_ENOUGH_REPLICAS"),
         ("Produce", "REQUEST_TIMED_OUT"), ("OffsetCommit", "NOT_COORDINATOR")],
-        coordinators=[{"group": group}], churn=churn, restarts=args.restarts)
+        coordinators=[{"group": group}], churn=churn, restarts=args.restarts,
+        latency=latency(args))
     chaos.start()
     time.sleep(args.seconds)
     chaos.stop.set()
@@ -1738,6 +1758,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--auto-commit", action="store_true",
                     help="group: enable.auto.commit, the offsets stored with store_offsets() "
                          "after each batch (the members commit only at shutdown)")
+    ap.add_argument("--slow", action="store_true",
+                    help=f"the chaos's latency on a broker is {SLOW_LATENCY[0]}-"
+                         f"{SLOW_LATENCY[1]} s, past the clients' request timeout "
+                         f"(socket.timeout.ms {SLOW_REQUEST_TIMEOUT_MS})")
     ap.add_argument("--sasl", action="store_true",
                     help=f"every client logs in with {SASL_MECHANISM}; sessions of "
                          f"{SASL_SESSION_MS} ms, so connections re-authenticate all along")
@@ -1749,6 +1773,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--grow is for group runs")
     if args.stall and args.mode == "spark":
         ap.error("--stall is for group and eos runs")
+    if args.slow and args.mode == "spark":
+        ap.error("--slow is for group and eos runs")
     if args.downstream and args.mode != "eos":
         ap.error("--downstream is for eos runs")
     if args.auto_commit and args.mode != "group":
@@ -1772,6 +1798,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         SECURITY.update({"security.protocol": "SASL_PLAINTEXT",
                          "sasl.mechanism": SASL_MECHANISM, "sasl.username": SASL_USER,
                          "sasl.password": SASL_PASSWORD})
+    if args.slow:
+        TIMEOUTS["socket.timeout.ms"] = SLOW_REQUEST_TIMEOUT_MS
     with Cluster(brokers=len(BROKERS), broker_config=broker_config, users=users) as cluster:
         check = run(args, cluster)
         if args.sasl:

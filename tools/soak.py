@@ -83,7 +83,9 @@ the file sink holds every record exactly once; the other topic every one at leas
 of 0.02-0.3 s, and every client's request timeout (``socket.timeout.ms``) 1.5 s: the
 clients give up on requests a broker has applied or will apply (a produce, a commit, a
 transaction's step), close the connection and send them again, and a slow broker is
-unusable for as long as its latency lasts. Checked as without it.
+unusable for as long as its latency lasts, 1-6 s (it ends on its own: a churn's wait
+for a member stuck on the slow coordinator must not hold the chaos, and the latency
+with it). Checked as without it.
 
 ``--sasl`` (any mode): the brokers require SASL (SCRAM-SHA-512) with one-second
 sessions, so every client connection authenticates again about once a second (KIP-368)
@@ -154,6 +156,8 @@ SECURITY: Dict[str, str] = {}
 #: the seconds of latency the chaos puts on a broker's answers (a range); ``--slow``: past
 #: the clients' request timeout (socket.timeout.ms ``SLOW_REQUEST_TIMEOUT_MS``)
 LATENCY, SLOW_LATENCY = (0.02, 0.3), (0.5, 2.5)
+#: ``--slow``: how long each such latency lasts at most (seconds, a range)
+SLOW_LATENCY_LASTS = (1.0, 6.0)
 SLOW_REQUEST_TIMEOUT_MS = 1500
 #: ``--slow``: what every client of the run adds to its configuration (set by main())
 TIMEOUTS: Dict[str, int] = {}
@@ -210,6 +214,8 @@ class Chaos(threading.Thread):
         self.stop = threading.Event()
         self.down: Optional[int] = None
         self.slow: Optional[int] = None
+        self.slow_lock = threading.Lock()   # --slow: the latency ends on a timer too
+        self.slow_since = 0.0
         self.counts: Dict[str, int] = collections.Counter()
         self.stopped_at = 0.0
 
@@ -280,14 +286,31 @@ class Chaos(threading.Thread):
         return f"{api} {error}"
 
     def _latency(self) -> str:
-        if self.slow is None:
-            self.slow = self.rng.choice(BROKERS)
-            seconds = self.rng.uniform(*self.latency)
-            self.cluster.set_latency(seconds, broker=self.slow)
-            return f"broker {self.slow}: {seconds:.2f} s"
-        self.cluster.set_latency(0, broker=self.slow)
-        slow, self.slow = self.slow, None
-        return f"broker {slow}: off"
+        with self.slow_lock:
+            if self.slow is None:
+                self.slow = self.rng.choice(BROKERS)
+                seconds = self.rng.uniform(*self.latency)
+                self.cluster.set_latency(seconds, broker=self.slow)
+                if self.latency != SLOW_LATENCY:
+                    return f"broker {self.slow}: {seconds:.2f} s"
+                # --slow: it ends on its own, also while the chaos waits (a churn waits
+                # for a member that waits for the slow broker)
+                lasts = self.rng.uniform(*SLOW_LATENCY_LASTS)
+                self.slow_since = time.monotonic()   # this latency's, not a later one's
+                ends = threading.Timer(lasts, self._latency_ends, (self.slow_since,))
+                ends.daemon = True
+                ends.start()
+                return f"broker {self.slow}: {seconds:.2f} s for {lasts:.1f} s"
+            self.cluster.set_latency(0, broker=self.slow)
+            slow, self.slow = self.slow, None
+            return f"broker {slow}: off"
+
+    def _latency_ends(self, since: float) -> None:
+        with self.slow_lock:
+            if self.slow is not None and self.slow_since == since and not self.stop.is_set():
+                self.cluster.set_latency(0, broker=self.slow)
+                note("chaos: latency broker", self.slow, "ended")
+                self.slow = None
 
     def _evict(self) -> str:
         return f"{self.cluster.evict_fetch_sessions()} fetch sessions"

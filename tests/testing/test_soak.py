@@ -149,3 +149,38 @@ def test_a_partition_never_written_needs_no_committed_offset(run_child):
     """)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["True", "True", "False", "False", "False", "False"]
+
+
+def test_a_slow_brokers_latency_ends_while_the_chaos_waits(run_child):
+    # seed 229 (eos --slow): the chaos, replacing a processor stuck on the slow coordinator,
+    # waited 60 s for it to stop and never turned the latency off: the coordinator stayed
+    # unusable for 80 s. A --slow latency now ends on its own; here the chaos thread is not
+    # even running (as when it waits).
+    done = run_child("""
+        import sys, threading, time
+        sys.path.insert(0, "tools")
+        import soak
+
+        class Cluster:
+            def __init__(self):
+                self.latencies = []
+                self.changed = threading.Event()
+
+            def set_latency(self, seconds, broker=None):
+                self.latencies.append((round(seconds, 2), broker))
+                self.changed.set()
+
+        cluster = Cluster()
+        chaos = soak.Chaos(cluster, 7, [("t", 1)], errors=[], coordinators=[],
+                           churn=lambda rng: "", latency=soak.SLOW_LATENCY)
+        print(chaos._latency())
+        slow = chaos.slow
+        deadline = time.monotonic() + 30   # it lasts 6 s at most
+        while cluster.latencies[-1][0] != 0 and time.monotonic() < deadline:
+            cluster.changed.wait(0.5)
+        print(cluster.latencies[-1] == (0, slow), chaos.slow, len(cluster.latencies))
+    """, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "True None 2", lines   # set, then back to 0 on its own
+    assert " s for " in lines[0], lines

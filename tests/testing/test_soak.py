@@ -176,8 +176,10 @@ def test_a_slow_brokers_latency_ends_while_the_chaos_waits(run_child):
         print(chaos._latency())
         slow = chaos.slow
         deadline = time.monotonic() + 30   # it lasts 6 s at most
-        while cluster.latencies[-1][0] != 0 and time.monotonic() < deadline:
+        while ((cluster.latencies[-1][0] != 0 or chaos.slow is not None)
+               and time.monotonic() < deadline):
             cluster.changed.wait(0.5)
+            cluster.changed.clear()
         print(cluster.latencies[-1] == (0, slow), chaos.slow, len(cluster.latencies))
     """, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]

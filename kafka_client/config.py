@@ -819,7 +819,9 @@ _CLASSIC_GROUP_ONLY = ("session.timeout.ms", "heartbeat.interval.ms",
                        "partition.assignment.strategy", "group.protocol.type")
 #: Typed differently here than in librdkafka, where it is a string (None = default).
 _NULLABLE_NAMES = frozenset(("partition.assignment.strategy", "group.protocol.type",
-                             "topic.blacklist"))
+                             "topic.blacklist", "share.acknowledgement.mode"))
+#: Of those, where "" leaves the default too (librdkafka 2.16 takes it so).
+_EMPTY_LEAVES_DEFAULT = frozenset(("share.acknowledgement.mode",))
 #: Strings librdkafka checks against a list of values: None is refused as an invalid
 #: value ("(null)"), not taken as the default.
 _CHECKED_STRINGS = frozenset(("sasl.mechanism", "broker.version.fallback"))
@@ -1212,7 +1214,8 @@ class ClientConfig(Mapping[str, Any]):
                 raise _same_thing(earlier, key)
             if prop.name == "partitioner":
                 _check_partitioner(raw)
-            if raw is None or (raw == "" and prop.name in _EMPTY_IS_UNSET):
+            if raw is None or (raw == "" and (prop.name in _EMPTY_IS_UNSET
+                                              or prop.name in _EMPTY_LEAVES_DEFAULT)):
                 if prop.name in _CHECKED_STRINGS:
                     raise _invalid(f"Invalid value for configuration property "
                                    f"{_label(key, prop)}: (null)")

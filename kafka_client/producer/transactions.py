@@ -434,13 +434,27 @@ class TransactionManager:
                          "transaction", state.value)
         # At most transaction.timeout.ms: past it the coordinator aborts the transaction
         # itself (close(None) must not wait for ever for an unreachable coordinator).
-        limit = min(deadline - time.monotonic(), self.timeout_ms / 1000.0)
-        try:
-            self.abort_transaction(max(0.0, limit), flush)
-        except KafkaException as exc:
-            self.log.warning("aborting the transaction at close failed: %s",
-                             exc.args[0].str() if exc.args and isinstance(
-                                 exc.args[0], KafkaError) else exc)
+        until = time.monotonic() + min(deadline - time.monotonic(), self.timeout_ms / 1000.0)
+        raised: Optional[Exception] = None
+        while True:
+            try:
+                self.abort_transaction(max(0.0, until - time.monotonic()), flush)
+                break
+            except KafkaException as exc:
+                self.log.warning("aborting the transaction at close failed: %s",
+                                 exc.args[0].str() if exc.args and isinstance(
+                                     exc.args[0], KafkaError) else exc)
+                break
+            except Exception as exc:
+                # A delivery callback raised in the abort's flush: the abort goes on (it
+                # stopped before its EndTxn, leaving a registered transaction open at the
+                # coordinator until transaction.timeout.ms), the exception after it.
+                if raised is None:
+                    raised = exc
+                if time.monotonic() >= until:
+                    break
+        if raised is not None:
+            raise raised
 
     @property
     def may_produce(self) -> bool:

@@ -378,6 +378,39 @@ def test_init_transactions_without_a_timeout_ends_when_the_coordinator_does_not_
         p.close(5)
 
 
+def test_close_ends_a_registered_transaction_whose_purged_reports_raise(cluster):
+    """As above, with the partition registered before close() (AddPartitionsToTxn
+    answered): the callbacks raising in the abort's flush must not stop the abort before
+    its EndTxn, which left the transaction open at the coordinator (read_committed
+    readers held back) until transaction.timeout.ms."""
+    topic = "txn-close-raising-registered"
+    cluster.create_topic(topic, partitions=1)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                  "transactional.id": "close-raising-registered", "linger.ms": 30_000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    reports: List[int] = []
+
+    def raising(err, msg):
+        reports.append(err.code())
+        raise ValueError(f"callback for {msg.value()!r}")
+
+    since = cluster.clear_request_log()
+    for i in range(3):
+        p.produce(topic, b"%d" % i, partition=0, on_delivery=raising)
+    deadline = time.monotonic() + 20
+    while not [e for e in cluster.request_log(since, api="AddPartitionsToTxn")
+               if e.details.get("answered")]:
+        assert time.monotonic() < deadline, "the partition was never registered"
+        time.sleep(0.01)
+    time.sleep(0.2)     # the answer reaches the producer
+    with pytest.raises(ValueError, match="callback for b'0'"):
+        p.close(10)
+    assert reports == [KafkaError._PURGE_QUEUE] * 3
+    assert cluster.request_log(since, api="Produce") == []
+    assert len(cluster.request_log(since, api="EndTxn")) == 1
+
+
 def test_close_with_an_open_transaction_whose_purged_reports_raise(cluster):
     """close() with a transaction open and its messages still queued (linger), whose
     delivery callback raises: the abort close() makes purges them (_PURGE_QUEUE), every

@@ -190,6 +190,16 @@ class GroupCoordinator:
             return   # a member waiting in JoinGroup is alive
         self._remove_member(group, member, "session timeout")
 
+    def _expire_pending(self, group_id: str, member_id: str) -> None:
+        """A member told MEMBER_ID_REQUIRED that did not join with its id within its
+        session timeout (it closed, or its answer was lost) is forgotten, as Kafka's
+        coordinator forgets it: a join waiting for the pending members goes on (it
+        waited for the rebalance timeout, max.poll.interval.ms)."""
+        group = self._classic(group_id)
+        if group is None or group.pending_members.pop(member_id, None) is None:
+            return
+        self._maybe_complete_join(group)
+
     def _remove_member(self, group: Group, member: Member, reason: str) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
@@ -343,6 +353,9 @@ class GroupCoordinator:
             member_id = f"{ctx.head.client_id or 'member'}-{uuid.uuid4()}"
             if ctx.version >= 4 and instance_id is None:
                 group.pending_members[member_id] = time.monotonic()
+                self.server.loop.call_later(req.session_timeout_ms / 1000,
+                                            self._expire_pending, group.group_id,
+                                            member_id)
                 response = _join_error(ErrorCode.MEMBER_ID_REQUIRED)
                 response.member_id = member_id
                 ctx.respond(response)

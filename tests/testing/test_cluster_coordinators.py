@@ -46,9 +46,10 @@ def cluster(tmp_path_factory):
         yield c
 
 
-def join_request(group, member_id="", session_ms=6000, instance=None, metadata=b"m"):
+def join_request(group, member_id="", session_ms=6000, instance=None, metadata=b"m",
+                 rebalance_ms=3000):
     return JoinGroupRequest(group_id=group, session_timeout_ms=session_ms,
-                            rebalance_timeout_ms=3000, member_id=member_id,
+                            rebalance_timeout_ms=rebalance_ms, member_id=member_id,
                             group_instance_id=instance, protocol_type="consumer",
                             protocols=[JoinGroupRequest.JoinGroupRequestProtocol(
                                 name="range", metadata=metadata)])
@@ -133,6 +134,21 @@ def test_session_expiry_removes_a_member(cluster):
             time.sleep(0.05)
         ja3 = a.request(join_request(group, member_id=ja.member_id, session_ms=3000), JOIN_V)
         assert ja3.generation_id == 3 and [m.member_id for m in ja3.members] == [ja.member_id]
+
+
+def test_a_pending_member_that_never_joins_is_forgotten_after_its_session(cluster):
+    """KIP-394: a member told MEMBER_ID_REQUIRED that never joins with its id (it closed)
+    is forgotten after its session timeout, as Kafka's coordinator does: the join goes on
+    without it, long before the 30 s rebalance timeout (it waited for that: a soak group
+    sat 90 s with every live member in JoinGroup, tools/soak.py group --seed 22)."""
+    group = "g-pending"
+    with coordinator_client(cluster, group) as a, coordinator_client(cluster, group) as b:
+        gone = b.request(join_request(group, session_ms=300), JOIN_V)
+        assert gone.error_code == ErrorCode.MEMBER_ID_REQUIRED    # and b never comes back
+        start = time.monotonic()
+        ja = join_alone(a, group, rebalance_ms=30000)
+        assert ja.generation_id == 1 and [m.member_id for m in ja.members] == [ja.member_id]
+        assert time.monotonic() - start < 15
 
 
 def test_a_static_member_rejoins_without_a_rebalance(cluster):

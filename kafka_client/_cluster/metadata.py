@@ -230,10 +230,15 @@ class MetadataCache:
             self._asked.update(topics)
         if not fast:
             return None
+        now = time.monotonic() if now is None else now
         if self._fast_at is None:
-            now = time.monotonic() if now is None else now
             self._fast_at = max(now, self._last_sent + self.fast_interval)
-        return None if self.in_flight else self._fast_at
+            return None if self.in_flight else self._fast_at
+        # Asked before: a due request is the cluster's tick's to send, and its tick says
+        # when it looks again (no ready connection yet, say). Returned, a time already
+        # past had the loop turn without waiting, a CPU spinning while a broker took the
+        # connection and never answered.
+        return None if self.in_flight or self._fast_at <= now else self._fast_at
 
     def due(self, now: float) -> Optional[float]:
         """0 if a request should go out now, else the time it will be due (or None)."""

@@ -710,43 +710,87 @@ def test_concurrent_consume_calls_get_each_message_once(impl, tansu_broker, topi
 # 8. the event loop keeps running while the client waits
 # ---------------------------------------------------------------------------------------
 
+async def ticks_while(awaitable):
+    """``(result, loop_ticks, thread_ticks)``: ``awaitable``'s result, and the 10 ms sleeps
+    counted meanwhile on the event loop and, as the control, on a plain thread. A loaded
+    machine (CI's 2 cores shared with brokers and JVMs) slows both alike; a loop blocked by
+    the client only the first."""
+    loop_ticks, thread_ticks = 0, 0
+    stop = threading.Event()
+
+    def thread_ticker():
+        nonlocal thread_ticks
+        while not stop.wait(0.01):
+            thread_ticks += 1
+
+    async def loop_ticker():
+        nonlocal loop_ticks
+        while True:
+            await asyncio.sleep(0.01)
+            loop_ticks += 1
+
+    control = threading.Thread(target=thread_ticker, daemon=True)
+    control.start()
+    task = asyncio.create_task(loop_ticker())
+    try:
+        result = await awaitable
+    finally:
+        task.cancel()
+        stop.set()
+        control.join()
+    return result, loop_ticks, thread_ticks
+
+
+def assert_loop_ran(loop_ticks, thread_ticks):
+    """The loop ticked at least half as often as the control thread (~100 each per second
+    when nothing blocks)."""
+    assert thread_ticks >= 1 and 2 * loop_ticks >= thread_ticks, (loop_ticks, thread_ticks)
+
+
+def test_ticks_while_sees_a_blocked_loop():
+    """The measure itself: a loop blocked for 0.5 s fails it, a free one passes."""
+    async def blocking():
+        time.sleep(0.5)
+
+    async def main():
+        _, loop_ticks, thread_ticks = await ticks_while(blocking())
+        with pytest.raises(AssertionError):
+            assert_loop_ran(loop_ticks, thread_ticks)
+        assert_loop_ran(*(await ticks_while(asyncio.sleep(0.5)))[1:])
+
+    run(main())
+
+
 def test_event_loop_not_blocked(impl, tansu_broker, topic_name, silent):
     tansu_broker.create_topic(topic_name)
     k = impl.kafka
 
     async def main():
-        ticks = 0
-
-        async def ticker():
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.01)
-                ticks += 1
-
         c = impl.aio.AIOConsumer({"bootstrap.servers": tansu_broker.bootstrap,
                                   "group.id": topic_name})
         p = impl.aio.AIOProducer({"bootstrap.servers": silent, "log_level": 0})
-        task = asyncio.create_task(ticker())
         try:
             await c.assign([k.TopicPartition(topic_name, 0, k.OFFSET_BEGINNING)])
-            ticks, t = 0, time.monotonic()
-            assert await c.consume(10, timeout=1) == []
+            t = time.monotonic()
+            got, *ticks = await ticks_while(c.consume(10, timeout=1))
             elapsed = time.monotonic() - t
+            assert got == []
             assert 0.9 <= elapsed < 3, elapsed               # the timeout is honoured
-            assert ticks >= 25, ticks                         # ~100 when nothing blocks
+            assert_loop_ran(*ticks)
 
-            ticks, t = 0, time.monotonic()
-            assert await c.poll(0.5) is None
+            t = time.monotonic()
+            got, *ticks = await ticks_while(c.poll(0.5))
+            assert got is None
             assert 0.45 <= time.monotonic() - t < 2
-            assert ticks >= 12, ticks
+            assert_loop_ran(*ticks)
 
             await p.produce("t", b"never delivered")
-            ticks, t = 0, time.monotonic()
-            assert await p.flush(0.5) == 1
+            t = time.monotonic()
+            got, *ticks = await ticks_while(p.flush(0.5))
+            assert got == 1
             assert 0.45 <= time.monotonic() - t < 2
-            assert ticks >= 12, ticks
+            assert_loop_ran(*ticks)
         finally:
-            task.cancel()
             await c.close()
             await p.purge()                 # close() would wait for a delivery forever
             await p.close()

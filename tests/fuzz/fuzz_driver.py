@@ -90,16 +90,28 @@ def _rss_mb() -> float:
 
 def run_one(name: str, check: Callable[[bytes], None], data: bytes,
             input_seconds: float) -> float:
-    """Run one input; return its duration. Raises FuzzFailure on any failure."""
+    """Run one input; return its duration. Raises FuzzFailure on any failure.
+
+    An input over ``input_seconds`` is run once more and fails only if it is slow again:
+    an input that is slow by itself is slow every time, while a loaded machine (CI's two
+    cores shared with brokers and Spark) stretches one run now and then."""
+    took = _timed(name, check, data)
+    if took > input_seconds:
+        again = _timed(name, check, data)
+        if again > input_seconds:
+            raise FuzzFailure(name, data, f"took {took:.2f}s, then {again:.2f}s "
+                                          f"(limit {input_seconds}s)")
+        took = again
+    return took
+
+
+def _timed(name: str, check: Callable[[bytes], None], data: bytes) -> float:
     start = time.perf_counter()
     try:
         check(data)
     except Exception as exc:  # noqa: BLE001 - every escape is a finding
         raise FuzzFailure(name, data, f"{type(exc).__name__}: {exc}") from exc
-    took = time.perf_counter() - start
-    if took > input_seconds:
-        raise FuzzFailure(name, data, f"took {took:.2f}s (limit {input_seconds}s)")
-    return took
+    return time.perf_counter() - start
 
 
 def run(name: str, check: Callable[[bytes], None], seconds: float, seed: int = 0, *,

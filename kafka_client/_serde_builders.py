@@ -14,7 +14,9 @@ import inspect
 import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["SerdeProperties", "take_serdes", "close_serdes", "aclose_serdes"]
+from ._cluster_id_resolver import ClusterIdResolver, offer_resolver
+
+__all__ = ["SerdeProperties", "ClientSerdes", "take_serdes", "close_serdes", "aclose_serdes"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,37 @@ class SerdeProperties:
             await aclose_serdes(owned)
             raise
         return serdes, owned, _common_leftover(self.conf, leftovers)
+
+
+class ClientSerdes:
+    """A (blocking) serializing client's key and value serdes: built from its
+    configuration, given the client's cluster id once the client exists, and closed with
+    it where the client built them."""
+
+    def __init__(self, conf: Dict[str, Any], kind: str) -> None:
+        serdes, self._owned, self.client_conf = take_serdes(conf, kind).build()
+        self.key: Optional[Callable] = serdes[0]
+        self.value: Optional[Callable] = serdes[1]
+
+    def start_client(self, init: Callable[[Dict[str, Any]], None],
+                     cluster_id: Callable[..., Optional[str]]) -> None:
+        """Run the client's own constructor ``init`` with the configuration the serdes
+        left (closing the serdes built here if it raises), then offer them the client's
+        cluster id (``set_cluster_id_resolver``)."""
+        try:
+            init(self.client_conf)
+        except BaseException:
+            self.close()
+            raise
+        offer_resolver("set_cluster_id_resolver", ClusterIdResolver(cluster_id),
+                       (self.key, self.value))
+
+    def close(self) -> None:
+        """Close the serdes built from builders (ready-made ones are the application's),
+        once: after the client's own close(), so a close that raised keeps them for the
+        next call."""
+        owned, self._owned = self._owned, []
+        close_serdes(owned)
 
 
 def take_serdes(conf: Dict[str, Any], kind: str) -> SerdeProperties:

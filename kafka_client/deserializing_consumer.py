@@ -2,10 +2,9 @@
 DeserializingConsumer)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-from ._cluster_id_resolver import ClusterIdResolver, offer_resolver
-from ._serde_builders import close_serdes, take_serdes
+from ._serde_builders import ClientSerdes
 from .consumer.consumer import Consumer
 from .errors import ConsumeError, KeyDeserializationError, ValueDeserializationError
 from .serialization import MessageField, SerializationContext
@@ -23,16 +22,8 @@ class DeserializingConsumer(Consumer):
     the consumer then owns and closes."""
 
     def __init__(self, conf: Dict[str, Any]) -> None:
-        serdes, self._owned_serdes, conf = take_serdes(conf, "deserializer").build()
-        self._key_deserializer: Optional[Callable] = serdes[0]
-        self._value_deserializer: Optional[Callable] = serdes[1]
-        try:
-            super().__init__(conf)
-        except BaseException:
-            close_serdes(self._owned_serdes)
-            raise
-        offer_resolver("set_cluster_id_resolver", ClusterIdResolver(self.cluster_id),
-                       serdes)
+        self._serdes = ClientSerdes(conf, "deserializer")
+        self._serdes.start_client(super().__init__, self.cluster_id)
 
     def close(self) -> None:
         """Consumer.close(), then close the deserializers built from
@@ -40,8 +31,7 @@ class DeserializingConsumer(Consumer):
         left to the application). If the consumer's close raises, they are kept for the
         next call."""
         super().close()
-        owned, self._owned_serdes = self._owned_serdes, []
-        close_serdes(owned)
+        self._serdes.close()
 
     def poll(self, timeout: Optional[float] = -1) -> Optional[Message]:
         """The next message with its key and value deserialized, or None after ``timeout``
@@ -61,15 +51,15 @@ class DeserializingConsumer(Consumer):
         # keeps its raw bytes (a dead-letter handler produces it again as it came).
         ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
         key, value = msg.key(), msg.value()
-        if self._key_deserializer is not None:
+        if self._serdes.key is not None:
             try:
-                key = self._key_deserializer(key, ctx)
+                key = self._serdes.key(key, ctx)
             except Exception as e:
                 raise KeyDeserializationError(e, msg) from e
-        if self._value_deserializer is not None:
+        if self._serdes.value is not None:
             ctx.field = MessageField.VALUE
             try:
-                value = self._value_deserializer(value, ctx)
+                value = self._serdes.value(value, ctx)
             except Exception as e:
                 raise ValueDeserializationError(e, msg) from e
         msg.set_key(key)

@@ -2,11 +2,10 @@
 DeserializingShareConsumer)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
-from ._cluster_id_resolver import ClusterIdResolver, offer_resolver
 from ._model import Messages
-from ._serde_builders import close_serdes, take_serdes
+from ._serde_builders import ClientSerdes
 from .consumer.share_consumer import ShareConsumer
 from .errors import KafkaError
 from .serialization import MessageField, SerializationContext
@@ -25,22 +24,13 @@ class DeserializingShareConsumer(ShareConsumer):
     (REJECT, say)."""
 
     def __init__(self, conf: Dict[str, Any]) -> None:
-        serdes, self._owned_serdes, conf = take_serdes(conf, "deserializer").build()
-        self._key_deserializer: Optional[Callable] = serdes[0]
-        self._value_deserializer: Optional[Callable] = serdes[1]
-        try:
-            super().__init__(conf)
-        except BaseException:
-            close_serdes(self._owned_serdes)
-            raise
-        offer_resolver("set_cluster_id_resolver", ClusterIdResolver(self.cluster_id),
-                       serdes)
+        self._serdes = ClientSerdes(conf, "deserializer")
+        self._serdes.start_client(super().__init__, self.cluster_id)
 
     def close(self) -> None:
         """ShareConsumer.close(), then close the deserializers it built from builders."""
         super().close()
-        owned, self._owned_serdes = self._owned_serdes, []
-        close_serdes(owned)
+        self._serdes.close()
 
     def poll(self, timeout: Optional[float] = -1) -> Messages:
         """ShareConsumer.poll() with each message's key and value deserialized in place
@@ -57,15 +47,15 @@ class DeserializingShareConsumer(ShareConsumer):
         ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
         key, value = msg.key(), msg.value()
         try:
-            if self._key_deserializer is not None:
-                key = self._key_deserializer(key, ctx)
+            if self._serdes.key is not None:
+                key = self._serdes.key(key, ctx)
         except Exception as exc:
             msg.set_error(KafkaError(KafkaError._KEY_DESERIALIZATION, str(exc)))
             return
         try:
-            if self._value_deserializer is not None:
+            if self._serdes.value is not None:
                 ctx.field = MessageField.VALUE
-                value = self._value_deserializer(value, ctx)
+                value = self._serdes.value(value, ctx)
         except Exception as exc:
             msg.set_error(KafkaError(KafkaError._VALUE_DESERIALIZATION, str(exc)))
             return

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
 
-from ._cluster_id_resolver import ClusterIdResolver, offer_resolver
-from ._serde_builders import close_serdes, take_serdes
+from ._serde_builders import ClientSerdes
 from .errors import KeySerializationError, ValueSerializationError
 from .producer.producer import OnDelivery, Producer
 from .serialization import MessageField, SerializationContext
@@ -21,20 +20,12 @@ class SerializingProducer(Producer):
     the producer then owns and closes."""
 
     def __init__(self, conf: Dict[str, Any]) -> None:
-        serdes, self._owned_serdes, conf = take_serdes(conf, "serializer").build()
-        self._key_serializer: Optional[Callable] = serdes[0]
-        self._value_serializer: Optional[Callable] = serdes[1]
-        try:
-            super().__init__(conf)
-        except BaseException:
-            close_serdes(self._owned_serdes)
-            raise
+        self._serdes = ClientSerdes(conf, "serializer")
+        self._serdes.start_client(super().__init__, self.cluster_id)
         # What this class's produce() queues with after serializing: Producer's fast path
         # (which Producer does not bind over an overriding produce()). (close() binds a
         # closed-client stub per instance, which then rightly wins.)
         self._queue_message: Callable = self._acc.produce
-        offer_resolver("set_cluster_id_resolver", ClusterIdResolver(self.cluster_id),
-                       serdes)
 
     def close(self, timeout: Optional[float] = None) -> bool:
         """Producer.close(), then close the serializers built from
@@ -42,8 +33,7 @@ class SerializingProducer(Producer):
         to the application). If the producer's close raises, they are kept for the next
         call."""
         closed = super().close(timeout)
-        owned, self._owned_serdes = self._owned_serdes, []
-        close_serdes(owned)
+        self._serdes.close()
         return closed
 
     def produce(self, topic: str, key: Any = None, value: Any = None, partition: int = -1,  # type: ignore[override]
@@ -56,15 +46,15 @@ class SerializingProducer(Producer):
             # Before the serializers: they may register schemas (confluent-kafka's order)
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         ctx = SerializationContext(topic, MessageField.KEY, headers)
-        if self._key_serializer is not None:
+        if self._serdes.key is not None:
             try:
-                key = self._key_serializer(key, ctx)
+                key = self._serdes.key(key, ctx)
             except Exception as e:
                 raise KeySerializationError(e) from e
-        if self._value_serializer is not None:
+        if self._serdes.value is not None:
             ctx.field = MessageField.VALUE
             try:
-                value = self._value_serializer(value, ctx)
+                value = self._serdes.value(value, ctx)
             except Exception as e:
                 raise ValueSerializationError(e) from e
         self._queue_message(topic, value, key, partition, on_delivery, timestamp, headers)

@@ -241,18 +241,17 @@ def test_crc32c(benchmark, request):
 
 def _crc_paths():
     try:
-        from kafka_proto import _crc
+        from kafka_proto import crc
     except ImportError:
         return []
-    return [p for p in getattr(_crc, "IMPLEMENTATIONS", ())
-            if p != getattr(_crc, "IMPLEMENTATION", None)]
+    return [p for p in crc.IMPLEMENTATIONS if p != crc.IMPLEMENTATION]
 
 
 @pytest.mark.parametrize("path", _crc_paths())
 def test_crc32c_path(benchmark, request, path):
     """Our CRC-32C's other code paths (what older CPUs get), ours only."""
     import crc32c as ref
-    from kafka_proto._crc import crc32c_using
+    from kafka_proto.crc import crc32c_using
 
     assert crc32c_using(path, CRC_BUF) == ref.crc32c(CRC_BUF)
     _interleaved(benchmark, request, "crc32c-1MiB-" + path, "GB/s", 1,

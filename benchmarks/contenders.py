@@ -325,18 +325,18 @@ def _ours() -> Contender:
         missing.append("records: %r" % (exc,))
 
     try:
-        from kafka_proto import _wire
+        from kafka_proto import wire
 
-        c.varint_encode, c.varint_decode = _wire_adapters(_wire)
+        c.varint_encode, c.varint_decode = _wire_adapters(wire)
     except Exception as exc:
-        missing.append("_wire: %r" % (exc,))
+        missing.append("wire: %r" % (exc,))
 
     try:
-        from kafka_proto._crc import crc32c
+        from kafka_proto.crc import crc32c
 
         c.crc32c = crc32c
     except Exception as exc:
-        missing.append("_crc: %r" % (exc,))
+        missing.append("crc: %r" % (exc,))
 
     if missing:
         c.reason = "; ".join(missing)
@@ -345,12 +345,12 @@ def _ours() -> Contender:
     return c
 
 
-def _wire_adapters(_wire):
-    """Varint adapters over kafka_proto._wire's module functions, in the peers' loop shape:
+def _wire_adapters(wire):
+    """Varint adapters over kafka_proto.wire's module functions, in the peers' loop shape:
     ``encode_varint(v) -> bytes`` appended to one bytearray (the peers call ``write`` per
     byte into one), ``decode_varint(buf, pos) -> (value, next_pos)`` like theirs."""
-    enc_v = _wire.encode_varint
-    dec_v = _wire.decode_varint
+    enc_v = wire.encode_varint
+    dec_v = wire.decode_varint
 
     def varint_encode(values, _enc=enc_v):
         buf = bytearray()

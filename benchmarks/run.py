@@ -141,11 +141,10 @@ def _implementations():
     except Exception:
         pass
     try:
-        from kafka_proto import _crc
+        from kafka_proto import crc
 
-        lines.append("ours: _crc from %s, crc32c() path in use: %s (compiled paths: %s)" % (
-            os.path.basename(_crc.__file__), getattr(_crc, "IMPLEMENTATION", "?"),
-            ", ".join(getattr(_crc, "IMPLEMENTATIONS", ())) or "?"))
+        lines.append("ours: crc32c() from %s, path in use: %s (compiled paths: %s)" % (
+            crc.crc32c.__module__, crc.IMPLEMENTATION, ", ".join(crc.IMPLEMENTATIONS)))
     except Exception:
         pass
     return lines

@@ -11,7 +11,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, List, NamedTuple, Tuple
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,3 +160,21 @@ def test_kafka_proto_never_imports_kafka_client():
     found = [imp for imp in package_imports("kafka_proto")
              if imp.target.split(".")[0] == "kafka_client"]
     assert found == []
+
+
+def test_guide_examples_import_no_private_kafka_proto_module(doc_python_blocks):
+    """What the guides show users is public: their examples import kafka_proto's public
+    modules (``kafka_proto.wire``, not the compiled ``kafka_proto._wire`` behind it)."""
+    found = []
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        rel = doc.relative_to(ROOT).as_posix()
+        for first_line, code in doc_python_blocks(rel):
+            found += [f"{rel}:{first_line + line}: {target}"
+                      for line, target in _py_imports(code) if is_private_kafka_proto(target)]
+    assert found == [], "\n".join(found)
+
+
+def test_benchmarks_import_no_private_kafka_proto_module():
+    """The benchmarks measure what users call."""
+    found = [imp for imp in package_imports("benchmarks") if is_private_kafka_proto(imp.target)]
+    assert found == [], "\n".join(f"{i.path}:{i.line}: {i.target}" for i in found)

@@ -76,8 +76,8 @@ from kafka_client.serialization import (
 from kafka_client.testing import BrokerAddress, Cluster
 
 from kafka_proto import framing, versions
-from kafka_proto._crc import IMPLEMENTATION, crc32, crc32c
-from kafka_proto._wire import Reader, Writer, decode_varint, encode_varint
+from kafka_proto.crc import IMPLEMENTATION, crc32, crc32c
+from kafka_proto.wire import Reader, Writer, decode_varint, encode_varint
 from kafka_proto.compression import CompressionCodec, compress, decompress
 from kafka_proto.errors import (
     CrcMismatchError,

@@ -1334,12 +1334,17 @@ class BrokerConnection:
             self.next_attempt = now + self.backoff.next_delay()
             self._named_attempt_failed = self._named_attempt
             self._named_attempt = False
-            if was == READY and error.code() != KafkaError._DESTROY and \
-                    self.settings.log_close:
-                self.log.info("connection to %s:%s lost: %s", self.host, self.port,
-                              error.str())
+            if error.code() == KafkaError._DESTROY:
+                self.log.debug("connection to %s:%s closed: %s", self.host, self.port,
+                               error.str())
+            elif was == READY:
+                log = self.log.info if self.settings.log_close else self.log.debug
+                log("connection to %s:%s lost: %s", self.host, self.port, error.str())
             else:
-                self.log.debug("connection to %s:%s failed: %s", self.host, self.port,
+                # As librdkafka's "FAIL ... Connect to ... failed", at every attempt, with
+                # or without error_cb: a broker that cannot be reached shows in the log
+                # (stderr by default) at once, not only when a message times out.
+                self.log.error("connection to %s:%s failed: %s", self.host, self.port,
                                error.str())
         else:
             self.next_attempt = now

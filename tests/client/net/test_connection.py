@@ -2,6 +2,7 @@
 the last tests, which use the session brokers)."""
 from __future__ import annotations
 
+import logging
 import random
 import socket
 import threading
@@ -611,6 +612,63 @@ def test_broker_closing_the_connection_fails_requests_with_transport(io):
         assert conn.backoff.failures == 1
     finally:
         fake.close()
+
+
+def test_connection_failures_are_logged_as_librdkafka_logs_them(io, caplog):
+    """A connect that fails is an ERROR at every attempt (librdkafka's "FAIL ... Connect
+    to ... failed"), a connection lost once up is INFO ("Disconnected"; DEBUG with
+    log.connection.close=false), and the client's own close is DEBUG."""
+    from kafka_proto.messages import MetadataRequest
+
+    caplog.set_level(logging.DEBUG, logger="kafka_client.connection")
+    port = _closed_port()
+    states = []
+    refused = on_io(io, lambda: BrokerConnection(
+        io, -1, "127.0.0.1", port, ConnectionSettings(reconnect_backoff_ms=50),
+        on_state=lambda c, st, err: states.append(err)))
+    on_io(io, lambda: io.add_tick(refused.service))
+    # a request waiting for the broker: the connection tries again after each backoff
+    on_io(io, lambda: refused.send(MetadataRequest(topics=None), lambda r, e: None))
+    wait_until(lambda: len(states) >= 2)
+    failed = [r for r in caplog.records if f"to 127.0.0.1:{port} failed" in r.message]
+    assert len(failed) >= 2 and {r.levelno for r in failed} == {logging.ERROR}, failed
+    on_io(io, lambda: refused.close(KafkaError(KafkaError._DESTROY)))
+
+    for log_close, level in ((True, logging.INFO), (False, logging.DEBUG)):
+        fake = FakeBroker(close_after_handshake=True)
+        caplog.clear()
+        try:
+            settings = ConnectionSettings(log_close=log_close)
+            conn = on_io(io, lambda: BrokerConnection(io, 1, "127.0.0.1", fake.port, settings))
+            on_io(io, lambda: io.add_tick(conn.service))
+            on_io(io, conn.connect)
+            wait_until(lambda: conn.disconnects)
+            lost = [r for r in caplog.records if "lost" in r.message]
+            assert [r.levelno for r in lost] == [level]
+            assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+            on_io(io, lambda: conn.close(KafkaError(KafkaError._DESTROY)))
+        finally:
+            fake.close()
+    closed = [r for r in caplog.records if "closed" in r.message]
+    assert closed == [] or {r.levelno for r in closed} == {logging.DEBUG}
+
+
+def test_an_unreachable_broker_shows_on_stderr_without_a_logger(tmp_path):
+    """What confluent-kafka's default stderr log shows of a wrong bootstrap.servers, ours
+    shows too, with no logger, no error_cb and no logging set up (Python's last-resort
+    handler prints warnings and errors to stderr)."""
+    import subprocess
+    import sys
+
+    port = _closed_port()
+    script = (
+        "import time, kafka_client\n"
+        f"p = kafka_client.Producer({{'bootstrap.servers': '127.0.0.1:{port}'}})\n"
+        "p.poll(2)\n"
+        "p.close(0)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert f"connection to 127.0.0.1:{port} failed" in done.stderr, done.stderr
 
 
 def test_addresses_of_a_name_are_tried_in_turn(io):

@@ -115,9 +115,11 @@ def _timed(name: str, check: Callable[[bytes], None], data: bytes) -> float:
 
 
 def run(name: str, check: Callable[[bytes], None], seconds: float, seed: int = 0, *,
-        max_inputs: Optional[int] = None, input_seconds: float = 2.0,
+        max_inputs: Optional[int] = None, min_inputs: int = 0, input_seconds: float = 2.0,
         rss_limit_mb: float = 1024.0, corpus: Optional[List[bytes]] = None) -> RunStats:
-    """Corpus replay, then mutation until ``seconds`` or ``max_inputs`` are used up."""
+    """Corpus replay, then mutation until ``seconds`` or ``max_inputs`` are used up, and
+    in any case until ``min_inputs`` (corpus included) have run: a smoke run that must
+    reach the mutations whatever the machine's load."""
     if corpus is None:
         corpus = load_corpus(name)
     rng = random.Random(seed)
@@ -128,7 +130,8 @@ def run(name: str, check: Callable[[bytes], None], seconds: float, seed: int = 0
     for data in corpus:
         slowest = max(slowest, run_one(name, check, data, input_seconds))
         count += 1
-    while time.perf_counter() - start < seconds and (max_inputs is None or count < max_inputs):
+    while count < min_inputs or (time.perf_counter() - start < seconds
+                                 and (max_inputs is None or count < max_inputs)):
         data = mutate(rng.choice(pool), rng, corpus)
         slowest = max(slowest, run_one(name, check, data, input_seconds))
         count += 1

@@ -30,16 +30,12 @@ one on a JoinGroup, offsets kept; a group with members never changes protocol (K
 """
 from __future__ import annotations
 
-import base64
 import re
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, ClassVar, Dict, Iterable, List, Optional, Set, Tuple
 
-from kafka_proto.enums import (
-    AclOperation, AclResourceType, ConsumerProtocolGroupState, GroupType, MemberEpoch,
-)
+from kafka_proto.enums import ConsumerProtocolGroupState, GroupType, MemberEpoch
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     ApiKey,
@@ -48,10 +44,10 @@ from kafka_proto.messages import (
 )
 
 from ._api import RequestContext, error_answer, handles
-from ._groups import CommittedOffset
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._server import ClusterServer
+from ._assigned_groups import (
+    AssignedGroup, AssignedGroupCoordinator, HeartbeatError, TopicPartition, by_topic,
+    describe_error_for, describe_groups, new_member_id, refused_heartbeat,
+)
 
 __all__ = ["ConsumerGroupCoordinator", "ConsumerGroup", "ConsumerMember", "assign_uniform",
            "assign_range"]
@@ -63,18 +59,6 @@ UNRELEASED = "unreleased_partitions"
 
 #: ConsumerGroupHeartbeat versions from which the client must bring its member id (KIP-1082).
 CLIENT_MEMBER_ID_VERSION = 1
-
-TopicPartition = Tuple[uuid.UUID, int]
-
-
-class HeartbeatError(Exception):
-    """A ConsumerGroupHeartbeat refused: the error code and Kafka's kind of message."""
-
-    def __init__(self, code: int, message: Optional[str] = None) -> None:
-        super().__init__(message or ErrorCode(code).name)
-        self.code = code
-        self.message = message
-
 
 @dataclass(eq=False)
 class ConsumerMember:
@@ -116,20 +100,10 @@ class ConsumerMember:
 
 
 @dataclass(eq=False)
-class ConsumerGroup:
-    group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    members: "OrderedDict[str, ConsumerMember]" = field(default_factory=OrderedDict)
+class ConsumerGroup(AssignedGroup):
+    """A consumer group: its members are ``ConsumerMember``s."""
+
     static_members: Dict[str, str] = field(default_factory=dict)   # instance id -> member id
-    #: member id -> the partitions the last assignment gave it
-    target: Dict[str, Set[TopicPartition]] = field(default_factory=dict)
-    #: The subscribed topics as the group epoch last saw them: name -> (id, partitions).
-    topic_metadata: Dict[str, Tuple[uuid.UUID, int]] = field(default_factory=dict)
-    offsets: Dict[Tuple[str, int], CommittedOffset] = field(default_factory=dict)
-    #: producer id -> offsets committed in its open transaction
-    pending_txn_offsets: Dict[int, Dict[Tuple[str, int], CommittedOffset]] = \
-        field(default_factory=dict)
 
     kind: ClassVar[str] = GroupType.CONSUMER
     protocol_type: ClassVar[str] = "consumer"
@@ -157,11 +131,6 @@ class ConsumerGroup:
             for tp in m.revoking:
                 out[tp] = m.member_id
         return out
-
-
-def new_member_id() -> str:
-    """A member id as Kafka's ``Uuid.toString()`` writes one (URL-safe base64, 22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
 
 
 # --------------------------------------------------------------------------- assignors
@@ -258,24 +227,9 @@ def _tp_key(tp: TopicPartition) -> Tuple[str, int]:
 # --------------------------------------------------------------------------- coordinator
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(AssignedGroupCoordinator):
     """ConsumerGroupHeartbeat and ConsumerGroupDescribe; the consumer-group side of the
     offset APIs (``check_commit``, ``check_fetch``) for ``GroupCoordinator``."""
-
-    def __init__(self, server: "ClusterServer") -> None:
-        self.server = server
-
-    @property
-    def groups(self) -> Dict[str, Any]:
-        """The one registry of groups of both kinds (``GroupCoordinator.groups``)."""
-        return self.server.groups.groups
-
-    @property
-    def settings(self):
-        return self.server.settings
-
-    def owns(self, ctx: RequestContext, group_id: str) -> bool:
-        return self.server.groups.owns(ctx, group_id)
 
     # -- topics ----------------------------------------------------------------------
     def _topics(self) -> Dict[str, Any]:
@@ -733,64 +687,36 @@ class ConsumerGroupCoordinator:
 
     # -- ConsumerGroupDescribe -----------------------------------------------------------
     def describe(self, ctx: RequestContext) -> None:
+        describe_groups(ctx, self, ConsumerGroupDescribeResponse, ConsumerGroup,
+                        self._described_group)
+
+    def _described_group(self, group: ConsumerGroup) -> Any:
         R = ConsumerGroupDescribeResponse
-        out = []
-        for group_id in ctx.request.group_ids:
-            if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.GROUP, group_id):
-                out.append(R.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                                            group_id=group_id))
-                continue
-            if not self.owns(ctx, group_id):
-                out.append(R.DescribedGroup(error_code=ErrorCode.NOT_COORDINATOR,
-                                            group_id=group_id))
-                continue
-            group = self.groups.get(group_id)
-            if not isinstance(group, ConsumerGroup):
-                out.append(R.DescribedGroup(
-                    error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id,
-                    error_message=f"Group {group_id} not found." if group is None else
-                    f"Group {group_id} is not a consumer group."))
-                continue
-            out.append(R.DescribedGroup(
-                error_code=ErrorCode.NONE, group_id=group_id, group_state=group.state,
-                group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
-                assignor_name=self._assignor(group),
-                members=[R.Member(
-                    member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
-                    member_epoch=m.epoch, client_id=m.client_id, client_host=m.client_host,
-                    subscribed_topic_names=list(m.topic_names),
-                    subscribed_topic_regex=m.topic_regex,
-                    assignment=R.Assignment(topic_partitions=self._described(m.assigned)),
-                    target_assignment=R.Assignment(topic_partitions=self._described(
-                        group.target.get(m.member_id, set()))))
-                    for m in group.members.values()]))
-        if ctx.request.include_authorized_operations:
-            # KIP-430: what the principal may do with each group described.
-            for described in out:
-                if described.error_code == ErrorCode.NONE:
-                    described.authorized_operations = ctx.authorized_operations(
-                        AclResourceType.GROUP, described.group_id)
-        ctx.note(groups=list(ctx.request.group_ids))
-        ctx.respond(R(groups=out))
+        return R.DescribedGroup(
+            error_code=ErrorCode.NONE, group_id=group.group_id, group_state=group.state,
+            group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
+            assignor_name=self._assignor(group),
+            members=[R.Member(
+                member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+                member_epoch=m.epoch, client_id=m.client_id, client_host=m.client_host,
+                subscribed_topic_names=list(m.topic_names),
+                subscribed_topic_regex=m.topic_regex,
+                assignment=R.Assignment(topic_partitions=self._described(m.assigned)),
+                target_assignment=R.Assignment(topic_partitions=self._described(
+                    group.target.get(m.member_id, set()))))
+                for m in group.members.values()])
 
     def _described(self, partitions: Set[TopicPartition]) -> List[Any]:
         by_id = self.server.controller.topics_by_id
         R = ConsumerGroupDescribeResponse
         return [R.TopicPartitions(topic_id=tid, topic_name=by_id[tid].name if tid in by_id
                                   else "", partitions=parts)
-                for tid, parts in _by_topic(partitions)]
-
-
-def _by_topic(partitions: Iterable[TopicPartition]) -> List[Tuple[uuid.UUID, List[int]]]:
-    grouped: Dict[uuid.UUID, List[int]] = {}
-    for tid, p in partitions:
-        grouped.setdefault(tid, []).append(p)
-    return [(tid, sorted(ps)) for tid, ps in sorted(grouped.items(), key=lambda i: str(i[0]))]
+                for tid, parts in by_topic(partitions)]
 
 
 def _topic_partitions(partitions: Iterable[TopicPartition], R: Any) -> List[Any]:
     return [R.TopicPartitions(topic_id=tid, partitions=parts)
-            for tid, parts in _by_topic(partitions)]
+            for tid, parts in by_topic(partitions)]
 
 
 def _coordinator(ctx: RequestContext) -> ConsumerGroupCoordinator:
@@ -802,18 +728,8 @@ def _coordinator(ctx: RequestContext) -> ConsumerGroupCoordinator:
 
 @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 def consumer_group_heartbeat(ctx: RequestContext) -> None:
-    req = ctx.request
-    if not ctx.allowed(AclOperation.READ, AclResourceType.GROUP, req.group_id):
-        ctx.respond(heartbeat_error(req, ctx.version, ErrorCode.GROUP_AUTHORIZATION_FAILED))
-        return
-    # Kafka 4: every topic named in the subscription needs DESCRIBE.
-    refused = sorted(t for t in req.subscribed_topic_names or ()
-                     if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.TOPIC, t))
-    if refused:
-        ctx.respond(heartbeat_error(req, ctx.version, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                    f"Topics not authorized: {', '.join(refused)}"))
-        return
-    _coordinator(ctx).heartbeat(ctx)
+    if not refused_heartbeat(ctx, heartbeat_error):
+        _coordinator(ctx).heartbeat(ctx)
 
 
 @error_answer(ApiKey.CONSUMER_GROUP_HEARTBEAT)
@@ -831,6 +747,5 @@ def consumer_group_describe(ctx: RequestContext) -> None:
 
 @error_answer(ApiKey.CONSUMER_GROUP_DESCRIBE)
 def describe_error(request: Any, version: int, code: int) -> Any:
-    R = ConsumerGroupDescribeResponse
-    return R(groups=[R.DescribedGroup(error_code=code, group_id=g) for g in request.group_ids])
+    return describe_error_for(ConsumerGroupDescribeResponse, request, code)
 

@@ -21,17 +21,18 @@ A member that leaves, or whose session expires, gives up the records it had acqu
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterable, List, Optional, Set, Tuple
 
-from kafka_proto.enums import AclOperation, AclResourceType, GroupType, MemberEpoch
+from kafka_proto.enums import GroupType, MemberEpoch
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import ApiKey, ShareGroupDescribeResponse, ShareGroupHeartbeatResponse
 
 from ._api import RequestContext, error_answer, handles
-from ._consumer_groups import new_member_id
-from ._groups import CommittedOffset
+from ._assigned_groups import (
+    AssignedGroup, AssignedGroupCoordinator, HeartbeatError, TopicPartition, by_topic,
+    describe_error_for, describe_groups, new_member_id, refused_heartbeat,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import ClusterServer
@@ -56,18 +57,6 @@ SHARE_GROUP_CONFIGS: Dict[str, Tuple[Optional[str], Any]] = {
     "share.delivery.count.limit": ("group.share.delivery.count.limit", None),
 }
 
-TopicPartition = Tuple[uuid.UUID, int]
-
-
-class HeartbeatError(Exception):
-    """A ShareGroupHeartbeat refused: the error code and Kafka's kind of message."""
-
-    def __init__(self, code: int, message: Optional[str] = None) -> None:
-        super().__init__(message or ErrorCode(code).name)
-        self.code = code
-        self.message = message
-
-
 @dataclass(eq=False)
 class ShareMember:
     member_id: str
@@ -82,19 +71,9 @@ class ShareMember:
 
 
 @dataclass(eq=False)
-class ShareGroup:
-    group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    members: "OrderedDict[str, ShareMember]" = field(default_factory=OrderedDict)
-    #: member id -> the partitions the group epoch's assignment gives it
-    target: Dict[str, Set[TopicPartition]] = field(default_factory=dict)
-    #: The subscribed topics as the group epoch last saw them: name -> (id, partitions).
-    topic_metadata: Dict[str, Tuple[uuid.UUID, int]] = field(default_factory=dict)
-    # A share group commits no offsets; the registry's other users read these.
-    offsets: Dict[Tuple[str, int], CommittedOffset] = field(default_factory=dict)
-    pending_txn_offsets: Dict[int, Dict[Tuple[str, int], CommittedOffset]] = \
-        field(default_factory=dict)
+class ShareGroup(AssignedGroup):
+    """A share group: its members are ``ShareMember``s. It commits no offsets; its
+    (empty) ``offsets`` are for the registry's other users."""
 
     kind: ClassVar[str] = GroupType.SHARE
     protocol_type: ClassVar[str] = "share"
@@ -121,21 +100,13 @@ def assign_simple(order: List[str], subscriptions: Dict[str, Set[uuid.UUID]],
     return result
 
 
-class ShareGroupCoordinator:
+class ShareGroupCoordinator(AssignedGroupCoordinator):
     """ShareGroupHeartbeat and ShareGroupDescribe, and the group configs of share groups."""
 
     def __init__(self, server: "ClusterServer") -> None:
-        self.server = server
+        super().__init__(server)
         #: group id -> the group configs set for it (kept whether or not the group exists)
         self.group_configs: Dict[str, Dict[str, Any]] = {}
-
-    @property
-    def groups(self) -> Dict[str, Any]:
-        return self.server.groups.groups
-
-    @property
-    def settings(self):
-        return self.server.settings
 
     def config(self, group_id: str, name: str) -> Any:
         """A share group config: the group's own value, else the broker's default."""
@@ -176,9 +147,6 @@ class ShareGroupCoordinator:
             own.pop(name, None)
         else:
             own[name] = value
-
-    def owns(self, ctx: RequestContext, group_id: str) -> bool:
-        return self.server.groups.owns(ctx, group_id)
 
     # -- topics ------------------------------------------------------------------------
     def _topic_metadata(self, members: Iterable[ShareMember]
@@ -315,7 +283,7 @@ class ShareGroupCoordinator:
             R = ShareGroupHeartbeatResponse
             response.assignment = R.Assignment(topic_partitions=[
                 R.TopicPartitions(topic_id=tid, partitions=parts)
-                for tid, parts in _by_topic(member.assigned)])
+                for tid, parts in by_topic(member.assigned)])
         ctx.note(group_epoch=group.group_epoch, member_epoch_given=member.epoch,
                  assigned=sorted((str(t), p) for t, p in member.assigned))
         return response
@@ -356,52 +324,25 @@ class ShareGroupCoordinator:
 
     # -- ShareGroupDescribe ------------------------------------------------------------
     def describe(self, ctx: RequestContext) -> None:
+        describe_groups(ctx, self, ShareGroupDescribeResponse, ShareGroup,
+                        self._described_group)
+
+    def _described_group(self, group: ShareGroup) -> Any:
         R = ShareGroupDescribeResponse
-        out = []
         by_id = self.server.controller.topics_by_id
-        for group_id in ctx.request.group_ids:
-            if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.GROUP, group_id):
-                out.append(R.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                                            group_id=group_id))
-                continue
-            if not self.owns(ctx, group_id):
-                out.append(R.DescribedGroup(error_code=ErrorCode.NOT_COORDINATOR,
-                                            group_id=group_id))
-                continue
-            group = self.groups.get(group_id)
-            if not isinstance(group, ShareGroup):
-                out.append(R.DescribedGroup(
-                    error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id,
-                    error_message=f"Group {group_id} not found." if group is None else
-                    f"Group {group_id} is not a share group."))
-                continue
-            out.append(R.DescribedGroup(
-                error_code=ErrorCode.NONE, group_id=group_id, group_state=group.state,
-                group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
-                assignor_name="simple",
-                members=[R.Member(
-                    member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.epoch,
-                    client_id=m.client_id, client_host=m.client_host,
-                    subscribed_topic_names=list(m.topic_names),
-                    assignment=R.Assignment(topic_partitions=[
-                        R.TopicPartitions(topic_id=tid, partitions=parts,
-                                          topic_name=by_id[tid].name if tid in by_id else "")
-                        for tid, parts in _by_topic(m.assigned)]))
-                    for m in group.members.values()]))
-        if ctx.request.include_authorized_operations:
-            for described in out:
-                if described.error_code == ErrorCode.NONE:
-                    described.authorized_operations = ctx.authorized_operations(
-                        AclResourceType.GROUP, described.group_id)
-        ctx.note(groups=list(ctx.request.group_ids))
-        ctx.respond(R(groups=out))
-
-
-def _by_topic(partitions: Iterable[TopicPartition]) -> List[Tuple[uuid.UUID, List[int]]]:
-    grouped: Dict[uuid.UUID, List[int]] = {}
-    for tid, p in partitions:
-        grouped.setdefault(tid, []).append(p)
-    return [(tid, sorted(ps)) for tid, ps in sorted(grouped.items(), key=lambda i: str(i[0]))]
+        return R.DescribedGroup(
+            error_code=ErrorCode.NONE, group_id=group.group_id, group_state=group.state,
+            group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
+            assignor_name="simple",
+            members=[R.Member(
+                member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.epoch,
+                client_id=m.client_id, client_host=m.client_host,
+                subscribed_topic_names=list(m.topic_names),
+                assignment=R.Assignment(topic_partitions=[
+                    R.TopicPartitions(topic_id=tid, partitions=parts,
+                                      topic_name=by_id[tid].name if tid in by_id else "")
+                    for tid, parts in by_topic(m.assigned)]))
+                for m in group.members.values()])
 
 
 # --------------------------------------------------------------------------- handlers
@@ -409,17 +350,8 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> List[Tuple[uuid.UUID, Lis
 
 @handles(ApiKey.SHARE_GROUP_HEARTBEAT)
 def share_group_heartbeat(ctx: RequestContext) -> None:
-    req = ctx.request
-    if not ctx.allowed(AclOperation.READ, AclResourceType.GROUP, req.group_id):
-        ctx.respond(heartbeat_error(req, ctx.version, ErrorCode.GROUP_AUTHORIZATION_FAILED))
-        return
-    refused = sorted(t for t in req.subscribed_topic_names or ()
-                     if not ctx.allowed(AclOperation.DESCRIBE, AclResourceType.TOPIC, t))
-    if refused:
-        ctx.respond(heartbeat_error(req, ctx.version, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                    f"Topics not authorized: {', '.join(refused)}"))
-        return
-    ctx.server.share_groups.heartbeat(ctx)
+    if not refused_heartbeat(ctx, heartbeat_error):
+        ctx.server.share_groups.heartbeat(ctx)
 
 
 @error_answer(ApiKey.SHARE_GROUP_HEARTBEAT)
@@ -436,5 +368,4 @@ def share_group_describe(ctx: RequestContext) -> None:
 
 @error_answer(ApiKey.SHARE_GROUP_DESCRIBE)
 def describe_error(request: Any, version: int, code: int) -> Any:
-    R = ShareGroupDescribeResponse
-    return R(groups=[R.DescribedGroup(error_code=code, group_id=g) for g in request.group_ids])
+    return describe_error_for(ShareGroupDescribeResponse, request, code)

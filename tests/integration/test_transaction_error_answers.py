@@ -8,6 +8,7 @@ The injected answers are refused requests: the coordinator did nothing of them.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import List
 
 import pytest
@@ -378,15 +379,24 @@ def test_init_transactions_without_a_timeout_ends_when_the_coordinator_does_not_
         p.close(5)
 
 
-def test_close_ends_a_registered_transaction_whose_purged_reports_raise(cluster):
-    """As above, with the partition registered before close() (AddPartitionsToTxn
-    answered): the callbacks raising in the abort's flush must not stop the abort before
-    its EndTxn, which left the transaction open at the coordinator (read_committed
-    readers held back) until transaction.timeout.ms."""
-    topic = "txn-close-raising-registered"
+@dataclass
+class _RaisingTransaction:
+    """An open transaction of a fresh topic with three messages queued (linger), whose
+    delivery callback records the error code and raises."""
+
+    producer: Producer
+    topic: str
+    #: the error codes the callback was given, in order
+    reports: List[int]
+    #: the request log's sequence number before the messages were produced
+    since: int
+
+
+def _raising_transaction(cluster, transactional_id: str) -> _RaisingTransaction:
+    topic = f"txn-{transactional_id}"
     cluster.create_topic(topic, partitions=1)
     p = Producer({"bootstrap.servers": cluster.bootstrap_servers,
-                  "transactional.id": "close-raising-registered", "linger.ms": 30_000})
+                  "transactional.id": transactional_id, "linger.ms": 30_000})
     p.init_transactions(30)
     p.begin_transaction()
     reports: List[int] = []
@@ -398,6 +408,17 @@ def test_close_ends_a_registered_transaction_whose_purged_reports_raise(cluster)
     since = cluster.clear_request_log()
     for i in range(3):
         p.produce(topic, b"%d" % i, partition=0, on_delivery=raising)
+    return _RaisingTransaction(p, topic, reports, since)
+
+
+def test_close_ends_a_registered_transaction_whose_purged_reports_raise(cluster):
+    """As the next test (close with an open transaction whose reports raise), with the
+    partition registered before close() (AddPartitionsToTxn answered): the callbacks
+    raising in the abort's flush must not stop the abort before its EndTxn, which left
+    the transaction open at the coordinator (read_committed readers held back) until
+    transaction.timeout.ms."""
+    txn = _raising_transaction(cluster, "close-raising-registered")
+    p, since = txn.producer, txn.since
     deadline = time.monotonic() + 20
     while not [e for e in cluster.request_log(since, api="AddPartitionsToTxn")
                if e.details.get("answered")]:
@@ -406,7 +427,7 @@ def test_close_ends_a_registered_transaction_whose_purged_reports_raise(cluster)
     time.sleep(0.2)     # the answer reaches the producer
     with pytest.raises(ValueError, match="callback for b'0'"):
         p.close(10)
-    assert reports == [KafkaError._PURGE_QUEUE] * 3
+    assert txn.reports == [KafkaError._PURGE_QUEUE] * 3
     assert cluster.request_log(since, api="Produce") == []
     assert len(cluster.request_log(since, api="EndTxn")) == 1
 
@@ -416,24 +437,11 @@ def test_close_with_an_open_transaction_whose_purged_reports_raise(cluster):
     delivery callback raises: the abort close() makes purges them (_PURGE_QUEUE), every
     callback runs although each raises, nothing of the transaction is sent, the
     producer is closed, and close() then raises the first exception."""
-    topic = "txn-close-raising"
-    cluster.create_topic(topic, partitions=1)
-    p = Producer({"bootstrap.servers": cluster.bootstrap_servers,
-                  "transactional.id": "close-raising", "linger.ms": 30_000})
-    p.init_transactions(30)
-    p.begin_transaction()
-    reports: List[int] = []
-
-    def raising(err, msg):
-        reports.append(err.code())
-        raise ValueError(f"callback for {msg.value()!r}")
-
-    since = cluster.clear_request_log()
-    for i in range(3):
-        p.produce(topic, b"%d" % i, partition=0, on_delivery=raising)
+    txn = _raising_transaction(cluster, "close-raising")
+    p, since, topic = txn.producer, txn.since, txn.topic
     with pytest.raises(ValueError, match="callback for b'0'"):
         p.close(10)
-    assert reports == [KafkaError._PURGE_QUEUE] * 3
+    assert txn.reports == [KafkaError._PURGE_QUEUE] * 3
     assert len(p) == 0
     with pytest.raises(RuntimeError):
         p.produce(topic, b"late")

@@ -461,6 +461,10 @@ class _FetchOperation:
                 replica.on_follower_fetch(self.follower, p.fetch_offset, p.log_start_offset)
 
     def _wake(self) -> None:
+        # A wake queued (the broker's once-a-turn set) before the timer answered: a read
+        # now would make a session for an answer never sent.
+        if self.done:
+            return
         if self.ctx.conn.closed:
             self._finish()
             return

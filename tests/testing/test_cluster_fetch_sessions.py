@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +16,8 @@ from kafka_proto.messages import DeleteRecordsRequest, FetchRequest, ProduceRequ
 from kafka_proto.records import RecordBatchBuilder, read_batches
 
 from kafka_client.testing import Cluster
+from kafka_client.testing._api_data import _fetch_partition, _FetchOperation, _Read
+from kafka_client.testing._fetch_sessions import FetchSessionCache
 
 from rawclient import RawClient  # tests/testing/rawclient.py
 
@@ -426,3 +429,36 @@ def test_evict_fetch_sessions_drops_one_brokers_or_every_brokers_sessions(kafka_
     # Sessions live in the broker's memory: a restart loses them.
     kafka_cluster.restart_broker(1)
     assert kafka_cluster.fetch_sessions(1) == []
+
+
+def test_a_fetch_woken_after_its_answer_reads_nothing():
+    """The broker wakes waiting fetches once per loop turn from a set filled by data
+    notifications; a full Fetch its timer answered in between must not read and answer
+    again: the second answer (dropped, the request was answered) made a second fetch
+    session, a slot of the cache taken by a session no client knows of."""
+    answers = []
+    cache = FetchSessionCache(slots=10, eviction_ms=120_000)
+    broker = SimpleNamespace(settings=SimpleNamespace(rack_aware_selector=None),
+                             fetch_sessions=cache, unwatch=lambda keys, callback: None)
+    ctx = SimpleNamespace(
+        request=FetchRequest(replica_id=-1, max_wait_ms=10_000, min_bytes=1,
+                             max_bytes=1 << 20, isolation_level=0, session_id=0,
+                             session_epoch=0, topics=[FetchRequest.FetchTopic(
+                                 topic="t", partitions=[FetchRequest.FetchPartition(
+                                     partition=0, fetch_offset=0, log_start_offset=-1,
+                                     partition_max_bytes=1 << 20)])],
+                             forgotten_topics_data=[], rack_id=""),
+        version=12, log_entry=None, broker=broker,
+        server=SimpleNamespace(authorizer=SimpleNamespace(enabled=False)),
+        conn=SimpleNamespace(closed=False, forget_on_close=lambda callback: None),
+        note=lambda **fields: None, respond=lambda response, regions=None:
+        answers.append(response))
+    fetch = _FetchOperation(ctx)
+    assert fetch._open_session() == ErrorCode.NONE and fetch.kind == "full"
+    # Records came: the timer's read and any later one find them.
+    fetch._read = lambda: ([_Read(w, _fetch_partition(0, ErrorCode.NONE, high_watermark=1),
+                                  None, None) for w in fetch.wanted], True)
+    fetch._expire()
+    assert len(answers) == 1 and len(cache.sessions) == 1
+    fetch._wake()
+    assert len(cache.sessions) == 1

@@ -35,6 +35,7 @@ from ._fetch_sessions import (
     SessionPartition,
     next_epoch,
 )
+from ._long_poll import LongPoll
 from ._net import PLACEHOLDER, FileRegion
 from ._replica import AppendResult
 
@@ -299,7 +300,7 @@ class _Read:
         self.summary = summary
 
 
-class _FetchOperation:
+class _FetchOperation(LongPoll):
     """One Fetch request, answered at once or when enough data is there.
 
     KIP-227: the request's session metadata makes it sessionless (epoch -1), full (epoch
@@ -317,7 +318,7 @@ class _FetchOperation:
     """
 
     def __init__(self, ctx: RequestContext) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         req = ctx.request
         self.version = ctx.version
         replica_id = req.replica_id
@@ -342,8 +343,6 @@ class _FetchOperation:
         self.hw_behind = False
         if ctx.log_entry is not None and self.version >= 11 and req.rack_id:
             ctx.note(rack_id=req.rack_id)
-        self.timer = None
-        self.done = False
         self.uses_topic_ids = self.version >= 13
         #: A consumer's Fetch below v4 reads legacy message sets (None: the stored v2).
         legacy = magic_for_fetch(self.version)
@@ -360,9 +359,8 @@ class _FetchOperation:
             name = self._topic_name(t)
             ref = t.topic_id if self.uses_topic_ids else t.topic
             self.forgotten.extend(((ref, p), name) for p in t.partitions)
-        #: What this Fetch reads, and the watch keys of the named ones.
+        #: What this Fetch reads (``keys``: the watch keys of the named ones).
         self.wanted: List[_Wanted] = []
-        self.keys: List[Tuple[str, int]] = []
         #: "sessionless", "full" or "incremental"; the incremental session, and the
         #: epoch it must still expect when answered (else another request overtook it).
         self.kind = "sessionless"
@@ -390,10 +388,7 @@ class _FetchOperation:
         # Nothing to read is answered at once, as Kafka does.
         if self._try(final=req.max_wait_ms <= 0 or not self.wanted):
             return
-        broker = self.ctx.broker
-        broker.watch(self.keys, self._wake)
-        self.timer = broker.loop.call_later(req.max_wait_ms / 1000, self._expire)
-        self.ctx.conn.on_close(self._finish)
+        self._wait(req.max_wait_ms)
 
     def _open_session(self) -> int:
         """Decide what the request is (KIP-227) and what it reads; the session error
@@ -460,42 +455,9 @@ class _FetchOperation:
                 # what the follower has (its offsets past the divergence are not ours).
                 replica.on_follower_fetch(self.follower, p.fetch_offset, p.log_start_offset)
 
-    def _wake(self) -> None:
-        # A wake queued (the broker's once-a-turn set) before the timer answered: a read
-        # now would make a session for an answer never sent.
-        if self.done:
-            return
-        if self.ctx.conn.closed:
-            self._finish()
-            return
-        self._try(final=False)
-
-    def _expire(self) -> None:
-        self.timer = None
-        if not self.done:
-            self._try(final=True)
-
-    def _finish(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.ctx.broker.unwatch(self.keys, self._wake)
-        self.ctx.conn.forget_on_close(self._finish)
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def _try(self, final: bool) -> bool:
-        reads, ready = self._read()
-        if not (ready or final):
-            return False
-        self._finish()
+    def _respond(self, reads: List[_Read]) -> None:
         for replica, hw in self.sent_hw:
             replica.high_watermark_sent(self.follower, hw)
-        self._answer(reads)
-        return True
-
-    def _answer(self, reads: List[_Read]) -> None:
         session_id = NO_SESSION
         if self.kind == "full":
             session_id = self._create_session(reads)

@@ -37,6 +37,7 @@ from kafka_proto.messages import ApiKey, ShareAcknowledgeResponse, ShareFetchRes
 from kafka_proto.records import iter_batch_headers
 
 from ._api import RequestContext, error_answer, handles
+from ._long_poll import LongPoll
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._broker import Broker
@@ -379,18 +380,15 @@ def _check_ids(req: Any) -> Optional[str]:
     return None
 
 
-class _ShareFetchOperation:
+class _ShareFetchOperation(LongPoll):
     """One ShareFetch: the session, the acknowledgements, then records acquired at once
     or when some come (within MaxWaitMs)."""
 
     def __init__(self, ctx: RequestContext) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self.state: ShareFetchState = ctx.server.share_fetch
         self.session: Optional[ShareSession] = None
         self.ack_errors: Dict[Tuple[uuid.UUID, int], int] = {}
-        self.keys: List[Tuple[str, int]] = []
-        self.timer = None
-        self.done = False
 
     def start(self) -> None:
         ctx, req = self.ctx, self.ctx.request
@@ -435,9 +433,7 @@ class _ShareFetchOperation:
             name = _topic_name(ctx, tid)
             if name is not None:
                 self.keys.append((name, p))
-        ctx.broker.watch(self.keys, self._wake)
-        self.timer = ctx.broker.loop.call_later(req.max_wait_ms / 1000, self._expire)
-        ctx.conn.on_close(self._finish)
+        self._wait(req.max_wait_ms)
 
     def _acknowledge(self, topic_id: uuid.UUID, index: int, batches: List[Any]) -> int:
         ctx = self.ctx
@@ -450,39 +446,6 @@ class _ShareFetchOperation:
 
     def _fail(self, code: int, message: Optional[str] = None) -> None:
         self.ctx.respond(ShareFetchResponse(error_code=code, error_message=message))
-
-    def _wake(self) -> None:
-        # A wake queued (the broker's dirty set) before this fetch was answered by its
-        # timer: reading again would acquire records for an answer never sent.
-        if self.done:
-            return
-        if self.ctx.conn.closed:
-            self._finish()
-            return
-        self._try(final=False)
-
-    def _expire(self) -> None:
-        self.timer = None
-        if not self.done:
-            self._try(final=True)
-
-    def _finish(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.ctx.broker.unwatch(self.keys, self._wake)
-        self.ctx.conn.forget_on_close(self._finish)
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def _try(self, final: bool) -> bool:
-        answer = self._read()
-        if not answer[1] and not final:
-            return False
-        self._finish()
-        self._respond(answer[0])
-        return True
 
     def _answer(self, fetch: bool) -> None:
         self._finish()

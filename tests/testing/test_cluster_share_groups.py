@@ -193,7 +193,8 @@ def test_members_join_share_partitions_and_leave(cluster):
         with coordinator(cluster, "no-such-group") as other:
             (missing,) = other.request(ShareGroupDescribeRequest(
                 group_ids=["no-such-group"]), V).groups
-        assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert (missing.error_code, missing.error_message) == \
+            (ErrorCode.GROUP_ID_NOT_FOUND, "Group no-such-group not found.")
 
         listed = c.request(ListGroupsRequest(types_filter=[GroupType.SHARE]), 5)
         assert [(x.group_id, x.group_type, x.protocol_type) for x in listed.groups
@@ -226,10 +227,16 @@ def test_heartbeat_errors(cluster):
     with coordinator(cluster, "kip848-group") as c:
         assert heartbeat(c, "kip848-group", "m", MemberEpoch.JOIN, ["x"]).error_code == \
             ErrorCode.GROUP_ID_NOT_FOUND
+        (other_kind,) = c.request(ShareGroupDescribeRequest(
+            group_ids=["kip848-group"]), V).groups
+        assert (other_kind.error_code, other_kind.error_message) == \
+            (ErrorCode.GROUP_ID_NOT_FOUND, "Group kip848-group is not a share group.")
     elsewhere = next(b for b in (1, 2) if b != cluster.coordinator(group=group))
     with RawClient(cluster.address(elsewhere)) as c:
         assert heartbeat(c, group, "m", MemberEpoch.JOIN, ["x"]).error_code == \
             ErrorCode.NOT_COORDINATOR
+        (not_here,) = c.request(ShareGroupDescribeRequest(group_ids=[group]), V).groups
+        assert not_here.error_code == ErrorCode.NOT_COORDINATOR
 
 
 def test_a_silent_member_is_removed_after_its_session(cluster):

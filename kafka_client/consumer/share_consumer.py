@@ -76,8 +76,12 @@ NOT_APPLICABLE = ("group.protocol", "enable.auto.commit", "auto.offset.reset",
                   "on_commit", "consume_cb")
 
 #: The longest close() waits for its last acknowledgements and for leaving the group,
-#: each (librdkafka: "up to roughly socket.timeout.ms").
+#: each (librdkafka: "up to roughly socket.timeout.ms"), and for another thread's call
+#: to end.
 CLOSE_WAIT_S = 30.0
+#: The longest a share consumer collected, or left open at exit, without close() waits
+#: for its releases and for leaving the group, together (as the Consumer's farewell).
+UNCLOSED_WAIT_S = 5.0
 
 Key = Tuple[str, int]
 
@@ -91,8 +95,9 @@ class ShareConsumer(ClientBase):
     its :class:`AcknowledgeType` with :meth:`acknowledge`). Consumer-group properties
     that do not apply to a share group (``group.protocol``, ``enable.auto.commit``,
     ``auto.offset.reset``, ``isolation.level``, ``session.timeout.ms``, ...) raise
-    ValueError, as in confluent-kafka. One thread at a time may use it: a call while
-    another thread is inside one raises :class:`ConcurrentModificationException`.
+    ValueError, as in confluent-kafka. Any thread may use it, one at a time: a call while
+    another thread is inside one raises :class:`ConcurrentModificationException`, except
+    :meth:`close`, which ends that call (a waiting poll() returns an empty batch).
     """
 
     _role = "consumer"
@@ -147,6 +152,8 @@ class ShareConsumer(ClientBase):
         self._guard = threading.Lock()
         self._owner: Optional[int] = None
         self._in_callback = False
+        #: close() has begun (any thread): a call inside returns at once, none may start
+        self._closing = False
         self._start_client()
 
     # -- plumbing ----------------------------------------------------------------------
@@ -166,6 +173,8 @@ class ShareConsumer(ClientBase):
                 "Share consumer methods are not accessible from user-defined "
                 "acknowledgement commit callback")
         self._check_open()
+        if self._closing:
+            raise IllegalStateException(self._closed_text)
         if not self._guard.acquire(blocking=False):
             raise ConcurrentModificationException(
                 f"Share consumer is not safe for multi-threaded access: "
@@ -197,17 +206,19 @@ class ShareConsumer(ClientBase):
             finally:
                 self._in_callback = False
 
-    def _take_acks(self, closing: bool = False) -> List[AckBatch]:
+    def _take_acks(self, closing: bool = False, dropped: bool = False) -> List[AckBatch]:
         """The acknowledgements to send: in implicit mode every record handed out is
         accepted; in explicit mode those the application acknowledged (``closing``:
-        the others released). The GAP acknowledgements go with them."""
+        the others released; ``dropped``, never closed: the others released in both
+        modes). The GAP acknowledgements go with them."""
         chosen: Dict[Tuple[int, Key], List[Tuple[int, int]]] = {}
         for key, acked in self._acked.items():
             for offset, (node, kind) in acked.items():
                 chosen.setdefault((node, key), []).append((offset, kind))
         self._acked = {}
-        if not self._explicit_mode or closing:
-            kind = int(WireAckType.RELEASE if self._explicit_mode else WireAckType.ACCEPT)
+        if not self._explicit_mode or closing or dropped:
+            kind = int(WireAckType.RELEASE if self._explicit_mode or dropped
+                       else WireAckType.ACCEPT)
             for key, offsets in self._in_flight.items():
                 for offset, node in offsets.items():
                     chosen.setdefault((node, key), []).append((offset, kind))
@@ -269,7 +280,8 @@ class ShareConsumer(ClientBase):
     # -- subscription --------------------------------------------------------------------
     def subscribe(self, topics: List[str]) -> None:
         """Set the subscription to ``topics`` (not incremental: it replaces the current
-        one; an empty list unsubscribes). ValueError for an empty or duplicate name."""
+        one; an empty list unsubscribes). ValueError for an empty or duplicate name, or
+        a regular expression (``^...``: share groups have no pattern subscription)."""
         with self._using():
             if isinstance(topics, (str, bytes)) or not hasattr(topics, "__iter__"):
                 raise TypeError("topics must be a list of str")
@@ -280,6 +292,12 @@ class ShareConsumer(ClientBase):
                 if not name:
                     raise ValueError("Failed to subscribe: Local: Invalid argument or "
                                      "configuration (empty topic name)")
+                if name.startswith("^"):
+                    # A share group subscribes to names only (ShareGroupHeartbeat has
+                    # no pattern): taken as a name, it never matched a topic.
+                    raise ValueError(f"Failed to subscribe: Local: Invalid argument or "
+                                     f"configuration (share groups take topic names, "
+                                     f"not regular expressions: {name!r})")
                 check_topic_name(name)
             if len(set(names)) != len(names):
                 raise ValueError("Failed to subscribe: Local: Invalid argument or "
@@ -336,12 +354,17 @@ class ShareConsumer(ClientBase):
         acks = self._take_acks()
         if acks:
             self._fetcher.acknowledge(acks, now=False)
-        self._serve_client_events()
-        self._serve_outcomes()
         out: List[Message] = []
         room = self._max_records
         while True:
             self._ready.clear()
+            if self._closing:        # close() from another thread: what was fetched
+                return Messages()    # stays to be released
+            # The callbacks run while this call holds no record yet: what one raises
+            # leaves every fetched record to the next call (taken, and accepted by the
+            # next poll() unseen, they were lost)
+            self._serve_client_events()
+            self._serve_outcomes()
             for error in self._fetcher.take_errors():
                 out.append(error_event(error))
             while room > 0 and (self._backlog or self._fetcher.chunks):
@@ -367,7 +390,6 @@ class ShareConsumer(ClientBase):
             if out or time.monotonic() >= deadline:
                 break
             self._cluster.wait_for(self._ready, min(deadline, time.monotonic() + 0.5))
-        self._serve_outcomes()
         return Messages(out)
 
     def _take_gaps(self) -> List[AckBatch]:
@@ -433,7 +455,11 @@ class ShareConsumer(ClientBase):
         deadline = deadline_after(timeout)
         with self._using():
             waiter = self._fetcher.wait_for_all(self._take_acks())
-            self._cluster.wait_for(waiter.done, deadline)
+            # in slices: close() from another thread ends the wait
+            while not self._cluster.wait_for(waiter.done,
+                                             min(deadline, time.monotonic() + 0.2)):
+                if self._closing or time.monotonic() >= deadline:
+                    break
             self._serve_outcomes()
             results: Dict[TopicPartition, Optional[KafkaException]] = {}
             for key in waiter.keys:
@@ -441,6 +467,10 @@ class ShareConsumer(ClientBase):
                 if key in waiter.results:
                     error = waiter.results[key]
                     results[tp] = None if error is None else KafkaException(error)
+                elif self._closing:
+                    results[tp] = KafkaException(client_error(
+                        KafkaError._DESTROY, "the share consumer was closed while "
+                        "commit_sync() waited for the answer"))
                 else:
                     results[tp] = KafkaException(client_error(
                         KafkaError._TIMED_OUT, "no answer to the acknowledgement in time"))
@@ -471,38 +501,63 @@ class ShareConsumer(ClientBase):
         """Send the pending acknowledgements (implicit mode: the last poll()'s records
         accepted; explicit mode: records without an acknowledgement released, as are
         records fetched and not handed out), close the share sessions, leave the group,
-        then stop the I/O thread. A second close() does nothing."""
+        then stop the I/O thread. A second close() does nothing. From another thread
+        than one inside a call, it ends that call first (a waiting poll() returns an
+        empty batch, commit_sync() its answers so far)."""
         if self._closed:
             if self._forked:
                 self._refuse()
             return
+        me = threading.get_ident()
+        if self._owner == me:        # from a callback run by a call of this thread
+            raise IllegalStateException(
+                "Share consumer methods are not accessible from user-defined "
+                "acknowledgement commit callback" if self._in_callback else
+                "close() cannot be called from a callback of a call on this consumer")
+        self._closing = True
+        self._ready.set()            # a poll() waiting in another thread sees it now
+        if not self._guard.acquire(timeout=CLOSE_WAIT_S):
+            # Still inside a callback of another thread's call: stop without the last
+            # acknowledgements (the brokers release the records with the sessions).
+            self._shutdown()
+            return
         failure: Optional[Exception] = None
-        with self._using():
+        try:
+            if self._closed:         # another thread's close() came first
+                return
+            self._owner = me
             acks = self._take_acks(closing=True)
             acks.extend(self._unhanded())
-            fetcher, member, io = self._fetcher, self._member, self._io
-            closed = threading.Event()
-            left = threading.Event()
-
-            def close_sessions() -> None:
-                # The last acknowledgements and the closing together: none may go in a
-                # request of its own first, and no fetch may go after them.
-                if acks:
-                    fetcher.acknowledge(acks, now=True)
-                fetcher.close_sessions(closed.set)
-
-            io.call_soon(close_sessions)
-            deadline = time.monotonic() + CLOSE_WAIT_S
-            self._cluster.wait_for(closed, deadline)
-            member.leave(left.set)
-            self._cluster.wait_for(left, time.monotonic() + CLOSE_WAIT_S)
+            self._finish(acks, CLOSE_WAIT_S, CLOSE_WAIT_S)
             try:
                 self._serve_outcomes()
             except Exception as exc:  # close first, raise after
                 failure = exc
-        self._shutdown()
+            self._shutdown()
+        finally:
+            self._owner = None
+            self._guard.release()
         if failure is not None:
             raise failure
+
+    def _finish(self, acks: List[AckBatch], sessions_s: float, leave_s: float) -> None:
+        """Send ``acks`` with the closing of the share sessions, then leave the group,
+        waiting at most ``sessions_s`` and ``leave_s`` seconds for each."""
+        fetcher, member, io = self._fetcher, self._member, self._io
+        closed = threading.Event()
+        left = threading.Event()
+
+        def close_sessions() -> None:
+            # The last acknowledgements and the closing together: none may go in a
+            # request of its own first, and no fetch may go after them.
+            if acks:
+                fetcher.acknowledge(acks, now=True)
+            fetcher.close_sessions(closed.set)
+
+        io.call_soon(close_sessions)
+        self._cluster.wait_for(closed, time.monotonic() + sessions_s)
+        member.leave(left.set)
+        self._cluster.wait_for(left, time.monotonic() + leave_s)
 
     def _unhanded(self) -> List[AckBatch]:
         """RELEASE for every record acquired for this member and never handed out."""

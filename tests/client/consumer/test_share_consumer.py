@@ -17,6 +17,7 @@ from kafka_client import (
     ConcurrentModificationException,
     IllegalStateException,
     KafkaException,
+    Message,
     Messages,
     ShareConsumer,
     TopicPartition,
@@ -746,3 +747,279 @@ def test_acknowledging_again_before_the_commit_replaces_the_type(offline):
     assert handed_acks(c) == [(("t", 0), 0, 0, 2), (("t", 0), 1, 1, 1)]
     with pytest.raises(IllegalStateException):   # sent: no longer in flight
         c.acknowledge(first)
+
+
+# -- issue 16's rules: raising callbacks, threads, close() from another thread, fork ------
+
+def test_a_raising_commit_callback_during_a_wait_loses_no_record(offline):
+    # The answer to an acknowledgement comes while poll() waits, with records: the
+    # callback raises before the call takes any of them, and the next poll() returns
+    # them (taken and dropped with the exception, the poll after would have accepted
+    # them unseen).
+    c = offline()
+    c.set_acknowledgement_commit_callback(lambda offsets, exc: 1 / 0)
+    failures = []
+
+    def poll():
+        try:
+            c.poll(30)
+        except ZeroDivisionError as exc:
+            failures.append(exc)
+
+    t = threading.Thread(target=poll)
+    t.start()
+    deadline = time.monotonic() + 10
+    while c._owner is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert c._owner is not None
+    with c._fetcher.lock:      # the answer and the records, seen by one wake-up
+        c._fetcher.outcomes.append(SimpleNamespace(offsets={("t", 1): [9]}, error=None))
+    queue_chunk(c, 0, 3, [(0, 2, 1)])
+    t.join(10)
+    assert not t.is_alive() and len(failures) == 1
+    assert handed_acks(c) == []
+    c.set_acknowledgement_commit_callback(None)
+    assert [m.offset() for m in c.poll(5)] == [0, 1, 2]
+
+
+def test_threads_take_turns_and_each_record_is_handed_out_once(offline):
+    # Four threads polling one consumer: one call at a time (the others are refused
+    # with ConcurrentModificationException, as in confluent-kafka), every record to
+    # exactly one of them, in order within each batch; acknowledgements from a thread
+    # that did not poll.
+    c = offline(**{"max.poll.records": 7})
+    got: dict = {}
+    refused = []
+    stop = threading.Event()
+
+    def worker(n):
+        while not stop.is_set():
+            try:
+                batch = c.poll(0.05)
+            except ConcurrentModificationException:
+                refused.append(n)
+                continue
+            offsets = [m.offset() for m in batch]
+            assert offsets == sorted(offsets)
+            got.setdefault(n, []).extend(offsets)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for base in range(0, 500, 10):
+        queue_chunk(c, base, 10, [(base, base + 9, 1)])
+    deadline = time.monotonic() + 60
+    while sum(map(len, got.values())) < 500 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    for t in threads:
+        t.join(10)
+    every = sorted(o for offsets in got.values() for o in offsets)
+    assert every == list(range(500))
+    # each batch's records accepted by the next poll, whichever thread made it; the
+    # last batch by a commit from this thread
+    c.commit_async()
+    acked = sorted(o for key, first, last, kind in handed_acks(c)
+                   for o in range(first, last + 1) if (key, kind) == (("t", 0), Wire.ACCEPT))
+    assert acked == list(range(500))
+
+
+def test_explicit_acknowledgements_from_other_threads_are_sent(offline):
+    c = offline(**{"share.acknowledgement.mode": "explicit"})
+    queue_chunk(c, 0, 4, [(0, 3, 1)])
+    batches = []
+    t = threading.Thread(target=lambda: batches.append(c.poll(5)))
+    t.start()
+    t.join(10)
+    (batch,) = batches
+    kinds = [AcknowledgeType.ACCEPT, AcknowledgeType.REJECT, AcknowledgeType.RELEASE,
+             AcknowledgeType.ACCEPT]
+    ackers = [threading.Thread(target=c.acknowledge, args=(m, k))
+              for m, k in zip(batch, kinds)]
+    for t in ackers:
+        t.start()
+    for t in ackers:
+        t.join(10)
+    t = threading.Thread(target=c.commit_async)
+    t.start()
+    t.join(10)
+    assert handed_acks(c) == [(("t", 0), 0, 0, 1), (("t", 0), 1, 1, 3),
+                              (("t", 0), 2, 2, 2), (("t", 0), 3, 3, 1)]
+
+
+def test_the_arguments_of_every_method_are_checked(offline):
+    c = offline(**{"share.acknowledgement.mode": "explicit"})
+    for call, error in (
+            (lambda: c.poll("1"), TypeError), (lambda: c.commit_sync("1"), TypeError),
+            (lambda: c.commit_sync(True), TypeError), (lambda: c.acknowledge(None), TypeError),
+            (lambda: c.acknowledge(Message()), ValueError),
+            (lambda: c.acknowledge_offset(b"t", 0, 0), TypeError),
+            (lambda: c.acknowledge_offset("t", 0.0, 0), TypeError),
+            (lambda: c.acknowledge_offset("t", 0, -1), ValueError),
+            (lambda: c.set_acknowledgement_commit_callback(5), TypeError),
+            (lambda: c.subscribe("t"), TypeError), (lambda: c.subscribe([1]), TypeError),
+            (lambda: c.subscribe([""]), ValueError),
+            (lambda: c.subscribe(["^t.*"]), ValueError),
+            (lambda: c.set_sasl_credentials("u", None), TypeError)):
+        with pytest.raises(error):
+            call()
+    assert c.subscription() == ["t"]       # still usable, subscription kept
+    queue_chunk(c, 0, 1, [(0, 0, 1)])
+    (msg,) = c.poll(5)
+    c.acknowledge(msg)
+    assert c.poll(0.01).is_empty()
+    for cb in ("error_cb", "stats_cb", "throttle_cb", "oauth_cb"):
+        with pytest.raises(TypeError, match=cb):
+            ShareConsumer({"group.id": "g", cb: 5})
+
+
+CHILD_OFFLINE = """
+import threading, time
+from kafka_client import ShareConsumer
+from kafka_client.consumer.fetcher import PartitionState
+from kafka_client.consumer.share_fetcher import ShareChunk
+from kafka_proto.records import RecordBatchBuilder, read_batches
+
+def queue_chunk(c, base, count):
+    b = RecordBatchBuilder()
+    for i in range(count):
+        b.append(b"v%d" % (base + i))
+    with c._fetcher.lock:
+        c._fetcher.chunks.append(ShareChunk(1, PartitionState("t", 0), list(read_batches(
+            b.build(base_offset=base))), [(base, base + count - 1, 1)]))
+    c._ready.set()
+
+def inside(c):
+    deadline = time.monotonic() + 10
+    while c._owner is None:
+        assert time.monotonic() < deadline, "the call never started"
+        time.sleep(0.005)
+"""
+
+
+def test_close_from_another_thread_ends_a_waiting_poll(run_child):
+    out = run_child(CHILD_OFFLINE + """
+from kafka_client import IllegalStateException
+c = ShareConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1"})
+c.subscribe(["t"])
+got = []
+t = threading.Thread(target=lambda: got.append(c.poll(-1)))
+t.start()
+inside(c)
+started = time.monotonic()
+c.close()
+t.join(10)
+assert not t.is_alive() and len(got) == 1 and got[0].is_empty(), got
+took = time.monotonic() - started
+assert took < 5, took
+try:
+    c.poll(0)
+    raise SystemExit("poll() after close() did not raise")
+except IllegalStateException:
+    pass
+c.close()                                   # a second close does nothing
+print("ok")
+""", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "ok"
+
+
+@pytest.mark.parametrize("callback", ["error_cb", "stats_cb", "oauth_cb"])
+def test_a_raising_client_callback_reaches_a_waiting_poll_and_close_returns(
+        run_child, callback):
+    # poll(-1) with no broker: the callback is served while it waits (it used to be
+    # served only as poll() began), its exception ends the call, close() returns at once.
+    # (oauth_cb: the first token, needed to construct the consumer, lives one second;
+    # the refresh on the token thread raises)
+    extra = {"error_cb": "", "stats_cb": '"statistics.interval.ms": 100,',
+             "oauth_cb": '"security.protocol": "SASL_PLAINTEXT", '
+                         '"sasl.mechanisms": "OAUTHBEARER",'}[callback]
+    out = run_child(CHILD_OFFLINE + f"""
+tokens = []
+def raising(*args):
+    if "{callback}" == "oauth_cb" and not tokens:
+        tokens.append(1)
+        return "token", time.time() + 1
+    raise ValueError("application bug")
+with ShareConsumer({{"group.id": "g", "bootstrap.servers": "127.0.0.1:1", {extra}
+                    "{callback}": raising}}) as c:
+    c.subscribe(["t"])
+    try:
+        c.poll(-1)
+        raise SystemExit("poll() returned")
+    except ValueError as exc:
+        assert str(exc) == "application bug"
+    queue_chunk(c, 0, 2)                    # the consumer is still usable
+    polled = []
+    while not polled:
+        try:
+            polled = [m.offset() for m in c.poll(5)]
+        except ValueError:
+            pass                            # the callback again: the records wait
+    assert polled == [0, 1], polled
+    started = time.monotonic()
+took = time.monotonic() - started           # the with block's close()
+assert took < 5, took
+print("ok")
+""", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "ok"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_a_clear_error_from_every_share_consumer_method(run_child):
+    out = run_child(CHILD_OFFLINE + """
+import os, sys
+from kafka_client import (AcknowledgeType, DeserializingShareConsumer, KafkaError,
+                          KafkaException)
+
+def refused(call):
+    try:
+        call()
+    except KafkaException as exc:
+        err = exc.args[0]
+        assert err.code() == KafkaError._STATE and err.fatal(), err
+        assert "fork" in err.str() and "create a new" in err.str(), err.str()
+        return True
+    return False
+
+c = ShareConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1",
+                   "share.acknowledgement.mode": "explicit"})
+c.subscribe(["t"])
+queue_chunk(c, 0, 2)
+(msg, second) = c.poll(5)
+d = DeserializingShareConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1",
+                                "value.deserializer": lambda v, ctx: v.decode()})
+pid = os.fork()
+if pid == 0:
+    calls = [lambda: c.poll(0), lambda: c.subscribe(["t"]), c.unsubscribe, c.subscription,
+             lambda: c.acknowledge(msg), lambda: c.acknowledge_offset("t", 0, 1),
+             lambda: c.commit_sync(1), c.commit_async,
+             lambda: c.set_acknowledgement_commit_callback(None),
+             lambda: c.set_sasl_credentials("u", "p"), lambda: c.list_topics(timeout=1),
+             c.close, c.close, lambda: d.poll(0), d.close]
+    results = [refused(call) for call in calls]
+    sys.exit(0 if all(results) else 10 + results.index(False))  # atexit runs
+t = time.monotonic()
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    if time.monotonic() - t > 5:
+        os.kill(pid, 9)
+        raise SystemExit("the child did not exit within 5 s")
+    time.sleep(0.01)
+assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
+# the parent's consumers go on
+c.acknowledge(msg, AcknowledgeType.REJECT)
+c.acknowledge(second)
+assert c.subscription() == ["t"]
+queue_chunk(c, 2, 1)
+assert [m.offset() for m in c.poll(5)] == [2]
+c.acknowledge_offset("t", 0, 2)
+d.close()
+c.close()
+print("ok")
+""", timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split()[-1] == "ok"

@@ -581,11 +581,24 @@ class ShareConsumer(ClientBase):
         return stop
 
     def _unclosed(self) -> None:
-        # Dropped without close(): leave the group (its records come back when the
-        # sessions close with the connections), in bounded time, no callbacks.
-        left = threading.Event()
-        self._member.leave(left.set)
-        left.wait(5.0)
+        # Collected or left open at exit without close(), maybe on an exception's way
+        # out: the acknowledgements the application gave are sent, every other record
+        # it holds is released (librdkafka holds them until their locks expire: the same
+        # redelivery, later); the sessions closed and the group left in bounded time,
+        # without callbacks; one warning says how many records come again.
+        handed = sum(len(offsets) for offsets in self._in_flight.values())
+        unhanded = self._unhanded()
+        fetched = sum(r.last - r.first + 1 for batch in unhanded for r in batch.ranges)
+        acks = self._take_acks(dropped=True) + unhanded
+        if handed or fetched:
+            self._log.warning(
+                "ShareConsumer dropped without close(): %d acquired records released "
+                "for redelivery (%d returned by poll() and not acknowledged, %d fetched "
+                "and not returned): use close() to acknowledge them", handed + fetched,
+                handed, fetched)
+        started = time.monotonic()
+        self._finish(acks, UNCLOSED_WAIT_S,
+                     max(0.0, started + UNCLOSED_WAIT_S - time.monotonic()))
 
     def _at_exit(self) -> None:
         self._stop_unclosed()

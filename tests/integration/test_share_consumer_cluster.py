@@ -426,3 +426,84 @@ def test_lost_share_sessions_lose_no_record(cluster, topic):
     assert len(seen) - len(keys) == len(again)      # each record seen again came again
     for part in cluster.share_state(topic):
         assert (part["start_offset"], part["records"]) == (30, []), part
+
+
+DROPPED_PRELUDE = """
+import gc, logging
+warnings = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        warnings.append(record.getMessage())
+log = logging.getLogger("dropped-share-consumer")
+log.addHandler(Keep())
+log.setLevel(logging.WARNING)
+from kafka_client import Producer
+with Producer({"bootstrap.servers": BOOTSTRAP}) as p:
+    for i in range(6):
+        p.produce(TOPIC, b"m%d" % i, partition=0)
+    assert p.flush(30) == 0
+"""
+
+
+def test_a_dropped_consumer_sends_its_acknowledgements_and_releases_the_rest(
+        cluster, topic, run_child):
+    # Dropped without close() (an exception on its way out, say): the acknowledgements
+    # the application gave are sent (they were lost: a rejected record came back), the
+    # other records it held released at once (librdkafka holds them until their locks
+    # expire), with one warning.
+    out = run(run_child, cluster, topic, DROPPED_PRELUDE + """
+a = consumer(**{"share.acknowledgement.mode": "explicit", "logger": log})
+held = []
+deadline = time.monotonic() + 30
+while len(held) < 6 and time.monotonic() < deadline:
+    batch = a.poll(0.5)
+    held += records(batch)
+    for m in batch:
+        if m.offset() == 0:
+            a.acknowledge(m, AcknowledgeType.REJECT)
+        elif m.offset() < 3:
+            a.acknowledge(m, AcknowledgeType.ACCEPT)
+        else:
+            break
+    if any(m.offset() >= 3 for m in batch):
+        break
+dropped_at = time.monotonic()
+del a, batch, m
+gc.collect()
+took = time.monotonic() - dropped_at
+b = consumer()
+got = []
+deadline = time.monotonic() + 30
+while len(got) < 3 and time.monotonic() < deadline:
+    got += records(b.poll(0.2))
+b.close()
+print(json.dumps({"held": held, "got": got, "took": took, "warnings": warnings}))
+""")
+    assert sorted(o for p, o, _v, _n in out["held"]) == list(range(6))
+    assert sorted((o, n) for p, o, _v, n in out["got"]) == [(3, 2), (4, 2), (5, 2)]
+    assert out["took"] < 10
+    assert len(out["warnings"]) == 1, out["warnings"]
+    assert "3 acquired records released" in out["warnings"][0], out["warnings"]
+    assert "close()" in out["warnings"][0]
+
+
+def test_exit_without_close_releases_what_the_consumer_held(cluster, topic, run_child):
+    # Implicit mode, the interpreter exits after a poll() with no close(): the records
+    # come back (redelivered, not accepted unprocessed), and stderr says so.
+    code = (f"import sys; sys.argv[1:] = {[cluster.bootstrap_servers, topic]!r}\n"
+            + CHILD_PRELUDE + DROPPED_PRELUDE.replace("log.addHandler(Keep())", "") + """
+a = consumer()
+held = []
+deadline = time.monotonic() + 30
+while len(held) < 6 and time.monotonic() < deadline:
+    held += records(a.poll(0.5))
+print(len(held), flush=True)
+""")
+    out = run_child(code, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "6"
+    assert "ShareConsumer dropped without close(): 6 acquired records released" \
+        in out.stderr, out.stderr
+    for part in cluster.share_state(topic):
+        assert all(state == "available" and count == 1
+                   for _o, state, count, _m in part["records"]), part

@@ -345,9 +345,38 @@ class ShareConsumer(ClientBase):
                     "next poll() in explicit acknowledgement mode")
             self._member.polled(inside=True)
             try:
-                return self._poll(deadline)
+                out = self._poll(deadline)
+                try:
+                    self._prepare(out)
+                except BaseException:
+                    # Ctrl-C in a deserializer, say: the batch goes back whole to the
+                    # next call (kept as handed out, the next poll() accepted it unseen)
+                    self._put_back(out)
+                    raise
+                return out
             finally:
                 self._member.polled(inside=False)
+
+    def _prepare(self, messages: Messages) -> None:
+        """A subclass's work on a batch before poll() returns it (under the call's
+        guard); what it raises puts the batch back for the next call."""
+
+    def _put_back(self, messages: Messages) -> None:
+        """Undo handing ``messages`` out: their records first in line for the next
+        poll(), their error events first among the errors."""
+        back: List[Tuple[int, Message]] = []
+        errors: List[KafkaError] = []
+        for msg in messages:
+            offsets = self._in_flight.get((msg._topic, msg._partition))
+            if offsets is not None and msg._offset in offsets:
+                back.append((offsets.pop(msg._offset), msg))
+            elif msg._offset is None and msg.error() is not None:
+                errors.append(msg.error())
+        self._in_flight = {key: offsets for key, offsets in self._in_flight.items()
+                           if offsets}
+        self._backlog[:0] = back
+        with self._fetcher.lock:
+            self._fetcher.errors.extendleft(reversed(errors))
 
     def _poll(self, deadline: float) -> Messages:
         """poll()'s work, once its checks passed."""

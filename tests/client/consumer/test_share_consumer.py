@@ -1023,3 +1023,26 @@ print("ok")
 """, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.split()[-1] == "ok"
+
+
+def test_ctrl_c_in_a_deserializer_puts_the_batch_back(offline):
+    # KeyboardInterrupt is no Exception: it ends poll(). The batch goes back whole,
+    # nothing deserialized yet; kept as handed out, the next poll() accepted it unseen.
+    interrupted = []
+
+    def value(data, ctx):
+        if data == b"v1" and not interrupted:
+            interrupted.append(1)
+            raise KeyboardInterrupt
+        return data.decode().upper()
+
+    c = offline(DeserializingShareConsumer, **{"value.deserializer": value})
+    queue_chunk(c, 0, 3, [(0, 2, 1)])
+    with pytest.raises(KeyboardInterrupt):
+        c.poll(5)
+    msgs = c.poll(5)
+    assert [(m.offset(), m.value(), m.error()) for m in msgs] == \
+        [(0, "V0", None), (1, "V1", None), (2, "V2", None)]
+    assert handed_acks(c) == []                  # none accepted before it was returned
+    c.commit_async()
+    assert handed_acks(c) == [(("t", 0), 0, 2, int(Wire.ACCEPT))]

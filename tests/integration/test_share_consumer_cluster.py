@@ -507,3 +507,47 @@ print(len(held), flush=True)
     for part in cluster.share_state(topic):
         assert all(state == "available" and count == 1
                    for _o, state, count, _m in part["records"]), part
+
+
+def test_threads_polling_one_consumer_and_close_from_another(cluster, topic, run_child):
+    # Four threads poll one consumer (one call at a time: the others get
+    # ConcurrentModificationException), this thread closes it while they still poll:
+    # every record handed out once, all accepted, the threads' calls refused after.
+    n = 300
+    produce_here(cluster, topic, n)
+    out = run(run_child, cluster, topic, """
+import threading
+from kafka_client import ConcurrentModificationException, IllegalStateException
+c = consumer(**{"max.poll.records": 20})
+got, refused, ended = [], [0], []
+def worker():
+    while True:
+        try:
+            got.extend(records(c.poll(0.2)))
+        except ConcurrentModificationException:
+            refused[0] += 1
+            time.sleep(0.001)
+        except IllegalStateException as exc:        # closed
+            ended.append(str(exc))
+            return
+threads = [threading.Thread(target=worker) for _ in range(4)]
+for t in threads:
+    t.start()
+deadline = time.monotonic() + 60
+while len(got) < 300 and time.monotonic() < deadline:
+    time.sleep(0.05)
+closed_at = time.monotonic()
+c.close()
+took = time.monotonic() - closed_at
+for t in threads:
+    t.join(10)
+print(json.dumps({"got": got, "refused": refused[0], "ended": ended, "took": took,
+                  "alive": sum(t.is_alive() for t in threads)}))
+""")
+    keys = [(p, o) for p, o, _v, _n in out["got"]]
+    assert len(keys) == len(set(keys)) == n
+    assert sorted(v for *_x, v, _n in out["got"]) == sorted("m%d" % i for i in range(n))
+    assert out["alive"] == 0 and len(out["ended"]) == 4, out
+    assert out["took"] < 10
+    for part in cluster.share_state(topic):
+        assert (part["start_offset"], part["records"]) == (n // PARTITIONS, []), part

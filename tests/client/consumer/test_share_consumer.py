@@ -1046,3 +1046,47 @@ def test_ctrl_c_in_a_deserializer_puts_the_batch_back(offline):
     assert handed_acks(c) == []                  # none accepted before it was returned
     c.commit_async()
     assert handed_acks(c) == [(("t", 0), 0, 2, int(Wire.ACCEPT))]
+
+
+def test_close_from_another_thread_ends_a_waiting_commit_sync(offline, monkeypatch):
+    # No answer will come (the fetcher is stopped here): the commit waits until close()
+    # from this thread ends it, its partition given _DESTROY.
+    from kafka_client.consumer import share_consumer
+    monkeypatch.setattr(share_consumer, "CLOSE_WAIT_S", 1.0)   # no session will close
+    c = offline()
+    queue_chunk(c, 0, 3, [(0, 2, 1)])
+    assert len(c.poll(5)) == 3
+    results = []
+    t = threading.Thread(target=lambda: results.append(c.commit_sync(60)))
+    t.start()
+    deadline = time.monotonic() + 10
+    while c._owner is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert c._owner is not None
+    c.close()
+    t.join(10)
+    assert not t.is_alive()
+    ((tp, exc),) = results[0].items()
+    assert tp == TopicPartition("t", 0)
+    assert exc.args[0].code() == KafkaError._DESTROY
+    with pytest.raises(IllegalStateException):
+        c.commit_sync(1)
+
+
+def test_close_from_a_callback_is_refused(offline):
+    c = offline()
+    refused = []
+
+    def error_cb(err):
+        try:
+            c.close()
+        except IllegalStateException as exc:
+            refused.append(str(exc))
+
+    c._error_cb = error_cb      # what the error_cb property sets
+    c._io.call_soon(c._cluster.report_error, KafkaError(KafkaError._TRANSPORT, "down"))
+    deadline = time.monotonic() + 10
+    while not refused and time.monotonic() < deadline:
+        c.poll(0.1)
+    assert refused and "callback" in refused[0]
+    assert c.subscription() == ["t"]            # still open

@@ -990,6 +990,11 @@ queue_chunk(c, 0, 2)
 (msg, second) = c.poll(5)
 d = DeserializingShareConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1",
                                 "value.deserializer": lambda v, ctx: v.decode()})
+d.subscribe(["t"])
+waiting = []
+poller = threading.Thread(target=lambda: waiting.append(d.poll(-1)))
+poller.start()             # inside poll() at the fork: its guard is held in the child
+inside(d)
 pid = os.fork()
 if pid == 0:
     calls = [lambda: c.poll(0), lambda: c.subscribe(["t"]), c.unsubscribe, c.subscription,
@@ -1017,7 +1022,9 @@ assert c.subscription() == ["t"]
 queue_chunk(c, 2, 1)
 assert [m.offset() for m in c.poll(5)] == [2]
 c.acknowledge_offset("t", 0, 2)
-d.close()
+d.close()                  # ends the parent's poll
+poller.join(10)
+assert waiting and waiting[0].is_empty(), waiting
 c.close()
 print("ok")
 """, timeout=60)

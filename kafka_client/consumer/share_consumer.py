@@ -394,6 +394,8 @@ class ShareConsumer(ClientBase):
             # next poll() unseen, they were lost)
             self._serve_client_events()
             self._serve_outcomes()
+            if self._closing:        # close() began while a callback of this call ran
+                return Messages()
             for error in self._fetcher.take_errors():
                 out.append(error_event(error))
             while room > 0 and (self._backlog or self._fetcher.chunks):
@@ -418,7 +420,12 @@ class ShareConsumer(ClientBase):
                 self._fetcher.acknowledge(self._take_gaps(), now=False)
             if out or time.monotonic() >= deadline:
                 break
-            self._cluster.wait_for(self._ready, min(deadline, time.monotonic() + 0.5))
+            try:
+                self._cluster.wait_for(self._ready, min(deadline, time.monotonic() + 0.5))
+            except KafkaException:
+                if self._closing:    # _DESTROY: closed without waiting for this call
+                    return Messages()
+                raise
         return Messages(out)
 
     def _take_gaps(self) -> List[AckBatch]:
@@ -532,7 +539,8 @@ class ShareConsumer(ClientBase):
         records fetched and not handed out), close the share sessions, leave the group,
         then stop the I/O thread. A second close() does nothing. From another thread
         than one inside a call, it ends that call first (a waiting poll() returns an
-        empty batch, commit_sync() its answers so far)."""
+        empty batch, commit_sync() its answers so far), waiting at most 30 s for a
+        callback that call runs."""
         if self._closed:
             if self._forked:
                 self._refuse()

@@ -1097,3 +1097,40 @@ def test_close_from_a_callback_is_refused(offline):
         c.poll(0.1)
     assert refused and "callback" in refused[0]
     assert c.subscription() == ["t"]            # still open
+
+
+def test_close_returns_while_another_thread_is_stuck_in_a_callback(run_child):
+    # The acknowledgement callback of another thread's poll() does not return: close()
+    # waits CLOSE_WAIT_S for that call (shortened here), then stops without it.
+    out = run_child(CHILD_OFFLINE + """
+from types import SimpleNamespace
+from kafka_client import IllegalStateException
+from kafka_client.consumer import share_consumer
+share_consumer.CLOSE_WAIT_S = 0.5
+c = ShareConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1"})
+c.subscribe(["t"])
+stuck, release = threading.Event(), threading.Event()
+c.set_acknowledgement_commit_callback(lambda offsets, exc: (stuck.set(), release.wait(30)))
+with c._fetcher.lock:
+    c._fetcher.outcomes.append(SimpleNamespace(offsets={("t", 0): [1]}, error=None))
+got = []
+t = threading.Thread(target=lambda: got.append(c.poll(-1)))
+t.start()
+assert stuck.wait(10)
+started = time.monotonic()
+c.close()
+took = time.monotonic() - started
+assert took < 5, took
+queue_chunk(c, 0, 2)       # fetched meanwhile: not handed out by a closed consumer
+release.set()
+t.join(10)
+assert not t.is_alive() and got and got[0].is_empty(), got
+try:
+    c.poll(0)
+    raise SystemExit("poll() after close() did not raise")
+except IllegalStateException:
+    pass
+print("ok")
+""", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "ok"

@@ -477,11 +477,16 @@ deadline = time.monotonic() + 30
 while len(got) < 3 and time.monotonic() < deadline:
     got += records(b.poll(0.2))
 b.close()
-print(json.dumps({"held": held, "got": got, "took": took, "warnings": warnings}))
+import threading
+deadline = time.monotonic() + 10       # the dropped consumer's thread is gone too
+while threading.active_count() > 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(json.dumps({"held": held, "got": got, "took": took, "warnings": warnings,
+                  "threads": threading.active_count()}))
 """)
     assert sorted(o for p, o, _v, _n in out["held"]) == list(range(6))
     assert sorted((o, n) for p, o, _v, n in out["got"]) == [(3, 2), (4, 2), (5, 2)]
-    assert out["took"] < 10
+    assert out["took"] < 10 and out["threads"] == 1, out
     assert len(out["warnings"]) == 1, out["warnings"]
     assert "3 acquired records released" in out["warnings"][0], out["warnings"]
     assert "close()" in out["warnings"][0]

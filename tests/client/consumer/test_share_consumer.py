@@ -960,6 +960,10 @@ with ShareConsumer({{"group.id": "g", "bootstrap.servers": "127.0.0.1:1", {extra
     started = time.monotonic()
 took = time.monotonic() - started           # the with block's close()
 assert took < 5, took
+deadline = time.monotonic() + 10            # nothing left running: I/O, token threads
+while threading.active_count() > 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
+assert threading.active_count() == 1, threading.enumerate()
 print("ok")
 """, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -565,7 +565,7 @@ class ShareConsumer(ClientBase):
             self._owner = me
             acks = self._take_acks(closing=True)
             acks.extend(self._unhanded())
-            self._finish(acks, CLOSE_WAIT_S, CLOSE_WAIT_S)
+            self._finish(acks, CLOSE_WAIT_S, 2 * CLOSE_WAIT_S)
             try:
                 self._serve_outcomes()
             except Exception as exc:  # close first, raise after
@@ -577,9 +577,9 @@ class ShareConsumer(ClientBase):
         if failure is not None:
             raise failure
 
-    def _finish(self, acks: List[AckBatch], sessions_s: float, leave_s: float) -> None:
+    def _finish(self, acks: List[AckBatch], each_s: float, total_s: float) -> None:
         """Send ``acks`` with the closing of the share sessions, then leave the group,
-        waiting at most ``sessions_s`` and ``leave_s`` seconds for each."""
+        waiting at most ``each_s`` seconds for each and ``total_s`` for both."""
         fetcher, member, io = self._fetcher, self._member, self._io
         closed = threading.Event()
         left = threading.Event()
@@ -592,9 +592,10 @@ class ShareConsumer(ClientBase):
             fetcher.close_sessions(closed.set)
 
         io.call_soon(close_sessions)
-        self._cluster.wait_for(closed, time.monotonic() + sessions_s)
+        end = time.monotonic() + total_s
+        self._cluster.wait_for(closed, min(end, time.monotonic() + each_s))
         member.leave(left.set)
-        self._cluster.wait_for(left, time.monotonic() + leave_s)
+        self._cluster.wait_for(left, min(end, time.monotonic() + each_s))
 
     def _unhanded(self) -> List[AckBatch]:
         """RELEASE for every record acquired for this member and never handed out."""
@@ -633,9 +634,7 @@ class ShareConsumer(ClientBase):
                 "for redelivery (%d returned by poll() and not acknowledged, %d fetched "
                 "and not returned): use close() to acknowledge them", handed + fetched,
                 handed, fetched)
-        started = time.monotonic()
-        self._finish(acks, UNCLOSED_WAIT_S,
-                     max(0.0, started + UNCLOSED_WAIT_S - time.monotonic()))
+        self._finish(acks, UNCLOSED_WAIT_S, UNCLOSED_WAIT_S)
 
     def _at_exit(self) -> None:
         self._stop_unclosed()

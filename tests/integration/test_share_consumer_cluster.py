@@ -8,6 +8,8 @@ child prints what it read as JSON, and the cluster's own share-partition state
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -556,3 +558,39 @@ print(json.dumps({"got": got, "refused": refused[0], "ended": ended, "took": too
     assert out["took"] < 10
     for part in cluster.share_state(topic):
         assert (part["start_offset"], part["records"]) == (n // PARTITIONS, []), part
+
+
+def test_a_dropped_consumer_whose_brokers_stall_is_gone_within_five_seconds(cluster, topic):
+    # The brokers answer neither the closing ShareAcknowledge nor the leave heartbeat:
+    # the collection waits 5 s for both together, not 5 s for each.
+    code = (f"import sys; sys.argv[1:] = {[cluster.bootstrap_servers, topic]!r}\n"
+            + CHILD_PRELUDE + DROPPED_PRELUDE + """
+a = consumer(**{"logger": log})
+held = []
+deadline = time.monotonic() + 30
+while not held and time.monotonic() < deadline:
+    held += records(a.poll(0.5))
+print("held", len(held), flush=True)
+sys.stdin.readline()                       # the test has set the latency
+dropped_at = time.monotonic()
+del a
+gc.collect()
+print("took", time.monotonic() - dropped_at, flush=True)
+""")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = child.stdout.readline().split()      # the child's own timeouts bound it
+        assert first[:1] == ["held"] and int(first[1]) > 0, first
+        cluster.set_latency(60, apis=["ShareAcknowledge", "ShareGroupHeartbeat"])
+        rest, err = child.communicate("go\n", timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the child still ran after 60 s")
+    finally:
+        cluster.clear_faults()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    took = float(rest.split()[-1])
+    assert took < 8, (took, err)

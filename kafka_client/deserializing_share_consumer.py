@@ -29,9 +29,13 @@ class DeserializingShareConsumer(ShareConsumer):
         self._serdes.start_client(super().__init__, self.cluster_id)
 
     def close(self) -> None:
-        """ShareConsumer.close(), then close the deserializers it built from builders."""
-        super().close()
-        self._serdes.close()
+        """ShareConsumer.close(), then close the deserializers it built from builders
+        (even when a callback close() served raised)."""
+        try:
+            super().close()
+        finally:
+            if self._closed and not self._forked:   # not when refused (a callback)
+                self._serdes.close()
 
     def _prepare(self, messages: Messages) -> None:
         # Every message's key and value first, then all set: what a deserializer lets

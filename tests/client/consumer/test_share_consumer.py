@@ -1138,3 +1138,31 @@ print("ok")
 """, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == "ok"
+
+
+def test_a_raising_callback_at_close_still_closes_the_built_deserializers():
+    from kafka_client.serialization import Deserializer, DeserializerBuilder
+
+    class Closing(Deserializer):
+        closed = 0
+
+        def __call__(self, value, ctx):
+            return value
+
+        def close(self):
+            Closing.closed += 1
+
+    class Builder(DeserializerBuilder):
+        def build(self, conf, is_key):
+            return Closing(), conf
+
+    c = DeserializingShareConsumer({"group.id": "g", "bootstrap.servers": "127.0.0.1:1",
+                                    "value.deserializer.builder": Builder()})
+    c.set_acknowledgement_commit_callback(lambda offsets, exc: 1 / 0)
+    with c._fetcher.lock:       # an answer close() serves
+        c._fetcher.outcomes.append(SimpleNamespace(offsets={("t", 0): [1]}, error=None))
+    with pytest.raises(ZeroDivisionError):
+        c.close()
+    assert Closing.closed == 1
+    with pytest.raises(IllegalStateException):
+        c.poll(0)

@@ -154,6 +154,8 @@ class ShareConsumer(ClientBase):
         self._in_callback = False
         #: close() has begun (any thread): a call inside returns at once, none may start
         self._closing = False
+        #: set by __exit__ for an exception: close() releases what it would accept
+        self._failed = False
         self._start_client()
 
     # -- plumbing ----------------------------------------------------------------------
@@ -563,7 +565,7 @@ class ShareConsumer(ClientBase):
             if self._closed:         # another thread's close() came first
                 return
             self._owner = me
-            acks = self._take_acks(closing=True)
+            acks = self._take_acks(closing=True, dropped=self._failed)
             acks.extend(self._unhanded())
             self._finish(acks, CLOSE_WAIT_S, 2 * CLOSE_WAIT_S)
             try:
@@ -576,6 +578,14 @@ class ShareConsumer(ClientBase):
             self._guard.release()
         if failure is not None:
             raise failure
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        """close(); left by an exception, the records of the last poll() without an
+        acknowledgement are released, not accepted (their processing may be what
+        failed): they are delivered again."""
+        if exc_type is not None:
+            self._failed = True
+        self.close()
 
     def _finish(self, acks: List[AckBatch], each_s: float, total_s: float) -> None:
         """Send ``acks`` with the closing of the share sessions, then leave the group,

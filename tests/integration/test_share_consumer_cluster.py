@@ -623,3 +623,50 @@ print(json.dumps({"held": held, "got": got}))
     assert sorted(o for p, o, _v, _n in out["got"]) == list(range(6))
     assert {(p, o): n for p, o, _v, n in out["got"] if (p, o) in held} == \
         {k: 2 for k in held}
+
+
+def test_a_forked_child_sends_nothing_for_the_parents_share_consumer(cluster, topic,
+                                                                      run_child):
+    # The child drops the consumer it inherited, holding records, and exits: nothing goes
+    # on the parent's connections (no release, no session closed, no leave), so the
+    # parent's acknowledgements and its next fetches still work.
+    out = run(run_child, cluster, topic, DROPPED_PRELUDE + """
+import os
+a = consumer(**{"share.acknowledgement.mode": "explicit"})
+held = []
+deadline = time.monotonic() + 30
+while not held and time.monotonic() < deadline:
+    batch = a.poll(0.5)
+    held = records(batch)
+pid = os.fork()
+if pid == 0:
+    del a
+    gc.collect()
+    sys.exit(0)                              # a normal exit: atexit runs
+started = time.monotonic()
+_, status = os.waitpid(pid, 0)
+child_took = time.monotonic() - started
+for m in batch:
+    a.acknowledge(m)
+results = a.commit_sync(10)
+rest = []
+deadline = time.monotonic() + 30
+while len(held) + len(rest) < 6 and time.monotonic() < deadline:
+    more = a.poll(0.5)
+    rest += records(more)
+    for m in more:
+        a.acknowledge(m)
+a.commit_sync(10)
+a.close()
+print(json.dumps({"held": held, "rest": rest, "status": os.waitstatus_to_exitcode(status),
+                  "child_took": child_took,
+                  "results": {str(tp.partition): exc is None for tp, exc in results.items()},
+                  "warnings": warnings}))
+""")
+    assert out["status"] == 0 and out["child_took"] < 5, out
+    assert out["results"] and all(out["results"].values()), out
+    every = out["held"] + out["rest"]
+    assert sorted(o for _p, o, _v, _n in every) == list(range(6))
+    assert all(n == 1 for *_x, n in every), every            # nothing released by the child
+    for part in cluster.share_state(topic):
+        assert part["records"] == [] and part["start_offset"] in (None, 0, 6), part

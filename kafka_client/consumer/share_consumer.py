@@ -97,7 +97,9 @@ class ShareConsumer(ClientBase):
     ``auto.offset.reset``, ``isolation.level``, ``session.timeout.ms``, ...) raise
     ValueError, as in confluent-kafka. Any thread may use it, one at a time: a call while
     another thread is inside one raises :class:`ConcurrentModificationException`, except
-    :meth:`close`, which ends that call (a waiting poll() returns an empty batch).
+    :meth:`acknowledge` and :meth:`acknowledge_offset` (worker threads acknowledge while
+    the polling thread is inside a call), and :meth:`close`, which ends that call (a
+    waiting poll() returns an empty batch).
     """
 
     _role = "consumer"
@@ -150,6 +152,9 @@ class ShareConsumer(ClientBase):
         self._gaps: List[AckBatch] = []
         self._ack_cb: Optional[AckCommitCallback] = None
         self._guard = threading.Lock()
+        #: the records in flight and the acknowledgements given (acknowledge() needs no
+        #: guard: a worker thread acknowledges while another thread polls or commits)
+        self._book = threading.Lock()
         self._owner: Optional[int] = None
         self._in_callback = False
         #: close() has begun (any thread): a call inside returns at once, none may start
@@ -214,17 +219,19 @@ class ShareConsumer(ClientBase):
         the others released; ``dropped``, never closed: the others released in both
         modes). The GAP acknowledgements go with them."""
         chosen: Dict[Tuple[int, Key], List[Tuple[int, int]]] = {}
-        for key, acked in self._acked.items():
+        with self._book:
+            given, self._acked = self._acked, {}
+            handed: Dict[Key, Dict[int, int]] = {}
+            if not self._explicit_mode or closing or dropped:
+                handed, self._in_flight = self._in_flight, {}
+        for key, acked in given.items():
             for offset, (node, kind) in acked.items():
                 chosen.setdefault((node, key), []).append((offset, kind))
-        self._acked = {}
-        if not self._explicit_mode or closing or dropped:
-            kind = int(WireAckType.RELEASE if self._explicit_mode or dropped
-                       else WireAckType.ACCEPT)
-            for key, offsets in self._in_flight.items():
-                for offset, node in offsets.items():
-                    chosen.setdefault((node, key), []).append((offset, kind))
-            self._in_flight = {}
+        kind = int(WireAckType.RELEASE if self._explicit_mode or dropped
+                   else WireAckType.ACCEPT)
+        for key, offsets in handed.items():
+            for offset, node in offsets.items():
+                chosen.setdefault((node, key), []).append((offset, kind))
         batches = [AckBatch(node, key, _ranges(offsets))
                    for (node, key), offsets in chosen.items()]
         batches.extend(self._gaps)
@@ -341,7 +348,7 @@ class ShareConsumer(ClientBase):
         with self._using():
             if not self._subscription:
                 raise IllegalStateException("Consumer is not subscribed to any topics")
-            if self._explicit_mode and any(self._in_flight.values()):
+            if self._explicit_mode and self._holding():
                 raise IllegalStateException(
                     "All records of the previous poll() must be acknowledged before the "
                     "next poll() in explicit acknowledgement mode")
@@ -359,6 +366,11 @@ class ShareConsumer(ClientBase):
             finally:
                 self._member.polled(inside=False)
 
+    def _holding(self) -> int:
+        """How many records handed out have no acknowledgement yet."""
+        with self._book:
+            return sum(len(offsets) for offsets in self._in_flight.values())
+
     def _prepare(self, messages: Messages) -> None:
         """A subclass's work on a batch before poll() returns it (under the call's
         guard); what it raises puts the batch back for the next call."""
@@ -368,14 +380,15 @@ class ShareConsumer(ClientBase):
         poll(), their error events first among the errors."""
         back: List[Tuple[int, Message]] = []
         errors: List[KafkaError] = []
-        for msg in messages:
-            offsets = self._in_flight.get((msg._topic, msg._partition))
-            if offsets is not None and msg._offset in offsets:
-                back.append((offsets.pop(msg._offset), msg))
-            elif msg._offset is None and msg.error() is not None:
-                errors.append(msg.error())
-        self._in_flight = {key: offsets for key, offsets in self._in_flight.items()
-                           if offsets}
+        with self._book:
+            for msg in messages:
+                offsets = self._in_flight.get((msg._topic, msg._partition))
+                if offsets is not None and msg._offset in offsets:
+                    back.append((offsets.pop(msg._offset), msg))
+                elif msg._offset is None and msg.error() is not None:
+                    errors.append(msg.error())
+            self._in_flight = {key: offsets for key, offsets in self._in_flight.items()
+                               if offsets}
         self._backlog[:0] = back
         with self._fetcher.lock:
             self._fetcher.errors.extendleft(reversed(errors))
@@ -409,14 +422,15 @@ class ShareConsumer(ClientBase):
                     self._backlog.extend((node, m) for m in self._decode(chunk))
                     continue
                 taken, self._backlog = self._backlog[:room], self._backlog[room:]
-                in_flight = self._in_flight
-                for node, msg in taken:
-                    key = (msg._topic, msg._partition)
-                    offsets = in_flight.get(key)
-                    if offsets is None:
-                        offsets = in_flight[key] = {}
-                    offsets[msg._offset] = node
-                    out.append(msg)
+                with self._book:
+                    in_flight = self._in_flight
+                    for node, msg in taken:
+                        key = (msg._topic, msg._partition)
+                        offsets = in_flight.get(key)
+                        if offsets is None:
+                            offsets = in_flight[key] = {}
+                        offsets[msg._offset] = node
+                        out.append(msg)
                 room -= len(taken)
             if self._gaps:
                 self._fetcher.acknowledge(self._take_gaps(), now=False)
@@ -442,7 +456,7 @@ class ShareConsumer(ClientBase):
         IllegalStateException outside explicit mode or for a message not in flight."""
         if not isinstance(message, Message):
             raise TypeError("message must be a Message")
-        with self._using():
+        with self._acknowledging():
             kind = _ack_kind(ack_type)
             topic, partition, offset = message._topic, message._partition, \
                 message._offset
@@ -459,12 +473,27 @@ class ShareConsumer(ClientBase):
         if isinstance(partition, bool) or isinstance(offset, bool) or \
                 not isinstance(partition, int) or not isinstance(offset, int):
             raise TypeError("partition and offset must be integers")
-        with self._using():
+        with self._acknowledging():
             kind = _ack_kind(ack_type)
             if partition < 0 or offset < 0:
                 raise ValueError("Failed to acknowledge offset: Local: Invalid argument "
                                  "or configuration")
             self._mark(topic, partition, offset, kind, "offset")
+
+    @contextmanager
+    def _acknowledging(self) -> Iterator[None]:
+        """acknowledge()'s rules: any thread, even while another is inside a call
+        (IllegalStateException from the acknowledgement commit callback, once closed or
+        closing)."""
+        if self._in_callback and self._owner == threading.get_ident():
+            raise IllegalStateException(
+                "Share consumer methods are not accessible from user-defined "
+                "acknowledgement commit callback")
+        self._check_open()
+        if self._closing:
+            raise IllegalStateException(self._closed_text)
+        with self._book:
+            yield
 
     def _mark(self, topic: str, partition: int, offset: int, kind: int, what: str) -> None:
         key = (topic, partition)
@@ -634,7 +663,7 @@ class ShareConsumer(ClientBase):
         # it holds is released (librdkafka holds them until their locks expire: the same
         # redelivery, later); the sessions closed and the group left in bounded time,
         # without callbacks; one warning says how many records come again.
-        handed = sum(len(offsets) for offsets in self._in_flight.values())
+        handed = self._holding()
         unhanded = self._unhanded()
         fetched = sum(r.last - r.first + 1 for batch in unhanded for r in batch.ranges)
         acks = self._take_acks(dropped=True) + unhanded

@@ -1166,3 +1166,51 @@ def test_a_raising_callback_at_close_still_closes_the_built_deserializers():
     assert Closing.closed == 1
     with pytest.raises(IllegalStateException):
         c.poll(0)
+
+
+def test_workers_acknowledge_while_another_thread_is_inside_a_call(offline):
+    # Explicit mode, the pattern of a pool: one thread polls and commits, workers
+    # acknowledge, each record once, none refused (they got ConcurrentModificationException
+    # whenever the polling thread was inside a call).
+    c = offline(**{"share.acknowledgement.mode": "explicit"})
+    queue_chunk(c, 0, 400, [(0, 399, 1)])
+    batch = c.poll(5)
+    assert len(batch) == 400
+    kinds = (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT)
+    stop = threading.Event()
+    committing = []
+
+    def commit_loop():
+        while not stop.is_set():
+            committing.append(c.commit_sync(0.01))   # inside a call most of the time
+
+    committer = threading.Thread(target=commit_loop)
+    committer.start()
+    deadline = time.monotonic() + 10
+    while c._owner is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    failures = []
+
+    def worker(msgs):
+        for m in msgs:
+            try:
+                c.acknowledge(m, kinds[m.offset() % 3])
+            except Exception as exc:   # noqa: BLE001 - the test counts every refusal
+                failures.append(exc)
+
+    workers = [threading.Thread(target=worker, args=(list(batch)[i::4],)) for i in range(4)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(30)
+    stop.set()
+    committer.join(30)
+    assert failures == [] and len(committing) > 0
+    c.commit_async()
+    handed = {}
+    for key, first, last, kind in handed_acks(c):
+        for offset in range(first, last + 1):
+            assert offset not in handed, offset       # each acknowledged once
+            handed[offset] = kind
+    assert handed == {o: int(kinds[o % 3]) for o in range(400)}
+    assert c.poll(0.01).is_empty()                    # nothing left in flight

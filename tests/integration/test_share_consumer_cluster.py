@@ -670,3 +670,53 @@ print(json.dumps({"held": held, "rest": rest, "status": os.waitstatus_to_exitcod
     assert all(n == 1 for *_x, n in every), every            # nothing released by the child
     for part in cluster.share_state(topic):
         assert part["records"] == [] and part["start_offset"] in (None, 0, 6), part
+
+
+def test_a_pool_of_workers_acknowledges_what_one_thread_polls(cluster, topic, run_child):
+    # Explicit mode: one thread polls and commits, four workers acknowledge (every
+    # record accepted but those of offset 0, rejected), while the poller is inside its
+    # calls: each record read once, every acknowledgement reaches the broker.
+    n = 300
+    produce_here(cluster, topic, n)
+    out = run(run_child, cluster, topic, """
+import queue, threading
+c = consumer(**{"share.acknowledgement.mode": "explicit", "max.poll.records": 25})
+work, got, failures = queue.Queue(), [], []
+def worker():
+    while True:
+        m = work.get()
+        if m is None:
+            return
+        try:
+            c.acknowledge(m, AcknowledgeType.REJECT if m.offset() == 0 else
+                          AcknowledgeType.ACCEPT)
+        except Exception as exc:
+            failures.append(repr(exc))
+        finally:
+            work.task_done()
+workers = [threading.Thread(target=worker, daemon=True) for _ in range(4)]
+for t in workers:
+    t.start()
+deadline = time.monotonic() + 60
+while len(got) < 300 and time.monotonic() < deadline:
+    batch = c.poll(0.2)
+    got += records(batch)
+    for m in batch:
+        work.put(m)
+    while work.unfinished_tasks and time.monotonic() < deadline:
+        c.commit_async()                 # inside a call while the workers acknowledge
+    work.join()
+for t in workers:
+    work.put(None)
+for t in workers:
+    t.join(10)
+results = c.commit_sync(10)
+c.close()
+print(json.dumps({"got": got, "failures": failures,
+                  "errors": [str(e) for e in results.values() if e is not None]}))
+""")
+    keys = [(p, o) for p, o, _v, _n in out["got"]]
+    assert len(keys) == len(set(keys)) == n
+    assert out["failures"] == [] and out["errors"] == [], out
+    for part in cluster.share_state(topic):
+        assert (part["start_offset"], part["records"]) == (n // PARTITIONS, []), part

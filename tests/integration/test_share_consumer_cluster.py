@@ -593,7 +593,7 @@ print("took", time.monotonic() - dropped_at, flush=True)
             child.wait()
     assert child.returncode == 0, err
     took = float(rest.split()[-1])
-    assert took < 8, (took, err)
+    assert took < 9, (took, err)        # 5 s and the I/O thread's stop; it was 10
 
 
 def test_a_with_block_left_by_an_exception_releases_the_last_poll(cluster, topic,

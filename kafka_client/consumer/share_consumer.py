@@ -175,13 +175,7 @@ class ShareConsumer(ClientBase):
         acknowledgement commit callback; ConcurrentModificationException while another
         thread is inside a call."""
         me = threading.get_ident()
-        if self._in_callback and self._owner == me:
-            raise IllegalStateException(
-                "Share consumer methods are not accessible from user-defined "
-                "acknowledgement commit callback")
-        self._check_open()
-        if self._closing:
-            raise IllegalStateException(self._closed_text)
+        self._check_usable(me)
         if not self._guard.acquire(blocking=False):
             raise ConcurrentModificationException(
                 f"Share consumer is not safe for multi-threaded access: "
@@ -485,15 +479,20 @@ class ShareConsumer(ClientBase):
         """acknowledge()'s rules: any thread, even while another is inside a call
         (IllegalStateException from the acknowledgement commit callback, once closed or
         closing)."""
-        if self._in_callback and self._owner == threading.get_ident():
+        self._check_usable(threading.get_ident())
+        with self._book:
+            yield
+
+    def _check_usable(self, me: int) -> None:
+        """IllegalStateException from the acknowledgement commit callback (thread ``me``
+        inside it) and once closed or closing."""
+        if self._in_callback and self._owner == me:
             raise IllegalStateException(
                 "Share consumer methods are not accessible from user-defined "
                 "acknowledgement commit callback")
         self._check_open()
         if self._closing:
             raise IllegalStateException(self._closed_text)
-        with self._book:
-            yield
 
     def _mark(self, topic: str, partition: int, offset: int, kind: int, what: str) -> None:
         key = (topic, partition)

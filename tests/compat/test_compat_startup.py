@@ -1,6 +1,7 @@
 """confluent-kafka drop-in: a client connects as soon as it is made, so a wrong
-bootstrap.servers reaches error_cb within the first second (_TRANSPORT for each broker,
-then _ALL_BROKERS_DOWN), in the order librdkafka reports them."""
+bootstrap.servers reaches error_cb at once (within the first second on an idle machine:
+_TRANSPORT for each broker, then _ALL_BROKERS_DOWN), in the order librdkafka reports
+them."""
 from __future__ import annotations
 
 import socket
@@ -24,7 +25,17 @@ def dead_addresses(n):
     return ",".join(out)
 
 
-def codes_within(make, bootstrap, seconds, subscribe=None):
+#: How long a client may take to report an unreachable bootstrap broker. It does so at
+#: once (well under a second idle), but a loaded 2-core machine can take seconds to start
+#: a client's threads; what the bound tells apart is reporting at once from not reporting
+#: until there is a request to send (the producer connected only then), which is never
+#: here.
+AT_ONCE_S = 5.0
+
+
+def codes_within(make, bootstrap, seconds, subscribe=None, until=None):
+    """``(seconds since the client was made, code)`` of what error_cb got within
+    ``seconds``; the wait ends early once ``until`` codes are there."""
     errors = []
     start = time.monotonic()
     conf = {"bootstrap.servers": bootstrap, "log_level": 0,
@@ -35,7 +46,7 @@ def codes_within(make, bootstrap, seconds, subscribe=None):
     if subscribe:
         client.subscribe(subscribe)
     try:
-        while time.monotonic() - start < seconds:
+        while time.monotonic() - start < seconds and (until is None or len(errors) < until):
             client.poll(0.05)
     finally:
         if isinstance(client, (Producer, ck.Producer)):
@@ -46,12 +57,12 @@ def codes_within(make, bootstrap, seconds, subscribe=None):
 
 def test_unreachable_bootstrap_is_reported_at_once_like_librdkafka():
     bootstrap = dead_addresses(1)
-    ours = codes_within(Producer, bootstrap, 1.0)
-    theirs = codes_within(ck.Producer, bootstrap, 1.0)
+    ours = codes_within(Producer, bootstrap, 4 * AT_ONCE_S, until=2)
+    theirs = codes_within(ck.Producer, bootstrap, 4 * AT_ONCE_S, until=2)
     expected = [KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN]
     assert [code for _, code in theirs][:2] == expected
     assert [code for _, code in ours][:2] == expected, ours
-    assert ours[1][0] < 1.0
+    assert ours[1][0] < AT_ONCE_S, ours
     # nothing was produced or asked for: the producer connected because it exists
 
 
@@ -62,10 +73,10 @@ def test_consumer_waits_for_work_then_reports_unreachable_bootstrap():
     # them it waits; either way it reports the same codes once it has work.
     bootstrap = dead_addresses(1)
     assert codes_within(Consumer, bootstrap, 1.0) == []
-    ours = codes_within(Consumer, bootstrap, 1.0, subscribe=["t"])
+    ours = codes_within(Consumer, bootstrap, 4 * AT_ONCE_S, subscribe=["t"], until=2)
     assert [code for _, code in ours][:2] == [KafkaError._TRANSPORT,
                                               KafkaError._ALL_BROKERS_DOWN], ours
-    assert ours[1][0] < 0.5
+    assert ours[1][0] < AT_ONCE_S, ours
 
 
 def test_every_bootstrap_broker_is_tried_before_all_down():
@@ -73,7 +84,7 @@ def test_every_bootstrap_broker_is_tried_before_all_down():
     p = Producer({"bootstrap.servers": dead_addresses(3),
                   "error_cb": lambda err: errors.append(err)})
     try:
-        deadline = time.monotonic() + 2
+        deadline = time.monotonic() + 20    # a wait for the four, not a time bound
         while len(errors) < 4 and time.monotonic() < deadline:
             p.poll(0.05)
     finally:

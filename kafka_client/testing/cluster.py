@@ -53,6 +53,12 @@ def _stop_all() -> None:
             pass
 
 
+#: How long start() waits for the cluster process to say it is up (s): a guard against a
+#: process that never answers, long enough for a loaded 2-core machine (3 brokers took
+#: over 30 s to start at nice 10 among CPU hogs).
+START_TIMEOUT_S = 120.0
+
+
 class ClusterError(RuntimeError):
     """A control operation the cluster refused. ``code`` is the Kafka error name (e.g.
     ``"UNKNOWN_TOPIC_OR_PARTITION"``) when there is one."""
@@ -230,7 +236,7 @@ class Cluster:
                  advertised_ports: Optional[Sequence[int]] = None,
                  racks: Optional[Sequence[Optional[str]]] = None,
                  log_level: str = "WARNING", start: bool = True,
-                 start_timeout: float = 30.0, authorizer: bool = False,
+                 start_timeout: float = START_TIMEOUT_S, authorizer: bool = False,
                  super_users: Iterable[str] = ()) -> None:
         if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
             raise ValueError(f"brokers must be a whole number, at least 1 (got {brokers!r})")
@@ -302,7 +308,7 @@ class Cluster:
         return self
 
     # -- life cycle ------------------------------------------------------------------
-    def start(self, timeout: float = 30.0) -> "Cluster":
+    def start(self, timeout: float = START_TIMEOUT_S) -> "Cluster":
         if self._process is not None or self._attached:
             return self
         # Started again after stop(): the temporary directory went with the first run.

@@ -264,13 +264,14 @@ def test_acks_all_with_a_follower_down(tmp_path):
 
 @pytest.mark.timeout(90)
 def test_a_leader_back_from_a_stop_is_connected_when_the_metadata_lists_it(kafka_cluster):
-    """The producer's connection to a stopped leader waits out a reconnect backoff (5 s
+    """The producer's connection to a stopped leader waits out a reconnect backoff (20 s
     here); the broker comes back and leads again: the Metadata answer that lists it lets
-    the producer connect at once, not when the backoff ends."""
+    the producer connect at once, not when the backoff ends. (20 s, was 5 s: the bound
+    below, well under it, is then out of a loaded machine's reach.)"""
     c = kafka_cluster
     c.create_topic("back", partitions=1, replication_factor=3)
     home = c.leader("back", 0)
-    p = producer(c, **{"reconnect.backoff.ms": 5000, "reconnect.backoff.max.ms": 10000})
+    p = producer(c, **{"reconnect.backoff.ms": 20000, "reconnect.backoff.max.ms": 40000})
     reports = Reports()
     try:
         produce_numbers(p, "back", range(10), reports)
@@ -283,8 +284,8 @@ def test_a_leader_back_from_a_stop_is_connected_when_the_metadata_lists_it(kafka
         c.move_leader("back", 0, to=home)
         started = time.monotonic()
         produce_numbers(p, "back", range(20, 30), reports)
-        assert p.flush(10) == 0
-        assert time.monotonic() - started < 2.0
+        assert p.flush(30) == 0
+        assert time.monotonic() - started < 8.0
     finally:
         p.close()
     assert sorted(reports.delivered) == list(range(30)) and not reports.failed

@@ -366,14 +366,16 @@ def test_a_change_sent_again_after_its_answer_was_lost_says_it_may_have_been_don
 
 def test_a_broker_back_up_and_named_again_is_connected_at_once(kafka_cluster, topic_name):
     """The coordinator's broker stops; a call for it is refused and its connection waits
-    out a reconnect backoff (reconnect.backoff.ms 5 s here). The broker comes back and
+    out a reconnect backoff (reconnect.backoff.ms 20 s here). The broker comes back and
     FindCoordinator names it again: the call connects at once instead of waiting out the
-    backoff (it timed out, saying nothing of why)."""
+    backoff (it timed out, saying nothing of why). (20 s, was 5 s, and the call's timeout
+    30 s: the bound below, well under the backoff, is then out of a loaded machine's
+    reach.)"""
     c = kafka_cluster
     c.create_topic(topic_name, partitions=1, replication_factor=3)
     group = "back-" + topic_name
     admin = AdminClient({"bootstrap.servers": c.bootstrap_servers,
-                         "reconnect.backoff.ms": 5000, "reconnect.backoff.max.ms": 10000})
+                         "reconnect.backoff.ms": 20000, "reconnect.backoff.max.ms": 40000})
     try:
         admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
             group, [TopicPartition(topic_name, 0, 1)])])[group].result(30)
@@ -386,9 +388,9 @@ def test_a_broker_back_up_and_named_again_is_connected_at_once(kafka_cluster, to
         c.start_broker(home)
         assert c.coordinator(group=group) == home
         started = time.monotonic()
-        described = admin.describe_consumer_groups([group], request_timeout=2)[group]
-        assert described.result(30).group_id == group
-        assert time.monotonic() - started < 1.5
+        described = admin.describe_consumer_groups([group], request_timeout=30)[group]
+        assert described.result(60).group_id == group
+        assert time.monotonic() - started < 8
     finally:
         admin.close()
 

@@ -157,10 +157,11 @@ def test_the_leader_points_a_client_at_the_in_sync_follower_in_its_rack(cluster)
         wait_in_sync(cluster, "near")
         since = cluster.clear_request_log()
         for rack, replica in (("b", 2), ("c", 3)):
-            # Answered at once, whatever the wait and size asked for.
+            # Answered at once, whatever the wait and size asked for (20 s: the bound,
+            # well under it, is out of a loaded machine's reach).
             start = time.monotonic()
-            d = fetch(c, "near", 0, rack=rack, max_wait_ms=5000, min_bytes=1 << 20)
-            assert time.monotonic() - start < 2
+            d = fetch(c, "near", 0, rack=rack, max_wait_ms=20000, min_bytes=1 << 20)
+            assert time.monotonic() - start < 8
             assert (d.error_code, d.preferred_read_replica, len(d.records or b"")) == \
                 (ErrorCode.NONE, replica, 0)
             assert (d.high_watermark, d.last_stable_offset, d.log_start_offset) == (10, 10, 0)

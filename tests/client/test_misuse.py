@@ -51,7 +51,7 @@ def test_raising_delivery_callback_loses_nothing_and_close_returns(run_child):
         assert p.close(3) is True
         assert time.monotonic() - t < 5
         print("ok")
-    """, timeout=30)
+    """, timeout=120)   # a hang guard: slow imports on a loaded machine took 30 s
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -78,7 +78,7 @@ def test_raising_delivery_callback_in_a_with_block_leaves_the_block(run_child):
         assert len(calls) == 3 and len(p) == 0, (calls, len(p))
         assert not p._io.alive
         print("ok")
-    """, timeout=30)
+    """, timeout=120)   # a hang guard: slow imports on a loaded machine took 30 s
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -427,7 +427,7 @@ def test_exit_with_queued_messages_warns_on_stderr(run_child):
         for i in range(1000):
             p.produce("t", b"x" * 100)
         print("exiting")
-    """, timeout=30)
+    """, timeout=120)   # a hang guard: slow imports on a loaded machine took 30 s
     assert out.returncode == 0, out.stderr
     warnings = [line for line in out.stderr.splitlines() if "Producer terminating" in line]
     assert warnings == ["Producer terminating with 1000 messages (100000 bytes) still in "
@@ -441,7 +441,7 @@ def test_exit_after_flush_or_close_says_nothing(run_child):
         p = Producer({{"bootstrap.servers": "{dead_bootstrap()}"}})
         q = Producer({{"bootstrap.servers": "{dead_bootstrap()}"}})
         q.close()
-    """, timeout=30)
+    """, timeout=120)   # a hang guard: slow imports on a loaded machine took 30 s
     assert out.returncode == 0 and "terminating" not in out.stderr, out.stderr
 
 

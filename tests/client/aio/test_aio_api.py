@@ -348,7 +348,7 @@ def test_a_consumer_closed_from_its_own_error_cb_closes_and_the_poll_returns(run
             print("ok")
 
         asyncio.run(main())
-    """, timeout=30)
+    """, timeout=120)   # a hang guard: slow imports on a loaded machine took 30 s
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -398,7 +398,7 @@ def test_a_producer_closed_from_its_own_callback_coroutine_closes(run_child):
             print("ok")
 
         asyncio.run(main())
-    """, timeout=30)
+    """, timeout=120)   # a hang guard: slow imports on a loaded machine took 30 s
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 

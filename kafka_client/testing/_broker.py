@@ -70,6 +70,8 @@ _ACCEPT_RETRY_S = 0.1
 #: Frames read ahead of the request being served, at most (then reading pauses).
 _MAX_QUEUED_FRAMES = 64
 #: What a connection may send before (and, for re-authentication, after) its SASL session.
+#: The APIs of a member's share session (KIP-932).
+SHARE_SESSION_APIS = frozenset((ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE))
 _SASL_EXEMPT = frozenset((ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
                           ApiKey.SASL_AUTHENTICATE))
 
@@ -549,6 +551,11 @@ class Broker:
             code, executed = injected
             ctx.note(injected_error=code, injected_after_execution=executed)
             if not executed:
+                if code == ErrorCode.SHARE_SESSION_NOT_FOUND and api_key in SHARE_SESSION_APIS:
+                    # The answer says the session is gone: make it so, as it would be
+                    # on Kafka (the member's records of it go back to the group).
+                    self.server.share_fetch.end_session(self, request.group_id,
+                                                        request.member_id)
                 ctx.respond(ERROR_ANSWERS[api_key](request, api_version, code))
                 return
             ctx.replace_error = code

@@ -356,9 +356,12 @@ class Controller:
             leader = ordered[0]
         else:
             leader = -1
+        changed = leader != part.leader
         part.leader = leader
         part.leader_epoch += 1
         self._publish(part)
+        if changed:
+            self.server.share_fetch.leader_changed(part.topic, part.index)
         return leader
 
     def move_leader(self, topic: str, index: int, to: Optional[int] = None) -> int:

@@ -19,9 +19,11 @@ it was delivered ``share.delivery.count.limit`` times: then it is archived.
 
 Kafka keeps share-partition state with a share coordinator (the __share_group_state
 topic); here it lives in the cluster process, so a leader move keeps it and a cluster
-restart loses it. The share sessions (per broker, keyed by group and member) live in
-the broker's memory as in Kafka: epoch 0 opens one, -1 closes it (releasing the
-member's records of its partitions), every other request brings the next epoch.
+restart loses it; the acquisitions are the leader's memory only, so a new leader has the
+records acquired under the old one available again. The share sessions (per broker,
+keyed by group and member) live in the broker's memory as in Kafka: epoch 0 opens one,
+-1 or the close of the connection that opened it closes it (releasing the member's
+records of its partitions), every other request brings the next epoch.
 """
 from __future__ import annotations
 
@@ -316,9 +318,26 @@ class ShareFetchState:
             del self.sessions[key]
 
     def broker_stopped(self, broker_id: int) -> None:
-        """A broker's share sessions are in its memory only."""
+        """A broker's share sessions are in its memory only: they end with it (its
+        partitions' new leaders release the records they held, see leader_changed)."""
         for key in [k for k in self.sessions if k[0] == broker_id]:
             del self.sessions[key]
+
+    def leader_changed(self, topic: str, index: int) -> None:
+        """A partition's leader changed: the acquisition locks were the old leader's
+        memory (Kafka persists acknowledgements and delivery counts with the share
+        coordinator, never acquisitions), so the new leader has the records acquired
+        there available again; an acknowledgement of one then finds it not acquired."""
+        for (_gid, _tid, p), sp in self.partitions.items():
+            if sp.topic != topic or p != index:
+                continue
+            limit = self._config(sp.group_id, "share.delivery.count.limit")
+            held = [r for r in sp.records.values() if r.state == ACQUIRED]
+            for record in held:
+                sp.release(record, limit)
+            if held:
+                sp.advance_start()
+                self._wake(sp)
 
     # -- sessions --------------------------------------------------------------------
     def session_for(self, broker: "Broker", group_id: str, member_id: str, epoch: int,
@@ -340,6 +359,23 @@ class ShareFetchState:
             return ErrorCode.INVALID_SHARE_SESSION_EPOCH, None
         session.next_epoch = epoch + 1 if epoch < (1 << 31) - 1 else 1
         return ErrorCode.NONE, session
+
+    def bind(self, broker: "Broker", session: ShareSession, conn: Any) -> None:
+        """The session opened on ``conn``: it ends when that connection closes (Kafka's
+        share session cache listens for disconnections), giving the member's records of
+        its partitions back. A session opened again meanwhile (epoch 0, perhaps on
+        another connection) is another one, which that close leaves alone."""
+        def closed() -> None:
+            key = (broker.broker_id, session.group_id, session.member_id)
+            if self.sessions.get(key) is session:
+                self.close_session(broker, session)
+        conn.on_close(closed)
+
+    def end_session(self, broker: "Broker", group_id: str, member_id: str) -> None:
+        """End the member's share session on ``broker``, if any, releasing its records."""
+        session = self.sessions.get((broker.broker_id, group_id, member_id))
+        if session is not None:
+            self.close_session(broker, session)
 
     def close_session(self, broker: "Broker", session: ShareSession) -> None:
         self.sessions.pop((broker.broker_id, session.group_id, session.member_id), None)
@@ -372,6 +408,15 @@ def _node_endpoints(ctx: RequestContext, leaders: Set[int], R: Any) -> List[Any]
             for b in sorted(leaders) if b in brokers and brokers[b].up]
 
 
+def _acknowledged(ctx: RequestContext, topics: List[Any]) -> List[List[Any]]:
+    """The request's acknowledgement batches, for the request log: ``[[topic,
+    partition, first offset, last offset, [types]], ...]`` (the topic None if unknown)."""
+    return [[_topic_name(ctx, t.topic_id), p.partition_index, b.first_offset,
+             b.last_offset, list(b.acknowledge_types)]
+            for t in topics for p in t.partitions
+            for b in p.acknowledgement_batches or ()]
+
+
 def _check_ids(req: Any) -> Optional[str]:
     if not req.group_id:
         return "GroupId can't be empty."
@@ -394,7 +439,8 @@ class _ShareFetchOperation(LongPoll):
         ctx, req = self.ctx, self.ctx.request
         ctx.note(group_id=req.group_id, member_id=req.member_id,
                  share_session_epoch=req.share_session_epoch,
-                 max_records=req.max_records if ctx.version >= 1 else None)
+                 max_records=req.max_records if ctx.version >= 1 else None,
+                 acknowledged=_acknowledged(ctx, req.topics))
         message = _check_ids(req)
         acks = [(t.topic_id, p) for t in req.topics for p in t.partitions
                 if p.acknowledgement_batches]
@@ -412,6 +458,8 @@ class _ShareFetchOperation(LongPoll):
             self._fail(error)
             return
         self.session = session
+        if req.share_session_epoch == FetchSessionEpoch.INITIAL:
+            self.state.bind(ctx.broker, session, ctx.conn)
         for t in req.forgotten_topics_data:
             for p in t.partitions:
                 session.partitions.pop((t.topic_id, p), None)
@@ -549,7 +597,8 @@ def share_acknowledge(ctx: RequestContext) -> None:
     R = ShareAcknowledgeResponse
     state: ShareFetchState = ctx.server.share_fetch
     ctx.note(group_id=req.group_id, member_id=req.member_id,
-             share_session_epoch=req.share_session_epoch)
+             share_session_epoch=req.share_session_epoch,
+             acknowledged=_acknowledged(ctx, req.topics))
     message = _check_ids(req)
     if message is not None:
         ctx.respond(R(error_code=ErrorCode.INVALID_REQUEST, error_message=message))

@@ -401,11 +401,11 @@ def test_the_state_outlives_a_leader_move(cluster):
         assert data.records is not None and len(data.records) == 0
     finally:
         a.close()
-    # the member's session with the new leader: what it holds is still its own, the rest
-    # comes next
+    # the acquisitions were the old leader's memory (Kafka persists acknowledgements and
+    # delivery counts, never acquisitions): the new leader gives them out again
     b = Fetcher(cluster, group, "sf-move", tid, member_id=member)
     try:
-        assert acquired(b.fetch()) == [(2, 3, 1)]
+        assert acquired(b.fetch()) == [(0, 1, 2), (2, 3, 1)]
         ack = b.acknowledge([(0, 3, [AcknowledgeType.ACCEPT])])
         assert ack.responses[0].partitions[0].error_code == ErrorCode.NONE
         assert state(cluster, group, "sf-move")["start_offset"] == 4
@@ -728,3 +728,39 @@ def test_a_share_fetch_woken_after_its_answer_reads_nothing():
     fetch.done = True
     fetch._read = lambda: pytest.fail("a finished fetch read records")
     fetch._wake()
+
+
+def test_a_share_session_ends_with_the_connection_that_opened_it(cluster):
+    """As Kafka's share session cache, which listens for disconnections: the session
+    opened on a connection ends when it closes, and the member's records of it go back
+    to the group (a new session of the same member elsewhere is left alone)."""
+    group = "sf-conn"
+    tid = make_topic(cluster, "sf-conn", values=[b"a", b"b", b"c"])
+    cluster.set_group_config(group, {"share.auto.offset.reset": "earliest"})
+    member = str(uuid.uuid4())
+    a = Fetcher(cluster, group, "sf-conn", tid, member_id=member)
+    assert acquired(a.fetch(max_records=2)) == [(0, 1, 1)]
+    kinds = lambda: [r[1] for r in state(cluster, group, "sf-conn")["records"]]  # noqa: E731
+    assert kinds()[:2] == ["acquired"] * 2
+    b = Fetcher(cluster, group, "sf-conn", tid, member_id=member)
+    try:
+        a.close()
+        cluster.wait_for(lambda: kinds()[:2] == ["available"] * 2, 10,
+                         "the records given back")
+        # the same member opens a session again: it gets them again, one delivery more
+        assert acquired(b.fetch()) == [(0, 1, 2), (2, 2, 1)]
+        c = Fetcher(cluster, group, "sf-conn", tid, member_id=member)
+        try:
+            # a session opened again on another connection replaces b's: b's close
+            # must not end it
+            assert acquired(c.fetch()) == []
+            b.close()
+            time.sleep(0.3)
+            assert kinds() == ["acquired"] * 3
+            ack = c.acknowledge([(0, 2, [AcknowledgeType.ACCEPT])])
+            assert ack.responses[0].partitions[0].error_code == ErrorCode.NONE
+            assert state(cluster, group, "sf-conn")["start_offset"] == 3
+        finally:
+            c.close()
+    finally:
+        b.close()

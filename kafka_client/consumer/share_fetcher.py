@@ -15,6 +15,13 @@ a time. Acknowledgements (:class:`AckBatch`) ride on the next ShareFetch to the 
 records came from, or go in a ShareAcknowledge when no fetch is due there or a commit
 asks for them now. Lock expiry is the broker's business: an unacknowledged record comes
 back to the group by itself.
+
+A share session ends with the connection that opened it, and with the broker (a request
+lost with its connection is never sent again: the next request opens a new session):
+the records it acquired for the member went back to the group, so their
+acknowledgements fail (INVALID_RECORD_STATE, or the error that ended the session) and
+the records come again. A request refused whole while the session goes on
+(INVALID_SHARE_SESSION_EPOCH) has its acknowledgements sent again once.
 """
 from __future__ import annotations
 
@@ -48,10 +55,16 @@ Key = Tuple[str, int]
 SESSION_ERRORS = frozenset((ErrorCode.SHARE_SESSION_NOT_FOUND,
                             ErrorCode.INVALID_SHARE_SESSION_EPOCH,
                             ErrorCode.UNKNOWN_MEMBER_ID))
-#: Answers that refuse the whole request for its share session (nothing in it applied):
-#: its acknowledgements may go again in a new session.
-REFUSED_SESSION = frozenset((ErrorCode.SHARE_SESSION_NOT_FOUND,
-                             ErrorCode.INVALID_SHARE_SESSION_EPOCH))
+#: Answers that refuse the whole request for its share session (nothing in it applied)
+#: while the session goes on: its acknowledgements may go again in a new session.
+REFUSED_SESSION = frozenset((ErrorCode.INVALID_SHARE_SESSION_EPOCH,))
+#: Answers that say the broker's session ended (the connection that opened it closed,
+#: the member left or was fenced): the records it acquired for this member went back
+#: to the group, and acknowledging them would be refused.
+GIVEN_BACK = frozenset((ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.UNKNOWN_MEMBER_ID))
+#: Request failures the application is not told of as errors (the session is opened
+#: again; the acknowledgements' waiters and callback get them).
+QUIET_ERRORS = frozenset((KafkaError._TIMED_OUT, KafkaError._TRANSPORT))
 #: How many times one acknowledgement is sent (a refused session's sent again once).
 ACK_TRIES = 2
 #: Partition errors that mean "the leader moved": ask for metadata again.
@@ -190,6 +203,12 @@ class ShareFetcher:
         #: (io) topic ids of every topic this member fetched or acknowledged
         self.topic_ids: Dict[str, uuid.UUID] = {}
         self.sessions: Dict[int, _Session] = {}
+        #: (io) by broker: offsets acquired in its current share session, not yet
+        #: acknowledged; and those the broker gave back when that session ended (an
+        #: acknowledgement of one is dropped with an error, not sent: it would be
+        #: refused, and refuse the partition's other acknowledgements with it)
+        self._holding: Dict[int, Dict[Key, Set[int]]] = {}
+        self._given_back: Dict[int, Dict[Key, Set[int]]] = {}
         # -- shared with the application thread (self.lock) --
         self.chunks: Deque[ShareChunk] = deque()
         self.acks: List[AckBatch] = []
@@ -317,21 +336,26 @@ class ShareFetcher:
             if now < session.backoff_until:
                 wake_at = min(wake_at or session.backoff_until, session.backoff_until)
                 continue
-            acks = acks_by_node.get(node, [])
+            acks = self._sendable(node, acks_by_node.get(node, []))
             keys = by_node.get(node, [])
+            opening = False
             if acks and session.epoch == FetchSessionEpoch.INITIAL:
-                if closing or not keys or (flush and not fetching):
+                if closing or self.closed or not keys or not self.member.joined:
                     # No session to carry them, and none is to be opened now.
+                    self._take(acks)
                     self._settle(acks, client_error(
                         ErrorCode.SHARE_SESSION_NOT_FOUND,
                         f"broker {node}: no share session for these acknowledgements"))
-                # else: the session opens first (an opening ShareFetch carries none);
-                # they go with the next request
+                else:
+                    # The session opens first (an opening ShareFetch carries none), even
+                    # with fetched records queued: they go with the next request.
+                    opening = True
                 acks = []
             if closing:
                 if session.epoch != FetchSessionEpoch.INITIAL:
                     self._send_acknowledge(node, session, acks, final=True)
-            elif fetching and (keys or session.partitions) and not (flush and acks):
+            elif (fetching or opening) and (keys or session.partitions) and \
+                    not (flush and acks):
                 # (no partition of this broker assigned any more: this one forgets the
                 # session's, so that no fetch of it takes records for this member)
                 self._send_fetch(node, session, keys, acks)
@@ -359,6 +383,64 @@ class ShareFetcher:
         with self.lock:
             taken = {id(b) for b in acks}
             self.acks = [b for b in self.acks if id(b) not in taken]
+        holding = self._holding
+        for batch in acks:
+            held = holding.get(batch.node, {}).get(batch.key)
+            if held:
+                for r in batch.ranges:
+                    held.difference_update(range(r.first, r.last + 1))
+
+    def _sendable(self, node: int, acks: List[AckBatch]) -> List[AckBatch]:
+        """The acknowledgements for ``node`` that may go in one request: those of
+        records the broker gave back (see ``_given_back``) are dropped with an error,
+        and a batch naming an offset an earlier one names waits for the next request
+        (the broker refuses a partition's acknowledgements whole when two name one
+        offset)."""
+        given_back = self._given_back.get(node)
+        out: List[AckBatch] = []
+        named: Dict[Key, Set[int]] = {}
+        for batch in acks:
+            gone = given_back.get(batch.key) if given_back else None
+            if gone and any(o in gone for r in batch.ranges
+                            for o in range(r.first, r.last + 1)):
+                batch = self._drop_given_back(batch, gone)
+                if batch is None:
+                    continue
+            offsets = {o for r in batch.ranges for o in range(r.first, r.last + 1)}
+            seen = named.setdefault(batch.key, set())
+            if offsets & seen:
+                continue
+            seen |= offsets
+            out.append(batch)
+        return out
+
+    def _drop_given_back(self, batch: AckBatch, gone: Set[int]) -> Optional[AckBatch]:
+        """Settle the part of ``batch`` whose records the broker gave back with an
+        error; the rest, to send (None if nothing is left)."""
+        keep: List[AckRange] = []
+        drop: List[AckRange] = []
+        for r in batch.ranges:
+            for o in range(r.first, r.last + 1):
+                (drop if o in gone else keep).append(AckRange(o, o, r.kind))
+        for r in drop:
+            gone.discard(r.first)
+        lost = AckBatch(batch.node, batch.key, drop, batch.waiter)
+        with self.lock:
+            i = next(i for i, b in enumerate(self.acks) if b is batch)
+            if keep:
+                rest = AckBatch(batch.node, batch.key, keep, None, batch.tries)
+                self.acks[i] = rest
+            else:
+                del self.acks[i]
+        if keep and batch.waiter is not None:
+            # one partition's outcome each: the waiter counts the two parts as two
+            rest.waiter = batch.waiter
+            batch.waiter.pending += 1
+        self._settle([lost], client_error(
+            ErrorCode.INVALID_RECORD_STATE,
+            f"{batch.key[0]} [{batch.key[1]}]: not acknowledged: the broker gave these "
+            f"records back when their share session ended (they come again)"))
+        return rest if keep else None
 
     def _ack_wire(self, acks: List[AckBatch]) -> Dict[Key, List[Tuple[int, int, List[int]]]]:
         ranges: Dict[Key, List[AckRange]] = {}
@@ -437,7 +519,8 @@ class ShareFetcher:
         self.runner.submit(Call(
             "ShareFetch", ApiKey.SHARE_FETCH, Broker(node),
             time.monotonic() + self.request_timeout + self.max_wait_ms / 1000.0,
-            build, answered, failed))
+            build, answered, failed,
+            reroute=lambda error, lost: self._unreachable(node, session, error, lost, acks)))
 
     def _send_acknowledge(self, node: int, session: _Session, acks: List[AckBatch],
                           final: bool) -> None:
@@ -484,11 +567,37 @@ class ShareFetcher:
             session.in_flight = False
             self._session_lost(node, session, error, acks)
 
-        self.runner.submit(Call("ShareAcknowledge", ApiKey.SHARE_ACKNOWLEDGE, Broker(node),
-                                time.monotonic() + self.request_timeout, lambda v: req,
-                                answered, failed))
+        self.runner.submit(Call(
+            "ShareAcknowledge", ApiKey.SHARE_ACKNOWLEDGE, Broker(node),
+            time.monotonic() + self.request_timeout, lambda v: req, answered, failed,
+            reroute=lambda error, lost: self._unreachable(node, session, error, lost, acks)))
 
     # -- answers -------------------------------------------------------------------------
+    def _unreachable(self, node: int, session: _Session, error: KafkaError, lost: bool,
+                     acks: List[AckBatch]) -> None:
+        """The broker could not be reached (``lost``: the request went out and its
+        connection closed). Never sent again on a new connection: the broker ends a share
+        session with the connection that opened it, giving the member's records back,
+        and may have applied the request before (a copy would then meet the next epoch
+        with this one). The session is gone; the acknowledgements' outcome is unknown
+        (applied, or their records come again), and the leaders are asked for again."""
+        session.in_flight = False
+        why = ("the connection closed with the request: applied or not, unknown; "
+               "records not acknowledged come again") if lost else "not sent"
+        # The session ended with the connection (or with the broker): the records it
+        # acquired for this member went back to the group.
+        self._give_back(node)
+        self.cluster.metadata.request(sorted({k[0] for k in self.assigned}) or None)
+        self._session_lost(node, session, KafkaError(
+            error.code(), f"{error.str()} ({why})", retriable=True), acks)
+
+    def _give_back(self, node: int) -> None:
+        """The broker's share session ended: the records it acquired for this member
+        went back to the group (an acknowledgement of one is not sent any more)."""
+        back = self._given_back.setdefault(node, {})
+        for key, offsets in self._holding.pop(node, {}).items():
+            back.setdefault(key, set()).update(offsets)
+
     def _session_lost(self, node: int, session: _Session, error: KafkaError,
                       acks: List[AckBatch]) -> None:
         """A request of the session failed: the broker's session state is unknown (or
@@ -497,10 +606,12 @@ class ShareFetcher:
         session.epoch = int(FetchSessionEpoch.INITIAL)
         session.partitions = set()
         session.backoff_until = time.monotonic() + self.error_backoff
-        if error.code() in REFUSED_SESSION:
-            # Refused whole, nothing applied: the records are still acquired by this
-            # member (acquisition is the member's, not the session's), so their
-            # acknowledgements go again in the new session, once it is open.
+        if error.code() in GIVEN_BACK:
+            self._give_back(node)
+        elif error.code() in REFUSED_SESSION:
+            # Refused whole, nothing applied, and the session is still there: the
+            # records are still acquired by this member, so their acknowledgements go
+            # again in the new session, once it is open.
             again = [b for b in acks if b.tries < ACK_TRIES - 1]
             acks = [b for b in acks if b.tries >= ACK_TRIES - 1]
             for batch in again:
@@ -508,7 +619,7 @@ class ShareFetcher:
             with self.lock:
                 self.acks.extend(again)
         self._settle(acks, error)
-        if error.code() not in SESSION_ERRORS and error.code() != KafkaError._TIMED_OUT:
+        if error.code() not in SESSION_ERRORS and error.code() not in QUIET_ERRORS:
             self.report(error)
         self.io.wake()
 
@@ -547,6 +658,11 @@ class ShareFetcher:
                     continue
                 self.log.debug("share group %s: %s [%d] acquired %s from broker %d",
                                self.member.group_id, name, key[1], acquired, node)
+                offsets = {o for f, last, _n in acquired for o in range(f, last + 1)}
+                self._holding.setdefault(node, {}).setdefault(key, set()).update(offsets)
+                gone = self._given_back.get(node, {}).get(key)
+                if gone:
+                    gone.difference_update(offsets)
                 if self.closed:
                     # Acquired as the member closes: given back at once rather than held
                     # until the locks expire. (Records of a partition no longer assigned

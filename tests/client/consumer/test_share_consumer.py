@@ -284,16 +284,18 @@ def test_a_broker_left_without_assigned_partitions_forgets_them_once(share):
 
 
 def test_a_refused_share_session_starts_again_and_resends_its_acknowledgements(share):
-    """SHARE_SESSION_NOT_FOUND refuses the whole request: the records are still this
-    member's, so their acknowledgements go again once a new session is open (an opening
-    ShareFetch may carry none); refused a second time, they fail."""
+    """INVALID_SHARE_SESSION_EPOCH refuses the whole request and the session goes on: the
+    records are still this member's, so their acknowledgements go again once a new
+    session is open (an opening ShareFetch may carry none); refused a second time, they
+    fail."""
     f = share.fetcher
     f.tick(time.monotonic())
     answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 1), [(0, 0, 1)], 0, 0)]))
     f.take_chunk()
     waiter = CommitWaiter(1)
     f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)], now=False)
-    refused = ShareFetchResponse(error_code=ErrorCode.SHARE_SESSION_NOT_FOUND, responses=[])
+    refused = ShareFetchResponse(error_code=ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                                 responses=[])
     f.tick(time.monotonic())
     answer(share.runner.take()[0], refused)
     assert not waiter.done.is_set() and [b.tries for b in f.acks] == [1]
@@ -314,7 +316,105 @@ def test_a_refused_share_session_starts_again_and_resends_its_acknowledgements(s
     assert [(b.first_offset, b.last_offset) for b in part.acknowledgement_batches] == [(0, 0)]
     answer(share.runner.take()[-1], refused)
     assert waiter.done.is_set()
-    assert waiter.results[("t", 0)].code() == ErrorCode.SHARE_SESSION_NOT_FOUND
+    assert waiter.results[("t", 0)].code() == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+
+
+def holding_one_record(share):
+    """The fetcher after a fetch acquired t [0] offset 0 for the member (session epoch 1,
+    the chunk taken)."""
+    f = share.fetcher
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 1), [(0, 0, 1)], 0, 0)]))
+    f.take_chunk()
+    return f
+
+
+def reopen(share):
+    """Open the next session (its opening ShareFetch answered with nothing)."""
+    f = share.fetcher
+    f.sessions[1].backoff_until = 0.0
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    assert on_wire(call).share_session_epoch == 0
+    answer(call, fetch_answer([]))
+
+
+def test_an_ended_share_session_gave_its_records_back(share):
+    """SHARE_SESSION_NOT_FOUND: the broker's session ended (with the connection that
+    opened it, or with the member) and its records went back to the group. The refused
+    acknowledgements fail at once, and one handed over later for a record of that
+    session is not sent (it would be refused, and refuse the partition's others with
+    it): it fails as INVALID_RECORD_STATE."""
+    f = holding_one_record(share)
+    first = CommitWaiter(1)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], first)], now=False)
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], ShareFetchResponse(
+        error_code=ErrorCode.SHARE_SESSION_NOT_FOUND, responses=[]))
+    assert first.done.is_set() and f.acks == []
+    assert first.results[("t", 0)].code() == ErrorCode.SHARE_SESSION_NOT_FOUND
+    # a record acquired under the ended session, acknowledged again (explicit mode)
+    f = share.fetcher
+    late = CommitWaiter(1)
+    f._holding.setdefault(1, {}).setdefault(("t", 0), set()).add(5)
+    f._give_back(1)
+    reopen(share)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(5, 6, Wire.ACCEPT)], late)], now=True)
+    f.tick(time.monotonic())
+    sent = [on_wire(c) for c in share.runner.take()]
+    wire = [(b.first_offset, b.last_offset) for r in sent for t in r.topics
+            for p in t.partitions for b in p.acknowledgement_batches]
+    assert wire == [(6, 6)]                       # offset 5 not sent
+    assert late.results[("t", 0)].code() == ErrorCode.INVALID_RECORD_STATE
+
+
+def test_a_request_lost_with_its_connection_is_not_sent_again(share):
+    """The connection closed with a ShareFetch carrying acknowledgements: the call ends
+    (no copy with the same epoch on a new connection), the session opens again, the
+    acknowledgements fail with the transport error (applied or not, unknown), and the
+    records of the session are given back."""
+    f = holding_one_record(share)
+    waiter = CommitWaiter(1)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)], now=False)
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    assert call.reroute is not None
+    f._holding[1] = {("t", 1): {3}}
+    call.reroute(KafkaError(KafkaError._TRANSPORT, "connection closed"), True)
+    assert waiter.done.is_set()
+    assert waiter.results[("t", 0)].code() == KafkaError._TRANSPORT
+    assert f.sessions[1].epoch == 0 and not f.sessions[1].in_flight
+    assert f._given_back[1] == {("t", 1): {3}}
+    assert f.take_errors() == []                 # no error event for a lost connection
+
+
+def test_acknowledgements_dropped_for_want_of_a_session_are_answered_once(share):
+    """No session to carry them and none to open (the member not in the group): each
+    acknowledgement is answered once, not at every turn of the I/O loop (which ran the
+    callback again and again and counted one waiter's partition many times)."""
+    f = holding_one_record(share)
+    f.sessions[1].epoch = 0
+    share.member.epoch = 0                         # fenced: joining again
+    waiter = CommitWaiter(2)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)], now=True)
+    for _ in range(3):
+        f.tick(time.monotonic())
+    assert f.acks == [] and len(f.take_outcomes()) == 1
+    assert not waiter.done.is_set()                # one of its two partitions answered
+
+
+def test_one_request_never_names_an_offset_twice(share):
+    """Two acknowledgements of one offset (a record delivered again while the first one
+    waited): the broker refuses a partition's acknowledgements whole when two name one
+    offset, so the second waits for the next request."""
+    f = holding_one_record(share)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)]),
+                   AckBatch(1, ("t", 0), [AckRange(0, 1, Wire.ACCEPT)])], now=True)
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    (part,) = on_wire(call).topics[0].partitions
+    assert [(b.first_offset, b.last_offset) for b in part.acknowledgement_batches] == [(0, 0)]
+    assert [[(r.first, r.last) for r in b.ranges] for b in f.acks] == [[(0, 1)]]
 
 
 def test_records_acquired_as_the_member_closes_are_released(share):

@@ -849,6 +849,29 @@ def test_acknowledging_again_before_the_commit_replaces_the_type(offline):
         c.acknowledge(first)
 
 
+def test_a_commit_with_fetched_records_queued_opens_the_session_it_needs(share):
+    """The session was refused (INVALID_SHARE_SESSION_EPOCH: the records are still the
+    member's) while fetched records wait for poll(): a commit opens a new session for
+    its acknowledgements instead of failing them (they would then wait for their locks
+    to expire)."""
+    f = share.fetcher
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 2), [(0, 1, 1)], 0, 0)]))
+    f.sessions[1].epoch = 0                       # the session refused meanwhile
+    assert f.chunks                               # not taken by poll() yet
+    waiter = f.wait_for_all([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)])])
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    assert on_wire(call).share_session_epoch == 0 and not waiter.done.is_set()
+    answer(call, fetch_answer([]))
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    req = on_wire(call)
+    assert req.share_session_epoch == 1
+    assert [(b.first_offset, b.last_offset) for t in req.topics for p in t.partitions
+            for b in p.acknowledgement_batches] == [(0, 0)]
+
+
 # -- issue 16's rules: raising callbacks, threads, close() from another thread, fork ------
 
 def test_a_raising_commit_callback_during_a_wait_loses_no_record(offline):

@@ -56,7 +56,9 @@ SESSION_ERRORS = frozenset((ErrorCode.SHARE_SESSION_NOT_FOUND,
                             ErrorCode.INVALID_SHARE_SESSION_EPOCH,
                             ErrorCode.UNKNOWN_MEMBER_ID))
 #: Answers that refuse the whole request for its share session (nothing in it applied)
-#: while the session goes on: its acknowledgements may go again in a new session.
+#: while the session goes on: its acknowledgements may go again in a new session (as
+#: do those of a request refused whole with any retriable error: NOT_LEADER_OR_FOLLOWER,
+#: REQUEST_TIMED_OUT, ...; the new session keeps the member's records).
 REFUSED_SESSION = frozenset((ErrorCode.INVALID_SHARE_SESSION_EPOCH,))
 #: Answers that say the broker's session ended (the connection that opened it closed,
 #: the member left or was fenced): the records it acquired for this member went back
@@ -552,7 +554,8 @@ class ShareFetcher:
             code = broker_code(resp.error_code)
             if code != ErrorCode.NONE:
                 self._session_lost(node, session, broker_error(
-                    code, resp.error_message, f"ShareAcknowledge to broker {node}"), acks)
+                    code, resp.error_message, f"ShareAcknowledge to broker {node}"), acks,
+                    refused=True)
                 return None
             if final:
                 session.epoch = int(FetchSessionEpoch.INITIAL)
@@ -599,7 +602,7 @@ class ShareFetcher:
             back.setdefault(key, set()).update(offsets)
 
     def _session_lost(self, node: int, session: _Session, error: KafkaError,
-                      acks: List[AckBatch]) -> None:
+                      acks: List[AckBatch], refused: bool = False) -> None:
         """A request of the session failed: the broker's session state is unknown (or
         gone); the next request opens a new one."""
         self.log.debug("share session on broker %d: %s", node, error.str())
@@ -608,7 +611,7 @@ class ShareFetcher:
         session.backoff_until = time.monotonic() + self.error_backoff
         if error.code() in GIVEN_BACK:
             self._give_back(node)
-        elif error.code() in REFUSED_SESSION:
+        elif error.code() in REFUSED_SESSION or (refused and error.retriable()):
             # Refused whole, nothing applied, and the session is still there: the
             # records are still acquired by this member, so their acknowledgements go
             # again in the new session, once it is open.
@@ -628,7 +631,8 @@ class ShareFetcher:
         code = broker_code(resp.error_code)
         if code != ErrorCode.NONE:
             self._session_lost(node, session, broker_error(
-                code, resp.error_message, f"ShareFetch to broker {node}"), acks)
+                code, resp.error_message, f"ShareFetch to broker {node}"), acks,
+                refused=True)
             return
         session.epoch = next_epoch(epoch)
         session.partitions = after

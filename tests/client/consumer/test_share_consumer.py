@@ -283,19 +283,22 @@ def test_a_broker_left_without_assigned_partitions_forgets_them_once(share):
     assert [c.target.node_id for c in share.runner.take()] == []   # 2's still in flight
 
 
-def test_a_refused_share_session_starts_again_and_resends_its_acknowledgements(share):
-    """INVALID_SHARE_SESSION_EPOCH refuses the whole request and the session goes on: the
-    records are still this member's, so their acknowledgements go again once a new
-    session is open (an opening ShareFetch may carry none); refused a second time, they
-    fail."""
+@pytest.mark.parametrize("code", [ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                                  ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                  ErrorCode.REQUEST_TIMED_OUT])
+def test_a_refused_share_session_starts_again_and_resends_its_acknowledgements(share, code):
+    """INVALID_SHARE_SESSION_EPOCH (or any retriable error) refuses the whole request and
+    the session goes on: the records are still this member's, so their acknowledgements
+    go again once a new session is open (an opening ShareFetch may carry none); refused
+    a second time, they fail. (Failed at once, they left the records acquired until
+    their locks expired.)"""
     f = share.fetcher
     f.tick(time.monotonic())
     answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 1), [(0, 0, 1)], 0, 0)]))
     f.take_chunk()
     waiter = CommitWaiter(1)
     f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)], now=False)
-    refused = ShareFetchResponse(error_code=ErrorCode.INVALID_SHARE_SESSION_EPOCH,
-                                 responses=[])
+    refused = ShareFetchResponse(error_code=code, responses=[])
     f.tick(time.monotonic())
     answer(share.runner.take()[0], refused)
     assert not waiter.done.is_set() and [b.tries for b in f.acks] == [1]
@@ -316,7 +319,7 @@ def test_a_refused_share_session_starts_again_and_resends_its_acknowledgements(s
     assert [(b.first_offset, b.last_offset) for b in part.acknowledgement_batches] == [(0, 0)]
     answer(share.runner.take()[-1], refused)
     assert waiter.done.is_set()
-    assert waiter.results[("t", 0)].code() == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+    assert waiter.results[("t", 0)].code() == code
 
 
 def holding_one_record(share):

@@ -622,7 +622,10 @@ class ShareFetcher:
             with self.lock:
                 self.acks.extend(again)
         self._settle(acks, error)
-        if error.code() not in SESSION_ERRORS and error.code() not in QUIET_ERRORS:
+        if error.code() not in SESSION_ERRORS and error.code() not in QUIET_ERRORS and \
+                not (refused and error.retriable()):
+            # (a retriable refusal is the waiters' and the callback's: the next request
+            # goes on, and the application needs no error event for it)
             self.report(error)
         self.io.wake()
 

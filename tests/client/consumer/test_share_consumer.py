@@ -302,6 +302,7 @@ def test_a_refused_share_session_starts_again_and_resends_its_acknowledgements(s
     f.tick(time.monotonic())
     answer(share.runner.take()[0], refused)
     assert not waiter.done.is_set() and [b.tries for b in f.acks] == [1]
+    assert f.take_errors() == []           # retried: no error event for the application
     assert f.sessions[1].epoch == 0
     f.sessions[1].backoff_until = 0.0
     f.tick(time.monotonic())

@@ -617,8 +617,12 @@ class ShareFetcher:
             # again in the new session, once it is open.
             again = [b for b in acks if b.tries < ACK_TRIES - 1]
             acks = [b for b in acks if b.tries >= ACK_TRIES - 1]
+            held = self._holding.setdefault(node, {})
             for batch in again:
                 batch.tries += 1
+                # still the member's until sent: given back with the session if it ends
+                held.setdefault(batch.key, set()).update(
+                    o for r in batch.ranges for o in range(r.first, r.last + 1))
             with self.lock:
                 self.acks.extend(again)
         self._settle(acks, error)

@@ -876,6 +876,51 @@ def test_a_commit_with_fetched_records_queued_opens_the_session_it_needs(share):
             for b in p.acknowledgement_batches] == [(0, 0)]
 
 
+def test_acknowledgements_waiting_to_go_again_are_given_back_with_their_session(share):
+    """A request refused whole (NOT_LEADER_OR_FOLLOWER): its acknowledgements wait to go
+    again; the next answer says the session ended (SHARE_SESSION_NOT_FOUND): the records
+    went back to the group, so those acknowledgements fail instead of going (sent, one
+    named a record delivered again to this member and accepted it, and the application's
+    own acknowledgement of that delivery then refused the partition's others whole)."""
+    f = holding_one_record(share)
+    waiter = CommitWaiter(1)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)], now=False)
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], ShareFetchResponse(
+        error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, responses=[]))
+    assert not waiter.done.is_set() and len(f.acks) == 1
+    reopen(share)
+    f.sessions[1].backoff_until = 0.0
+    f.sessions[1].in_flight = False
+    # the session ends before the acknowledgement went: the next answer says so
+    f._session_lost(1, f.sessions[1], KafkaError(ErrorCode.SHARE_SESSION_NOT_FOUND), [],
+                    refused=True)
+    f.sessions[1].backoff_until = 0.0
+    f.tick(time.monotonic())
+    sent = [on_wire(c) for c in share.runner.take()]
+    assert [b for r in sent for t in r.topics for p in t.partitions
+            for b in p.acknowledgement_batches] == []
+    assert waiter.done.is_set()
+    assert waiter.results[("t", 0)].code() == ErrorCode.INVALID_RECORD_STATE
+
+
+@pytest.mark.parametrize("code,told", [(ErrorCode.REQUEST_TIMED_OUT, False),
+                                       (ErrorCode.GROUP_AUTHORIZATION_FAILED, True)])
+def test_a_heartbeat_error_is_an_event_only_when_retrying_cannot_help(code, told):
+    """REQUEST_TIMED_OUT is retried after a backoff, with no error event for the
+    application (it got one for every such answer); an authorization failure is told."""
+    runner = FakeRunner()
+    reported = []
+    member = ShareMember(config(), runner, lambda a: None, reported.append)
+    member._set_topics(["t"])
+    member.epoch = 5
+    member.tick(time.monotonic())
+    (call,) = runner.take()
+    assert answer(call, ShareGroupHeartbeatResponse(error_code=code, member_epoch=-1)) is None
+    assert [e.code() for e in reported] == ([code] if told else [])
+    assert member.epoch == 5                   # still in the group
+
+
 # -- issue 16's rules: raising callbacks, threads, close() from another thread, fork ------
 
 def test_a_raising_commit_callback_during_a_wait_loses_no_record(offline):

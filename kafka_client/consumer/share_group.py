@@ -190,8 +190,11 @@ class ShareMember:
             self.on_assignment(ShareAssignment({}))
             return
         if code != ErrorCode.NONE:
-            self.report(broker_error(code, resp.error_message,
-                                      f"ShareGroupHeartbeat of group {self.group_id!r}"))
+            error = broker_error(code, resp.error_message,
+                                 f"ShareGroupHeartbeat of group {self.group_id!r}")
+            if not error.retriable():
+                # (a retriable one, REQUEST_TIMED_OUT say, is only retried: no event)
+                self.report(error)
             self._next_heartbeat = time.monotonic() + self._backoff.next_delay()
             return
         self._backoff.reset()

@@ -211,6 +211,12 @@ class ShareFetcher:
         #: refused, and refuse the partition's other acknowledgements with it)
         self._holding: Dict[int, Dict[Key, Set[int]]] = {}
         self._given_back: Dict[int, Dict[Key, Set[int]]] = {}
+        #: (self.lock) by broker and partition: offsets acquired whose chunk poll() has
+        #: not taken yet. An acknowledgement of one is of an earlier delivery (the record
+        #: came back and was acquired again): dropped, not sent, where it would accept
+        #: the new delivery before the application saw it, and the application's own
+        #: acknowledgement of it would then have the partition's others refused whole.
+        self._unhanded: Dict[Tuple[int, Key], Set[int]] = {}
         # -- shared with the application thread (self.lock) --
         self.chunks: Deque[ShareChunk] = deque()
         self.acks: List[AckBatch] = []
@@ -224,9 +230,18 @@ class ShareFetcher:
         self.closed = False
 
     # ============================================================ application thread
+    def _handed(self, chunk: ShareChunk) -> None:
+        """(under self.lock) ``chunk`` leaves for the application."""
+        waiting = self._unhanded.get((chunk.node, chunk.part.key))
+        if waiting:
+            waiting.difference_update(o for f, last, _n in chunk.acquired
+                                      for o in range(f, last + 1))
+
     def take_chunk(self) -> Optional[ShareChunk]:
         with self.lock:
             chunk = self.chunks.popleft() if self.chunks else None
+            if chunk is not None:
+                self._handed(chunk)
         if chunk is not None and not self.chunks:
             self.io.wake()        # the next fetch may go
         return chunk
@@ -271,6 +286,8 @@ class ShareFetcher:
         with self.lock:
             out = list(self.chunks)
             self.chunks.clear()
+            for chunk in out:
+                self._handed(chunk)
         return out
 
     # ==================================================================== I/O thread
@@ -406,6 +423,13 @@ class ShareFetcher:
             if gone and any(o in gone for r in batch.ranges
                             for o in range(r.first, r.last + 1)):
                 batch = self._drop_given_back(batch, gone)
+                if batch is None:
+                    continue
+            with self.lock:
+                unhanded = set(self._unhanded.get((node, batch.key), ()))
+            if unhanded and any(o in unhanded for r in batch.ranges
+                                for o in range(r.first, r.last + 1)):
+                batch = self._drop_given_back(batch, unhanded)
                 if batch is None:
                     continue
             offsets = {o for r in batch.ranges for o in range(r.first, r.last + 1)}
@@ -694,6 +718,9 @@ class ShareFetcher:
         if chunks:
             with self.lock:
                 self.chunks.extend(chunks)
+                for chunk in chunks:
+                    self._unhanded.setdefault((chunk.node, chunk.part.key), set()).update(
+                        o for f, last, _n in chunk.acquired for o in range(f, last + 1))
             self.wake_app()
 
     def _batches(self, key: Key, data: Any) -> Optional[List[Any]]:

@@ -861,8 +861,10 @@ def test_a_commit_with_fetched_records_queued_opens_the_session_it_needs(share):
     f = share.fetcher
     f.tick(time.monotonic())
     answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 2), [(0, 1, 1)], 0, 0)]))
+    f.take_chunk()                                # offsets 0-1 handed out
     f.sessions[1].epoch = 0                       # the session refused meanwhile
-    assert f.chunks                               # not taken by poll() yet
+    f.chunks.append(ShareChunk(1, PartitionState("t", 1), [], [(7, 7, 1)]))
+    assert f.chunks                               # fetched, not taken by poll() yet
     waiter = f.wait_for_all([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)])])
     f.tick(time.monotonic())
     (call,) = share.runner.take()
@@ -919,6 +921,30 @@ def test_a_heartbeat_error_is_an_event_only_when_retrying_cannot_help(code, told
     assert answer(call, ShareGroupHeartbeatResponse(error_code=code, member_epoch=-1)) is None
     assert [e.code() for e in reported] == ([code] if told else [])
     assert member.epoch == 5                   # still in the group
+
+
+def test_an_acknowledgement_of_an_earlier_delivery_is_not_sent(share):
+    """A record came back (its session ended) and was acquired again, its chunk not yet
+    taken by poll(): an acknowledgement of it handed over now is of the earlier delivery.
+    Sent, it would accept the new delivery before the application saw it, and the
+    application's own acknowledgement of that one would then be refused with the
+    partition's others; it fails as INVALID_RECORD_STATE instead."""
+    f = share.fetcher
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 2), [(0, 1, 2)], 0, 0)]))
+    assert f.chunks                               # offsets 0-1 again, not handed out
+    waiter = f.wait_for_all([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)])])
+    f.tick(time.monotonic())
+    sent = [on_wire(c) for c in share.runner.take()]
+    assert [b for r in sent for t in r.topics for p in t.partitions
+            for b in p.acknowledgement_batches] == []
+    assert waiter.results[("t", 0)].code() == ErrorCode.INVALID_RECORD_STATE
+    f.take_chunk()                                # handed out: now acknowledgeable
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 1, Wire.ACCEPT)])], now=True)
+    f.tick(time.monotonic())
+    sent = [on_wire(c) for c in share.runner.take()]
+    assert [(b.first_offset, b.last_offset) for r in sent for t in r.topics
+            for p in t.partitions for b in p.acknowledgement_batches] == [(0, 1)]
 
 
 # -- issue 16's rules: raising callbacks, threads, close() from another thread, fork ------

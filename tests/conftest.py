@@ -74,22 +74,25 @@ def _selected_kinds():
     return kinds
 
 
-#: The test files that take longest, in that order (their tests' seconds summed, full run
-#: of 2026-11-30 on a loaded 2-core machine), run first. `./dev test` hands whole files to
-#: its three workers in collection order (``--no-loadscope-reorder``); xdist's own order
-#: (most tests first) started these few-test files last, and the run waited for them
-#: alone (a 24-minute run whose tests summed 21 minutes per worker).
+#: The test files that take longest (their tests' seconds summed, full runs of 2026-11-30
+#: on a loaded 2-core machine), run first. `./dev test` hands whole files to its three
+#: workers in collection order (``--no-loadscope-reorder``); xdist's own order (most tests
+#: first) started these few-test files last, and the run waited for them alone (a
+#: 24-minute run whose tests summed 21 minutes per worker). The two Spark files do not
+#: start together: three JVMs starting at once on two cores made Spark's Python worker
+#: miss its fixed 10 s to connect back ("Python worker failed to connect back").
 LONGEST_FIRST = (
-    "tests/testing/test_soak.py",                     # 398 s
-    "tests/integration/spark/test_spark_stream.py",   # 396 s
-    "tests/integration/spark/test_spark_batch.py",    # 364 s
-    "tests/testing/test_cluster_clients.py",          # 172 s
-    "tests/integration/test_consumer_group.py",       # 146 s
-    "tests/integration/test_retry_backoff.py",        # 119 s
-    "tests/integration/test_sasl.py",                 # 86 s
-    "tests/testing/test_cluster_interop.py",          # 66 s
-    "tests/fuzz/test_fuzz_smoke.py",                  # 65 s
-    "tests/integration/test_authorization.py",        # 61 s
+    "tests/integration/spark/test_spark_stream.py",     # 400-510 s
+    "tests/testing/test_soak.py",                       # 400-460 s (a Spark case)
+    "tests/integration/test_consumer_group.py",         # 140 s
+    "tests/testing/test_cluster_clients.py",            # 110-170 s
+    "tests/integration/spark/test_spark_batch.py",      # 360-370 s
+    "tests/integration/test_share_consumer_faults.py",  # 120 s
+    "tests/integration/test_retry_backoff.py",          # 85-120 s
+    "tests/integration/test_sasl.py",                   # 65-85 s
+    "tests/testing/test_cluster_interop.py",            # 65 s
+    "tests/fuzz/test_fuzz_smoke.py",                    # 50-65 s
+    "tests/integration/test_authorization.py",          # 45-60 s
 )
 
 

@@ -527,7 +527,12 @@ class _ShareFetchOperation(LongPoll):
         max_records = req.max_records if ctx.version >= 1 else DEFAULT_MAX_RECORDS
         budget = req.max_bytes
         urgent = False
-        for key in list(self.session.partitions) if self.session is not None else []:
+        # A session that ended while this fetch waited (closed, replaced, its connection
+        # gone) holds no records: what it acquired now would be nobody's until the lock
+        # expired (Kafka completes a waiting share fetch of an ended session empty).
+        current = self.session is not None and self.state.sessions.get(
+            (ctx.broker.broker_id, req.group_id, req.member_id)) is self.session
+        for key in list(self.session.partitions) if current else []:
             tid, index = key
             name = _topic_name(ctx, tid)
             error, replica, part = _leader_of(ctx, name, index)

@@ -6,6 +6,7 @@ brokers, reading from the cluster: two consumers share a topic's records, explic
 RELEASE and REJECT, a consumer closing without acknowledging."""
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from types import SimpleNamespace
@@ -728,6 +729,37 @@ def test_a_share_fetch_woken_after_its_answer_reads_nothing():
     fetch.done = True
     fetch._read = lambda: pytest.fail("a finished fetch read records")
     fetch._wake()
+
+
+def test_a_share_fetch_waiting_when_its_session_ends_acquires_nothing(cluster):
+    """A ShareFetch long-polls; meanwhile its member's session ends (opened again and
+    closed elsewhere); then records come: the waiting fetch is answered without them
+    (acquired for a session that no longer exists, they were nobody's until their lock
+    expired: a partition's last records stuck in a share consumer fault run)."""
+    group = "sf-ended"
+    tid = make_topic(cluster, "sf-ended")
+    cluster.set_group_config(group, {"share.auto.offset.reset": "earliest"})
+    member = str(uuid.uuid4())
+    a = Fetcher(cluster, group, "sf-ended", tid, member_id=member)
+    other = Fetcher(cluster, group, "sf-ended", tid, member_id=member)
+    answers = []
+    try:
+        assert acquired(a.fetch()) == []                       # a's session, epoch 0
+        waiting = threading.Thread(target=lambda: answers.append(a.fetch(max_wait_ms=5000)))
+        waiting.start()
+        time.sleep(0.5)                                        # a's fetch waits
+        assert acquired(other.fetch()) == []                   # the session opened again
+        assert other.fetch(epoch=FetchSessionEpoch.FINAL).error_code == ErrorCode.NONE
+        p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 0})
+        p.produce("sf-ended", b"late")
+        assert p.flush(30) == 0
+        waiting.join(30)
+        assert len(answers) == 1 and acquired(answers[0]) == []
+        # the record is there for the next session, at its first delivery
+        assert acquired(other.fetch(epoch=FetchSessionEpoch.INITIAL)) == [(0, 0, 1)]
+    finally:
+        a.close()
+        other.close()
 
 
 def test_a_share_session_ends_with_the_connection_that_opened_it(cluster):

@@ -216,7 +216,8 @@ class CallRunner:
         if call.done:
             return
         last = call.last_error
-        refused = self.cluster._refused_since(call.started) if last is None else None
+        refused = self.cluster._refused_since(call.started, ending=True) \
+            if last is None else None
         recent = self.cluster.last_connection_error
         if last is not None and last.code() != KafkaError._TIMED_OUT:
             # The error that kept it retrying says more than "timed out".

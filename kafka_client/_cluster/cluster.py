@@ -728,16 +728,18 @@ class Cluster:
 
         attempt()
 
-    def _refused_since(self, since: float) -> Optional[KafkaError]:
+    def _refused_since(self, since: float, ending: bool = False) -> Optional[KafkaError]:
         """I/O thread: the authentication, TLS or unsupported-version error that refused a
         connection attempted since ``since`` (monotonic), when no connection is up or under
         way: retrying would meet the same credentials, certificates or broker, so a
         blocking call ends with it at once (as the Java client's do) instead of at its
-        timeout."""
+        timeout. ``ending``: the call ends anyway (its deadline passed), so an attempt
+        still under way does not count, only one that is up."""
         recent = self.last_connection_error
         if recent is None or recent[0] < since or recent[1].code() not in _SETUP_REFUSED:
             return None
-        if any(c.state != DISCONNECTED for c in self.conns.values()):
+        if any(c.state == READY if ending else c.state != DISCONNECTED
+               for c in self.conns.values()):
             return None
         return recent[1]
 

@@ -108,7 +108,9 @@ def count_fields(obj, version):
 
 
 def test_every_api_key_has_request_and_response():
-    assert sorted(API_KEYS) == list(range(88))
+    # Kafka 4.0's 0-87, and the share group offset APIs (90-92) of Kafka 4.1
+    # (gen_messages.ADDED_MESSAGES).
+    assert sorted(API_KEYS) == list(range(88)) + [90, 91, 92]
     for key, info in API_KEYS.items():
         req, resp = M.request_class(key), M.response_class(key)
         assert req.API_KEY == resp.API_KEY == key
@@ -230,6 +232,38 @@ def test_golden_metadata_request_v1():
     # A null topic list (all topics) is count -1 from v1 on.
     assert M.MetadataRequest(topics=None).encode(1) == i32(-1)
     assert M.MetadataRequest.decode(i32(-1), 1).topics is None
+
+
+def test_golden_share_group_offset_apis_v0():
+    """KIP-932's share group offset APIs (Kafka 4.1, gen_messages.ADDED_MESSAGES), byte by
+    byte: flexible from version 0."""
+    D = M.DescribeShareGroupOffsetsRequest
+    req = D(groups=[D.DescribeShareGroupOffsetsRequestGroup(
+        group_id="g", topics=[D.DescribeShareGroupOffsetsRequestTopic(
+            topic_name="t", partitions=[0, 2])])])
+    assert req.encode(0) == (b"\x02" + b"\x02g" + b"\x02" + b"\x02t" + b"\x03" + i32(0)
+                             + i32(2) + b"\x00" + b"\x00" + b"\x00")
+    # null topics: every share-partition of the group
+    assert D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id="g", topics=None)]
+             ).encode(0) == b"\x02" + b"\x02g" + b"\x00" + b"\x00" + b"\x00"
+    A = M.AlterShareGroupOffsetsRequest
+    alter = A(group_id="g", topics=[A.AlterShareGroupOffsetsRequestTopic(
+        topic_name="t", partitions=[A.AlterShareGroupOffsetsRequestPartition(
+            partition_index=1, start_offset=7)])])
+    assert alter.encode(0) == (b"\x02g" + b"\x02" + b"\x02t" + b"\x02" + i32(1) + i64(7)
+                               + b"\x00" + b"\x00" + b"\x00")
+    X = M.DeleteShareGroupOffsetsRequest
+    assert X(group_id="g", topics=[X.DeleteShareGroupOffsetsRequestTopic(topic_name="t")]
+             ).encode(0) == b"\x02g" + b"\x02" + b"\x02t" + b"\x00" + b"\x00"
+    R = M.DeleteShareGroupOffsetsResponse
+    tid = uuid.UUID(int=5)
+    body = (i32(0) + i16(69) + b"\x00" + b"\x02" + b"\x02t" + tid.bytes + i16(0) + b"\x00"
+            + b"\x00" + b"\x00")
+    resp = R.decode(body, 0)
+    assert resp.error_code == 69 and resp.error_message is None
+    assert [(r.topic_name, r.topic_id, r.error_code) for r in resp.responses] == \
+        [("t", tid, 0)]
+    assert resp.encode(0) == body
 
 
 def test_golden_metadata_request_v9_flexible():

@@ -109,6 +109,9 @@ API_KEYS = {
     85: ApiInfo(85, 'WriteShareGroupState', 'write_share_group_state', 0, 0, 0, True, None, ('broker',), None),
     86: ApiInfo(86, 'DeleteShareGroupState', 'delete_share_group_state', 0, 0, 0, True, None, ('broker',), None),
     87: ApiInfo(87, 'ReadShareGroupStateSummary', 'read_share_group_state_summary', 0, 0, 0, True, None, ('broker',), None),
+    90: ApiInfo(90, 'DescribeShareGroupOffsets', 'describe_share_group_offsets', 0, 0, 0, False, None, ('broker',), 0),
+    91: ApiInfo(91, 'AlterShareGroupOffsets', 'alter_share_group_offsets', 0, 0, 0, False, None, ('broker',), 0),
+    92: ApiInfo(92, 'DeleteShareGroupOffsets', 'delete_share_group_offsets', 0, 0, 0, False, None, ('broker',), 0),
 }
 
 
@@ -203,6 +206,9 @@ class ApiKey(IntEnum):
     WRITE_SHARE_GROUP_STATE = 85
     DELETE_SHARE_GROUP_STATE = 86
     READ_SHARE_GROUP_STATE_SUMMARY = 87
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 # Class name -> module (inside this package) that defines it.
@@ -225,6 +231,8 @@ CLASS_MODULES = {
     'AlterPartitionResponse': 'alter_partition',
     'AlterReplicaLogDirsRequest': 'alter_replica_log_dirs',
     'AlterReplicaLogDirsResponse': 'alter_replica_log_dirs',
+    'AlterShareGroupOffsetsRequest': 'alter_share_group_offsets',
+    'AlterShareGroupOffsetsResponse': 'alter_share_group_offsets',
     'AlterUserScramCredentialsRequest': 'alter_user_scram_credentials',
     'AlterUserScramCredentialsResponse': 'alter_user_scram_credentials',
     'ApiVersionsRequest': 'api_versions',
@@ -262,6 +270,8 @@ CLASS_MODULES = {
     'DeleteGroupsResponse': 'delete_groups',
     'DeleteRecordsRequest': 'delete_records',
     'DeleteRecordsResponse': 'delete_records',
+    'DeleteShareGroupOffsetsRequest': 'delete_share_group_offsets',
+    'DeleteShareGroupOffsetsResponse': 'delete_share_group_offsets',
     'DeleteShareGroupStateRequest': 'delete_share_group_state',
     'DeleteShareGroupStateResponse': 'delete_share_group_state',
     'DeleteTopicsRequest': 'delete_topics',
@@ -284,6 +294,8 @@ CLASS_MODULES = {
     'DescribeProducersResponse': 'describe_producers',
     'DescribeQuorumRequest': 'describe_quorum',
     'DescribeQuorumResponse': 'describe_quorum',
+    'DescribeShareGroupOffsetsRequest': 'describe_share_group_offsets',
+    'DescribeShareGroupOffsetsResponse': 'describe_share_group_offsets',
     'DescribeTopicPartitionsRequest': 'describe_topic_partitions',
     'DescribeTopicPartitionsResponse': 'describe_topic_partitions',
     'DescribeTransactionsRequest': 'describe_transactions',

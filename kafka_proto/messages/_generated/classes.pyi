@@ -37,6 +37,10 @@ from .alter_replica_log_dirs import (
     AlterReplicaLogDirsRequest as AlterReplicaLogDirsRequest,
     AlterReplicaLogDirsResponse as AlterReplicaLogDirsResponse,
 )
+from .alter_share_group_offsets import (
+    AlterShareGroupOffsetsRequest as AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsResponse as AlterShareGroupOffsetsResponse,
+)
 from .alter_user_scram_credentials import (
     AlterUserScramCredentialsRequest as AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse as AlterUserScramCredentialsResponse,
@@ -114,6 +118,10 @@ from .delete_records import (
     DeleteRecordsRequest as DeleteRecordsRequest,
     DeleteRecordsResponse as DeleteRecordsResponse,
 )
+from .delete_share_group_offsets import (
+    DeleteShareGroupOffsetsRequest as DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse as DeleteShareGroupOffsetsResponse,
+)
 from .delete_share_group_state import (
     DeleteShareGroupStateRequest as DeleteShareGroupStateRequest,
     DeleteShareGroupStateResponse as DeleteShareGroupStateResponse,
@@ -157,6 +165,10 @@ from .describe_producers import (
 from .describe_quorum import (
     DescribeQuorumRequest as DescribeQuorumRequest,
     DescribeQuorumResponse as DescribeQuorumResponse,
+)
+from .describe_share_group_offsets import (
+    DescribeShareGroupOffsetsRequest as DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse as DescribeShareGroupOffsetsResponse,
 )
 from .describe_topic_partitions import (
     DescribeTopicPartitionsRequest as DescribeTopicPartitionsRequest,

@@ -42,7 +42,7 @@ from kafka_proto.messages import (
 
 from . import (  # noqa: F401  (handlers)
     _acls, _api_admin, _api_data, _consumer_groups, _groups, _sasl, _share_fetch, _share_groups,
-    _telemetry, _txn,
+    _share_offsets, _telemetry, _txn,
 )
 from ._api import (
     ERROR_ANSWERS, HANDLERS, VALIDATORS, RequestContext, served_api_versions, supported_versions,

@@ -60,11 +60,13 @@ class ConsumerGroupState(_OrderedEnum):
 
 
 class ConsumerGroupType(_OrderedEnum):
-    """The rebalance protocol a group uses: classic or the KIP-848 consumer protocol."""
+    """The protocol a group uses: classic or the KIP-848 consumer protocol, or a KIP-932
+    share group's (listed only when ``list_consumer_groups(types=...)`` names it)."""
 
     UNKNOWN = 0
     CONSUMER = 1
     CLASSIC = 2
+    SHARE = 3
 
 
 class ElectionType(_OrderedEnum):

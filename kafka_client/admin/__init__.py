@@ -27,6 +27,8 @@ from kafka_client.admin._groups import (
     ListConsumerGroupsResult,
     MemberAssignment,
     MemberDescription,
+    ShareGroupDescription,
+    ShareMemberDescription,
 )
 from kafka_client.admin._resource import ResourcePatternType, ResourceType
 from kafka_client.admin._scram import (
@@ -90,6 +92,8 @@ __all__ = [
     "MemberAssignment",
     "GroupMetadata",
     "GroupMember",
+    "ShareGroupDescription",
+    "ShareMemberDescription",
     "ScramMechanism",
     "ScramCredentialInfo",
     "UserScramCredentialsDescription",

@@ -50,6 +50,7 @@ from kafka_client.admin._groups import (
     ConsumerGroupDescription,
     GroupMetadata,
     ListConsumerGroupsResult,
+    ShareGroupDescription,
 )
 from kafka_client.admin._scram import (
     ScramCredentialInfo,
@@ -608,6 +609,103 @@ class AdminClient(ClientBase):
         keys = [(tp.topic, tp.partition) for tp in request.topic_partitions or ()]
         return _duplicates(keys, futures, "partitions")
 
+    # -- share groups (KIP-932) ----------------------------------------------------------------
+    def describe_share_groups(self, group_ids: List[str], *,
+                              include_authorized_operations: bool = False,
+                              request_timeout: Optional[float] = None
+                              ) -> Dict[str, Future[ShareGroupDescription]]:
+        """Describe share groups (ShareGroupDescribe to each group's coordinator). Returns
+        ``{group_id: future}``; each result is a
+        :class:`~kafka_client.admin.ShareGroupDescription`; a group id that is no share
+        group fails with GROUP_ID_NOT_FOUND. List share groups with
+        ``list_consumer_groups(types={ConsumerGroupType.SHARE})``."""
+        self._check_groups(group_ids, "described")
+        opts = self._options(request_timeout,
+                             include_authorized_operations=_bool(
+                                 include_authorized_operations,
+                                 "include_authorized_operations"))
+        futures = self._keyed(group_ids)
+        if not _duplicates(group_ids, futures, "groups"):
+            self._start(ops.describe_share_groups, group_ids, futures, opts)
+        return futures
+
+    def delete_share_groups(self, group_ids: List[str], *,
+                            request_timeout: Optional[float] = None
+                            ) -> Dict[str, Future[None]]:
+        """Delete share groups and their share-partition state (empty ones: a group with
+        members fails with NON_EMPTY_GROUP). Returns ``{group_id: future}``; each result
+        is None."""
+        self._check_groups(group_ids, "deleted")
+        opts = self._options(request_timeout)
+        futures = self._keyed(group_ids)
+        if not _duplicates(group_ids, futures, "groups"):
+            # DeleteGroups, as for consumer groups: the coordinator deletes either kind.
+            self._start(ops.delete_consumer_groups, group_ids, futures, opts)
+        return futures
+
+    def list_share_group_offsets(self, list_share_group_offsets_request:
+                                 List[ConsumerGroupTopicPartitions], *,
+                                 request_timeout: Optional[float] = None
+                                 ) -> Dict[str, Future[ConsumerGroupTopicPartitions]]:
+        """The start offsets of share groups' share-partitions (the first offset not yet
+        done with), for each group's listed partitions or all it has read
+        (``topic_partitions=None``). Returns ``{group_id: future}``; the result is a
+        :class:`~kafka_client.ConsumerGroupTopicPartitions` whose partitions carry the
+        start offset (OFFSET_INVALID where no member has read the partition yet), the
+        leader epoch and their own error."""
+        requests = _check_list(list_share_group_offsets_request,
+                               "ConsumerGroupTopicPartitions")
+        for request in requests:
+            _check_group_partitions(request, altering=False)
+        group_ids = [r.group_id for r in requests]
+        opts = self._options(request_timeout)
+        futures = self._keyed(group_ids)
+        if not _duplicates(group_ids, futures, "groups") and not any(
+                self._duplicate_partitions(r, futures) for r in requests):
+            self._start(ops.list_share_group_offsets, requests, futures, opts)
+        return futures
+
+    def alter_share_group_offsets(self, alter_share_group_offsets_request:
+                                  List[ConsumerGroupTopicPartitions], *,
+                                  request_timeout: Optional[float] = None
+                                  ) -> Dict[str, Future[ConsumerGroupTopicPartitions]]:
+        """Set the start offsets of a share group's share-partitions: the group must have
+        no members (NON_EMPTY_GROUP otherwise); its next member reads from there. Returns
+        ``{group_id: future}``; the result is a
+        :class:`~kafka_client.ConsumerGroupTopicPartitions` whose partitions carry their
+        own error (or None)."""
+        request = _check_group_request(alter_share_group_offsets_request, "altering",
+                                       altering=True)
+        opts = self._options(request_timeout)
+        futures = self._keyed([request.group_id])
+        if not self._duplicate_partitions(request, futures):
+            self._start(ops.alter_share_group_offsets, request, futures[request.group_id],
+                        opts)
+        return futures
+
+    def delete_share_group_offsets(self, group_id: str, topics: List[str], *,
+                                   request_timeout: Optional[float] = None
+                                   ) -> Dict[str, Future[None]]:
+        """Delete a share group's share-partition state of whole topics: the group must
+        have no members (NON_EMPTY_GROUP otherwise); its next member starts those topics
+        afresh (``share.auto.offset.reset``). Returns ``{topic: future}``; each result is
+        None."""
+        if not isinstance(group_id, str):
+            raise TypeError(f"'group_id' must be a string, not {type(group_id).__name__}")
+        if not group_id:
+            raise ValueError("'group_id' cannot be empty")
+        _check_list(topics, "topic names")
+        for t in topics:
+            if not isinstance(t, str):
+                raise TypeError(f"Expected list of topic names, not {type(t).__name__}")
+            if not t:
+                raise ValueError("Topic name cannot be empty")
+        opts = self._options(request_timeout)
+        futures = self._keyed(topics)
+        if not _duplicates(topics, futures, "topics"):
+            self._start(ops.delete_share_group_offsets, group_id, topics, futures, opts)
+        return futures
+
     def list_groups(self, group: Optional[str] = None,
                     timeout: Optional[float] = -1) -> List[GroupMetadata]:
         """Deprecated (as in confluent-kafka): use :meth:`list_consumer_groups` and
@@ -886,7 +984,12 @@ def _check_group_request(request: Any, doing: str, altering: bool
     if len(request) != 1:
         raise ValueError(f"Currently we support {doing} offsets for a single consumer group "
                          f"only")
-    req = request[0]
+    return _check_group_partitions(request[0], altering)
+
+
+def _check_group_partitions(req: Any, altering: bool) -> ConsumerGroupTopicPartitions:
+    """One group's partitions of an offsets request (``altering``: with the offsets to
+    set)."""
     if not isinstance(req, ConsumerGroupTopicPartitions):
         raise TypeError("Expected list of 'ConsumerGroupTopicPartitions'")
     if req.group_id is None:

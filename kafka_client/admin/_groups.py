@@ -1,5 +1,5 @@
-"""Consumer group value types: what ``list_consumer_groups()``,
-``describe_consumer_groups()`` and the legacy ``list_groups()`` return."""
+"""Group value types: what ``list_consumer_groups()``, ``describe_consumer_groups()``,
+``describe_share_groups()`` and the legacy ``list_groups()`` return."""
 from __future__ import annotations
 
 from typing import Any, List, Optional, Union
@@ -19,6 +19,8 @@ __all__ = [
     "ConsumerGroupDescription",
     "GroupMember",
     "GroupMetadata",
+    "ShareMemberDescription",
+    "ShareGroupDescription",
 ]
 
 
@@ -106,6 +108,54 @@ class ConsumerGroupDescription:
 
     def __repr__(self) -> str:
         return (f"ConsumerGroupDescription(group_id={self.group_id!r}, state={self.state}, "
+                f"members={len(self.members)})")
+
+
+class ShareMemberDescription:
+    """One member of a described share group (KIP-932): ``member_id``, ``client_id``,
+    ``host``, ``assignment`` (the partitions whose records it is given: several members
+    may share one), ``member_epoch`` and ``rack_id``."""
+
+    def __init__(self, member_id: str, client_id: str, host: str,
+                 assignment: MemberAssignment, member_epoch: int = -1,
+                 rack_id: Optional[str] = None) -> None:
+        self.member_id = member_id
+        self.client_id = client_id
+        self.host = host
+        self.assignment = assignment
+        self.member_epoch = member_epoch
+        self.rack_id = rack_id
+
+    def __repr__(self) -> str:
+        return (f"ShareMemberDescription(member_id={self.member_id!r}, "
+                f"client_id={self.client_id!r})")
+
+
+class ShareGroupDescription:
+    """``describe_share_groups()``'s answer for one share group: ``group_id``,
+    ``members`` (:class:`ShareMemberDescription`), ``state`` (EMPTY or STABLE),
+    ``coordinator`` (a :class:`~kafka_client.Node`), ``group_epoch``,
+    ``target_assignment_epoch``, ``partition_assignor`` and ``authorized_operations``
+    (when asked for)."""
+
+    def __init__(self, group_id: str, members: List[ShareMemberDescription],
+                 state: Union[ConsumerGroupState, str, int, None], coordinator: Node,
+                 group_epoch: int = -1, target_assignment_epoch: int = -1,
+                 partition_assignor: str = "",
+                 authorized_operations: Optional[List[Union[AclOperation, str, int]]] = None
+                 ) -> None:
+        self.group_id = group_id
+        self.members = members
+        self.state = _optional(state, ConsumerGroupState)
+        self.coordinator = coordinator
+        self.group_epoch = group_epoch
+        self.target_assignment_epoch = target_assignment_epoch
+        self.partition_assignor = partition_assignor
+        self.authorized_operations = to_operations(authorized_operations)
+        self.type = ConsumerGroupType.SHARE
+
+    def __repr__(self) -> str:
+        return (f"ShareGroupDescription(group_id={self.group_id!r}, state={self.state}, "
                 f"members={len(self.members)})")
 
 

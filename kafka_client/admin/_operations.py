@@ -46,6 +46,8 @@ from kafka_client.admin._groups import (
     ListConsumerGroupsResult,
     MemberAssignment,
     MemberDescription,
+    ShareGroupDescription,
+    ShareMemberDescription,
 )
 from kafka_client.admin._resource import ResourcePatternType, ResourceType, enum_or_unknown
 from kafka_client.admin._scram import (
@@ -72,6 +74,7 @@ from kafka_proto.enums import (
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
     AlterConfigsRequest,
+    AlterShareGroupOffsetsRequest,
     AlterUserScramCredentialsRequest,
     ApiKey,
     ConsumerGroupDescribeRequest,
@@ -81,11 +84,13 @@ from kafka_proto.messages import (
     DeleteAclsRequest,
     DeleteGroupsRequest,
     DeleteRecordsRequest,
+    DeleteShareGroupOffsetsRequest,
     DeleteTopicsRequest,
     DescribeAclsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeShareGroupOffsetsRequest,
     DescribeUserScramCredentialsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
@@ -94,6 +99,7 @@ from kafka_proto.messages import (
     MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    ShareGroupDescribeRequest,
 )
 
 __all__ = ["Options", "ScramUpsert", "settle", "topic_name_error"]
@@ -138,7 +144,8 @@ _CONSUMER_GROUP_STATES = {name.lower(): state for name, state in (
     (ConsumerProtocolGroupState.STABLE, ConsumerGroupState.STABLE),
     (ConsumerProtocolGroupState.DEAD, ConsumerGroupState.DEAD))}
 _GROUP_TYPES = {GroupType.CLASSIC: ConsumerGroupType.CLASSIC,
-                GroupType.CONSUMER: ConsumerGroupType.CONSUMER}
+                GroupType.CONSUMER: ConsumerGroupType.CONSUMER,
+                GroupType.SHARE: ConsumerGroupType.SHARE}
 _TYPE_NAMES = {t: name for name, t in _GROUP_TYPES.items()}
 
 
@@ -741,6 +748,10 @@ def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> N
     errors: List[KafkaError] = []
     seen: Set[str] = set()
     min_version = 5 if opts.types else (4 if opts.states else 0)
+    # A share group is listed only when asked for by type (as Kafka's listGroups() with
+    # the share type): it is no consumer group.
+    protocol_types = ("", "consumer") + (
+        (GroupType.SHARE,) if ConsumerGroupType.SHARE in (opts.types or ()) else ())
 
     def listed(resp: Any, conn: Any) -> Optional[KafkaError]:
         if resp.error_code:
@@ -750,7 +761,7 @@ def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> N
             errors.append(reported(err))
             return None
         for g in resp.groups:
-            if g.protocol_type not in ("", "consumer") or g.group_id in seen:
+            if g.protocol_type not in protocol_types or g.group_id in seen:
                 continue
             seen.add(g.group_id)
             valid.append(ConsumerGroupListing(
@@ -1142,6 +1153,181 @@ def alter_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopic
 
     _group_call(runner, "OffsetCommit", ApiKey.OFFSET_COMMIT, group_id, opts, build,
                 on_response, future, max_version=9)
+
+
+# --------------------------------------------------------------------------- share groups
+
+
+def describe_share_groups(runner: CallRunner, group_ids: List[str],
+                          futures: Dict[str, Future], opts: Options) -> None:
+    """ShareGroupDescribe of each group to its coordinator (KIP-932)."""
+    for group_id in group_ids:
+        _describe_share_group(runner, group_id, futures[group_id], opts)
+
+
+def _describe_share_group(runner: CallRunner, group_id: str, future: Future,
+                          opts: Options) -> None:
+    def build(version: int) -> Any:
+        return ShareGroupDescribeRequest(
+            group_ids=[group_id],
+            include_authorized_operations=opts.include_authorized_operations)
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        g = next((g for g in resp.groups if g.group_id == group_id), None)
+        if g is None:
+            settle(future, error=client_error(KafkaError._BAD_MSG,
+                                            f"the broker's answer does not describe "
+                                            f"group {group_id!r}"))
+            return None
+        if g.error_code in _RETRIED:
+            return result_error(g.error_code, None)
+        if g.error_code:
+            settle(future, error=result_error(g.error_code, g.error_message))
+            return None
+        members = [ShareMemberDescription(
+            m.member_id, m.client_id, m.client_host,
+            MemberAssignment(sorted(TopicPartition(t.topic_name, p)
+                                    for t in m.assignment.topic_partitions
+                                    for p in t.partitions)
+                             if m.assignment is not None else []),
+            m.member_epoch, m.rack_id) for m in g.members]
+        settle(future, ShareGroupDescription(
+            group_id, members,
+            _CONSUMER_GROUP_STATES.get(g.group_state.lower(), ConsumerGroupState.UNKNOWN),
+            _node(runner, conn.node_id), g.group_epoch, g.assignment_epoch, g.assignor_name,
+            _operations(g.authorized_operations)
+            if opts.include_authorized_operations else None))
+        return None
+
+    _group_call(runner, "ShareGroupDescribe", ApiKey.SHARE_GROUP_DESCRIBE, group_id, opts,
+                build, on_response, future)
+
+
+def list_share_group_offsets(runner: CallRunner,
+                             requests: List[ConsumerGroupTopicPartitions],
+                             futures: Dict[str, Future], opts: Options) -> None:
+    """DescribeShareGroupOffsets of each group to its coordinator: the share-partitions'
+    start offsets (all of the group's, or those named)."""
+    for request in requests:
+        _list_share_group_offsets(runner, request, futures[request.group_id], opts)
+
+
+def _list_share_group_offsets(runner: CallRunner, request: ConsumerGroupTopicPartitions,
+                              future: Future, opts: Options) -> None:
+    group_id = request.group_id
+    asked = None if request.topic_partitions is None else [
+        (tp.topic, tp.partition) for tp in request.topic_partitions]
+    R = DescribeShareGroupOffsetsRequest
+
+    def build(version: int) -> Any:
+        return R(groups=[R.DescribeShareGroupOffsetsRequestGroup(
+            group_id=group_id, topics=None if asked is None else [
+                R.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps)
+                for t, ps in group_by_topic(asked).items()])])
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        g = next((g for g in resp.groups if g.group_id == group_id), None)
+        if g is None:
+            settle(future, error=client_error(KafkaError._BAD_MSG,
+                                            f"the broker's answer has no offsets for "
+                                            f"group {group_id!r}"))
+            return None
+        if g.error_code in _RETRIED:
+            return result_error(g.error_code, None)
+        if g.error_code:
+            settle(future, error=result_error(g.error_code, g.error_message))
+            return None
+        got: Dict[PartitionKey, TopicPartition] = {}
+        for t in g.topics:
+            for p in t.partitions:
+                if p.error_code in _RETRIED:
+                    return result_error(p.error_code, None)
+                # -1: a share-partition no member has read yet has no start offset
+                got[(t.topic_name, p.partition_index)] = TopicPartition(
+                    t.topic_name, p.partition_index,
+                    p.start_offset if p.start_offset >= 0 else OFFSET_INVALID,
+                    leader_epoch=p.leader_epoch if p.leader_epoch >= 0 else None
+                )._set_error(entry_error(p.error_code, p.error_message))
+        parts = sorted(got.values()) if asked is None else sorted(
+            got.get(k) or TopicPartition(k[0], k[1], OFFSET_INVALID) for k in asked)
+        settle(future, ConsumerGroupTopicPartitions(group_id, parts))
+        return None
+
+    _group_call(runner, "DescribeShareGroupOffsets", ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+                group_id, opts, build, on_response, future)
+
+
+def alter_share_group_offsets(runner: CallRunner, request: ConsumerGroupTopicPartitions,
+                              future: Future, opts: Options) -> None:
+    """AlterShareGroupOffsets to the group's coordinator: set the share-partitions' start
+    offsets of a group without members."""
+    group_id = request.group_id
+    parts: List[TopicPartition] = list(request.topic_partitions or ())
+    R = AlterShareGroupOffsetsRequest
+
+    def build(version: int) -> Any:
+        by_topic: Dict[str, List[Any]] = {}
+        for tp in parts:
+            by_topic.setdefault(tp.topic, []).append(R.AlterShareGroupOffsetsRequestPartition(
+                partition_index=tp.partition, start_offset=tp.offset))
+        return R(group_id=group_id, topics=[
+            R.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps)
+            for t, ps in by_topic.items()])
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        if resp.error_code in _RETRIED:
+            return result_error(resp.error_code, None)
+        if resp.error_code:
+            settle(future, error=result_error(resp.error_code, resp.error_message))
+            return None
+        errors = {(t.topic_name, p.partition_index): (p.error_code, p.error_message)
+                  for t in resp.responses for p in t.partitions}
+        for code, _message in errors.values():
+            if code in _RETRIED:
+                return result_error(code, None)
+        out = []
+        for tp in parts:
+            key = (tp.topic, tp.partition)
+            error = entry_error(*errors[key]) if key in errors else client_error(
+                KafkaError._BAD_MSG, "the broker's answer has no result for the partition")
+            out.append(TopicPartition(tp.topic, tp.partition, tp.offset)._set_error(error))
+        settle(future, ConsumerGroupTopicPartitions(group_id, sorted(out)))
+        return None
+
+    _group_call(runner, "AlterShareGroupOffsets", ApiKey.ALTER_SHARE_GROUP_OFFSETS, group_id,
+                opts, build, on_response, future)
+
+
+def delete_share_group_offsets(runner: CallRunner, group_id: str, topics: List[str],
+                               futures: Dict[str, Future], opts: Options) -> None:
+    """DeleteShareGroupOffsets to the group's coordinator: drop the share-partition state
+    of ``topics`` for a group without members; a future per topic."""
+    R = DeleteShareGroupOffsetsRequest
+
+    def build(version: int) -> Any:
+        return R(group_id=group_id,
+                 topics=[R.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics])
+
+    def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
+        if resp.error_code in _RETRIED:
+            return result_error(resp.error_code, None)
+        if resp.error_code:
+            fail_all(futures)(result_error(resp.error_code, resp.error_message))
+            return None
+        answers = {r.topic_name: r for r in resp.responses}
+        for r in answers.values():
+            if r.error_code in _RETRIED:
+                return result_error(r.error_code, None)
+        for topic in topics:
+            r = answers.get(topic)
+            settle(futures[topic], None, client_error(
+                KafkaError._BAD_MSG, "the broker's answer has no result for the topic")
+                if r is None else entry_error(r.error_code, r.error_message))
+        return None
+
+    runner.submit(Call("DeleteShareGroupOffsets", ApiKey.DELETE_SHARE_GROUP_OFFSETS,
+                       Coordinator(CoordinatorType.GROUP, group_id), opts.deadline, build,
+                       on_response, fail_all(futures)))
 
 
 # --------------------------------------------------------------------------- ACLs

@@ -100,12 +100,18 @@ def test_version_functions():
 
 
 def test_enums_match_confluent_values_and_order():
+    # Ours only (confluent-kafka 2.16 has no share group admin): KIP-932's share groups,
+    # after confluent-kafka's members, for list_consumer_groups(types=...).
+    extra = {ConsumerGroupType: ["SHARE"]}
     for ours, theirs in [(IsolationLevel, ck.IsolationLevel),
                          (ConsumerGroupState, ck.ConsumerGroupState),
                          (ConsumerGroupType, ck.ConsumerGroupType),
                          (ElectionType, ck.ElectionType)]:
-        assert {m.name: m.value for m in ours} == {m.name: m.value for m in theirs}
-        assert ours.__members__.keys() == theirs.__members__.keys()
+        added = extra.get(ours, [])
+        assert {m.name: m.value for m in ours if m.name not in added} == \
+            {m.name: m.value for m in theirs}
+        assert list(ours.__members__) == list(theirs.__members__) + added
+    assert ConsumerGroupType.SHARE.value == max(m.value for m in ck.ConsumerGroupType) + 1
     assert ConsumerGroupState.STABLE < ConsumerGroupState.DEAD
     assert ConsumerGroupState.UNKOWN is ConsumerGroupState.UNKNOWN
     assert IsolationLevel(1) is IsolationLevel.READ_COMMITTED

@@ -300,3 +300,32 @@ def test_groups_that_are_no_share_groups(cluster, admin, topic):
         KafkaError.GROUP_ID_NOT_FOUND
     assert error_of(admin.alter_share_group_offsets([ConsumerGroupTopicPartitions(
         classic, [TopicPartition(topic, 0, 1)])])[classic]) == KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_share_group_calls_follow_the_coordinator_when_it_moves(cluster, admin, topic,
+                                                                run_child):
+    group = topic
+    consume_all(run_child, cluster, topic)
+    described = admin.describe_share_groups([group], include_authorized_operations=True)
+    first = described[group].result(CALL_S)
+    old = cluster.coordinator(group=group)
+    assert first.coordinator.id == old
+    # no authorizer: every operation on a group
+    assert {op.name for op in first.authorized_operations} >= {"READ", "DESCRIBE", "DELETE"}
+    new = next(b for b in cluster.broker_ids if b != old)
+    since = cluster.clear_request_log()
+    cluster.move_coordinator(new, group=group)
+    assert start_offsets(admin, group) == {(topic, p): (PER_PARTITION, None)
+                                           for p in range(PARTITIONS)}
+    result = admin.alter_share_group_offsets([ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, 1, 3)])])[group].result(CALL_S)
+    assert [tp.error for tp in result.topic_partitions] == [None]
+    assert admin.describe_share_groups([group])[group].result(CALL_S).coordinator.id == new
+    asked = [(e.api, e.broker) for e in cluster.request_log(since)
+             if e.api in ("DescribeShareGroupOffsets", "AlterShareGroupOffsets",
+                          "ShareGroupDescribe")]
+    # the old coordinator once (NOT_COORDINATOR), then the new one for every call
+    assert asked == [("DescribeShareGroupOffsets", old), ("DescribeShareGroupOffsets", new),
+                     ("AlterShareGroupOffsets", new), ("ShareGroupDescribe", new)]
+    assert [s["start_offset"] for s in cluster.share_state(group)] == [PER_PARTITION, 3,
+                                                                       PER_PARTITION]

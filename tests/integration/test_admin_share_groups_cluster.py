@@ -149,13 +149,27 @@ def test_describe_and_list_a_share_group_with_two_live_members(cluster, admin, t
 from kafka_client._model import ConsumerGroupType
 a, b = consumer(), consumer()
 wait_settled(a, b)
-d = admin.describe_share_groups([TOPIC])[TOPIC].result(30)
+
+def held():
+    return {c._member.member_id: sorted(p for _t, p in c._fetcher.assigned) for c in (a, b)}
+
+def described(d):
+    return {m.member_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+            for m in d.members}
+
+# A member settled on the assignment it had alone hears of the new one with its next
+# heartbeat: wait until both hold what the coordinator describes.
+deadline = time.monotonic() + 30
+while True:
+    d = admin.describe_share_groups([TOPIC])[TOPIC].result(30)
+    if described(d) == held() or time.monotonic() > deadline:
+        break
+    for c in (a, b):
+        c.poll(0.1)
 shares = admin.list_consumer_groups(types={ConsumerGroupType.SHARE}).result(30)
 plain = admin.list_consumer_groups().result(30)
 print(json.dumps({
-    "ids": {c._member.member_id: c._fetcher.assigned and sorted(p for _t, p in
-                                                                 c._fetcher.assigned)
-            for c in (a, b)},
+    "ids": held(),
     "state": d.state.name, "type": d.type.name, "coordinator": d.coordinator.id,
     "epoch": d.group_epoch, "assignor": d.partition_assignor,
     "members": {m.member_id: [m.client_id, m.member_epoch,

@@ -350,9 +350,9 @@ class ConcurrentModificationException(RuntimeError):
 
 class IllegalStateException(RuntimeError):
     """A :class:`~kafka_client.ShareConsumer` call that its state does not allow: poll()
-    before subscribe(), an acknowledgement of a record not in flight or outside explicit
-    acknowledgement mode, a call from the acknowledgement commit callback, a call after
-    close()."""
+    before subscribe(), an acknowledgement of a record not in flight (or of an earlier
+    delivery of one) or outside explicit acknowledgement mode, a call from the
+    acknowledgement commit callback, a call after close()."""
 
 
 class _KafkaClientError(KafkaException):

@@ -215,9 +215,11 @@ class Message:
     # The consumer fills these slots straight from the record bytes (RecordFactory in
     # consumer/decode.py, which must name every slot); the producer's delivery reports
     # use an unvalidated constructor (DeliveredMessage): no validation per message.
+    # _delivery_tag: which ShareConsumer.poll() handed the record out (an acknowledgement
+    # names that delivery, not a later one of the same offset); None elsewhere.
     __slots__ = (
         "_topic", "_partition", "_offset", "_key", "_value", "_headers", "_error",
-        "_timestamp", "_latency", "_leader_epoch", "_delivery_count",
+        "_timestamp", "_latency", "_leader_epoch", "_delivery_count", "_delivery_tag",
     )
 
     def __init__(
@@ -254,6 +256,7 @@ class Message:
                                            "signed integer"))
         count = _c_int(delivery_count, -(2**15), 2**15 - 1, "signed short integer")
         self._delivery_count = count if count is not None and count > 0 else None
+        self._delivery_tag: Optional[int] = None
 
     def topic(self) -> Optional[str]:
         """Topic name, or None."""
@@ -412,6 +415,7 @@ def unchecked_message(topic: Optional[str], partition: Optional[int], offset: Op
     m._latency = latency
     m._leader_epoch = leader_epoch
     m._delivery_count = None
+    m._delivery_tag = None
     return m
 
 

@@ -31,7 +31,8 @@ MESSAGES = RecordFactory(
     timestamp="_timestamp", topic="_topic", partition="_partition",
     leader_epoch="_leader_epoch",
     timestamp_types=(TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME),
-    constants={"_error": None, "_latency": None, "_delivery_count": None})
+    constants={"_error": None, "_latency": None, "_delivery_count": None,
+               "_delivery_tag": None})
 
 #: Decompressed bytes one fetched chunk may take while it is decoded: past them (its
 #: first batch is always decoded) the rest of the chunk is fetched again, so memory follows

@@ -21,6 +21,7 @@ the application's acknowledgements into :class:`AckBatch` objects for the I/O th
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 import time
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from typing import (
     Iterator,
     List,
     Mapping,
+    NamedTuple,
     NoReturn,
     Optional,
     Set,
@@ -84,6 +86,23 @@ CLOSE_WAIT_S = 30.0
 UNCLOSED_WAIT_S = 5.0
 
 Key = Tuple[str, int]
+
+#: Serials of the poll()s that hand records out, process-wide (a message of another share
+#: consumer never names a delivery of this one): a record's delivery tag.
+_DELIVERIES = itertools.count(1)
+
+
+class Held(NamedTuple):
+    """A record handed out and not acknowledged yet."""
+    node: int          # the broker it was acquired from
+    delivery: int      # the delivery tag of the poll() that handed it out
+
+
+class Given(NamedTuple):
+    """An acknowledgement given and not handed to the I/O thread yet."""
+    node: int
+    kind: int          # AcknowledgeType value
+    delivery: int
 
 
 class ShareConsumer(ClientBase):
@@ -140,11 +159,11 @@ class ShareConsumer(ClientBase):
         self._cluster.metadata.in_use = lambda topics: topics & subscribed
         self._subscription: List[str] = []
         #: records the last poll()s handed out with no acknowledgement yet: by partition,
-        #: offset -> the broker it came from
-        self._in_flight: Dict[Key, Dict[int, int]] = {}
+        #: offset -> where it came from and which poll() handed it out
+        self._in_flight: Dict[Key, Dict[int, Held]] = {}
         #: explicit mode: records acknowledged, not yet handed to the I/O thread: by
-        #: partition, offset -> (broker, AcknowledgeType value)
-        self._acked: Dict[Key, Dict[int, Tuple[int, int]]] = {}
+        #: partition, offset -> the acknowledgement
+        self._acked: Dict[Key, Dict[int, Given]] = {}
         #: decoded messages fetched but not handed out yet (over max.poll.records), with
         #: the broker each came from
         self._backlog: List[Tuple[int, Message]] = []
@@ -215,17 +234,17 @@ class ShareConsumer(ClientBase):
         chosen: Dict[Tuple[int, Key], List[Tuple[int, int]]] = {}
         with self._book:
             given, self._acked = self._acked, {}
-            handed: Dict[Key, Dict[int, int]] = {}
+            handed: Dict[Key, Dict[int, Held]] = {}
             if not self._explicit_mode or closing or dropped:
                 handed, self._in_flight = self._in_flight, {}
         for key, acked in given.items():
-            for offset, (node, kind) in acked.items():
-                chosen.setdefault((node, key), []).append((offset, kind))
+            for offset, ack in acked.items():
+                chosen.setdefault((ack.node, key), []).append((offset, ack.kind))
         kind = int(WireAckType.RELEASE if self._explicit_mode or dropped
                    else WireAckType.ACCEPT)
         for key, offsets in handed.items():
-            for offset, node in offsets.items():
-                chosen.setdefault((node, key), []).append((offset, kind))
+            for offset, held in offsets.items():
+                chosen.setdefault((held.node, key), []).append((offset, kind))
         batches = [AckBatch(node, key, _ranges(offsets))
                    for (node, key), offsets in chosen.items()]
         batches.extend(self._gaps)
@@ -378,7 +397,7 @@ class ShareConsumer(ClientBase):
             for msg in messages:
                 offsets = self._in_flight.get((msg._topic, msg._partition))
                 if offsets is not None and msg._offset in offsets:
-                    back.append((offsets.pop(msg._offset), msg))
+                    back.append((offsets.pop(msg._offset).node, msg))
                 elif msg._offset is None and msg.error() is not None:
                     errors.append(msg.error())
             self._in_flight = {key: offsets for key, offsets in self._in_flight.items()
@@ -394,6 +413,7 @@ class ShareConsumer(ClientBase):
             self._fetcher.acknowledge(acks, now=False)
         out: List[Message] = []
         room = self._max_records
+        delivery: Optional[int] = None     # this call's tag, once it hands out a record
         while True:
             self._ready.clear()
             if self._closing:        # close() from another thread: what was fetched
@@ -416,6 +436,8 @@ class ShareConsumer(ClientBase):
                     self._backlog.extend((node, m) for m in self._decode(chunk))
                     continue
                 taken, self._backlog = self._backlog[:room], self._backlog[room:]
+                if delivery is None:
+                    delivery = next(_DELIVERIES)
                 with self._book:
                     in_flight = self._in_flight
                     for node, msg in taken:
@@ -423,7 +445,8 @@ class ShareConsumer(ClientBase):
                         offsets = in_flight.get(key)
                         if offsets is None:
                             offsets = in_flight[key] = {}
-                        offsets[msg._offset] = node
+                        offsets[msg._offset] = Held(node, delivery)
+                        msg._delivery_tag = delivery
                         out.append(msg)
                 room -= len(taken)
             if self._gaps:
@@ -447,7 +470,10 @@ class ShareConsumer(ClientBase):
                     ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """Explicit mode: record how the broker is to treat a message poll() returned
         (sent with the next poll(), commit_sync() or commit_async()).
-        IllegalStateException outside explicit mode or for a message not in flight."""
+        IllegalStateException outside explicit mode, for a message not in flight, and for
+        a message of an earlier delivery of a record the last poll() delivered again
+        (nothing is sent for it). A message poll() did not return (built, or a pickled
+        copy) is taken by its topic, partition and offset, as :meth:`acknowledge_offset`."""
         if not isinstance(message, Message):
             raise TypeError("message must be a Message")
         with self._acknowledging():
@@ -457,7 +483,7 @@ class ShareConsumer(ClientBase):
             if topic is None or partition is None or offset is None:
                 raise ValueError("Failed to acknowledge message: Local: Invalid argument "
                                  "or configuration")
-            self._mark(topic, partition, offset, kind, "message")
+            self._mark(topic, partition, offset, kind, "message", message._delivery_tag)
 
     def acknowledge_offset(self, topic: str, partition: int, offset: int,
                            ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
@@ -494,22 +520,38 @@ class ShareConsumer(ClientBase):
         if self._closing:
             raise IllegalStateException(self._closed_text)
 
-    def _mark(self, topic: str, partition: int, offset: int, kind: int, what: str) -> None:
+    def _mark(self, topic: str, partition: int, offset: int, kind: int, what: str,
+              delivery: Optional[int] = None) -> None:
+        """Note an acknowledgement of the record in flight at ``offset``; ``delivery``:
+        the tag of the message acknowledged (None: whichever delivery is in flight)."""
         key = (topic, partition)
         waiting = self._in_flight.get(key)
         acked = self._acked.get(key)
-        if self._explicit_mode and waiting is not None and offset in waiting:
-            node = waiting.pop(offset)
-            if not waiting:
-                del self._in_flight[key]
-        elif self._explicit_mode and acked is not None and offset in acked:
-            node = acked[offset][0]      # acknowledged again before it was sent: this one
+        held = waiting.get(offset) if waiting is not None else None
+        given = acked.get(offset) if acked is not None else None
+        # acknowledged again before it was sent: this one counts
+        current = held or given
+        if not self._explicit_mode:
+            reason = "not in explicit acknowledgement mode"
+        elif current is None:
+            reason = f"{topic} [{partition}] offset {offset} is not in flight"
+        elif delivery is not None and delivery != current.delivery:
+            # Sent, it would settle the delivery in flight, which the application has
+            # not seen processed (Kafka's client: only the last poll()'s records).
+            reason = (f"{topic} [{partition}] offset {offset}: the message is of another "
+                      f"delivery of the record (poll() #{delivery}) than the one in "
+                      f"flight (poll() #{current.delivery}): acknowledge the message that "
+                      f"poll() returned")
         else:
-            reason = ("not in explicit acknowledgement mode" if not self._explicit_mode
-                      else f"{topic} [{partition}] offset {offset} is not in flight")
+            reason = ""
+        if reason:
             raise IllegalStateException(f"Failed to acknowledge {what}: Local: Erroneous "
                                         f"state ({reason})")
-        self._acked.setdefault(key, {})[offset] = (node, kind)
+        if held is not None:
+            del waiting[offset]
+            if not waiting:
+                del self._in_flight[key]
+        self._acked.setdefault(key, {})[offset] = Given(current.node, kind, current.delivery)
 
     def commit_sync(self, timeout: float = 60) -> Dict[TopicPartition,
                                                         Optional[KafkaException]]:

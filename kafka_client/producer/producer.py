@@ -78,6 +78,7 @@ class DeliveredMessage(Message):
         self._latency = latency
         self._leader_epoch = None
         self._delivery_count = None
+        self._delivery_tag = None
         self._status = status
 
     def status(self) -> int:

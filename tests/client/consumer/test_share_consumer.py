@@ -621,6 +621,43 @@ def test_explicit_mode_refuses_the_next_poll_until_every_record_is_acknowledged(
         c.acknowledge(msgs[0])
 
 
+def test_an_acknowledgement_of_an_earlier_delivery_is_refused_and_not_sent(offline):
+    """Offset 0 released, then delivered again: the message of its first delivery names
+    a record the application has not seen processed in this delivery. Kafka's client
+    takes acknowledgements of the last poll()'s records only; sent, this one settled
+    the new delivery."""
+    c = offline(**{"share.acknowledgement.mode": "explicit"})
+    queue_chunk(c, 0, 2, [(0, 1, 1)])
+    old, other = c.poll(5)
+    c.acknowledge(old, AcknowledgeType.RELEASE)
+    c.acknowledge(other)
+    assert c.poll(0).is_empty()
+    handed_acks(c)
+    queue_chunk(c, 0, 1, [(0, 0, 2)])             # offset 0 again, delivery count 2
+    (new,) = c.poll(5)
+    assert (new.offset(), new.value(), new.delivery_count()) == (0, old.value(), 2)
+    with pytest.raises(IllegalStateException, match="another delivery"):
+        c.acknowledge(old, AcknowledgeType.ACCEPT)
+    c.commit_async()
+    assert handed_acks(c) == []                   # nothing sent for it
+    c.acknowledge(new, AcknowledgeType.REJECT)
+    with pytest.raises(IllegalStateException, match="another delivery"):
+        c.acknowledge(old, AcknowledgeType.ACCEPT)   # the given REJECT stays
+    c.commit_async()
+    assert handed_acks(c) == [(("t", 0), 0, 0, int(Wire.REJECT))]
+
+
+def test_a_message_poll_did_not_return_is_acknowledged_by_its_offset(offline):
+    c = offline(**{"share.acknowledgement.mode": "explicit"})
+    queue_chunk(c, 0, 1, [(0, 0, 1)])
+    (msg,) = c.poll(5)
+    c.acknowledge(Message("t", 0, 0), AcknowledgeType.REJECT)
+    c.commit_async()
+    assert handed_acks(c) == [(("t", 0), 0, 0, int(Wire.REJECT))]
+    with pytest.raises(IllegalStateException, match="not in flight"):
+        c.acknowledge(msg)
+
+
 def test_acknowledge_argument_rules(offline):
     implicit = offline()
     queue_chunk(implicit, 0, 1, [(0, 0, 1)])

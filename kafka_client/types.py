@@ -6,9 +6,12 @@ between the two by changing an import.
 from __future__ import annotations
 
 import operator
+import re
 from typing import Any, List, Optional, Tuple
 
-from .errors import KafkaError
+from kafka_proto.errors import ErrorCode
+
+from .errors import KafkaError, client_error
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -38,6 +41,10 @@ _INT32_MAX = 2**31 - 1
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
+#: Kafka's own limit on topic names, and the characters allowed in them.
+_MAX_TOPIC_NAME = 249
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
+
 # Kafka headers: ordered (key, value) pairs; keys may repeat.
 Headers = List[Tuple[str, Optional[bytes]]]
 
@@ -50,6 +57,24 @@ def check_topic_name(name: str) -> None:
     name.encode("utf-8")
     if "\x00" in name:
         raise ValueError(f"topic {name!r} contains a NUL character")
+
+
+def topic_name_error(name: str) -> Optional[KafkaError]:
+    """Kafka's rules for a topic's name (some brokers, Tansu for one, accept any): None
+    when ``name`` keeps them, else INVALID_TOPIC_EXCEPTION saying why."""
+    problem = None
+    if not name:
+        problem = "it is empty"
+    elif name in (".", ".."):
+        problem = "'.' and '..' are not allowed"
+    elif len(name) > _MAX_TOPIC_NAME:
+        problem = f"it is {len(name)} characters long, the limit is {_MAX_TOPIC_NAME}"
+    elif not _TOPIC_NAME.match(name):
+        problem = "only ASCII letters, digits, '.', '_' and '-' are allowed"
+    if problem is None:
+        return None
+    return client_error(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                      f"Invalid topic name {name!r}: {problem}")
 
 
 def _check_int(value: Any, what: str, lo: int, hi: int) -> int:

@@ -7,7 +7,6 @@ left here is what only the broker's answer (or its supported versions) can tell.
 """
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from concurrent.futures import Future, InvalidStateError
@@ -66,7 +65,7 @@ from kafka_client.admin._topics import (
 from kafka_client.consumer.assignors import decode_assignment
 from kafka_client.errors import KafkaError, KafkaException, broker_code, client_error
 from kafka_client.types import (OFFSET_INVALID, TopicPartition, committed_metadata,
-                                metadata_to_commit)
+                                metadata_to_commit, topic_name_error)
 from kafka_proto.enums import (
     ClassicGroupState, ConfigResourceType, ConsumerProtocolGroupState, CoordinatorType,
     GroupType, ListOffsetsTimestamp, ReplicaId,
@@ -102,7 +101,7 @@ from kafka_proto.messages import (
     ShareGroupDescribeRequest,
 )
 
-__all__ = ["Options", "ScramUpsert", "settle", "topic_name_error"]
+__all__ = ["Options", "ScramUpsert", "settle"]
 
 #: Broker errors retried for requests to the controller or a coordinator. (Not
 #: REQUEST_TIMED_OUT: for CreateTopics and friends it means the operation timeout passed
@@ -111,10 +110,6 @@ _RETRIED = frozenset((ErrorCode.NOT_CONTROLLER, ErrorCode.NOT_COORDINATOR,
                       ErrorCode.COORDINATOR_NOT_AVAILABLE,
                       ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                       ErrorCode.UNSTABLE_OFFSET_COMMIT))
-
-#: Kafka's own limit on topic names, and the characters allowed in them.
-_MAX_TOPIC_NAME = 249
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
 
 #: The "not asked for" value of the authorized-operations bit fields.
 _NO_OPERATIONS = -(2 ** 31)
@@ -245,23 +240,6 @@ def _uuid(value: Optional[uuid.UUID]) -> Uuid:
 
 def _signed64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
-
-
-def topic_name_error(name: str) -> Optional[KafkaError]:
-    """Kafka's rules for a new topic's name (some brokers, Tansu for one, accept any)."""
-    problem = None
-    if not name:
-        problem = "it is empty"
-    elif name in (".", ".."):
-        problem = "'.' and '..' are not allowed"
-    elif len(name) > _MAX_TOPIC_NAME:
-        problem = f"it is {len(name)} characters long, the limit is {_MAX_TOPIC_NAME}"
-    elif not _TOPIC_NAME.match(name):
-        problem = "only ASCII letters, digits, '.', '_' and '-' are allowed"
-    if problem is None:
-        return None
-    return client_error(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                      f"Invalid topic name {name!r}: {problem}")
 
 
 def _zero_count_error(t: NewTopic) -> Optional[KafkaError]:

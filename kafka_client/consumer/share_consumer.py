@@ -60,7 +60,13 @@ from kafka_client.errors import (
     KafkaException,
     client_error,
 )
-from kafka_client.types import Message, TopicPartition, check_topic_name, error_event
+from kafka_client.types import (
+    Message,
+    TopicPartition,
+    check_topic_name,
+    error_event,
+    topic_name_error,
+)
 from kafka_proto.enums import AcknowledgeType as WireAckType
 
 __all__ = ["ShareConsumer", "AckCommitCallback", "NOT_APPLICABLE"]
@@ -302,8 +308,10 @@ class ShareConsumer(ClientBase):
     # -- subscription --------------------------------------------------------------------
     def subscribe(self, topics: List[str]) -> None:
         """Set the subscription to ``topics`` (not incremental: it replaces the current
-        one; an empty list unsubscribes). ValueError for an empty or duplicate name, or
-        a regular expression (``^...``: share groups have no pattern subscription)."""
+        one; an empty list unsubscribes). ValueError for an empty or duplicate name, a
+        regular expression (``^...``: share groups have no pattern subscription), or a
+        name outside Kafka's rules for topic names (ASCII letters, digits, ``.``, ``_``
+        and ``-``, at most 249)."""
         with self._using():
             if isinstance(topics, (str, bytes)) or not hasattr(topics, "__iter__"):
                 raise TypeError("topics must be a list of str")
@@ -321,6 +329,12 @@ class ShareConsumer(ClientBase):
                                      f"configuration (share groups take topic names, "
                                      f"not regular expressions: {name!r})")
                 check_topic_name(name)
+                # Share groups are Kafka's (4.1 on) and the test cluster's, whose topics
+                # keep these rules: another name never matched a topic.
+                invalid = topic_name_error(name)
+                if invalid is not None:
+                    raise ValueError(f"Failed to subscribe: Local: Invalid argument or "
+                                     f"configuration ({invalid.str()})")
             if len(set(names)) != len(names):
                 raise ValueError("Failed to subscribe: Local: Invalid argument or "
                                  "configuration (duplicate topic names)")

@@ -658,6 +658,17 @@ def test_a_message_poll_did_not_return_is_acknowledged_by_its_offset(offline):
         c.acknowledge(msg)
 
 
+@pytest.mark.parametrize("name,why", [("a b", "only ASCII letters"), (".", "'.' and '..'"),
+                                      ("x" * 250, "the limit is 249")])
+def test_subscribe_refuses_names_kafka_cannot_have(offline, name, why):
+    c = offline()
+    with pytest.raises(ValueError, match=f"Invalid topic name .*{why}"):
+        c.subscribe(["u", name])
+    assert c.subscription() == ["t"]              # the subscription kept
+    c.subscribe(["a.b_c-D9", "x" * 249])
+    assert c.subscription() == ["a.b_c-D9", "x" * 249]
+
+
 def test_acknowledge_argument_rules(offline):
     implicit = offline()
     queue_chunk(implicit, 0, 1, [(0, 0, 1)])

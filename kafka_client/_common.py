@@ -244,6 +244,10 @@ class ClientBase:
     #: connect to the bootstrap brokers at construction (librdkafka's producer does;
     #: its consumer waits for an assignment or subscription)
     _connects_at_start = False
+    #: a serializing client's serdes (``_serde_builders.ClientSerdes``): those it built
+    #: from builders are closed by its close(), and after it stops when it is dropped
+    #: without one
+    _serdes: Any = None
 
     def _init_client(self, config: Optional[Dict[str, Any]],
                      kwargs: Dict[str, Any]) -> ClientConfig:
@@ -466,6 +470,18 @@ class ClientBase:
             self._unclosed()
         finally:
             self._shutdown()
+            self._close_serdes_unclosed()
+
+    def _close_serdes_unclosed(self) -> None:
+        # After the client stopped (nothing deserializes any more), as close() does;
+        # logged, not raised: the application is not in a call.
+        if self._serdes is None:
+            return
+        try:
+            self._serdes.close()
+        except Exception:
+            self._log.warning("closing the serdes built for a %s dropped without close() "
+                              "failed", self._role, exc_info=True)
 
     def _on_fork(self) -> None:
         """In a forked child, for each client inherited open: make every method refuse

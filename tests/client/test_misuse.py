@@ -465,6 +465,61 @@ def test_dropped_or_closed_producer_with_undelivered_messages_warns_once(caplog)
         "flush() to wait for outstanding message delivery"]
 
 
+def test_a_serde_client_dropped_without_close_closes_the_serdes_it_built(run_child):
+    """The serdes a client built from ``.builder`` properties are its own: close()
+    closes them, and so does a client collected, or left open at exit, without close()
+    (they were left open: a Schema Registry serde's client with them). Ready-made serdes
+    stay the application's."""
+    out = run_child(f"""
+        import gc
+        from kafka_client import (DeserializingConsumer, DeserializingShareConsumer,
+                                  SerializingProducer)
+
+        class Built:
+            def __init__(self, name):
+                self.name = name
+
+            def __call__(self, data, ctx):
+                return data
+
+            def close(self):
+                print("closed", self.name, flush=True)
+
+        class Builder:
+            def __init__(self, name):
+                self.name = name
+
+            def build(self, conf, is_key):
+                return Built(self.name), conf
+
+        def make(cls, kind, name, **extra):
+            return cls(dict({{"bootstrap.servers": "{dead_bootstrap()}",
+                              f"value.{{kind}}.builder": Builder(name),
+                              f"key.{{kind}}": Built("ready-made " + name)}}, **extra))
+
+        for cls, kind, extra in (
+                (DeserializingShareConsumer, "deserializer", {{"group.id": "g"}}),
+                (DeserializingConsumer, "deserializer", {{"group.id": "g"}}),
+                (SerializingProducer, "serializer", {{}})):
+            make(cls, kind, cls.__name__, **extra)          # dropped at once
+            gc.collect()
+            print("collected", cls.__name__, flush=True)
+        share = make(DeserializingShareConsumer, "deserializer", "share at exit",
+                     **{{"group.id": "g"}})
+        plain = make(DeserializingConsumer, "deserializer", "plain at exit",
+                     **{{"group.id": "g"}})
+        print("exiting", flush=True)
+    """, timeout=120)   # a hang guard: each drop waits at most 5 s for its brokers
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:7] == ["closed DeserializingShareConsumer",
+                         "collected DeserializingShareConsumer",
+                         "closed DeserializingConsumer", "collected DeserializingConsumer",
+                         "closed SerializingProducer", "collected SerializingProducer",
+                         "exiting"], out.stdout
+    assert sorted(lines[7:]) == ["closed plain at exit", "closed share at exit"], out.stdout
+
+
 def test_the_warning_goes_through_the_configured_logger():
     import logging
 

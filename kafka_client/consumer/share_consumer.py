@@ -83,9 +83,13 @@ NOT_APPLICABLE = ("group.protocol", "enable.auto.commit", "auto.offset.reset",
                   "fetch.queue.backoff.ms", "rebalance_cb", "offset_commit_cb",
                   "on_commit", "consume_cb")
 
-#: The longest close() waits for its last acknowledgements and for leaving the group,
-#: each (librdkafka: "up to roughly socket.timeout.ms"), and for another thread's call
-#: to end.
+#: The longest close() waits for the answers to its last acknowledgements and the
+#: closing of the share sessions (the Consumer's final commit waits 5 s), then for
+#: leaving the group (its LeaveGroup 3 s): stalled brokers held it 30 s for each.
+CLOSE_ACK_WAIT_S = 5.0
+CLOSE_LEAVE_WAIT_S = 3.0
+#: The longest close() from another thread waits for the call that thread is inside to
+#: end (a callback it runs).
 CLOSE_WAIT_S = 30.0
 #: The longest a share consumer collected, or left open at exit, without close() waits
 #: for its releases and for leaving the group, together (as the Consumer's farewell).
@@ -623,7 +627,9 @@ class ShareConsumer(ClientBase):
         """Send the pending acknowledgements (implicit mode: the last poll()'s records
         accepted; explicit mode: records without an acknowledgement released, as are
         records fetched and not handed out), close the share sessions, leave the group,
-        then stop the I/O thread. A second close() does nothing. From another thread
+        then stop the I/O thread, waiting at most 5 s for the brokers' answers to the
+        first two and 3 s for the leave, as the Consumer's close(). A second close()
+        does nothing. From another thread
         than one inside a call, it ends that call first (a waiting poll() returns an
         empty batch, commit_sync() its answers so far), waiting at most 30 s for a
         callback that call runs."""
@@ -651,7 +657,7 @@ class ShareConsumer(ClientBase):
             self._owner = me
             acks = self._take_acks(closing=True, dropped=self._failed)
             acks.extend(self._unhanded())
-            self._finish(acks, CLOSE_WAIT_S, 2 * CLOSE_WAIT_S)
+            self._finish(acks, CLOSE_ACK_WAIT_S, CLOSE_LEAVE_WAIT_S)
             try:
                 self._serve_outcomes()
             except Exception as exc:  # close first, raise after
@@ -671,9 +677,11 @@ class ShareConsumer(ClientBase):
             self._failed = True
         self.close()
 
-    def _finish(self, acks: List[AckBatch], each_s: float, total_s: float) -> None:
+    def _finish(self, acks: List[AckBatch], sessions_s: float, leave_s: float,
+                total_s: Optional[float] = None) -> None:
         """Send ``acks`` with the closing of the share sessions, then leave the group,
-        waiting at most ``each_s`` seconds for each and ``total_s`` for both."""
+        waiting at most ``sessions_s`` seconds for the first, ``leave_s`` for the second
+        and ``total_s`` (default: their sum) for both."""
         fetcher, member, io = self._fetcher, self._member, self._io
         closed = threading.Event()
         left = threading.Event()
@@ -686,10 +694,10 @@ class ShareConsumer(ClientBase):
             fetcher.close_sessions(closed.set)
 
         io.call_soon(close_sessions)
-        end = time.monotonic() + total_s
-        self._cluster.wait_for(closed, min(end, time.monotonic() + each_s))
+        end = time.monotonic() + (sessions_s + leave_s if total_s is None else total_s)
+        self._cluster.wait_for(closed, min(end, time.monotonic() + sessions_s))
         member.leave(left.set)
-        self._cluster.wait_for(left, min(end, time.monotonic() + each_s))
+        self._cluster.wait_for(left, min(end, time.monotonic() + leave_s))
 
     def _unhanded(self) -> List[AckBatch]:
         """RELEASE for every record acquired for this member and never handed out."""
@@ -728,7 +736,7 @@ class ShareConsumer(ClientBase):
                 "for redelivery (%d returned by poll() and not acknowledged, %d fetched "
                 "and not returned): use close() to acknowledge them", handed + fetched,
                 handed, fetched)
-        self._finish(acks, UNCLOSED_WAIT_S, UNCLOSED_WAIT_S)
+        self._finish(acks, UNCLOSED_WAIT_S, UNCLOSED_WAIT_S, UNCLOSED_WAIT_S)
 
     def _at_exit(self) -> None:
         self._stop_unclosed()

@@ -1309,7 +1309,8 @@ def test_close_from_another_thread_ends_a_waiting_commit_sync(offline, monkeypat
     # No answer will come (the fetcher is stopped here): the commit waits until close()
     # from this thread ends it, its partition given _DESTROY.
     from kafka_client.consumer import share_consumer
-    monkeypatch.setattr(share_consumer, "CLOSE_WAIT_S", 1.0)   # no session will close
+    monkeypatch.setattr(share_consumer, "CLOSE_ACK_WAIT_S", 1.0)   # no session will close
+    monkeypatch.setattr(share_consumer, "CLOSE_LEAVE_WAIT_S", 1.0)
     c = offline()
     queue_chunk(c, 0, 3, [(0, 2, 1)])
     assert len(c.poll(5)) == 3

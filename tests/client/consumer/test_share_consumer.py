@@ -333,6 +333,18 @@ def holding_one_record(share):
     return f
 
 
+def ack_one_then_answer(share, code):
+    """The fetcher holding t [0] offset 0 (holding_one_record), its ACCEPT riding on the
+    next ShareFetch, that request refused whole with ``code``: (fetcher, the ACCEPT's
+    waiter)."""
+    f = holding_one_record(share)
+    waiter = CommitWaiter(1)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)], now=False)
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], ShareFetchResponse(error_code=code, responses=[]))
+    return f, waiter
+
+
 def reopen(share):
     """Open the next session (its opening ShareFetch answered with nothing)."""
     f = share.fetcher
@@ -349,12 +361,7 @@ def test_an_ended_share_session_gave_its_records_back(share):
     acknowledgements fail at once, and one handed over later for a record of that
     session is not sent (it would be refused, and refuse the partition's others with
     it): it fails as INVALID_RECORD_STATE."""
-    f = holding_one_record(share)
-    first = CommitWaiter(1)
-    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], first)], now=False)
-    f.tick(time.monotonic())
-    answer(share.runner.take()[0], ShareFetchResponse(
-        error_code=ErrorCode.SHARE_SESSION_NOT_FOUND, responses=[]))
+    f, first = ack_one_then_answer(share, ErrorCode.SHARE_SESSION_NOT_FOUND)
     assert first.done.is_set() and f.acks == []
     assert first.results[("t", 0)].code() == ErrorCode.SHARE_SESSION_NOT_FOUND
     # a record acquired under the ended session, acknowledged again (explicit mode)
@@ -932,12 +939,7 @@ def test_acknowledgements_waiting_to_go_again_are_given_back_with_their_session(
     went back to the group, so those acknowledgements fail instead of going (sent, one
     named a record delivered again to this member and accepted it, and the application's
     own acknowledgement of that delivery then refused the partition's others whole)."""
-    f = holding_one_record(share)
-    waiter = CommitWaiter(1)
-    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)], now=False)
-    f.tick(time.monotonic())
-    answer(share.runner.take()[0], ShareFetchResponse(
-        error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, responses=[]))
+    f, waiter = ack_one_then_answer(share, ErrorCode.NOT_LEADER_OR_FOLLOWER)
     assert not waiter.done.is_set() and len(f.acks) == 1
     reopen(share)
     f.sessions[1].backoff_until = 0.0

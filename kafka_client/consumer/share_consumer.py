@@ -542,33 +542,27 @@ class ShareConsumer(ClientBase):
               delivery: Optional[int] = None) -> None:
         """Note an acknowledgement of the record in flight at ``offset``; ``delivery``:
         the tag of the message acknowledged (None: whichever delivery is in flight)."""
-        key = (topic, partition)
-        waiting = self._in_flight.get(key)
-        acked = self._acked.get(key)
-        held = waiting.get(offset) if waiting is not None else None
-        given = acked.get(offset) if acked is not None else None
-        # acknowledged again before it was sent: this one counts
-        current = held or given
+        def refused(reason: str) -> IllegalStateException:
+            return IllegalStateException(f"Failed to acknowledge {what}: Local: Erroneous "
+                                         f"state ({reason})")
+
         if not self._explicit_mode:
-            reason = "not in explicit acknowledgement mode"
-        elif current is None:
-            reason = f"{topic} [{partition}] offset {offset} is not in flight"
-        elif delivery is not None and delivery != current.delivery:
+            raise refused("not in explicit acknowledgement mode")
+        key = (topic, partition)
+        waiting = self._in_flight.get(key, {})
+        # in flight, or acknowledged again before it was sent: this one counts
+        current = waiting.get(offset) or self._acked.get(key, {}).get(offset)
+        if current is None:
+            raise refused(f"{topic} [{partition}] offset {offset} is not in flight")
+        if delivery is not None and delivery != current.delivery:
             # Sent, it would settle the delivery in flight, which the application has
             # not seen processed (Kafka's client: only the last poll()'s records).
-            reason = (f"{topic} [{partition}] offset {offset}: the message is of another "
-                      f"delivery of the record (poll() #{delivery}) than the one in "
-                      f"flight (poll() #{current.delivery}): acknowledge the message that "
-                      f"poll() returned")
-        else:
-            reason = ""
-        if reason:
-            raise IllegalStateException(f"Failed to acknowledge {what}: Local: Erroneous "
-                                        f"state ({reason})")
-        if held is not None:
-            del waiting[offset]
-            if not waiting:
-                del self._in_flight[key]
+            raise refused(f"{topic} [{partition}] offset {offset}: the message is of "
+                          f"another delivery of the record (poll() #{delivery}) than the "
+                          f"one in flight (poll() #{current.delivery}): acknowledge the "
+                          f"message that poll() returned")
+        if waiting.pop(offset, None) is not None and not waiting:
+            del self._in_flight[key]
         self._acked.setdefault(key, {})[offset] = Given(current.node, kind, current.delivery)
 
     def commit_sync(self, timeout: float = 60) -> Dict[TopicPartition,

@@ -151,7 +151,7 @@ class FakeCluster:
     def report_error(self, err):
         self.errors.append(err)
 
-    def _refused_since(self, since):
+    def _refused_since(self, since, ending=False):
         return None     # no connection refused (a call that expires says it timed out)
 
 

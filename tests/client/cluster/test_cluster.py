@@ -185,40 +185,37 @@ def test_a_broker_without_metadata_is_reported_once():
     assert err.code() == KafkaError._UNSUPPORTED_FEATURE and "Metadata" in err.str()
 
 
+def expire_after_a_refused_login(state: str) -> KafkaError:
+    """A DescribeCluster call's failure at its deadline, after the one connection it had
+    was refused at login and then went to ``state``."""
+    cluster = make_cluster()
+    runner = CallRunner(cluster)
+    failures = []
+    call = Call("DescribeCluster", ApiKey.DESCRIBE_CLUSTER, ANY_BROKER,
+                deadline=time.monotonic(), build=lambda version: None,
+                on_response=lambda resp, conn: None, on_failure=failures.append)
+    (conn,) = cluster.bootstrap
+    cluster._on_state(conn, DISCONNECTED, client_error(
+        KafkaError._AUTHENTICATION,
+        "SASL SCRAM-SHA-256 authentication failed: invalid credentials"))
+    conn.state = state
+    runner._expire(call)
+    (error,) = failures
+    return error
+
+
 def test_a_call_ending_while_a_refused_login_is_tried_again_names_the_refusal():
     """Every connection attempt during the call was refused at login, and at its
     deadline a new attempt happened to be under way (the client keeps trying, with
     backoff): the call ends with the refusal (_AUTHENTICATION, the broker's words), not
     "timed out". Seen intermittently in the SASL test of an admin call with a wrong
     password: the answer depended on whether the deadline fell between two attempts."""
-    cluster = make_cluster()
-    runner = CallRunner(cluster)
-    failures = []
-    call = Call("DescribeCluster", ApiKey.DESCRIBE_CLUSTER, ANY_BROKER,
-                deadline=time.monotonic(), build=lambda version: None,
-                on_response=lambda resp, conn: None, on_failure=failures.append)
-    (conn,) = cluster.bootstrap
-    refusal = client_error(KafkaError._AUTHENTICATION,
-                           "SASL SCRAM-SHA-256 authentication failed: invalid credentials")
-    cluster._on_state(conn, DISCONNECTED, refusal)
-    conn.state = CONNECTING              # the next attempt, under way at the deadline
-    runner._expire(call)
-    (error,) = failures
+    error = expire_after_a_refused_login(CONNECTING)
     assert error.code() == KafkaError._AUTHENTICATION, error
     assert "invalid credentials" in error.str() and "DescribeCluster" in error.str()
 
 
 def test_a_call_ending_with_a_connection_up_is_not_called_refused():
     """A refusal earlier in the call says nothing once a connection is up: timed out."""
-    cluster = make_cluster()
-    runner = CallRunner(cluster)
-    failures = []
-    call = Call("DescribeCluster", ApiKey.DESCRIBE_CLUSTER, ANY_BROKER,
-                deadline=time.monotonic(), build=lambda version: None,
-                on_response=lambda resp, conn: None, on_failure=failures.append)
-    (conn,) = cluster.bootstrap
-    cluster._on_state(conn, DISCONNECTED, client_error(KafkaError._AUTHENTICATION, "no"))
-    conn.state = READY
-    runner._expire(call)
-    (error,) = failures
+    error = expire_after_a_refused_login(READY)
     assert error.code() == KafkaError._TIMED_OUT, error

@@ -732,7 +732,7 @@ class CorrelationTracker:
         waiting, silent = self._waiting, self._silent
         item = waiting.get(correlation_id)
         expected = item is not None
-        if not expected:
+        if item is None:
             item = silent.get(correlation_id)
             if item is None:
                 raise CorrelationIdError(

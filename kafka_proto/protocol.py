@@ -345,6 +345,7 @@ class BrokerConversation:
             entry = tracker.get(cid)
             if entry is None:
                 tracker.pop(cid)  # raises CorrelationIdError, naming the id
+                raise AssertionError(f"tracker.pop({cid}) returned for an id it does not hold")
             _, body = decode_response_header(frame, entry.api_key, entry.api_version)
             if tracker.pop(cid) is None:
                 continue  # an answer to a fire-and-forget request (Tansu, noida-db): dropped

@@ -206,6 +206,7 @@ def _fields(buf: memoryview):
     length-delimited ones."""
     pos = 0
     end = len(buf)
+    value: Union[int, memoryview]
     while pos < end:
         key, pos = _read_varint(buf, pos)
         number, wire_type = key >> 3, key & 7
@@ -261,7 +262,8 @@ def _decode_any(buf: memoryview) -> AttributeValue:
 
 
 def _decode_key_value(buf: memoryview) -> Tuple[str, AttributeValue]:
-    key, value = "", ""
+    key = ""
+    value: AttributeValue = ""
     for number, wire_type, raw in _fields(buf):
         if number == 1 and wire_type == _LEN:
             key = _text(raw)

@@ -6,7 +6,19 @@ from collections import namedtuple
 from operator import attrgetter
 from struct import Struct
 from struct import error as StructError
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Set,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 from uuid import UUID
 
 from kafka_proto._wire import Reader, Writer
@@ -115,7 +127,7 @@ def _write_records(w, value, compact):
         w.write_nullable_bytes(value)
 
 
-_PACKERS = {}
+_PACKERS: Dict[Tuple[int, str], Struct] = {}
 _PACKED_SIZE = {"b": 1, "h": 2, "H": 2, "i": 4, "I": 4, "q": 8, "d": 8}
 
 
@@ -182,7 +194,7 @@ _VALUE_GETTERS: Dict[type, Callable[[Any], Any]] = {}
 _DEFAULTS: Dict[type, Tuple[Callable[[Any], Any], Any]] = {}
 
 
-def _values_getter(cls: type) -> Callable[[Any], Any]:
+def _values_getter(cls: Type["_Struct"]) -> Callable[[Any], Any]:
     getter = _VALUE_GETTERS.get(cls)
     if getter is None:
         slots = cls.__slots__
@@ -200,6 +212,14 @@ class _Struct:
     FLEXIBLE_MIN_VERSION: Optional[int] = None
     FIELDS: Tuple[FieldSpec, ...] = ()
     __hash__ = None  # type: ignore[assignment]  # mutable
+    if TYPE_CHECKING:
+        # Every generated class defines these (its __slots__ hold the field values).
+        unknown_tagged_fields: Optional[Dict[int, bytes]]
+
+        def _write(self, w: Writer, version: int) -> None: ...
+
+        @staticmethod
+        def _read(r: Reader, version: int) -> Any: ...
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):

@@ -250,11 +250,11 @@ def resolve_topic_config(broker: Mapping[str, Any],
     for name, d in TOPIC_CONFIGS.items():
         values[name] = broker.get(d.broker_synonym, d.default) if d.broker_synonym else d.default
     for name, raw in (overrides or {}).items():
-        d = TOPIC_CONFIGS.get(name)
-        if d is None:
+        known = TOPIC_CONFIGS.get(name)
+        if known is None:
             raise ConfigError(name, "unknown or unsupported topic property; the test "
                               f"cluster knows {', '.join(sorted(TOPIC_CONFIGS))}")
-        values[name] = _parse(d, raw)
+        values[name] = _parse(known, raw)
     return values
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from kafka_proto.enums import FetchSessionEpoch, IsolationLevel
 from kafka_proto.errors import ErrorCode, KafkaProtocolError
@@ -20,7 +20,7 @@ from kafka_proto.messages import FetchRequest
 from kafka_proto.protocol import BrokerConversation
 
 from ._fetch_sessions import NO_SESSION
-from ._net import StreamConnection
+from ._net import StreamConnection, Timer
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._broker import Broker
@@ -60,7 +60,8 @@ class ReplicaFetcher(StreamConnection):
         if self._in_flight is not None or self.closed:
             return
         broker = self.broker
-        topics: Dict[str, List[FetchRequest.FetchPartition]] = {}
+        # Any: FetchRequest.FetchPartition is a class attribute, not a type, to mypy.
+        topics: Dict[str, List[Any]] = {}
         sent: Dict[Tuple[str, int], int] = {}
         max_bytes = broker.settings["replica.fetch.max.bytes"]
         for key in sorted(self.partitions):
@@ -93,7 +94,10 @@ class ReplicaFetcher(StreamConnection):
             return
         try:
             self.conversation.receive_frame(frame)
-            response = self.conversation.next_event().response
+            event = self.conversation.next_event()
+            # One whole frame answering a request that expects an answer: never None.
+            assert event is not None
+            response = event.response
         except KafkaProtocolError as exc:
             self.close(f"bad fetch response: {exc}")
             return
@@ -150,7 +154,7 @@ class ReplicaFetcherManager:
         self.broker = broker
         self.fetchers: Dict[int, ReplicaFetcher] = {}
         self.assigned: Dict[Tuple[str, int], int] = {}   # key -> leader id
-        self._retry_timer = None
+        self._retry_timer: Optional[Timer] = None
 
     def add_partition(self, key: Tuple[str, int], leader_id: int) -> None:
         old = self.assigned.get(key)

@@ -16,7 +16,7 @@ import selectors
 import socket
 import time
 from collections import deque
-from typing import Any, Callable, Deque, List, NamedTuple, Optional, Union
+from typing import Any, Callable, Deque, Iterable, List, NamedTuple, Optional, Union
 
 from kafka_proto.errors import InvalidLengthError
 from kafka_proto.framing import FrameParser
@@ -250,7 +250,7 @@ class StreamConnection:
         self.close(reason)
 
     # -- writing ---------------------------------------------------------------------
-    def send(self, items: List[OutItem]) -> None:
+    def send(self, items: Iterable[OutItem]) -> None:
         if self.closed:
             return
         self.out.extend(items)
@@ -281,7 +281,7 @@ class StreamConnection:
                         break
                     out.popleft()
                     continue
-                parts = []
+                parts: List[Union[bytes, bytearray, memoryview]] = []
                 total = 0
                 flags = 0
                 for part in out:
@@ -313,9 +313,12 @@ class StreamConnection:
     def _drop_sent(self, sent: int) -> None:
         out = self.out
         while sent:
-            size = memoryview(out[0]).nbytes
+            head = out[0]
+            # sendmsg() was given only the buffers before the first FileRegion.
+            assert not isinstance(head, FileRegion)
+            size = memoryview(head).nbytes
             if sent < size:
-                out[0] = memoryview(out[0])[sent:]
+                out[0] = memoryview(head)[sent:]
                 return
             out.popleft()
             sent -= size

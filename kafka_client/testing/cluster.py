@@ -17,7 +17,18 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import (
+    Any,
+    BinaryIO,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Union,
+)
 
 from kafka_proto.enums import CoordinatorType
 from kafka_proto.errors import ErrorCode
@@ -149,7 +160,7 @@ class RequestLogEntry:
 
     @classmethod
     def from_dict(cls, raw: Dict[str, Any]) -> "RequestLogEntry":
-        known = {k: raw.get(k) for k in cls._FIELDS if k in raw}
+        known: Dict[str, Any] = {k: raw.get(k) for k in cls._FIELDS if k in raw}
         injected = raw.get("injected_error")
         if injected is not None:
             injected = ErrorCode(injected).name
@@ -273,7 +284,7 @@ class Cluster:
         self._process: Optional[subprocess.Popen] = None
         self._attached = False
         self._sock: Optional[socket.socket] = None
-        self._reader = None
+        self._reader: Optional[BinaryIO] = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._info: Dict[str, Any] = {}
@@ -399,7 +410,10 @@ class Cluster:
 
     # -- control channel -------------------------------------------------------------
     def _read_reply(self) -> Dict[str, Any]:
-        line = self._reader.readline()
+        reader = self._reader
+        if reader is None:  # closed by a stop() in another thread
+            raise ClusterError("the cluster is not running")
+        line = reader.readline()
         if not line:
             raise ClusterError(f"the cluster process ended; see {self.log_path}")
         return json.loads(line)

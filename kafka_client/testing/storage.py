@@ -30,7 +30,7 @@ import bisect
 import os
 import shutil
 import time
-from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from kafka_proto.errors import KafkaProtocolError
 from kafka_proto.logdir import (
@@ -101,7 +101,7 @@ def _write_all(fd: int, data) -> None:
 class LogReadResult(NamedTuple):
     """Whole batches of one segment file: send ``size`` bytes from ``position``."""
 
-    file: object            # the segment's open file (kept alive while the bytes are sent)
+    file: BinaryIO          # the segment's open file (kept alive while the bytes are sent)
     position: int
     size: int
     first_offset: int       # base offset of the first batch
@@ -713,6 +713,7 @@ class PartitionLog:
             out = bytearray()
             headers: List[BatchHeader] = []
             changed = False
+            pieces: List[bytes]
             for batch in read_batches(data, check_crc=False):
                 if is_aborted(batch):
                     pieces, dropped = [], batch.last_offset - batch.base_offset + 1
@@ -745,11 +746,11 @@ class PartitionLog:
             if seg.base_offset not in replaced:
                 kept.append(seg)
                 continue
-            new = replaced[seg.base_offset]
+            replacement = replaced[seg.base_offset]
             seg.delete()
-            if new is not None:
-                new.rename_to_final()
-                kept.append(new)
+            if replacement is not None:
+                replacement.rename_to_final()
+                kept.append(replacement)
         self.segments = kept
         return removed
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
+from kafka_proto.enums import AclOperation, AclResourceType
 from kafka_proto.framing import RequestHead
 from kafka_proto.messages import API_KEYS, ApiKey, ApiVersionsResponse
 
@@ -27,6 +28,8 @@ __all__ = ["RequestContext", "HANDLERS", "ERROR_ANSWERS", "VALIDATORS", "SUPPORT
 
 Handler = Callable[["RequestContext"], None]
 ErrorAnswer = Callable[[Any, int, int], Any]
+# An error answer keeps its own signature (some take an error message too).
+_AnyErrorAnswer = TypeVar("_AnyErrorAnswer", bound=ErrorAnswer)
 Validator = Callable[[Any, int], Optional[str]]
 
 _log = logging.getLogger("kafka_client.testing")
@@ -140,8 +143,8 @@ def validates(api_key: int) -> Callable[[Validator], Validator]:
     return register
 
 
-def error_answer(api_key: int) -> Callable[[ErrorAnswer], ErrorAnswer]:
-    def register(fn: ErrorAnswer) -> ErrorAnswer:
+def error_answer(api_key: int) -> Callable[[_AnyErrorAnswer], _AnyErrorAnswer]:
+    def register(fn: _AnyErrorAnswer) -> _AnyErrorAnswer:
         ERROR_ANSWERS[api_key] = fn
         return fn
     return register
@@ -202,10 +205,11 @@ class RequestContext:
         self.answered = True
         self.broker.finish_without_response(self)
 
-    def allowed(self, operation: int, resource_type: int, name: str) -> bool:
-        """Whether the connection's principal may perform ``operation`` (an
-        ``_acls.AclOperation``) on the resource: always without an authorizer. A check
-        that fails is noted in the request log (``denied``: ``"READ TOPIC:orders"``)."""
+    def allowed(self, operation: AclOperation, resource_type: AclResourceType,
+                name: str) -> bool:
+        """Whether the connection's principal may perform ``operation`` on the resource:
+        always without an authorizer. A check that fails is noted in the request log
+        (``denied``: ``"READ TOPIC:orders"``)."""
         allowed = self.broker.server.authorizer.authorize(self.conn, operation,
                                                           resource_type, name)
         if not allowed and self.log_entry is not None:
@@ -216,7 +220,7 @@ class RequestContext:
                 denied.append(what)
         return allowed
 
-    def authorized_operations(self, resource_type: int, name: str) -> int:
+    def authorized_operations(self, resource_type: AclResourceType, name: str) -> int:
         """KIP-430: the bit field of the operations the principal may perform on the
         resource (every operation of its type without an authorizer)."""
         return self.broker.server.authorizer.authorized_operations(self.conn, resource_type,

@@ -5,7 +5,7 @@ AlterUserScramCredentials)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, Optional, Set
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
 
 from kafka_proto.enums import (
     AclOperation, AclResourceType, AlterConfigOp, ConfigResourceType, ConfigSource, ElectionType,
@@ -407,7 +407,8 @@ def describe_configs_error(request: Any, version: int, code: int) -> Any:
         for r in request.resources])
 
 
-def _config_entries(values: Dict[str, Any], sources: Dict[str, int], keys: Optional[List[str]],
+def _config_entries(values: Dict[str, Any], sources: Mapping[str, int],
+                    keys: Optional[List[str]],
                     include_synonyms: bool, sensitive: Dict[str, bool],
                     read_only: bool) -> List[Any]:
     R = DescribeConfigsResponse
@@ -710,7 +711,8 @@ def elect_leaders(ctx: RequestContext) -> None:
         wanted = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
     by_topic: Dict[str, List[Any]] = {}
     for topic, index in wanted:
-        code, message = ErrorCode.NONE, None
+        code: int = ErrorCode.NONE
+        message: Optional[str] = None
         try:
             controller.elect_leader(topic, index, unclean)
         except ControllerError as exc:

@@ -148,7 +148,7 @@ def produce(ctx: RequestContext) -> None:
             result, replica = AppendResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED), None
         else:
             error, replica = broker.leader_replica(name, index)
-            if error:
+            if error or replica is None:  # (None only with an error)
                 result = AppendResult(error)
             elif ctx.version < 7 and _zstd(pd.records):
                 result = AppendResult(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, message=(
@@ -383,7 +383,7 @@ class _FetchOperation(LongPoll):
             return
         self.keys = [(w.name, w.key[1]) for w in self.wanted if w.name is not None]
         if self.follower is not None and not self.follower_refused:
-            self._record_follower_offsets()
+            self._record_follower_offsets(self.follower)
         req = self.ctx.request
         # Nothing to read is answered at once, as Kafka does.
         if self._try(final=req.max_wait_ms <= 0 or not self.wanted):
@@ -441,7 +441,7 @@ class _FetchOperation(LongPoll):
         self.wanted = wanted
         return ErrorCode.NONE
 
-    def _record_follower_offsets(self) -> None:
+    def _record_follower_offsets(self, follower: int) -> None:
         broker = self.ctx.broker
         for w in self.wanted:
             if w.name is None:
@@ -453,7 +453,7 @@ class _FetchOperation(LongPoll):
                     not self._diverges(replica.log, p):
                 # As Kafka: a fetch answered with a diverging epoch says nothing about
                 # what the follower has (its offsets past the divergence are not ours).
-                replica.on_follower_fetch(self.follower, p.fetch_offset, p.log_start_offset)
+                replica.on_follower_fetch(follower, p.fetch_offset, p.log_start_offset)
 
     def _respond(self, reads: List[_Read]) -> None:
         for replica, hw in self.sent_hw:
@@ -566,9 +566,9 @@ class _FetchOperation(LongPoll):
             error, replica = broker.leader_replica(topic, p.partition)
         else:
             error, replica = broker.local_replica(topic, p.partition)
-        if error == ErrorCode.NONE:
+        if error == ErrorCode.NONE and replica is not None:  # (None only with an error)
             error = replica.check_epoch(p.current_leader_epoch)
-        if error:
+        if error or replica is None:
             data = _fetch_partition(p.partition, error)
             part = broker.controller.partition(topic, p.partition)
             if part is not None and self.version >= 12 and part.leader >= 0:
@@ -580,7 +580,7 @@ class _FetchOperation(LongPoll):
         fields = dict(high_watermark=log.high_watermark,
                       last_stable_offset=log.last_stable_offset(),
                       log_start_offset=log.log_start_offset)
-        if self.propagate_hw and replica.is_leader:
+        if self.propagate_hw and self.follower is not None and replica.is_leader:
             if replica.follower_needs_high_watermark(self.follower):
                 self.hw_behind = True
             self.sent_hw.append((replica, log.high_watermark))
@@ -712,9 +712,9 @@ def list_offsets(ctx: RequestContext) -> None:
                                                      ErrorCode.INVALID_REQUEST))
                 continue
             error, replica = broker.leader_replica(t.name, p.partition_index)
-            if error == ErrorCode.NONE:
+            if error == ErrorCode.NONE and replica is not None:  # (None only with an error)
                 error = replica.check_epoch(p.current_leader_epoch)
-            if error:
+            if error or replica is None:
                 parts.append(_list_offsets_partition(p.partition_index, error))
                 continue
             log = replica.log
@@ -788,9 +788,9 @@ def offset_for_leader_epoch(ctx: RequestContext) -> None:
                                               end_offset=-1))
                 continue
             error, replica = broker.leader_replica(t.topic, p.partition)
-            if error == ErrorCode.NONE:
+            if error == ErrorCode.NONE and replica is not None:  # (None only with an error)
                 error = replica.check_epoch(p.current_leader_epoch)
-            if error:
+            if error or replica is None:
                 parts.append(R.EpochEndOffset(partition=p.partition, error_code=error,
                                               leader_epoch=-1, end_offset=-1))
                 continue
@@ -828,7 +828,7 @@ def delete_records(ctx: RequestContext) -> None:
             else:
                 error, replica = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
             low = -1
-            if error == ErrorCode.NONE:
+            if error == ErrorCode.NONE and replica is not None:  # (None only with an error)
                 log = replica.log
                 offset = log.high_watermark if p.offset == -1 else p.offset
                 if offset < 0 or offset > log.high_watermark:

@@ -515,6 +515,7 @@ class Broker:
             self._refuse(conn, f"{api_info(api_key).name} v{api_version} is not supported "
                                f"(versions {supported[0]}-{supported[1]})")
             return
+        request: Any  # the request class of api_key
         try:
             head, body = decode_request_header(frame)
             request, used = request_class(api_key).decode_prefix(body, api_version)

@@ -36,7 +36,7 @@ UNINITIALIZED = -1
 NO_TOPIC_ID = uuid.UUID(int=0)
 
 
-def _group_error(ctx: RequestContext, group_id: str, operation: int,
+def _group_error(ctx: RequestContext, group_id: str, operation: AclOperation,
                  empty: bool) -> Tuple[int, Optional[str]]:
     """The error (and message) of the group as a whole: authorization, coordinator,
     existence and, with ``empty``, membership."""
@@ -56,7 +56,7 @@ def _group_error(ctx: RequestContext, group_id: str, operation: int,
     return ErrorCode.NONE, None
 
 
-def _topic_error(ctx: RequestContext, topic: str, operation: int,
+def _topic_error(ctx: RequestContext, topic: str, operation: AclOperation,
                  index: Optional[int] = None) -> int:
     if not ctx.allowed(operation, AclResourceType.TOPIC, topic):
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED

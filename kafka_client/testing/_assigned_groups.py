@@ -13,7 +13,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import (
-    TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterable, List, Optional, Set, Tuple,
+    TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterable, List, Optional, Set, Tuple, Type,
 )
 
 from kafka_proto.enums import AclOperation, AclResourceType
@@ -99,7 +99,8 @@ def by_topic(partitions: Iterable[TopicPartition]) -> List[Tuple[uuid.UUID, List
 
 
 def describe_groups(ctx: RequestContext, coordinator: AssignedGroupCoordinator,
-                    response: Any, kind: type, described: Callable[[Any], Any]) -> None:
+                    response: Any, kind: Type[AssignedGroup],
+                    described: Callable[[Any], Any]) -> None:
     """Answer a ConsumerGroupDescribe or a ShareGroupDescribe (one shape): per group id,
     GROUP_AUTHORIZATION_FAILED without DESCRIBE on it, NOT_COORDINATOR where this broker
     is not its coordinator, GROUP_ID_NOT_FOUND where it is no group of ``kind``, else

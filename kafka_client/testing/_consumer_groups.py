@@ -678,7 +678,7 @@ class ConsumerGroupCoordinator(AssignedGroupCoordinator):
         """The error of an OffsetFetch v9+ naming a member of a consumer group."""
         if member_id is None and epoch < 0:
             return ErrorCode.NONE
-        member = group.members.get(member_id)
+        member = group.members.get(member_id) if member_id is not None else None
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if epoch != member.epoch:

@@ -23,7 +23,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from kafka_proto.enums import (
     AclOperation, AclResourceType, ClassicGroupState, CoordinatorType, GroupType,
@@ -289,18 +289,20 @@ class GroupCoordinator:
         group.generation += 1
         group.protocol_type = members[0].protocol_type
         group.protocol_name = _choose_protocol(members)
-        if group.leader_id not in group.members:
-            group.leader_id = members[0].member_id
+        leader_id = group.leader_id
+        if leader_id is None or leader_id not in group.members:
+            leader_id = group.leader_id = members[0].member_id
         group.state = ClassicGroupState.COMPLETING_REBALANCE
         for member in members:
             ctx = member.join
+            assert ctx is not None  # members: those whose JoinGroup waits
             member.join = None
             member.assignment = b""
-            is_leader = member.member_id == group.leader_id
+            is_leader = member.member_id == leader_id
             response = JoinGroupResponse(
                 error_code=ErrorCode.NONE, generation_id=group.generation,
                 protocol_type=group.protocol_type, protocol_name=group.protocol_name,
-                leader=group.leader_id, member_id=member.member_id,
+                leader=leader_id, member_id=member.member_id,
                 members=[JoinGroupResponse.JoinGroupResponseMember(
                     member_id=m.member_id, group_instance_id=m.group_instance_id,
                     metadata=m.metadata_for(group.protocol_name))
@@ -422,6 +424,8 @@ class GroupCoordinator:
         same_protocols = old.protocols == protocols
         old.protocols = protocols
         if group.state == ClassicGroupState.STABLE and same_protocols:
+            # A stable group has a leader: only an emptied group's leader_id is None.
+            assert group.leader_id is not None
             ctx.respond(JoinGroupResponse(
                 error_code=ErrorCode.NONE, generation_id=group.generation,
                 protocol_type=group.protocol_type, protocol_name=group.protocol_name,
@@ -447,6 +451,7 @@ class GroupCoordinator:
         if error:
             ctx.respond(SyncGroupResponse(error_code=error))
             return
+        assert group is not None and member is not None  # else check_member() refused
         if group.state == ClassicGroupState.PREPARING_REBALANCE:
             ctx.respond(SyncGroupResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS))
             return
@@ -513,6 +518,7 @@ class GroupCoordinator:
         error = self.check_member(group, member, req.generation_id,
                                    req.group_instance_id if ctx.version >= 3 else None)
         if error == ErrorCode.NONE:
+            assert group is not None and member is not None  # else check_member() refused
             self._touch(group, member)
             if group.state == ClassicGroupState.PREPARING_REBALANCE:
                 error = ErrorCode.REBALANCE_IN_PROGRESS
@@ -536,7 +542,7 @@ class GroupCoordinator:
                 if not member_id and instance_id is not None:
                     member_id = group.static_members.get(instance_id, "")
                 member = group.members.get(member_id)
-            if member is None:
+            if member is None or group is None:  # (no group: no member)
                 error = ErrorCode.UNKNOWN_MEMBER_ID
             elif instance_id is not None and member.group_instance_id != instance_id:
                 error = ErrorCode.FENCED_INSTANCE_ID
@@ -553,7 +559,7 @@ class GroupCoordinator:
     def commit(self, ctx: RequestContext) -> None:
         req = ctx.request
         R = OffsetCommitResponse
-        error = ErrorCode.NONE
+        error: int = ErrorCode.NONE
         # Kafka: READ on the group (or every partition is refused), and on each topic.
         group_allowed = _may_group(ctx, AclOperation.READ, req.group_id)
         if not self.owns(ctx, req.group_id):
@@ -582,7 +588,7 @@ class GroupCoordinator:
                 member = group.members.get(member_id) if group is not None else None
                 error = self.check_member(group, member, generation,
                                            req.group_instance_id if ctx.version >= 7 else None)
-                if error == ErrorCode.NONE and \
+                if error == ErrorCode.NONE and group is not None and \
                         group.state == ClassicGroupState.COMPLETING_REBALANCE:
                     error = ErrorCode.REBALANCE_IN_PROGRESS
             elif group is not None and group.members:
@@ -670,7 +676,7 @@ class GroupCoordinator:
             if error:
                 return error, []
         offsets = group.offsets if group is not None else {}
-        pending = set()
+        pending: Set[Tuple[str, int]] = set()
         if group is not None and require_stable:
             for txn in group.pending_txn_offsets.values():
                 pending.update(txn)

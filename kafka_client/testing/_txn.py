@@ -10,6 +10,7 @@ its producer's epoch bumped, fencing the producer.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -135,6 +136,7 @@ class TransactionCoordinator:
 
     def _check(self, ctx: RequestContext, tid: str, producer_id: int,
                producer_epoch: int) -> Tuple[int, Optional[Transaction]]:
+        """(error, transaction): the transaction is None exactly when there is an error."""
         if not self.owns(ctx, tid):
             return ErrorCode.NOT_COORDINATOR, None
         txn = self.transactions.get(tid)
@@ -170,7 +172,7 @@ class TransactionCoordinator:
         R = AddPartitionsToTxnResponse
         error, txn = self._check(ctx, req.v3_and_below_transactional_id,
                                  req.v3_and_below_producer_id, req.v3_and_below_producer_epoch)
-        if not error and txn.markers_pending:
+        if txn is not None and txn.markers_pending:
             error = ErrorCode.CONCURRENT_TRANSACTIONS
         controller = self.server.controller
         unknown = {(t.name, p) for t in req.v3_and_below_topics for p in t.partitions
@@ -190,7 +192,7 @@ class TransactionCoordinator:
                                                                   partition_error_code=code))
             results.append(R.AddPartitionsToTxnTopicResult(name=t.name,
                                                            results_by_partition=parts))
-        if not error and not unknown:
+        if txn is not None and not error and not unknown:
             self._begin(txn)
             txn.partitions.update((t.name, p) for t in req.v3_and_below_topics
                                   for p in t.partitions)
@@ -200,9 +202,9 @@ class TransactionCoordinator:
         req = ctx.request
         error, txn = self._check(ctx, req.transactional_id, req.producer_id,
                                  req.producer_epoch)
-        if not error and txn.markers_pending:
+        if txn is not None and txn.markers_pending:
             error = ErrorCode.CONCURRENT_TRANSACTIONS
-        if not error:
+        if txn is not None and not error:
             self._begin(txn)
             txn.groups.add(req.group_id)
         return AddOffsetsToTxnResponse(error_code=error)
@@ -212,7 +214,7 @@ class TransactionCoordinator:
         req = ctx.request
         error, txn = self._check(ctx, req.transactional_id, req.producer_id,
                                  req.producer_epoch)
-        if error:
+        if txn is None:
             return EndTxnResponse(error_code=error)
         if txn.state == TransactionState.ONGOING:
             self._end(txn, req.committed)
@@ -268,8 +270,9 @@ class TransactionCoordinator:
                 continue
             at = replica.append_control(build_control_batch(
                 kind, producer_id, producer_epoch, 0, timestamp=int(time.time() * 1000)))
-            replica.wait_for_replicas(at + 1, lambda error, key=key: self._marker_written(
-                error, tid, key, producer_id, producer_epoch, commit))
+            replica.wait_for_replicas(at + 1, functools.partial(
+                self._marker_written, tid=tid, key=key, producer_id=producer_id,
+                producer_epoch=producer_epoch, commit=commit))
         if later:
             self.server.loop.call_later(_MARKER_RETRY, self._write_markers, tid, later,
                                         producer_id, producer_epoch, commit)
@@ -290,7 +293,7 @@ class TransactionCoordinator:
         req = ctx.request
         R = TxnOffsetCommitResponse
         groups = self.server.groups
-        error = ErrorCode.NONE
+        error: int = ErrorCode.NONE
         if not groups.owns(ctx, req.group_id):
             error = ErrorCode.NOT_COORDINATOR
         else:

@@ -25,7 +25,7 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import BinaryIO, List, Optional, Sequence
 
 __all__ = [
     "BrokerNotAvailable",
@@ -169,7 +169,7 @@ class LocalBroker:
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix=f"kafka-{self.kind}-"))
         self.log_path = self.log_dir / f"{self.kind}.log"
         self.process: Optional[subprocess.Popen] = None
-        self._log_file = None
+        self._log_file: Optional[BinaryIO] = None
         self.starts = 0
 
     # -- to override ----------------------------------------------------------------

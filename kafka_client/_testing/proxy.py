@@ -74,7 +74,7 @@ from typing import (
 
 from kafka_client._testing.brokers import TansuBroker, free_port
 from kafka_proto.framing import decode_request_header, decode_response_header
-from kafka_proto.messages import ApiKey, request_class, response_class
+from kafka_proto.messages import ApiKey, ProduceRequest, request_class, response_class
 
 __all__ = ["FaultProxy", "Chaos", "CHAOS_ACTIONS", "ProxiedTansu", "proxied_tansu",
            "UPSTREAM", "DOWNSTREAM"]
@@ -325,6 +325,7 @@ class _ResponseRewriter:
         if self._mode == 2:
             frame = bytes(self._buf)
             expected = self._expected
+            assert expected is not None  # set with mode 2
             try:
                 out += self.rewrite(expected, frame)
             except Exception as exc:  # leave what we cannot parse as it was
@@ -402,8 +403,7 @@ class FaultProxy:
         self._ids = 0
         self._sel = selectors.DefaultSelector()
         self._listener: Optional[socket.socket] = None
-        self._listen(port)
-        self.port: int = self._listener.getsockname()[1]  # type: ignore[union-attr]
+        self.port: int = self._listen(port).getsockname()[1]
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -667,7 +667,7 @@ class FaultProxy:
         except (BlockingIOError, OSError):
             pass  # already awake (buffer full) or closing
 
-    def _listen(self, port: int) -> None:
+    def _listen(self, port: int) -> socket.socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -679,6 +679,7 @@ class FaultProxy:
         s.setblocking(False)
         self._listener = s
         self._sel.register(s, selectors.EVENT_READ, "listen")
+        return s
 
     # -- the loop --------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -919,7 +920,7 @@ class FaultProxy:
         out of their topics' range, so that no real partition gets its batches."""
         header, body = decode_request_header(memoryview(frame)[4:])
         version = header.api_version
-        request = request_class(ApiKey.PRODUCE).decode(body, version)
+        request = ProduceRequest.decode(body, version)
         for topic in request.topic_data:
             for part in topic.partition_data:
                 part.index += _DIVERT_OFFSET
@@ -932,28 +933,29 @@ class FaultProxy:
         """A response frame (size prefix included) rewritten as ``expected`` says: an
         injected error, or the broker addresses pointing at the proxy."""
         if expected.fault is not None:
-            return self._inject_fault(expected, frame)
+            return self._inject_fault(expected, expected.fault, frame)
         return self._rewrite_addresses(expected.api_key, expected.api_version, frame)
 
-    def _inject_fault(self, expected: _Expected, frame: bytes) -> bytes:
+    def _inject_fault(self, expected: _Expected, fault: _AnswerFault, frame: bytes) -> bytes:
         api_key, version = expected.api_key, expected.api_version
         _cid, body = decode_response_header(memoryview(frame)[4:], api_key, version)
         header_end = len(frame) - len(body)
-        response = response_class(api_key).decode(body, version)
-        if expected.fault.divert:
+        # Any: the response class is the API's, or the bytes the test's change returns.
+        response: Any = response_class(api_key).decode(body, version)
+        if fault.divert:
             for topic in response.responses:
                 for part in topic.partition_responses:
                     if part.index >= _DIVERT_OFFSET:   # (not if the divert failed)
                         part.index -= _DIVERT_OFFSET
-        if expected.fault.error_code is not None:
-            _set_error_codes(response, version, expected.fault.error_code)
-        if expected.fault.throttle_ms:
-            response.throttle_time_ms = expected.fault.throttle_ms
-        if expected.fault.change is not None:
+        if fault.error_code is not None:
+            _set_error_codes(response, version, fault.error_code)
+        if fault.throttle_ms:
+            response.throttle_time_ms = fault.throttle_ms
+        if fault.change is not None:
             if self.rewrite_addresses and api_key in _ADDRESS_APIS:
                 self._fix_addresses(response, api_key, version)   # then the test's change
             try:
-                changed = expected.fault.change(response, version)
+                changed = fault.change(response, version)
             except Exception as exc:  # the test reads it; the answer passes unchanged
                 self.rewrite_errors.append(exc)
                 return frame

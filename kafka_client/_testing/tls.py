@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from kafka_client._testing.brokers import LOOPBACK, TansuBroker, free_port
 from kafka_client._testing.processes import stop_process_group, wait_listening
@@ -288,8 +288,9 @@ class TlsEndpoints:
 
     def conf(self, endpoint: Stunnel, **extra: object) -> dict:
         """A client configuration for ``endpoint`` trusting the test CA."""
-        conf = {"bootstrap.servers": endpoint.bootstrap, "security.protocol": "ssl",
-                "ssl.ca.location": str(self.certs.ca)}
+        conf: Dict[str, object] = {
+            "bootstrap.servers": endpoint.bootstrap, "security.protocol": "ssl",
+            "ssl.ca.location": str(self.certs.ca)}
         conf.update(extra)
         return conf
 

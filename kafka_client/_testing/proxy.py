@@ -816,11 +816,11 @@ class FaultProxy:
             pipe.eof = True
             self._pump(conn, pipe)
             return
-        if conn.scanner is not None:
+        if conn.scanner is not None and conn.rewriter is not None:  # (set together)
             if pipe.direction == UPSTREAM:
                 data = conn.scanner.feed(data)
             else:
-                data = conn.rewriter.feed(data)  # type: ignore[union-attr]
+                data = conn.rewriter.feed(data)
             if not data:
                 return  # part of a frame being held for rewriting
         trigger_key = pipe.direction if pipe.direction in self._drop else (

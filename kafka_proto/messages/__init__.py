@@ -73,7 +73,7 @@ def message_class(name: str) -> Type[_Message]:
 def api_info(api: Union[int, str]) -> ApiInfo:
     """Facts about one API, by key (1) or name ("Fetch"); UnsupportedVersionError if unknown."""
     key = API_KEYS_BY_NAME.get(api) if isinstance(api, str) else api
-    info = API_KEYS.get(key)  # type: ignore[arg-type]
+    info = API_KEYS.get(key) if key is not None else None
     if info is None:
         raise UnsupportedVersionError(f"unknown API {api!r}")
     return info

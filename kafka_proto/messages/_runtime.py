@@ -331,7 +331,7 @@ def _in_range(low: Optional[int], high: Optional[int], version: int) -> bool:
     return low is not None and low <= version and (high is None or version <= high)
 
 
-def _fit_plan(cls: type, version: int) -> _FitPlan:
+def _fit_plan(cls: Type[_Struct], version: int) -> _FitPlan:
     key = (cls, version)
     plan = _FIT_PLANS.get(key)
     if plan is None:
@@ -339,7 +339,7 @@ def _fit_plan(cls: type, version: int) -> _FitPlan:
         not_null: List[str] = []
         nested: List[Tuple[str, bool]] = []
         defaults = cls()
-        for f in cls.FIELDS:  # type: ignore[attr-defined]
+        for f in cls.FIELDS:
             if not _in_range(f.min_version, f.max_version, version):
                 if not f.ignorable:
                     absent.append((f.name, getattr(defaults, f.name)))
@@ -395,12 +395,12 @@ def _structs_in(message: Any, fields: List[Tuple[str, bool]]) -> Any:
 _ERROR_PATHS: Dict[type, Tuple[bool, List[Tuple[str, bool]]]] = {}
 
 
-def _error_path(cls: type) -> Tuple[bool, List[Tuple[str, bool]]]:
+def _error_path(cls: Type[_Struct]) -> Tuple[bool, List[Tuple[str, bool]]]:
     path = _ERROR_PATHS.get(cls)
     if path is None:
-        own = any(f.name == "error_code" for f in cls.FIELDS)  # type: ignore[attr-defined]
+        own = any(f.name == "error_code" for f in cls.FIELDS)
         nested = []
-        for f in cls.FIELDS:  # type: ignore[attr-defined]
+        for f in cls.FIELDS:
             if f.struct is not None and f.struct is not cls:
                 sub_own, sub_nested = _error_path(f.struct)
                 if sub_own or sub_nested:

@@ -96,6 +96,22 @@ def test_calls_after_the_cluster_process_died_say_so():
     assert not c.running
 
 
+def test_a_call_meeting_a_channel_closed_by_another_threads_stop_says_so():
+    """stop() closes the control channel outside the call lock, forgetting the reader
+    before the socket: a call already past its "not running" check then met a reader of
+    None (a bare AttributeError before, which the call's own error handling let through)."""
+    c = Cluster(brokers=1)
+    try:
+        c._reader.close()
+        c._reader = None                  # the moment between the two in _close_channel()
+        with pytest.raises(ClusterError, match="not running"):
+            c.topics()
+        assert c._sock is None            # the call closed what was left of the channel
+    finally:
+        c.stop()
+    assert not c.running
+
+
 @pytest.mark.parametrize("args, words", [
     (["--brokers", "0"], "at least one broker"),
     (["--ports", "a"], "'a' is not a port"),                   # a traceback before

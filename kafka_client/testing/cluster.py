@@ -420,15 +420,18 @@ class Cluster:
 
     def _call(self, op: str, timeout: Optional[float] = 60.0, **args: Any) -> Any:
         with self._lock:
-            if self._sock is None:
+            # stop() in another thread closes the channel outside this lock: the socket
+            # taken once, a closed one raises OSError below, never None.
+            sock = self._sock
+            if sock is None:
                 raise ClusterError("the cluster is not running")
             request_id = next(self._ids)
             try:
-                self._sock.settimeout(timeout)
-                self._sock.sendall(json.dumps({"id": request_id, "op": op,
-                                               "args": args}).encode() + b"\n")
+                sock.settimeout(timeout)
+                sock.sendall(json.dumps({"id": request_id, "op": op,
+                                         "args": args}).encode() + b"\n")
                 reply = self._read_reply()
-                self._sock.settimeout(None)
+                sock.settimeout(None)
             except (OSError, ClusterError) as exc:
                 # The process died, or left this call unanswered (its late answer would
                 # be taken for the next call's): the channel is of no more use.

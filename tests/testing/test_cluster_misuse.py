@@ -112,6 +112,27 @@ def test_a_call_meeting_a_channel_closed_by_another_threads_stop_says_so():
     assert not c.running
 
 
+def test_a_call_whose_channel_another_threads_stop_closes_meanwhile_says_so(monkeypatch):
+    """stop() in another thread closes the channel while a call waits for its answer:
+    the call raises ClusterError (it met a socket of None: a bare AttributeError)."""
+    c = Cluster(brokers=1)
+    try:
+        read_reply = c._read_reply
+
+        def answered_then_closed():
+            reply = read_reply()
+            c._close_channel()            # what the other thread's stop() does meanwhile
+            return reply
+
+        monkeypatch.setattr(c, "_read_reply", answered_then_closed)
+        with pytest.raises(ClusterError, match="does not answer"):
+            c.topics()
+        assert c._sock is None
+    finally:
+        c.stop()
+    assert not c.running
+
+
 @pytest.mark.parametrize("args, words", [
     (["--brokers", "0"], "at least one broker"),
     (["--ports", "a"], "'a' is not a port"),                   # a traceback before

@@ -392,7 +392,9 @@ class ClientBase:
                 except IndexError:
                     break
                 served += 1
-                if type(event) is ThrottleEvent:
+                if isinstance(event, ThrottleEvent):
+                    # kept by the cluster only when throttle_cb is set
+                    assert self._throttle_cb is not None
                     self._throttle_cb(event)
                 elif isinstance(event, Exception):
                     raise event

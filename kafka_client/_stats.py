@@ -145,7 +145,7 @@ CONSUMER_REQUESTS = ("Fetch", "ListOffsets", "Metadata", "OffsetCommit", "Offset
                      "SyncGroup") + _COMMON_TAIL
 
 #: librdkafka's names that differ from the schemas' API names
-_RENAMED = {ApiKey.API_VERSIONS: "ApiVersion"}
+_RENAMED: Dict[int, str] = {ApiKey.API_VERSIONS: "ApiVersion"}
 
 
 def request_counts(sent: Mapping[int, int], names: Any) -> Dict[str, int]:

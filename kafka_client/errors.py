@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import builtins
 import operator
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Type, Union
 
 from kafka_client._error_codes import ErrorCodeConstants
 from kafka_proto.errors import ERRORS_BY_CODE, ErrorCode
@@ -209,7 +209,7 @@ class KafkaError(ErrorCodeConstants):
                                 f"{type(error).__name__}") from None
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"KafkaError reason must be a str, not {type(reason).__name__}")
-        self._code = code
+        self._code: int = code
         self._reason = reason
         self._fatal = bool(fatal)
         self._retriable = bool(retriable)
@@ -380,8 +380,8 @@ class _KafkaClientError(KafkaException):
         return self.args[0].name()
 
 
-def _rebuild_client_error(cls: type, args: Tuple[Any, ...], exception: Any,
-                          kafka_message: Any) -> "_KafkaClientError":
+def _rebuild_client_error(cls: Type["_KafkaClientError"], args: Tuple[Any, ...],
+                          exception: Any, kafka_message: Any) -> "_KafkaClientError":
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     error.exception = exception

@@ -778,6 +778,7 @@ class Cluster:
                 if recent is not None and recent[0] >= started else ""
             raise KafkaException(client_error(KafkaError._TIMED_OUT,
                                               f"Failed to {what} within {timeout:g}s{why}"))
+        assert conn is not None   # an answer comes with the connection it came on
         return resp, conn
 
     def list_topics(self, topic: Optional[str], timeout: Optional[float]) -> ClusterMetadata:

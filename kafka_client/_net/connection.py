@@ -228,7 +228,8 @@ class _Request:
         self.msg = msg
         self.fail_unreachable = fail_unreachable
         self.for_version = for_version
-        self.api_key = msg.API_KEY if msg is not None else None
+        # no message: the ApiVersions handshake, framed by the conversation itself
+        self.api_key: int = msg.API_KEY if msg is not None else ApiKey.API_VERSIONS
         self.version = version
         self.expect_response = expect_response
         self.callback = callback
@@ -548,6 +549,7 @@ class BrokerConnection:
         # wrap_socket takes the file descriptor over (the plain socket object is left
         # closed), so the selector forgets the old object and learns the new one.
         raw = self.sock
+        assert raw is not None     # connected
         self.io.unregister(raw)
         try:
             self.sock = ctx.wrap_socket(raw, server_hostname=self.host,
@@ -565,6 +567,7 @@ class BrokerConnection:
 
     def _tls_handshake_step(self) -> None:
         sock = self.sock
+        assert isinstance(sock, ssl.SSLSocket)    # wrapped by _connected
         try:
             sock.do_handshake()
         except ssl.SSLWantReadError:
@@ -650,6 +653,7 @@ class BrokerConnection:
                               "SaslAuthenticate (KIP-152, Kafka 1.0+)")
             return
         mechanism = self.settings.security.mechanism
+        assert mechanism is not None     # SASL is started only when one is configured
         self._send_now(SaslHandshakeRequest(mechanism=mechanism), self._sasl_handshake_answered)
 
     def _send_now(self, msg: Any, callback: ResponseCallback) -> None:
@@ -827,7 +831,7 @@ class BrokerConnection:
         now = time.monotonic()
         req.sent_at = now
         self.outbuf_latency.add(now - req.queued_at)
-        api_key = req.api_key if req.api_key is not None else ApiKey.API_VERSIONS  # handshake
+        api_key = req.api_key
         by_api = self.requests_by_api
         by_api[api_key] = by_api.get(api_key, 0) + 1
         timeout = req.timeout if req.timeout is not None else self.settings.request_timeout
@@ -934,7 +938,9 @@ class BrokerConnection:
             return
         if self.state == CONNECTING:
             if mask & _EVENT_WRITE:
-                err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                sock = self.sock
+                assert sock is not None    # an event comes for the registered socket only
+                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 if err:
                     self.last_error = client_error(
                         KafkaError._TRANSPORT,
@@ -957,6 +963,7 @@ class BrokerConnection:
     def _read(self) -> None:
         sock = self.sock
         if self._write_shut:
+            assert sock is not None    # _write_shut: shut down, not closed since
             self._drain(sock)
             return
         conv = self._conv
@@ -996,8 +1003,7 @@ class BrokerConnection:
                 return
             self._handle_answers(sock)
         # OpenSSL may hold decrypted bytes the selector cannot see: read them next turn.
-        if self.sock is sock and sock is not None and self.settings.security.ssl_context \
-                is not None and sock.pending():
+        if self.sock is sock and isinstance(sock, ssl.SSLSocket) and sock.pending():
             self.io.call_soon(self._read_pending, sock)
 
     def _receive_failed(self, exc: BaseException) -> None:
@@ -1066,6 +1072,7 @@ class BrokerConnection:
         self.last_throttle_ms = throttle_ms
         if throttle_ms > 0:
             since = API_KEYS[req.api_key].client_throttles_from
+            assert req.version is not None    # answered, so written with its version
             if since is not None and req.version >= since:
                 # Bounded: a broker's absurd value cannot park the requests queued here
                 # (the heartbeats of a group member among them: they would time out in
@@ -1241,8 +1248,10 @@ class BrokerConnection:
         if self.settings.security.ssl_context is not None:
             self._end_tls_stream()
             return
+        sock = self.sock
+        assert sock is not None    # _shutting: shutdown() found one, no close() since
         try:
-            self.sock.shutdown(socket.SHUT_WR)
+            sock.shutdown(socket.SHUT_WR)
         except OSError:
             self.close(None)
             return
@@ -1255,8 +1264,10 @@ class BrokerConnection:
         broker's alert is still to come); the broker (Kafka, stunnel) reads every request
         before the alert, then ends its side. Waiting for the answers Kafka never sends
         held an acks=0 producer's close() for the whole grace over TLS."""
+        sock = self.sock
+        assert isinstance(sock, ssl.SSLSocket)    # _shutting: not closed since shutdown()
         try:
-            self.sock.unwrap()
+            sock.unwrap()
         except ssl.SSLWantReadError:
             self._write_shut = True       # sent: drain what comes until the broker's end
             return
@@ -1267,7 +1278,7 @@ class BrokerConnection:
             pass
         self.close(None)                  # the broker's end came too (or the socket failed)
 
-    def _drain(self, sock: Any) -> None:
+    def _drain(self, sock: socket.socket) -> None:
         """Closing, our end of the stream sent: what the broker still sends (answers to
         acks=0 requests, which nobody waits for) is read and dropped, not parsed (OpenSSL
         drops a TLS record that arrives while unwrap() looks for the broker's alert),
@@ -1287,7 +1298,7 @@ class BrokerConnection:
                 return
             self.rx_bytes += n
             self.last_activity = self.last_rx = time.monotonic()
-        if self.settings.security.ssl_context is not None and sock.pending():
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
             self.io.call_soon(self._read_pending, sock)
 
     def _quiet(self) -> bool:

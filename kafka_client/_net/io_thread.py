@@ -220,8 +220,9 @@ class IOThread:
         timers = self._timers
         while timers and timers[0][0] <= now:
             _, _, t = heapq.heappop(timers)
-            if not t.cancelled:
-                self._guard(t.fn, *t.args)
+            due = t.fn
+            if due is not None:       # None once cancelled
+                self._guard(due, *t.args)
         next_at = now + max_wait
         for tick in list(self._ticks):
             when = self._guard(tick, now)

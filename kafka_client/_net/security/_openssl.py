@@ -21,7 +21,7 @@ import ssl
 import sys
 import sysconfig
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["OpenSSLError", "VERIFIED", "unavailable_reason", "set_sigalgs", "load_providers",
            "load_engine"]
@@ -156,7 +156,7 @@ def _load_engine(lib: Any, location: str, engine_id: str) -> int:
     engine = lib.ENGINE_by_id(b"dynamic")
     if not engine:
         raise OpenSSLError(f"OpenSSL has no dynamic engine to load {location}: {_errors()}")
-    commands = [(b"SO_PATH", location.encode())]
+    commands: List[Tuple[bytes, Optional[bytes]]] = [(b"SO_PATH", location.encode())]
     if engine_id != "dynamic":
         commands.append((b"ID", engine_id.encode()))
     commands += [(b"LIST_ADD", b"1"), (b"LOAD", None)]

@@ -76,7 +76,7 @@ def _library() -> Any:
             return _lib
         name = ctypes.util.find_library("gssapi_krb5") or "libgssapi_krb5.so.2"
         try:
-            lib = ctypes.CDLL(name)
+            lib: Any = ctypes.CDLL(name)   # it also carries the two OIDs set below
         except OSError:
             raise GssapiUnavailable(
                 "SASL GSSAPI needs the MIT Kerberos GSS-API library (libgssapi_krb5; "

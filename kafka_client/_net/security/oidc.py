@@ -37,7 +37,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from kafka_client._net.security.oauth import b64url, b64url_decode, jwt_segment
 from kafka_client._net.security.sasl import OAuthToken
@@ -337,7 +337,7 @@ class OidcTokenEndpoint:
         self.extensions = dict(extensions or {})
         self.timeout = timeout
         self._headers = {"Accept": "application/json", **grant.headers}
-        handlers = [_NoRedirect()]
+        handlers: List[urllib.request.BaseHandler] = [_NoRedirect()]
         if ssl_context is not None:
             handlers.append(urllib.request.HTTPSHandler(context=ssl_context))
         self._opener = urllib.request.build_opener(*handlers)

@@ -166,12 +166,14 @@ def _load_client_certificate(ctx: ssl.SSLContext, conf: Mapping[str, Any]) -> No
                              f"set {missing}")
     # load_cert_chain reads files only: PEM strings go through a private temporary folder
     # that is removed as soon as they are loaded.
-    tmp = tempfile.mkdtemp(prefix="kafka-native-tls-") if (cert_pem or key_pem) else None
+    tmp: Optional[str] = None
     try:
-        if cert_pem:
-            cert_file = _write_private(tmp, "cert.pem", cert_pem)
-        if key_pem:
-            key_file = _write_private(tmp, "key.pem", key_pem)
+        if cert_pem or key_pem:
+            tmp = tempfile.mkdtemp(prefix="kafka-native-tls-")
+            if cert_pem:
+                cert_file = _write_private(tmp, "cert.pem", cert_pem)
+            if key_pem:
+                key_file = _write_private(tmp, "key.pem", key_pem)
         prop = "ssl.keystore.location" if keystore else (
             "ssl.certificate.location" if conf["ssl.certificate.location"]
             else "ssl.certificate.pem")

@@ -126,17 +126,17 @@ class Planner:
                 elif must_exist:
                     raise KafkaOptionError(f"subscribe: topic {name!r} does not exist")
         else:
-            for name, parts in opts.assign.items():
+            for name, wanted in opts.assign.items():
                 if name not in existing:
                     if must_exist:
                         raise KafkaOptionError(f"assign: topic {name!r} does not exist")
                     continue
-                missing = [p for p in parts if p not in existing[name]]
+                missing = [p for p in wanted if p not in existing[name]]
                 if missing:
                     raise KafkaOptionError(
                         f"assign: topic {name!r} has no partition "
                         f"{', '.join(map(str, missing))} (it has {len(existing[name])})")
-                out.extend((name, p) for p in parts)
+                out.extend((name, p) for p in wanted)
         return sorted(out)
 
     # -- offsets ---------------------------------------------------------------------------

@@ -133,13 +133,15 @@ def _range_exhausted(consumer: Consumer, rng: OffsetRange, next_offset: int) -> 
     consumer.seek(tp)
     for msg in consumer.consume(1, timeout=TAIL_WAIT_S):
         err = msg.error()
+        offset = msg.offset()
+        assert offset is not None   # a record and an end-of-partition event carry theirs
         if err is None:
-            if msg.offset() >= rng.end:
+            if offset >= rng.end:
                 return True
-            consumer.seek(TopicPartition(rng.topic, rng.partition, msg.offset()))
+            consumer.seek(TopicPartition(rng.topic, rng.partition, offset))
             return False
         if err.code() == KafkaError._PARTITION_EOF:
-            if msg.offset() >= rng.end:
+            if offset >= rng.end:
                 return True
             consumer.seek(tp)
             return False

@@ -99,8 +99,8 @@ def check_write_schema(schema: StructType, opts: WriteOptions) -> WriteLayout:
         check("partition", isinstance(fields["partition"], IntegerType), "int")
     if "headers" in fields:
         htype = fields["headers"]
-        ok = isinstance(htype, ArrayType) and isinstance(htype.elementType, StructType)
-        if ok:
+        ok = False
+        if isinstance(htype, ArrayType) and isinstance(htype.elementType, StructType):
             inner = {f.name: f.dataType for f in htype.elementType.fields}
             ok = set(inner) == {"key", "value"} and isinstance(inner["key"], StringType) \
                 and isinstance(inner["value"], _BYTES_TYPES)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from kafka_client._model import _OrderedEnum
 from kafka_client.admin._resource import ResourcePatternType, ResourceType, to_enum
@@ -39,7 +39,7 @@ class AclPermissionType(_OrderedEnum):
     ALLOW = wire.AclPermissionType.ALLOW.value
 
 
-def to_operations(ops: Optional[List[Union[AclOperation, str, int]]]
+def to_operations(ops: Optional[Sequence[Union[AclOperation, str, int]]]
                   ) -> Optional[List[AclOperation]]:
     """Authorized operations as :class:`AclOperation` members (None when not given)."""
     return [to_enum(op, AclOperation) for op in ops] if ops else None
@@ -77,9 +77,10 @@ class AclBinding:
                  resource_pattern_type: Union[ResourcePatternType, str, int],
                  principal: str, host: str, operation: Union[AclOperation, str, int],
                  permission_type: Union[AclPermissionType, str, int]) -> None:
-        given = dict(restype=restype, name=name, resource_pattern_type=resource_pattern_type,
-                     principal=principal, host=host, operation=operation,
-                     permission_type=permission_type)
+        given: Dict[str, Any] = dict(
+            restype=restype, name=name, resource_pattern_type=resource_pattern_type,
+            principal=principal, host=host, operation=operation,
+            permission_type=permission_type)
         for field in self._required:
             if given[field] is None:
                 raise ValueError(f"Expected {field} to be not None")

@@ -2,7 +2,7 @@
 ``describe_share_groups()`` and the legacy ``list_groups()`` return."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Union
+from typing import Any, List, Optional, Sequence, Union
 
 from kafka_client._cluster.metadata import BrokerMetadata
 from kafka_client._model import ConsumerGroupState, ConsumerGroupType, Node
@@ -95,7 +95,7 @@ class ConsumerGroupDescription:
     def __init__(self, group_id: str, is_simple_consumer_group: bool,
                  members: List[MemberDescription], partition_assignor: str,
                  state: Union[ConsumerGroupState, str, int, None], coordinator: Node,
-                 authorized_operations: Optional[List[Union[AclOperation, str, int]]] = None,
+                 authorized_operations: Optional[Sequence[Union[AclOperation, str, int]]] = None,
                  type: Union[ConsumerGroupType, str, int] = ConsumerGroupType.UNKNOWN) -> None:
         self.group_id = group_id
         self.is_simple_consumer_group = is_simple_consumer_group
@@ -142,7 +142,7 @@ class ShareGroupDescription:
                  state: Union[ConsumerGroupState, str, int, None], coordinator: Node,
                  group_epoch: int = -1, target_assignment_epoch: int = -1,
                  partition_assignor: str = "",
-                 authorized_operations: Optional[List[Union[AclOperation, str, int]]] = None
+                 authorized_operations: Optional[Sequence[Union[AclOperation, str, int]]] = None
                  ) -> None:
         self.group_id = group_id
         self.members = members

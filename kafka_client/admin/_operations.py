@@ -11,7 +11,7 @@ import time
 import uuid
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from kafka_client._cluster.calls import (
     ANY_BROKER,
@@ -201,10 +201,15 @@ def fail_all(futures: Dict[Any, Future]) -> Callable[[KafkaError], None]:
 
 
 def result_error(code: int, message: Optional[str]) -> Optional[KafkaError]:
-    """The error of one result entry: None for 0, else the code (``broker_code``: never
-    one of the client's local codes) with the broker's message when it gave one."""
+    """The error of one result entry: None for 0, else :func:`code_error`."""
     if not code:
         return None
+    return code_error(code, message)
+
+
+def code_error(code: int, message: Optional[str]) -> KafkaError:
+    """The error of a code that is not 0 (``broker_code``: never one of the client's
+    local codes) with the broker's message when it gave one."""
     code = broker_code(code)
     return client_error(code, message) if message else client_error(code)
 
@@ -223,6 +228,12 @@ def _node(runner: CallRunner, node_id: int) -> Optional[Node]:
         return _unknown_node(node_id)
     host, port, rack = info
     return Node(node_id, host, port, rack)
+
+
+def _coordinator_node(runner: CallRunner, conn: Any) -> Node:
+    """The group coordinator that answered on ``conn``: a broker FindCoordinator named
+    (a broker id, so never None from :func:`_node`; an id below 0 is kept as unknown)."""
+    return _node(runner, conn.node_id) or _unknown_node(conn.node_id)
 
 
 def _operations(bits: int) -> Optional[List[AclOperation]]:
@@ -628,7 +639,9 @@ def incremental_alter_configs(runner: CallRunner, resources: List[ConfigResource
                 resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
                     resource_type=_CONFIG_WIRE_TYPE[r.restype], resource_name=r.name,
                     configs=[IncrementalAlterConfigsRequest.AlterableConfig(
-                        name=e.name, config_operation=e.incremental_operation.value,
+                        # AdminClient.incremental_alter_configs() checked it is given
+                        name=e.name, config_operation=cast(AlterConfigOpType,
+                                                           e.incremental_operation).value,
                         value=None if e.incremental_operation == AlterConfigOpType.DELETE
                         else e.value)
                         for e in r.incremental_configs])
@@ -733,7 +746,7 @@ def list_consumer_groups(runner: CallRunner, future: Future, opts: Options) -> N
 
     def listed(resp: Any, conn: Any) -> Optional[KafkaError]:
         if resp.error_code:
-            err = result_error(resp.error_code, None)
+            err = code_error(resp.error_code, None)
             if resp.error_code in _RETRIED:
                 return err
             errors.append(reported(err))
@@ -937,7 +950,7 @@ def _describe_consumer_group(runner: CallRunner, group_id: str, future: Future,
         settle(future, ConsumerGroupDescription(
             group_id, False, members, g.assignor_name,
             _CONSUMER_GROUP_STATES.get(g.group_state.lower(), ConsumerGroupState.UNKNOWN),
-            _node(runner, conn.node_id),
+            _coordinator_node(runner, conn),
             _operations(g.authorized_operations)
             if opts.include_authorized_operations else None,
             ConsumerGroupType.CONSUMER))
@@ -989,7 +1002,7 @@ def _describe_group(runner: CallRunner, group_id: str, future: Future, opts: Opt
         described = ConsumerGroupDescription(
             group_id, g.protocol_type == "", members, g.protocol_data,
             _GROUP_STATES.get(g.group_state, ConsumerGroupState.UNKNOWN),
-            _node(runner, conn.node_id),
+            _coordinator_node(runner, conn),
             _operations(getattr(g, "authorized_operations", _NO_OPERATIONS))
             if opts.include_authorized_operations else None,
             ConsumerGroupType.CLASSIC)
@@ -1014,18 +1027,21 @@ def delete_consumer_groups(runner: CallRunner, group_ids: List[str],
                         future: Future = future,
                         sent: List[Call] = sent) -> Optional[KafkaError]:
             r = next((r for r in resp.results if r.group_id == group_id), None)
-            code = r.error_code if r is not None else None
+            if r is None:
+                settle(future, None, client_error(KafkaError._BAD_MSG,
+                                                  "no result for the group"))
+                return None
+            code = r.error_code
             if code in _RETRIED:
                 return result_error(code, None)
-            settle(future, None, client_error(KafkaError._BAD_MSG, "no result for the group")
-                   if r is None else _maybe_done_before(sent[0], code,
-                                                        result_error(code, None)))
+            settle(future, None, _maybe_done_before(sent[0], code, result_error(code, None)))
             return None
 
+        def build(version: int, group_id: str = group_id) -> Any:
+            return DeleteGroupsRequest(groups_names=[group_id])
+
         sent.append(_group_call(runner, "DeleteGroups", ApiKey.DELETE_GROUPS, group_id, opts,
-                                lambda version, group_id=group_id: DeleteGroupsRequest(
-                                    groups_names=[group_id]),
-                                on_response, future))
+                                build, on_response, future))
 
 
 def list_consumer_group_offsets(runner: CallRunner, request: ConsumerGroupTopicPartitions,
@@ -1172,7 +1188,7 @@ def _describe_share_group(runner: CallRunner, group_id: str, future: Future,
         settle(future, ShareGroupDescription(
             group_id, members,
             _CONSUMER_GROUP_STATES.get(g.group_state.lower(), ConsumerGroupState.UNKNOWN),
-            _node(runner, conn.node_id), g.group_epoch, g.assignment_epoch, g.assignor_name,
+            _coordinator_node(runner, conn), g.group_epoch, g.assignment_epoch, g.assignor_name,
             _operations(g.authorized_operations)
             if opts.include_authorized_operations else None))
         return None
@@ -1290,7 +1306,7 @@ def delete_share_group_offsets(runner: CallRunner, group_id: str, topics: List[s
         if resp.error_code in _RETRIED:
             return result_error(resp.error_code, None)
         if resp.error_code:
-            fail_all(futures)(result_error(resp.error_code, resp.error_message))
+            fail_all(futures)(code_error(resp.error_code, resp.error_message))
             return None
         answers = {r.topic_name: r for r in resp.responses}
         for r in answers.values():
@@ -1443,7 +1459,7 @@ def describe_user_scram_credentials(runner: CallRunner, users: Optional[List[str
         if resp.error_code in _RETRIED:
             return result_error(resp.error_code, resp.error_message)
         if resp.error_code:
-            fail_all(futures)(result_error(resp.error_code, resp.error_message))
+            fail_all(futures)(code_error(resp.error_code, resp.error_message))
             return None
         if users is None:
             failed = next((r for r in resp.results if r.error_code), None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from kafka_client._model import Node, TopicPartitionInfo, Uuid
 from kafka_client.admin._acl import AclOperation, to_operations
@@ -253,7 +253,7 @@ class TopicDescription:
 
     def __init__(self, name: str, topic_id: Uuid, is_internal: bool,
                  partitions: List[TopicPartitionInfo],
-                 authorized_operations: Optional[List[Union[AclOperation, str, int]]] = None
+                 authorized_operations: Optional[Sequence[Union[AclOperation, str, int]]] = None
                  ) -> None:
         self.name = name
         self.topic_id = topic_id
@@ -272,7 +272,7 @@ class DescribeClusterResult:
 
     def __init__(self, controller: Optional[Node], nodes: List[Node],
                  cluster_id: Optional[str] = None,
-                 authorized_operations: Optional[List[Union[AclOperation, str, int]]] = None
+                 authorized_operations: Optional[Sequence[Union[AclOperation, str, int]]] = None
                  ) -> None:
         self.cluster_id = cluster_id
         self.controller = controller

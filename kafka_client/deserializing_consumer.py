@@ -49,7 +49,9 @@ class DeserializingConsumer(Consumer):
         # The key first (a key deserializer may leave state for the value's), and both
         # set only once both succeeded, as confluent-kafka: the message an error carries
         # keeps its raw bytes (a dead-letter handler produces it again as it came).
-        ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
+        topic = msg.topic()
+        assert topic is not None    # a record (an error event raised above)
+        ctx = SerializationContext(topic, MessageField.KEY, msg.headers())
         key, value = msg.key(), msg.value()
         if self._serdes.key is not None:
             try:

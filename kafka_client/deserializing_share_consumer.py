@@ -54,7 +54,9 @@ class DeserializingShareConsumer(ShareConsumer):
         """The message's key and value deserialized, the key first (a key deserializer
         may leave state for the value's), or the error that marks it (it keeps its raw
         bytes)."""
-        ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
+        topic = msg.topic()
+        assert topic is not None    # a record: an error event is not deserialized
+        ctx = SerializationContext(topic, MessageField.KEY, msg.headers())
         key, value = msg.key(), msg.value()
         try:
             if self._serdes.key is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple, overload
 
 from kafka_proto.errors import ErrorCode
 
@@ -419,9 +419,36 @@ def _timestamp_pair(timestamp: Any) -> Tuple[int, int]:
     return (operator.index(timestamp[0]), operator.index(timestamp[1]))
 
 
+if TYPE_CHECKING:
+    class ConsumedRecord(Message):
+        """For type checkers only (a :class:`Message` at run time): a message a consumer
+        decoded from a record, whose topic, partition and offset are known (a Message's
+        are Optional for error events and failed deliveries)."""
+
+        _topic: str
+        _partition: int
+        _offset: int
+
+        def topic(self) -> str: ...
+        def partition(self) -> int: ...
+        def offset(self) -> int: ...
+else:
+    ConsumedRecord = Message
+
+
 _new_message = object.__new__
 
 
+@overload
+def unchecked_message(topic: str, partition: int, offset: int, key: Any, value: Any,
+                      headers: Optional[Headers], error: None, timestamp: Tuple[int, int],
+                      latency: Optional[float], leader_epoch: Optional[int]
+                      ) -> ConsumedRecord: ...
+@overload
+def unchecked_message(topic: Optional[str], partition: Optional[int], offset: Optional[int],
+                      key: Any, value: Any, headers: Optional[Headers],
+                      error: Optional[KafkaError], timestamp: Tuple[int, int],
+                      latency: Optional[float], leader_epoch: Optional[int]) -> Message: ...
 def unchecked_message(topic: Optional[str], partition: Optional[int], offset: Optional[int], key: Any,
             value: Any, headers: Optional[Headers], error: Optional[KafkaError],
             timestamp: Tuple[int, int], latency: Optional[float],

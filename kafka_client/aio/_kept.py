@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple, cast
 
 from kafka_client._common import wait_limit
 from kafka_client.consumer.arrow import keep_partitions, rows_of
 from kafka_client.errors import KafkaException
-from kafka_client.types import Message, TopicPartition
+from kafka_client.types import ConsumedRecord, Message, TopicPartition
 
 __all__ = ["KeptReads"]
 
@@ -87,7 +87,7 @@ class KeptReads:
                 self._batches.append(result)
         elif result is not None:
             got = [result] if isinstance(result, Message) else result
-            self._note({(m.topic(), m.partition()) for m in got if m.error() is None})
+            self._note({(m.topic(), m.partition()) for m in _records(got)})
             self._messages.extend(got)
         self._update()
         self._rewind()
@@ -98,7 +98,7 @@ class KeptReads:
         read) if given, which hands out the message ``failed`` (not committed before)."""
         if failure is not None:
             self._failures.append((failure, failed))
-        self._note({(m.topic(), m.partition()) for m in messages if m.error() is None})
+        self._note({(m.topic(), m.partition()) for m in _records(messages)})
         self._messages.extendleft(reversed(messages))   # they come before what is kept
         self._update()
         self._rewind()
@@ -136,7 +136,7 @@ class KeptReads:
         kept = [m for _f, m in self._failures if m is not None]
         kept.extend(self._messages)
         rows = [(m.topic(), m.partition(), m.offset(), m.leader_epoch())
-                for m in kept if m.error() is None]
+                for m in _records(kept)]
         for batch in self._batches:
             rows.extend((t, p, o, None) for t, p, o in rows_of(batch))
         return rows
@@ -177,8 +177,9 @@ class KeptReads:
         if self._failures:
             failure, failed = self._failures.pop(0)
             if failed is not None and failed.error() is None:
-                self._handed_out([(failed.topic(), failed.partition(), failed.offset(),
-                                   failed.leader_epoch())])
+                record = cast(ConsumedRecord, failed)
+                self._handed_out([(record.topic(), record.partition(), record.offset(),
+                                   record.leader_epoch())])
             self._update()
             raise failure
 
@@ -208,7 +209,7 @@ class KeptReads:
         while self._messages and len(out) < n:
             out.append(self._messages.popleft())
         self._handed_out([(m.topic(), m.partition(), m.offset(), m.leader_epoch())
-                          for m in out if m.error() is None])
+                          for m in _records(out)])
         self._update()
         return out
 
@@ -254,6 +255,11 @@ class KeptReads:
                 for (topic, partition), (offset, epoch) in offsets.items()])
         except (KafkaException, RuntimeError):
             pass     # none of them assigned any more, or the consumer closed
+
+
+def _records(messages: Iterable[Message]) -> List[ConsumedRecord]:
+    """The records among a consumer's ``messages`` (its error events left out)."""
+    return cast(List[ConsumedRecord], [m for m in messages if m.error() is None])
 
 
 def _first_per_partition(rows: Iterable[Tuple[str, int, int, Optional[int]]]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Tuple, Type
 
 from kafka_client._cluster_id_resolver import AsyncClusterIdResolver, offer_resolver
 from kafka_client._serde_builders import aclose_serdes, take_serdes
@@ -33,7 +33,7 @@ from kafka_client.types import Message
 __all__ = ["AsyncSerializingProducer", "AsyncDeserializingConsumer"]
 
 
-def _made_with_await(cls: type, base: type, conf: Dict[str, Any], kind: str,
+def _made_with_await(cls: type, base: Type[Any], conf: Dict[str, Any], kind: str,
                      kwargs: Dict[str, Any]) -> Any:
     """What ``cls(conf, **kwargs)`` returns: a coroutine making the instance, its
     ``key.<kind>``/``value.<kind>`` (or their ``.builder`` forms, built here and owned by
@@ -41,7 +41,7 @@ def _made_with_await(cls: type, base: type, conf: Dict[str, Any], kind: str,
     properties = take_serdes(conf, kind)    # TypeError/ValueError before any await
 
     async def build() -> Any:
-        self = object.__new__(cls)
+        self: Any = object.__new__(cls)
         serdes, self._owned_serdes, client_conf = await properties.abuild()
         self._key_serde, self._value_serde = serdes
         try:
@@ -73,6 +73,11 @@ async def _apply(fn: Callable, data: Any, ctx: SerializationContext) -> Any:
 class AsyncSerializingProducer(AIOProducer):
     """An :class:`AIOProducer` whose configuration may also hold ``key.serializer`` and
     ``value.serializer``, applied in :meth:`produce`. Made with ``await``."""
+
+    # set by _made_with_await
+    _key_serde: Optional[Callable[..., Any]]
+    _value_serde: Optional[Callable[..., Any]]
+    _owned_serdes: List[Any]
 
     def __new__(cls, conf: Dict[str, Any], **kwargs: Any) -> Any:   # type: ignore[misc]
         return _made_with_await(cls, AIOProducer, conf, "serializer", kwargs)
@@ -125,6 +130,11 @@ class AsyncDeserializingConsumer(AIOConsumer):
     ``value.deserializer``, applied in :meth:`poll` and :meth:`consume`. Made with
     ``await``."""
 
+    # set by _made_with_await
+    _key_serde: Optional[Callable[..., Any]]
+    _value_serde: Optional[Callable[..., Any]]
+    _owned_serdes: List[Any]
+
     def __new__(cls, conf: Dict[str, Any], **kwargs: Any) -> Any:   # type: ignore[misc]
         return _made_with_await(cls, AIOConsumer, conf, "deserializer", kwargs)
 
@@ -147,14 +157,16 @@ class AsyncDeserializingConsumer(AIOConsumer):
         it is (so that a read cancelled while a deserializer awaits can keep it for the
         next one, and an error carries the raw bytes), as in DeserializingConsumer."""
         value, key = msg.value(), msg.key()
+        topic = msg.topic()
+        assert topic is not None    # a record: an error event is not deserialized
         if self._key_serde is not None:
-            ctx = SerializationContext(msg.topic(), MessageField.KEY, msg.headers())
+            ctx = SerializationContext(topic, MessageField.KEY, msg.headers())
             try:
                 key = await _apply(self._key_serde, key, ctx)
             except Exception as e:
                 raise KeyDeserializationError(e, msg) from e
         if self._value_serde is not None:
-            ctx = SerializationContext(msg.topic(), MessageField.VALUE, msg.headers())
+            ctx = SerializationContext(topic, MessageField.VALUE, msg.headers())
             try:
                 value = await _apply(self._value_serde, value, ctx)
             except Exception as e:
@@ -168,8 +180,9 @@ class AsyncDeserializingConsumer(AIOConsumer):
         msg = await AIOConsumer.poll(self, timeout)
         if msg is None:
             return None
-        if msg.error() is not None:
-            raise ConsumeError(msg.error(), kafka_message=msg)
+        error = msg.error()
+        if error is not None:
+            raise ConsumeError(error, kafka_message=msg)
         try:
             value, key = await self._decoded(msg)
         except (KeyDeserializationError, ValueDeserializationError):

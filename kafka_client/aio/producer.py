@@ -425,7 +425,7 @@ class _Delivery(asyncio.Future):
         self._on_delivery = on_delivery
         # The producer stays alive while one of its messages waits for its report (the
         # client holds this future until then), even if the application dropped it.
-        self._producer = producer
+        self._producer: Optional[AIOProducer] = producer
 
     def __call__(self, err: Optional[KafkaError], msg: Message) -> None:
         bridge = self._bridge

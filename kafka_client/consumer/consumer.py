@@ -31,9 +31,11 @@ from typing import (
     Iterator,
     List,
     Optional,
+    Protocol,
     Sequence,
     Set,
     Tuple,
+    cast,
 )
 
 from kafka_client._cluster.telemetry import Sample, interval_samples
@@ -71,6 +73,7 @@ from kafka_client.types import (
     OFFSET_STORED,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
+    ConsumedRecord,
     Message,
     TopicPartition,
     check_topic_name,
@@ -381,13 +384,14 @@ class Consumer(ClientBase):
                 # Not known either while a position looked up at the end waits for its
                 # check against the first Fetch answer (PartitionState.end_check): Tansu
                 # answers an offset inside the last batch, corrected there.
-                known = part is not None and part.app_pos >= 0 and part.end_check is None
-                pos = part.app_pos if known else OFFSET_INVALID
-                # With the leader epoch of the record before it, when known (the stored
-                # one, at the same offset), as librdkafka's: a position saved and given
-                # to seek() or commit() keeps its truncation check (KIP-320).
-                epoch = part.stored_epoch if pos >= 0 and part.stored == pos \
-                    and part.stored_epoch >= 0 else None
+                pos, epoch = OFFSET_INVALID, None
+                if part is not None and part.app_pos >= 0 and part.end_check is None:
+                    pos = part.app_pos
+                    # With the leader epoch of the record before it, when known (the
+                    # stored one, at the same offset), as librdkafka's: a position saved
+                    # and given to seek() or commit() keeps its truncation check (KIP-320).
+                    if part.stored == pos and part.stored_epoch >= 0:
+                        epoch = part.stored_epoch
                 out.append(TopicPartition(tp.topic, tp.partition, pos, leader_epoch=epoch))
         return out
 
@@ -460,7 +464,7 @@ class Consumer(ClientBase):
         handout = self._handout
         if handout.rest.__length_hint__() < num_messages:
             return None
-        out = list(islice(handout.rest, num_messages))
+        out: List[Message] = list(islice(handout.rest, num_messages))
         if not out:
             return None
         handout.settle()
@@ -521,11 +525,12 @@ class Consumer(ClientBase):
         waiting for their turn within 0.2 s)."""
         self._ready.set()
 
-    def _run_consume_cb(self, msgs: List[Message]) -> None:
+    def _run_consume_cb(self, msgs: Sequence[Message]) -> None:
         """``consume_cb(msg)`` for each message about to be returned; if it raises, the
         messages are returned all the same and the exception comes from the next call
         (the policy for a callback raising while messages are in hand)."""
         cb = self._consume_cb
+        assert cb is not None    # called only when there is one
         try:
             for msg in msgs:
                 cb(msg)
@@ -844,8 +849,8 @@ class Consumer(ClientBase):
         else:
             out.extend(islice(rest, need))
         part = handout.part
-        if len(out) > had and part is not None:
-            hand.took(part, out[had]._offset, had, len(out))
+        if len(out) > had and part is not None:   # out[had] came from the chunk: a record
+            hand.took(part, cast(ConsumedRecord, out[had])._offset, had, len(out))
         while len(out) < n:
             # The chunk being handed out is used up: the next item from the queue.
             if not queue:
@@ -867,7 +872,7 @@ class Consumer(ClientBase):
             if type(item) is Event:
                 out.append(item.message)
                 continue
-            msgs: List[Message] = []
+            msgs: List[ConsumedRecord] = []
             end = item.end()
             try:
                 decode_chunk(item, msgs)
@@ -1356,7 +1361,17 @@ class Consumer(ClientBase):
         self._stop_unclosed()
 
 
-_USED_UP: Iterator[Message] = iter(())
+class _HandoutIterator(Protocol):
+    """A list iterator: handed out by next() and islice (atomic under the GIL), what is
+    left told by __length_hint__, moved on by __setstate__."""
+
+    def __iter__(self) -> Iterator[ConsumedRecord]: ...
+    def __next__(self) -> ConsumedRecord: ...
+    def __length_hint__(self) -> int: ...
+    def __setstate__(self, state: int) -> None: ...
+
+
+_USED_UP = cast(_HandoutIterator, iter(()))
 
 
 class InHand:
@@ -1413,8 +1428,8 @@ class Handout:
     def __init__(self, lock: Any, auto_store: bool) -> None:
         self.lock = lock                  # the fetcher's (re-entrant)
         self.auto_store = auto_store
-        self.messages: List[Message] = []
-        self.rest: Iterator[Message] = _USED_UP
+        self.messages: List[ConsumedRecord] = []
+        self.rest: _HandoutIterator = _USED_UP
         self.part: Optional[PartitionState] = None
         self.version = 0                  # the partition's version the chunk is of
         self.settled = 0                  # messages whose positions are written
@@ -1423,13 +1438,13 @@ class Handout:
         self.end = -1
         self.end_epoch = -1
 
-    def start(self, messages: List[Message], part: PartitionState, taken: int = 0,
+    def start(self, messages: List[ConsumedRecord], part: PartitionState, taken: int = 0,
               end: Tuple[int, int] = (-1, -1)) -> None:
         """The consumer's _hand held: hand out a newly decoded chunk whose first
         ``taken`` messages the caller took already (the previous chunk is used up: its
         positions are settled first); ``end``: the chunk's :meth:`Chunk.end` when it was
         decoded to its end."""
-        rest = iter(messages)
+        rest = cast(_HandoutIterator, iter(messages))
         if taken:
             rest.__setstate__(taken)  # before anyone else can see it
         with self.lock:

@@ -17,6 +17,7 @@ from kafka_client.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     TIMESTAMP_NOT_AVAILABLE,
+    ConsumedRecord,
     Message,
     unchecked_message,
 )
@@ -97,7 +98,7 @@ def _legacy_rows(batch: Any, start: int) -> Iterator[Tuple[int, Any, Any, Tuple[
         yield off, r.key, r.value, ts
 
 
-def decode_chunk(chunk: Chunk, out: List[Message]) -> None:
+def decode_chunk(chunk: Chunk, out: List[ConsumedRecord]) -> None:
     """Append the messages of a chunk to ``out``, in offset order (see data_batches); on
     a malformed record, raises with the messages before it in ``out``."""
     part = chunk.part

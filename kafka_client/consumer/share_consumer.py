@@ -37,6 +37,7 @@ from typing import (
     Optional,
     Set,
     Tuple,
+    cast,
 )
 
 from kafka_client._cluster.calls import CallRunner
@@ -61,6 +62,7 @@ from kafka_client.errors import (
     client_error,
 )
 from kafka_client.types import (
+    ConsumedRecord,
     Message,
     TopicPartition,
     check_topic_name,
@@ -176,7 +178,7 @@ class ShareConsumer(ClientBase):
         self._acked: Dict[Key, Dict[int, Given]] = {}
         #: decoded messages fetched but not handed out yet (over max.poll.records), with
         #: the broker each came from
-        self._backlog: List[Tuple[int, Message]] = []
+        self._backlog: List[Tuple[int, ConsumedRecord]] = []
         #: GAP acknowledgements (offsets acquired with no record) for the next send
         self._gaps: List[AckBatch] = []
         self._ack_cb: Optional[AckCommitCallback] = None
@@ -261,13 +263,13 @@ class ShareConsumer(ClientBase):
         self._gaps = []
         return batches
 
-    def _decode(self, chunk: ShareChunk) -> List[Message]:
+    def _decode(self, chunk: ShareChunk) -> List[ConsumedRecord]:
         """The acquired records of a chunk, each with its delivery count; the acquired
         offsets that hold no record become GAP acknowledgements (RELEASE past what was
         decoded)."""
         acquired = sorted(chunk.acquired)
         firsts = [a[0] for a in acquired]
-        out: List[Message] = []
+        out: List[ConsumedRecord] = []
         decoded_to = -1
         try:
             decode_chunk(Chunk(chunk.part, 0, chunk.batches, acquired[0][0], None, 0, 0), out)
@@ -279,7 +281,7 @@ class ShareConsumer(ClientBase):
             self._fetcher.report(KafkaError(KafkaError._BAD_MSG, f"{chunk.part.topic} "
                                             f"[{chunk.part.partition}]: {exc}"))
             decoded_to = out[-1]._offset if out else -1
-        kept: List[Message] = []
+        kept: List[ConsumedRecord] = []
         if len(acquired) == 1:       # the usual answer: one range, one delivery count
             first, last, count = acquired[0]
             delivered = count if count > 0 else None
@@ -409,15 +411,18 @@ class ShareConsumer(ClientBase):
     def _put_back(self, messages: Messages) -> None:
         """Undo handing ``messages`` out: their records first in line for the next
         poll(), their error events first among the errors."""
-        back: List[Tuple[int, Message]] = []
+        back: List[Tuple[int, ConsumedRecord]] = []
         errors: List[KafkaError] = []
         with self._book:
             for msg in messages:
-                offsets = self._in_flight.get((msg._topic, msg._partition))
-                if offsets is not None and msg._offset in offsets:
-                    back.append((offsets.pop(msg._offset).node, msg))
-                elif msg._offset is None and msg.error() is not None:
-                    errors.append(msg.error())
+                record = cast(ConsumedRecord, msg)    # or an error event: in no book
+                offsets = self._in_flight.get((record._topic, record._partition))
+                if offsets is not None and record._offset in offsets:
+                    back.append((offsets.pop(record._offset).node, record))
+                else:
+                    error = msg.error()
+                    if msg._offset is None and error is not None:
+                        errors.append(error)
             self._in_flight = {key: offsets for key, offsets in self._in_flight.items()
                                if offsets}
         self._backlog[:0] = back

@@ -33,6 +33,7 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import (
+    Any,
     Dict,
     Iterable,
     List,
@@ -42,6 +43,7 @@ from typing import (
     Set,
     Tuple,
     Union,
+    cast,
 )
 
 from kafka_proto.framing import decode_version_prefixed, encode_version_prefixed
@@ -110,7 +112,7 @@ class MemberSubscription:
 
 def _grouped(partitions: Iterable[TP], cls: type) -> list:
     """(topic, partition) pairs as one struct per topic, topics in order of first sight."""
-    by_topic: Dict[str, list] = {}
+    by_topic: Dict[str, Any] = {}      # the cls structs
     for topic, partition in partitions:
         entry = by_topic.get(topic)
         if entry is None:
@@ -150,7 +152,7 @@ def decode_subscription(data: Union[bytes, bytearray, memoryview]) -> Subscripti
     msg = decode_version_prefixed(ConsumerProtocolSubscription, data)
     return Subscription(
         topics=msg.topics,
-        user_data=msg.user_data,
+        user_data=cast(Optional[bytes], msg.user_data),    # the codec's BYTES are bytes
         owned_partitions=_flat(msg.owned_partitions),
         generation_id=msg.generation_id,
         rack_id=msg.rack_id,
@@ -177,7 +179,8 @@ def encode_assignment(assignment: Union[Assignment, Sequence[TP]],
 def decode_assignment(data: Union[bytes, bytearray, memoryview]) -> Assignment:
     """Decode a SyncGroup assignment. Raises ``ProtocolDecodeError`` for malformed bytes."""
     msg = decode_version_prefixed(ConsumerProtocolAssignment, data)
-    return Assignment(partitions=_flat(msg.assigned_partitions), user_data=msg.user_data)
+    return Assignment(partitions=_flat(msg.assigned_partitions),
+                      user_data=cast(Optional[bytes], msg.user_data))   # bytes, as above
 
 
 # --------------------------------------------------------------------------------------

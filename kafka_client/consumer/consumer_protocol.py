@@ -211,11 +211,12 @@ class ConsumerProtocolGroup(GroupCoordinator):
             return
         self._broker_resolves_regex = on_broker
         regex: Optional[str] = None
+        topics: Optional[List[str]]
         if on_broker:
             # Names as names, the patterns as one RE2/J expression the coordinator
             # matches whole topic names against (librdkafka's "(^a.*)|(^b.*)"); "" says
             # there is none.
-            topics: Optional[List[str]] = sorted(
+            topics = sorted(
                 {t for t in self.patterns or () if not t.startswith("^")})
             regex = "|".join(f"({t})" for t in self.patterns or () if t.startswith("^"))
         else:
@@ -259,10 +260,10 @@ class ConsumerProtocolGroup(GroupCoordinator):
             rack_id=self.rack if full else None,
             rebalance_timeout_ms=int(self.max_poll_interval * 1000) if full else -1,
             subscribed_topic_names=list(new_topics)
-            if full or sent.topics != new_topics else None,
-            subscribed_topic_regex=regex if full or sent.regex != regex else None,
+            if sent is None or sent.topics != new_topics else None,
+            subscribed_topic_regex=regex if sent is None or sent.regex != regex else None,
             server_assignor=self.remote_assignor
-            if full or sent.assignor != self.remote_assignor else None,
+            if sent is None or sent.assignor != self.remote_assignor else None,
             topic_partitions=owned_field)
         will_have = _Sent(new_topics, report_owned, self.remote_assignor, regex)
         self._heartbeat_in_flight = True

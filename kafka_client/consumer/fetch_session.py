@@ -98,7 +98,7 @@ class FetchSession:
         #: the broker's id for the session; 0: none open
         self.session_id = 0
         #: the epoch of the next Fetch: FetchSessionEpoch.INITIAL for a full one
-        self.next_epoch = FetchSessionEpoch.INITIAL
+        self.next_epoch: int = FetchSessionEpoch.INITIAL
         #: what the broker's session holds, by (topic, partition), as last sent
         self.held: Dict[Tuple[str, int], SessionPartition] = {}
         #: whether the session names topics by id (Fetch v13+): a Fetch of the other

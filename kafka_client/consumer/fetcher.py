@@ -930,6 +930,7 @@ class Fetcher:
                             self._report(part, failure)
                         part.last_error = code
                     continue
+                assert pr is not None    # no failure: the leader answered for it
                 self._position_checked(part, epoch, pr.leader_epoch, pr.end_offset)
         self.kick()
 

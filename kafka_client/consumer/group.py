@@ -1114,7 +1114,8 @@ class GroupCoordinator:
             else:
                 self._sync([], token)
             return
-        self._join_failed(err if err is not None else client_error(code))
+        self._join_failed(err if err is not None
+                          else client_error(broker_code(resp.error_code)))
 
     def _join_failed(self, err: KafkaError) -> None:
         code = err.code()
@@ -1706,7 +1707,7 @@ class GroupCoordinator:
 
         def answered(resp: Any, err: Optional[KafkaError]) -> None:
             code = ErrorCode.NONE if err is None else err.code()
-            if err is None and getattr(resp, "error_code", ErrorCode.NONE):
+            if err is None and getattr(resp, "error_code", ErrorCode.NONE) != ErrorCode.NONE:
                 code = broker_code(resp.error_code)
             result: Dict[Key, Tuple[int, Optional[str], int]] = {}
             if code == ErrorCode.NONE:
@@ -1761,9 +1762,11 @@ def _with_left_out(given: List[TopicPartition], result: List[TopicPartition]
     if len(result) >= len(given):
         return result
     answered = {(tp.topic, tp.partition): tp for tp in result}
-    merged = [answered.pop((tp.topic, tp.partition), None)
-              or TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
-                                tp.leader_epoch) for tp in given]
+    merged: List[TopicPartition] = []
+    for tp in given:
+        found = answered.pop((tp.topic, tp.partition), None)
+        merged.append(found or TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
+                                              tp.leader_epoch))
     return merged + list(answered.values())
 
 

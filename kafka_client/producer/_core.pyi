@@ -1,6 +1,8 @@
 # Type stub for the compiled module kafka_client/producer/_core.pyx.
 from collections import deque
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import (
+    Any, Callable, Dict, List, Literal, Optional, Sequence, Set, Tuple, Union, final,
+)
 
 from kafka_client.errors import KafkaException
 from kafka_proto.records import BinaryColumn, RecordBatchBuilder
@@ -15,6 +17,7 @@ class PendingMessage:
     size: int
     queued_at: float
 
+@final   # cython.final
 class DeliveryCallback:
     index: int
     callback: Callable[..., Any]
@@ -23,6 +26,7 @@ class DeliveryCallback:
     headers: Optional[List[Tuple[str, Optional[bytes]]]]
     timestamp: int
 
+@final   # cython.final
 class DeliveryRange:
     index: int
     count: int
@@ -121,7 +125,7 @@ class AccumulatorCore:
     def place_waiting(self, t: TopicState, m: PendingMessage) -> None: ...
 
 def invalid_partition(partition: int) -> KafkaException: ...
-def check_timestamp(timestamp: Any) -> None: ...
+def check_timestamp(timestamp: Any) -> int: ...
 def too_large(size: int, message_max: int) -> KafkaException: ...
 def to_columns(values: Sequence[Any], keys: Optional[Sequence[Any]] = None) -> Columns: ...
 def not_callable(what: str, obj: Any) -> TypeError: ...
@@ -130,4 +134,4 @@ def normalize_headers(headers: Any) -> Optional[List[Tuple[str, Optional[bytes]]
 
 class BatchLock:
     def __enter__(self) -> BatchLock: ...
-    def __exit__(self, *exc_info: Any) -> bool: ...
+    def __exit__(self, *exc_info: Any) -> Literal[False]: ...

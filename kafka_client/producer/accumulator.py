@@ -73,6 +73,12 @@ COMPRESSION_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 #: A produce_batch() column as the codec takes it: bytes or None items.
 Column = Union[List[Optional[bytes]], BinaryColumn]
 
+
+def _as_list(column: Column) -> List[Optional[bytes]]:
+    """A column as a list (a BinaryColumn's items copied out)."""
+    return column.to_list() if isinstance(column, BinaryColumn) else column
+
+
 #: Requests in flight per partition without idempotence (with it: at most 5, Kafka's
 #: limit). More do not make a partition faster (each carries up to batch.size), and with a
 #: broker slower than the application they multiplied small batches (1,600 requests in
@@ -238,8 +244,8 @@ class Accumulator(AccumulatorCore):
         elif not callable(on_delivery):
             raise not_callable("on_delivery", on_delivery)
         cols = to_columns(values, keys)
-        values, keys = cols.values, cols.keys
-        n = len(values)
+        col_values, col_keys = cols.values, cols.keys
+        n = len(col_values)
         if cols.biggest > self.message_max:
             raise too_large(cols.biggest, self.message_max)
         ts = timestamp or None
@@ -252,35 +258,33 @@ class Accumulator(AccumulatorCore):
             t = self.topics.get(topic)
             if t is None:
                 t = self._new_topic(topic)
-            if t.parts is None:
-                if type(values) is BinaryColumn:  # they wait as produce()'s messages do
-                    values = values.to_list()
-                    keys = None if keys is None else keys.to_list()
-                self.wait_for_metadata_many(t, values, keys, partition, on_delivery,
-                                            timestamp)
+            if t.parts is None:     # they wait as produce()'s messages do
+                self.wait_for_metadata_many(
+                    t, _as_list(col_values), None if col_keys is None else _as_list(col_keys),
+                    partition, on_delivery, timestamp)
                 return n
             count = t.count
             if partition >= count:
                 raise KafkaException(KafkaError(
                     KafkaError._UNKNOWN_PARTITION,
                     f"{topic} has no partition {partition} ({count} partitions)"))
-            if partition >= 0 or keys is None:
+            if partition >= 0 or col_keys is None:
                 if partition < 0:
                     partition = t.choose(None, count, t.available)
-                self._append_bulk(t.parts[partition], values, keys, ts, avg, on_delivery,
-                                  timestamp)
+                self._append_bulk(t.parts[partition], col_values, col_keys, ts, avg,
+                                  on_delivery, timestamp)
             else:
                 # Keys: partition each, then append each partition's share in bulk,
                 # keeping the order within every partition.
                 choose, avail = t.choose, t.available
                 groups: Dict[int, Tuple[List[Any], List[Any]]] = {}
                 for i in range(n):
-                    k = keys[i]
+                    k = col_keys[i]
                     part = choose(k, count, avail)
                     g = groups.get(part)
                     if g is None:
                         g = groups[part] = ([], [])
-                    g[0].append(values[i])
+                    g[0].append(col_values[i])
                     g[1].append(k)
                 for part, (vs, ks) in groups.items():
                     self._append_bulk(t.parts[part], vs, ks, ts, avg, on_delivery,
@@ -834,6 +838,7 @@ class Accumulator(AccumulatorCore):
         # _MSG_TIMED_OUT and the topic stays produce-able, as in librdkafka
         wait = self.propagation
         for t in list(self.vanishing):
+            assert t.unknown_since is not None    # set before it joins vanishing
             if now - t.unknown_since < wait:
                 continue
             self.vanishing.discard(t)
@@ -871,7 +876,7 @@ class Accumulator(AccumulatorCore):
                     unplaced.append(Unplaced(t.name, KafkaError(
                         KafkaError._MSG_TIMED_OUT,
                         f"message for {t.name} timed out waiting for metadata"), gone))
-        batches: List[Batch] = []
+        batches = []
         if timeout > 0:
             with self.lock:
                 for p in list(self._ready_parts):

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import random as _random_module
 import time
-from typing import Callable, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from kafka_client.errors import KafkaError, KafkaException
 from kafka_proto.hashing import crc32_partition, fnv1a_partition, murmur2_partition
@@ -190,7 +190,8 @@ class TopicPartitioner:
         self.sticky_linger_ms = sticky_linger_ms
         fn = get_partitioner(name, rng)
         # [current sticky partition, monotonic time it expires]
-        state = self._state = [-1, 0.0]
+        state: List[Any] = [-1, 0.0]
+        self._state = state
         if not uses_sticky(name, sticky_linger_ms):
             self.choose: Partitioner = fn
             return

@@ -35,7 +35,7 @@ from kafka_client._common import ClientBase, deadline_after
 from kafka_client._net.io_thread import IOThread
 from kafka_client._stats import empty_window, partition_stats, topic_stats
 from kafka_client.errors import KafkaError, KafkaException
-from kafka_client.producer._core import DeliveryRange
+from kafka_client.producer._core import Batch, DeliveryRange
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Report, Sender
@@ -480,13 +480,15 @@ class Producer(ClientBase):
         raises, the rest are queued first for the next poll()/flush() and the exception
         goes on to the caller."""
         if r.batch is not None:
-            self._call_batch(r, start)
+            self._call_batch(r, r.batch, start)
         else:
             self._call_unplaced(r, start)
 
-    def _call_batch(self, r: Report, start: int) -> None:
-        """The callbacks of a batch's messages from its ``start``-th message on."""
-        batch = r.batch
+    def _call_batch(self, r: Report, batch: Batch, start: int) -> None:
+        """The callbacks of a batch's messages (``r.batch``) from its ``start``-th message
+        on."""
+        cbs = batch.cbs
+        assert cbs is not None    # called for a batch with callbacks only
         topic, err, base, status = r.topic, r.error, r.base_offset, r.status
         partition = batch.part.index
         latency = time.monotonic() - batch.created
@@ -498,7 +500,7 @@ class Producer(ClientBase):
         # No offset from the broker (a failure, or acks=0): None, as confluent-kafka's.
         i = start
         try:
-            for d in batch.cbs:
+            for d in cbs:
                 if type(d) is DeliveryRange:
                     first = d.index
                     if first + d.count <= start:
@@ -530,6 +532,7 @@ class Producer(ClientBase):
 
     def _call_unplaced(self, r: Report, start: int) -> None:
         messages = r.messages
+        assert messages is not None    # a report without a batch is of these
         i = start
         try:
             for i in range(start, len(messages)):

@@ -345,7 +345,9 @@ class Sender:
                 builder.producer_epoch = b.epoch = idem.epoch
                 builder.base_sequence = b.base_sequence
             b.data = builder.build()
-            b.builder = None  # the encoded records now live in b.data only
+            # the encoded records now live in b.data only; typed as never None for the
+            # open batch's appends, which never see an encoded batch
+            b.builder = None  # type: ignore[assignment]
             self.tx_batches += 1
             windows = self.batch_windows.get(b.part.topic.name)
             if windows is None:
@@ -483,7 +485,8 @@ class Sender:
                 self.cluster.metadata.mark_stale(p.topic.name)
                 current = getattr(pr, "current_leader", None)
                 leader = getattr(current, "leader_id", -1)
-                if leader is not None and leader >= 0 and leader != p.leader:
+                if current is not None and leader is not None and leader >= 0 \
+                        and leader != p.leader:
                     self.acc.move_leader(p, leader)
                     # Resent at once when the leader is newer than what the metadata
                     # knew (an answer naming an old one waits out the backoff: no

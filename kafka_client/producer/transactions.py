@@ -1050,12 +1050,14 @@ class TransactionManager:
         with self.lock:
             self._coordinator_knows = False   # a second EndTxn would find no transaction
             failed_meanwhile = commit and self.state == TxnState.ABORTABLE_ERROR
+            error = self.error
         if failed_meanwhile:
+            assert error is not None     # ABORTABLE_ERROR is entered with its error
             # As librdkafka: committed on the broker, failed here: nothing consistent is
             # left to do with this producer.
-            self.fatal_error(client_error(self.error.code(), f"the transaction was committed "
+            self.fatal_error(client_error(error.code(), f"the transaction was committed "
                                         f"on the broker after it had failed here: "
-                                        f"{self.error.str()}"))
+                                        f"{error.str()}"))
             return
         with self.lock:
             if commit and self.state == TxnState.COMMITTING:

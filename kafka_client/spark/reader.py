@@ -134,13 +134,14 @@ def _range_exhausted(consumer: Consumer, rng: OffsetRange, next_offset: int) -> 
     for msg in consumer.consume(1, timeout=TAIL_WAIT_S):
         err = msg.error()
         offset = msg.offset()
-        assert offset is not None   # a record and an end-of-partition event carry theirs
         if err is None:
+            assert offset is not None   # a record's
             if offset >= rng.end:
                 return True
             consumer.seek(TopicPartition(rng.topic, rng.partition, offset))
             return False
         if err.code() == KafkaError._PARTITION_EOF:
+            assert offset is not None   # the end it reached
             if offset >= rng.end:
                 return True
             consumer.seek(tp)

@@ -47,7 +47,7 @@ class Columns:
 
 class Batch:
     part: PartitionState
-    builder: RecordBatchBuilder
+    builder: Optional[RecordBatchBuilder]    # None once built (data)
     append: Callable[..., None]
     created: float
     deadline: float

@@ -510,8 +510,10 @@ class Accumulator(AccumulatorCore):
             b = p.open
             if b is None:
                 b = self._open(p, avg)
+            builder = b.builder
+            assert builder is not None    # an open batch: not built yet
             room_n = self.batch_num - b.count
-            room_b = (self.batch_size - b.builder.size_in_bytes) // max(avg, 1)
+            room_b = (self.batch_size - builder.size_in_bytes) // max(avg, 1)
             take = min(n - pos, room_n, max(room_b, 1 if b.count == 0 else 0))
             if take <= 0:
                 self._close(p, b)
@@ -528,14 +530,14 @@ class Accumulator(AccumulatorCore):
             else:
                 chunk = values[pos:pos + take]
                 kchunk = None if keys is None else keys[pos:pos + take]
-            before = b.builder.size_in_bytes
-            b.builder.append_many(chunk, kchunk, ts)
-            added = b.builder.size_in_bytes - before
+            before = builder.size_in_bytes
+            builder.append_many(chunk, kchunk, ts)
+            added = builder.size_in_bytes - before
             b.counted += added
             self.msg_bytes += added
             b.count += take
             pos += take
-            if b.count >= self.batch_num or b.builder.size_in_bytes >= self.batch_size:
+            if b.count >= self.batch_num or builder.size_in_bytes >= self.batch_size:
                 self._close(p, b)
 
     def _partitioner(self) -> Callable[..., int]:
@@ -626,7 +628,9 @@ class Accumulator(AccumulatorCore):
             return  # its only append failed: nothing to send
         # after the batch's last record: metadata.max.idle.ms counts from the last use
         p.topic.last_used = time.monotonic()
-        b.nbytes = b.builder.size_in_bytes   # its messages' bytes were counted as added
+        builder = b.builder
+        assert builder is not None    # closed while open: not built yet
+        b.nbytes = builder.size_in_bytes   # its messages' bytes were counted as added
         p.ready.append(b)
         self._ready_parts.add(p)
         self._wake(0.0)

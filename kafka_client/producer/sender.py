@@ -335,6 +335,7 @@ class Sender:
         idem = self.idem
         if b.data is None:
             builder = b.builder
+            assert builder is not None    # dropped only once built (data)
             if version < ZSTD_MIN_PRODUCE_VERSION and builder.compression == Compression.ZSTD:
                 # The broker would refuse zstd (UNSUPPORTED_COMPRESSION_TYPE; before Kafka
                 # 2.1 it knows none): sent uncompressed, as librdkafka does.
@@ -345,9 +346,7 @@ class Sender:
                 builder.producer_epoch = b.epoch = idem.epoch
                 builder.base_sequence = b.base_sequence
             b.data = builder.build()
-            # the encoded records now live in b.data only; typed as never None for the
-            # open batch's appends, which never see an encoded batch
-            b.builder = None  # type: ignore[assignment]
+            b.builder = None  # the encoded records now live in b.data only
             self.tx_batches += 1
             windows = self.batch_windows.get(b.part.topic.name)
             if windows is None:

@@ -21,7 +21,11 @@ lost with its connection is never sent again: the next request opens a new sessi
 the records it acquired for the member went back to the group, so their
 acknowledgements fail (INVALID_RECORD_STATE, or the error that ended the session) and
 the records come again. A request refused whole while the session goes on
-(INVALID_SHARE_SESSION_EPOCH) has its acknowledgements sent again once.
+(INVALID_SHARE_SESSION_EPOCH, or any retriable error) has its acknowledgements sent
+again, in a new session, until ``request.timeout.ms`` has passed since their first
+refusal (Kafka's Java share consumer retries them until its timer expires): the member
+still holds their records, and acknowledgements given up on would leave those acquired
+until their lock expired.
 """
 from __future__ import annotations
 
@@ -67,8 +71,6 @@ GIVEN_BACK = frozenset((ErrorCode.SHARE_SESSION_NOT_FOUND, ErrorCode.UNKNOWN_MEM
 #: Request failures the application is not told of as errors (the session is opened
 #: again; the acknowledgements' waiters and callback get them).
 QUIET_ERRORS = frozenset((KafkaError._TIMED_OUT, KafkaError._TRANSPORT))
-#: How many times one acknowledgement is sent (a refused session's sent again once).
-ACK_TRIES = 2
 #: Partition errors that mean "the leader moved": ask for metadata again.
 LEADER_MOVED = frozenset((ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
                           ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
@@ -123,8 +125,8 @@ class AckBatch:
     key: Key
     ranges: List[AckRange]
     waiter: Optional[CommitWaiter] = None
-    #: times sent again after a refused session (see ACK_TRIES)
-    tries: int = 0
+    #: (monotonic) refused whole, sent again until then; None: not refused yet
+    retry_until: Optional[float] = None
 
     def offsets(self) -> Set[int]:
         """Every record offset acknowledged (GAP ranges are not records)."""
@@ -198,6 +200,8 @@ class ShareFetcher:
         self.check_crcs = bool(config["check.crcs"])
         self.error_backoff = config["fetch.error.backoff.ms"] / 1000.0
         self.request_timeout = runner.request_timeout
+        #: how long acknowledgements refused whole go again after their first refusal
+        self.ack_retry_time = self.request_timeout
         #: (io) the coordinator's assignment, by topic id, and as partitions named
         self._target = ShareAssignment({})
         self._target_version = -1
@@ -454,7 +458,7 @@ class ShareFetcher:
         with self.lock:
             i = next(i for i, b in enumerate(self.acks) if b is batch)
             if keep:
-                rest = AckBatch(batch.node, batch.key, keep, None, batch.tries)
+                rest = AckBatch(batch.node, batch.key, keep, None, batch.retry_until)
                 self.acks[i] = rest
             else:
                 del self.acks[i]
@@ -638,12 +642,17 @@ class ShareFetcher:
         elif error.code() in REFUSED_SESSION or (refused and error.retriable()):
             # Refused whole, nothing applied, and the session is still there: the
             # records are still acquired by this member, so their acknowledgements go
-            # again in the new session, once it is open.
-            again = [b for b in acks if b.tries < ACK_TRIES - 1]
-            acks = [b for b in acks if b.tries >= ACK_TRIES - 1]
+            # again in the new session, once it is open, until their time is up (given
+            # up after one more try, two refusals in a row left the records acquired
+            # until their lock expired).
+            now = time.monotonic()
+            for batch in acks:
+                if batch.retry_until is None:
+                    batch.retry_until = now + self.ack_retry_time
+            again = [b for b in acks if now < b.retry_until]
+            acks = [b for b in acks if now >= b.retry_until]
             held = self._holding.setdefault(node, {})
             for batch in again:
-                batch.tries += 1
                 # still the member's until sent: given back with the session if it ends
                 held.setdefault(batch.key, set()).update(
                     o for r in batch.ranges for o in range(r.first, r.last + 1))

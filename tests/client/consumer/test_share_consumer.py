@@ -289,38 +289,49 @@ def test_a_broker_left_without_assigned_partitions_forgets_them_once(share):
 def test_a_refused_share_session_starts_again_and_resends_its_acknowledgements(share, code):
     """INVALID_SHARE_SESSION_EPOCH (or any retriable error) refuses the whole request and
     the session goes on: the records are still this member's, so their acknowledgements
-    go again once a new session is open (an opening ShareFetch may carry none); refused
-    a second time, they fail. (Failed at once, they left the records acquired until
-    their locks expired.)"""
+    go again once a new session is open (an opening ShareFetch may carry none), refusal
+    after refusal, until ``request.timeout.ms`` has passed since the first; then they
+    fail with the error. (Failed at once, or at the second refusal, they left the records
+    acquired until their locks expired: two refusals in a row happened in the fault
+    runs.)"""
     f = share.fetcher
     f.tick(time.monotonic())
     answer(share.runner.take()[0], fetch_answer([(0, batch_bytes(0, 1), [(0, 0, 1)], 0, 0)]))
     f.take_chunk()
     waiter = CommitWaiter(1)
-    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)], now=False)
+    batch = AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], waiter)
+    f.acknowledge([batch], now=False)
     refused = ShareFetchResponse(error_code=code, responses=[])
     f.tick(time.monotonic())
     answer(share.runner.take()[0], refused)
-    assert not waiter.done.is_set() and [b.tries for b in f.acks] == [1]
+    assert not waiter.done.is_set() and f.acks == [batch]
     assert f.take_errors() == []           # retried: no error event for the application
     assert f.sessions[1].epoch == 0
-    f.sessions[1].backoff_until = 0.0
-    f.tick(time.monotonic())
-    (call,) = share.runner.take()
-    req = on_wire(call)
-    assert req.share_session_epoch == 0
-    assert [p.partition_index for p in req.topics[0].partitions] == [0, 1]
-    assert not any(p.acknowledgement_batches for p in req.topics[0].partitions)
-    answer(call, fetch_answer([]))
-    # the session is open: the acknowledgement goes with the next request
-    f.tick(time.monotonic())
-    req = on_wire(share.runner.calls[-1])
-    assert req.share_session_epoch == 1
-    (part,) = req.topics[0].partitions
-    assert [(b.first_offset, b.last_offset) for b in part.acknowledgement_batches] == [(0, 0)]
+    for attempt in range(4):
+        f.sessions[1].backoff_until = 0.0
+        f.tick(time.monotonic())
+        (call,) = share.runner.take()
+        req = on_wire(call)
+        assert req.share_session_epoch == 0
+        assert [p.partition_index for p in req.topics[0].partitions] == [0, 1]
+        assert not any(p.acknowledgement_batches for p in req.topics[0].partitions)
+        answer(call, fetch_answer([]))
+        # the session is open: the acknowledgement goes with the next request
+        f.tick(time.monotonic())
+        req = on_wire(share.runner.calls[-1])
+        assert req.share_session_epoch == 1
+        (part,) = req.topics[0].partitions
+        assert [(b.first_offset, b.last_offset)
+                for b in part.acknowledgement_batches] == [(0, 0)]
+        if attempt == 3:
+            batch.retry_until = time.monotonic()     # request.timeout.ms has passed
+            break
+        answer(share.runner.take()[-1], refused)
+        assert not waiter.done.is_set() and f.acks == [batch], attempt
     answer(share.runner.take()[-1], refused)
     assert waiter.done.is_set()
     assert waiter.results[("t", 0)].code() == code
+    assert f.take_errors() == []
 
 
 def holding_one_record(share):

@@ -365,10 +365,12 @@ def test_injected_error_answers(cluster, topic, members, mode, api):
         assert sorted(answered) == sorted(INJECTED[api]), answered
     else:
         assert answered, "no ShareAcknowledge answered an injected error"
-    # a refused request's acknowledgements go again once, then fail with its error; the
+    # a refused request's acknowledgements go again until request.timeout.ms has passed
+    # (far longer than the injections last): none fails with its retriable error; the
     # records of an ended session come again; no error event for what is retried
     assert out["events"] == [], out["events"]
-    check(cluster, topic, out, since,
-          {"INVALID_RECORD_STATE", "SHARE_SESSION_NOT_FOUND", "_TRANSPORT",
-           "INVALID_SHARE_SESSION_EPOCH", "NOT_LEADER_FOR_PARTITION",
-           "UNKNOWN_TOPIC_OR_PART", "REQUEST_TIMED_OUT"})
+    errors = {"INVALID_RECORD_STATE", "SHARE_SESSION_NOT_FOUND", "_TRANSPORT"}
+    if api == "ShareGroupHeartbeat":    # (not looked into here: the set as it was)
+        errors |= {"INVALID_SHARE_SESSION_EPOCH", "NOT_LEADER_FOR_PARTITION",
+                   "UNKNOWN_TOPIC_OR_PART", "REQUEST_TIMED_OUT"}
+    check(cluster, topic, out, since, errors)

@@ -460,15 +460,17 @@ class _ShareFetchOperation(LongPoll):
         self.session = session
         if req.share_session_epoch == FetchSessionEpoch.INITIAL:
             self.state.bind(ctx.broker, session, ctx.conn)
-        for t in req.forgotten_topics_data:
-            for p in t.partitions:
-                session.partitions.pop((t.topic_id, p), None)
         for t in req.topics:
             for p in t.partitions:
                 session.partitions[(t.topic_id, p.partition_index)] = None
                 if p.acknowledgement_batches:
                     self.ack_errors[(t.topic_id, p.partition_index)] = self._acknowledge(
                         t.topic_id, p.partition_index, p.acknowledgement_batches)
+        # Forgotten after the named ones are added, as Kafka's share session update: a
+        # partition named for its acknowledgements and forgotten leaves the session.
+        for t in req.forgotten_topics_data:
+            for p in t.partitions:
+                session.partitions.pop((t.topic_id, p), None)
         ctx.note(session_partitions=sorted([_topic_name(ctx, tid), p]
                                            for tid, p in session.partitions))
         if req.share_session_epoch == FetchSessionEpoch.FINAL:

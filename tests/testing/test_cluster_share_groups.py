@@ -762,6 +762,41 @@ def test_a_share_fetch_waiting_when_its_session_ends_acquires_nothing(cluster):
         other.close()
 
 
+def test_a_partition_named_and_forgotten_in_one_share_fetch_leaves_the_session(cluster):
+    """As Kafka's share session update (the named partitions added, then the forgotten
+    ones removed): a ShareFetch acknowledging a partition's records and forgetting it
+    applies the acknowledgements and acquires nothing more there, now or later (the
+    forgotten were dropped first, and the partition, named again, stayed in the session:
+    its records went to a member that no longer had it assigned)."""
+    group = "sf-forget"
+    tid = make_topic(cluster, "sf-forget", values=[b"m0", b"m1", b"m2"])
+    cluster.set_group_config(group, {"share.auto.offset.reset": "earliest"})
+    a = Fetcher(cluster, group, "sf-forget", tid)
+    try:
+        assert acquired(a.fetch(max_records=1)) == [(0, 0, 1)]
+        R = ShareFetchRequest
+        resp = a.client.request(R(
+            group_id=group, member_id=a.member_id, share_session_epoch=1, max_wait_ms=0,
+            min_bytes=1, max_bytes=1 << 20, max_records=1, batch_size=1,
+            topics=[R.FetchTopic(topic_id=tid, partitions=[R.FetchPartition(
+                partition_index=0, acknowledgement_batches=[R.AcknowledgementBatch(
+                    first_offset=0, last_offset=0,
+                    acknowledge_types=[int(AcknowledgeType.ACCEPT)])])])],
+            forgotten_topics_data=[R.ForgottenTopic(topic_id=tid, partitions=[0])]), V)
+        assert resp.error_code == ErrorCode.NONE
+        assert partition_data(resp).acknowledge_error_code == ErrorCode.NONE
+        assert acquired(resp) == []
+        resp = a.client.request(R(
+            group_id=group, member_id=a.member_id, share_session_epoch=2, max_wait_ms=0,
+            min_bytes=1, max_bytes=1 << 20, max_records=1, batch_size=1), V)
+        assert resp.error_code == ErrorCode.NONE and acquired(resp) == []
+        sp = state(cluster, group, "sf-forget")
+        assert sp["start_offset"] == 1
+        assert [r for r in sp["records"] if r[1] != "available"] == []
+    finally:
+        a.close()
+
+
 def test_a_share_session_ends_with_the_connection_that_opened_it(cluster):
     """As Kafka's share session cache, which listens for disconnections: the session
     opened on a connection ends when it closes, and the member's records of it go back

@@ -492,6 +492,11 @@ class ShareFetcher:
         wire_acks = self._ack_wire(acks)
         adds = wanted if epoch == FetchSessionEpoch.INITIAL else wanted - session.partitions
         forgets = set() if epoch == FetchSessionEpoch.INITIAL else session.partitions - wanted
+        # A partition named for its acknowledgements only is forgotten in the same request
+        # (as Kafka's Java share consumer does): a broker adds every partition a ShareFetch
+        # names to the session, then drops the forgotten ones, and would otherwise fetch
+        # from it for this member, which no longer has it assigned.
+        forgets |= set(wire_acks) - wanted
         named = adds | set(wire_acks)
         forgotten: Dict[uuid.UUID, List[int]] = {}
         for key in sorted(forgets):

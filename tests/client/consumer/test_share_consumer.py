@@ -261,6 +261,35 @@ def test_a_partition_no_longer_assigned_is_forgotten(share):
     assert [(t.topic_id, t.partitions) for t in req.forgotten_topics_data] == [(TID, [1])]
 
 
+def test_acknowledgements_of_a_partition_no_longer_assigned_forget_it_again(share):
+    """The records of t [1] are acknowledged after t [1] stopped being this member's:
+    the ShareFetch carrying them names t [1] and forgets it in the same request (Kafka
+    adds what a ShareFetch names to the session, then drops what it forgets). Named only,
+    the broker kept fetching t [1] for this member: records of a partition assigned to
+    another member acquired here, and in a fault run left acquired."""
+    f = share.fetcher
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], fetch_answer([(1, batch_bytes(0, 1), [(0, 0, 1)], 0, 0)]))
+    f.take_chunk()
+    f.set_assignment(ShareAssignment({TID: (0,)}))
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    assert [(t.topic_id, t.partitions) for t in on_wire(call).forgotten_topics_data] == \
+        [(TID, [1])]
+    answer(call, fetch_answer([]))
+    f.acknowledge([AckBatch(1, ("t", 1), [AckRange(0, 0, Wire.ACCEPT)])], now=False)
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    req = on_wire(call)
+    assert req.share_session_epoch == 2
+    assert [(p.partition_index, [(b.first_offset, b.last_offset)
+                                 for b in p.acknowledgement_batches])
+            for t in req.topics for p in t.partitions] == [(1, [(0, 0)])]
+    assert [(t.topic_id, t.partitions) for t in req.forgotten_topics_data] == [(TID, [1])]
+    answer(call, fetch_answer([]))
+    assert f.sessions[1].partitions == {("t", 0)}
+
+
 def test_a_broker_left_without_assigned_partitions_forgets_them_once(share):
     """A fetch of a partition no longer this member's would still take its records: the
     session at a broker none of whose partitions is assigned any more forgets them."""

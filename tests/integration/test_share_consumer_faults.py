@@ -234,13 +234,20 @@ def check(cluster, topic, out, since, errors=frozenset()) -> None:
     for part in cluster.share_state(topic):
         assert (part["start_offset"], part["end_offset"], part["records"]) == \
             (per, per, []), (part, [s for s in seen if s[1] == part["partition"]])
-    # each delivery of a record has a delivery count one higher than the one before
+    # each delivery of a record has a delivery count of its own, higher than the ones
+    # before it. A member hands out its deliveries in that order; two members, polled in
+    # turns by one thread, may hand theirs out in either order: after a leader move the
+    # new leader gives the record (its count one higher) to one member while the other
+    # still holds its copy of the delivery the move ended, not handed out yet
     deliveries: Dict[Tuple[int, int], List[int]] = {}
-    for _m, p, o, _v, n in seen:
+    by_member: Dict[Tuple[int, int, int], List[int]] = {}
+    for m, p, o, _v, n in seen:
         deliveries.setdefault((p, o), []).append(n)
+        by_member.setdefault((m, p, o), []).append(n)
     for key, counts in deliveries.items():
-        assert counts[0] >= 1 and counts == sorted(counts) and \
-            len(set(counts)) == len(counts), (key, counts)
+        assert min(counts) >= 1 and len(set(counts)) == len(counts), (key, counts)
+    for key, counts in by_member.items():
+        assert counts == sorted(counts), (key, counts)
     # every record's last delivery was acknowledged ACCEPT to a broker (the request log)
     acked = acknowledged_in_log(cluster, since, topic)
     from kafka_proto.enums import AcknowledgeType
@@ -263,9 +270,15 @@ def check(cluster, topic, out, since, errors=frozenset()) -> None:
                     # not applied, the record not this member's any more: it came again
                     assert len(deliveries[(int(p), o)]) > 1, (m, p, o, error)
     assert {k: n for k, n in answered.items() if n > given.get(k, 0)} == {}
-    # the last commit_sync() found nothing refused, close() did not wait for its limit
+    # the last commit_sync() found nothing refused but for a reason the fault explains
+    # (its refused acknowledgements, in the outcomes above, came again): it may answer
+    # for a delivery a fault ended after the record's next delivery was acknowledged, as
+    # when a leader moves (the old leader answers NOT_LEADER_OR_FOLLOWER; the new one has
+    # the record available again, and Kafka's Java share consumer reports that error
+    # too, not retrying since the acquisition locks were released); close() did not
+    # wait for its limit
     for result in out["final"]:
-        assert all(v is None for v in result.values()), out["final"]
+        assert all(v is None or v in errors for v in result.values()), out["final"]
     assert all(t < 20 for t in out["closed"]), out["closed"]
 
 

@@ -899,6 +899,23 @@ def _describe_groups(runner: CallRunner, node_id: int, group_ids: List[str],
                        on_response, on_failure))
 
 
+def _group_entry(groups: Any, group_id: str, missing: str) -> Any:
+    """``group_id``'s entry of an answer's ``groups``, or the retriable error the call is
+    tried again with (coordinator moved or loading). Raises :class:`CallError`, which
+    fails the call, when the answer has no entry for it (``missing`` says what it lacks)
+    or the entry carries any other error."""
+    g = next((g for g in groups if g.group_id == group_id), None)
+    if g is None:
+        raise CallError(client_error(KafkaError._BAD_MSG, f"the broker's answer {missing} "
+                                                          f"group {group_id!r}"))
+    if g.error_code in _RETRIED:
+        return code_error(g.error_code, None)
+    if g.error_code:
+        # DescribeGroups' entries carry no message
+        raise CallError(code_error(g.error_code, getattr(g, "error_message", None)))
+    return g
+
+
 def _group_call(runner: CallRunner, name: str, api_key: ApiKey, group_id: str,
                 opts: Options, build: Callable[[int], Any],
                 on_response: Callable[[Any, Any], Optional[KafkaError]], future: Future,
@@ -975,17 +992,9 @@ def _describe_group(runner: CallRunner, group_id: str, future: Future, opts: Opt
             include_authorized_operations=opts.include_authorized_operations)
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-        g = next((g for g in resp.groups if g.group_id == group_id), None)
-        if g is None:
-            settle(future, error=client_error(KafkaError._BAD_MSG,
-                                            f"the broker's answer does not describe "
-                                            f"group {group_id!r}"))
-            return None
-        if g.error_code in _RETRIED:
-            return result_error(g.error_code, None)
-        if g.error_code:
-            settle(future, error=result_error(g.error_code, None))
-            return None
+        g = _group_entry(resp.groups, group_id, "does not describe")
+        if isinstance(g, KafkaError):
+            return g
         consumer = g.protocol_type == "consumer"
         members = []
         for m in g.members:
@@ -1167,17 +1176,9 @@ def _describe_share_group(runner: CallRunner, group_id: str, future: Future,
             include_authorized_operations=opts.include_authorized_operations)
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-        g = next((g for g in resp.groups if g.group_id == group_id), None)
-        if g is None:
-            settle(future, error=client_error(KafkaError._BAD_MSG,
-                                            f"the broker's answer does not describe "
-                                            f"group {group_id!r}"))
-            return None
-        if g.error_code in _RETRIED:
-            return result_error(g.error_code, None)
-        if g.error_code:
-            settle(future, error=result_error(g.error_code, g.error_message))
-            return None
+        g = _group_entry(resp.groups, group_id, "does not describe")
+        if isinstance(g, KafkaError):
+            return g
         members = [ShareMemberDescription(
             m.member_id, m.client_id, m.client_host,
             MemberAssignment(sorted(TopicPartition(t.topic_name, p)
@@ -1220,17 +1221,9 @@ def _list_share_group_offsets(runner: CallRunner, request: ConsumerGroupTopicPar
                 for t, ps in group_by_topic(asked).items()])])
 
     def on_response(resp: Any, conn: Any) -> Optional[KafkaError]:
-        g = next((g for g in resp.groups if g.group_id == group_id), None)
-        if g is None:
-            settle(future, error=client_error(KafkaError._BAD_MSG,
-                                            f"the broker's answer has no offsets for "
-                                            f"group {group_id!r}"))
-            return None
-        if g.error_code in _RETRIED:
-            return result_error(g.error_code, None)
-        if g.error_code:
-            settle(future, error=result_error(g.error_code, g.error_message))
-            return None
+        g = _group_entry(resp.groups, group_id, "has no offsets for")
+        if isinstance(g, KafkaError):
+            return g
         got: Dict[PartitionKey, TopicPartition] = {}
         for t in g.topics:
             for p in t.partitions:

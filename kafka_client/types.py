@@ -449,10 +449,10 @@ def unchecked_message(topic: Optional[str], partition: Optional[int], offset: Op
                       key: Any, value: Any, headers: Optional[Headers],
                       error: Optional[KafkaError], timestamp: Tuple[int, int],
                       latency: Optional[float], leader_epoch: Optional[int]) -> Message: ...
-def unchecked_message(topic: Optional[str], partition: Optional[int], offset: Optional[int], key: Any,
-            value: Any, headers: Optional[Headers], error: Optional[KafkaError],
-            timestamp: Tuple[int, int], latency: Optional[float],
-            leader_epoch: Optional[int]) -> Message:
+def unchecked_message(topic: Optional[str], partition: Optional[int], offset: Optional[int],
+                      key: Any, value: Any, headers: Optional[Headers],
+                      error: Optional[KafkaError], timestamp: Tuple[int, int],
+                      latency: Optional[float], leader_epoch: Optional[int]) -> Message:
     """A :class:`Message` made without the constructor's checks, for the client's own use
     (values it made itself: nothing to validate)."""
     m = _new_message(Message)

@@ -97,7 +97,8 @@ class AsyncSerializingProducer(AIOProducer):
         await AIOProducer.close(self)
         await _close_owned(self)
 
-    async def produce(self, topic: str, key: Any = None, value: Any = None,  # type: ignore[override]
+    async def produce(  # type: ignore[override]
+                      self, topic: str, key: Any = None, value: Any = None,
                       partition: int = -1, timestamp: int = 0, headers: Any = None,
                       on_delivery: Optional[OnDelivery] = None
                       ) -> asyncio.Future[Message]:

@@ -121,7 +121,8 @@ _BROKER = [
     ConfigDef("log.retention.ms", "long", 7 * _DAY_MS, _at_least(-1)),
     ConfigDef("log.segment.bytes", "int", 1 << 30, _at_least(100)),
     ConfigDef("log.roll.ms", "long", 7 * _DAY_MS, _at_least(1)),
-    ConfigDef("unclean.leader.election.enable", "bool", False, _only(False, "see the topic property")),
+    ConfigDef("unclean.leader.election.enable", "bool", False,
+              _only(False, "see the topic property")),
     # test default: Kafka checks every 5 minutes (retention) and backs off 15 s (cleaner).
     ConfigDef("log.retention.check.interval.ms", "long", 1000, _at_least(1)),
     ConfigDef("log.cleaner.backoff.ms", "long", 1000, _at_least(1)),
@@ -236,7 +237,8 @@ def resolve_broker_config(overrides: Optional[Mapping[str, Any]]) -> Dict[str, A
             raise ConfigError(name, "unknown or unsupported broker property; the test "
                               f"cluster knows {', '.join(sorted(BROKER_CONFIGS))}")
         values[name] = _parse(d, raw)
-    if values["group.consumer.heartbeat.interval.ms"] >= values["group.consumer.session.timeout.ms"]:
+    if (values["group.consumer.heartbeat.interval.ms"]
+            >= values["group.consumer.session.timeout.ms"]):
         raise ConfigError("group.consumer.heartbeat.interval.ms",
                           "must be less than group.consumer.session.timeout.ms "
                           f"({values['group.consumer.session.timeout.ms']})")

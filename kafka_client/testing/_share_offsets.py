@@ -161,7 +161,8 @@ def alter_share_group_offsets(ctx: RequestContext) -> None:
             parts.append(R.AlterShareGroupOffsetsResponsePartition(
                 partition_index=p.partition_index, error_code=error))
         out.append(R.AlterShareGroupOffsetsResponseTopic(
-            topic_name=topic.topic_name, topic_id=info.topic_id if info is not None else NO_TOPIC_ID,
+            topic_name=topic.topic_name,
+            topic_id=info.topic_id if info is not None else NO_TOPIC_ID,
             partitions=parts))
     ctx.respond(R(error_code=ErrorCode.NONE, responses=out))
 
@@ -194,7 +195,8 @@ def delete_share_group_offsets(ctx: RequestContext) -> None:
                         if k[0] == req.group_id and k[1] == info.topic_id]:
                 del state.partitions[key]
         out.append(R.DeleteShareGroupOffsetsResponseTopic(
-            topic_name=topic.topic_name, topic_id=info.topic_id if info is not None else NO_TOPIC_ID,
+            topic_name=topic.topic_name,
+            topic_id=info.topic_id if info is not None else NO_TOPIC_ID,
             error_code=error))
     ctx.respond(R(error_code=ErrorCode.NONE, responses=out))
 

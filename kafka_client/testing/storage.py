@@ -234,7 +234,8 @@ class Segment:
         for i, ts in enumerate(self.batch_max_ts):
             if ts < timestamp or self.batch_lasts[i] < start:
                 continue
-            data = self.read_bytes(self.batch_positions[i], self.batch_end(i) - self.batch_positions[i])
+            position = self.batch_positions[i]
+            data = self.read_bytes(position, self.batch_end(i) - position)
             for batch in read_batches(data, check_crc=False):
                 if batch.is_control:
                     continue

@@ -280,7 +280,8 @@ def test_close_from_another_thread_ends_every_call_waiting_there(run_child):
     assert out.stdout.split("\n")[:-1] == [
         "consume [] True", "consume_arrow 0 True", "consumer list_topics _DESTROY True",
         "committed _DESTROY True", "get_watermark_offsets _DESTROY True", "flush 1 True",
-        "producer poll 0 True", "admin poll 0 True", "producer list_topics _DESTROY True", "init_transactions _DESTROY True"]
+        "producer poll 0 True", "admin poll 0 True", "producer list_topics _DESTROY True",
+        "init_transactions _DESTROY True"]
 
 
 def test_leaving_a_with_block_closes_the_producer():

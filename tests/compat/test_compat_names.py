@@ -93,7 +93,8 @@ def test_partitioner_functions_match_confluent(ours, theirs):
 
 
 def test_version_functions():
-    assert isinstance(kafka_client.version(), str) and kafka_client.version() == kafka_client.__version__
+    assert isinstance(kafka_client.version(), str)
+    assert kafka_client.version() == kafka_client.__version__
     text, number = kafka_client.libversion()
     major, minor, patch = (int(p) for p in text.split("."))
     assert number == (major << 24) | (minor << 16) | (patch << 8) | 0xFF

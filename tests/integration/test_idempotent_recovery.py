@@ -101,11 +101,15 @@ def test_recovers_from_unknown_producer_id_and_out_of_order_answers(broker, topi
         # requests first sent after the refused one while it is in flight (answers held
         # back 1.5 s meanwhile, so several are: at 0.5 s a machine at a load of 13 on 2
         # cores once sent none): a retry of the refused batch itself, or anything after
-        # it, answered so would be unexplained, hence fatal.
+        # it, answered so would be unexplained, hence fatal. The episode starts with
+        # nothing in flight (a flush), so that the refused request leaves room behind it
+        # in the in-flight window: on a loaded machine it once went out with the window
+        # full of requests whose answers were held back with its own, and none followed.
         episode = RefusedEpisode()
         plan = {40_000: lambda: proxy.fail_requests(ApiKey.PRODUCE,
                                                     ErrorCode.UNKNOWN_PRODUCER_ID),
-                80_000: lambda: (proxy.delay(1.5, DOWNSTREAM),
+                80_000: lambda: (drained(),
+                                 proxy.delay(1.5, DOWNSTREAM),
                                  proxy.fail_requests(ApiKey.PRODUCE,
                                                      ErrorCode.NOT_ENOUGH_REPLICAS,
                                                      when=episode.refuse),
@@ -123,6 +127,9 @@ def test_recovers_from_unknown_producer_id_and_out_of_order_answers(broker, topi
         def report(err, msg):
             if err is not None:
                 failed.append((int(msg.value()), err))
+
+        def drained():
+            assert p.flush(60) == 0
         try:
             start = time.monotonic()
             for i in range(N):

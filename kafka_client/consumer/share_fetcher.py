@@ -426,16 +426,18 @@ class ShareFetcher:
             gone = given_back.get(batch.key) if given_back else None
             if gone and any(o in gone for r in batch.ranges
                             for o in range(r.first, r.last + 1)):
-                batch = self._drop_given_back(batch, gone)
-                if batch is None:
+                kept = self._drop_given_back(batch, gone)
+                if kept is None:
                     continue
+                batch = kept
             with self.lock:
                 unhanded = set(self._unhanded.get((node, batch.key), ()))
             if unhanded and any(o in unhanded for r in batch.ranges
                                 for o in range(r.first, r.last + 1)):
-                batch = self._drop_given_back(batch, unhanded)
-                if batch is None:
+                kept = self._drop_given_back(batch, unhanded)
+                if kept is None:
                     continue
+                batch = kept
             offsets = {o for r in batch.ranges for o in range(r.first, r.last + 1)}
             seen = named.setdefault(batch.key, set())
             if offsets & seen:
@@ -513,8 +515,8 @@ class ShareFetcher:
                 tid = self._topic_id(key[0])
                 if tid is None:
                     continue
-                sized = {"partition_max_bytes": self.partition_max_bytes
-                         if key in wanted else 0} if version == 0 else {}
+                sized: Dict[str, Any] = {"partition_max_bytes": self.partition_max_bytes
+                                         if key in wanted else 0} if version == 0 else {}
                 topics.setdefault(tid, []).append(ShareFetchRequest.FetchPartition(
                     partition_index=key[1],
                     acknowledgement_batches=[
@@ -651,11 +653,13 @@ class ShareFetcher:
             # up after one more try, two refusals in a row left the records acquired
             # until their lock expired).
             now = time.monotonic()
+            again: List[AckBatch] = []
+            expired: List[AckBatch] = []
             for batch in acks:
                 if batch.retry_until is None:
                     batch.retry_until = now + self.ack_retry_time
-            again = [b for b in acks if now < b.retry_until]
-            acks = [b for b in acks if now >= b.retry_until]
+                (again if now < batch.retry_until else expired).append(batch)
+            acks = expired
             held = self._holding.setdefault(node, {})
             for batch in again:
                 # still the member's until sent: given back with the session if it ends

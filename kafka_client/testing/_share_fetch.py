@@ -110,10 +110,14 @@ class SharePartition:
 
     def advance_start(self) -> None:
         """Move the start offset past the records done with."""
-        while self.start_offset < self.end_offset and \
-                self.records[self.start_offset].state in (ACKNOWLEDGED, ARCHIVED):
-            del self.records[self.start_offset]
-            self.start_offset += 1
+        start = self.start_offset
+        if start is None:        # never read: nothing done with yet
+            return
+        while start < self.end_offset and \
+                self.records[start].state in (ACKNOWLEDGED, ARCHIVED):
+            del self.records[start]
+            start += 1
+        self.start_offset = start
 
     def release(self, record: InFlightRecord, limit: int) -> None:
         record.owner = None
@@ -350,15 +354,15 @@ class ShareFetchState:
                 return ErrorCode.INVALID_SHARE_SESSION_EPOCH, None
             session = self.sessions[key] = ShareSession(group_id, member_id)
             return ErrorCode.NONE, session
-        session = self.sessions.get(key)
-        if session is None:
+        existing = self.sessions.get(key)
+        if existing is None:
             return ErrorCode.SHARE_SESSION_NOT_FOUND, None
         if epoch == FetchSessionEpoch.FINAL:
-            return ErrorCode.NONE, session
-        if epoch != session.next_epoch:
+            return ErrorCode.NONE, existing
+        if epoch != existing.next_epoch:
             return ErrorCode.INVALID_SHARE_SESSION_EPOCH, None
-        session.next_epoch = epoch + 1 if epoch < (1 << 31) - 1 else 1
-        return ErrorCode.NONE, session
+        existing.next_epoch = epoch + 1 if epoch < (1 << 31) - 1 else 1
+        return ErrorCode.NONE, existing
 
     def bind(self, broker: "Broker", session: ShareSession, conn: Any) -> None:
         """The session opened on ``conn``: it ends when that connection closes (Kafka's
@@ -457,6 +461,7 @@ class _ShareFetchOperation(LongPoll):
         if error:
             self._fail(error)
             return
+        assert session is not None           # session_for gives one when no error
         self.session = session
         if req.share_session_epoch == FetchSessionEpoch.INITIAL:
             self.state.bind(ctx.broker, session, ctx.conn)
@@ -489,7 +494,7 @@ class _ShareFetchOperation(LongPoll):
         ctx = self.ctx
         name = _topic_name(ctx, topic_id)
         error, _, _ = _leader_of(ctx, name, index)
-        if error:
+        if error or name is None:            # (no name: an error, UNKNOWN_TOPIC_ID)
             return error
         sp = self.state.partition(ctx.request.group_id, name, topic_id, index)
         return self.state.acknowledge(sp, ctx.request.member_id, batches)
@@ -532,13 +537,14 @@ class _ShareFetchOperation(LongPoll):
         # A session that ended while this fetch waited (closed, replaced, its connection
         # gone) holds no records: what it acquired now would be nobody's until the lock
         # expired (Kafka completes a waiting share fetch of an ended session empty).
-        current = self.session is not None and self.state.sessions.get(
-            (ctx.broker.broker_id, req.group_id, req.member_id)) is self.session
-        for key in list(self.session.partitions) if current else []:
+        session = self.session
+        current = session is not None and self.state.sessions.get(
+            (ctx.broker.broker_id, req.group_id, req.member_id)) is session
+        for key in list(session.partitions) if session is not None and current else []:
             tid, index = key
             name = _topic_name(ctx, tid)
             error, replica, part = _leader_of(ctx, name, index)
-            if error:
+            if error or name is None:        # (no name: an error, UNKNOWN_TOPIC_ID)
                 urgent = True
                 out[key] = R.PartitionData(partition_index=index, error_code=error,
                                            acknowledge_error_code=self.ack_errors.get(
@@ -570,7 +576,7 @@ class _ShareFetchOperation(LongPoll):
         R = ShareFetchResponse
         topics: Dict[uuid.UUID, Any] = {}
         leaders: Set[int] = set()
-        acquired = []
+        acquired: List[Tuple[Optional[str], int, int, int, int]] = []
         for (tid, index), data in partitions.items():
             topics.setdefault(tid, R.ShareFetchableTopicResponse(topic_id=tid, partitions=[]))
             topics[tid].partitions.append(data)
@@ -618,6 +624,7 @@ def share_acknowledge(ctx: RequestContext) -> None:
     if error:
         ctx.respond(R(error_code=error))
         return
+    assert session is not None               # session_for gives one when no error
     topics = []
     leaders: Set[int] = set()
     errors = {}
@@ -626,7 +633,7 @@ def share_acknowledge(ctx: RequestContext) -> None:
         out = R.ShareAcknowledgeTopicResponse(topic_id=t.topic_id, partitions=[])
         for p in t.partitions:
             code, _, part = _leader_of(ctx, name, p.partition_index)
-            if not code:
+            if not code and name is not None:  # (no name: an error, UNKNOWN_TOPIC_ID)
                 sp = state.partition(req.group_id, name, t.topic_id, p.partition_index)
                 code = state.acknowledge(sp, req.member_id, p.acknowledgement_batches)
             leader = R.LeaderIdAndEpoch(leader_id=part.leader if part else -1,

@@ -161,6 +161,11 @@ class _Session:
     epoch: int = int(FetchSessionEpoch.INITIAL)
     #: the partitions the broker's session holds
     partitions: Set[Key] = field(default_factory=set)
+    #: the partitions the broker's session may hold: those above, those a request in
+    #: flight names (it may have reached the broker or not), and those of a session
+    #: refused and not yet replaced (the broker keeps it). Its end gives back the
+    #: member's records of these only (Kafka releases the ended session's partitions).
+    maybe_held: Set[Key] = field(default_factory=set)
     in_flight: bool = False
     backoff_until: float = 0.0
 
@@ -537,6 +542,7 @@ class ShareFetcher:
 
         self._take(acks)
         session.in_flight = True
+        session.maybe_held |= named
         after = (session.partitions | adds | (set(wire_acks) & wanted)) - forgets
         if self.log.isEnabledFor(logging.DEBUG):
             self.log.debug("share group %s: ShareFetch to broker %d, epoch %d, adding %s, "
@@ -595,6 +601,7 @@ class ShareFetcher:
             if final:
                 session.epoch = int(FetchSessionEpoch.INITIAL)
                 session.partitions = set()
+                session.maybe_held = set()
             else:
                 session.epoch = next_epoch(epoch)
             self._ack_answers(resp.responses, acks, "error_code", "error_message")
@@ -624,29 +631,43 @@ class ShareFetcher:
                "records not acknowledged come again") if lost else "not sent"
         # The session ended with the connection (or with the broker): the records it
         # acquired for this member went back to the group.
-        self._give_back(node)
+        self._give_back(node, session)
         self.cluster.metadata.request(sorted({k[0] for k in self.assigned}) or None)
         self._session_lost(node, session, KafkaError(
             error.code(), f"{error.str()} ({why})", retriable=True), acks)
 
-    def _give_back(self, node: int) -> None:
-        """The broker's share session ended: the records it acquired for this member
-        went back to the group (an acknowledgement of one is not sent any more)."""
+    def _give_back(self, node: int, session: Optional[_Session]) -> None:
+        """The broker's share session ended: the member's records of its partitions went
+        back to the group (an acknowledgement of one is not sent any more). Those of
+        other partitions (acquired under an earlier session it replaced, or of a partition
+        it forgot) are still the member's: their acknowledgements go in the next session.
+        ``session`` None: the member's records of every partition went back."""
         back = self._given_back.setdefault(node, {})
-        for key, offsets in self._holding.pop(node, {}).items():
-            back.setdefault(key, set()).update(offsets)
+        holding = self._holding.get(node, {})
+        ended = set(holding) if session is None else \
+            session.partitions | session.maybe_held
+        for key in ended & set(holding):
+            back.setdefault(key, set()).update(holding.pop(key))
+        if session is not None:
+            session.partitions, session.maybe_held = set(), set()
 
     def _session_lost(self, node: int, session: _Session, error: KafkaError,
                       acks: List[AckBatch], refused: bool = False) -> None:
         """A request of the session failed: the broker's session state is unknown (or
         gone); the next request opens a new one."""
         self.log.debug("share session on broker %d: %s", node, error.str())
+        given_back = error.code() in GIVEN_BACK
+        if given_back:
+            # (UNKNOWN_MEMBER_ID: the member is gone, and all its records with it)
+            member_gone = error.code() == ErrorCode.UNKNOWN_MEMBER_ID
+            self._give_back(node, None if member_gone else session)
+        # (otherwise the broker's session, if any, is still there with its partitions
+        # until an opening ShareFetch replaces it: maybe_held keeps them)
         session.epoch = int(FetchSessionEpoch.INITIAL)
         session.partitions = set()
         session.backoff_until = time.monotonic() + self.error_backoff
-        if error.code() in GIVEN_BACK:
-            self._give_back(node)
-        elif error.code() in REFUSED_SESSION or (refused and error.retriable()):
+        if not given_back and (error.code() in REFUSED_SESSION or
+                               (refused and error.retriable())):
             # Refused whole, nothing applied, and the session is still there: the
             # records are still acquired by this member, so their acknowledgements go
             # again in the new session, once it is open, until their time is up (given
@@ -685,6 +706,8 @@ class ShareFetcher:
             return
         session.epoch = next_epoch(epoch)
         session.partitions = after
+        # the broker's session is this one now (an opening one replaced any other)
+        session.maybe_held = set(after)
         self._ack_answers(resp.responses, acks, "acknowledge_error_code",
                           "acknowledge_error_message")
         names = {tid: name for name, tid in self.topic_ids.items()}

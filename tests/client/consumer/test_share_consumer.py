@@ -408,7 +408,7 @@ def test_an_ended_share_session_gave_its_records_back(share):
     f = share.fetcher
     late = CommitWaiter(1)
     f._holding.setdefault(1, {}).setdefault(("t", 0), set()).add(5)
-    f._give_back(1)
+    f._give_back(1, None)
     reopen(share)
     f.acknowledge([AckBatch(1, ("t", 0), [AckRange(5, 6, Wire.ACCEPT)], late)], now=True)
     f.tick(time.monotonic())
@@ -417,6 +417,70 @@ def test_an_ended_share_session_gave_its_records_back(share):
             for p in t.partitions for b in p.acknowledgement_batches]
     assert wire == [(6, 6)]                       # offset 5 not sent
     assert late.results[("t", 0)].code() == ErrorCode.INVALID_RECORD_STATE
+
+
+def test_a_share_session_end_gives_back_only_the_records_of_its_partitions(share):
+    """Kafka releases the member's records of the ended session's partitions only. t [0]
+    offset 0 is acquired in session 1; a refusal has session 2 open naming t [1] only
+    (t [0] no longer assigned) and acquire t [1] offset 0; session 2 ends
+    (SHARE_SESSION_NOT_FOUND). t [1]'s record went back: its acknowledgement fails, not
+    sent. t [0]'s is still the member's: its acknowledgement goes in session 3 (taken as
+    given back and dropped, the record stayed acquired until its lock expired)."""
+    f = holding_one_record(share)
+    f.set_assignment(ShareAssignment({TID: (1,)}))
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    answer(call, ShareFetchResponse(error_code=ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                                    responses=[]))
+    f.sessions[1].backoff_until = 0.0
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    req = on_wire(call)
+    assert req.share_session_epoch == 0
+    assert [p.partition_index for t in req.topics for p in t.partitions] == [1]
+    answer(call, fetch_answer([(1, batch_bytes(0, 1), [(0, 0, 1)], 0, 0)]))
+    f.take_chunk()
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    answer(call, ShareFetchResponse(error_code=ErrorCode.SHARE_SESSION_NOT_FOUND,
+                                    responses=[]))
+    kept, lost = CommitWaiter(1), CommitWaiter(1)
+    f.acknowledge([AckBatch(1, ("t", 0), [AckRange(0, 0, Wire.ACCEPT)], kept),
+                   AckBatch(1, ("t", 1), [AckRange(0, 0, Wire.ACCEPT)], lost)], now=False)
+    reopen(share)
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    req = on_wire(call)
+    assert req.share_session_epoch == 1
+    assert [(p.partition_index, [(b.first_offset, b.last_offset)
+                                 for b in p.acknowledgement_batches])
+            for t in req.topics for p in t.partitions] == [(0, [(0, 0)])]
+    assert [(t.topic_id, t.partitions) for t in req.forgotten_topics_data] == [(TID, [0])]
+    assert lost.done.is_set()
+    assert lost.results[("t", 1)].code() == ErrorCode.INVALID_RECORD_STATE
+    assert not kept.done.is_set()
+    answer(call, fetch_answer([]))
+    assert kept.done.is_set() and kept.results[("t", 0)] is None
+
+
+def test_a_connection_lost_with_an_opening_share_fetch_gives_back_the_old_sessions(share):
+    """A refusal leaves the broker's session in place until an opening ShareFetch replaces
+    it: the connection lost with that opening request in flight (arrived or not, unknown)
+    ends the old session or the new one, so the records of the partitions of both are
+    taken as given back; those of neither stay held."""
+    f = holding_one_record(share)              # t [0] offset 0, session naming t [0], t [1]
+    f._holding[1][("t", 2)] = {7}              # of an earlier session, in neither
+    f.set_assignment(ShareAssignment({TID: (1,)}))
+    f.tick(time.monotonic())
+    answer(share.runner.take()[0], ShareFetchResponse(
+        error_code=ErrorCode.INVALID_SHARE_SESSION_EPOCH, responses=[]))
+    f.sessions[1].backoff_until = 0.0
+    f.tick(time.monotonic())
+    (call,) = share.runner.take()
+    assert on_wire(call).share_session_epoch == 0
+    call.reroute(KafkaError(KafkaError._TRANSPORT, "connection closed"), True)
+    assert f._given_back[1] == {("t", 0): {0}}
+    assert f._holding[1] == {("t", 2): {7}}
 
 
 def test_a_request_lost_with_its_connection_is_not_sent_again(share):

@@ -797,6 +797,50 @@ def test_a_partition_named_and_forgotten_in_one_share_fetch_leaves_the_session(c
         a.close()
 
 
+def test_a_share_session_end_releases_the_members_records_of_its_partitions_only(cluster):
+    """As Kafka (the session's end releases the member's records of the session's
+    partitions): a record of a partition the ended session did not name, acquired under
+    an earlier session of the member that this one replaced, stays the member's, and its
+    acknowledgement in the next session is accepted."""
+    group = "sf-only"
+    broker = cluster.broker_ids[0]
+    cluster.create_topic("sf-only", partitions=2, replication_factor=1,
+                         assignments=[[broker], [broker]])
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 0})
+    for partition in (0, 1):
+        p.produce("sf-only", b"v%d" % partition, partition=partition)
+    assert p.flush(30) == 0
+    tid = topic_id(cluster, "sf-only")
+    cluster.set_group_config(group, {"share.auto.offset.reset": "earliest"})
+    member = str(uuid.uuid4())
+
+    def kinds(partition):
+        (sp,) = [s for s in cluster.share_state(group) if s["partition"] == partition]
+        return [r[1] for r in sp["records"]]
+
+    first = Fetcher(cluster, group, "sf-only", tid, partition=0, member_id=member)
+    second = Fetcher(cluster, group, "sf-only", tid, partition=1, member_id=member)
+    third = Fetcher(cluster, group, "sf-only", tid, partition=0, member_id=member)
+    try:
+        assert acquired(first.fetch()) == [(0, 0, 1)]
+        # opened on another connection, naming partition 1 only: it replaces the first
+        assert acquired(second.fetch()) == [(0, 0, 1)]
+        second.close()
+        cluster.wait_for(lambda: kinds(1) == ["available"], 10, "partition 1 given back")
+        assert kinds(0) == ["acquired"]
+        # the member's record of partition 0 is still its own: not delivered again, and
+        # its acknowledgement is accepted
+        assert acquired(third.fetch()) == []
+        ack = third.acknowledge([(0, 0, [AcknowledgeType.ACCEPT])])
+        assert ack.error_code == ErrorCode.NONE
+        assert ack.responses[0].partitions[0].error_code == ErrorCode.NONE
+        assert kinds(0) == [] or kinds(0) == ["acknowledged"]
+    finally:
+        first.close()
+        second.close()
+        third.close()
+
+
 def test_a_share_session_ends_with_the_connection_that_opened_it(cluster):
     """As Kafka's share session cache, which listens for disconnections: the session
     opened on a connection ends when it closes, and the member's records of it go back

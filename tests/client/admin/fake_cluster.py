@@ -22,6 +22,9 @@ import struct
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+import pytest
+
+from kafka_client.errors import KafkaException
 from kafka_proto.framing import FrameParser
 from kafka_proto.messages import (
     API_KEYS,
@@ -226,3 +229,10 @@ class FakeCluster:
         body = header + resp.encode(version if api_key != ApiKey.API_VERSIONS
                                     else min(version, ApiVersionsResponse.MAX_VERSION))
         conn.sendall(struct.pack(">i", len(body)) + body)
+
+
+def error_of(future, timeout=10):
+    """The KafkaError a future fails with (it must fail within ``timeout`` seconds)."""
+    with pytest.raises(KafkaException) as ei:
+        future.result(timeout)
+    return ei.value.args[0]

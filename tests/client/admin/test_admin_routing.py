@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from fake_cluster import CLOSE, SILENT, FakeCluster
+from fake_cluster import CLOSE, SILENT, FakeCluster, error_of
 
 from kafka_client import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from kafka_client._cluster import calls as calls_module
@@ -45,27 +45,6 @@ from kafka_proto.messages import (
     ListGroupsResponse,
     ListOffsetsResponse,
 )
-
-
-@pytest.fixture
-def admins():
-    made = []
-
-    def make(cluster, **conf):
-        a = AdminClient({"bootstrap.servers": cluster.bootstrap, "retry.backoff.ms": 10,
-                         "retry.backoff.max.ms": 50, **conf})
-        made.append(a)
-        return a
-
-    yield make
-    for a in made:
-        a.close()
-
-
-def error_of(future, timeout=10):
-    with pytest.raises(KafkaException) as ei:
-        future.result(timeout)
-    return ei.value.args[0]
 
 
 def created(req, version, code=0, message=None):

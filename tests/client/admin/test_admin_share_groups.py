@@ -8,12 +8,12 @@ import struct
 import uuid
 
 import pytest
-from fake_cluster import FakeCluster
+from fake_cluster import FakeCluster, error_of
 
 from kafka_client import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from kafka_client._model import ConsumerGroupType
-from kafka_client.admin import AdminClient, ShareGroupDescription
-from kafka_client.errors import KafkaError, KafkaException
+from kafka_client.admin import ShareGroupDescription
+from kafka_client.errors import KafkaError
 from kafka_client.types import OFFSET_INVALID
 from kafka_proto.errors import ErrorCode
 from kafka_proto.messages import (
@@ -27,27 +27,6 @@ from kafka_proto.messages import (
 )
 
 TID = uuid.UUID(int=7)
-
-
-@pytest.fixture
-def admins():
-    made = []
-
-    def make(cluster, **conf):
-        a = AdminClient({"bootstrap.servers": cluster.bootstrap, "retry.backoff.ms": 10,
-                         "retry.backoff.max.ms": 50, **conf})
-        made.append(a)
-        return a
-
-    yield make
-    for a in made:
-        a.close()
-
-
-def error_of(future, timeout=10):
-    with pytest.raises(KafkaException) as ei:
-        future.result(timeout)
-    return ei.value.args[0]
 
 
 def i32(v):

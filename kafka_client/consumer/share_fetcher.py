@@ -35,7 +35,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
 from kafka_client._cluster.calls import Broker, Call, CallRunner, broker_error
 from kafka_client.consumer.fetcher import PartitionState
@@ -133,6 +133,10 @@ class AckBatch:
         return {o for r in self.ranges if r.kind != AcknowledgeType.GAP
                 for o in range(r.first, r.last + 1)}
 
+    def named(self) -> Set[int]:
+        """Every offset the batch names, GAP ranges included."""
+        return {o for r in self.ranges for o in range(r.first, r.last + 1)}
+
 
 @dataclass
 class AckOutcome:
@@ -141,6 +145,11 @@ class AckOutcome:
 
     offsets: Dict[Key, Set[int]]
     error: Optional[KafkaError]
+
+
+def _acquired_offsets(acquired: Iterable[Tuple[int, int, int]]) -> Set[int]:
+    """Every offset of acquired ranges ``[(first, last, delivery_count)]``."""
+    return {o for first, last, _count in acquired for o in range(first, last + 1)}
 
 
 @dataclass
@@ -243,8 +252,7 @@ class ShareFetcher:
         """(under self.lock) ``chunk`` leaves for the application."""
         waiting = self._unhanded.get((chunk.node, chunk.part.key))
         if waiting:
-            waiting.difference_update(o for f, last, _n in chunk.acquired
-                                      for o in range(f, last + 1))
+            waiting.difference_update(_acquired_offsets(chunk.acquired))
 
     def take_chunk(self) -> Optional[ShareChunk]:
         with self.lock:
@@ -415,8 +423,7 @@ class ShareFetcher:
         for batch in acks:
             held = holding.get(batch.node, {}).get(batch.key)
             if held:
-                for r in batch.ranges:
-                    held.difference_update(range(r.first, r.last + 1))
+                held.difference_update(batch.named())
 
     def _sendable(self, node: int, acks: List[AckBatch]) -> List[AckBatch]:
         """The acknowledgements for ``node`` that may go in one request: those of
@@ -429,21 +436,19 @@ class ShareFetcher:
         named: Dict[Key, Set[int]] = {}
         for batch in acks:
             gone = given_back.get(batch.key) if given_back else None
-            if gone and any(o in gone for r in batch.ranges
-                            for o in range(r.first, r.last + 1)):
+            if gone and not gone.isdisjoint(batch.named()):
                 kept = self._drop_given_back(batch, gone)
                 if kept is None:
                     continue
                 batch = kept
             with self.lock:
                 unhanded = set(self._unhanded.get((node, batch.key), ()))
-            if unhanded and any(o in unhanded for r in batch.ranges
-                                for o in range(r.first, r.last + 1)):
+            if unhanded and not unhanded.isdisjoint(batch.named()):
                 kept = self._drop_given_back(batch, unhanded)
                 if kept is None:
                     continue
                 batch = kept
-            offsets = {o for r in batch.ranges for o in range(r.first, r.last + 1)}
+            offsets = batch.named()
             seen = named.setdefault(batch.key, set())
             if offsets & seen:
                 continue
@@ -684,8 +689,7 @@ class ShareFetcher:
             held = self._holding.setdefault(node, {})
             for batch in again:
                 # still the member's until sent: given back with the session if it ends
-                held.setdefault(batch.key, set()).update(
-                    o for r in batch.ranges for o in range(r.first, r.last + 1))
+                held.setdefault(batch.key, set()).update(batch.named())
             with self.lock:
                 self.acks.extend(again)
         self._settle(acks, error)
@@ -734,7 +738,7 @@ class ShareFetcher:
                     continue
                 self.log.debug("share group %s: %s [%d] acquired %s from broker %d",
                                self.member.group_id, name, key[1], acquired, node)
-                offsets = {o for f, last, _n in acquired for o in range(f, last + 1)}
+                offsets = _acquired_offsets(acquired)
                 self._holding.setdefault(node, {}).setdefault(key, set()).update(offsets)
                 gone = self._given_back.get(node, {}).get(key)
                 if gone:
@@ -761,7 +765,7 @@ class ShareFetcher:
                 self.chunks.extend(chunks)
                 for chunk in chunks:
                     self._unhanded.setdefault((chunk.node, chunk.part.key), set()).update(
-                        o for f, last, _n in chunk.acquired for o in range(f, last + 1))
+                        _acquired_offsets(chunk.acquired))
             self.wake_app()
 
     def _batches(self, key: Key, data: Any) -> Optional[List[Any]]:

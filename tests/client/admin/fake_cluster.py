@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import pytest
 
+from kafka_client.admin import AdminClient
 from kafka_client.errors import KafkaException
 from kafka_proto.framing import FrameParser
 from kafka_proto.messages import (
@@ -229,6 +230,23 @@ class FakeCluster:
         body = header + resp.encode(version if api_key != ApiKey.API_VERSIONS
                                     else min(version, ApiVersionsResponse.MAX_VERSION))
         conn.sendall(struct.pack(">i", len(body)) + body)
+
+
+@pytest.fixture
+def admins():
+    """``make(cluster, **conf)``: an AdminClient on a FakeCluster with short retry
+    backoffs; every one made is closed after the test."""
+    made = []
+
+    def make(cluster, **conf):
+        a = AdminClient({"bootstrap.servers": cluster.bootstrap, "retry.backoff.ms": 10,
+                         "retry.backoff.max.ms": 50, **conf})
+        made.append(a)
+        return a
+
+    yield make
+    for a in made:
+        a.close()
 
 
 def error_of(future, timeout=10):

@@ -6,7 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from fake_cluster import CLOSE, SILENT, FakeCluster, error_of
+from fake_cluster import (  # noqa: F401 (admins: a fixture)
+    CLOSE,
+    SILENT,
+    FakeCluster,
+    admins,
+    error_of,
+)
 
 from kafka_client import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from kafka_client._cluster import calls as calls_module

@@ -8,7 +8,7 @@ import struct
 import uuid
 
 import pytest
-from fake_cluster import FakeCluster, error_of
+from fake_cluster import FakeCluster, admins, error_of  # noqa: F401 (a fixture)
 
 from kafka_client import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from kafka_client._model import ConsumerGroupType

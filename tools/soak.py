@@ -377,6 +377,22 @@ def note_partitions(cluster: Cluster, topics: Sequence[str], who: str) -> None:
                  f"{ps.replica_logs}")
 
 
+TRANSACTION_APIS = ("InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn",
+                    "TxnOffsetCommit", "EndTxn", "FindCoordinator")
+
+
+def note_transaction_requests(cluster: Cluster, client_id: str) -> None:
+    """The transaction requests ``client_id`` sent, with their answers' errors: how a
+    processor came to be fenced or to hold a transaction open (times on the run's clock)."""
+    shift = time.time() - (time.monotonic() - _T0)   # wall clock at the run's start
+    for e in cluster.request_log():
+        if e.client_id == client_id and e.api in TRANSACTION_APIS:
+            errors = ",".join(sorted(set(e.errors))) or "-"
+            injected = f" injected {e.injected_error}" if e.injected_error else ""
+            note(f"{client_id}: at {e.time - shift:7.2f} broker {e.broker} {e.api} "
+                 f"v{e.version} -> {errors}{injected}")
+
+
 def committed_offsets(cluster: Cluster, group: str, topic: str,
                       partitions: int) -> Dict[int, int]:
     c = Consumer({**connect(cluster.bootstrap_servers), "group.id": group})
@@ -1418,6 +1434,7 @@ def run_eos(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 crashes.append(f"{self.name}: " + traceback.format_exc())
                 note(self.name, "failed:", repr(sys.exc_info()[1])[:300])
                 note_partitions(cluster, (source, sink), self.name)
+                note_transaction_requests(cluster, self.name)
 
         def _run(self) -> None:
             conf = {**connect(boot), "group.id": group, "client.id": self.name,

@@ -237,9 +237,14 @@ class TransactionManager:
         self._register_after = 0.0               # its retry backoff
         #: AddPartitionsToTxn failures in a row: the waits double (KIP-580)
         self._register_failures = 0
-        #: requests the coordinator saw in this transaction (partitions, offsets): with
-        #: none, commit and abort send no EndTxn
-        self._coordinator_knows = False
+        #: the coordinator may have seen this transaction's AddPartitionsToTxn / its
+        #: AddOffsetsToTxn (one went out, and no answer refused it): with neither, commit
+        #: and abort send no EndTxn. One flag each: the two can be out at once, and the
+        #: refusal of one says nothing of the other (a refused AddPartitionsToTxn made
+        #: an abort forget the offsets added meanwhile: the transaction stayed open at
+        #: the coordinator, the group's offsets unstable, until it timed out and fenced).
+        self._partitions_seen = False
+        self._offsets_seen = False
         #: an abort waits for the answer to the AddPartitionsToTxn out (see _finish_abort)
         self._abort_awaits_registering = False
         self.delivery_failures = 0               # messages that failed in this transaction
@@ -295,7 +300,7 @@ class TransactionManager:
                 if error is None:
                     self._pending.clear()
                     self._registering = set()
-                    self._coordinator_knows = False
+                    self._coordinator_forgets()
                     self._abort_awaits_registering = False
                     self.delivery_failures = 0
                     self._offsets_failure = None
@@ -628,11 +633,20 @@ class TransactionManager:
         return client_error(KafkaError._STATE, f"{what} valid in transaction state "
                           f"{self.state.value}" + (f": {hint}" if hint else ""))
 
+    @property
+    def _coordinator_knows(self) -> bool:
+        """The coordinator may hold this transaction open: commit and abort end it with
+        an EndTxn."""
+        return self._partitions_seen or self._offsets_seen
+
+    def _coordinator_forgets(self) -> None:
+        self._partitions_seen = self._offsets_seen = False
+
     def _complete(self) -> None:
         """The transaction ended (committed or aborted, and acknowledged)."""
         self.acc.txn_partitions = set()
         self._pending.clear()
-        self._coordinator_knows = False
+        self._coordinator_forgets()
         self.error = None
         self._set_state(TxnState.READY)
 
@@ -811,7 +825,7 @@ class TransactionManager:
         # The coordinator knows of the transaction once an attempt goes out (build()),
         # not before: aborted before then, the abort must send no EndTxn (one sent was
         # answered INVALID_TXN_STATE, fatal).
-        knew = self._coordinator_knows
+        knew = self._partitions_seen
         idem = self.idem
         by_topic: Dict[str, List[int]] = {}
         for p in parts:
@@ -825,7 +839,7 @@ class TransactionManager:
             if number != self._txn_number or self.state not in (
                     TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
                 raise CallError(KafkaError(KafkaError._STATE, "the transaction is over"))
-            self._coordinator_knows = True   # each attempt may be seen
+            self._partitions_seen = True   # each attempt may be seen
             topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps)
                       for t, ps in by_topic.items()]
             return AddPartitionsToTxnRequest(
@@ -845,7 +859,7 @@ class TransactionManager:
                 # wait for this answer)
                 if number == self._txn_number:
                     if not registered:
-                        self._coordinator_knows = knew
+                        self._partitions_seen = knew
                     self._abort_registering_answered()
                 return None
             self._registering = set()
@@ -855,7 +869,7 @@ class TransactionManager:
                 # Answered, and nothing added: the coordinator knows no more than before
                 # (an EndTxn for a transaction it never started is INVALID_TXN_STATE,
                 # fatal: the Java client does not send it either).
-                self._coordinator_knows = knew
+                self._partitions_seen = knew
             self.acc.txn_partitions.update(registered)
             self.io.wake()
             if not failed:
@@ -910,10 +924,10 @@ class TransactionManager:
             self._set_result(self._state_error("send_offsets_to_transaction"))
             return
         idem = self.idem
-        knew = self._coordinator_knows   # counts once an attempt goes out (see _register)
+        knew = self._offsets_seen   # counts once an attempt goes out (see _register)
 
         def build(version: int) -> Any:
-            self._coordinator_knows = True   # each attempt may be seen
+            self._offsets_seen = True   # each attempt may be seen
             return AddOffsetsToTxnRequest(transactional_id=self.transactional_id,
                                           producer_id=idem.producer_id,
                                           producer_epoch=idem.epoch, group_id=group.group_id)
@@ -923,7 +937,7 @@ class TransactionManager:
             if code == ErrorCode.NONE:
                 self._txn_offset_commit(offsets, group, deadline)
                 return None
-            self._coordinator_knows = knew   # refused: nothing added (see above)
+            self._offsets_seen = knew   # refused: nothing added (see above)
             return self._failed_in_transaction(code, "AddOffsetsToTxn",
                                                "Failed to add offsets to the transaction")
 
@@ -1019,7 +1033,7 @@ class TransactionManager:
             if code in _NEEDS_BUMP and not commit:
                 # The coordinator lost the producer id: the bump aborts what is open.
                 self.needs_bump = True
-                self._coordinator_knows = False
+                self._coordinator_forgets()
                 self._init_producer_id(bump=True)
                 return None
             with self.lock:
@@ -1048,7 +1062,7 @@ class TransactionManager:
 
     def _end_txn_done(self, commit: bool) -> None:
         with self.lock:
-            self._coordinator_knows = False   # a second EndTxn would find no transaction
+            self._coordinator_forgets()   # a second EndTxn would find no transaction
             failed_meanwhile = commit and self.state == TxnState.ABORTABLE_ERROR
             error = self.error
         if failed_meanwhile:

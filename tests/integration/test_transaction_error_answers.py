@@ -264,6 +264,57 @@ def test_abort_while_add_partitions_is_answered_concurrent_transactions_sends_no
     assert _committed_values(cluster, topic, 3) == list(range(500, 503))
 
 
+def test_abort_after_offsets_added_while_add_partitions_was_refused_sends_end_txn(cluster):
+    """AddPartitionsToTxn refused (COORDINATOR_NOT_AVAILABLE, twice) while
+    send_offsets_to_transaction()'s AddOffsetsToTxn, out at the same time, is accepted: the
+    coordinator holds the transaction open with the group's offsets, so the abort must end
+    it with an EndTxn. Without one (the refusal made the producer forget the offsets: seen
+    once in a soak run), the group's committed offsets stayed unstable until the
+    coordinator timed the transaction out and fenced the producer."""
+    topic = "abort-offsets-while-registering-refused"
+    cluster.create_topic(topic, partitions=1)
+    group = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                      "group.id": topic, "enable.auto.commit": False})
+    p = _producer(cluster, topic)
+    try:
+        p.begin_transaction()
+        cluster.set_latency(1.0, apis=["AddPartitionsToTxn"])
+        cluster.inject_errors("AddPartitionsToTxn", ["COORDINATOR_NOT_AVAILABLE"] * 2)
+        since = cluster.clear_request_log()
+        p.produce(topic, b"1", partition=0)
+        deadline = time.monotonic() + 10     # the AddPartitionsToTxn is out, its answer held
+        while not cluster.request_log(since, api="AddPartitionsToTxn"):
+            assert time.monotonic() < deadline, "no AddPartitionsToTxn went out"
+            p.poll(0.05)
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 1)],
+                                      group.consumer_group_metadata(), 30)
+        # the first refusal is answered, the second attempt is out when the abort begins
+        deadline = time.monotonic() + 10
+        while len(cluster.request_log(since, api="AddPartitionsToTxn")) < 2:
+            assert time.monotonic() < deadline, "AddPartitionsToTxn was not tried again"
+            p.poll(0.05)
+        p.abort_transaction(30)
+        cluster.set_latency(0, apis=["AddPartitionsToTxn"])
+        log = cluster.request_log(since)
+        assert [e.api for e in log if e.api in ("AddOffsetsToTxn", "EndTxn")] == \
+            ["AddOffsetsToTxn", "EndTxn"], log
+        # ended: the group's offsets are stable (no UNSTABLE_OFFSET_COMMIT until the
+        # transaction times out), and nothing was committed
+        assert group.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == \
+            OFFSET_INVALID
+        p.begin_transaction()
+        assert _produce(p, topic, range(600, 602)) == []
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 2)],
+                                      group.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        assert _committed_offset(group, topic) == 2
+    finally:
+        cluster.set_latency(0)
+        p.close(5)
+        group.close()
+    assert _committed_values(cluster, topic, 2) == [600, 601]
+
+
 def _committed_offset(consumer: Consumer, topic: str) -> int:
     return consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
 

@@ -67,12 +67,16 @@ DEBUG_LOGGERS = {
 def make_config(config: Optional[Dict[str, Any]], kwargs: Dict[str, Any],
                 role: str) -> ClientConfig:
     """A client's configuration from a dict plus keyword overrides (``linger_ms=5`` is
-    ``linger.ms``); raises KafkaException(_INVALID_ARG) naming a bad property.
+    ``linger.ms``); raises KafkaException(_INVALID_ARG) naming a bad property, and
+    TypeError when neither is given.
 
     ``default.topic.config`` is the ``default_topic_conf`` property (see
     :mod:`kafka_client.config`)."""
     if config is not None and not isinstance(config, Mapping):
         raise TypeError(f"expected configuration dict, not {type(config).__name__}")
+    if config is None and not kwargs:
+        # As confluent-kafka: Producer(), Consumer(None) are mistakes, not empty configs
+        raise TypeError("expected configuration dict")
     conf = dict(config or {})
     for k, v in kwargs.items():
         conf[_kwarg_name(k)] = v

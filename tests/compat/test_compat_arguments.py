@@ -151,6 +151,25 @@ def test_integers_that_are_not_int_are_taken_like_confluent(producers, make):
 
 # -- configuration ---------------------------------------------------------------------
 
+@pytest.mark.parametrize("name", ["Producer", "Consumer", "AdminClient"])
+@pytest.mark.parametrize("args", [(), (None,), (5,)], ids=["nothing", "None", "int"])
+def test_a_client_without_a_configuration_dict_is_refused_like_confluent(name, args):
+    ours = getattr(kafka_client.admin if name == "AdminClient" else kafka_client, name)
+    theirs = getattr(ck_admin if name == "AdminClient" else ck, name)
+    with pytest.raises(TypeError):
+        theirs(*args)
+    with pytest.raises(TypeError, match="expected configuration dict"):
+        ours(*args)
+
+
+def test_a_configuration_given_only_as_keywords_is_taken():
+    # the keyword form is a configuration of its own, with or without a dict
+    p = Producer(**{"bootstrap.servers": NOWHERE, "client.id": "kw"})
+    try:
+        assert p._config["client.id"] == "kw"
+    finally:
+        p.close(0)
+
 @pytest.mark.parametrize("conf", [{"partitioner": "bogus"}, {"partitioner": 5},
                                   {"default.topic.config": {"partitioner": "bogus"}}])
 def test_unknown_partitioner_is_refused_with_librdkafkas_message(conf):

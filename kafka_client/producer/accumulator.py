@@ -95,6 +95,14 @@ BATCH_OVERHEAD = 61
 _KEYED_ONLY = ("consistent", "murmur2", "fnv1a")
 
 
+def message_timed_out(detail: Optional[str] = None) -> KafkaError:
+    """A delivery report's ``_MSG_TIMED_OUT``: librdkafka's words first ("Local: Message
+    timed out", what applications match), then what it waited for."""
+    text = KafkaError(KafkaError._MSG_TIMED_OUT).str()
+    return KafkaError(KafkaError._MSG_TIMED_OUT,
+                      f"{text} ({detail})" if detail else text)
+
+
 class Unplaced(NamedTuple):
     """Messages that waited for their topic's metadata and fail with ``error`` (the topic
     does not exist, they timed out, the partition they named is not there, a purge)."""
@@ -877,9 +885,8 @@ class Accumulator(AccumulatorCore):
                 with self.lock:
                     gone = self._take_pending(t, before=now - timeout)
                 if gone:
-                    unplaced.append(Unplaced(t.name, KafkaError(
-                        KafkaError._MSG_TIMED_OUT,
-                        f"message for {t.name} timed out waiting for metadata"), gone))
+                    unplaced.append(Unplaced(t.name, message_timed_out(
+                        f"waiting for metadata of topic {t.name}"), gone))
         batches = []
         if timeout > 0:
             with self.lock:

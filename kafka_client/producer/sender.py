@@ -47,6 +47,7 @@ from kafka_client.producer.accumulator import (
     PendingMessage,
     Unplaced,
     Vanished,
+    message_timed_out,
 )
 from kafka_client.producer.idempotence import (
     NOT_PERSISTED,
@@ -582,7 +583,7 @@ class Sender:
             self._requeue(b, now, at_once)
             return
         if err.retriable() and now >= b.deadline:
-            err = KafkaError(KafkaError._MSG_TIMED_OUT, f"message timed out ({err.str()})")
+            err = message_timed_out(f"last error: {err.str()}")
         self._deliver(b, err, -1, -1, POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
 
     def _requeue(self, b: Batch, now: float, at_once: bool = False) -> None:
@@ -710,9 +711,8 @@ class Sender:
             self._report_unplaced(unplaced)
         self._report_vanished(removed.vanished)
         for b in removed.batches:
-            self._deliver(b, KafkaError(KafkaError._MSG_TIMED_OUT,
-                                        "message timed out before it was delivered"),
-                          -1, -1, POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
+            self._deliver(b, message_timed_out(), -1, -1,
+                          POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
 
     # -- idempotence ---------------------------------------------------------------------
     def _ensure_producer_id(self, now: float) -> Optional[float]:

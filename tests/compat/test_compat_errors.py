@@ -120,3 +120,26 @@ def test_errors_pickle():
         back = pickle.loads(pickle.dumps(e))
         assert type(back) is type(e) and (back.code, back.name) == (e.code, e.name)
         assert str(back.exception) == str(e.exception) and back.kafka_message == e.kafka_message
+
+
+def test_a_message_timed_out_reports_librdkafkas_words_first():
+    # No broker answers: the message times out waiting for its topic's metadata. The
+    # report's text starts as confluent-kafka's ("Local: Message timed out"), which
+    # applications and log searches match; what it waited for follows.
+    reports = {}
+
+    def record(who):
+        return lambda err, msg: reports.setdefault(who, err)
+
+    conf = {"bootstrap.servers": "127.0.0.1:1", "message.timeout.ms": 10}
+    ours = kafka_client.Producer(conf)
+    theirs = ck.Producer({**conf, "log_level": 0})
+    try:
+        ours.produce("t", b"v", on_delivery=record("ours"))
+        theirs.produce("t", b"v", on_delivery=record("theirs"))
+        assert ours.flush(30) == 0 and theirs.flush(30) == 0
+    finally:
+        ours.close(0)
+    assert reports["theirs"].code() == reports["ours"].code() == KafkaError._MSG_TIMED_OUT
+    assert reports["theirs"].str() == "Local: Message timed out"
+    assert reports["ours"].str() == "Local: Message timed out (waiting for metadata of topic t)"

@@ -191,6 +191,27 @@ def test_retries_exhausted_and_message_timeout():
     assert r.error.code() == KafkaError._MSG_TIMED_OUT and r.status == 0  # NOT_PERSISTED
 
 
+def test_timed_out_reports_start_with_librdkafkas_words():
+    # expired in the queue: librdkafka's text alone, as its delivery reports say it
+    acc, sender, conns, reports, t = setup(**{"message.timeout.ms": 100})
+    conns[1].ready = False  # never sendable
+    acc.produce("t", b"y", partition=0)
+    run(sender)
+    run(sender, 0.2)
+    (r,) = reports
+    assert r.error.str() == "Local: Message timed out"
+    # failed retriably once its time was up: the last error follows
+    acc, sender, conns, reports, t = setup()
+    acc.produce("t", b"x", partition=0)
+    run(sender)
+    (sent,) = sender.inflight
+    sent.deadline = 0.0
+    conns[1].fail()
+    (r,) = reports
+    assert r.error.code() == KafkaError._MSG_TIMED_OUT
+    assert r.error.str() == "Local: Message timed out (last error: connection lost)"
+
+
 def test_acks0_reports_when_written():
     acc, sender, conns, reports, t = setup(acks=0)
     acc.produce("t", b"x", partition=0)

@@ -166,7 +166,7 @@ def _code_description(code: int) -> str:
     name = row.name if row is not None else _RDKAFKA_BROKER_NAMES.get(code)
     if name is not None:
         return "Broker: " + name.replace("_", " ").capitalize()
-    return f"Unknown error {code}"
+    return f"Err-{code}?"  # librdkafka's words for a code it does not know
 
 
 def _table_retriable(code: int) -> bool:

@@ -56,6 +56,15 @@ def test_success_and_unknown_texts_match():
         assert KafkaError(code).str() == ck.KafkaError(code).str()
 
 
+@pytest.mark.parametrize("code", [12345, -12345, 1000, -200, -100, -99])
+def test_a_code_neither_knows_reads_as_librdkafka_writes_it(code):
+    # "Err-12345?": what an application logs, or matches, for a code it has no name for
+    ours, theirs = KafkaError(code), ck.KafkaError(code)
+    assert (ours.name(), ours.str()) == (theirs.name(), theirs.str()) == \
+        (f"ERR_{code}?", f"Err-{code}?")
+    assert str(KafkaException(ours)) == str(ck.KafkaException(theirs))
+
+
 def test_exception_hierarchy_matches():
     pairs = [
         (ConsumeError, ck_error.ConsumeError), (ProduceError, ck_error.ProduceError),

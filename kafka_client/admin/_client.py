@@ -95,11 +95,11 @@ def _check_list(value: Any, what: str, allow_empty: bool = False,
                 sized: bool = False) -> list:
     """A non-empty list. Another container is a ValueError, as confluent-kafka's
     (it reads the names through it, then refuses what is not a list), or a TypeError
-    where that call first takes its ``len()`` (``sized``); what is no container (a
-    str, one object) is a TypeError."""
+    where that call first takes its ``len()`` (``sized``); what is no container (one
+    object) is a TypeError. A str is a container there too: its characters are not
+    what the call takes (ValueError)."""
     if not isinstance(value, list):
-        container = not isinstance(value, (str, bytes)) and (
-            hasattr(value, "__len__") if sized else hasattr(value, "__iter__"))
+        container = hasattr(value, "__len__") if sized else hasattr(value, "__iter__")
         if container:
             raise ValueError(f"Expected non-empty list of {what}, not "
                              f"{type(value).__name__}")
@@ -406,6 +406,13 @@ class AdminClient(ClientBase):
         """Apply each resource's ``incremental_configs`` (SET, DELETE, APPEND, SUBTRACT
         per :class:`~kafka_client.admin.ConfigEntry`); the rest stays as it is. Each
         future's result is None."""
+        if isinstance(resources, (str, tuple, set)):
+            # confluent-kafka reads each item first: one not a ConfigResource (a str's
+            # characters) is a TypeError before the container's type is looked at
+            for res in resources:
+                if not isinstance(res, ConfigResource):
+                    raise TypeError(f"Expected list of ConfigResource objects, not "
+                                    f"{type(res).__name__}")
         _check_list(resources, "ConfigResource objects")
         for res in resources:   # a TypeError here, as confluent-kafka's
             if not isinstance(res, ConfigResource):
@@ -416,7 +423,10 @@ class AdminClient(ClientBase):
             if not res.incremental_configs:
                 raise ValueError("expected non-empty list of ConfigEntry to alter "
                                  "incrementally in incremental_configs field")
-            for e in res.incremental_configs:
+            for i, e in enumerate(res.incremental_configs):
+                if not isinstance(e, ConfigEntry):   # confluent-kafka's words
+                    raise TypeError(f"expected ConfigEntry type in incremental_configs "
+                                    f"field, index {i}")
                 if not isinstance(e.incremental_operation, AlterConfigOpType):
                     raise TypeError(f"ConfigEntry {e.name!r}: incremental_operation must be "
                                     f"an AlterConfigOpType")

@@ -210,6 +210,25 @@ def calls(m, top):
         ("create_acls generator", lambda a: a.create_acls(b for b in [binding])),
         ("delete_acls set", lambda a: a.delete_acls({flt})),
         ("delete_acls generator", lambda a: a.delete_acls(f for f in [flt])),
+        # A str is read as a container of characters there: ValueError where items are
+        # checked with ValueError, TypeError where with TypeError (incremental), and
+        # ValueError for "" (nothing read, then not a non-empty list).
+        ("describe_configs str", lambda a: a.describe_configs("topic")),
+        ("alter_configs str", lambda a: a.alter_configs("topic")),
+        ("create_acls str", lambda a: a.create_acls("topic")),
+        ("delete_acls str", lambda a: a.delete_acls("topic")),
+        ("incremental str", lambda a: a.incremental_alter_configs("topic")),
+        ("incremental tuple of str", lambda a: a.incremental_alter_configs(("topic",))),
+        ("create_topics empty str", lambda a: a.create_topics("")),
+        ("create_partitions empty str", lambda a: a.create_partitions("")),
+        ("describe_configs empty str", lambda a: a.describe_configs("")),
+        ("incremental empty str", lambda a: a.incremental_alter_configs("")),
+        ("create_acls empty str", lambda a: a.create_acls("")),
+        # what incremental_configs holds must be ConfigEntry objects
+        ("incremental entry not a ConfigEntry", lambda a: a.incremental_alter_configs(
+            [m.ConfigResource("broker", "1", incremental_configs=[5])])),
+        ("incremental entries a str", lambda a: a.incremental_alter_configs(
+            [m.ConfigResource("broker", "1", incremental_configs="something")])),
     ]
 
 

@@ -144,6 +144,8 @@ class ShareConsumer(ClientBase):
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         if config is not None and not isinstance(config, Mapping):
             raise TypeError(f"expected configuration dict, not {type(config).__name__}")
+        if config is None and not kwargs:   # as confluent-kafka's, and the other clients
+            raise TypeError("expected configuration dict")
         given = {_canonical(k): v for k, v in (config or {}).items()}
         given.update((_canonical(k, keyword=True), v) for k, v in kwargs.items())
         if not given.get("group.id"):

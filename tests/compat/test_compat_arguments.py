@@ -151,7 +151,7 @@ def test_integers_that_are_not_int_are_taken_like_confluent(producers, make):
 
 # -- configuration ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["Producer", "Consumer", "AdminClient"])
+@pytest.mark.parametrize("name", ["Producer", "Consumer", "AdminClient", "ShareConsumer"])
 @pytest.mark.parametrize("args", [(), (None,), (5,)], ids=["nothing", "None", "int"])
 def test_a_client_without_a_configuration_dict_is_refused_like_confluent(name, args):
     ours = getattr(kafka_client.admin if name == "AdminClient" else kafka_client, name)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Tuple
 
-from kafka_proto import __version__ as _codec_version
-
 from .producer.partitioners import crc32_partition, fnv1a_partition, murmur2_partition
 
 __all__ = ["murmur2", "fnv1a", "consistent", "version", "libversion"]
@@ -52,7 +50,14 @@ def version() -> str:
     return _VERSION
 
 
+#: The librdkafka release whose configuration properties and behaviour this client
+#: follows (compared side by side with confluent-kafka 2.16.1 in tests/compat/).
+FOLLOWS_LIBRDKAFKA = "2.16.0"
+
+
 def libversion() -> Tuple[str, int]:
-    """``(version string, version int)`` of the native layer: here the Cython codec
-    ``kafka_proto`` (there is no librdkafka)."""
-    return _codec_version, _version_int(_codec_version)
+    """``(version string, version int)`` of the librdkafka release this client follows:
+    there is no librdkafka here, and programs compare this number with librdkafka's
+    releases to decide whether a feature is there (the codec's own version is
+    ``kafka_proto.__version__``)."""
+    return FOLLOWS_LIBRDKAFKA, _version_int(FOLLOWS_LIBRDKAFKA)

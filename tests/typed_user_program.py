@@ -98,8 +98,10 @@ from kafka_proto.logdir import (
 from kafka_proto.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    ConsumerProtocolAssignment,
     MetadataRequest,
     MetadataResponse,
+    SaslAuthenticateRequest,
     api_info,
     error_codes,
     fit_to_version,
@@ -551,6 +553,10 @@ def messages() -> None:
     topics = MetadataResponse.decode(v1, 1).topics
     assert topics is not None and topics[0].name == "t"
     assert_type(error_codes(answer), set[int])
+    # a bytes field takes any buffer and holds bytes, as decoding gives
+    assert_type(SaslAuthenticateRequest(auth_bytes=memoryview(b"a")).auth_bytes, bytes)
+    blob = ConsumerProtocolAssignment(user_data=bytearray(b"u")).encode(1)
+    assert_type(ConsumerProtocolAssignment.decode(blob, 1).user_data, Optional[bytes])
 
     conv = BrokerConversation(client_id="me")
     hello = conv.start_handshake()

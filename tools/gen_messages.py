@@ -979,6 +979,17 @@ def type_hint(msg: MessageDef, f: FieldDef) -> str:
     return hint
 
 
+def stored_value(f: FieldDef, hint: str) -> str:
+    """What __init__ stores for a parameter. A bytes field takes any buffer but keeps
+    bytes, as decoding gives: bytes() of a bytes object is that object, so only a
+    bytearray or memoryview is copied (these fields are small; records are not bytes)."""
+    if f.elem != "bytes" or f.is_array:
+        return f.attr
+    if hint.startswith("Optional["):
+        return f"None if {f.attr} is None else bytes({f.attr})"
+    return f"bytes({f.attr})"
+
+
 def class_summary(msg: MessageDef) -> str:
     lo, hi = msg.valid
     versions = f"version {lo}" if lo == hi else f"versions {lo}-{hi}"
@@ -1035,7 +1046,7 @@ def struct_class(msg: MessageDef, s: StructDef, notes: list) -> list:
             body.append(f"self.{f.attr} = {factory} if {f.attr} is _UNSET else {f.attr}")
         else:
             params.append(f"{f.attr}: {hint} = {literal}")
-            body.append(f"self.{f.attr} = {f.attr}")
+            body.append(f"self.{f.attr} = {stored_value(f, hint)}")
     params.append("unknown_tagged_fields: Optional[Dict[int, bytes]] = None")
     body.append("self.unknown_tagged_fields = unknown_tagged_fields")
     out.append("    def __init__(")

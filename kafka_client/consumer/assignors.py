@@ -43,7 +43,6 @@ from typing import (
     Set,
     Tuple,
     Union,
-    cast,
 )
 
 from kafka_proto.framing import decode_version_prefixed, encode_version_prefixed
@@ -152,7 +151,7 @@ def decode_subscription(data: Union[bytes, bytearray, memoryview]) -> Subscripti
     msg = decode_version_prefixed(ConsumerProtocolSubscription, data)
     return Subscription(
         topics=msg.topics,
-        user_data=cast(Optional[bytes], msg.user_data),    # the codec's BYTES are bytes
+        user_data=msg.user_data,
         owned_partitions=_flat(msg.owned_partitions),
         generation_id=msg.generation_id,
         rack_id=msg.rack_id,
@@ -180,7 +179,7 @@ def decode_assignment(data: Union[bytes, bytearray, memoryview]) -> Assignment:
     """Decode a SyncGroup assignment. Raises ``ProtocolDecodeError`` for malformed bytes."""
     msg = decode_version_prefixed(ConsumerProtocolAssignment, data)
     return Assignment(partitions=_flat(msg.assigned_partitions),
-                      user_data=cast(Optional[bytes], msg.user_data))   # bytes, as above
+                      user_data=msg.user_data)
 
 
 # --------------------------------------------------------------------------------------

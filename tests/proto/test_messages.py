@@ -496,6 +496,40 @@ def test_records_decode_as_zero_copy_view():
     assert M.ProduceRequest.PartitionProduceData(records=None).encode(3) == i32(0) + i32(-1)
 
 
+def _struct_classes():
+    """Every generated class, nested structs included, once each."""
+    seen, todo = {}, [M.message_class(name) for name in ALL_CLASSES]
+    while todo:
+        cls = todo.pop()
+        if cls.__qualname__ not in seen:
+            seen[cls.__qualname__] = cls
+            todo.extend(s.struct for s in cls.FIELDS if s.struct is not None)
+    return [seen[name] for name in sorted(seen)]
+
+
+def test_bytes_fields_hold_bytes_whatever_buffer_was_given():
+    """A bytes field takes any buffer and holds bytes, as decoding gives (its type says
+    bytes): a bytearray is copied at construction, so changing it later changes nothing."""
+    fields = [(cls, s) for cls in _struct_classes() for s in cls.FIELDS if s.type == "bytes"]
+    assert len(fields) >= 20          # JoinGroup metadata, SyncGroup assignment, SASL, ...
+    for cls, spec in fields:
+        given = bytearray(b"\x00\x01" + spec.name.encode())
+        for value in (given, memoryview(given)):
+            obj = cls(**{spec.name: value})
+            held = getattr(obj, spec.name)
+            assert type(held) is bytes and held == given, (cls.__qualname__, spec.name)
+        as_bytes = bytes(given)
+        assert getattr(cls(**{spec.name: as_bytes}), spec.name) is as_bytes  # not copied
+    user_data = bytearray(b"u")
+    sub = M.ConsumerProtocolSubscription(topics=["t"], user_data=user_data)
+    user_data[0] = ord("x")                     # the message holds its own copy
+    expected = M.ConsumerProtocolSubscription(topics=["t"], user_data=b"u").encode(1)
+    assert sub.encode(1) == expected
+    back = M.ConsumerProtocolSubscription.decode(bytearray(expected), 1)
+    assert type(back.user_data) is bytes and back.user_data == b"u"
+    assert M.ConsumerProtocolSubscription(user_data=None).user_data is None
+
+
 # ---------------------------------------------------------------------------- lookups/headers
 
 

@@ -93,8 +93,8 @@ class _AlterUserScramCredentialsRequest_ScramCredentialUpsertion(_Struct):
         self.name = name
         self.mechanism = mechanism
         self.iterations = iterations
-        self.salt = salt
-        self.salted_password = salted_password
+        self.salt = bytes(salt)
+        self.salted_password = bytes(salted_password)
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):

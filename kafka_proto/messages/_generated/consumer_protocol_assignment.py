@@ -91,7 +91,7 @@ class ConsumerProtocolAssignment(_Message):
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.assigned_partitions = [] if assigned_partitions is _UNSET else assigned_partitions
-        self.user_data = user_data
+        self.user_data = None if user_data is None else bytes(user_data)
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):

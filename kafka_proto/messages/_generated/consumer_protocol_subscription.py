@@ -112,7 +112,7 @@ class ConsumerProtocolSubscription(_Message):
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.topics = [] if topics is _UNSET else topics
-        self.user_data = user_data
+        self.user_data = None if user_data is None else bytes(user_data)
         self.owned_partitions = [] if owned_partitions is _UNSET else owned_partitions
         self.generation_id = generation_id
         self.rack_id = rack_id

@@ -210,7 +210,7 @@ class CreateDelegationTokenResponse(_Message):
         self.expiry_timestamp_ms = expiry_timestamp_ms
         self.max_timestamp_ms = max_timestamp_ms
         self.token_id = token_id
-        self.hmac = hmac
+        self.hmac = bytes(hmac)
         self.throttle_time_ms = throttle_time_ms
         self.unknown_tagged_fields = unknown_tagged_fields
 

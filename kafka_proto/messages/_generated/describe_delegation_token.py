@@ -229,7 +229,7 @@ class _DescribeDelegationTokenResponse_DescribedDelegationToken(_Struct):
         self.expiry_timestamp = expiry_timestamp
         self.max_timestamp = max_timestamp
         self.token_id = token_id
-        self.hmac = hmac
+        self.hmac = bytes(hmac)
         self.renewers = [] if renewers is _UNSET else renewers
         self.unknown_tagged_fields = unknown_tagged_fields
 

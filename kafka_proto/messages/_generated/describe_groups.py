@@ -123,8 +123,8 @@ class _DescribeGroupsResponse_DescribedGroupMember(_Struct):
         self.group_instance_id = group_instance_id
         self.client_id = client_id
         self.client_host = client_host
-        self.member_metadata = member_metadata
-        self.member_assignment = member_assignment
+        self.member_metadata = bytes(member_metadata)
+        self.member_assignment = bytes(member_assignment)
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):

@@ -43,9 +43,9 @@ class EnvelopeRequest(_Message):
         client_host_address: Buffer = b'',
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
-        self.request_data = request_data
-        self.request_principal = request_principal
-        self.client_host_address = client_host_address
+        self.request_data = bytes(request_data)
+        self.request_principal = None if request_principal is None else bytes(request_principal)
+        self.client_host_address = bytes(client_host_address)
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
@@ -96,7 +96,7 @@ class EnvelopeResponse(_Message):
         error_code: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
-        self.response_data = response_data
+        self.response_data = None if response_data is None else bytes(response_data)
         self.error_code = error_code
         self.unknown_tagged_fields = unknown_tagged_fields
 

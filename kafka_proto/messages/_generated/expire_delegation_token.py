@@ -41,7 +41,7 @@ class ExpireDelegationTokenRequest(_Message):
         expiry_time_period_ms: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
-        self.hmac = hmac
+        self.hmac = bytes(hmac)
         self.expiry_time_period_ms = expiry_time_period_ms
         self.unknown_tagged_fields = unknown_tagged_fields
 

@@ -42,7 +42,7 @@ class _JoinGroupRequest_JoinGroupRequestProtocol(_Struct):
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.name = name
-        self.metadata = metadata
+        self.metadata = bytes(metadata)
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
@@ -215,7 +215,7 @@ class _JoinGroupResponse_JoinGroupResponseMember(_Struct):
     ) -> None:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
-        self.metadata = metadata
+        self.metadata = bytes(metadata)
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):

@@ -52,7 +52,7 @@ class PushTelemetryRequest(_Message):
         self.subscription_id = subscription_id
         self.terminating = terminating
         self.compression_type = compression_type
-        self.metrics = metrics
+        self.metrics = bytes(metrics)
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):

@@ -41,7 +41,7 @@ class RenewDelegationTokenRequest(_Message):
         renew_period_ms: int = 0,
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
-        self.hmac = hmac
+        self.hmac = bytes(hmac)
         self.renew_period_ms = renew_period_ms
         self.unknown_tagged_fields = unknown_tagged_fields
 

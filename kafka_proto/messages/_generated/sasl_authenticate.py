@@ -39,7 +39,7 @@ class SaslAuthenticateRequest(_Message):
         auth_bytes: Buffer = b'',
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
-        self.auth_bytes = auth_bytes
+        self.auth_bytes = bytes(auth_bytes)
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
@@ -95,7 +95,7 @@ class SaslAuthenticateResponse(_Message):
     ) -> None:
         self.error_code = error_code
         self.error_message = error_message
-        self.auth_bytes = auth_bytes
+        self.auth_bytes = bytes(auth_bytes)
         self.session_lifetime_ms = session_lifetime_ms
         self.unknown_tagged_fields = unknown_tagged_fields
 

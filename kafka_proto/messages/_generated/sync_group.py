@@ -42,7 +42,7 @@ class _SyncGroupRequest_SyncGroupRequestAssignment(_Struct):
         unknown_tagged_fields: Optional[Dict[int, bytes]] = None,
     ) -> None:
         self.member_id = member_id
-        self.assignment = assignment
+        self.assignment = bytes(assignment)
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):
@@ -216,7 +216,7 @@ class SyncGroupResponse(_Message):
         self.error_code = error_code
         self.protocol_type = protocol_type
         self.protocol_name = protocol_name
-        self.assignment = assignment
+        self.assignment = bytes(assignment)
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _write(self, w, version):

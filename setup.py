@@ -51,6 +51,9 @@ setup(
             "wraparound": False,
             "cdivision": True,
             "embedsignature": True,
+            # as __text_signature__: inspect.signature (and mypy's stubtest, which checks
+            # the .pyi stubs against these modules in tests/test_stubs.py) reads it
+            "embedsignature.format": "clinic",
             # A method called through its class with an object of another type as self
             # must raise TypeError, not read that object's memory (cython/cython#6127).
             "binding": False,

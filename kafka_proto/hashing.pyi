@@ -3,6 +3,8 @@ from typing import Optional, Sequence, Union
 
 from typing_extensions import Buffer
 
+__all__ = ["murmur2", "fnv1a", "murmur2_partition", "fnv1a_partition", "crc32_partition"]
+
 _Key = Union[bytes, bytearray, memoryview, str, Buffer, None]
 
 def murmur2(data: _Key) -> int: ...

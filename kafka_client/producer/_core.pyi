@@ -7,6 +7,7 @@ from typing import (
 from kafka_client.errors import KafkaException
 from kafka_proto.records import BinaryColumn, RecordBatchBuilder
 
+@final   # cython.final
 class PendingMessage:
     value: Optional[bytes]
     key: Optional[bytes]
@@ -39,12 +40,14 @@ class DeliveryRange:
                  keys: Optional[Union[List[Optional[bytes]], BinaryColumn]],
                  timestamp: int) -> None: ...
 
+@final   # cython.final
 class Columns:
     values: Union[List[Optional[bytes]], BinaryColumn]
     keys: Optional[Union[List[Optional[bytes]], BinaryColumn]]
     total: int
     biggest: int
 
+@final   # cython.final
 class Batch:
     part: PartitionState
     builder: Optional[RecordBatchBuilder]    # None once built (data)
@@ -69,6 +72,7 @@ class Batch:
     def __init__(self, part: PartitionState, builder: RecordBatchBuilder, now: float,
                  timeout: float, seq: int) -> None: ...
 
+@final   # cython.final
 class PartitionState:
     topic: TopicState
     index: int
@@ -81,6 +85,7 @@ class PartitionState:
     retrying: bool
     def __init__(self, topic: TopicState, index: int) -> None: ...
 
+@final   # cython.final
 class TopicState:
     name: str
     parts: Optional[List[PartitionState]]
@@ -132,6 +137,7 @@ def not_callable(what: str, obj: Any) -> TypeError: ...
 def as_bytes(obj: Any, what: str) -> bytes: ...
 def normalize_headers(headers: Any) -> Optional[List[Tuple[str, Optional[bytes]]]]: ...
 
+@final   # cython.final
 class BatchLock:
     def __enter__(self) -> BatchLock: ...
     def __exit__(self, *exc_info: Any) -> Literal[False]: ...

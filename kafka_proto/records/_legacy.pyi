@@ -1,6 +1,8 @@
 """Type stub of the compiled legacy message-set (magic 0/1) reader."""
 from typing import Iterator, List, Optional, Tuple, Union
 
+from kafka_proto.compression import DEFAULT_MAX_DECOMPRESSED as DEFAULT_MAX_DECOMPRESSED
+
 _Buffer = Union[bytes, bytearray, memoryview]
 
 class LegacyRecord:

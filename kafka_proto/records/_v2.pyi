@@ -1,11 +1,13 @@
 """Type stub for the compiled RecordBatch v2 module."""
 from enum import IntEnum
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union, overload
+from typing import (
+    Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union, final, overload,
+)
 
 from kafka_proto.records.control import ControlRecord
 
-BytesLike = Union[bytes, bytearray, memoryview]
-Header = Tuple[str, Optional[bytes]]
+_BytesLike = Union[bytes, bytearray, memoryview]
+_Header = Tuple[str, Optional[bytes]]
 
 DEFAULT_MAX_DECOMPRESSED_SIZE: int
 FAST_PATH: bool
@@ -22,13 +24,14 @@ class TimestampType(IntEnum):
     CREATE_TIME = 0
     LOG_APPEND_TIME = 1
 
+@final   # cython.final
 class RecordBatchBuilder:
     producer_id: int
     producer_epoch: int
     base_sequence: int
     partition_leader_epoch: int
-    def __init__(
-        self,
+    def __new__(   # __cinit__
+        cls,
         compression: int = ...,
         compression_level: Optional[int] = ...,
         producer_id: int = ...,
@@ -40,7 +43,7 @@ class RecordBatchBuilder:
         *,
         control: bool = ...,
         initial_capacity: int = ...,
-    ) -> None: ...
+    ) -> RecordBatchBuilder: ...
     def __len__(self) -> int: ...
     @property
     def size_in_bytes(self) -> int: ...
@@ -56,28 +59,29 @@ class RecordBatchBuilder:
     def max_timestamp(self) -> int: ...
     def append(
         self,
-        value: Optional[BytesLike],
-        key: Optional[BytesLike] = ...,
+        value: Optional[_BytesLike],
+        key: Optional[_BytesLike] = ...,
         timestamp: Optional[int] = ...,
-        headers: Optional[Iterable[Tuple[Union[str, bytes], Optional[BytesLike]]]] = ...,
+        headers: Optional[Iterable[Tuple[Union[str, bytes], Optional[_BytesLike]]]] = ...,
     ) -> None: ...
     def append_many(
         self,
-        values: Union[Iterable[Optional[BytesLike]], BinaryColumn],
-        keys: Optional[Union[Iterable[Optional[BytesLike]], BinaryColumn]] = ...,
+        values: Union[Iterable[Optional[_BytesLike]], BinaryColumn],
+        keys: Optional[Union[Iterable[Optional[_BytesLike]], BinaryColumn]] = ...,
         timestamp: Optional[int] = ...,
     ) -> None: ...
     @staticmethod
     def record_size_upper_bound(
-        value: Optional[BytesLike],
-        key: Optional[BytesLike] = ...,
-        headers: Optional[Iterable[Tuple[Union[str, bytes], Optional[BytesLike]]]] = ...,
+        value: Optional[_BytesLike],
+        key: Optional[_BytesLike] = ...,
+        headers: Optional[Iterable[Tuple[Union[str, bytes], Optional[_BytesLike]]]] = ...,
     ) -> int: ...
     def build(self, base_offset: int = ...) -> bytes: ...
 
-def restamp_batch(batch: BytesLike, producer_id: int, producer_epoch: int,
+def restamp_batch(batch: _BytesLike, producer_id: int, producer_epoch: int,
                   base_sequence: int) -> bytes: ...
 
+@final   # cython.final
 class Record:
     @property
     def offset(self) -> int: ...
@@ -90,10 +94,11 @@ class Record:
     @property
     def value(self) -> Optional[bytes]: ...
     @property
-    def headers(self) -> List[Header]: ...
+    def headers(self) -> List[_Header]: ...
     @property
     def checksum(self) -> None: ...
 
+@final   # cython.final
 class RecordBatch:
     @property
     def base_offset(self) -> int: ...
@@ -150,15 +155,16 @@ class RecordBatch:
     def decode_columns(self, cols: "ColumnBuilder", start: int = ..., limit: int = ...) -> int: ...
     def control_record(self) -> Optional[ControlRecord]: ...
 
+@final   # cython.final
 class BinaryColumn:
-    def __init__(self, length: int, offsets: BytesLike, data: BytesLike,
-                 validity: Optional[BytesLike] = ..., offset: int = ...,
+    def __init__(self, length: int, offsets: _BytesLike, data: _BytesLike,
+                 validity: Optional[_BytesLike] = ..., offset: int = ...,
                  wide: bool = ...) -> None: ...
     def __len__(self) -> int: ...
     @overload
-    def __getitem__(self, index: int) -> Optional[bytes]: ...
+    def __getitem__(self, index: int, /) -> Optional[bytes]: ...
     @overload
-    def __getitem__(self, index: slice) -> "BinaryColumn": ...
+    def __getitem__(self, index: slice, /) -> "BinaryColumn": ...
     def to_list(self) -> List[Optional[bytes]]: ...
     @property
     def null_count(self) -> int: ...
@@ -166,21 +172,24 @@ class BinaryColumn:
     def byte_size(self) -> int: ...
     def max_row_size(self, keys: Optional["BinaryColumn"] = ...) -> int: ...
 
+@final   # cython.final
 class ColumnBuilder:
     last_offset: int
-    def __init__(self, ts_create: int = ..., ts_append: int = ...) -> None: ...
+    def __new__(cls, ts_create: int = ..., ts_append: int = ...) -> ColumnBuilder: ...
     def __len__(self) -> int: ...
     def set_source(self, topic: str, partition: int) -> None: ...
     def append_row(self, offset: int, timestamp: int, timestamp_type: int, key: Optional[bytes],
-                   value: Optional[bytes], headers: Optional[List[Header]] = ...) -> None: ...
+                   value: Optional[bytes], headers: Optional[List[_Header]] = ...) -> None: ...
     def finish(self) -> Dict[str, Any]: ...
 
+@final   # cython.final
 class RecordFactory:
     def __init__(self, cls: type, *, offset: str, key: str, value: str, headers: str,
                  timestamp: str, topic: Optional[str] = ..., partition: Optional[str] = ...,
                  leader_epoch: Optional[str] = ..., timestamp_types: Tuple[Any, Any] = ...,
                  constants: Optional[Dict[str, Any]] = ...) -> None: ...
 
+@final   # cython.final
 class BatchReader:
     def __iter__(self) -> "BatchReader": ...
     def __next__(self) -> RecordBatch: ...  # or a LegacyBatch for magic 0/1 entries
@@ -188,7 +197,7 @@ class BatchReader:
     def position(self) -> int: ...
 
 def read_batches(
-    buffer: BytesLike,
+    buffer: _BytesLike,
     check_crc: bool = ...,
     *,
     allow_truncated: bool = ...,
@@ -198,6 +207,7 @@ def read_batches(
 
 def increment_sequence(sequence: int, increment: int) -> int: ...
 
+@final   # cython.final
 class BatchHeader:
     position: int
     base_offset: int
@@ -235,7 +245,8 @@ class BatchHeader:
     def last_sequence(self) -> int: ...
     def at(self, position: int) -> BatchHeader: ...
 
-def read_batch_header(buffer: BytesLike, position: int = ...) -> BatchHeader: ...
-def iter_batch_headers(buffer: BytesLike, start: int = ..., end: int = ...) -> Iterator[BatchHeader]: ...
+def read_batch_header(buffer: _BytesLike, position: int = ...) -> BatchHeader: ...
+def iter_batch_headers(buffer: _BytesLike, start: int = ...,
+                       end: int = ...) -> Iterator[BatchHeader]: ...
 def stamp_batch(buffer: Union[bytearray, memoryview], position: int, base_offset: int,
                 partition_leader_epoch: int, log_append_time: int = ...) -> None: ...

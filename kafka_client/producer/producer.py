@@ -364,7 +364,9 @@ class Producer(ClientBase):
                 left, self._acc.queued_bytes())
 
     def _at_exit(self) -> None:
-        self._shutdown()  # the warning above, and the connections closed
+        # the warning above, the connections closed, then the serdes a SerializingProducer
+        # built (nothing to do before stopping: an unclosed producer does not flush)
+        self._stop_unclosed()
 
     def _on_fork(self) -> None:
         super()._on_fork()

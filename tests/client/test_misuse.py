@@ -509,6 +509,7 @@ def test_a_serde_client_dropped_without_close_closes_the_serdes_it_built(run_chi
                      **{{"group.id": "g"}})
         plain = make(DeserializingConsumer, "deserializer", "plain at exit",
                      **{{"group.id": "g"}})
+        producer = make(SerializingProducer, "serializer", "producer at exit")
         print("exiting", flush=True)
     """, timeout=120)   # a hang guard: each drop waits at most 5 s for its brokers
     assert out.returncode == 0, out.stderr
@@ -518,7 +519,8 @@ def test_a_serde_client_dropped_without_close_closes_the_serdes_it_built(run_chi
                          "closed DeserializingConsumer", "collected DeserializingConsumer",
                          "closed SerializingProducer", "collected SerializingProducer",
                          "exiting"], out.stdout
-    assert sorted(lines[7:]) == ["closed plain at exit", "closed share at exit"], out.stdout
+    assert sorted(lines[7:]) == ["closed plain at exit", "closed producer at exit",
+                                 "closed share at exit"], out.stdout
 
 
 def test_the_warning_goes_through_the_configured_logger():

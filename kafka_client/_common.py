@@ -248,9 +248,9 @@ class ClientBase:
     #: connect to the bootstrap brokers at construction (librdkafka's producer does;
     #: its consumer waits for an assignment or subscription)
     _connects_at_start = False
-    #: a serializing client's serdes (``_serde_builders.ClientSerdes``): those it built
-    #: from builders are closed by its close(), and after it stops when it is dropped
-    #: without one
+    #: a serializing client's serdes (``_serde_builders.ClientSerdes``, or the
+    #: ``AsyncClientSerdes`` of the asyncio client wrapping it): those it built from
+    #: builders are closed by its close(), and after it stops when it is dropped without one
     _serdes: Any = None
 
     def _init_client(self, config: Optional[Dict[str, Any]],

@@ -6,19 +6,28 @@ A builder has ``build(conf, is_key)`` returning ``(serde, conf left over)`` (the
 clients also await a coroutine from it): it is given the client's configuration, may take
 properties of its own out of it, and the client is configured with what every builder
 left. The serdes built so are the client's: its ``close()`` closes them (``close()``,
-``aclose()`` for the asyncio ones); ready-made ones stay the application's.
+``aclose()`` for the asyncio ones), and so does a client collected, or left open at exit,
+without ``close()`` (``ClientBase._close_serdes_unclosed``); ready-made ones stay the
+application's.
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
+import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._cluster_id_resolver import ClusterIdResolver, offer_resolver
 
-__all__ = ["SerdeProperties", "ClientSerdes", "take_serdes", "close_serdes", "aclose_serdes"]
+__all__ = ["SerdeProperties", "ClientSerdes", "AsyncClientSerdes", "take_serdes",
+           "close_serdes", "aclose_serdes"]
 
 log = logging.getLogger(__name__)
+
+#: how long an asyncio client collected, or left open at exit, without close() waits for
+#: the serdes it built to close (as long as a consumer's farewell then)
+UNCLOSED_ACLOSE_S = 5.0
 
 
 class SerdeProperties:
@@ -109,6 +118,51 @@ class ClientSerdes:
         next call."""
         owned, self._owned = self._owned, []
         close_serdes(owned)
+
+
+class AsyncClientSerdes:
+    """The serdes an asyncio serializing client built: :meth:`aclose` by the client's
+    ``close()``; :meth:`close` by the blocking client it wraps when that is collected,
+    or left open at exit, without one (it holds this as its ``_serdes``, as a
+    SerializingProducer its :class:`ClientSerdes`)."""
+
+    def __init__(self, owned: List[Any]) -> None:
+        self._owned = owned
+
+    async def aclose(self) -> None:
+        """Close them (:func:`aclose_serdes`), once."""
+        owned, self._owned = self._owned, []
+        await aclose_serdes(owned)
+
+    def close(self) -> None:
+        """:meth:`aclose` from code that cannot await, waiting at most
+        ``UNCLOSED_ACLOSE_S``: on an event loop of its own, in a thread of its own when
+        this thread runs one (the client was collected inside a coroutine)."""
+        owned, self._owned = self._owned, []
+        if not owned:
+            return
+
+        def run() -> None:
+            asyncio.run(asyncio.wait_for(aclose_serdes(owned), UNCLOSED_ACLOSE_S))
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:        # none here (at exit, or collected outside a loop)
+            run()
+            return
+        failures: List[BaseException] = []
+
+        def in_thread() -> None:
+            try:
+                run()
+            except BaseException as exc:
+                failures.append(exc)
+
+        thread = threading.Thread(target=in_thread, name="kafka-serdes-close", daemon=True)
+        thread.start()
+        thread.join(UNCLOSED_ACLOSE_S + 1)   # wait_for has given up by then
+        if failures:
+            raise failures[0]
 
 
 def take_serdes(conf: Dict[str, Any], kind: str) -> SerdeProperties:

@@ -7,7 +7,8 @@ serializers are plain callables ``(obj, ctx)`` or return awaitables (asyncio
 serializers); a plain one runs on the event loop, so it should be cheap. As in
 confluent-kafka 2.16, ``key.serializer.builder`` (and the other ``.builder`` forms) may
 give a builder instead, whose ``build(conf, is_key)`` (awaited if it is a coroutine)
-makes the serde; the client owns those and closes them in ``close()``.
+makes the serde; the client owns those and closes them in ``close()``, or, dropped
+without it, when the blocking client it wraps is collected or left open at exit.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import inspect
 from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Tuple, Type
 
 from kafka_client._cluster_id_resolver import AsyncClusterIdResolver, offer_resolver
-from kafka_client._serde_builders import aclose_serdes, take_serdes
+from kafka_client._common import ClientBase
+from kafka_client._serde_builders import AsyncClientSerdes, take_serdes
 from kafka_client.aio._consumer import AIOConsumer
 from kafka_client.aio.producer import AIOProducer
 from kafka_client.producer.producer import OnDelivery
@@ -34,21 +36,25 @@ __all__ = ["AsyncSerializingProducer", "AsyncDeserializingConsumer"]
 
 
 def _made_with_await(cls: type, base: Type[Any], conf: Dict[str, Any], kind: str,
-                     kwargs: Dict[str, Any]) -> Any:
+                     kwargs: Dict[str, Any], wrapped: Callable[[Any], ClientBase]) -> Any:
     """What ``cls(conf, **kwargs)`` returns: a coroutine making the instance, its
     ``key.<kind>``/``value.<kind>`` (or their ``.builder`` forms, built here and owned by
-    the instance) taken out of ``conf`` and the rest given to ``base``'s constructor."""
+    the instance) taken out of ``conf`` and the rest given to ``base``'s constructor;
+    ``wrapped(instance)`` is the blocking client it made, which closes the serdes built
+    here if it stops without the instance's close()."""
     properties = take_serdes(conf, kind)    # TypeError/ValueError before any await
 
     async def build() -> Any:
         self: Any = object.__new__(cls)
-        serdes, self._owned_serdes, client_conf = await properties.abuild()
+        serdes, owned, client_conf = await properties.abuild()
+        self._owned_serdes = AsyncClientSerdes(owned)
         self._key_serde, self._value_serde = serdes
         try:
             base.__init__(self, client_conf, **kwargs)
         except BaseException:
-            await aclose_serdes(self._owned_serdes)
+            await self._owned_serdes.aclose()
             raise
+        wrapped(self)._serdes = self._owned_serdes
         # the asyncio serdes take a coroutine resolver; blocking ones get none, as
         # confluent-kafka's (they could not await it, and must not block the loop)
         offer_resolver("set_async_cluster_id_resolver", AsyncClusterIdResolver(self.cluster_id),
@@ -59,8 +65,7 @@ def _made_with_await(cls: type, base: Type[Any], conf: Dict[str, Any], kind: str
 
 async def _close_owned(client: Any) -> None:
     """After the client's own close(): close the serdes it built (kept if that raised)."""
-    owned, client._owned_serdes = client._owned_serdes, []
-    await aclose_serdes(owned)
+    await client._owned_serdes.aclose()
 
 
 async def _apply(fn: Callable, data: Any, ctx: SerializationContext) -> Any:
@@ -77,10 +82,11 @@ class AsyncSerializingProducer(AIOProducer):
     # set by _made_with_await
     _key_serde: Optional[Callable[..., Any]]
     _value_serde: Optional[Callable[..., Any]]
-    _owned_serdes: List[Any]
+    _owned_serdes: AsyncClientSerdes
 
     def __new__(cls, conf: Dict[str, Any], **kwargs: Any) -> Any:   # type: ignore[misc]
-        return _made_with_await(cls, AIOProducer, conf, "serializer", kwargs)
+        return _made_with_await(cls, AIOProducer, conf, "serializer", kwargs,
+                                lambda client: client._producer)
 
     def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
         pass    # made by _made_with_await: ``await AsyncSerializingProducer(conf)``
@@ -134,10 +140,11 @@ class AsyncDeserializingConsumer(AIOConsumer):
     # set by _made_with_await
     _key_serde: Optional[Callable[..., Any]]
     _value_serde: Optional[Callable[..., Any]]
-    _owned_serdes: List[Any]
+    _owned_serdes: AsyncClientSerdes
 
     def __new__(cls, conf: Dict[str, Any], **kwargs: Any) -> Any:   # type: ignore[misc]
-        return _made_with_await(cls, AIOConsumer, conf, "deserializer", kwargs)
+        return _made_with_await(cls, AIOConsumer, conf, "deserializer", kwargs,
+                                lambda client: client._consumer)
 
     def __init__(self, conf: Dict[str, Any], **kwargs: Any) -> None:  # pragma: no cover
         pass    # made by _made_with_await: ``await AsyncDeserializingConsumer(conf)``

@@ -186,6 +186,62 @@ def test_the_serializing_forms_are_made_with_await_and_check_their_serdes():
     run(main())
 
 
+def test_a_serde_client_dropped_without_close_closes_the_serdes_it_built(run_child):
+    """As the blocking clients: the serdes built from ``.builder`` properties are closed
+    (``aclose()``, on an event loop) when the client is collected without close(), inside
+    its event loop, or left open at exit; ready-made ones stay the application's."""
+    out = run_child(f"""
+        import asyncio, gc
+        from kafka_client.aio import AsyncDeserializingConsumer, AsyncSerializingProducer
+
+        class Built:
+            def __init__(self, name):
+                self.name = name
+
+            async def __call__(self, data, ctx):
+                return data
+
+            async def aclose(self):
+                await asyncio.sleep(0)            # needs a running event loop
+                print("closed", self.name, flush=True)
+
+        class Builder:
+            def __init__(self, name):
+                self.name = name
+
+            async def build(self, conf, is_key):
+                return Built(self.name), conf
+
+        async def make(cls, kind, name, **extra):
+            return await cls(dict({{"bootstrap.servers": "{NOWHERE}",
+                                    f"value.{{kind}}.builder": Builder(name),
+                                    f"key.{{kind}}": Built("ready-made " + name)}}, **extra))
+
+        kept = []
+
+        async def main():
+            for cls, kind, extra in (
+                    (AsyncSerializingProducer, "serializer", {{}}),
+                    (AsyncDeserializingConsumer, "deserializer", {{"group.id": "g"}})):
+                await make(cls, kind, cls.__name__, **extra)     # dropped at once
+                gc.collect()
+                print("collected", cls.__name__, flush=True)
+            kept.append(await make(AsyncSerializingProducer, "serializer", "producer at exit"))
+            kept.append(await make(AsyncDeserializingConsumer, "deserializer",
+                                   "consumer at exit", **{{"group.id": "g"}}))
+
+        asyncio.run(main())
+        print("exiting", flush=True)
+    """, timeout=120)   # a hang guard: each drop waits at most 5 s for its brokers
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:5] == ["closed AsyncSerializingProducer", "collected AsyncSerializingProducer",
+                         "closed AsyncDeserializingConsumer",
+                         "collected AsyncDeserializingConsumer", "exiting"], out.stdout
+    assert sorted(lines[5:]) == ["closed consumer at exit", "closed producer at exit"], \
+        out.stdout
+
+
 @pytest.mark.parametrize("kind", ["coroutine", "function"])
 def test_an_exception_of_a_callback_reaches_the_next_awaited_call(kind):
     """error_cb runs on the loop, served by the producer as events come; what it raises

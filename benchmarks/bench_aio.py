@@ -29,8 +29,9 @@ gathered; aiokafka the last chunk gathered, then ``await p.flush()``, which find
 left). The clock starts before the first produce call, after the producer is made and
 the topic's metadata fetched (``await p.list_topics(topic)`` / ``await
 p.partitions_for(topic)``, the same warm start for all), and stops when the flush
-returned and every future is resolved; closing is outside it. A future that fails raises (the contender fails loudly); afterwards the
-parent counts the topic's records by Fetch (high watermarks) and requires exactly N.
+returned and every future is resolved; closing is outside it. A future that fails
+raises (the contender fails loudly); afterwards the parent counts the topic's records by
+Fetch (high watermarks) and requires exactly N.
 
 * ``ours``: ``fut = await p.produce(topic, value)`` (``kafka_client.aio.AIOProducer``:
   the message is encoded on the loop's thread at once; reports are served on the loop as

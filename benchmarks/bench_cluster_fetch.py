@@ -429,7 +429,8 @@ def main() -> int:
               + ", ".join(f"{x[0] / mib:.0f}" for x in results[(count, "sendfile")])
               + "; read+send "
               + ", ".join(f"{x[0] / mib:.0f}" for x in results[(count, "read+send")]))
-    print(f"sendfile calls during the rounds: {stats1['sendfile_calls'] - stats0['sendfile_calls']}")
+    sendfile_calls = stats1["sendfile_calls"] - stats0["sendfile_calls"]
+    print(f"sendfile calls during the rounds: {sendfile_calls}")
     if floor:
         print(f"{'floor':>10} {answer_kib[counts[0]]:>6} K "
               + table_cells(floor["sendfile"], floor["read+send"])

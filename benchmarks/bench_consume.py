@@ -23,14 +23,14 @@ N x SIZE; anything else fails loudly. The contender order rotates every round.
 Every contender runs in a fresh subprocess (only its own library imported), so its CPU
 time (user+sys of that process: all its threads, e.g. librdkafka's or our I/O thread)
 and its peak RSS are its own (VmHWM from /proc/self/status where there is one: Linux
-carries ru_maxrss across execve, so a fresh child would report its parent's peak). The clock starts just before the first
-consume/poll call (after construction and assign; connecting to the broker and the first
-metadata request happen inside the timed window for every client) and stops when the N-th
-message is in hand. Reported per contender: median msg/s over the rounds, median CPU
-microseconds per message, the largest peak RSS, and each of them as a ratio against the
-best peer (the peer with the highest median msg/s), then the acceptance targets of issue
-5 (ours consume() >= 1.0x the best peer, consume_arrow() >= 1.5x), the machine, the broker
-and every version.
+carries ru_maxrss across execve, so a fresh child would report its parent's peak). The
+clock starts just before the first consume/poll call (after construction and assign;
+connecting to the broker and the first metadata request happen inside the timed window
+for every client) and stops when the N-th message is in hand. Reported per contender:
+median msg/s over the rounds, median CPU microseconds per message, the largest peak RSS,
+and each of them as a ratio against the best peer (the peer with the highest median
+msg/s), then the acceptance targets of issue 5 (ours consume() >= 1.0x the best peer,
+consume_arrow() >= 1.5x), the machine, the broker and every version.
 
 Contenders and their settings (``--set NAME:key=value`` overrides or adds one, ``NAME:key=``
 drops one; ``batch`` is the per-call message count, the rest goes to the client's

@@ -132,7 +132,8 @@ def percentile(sorted_values: List[float], q: float) -> float:
 def main(argv: List[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--broker", choices=("tansu", "noida", "cluster"), default="cluster")
-    parser.add_argument("--rates", default="1000,20000", help="messages per second, comma separated")
+    parser.add_argument("--rates", default="1000,20000",
+                        help="messages per second, comma separated")
     parser.add_argument("--seconds", type=float, default=3.0, help="per pair, rate and round")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)

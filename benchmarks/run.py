@@ -205,7 +205,8 @@ def _pool(results):
             out[case][name] = {
                 "median": statistics.median(slot["data"]),
                 "min": min(slot["data"]),
-                "quartiles": statistics.quantiles(slot["data"], n=4) if len(slot["data"]) > 1 else [],
+                "quartiles": (statistics.quantiles(slot["data"], n=4)
+                              if len(slot["data"]) > 1 else []),
                 "pass_medians": slot["pass_medians"],
                 "rounds": len(slot["data"]),
                 "info": slot["info"],

@@ -200,11 +200,13 @@ class Controller:
                 placement.append(replicas)
         else:
             if num_partitions <= 0:
-                raise ControllerError(ErrorCode.INVALID_PARTITIONS,
-                                      f"number of partitions must be positive, got {num_partitions}")
+                raise ControllerError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"number of partitions must be positive, got {num_partitions}")
             if replication_factor <= 0:
-                raise ControllerError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                      f"replication factor must be positive, got {replication_factor}")
+                raise ControllerError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"replication factor must be positive, got {replication_factor}")
             if replication_factor > len(live):
                 raise ControllerError(
                     ErrorCode.INVALID_REPLICATION_FACTOR,

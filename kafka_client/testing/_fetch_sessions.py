@@ -194,7 +194,8 @@ class FetchSessionCache:
         self.evictions += 1
         return True
 
-    def describe(self, topic_name: Callable[[SessionPartition], Optional[str]]) -> List[Dict[str, Any]]:
+    def describe(self, topic_name: Callable[[SessionPartition], Optional[str]]
+                 ) -> List[Dict[str, Any]]:
         """Every session, oldest first: id, next expected epoch, whether it names topics
         by id, and its partitions as [topic, partition, fetch offset] in read order."""
         return [{"id": s.id, "epoch": s.epoch, "topic_ids": s.uses_topic_ids,

@@ -982,7 +982,8 @@ def type_hint(msg: MessageDef, f: FieldDef) -> str:
 def stored_value(f: FieldDef, hint: str) -> str:
     """What __init__ stores for a parameter. A bytes field takes any buffer but keeps
     bytes, as decoding gives: bytes() of a bytes object is that object, so only a
-    bytearray or memoryview is copied (these fields are small; records are not bytes)."""
+    bytearray or memoryview is copied (the client passes bytes; record data, the big
+    payloads, is a records field, kept as given)."""
     if f.elem != "bytes" or f.is_array:
         return f.attr
     if hint.startswith("Optional["):

@@ -244,6 +244,21 @@ class Segment:
                         return record.offset, record.timestamp
         return None
 
+    def offset_of_max_timestamp(self) -> int:
+        """The offset of the first record carrying this segment's largest timestamp, or -1:
+        Kafka looks the record up inside its batch (since 3.7.1, KAFKA-16310), so a batch
+        whose later records are older does not answer with its last offset."""
+        if self._offset_of_max_timestamp < 0:
+            return -1
+        i = bisect.bisect_left(self.batch_lasts, self._offset_of_max_timestamp)
+        position = self.batch_positions[i]
+        data = self.read_bytes(position, self.batch_end(i) - position)
+        for batch in read_batches(data, check_crc=False):
+            for record in batch:
+                if record.timestamp == self.max_timestamp:
+                    return record.offset
+        return self._offset_of_max_timestamp
+
     # -- truncation and life cycle ---------------------------------------------------
     def truncate_to(self, offset: int) -> None:
         """Drop the batches whose last offset is at or after ``offset``."""
@@ -489,7 +504,7 @@ class PartitionLog:
         best = (-1, -1)
         for seg in self.segments:
             if seg.max_timestamp > best[1]:
-                best = (seg._offset_of_max_timestamp, seg.max_timestamp)
+                best = (seg.offset_of_max_timestamp(), seg.max_timestamp)
         return best
 
     # -- leader epochs ----------------------------------------------------------------

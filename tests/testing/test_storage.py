@@ -349,6 +349,21 @@ def test_a_time_lookup_after_delete_records_finds_the_first_record_kept(log_dir)
     assert log.offset_for_timestamp(0) is None
 
 
+def test_the_max_timestamp_lookup_names_the_record_not_its_batch_end(log_dir):
+    # One batch whose newest record is not its last (times 100, 400, 200), then a batch
+    # of older records: Kafka answers MAX_TIMESTAMP with offset 1, the record itself (it
+    # answered 2, the batch's last offset).
+    log = PartitionLog(log_dir, "topic", 0, settings())
+    builder = RecordBatchBuilder()
+    for stamp in (100, 400, 200):
+        builder.append(b"v", timestamp=NOW + stamp)
+    data = bytearray(builder.build())
+    stamp_batch(data, 0, log.end_offset, 0)
+    log.append(data, [read_batch_header(data)])
+    append(log, [b"older"] * 2, timestamp=NOW)
+    assert log.max_timestamp_offset() == (1, NOW + 400)
+
+
 def _compacted(settings_overrides=None):
     values = dict(cleanup_compact=True, cleanup_delete=False, segment_bytes=10 ** 9,
                   min_cleanable_dirty_ratio=0.0)

@@ -949,7 +949,9 @@ def _convert(given: str, prop: Property, value: Any) -> Any:
     if t in (INT, FLOAT):
         return _to_number(given, prop, value)
     if t == STR:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        # confluent-kafka takes str() of any object (a uuid.UUID group.id works there);
+        # bytes would become "b'...'", a value nobody means: refused
+        if not isinstance(value, (bytes, bytearray, memoryview)):
             return str(value)
         raise _invalid(
             f"Invalid value {value!r} for configuration property {_label(given, prop)}: "

@@ -5,6 +5,7 @@ callbacks and the logger set to None mean "not set". Side by side, no broker nee
 from __future__ import annotations
 
 import logging
+import uuid
 
 import pytest
 
@@ -134,6 +135,23 @@ def test_none_for_strings_and_the_logger_means_not_set_as_there():
     p = Producer({"client.id": None})
     assert p._config["client.id"] == PROPERTIES["client.id"].default
     p.close()
+
+
+class _Named:
+    def __str__(self):
+        return "named-by-str"
+
+
+@pytest.mark.parametrize("value", [uuid.UUID(int=7), _Named(), True, 2.5])
+def test_a_string_property_takes_str_of_any_object_as_there(value):
+    """confluent-kafka's own integration tests pass a uuid.UUID as group.id: it takes
+    str() of any object for a string property; ours refused what was not str, int or
+    float."""
+    theirs = ck.Consumer({"group.id": value, "log_level": 0})
+    theirs.close()
+    ours = Consumer({"group.id": value})
+    assert ours._config["group.id"] == str(value)
+    ours.close()
 
 
 @pytest.mark.parametrize("name,client", [

@@ -547,10 +547,12 @@ class Consumer(ClientBase):
         out: List[Message] = []
         hand = InHand()
         my_turn = False
+        first = True
         try:
             while True:
                 try:
-                    self._serve()
+                    self._serve(first)
+                    first = False
                 except Exception as exc:
                     if not out:
                         raise
@@ -937,10 +939,10 @@ class Consumer(ClientBase):
             self._deferred = None
             raise failure
 
-    def _serve(self) -> None:
+    def _serve(self, first: bool = True) -> None:
         self._serve_client_events()
         if self._group is not None:
-            self._group.serve(_Member(self))
+            self._group.serve(_Member(self), first)
 
     _stats_type = "consumer"
 

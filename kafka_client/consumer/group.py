@@ -124,6 +124,11 @@ JOINING = "JOINING"            # JoinGroup in flight
 SYNCING = "SYNCING"            # SyncGroup in flight (or the leader's assignment pending)
 STABLE = "STABLE"              # member with an assignment; heartbeating
 
+# The callbacks queued when max.poll.interval.ms passed wait for the call after the one
+# that returns the error.
+_HOLD_NEW = 1
+_HOLD_ARMED = 2
+
 Key = Tuple[str, int]
 
 
@@ -311,6 +316,8 @@ class GroupCoordinator:
         self._group_topics: Set[str] = set()
         self._op_token = 0             # bumped on every membership reset
         self._poll_exceeded = False
+        #: _HOLD_NEW once max.poll.interval.ms passed, _HOLD_ARMED once a poll call saw it
+        self._held_for_poll_error = 0
         self.on_assign: Optional[Callable] = None
         self.on_revoke: Optional[Callable] = None
         self.on_lost: Optional[Callable] = None
@@ -392,12 +399,20 @@ class GroupCoordinator:
         self.last_poll = time.monotonic()
         return not self.app_events and not self._poll_exceeded
 
-    def serve(self, member: GroupMember) -> None:
-        """Run pending rebalance and commit callbacks (from poll()/consume())."""
+    def serve(self, member: GroupMember, first: bool = True) -> None:
+        """Run pending rebalance and commit callbacks (from poll()/consume(); ``first``:
+        the call's first serve, not one after a wait within it)."""
         self.last_poll = time.monotonic()
         if self._poll_exceeded:
             self._poll_exceeded = False
             self.io.call_soon(self._poll_resumed)
+        if self._held_for_poll_error:
+            # As librdkafka's queue: the call that returns _MAX_POLL_EXCEEDED runs no
+            # callback; the lost partitions' (and what came after) run in the next one.
+            if not (first and self._held_for_poll_error == _HOLD_ARMED):
+                self._held_for_poll_error = _HOLD_ARMED
+                return
+            self._held_for_poll_error = 0
         events = self.app_events
         while events:
             with self._app_lock:
@@ -1423,6 +1438,7 @@ class GroupCoordinator:
         self._request_rejoin("application polled again after max.poll.interval.ms")
 
     def _max_poll_exceeded(self) -> None:
+        self._held_for_poll_error = _HOLD_NEW
         self._poll_exceeded = True
         self.deliver_error(KafkaError(
             KafkaError._MAX_POLL_EXCEEDED,

@@ -568,3 +568,41 @@ def test_assignment_calls_of_the_other_rebalance_protocol_are_refused(cluster, t
                        topic_name, strategy)
     assert got["kafka_client"] == got["confluent_kafka"] == (
         ["_STATE", "_STATE", "_STATE"], [], 0), got
+
+
+def lost_after_the_poll_error(k, impl, bootstrap, topic):
+    """A consumer stalls past max.poll.interval.ms: what its polls return and which
+    callbacks run, in order, up to the first lost-partitions callback."""
+    events = []
+    c = k.Consumer({"bootstrap.servers": bootstrap, "group.id": f"stall-{impl}-{topic}",
+                    "partition.assignment.strategy": "cooperative-sticky",
+                    "session.timeout.ms": 2000, "max.poll.interval.ms": 2000,
+                    "heartbeat.interval.ms": 300, "log_level": 0})
+    try:
+        c.subscribe([topic], on_assign=lambda cons, parts: events.append("on_assign"),
+                    on_lost=lambda cons, parts: events.append("on_lost"))
+        deadline = time.monotonic() + 30
+        while "on_assign" not in events and time.monotonic() < deadline:
+            c.poll(0.2)
+        time.sleep(4)   # twice max.poll.interval.ms
+        deadline = time.monotonic() + 30
+        while "on_lost" not in events and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and msg.error() is not None:
+                events.append(msg.error().name())
+    finally:
+        c.close()
+    return events[:3]
+
+
+def test_the_lost_callback_runs_in_the_poll_after_the_max_poll_error(tmp_path, topic_name):
+    """confluent-kafka's test_cooperative_rebalance_1/2: the poll() that returns
+    _MAX_POLL_EXCEEDED runs no callback, the lost partitions' runs in the next one (ours
+    ran it in the same call, before returning the error)."""
+    with Cluster(brokers=1, data_dir=str(tmp_path / "stall"),
+                 broker_config={"group.min.session.timeout.ms": 1000}) as stall_cluster:
+        stall_cluster.create_topic(topic_name, partitions=1)
+        got = side_by_side(lost_after_the_poll_error, stall_cluster.bootstrap_servers,
+                           topic_name)
+    assert got["kafka_client"] == got["confluent_kafka"] == \
+        ["on_assign", "_MAX_POLL_EXCEEDED", "on_lost"]

@@ -124,6 +124,9 @@ JOINING = "JOINING"            # JoinGroup in flight
 SYNCING = "SYNCING"            # SyncGroup in flight (or the leader's assignment pending)
 STABLE = "STABLE"              # member with an assignment; heartbeating
 
+#: how long a join waits for the first metadata of a subscription's named topics
+_JOIN_LOOKUP_WAIT = 2.0
+
 # The callbacks queued when max.poll.interval.ms passed wait for the call after the one
 # that returns the error.
 _HOLD_NEW = 1
@@ -286,6 +289,8 @@ class GroupCoordinator:
         self._commits_made = 0
         self._latest_commit: Dict[Key, int] = {}
         self._rejoin_after = 0.0
+        #: until when a join waits for the metadata of subscribed topics never looked up
+        self._lookup_until = 0.0
         #: the error code of the last join failure told to the application: the same
         #: failure again is not told again until the member joins (or fails otherwise)
         self._join_error_told: Optional[int] = None
@@ -947,6 +952,7 @@ class GroupCoordinator:
         names = [t for t in topics if not t.startswith("^")]
         if names:
             self.cluster.want_topics(names)
+            self._lookup_until = time.monotonic() + _JOIN_LOOKUP_WAIT
         if regexes:
             self.cluster.metadata.request(None)
         self._request_rejoin("subscription changed")
@@ -1024,6 +1030,14 @@ class GroupCoordinator:
             self.cluster.metadata.request(None)
             self._rejoin_after = now + 0.05
             return
+        md = self.cluster.metadata
+        unknown = [t for t in topics if t not in md.topics]
+        if unknown and now < self._lookup_until:
+            # As librdkafka: the subscription's topics are looked up before the JoinGroup
+            # (joined without, their answer made a second rebalance right after it).
+            md.request(unknown)
+            self._rejoin_after = now + 0.02
+            return
         conn = self._coord_conn()
         if conn is None:
             return
@@ -1035,7 +1049,6 @@ class GroupCoordinator:
             if not self._static_membership_supported(conn):
                 return
         self._rejoin_pending = False
-        md = self.cluster.metadata
         self.joined_topics = topics
         self._joined_counts = {t: md.topics[t].partition_count for t in topics
                                if t in md.topics}

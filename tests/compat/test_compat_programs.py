@@ -606,3 +606,44 @@ def test_the_lost_callback_runs_in_the_poll_after_the_max_poll_error(tmp_path, t
                            topic_name)
     assert got["kafka_client"] == got["confluent_kafka"] == \
         ["on_assign", "_MAX_POLL_EXCEEDED", "on_lost"]
+
+
+def assignments_of_a_widened_subscription(k, impl, bootstrap, topic):
+    """A cooperative consumer subscribed to one topic subscribes to it and a second one:
+    the partitions each on_assign call is given, until two seconds after the second
+    topic's partition came."""
+    calls = []
+    c = k.Consumer({"bootstrap.servers": bootstrap, "group.id": f"widen-{impl}-{topic}",
+                    "partition.assignment.strategy": "cooperative-sticky",
+                    "auto.offset.reset": "earliest", "log_level": 0})
+    callbacks = {"on_assign": lambda cons, parts: calls.append(
+        sorted((tp.topic[-1], tp.partition) for tp in parts))}
+    try:
+        c.subscribe([f"{topic}-a"], **callbacks)
+        deadline = time.monotonic() + 30
+        while not calls and time.monotonic() < deadline:
+            c.poll(0.2)
+        c.subscribe([f"{topic}-a", f"{topic}-b"], **callbacks)
+        deadline = time.monotonic() + 30
+        while len(calls) < 2 and time.monotonic() < deadline:
+            c.poll(0.2)
+        settle = time.monotonic() + 2
+        while time.monotonic() < settle:
+            c.poll(0.2)
+    finally:
+        c.close()
+    return calls
+
+
+def test_a_widened_subscription_is_one_rebalance(cluster, topic_name):
+    """confluent-kafka's test_cooperative_rebalance_1: subscribing to one more topic calls
+    on_assign once, with its partitions (ours joined before looking the new topic up, and
+    its metadata then made a second rebalance: on_assign([]) after)."""
+    got = {}
+    for impl in IMPLS:
+        topic = f"{topic_name}-{impl[0]}"
+        for suffix in ("a", "b"):
+            cluster.create_topic(f"{topic}-{suffix}", partitions=1)
+        got[impl] = assignments_of_a_widened_subscription(
+            importlib.import_module(impl), impl, cluster.bootstrap_servers, topic)
+    assert got["kafka_client"] == got["confluent_kafka"] == [[("a", 0)], [("b", 0)]]

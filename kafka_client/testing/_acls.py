@@ -1,10 +1,11 @@
 """ACLs: the cluster's ACL store (owned by the controller), Kafka's authorizer rules, and
 the CreateAcls, DescribeAcls and DeleteAcls handlers.
 
-The rules are those of Kafka's StandardAuthorizer with ``allow.everyone.if.no.acl.found``
-false: super users pass; an ACL applies to a resource when its pattern does (a LITERAL
-name equal to the resource's, the LITERAL wildcard ``*``, or a PREFIXED name the
-resource's name starts with), to a principal when it names it or ``User:*``, and to a
+The rules are those of Kafka's StandardAuthorizer: super users pass; with the broker
+property ``allow.everyone.if.no.acl.found`` true (default false) a resource no ACL
+applies to (to any principal) passes; an ACL applies to a resource when its pattern
+does (a LITERAL name equal to the resource's, the LITERAL wildcard ``*``, or a PREFIXED
+name the resource's name starts with), to a principal when it names it or ``User:*``, and to a
 host when it names the client's address or ``*``. A DENY of the operation (or of ALL)
 wins; otherwise an ALLOW of it, of ALL, or of an operation that implies it (READ, WRITE,
 DELETE and ALTER imply DESCRIBE; ALTER_CONFIGS implies DESCRIBE_CONFIGS) lets the
@@ -223,10 +224,12 @@ class Authorizer:
     docstring). ``enabled`` False: everything passes."""
 
     def __init__(self, store: AclStore, enabled: bool = False,
-                 super_users: Iterable[str] = ()) -> None:
+                 super_users: Iterable[str] = (), allow_everyone: bool = False) -> None:
         self.store = store
         self.enabled = enabled
         self.super_users = frozenset(super_users)
+        #: allow.everyone.if.no.acl.found: a resource no ACL applies to is everyone's
+        self.allow_everyone = allow_everyone
 
     @staticmethod
     def principal(conn: "ClientConnection") -> str:
@@ -242,9 +245,12 @@ class Authorizer:
                resource_type: AclResourceType, name: str) -> bool:
         if principal in self.super_users:
             return True
+        applicable = self.store.applicable(resource_type, name)
+        if not applicable and self.allow_everyone:
+            return True
         allowing = _ALLOWED_BY.get(operation, frozenset((operation,)))
         allowed = False
-        for acl in self.store.applicable(resource_type, name):
+        for acl in applicable:
             if acl.principal not in (principal, WILDCARD_PRINCIPAL) or \
                     acl.host not in (host, WILDCARD):
                 continue
@@ -266,6 +272,10 @@ class Authorizer:
             return True
         principal, host = self.principal(conn), conn.peer[0]
         if principal in self.super_users:
+            return True
+        # Kafka's first check: the operation on a resource of the type named "hardcode"
+        # (so allow.everyone.if.no.acl.found lets through when no ACL covers that name).
+        if self.allow_everyone and not self.store.applicable(resource_type, "hardcode"):
             return True
         allowed: List[Acl] = []
         denied_names, denied_prefixes = set(), []

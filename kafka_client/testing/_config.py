@@ -99,6 +99,8 @@ _TOPIC = [
 
 _BROKER = [
     ConfigDef("auto.create.topics.enable", "bool", True),
+    # the authorizer's (Cluster(authorizer=True)): a resource without ACLs is everyone's
+    ConfigDef("allow.everyone.if.no.acl.found", "bool", False),
     ConfigDef("num.partitions", "int", 1, _at_least(1)),
     # test default: Kafka's is 1; a multi-broker test cluster replicates by default
     # (the cluster lowers it to the number of brokers).

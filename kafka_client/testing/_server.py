@@ -98,7 +98,9 @@ class ClusterServer:
             if not isinstance(user, str) or ":" not in user:
                 raise ValueError(f"super_users: {user!r} is not a principal (\"User:NAME\")")
         #: Kafka's StandardAuthorizer over the controller's ACLs (off: everything passes).
-        self.authorizer = Authorizer(self.controller.acls, bool(authorizer), super_users or ())
+        self.authorizer = Authorizer(
+            self.controller.acls, bool(authorizer), super_users or (),
+            allow_everyone=self.settings["allow.everyone.if.no.acl.found"])
         ports = list(ports or [])
         advertised = list(advertised_ports or [])
         self.brokers: Dict[int, Broker] = {}

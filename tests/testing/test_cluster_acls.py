@@ -132,6 +132,32 @@ def test_patterns_principals_and_hosts():
     assert not decide([acl(host="10.0.0.1")])
 
 
+def test_allow_everyone_if_no_acl_found_lets_through_what_no_acl_covers():
+    """allow.everyone.if.no.acl.found=true: a resource without ACLs is everyone's; one
+    ACL on it, whoever it names, makes the ACLs decide (confluent-kafka's
+    test_describe_operations counts on this)."""
+    def open_decide(acls, **kw):
+        store = AclStore()
+        for a in acls:
+            store.create(a)
+        return Authorizer(store, True, allow_everyone=True).decide(
+            kw.get("principal", "User:alice"), "127.0.0.1", kw.get("op", Op.DELETE),
+            Res.TOPIC, kw.get("name", "orders"))
+    assert open_decide([])
+    assert open_decide([acl(name="other")])
+    assert not open_decide([acl(op=Op.READ)])                       # READ only, now
+    assert not open_decide([acl(principal="User:bob", op=Op.ALL)])  # someone else's
+    assert not open_decide([acl(name="ord", pattern=Pat.PREFIXED, op=Op.READ)])
+    assert open_decide([acl(op=Op.READ)], op=Op.READ)
+    assert not decide([])                                           # the default: false
+    store = AclStore()
+    assert Authorizer(store, True, allow_everyone=True).authorize_any(
+        _Conn(), Op.WRITE, Res.TOPIC)
+    store.create(acl(name="*", principal="User:bob", op=Op.READ))
+    assert not Authorizer(store, True, allow_everyone=True).authorize_any(
+        _Conn(), Op.WRITE, Res.TOPIC)
+
+
 def test_super_users_pass_everything():
     assert decide([], principal="User:admin", super_users=("User:admin",))
     assert decide([acl(principal="User:admin", perm=DENY)], principal="User:admin",

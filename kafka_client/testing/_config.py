@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from kafka_proto.records import Compression
+
 __all__ = [
     "ConfigError",
     "ConfigDef",
@@ -32,6 +34,11 @@ CONSUMER_ASSIGNORS = ("uniform", "range")
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 _REPLICA_SELECTORS = ("", RACK_AWARE_SELECTOR, "rack")
 _LONG_MAX = (1 << 63) - 1
+#: compression.type values: the leader keeps the producer's batches ("producer") or
+#: writes them again with this codec, as Kafka's LogValidator
+COMPRESSION_TYPES = {"producer": None, "uncompressed": Compression.NONE,
+                     "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+                     "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 
 class ConfigError(ValueError):
@@ -73,8 +80,7 @@ def _only(value: Any, why: str) -> Callable[[Any], Optional[str]]:
 
 _TOPIC = [
     ConfigDef("cleanup.policy", "list", "delete", _policy, "log.cleanup.policy"),
-    ConfigDef("compression.type", "str", "producer",
-              _only("producer", "the cluster stores batches as producers send them"),
+    ConfigDef("compression.type", "str", "producer", _one_of(*COMPRESSION_TYPES),
               "compression.type"),
     ConfigDef("delete.retention.ms", "long", _DAY_MS, _at_least(0),
               "log.cleaner.delete.retention.ms"),
@@ -111,7 +117,7 @@ _BROKER = [
     # Kafka's: connections without a byte in or out for this long are closed (-1: never).
     ConfigDef("connections.max.idle.ms", "long", 600_000),
     ConfigDef("log.cleanup.policy", "list", "delete", _policy),
-    ConfigDef("compression.type", "str", "producer", _only("producer", "see the topic property")),
+    ConfigDef("compression.type", "str", "producer", _one_of(*COMPRESSION_TYPES)),
     ConfigDef("log.cleaner.delete.retention.ms", "long", _DAY_MS, _at_least(0)),
     ConfigDef("log.index.interval.bytes", "int", 4096, _at_least(0)),
     ConfigDef("log.message.timestamp.type", "str", "CreateTime",
@@ -268,6 +274,8 @@ class TopicSettings:
 
     cleanup_delete: bool
     cleanup_compact: bool
+    #: compression.type: the codec the leader writes batches with (None: the producer's)
+    compression: Optional[Compression]
     delete_retention_ms: int
     index_interval_bytes: int
     max_message_bytes: int
@@ -287,6 +295,7 @@ class TopicSettings:
         return cls(
             cleanup_delete="delete" in policy,
             cleanup_compact="compact" in policy,
+            compression=COMPRESSION_TYPES[values["compression.type"]],
             delete_retention_ms=values["delete.retention.ms"],
             index_interval_bytes=values["index.interval.bytes"],
             max_message_bytes=values["max.message.bytes"],

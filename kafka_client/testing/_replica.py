@@ -21,7 +21,10 @@ from kafka_proto.errors import (
     TruncatedDataError,
 )
 from kafka_proto.records import (
+    BatchHeader,
     ColumnBuilder,
+    RecordBatch,
+    RecordBatchBuilder,
     iter_batch_headers,
     read_batch_header,
     read_batches,
@@ -65,6 +68,21 @@ class AppendResult(NamedTuple):
 #: A start offset above every record's: decode_columns then parses (checks) every record
 #: and keeps none.
 _PAST_EVERY_OFFSET = (1 << 63) - 1
+
+
+def _recompressed(batch: RecordBatch, header: BatchHeader, codec: int) -> bytes:
+    """A produced batch as Kafka's LogValidator writes it when the topic's compression.type
+    names another codec: its records in a new batch of that codec, with the producer's id,
+    epoch, base sequence, transactional flag, timestamp type and record timestamps."""
+    builder = RecordBatchBuilder(compression=codec, producer_id=header.producer_id,
+                                 producer_epoch=header.producer_epoch,
+                                 base_sequence=header.base_sequence,
+                                 transactional=batch.is_transactional,
+                                 timestamp_type=int(batch.timestamp_type))
+    for record in batch:
+        builder.append(record.value, key=record.key, timestamp=record.timestamp,
+                       headers=record.headers)
+    return builder.build()
 
 
 def _unreadable_batch(view: memoryview, exc: KafkaProtocolError) -> "AppendResult":
@@ -242,7 +260,15 @@ class Replica:
             return AppendResult(ErrorCode.NOT_ENOUGH_REPLICAS,
                                 message=f"{isr} in-sync replicas, min.insync.replicas is "
                                         f"{settings.min_insync_replicas}")
-        data = bytearray(view)
+        if settings.compression is not None and batch.compression != settings.compression:
+            data = bytearray(_recompressed(batch, header, settings.compression))
+            if len(data) > settings.max_message_bytes:
+                return AppendResult(ErrorCode.MESSAGE_TOO_LARGE,
+                                    message=f"batch of {len(data)} bytes once compressed "
+                                            f"with the topic's codec is above "
+                                            f"max.message.bytes {settings.max_message_bytes}")
+        else:
+            data = bytearray(view)
         base = self.log.end_offset
         append_time = _now_ms() if settings.log_append_time else -1
         stamp_batch(data, 0, base, self.leader_epoch, append_time)

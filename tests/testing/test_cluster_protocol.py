@@ -439,6 +439,41 @@ def test_produce_refuses_records_that_do_not_parse_as_kafka_does(cluster):
         assert "Traceback" not in f.read()
 
 
+def test_a_topic_compression_type_writes_batches_with_its_codec(cluster):
+    """compression.type gzip (confluent-kafka's admin integration tests create topics
+    so): the leader writes a produced lz4 batch again with gzip, its records, headers and
+    timestamps kept, as Kafka's LogValidator; "producer" keeps the producer's codec. The
+    cluster refused every value but "producer"."""
+    stamp = int(time.time() * 1000)
+    sent = RecordBatchBuilder(compression=3)
+    for i in range(3):
+        sent.append(b"v%d" % i, key=b"k%d" % i, timestamp=stamp - 10 * i,
+                    headers=[("h", b"%d" % i)])
+    sent = sent.build()
+    stored = {}
+    for topic, codec in (("codec-gzip", "gzip"), ("codec-as-sent", "producer")):
+        cluster.create_topic(topic, partitions=1, replication_factor=1,
+                             config={"compression.type": codec})
+        with RawClient(cluster.address(cluster.leader(topic, 0))) as c:
+            resp = c.request(ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+                ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                    ProduceRequest.PartitionProduceData(index=0, records=sent)])]), 9)
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+            fetched = c.request(FetchRequest(
+                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                    FetchRequest.FetchPartition(partition=0, fetch_offset=0,
+                                                partition_max_bytes=1 << 20)])]), 4)
+        batches = list(read_batches(fetched.responses[0].partitions[0].records))
+        assert len(batches) == 1
+        stored[codec] = (int(batches[0].compression),
+                         [(r.offset, r.key, r.value, r.headers, r.timestamp)
+                          for r in batches[0]])
+    records = [(i, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)], stamp - 10 * i)
+               for i in range(3)]
+    assert stored == {"gzip": (1, records), "producer": (3, records)}
+
+
 def test_a_partition_named_twice_in_a_produce_gets_only_its_last_batch(cluster):
     """Kafka reads a Produce's partitions into a map: of a partition named twice (in one
     topic entry or in two) only the last batch is appended, and answered once. The

@@ -68,8 +68,9 @@ def _one_of(*values: str) -> Callable[[Any], Optional[str]]:
 
 
 def _policy(v: Any) -> Optional[str]:
-    parts = [p.strip() for p in v.split(",")] if isinstance(v, str) else list(v)
-    if not parts or any(p not in ("delete", "compact") for p in parts):
+    # Empty is Kafka's too (what SUBTRACT of the last policy leaves): neither deleted
+    # nor compacted, the log kept whole.
+    if any(p not in ("delete", "compact") for p in _as_list(v)):
         return "must be a list of delete and/or compact"
     return None
 

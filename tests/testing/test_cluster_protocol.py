@@ -34,7 +34,14 @@ from kafka_proto.messages import (
 )
 from kafka_proto.records import RecordBatchBuilder, read_batches
 
-from kafka_client.admin import AclOperation
+from kafka_client.admin import (
+    AclOperation,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from kafka_client.testing import Cluster
 
 from cli_cluster import start_cli_cluster  # tests/testing/cli_cluster.py
@@ -472,6 +479,21 @@ def test_a_topic_compression_type_writes_batches_with_its_codec(cluster):
     records = [(i, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)], stamp - 10 * i)
                for i in range(3)]
     assert stored == {"gzip": (1, records), "producer": (3, records)}
+
+
+def test_subtracting_the_last_cleanup_policy_leaves_it_empty(cluster):
+    """confluent-kafka's test_incremental_alter_configs: SUBTRACT of "delete" from
+    cleanup.policy leaves "" (Kafka: neither deleted nor compacted); the cluster refused
+    the empty list, failing the whole alteration."""
+    cluster.create_topic("policy-emptied", partitions=1, replication_factor=1)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    resource = ConfigResource(ResourceType.TOPIC, "policy-emptied", incremental_configs=[
+        ConfigEntry("cleanup.policy", "delete",
+                    incremental_operation=AlterConfigOpType.SUBTRACT)])
+    assert admin.incremental_alter_configs([resource])[resource].result(30) is None
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert described["cleanup.policy"].value == ""
+    assert not described["cleanup.policy"].is_default
 
 
 def test_a_partition_named_twice_in_a_produce_gets_only_its_last_batch(cluster):

@@ -85,6 +85,10 @@ _TOPIC = [
               "compression.type"),
     ConfigDef("delete.retention.ms", "long", _DAY_MS, _at_least(0),
               "log.cleaner.delete.retention.ms"),
+    # Kafka waits this long before removing a deleted segment's files; the cluster removes
+    # them at once (no client sees the difference): the property is kept and described.
+    ConfigDef("file.delete.delay.ms", "long", 60000, _at_least(0),
+              "log.segment.delete.delay.ms"),
     ConfigDef("index.interval.bytes", "int", 4096, _at_least(0), "log.index.interval.bytes"),
     ConfigDef("max.message.bytes", "int", 1048588, _at_least(0), "message.max.bytes"),
     ConfigDef("message.timestamp.type", "str", "CreateTime",
@@ -121,6 +125,7 @@ _BROKER = [
     ConfigDef("compression.type", "str", "producer", _one_of(*COMPRESSION_TYPES)),
     ConfigDef("log.cleaner.delete.retention.ms", "long", _DAY_MS, _at_least(0)),
     ConfigDef("log.index.interval.bytes", "int", 4096, _at_least(0)),
+    ConfigDef("log.segment.delete.delay.ms", "long", 60000, _at_least(0)),
     ConfigDef("log.message.timestamp.type", "str", "CreateTime",
               _one_of("CreateTime", "LogAppendTime")),
     ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5,

@@ -496,6 +496,23 @@ def test_subtracting_the_last_cleanup_policy_leaves_it_empty(cluster):
     assert not described["cleanup.policy"].is_default
 
 
+def test_file_delete_delay_is_a_topic_property(cluster):
+    """confluent-kafka's test_basic_operations alters file.delete.delay.ms and reads it
+    back: Kafka's topic property (default log.segment.delete.delay.ms, 60000); the
+    cluster refused it as unknown."""
+    cluster.create_topic("delete-delay", partitions=1, replication_factor=1)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    resource = ConfigResource(ResourceType.TOPIC, "delete-delay")
+    before = admin.describe_configs([resource])[resource].result(30)
+    assert before["file.delete.delay.ms"].value == "60000"
+    assert before["file.delete.delay.ms"].is_default
+    resource.add_incremental_config(ConfigEntry(
+        "file.delete.delay.ms", "12345", incremental_operation=AlterConfigOpType.SET))
+    assert admin.incremental_alter_configs([resource])[resource].result(30) is None
+    after = admin.describe_configs([resource])[resource].result(30)
+    assert after["file.delete.delay.ms"].value == "12345"
+
+
 def test_a_partition_named_twice_in_a_produce_gets_only_its_last_batch(cluster):
     """Kafka reads a Produce's partitions into a map: of a partition named twice (in one
     topic entry or in two) only the last batch is appended, and answered once. The

@@ -203,11 +203,11 @@ def _rebuild_tp(topic: str, partition: int, offset: int, metadata: Optional[str]
 
 
 def metadata_to_commit(metadata: Optional[str]) -> Optional[str]:
-    """Commit metadata as it is sent: a non-empty text with a NUL after it, as
-    confluent-kafka sends it (its readers stop at that NUL, and read past the end of
-    metadata without one: garbage, or a UnicodeDecodeError); None and "" as given.
-    :func:`committed_metadata` takes the NUL off again."""
-    return metadata + "\x00" if metadata else metadata
+    """Commit metadata as it is sent: the text with a NUL after it, as confluent-kafka
+    sends it (its readers stop at that NUL, and read past the end of metadata without
+    one: garbage, or a UnicodeDecodeError); "" is a lone NUL there too, so it reads back
+    as "", not as None; None as given. :func:`committed_metadata` takes the NUL off."""
+    return metadata + "\x00" if metadata is not None else None
 
 
 def committed_metadata(raw: Optional[str]) -> Optional[str]:

@@ -360,28 +360,31 @@ def test_a_resource_named_twice_in_alter_configs_is_left_alone(cluster, topic_na
     assert got["kafka_client"] == ([ck.KafkaError._INVALID_ARG] * 2, [default, default])
 
 
-def write_metadata_every_way(top, m, impl, cluster, topic):
-    """Commit metadata written by a consumer's commit(), by alter_consumer_group_offsets()
-    and by send_offsets_to_transaction(), each in a group of its own; what confluent-kafka's
-    consumer reads back of each, and what ours reads."""
+_TEXTS = {"commit": "by commit()", "admin": "by the admin client", "txn": "in a transaction"}
+
+
+def write_metadata_every_way(top, m, impl, cluster, topic, texts=_TEXTS):
+    """Commit metadata (``texts``, per way) written by a consumer's commit(), by
+    alter_consumer_group_offsets() and by send_offsets_to_transaction(), each in a group
+    of its own; what confluent-kafka's consumer reads back of each, and what ours reads."""
     topic = f"{topic}-{impl}"
     cluster.create_topic(topic)
     conf = {"bootstrap.servers": cluster.bootstrap_servers}
     groups = {way: f"{way}-{topic}" for way in ("commit", "admin", "txn")}
     consumer = top.Consumer({**conf, "group.id": groups["commit"]})
-    consumer.commit(offsets=[top.TopicPartition(topic, 0, 1, "by commit()")],
+    consumer.commit(offsets=[top.TopicPartition(topic, 0, 1, texts["commit"])],
                     asynchronous=False)
     consumer.close()
     admin = admin_client(m, cluster)
     admin.alter_consumer_group_offsets([top.ConsumerGroupTopicPartitions(
-        groups["admin"], [top.TopicPartition(topic, 0, 2, "by the admin client")])]
+        groups["admin"], [top.TopicPartition(topic, 0, 2, texts["admin"])])]
     )[groups["admin"]].result(15)
     producer = top.Producer({**conf, "transactional.id": f"txn-{topic}"})
     producer.init_transactions(15)
     producer.begin_transaction()
     member = top.Consumer({**conf, "group.id": groups["txn"]})
     producer.send_offsets_to_transaction(
-        [top.TopicPartition(topic, 0, 3, "in a transaction")],
+        [top.TopicPartition(topic, 0, 3, texts["txn"])],
         member.consumer_group_metadata(), 15)
     producer.commit_transaction(15)
     member.close()
@@ -405,4 +408,15 @@ def test_commit_metadata_reads_back_in_both_clients_whoever_wrote_it(cluster, to
     expected = {(reader, way): value for reader in IMPLS for way, value in (
         ("commit", (1, "by commit()")), ("admin", (2, "by the admin client")),
         ("txn", (3, "in a transaction")))}
+    assert got["kafka_client"] == got["confluent_kafka"] == expected
+
+
+def test_empty_commit_metadata_reads_back_empty_in_both_clients(cluster, topic_name):
+    """confluent-kafka's test_consumer_topicpartition_metadata: metadata "" reads back as
+    "" (librdkafka sends a lone NUL), None as None. Ours sent "" as no metadata at all:
+    both clients read it back as None."""
+    empty = {way: "" for way in _TEXTS}
+    got = side_by_side(write_metadata_every_way, cluster, f"{topic_name}-empty", empty)
+    expected = {(reader, way): (offset, "") for reader in IMPLS
+                for way, offset in (("commit", 1), ("admin", 2), ("txn", 3))}
     assert got["kafka_client"] == got["confluent_kafka"] == expected

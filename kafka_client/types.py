@@ -112,6 +112,10 @@ class TopicPartition:
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         if metadata is not None and not isinstance(metadata, str):
             raise TypeError(f"metadata must be a str, not {type(metadata).__name__}")
+        if "\x00" in topic or (metadata is not None and "\x00" in metadata):
+            # confluent-kafka's C strings hold no NUL: Python's own error for them (a NUL
+            # in metadata was sent and read back cut there)
+            raise ValueError("embedded null character")
         self._topic = topic
         self.partition = _check_int(partition, "partition", _INT32_MIN, _INT32_MAX)
         self.offset = _check_int(offset, "offset", _INT64_MIN, _INT64_MAX)

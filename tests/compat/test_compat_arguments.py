@@ -123,6 +123,17 @@ class IndexOnly:
         return self.n
 
 
+@pytest.mark.parametrize("args", [("t", 0, 1, "xyz\x00abc"), ("t\x00x", 0),
+                                  ("t", 0, 1, "\x00")], ids=["metadata", "topic", "lone"])
+def test_a_nul_in_a_topic_partition_is_refused_like_confluent(args):
+    """confluent-kafka's test_consumer_topicpartition_metadata: a NUL in the metadata
+    (or the topic) is a ValueError, "embedded null character", from the constructor.
+    Ours took it, and the committed metadata read back cut at the NUL."""
+    for module in (ck, kafka_client):
+        with pytest.raises(ValueError, match="embedded null character"):
+            module.TopicPartition(*args)
+
+
 def built_from_integer_types(m, admin, make):
     """Values and types read back from objects built with ``make(n)`` for each integer."""
     tp = m.TopicPartition("t", make(2), make(7))

@@ -941,6 +941,10 @@ _TRUE = frozenset(("true", "t", "1"))
 _FALSE = frozenset(("false", "f", "0"))
 
 
+#: what a string property refuses, where str() would give text nobody means
+_NOT_TEXT = (bytes, bytearray, memoryview, list, tuple, set, frozenset, dict)
+
+
 def _convert(given: str, prop: Property, value: Any) -> Any:
     """Convert one user-supplied value to the property's canonical Python value."""
     t = prop.type
@@ -950,12 +954,15 @@ def _convert(given: str, prop: Property, value: Any) -> Any:
         return _to_number(given, prop, value)
     if t == STR:
         # confluent-kafka takes str() of any object (a uuid.UUID group.id works there);
-        # bytes would become "b'...'", a value nobody means: refused
-        if not isinstance(value, (bytes, bytearray, memoryview)):
+        # bytes would become "b'...'" and a container "['h1:9092', ...]", values nobody
+        # means (librdkafka then fails later, on a host named "['h1"): refused
+        if not isinstance(value, _NOT_TEXT):
             return str(value)
+        several = isinstance(value, (list, tuple, set, frozenset))
         raise _invalid(
             f"Invalid value {value!r} for configuration property {_label(given, prop)}: "
-            f"expected a string")
+            f"expected a string" + (" (several values: one comma-separated string)"
+                                    if several else ""))
     if t == ENUM:
         return _to_enum(given, prop, value)
     if t == CSV:

@@ -362,6 +362,11 @@ def test_strings_and_none():
     assert c.client_id == "5"
     assert c.bootstrap_servers is None and not c.is_explicit("bootstrap.servers")
     assert "expected a string" in invalid({"client.id": b"x"})
+    # str() of a container is text nobody means ("['h1:9092', 'h2:9092']" as host names)
+    for several in (["h1:9092", "h2:9092"], ("h1:9092",), {"h1:9092"}):
+        assert "several values: one comma-separated string" in invalid(
+            {"bootstrap.servers": several})
+    assert "expected a string" in invalid({"group.id": {"name": "g"}})
 
 
 def test_callbacks_and_logger():

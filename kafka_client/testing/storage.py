@@ -279,8 +279,9 @@ class Segment:
         self._timeindex_last_ts = -1
         self._offset_of_max_timestamp = -1
         for last, ts in zip(self.batch_lasts, self.batch_max_ts):
-            if ts >= self.max_timestamp:
+            if ts == self.max_timestamp > -1:   # its first batch, as _account keeps
                 self._offset_of_max_timestamp = last
+                break
         self._bytes_since_index = 0
 
     def close(self) -> None:

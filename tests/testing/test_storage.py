@@ -238,6 +238,17 @@ def test_truncate_removes_later_segments_batches_and_epochs(log_dir):
     assert all_records(log)[-1] == (6, None, b"new")
 
 
+def test_truncation_keeps_the_first_record_of_the_largest_timestamp(log_dir):
+    # As Kafka's segment: of two batches with the same largest timestamp, the first
+    # names it (ListOffsets MAX_TIMESTAMP); recounted after a truncation it named the last.
+    log = PartitionLog(log_dir, "topic", 0, settings())
+    for stamp in (NOW, NOW + 2000, NOW + 2000, NOW - 500):
+        append(log, [b"v"], timestamp=stamp)
+    assert log.max_timestamp_offset() == (1, NOW + 2000)
+    log.truncate_to(3)
+    assert log.max_timestamp_offset() == (1, NOW + 2000)
+
+
 def test_an_epoch_older_than_any_known_ends_where_the_first_known_one_starts(log_dir):
     # Kafka's LeaderEpochFileCache.endOffsetFor: a follower of an empty log that becomes
     # leader knows only its own epoch; a consumer positioned in an older epoch at that

@@ -299,15 +299,8 @@ def test_abort_after_offsets_added_while_add_partitions_was_refused_sends_end_tx
         assert [e.api for e in log if e.api in ("AddOffsetsToTxn", "EndTxn")] == \
             ["AddOffsetsToTxn", "EndTxn"], log
         # ended: the group's offsets are stable (no UNSTABLE_OFFSET_COMMIT until the
-        # transaction times out), and nothing was committed
-        assert group.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == \
-            OFFSET_INVALID
-        p.begin_transaction()
-        assert _produce(p, topic, range(600, 602)) == []
-        p.send_offsets_to_transaction([TopicPartition(topic, 0, 2)],
-                                      group.consumer_group_metadata(), 30)
-        p.commit_transaction(30)
-        assert _committed_offset(group, topic) == 2
+        # transaction times out)
+        _next_transaction_commits_its_offsets(p, group, topic, range(600, 602))
     finally:
         cluster.set_latency(0)
         p.close(5)
@@ -317,6 +310,19 @@ def test_abort_after_offsets_added_while_add_partitions_was_refused_sends_end_tx
 
 def _committed_offset(consumer: Consumer, topic: str) -> int:
     return consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+
+
+def _next_transaction_commits_its_offsets(p: Producer, group: Consumer, topic: str,
+                                          numbers: range) -> None:
+    """After an abort: the group has no committed offset; a transaction producing
+    ``numbers`` and sending an offset (their count) commits both."""
+    assert _committed_offset(group, topic) == OFFSET_INVALID
+    p.begin_transaction()
+    assert _produce(p, topic, numbers) == []
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, len(numbers))],
+                                  group.consumer_group_metadata(), 30)
+    p.commit_transaction(30)
+    assert _committed_offset(group, topic) == len(numbers)
 
 
 def test_txn_offset_commit_refused_requires_abort(cluster):
@@ -339,13 +345,7 @@ def test_txn_offset_commit_refused_requires_abort(cluster):
         assert err.txn_requires_abort() and not err.fatal(), err
         assert err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, err
         p.abort_transaction(30)
-        assert _committed_offset(group, topic) == OFFSET_INVALID
-        p.begin_transaction()
-        assert _produce(p, topic, range(500, 502)) == []
-        p.send_offsets_to_transaction([TopicPartition(topic, 0, 5)],
-                                      group.consumer_group_metadata(), 30)
-        p.commit_transaction(30)
-        assert _committed_offset(group, topic) == 5
+        _next_transaction_commits_its_offsets(p, group, topic, range(500, 502))
     finally:
         p.close(5)
         group.close()

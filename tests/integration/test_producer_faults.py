@@ -50,6 +50,8 @@ PARTITIONS = 3
 #: The produce loop is paced to about this many messages per second, so that the
 #: faults are spread over the whole run rather than its first second.
 RATE = 50_000
+#: test_faults_with_message_timeouts: messages produced at the end with no fault
+FAULT_FREE = 20_000
 SOCKET_TIMEOUT_MS = 1000
 
 
@@ -321,8 +323,16 @@ def test_faults_with_message_timeouts(broker, topic_name, retry_counter, record_
             p.list_topics(topic_name, timeout=10)
             faults = Faults(proxy, seed=8, long_every=1000, long_stall=2.5)  # one, early
             faults.start()
+
+            def calm_down(produced: int) -> None:
+                # the last FAULT_FREE messages go without faults: whether those of a
+                # fault every 50 ms get through within message.timeout.ms depends on the
+                # machine's load (a loaded suite run saw them fail to the end)
+                if produced == N - FAULT_FREE:
+                    faults.stop()
+
             try:
-                produce_all(p, topic_name, reports)
+                produce_all(p, topic_name, reports, on_progress=calm_down)
                 left = p.flush(60)
             finally:
                 faults.stop()
@@ -345,9 +355,9 @@ def test_faults_with_message_timeouts(broker, topic_name, retry_counter, record_
     assert reports.count == N
     assert faults.counts["long_stall"] >= 1
     # The long stall made messages time out, and the producer recovered: messages
-    # produced after the last failure were delivered.
+    # produced once the faults had stopped were delivered.
     assert failed, "no message timed out: the stall did not hit"
-    assert max(failed) < N - 10_000, f"failures up to the end: {max(failed)}"
+    assert max(failed) < N - FAULT_FREE // 2, f"failures up to the end: {max(failed)}"
     assert set(codes) <= {"_MSG_TIMED_OUT", "_TRANSPORT", "_TIMED_OUT"}, codes
     for part in range(PARTITIONS):
         numbers = [i for _o, i, _b in log[part]]

@@ -118,6 +118,8 @@ class Producer(ClientBase):
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         cfg = self._init_client(config, kwargs)
+        #: close() is aborting the open transaction: produce() is refused as once closed
+        self._aborting_for_close = False
         self._reports: Deque[Any] = deque()  # Report, or _Unserved first
         self._report_event = threading.Event()
         # What the I/O thread calls back holds the parts it needs, never the Producer
@@ -198,6 +200,8 @@ class Producer(ClientBase):
         and those after it when the producer is full; the refusal for all of them outside
         a transaction or after a fatal error) and the others are queued."""
         self._check_open()
+        if self._aborting_for_close:
+            raise RuntimeError(self._closed_text)
         if callback is not None:
             if on_delivery is not None:
                 raise TypeError("give on_delivery or its alias callback, not both")
@@ -332,6 +336,11 @@ class Producer(ClientBase):
         failure: Optional[BaseException] = None
         try:
             if self._txn is not None:
+                # While the open transaction is aborted, produce() of another thread is
+                # refused as after close() (RuntimeError, as confluent-kafka's closing
+                # producer): the abort's _STATE would tell it to call abort_transaction().
+                self._aborting_for_close = True
+                self.produce = _closed_produce  # type: ignore[method-assign]
                 try:
                     self._txn.end_for_close(deadline, self.flush)
                 except Exception as exc:  # a delivery callback raised in the abort's flush

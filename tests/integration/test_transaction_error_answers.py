@@ -7,6 +7,7 @@ The injected answers are refused requests: the coordinator did nothing of them.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import List
@@ -403,6 +404,51 @@ def test_close_aborts_an_open_transaction_within_its_timeout_when_end_txn_hangs(
             assert took < bound, (tid, took)
     finally:
         cluster.set_latency(0)
+
+
+def test_produce_while_close_aborts_the_open_transaction_raises_closed(cluster):
+    """Another thread produces while close() aborts the open transaction (EndTxn held
+    back 1 s): its produce() and produce_batch() raise RuntimeError("Producer has been
+    closed"), as confluent-kafka's closing producer (test_concurrency.py's
+    test_close_races_open_transaction); they raised the abort's _STATE, telling it to
+    call abort_transaction(). No message of the transaction is committed."""
+    topic = "txn-close-racing-produce"
+    cluster.create_topic(topic, partitions=1)
+    p = _producer(cluster, "close-racing-produce")
+    p.begin_transaction()
+    assert _produce(p, topic, range(3)) == []
+    raised: List[BaseException] = []
+    closing = threading.Event()
+
+    def produce_until_refused() -> None:
+        calls = [lambda: p.produce(topic, b"-1", partition=0),
+                 lambda: p.produce_batch(topic, [{"value": b"-1", "partition": 0}])]
+        n = 0
+        while True:
+            try:
+                calls[n % 2]()
+            except BaseException as exc:  # what it raises is the subject
+                raised.append(exc)
+                if isinstance(exc, RuntimeError) or len(raised) > 10:
+                    return
+            if closing.is_set():
+                n += 1     # both calls, once close() is under way
+            time.sleep(0.005)
+
+    cluster.set_latency(1.0, apis=["EndTxn"])
+    try:
+        worker = threading.Thread(target=produce_until_refused, daemon=True)
+        worker.start()
+        time.sleep(0.1)
+        closing.set()
+        assert p.close(10) is True
+        worker.join(10)
+    finally:
+        cluster.set_latency(0)
+    assert not worker.is_alive()
+    assert [type(e) for e in raised] == [RuntimeError], raised
+    assert str(raised[0]) == "Producer has been closed"
+    assert _committed_values(cluster, topic, 0, timeout=3.0) == []
 
 
 def test_init_transactions_without_a_timeout_ends_when_the_coordinator_does_not_answer(

@@ -27,6 +27,7 @@ from typing import (
     NamedTuple,
     Optional,
     Sequence,
+    Set,
     Tuple,
 )
 
@@ -120,6 +121,11 @@ class Producer(ClientBase):
         cfg = self._init_client(config, kwargs)
         #: close() is aborting the open transaction: produce() is refused as once closed
         self._aborting_for_close = False
+        #: threads running delivery callbacks (thread id -> depth: a callback may poll()
+        #: again) and threads in close(): close() waits for the callbacks of the others
+        self._in_callbacks: Dict[int, int] = {}
+        self._closers: Set[int] = set()
+        self._callbacks_changed = threading.Condition()
         self._reports: Deque[Any] = deque()  # Report, or _Unserved first
         self._report_event = threading.Event()
         # What the I/O thread calls back holds the parts it needs, never the Producer
@@ -334,6 +340,9 @@ class Producer(ClientBase):
             return True
         deadline = deadline_after(timeout)
         failure: Optional[BaseException] = None
+        me = threading.get_ident()
+        with self._callbacks_changed:
+            self._closers.add(me)
         try:
             if self._txn is not None:
                 # While the open transaction is aborted, produce() of another thread is
@@ -354,11 +363,28 @@ class Producer(ClientBase):
                         failure = exc
                     if time.monotonic() >= deadline:
                         break
+            self._wait_for_callbacks_of_other_threads(deadline)
         finally:
+            with self._callbacks_changed:
+                self._closers.discard(me)
             self._shutdown()
         if failure is not None:
             raise failure
         return True
+
+    def _wait_for_callbacks_of_other_threads(self, deadline: float) -> None:
+        """Until ``deadline``: the delivery callbacks another thread's poll()/flush() is
+        running end, so that once close() returns every callback has returned, as
+        confluent-kafka's close() waits for the calls under way. Threads in close()
+        themselves are not waited for (two closing callbacks would wait for each
+        other)."""
+        changed = self._callbacks_changed
+        with changed:
+            while any(t not in self._closers for t in self._in_callbacks):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                changed.wait(min(remaining, 0.2))   # short slices: Ctrl-C gets through
 
     def _on_shutdown(self) -> None:
         self.produce = _closed_produce  # type: ignore[method-assign]
@@ -455,8 +481,27 @@ class Producer(ClientBase):
         # the I/O thread of the GIL: seen as ~1 s stalls at 100% CPU).
         self._report_event.clear()
         if reports:
-            served = self._serve_reports(reports)
+            served = self._serve_reports_counted(reports)
         return served + self._serve_client_events()
+
+    def _serve_reports_counted(self, reports: Deque[Any]) -> int:
+        """:meth:`_serve_reports`, with this thread counted among those running delivery
+        callbacks (from before it takes a report: close() of another thread waits)."""
+        me = threading.get_ident()
+        changed = self._callbacks_changed
+        in_callbacks = self._in_callbacks
+        with changed:
+            in_callbacks[me] = in_callbacks.get(me, 0) + 1
+        try:
+            return self._serve_reports(reports)
+        finally:
+            with changed:
+                depth = in_callbacks[me] - 1
+                if depth:
+                    in_callbacks[me] = depth
+                else:
+                    del in_callbacks[me]
+                    changed.notify_all()
 
     def _serve_reports(self, reports: Deque[Any]) -> int:
         """Run the delivery callbacks of the queued reports. Each report's messages leave

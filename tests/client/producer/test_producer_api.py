@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -119,6 +120,41 @@ def test_config_as_keyword_arguments_and_context_manager():
     # leaving the block flushed: the message timed out within message.timeout.ms
     assert [e.code() for e in reports] == [KafkaError._MSG_TIMED_OUT]
     assert not p._io.alive
+
+
+def test_close_waits_for_the_delivery_callback_another_thread_runs():
+    """close() while another thread's poll() runs a delivery callback (1 s long) returns
+    once that callback has returned, as confluent-kafka's close() waits for the calls
+    under way (its test_close_races_close_losers_wait_for_slow_winner): a program that
+    reads what its callbacks counted after close() missed that one. Three close() at
+    once all wait. It returned at once, the callback still running."""
+    p = Producer({"bootstrap.servers": dead_bootstrap()})
+    started, finished = threading.Event(), threading.Event()
+
+    def slow_callback(err, msg):
+        started.set()
+        time.sleep(1.0)
+        finished.set()
+
+    p.produce("t", b"x", on_delivery=slow_callback)
+    p.purge()      # its report (_PURGE_QUEUE) waits for a poll()
+    poller = threading.Thread(target=p.poll, args=(10,), daemon=True)
+    poller.start()
+    assert started.wait(10)
+    callback_done_at_return = []
+
+    def close():
+        assert p.close(30) is True
+        callback_done_at_return.append(finished.is_set())
+
+    closers = [threading.Thread(target=close, daemon=True) for _ in range(3)]
+    for t in closers:
+        t.start()
+    for t in closers:
+        t.join(30)
+    assert callback_done_at_return == [True, True, True]
+    poller.join(10)
+    assert not poller.is_alive()
 
 
 def test_an_unknown_keyword_argument_is_named_as_written():

@@ -119,8 +119,8 @@ class Producer(ClientBase):
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
         cfg = self._init_client(config, kwargs)
-        #: close() is aborting the open transaction: produce() is refused as once closed
-        self._aborting_for_close = False
+        #: close() is under way: the calls of other threads are refused as once closed
+        self._closing = False
         #: threads running delivery callbacks (thread id -> depth: a callback may poll()
         #: again) and threads in close(): close() waits for the callbacks of the others
         self._in_callbacks: Dict[int, int] = {}
@@ -206,8 +206,7 @@ class Producer(ClientBase):
         and those after it when the producer is full; the refusal for all of them outside
         a transaction or after a fatal error) and the others are queued."""
         self._check_open()
-        if self._aborting_for_close:
-            raise RuntimeError(self._closed_text)
+        self._refuse_while_closing()
         if callback is not None:
             if on_delivery is not None:
                 raise TypeError("give on_delivery or its alias callback, not both")
@@ -343,13 +342,14 @@ class Producer(ClientBase):
         me = threading.get_ident()
         with self._callbacks_changed:
             self._closers.add(me)
+        # From here the producing and transactional calls of other threads are refused as
+        # once closed (RuntimeError), as confluent-kafka's close() refuses them from its
+        # start: they kept the flush going (a thread producing in a loop filled the queue
+        # until BufferError) and met the abort's _STATE.
+        self._closing = True
+        self.produce = self._produce_while_closing  # type: ignore[method-assign]
         try:
             if self._txn is not None:
-                # While the open transaction is aborted, produce() of another thread is
-                # refused as after close() (RuntimeError, as confluent-kafka's closing
-                # producer): the abort's _STATE would tell it to call abort_transaction().
-                self._aborting_for_close = True
-                self.produce = _closed_produce  # type: ignore[method-assign]
                 try:
                     self._txn.end_for_close(deadline, self.flush)
                 except Exception as exc:  # a delivery callback raised in the abort's flush
@@ -371,6 +371,17 @@ class Producer(ClientBase):
         if failure is not None:
             raise failure
         return True
+
+    def _refuse_while_closing(self) -> None:
+        """RuntimeError for a thread other than one in close() while close() runs (a
+        delivery callback close() runs may still produce: flushed with the rest)."""
+        if self._closing and threading.get_ident() not in self._closers:
+            raise RuntimeError(self._closed_text)
+
+    def _produce_while_closing(self, *args: Any, **kwargs: Any) -> None:
+        # produce() while close() runs (an attribute of the instance only then)
+        self._refuse_while_closing()
+        type(self).produce(self, *args, **kwargs)
 
     def _wait_for_callbacks_of_other_threads(self, deadline: float) -> None:
         """Until ``deadline``: the delivery callbacks another thread's poll()/flush() is
@@ -463,6 +474,7 @@ class Producer(ClientBase):
                 f"{api}(): the transactional API requires transactional.id to be "
                 f"configured"))
         self._check_open()
+        self._refuse_while_closing()
         return self._txn
 
     # -- reports -------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import json
 import socket
 import threading
 import time
+from typing import List
 
 import pytest
 
@@ -155,6 +156,42 @@ def test_close_waits_for_the_delivery_callback_another_thread_runs():
     assert callback_done_at_return == [True, True, True]
     poller.join(10)
     assert not poller.is_alive()
+
+
+def test_produce_from_another_thread_while_close_flushes_raises_closed():
+    """A thread producing in a loop while close() flushes (messages that cannot be
+    delivered: close() waits for their 1 s timeout): its next produce() raises
+    RuntimeError("Producer has been closed"), as confluent-kafka's close() refuses calls
+    from its start (its test_close_races_produce). It was accepted: the loop kept the
+    flush going and filled the queue (100,000 messages: BufferError) until the flush
+    gave up."""
+    p = Producer({"bootstrap.servers": dead_bootstrap(), "message.timeout.ms": 1000})
+    raised: List[BaseException] = []
+    produced_before_close = threading.Event()
+
+    def produce_until_refused() -> None:
+        while True:
+            try:
+                p.produce("t", b"x")
+                produced_before_close.set()
+            except BufferError as exc:
+                raised.append(exc)
+                time.sleep(0.01)
+            except RuntimeError as exc:
+                raised.append(exc)
+                return
+
+    worker = threading.Thread(target=produce_until_refused, daemon=True)
+    worker.start()
+    assert produced_before_close.wait(10)
+    start = time.monotonic()
+    assert p.close(20) is True
+    worker.join(10)
+    assert not worker.is_alive()
+    assert [type(e) for e in raised[-1:]] == [RuntimeError]
+    assert str(raised[-1]) == "Producer has been closed"
+    assert not any(isinstance(e, BufferError) for e in raised), raised[:3]
+    assert time.monotonic() - start < 10
 
 
 def test_an_unknown_keyword_argument_is_named_as_written():

@@ -190,6 +190,9 @@ _Client = TypeVar("_Client", bound="ClientBase")
 
 #: the clients of this process that are open, for the exit hook (weak: an open client
 #: the application drops is still collected)
+#: what confluent-kafka's calls served from its shared handle raise once closed
+HANDLE_CLOSED_TEXT = "Handle has been closed"
+
 _open_clients: "weakref.WeakSet[ClientBase]" = weakref.WeakSet()
 
 
@@ -322,6 +325,16 @@ class ClientBase:
                 f"super().__init__(config) before the client is used")
         raise RuntimeError(self._closed_text)
 
+    def _check_handle_open(self) -> None:
+        """:meth:`_check_open` for the calls confluent-kafka serves from the handle every
+        client type shares (``list_topics``, ``cluster_id``, ``set_sasl_credentials``,
+        the AdminClient's ``list_groups``): closed, they raise RuntimeError("Handle has
+        been closed") there, not the client's own closed text."""
+        if self._closed:
+            if self._forked or "_io" not in vars(self):
+                self._refuse()
+            raise RuntimeError(HANDLE_CLOSED_TEXT)
+
     def _serve_client_events(self) -> int:
         """Serve what every client type serves from poll() and its kin: the client-level
         events (:meth:`_serve_cluster_events`) and, every ``statistics.interval.ms``, one
@@ -421,7 +434,7 @@ class ClientBase:
         waited for at most ``timeout`` seconds (-1 or None: socket.timeout.ms). Asking
         for a topic does not create it. Raises KafkaException (_TRANSPORT, _TIMED_OUT)
         when no broker answers in time."""
-        self._check_open()
+        self._check_handle_open()
         if topic is not None and not isinstance(topic, str):
             raise TypeError(f"topic must be a str or None, not {type(topic).__name__}")
         return self._cluster.list_topics(topic, wait_limit(timeout))
@@ -432,14 +445,14 @@ class ClientBase:
         brokers have none. Raises KafkaException _TIMED_OUT when no broker answered, as
         confluent-kafka's (or the error that refused the connections: authentication,
         TLS)."""
-        self._check_open()
+        self._check_handle_open()
         return self._cluster.cluster_id(wait_limit(timeout))
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         """Replace the SASL PLAIN/SCRAM username and password used by the next
         authentications; connections already authenticated keep theirs until they
         reconnect or re-authenticate (librdkafka's behaviour)."""
-        self._check_open()
+        self._check_handle_open()
         if not isinstance(username, str) or not isinstance(password, str):
             raise TypeError("username and password must be str")
         self._cluster.set_sasl_credentials(username, password)

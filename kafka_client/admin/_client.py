@@ -728,6 +728,7 @@ class AdminClient(ClientBase):
                       "describe_consumer_groups() instead.", DeprecationWarning, stacklevel=2)
         if group is not None and not isinstance(group, str):
             raise TypeError(f"argument 1 must be str or None, not {type(group).__name__}")
+        self._check_handle_open()
         wait = wait_limit(timeout)
         opts = self._options(wait if wait is None else min(wait, _MAX_TIMEOUT))
         future = self._keyed([None])[None]

@@ -14,7 +14,10 @@ ck = pytest.importorskip("confluent_kafka")
 NOWHERE = "127.0.0.1:1"
 
 PRODUCER_CALLS = [("produce", ("t",)), ("poll", (0,)), ("flush", (0,)), ("purge", ()),
-                  ("list_topics", (None, 1))]
+                  ("list_topics", (None, 1)), ("cluster_id", (1,)),
+                  ("set_sasl_credentials", ("u", "p"))]
+#: served from the handle every client type shares in confluent-kafka: closed, they say so
+HANDLE_CALLS = {"list_topics", "cluster_id", "set_sasl_credentials"}
 CONSUMER_CALLS = [("poll", (0,)), ("consume", (1, 0)), ("assign", "tps"),
                   ("unassign", ()), ("assignment", ()), ("subscribe", (["t"],)),
                   ("unsubscribe", ()), ("commit", ()), ("store_offsets", "msg"),
@@ -22,7 +25,8 @@ CONSUMER_CALLS = [("poll", (0,)), ("consume", (1, 0)), ("assign", "tps"),
                   ("resume", "tps"), ("seek", "tp"), ("get_watermark_offsets", "tp"),
                   ("offsets_for_times", "tps"), ("memberid", ()),
                   ("consumer_group_metadata", ()), ("incremental_assign", "tps"),
-                  ("incremental_unassign", "tps")]
+                  ("incremental_unassign", "tps"), ("list_topics", (None, 1)),
+                  ("cluster_id", (1,)), ("set_sasl_credentials", ("u", "p"))]
 
 
 def args_for(module, spec):
@@ -43,8 +47,8 @@ def test_producer_after_close_like_confluent():
             getattr(ours, name)(*args)
         with pytest.raises(RuntimeError) as b:
             getattr(theirs, name)(*args)
-        if name != "list_topics":        # confluent: "Handle has been closed" there
-            assert str(a.value) == str(b.value) == "Producer has been closed"
+        expect = "Handle has been closed" if name in HANDLE_CALLS else "Producer has been closed"
+        assert str(a.value) == str(b.value) == expect, name
     assert len(ours) == len(theirs) == 0 and bool(ours) is True
 
 
@@ -69,7 +73,32 @@ def test_consumer_after_close_like_confluent():
             getattr(ours, name)(*args_for(__import__("kafka_client"), spec))
         with pytest.raises(RuntimeError) as b:
             getattr(theirs, name)(*args_for(ck, spec))
-        assert str(a.value) == str(b.value) == "Consumer closed", name
+        expect = "Handle has been closed" if name in HANDLE_CALLS else "Consumer closed"
+        assert str(a.value) == str(b.value) == expect, name
+
+
+def test_admin_handle_calls_after_exit_like_confluent():
+    """Leaving an AdminClient's with-block: list_topics(), cluster_id(),
+    set_sasl_credentials() and list_groups() raise RuntimeError("Handle has been closed")
+    as confluent-kafka's (they said "AdminClient has been closed", which its other
+    methods say, here as there)."""
+    import warnings
+    from confluent_kafka.admin import AdminClient as TheirAdmin
+
+    from kafka_client.admin import AdminClient
+    for cls in (AdminClient, TheirAdmin):
+        with cls({"bootstrap.servers": NOWHERE, "log_level": 0}) as admin:
+            pass
+        for name, args in (("list_topics", (None, 1)), ("cluster_id", (1,)),
+                           ("set_sasl_credentials", ("u", "p")), ("list_groups", ())):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # list_groups()
+                with pytest.raises(RuntimeError) as raised:
+                    getattr(admin, name)(*args)
+            assert str(raised.value) == "Handle has been closed", (cls, name)
+        with pytest.raises(RuntimeError) as raised:
+            admin.list_consumer_groups()
+        assert str(raised.value) == "AdminClient has been closed", cls
 
 
 def test_with_blocks_close_like_confluent():

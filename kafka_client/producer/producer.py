@@ -468,12 +468,12 @@ class Producer(ClientBase):
         self._transactions("abort_transaction").abort_transaction(timeout, self.flush)
 
     def _transactions(self, api: str) -> TransactionManager:
+        self._check_open()     # closed comes first, as confluent-kafka's (no transactional.id)
         if self._txn is None:
             raise KafkaException(KafkaError(
                 KafkaError._NOT_CONFIGURED,
                 f"{api}(): the transactional API requires transactional.id to be "
                 f"configured"))
-        self._check_open()
         self._refuse_while_closing()
         return self._txn
 

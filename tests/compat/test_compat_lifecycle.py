@@ -15,7 +15,10 @@ NOWHERE = "127.0.0.1:1"
 
 PRODUCER_CALLS = [("produce", ("t",)), ("poll", (0,)), ("flush", (0,)), ("purge", ()),
                   ("list_topics", (None, 1)), ("cluster_id", (1,)),
-                  ("set_sasl_credentials", ("u", "p"))]
+                  ("set_sasl_credentials", ("u", "p")),
+                  # a producer without transactional.id: closed comes first
+                  ("init_transactions", (1,)), ("begin_transaction", ()),
+                  ("commit_transaction", (1,)), ("abort_transaction", (1,))]
 #: served from the handle every client type shares in confluent-kafka: closed, they say so
 HANDLE_CALLS = {"list_topics", "cluster_id", "set_sasl_credentials"}
 CONSUMER_CALLS = [("poll", (0,)), ("consume", (1, 0)), ("assign", "tps"),

@@ -915,7 +915,12 @@ def _invalid(message: str) -> KafkaException:
 
 #: librdkafka properties of features this client does not have: refused by name, saying
 #: so, rather than as unknown (or accepted and ignored)
-UNSUPPORTED: Mapping[str, str] = {}
+_MOCK_CLUSTER = ("librdkafka's in-process mock cluster: start a kafka_client.testing.Cluster "
+                 "and give its bootstrap_servers instead (docs/testing.md)")
+UNSUPPORTED: Mapping[str, str] = {
+    "test.mock.num.brokers": _MOCK_CLUSTER,
+    "test.mock.broker.rtt": _MOCK_CLUSTER,
+}
 
 
 def _unknown(name: str) -> KafkaException:

@@ -357,6 +357,15 @@ def test_csv_properties():
     assert c.partition_assignment_strategy == ("cooperative-sticky",)
 
 
+def test_librdkafkas_mock_cluster_properties_point_to_the_test_cluster():
+    # confluent-kafka's own tests create clients with test.mock.num.brokers; here the
+    # refusal says what to use instead, not only "no such property"
+    for name in ("test.mock.num.brokers", "test.mock.broker.rtt"):
+        text = invalid({name: 1})
+        assert "not supported by this client" in text and "kafka_client.testing.Cluster" \
+            in text, text
+
+
 def test_strings_and_none():
     c = parse({"client.id": 5, "bootstrap.servers": None, "transactional.id": None})
     assert c.client_id == "5"

@@ -112,7 +112,8 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
+                    Tuple)
 
 from kafka_client import (
     OFFSET_BEGINNING,
@@ -835,8 +836,11 @@ Row = Tuple[str, int, int, int]   # member, partition, offset, number
 @dataclass
 class Read:
     """A member's read: its rows, and how often each partition had been reassigned to
-    the member when it began (``--auto-commit`` stores the offsets of the partitions still
-    assigned since)."""
+    the member when it returned (``--auto-commit`` stores the offsets of the partitions
+    still assigned since). When it returned, not when it began: a partition assigned by
+    the read's own poll has its messages returned by the same call, which are the new
+    assignment's (a call drops what it held of a partition revoked meanwhile); not stored,
+    a partition assigned late has nothing more to read, and its offset never moves."""
     rows: List[Row]
     changes: Dict[int, int]
 
@@ -855,6 +859,9 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
     # --auto-commit: store_offsets() refused (none of the batch's partitions assigned any
     # more: a member past max.poll.interval.ms), by error
     store_refused: Dict[str, int] = collections.Counter()
+    # --auto-commit: (member, partition): the end of the rows not stored, the partition
+    # reassigned since their read returned
+    not_stored: Dict[Tuple[str, int], int] = {}
 
     class Member(threading.Thread):
         made = 0
@@ -875,6 +882,8 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             # coroutines too: their last ones are committed without waiting for a read
             # of its own, which may bring nothing more)
             self.read_since_commit = False
+            # --auto-commit: (partition, its reassignments): the offset stored
+            self.stored_to: Dict[Tuple[int, int], int] = {}
 
         def conf(self) -> Dict[str, object]:
             conf: Dict[str, object] = {
@@ -1009,12 +1018,22 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
 
         def _to_store(self, read: Read) -> List[TopicPartition]:
             """``--auto-commit``: the offsets after ``read``'s rows of the partitions
-            still assigned since it began."""
+            still assigned since it returned, those past what the member stored of the
+            same assignment (its readers return a partition's messages out of order: a
+            cancelled read's, handed out later, come before another read's)."""
             ends: Dict[int, int] = {}
             with lock:
                 for _, p, offset, _ in read.rows:
                     if self.changes[p] == read.changes.get(p, 0):
                         ends[p] = max(ends.get(p, 0), offset + 1)
+                    else:
+                        key = (self.name, p)
+                        not_stored[key] = max(not_stored.get(key, 0), offset + 1)
+                for p, end in list(ends.items()):
+                    if end <= self.stored_to.get((p, self.changes[p]), -1):
+                        del ends[p]
+                    else:
+                        self.stored_to[p, self.changes[p]] = end
             return [TopicPartition(topic, p, o) for p, o in sorted(ends.items())]
 
         def _store(self, c: Consumer, read: Read) -> None:
@@ -1065,7 +1084,8 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
             else:
                 got = self._messages(c.consume(500, 0.2))
             self._check_batch(got, before)
-            return Read(got, before)
+            with lock:
+                return Read(got, dict(self.changes))
 
         def _check_batch(self, got: List[Row],
                          before: Dict[int, int]) -> None:
@@ -1170,7 +1190,8 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                 return Read(self._event(exc.args[0]), before)   # as in _read()
             rows = self._rows(got) if args.arrow else self._messages(got)
             self._check_batch(rows, before)
-            return Read(rows, before)
+            with lock:
+                return Read(rows, dict(self.changes))
 
     members = [Member(i) for i in range(args.members)]
 
@@ -1243,6 +1264,15 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
     producer.check(check, read_all(cluster, topic, partitions))
     missed = set(in_log) - seen
     check.expect(not missed, f"the group read every message in the log ({len(missed)} not)")
+    if missed:
+        gaps = offset_ranges((in_log[n].partition(), in_log[n].offset()) for n in missed)
+        note("group: not read, by partition:", gaps)
+        readers = collections.defaultdict(set)
+        for who, p, offset, _ in consumed:
+            readers[p, offset].add(who)
+        note("group: who read around them (before, after):", {
+            (p, first): (sorted(readers[p, first - 1]), sorted(readers[p, last + 1]))
+            for p, ranges in gaps.items() for first, last in ranges[:5]})
     twice = len(consumed) - len({c[3] for c in consumed})
     note("group: read", len(consumed), "messages,", twice, "more than once")
     check.expect(not read_faults, f"each batch in order, nothing returned twice to a member "
@@ -1250,6 +1280,8 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
     if args.auto_commit:
         note("group: store_offsets() refused (none of a batch's partitions assigned any "
              "more):", dict(store_refused))
+        note("group: rows not stored (reassigned since their read), their ends by member "
+             "and partition:", dict(sorted(not_stored.items())))
     if meddling is not None:
         meddling.check(check)
     if args.auto_commit:
@@ -1260,6 +1292,18 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
     check.expect(committed_to_the_end(committed, marks), f"the group's committed offsets "
                  f"{committed} are the high watermarks {marks}")
     return check
+
+
+def offset_ranges(places: Iterable[Tuple[int, int]]) -> Dict[int, List[Tuple[int, int]]]:
+    """``(partition, offset)`` places as each partition's ranges of consecutive offsets
+    (first, last), for the notes of what a run missed."""
+    ranges: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)
+    for p, offset in sorted(places):
+        if ranges[p] and ranges[p][-1][1] == offset - 1:
+            ranges[p][-1] = (ranges[p][-1][0], offset)
+        else:
+            ranges[p].append((offset, offset))
+    return dict(ranges)
 
 
 def auto_commits_reach_the_end(cluster: Cluster, group: str, topic: str,

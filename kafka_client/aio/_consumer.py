@@ -256,7 +256,7 @@ class AIOConsumer:
         """Commit (with enable.auto.commit), leave the group, close the consumer and the
         executor it made. Calling it again does nothing. Messages kept for a next read
         (see :class:`~kafka_client.aio._kept.KeptReads`) that no read handed out are not
-        committed (with enable.auto.offset.store) and are counted in a warning."""
+        committed and are counted in a warning."""
         if self._closed:
             return
         self._follow_loop()
@@ -266,7 +266,7 @@ class AIOConsumer:
         # read that runs it cannot return before it.
         reads_wait = 0.0 if in_callback() else self._CANCELLED_READS_WAIT
         await kept.wait(reads_wait)
-        uncommitted = kept.unclaimed() if self._consumer._auto_store else 0
+        uncommitted = kept.unclaimed()
         try:
             await self._bridge.run_alone(self._consumer.close)
         finally:

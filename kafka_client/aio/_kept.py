@@ -11,7 +11,10 @@ kept and handed out, in order, by the next read of the same kind; until then the
 offsets of their partitions stay at the first of them, so no commit counts them as read,
 also when a read running at the same time returns later messages of those partitions (it
 stores past them); once they are handed out, the stored offset goes past those later
-messages too, not back to the end of the kept ones.
+messages too, not back to the end of the kept ones. With offsets the application stores
+(enable.auto.offset.store=false) it may store past them after such a later read: the
+commit stays at the first of them all the same (Consumer._hold_kept), as for messages a
+waiting call holds, until they are handed out.
 """
 from __future__ import annotations
 
@@ -56,6 +59,8 @@ class KeptReads:
         #: reads still running, or kept results not handed out (a plain attribute: the
         #: asyncio consumer's fast paths test it on every call)
         self.pending = False
+        #: the consumer may hold commits back for what is kept (Consumer._hold_kept)
+        self._holding = False
 
     def loop_moved(self) -> None:
         """The consumer moved to another event loop (the one it was made in closed): the
@@ -71,12 +76,13 @@ class KeptReads:
         call.add_done_callback(lambda done: self._returned(done, arrow))
 
     def _returned(self, call: "asyncio.Future[Any]", arrow: bool) -> None:
-        self._running.discard(call)
-        self._update()
         if call.cancelled():
+            self._running.discard(call)
+            self._update()
             return
         exc = call.exception()
         if exc is not None:
+            self._running.discard(call)
             self._failures.append((exc, None))     # the next read raises it
             self._update()
             return
@@ -89,6 +95,9 @@ class KeptReads:
             got = [result] if isinstance(result, Message) else result
             self._note({(m.topic(), m.partition()) for m in _records(got)})
             self._messages.extend(got)
+        # running until what it returned is kept: the holds its call set
+        # (Consumer._unstore) stay until those of the kept messages replace them
+        self._running.discard(call)
         self._update()
         self._rewind()
 
@@ -124,6 +133,21 @@ class KeptReads:
         # failures too: the next read raises them before taking a waiting message
         self.pending = bool(self._running or self._messages or self._batches
                             or self._failures)
+        self._hold()
+
+    def _hold(self) -> None:
+        """No commit past the first kept message of each partition; the holds of what
+        was handed out or dropped go, unless reads told to stop are still returning
+        (their calls hold what they return until it is kept here)."""
+        first = {key: offset for key, (offset, _epoch)
+                 in _first_per_partition(self._kept_rows()).items()}
+        if not first and not self._running and not self._holding:
+            return
+        try:
+            self._consumer._hold_kept(first, exact=not self._running)
+        except RuntimeError:
+            pass     # the consumer closed
+        self._holding = bool(first or self._running)
 
     def read_returned(self) -> None:
         """A read that was not cancelled returned: its call stored the offsets past what

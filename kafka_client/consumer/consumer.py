@@ -706,14 +706,31 @@ class Consumer(ClientBase):
         """A call told to ``stop`` (an asyncio read whose coroutine was cancelled) returns
         what it holds to be kept for a later read, which stores their offsets when it
         hands them out: until then no commit counts them, also before the event loop
-        takes them over (the stored offsets stay at the first of them)."""
-        if not self._auto_store:
-            return
+        takes them over (the stored offsets stay at the first of them, and the commit
+        does with offsets the application stores: another read may store past them)."""
         with self._lock:
             for part, (first, version) in hand.firsts.items():
-                if part.assigned and part.version == version and part.stored > first:
+                if not part.assigned or part.version != version:
+                    continue
+                if part.kept < 0 or first < part.kept:
+                    part.kept = first
+                if self._auto_store and part.stored > first:
                     part.stored = first
                     part.stored_epoch = -1
+
+    def _hold_kept(self, firsts: Dict[Tuple[str, int], int], exact: bool) -> None:
+        """The asyncio consumer's kept messages: no commit goes past ``firsts`` (each
+        partition's first kept offset) before they are handed out, as for a waiting
+        call's messages in hand (:meth:`_hold`). ``exact``: the other partitions keep
+        nothing (else calls told to stop may still be returning theirs: holds only go
+        down)."""
+        with self._lock:
+            for key, part in self._fetcher.parts.items():
+                first = firsts.get(key, -1)
+                if exact:
+                    part.kept = first
+                elif first >= 0 and (part.kept < 0 or first < part.kept):
+                    part.kept = first
 
     def _put_back(self, hand: "InHand") -> None:
         """A call ends with an exception (Ctrl-C while it waits) holding messages: each

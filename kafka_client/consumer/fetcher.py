@@ -120,7 +120,7 @@ class PartitionState:
                  "log_start", "eof_offset", "queued_bytes", "queued_msgs", "max_bytes",
                  "app_pos", "stored", "stored_metadata", "stored_epoch", "committed",
                  "last_error", "end_check", "fetch_epoch", "validated_epoch", "validating",
-                 "read_replica", "read_replica_until", "held", "rx_msgs", "rx_bytes",
+                 "read_replica", "read_replica_until", "held", "kept", "rx_msgs", "rx_bytes",
                  "assigned_offset", "topic_id", "old_topic_id", "last_error_logged",
                  "stale_answers", "lookup_failures")
 
@@ -150,6 +150,9 @@ class PartitionState:
         #: (app) the first offset of messages a consume() call holds while it waits for
         #: more (-1: none): nothing from it on is committed before they are returned
         self.held = -1
+        #: (app) the first offset of messages the asyncio consumer keeps for a next read
+        #: (-1: none): nothing from it on is committed before they are handed out
+        self.kept = -1
         self.stored_metadata: Optional[str] = None
         self.stored_epoch = -1
         self.committed = -1          # last offset committed (or fetched from the group)
@@ -220,10 +223,14 @@ class PartitionState:
         return self.assigned and self.committable() > self.committed
 
     def committable(self) -> int:
-        """The stored offset, or the first offset held by a consume() still waiting
-        when that is lower (taken is not returned: see Consumer._hold)."""
-        held = self.held
-        return self.stored if held < 0 or held >= self.stored else held
+        """The stored offset, or the first offset held by a consume() still waiting, or
+        kept by the asyncio consumer for a next read, when that is lower (taken is not
+        returned: see Consumer._hold and Consumer._hold_kept)."""
+        out = self.stored
+        for first in (self.held, self.kept):
+            if 0 <= first < out:
+                out = first
+        return out
 
     def __repr__(self) -> str:
         return (f"PartitionState({self.topic}[{self.partition}] fetch={self.fetch_pos} "

@@ -507,6 +507,79 @@ def test_messages_a_concurrent_read_handed_out_stay_committed_after_the_kept_one
     run(main())
 
 
+def test_kept_messages_hold_the_commit_back_when_the_application_stores_offsets(
+        noida_broker, topic_name):
+    """As above with enable.auto.offset.store=false (tools/soak.py group --aio
+    --auto-commit, seed 309): the application stores 5 after the second read's 2-4; until
+    the kept 0-1 are handed out no commit counts them, as a waiting call's messages in hand
+    (the commit went to 5; the partition then revoked, the kept 0-1 were dropped and
+    nobody read them). Once they are handed out, what the application stores commits."""
+    broker = noida_broker  # client-side behaviour: one broker
+    group = f"g-{topic_name}"
+
+    async def main():
+        conf = dict(_group_conf(broker, group), **{"enable.auto.offset.store": False})
+        async with AIOConsumer(conf) as c:
+            await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+            first = asyncio.ensure_future(c.consume(10, 10))
+            await asyncio.sleep(0.3)
+            _produce(broker.bootstrap, topic_name, [b"0", b"1"])
+            await asyncio.sleep(1.0)
+            second = asyncio.ensure_future(c.consume(3, 10))   # behind the first
+            await asyncio.sleep(0.3)
+            assert not first.done() and not second.done()
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            await asyncio.sleep(0.3)    # the first's call returns 0-1, kept
+            _produce(broker.bootstrap, topic_name, [b"2", b"3", b"4"])
+            assert [m.offset() for m in await second] == [2, 3, 4]
+            await c.store_offsets(offsets=[TopicPartition(topic_name, 0, 5)])
+            await c.commit(asynchronous=False)
+            assert _committed(broker.bootstrap, group, topic_name) == 0
+            assert await _offsets(c, 2) == [0, 1]
+            await c.commit(asynchronous=False)
+            assert _committed(broker.bootstrap, group, topic_name) == 5
+    run(main())
+
+
+def test_a_stopped_reads_messages_hold_the_commit_back_with_offsets_stored_by_hand(
+        noida_broker, topic_name):
+    """The executor's side with enable.auto.offset.store=false: a call told to stop
+    returns offsets 0-1; before the event loop keeps them, another read returns 2-4 and
+    the application stores 5: a commit then does not count 0-1."""
+    broker = noida_broker  # client-side behaviour: one broker
+    group = f"g-{topic_name}"
+    c = Consumer(dict(_group_conf(broker, group), **{"enable.auto.commit": False,
+                                                     "enable.auto.offset.store": False}))
+    try:
+        c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+        stop = threading.Event()
+        returned = []
+        reader = threading.Thread(
+            target=lambda: returned.append(c._consume_until(10, 10, stop)), daemon=True)
+        reader.start()
+        time.sleep(0.3)
+        _produce(broker.bootstrap, topic_name, [b"0", b"1"])
+        time.sleep(1.0)
+        assert reader.is_alive()      # holding 0-1, waiting for more
+        stop.set()
+        c._wake_readers()
+        reader.join(10)
+        assert [m.offset() for m in returned[0]] == [0, 1]
+        _produce(broker.bootstrap, topic_name, [b"2", b"3", b"4"])
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            got.extend(m.offset() for m in c.consume(3 - len(got), 1) if m.error() is None)
+        assert got == [2, 3, 4]
+        c.store_offsets(offsets=[TopicPartition(topic_name, 0, 5)])
+        c.commit(asynchronous=False)
+        assert _committed(broker.bootstrap, group, topic_name) == 0
+    finally:
+        c.close()
+
+
 def test_a_read_told_to_stop_leaves_what_it_held_uncommitted_when_it_returns(
         noida_broker, topic_name):
     """The executor's side of a cancelled read: its call (told to stop while it holds

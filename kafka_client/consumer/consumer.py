@@ -585,14 +585,16 @@ class Consumer(ClientBase):
                 self._put_back(hand)
             raise
         finally:
-            if my_turn:
-                self._turn.release()
+            # the hold goes before the turn: the next call's hold (set once it has the
+            # turn) is not taken away with it
             if stop is not None and stop.is_set() and hand.firsts:
                 self._unstore(hand)
             if hand.held:
                 self._unhold(hand)
                 for start, end in reversed(hand.gone(self._closed)):
                     del out[start:end]      # in place: ``out`` is the list being returned
+            if my_turn:
+                self._turn.release()
 
     def consume_arrow(self, max_records: int = 10000, timeout: Optional[float] = -1) -> Any:
         """Up to ``max_records`` messages as one ``pyarrow.RecordBatch`` (columns topic,
@@ -658,12 +660,12 @@ class Consumer(ClientBase):
                 self._put_back(hand)
             raise
         finally:
-            if my_turn:
-                self._turn.release()
             if stop is not None and stop.is_set() and hand.firsts:
                 self._unstore(hand)
             if hand.held:
                 self._unhold(hand)
+            if my_turn:                 # after the hold, as in _consume()
+                self._turn.release()
         self._columns = cols  # empty again: the next call reuses it
         if batch is None:
             raise KafkaException(error)
@@ -697,6 +699,8 @@ class Consumer(ClientBase):
                     part.held = first
 
     def _unhold(self, hand: "InHand") -> None:
+        """The call's messages are returned (or put back): its hold goes. Called before
+        the call gives up its turn: the only hold there is, is this call's."""
         hand.held = False
         with self._lock:
             for part in hand.firsts:

@@ -305,3 +305,52 @@ def test_a_consumer_closed_under_a_call_holding_messages_leaves_them_to_the_next
     assert got == []
     assert _committed(broker, group, topic_name) == 1
     assert _next_member_reads(broker, group, topic_name, 2) == [b"m1", b"m2"]
+
+
+def test_a_call_ending_leaves_the_hold_of_the_call_that_takes_its_turn(noida_broker,
+                                                                        topic_name):
+    """Two reading threads (tools/soak.py's --threads, the asyncio consumer's tasks): A's
+    call held 0-1 and ends; B's takes the turn, holds 2-4 and waits. A's release of its
+    hold must not take B's away: a commit then stops at 2 (it went to 5; the partition
+    revoked meanwhile, B's call dropped 2-4 and nobody read them)."""
+    broker = noida_broker
+    group = f"g-{topic_name}"
+    c = Consumer(_conf(broker, group, **{"enable.auto.commit": False}))
+    a_holding, a_releasing, b_holding = threading.Event(), threading.Event(), threading.Event()
+    hold, unhold = c._hold, c._unhold
+
+    def holding(hand):
+        hold(hand)
+        {"A": a_holding, "B": b_holding}[threading.current_thread().name].set()
+
+    def releasing(hand):
+        if threading.current_thread().name == "A":
+            a_releasing.set()
+            b_holding.wait(5)   # B's call, waiting for the turn, takes it now if it can
+        unhold(hand)
+
+    c._hold, c._unhold = holding, releasing
+    try:
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        got_a, got_b = [], []
+        a = threading.Thread(name="A", target=lambda: got_a.extend(
+            m.offset() for m in c.consume(100, 6)))
+        b = threading.Thread(name="B", target=lambda: got_b.extend(
+            m.offset() for m in c.consume(100, 60)))
+        a.start()
+        time.sleep(0.3)
+        _produce(broker.bootstrap, topic_name, [b"0", b"1"])
+        assert a_holding.wait(10)
+        b.start()                  # waits for the turn A has
+        assert a_releasing.wait(20)
+        _produce(broker.bootstrap, topic_name, [b"2", b"3", b"4"])
+        assert b_holding.wait(20)
+        a.join(20)
+        assert got_a == [0, 1]
+        assert b.is_alive()        # holding 2-4, waiting for 97 more
+        assert [tp.offset for tp in c.commit(asynchronous=False)] == [2]
+        _produce(broker.bootstrap, topic_name, [b"x"] * 97)
+        b.join(30)
+        assert got_b == list(range(2, 102))
+    finally:
+        c.close()

@@ -129,10 +129,11 @@ from kafka_client.aio import AIOConsumer, AIOProducer
 from kafka_client.testing import Cluster
 
 BROKERS = (1, 2, 3)
-#: A commit refused because the group rebalanced meanwhile (the member rejoins).
+#: A commit refused because the group rebalanced meanwhile (the member rejoins), or the
+#: member's assignment was lost (past max.poll.interval.ms) and its poll not run on_lost.
 REBALANCED = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
               KafkaError.REBALANCE_IN_PROGRESS, KafkaError.STALE_MEMBER_EPOCH,
-              KafkaError.FENCED_MEMBER_EPOCH}
+              KafkaError.FENCED_MEMBER_EPOCH, KafkaError._ASSIGNMENT_LOST}
 #: What a call may fail with in the chaos besides a retriable error.
 EXPECTED = REBALANCED | {KafkaError._TIMED_OUT, KafkaError._NO_OFFSET}
 #: The calls whose _TRANSPORT the chaos explains: list_topics() raises it (as librdkafka's

@@ -1295,7 +1295,9 @@ class Consumer(ClientBase):
         rejoins its group (its JoinGroup or SyncGroup waiting at the coordinator) the
         commit is answered at once, not after the rebalance; one the broker refuses then
         (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION): poll() to complete the rebalance,
-        then commit again.
+        then commit again. The stored offsets of an assignment lost (past
+        max.poll.interval.ms, a session expired) are _ASSIGNMENT_LOST until a poll()
+        runs the revocation, as librdkafka.
         ``async=`` is accepted as the old name of ``asynchronous``."""
         if legacy:
             if set(legacy) != {"async"}:
@@ -1316,7 +1318,8 @@ class Consumer(ClientBase):
             stored = {(tp.topic, tp.partition) for tp in tps}
             tps += [TopicPartition(t, p, OFFSET_INVALID)
                     for t, p in sorted(self._fetcher.assigned_keys()) if (t, p) not in stored]
-        return group.commit(tps, bool(asynchronous))
+        return group.commit(tps, bool(asynchronous),
+                            assignment=message is None and offsets is None)
 
     def committed(self, partitions: List[TopicPartition],
                   timeout: Optional[float] = None) -> List[TopicPartition]:

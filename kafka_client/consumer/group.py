@@ -320,6 +320,11 @@ class GroupCoordinator:
         #: assignment (their metadata is kept fresh, see topics_in_use)
         self._group_topics: Set[str] = set()
         self._op_token = 0             # bumped on every membership reset
+        #: the membership was lost (max.poll.interval.ms, a session expired, fenced) and
+        #: the application has not run the revocation since: the partitions it still has
+        #: are not its own to commit (librdkafka's assignment_lost); cleared by the next
+        #: revocation or assignment the application runs
+        self.assignment_lost = False
         self._poll_exceeded = False
         #: _HOLD_NEW once max.poll.interval.ms passed, _HOLD_ARMED once a poll call saw it
         self._held_for_poll_error = 0
@@ -433,9 +438,21 @@ class GroupCoordinator:
                 # A revocation the membership was lost (or left) after: the partitions
                 # are not ours to commit any more; lost, as confluent-kafka calls on_lost
                 # when librdkafka's assignment is lost by the time its callback runs.
-                self._run_revoke(member, ev[1], ev[2] or ev[3] != self._op_token)
+                try:
+                    self._run_revoke(member, ev[1], ev[2] or ev[3] != self._op_token)
+                finally:
+                    self._rebalance_ran(ev[3])
             elif kind == "assign":
-                self._run_assign(member, ev[1], ev[2])
+                try:
+                    self._run_assign(member, ev[1], ev[2])
+                finally:
+                    self._rebalance_ran(ev[2])
+
+    def _rebalance_ran(self, token: int) -> None:
+        """The application ran a revocation or an assignment queued in the membership
+        it has now (no loss since, which queues another): what it holds is its own."""
+        if token == self._op_token:
+            self.assignment_lost = False
 
     def _serve_commit_results(self) -> None:
         """Application thread, closing: on_commit for the commit results queued (the
@@ -546,13 +563,24 @@ class GroupCoordinator:
                 self.io.call_soon(self._assign_done)
 
     def commit(self, tps: List[TopicPartition], asynchronous: bool,
-               timeout: Optional[float] = None, auto: bool = False
-               ) -> Optional[List[TopicPartition]]:
+               timeout: Optional[float] = None, auto: bool = False,
+               assignment: bool = False) -> Optional[List[TopicPartition]]:
         """Commit offsets; see Consumer.commit. Entries with a negative (logical or
         invalid) offset are left out, as librdkafka does; with none left the result is
         _NO_OFFSET. on_commit hears asynchronous commits and the client's own (``auto``:
         before a revocation, at close), not the application's synchronous ones, which
-        return their result (librdkafka's offset_commit_cb is not called for them)."""
+        return their result (librdkafka's offset_commit_cb is not called for them).
+        ``assignment``: ``tps`` are the stored offsets of the assignment, refused with
+        _ASSIGNMENT_LOST while it is lost (see :attr:`assignment_lost`), as librdkafka
+        refuses them: sent without a membership, Kafka takes them from a group with no
+        members left, behind what the partitions' next owners committed."""
+        if assignment and self.assignment_lost:
+            err = client_error(KafkaError._ASSIGNMENT_LOST,
+                               "Commit failed: Local: Group partition assignment lost")
+            if asynchronous:
+                self._queue_commit_result(err, list(tps))
+                return None
+            raise KafkaException(err)
         offsets = [e for e in _commit_entries(tps) if e[2] >= 0]
         if not offsets:
             if asynchronous:
@@ -661,8 +689,8 @@ class GroupCoordinator:
                 revoking = self.patterns is not None and bool(assigned)
                 if revoking:
                     tps = [TopicPartition(t, p) for (t, p) in sorted(assigned)]
-                    self._run_revoke(member, tps, False)
-            if not revoking and self.auto_commit:
+                    self._run_revoke(member, tps, self.assignment_lost)
+            if not revoking and self.auto_commit and not self.assignment_lost:
                 stored = member.stored_offsets(leaving=True)
                 if stored:
                     try:
@@ -695,7 +723,8 @@ class GroupCoordinator:
             self._leave_for_good("consumer dropped without close()", done)
 
         def start() -> None:
-            stored = self.offsets.stored_offsets(leaving=True) if self.auto_commit else []
+            stored = (self.offsets.stored_offsets(leaving=True)
+                      if self.auto_commit and not self.assignment_lost else [])
             if stored:   # half the time for the commit, the rest for LeaveGroup
                 self._commit(_commit_entries(stored), leave,
                              time.monotonic() + timeout / 2)
@@ -1008,6 +1037,8 @@ class GroupCoordinator:
         self.io.wake()
 
     def _queue_revoke(self, keys: List[Key], lost: bool) -> None:
+        if lost:
+            self.assignment_lost = True
         self._app_pending += 1
         tps = [TopicPartition(t, p) for t, p in keys]
         with self._app_lock:
@@ -1541,6 +1572,8 @@ class GroupCoordinator:
         return self.cluster.ensure_connected(self.coord_id)
 
     def _auto_commit(self) -> None:
+        if self.assignment_lost:   # not ours to commit (see commit())
+            return
         stored = self.offsets.stored_offsets()
         if not stored:
             return

@@ -466,6 +466,58 @@ def test_max_poll_interval_exceeded_then_rejoin(broker, topic_name):
         c.close()
 
 
+def test_a_member_past_max_poll_interval_commits_nothing_of_its_lost_assignment(
+        noida_broker, topic_name):
+    """A member's processing outlasts max.poll.interval.ms: the client leaves the group,
+    the assignment is lost, the partition's next owner commits 8. The late member's
+    commit() of its stored offsets is refused with _ASSIGNMENT_LOST, as librdkafka
+    refuses it, until it polls (on_lost): sent without a membership, the broker took it
+    from the group with no members left and the group's offset went back to 5 (tools/soak.py
+    group --stall --aio, seed 319: a stalled member's commit at the end of the run), and
+    so did its close()."""
+    broker = noida_broker
+    broker.create_topic(topic_name, partitions=1)
+    group = f"lost-{topic_name}"
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        for i in range(10):
+            p.produce(topic_name, b"m%d" % i, partition=0)
+        assert p.flush(30) == 0
+    interval_ms = broker.group_session_ms
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                  "session.timeout.ms": interval_ms, "max.poll.interval.ms": interval_ms,
+                  "heartbeat.interval.ms": 300, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic_name])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5 and time.monotonic() < deadline:
+            got += [m.offset() for m in c.consume(5 - len(got), 0.5) if m.error() is None]
+        assert got == [0, 1, 2, 3, 4]
+        time.sleep(interval_ms / 1000 + 2)   # processing past max.poll.interval.ms
+        other = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+        try:   # the partition's next owner, gone again: the group has no members now
+            other.commit(offsets=[TopicPartition(topic_name, 0, 8)], asynchronous=False)
+        finally:
+            other.close()
+        assert _committed_offset(broker, group, topic_name) == 8
+        with pytest.raises(KafkaException) as refused:
+            c.commit(asynchronous=False)
+        assert refused.value.args[0].code() == KafkaError._ASSIGNMENT_LOST
+        assert _committed_offset(broker, group, topic_name) == 8
+    finally:
+        c.close()
+    assert _committed_offset(broker, group, topic_name) == 8
+
+
+def _committed_offset(broker, group, topic):
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        return c.committed([TopicPartition(topic, 0)], 10)[0].offset
+    finally:
+        c.close()
+
+
 def test_a_session_timeout_the_broker_refuses_is_reported_by_name(noida_broker, topic_name):
     """noida-db, as Apache Kafka, refuses sessions under group.min.session.timeout.ms
     (6 s): the error event names the setting and its value (it said "JoinGroup <group>:

@@ -1252,6 +1252,7 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
         time.sleep(0.2)
     note("group: caught up", round(time.monotonic() - chaos.stopped_at, 1),
          "s after the chaos stopped")
+    caught_up_at = time.time()   # the commits after it, should one take an offset back
     auto_committed = args.auto_commit and auto_commits_reach_the_end(cluster, group, topic,
                                                                      partitions)
     for m in members:
@@ -1290,9 +1291,23 @@ def run_group(args: argparse.Namespace, cluster: Cluster) -> Checks:
                      "the members' own commits at their shutdown")
     marks = high_watermarks(cluster, topic)
     committed = committed_offsets(cluster, group, topic, partitions)
+    if not committed_to_the_end(committed, marks):
+        note_commits(cluster, caught_up_at)
     check.expect(committed_to_the_end(committed, marks), f"the group's committed offsets "
                  f"{committed} are the high watermarks {marks}")
     return check
+
+
+def note_commits(cluster: Cluster, since: float) -> None:
+    """The OffsetCommit requests served since ``since`` (time.time()), by client, with
+    their answers' errors (times on the run's clock): who took a group's offset back."""
+    shift = time.time() - (time.monotonic() - _T0)
+    for e in cluster.request_log(api="OffsetCommit"):
+        if e.time < since:
+            continue
+        errors = ",".join(sorted(set(e.errors))) or "-"
+        note(f"commit: at {e.time - shift:7.2f} {e.client_id} broker {e.broker} "
+             f"v{e.version} -> {errors} {e.details or ''}")
 
 
 def offset_ranges(places: Iterable[Tuple[int, int]]) -> Dict[int, List[Tuple[int, int]]]:

@@ -320,11 +320,10 @@ class GroupCoordinator:
         #: assignment (their metadata is kept fresh, see topics_in_use)
         self._group_topics: Set[str] = set()
         self._op_token = 0             # bumped on every membership reset
-        #: the membership was lost (max.poll.interval.ms, a session expired, fenced) and
-        #: the application has not run the revocation since: the partitions it still has
-        #: are not its own to commit (librdkafka's assignment_lost); cleared by the next
-        #: revocation or assignment the application runs
-        self.assignment_lost = False
+        #: the membership (``_op_token``) the application's assignment came in: once the
+        #: membership is lost or left, what it still has is not its own to commit
+        #: (librdkafka's assignment_lost; see :attr:`assignment_lost`)
+        self._app_token = 0
         self._poll_exceeded = False
         #: _HOLD_NEW once max.poll.interval.ms passed, _HOLD_ARMED once a poll call saw it
         self._held_for_poll_error = 0
@@ -438,21 +437,16 @@ class GroupCoordinator:
                 # A revocation the membership was lost (or left) after: the partitions
                 # are not ours to commit any more; lost, as confluent-kafka calls on_lost
                 # when librdkafka's assignment is lost by the time its callback runs.
-                try:
-                    self._run_revoke(member, ev[1], ev[2] or ev[3] != self._op_token)
-                finally:
-                    self._rebalance_ran(ev[3])
+                self._run_revoke(member, ev[1], ev[2] or ev[3] != self._op_token)
             elif kind == "assign":
-                try:
-                    self._run_assign(member, ev[1], ev[2])
-                finally:
-                    self._rebalance_ran(ev[2])
+                self._run_assign(member, ev[1], ev[2])
 
-    def _rebalance_ran(self, token: int) -> None:
-        """The application ran a revocation or an assignment queued in the membership
-        it has now (no loss since, which queues another): what it holds is its own."""
-        if token == self._op_token:
-            self.assignment_lost = False
+    @property
+    def assignment_lost(self) -> bool:
+        """The membership the application's assignment came in is gone (lost: past
+        max.poll.interval.ms, a session expired, fenced): until a poll runs the lost
+        revocation, the partitions it still has are not its own to commit."""
+        return self.patterns is not None and self._app_token != self._op_token
 
     def _serve_commit_results(self) -> None:
         """Application thread, closing: on_commit for the commit results queued (the
@@ -550,6 +544,8 @@ class GroupCoordinator:
                 cb(member.consumer, tps)
         finally:
             try:
+                if token == self._op_token:
+                    self._app_token = token
                 if member.assignment_changes() == before and token == self._op_token:
                     if self.cooperative:
                         assigned = member.assigned()
@@ -574,7 +570,7 @@ class GroupCoordinator:
         _ASSIGNMENT_LOST while it is lost (see :attr:`assignment_lost`), as librdkafka
         refuses them: sent without a membership, Kafka takes them from a group with no
         members left, behind what the partitions' next owners committed."""
-        if assignment and self.assignment_lost:
+        if assignment and self.assignment_lost and any(tp.offset >= 0 for tp in tps):
             err = client_error(KafkaError._ASSIGNMENT_LOST,
                                "Commit failed: Local: Group partition assignment lost")
             if asynchronous:
@@ -1037,8 +1033,6 @@ class GroupCoordinator:
         self.io.wake()
 
     def _queue_revoke(self, keys: List[Key], lost: bool) -> None:
-        if lost:
-            self.assignment_lost = True
         self._app_pending += 1
         tps = [TopicPartition(t, p) for t, p in keys]
         with self._app_lock:

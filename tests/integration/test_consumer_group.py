@@ -510,6 +510,52 @@ def test_a_member_past_max_poll_interval_commits_nothing_of_its_lost_assignment(
     assert _committed_offset(broker, group, topic_name) == 8
 
 
+def test_a_member_whose_revocation_waits_when_it_passes_max_poll_interval_commits_nothing(
+        noida_broker, topic_name):
+    """As above with an eager assignor, the way tools/soak.py seed 366 met it: while the
+    member does not poll, another joins; the member's revocation is queued (not run),
+    then max.poll.interval.ms passes (nothing owned left to lose). The other member
+    commits 8 and leaves; the late member's commit() of its stored offsets is still
+    _ASSIGNMENT_LOST (it went out and took the group's offset back to 5)."""
+    broker = noida_broker
+    broker.create_topic(topic_name, partitions=1)
+    group = f"lost-eager-{topic_name}"
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        for i in range(10):
+            p.produce(topic_name, b"m%d" % i, partition=0)
+        assert p.flush(30) == 0
+    interval_ms = broker.group_session_ms
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": group,
+            "session.timeout.ms": interval_ms, "max.poll.interval.ms": interval_ms,
+            "heartbeat.interval.ms": 300, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "partition.assignment.strategy": "range"}
+    c = Consumer(conf)
+    try:
+        c.subscribe([topic_name])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5 and time.monotonic() < deadline:
+            got += [m.offset() for m in c.consume(5 - len(got), 0.5) if m.error() is None]
+        assert got == [0, 1, 2, 3, 4]
+        stalled_at = time.monotonic()      # c polls no more from here
+        other = Consumer(conf)
+        try:
+            other.subscribe([topic_name])
+            _wait_for(lambda: len(other.assignment()) == 1, other, 60, "the other's turn")
+            other.commit(offsets=[TopicPartition(topic_name, 0, 8)], asynchronous=False)
+        finally:
+            other.close()
+        time.sleep(max(0.0, stalled_at + interval_ms / 1000 + 2 - time.monotonic()))
+        assert _committed_offset(broker, group, topic_name) == 8
+        with pytest.raises(KafkaException) as refused:
+            c.commit(asynchronous=False)
+        assert refused.value.args[0].code() == KafkaError._ASSIGNMENT_LOST
+        assert _committed_offset(broker, group, topic_name) == 8
+    finally:
+        c.close()
+    assert _committed_offset(broker, group, topic_name) == 8
+
+
 def _committed_offset(broker, group, topic):
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
     try:

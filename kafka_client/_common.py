@@ -188,11 +188,11 @@ def _connect_at_start(io: IOThread, cluster: Cluster) -> None:
 
 _Client = TypeVar("_Client", bound="ClientBase")
 
-#: the clients of this process that are open, for the exit hook (weak: an open client
-#: the application drops is still collected)
 #: what confluent-kafka's calls served from its shared handle raise once closed
 HANDLE_CLOSED_TEXT = "Handle has been closed"
 
+#: the clients of this process that are open, for the exit hook (weak: an open client
+#: the application drops is still collected)
 _open_clients: "weakref.WeakSet[ClientBase]" = weakref.WeakSet()
 
 

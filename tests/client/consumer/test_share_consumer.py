@@ -93,6 +93,13 @@ def on_wire(call, version=1):
     return cls.decode(call.build(version).encode(version), version)
 
 
+def acked_ranges(req):
+    """Each partition of a request with the offset ranges it acknowledges."""
+    return [(p.partition_index, [(b.first_offset, b.last_offset)
+                                 for b in p.acknowledgement_batches])
+            for t in req.topics for p in t.partitions]
+
+
 def answer(call, response, version=1):
     """Hand ``response`` (encoded and decoded at ``version``) to the call; its retry
     verdict."""
@@ -282,9 +289,7 @@ def test_acknowledgements_of_a_partition_no_longer_assigned_forget_it_again(shar
     (call,) = share.runner.take()
     req = on_wire(call)
     assert req.share_session_epoch == 2
-    assert [(p.partition_index, [(b.first_offset, b.last_offset)
-                                 for b in p.acknowledgement_batches])
-            for t in req.topics for p in t.partitions] == [(1, [(0, 0)])]
+    assert acked_ranges(req) == [(1, [(0, 0)])]
     assert [(t.topic_id, t.partitions) for t in req.forgotten_topics_data] == [(TID, [1])]
     answer(call, fetch_answer([]))
     assert f.sessions[1].partitions == {("t", 0)}
@@ -452,9 +457,7 @@ def test_a_share_session_end_gives_back_only_the_records_of_its_partitions(share
     (call,) = share.runner.take()
     req = on_wire(call)
     assert req.share_session_epoch == 1
-    assert [(p.partition_index, [(b.first_offset, b.last_offset)
-                                 for b in p.acknowledgement_batches])
-            for t in req.topics for p in t.partitions] == [(0, [(0, 0)])]
+    assert acked_ranges(req) == [(0, [(0, 0)])]
     assert [(t.topic_id, t.partitions) for t in req.forgotten_topics_data] == [(TID, [0])]
     assert lost.done.is_set()
     assert lost.results[("t", 1)].code() == ErrorCode.INVALID_RECORD_STATE

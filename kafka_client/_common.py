@@ -31,6 +31,7 @@ from typing import (
     NoReturn,
     Optional,
     Sequence,
+    Set,
     Tuple,
     TypeVar,
     Union,
@@ -44,8 +45,8 @@ from kafka_client._stats import PRODUCER_REQUESTS
 from kafka_client.config import ClientConfig, describe
 from kafka_client.errors import KafkaError, KafkaException
 
-__all__ = ["ClientBase", "make_config", "apply_debug", "deadline_after", "stop_client",
-           "wait_limit"]
+__all__ = ["CallbackGate", "ClientBase", "make_config", "apply_debug", "deadline_after",
+           "stop_client", "wait_limit"]
 
 # librdkafka debug contexts -> our loggers (one per component)
 DEBUG_LOGGERS = {
@@ -126,6 +127,132 @@ def wait_limit(timeout: Any) -> Optional[float]:
     if timeout != timeout:
         return 0.0
     return None if timeout < 0 else float(timeout)
+
+
+#: how long close() waits for a callback another application thread is running (one
+#: that never returns must not keep close() from returning)
+CALLBACKS_WAIT_S = 30.0
+
+
+class CallbackGate:
+    """Which application threads are running a client's callbacks, and which are in its
+    ``close()``: the state behind two promises of close(), as confluent-kafka's close()
+    keeps them. Once close() returns, no callback of the client is still running on
+    another thread (:meth:`wait_for_others`), and a close() from another thread
+    meanwhile returns only once the first has finished (:meth:`begin_close`,
+    :meth:`wait_for_close`). Threads in close() are never waited for: a callback of
+    another thread's call that itself calls close() must not wait for the closer that
+    waits for it."""
+
+    __slots__ = ("_changed", "_running", "_closers", "_owner", "_waiting")
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        #: thread id -> depth (a callback may call poll() again)
+        self._running: Dict[int, int] = {}
+        self._closers: Set[int] = set()
+        self._owner: Optional[int] = None     # the thread doing the closing
+        self._waiting = 0                     # threads waiting for a change
+
+    # enter() and leave() take no lock (every consume() loop runs them): each thread
+    # writes only its own key, one dict operation at a time under the GIL; a closer
+    # reads a copy of the keys (list() of a dict runs no Python code: atomic), and one
+    # waiting is counted before it looks, so a leave() after its look notifies it.
+
+    def enter(self) -> None:
+        """The calling thread is about to run callbacks (:meth:`leave` after, always)."""
+        me = threading.get_ident()
+        running = self._running
+        running[me] = running.get(me, 0) + 1
+
+    def leave(self) -> None:
+        me = threading.get_ident()
+        running = self._running
+        depth = running[me] - 1
+        if depth:
+            running[me] = depth
+            return
+        del running[me]
+        if self._waiting:
+            with self._changed:
+                self._changed.notify_all()
+
+    def closing_here(self) -> bool:
+        """The calling thread is in close() (or a callback close() runs)."""
+        return threading.get_ident() in self._closers
+
+    def begin_close(self, finished: Callable[[], bool], deadline: float) -> bool:
+        """The calling thread enters close(): True when it is to do the closing (then
+        :meth:`end_close` after, always). False when the thread is in close() already
+        (a callback close() runs called it again), or another thread's close() was
+        under way: waited for until it ended or until ``deadline``. (``finished()``
+        tells whether that one closed the client: if not, a Ctrl-C stopped it, and this
+        close() takes over.)"""
+        me = threading.get_ident()
+        with self._changed:
+            if me in self._closers:
+                return False
+            self._closers.add(me)
+            try:
+                self._wait_for_owner(deadline)
+            except BaseException:
+                self._closers.discard(me)
+                raise
+            if self._owner is None and not finished():
+                self._owner = me
+                return True
+            self._closers.discard(me)
+            return False
+
+    def wait_for_close(self, deadline: float) -> None:
+        """Until ``deadline``: a close() of another thread under way ends (for a close()
+        that finds the client closed already: it may still be finishing)."""
+        me = threading.get_ident()
+        with self._changed:
+            if me in self._closers:
+                return
+            self._closers.add(me)     # a callback's close(): not waited for in turn
+            try:
+                self._wait_for_owner(deadline)
+            finally:
+                self._closers.discard(me)
+
+    def _wait_for_owner(self, deadline: float) -> None:
+        # the lock held
+        self._waiting += 1
+        try:
+            while self._owner is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._changed.wait(min(remaining, 0.2))  # short slices: Ctrl-C gets in
+        finally:
+            self._waiting -= 1
+
+    def end_close(self) -> None:
+        """The thread that :meth:`begin_close` chose is done closing."""
+        me = threading.get_ident()
+        with self._changed:
+            self._closers.discard(me)
+            if self._owner == me:
+                self._owner = None
+            self._changed.notify_all()
+
+    def wait_for_others(self, deadline: float) -> bool:
+        """Until ``deadline``: the callbacks threads not in close() are running end.
+        Returns whether they did."""
+        changed = self._changed
+        with changed:
+            self._waiting += 1
+            try:
+                while any(t not in self._closers for t in list(self._running)):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    changed.wait(min(remaining, 0.2))
+                return True
+            finally:
+                self._waiting -= 1
 
 
 def stop_client(io: Any, cluster: Any, first: Optional[Callable[[], None]] = None,
@@ -278,6 +405,7 @@ class ClientBase:
         self._stats_on = self._stats_cb is not None and self._stats_interval > 0
         self._next_stats = self._started + self._stats_interval
         self._stats_lock = threading.Lock()
+        self._gate = CallbackGate()
         #: client-level errors and throttle events taken from the cluster, not yet
         #: handed to error_cb / throttle_cb, and exceptions an oauth_cb raised on the
         #: token refresh thread, not yet raised to the application
@@ -348,7 +476,12 @@ class ClientBase:
                     self._next_stats = now + self._stats_interval
                 if due:
                     served += 1
-                    self._stats_cb(json.dumps(self._stats_doc()))
+                    document = json.dumps(self._stats_doc())
+                    self._gate.enter()
+                    try:
+                        self._stats_cb(document)
+                    finally:
+                        self._gate.leave()
         return served
 
     #: librdkafka's "type" in the statistics (its admin client is a producer handle)
@@ -401,7 +534,10 @@ class ClientBase:
         if cluster.callback_failures:
             pending.extend(cluster.take_callback_failures())
         served = 0
+        if not pending:
+            return served
         error_cb = self._error_cb
+        self._gate.enter()
         try:
             while pending:
                 try:
@@ -424,6 +560,7 @@ class ClientBase:
                 else:
                     self._log.debug("client error: %s", event.str())
         finally:
+            self._gate.leave()
             if pending:                    # left for the next call (a callback raised)
                 cluster.events_waiting = True
         return served

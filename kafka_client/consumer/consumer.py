@@ -39,7 +39,7 @@ from typing import (
 )
 
 from kafka_client._cluster.telemetry import Sample, interval_samples
-from kafka_client._common import ClientBase, deadline_after, wait_limit
+from kafka_client._common import CALLBACKS_WAIT_S, ClientBase, deadline_after, wait_limit
 from kafka_client._stats import (
     CONSUMER_REQUESTS, empty_window, partition_stats, topic_stats,
 )
@@ -531,12 +531,16 @@ class Consumer(ClientBase):
         (the policy for a callback raising while messages are in hand)."""
         cb = self._consume_cb
         assert cb is not None    # called only when there is one
+        gate = self._gate
+        gate.enter()
         try:
             for msg in msgs:
                 cb(msg)
         except Exception as exc:
             if self._deferred is None:
                 self._deferred = exc
+        finally:
+            gate.leave()
 
     def _consume(self, num_messages: int, timeout: Optional[float],
                  stop: Optional[threading.Event] = None) -> List[Message]:
@@ -963,7 +967,12 @@ class Consumer(ClientBase):
     def _serve(self, first: bool = True) -> None:
         self._serve_client_events()
         if self._group is not None:
-            self._group.serve(_Member(self), first)
+            gate = self._gate
+            gate.enter()
+            try:
+                self._group.serve(_Member(self), first)
+            finally:
+                gate.leave()
 
     _stats_type = "consumer"
 
@@ -1235,7 +1244,13 @@ class Consumer(ClientBase):
 
     def unsubscribe(self) -> None:
         """Leave the group's subscription (partitions are revoked)."""
-        self._need_group("unsubscribe()").unsubscribe(_Member(self))
+        group = self._need_group("unsubscribe()")
+        gate = self._gate
+        gate.enter()
+        try:
+            group.unsubscribe(_Member(self))
+        finally:
+            gate.leave()
 
     def store_offsets(self, message: Optional[Message] = None,
                       offsets: Optional[List[TopicPartition]] = None) -> None:
@@ -1351,24 +1366,39 @@ class Consumer(ClientBase):
     # -- closing -------------------------------------------------------------------------
     def close(self) -> None:
         """Commit stored offsets (with enable.auto.commit), leave the group, stop the I/O
-        thread and close connections. Calls after close raise RuntimeError."""
+        thread and close connections. Calls after close raise RuntimeError. Once it
+        returns, no callback of this consumer runs any more: it waits for those other
+        threads' calls are running (at most 30 s), and a close() from another thread
+        meanwhile returns once this one has finished."""
         if self._closed:
             if self._forked:
                 self._refuse()
+            if "_gate" in vars(self):       # (not when __init__ never ran)
+                self._gate.wait_for_close(float("inf"))  # closed, but still finishing
             return
+        gate = self._gate
+        if not gate.begin_close(lambda: self._closed, float("inf")):
+            return    # another thread's close() closed it (or this thread's is running)
         failure: Optional[Exception] = None
-        if self._group is not None:
-            try:
-                self._group.close(_Member(self))
-            except Exception as exc:  # a callback raised: close first, raise after
-                failure = exc
-        self._shutdown()
-        with self._lock:
-            # What was fetched and not handed out goes now: a closed consumer that the
-            # application still refers to held it (up to queued.max.messages.kbytes).
-            self._queue.clear()
-            self._fetcher.queued_bytes = self._fetcher.queued_msgs = 0
-            self._columns = None
+        try:
+            if self._group is not None:
+                try:
+                    self._group.close(_Member(self))
+                except Exception as exc:  # a callback raised: close first, raise after
+                    failure = exc
+            self._shutdown()   # other threads' calls waiting for data return now
+            with self._lock:
+                # What was fetched and not handed out goes now: a closed consumer that
+                # the application still refers to held it (up to
+                # queued.max.messages.kbytes).
+                self._queue.clear()
+                self._fetcher.queued_bytes = self._fetcher.queued_msgs = 0
+                self._columns = None
+            if not gate.wait_for_others(time.monotonic() + CALLBACKS_WAIT_S):
+                self._log.warning("consumer closed while a callback of another thread "
+                                  "still runs (waited %g s)", CALLBACKS_WAIT_S)
+        finally:
+            gate.end_close()
         if failure is not None:
             raise failure
 

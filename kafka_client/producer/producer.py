@@ -27,7 +27,6 @@ from typing import (
     NamedTuple,
     Optional,
     Sequence,
-    Set,
     Tuple,
 )
 
@@ -121,11 +120,6 @@ class Producer(ClientBase):
         cfg = self._init_client(config, kwargs)
         #: close() is under way: the calls of other threads are refused as once closed
         self._closing = False
-        #: threads running delivery callbacks (thread id -> depth: a callback may poll()
-        #: again) and threads in close(): close() waits for the callbacks of the others
-        self._in_callbacks: Dict[int, int] = {}
-        self._closers: Set[int] = set()
-        self._callbacks_changed = threading.Condition()
         self._reports: Deque[Any] = deque()  # Report, or _Unserved first
         self._report_event = threading.Event()
         # What the I/O thread calls back holds the parts it needs, never the Producer
@@ -338,10 +332,10 @@ class Producer(ClientBase):
                 self._refuse()
             return True
         deadline = deadline_after(timeout)
+        gate = self._gate
+        if not gate.begin_close(lambda: self._closed, deadline):
+            return True     # another thread's close() closed it (or this thread's runs)
         failure: Optional[BaseException] = None
-        me = threading.get_ident()
-        with self._callbacks_changed:
-            self._closers.add(me)
         # From here the producing and transactional calls of other threads are refused as
         # once closed (RuntimeError), as confluent-kafka's close() refuses them from its
         # start: they kept the flush going (a thread producing in a loop filled the queue
@@ -363,11 +357,14 @@ class Producer(ClientBase):
                         failure = exc
                     if time.monotonic() >= deadline:
                         break
-            self._wait_for_callbacks_of_other_threads(deadline)
+            # Every callback has returned once close() has, as confluent-kafka's close()
+            # waits for the calls under way.
+            gate.wait_for_others(deadline)
         finally:
-            with self._callbacks_changed:
-                self._closers.discard(me)
-            self._shutdown()
+            try:
+                self._shutdown()
+            finally:
+                gate.end_close()    # after: a close() waiting for this one finds it closed
         if failure is not None:
             raise failure
         return True
@@ -375,27 +372,13 @@ class Producer(ClientBase):
     def _refuse_while_closing(self) -> None:
         """RuntimeError for a thread other than one in close() while close() runs (a
         delivery callback close() runs may still produce: flushed with the rest)."""
-        if self._closing and threading.get_ident() not in self._closers:
+        if self._closing and not self._gate.closing_here():
             raise RuntimeError(self._closed_text)
 
     def _produce_while_closing(self, *args: Any, **kwargs: Any) -> None:
         # produce() while close() runs (an attribute of the instance only then)
         self._refuse_while_closing()
         type(self).produce(self, *args, **kwargs)
-
-    def _wait_for_callbacks_of_other_threads(self, deadline: float) -> None:
-        """Until ``deadline``: the delivery callbacks another thread's poll()/flush() is
-        running end, so that once close() returns every callback has returned, as
-        confluent-kafka's close() waits for the calls under way. Threads in close()
-        themselves are not waited for (two closing callbacks would wait for each
-        other)."""
-        changed = self._callbacks_changed
-        with changed:
-            while any(t not in self._closers for t in self._in_callbacks):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                changed.wait(min(remaining, 0.2))   # short slices: Ctrl-C gets through
 
     def _on_shutdown(self) -> None:
         self.produce = _closed_produce  # type: ignore[method-assign]
@@ -499,21 +482,12 @@ class Producer(ClientBase):
     def _serve_reports_counted(self, reports: Deque[Any]) -> int:
         """:meth:`_serve_reports`, with this thread counted among those running delivery
         callbacks (from before it takes a report: close() of another thread waits)."""
-        me = threading.get_ident()
-        changed = self._callbacks_changed
-        in_callbacks = self._in_callbacks
-        with changed:
-            in_callbacks[me] = in_callbacks.get(me, 0) + 1
+        gate = self._gate
+        gate.enter()
         try:
             return self._serve_reports(reports)
         finally:
-            with changed:
-                depth = in_callbacks[me] - 1
-                if depth:
-                    in_callbacks[me] = depth
-                else:
-                    del in_callbacks[me]
-                    changed.notify_all()
+            gate.leave()
 
     def _serve_reports(self, reports: Deque[Any]) -> int:
         """Run the delivery callbacks of the queued reports. Each report's messages leave

@@ -841,3 +841,44 @@ def test_a_pause_lasts_across_rebalances_until_resume(tansu_broker, topic_name):
     finally:
         first.close()
         second.close()
+
+
+def test_close_called_by_the_on_revoke_close_runs_returns(tansu_broker, topic_name,
+                                                          run_child):
+    """An on_revoke that calls close() (cleanup code that closes what it is handed), run
+    by close() itself: the inner close() returns at once and the outer one finishes the
+    closing: the revocation runs once, the offsets are committed once, the group left.
+    In a child: a close() waiting for itself would hang."""
+    tansu_broker.create_topic(topic_name, partitions=PARTITIONS)
+    produce(tansu_broker, topic_name, 0, 2 * PARTITIONS)
+    out = run_child(f"""
+        import time
+        from kafka_client import Consumer
+
+        revoked = []
+
+        def on_revoke(consumer, parts):
+            revoked.append(sorted(p.partition for p in parts))
+            consumer.close()
+
+        c = Consumer({{"bootstrap.servers": "{tansu_broker.bootstrap}",
+                      "group.id": "{topic_name}", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": True, "session.timeout.ms": 6000,
+                      "heartbeat.interval.ms": 500, "log_level": 0}})
+        c.subscribe(["{topic_name}"], on_revoke=on_revoke)
+        got, deadline = 0, time.monotonic() + 30
+        while got < {2 * PARTITIONS} and time.monotonic() < deadline:
+            got += sum(1 for m in c.consume(100, 0.5) if m.error() is None)
+        start = time.monotonic()
+        c.close()
+        print(got, revoked, time.monotonic() - start < 10)
+    """, timeout=90)
+    assert out.stdout.splitlines()[-1:] == [
+        f"{2 * PARTITIONS} {[list(range(PARTITIONS))]} True"], out.stderr
+    check = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name})
+    try:
+        committed = check.committed(
+            [TopicPartition(topic_name, p) for p in range(PARTITIONS)], 10)
+        assert [tp.offset for tp in committed] == [2] * PARTITIONS
+    finally:
+        check.close()

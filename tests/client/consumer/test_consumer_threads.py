@@ -180,3 +180,80 @@ def test_consume_arrow_without_pyarrow_takes_nothing(consumer, monkeypatch):
     with pytest.raises(ImportError):
         consumer.consume_arrow(10, 1.0)
     assert [m.offset() for m in consumer.consume(1000, 1.0)] == list(range(100))
+
+
+def test_close_waits_for_the_callback_another_threads_consume_runs(run_child):
+    """close() while another thread's consume() runs a callback (stats_cb, 1 s long)
+    returns once that callback has returned, as the Producer's close() does and
+    confluent-kafka's close() waits for the calls under way: resources the application
+    frees after close() were still in use. Three close() at once all wait, and the
+    consume() returns. close() returned at once, the callback still running. In a child:
+    a close() waiting for itself would hang."""
+    out = run_child("""
+        import threading, time
+        from kafka_client import Consumer
+
+        started, finished = threading.Event(), threading.Event()
+
+        def slow_stats(document):
+            if not started.is_set():
+                started.set()
+                time.sleep(1.0)
+                finished.set()
+
+        c = Consumer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0,
+                      "statistics.interval.ms": 50, "stats_cb": slow_stats})
+        reader = threading.Thread(target=c.consume, args=(1, 20), daemon=True)
+        reader.start()
+        assert started.wait(10)
+        callback_done_at_return = []
+
+        def close():
+            c.close()
+            callback_done_at_return.append(finished.is_set())
+
+        closers = [threading.Thread(target=close, daemon=True) for _ in range(3)]
+        for t in closers:
+            t.start()
+        for t in closers:
+            t.join(20)
+        reader.join(10)
+        print(callback_done_at_return, reader.is_alive())
+    """, timeout=60)
+    assert out.stdout.splitlines()[-1:] == ["[True, True, True] False"], out.stderr
+
+
+def test_a_callback_of_another_thread_may_close_while_close_waits_for_it(run_child):
+    """A stats_cb running in one thread's consume() calls close() while another thread's
+    close() waits for that callback: neither waits for the other (the callback's close()
+    returns once the first close() has finished, which does not wait for a thread that is
+    itself closing), so both return at once, not after close()'s 30 s bound."""
+    out = run_child("""
+        import threading, time
+        from kafka_client import Consumer
+
+        in_callback, closing = threading.Event(), threading.Event()
+        returned = []
+
+        def stats(document):
+            if in_callback.is_set():
+                return
+            in_callback.set()
+            assert closing.wait(10)
+            time.sleep(0.3)          # the other close() is waiting for this callback
+            c.close()
+            returned.append("callback's close()")
+
+        c = Consumer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0,
+                      "statistics.interval.ms": 50, "stats_cb": stats})
+        reader = threading.Thread(target=c.consume, args=(1, 20), daemon=True)
+        reader.start()
+        assert in_callback.wait(10)
+        start = time.monotonic()
+        closing.set()
+        c.close()
+        returned.append("close()")
+        reader.join(10)
+        print(len(returned), time.monotonic() - start < 10, reader.is_alive())
+    """, timeout=60)
+    assert out.stdout.splitlines()[-1:] == ["2 True False"], out.stderr

@@ -268,3 +268,27 @@ def test_a_blocking_purge_with_the_io_thread_gone_returns(run_child):
     assert done.returncode == 0, done.stderr
     took = float(done.stdout.split()[-1])
     assert took < 2.0, done.stdout
+
+
+def test_close_called_by_a_delivery_callback_close_runs_returns(run_child):
+    """A delivery callback that calls close() (cleanup code), run by close()'s own flush:
+    the inner close() returns True at once and the outer one goes on serving the other
+    reports before it closes. In a child: a close() waiting for itself (the closing
+    thread taken for another closer) would hang."""
+    out = run_child("""
+        from kafka_client import Producer
+
+        reports = []
+
+        def on_delivery(err, msg):
+            reports.append(err.code() if err else None)
+            if len(reports) == 1:
+                reports.append(p.close(5))
+
+        p = Producer({"bootstrap.servers": "127.0.0.1:1", "message.timeout.ms": 300,
+                      "log_level": 0})
+        for i in range(3):
+            p.produce("t", b"x", partition=i, on_delivery=on_delivery)
+        print(p.close(20), len(p), reports)
+    """, timeout=60)
+    assert out.stdout.splitlines()[-1:] == ["True 0 [-192, True, -192, -192]"], out.stderr

@@ -13,6 +13,7 @@ closing first and then raises the first such exception."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import logging
@@ -26,6 +27,7 @@ from typing import (
     Callable,
     Deque,
     Dict,
+    Iterator,
     List,
     Mapping,
     NoReturn,
@@ -237,6 +239,21 @@ class CallbackGate:
             if self._owner == me:
                 self._owner = None
             self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def closing_for(self, thread: int) -> Iterator[None]:
+        """``thread`` counts as in close() meanwhile: a close() made, on another thread,
+        by a callback that ``thread`` waits for (the asyncio clients run the callbacks
+        on their event loop while the thread serving them waits) must not wait for it."""
+        with self._changed:
+            added = thread not in self._closers
+            self._closers.add(thread)
+        try:
+            yield
+        finally:
+            if added:
+                with self._changed:
+                    self._closers.discard(thread)
 
     def wait_for_others(self, deadline: float) -> bool:
         """Until ``deadline``: the callbacks threads not in close() are running end.
@@ -609,6 +626,15 @@ class ClientBase:
         # will answer them once the I/O thread stops.
         self._cluster.abandon_waits()
         stop_client(self._io, self._cluster, first=self._on_shutdown())
+
+    def _close_for_callback_of(self, waiting: Optional[int]) -> Any:
+        """``close()`` made by a callback that thread ``waiting`` (if any) waits for while
+        the callback runs elsewhere (the asyncio clients run callbacks on their loop):
+        close() does not wait for that thread's callback, which is the one closing."""
+        if waiting is None:
+            return self.close()
+        with self._gate.closing_for(waiting):
+            return self.close()
 
     def _at_exit(self) -> None:
         """The interpreter exits with this client open (not closed, not collected)."""

@@ -29,14 +29,14 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-__all__ = ["LoopBridge", "in_callback"]
+__all__ = ["LoopBridge", "callback_waiter", "in_callback"]
 
 _log = logging.getLogger("kafka_client.aio")
 
 #: set while a client's callback runs on the loop (see the module's docstring)
-#: (a one-item list, set to False when the callback returns: tasks the callback starts
-#: copy the context, and must not stay marked once it is over)
-_IN_CALLBACK: contextvars.ContextVar[Optional[List[bool]]] = contextvars.ContextVar(
+#: (a mark whose ``running`` turns False when the callback returns: tasks the callback
+#: starts copy the context, and must not stay marked once it is over)
+_IN_CALLBACK: contextvars.ContextVar[Optional["_CallbackMark"]] = contextvars.ContextVar(
     "kafka_client_aio_in_callback", default=None)
 
 #: the configuration's callbacks the asyncio clients run on the loop
@@ -106,7 +106,8 @@ class LoopBridge:
                 if inspect.isawaitable(result):
                     bridge.spawn(result)
                 return
-            future = asyncio.run_coroutine_threadsafe(_run(callback, args), bridge.loop)
+            future = asyncio.run_coroutine_threadsafe(
+                _run(callback, args, threading.get_ident()), bridge.loop)
             future.result()
 
         return call
@@ -218,11 +219,29 @@ def in_callback() -> bool:
     """Whether the calling code runs inside one of a client's callbacks (not in a task
     such a callback started, once the callback has returned)."""
     mark = _IN_CALLBACK.get()
-    return mark is not None and mark[0]
+    return mark is not None and mark.running
 
 
-async def _run(callback: Callable[..., Any], args: Tuple[Any, ...]) -> Any:
-    mark = [True]
+def callback_waiter() -> Optional[int]:
+    """The thread that waits for the callback the calling code runs in (see the
+    module's docstring), if any: a close() the callback makes must not wait for it."""
+    mark = _IN_CALLBACK.get()
+    return mark.waiter if mark is not None and mark.running else None
+
+
+class _CallbackMark:
+    """What :data:`_IN_CALLBACK` holds while a callback runs on the loop."""
+
+    __slots__ = ("running", "waiter")
+
+    def __init__(self, waiter: Optional[int]) -> None:
+        self.running = True    # False once it returned (see _IN_CALLBACK)
+        self.waiter = waiter   # the thread waiting for it
+
+
+async def _run(callback: Callable[..., Any], args: Tuple[Any, ...],
+               waiter: Optional[int]) -> Any:
+    mark = _CallbackMark(waiter)
     _IN_CALLBACK.set(mark)   # this task's own context: calls made in it are marked
     try:
         result = callback(*args)
@@ -230,4 +249,4 @@ async def _run(callback: Callable[..., Any], args: Tuple[Any, ...]) -> Any:
             result = await result
         return result
     finally:
-        mark[0] = False      # tasks it started (copies of the context) are not any more
+        mark.running = False  # tasks it started (copies of the context) are not any more

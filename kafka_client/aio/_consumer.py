@@ -7,7 +7,7 @@ import concurrent.futures
 import threading
 from typing import Any, Callable, List, Optional, Tuple
 
-from kafka_client.aio._bridge import LoopBridge, in_callback
+from kafka_client.aio._bridge import LoopBridge, callback_waiter, in_callback
 from kafka_client.aio._kept import KeptReads
 from kafka_client.consumer.arrow import empty_record_batch
 from kafka_client.consumer.consumer import Consumer
@@ -268,7 +268,8 @@ class AIOConsumer:
         await kept.wait(reads_wait)
         uncommitted = kept.unclaimed()
         try:
-            await self._bridge.run_alone(self._consumer.close)
+            await self._bridge.run_alone(self._consumer._close_for_callback_of,
+                                         callback_waiter())
         finally:
             self._closed = True
             await kept.wait(reads_wait)   # any left: closed now

@@ -312,6 +312,9 @@ def test_on_commit_of_a_commit_the_client_makes_names_every_partition_it_covers(
     c = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name,
                   "auto.commit.interval.ms": 300 if commit == "periodic" else 60_000,
                   "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50,
+                  # Tansu assigns a new group after half the session timeout (23 s)
+                  "session.timeout.ms": tansu_broker.group_session_ms,
+                  "heartbeat.interval.ms": 500,
                   "on_commit": lambda err, tps: heard.append(
                       (err, sorted((t.partition, t.offset) for t in tps)))})
     try:
@@ -363,6 +366,8 @@ def test_what_leaves_the_assignment_commits_its_stored_offset_even_a_lower_one(
     c = Consumer({"bootstrap.servers": tansu_broker.bootstrap, "group.id": topic_name,
                   "enable.auto.offset.store": False, "auto.commit.interval.ms": 60_000,
                   "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50,
+                  "session.timeout.ms": tansu_broker.group_session_ms,   # (see above)
+                  "heartbeat.interval.ms": 500,
                   "on_commit": lambda err, tps: heard.append(
                       (err, [(t.partition, t.offset) for t in tps]))})
     try:
@@ -863,7 +868,8 @@ def test_close_called_by_the_on_revoke_close_runs_returns(tansu_broker, topic_na
 
         c = Consumer({{"bootstrap.servers": "{tansu_broker.bootstrap}",
                       "group.id": "{topic_name}", "auto.offset.reset": "earliest",
-                      "enable.auto.commit": True, "session.timeout.ms": 6000,
+                      "enable.auto.commit": True,
+                      "session.timeout.ms": {tansu_broker.group_session_ms},
                       "heartbeat.interval.ms": 500, "log_level": 0}})
         c.subscribe(["{topic_name}"], on_revoke=on_revoke)
         got, deadline = 0, time.monotonic() + 30

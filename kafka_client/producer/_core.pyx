@@ -360,11 +360,13 @@ cdef class AccumulatorCore:
         one dict per message (see ``Producer.produce_batch``). A message that cannot be
         queued gets the reason as a KafkaError under ``"_error"`` in its dict (and a
         stale ``"_error"`` of a queued one is removed); returns how many were queued.
-        TypeError (naming the message) before any is queued for a malformed one."""
+        Before any is queued, a malformed message raises as confluent-kafka's does,
+        naming its index: TypeError (ValueError for its headers)."""
         cdef Py_ssize_t i, n = len(messages), queued = 0
         cdef list prepared = [None] * n
         cdef int default_part = _partition_arg(partition)
         cdef bint full = False
+        cdef bint any_ready = False
         cdef PendingMessage pm
         cdef dict m
         if not isinstance(topic, str):
@@ -379,11 +381,12 @@ cdef class AccumulatorCore:
         for i in range(n):
             item = messages[i]
             if not PyDict_Check(item):
-                raise TypeError(f"messages[{i}] must be a dict, not {type(item).__name__}")
+                raise TypeError(f"Message at index {i} must be a dict, not "
+                                f"{type(item).__name__}")
             try:
-                prepared[i] = self._prepare(<dict>item, default_part, on_delivery, timestamp)
-            except TypeError as exc:
-                raise TypeError(f"messages[{i}]: {exc}") from None
+                prepared[i] = self._prepare(<dict>item, i, default_part, on_delivery,
+                                            timestamp)
+                any_ready = True
             except KafkaException as exc:
                 prepared[i] = exc.args[0]
         if self.refusal is not None:
@@ -393,6 +396,12 @@ cdef class AccumulatorCore:
             for i in range(n):
                 (<dict>messages[i])["_error"] = refused
             return 0
+        if any_ready:
+            topic_error = self._topic_error(topic)
+            if topic_error is not None:  # an empty name: the reason of each queueable one
+                for i in range(n):
+                    if type(prepared[i]) is PendingMessage:
+                        prepared[i] = topic_error
         for i in range(n):
             m = <dict>messages[i]
             if type(prepared[i]) is not PendingMessage:
@@ -412,13 +421,39 @@ cdef class AccumulatorCore:
                 full = True
                 m["_error"] = _queue_full()
                 continue
+            except Exception as exc:
+                # partitioner_cb raised (the application's code, run here): this one is
+                # not queued. Raised out of the call, it left those queued before it
+                # with no trace in their dicts nor a count returned: a retry of the list
+                # sent them twice.
+                m["_error"] = KafkaError(KafkaError._APPLICATION,
+                                         f"choosing its partition raised {exc!r}")
+                continue
             if "_error" in m:
                 del m["_error"]  # from an earlier attempt
             queued += 1
         return queued
 
-    cdef PendingMessage _prepare(self, dict m, int default_part, default_cb, default_ts):
-        # One message dict, checked and converted as produce() does its arguments.
+    cdef object _topic_error(self, topic):
+        # The topic's state, made as the first message's _enqueue would (under the
+        # lock): a name that cannot be sent raises here, none queued, as
+        # confluent-kafka's produce_batch() raises; the KafkaError for an empty name
+        # (reported per message), or None.
+        cdef BatchLock lock = self.lock
+        lock.take()
+        try:
+            if topic not in self.topics:
+                self._new_topic(topic)
+        except KafkaException as exc:
+            return exc.args[0]
+        finally:
+            lock.give()
+        return None
+
+    cdef PendingMessage _prepare(self, dict m, Py_ssize_t i, int default_part, default_cb,
+                                 default_ts):
+        # Message ``i``'s dict, checked and converted as produce() does its arguments;
+        # the errors name the field and the index, in confluent-kafka's words.
         cdef PendingMessage pm = PendingMessage.__new__(PendingMessage)
         cdef Py_ssize_t size
         value = _field(m, "value")
@@ -428,29 +463,47 @@ cdef class AccumulatorCore:
         callback = _field(m, "callback")
         headers = _field(m, "headers")
         if value is not None and not PyBytes_CheckExact(value):
-            value = as_bytes(value, "value")
+            value = _message_bytes(value, "value", i)
         if key is not None and not PyBytes_CheckExact(key):
-            key = as_bytes(key, "key")
+            key = _message_bytes(key, "key", i)
         if callback is None:
             callback = default_cb
         elif not callable(callback):
-            raise not_callable("callback", callback)
-        if headers is not None:
-            headers = normalize_headers(headers)
+            raise TypeError(f"Message callback at index {i} must be callable, not "
+                            f"{type(callback).__name__}")
         size = (0 if value is None else PyBytes_GET_SIZE(value)) + \
             (0 if key is None else PyBytes_GET_SIZE(key))
         if headers is not None:
-            size += headers_size(headers)
+            try:
+                headers = normalize_headers(headers)
+                if headers is not None:
+                    size += headers_size(headers)
+            except (TypeError, ValueError) as exc:
+                # ValueError, as confluent-kafka's produce_batch() raises it
+                raise ValueError(f"Invalid headers at index {i}: {exc}") from None
         pm.value = value
         pm.key = key
         pm.on_delivery = callback
         pm.headers = headers
         pm.size = size
-        pm.partition = default_part if partition is None else _partition_arg(partition)
+        if partition is None:
+            pm.partition = default_part
+        else:
+            try:
+                pm.partition = _partition_arg(partition)
+            except TypeError:
+                raise TypeError(f"Message partition at index {i} must be int, not "
+                                f"{type(partition).__name__}") from None
+            except OverflowError:
+                raise invalid_partition(partition) from None   # reported in its dict
         if timestamp is None:
             pm.timestamp = default_ts
         else:
-            pm.timestamp = _timestamp_arg(timestamp)
+            try:
+                pm.timestamp = _timestamp_arg(timestamp)
+            except TypeError:
+                raise TypeError(f"Message timestamp at index {i} must be an int "
+                                f"(milliseconds), not {type(timestamp).__name__}") from None
         if size > self.message_max:
             raise too_large(size, self.message_max)
         return pm
@@ -668,6 +721,16 @@ cdef inline object _field(dict m, str name):
     return None if found == NULL else <object>found
 
 
+cdef object _message_bytes(obj, str what, Py_ssize_t i):
+    # A message dict's value or key as bytes, or TypeError in confluent-kafka's words
+    # (with the type it got)
+    try:
+        return as_bytes(obj, what)
+    except TypeError:
+        raise TypeError(f"Message {what} at index {i} must be bytes or str, not "
+                        f"{type(obj).__name__}") from None
+
+
 cdef object _queue_full():
     return KafkaError(KafkaError._QUEUE_FULL, "Local: Queue full")
 
@@ -747,12 +810,15 @@ cdef object _column(items, str what):
     if PyList_CheckExact(items):
         out = <list>items
     elif isinstance(items, (str, bytes, bytearray, memoryview, dict)):
-        raise TypeError(f"{what} must be a list of messages, not {type(items).__name__}")
+        raise _not_a_list(items, what)
     elif type(items).__module__ == "pyarrow.lib":
         from kafka_client.producer.arrow import binary_column  # pyarrow is optional
         return binary_column(items, what)
     else:
-        out = list(items)
+        try:
+            out = list(items)
+        except TypeError:
+            raise _not_a_list(items, what) from None
         own = True
     for i in range(len(out)):
         item = out[i]
@@ -764,9 +830,31 @@ cdef object _column(items, str what):
         try:
             out[i] = as_bytes(item, what)
         except TypeError:  # named here: no index formatted per converted item
+            if isinstance(item, dict) and what == "values":
+                raise _mixed_messages(items, out, i) from None
             raise TypeError(f"{what}[{i}] must be bytes, str or None, not "
                             f"{type(item).__name__}") from None
     return out
+
+
+cdef object _not_a_list(items, str what):
+    # produce_batch()'s values (confluent-kafka's messages) or keys of a wrong kind
+    if what == "values":
+        return TypeError(f"messages must be a list, not {type(items).__name__} (a list of "
+                         f"message dicts, or of values: bytes, str or None)")
+    return TypeError(f"{what} must be a list of bytes, str or None, not "
+                     f"{type(items).__name__}")
+
+
+cdef object _mixed_messages(items, list out, Py_ssize_t i):
+    # A message dict among the columnar form's values: confluent-kafka's form given in
+    # another container, or a list whose first item is not a dict.
+    if not isinstance(items, list):
+        return TypeError(f"messages must be a list, not {type(items).__name__} (message "
+                         f"dicts are taken in a list)")
+    return TypeError(f"Message at index 0 must be a dict, not {type(out[0]).__name__}: the "
+                     f"one at index {i} is, and a list holds message dicts or values "
+                     f"(bytes, str or None), not both")
 
 
 def invalid_partition(partition):

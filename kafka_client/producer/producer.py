@@ -35,7 +35,7 @@ from kafka_client._common import ClientBase, deadline_after
 from kafka_client._net.io_thread import IOThread
 from kafka_client._stats import empty_window, partition_stats, topic_stats
 from kafka_client.errors import KafkaError, KafkaException
-from kafka_client.producer._core import Batch, DeliveryRange
+from kafka_client.producer._core import Batch, DeliveryRange, not_callable
 from kafka_client.producer.accumulator import Accumulator
 from kafka_client.producer.idempotence import Idempotence
 from kafka_client.producer.sender import Report, Sender
@@ -194,29 +194,39 @@ class Producer(ClientBase):
 
         ``produce_batch(topic, messages, partition=-1, on_delivery=None)``,
         confluent-kafka's form: ``messages`` is a list of dicts with ``value``, ``key``,
-        ``partition``, ``timestamp``, ``callback`` and ``headers`` (each optional). A
-        malformed message raises TypeError before any is queued; a message that cannot be
-        queued gets its KafkaError under ``"_error"`` in its dict (``_QUEUE_FULL`` for it
-        and those after it when the producer is full; the refusal for all of them outside
-        a transaction or after a fatal error) and the others are queued."""
+        ``partition``, ``timestamp``, ``callback`` and ``headers`` (each optional; other
+        keys are ignored, as there). A malformed message raises before any is queued, as
+        confluent-kafka's does and naming its index: TypeError, ValueError for its
+        headers. A message that cannot be queued gets its KafkaError under ``"_error"`` in
+        its dict (``_QUEUE_FULL`` for it and those after it when the producer is full;
+        the refusal for all of them outside a transaction or after a fatal error; a
+        partition out of range, ``_INVALID_ARG``; ``_APPLICATION`` when
+        ``partitioner_cb`` raised for it) and the others are queued.
+
+        In both forms ``callback`` wins over ``on_delivery`` when both are given, as in
+        confluent-kafka."""
         self._check_open()
         self._refuse_while_closing()
-        if callback is not None:
-            if on_delivery is not None:
-                raise TypeError("give on_delivery or its alias callback, not both")
+        dict_form = isinstance(values, list) and len(values) > 0 and \
+            isinstance(values[0], dict)
+        if dict_form and keys is not None:
+            # confluent-kafka's positional order: (topic, messages, partition, callback);
+            # keys have no place in this form.
+            if isinstance(keys, (list, tuple)):
+                raise TypeError("keys are for the columnar form: in a list of message "
+                                "dicts, each dict has its own 'key'")
+            if partition != -1:
+                if callback is not None:
+                    raise TypeError("callback given twice")
+                callback = partition
+            partition = keys
+        if callback is not None:   # wins over on_delivery, as in confluent-kafka
+            if not callable(callback):
+                raise not_callable("callback", callback)
             on_delivery = callback
-        if type(values) is list and values and type(values[0]) is dict:
-            if keys is not None:
-                # confluent-kafka's positional order: (topic, messages, partition,
-                # on_delivery); keys have no place in this form.
-                if isinstance(keys, (list, tuple)):
-                    raise TypeError("keys are for the columnar form: in a list of message "
-                                    "dicts, each dict has its own 'key'")
-                if partition != -1:
-                    if on_delivery is not None:
-                        raise TypeError("on_delivery given twice")
-                    on_delivery = partition
-                partition = keys
+        if dict_form:
+            if type(values) is not list:   # a subclass: a copy holds the caller's dicts
+                values = list(values)
             queued = self._acc.produce_messages(topic, values, partition, on_delivery,
                                                 timestamp)
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import OrderedDict
 
 import pytest
 
@@ -89,9 +90,78 @@ def test_non_callable_delivery_callback_is_refused_where_given(producers):
     for kw in ({"on_delivery": 5}, {"callback": "x"}):
         with pytest.raises(TypeError, match=next(iter(kw))):
             ours.produce("t", b"x", **kw)
-    with pytest.raises(TypeError, match="on_delivery"):
-        ours.produce_batch("t", [b"x"], on_delivery=5)
+    for kw in ({"on_delivery": 5}, {"callback": "x"}):
+        for values in ([b"x"], [{"value": b"x"}]):
+            with pytest.raises(TypeError, match=next(iter(kw))):
+                ours.produce_batch("t", values, **kw)
     assert len(ours) == 0
+
+
+def _delivery_cb(err, msg):
+    pass
+
+
+def _dicts():
+    yield {"value": b"a"}
+
+
+@pytest.mark.parametrize("messages", [
+    ({"value": b"a"},), {"value": b"a"}, "abc", None, 5, _dicts(),
+    [{"value": b"a"}, b"b"], [b"b", {"value": b"a"}], [{"value": b"a"}, None],
+    [{"value": b"a"}, {"value": 5}], [{"key": 1.5}], [{"value": b"a"}, {"partition": "1"}],
+    [{"partition": 1.5}], [{"headers": "h"}], [{"headers": [("k", 5)]}], [{"headers": ["k"]}],
+    [{"headers": {"k": 5}}], [{"headers": (("k", b"v"),)}],
+], ids=["tuple", "dict", "str", "None", "int", "generator", "item-bytes", "first-item-bytes",
+        "item-None", "value-int", "key-float", "partition-str", "partition-float",
+        "headers-str", "header-value-int", "header-not-a-tuple", "header-dict-int",
+        "headers-tuple"])
+def test_produce_batch_malformed_messages_raise_as_confluent(producers, messages):
+    """The exception type of confluent-kafka's produce_batch() (ValueError for headers)
+    and its text, which ours starts with (adding the type it got)."""
+    ours, theirs = producers
+    with pytest.raises(Exception) as expected:
+        theirs.produce_batch("t", messages)
+    if isinstance(messages, list):
+        messages = [dict(m) if isinstance(m, dict) else m for m in messages]
+    elif type(messages).__name__ == "generator":
+        messages = _dicts()
+    with pytest.raises(type(expected.value)) as got:
+        ours.produce_batch("t", messages)
+    assert type(got.value) is type(expected.value)
+    assert str(got.value).startswith(str(expected.value)), (got.value, expected.value)
+    assert len(ours) == 0
+    if isinstance(messages, list):
+        assert all("_error" not in m for m in messages if isinstance(m, dict))
+
+
+def test_produce_batch_takes_dict_and_list_subclasses_as_confluent(producers):
+    ours, theirs = producers
+
+    class Messages(list):
+        pass
+
+    for p in (ours, theirs):
+        for messages in (Messages([{"value": b"a"}]), [OrderedDict(value=b"a")]):
+            assert p.produce_batch("t", messages) == 1
+            assert "_error" not in messages[0]
+    assert len(ours) == 2
+
+
+def test_produce_batch_callback_wins_over_on_delivery_as_in_confluent():
+    seen = {}
+    for name, cls in (("ours", Producer), ("theirs", ck.Producer)):
+        got = seen[name] = []
+        p = cls({"bootstrap.servers": NOWHERE, "message.timeout.ms": 10,
+                 **({"log_level": 0} if cls is ck.Producer else {})})
+        p.produce_batch("t", [{"value": b"a"}], callback=lambda e, m: got.append("callback"),
+                        on_delivery=lambda e, m: got.append("on_delivery"))
+        # the positional fourth argument is confluent-kafka's callback
+        p.produce_batch("t", [{"value": b"b"}], -1, lambda e, m: got.append("positional"),
+                        on_delivery=lambda e, m: got.append("on_delivery"))
+        assert p.flush(30) == 0
+        if cls is Producer:
+            p.close()
+    assert seen["ours"] == seen["theirs"] == ["callback", "positional"]
 
 
 @pytest.mark.parametrize("call", ["poll", "flush"])

@@ -66,8 +66,18 @@ def test_str_and_buffer_values_are_encoded_in_bulk():
     ([b"a", b"b", 5], None, "values[2] must be bytes, str or None, not int"),
     ([b"a", "b", object()], None, "values[2] must be bytes, str or None, not object"),
     ([b"a", b"b"], [b"k", 1.5], "keys[1] must be bytes, str or None, not float"),
-    ("abc", None, "values must be a list of messages, not str"),
-    (b"abc", None, "values must be a list of messages, not bytes"),
+    ("abc", None, "messages must be a list, not str (a list of message dicts, or of "
+     "values: bytes, str or None)"),
+    (b"abc", None, "messages must be a list, not bytes (a list of message dicts, or of "
+     "values: bytes, str or None)"),
+    (None, None, "messages must be a list, not NoneType (a list of message dicts, or of "
+     "values: bytes, str or None)"),
+    ([b"a"], 7, "keys must be a list of bytes, str or None, not int"),
+    (({"value": b"a"},), None,
+     "messages must be a list, not tuple (message dicts are taken in a list)"),
+    ([b"a", {"value": b"b"}], None, "Message at index 0 must be a dict, not bytes: the one "
+     "at index 1 is, and a list holds message dicts or values (bytes, str or None), not "
+     "both"),
 ])
 def test_a_bad_item_is_refused_before_anything_is_queued(known, values, keys, error):
     acc, _, _ = make()
@@ -149,16 +159,21 @@ def test_on_delivery_is_kept_once_per_bulk_append_with_copies_of_the_lists():
 
 # -- confluent-kafka's form: a list of dicts ---------------------------------------------
 @pytest.mark.parametrize("messages,error", [
-    ([{"value": b"a"}, b"b"], "messages[1] must be a dict, not bytes"),
-    ([{"value": b"a"}, {"value": 5}], "messages[1]: value must be bytes, str or None, not int"),
-    ([{"value": b"a"}, {"key": 5}], "messages[1]: key must be bytes, str or None, not int"),
-    ([{"value": b"a"}, {"partition": "1"}], "messages[1]: "),
-    ([{"value": b"a"}, {"timestamp": "now"}], "messages[1]: timestamp must be an int"),
-    ([{"value": b"a"}, {"callback": 5}], "messages[1]: callback must be callable, not int"),
-    ([{"value": b"a"}, {"headers": "h"}], "messages[1]: expected headers to be dict or list"),
+    ([{"value": b"a"}, b"b"], "Message at index 1 must be a dict, not bytes"),
+    ([{"value": b"a"}, {"value": 5}], "Message value at index 1 must be bytes or str, not int"),
+    ([{"value": b"a"}, {"key": 5}], "Message key at index 1 must be bytes or str, not int"),
+    ([{"value": b"a"}, {"partition": "1"}], "Message partition at index 1 must be int, not str"),
+    ([{"value": b"a"}, {"timestamp": "now"}],
+     "Message timestamp at index 1 must be an int (milliseconds), not str"),
+    ([{"value": b"a"}, {"callback": 5}], "Message callback at index 1 must be callable, not int"),
+    ([{"value": b"a"}, {"headers": "h"}],
+     "Invalid headers at index 1: expected headers to be dict or list"),
+    ([{"value": b"a"}, {"headers": [("\ud800", b"v")]}],
+     "Invalid headers at index 1: header key '\\ud800' cannot be encoded as UTF-8"),
 ])
 def test_a_malformed_message_queues_none(producer, messages, error):
-    with pytest.raises(TypeError) as info:
+    # ValueError for headers, as confluent-kafka's produce_batch() raises
+    with pytest.raises(ValueError if "headers" in error else TypeError) as info:
         producer.produce_batch("t", messages)
     assert str(info.value).startswith(error)
     assert len(producer) == 0 and queued_records(producer) == {}
@@ -183,6 +198,64 @@ def test_messages_that_cannot_be_queued_get_an_error_and_the_others_go(producer)
     assert records[1] == [(b"k", b"ok0", [], 1_700_000_000_000)]
     assert [r[:3] for r in records[0]] == [(None, b"ok1", [("h", b"v")]), (None, None, [])]
     assert all(abs(r[3] - time.time() * 1000) < 60_000 for r in records[0])   # now
+
+
+def test_a_partition_out_of_range_is_reported_in_its_dict(producer):
+    # Beyond 32 bits: an OverflowError out of the call, naming no message, had queued
+    # none of the others.
+    messages = [{"value": b"a", "partition": 1}, {"value": b"b", "partition": 2**40},
+                {"value": b"c", "partition": -2**31}, {"value": b"d", "partition": 0}]
+    assert producer.produce_batch("t", messages) == 2
+    errors = [m.get("_error") for m in messages]
+    assert [e and e.code() for e in errors] == \
+        [None, KafkaError._INVALID_ARG, KafkaError._INVALID_ARG, None]
+    assert "invalid partition 1099511627776" in errors[1].str()
+    records = queued_records(producer)
+    assert [r[1] for r in records[1]] == [b"a"] and [r[1] for r in records[0]] == [b"d"]
+
+
+def test_a_raising_partitioner_fails_its_message_and_the_others_are_counted():
+    """The messages queued before one whose partitioner_cb raised: counted in the return
+    value, the failed one reported in its dict. The exception raised out of the call had
+    left them queued with no trace (a retry of the list sent them twice)."""
+    def partitioner_cb(key, partition_count):
+        if key == b"bad":
+            raise ValueError("no partition for it")
+        return 1
+
+    p = Producer({"bootstrap.servers": dead_bootstrap(), "linger.ms": 60_000,
+                  "partitioner_cb": partitioner_cb})
+    try:
+        p._acc._new_topic("t")
+        info = TopicInfo("t", 0, [1, 1], [-1, -1], [0, 0], time.monotonic())
+        p._acc.apply_metadata({"t": info}, time.monotonic())
+        messages = [{"value": b"a", "key": b"k"}, {"value": b"b", "key": b"bad"},
+                    {"value": b"c", "key": b"k"}]
+        assert p.produce_batch("t", messages) == 2
+        assert "_error" not in messages[0] and "_error" not in messages[2]
+        err = messages[1]["_error"]
+        assert err.code() == KafkaError._APPLICATION
+        assert err.str() == "choosing its partition raised ValueError('no partition for it')"
+        assert [r[1] for r in queued_records(p)[1]] == [b"a", b"c"] and len(p) == 2
+        # The columnar form takes all or none: the partitioner's exception, none queued.
+        with pytest.raises(ValueError, match="no partition for it"):
+            p.produce_batch("t", [b"d", b"e"], [b"k", b"bad"])
+        assert len(p) == 2
+    finally:
+        p.purge()
+        p.close(0)
+
+
+def test_an_empty_topic_name_is_each_queueable_messages_error():
+    p = Producer({"bootstrap.servers": dead_bootstrap()})
+    try:
+        messages = [{"value": b"a"}, {"value": b"x" * 2_000_000}]
+        assert p.produce_batch("", messages) == 0
+        assert [m["_error"].code() for m in messages] == \
+            [KafkaError._INVALID_ARG, KafkaError.MSG_SIZE_TOO_LARGE]
+        assert len(p) == 0
+    finally:
+        p.close(0)
 
 
 def test_a_full_producer_fails_the_rest_in_order():
@@ -211,8 +284,8 @@ def test_confluent_kafkas_positional_order_and_callbacks(producer):
     cbs = producer._acc.topics["t"].parts[1].open.cbs
     assert [d.callback for d in cbs] == [batch_cb, own_cb]
     assert producer.produce_batch("t", [{"value": b"c"}], callback=batch_cb) == 1
-    with pytest.raises(TypeError):
-        producer.produce_batch("t", [{"value": b"d"}], 1, batch_cb, on_delivery=batch_cb)
+    with pytest.raises(TypeError, match="callback given twice"):
+        producer.produce_batch("t", [{"value": b"d"}], 1, batch_cb, callback=batch_cb)
     with pytest.raises(TypeError, match="each dict has its own 'key'"):
         producer.produce_batch("t", [{"value": b"d"}], [b"k"])
     with pytest.raises(TypeError):

@@ -402,8 +402,9 @@ _TABLE: Tuple[Property, ...] = (
        "Codec used to compress message batches.",
        values=("none", "gzip", "snappy", "lz4", "zstd"), aliases=("compression.codec",)),
     _p("compression.level", INT, -1, "P",
-       "Codec-specific compression level (gzip 0-9, lz4 0-12, snappy only 0); -1 uses the "
-       "codec's default.", min=-1, max=12),
+       "Codec-specific compression level (gzip 0-9, lz4 0-12, zstd 0-12, snappy only 0); "
+       "-1 uses the codec's default; a level above the codec's highest is taken as its "
+       "highest (gzip 10-12 as 9), as librdkafka does.", min=-1, max=12),
     _p("partitioner", ENUM, "consistent_random", "P",
        "How a message without an explicit partition gets one: consistent = CRC32 of the key "
        "(empty and null keys to one partition), consistent_random = the same but null and "

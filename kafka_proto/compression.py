@@ -46,6 +46,7 @@ __all__ = [
     "CODEC_ZSTD",
     "CompressionCodec",
     "DEFAULT_MAX_DECOMPRESSED",
+    "MAX_COMPRESSION_LEVEL",
     "codec_name",
     "compress",
     "decompress",
@@ -87,6 +88,10 @@ class CompressionCodec(IntEnum):
 DEFAULT_MAX_DECOMPRESSED = 256 * 1024 * 1024
 
 _CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+#: The highest level :func:`compress` takes per codec that has levels: zlib's 9, lz4 high
+#: compression's 12 (higher values act as 12), zstd's 22.
+MAX_COMPRESSION_LEVEL = {CODEC_GZIP: 9, CODEC_LZ4: 12, CODEC_ZSTD: 22}
 
 
 def _view(data: BytesLike) -> memoryview:

@@ -62,6 +62,7 @@ from kafka_client.producer._core import (
 )
 from kafka_client.producer.partitioners import TopicPartitioner, callback_partitioner
 from kafka_client.types import check_topic_name
+from kafka_proto.compression import MAX_COMPRESSION_LEVEL
 from kafka_proto.errors import ErrorCode
 from kafka_proto.records import BinaryColumn, RecordBatchBuilder
 
@@ -69,6 +70,17 @@ __all__ = ["Accumulator", "Batch", "PartitionState", "PendingMessage", "TopicSta
            "Unplaced", "Vanished", "Removed", "Readiness", "COMPRESSION_IDS"]
 
 COMPRESSION_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def _codec_level(codec: int, level: int) -> Optional[int]:
+    """``compression.level`` as the codec takes it, as librdkafka translates it: -1 is the
+    codec's default (None), a level above the codec's highest is its highest (gzip 10-12
+    are 9: refused by zlib, they failed every batch on the I/O thread), and a codec
+    without levels (snappy, none) has none."""
+    highest = MAX_COMPRESSION_LEVEL.get(codec)
+    if level < 0 or highest is None:
+        return None
+    return min(level, highest)
 
 #: A produce_batch() column as the codec takes it: bytes or None items.
 Column = Union[List[Optional[bytes]], BinaryColumn]
@@ -158,8 +170,7 @@ class Accumulator(AccumulatorCore):
         self.message_max = config["message.max.bytes"]
         self.timeout = config["message.timeout.ms"] / 1000.0
         self.compression = COMPRESSION_IDS[config["compression.type"]]
-        level = config["compression.level"]
-        self.compression_level = None if level < 0 else level
+        self.compression_level = _codec_level(self.compression, config["compression.level"])
         self.partitioner_name = config["partitioner"]
         self.partitioner_cb = config["partitioner_cb"]
         self.sticky_ms = config["sticky.partitioning.linger.ms"]

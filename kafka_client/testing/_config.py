@@ -79,10 +79,30 @@ def _only(value: Any, why: str) -> Callable[[Any], Optional[str]]:
     return lambda v: None if v == value else f"only {value!r} is supported ({why})"
 
 
+def _within(low: int, high: int, *also: int) -> Callable[[Any], Optional[str]]:
+    extra = "".join(f" or {v}" for v in also)
+    return lambda v: None if low <= v <= high or v in also else \
+        f"must be within {low}..{high}{extra}"
+
+
+#: KIP-390: the level the leader compresses with when it writes a batch again in the
+#: topic's codec (compression.type names another than the producer's): Kafka's defaults
+#: and ranges (gzip -1 is zlib's default, 6; lz4 9 is lz4's fast mode, Kafka's
+#: fastCompressor, any other level its high compression).
+_LEVELS = [
+    ("compression.gzip.level", -1, _within(1, 9, -1)),
+    ("compression.lz4.level", 9, _within(1, 17)),
+    ("compression.zstd.level", 3, _within(-131072, 22)),
+]
+#: compression.lz4.level's default, compressed in lz4's fast mode as Kafka does
+LZ4_FAST_LEVEL = 9
+
+
 _TOPIC = [
     ConfigDef("cleanup.policy", "list", "delete", _policy, "log.cleanup.policy"),
     ConfigDef("compression.type", "str", "producer", _one_of(*COMPRESSION_TYPES),
               "compression.type"),
+    *(ConfigDef(name, "int", default, check, name) for name, default, check in _LEVELS),
     ConfigDef("delete.retention.ms", "long", _DAY_MS, _at_least(0),
               "log.cleaner.delete.retention.ms"),
     # Kafka waits this long before removing a deleted segment's files; the cluster removes
@@ -123,6 +143,7 @@ _BROKER = [
     ConfigDef("connections.max.idle.ms", "long", 600_000),
     ConfigDef("log.cleanup.policy", "list", "delete", _policy),
     ConfigDef("compression.type", "str", "producer", _one_of(*COMPRESSION_TYPES)),
+    *(ConfigDef(name, "int", default, check) for name, default, check in _LEVELS),
     ConfigDef("log.cleaner.delete.retention.ms", "long", _DAY_MS, _at_least(0)),
     ConfigDef("log.index.interval.bytes", "int", 4096, _at_least(0)),
     ConfigDef("log.segment.delete.delay.ms", "long", 60000, _at_least(0)),
@@ -282,6 +303,9 @@ class TopicSettings:
     cleanup_compact: bool
     #: compression.type: the codec the leader writes batches with (None: the producer's)
     compression: Optional[Compression]
+    #: the level it writes them with: compression.gzip/lz4/zstd.level of that codec, as
+    #: the codec takes it (None: the codec's default, or a codec without levels)
+    compression_level: Optional[int]
     delete_retention_ms: int
     index_interval_bytes: int
     max_message_bytes: int
@@ -298,10 +322,12 @@ class TopicSettings:
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> "TopicSettings":
         policy = _as_list(values["cleanup.policy"])
+        compression = COMPRESSION_TYPES[values["compression.type"]]
         return cls(
             cleanup_delete="delete" in policy,
             cleanup_compact="compact" in policy,
-            compression=COMPRESSION_TYPES[values["compression.type"]],
+            compression=compression,
+            compression_level=_codec_level(compression, values),
             delete_retention_ms=values["delete.retention.ms"],
             index_interval_bytes=values["index.interval.bytes"],
             max_message_bytes=values["max.message.bytes"],
@@ -318,6 +344,19 @@ class TopicSettings:
     @classmethod
     def defaults(cls) -> "TopicSettings":
         return cls.from_values(resolve_topic_config({}, None))
+
+
+def _codec_level(codec: Optional[Compression], values: Mapping[str, Any]) -> Optional[int]:
+    # The topic's level for its codec, as kafka_proto.compression.compress takes it.
+    if codec == Compression.GZIP:
+        level: int = values["compression.gzip.level"]
+        return None if level == -1 else level
+    if codec == Compression.LZ4:
+        level = values["compression.lz4.level"]
+        return None if level == LZ4_FAST_LEVEL else level
+    if codec == Compression.ZSTD:
+        return values["compression.zstd.level"]
+    return None
 
 
 @dataclass

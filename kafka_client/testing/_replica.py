@@ -70,11 +70,14 @@ class AppendResult(NamedTuple):
 _PAST_EVERY_OFFSET = (1 << 63) - 1
 
 
-def _recompressed(batch: RecordBatch, header: BatchHeader, codec: int) -> bytes:
+def _recompressed(batch: RecordBatch, header: BatchHeader, codec: int,
+                  level: Optional[int]) -> bytes:
     """A produced batch as Kafka's LogValidator writes it when the topic's compression.type
-    names another codec: its records in a new batch of that codec, with the producer's id,
-    epoch, base sequence, transactional flag, timestamp type and record timestamps."""
-    builder = RecordBatchBuilder(compression=codec, producer_id=header.producer_id,
+    names another codec: its records in a new batch of that codec at the topic's level
+    for it (KIP-390), with the producer's id, epoch, base sequence, transactional flag,
+    timestamp type and record timestamps."""
+    builder = RecordBatchBuilder(compression=codec, compression_level=level,
+                                 producer_id=header.producer_id,
                                  producer_epoch=header.producer_epoch,
                                  base_sequence=header.base_sequence,
                                  transactional=batch.is_transactional,
@@ -261,7 +264,8 @@ class Replica:
                                 message=f"{isr} in-sync replicas, min.insync.replicas is "
                                         f"{settings.min_insync_replicas}")
         if settings.compression is not None and batch.compression != settings.compression:
-            data = bytearray(_recompressed(batch, header, settings.compression))
+            data = bytearray(_recompressed(batch, header, settings.compression,
+                                           settings.compression_level))
             if len(data) > settings.max_message_bytes:
                 return AppendResult(ErrorCode.MESSAGE_TOO_LARGE,
                                     message=f"batch of {len(data)} bytes once compressed "

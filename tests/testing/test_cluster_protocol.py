@@ -16,6 +16,7 @@ import time
 import pytest
 
 from kafka_proto._crc import crc32c
+from kafka_proto.compression import compress, decompress
 from kafka_proto.errors import ErrorCode
 from kafka_proto.framing import encode_request
 from kafka_proto.messages import (
@@ -32,8 +33,9 @@ from kafka_proto.messages import (
     MetadataRequest,
     ProduceRequest,
 )
-from kafka_proto.records import RecordBatchBuilder, read_batches
+from kafka_proto.records import BATCH_HEADER_SIZE, Compression, RecordBatchBuilder, read_batches
 
+from kafka_client import KafkaException
 from kafka_client.admin import (
     AclOperation,
     AdminClient,
@@ -479,6 +481,101 @@ def test_a_topic_compression_type_writes_batches_with_its_codec(cluster):
     records = [(i, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)], stamp - 10 * i)
                for i in range(3)]
     assert stored == {"gzip": (1, records), "producer": (3, records)}
+
+
+def _stored_batch(cluster, topic, records):
+    """``records`` produced to partition 0 of ``topic`` and fetched back: the batch the
+    leader stored."""
+    with RawClient(cluster.address(cluster.leader(topic, 0))) as c:
+        resp = c.request(produce_request(topic, records), 9)
+        assert resp.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        fetched = c.request(FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 22,
+            topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                FetchRequest.FetchPartition(partition=0, fetch_offset=0,
+                                            partition_max_bytes=1 << 22)])]), 4)
+    return bytes(fetched.responses[0].partitions[0].records)
+
+
+@pytest.mark.parametrize("codec, levels", [
+    # compression.<codec>.level -> the level the codec is given (None: its default)
+    ("gzip", {None: None, 1: 1, 9: 9}),
+    ("lz4", {None: None, 9: None, 17: 17}),     # Kafka's default 9: lz4's fast mode
+    ("zstd", {None: 3, -5: -5, 1: 1, 19: 19}),
+])
+def test_a_topic_recompresses_at_its_compression_level(cluster, codec, levels):
+    """KIP-390: a batch the leader writes again in the topic's codec (the producer's is
+    another) is compressed at compression.<codec>.level; the cluster used the codec's
+    default whatever the topic said. The stored payload is the codec's output at that
+    level, and a higher level stores fewer bytes of compressible records."""
+    codec_id = int(getattr(Compression, codec.upper()))
+    sent = RecordBatchBuilder()
+    for i in range(50):
+        sent.append(b"record %d: " % i + b"a compressible value, said again. " * 12,
+                    key=b"k%d" % i, timestamp=1_700_000_000_000 + i)
+    sent = sent.build()
+    sizes = {}
+    for level, given in levels.items():
+        topic = f"level-{codec}-{'default' if level is None else level}"
+        config = {"compression.type": codec}
+        if level is not None:
+            config[f"compression.{codec}.level"] = str(level)
+        cluster.create_topic(topic, partitions=1, replication_factor=1, config=config)
+        stored = _stored_batch(cluster, topic, sent)
+        (b,) = list(read_batches(stored))
+        assert int(b.compression) == codec_id
+        assert [r.value for r in b] == [r.value for r in next(read_batches(sent))]
+        payload = stored[BATCH_HEADER_SIZE:]
+        assert payload == compress(codec_id, decompress(codec_id, payload), given)
+        sizes[level] = len(payload)
+    assert sizes[max(k for k in levels if k is not None)] < sizes[1 if codec != "lz4" else 9]
+
+
+def test_compression_levels_are_validated_and_described_as_kafka(cluster):
+    """compression.gzip.level (-1, or 1..9), compression.lz4.level (1..17, default 9),
+    compression.zstd.level (-131072..22, default 3): refused out of range with
+    INVALID_CONFIG by CreateTopics and IncrementalAlterConfigs, described with their
+    defaults; the cluster refused the names as unknown."""
+    Topic, Config = CreateTopicsRequest.CreatableTopic, \
+        CreateTopicsRequest.CreatableTopicConfig
+    cases = {"lvl-gzip-0": ("compression.gzip.level", "0"),
+             "lvl-gzip-10": ("compression.gzip.level", "10"),
+             "lvl-lz4-0": ("compression.lz4.level", "0"),
+             "lvl-lz4-18": ("compression.lz4.level", "18"),
+             "lvl-zstd-23": ("compression.zstd.level", "23"),
+             "lvl-zstd-low": ("compression.zstd.level", "-131073"),
+             "lvl-ok": ("compression.zstd.level", "-131072")}
+    with RawClient(cluster.address(1)) as c:
+        resp = c.request(CreateTopicsRequest(timeout_ms=5000, topics=[
+            Topic(name=name, num_partitions=1, replication_factor=1,
+                  configs=[Config(name=k, value=v)]) for name, (k, v) in cases.items()]), 7)
+    errors = {t.name: t.error_code for t in resp.topics}
+    assert errors == {name: ErrorCode.NONE if name == "lvl-ok" else ErrorCode.INVALID_CONFIG
+                      for name in cases}
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    resource = ConfigResource(ResourceType.TOPIC, "lvl-ok")
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert {k: (described[k].value, described[k].is_default) for k in (
+        "compression.gzip.level", "compression.lz4.level", "compression.zstd.level")} == {
+        "compression.gzip.level": ("-1", True), "compression.lz4.level": ("9", True),
+        "compression.zstd.level": ("-131072", False)}
+    broker = ConfigResource(ResourceType.BROKER, "1")   # the topics' defaults
+    shown = admin.describe_configs([broker])[broker].result(30)
+    assert [shown[f"compression.{codec}.level"].value for codec in ("gzip", "lz4", "zstd")] \
+        == ["-1", "9", "3"]
+    for value, accepted in (("17", True), ("18", False), ("1", True)):
+        resource = ConfigResource(ResourceType.TOPIC, "lvl-ok", incremental_configs=[
+            ConfigEntry("compression.lz4.level", value,
+                        incremental_operation=AlterConfigOpType.SET)])
+        future = admin.incremental_alter_configs([resource])[resource]
+        if accepted:
+            assert future.result(30) is None
+        else:
+            with pytest.raises(KafkaException) as info:
+                future.result(30)
+            assert info.value.args[0].code() == ErrorCode.INVALID_CONFIG
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert described["compression.lz4.level"].value == "1"
 
 
 def test_subtracting_the_last_cleanup_policy_leaves_it_empty(cluster):

@@ -35,7 +35,7 @@ from kafka_proto.messages import (
 )
 from kafka_proto.records import BATCH_HEADER_SIZE, Compression, RecordBatchBuilder, read_batches
 
-from kafka_client import KafkaException
+from kafka_client import KafkaException, Producer
 from kafka_client.admin import (
     AclOperation,
     AdminClient,
@@ -529,6 +529,42 @@ def test_a_topic_recompresses_at_its_compression_level(cluster, codec, levels):
         assert payload == compress(codec_id, decompress(codec_id, payload), given)
         sizes[level] = len(payload)
     assert sizes[max(k for k in levels if k is not None)] < sizes[1 if codec != "lz4" else 9]
+
+
+@pytest.mark.parametrize("codec, levels", [
+    # compression.level -> the level on the wire, as librdkafka translates it
+    ("gzip", {-1: None, 1: 1, 12: 9}), ("lz4", {-1: None, 3: 3, 12: 12}),
+    ("zstd", {-1: None, 1: 1, 12: 12})])
+def test_the_producers_compression_level_is_on_the_wire(cluster, codec, levels):
+    """Our producer's compression.level in the batch the broker stored (the topic keeps
+    the producer's codec): the payload is the codec's output at the level librdkafka
+    would use, and a higher level sends fewer bytes of compressible records."""
+    codec_id = int(getattr(Compression, codec.upper()))
+    topic = f"producer-level-{codec}"
+    cluster.create_topic(topic, partitions=1, replication_factor=1)
+    sizes = {}
+    for n, (level, given) in enumerate(levels.items()):
+        with Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                       "compression.type": codec, "compression.level": level,
+                       "linger.ms": 60_000, "batch.num.messages": 10_000}) as p:
+            for i in range(50):
+                p.produce(topic, b"record %d: " % i + b"compressible, said again. " * 12,
+                          partition=0)
+            assert p.flush(30) == 0
+        with RawClient(cluster.address(cluster.leader(topic, 0))) as c:
+            fetched = c.request(FetchRequest(
+                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 22,
+                topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                    FetchRequest.FetchPartition(partition=0, fetch_offset=50 * n,
+                                                partition_max_bytes=1 << 22)])]), 4)
+        data = bytes(fetched.responses[0].partitions[0].records)
+        (b,) = list(read_batches(data))   # all 50 in one batch, as sent
+        assert (int(b.compression), b.base_offset, len(list(b))) == (codec_id, 50 * n, 50)
+        payload = data[BATCH_HEADER_SIZE:]
+        assert payload == compress(codec_id, decompress(codec_id, payload), given)
+        sizes[level] = len(payload)
+    low, high = sorted(sizes)[1:]
+    assert sizes[high] < sizes[low]
 
 
 def test_compression_levels_are_validated_and_described_as_kafka(cluster):

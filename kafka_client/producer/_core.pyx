@@ -732,7 +732,8 @@ cdef object _message_bytes(obj, str what, Py_ssize_t i):
 
 
 cdef object _queue_full():
-    return KafkaError(KafkaError._QUEUE_FULL, "Local: Queue full")
+    # produce_batch()'s per-message error, in confluent-kafka's words
+    return KafkaError(KafkaError._QUEUE_FULL, "Message failed: Local: Queue full")
 
 
 def check_timestamp(timestamp):

@@ -147,6 +147,22 @@ def test_produce_batch_takes_dict_and_list_subclasses_as_confluent(producers):
     assert len(ours) == 2
 
 
+def test_produce_batch_reports_a_full_queue_in_each_message_as_confluent():
+    got = {}
+    for cls in (Producer, ck.Producer):
+        p = cls({"bootstrap.servers": NOWHERE, "queue.buffering.max.messages": 2,
+                 **({"log_level": 0} if cls is ck.Producer else {})})
+        messages = [{"value": b"%d" % i} for i in range(4)]
+        assert p.produce_batch("t", messages) == 2
+        got[cls] = [m.get("_error") and (m["_error"].code(), m["_error"].str())
+                    for m in messages]
+        p.purge()
+        if cls is Producer:
+            p.close(0)
+    assert got[Producer] == got[ck.Producer] == [None, None] + [
+        (KafkaError._QUEUE_FULL, "Message failed: Local: Queue full")] * 2
+
+
 def test_produce_batch_callback_wins_over_on_delivery_as_in_confluent():
     seen = {}
     for name, cls in (("ours", Producer), ("theirs", ck.Producer)):

@@ -544,13 +544,16 @@ def test_the_producers_compression_level_is_on_the_wire(cluster, codec, levels):
     cluster.create_topic(topic, partitions=1, replication_factor=1)
     sizes = {}
     for n, (level, given) in enumerate(levels.items()):
-        with Producer({"bootstrap.servers": cluster.bootstrap_servers,
-                       "compression.type": codec, "compression.level": level,
-                       "linger.ms": 60_000, "batch.num.messages": 10_000}) as p:
+        p = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                      "compression.type": codec, "compression.level": level,
+                      "linger.ms": 60_000, "batch.num.messages": 10_000})
+        try:
             for i in range(50):
                 p.produce(topic, b"record %d: " % i + b"compressible, said again. " * 12,
                           partition=0)
             assert p.flush(30) == 0
+        finally:
+            p.close(5)   # bounded: a batch that cannot be built is never delivered
         with RawClient(cluster.address(cluster.leader(topic, 0))) as c:
             fetched = c.request(FetchRequest(
                 replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 22,

@@ -11,6 +11,7 @@ import os
 import shutil
 
 import pytest
+from conftest import SPARK_SUBMIT_ARGS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -38,14 +39,15 @@ def test_guarantees_hold_under_cluster_faults(run_child, mode, options):
 
 
 def run_soak(run_child, *args: str):
-    """tools/soak.py with ``args`` in a child; its output lines."""
+    """tools/soak.py with ``args`` in a child; its output lines. A spark run's driver
+    JVM starts as the suite's Spark sessions do (conftest.SPARK_SUBMIT_ARGS)."""
     done = run_child(f"""
         import sys
         sys.argv = ["soak.py"] + {list(args)!r}
         sys.path.insert(0, "tools")
         import soak
         sys.exit(soak.main())
-    """, timeout=360)
+    """, timeout=360, PYSPARK_SUBMIT_ARGS=SPARK_SUBMIT_ARGS)
     # On failure the whole timeline (faults, notes, checks), not only the checks: a
     # processor fenced once in a loaded suite run, and its checks alone could not say why.
     assert done.returncode == 0, done.stdout[-12000:] + "\n" + done.stderr[-3000:]
@@ -98,37 +100,6 @@ def test_a_read_committed_group_reads_the_transactions_output_while_it_is_writte
     aborted = [line for line in lines if "aborted transactions by error:" in line]
     assert aborted and "'on purpose'" in aborted[0], aborted
     assert any("ok: the downstream group read no aborted record" in line for line in lines)
-
-
-def test_a_file_sink_that_never_wrote_reads_as_no_rows(run_child, tmp_path):
-    # seed 119: both queries failed before their first batch; reading the sink's files
-    # without a schema ended the run in a traceback (UNABLE_TO_INFER_SCHEMA) before the
-    # checks that count the records missing.
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java 17+ (no java on PATH, no JAVA_HOME)")
-    done = run_child(f"""
-        import os, sys
-        sys.path.insert(0, "tools")
-        import soak
-        from pyspark.sql import SparkSession
-        spark = (SparkSession.builder.master("local[1]").appName("soak-sink")
-                 .config("spark.ui.enabled", "false").getOrCreate())
-        base = {str(tmp_path)!r}
-        started = os.path.join(base, "started")   # the sink's log made, no batch written
-        os.makedirs(os.path.join(started, "_spark_metadata"))
-        written = os.path.join(base, "written")
-        spark.createDataFrame([(1, 7, b"x")], soak.FILE_SINK_SCHEMA).write.parquet(written)
-        print("never", soak.read_file_sink(spark, os.path.join(base, "never")))
-        print("started", soak.read_file_sink(spark, started))
-        print("written", [(r.partition, r.offset, bytes(r.value))
-                          for r in soak.read_file_sink(spark, written)])
-        spark.stop()
-    """, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = [line for line in done.stdout.splitlines()
-             if line.split(" ")[0] in ("never", "started", "written")]
-    assert lines == ["never []", "started []", "written [(1, 7, b'x')]"]
 
 
 def test_a_partition_never_written_needs_no_committed_offset(run_child):

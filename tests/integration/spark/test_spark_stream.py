@@ -1,12 +1,16 @@
 """The kafka_native Spark data source, streaming queries, on a local Spark (``local[2]``)
 and the Tansu fixture: restart from a checkpoint without loss or duplicates,
 maxOffsetsPerTrigger, partitions that appear while the query runs, offsets committed to a
-group, and a streaming write from a rate source; and the examples of docs/spark.md (here to
-share this module's Spark session, which takes seconds to start)."""
+group, and a streaming write from a rate source; and the examples of docs/spark.md and
+tools/soak.py's reading of its file sink (here to share this module's Spark session, which
+takes seconds to start)."""
 from __future__ import annotations
 
+import importlib.util
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -459,3 +463,24 @@ def test_the_guide_examples(spark, doc_python_blocks, tmp_path, capsys):
             assert sum(p.high_watermark for p in copied) == 10
         finally:
             query.stop()
+
+
+def test_a_soak_file_sink_that_never_wrote_reads_as_no_rows(spark, tmp_path):
+    """tools/soak.py's reading of its spark mode's file sink, on this module's session
+    (a Spark session of its own costs a JVM's start). Soak seed 119: both queries failed
+    before their first batch; reading the sink's files without a schema ended the run in
+    a traceback (UNABLE_TO_INFER_SCHEMA) before the checks that count the records
+    missing."""
+    spec = importlib.util.spec_from_file_location(
+        "_tool_soak", Path(__file__).resolve().parents[3] / "tools" / "soak.py")
+    soak = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = soak     # dataclasses look their module up there
+    spec.loader.exec_module(soak)
+    started = tmp_path / "started"    # the sink's log made, no batch written
+    (started / "_spark_metadata").mkdir(parents=True)
+    written = str(tmp_path / "written")
+    spark.createDataFrame([(1, 7, b"x")], soak.FILE_SINK_SCHEMA).write.parquet(written)
+    assert soak.read_file_sink(spark, str(tmp_path / "never")) == []
+    assert soak.read_file_sink(spark, str(started)) == []
+    assert [(r.partition, r.offset, bytes(r.value))
+            for r in soak.read_file_sink(spark, written)] == [(1, 7, b"x")]

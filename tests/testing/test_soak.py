@@ -158,3 +158,72 @@ def test_a_slow_brokers_latency_ends_while_the_chaos_waits(run_child):
     lines = done.stdout.splitlines()
     assert lines[-1] == "True None 2", lines   # set, then back to 0 on its own
     assert " s for " in lines[0], lines
+
+
+def test_a_share_group_acknowledging_from_worker_threads_under_cluster_faults(run_child):
+    # share --explicit --threads 2: three share consumers of one share group, each polling
+    # on one thread while a worker acknowledges its records, ACCEPT, RELEASE and REJECT
+    # mixed; the run checks every record handed out, the share-partition start offsets at
+    # the high watermarks, and no record delivered again after its ACCEPT or REJECT was
+    # reported applied.
+    lines = run_soak(run_child, "share", "--seed", "11", "--seconds", "10", "--messages",
+                     "5000", "--explicit", "--threads", "2")
+    assert any("ok: no record delivered again after its ACCEPT or REJECT" in line
+               for line in lines)
+    answered = [line for line in lines if "acknowledgements answered, by kind" in line]
+    assert answered, lines[-20:]
+    for kind in ("ACCEPT", "RELEASE", "REJECT"):
+        assert f"('{kind}', 'applied')" in answered[0], answered
+
+
+def test_the_share_checks_find_a_record_delivered_after_its_accept_was_applied(run_child):
+    # check_share() on made-up runs: an ACCEPT reported applied, then the record handed out
+    # with a higher delivery count (to anyone) fails; so does an answer that settled the
+    # member's next acquisition, not handed out yet, when that one is handed out later.
+    # An answer coming after the member's next delivery of the record is taken as that
+    # one's when the record does not come again (the answer names offsets, not deliveries).
+    done = run_child("""
+        import struct, sys
+        sys.path.insert(0, "tools")
+        import soak
+        from kafka_client import Message
+
+        records = [Message("t", 0, o, None, struct.pack(">Q", 100 + o)) for o in range(2)]
+        marks = {0: 2}
+        state = [{"partition": 0, "start_offset": 2, "records": []}]
+
+        def run(got, answers):
+            check = soak.Checks()
+            soak.check_share(check, records, got, answers, state, marks)
+            return [f for f in check.failed if "delivered again" in f] != []
+
+        def given(member, offset, count, at):
+            return soak.Delivery(member, 0, offset, 100 + offset, count, at)
+
+        def answer(member, offset, count, at, kind="ACCEPT", pending=None):
+            return soak.AckOutcome(member, 0, offset, count, kind, None, at,
+                                   pending or (kind,))
+
+        base = [given("a", 1, 1, 1.0)]
+        ok = [answer("a", 1, 1, 1.5)]
+        print("clean", run(base + [given("a", 0, 1, 1.0)], ok + [answer("a", 0, 1, 1.5)]))
+        print("again", run(base + [given("a", 0, 1, 1.0), given("b", 0, 2, 2.0)],
+                           ok + [answer("a", 0, 1, 1.5)]))
+        print("unseen", run(base + [given("a", 0, 1, 1.0), given("a", 0, 2, 2.0)],
+                            ok + [answer("a", 0, 1, 1.5)]))
+        print("newer", run(base + [given("a", 0, 1, 1.0), given("a", 0, 2, 1.2)],
+                           ok + [answer("a", 0, 1, 1.5)]))
+        print("released", run(base + [given("a", 0, 1, 1.0), given("b", 0, 2, 2.0)],
+                              ok + [answer("a", 0, 1, 1.5, "RELEASE")]))
+        # a's ACCEPT of delivery 1 and RELEASE of delivery 2 both pending: the answer
+        # applied may be the RELEASE's (answered first), and b's delivery 3 is no fault
+        print("either", run(base + [given("a", 0, 1, 1.0), given("a", 0, 2, 1.2),
+                                    given("b", 0, 3, 2.0)],
+                            ok + [answer("a", 0, 1, 1.5, "ACCEPT", ("ACCEPT", "RELEASE"))]))
+    """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = dict(line.split() for line in done.stdout.splitlines()
+                 if line.split()[0] in ("clean", "again", "unseen", "newer", "released",
+                                        "either"))
+    assert found == {"clean": "False", "again": "True", "unseen": "True", "newer": "False",
+                     "released": "False", "either": "False"}, done.stdout[-3000:]

@@ -233,6 +233,16 @@ class ShareMember:
                 left()
             self.io.wake()
 
+        def answered(resp: Any, conn: Any) -> Optional[KafkaError]:
+            code = broker_code(resp.error_code)
+            if code in COORDINATOR_MOVED:
+                # The old coordinator's refusal: the leave goes to the new one. Taken as
+                # done, it left the member in the group, holding its partitions (no other
+                # member fetched them) until its session expired.
+                return broker_error(code, resp.error_message, "ShareGroupHeartbeat (leave)")
+            finished()
+            return None
+
         self.runner.submit(Call("ShareGroupHeartbeat", ApiKey.SHARE_GROUP_HEARTBEAT,
                                 self._target, time.monotonic() + self.request_timeout,
-                                lambda v: req, lambda resp, conn: finished(), finished))
+                                lambda v: req, answered, finished))

@@ -2068,10 +2068,16 @@ def note_share_fetches(cluster: Cluster, topic: str, partitions: Set[int],
                        and ([topic, p] in e.details.get("session_partitions", [])
                             or e.api == "ShareGroupHeartbeat")))]
         clients = {e.client_id for e in holding if e.api == "ShareFetch"}
+        beats = cluster.request_log(api="ShareGroupHeartbeat")
         note("share: the leaves (ShareGroupHeartbeat epoch -1) of the run:", [
             (round(e.time - shift, 2), e.client_id, e.broker, e.errors)
-            for e in cluster.request_log(api="ShareGroupHeartbeat")
-            if e.details.get("member_epoch") == -1])
+            for e in beats if e.details.get("member_epoch") == -1])
+        left = {e.client_id for e in beats if e.details.get("member_epoch") == -1}
+        for e in beats[-400:]:   # the last heartbeats of the members that never left
+            if e.client_id not in left and e.client_id not in clients:
+                note(f"  at {e.time - shift:7.2f} broker {e.broker} {e.client_id} heartbeat "
+                     f"epoch {e.details.get('member_epoch')} errors {e.errors} "
+                     f"{e.details.get('assigned', '')}")
         for e in holding:
             if e.client_id not in clients:
                 continue

@@ -80,6 +80,9 @@ class ShareMember:
         #: left for not polling within max.poll.interval.ms; joins again at the next poll
         self.poll_exceeded = False
         self._leaving: Optional[Callable[[], None]] = None
+        #: a join went out since the member last left or was fenced: the coordinator may
+        #: have the member (and give it partitions) before its answer comes, if it comes
+        self._join_sent = False
         self._target = Coordinator(CoordinatorType.GROUP, self.group_id)
 
     @property
@@ -140,6 +143,7 @@ class ShareMember:
 
     def _send(self, now: float) -> None:
         joining = not self.joined
+        self._join_sent = self._join_sent or joining
         topics = self.topics
         changed = joining or topics != self._sent_topics
         req = ShareGroupHeartbeatRequest(
@@ -166,6 +170,7 @@ class ShareMember:
             self.log.debug("share group %s: heartbeat failed: %s", self.group_id,
                            error.str())
             if error.code() == KafkaError._UNSUPPORTED_FEATURE and self.topics is not None:
+                self._join_sent = False    # never sent: no member to leave
                 # A broker without share groups (Kafka before 4.1, Tansu, noida-db): told
                 # once, and the member stops (subscribe() again tries again).
                 self.topics = None
@@ -186,10 +191,13 @@ class ShareMember:
                           self.group_id, self.member_id, KafkaError(code).name())
             self.epoch = int(MemberEpoch.JOIN)
             self._sent_topics = None
+            self._join_sent = False    # the coordinator no longer has it
             self._soon = True
             self.on_assignment(ShareAssignment({}))
             return
         if code != ErrorCode.NONE:
+            if not self.joined:
+                self._join_sent = False    # a join refused: no member to leave
             error = broker_error(code, resp.error_message,
                                  f"ShareGroupHeartbeat of group {self.group_id!r}")
             if not error.retriable():
@@ -217,9 +225,11 @@ class ShareMember:
         again), else the member stays out."""
         if not rejoin:
             self.topics = None
-        if not self.joined:
+        if not self.joined and not self._join_sent:
             done()
             return
+        # (also while a join's answer is awaited: the coordinator may have the member)
+        self._join_sent = False
         self._leaving = done
         req = ShareGroupHeartbeatRequest(group_id=self.group_id, member_id=self.member_id,
                                          member_epoch=int(MemberEpoch.LEAVE))

@@ -463,6 +463,29 @@ def test_a_leave_the_old_coordinator_refuses_goes_to_the_new_one(cluster, topic)
     assert admin.describe_share_groups([topic])[topic].result(30).members == []
 
 
+def test_a_member_closed_while_its_join_is_answered_leaves(cluster, topic, run_child):
+    """A member closed while the answer to its join is on its way (the coordinator's
+    answers 2 s late) still leaves: the coordinator has it, with its share of the
+    partitions, from the join on. Without a leave it stayed in the group, its partitions
+    read by nobody, until its session expired (45 s by default)."""
+    from kafka_client.admin import AdminClient
+
+    cluster.set_latency(2.0, apis=["ShareGroupHeartbeat"])
+    try:
+        out = run(run_child, cluster, topic, """
+c = consumer()
+c.poll(1.0)                 # the join goes out; its answer comes after the close
+joined = assigned(c)
+c.close()                   # waits up to 3 s for the leave
+print(json.dumps({"joined": joined}))
+""")
+    finally:
+        cluster.set_latency(0, apis=["ShareGroupHeartbeat"])
+    assert out == {"joined": False}
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    assert admin.describe_share_groups([topic])[topic].result(30).members == []
+
+
 def test_lost_share_sessions_lose_no_record(cluster, topic):
     """The brokers forget the member's share sessions (the next ShareFetches answered
     SHARE_SESSION_NOT_FOUND): the member opens new ones and resends what the refused

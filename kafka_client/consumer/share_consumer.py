@@ -310,7 +310,7 @@ class ShareConsumer(ClientBase):
                     gaps.extend(_holes(at, off - 1, decoded_to))
                 at = off + 1
         if gaps:
-            self._gaps.append(AckBatch(chunk.node, chunk.part.key, gaps))
+            self._gaps.append(AckBatch(chunk.node, chunk.part.key, gaps, reported=False))
         return kept
 
     # -- subscription --------------------------------------------------------------------
@@ -705,11 +705,12 @@ class ShareConsumer(ClientBase):
         out: List[AckBatch] = []
         for node, msg in self._backlog:
             out.append(AckBatch(node, (msg._topic, msg._partition), [
-                AckRange(msg._offset, msg._offset, WireAckType.RELEASE)]))
+                AckRange(msg._offset, msg._offset, WireAckType.RELEASE)], reported=False))
         self._backlog = []
         for chunk in self._fetcher.take_all_chunks():
             out.append(AckBatch(chunk.node, chunk.part.key, [
-                AckRange(f, last, WireAckType.RELEASE) for f, last, _n in chunk.acquired]))
+                AckRange(f, last, WireAckType.RELEASE) for f, last, _n in chunk.acquired],
+                reported=False))
         return out
 
     def _on_shutdown(self) -> Callable[[], None]:

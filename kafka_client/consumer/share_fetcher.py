@@ -127,6 +127,12 @@ class AckBatch:
     waiter: Optional[CommitWaiter] = None
     #: (monotonic) refused whole, sent again until then; None: not refused yet
     retry_until: Optional[float] = None
+    #: the application's (its records' acknowledgements) and reported to its
+    #: acknowledgement commit callback; False: the client's own, for records it never
+    #: handed out (released at close, or acquired as it closed; unread past a gap):
+    #: reported, their offsets read as answers to the application's acknowledgements of
+    #: earlier deliveries of those records
+    reported: bool = True
 
     def offsets(self) -> Set[int]:
         """Every record offset acknowledged (GAP ranges are not records)."""
@@ -466,11 +472,12 @@ class ShareFetcher:
                 (drop if o in gone else keep).append(AckRange(o, o, r.kind))
         for r in drop:
             gone.discard(r.first)
-        lost = AckBatch(batch.node, batch.key, drop, batch.waiter)
+        lost = AckBatch(batch.node, batch.key, drop, batch.waiter, reported=batch.reported)
         with self.lock:
             i = next(i for i, b in enumerate(self.acks) if b is batch)
             if keep:
-                rest = AckBatch(batch.node, batch.key, keep, None, batch.retry_until)
+                rest = AckBatch(batch.node, batch.key, keep, None, batch.retry_until,
+                                batch.reported)
                 self.acks[i] = rest
             else:
                 del self.acks[i]
@@ -749,7 +756,7 @@ class ShareFetcher:
                     # are handed out still: they are this member's until acknowledged.)
                     release.append(AckBatch(node, key, [
                         AckRange(f, last, AcknowledgeType.RELEASE)
-                        for f, last, _n in acquired]))
+                        for f, last, _n in acquired], reported=False))
                     continue
                 batches = self._batches(key, pd.records)
                 if batches is None:
@@ -812,9 +819,11 @@ class ShareFetcher:
             return
         offsets: Dict[Key, Set[int]] = {}
         for batch in acks:
-            offsets.setdefault(batch.key, set()).update(batch.offsets())
+            if batch.reported:
+                offsets.setdefault(batch.key, set()).update(batch.offsets())
             if batch.waiter is not None:
                 batch.waiter.settle(batch.key, error)
-        with self.lock:
-            self.outcomes.append(AckOutcome(offsets, error))
+        if offsets:
+            with self.lock:
+                self.outcomes.append(AckOutcome(offsets, error))
         self.wake_app()

@@ -488,6 +488,44 @@ print(json.dumps({"joined": joined}))
     assert admin.describe_share_groups([topic])[topic].result(30).members == [], out
 
 
+def test_the_callback_reports_only_the_applications_acknowledgements(cluster, topic,
+                                                                    run_child):
+    """close() releases what the consumer fetched and never handed out; the
+    acknowledgement commit callback reports the application's acknowledgements only.
+    Reported too, a released record's offset read as the answer to the application's
+    acknowledgement of an earlier delivery of it: tools/soak.py share (seed 11 on a loaded
+    machine) took an ACCEPT never sent (its leader had moved) as applied, as the callback
+    said so, and the record came again."""
+    produce_here(cluster, topic, 30)
+    out = run(run_child, cluster, topic, """
+c = consumer(**{"share.acknowledgement.mode": "explicit", "max.poll.records": 5})
+reported = []
+c.set_acknowledgement_commit_callback(lambda offsets, exc: reported.extend(
+    [tp.partition, o, exc is None] for tp, offs in offsets.items() for o in offs))
+msgs = []
+deadline = time.monotonic() + 30
+while not msgs and time.monotonic() < deadline:
+    msgs = list(c.poll(0.5))
+for m in msgs:
+    c.acknowledge(m)                    # ACCEPT
+# the next records are fetched meanwhile, and held, never handed out
+deadline = time.monotonic() + 30
+while not c._fetcher.chunks and time.monotonic() < deadline:
+    time.sleep(0.05)
+held = sorted([ch.part.key[1], o] for ch in c._fetcher.chunks
+              for first, last, _n in ch.acquired for o in range(first, last + 1))
+c.close()                               # the 5 accepted, the held ones released
+print(json.dumps({"handed": sorted([m.partition(), m.offset()] for m in msgs),
+                  "held": held, "reported": sorted(reported)}))
+""")
+    assert out["handed"] and out["held"], out
+    assert out["reported"] == [[p, o, True] for p, o in out["handed"]], out
+    # the released ones went back to the group: available, each delivered once so far
+    released = {(p, o) for p, o in map(tuple, out["held"])}
+    in_flight = states(cluster, topic)
+    assert all(in_flight[place] == ("available", 1) for place in released), in_flight
+
+
 def test_lost_share_sessions_lose_no_record(cluster, topic):
     """The brokers forget the member's share sessions (the next ShareFetches answered
     SHARE_SESSION_NOT_FOUND): the member opens new ones and resends what the refused

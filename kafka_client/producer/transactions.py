@@ -321,7 +321,7 @@ class TransactionManager:
                 error = self._require(call.name)
             if error is None and valid:
                 self._expect_result(call)
-                self.io.call_soon(self._add_offsets, valid, group_metadata, deadline)
+                self.io.call_soon(self._add_offsets, valid, group_metadata, deadline, call)
                 error = self._wait(call, deadline + 1.0)  # the I/O side enforces the deadline
                 # Until a call succeeds, the transaction may not commit: its output would
                 # be committed without its input's offsets (read again after a restart).
@@ -556,11 +556,14 @@ class TransactionManager:
         call.done.clear()
         call.error = None
 
-    def _set_result(self, error: Optional[KafkaError]) -> None:
-        """I/O thread: the result of the current API call's background part."""
+    def _set_result(self, error: Optional[KafkaError],
+                    asker: Optional[_ApiCall] = None) -> None:
+        """I/O thread: the result of the current API call's background part; with
+        ``asker``, only while that call is the current one (an answer it no longer
+        waits for is not the outcome of the call made since)."""
         with self.lock:
             call = self._api
-            if call is None:
+            if call is None or (asker is not None and call is not asker):
                 return  # nobody asked any more (the call gave up)
             if call.error is None or (error is not None and error.fatal()):
                 call.error = error
@@ -918,42 +921,55 @@ class TransactionManager:
                              max_version=_ADD_PARTITIONS_MAX_VERSION)
 
     def _add_offsets(self, offsets: List[TopicPartition], group: Any,
-                     deadline: float) -> None:
-        """send_offsets_to_transaction's I/O part, step 1: AddOffsetsToTxn."""
+                     deadline: float, asker: _ApiCall) -> None:
+        """send_offsets_to_transaction's I/O part, step 1: AddOffsetsToTxn. Its requests
+        belong to this transaction and their outcome to the call ``asker``: a
+        transaction over (aborted while they waited for a coordinator) sends no more of
+        them, and their late answers are nobody's (a TxnOffsetCommit of an aborted
+        transaction went out after its EndTxn, and its answer completed the next
+        transaction's send_offsets_to_transaction() before that call's own requests)."""
         if self.state != TxnState.IN_TRANSACTION:
-            self._set_result(self._state_error("send_offsets_to_transaction"))
+            self._set_result(self._state_error("send_offsets_to_transaction"), asker)
             return
         idem = self.idem
         knew = self._offsets_seen   # counts once an attempt goes out (see _register)
+        number = self._txn_number
 
         def build(version: int) -> Any:
+            self._refuse_if_over(number)
             self._offsets_seen = True   # each attempt may be seen
             return AddOffsetsToTxnRequest(transactional_id=self.transactional_id,
                                           producer_id=idem.producer_id,
                                           producer_epoch=idem.epoch, group_id=group.group_id)
 
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
+            if number != self._txn_number:
+                return None             # that transaction is over
             code = broker_code(resp.error_code)
             if code == ErrorCode.NONE:
-                self._txn_offset_commit(offsets, group, deadline)
+                self._txn_offset_commit(offsets, group, deadline, asker, number)
                 return None
             self._offsets_seen = knew   # refused: nothing added (see above)
             return self._failed_in_transaction(code, "AddOffsetsToTxn",
-                                               "Failed to add offsets to the transaction")
+                                               "Failed to add offsets to the transaction",
+                                               asker)
 
         self._to_coordinator(CoordinatorType.TRANSACTION, self.transactional_id,
                              "AddOffsetsToTxn", ApiKey.ADD_OFFSETS_TO_TXN, build, answer,
-                             self._set_result_retriable, deadline)
+                             lambda error: self._set_result_retriable(error, asker),
+                             deadline)
 
     def _txn_offset_commit(self, offsets: List[TopicPartition], group: Any,
-                           deadline: float) -> None:
-        """Step 2: TxnOffsetCommit to the group coordinator, with the group metadata."""
+                           deadline: float, asker: _ApiCall, number: int) -> None:
+        """Step 2: TxnOffsetCommit to the group coordinator, with the group metadata
+        (for transaction ``number`` and the call ``asker``, see _add_offsets)."""
         idem = self.idem
         by_topic: Dict[str, List[TopicPartition]] = {}
         for tp in offsets:
             by_topic.setdefault(tp.topic, []).append(tp)
 
         def build(version: int) -> Any:
+            self._refuse_if_over(number)
             R = TxnOffsetCommitRequest
             topics = [R.TxnOffsetCommitRequestTopic(name=t, partitions=[
                 R.TxnOffsetCommitRequestPartition(
@@ -972,6 +988,8 @@ class TransactionManager:
             return req
 
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
+            if number != self._txn_number:
+                return None             # that transaction is over
             codes = {(t.name, p.partition_index): broker_code(p.error_code)
                      for t in resp.topics or () for p in t.partitions or ()}
             failed = []
@@ -981,18 +999,27 @@ class TransactionManager:
                 if code:
                     failed.append((tp.topic, tp.partition, code))
             if not failed:
-                self._set_result(None)
+                self._set_result(None, asker)
                 return None
             what = ", ".join(f"{t}[{i}]: {client_error(c).name()}" for t, i, c in failed[:5])
             return self._failed_in_transaction(
                 _worst({c for _, _, c in failed}), "TxnOffsetCommit",
-                f"Failed to commit offsets to the transaction ({what})")
+                f"Failed to commit offsets to the transaction ({what})", asker)
 
         self._to_coordinator(CoordinatorType.GROUP, group.group_id, "TxnOffsetCommit",
                              ApiKey.TXN_OFFSET_COMMIT, build, answer,
-                             self._set_result_retriable, deadline)
+                             lambda error: self._set_result_retriable(error, asker),
+                             deadline)
 
-    def _failed_in_transaction(self, code: int, what: str, text: str) -> Optional[KafkaError]:
+    def _refuse_if_over(self, number: int) -> None:
+        """In a request's build(): transaction ``number`` is over, or being aborted or
+        failed: raise CallError, the request is not sent (see _register_partitions)."""
+        if number != self._txn_number or self.state not in (
+                TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
+            raise CallError(KafkaError(KafkaError._STATE, "the transaction is over"))
+
+    def _failed_in_transaction(self, code: int, what: str, text: str,
+                               asker: _ApiCall) -> Optional[KafkaError]:
         """An offsets request's error: retry (returned), fatal, or abortable."""
         if code in _COORDINATOR_MOVED or code in _RETRY:
             return client_error(code, f"{what}: {client_error(code).name()}")
@@ -1002,7 +1029,7 @@ class TransactionManager:
             return None
         error = client_error(code, f"{text}: {client_error(code).name()}")
         self.abortable_error(error)
-        self._set_result(client_error(code, error.str(), txn_requires_abort=True))
+        self._set_result(client_error(code, error.str(), txn_requires_abort=True), asker)
         return None
 
     def _end_txn(self, commit: bool) -> None:
@@ -1111,8 +1138,9 @@ class TransactionManager:
             self._abort_awaits_registering = False
             self._finish_abort()
 
-    def _set_result_retriable(self, error: KafkaError) -> None:
-        self._set_result(KafkaError(error.code(), error.str(), retriable=True))
+    def _set_result_retriable(self, error: KafkaError,
+                              asker: Optional[_ApiCall] = None) -> None:
+        self._set_result(KafkaError(error.code(), error.str(), retriable=True), asker)
 
     def _long_deadline(self) -> float:
         """How long a step the application may resume retries on its own (librdkafka

@@ -1206,3 +1206,72 @@ def test_aborting_after_a_send_offsets_that_never_went_out_sends_no_end_txn():
         time.sleep(0.005)
     h.result(box)
     assert ApiKey.END_TXN not in h.conn.keys() and h.txn.state == TxnState.READY
+
+
+def _abort_while_the_offsets_commit_waits_for_its_coordinator(h):
+    """A transaction whose send_offsets_to_transaction() failed needing an abort while
+    its TxnOffsetCommit waited for the group coordinator's lookup (AddOffsetsToTxn
+    answered, then a registration refused), aborted; the lookup still unanswered."""
+    h.init()
+    h.result(h.call("begin_transaction"))
+    h.acc.produce("t", b"m0", partition=0)
+    box = h.call("send_offsets_to_transaction", [TopicPartition("in", 0, 42)], _group(), 5.0)
+    _req, cb, _v = h.until_sent(ApiKey.ADD_OFFSETS_TO_TXN)
+    cb(AddOffsetsToTxnResponse(error_code=0), None)
+    h.pump(0.01)
+    group_lookup = h.conn.take(ApiKey.FIND_COORDINATOR)        # answered later
+    h.answer_add_partitions(code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException) as excinfo:
+        h.result(box)
+    assert kafka_error(excinfo).txn_requires_abort()
+    box = h.call("abort_transaction", 5.0, h.flush)
+    assert not h.end_txn_found_and_answered().committed
+    h.result(box)
+    assert h.txn.state == TxnState.READY
+    return group_lookup
+
+
+def test_the_offsets_commit_of_an_aborted_transaction_is_not_sent_after_it():
+    """The lookup's answer comes after the abort: the aborted transaction's
+    TxnOffsetCommit is not sent (it would reach the coordinator after the EndTxn, into
+    the next transaction of the same producer id and epoch), as a registration of an
+    ended transaction is not (found by the transactions fuzz harness)."""
+    h = Harness()
+    _req, cb, _v = _abort_while_the_offsets_commit_waits_for_its_coordinator(h)
+    cb(FindCoordinatorResponse(error_code=0, node_id=1, host="fake", port=9001), None)
+    for _ in range(5):
+        h.pump(1.0)                                      # past every retry backoff
+    assert ApiKey.TXN_OFFSET_COMMIT not in h.conn.keys()
+
+
+def test_a_late_offsets_answer_does_not_complete_the_next_transactions_call():
+    """The aborted transaction's TxnOffsetCommit, answered during the next
+    transaction's send_offsets_to_transaction(), is not that call's outcome: the call
+    returned success at once, its own AddOffsetsToTxn and TxnOffsetCommit unsent or
+    unanswered, and the commit that followed took input offsets that were never in the
+    transaction (found by the transactions fuzz harness)."""
+    h = Harness()
+    _req, cb, _v = _abort_while_the_offsets_commit_waits_for_its_coordinator(h)
+    h.result(h.call("begin_transaction"))
+    box = h.call("send_offsets_to_transaction", [TopicPartition("in", 0, 43)], _group(), 5.0)
+    cb(FindCoordinatorResponse(error_code=0, node_id=1, host="fake", port=9001), None)
+    for _ in range(5):
+        h.pump(0.01)
+        if ApiKey.TXN_OFFSET_COMMIT in h.conn.keys():    # the old one, if it goes out
+            req, old_cb, _v = h.conn.take(ApiKey.TXN_OFFSET_COMMIT)
+            R = TxnOffsetCommitResponse
+            old_cb(R(topics=[R.TxnOffsetCommitResponseTopic(name="in", partitions=[
+                R.TxnOffsetCommitResponsePartition(partition_index=0, error_code=0)])]),
+                None)
+        time.sleep(0.005)
+    assert box["thread"].is_alive(), "send_offsets_to_transaction() returned early"
+    req, cb, _v = h.until_sent(ApiKey.ADD_OFFSETS_TO_TXN)   # its own request
+    cb(AddOffsetsToTxnResponse(error_code=0), None)
+    req, cb, _v = h.until_sent(ApiKey.TXN_OFFSET_COMMIT)
+    assert req.topics[0].partitions[0].committed_offset == 43
+    R = TxnOffsetCommitResponse
+    cb(R(topics=[R.TxnOffsetCommitResponseTopic(name="in", partitions=[
+        R.TxnOffsetCommitResponsePartition(partition_index=0, error_code=4)])]), None)
+    with pytest.raises(KafkaException) as excinfo:                 # its own outcome
+        h.result(box)
+    assert kafka_error(excinfo).txn_requires_abort()

@@ -21,9 +21,12 @@ read_committed) topics written by confluent-kafka with every codec and with comm
 aborted transactions (``capture_consumer``). For ``group`` our consumers join, rebalance,
 commit and leave groups (eager and cooperative) on a Tansu behind a recording relay
 (``capture_group``); for ``producer`` our plain and idempotent producers send to it
-(``capture_producer``). Legacy (magic 0/1) message sets, which these brokers no
-longer write, are built field by field from the same records. Files are named by content
-hash; inputs above ``--max-size`` bytes are skipped so the corpus stays small.
+(``capture_producer``); for ``transactions`` our transactional producer commits and
+aborts on the test cluster behind the relay (``capture_transactions``), for ``admin``
+our AdminClient runs the harness' operations there (``capture_admin``). Legacy (magic
+0/1) message sets, which these brokers no longer write, are built field by field from the
+same records. Files are named by content hash; inputs above ``--max-size`` bytes are
+skipped so the corpus stays small.
 """
 from __future__ import annotations
 
@@ -47,7 +50,9 @@ CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 BROKER_CAPTURE_HARNESSES = ("records", "compression", "responses", "framing", "client")
 #: corpus folders built without a broker
 BUILT_HARNESSES = ("downconvert", "cluster")
-HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer", "group", "producer") + BUILT_HARNESSES
+HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer", "group", "producer", "transactions",
+                                                "admin") \
+    + BUILT_HARNESSES
 
 
 def _lenbytes(b):
@@ -644,6 +649,212 @@ def capture_producer(corpus: Corpus) -> None:
     print(f"  producer: {len(conns)} connections recorded", file=sys.stderr)
 
 
+def capture_transactions(corpus: Corpus) -> None:
+    """Our transactional producer against the test cluster (``kafka_client.testing``,
+    one broker) through a Recorder, for the ``transactions`` harness: init, then two
+    transactions of three messages to topic ``t`` (2 partitions) with offsets sent to
+    the transaction, the first committed, the second aborted. The answers of the
+    harness' APIs, from every connection in order, make one input per flags byte (two
+    transactions with offsets and three messages; the odd ones aborted; timeouts of 0);
+    each answer alone is an input too. Hand-made variants of the real answers carry the
+    coordinator's errors (CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, PRODUCER_FENCED,
+    UNKNOWN_PRODUCER_ID, INVALID_TXN_STATE), a lost connection and a late answer."""
+    import types
+
+    from fuzz_harnesses import SEGMENT_SEP, _TXN_KEYS
+
+    from kafka_client import Producer, TopicPartition
+    from kafka_client._testing.brokers import free_port
+    from kafka_client.testing import Cluster
+    from kafka_proto.messages import (
+        AddPartitionsToTxnResponse,
+        TxnOffsetCommitResponse,
+        response_class,
+    )
+
+    broker_port = free_port()
+    rec = Recorder(broker_port)
+    group = types.SimpleNamespace(group_id="fuzz-group", generation_id=-1, member_id="",
+                                  group_instance_id=None)
+    with Cluster(brokers=1, ports=[broker_port], advertised_ports=[rec.port]) as cluster:
+        cluster.create_topic("t", partitions=2)
+        cluster.create_topic("in", partitions=2)
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{rec.port}", "linger.ms": 0,
+                      "batch.num.messages": 2, "transactional.id": "fuzz-txn"})
+        p.init_transactions(30)
+        for number, commit in ((1, True), (2, False)):
+            p.begin_transaction()
+            for i in range(3):
+                p.produce("t", b"m%d-%d" % (number, i), partition=i % 2)
+            p.send_offsets_to_transaction([TopicPartition("in", 0, 10 * number),
+                                           TopicPartition("in", 1, 7)], group, 30)
+            if commit:
+                p.commit_transaction(30)
+            else:
+                p.flush(30)
+                p.abort_transaction(30)
+        p.close()
+        time.sleep(0.2)   # the relay's last bytes
+    rec.close()
+    answers = [(k, v, b) for _down, conn in rec.exchanges() for k, v, b in conn
+               if k in _TXN_KEYS]
+
+    def segment(key: int, version: int, body: bytes, how: int = 0) -> bytes:
+        return struct.pack(">hBB", key, version, how) + body
+
+    session = [segment(k, v, b) for k, v, b in answers]
+    for flags in (0x65, 0x75, 0x6d, 0x21):
+        corpus.add("transactions", bytes([flags]) + SEGMENT_SEP.join(session))
+    for k, v, b in answers:
+        corpus.add("transactions", bytes([0x65]) + segment(k, v, b))
+
+    def variant(key: int, change) -> List[bytes]:
+        """The session with the first answer of ``key`` replaced by ``change(answer)``
+        (a segment), before the real one (which then answers the retry)."""
+        out = []
+        changed = False
+        for k, v, b in answers:
+            if k == key and not changed:
+                out.append(change(response_class(k).decode(b, v), v))
+                changed = True
+            out.append(segment(k, v, b))
+        return out
+
+    def code_of(code: int):
+        def change(resp, version):
+            for entry in getattr(resp, "coordinators", None) or [resp]:
+                entry.error_code = code     # FindCoordinator v4+: per key
+            return segment(resp.API_KEY, version, resp.encode(version))
+        return change
+
+    def partitions_of(code: int):
+        def change(resp, version):
+            if isinstance(resp, AddPartitionsToTxnResponse):
+                for t in resp.results_by_topic_v3_and_below:
+                    for r in t.results_by_partition:
+                        r.partition_error_code = code
+            else:
+                assert isinstance(resp, TxnOffsetCommitResponse)
+                for t in resp.topics:
+                    for pt in t.partitions:
+                        pt.error_code = code
+            return segment(resp.API_KEY, version, resp.encode(version))
+        return change
+
+    def how(bits: int):
+        def change(resp, version):
+            return segment(resp.API_KEY, version, resp.encode(version), bits)
+        return change
+
+    variants = [variant(26, code_of(code)) for code in (51, 16, 90, 59, 48)]  # EndTxn
+    variants += [variant(10, code_of(16)), variant(22, code_of(51)),
+                 variant(25, code_of(51)), variant(25, code_of(90)),
+                 variant(24, partitions_of(51)), variant(24, partitions_of(3)),
+                 variant(28, partitions_of(22)), variant(28, partitions_of(16)),
+                 variant(24, how(1)), variant(24, how(2)), variant(26, how(2)),
+                 variant(0, how(1))]
+    for v in variants:
+        for flags in (0x65, 0x75):
+            corpus.add("transactions", bytes([flags]) + SEGMENT_SEP.join(v))
+    print(f"  transactions: {len(answers)} answers recorded "
+          f"({', '.join(str(k) for k, _v, _b in answers)})", file=sys.stderr)
+
+
+def capture_admin(corpus: Corpus) -> None:
+    """Our AdminClient against the test cluster (``kafka_client.testing``, one broker)
+    through a Recorder, for the ``admin`` harness: the harness' operations with its
+    arguments (topic ``t`` of 2 partitions holding a few records, groups ``g1`` and
+    ``g2``), group by group (the flags bits). The answers of each group's APIs, in
+    order, make one input with that group's bit, all of them one with every bit; each
+    answer alone is an input too."""
+    from fuzz_harnesses import SEGMENT_SEP, _ADMIN_KEYS, _admin_operations
+
+    from kafka_client import Producer, TopicCollection, TopicPartition
+    from kafka_client._testing.brokers import free_port
+    from kafka_client.admin import AdminClient, OffsetSpec
+    from kafka_client.testing import Cluster
+
+    broker_port = free_port()
+    rec = Recorder(broker_port)
+    groups = []
+    with Cluster(brokers=1, ports=[broker_port], advertised_ports=[rec.port]) as cluster:
+        cluster.create_topic("t", partitions=2)
+        p = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+        for i in range(12):
+            p.produce("t", b"v%d" % i, partition=i % 2)
+        assert p.flush(30) == 0
+        p.close()
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{rec.port}"})
+        admin.list_topics(timeout=30)
+        for bit in range(7):
+            before = len(rec.conns), [len(down) for _up, down in rec.conns]
+            for name, _fn, args, _futures in _admin_operations(1 << bit):
+                call = getattr(admin, name)
+                arg = args[0] if len(args) == 2 else None
+                if name in ("delete_records", "list_offsets"):
+                    arg = ([TopicPartition(t, p, 5) for t, p in arg] if name ==
+                           "delete_records" else
+                           {TopicPartition("t", 0): OffsetSpec.latest(),
+                            TopicPartition("t", 1): OffsetSpec.earliest()})
+                if name == "describe_topics":
+                    arg = TopicCollection(arg)
+                elif name.endswith("_consumer_group_offsets"):
+                    arg = [arg]
+                result = call(arg) if arg is not None else call()
+                for f in (result.values() if isinstance(result, dict) else [result]):
+                    try:
+                        f.result(30)
+                    except Exception:  # noqa: BLE001 - a refusal is an answer too
+                        pass
+            time.sleep(0.2)   # the relay's last bytes
+            groups.append((bit, before))
+        admin.close()
+        time.sleep(0.2)
+    rec.close()
+    conns = list(rec.conns)
+
+    def answers_between(start, end) -> List[tuple]:
+        from kafka_proto.framing import FrameParser, decode_response_header
+
+        out = []
+        for n, (up, down) in enumerate(conns):
+            lo_down = start[1][n] if n < len(start[1]) else 0
+            hi_down = end[1][n] if end is not None and n < len(end[1]) else len(down)
+            reqs = {}
+            for frame in FrameParser().feed(bytes(up)):
+                key, ver, cid = struct.unpack_from(">hhi", frame, 0)
+                reqs[cid] = (key, ver)
+            pos = 0
+            for frame in FrameParser().feed(bytes(down)):
+                pos += 4 + len(frame)
+                (cid,) = struct.unpack_from(">i", frame, 0)
+                if not lo_down < pos <= hi_down or cid not in reqs:
+                    continue
+                key, ver = reqs[cid]
+                if key not in _ADMIN_KEYS:
+                    continue
+                _, body = decode_response_header(frame, key, ver)
+                out.append((key, ver, bytes(body)))
+        return out
+
+    every: List[tuple] = []
+    for n, (bit, before) in enumerate(groups):
+        after = groups[n + 1][1] if n + 1 < len(groups) else None
+        mine = answers_between(before, after)
+        if bit == 5 and not any(k == 10 for k, _v, _b in mine):
+            # the client kept the coordinators found for bit 4's groups: the harness
+            # starts without them
+            mine = [a for a in every if a[0] == 10] + mine
+        every += mine
+        segs = [struct.pack(">hBB", k, v, 0) + b for k, v, b in mine]
+        corpus.add("admin", bytes([1 << bit]) + SEGMENT_SEP.join(segs))
+        for seg in segs:
+            corpus.add("admin", bytes([1 << bit]) + seg)
+    corpus.add("admin", bytes([0x7F]) + SEGMENT_SEP.join(
+        struct.pack(">hBB", k, v, 0) + b for k, v, b in every))
+    print(f"  admin: {len(every)} answers recorded", file=sys.stderr)
+
+
 def _recording_connection_class():
     from kafka_client._testing.blocking import BlockingConnection
 
@@ -866,6 +1077,10 @@ def main(argv=None) -> int:
         group_kip848_sessions(corpus)
     if "tansu" in args.brokers and "producer" in wanted:
         capture_producer(corpus)
+    if "transactions" in wanted:
+        capture_transactions(corpus)
+    if "admin" in wanted:
+        capture_admin(corpus)
     if "downconvert" in wanted:
         downconvert_inputs(corpus)
     if "cluster" in wanted:

@@ -37,9 +37,11 @@ def _import_targets() -> None:
     """Import every module a harness reaches, so instrumentation covers them."""
     import importlib
 
+    import kafka_client._cluster.calls  # noqa: F401
     import kafka_client._cluster.metadata  # noqa: F401
     import kafka_client._testing.blocking  # noqa: F401
     import kafka_client._testing.simple  # noqa: F401
+    import kafka_client.admin._operations  # noqa: F401
     import kafka_client.config  # noqa: F401
     import kafka_client.consumer.consumer  # noqa: F401
     import kafka_client.consumer.fetcher  # noqa: F401
@@ -47,6 +49,7 @@ def _import_targets() -> None:
     import kafka_client.producer.accumulator  # noqa: F401
     import kafka_client.producer.idempotence  # noqa: F401
     import kafka_client.producer.sender  # noqa: F401
+    import kafka_client.producer.transactions  # noqa: F401
     import kafka_client.testing._acls  # noqa: F401
     import kafka_client.testing._downconvert  # noqa: F401
     import kafka_proto.compression  # noqa: F401

@@ -19,11 +19,14 @@ each harness' docstring and in docs/fuzzing.md; the committed corpus follows the
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib
 import logging
 import random
 import struct
+import sys
+import threading
 import time
 import types
 import uuid
@@ -1568,6 +1571,785 @@ def check_producer(data: bytes) -> None:
             _fail("a message reported delivered after the fatal error")
 
 
+# --------------------------------------------------------------------------- transactions
+
+#: The APIs of the transactional producer: FindCoordinator (transactional id and group),
+#: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, Produce.
+_TXN_KEYS = (10, 22, 24, 25, 26, 28, 0)
+_TXN_PARTITIONS = 2
+#: Messages per transaction (flags bits 5-6), over the two partitions.
+_TXN_MESSAGES = (0, 1, 3, 6)
+#: The timeout of a "long" call: every wait for an answer the harness serves, so a call
+#: that waits with nothing left to answer is reported at once (below), not after it.
+_TXN_LONG_TIMEOUT = 30.0
+#: Tries of a call that keeps returning a retriable error (the application calls again).
+_TXN_TRIES = 12
+#: Fake seconds the I/O side may run through while one call waits (then: stuck).
+_TXN_FAKE_HORIZON = 3600.0
+_TXN_GROUP = types.SimpleNamespace(group_id="fuzz-group", generation_id=3, member_id="m-1",
+                                   group_instance_id=None)
+_txn_configs: Dict[bool, object] = {}
+
+
+def _txn_config():
+    cfg = _txn_configs.get(True)
+    if cfg is None:
+        from kafka_client.config import ClientConfig
+
+        cfg = _txn_configs[True] = ClientConfig.from_dict(
+            {"bootstrap.servers": "fuzz:1", "linger.ms": 0, "batch.num.messages": 2,
+             "retry.backoff.ms": 1, "retry.backoff.max.ms": 4,
+             "transactional.id": "fuzz-txn"}, role="producer")
+    return cfg
+
+
+class _TxnTimer:
+    __slots__ = ("when", "fn", "args", "cancelled")
+
+    def __init__(self, when: float, fn, args) -> None:
+        self.when, self.fn, self.args = when, fn, args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _TxnIO:
+    """The producer's I/O thread, played by the harness: calls queued by either thread,
+    timers run on the harness' clock."""
+
+    def __init__(self) -> None:
+        self.soon: "collections.deque" = collections.deque()
+        self.timers: List[_TxnTimer] = []
+
+    def call_soon(self, fn, *args) -> None:
+        self.soon.append((fn, args))
+
+    def call_at(self, when: float, fn, *args) -> _TxnTimer:
+        timer = _TxnTimer(when, fn, args)
+        self.timers.append(timer)
+        return timer
+
+    def call_later(self, delay: float, fn, *args) -> _TxnTimer:
+        return self.call_at(time.monotonic() + delay, fn, *args)
+
+    def wake(self) -> None:
+        pass
+
+
+class _TxnConn(_ProducerConn):
+    """The one broker (node 1), coordinator of everything: requests encoded at their
+    version and kept until the harness answers them."""
+
+    connect_count = 1
+    last_error = None
+
+    def can_send(self) -> bool:
+        return len(self.pending) < 10
+
+
+class _TxnCluster(_ProducerCluster):
+    """What the transaction manager's CallRunner and the sender ask of the cluster."""
+
+    closed = False
+    waits_abandoned = False
+    last_connection_error = None
+
+    def __init__(self, conn, metadata, io, config) -> None:
+        super().__init__(conn, metadata)
+        self.io = io
+        self.config = config
+        self.settings = types.SimpleNamespace(request_timeout=30.0)
+
+    def ensure_connected(self, node):
+        return self.conn          # one broker answers for every node id named
+
+    def ready_connection(self, now):
+        return self.conn
+
+    def broker_id(self, conn) -> int:
+        return conn.node_id
+
+    def retry_when_ready(self, key, delay, fn) -> None:
+        self.io.call_later(delay, fn)
+
+    def cancel_retry(self, key) -> None:
+        pass
+
+    def _refused_since(self, since, ending=False):
+        return None
+
+    def request_metadata(self, topics, callback, deadline) -> None:
+        _fail("a metadata request: the coordinator's broker is always known here")
+
+
+def _txn_parked(thread: threading.Thread) -> bool:
+    """``thread`` waits in a ``threading.Condition`` (an Event, the harness' flush) for
+    another thread to notify it: its waiter is still queued. Once notified (or timed
+    out) it is not, even before it runs again, so the harness never runs the I/O side
+    while the application thread acts."""
+    frame = sys._current_frames().get(thread.ident)
+    if frame is None or frame.f_code is not threading.Condition.wait.__code__:
+        return False
+    local = frame.f_locals
+    cond, waiter = local.get("self"), local.get("waiter")
+    return cond is not None and waiter is not None and waiter in cond._waiters
+
+
+class _ExceptionLog(logging.Handler):
+    """Collects the client's log records that carry an exception: a handler that raised
+    (the CallRunner logs it and fails the call with _FAIL) is a finding."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.raised: list = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.raised.append(f"{record.name}: {record.getMessage()}: "
+                               f"{record.exc_info[0].__name__}: {record.exc_info[1]}")
+
+
+@contextlib.contextmanager
+def _client_log_checked():
+    log = logging.getLogger("kafka_client")
+    handler = _ExceptionLog()
+    was = log.propagate, log.level
+    log.addHandler(handler)
+    log.propagate = False
+    log.setLevel(logging.ERROR)
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+        log.propagate, level = was
+        log.setLevel(level)
+
+
+def _txn_success(req, version: int, state: dict):
+    """The answer of a well-behaved coordinator (and leader) to ``req``."""
+    from kafka_proto.messages import (
+        AddOffsetsToTxnResponse,
+        AddPartitionsToTxnResponse,
+        EndTxnResponse,
+        FindCoordinatorResponse,
+        InitProducerIdResponse,
+        TxnOffsetCommitResponse,
+    )
+
+    key = req.API_KEY
+    if key == 10:
+        R = FindCoordinatorResponse
+        if version >= 4:
+            return R(coordinators=[R.Coordinator(key=k, node_id=1, host="fuzz", port=9092,
+                                                 error_code=0)
+                                   for k in req.coordinator_keys])
+        return R(error_code=0, node_id=1, host="fuzz", port=9092)
+    if key == 22:
+        state["epoch"] = (state["epoch"] + 1) % 32000
+        return InitProducerIdResponse(error_code=0, producer_id=7000,
+                                      producer_epoch=state["epoch"])
+    if key == 24:
+        R = AddPartitionsToTxnResponse
+        return R(results_by_topic_v3_and_below=[R.AddPartitionsToTxnTopicResult(
+            name=t.name, results_by_partition=[R.AddPartitionsToTxnPartitionResult(
+                partition_index=p, partition_error_code=0) for p in t.partitions])
+            for t in req.v3_and_below_topics])
+    if key == 25:
+        return AddOffsetsToTxnResponse(error_code=0)
+    if key == 26:
+        return EndTxnResponse(error_code=0)
+    if key == 28:
+        R = TxnOffsetCommitResponse
+        return R(topics=[R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+            R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                               error_code=0) for p in t.partitions])
+            for t in req.topics])
+    return _produce_success(req, state["base"])
+
+
+class _TxnSession:
+    """One input's run: the transactional producer's parts (accumulator, sender,
+    transaction manager) on the fake I/O thread, cluster and connection; the
+    application's calls in a thread of their own, the I/O side in the harness'."""
+
+    def __init__(self, answers: Dict[int, list], versions: Dict[int, int]) -> None:
+        from kafka_client._cluster.metadata import MetadataCache, TopicInfo
+        from kafka_client.producer.accumulator import Accumulator
+        from kafka_client.producer.idempotence import Idempotence
+        from kafka_client.producer.sender import Sender
+        from kafka_client.producer.transactions import TransactionManager
+
+        config = _txn_config()
+        self.answers = answers
+        self.io = _TxnIO()
+        self.acc = Accumulator(config, lambda deadline: None, lambda name: None)
+        md = MetadataCache()
+        now = time.monotonic()
+        info = TopicInfo("t", 0, [1] * _TXN_PARTITIONS, [-1] * _TXN_PARTITIONS,
+                         [0] * _TXN_PARTITIONS, now)
+        md.topics["t"] = info
+        self.acc._new_topic("t")
+        self.acc.apply_metadata({"t": info}, now)
+        self.conn = _TxnConn(versions)
+        self.cluster = _TxnCluster(self.conn, md, self.io, config)
+        self.idem = Idempotence(config)
+        self.txn = TransactionManager(config, self.io, self.cluster, self.idem, self.acc)
+        self.reports: list = []
+        self.reported = threading.Condition()
+        self.sender = Sender(config, self.acc, self.cluster, self.idem, self._report,
+                             self.txn)
+        self.clock = now
+        self.tick_due = True
+        self.next_tick: Optional[float] = None
+        self.coordinator = {"epoch": -1, "base": {}}
+        #: per transaction number: EndTxn(commit) answered without error; offsets added
+        #: and committed without error
+        self.end_ok: set = set()
+        self.offsets_ok: set = set()
+        self.number = 0
+        self.offsets_added = False
+        self.produced = 0
+        self.fatal_at = -1
+
+    # -- delivery reports ------------------------------------------------------------
+    def _report(self, report) -> None:
+        """The sender's report, served at once (the application's poll)."""
+        self.reports.append(report)
+        if self.fatal_at < 0 and self.idem.fatal is not None:
+            self.fatal_at = len(self.reports) - 1
+        if report.batch is not None:
+            self.acc.reported(report.batch.count, report.batch.counted)
+        else:
+            self.acc.reported(len(report.messages),
+                              sum(pm.size for pm in report.messages))
+
+    def reported_count(self) -> int:
+        return sum(r.batch.count if r.batch is not None else len(r.messages or ())
+                   for r in self.reports)
+
+    def flush(self, timeout: Optional[float]) -> int:
+        """The producer's flush (application thread): waits until every message has its
+        report; returns how many have none."""
+        deadline = time.monotonic() + (1e9 if timeout is None else timeout)
+        with self.reported:
+            while True:
+                left = self.produced - self.reported_count()
+                remaining = deadline - time.monotonic()
+                if left <= 0 or remaining <= 0:
+                    return max(left, 0)
+                self.reported.wait(remaining)
+
+    # -- the I/O side ----------------------------------------------------------------
+    def step(self, release_held: bool = True) -> bool:
+        """One step of the I/O thread; False when it has nothing to do."""
+        io = self.io
+        if io.soon:
+            fn, args = io.soon.popleft()
+            fn(*args)
+            self.tick_due = True
+            return True
+        # The client reads the real clock too (a retry's time): never behind it.
+        self.clock = max(self.clock, time.monotonic())
+        if self.tick_due or (self.next_tick is not None and self.next_tick <= self.clock):
+            self.tick_due = False
+            self.next_tick = self.sender.tick(self.clock)
+            for p in self.acc.topics["t"].parts:
+                if p.in_flight < 0:
+                    _fail(f"partition {p.index}: {p.in_flight} batches in flight")
+            return True
+        pending = self.conn.pending
+        if pending:
+            for i, (key, _v, _req, _cb) in enumerate(pending):
+                queue = self.answers.get(key)
+                if not queue or not queue[0][0] & 1 or release_held:
+                    self.answer(i)
+                    return True
+        due = [t for t in io.timers if t.when <= self.clock]
+        if due:
+            timer = min(due, key=lambda t: t.when)
+            io.timers.remove(timer)
+            if not timer.cancelled:
+                timer.fn(*timer.args)
+            self.tick_due = True
+            return True
+        io.timers = [t for t in io.timers if not t.cancelled]
+        later = [t.when for t in io.timers]
+        if self.next_tick is not None:
+            later.append(self.next_tick)
+        if later:
+            self.clock = max(min(later), self.clock + 0.001)
+            self.tick_due = True
+            return True
+        return False
+
+    def answer(self, index: int) -> None:
+        from kafka_client.errors import KafkaError
+        from kafka_proto.messages import response_class
+
+        key, version, req, callback = self.conn.pending.pop(index)
+        self.tick_due = True
+        queue = self.answers.get(key)
+        how, body = queue.pop(0) if queue else (0, None)
+        if how & 2:
+            err = KafkaError(KafkaError._TRANSPORT, "fuzz: connection lost")
+            callback(None, err)
+            for hook in list(self.cluster.on_broker_state):
+                hook(self.conn, "DISCONNECTED", err)
+            return
+        if body is None:
+            resp = _txn_success(req, version, self.coordinator)
+        else:
+            try:
+                resp = response_class(key).decode(body, version)
+            except CODEC_ERRORS:
+                callback(None, KafkaError(KafkaError._TRANSPORT, "fuzz: undecodable answer"))
+                return
+        self._note(key, req, resp)
+        callback(resp, None)
+
+    def _note(self, key: int, req, resp) -> None:
+        """What the coordinator said, for the checks of the calls' outcomes."""
+        from kafka_client.errors import broker_code
+
+        if key == 26 and req.committed and broker_code(resp.error_code) == 0:
+            self.end_ok.add(self.number)
+        elif key == 25:
+            self.offsets_added = broker_code(resp.error_code) == 0
+        elif key == 28:
+            codes = {(t.name, p.partition_index): broker_code(p.error_code)
+                     for t in resp.topics or () for p in t.partitions or ()}
+            sent = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+            if getattr(self, "offsets_added", False) and \
+                    all(codes.get(k) == 0 for k in sent):
+                self.offsets_ok.add(self.number)
+
+    def settle(self, steps: int = 400) -> None:
+        """The I/O side runs while it has something to do (the application sleeps)."""
+        for _ in range(steps):
+            if not self.step():
+                return
+
+    def notify(self) -> None:
+        with self.reported:
+            self.reported.notify_all()
+
+    # -- the application side ----------------------------------------------------------
+    def call(self, name: str, *args):
+        """Run one API call in an application thread while the harness serves its I/O;
+        returns the KafkaError it raised, or None."""
+        from kafka_client.errors import KafkaError, KafkaException
+
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                getattr(self.txn, name)(*args)
+            except BaseException as exc:  # noqa: BLE001 - judged below
+                box["raised"] = exc
+
+        thread = threading.Thread(target=run, name=f"fuzz-{name}", daemon=True)
+        started = time.monotonic()
+        horizon = self.clock + _TXN_FAKE_HORIZON
+        thread.start()
+        while True:
+            waited = time.monotonic()
+            while thread.is_alive() and not _txn_parked(thread):
+                if time.monotonic() - waited > 10.0:
+                    _fail(f"{name}() neither returned nor waited for 10 s")
+                time.sleep(0.0001)
+            if not thread.is_alive():
+                break
+            if self.clock > horizon:
+                _fail(f"{name}() still waits after {_TXN_FAKE_HORIZON:.0f} s of the "
+                      f"I/O side's clock (state {self.txn.state.value})")
+            if not self.step():
+                _fail(f"{name}() waits (state {self.txn.state.value}) with nothing left "
+                      f"for the I/O side to do: only its timeout can end it")
+            self.notify()
+        took = time.monotonic() - started
+        timeout = args[0] if args and isinstance(args[0], float) else None
+        if name == "send_offsets_to_transaction":
+            timeout = args[2]
+        if timeout is not None and took > timeout + 5.0:
+            _fail(f"{name}({timeout}) returned after {took:.1f} s")
+        exc = box.get("raised")
+        if exc is None:
+            return None
+        if not isinstance(exc, KafkaException) or not exc.args or \
+                not isinstance(exc.args[0], KafkaError):
+            _fail(f"{name}() raised {type(exc).__name__}: {exc}")
+        return exc.args[0]
+
+    def resumed(self, name: str, *args):
+        """The call, called again (the I/O side running between) while it times out."""
+        for _ in range(_TXN_TRIES):
+            err = self.call(name, *args)
+            if err is None or not err.retriable() or err.fatal() or err.txn_requires_abort():
+                return err
+            self.settle()
+        return err
+
+
+def check_transactions(data: bytes) -> None:
+    """The transactional producer (``kafka_client.producer.transactions``) against hostile
+    coordinators: a real ``TransactionManager``, ``Sender`` and ``Accumulator`` on a fake
+    I/O thread, cluster and connection (one broker, coordinator of the transactional id
+    and of the group, leader of topic ``t``'s two partitions); the application's calls
+    (init_transactions, then per transaction begin, produce, send_offsets, commit or
+    abort) in a thread of their own, the I/O side run by the harness only while that
+    thread waits (the steps of a run differ only where the client reads the real clock
+    or jitters a retry).
+
+    Layout: byte 0 = flags (bits 0-1 transactions 1-4; bit 2 send_offsets_to_transaction
+    in each; bit 3 init, commit and abort with timeout 0, called again while they time
+    out, the I/O side running between; bit 4 abort the odd transactions instead of
+    committing; bits 5-6 messages per transaction 0, 1, 3, 6; bit 7 unused); then answers
+    separated by ``SEGMENT_SEP``, each int16 API key (mapped onto FindCoordinator, InitProducerId, AddPartitionsToTxn,
+    AddOffsetsToTxn, EndTxn, TxnOffsetCommit, Produce), uint8 version (modulo the API's
+    range; the first of each API is the negotiated one), uint8 how (bit 0 answered only
+    when the I/O side has nothing else to do; bit 1 the connection is lost instead), then
+    the body. Each request the producer sends gets the next answer of its API, a
+    well-behaved one when they are used up (a body that does not decode is a lost
+    connection).
+
+    Checked: nothing raises on the I/O side, no handler raises (the client logs it and
+    fails the call), the calls raise only KafkaException(KafkaError) and return within
+    their timeout; a call never waits with nothing left to answer; every request encodes
+    at its version; no partition has a negative number of batches in flight; every
+    message has at most one delivery report, and exactly one once the producer is back
+    to Ready (or fatal); a commit that succeeds had every message of its transaction
+    delivered and, when the coordinator knew of the transaction, an EndTxn(commit)
+    answered without error; an offsets call that succeeds had AddOffsetsToTxn and every
+    partition of TxnOffsetCommit answered without error; once fatal, every call raises
+    the fatal error and nothing more is delivered.
+    """
+    from kafka_client.producer.sender import PERSISTED
+    from kafka_client.producer.transactions import TxnState
+    from kafka_client.types import TopicPartition
+    from kafka_proto.messages import API_KEYS
+
+    if len(data) < 1:
+        return
+    flags = data[0]
+    answers: Dict[int, list] = {}
+    versions: Dict[int, int] = {}
+    for seg in data[1:].split(SEGMENT_SEP):
+        if len(seg) < 4:
+            continue
+        key = int.from_bytes(seg[0:2], "big")
+        if key not in _TXN_KEYS:
+            key = _TXN_KEYS[key % len(_TXN_KEYS)]
+        info = API_KEYS[key]
+        versions.setdefault(key, info.min_version + seg[2] % (
+            info.max_version - info.min_version + 1))
+        answers.setdefault(key, []).append((seg[3], seg[4:]))
+    for key in _TXN_KEYS:
+        versions.setdefault(key, API_KEYS[key].max_version)
+    transactions = 1 + (flags & 3)
+    timeout = 0.0 if flags & 8 else _TXN_LONG_TIMEOUT
+    per_txn = _TXN_MESSAGES[(flags >> 5) & 3]
+
+    with _client_log_checked() as log:
+        s = _TxnSession(answers, versions)
+        txn = s.txn
+
+        def fatal_now(err) -> bool:
+            if txn.state != TxnState.FATAL_ERROR:
+                return False
+            for name, args in (("begin_transaction", ()),
+                               ("commit_transaction", (timeout, s.flush))):
+                again = s.call(name, *args)
+                if again is None or not again.fatal():
+                    _fail(f"{name}() of a fatal producer: {again}")
+            return True
+
+        err = s.resumed("init_transactions", timeout)
+        if err is None and txn.state != TxnState.READY:
+            _fail(f"init_transactions() succeeded in state {txn.state.value}")
+        for number in range(1, transactions + 1):
+            if err is not None:
+                break
+            err = s.call("begin_transaction")
+            if err is not None:
+                break
+            s.number = number
+            before = s.reported_count()
+            produced = 0
+            for i in range(per_txn):
+                s.acc.produce("t", b"m%d-%d" % (number, i), partition=i % _TXN_PARTITIONS)
+                produced += 1
+                s.produced += 1
+            s.tick_due = True
+            offsets = False
+            if flags & 4:
+                s.offsets_added = False
+                # Always the long timeout: with 0 the request's own deadline has passed
+                # before it can go out (it never succeeds).
+                err = s.resumed("send_offsets_to_transaction",
+                                [TopicPartition("in", 0, 10 * number),
+                                 TopicPartition("in", 1, 7)], _TXN_GROUP, _TXN_LONG_TIMEOUT)
+                offsets = err is None
+                if offsets and number not in s.offsets_ok:
+                    _fail("send_offsets_to_transaction() succeeded without both answers "
+                          "clean")
+            if fatal_now(err):
+                break
+            first = len(s.reports)
+            abort = bool(flags & 16 and number % 2) or (
+                err is not None and err.txn_requires_abort())
+            if not abort:
+                err = s.resumed("commit_transaction", timeout, s.flush)
+                if err is None:
+                    if txn.state != TxnState.READY:
+                        _fail(f"commit succeeded in state {txn.state.value}")
+                    mine = s.reports[first:]
+                    if s.reported_count() - before != produced or \
+                            any(r.error is not None for r in mine):
+                        _fail(f"commit succeeded with {produced} messages and reports "
+                              f"{[(r.error, r.status) for r in mine]}")
+                    if (produced or offsets) and number not in s.end_ok:
+                        _fail("commit succeeded without an EndTxn(commit) answered "
+                              "without error")
+                if fatal_now(err):
+                    break
+                abort = err is not None and (err.txn_requires_abort() or
+                                             txn.state == TxnState.ABORTABLE_ERROR)
+            if abort:
+                err = s.resumed("abort_transaction", timeout, s.flush)
+                if err is None and s.reported_count() - before != produced:
+                    _fail(f"abort succeeded with {s.reported_count() - before} of "
+                          f"{produced} messages reported")
+                if fatal_now(err):
+                    break
+        # The end: the I/O side runs out (well-behaved answers from here on).
+        s.settle(5000)
+        if log.raised:
+            _fail(f"the client logged an exception: {log.raised[0]}")
+        seen: set = set()
+        for r in s.reports:
+            if r.batch is None:
+                continue
+            if id(r.batch) in seen:
+                _fail(f"{r.batch} reported twice")
+            seen.add(id(r.batch))
+            if r.status == PERSISTED and not r.batch.sent:
+                _fail(f"{r.batch} reported persisted but never sent")
+        if txn.state in (TxnState.READY, TxnState.FATAL_ERROR) and \
+                s.reported_count() != s.produced:
+            _fail(f"{s.reported_count()} of {s.produced} messages reported in state "
+                  f"{txn.state.value}")
+        if s.fatal_at >= 0 and any(r.error is None for r in s.reports[s.fatal_at:]):
+            _fail("a message reported delivered after the fatal error")
+
+
+# --------------------------------------------------------------------------- admin
+
+#: The admin client's APIs: FindCoordinator, Metadata, CreateTopics, DeleteTopics,
+#: CreatePartitions, DescribeCluster, DescribeConfigs, AlterConfigs, DeleteRecords,
+#: ListOffsets, ListGroups, DescribeGroups, ConsumerGroupDescribe, DeleteGroups,
+#: OffsetFetch, OffsetCommit, DescribeAcls, CreateAcls, DeleteAcls.
+_ADMIN_KEYS = (10, 3, 19, 20, 37, 60, 32, 33, 21, 2, 16, 15, 69, 42, 9, 8, 29, 30, 31)
+#: Topic ``t``'s partitions (led by broker 1, as the metadata says).
+_ADMIN_PARTITIONS = 2
+
+
+def _admin_operations(flags: int) -> List[tuple]:
+    """``(name, operation, args, futures)`` of the admin calls chosen by ``flags``: the
+    arguments as the AdminClient's methods hand them to the I/O thread."""
+    from kafka_client import ConsumerGroupTopicPartitions
+    from kafka_client.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ConfigResource,
+        NewPartitions,
+        NewTopic,
+        ResourcePatternType,
+        ResourceType,
+    )
+    from kafka_client.admin import _operations as ops
+    from kafka_client.admin._client import _future
+    from kafka_client.types import TopicPartition
+
+    def keyed(keys) -> Dict[object, object]:
+        return {k: _future() for k in keys}
+
+    chosen: List[tuple] = []
+
+    def add(name: str, fn, keys, *args) -> None:
+        futures = keyed(keys)
+        one = keys == [None]
+        chosen.append((name, fn, args + ((futures[None] if one else futures),), futures))
+
+    if flags & 1:
+        add("create_topics", ops.create_topics, ["a", "b"],
+            [NewTopic("a", 3, 1), NewTopic("b", 1, 1)])
+        add("delete_topics", ops.delete_topics, ["a", "c"], ["a", "c"])
+        add("create_partitions", ops.create_partitions, ["t"], [NewPartitions("t", 4)])
+    if flags & 2:
+        add("describe_topics", ops.describe_topics, ["t", "u"], ["t", "u"])
+        add("describe_cluster", ops.describe_cluster, [None])
+    if flags & 4:
+        resources = [ConfigResource(ResourceType.TOPIC, "t"),
+                     ConfigResource(ResourceType.BROKER, "1")]
+        add("describe_configs", ops.describe_configs, resources, resources)
+        altered = [ConfigResource(ResourceType.TOPIC, "t",
+                                  set_config={"retention.ms": "1000"})]
+        add("alter_configs", ops.alter_configs, altered, altered)
+    if flags & 8:
+        keys = [("t", p) for p in range(_ADMIN_PARTITIONS)]
+        add("delete_records", ops.delete_records, keys, {k: 5 for k in keys})
+        add("list_offsets", ops.list_offsets, keys, {keys[0]: -1, keys[1]: -2})
+    if flags & 16:
+        add("list_consumer_groups", ops.list_consumer_groups, [None])
+        add("describe_consumer_groups", ops.describe_consumer_groups, ["g1", "g2"],
+            ["g1", "g2"])
+    if flags & 32:
+        add("delete_consumer_groups", ops.delete_consumer_groups, ["g1"], ["g1"])
+        add("list_consumer_group_offsets", ops.list_consumer_group_offsets, [None],
+            ConsumerGroupTopicPartitions("g1", [TopicPartition("t", 0)]))
+        add("alter_consumer_group_offsets", ops.alter_consumer_group_offsets, [None],
+            ConsumerGroupTopicPartitions("g2", [TopicPartition("t", 1, 9)]))
+    if flags & 64:
+        acl = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:u",
+                         "*", AclOperation.READ, AclPermissionType.ALLOW)
+        match = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None,
+                                 None, AclOperation.ANY, AclPermissionType.ANY)
+        add("create_acls", ops.create_acls, [acl], [acl])
+        add("describe_acls", ops.describe_acls, [None], match)
+        add("delete_acls", ops.delete_acls, [match], [match])
+    return chosen
+
+
+class _AdminCluster(_TxnCluster):
+    """The admin client's cluster: one broker (node 1), controller and coordinator of
+    everything, leader of topic ``t``; a metadata refresh finds it so at once."""
+
+    def request_metadata(self, topics, callback, deadline, refused_ends=False,
+                         may_create=False) -> None:
+        self.metadata.controller_id = 1
+        self.io.call_soon(callback, self.metadata, None, self.conn)
+
+
+def check_admin(data: bytes) -> None:
+    """The admin client's answer handling (``kafka_client.admin._operations`` through a
+    real ``CallRunner``, as the AdminClient hands them to its I/O thread) on a fake I/O
+    thread, cluster and connection, fed the brokers' answers.
+
+    Layout: byte 0 = the operations (bit 0 create_topics, delete_topics,
+    create_partitions; bit 1 describe_topics, describe_cluster; bit 2 describe_configs,
+    alter_configs; bit 3 delete_records, list_offsets; bit 4 list_consumer_groups,
+    describe_consumer_groups; bit 5 delete_consumer_groups, list_consumer_group_offsets,
+    alter_consumer_group_offsets; bit 6 create_acls, describe_acls, delete_acls; none: all
+    of them); then answers as for ``transactions`` (int16 API key mapped onto the admin
+    client's APIs, uint8 version, uint8 how: bit 1 the connection is lost instead, then
+    the body). Each request gets the next answer of its API; when they are used up it
+    gets none, and the harness' clock runs through every timer (the calls' deadlines).
+
+    Checked: nothing raises on the I/O side and no handler raises (logged by the
+    CallRunner, which fails the call with _FAIL); every request encodes at its version;
+    in the end every future is done, with a result or a KafkaException carrying a
+    KafkaError (never another exception).
+    """
+    from kafka_client._cluster.calls import CallRunner
+    from kafka_client._cluster.metadata import MetadataCache, TopicInfo
+    from kafka_client.admin import _operations as ops
+    from kafka_client.errors import KafkaError, KafkaException
+    from kafka_proto.messages import API_KEYS, response_class
+
+    if len(data) < 1:
+        return
+    answers: Dict[int, list] = {}
+    versions: Dict[int, int] = {}
+    for seg in data[1:].split(SEGMENT_SEP):
+        if len(seg) < 4:
+            continue
+        key = int.from_bytes(seg[0:2], "big")
+        if key not in _ADMIN_KEYS:
+            key = _ADMIN_KEYS[key % len(_ADMIN_KEYS)]
+        info = API_KEYS[key]
+        versions.setdefault(key, info.min_version + seg[2] % (
+            info.max_version - info.min_version + 1))
+        answers.setdefault(key, []).append((seg[3], seg[4:]))
+    for key in _ADMIN_KEYS:
+        versions.setdefault(key, API_KEYS[key].max_version)
+
+    config = _txn_config()
+    io = _TxnIO()
+    md = MetadataCache()
+    now = time.monotonic()
+    md.brokers[1] = ("fuzz", 9092, None)
+    md.controller_id = 1
+    md.cluster_id = "fuzz-cluster"
+    md.topics["t"] = TopicInfo("t", 0, [1] * _ADMIN_PARTITIONS, [0] * _ADMIN_PARTITIONS,
+                               [0] * _ADMIN_PARTITIONS, now)
+    conn = _TxnConn(versions)
+    cluster = _AdminCluster(conn, md, io, config)
+    clock = [now]
+
+    def step() -> bool:
+        if io.soon:
+            fn, args = io.soon.popleft()
+            fn(*args)
+            return True
+        if conn.pending:
+            key, version, _req, callback = conn.pending.pop(0)
+            queue = answers.get(key)
+            if not queue:
+                return step_timers()       # no answer: it waits for its deadline
+            how, body = queue.pop(0)
+            if how & 2:
+                err = KafkaError(KafkaError._TRANSPORT, "fuzz: connection lost")
+                callback(None, err)
+                for hook in list(cluster.on_broker_state):
+                    hook(conn, "DISCONNECTED", err)
+                return True
+            try:
+                resp = response_class(key).decode(body, version)
+            except CODEC_ERRORS:
+                callback(None, KafkaError(KafkaError._TRANSPORT, "fuzz: undecodable answer"))
+            else:
+                callback(resp, None)
+            return True
+        return step_timers()
+
+    def step_timers() -> bool:
+        io.timers = [t for t in io.timers if not t.cancelled]
+        if not io.timers:
+            return False
+        timer = min(io.timers, key=lambda t: t.when)
+        io.timers.remove(timer)
+        clock[0] = max(clock[0], timer.when)
+        timer.fn(*timer.args)
+        return True
+
+    with _client_log_checked() as log:
+        runner = CallRunner(cluster)
+        opts = ops.Options(deadline=time.monotonic() + 30.0)
+        chosen = _admin_operations(data[0] or 0x7F)
+        for _name, fn, args, _futures in chosen:
+            io.call_soon(fn, runner, *args, opts)
+        for _ in range(20000):
+            if not step():
+                break
+        else:
+            _fail("the admin calls still busy after 20,000 steps")
+        if log.raised:
+            _fail(f"the client logged an exception: {log.raised[0]}")
+        for name, _fn, _args, futures in chosen:
+            for key, future in futures.items():
+                if not future.done():
+                    _fail(f"{name}: the future of {key!r} never completed")
+                exc = future.exception(0)
+                if exc is not None and (not isinstance(exc, KafkaException) or
+                                        not exc.args or
+                                        not isinstance(exc.args[0], KafkaError)):
+                    _fail(f"{name}: the future of {key!r} failed with "
+                          f"{type(exc).__name__}: {exc}")
+
+
 # --------------------------------------------------------------------------- telemetry
 
 
@@ -2430,6 +3212,8 @@ HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "consumer": check_consumer,
     "group": check_group,
     "producer": check_producer,
+    "transactions": check_transactions,
+    "admin": check_admin,
     "telemetry": check_telemetry,
     "downconvert": check_downconvert,
     "cluster": check_cluster,

@@ -77,6 +77,13 @@ LEADER_MOVED = frozenset((ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT
                           ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID))
 #: the highest share session epoch; the one after it is 1 (0 would open a new session)
 MAX_EPOCH = 2**31 - 1
+#: The most offsets one ShareFetch answer may acquire for the member, all partitions
+#: together. Kafka's brokers hold a few thousand records in flight per partition
+#: (group.share.partition.max.record.locks) and acquire about max.poll.records per fetch;
+#: the member keeps acquired offsets one by one, so an answer past this (2^40 offsets of a
+#: partition) spent the I/O thread's memory and time for ever. Its partitions past the
+#: budget are refused as malformed (_BAD_MSG); the broker's locks on them expire.
+MAX_ACQUIRED_OFFSETS = 1 << 20
 
 
 def next_epoch(epoch: int) -> int:
@@ -724,6 +731,7 @@ class ShareFetcher:
         names = {tid: name for name, tid in self.topic_ids.items()}
         chunks: List[ShareChunk] = []
         release: List[AckBatch] = []
+        budget = MAX_ACQUIRED_OFFSETS
         for topic in resp.responses or ():
             name = names.get(topic.topic_id)
             if name is None:
@@ -743,6 +751,13 @@ class ShareFetcher:
                             if a.first_offset <= a.last_offset]
                 if not acquired:
                     continue
+                count = sum(last - first + 1 for first, last, _n in acquired)
+                if count > budget:
+                    self.report(KafkaError(KafkaError._BAD_MSG, f"{name} [{key[1]}]: the "
+                                           f"ShareFetch answer acquires {count} offsets "
+                                           f"(at most {MAX_ACQUIRED_OFFSETS} an answer)"))
+                    continue
+                budget -= count
                 self.log.debug("share group %s: %s [%d] acquired %s from broker %d",
                                self.member.group_id, name, key[1], acquired, node)
                 offsets = _acquired_offsets(acquired)

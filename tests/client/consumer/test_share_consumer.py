@@ -1570,3 +1570,33 @@ def test_workers_acknowledge_while_another_thread_is_inside_a_call(offline):
             handed[offset] = kind
     assert handed == {o: int(kinds[o % 3]) for o in range(400)}
     assert c.poll(0.01).is_empty()                    # nothing left in flight
+
+
+def test_an_answer_acquiring_more_offsets_than_can_be_held_is_refused(run_child):
+    """A ShareFetch answer acquiring 2^40 offsets of a partition (a broken or hostile
+    broker; Kafka's hold a few thousand per partition): the fetcher expanded the ranges
+    into sets of offsets, and its I/O thread spent its memory and time on it for ever.
+    The partition's answer is now refused as a malformed one (_BAD_MSG, nothing handed
+    out: the broker's locks expire), the others taken (found while working out the share
+    fuzz harness' memory bound). A child process, its memory capped: without the fix
+    the answer never finishes (MemoryError under the cap)."""
+    out = run_child("""
+        import resource
+        import sys
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))   # no fix: MemoryError
+        sys.path.insert(0, "tests/client/consumer")
+        import test_share_consumer as t
+
+        share = t.share.__wrapped__()
+        f = share.fetcher
+        f.tick(0.0)
+        (call,) = share.runner.take()
+        t.answer(call, t.fetch_answer([
+            (0, t.batch_bytes(0, 5), [(0, 2**40, 1)], 0, 0),
+            (1, t.batch_bytes(0, 3), [(0, 2, 1)], 0, 0)]))
+        print([(c.part.key, c.acquired) for c in f.chunks])
+        print([(e.name(), "t [0]" in e.str()) for e in f.take_errors()])
+    """, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[(('t', 1), [(0, 2, 1)])]",
+                                       "[('_BAD_MSG', True)]"]

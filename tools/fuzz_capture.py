@@ -23,7 +23,8 @@ commit and leave groups (eager and cooperative) on a Tansu behind a recording re
 (``capture_group``); for ``producer`` our plain and idempotent producers send to it
 (``capture_producer``); for ``transactions`` our transactional producer commits and
 aborts on the test cluster behind the relay (``capture_transactions``), for ``admin``
-our AdminClient runs the harness' operations there (``capture_admin``). Legacy (magic
+our AdminClient runs the harness' operations there (``capture_admin``), for ``share``
+our ShareConsumer reads and acknowledges there (``capture_share``). Legacy (magic
 0/1) message sets, which these brokers no longer write, are built field by field from the
 same records. Files are named by content hash; inputs above ``--max-size`` bytes are
 skipped so the corpus stays small.
@@ -51,7 +52,7 @@ BROKER_CAPTURE_HARNESSES = ("records", "compression", "responses", "framing", "c
 #: corpus folders built without a broker
 BUILT_HARNESSES = ("downconvert", "cluster")
 HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer", "group", "producer", "transactions",
-                                                "admin") \
+                                                "admin", "share") \
     + BUILT_HARNESSES
 
 
@@ -855,6 +856,75 @@ def capture_admin(corpus: Corpus) -> None:
     print(f"  admin: {len(every)} answers recorded", file=sys.stderr)
 
 
+def capture_share(corpus: Corpus) -> None:
+    """Our ShareConsumer against the test cluster (``kafka_client.testing``, one broker)
+    through a Recorder, for the ``share`` harness: 12 records on topic ``t`` (2
+    partitions), read by one member (explicit acknowledgements, every second record
+    released once), committed, then closed. The topic's id in the answers is replaced by
+    the harness' (``_SHARE_TOPIC_ID``). The answers of the harness' APIs, in order, make
+    one input per flags byte (ACCEPT, alternately ACCEPT and RELEASE; with commits; with
+    close); each answer alone is an input too."""
+    from fuzz_harnesses import SEGMENT_SEP, _SHARE_KEYS, _SHARE_TOPIC_ID
+
+    from kafka_client import AcknowledgeType, Producer, ShareConsumer
+    from kafka_client._testing.brokers import free_port
+    from kafka_client.testing import Cluster
+    from kafka_proto.messages import response_class
+
+    broker_port = free_port()
+    rec = Recorder(broker_port)
+    with Cluster(brokers=1, ports=[broker_port], advertised_ports=[rec.port]) as cluster:
+        cluster.create_topic("t", partitions=2)
+        c = ShareConsumer({"bootstrap.servers": f"127.0.0.1:{rec.port}",
+                           "group.id": "fuzz-share",
+                           "share.acknowledgement.mode": "explicit"})
+        c.subscribe(["t"])
+        deadline = time.monotonic() + 30
+        while not c._fetcher.assigned and time.monotonic() < deadline:
+            c.poll(0.2)      # a share group starts at the end: join first
+        with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as p:
+            for i in range(12):
+                p.produce("t", b"v%d" % i, partition=i % 2)
+            assert p.flush(30) == 0
+        seen = 0
+        released = set()
+        deadline = time.monotonic() + 30
+        while seen < 12 and time.monotonic() < deadline:
+            for m in c.poll(0.5):
+                key = (m.partition(), m.offset())
+                if m.offset() % 2 and key not in released:
+                    released.add(key)
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+                else:
+                    seen += 1
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+            c.commit_sync(10)
+        c.close()
+        time.sleep(0.2)   # the relay's last bytes
+    rec.close()
+    answers = [(k, v, b) for _down, conn in rec.exchanges() for k, v, b in conn
+               if k in _SHARE_KEYS]
+
+    def harness_ids(key: int, version: int, body: bytes) -> bytes:
+        """The answer with the cluster's topic id replaced by the harness'."""
+        resp = response_class(key).decode(body, version)
+        if key == 76 and resp.assignment is not None:
+            for tp in resp.assignment.topic_partitions:
+                tp.topic_id = _SHARE_TOPIC_ID
+        elif key in (78, 79):
+            for topic in resp.responses:
+                topic.topic_id = _SHARE_TOPIC_ID
+        return resp.encode(version)
+
+    segs = [struct.pack(">hBB", k, v, 0) + harness_ids(k, v, b) for k, v, b in answers]
+    for flags in (0x00, 0x03, 0x04, 0x08, 0x0f):
+        corpus.add("share", bytes([flags]) + SEGMENT_SEP.join(segs))
+    for seg in segs:
+        corpus.add("share", bytes([0x08]) + seg)
+    print(f"  share: {len(answers)} answers recorded "
+          f"({', '.join(str(k) for k, _v, _b in answers)})", file=sys.stderr)
+
+
 def _recording_connection_class():
     from kafka_client._testing.blocking import BlockingConnection
 
@@ -1081,6 +1151,8 @@ def main(argv=None) -> int:
         capture_transactions(corpus)
     if "admin" in wanted:
         capture_admin(corpus)
+    if "share" in wanted:
+        capture_share(corpus)
     if "downconvert" in wanted:
         downconvert_inputs(corpus)
     if "cluster" in wanted:

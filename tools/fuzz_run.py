@@ -20,6 +20,7 @@ for ``--seconds`` (no coverage feedback).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import sys
@@ -46,6 +47,8 @@ def _import_targets() -> None:
     import kafka_client.consumer.consumer  # noqa: F401
     import kafka_client.consumer.fetcher  # noqa: F401
     import kafka_client.consumer.group  # noqa: F401
+    import kafka_client.consumer.share_fetcher  # noqa: F401
+    import kafka_client.consumer.share_group  # noqa: F401
     import kafka_client.producer.accumulator  # noqa: F401
     import kafka_client.producer.idempotence  # noqa: F401
     import kafka_client.producer.sender  # noqa: F401
@@ -151,8 +154,18 @@ def main(argv=None) -> int:
         import fuzz_harnesses
 
         check = fuzz_harnesses.HARNESSES[args.harness]
-        stats = fuzz_driver.run(args.harness, check, args.seconds, seed=args.seed,
-                                input_seconds=args.timeout, rss_limit_mb=args.rss_limit_mb)
+        try:
+            stats = fuzz_driver.run(args.harness, check, args.seconds, seed=args.seed,
+                                    input_seconds=args.timeout,
+                                    rss_limit_mb=args.rss_limit_mb)
+        except fuzz_driver.FuzzFailure as failure:
+            # Kept as libFuzzer keeps its crashes, for the regression test to load.
+            crashes = Path(args.workdir or f"/tmp/kafka-fuzz/{args.harness}") / "crashes"
+            crashes.mkdir(parents=True, exist_ok=True)
+            path = crashes / f"crash-{hashlib.sha1(failure.data).hexdigest()}"
+            path.write_bytes(failure.data)
+            print(f"{failure}\ninput written to {path}", file=sys.stderr)
+            return 1
         print(f"{stats.harness}: {stats.inputs} inputs in {stats.seconds:.0f}s "
               f"({stats.inputs / stats.seconds:.0f}/s), slowest {stats.slowest:.3f}s "
               "(built-in mutator, no coverage feedback)")

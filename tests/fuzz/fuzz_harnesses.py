@@ -2005,8 +2005,9 @@ def check_transactions(data: bytes) -> None:
     in each; bit 3 init, commit and abort with timeout 0, called again while they time
     out, the I/O side running between; bit 4 abort the odd transactions instead of
     committing; bits 5-6 messages per transaction 0, 1, 3, 6; bit 7 unused); then answers
-    separated by ``SEGMENT_SEP``, each int16 API key (mapped onto FindCoordinator, InitProducerId, AddPartitionsToTxn,
-    AddOffsetsToTxn, EndTxn, TxnOffsetCommit, Produce), uint8 version (modulo the API's
+    separated by ``SEGMENT_SEP``, each int16 API key (mapped onto FindCoordinator,
+    InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+    Produce), uint8 version (modulo the API's
     range; the first of each API is the negotiated one), uint8 how (bit 0 answered only
     when the I/O side has nothing else to do; bit 1 the connection is lost instead), then
     the body. Each request the producer sends gets the next answer of its API, a
@@ -2348,6 +2349,240 @@ def check_admin(data: bytes) -> None:
                                         not isinstance(exc.args[0], KafkaError)):
                     _fail(f"{name}: the future of {key!r} failed with "
                           f"{type(exc).__name__}: {exc}")
+
+
+# --------------------------------------------------------------------------- share
+
+#: The share consumer's APIs: FindCoordinator, ShareGroupHeartbeat, ShareFetch,
+#: ShareAcknowledge.
+_SHARE_KEYS = (10, 76, 78, 79)
+_SHARE_TOPIC_ID = uuid.UUID(int=7)
+_SHARE_PARTITIONS = 2
+_share_configs: Dict[bool, object] = {}
+
+
+def _share_config():
+    cfg = _share_configs.get(True)
+    if cfg is None:
+        from kafka_client.config import ClientConfig
+
+        cfg = _share_configs[True] = ClientConfig.from_dict(
+            {"group.id": "fuzz-share", "group.protocol": "consumer",
+             "retry.backoff.ms": 1, "retry.backoff.max.ms": 4}, role="consumer")
+    return cfg
+
+
+class _ShareConn(_TxnConn):
+    """Keeps when each request times out (as the timers, from the real clock), as the
+    connection fails it then."""
+
+    def __init__(self, versions: Dict[int, int]) -> None:
+        super().__init__(versions)
+        self.expires: Dict[int, float] = {}
+
+    def send(self, req, callback, *, version=None, expect_response=True, timeout=None):
+        super().send(req, callback, version=version, expect_response=expect_response,
+                     timeout=timeout)
+        self.expires[id(callback)] = time.monotonic() + (30.0 if timeout is None
+                                                         else timeout)
+
+
+def check_share(data: bytes) -> None:
+    """The share consumer's answer handling (KIP-932): a real ``ShareMember``
+    (``kafka_client.consumer.share_group``: ShareGroupHeartbeat) and ``ShareFetcher``
+    (``kafka_client.consumer.share_fetcher``: share sessions, ShareFetch,
+    ShareAcknowledge) through a real ``CallRunner`` on a fake I/O thread, cluster and
+    connection (one broker, coordinator and leader of topic ``t``'s two partitions),
+    subscribed to ``t``; between answers the harness plays the application: it takes
+    every chunk fetched and acknowledges every offset acquired.
+
+    Layout: byte 0 = flags (bits 0-1 how the records are acknowledged: ACCEPT, RELEASE,
+    REJECT, alternately ACCEPT and RELEASE; bit 2 a commit after each chunk taken; bit 3
+    the consumer closes in the end, else it only stops being answered); then answers as
+    for ``transactions`` (API keys mapped onto FindCoordinator, ShareGroupHeartbeat,
+    ShareFetch, ShareAcknowledge). Each request gets the next answer of its API; once they
+    are used up it gets none, and the clock runs through the calls' deadlines.
+
+    Checked: nothing raises on the I/O side and no handler raises (logged by the
+    CallRunner, which fails the call with _FAIL); every request encodes at its version;
+    a chunk's acquired ranges are well formed and one answer's acquire at most
+    ``MAX_ACQUIRED_OFFSETS`` offsets; no acknowledged offset gets more outcomes than it
+    was acknowledged; with close, in the end every acknowledgement has its outcome and
+    every commit's waiter is done; errors handed to the application are KafkaErrors.
+    """
+    from kafka_client._cluster.calls import CallRunner
+    from kafka_client._cluster.metadata import MetadataCache, TopicInfo
+    from kafka_client.consumer.share_fetcher import (
+        MAX_ACQUIRED_OFFSETS,
+        AckBatch,
+        AckRange,
+        ShareFetcher,
+    )
+    from kafka_client.consumer.share_group import ShareMember
+    from kafka_client.errors import KafkaError
+    from kafka_proto.enums import AcknowledgeType
+    from kafka_proto.messages import API_KEYS, response_class
+
+    if len(data) < 1:
+        return
+    flags = data[0]
+    answers: Dict[int, list] = {}
+    versions: Dict[int, int] = {}
+    for seg in data[1:].split(SEGMENT_SEP):
+        if len(seg) < 4:
+            continue
+        key = int.from_bytes(seg[0:2], "big")
+        if key not in _SHARE_KEYS:
+            key = _SHARE_KEYS[key % len(_SHARE_KEYS)]
+        info = API_KEYS[key]
+        versions.setdefault(key, info.min_version + seg[2] % (
+            info.max_version - info.min_version + 1))
+        answers.setdefault(key, []).append((seg[3], seg[4:]))
+    for key in _SHARE_KEYS:
+        versions.setdefault(key, API_KEYS[key].max_version)
+
+    config = _share_config()
+    io = _TxnIO()
+    md = MetadataCache()
+    now = time.monotonic()
+    md.brokers[1] = ("fuzz", 9092, None)
+    md.topics["t"] = TopicInfo("t", 0, [1] * _SHARE_PARTITIONS, [0] * _SHARE_PARTITIONS,
+                               [0] * _SHARE_PARTITIONS, now, _SHARE_TOPIC_ID)
+    md.version += 1
+    clock = [now]
+    conn = _ShareConn(versions)
+    cluster = _AdminCluster(conn, md, io, config)
+    kinds = ((AcknowledgeType.ACCEPT,), (AcknowledgeType.RELEASE,),
+             (AcknowledgeType.REJECT,),
+             (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE))[flags & 3]
+    acked: Dict[tuple, int] = {}
+    outcomes: Dict[tuple, int] = {}
+    waiters: list = []
+
+    with _client_log_checked() as log:
+        runner = CallRunner(cluster)
+        fetcher_box: list = []
+        member = ShareMember(config, runner,
+                             lambda assignment: fetcher_box[0].set_assignment(assignment),
+                             lambda error: fetcher_box[0].report(error))
+        fetcher = ShareFetcher(config, runner, member, lambda: None)
+        fetcher_box.append(fetcher)
+        member.subscribe(["t"])
+
+        def application() -> None:
+            """Take what was fetched, acknowledge it; collect outcomes and errors."""
+            while True:
+                chunk = fetcher.take_chunk()
+                if chunk is None:
+                    break
+                total = 0
+                for first, last, _count in chunk.acquired:
+                    if first > last:
+                        _fail(f"chunk of {chunk.part.key}: acquired {chunk.acquired}")
+                    total += last - first + 1
+                if total > MAX_ACQUIRED_OFFSETS:
+                    _fail(f"a chunk acquiring {total} offsets")
+                ranges = []
+                for first, last, _count in chunk.acquired:
+                    for i, off in enumerate(range(first, last + 1)):
+                        ranges.append(AckRange(off, off, kinds[i % len(kinds)]))
+                        acked[(chunk.part.key, off)] = acked.get((chunk.part.key, off), 0) + 1
+                batch = AckBatch(chunk.node, chunk.part.key, ranges)
+                if flags & 4:
+                    waiters.append(fetcher.wait_for_all([batch]))
+                else:
+                    fetcher.acknowledge([batch], False)
+            for outcome in fetcher.take_outcomes():
+                for key, offsets in outcome.offsets.items():
+                    for off in offsets:
+                        n = outcomes.get((key, off), 0) + 1
+                        if n > acked.get((key, off), 0):
+                            _fail(f"{key} offset {off}: {n} outcomes, acknowledged "
+                                  f"{acked.get((key, off), 0)} times")
+                        outcomes[(key, off)] = n
+            for error in fetcher.take_errors():
+                if not isinstance(error, KafkaError):
+                    _fail(f"the application was handed {error!r}")
+
+        def step(answering: bool) -> bool:
+            if io.soon:
+                fn, args = io.soon.popleft()
+                fn(*args)
+                return True
+            clock[0] = max(clock[0], time.monotonic())
+            member.tick(clock[0])
+            fetcher.tick(clock[0])
+            application()
+            if io.soon:
+                return True
+            for i, (key, version, _req, callback) in enumerate(conn.pending):
+                queue = answers.get(key)
+                if not answering or not queue:
+                    continue
+                conn.pending.pop(i)
+                how, body = queue.pop(0)
+                answered[0] += 1
+                if how & 2:
+                    err = KafkaError(KafkaError._TRANSPORT, "fuzz: connection lost")
+                    callback(None, err)
+                    for hook in list(cluster.on_broker_state):
+                        hook(conn, "DISCONNECTED", err)
+                    return True
+                try:
+                    resp = response_class(key).decode(body, version)
+                except CODEC_ERRORS:
+                    callback(None, KafkaError(KafkaError._TRANSPORT, "fuzz: undecodable"))
+                else:
+                    callback(resp, None)
+                return True
+            # The earliest event: a timer, or a request timing out.
+            io.timers = [t for t in io.timers if not t.cancelled]
+            due = [conn.expires[id(p[3])] for p in conn.pending]
+            if not io.timers and not due:
+                return False
+            when = min([t.when for t in io.timers] + due)
+            clock[0] = max(clock[0], when)
+            for i, (_k, _v, _r, callback) in enumerate(conn.pending):
+                if conn.expires[id(callback)] == when:
+                    # Not answered in time: the connection fails it (and closes).
+                    conn.pending.pop(i)
+                    err = KafkaError(KafkaError._TIMED_OUT, "fuzz: request timed out")
+                    callback(None, err)
+                    for hook in list(cluster.on_broker_state):
+                        hook(conn, "DISCONNECTED", err)
+                    return True
+            timer = min(io.timers, key=lambda t: t.when)
+            io.timers.remove(timer)
+            timer.fn(*timer.args)
+            return True
+
+        # While answers remain for what the member sends (not for ever: an API it no
+        # longer sends keeps its answers).
+        answered = [0]
+        idle = 0
+        for _ in range(3000):
+            before = answered[0]
+            if not any(answers.values()) or not step(True) or idle > 50:
+                break
+            idle = 0 if answered[0] > before else idle + 1
+        if flags & 8:
+            fetcher.close_sessions(lambda: None)
+            member.leave(lambda: None)
+        # Nothing answered any more: the calls run out to their deadlines.
+        # (bounded: heartbeats and fetches go on for ever, each failing at its deadline)
+        for _ in range(400):
+            if not step(False) or clock[0] > now + 100:
+                break
+        application()
+        if log.raised:
+            _fail(f"the client logged an exception: {log.raised[0]}")
+        if flags & 8:
+            missing = [k for k, n in acked.items() if outcomes.get(k, 0) != n]
+            if missing:
+                _fail(f"{len(missing)} acknowledged offsets without their outcome, e.g. "
+                      f"{missing[:3]}")
+            if any(not w.done.is_set() for w in waiters):
+                _fail("a commit's waiter never done")
 
 
 # --------------------------------------------------------------------------- telemetry
@@ -3214,6 +3449,7 @@ HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "producer": check_producer,
     "transactions": check_transactions,
     "admin": check_admin,
+    "share": check_share,
     "telemetry": check_telemetry,
     "downconvert": check_downconvert,
     "cluster": check_cluster,

@@ -1,7 +1,7 @@
 """Bounded smoke run of every fuzz harness (part of the normal suite, no atheris needed).
 
 Each harness replays its committed corpus and then runs the built-in deterministic mutator
-(fixed seed) for ``KAFKA_FUZZ_SMOKE_SECONDS`` seconds (default 4, under a minute for the
+(fixed seed) for ``KAFKA_FUZZ_SMOKE_SECONDS`` seconds (default 4, about a minute for the
 fourteen harnesses: with the seed fixed, a longer budget repeats the same first inputs in
 every run and only adds a tail). Long runs: ``tools/fuzz_run.py`` (see docs/fuzzing.md).
 """

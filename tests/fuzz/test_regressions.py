@@ -212,3 +212,15 @@ def test_a_local_error_code_from_the_broker_is_not_a_local_event():
     fuzz_harnesses.check_consumer(bytes([0, 0, 0, 0]) + answer.encode(4))  # FetchResponse v4
     assert broker_code(KafkaError._TRANSPORT) == KafkaError.UNKNOWN_SERVER_ERROR == -1
     assert [broker_code(c) for c in (-1, 0, 3, 999)] == [-1, 0, 3, 999]
+
+
+def test_a_late_offsets_answer_is_not_the_next_transactions_outcome():
+    """transactions harness, first minute of the built-in mutator (2026-12-01): one
+    AddPartitionsToTxn answer leaving partition 1 out (index 32769) failed the first
+    transaction while its TxnOffsetCommit waited for the group coordinator's lookup; after
+    the abort that TxnOffsetCommit went out, and its answer completed the second
+    transaction's send_offsets_to_transaction() before that call's own AddOffsetsToTxn."""
+    import fuzz_harnesses
+
+    data = bytes.fromhex("6500180300000000000202740300000000000000000080010000000000")
+    fuzz_harnesses.check_transactions(data)

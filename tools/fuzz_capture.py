@@ -24,7 +24,8 @@ commit and leave groups (eager and cooperative) on a Tansu behind a recording re
 (``capture_producer``); for ``transactions`` our transactional producer commits and
 aborts on the test cluster behind the relay (``capture_transactions``), for ``admin``
 our AdminClient runs the harness' operations there (``capture_admin``), for ``share``
-our ShareConsumer reads and acknowledges there (``capture_share``). Legacy (magic
+our ShareConsumer reads and acknowledges there (``capture_share``), for ``listoffsets``
+our consumer looks up where to start (``capture_listoffsets``). Legacy (magic
 0/1) message sets, which these brokers no longer write, are built field by field from the
 same records. Files are named by content hash; inputs above ``--max-size`` bytes are
 skipped so the corpus stays small.
@@ -52,7 +53,7 @@ BROKER_CAPTURE_HARNESSES = ("records", "compression", "responses", "framing", "c
 #: corpus folders built without a broker
 BUILT_HARNESSES = ("downconvert", "cluster")
 HARNESS_NAMES = BROKER_CAPTURE_HARNESSES + ("consumer", "group", "producer", "transactions",
-                                                "admin", "share") \
+                                                "admin", "share", "listoffsets") \
     + BUILT_HARNESSES
 
 
@@ -925,6 +926,74 @@ def capture_share(corpus: Corpus) -> None:
           f"({', '.join(str(k) for k, _v, _b in answers)})", file=sys.stderr)
 
 
+def capture_listoffsets(corpus: Corpus) -> None:
+    """Our consumer's offset lookups on the test cluster (``kafka_client.testing``, one
+    broker) through a Recorder, for the ``listoffsets`` harness: topic ``t`` (3
+    partitions, a few records each) assigned from the beginning, the end and three from
+    the end, read_uncommitted and read_committed. Each consumer's ListOffsets answers make
+    one input (byte 0 the version they came at, byte 1 the isolation), each answer alone
+    one too."""
+    from fuzz_harnesses import SEGMENT_SEP
+
+    from kafka_client import OFFSET_BEGINNING, OFFSET_END, OFFSET_TAIL, Consumer, Producer
+    from kafka_client import TopicPartition
+    from kafka_client._testing.brokers import free_port
+    from kafka_client.testing import Cluster
+    from kafka_proto.messages import API_KEYS, ListOffsetsResponse
+
+    broker_port = free_port()
+    rec = Recorder(broker_port)
+    runs = []
+    with Cluster(brokers=1, ports=[broker_port], advertised_ports=[rec.port]) as cluster:
+        cluster.create_topic("t", partitions=3)
+        with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as p:
+            for i in range(12):
+                p.produce("t", b"v%d" % i, partition=i % 3)
+            assert p.flush(30) == 0
+        for isolation in ("read_uncommitted", "read_committed"):
+            before = len(rec.conns)
+            c = Consumer({"bootstrap.servers": f"127.0.0.1:{rec.port}",
+                          "group.id": "fuzz-listoffsets", "isolation.level": isolation})
+            c.assign([TopicPartition("t", 0, OFFSET_BEGINNING),
+                      TopicPartition("t", 1, OFFSET_END),
+                      TopicPartition("t", 2, OFFSET_TAIL(3))])
+            deadline = time.monotonic() + 10
+            got = 0
+            while got < 7 and time.monotonic() < deadline:
+                got += len(c.consume(10, 0.2))
+            c.close()
+            time.sleep(0.2)   # the relay's last bytes
+            runs.append((isolation, before))
+    rec.close()
+    conns = list(rec.exchanges())
+    info = API_KEYS[2]
+    for n, (isolation, before) in enumerate(runs):
+        end = runs[n + 1][1] if n + 1 < len(runs) else len(conns)
+        answers = [(v, b) for _down, conn in conns[before:end] for k, v, b in conn if k == 2]
+        if not answers:
+            continue
+        flags = 1 if isolation == "read_committed" else 0
+        head = bytes([answers[0][0] - info.min_version, flags])
+        corpus.add("listoffsets", head + SEGMENT_SEP.join(b for _v, b in answers))
+        for v, b in answers:
+            corpus.add("listoffsets", bytes([v - info.min_version, flags]) + b)
+        # Variants of the first answer, each before the real one (which answers the
+        # lookup asked again): a partition's error, a partition left out, no offset.
+        v, b = answers[0]
+        for change in ("error 6", "error 78", "error 3", "left out", "offset -1"):
+            resp = ListOffsetsResponse.decode(b, v)
+            parts = resp.topics[0].partitions
+            if change.startswith("error"):
+                parts[1].error_code = int(change.split()[1])
+            elif change == "left out":
+                del parts[1]
+            else:
+                parts[0].offset = -1
+            corpus.add("listoffsets", bytes([v - info.min_version, flags])
+                       + resp.encode(v) + SEGMENT_SEP + b)
+    print(f"  listoffsets: {len(runs)} consumers recorded", file=sys.stderr)
+
+
 def _recording_connection_class():
     from kafka_client._testing.blocking import BlockingConnection
 
@@ -1153,6 +1222,8 @@ def main(argv=None) -> int:
         capture_admin(corpus)
     if "share" in wanted:
         capture_share(corpus)
+    if "listoffsets" in wanted:
+        capture_listoffsets(corpus)
     if "downconvert" in wanted:
         downconvert_inputs(corpus)
     if "cluster" in wanted:

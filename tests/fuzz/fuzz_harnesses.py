@@ -1057,6 +1057,127 @@ def check_consumer(data: bytes) -> None:
     fetcher.close()
 
 
+# --------------------------------------------------------------------------- listoffsets
+
+#: Topic ``t``'s partitions the harness resolves: from the beginning, from the end, and
+#: three from the end (a tail, OFFSET_TAIL(3)).
+_LIST_OFFSETS_RESETS = ("beginning", "end", "tail")
+
+
+class _ListOffsetsConn:
+    """The leader's connection: each ListOffsets request encoded at its version (with the
+    isolation level its ``for_version`` sets) and kept until the harness answers it."""
+
+    def __init__(self, version: int) -> None:
+        self.versions = {2: version}
+        self.sent: list = []     # (request, callback)
+
+    def send(self, req, callback, *, timeout=None, fail_unreachable=False,
+             for_version=None) -> None:
+        version = self.versions[2]
+        if for_version is not None:
+            for_version(req, version)
+        _check_encodes(req, version)
+        self.sent.append((req, callback))
+
+
+class _ListOffsetsCluster(_FakeCluster):
+    def __init__(self, metadata, conn) -> None:
+        super().__init__(metadata)
+        self.conn = conn
+
+    def ensure_connected(self, node):
+        return self.conn
+
+
+def check_listoffsets(data: bytes) -> None:
+    """The consumer's own ListOffsets handling: a real ``Fetcher``
+    (``kafka_client.consumer.fetcher``) resolving the logical positions of topic ``t``'s
+    three partitions (OFFSET_BEGINNING, OFFSET_END, OFFSET_TAIL(3)) through
+    ``_resolve_logical`` and ``list_offsets``, each lookup answered by the input, again
+    while partitions are left unresolved (as the fetcher's tick asks again after its
+    backoff).
+
+    Layout: byte 0 the ListOffsets version (modulo its range), byte 1 flags (bit 0
+    read_committed); then ListOffsets answer bodies separated by ``SEGMENT_SEP``, one per
+    lookup (an undecodable one is a lost connection).
+
+    Checked: nothing raises; every request encodes at its version and asks each
+    unresolved partition once, with EARLIEST or LATEST as its reset says; a partition is
+    either resolved (no reset left, position = the answer's offset, at least 0, and the
+    same for the application; a tail keeps its END check of 3 for the first fetch) or
+    still waiting with its reset, not resolving; errors handed to the application are
+    KafkaErrors of the partitions asked.
+    """
+    from kafka_client._cluster.metadata import MetadataCache, TopicInfo
+    from kafka_client.consumer.fetcher import OFFSET_TAIL_BASE, Event, Fetcher, PartitionState
+    from kafka_client.errors import KafkaError
+    from kafka_client.types import OFFSET_BEGINNING, OFFSET_END
+    from kafka_proto.enums import ListOffsetsTimestamp
+    from kafka_proto.messages import API_KEYS, ListOffsetsResponse
+
+    if len(data) < 2:
+        return
+    info = API_KEYS[2]
+    version = info.min_version + data[0] % (info.max_version - info.min_version + 1)
+    read_committed = bool(data[1] & 1)
+    bodies = data[2:].split(SEGMENT_SEP)
+
+    md = MetadataCache()
+    md.topics["t"] = TopicInfo("t", 0, [1] * 3, [0] * 3, [0] * 3, 1000.0)
+    md.brokers[1] = ("fuzz", 9092, None)
+    conn = _ListOffsetsConn(version)
+    cluster = _ListOffsetsCluster(md, conn)
+    delivered: list = []
+    config = _consumer_config(read_committed, False, False, "earliest")
+    fetcher = Fetcher(config, cluster, _FakeIO(), delivered.append)
+    parts = []
+    for p, reset in enumerate(_LIST_OFFSETS_RESETS):
+        part = PartitionState("t", p)
+        part.seek({"beginning": OFFSET_BEGINNING, "end": OFFSET_END,
+                   "tail": OFFSET_TAIL_BASE - 3}[reset])
+        parts.append(part)
+    with _quiet("kafka_client.consumer.fetcher"):
+        for body in bodies:
+            waiting = [part for part in parts if part.reset is not None]
+            if not waiting:
+                break
+            for part in waiting:
+                part.backoff_until = 0.0
+            fetcher._resolve_logical(waiting)
+            if len(conn.sent) != 1:
+                _fail(f"{len(conn.sent)} ListOffsets requests for one leader")
+            req, callback = conn.sent.pop()
+            asked = sorted((t.name, p.partition_index, p.timestamp)
+                           for t in req.topics for p in t.partitions)
+            want = sorted(("t", part.partition, ListOffsetsTimestamp.EARLIEST
+                           if part.reset == OFFSET_BEGINNING else ListOffsetsTimestamp.LATEST)
+                          for part in waiting)
+            if asked != want:
+                _fail(f"asked {asked}, the partitions waiting need {want}")
+            was = {part.key: part.reset for part in waiting}
+            try:
+                resp = ListOffsetsResponse.decode(body, version)
+            except CODEC_ERRORS:
+                callback(None, KafkaError(KafkaError._TRANSPORT, "fuzz: undecodable answer"))
+            else:
+                callback(resp, None)
+            for part in parts:
+                if part.resolving:
+                    _fail(f"{part.key} still resolving after its answer")
+                if part.reset is None:
+                    if part.fetch_pos < 0 or part.app_pos != part.fetch_pos:
+                        _fail(f"{part.key} resolved to {part.fetch_pos} (application "
+                              f"{part.app_pos})")
+                    if part.key in was and was[part.key] == OFFSET_TAIL_BASE - 3 and \
+                            part.end_check != 3:
+                        _fail(f"{part.key}: tail resolved without its END check")
+        for item in delivered:
+            if type(item) is not Event or not isinstance(item.message.error(), KafkaError):
+                _fail(f"the fetcher delivered {item!r}")
+    fetcher.close()
+
+
 # --------------------------------------------------------------------------- group
 
 #: The APIs the consumer group speaks with its coordinator, in the order of a session.
@@ -3447,6 +3568,7 @@ HARNESSES: Dict[str, Callable[[bytes], None]] = {
     "framing": check_framing,
     "client": check_client_all,
     "consumer": check_consumer,
+    "listoffsets": check_listoffsets,
     "group": check_group,
     "producer": check_producer,
     "transactions": check_transactions,

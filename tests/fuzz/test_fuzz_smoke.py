@@ -2,7 +2,7 @@
 
 Each harness replays its committed corpus and then runs the built-in deterministic mutator
 (fixed seed) for ``KAFKA_FUZZ_SMOKE_SECONDS`` seconds (default 4, about a minute for the
-fourteen harnesses: with the seed fixed, a longer budget repeats the same first inputs in
+fifteen harnesses: with the seed fixed, a longer budget repeats the same first inputs in
 every run and only adds a tail). Long runs: ``tools/fuzz_run.py`` (see docs/fuzzing.md).
 """
 from __future__ import annotations

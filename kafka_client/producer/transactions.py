@@ -245,8 +245,11 @@ class TransactionManager:
         #: the coordinator, the group's offsets unstable, until it timed out and fenced).
         self._partitions_seen = False
         self._offsets_seen = False
-        #: an abort waits for the answer to the AddPartitionsToTxn out (see _finish_abort)
-        self._abort_awaits_registering = False
+        #: (monotonic) when this transaction's last AddOffsetsToTxn or TxnOffsetCommit
+        #: went out, unanswered; None: none is out (see _finish_abort)
+        self._offsets_out: Optional[float] = None
+        #: an abort waits for the answer to a request out (see _finish_abort)
+        self._abort_waits = False
         self.delivery_failures = 0               # messages that failed in this transaction
         #: the last send_offsets_to_transaction() of this transaction failed with this
         #: (None: none did, or the last succeeded)
@@ -301,7 +304,8 @@ class TransactionManager:
                     self._pending.clear()
                     self._registering = set()
                     self._coordinator_forgets()
-                    self._abort_awaits_registering = False
+                    self._offsets_out = None
+                    self._abort_waits = False
                     self.delivery_failures = 0
                     self._offsets_failure = None
                     self.error = None
@@ -938,6 +942,7 @@ class TransactionManager:
         def build(version: int) -> Any:
             self._refuse_if_over(number)
             self._offsets_seen = True   # each attempt may be seen
+            self._offsets_out = time.monotonic()
             return AddOffsetsToTxnRequest(transactional_id=self.transactional_id,
                                           producer_id=idem.producer_id,
                                           producer_epoch=idem.epoch, group_id=group.group_id)
@@ -947,16 +952,18 @@ class TransactionManager:
                 return None             # that transaction is over
             code = broker_code(resp.error_code)
             if code == ErrorCode.NONE:
+                self._offsets_answered()
                 self._txn_offset_commit(offsets, group, deadline, asker, number)
                 return None
             self._offsets_seen = knew   # refused: nothing added (see above)
+            self._offsets_answered()    # (after: an abort waiting decides on it)
             return self._failed_in_transaction(code, "AddOffsetsToTxn",
                                                "Failed to add offsets to the transaction",
                                                asker)
 
         self._to_coordinator(CoordinatorType.TRANSACTION, self.transactional_id,
                              "AddOffsetsToTxn", ApiKey.ADD_OFFSETS_TO_TXN, build, answer,
-                             lambda error: self._set_result_retriable(error, asker),
+                             lambda error: self._offsets_failed(error, asker, number),
                              deadline)
 
     def _txn_offset_commit(self, offsets: List[TopicPartition], group: Any,
@@ -970,6 +977,7 @@ class TransactionManager:
 
         def build(version: int) -> Any:
             self._refuse_if_over(number)
+            self._offsets_out = time.monotonic()
             R = TxnOffsetCommitRequest
             topics = [R.TxnOffsetCommitRequestTopic(name=t, partitions=[
                 R.TxnOffsetCommitRequestPartition(
@@ -990,6 +998,7 @@ class TransactionManager:
         def answer(resp: Any, conn: Any) -> Optional[KafkaError]:
             if number != self._txn_number:
                 return None             # that transaction is over
+            self._offsets_answered()
             codes = {(t.name, p.partition_index): broker_code(p.error_code)
                      for t in resp.topics or () for p in t.partitions or ()}
             failed = []
@@ -1008,8 +1017,21 @@ class TransactionManager:
 
         self._to_coordinator(CoordinatorType.GROUP, group.group_id, "TxnOffsetCommit",
                              ApiKey.TXN_OFFSET_COMMIT, build, answer,
-                             lambda error: self._set_result_retriable(error, asker),
+                             lambda error: self._offsets_failed(error, asker, number),
                              deadline)
+
+    def _offsets_failed(self, error: KafkaError, asker: _ApiCall, number: int) -> None:
+        """An offsets request's call ended without an answer it took (deadline, lost
+        connections, or refused to go out once its transaction was over)."""
+        if number == self._txn_number:
+            self._offsets_answered()
+        self._set_result_retriable(error, asker)
+
+    def _offsets_answered(self) -> None:
+        """No offsets request of this transaction is out any more: an abort waiting for
+        its answer goes on."""
+        self._offsets_out = None
+        self._abort_may_go_on()
 
     def _refuse_if_over(self, number: int) -> None:
         """In a request's build(): transaction ``number`` is over, or being aborted or
@@ -1121,7 +1143,18 @@ class TransactionManager:
         INVALID_TXN_STATE, fatal (found on the test cluster once it answers so, as Kafka
         does, until the markers are replicated)."""
         if self._registering:
-            self._abort_awaits_registering = True
+            self._abort_waits = True
+            return
+        if self._offsets_out is not None:
+            # An AddOffsetsToTxn or TxnOffsetCommit is on the wire: answered first, as the
+            # Java client sends one transactional request at a time. A TxnOffsetCommit
+            # reaching the group coordinator after the abort's markers stays pending there
+            # for the producer id's next transaction (committed with it, or holding the
+            # group's offsets unstable). Its answer, or at the latest the request timeout
+            # after it went out, lets the abort go on.
+            self._abort_waits = True
+            self.io.call_at(self._offsets_out + self.request_timeout,
+                            self._offsets_given_up, self._txn_number)
             return
         if self._coordinator_knows:
             self._end_txn(False)
@@ -1134,8 +1167,19 @@ class TransactionManager:
         """The AddPartitionsToTxn out when the transaction began to end is over: an
         abort waiting for it goes on."""
         self._registering = set()
-        if self._abort_awaits_registering:
-            self._abort_awaits_registering = False
+        self._abort_may_go_on()
+
+    def _offsets_given_up(self, number: int) -> None:
+        """Timer: an offsets request out when the abort began got no answer within the
+        request timeout (see _finish_abort)."""
+        if number == self._txn_number and self._offsets_out is not None:
+            self._offsets_answered()
+
+    def _abort_may_go_on(self) -> None:
+        """A request an abort waited for is over: the abort goes on (or waits again, for
+        another one still out)."""
+        if self._abort_waits:
+            self._abort_waits = False
             self._finish_abort()
 
     def _set_result_retriable(self, error: KafkaError,

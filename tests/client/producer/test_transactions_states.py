@@ -1244,6 +1244,39 @@ def test_the_offsets_commit_of_an_aborted_transaction_is_not_sent_after_it():
     assert ApiKey.TXN_OFFSET_COMMIT not in h.conn.keys()
 
 
+def test_an_abort_waits_for_the_offsets_commit_on_the_wire():
+    """The transaction aborted while its TxnOffsetCommit is on the wire (the offsets call
+    failed needing an abort: a registration refused): the EndTxn(abort) waits for its
+    answer, as the Java client sends one transactional request at a time. Sent at once,
+    the EndTxn's markers could precede the TxnOffsetCommit at the group coordinator,
+    which then keeps those offsets pending for the producer id's next transaction
+    (committed with it, or the group's offsets unstable until then)."""
+    h = Harness()
+    h.init()
+    h.result(h.call("begin_transaction"))
+    h.acc.produce("t", b"m0", partition=0)
+    box = h.call("send_offsets_to_transaction", [TopicPartition("in", 0, 42)], _group(), 5.0)
+    _req, cb, _v = h.until_sent(ApiKey.ADD_OFFSETS_TO_TXN)
+    cb(AddOffsetsToTxnResponse(error_code=0), None)
+    h.answer_find(key_type=0)                                  # the group's coordinator
+    _req, offsets_cb, _v = h.until_sent(ApiKey.TXN_OFFSET_COMMIT)   # on the wire
+    h.answer_add_partitions(code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException) as excinfo:
+        h.result(box)
+    assert kafka_error(excinfo).txn_requires_abort()
+    box = h.call("abort_transaction", 5.0, h.flush)
+    for _ in range(10):
+        h.pump(0.05)
+        time.sleep(0.005)
+    assert ApiKey.END_TXN not in h.conn.keys()
+    R = TxnOffsetCommitResponse
+    offsets_cb(R(topics=[R.TxnOffsetCommitResponseTopic(name="in", partitions=[
+        R.TxnOffsetCommitResponsePartition(partition_index=0, error_code=0)])]), None)
+    assert not h.end_txn_found_and_answered().committed
+    h.result(box)
+    assert h.txn.state == TxnState.READY
+
+
 def test_a_late_offsets_answer_does_not_complete_the_next_transactions_call():
     """The aborted transaction's TxnOffsetCommit, answered during the next
     transaction's send_offsets_to_transaction(), is not that call's outcome: the call

@@ -30,7 +30,7 @@ import threading
 import time
 import types
 import uuid
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from kafka_proto.errors import KafkaProtocolError, ProtocolEncodeError
 
@@ -2114,6 +2114,32 @@ class _TxnSession:
         return err
 
 
+
+def _answers_by_api(blob: bytes, keys: Sequence[int]
+                    ) -> Tuple[Dict[int, List[Tuple[int, bytes]]], Dict[int, int]]:
+    """The answers of the ``transactions``, ``admin`` and ``share`` inputs, by API key
+    (each segment: int16 API key, mapped onto one of ``keys``; uint8 version, the first
+    of each API the negotiated one; uint8 how; the body), and the negotiated versions
+    (the highest for an API with no answer)."""
+    from kafka_proto.messages import API_KEYS
+
+    answers: Dict[int, List[Tuple[int, bytes]]] = {}
+    versions: Dict[int, int] = {}
+    for seg in blob.split(SEGMENT_SEP):
+        if len(seg) < 4:
+            continue
+        key = int.from_bytes(seg[0:2], "big")
+        if key not in keys:
+            key = keys[key % len(keys)]
+        info = API_KEYS[key]
+        versions.setdefault(key, info.min_version + seg[2] % (
+            info.max_version - info.min_version + 1))
+        answers.setdefault(key, []).append((seg[3], seg[4:]))
+    for key in keys:
+        versions.setdefault(key, API_KEYS[key].max_version)
+    return answers, versions
+
+
 def check_transactions(data: bytes) -> None:
     """The transactional producer (``kafka_client.producer.transactions``) against hostile
     coordinators: a real ``TransactionManager``, ``Sender`` and ``Accumulator`` on a fake
@@ -2151,25 +2177,11 @@ def check_transactions(data: bytes) -> None:
     from kafka_client.producer.sender import PERSISTED
     from kafka_client.producer.transactions import TxnState
     from kafka_client.types import TopicPartition
-    from kafka_proto.messages import API_KEYS
 
     if len(data) < 1:
         return
     flags = data[0]
-    answers: Dict[int, list] = {}
-    versions: Dict[int, int] = {}
-    for seg in data[1:].split(SEGMENT_SEP):
-        if len(seg) < 4:
-            continue
-        key = int.from_bytes(seg[0:2], "big")
-        if key not in _TXN_KEYS:
-            key = _TXN_KEYS[key % len(_TXN_KEYS)]
-        info = API_KEYS[key]
-        versions.setdefault(key, info.min_version + seg[2] % (
-            info.max_version - info.min_version + 1))
-        answers.setdefault(key, []).append((seg[3], seg[4:]))
-    for key in _TXN_KEYS:
-        versions.setdefault(key, API_KEYS[key].max_version)
+    answers, versions = _answers_by_api(data[1:], _TXN_KEYS)
     transactions = 1 + (flags & 3)
     timeout = 0.0 if flags & 8 else _TXN_LONG_TIMEOUT
     per_txn = _TXN_MESSAGES[(flags >> 5) & 3]
@@ -2381,24 +2393,11 @@ def check_admin(data: bytes) -> None:
     from kafka_client._cluster.metadata import MetadataCache, TopicInfo
     from kafka_client.admin import _operations as ops
     from kafka_client.errors import KafkaError, KafkaException
-    from kafka_proto.messages import API_KEYS, response_class
+    from kafka_proto.messages import response_class
 
     if len(data) < 1:
         return
-    answers: Dict[int, list] = {}
-    versions: Dict[int, int] = {}
-    for seg in data[1:].split(SEGMENT_SEP):
-        if len(seg) < 4:
-            continue
-        key = int.from_bytes(seg[0:2], "big")
-        if key not in _ADMIN_KEYS:
-            key = _ADMIN_KEYS[key % len(_ADMIN_KEYS)]
-        info = API_KEYS[key]
-        versions.setdefault(key, info.min_version + seg[2] % (
-            info.max_version - info.min_version + 1))
-        answers.setdefault(key, []).append((seg[3], seg[4:]))
-    for key in _ADMIN_KEYS:
-        versions.setdefault(key, API_KEYS[key].max_version)
+    answers, versions = _answers_by_api(data[1:], _ADMIN_KEYS)
 
     config = _txn_config()
     io = _TxnIO()
@@ -2544,25 +2543,12 @@ def check_share(data: bytes) -> None:
     from kafka_client.consumer.share_group import ShareMember
     from kafka_client.errors import KafkaError
     from kafka_proto.enums import AcknowledgeType
-    from kafka_proto.messages import API_KEYS, response_class
+    from kafka_proto.messages import response_class
 
     if len(data) < 1:
         return
     flags = data[0]
-    answers: Dict[int, list] = {}
-    versions: Dict[int, int] = {}
-    for seg in data[1:].split(SEGMENT_SEP):
-        if len(seg) < 4:
-            continue
-        key = int.from_bytes(seg[0:2], "big")
-        if key not in _SHARE_KEYS:
-            key = _SHARE_KEYS[key % len(_SHARE_KEYS)]
-        info = API_KEYS[key]
-        versions.setdefault(key, info.min_version + seg[2] % (
-            info.max_version - info.min_version + 1))
-        answers.setdefault(key, []).append((seg[3], seg[4:]))
-    for key in _SHARE_KEYS:
-        versions.setdefault(key, API_KEYS[key].max_version)
+    answers, versions = _answers_by_api(data[1:], _SHARE_KEYS)
 
     config = _share_config()
     io = _TxnIO()

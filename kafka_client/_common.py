@@ -156,18 +156,18 @@ class CallbackGate:
         self._owner: Optional[int] = None     # the thread doing the closing
         self._waiting = 0                     # threads waiting for a change
 
-    # enter() and leave() take no lock (every consume() loop runs them): each thread
-    # writes only its own key, one dict operation at a time under the GIL; a closer
-    # reads a copy of the keys (list() of a dict runs no Python code: atomic), and one
-    # waiting is counted before it looks, so a leave() after its look notifies it.
+    # ``with gate:`` around the callbacks a thread runs. Entering and leaving take no
+    # lock (every consume() loop does them): each thread writes only its own key, one
+    # dict operation at a time under the GIL; a closer reads a copy of the keys (list()
+    # of a dict runs no Python code: atomic), and one waiting is counted before it
+    # looks, so a leave after its look notifies it.
 
-    def enter(self) -> None:
-        """The calling thread is about to run callbacks (:meth:`leave` after, always)."""
+    def __enter__(self) -> None:
         me = threading.get_ident()
         running = self._running
         running[me] = running.get(me, 0) + 1
 
-    def leave(self) -> None:
+    def __exit__(self, *exc: Any) -> None:
         me = threading.get_ident()
         running = self._running
         depth = running[me] - 1
@@ -494,11 +494,8 @@ class ClientBase:
                 if due:
                     served += 1
                     document = json.dumps(self._stats_doc())
-                    self._gate.enter()
-                    try:
+                    with self._gate:
                         self._stats_cb(document)
-                    finally:
-                        self._gate.leave()
         return served
 
     #: librdkafka's "type" in the statistics (its admin client is a producer handle)
@@ -554,30 +551,29 @@ class ClientBase:
         if not pending:
             return served
         error_cb = self._error_cb
-        self._gate.enter()
         try:
-            while pending:
-                try:
-                    event = pending.popleft()  # other threads may serve too: one pop each
-                except IndexError:
-                    break
-                served += 1
-                if isinstance(event, ThrottleEvent):
-                    # kept by the cluster only when throttle_cb is set
-                    assert self._throttle_cb is not None
-                    self._throttle_cb(event)
-                elif isinstance(event, Exception):
-                    raise event
-                elif event.fatal():
-                    # Raised once by the call that serves it, not given to error_cb, as
-                    # confluent-kafka does (a producer fenced or out of sequence)
-                    raise KafkaException(event)
-                elif error_cb is not None:
-                    error_cb(event)
-                else:
-                    self._log.debug("client error: %s", event.str())
+            with self._gate:
+                while pending:
+                    try:
+                        event = pending.popleft()  # other threads may serve too: one pop each
+                    except IndexError:
+                        break
+                    served += 1
+                    if isinstance(event, ThrottleEvent):
+                        # kept by the cluster only when throttle_cb is set
+                        assert self._throttle_cb is not None
+                        self._throttle_cb(event)
+                    elif isinstance(event, Exception):
+                        raise event
+                    elif event.fatal():
+                        # Raised once by the call that serves it, not given to error_cb, as
+                        # confluent-kafka does (a producer fenced or out of sequence)
+                        raise KafkaException(event)
+                    elif error_cb is not None:
+                        error_cb(event)
+                    else:
+                        self._log.debug("client error: %s", event.str())
         finally:
-            self._gate.leave()
             if pending:                    # left for the next call (a callback raised)
                 cluster.events_waiting = True
         return served

@@ -531,16 +531,13 @@ class Consumer(ClientBase):
         (the policy for a callback raising while messages are in hand)."""
         cb = self._consume_cb
         assert cb is not None    # called only when there is one
-        gate = self._gate
-        gate.enter()
         try:
-            for msg in msgs:
-                cb(msg)
+            with self._gate:
+                for msg in msgs:
+                    cb(msg)
         except Exception as exc:
             if self._deferred is None:
                 self._deferred = exc
-        finally:
-            gate.leave()
 
     def _consume(self, num_messages: int, timeout: Optional[float],
                  stop: Optional[threading.Event] = None) -> List[Message]:
@@ -967,12 +964,8 @@ class Consumer(ClientBase):
     def _serve(self, first: bool = True) -> None:
         self._serve_client_events()
         if self._group is not None:
-            gate = self._gate
-            gate.enter()
-            try:
+            with self._gate:
                 self._group.serve(_Member(self), first)
-            finally:
-                gate.leave()
 
     _stats_type = "consumer"
 
@@ -1245,12 +1238,8 @@ class Consumer(ClientBase):
     def unsubscribe(self) -> None:
         """Leave the group's subscription (partitions are revoked)."""
         group = self._need_group("unsubscribe()")
-        gate = self._gate
-        gate.enter()
-        try:
+        with self._gate:
             group.unsubscribe(_Member(self))
-        finally:
-            gate.leave()
 
     def store_offsets(self, message: Optional[Message] = None,
                       offsets: Optional[List[TopicPartition]] = None) -> None:

@@ -486,18 +486,9 @@ class Producer(ClientBase):
         # the I/O thread of the GIL: seen as ~1 s stalls at 100% CPU).
         self._report_event.clear()
         if reports:
-            served = self._serve_reports_counted(reports)
+            with self._gate:  # counted from before it takes a report: close() waits
+                served = self._serve_reports(reports)
         return served + self._serve_client_events()
-
-    def _serve_reports_counted(self, reports: Deque[Any]) -> int:
-        """:meth:`_serve_reports`, with this thread counted among those running delivery
-        callbacks (from before it takes a report: close() of another thread waits)."""
-        gate = self._gate
-        gate.enter()
-        try:
-            return self._serve_reports(reports)
-        finally:
-            gate.leave()
 
     def _serve_reports(self, reports: Deque[Any]) -> int:
         """Run the delivery callbacks of the queued reports. Each report's messages leave

@@ -940,9 +940,8 @@ class TransactionManager:
         number = self._txn_number
 
         def build(version: int) -> Any:
-            self._refuse_if_over(number)
+            self._offsets_request_out(number)
             self._offsets_seen = True   # each attempt may be seen
-            self._offsets_out = time.monotonic()
             return AddOffsetsToTxnRequest(transactional_id=self.transactional_id,
                                           producer_id=idem.producer_id,
                                           producer_epoch=idem.epoch, group_id=group.group_id)
@@ -976,8 +975,7 @@ class TransactionManager:
             by_topic.setdefault(tp.topic, []).append(tp)
 
         def build(version: int) -> Any:
-            self._refuse_if_over(number)
-            self._offsets_out = time.monotonic()
+            self._offsets_request_out(number)
             R = TxnOffsetCommitRequest
             topics = [R.TxnOffsetCommitRequestTopic(name=t, partitions=[
                 R.TxnOffsetCommitRequestPartition(
@@ -1033,12 +1031,15 @@ class TransactionManager:
         self._offsets_out = None
         self._abort_may_go_on()
 
-    def _refuse_if_over(self, number: int) -> None:
-        """In a request's build(): transaction ``number`` is over, or being aborted or
-        failed: raise CallError, the request is not sent (see _register_partitions)."""
+    def _offsets_request_out(self, number: int) -> None:
+        """In an offsets request's build(): it goes out now (an abort waits for its
+        answer, see _finish_abort); unless transaction ``number`` is over, or being
+        aborted or failed: then CallError, and it is not sent (see
+        _register_partitions)."""
         if number != self._txn_number or self.state not in (
                 TxnState.IN_TRANSACTION, TxnState.BEGIN_COMMIT):
             raise CallError(KafkaError(KafkaError._STATE, "the transaction is over"))
+        self._offsets_out = time.monotonic()
 
     def _failed_in_transaction(self, code: int, what: str, text: str,
                                asker: _ApiCall) -> Optional[KafkaError]:

@@ -1208,23 +1208,36 @@ def test_aborting_after_a_send_offsets_that_never_went_out_sends_no_end_txn():
     assert ApiKey.END_TXN not in h.conn.keys() and h.txn.state == TxnState.READY
 
 
-def _abort_while_the_offsets_commit_waits_for_its_coordinator(h):
-    """A transaction whose send_offsets_to_transaction() failed needing an abort while
-    its TxnOffsetCommit waited for the group coordinator's lookup (AddOffsetsToTxn
-    answered, then a registration refused), aborted; the lookup still unanswered."""
+def _offsets_added_to_a_transaction(h):
+    """A transaction with a message, its send_offsets_to_transaction() under way with
+    the AddOffsetsToTxn answered; returns the call's box."""
     h.init()
     h.result(h.call("begin_transaction"))
     h.acc.produce("t", b"m0", partition=0)
     box = h.call("send_offsets_to_transaction", [TopicPartition("in", 0, 42)], _group(), 5.0)
     _req, cb, _v = h.until_sent(ApiKey.ADD_OFFSETS_TO_TXN)
     cb(AddOffsetsToTxnResponse(error_code=0), None)
-    h.pump(0.01)
-    group_lookup = h.conn.take(ApiKey.FIND_COORDINATOR)        # answered later
+    return box
+
+
+def _registration_refused_then_aborted(h, box):
+    """The message's partition refused: the offsets call (``box``) fails needing an
+    abort; returns the box of the abort_transaction() then called."""
     h.answer_add_partitions(code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     with pytest.raises(KafkaException) as excinfo:
         h.result(box)
     assert kafka_error(excinfo).txn_requires_abort()
-    box = h.call("abort_transaction", 5.0, h.flush)
+    return h.call("abort_transaction", 5.0, h.flush)
+
+
+def _abort_while_the_offsets_commit_waits_for_its_coordinator(h):
+    """A transaction whose send_offsets_to_transaction() failed needing an abort while
+    its TxnOffsetCommit waited for the group coordinator's lookup (AddOffsetsToTxn
+    answered, then a registration refused), aborted; the lookup still unanswered."""
+    box = _offsets_added_to_a_transaction(h)
+    h.pump(0.01)
+    group_lookup = h.conn.take(ApiKey.FIND_COORDINATOR)        # answered later
+    box = _registration_refused_then_aborted(h, box)
     assert not h.end_txn_found_and_answered().committed
     h.result(box)
     assert h.txn.state == TxnState.READY
@@ -1252,19 +1265,10 @@ def test_an_abort_waits_for_the_offsets_commit_on_the_wire():
     which then keeps those offsets pending for the producer id's next transaction
     (committed with it, or the group's offsets unstable until then)."""
     h = Harness()
-    h.init()
-    h.result(h.call("begin_transaction"))
-    h.acc.produce("t", b"m0", partition=0)
-    box = h.call("send_offsets_to_transaction", [TopicPartition("in", 0, 42)], _group(), 5.0)
-    _req, cb, _v = h.until_sent(ApiKey.ADD_OFFSETS_TO_TXN)
-    cb(AddOffsetsToTxnResponse(error_code=0), None)
+    box = _offsets_added_to_a_transaction(h)
     h.answer_find(key_type=0)                                  # the group's coordinator
     _req, offsets_cb, _v = h.until_sent(ApiKey.TXN_OFFSET_COMMIT)   # on the wire
-    h.answer_add_partitions(code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-    with pytest.raises(KafkaException) as excinfo:
-        h.result(box)
-    assert kafka_error(excinfo).txn_requires_abort()
-    box = h.call("abort_transaction", 5.0, h.flush)
+    box = _registration_refused_then_aborted(h, box)
     for _ in range(10):
         h.pump(0.05)
         time.sleep(0.005)

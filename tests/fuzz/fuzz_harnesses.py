@@ -30,7 +30,7 @@ import threading
 import time
 import types
 import uuid
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kafka_proto.errors import KafkaProtocolError, ProtocolEncodeError
 
@@ -2007,27 +2007,14 @@ class _TxnSession:
         return False
 
     def answer(self, index: int) -> None:
-        from kafka_client.errors import KafkaError
-        from kafka_proto.messages import response_class
-
         key, version, req, callback = self.conn.pending.pop(index)
         self.tick_due = True
         queue = self.answers.get(key)
         how, body = queue.pop(0) if queue else (0, None)
-        if how & 2:
-            err = KafkaError(KafkaError._TRANSPORT, "fuzz: connection lost")
-            callback(None, err)
-            for hook in list(self.cluster.on_broker_state):
-                hook(self.conn, "DISCONNECTED", err)
+        resp = _txn_success(req, version, self.coordinator) if body is None else \
+            _decoded_or_failed(self.cluster, self.conn, key, version, callback, how, body)
+        if resp is None:
             return
-        if body is None:
-            resp = _txn_success(req, version, self.coordinator)
-        else:
-            try:
-                resp = response_class(key).decode(body, version)
-            except CODEC_ERRORS:
-                callback(None, KafkaError(KafkaError._TRANSPORT, "fuzz: undecodable answer"))
-                return
         self._note(key, req, resp)
         callback(resp, None)
 
@@ -2113,6 +2100,29 @@ class _TxnSession:
             self.settle()
         return err
 
+
+
+def _decoded_or_failed(cluster: Any, conn: Any, key: int, version: int,
+                       callback: Callable[[Any, Any], None], how: int, body: bytes
+                       ) -> Any:
+    """An input's answer (see :func:`_answers_by_api`) to a request whose ``callback``
+    waits: the response decoded, for the caller to hand over; or None once the request
+    has failed: the connection lost (``how`` bit 1, told to the cluster's hooks too) or
+    the body undecodable."""
+    from kafka_client.errors import KafkaError
+    from kafka_proto.messages import response_class
+
+    if how & 2:
+        err = KafkaError(KafkaError._TRANSPORT, "fuzz: connection lost")
+        callback(None, err)
+        for hook in list(cluster.on_broker_state):
+            hook(conn, "DISCONNECTED", err)
+        return None
+    try:
+        return response_class(key).decode(body, version)
+    except CODEC_ERRORS:
+        callback(None, KafkaError(KafkaError._TRANSPORT, "fuzz: undecodable answer"))
+        return None
 
 
 def _answers_by_api(blob: bytes, keys: Sequence[int]
@@ -2393,7 +2403,6 @@ def check_admin(data: bytes) -> None:
     from kafka_client._cluster.metadata import MetadataCache, TopicInfo
     from kafka_client.admin import _operations as ops
     from kafka_client.errors import KafkaError, KafkaException
-    from kafka_proto.messages import response_class
 
     if len(data) < 1:
         return
@@ -2423,17 +2432,8 @@ def check_admin(data: bytes) -> None:
             if not queue:
                 return step_timers()       # no answer: it waits for its deadline
             how, body = queue.pop(0)
-            if how & 2:
-                err = KafkaError(KafkaError._TRANSPORT, "fuzz: connection lost")
-                callback(None, err)
-                for hook in list(cluster.on_broker_state):
-                    hook(conn, "DISCONNECTED", err)
-                return True
-            try:
-                resp = response_class(key).decode(body, version)
-            except CODEC_ERRORS:
-                callback(None, KafkaError(KafkaError._TRANSPORT, "fuzz: undecodable answer"))
-            else:
+            resp = _decoded_or_failed(cluster, conn, key, version, callback, how, body)
+            if resp is not None:
                 callback(resp, None)
             return True
         return step_timers()
@@ -2543,7 +2543,6 @@ def check_share(data: bytes) -> None:
     from kafka_client.consumer.share_group import ShareMember
     from kafka_client.errors import KafkaError
     from kafka_proto.enums import AcknowledgeType
-    from kafka_proto.messages import response_class
 
     if len(data) < 1:
         return
@@ -2631,17 +2630,8 @@ def check_share(data: bytes) -> None:
                 conn.pending.pop(i)
                 how, body = queue.pop(0)
                 answered[0] += 1
-                if how & 2:
-                    err = KafkaError(KafkaError._TRANSPORT, "fuzz: connection lost")
-                    callback(None, err)
-                    for hook in list(cluster.on_broker_state):
-                        hook(conn, "DISCONNECTED", err)
-                    return True
-                try:
-                    resp = response_class(key).decode(body, version)
-                except CODEC_ERRORS:
-                    callback(None, KafkaError(KafkaError._TRANSPORT, "fuzz: undecodable"))
-                else:
+                resp = _decoded_or_failed(cluster, conn, key, version, callback, how, body)
+                if resp is not None:
                     callback(resp, None)
                 return True
             # The earliest event: a timer, or a request timing out.

@@ -472,6 +472,25 @@ def test_what_a_cancelled_read_kept_is_dropped_when_its_partition_is_assigned_ag
     run(main())
 
 
+async def _a_cancelled_read_keeps_0_1_while_the_next_reads_2_4(c, broker, topic_name):
+    """Two reads of the AIOConsumer ``c``: the first, cancelled while its call holds
+    offsets 0-1 and waits for more, has them kept; the second, behind it, reads 2-4."""
+    await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+    first = asyncio.ensure_future(c.consume(10, 10))
+    await asyncio.sleep(0.3)
+    _produce(broker.bootstrap, topic_name, [b"0", b"1"])
+    await asyncio.sleep(1.0)
+    second = asyncio.ensure_future(c.consume(3, 10))   # behind the first
+    await asyncio.sleep(0.3)
+    assert not first.done() and not second.done()
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await asyncio.sleep(0.3)    # the first's call returns 0-1, kept
+    _produce(broker.bootstrap, topic_name, [b"2", b"3", b"4"])
+    assert [m.offset() for m in await second] == [2, 3, 4]
+
+
 def test_messages_a_concurrent_read_handed_out_stay_committed_after_the_kept_ones(
         noida_broker, topic_name):
     """Two reads of one consumer at once (tools/soak.py's coroutines): the first,
@@ -485,20 +504,7 @@ def test_messages_a_concurrent_read_handed_out_stay_committed_after_the_kept_one
 
     async def main():
         async with AIOConsumer(_group_conf(broker, group)) as c:
-            await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
-            first = asyncio.ensure_future(c.consume(10, 10))
-            await asyncio.sleep(0.3)
-            _produce(broker.bootstrap, topic_name, [b"0", b"1"])
-            await asyncio.sleep(1.0)
-            second = asyncio.ensure_future(c.consume(3, 10))   # behind the first
-            await asyncio.sleep(0.3)
-            assert not first.done() and not second.done()
-            first.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await first
-            await asyncio.sleep(0.3)    # the first's call returns 0-1, kept
-            _produce(broker.bootstrap, topic_name, [b"2", b"3", b"4"])
-            assert [m.offset() for m in await second] == [2, 3, 4]
+            await _a_cancelled_read_keeps_0_1_while_the_next_reads_2_4(c, broker, topic_name)
             await c.commit(asynchronous=False)
             assert _committed(broker.bootstrap, group, topic_name) == 0
             assert await _offsets(c, 2) == [0, 1]
@@ -520,20 +526,7 @@ def test_kept_messages_hold_the_commit_back_when_the_application_stores_offsets(
     async def main():
         conf = dict(_group_conf(broker, group), **{"enable.auto.offset.store": False})
         async with AIOConsumer(conf) as c:
-            await c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
-            first = asyncio.ensure_future(c.consume(10, 10))
-            await asyncio.sleep(0.3)
-            _produce(broker.bootstrap, topic_name, [b"0", b"1"])
-            await asyncio.sleep(1.0)
-            second = asyncio.ensure_future(c.consume(3, 10))   # behind the first
-            await asyncio.sleep(0.3)
-            assert not first.done() and not second.done()
-            first.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await first
-            await asyncio.sleep(0.3)    # the first's call returns 0-1, kept
-            _produce(broker.bootstrap, topic_name, [b"2", b"3", b"4"])
-            assert [m.offset() for m in await second] == [2, 3, 4]
+            await _a_cancelled_read_keeps_0_1_while_the_next_reads_2_4(c, broker, topic_name)
             await c.store_offsets(offsets=[TopicPartition(topic_name, 0, 5)])
             await c.commit(asynchronous=False)
             assert _committed(broker.bootstrap, group, topic_name) == 0
@@ -541,6 +534,25 @@ def test_kept_messages_hold_the_commit_back_when_the_application_stores_offsets(
             await c.commit(asynchronous=False)
             assert _committed(broker.bootstrap, group, topic_name) == 5
     run(main())
+
+
+def _a_read_told_to_stop_returns_0_and_1(c, broker, topic_name):
+    """A call of another thread, told to stop while it holds offsets 0-1 and waits for
+    more (as the executor's side of a cancelled read), returns them."""
+    c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
+    stop = threading.Event()
+    returned = []
+    reader = threading.Thread(
+        target=lambda: returned.append(c._consume_until(10, 10, stop)), daemon=True)
+    reader.start()
+    time.sleep(0.3)
+    _produce(broker.bootstrap, topic_name, [b"0", b"1"])
+    time.sleep(1.0)
+    assert reader.is_alive()      # holding 0-1, waiting for more
+    stop.set()
+    c._wake_readers()
+    reader.join(10)
+    assert [m.offset() for m in returned[0]] == [0, 1]
 
 
 def test_a_stopped_reads_messages_hold_the_commit_back_with_offsets_stored_by_hand(
@@ -553,20 +565,7 @@ def test_a_stopped_reads_messages_hold_the_commit_back_with_offsets_stored_by_ha
     c = Consumer(dict(_group_conf(broker, group), **{"enable.auto.commit": False,
                                                      "enable.auto.offset.store": False}))
     try:
-        c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
-        stop = threading.Event()
-        returned = []
-        reader = threading.Thread(
-            target=lambda: returned.append(c._consume_until(10, 10, stop)), daemon=True)
-        reader.start()
-        time.sleep(0.3)
-        _produce(broker.bootstrap, topic_name, [b"0", b"1"])
-        time.sleep(1.0)
-        assert reader.is_alive()      # holding 0-1, waiting for more
-        stop.set()
-        c._wake_readers()
-        reader.join(10)
-        assert [m.offset() for m in returned[0]] == [0, 1]
+        _a_read_told_to_stop_returns_0_and_1(c, broker, topic_name)
         _produce(broker.bootstrap, topic_name, [b"2", b"3", b"4"])
         got = []
         deadline = time.monotonic() + 10
@@ -590,20 +589,7 @@ def test_a_read_told_to_stop_leaves_what_it_held_uncommitted_when_it_returns(
     group = f"g-{topic_name}"
     c = Consumer(dict(_group_conf(broker, group), **{"enable.auto.commit": False}))
     try:
-        c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
-        stop = threading.Event()
-        returned = []
-        reader = threading.Thread(
-            target=lambda: returned.append(c._consume_until(10, 10, stop)), daemon=True)
-        reader.start()
-        time.sleep(0.3)
-        _produce(broker.bootstrap, topic_name, [b"0", b"1"])
-        time.sleep(1.0)
-        assert reader.is_alive()      # holding 0-1, waiting for more
-        stop.set()
-        c._wake_readers()
-        reader.join(10)
-        assert [m.offset() for m in returned[0]] == [0, 1]
+        _a_read_told_to_stop_returns_0_and_1(c, broker, topic_name)
         c.commit(asynchronous=False)
         assert _committed(broker.bootstrap, group, topic_name) == 0
     finally:

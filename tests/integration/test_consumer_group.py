@@ -471,6 +471,22 @@ def test_max_poll_interval_exceeded_then_rejoin(broker, topic_name):
         c.close()
 
 
+def _ten_messages_in_partition_0(broker, topic_name):
+    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
+        for i in range(10):
+            p.produce(topic_name, b"m%d" % i, partition=0)
+        assert p.flush(30) == 0
+
+
+def _read_the_first_five(c):
+    """The group member ``c`` (subscribed) reads offsets 0-4 of partition 0."""
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 5 and time.monotonic() < deadline:
+        got += [m.offset() for m in c.consume(5 - len(got), 0.5) if m.error() is None]
+    assert got == [0, 1, 2, 3, 4]
+
+
 def test_a_member_past_max_poll_interval_commits_nothing_of_its_lost_assignment(
         noida_broker, topic_name):
     """A member's processing outlasts max.poll.interval.ms: the client leaves the group,
@@ -483,10 +499,7 @@ def test_a_member_past_max_poll_interval_commits_nothing_of_its_lost_assignment(
     broker = noida_broker
     broker.create_topic(topic_name, partitions=1)
     group = f"lost-{topic_name}"
-    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
-        for i in range(10):
-            p.produce(topic_name, b"m%d" % i, partition=0)
-        assert p.flush(30) == 0
+    _ten_messages_in_partition_0(broker, topic_name)
     interval_ms = broker.group_session_ms
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
                   "session.timeout.ms": interval_ms, "max.poll.interval.ms": interval_ms,
@@ -494,11 +507,7 @@ def test_a_member_past_max_poll_interval_commits_nothing_of_its_lost_assignment(
                   "auto.offset.reset": "earliest"})
     try:
         c.subscribe([topic_name])
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < 5 and time.monotonic() < deadline:
-            got += [m.offset() for m in c.consume(5 - len(got), 0.5) if m.error() is None]
-        assert got == [0, 1, 2, 3, 4]
+        _read_the_first_five(c)
         time.sleep(interval_ms / 1000 + 2)   # processing past max.poll.interval.ms
         other = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
         try:   # the partition's next owner, gone again: the group has no members now
@@ -525,10 +534,7 @@ def test_a_member_whose_revocation_waits_when_it_passes_max_poll_interval_commit
     broker = noida_broker
     broker.create_topic(topic_name, partitions=1)
     group = f"lost-eager-{topic_name}"
-    with Producer({"bootstrap.servers": broker.bootstrap}) as p:
-        for i in range(10):
-            p.produce(topic_name, b"m%d" % i, partition=0)
-        assert p.flush(30) == 0
+    _ten_messages_in_partition_0(broker, topic_name)
     interval_ms = broker.group_session_ms
     conf = {"bootstrap.servers": broker.bootstrap, "group.id": group,
             "session.timeout.ms": interval_ms, "max.poll.interval.ms": interval_ms,
@@ -537,11 +543,7 @@ def test_a_member_whose_revocation_waits_when_it_passes_max_poll_interval_commit
     c = Consumer(conf)
     try:
         c.subscribe([topic_name])
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < 5 and time.monotonic() < deadline:
-            got += [m.offset() for m in c.consume(5 - len(got), 0.5) if m.error() is None]
-        assert got == [0, 1, 2, 3, 4]
+        _read_the_first_five(c)
         stalled_at = time.monotonic()      # c polls no more from here
         other = Consumer(conf)
         try:

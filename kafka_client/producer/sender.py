@@ -160,6 +160,7 @@ class Sender:
         self.log = config.logger_for(_log.name)
         #: zstd batches were sent uncompressed to a broker without Produce v7 (said once)
         self._zstd_refused = False
+        self._compression_warned = False
         self.acc = acc
         self.cluster = cluster
         self.idem = idem
@@ -346,7 +347,16 @@ class Sender:
                 builder.producer_id = b.pid = idem.producer_id
                 builder.producer_epoch = b.epoch = idem.epoch
                 builder.base_sequence = b.base_sequence
-            b.data = builder.build()
+            try:
+                b.data = builder.build()
+            except Exception as e:
+                if builder.compression == Compression.NONE:
+                    raise
+                # A codec failing (its library, memory): sent uncompressed, as librdkafka
+                # does, rather than never.
+                self._compression_failed(b, e)
+                builder.compression = Compression.NONE
+                b.data = builder.build()
             b.builder = None  # the encoded records now live in b.data only
             self.tx_batches += 1
             windows = self.batch_windows.get(b.part.topic.name)
@@ -368,6 +378,13 @@ class Sender:
                 b.data = restamp(b.data, b.pid, b.epoch, b.base_sequence)
         return b.data
 
+    def _compression_failed(self, b: Batch, e: Exception) -> None:
+        if not self._compression_warned:      # said once per producer
+            self._compression_warned = True
+            self.log.warning("%s: compressing failed (%s: %s): sending it, and any other "
+                             "batch compression fails for, uncompressed", b,
+                             type(e).__name__, e)
+
     def _no_zstd(self, b: Batch, version: int) -> None:
         if not self._zstd_refused:      # said once per producer
             self._zstd_refused = True
@@ -382,7 +399,14 @@ class Sender:
         if lat is None:
             lat = self.int_latency[conn.node_id] = StatsWindow(self.stats_samples)
         resent = False
+        built: List[Batch] = []
         for b in batches:
+            try:
+                records = self._prepare(b, version)
+            except Exception as e:
+                self._unbuildable(b, e)
+                continue
+            built.append(b)
             if not b.sent:
                 waited = now - b.created
                 lat.add(waited)
@@ -390,14 +414,16 @@ class Sender:
             else:
                 resent = True
             b.attempts += 1
-            b.sent = True
             # (Still in ``refused`` while in flight: its answer is judged by whether every
             # attempt before was refused. Nothing is in flight when a bump renumbers.)
-            records = self._prepare(b, version)
+            b.sent = True
             if version < BATCH_V2_PRODUCE_VERSION:
                 records = _message_set(records, version)
             topics.setdefault(b.part.topic.name, []).append(
                 ProduceRequest.PartitionProduceData(index=b.part.index, records=records))
+        if not built:
+            return
+        batches = built
         req = ProduceRequest(
             transactional_id=self.transactional_id, acks=self.acks,
             timeout_ms=self.request_timeout_ms,
@@ -412,6 +438,17 @@ class Sender:
                       expect_response=False)
         else:
             conn.send(req, lambda resp, err: self._on_response(batches, resp, err, node))
+
+    def _unbuildable(self, b: Batch, e: Exception) -> None:
+        """``b``'s bytes could not be made (even uncompressed): it fails alone, and its
+        partition goes on with the next batch (an idempotent producer's after a bump: the
+        failed batch had its sequence)."""
+        self.acc.completed(b)
+        self.log.error("%s: could not be encoded (%s: %s): its messages fail", b,
+                       type(e).__name__, e)
+        self._deliver(b, client_error(KafkaError._BAD_MSG, f"the batch could not be "
+                                      f"encoded: {type(e).__name__}: {e}"), -1, -1,
+                      POSSIBLY_PERSISTED if b.sent else NOT_PERSISTED)
 
     def telemetry_samples(self, elapsed: float) -> List[Sample]:
         """I/O thread, for a metrics push (KIP-714): since the last push, the time

@@ -1071,3 +1071,91 @@ def test_a_zstd_batch_resent_to_a_broker_without_produce_v7_goes_uncompressed():
     assert r.error is None and r.base_offset == 10 and r.batch.attempts == 2
 
 
+
+
+def test_a_batch_whose_compression_fails_is_sent_uncompressed(monkeypatch, caplog):
+    """The codec raising while a batch is built (a library error, memory): the batch goes
+    uncompressed, as librdkafka sends it when compression fails, with one warning per
+    producer; before, the batch was lost from its queue, no report ever came and its
+    partition sent nothing more."""
+    import kafka_proto.compression as compression
+    from kafka_proto.errors import CompressionError
+    from kafka_proto.records import Compression
+
+    def failing(codec, data, level=None, legacy_lz4_header=False):
+        raise CompressionError("gzip compression failed: out of memory")
+
+    monkeypatch.setattr(compression, "compress", failing)
+    acc, sender, conns, reports, t = setup(**{"compression.type": "gzip",
+                                              "batch.num.messages": 1})
+    c = conns[1]
+    for i in range(2):
+        acc.produce("t", b"v%d" % i, partition=0)
+    with caplog.at_level("WARNING"):
+        run(sender)
+        c.answer(base=5)
+        run(sender)
+        c.answer(base=6)
+    warned = [r for r in caplog.records if "uncompressed" in r.getMessage()]
+    assert len(warned) == 1 and "out of memory" in warned[0].getMessage()
+    assert [(r.error, r.base_offset, values_of(r)) for r in reports] == [
+        (None, 5, [b"v0"]), (None, 6, [b"v1"])]
+    assert all(next(read_batches(r.batch.data)).compression == Compression.NONE
+               for r in reports)
+
+
+class _UnbuildableBuilder:
+    """A batch's builder whose build() fails whatever the compression."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def build(self):
+        raise MemoryError("no room for the batch")
+
+
+def test_a_batch_that_cannot_be_built_fails_alone_and_its_partition_goes_on():
+    """A batch whose bytes cannot be made at all fails with _BAD_MSG naming why; the
+    other partitions' batches of the same request go out, and its partition sends its
+    next batch (before, the exception left the batch out of every queue with its
+    partition counted in flight: no report, flush() waiting its whole timeout)."""
+    acc, sender, conns, reports, t = setup(partitions=(1, 1))
+    c = conns[1]
+    acc.produce("t", b"a", partition=0)
+    acc.produce("t", b"b", partition=1)
+    broken = t.parts[0].open
+    broken.builder = _UnbuildableBuilder(broken.builder)
+    run(sender)
+    (bad,) = reports
+    assert bad.batch is broken and bad.error.code() == KafkaError._BAD_MSG
+    assert "no room for the batch" in bad.error.str() and bad.status == 0
+    (req, _, _) = c.sent[0]
+    assert [pd.index for td in req.topic_data for pd in td.partition_data] == [1]
+    c.answer(base=3)
+    acc.produce("t", b"c", partition=0)
+    run(sender)
+    c.answer(base=9)
+    assert [(r.batch.part.index, r.error, r.base_offset) for r in reports[1:]] == [
+        (1, None, 3), (0, None, 9)]
+
+
+def test_an_idempotent_batch_that_cannot_be_built_bumps_the_epoch():
+    """Idempotent: the batch that failed had its sequence, so the partition's next batch
+    would leave a gap the broker refuses (OUT_OF_ORDER_SEQUENCE_NUMBER): the epoch is
+    bumped and the next batch starts the new epoch's sequence at 0."""
+    acc, sender, conns, reports, t = setup(**{"enable.idempotence": True})
+    c = conns[1]
+    acc.produce("t", b"a", partition=0)
+    t.parts[0].open.builder = _UnbuildableBuilder(t.parts[0].open.builder)
+    run(sender)
+    c.answer()                       # InitProducerId: 77 / 3
+    run(sender)
+    (bad,) = reports
+    assert bad.error.code() == KafkaError._BAD_MSG and not c.sent
+    acc.produce("t", b"b", partition=0)
+    _bump(sender, c)                 # 77 / 4
+    run(sender)
+    assert _sent(c) == [(4, 0, [b"b"])]
